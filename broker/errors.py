@@ -1,0 +1,178 @@
+"""The broker package's error hierarchy and the wire error codes.
+
+Every error a user can meet derives from :class:`LogferryError` and carries a message
+that says what went wrong and what to do. Errors that travel over the wire have a
+numeric ``code``; :func:`error_for_code` turns a code from a response back into the
+matching class on the client side, so both ends speak one vocabulary.
+"""
+
+from __future__ import annotations
+
+
+class LogferryError(Exception):
+    """Root of every error raised by the broker package and its client library."""
+
+    code: int = 1
+    retriable: bool = False
+
+
+class ConfigError(LogferryError):
+    """A configuration file or option is missing, malformed or out of range."""
+
+
+class ProtocolError(LogferryError):
+    """Bytes on a connection do not form a valid frame; the connection is closed."""
+
+    code = 4
+
+
+class UnknownError(LogferryError):
+    """The broker failed in a way it could not classify (see its log)."""
+
+    code = 1
+
+
+class UnsupportedApiError(LogferryError):
+    """The request names an api key or version this broker does not serve."""
+
+    code = 2
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame is larger than the broker's ``max.request.bytes``."""
+
+    code = 3
+
+
+class InvalidRequestError(LogferryError):
+    """The request header is not a msgpack map with the fields its api needs."""
+
+    code = 4
+
+
+class CorruptBatchError(LogferryError):
+    """A batch fails its CRC or its header is malformed."""
+
+    code = 5
+
+
+class UnknownTopicOrPartitionError(LogferryError):
+    """The topic or partition does not exist (or is not hosted by this broker)."""
+
+    code = 6
+    retriable = True
+
+
+class OffsetOutOfRangeError(LogferryError):
+    """The offset lies outside the partition's retained range."""
+
+    code = 7
+
+    def __init__(self, message: str, start: int | None = None, end: int | None = None):
+        super().__init__(message)
+        self.start = start
+        self.end = end
+
+
+class InvalidOffsetError(LogferryError):
+    """The offset is inside the log but is not the start of a batch."""
+
+    code = 8
+
+
+class InvalidTopicError(LogferryError):
+    """A topic name breaks the naming rule ``[A-Za-z0-9._-]{1,249}``, not ``.``/``..``."""
+
+    code = 9
+
+
+class NotLeaderError(LogferryError):
+    """This broker does not host (lead) the partition; refresh metadata and retry."""
+
+    code = 10
+    retriable = True
+
+
+class RequestTimedOutError(LogferryError):
+    """No response arrived in time; the request may or may not have been applied."""
+
+    code = 11
+    retriable = True
+
+
+class TopicExistsError(LogferryError):
+    """A topic of that name already exists."""
+
+    code = 12
+
+
+class StorageError(LogferryError):
+    """The broker could not write or read its log (disk full, I/O error)."""
+
+    code = 13
+    retriable = True
+
+
+class BrokerShuttingDownError(LogferryError):
+    """The broker is stopping; retry against its replacement."""
+
+    code = 14
+    retriable = True
+
+
+class MessageTooLargeError(LogferryError):
+    """A single message set exceeds what the broker or producer accepts."""
+
+    code = 15
+
+
+class BrokerNotAvailableError(LogferryError):
+    """No broker could be reached (connection refused, reset or timed out)."""
+
+    code = 16
+    retriable = True
+
+
+class BufferFullError(LogferryError):
+    """The producer's buffer stayed full for longer than its block timeout."""
+
+
+class ProducerClosedError(LogferryError):
+    """``send`` was called on a producer that is closed."""
+
+
+class ZooKeeperError(LogferryError):
+    """ZooKeeper could not be reached or answered an error."""
+
+    retriable = True
+
+
+_BY_CODE: dict[int, type[LogferryError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownError,
+        UnsupportedApiError,
+        FrameTooLargeError,
+        InvalidRequestError,
+        CorruptBatchError,
+        UnknownTopicOrPartitionError,
+        OffsetOutOfRangeError,
+        InvalidOffsetError,
+        InvalidTopicError,
+        NotLeaderError,
+        RequestTimedOutError,
+        TopicExistsError,
+        StorageError,
+        BrokerShuttingDownError,
+        MessageTooLargeError,
+        BrokerNotAvailableError,
+    )
+}
+
+NO_ERROR = 0
+
+
+def error_for_code(code: int, message: str = "") -> LogferryError:
+    """Build the exception that a wire error ``code`` stands for."""
+    cls = _BY_CODE.get(code, UnknownError)
+    return cls(message or f"broker answered error code {code} ({cls.__name__})")
