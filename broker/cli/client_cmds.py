@@ -1,0 +1,218 @@
+"""The broker-side subcommands: ``broker``, ``topic``, ``produce`` and ``consume``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+import time
+from typing import Iterator
+
+from broker.errors import ConfigError
+
+DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the broker, topic, produce and consume commands."""
+    p = sub.add_parser("broker", help="run a broker", description="Run one broker until SIGTERM.")
+    p.add_argument("--config", required=True, help="broker TOML file (see etc/live/broker-1.toml)")
+    p.set_defaults(func=run_broker_cmd)
+
+    topic = sub.add_parser("topic", help="create, list, describe or delete topics")
+    tsub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
+    tsub.required = True
+    for name, helptext in (("create", "create a topic"), ("list", "list topics"),
+                           ("describe", "show partitions and their brokers"),
+                           ("delete", "delete a topic and its data")):
+        tp = tsub.add_parser(name, help=helptext)
+        _cluster_args(tp)
+        if name != "list":
+            tp.add_argument("name", help="topic name")
+        if name == "create":
+            tp.add_argument("-p", "--partitions", type=int, default=0,
+                            help="partition count (default: the broker's num_partitions)")
+        tp.set_defaults(func=topic_cmd, action=name)
+
+    p = sub.add_parser("produce", help="publish lines from stdin",
+                       description="Publish each line of stdin as one message.")
+    _cluster_args(p)
+    p.add_argument("topic")
+    p.add_argument("-k", "--key", help="message key (same partition for every line)")
+    p.add_argument("-p", "--partition", type=int, help="explicit partition")
+    p.add_argument("--compression", choices=["none", "gzip"], default="none")
+    p.add_argument("--acks", type=int, choices=[0, 1], default=1)
+    p.set_defaults(func=produce_cmd)
+
+    p = sub.add_parser("consume", help="print messages of a topic",
+                       description="Print message values, one per line.")
+    _cluster_args(p)
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
+    p.add_argument("--from", dest="start", default="earliest",
+                   help="earliest, latest, a byte OFFSET, or a TIME: ISO 8601 "
+                        "(2026-11-21T10:00) or relative (-15m, -2h, -1d)")
+    p.add_argument("-n", "--count", type=int, help="stop after N messages")
+    p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
+    p.add_argument("--group", help="consume as a member of this consumer group")
+    p.add_argument("--format", default="{value}",
+                   help="output template: {topic} {partition} {offset} {index} {key} "
+                        "{value} {timestamp} (default: {value})")
+    p.set_defaults(func=consume_cmd)
+
+
+def _cluster_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--zk", default=None,
+                       help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
+    group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
+
+
+def cluster_kwargs(args: argparse.Namespace) -> dict:
+    """``zk=`` or ``brokers=`` keyword for the client classes, from the common options."""
+    if args.brokers:
+        return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()]}
+    return {"zk": args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)}
+
+
+def run_broker_cmd(args: argparse.Namespace) -> int:
+    from broker.config import load_broker_config
+    from broker.server import run_broker
+
+    return run_broker(load_broker_config(args.config))
+
+
+def topic_cmd(args: argparse.Namespace) -> int:
+    from broker.client import Admin
+
+    with Admin(**cluster_kwargs(args)) as admin:
+        if args.action == "create":
+            assignment = admin.create_topic(args.name, args.partitions)
+            print(f"created topic {args.name} with {len(assignment)} partitions")
+        elif args.action == "list":
+            for name in admin.list_topics():
+                print(name)
+        elif args.action == "describe":
+            assignment = admin.describe_topic(args.name)
+            brokers = admin.brokers()
+            print(f"topic {args.name}: {len(assignment)} partitions")
+            print(f"{'PARTITION':>9}  {'BROKER':>6}  ADDRESS")
+            for partition, broker_id in assignment.items():
+                info = brokers.get(broker_id)
+                where = f"{info.host}:{info.port}" if info else "(not alive)"
+                print(f"{partition:>9}  {broker_id:>6}  {where}")
+        elif args.action == "delete":
+            admin.delete_topic(args.name)
+            print(f"deleted topic {args.name}")
+    return 0
+
+
+def produce_cmd(args: argparse.Namespace) -> int:
+    from broker.client import Producer
+
+    key = args.key.encode() if args.key is not None else None
+    sent = 0
+    with Producer(**cluster_kwargs(args), acks=args.acks, compression=args.compression) as producer:
+        chunk: list[bytes] = []
+        for line in sys.stdin.buffer:
+            chunk.append(line.rstrip(b"\r\n"))
+            if len(chunk) >= 1000:
+                producer.send(args.topic, chunk, key=key, partition=args.partition)
+                sent += len(chunk)
+                chunk = []
+        if chunk:
+            producer.send(args.topic, chunk, key=key, partition=args.partition)
+            sent += len(chunk)
+        producer.flush()
+    print(f"produced {sent} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime:
+    """``earliest``/``latest``/an offset/ISO time/relative time (``-15m``) -> start."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    match = re.fullmatch(r"-(\d+)([smhd])", text)
+    if match:
+        seconds = int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return dt.datetime.fromtimestamp((now or time.time()) - seconds, tz=dt.timezone.utc)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--from {text!r}: use earliest, latest, an offset, an ISO time "
+                          "or a relative time like -15m") from None
+    return when if when.tzinfo else when.astimezone()
+
+
+def consume_cmd(args: argparse.Namespace) -> int:
+    start = parse_start(args.start)
+    if args.group:
+        try:
+            from broker.client import GroupConsumer  # type: ignore[attr-defined]
+        except ImportError:
+            raise ConfigError("--group needs consumer groups, which this build lacks") from None
+        messages = _group_messages(GroupConsumer, args)
+    else:
+        messages = _simple_messages(args, start)
+    out = sys.stdout
+    fmt = args.format
+    count = 0
+    for message in messages:
+        out.write(_render(fmt, message) + "\n")
+        count += 1
+        if args.count is not None and count >= args.count:
+            break
+    out.flush()
+    return 0
+
+
+def _simple_messages(args: argparse.Namespace, start) -> Iterator:
+    from broker.client import SimpleConsumer
+
+    consumer = SimpleConsumer(**cluster_kwargs(args))
+    try:
+        partitions = [args.partition] if args.partition is not None else consumer.partitions(args.topic)
+        if len(partitions) == 1:
+            yield from consumer.messages(args.topic, partitions[0], start, follow=args.follow,
+                                         limit=args.count)
+            return
+        offsets = {p: consumer.resolve_start(args.topic, p, start) for p in partitions}
+        while True:
+            got = 0
+            for p in partitions:
+                result = consumer.fetch(args.topic, p, offsets[p], max_wait_ms=0)
+                for batch in result.batches:
+                    from broker.client import messages_of
+                    for message in messages_of(args.topic, p, batch):
+                        got += 1
+                        yield message
+                offsets[p] = result.next_offset
+            if not got:
+                if not args.follow:
+                    return
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def _group_messages(group_cls, args: argparse.Namespace) -> Iterator:
+    consumer = group_cls(group=args.group, topics=[args.topic], **cluster_kwargs(args))
+    try:
+        for message in consumer:
+            yield message
+    finally:
+        consumer.close()
+
+
+def _render(fmt: str, message) -> str:
+    if fmt == "{value}":
+        return message.value.decode("utf-8", "replace") if isinstance(message.value, bytes) else str(message.value)
+    fields = message._asdict()
+    for name in ("key", "value"):
+        if isinstance(fields[name], bytes):
+            fields[name] = fields[name].decode("utf-8", "replace")
+    return fmt.format(**fields)

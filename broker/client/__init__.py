@@ -1,0 +1,13 @@
+"""logferry's client library: the broker's public face (see docs/client.md)."""
+
+from broker.client.admin import Admin, BrokerInfo
+from broker.client.consumer import FetchResult, Message, OffsetRange, SimpleConsumer, messages_of
+from broker.client.producer import DeliveryFuture, Producer
+from broker.errors import *  # noqa: F401,F403 - the errors are part of the client's api
+from broker.errors import LogferryError
+from broker.records import Batch
+
+__all__ = [
+    "Admin", "Batch", "BrokerInfo", "DeliveryFuture", "FetchResult", "LogferryError", "Message",
+    "OffsetRange", "Producer", "SimpleConsumer", "messages_of",
+]

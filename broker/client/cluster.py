@@ -1,0 +1,191 @@
+"""What every client shares: how to find brokers, which broker hosts which partition,
+and one pooled connection per broker.
+
+A cluster is bootstrapped from ZooKeeper (the live brokers registered under the
+chroot) or from a static ``host:port`` list. Topic metadata then comes from any broker
+(metadata api), which also lets brokers auto-create topics on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Sequence
+
+from broker import protocol, zk
+from broker.client.connection import Connection
+from broker.errors import (
+    BrokerNotAvailableError,
+    ConfigError,
+    LogferryError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+
+log = logging.getLogger("logferry.client")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` -> ``("host", port)`` with an actionable error."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"broker address {address!r} must look like host:port")
+    return host, int(port)
+
+
+class Cluster:
+    """Broker discovery, topic metadata and a connection per broker."""
+
+    def __init__(self, zk_connect: str | None = None, brokers: Sequence[str] | None = None,
+                 request_timeout: float = 30.0):
+        if (zk_connect is None) == (brokers is None):
+            raise ConfigError("give exactly one of zk (a ZooKeeper connect string with "
+                              "chroot) or brokers (a list of host:port)")
+        self.request_timeout = request_timeout
+        self._zk_connect = zk_connect
+        self._zk = zk.connect(zk_connect) if zk_connect else None
+        self._static = [parse_address(b) for b in brokers] if brokers else []
+        self._lock = threading.RLock()
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._topics: dict[str, dict[int, int]] = {}
+        self._connections: dict[tuple[str, int], Connection] = {}
+        self._closed = False
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def _bootstrap_addresses(self) -> list[tuple[str, int]]:
+        if self._zk is None:
+            return list(self._static) + list(self._brokers.values())
+        addresses = []
+        for child in self._zk.get_children(zk.BROKER_IDS):
+            try:
+                raw, _ = self._zk.get(f"{zk.BROKER_IDS}/{child}")
+            except Exception:
+                continue
+            data = zk.decode(raw)
+            if data.get("host") and data.get("port"):
+                addresses.append((str(data["host"]), int(data["port"])))
+        if not addresses:
+            raise BrokerNotAvailableError(
+                f"no broker is registered in ZooKeeper at {self._zk_connect}; start one "
+                "with `logferry broker --config ...`")
+        return addresses
+
+    def refresh(self, topics: Sequence[str] | None = None, create: bool = False) -> dict[str, Any]:
+        """Ask a broker for metadata of ``topics`` (all when None); returns its answer."""
+        addresses = self._bootstrap_addresses()
+        random.shuffle(addresses)
+        last: LogferryError | None = None
+        for address in addresses:
+            try:
+                frame = self.connection(address).call(
+                    protocol.METADATA, {"topics": list(topics) if topics is not None else None,
+                                        "create": create}, self.request_timeout)
+            except BrokerNotAvailableError as exc:
+                last = exc
+                continue
+            header = frame.header
+            with self._lock:
+                self._brokers = {int(b): (v[0], int(v[1])) for b, v in header["brokers"].items()}
+                for topic, info in header["topics"].items():
+                    if info.get("err"):
+                        self._topics.pop(topic, None)
+                    else:
+                        self._topics[topic] = {int(p): int(b) for p, b in info["partitions"].items()}
+            return header
+        raise last or BrokerNotAvailableError("no broker reachable")
+
+    def partitions_for(self, topic: str, create: bool = False) -> dict[int, int]:
+        """Partition -> broker id for ``topic``, fetching metadata if not cached."""
+        assignment = self._topics.get(topic)
+        if assignment is not None:
+            return assignment
+        header = self.refresh([topic], create=create)
+        info = header["topics"].get(topic, {})
+        if info.get("err"):
+            raise error_for_code(info["err"], info.get("msg", ""))
+        return self._topics[topic]
+
+    def forget(self, topic: str) -> None:
+        """Drop cached metadata of a topic (after a not-leader error, say)."""
+        with self._lock:
+            self._topics.pop(topic, None)
+
+    def leader_address(self, topic: str, partition: int) -> tuple[str, int]:
+        """Address of the broker hosting a partition."""
+        assignment = self.partitions_for(topic)
+        if partition not in assignment:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
+        broker_id = assignment[partition]
+        address = self._brokers.get(broker_id)
+        if address is None:
+            self.refresh([topic])
+            address = self._brokers.get(self._topics.get(topic, {}).get(partition, -1))
+            if address is None:
+                raise BrokerNotAvailableError(
+                    f"broker {broker_id} hosting {topic}-{partition} is not alive")
+        return address
+
+    def broker_addresses(self) -> dict[int, tuple[str, int]]:
+        """Live brokers as of the last metadata refresh."""
+        if not self._brokers:
+            self.refresh([])
+        return dict(self._brokers)
+
+    # -- connections ------------------------------------------------------------------
+
+    def connection(self, address: tuple[str, int]) -> Connection:
+        """The pooled connection to ``address``, reconnecting if it broke."""
+        with self._lock:
+            if self._closed:
+                raise BrokerNotAvailableError("client is closed")
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+        conn = Connection(*address, connect_timeout=min(self.request_timeout, 10.0))
+        with self._lock:
+            old = self._connections.get(address)
+            if old is not None and not old.closed:
+                conn.close()
+                return old
+            self._connections[address] = conn
+        return conn
+
+    def call_any(self, api: int, fields: dict[str, Any]) -> protocol.Frame:
+        """Send a request to any reachable broker (admin apis)."""
+        last: LogferryError | None = None
+        addresses = self._bootstrap_addresses()
+        random.shuffle(addresses)
+        for address in addresses:
+            try:
+                return self.connection(address).call(api, fields, self.request_timeout)
+            except BrokerNotAvailableError as exc:
+                last = exc
+        raise last or BrokerNotAvailableError("no broker reachable")
+
+    def close(self) -> None:
+        """Close every connection and the ZooKeeper session."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, {}
+        for conn in connections.values():
+            conn.close()
+        if self._zk is not None:
+            zk.close(self._zk)
+            self._zk = None
+
+
+def backoff_delays(base: float, cap: float = 5.0):
+    """Exponential backoff with full jitter: base, 2*base, ... capped at ``cap``."""
+    delay = base
+    while True:
+        yield random.uniform(delay / 2, delay)
+        delay = min(delay * 2, cap)
+
+
+def sleep_backoff(delays) -> None:
+    """Sleep the next delay of a :func:`backoff_delays` generator."""
+    time.sleep(next(delays))

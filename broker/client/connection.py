@@ -1,0 +1,180 @@
+"""A blocking, pipelined connection from a client to one broker.
+
+Requests are written under a lock by whichever thread sends them; one reader thread per
+connection decodes response frames with the sans-IO :class:`FrameDecoder` and
+completes the matching :class:`ResponseFuture` by correlation id. Many requests may be
+in flight at once; a broken connection fails every pending request with
+:class:`BrokerNotAvailableError` so callers can retry elsewhere.
+"""
+
+from __future__ import annotations
+
+import _thread
+import itertools
+import logging
+import socket
+import threading
+from typing import Any, Callable, Sequence
+
+from broker import protocol
+from broker.errors import (
+    BrokerNotAvailableError,
+    LogferryError,
+    RequestTimedOutError,
+    error_for_code,
+)
+
+log = logging.getLogger("logferry.client")
+
+RECV_BYTES = 4 * 1024 * 1024
+
+
+class ResponseFuture:
+    """The eventual response frame of one request (or its error)."""
+
+    __slots__ = ("_lock", "frame", "error", "callback")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self.frame: protocol.Frame | None = None
+        self.error: LogferryError | None = None
+        self.callback: Callable[["ResponseFuture"], None] | None = None
+
+    def _finish(self, frame: protocol.Frame | None, error: LogferryError | None) -> None:
+        self.frame = frame
+        self.error = error
+        self._lock.release()
+        if self.callback is not None:
+            try:
+                self.callback(self)
+            except Exception:  # a callback bug must not kill the reader thread
+                log.exception("response callback failed")
+
+    def done(self) -> bool:
+        return self.frame is not None or self.error is not None
+
+    def result(self, timeout: float | None = None) -> protocol.Frame:
+        """Wait for the frame; raise the transport error or the response's error code."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise RequestTimedOutError(f"no response within {timeout:.1f}s")
+        self._lock.release()
+        if self.error is not None:
+            raise self.error
+        frame = self.frame
+        assert frame is not None
+        code = frame.header.get("err", 0)
+        if code:
+            raise error_for_code(code, frame.header.get("msg", ""))
+        return frame
+
+
+class Connection:
+    """One TCP connection to a broker, shared by the threads of a client."""
+
+    def __init__(self, host: str, port: int, connect_timeout: float = 10.0,
+                 max_frame_bytes: int = 512 * 1024 * 1024):
+        self.address = f"{host}:{port}"
+        try:
+            self._sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except OSError as exc:
+            raise BrokerNotAvailableError(f"cannot connect to broker {self.address}: "
+                                          f"{exc.strerror or exc}") from None
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, ResponseFuture] = {}
+        self._decoder = protocol.FrameDecoder(max_frame_bytes)
+        self.closed = False
+        self._close_reason: LogferryError | None = None
+        self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                        name=f"logferry-reader-{self.address}")
+        self._reader.start()
+
+    def request(self, api: int, fields: dict[str, Any], payload: Sequence[bytes | memoryview] = (),
+                expect_response: bool = True) -> ResponseFuture | None:
+        """Send one request; return its future, or None when no response will come."""
+        size = sum(len(p) for p in payload)
+        future = ResponseFuture() if expect_response else None
+        with self._send_lock:
+            if self.closed:
+                raise self._close_reason or BrokerNotAvailableError(
+                    f"connection to {self.address} is closed")
+            corr = next(self._ids)
+            head = protocol.encode_request(api, corr, fields, size)
+            if future is not None:
+                self._pending[corr] = future
+            try:
+                if payload:
+                    self._sock.sendall(b"".join((head, *payload)))
+                else:
+                    self._sock.sendall(head)
+            except OSError as exc:
+                self._pending.pop(corr, None)
+                self._fail(BrokerNotAvailableError(f"connection to broker {self.address} "
+                                                   f"failed: {exc.strerror or exc}"))
+                raise self._close_reason from None  # type: ignore[misc]
+            if self.closed and future is not None and self._pending.pop(corr, None):
+                # The reader failed between our check and our registration.
+                raise self._close_reason or BrokerNotAvailableError(
+                    f"connection to {self.address} is closed")
+        return future
+
+    def call(self, api: int, fields: dict[str, Any], timeout: float = 30.0) -> protocol.Frame:
+        """Send a request and wait for its successful response frame."""
+        future = self.request(api, fields)
+        assert future is not None
+        return future.result(timeout)
+
+    def _read_loop(self) -> None:
+        buf = bytearray(RECV_BYTES)
+        view = memoryview(buf)
+        decoder = self._decoder
+        try:
+            while True:
+                n = self._sock.recv_into(view)
+                if n == 0:
+                    raise ConnectionResetError("broker closed the connection")
+                decoder.feed(view[:n])
+                while True:
+                    frame = decoder.next_frame()
+                    if frame is None:
+                        break
+                    corr = frame.header.get("id")
+                    future = self._pending.pop(corr, None) if corr is not None else None
+                    if future is not None:
+                        future._finish(frame, None)
+                    elif frame.header.get("err"):
+                        # An error for the connection as a whole (bad frame): it closes.
+                        raise error_for_code(frame.header["err"], frame.header.get("msg", ""))
+        except LogferryError as exc:
+            self._fail(exc)
+        except OSError as exc:
+            self._fail(BrokerNotAvailableError(
+                f"connection to broker {self.address} lost: {exc.strerror or exc}"))
+
+    def _fail(self, error: LogferryError) -> None:
+        if not self.closed:
+            self.closed = True
+            self._close_reason = error
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            future._finish(None, error)
+
+    def close(self) -> None:
+        """Close the socket; pending requests fail."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._fail(BrokerNotAvailableError(f"connection to {self.address} was closed"))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)

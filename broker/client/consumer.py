@@ -1,0 +1,218 @@
+"""The simple consumer: pull batches of a partition from a given offset.
+
+The broker keeps no consumer state; the consumer names the offset of every fetch and
+advances by the length of the whole batches it received. Batches are CRC-checked and
+decoded in one msgpack call each; messages are produced from the decoded columns.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from itertools import repeat
+from typing import Iterator, NamedTuple, Sequence
+
+from broker import protocol, records
+from broker.client.cluster import Cluster
+from broker.errors import (
+    BrokerNotAvailableError,
+    LogferryError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from broker.records import Batch
+
+
+class Message(NamedTuple):
+    """One consumed message."""
+
+    topic: str
+    """Topic it was read from."""
+    partition: int
+    """Partition it was read from."""
+    offset: int
+    """Byte offset of the batch holding it (the paper's logical offset)."""
+    index: int
+    """Position inside that batch; (offset, index) identifies the message."""
+    key: bytes | None
+    """The producer's key, or None."""
+    value: bytes
+    """The payload."""
+    timestamp: int
+    """Milliseconds since the epoch, set by the producer."""
+
+
+class OffsetRange(NamedTuple):
+    """The readable range of a partition."""
+
+    start: int
+    """First retained offset."""
+    end: int
+    """Visible end: fetches may read up to here."""
+
+
+class FetchResult(NamedTuple):
+    """What one fetch returned for one partition."""
+
+    batches: list[Batch]
+    """Whole, CRC-checked batches in order."""
+    next_offset: int
+    """Where to fetch next."""
+    visible_end: int
+    """The partition's visible end when the broker answered."""
+
+
+def messages_of(topic: str, partition: int, batch: Batch) -> Iterator[Message]:
+    """The messages of a decoded batch, built column-wise."""
+    n = len(batch.values)
+    keys = batch.keys if batch.keys is not None else repeat(None, n)
+    return map(Message._make_fast, repeat(topic, n), repeat(partition, n),  # type: ignore[attr-defined]
+               repeat(batch.offset, n), range(n), keys, batch.values, batch.timestamps)
+
+
+Message._make_fast = lambda *fields: tuple.__new__(Message, fields)  # type: ignore[attr-defined]
+
+
+class SimpleConsumer:
+    """Reads partitions by offset; see docs/client.md."""
+
+    def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None, *,
+                 max_bytes: int = 1024 * 1024, max_wait_ms: int = 500, min_bytes: int = 1,
+                 request_timeout: float = 30.0, client_id: str = "", metadata_retries: int = 5):
+        self.cluster = Cluster(zk, brokers, request_timeout)
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.request_timeout = request_timeout
+        self.client_id = client_id
+        self.metadata_retries = metadata_retries
+
+    # -- metadata and offsets -----------------------------------------------------------
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` (UnknownTopicOrPartitionError if none)."""
+        return sorted(self.cluster.partitions_for(topic))
+
+    def topics(self) -> list[str]:
+        """Every topic in the cluster."""
+        return sorted(self.cluster.refresh(None)["topics"])
+
+    def offsets(self, topic: str, partition: int) -> OffsetRange:
+        """The partition's retained range: first offset and visible end."""
+        header = self._call(topic, partition, protocol.OFFSETS,
+                            {"topic": topic, "partition": partition, "at": "latest"})
+        return OffsetRange(header["start"], header["end"])
+
+    def offset_info(self, topic: str, partition: int) -> dict:
+        """Range plus the broker's average stored bytes per message (for lag estimates)."""
+        return self._call(topic, partition, protocol.OFFSETS,
+                          {"topic": topic, "partition": partition, "at": "latest"})
+
+    def offset_for_time(self, topic: str, partition: int, ts_ms: int) -> int:
+        """The last batch boundary at or before ``ts_ms``."""
+        header = self._call(topic, partition, protocol.OFFSETS,
+                            {"topic": topic, "partition": partition, "at": int(ts_ms)})
+        return header["offset"]
+
+    def resolve_start(self, topic: str, partition: int,
+                      start: int | str | _dt.datetime) -> int:
+        """Turn ``"earliest"``, ``"latest"``, an offset or a datetime into an offset."""
+        if start == "earliest":
+            return self.offsets(topic, partition).start
+        if start == "latest":
+            return self.offsets(topic, partition).end
+        if isinstance(start, _dt.datetime):
+            return self.offset_for_time(topic, partition, int(start.timestamp() * 1000))
+        if isinstance(start, int) and start >= 0:
+            return start
+        raise ValueError(f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}")
+
+    # -- fetching -----------------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None,
+              max_wait_ms: int = 0, keep_raw: bool = False, min_bytes: int | None = None) -> FetchResult:
+        """Fetch whole batches from ``offset``; long-polls up to ``max_wait_ms`` when empty."""
+        fields = {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes or self.min_bytes,
+                  "parts": [[topic, partition, offset, max_bytes or self.max_bytes]]}
+        frame = self._request(topic, partition, protocol.FETCH, fields,
+                              timeout=self.request_timeout + max_wait_ms / 1000)
+        _, _, code, message, start, end, size = frame.header["parts"][0]
+        if code:
+            error = error_for_code(code, message or "")
+            if isinstance(error, OffsetOutOfRangeError):
+                error.start, error.end = start, end
+            raise error
+        batches, used = records.decode_batches(frame.payload[:size], offset, keep_raw=keep_raw)
+        return FetchResult(batches, offset + used, end)
+
+    def messages(self, topic: str, partition: int, start: int | str | _dt.datetime = "earliest",
+                 follow: bool = False, limit: int | None = None,
+                 timeout: float | None = None) -> Iterator[Message]:
+        """Iterate messages in order from ``start``.
+
+        Without ``follow`` it stops at the visible end; with it, it long-polls for new
+        messages until ``limit`` messages or ``timeout`` seconds without any.
+        """
+        offset = self.resolve_start(topic, partition, start)
+        seen = 0
+        last_data = time.monotonic()
+        while limit is None or seen < limit:
+            wait = self.max_wait_ms if follow else 0
+            result = self.fetch(topic, partition, offset, max_wait_ms=wait)
+            if result.batches:
+                last_data = time.monotonic()
+                for batch in result.batches:
+                    for message in messages_of(topic, partition, batch):
+                        yield message
+                        seen += 1
+                        if limit is not None and seen >= limit:
+                            return
+                offset = result.next_offset
+                continue
+            if not follow and offset >= result.visible_end:
+                return
+            if timeout is not None and time.monotonic() - last_data >= timeout:
+                return
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _call(self, topic: str, partition: int, api: int, fields: dict) -> dict:
+        return self._request(topic, partition, api, fields, self.request_timeout).header
+
+    def _request(self, topic: str, partition: int, api: int, fields: dict,
+                 timeout: float) -> protocol.Frame:
+        """Send to the partition's broker, refreshing metadata on routing errors."""
+        last: LogferryError | None = None
+        for attempt in range(self.metadata_retries + 1):
+            try:
+                address = self.cluster.leader_address(topic, partition)
+                frame = self.cluster.connection(address).call(api, fields, timeout)
+            except (NotLeaderError, BrokerNotAvailableError) as exc:
+                last = exc
+            except UnknownTopicOrPartitionError as exc:
+                last = exc
+                if attempt >= 1:
+                    raise
+            else:
+                parts = frame.header.get("parts")
+                code = parts[0][2] if parts else 0
+                if code in (NotLeaderError.code, UnknownTopicOrPartitionError.code) and attempt < self.metadata_retries:
+                    last = error_for_code(code, parts[0][3] or "")
+                else:
+                    return frame
+            self.cluster.forget(topic)
+            time.sleep(min(0.05 * 2 ** attempt, 1.0))
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        """Close connections and the ZooKeeper session."""
+        self.cluster.close()
+
+    def __enter__(self) -> "SimpleConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,565 @@
+"""The broker process: an asyncio server over the log storage and the ZooKeeper registry.
+
+The hot paths stay per batch, never per message: a produce request is validated by
+walking batch headers and CRCs (zlib, in C) and appended with one write per
+partition; a fetch is a file slice handed to the kernel with sendfile. fsync runs in a
+worker thread so the event loop keeps appending while the disk syncs. The broker
+keeps no state about consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from broker import protocol, records, zk
+from broker.config import BrokerConfig
+from broker.connection import BrokerConnection, FileReply
+from broker.errors import (
+    BrokerShuttingDownError,
+    InvalidRequestError,
+    LogferryError,
+    NotLeaderError,
+    UnknownError,
+    UnknownTopicOrPartitionError,
+)
+from broker.metrics import Metrics, serve_metrics
+from broker.registry import BrokerInfo, BrokerRegistry, ClusterView
+from broker.storage.log_manager import LogManager
+from broker.storage.partition_log import PartitionLog
+from broker.topics import validate_topic_name
+
+log = logging.getLogger("logferry.broker")
+
+MAX_WAIT_MS = 30_000
+
+
+class Broker:
+    """One broker: accepts connections, hosts the partitions ZooKeeper assigns to it."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.logs = LogManager(list(config.log_dirs), config.log)
+        self.metrics = Metrics()
+        self.connections: set[BrokerConnection] = set()
+        self.view = ClusterView()
+        self.registry: BrokerRegistry | None = None
+        self._zk = None
+        self._server: asyncio.AbstractServer | None = None
+        self._metrics_server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
+        self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
+        self._flushing: set[tuple[str, int]] = set()
+        self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
+        self._ack_after_flush: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        self._background: list[asyncio.Task] = []
+        self._stopping = asyncio.Event()
+        self.shutting_down = False
+        self._known_topics: set[str] = set()
+        self._declare_metrics()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover the logs, join the cluster and start listening."""
+        loop = self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        await loop.run_in_executor(None, self.logs.load)
+        log.info("loaded %d partitions from %s in %.2fs", len(list(self.logs.logs())),
+                 ", ".join(map(str, self.config.log_dirs)), time.monotonic() - started)
+        self._zk = await loop.run_in_executor(
+            None, lambda: zk.connect(self.config.zk_connect,
+                                     session_timeout=self.config.zk_session_timeout_s))
+        # Listen before registering: a client that sees the registration can connect.
+        self._server = await loop.create_server(
+            lambda: BrokerConnection(self), self.config.host, self.config.port,
+            reuse_address=True, backlog=1024)
+        self.registry = BrokerRegistry(
+            self._zk, self.config.broker_id,
+            BrokerInfo(self.config.host, self.config.port, self.config.datacenter),
+            lambda view: loop.call_soon_threadsafe(self._apply_view, view))
+        await loop.run_in_executor(None, self.registry.start)
+        if self.config.metrics_port:
+            self._metrics_server = await serve_metrics(self.metrics, self.config.host,
+                                                       self.config.metrics_port)
+        self._background = [
+            loop.create_task(self._flush_loop(), name="flusher"),
+            loop.create_task(self._retention_loop(), name="retention"),
+        ]
+        log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
+                 self.config.host, self.config.port, self.config.datacenter,
+                 self.config.zk_connect)
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM or SIGINT, then stop cleanly."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        await self._stopping.wait()
+        await self.stop()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop (thread-unsafe; call from the loop)."""
+        self._stopping.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, answer in-flight requests, flush, deregister."""
+        log.info("broker %d stopping", self.config.broker_id)
+        self.shutting_down = True
+        if self._server is not None:
+            self._server.close()
+        for waiters in self._waiters.values():  # long polls answer with what they have
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        pending = [t for c in list(self.connections) for t in c.tasks]
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.shutdown_timeout_s)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for key, plog in self.logs.logs():
+            await self._flush(key, plog)
+        self.logs.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self.registry is not None:
+            self.registry.deregister()
+        if self._zk is not None:
+            zk.close(self._zk)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        self._fsync_pool.shutdown(wait=True)
+        self._admin_pool.shutdown(wait=False)
+        log.info("broker %d stopped cleanly", self.config.broker_id)
+
+    # -- cluster view -----------------------------------------------------------------
+
+    def _apply_view(self, view: ClusterView) -> None:
+        """Host the partitions assigned to this broker; drop those of deleted topics."""
+        me = self.config.broker_id
+        for topic, assignment in view.topics.items():
+            for partition, owner in assignment.items():
+                if owner == me and self.logs.get(topic, partition) is None:
+                    self.logs.create(topic, partition)
+                    log.info("hosting %s-%d", topic, partition)
+        # Only topics seen in ZooKeeper and then removed are deleted: a topic on disk
+        # that ZooKeeper never listed (wrong chroot?) is kept, never wiped.
+        for topic in self._known_topics - set(view.topics):
+            for (t, p), _ in list(self.logs.logs()):
+                if t == topic:
+                    self.logs.remove(t, p)
+                    log.info("deleted %s-%d: topic was deleted", t, p)
+        self._known_topics = set(view.topics)
+        self.view = view
+
+    def _log_for(self, topic: Any, partition: Any) -> PartitionLog:
+        if not isinstance(topic, str) or not isinstance(partition, int):
+            raise InvalidRequestError("topic must be a string and partition an integer")
+        plog = self.logs.get(topic, partition)
+        if plog is not None:
+            return plog
+        validate_topic_name(topic)
+        assignment = self.view.topics.get(topic)
+        if assignment is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        if partition not in assignment:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
+        raise NotLeaderError(f"partition {topic}-{partition} is hosted by broker "
+                             f"{assignment[partition]}, not broker {self.config.broker_id}")
+
+    # -- produce ----------------------------------------------------------------------
+
+    def handle_produce(self, conn: BrokerConnection, corr: int, frame: protocol.Frame) -> None:
+        """Validate and append each message set; answer now, after fsync, or never (acks=0)."""
+        started = time.perf_counter()
+        header = frame.header
+        acks = header.get("acks", 1)
+        parts = header.get("parts")
+        payload = frame.payload
+        if acks not in (0, 1) or not isinstance(parts, list):
+            self._reply_error(conn, corr, "produce", started,
+                              InvalidRequestError("produce needs acks 0 or 1 and a 'parts' list"))
+            return
+        if self.shutting_down:
+            self._reply_error(conn, corr, "produce", started,
+                              BrokerShuttingDownError("broker is shutting down"))
+            return
+        results = []
+        waits: list[tuple[str, int]] = []
+        pos = 0
+        failed = False
+        flush_each = self.config.log.flush_messages == 1
+        for part in parts:
+            topic = partition = None
+            try:
+                if not isinstance(part, list) or len(part) != 3 or not isinstance(part[2], int):
+                    raise InvalidRequestError("each produce part must be [topic, partition, nbytes]")
+                topic, partition, nbytes = part
+                if nbytes < 0 or pos + nbytes > len(payload):
+                    raise InvalidRequestError(f"part claims {nbytes} bytes but the payload "
+                                              f"has {len(payload) - pos} left")
+                chunk = payload[pos:pos + nbytes]
+                pos += nbytes
+                plog = self._log_for(topic, partition)
+                scan = records.validate_message_set(chunk)
+                base = plog.append(chunk, scan.messages)
+                key = (topic, partition)
+                self._bytes_in[key] += nbytes
+                self._messages_in[key] += scan.messages
+                results.append([topic, partition, 0, base, None])
+                if flush_each:
+                    waits.append(key)
+                elif plog.flush_due(_now_ms()):
+                    self._schedule_flush(key, plog)
+            except LogferryError as exc:
+                failed = True
+                self._produce_errors[(type(exc).__name__,)] += 1
+                results.append([topic, partition, exc.code, -1, str(exc)])
+                if isinstance(exc, InvalidRequestError):
+                    break
+        if acks == 0:
+            self.count_request("produce", time.perf_counter() - started, error=failed)
+            if failed:  # the client cannot see errors with acks=0: tell it by closing
+                log.warning("closing acks=0 producer %s after a failed produce: %s",
+                            conn.peer, results)
+                conn.close()
+            return
+        reply = protocol.encode_response(corr, {"parts": results})
+        if not waits:
+            self.count_request("produce", time.perf_counter() - started, error=failed)
+            conn.send(reply)
+            return
+        # flush.messages = 1: acknowledge only after the appended bytes are fsynced.
+        pending = {"left": len(set(waits)), "reply": reply, "conn": conn, "t0": started}
+        for key in set(waits):
+            plog = self.logs.get(*key)
+            self._ack_after_flush.setdefault(key, []).append((plog.end_offset, pending))
+            self._schedule_flush(key, plog)
+
+    # -- flushing ---------------------------------------------------------------------
+
+    def _schedule_flush(self, key: tuple[str, int], plog: PartitionLog) -> None:
+        if key in self._flushing:
+            return
+        self._flushing.add(key)
+        self._loop.create_task(self._flush(key, plog))  # type: ignore[union-attr]
+
+    async def _flush(self, key: tuple[str, int], plog: PartitionLog) -> None:
+        """fsync in a worker thread, then advance the visible end and wake fetchers."""
+        self._flushing.add(key)
+        try:
+            while True:
+                pending = plog.prepare_flush()
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._fsync_pool, pending.run)
+                except OSError as exc:
+                    log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)
+                    return
+                plog.mark_flushed(pending.end)
+                self._flushed_to(key, plog.visible_end)
+                # flush.messages=1 acks that arrived during this fsync need one more pass
+                if not any(end > plog.visible_end for end, _ in self._ack_after_flush.get(key, ())):
+                    break
+        finally:
+            self._flushing.discard(key)
+
+    def _flushed_to(self, key: tuple[str, int], visible_end: int) -> None:
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+        acks = self._ack_after_flush.get(key)
+        if not acks:
+            return
+        keep = []
+        for end, pending in acks:
+            if end <= visible_end:
+                pending["left"] -= 1
+                if pending["left"] == 0:
+                    self.count_request("produce", time.perf_counter() - pending["t0"])
+                    pending["conn"].send(pending["reply"])
+            else:
+                keep.append((end, pending))
+        if keep:
+            self._ack_after_flush[key] = keep
+        else:
+            del self._ack_after_flush[key]
+
+    async def _flush_loop(self) -> None:
+        tick = min(max(self.config.log.flush_ms / 4000, 0.005), 0.1)
+        while True:
+            await asyncio.sleep(tick)
+            now = _now_ms()
+            for key, plog in self.logs.logs():
+                if key not in self._flushing and plog.flush_due(now):
+                    self._schedule_flush(key, plog)
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = _now_ms()
+            for key, plog in list(self.logs.logs()):
+                try:
+                    plog.maybe_roll(now)
+                    deleted = plog.enforce_retention(now)
+                except LogferryError as exc:
+                    log.error("retention on %s-%d failed: %s", key[0], key[1], exc)
+                    continue
+                if deleted:
+                    self._segments_deleted[key] += len(deleted)
+
+    # -- fetch and the other apis -------------------------------------------------------
+
+    async def handle_async(self, conn: BrokerConnection, api: int, corr: int,
+                           frame: protocol.Frame) -> None:
+        """Run a non-produce request and send its response (errors included)."""
+        started = time.perf_counter()
+        name = protocol.API_NAMES[api]
+        try:
+            if api == protocol.FETCH:
+                reply = await self._fetch(corr, frame.header)
+            else:
+                handler = {
+                    protocol.OFFSETS: self._offsets,
+                    protocol.METADATA: self._metadata,
+                    protocol.CREATE_TOPIC: self._create_topic,
+                    protocol.DELETE_TOPIC: self._delete_topic,
+                }[api]
+                fields = await handler(frame.header)
+                reply = protocol.encode_response(corr, fields)
+        except LogferryError as exc:
+            self._reply_error(conn, corr, name, started, exc)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not take the broker down
+            log.exception("%s request from %s failed", name, conn.peer)
+            self._reply_error(conn, corr, name, started, UnknownError(f"internal error: {exc}"))
+            return
+        self.count_request(name, time.perf_counter() - started)
+        conn.send(reply)
+
+    def _reply_error(self, conn: BrokerConnection, corr: int, api: str, started: float,
+                     exc: LogferryError) -> None:
+        self.count_request(api, time.perf_counter() - started, error=True)
+        conn.send(protocol.encode_error(corr, exc.code, str(exc)))
+
+    async def _fetch(self, corr: int, header: dict) -> FileReply | bytes:
+        parts = protocol.require(header, "parts", list)
+        max_wait = min(max(int(header.get("max_wait_ms", 0) or 0), 0), MAX_WAIT_MS)
+        min_bytes = max(int(header.get("min_bytes", 1) or 1), 1)
+        requests = []
+        for part in parts:
+            if (not isinstance(part, list) or len(part) != 4
+                    or not all(isinstance(x, int) for x in part[1:])):
+                raise InvalidRequestError("each fetch part must be [topic, partition, offset, max_bytes]")
+            requests.append(part)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait / 1000
+        while True:
+            results, slices, total = self._read_slices(requests)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or remaining <= 0 or self.shutting_down or any(r[2] for r in results):
+                break
+            waiter = loop.create_future()
+            for topic, partition, _, _ in requests:
+                self._waiters.setdefault((topic, partition), []).append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                for topic, partition, _, _ in requests:
+                    waiters = self._waiters.get((topic, partition))
+                    if waiters and waiter in waiters:
+                        waiters.remove(waiter)
+        head = protocol.encode_response(corr, {"parts": results}, payload_len=total)
+        for (topic, partition, _, _), piece in zip(requests, slices):
+            if piece is not None and piece.count:
+                self._bytes_out[(topic, partition)] += piece.count
+        return FileReply(head, [s for s in slices if s is not None]) if total else head
+
+    def _read_slices(self, requests: list) -> tuple[list, list, int]:
+        results, slices, total = [], [], 0
+        for topic, partition, offset, max_bytes in requests:
+            try:
+                plog = self._log_for(topic, partition)
+                piece = plog.read_slice(offset, max(max_bytes, 1))
+                results.append([topic, partition, 0, None, plog.start_offset,
+                                plog.visible_end, piece.count])
+                slices.append(piece)
+                total += piece.count
+            except LogferryError as exc:
+                start = getattr(exc, "start", None)
+                end = getattr(exc, "end", None)
+                results.append([topic, partition, exc.code, str(exc), start, end, 0])
+                slices.append(None)
+        return results, slices, total
+
+    async def _offsets(self, header: dict) -> dict:
+        topic = header.get("topic")
+        partition = header.get("partition")
+        plog = self._log_for(topic, partition)
+        at = header.get("at", "latest")
+        if at == "earliest":
+            offset = plog.start_offset
+        elif at == "latest":
+            offset = plog.visible_end
+        elif isinstance(at, int) and not isinstance(at, bool):
+            offset = await asyncio.get_running_loop().run_in_executor(
+                self._admin_pool, plog.offset_for_time, at)
+        else:
+            raise InvalidRequestError("offsets 'at' must be 'earliest', 'latest' or a time in ms")
+        return {"offset": offset, "start": plog.start_offset, "end": plog.visible_end,
+                "avg_message_bytes": plog.avg_message_bytes}
+
+    async def _metadata(self, header: dict) -> dict:
+        wanted = header.get("topics")
+        create = bool(header.get("create", False)) and self.config.auto_create_topics
+        if wanted is not None and not (isinstance(wanted, list)
+                                       and all(isinstance(t, str) for t in wanted)):
+            raise InvalidRequestError("metadata 'topics' must be a list of names or nil")
+        view = self.view
+        topics: dict[str, Any] = {}
+        for topic in (wanted if wanted is not None else sorted(view.topics)):
+            assignment = view.topics.get(topic)
+            if assignment is None and create:
+                try:
+                    validate_topic_name(topic)
+                    assignment = await self._create_in_zk(topic, self.config.num_partitions)
+                except LogferryError as exc:
+                    topics[topic] = {"err": exc.code, "msg": str(exc)}
+                    continue
+            if assignment is None:
+                topics[topic] = {"err": UnknownTopicOrPartitionError.code,
+                                 "msg": f"unknown topic {topic!r}"}
+            else:
+                topics[topic] = {"err": 0, "partitions": assignment}
+        brokers = {b: [i.host, i.port, i.datacenter] for b, i in self.view.brokers.items()}
+        return {"brokers": brokers, "topics": topics, "controller": self.config.broker_id}
+
+    async def _create_in_zk(self, topic: str, partitions: int) -> dict[int, int]:
+        from broker.errors import TopicExistsError
+        loop = asyncio.get_running_loop()
+        try:
+            assignment = await loop.run_in_executor(
+                self._admin_pool, self.registry.create_topic, topic, partitions)  # type: ignore[union-attr]
+        except TopicExistsError:
+            assignment = None
+        # Wait (bounded) until our own watch has seen it, so local partitions exist.
+        for _ in range(100):
+            if topic in self.view.topics:
+                return self.view.topics[topic]
+            await asyncio.sleep(0.02)
+        if assignment is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} is being created; retry")
+        return assignment
+
+    async def _create_topic(self, header: dict) -> dict:
+        topic = validate_topic_name(header.get("topic"))
+        partitions = header.get("partitions") or self.config.num_partitions
+        if not isinstance(partitions, int) or not 1 <= partitions <= 100_000:
+            raise InvalidRequestError("partitions must be an integer from 1 to 100000")
+        assignment = await asyncio.get_running_loop().run_in_executor(
+            self._admin_pool, self.registry.create_topic, topic, partitions)  # type: ignore[union-attr]
+        return {"partitions": assignment}
+
+    async def _delete_topic(self, header: dict) -> dict:
+        topic = validate_topic_name(header.get("topic"))
+        await asyncio.get_running_loop().run_in_executor(
+            self._admin_pool, self.registry.delete_topic, topic)  # type: ignore[union-attr]
+        return {}
+
+    # -- metrics ----------------------------------------------------------------------
+
+    def _declare_metrics(self) -> None:
+        m = self.metrics
+        self._bytes_in = _PartitionCounter(m.counter("bytes_in_total", "Bytes appended per partition"))
+        self._messages_in = _PartitionCounter(m.counter("messages_in_total", "Messages appended per partition"))
+        self._bytes_out = _PartitionCounter(m.counter("bytes_out_total", "Log bytes sent to fetchers per partition"))
+        self._segments_deleted = _PartitionCounter(m.counter("segments_deleted_total", "Segments deleted by retention"))
+        self._requests = m.counter("requests_total", "Requests handled per api")
+        self._request_errors = m.counter("request_errors_total", "Requests answered with an error per api")
+        self._request_seconds = m.counter("request_seconds_total", "Time spent handling requests per api")
+        self._produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
+
+        def gauges():
+            for (topic, partition), plog in self.logs.logs():
+                labels = (("topic", topic), ("partition", str(partition)))
+                yield "log_end_offset", labels, plog.end_offset
+                yield "log_visible_end", labels, plog.visible_end
+                yield "log_start_offset", labels, plog.start_offset
+                yield "log_size_bytes", labels, plog.size_bytes
+                avg = plog.avg_message_bytes
+                if avg:
+                    sent = self._bytes_out.values.get(labels, 0)
+                    yield "messages_out_estimate_total", labels, sent / avg
+            yield "open_connections", (), len(self.connections)
+
+        m.gauge_source(gauges, {
+            "log_end_offset": "Log end offset (bytes) per partition",
+            "log_visible_end": "Visible (flushed) end per partition",
+            "log_start_offset": "First retained offset per partition",
+            "log_size_bytes": "Bytes on disk per partition",
+            "messages_out_estimate_total": "Messages sent to fetchers (bytes out / average message size)",
+            "open_connections": "Open client connections",
+        })
+
+    def count_request(self, api: str, seconds: float, error: bool = False) -> None:
+        """Record one handled request."""
+        labels = (("api", api),)
+        self._requests[labels] += 1
+        self._request_seconds[labels] += seconds
+        if error:
+            self._request_errors[labels] += 1
+
+
+class _PartitionCounter:
+    """A counter keyed by (topic, partition) that caches its label tuples."""
+
+    __slots__ = ("values", "_labels")
+
+    def __init__(self, values):
+        self.values = values
+        self._labels: dict[tuple[str, int], tuple] = {}
+
+    def __getitem__(self, key: tuple[str, int]) -> float:
+        return self.values[self._label(key)]
+
+    def __setitem__(self, key: tuple[str, int], value: float) -> None:
+        self.values[self._label(key)] = value
+
+    def _label(self, key: tuple[str, int]) -> tuple:
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._labels[key] = (("topic", key[0]), ("partition", str(key[1])))
+        return labels
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Run a broker until it is signalled to stop; returns the process exit code."""
+    broker = Broker(config)
+    try:
+        asyncio.run(broker.run())
+    except LogferryError as exc:
+        log.error("%s", exc)
+        return 1
+    except OSError as exc:
+        log.error("cannot start broker %d: %s", config.broker_id, exc)
+        return 1
+    return 0
+
+
+__all__ = ["Broker", "run_broker"]

@@ -1,0 +1,122 @@
+"""Connecting to ZooKeeper with kazoo, and the znode paths of the registries.
+
+Each cluster lives under its own chroot (``host:port/logferry/live``); kazoo does not
+create a chroot, so :func:`connect` does. Paths below are relative to the chroot and
+follow the paper's layout (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker.errors import ZooKeeperError
+
+log = logging.getLogger("logferry.zk")
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+
+
+def broker_path(broker_id: int) -> str:
+    """Ephemeral registration of a live broker: ``{host, port, datacenter}``."""
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    """Persistent partition-to-broker assignment of a topic: ``{partitions: {p: id}}``."""
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """Split ``hosts/chroot`` into ``(hosts, "/chroot")`` (chroot may be empty)."""
+    hosts, sep, chroot = connect.partition("/")
+    return hosts, (sep + chroot) if chroot else ""
+
+
+def connect(connect_string: str, timeout: float = 15.0, session_timeout: float = 10.0) -> KazooClient:
+    """Start a kazoo client on ``connect_string``, creating its chroot if missing.
+
+    Raises ZooKeeperError with the address when ZooKeeper cannot be reached in time.
+    """
+    hosts, chroot = split_connect(connect_string)
+    if chroot:
+        bootstrap = KazooClient(hosts=hosts, timeout=timeout)
+        _start(bootstrap, hosts, timeout)
+        try:
+            bootstrap.ensure_path(chroot)
+        finally:
+            bootstrap.stop()
+            bootstrap.close()
+    client = KazooClient(hosts=connect_string, timeout=session_timeout)
+    _start(client, connect_string, timeout)
+    for path in (BROKER_IDS, BROKER_TOPICS, CONSUMERS):
+        client.ensure_path(path)
+    return client
+
+
+def _start(client: KazooClient, where: str, timeout: float) -> None:
+    try:
+        client.start(timeout=timeout)
+    except (KazooTimeoutError, KazooException, OSError) as exc:
+        client.close()
+        raise ZooKeeperError(
+            f"cannot reach ZooKeeper at {where} within {timeout:.0f}s ({exc}); "
+            "is it running? (`logferry zk start` starts a local one)"
+        ) from None
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close a kazoo client, ignoring errors from a dead connection."""
+    try:
+        client.stop()
+        client.close()
+    except Exception:  # pragma: no cover - best effort on shutdown
+        log.debug("error while closing ZooKeeper client", exc_info=True)
+
+
+def encode(data: dict[str, Any]) -> bytes:
+    """Znode payloads are JSON, readable with zkCli for operators."""
+    return json.dumps(data, sort_keys=True).encode()
+
+
+def decode(raw: bytes | None) -> dict[str, Any]:
+    """Parse a znode payload written by :func:`encode` (empty dict when blank)."""
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def create_topic_node(client: KazooClient, topic: str, assignment: dict[int, int]) -> None:
+    """Write a new topic's assignment; raises NodeExistsError if it exists."""
+    data = encode({"partitions": {str(p): b for p, b in sorted(assignment.items())}})
+    client.create(topic_path(topic), data, makepath=True)
+
+
+def read_assignment(raw: bytes | None) -> dict[int, int]:
+    """Partition -> broker id from a topic znode's payload."""
+    parts = decode(raw).get("partitions", {})
+    out: dict[int, int] = {}
+    for p, b in parts.items():
+        try:
+            out[int(p)] = int(b)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+__all__ = [
+    "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "NodeExistsError", "broker_path", "close",
+    "connect", "create_topic_node", "decode", "encode", "read_assignment", "split_connect",
+    "topic_path",
+]
