@@ -29,6 +29,7 @@ from broker.errors import (
     LogferryError,
     ProducerClosedError,
     RequestTimedOutError,
+    UnknownTopicOrPartitionError,
     error_for_code,
 )
 
@@ -197,8 +198,12 @@ class Producer:
             nbytes = sum(map(len, values))
         if timestamp is None:
             timestamp = int(time.time() * 1000)
+        count = len(self.cluster.partitions_for(topic, create=True))
         if partition is None:
-            partition = self._choose_partition(topic, key)
+            partition = self._choose_partition(topic, key, count)
+        elif not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
         return self._append((topic, partition), values, nbytes, key, timestamp)
 
     def send_raw(self, topic: str, partition: int, batch: bytes | memoryview) -> DeliveryFuture:
@@ -273,8 +278,7 @@ class Producer:
 
     # -- accumulating -------------------------------------------------------------------
 
-    def _choose_partition(self, topic: str, key: bytes | None) -> int:
-        count = len(self.cluster.partitions_for(topic, create=True))
+    def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
         if key is not None:
             return zlib.crc32(key) % count
         if self.partitioner == "random":

@@ -1,0 +1,228 @@
+"""Every kind of bad input gets its error while another client keeps working."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import msgpack
+import pytest
+
+from broker import protocol, records
+from broker.client import Producer, SimpleConsumer
+from broker.errors import (
+    CorruptBatchError,
+    FrameTooLargeError,
+    InvalidOffsetError,
+    InvalidRequestError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+    UnknownTopicOrPartitionError,
+    UnsupportedApiError,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class RawClient:
+    """A socket speaking raw frames, to send what a well-behaved client never would."""
+
+    def __init__(self, address: str):
+        host, port = address.split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.decoder = protocol.FrameDecoder()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def response(self) -> dict | None:
+        """The next response header, or None if the broker closed the connection."""
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame.header
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.decoder.feed(data)
+
+    def closed_by_broker(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _frame(header: dict, payload: bytes = b"") -> bytes:
+    return protocol.encode_frame(header, len(payload)) + payload
+
+
+@pytest.fixture
+def busy_cluster(broker_cluster):
+    """A broker plus a second client that keeps producing and consuming throughout."""
+    cluster = broker_cluster(1, broker={"max_request_bytes": 1 << 20})
+    stop = threading.Event()
+    stats = {"sent": 0, "read": 0, "errors": []}
+
+    def background():
+        try:
+            with Producer(brokers=cluster.bootstrap, linger_ms=1) as producer, \
+                    SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+                offset = 0
+                while not stop.is_set() and stats["sent"] < 2_000_000:
+                    producer.send("good", [b"ok-%d" % (stats["sent"] + i) for i in range(10)],
+                                  partition=0).wait(10)
+                    stats["sent"] += 10
+                    result = consumer.fetch("good", 0, offset, max_wait_ms=100)
+                    stats["read"] += sum(len(b) for b in result.batches)
+                    offset = result.next_offset
+        except Exception as exc:  # recorded and asserted on by the test
+            stats["errors"].append(repr(exc))
+
+    thread = threading.Thread(target=background, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    yield cluster, stats
+    before = stats["sent"]
+    time.sleep(0.5)
+    stop.set()
+    thread.join(20)
+    assert not stats["errors"], stats["errors"]
+    assert stats["sent"] > before, "the well-behaved client stalled"
+    assert cluster.brokers[0].is_running(), cluster.logs()
+
+
+def _answered(client: RawClient, error: type, corr=1) -> dict:
+    header = client.response()
+    assert header is not None, "connection closed without an error response"
+    assert header["id"] == corr
+    assert header["err"] == error.code, header
+    assert header["msg"]
+    return header
+
+
+def test_unknown_api_and_version(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    client.send(_frame({"api": 99, "v": 1, "id": 1}))
+    _answered(client, UnsupportedApiError)
+    client.send(_frame({"api": protocol.FETCH, "v": 42, "id": 2}))
+    _answered(client, UnsupportedApiError, corr=2)
+    client.close()
+
+
+def test_frame_over_max_request_bytes(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    client.send(struct.pack(">II", 5 << 20, 10))
+    header = client.response()
+    assert header is not None and header["err"] == FrameTooLargeError.code
+    assert "max.request.bytes" in header["msg"]
+    assert client.closed_by_broker()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"\x00\x00\x00\x08\x00\x00\x00\x04\xc1\xc1\xc1\xc1",  # invalid msgpack header
+    b"\x00\x00\x00\x06\x00\x00\x00\x02\x93\x01",            # header is not a map
+    b"\x00\x00\x00\x04\x00\x00\x00\x09",                    # header longer than frame
+])
+def test_undecodable_frames_close_the_connection_with_an_error(busy_cluster, garbage):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    client.send(garbage)
+    header = client.response()
+    assert header is not None and header["err"] == ProtocolError.code
+    assert client.closed_by_broker()
+
+
+def test_garbage_bytes_and_mid_frame_disconnect(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    client.send(bytes(range(256)) * 4)
+    header = client.response()
+    assert header is None or header["err"] in (ProtocolError.code, FrameTooLargeError.code)
+    client.close()
+    half = RawClient(cluster.bootstrap[0])
+    frame = _frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": []}, b"x" * 1000)
+    half.send(frame[:500])
+    half.close()  # disconnect mid-frame
+
+
+def test_missing_fields_and_bad_types(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    client.send(_frame({"api": protocol.FETCH, "v": 1, "id": 1, "parts": "nope"}))
+    _answered(client, InvalidRequestError)
+    client.send(_frame({"api": protocol.PRODUCE, "v": 1, "id": 2, "acks": 7, "parts": []}))
+    _answered(client, InvalidRequestError, corr=2)
+    client.close()
+
+
+def test_crc_mismatch_is_rejected_and_nothing_is_appended(busy_cluster):
+    cluster, _ = busy_cluster
+    batch = bytearray(records.encode_batch([b"a", b"b"], None, 1))
+    batch[-1] ^= 0xFF
+    client = RawClient(cluster.bootstrap[0])
+    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": [["good", 1, len(batch)]]},
+                       bytes(batch)))
+    header = client.response()
+    assert header["err"] == 0
+    (result,) = header["parts"]
+    assert result[2] == CorruptBatchError.code and "CRC" in result[4]
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        assert consumer.offsets("good", 1).end == 0
+
+
+def test_unknown_topic_partition_and_invalid_names(busy_cluster):
+    cluster, _ = busy_cluster
+    batch = records.encode_batch([b"a"], None, 1)
+    client = RawClient(cluster.bootstrap[0])
+    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1,
+                        "parts": [["no-such-topic", 0, len(batch)], ["good", 99, len(batch)],
+                                  ["../../etc", 0, len(batch)]]}, batch * 3))
+    header = client.response()
+    codes = [r[2] for r in header["parts"]]
+    assert codes == [UnknownTopicOrPartitionError.code, UnknownTopicOrPartitionError.code,
+                     InvalidTopicError.code]
+    assert "partitions 0-3" in header["parts"][1][4]
+    client.send(_frame({"api": protocol.OFFSETS, "v": 1, "id": 2, "topic": "..", "partition": 0}))
+    _answered(client, InvalidTopicError, corr=2)
+    client.send(_frame({"api": protocol.CREATE_TOPIC, "v": 1, "id": 3, "topic": "a/b", "partitions": 1}))
+    _answered(client, InvalidTopicError, corr=3)
+    client.close()
+    assert not list(cluster.brokers[0].log_dir.parent.glob("**/etc*"))
+
+
+def test_offsets_out_of_range_and_off_boundary(busy_cluster):
+    cluster, _ = busy_cluster
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        start, end = consumer.offsets("good", 0)
+        with pytest.raises(OffsetOutOfRangeError) as info:
+            consumer.fetch("good", 0, end + 10_000)
+        assert f"[{start}, " in str(info.value)
+        assert info.value.end is not None and info.value.end >= end
+        with pytest.raises(InvalidOffsetError):
+            consumer.fetch("good", 0, 3)
+
+
+def test_acks_zero_producer_with_errors_is_disconnected(busy_cluster):
+    cluster, _ = busy_cluster
+    batch = records.encode_batch([b"a"], None, 1)
+    client = RawClient(cluster.bootstrap[0])
+    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 0, "parts": [["nope!", 0, len(batch)]]}, batch))
+    assert client.closed_by_broker()
+
+
+def test_msgpack_payload_types_are_checked(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    head = msgpack.packb({"api": 1, "v": 1, "id": 5, "parts": [["good", "zero", 0, 100]]})
+    client.send(struct.pack(">II", 4 + len(head), len(head)) + head)
+    _answered(client, InvalidRequestError, corr=5)
+    client.close()
