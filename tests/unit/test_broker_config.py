@@ -1,0 +1,71 @@
+"""Broker configuration: the shipped examples load; every mistake names its key."""
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import broker_config_from_dict, load_broker_config
+from broker.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKER_CONFIGS = sorted((ROOT / "etc").glob("*/broker-*.toml"))
+
+
+def _base(**broker):
+    data = {"broker": {"id": 1, "log_dirs": ["/tmp/x"], "zk_connect": "127.0.0.1:2181/t"},
+            "log": {}}
+    data["broker"].update(broker)
+    return data
+
+
+@pytest.mark.parametrize("path", BROKER_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_broker_configs_validate(path):
+    config = load_broker_config(path)
+    assert config.port > 0 and config.log_dirs
+
+
+def test_shipped_configs_exist():
+    assert len(BROKER_CONFIGS) >= 3
+
+
+def test_defaults_and_retention_hours():
+    data = _base()
+    data["log"] = {"retention_hours": 2, "flush_messages": 1}
+    config = broker_config_from_dict(data)
+    assert config.log.retention_ms == 2 * 3600 * 1000
+    assert config.log.flush_messages == 1
+    assert config.port == 9092 and config.auto_create_topics is True
+
+
+@pytest.mark.parametrize("broker,log,needle", [
+    ({"port": 70000}, {}, "broker.port"),
+    ({"id": -1}, {}, "broker.id"),
+    ({"log_dirs": []}, {}, "broker.log_dirs"),
+    ({"zk_connect": "nohostport"}, {}, "broker.zk_connect"),
+    ({"auto_create_topics": "yes"}, {}, "broker.auto_create_topics"),
+    ({"colour": "blue"}, {}, "broker.colour"),
+    ({}, {"segment_bytes": 0}, "log.segment_bytes"),
+    ({}, {"retention_bytes": -5}, "log.retention_bytes"),
+    ({}, {"flush_ms": "fast"}, "log.flush_ms"),
+])
+def test_errors_name_the_key(broker, log, needle):
+    data = _base(**broker)
+    data["log"] = log
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        broker_config_from_dict(data)
+
+
+def test_missing_required_key():
+    data = _base()
+    del data["broker"]["zk_connect"]
+    with pytest.raises(ConfigError, match="broker.zk_connect is required"):
+        broker_config_from_dict(data)
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_broker_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[broker\nid = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_broker_config(bad)
