@@ -1,0 +1,27 @@
+"""Per-partition log settings: when to roll, flush and delete segments.
+
+Parsing and validating the TOML file is :mod:`broker.config`'s job; this dataclass is
+what the storage layer needs once that is done, with the paper's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """How every partition log on a broker rolls, flushes and retains its segments."""
+
+    segment_bytes: int = 1 << 30
+    """Roll to a new segment before an append would grow the active one past this."""
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    """Roll a non-empty active segment once it is older than this (ms)."""
+    flush_messages: int = 10000
+    """fsync once this many messages are unflushed (1 = before every acknowledgement)."""
+    flush_ms: int = 200
+    """fsync once the oldest unflushed append is older than this (ms)."""
+    retention_ms: int = 168 * 3600 * 1000
+    """Delete whole segments not modified for longer than this (ms)."""
+    retention_bytes: int = -1
+    """Delete the oldest segments while a partition is larger than this; -1 = unlimited."""

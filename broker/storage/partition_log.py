@@ -1,0 +1,519 @@
+"""One partition's log: segments addressed by logical byte offsets (the paper's design).
+
+Offsets count bytes across the whole partition: a segment is named by the offset of
+its first byte, a batch's offset is where its first byte lies, and the next batch
+starts at ``offset + len(batch)``. There is no per-message index: the sorted list of
+segment base offsets *is* the index, searched with bisect, and a fetch is a byte range
+of one segment file handed to ``sendfile``.
+
+Three ends, in order ``start_offset <= visible_end <= end_offset``:
+
+* ``start_offset``: first retained byte; retention moves it forward a segment at a time.
+* ``visible_end``: the flushed end. Consumers read only below it, so they never see a
+  byte that a crash could take back. (A replication feature will turn this one
+  attribute into the high watermark.)
+* ``end_offset``: just after the last appended byte.
+
+Flushing is split in three so the fsync can run in a worker thread while the event
+loop keeps appending: :meth:`PartitionLog.prepare_flush` (loop thread) captures what to
+sync, :meth:`PendingFlush.run` (any thread) syncs it, :meth:`PartitionLog.mark_flushed`
+(loop thread) publishes it. Everything else runs on the event loop thread, except
+:meth:`PartitionLog.offset_for_time`, which works on a snapshot so that it may run in
+a worker thread too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+import zlib
+from bisect import bisect_right
+from pathlib import Path
+from typing import BinaryIO, Callable, NamedTuple
+
+from broker import records
+from broker.errors import (
+    CorruptBatchError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from broker.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MAGIC
+from broker.storage.config import LogConfig
+from broker.storage.loader import load_segments
+from broker.storage.segment import Segment, fsync_dir, now_ms
+from broker.topics import partition_dir_name
+
+log = logging.getLogger("logferry.storage")
+
+DELETED_SUFFIX = ".deleted"
+"""A partition directory being deleted is first renamed to ``<name>.<id>.deleted``."""
+
+_FIRST_READ = 64 * 1024  # read_slice: one pread that usually holds the whole first batch
+_WALK_CHUNK = 1 << 20  # offset_for_time: bytes of batches read per pread while walking
+_MIN_LENGTH = HEADER_SIZE - LENGTH_SIZE  # smallest legal value of a batch's length field
+_unpack_header = BATCH_HEADER.unpack_from
+
+
+class FileSlice(NamedTuple):
+    """A byte range of one segment file, ready for ``loop.sendfile``."""
+
+    file: BinaryIO
+    """The segment's read file object (do not close it; do not rely on its position)."""
+    position: int
+    """Byte position in the file where the range starts."""
+    count: int
+    """Number of bytes to send; 0 when the offset is the visible end."""
+    offset: int
+    """Logical offset of the range's first byte (the offset asked for)."""
+
+
+class PendingFlush:
+    """A flush captured on the event loop, to be run (once) in a worker thread.
+
+    It holds duplicated descriptors, so it stays valid if retention deletes or the log
+    seals a segment before :meth:`run` gets to it; fsyncing an unlinked file is harmless.
+    """
+
+    __slots__ = ("end", "_fds", "_dirs", "_on_error")
+
+    def __init__(self, end: int, fds: list[int], dirs: list[Path],
+                 on_error: Callable[[OSError], None]):
+        self.end = end
+        """The log end when the flush was prepared: visible once :meth:`run` returned."""
+        self._fds = fds
+        self._dirs = dirs
+        self._on_error = on_error
+
+    def run(self) -> None:
+        """fsync the captured segment files, then directories that gained files.
+
+        Blocking and thread-safe. On failure the log is told (it stops taking writes,
+        see :meth:`PartitionLog.needs_recovery`) and the first OSError is raised; the
+        descriptors are closed either way.
+        """
+        fds, self._fds = self._fds, []
+        error: OSError | None = None
+        for fd in fds:
+            try:
+                if error is None:
+                    os.fsync(fd)
+            except OSError as exc:
+                error = exc
+            _close_quietly(fd)
+        try:
+            if error is None:
+                for directory in self._dirs:
+                    fsync_dir(directory)
+        except OSError as exc:
+            error = exc
+        if error is not None:
+            self._on_error(error)
+            raise error
+
+    def __del__(self) -> None:
+        for fd in self._fds:  # never run: do not leak the duplicates
+            _close_quietly(fd)
+
+
+class PartitionLog:
+    """The append-only log of one partition, stored as segment files in ``directory``.
+
+    ``recover`` says the log dir had no clean-shutdown marker: the tail of the last
+    segment is then validated and a torn or corrupt end is cut (see
+    :mod:`broker.storage.loader`). Bytes that survived are made visible at once; the
+    caller should make them durable (:class:`~broker.storage.log_manager.LogManager`
+    runs one ``sync`` after recovering).
+    """
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
+                 recover: bool):
+        self.directory = Path(directory)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.name = partition_dir_name(topic, partition)
+        new_dir = not self.directory.is_dir()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            loaded = load_segments(self.directory, self.name, recover)
+        except OSError as exc:
+            raise StorageError(f"cannot open partition {self.name} in {self.directory}: "
+                               f"{exc}") from exc
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in self._segments]
+        self._end = self._segments[-1].end_offset
+        self._visible_end = self._end
+        self.messages_appended = loaded.scanned_messages
+        """Messages appended since open, plus those recovery validated."""
+        self.bytes_appended = loaded.scanned_bytes
+        """Bytes of those messages' batches."""
+        self.unflushed_messages = 0
+        self.unflushed_bytes = 0
+        self._oldest_unflushed_ms = 0
+        self._dirty: list[Segment] = []  # segments with unflushed bytes, in log order
+        self._dirty_dirs: list[Path] = []  # directories whose entries changed since flush
+        if new_dir:
+            self._dirty_dirs += [self.directory.parent, self.directory]
+        elif loaded.created:
+            self._dirty_dirs.append(self.directory)
+        self._failure: str | None = None
+
+    # -- offsets and sizes ----------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        """Offset of the first retained byte (base offset of the first segment)."""
+        return self._bases[0]
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just after the last appended byte: where the next append goes."""
+        return self._end
+
+    @property
+    def visible_end(self) -> int:
+        """Flushed end: consumers may read offsets below it (see the module docstring)."""
+        return self._visible_end
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held by the log's segments."""
+        return self._end - self._bases[0]
+
+    @property
+    def avg_message_bytes(self) -> float | None:
+        """Average stored bytes per message (batch overhead included), if known."""
+        if not self.messages_appended:
+            return None
+        return self.bytes_appended / self.messages_appended
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The open segments in offset order (the last one is active)."""
+        return tuple(self._segments)
+
+    @property
+    def needs_recovery(self) -> bool:
+        """True once a write or fsync failed: no more writes; the next start recovers."""
+        return self._failure is not None
+
+    # -- appending and flushing -----------------------------------------------------------
+
+    def append(self, message_set: bytes | memoryview, messages: int) -> int:
+        """Append whole, already validated batches; returns the offset of their first byte.
+
+        Rolls to a new segment first if the active one is non-empty and would outgrow
+        ``segment_bytes`` or is older than ``segment_ms``. On a write error (disk full)
+        the segment is cut back to its previous size and StorageError is raised; the
+        log is unchanged.
+        """
+        if self._failure is not None:
+            raise StorageError(self._failure)
+        size = len(message_set)
+        now = now_ms()
+        seg = self._segments[-1]
+        if seg.size and (seg.size + size > self.config.segment_bytes
+                         or now - seg.created_ms > self.config.segment_ms):
+            seg = self._roll()
+        offset = self._end
+        try:
+            seg.append(message_set)
+        except OSError as exc:
+            if seg.damaged:
+                self._failure = (f"partition {self.name} no longer accepts writes: a failed "
+                                 f"write left a partial batch at the end of {seg.path} "
+                                 f"({exc}); restart the broker to recover the log")
+                log.error("%s", self._failure)
+            raise StorageError(f"cannot append {size} bytes to partition {self.name} "
+                               f"({seg.path}): {exc}") from exc
+        self._end = offset + size
+        if not self.unflushed_bytes:
+            self._oldest_unflushed_ms = now
+        self.unflushed_messages += messages
+        self.unflushed_bytes += size
+        self.messages_appended += messages
+        self.bytes_appended += size
+        if not self._dirty or self._dirty[-1] is not seg:
+            self._dirty.append(seg)
+        return offset
+
+    def flush_due(self, now_ms: int) -> bool:
+        """True when ``flush_messages`` are unflushed or the oldest has waited ``flush_ms``."""
+        return self.unflushed_messages >= self.config.flush_messages or (
+            self.unflushed_bytes > 0
+            and now_ms - self._oldest_unflushed_ms >= self.config.flush_ms)
+
+    def prepare_flush(self) -> PendingFlush:
+        """Capture the end and the files to fsync, and reset the unflushed counters.
+
+        Appends made after this call belong to the next flush.
+        """
+        fds: list[int] = []
+        try:
+            for seg in self._dirty:
+                fds.append(seg.dup_fd())
+        except OSError as exc:
+            for fd in fds:
+                _close_quietly(fd)
+            raise StorageError(f"cannot flush partition {self.name}: {exc}") from exc
+        active = self._segments[-1]
+        for seg in self._dirty:
+            if seg is not active:
+                seg.seal()  # rolled: never written again, and its fsync is captured
+        pending = PendingFlush(self._end, fds, self._dirty_dirs, self._flush_failed)
+        self._dirty = []
+        self._dirty_dirs = []
+        self.unflushed_messages = 0
+        self.unflushed_bytes = 0
+        return pending
+
+    def _flush_failed(self, exc: OSError) -> None:
+        # Runs in the fsync thread. After a failed fsync the kernel may already have
+        # dropped the unwritten pages, so a retry could "succeed" over lost data: stop
+        # writing and leave the tail to the next start's recovery (no clean marker).
+        self._failure = (f"partition {self.name} no longer accepts writes: fsync failed "
+                         f"({exc}); restart the broker to recover the log")
+        log.error("%s", self._failure)
+
+    def mark_flushed(self, end: int) -> None:
+        """Publish a completed flush: bytes below ``end`` become visible to consumers."""
+        self._visible_end = max(self._visible_end, min(end, self._end))
+
+    def flush(self) -> None:
+        """Flush synchronously (prepare, fsync, publish); for shutdown and tests."""
+        if self._failure is not None:
+            raise StorageError(self._failure)
+        if not self._dirty and not self._dirty_dirs and self._visible_end == self._end:
+            return
+        pending = self.prepare_flush()
+        try:
+            pending.run()
+        except OSError as exc:
+            raise StorageError(f"fsync of partition {self.name} failed: {exc}") from exc
+        self.mark_flushed(pending.end)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read_slice(self, offset: int, max_bytes: int) -> FileSlice:
+        """The file range to send for a fetch at ``offset`` of at most ``max_bytes``.
+
+        The range lies inside one segment and below the visible end, and always holds
+        the whole first batch, even one larger than ``max_bytes``, so a consumer never
+        stalls on a big batch. The first batch's header and CRC are checked, which
+        catches offsets that are not batch boundaries and never sends a corrupt batch
+        first. The rest is sent unchecked: consumers verify every CRC.
+        """
+        start = self._bases[0]
+        visible = self._visible_end
+        if not start <= offset <= visible:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for partition {self.name}: the valid "
+                f"range is [{start}, {visible}]", start, visible)
+        seg = self._segments[bisect_right(self._bases, offset) - 1]
+        pos = offset - seg.base_offset
+        if offset == visible:
+            return FileSlice(seg.reader, pos, 0, offset)
+        available = min(visible, seg.end_offset) - offset
+        try:
+            head = seg.read(pos, min(available, _FIRST_READ))
+            length = self._first_batch_length(head, available, offset)
+            if length > len(head):
+                head = seg.read(pos, length)
+        except OSError as exc:
+            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at "
+                               f"offset {offset}: {exc}") from exc
+        self._check_first_batch(head, length, offset)
+        return FileSlice(seg.reader, pos, max(length, min(max_bytes, available)), offset)
+
+    def _first_batch_length(self, head: bytes, available: int, offset: int) -> int:
+        """Size of the batch that ``head`` starts with, or InvalidOffsetError."""
+        problem = None
+        if len(head) < HEADER_SIZE:
+            problem = f"only {len(head)} bytes follow it"
+        else:
+            length, magic = _unpack_header(head)[:2]
+            if magic != MAGIC:
+                problem = f"no batch header there (magic byte {magic})"
+            elif not _MIN_LENGTH <= length <= records.MAX_BATCH_BYTES:
+                problem = f"no batch header there (length field {length})"
+            elif LENGTH_SIZE + length > available:
+                problem = (f"a batch there would need {LENGTH_SIZE + length} bytes but its "
+                           f"segment has {available} readable bytes left")
+        if problem is not None:
+            raise InvalidOffsetError(
+                f"offset {offset} is not the start of a batch in partition {self.name}: "
+                f"{problem}. Fetch from an offset a produce, offsets or fetch response "
+                f"gave you.")
+        return LENGTH_SIZE + length
+
+    def _check_first_batch(self, head: bytes, length: int, offset: int) -> None:
+        result = records.scan(head, 0, length)
+        if result.error is None:
+            return
+        if zlib.crc32(memoryview(head)[CRC_START:length]) == _unpack_header(head)[2]:
+            raise InvalidOffsetError(f"offset {offset} is not the start of a batch in "
+                                     f"partition {self.name}: {result.error}")
+        raise CorruptBatchError(f"the batch at offset {offset} of partition {self.name} "
+                                f"fails its CRC: the log is damaged there (or {offset} is "
+                                f"not the start of a batch)")
+
+    def offset_for_time(self, ts_ms: int) -> int:
+        """Offset of the last batch whose base timestamp is <= ``ts_ms``.
+
+        ``start_offset`` if every batch is later; ``visible_end`` if no batch is later.
+        The first batch of each segment picks the segment; batch headers are then
+        walked in 1 MiB reads. Assumes timestamps grow along the log, as producers'
+        clocks make them. Safe to call from a worker thread: it works on a snapshot.
+        """
+        segments = list(self._segments)
+        visible = self._visible_end
+        try:
+            chosen = None
+            for seg in reversed(segments):
+                if seg.base_offset < visible:
+                    first = seg.first_timestamp()
+                    if first is not None and first <= ts_ms:
+                        chosen = seg
+                        break
+            if chosen is None:
+                return segments[0].base_offset
+            later, last = self._walk_timestamps(chosen, ts_ms, visible)
+        except (OSError, ValueError) as exc:  # ValueError: file closed by a shutdown
+            raise StorageError(f"cannot search partition {self.name} by time: {exc}") from exc
+        if later is None and chosen.end_offset >= visible:
+            return visible
+        return last
+
+    def _walk_timestamps(self, seg: Segment, ts_ms: int,
+                         visible: int) -> tuple[int | None, int]:
+        """Walk ``seg`` below ``visible``: (first batch later than ts_ms, last one not)."""
+        limit = min(seg.size, visible - seg.base_offset)
+        pos = 0
+        last = seg.base_offset
+        while pos < limit:
+            chunk = seg.read(pos, min(_WALK_CHUNK, limit - pos))
+            end = len(chunk)
+            if end < HEADER_SIZE:
+                break
+            i = 0
+            while end - i >= HEADER_SIZE:
+                length, magic, _, _, _, base_ts = _unpack_header(chunk, i)
+                if magic != MAGIC or length < _MIN_LENGTH:
+                    raise CorruptBatchError(
+                        f"malformed batch header at offset {seg.base_offset + pos + i} of "
+                        f"partition {self.name} ({seg.path})")
+                if base_ts > ts_ms:
+                    return seg.base_offset + pos + i, last
+                last = seg.base_offset + pos + i
+                i += LENGTH_SIZE + length
+            pos += i
+        return None, last
+
+    # -- rolling and retention ------------------------------------------------------------
+
+    def maybe_roll(self, now_ms: int) -> None:
+        """Roll the active segment if it is non-empty and older than ``segment_ms``."""
+        active = self._segments[-1]
+        if active.size and now_ms - active.created_ms > self.config.segment_ms:
+            self._roll()
+
+    def _roll(self) -> Segment:
+        old = self._segments[-1]
+        try:
+            new = Segment.create(self.directory, self._end)
+        except OSError as exc:
+            raise StorageError(f"cannot roll partition {self.name} to a new segment in "
+                               f"{self.directory}: {exc}") from exc
+        if not self._dirty or self._dirty[-1] is not old:
+            old.seal()  # fully flushed; otherwise prepare_flush seals it
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dirty_dirs.append(self.directory)
+        log.info("%s: rolled to segment %s after %d bytes", self.name, new.path.name,
+                 old.size)
+        return new
+
+    def enforce_retention(self, now_ms: int) -> list[Path]:
+        """Delete old segments by age and by size; returns the deleted files' paths.
+
+        Only whole segments from the start go, so ``start_offset`` moves forward and
+        fetches below it get OffsetOutOfRangeError. The log keeps at least one segment;
+        an active segment past ``retention_ms`` is rolled first so that it can go.
+        """
+        cfg = self.config
+        deleted: list[Path] = []
+        try:
+            active = self._segments[-1]
+            if active.size and now_ms - active.last_modified_ms > cfg.retention_ms:
+                self._roll()
+            while len(self._segments) > 1:
+                age = now_ms - self._segments[0].last_modified_ms
+                if age <= cfg.retention_ms:
+                    break
+                deleted.append(self._delete_first(f"not modified for {age / 3.6e6:.1f} h, "
+                                                  f"retention is {cfg.retention_ms / 3.6e6:g} h"))
+        except OSError as exc:
+            raise StorageError(f"retention on partition {self.name} failed: {exc}") from exc
+        if cfg.retention_bytes >= 0:
+            while len(self._segments) > 1 and self.size_bytes > cfg.retention_bytes:
+                deleted.append(self._delete_first(f"log holds {self.size_bytes} bytes, "
+                                                  f"retention is {cfg.retention_bytes}"))
+        return deleted
+
+    def _delete_first(self, reason: str) -> Path:
+        seg = self._segments.pop(0)
+        del self._bases[0]
+        self._dirty = [s for s in self._dirty if s is not seg]
+        self._visible_end = max(self._visible_end, self._bases[0])
+        try:
+            seg.delete()
+        except OSError as exc:
+            log.error("%s: could not delete segment %s: %s", self.name, seg.path, exc)
+        log.info("%s: deleted segment %s (offsets %d-%d, %d bytes): %s; log now starts at "
+                 "%d", self.name, seg.path.name, seg.base_offset, seg.end_offset, seg.size,
+                 reason, self._bases[0])
+        return seg.path
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, then close every file. Raises StorageError if the flush fails."""
+        try:
+            if self._failure is None:
+                self.flush()
+        finally:
+            for seg in self._segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Remove the partition with its directory; fetches in flight finish sending.
+
+        The directory is renamed first, so a crash halfway leaves a ``*.deleted``
+        directory that the next load removes, never a partition with holes.
+        """
+        for seg in self._segments:
+            seg.seal()  # read files stay open until the last fetch drops them
+        doomed = self.directory.with_name(
+            f"{self.directory.name}.{uuid.uuid4().hex[:12]}{DELETED_SUFFIX}")
+        try:
+            os.rename(self.directory, doomed)
+            fsync_dir(self.directory.parent)
+            shutil.rmtree(doomed)
+        except OSError as exc:
+            raise StorageError(f"cannot delete partition {self.name} in {self.directory}: "
+                               f"{exc}") from exc
+        log.info("%s: deleted the partition's log (%s)", self.name, self.directory)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.name}, start={self.start_offset}, "
+                f"visible={self._visible_end}, end={self._end})")
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
