@@ -99,6 +99,8 @@ class BrokerRegistry:
             log.debug("could not delete broker node", exc_info=True)
 
     def _state_listener(self, state: str) -> None:
+        if self._stopped.is_set():
+            return
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: broker %d will register again", self.broker_id)
             self._rejoin_pending = True

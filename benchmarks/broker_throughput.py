@@ -1,0 +1,109 @@
+"""The paper's producer/consumer experiment against one logferry broker on this machine.
+
+One producer sends N messages of 200 bytes (batch 1 without acks, 50 per batch, and the
+producer's default batching), then one consumer reads them back. Prints msgs/s and
+MB/s, the median of --runs runs. ZooKeeper and the broker run as separate processes
+on 127.0.0.1, as in a deployment; the client is this process.
+
+    .venv/bin/python benchmarks/broker_throughput.py --messages 1000000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import LocalCluster  # noqa: E402
+from broker.client import Producer, SimpleConsumer  # noqa: E402
+
+VALUE = b"x" * 200
+
+
+def produce_batch1(cluster: LocalCluster, topic: str, n: int) -> float:
+    """Batch 1, no acks: one send per message; the clock stops at the last ack."""
+    with Producer(brokers=cluster.bootstrap, acks=0, batch_messages=1, linger_ms=0,
+                  buffer_bytes=256 << 20) as producer:
+        t0 = time.perf_counter()
+        send = producer.send
+        for _ in range(n):
+            send(topic, VALUE, partition=0)
+        producer.flush()
+    with Producer(brokers=cluster.bootstrap, acks=1) as closer:
+        closer.send(topic, b"end", partition=0).wait(60)
+    return time.perf_counter() - t0
+
+
+def produce_batched(cluster: LocalCluster, topic: str, n: int, per_send: int,
+                    acks: int = 0) -> float:
+    """``per_send`` messages per send() call (the paper's message set of 50)."""
+    chunk = [VALUE] * per_send
+    with Producer(brokers=cluster.bootstrap, acks=acks, linger_ms=5,
+                  buffer_bytes=256 << 20) as producer:
+        t0 = time.perf_counter()
+        send = producer.send
+        for _ in range(n // per_send):
+            send(topic, chunk, partition=0)
+        producer.flush()
+    with Producer(brokers=cluster.bootstrap, acks=1) as closer:
+        closer.send(topic, b"end", partition=0).wait(60)
+    return time.perf_counter() - t0
+
+
+def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
+    """Read everything back with 1 MiB fetches, iterating every message."""
+    with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20) as consumer:
+        t0 = time.perf_counter()
+        count = 0
+        for message in consumer.messages(topic, 0, "earliest"):
+            count += 1
+        elapsed = time.perf_counter() - t0
+    if count < expected:
+        raise SystemExit(f"consumer read {count} messages, expected at least {expected}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    n = args.messages
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
+            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 1000}) as cluster:
+        print(f"broker on {cluster.bootstrap[0]}, {n:,} messages of {len(VALUE)} bytes, "
+              f"{args.runs} runs", flush=True)
+        # warm up: page cache, connections, allocator
+        produce_batched(cluster, "warmup", min(n, 200_000), 50)
+        for run in range(args.runs):
+            for case, fn in (
+                ("produce batch 1 (acks=0)", lambda t: produce_batch1(cluster, t, n)),
+                ("produce batch 50 (acks=0)", lambda t: produce_batched(cluster, t, n, 50)),
+                ("produce batch 50 (acks=1)", lambda t: produce_batched(cluster, t, n, 50, acks=1)),
+                ("produce default batching", lambda t: produce_batched(cluster, t, n, 1)),
+            ):
+                topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
+                seconds = fn(topic)
+                results.setdefault(case, []).append(seconds)
+                print(f"  run {run + 1}: {case:<28} {n / seconds:>12,.0f} msgs/s", flush=True)
+                if case == "produce batch 50 (acks=0)":
+                    seconds = consume(cluster, topic, n)
+                    results.setdefault("consume (1 MiB fetches)", []).append(seconds)
+                    print(f"  run {run + 1}: {'consume (1 MiB fetches)':<28} "
+                          f"{n / seconds:>12,.0f} msgs/s", flush=True)
+    print()
+    print(f"{'case':<30} {'msgs/s':>12} {'MB/s':>8}   (median of {args.runs})")
+    for case, times in results.items():
+        median = statistics.median(times)
+        print(f"{case:<30} {n / median:>12,.0f} {n * len(VALUE) / median / 1e6:>8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
