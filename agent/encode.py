@@ -2,10 +2,10 @@
 
 Every message value is a msgpack map (schema in docs/agent.md, "Message value")::
 
-    {"time": int, "host": str, "path": str, "offset": int, "line": str,
+    {"time": int, "host": str, "file": str, "offset": int, "line": str,
      "ptime": int (optional), "cut": true (optional)}
 
-The three fields shared by a chunk (time read, host, path) are packed once per chunk
+The three fields shared by a chunk (time read, host, file path) are packed once per chunk
 into a prefix; each line then costs one ``struct.pack`` and two concatenations
 instead of building and packing a dict (about 4x faster, measured). ``offset`` is
 always a msgpack uint 64 (``0xcf``) and ``line`` a str 32 (``0xdb``): fixed-width
@@ -38,7 +38,7 @@ _CUT = b"\xa3cut\xc3"
 
 def chunk_prefix(time_ms: int, host: str, path: str) -> bytes:
     """The fields shared by a chunk, packed once (without the map header)."""
-    packed = msgpack.packb({"time": time_ms, "host": host, "path": path})
+    packed = msgpack.packb({"time": time_ms, "host": host, "file": path})
     return packed[1:]  # drop the fixmap header: the map size is written per value
 
 

@@ -1,0 +1,166 @@
+"""``logferry agent`` and ``logferry agent status``: the agent's command line.
+
+:func:`register` adds the commands to the project CLI's argparse subparsers (loaded
+through the ``logferry.commands`` entry point group); ``python -m agent`` uses the
+same parser standalone. Handlers return an exit code; a user's mistake (bad config,
+agent not running) prints one line to stderr, never a traceback.
+
+Exit codes: 0 ok, 1 runtime failure (or status: agent not running), 2 usage or
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from agent.config import AgentConfig, load_config
+from agent.errors import AgentError, ConfigError, StatusUnavailableError
+
+STALE_AFTER_S = 10.0
+"""A status file older than this (with no endpoint answering) means the agent is not running."""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``agent`` (run) and ``agent status`` to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "agent", help="tail log files and publish them to a broker cluster",
+        description="Tail the log files named in the config and publish every line to the "
+                    "brokers; stop with SIGTERM or Ctrl-C (the checkpoint is written).")
+    parser.add_argument("--config", required=False, metavar="TOML",
+                        help="agent config file (see docs/agent.md and etc/agent.toml)")
+    parser.set_defaults(func=run_command, handler=run_command)
+    commands = parser.add_subparsers(dest="agent_command", metavar="{status}")
+    status = commands.add_parser("status", help="show a running agent's files, lag and counters",
+                                 description="Read the running agent's /status endpoint (or "
+                                             "its status file) and summarise it.")
+    status.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML",
+                        help="the running agent's config file")
+    status.add_argument("--json", action="store_true", help="print the raw status document")
+    status.add_argument("--files", action="store_true", help="list every tailed file")
+    status.set_defaults(func=status_command, handler=status_command)
+
+
+def _config(args: argparse.Namespace) -> AgentConfig:
+    path = getattr(args, "config", None)
+    if not path:
+        raise ConfigError("--config", "required: the agent's TOML config file")
+    return load_config(path)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the agent in the foreground until SIGTERM/SIGINT."""
+    try:
+        config = _config(args)
+    except AgentError as exc:
+        print(f"logferry agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("logferry.agent").setLevel(config.log_level)
+    from agent.runtime import Agent
+
+    agent = Agent(config)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger("logferry.agent").info("signal %d: stopping", signum)
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return agent.run()
+    except AgentError as exc:
+        print(f"logferry agent: {exc}", file=sys.stderr)
+        return 1
+
+
+def read_status(config: AgentConfig) -> dict[str, Any]:
+    """The running agent's status document, from its endpoint or its status file."""
+    file_doc: dict[str, Any] | None = None
+    try:
+        file_doc = json.loads(config.status_path.read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        raise StatusUnavailableError(f"cannot read {config.status_path}: {exc}") from None
+    urls = []
+    if config.metrics_port:
+        urls.append(f"http://{config.metrics_bind}:{config.metrics_port}")
+    if file_doc and file_doc.get("metrics_url") and file_doc["metrics_url"] not in urls:
+        urls.append(file_doc["metrics_url"])
+    for url in urls:
+        try:
+            with urllib.request.urlopen(f"{url}/status", timeout=3) as response:
+                return json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    if file_doc is None:
+        raise StatusUnavailableError(
+            f"no agent status: nothing answers at {', '.join(urls) or '(no metrics port)'} "
+            f"and {config.status_path} does not exist; is the agent running with this config?")
+    return file_doc
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """Print a summary of the running agent (exit 1 when it is not running)."""
+    try:
+        config = _config(args)
+        doc = read_status(config)
+    except ConfigError as exc:
+        print(f"logferry agent status: {exc}", file=sys.stderr)
+        return 2
+    except AgentError as exc:
+        print(f"logferry agent status: {exc}", file=sys.stderr)
+        return 1
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(format_status(doc, show_files=getattr(args, "files", False)))
+    age = time.time() - float(doc.get("updated", 0))
+    running = doc.get("state") == "running" and age <= STALE_AFTER_S
+    return 0 if running else 1
+
+
+def format_status(doc: dict[str, Any], show_files: bool = False) -> str:
+    """A few human lines: state, files, lag, counters."""
+    counters = doc.get("counters", {})
+    gauges = doc.get("gauges", {})
+    age = time.time() - float(doc.get("updated", 0))
+    state = doc.get("state", "?")
+    if state == "running" and age > STALE_AFTER_S:
+        state = f"not running (last status {age:.0f}s ago)"
+    lines = [
+        f"agent {doc.get('host', '?')} pid {doc.get('pid', '?')}: {state}",
+        f"files: {gauges.get('tracked_files', 0)} tracked, {gauges.get('open_files', 0)} open, "
+        f"lag {gauges.get('lag_bytes', 0)} bytes",
+        f"in flight: {gauges.get('inflight_bytes', 0)} of {gauges.get('inflight_bytes_cap', 0)} "
+        f"bytes (peak {gauges.get('inflight_bytes_max', 0)})",
+        f"messages: {counters.get('messages_sent', 0)} sent, {counters.get('messages_acked', 0)} "
+        f"acked, {counters.get('messages_failed', 0)} failed, "
+        f"{counters.get('messages_dropped', 0)} dropped, {counters.get('lines_cut', 0)} lines cut",
+        f"errors: {counters.get('errors', 0)}, rotations {counters.get('rotations', 0)}, "
+        f"truncations {counters.get('truncations', 0)}",
+    ]
+    if show_files:
+        for entry in doc.get("files", []):
+            lines.append(f"  {entry['path']} (inode {entry['inode']}): offset {entry['offset']} "
+                         f"of {entry['size']}, lag {entry['lag']}"
+                         + (" [rotated]" if entry.get("rotated") else "")
+                         + (" [deleted]" if entry.get("deleted") else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agent``: the same commands without the project CLI around them."""
+    parser = argparse.ArgumentParser(prog="logferry")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["agent", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))

@@ -1,0 +1,914 @@
+"""The agent's main loop: discover files, read them, publish, checkpoint, audit.
+
+One thread owns all agent state and runs :meth:`Agent.run`. Other threads only hand
+it work through thread-safe queues and then set ``_wake``: the producer's sender
+thread (a chunk's future completed), the watchdog thread (a file appeared, moved or
+vanished) and the signal handler (stop). Every pass of the loop:
+
+1. collect finished chunks: advance checkpoints, or rewind a file whose batch failed;
+2. apply watchdog events; rescan the patterns every ``scan_interval_s``;
+3. every ``poll_interval_s``, ``fstat`` open files (growth, truncation, deletion) and
+   ``stat`` closed ones;
+4. read ready files, one chunk per file per turn (fair across files), until the bytes
+   in flight reach ``max_inflight_bytes`` (backpressure: the files are the buffer);
+5. time-based duties: flush partial lines and multiline messages of quiet files,
+   close idle, rotated and deleted files, write the checkpoint, publish due audit
+   records, refresh the status snapshot.
+
+Rotation and identity rules live in :mod:`agent.identity`; acknowledgement order in
+:mod:`agent.tracker`; the audit window rule in :mod:`agent.audit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat as stat_module
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+import msgpack
+
+from agent.audit import AuditLedger, AuditRecord, window_of
+from agent.checkpoint import CheckpointStore, Entry, write_atomically
+from agent.config import AgentConfig
+from agent.discovery import Event, Matcher, Watcher, scan
+from agent.errors import AgentError, CheckpointError, PublishError
+from agent.files import Outgoing, TailedFile
+from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
+from agent.metrics import Metrics, MetricsServer, Snapshot
+from agent.tracker import Chunk
+
+log = logging.getLogger("logferry.agent")
+
+ProducerFactory = Callable[[AgentConfig], Any]
+
+MAX_RETRY_DELAY = 30.0
+"""Longest pause before re-reading a file whose batch failed."""
+AUDIT_BACKLOG = 10_000
+"""Audit records kept for re-publishing while the audit topic is unreachable."""
+ROUND_SECONDS = 0.05
+"""Longest stretch of reading before the loop attends to its other duties."""
+
+
+def make_producer(config: AgentConfig) -> Any:
+    """Create the ``broker.client.Producer`` the agent publishes with."""
+    from broker.client import LogferryError, Producer
+
+    p = config.producer
+    try:
+        return Producer(
+            zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
+            acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
+            batch_messages=p.batch_messages,
+            # The agent enforces its own cap before reading; the producer's buffer is
+            # larger so that send() never blocks the loop.
+            buffer_bytes=2 * config.max_inflight_bytes + 4 * config.read_chunk_bytes,
+            block_timeout=1.0, compression=p.compression,
+            delivery_timeout=p.delivery_timeout_s, request_timeout=p.request_timeout_s,
+            retry_backoff_ms=p.retry_backoff_ms, client_id=f"agent-{config.host}")
+    except LogferryError as exc:
+        raise PublishError(f"cannot create the producer: {exc}") from None
+
+
+class Agent:
+    """Tails the configured files and publishes them; see the module docstring."""
+
+    def __init__(self, config: AgentConfig, producer_factory: ProducerFactory = make_producer):
+        self.config = config
+        self._producer_factory = producer_factory
+        self.producer: Any = None
+        self.metrics = Metrics()
+        self.metrics.gauges["inflight_bytes_cap"] = config.max_inflight_bytes
+        self._matcher = Matcher(config.sources)
+        self._store = CheckpointStore(config.state_dir, config.host)
+        self._ledger = AuditLedger(int(config.audit.window_s * 1000))
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done: deque[TailedFile] = deque()       # files with a finished chunk
+        self._audit_done: deque[tuple[Any, AuditRecord]] = deque()
+        self._audit_backlog: list[AuditRecord] = []
+        self._audit_pending = 0
+        self.files: dict[FileKey, TailedFile] = {}    # live files by identity
+        self._draining: list[TailedFile] = []         # deleted files whose inode was reused
+        self._by_path: dict[str, TailedFile] = {}     # current path -> file
+        self._latest: dict[str, TailedFile] = {}      # discovery path -> newest file there
+        self._dormant: dict[FileKey, Entry] = {}      # checkpointed files not tailed now
+        self._ready: dict[TailedFile, None] = {}      # ordered set: files with bytes to read
+        self._inflight = 0                            # encoded bytes sent, not finished
+        self._open = 0
+        self._dirty = False
+        self._watcher: Watcher | None = None
+        self._server: MetricsServer | None = None
+        self._started = time.time()
+        self._next_scan = 0.0
+        self._next_poll = 0.0
+        self._next_closed_poll = 0.0
+        self._next_checkpoint = 0.0
+        self._next_second = 0.0
+        self.snapshot = Snapshot()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop (safe from signal handlers and other threads)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> int:
+        """Run until :meth:`stop`; shut down cleanly; return the exit code (0)."""
+        self._start()
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                busy = self._pass()
+                if not busy:
+                    self._wake.wait(self._idle_wait())
+        finally:
+            self._shutdown()
+        return 0
+
+    def _start(self) -> None:
+        self._store.lock()
+        try:
+            self._dormant = self._store.load()
+            self.producer = self._producer_factory(self.config)
+            if self.config.metrics_port is not None:
+                try:
+                    self._server = MetricsServer(self.config.metrics_bind, self.config.metrics_port)
+                except OSError as exc:
+                    raise AgentError(f"metrics.port: cannot listen on {self.config.metrics_bind}:"
+                                     f"{self.config.metrics_port} ({exc.strerror})") from None
+                self._server.start()
+            if self.config.watch:
+                self._watcher = Watcher(self.config.sources, self._wake.set)
+                self._watcher.start()
+            self._scan(initial=True)
+            self._adopt_dormant()
+        except BaseException:
+            self._close_resources()
+            raise
+        log.info("agent %s started: %d files, %d sources, in-flight cap %d bytes",
+                 self.config.host, len(self.files), len(self.config.sources),
+                 self.config.max_inflight_bytes)
+        self._refresh_snapshot("running")
+
+    def _shutdown(self) -> None:
+        """SIGTERM path: stop reading, flush, wait for acks (bounded), checkpoint, audit."""
+        log.info("stopping: waiting up to %.0fs for %d bytes in flight",
+                 self.config.shutdown_timeout_s, self._inflight)
+        deadline = time.monotonic() + self.config.shutdown_timeout_s
+        try:
+            if self.producer is not None:
+                try:
+                    self.producer.flush(timeout=max(deadline - time.monotonic(), 0.1))
+                except Exception as exc:  # noqa: BLE001 - report and go on shutting down
+                    log.warning("not every batch was acknowledged before the deadline: %s", exc)
+                self._collect()
+                self._publish_audit(final=True)
+                try:
+                    self.producer.flush(timeout=max(deadline - time.monotonic(), 0.1))
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("audit records not acknowledged: %s", exc)
+                self._collect()
+            self._write_checkpoint()
+        finally:
+            self._refresh_snapshot("stopped")
+            self._close_resources()
+        log.info("stopped: checkpoint written, %d messages acknowledged",
+                 self.metrics.counters["messages_acked"])
+
+    def _close_resources(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+        for tailed in list(self.files.values()) + self._draining:
+            tailed.close()
+        if self.producer is not None:
+            try:
+                self.producer.close(timeout=1.0)
+            except Exception:  # noqa: BLE001 - closing; nothing left to save
+                pass
+        if self._server is not None:
+            self._server.close()
+        self._store.unlock()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _pass(self) -> bool:
+        """One pass of the loop; True when it read something (so do not sleep)."""
+        now = time.monotonic()
+        self._collect()
+        self._apply_events()
+        if now >= self._next_scan:
+            self._scan()
+            self._next_scan = now + self.config.scan_interval_s
+        if now >= self._next_poll:
+            self._poll_open()
+            self._next_poll = now + self.config.poll_interval_s
+        if now >= self._next_closed_poll:
+            self._poll_closed()
+            self._next_closed_poll = now + max(1.0, self.config.poll_interval_s)
+        busy = self._read_round()
+        self._collect()
+        if now >= self._next_second:
+            self._timeouts(now)
+        if now >= self._next_checkpoint:
+            self._write_checkpoint()
+            self._next_checkpoint = now + self.config.checkpoint_interval_s
+        if now >= self._next_second:
+            self._publish_audit()
+            self._refresh_snapshot("running")
+            self._next_second = now + min(1.0, self.config.poll_interval_s * 4)
+        return busy
+
+    def _idle_wait(self) -> float:
+        if self._ready and self._inflight < self.config.max_inflight_bytes:
+            return 0.01
+        return min(self.config.poll_interval_s, 0.25)
+
+    # -- completions ---------------------------------------------------------------------
+
+    def _on_done(self, tailed: TailedFile) -> Callable[[Any], None]:
+        done = self._done
+        wake = self._wake
+
+        def callback(_future: Any) -> None:  # runs in the producer's sender thread
+            done.append(tailed)
+            wake.set()
+        return callback
+
+    def _collect(self) -> None:
+        """Account finished chunks; advance checkpoints; rewind files whose batch failed."""
+        seen: set[int] = set()
+        done = self._done
+        while done:
+            tailed = done.popleft()
+            if id(tailed) in seen:
+                continue
+            seen.add(id(tailed))
+            before = tailed.tracker.acked
+            finished, rewind = tailed.tracker.poll()
+            counters = self.metrics.counters
+            for chunk, ok in finished:
+                self._inflight -= chunk.nbytes
+                self._ledger.finished(chunk.topic, chunk.window, chunk.count, ok)
+                if ok:
+                    counters["messages_acked"] += chunk.count
+                else:
+                    counters["messages_failed"] += chunk.count
+            if tailed.tracker.acked != before:
+                self._dirty = True
+                tailed.failures = 0
+            if rewind is not None:
+                self._rewind(tailed, rewind.offset, rewind.error)
+        while self._audit_done:
+            future, record = self._audit_done.popleft()
+            self._audit_pending -= 1
+            if future.exception() is None:
+                self.metrics.add("audit_records")
+            elif len(self._audit_backlog) < AUDIT_BACKLOG:
+                self._audit_backlog.append(record)
+
+    def _rewind(self, tailed: TailedFile, offset: int, error: BaseException) -> None:
+        """A batch failed: read the file again from its checkpoint, after a pause."""
+        self.metrics.add("rewinds")
+        self.metrics.add("errors")
+        tailed.failures = tailed.failures + 1 if tailed.fail_offset == offset else 1
+        tailed.fail_offset = offset
+        retriable = getattr(error, "retriable", False)
+        delay = min(0.5 * 2 ** min(tailed.failures - 1, 6), MAX_RETRY_DELAY)
+        log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs",
+                    tailed.path, error, offset, delay)
+        if not retriable and tailed.failures >= 3 and tailed.fd is not None:
+            self._skip_chunk(tailed, offset)
+            return
+        self._restart(tailed, offset)
+        tailed.retry_at = time.monotonic() + delay
+
+    def _skip_chunk(self, tailed: TailedFile, offset: int) -> None:
+        """Give up on the lines after ``offset`` that keep failing for good (counted)."""
+        tailed.restart_at(offset)
+        data = tailed.read(self.config.read_chunk_bytes)
+        out = tailed.feed(data, int(time.time() * 1000)) or tailed.flush_held(0)
+        count = len(out.values) if out is not None else 0
+        end = out.end if out is not None else offset + len(data)
+        log.error("%s: dropping %d messages at offsets %d-%d after %d non-retriable failures",
+                  tailed.path, count, offset, end, tailed.failures)
+        self.metrics.add("messages_dropped", count)
+        tailed.tracker.acked = end
+        tailed.failures = 0
+        self._restart(tailed, end)
+        self._dirty = True
+
+    def _restart(self, tailed: TailedFile, offset: int) -> None:
+        tailed.restart_at(offset)
+        self._update_held(tailed, 0)
+        self._ready[tailed] = None
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def _scan(self, initial: bool = False) -> None:
+        if self._watcher is not None:
+            self._watcher.ensure_watches()
+        for path, index in scan(self.config.sources, self._matcher).items():
+            self._discover(path, index, initial=initial)
+        if not initial:
+            self._sweep_dormant()
+
+    def _apply_events(self) -> None:
+        if self._watcher is None:
+            return
+        events = self._watcher.events
+        for _ in range(len(events)):
+            event: Event = events.popleft()
+            if event.kind == "dir":
+                self._next_scan = 0.0
+            elif event.kind == "created":
+                index = self._matcher.source_of(event.path)
+                if index is not None:
+                    self._discover(event.path, index)
+            elif event.kind == "moved":
+                self._moved(event.path, event.dest or "")
+            elif event.kind == "deleted":
+                tailed = self._by_path.get(event.path)
+                if tailed is not None:
+                    self._next_poll = 0.0  # fstat will show nlink == 0
+
+    def _moved(self, src: str, dest: str) -> None:
+        """A rename: follow a tailed file to its new name; pick up files moved into view."""
+        tailed = self._by_path.get(src)
+        if tailed is not None:
+            try:
+                st = os.stat(dest)
+            except OSError:
+                return
+            if FileKey(st.st_dev, st.st_ino) == tailed.key:
+                del self._by_path[src]
+                tailed.where = dest
+                self._by_path[dest] = tailed
+                if not tailed.rotated:
+                    tailed.rotated = True
+                    self.metrics.add("rotations")
+            return
+        index = self._matcher.source_of(dest)
+        if index is not None:
+            self._discover(dest, index)
+            return
+        # A file we never saw, renamed away from a watched name before we read it
+        # (two rotations in quick succession): read it under the name it had.
+        index = self._matcher.source_of(src)
+        if index is not None:
+            self._discover(dest, index, tag=src)
+
+    def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
+                  entry: Entry | None = None) -> None:
+        """Start tailing ``path`` (or recognise a file we already know)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if not stat_module.S_ISREG(st.st_mode):
+            return
+        key = FileKey(st.st_dev, st.st_ino)
+        known = self.files.get(key)
+        if known is not None:
+            if not self._reused(known):
+                if known.where != path:
+                    # The same file under another name (rotated into a watched name).
+                    if known.where is not None and self._by_path.get(known.where) is known:
+                        del self._by_path[known.where]
+                    known.where = path
+                    self._by_path[path] = known
+                    if path != known.path and not known.rotated:
+                        known.rotated = True
+                        self.metrics.add("rotations")
+                return
+            self._retire(known)
+        source = self.config.sources[index]
+        previous = self._by_path.get(path)
+        if previous is not None and previous.key != key:
+            self._rotated_away(previous)
+        offset, fp = 0, EMPTY
+        saved = entry or self._dormant.pop(key, None)
+        if saved is not None:
+            offset, fp = self._resume_point(path, saved, st.st_size)
+            tag = tag or saved.path
+        elif initial and source.start_at == "end":
+            offset = _last_line_end(path, st.st_size)
+        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
+        tailed.size = st.st_size
+        predecessor = self._latest.get(tailed.path)
+        if predecessor is not None and predecessor.fd is not None and predecessor.draining:
+            tailed.waiting_for = predecessor  # finish the rotated file first
+        self._latest[tailed.path] = tailed
+        self.files[key] = tailed
+        self._by_path[path] = tailed
+        self._ready[tailed] = None
+        self._dirty = True
+        log.debug("tailing %s (inode %d) from offset %d", path, key.ino, offset)
+
+    def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any]:
+        """Where to resume a checkpointed file: its offset, or 0 if it is not the same."""
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(max(saved.fp_len, 1))
+        except OSError:
+            return 0, EMPTY
+        verdict = judge(saved.key, saved.fingerprint, saved.offset, Facts(saved.key, size, head))
+        if verdict is Verdict.SAME:
+            return saved.offset, saved.fingerprint
+        self.metrics.add("replaced_files" if verdict is Verdict.REPLACED else "truncations")
+        log.info("%s: %s since the checkpoint; reading it from the start", path, verdict.value)
+        return 0, EMPTY
+
+    def _reused(self, tailed: TailedFile) -> bool:
+        """True when ``tailed``'s inode now belongs to another file (it was deleted)."""
+        if tailed.fd is not None:
+            try:
+                return os.fstat(tailed.fd).st_nlink == 0
+            except OSError:
+                return True
+        # Closed: reopening compares the fingerprint and restarts a replaced file at 0.
+        return tailed.where is None
+
+    def _retire(self, tailed: TailedFile) -> None:
+        """Move a deleted file out of the identity map so its inode can be reused."""
+        self.files.pop(tailed.key, None)
+        if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+            del self._by_path[tailed.where]
+        tailed.deleted = True
+        if tailed.fd is not None:
+            self._draining.append(tailed)  # read to the end, ship, then close
+        else:
+            self._forget(tailed)
+
+    def _rotated_away(self, tailed: TailedFile) -> None:
+        """``tailed``'s path names another file now: finish it through its handle."""
+        if self._by_path.get(tailed.path) is tailed:
+            del self._by_path[tailed.path]
+        if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+            del self._by_path[tailed.where]
+        if not tailed.rotated:
+            tailed.rotated = True
+            self.metrics.add("rotations")
+        # Find its new name (logrotate renames within the directory) so a closed file
+        # can be reopened and its checkpoint entry recognised if a pattern matches it.
+        tailed.where = _find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
+        if tailed.where is not None:
+            self._by_path[tailed.where] = tailed
+        elif tailed.fd is None:
+            log.warning("%s (inode %d) was rotated while closed and is gone; bytes after "
+                        "offset %d may be unread", tailed.path, tailed.key.ino, tailed.pos)
+            tailed.deleted = True
+            self._forget(tailed)
+            return
+        self._ready[tailed] = None
+
+    def _forget(self, tailed: TailedFile) -> None:
+        """Stop tailing; a deleted file also leaves the checkpoint."""
+        tailed.close()
+        self._open_changed()
+        if self.files.get(tailed.key) is tailed:
+            del self.files[tailed.key]
+        for path in (tailed.path, tailed.where):
+            if path is not None and self._by_path.get(path) is tailed:
+                del self._by_path[path]
+        if self._latest.get(tailed.path) is tailed:
+            del self._latest[tailed.path]
+        self._ready.pop(tailed, None)
+        if tailed in self._draining:
+            self._draining.remove(tailed)
+        self._update_held(tailed, 0)
+        if not tailed.deleted and tailed.where is not None:
+            self._dormant[tailed.key] = self._entry(tailed)
+        self._dirty = True
+
+    def _adopt_dormant(self) -> None:
+        """At start: find checkpointed files that were rotated away from their pattern."""
+        by_dir: dict[str, list[Entry]] = {}
+        for entry in self._dormant.values():
+            by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
+        names = {s.name: i for i, s in enumerate(self.config.sources)}
+        for directory, entries in by_dir.items():
+            inodes = _inodes_in(directory)
+            for entry in entries:
+                where = inodes.get((entry.dev, entry.ino))
+                index = names.get(entry.source)
+                if where is None or index is None:
+                    del self._dormant[entry.key]
+                    continue
+                del self._dormant[entry.key]
+                self._discover(where, index, tag=entry.path, entry=entry)
+        self._dirty = True
+
+    def _sweep_dormant(self) -> None:
+        """Drop checkpoint entries of files that no longer exist anywhere near their path."""
+        if not self._dormant:
+            return
+        cache: dict[str, dict[tuple[int, int], str]] = {}
+        for key, entry in list(self._dormant.items()):
+            directory = os.path.dirname(entry.where)
+            if directory not in cache:
+                cache[directory] = _inodes_in(directory)
+            where = cache[directory].get((key.dev, key.ino))
+            if where is None:
+                del self._dormant[key]
+                self._dirty = True
+            elif where != entry.where:
+                entry.where = where
+                self._dirty = True
+
+    # -- polling -------------------------------------------------------------------------
+
+    def _poll_open(self) -> None:
+        """fstat open handles: growth makes a file ready; shrinkage is a truncation."""
+        for tailed in list(self.files.values()) + self._draining:
+            if tailed.fd is None:
+                continue
+            try:
+                st = os.fstat(tailed.fd)
+            except OSError:
+                continue
+            if st.st_nlink == 0 and not tailed.deleted:
+                log.info("%s was deleted; reading it to the end before closing", tailed.path)
+                self._retire(tailed)
+                if tailed.fd is None:
+                    continue
+            self._observe_size(tailed, st.st_size)
+
+    def _poll_closed(self) -> None:
+        """stat files closed while idle; reopen the ones that changed."""
+        for tailed in list(self.files.values()):
+            if tailed.fd is not None or tailed.where is None:
+                continue
+            try:
+                st = os.stat(tailed.where)
+            except FileNotFoundError:
+                self._closed_file_vanished(tailed)
+                continue
+            except OSError:
+                continue
+            if FileKey(st.st_dev, st.st_ino) != tailed.key:
+                self._rotated_away(tailed)
+                continue
+            if st.st_size != tailed.size:
+                self._ready[tailed] = None  # reopening checks identity and truncation
+
+    def _closed_file_vanished(self, tailed: TailedFile) -> None:
+        found = _find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
+        if found is None:
+            tailed.deleted = True
+            self._forget(tailed)
+        else:
+            if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+                del self._by_path[tailed.where]
+            tailed.where = found
+            self._by_path[found] = tailed
+
+    def _observe_size(self, tailed: TailedFile, size: int) -> None:
+        """React to a file's current size (from fstat)."""
+        if size < tailed.pos:
+            self._truncated(tailed, size)
+            return
+        if size != tailed.size:
+            if tailed.fp.length and tailed.fd is not None and not tailed.draining:
+                head = tailed.head(tailed.fp.length)
+                if fingerprint(head) != tailed.fp and len(head) >= tailed.fp.length:
+                    # Truncated and rewritten past our position before we looked.
+                    self._truncated(tailed, size)
+                    return
+            tailed.size = size
+        if size > tailed.pos:
+            tailed.at_eof = False
+            self._ready[tailed] = None
+
+    def _truncated(self, tailed: TailedFile, size: int) -> None:
+        log.info("%s: truncated (size %d < position %d); reading from the start",
+                 tailed.path, size, tailed.pos)
+        self.metrics.add("truncations")
+        tailed.tracker.restart(0)
+        tailed.fp = EMPTY
+        tailed.size = size
+        self._restart(tailed, 0)
+        self._dirty = True
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_round(self) -> bool:
+        """Read ready files in turns until caught up, capped, or the round's time is up."""
+        if not self._ready:
+            return False
+        cap = self.config.max_inflight_bytes
+        chunk = self.config.read_chunk_bytes
+        deadline = time.monotonic() + ROUND_SECONDS
+        read_any = False
+        while self._ready:
+            progressed = False
+            for tailed in list(self._ready):
+                room = cap - self._inflight
+                if room <= 0:
+                    self.metrics.add("backpressure_waits")
+                    return read_any
+                if not self._can_read(tailed):
+                    continue
+                if self._read_once(tailed, min(chunk, room)):
+                    progressed = read_any = True
+                if time.monotonic() >= deadline:
+                    return read_any
+            if not progressed:
+                break
+        return read_any
+
+    def _can_read(self, tailed: TailedFile) -> bool:
+        waiting = tailed.waiting_for
+        if waiting is not None:
+            if waiting.fd is None or (waiting.at_eof and waiting not in self._ready):
+                tailed.waiting_for = None
+            else:
+                return False
+        if tailed.retry_at and time.monotonic() < tailed.retry_at:
+            return False
+        if tailed.fd is None:
+            return self._reopen(tailed)
+        return True
+
+    def _reopen(self, tailed: TailedFile) -> bool:
+        """Open a closed file (verifying it is still the same one) within the handle limit."""
+        if tailed.where is None:
+            self._ready.pop(tailed, None)
+            return False
+        if self._open >= self.config.max_open_files and not self._close_lru():
+            return False
+        try:
+            st = tailed.open()
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                self._closed_file_vanished(tailed)
+            else:
+                log.warning("%s: cannot open (%s)", tailed.where, exc.strerror)
+                self.metrics.add("errors")
+                self._ready.pop(tailed, None)
+            return False
+        self.metrics.add("files_opened")
+        self._open_changed()
+        if FileKey(st.st_dev, st.st_ino) != tailed.key:
+            tailed.close()
+            self._open_changed()
+            self._rotated_away(tailed)
+            return False
+        verdict = judge(tailed.key, tailed.fp, tailed.pos,
+                        Facts(tailed.key, st.st_size, tailed.head(tailed.fp.length)))
+        if verdict in (Verdict.TRUNCATED, Verdict.REPLACED):
+            self._truncated(tailed, st.st_size)
+        tailed.size = st.st_size
+        return True
+
+    def _close_lru(self) -> bool:
+        """Close the least recently used idle live file to free a handle."""
+        candidates = [t for t in self.files.values()
+                      if t.fd is not None and not t.draining and t.at_eof
+                      and t not in self._ready]
+        if not candidates:
+            return False
+        victim = min(candidates, key=lambda t: t.last_used)
+        victim.close()
+        self.metrics.add("files_closed")
+        self._open_changed()
+        return True
+
+    def _read_once(self, tailed: TailedFile, size: int) -> bool:
+        """Read one chunk of ``tailed`` and send what it completes; False at end of file."""
+        try:
+            data = tailed.read(size)
+        except OSError as exc:
+            log.warning("%s: read failed (%s)", tailed.path, exc.strerror)
+            self.metrics.add("errors")
+            self._ready.pop(tailed, None)
+            return False
+        if not data:
+            tailed.at_eof = True
+            tailed.reached_eof_once = True
+            self._ready.pop(tailed, None)
+            return False
+        counters = self.metrics.counters
+        counters["bytes_read"] += len(data)
+        if tailed.fp.length < self.config.fingerprint_bytes and tailed.pos - len(data) \
+                < self.config.fingerprint_bytes:
+            tailed.grow_fingerprint(self.config.fingerprint_bytes)
+        before = tailed.splitter.lines_cut
+        out = tailed.feed(data, _now_ms())
+        counters["lines_cut"] += tailed.splitter.lines_cut - before
+        self._update_held(tailed, tailed.held)
+        if out is not None:
+            self._send(tailed, out)
+        if len(data) < size:
+            tailed.at_eof = True
+            tailed.reached_eof_once = True
+            self._ready.pop(tailed, None)
+        return True
+
+    def _send(self, tailed: TailedFile, out: Outgoing) -> None:
+        """Hand one chunk to the producer and track it."""
+        from broker.client import LogferryError
+
+        source = tailed.source
+        count = len(out.values)
+        try:
+            future = self.producer.send(source.topic, out.values, key=source.key,
+                                        timestamp=out.time_ms)
+        except LogferryError as exc:
+            # Not queued (buffer full, producer closing): read these bytes again later.
+            log.warning("%s: send failed (%s); will read offset %d again", tailed.path, exc,
+                        out.start)
+            self.metrics.add("errors")
+            tailed.restart_at(out.start)
+            self._update_held(tailed, 0)
+            tailed.retry_at = time.monotonic() + 1.0
+            self._ready[tailed] = None
+            return
+        window = window_of(out.time_ms, self._ledger.window_ms)
+        tailed.tracker.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic,
+                                 window))
+        self._inflight += out.nbytes
+        self._ledger.sent(source.topic, window, count)
+        counters = self.metrics.counters
+        counters["lines_read"] += count
+        counters["messages_sent"] += count
+        counters["bytes_sent"] += out.nbytes
+        counters["utf8_replaced"] += out.utf8_replaced
+        gauges = self.metrics.gauges
+        if self._inflight > gauges["inflight_bytes_max"]:
+            gauges["inflight_bytes_max"] = self._inflight
+        future.add_callback(self._on_done(tailed))
+
+    def _update_held(self, tailed: TailedFile, held: int) -> None:
+        """Keep the in-flight total in step with the bytes a file holds unsent."""
+        previous = tailed.counted_held
+        if held != previous:
+            self._inflight += held - previous
+            tailed.counted_held = held
+            gauges = self.metrics.gauges
+            if self._inflight > gauges["inflight_bytes_max"]:
+                gauges["inflight_bytes_max"] = self._inflight
+
+    # -- time-based duties -------------------------------------------------------------
+
+    def _timeouts(self, now: float) -> None:
+        """Flush quiet partial lines, close idle, rotated and deleted files."""
+        now_ms = _now_ms()
+        for tailed in list(self.files.values()) + list(self._draining):
+            quiet = now - tailed.last_data
+            source = tailed.source
+            if tailed.held and tailed.at_eof:
+                limit = source.partial_line_timeout_s
+                if tailed.splitter.held_bytes == 0 and source.multiline is not None:
+                    limit = source.multiline.timeout_s
+                if tailed.draining and tailed.deleted or quiet >= limit:
+                    self._flush_held(tailed, now_ms)
+            if tailed.fd is None or not tailed.at_eof or tailed in self._ready:
+                continue
+            if tailed.deleted:
+                if not tailed.held and not tailed.tracker.in_flight:
+                    log.info("%s: deleted file shipped; closing it", tailed.path)
+                    self._forget(tailed)
+            elif tailed.rotated:
+                if quiet >= self.config.rotated_close_s and not tailed.held \
+                        and not tailed.tracker.in_flight:
+                    tailed.close()
+                    self.metrics.add("files_closed")
+                    self._open_changed()
+                    if tailed.where is None:
+                        self._forget(tailed)
+            elif quiet >= source.idle_close_s:
+                tailed.close()
+                self.metrics.add("files_closed")
+                self._open_changed()
+
+    def _flush_held(self, tailed: TailedFile, now_ms: int) -> None:
+        out = tailed.flush_held(now_ms)
+        self._update_held(tailed, tailed.held)
+        if out is not None:
+            self._send(tailed, out)
+
+    def _open_changed(self) -> None:
+        self._open = sum(1 for t in self.files.values() if t.fd is not None) + \
+            sum(1 for t in self._draining if t.fd is not None)
+        self.metrics.gauges["open_files"] = self._open
+
+    # -- checkpoint, audit, status ---------------------------------------------------------
+
+    def _entry(self, tailed: TailedFile) -> Entry:
+        return Entry(dev=tailed.key.dev, ino=tailed.key.ino, fp_len=tailed.fp.length,
+                     fp=tailed.fp.digest, path=tailed.path,
+                     where=tailed.where or tailed.path, offset=tailed.tracker.acked,
+                     source=tailed.source.name)
+
+    def _write_checkpoint(self) -> None:
+        if not self._dirty:
+            return
+        entries = [self._entry(t) for t in self.files.values()]
+        entries += [e for k, e in self._dormant.items() if k not in self.files]
+        try:
+            self._store.save(entries)
+        except CheckpointError as exc:
+            log.error("%s", exc)
+            self.metrics.add("errors")
+            return
+        self._dirty = False
+        self.metrics.add("checkpoints_written")
+
+    def _publish_audit(self, final: bool = False) -> None:
+        audit = self.config.audit
+        if not audit.enabled:
+            return
+        records = self._audit_backlog + self._ledger.due(_now_ms(), final=final)
+        self._audit_backlog = []
+        if not records:
+            return
+        from broker.client import LogferryError
+
+        host = self.config.host
+        key = host.encode()
+        for record in records:
+            value = msgpack.packb(record.to_map(host))
+            try:
+                future = self.producer.send(audit.topic, value, key=key)
+            except LogferryError as exc:
+                log.warning("audit record for %s not sent (%s); will retry", record.topic, exc)
+                self._audit_backlog.append(record)
+                continue
+            self._audit_pending += 1
+            future.add_callback(lambda f, r=record: (self._audit_done.append((f, r)),
+                                                     self._wake.set()))
+
+    def _refresh_snapshot(self, state: str) -> None:
+        gauges = self.metrics.gauges
+        everything = list(self.files.values()) + self._draining
+        gauges["inflight_bytes"] = max(self._inflight, 0)
+        gauges["tracked_files"] = len(everything)
+        gauges["held_deleted_files"] = sum(1 for t in everything
+                                           if t.draining and t.fd is not None and t.lag)
+        gauges["lag_bytes"] = sum(t.lag for t in everything)
+        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "offset": t.tracker.acked,
+                  "read": t.pos, "size": t.size, "lag": t.lag, "open": t.fd is not None,
+                  "rotated": t.rotated, "deleted": t.deleted} for t in everything]
+        self.snapshot = Snapshot(
+            host=self.config.host, pid=os.getpid(), started=self._started, updated=time.time(),
+            state=state, counters=dict(self.metrics.counters), gauges=dict(gauges), files=files,
+            metrics_url=self._server.url if self._server is not None else None)
+        if self._server is not None:
+            self._server.snapshot = self.snapshot
+        try:
+            import json
+            write_atomically(self.config.status_path,
+                             json.dumps(self.snapshot.to_json()).encode(), durable=False)
+        except OSError as exc:
+            log.debug("status file not written: %s", exc)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _inodes_in(directory: str) -> dict[tuple[int, int], str]:
+    """(dev, ino) -> path for the regular files of one directory (one scandir)."""
+    found: dict[tuple[int, int], str] = {}
+    try:
+        with os.scandir(directory) as entries:
+            for item in entries:
+                try:
+                    if item.is_file(follow_symlinks=False):
+                        st = item.stat(follow_symlinks=False)
+                        found[(st.st_dev, st.st_ino)] = item.path
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return found
+
+
+def _find_inode(directory: str, key: FileKey) -> str | None:
+    """The path of the file with identity ``key`` in ``directory``, if any."""
+    return _inodes_in(directory).get((key.dev, key.ino))
+
+
+def _last_line_end(path: str, size: int) -> int:
+    """Offset just after the last newline before ``size`` (where "start at end" starts)."""
+    if size == 0:
+        return 0
+    try:
+        with open(path, "rb") as handle:
+            position = size
+            while position > 0:
+                step = min(65536, position)
+                handle.seek(position - step)
+                block = handle.read(step)
+                newline = block.rfind(b"\n")
+                if newline != -1:
+                    return position - step + newline + 1
+                position -= step
+    except OSError:
+        return size
+    return 0
