@@ -1,0 +1,112 @@
+"""Decoding the agent's message values (msgpack maps) into columns, tolerantly.
+
+The agent publishes each log line as a msgpack map (schema in ``docs/agent.md``,
+"Message value"; built by ``agent/encode.py``)::
+
+    {"time": int, "host": str, "file": str, "offset": int, "line": str,
+     "ptime": int (optional), "cut": true (optional)}
+
+The fields below become nullable columns; a value that is not a msgpack map, or whose
+fields have unexpected types, is kept raw in ``value``, gets ``decoded = false`` and
+nulls in the agent columns, and is counted. Nothing here ever fails a read.
+
+Speed: one ``msgpack.unpackb`` per value (C) and one ``pa.array(..., struct)``
+conversion per fetch (C++); the per-row Python work is the loop calling unpackb.
+Only when the fast conversion trips over a badly typed field does a per-row check run,
+for that fetch only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import msgpack
+import pyarrow as pa
+from pyspark.sql import types as T
+
+
+class AgentField(NamedTuple):
+    """One decoded column: where it comes from and its types."""
+
+    column: str
+    """Column name in the DataFrame."""
+    key: str
+    """Key in the agent's msgpack map."""
+    arrow_type: pa.DataType
+    """Arrow type the value is converted to."""
+    spark_type: T.DataType
+    """The same type in Spark."""
+    python_types: tuple[type, ...]
+    """Accepted Python types after msgpack decoding (others become null)."""
+
+
+AGENT_FIELDS: tuple[AgentField, ...] = (
+    AgentField("host", "host", pa.string(), T.StringType(), (str,)),
+    AgentField("file", "file", pa.string(), T.StringType(), (str,)),
+    AgentField("file_offset", "offset", pa.int64(), T.LongType(), (int,)),
+    AgentField("line", "line", pa.string(), T.StringType(), (str,)),
+    AgentField("read_time", "time", pa.int64(), T.LongType(), (int,)),
+    AgentField("parsed_time", "ptime", pa.int64(), T.LongType(), (int,)),
+    AgentField("cut", "cut", pa.bool_(), T.BooleanType(), (bool,)),
+)
+"""The agent record's fields, in column order: ``file_offset`` is the line's byte offset in
+its file, ``read_time`` the agent's clock when it read the line (ms, also the message
+timestamp), ``parsed_time`` the time parsed out of the line when configured (ms),
+``cut`` true when the line was cut at the agent's maximum line length."""
+
+DECODED_COLUMN = "decoded"
+"""Boolean column: true when the value decoded as an agent record."""
+
+_STRUCT = pa.struct([pa.field(f.key, f.arrow_type) for f in AGENT_FIELDS])
+_unpackb = msgpack.unpackb
+
+
+def spark_columns() -> list[tuple[str, T.DataType]]:
+    """The agent columns (and ``decoded``), appended to the base schema."""
+    return [(f.column, f.spark_type) for f in AGENT_FIELDS] + [(DECODED_COLUMN, T.BooleanType())]
+
+
+def _unpack(value: bytes) -> dict | None:
+    try:
+        record = _unpackb(value, raw=False, strict_map_key=False)
+    except Exception:  # msgpack raises several types for bad input
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def decode_values(values: Sequence[bytes]) -> tuple[list[pa.Array], pa.Array, int]:
+    """Decode ``values`` into one array per agent field plus the ``decoded`` mask.
+
+    Returns ``(field_arrays, decoded, undecodable)``; undecodable values get nulls.
+    """
+    records = [_unpack(v) for v in values]
+    try:
+        struct = pa.array(records, type=_STRUCT)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        records = [_sanitize(r) for r in records]
+        struct = pa.array(records, type=_STRUCT)
+    decoded = struct.is_valid()
+    undecodable = len(values) - decoded.true_count
+    return struct.flatten(), decoded, undecodable
+
+
+def _sanitize(record: dict | None) -> dict | None:
+    """Keep a record only if every known field it has is of an accepted type."""
+    if record is None:
+        return None
+    for f in AGENT_FIELDS:
+        value: Any = record.get(f.key)
+        if value is None:
+            continue
+        if not isinstance(value, f.python_types):
+            return None
+        if isinstance(value, bool) and bool not in f.python_types:
+            return None
+        if f.arrow_type == pa.int64() and not -(1 << 63) <= value < (1 << 63):
+            return None
+    return record
+
+
+def null_columns(n: int) -> tuple[list[pa.Array], pa.Array]:
+    """Agent columns for ``n`` rows of a topic that is not decoded: all null."""
+    return [pa.nulls(n, f.arrow_type) for f in AGENT_FIELDS], pa.nulls(n, pa.bool_())

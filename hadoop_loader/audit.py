@@ -1,0 +1,210 @@
+"""Audit (the paper, section 5): landed rows per topic and hour against the agents' counts.
+
+Agents publish, to the audit topic, one msgpack map per host, topic and window
+(``docs/agent.md``, "Audit"; ``agent/audit.py``)::
+
+    {"host": str, "topic": str, "window_start": ms, "window_end": ms,
+     "sent": int, "acked": int, "stage": "agent"}
+
+A message belongs to the window holding its timestamp (the agent's time read), the
+same timestamp the loader partitions by, so a topic's expected count for an event hour
+is the sum of ``acked`` (or ``sent``) over the windows starting in that hour, every host
+and every record (an agent restarted inside a window publishes it twice, with disjoint
+counts). The landed count comes from the committed manifests. Completeness is
+landed / expected; more than 100% means duplicates (at-least-once delivery).
+
+An hour is *judged* (counts toward ``--require-complete``) only once it ended at least
+``settle_minutes`` before the run started: later hours are still filling.
+
+The comparison (:func:`compare`) is pure; reading the topic and the manifests is at
+the edges.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import msgpack
+
+from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
+
+HOUR_MS = 3600 * 1000
+
+
+@dataclass(frozen=True)
+class HourAudit:
+    """One topic and event hour."""
+
+    topic: str
+    hour: str
+    """``YYYY-MM-DDTHH`` in the output's time zone (the ``dt=``/``hr=`` of the files)."""
+    expected: int | None
+    """From the audit topic; None when no audit record covers the hour."""
+    landed: int
+    judged: bool
+
+    @property
+    def completeness(self) -> float | None:
+        """landed / expected, or None without an expectation (or expected == 0)."""
+        if not self.expected:
+            return None
+        return self.landed / self.expected
+
+
+@dataclass
+class AuditReport:
+    """Completeness per topic and hour, and what reading the audit topic found."""
+
+    hours: list[HourAudit] = field(default_factory=list)
+    records: int = 0
+    """Audit records used."""
+    skipped: int = 0
+    """Audit values that were not audit records, or of another stage."""
+    threshold: float | None = None
+
+    def failing(self, threshold: float | None = None) -> list[HourAudit]:
+        """Judged hours below ``threshold`` (the configured one by default)."""
+        limit = self.threshold if threshold is None else threshold
+        if limit is None:
+            return []
+        return [h for h in self.hours if h.judged and h.expected
+                and (h.completeness or 0.0) < limit]
+
+
+def hour_key(ms: int, tz: dt.tzinfo) -> str:
+    """The event hour of a millisecond timestamp, as the loader names it."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz).strftime("%Y-%m-%dT%H")
+
+
+def hour_end_ms(key: str, tz: dt.tzinfo) -> int:
+    """End of the hour ``key`` (exclusive) in ms since the epoch."""
+    start = dt.datetime.strptime(key, "%Y-%m-%dT%H").replace(tzinfo=tz)
+    return int(start.timestamp() * 1000) + HOUR_MS
+
+
+def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str,
+                    tz: dt.tzinfo) -> tuple[dict[tuple[str, str], int], int, int]:
+    """Sum audit records per (topic, hour of window start).
+
+    Returns ``(expected, used, skipped)``; records of another stage or malformed ones
+    are skipped, not fatal.
+    """
+    expected: dict[tuple[str, str], int] = {}
+    used = skipped = 0
+    for r in records:
+        try:
+            if r.get("stage", "agent") != stage:
+                skipped += 1
+                continue
+            topic, start, n = r["topic"], r["window_start"], r[count]
+            if not (isinstance(topic, str) and type(start) is int and type(n) is int):
+                raise TypeError
+        except (KeyError, TypeError, AttributeError):
+            skipped += 1
+            continue
+        key = (topic, hour_key(start, tz))
+        expected[key] = expected.get(key, 0) + n
+        used += 1
+    return expected, used, skipped
+
+
+def compare(expected: Mapping[tuple[str, str], int], landed: Mapping[tuple[str, str], int],
+            topics: Iterable[str], since_ms: int, judge_before_ms: int, tz: dt.tzinfo,
+            threshold: float | None = None) -> AuditReport:
+    """Completeness of every hour of ``topics`` from ``since_ms`` that has either count."""
+    wanted = set(topics)
+    first = hour_key(since_ms, tz)
+    keys = sorted(k for k in set(expected) | set(landed) if k[0] in wanted and k[1] >= first)
+    report = AuditReport(threshold=threshold)
+    for topic, hour in keys:
+        report.hours.append(HourAudit(
+            topic, hour, expected.get((topic, hour)), landed.get((topic, hour), 0),
+            judged=hour_end_ms(hour, tz) <= judge_before_ms))
+    return report
+
+
+def landed_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str, str], int]:
+    """Rows per (topic, hour) from manifests, newest first, stopping at older ones.
+
+    A manifest committed before ``since_ms`` cannot hold rows of hours after it (rows
+    land after their event time), so the walk stops there.
+    """
+    out: dict[tuple[str, str], int] = {}
+    for m in manifests:
+        if m.committed_ms < since_ms:
+            break
+        for topic, hours in m.hours.items():
+            for hour, rows in hours.items():
+                out[(topic, hour)] = out.get((topic, hour), 0) + rows
+    return out
+
+
+def read_audit_records(consumer: Any, topic: str, since_ms: int) -> tuple[list[dict], int]:
+    """Every audit record published since ``since_ms`` (driver side; the topic is small).
+
+    Records are published after their window ends, so anything published before
+    ``since_ms`` is about earlier windows.
+    """
+    records: list[dict] = []
+    bad = 0
+    with source_errors(f"reading the audit topic {topic!r}"):
+        for partition in consumer.partitions(topic):
+            start = consumer.offset_for_time(topic, partition, since_ms)
+            end = consumer.offsets(topic, partition).end
+            pos = start
+            while pos < end:
+                result = consumer.fetch(topic, partition, pos, max_bytes=4 * 1024 * 1024)
+                if result.next_offset == pos:
+                    break
+                for batch in result.batches:
+                    for value in batch.values:
+                        try:
+                            record = msgpack.unpackb(value, raw=False)
+                        except Exception:
+                            bad += 1
+                            continue
+                        if isinstance(record, dict):
+                            records.append(record)
+                        else:
+                            bad += 1
+                pos = result.next_offset
+    return records, bad
+
+
+def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
+    """The audit step of a run: read the audit topic and the manifests, compare."""
+    from broker.client import SimpleConsumer
+
+    a = config.audit
+    tz = zoneinfo.ZoneInfo(config.load.timezone)
+    started_ms = int(started * 1000)
+    since_ms = (started_ms - a.lookback_hours * HOUR_MS) // HOUR_MS * HOUR_MS
+    try:
+        with source_errors("connecting to the cluster for the audit"):
+            consumer = SimpleConsumer(zk=config.source.zk,
+                                      brokers=list(config.source.brokers) if config.source.brokers else None)
+        try:
+            records, bad = read_audit_records(consumer, a.topic, since_ms)
+        finally:
+            consumer.close()
+    except SourceError as exc:
+        raise AuditError(f"audit: {exc}") from exc
+    expected, used, skipped = expected_counts(records, a.stage, a.count, tz)
+    landed = landed_counts(store.newest_first(), since_ms)
+    report = compare(expected, landed, config.source.topics, since_ms,
+                     started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete)
+    report.records, report.skipped = used, skipped + bad
+    return report
+
+
+def require_complete(report: AuditReport, threshold: float) -> None:
+    """Raise :class:`IncompleteError` naming the hours below ``threshold``."""
+    failing = report.failing(threshold)
+    if failing:
+        worst = ", ".join(f"{h.topic} {h.hour} {h.completeness:.2%}" for h in failing[:5])
+        more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        raise IncompleteError(f"{len(failing)} audited hour(s) below {threshold:.2%} complete: "
+                              f"{worst}{more}")

@@ -1,0 +1,91 @@
+"""``logferry load --config etc/loader.toml``: the nightly landing job.
+
+Registered in the ``logferry`` command through the entry point group
+``logferry.commands`` (``load = "hadoop_loader.cli:register"``); also runnable alone
+as ``python -m hadoop_loader load ...``. Exit codes: 0 success, 1 failure, 2 a config
+or usage mistake, 3 the audit found an hour below ``--require-complete``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from hadoop_loader.errors import LoaderError
+
+log = logging.getLogger("logferry.loader")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``load`` command to the ``logferry`` command line."""
+    parser = subparsers.add_parser(
+        "load", help="land topics into Parquet (exactly once), then audit",
+        description="Land the configured topics from the brokers into Parquet files "
+                    "partitioned by topic and event hour, exactly once, and compare the "
+                    "landed counts with the audit topic.")
+    parser.add_argument("--config", required=True, help="loader TOML file (etc/loader.toml)")
+    parser.add_argument("--master", help="Spark master URL (default: local[*], or "
+                        "spark-submit's)")
+    parser.add_argument("--require-complete", type=_fraction, metavar="FRACTION",
+                        help="exit 3 if a settled audited hour is below this completeness "
+                        "(e.g. 0.999); implies the audit")
+    parser.add_argument("--no-audit", action="store_true", help="skip the audit this run")
+    parser.set_defaults(func=run)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``logferry load``; returns the exit code."""
+    from dataclasses import replace
+
+    from hadoop_loader.audit import require_complete
+    from hadoop_loader.config import load_config
+    from hadoop_loader.job import run_load
+    from hadoop_loader.summary import print_audit, print_summary
+
+    try:
+        config = load_config(args.config)
+        audit = config.audit
+        if args.require_complete is not None:
+            audit = replace(audit, enabled=True, require_complete=args.require_complete)
+        if args.no_audit:
+            audit = replace(audit, enabled=False)
+        config = replace(config, audit=audit)
+        result = run_load(config, master=args.master)
+        print_summary(result, sys.stdout)
+        if result.audit is not None:
+            print_audit(result.audit, sys.stdout)
+            if audit.require_complete is not None:
+                require_complete(result.audit, audit.require_complete)
+        sys.stdout.flush()
+        return 0
+    except LoaderError as exc:
+        print(f"logferry load: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hadoop_loader load ...`` without the ``logferry`` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m hadoop_loader")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    register(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return int(args.func(args))

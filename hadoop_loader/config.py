@@ -1,0 +1,305 @@
+"""The landing job's TOML configuration (``etc/loader.toml``), validated up front.
+
+Every mistake is reported as a :class:`LoaderConfigError` naming the key
+(``load.chunk_bytes must be a positive integer, got 0``), before Spark starts, so a bad
+nightly config fails in a second rather than after a JVM start. The reference with every
+key and default is ``docs/loader.md``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from hadoop_loader.errors import LoaderConfigError
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+"""The broker's topic naming rule; ``.`` and ``..`` are refused separately."""
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Which cluster to read and which topics to land."""
+
+    topics: tuple[str, ...]
+    zk: str | None = None
+    """ZooKeeper connect string with the cluster's chroot (``host:port/logferry/analysis``)."""
+    brokers: tuple[str, ...] | None = None
+    """Static ``host:port`` list, instead of ``zk``."""
+    decode_agent_records: frozenset[str] = frozenset()
+    """Topics whose values are agent records (msgpack maps) to decode into columns."""
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where and how the Parquet output is written."""
+
+    uri: str
+    """Root of the output tree as a URI: ``file:///...`` or ``hdfs://namenode:8020/...``."""
+    filesystem: str = "auto"
+    """``auto`` (Python for file://, Hadoop otherwise), ``local`` or ``hadoop``."""
+    max_records_per_file: int = 5_000_000
+    """Spark's ``maxRecordsPerFile``: the upper bound on a Parquet file's rows."""
+    files_per_hour: int = 1
+    """Target number of files per topic and hour in one run (a shuffle by hour; 0 = no shuffle)."""
+    compression: str = "snappy"
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How much to read per run and how to split it."""
+
+    max_bytes_per_partition: int = 1024 * MiB
+    """At most this many log bytes per topic-partition per run (the rest waits)."""
+    chunk_bytes: int = 64 * MiB
+    """Split a partition's range into Spark input partitions of about this size."""
+    fetch_bytes: int = 8 * MiB
+    """Bytes asked for per fetch request by the executors."""
+    on_retention_gap: str = "fail"
+    """``fail``: stop naming the gap; ``skip``: start at the first retained offset and report."""
+    first_run: str = "earliest"
+    """Where a topic-partition never landed before starts: ``earliest`` or ``latest``."""
+    timezone: str = "UTC"
+    """Time zone of the ``dt=``/``hr=`` directories."""
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Comparison of landed counts with the agents' audit topic."""
+
+    enabled: bool = False
+    topic: str = "_audit"
+    stage: str = "agent"
+    """Audit records of this stage give the expected counts."""
+    count: str = "acked"
+    """Which audit field is expected: ``sent`` or ``acked``."""
+    lookback_hours: int = 48
+    """Audit hours from this long before the run's start."""
+    settle_minutes: int = 10
+    """Hours ending less than this before the run's start are reported, not judged."""
+    require_complete: float | None = None
+    """Fail (exit 3) when a judged hour is below this fraction; None = report only."""
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the job's SparkSession is built."""
+
+    master: str | None = None
+    """None: spark-submit's master if any, else ``local[*]``."""
+    app_name: str = "logferry-load"
+    driver_memory: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """The whole ``loader.toml``."""
+
+    source: SourceConfig
+    output: OutputConfig
+    load: LoadConfig = LoadConfig()
+    audit: AuditConfig = AuditConfig()
+    spark: SparkConfig = SparkConfig()
+    path: str = "<dict>"
+
+
+# -- validation helpers --------------------------------------------------------------
+
+Check = tuple[Callable[[Any], bool], str]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+POSITIVE_INT: Check = (lambda v: _is_int(v) and v > 0, "a positive integer")
+NONNEG_INT: Check = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+NONEMPTY_STR: Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
+FRACTION: Check = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and 0 <= v <= 1, "a number between 0 and 1")
+STR_LIST: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
+                   "a list of non-empty strings")
+STR_MAP: Check = (lambda v: isinstance(v, dict)
+                  and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
+                  "a table of strings")
+
+
+def one_of(*choices: str) -> Check:
+    return (lambda v: v in choices, " or ".join(repr(c) for c in choices))
+
+
+SECTIONS: dict[str, dict[str, Check]] = {
+    "source": {"zk": NONEMPTY_STR, "brokers": STR_LIST, "topics": STR_LIST,
+               "decode_agent_records": (lambda v: isinstance(v, bool) or STR_LIST[0](v),
+                                        "true, false or a list of topics")},
+    "output": {"uri": NONEMPTY_STR, "filesystem": one_of("auto", "local", "hadoop"),
+               "max_records_per_file": POSITIVE_INT, "files_per_hour": NONNEG_INT,
+               "compression": one_of("snappy", "zstd", "gzip", "lz4", "none")},
+    "load": {"max_bytes_per_partition": POSITIVE_INT, "chunk_bytes": POSITIVE_INT,
+             "fetch_bytes": POSITIVE_INT, "on_retention_gap": one_of("fail", "skip"),
+             "first_run": one_of("earliest", "latest"), "timezone": NONEMPTY_STR},
+    "audit": {"enabled": BOOL, "topic": NONEMPTY_STR, "stage": NONEMPTY_STR,
+              "count": one_of("sent", "acked"), "lookback_hours": POSITIVE_INT,
+              "settle_minutes": NONNEG_INT, "require_complete": FRACTION},
+    "spark": {"master": NONEMPTY_STR, "app_name": NONEMPTY_STR, "driver_memory": NONEMPTY_STR,
+              "conf": STR_MAP},
+}
+REQUIRED = {"source": ("topics",), "output": ("uri",)}
+
+
+def load_config(path: str | Path) -> LoaderConfig:
+    """Read and validate a loader config file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise LoaderConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LoaderConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise LoaderConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return config_from_dict(data, source=str(path), base_dir=path.parent)
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config",
+                     base_dir: Path | None = None) -> LoaderConfig:
+    """Validate a parsed config (a dict shaped like the TOML file)."""
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise LoaderConfigError(f"{source}: unknown section [{unknown[0]}]; expected one of "
+                                + ", ".join(f"[{s}]" for s in SECTIONS))
+    sections = {name: _section(data, name, source) for name in SECTIONS}
+    for name, keys in REQUIRED.items():
+        for key in keys:
+            if key not in sections[name]:
+                raise LoaderConfigError(f"{source}: {name}.{key} is required")
+    return LoaderConfig(
+        source=_source(sections["source"], source),
+        output=_output(sections["output"], source, base_dir),
+        load=_load(sections["load"], source),
+        audit=AuditConfig(**sections["audit"]),
+        spark=_spark(sections["spark"]),
+        path=source,
+    )
+
+
+def _section(data: dict[str, Any], name: str, source: str) -> dict[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, dict):
+        raise LoaderConfigError(f"{source}: {name} must be a table ([{name}])")
+    keys = SECTIONS[name]
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        check = keys.get(key)
+        if check is None:
+            raise LoaderConfigError(f"{source}: unknown key {name}.{key} "
+                                    f"(known keys: {', '.join(sorted(keys))})")
+        ok, expected = check
+        if not ok(value):
+            raise LoaderConfigError(f"{source}: {name}.{key} must be {expected}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def check_topic_name(name: str, where: str) -> None:
+    """Raise naming ``where`` unless ``name`` is a valid topic name."""
+    if not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise LoaderConfigError(f"{where}: {name!r} is not a valid topic name "
+                                "(letters, digits, '.', '_', '-'; at most 249)")
+
+
+def _source(s: dict[str, Any], source: str) -> SourceConfig:
+    if ("zk" in s) == ("brokers" in s):
+        raise LoaderConfigError(f"{source}: set exactly one of source.zk (ZooKeeper connect "
+                                "string with chroot) or source.brokers (list of host:port)")
+    if "brokers" in s:
+        if not s["brokers"]:
+            raise LoaderConfigError(f"{source}: source.brokers must not be empty")
+        for address in s["brokers"]:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise LoaderConfigError(f"{source}: source.brokers entry {address!r} "
+                                        "must look like host:port")
+    topics = tuple(s["topics"])
+    if not topics:
+        raise LoaderConfigError(f"{source}: source.topics must name at least one topic")
+    if len(set(topics)) != len(topics):
+        raise LoaderConfigError(f"{source}: source.topics lists a topic twice")
+    for topic in topics:
+        check_topic_name(topic, f"{source}: source.topics")
+    decode = s.get("decode_agent_records", False)
+    if decode is True:
+        decoded = frozenset(topics)
+    elif decode is False:
+        decoded = frozenset()
+    else:
+        stray = sorted(set(decode) - set(topics))
+        if stray:
+            raise LoaderConfigError(f"{source}: source.decode_agent_records names {stray[0]!r}, "
+                                    "which is not in source.topics")
+        decoded = frozenset(decode)
+    return SourceConfig(topics=topics, zk=s.get("zk"),
+                        brokers=tuple(s["brokers"]) if "brokers" in s else None,
+                        decode_agent_records=decoded)
+
+
+def _output(o: dict[str, Any], source: str, base_dir: Path | None) -> OutputConfig:
+    uri = normalize_uri(o.pop("uri"), base_dir, f"{source}: output.uri")
+    if o.get("filesystem") == "local" and not uri.startswith("file:"):
+        raise LoaderConfigError(f"{source}: output.filesystem = 'local' needs a file:// "
+                                f"output.uri, got {uri!r}")
+    return OutputConfig(uri=uri, **o)
+
+
+def normalize_uri(value: str, base_dir: Path | None, where: str) -> str:
+    """A URI for the output root: plain paths become ``file://`` URIs (relative to the
+    config file's folder), trailing slashes are dropped."""
+    parsed = urlparse(value)
+    if not parsed.scheme:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        return path.resolve().as_uri()
+    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost")
+                                    or not parsed.path.startswith("/")):
+        raise LoaderConfigError(f"{where} must be file:///absolute/path, got {value!r}")
+    if parsed.path.rstrip("/") == "":
+        raise LoaderConfigError(f"{where} must name a directory below the filesystem root, "
+                                f"got {value!r}")
+    if parsed.scheme == "file":
+        return "file://" + parsed.path.rstrip("/")
+    return value.rstrip("/")
+
+
+def _load(d: dict[str, Any], source: str) -> LoadConfig:
+    config = LoadConfig(**d)
+    if config.chunk_bytes < 64 * 1024:
+        raise LoaderConfigError(f"{source}: load.chunk_bytes must be at least 65536 "
+                                f"(64 KiB), got {config.chunk_bytes}")
+    try:
+        import zoneinfo
+        zoneinfo.ZoneInfo(config.timezone)
+    except Exception:
+        raise LoaderConfigError(f"{source}: load.timezone {config.timezone!r} is not a "
+                                "known time zone (e.g. 'UTC', 'America/Los_Angeles')") from None
+    return config
+
+
+def _spark(d: dict[str, Any]) -> SparkConfig:
+    conf = {str(k): _conf_value(v) for k, v in d.pop("conf", {}).items()}
+    return SparkConfig(conf=conf, **d)
+
+
+def _conf_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,118 @@
+"""The loader's error hierarchy: every error it raises derives from :class:`LoaderError`.
+
+Errors from the broker's client library (:class:`broker.errors.LogferryError`) are
+converted at the edge into :class:`SourceError`, keeping their ``retriable`` flag, so a
+caller of the loader handles one hierarchy. Every message says what went wrong and what
+to do about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+
+class LoaderError(Exception):
+    """Root of every error the loader raises."""
+
+    retriable: bool = False
+    exit_code: int = 1
+    """Process exit code of ``logferry load`` when this error ends the run."""
+
+
+class LoaderConfigError(LoaderError):
+    """A config file key or a data source option is missing, malformed or out of range.
+
+    The message names the key (``load.chunk_bytes``) or option (``maxBytesPerPartition``).
+    """
+
+    exit_code = 2
+
+
+class SourceError(LoaderError):
+    """The brokers could not be reached or answered an error (converted client error)."""
+
+
+class RetentionGapError(LoaderError):
+    """Offsets to be read were deleted by the broker's retention before they were landed."""
+
+    def __init__(self, message: str, gaps: list["Gap"] | None = None):
+        super().__init__(message)
+        self.gaps = gaps or []
+
+
+class OffsetStateError(LoaderError):
+    """Landed offsets and the brokers disagree in a way retention cannot explain.
+
+    For example a landed offset beyond a partition's visible end (the log was truncated,
+    or the loader points at the wrong cluster).
+    """
+
+
+class StateError(LoaderError):
+    """The output's state (manifests, staging, lock) is inconsistent or held by another run."""
+
+
+class CommitConflictError(StateError):
+    """Another run committed the same sequence number first; nothing of this run was kept."""
+
+
+class AuditError(LoaderError):
+    """The audit topic could not be read or holds nothing usable."""
+
+
+class IncompleteError(LoaderError):
+    """Landed counts fall below ``--require-complete`` for at least one audited hour."""
+
+    exit_code = 3
+
+
+class Gap:
+    """A range of offsets deleted by retention before the loader read it."""
+
+    __slots__ = ("topic", "partition", "start", "end")
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        """First missing offset (where the loader wanted to start)."""
+        self.end = end
+        """The partition's first retained offset."""
+
+    @property
+    def bytes(self) -> int:
+        """Number of log bytes lost."""
+        return self.end - self.start
+
+    def describe(self) -> str:
+        """One line naming the partition and the missing range."""
+        return (f"{self.topic}/{self.partition}: offsets [{self.start}, {self.end}) "
+                f"({self.bytes} bytes) were deleted by retention")
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic, "partition": self.partition,
+                "start": self.start, "end": self.end}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Gap) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"Gap({self.topic!r}, {self.partition}, {self.start}, {self.end})"
+
+
+@contextlib.contextmanager
+def source_errors(what: str) -> Iterator[None]:
+    """Convert client library errors raised inside the block into :class:`SourceError`.
+
+    ``what`` says what the loader was doing ("reading offsets of topic 'a'"), so the
+    message tells the operator where it failed.
+    """
+    from broker.errors import LogferryError  # the edge: the only place that knows them
+
+    try:
+        yield
+    except LogferryError as exc:
+        error = SourceError(f"{what}: {exc}")
+        error.retriable = bool(getattr(exc, "retriable", False))
+        raise error from exc

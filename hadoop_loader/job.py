@@ -1,0 +1,294 @@
+"""The landing job: topics -> Parquet under ``topic=/dt=/hr=``, exactly once.
+
+One run, under the output's lock:
+
+1. recover: finish publishing committed runs, discard uncommitted staging
+   (:meth:`LandingStore.recover`);
+2. plan: per topic-partition from the last committed offsets (``first_run`` for new
+   ones) to the visible end read now, capped at ``max_bytes_per_partition``, cut into
+   chunks at batch boundaries;
+3. write: one Spark job reads the chunks through the ``logferry`` data source and writes
+   Parquet partitioned by topic and event hour into the run's staging directory;
+4. count: the staged files are listed and read back (row counts per file, partition and
+   hour) and checked against the plan; the manifest is built;
+5. commit the manifest (offsets advance here, and only here), publish, clean up;
+6. audit (when enabled) and a summary.
+
+Crash points of :mod:`hadoop_loader.crash` sit between the steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from hadoop_loader import crash
+from hadoop_loader.config import LoaderConfig
+from hadoop_loader.errors import Gap, StateError
+from hadoop_loader.fs import FileSystem, filesystem_for, relative
+from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec
+from hadoop_loader.options import Endpoint
+from hadoop_loader.plan_driver import DriverPlanner, RangePlan
+from hadoop_loader.source import FORMAT, LogferryDataSource
+from hadoop_loader.store import STATE_DIR, LandingStore, Recovery, seq_name
+
+log = logging.getLogger("logferry.loader")
+
+
+@dataclass
+class TopicStats:
+    """What a run landed for one topic."""
+
+    rows: int = 0
+    log_bytes: int = 0
+    """Log bytes read (offset ranges)."""
+    parquet_bytes: int = 0
+    files: int = 0
+    ranges: list[RangeEntry] = field(default_factory=list)
+    hours: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class LoadResult:
+    """The outcome of one run, for the summary and the tests."""
+
+    sequence: int | None
+    """The committed run's sequence number (None: nothing to commit)."""
+    recovery: Recovery
+    topics: dict[str, TopicStats]
+    gaps: list[Gap]
+    seconds: float
+    walked_bytes: int = 0
+    undecodable: int = 0
+    audit: Any = None
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.topics.values())
+
+
+def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None) -> LoadResult:
+    """Run one landing job; reuses ``spark`` when given (tests), else builds a session."""
+    started = time.time()
+    if spark is None:
+        from hadoop_loader.spark_session import build_session
+        spark = build_session(config.spark, master, config.load.timezone)
+    spark.conf.set("spark.sql.session.timeZone", config.load.timezone)
+    spark.dataSource.register(LogferryDataSource)
+    fs = filesystem_for(config.output.uri, config.output.filesystem, spark)
+    store = LandingStore(fs, config.output.uri)
+    fs.mkdirs(store.state)
+    store.acquire_lock()
+    try:
+        result = _run_locked(config, spark, fs, store, started)
+    finally:
+        store.release_lock()
+    if config.audit.enabled:
+        from hadoop_loader.audit import audit_after_load
+        result.audit = audit_after_load(config, store, started)
+    result.seconds = time.time() - started
+    return result
+
+
+def _run_locked(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore,
+                started: float) -> LoadResult:
+    recovery = store.recover()
+    if recovery.rolled_forward or recovery.discarded:
+        log.info("recovery: %s", recovery.describe())
+    previous = store.latest()
+    sequence = (previous.sequence if previous else 0) + 1
+    landed = previous.offsets if previous else {}
+    source = config.source
+    endpoint = Endpoint(source.zk, source.brokers)
+    first = EARLIEST if config.load.first_run == "earliest" else LATEST
+    with DriverPlanner(endpoint) as planner:
+        plan = planner.plan_ranges(
+            source.topics, OffsetSpec(first, {t: landed.get(t, {}) for t in source.topics}),
+            None, config.load.on_retention_gap == "skip", config.load.chunk_bytes,
+            config.load.max_bytes_per_partition)
+        executors = planner.executor_endpoint()
+    result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
+                        0.0, plan.walked_bytes)
+    for gap in plan.gaps:
+        log.warning("skipped a retention gap: %s", gap.describe())
+    advanced = any(landed.get(r.topic, {}).get(r.partition) != r.end for r in plan.ranges)
+    if not plan.chunks and not advanced:
+        log.info("nothing new to land")
+        return result
+
+    data_uri = store.begin(sequence)
+    if plan.chunks:
+        _write(config, spark, fs, store, sequence, plan, executors, data_uri)
+    crash.crash_point("after-write")
+    files, counts = _count(spark, fs, data_uri) if plan.chunks else ([], {})
+    manifest = _manifest(config, sequence, started, previous, plan, files, counts)
+    crash.crash_point("after-count")
+    store.commit(manifest)
+    crash.crash_point("after-commit")
+    store.publish(manifest, after_each=lambda n: crash.crash_point("during-publish"))
+    crash.crash_point("after-publish")
+    store.cleanup(sequence)
+
+    result.sequence = sequence
+    result.undecodable = manifest.undecodable
+    for f in manifest.files:
+        stats = result.topics[_topic_of(f.path)]
+        stats.files += 1
+        stats.parquet_bytes += f.size
+    for r in manifest.ranges:
+        stats = result.topics[r.topic]
+        stats.rows += r.rows
+        stats.log_bytes += r.end - r.start
+        stats.ranges.append(r)
+    for topic, hours in manifest.hours.items():
+        result.topics[topic].hours = hours
+    return result
+
+
+def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
+           plan: RangePlan, executors: Endpoint, data_uri: str) -> None:
+    """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
+    from pyspark.sql import functions as F
+
+    decoded = sorted(config.source.decode_agent_records)
+    reader = (spark.read.format(FORMAT)
+              .option("brokers", ",".join(executors.brokers or ()))
+              .option("topics", ",".join(config.source.topics))
+              .option("chunks", json.dumps([c.to_json() for c in plan.chunks]))
+              .option("fetchBytes", str(config.load.fetch_bytes))
+              .option("decodeAgentRecords", ",".join(decoded) if decoded else "false"))
+    df = (reader.load()
+          .withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
+          .withColumn("hr", F.date_format("timestamp", "HH")))
+    per_hour = config.output.files_per_hour
+    if per_hour > 0:
+        keys = [F.col("topic"), F.col("dt"), F.col("hr")]
+        if per_hour > 1:
+            keys.append(F.pmod(F.hash("partition", "offset", "index"), F.lit(per_hour)))
+        df = df.repartition(*keys)
+    crash.watch_for("during-write", lambda: any(
+        f.uri.endswith(".parquet") for f in fs.list_files(store.staging_dir(sequence))))
+    (df.write.partitionBy("topic", "dt", "hr")
+     .option("maxRecordsPerFile", config.output.max_records_per_file)
+     .option("compression", config.output.compression)
+     .mode("errorifexists")
+     .parquet(data_uri))
+
+
+def _count(spark: Any, fs: FileSystem, data_uri: str
+           ) -> tuple[list[tuple[str, int]], dict[tuple[str, str, int, str, str], tuple]]:
+    """List the staged Parquet files and count their rows per file, partition and hour.
+
+    Returns ``(files, counts)``: files as (path relative to ``data_uri``, size); counts
+    keyed by (file, topic, partition, dt, hr) -> (rows, min offset, max offset,
+    undecodable).
+    """
+    from pyspark.sql import functions as F
+
+    files = [(relative(data_uri, f.uri), f.size) for f in fs.list_files(data_uri)
+             if f.uri.endswith(".parquet") and "/_" not in relative(data_uri, f.uri)
+             and not relative(data_uri, f.uri).startswith("_")]
+    if not files:
+        return [], {}
+    key = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    old = spark.conf.get(key)
+    spark.conf.set(key, "false")  # topic "007" stays a string, hr "03" stays "03"
+    try:
+        staged = spark.read.option("basePath", data_uri).parquet(data_uri)
+        has_decoded = "decoded" in staged.columns
+        bad = (F.sum(F.when(F.col("decoded") == F.lit(False), 1).otherwise(0)) if has_decoded
+               else F.lit(0))
+        rows = (staged.groupBy(F.input_file_name().alias("file"), "topic", "partition", "dt", "hr")
+                .agg(F.count(F.lit(1)).alias("rows"), F.min("offset").alias("lo"),
+                     F.max("offset").alias("hi"), bad.alias("bad"))
+                .collect())
+    finally:
+        spark.conf.set(key, old)
+    base = _path_of(data_uri) + "/"
+    counts = {}
+    for r in rows:
+        path = _path_of(r["file"])
+        if not path.startswith(base):
+            raise StateError(f"Spark read {r['file']}, which is not below {data_uri}")
+        rel = path[len(base):]
+        counts[(rel, r["topic"], int(r["partition"]), r["dt"], r["hr"])] = (
+            int(r["rows"]), int(r["lo"]), int(r["hi"]), int(r["bad"]))
+    return files, counts
+
+
+def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Manifest | None,
+              plan: RangePlan, files: list[tuple[str, int]], counts: dict) -> Manifest:
+    """Build the run's manifest from the plan and the staged counts, checking them."""
+    landed = previous.offsets if previous else {}
+    per_file: dict[str, int] = {}
+    per_partition: dict[tuple[str, int], list[int]] = {}
+    hours: dict[str, dict[str, int]] = {}
+    undecodable = 0
+    for (rel, topic, partition, dt, hr), (rows, lo, hi, bad) in counts.items():
+        per_file[rel] = per_file.get(rel, 0) + rows
+        acc = per_partition.setdefault((topic, partition), [0, lo, hi])
+        acc[0] += rows
+        acc[1], acc[2] = min(acc[1], lo), max(acc[2], hi)
+        hour = f"{dt}T{hr}"
+        hours.setdefault(topic, {})[hour] = hours.get(topic, {}).get(hour, 0) + rows
+        undecodable += bad
+    planned = {(r.topic, r.partition): r for r in plan.ranges}
+    ranges = []
+    for key, r in sorted(planned.items()):
+        rows, lo, hi = per_partition.pop(key, [0, r.start, r.start])
+        if r.end > r.start and (rows == 0 or lo < r.start or hi >= r.end):
+            raise StateError(f"run {sequence}: staged data of {r.topic}/{r.partition} does not "
+                             f"match the planned range [{r.start}, {r.end}) ({rows} rows, "
+                             f"offsets {lo}..{hi}); nothing was committed")
+        ranges.append(RangeEntry(r.topic, r.partition, r.start, r.end, rows))
+    if per_partition:
+        stray = sorted(per_partition)[0]
+        raise StateError(f"run {sequence}: staged data holds {stray[0]}/{stray[1]}, which was "
+                         "not planned; nothing was committed")
+    entries = []
+    for rel, size in sorted(files):
+        if rel not in per_file:
+            raise StateError(f"run {sequence}: staged file {rel} was not counted; nothing was "
+                             "committed")
+        directory, _, name = rel.rpartition("/")
+        entries.append(FileEntry(f"{directory}/r{seq_name(sequence)[-8:]}-{name}", rel, size,
+                                 per_file[rel]))
+    if sum(per_file.values()) != sum(r.rows for r in ranges):
+        raise StateError(f"run {sequence}: file and range row counts differ")
+    return Manifest(
+        sequence=sequence,
+        run_id=uuid.uuid4().hex,
+        started_ms=int(started * 1000),
+        committed_ms=int(time.time() * 1000),
+        source=config.source.zk or ",".join(config.source.brokers or ()),
+        ranges=[r for r in ranges  # ranges that landed rows or moved an offset (a gap)
+                if r.end > r.start or landed.get(r.topic, {}).get(r.partition) != r.end],
+        files=entries,
+        hours=hours,
+        offsets=next_offsets(previous.offsets if previous else {}, ranges),
+        gaps=plan.gaps,
+        undecodable=undecodable,
+    )
+
+
+def _path_of(uri: str) -> str:
+    """The unquoted path of a URI (``file:/x``, ``file:///x`` and ``/x`` give ``/x``)."""
+    return unquote(urlparse(uri).path).rstrip("/")
+
+
+def _topic_of(path: str) -> str:
+    first = path.split("/", 1)[0]
+    return unquote(first.partition("=")[2])
+
+
+def landed_files(fs: FileSystem, root: str) -> list[str]:
+    """Published Parquet files under ``root`` (outside ``_logferry``), relative paths."""
+    return sorted(relative(root, f.uri) for f in fs.list_files(root)
+                  if f.uri.endswith(".parquet") and f"/{STATE_DIR}/" not in f.uri)
+

@@ -1,0 +1,130 @@
+"""The ``logferry`` data source's options, parsed and validated once.
+
+Option names are case-insensitive (Spark's convention); a wrong value raises
+:class:`LoaderConfigError` naming the option. The full table is in ``docs/loader.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping
+
+from hadoop_loader.config import check_topic_name
+from hadoop_loader.errors import LoaderConfigError
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
+from hadoop_loader.planning import Chunk
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How executors reach the cluster (picklable, hashable: the consumer cache key)."""
+
+    zk: str | None
+    brokers: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the reader needs, from ``.option(...)`` calls."""
+
+    endpoint: Endpoint
+    topics: tuple[str, ...]
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_bytes_per_partition: int = 64 * MiB
+    """Target size of one Spark input partition (a chunk of a topic-partition's range)."""
+    fetch_bytes: int = 8 * MiB
+    decode: frozenset[str] = frozenset()
+    """Topics whose values are decoded as agent records."""
+    agent_columns: bool = False
+    """Whether the schema has the agent columns (``decodeAgentRecords`` was given)."""
+    skip_gaps: bool = False
+    max_bytes_per_trigger: int | None = None
+    """Streaming: at most this many log bytes per partition per micro-batch."""
+    chunks: tuple[Chunk, ...] | None = None
+    """A plan made by the landing job: read exactly these chunks, plan nothing."""
+
+
+KNOWN = {
+    "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
+    "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
+    "pushfilters", "path",
+}
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Validate the options given to ``spark.read.format("logferry")``."""
+    options = {str(k).lower(): str(v) for k, v in raw.items()}
+    unknown = sorted(set(options) - KNOWN)
+    if unknown:
+        raise LoaderConfigError(f"unknown logferry option {unknown[0]!r}; known options: "
+                                "zk, brokers, topics, startingOffsets, endingOffsets, "
+                                "maxBytesPerPartition, fetchBytes, decodeAgentRecords, "
+                                "onRetentionGap, maxBytesPerTrigger, pushFilters")
+    zk = options.get("zk") or None
+    brokers = tuple(b.strip() for b in options.get("brokers", "").split(",") if b.strip()) or None
+    if (zk is None) == (brokers is None):
+        raise LoaderConfigError("give exactly one of the options zk (ZooKeeper connect string "
+                                "with chroot) or brokers (host:port,host:port)")
+    topic_text = options.get("topics") or options.get("path") or ""
+    topics = tuple(t.strip() for t in topic_text.split(",") if t.strip())
+    if not topics:
+        raise LoaderConfigError("option topics is required: a comma-separated list of topics")
+    for topic in topics:
+        check_topic_name(topic, "option topics")
+    decode_text = options.get("decodeagentrecords", "false").strip()
+    if decode_text.lower() in ("true", "false"):
+        decode = frozenset(topics) if decode_text.lower() == "true" else frozenset()
+        agent_columns = decode_text.lower() == "true"
+    else:
+        decode = frozenset(t.strip() for t in decode_text.split(",") if t.strip())
+        stray = sorted(decode - set(topics))
+        if stray:
+            raise LoaderConfigError(f"option decodeAgentRecords names {stray[0]!r}, which is "
+                                    "not in the option topics")
+        agent_columns = True
+    if options.get("pushfilters", "false").lower() not in ("true", "false"):
+        raise LoaderConfigError(f"option pushFilters must be true or false, "
+                                f"got {options['pushfilters']!r}")
+    gap = options.get("onretentiongap", "fail").lower()
+    if gap not in ("fail", "skip"):
+        raise LoaderConfigError(f"option onRetentionGap must be 'fail' or 'skip', got {gap!r}")
+    chunks = None
+    if "chunks" in options:
+        try:
+            chunks = tuple(Chunk.from_json(c) for c in json.loads(options["chunks"]))
+        except (ValueError, TypeError) as exc:
+            raise LoaderConfigError(f"option chunks is not a list of [topic, partition, "
+                                    f"start, end]: {exc}") from None
+    trigger = options.get("maxbytespertrigger")
+    return SourceOptions(
+        endpoint=Endpoint(zk, brokers),
+        topics=topics,
+        starting=parse_offset_spec(options.get("startingoffsets"), "startingOffsets", EARLIEST),
+        ending=parse_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST),
+        max_bytes_per_partition=_positive(options, "maxbytesperpartition", "maxBytesPerPartition",
+                                          64 * MiB),
+        fetch_bytes=_positive(options, "fetchbytes", "fetchBytes", 8 * MiB),
+        decode=decode,
+        agent_columns=agent_columns,
+        skip_gaps=gap == "skip",
+        max_bytes_per_trigger=(None if trigger is None else
+                               _positive(options, "maxbytespertrigger", "maxBytesPerTrigger", 0)),
+        chunks=chunks,
+    )
+
+
+def _positive(options: dict[str, str], key: str, name: str, default: int) -> int:
+    text = options.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise LoaderConfigError(f"option {name} must be a positive number of bytes, got {text!r}")
+    return value

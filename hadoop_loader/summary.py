@@ -1,0 +1,69 @@
+"""Human-readable reports of a run: the landing summary and the audit table."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from hadoop_loader.audit import AuditReport
+from hadoop_loader.job import LoadResult
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _hours(hours: dict[str, int]) -> str:
+    if not hours:
+        return "-"
+    keys = sorted(hours)
+    if len(keys) == 1:
+        return keys[0]
+    return f"{len(keys)} ({keys[0]} .. {keys[-1]})"
+
+
+def print_summary(result: LoadResult, out: TextIO) -> None:
+    """Per topic rows, bytes, offset ranges and hours; duration and rows/s."""
+    seconds = max(result.seconds, 1e-9)
+    if result.recovery.rolled_forward or result.recovery.discarded:
+        print(f"recovery: {result.recovery.describe()}", file=out)
+    if result.sequence is None:
+        print(f"nothing new to land ({seconds:.1f} s)", file=out)
+    else:
+        print(f"run {result.sequence} committed: {result.rows:,} rows in {seconds:.1f} s "
+              f"({result.rows / seconds:,.0f} rows/s)", file=out)
+    for topic, stats in result.topics.items():
+        print(f"  {topic}: {stats.rows:,} rows, {_size(stats.log_bytes)} read, "
+              f"{_size(stats.parquet_bytes)} Parquet in {stats.files} file(s), "
+              f"hours {_hours(stats.hours)}", file=out)
+        for r in sorted(stats.ranges, key=lambda r: r.partition):
+            print(f"    partition {r.partition}: offsets [{r.start}, {r.end}) "
+                  f"{r.rows:,} rows", file=out)
+    for gap in result.gaps:
+        print(f"  GAP skipped: {gap.describe()}", file=out)
+    if result.undecodable:
+        print(f"  {result.undecodable:,} value(s) were not agent records (kept raw, "
+              "decoded = false)", file=out)
+    if result.walked_bytes:
+        print(f"  planning walked {_size(result.walked_bytes)} of batch boundaries", file=out)
+
+
+def print_audit(report: AuditReport, out: TextIO) -> None:
+    """Completeness per topic and hour; ``*`` marks hours still settling (not judged)."""
+    print(f"audit: {report.records} record(s) used, {report.skipped} skipped", file=out)
+    if not report.hours:
+        print("  no audited hours", file=out)
+        return
+    print(f"  {'topic':<24} {'hour':<14} {'expected':>12} {'landed':>12} {'complete':>9}",
+          file=out)
+    failing = set(id(h) for h in report.failing())
+    for h in report.hours:
+        pct = "n/a" if h.completeness is None else f"{h.completeness:.2%}"
+        mark = " *" if not h.judged else (" LOW" if id(h) in failing else "")
+        expected = "-" if h.expected is None else f"{h.expected:,}"
+        print(f"  {h.topic:<24} {h.hour:<14} {expected:>12} {h.landed:>12,} {pct:>9}{mark}",
+              file=out)
+    print("  (* = hour still settling, not judged)", file=out)
