@@ -33,39 +33,46 @@ class FetchBoundaryFinder:
         self.requests = 0
 
     def boundary_within(self, topic: str, partition: int, start: int, max_bytes: int) -> int:
-        """A boundary in ``(start, start + max_bytes]``, as far as whole steps reach.
+        """The last boundary in ``(start, start + max_bytes]``, or the first batch's end.
 
-        A batch longer than ``step_bytes`` ends the walk early (a smaller chunk, still
-        correct); a batch longer than ``max_bytes`` at ``start`` is returned whole.
+        Fetches in steps of ``step_bytes``; a batch larger than the step is fetched with a
+        growing limit (never past ``start + max_bytes``). When the batch at ``start`` is
+        itself longer than ``max_bytes``, its end is returned: progress is guaranteed.
         """
         limit = start + max_bytes
         pos = start
         with source_errors(f"walking batch boundaries of {topic}/{partition} from {start}"):
             while pos < limit:
                 want = min(self.step_bytes, limit - pos)
-                result = self.consumer.fetch(topic, partition, pos, max_bytes=want)
-                self.requests += 1
+                while True:
+                    result = self._fetch(topic, partition, pos, want)
+                    if result.next_offset > pos or want >= limit - pos:
+                        break
+                    want = min(want * 4, limit - pos)  # a batch larger than the step
                 if result.next_offset <= pos:
                     break  # the next batch does not fit before the limit (or the log ends)
                 self.bytes_walked += result.next_offset - pos
                 pos = result.next_offset
             if pos == start:
-                pos = self._first_batch_end(topic, partition, start)
+                pos = self._first_batch_end(topic, partition, start, max(max_bytes, 1024) * 2)
         return pos
 
-    def _first_batch_end(self, topic: str, partition: int, start: int) -> int:
-        """End of a batch larger than the step: fetch with growing limits until it fits."""
-        want = max(self.step_bytes, 1024 * 1024) * 2
+    def _fetch(self, topic: str, partition: int, pos: int, want: int):  # -> FetchResult
+        self.requests += 1
+        return self.consumer.fetch(topic, partition, pos, max_bytes=want)
+
+    def _first_batch_end(self, topic: str, partition: int, start: int, want: int) -> int:
+        """End of the batch at ``start``, larger than the limit: grow until it fits."""
         while True:
-            result = self.consumer.fetch(topic, partition, start, max_bytes=want)
-            self.requests += 1
-            if result.next_offset > start:
-                self.bytes_walked += result.next_offset - start
-                return result.next_offset
+            result = self._fetch(topic, partition, start, want)
+            if result.batches:
+                end = result.batches[0].next_offset
+                self.bytes_walked += end - start
+                return end
             if start >= result.visible_end:
                 raise SourceError(f"{topic}/{partition}: no batch at {start}, the visible end "
-                                 f"is {result.visible_end}")
+                                  f"is {result.visible_end}")
             if want >= MAX_BATCH_BYTES + 64:
                 raise SourceError(f"{topic}/{partition}: no whole batch at {start} within "
-                                 f"{want} bytes")
+                                  f"{want} bytes")
             want = min(want * 4, MAX_BATCH_BYTES + 64)
