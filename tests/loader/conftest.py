@@ -1,0 +1,98 @@
+"""Loader-only fixtures: one SparkSession for the session, producing test data, reading
+landed Parquet back with pyarrow (independently of the loader and of Spark).
+
+Spark runs in local mode with two cores, no UI, small memory and few shuffle partitions
+(the machine is shared); Python workers run this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow.dataset as ds
+import pytest
+
+from broker.client import Admin, Producer
+from hadoop_loader.config import LoaderConfig, config_from_dict
+
+HOUR_MS = 3600 * 1000
+BASE_HOUR_MS = 1_709_251_200_000
+"""2024-03-01T00:00:00Z: event times of test messages start here."""
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession shared by every loader test."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("logferry-loader-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "768m")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.python.filterPushdown.enabled", "true")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hours: int = 3,
+            value_bytes: int = 40, per_send: int = 250, create: bool = True
+            ) -> dict[int, list[tuple[bytes, int]]]:
+    """Send ``n`` messages round-robin over ``partitions`` with event times spread over
+    ``hours`` hours from BASE_HOUR_MS; returns partition -> [(value, timestamp)] in order."""
+    if create:
+        with Admin(zk=zk) as admin:
+            if topic not in admin.list_topics():
+                admin.create_topic(topic, partitions)
+    sent: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(partitions)}
+    with Producer(zk=zk, linger_ms=5) as producer:
+        i = start
+        while i < start + n:
+            count = min(per_send, start + n - i)
+            p = (i // per_send) % partitions
+            ts = BASE_HOUR_MS + (i * hours * HOUR_MS) // max(start + n, 1) % (hours * HOUR_MS)
+            values = [(b"%s-%08d-" % (topic.encode(), j)).ljust(value_bytes, b"v")
+                      for j in range(i, i + count)]
+            producer.send(topic, values, partition=p, timestamp=ts)
+            sent[p].extend((v, ts) for v in values)
+            i += count
+        producer.flush(timeout=120)
+        metrics = producer.metrics()
+        assert metrics.get("messages_failed", 0) == 0, metrics
+    return sent
+
+
+def loader_config(zk: str, out: Path, topics: list[str], **sections: dict) -> LoaderConfig:
+    """A LoaderConfig for tests (small chunks, so plans have several per partition)."""
+    data: dict[str, dict] = {
+        "source": {"zk": zk, "topics": topics},
+        "output": {"uri": out.as_uri()},
+        "load": {"chunk_bytes": 1 << 20, "fetch_bytes": 256 * 1024},
+        "spark": {"master": "local[2]"},
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return config_from_dict(data)
+
+
+def read_landed(root: Path):
+    """Every published row, read with pyarrow (skips _logferry), hive partitions as strings."""
+    import pyarrow as pa
+
+    part = ds.partitioning(pa.schema([("topic", pa.string()), ("dt", pa.string()),
+                                      ("hr", pa.string())]), flavor="hive")
+    files = [str(p) for p in root.rglob("*.parquet") if "_logferry" not in p.parts]
+    if not files:
+        return None
+    return ds.dataset(files, format="parquet", partitioning=part,
+                      partition_base_dir=str(root)).to_table()
