@@ -1,0 +1,49 @@
+# logferry's entry points. CI runs `make test` (see .ci/run).
+#
+#   make test [PYTEST_ARGS="-k expire -x"]   unit + integration tests (real ZooKeeper)
+#   make demo [DEMO_ARGS=...]                 the end-to-end demo
+#   make bench                                benchmarks/run_all.py
+#   make venv | system-deps | clean | distclean
+#
+# `venv` reinstalls only when pyproject.toml changes (stamp file inside .venv);
+# `system-deps` installs Java and Debian's ZooKeeper if missing (root), or says how.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+STAMP := $(VENV)/.logferry-installed
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+.PHONY: help venv system-deps test demo bench clean distclean
+
+help:
+	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/make-venv.sh
+	@scripts/make-venv.sh
+
+system-deps:
+	@scripts/install-system-deps.sh
+
+test: venv system-deps
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: venv system-deps
+	$(VENV)/bin/logferry demo $(DEMO_ARGS)
+
+bench: venv system-deps
+	@test -f benchmarks/run_all.py || { echo "make bench: benchmarks/run_all.py does not exist yet" >&2; exit 1; }
+	$(VENV)/bin/python benchmarks/run_all.py
+
+# Generated files only; keeps .venv (slow to rebuild) and .logferry/ (a local
+# ZooKeeper's data: stop it with `logferry zk stop` first, then remove by hand).
+clean:
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
+	rm -rf .pytest_cache build dist *.egg-info spark-warehouse metastore_db derby.log
+
+distclean: clean
+	rm -rf $(VENV)

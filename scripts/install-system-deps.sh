@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Install what the integration tests need from the system: a Java runtime (>= 11)
+# and Debian's ZooKeeper server jars (broker/zkserver.py runs them without systemd).
+#
+# Idempotent and quiet: when everything is present it prints nothing and exits 0.
+# As root it installs the missing packages (one `apt-get update`, then one install).
+# As another user it prints the exact command to run as root and exits 1.
+set -euo pipefail
+
+JAVA_DIR=/usr/share/java
+# Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/zkserver.py.
+REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
+PACKAGES=(zookeeper default-jre-headless)
+MIN_JAVA=11
+
+# The java that broker/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
+java_bin() {
+    if [[ -n "${JAVA_HOME:-}" && -x "${JAVA_HOME}/bin/java" ]]; then
+        echo "${JAVA_HOME}/bin/java"
+    else
+        command -v java || true
+    fi
+}
+
+# Major version of a java executable: "17.0.15" -> 17, "1.8.0_292" -> 8, 0 if unknown.
+java_major() {
+    local version
+    version=$("$1" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -n 1)
+    case "$version" in
+        1.*) version=${version#1.} ;;
+    esac
+    version=${version%%[!0-9]*}
+    echo "${version:-0}"
+}
+
+# Fill the array MISSING with what is absent: "java", "java 11+ (found 8)", jar names.
+find_missing() {
+    local java major jar
+    MISSING=()
+    java=$(java_bin)
+    if [[ -z "$java" ]]; then
+        MISSING+=("java")
+    else
+        major=$(java_major "$java")
+        if (( major < MIN_JAVA )); then
+            MISSING+=("java ${MIN_JAVA}+ (${java} is ${major})")
+        fi
+    fi
+    for jar in "${REQUIRED_JARS[@]}"; do
+        [[ -f "${JAVA_DIR}/${jar}" ]] || MISSING+=("${JAVA_DIR}/${jar}")
+    done
+}
+
+# "a, b, c" from the MISSING array.
+missing_list() {
+    local out="" item
+    for item in "${MISSING[@]}"; do
+        out+="${out:+, }${item}"
+    done
+    echo "$out"
+}
+
+find_missing
+(( ${#MISSING[@]} == 0 )) && exit 0
+
+install_cmd="apt-get install -y --no-install-recommends ${PACKAGES[*]}"
+what=$(missing_list)
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime and ZooKeeper 3.8 jars in ${JAVA_DIR} (Debian/Ubuntu: ${install_cmd})" >&2
+    exit 1
+fi
+
+if (( EUID != 0 )); then
+    echo "install-system-deps: missing ${what}; run as root: sudo apt-get update && sudo ${install_cmd}" >&2
+    exit 1
+fi
+
+echo "install-system-deps: missing ${what}; installing ${PACKAGES[*]} with apt-get" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends ${PACKAGES[*]} </dev/null
+
+find_missing
+if (( ${#MISSING[@]} > 0 )); then
+    echo "install-system-deps: still missing after apt-get install: $(missing_list); install them by hand (for a too old java: set JAVA_HOME to a JDK ${MIN_JAVA}+)" >&2
+    exit 1
+fi

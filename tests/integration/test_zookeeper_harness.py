@@ -1,0 +1,149 @@
+"""The ZooKeeper test harness against the real server: chroots, stop/kill/start keeping
+data, session expiry on purpose, and the ``logferry zk`` daemon across processes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+from tests.support import wait_until
+from tests.support.ports import free_port
+from tests.support.zookeeper import ZooKeeperHarness, expire_session
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _root_client(zookeeper: ZooKeeperHarness) -> KazooClient:
+    """A client without chroot, to look at the tree from outside a test's chroot."""
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10.0)
+    client.start(timeout=15)
+    return client
+
+
+def _record_states(client: KazooClient) -> list[KazooState]:
+    states: list[KazooState] = []
+    client.add_listener(states.append)
+    return states
+
+
+def test_each_test_gets_its_own_chroot(zookeeper, zk_connect, zk_client):
+    assert re.fullmatch(rf"127\.0\.0\.1:{zookeeper.port}/t-[0-9a-f]{{8}}", zk_connect)
+    assert zk_client.get_children("/") == []
+    zk_client.create("/brokers/ids/1", b'{"port": 1}', makepath=True)
+    assert zk_client.get("/brokers/ids/1")[0] == b'{"port": 1}'
+
+    chroot = zk_connect.partition("/")[2]
+    root = _root_client(zookeeper)
+    try:
+        assert root.get(f"/{chroot}/brokers/ids/1")[0] == b'{"port": 1}'
+        other = zookeeper.new_chroot().partition("/")[2]
+        assert other != chroot
+        assert root.get_children(f"/{other}") == []
+    finally:
+        root.stop()
+        root.close()
+
+
+def test_stop_then_start_keeps_port_data_and_sessions(zookeeper, zk_client):
+    zk_client.create("/kept", b"persistent")
+    zk_client.create("/mine", b"ephemeral", ephemeral=True)
+    session = zk_client.client_id[0]
+    states = _record_states(zk_client)
+    port = zookeeper.port
+
+    zookeeper.stop()
+    assert not zookeeper.is_running()
+    wait_until(lambda: KazooState.SUSPENDED in states, what="the client to see SUSPENDED")
+    zookeeper.start()
+
+    assert zookeeper.port == port
+    wait_until(lambda: zk_client.connected, timeout=20, what="the client to reconnect")
+    assert zk_client.get("/kept")[0] == b"persistent"
+    # The server keeps sessions across a restart; the client is back within its timeout.
+    assert zk_client.client_id[0] == session
+    assert zk_client.get("/mine")[0] == b"ephemeral"
+    assert KazooState.LOST not in states
+
+
+def test_kill_9_loses_nothing_written(zookeeper, zk_connect, zk_client):
+    zk_client.create("/before-crash", b"x" * 1000)
+    zookeeper.kill()
+    assert not zookeeper.is_running()
+    zookeeper.start()
+    fresh = KazooClient(hosts=zk_connect, timeout=10.0)
+    fresh.start(timeout=15)
+    try:
+        assert fresh.get("/before-crash")[0] == b"x" * 1000
+    finally:
+        fresh.stop()
+        fresh.close()
+
+
+def test_expire_session_ends_it_on_the_server(zookeeper, zk_connect, zk_client):
+    zk_client.create("/owner", b"me", ephemeral=True)
+    old_session = zk_client.client_id[0]
+    states = _record_states(zk_client)
+    observer = KazooClient(hosts=zk_connect, timeout=10.0)
+    observer.start(timeout=15)
+    try:
+        assert observer.exists("/owner") is not None
+        expire_session(zk_client)
+        assert KazooState.LOST in states
+        wait_until(lambda: observer.exists("/owner") is None, what="the ephemeral node to vanish")
+    finally:
+        observer.stop()
+        observer.close()
+    wait_until(lambda: zk_client.connected, timeout=20, what="kazoo to open a new session")
+    assert zk_client.client_id[0] != old_session
+    assert zk_client.exists("/owner") is None
+
+
+def test_expire_session_needs_a_connected_client(zookeeper):
+    client = KazooClient(hosts=zookeeper.hosts)
+    with pytest.raises(RuntimeError, match="connected client"):
+        expire_session(client)
+
+
+def test_a_test_may_leave_zookeeper_stopped(zookeeper):
+    zookeeper.stop()  # and "forget" to start it: the harness must recover
+
+
+def test_the_next_test_finds_it_running_again(zookeeper, zk_client):
+    assert zookeeper.is_running()
+    assert zk_client.exists("/") is not None
+
+
+def _zk_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``logferry zk ...`` in a separate process, as a user would run it."""
+    return subprocess.run([sys.executable, "-m", "broker.cli.zk_cmd", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+
+def test_zk_command_runs_a_daemon_found_by_later_commands(tmp_path):
+    data_dir = str(tmp_path / "zk")
+    port = str(free_port())
+    try:
+        started = _zk_cli("start", "--port", port, "--data-dir", data_dir)
+        assert started.returncode == 0, started.stderr
+        assert f"127.0.0.1:{port}" in started.stdout
+
+        status = _zk_cli("status", "--data-dir", data_dir)  # the port comes from zoo.cfg
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "mode: standalone" in status.stdout and f"127.0.0.1:{port}" in status.stdout
+
+        again = _zk_cli("start", "--data-dir", data_dir)
+        assert again.returncode == 0 and "already running" in again.stdout
+
+        stopped = _zk_cli("stop", "--data-dir", data_dir)
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+        assert _zk_cli("status", "--data-dir", data_dir).returncode == 3
+    finally:
+        _zk_cli("stop", "--data-dir", data_dir)
