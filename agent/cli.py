@@ -12,6 +12,7 @@ configuration error.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import signal
@@ -75,6 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: thread dump
     try:
         return agent.run()
     except AgentError as exc:

@@ -83,6 +83,8 @@ class TailedFile:
         """Bytes held by the splitter and joiner."""
         self.counted_held = 0
         """The part of ``held`` the runtime has added to its in-flight total."""
+        self.expansion = 2.0
+        """Encoded bytes per byte read, from the last big read (sizes reads under the cap)."""
         self.retry_at = 0.0
         """After a failed batch, do not re-read before this monotonic time."""
         self.failures = 0

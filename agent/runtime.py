@@ -109,6 +109,10 @@ class Agent:
         self._next_checkpoint = 0.0
         self._next_second = 0.0
         self.snapshot = Snapshot()
+        p = config.producer
+        self._ack_timeout = p.delivery_timeout_s + p.request_timeout_s + 10.0
+        """Longer than the producer can legitimately take to complete a future."""
+        self._producer_stuck = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -145,8 +149,8 @@ class Agent:
             if self.config.watch:
                 self._watcher = Watcher(self.config.sources, self._wake.set)
                 self._watcher.start()
-            self._scan(initial=True)
             self._adopt_dormant()
+            self._scan(initial=True)
         except BaseException:
             self._close_resources()
             raise
@@ -239,7 +243,7 @@ class Agent:
             wake.set()
         return callback
 
-    def _collect(self) -> None:
+    def _collect(self, expire_before: float | None = None) -> None:
         """Account finished chunks; advance checkpoints; rewind files whose batch failed."""
         seen: set[int] = set()
         done = self._done
@@ -249,8 +253,13 @@ class Agent:
                 continue
             seen.add(id(tailed))
             before = tailed.tracker.acked
-            finished, rewind = tailed.tracker.poll()
+            finished, rewind = tailed.tracker.poll(expire_before)
             counters = self.metrics.counters
+            if expire_before is not None and any(not c.completion.done() for c, _ in finished):
+                log.error("%s: no acknowledgement within %.0fs; sending again from offset %d "
+                          "with a new producer", tailed.path, self._ack_timeout,
+                          tailed.tracker.acked)
+                self._producer_stuck = True
             for chunk, ok in finished:
                 self._inflight -= chunk.nbytes
                 self._ledger.finished(chunk.topic, chunk.window, chunk.count, ok)
@@ -270,6 +279,24 @@ class Agent:
                 self.metrics.add("audit_records")
             elif len(self._audit_backlog) < AUDIT_BACKLOG:
                 self._audit_backlog.append(record)
+
+    def _replace_producer(self) -> None:
+        """A future never completed (a client bug): its partition may be wedged for good.
+
+        Replace the producer; the old one is closed in the background, which fails
+        whatever it still holds, and those files are read again from their checkpoints.
+        """
+        self._producer_stuck = False
+        old = self.producer
+        try:
+            self.producer = self._producer_factory(self.config)
+        except AgentError as exc:
+            log.error("cannot replace the producer: %s", exc)
+            self.producer = old
+            return
+        self.metrics.add("errors")
+        threading.Thread(target=old.close, kwargs={"timeout": 1.0}, daemon=True,
+                         name="agent-old-producer").start()
 
     def _rewind(self, tailed: TailedFile, offset: int, error: BaseException) -> None:
         """A batch failed: read the file again from its checkpoint, after a pause."""
@@ -338,29 +365,38 @@ class Agent:
 
     def _moved(self, src: str, dest: str) -> None:
         """A rename: follow a tailed file to its new name; pick up files moved into view."""
-        tailed = self._by_path.get(src)
-        if tailed is not None:
-            try:
-                st = os.stat(dest)
-            except OSError:
-                return
-            if FileKey(st.st_dev, st.st_ino) == tailed.key:
-                del self._by_path[src]
-                tailed.where = dest
-                self._by_path[dest] = tailed
-                if not tailed.rotated:
-                    tailed.rotated = True
-                    self.metrics.add("rotations")
+        try:
+            st = os.stat(dest)
+        except OSError:
+            return
+        if not stat_module.S_ISREG(st.st_mode):
+            return
+        tailed = self.files.get(FileKey(st.st_dev, st.st_ino))
+        if tailed is not None and not self._reused(tailed):
+            if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+                del self._by_path[tailed.where]
+            tailed.where = dest
+            self._by_path[dest] = tailed
+            if dest != tailed.path and not tailed.rotated:
+                tailed.rotated = True
+                self.metrics.add("rotations")
             return
         index = self._matcher.source_of(dest)
         if index is not None:
             self._discover(dest, index)
             return
-        # A file we never saw, renamed away from a watched name before we read it
-        # (two rotations in quick succession): read it under the name it had.
         index = self._matcher.source_of(src)
         if index is not None:
+            # A file we never saw, renamed away from a watched name before we read it
+            # (rotations in quick succession): read it under the name it had, before
+            # whatever file now sits at that name if that one is still unread.
+            successor = self._latest.get(src)
             self._discover(dest, index, tag=src)
+            moved = self._latest.get(src)
+            if successor is not None and moved is not None and moved is not successor:
+                self._latest[src] = successor
+                if successor.pos == 0 and not successor.tracker.in_flight:
+                    successor.waiting_for = moved
 
     def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
                   entry: Entry | None = None) -> None:
@@ -399,8 +435,10 @@ class Agent:
             offset = _last_line_end(path, st.st_size)
         tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
         tailed.size = st.st_size
+        if tailed.path != path:
+            tailed.rotated = True  # found under another name than the one it had
         predecessor = self._latest.get(tailed.path)
-        if predecessor is not None and predecessor.fd is not None and predecessor.draining:
+        if predecessor is not None and predecessor.draining and not self._finished(predecessor):
             tailed.waiting_for = predecessor  # finish the rotated file first
         self._latest[tailed.path] = tailed
         self.files[key] = tailed
@@ -486,21 +524,33 @@ class Agent:
         self._dirty = True
 
     def _adopt_dormant(self) -> None:
-        """At start: find checkpointed files that were rotated away from their pattern."""
+        """At start: resume checkpointed files, wherever rotation moved them meanwhile.
+
+        Each is looked up by inode in the directory it was last seen in (logrotate
+        renames within a directory), so a file rotated while the agent was down is
+        finished even when no pattern matches its new name. Oldest first (mtime), so
+        a rotated file is finished before its successor at the same path.
+        """
         by_dir: dict[str, list[Entry]] = {}
         for entry in self._dormant.values():
             by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
         names = {s.name: i for i, s in enumerate(self.config.sources)}
+        found: list[tuple[float, str, int, Entry]] = []
         for directory, entries in by_dir.items():
             inodes = _inodes_in(directory)
             for entry in entries:
                 where = inodes.get((entry.dev, entry.ino))
                 index = names.get(entry.source)
                 if where is None or index is None:
-                    del self._dormant[entry.key]
                     continue
-                del self._dormant[entry.key]
-                self._discover(where, index, tag=entry.path, entry=entry)
+                try:
+                    mtime = os.stat(where).st_mtime
+                except OSError:
+                    continue
+                found.append((mtime, where, index, entry))
+        self._dormant = {}
+        for _, where, index, entry in sorted(found, key=lambda item: item[0]):
+            self._discover(where, index, tag=entry.path, entry=entry)
         self._dirty = True
 
     def _sweep_dormant(self) -> None:
@@ -613,7 +663,10 @@ class Agent:
                     return read_any
                 if not self._can_read(tailed):
                     continue
-                if self._read_once(tailed, min(chunk, room)):
+                # Encoded messages are larger than the bytes read (about 1.5x for
+                # 200-byte lines): size the read so its messages fit in the room left.
+                size = max(min(chunk, int(room / tailed.expansion)), 4096)
+                if self._read_once(tailed, size):
                     progressed = read_any = True
                 if time.monotonic() >= deadline:
                     return read_any
@@ -624,14 +677,27 @@ class Agent:
     def _can_read(self, tailed: TailedFile) -> bool:
         waiting = tailed.waiting_for
         if waiting is not None:
-            if waiting.fd is None or (waiting.at_eof and waiting not in self._ready):
-                tailed.waiting_for = None
-            else:
+            if not self._finished(waiting):
                 return False
+            tailed.waiting_for = None
         if tailed.retry_at and time.monotonic() < tailed.retry_at:
             return False
         if tailed.fd is None:
             return self._reopen(tailed)
+        return True
+
+    def _finished(self, tailed: TailedFile) -> bool:
+        """True when a rotated predecessor has been read to its current end."""
+        if tailed.fd is None:
+            return tailed.where is None or tailed.pos >= tailed.size
+        try:
+            size = os.fstat(tailed.fd).st_size
+        except OSError:
+            return True
+        if size > tailed.pos:
+            tailed.at_eof = False
+            self._ready[tailed] = None
+            return False
         return True
 
     def _reopen(self, tailed: TailedFile) -> bool:
@@ -703,6 +769,8 @@ class Agent:
         self._update_held(tailed, tailed.held)
         if out is not None:
             self._send(tailed, out)
+            if len(data) >= 65536:
+                tailed.expansion = max(out.nbytes / len(data), 1.0)
         if len(data) < size:
             tailed.at_eof = True
             tailed.reached_eof_once = True
@@ -730,7 +798,7 @@ class Agent:
             return
         window = window_of(out.time_ms, self._ledger.window_ms)
         tailed.tracker.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic,
-                                 window))
+                                 window, time.monotonic()))
         self._inflight += out.nbytes
         self._ledger.sent(source.topic, window, count)
         counters = self.metrics.counters
@@ -756,7 +824,16 @@ class Agent:
     # -- time-based duties -------------------------------------------------------------
 
     def _timeouts(self, now: float) -> None:
-        """Flush quiet partial lines, close idle, rotated and deleted files."""
+        """Expire lost acks; flush quiet partial lines; close idle, rotated and deleted files."""
+        expire_before = now - self._ack_timeout
+        for tailed in list(self.files.values()) + self._draining:
+            oldest = tailed.tracker.oldest_sent()
+            if oldest is not None and oldest < expire_before:
+                self._done.append(tailed)
+        if self._done:
+            self._collect(expire_before)
+        if self._producer_stuck:
+            self._replace_producer()
         now_ms = _now_ms()
         for tailed in list(self.files.values()) + list(self._draining):
             quiet = now - tailed.last_data

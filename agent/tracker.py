@@ -52,6 +52,8 @@ class Chunk(NamedTuple):
     topic: str
     window: int
     """Audit window (ms since the epoch) of the chunk's time read."""
+    sent_at: float = 0.0
+    """Monotonic time of the send (for the acknowledgement timeout)."""
 
 
 class Finished(NamedTuple):
@@ -59,6 +61,12 @@ class Finished(NamedTuple):
 
     chunk: Chunk
     ok: bool
+
+
+class AckTimeoutError(Exception):
+    """A chunk's completion did not arrive within the acknowledgement timeout."""
+
+    retriable = True
 
 
 class Rewind(NamedTuple):
@@ -107,11 +115,21 @@ class FileTracker:
         if offset < self.acked:
             self.acked = offset
 
-    def poll(self) -> tuple[list[Finished], Rewind | None]:
+    def oldest_sent(self) -> float | None:
+        """Send time of the oldest unfinished chunk, or None."""
+        times = [c.sent_at for c in self._stale]
+        if self._pending:
+            times.append(self._pending[0].sent_at)
+        return min(times) if times else None
+
+    def poll(self, expire_before: float | None = None) -> tuple[list[Finished], Rewind | None]:
         """Collect finished chunks; advance ``acked``; say whether to re-read.
 
         Returns every chunk that finished (for in-flight and audit accounting) and a
-        :class:`Rewind` when the oldest unacknowledged chunk failed.
+        :class:`Rewind` when the oldest unacknowledged chunk failed. With
+        ``expire_before``, a chunk sent before that time and still unfinished counts as
+        failed (:class:`AckTimeoutError`): a completion that never comes must not stall
+        the file or pin its bytes in flight forever.
         """
         finished: list[Finished] = []
         if self._stale:
@@ -119,14 +137,22 @@ class FileTracker:
             for chunk in self._stale:
                 if chunk.completion.done():
                     finished.append(Finished(chunk, chunk.completion.exception() is None))
+                elif expire_before is not None and chunk.sent_at < expire_before:
+                    finished.append(Finished(chunk, False))
                 else:
                     still.append(chunk)
             self._stale = still
         pending = self._pending
         rewind: Rewind | None = None
-        while pending and pending[0].completion.done():
+        while pending:
+            head = pending[0]
+            if head.completion.done():
+                error = head.completion.exception()
+            elif expire_before is not None and head.sent_at < expire_before:
+                error = AckTimeoutError(f"no acknowledgement for offsets {head.start}-{head.end}")
+            else:
+                break
             chunk = pending.popleft()
-            error = chunk.completion.exception()
             finished.append(Finished(chunk, error is None))
             if error is None:
                 if chunk.end > self.acked:
@@ -135,7 +161,7 @@ class FileTracker:
             rewind = Rewind(self.acked, error)
             self.restart(self.acked)
             # The chunks just made stale may be done already: report them now.
-            more, _ = self.poll()
+            more, _ = self.poll(expire_before)
             finished.extend(more)
             break
         return finished, rewind

@@ -186,3 +186,158 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -- integration: the agent as a real process against real brokers ----------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def toml_text(doc: dict[str, Any]) -> str:
+    """A small TOML writer for the agent's config shape (tables and arrays of tables)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return "'" + str(v) + "'" if "'" not in str(v) and "\n" not in str(v) else \
+            '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    arrays: list[tuple[str, list[dict[str, Any]]]] = []
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            arrays.append((k, v))
+        else:
+            lines.append(f"{k} = {value(v)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        lines += [f"{k} = {value(v)}" for k, v in table.items()]
+    for name, items in arrays:
+        for item in items:
+            lines.append(f"\n[[{name}]]")
+            subtables = []
+            for k, v in item.items():
+                if isinstance(v, dict):
+                    subtables.append((k, v))
+                else:
+                    lines.append(f"{k} = {value(v)}")
+            for k, v in subtables:
+                lines.append(f"[{name}.{k}]")
+                lines += [f"{kk} = {value(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+class AgentProcess:
+    """``python -m agent --config`` as a subprocess: start, SIGTERM, kill -9, status."""
+
+    def __init__(self, workdir: Path, doc: dict[str, Any]):
+        self.workdir = workdir
+        self.doc = doc
+        self.config_file = workdir / "agent.toml"
+        self.log_file = workdir / "agent.log"
+        self.state_dir = Path(doc["state_dir"])
+        self.config_file.write_text(toml_text(doc))
+        self.proc: Any = None
+
+    def start(self) -> "AgentProcess":
+        import os
+        import subprocess
+        import sys
+
+        out = self.log_file.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "--config", str(self.config_file)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
+            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        out.close()
+        wait_until(lambda: self.status().get("state") == "running" or self.proc.poll() is not None,
+                   30, "agent start")
+        assert self.proc.poll() is None, f"agent exited at start:\n{self.log_tail()}"
+        return self
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM; wait for the clean exit; return its code."""
+        import signal
+        import subprocess
+
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"agent ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """kill -9: no flush, no checkpoint."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self) -> dict[str, Any]:
+        import json
+
+        try:
+            return json.loads((self.state_dir / "status.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def counter(self, name: str) -> int:
+        return int(self.status().get("counters", {}).get(name, 0))
+
+    def peak_rss_kib(self) -> int:
+        """VmHWM of the running process (peak resident memory)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        return 0
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def agent_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., AgentProcess]]:
+    """Factory ``agent_process(doc) -> AgentProcess`` (not started); killed after the test."""
+    from tests.support import register_log_source, unregister_log_source
+
+    made: list[AgentProcess] = []
+
+    def make(doc: dict[str, Any]) -> AgentProcess:
+        workdir = tmp_path / f"agent-{len(made)}"
+        workdir.mkdir()
+        process = AgentProcess(workdir, doc)
+        made.append(process)
+        register_log_source(request.config, f"agent-{len(made)}", process,
+                            fixture="agent_process", title=f"agent log ({process.log_file})")
+        return process
+
+    yield make
+    for i, process in enumerate(made):
+        process.kill()
+        unregister_log_source(request.config, f"agent-{i + 1}")
+
+
+def consume(bootstrap: list[str], topic: str, timeout: float = 5.0) -> list[Any]:
+    """Every message of ``topic`` (all partitions, each in order), values decoded."""
+    from broker.client import SimpleConsumer
+
+    out: list[Any] = []
+    with SimpleConsumer(brokers=bootstrap) as consumer:
+        for partition in consumer.partitions(topic):
+            for message in consumer.messages(topic, partition, "earliest"):
+                out.append((partition, message, msgpack.unpackb(message.value)))
+    return out
