@@ -1,0 +1,264 @@
+"""Reproduce section 5 of the Kafka paper: logferry against RabbitMQ and ActiveMQ.
+
+One run installs what is missing (Debian's rabbitmq-server and activemq, the Python
+clients pika and stomp.py, matplotlib), starts each system itself on 127.0.0.1 with
+persistence on and asynchronous flush, warms it up, and times the same cases on each,
+one system at a time so they never share the CPU:
+
+  produce, batch 1, no ack   one message per call, only the last one confirmed
+  produce, 50 per ack        groups of 50 messages, the producer waits for each ack
+  consume, ~1000 per pull    read back everything the 50-per-ack case wrote
+  storage                    bytes on disk per message after each producer case
+
+It prints a table (median of ``--runs``) with logferry's ratio to each peer, writes
+results.json, results.md and the paper's two figures (producer.png, consumer.png) to
+a results directory, stops every server it started and deletes their data, also on
+Ctrl-C or an error. See benchmarks/README.md and docs/benchmarks.md.
+
+    .venv/bin/python benchmarks/paper_experiment.py [--messages N] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:  # the peers package lives next to this script
+    sys.path.insert(0, str(HERE))
+
+from peers.base import (  # noqa: E402
+    PER_ACK, CaseFailed, Deadline, PeerUnavailable, Stopwatch, System, make_payload, settled,
+)
+from peers.report import CONSUME, PRODUCE_1, PRODUCE_50, Results, report_lines  # noqa: E402
+
+DEFAULT_MESSAGES = 100_000
+DEFAULT_WARMUP = 20_000
+MIN_RATE = 300.0  # msgs/s below which a case is declared stuck (bounds every case)
+
+
+def build_systems(names: list[str]) -> list[System]:
+    """The systems to run, in the order given."""
+    from peers.activemq import ActiveMQ
+    from peers.logferry import Logferry
+    from peers.rabbitmq import RabbitMQ
+
+    known: dict[str, Callable[[], System]] = {
+        "logferry": Logferry, "rabbitmq": RabbitMQ, "activemq": ActiveMQ}
+    return [known[name]() for name in names]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="The Kafka paper's producer/consumer experiment: logferry, RabbitMQ "
+                    "and ActiveMQ side by side on 127.0.0.1.")
+    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES,
+                        help=f"messages per case and run (default {DEFAULT_MESSAGES:,}; "
+                             "the paper used 10 million)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs per case; the table shows the median (default 3)")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                        help="untimed messages per case before the first run "
+                             f"(default {DEFAULT_WARMUP:,}; the JVM needs them)")
+    parser.add_argument("--systems", default="logferry,rabbitmq,activemq",
+                        help="comma-separated subset of logferry,rabbitmq,activemq")
+    parser.add_argument("--results", type=Path, default=HERE / "results",
+                        help="results go to a timestamped folder under this one "
+                             "(default benchmarks/results)")
+    parser.add_argument("--docs", action="store_true",
+                        help="also copy the figures to docs/benchmarks-*.png for the README")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where servers keep their data during the run (default: "
+                             "the system's temp dir); always deleted afterwards")
+    args = parser.parse_args(argv)
+    names = [n.strip().lower() for n in args.systems.split(",") if n.strip()]
+    unknown = set(names) - {"logferry", "rabbitmq", "activemq"}
+    if unknown or not names:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown)) or '(none given)'}")
+    if args.messages < PER_ACK or args.runs < 1 or args.warmup < 0:
+        parser.error(f"--messages must be >= {PER_ACK}, --runs >= 1, --warmup >= 0")
+    args.system_names = names
+    return args
+
+
+# --- signals ---------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while servers are being stopped, so that cleanup is not
+    cut short; a signal that arrived meanwhile is raised afterwards."""
+    pending: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: pending.append(s))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            raise KeyboardInterrupt(f"signal {pending[0]}")
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+def say(text: str) -> None:
+    """Progress on stdout, flushed (the run takes minutes)."""
+    print(text, flush=True)
+
+
+def timed_case(system: System, case: str, dest: str, count: int, label: str) -> float:
+    """Run one case against ``system`` and return its seconds (bounded in time)."""
+    payload = make_payload()
+    deadline = Deadline(max(60.0, count / MIN_RATE), f"{system.name} {case} ({label})")
+    clock = Stopwatch()
+    if case == PRODUCE_1:
+        system.produce_batch1(dest, payload, count, clock, deadline)
+    elif case == PRODUCE_50:
+        system.produce_per_ack(dest, payload, count, PER_ACK, clock, deadline)
+    else:
+        got = system.consume(dest, count, clock, deadline)
+        if got != count:
+            raise CaseFailed(f"{system.name} consumer read {got} messages, expected {count}")
+    seconds = clock.seconds
+    say(f"  {label:<8} {case:<26} {count:>10,} msgs {seconds:8.2f} s "
+        f"{count / seconds:>12,.0f} msgs/s")
+    return seconds
+
+
+def produce_and_measure(system: System, case: str, dest: str, count: int, label: str,
+                        results: Results | None) -> None:
+    """A producer case plus the bytes on disk it added, per message."""
+    before = system.storage_bytes(dest)
+    seconds = timed_case(system, case, dest, count, label)
+    after = settled(lambda: system.storage_bytes(dest))
+    if results is not None:
+        results.add_time(system.name, case, seconds)
+        results.add_storage(system.name, case, (after - before) / count)
+
+
+def run_system(system: System, workdir: Path, args: argparse.Namespace,
+               results: Results) -> None:
+    """Install, start, warm up, run every case ``--runs`` times, always stop."""
+    say(f"\n== {system.name}")
+    try:
+        system.ensure_installed()
+    except PeerUnavailable as exc:
+        say(f"  SKIPPED {system.name}: {exc}")
+        results.skipped[system.name] = str(exc)
+        return
+    results.systems.append(system.name)
+    try:
+        began = time.monotonic()
+        system.start(workdir)
+        say(f"  started in {time.monotonic() - began:.1f} s (load average "
+            f"{os.getloadavg()[0]:.2f})")
+        if args.warmup:
+            warm = max(args.warmup, PER_ACK)
+            produce_and_measure(system, PRODUCE_1, "warmup-b1", warm, "warm-up", None)
+            produce_and_measure(system, PRODUCE_50, "warmup-b50", warm, "warm-up", None)
+            timed_case(system, CONSUME, "warmup-b50", warm, "warm-up")
+            system.drop("warmup-b1")
+            system.drop("warmup-b50")
+        for run in range(args.runs):
+            label = f"run {run + 1}"
+            one, fifty = f"bench-r{run}-b1", f"bench-r{run}-b50"
+            produce_and_measure(system, PRODUCE_1, one, args.messages, label, results)
+            produce_and_measure(system, PRODUCE_50, fifty, args.messages, label, results)
+            results.add_time(system.name, CONSUME,
+                             timed_case(system, CONSUME, fifty, args.messages, label))
+            system.drop(one)
+            system.drop(fifty)
+    except (PeerUnavailable, CaseFailed) as exc:
+        say(f"  FAILED {system.name}: {exc}")
+        results.failed[system.name] = str(exc)
+    except Exception as exc:  # a client library error: report it, go on with the others
+        say(f"  FAILED {system.name}: {type(exc).__name__}: {exc}")
+        results.failed[system.name] = f"{type(exc).__name__}: {exc}"
+    finally:
+        with deferred_signals():
+            say(f"  stopping {system.name}")
+            try:
+                system.stop()
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+def write_outputs(results: Results, args: argparse.Namespace, lines: list[str]) -> Path:
+    """results.json, results.md and the figures into a timestamped results folder."""
+    out = args.results / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    data = results.to_json()
+    data["environment"] = {"python": platform.python_version(), "machine": platform.machine(),
+                           "cpus": os.cpu_count(), "load_average_end": os.getloadavg(),
+                           "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    (out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    try:
+        from peers.install import ensure_python_module
+        from peers.figures import draw
+
+        ensure_python_module("matplotlib")
+        figures = draw(results, out)
+    except Exception as exc:  # figures are a bonus: the table is already printed
+        say(f"no figures: {exc}")
+        return out
+    if not figures:
+        say("no figures: nothing was measured")
+    if args.docs:
+        for figure in figures:
+            shutil.copyfile(figure, REPO / "docs" / f"benchmarks-{figure.name}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    results = Results(messages=args.messages, runs=args.runs)
+    say(f"paper experiment: {args.messages:,} messages x {args.runs} run(s), warm-up "
+        f"{args.warmup:,}; systems: {', '.join(args.system_names)}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="logferry-paper-", dir=args.workdir))
+    interrupted = False
+    try:
+        for system in build_systems(args.system_names):
+            run_system(system, root / system.name.lower(), args, results)
+    except KeyboardInterrupt:
+        interrupted = True
+        results.notes.append("interrupted: the figures below are partial")
+        say("\ninterrupted: every server started so far is stopped")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if os.getloadavg()[0] > 1.0:
+        results.notes.append(f"load average {os.getloadavg()[0]:.2f} at the end on "
+                             f"{os.cpu_count()} CPUs: other work shared the machine")
+    lines = report_lines(results)
+    say("\n" + "\n".join(lines))
+    out = write_outputs(results, args, lines)
+    say(f"\nresults in {out}")
+    if interrupted:
+        return 130
+    return 1 if results.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

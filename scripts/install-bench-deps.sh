@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Install what benchmarks/paper_experiment.py compares logferry against: Debian's
+# rabbitmq-server and activemq (the paper's peers), and the `bench` extra of
+# pyproject.toml (pika, stomp.py, matplotlib) into the project's virtualenv.
+#
+# The experiment installs whatever is missing by itself; this script is for doing it
+# ahead of time (CI images, machines where the run itself must not touch apt).
+# Idempotent: present packages are left alone. Not root: the apt part is skipped with
+# the command to run as root, the pip part still runs, and the exit code is 1.
+# The packages' maintainer scripts may start system services on hosts with an init
+# system; the benchmark never uses them (it runs private instances on free ports).
+#
+#   scripts/install-bench-deps.sh            PYTHON=/path/to/python to pick another env
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+PACKAGES=(rabbitmq-server activemq)
+# A file each package ships: present means installed (dpkg may list removed ones).
+PROBES=(/usr/lib/rabbitmq/bin/rabbitmq-server /usr/share/activemq/bin/activemq.jar)
+status=0
+
+missing=()
+for i in "${!PACKAGES[@]}"; do
+    [[ -e "${PROBES[$i]}" ]] || missing+=("${PACKAGES[$i]}")
+done
+
+if (( ${#missing[@]} > 0 )); then
+    install_cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "install-bench-deps: missing ${missing[*]} and no apt-get here: install them by hand; the experiment will skip them" >&2
+        status=1
+    elif (( EUID != 0 )); then
+        echo "install-bench-deps: missing ${missing[*]}; run as root: sudo apt-get update && sudo ${install_cmd}" >&2
+        status=1
+    else
+        echo "install-bench-deps: installing ${missing[*]} with apt-get" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        # shellcheck disable=SC2086
+        if ! apt-get install -y -qq --no-install-recommends ${missing[*]} </dev/null; then
+            apt-get update -qq
+            # shellcheck disable=SC2086
+            apt-get install -y -qq --no-install-recommends ${missing[*]} </dev/null
+        fi
+    fi
+fi
+
+if [[ ! -x "$PYTHON" ]]; then
+    echo "install-bench-deps: no Python at $PYTHON (make venv first, or set PYTHON=...)" >&2
+    exit 1
+fi
+# The requirement strings of the bench extra, one per line, ranges included.
+mapfile -t requirements < <("$PYTHON" - "$REPO/pyproject.toml" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as fh:
+    print("\n".join(tomllib.load(fh)["project"]["optional-dependencies"]["bench"]))
+EOF
+)
+"$PYTHON" -m pip install --quiet "${requirements[@]}"
+exit "$status"
