@@ -36,6 +36,8 @@ class Outgoing(NamedTuple):
     """Messages ready for one ``send`` call."""
 
     values: list[bytes]
+    offsets: list[int]
+    """File offset where each message starts."""
     start: int
     end: int
     nbytes: int
@@ -62,6 +64,8 @@ class TailedFile:
         self.emitted = offset
         self.size = offset
         """Size at the last stat."""
+        self.mtime_ns = 0
+        """Modification time at the last stat of a closed file."""
         self.tracker = FileTracker(offset)
         self.splitter = LineSplitter(source.max_line_bytes, offset)
         rule = source.multiline
@@ -110,6 +114,10 @@ class TailedFile:
     def close(self) -> None:
         """Close the handle (state is kept; a later open resumes at ``pos``)."""
         if self.fd is not None:
+            try:
+                self.mtime_ns = os.fstat(self.fd).st_mtime_ns
+            except OSError:
+                pass
             try:
                 os.close(self.fd)
             finally:
@@ -184,7 +192,29 @@ class TailedFile:
         values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes)
         start = self.emitted
         self.emitted = lines.end
-        return Outgoing(values, start, lines.end, sum(map(len, values)), time_ms, replaced)
+        return Outgoing(values, lines.offsets, start, lines.end, sum(map(len, values)), time_ms,
+                        replaced)
+
+    def trim(self, out: Outgoing, room: int) -> Outgoing | None:
+        """Keep the leading messages of ``out`` that fit in ``room`` bytes; read the rest again.
+
+        This is what makes ``max_inflight_bytes`` a hard bound: a chunk whose messages
+        would not fit is cut at a message boundary and the file position moves back to
+        the first message left out (held bytes after it are dropped and re-read too).
+        """
+        total = 0
+        keep = 0
+        for size in map(len, out.values):
+            if total + size > room:
+                break
+            total += size
+            keep += 1
+        resume = out.offsets[keep]
+        self.restart_at(resume)
+        if keep == 0:
+            return None
+        return out._replace(values=out.values[:keep], offsets=out.offsets[:keep], end=resume,
+                            nbytes=total)
 
     # -- state --------------------------------------------------------------------------
 

@@ -113,6 +113,8 @@ class Agent:
         self._ack_timeout = p.delivery_timeout_s + p.request_timeout_s + 10.0
         """Longer than the producer can legitimately take to complete a future."""
         self._producer_stuck = False
+        self._quiet_until = 0.0       # rate limit for repeated warnings
+        self._audit_retry_at = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -603,8 +605,10 @@ class Agent:
             if FileKey(st.st_dev, st.st_ino) != tailed.key:
                 self._rotated_away(tailed)
                 continue
-            if st.st_size != tailed.size:
-                self._ready[tailed] = None  # reopening checks identity and truncation
+            if st.st_size != tailed.size or st.st_mtime_ns != tailed.mtime_ns:
+                # Reopening checks identity (fingerprint) and truncation.
+                tailed.mtime_ns = st.st_mtime_ns
+                self._ready[tailed] = None
 
     def _closed_file_vanished(self, tailed: TailedFile) -> None:
         found = _find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
@@ -665,7 +669,10 @@ class Agent:
                     continue
                 # Encoded messages are larger than the bytes read (about 1.5x for
                 # 200-byte lines): size the read so its messages fit in the room left.
-                size = max(min(chunk, int(room / tailed.expansion)), 4096)
+                size = min(chunk, int(room / (tailed.expansion * 1.1)))
+                if size < 4096:
+                    self.metrics.add("backpressure_waits")
+                    return read_any
                 if self._read_once(tailed, size):
                     progressed = read_any = True
                 if time.monotonic() >= deadline:
@@ -727,6 +734,8 @@ class Agent:
         verdict = judge(tailed.key, tailed.fp, tailed.pos,
                         Facts(tailed.key, st.st_size, tailed.head(tailed.fp.length)))
         if verdict in (Verdict.TRUNCATED, Verdict.REPLACED):
+            if verdict is Verdict.REPLACED:
+                self.metrics.add("replaced_files")
             self._truncated(tailed, st.st_size)
         tailed.size = st.st_size
         return True
@@ -767,10 +776,18 @@ class Agent:
         out = tailed.feed(data, _now_ms())
         counters["lines_cut"] += tailed.splitter.lines_cut - before
         self._update_held(tailed, tailed.held)
+        room = self.config.max_inflight_bytes - self._inflight
+        if out is not None and out.nbytes > room:
+            out = tailed.trim(out, room)
+            self._update_held(tailed, 0)
+            self.metrics.add("backpressure_waits")
+            if out is None:
+                return False
         if out is not None:
             self._send(tailed, out)
-            if len(data) >= 65536:
-                tailed.expansion = max(out.nbytes / len(data), 1.0)
+            covered = out.end - out.start
+            if covered >= 4096:
+                tailed.expansion = max(out.nbytes / covered, 1.0)
         if len(data) < size:
             tailed.at_eof = True
             tailed.reached_eof_once = True
@@ -787,9 +804,11 @@ class Agent:
             future = self.producer.send(source.topic, out.values, key=source.key,
                                         timestamp=out.time_ms)
         except LogferryError as exc:
-            # Not queued (buffer full, producer closing): read these bytes again later.
-            log.warning("%s: send failed (%s); will read offset %d again", tailed.path, exc,
-                        out.start)
+            # Not queued (brokers unreachable, buffer full): read these bytes again later.
+            if time.monotonic() >= self._quiet_until:
+                log.warning("%s: send failed (%s); reading offset %d again in 1s (repeats of "
+                            "this warning are muted for 10s)", tailed.path, exc, out.start)
+                self._quiet_until = time.monotonic() + 10.0
             self.metrics.add("errors")
             tailed.restart_at(out.start)
             self._update_held(tailed, 0)
@@ -898,7 +917,7 @@ class Agent:
 
     def _publish_audit(self, final: bool = False) -> None:
         audit = self.config.audit
-        if not audit.enabled:
+        if not audit.enabled or (not final and time.monotonic() < self._audit_retry_at):
             return
         records = self._audit_backlog + self._ledger.due(_now_ms(), final=final)
         self._audit_backlog = []
@@ -913,9 +932,12 @@ class Agent:
             try:
                 future = self.producer.send(audit.topic, value, key=key)
             except LogferryError as exc:
-                log.warning("audit record for %s not sent (%s); will retry", record.topic, exc)
-                self._audit_backlog.append(record)
-                continue
+                if time.monotonic() >= self._quiet_until:
+                    log.warning("audit records not sent (%s); will retry", exc)
+                    self._quiet_until = time.monotonic() + 10.0
+                self._audit_backlog.extend(records[records.index(record):])
+                self._audit_retry_at = time.monotonic() + 2.0
+                break
             self._audit_pending += 1
             future.add_callback(lambda f, r=record: (self._audit_done.append((f, r)),
                                                      self._wake.set()))

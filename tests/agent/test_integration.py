@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -208,39 +209,87 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     assert first_seen == sorted(first_seen)
 
 
-def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_process, tmp_path):
-    """Delete a file and create one that gets the same inode, live and across a restart."""
+def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_process, tmp_path,
+                                                       request):
+    """A deleted file's inode reused by a new file: read from 0, in all three situations.
+
+    1. The agent had the file open: it drains the deleted file, closes it (freeing the
+       inode) and forgets it; the new file is new.
+    2. The agent had closed the file while idle: same inode *and same size*, only the
+       fingerprint of the first bytes tells the files apart.
+    3. The agent was stopped: the checkpoint's fingerprint tells them apart.
+    """
+    # ext4 hands a freed inode out again only within the second it was freed (later
+    # it counts as "recently deleted" for a minute): new files are created the moment
+    # the old one is let go of, early in a second.
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap)
+    doc["sources"][0]["idle_close_s"] = 0.5
+    doc["audit"] = {"enabled": False}  # no audit topic created (files, inodes) mid-test
+    # The agent's own state files (temp + rename) would grab the freed inode first:
+    # keep them on another file system when there is one.
+    if Path("/dev/shm").is_dir():
+        state = Path(tempfile.mkdtemp(prefix="agent-state-", dir="/dev/shm"))
+        request.addfinalizer(lambda: shutil.rmtree(state, ignore_errors=True))
+        doc["state_dir"] = str(state)
     logs = tmp_path / "logs"
-    agent = agent_process(doc).start()
     path = logs / "reuse.log"
+    expected: list[str] = []
 
-    def recreate(content: bytes, inode: int) -> bool:
-        for attempt in range(50):
-            path.unlink()
-            spare = logs / f"spare-{attempt}"
+    reused: list[str] = []
+
+    def replace(prefix: str, n: int) -> None:
+        """Delete and recreate the file within one second, so its inode can be reused."""
+        wait_until(lambda: time.time() % 1 < 0.3, 2, "the start of a second")
+        path.unlink()
+        write(prefix, n, inode)
+
+    def write(prefix: str, n: int, inode: int | None = None) -> None:
+        """Write a new file; with ``inode``, try a few times to get that inode."""
+        content = b"".join(b"%s line %03d\n" % (prefix.encode(), i) for i in range(n))
+        for attempt in range(20):
             path.write_bytes(content)
-            if path.stat().st_ino == inode:
-                return True
-            spare.write_bytes(b"")  # hold the wrong inode, try again
-        return False
+            if inode is None or path.stat().st_ino == inode or attempt == 19:
+                break
+            path.unlink()
+        if inode is not None and path.stat().st_ino == inode:
+            reused.append(prefix)
+        expected.extend(f"{prefix} line {i:03d}" for i in range(n))
 
-    path.write_bytes(b"".join(b"old file line %03d\n" % i for i in range(100)))
+    write("first", 100)
     inode = path.stat().st_ino
-    _wait_shipped(agent)
-    # The new file is longer than the old one, so offset alone would skip its start.
-    if not recreate(b"".join(b"NEW file line %03d\n" % i for i in range(300)), inode):
-        pytest.skip("the file system did not reuse the inode")
-    _wait_shipped(agent)
+    agent = agent_process(doc).start()
+    _wait_shipped(agent, acked=100)
+    # 1: deleted while open; the agent drains and closes it, freeing the inode.
+    wait_until(lambda: time.time() % 1 < 0.3, 2, "the start of a second")
+    path.unlink()
+    fds = Path(f"/proc/{agent.proc.pid}/fd")
+
+    def released() -> bool:
+        for fd in fds.iterdir():
+            try:
+                if os.readlink(fd).startswith(str(path)):
+                    return False
+            except OSError:
+                continue
+        return True
+    wait_until(released, 20, "deleted file closed")
+    write("SECOND", 300, inode)  # longer: resuming at the old offset would skip its start
+    _wait_shipped(agent, acked=400)
+    # 2: closed while idle, then replaced by a file of the very same size.
+    wait_until(lambda: agent.status()["gauges"]["open_files"] == 0 and released(), 20,
+               "idle file closed")
+    inode = path.stat().st_ino
+    replace("THIRD!", 300)
+    _wait_shipped(agent, acked=700)
     assert agent.terminate() == 0
-    # Across a restart: only the fingerprint in the checkpoint can tell.
-    if not recreate(b"".join(b"THIRD file line %03d\n" % i for i in range(400)), inode):
-        pytest.skip("the file system did not reuse the inode")
+    # 3: replaced while the agent is stopped.
+    inode = path.stat().st_ino
+    replace("FOURTH", 200)
     restarted = agent_process(doc).start()
-    _wait_shipped(restarted)
+    _wait_shipped(restarted, acked=200)
     assert restarted.terminate() == 0
+    if not reused:
+        pytest.skip("the file system never reused the inode")
     lines = [v["line"] for _, _, v in consume(cluster.bootstrap, "app")]
-    assert lines == ([f"old file line {i:03d}" for i in range(100)]
-                     + [f"NEW file line {i:03d}" for i in range(300)]
-                     + [f"THIRD file line {i:03d}" for i in range(400)])
+    assert lines == expected
