@@ -1,6 +1,7 @@
 """logferry's client library: the broker's public face (see docs/client.md)."""
 
 from broker.client.admin import Admin, BrokerInfo
+from broker.client.group import GroupConsumer  # noqa: F401 - consumer groups, docs/groups.md
 from broker.client.consumer import FetchResult, Message, OffsetRange, SimpleConsumer, messages_of
 from broker.client.producer import DeliveryFuture, Producer
 from broker.errors import *  # noqa: F401,F403 - the errors are part of the client's api
