@@ -111,19 +111,22 @@ class BrokerRegistry:
             threading.Thread(target=self._rejoin, name="zk-rejoin", daemon=True).start()
 
     def _rejoin(self) -> None:
+        # kazoo's ChildrenWatch/DataWatch re-read their nodes on reconnection by
+        # themselves; only the ephemeral registration has to be made again.
         try:
             self.register(timeout=60.0)
-            self._watched_topics.clear()
-            self._watch_registries()
         except Exception:
             log.exception("could not register again after session loss")
 
     # -- watching -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Register, then watch brokers and topics; the first view arrives synchronously."""
+    def watch(self) -> None:
+        """Watch brokers and topics; the first view is published before this returns.
+
+        Call before :meth:`register` and before serving, so the broker never answers
+        "unknown topic" for a topic it simply has not heard of yet.
+        """
         self.client.add_listener(self._state_listener)
-        self.register()
         self._watch_registries()
 
     def _watch_registries(self) -> None:

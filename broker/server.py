@@ -75,15 +75,18 @@ class Broker:
         self._zk = await loop.run_in_executor(
             None, lambda: zk.connect(self.config.zk_connect,
                                      session_timeout=self.config.zk_session_timeout_s))
-        # Listen before registering: a client that sees the registration can connect.
-        self._server = await loop.create_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port,
-            reuse_address=True, backlog=1024)
+        # Order matters: learn the cluster view, then listen, then register, so a client
+        # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(
             self._zk, self.config.broker_id,
             BrokerInfo(self.config.host, self.config.port, self.config.datacenter),
             lambda view: loop.call_soon_threadsafe(self._apply_view, view))
-        await loop.run_in_executor(None, self.registry.start)
+        await loop.run_in_executor(None, self.registry.watch)
+        self._apply_view(self.registry.view())
+        self._server = await loop.create_server(
+            lambda: BrokerConnection(self), self.config.host, self.config.port,
+            reuse_address=True, backlog=1024)
+        await loop.run_in_executor(None, self.registry.register)
         if self.config.metrics_port:
             self._metrics_server = await serve_metrics(self.metrics, self.config.host,
                                                        self.config.metrics_port)

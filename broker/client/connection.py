@@ -93,10 +93,18 @@ class Connection:
         self._reader.start()
 
     def request(self, api: int, fields: dict[str, Any], payload: Sequence[bytes | memoryview] = (),
-                expect_response: bool = True) -> ResponseFuture | None:
-        """Send one request; return its future, or None when no response will come."""
+                expect_response: bool = True,
+                callback: Callable[[ResponseFuture], None] | None = None) -> ResponseFuture | None:
+        """Send one request; return its future, or None when no response will come.
+
+        ``callback`` runs in the reader thread when the response (or a connection
+        error) arrives; it is attached before the request is written, so a fast
+        response can never miss it.
+        """
         size = sum(len(p) for p in payload)
         future = ResponseFuture() if expect_response else None
+        if future is not None:
+            future.callback = callback
         with self._send_lock:
             if self.closed:
                 raise self._close_reason or BrokerNotAvailableError(

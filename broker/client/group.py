@@ -47,6 +47,38 @@ class PartitionNotOwnedError(LogferryError):
     """The partition is not (or no longer) assigned to this member; seek it where it is."""
 
 
+def position_for_time(simple: SimpleConsumer, topic: str, partition: int, ts_ms: int) -> tuple[int, int]:
+    """The position ``(offset, skip)`` of the first message stamped at or after ``ts_ms``.
+
+    The broker finds the last batch that starts at or before ``ts_ms``; its messages
+    stamped earlier are then skipped, so a seek by time delivers nothing older than
+    asked (message timestamps are assumed to grow along the log, as the producer's
+    clock makes them).
+    """
+    offset = simple.offset_for_time(topic, partition, ts_ms)
+    if offset >= simple.offsets(topic, partition).end:
+        return offset, 0
+    batches = simple.fetch(topic, partition, offset, max_wait_ms=0).batches
+    if not batches or batches[0].offset != offset:
+        return offset, 0
+    batch = batches[0]
+    skip = 0
+    for ts in batch.timestamps:
+        if ts >= ts_ms:
+            break
+        skip += 1
+    return (batch.next_offset, 0) if skip >= len(batch) else (offset, skip)
+
+
+def resolve_position(simple: SimpleConsumer, topic: str, partition: int, to: StartAt) -> tuple[int, int]:
+    """``earliest``/``latest``/an offset/a datetime -> a position ``(offset, skip)``."""
+    if isinstance(to, _dt.datetime):
+        return position_for_time(simple, topic, partition, int(to.timestamp() * 1000))
+    if isinstance(to, bool) or not (to in ("earliest", "latest") or (isinstance(to, int) and to >= 0)):
+        raise ConfigError(f"seek to 'earliest', 'latest', an offset or a datetime, not {to!r}")
+    return simple.resolve_start(topic, partition, to), 0
+
+
 def default_consumer_id() -> str:
     """``<host>-<pid>-<8 hex>``: unique, and says where the member runs."""
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
@@ -230,7 +262,7 @@ class GroupConsumer:
         """Move an owned partition to ``to``; returns the offset it will fetch from.
 
         ``to`` is ``"earliest"``, ``"latest"``, a byte offset (a batch boundary) or a
-        datetime (the last batch at or before it). Queued and in-flight messages of the
+        datetime (the first message stamped at or after it). Queued and in-flight messages of the
         partition are dropped, and the new position is committed at once so it holds
         across a crash or a rebalance.
         """
@@ -241,17 +273,18 @@ class GroupConsumer:
                 raise PartitionNotOwnedError(
                     f"{topic}-{partition} is not assigned to {self.consumer_id} (it owns "
                     f"{self.assignment()}); seek it on its owner or use `logferry group seek`")
-        offset = self._simple.resolve_start(topic, partition, to)
+        position = resolve_position(self._simple, topic, partition, to)
         with state.lock:
             if state.partitions.get((topic, partition)) is not ps or not ps.active:
                 raise PartitionNotOwnedError(f"{topic}-{partition} was revoked during the seek")
             state.stop([ps])
             assert self._coordinator is not None
-            self._coordinator.start_partition(ps, ps.stream_index, (offset, 0))
+            self._coordinator.start_partition(ps, ps.stream_index, position)
             state.fetch_wake.notify_all()
-        log.info("group %s: %s-%d seeks to %s = offset %d", self.group, topic, partition, to, offset)
+        log.info("group %s: %s-%d seeks to %s = position %s", self.group, topic, partition, to,
+                 position)
         self._commit_now.set()
-        return offset
+        return position[0]
 
     def seek_all(self, to: StartAt) -> dict[TopicPartition, int]:
         """:meth:`seek` every partition this member owns now; returns their new offsets."""

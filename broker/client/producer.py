@@ -329,6 +329,7 @@ class Producer:
         batch = _Batch(now)
         queue.append(batch)
         self._unfinished += 1
+        self._notify_sender()  # a sleeping sender must learn this batch's linger deadline
         return batch
 
     def _wait_for_space(self, nbytes: int) -> None:
@@ -447,20 +448,19 @@ class Producer:
         try:
             conn = self.cluster.connection(address)
             future = conn.request(protocol.PRODUCE, {"acks": self.acks, "parts": header_parts},
-                                  payload, expect_response=self.acks != 0)
+                                  payload, expect_response=self.acks != 0,
+                                  callback=lambda f: self._on_response(f, parts))
         except LogferryError as exc:
             for tp, batches in parts:
                 self._retry_or_fail(tp, batches, exc)
             return
         with self._lock:
             self._stats["requests"] += 1
-            if future is not None:
+            if future is not None and not future.done():
                 self._sent[id(future)] = (time.monotonic(), conn)
         if future is None:  # acks=0: written to the socket is all we learn
             for tp, batches in parts:
                 self._complete(tp, batches, None)
-            return
-        future.callback = lambda f: self._on_response(f, parts)
 
     def _on_response(self, future: ResponseFuture,
                      parts: list[tuple[tuple[str, int], list[_Batch]]]) -> None:
