@@ -58,6 +58,13 @@ def produce_batched(cluster: LocalCluster, topic: str, n: int, per_send: int,
 def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
     """Read everything back with 1 MiB fetches, iterating every message."""
     with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20) as consumer:
+        # Consumers see flushed data only: wait (untimed) until the last flush landed.
+        end, stable_since = -1, time.monotonic()
+        while time.monotonic() - stable_since < 0.5:
+            now_end = consumer.offsets(topic, 0).end
+            if now_end != end:
+                end, stable_since = now_end, time.monotonic()
+            time.sleep(0.05)
         t0 = time.perf_counter()
         count = 0
         for message in consumer.messages(topic, 0, "earliest"):
@@ -76,7 +83,7 @@ def main() -> int:
     n = args.messages
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
-            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 1000}) as cluster:
+            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
         print(f"broker on {cluster.bootstrap[0]}, {n:,} messages of {len(VALUE)} bytes, "
               f"{args.runs} runs", flush=True)
         # warm up: page cache, connections, allocator
