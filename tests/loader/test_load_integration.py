@@ -1,0 +1,187 @@
+"""The landing job end to end: real brokers, real Spark local mode, real Parquet files.
+
+Landed files are read back with pyarrow, independently of the loader, and compared with
+what the test produced: every message once, in its topic, partition and event hour.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from broker.client import Producer, SimpleConsumer
+from hadoop_loader import cli
+from hadoop_loader.errors import IncompleteError, RetentionGapError
+from hadoop_loader.audit import require_complete
+from hadoop_loader.job import run_load
+from hadoop_loader.store import LandingStore
+from hadoop_loader.fs import LocalFileSystem
+
+from tests.loader.conftest import BASE_HOUR_MS, HOUR_MS, loader_config, produce, read_landed
+
+pytestmark = pytest.mark.integration
+
+TOPICS = {"land-a": 4, "land-b": 2, "land-c": 1}
+
+
+def hour_of(ts_ms: int) -> tuple[str, str]:
+    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.timezone.utc)
+    return t.strftime("%Y-%m-%d"), t.strftime("%H")
+
+
+def assert_landed_exactly(root: Path, sent: dict[str, dict[int, list[tuple[bytes, int]]]]):
+    """The Parquet rows are exactly the sent messages: per partition, in offset order,
+    each in the directory of its event hour, no duplicates."""
+    table = read_landed(root)
+    assert table is not None
+    cols = table.select(["topic", "partition", "offset", "index", "value", "timestamp",
+                         "dt", "hr"]).to_pydict()
+    rows = sorted(zip(cols["topic"], cols["partition"], cols["offset"], cols["index"],
+                      cols["value"], cols["timestamp"], cols["dt"], cols["hr"]))
+    ids = [(t, p, o, i) for t, p, o, i, *_ in rows]
+    assert len(ids) == len(set(ids)), "duplicate rows landed"
+    expected_total = sum(len(v) for parts in sent.values() for v in parts.values())
+    assert len(rows) == expected_total
+    by_partition: dict[tuple[str, int], list] = {}
+    for t, p, _, _, value, ts, day, hour in rows:
+        by_partition.setdefault((t, p), []).append(value)
+        assert (day, hour) == hour_of(int(ts.timestamp() * 1000))
+    for topic, parts in sent.items():
+        for p, messages in parts.items():
+            assert by_partition.get((topic, p), []) == [v for v, _ in messages], f"{topic}/{p}"
+    return rows
+
+
+def merge(into, more):
+    for topic, parts in more.items():
+        for p, messages in parts.items():
+            into.setdefault(topic, {}).setdefault(p, []).extend(messages)
+
+
+def audit_records(sent, short_topic: str | None = None):
+    """What agents would publish: per topic and 10-minute window, acked counts."""
+    counts: dict[tuple[str, int], int] = {}
+    for topic, parts in sent.items():
+        for messages in parts.values():
+            for _, ts in messages:
+                key = (topic, ts - ts % 600_000)
+                counts[key] = counts.get(key, 0) + 1
+    out = []
+    for (topic, window), n in sorted(counts.items()):
+        expected = n
+        if topic == short_topic:  # its first window: 10 acked messages never landed
+            expected, short_topic = n + 10, None
+        out.append(msgpack.packb({"host": "web-1", "topic": topic, "window_start": window,
+                                  "window_end": window + 600_000, "sent": expected,
+                                  "acked": expected, "stage": "agent"}))
+    return out
+
+
+def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cluster, tmp_path):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    sent = {"land-a": produce(zk, "land-a", 4, 100_000, hours=5),
+            "land-b": produce(zk, "land-b", 2, 60_000, hours=3),
+            "land-c": produce(zk, "land-c", 1, 40_000, hours=2)}
+    with Producer(zk=zk) as producer:
+        producer.send("_audit", audit_records(sent, short_topic="land-b"), partition=0).wait(30)
+    out = tmp_path / "wh"
+    config = loader_config(zk, out, list(TOPICS), audit={"enabled": True, "settle_minutes": 0,
+                                                         "lookback_hours": 24 * 365 * 10})
+
+    first = run_load(config, spark=spark)
+    assert first.sequence == 1 and first.rows == 200_000
+    assert {t: s.rows for t, s in first.topics.items()} == {"land-a": 100_000, "land-b": 60_000,
+                                                            "land-c": 40_000}
+    assert_landed_exactly(out, sent)
+    # partitioned by topic and event hour; one file per topic and hour (files_per_hour = 1)
+    dirs = sorted({p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet")
+                   if "_logferry" not in p.parts})
+    assert dirs[0] == "topic=land-a/dt=2024-03-01/hr=00"
+    assert len(dirs) == 5 + 3 + 2
+    assert sum(s.files for s in first.topics.values()) == 10
+    # audit: land-a and land-c complete, land-b's first hour short of 10 expected rows
+    report = first.audit
+    assert report is not None and report.records > 0
+    low = report.failing(0.9999)
+    assert [(h.topic, h.hour) for h in low] == [("land-b", "2024-03-01T00")]
+    assert low[0].expected == low[0].landed + 10
+    with pytest.raises(IncompleteError, match="land-b 2024-03-01T00"):
+        require_complete(report, 0.9999)
+
+    more = {"land-a": produce(zk, "land-a", 4, 3_000, start=100_000, hours=1),
+            "land-c": produce(zk, "land-c", 1, 1_000, start=40_000, hours=1)}
+    merge(sent, more)
+    second = run_load(config, spark=spark)
+    assert second.sequence == 2 and second.rows == 4_000
+    assert second.topics["land-b"].rows == 0
+    for r in second.topics["land-a"].ranges:
+        assert r.start == next(x.end for x in first.topics["land-a"].ranges
+                               if x.partition == r.partition)
+    assert_landed_exactly(out, sent)
+
+    third = run_load(config, spark=spark)
+    assert third.sequence is None and third.rows == 0
+    store = LandingStore(LocalFileSystem(), out.as_uri())
+    assert store.committed() == [1, 2]
+    assert store.latest().offsets["land-b"] == {
+        r.partition: r.end for r in first.topics["land-b"].ranges}
+
+
+def test_cli_prints_a_summary(spark, broker_cluster, tmp_path, capsys):
+    cluster = broker_cluster(1)
+    produce(cluster.zk_connect, "cli-topic", 2, 5_000)
+    config_file = tmp_path / "loader.toml"
+    config_file.write_text(f"""
+[source]
+zk = "{cluster.zk_connect}"
+topics = ["cli-topic"]
+[output]
+uri = "{(tmp_path / 'wh').as_uri()}"
+[spark]
+master = "local[2]"
+""")
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    out = capsys.readouterr().out
+    assert "run 1 committed: 5,000 rows" in out
+    assert "cli-topic: 5,000 rows" in out and "partition 1: offsets [0, " in out
+    assert "rows/s" in out
+    assert cli.main(["load", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "no such config file" in capsys.readouterr().err
+
+
+def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, tmp_path):
+    cluster = broker_cluster(1, broker={"retention_check_ms": 100},
+                             log={"segment_bytes": 64 * 1024, "retention_bytes": 200 * 1024})
+    zk = cluster.zk_connect
+    produce(zk, "ret", 1, 500, value_bytes=100)
+    out = tmp_path / "wh"
+    config = loader_config(zk, out, ["ret"])
+    first = run_load(config, spark=spark)
+    landed_end = first.topics["ret"].ranges[0].end
+    produce(zk, "ret", 1, 10_000, start=500, value_bytes=100)
+    with SimpleConsumer(zk=zk) as consumer:
+        deadline = time.monotonic() + 30
+        while consumer.offsets("ret", 0).start <= landed_end:
+            assert time.monotonic() < deadline, "retention did not delete old segments"
+            time.sleep(0.2)
+        log_start = consumer.offsets("ret", 0).start
+    with pytest.raises(RetentionGapError, match=rf"ret/0: offsets \[{landed_end}, \d+\)") as info:
+        run_load(config, spark=spark)
+    assert info.value.gaps[0].start == landed_end and info.value.gaps[0].end >= log_start
+    store = LandingStore(LocalFileSystem(), out.as_uri())
+    assert store.committed() == [1]  # nothing committed, lock released
+    assert not (out / "_logferry" / "lock").exists()
+
+    skip = loader_config(zk, out, ["ret"], load={"on_retention_gap": "skip"})
+    second = run_load(skip, spark=spark)
+    assert [g.start for g in second.gaps] == [landed_end]
+    assert second.topics["ret"].ranges[0].start == second.gaps[0].end
+    assert store.latest().gaps[0].start == landed_end
+    table = read_landed(out)
+    values = table.column("value").to_pylist()
+    assert len(values) == len(set(values)) == 500 + second.rows
