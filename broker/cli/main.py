@@ -13,7 +13,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
-from broker.cli import client_cmds
+from broker.cli import client_cmds, demo
 from broker.errors import LogferryError
 
 log = logging.getLogger("logferry.cli")
@@ -30,11 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     client_cmds.register(sub)
+    demo.register(sub)
+    from broker.cli import zk_cmd
+    zk_cmd.add_parser(sub)
     try:
-        from broker.cli import zk_cmd
-        zk_cmd.add_parser(sub)
-    except ImportError:  # pragma: no cover - only while the zk command is being written
+        from broker.cli import group_cmd
+    except ImportError:  # pragma: no cover - consumer groups are optional in a build
         pass
+    else:
+        group_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="logferry.commands"), key=lambda e: e.name):
         try:
             ep.load()(sub)
