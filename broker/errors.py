@@ -176,3 +176,31 @@ def error_for_code(code: int, message: str = "") -> LogferryError:
     """Build the exception that a wire error ``code`` stands for."""
     cls = _BY_CODE.get(code, UnknownError)
     return cls(message or f"broker answered error code {code} ({cls.__name__})")
+
+
+__all__ = [
+    "BrokerNotAvailableError",
+    "BrokerShuttingDownError",
+    "BufferFullError",
+    "ConfigError",
+    "CorruptBatchError",
+    "FrameTooLargeError",
+    "InvalidOffsetError",
+    "InvalidRequestError",
+    "InvalidTopicError",
+    "LogferryError",
+    "MessageTooLargeError",
+    "NO_ERROR",
+    "NotLeaderError",
+    "OffsetOutOfRangeError",
+    "ProducerClosedError",
+    "ProtocolError",
+    "RequestTimedOutError",
+    "StorageError",
+    "TopicExistsError",
+    "UnknownError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedApiError",
+    "ZooKeeperError",
+    "error_for_code",
+]
