@@ -269,10 +269,10 @@ class GroupConsumer:
         state = self._state
         with state.lock:
             ps = state.partitions.get((topic, partition))
-            if ps is None or not ps.active:
-                raise PartitionNotOwnedError(
-                    f"{topic}-{partition} is not assigned to {self.consumer_id} (it owns "
-                    f"{self.assignment()}); seek it on its owner or use `logferry group seek`")
+        if ps is None or not ps.active:
+            raise PartitionNotOwnedError(
+                f"{topic}-{partition} is not assigned to {self.consumer_id} (it owns "
+                f"{self.assignment()}); seek it on its owner or use `logferry group seek`")
         position = resolve_position(self._simple, topic, partition, to)
         with state.lock:
             if state.partitions.get((topic, partition)) is not ps or not ps.active:

@@ -1,0 +1,208 @@
+"""GroupConsumer's API in one process: positions, seeks, start policies, streams, patterns."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker.client import GroupConsumer, Producer, SimpleConsumer
+from broker.client.group import PartitionNotOwnedError
+from broker.client.offsets import Committed, read_offsets, write_offsets
+from broker.errors import ConfigError
+from tests.groups.conftest import create_topic, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _send(zk: str, topic: str, batches: list[list[bytes]], partition: int = 0) -> None:
+    """Each inner list becomes one batch (one send, flushed)."""
+    with Producer(zk=zk, linger_ms=0) as producer:
+        for values in batches:
+            producer.send(topic, values, partition=partition).wait(30)
+
+
+def _drain(consumer: GroupConsumer, expect: int, timeout: float = 20.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expect and time.monotonic() < deadline:
+        got.extend(consumer.poll(0.2))
+    return got
+
+
+def _ready(consumer: GroupConsumer, partitions: int) -> None:
+    """Wait until the consumer owns ``partitions`` and knows where each starts."""
+    def settled():
+        m = consumer.metrics()
+        return (len(consumer.assignment()) == partitions and m["state"] == "STABLE"
+                and all(p["position"] is not None and p["committed"] is not None
+                        for p in m["partitions"].values()))
+    wait_for(settled, 20, "the consumer to settle")
+
+
+def test_position_moves_on_the_next_call_and_a_handover_mid_batch_repeats_nothing(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "one", 1)
+    _send(zk, "one", [[b"m%d" % i for i in range(10)]])  # one batch of ten
+    first = GroupConsumer("g", ["one"], zk=zk, auto_commit_ms=0)
+    taken = [next(first).value for _ in range(3)]
+    assert taken == [b"m0", b"m1", b"m2"]
+    first.close(processed=False)  # m2 was handed out but not processed: it comes again
+    second = GroupConsumer("g", ["one"], zk=zk, auto_commit_ms=0)
+    assert [next(second).value for _ in range(2)] == [b"m2", b"m3"]
+    second.close()  # processed: the position is (batch offset, skip 4)
+    [(_, committed)] = _offsets(zk, "g").items()
+    assert (committed.offset, committed.skip) == (0, 4)
+    third = GroupConsumer("g", ["one"], zk=zk, iter_timeout=1.0)
+    assert [m.value for m in third] == [b"m%d" % i for i in range(4, 10)]
+    third.close()
+
+
+def _offsets(zk: str, group: str) -> dict:
+    client = KazooClient(hosts=zk)
+    client.start(10)
+    try:
+        return read_offsets(client, group)
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_seek_by_offset_and_by_time(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "ts", 2)
+    for p in range(2):
+        _send(zk, "ts", [[b"old-%d-%d" % (p, i) for i in range(5)] for _ in range(3)], partition=p)
+    time.sleep(0.05)
+    boundary = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.05)
+    for p in range(2):
+        _send(zk, "ts", [[b"new-%d-%d" % (p, i) for i in range(5)] for _ in range(2)], partition=p)
+    consumer = GroupConsumer("g", ["ts"], zk=zk)
+    assert len(_drain(consumer, 50)) == 50
+    assert len(consumer.seek_all(boundary)) == 2
+    again = _drain(consumer, 20)
+    assert sorted(m.value for m in again) == sorted(b"new-%d-%d" % (p, i) for p in range(2)
+                                                   for i in range(5) for _ in range(2))
+    assert _drain(consumer, 1, 0.5) == []
+    # By offset: the second batch of partition 1 (batches are whole, so take its offset).
+    with SimpleConsumer(zk=zk) as simple:
+        offsets = [b.offset for b in simple.fetch("ts", 1, 0).batches]
+    assert consumer.seek("ts", 1, offsets[1]) == offsets[1]
+    tail = _drain(consumer, 20)
+    assert [m.value for m in tail][:5] == [b"old-1-%d" % i for i in range(5)]
+    assert len(tail) == 20  # batches 2-5 of partition 1
+    assert consumer.seek("ts", 0, "latest") >= 0 and _drain(consumer, 1, 1.0) == []
+    with pytest.raises(PartitionNotOwnedError):
+        consumer.seek("ts", 7, "earliest")
+    consumer.close()
+
+
+def test_new_group_at_latest_sees_only_new_messages(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "late", 3)
+    for p in range(3):
+        _send(zk, "late", [[b"before"] * 10], partition=p)
+    consumer = GroupConsumer("fresh", ["late"], zk=zk, start="latest")
+    _ready(consumer, 3)  # start positions resolved and pinned in ZooKeeper
+    for p in range(3):
+        _send(zk, "late", [[b"after-%d" % p] * 5], partition=p)
+    got = _drain(consumer, 15)
+    assert sorted(m.value for m in got) == sorted([b"after-%d" % p for p in range(3)] * 5)
+    assert _drain(consumer, 1, 0.5) == []
+    consumer.close()
+    # An old group at earliest still sees everything.
+    with GroupConsumer("old", ["late"], zk=zk, iter_timeout=1.0) as old:
+        assert len(list(old)) == 45
+
+
+def test_paper_streams_share_partitions_and_each_thread_reads_its_own(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "fan", 4)
+    with Producer(zk=zk) as producer:
+        for i in range(4000):
+            producer.send("fan", b"%d" % i, partition=i % 4)
+    consumer = GroupConsumer("g", zk=zk, iter_timeout=1.5)
+    streams = consumer.create_message_streams({"fan": 2})["fan"]
+    assert len(streams) == 2
+    seen: list[list] = [[], []]
+
+    def read(i: int) -> None:
+        for message in streams[i]:
+            seen[i].append(message)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert {m.partition for m in seen[0]} == {0, 1} and {m.partition for m in seen[1]} == {2, 3}
+    assert sorted(int(m.value) for s in seen for m in s) == list(range(4000))
+    with pytest.raises(ConfigError):
+        next(iter(consumer))  # this consumer delivers through its streams
+    consumer.close()
+
+
+def test_pattern_subscription_picks_up_new_topics(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "logs.web", 2)
+    create_topic(zk, "metrics", 2)
+    _send(zk, "logs.web", [[b"web"] * 3])
+    _send(zk, "metrics", [[b"metric"] * 3])
+    consumer = GroupConsumer("g", pattern=r"logs\..*", zk=zk)
+    assert [m.value for m in _drain(consumer, 3)] == [b"web"] * 3
+    create_topic(zk, "logs.db", 2)
+    _send(zk, "logs.db", [[b"db"] * 4], partition=1)
+    got = _drain(consumer, 4)
+    assert [(m.topic, m.value) for m in got] == [("logs.db", b"db")] * 4
+    assert ("logs.db", 1) in consumer.assignment() and ("metrics", 0) not in consumer.assignment()
+    consumer.close()
+
+
+def test_batch_larger_than_max_bytes_is_fetched_anyway(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "big", 1)
+    _send(zk, "big", [[b"x" * 1000] * 50])  # one 50 kB batch
+    with GroupConsumer("g", ["big"], zk=zk, max_bytes=1024) as consumer:
+        assert len(_drain(consumer, 50)) == 50
+
+
+def test_committed_offset_past_the_log_end_resets_to_the_end(broker_cluster, caplog):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "trunc", 1)
+    _send(zk, "trunc", [[b"old"] * 5])
+    client = KazooClient(hosts=zk)
+    client.start(10)
+    try:
+        write_offsets(client, "g", {("trunc", 0): Committed.now(10**9)})
+    finally:
+        client.stop()
+        client.close()
+    with GroupConsumer("g", ["trunc"], zk=zk) as consumer:
+        wait_for(lambda: consumer.metrics()["offset_resets"] >= 1, 20, "the reset")
+        _send(zk, "trunc", [[b"new"] * 3])
+        assert [m.value for m in _drain(consumer, 3)] == [b"new"] * 3
+    assert "out of range" in caplog.text
+
+
+def test_configuration_errors_say_what_to_do():
+    with pytest.raises(ConfigError, match="ZooKeeper"):
+        GroupConsumer("g", ["t"], brokers=["127.0.0.1:1"])
+    with pytest.raises(ConfigError, match="group name"):
+        GroupConsumer("bad/name", ["t"], zk="127.0.0.1:1/x")
+    with pytest.raises(ConfigError, match="not both"):
+        GroupConsumer("g", ["t"], pattern="t.*", zk="127.0.0.1:1/x")
+    with pytest.raises(ConfigError, match="regular expression"):
+        GroupConsumer("g", pattern="(", zk="127.0.0.1:1/x")
+    with pytest.raises(ConfigError, match="start"):
+        GroupConsumer("g", ["t"], zk="127.0.0.1:1/x", start="middle")
