@@ -258,9 +258,10 @@ class Agent:
             finished, rewind = tailed.tracker.poll(expire_before)
             counters = self.metrics.counters
             if expire_before is not None and any(not c.completion.done() for c, _ in finished):
-                log.error("%s: no acknowledgement within %.0fs; sending again from offset %d "
-                          "with a new producer", tailed.path, self._ack_timeout,
-                          tailed.tracker.acked)
+                if not self._producer_stuck:
+                    log.error("%s: no acknowledgement within %.0fs; sending again from offset "
+                              "%d with a new producer (other files may follow)", tailed.path,
+                              self._ack_timeout, tailed.tracker.acked)
                 self._producer_stuck = True
             for chunk, ok in finished:
                 self._inflight -= chunk.nbytes
@@ -297,8 +298,13 @@ class Agent:
             self.producer = old
             return
         self.metrics.add("errors")
-        threading.Thread(target=old.close, kwargs={"timeout": 1.0}, daemon=True,
-                         name="agent-old-producer").start()
+        def close_old() -> None:
+            try:
+                old.close(timeout=1.0)
+            except Exception as exc:  # noqa: BLE001 - it failed what it held: that is the point
+                log.debug("old producer closed: %s", exc)
+
+        threading.Thread(target=close_old, daemon=True, name="agent-old-producer").start()
 
     def _rewind(self, tailed: TailedFile, offset: int, error: BaseException) -> None:
         """A batch failed: read the file again from its checkpoint, after a pause."""
@@ -308,8 +314,10 @@ class Agent:
         tailed.fail_offset = offset
         retriable = getattr(error, "retriable", False)
         delay = min(0.5 * 2 ** min(tailed.failures - 1, 6), MAX_RETRY_DELAY)
-        log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs",
-                    tailed.path, error, offset, delay)
+        if time.monotonic() >= self._quiet_until:
+            log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs (repeats "
+                        "muted for 10s)", tailed.path, error, offset, delay)
+            self._quiet_until = time.monotonic() + 10.0
         if not retriable and tailed.failures >= 3 and tailed.fd is not None:
             self._skip_chunk(tailed, offset)
             return
@@ -701,11 +709,9 @@ class Agent:
             size = os.fstat(tailed.fd).st_size
         except OSError:
             return True
-        if size > tailed.pos:
-            tailed.at_eof = False
-            self._ready[tailed] = None
-            return False
-        return True
+        # Growth makes it ready; shrinkage is a truncation: it restarts at 0.
+        self._observe_size(tailed, size)
+        return tailed.pos >= size
 
     def _reopen(self, tailed: TailedFile) -> bool:
         """Open a closed file (verifying it is still the same one) within the handle limit."""

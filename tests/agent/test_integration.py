@@ -87,7 +87,13 @@ def _wait_shipped(agent, timeout: float = 60.0, acked: int | None = None) -> Non
             return False
         return (status.get("updated", 0) > since and gauges.get("lag_bytes", 1) == 0
                 and gauges.get("inflight_bytes", 1) == 0 and gauges.get("tracked_files", 0) > 0)
-    wait_until(done, timeout, "agent caught up")
+    try:
+        wait_until(done, timeout, "agent caught up")
+    except AssertionError as exc:
+        status = agent.status()
+        lagging = [f for f in status.get("files", []) if f["lag"]][:5]
+        raise AssertionError(f"{exc}; counters {status.get('counters')}, gauges "
+                             f"{status.get('gauges')}, lagging files {lagging}") from None
 
 
 def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, agent_process,
@@ -293,3 +299,122 @@ def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_pro
         pytest.skip("the file system never reused the inode")
     lines = [v["line"] for _, _, v in consume(cluster.bootstrap, "app")]
     assert lines == expected
+
+
+def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluster, agent_process,
+                                                                   tmp_path):
+    """The awkward inputs, each to its own topic, in one agent run."""
+    cluster = broker_cluster(1)
+    logs = tmp_path / "logs"
+    many = tmp_path / "many"
+    for d in ("java", "odd", "big"):
+        (logs / d).mkdir(parents=True)
+    many.mkdir()
+    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=64 * 1024 * 1024,
+                   max_open_files=64)
+    doc["sources"] = [
+        {"name": "java", "pattern": f"{logs}/java/*.log", "topic": "java",
+         "multiline": {"start": r"^\d{4}-\d\d-\d\d ", "timeout_s": 0.5}},
+        {"name": "odd", "pattern": f"{logs}/odd/*.log", "topic": "odd",
+         "partial_line_timeout_s": 0.5},
+        {"name": "big", "pattern": f"{logs}/big/*.log", "topic": "big",
+         "max_line_bytes": 1024 * 1024},
+        {"name": "many", "pattern": f"{many}/**/*.log", "topic": "many"},
+    ]
+    trace = ("2024-05-01 10:00:00 ERROR request failed\n"
+             "java.lang.IllegalStateException: boom\n"
+             "\tat com.example.Foo.bar(Foo.java:42)\n"
+             "\tat com.example.Main.main(Main.java:7)\n"
+             "Caused by: java.io.IOException: disk\n"
+             "\t... 2 more\n")
+    (logs / "java" / "app.log").write_text(
+        "2024-05-01 09:59:59 INFO starting\n" + trace + "2024-05-01 10:00:01 INFO next\n")
+    (logs / "odd" / "partial.log").write_bytes(b"complete line\nno newline at the end")
+    rng = __import__("random").Random(4)
+    garbage = bytes(rng.randrange(256) for _ in range(200_000))
+    (logs / "odd" / "garbage.log").write_bytes(garbage)
+    big_line = bytes(65 + i % 26 for i in range(10 * 1024 * 1024))
+    (logs / "big" / "big.log").write_bytes(b"before\n" + big_line + b"\nafter\n")
+    for i in range(1000):
+        sub = many / f"d{i % 10}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"f{i:04d}.log").write_bytes(b"".join(b"file %04d line %d\n" % (i, j)
+                                                    for j in range(3)))
+    agent = agent_process(doc).start()
+    garbage_parts = len(garbage.split(b"\n"))  # the last part has no newline: flushed
+    expected_total = 3 + 2 + garbage_parts + 12 + 3000
+    _wait_shipped(agent, 120, acked=expected_total)
+    status = agent.status()
+    assert status["gauges"]["open_files"] <= 64
+    assert agent.terminate() == 0
+
+    java = [v["line"] for _, _, v in consume(cluster.bootstrap, "java")]
+    assert java == ["2024-05-01 09:59:59 INFO starting", trace.rstrip("\n"),
+                    "2024-05-01 10:00:01 INFO next"]
+
+    odd = consume(cluster.bootstrap, "odd")
+    partial = [v["line"] for _, _, v in odd if v["file"].endswith("partial.log")]
+    assert partial == ["complete line", "no newline at the end"]
+    junk = [v for _, _, v in odd if v["file"].endswith("garbage.log")]
+    assert len(junk) == garbage_parts
+    # A line ending in "\r\n" loses the "\r" too (CRLF files).
+    assert [v["line"] for v in junk] == [p.removesuffix(b"\r").decode("utf-8", "replace")
+                                         for p in garbage.split(b"\n")]
+    assert [v["offset"] for v in junk][:2] == [0, len(garbage.split(b"\n")[0]) + 1]
+
+    big = [v for _, _, v in consume(cluster.bootstrap, "big")]
+    assert big[0]["line"] == "before" and big[-1]["line"] == "after"
+    pieces = big[1:-1]
+    assert len(pieces) == 10
+    assert "".join(p["line"] for p in pieces).encode() == big_line
+    assert [bool(p.get("cut")) for p in pieces] == [True] * 9 + [False]
+    assert status["counters"]["lines_cut"] == 1
+
+    files: dict[str, list[str]] = {}
+    for _, _, v in consume(cluster.bootstrap, "many"):
+        files.setdefault(v["file"], []).append(v["line"])
+    assert len(files) == 1000
+    for path, lines in files.items():
+        number = int(Path(path).stem[1:])
+        assert lines == [f"file {number:04d} line {j}" for j in range(3)]
+
+
+def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_process, tmp_path):
+    """Each window's acked count in _audit equals the messages whose time read is in it."""
+    import msgpack
+
+    cluster = broker_cluster(1)
+    doc = base_doc(tmp_path, cluster.bootstrap)
+    doc["audit"] = {"window_s": 1}
+    doc["sources"].append({"name": "other", "pattern": f"{tmp_path}/logs/*.txt",
+                           "topic": "other"})
+    agent = agent_process(doc).start()
+    sample = sample_lines()
+    written = 0
+    deadline = time.monotonic() + 4.5  # spans several 1 s windows
+    while time.monotonic() < deadline:
+        with open(tmp_path / "logs" / "app.log", "ab") as handle:
+            handle.write(b"\n".join(sample[(written + i) % len(sample)] for i in range(300))
+                         + b"\n")
+        with open(tmp_path / "logs" / "x.txt", "ab") as handle:
+            handle.write(b"other line\n" * 50)
+        written += 300
+        time.sleep(0.05)
+    _wait_shipped(agent, 60)
+    assert agent.terminate() == 0
+    counted: dict[tuple[str, int], int] = {}
+    for topic in ("app", "other"):
+        for _, message, value in consume(cluster.bootstrap, topic):
+            assert message.timestamp == value["time"]
+            window = value["time"] - value["time"] % 1000
+            counted[(topic, window)] = counted.get((topic, window), 0) + 1
+    audited: dict[tuple[str, int], int] = {}
+    for _, message, record in consume(cluster.bootstrap, "_audit"):
+        assert record["host"] == "it-host" and record["stage"] == "agent"
+        assert record["window_end"] - record["window_start"] == 1000
+        key = (record["topic"], record["window_start"])
+        audited[key] = audited.get(key, 0) + record["acked"]
+        assert record["sent"] >= record["acked"]
+    assert len(counted) >= 4
+    assert audited == counted
+    assert sum(v for (t, _), v in counted.items() if t == "app") == written
