@@ -1,0 +1,128 @@
+"""Operating a broker: metrics, ZooKeeper session loss, the command line, topic deletion."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker.client import Producer, SimpleConsumer
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_prometheus_metrics_count_traffic(broker_cluster):
+    port = free_port()
+    cluster = broker_cluster(1, broker={"metrics_port": port})
+    with Producer(brokers=cluster.bootstrap) as producer:
+        producer.send("metered", [b"a" * 100] * 500, partition=2).wait(10)
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        _wait(lambda: consumer.offsets("metered", 2).end > 0, 10, "flush")
+        consumer.fetch("metered", 2, 0)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'logferry_messages_in_total{topic="metered",partition="2"} 500' in text
+    assert 'logferry_requests_total{api="produce"}' in text
+    assert 'logferry_requests_total{api="fetch"}' in text
+    assert 'logferry_bytes_out_total{topic="metered",partition="2"}' in text
+    assert "logferry_open_connections" in text
+    assert "# TYPE logferry_bytes_in_total counter" in text
+
+
+def test_broker_registers_again_after_its_session_expires(broker_cluster, zk_connect):
+    """A broker frozen past its session timeout loses its registration, then makes it again.
+
+    (Restarting ZooKeeper would not do: the server restores sessions from its log.)
+    """
+    cluster = broker_cluster(1)  # zk_session_timeout_s = 6 in the test harness
+    broker = cluster.brokers[0]
+    with Producer(zk=cluster.zk_connect) as producer:
+        producer.send("survive", b"before", partition=0).wait(10)
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=15)
+    try:
+        assert client.exists("/brokers/ids/1")
+        broker.pause()
+        try:
+            _wait(lambda: not client.exists("/brokers/ids/1"), 30, "the session to expire")
+        finally:
+            broker.resume()
+        _wait(lambda: client.exists("/brokers/ids/1"), 30, "re-registration of broker 1")
+        _wait(lambda: "will register again" in broker.log_text(), 10, "the log line")
+    finally:
+        client.stop()
+        client.close()
+    with Producer(zk=cluster.zk_connect) as producer:
+        producer.send("survive", b"after", partition=0).wait(20)
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        values = [m.value for m in consumer.messages("survive", 0, follow=True, timeout=1, limit=2)]
+    assert values == [b"before", b"after"]
+
+
+def _cli(*args: str, stdin: str | None = None, zk: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "broker", *args], input=stdin, text=True,
+                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+
+
+def test_command_line_round_trip(broker_cluster):
+    cluster = broker_cluster(2)
+    zk = cluster.zk_connect
+    created = _cli("topic", "create", "cli-topic", "-p", "3", zk=zk)
+    assert created.returncode == 0 and "3 partitions" in created.stdout, created.stderr
+    assert "cli-topic" in _cli("topic", "list", zk=zk).stdout
+    described = _cli("topic", "describe", "cli-topic", zk=zk).stdout
+    assert described.count("127.0.0.1:") == 3
+    lines = [f"line {i}" for i in range(300)]
+    produced = _cli("produce", "cli-topic", "--key", "host-1", stdin="\n".join(lines) + "\n", zk=zk)
+    assert produced.returncode == 0 and "produced 300" in produced.stderr
+    time.sleep(0.3)  # let the flush make them visible
+    consumed = _cli("consume", "cli-topic", "-n", "300", "--format", "{partition} {value}", zk=zk)
+    assert consumed.returncode == 0, consumed.stderr
+    out = consumed.stdout.splitlines()
+    assert [line.split(" ", 1)[1] for line in out] == lines  # one key: one partition, in order
+    # user mistakes: one line, no traceback
+    bad = _cli("topic", "create", "../evil", zk=zk)
+    assert bad.returncode == 1 and "invalid topic name" in bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    bad_from = _cli("consume", "cli-topic", "--from", "yesterday", zk=zk)
+    assert bad_from.returncode == 1 and "--from" in bad_from.stderr and "Traceback" not in bad_from.stderr
+    deleted = _cli("topic", "delete", "cli-topic", zk=zk)
+    assert deleted.returncode == 0
+    _wait(lambda: not any((b.log_dir / f"cli-topic-{p}").exists()
+                          for b in cluster.brokers for p in range(3)), 10, "partition dirs deleted")
+
+
+def test_bad_config_is_one_line(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text('[broker]\nid = 1\nport = 99999\nlog_dirs = ["x"]\nzk_connect = "127.0.0.1:1/x"\n')
+    proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "broker.port must be a port number" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_zookeeper_is_a_clear_error(tmp_path):
+    port = free_port()
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[broker]\nid = 1\nport = {free_port()}\nlog_dirs = ["{tmp_path / "d"}"]\n'
+                      f'zk_connect = "127.0.0.1:{port}/x"\n')
+    proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "cannot reach ZooKeeper" in proc.stderr and "Traceback" not in proc.stderr
