@@ -32,7 +32,7 @@ _BODY = struct.Struct(">8sQ6sI")
 _OFFSET_KEY = b"\xa6offset\xcf"
 _LINE_KEY = b"\xa4line\xdb"
 _PTIME_KEY = b"\xa5ptime\xd3"   # int 64: parsed times may precede 1970
-_PTIME = struct.Struct(">8sq")
+_PTIME = struct.Struct(">7sq")
 _CUT = b"\xa3cut\xc3"
 
 
