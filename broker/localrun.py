@@ -1,0 +1,162 @@
+"""Running brokers as local processes: for tests, benchmarks and the demo.
+
+One place knows how to write a broker's TOML file, pick a free port on 127.0.0.1,
+start ``python -m broker broker --config ...``, wait until it serves, and stop it
+with SIGTERM (or kill -9 it on purpose). Nothing here is used by a deployed broker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+READY_TIMEOUT = 30.0
+_handed_out: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, never the same one twice in this process.
+
+    The port is released before the caller binds it, so another program could take
+    it in between; servers fail fast on a taken port, which callers can retry.
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError(f"no new free port on {host} after 100 tries")
+
+
+def toml_value(value: Any) -> str:
+    """A Python scalar or list as a TOML value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """``{"broker": {...}, "log": {...}}`` as a TOML document of flat tables."""
+    out = []
+    for name, values in sections.items():
+        out.append(f"[{name}]")
+        out.extend(f"{key} = {toml_value(value)}" for key, value in values.items())
+        out.append("")
+    return "\n".join(out)
+
+
+class BrokerProcess:
+    """One broker subprocess with a fixed id, port and log dir across restarts."""
+
+    def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
+                 broker: Mapping[str, Any] | None = None, log: Mapping[str, Any] | None = None,
+                 name: str | None = None):
+        self.id = broker_id
+        self.name = name or f"broker-{broker_id}"
+        self.port = free_port()
+        self.zk_connect = zk_connect
+        self.workdir = workdir
+        self.log_dir = workdir / f"{self.name}-data"
+        self.log_file = workdir / f"{self.name}.log"
+        self.config_file = workdir / f"{self.name}.toml"
+        self.broker_settings = {"id": broker_id, "host": "127.0.0.1", "port": self.port,
+                                "log_dirs": [str(self.log_dir)], "zk_connect": zk_connect,
+                                **(broker or {})}
+        self.log_settings = dict(log or {})
+        self.proc: subprocess.Popen | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(to_toml({"broker": self.broker_settings, "log": self.log_settings}))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> "BrokerProcess":
+        """Start the process; with ``wait``, return once it accepts connections."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        with self.log_file.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "broker", "broker", "--config", str(self.config_file)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
+                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until the broker logged that it listens and its port accepts."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if "listening on" in self.log_text():
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready in {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait; SIGKILL (and an error) if it ignores SIGTERM."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise RuntimeError(f"{self.name} ignored SIGTERM for {timeout}s:\n{self.log_tail()}") from None
+
+    def kill(self) -> None:
+        """kill -9: no flush, no deregistration."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def pause(self) -> None:
+        """SIGSTOP the process (a hung broker)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> "BrokerProcess":
+        """Clean stop, then start with the same id, port and data."""
+        self.stop()
+        return self.start()
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def segment_files(self) -> list[Path]:
+        """Every segment file this broker holds."""
+        return sorted(self.log_dir.glob("*/*.log"))
