@@ -302,6 +302,7 @@ class GroupConsumer:
         coordinator = self._coordinator
         state = self._state
         with state.lock:
+            state.materialize()
             partitions = {}
             for (topic, p), ps in sorted(state.partitions.items()):
                 lag = ps.log_end - ps.position[0] if ps.position is not None and ps.log_end >= 0 else None
@@ -366,6 +367,7 @@ class GroupConsumer:
                 for reader in state.readers:
                     reader._ack()
             state.closed = True
+            state.invalidate_readers()
             state.data_ready.notify_all()
             state.fetch_wake.notify_all()
             state.acked.notify_all()

@@ -282,6 +282,7 @@ class Coordinator:
         if session_state == KazooState.SUSPENDED:
             with state.lock:
                 state.paused = True
+                state.invalidate_readers()
             log.warning("group %s: ZooKeeper connection lost; fetching paused, ownership kept",
                         self.group)
             self._post("suspended")
@@ -289,12 +290,14 @@ class Coordinator:
             with state.lock:
                 dropped = state.drop_everything()
                 state.paused = True
+                state.invalidate_readers()
             with self._cond:
                 self._lost.extend(dropped)
             self._post("lost")
         else:
             with state.lock:
                 state.paused = False
+                state.invalidate_readers()
                 state.data_ready.notify_all()
                 state.fetch_wake.notify_all()
             self._post("connected")
@@ -680,6 +683,7 @@ class Coordinator:
         state = self.state
         with self._commit_lock:
             with state.lock:
+                state.materialize()
                 todo = [(ps, ps.position) for ps in states
                         if ps.position is not None and ps.position != ps.committed
                         and ps.generation == state.generation]

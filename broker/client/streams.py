@@ -155,11 +155,22 @@ class GroupState:
         self.generation = 1
         """Bumped when the ZooKeeper session is lost."""
         self.delivered = 0
+        """Messages of the batches taken by readers (counted per batch, not per call)."""
         self._epochs = itertools.count(1)
 
     def next_epoch(self) -> int:
         """A fresh epoch (lock held)."""
         return next(self._epochs)
+
+    def invalidate_readers(self) -> None:
+        """Send every reader's next call through its slow path (lock held)."""
+        for reader in self.readers:
+            reader._fast = False
+
+    def materialize(self) -> None:
+        """Bring every partition's ``position`` up to what readers acknowledged (lock held)."""
+        for reader in self.readers:
+            reader.materialize()
 
     # -- stopping and starting partitions (lock held) ----------------------------------
 
@@ -169,6 +180,8 @@ class GroupState:
         In-flight messages may still be acknowledged until :meth:`release`.
         """
         doomed = set(map(id, states))
+        self.materialize()
+        self.invalidate_readers()
         for ps in states:
             ps.active = False
         for queue in {id(ps.stream): ps.stream for ps in states}.values():
@@ -180,6 +193,7 @@ class GroupState:
 
     def release(self, states: list[PartitionState]) -> None:
         """Forget ``states`` for good: late acks and fetch responses are ignored."""
+        self.invalidate_readers()
         for ps in states:
             ps.active = False
             ps.epoch = 0
@@ -228,6 +242,7 @@ class GroupState:
         with self.lock:
             if self.failure is None:
                 self.failure = error
+            self.invalidate_readers()
             self.data_ready.notify_all()
             self.fetch_wake.notify_all()
             self.acked.notify_all()
@@ -238,6 +253,15 @@ class Reader:
 
     One reader is meant for one application thread. A :class:`MessageStream` reads
     one queue; the consumer's own iteration and ``poll`` read all of its queues.
+
+    Hot path: while nothing changed since the last call (``_fast``), ``next()`` only
+    bumps an index: handing out message ``i`` of the current chunk acknowledges
+    ``i - 1``. The processed position of the current chunk is therefore implicit
+    (``_index - 1`` while a message is held) and written to its partition only when
+    someone needs it (:meth:`materialize`: commits, releases, chunk changes). Whoever
+    changes what may be delivered (stopping a partition, pausing, closing) clears
+    ``_fast`` of every reader through :meth:`GroupState.invalidate_readers`, sending
+    the next call through the slow path, which re-checks everything.
     """
 
     def __init__(self, state: GroupState, queues: list[StreamQueue], timeout: float | None):
@@ -245,11 +269,13 @@ class Reader:
         self._queues = queues
         self._timeout = timeout
         self._chunk: Chunk | None = None
+        self._msgs: list[Message] = []
+        self._n = 0
         self._index = 0
+        self._held = False  # message _index - 1 of _chunk is out, not yet acknowledged
+        self._fast = False
         self._rr = 0
-        self._one: Chunk | None = None  # in flight after next(): one message ...
-        self._one_end = 0
-        self._many: list[tuple[Chunk, int]] = []  # ... or after poll(): several runs
+        self._many: list[tuple[Chunk, int]] = []  # out after poll(): (chunk, end) runs
         with state.lock:
             state.readers.append(self)
 
@@ -257,17 +283,26 @@ class Reader:
 
     def holds(self, state_ids: set[int]) -> bool:
         """True if an unacknowledged message of one of these partitions is out."""
-        if self._one is not None and id(self._one.state) in state_ids:
+        chunk = self._chunk
+        if self._held and chunk is not None and id(chunk.state) in state_ids:
             return True
         return any(id(chunk.state) in state_ids for chunk, _ in self._many)
 
-    def _ack(self) -> None:
-        chunk = self._one
-        if chunk is not None:
+    def materialize(self) -> None:
+        """Write the current chunk's processed position to its partition (lock held)."""
+        chunk = self._chunk
+        if chunk is not None and not self._many:
             ps = chunk.state
             if ps.epoch == chunk.epoch:
-                ps.position = chunk.position_after(self._one_end)
-            self._one = None
+                done = self._index - 1 if self._held else self._index
+                if done > chunk.start or self._held or done == len(chunk.messages):
+                    ps.position = chunk.position_after(done)
+
+    def _ack(self) -> None:
+        """Count everything handed out as processed (lock held)."""
+        if self._held:
+            self._held = False
+            self.materialize()
         if self._many:
             for chunk, end in self._many:
                 ps = chunk.state
@@ -289,11 +324,13 @@ class Reader:
         chunk = self._chunk
         if chunk is not None:
             ps = chunk.state
-            if self._index < len(chunk.messages) and chunk.epoch == ps.epoch and ps.active:
+            if self._index < self._n and chunk.epoch == ps.epoch and ps.active:
                 return chunk
+            self.materialize()  # a spent chunk moves its partition past it
+        state = self._state
         queues = self._queues
         n = len(queues)
-        limit = self._state.queue_bytes
+        limit = state.queue_bytes
         for step in range(n):
             queue = queues[(self._rr + step) % n]
             while queue.chunks:
@@ -301,15 +338,23 @@ class Reader:
                 before = queue.nbytes
                 queue.nbytes -= chunk.nbytes
                 if before >= limit > queue.nbytes:
-                    self._state.fetch_wake.notify_all()
+                    state.fetch_wake.notify_all()
                 ps = chunk.state
                 if chunk.epoch == ps.epoch and ps.active and chunk.start < len(chunk.messages):
+                    state.delivered += len(chunk.messages) - chunk.start
                     self._rr = (self._rr + step + 1) % n
-                    self._chunk = chunk
-                    self._index = chunk.start
+                    self._set_chunk(chunk)
                     return chunk
-        self._chunk = None
+        self._set_chunk(None)
         return None
+
+    def _set_chunk(self, chunk: Chunk | None) -> None:
+        self._chunk = chunk
+        self._held = False
+        if chunk is None:
+            self._msgs, self._n, self._index = [], 0, 0
+        else:
+            self._msgs, self._n, self._index = chunk.messages, len(chunk.messages), chunk.start
 
     def _check_open(self) -> None:
         state = self._state
@@ -330,31 +375,39 @@ class Reader:
         without a message when the consumer was given ``iter_timeout`` (iterating again
         later resumes).
         """
+        with self._state.lock:
+            if self._fast:
+                i = self._index
+                if i < self._n:
+                    self._index = i + 1
+                    return self._msgs[i]
+            return self._next_slow()
+
+    def _next_slow(self) -> Message:
         state = self._state
+        self._fast = False
+        if self._held or self._many:
+            self._ack()
         deadline = None
-        with state.lock:
-            if self._one is not None or self._many:
-                self._ack()
-            while True:
-                self._check_open()
-                if not state.paused:
-                    chunk = self._current()
-                    if chunk is not None:
-                        i = self._index
-                        self._index = i + 1
-                        self._one = chunk
-                        self._one_end = i + 1
-                        state.delivered += 1
-                        return chunk.messages[i]
-                if self._timeout is None:
-                    state.data_ready.wait(1.0)
-                    continue
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self._timeout
-                if now >= deadline:
-                    raise StopIteration
-                state.data_ready.wait(deadline - now)
+        while True:
+            self._check_open()
+            if not state.paused:
+                chunk = self._current()
+                if chunk is not None:
+                    i = self._index
+                    self._index = i + 1
+                    self._held = True
+                    self._fast = True
+                    return self._msgs[i]
+            if self._timeout is None:
+                state.data_ready.wait(1.0)
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self._timeout
+            if now >= deadline:
+                raise StopIteration
+            state.data_ready.wait(deadline - now)
 
     def poll(self, timeout: float = 0.0, max_messages: int = 10_000) -> list[Message]:
         """Up to ``max_messages`` ready messages, waiting up to ``timeout`` s for the first.
@@ -366,7 +419,8 @@ class Reader:
         deadline = time.monotonic() + max(timeout, 0.0)
         out: list[Message] = []
         with state.lock:
-            if self._one is not None or self._many:
+            self._fast = False
+            if self._held or self._many:
                 self._ack()
             while True:
                 try:
@@ -379,12 +433,11 @@ class Reader:
                         if chunk is None:
                             break
                         i = self._index
-                        end = min(len(chunk.messages), i + max_messages - len(out))
-                        out.extend(chunk.messages[i:end])
+                        end = min(self._n, i + max_messages - len(out))
+                        out.extend(self._msgs[i:end])
                         self._index = end
                         self._many.append((chunk, end))
                     if out:
-                        state.delivered += len(out)
                         return out
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
