@@ -8,15 +8,15 @@ like a killed process. The points, in the order a run passes them:
     while Spark is writing staged Parquet files (a watcher thread fires as soon as the
     first data file appears in the staging directory);
 ``after-write``
-    the staged files are complete, nothing is counted or committed;
-``after-count``
-    the staged files are counted, the manifest is built but not committed;
+    the staged files are complete and counted, the manifest is built, nothing is
+    committed;
 ``after-commit``
     the manifest is committed (offsets advanced), no file is published yet;
 ``during-publish``
-    after the first file of the run has been moved into place;
+    after the first file of a committed run has been moved into place (in the run's
+    own publishing, or in recovery's, whichever comes first);
 ``after-publish``
-    every file is in place, the staging directory is not yet deleted.
+    every file of a committed run is in place, its staging directory is not yet deleted.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Callable
 
 ENV = "LOGFERRY_LOADER_CRASH_AT"
 CRASH_EXIT = 86
-POINTS = ("during-write", "after-write", "after-count", "after-commit", "during-publish",
-          "after-publish")
+POINTS = ("during-write", "after-write", "after-commit", "during-publish", "after-publish")
 
 
 def armed(point: str) -> bool:

@@ -73,20 +73,42 @@ class LoadResult:
         return sum(t.rows for t in self.topics.values())
 
 
+class _Session:
+    """The run's SparkSession, built only when needed.
+
+    With a local output, recovery and planning need no JVM, so a run with nothing to
+    land (or one that only finishes publishing a crashed run) never starts Spark.
+    """
+
+    def __init__(self, config: LoaderConfig, spark: Any, master: str | None):
+        self._config = config
+        self._spark = spark
+        self._master = master
+
+    def get(self) -> Any:
+        if self._spark is None:
+            from hadoop_loader.spark_session import build_session
+            self._spark = build_session(self._config.spark, self._master,
+                                        self._config.load.timezone)
+        self._spark.conf.set("spark.sql.session.timeZone", self._config.load.timezone)
+        self._spark.dataSource.register(LogferryDataSource)
+        return self._spark
+
+
 def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None) -> LoadResult:
     """Run one landing job; reuses ``spark`` when given (tests), else builds a session."""
     started = time.time()
-    if spark is None:
-        from hadoop_loader.spark_session import build_session
-        spark = build_session(config.spark, master, config.load.timezone)
-    spark.conf.set("spark.sql.session.timeZone", config.load.timezone)
-    spark.dataSource.register(LogferryDataSource)
-    fs = filesystem_for(config.output.uri, config.output.filesystem, spark)
+    session = _Session(config, spark, master)
+    if config.output.filesystem == "hadoop" or (config.output.filesystem == "auto"
+                                                and not config.output.uri.startswith("file:")):
+        fs = filesystem_for(config.output.uri, config.output.filesystem, session.get())
+    else:
+        fs = filesystem_for(config.output.uri, config.output.filesystem)
     store = LandingStore(fs, config.output.uri)
     fs.mkdirs(store.state)
     store.acquire_lock()
     try:
-        result = _run_locked(config, spark, fs, store, started)
+        result = _run_locked(config, session, fs, store, started)
     finally:
         store.release_lock()
     if config.audit.enabled:
@@ -96,9 +118,14 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None)
     return result
 
 
-def _run_locked(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore,
+_PUBLISH_HOOKS = {"on_moved": lambda n: crash.crash_point("during-publish"),
+                  "before_cleanup": lambda: crash.crash_point("after-publish")}
+"""Crash points inside publishing, for a run's own publish and for recovery's."""
+
+
+def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore,
                 started: float) -> LoadResult:
-    recovery = store.recover()
+    recovery = store.recover(**_PUBLISH_HOOKS)
     if recovery.rolled_forward or recovery.discarded:
         log.info("recovery: %s", recovery.describe())
     previous = store.latest()
@@ -123,16 +150,18 @@ def _run_locked(config: LoaderConfig, spark: Any, fs: FileSystem, store: Landing
         return result
 
     data_uri = store.begin(sequence)
+    files: list[tuple[str, int]] = []
+    counts: dict = {}
     if plan.chunks:
+        spark = session.get()
         _write(config, spark, fs, store, sequence, plan, executors, data_uri)
-    crash.crash_point("after-write")
-    files, counts = _count(spark, fs, data_uri) if plan.chunks else ([], {})
+        files, counts = _count(spark, fs, data_uri)
     manifest = _manifest(config, sequence, started, previous, plan, files, counts)
-    crash.crash_point("after-count")
+    crash.crash_point("after-write")
     store.commit(manifest)
     crash.crash_point("after-commit")
-    store.publish(manifest, after_each=lambda n: crash.crash_point("during-publish"))
-    crash.crash_point("after-publish")
+    store.publish(manifest, _PUBLISH_HOOKS["on_moved"])
+    _PUBLISH_HOOKS["before_cleanup"]()
     store.cleanup(sequence)
 
     result.sequence = sequence

@@ -201,8 +201,13 @@ class LandingStore:
     def cleanup(self, sequence: int) -> None:
         self.fs.delete(self.staging_dir(sequence))
 
-    def recover(self) -> Recovery:
-        """Roll committed runs forward and discard uncommitted ones (under the lock)."""
+    def recover(self, on_moved: Callable[[int], None] | None = None,
+                before_cleanup: Callable[[], None] | None = None) -> Recovery:
+        """Roll committed runs forward and discard uncommitted ones (under the lock).
+
+        ``on_moved`` and ``before_cleanup`` are called as in a run's own publishing (the
+        crash tests hook them).
+        """
         report = Recovery()
         committed = set(self.committed())
         for name in self.fs.list_names(self.staging):
@@ -211,8 +216,10 @@ class LandingStore:
                 continue
             sequence = int(name)
             if sequence in committed:
-                report.files_moved += self.publish(self.read_manifest(sequence))
+                report.files_moved += self.publish(self.read_manifest(sequence), on_moved)
                 report.rolled_forward.append(sequence)
+                if before_cleanup is not None:
+                    before_cleanup()
             else:
                 report.discarded.append(sequence)
             self.cleanup(sequence)
