@@ -93,6 +93,8 @@ class TailedFile:
         """After a failed batch, do not re-read before this monotonic time."""
         self.failures = 0
         self.fail_offset = -1
+        self._held_ascii = False
+        """Every byte held from earlier chunks is ASCII (so needs no UTF-8 check)."""
         self._prefix_time = -1
         self._prefix = b""
 
@@ -149,6 +151,7 @@ class TailedFile:
 
     def restart_at(self, offset: int) -> None:
         """Read again from ``offset``, dropping what is held (the reader's view only)."""
+        self._held_ascii = False
         self.pos = offset
         self.emitted = offset
         self.splitter.reset(offset)
@@ -159,10 +162,12 @@ class TailedFile:
 
     def feed(self, data: bytes, time_ms: int) -> Outgoing | None:
         """Turn the bytes just read into messages; None when they complete none."""
-        # The chunk as a whole may vouch for its lines' UTF-8 only if no line started
-        # in an earlier chunk (held bytes were never checked).
-        fresh = self.splitter.held_bytes == 0 and (self.joiner is None or
-                                                    self.joiner.held_bytes == 0)
+        # The chunk may vouch for its lines' UTF-8 (one C-speed check) only if the bytes
+        # held from earlier chunks, which start its first line, were clean too.
+        nothing_held = self.splitter.held_bytes == 0 and (self.joiner is None or
+                                                           self.joiner.held_bytes == 0)
+        fresh = nothing_held or self._held_ascii
+        self._held_ascii = fresh and data.isascii()
         lines = self.splitter.feed(data)
         if self.joiner is not None:
             lines = self.joiner.feed(lines)

@@ -233,3 +233,19 @@ def test_time_parser_formats_zones_and_cache() -> None:
     assert parser.parse(b"2024-13-02 03:04:05 bad month") is None and parser.failures == 1
     zoned = TimeParser(re.compile(rb"(?P<time>\S+ \S+)"), "%Y-%m-%d %H:%M:%S%z")
     assert zoned.parse(b"2024-01-02 03:04:05+0100") == 1704161045000
+
+
+def test_invalid_utf8_held_across_chunks_is_still_replaced() -> None:
+    from agent.config import SourceConfig
+    from agent.files import TailedFile
+    from agent.identity import FileKey
+
+    source = SourceConfig(name="s", patterns=("/x",), topic="t", key=b"h")
+    tailed = TailedFile(FileKey(1, 1), "/x", "/x", source, 0, "h")
+    assert tailed.feed(b"abc\xff", 1) is None          # held, not ASCII
+    out = tailed.feed(b"def\nok\n", 1)                 # an ASCII chunk completes it
+    assert out is not None
+    assert [msgpack.unpackb(v)["line"] for v in out.values] == ["abc\ufffddef", "ok"]
+    assert out.utf8_replaced == 1
+    out = tailed.feed(b"x" * 10 + b"\n", 1)
+    assert out is not None and out.start == 11 and out.end == 22
