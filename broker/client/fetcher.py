@@ -26,6 +26,12 @@ with an OFFSETS request per the ``start`` policy; the coordinator is then asked 
 commit it at once, so a new group at ``latest`` does not move its start if it
 restarts before its first regular commit.
 
+Raw mode (``raw_batches=True``, for pipes of batches such as the mirror): batches are
+CRC-checked but not decoded, and each chunk carries one :class:`RawBatch`. An
+``on_gap(topic, partition, offset, log_start)`` hook, when given, decides what a gap
+left by retention does: True resets as above, False halts the partition (no more
+fetches for it until it is started again) so nothing is skipped silently.
+
 Lifecycle: :meth:`Fetcher.start` starts the thread; if it dies, :meth:`GroupState.fail`
 makes every reader raise; :meth:`Fetcher.close` stops it and abandons (closes) the
 requests still outstanding.
@@ -42,7 +48,7 @@ from typing import Any, Callable, NamedTuple
 from broker import protocol, records
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import SimpleConsumer, messages_of
-from broker.client.streams import Chunk, GroupState, PartitionState
+from broker.client.streams import Chunk, GroupState, PartitionState, RawBatch
 from broker.errors import (
     CorruptBatchError,
     LogferryError,
@@ -83,8 +89,11 @@ class Fetcher:
 
     def __init__(self, state: GroupState, simple: SimpleConsumer, start_policy: str,
                  max_wait_ms: int, request_timeout: float,
-                 on_resolved: Callable[[], None] | None = None):
+                 on_resolved: Callable[[], None] | None = None, raw_batches: bool = False,
+                 on_gap: Callable[[str, int, int, int], bool] | None = None):
         self.state = state
+        self.raw_batches = raw_batches
+        self.on_gap = on_gap
         self.simple = simple
         self.cluster = simple.cluster
         self.start_policy = start_policy
@@ -269,7 +278,8 @@ class Fetcher:
             self._finish(ps, epoch)
             return
         try:
-            batches, used = records.decode_batches(data, offset)
+            batches, used = (raw_batches(data, offset) if self.raw_batches
+                             else records.decode_batches(data, offset))
         except CorruptBatchError as exc:
             log.error("%s-%d: corrupt data fetched at offset %d (%s); retrying", ps.topic,
                       ps.partition, offset, exc)
@@ -303,7 +313,8 @@ class Fetcher:
             self._notify_idle()
         if used:
             self.stats["bytes_fetched"] += used
-            self.stats["messages_fetched"] += sum(len(b.values) for b in batches)
+            self.stats["messages_fetched"] += sum(b.count if self.raw_batches else len(b.values)
+                                                  for b in batches)
 
     def _chunks(self, ps: PartitionState, epoch: int, offset: int, batches: list) -> list[Chunk]:
         skip_at = ps.skip_at
@@ -312,7 +323,11 @@ class Fetcher:
             start = 0
             if skip_at is not None and batch.offset == skip_at[0]:
                 start = skip_at[1]
-            messages = list(messages_of(ps.topic, ps.partition, batch))
+            if self.raw_batches:
+                # A batch is one item: a resumed (offset, skip) position re-delivers it whole.
+                messages, start = [batch], 0
+            else:
+                messages = list(messages_of(ps.topic, ps.partition, batch))
             if start >= len(messages):
                 start = len(messages)  # all processed: nothing to deliver, position moves on
             chunks.append(Chunk(ps, epoch, batch.offset, batch.next_offset, messages, start,
@@ -346,6 +361,16 @@ class Fetcher:
             return
         if isinstance(error, OffsetOutOfRangeError):
             assert start is not None and end is not None
+            if offset < start and self.on_gap is not None and not self.on_gap(ps.topic, ps.partition,
+                                                                              offset, start):
+                log.error("%s-%d: offset %d was deleted by retention (log starts at %d); the "
+                          "partition is halted, nothing skipped", ps.topic, ps.partition, offset, start)
+                with self.state.lock:
+                    ps.in_flight = False
+                    if ps.epoch == epoch:
+                        ps.retry_at = float("inf")  # until the partition is started again
+                    self._notify_idle()
+                return
             if offset > end:
                 target, why = end, "past the log end (the log was truncated); resuming at the end"
             elif self.start_policy == "latest":
@@ -426,4 +451,23 @@ class Fetcher:
         return len(self._inflight)
 
 
-__all__ = ["Fetcher", "backoff"]
+def raw_batches(data: memoryview, offset: int) -> tuple[list[RawBatch], int]:
+    """The whole, CRC-checked batches of ``data`` (log bytes from ``offset``), undecoded.
+
+    Returns them and the bytes they cover; a torn last batch is left for the next fetch.
+    """
+    checked = records.scan(data)
+    rest = len(data) - checked.valid_bytes
+    if checked.error is not None and rest >= records.HEADER_SIZE:
+        length, magic = records.BATCH_HEADER.unpack_from(data, checked.valid_bytes)[:2]
+        whole = records.LENGTH_SIZE + length <= rest  # complete yet invalid: not just cut off
+        if whole or magic != records.MAGIC or not 18 <= length <= records.MAX_BATCH_BYTES:
+            raise CorruptBatchError(f"batch at offset {offset + checked.valid_bytes}: {checked.error}")
+    out = []
+    for pos, raw in records.iter_raw_batches(data[:checked.valid_bytes]):
+        count = records.BATCH_HEADER.unpack_from(raw)[4]
+        out.append(RawBatch(offset + pos, offset + pos + len(raw), count, raw))
+    return out, checked.valid_bytes
+
+
+__all__ = ["Fetcher", "backoff", "raw_batches"]

@@ -32,6 +32,7 @@ from broker.client.streams import (
     ConsumerClosedError,
     GroupState,
     MessageStream,
+    RawBatch,
     Reader,
     StreamQueue,
 )
@@ -103,7 +104,9 @@ class GroupConsumer:
                  queue_bytes: int = 4 * 1024 * 1024, iter_timeout: float | None = None,
                  request_timeout: float = 30.0,
                  on_assign: Callable[[list[TopicPartition]], None] | None = None,
-                 on_revoke: Callable[[list[TopicPartition]], None] | None = None):
+                 on_revoke: Callable[[list[TopicPartition]], None] | None = None,
+                 raw_batches: bool = False,
+                 on_gap: Callable[[str, int, int, int], bool] | None = None):
         if brokers is not None or zk is None:
             raise ConfigError("consumer groups coordinate through ZooKeeper: pass zk= (a connect "
                               "string with chroot), not brokers=")
@@ -142,8 +145,11 @@ class GroupConsumer:
             self._simple.close()
             raise
         self._commit_now = threading.Event()
+        self.raw_batches = raw_batches
+        """Deliver undecoded batches through :meth:`poll_batches` instead of messages."""
         self._fetcher = Fetcher(self._state, self._simple, start, max_wait_ms, request_timeout,
-                                on_resolved=self._commit_now.set)
+                                on_resolved=self._commit_now.set, raw_batches=raw_batches,
+                                on_gap=on_gap)
         self._coordinator: Coordinator | None = None
         self._committer: threading.Thread | None = None
         self._queues: list[StreamQueue] = []
@@ -229,7 +235,11 @@ class GroupConsumer:
                               "consumer, not both")
         self._mode = how
 
-    def _main_reader(self) -> Reader:
+    def _main_reader(self, raw: bool = False) -> Reader:
+        if raw != self.raw_batches:
+            raise ConfigError("a consumer created with raw_batches=True is read with poll_batches() "
+                              "only; without it, read messages" if self.raw_batches else
+                              "poll_batches() needs GroupConsumer(..., raw_batches=True)")
         if self._reader is None:
             self._use("consumer")
             self._reader = Reader(self._state, self._queues, self._iter_timeout)
@@ -246,6 +256,16 @@ class GroupConsumer:
     def poll(self, timeout: float = 1.0, max_messages: int = 10_000) -> list[Message]:
         """Ready messages (waiting up to ``timeout`` s); acknowledges the previous poll's."""
         return self._main_reader().poll(timeout, max_messages)
+
+    def poll_batches(self, timeout: float = 1.0,
+                     max_bytes: int = 8 * 1024 * 1024) -> list[tuple[TopicPartition, RawBatch]]:
+        """Raw mode: ready ``((topic, partition), RawBatch)`` pairs, about ``max_bytes`` worth.
+
+        Batches are CRC-checked, never decoded. Like :meth:`poll`, this call acknowledges
+        everything the previous call handed out, so call it again only once those batches
+        are safely processed. Each partition's batches come in log order.
+        """
+        return self._main_reader(raw=True).poll_batches(timeout, max_bytes)
 
     # -- positions ---------------------------------------------------------------------------
 

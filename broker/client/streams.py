@@ -28,7 +28,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from broker.client.consumer import Message
 from broker.errors import LogferryError
@@ -36,6 +36,23 @@ from broker.errors import LogferryError
 TopicPartition = tuple[str, int]
 Position = tuple[int, int]
 """``(offset, skip)``: the batch at ``offset``, of which ``skip`` messages are processed."""
+
+
+class RawBatch(NamedTuple):
+    """One fetched batch exactly as stored, undecoded (``GroupConsumer(raw_batches=True)``).
+
+    Raw mode exists for pipes of batches (the mirror): the CRC is checked, the
+    payload is never unpacked, so compressed batches stay compressed.
+    """
+
+    offset: int
+    """Logical byte offset of the batch in its partition."""
+    next_offset: int
+    """Offset of the batch after it."""
+    count: int
+    """Number of messages it holds (from its header)."""
+    raw: memoryview
+    """The stored bytes, header included (``Producer.send_raw`` takes them as they are)."""
 
 
 class ConsumerClosedError(LogferryError):
@@ -444,6 +461,45 @@ class Reader:
                     return out
                 state.data_ready.wait(remaining)
 
+    def poll_batches(self, timeout: float = 0.0,
+                     max_bytes: int = 8 * 1024 * 1024) -> list[tuple[TopicPartition, RawBatch]]:
+        """Ready raw batches (consumer in raw mode), up to about ``max_bytes`` of them.
+
+        Same contract as :meth:`poll`, one batch per item: waits up to ``timeout`` s for
+        the first, always returns at least one when any is ready, and acknowledges
+        everything the previous call handed out.
+        """
+        state = self._state
+        deadline = time.monotonic() + max(timeout, 0.0)
+        out: list[tuple[TopicPartition, RawBatch]] = []
+        nbytes = 0
+        with state.lock:
+            self._fast = False
+            if self._held or self._many:
+                self._ack()
+            while True:
+                try:
+                    self._check_open()
+                except StopIteration:
+                    return out
+                if not state.paused:
+                    while nbytes < max_bytes:
+                        chunk = self._current()
+                        if chunk is None:
+                            break
+                        tp = chunk.state.tp
+                        for batch in self._msgs[self._index:self._n]:
+                            out.append((tp, batch))  # type: ignore[arg-type]
+                        nbytes += chunk.nbytes
+                        self._index = self._n
+                        self._many.append((chunk, self._n))
+                    if out:
+                        return out
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return out
+                state.data_ready.wait(remaining)
+
     def detach(self) -> None:
         """Stop taking part in in-flight tracking (the reader is discarded)."""
         with self._state.lock:
@@ -470,4 +526,4 @@ class MessageStream(Reader):
 
 
 __all__ = ["Chunk", "ConsumerClosedError", "GroupState", "MessageStream", "PartitionState",
-           "Position", "Reader", "StreamQueue", "TopicPartition"]
+           "Position", "RawBatch", "Reader", "StreamQueue", "TopicPartition"]
