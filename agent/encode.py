@@ -94,11 +94,12 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
 class TimeParser:
     """Parses a time out of lines with a regex (group ``time``) and a strptime format.
 
-    Naive times are read in ``zone`` ("local" or "UTC"). Consecutive lines usually
+    Naive times are read in ``zone`` ("local" or "UTC"); a format without a year
+    (syslog's ``%b %d %H:%M:%S``) gets the current year. Consecutive lines usually
     share their timestamp text, so the last text and its result are cached.
     """
 
-    __slots__ = ("_match", "_format", "_utc", "_last_text", "_last_ms", "failures")
+    __slots__ = ("_match", "_format", "_utc", "_no_year", "_last_text", "_last_ms", "failures")
 
     def __init__(self, pattern: re.Pattern[bytes], time_format: str, zone: str = "local"):
         if "time" not in pattern.groupindex:
@@ -106,6 +107,7 @@ class TimeParser:
         self._match = pattern.search
         self._format = time_format
         self._utc = zone == "UTC"
+        self._no_year = not any(d in time_format for d in ("%Y", "%y", "%G", "%c", "%x", "%s"))
         self._last_text: bytes | None = None
         self._last_ms: int | None = None
         self.failures = 0
@@ -127,6 +129,8 @@ class TimeParser:
         except ValueError:
             self.failures += 1
             return None
+        if self._no_year:  # syslog-style "%b %d %H:%M:%S": this year
+            when = when.replace(year=datetime.now().year)
         if when.tzinfo is not None:
             millis = int(when.timestamp() * 1000)
         elif self._utc:

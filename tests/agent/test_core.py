@@ -249,3 +249,13 @@ def test_invalid_utf8_held_across_chunks_is_still_replaced() -> None:
     assert out.utf8_replaced == 1
     out = tailed.feed(b"x" * 10 + b"\n", 1)
     assert out is not None and out.start == 11 and out.end == 22
+
+
+def test_time_format_without_year_gets_this_year() -> None:
+    from datetime import datetime
+
+    parser = TimeParser(re.compile(rb"^(?P<time>\w{3} [ \d]\d \d\d:\d\d:\d\d)"),
+                        "%b %d %H:%M:%S", "UTC")
+    millis = parser.parse(b"Dec 10 06:55:46 LabSZ sshd[24200]: reverse mapping")
+    assert millis is not None
+    assert datetime.utcfromtimestamp(millis / 1000).year == datetime.now().year
