@@ -447,6 +447,7 @@ class Agent:
         tailed.size = st.st_size
         if tailed.path != path:
             tailed.rotated = True  # found under another name than the one it had
+            self.metrics.add("rotations")
         predecessor = self._latest.get(tailed.path)
         if predecessor is not None and predecessor.draining and not self._finished(predecessor):
             tailed.waiting_for = predecessor  # finish the rotated file first

@@ -210,7 +210,8 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     got = [_parse(v)[1] for _, _, v in consume(cluster.bootstrap, "app")]
     assert set(got) == set(range(seq)), "lines lost while the broker was down"
     assert gauges["inflight_bytes_max"] <= cap, gauges
-    assert peak_rss_mib < 150, f"agent peak RSS {peak_rss_mib:.0f} MiB"
+    print(f"agent peak RSS {peak_rss_mib:.0f} MiB, peak in flight {gauges['inflight_bytes_max']}")
+    assert peak_rss_mib < 100, f"agent peak RSS {peak_rss_mib:.0f} MiB"
     first_seen = list(dict.fromkeys(got))
     assert first_seen == sorted(first_seen)
 
