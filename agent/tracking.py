@@ -1,0 +1,411 @@
+"""The agent's view of its files: discovery, identity, rotation, deletion, polling.
+
+The bookkeeping half of the main loop (:mod:`agent.runtime` is the reading and
+publishing half; :class:`~agent.runtime.Agent` derives from :class:`FileTracking`).
+Every method runs on the loop's thread. The maps:
+
+* ``files``: live files by identity (device, inode);
+* ``_draining``: deleted files still being read through their handle after their
+  inode went to another file;
+* ``_by_path``: where each file is now; ``_latest``: the newest file found under each
+  discovery path (the one a successor must wait for after a rotation);
+* ``_dormant``: checkpoint entries of files not tailed right now (rotated away and
+  closed), kept so a file that shows up again is recognised, not read twice;
+* ``_ready``: an ordered set of files with bytes to read.
+
+Decisions about a file's identity go through :func:`agent.identity.judge`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat as stat_module
+from typing import Any
+
+from agent.checkpoint import Entry
+from agent.config import AgentConfig
+from agent.discovery import Event, Matcher, Watcher, scan
+from agent.files import TailedFile
+from agent.fsutil import find_inode, inodes_in, last_line_end
+from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
+from agent.metrics import Metrics
+
+log = logging.getLogger("logferry.agent")
+
+
+class FileTracking:
+    """Which files exist, which is which, and what changed about them."""
+
+    def __init__(self, config: AgentConfig, metrics: Metrics):
+        self.config = config
+        self.metrics = metrics
+        self._matcher = Matcher(config.sources)
+        self.files: dict[FileKey, TailedFile] = {}
+        self._draining: list[TailedFile] = []
+        self._by_path: dict[str, TailedFile] = {}
+        self._latest: dict[str, TailedFile] = {}
+        self._dormant: dict[FileKey, Entry] = {}
+        self._ready: dict[TailedFile, None] = {}
+        self._inflight = 0
+        """Encoded bytes handed to the producer and not finished, plus bytes held."""
+        self._open = 0
+        self._dirty = False
+        """Something the checkpoint records changed since it was last written."""
+        self._watcher: Watcher | None = None
+        self._next_scan = 0.0
+        self._next_poll = 0.0
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def _scan(self, initial: bool = False) -> None:
+        if self._watcher is not None:
+            self._watcher.ensure_watches()
+        for path, index in scan(self.config.sources, self._matcher).items():
+            self._discover(path, index, initial=initial)
+        if not initial:
+            self._sweep_dormant()
+
+    def _apply_events(self) -> None:
+        if self._watcher is None:
+            return
+        events = self._watcher.events
+        for _ in range(len(events)):
+            event: Event = events.popleft()
+            if event.kind == "dir":
+                self._next_scan = 0.0
+            elif event.kind == "created":
+                index = self._matcher.source_of(event.path)
+                if index is not None:
+                    self._discover(event.path, index)
+            elif event.kind == "moved":
+                self._moved(event.path, event.dest or "")
+            elif event.kind == "deleted":
+                tailed = self._by_path.get(event.path)
+                if tailed is not None:
+                    self._next_poll = 0.0  # fstat will show nlink == 0
+
+    def _moved(self, src: str, dest: str) -> None:
+        """A rename: follow a tailed file to its new name; pick up files moved into view."""
+        try:
+            st = os.stat(dest)
+        except OSError:
+            return
+        if not stat_module.S_ISREG(st.st_mode):
+            return
+        tailed = self.files.get(FileKey(st.st_dev, st.st_ino))
+        if tailed is not None and not self._reused(tailed):
+            if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+                del self._by_path[tailed.where]
+            tailed.where = dest
+            self._by_path[dest] = tailed
+            if dest != tailed.path and not tailed.rotated:
+                tailed.rotated = True
+                self.metrics.add("rotations")
+            return
+        index = self._matcher.source_of(dest)
+        if index is not None:
+            self._discover(dest, index)
+            return
+        index = self._matcher.source_of(src)
+        if index is not None:
+            # A file we never saw, renamed away from a watched name before we read it
+            # (rotations in quick succession): read it under the name it had, before
+            # whatever file now sits at that name if that one is still unread.
+            successor = self._latest.get(src)
+            self._discover(dest, index, tag=src)
+            moved = self._latest.get(src)
+            if successor is not None and moved is not None and moved is not successor:
+                self._latest[src] = successor
+                if successor.pos == 0 and not successor.tracker.in_flight:
+                    successor.waiting_for = moved
+
+    def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
+                  entry: Entry | None = None) -> None:
+        """Start tailing ``path`` (or recognise a file we already know)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if not stat_module.S_ISREG(st.st_mode):
+            return
+        key = FileKey(st.st_dev, st.st_ino)
+        known = self.files.get(key)
+        if known is not None:
+            if not self._reused(known):
+                if known.where != path:
+                    # The same file under another name (rotated into a watched name).
+                    if known.where is not None and self._by_path.get(known.where) is known:
+                        del self._by_path[known.where]
+                    known.where = path
+                    self._by_path[path] = known
+                    if path != known.path and not known.rotated:
+                        known.rotated = True
+                        self.metrics.add("rotations")
+                return
+            self._retire(known)
+        source = self.config.sources[index]
+        previous = self._by_path.get(path)
+        if previous is not None and previous.key != key:
+            self._rotated_away(previous)
+        offset, fp = 0, EMPTY
+        saved = entry or self._dormant.pop(key, None)
+        if saved is not None:
+            offset, fp = self._resume_point(path, saved, st.st_size)
+            tag = tag or saved.path
+        elif initial and source.start_at == "end":
+            offset = last_line_end(path, st.st_size)
+        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
+        tailed.size = st.st_size
+        if tailed.path != path:
+            tailed.rotated = True  # found under another name than the one it had
+            self.metrics.add("rotations")
+        predecessor = self._latest.get(tailed.path)
+        if predecessor is not None and predecessor.draining and not self._finished(predecessor):
+            tailed.waiting_for = predecessor  # finish the rotated file first
+        self._latest[tailed.path] = tailed
+        self.files[key] = tailed
+        self._by_path[path] = tailed
+        self._ready[tailed] = None
+        self._dirty = True
+        log.debug("tailing %s (inode %d) from offset %d", path, key.ino, offset)
+
+    def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any]:
+        """Where to resume a checkpointed file: its offset, or 0 if it is not the same."""
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(max(saved.fp_len, 1))
+        except OSError:
+            return 0, EMPTY
+        verdict = judge(saved.key, saved.fingerprint, saved.offset, Facts(saved.key, size, head))
+        if verdict is Verdict.SAME:
+            return saved.offset, saved.fingerprint
+        self.metrics.add("replaced_files" if verdict is Verdict.REPLACED else "truncations")
+        log.info("%s: %s since the checkpoint; reading it from the start", path, verdict.value)
+        return 0, EMPTY
+
+    def _reused(self, tailed: TailedFile) -> bool:
+        """True when ``tailed``'s inode now belongs to another file (it was deleted)."""
+        if tailed.fd is not None:
+            try:
+                return os.fstat(tailed.fd).st_nlink == 0
+            except OSError:
+                return True
+        # Closed: reopening compares the fingerprint and restarts a replaced file at 0.
+        return tailed.where is None
+
+    def _retire(self, tailed: TailedFile) -> None:
+        """Move a deleted file out of the identity map so its inode can be reused."""
+        self.files.pop(tailed.key, None)
+        if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+            del self._by_path[tailed.where]
+        tailed.deleted = True
+        if tailed.fd is not None:
+            self._draining.append(tailed)  # read to the end, ship, then close
+        else:
+            self._forget(tailed)
+
+    def _rotated_away(self, tailed: TailedFile) -> None:
+        """``tailed``'s path names another file now: finish it through its handle."""
+        if self._by_path.get(tailed.path) is tailed:
+            del self._by_path[tailed.path]
+        if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+            del self._by_path[tailed.where]
+        if not tailed.rotated:
+            tailed.rotated = True
+            self.metrics.add("rotations")
+        # Find its new name (logrotate renames within the directory) so a closed file
+        # can be reopened and its checkpoint entry recognised if a pattern matches it.
+        tailed.where = find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
+        if tailed.where is not None:
+            self._by_path[tailed.where] = tailed
+        elif tailed.fd is None:
+            log.warning("%s (inode %d) was rotated while closed and is gone; bytes after "
+                        "offset %d may be unread", tailed.path, tailed.key.ino, tailed.pos)
+            tailed.deleted = True
+            self._forget(tailed)
+            return
+        self._ready[tailed] = None
+
+    def _forget(self, tailed: TailedFile) -> None:
+        """Stop tailing; a deleted file also leaves the checkpoint."""
+        tailed.close()
+        self._open_changed()
+        if self.files.get(tailed.key) is tailed:
+            del self.files[tailed.key]
+        for path in (tailed.path, tailed.where):
+            if path is not None and self._by_path.get(path) is tailed:
+                del self._by_path[path]
+        if self._latest.get(tailed.path) is tailed:
+            del self._latest[tailed.path]
+        self._ready.pop(tailed, None)
+        if tailed in self._draining:
+            self._draining.remove(tailed)
+        self._update_held(tailed, 0)
+        if not tailed.deleted and tailed.where is not None:
+            self._dormant[tailed.key] = self._entry(tailed)
+        self._dirty = True
+
+    def _adopt_dormant(self) -> None:
+        """At start: resume checkpointed files, wherever rotation moved them meanwhile.
+
+        Each is looked up by inode in the directory it was last seen in (logrotate
+        renames within a directory), so a file rotated while the agent was down is
+        finished even when no pattern matches its new name. Oldest first (mtime), so
+        a rotated file is finished before its successor at the same path.
+        """
+        by_dir: dict[str, list[Entry]] = {}
+        for entry in self._dormant.values():
+            by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
+        names = {s.name: i for i, s in enumerate(self.config.sources)}
+        found: list[tuple[float, str, int, Entry]] = []
+        for directory, entries in by_dir.items():
+            inodes = inodes_in(directory)
+            for entry in entries:
+                where = inodes.get((entry.dev, entry.ino))
+                index = names.get(entry.source)
+                if where is None or index is None:
+                    continue
+                try:
+                    mtime = os.stat(where).st_mtime
+                except OSError:
+                    continue
+                found.append((mtime, where, index, entry))
+        self._dormant = {}
+        for _, where, index, entry in sorted(found, key=lambda item: item[0]):
+            self._discover(where, index, tag=entry.path, entry=entry)
+        self._dirty = True
+
+    def _sweep_dormant(self) -> None:
+        """Drop checkpoint entries of files that no longer exist anywhere near their path."""
+        if not self._dormant:
+            return
+        cache: dict[str, dict[tuple[int, int], str]] = {}
+        for key, entry in list(self._dormant.items()):
+            directory = os.path.dirname(entry.where)
+            if directory not in cache:
+                cache[directory] = inodes_in(directory)
+            where = cache[directory].get((key.dev, key.ino))
+            if where is None:
+                del self._dormant[key]
+                self._dirty = True
+            elif where != entry.where:
+                entry.where = where
+                self._dirty = True
+
+    # -- polling -------------------------------------------------------------------------
+
+    def _poll_open(self) -> None:
+        """fstat open handles: growth makes a file ready; shrinkage is a truncation."""
+        for tailed in list(self.files.values()) + self._draining:
+            if tailed.fd is None:
+                continue
+            try:
+                st = os.fstat(tailed.fd)
+            except OSError:
+                continue
+            if st.st_nlink == 0 and not tailed.deleted:
+                log.info("%s was deleted; reading it to the end before closing", tailed.path)
+                self._retire(tailed)
+                if tailed.fd is None:
+                    continue
+            self._observe_size(tailed, st.st_size)
+
+    def _poll_closed(self) -> None:
+        """stat files closed while idle; reopen the ones that changed."""
+        for tailed in list(self.files.values()):
+            if tailed.fd is not None or tailed.where is None:
+                continue
+            try:
+                st = os.stat(tailed.where)
+            except FileNotFoundError:
+                self._closed_file_vanished(tailed)
+                continue
+            except OSError:
+                continue
+            if FileKey(st.st_dev, st.st_ino) != tailed.key:
+                self._rotated_away(tailed)
+                continue
+            if st.st_size != tailed.size or st.st_mtime_ns != tailed.mtime_ns:
+                # Reopening checks identity (fingerprint) and truncation.
+                tailed.mtime_ns = st.st_mtime_ns
+                self._ready[tailed] = None
+
+    def _closed_file_vanished(self, tailed: TailedFile) -> None:
+        found = find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
+        if found is None:
+            tailed.deleted = True
+            self._forget(tailed)
+        else:
+            if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
+                del self._by_path[tailed.where]
+            tailed.where = found
+            self._by_path[found] = tailed
+
+    def _observe_size(self, tailed: TailedFile, size: int) -> None:
+        """React to a file's current size (from fstat)."""
+        if size < tailed.pos:
+            self._truncated(tailed, size)
+            return
+        if size != tailed.size:
+            if tailed.fp.length and tailed.fd is not None and not tailed.draining:
+                head = tailed.head(tailed.fp.length)
+                if fingerprint(head) != tailed.fp and len(head) >= tailed.fp.length:
+                    # Truncated and rewritten past our position before we looked.
+                    self._truncated(tailed, size)
+                    return
+            tailed.size = size
+        if size > tailed.pos:
+            tailed.at_eof = False
+            self._ready[tailed] = None
+
+    def _truncated(self, tailed: TailedFile, size: int) -> None:
+        log.info("%s: truncated (size %d < position %d); reading from the start",
+                 tailed.path, size, tailed.pos)
+        self.metrics.add("truncations")
+        tailed.tracker.restart(0)
+        tailed.fp = EMPTY
+        tailed.size = size
+        self._restart(tailed, 0)
+        self._dirty = True
+
+
+    # -- shared bookkeeping ------------------------------------------------------------
+
+    def _restart(self, tailed: TailedFile, offset: int) -> None:
+        tailed.restart_at(offset)
+        self._update_held(tailed, 0)
+        self._ready[tailed] = None
+
+    def _finished(self, tailed: TailedFile) -> bool:
+        """True when a rotated predecessor has been read to its current end."""
+        if tailed.fd is None:
+            return tailed.where is None or tailed.pos >= tailed.size
+        try:
+            size = os.fstat(tailed.fd).st_size
+        except OSError:
+            return True
+        # Growth makes it ready; shrinkage is a truncation: it restarts at 0.
+        self._observe_size(tailed, size)
+        return tailed.pos >= size
+
+    def _update_held(self, tailed: TailedFile, held: int) -> None:
+        """Keep the in-flight total in step with the bytes a file holds unsent."""
+        previous = tailed.counted_held
+        if held != previous:
+            self._inflight += held - previous
+            tailed.counted_held = held
+            gauges = self.metrics.gauges
+            if self._inflight > gauges["inflight_bytes_max"]:
+                gauges["inflight_bytes_max"] = self._inflight
+
+    def _open_changed(self) -> None:
+        self._open = sum(1 for t in self.files.values() if t.fd is not None) + \
+            sum(1 for t in self._draining if t.fd is not None)
+        self.metrics.gauges["open_files"] = self._open
+
+    def _entry(self, tailed: TailedFile) -> Entry:
+        return Entry(dev=tailed.key.dev, ino=tailed.key.ino, fp_len=tailed.fp.length,
+                     fp=tailed.fp.digest, path=tailed.path,
+                     where=tailed.where or tailed.path, offset=tailed.tracker.acked,
+                     source=tailed.source.name)
