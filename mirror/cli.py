@@ -1,0 +1,157 @@
+"""``logferry mirror --config FILE`` and ``logferry mirror status --config FILE``.
+
+:func:`register` adds both to the project CLI (entry point ``logferry.commands``);
+``python -m mirror`` runs the same parser standalone. Exit codes: 0 ok (also after
+SIGTERM), 1 runtime failure, 2 configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from broker import zk as _zk
+from broker.client import SimpleConsumer
+from broker.client.offsets import read_offsets, read_owners
+from broker.errors import LogferryError
+from mirror.config import MirrorConfig, load_config
+from mirror.errors import MirrorConfigError
+
+log = logging.getLogger("logferry.mirror.cli")
+
+STALE_AFTER_S = 10.0
+"""A status file older than this means its process is not running."""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``mirror`` (run) and ``mirror status`` to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "mirror", help="copy topics from a source cluster to a target cluster",
+        description="Copy batches of the configured topics from the source cluster to the "
+                    "target, as a member of the mirror consumer group; stop with SIGTERM.")
+    parser.add_argument("--config", metavar="TOML", help="mirror config (see docs/mirror.md)")
+    parser.set_defaults(func=run_command)
+    commands = parser.add_subparsers(dest="mirror_command", metavar="{status}")
+    status = commands.add_parser("status", help="per-partition positions and lag of the mirror group")
+    status.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=status_command)
+
+
+def _config(args: argparse.Namespace) -> MirrorConfig:
+    path = getattr(args, "config", None)
+    if not path:
+        raise MirrorConfigError("--config", "required: the mirror's TOML config file")
+    return load_config(path)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the mirror in the foreground until SIGTERM/SIGINT."""
+    from mirror.core import Mirror
+    try:
+        config = _config(args)
+    except MirrorConfigError as exc:
+        print(f"logferry mirror: {exc}", file=sys.stderr)
+        return 2
+    mirror = Mirror(config)
+    mirror.start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: mirror.stop())
+    code = mirror.run()
+    log.info("mirror stopped")
+    return code
+
+
+def group_status(config: MirrorConfig) -> dict[str, Any]:
+    """The whole mirror group's view from ZooKeeper and the source brokers.
+
+    Works whether or not a mirror runs: committed position and owner per partition,
+    source visible end, lag in bytes and estimated messages (the source broker's
+    average stored bytes per message).
+    """
+    client = _zk.connect(config.source_zk)
+    source = SimpleConsumer(zk=config.source_zk)
+    try:
+        committed = read_offsets(client, config.group)
+        owners = read_owners(client, config.group)
+        partitions: dict[str, dict] = {}
+        total = 0
+        for topic in source.topics():
+            if not config.matches(topic):
+                continue
+            for p in source.partitions(topic):
+                info = source.offset_info(topic, p)
+                c = committed.get((topic, p))
+                position = c.offset if c is not None else None
+                lag = info["end"] - position if position is not None else info["end"] - info["start"]
+                avg = info.get("avg_message_bytes") or 0
+                total += max(lag, 0)
+                partitions[f"{topic}-{p}"] = {
+                    "owner": owners.get((topic, p)), "committed": position,
+                    "log_start": info["start"], "log_end": info["end"], "lag_bytes": lag,
+                    "lag_messages_estimate": round(lag / avg) if avg else None,
+                    "gap": position is not None and position < info["start"]}
+        return {"group": config.group, "source": config.source_zk, "target": config.target_zk,
+                "lag_bytes": total, "partitions": partitions}
+    finally:
+        source.close()
+        _zk.close(client)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """Print the group's positions and lag, plus this config's process status file."""
+    try:
+        config = _config(args)
+    except MirrorConfigError as exc:
+        print(f"logferry mirror status: {exc}", file=sys.stderr)
+        return 2
+    doc = group_status(config)
+    process = None
+    if config.status_file and Path(config.status_file).exists():
+        process = json.loads(Path(config.status_file).read_text())
+        process["running"] = time.time() - process.get("time", 0) < STALE_AFTER_S
+        doc["process"] = process
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=1, sort_keys=True))
+        return 0
+    print(f"mirror group {doc['group']}: {doc['source']} -> {doc['target']}, "
+          f"lag {doc['lag_bytes']} bytes")
+    print(f"{'partition':<32} {'owner':<28} {'committed':>12} {'end':>12} {'lag bytes':>12} "
+          f"{'~lag msgs':>10}")
+    for name, p in doc["partitions"].items():
+        flag = "  GAP: resume offset deleted by retention" if p["gap"] else ""
+        print(f"{name:<32} {(p['owner'] or '-')[:28]:<28} {str(p['committed']):>12} "
+              f"{p['log_end']:>12} {p['lag_bytes']:>12} {str(p['lag_messages_estimate']):>10}{flag}")
+    if process is not None:
+        state = "running" if process["running"] else "NOT RUNNING (stale status file)"
+        print(f"this process (pid {process.get('pid')}): {state}, "
+              f"{process.get('messages_per_second', 0):.0f} msgs/s, "
+              f"{process.get('bytes_per_second', 0) / 1e6:.2f} MB/s, "
+              f"{process.get('messages_total', 0):.0f} messages copied, halted: "
+              f"{', '.join(process.get('halted') or {}) or 'none'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mirror``: the same commands without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="mirror")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["mirror", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args) or 0)
+    except LogferryError as exc:
+        print(f"mirror: error: {exc}", file=sys.stderr)
+        return 1
+
+
+__all__ = ["group_status", "main", "register"]

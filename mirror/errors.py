@@ -1,0 +1,24 @@
+"""The mirror's errors: one root class, so callers can catch everything the mirror raises."""
+
+from __future__ import annotations
+
+from broker.errors import LogferryError
+
+
+class MirrorError(LogferryError):
+    """Root of the mirror's errors."""
+
+
+class MirrorConfigError(MirrorError):
+    """The mirror's TOML config is missing, malformed or out of range; names the key."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(f"mirror config: {key}: {why}")
+        self.key = key
+
+
+class DeliveryFailedError(MirrorError):
+    """The target cluster refused a batch for good; its source position was not committed."""
+
+
+__all__ = ["DeliveryFailedError", "MirrorConfigError", "MirrorError"]

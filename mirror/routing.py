@@ -1,0 +1,96 @@
+"""Where a source batch goes in the target cluster.
+
+Source partition p goes to target partition p, batch bytes untouched. Missing target
+topics are created with the source's partition count. When a target topic has fewer
+partitions than its source (created by hand, or the source grew), partition p cannot
+be kept: the mirror says so loudly, decodes those batches and re-hashes the messages by
+key as the producer does (crc32(key) % n; keyless messages go to p % n), re-encoding
+them with the source batch's codec. Only this fallback decodes anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from typing import Callable
+
+from broker import records
+from broker.client import Admin, SimpleConsumer
+from broker.errors import TopicExistsError, UnknownTopicOrPartitionError
+
+log = logging.getLogger("logferry.mirror.routing")
+
+RECHECK_S = 30.0
+"""Partition counts are looked up again after this long (sources may grow)."""
+
+
+def rehash(batch_bytes: bytes | memoryview, source_partition: int,
+           target_count: int) -> dict[int, bytes]:
+    """Split one batch into one re-encoded batch per target partition (the fallback)."""
+    [batch], _ = records.decode_batches(batch_bytes, 0)
+    keys = batch.keys or [None] * len(batch.values)
+    stamps = batch.timestamps
+    groups: dict[int, tuple[list, list, list]] = {}
+    for key, value, ts in zip(keys, batch.values, stamps):
+        p = zlib.crc32(key) % target_count if key is not None else source_partition % target_count
+        ks, vs, tss = groups.setdefault(p, ([], [], []))
+        ks.append(key)
+        vs.append(value)
+        tss.append(ts)
+    return {p: records.encode_batch(vs, ks if any(k is not None for k in ks) else None, tss,
+                                    batch.codec)
+            for p, (ks, vs, tss) in groups.items()}
+
+
+class Router:
+    """Knows (and creates) target topics; maps each source batch to target batches."""
+
+    def __init__(self, source: SimpleConsumer, target: Admin,
+                 on_rehash: Callable[[str], None] | None = None):
+        self.source = source
+        self.target = target
+        self.on_rehash = on_rehash
+        self._counts: dict[str, tuple[int, int, float]] = {}  # topic -> (source n, target n, when)
+
+    def counts(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(source partitions, target partitions)``, creating the target topic if missing."""
+        cached = self._counts.get(topic)
+        now = time.monotonic()
+        if cached is not None and partition < cached[0] and now - cached[2] < RECHECK_S:
+            return cached[0], cached[1]
+        source_n = len(self.source.partitions(topic))
+        source_n = max(source_n, partition + 1)
+        target_n = self._target_count(topic, source_n)
+        if target_n < source_n and (cached is None or cached[1] >= cached[0]):
+            log.error("MIRROR PARTITIONS NOT PRESERVED: target topic %r has %d partitions, the "
+                      "source has %d; its messages are re-hashed by key (order kept per key only). "
+                      "Give the target topic %d partitions to keep partitions.",
+                      topic, target_n, source_n, source_n)
+        self._counts[topic] = (source_n, target_n, now)
+        return source_n, target_n
+
+    def _target_count(self, topic: str, source_n: int) -> int:
+        try:
+            return len(self.target.describe_topic(topic))
+        except UnknownTopicOrPartitionError:
+            pass
+        try:
+            created = self.target.create_topic(topic, partitions=source_n)
+            log.info("created target topic %r with %d partitions (as the source)", topic, source_n)
+            return len(created)
+        except TopicExistsError:  # another mirror process was quicker
+            return len(self.target.describe_topic(topic))
+
+    def route(self, topic: str, partition: int,
+              raw: memoryview | bytes) -> list[tuple[int, bytes | memoryview]]:
+        """``[(target partition, batch bytes)]`` for one source batch."""
+        source_n, target_n = self.counts(topic, partition)
+        if target_n >= source_n:
+            return [(partition, raw)]
+        if self.on_rehash is not None:
+            self.on_rehash(topic)
+        return sorted(rehash(raw, partition, target_n).items())
+
+
+__all__ = ["Router", "rehash"]

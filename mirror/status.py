@@ -1,0 +1,152 @@
+"""The mirror's metrics (Prometheus text) and status (a JSON document, ``mirror status``).
+
+Counters are updated by the copy loop only; gauges (lag, throughput, halted partitions)
+are sampled when rendered. Lag per partition comes from the group consumer: bytes
+between the processed position and the source's visible end, and an estimate in
+messages from the bytes per message this process has copied of that topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from broker.metrics import Labels, Metrics, serve_metrics
+
+WINDOW_S = 10.0
+"""Throughput is averaged over this many seconds."""
+
+
+class MirrorMetrics:
+    """Counters and gauges of one mirror process."""
+
+    def __init__(self, consumer_metrics: Callable[[], dict] | None = None):
+        self.registry = Metrics("logferry_mirror")
+        self.messages = self.registry.counter("messages_total", "Messages copied, acknowledged by the target")
+        self.bytes = self.registry.counter("bytes_total", "Batch bytes copied, acknowledged by the target")
+        self.batches = self.registry.counter("batches_total", "Batches copied as they are")
+        self.rehashed = self.registry.counter("rehashed_batches_total",
+                                              "Batches decoded and re-hashed (target has fewer partitions)")
+        self.gap_bytes = self.registry.counter("gap_bytes_skipped_total",
+                                               "Source bytes deleted by retention before being copied (on_gap=skip)")
+        self.gaps = self.registry.counter("gaps_total", "Resume offsets found deleted by retention")
+        self.halted: dict[tuple[str, int], dict] = {}
+        self.consumer_metrics = consumer_metrics
+        self._samples: deque[tuple[float, float, float]] = deque()
+        self._lock = threading.Lock()
+        self.started = time.time()
+        self.registry.gauge_source(self._gauges, {
+            "lag_bytes": "Bytes between the mirror's position and the source's visible end",
+            "lag_messages_estimate": "Lag in messages, estimated from copied bytes per message",
+            "messages_per_second": f"Copy rate over the last {WINDOW_S:g} s",
+            "bytes_per_second": f"Copy rate over the last {WINDOW_S:g} s",
+            "partition_halted": "1 when a partition stopped at a retention gap (on_gap=stop)",
+            "partitions_owned": "Source partitions this process copies now",
+        })
+
+    def record(self, topic: str, batches: int, messages: int, nbytes: int) -> None:
+        """Count batches the target acknowledged."""
+        key: Labels = (("topic", topic),)
+        self.batches[key] += batches
+        self.messages[key] += messages
+        self.bytes[key] += nbytes
+
+    def tick(self) -> None:
+        """Take a throughput sample (the copy loop calls this every round)."""
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, sum(self.messages.values()), sum(self.bytes.values())))
+            while len(self._samples) > 2 and now - self._samples[1][0] > WINDOW_S:
+                self._samples.popleft()
+
+    def rates(self) -> tuple[float, float]:
+        """``(messages/s, bytes/s)`` over the window."""
+        with self._lock:
+            if len(self._samples) < 2:
+                return 0.0, 0.0
+            (t0, m0, b0), (t1, m1, b1) = self._samples[0], self._samples[-1]
+        span = max(t1 - t0, 1e-6)
+        return (m1 - m0) / span, (b1 - b0) / span
+
+    def partitions(self) -> dict[str, dict]:
+        """Per owned partition: position, source end, lag in bytes and estimated messages."""
+        if self.consumer_metrics is None:
+            return {}
+        out = {}
+        for name, p in self.consumer_metrics().get("partitions", {}).items():
+            topic = name.rsplit("-", 1)[0]
+            label = (("topic", topic),)
+            copied_bytes, copied_msgs = self.bytes.get(label, 0.0), self.messages.get(label, 0.0)
+            lag = p.get("lag_bytes")
+            estimate = (lag * copied_msgs / copied_bytes if lag is not None and copied_bytes
+                        else None)
+            out[name] = {"position": p.get("position"), "log_end": p.get("log_end"),
+                         "lag_bytes": lag, "lag_messages_estimate": estimate,
+                         "active": p.get("active")}
+        return out
+
+    def _gauges(self) -> Iterable[tuple[str, Labels, float]]:
+        msgs, nbytes = self.rates()
+        yield "messages_per_second", (), msgs
+        yield "bytes_per_second", (), nbytes
+        parts = self.partitions()
+        yield "partitions_owned", (), float(len(parts))
+        for name, p in parts.items():
+            topic, partition = name.rsplit("-", 1)
+            labels = (("topic", topic), ("partition", partition))
+            if p["lag_bytes"] is not None:
+                yield "lag_bytes", labels, float(p["lag_bytes"])
+            if p["lag_messages_estimate"] is not None:
+                yield "lag_messages_estimate", labels, float(p["lag_messages_estimate"])
+        for (topic, partition) in list(self.halted):
+            yield "partition_halted", (("topic", topic), ("partition", str(partition))), 1.0
+
+    def document(self) -> dict[str, Any]:
+        """The status document (JSON-able)."""
+        msgs, nbytes = self.rates()
+        return {"pid": os.getpid(), "time": time.time(), "started": self.started,
+                "messages_total": sum(self.messages.values()),
+                "bytes_total": sum(self.bytes.values()),
+                "messages_per_second": msgs, "bytes_per_second": nbytes,
+                "gap_bytes_skipped": sum(self.gap_bytes.values()),
+                "halted": {f"{t}-{p}": v for (t, p), v in self.halted.items()},
+                "partitions": self.partitions()}
+
+
+def write_status_file(path: str | Path, document: dict) -> None:
+    """Replace the status file atomically (readers never see half a document)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class MetricsServer:
+    """``serve_metrics`` on its own event-loop thread; ``close()`` stops it."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int):
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="logferry-mirror-metrics")
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(serve_metrics(metrics, host, port), self._loop)
+        self._server = future.result(10)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+__all__ = ["MetricsServer", "MirrorMetrics", "write_status_file"]

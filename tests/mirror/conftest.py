@@ -1,0 +1,217 @@
+"""Fixtures and checks for the mirror tests: two real clusters, mirror processes, comparisons.
+
+A *source* and a *target* cluster each get their own ZooKeeper chroot and broker
+processes. Mirrors run as ``python -m broker mirror --config FILE`` subprocesses (so
+tests can SIGTERM or kill -9 them); each writes a status file the tests read.
+Comparisons work on stored batch bytes: a batch copied byte for byte has the same
+messages, in the same order, under the same codec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from broker import records
+from broker.client import Admin, Producer, SimpleConsumer
+from broker.localrun import to_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.25) -> object:
+    """Poll ``check`` until truthy (bounded); fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+class MirrorProcess:
+    """One mirror subprocess with its config, log and status file."""
+
+    def __init__(self, workdir: Path, name: str, config: dict):
+        self.name = name
+        self.workdir = workdir
+        self.status_file = workdir / f"{name}.status.json"
+        config = {k: dict(v) for k, v in config.items()}
+        config.setdefault("metrics", {})["status_file"] = str(self.status_file)
+        self.config_file = workdir / f"{name}.toml"
+        self.config_file.write_text(to_toml(config))
+        self.log_file = workdir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "MirrorProcess":
+        log = self.log_file.open("ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "mirror", "--config",
+                                      str(self.config_file)], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
+        log.close()
+        return self
+
+    def status(self) -> dict:
+        try:
+            return json.loads(self.status_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def terminate(self, timeout: float = 40.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 80) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@pytest.fixture
+def two_clusters(broker_cluster, zookeeper):
+    """Factory: ``two_clusters(source_broker={...}, source_log={...}) -> (source, target)``."""
+    def make(source_broker: dict | None = None, source_log: dict | None = None):
+        source = broker_cluster(1, broker=source_broker, log=source_log, zk=zookeeper.new_chroot())
+        target = broker_cluster(1, zk=zookeeper.new_chroot())
+        return source, target
+    return make
+
+
+@pytest.fixture
+def mirrors(tmp_path: Path, request) -> Iterator[Callable[..., MirrorProcess]]:
+    """Factory: ``mirrors(name, source, target, **mirror_keys) -> MirrorProcess`` (started)."""
+    started: list[MirrorProcess] = []
+
+    def start(name: str, source, target, start: bool = True, **mirror_keys) -> MirrorProcess:
+        mirror = {"group": "mirror", "commit_interval_ms": 300, "session_timeout_s": 4.0,
+                  "shutdown_timeout_s": 20.0, **mirror_keys}
+        if "topics" not in mirror and "pattern" not in mirror:
+            mirror["pattern"] = ".*"
+        config = {"source": {"zk_connect": source.zk_connect},
+                  "target": {"zk_connect": target.zk_connect}, "mirror": mirror}
+        process = MirrorProcess(tmp_path, name, config)
+        started.append(process)
+        return process.start() if start else process
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for process in started:
+        if failed is not None and failed.failed:
+            print(f"--- mirror {process.name} ---\n{process.log_tail()}")
+        if process.alive():
+            process.kill()
+
+
+def produce(zk: str, topic: str, count: int, partitions: int = 4, *, tag: str = "",
+            compression: str = "none", batch: int = 500, size: int = 100) -> None:
+    """Send ``count`` unique values (``<topic>/<tag>/<i>`` padded to ``size``) in batches."""
+    pad = b"." * size
+    with Producer(zk=zk, linger_ms=5, compression=compression, batch_messages=batch) as producer:
+        prefix = f"{topic}/{tag}/".encode()
+        futures = []
+        for start in range(0, count, batch):
+            values = [(prefix + b"%d" % i + pad)[:size] if size > len(prefix) + 12
+                      else prefix + b"%d" % i for i in range(start, min(start + batch, count))]
+            futures.append(producer.send(topic, values, partition=(start // batch) % partitions))
+        producer.flush(60)
+        for future in futures:
+            future.wait(60)
+
+
+def create(zk: str, topic: str, partitions: int) -> None:
+    with Admin(zk=zk) as admin:
+        admin.create_topic(topic, partitions=partitions)
+
+
+def read_batches(zk: str, topic: str) -> dict[int, list[bytes]]:
+    """Every stored batch of every partition of ``topic``, as bytes, in log order."""
+    out: dict[int, list[bytes]] = {}
+    with SimpleConsumer(zk=zk, max_bytes=4 * 1024 * 1024) as consumer:
+        for p in consumer.partitions(topic):
+            end = consumer.offsets(topic, p).end
+            offset = consumer.offsets(topic, p).start
+            got: list[bytes] = []
+            while offset < end:
+                result = consumer.fetch(topic, p, offset, keep_raw=True)
+                got.extend(bytes(b.raw) for b in result.batches)
+                if result.next_offset == offset:
+                    break
+                offset = result.next_offset
+            out[p] = got
+    return out
+
+
+def ends(zk: str, topic: str) -> dict[int, int]:
+    """Visible end of each partition (empty if the topic does not exist)."""
+    with SimpleConsumer(zk=zk) as consumer:
+        try:
+            return {p: consumer.offsets(topic, p).end for p in consumer.partitions(topic)}
+        except Exception:
+            return {}
+
+
+def message_count(batches: dict[int, list[bytes]]) -> int:
+    return sum(records.BATCH_HEADER.unpack_from(b)[4] for bs in batches.values() for b in bs)
+
+
+def dedupe(batches: list[bytes]) -> list[bytes]:
+    """First occurrence of each batch, in order (a repeated tail collapses)."""
+    seen: set[bytes] = set()
+    out = []
+    for b in batches:
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out
+
+
+def mirrored(source_zk: str, target_zk: str, topic: str, exact: bool) -> bool:
+    """True once the target holds every source batch of ``topic`` in the same partition/order.
+
+    ``exact``: no duplicates allowed either. Otherwise duplicates are tolerated (they
+    can only come from the uncommitted tail after a crash) but order and content not.
+    """
+    src_ends, tgt_ends = ends(source_zk, topic), ends(target_zk, topic)
+    if not tgt_ends or any(tgt_ends.get(p, -1) < e for p, e in src_ends.items()):
+        return False
+    source, target = read_batches(source_zk, topic), read_batches(target_zk, topic)
+    for p, batches in source.items():
+        got = target.get(p, [])
+        if exact and got != batches:
+            return False
+        if not exact and dedupe(got) != batches:
+            return False
+    return True
+
+
+def assert_mirrored(source_zk: str, target_zk: str, topic: str, exact: bool) -> None:
+    """Like :func:`mirrored` but explains the difference."""
+    source, target = read_batches(source_zk, topic), read_batches(target_zk, topic)
+    for p, batches in source.items():
+        got = target.get(p, [])
+        if not exact:
+            got = dedupe(got)
+        assert len(got) == len(batches), f"{topic}-{p}: {len(got)} batches on the target, {len(batches)} on the source"
+        assert got == batches, f"{topic}-{p}: batch contents or order differ"

@@ -1,0 +1,218 @@
+"""The mirror between two real clusters: copy, crashes, new topics, sharing, gzip, gaps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker import records
+from broker.client.offsets import Committed, read_offsets, read_owners, write_offsets
+from tests.mirror.conftest import (
+    ROOT,
+    assert_mirrored,
+    create,
+    ends,
+    message_count,
+    mirrored,
+    produce,
+    read_batches,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+TOPICS = {"clicks": 4, "views": 3, "errors": 2}
+
+
+def _offsets(zk: str, group: str) -> dict:
+    client = KazooClient(hosts=zk)
+    client.start(10)
+    try:
+        return {tp: c.offset for tp, c in read_offsets(client, group).items()}
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two_clusters, mirrors):
+    source, target = two_clusters()
+    for topic, n in TOPICS.items():
+        create(source.zk_connect, topic, n)
+    mirror = mirrors("m1", source, target, topics=list(TOPICS))
+    counts = {"clicks": 250_000, "views": 150_000, "errors": 100_000}
+    for topic, count in counts.items():
+        produce(source.zk_connect, topic, count, TOPICS[topic],
+                compression="gzip" if topic == "errors" else "none")
+    for topic in TOPICS:
+        wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 90,
+                 f"{topic} to be mirrored")
+    assert mirror.terminate() == 0  # SIGTERM: finish, commit, exit 0
+    total = 0
+    for topic, n in TOPICS.items():
+        assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)
+        batches = read_batches(target.zk_connect, topic)
+        assert len(batches) == n  # created with the source's partition count
+        assert message_count(batches) == counts[topic]
+        total += message_count(batches)
+    assert total == 500_000
+    # Committed source positions are the source ends: a restart copies nothing again.
+    committed = _offsets(source.zk_connect, "mirror")
+    for topic in TOPICS:
+        for p, end in ends(source.zk_connect, topic).items():
+            assert committed[(topic, p)] == end
+    status = mirror.status()
+    assert status["messages_total"] == 500_000
+    out = subprocess.run([sys.executable, "-m", "broker", "mirror", "status", "--config",
+                          str(mirror.config_file), "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["lag_bytes"] == 0 and len(doc["partitions"]) == sum(TOPICS.values())
+
+
+def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "zipped", 2)
+    mirror = mirrors("m1", source, target, topics=["zipped"])
+    produce(source.zk_connect, "zipped", 20_000, 2, compression="gzip", size=200)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60,
+             "zipped to be mirrored")
+    batches = read_batches(target.zk_connect, "zipped")
+    codecs = {records.BATCH_HEADER.unpack_from(b)[3] & 3 for bs in batches.values() for b in bs}
+    assert codecs == {records.CODEC_GZIP}
+    stored = sum(len(b) for bs in batches.values() for b in bs)
+    assert stored < 20_000 * 200 / 3  # still compressed on the target
+    assert mirror.terminate() == 0
+
+
+def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "events", 4)
+    mirror = mirrors("m1", source, target, topics=["events"], poll_max_bytes=256 * 1024)
+    def keep_producing() -> None:
+        for round_ in range(12):
+            produce(source.zk_connect, "events", 5_000, 4, tag=f"a{round_}")
+            time.sleep(0.2)
+
+    producer = threading.Thread(target=keep_producing)
+    producer.start()
+    wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > 0, 60, "copying to begin")
+    mirror.kill()  # kill -9 mid-way: data is still coming in
+    assert producer.is_alive()
+    mirror.start()
+    producer.join(60)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
+             "events after a kill -9 and restart")
+
+    target.brokers[0].stop()  # target cluster down for 10 s while data keeps coming
+    produce(source.zk_connect, "events", 40_000, 4, tag="b")
+    time.sleep(10)
+    assert mirror.alive()
+    target.brokers[0].start()
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
+             "events after the target came back")
+
+    source.brokers[0].stop()  # source broker restarted
+    source.brokers[0].start()
+    produce(source.zk_connect, "events", 40_000, 4, tag="c")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
+             "events after the source restarted")
+    assert mirror.terminate() == 0
+    assert_mirrored(source.zk_connect, target.zk_connect, "events", exact=False)
+    assert message_count(read_batches(source.zk_connect, "events")) == 140_000
+
+
+def test_new_topic_matching_the_pattern_is_copied_without_restart_others_are_not(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "logs-web", 2)
+    mirror = mirrors("m1", source, target, pattern="logs-.*", exclude=["logs-private.*"])
+    produce(source.zk_connect, "logs-web", 1_000, 2)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-web", exact=True), 60,
+             "logs-web")
+    create(source.zk_connect, "logs-new", 3)  # created after the mirror started
+    create(source.zk_connect, "metrics", 1)  # outside the pattern
+    create(source.zk_connect, "logs-private", 1)  # excluded
+    for topic, n in (("logs-new", 3), ("metrics", 1), ("logs-private", 1)):
+        produce(source.zk_connect, topic, 2_000, n)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-new", exact=True), 60,
+             "logs-new (created after the start)")
+    assert len(ends(target.zk_connect, "logs-new")) == 3
+    time.sleep(2)
+    assert mirror.terminate() == 0
+    assert ends(target.zk_connect, "metrics") == {}
+    assert ends(target.zk_connect, "logs-private") == {}
+
+
+def test_two_mirrors_share_partitions_and_one_takes_over_after_a_kill(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "shared", 6)
+    first = mirrors("m1", source, target, topics=["shared"])
+    second = mirrors("m2", source, target, topics=["shared"])
+
+    def owners() -> dict:
+        client = KazooClient(hosts=source.zk_connect)
+        client.start(10)
+        try:
+            return read_owners(client, "mirror")
+        finally:
+            client.stop()
+            client.close()
+
+    wait_for(lambda: len(owners()) == 6 and len(set(owners().values())) == 2, 60,
+             "both mirrors to own partitions")
+    produce(source.zk_connect, "shared", 30_000, 6, tag="a")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=True), 60,
+             "shared by two mirrors")
+    assert first.status().get("messages_total", 0) > 0 and second.status().get("messages_total", 0) > 0
+    first.kill()
+    produce(source.zk_connect, "shared", 30_000, 6, tag="b")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=False), 60,
+             "the survivor to take over")
+    wait_for(lambda: set(owners().values()) == {second.status().get("consumer_id")}, 30,
+             "m2 to own everything")
+    assert second.terminate() == 0
+
+
+@pytest.mark.parametrize("on_gap", ["stop", "skip"])
+def test_resume_offset_deleted_by_retention_stops_or_skips_loudly(two_clusters, mirrors, on_gap):
+    source, target = two_clusters(source_broker={"retention_check_ms": 200},
+                                  source_log={"segment_bytes": 20_000, "retention_bytes": 40_000})
+    create(source.zk_connect, "old", 1)
+    for round_ in range(8):  # one produce request per round, so segments roll
+        produce(source.zk_connect, "old", 500, 1, batch=50, tag=str(round_))
+    wait_for(lambda: _log_start(source.zk_connect, "old") > 0, 30, "retention to delete segments")
+    client = KazooClient(hosts=source.zk_connect)
+    client.start(10)
+    write_offsets(client, "mirror", {("old", 0): Committed.now(0)})  # resume below the log start
+    client.stop()
+    client.close()
+    mirror = mirrors("m1", source, target, topics=["old"], on_gap=on_gap)
+    if on_gap == "stop":
+        wait_for(lambda: "old-0" in (mirror.status().get("halted") or {}), 30, "the halt")
+        time.sleep(2)
+        assert not any(ends(target.zk_connect, "old").values())  # nothing copied
+        out = subprocess.run([sys.executable, "-m", "broker", "mirror", "status", "--config",
+                              str(mirror.config_file)], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
+        assert out.returncode == 0 and "GAP" in out.stdout and "halted: old-0" in out.stdout
+        assert _offsets(source.zk_connect, "mirror")[("old", 0)] == 0  # nothing skipped
+        assert "MIRROR PARTITION STOPPED" in mirror.log_tail(200)
+    else:
+        wait_for(lambda: mirror.status().get("gap_bytes_skipped"), 30, "the skip")
+        assert mirror.status()["gap_bytes_skipped"] == _log_start(source.zk_connect, "old")
+        wait_for(lambda: message_count(read_batches(target.zk_connect, "old")) ==
+                 message_count(read_batches(source.zk_connect, "old")), 30, "the rest copied")
+        assert "MIRROR GAP SKIPPED" in mirror.log_tail(200)
+    assert mirror.terminate() == 0
+
+
+def _log_start(zk: str, topic: str) -> int:
+    from broker.client import SimpleConsumer
+    with SimpleConsumer(zk=zk) as consumer:
+        return consumer.offsets(topic, 0).start
