@@ -393,16 +393,12 @@ class Coordinator:
         if tps:
             self._call_hook(self.on_revoke, tps)
 
-    def _interrupted(self, kinds: frozenset[str] = TRIGGERS | STOPS) -> bool:
-        with self._cond:
-            return bool(self._pending & kinds)
-
-    def _wait_event(self, timeout: float) -> None:
-        """Sleep up to ``timeout``; raise _Restart if a newer event arrives, return on owner."""
+    def _wait_event(self, timeout: float, interrupt: frozenset[str] = TRIGGERS | STOPS) -> None:
+        """Sleep up to ``timeout``; raise _Restart on an ``interrupt`` event, return on owner."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                if self._pending & (TRIGGERS | STOPS):
+                if self._pending & interrupt:
                     raise _Restart()
                 if "owner" in self._pending:
                     self._pending.discard("owner")
@@ -456,7 +452,8 @@ class Coordinator:
                     log.warning("group %s: consumer id %s is registered by another session (an "
                                 "earlier run not yet timed out, or a duplicate id); waiting",
                                 self.group, self.consumer_id)
-                self._wait_event(backoff.next())
+                # Rebalance triggers stay pending for the cycle after registration.
+                self._wait_event(backoff.next(), interrupt=STOPS)
         self._need_register = False
         log.info("group %s: registered %s (%s)", self.group, self.consumer_id,
                  self.subscription.pattern or sorted((self.subscription.topics or {}).items()))

@@ -206,3 +206,31 @@ def test_configuration_errors_say_what_to_do():
         GroupConsumer("g", pattern="(", zk="127.0.0.1:1/x")
     with pytest.raises(ConfigError, match="start"):
         GroupConsumer("g", ["t"], zk="127.0.0.1:1/x", start="middle")
+
+
+def test_duplicate_consumer_id_waits_for_the_first_to_leave(broker_cluster, caplog):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "dup", 2)
+    _send(zk, "dup", [[b"x"] * 5])
+    first = GroupConsumer("g", ["dup"], zk=zk, consumer_id="same")
+    _ready(first, 2)
+    second = GroupConsumer("g", ["dup"], zk=zk, consumer_id="same")
+    wait_for(lambda: "registered by another session" in caplog.text, 10, "the warning")
+    assert second.state == "REGISTERING" and second.assignment() == []
+    first.close()
+    _ready(second, 2)
+    second.close()
+
+
+def test_num_streams_share_partitions_through_streams(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "two", 4)
+    with GroupConsumer("g", ["two"], zk=zk, num_streams=2, iter_timeout=1.0) as consumer:
+        streams = consumer.streams()
+        assert len(streams) == 2
+        with pytest.raises(ConfigError, match="not both"):
+            consumer.poll(0)
+        wait_for(lambda: len(consumer.assignment()) == 4, 20, "the assignment")
+        assert {p["stream"] for p in consumer.metrics()["partitions"].values()} == {0, 1}
