@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow.dataset as ds
 import pytest
 
-from broker.client import Admin, Producer
+from broker.client import Admin, Producer, SimpleConsumer
 from hadoop_loader.config import LoaderConfig, config_from_dict
 
 HOUR_MS = 3600 * 1000
@@ -69,7 +70,23 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
         producer.flush(timeout=120)
         metrics = producer.metrics()
         assert metrics.get("messages_failed", 0) == 0, metrics
+    wait_visible(zk, topic)
     return sent
+
+
+def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0) -> None:
+    """Acks come at append, visibility at flush: wait until the visible ends stop moving
+    (the test brokers flush every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    with SimpleConsumer(zk=zk) as consumer:
+        last = None
+        while time.monotonic() < deadline:
+            ends = [consumer.offsets(topic, p).end for p in consumer.partitions(topic)]
+            if ends == last:
+                return
+            last = ends
+            time.sleep(quiet)
+    raise AssertionError(f"visible ends of {topic} still moving after {timeout}s")
 
 
 def loader_config(zk: str, out: Path, topics: list[str], **sections: dict) -> LoaderConfig:

@@ -1,0 +1,152 @@
+"""Loader throughput: rows/s landed into Parquet vs a plain consumer read, in one run.
+
+One ZooKeeper and one broker process on 127.0.0.1; N messages of 200 bytes (log-line
+like text, all distinct) over 4 partitions with event times spread over 24 hours. Then:
+
+* ceiling: one SimpleConsumer in this process reads every partition from the start
+  (fetch + CRC + decode, values touched), no Spark;
+* landing: ``run_load`` into a fresh output directory with Spark local mode (session
+  started beforehand and reported separately), once per ``files_per_hour`` setting.
+
+    .venv/bin/python benchmarks/loader_throughput.py --messages 1000000
+
+Figures depend on the machine and its load; the script prints the load average too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import LocalCluster  # noqa: E402
+from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
+
+TOPIC = "bench-load"
+PARTITIONS = 4
+HOUR_MS = 3600 * 1000
+START_MS = 1_709_251_200_000  # 2024-03-01T00:00Z
+LINE = (b" INFO web-17 GET /api/v2/items?page=3 200 0.004s user=4411 "
+        b"agent=Mozilla/5.0 (X11; Linux x86_64) ref=https://example.org/start "
+        b"trace=7f3a9c2e")
+
+
+def value(i: int) -> bytes:
+    return (b"%012d" % i + LINE).ljust(200, b".")[:200]
+
+
+def produce(zk: str, n: int) -> float:
+    """Send n messages in lists of 500, event times spread over 24 hours; returns seconds."""
+    with Admin(zk=zk) as admin:
+        admin.create_topic(TOPIC, PARTITIONS)
+    t0 = time.perf_counter()
+    with Producer(zk=zk, linger_ms=5, buffer_bytes=32 << 20) as producer:
+        per = 500
+        for i in range(0, n, per):
+            ts = START_MS + (i * 24 * HOUR_MS) // n
+            producer.send(TOPIC, [value(j) for j in range(i, min(i + per, n))],
+                          partition=(i // per) % PARTITIONS, timestamp=ts)
+        producer.flush(timeout=300)
+        failed = producer.metrics().get("messages_failed", 0)
+    if failed:
+        raise SystemExit(f"the producer failed to deliver {failed} messages")
+    return time.perf_counter() - t0
+
+
+def wait_visible(zk: str, quiet: float = 0.5) -> None:
+    """Acks come at append; consumers see data once flushed. Wait until the ends settle."""
+    with SimpleConsumer(zk=zk) as consumer:
+        last = None
+        while True:
+            ends = [consumer.offsets(TOPIC, p).end for p in consumer.partitions(TOPIC)]
+            if ends == last:
+                return
+            last = ends
+            time.sleep(quiet)
+
+
+def consume_all(zk: str) -> tuple[int, float]:
+    """The ceiling: read everything with one SimpleConsumer; returns (rows, seconds)."""
+    rows = 0
+    t0 = time.perf_counter()
+    with SimpleConsumer(zk=zk, max_bytes=8 << 20) as consumer:
+        for p in consumer.partitions(TOPIC):
+            start, end = consumer.offsets(TOPIC, p)
+            pos = start
+            while pos < end:
+                result = consumer.fetch(TOPIC, p, pos)
+                for batch in result.batches:
+                    rows += len(batch.values)
+                pos = result.next_offset
+    return rows, time.perf_counter() - t0
+
+
+def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, int, int]:
+    """One landing run; returns (rows, seconds, parquet bytes, files)."""
+    from hadoop_loader.config import config_from_dict
+    from hadoop_loader.job import run_load
+
+    config = config_from_dict({
+        "source": {"zk": zk, "topics": [TOPIC]},
+        "output": {"uri": out.as_uri(), "files_per_hour": files_per_hour},
+        "load": {"chunk_bytes": 32 << 20},
+    })
+    result = run_load(config, spark=spark)
+    stats = result.topics[TOPIC]
+    return result.rows, result.seconds, stats.parquet_bytes, stats.files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--files-per-hour", type=int, nargs="*", default=[1, 0],
+                        help="landing variants to run (1 = shuffle to one file per hour, "
+                             "0 = no shuffle)")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with tempfile.TemporaryDirectory(prefix="logferry-bench-load-") as tmp:
+        workdir = Path(tmp)
+        with LocalCluster(workdir, brokers=1, broker={"num_partitions": PARTITIONS}) as cluster:
+            zk = cluster.zk_connect
+            seconds = produce(zk, args.messages)
+            print(f"produced {args.messages:,} x 200 B in {seconds:.1f} s")
+            wait_visible(zk)
+            rows, seconds = consume_all(zk)
+            assert rows == args.messages, rows
+            ceiling = rows / seconds
+            print(f"ceiling  SimpleConsumer read:          {ceiling:>10,.0f} rows/s "
+                  f"({seconds:.2f} s)")
+
+            from pyspark.sql import SparkSession
+            t0 = time.perf_counter()
+            spark = (SparkSession.builder.master(args.master).appName("loader-bench")
+                     .config("spark.ui.enabled", "false")
+                     .config("spark.ui.showConsoleProgress", "false")
+                     .config("spark.driver.memory", "1g")
+                     .config("spark.sql.shuffle.partitions", "4")
+                     .getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            print(f"Spark session start ({args.master}):       {time.perf_counter() - t0:.1f} s "
+                  "(not counted below)")
+            for variant in args.files_per_hour:
+                out = workdir / f"wh-{variant}"
+                landed, seconds, size, files = land(spark, zk, out, variant)
+                assert landed == args.messages, landed
+                print(f"landed   files_per_hour={variant}:           {landed / seconds:>10,.0f} "
+                      f"rows/s ({seconds:.2f} s, {files} files, {size / 2**20:.0f} MiB "
+                      f"Parquet, {landed / seconds / ceiling:.0%} of ceiling)")
+            spark.stop()
+    print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
