@@ -169,7 +169,9 @@ def test_two_mirrors_share_partitions_and_one_takes_over_after_a_kill(two_cluste
     produce(source.zk_connect, "shared", 30_000, 6, tag="a")
     wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=True), 60,
              "shared by two mirrors")
-    assert first.status().get("messages_total", 0) > 0 and second.status().get("messages_total", 0) > 0
+    wait_for(lambda: first.status().get("messages_total", 0) > 0
+             and second.status().get("messages_total", 0) > 0, 10,
+             "both mirrors to report copies (status files are rewritten every 2 s)")
     first.kill()
     produce(source.zk_connect, "shared", 30_000, 6, tag="b")
     wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=False), 60,
