@@ -1,0 +1,191 @@
+"""Child processes of the demo: start with a log file, wait until ready, stop in order.
+
+Every component runs as ``python -m broker <command> --config FILE`` (ZooKeeper as its
+JVM, through :class:`~broker.zkserver.LocalZooKeeper`), in a session of its own so that
+Ctrl-C reaches only the demo, which then stops the pipeline front to back (agents
+first, ZooKeeper last). Linux also sends each child SIGTERM if the demo itself dies
+(``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the demo leaves nothing behind. Every
+wait is bounded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from broker.errors import LogferryError
+from broker.localrun import free_port, to_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except Exception:  # noqa: BLE001 - not Linux: the demo's own cleanup still stops it
+        pass
+
+
+class DemoError(LogferryError):
+    """A stage of the demo failed to start or to finish; the message names its log."""
+
+
+class Child:
+    """One subprocess with a log file under the workdir."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @classmethod
+    def logferry(cls, name: str, args: list[str], log_path: Path) -> "Child":
+        """``python -m broker <args>``: the ``logferry`` command with this interpreter."""
+        return cls(name, [sys.executable, "-m", "broker", *args], log_path)
+
+    def start(self) -> "Child":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=str(ROOT), env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True, preexec_fn=_die_with_parent)
+        self.started_at = time.monotonic()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 15) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ready`` until true; fail naming the log if the child exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not self.running():
+                raise DemoError(f"{self.name} exited (code {self.returncode()}) before {what}; "
+                                f"its log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.1)
+        raise DemoError(f"{self.name}: no {what} within {timeout:.0f}s; its log {self.log_path}:\n"
+                        f"{self.log_tail()}")
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait for the child to exit by itself; None if it is still running after ``timeout``."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM and wait ``timeout`` s; SIGKILL if it does not exit. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                print(f"[demo] {self.name} ignored SIGTERM for {timeout:.0f}s: killing it",
+                      flush=True)
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+class BrokerChild(Child):
+    """A broker started from an example config's settings, on a free port."""
+
+    def __init__(self, name: str, broker_id: int, zk: str, workdir: Path,
+                 broker: Mapping[str, Any], log: Mapping[str, Any]):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.data_dir = workdir / "data" / name
+        settings = {"id": broker_id, "host": "127.0.0.1", "port": self.port,
+                    "log_dirs": [str(self.data_dir)], "zk_connect": zk, **broker}
+        self.config_path = workdir / "config" / f"{name}.toml"
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(to_toml({"broker": settings, "log": dict(log)}))
+        super().__init__(name, [sys.executable, "-m", "broker", "broker", "--config",
+                                str(self.config_path)], workdir / "logs" / f"{name}.log")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def ready() -> bool:
+            if "listening on" not in self.log_text():
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+        self.wait_until(ready, timeout, "listening port")
+
+
+class Supervisor:
+    """What the demo started, stopped in reverse order of start (agents before brokers)."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+        self.zookeeper: Any = None
+
+    def add(self, child: Child) -> Child:
+        self.children.append(child)
+        return child.start()
+
+    def start_zookeeper(self, data_dir: Path) -> str:
+        """Start a ZooKeeper on a free port; return ``127.0.0.1:port``."""
+        from broker.zkserver import LocalZooKeeper
+
+        port = free_port()
+        self.zookeeper = LocalZooKeeper(data_dir, port)
+        self.zookeeper.start(timeout=60.0, detach=True)
+        return f"127.0.0.1:{port}"
+
+    def stop_all(self) -> list[str]:
+        """Stop every child still running and ZooKeeper; returns problems seen."""
+        problems = []
+        for child in reversed(self.children):
+            if child.running():
+                code = child.stop(30.0)
+                if code not in (0, -signal.SIGTERM, None):
+                    problems.append(f"{child.name} exited with {code} (log {child.log_path})")
+        if self.zookeeper is not None:
+            try:
+                self.zookeeper.stop()
+            except Exception as exc:  # noqa: BLE001 - report, keep stopping
+                problems.append(f"ZooKeeper: {exc}")
+            self.zookeeper = None
+        return problems
+
+    def pids(self) -> list[int]:
+        out = [c.pid for c in self.children if c.running() and c.pid]
+        if self.zookeeper is not None and self.zookeeper.pid:
+            out.append(self.zookeeper.pid)
+        return out
