@@ -101,6 +101,28 @@ def plan(ranges: Iterable[PartitionRange], chunk_bytes: int, finder: BoundaryFin
     return chunks
 
 
+def pack(chunks: Iterable[Chunk], target_bytes: int) -> list[list[Chunk]]:
+    """Group chunks into splits (one Spark task each) of up to about ``target_bytes``.
+
+    A chunk cut from a large range is about ``target_bytes`` already and stays alone;
+    the ranges of small partitions are packed together, in (topic, partition) order.
+    Fewer, fuller tasks mean fewer output files: a task writes one file per event hour
+    it touches, whether it read one partition or twenty.
+    """
+    splits: list[list[Chunk]] = []
+    current: list[Chunk] = []
+    size = 0
+    for c in sorted(chunks, key=lambda c: (c.topic, c.partition, c.start)):
+        if current and size + c.bytes > target_bytes:
+            splits.append(current)
+            current, size = [], 0
+        current.append(c)
+        size += c.bytes
+    if current:
+        splits.append(current)
+    return splits
+
+
 def ranges_of(chunks: Iterable[Chunk]) -> list[PartitionRange]:
     """Merge contiguous chunks back into one range per topic-partition.
 

@@ -13,8 +13,9 @@
 
 Planning runs in Spark's Python planner on the driver (:class:`DriverPlanner`): offsets
 are resolved, checked against retention, and cut into chunks at batch boundaries (see
-:mod:`hadoop_loader.planning`). Each chunk is one input partition; its task fetches the
-chunk from the brokers and yields one Arrow record batch per fetch.
+:mod:`hadoop_loader.planning`). Chunks are packed into input partitions of up to
+``maxBytesPerPartition``; a task fetches its chunks from the brokers and yields one
+Arrow record batch per fetch.
 
 Spark pickles the reader before it calls ``partitions()``, so everything a task needs
 (the brokers' addresses, the chunk, whether to decode) travels in the partition
@@ -48,41 +49,44 @@ from hadoop_loader.fetching import consumer_for, read_chunk
 from hadoop_loader.offsets import LATEST, OffsetSpec, PartitionRange, check_start
 from hadoop_loader.options import Endpoint, SourceOptions, parse_options
 from hadoop_loader.plan_driver import DriverPlanner
-from hadoop_loader.planning import Chunk, plan
+from hadoop_loader.planning import Chunk, pack, plan
 
 log = logging.getLogger("logferry.loader.source")
 
 FORMAT = "logferry"
 
 
-class ChunkPartition(InputPartition):
-    """One input partition: a chunk, and how to read it."""
+class SplitPartition(InputPartition):
+    """One input partition (one task): chunks packed up to ``maxBytesPerPartition``."""
 
-    def __init__(self, chunk: Chunk, endpoint: Endpoint, decode: bool | None, fetch_bytes: int):
-        super().__init__(chunk.to_json())
-        self.chunk = chunk
+    def __init__(self, chunks: Sequence[Chunk], endpoint: Endpoint,
+                 decode: dict[str, bool | None], fetch_bytes: int):
+        super().__init__([c.to_json() for c in chunks])
+        self.chunks = list(chunks)
         self.endpoint = endpoint
         self.decode = decode
-        """True: decode agent records; False: null agent columns; None: no agent columns."""
+        """topic -> True: decode agent records; False: null agent columns; None: no agent
+        columns."""
         self.fetch_bytes = fetch_bytes
 
 
-def read_partition(partition: ChunkPartition) -> Iterator[pa.RecordBatch]:
-    """Fetch a chunk and yield one record batch per fetch (runs in the executor)."""
-    chunk = partition.chunk
+def read_partition(partition: SplitPartition) -> Iterator[pa.RecordBatch]:
+    """Fetch a split's chunks and yield one record batch per fetch (runs in the executor)."""
     consumer = consumer_for(partition.endpoint)
-    undecodable = rows = 0
-    for batches in read_chunk(consumer, chunk, partition.fetch_bytes):
-        if not batches:
-            continue
-        converted = to_record_batch(chunk.topic, chunk.partition, batches, partition.decode)
-        undecodable += converted.undecodable
-        rows += converted.batch.num_rows
-        yield converted.batch
-    if undecodable:
-        log.warning("%s/%s [%d, %d): %d of %d values are not agent records; kept raw "
-                    "with decoded = false", chunk.topic, chunk.partition, chunk.start,
-                    chunk.end, undecodable, rows)
+    for chunk in partition.chunks:
+        decode = partition.decode.get(chunk.topic)
+        undecodable = rows = 0
+        for batches in read_chunk(consumer, chunk, partition.fetch_bytes):
+            if not batches:
+                continue
+            converted = to_record_batch(chunk.topic, chunk.partition, batches, decode)
+            undecodable += converted.undecodable
+            rows += converted.batch.num_rows
+            yield converted.batch
+        if undecodable:
+            log.warning("%s/%s [%d, %d): %d of %d values are not agent records; kept raw "
+                        "with decoded = false", chunk.topic, chunk.partition, chunk.start,
+                        chunk.end, undecodable, rows)
 
 
 def _decode_flag(options: SourceOptions, topic: str) -> bool | None:
@@ -93,9 +97,10 @@ def _decode_flag(options: SourceOptions, topic: str) -> bool | None:
 
 def to_partitions(options: SourceOptions, chunks: Sequence[Chunk],
                   endpoint: Endpoint) -> list[InputPartition]:
-    """Input partitions for ``chunks``."""
-    return [ChunkPartition(c, endpoint, _decode_flag(options, c.topic), options.fetch_bytes)
-            for c in chunks]
+    """Input partitions for ``chunks``, packed up to ``maxBytesPerPartition`` each."""
+    decode = {t: _decode_flag(options, t) for t in options.topics}
+    return [SplitPartition(split, endpoint, decode, options.fetch_bytes)
+            for split in pack(chunks, options.max_bytes_per_partition)]
 
 
 class LogferryDataSource(DataSource):
@@ -151,7 +156,7 @@ class LogferryReader(DataSourceReader):
         return chunks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ChunkPartition)
+        assert isinstance(partition, SplitPartition)
         return read_partition(partition)
 
 
@@ -295,7 +300,7 @@ class LogferryStreamReader(DataSourceStreamReader):
         return to_partitions(self.options, chunks, self.planner.executor_endpoint())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ChunkPartition)
+        assert isinstance(partition, SplitPartition)
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:

@@ -90,8 +90,9 @@ def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cl
     with Producer(zk=zk) as producer:
         producer.send("_audit", audit_records(sent, short_topic="land-b"), partition=0).wait(30)
     out = tmp_path / "wh"
-    config = loader_config(zk, out, list(TOPICS), audit={"enabled": True, "settle_minutes": 0,
-                                                         "lookback_hours": 24 * 365 * 10})
+    config = loader_config(zk, out, list(TOPICS), output={"files_per_hour": 1},
+                           audit={"enabled": True, "settle_minutes": 0,
+                                  "lookback_hours": 24 * 365 * 10})
 
     first = run_load(config, spark=spark)
     assert first.sequence == 1 and first.rows == 200_000

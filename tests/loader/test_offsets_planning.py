@@ -10,7 +10,7 @@ from hadoop_loader.errors import LoaderConfigError, OffsetStateError, RetentionG
 from hadoop_loader.offsets import (
     EARLIEST, LATEST, PartitionRange, check_start, parse_offset_spec, resolve,
 )
-from hadoop_loader.planning import Chunk, plan, plan_partition, ranges_of
+from hadoop_loader.planning import Chunk, pack, plan, plan_partition, ranges_of
 
 
 class FakeLog:
@@ -120,3 +120,13 @@ def test_plan_skips_empty_ranges_and_ranges_of_detects_holes():
 def test_chunk_json_round_trip():
     c = Chunk("t", 2, 10, 99)
     assert Chunk.from_json(c.to_json()) == c
+
+
+def test_pack_groups_small_chunks_and_keeps_big_ones_alone():
+    chunks = [Chunk("b", 0, 0, 100), Chunk("a", 1, 0, 30), Chunk("a", 0, 0, 30),
+              Chunk("a", 2, 0, 30), Chunk("a", 3, 0, 30), Chunk("c", 0, 0, 500)]
+    splits = pack(chunks, 100)
+    assert splits == [[Chunk("a", 0, 0, 30), Chunk("a", 1, 0, 30), Chunk("a", 2, 0, 30)],
+                      [Chunk("a", 3, 0, 30)], [Chunk("b", 0, 0, 100)], [Chunk("c", 0, 0, 500)]]
+    assert sorted(c for s in splits for c in s) == sorted(chunks)
+    assert pack([], 100) == []
