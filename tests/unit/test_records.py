@@ -108,3 +108,11 @@ def test_iter_raw_batches_splits_exactly():
     parts = [_batch(n)[1] for n in (1, 4, 2)]
     got = [bytes(raw) for _, raw in records.iter_raw_batches(b"".join(parts))]
     assert got == parts
+
+
+def test_count_messages_reads_headers_only():
+    data = b"".join(_batch(n)[1] for n in (1, 2, 3))
+    assert records.count_messages(data) == (3, 6)
+    assert records.count_messages(memoryview(data)[: len(_batch(1)[1])]) == (1, 1)
+    with pytest.raises(CorruptBatchError):
+        records.count_messages(data[:-3])
