@@ -54,7 +54,6 @@ from broker.errors import (
     LogferryError,
     NotLeaderError,
     OffsetOutOfRangeError,
-    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -226,7 +225,8 @@ class Fetcher:
             future = connection.request(protocol.FETCH, fields)
             assert future is not None
         except LogferryError as exc:
-            self.cluster.forget(parts[0][0].topic)
+            for topic in {ps.topic for ps, _, _ in parts}:
+                self.cluster.forget(topic)
             self._parts_failed(parts, f"broker {address[0]}:{address[1]}: {exc}")
             return False
         deadline = time.monotonic() + self.max_wait_ms / 1000 + self.request_timeout

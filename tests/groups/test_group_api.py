@@ -234,3 +234,42 @@ def test_num_streams_share_partitions_through_streams(broker_cluster):
             consumer.poll(0)
         wait_for(lambda: len(consumer.assignment()) == 4, 20, "the assignment")
         assert {p["stream"] for p in consumer.metrics()["partitions"].values()} == {0, 1}
+
+
+def test_a_join_storm_converges_in_few_rebalances(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "storm", 12)
+    members = []
+    try:
+        for i in range(5):  # five members join within a few milliseconds of each other
+            members.append(GroupConsumer("g", ["storm"], zk=zk, consumer_id=f"m{i}"))
+
+        def balanced():
+            shares = [len(m.assignment()) for m in members]
+            return sorted(shares) == [2, 2, 2, 3, 3] and all(m.state == "STABLE" for m in members)
+
+        wait_for(balanced, 30, "a balanced group")
+        rebalances = [m.metrics()["rebalances"] for m in members]
+        assert max(rebalances) <= 4, rebalances  # debounced: not one per join per member
+        owned = [tp for m in members for tp in m.assignment()]
+        assert sorted(owned) == [("storm", p) for p in range(12)]
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_deleted_topic_is_released_and_the_rest_keeps_flowing(broker_cluster):
+    from broker.client import Admin
+
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "keep", 1)
+    create_topic(zk, "drop", 1)
+    with GroupConsumer("g", ["keep", "drop"], zk=zk) as consumer:
+        wait_for(lambda: len(consumer.assignment()) == 2, 20, "both topics assigned")
+        with Admin(zk=zk) as admin:
+            admin.delete_topic("drop")
+        wait_for(lambda: consumer.assignment() == [("keep", 0)], 20, "the deleted topic released")
+        _send(zk, "keep", [[b"still"] * 3])
+        assert [m.value for m in _drain(consumer, 3)] == [b"still"] * 3
