@@ -86,7 +86,7 @@ def consume_all(zk: str) -> tuple[int, float]:
     return rows, time.perf_counter() - t0
 
 
-def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, int, int]:
+def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, int, int, dict]:
     """One landing run; returns (rows, seconds, parquet bytes, files)."""
     from hadoop_loader.config import config_from_dict
     from hadoop_loader.job import run_load
@@ -98,7 +98,7 @@ def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, in
     })
     result = run_load(config, spark=spark)
     stats = result.topics[TOPIC]
-    return result.rows, result.seconds, stats.parquet_bytes, stats.files
+    return result.rows, result.seconds, stats.parquet_bytes, stats.files, result.phases
 
 
 def main() -> int:
@@ -135,13 +135,14 @@ def main() -> int:
             spark.sparkContext.setLogLevel("ERROR")
             print(f"Spark session start ({args.master}):       {time.perf_counter() - t0:.1f} s "
                   "(not counted below)")
-            for variant in args.files_per_hour:
-                out = workdir / f"wh-{variant}"
-                landed, seconds, size, files = land(spark, zk, out, variant)
+            for n, variant in enumerate(args.files_per_hour):
+                out = workdir / f"wh-{n}"
+                landed, seconds, size, files, phases = land(spark, zk, out, variant)
                 assert landed == args.messages, landed
                 print(f"landed   files_per_hour={variant}:           {landed / seconds:>10,.0f} "
                       f"rows/s ({seconds:.2f} s, {files} files, {size / 2**20:.0f} MiB "
                       f"Parquet, {landed / seconds / ceiling:.0%} of ceiling)")
+                print("           steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
             spark.stop()
     print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"on {os.cpu_count()} cores")

@@ -71,6 +71,8 @@ class LoadResult:
     seconds: float
     walked_bytes: int = 0
     undecodable: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds per step: recover, plan, spark (session start), write, count, commit, publish."""
     audit: Any = None
 
     @property
@@ -130,7 +132,9 @@ _PUBLISH_HOOKS = {"on_moved": lambda n: crash.crash_point("during-publish"),
 
 def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore,
                 started: float) -> LoadResult:
+    clock = _Clock()
     recovery = store.recover(**_PUBLISH_HOOKS)
+    clock.lap("recover")
     if recovery.rolled_forward or recovery.discarded:
         log.info("recovery: %s", recovery.describe())
     previous = store.latest()
@@ -145,8 +149,9 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
             None, config.load.on_retention_gap == "skip", config.load.chunk_bytes,
             config.load.max_bytes_per_partition)
         executors = planner.executor_endpoint()
+    clock.lap("plan")
     result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
-                        0.0, plan.walked_bytes)
+                        0.0, plan.walked_bytes, phases=clock.phases)
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())
     advanced = any(landed.get(r.topic, {}).get(r.partition) != r.end for r in plan.ranges)
@@ -159,15 +164,20 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     counts: dict = {}
     if plan.chunks:
         spark = session.get()
+        clock.lap("spark")
         _write(config, spark, fs, store, sequence, plan, executors, data_uri)
+        clock.lap("write")
         files, counts = _count(spark, fs, data_uri)
+        clock.lap("count")
     manifest = _manifest(config, sequence, started, previous, plan, files, counts)
     crash.crash_point("after-write")
     store.commit(manifest)
+    clock.lap("commit")
     crash.crash_point("after-commit")
     store.publish(manifest, _PUBLISH_HOOKS["on_moved"])
     _PUBLISH_HOOKS["before_cleanup"]()
     store.cleanup(sequence)
+    clock.lap("publish")
 
     result.sequence = sequence
     result.undecodable = manifest.undecodable
@@ -315,6 +325,19 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
         gaps=plan.gaps,
         undecodable=undecodable,
     )
+
+
+class _Clock:
+    """Seconds spent per step of a run."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = now - self._last
+        self._last = now
 
 
 def _path_of(uri: str) -> str:

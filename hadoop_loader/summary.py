@@ -47,6 +47,9 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
     if result.undecodable:
         print(f"  {result.undecodable:,} value(s) were not agent records (kept raw, "
               "decoded = false)", file=out)
+    if result.phases:
+        print("  steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()),
+              file=out)
     if result.walked_bytes:
         print(f"  planning walked {_size(result.walked_bytes)} of batch boundaries", file=out)
 
