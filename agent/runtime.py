@@ -362,7 +362,7 @@ class Agent(FileTracking):
     def _can_read(self, tailed: TailedFile) -> bool:
         waiting = tailed.waiting_for
         if waiting is not None:
-            if not self._finished(waiting):
+            if not self._finished(waiting) and not _waits_for_itself(tailed):
                 return False
             tailed.waiting_for = None
         if tailed.retry_at and time.monotonic() < tailed.retry_at:
@@ -595,7 +595,9 @@ class Agent(FileTracking):
         gauges["lag_bytes"] = sum(t.lag for t in everything)
         files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "offset": t.tracker.acked,
                   "read": t.pos, "size": t.size, "lag": t.lag, "open": t.fd is not None,
-                  "rotated": t.rotated, "deleted": t.deleted} for t in everything]
+                  "rotated": t.rotated, "deleted": t.deleted, "ready": t in self._ready,
+                  "after": t.waiting_for.where if t.waiting_for is not None else None}
+                 for t in everything]
         self.snapshot = Snapshot(
             host=self.config.host, pid=os.getpid(), started=self._started, updated=time.time(),
             state=state, counters=dict(self.metrics.counters), gauges=dict(gauges), files=files,
@@ -608,6 +610,19 @@ class Agent(FileTracking):
                              json.dumps(self.snapshot.to_json()).encode(), durable=False)
         except OSError as exc:
             log.debug("status file not written: %s", exc)
+
+
+def _waits_for_itself(tailed: TailedFile) -> bool:
+    """True when the chain of predecessors leads back to ``tailed`` (never wait forever)."""
+    step = tailed.waiting_for
+    for _ in range(1000):
+        if step is None:
+            return False
+        if step is tailed:
+            log.warning("%s: cyclic wait between rotated files; reading it now", tailed.path)
+            return True
+        step = step.waiting_for
+    return True
 
 
 def _now_ms() -> int:

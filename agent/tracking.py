@@ -21,17 +21,22 @@ from __future__ import annotations
 import logging
 import os
 import stat as stat_module
+import time
 from typing import Any
 
 from agent.checkpoint import Entry
 from agent.config import AgentConfig
-from agent.discovery import Event, Matcher, Watcher, scan
+from agent.discovery import Matcher, Watcher, scan
 from agent.files import TailedFile
 from agent.fsutil import find_inode, inodes_in, last_line_end
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
 from agent.metrics import Metrics
 
 log = logging.getLogger("logferry.agent")
+
+SETTLE_S = 0.2
+"""A file found while running is read after this delay, so pending watchdog events
+(a predecessor's move) are applied first and the older file is read first."""
 
 
 class FileTracking:
@@ -69,9 +74,12 @@ class FileTracking:
     def _apply_events(self) -> None:
         if self._watcher is None:
             return
-        events = self._watcher.events
-        for _ in range(len(events)):
-            event: Event = events.popleft()
+        queue = self._watcher.events
+        batch = [queue.popleft() for _ in range(len(queue))]
+        # Moves first: a file created and renamed away before we looked is older than
+        # whatever its creation event finds at the path now.
+        batch.sort(key=lambda e: e.kind != "moved")
+        for event in batch:
             if event.kind == "dir":
                 self._next_scan = 0.0
             elif event.kind == "created":
@@ -110,25 +118,32 @@ class FileTracking:
         index = self._matcher.source_of(src)
         if index is not None:
             # A file we never saw, renamed away from a watched name before we read it
-            # (rotations in quick succession): read it under the name it had, before
-            # whatever file now sits at that name if that one is still unread.
-            successor = self._latest.get(src)
-            self._discover(dest, index, tag=src)
-            moved = self._latest.get(src)
-            if successor is not None and moved is not None and moved is not successor:
-                self._latest[src] = successor
-                if successor.pos == 0 and not successor.tracker.in_flight:
-                    successor.waiting_for = moved
+            # (rotations in quick succession), read under the name it had. Move events
+            # come in rotation order, so it is newer than every file already rotated
+            # away from ``src`` and older than a file already found *at* ``src``: it
+            # goes between them in the chain of files that wait for one another.
+            current = self._by_path.get(src)
+            if current is not None and current.path != src:
+                current = None
+            moved = self._discover(dest, index, tag=src)
+            if moved is None or current is None or moved is current:
+                return
+            earlier = current.waiting_for
+            moved.waiting_for = earlier if earlier is not None and earlier is not moved \
+                and not self._finished(earlier) else None
+            self._latest[src] = current
+            if current.pos == 0 and not current.tracker.in_flight:
+                current.waiting_for = moved
 
     def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
-                  entry: Entry | None = None) -> None:
-        """Start tailing ``path`` (or recognise a file we already know)."""
+                  entry: Entry | None = None) -> TailedFile | None:
+        """Start tailing ``path`` (or recognise a file we already know); return the new file."""
         try:
             st = os.stat(path)
         except OSError:
-            return
+            return None
         if not stat_module.S_ISREG(st.st_mode):
-            return
+            return None
         key = FileKey(st.st_dev, st.st_ino)
         known = self.files.get(key)
         if known is not None:
@@ -142,7 +157,7 @@ class FileTracking:
                     if path != known.path and not known.rotated:
                         known.rotated = True
                         self.metrics.add("rotations")
-                return
+                return None
             self._retire(known)
         source = self.config.sources[index]
         previous = self._by_path.get(path)
@@ -157,6 +172,10 @@ class FileTracking:
             offset = last_line_end(path, st.st_size)
         tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
         tailed.size = st.st_size
+        if not initial and self._watcher is not None:
+            # The file at this path now may be a successor of one created and renamed
+            # away before we looked; its move event is on its way. Let it land first.
+            tailed.retry_at = time.monotonic() + SETTLE_S
         if tailed.path != path:
             tailed.rotated = True  # found under another name than the one it had
             self.metrics.add("rotations")
@@ -168,7 +187,9 @@ class FileTracking:
         self._by_path[path] = tailed
         self._ready[tailed] = None
         self._dirty = True
-        log.debug("tailing %s (inode %d) from offset %d", path, key.ino, offset)
+        log.debug("tailing %s (inode %d) from offset %d%s", path, key.ino, offset,
+                  f" after {tailed.waiting_for.where}" if tailed.waiting_for else "")
+        return tailed
 
     def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any]:
         """Where to resume a checkpointed file: its offset, or 0 if it is not the same."""
@@ -380,7 +401,19 @@ class FileTracking:
     def _finished(self, tailed: TailedFile) -> bool:
         """True when a rotated predecessor has been read to its current end."""
         if tailed.fd is None:
-            return tailed.where is None or tailed.pos >= tailed.size
+            # Closed (or not opened yet): its size as last seen may be stale.
+            if tailed.where is None:
+                return True
+            try:
+                st = os.stat(tailed.where)
+            except OSError:
+                return True
+            if FileKey(st.st_dev, st.st_ino) != tailed.key:
+                return True
+            if st.st_size > tailed.pos:
+                self._ready[tailed] = None
+                return False
+            return True
         try:
             size = os.fstat(tailed.fd).st_size
         except OSError:

@@ -7,6 +7,7 @@ once across a kill -9) and order per file.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -92,6 +93,7 @@ def _wait_shipped(agent, timeout: float = 60.0, acked: int | None = None) -> Non
     except AssertionError as exc:
         status = agent.status()
         lagging = [f for f in status.get("files", []) if f["lag"]][:5]
+        print(json.dumps(status.get("files"), indent=1))
         raise AssertionError(f"{exc}; counters {status.get('counters')}, gauges "
                              f"{status.get('gauges')}, lagging files {lagging}") from None
 
@@ -124,7 +126,9 @@ def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, age
         time.sleep(0.002)
     _wait_shipped(agent, 120, acked=total)
     assert agent.terminate() == 0
-    got = [_parse(v) for _, _, v in consume(cluster.bootstrap, "app")]
+    messages = consume(cluster.bootstrap, "app")
+    partitions = {p for p, _, _ in messages}
+    got = [_parse(v) for _, _, v in messages]
     seqs = [seq for _, seq in got]
     assert len(seqs) == total, f"{len(seqs)} messages for {total} lines"
     assert sorted(seqs) == list(range(total)), "lines missing or duplicated"
@@ -132,7 +136,7 @@ def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, age
     for g, seq in got:
         by_gen.setdefault(g, []).append(seq)
     assert all(v == sorted(v) for v in by_gen.values()), "out of order within a file"
-    assert seqs == sorted(seqs), "rotated file not finished before its successor"
+    assert seqs == sorted(seqs), f"rotated file not finished before its successor ({partitions})"
     assert agent.status()["counters"]["truncations"] >= 1
     assert agent.status()["counters"]["rotations"] >= 9
 
