@@ -143,7 +143,7 @@ class WebHost(threading.Thread):
         path = rng.choice(_PATHS)
         if "%d" in path:
             path = path % rng.randint(1, 99999)
-        status = rng.choices((200, 200, 200, 304, 301, 404, 500), k=1)[0]
+        status = rng.choices((200, 304, 301, 404, 500), weights=(82, 8, 3, 6, 1))[0]
         size = 0 if status == 304 else rng.randint(200, 48000)
         stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now))
         method = "POST" if path in ("/checkout", "/login") else "GET"

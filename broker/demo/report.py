@@ -126,7 +126,8 @@ def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
         shown = "no audit records" if value is None else f"{value:.2%}"
         lines.append(f"  {topic:<{width}} {(tally.parquet or {}).get(topic, 0):>10,} / "
                      f"{tally.audit_acked.get(topic, 0):>10,}  complete: {shown}")
-    lines += ["", "Throughput per stage:"]
+    lines += ["", "Throughput per stage (the hosts set the pace; each later stage kept up "
+              "with it: see benchmarks for capacity):"]
     for stage, count, seconds, peak in tally.throughput:
         extra = f"  (peak {peak:,.0f}/s over a progress interval)" if peak else ""
         lines.append(f"  {stage:<44} {count:>9,} in {seconds:6.1f}s = "

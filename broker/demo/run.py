@@ -77,6 +77,7 @@ class Pipeline:
         self.agents: list[tuple[str, Child, Path]] = []
         self.mirror: Child | None = None
         self.mirror_group = "logferry-mirror"
+        self.dashboard: Dashboard | None = None
         self.agent_doc = configs.load(configs.agent_template())
         self.topics = configs.agent_topics(self.agent_doc)
         self.audit_topic = self.agent_doc.get("audit", {}).get("topic", "_audit")
@@ -164,10 +165,13 @@ class Pipeline:
     def stop_agents(self) -> int:
         """SIGTERM every agent (it flushes and publishes its last audit); return acked total."""
         for _, child, _ in self.agents:
-            child.proc.send_signal(signal.SIGTERM)
+            if child.running():
+                child.proc.send_signal(signal.SIGTERM)
         total = 0
         for host, child, status in self.agents:
-            code = child.stop(60.0)
+            code = child.wait(60.0)
+            if code is None:
+                code = child.stop(10.0)
             if code not in (0, None):
                 self.notes.append(f"agent {host} exited with {code}: {child.log_path}")
             total += int(_status(status).get("counters", {}).get("messages_acked", 0))
@@ -234,7 +238,6 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, on_term)
     logging.getLogger("logferry.group").setLevel(logging.WARNING)  # the dashboard's joins/leaves
     logging.getLogger("kazoo").setLevel(logging.ERROR)
-    dashboard: Dashboard | None = None
     stop_hosts = threading.Event()
     code = 1
     try:
@@ -251,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must not be cut short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            if pipeline.dashboard is not None and pipeline.dashboard.is_alive():
+                pipeline.dashboard.stop(10.0)
             issues = pipeline.sup.stop_all()
             for issue in issues:
                 say(f"while stopping: {issue}")
@@ -277,7 +282,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.start_clusters()
     pipeline.create_topics()
     pipeline.start_mirror()
-    dashboard = Dashboard(pipeline.live_zk, pipeline.topics)
+    dashboard = pipeline.dashboard = Dashboard(pipeline.live_zk, pipeline.topics)
     dashboard.start()
     dashboard.ready.wait(30)
     say(f"dashboard: consumer group '{GROUP}' on the live cluster")
@@ -458,9 +463,9 @@ logs = spark.read.parquet(root)              # every topic; columns topic, dt, h
 logs.groupBy("topic", "host").count().orderBy("topic", "host").show()
 
 app = spark.read.parquet(f"{{root}}/topic={app}")
-(app.filter(F.col("line").contains("Exception"))
-    .select("host", "timestamp", F.split("line", "\\n").getItem(1).alias("exception"))
-    .groupBy("exception").count().orderBy(F.desc("count")).show(truncate=False))
+traces = app.filter(F.col("line").contains("\\n\\tat "))   # records with a Java stack trace
+(traces.select(F.get(F.split("line", "\\n"), 1).alias("exception"))
+       .groupBy("exception").count().orderBy(F.desc("count")).show(truncate=False))
 
 access = spark.read.parquet(f"{{root}}/topic={access}")
 (access.select(F.regexp_extract("line", r'" (\\d{{3}}) ', 1).alias("status"))
@@ -470,7 +475,9 @@ access = spark.read.parquet(f"{{root}}/topic={access}")
 
 
 def _keep_running(pipeline: Pipeline, topics: list[str]) -> None:
-    lf = "logferry" if shutil.which("logferry") else f"{_python()} -m broker"
+    beside = Path(sys.executable).parent / "logferry"
+    lf = (_python().replace("python", "logferry") if beside.exists()
+          else "logferry" if shutil.which("logferry") else f"{_python()} -m broker")
     say("--keep-running: ZooKeeper, the brokers and the mirror stay up. Explore with:")
     print(f"""
   export LOGFERRY_ZK={pipeline.live_zk}      # the live cluster
@@ -478,14 +485,17 @@ def _keep_running(pipeline: Pipeline, topics: list[str]) -> None:
   {lf} topic describe {topics[0]}
   {lf} group describe {GROUP}
   {lf} consume {topics[0]} --from earliest -n 5
-  {lf} consume {topics[0]} --from latest --follow
+  {lf} consume {topics[0]} --from latest --follow   # values are the agent's msgpack records
   {lf} topic list --zk {pipeline.analysis_zk}   # the analysis cluster
   {lf} group describe {pipeline.mirror_group}    # the mirror's positions in the live cluster
 
 Press Ctrl-C to stop everything.""", flush=True)
-    while True:
-        time.sleep(1.0)
-        for child in pipeline.sup.children:
-            if child.name.startswith(("live", "analysis")) and not child.running():
-                say(f"{child.name} exited; stopping")
-                return
+    try:
+        while True:
+            time.sleep(1.0)
+            for child in pipeline.sup.children:
+                if child.name.startswith(("live", "analysis")) and not child.running():
+                    say(f"{child.name} exited; stopping")
+                    return
+    except KeyboardInterrupt:  # the way out of --keep-running: not a failure
+        print(flush=True)

@@ -26,7 +26,8 @@ AGENT = ETC / "agent.toml"
 MIRROR = ETC / "mirror.toml"
 LOADER = ETC / "loader.toml"
 ZOO_CFG = ETC / "zookeeper" / "zoo.cfg"
-CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG}
+CRON = sorted(p for p in (ETC / "cron").glob("*") if p.is_file())
+CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, *CRON}
 
 
 def test_every_file_in_etc_is_checked():
@@ -95,6 +96,18 @@ def test_zookeeper_config_is_a_standalone_server_on_loopback():
     assert int(settings["clientPort"]) > 0
     assert settings["clientPortAddress"] == "127.0.0.1"
     assert int(settings["tickTime"]) > 0 and settings["dataDir"].startswith("/")
+
+
+@pytest.mark.parametrize("path", CRON, ids=lambda p: p.name)
+def test_cron_entries_run_logferry(path):
+    entries = [line for line in path.read_text().splitlines()
+               if line.strip() and not line.lstrip().startswith("#")
+               and not re.match(r"^\s*[A-Z_]+=", line)]
+    assert entries, f"{path.name} has no cron entry"
+    for line in entries:
+        fields = line.split()
+        assert len(fields) > 6, f"not a cron.d line (5 times, user, command): {line!r}"
+        assert "logferry" in line
 
 
 # -- the examples as one deployment ------------------------------------------------------------
