@@ -124,15 +124,11 @@ def test_loader_audits_the_agents_audit_topic():
     assert loader.audit.topic == agent.audit.topic
 
 
-@pytest.mark.xfail(reason="etc/loader.toml lands app-log/access-log, etc/agent.toml publishes "
-                          "app-logs/access-logs (the demo lands the agent's topics)", strict=False)
 def test_loader_lands_the_topics_the_agents_publish():
     agent, loader = load_agent_config(AGENT), load_loader_config(LOADER)
     assert set(loader.source.topics) == {s.topic for s in agent.sources}
 
 
-@pytest.mark.xfail(reason="etc/live/broker-2.toml's metrics_port 9192 is "
-                          "etc/analysis/broker-1.toml's port: both on 127.0.0.1", strict=False)
 def test_example_ports_do_not_collide_on_one_machine():
     ports: dict[int, str] = {}
     for path in BROKERS:
