@@ -234,13 +234,10 @@ class Agent(FileTracking):
 
     def _collect(self, expire_before: float | None = None) -> None:
         """Account finished chunks; advance checkpoints; rewind files whose batch failed."""
-        seen: set[int] = set()
         done = self._done
-        while done:
-            tailed = done.popleft()
-            if id(tailed) in seen:
-                continue
-            seen.add(id(tailed))
+        # Take what is queued now (callbacks keep appending: those wait for the next call).
+        batch = list({id(t): t for t in [done.popleft() for _ in range(len(done))]}.values())
+        for tailed in batch:
             before = tailed.tracker.acked
             finished, rewind = tailed.tracker.poll(expire_before)
             counters = self.metrics.counters
