@@ -51,7 +51,7 @@ class SourceOptions:
 KNOWN = {
     "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
     "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
-    "pushfilters", "path",
+    "path",
 }
 
 
@@ -63,7 +63,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         raise LoaderConfigError(f"unknown logferry option {unknown[0]!r}; known options: "
                                 "zk, brokers, topics, startingOffsets, endingOffsets, "
                                 "maxBytesPerPartition, fetchBytes, decodeAgentRecords, "
-                                "onRetentionGap, maxBytesPerTrigger, pushFilters")
+                                "onRetentionGap, maxBytesPerTrigger")
     zk = options.get("zk") or None
     brokers = tuple(b.strip() for b in options.get("brokers", "").split(",") if b.strip()) or None
     if (zk is None) == (brokers is None):
@@ -86,9 +86,6 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
             raise LoaderConfigError(f"option decodeAgentRecords names {stray[0]!r}, which is "
                                     "not in the option topics")
         agent_columns = True
-    if options.get("pushfilters", "false").lower() not in ("true", "false"):
-        raise LoaderConfigError(f"option pushFilters must be true or false, "
-                                f"got {options['pushfilters']!r}")
     gap = options.get("onretentiongap", "fail").lower()
     if gap not in ("fail", "skip"):
         raise LoaderConfigError(f"option onRetentionGap must be 'fail' or 'skip', got {gap!r}")

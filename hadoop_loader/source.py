@@ -32,16 +32,11 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
     InputPartition,
-    LessThan,
-    LessThanOrEqual,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from hadoop_loader.arrowconv import spark_schema, to_record_batch
@@ -117,17 +112,21 @@ class LogferryDataSource(DataSource):
         return spark_schema(self._options().agent_columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = self._options()
-        if str(self.options.get("pushFilters", "false")).lower() == "true":
-            return LogferryFilteringReader(options)
-        return LogferryReader(options)
+        return LogferryReader(self._options())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return LogferryStreamReader(self._options())
 
 
 class LogferryReader(DataSourceReader):
-    """Batch reads: one plan of chunks at query planning time."""
+    """Batch reads: one plan of chunks at query planning time.
+
+    No ``pushFilters``: with Spark 4.3 a query without filters can reuse the input
+    partitions planned for an earlier filtered query on the same DataFrame (seen here:
+    ``df.where("partition = 3").count()`` then ``df.count()`` counted partition 3 only),
+    so pruning would change results. Spark applies every filter to the rows instead;
+    ``topics`` and the offset options select what is read.
+    """
 
     def __init__(self, options: SourceOptions):
         self.options = options
@@ -138,99 +137,39 @@ class LogferryReader(DataSourceReader):
             endpoint = planner.executor_endpoint()
             if options.chunks is not None:
                 return list(options.chunks), endpoint
-            result = planner.plan_ranges(self._topics(), options.starting, options.ending,
+            result = planner.plan_ranges(options.topics, options.starting, options.ending,
                                          options.skip_gaps, options.max_bytes_per_partition)
             for gap in result.gaps:
                 log.warning("skipping a retention gap: %s", gap.describe())
             return result.chunks, endpoint
 
-    def _topics(self) -> Sequence[str]:
-        return self.options.topics
-
     def partitions(self) -> list[InputPartition]:
         chunks, endpoint = self._plan()
-        chunks = self._prune(chunks)
         return to_partitions(self.options, chunks, endpoint)
-
-    def _prune(self, chunks: list[Chunk]) -> list[Chunk]:
-        return chunks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
         return read_partition(partition)
 
 
-class LogferryFilteringReader(LogferryReader):
-    """A reader that prunes chunks with pushed filters (option ``pushFilters=true``).
-
-    Filters on ``topic`` and ``partition`` (=, IN) drop whole topic-partitions before
-    planning; filters on ``offset`` (<, <=, >, >=) drop chunks that cannot hold a
-    matching row. Every filter is still handed back to Spark, which checks each row, so
-    pruning can only save work, never change a result. Needs the Spark setting
-    ``spark.sql.python.filterPushdown.enabled=true``.
-    """
-
-    def __init__(self, options: SourceOptions):
-        super().__init__(options)
-        self.topic_in: set[str] | None = None
-        self.partition_in: set[int] | None = None
-        self.offset_min: int | None = None
-        self.offset_max: int | None = None
-
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        for f in filters:
-            column = f.attribute[0] if len(f.attribute) == 1 else None
-            values: set | None = None
-            if isinstance(f, EqualTo):
-                values = {f.value}
-            elif isinstance(f, In):
-                values = set(f.value)
-            if column == "topic" and values is not None:
-                self.topic_in = values if self.topic_in is None else self.topic_in & values
-            elif column == "partition" and values is not None:
-                self.partition_in = values if self.partition_in is None else self.partition_in & values
-            elif column == "offset" and type(getattr(f, "value", None)) is int:
-                if isinstance(f, (GreaterThan, GreaterThanOrEqual)):
-                    low = f.value + (1 if isinstance(f, GreaterThan) else 0)
-                    self.offset_min = low if self.offset_min is None else max(self.offset_min, low)
-                elif isinstance(f, (LessThan, LessThanOrEqual)):
-                    high = f.value - (1 if isinstance(f, LessThan) else 0)
-                    self.offset_max = high if self.offset_max is None else min(self.offset_max, high)
-                elif isinstance(f, EqualTo):
-                    self.offset_min = self.offset_max = f.value
-        return filters
-
-    def _topics(self) -> Sequence[str]:
-        if self.topic_in is None:
-            return self.options.topics
-        return [t for t in self.options.topics if t in self.topic_in]
-
-    def _prune(self, chunks: list[Chunk]) -> list[Chunk]:
-        kept = []
-        for c in chunks:
-            if self.partition_in is not None and c.partition not in self.partition_in:
-                continue
-            # A chunk holds batches starting in [start, end): row offsets lie in that span.
-            if self.offset_min is not None and c.end <= self.offset_min:
-                continue
-            if self.offset_max is not None and c.start > self.offset_max:
-                continue
-            kept.append(c)
-        return kept
-
-
-class LogferryStreamReader(DataSourceStreamReader):
+class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Structured Streaming: offsets are ``{"topic": {"partition": offset}}`` dicts.
 
     ``initialOffset`` resolves ``startingOffsets``; ``latestOffset`` reads the visible
     ends (capped by ``maxBytesPerTrigger``, split evenly over partitions with a backlog);
     ``partitions`` plans chunks between two offsets. Nothing is committed to the brokers
-    (they keep no consumer state): Spark's checkpoint holds the offsets.
+    (they keep no consumer state): Spark's checkpoint holds the offsets. With
+    ``trigger(availableNow=True)`` the ends seen when the query starts are the target.
     """
 
     def __init__(self, options: SourceOptions):
         self.options = options
         self._planner: DriverPlanner | None = None
+        self._target: dict[tuple[str, int], int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        ends = self.planner.current_ends(self.options.topics)
+        self._target = {(t, p): e for t, parts in ends.items() for p, (_, e) in parts.items()}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -264,6 +203,8 @@ class LogferryStreamReader(DataSourceStreamReader):
         for topic, parts in ends.items():
             for partition, (log_start, log_end) in parts.items():
                 pos = max(current.get((topic, partition), log_start), log_start)
+                if self._target is not None:  # availableNow: never past the target
+                    log_end = max(min(log_end, self._target.get((topic, partition), pos)), pos)
                 targets[(topic, partition)] = log_end
                 if log_end > pos:
                     backlog.append(PartitionRange(topic, partition, pos, log_end))

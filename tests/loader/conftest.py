@@ -47,8 +47,8 @@ def spark() -> Iterator[Any]:
 
 
 def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hours: int = 3,
-            value_bytes: int = 40, per_send: int = 250, create: bool = True
-            ) -> dict[int, list[tuple[bytes, int]]]:
+            value_bytes: int = 40, per_send: int = 250, create: bool = True,
+            batch_bytes: int = 256 * 1024) -> dict[int, list[tuple[bytes, int]]]:
     """Send ``n`` messages round-robin over ``partitions`` with event times spread over
     ``hours`` hours from BASE_HOUR_MS; returns partition -> [(value, timestamp)] in order."""
     if create:
@@ -56,7 +56,7 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
             if topic not in admin.list_topics():
                 admin.create_topic(topic, partitions)
     sent: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(partitions)}
-    with Producer(zk=zk, linger_ms=5) as producer:
+    with Producer(zk=zk, linger_ms=5, batch_bytes=batch_bytes) as producer:
         i = start
         while i < start + n:
             count = min(per_send, start + n - i)

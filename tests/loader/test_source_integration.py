@@ -40,14 +40,32 @@ def test_read_with_filter_and_offsets(spark, broker_cluster):
     assert part0.count() == len(sent[0]) - len(first_batch.values)
 
 
-def test_pushed_filters_prune_partitions(spark, broker_cluster):
+def test_structured_streaming_follows_topics_across_restarts(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
-    produce(zk, "pruned", 4, 4_000)
+    first = produce(zk, "stream", 2, 6_000, batch_bytes=8 * 1024)
     register(spark)
-    df = (spark.read.format("logferry").option("zk", zk).option("topics", "pruned")
-          .option("maxBytesPerPartition", str(16 * 1024)).option("pushFilters", "true").load())
-    one = df.where("partition = 3")
-    assert one.rdd.getNumPartitions() * 4 <= df.rdd.getNumPartitions()
-    assert one.count() == 1_000
-    assert df.where("partition in (0, 1)").count() == 2_000
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run_available_now() -> None:
+        stream = (spark.readStream.format("logferry").option("zk", zk)
+                  .option("topics", "stream").option("maxBytesPerTrigger", str(64 * 1024))
+                  .load())
+        query = (stream.select("partition", "offset", "index", "value").writeStream
+                 .format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return query
+
+    query = run_available_now()
+    assert len(query.recentProgress) > 1  # maxBytesPerTrigger split the backlog
+    assert spark.read.parquet(str(out)).count() == 6_000
+    second = produce(zk, "stream", 2, 2_000, start=6_000)
+    run_available_now()
+    landed = spark.read.parquet(str(out))
+    assert landed.count() == 8_000
+    assert landed.select("partition", "offset", "index").distinct().count() == 8_000
+    values = {r["value"] for r in landed.select("value").collect()}
+    assert values == {v for part in (first, second) for msgs in part.values() for v, _ in msgs}
