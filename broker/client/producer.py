@@ -41,24 +41,27 @@ Values = bytes | Sequence[bytes]
 class DeliveryFuture:
     """Completion of one batch: its base offset (None with acks=0) or its error."""
 
-    __slots__ = ("_lock", "_done", "offset", "_error", "_callbacks")
+    __slots__ = ("_lock", "_done", "offset", "_error", "_callbacks", "_callbacks_lock")
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()
         self._lock.acquire()
+        self._callbacks_lock = _thread.allocate_lock()
         self._done = False
         self.offset: int | None = None
         self._error: LogferryError | None = None
         self._callbacks: list[Callable[["DeliveryFuture"], None]] | None = None
 
     def _complete(self, offset: int | None, error: LogferryError | None = None) -> None:
-        if self._done:
-            return
-        self.offset = offset
-        self._error = error
-        self._done = True
+        with self._callbacks_lock:
+            if self._done:
+                return
+            self.offset = offset
+            self._error = error
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None
         self._lock.release()
-        for callback in self._callbacks or ():
+        for callback in callbacks or ():
             try:
                 callback(self)
             except Exception:
@@ -84,15 +87,13 @@ class DeliveryFuture:
 
     def add_callback(self, fn: Callable[["DeliveryFuture"], None]) -> None:
         """Call ``fn(self)`` when done (at once if already done)."""
-        if self._done:
-            fn(self)
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(fn)
-        if self._done and fn in self._callbacks:  # completed while we appended
-            self._callbacks.remove(fn)
-            fn(self)
+        with self._callbacks_lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)  # already done: exactly once, here
 
 
 class _Batch:
@@ -519,6 +520,12 @@ class Producer:
             expired = now - batches[0].created > self.delivery_timeout
             out_of_tries = self.retries is not None and attempts > self.retries
             if not error.retriable or expired or out_of_tries or self._closed:
+                # Later batches of the partition fail too: a success must imply that
+                # every earlier send to the partition succeeded (order is the promise).
+                queue = self._queues.get(tp)
+                if queue:
+                    batches = batches + list(queue)
+                    queue.clear()
                 self._in_flight.discard(tp)
                 self._attempts.pop(tp, None)
                 self._release(batches)
