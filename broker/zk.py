@@ -14,6 +14,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from broker.errors import ZooKeeperError
 
@@ -54,9 +55,12 @@ def connect(connect_string: str, timeout: float = 15.0, session_timeout: float =
         finally:
             bootstrap.stop()
             bootstrap.close()
-    client = KazooClient(hosts=connect_string, timeout=session_timeout)
+    # Reconnect with a backoff capped at one second (kazoo's default grows to an hour):
+    # after ZooKeeper comes back, a client must reattach before its session expires.
+    retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
+    client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry)
     _start(client, connect_string, timeout)
-    for path in (BROKER_IDS, BROKER_TOPICS, CONSUMERS):
+    for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
         client.ensure_path(path)
     return client
 

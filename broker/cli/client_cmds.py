@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
     p.add_argument("--from", dest="start", default="earliest",
                    help="earliest, latest, a byte OFFSET, or a TIME: ISO 8601 "
-                        "(2026-11-21T10:00) or relative (-15m, -2h, -1d)")
+                        "(2026-11-21T10:00) or how long ago (15m, 2h, 1d)")
     p.add_argument("-n", "--count", type=int, help="stop after N messages")
     p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
     p.add_argument("--group", help="consume as a member of this consumer group")
@@ -136,7 +136,7 @@ def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime:
         return text
     if text.isdigit():
         return int(text)
-    match = re.fullmatch(r"-(\d+)([smhd])", text)
+    match = re.fullmatch(r"-?(\d+)([smhd])", text)  # "15m" = "-15m": 15 minutes ago
     if match:
         seconds = int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
         return dt.datetime.fromtimestamp((now or time.time()) - seconds, tz=dt.timezone.utc)
@@ -200,7 +200,12 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
 
 
 def _group_messages(group_cls, args: argparse.Namespace) -> Iterator:
-    consumer = group_cls(group=args.group, topics=[args.topic], **cluster_kwargs(args))
+    # A group resumes from its committed offsets; --from sets where a new group starts.
+    if args.start not in ("earliest", "latest"):
+        raise ConfigError("--group takes --from earliest or latest (where a new group starts); "
+                          "use `logferry group seek` to move a group to an offset or time")
+    consumer = group_cls(group=args.group, topics=[args.topic], start=args.start,
+                         **cluster_kwargs(args))
     try:
         for message in consumer:
             yield message

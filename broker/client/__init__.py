@@ -1,7 +1,7 @@
 """logferry's client library: the broker's public face (see docs/client.md)."""
 
 from broker.client.admin import Admin, BrokerInfo
-from broker.client.group import GroupConsumer  # noqa: F401 - consumer groups, docs/groups.md
+from broker.client.group import GroupConsumer
 from broker.client.consumer import FetchResult, Message, OffsetRange, SimpleConsumer, messages_of
 from broker.client.producer import DeliveryFuture, Producer
 from broker.errors import *  # noqa: F401,F403 - the errors are part of the client's api
@@ -9,6 +9,6 @@ from broker.errors import LogferryError
 from broker.records import Batch
 
 __all__ = [
-    "Admin", "Batch", "BrokerInfo", "DeliveryFuture", "FetchResult", "LogferryError", "Message",
-    "OffsetRange", "Producer", "SimpleConsumer", "messages_of",
+    "Admin", "Batch", "BrokerInfo", "DeliveryFuture", "FetchResult", "GroupConsumer",
+    "LogferryError", "Message", "OffsetRange", "Producer", "SimpleConsumer", "messages_of",
 ]

@@ -74,7 +74,6 @@ from typing import Callable, Iterable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
 
 from broker import zk
 from broker.client import offsets as reg
@@ -145,34 +144,8 @@ class _Restart(Exception):
 
 
 def connect(connect_string: str, session_timeout: float, timeout: float = 15.0) -> KazooClient:
-    """A started kazoo client for one member, creating the chroot if missing.
-
-    Unlike :func:`broker.zk.connect` it reconnects with a backoff capped at one second:
-    after ZooKeeper comes back, a member must reattach before its session times out.
-    """
-    hosts, chroot = zk.split_connect(connect_string)
-    if chroot:
-        bootstrap = KazooClient(hosts=hosts, timeout=timeout)
-        _start(bootstrap, hosts, timeout)
-        try:
-            bootstrap.ensure_path(chroot)
-        finally:
-            zk.close(bootstrap)
-    retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
-    client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry)
-    _start(client, connect_string, timeout)
-    for path in (zk.CONSUMERS, zk.BROKER_TOPICS, zk.BROKER_IDS):
-        client.ensure_path(path)
-    return client
-
-
-def _start(client: KazooClient, where: str, timeout: float) -> None:
-    try:
-        client.start(timeout=timeout)
-    except (KazooTimeoutError, KazooException, OSError) as exc:
-        client.close()
-        raise ZooKeeperError(f"cannot reach ZooKeeper at {where} within {timeout:.0f}s ({exc}); "
-                             "is it running?") from None
+    """A started kazoo client for one member, creating the chroot if missing."""
+    return zk.connect(connect_string, timeout=timeout, session_timeout=session_timeout)
 
 
 class Coordinator:

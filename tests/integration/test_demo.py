@@ -7,7 +7,6 @@ mirror and the real Spark landing job, all started by the demo from the configs 
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
