@@ -46,9 +46,9 @@ class OutputConfig:
     """``auto`` (Python for file://, Hadoop otherwise), ``local`` or ``hadoop``."""
     max_records_per_file: int = 5_000_000
     """Spark's ``maxRecordsPerFile``: the upper bound on a Parquet file's rows."""
-    files_per_hour: int = 0
-    """0: no shuffle, a task writes one file per event hour it reads; N: shuffle rows so a
-    run writes N files per topic and hour."""
+    files_per_hour: int = 1
+    """N >= 1: shuffle rows by hour so a run writes N files per topic and event hour;
+    0: no shuffle, each task writes one file per event hour it reads."""
     compression: str = "snappy"
 
 

@@ -31,7 +31,7 @@ def test_defaults():
     assert config.source.topics == ("a", "b")
     assert config.load.on_retention_gap == "fail"
     assert config.load.first_run == "earliest"
-    assert config.output.files_per_hour == 0
+    assert config.output.files_per_hour == 1
     assert config.audit.enabled is False
     assert config.spark.master is None
 

@@ -90,8 +90,7 @@ def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cl
     with Producer(zk=zk) as producer:
         producer.send("_audit", audit_records(sent, short_topic="land-b"), partition=0).wait(30)
     out = tmp_path / "wh"
-    config = loader_config(zk, out, list(TOPICS), output={"files_per_hour": 1},
-                           audit={"enabled": True, "settle_minutes": 0,
+    config = loader_config(zk, out, list(TOPICS), audit={"enabled": True, "settle_minutes": 0,
                                   "lookback_hours": 24 * 365 * 10})
 
     first = run_load(config, spark=spark)
@@ -99,7 +98,7 @@ def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cl
     assert {t: s.rows for t, s in first.topics.items()} == {"land-a": 100_000, "land-b": 60_000,
                                                             "land-c": 40_000}
     assert_landed_exactly(out, sent)
-    # partitioned by topic and event hour; one file per topic and hour (files_per_hour = 1)
+    # partitioned by topic and event hour; one file per topic and hour (the default)
     dirs = sorted({p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet")
                    if "_logferry" not in p.parts})
     assert dirs[0] == "topic=land-a/dt=2024-03-01/hr=00"
