@@ -33,6 +33,8 @@ def build_session(config: SparkConfig, master: str | None = None,
     if config.driver_memory:
         builder = builder.config("spark.driver.memory", config.driver_memory)
     builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    if sys.stderr.isatty() and "spark.ui.showConsoleProgress" not in config.conf:
+        builder = builder.config("spark.ui.showConsoleProgress", "true")  # Spark's own bar
     builder = builder.config("spark.sql.session.timeZone", timezone)
     for key, value in config.conf.items():
         builder = builder.config(key, value)

@@ -185,3 +185,34 @@ def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, 
     table = read_landed(out)
     values = table.column("value").to_pylist()
     assert len(values) == len(set(values)) == 500 + second.rows
+
+
+def test_agent_records_land_decoded_through_the_hadoop_filesystem(spark, broker_cluster, tmp_path):
+    from agent.encode import chunk_prefix, encode_values
+
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    lines = [b"GET /item/%d 200" % i for i in range(3_000)]
+    prefix = chunk_prefix(BASE_HOUR_MS + 5_000, "web-7", "/var/log/access.log")
+    values = encode_values(prefix, lines, [i * 20 for i in range(3_000)])
+    values[10] = b"\xc1 not an agent record"
+    with Producer(zk=zk) as producer:
+        producer.send("agent-log", values, partition=0, timestamp=BASE_HOUR_MS + 5_000).wait(30)
+    produce(zk, "plain-log", 1, 500)
+    out = tmp_path / "wh"
+    config = loader_config(zk, out, ["agent-log", "plain-log"],
+                           source={"decode_agent_records": ["agent-log"]},
+                           output={"filesystem": "hadoop"})
+    result = run_load(config, spark=spark)
+    assert result.rows == 3_500 and result.undecodable == 1
+    table = read_landed(out).to_pydict()
+    rows = {(t, o, i): (h, f, fo, line, d) for t, o, i, h, f, fo, line, d in zip(
+        table["topic"], table["offset"], table["index"], table["host"], table["file"],
+        table["file_offset"], table["line"], table["decoded"])}
+    agent_rows = sorted((k, v) for k, v in rows.items() if k[0] == "agent-log")
+    assert len(agent_rows) == 3_000
+    (_, first), (_, bad) = agent_rows[0], agent_rows[10]
+    assert first == ("web-7", "/var/log/access.log", 0, "GET /item/0 200", True)
+    assert bad == (None, None, None, None, False)
+    plain = [v for k, v in rows.items() if k[0] == "plain-log"]
+    assert len(plain) == 500 and all(v == (None, None, None, None, None) for v in plain)

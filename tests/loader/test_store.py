@@ -132,3 +132,34 @@ def test_create_new_never_overwrites(tmp_path):
         fs.create_new(uri, b"two")
     assert fs.read_bytes(uri) == b"one"
     assert [n for n in fs.list_names(tmp_path.as_uri())] == ["m.json"]
+
+
+@pytest.mark.integration
+def test_hadoop_filesystem_through_spark_behaves_like_the_local_one(spark, tmp_path):
+    from hadoop_loader.fs import HadoopFileSystem
+
+    fs = HadoopFileSystem(spark)
+    root = (tmp_path / "h").as_uri()
+    fs.create_new(join(root, "a/b/one.json"), b"one")
+    with pytest.raises(FileExistsError):
+        fs.create_new(join(root, "a/b/one.json"), b"two")
+    assert fs.read_bytes(join(root, "a/b/one.json")) == b"one"
+    assert fs.size(join(root, "a/b/one.json")) == 3 and fs.size(join(root, "nope")) is None
+    fs.rename(join(root, "a/b/one.json"), join(root, "c/moved.json"))
+    with pytest.raises(FileExistsError):
+        fs.create_new(join(root, "c/moved.json"), b"x")
+    files = [f for f in fs.list_files(root) if not f.uri.endswith(".crc")]
+    assert files == [(join(root, "c/moved.json"), 3)]
+    assert "c" in fs.list_names(root) and fs.list_names(join(root, "missing")) == []
+    fs.delete(join(root, "c"))
+    assert not fs.exists(join(root, "c/moved.json"))
+
+    store = LandingStore(fs, join(root, "wh"))
+    fs.mkdirs(store.state)
+    store.acquire_lock()
+    m = stage_run(store, 1, {"topic=a/dt=2024-01-01/hr=00/part-0.parquet": b"abc"})
+    store.commit(m)
+    assert store.latest() == m
+    assert store.recover().rolled_forward == [1]
+    assert fs.size(join(store.root, "topic=a/dt=2024-01-01/hr=00/r1-part-0.parquet")) == 3
+    store.release_lock()
