@@ -9,6 +9,7 @@ to do about it.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Iterator
 
 
@@ -116,3 +117,45 @@ def source_errors(what: str) -> Iterator[None]:
         error = SourceError(f"{what}: {exc}")
         error.retriable = bool(getattr(exc, "retriable", False))
         raise error from exc
+
+
+class SparkJobError(LoaderError):
+    """A Spark job of the run failed for a reason that is not one of the loader's errors."""
+
+
+_LOADER_ERROR_LINE = re.compile(r"hadoop_loader\.errors\.(\w+): (.+)")
+
+
+def error_from_spark(what: str, text: str) -> LoaderError:
+    """The loader error behind a failed Spark job's message, or a :class:`SparkJobError`.
+
+    An executor's exception reaches the driver as text inside a Java exception; when it
+    was one of ours (a retention gap found while reading, say) it is raised again as
+    that class with its own message, so the operator sees the cause, not a stack trace.
+    """
+    found = _LOADER_ERROR_LINE.search(text)
+    if found:
+        cls = globals().get(found.group(1))
+        if isinstance(cls, type) and issubclass(cls, LoaderError):
+            error = cls.__new__(cls)
+            LoaderError.__init__(error, found.group(2).strip())
+            if isinstance(error, RetentionGapError):
+                error.gaps = []
+            return error
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(text).__name__
+    return SparkJobError(f"{what} failed: {first[:500]}")
+
+
+@contextlib.contextmanager
+def spark_errors(what: str) -> Iterator[None]:
+    """Convert a failed Spark job (a py4j or PySpark exception) into a loader error."""
+    try:
+        yield
+    except LoaderError:
+        raise
+    except Exception as exc:
+        module = type(exc).__module__
+        if not (module.startswith("pyspark") or module.startswith("py4j")):
+            raise
+        raise error_from_spark(what, str(exc)) from exc

@@ -24,15 +24,15 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig
-from hadoop_loader.errors import Gap, StateError
+from hadoop_loader.errors import Gap, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, relative
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
-from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
 from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
 from hadoop_loader.source import FORMAT, LogferryDataSource
@@ -154,8 +154,8 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
                         0.0, plan.walked_bytes, phases=clock.phases)
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())
-    advanced = any(landed.get(r.topic, {}).get(r.partition) != r.end for r in plan.ranges)
-    if not plan.chunks and not advanced:
+    moves = _offset_mover(landed, first)
+    if not plan.chunks and not any(moves(r) for r in plan.ranges):
         log.info("nothing new to land")
         return result
 
@@ -165,11 +165,13 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     if plan.chunks:
         spark = session.get()
         clock.lap("spark")
-        _write(config, spark, fs, store, sequence, plan, executors, data_uri)
+        with spark_errors("the Spark job writing run %d" % sequence):
+            _write(config, spark, fs, store, sequence, plan, executors, data_uri)
         clock.lap("write")
-        files, counts = _count(spark, fs, data_uri)
+        with spark_errors("the Spark job counting run %d" % sequence):
+            files, counts = _count(spark, fs, data_uri)
         clock.lap("count")
-    manifest = _manifest(config, sequence, started, previous, plan, files, counts)
+    manifest = _manifest(config, sequence, started, previous, plan, files, counts, moves)
     crash.crash_point("after-write")
     store.commit(manifest)
     clock.lap("commit")
@@ -272,10 +274,25 @@ def _count(spark: Any, fs: FileSystem, data_uri: str
     return files, counts
 
 
+def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[PartitionRange], bool]:
+    """Whether committing a range changes the recorded offsets.
+
+    A partition landed before moves when its end differs; a new one when it has data,
+    or when new partitions start at ``latest`` (that starting point must be recorded, or
+    the next run would start at the then latest and skip what came in between).
+    """
+    def moves(r: PartitionRange) -> bool:
+        before = landed.get(r.topic, {}).get(r.partition)
+        if before is None:
+            return r.end > r.start or first == LATEST
+        return before != r.end
+    return moves
+
+
 def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Manifest | None,
-              plan: RangePlan, files: list[tuple[str, int]], counts: dict) -> Manifest:
+              plan: RangePlan, files: list[tuple[str, int]], counts: dict,
+              moves: Callable[[PartitionRange], bool]) -> Manifest:
     """Build the run's manifest from the plan and the staged counts, checking them."""
-    landed = previous.offsets if previous else {}
     per_file: dict[str, int] = {}
     per_partition: dict[tuple[str, int], list[int]] = {}
     hours: dict[str, dict[str, int]] = {}
@@ -317,11 +334,12 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
         started_ms=int(started * 1000),
         committed_ms=int(time.time() * 1000),
         source=config.source.zk or ",".join(config.source.brokers or ()),
-        ranges=[r for r in ranges  # ranges that landed rows or moved an offset (a gap)
-                if r.end > r.start or landed.get(r.topic, {}).get(r.partition) != r.end],
+        ranges=[r for r in ranges if moves(PartitionRange(r.topic, r.partition, r.start, r.end))],
         files=entries,
         hours=hours,
-        offsets=next_offsets(previous.offsets if previous else {}, ranges),
+        offsets=next_offsets(previous.offsets if previous else {},
+                             [r for r in ranges
+                              if moves(PartitionRange(r.topic, r.partition, r.start, r.end))]),
         gaps=plan.gaps,
         undecodable=undecodable,
     )

@@ -83,3 +83,19 @@ def test_options_parse():
 def test_bad_options_name_the_option(options, name):
     with pytest.raises(LoaderConfigError, match=name):
         parse_options(options)
+
+
+def test_executor_errors_come_back_as_loader_errors():
+    from hadoop_loader.errors import RetentionGapError, SparkJobError, error_from_spark
+
+    text = ("Job aborted due to stage failure: Task 3 failed ...\n"
+            "  File \"/work/main/hadoop_loader/fetching.py\", line 88, in _fetch\n"
+            "hadoop_loader.errors.RetentionGapError: retention gap while reading: a/0: offsets "
+            "[0, 100) (100 bytes) were deleted by retention after the run was planned; rerun\n"
+            "\tat org.apache.spark.api.python...")
+    error = error_from_spark("the Spark job writing run 3", text)
+    assert isinstance(error, RetentionGapError)
+    assert str(error).startswith("retention gap while reading: a/0: offsets [0, 100)")
+    other = error_from_spark("the Spark job writing run 3", "java.lang.OutOfMemoryError: x\nmore")
+    assert isinstance(other, SparkJobError)
+    assert str(other) == "the Spark job writing run 3 failed: java.lang.OutOfMemoryError: x"

@@ -163,7 +163,7 @@ def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, 
     config = loader_config(zk, out, ["ret"])
     first = run_load(config, spark=spark)
     landed_end = first.topics["ret"].ranges[0].end
-    produce(zk, "ret", 1, 10_000, start=500, value_bytes=100)
+    produce(zk, "ret", 1, 10_000, start=500, value_bytes=100, batch_bytes=8 * 1024)
     with SimpleConsumer(zk=zk) as consumer:
         deadline = time.monotonic() + 30
         while consumer.offsets("ret", 0).start <= landed_end:
@@ -216,3 +216,20 @@ def test_agent_records_land_decoded_through_the_hadoop_filesystem(spark, broker_
     assert bad == (None, None, None, None, False)
     plain = [v for k, v in rows.items() if k[0] == "plain-log"]
     assert len(plain) == 500 and all(v == (None, None, None, None, None) for v in plain)
+
+
+def test_first_run_latest_records_where_it_starts(spark, broker_cluster, tmp_path):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    produce(zk, "late", 2, 1_000)
+    out = tmp_path / "wh"
+    config = loader_config(zk, out, ["late"], load={"first_run": "latest"})
+    first = run_load(config, spark=spark)
+    assert first.sequence == 1 and first.rows == 0  # nothing landed, the start recorded
+    assert read_landed(out) is None
+    later = produce(zk, "late", 2, 300, start=1_000)
+    second = run_load(config, spark=spark)
+    assert second.rows == 300
+    assert sorted(read_landed(out).column("value").to_pylist()) == sorted(
+        v for msgs in later.values() for v, _ in msgs)
+    assert run_load(config, spark=spark).sequence is None
