@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         config = replace(config, audit=audit)
         result = run_load(config, master=args.master)
         print_summary(result, sys.stdout)
+        if result.audit_error is not None:
+            sys.stdout.flush()
+            print(f"logferry load: audit failed: {result.audit_error}", file=sys.stderr)
+            return result.audit_error.exit_code
         if result.audit is not None:
             print_audit(result.audit, sys.stdout)
             if audit.require_complete is not None:

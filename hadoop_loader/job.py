@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig
-from hadoop_loader.errors import Gap, StateError, spark_errors
+from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, relative
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
@@ -74,6 +74,8 @@ class LoadResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds per step: recover, plan, spark (session start), write, count, commit, publish."""
     audit: Any = None
+    audit_error: LoaderError | None = None
+    """Why the audit failed (the run itself committed)."""
 
     @property
     def rows(self) -> int:
@@ -120,7 +122,10 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None)
         store.release_lock()
     if config.audit.enabled:
         from hadoop_loader.audit import audit_after_load
-        result.audit = audit_after_load(config, store, started)
+        try:
+            result.audit = audit_after_load(config, store, started)
+        except LoaderError as exc:  # the landing stands; report the audit's failure
+            result.audit_error = exc
     result.seconds = time.time() - started
     return result
 

@@ -150,6 +150,11 @@ master = "local[2]"
     assert "run 1 committed: 5,000 rows" in out
     assert "cli-topic: 5,000 rows" in out and "partition 1: offsets [0, " in out
     assert "rows/s" in out
+    # no audit topic in this cluster: the run still reports, the audit failure exits 1
+    assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 1
+    captured = capsys.readouterr()
+    assert "nothing new to land" in captured.out
+    assert "audit failed: audit: reading the audit topic '_audit'" in captured.err
     assert cli.main(["load", "--config", str(tmp_path / "missing.toml")]) == 2
     assert "no such config file" in capsys.readouterr().err
 
