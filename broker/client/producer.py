@@ -134,6 +134,7 @@ class Producer:
         retry_backoff_ms: float = 100,
         delivery_timeout: float = 120.0,
         request_timeout: float = 30.0,
+        max_request_bytes: int = 16 * 1024 * 1024,
         client_id: str = "",
     ):
         if acks not in (0, 1):
@@ -156,6 +157,7 @@ class Producer:
         self.retry_backoff = retry_backoff_ms / 1000
         self.delivery_timeout = delivery_timeout
         self.request_timeout = request_timeout
+        self.max_request_bytes = max_request_bytes
         self.client_id = client_id
         self.cluster = Cluster(zk, brokers, request_timeout)
         self._lock = threading.Lock()
@@ -399,8 +401,7 @@ class Producer:
                             or first.raw or first.encoded is not None
                             or len(first.values) >= self.batch_messages
                             or first.nbytes >= self.batch_bytes):
-                        drained[tp] = list(queue)
-                        queue.clear()
+                        drained[tp] = self._take(queue)
                         self._in_flight.add(tp)
                     else:
                         next_wake = min(next_wake, self.linger - age)
@@ -427,6 +428,16 @@ class Producer:
                             self.request_timeout)
                 threading.Thread(target=conn.close, daemon=True).start()
 
+    def _take(self, queue: deque) -> list[_Batch]:
+        """Pop the queue's oldest batches, up to ``max_request_bytes`` (at least one)."""
+        taken = [queue.popleft()]
+        size = taken[0].nbytes
+        while queue and size + queue[0].nbytes <= self.max_request_bytes:
+            batch = queue.popleft()
+            taken.append(batch)
+            size += batch.nbytes
+        return taken
+
     def _send_drained(self, drained: dict[tuple[str, int], list[_Batch]]) -> None:
         by_broker: dict[tuple[str, int], list[tuple[tuple[str, int], list[_Batch]]]] = {}
         for tp, batches in drained.items():
@@ -441,7 +452,19 @@ class Producer:
                                                          batch.timestamps, self.codec)
             by_broker.setdefault(address, []).append((tp, batches))
         for address, parts in by_broker.items():
-            self._send_request(address, parts)
+            # Split so no request exceeds max_request_bytes; a partition's batches stay
+            # in one request, so each partition still has one request in flight.
+            request: list = []
+            size = 0
+            for tp, batches in parts:
+                part_size = sum(len(b.encoded) for b in batches)  # type: ignore[arg-type]
+                if request and size + part_size > self.max_request_bytes:
+                    self._send_request(address, request)
+                    request, size = [], 0
+                request.append((tp, batches))
+                size += part_size
+            if request:
+                self._send_request(address, request)
 
     def _send_request(self, address: tuple[str, int],
                       parts: list[tuple[tuple[str, int], list[_Batch]]]) -> None:

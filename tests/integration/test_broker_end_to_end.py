@@ -254,3 +254,20 @@ def test_unacknowledged_fetch_timeout_is_reported(broker_cluster):
                 consumer.fetch("hang", 0, 0)
         finally:
             broker.resume()
+
+
+def test_a_full_buffer_drains_in_requests_under_the_brokers_limit(broker_cluster):
+    """A backlog far larger than max_request_bytes is split, never refused as a whole."""
+    cluster = broker_cluster(1, broker={"max_request_bytes": 1 << 20})
+    values = [b"%06d" % i + b"y" * 200 for i in range(50_000)]  # ~10 MB queued at once
+    with Producer(brokers=cluster.bootstrap, max_request_bytes=512 * 1024, linger_ms=50,
+                  batch_bytes=64 * 1024) as producer:
+        for i in range(0, len(values), 1000):
+            producer.send("backlog", values[i:i + 1000], partition=0)
+        producer.flush(60)
+        assert producer.metrics()["messages_acked"] == len(values)
+        assert producer.metrics()["requests"] > 20
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        got = [m.value for m in consumer.messages("backlog", 0, follow=True, timeout=1.0,
+                                                  limit=len(values))]
+    assert got == values
