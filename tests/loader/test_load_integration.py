@@ -168,7 +168,8 @@ def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, 
     config = loader_config(zk, out, ["ret"])
     first = run_load(config, spark=spark)
     landed_end = first.topics["ret"].ranges[0].end
-    produce(zk, "ret", 1, 10_000, start=500, value_bytes=100, batch_bytes=8 * 1024)
+    for i in range(10):  # separate requests: the broker rolls a segment between appends
+        produce(zk, "ret", 1, 1_000, start=500 + i * 1_000, value_bytes=100)
     with SimpleConsumer(zk=zk) as consumer:
         deadline = time.monotonic() + 30
         while consumer.offsets("ret", 0).start <= landed_end:
