@@ -21,7 +21,7 @@ from hadoop_loader.job import run_load
 from hadoop_loader.store import LandingStore
 from hadoop_loader.fs import LocalFileSystem
 
-from tests.loader.conftest import BASE_HOUR_MS, HOUR_MS, loader_config, produce, read_landed
+from tests.loader.conftest import BASE_HOUR_MS, loader_config, produce, read_landed
 
 pytestmark = pytest.mark.integration
 
