@@ -166,53 +166,54 @@ def read_members(client: KazooClient, group: str, watch=None) -> dict[str, Membe
     return members
 
 
-def read_owners(client: KazooClient, group: str,
-                topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
-    """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
+def _read_partition_nodes(client: KazooClient, topic_dir, node_path,
+                          topics: Iterable[str] | None) -> dict[TopicPartition, bytes]:
+    """Raw data of ``<topic_dir(topic)>/<partition>`` nodes, fetched asynchronously.
+
+    ``topic_dir(None)`` is the parent of the per-topic directories; nodes that vanish
+    while being read are skipped.
+    """
     try:
-        names = sorted(topics) if topics is not None else client.get_children(owners_path(group))
+        names = sorted(topics) if topics is not None else client.get_children(topic_dir(None))
     except NoNodeError:
         return {}
-    owners: dict[TopicPartition, str] = {}
+    out: dict[TopicPartition, bytes] = {}
     for topic in names:
         try:
-            children = client.get_children(owners_path(group, topic))
+            children = client.get_children(topic_dir(topic))
         except NoNodeError:
             continue
-        asyncs = [(int(c), client.get_async(owner_path(group, topic, int(c))))
+        asyncs = [(int(c), client.get_async(node_path(topic, int(c))))
                   for c in children if c.isdigit()]
         for p, result in asyncs:
             try:
                 raw, _ = result.get()
             except NoNodeError:
                 continue
-            owners[(topic, p)] = (raw or b"").decode("utf-8", "replace")
-    return owners
+            out[(topic, p)] = raw or b""
+    return out
+
+
+def read_owners(client: KazooClient, group: str,
+                topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
+    """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
+    raw = _read_partition_nodes(
+        client, lambda t: owners_path(group, t),
+        lambda t, p: owner_path(group, t, p), topics)
+    return {tp: data.decode("utf-8", "replace") for tp, data in raw.items()}
 
 
 def read_offsets(client: KazooClient, group: str,
                  topics: Iterable[str] | None = None) -> dict[TopicPartition, Committed]:
     """Committed positions of the given (default: all) topics of a group."""
-    try:
-        names = sorted(topics) if topics is not None else client.get_children(offsets_path(group))
-    except NoNodeError:
-        return {}
+    raw = _read_partition_nodes(
+        client, lambda t: offsets_path(group, t),
+        lambda t, p: offset_path(group, t, p), topics)
     out: dict[TopicPartition, Committed] = {}
-    for topic in names:
-        try:
-            children = client.get_children(offsets_path(group, topic))
-        except NoNodeError:
-            continue
-        asyncs = [(int(c), client.get_async(offset_path(group, topic, int(c))))
-                  for c in children if c.isdigit()]
-        for p, result in asyncs:
-            try:
-                raw, _ = result.get()
-            except NoNodeError:
-                continue
-            committed = Committed.decode(raw)
-            if committed is not None:
-                out[(topic, p)] = committed
+    for tp, data in raw.items():
+        committed = Committed.decode(data)
+        if committed is not None:
+            out[tp] = committed
     return out
 
 
