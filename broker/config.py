@@ -95,11 +95,11 @@ def load_broker_config(path: str | Path) -> BrokerConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return broker_config_from_dict(data, source=str(path), base_dir=path.parent)
+    return broker_config_from_dict(data, source=str(path))
 
 
 def broker_config_from_dict(
-    data: dict[str, Any], source: str = "config", base_dir: Path | None = None
+    data: dict[str, Any], source: str = "config"
 ) -> BrokerConfig:
     """Validate a parsed config (a dict shaped like the TOML file)."""
     unknown = set(data) - {"broker", "log"}
@@ -116,7 +116,8 @@ def broker_config_from_dict(
     log_kwargs = {k: v for k, v in log.items() if k != "retention_hours"}
     if "retention_hours" in log:
         log_kwargs["retention_ms"] = int(log["retention_hours"] * 3600 * 1000)
-    dirs = tuple(_resolve(Path(p), base_dir) for p in broker.pop("log_dirs"))
+    # Relative log dirs are relative to the working directory (documented in etc/).
+    dirs = tuple(Path(p).expanduser().absolute() for p in broker.pop("log_dirs"))
     broker_id = broker.pop("id")
     zk_connect = broker.pop("zk_connect")
     _check_zk_connect(zk_connect, source)
@@ -139,13 +140,6 @@ def _section(data: dict[str, Any], name: str, keys: dict[str, _Spec], source: st
             raise ConfigError(f"{source}: {name}.{key} must be {expected}, got {value!r}")
         out[key] = value
     return out
-
-
-def _resolve(path: Path, base_dir: Path | None) -> Path:
-    path = path.expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        return (Path.cwd() / path).resolve()
-    return path
 
 
 def _check_zk_connect(value: str, source: str) -> None:

@@ -14,7 +14,7 @@ from broker.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimed
 pytestmark = pytest.mark.integration
 
 
-def _value(partition_hint: int, i: int) -> bytes:
+def _value(i: int) -> bytes:
     return b"msg-%07d-" % i + bytes([65 + (i % 26)]) * (i % 50)
 
 
@@ -55,7 +55,7 @@ def test_100k_messages_over_4_partitions_arrive_once_in_order(broker_cluster):
     with Producer(zk=cluster.zk_connect, linger_ms=2) as producer:
         for i in range(100_000):
             p = i % 4
-            value = _value(p, i)
+            value = _value(i)
             sent[p].append(value)
             producer.send(topic, value, partition=p)
         producer.flush(timeout=60)
@@ -245,7 +245,6 @@ def test_unacknowledged_fetch_timeout_is_reported(broker_cluster):
     cluster = broker_cluster(1)
     broker = cluster.brokers[0]
     with SimpleConsumer(brokers=cluster.bootstrap, request_timeout=1.0, metadata_retries=0) as consumer:
-        consumer.partitions("hang") if False else None
         with Producer(brokers=cluster.bootstrap) as producer:
             producer.send("hang", b"x", partition=0).wait(10)
         broker.pause()
