@@ -34,6 +34,15 @@ class BrokerConfig:
     zk_session_timeout_s: float = 10.0
     retention_check_ms: int = 60_000
     shutdown_timeout_s: float = 10.0
+    rack: str = ""
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 10_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 4 * 1024 * 1024
+    acks_all_timeout_ms: int = 10_000
+    unclean_leader_election: bool = False
+    leader_rebalance_interval_s: float = 300.0
     log: LogConfig = field(default_factory=LogConfig)
 
 
@@ -69,6 +78,17 @@ _BROKER_KEYS: dict[str, _Spec] = {
     "metrics_port": _PORT,
     "retention_check_ms": _POSITIVE_INT,
     "shutdown_timeout_s": _NUMBER,
+    "rack": _STR,
+    "default_replication_factor": _POSITIVE_INT,
+    "min_insync_replicas": _POSITIVE_INT,
+    "replica_lag_time_max_ms": _POSITIVE_INT,
+    "replica_fetch_wait_max_ms": _POSITIVE_INT,
+    "replica_fetch_max_bytes": _POSITIVE_INT,
+    "acks_all_timeout_ms": _POSITIVE_INT,
+    "unclean_leader_election": _BOOL,
+    "leader_rebalance_interval_s": (lambda v: isinstance(v, (int, float))
+                                    and not isinstance(v, bool) and v >= 0,
+                                    "a number of seconds >= 0 (0 turns it off)"),
 }
 _REQUIRED_BROKER_KEYS = ("id", "log_dirs", "zk_connect")
 

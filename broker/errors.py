@@ -133,6 +133,40 @@ class BrokerNotAvailableError(LogferryError):
     retriable = True
 
 
+class NotEnoughReplicasError(LogferryError):
+    """acks=all was asked but fewer replicas than ``min_insync_replicas`` are in sync.
+
+    Raised before the append, so nothing was written; retry once replicas are back.
+    """
+
+    code = 17
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(LogferryError):
+    """The leader appended an acks=all batch but the in-sync replicas did not all get it
+    in time (or the leader lost its leadership); it may or may not be kept."""
+
+    code = 18
+    retriable = True
+
+
+class LeaderNotAvailableError(LogferryError):
+    """The partition has no leader right now (election under way, or every in-sync
+    replica is down); retry after a short wait."""
+
+    code = 19
+    retriable = True
+
+
+class StaleEpochError(LogferryError):
+    """A replica fetch names a leader epoch that the leader does not have (one of the
+    two is out of date); the follower waits for the new partition state."""
+
+    code = 20
+    retriable = True
+
+
 class BufferFullError(LogferryError):
     """The producer's buffer stayed full for longer than its block timeout."""
 
@@ -166,6 +200,10 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         BrokerShuttingDownError,
         MessageTooLargeError,
         BrokerNotAvailableError,
+        NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
+        LeaderNotAvailableError,
+        StaleEpochError,
     )
 }
 
@@ -188,14 +226,18 @@ __all__ = [
     "InvalidOffsetError",
     "InvalidRequestError",
     "InvalidTopicError",
+    "LeaderNotAvailableError",
     "LogferryError",
     "MessageTooLargeError",
     "NO_ERROR",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
     "ProducerClosedError",
     "ProtocolError",
     "RequestTimedOutError",
+    "StaleEpochError",
     "StorageError",
     "TopicExistsError",
     "UnknownError",

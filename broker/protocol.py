@@ -42,6 +42,7 @@ OFFSETS = 2
 METADATA = 3
 CREATE_TOPIC = 4
 DELETE_TOPIC = 5
+ELECT_LEADERS = 6
 
 API_NAMES = {
     PRODUCE: "produce",
@@ -50,6 +51,7 @@ API_NAMES = {
     METADATA: "metadata",
     CREATE_TOPIC: "create_topic",
     DELETE_TOPIC: "delete_topic",
+    ELECT_LEADERS: "elect_leaders",
 }
 SUPPORTED_VERSIONS = {api: frozenset({1}) for api in API_NAMES}
 CURRENT_VERSION = 1

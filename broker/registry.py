@@ -1,8 +1,10 @@
-"""The broker's side of the ZooKeeper registries: who is alive, which topics exist.
+"""The broker's side of the ZooKeeper registries: who is alive, which topics exist,
+who leads each partition.
 
 The broker registers itself as an ephemeral ``/brokers/ids/<id>`` and watches the
-broker and topic registries; every change yields a fresh :class:`ClusterView` handed
-to a callback. A kazoo session can be SUSPENDED (connection lost, session and the
+broker and topic registries, every partition's state (leader, epoch, ISR) and the
+controller node; every change yields a fresh :class:`ClusterView` handed to a
+callback. A kazoo session can be SUSPENDED (connection lost, session and the
 ephemeral node may live on) or LOST (session expired, node gone): after LOST the
 broker registers again, retrying while the old node still lingers.
 """
@@ -20,8 +22,14 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker import zk
-from broker.errors import TopicExistsError, UnknownTopicOrPartitionError, ZooKeeperError
-from broker.topics import assign_partitions, validate_topic_name
+from broker.errors import (
+    InvalidRequestError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    ZooKeeperError,
+)
+from broker.replication.state import PartitionState, assign_replicas, initial_state
+from broker.topics import validate_topic_name
 
 log = logging.getLogger("logferry.registry")
 
@@ -33,14 +41,26 @@ class BrokerInfo:
     host: str
     port: int
     datacenter: str = ""
+    rack: str = ""
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """A snapshot of the registries: live brokers and every topic's assignment."""
+    """A snapshot of the registries: live brokers, every topic's replica lists and
+    settings, every partition's state, and the controller (-1 if none)."""
 
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
-    topics: dict[str, dict[int, int]] = field(default_factory=dict)
+    topics: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    configs: dict[str, dict] = field(default_factory=dict)
+    states: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    controller: int = -1
+    session: int = 0
+    """This broker's own session (registration creation zxid); 0 until registered."""
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The partition's leader, or -1 when it has none (or no state yet)."""
+        state = self.states.get((topic, partition))
+        return state.leader if state is not None else -1
 
 
 class BrokerRegistry:
@@ -54,10 +74,17 @@ class BrokerRegistry:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._brokers: dict[int, BrokerInfo] = {}
-        self._topics: dict[str, dict[int, int]] = {}
+        self._topics: dict[str, dict[int, list[int]]] = {}
+        self._configs: dict[str, dict] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._watched_states: set[tuple[str, int]] = set()
+        self._controller = -1
         self._watched_topics: set[str] = set()
         self._stopped = threading.Event()
         self._registering = threading.Lock()
+        self.session = 0
+        """Creation zxid of this broker's registration (0 until registered): its
+        session as partition states record it (see broker.replication.state)."""
 
     # -- registration ---------------------------------------------------------------
 
@@ -65,14 +92,17 @@ class BrokerRegistry:
         """Create the ephemeral broker node, waiting out a stale one from an old session."""
         path = zk.broker_path(self.broker_id)
         data = zk.encode({"host": self.info.host, "port": self.info.port,
-                          "datacenter": self.info.datacenter})
+                          "datacenter": self.info.datacenter, "rack": self.info.rack})
         deadline = time.monotonic() + timeout
         delay = 0.1
         with self._registering:
             while not self._stopped.is_set():
                 try:
-                    self.client.create(path, data, ephemeral=True, makepath=True)
+                    _, stat = self.client.create(path, data, ephemeral=True, makepath=True,
+                                                 include_data=True)
+                    self.session = stat.czxid
                     log.info("registered broker %d at %s", self.broker_id, path)
+                    self._publish()
                     return
                 except NodeExistsError:
                     try:
@@ -80,6 +110,7 @@ class BrokerRegistry:
                     except NoNodeError:
                         continue
                     if stat.ephemeralOwner == self.client.client_id[0]:
+                        self.session = stat.czxid
                         return  # ours already
                     if time.monotonic() > deadline:
                         raise ZooKeeperError(
@@ -103,6 +134,7 @@ class BrokerRegistry:
             return
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: broker %d will register again", self.broker_id)
+            self.session = 0
             self._rejoin_pending = True
         elif state == KazooState.SUSPENDED:
             log.warning("ZooKeeper connection suspended; still serving from the last view")
@@ -132,6 +164,19 @@ class BrokerRegistry:
     def _watch_registries(self) -> None:
         ChildrenWatch(self.client, zk.BROKER_IDS, self._brokers_changed)
         ChildrenWatch(self.client, zk.BROKER_TOPICS, self._topics_changed)
+        DataWatch(self.client, zk.CONTROLLER, self._controller_changed)
+
+    def _controller_changed(self, data: bytes | None, stat: object) -> bool:
+        if self._stopped.is_set():
+            return False
+        try:
+            controller = int(zk.decode(data).get("broker_id", -1)) if data else -1
+        except (TypeError, ValueError):
+            controller = -1
+        with self._lock:
+            self._controller = controller
+        self._publish()
+        return True
 
     def _brokers_changed(self, children: list[str]) -> bool:
         if self._stopped.is_set():
@@ -143,7 +188,8 @@ class BrokerRegistry:
                 data = zk.decode(raw)
                 brokers[int(child)] = BrokerInfo(str(data.get("host", "")),
                                                  int(data.get("port", 0)),
-                                                 str(data.get("datacenter", "")))
+                                                 str(data.get("datacenter", "")),
+                                                 str(data.get("rack", "")))
             except (NoNodeError, ValueError):
                 continue
         with self._lock:
@@ -157,7 +203,7 @@ class BrokerRegistry:
         current = set(children)
         with self._lock:
             for gone in set(self._topics) - current:
-                del self._topics[gone]
+                self._forget_topic(gone)
             new = current - self._watched_topics
             self._watched_topics |= new
             self._watched_topics &= current
@@ -170,17 +216,52 @@ class BrokerRegistry:
         def watcher(data: bytes | None, stat: object) -> bool:
             if self._stopped.is_set():
                 return False
+            new_partitions: list[int] = []
             with self._lock:
                 if data is None and stat is None:
-                    self._topics.pop(topic, None)
+                    self._forget_topic(topic)
                     self._watched_topics.discard(topic)
                     stop = True
                 else:
                     self._topics[topic] = zk.read_assignment(data)
+                    self._configs[topic] = zk.read_topic_config(data)
+                    new_partitions = [p for p in self._topics[topic]
+                                      if (topic, p) not in self._watched_states]
+                    self._watched_states.update((topic, p) for p in new_partitions)
                     stop = False
+            for partition in new_partitions:
+                DataWatch(self.client, zk.partition_state_path(topic, partition),
+                          self._state_watcher(topic, partition))
             self._publish()
             return not stop
         return watcher
+
+    def _state_watcher(self, topic: str, partition: int) -> Callable:
+        key = (topic, partition)
+
+        def watcher(data: bytes | None, stat: object) -> bool:
+            if self._stopped.is_set():
+                return False
+            with self._lock:
+                if topic not in self._topics and data is None:
+                    self._states.pop(key, None)
+                    self._watched_states.discard(key)
+                    return False
+                state = PartitionState.decode(data, getattr(stat, "version", -1))
+                if state is None:
+                    self._states.pop(key, None)
+                else:
+                    self._states[key] = state
+            self._publish()
+            return True
+        return watcher
+
+    def _forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic (lock held); its state watches end on their own."""
+        self._topics.pop(topic, None)
+        self._configs.pop(topic, None)
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
 
     def _publish(self) -> None:
         self._on_change(self.view())
@@ -189,21 +270,61 @@ class BrokerRegistry:
         """The current snapshot."""
         with self._lock:
             return ClusterView(dict(self._brokers),
-                               {t: dict(a) for t, a in self._topics.items()})
+                               {t: dict(a) for t, a in self._topics.items()},
+                               {t: dict(c) for t, c in self._configs.items()},
+                               dict(self._states), self._controller, self.session)
+
+    def read_state(self, topic: str, partition: int) -> PartitionState | None:
+        """Read one partition's state from ZooKeeper now (blocking)."""
+        try:
+            raw, stat = self.client.get(zk.partition_state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return PartitionState.decode(raw, stat.version)
 
     # -- topic administration (blocking; call from a worker thread) -------------------
 
-    def create_topic(self, topic: str, partitions: int) -> dict[int, int]:
-        """Place a new topic's partitions on the live brokers and record it."""
+    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1,
+                     min_insync_replicas: int | None = None) -> dict[int, list[int]]:
+        """Place a new topic's replicas on the live brokers and record it with the
+        initial state of every partition (the first live replica leads)."""
         validate_topic_name(topic)
-        brokers = sorted(self.client.get_children(zk.BROKER_IDS), key=int)
-        assignment = assign_partitions(topic, partitions, [int(b) for b in brokers])
+        racks: dict[int, str] = {}
+        live: dict[int, int] = {}
+        for child in self.client.get_children(zk.BROKER_IDS):
+            try:
+                raw, stat = self.client.get(f"{zk.BROKER_IDS}/{child}")
+            except NoNodeError:
+                continue
+            racks[int(child)] = str(zk.decode(raw).get("rack", ""))
+            live[int(child)] = stat.czxid
+        if min_insync_replicas is not None and not 1 <= min_insync_replicas <= replication_factor:
+            raise InvalidRequestError(
+                f"min_insync_replicas must be from 1 to the replication factor "
+                f"({replication_factor}), got {min_insync_replicas}")
         try:
-            zk.create_topic_node(self.client, topic, assignment)
+            replicas = assign_replicas(topic, partitions, replication_factor, racks)
+        except ValueError as exc:
+            raise InvalidRequestError(f"cannot create topic {topic!r}: {exc}") from None
+        config = {} if min_insync_replicas is None else {"min_insync_replicas": min_insync_replicas}
+        try:
+            self.client.create(zk.topic_path(topic), zk.encode_topic(replicas, config),
+                               makepath=True)
         except NodeExistsError:
             raise TopicExistsError(f"topic {topic!r} already exists") from None
-        log.info("created topic %s with %d partitions: %s", topic, partitions, assignment)
-        return assignment
+        # The states go in afterwards (pipelined); the controller fills in any state
+        # missing after a crash here, and may beat us to some: that is fine.
+        pending = [self.client.create_async(zk.partition_state_path(topic, p),
+                                            initial_state(reps, live).encode(), makepath=True)
+                   for p, reps in sorted(replicas.items())]
+        for result in pending:
+            try:
+                result.get(timeout=30)
+            except NodeExistsError:
+                pass
+        log.info("created topic %s with %d partitions, replication factor %d: %s", topic,
+                 partitions, replication_factor, replicas)
+        return replicas
 
     def delete_topic(self, topic: str) -> None:
         """Remove a topic's registry node; every broker then deletes its partitions."""

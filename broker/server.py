@@ -4,7 +4,8 @@ The hot paths stay per batch, never per message: a produce request is validated 
 walking batch headers and CRCs (zlib, in C) and appended with one write per
 partition; a fetch is a file slice handed to the kernel with sendfile. fsync runs in a
 worker thread so the event loop keeps appending while the disk syncs. The broker
-keeps no state about consumers.
+keeps no state about consumers. Replication (roles, followers, acks=all, the
+controller) lives in :mod:`broker.replication`; this module routes requests to it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from broker.errors import (
     BrokerShuttingDownError,
     InvalidRequestError,
     LogferryError,
-    NotLeaderError,
+    TopicExistsError,
     UnknownError,
     UnknownTopicOrPartitionError,
 )
 from broker.metrics import Metrics, serve_metrics
 from broker.registry import BrokerInfo, BrokerRegistry, ClusterView
+from broker.replication.controller import Controller
+from broker.replication.manager import LEADER, ReplicaManager
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
 from broker.topics import validate_topic_name
@@ -56,7 +59,10 @@ class Broker:
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
         self._flushing: set[tuple[str, int]] = set()
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
-        self._ack_after_flush: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        self._append_waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
+        self._ack_after_flush: dict[tuple[str, int], list[tuple[int, "_PendingProduce", int]]] = {}
+        self.replication = ReplicaManager(self)
+        self.controller: Controller | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
         self.shutting_down = False
@@ -70,6 +76,7 @@ class Broker:
         loop = self._loop = asyncio.get_running_loop()
         started = time.monotonic()
         await loop.run_in_executor(None, self.logs.load)
+        self.replication.load_checkpoints()
         log.info("loaded %d partitions from %s in %.2fs", len(list(self.logs.logs())),
                  ", ".join(map(str, self.config.log_dirs)), time.monotonic() - started)
         self._zk = await loop.run_in_executor(
@@ -79,14 +86,21 @@ class Broker:
         # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(
             self._zk, self.config.broker_id,
-            BrokerInfo(self.config.host, self.config.port, self.config.datacenter),
+            BrokerInfo(self.config.host, self.config.port, self.config.datacenter,
+                       self.config.rack),
             lambda view: loop.call_soon_threadsafe(self._apply_view, view))
         await loop.run_in_executor(None, self.registry.watch)
+        self.replication.start(loop)
         self._apply_view(self.registry.view())
         self._server = await loop.create_server(
             lambda: BrokerConnection(self), self.config.host, self.config.port,
             reuse_address=True, backlog=1024)
         await loop.run_in_executor(None, self.registry.register)
+        self.controller = Controller(
+            self._zk, self.config.broker_id,
+            unclean_election=self.config.unclean_leader_election,
+            auto_rebalance_interval_s=self.config.leader_rebalance_interval_s)
+        self.controller.start()
         if self.config.metrics_port:
             self._metrics_server = await serve_metrics(self.metrics, self.config.host,
                                                        self.config.metrics_port)
@@ -117,13 +131,16 @@ class Broker:
         self.shutting_down = True
         if self._server is not None:
             self._server.close()
-        for waiters in self._waiters.values():  # long polls answer with what they have
-            for waiter in waiters:
+        for waiters in (*self._waiters.values(), *self._append_waiters.values()):
+            for waiter in waiters:  # long polls answer with what they have
                 if not waiter.done():
                     waiter.set_result(None)
         pending = [t for c in list(self.connections) for t in c.tasks]
         if pending:
             await asyncio.wait(pending, timeout=self.config.shutdown_timeout_s)
+        if self.controller is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.controller.stop)
+        await self.replication.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -145,13 +162,14 @@ class Broker:
     # -- cluster view -----------------------------------------------------------------
 
     def _apply_view(self, view: ClusterView) -> None:
-        """Host the partitions assigned to this broker; drop those of deleted topics."""
+        """Host the replicas assigned to this broker, take up each one's role, and drop
+        the partitions of deleted topics."""
         me = self.config.broker_id
         for topic, assignment in view.topics.items():
-            for partition, owner in assignment.items():
-                if owner == me and self.logs.get(topic, partition) is None:
+            for partition, replicas in assignment.items():
+                if me in replicas and self.logs.get(topic, partition) is None:
                     self.logs.create(topic, partition)
-                    log.info("hosting %s-%d", topic, partition)
+                    log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
         # Only topics seen in ZooKeeper and then removed are deleted: a topic on disk
         # that ZooKeeper never listed (wrong chroot?) is kept, never wiped.
         for topic in self._known_topics - set(view.topics):
@@ -161,11 +179,13 @@ class Broker:
                     log.info("deleted %s-%d: topic was deleted", t, p)
         self._known_topics = set(view.topics)
         self.view = view
+        self.replication.apply(view)
 
-    def _log_for(self, topic: Any, partition: Any) -> PartitionLog:
+    def _log_for(self, topic: Any, partition: Any, for_write: bool = False) -> PartitionLog:
+        """The log of a partition this broker leads, or the error to answer with."""
         if not isinstance(topic, str) or not isinstance(partition, int):
             raise InvalidRequestError("topic must be a string and partition an integer")
-        plog = self.logs.get(topic, partition)
+        plog = self.replication.leader_log(topic, partition, for_write)
         if plog is not None:
             return plog
         validate_topic_name(topic)
@@ -175,31 +195,57 @@ class Broker:
         if partition not in assignment:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
-        raise NotLeaderError(f"partition {topic}-{partition} is hosted by broker "
-                             f"{assignment[partition]}, not broker {self.config.broker_id}")
+        from broker.errors import LeaderNotAvailableError, NotLeaderError
+        leader = self.view.leader(topic, partition)
+        if leader < 0:
+            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right now")
+        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {leader}, "
+                             f"not broker {self.config.broker_id}")
+
+    def wake_consumers(self, key: tuple[str, int]) -> None:
+        """The visible end of ``key`` moved: answer the consumers' long polls."""
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def wake_fetchers(self, key: tuple[str, int]) -> None:
+        """``key`` got new bytes (or changed role): answer the followers' long polls."""
+        for waiter in self._append_waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def replicated_in(self, key: tuple[str, int], nbytes: int, messages: int) -> None:
+        """A follower appended bytes copied from its leader."""
+        self._replica_bytes_in[key] += nbytes
+        plog = self.logs.get(*key)
+        if plog is not None and plog.flush_due(_now_ms()):
+            self._schedule_flush(key, plog)
 
     # -- produce ----------------------------------------------------------------------
 
     def handle_produce(self, conn: BrokerConnection, corr: int, frame: protocol.Frame) -> None:
-        """Validate and append each message set; answer now, after fsync, or never (acks=0)."""
+        """Validate and append each message set; answer now, after fsync, after the
+        in-sync replicas have it (acks=all, -1), or never (acks=0)."""
         started = time.perf_counter()
         header = frame.header
         acks = header.get("acks", 1)
         parts = header.get("parts")
         payload = frame.payload
-        if acks not in (0, 1) or not isinstance(parts, list):
-            self._reply_error(conn, corr, "produce", started,
-                              InvalidRequestError("produce needs acks 0 or 1 and a 'parts' list"))
+        if acks not in (0, 1, -1) or not isinstance(parts, list):
+            self._reply_error(conn, corr, "produce", started, InvalidRequestError(
+                "produce needs acks 0, 1 or -1 (all) and a 'parts' list"))
             return
         if self.shutting_down:
             self._reply_error(conn, corr, "produce", started,
                               BrokerShuttingDownError("broker is shutting down"))
             return
         results = []
-        waits: list[tuple[str, int]] = []
+        waits: list[tuple[str, int, int]] = []
+        replica_waits: list[tuple[str, int, int, int]] = []
         pos = 0
         failed = False
         flush_each = self.config.log.flush_messages == 1
+        replication = self.replication
         for part in parts:
             topic = partition = None
             try:
@@ -211,15 +257,21 @@ class Broker:
                                               f"has {len(payload) - pos} left")
                 chunk = payload[pos:pos + nbytes]
                 pos += nbytes
-                plog = self._log_for(topic, partition)
+                plog = self._log_for(topic, partition, for_write=True)
                 scan = records.validate_message_set(chunk)
+                if acks == -1:
+                    replication.check_acks_all(topic, partition)
                 base = plog.append(chunk, scan.messages)
                 key = (topic, partition)
                 self._bytes_in[key] += nbytes
                 self._messages_in[key] += scan.messages
+                if key in self._append_waiters:
+                    self.wake_fetchers(key)
                 results.append([topic, partition, 0, base, None])
+                if acks == -1:
+                    replica_waits.append((topic, partition, plog.end_offset, len(results) - 1))
                 if flush_each:
-                    waits.append(key)
+                    waits.append((topic, partition, len(results) - 1))
                 elif plog.flush_due(_now_ms()):
                     self._schedule_flush(key, plog)
             except LogferryError as exc:
@@ -235,17 +287,22 @@ class Broker:
                             conn.peer, results)
                 conn.close()
             return
-        reply = protocol.encode_response(corr, {"parts": results})
-        if not waits:
+        if not waits and not replica_waits:
             self.count_request("produce", time.perf_counter() - started, error=failed)
-            conn.send(reply)
+            conn.send(protocol.encode_response(corr, {"parts": results}))
             return
+        pending = _PendingProduce(self, conn, corr, results, started)
+        for topic, partition, end, index in replica_waits:
+            if replication.wait_for_replicas(topic, partition, end, pending, index):
+                pending.left += 1
         # flush.messages = 1: acknowledge only after the appended bytes are fsynced.
-        pending = {"left": len(set(waits)), "reply": reply, "conn": conn, "t0": started}
-        for key in set(waits):
+        for topic, partition, index in waits:
+            key = (topic, partition)
             plog = self.logs.get(*key)
-            self._ack_after_flush.setdefault(key, []).append((plog.end_offset, pending))
+            pending.left += 1
+            self._ack_after_flush.setdefault(key, []).append((plog.end_offset, pending, index))
             self._schedule_flush(key, plog)
+        pending.part_done(None)  # the handler's own hold: answers now if nothing waits
 
     # -- flushing ---------------------------------------------------------------------
 
@@ -267,29 +324,26 @@ class Broker:
                     log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)
                     return
                 plog.mark_flushed(pending.end)
-                self._flushed_to(key, plog.visible_end)
+                self._flushed_to(key, plog.flushed_end)
+                self.replication.on_flushed(key)
                 # flush.messages=1 acks that arrived during this fsync need one more pass
-                if not any(end > plog.visible_end for end, _ in self._ack_after_flush.get(key, ())):
+                if not any(item[0] > plog.flushed_end
+                           for item in self._ack_after_flush.get(key, ())):
                     break
         finally:
             self._flushing.discard(key)
 
-    def _flushed_to(self, key: tuple[str, int], visible_end: int) -> None:
-        for waiter in self._waiters.pop(key, ()):
-            if not waiter.done():
-                waiter.set_result(None)
+    def _flushed_to(self, key: tuple[str, int], flushed_end: int) -> None:
+        self.wake_consumers(key)
         acks = self._ack_after_flush.get(key)
         if not acks:
             return
         keep = []
-        for end, pending in acks:
-            if end <= visible_end:
-                pending["left"] -= 1
-                if pending["left"] == 0:
-                    self.count_request("produce", time.perf_counter() - pending["t0"])
-                    pending["conn"].send(pending["reply"])
+        for end, pending, index in acks:
+            if end <= flushed_end:
+                pending.part_done(index)
             else:
-                keep.append((end, pending))
+                keep.append((end, pending, index))
         if keep:
             self._ack_after_flush[key] = keep
         else:
@@ -335,6 +389,7 @@ class Broker:
                     protocol.METADATA: self._metadata,
                     protocol.CREATE_TOPIC: self._create_topic,
                     protocol.DELETE_TOPIC: self._delete_topic,
+                    protocol.ELECT_LEADERS: self._elect_leaders,
                 }[api]
                 fields = await handler(frame.header)
                 reply = protocol.encode_response(corr, fields)
@@ -359,35 +414,47 @@ class Broker:
         parts = protocol.require(header, "parts", list)
         max_wait = min(max(int(header.get("max_wait_ms", 0) or 0), 0), MAX_WAIT_MS)
         min_bytes = max(int(header.get("min_bytes", 1) or 1), 1)
+        replica = header.get("replica")
+        if replica is not None and (not isinstance(replica, int) or isinstance(replica, bool)):
+            raise InvalidRequestError("fetch 'replica' must be a broker id")
+        size = 4 if replica is None else 5
         requests = []
         for part in parts:
-            if (not isinstance(part, list) or len(part) != 4
+            if (not isinstance(part, list) or len(part) != size
                     or not all(isinstance(x, int) for x in part[1:])):
-                raise InvalidRequestError("each fetch part must be [topic, partition, offset, max_bytes]")
+                raise InvalidRequestError(
+                    "each fetch part must be [topic, partition, offset, max_bytes]" if size == 4
+                    else "each replica fetch part must be [topic, partition, offset, "
+                         "max_bytes, leader_epoch]")
             requests.append(part)
+        if replica is None:
+            read, waiters = self._read_slices, self._waiters
+        else:
+            read, waiters = self._replica_reader(replica), self._append_waiters
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait / 1000
         while True:
-            results, slices, total = self._read_slices(requests)
+            results, slices, total = read(requests)
             remaining = deadline - loop.time()
             if total >= min_bytes or remaining <= 0 or self.shutting_down or any(r[2] for r in results):
                 break
             waiter = loop.create_future()
-            for topic, partition, _, _ in requests:
-                self._waiters.setdefault((topic, partition), []).append(waiter)
+            for part in requests:
+                waiters.setdefault((part[0], part[1]), []).append(waiter)
             try:
                 await asyncio.wait_for(waiter, remaining)
             except asyncio.TimeoutError:
                 pass
             finally:
-                for topic, partition, _, _ in requests:
-                    waiters = self._waiters.get((topic, partition))
-                    if waiters and waiter in waiters:
-                        waiters.remove(waiter)
+                for part in requests:
+                    waiting = waiters.get((part[0], part[1]))
+                    if waiting and waiter in waiting:
+                        waiting.remove(waiter)
         head = protocol.encode_response(corr, {"parts": results}, payload_len=total)
-        for (topic, partition, _, _), piece in zip(requests, slices):
+        counter = self._bytes_out if replica is None else self._replica_bytes_out
+        for part, piece in zip(requests, slices):
             if piece is not None and piece.count:
-                self._bytes_out[(topic, partition)] += piece.count
+                counter[(part[0], part[1])] += piece.count
         return FileReply(head, [s for s in slices if s is not None]) if total else head
 
     def _read_slices(self, requests: list) -> tuple[list, list, int]:
@@ -406,6 +473,35 @@ class Broker:
                 results.append([topic, partition, exc.code, str(exc), start, end, 0])
                 slices.append(None)
         return results, slices, total
+
+    def _replica_reader(self, follower: int):
+        """A reader for a follower's fetch: checks the epoch, records the follower's
+        progress (once per request), reads up to the log end, adds the log end."""
+        recorded: set[tuple[str, int]] = set()
+
+        def read(requests: list) -> tuple[list, list, int]:
+            results, slices, total = [], [], 0
+            for topic, partition, offset, max_bytes, epoch in requests:
+                try:
+                    replica = self.replication.check_replica_fetch(topic, partition, epoch)
+                    plog = replica.plog
+                    if (topic, partition) not in recorded:
+                        recorded.add((topic, partition))
+                        self.replication.record_replica_fetch(replica, follower, offset)
+                    piece = plog.read_slice(offset, max(max_bytes, 1), upto=plog.end_offset)
+                    results.append([topic, partition, 0, None, plog.start_offset,
+                                    plog.visible_end, piece.count, plog.end_offset])
+                    slices.append(piece)
+                    total += piece.count
+                except LogferryError as exc:
+                    plog = self.logs.get(topic, partition) if isinstance(topic, str) else None
+                    start = getattr(exc, "start", None)
+                    results.append([topic, partition, exc.code, str(exc), start,
+                                    getattr(exc, "end", None), 0,
+                                    plog.end_offset if plog is not None else None])
+                    slices.append(None)
+            return results, slices, total
+        return read
 
     async def _offsets(self, header: dict) -> dict:
         topic = header.get("topic")
@@ -433,34 +529,52 @@ class Broker:
         view = self.view
         topics: dict[str, Any] = {}
         for topic in (wanted if wanted is not None else sorted(view.topics)):
-            assignment = view.topics.get(topic)
-            if assignment is None and create:
+            if topic not in view.topics and create:
                 try:
                     validate_topic_name(topic)
-                    assignment = await self._create_in_zk(topic, self.config.num_partitions)
+                    await self._create_in_zk(topic, self.config.num_partitions)
                 except LogferryError as exc:
                     topics[topic] = {"err": exc.code, "msg": str(exc)}
                     continue
+                view = self.view
+            assignment = view.topics.get(topic)
             if assignment is None:
                 topics[topic] = {"err": UnknownTopicOrPartitionError.code,
                                  "msg": f"unknown topic {topic!r}"}
-            else:
-                topics[topic] = {"err": 0, "partitions": assignment}
-        brokers = {b: [i.host, i.port, i.datacenter] for b, i in self.view.brokers.items()}
-        return {"brokers": brokers, "topics": topics, "controller": self.config.broker_id}
+                continue
+            # "partitions" maps each partition to its leader (-1: none right now), as
+            # before replication; "replicas" and "isr" say the rest.
+            states = {p: view.states.get((topic, p)) for p in assignment}
+            topics[topic] = {
+                "err": 0,
+                "partitions": {p: s.leader if s else -1 for p, s in states.items()},
+                "replicas": assignment,
+                "isr": {p: list(s.isr) if s else [] for p, s in states.items()},
+                "epochs": {p: s.leader_epoch if s else -1 for p, s in states.items()},
+                "config": view.configs.get(topic, {}),
+            }
+        brokers = {b: [i.host, i.port, i.datacenter, i.rack] for b, i in view.brokers.items()}
+        return {"brokers": brokers, "topics": topics, "controller": view.controller}
 
-    async def _create_in_zk(self, topic: str, partitions: int) -> dict[int, int]:
-        from broker.errors import TopicExistsError
+    async def _create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
+                            min_insync_replicas: int | None = None) -> dict[int, list[int]]:
+        """Create a topic (replication factor 0: the broker's default) and wait, bounded,
+        until this broker's own watch has seen it and every partition has a state."""
         loop = asyncio.get_running_loop()
+        rf = replication_factor or min(self.config.default_replication_factor,
+                                       max(len(self.view.brokers), 1))
         try:
             assignment = await loop.run_in_executor(
-                self._admin_pool, self.registry.create_topic, topic, partitions)  # type: ignore[union-attr]
+                self._admin_pool, self.registry.create_topic,  # type: ignore[union-attr]
+                topic, partitions, rf, min_insync_replicas)
         except TopicExistsError:
+            if replication_factor or min_insync_replicas is not None:
+                raise
             assignment = None
-        # Wait (bounded) until our own watch has seen it, so local partitions exist.
-        for _ in range(100):
-            if topic in self.view.topics:
-                return self.view.topics[topic]
+        for _ in range(250):
+            seen = self.view.topics.get(topic)
+            if seen is not None and all((topic, p) in self.view.states for p in seen):
+                return seen
             await asyncio.sleep(0.02)
         if assignment is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} is being created; retry")
@@ -471,9 +585,26 @@ class Broker:
         partitions = header.get("partitions") or self.config.num_partitions
         if not isinstance(partitions, int) or not 1 <= partitions <= 100_000:
             raise InvalidRequestError("partitions must be an integer from 1 to 100000")
-        assignment = await asyncio.get_running_loop().run_in_executor(
-            self._admin_pool, self.registry.create_topic, topic, partitions)  # type: ignore[union-attr]
+        rf = header.get("replication_factor") or 0
+        min_isr = header.get("min_insync_replicas") or None
+        if not isinstance(rf, int) or not 0 <= rf <= 100:
+            raise InvalidRequestError("replication_factor must be an integer from 1 to 100")
+        if min_isr is not None and (not isinstance(min_isr, int) or min_isr < 1):
+            raise InvalidRequestError("min_insync_replicas must be a positive integer")
+        if rf == 0:
+            rf = self.config.default_replication_factor
+        assignment = await self._create_in_zk(topic, partitions, rf, min_isr)
         return {"partitions": assignment}
+
+    async def _elect_leaders(self, header: dict) -> dict:
+        """Ask the controller to move leadership back to the preferred replicas."""
+        def trigger() -> None:
+            try:
+                self._zk.create(zk.PREFERRED_ELECTION, b"{}", makepath=True)
+            except zk.NodeExistsError:
+                pass  # already asked; the controller deletes it when done
+        await asyncio.get_running_loop().run_in_executor(self._admin_pool, trigger)
+        return {"controller": self.view.controller}
 
     async def _delete_topic(self, header: dict) -> dict:
         topic = validate_topic_name(header.get("topic"))
@@ -493,6 +624,10 @@ class Broker:
         self._request_errors = m.counter("request_errors_total", "Requests answered with an error per api")
         self._request_seconds = m.counter("request_seconds_total", "Time spent handling requests per api")
         self._produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
+        self._replica_bytes_in = _PartitionCounter(m.counter(
+            "replica_bytes_in_total", "Bytes a follower copied from its leader per partition"))
+        self._replica_bytes_out = _PartitionCounter(m.counter(
+            "replica_bytes_out_total", "Bytes sent to followers per partition"))
 
         def gauges():
             for (topic, partition), plog in self.logs.logs():
@@ -506,14 +641,43 @@ class Broker:
                     sent = self._bytes_out.values.get(labels, 0)
                     yield "messages_out_estimate_total", labels, sent / avg
             yield "open_connections", (), len(self.connections)
+            replication = self.replication
+            roles = replication.role_counts()
+            for role in ("leader", "follower", "offline"):
+                yield "partitions", (("role", role),), roles.get(role, 0)
+            yield "under_replicated_partitions", (), len(replication.under_replicated())
+            yield "isr_shrinks_total", (), replication.isr_shrinks
+            yield "isr_expands_total", (), replication.isr_expands
+            yield "truncated_bytes_total", (), replication.truncated_bytes
+            for key, replica in replication.replicas.items():
+                if replica.role == LEADER and replica.tracker is not None:
+                    labels = (("topic", key[0]), ("partition", str(key[1])))
+                    yield "isr_size", labels, len(replica.tracker.isr)
+                    lags = replica.tracker.lag_bytes(replica.plog.end_offset)
+                    yield "replica_max_lag_bytes", labels, max(lags.values(), default=0)
+            controller = self.controller
+            yield "controller_active", (), int(bool(controller and controller.active))
+            if controller is not None and controller.active:
+                yield "offline_partitions", (), controller.offline_partitions
+                yield "leader_elections_total", (), controller.elections
 
         m.gauge_source(gauges, {
             "log_end_offset": "Log end offset (bytes) per partition",
-            "log_visible_end": "Visible (flushed) end per partition",
+            "log_visible_end": "Visible end (high watermark) per partition",
             "log_start_offset": "First retained offset per partition",
             "log_size_bytes": "Bytes on disk per partition",
             "messages_out_estimate_total": "Messages sent to fetchers (bytes out / average message size)",
             "open_connections": "Open client connections",
+            "partitions": "Hosted partitions per role (leader, follower, offline)",
+            "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",
+            "isr_shrinks_total": "Times a led partition's ISR shrank",
+            "isr_expands_total": "Times a led partition's ISR grew",
+            "truncated_bytes_total": "Bytes a returning follower cut because its leader lacked them",
+            "isr_size": "In-sync replicas per led partition",
+            "replica_max_lag_bytes": "Bytes the slowest follower is behind, per led partition",
+            "controller_active": "1 on the broker that is the controller",
+            "offline_partitions": "Partitions without a leader (controller only)",
+            "leader_elections_total": "Leader changes made by this controller",
         })
 
     def count_request(self, api: str, seconds: float, error: bool = False) -> None:
@@ -523,6 +687,36 @@ class Broker:
         self._request_seconds[labels] += seconds
         if error:
             self._request_errors[labels] += 1
+
+
+class _PendingProduce:
+    """A produce answer waiting for fsyncs (flush.messages = 1) and for replicas (acks=all).
+
+    ``left`` counts the awaited events plus one hold for the handler itself; each
+    :meth:`part_done` settles one, recording an error on that part if given, and the
+    last one sends the answer.
+    """
+
+    __slots__ = ("broker", "conn", "corr", "results", "started", "left")
+
+    def __init__(self, broker: Broker, conn: BrokerConnection, corr: int, results: list,
+                 started: float):
+        self.broker = broker
+        self.conn = conn
+        self.corr = corr
+        self.results = results
+        self.started = started
+        self.left = 1
+
+    def part_done(self, index: int | None, error: LogferryError | None = None) -> None:
+        if error is not None and index is not None and not self.results[index][2]:
+            self.results[index][2:5] = [error.code, -1, str(error)]
+        self.left -= 1
+        if self.left == 0:
+            failed = any(r[2] for r in self.results)
+            self.broker.count_request("produce", time.perf_counter() - self.started,
+                                      error=failed)
+            self.conn.send(protocol.encode_response(self.corr, {"parts": self.results}))
 
 
 class _PartitionCounter:

@@ -23,6 +23,9 @@ log = logging.getLogger("logferry.zk")
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
 
 
 def broker_path(broker_id: int) -> str:
@@ -31,8 +34,13 @@ def broker_path(broker_id: int) -> str:
 
 
 def topic_path(topic: str) -> str:
-    """Persistent partition-to-broker assignment of a topic: ``{partitions: {p: id}}``."""
+    """Persistent replica assignment of a topic: ``{partitions: {p: [ids]}, config}``."""
     return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    """Persistent state of one partition: ``{leader, leader_epoch, isr}``."""
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -101,26 +109,39 @@ def decode(raw: bytes | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def create_topic_node(client: KazooClient, topic: str, assignment: dict[int, int]) -> None:
-    """Write a new topic's assignment; raises NodeExistsError if it exists."""
-    data = encode({"partitions": {str(p): b for p, b in sorted(assignment.items())}})
-    client.create(topic_path(topic), data, makepath=True)
+def encode_topic(replicas: dict[int, list[int]], config: dict[str, Any] | None = None) -> bytes:
+    """A topic znode's payload: replica lists (the first is the preferred leader)."""
+    data: dict[str, Any] = {"partitions": {str(p): list(r) for p, r in sorted(replicas.items())}}
+    if config:
+        data["config"] = dict(config)
+    return encode(data)
 
 
-def read_assignment(raw: bytes | None) -> dict[int, int]:
-    """Partition -> broker id from a topic znode's payload."""
+def read_assignment(raw: bytes | None) -> dict[int, list[int]]:
+    """Partition -> replica broker ids from a topic znode's payload.
+
+    A topic written before replication existed holds one broker id per partition; it
+    reads as a replica list of one.
+    """
     parts = decode(raw).get("partitions", {})
-    out: dict[int, int] = {}
+    out: dict[int, list[int]] = {}
     for p, b in parts.items():
         try:
-            out[int(p)] = int(b)
+            out[int(p)] = [int(x) for x in b] if isinstance(b, list) else [int(b)]
         except (TypeError, ValueError):
             continue
     return out
 
 
+def read_topic_config(raw: bytes | None) -> dict[str, Any]:
+    """Per-topic settings stored beside the assignment (``min_insync_replicas``)."""
+    config = decode(raw).get("config", {})
+    return config if isinstance(config, dict) else {}
+
+
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "NodeExistsError", "broker_path", "close",
-    "connect", "create_topic_node", "decode", "encode", "read_assignment", "split_connect",
-    "topic_path",
+    "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
+    "NodeExistsError", "PREFERRED_ELECTION", "broker_path", "close", "connect", "decode",
+    "encode", "encode_topic", "partition_state_path", "read_assignment", "read_topic_config",
+    "split_connect", "topic_path",
 ]

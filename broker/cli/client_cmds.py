@@ -25,15 +25,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
     tsub.required = True
     for name, helptext in (("create", "create a topic"), ("list", "list topics"),
-                           ("describe", "show partitions and their brokers"),
-                           ("delete", "delete a topic and its data")):
+                           ("describe", "show each partition's leader, replicas and ISR"),
+                           ("delete", "delete a topic and its data"),
+                           ("elect-leaders", "move leadership back to preferred replicas")):
         tp = tsub.add_parser(name, help=helptext)
         _cluster_args(tp)
-        if name != "list":
+        if name in ("create", "describe", "delete"):
             tp.add_argument("name", help="topic name")
         if name == "create":
             tp.add_argument("-p", "--partitions", type=int, default=0,
                             help="partition count (default: the broker's num_partitions)")
+            tp.add_argument("-r", "--replication-factor", type=int, default=0,
+                            help="replicas per partition (default: the broker's "
+                                 "default_replication_factor)")
+            tp.add_argument("--min-insync", type=int, default=0,
+                            help="in-sync replicas an acks=all produce needs (default: the "
+                                 "broker's min_insync_replicas)")
+        if name == "list":
+            tp.add_argument("--under-replicated", action="store_true",
+                            help="only partitions with a replica out of sync or no leader")
         tp.set_defaults(func=topic_cmd, action=name)
 
     p = sub.add_parser("produce", help="publish lines from stdin",
@@ -43,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", "--key", help="message key (same partition for every line)")
     p.add_argument("-p", "--partition", type=int, help="explicit partition")
     p.add_argument("--compression", choices=["none", "gzip"], default="none")
-    p.add_argument("--acks", type=int, choices=[0, 1], default=1)
+    p.add_argument("--acks", choices=["0", "1", "all"], default="1",
+                   help="0: no answer, 1: the leader appended (default), all: every "
+                        "in-sync replica has it")
     p.set_defaults(func=produce_cmd)
 
     p = sub.add_parser("consume", help="print messages of a topic",
@@ -89,24 +101,44 @@ def topic_cmd(args: argparse.Namespace) -> int:
 
     with Admin(**cluster_kwargs(args)) as admin:
         if args.action == "create":
-            assignment = admin.create_topic(args.name, args.partitions)
-            print(f"created topic {args.name} with {len(assignment)} partitions")
+            assignment = admin.create_topic(args.name, args.partitions, args.replication_factor,
+                                            args.min_insync)
+            rf = len(next(iter(assignment.values())))
+            print(f"created topic {args.name} with {len(assignment)} partitions, "
+                  f"replication factor {rf}")
+        elif args.action == "list" and args.under_replicated:
+            found = admin.under_replicated()
+            _print_partitions(found, admin.brokers())
+            if not found:
+                print("no under-replicated partitions", file=sys.stderr)
         elif args.action == "list":
             for name in admin.list_topics():
                 print(name)
         elif args.action == "describe":
-            assignment = admin.describe_topic(args.name)
-            brokers = admin.brokers()
-            print(f"topic {args.name}: {len(assignment)} partitions")
-            print(f"{'PARTITION':>9}  {'BROKER':>6}  ADDRESS")
-            for partition, broker_id in assignment.items():
-                info = brokers.get(broker_id)
-                where = f"{info.host}:{info.port}" if info else "(not alive)"
-                print(f"{partition:>9}  {broker_id:>6}  {where}")
+            parts = admin.describe_partitions(args.name)
+            print(f"topic {args.name}: {len(parts)} partitions")
+            _print_partitions({args.name: parts}, admin.brokers())
+        elif args.action == "elect-leaders":
+            controller = admin.elect_preferred_leaders()
+            print(f"asked the controller (broker {controller}) to elect preferred leaders")
         elif args.action == "delete":
             admin.delete_topic(args.name)
             print(f"deleted topic {args.name}")
     return 0
+
+
+def _print_partitions(topics: dict, brokers: dict) -> None:
+    """One line per partition: leader (and its address), replicas, ISR."""
+    print(f"{'TOPIC':<20} {'PARTITION':>9}  {'LEADER':>6}  {'ADDRESS':<21} {'REPLICAS':<12} ISR")
+    for topic, parts in topics.items():
+        for partition, info in parts.items():
+            where = brokers.get(info.leader)
+            address = f"{where.host}:{where.port}" if where else "(no leader)"
+            replicas = ",".join(map(str, info.replicas))
+            isr = ",".join(map(str, info.isr))
+            flag = "  under-replicated" if info.under_replicated else ""
+            print(f"{topic:<20} {partition:>9}  {info.leader:>6}  {address:<21} {replicas:<12} "
+                  f"{isr}{flag}")
 
 
 def produce_cmd(args: argparse.Namespace) -> int:
@@ -114,7 +146,8 @@ def produce_cmd(args: argparse.Namespace) -> int:
 
     key = args.key.encode() if args.key is not None else None
     sent = 0
-    with Producer(**cluster_kwargs(args), acks=args.acks, compression=args.compression) as producer:
+    acks = "all" if args.acks == "all" else int(args.acks)
+    with Producer(**cluster_kwargs(args), acks=acks, compression=args.compression) as producer:
         chunk: list[bytes] = []
         for line in sys.stdin.buffer:
             chunk.append(line.rstrip(b"\r\n"))

@@ -1,6 +1,6 @@
 """logferry's client library: the broker's public face (see docs/client.md)."""
 
-from broker.client.admin import Admin, BrokerInfo
+from broker.client.admin import Admin, BrokerInfo, PartitionInfo
 from broker.client.group import GroupConsumer
 from broker.client.consumer import FetchResult, Message, OffsetRange, SimpleConsumer, messages_of
 from broker.client.producer import DeliveryFuture, Producer
@@ -10,5 +10,6 @@ from broker.records import Batch
 
 __all__ = [
     "Admin", "Batch", "BrokerInfo", "DeliveryFuture", "FetchResult", "GroupConsumer",
+    "PartitionInfo",
     "LogferryError", "Message", "OffsetRange", "Producer", "SimpleConsumer", "messages_of",
 ]

@@ -14,20 +14,41 @@ class BrokerInfo(NamedTuple):
     host: str
     port: int
     datacenter: str
+    rack: str = ""
+
+
+class PartitionInfo(NamedTuple):
+    """Who holds one partition: its leader (-1: none right now), replicas, in-sync ones."""
+
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int = -1
+
+    @property
+    def under_replicated(self) -> bool:
+        """True while some replica is out of sync (or the partition has no leader)."""
+        return self.leader < 0 or len(self.isr) < len(self.replicas)
 
 
 class Admin:
-    """Create, delete, list and describe topics; list brokers."""
+    """Create, delete, list and describe topics; list brokers; elect preferred leaders."""
 
     def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None,
                  request_timeout: float = 30.0):
         self.cluster = Cluster(zk, brokers, request_timeout)
 
-    def create_topic(self, name: str, partitions: int = 0) -> dict[int, int]:
-        """Create ``name`` with ``partitions`` (the broker's default when 0)."""
-        frame = self.cluster.call_any(protocol.CREATE_TOPIC,
-                                      {"topic": name, "partitions": partitions})
-        return {int(p): int(b) for p, b in frame.header["partitions"].items()}
+    def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
+                     min_insync_replicas: int = 0) -> dict[int, list[int]]:
+        """Create ``name``; returns each partition's replicas (the first leads).
+
+        0 for ``partitions`` or ``replication_factor`` takes the broker's default; 0
+        for ``min_insync_replicas`` takes the broker's ``min_insync_replicas``.
+        """
+        frame = self.cluster.call_any(protocol.CREATE_TOPIC, {
+            "topic": name, "partitions": partitions, "replication_factor": replication_factor,
+            "min_insync_replicas": min_insync_replicas})
+        return {int(p): [int(b) for b in r] for p, r in frame.header["partitions"].items()}
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name`` and its data on every broker."""
@@ -39,14 +60,53 @@ class Admin:
         return sorted(self.cluster.refresh(None)["topics"])
 
     def describe_topic(self, name: str) -> dict[int, int]:
-        """Partition -> hosting broker id."""
+        """Partition -> leader broker id (-1 while it has none)."""
         self.cluster.forget(name)
         return dict(sorted(self.cluster.partitions_for(name).items()))
+
+    def describe_partitions(self, name: str) -> dict[int, PartitionInfo]:
+        """Partition -> leader, replicas and ISR."""
+        return self.describe_all([name])[name]
+
+    def describe_all(self, names: Sequence[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
+        """Every topic (or ``names``) -> partition -> leader, replicas and ISR."""
+        from broker.errors import error_for_code
+        header = self.cluster.refresh(list(names) if names is not None else None)
+        out: dict[str, dict[int, PartitionInfo]] = {}
+        for topic, info in sorted(header["topics"].items()):
+            if info.get("err"):
+                raise error_for_code(info["err"], info.get("msg", ""))
+            replicas = info.get("replicas", {})
+            isr = info.get("isr", {})
+            epochs = info.get("epochs", {})
+            out[topic] = {
+                int(p): PartitionInfo(int(leader),
+                                      [int(b) for b in replicas.get(p, [leader])],
+                                      [int(b) for b in isr.get(p, [leader])],
+                                      int(epochs.get(p, -1)))
+                for p, leader in sorted(info["partitions"].items())}
+        return out
+
+    def under_replicated(self) -> dict[str, dict[int, PartitionInfo]]:
+        """Partitions with a replica out of sync or no leader, by topic."""
+        found: dict[str, dict[int, PartitionInfo]] = {}
+        for topic, parts in self.describe_all().items():
+            bad = {p: i for p, i in parts.items() if i.under_replicated}
+            if bad:
+                found[topic] = bad
+        return found
+
+    def elect_preferred_leaders(self) -> int:
+        """Ask the controller to hand leadership back to each partition's first replica
+        (where it is alive and in sync); returns the controller's broker id."""
+        frame = self.cluster.call_any(protocol.ELECT_LEADERS, {})
+        return int(frame.header.get("controller", -1))
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""
         header = self.cluster.refresh([])
-        return {int(b): BrokerInfo(v[0], int(v[1]), v[2] if len(v) > 2 else "")
+        return {int(b): BrokerInfo(v[0], int(v[1]), v[2] if len(v) > 2 else "",
+                                   v[3] if len(v) > 3 else "")
                 for b, v in sorted(header["brokers"].items())}
 
     def close(self) -> None:

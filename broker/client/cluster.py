@@ -19,6 +19,7 @@ from broker.client.connection import Connection
 from broker.errors import (
     BrokerNotAvailableError,
     ConfigError,
+    LeaderNotAvailableError,
     LogferryError,
     UnknownTopicOrPartitionError,
     error_for_code,
@@ -98,7 +99,8 @@ class Cluster:
         raise last or BrokerNotAvailableError("no broker reachable")
 
     def partitions_for(self, topic: str, create: bool = False) -> dict[int, int]:
-        """Partition -> broker id for ``topic``, fetching metadata if not cached."""
+        """Partition -> leader broker id (-1: none right now) for ``topic``, fetching
+        metadata if not cached."""
         assignment = self._topics.get(topic)
         if assignment is not None:
             return assignment
@@ -114,12 +116,16 @@ class Cluster:
             self._topics.pop(topic, None)
 
     def leader_address(self, topic: str, partition: int) -> tuple[str, int]:
-        """Address of the broker hosting a partition."""
+        """Address of the broker leading a partition."""
         assignment = self.partitions_for(topic)
         if partition not in assignment:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
         broker_id = assignment[partition]
+        if broker_id < 0:  # election under way, or every in-sync replica is down
+            self.forget(topic)
+            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader "
+                                          "right now; retrying")
         address = self._brokers.get(broker_id)
         if address is None:
             self.refresh([topic])

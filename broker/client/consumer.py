@@ -17,6 +17,7 @@ from broker.client.cluster import Cluster
 from broker.errors import (
     BrokerNotAvailableError,
     LogferryError,
+    LeaderNotAvailableError,
     NotLeaderError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -24,6 +25,11 @@ from broker.errors import (
 )
 from broker.records import Batch
 
+
+# Answers that mean "ask the partition's current leader": metadata is refreshed and
+# the request retried.
+_ROUTING_ERRORS = (NotLeaderError.code, LeaderNotAvailableError.code,
+                   UnknownTopicOrPartitionError.code)
 
 class Message(NamedTuple):
     """One consumed message."""
@@ -183,13 +189,20 @@ class SimpleConsumer:
 
     def _request(self, topic: str, partition: int, api: int, fields: dict,
                  timeout: float) -> protocol.Frame:
-        """Send to the partition's broker, refreshing metadata on routing errors."""
+        """Send to the partition's leader, refreshing metadata on routing errors.
+
+        Retries at least ``metadata_retries`` times and for up to ``request_timeout``
+        seconds, long enough to ride out a leader election.
+        """
         last: LogferryError | None = None
-        for attempt in range(self.metadata_retries + 1):
+        deadline = time.monotonic() + self.request_timeout
+        attempt = 0
+        while True:
+            retry_left = attempt < self.metadata_retries or time.monotonic() < deadline
             try:
                 address = self.cluster.leader_address(topic, partition)
                 frame = self.cluster.connection(address).call(api, fields, timeout)
-            except (NotLeaderError, BrokerNotAvailableError) as exc:
+            except (NotLeaderError, LeaderNotAvailableError, BrokerNotAvailableError) as exc:
                 last = exc
             except UnknownTopicOrPartitionError as exc:
                 last = exc
@@ -198,14 +211,16 @@ class SimpleConsumer:
             else:
                 parts = frame.header.get("parts")
                 code = parts[0][2] if parts else 0
-                if code in (NotLeaderError.code, UnknownTopicOrPartitionError.code) and attempt < self.metadata_retries:
+                if code in _ROUTING_ERRORS and retry_left:
                     last = error_for_code(code, parts[0][3] or "")
                 else:
                     return frame
+            if not retry_left:
+                assert last is not None
+                raise last
             self.cluster.forget(topic)
             time.sleep(min(0.05 * 2 ** attempt, 1.0))
-        assert last is not None
-        raise last
+            attempt += 1
 
     def close(self) -> None:
         """Close connections and the ZooKeeper session."""

@@ -52,6 +52,7 @@ from broker.client.streams import Chunk, GroupState, PartitionState, RawBatch
 from broker.errors import (
     CorruptBatchError,
     LogferryError,
+    LeaderNotAvailableError,
     NotLeaderError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -390,7 +391,8 @@ class Fetcher:
                         ps.position = (target, 0)
                 self._notify_idle()
             return
-        if isinstance(error, (NotLeaderError, UnknownTopicOrPartitionError)):
+        if isinstance(error, (NotLeaderError, LeaderNotAvailableError,
+                              UnknownTopicOrPartitionError)):
             self.cluster.forget(ps.topic)
         self._part_failed(ps, epoch, str(error))
 

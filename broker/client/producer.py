@@ -122,7 +122,7 @@ class Producer:
         zk: str | None = None,
         brokers: Sequence[str] | None = None,
         *,
-        acks: int = 1,
+        acks: int | str = 1,
         linger_ms: float = 5,
         batch_bytes: int = 256 * 1024,
         batch_messages: int = 10_000,
@@ -137,8 +137,10 @@ class Producer:
         max_request_bytes: int = 16 * 1024 * 1024,
         client_id: str = "",
     ):
-        if acks not in (0, 1):
-            raise ConfigError("acks must be 0 or 1")
+        if acks == "all":
+            acks = -1
+        if acks not in (0, 1, -1) or isinstance(acks, bool):
+            raise ConfigError("acks must be 0, 1 or 'all' (-1)")
         if compression not in records.CODECS:
             raise ConfigError(f"compression must be one of {sorted(records.CODECS)}")
         if partitioner not in ("round_robin", "random"):

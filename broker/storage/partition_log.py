@@ -9,9 +9,10 @@ of one segment file handed to ``sendfile``.
 Three ends, in order ``start_offset <= visible_end <= end_offset``:
 
 * ``start_offset``: first retained byte; retention moves it forward a segment at a time.
-* ``visible_end``: the flushed end. Consumers read only below it, so they never see a
-  byte that a crash could take back. (A replication feature will turn this one
-  attribute into the high watermark.)
+* ``visible_end``: the high watermark. Consumers read only below it, so they never see a
+  byte that a crash could take back. Unreplicated, it is the flushed end; a replicated
+  partition caps it further with :meth:`PartitionLog.set_high_watermark` (the end
+  that every in-sync replica has, see :mod:`broker.replication`).
 * ``end_offset``: just after the last appended byte.
 
 Flushing is split in three so the fsync can run in a worker thread while the event
@@ -145,7 +146,8 @@ class PartitionLog:
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._end = self._segments[-1].end_offset
-        self._visible_end = self._end
+        self._visible_end = self._end  # the flushed end
+        self._hw_cap: int | None = None
         self.messages_appended = loaded.scanned_messages
         """Messages appended since open, plus those recovery validated."""
         self.bytes_appended = loaded.scanned_bytes
@@ -175,8 +177,18 @@ class PartitionLog:
 
     @property
     def visible_end(self) -> int:
-        """Flushed end: consumers may read offsets below it (see the module docstring)."""
+        """High watermark: consumers may read offsets below it (see the module docstring)."""
+        cap = self._hw_cap
+        return self._visible_end if cap is None or cap > self._visible_end else cap
+
+    @property
+    def flushed_end(self) -> int:
+        """Offset below which every byte is fsynced."""
         return self._visible_end
+
+    def set_high_watermark(self, cap: int | None) -> None:
+        """Cap the visible end at ``cap`` (replication's high watermark); None: no cap."""
+        self._hw_cap = cap
 
     @property
     def size_bytes(self) -> int:
@@ -297,24 +309,27 @@ class PartitionLog:
 
     # -- reading --------------------------------------------------------------------------
 
-    def read_slice(self, offset: int, max_bytes: int) -> FileSlice:
+    def read_slice(self, offset: int, max_bytes: int, upto: int | None = None) -> FileSlice:
         """The file range to send for a fetch at ``offset`` of at most ``max_bytes``.
 
-        The range lies inside one segment and below the visible end, and always holds
+        The range lies inside one segment and below the visible end (below ``upto``
+        instead when given: followers read up to the log end), and always holds
         the whole first batch, even one larger than ``max_bytes``, so a consumer never
         stalls on a big batch. The first batch's header and CRC are checked, which
         catches offsets that are not batch boundaries and never sends a corrupt batch
         first. The rest is sent unchecked: consumers verify every CRC.
         """
         start = self._bases[0]
-        visible = self._visible_end
-        if not start <= offset <= visible:
+        visible = self.visible_end if upto is None else min(upto, self._end)
+        if not start <= offset <= self._end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for partition {self.name}: the valid "
-                f"range is [{start}, {visible}]", start, visible)
+                f"range is [{start}, {self.visible_end}]", start, self.visible_end)
         seg = self._segments[bisect_right(self._bases, offset) - 1]
         pos = offset - seg.base_offset
-        if offset == visible:
+        if offset >= visible:
+            # At the end, or past the high watermark but inside the log (a new leader
+            # whose watermark has not caught up yet): nothing to read yet.
             return FileSlice(seg.reader, pos, 0, offset)
         available = min(visible, seg.end_offset) - offset
         try:
@@ -360,6 +375,97 @@ class PartitionLog:
                                 f"fails its CRC: the log is damaged there (or {offset} is "
                                 f"not the start of a batch)")
 
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of the log from ``offset`` (within one segment, below the
+        log end); what a follower compares with its leader's bytes."""
+        if not self._bases[0] <= offset < self._end:
+            return b""
+        seg = self._segments[bisect_right(self._bases, offset) - 1]
+        n = min(max_bytes, seg.end_offset - offset)
+        try:
+            return seg.read(offset - seg.base_offset, n)
+        except OSError as exc:
+            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at "
+                               f"offset {offset}: {exc}") from exc
+
+    def batch_start_at_or_before(self, offset: int) -> int:
+        """The start of the last batch beginning at or before ``offset`` (the log start
+        if there is none); walks the headers of one segment."""
+        offset = min(offset, self._end)
+        if offset <= self._bases[0]:
+            return self._bases[0]
+        seg = self._segments[bisect_right(self._bases, offset - 1) - 1]
+        pos, last = 0, seg.base_offset
+        limit = offset - seg.base_offset
+        while pos < limit:
+            head = seg.read(pos, HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                break
+            last = seg.base_offset + pos
+            pos += LENGTH_SIZE + _unpack_header(head)[0]
+        if pos == limit:
+            return offset
+        return last
+
+    def restart_at(self, offset: int) -> None:
+        """Drop the whole log and continue empty at ``offset`` (a follower whose leader's
+        log starts past this one's end: retention there deleted what it still needs)."""
+        if self._failure is not None:
+            raise StorageError(self._failure)
+        try:
+            for seg in self._segments:
+                seg.delete()
+            self._segments = [Segment.create(self.directory, offset)]
+            fsync_dir(self.directory)
+        except OSError as exc:
+            self._failure = (f"partition {self.name} no longer accepts writes: restarting "
+                             f"it at offset {offset} failed ({exc}); restart the broker")
+            raise StorageError(self._failure) from exc
+        self._bases = [offset]
+        self._dirty = []
+        self._end = self._visible_end = offset
+        self._hw_cap = None if self._hw_cap is None else offset
+        log.warning("%s: log restarted empty at offset %d", self.name, offset)
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the log back to ``offset`` (a batch boundary); returns the bytes cut.
+
+        For a follower whose tail its leader does not have. Below the log start the
+        whole log goes and restarts empty at ``offset``. The cut is fsynced at once.
+        """
+        if offset >= self._end:
+            return 0
+        if self._failure is not None:
+            raise StorageError(self._failure)
+        cut = self._end - offset
+        try:
+            if offset <= self._bases[0]:
+                for seg in self._segments:
+                    seg.delete()
+                self._segments = [Segment.create(self.directory, offset)]
+            else:
+                while self._segments[-1].base_offset >= offset:
+                    self._segments.pop().delete()
+                last = self._segments[-1]
+                last.truncate(offset - last.base_offset)
+                last.open_for_append()
+                last.fsync()
+            fsync_dir(self.directory)
+        except OSError as exc:
+            self._failure = (f"partition {self.name} no longer accepts writes: truncating "
+                             f"to offset {offset} failed ({exc}); restart the broker")
+            log.error("%s", self._failure)
+            raise StorageError(self._failure) from exc
+        self._bases = [s.base_offset for s in self._segments]
+        live = set(map(id, self._segments))
+        self._dirty = [s for s in self._dirty if id(s) in live]
+        self._end = offset
+        self._visible_end = min(self._visible_end, offset)
+        if self._hw_cap is not None:
+            self._hw_cap = min(self._hw_cap, offset)
+        log.warning("%s: truncated %d bytes, the log now ends at %d", self.name, cut, offset)
+        return cut
+
     def offset_for_time(self, ts_ms: int) -> int:
         """Offset of the last batch whose base timestamp is <= ``ts_ms``.
 
@@ -369,7 +475,7 @@ class PartitionLog:
         clocks make them. Safe to call from a worker thread: it works on a snapshot.
         """
         segments = list(self._segments)
-        visible = self._visible_end
+        visible = self.visible_end
         try:
             chosen = None
             for seg in reversed(segments):

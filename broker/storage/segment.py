@@ -177,6 +177,8 @@ class Segment:
         else:
             os.truncate(self.path, size)
         self.size = size
+        if size < HEADER_SIZE:
+            self._first_ts = None
 
     def read(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes at file position ``pos`` (one pread, no shared position)."""

@@ -1,0 +1,234 @@
+"""The controller: one broker, elected through ZooKeeper, that moves leadership.
+
+Every broker runs a :class:`Controller`; the one that creates the ephemeral
+``/controller`` znode is active, the others wait for it to vanish. The active one
+bumps ``/controller_epoch`` and makes every state write a transaction that checks
+that epoch's version, so a controller that lost its session (a zombie) cannot write
+any more. It reacts to brokers coming and going, to new topics (filling in any
+missing partition state), to the preferred-leader trigger znode written by
+``logferry topic elect-leaders``, and, when enabled, periodically moves leadership
+back to each partition's preferred replica. Decisions are :func:`.state.elect`;
+this module is the IO around it, on one thread fed by a queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from broker import zk
+from broker.replication.state import PartitionState, elect, initial_state
+
+log = logging.getLogger("logferry.controller")
+
+_ELECT, _BROKERS, _TOPICS, _PREFERRED, _STOP = "elect", "brokers", "topics", "preferred", "stop"
+
+
+class Controller:
+    """Competes for the controller role and, while holding it, keeps leaders elected."""
+
+    def __init__(self, client: KazooClient, broker_id: int, *, unclean_election: bool = False,
+                 auto_rebalance_interval_s: float = 0.0):
+        self.client = client
+        self.broker_id = broker_id
+        self.unclean_election = unclean_election
+        self.auto_rebalance_interval_s = auto_rebalance_interval_s
+        self.active = False
+        self.elections = 0
+        """Leader changes this broker made as controller (a metric)."""
+        self.offline_partitions = 0
+        """Partitions without a leader at the end of the last pass."""
+        self._epoch_version = -1
+        self._generation = 0
+        self._events: queue.Queue[str] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+
+    def start(self) -> None:
+        """Start competing (call once the broker is registered)."""
+        self.client.add_listener(self._session_listener)
+        DataWatch(self.client, zk.CONTROLLER, self._controller_node_changed)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Give up the role (deleting ``/controller`` if ours) and end the thread."""
+        self._events.put(_STOP)
+        self._thread.join(timeout=10)
+        if self.active:
+            self.active = False
+            try:
+                _, stat = self.client.get(zk.CONTROLLER)
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    self.client.delete(zk.CONTROLLER, version=stat.version)
+            except Exception:
+                log.debug("could not delete %s", zk.CONTROLLER, exc_info=True)
+
+    # -- callbacks from kazoo threads: they only queue events --------------------------
+
+    def _session_listener(self, state: str) -> None:
+        if state == KazooState.LOST and self.active:
+            log.warning("controller %d lost its ZooKeeper session: resigning", self.broker_id)
+            self.active = False
+        elif state == KazooState.CONNECTED:
+            self._events.put(_ELECT)
+
+    def _controller_node_changed(self, data: bytes | None, stat: object) -> bool:
+        if data is None:
+            self._events.put(_ELECT)
+        return self._thread.is_alive() or not self._events.empty()
+
+    def _watcher(self, event: str, generation: int):
+        def changed(*_args: object) -> bool:
+            if not self.active or generation != self._generation:
+                return False
+            self._events.put(event)
+            return True
+        return changed
+
+    # -- the controller thread --------------------------------------------------------
+
+    def _run(self) -> None:
+        next_rebalance = time.monotonic() + self.auto_rebalance_interval_s
+        while True:
+            timeout = None
+            if self.active and self.auto_rebalance_interval_s > 0:
+                timeout = max(next_rebalance - time.monotonic(), 0.0)
+            try:
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                event = _PREFERRED
+                next_rebalance = time.monotonic() + self.auto_rebalance_interval_s
+            if event == _STOP:
+                return
+            try:
+                if event == _ELECT:
+                    if not self.active:
+                        self._try_to_become_controller()
+                elif self.active:
+                    self._pass(preferred=event == _PREFERRED)
+                    if event == _PREFERRED:
+                        try:
+                            self.client.delete(zk.PREFERRED_ELECTION)
+                        except NoNodeError:
+                            pass
+            except _NotController:
+                log.warning("broker %d is no longer the controller", self.broker_id)
+                self.active = False
+            except Exception:
+                log.exception("controller event %r failed; retrying in 1s", event)
+                time.sleep(1.0)
+                self._events.put(event)
+
+    def _try_to_become_controller(self) -> None:
+        try:
+            self.client.create(zk.CONTROLLER, zk.encode({"broker_id": self.broker_id}),
+                               ephemeral=True)
+        except NodeExistsError:
+            return
+        self.client.ensure_path(zk.CONTROLLER_EPOCH)
+        stat = self.client.set(zk.CONTROLLER_EPOCH, b"")
+        self._epoch_version = stat.version
+        self._generation += 1
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, stat.version)
+        generation = self._generation
+        ChildrenWatch(self.client, zk.BROKER_IDS, self._watcher(_BROKERS, generation))
+        ChildrenWatch(self.client, zk.BROKER_TOPICS, self._watcher(_TOPICS, generation))
+        self.client.ensure_path("/admin")
+
+        def trigger(data: bytes | None, stat: object) -> bool:
+            if not self.active or generation != self._generation:
+                return False
+            if stat is not None:
+                self._events.put(_PREFERRED)
+            return True
+        DataWatch(self.client, zk.PREFERRED_ELECTION, trigger)
+
+    def _live_brokers(self) -> dict[int, int]:
+        live = {}
+        for child in self.client.get_children(zk.BROKER_IDS):
+            try:
+                _, stat = self.client.get(zk.broker_path(int(child)))
+            except NoNodeError:
+                continue
+            live[int(child)] = stat.czxid
+        return live
+
+    def _pass(self, preferred: bool) -> None:
+        """Look at every partition once and write what :func:`elect` decides."""
+        live = self._live_brokers()
+        offline = 0
+        for topic in sorted(self.client.get_children(zk.BROKER_TOPICS)):
+            try:
+                raw, _ = self.client.get(zk.topic_path(topic))
+            except NoNodeError:
+                continue
+            for partition, replicas in sorted(zk.read_assignment(raw).items()):
+                state = self._settle(topic, partition, replicas, live, preferred)
+                if state is not None and state.leader == -1:
+                    offline += 1
+        if offline and offline != self.offline_partitions:
+            log.warning("%d partitions have no leader: every in-sync replica is down",
+                        offline)
+        self.offline_partitions = offline
+
+    def _settle(self, topic: str, partition: int, replicas: list[int], live: dict[int, int],
+                preferred: bool) -> PartitionState | None:
+        path = zk.partition_state_path(topic, partition)
+        for _ in range(10):  # lost races with the leader's own ISR writes: read again
+            try:
+                raw, stat = self.client.get(path)
+                state = PartitionState.decode(raw, stat.version)
+            except NoNodeError:
+                state = None
+            if state is None:
+                self.client.ensure_path(path.rsplit("/", 1)[0])
+                new = initial_state(replicas, live)
+                if self._write(path, new, None):
+                    log.info("%s-%d: created missing state, leader %d", topic, partition,
+                             new.leader)
+                    return new
+                continue
+            new = elect(state, replicas, live, unclean=self.unclean_election,
+                        preferred=preferred)
+            if new is None:
+                return state
+            if self._write(path, new, stat.version):
+                if new.leader != state.leader or new.leader_epoch != state.leader_epoch:
+                    self.elections += 1
+                    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic, partition,
+                             state.leader, new.leader, new.leader_epoch, list(new.isr))
+                else:
+                    log.info("%s-%d: isr %s -> %s (dead replicas left)", topic, partition,
+                             list(state.isr), list(new.isr))
+                return new
+        return None
+
+    def _write(self, path: str, state: PartitionState, version: int | None) -> bool:
+        """Write ``state`` if we are still the controller and nobody wrote meanwhile."""
+        tx = self.client.transaction()
+        tx.check(zk.CONTROLLER_EPOCH, self._epoch_version)
+        if version is None:
+            tx.create(path, state.encode())
+        else:
+            tx.set_data(path, state.encode(), version=version)
+        results = tx.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise _NotController()
+        if isinstance(results[1], (BadVersionError, NodeExistsError, NoNodeError)):
+            return False
+        if isinstance(results[1], Exception):
+            raise results[1]
+        return True
+
+
+class _NotController(Exception):
+    """The controller epoch moved on: another broker is the controller now."""
+
+
+__all__ = ["Controller"]

@@ -1,0 +1,139 @@
+"""The follower's fetch loop: one connection and one task per leader broker.
+
+Followers use the ordinary fetch api, flagged with ``replica`` (their broker id) and
+each partition's leader epoch: the leader then reads up to its log end instead of
+the high watermark, records the fetch offset as the follower's log end, and refuses
+a fetch from another epoch. The bytes are appended as they are (after a CRC scan), so
+replicas are byte-identical and offsets agree everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+from broker import protocol
+from broker.errors import LogferryError, ProtocolError
+
+if TYPE_CHECKING:
+    from broker.replication.manager import Replica, ReplicaManager
+
+log = logging.getLogger("logferry.replication")
+
+RESPONSE_GRACE_S = 10.0
+
+
+class ReplicaFetcher:
+    """Copies every partition this broker follows from one leader."""
+
+    def __init__(self, manager: "ReplicaManager", leader: int):
+        self.manager = manager
+        self.leader = leader
+        self.partitions: dict[tuple[str, int], "Replica"] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._corr = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._task = loop.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._close()
+
+    def add(self, replica: "Replica") -> None:
+        self.partitions[replica.key] = replica
+        self._changed.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    async def _run(self) -> None:
+        config = self.manager.config
+        delay = 0.05
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            info = self.manager.broker.view.brokers.get(self.leader)
+            if info is None:
+                await asyncio.sleep(0.2)  # the leader is not registered (yet)
+                continue
+            try:
+                reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(info.host, info.port), 5.0)
+                await self._fetch_loop(reader, self._writer, config)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.TimeoutError, LogferryError, ConnectionError) as exc:
+                log.info("replica fetch from broker %d (%s:%d) failed: %s; retrying",
+                         self.leader, info.host, info.port, exc or type(exc).__name__)
+            finally:
+                self._close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _fetch_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          config) -> None:
+        decoder = protocol.FrameDecoder(max_frame_bytes=1 << 31)
+        loop = asyncio.get_running_loop()
+        manager = self.manager
+        while self.partitions:
+            now = loop.time()
+            asked = []
+            reconciling = False
+            for replica in list(self.partitions.values()):
+                if replica.retry_at > now:
+                    continue
+                reconciling |= replica.reconcile_at is not None
+                asked.append((replica, replica.epoch, manager.fetch_position(replica)))
+            if not asked:
+                await asyncio.sleep(0.05)
+                continue
+            wait_ms = 0 if reconciling else config.replica_fetch_wait_max_ms
+            corr = next(self._corr)
+            writer.write(protocol.encode_request(protocol.FETCH, corr, {
+                "replica": manager.me, "max_wait_ms": wait_ms, "min_bytes": 1,
+                "parts": [[r.key[0], r.key[1], offset, config.replica_fetch_max_bytes, epoch]
+                          for r, epoch, offset in asked]}))
+            await writer.drain()
+            frame = await asyncio.wait_for(self._read_frame(reader, decoder),
+                                           wait_ms / 1000 + RESPONSE_GRACE_S)
+            header = frame.header
+            if header.get("id") != corr:
+                raise ProtocolError(f"response id {header.get('id')} != request id {corr}")
+            if header.get("err"):
+                raise ProtocolError(f"leader answered error {header.get('err')}: "
+                                    f"{header.get('msg')}")
+            payload = frame.payload
+            pos = 0
+            for (replica, epoch, offset), result in zip(asked, header.get("parts", ())):
+                count = result[6]
+                manager.on_fetched(replica, epoch, offset, result, payload[pos:pos + count])
+                pos += count
+
+    @staticmethod
+    async def _read_frame(reader: asyncio.StreamReader,
+                          decoder: protocol.FrameDecoder) -> protocol.Frame:
+        while True:
+            frame = decoder.next_frame()
+            if frame is not None:
+                return frame
+            chunk = await reader.read(1 << 20)
+            if not chunk:
+                raise ConnectionError("the leader closed the connection")
+            decoder.feed(chunk)
+
+
+__all__ = ["ReplicaFetcher"]

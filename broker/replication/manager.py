@@ -1,0 +1,574 @@
+"""A broker's replicas: which partitions it leads or follows, on the event loop.
+
+The registry hands every new :class:`~broker.registry.ClusterView` to
+:meth:`ReplicaManager.apply`, which moves each hosted partition between three roles:
+
+* **leader**: the state names this broker *and its current session* as leader. It
+  takes produce requests, serves consumers up to the high watermark, records its
+  followers' fetches (:class:`.isr.LeaderTracker`), acknowledges acks=all batches
+  once every in-sync replica has them, and writes ISR changes to ZooKeeper
+  (conditionally, under its epoch).
+* **follower**: another broker leads; a :class:`.fetcher.ReplicaFetcher` per leader
+  copies the bytes, first comparing the tail past the last known high watermark
+  (:mod:`.reconcile`) and truncating what the leader does not have.
+* **offline**: no leader, or a state that names this broker in an older session
+  (before a restart or a session expiry): wait for the controller.
+
+While the ZooKeeper connection is suspended or lost the broker refuses every
+produce (*fenced*): its session may be expiring and a new leader being elected, and
+ZooKeeper expires a session only after the client has already seen its connection
+go, so the old leader stops accepting writes before a new one is chosen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from kazoo.client import KazooState
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from broker import records, zk
+from broker.errors import (
+    LeaderNotAvailableError,
+    LogferryError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    StaleEpochError,
+    StorageError,
+)
+from broker.replication.checkpoint import read_checkpoint, write_checkpoint
+from broker.replication.fetcher import ReplicaFetcher
+from broker.replication.isr import LeaderTracker
+from broker.replication.reconcile import matching_prefix
+from broker.replication.state import PartitionState
+from broker.storage.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from broker.registry import ClusterView
+    from broker.server import Broker
+
+log = logging.getLogger("logferry.replication")
+
+LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
+CHECKPOINT_INTERVAL_S = 5.0
+
+
+class Replica:
+    """This broker's replica of one partition and its current role."""
+
+    __slots__ = ("key", "plog", "replicas", "state", "role", "tracker", "pending_acks",
+                 "min_insync", "reconcile_at", "retry_at", "isr_write_pending")
+
+    def __init__(self, key: tuple[str, int], plog: PartitionLog):
+        self.key = key
+        self.plog = plog
+        self.replicas: list[int] = []
+        self.state: PartitionState | None = None
+        self.role = OFFLINE
+        self.tracker: LeaderTracker | None = None
+        self.pending_acks: list[tuple[int, Any, int, float]] = []
+        self.min_insync = 1
+        self.reconcile_at: int | None = None
+        self.retry_at = 0.0
+        self.isr_write_pending = False
+
+    @property
+    def epoch(self) -> int:
+        return self.state.leader_epoch if self.state is not None else -1
+
+    @property
+    def replicated(self) -> bool:
+        return len(self.replicas) > 1
+
+
+class ReplicaManager:
+    """Roles, high watermarks, acks=all and ISR upkeep for a broker's partitions."""
+
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+        self.config = broker.config
+        self.me = broker.config.broker_id
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.fenced = False
+        self.session = 0
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.truncated_bytes = 0
+        self._checkpoint: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def load_checkpoints(self) -> None:
+        """Read every log dir's high-watermark checkpoint (before the first view)."""
+        for log_dir in self.config.log_dirs:
+            self._checkpoint.update(read_checkpoint(log_dir))
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the ISR upkeep loop and watch the ZooKeeper connection."""
+        self._loop = loop
+        self._tasks.append(loop.create_task(self._upkeep_loop(), name="isr-upkeep"))
+        self.broker._zk.add_listener(self._connection_listener)
+
+    async def stop(self) -> None:
+        """Stop fetching, fail waiting acks, write the last checkpoint."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        for replica in self.replicas.values():
+            self._fail_acks(replica, NotLeaderError("the broker is shutting down"))
+        await self._write_checkpoints()
+
+    # -- roles ----------------------------------------------------------------------
+
+    def apply(self, view: "ClusterView") -> None:
+        """Bring every hosted partition's role in line with ``view`` (loop thread)."""
+        self.session = view.session
+        for topic, assignment in view.topics.items():
+            config = view.configs.get(topic, {})
+            for partition, replicas in assignment.items():
+                if self.me not in replicas:
+                    continue
+                key = (topic, partition)
+                replica = self.replicas.get(key)
+                if replica is None:
+                    plog = self.broker.logs.get(topic, partition)
+                    if plog is None:
+                        continue
+                    replica = self.replicas[key] = Replica(key, plog)
+                    checkpoint = self._checkpoint.get(plog.name)
+                    if len(replicas) > 1:
+                        hw = plog.start_offset if checkpoint is None else checkpoint
+                        plog.set_high_watermark(min(max(hw, plog.start_offset), plog.end_offset))
+                replica.replicas = list(replicas)
+                replica.min_insync = int(config.get("min_insync_replicas",
+                                                    self.config.min_insync_replicas))
+                self._transition(replica, view.states.get(key))
+        for key in [k for k in self.replicas if k[0] not in view.topics]:
+            replica = self.replicas.pop(key)
+            self._leave_role(replica, NotLeaderError(f"topic {key[0]!r} was deleted"))
+
+    def _transition(self, replica: Replica, state: PartitionState | None) -> None:
+        if state is None or state.leader < 0:
+            role, leader = OFFLINE, -1
+        elif state.leader == self.me:
+            # Lead only in the session we were elected in; an older session's state is
+            # stale (we restarted or our session expired) until the controller acts.
+            role = LEADER if self.session and state.leader_session == self.session else OFFLINE
+            leader = self.me
+        else:
+            role, leader = FOLLOWER, state.leader
+        old = replica.state
+        same_term = (old is not None and state is not None and role == replica.role
+                     and old.leader_epoch == state.leader_epoch and old.leader == state.leader)
+        if same_term:
+            replica.state = state
+            if role == LEADER and replica.tracker is not None \
+                    and set(state.isr) != set(replica.tracker.isr):
+                replica.tracker.isr = state.isr  # the controller dropped a dead follower
+                self._update_high_watermark(replica)
+            return
+        self._leave_role(replica, NotLeaderError(
+            f"partition {replica.key[0]}-{replica.key[1]} changed leader"))
+        replica.state = state
+        replica.role = role
+        name = f"{replica.key[0]}-{replica.key[1]}"
+        if role == LEADER:
+            plog = replica.plog
+            replica.tracker = LeaderTracker(self.me, replica.replicas, state.isr,
+                                            plog.visible_end, time.monotonic())
+            if replica.replicated:
+                plog.set_high_watermark(replica.tracker.high_watermark)
+            log.info("%s: leader in epoch %d, isr %s, log end %d", name, state.leader_epoch,
+                     list(state.isr), plog.end_offset)
+            self._update_high_watermark(replica)
+        elif role == FOLLOWER:
+            plog = replica.plog
+            mark = plog.visible_end
+            replica.reconcile_at = mark if mark < plog.end_offset else None
+            replica.retry_at = 0.0
+            fetcher = self.fetchers.get(leader)
+            if fetcher is None:
+                fetcher = self.fetchers[leader] = ReplicaFetcher(self, leader)
+                fetcher.start(self._loop or asyncio.get_running_loop())
+            fetcher.add(replica)
+            log.info("%s: following broker %d in epoch %d from offset %d%s", name, leader,
+                     state.leader_epoch, plog.end_offset,
+                     f" (comparing from {mark})" if replica.reconcile_at is not None else "")
+        elif state is not None and state.leader == self.me:
+            log.info("%s: ZooKeeper names this broker leader in an earlier session; waiting "
+                     "for the controller to elect again", name)
+
+    def _leave_role(self, replica: Replica, error: LogferryError) -> None:
+        if replica.role == LEADER:
+            self._fail_acks(replica, error)
+            replica.tracker = None
+            self.broker.wake_fetchers(replica.key)
+        elif replica.role == FOLLOWER and replica.state is not None:
+            fetcher = self.fetchers.get(replica.state.leader)
+            if fetcher is not None:
+                fetcher.remove(replica.key)
+        replica.role = OFFLINE
+
+    # -- the leader's side ----------------------------------------------------------
+
+    def leader_log(self, topic: str, partition: int, for_write: bool) -> PartitionLog | None:
+        """The log if this broker leads the partition; raises if another one does.
+
+        None when the partition is not replicated here at all (the caller reports
+        an unknown topic or partition).
+        """
+        replica = self.replicas.get((topic, partition))
+        if replica is None:
+            return None
+        if replica.role == LEADER and not (for_write and self.fenced):
+            return replica.plog
+        if for_write and self.fenced and replica.role == LEADER:
+            raise NotLeaderError(f"broker {self.me} lost its ZooKeeper connection and cannot "
+                                 f"confirm it still leads {topic}-{partition}; retry")
+        state = replica.state
+        if state is None or state.leader < 0 or replica.role == OFFLINE:
+            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right "
+                                          "now (election under way or every in-sync replica "
+                                          "is down)")
+        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {state.leader}, "
+                             f"not broker {self.me}")
+
+    def check_acks_all(self, topic: str, partition: int) -> None:
+        """Refuse an acks=all produce before appending when too few replicas are in sync."""
+        replica = self.replicas[(topic, partition)]
+        isr = replica.tracker.isr if replica.tracker is not None else ()
+        if len(isr) < replica.min_insync:
+            raise NotEnoughReplicasError(
+                f"partition {topic}-{partition} has {len(isr)} in-sync replicas {list(isr)}, "
+                f"fewer than min_insync_replicas={replica.min_insync}: acks=all is refused "
+                "(nothing was written)")
+
+    def wait_for_replicas(self, topic: str, partition: int, end: int, pending: Any,
+                          index: int) -> bool:
+        """Hold an acks=all answer until the ISR has ``end``; False if it already has."""
+        replica = self.replicas[(topic, partition)]
+        if self._acked(replica, end):
+            return False
+        deadline = time.monotonic() + self.config.acks_all_timeout_ms / 1000
+        replica.pending_acks.append((end, pending, index, deadline))
+        return True
+
+    def _acked(self, replica: Replica, end: int) -> bool:
+        tracker = replica.tracker
+        return (tracker is not None and len(tracker.isr) >= replica.min_insync
+                and tracker.replicated_end(replica.plog.end_offset) >= end)
+
+    def record_replica_fetch(self, replica: Replica, follower: int, offset: int) -> None:
+        """A follower fetched at ``offset``: it has everything below."""
+        tracker = replica.tracker
+        if tracker is not None and tracker.record_fetch(follower, offset,
+                                                        replica.plog.end_offset,
+                                                        time.monotonic()):
+            self._update_high_watermark(replica)
+
+    def on_flushed(self, key: tuple[str, int]) -> None:
+        """The leader's flushed end moved: the high watermark may follow."""
+        replica = self.replicas.get(key)
+        if replica is not None and replica.tracker is not None and replica.replicated:
+            self._update_high_watermark(replica)
+
+    def _update_high_watermark(self, replica: Replica) -> None:
+        tracker = replica.tracker
+        plog = replica.plog
+        if tracker is None:
+            return
+        if replica.replicated and tracker.advance_high_watermark(plog.end_offset,
+                                                                 plog.flushed_end):
+            plog.set_high_watermark(tracker.high_watermark)
+            self.broker.wake_consumers(replica.key)
+        if replica.pending_acks:
+            keep = []
+            for item in replica.pending_acks:
+                if self._acked(replica, item[0]):
+                    item[1].part_done(item[2])
+                else:
+                    keep.append(item)
+            replica.pending_acks = keep
+
+    def _fail_acks(self, replica: Replica, error: LogferryError) -> None:
+        pending, replica.pending_acks = replica.pending_acks, []
+        for _, waiting, index, _ in pending:
+            waiting.part_done(index, NotEnoughReplicasAfterAppendError(
+                f"{error}; the batch was appended by broker {self.me} but not confirmed by "
+                "every in-sync replica: it may or may not be kept"))
+
+    def check_replica_fetch(self, topic: str, partition: int, epoch: int) -> Replica:
+        """Validate a follower's fetch: we lead the partition in the epoch it names."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or replica.role != LEADER:
+            leader = replica.state.leader if replica is not None and replica.state else -1
+            raise NotLeaderError(f"broker {self.me} does not lead {topic}-{partition} "
+                                 f"(leader: {leader})")
+        if epoch != replica.epoch:
+            if epoch > replica.epoch:  # a newer leader exists: we are stale, find out now
+                self._refresh_state(replica)
+            raise StaleEpochError(f"{topic}-{partition}: follower names leader epoch {epoch}, "
+                                  f"this leader has epoch {replica.epoch}")
+        return replica
+
+    def _refresh_state(self, replica: Replica) -> None:
+        registry = self.broker.registry
+        loop = self._loop
+        if registry is None or loop is None:
+            return
+
+        def read() -> None:
+            state = registry.read_state(*replica.key)
+            loop.call_soon_threadsafe(self._apply_read_state, replica.key, state)
+        loop.run_in_executor(self.broker._admin_pool, read)
+
+    def _apply_read_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
+        replica = self.replicas.get(key)
+        if replica is not None and state is not None and (
+                replica.state is None or state.version >= replica.state.version):
+            self._transition(replica, state)
+
+    # -- ISR upkeep -----------------------------------------------------------------
+
+    async def _upkeep_loop(self) -> None:
+        lag = self.config.replica_lag_time_max_ms / 1000
+        tick = min(max(lag / 4, 0.05), 0.5)
+        next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for replica in list(self.replicas.values()):
+                if replica.role != LEADER or replica.tracker is None:
+                    continue
+                if replica.pending_acks:
+                    self._expire_acks(replica, now)
+                if not replica.isr_write_pending and not self.fenced:
+                    proposed = replica.tracker.proposed_isr(now, lag)
+                    if proposed is not None:
+                        self._write_isr(replica, proposed)
+            if now >= next_checkpoint:
+                next_checkpoint = now + CHECKPOINT_INTERVAL_S
+                await self._write_checkpoints()
+
+    def _expire_acks(self, replica: Replica, now: float) -> None:
+        keep = []
+        for item in replica.pending_acks:
+            if item[3] <= now:
+                isr = list(replica.tracker.isr) if replica.tracker else []
+                item[1].part_done(item[2], NotEnoughReplicasAfterAppendError(
+                    f"{replica.key[0]}-{replica.key[1]}: the in-sync replicas {isr} did not "
+                    f"all confirm the batch within {self.config.acks_all_timeout_ms} ms "
+                    f"(min_insync_replicas={replica.min_insync}); it was appended by the "
+                    "leader and may or may not be kept"))
+            else:
+                keep.append(item)
+        replica.pending_acks = keep
+
+    def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
+        state = replica.state
+        assert state is not None and self._loop is not None
+        new = PartitionState(self.me, state.leader_epoch, isr, state.leader_session)
+        path = zk.partition_state_path(*replica.key)
+        client = self.broker._zk
+        replica.isr_write_pending = True
+        old_isr = state.isr
+
+        def write() -> None:
+            try:
+                stat = client.set(path, new.encode(), version=state.version)
+                result: Any = replace(new, version=stat.version)
+            except (BadVersionError, NoNodeError) as exc:
+                result = exc
+            except Exception as exc:  # connection trouble: try again next tick
+                result = exc
+            self._loop.call_soon_threadsafe(self._isr_written, replica, old_isr, result)
+        self._loop.run_in_executor(self.broker._admin_pool, write)
+
+    def _isr_written(self, replica: Replica, old_isr: tuple[int, ...], result: Any) -> None:
+        replica.isr_write_pending = False
+        name = f"{replica.key[0]}-{replica.key[1]}"
+        if isinstance(result, PartitionState):
+            if replica.role != LEADER or replica.state is None \
+                    or replica.state.leader_epoch != result.leader_epoch:
+                return
+            replica.state = result
+            if replica.tracker is not None:
+                replica.tracker.isr = result.isr
+            if len(result.isr) < len(old_isr):
+                self.isr_shrinks += 1
+                log.warning("%s: isr shrank %s -> %s (followers behind for more than %d ms)",
+                            name, list(old_isr), list(result.isr),
+                            self.config.replica_lag_time_max_ms)
+            else:
+                self.isr_expands += 1
+                log.info("%s: isr grew %s -> %s (caught up)", name, list(old_isr),
+                         list(result.isr))
+            self._update_high_watermark(replica)
+        elif isinstance(result, (BadVersionError, NoNodeError)):
+            log.info("%s: isr write lost a race (state changed); reading the state again", name)
+            self._refresh_state(replica)
+        else:
+            log.warning("%s: could not write the isr to ZooKeeper: %s", name, result)
+
+    # -- ZooKeeper connection fencing -------------------------------------------------
+
+    def _connection_listener(self, state: str) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            loop.call_soon_threadsafe(self._fence, state)
+        elif state == KazooState.CONNECTED:
+            loop.call_soon_threadsafe(self._unfence_after_check)
+
+    def _fence(self, state: str) -> None:
+        if not self.fenced:
+            leading = sum(1 for r in self.replicas.values() if r.role == LEADER)
+            log.warning("ZooKeeper connection %s: refusing writes to the %d partitions this "
+                        "broker leads until it can confirm its leadership", state.lower(), leading)
+        self.fenced = True
+
+    def _unfence_after_check(self) -> None:
+        registry = self.broker.registry
+        loop = self._loop
+        if registry is None or loop is None:
+            return
+        keys = [k for k, r in self.replicas.items() if r.role == LEADER]
+
+        def read() -> None:
+            try:
+                states = {k: registry.read_state(*k) for k in keys}
+            except Exception as exc:
+                log.warning("could not read partition states after reconnecting: %s", exc)
+                return
+            loop.call_soon_threadsafe(self._unfence, states)
+        loop.run_in_executor(self.broker._admin_pool, read)
+
+    def _unfence(self, states: dict[tuple[str, int], PartitionState | None]) -> None:
+        self.session = self.broker.registry.session if self.broker.registry else 0
+        for key, state in states.items():
+            replica = self.replicas.get(key)
+            if replica is not None:
+                self._transition(replica, state)
+        if self.fenced:
+            log.info("ZooKeeper connection back: leadership confirmed, writes accepted again")
+        self.fenced = False
+
+    # -- the follower's side (called by the fetchers) -------------------------------
+
+    def fetch_position(self, replica: Replica) -> int:
+        """Where the next fetch for ``replica`` starts."""
+        return replica.reconcile_at if replica.reconcile_at is not None \
+            else replica.plog.end_offset
+
+    def on_fetched(self, replica: Replica, epoch: int, offset: int, result: list,
+                   data: memoryview) -> None:
+        """Apply one partition's part of a replica fetch response."""
+        if replica.role != FOLLOWER or replica.epoch != epoch \
+                or self.fetch_position(replica) != offset:
+            return  # the role or the log moved on while the fetch was out
+        plog = replica.plog
+        code, message, start, hw, _, leo = result[2:8]
+        now = time.monotonic()
+        if code:
+            self._fetch_error(replica, offset, code, message, start, leo, now)
+            return
+        if replica.reconcile_at is not None:
+            self._reconcile(replica, offset, data, leo)
+            return
+        scan = records.scan(data)
+        if scan.valid_bytes:
+            try:
+                plog.append(data[:scan.valid_bytes], scan.messages)
+            except StorageError as exc:
+                log.error("%s-%d: follower cannot append: %s", *replica.key, exc)
+                replica.retry_at = now + 1.0
+                return
+            self.broker.replicated_in(replica.key, scan.valid_bytes, scan.messages)
+        elif scan.error and not scan.error.startswith("torn"):
+            log.error("%s-%d: leader sent a bad batch at offset %d (%s); retrying in 1s",
+                      *replica.key, offset, scan.error)
+            replica.retry_at = now + 1.0
+        plog.set_high_watermark(min(hw, plog.end_offset))
+
+    def _fetch_error(self, replica: Replica, offset: int, code: int, message: str,
+                     start: int | None, leo: int | None, now: float) -> None:
+        from broker.errors import InvalidOffsetError, OffsetOutOfRangeError
+        plog = replica.plog
+        name = f"{replica.key[0]}-{replica.key[1]}"
+        if code == OffsetOutOfRangeError.code and start is not None and offset < start:
+            log.warning("%s: the leader's log starts at %d, past this follower's end %d "
+                        "(retention deleted it there): restarting the log empty", name,
+                        start, offset)
+            plog.restart_at(start)
+            replica.reconcile_at = None
+        elif code == OffsetOutOfRangeError.code and leo is not None and offset > leo:
+            replica.reconcile_at = plog.batch_start_at_or_before(leo)
+            log.warning("%s: this follower is ahead of its leader (%d > %d): comparing from "
+                        "%d", name, offset, leo, replica.reconcile_at)
+        elif code == InvalidOffsetError.code:
+            back = plog.batch_start_at_or_before(max(offset - 1, plog.start_offset))
+            log.warning("%s: offset %d is no batch boundary on the leader: the logs differ "
+                        "before it; comparing from %d", name, offset, back)
+            replica.reconcile_at = back if back < offset else None
+            if back >= offset:
+                plog.truncate_to(back)
+        else:
+            log.info("%s: fetch from leader failed: %s", name, message)
+            replica.retry_at = now + 0.2
+
+    def _reconcile(self, replica: Replica, offset: int, data: memoryview, leo: int) -> None:
+        plog = replica.plog
+        local = plog.read_bytes(offset, len(data)) if len(data) else b""
+        matched, diverged = matching_prefix(data, local)
+        at = offset + matched
+        if diverged or (not data and leo <= offset) or at >= plog.end_offset:
+            if at < plog.end_offset:
+                self.truncated_bytes += plog.truncate_to(at)
+            replica.reconcile_at = None
+            log.info("%s-%d: log agrees with the leader up to %d; fetching from there",
+                     *replica.key, at)
+        else:
+            replica.reconcile_at = at
+
+    # -- reporting --------------------------------------------------------------------
+
+    def under_replicated(self) -> list[tuple[str, int]]:
+        """Partitions this broker leads whose ISR is smaller than their replica list."""
+        return sorted(k for k, r in self.replicas.items()
+                      if r.role == LEADER and r.tracker is not None
+                      and len(r.tracker.isr) < len(r.replicas))
+
+    def role_counts(self) -> Counter:
+        """Number of hosted partitions per role."""
+        return Counter(r.role for r in self.replicas.values())
+
+    async def _write_checkpoints(self) -> None:
+        by_dir: dict[Any, dict[str, int]] = {}
+        for replica in self.replicas.values():
+            if replica.replicated:
+                plog = replica.plog
+                by_dir.setdefault(plog.directory.parent, {})[plog.name] = plog.visible_end
+        loop = asyncio.get_running_loop()
+        for log_dir, marks in by_dir.items():
+            try:
+                await loop.run_in_executor(self.broker._admin_pool, write_checkpoint,
+                                           log_dir, marks)
+            except OSError as exc:
+                log.warning("cannot write the high-watermark checkpoint in %s: %s",
+                            log_dir, exc)
+
+
+__all__ = ["FOLLOWER", "LEADER", "OFFLINE", "Replica", "ReplicaManager"]
