@@ -57,7 +57,8 @@ class SourceConfig:
 class ProducerConfig:
     """Options passed to ``broker.client.Producer`` (see docs/client.md)."""
 
-    acks: int = 1
+    acks: int | str = 1
+    """1: the leader appended; "all": every in-sync replica has it (replicated topics)."""
     linger_ms: float = 20
     batch_bytes: int = MiB
     batch_messages: int = 10_000
@@ -138,6 +139,7 @@ _KINDS: dict[str, tuple[Check, str]] = {
         isinstance(v, list) and v and all(isinstance(s, str) and s for s in v)),
         "a non-empty string or list of strings"),
     "table": (lambda v: isinstance(v, dict), "a table"),
+    "acks": (lambda v: (_is_int(v) and v in (0, 1)) or v == "all", '1 or "all"'),
     "table_list": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v),
                    "an array of tables ([[sources]])"),
 }
@@ -153,7 +155,7 @@ _TOP: dict[str, str] = {
 }
 _CLUSTER: dict[str, str] = {"zk": "str", "brokers": "str_list"}
 _PRODUCER: dict[str, str] = {
-    "acks": "pos_int", "linger_ms": "nonneg_num", "batch_bytes": "pos_int",
+    "acks": "acks", "linger_ms": "nonneg_num", "batch_bytes": "pos_int",
     "batch_messages": "pos_int", "compression": "str", "delivery_timeout_s": "pos_num",
     "request_timeout_s": "pos_num", "retry_backoff_ms": "nonneg_num",
 }
@@ -291,10 +293,9 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> AgentCon
         if names.index(name) != i:
             raise ConfigError(f"sources[{i}].name", f"{name!r} is used by another source")
     producer = _checked(data.get("producer", {}), _PRODUCER, "producer")
-    if producer.get("acks", 1) not in (0, 1):
-        raise ConfigError("producer.acks", "must be 1 (0 cannot acknowledge; the agent needs acks)")
     if producer.get("acks", 1) == 0:
-        raise ConfigError("producer.acks", "must be 1: the checkpoint advances on acks only")
+        raise ConfigError("producer.acks", 'must be 1 or "all": the checkpoint advances on '
+                          "acks only")
     if producer.get("compression", "none") not in ("none", "gzip"):
         raise ConfigError("producer.compression", "must be 'none' or 'gzip'")
     audit = _checked(data.get("audit", {}), _AUDIT, "audit")
@@ -322,7 +323,7 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> AgentCon
         metrics_bind=metrics.get("bind", "127.0.0.1"),
         log_level=level,
         producer=ProducerConfig(
-            acks=1,
+            acks=producer.get("acks", 1),
             linger_ms=float(producer.get("linger_ms", 20)),
             batch_bytes=producer.get("batch_bytes", MiB),
             batch_messages=producer.get("batch_messages", 10_000),

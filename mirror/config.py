@@ -29,6 +29,8 @@ class MirrorConfig:
     """Source cluster's ZooKeeper connect string, chroot included."""
     target_zk: str
     """Target cluster's ZooKeeper connect string, chroot included."""
+    target_acks: int | str = 1
+    """1: the target's leader appended; "all": every in-sync replica of it has the batch."""
     group: str = "logferry-mirror"
     """Consumer group on the source; mirror processes sharing it share the partitions."""
     topics: tuple[str, ...] = ()
@@ -152,7 +154,7 @@ def _zk(section: str, table: dict) -> str:
 
 KNOWN = {
     "source": {"zk_connect"},
-    "target": {"zk_connect"},
+    "target": {"zk_connect", "acks"},
     "mirror": {"group", "topics", "pattern", "exclude", "on_gap", "start", "consumer_id",
                "fetch_max_bytes", "poll_max_bytes", "queue_bytes", "commit_interval_ms",
                "session_timeout_s", "delivery_timeout_s", "shutdown_timeout_s"},
@@ -171,6 +173,10 @@ def parse_config(data: dict, path: Path | None = None) -> MirrorConfig:
             if key not in KNOWN[name]:
                 raise MirrorConfigError(f"{name}.{key}", f"unknown key (known: {', '.join(sorted(KNOWN[name]))})")
     source, target = _zk("source", tables["source"]), _zk("target", tables["target"])
+    acks = tables["target"].get("acks", 1)
+    if acks not in (1, "all") or isinstance(acks, bool):
+        raise MirrorConfigError("target.acks", f'must be 1 or "all", not {acks!r}: the mirror '
+                                "commits source offsets only after the target acknowledged")
     if source == target:
         raise MirrorConfigError("target.zk_connect", "is the source cluster: a mirror needs two")
     m, s = tables["mirror"], "mirror"
@@ -204,7 +210,7 @@ def parse_config(data: dict, path: Path | None = None) -> MirrorConfig:
     if status_file is not None and path is not None and not Path(status_file).is_absolute():
         status_file = str(path.parent / status_file)
     return MirrorConfig(
-        source_zk=source, target_zk=target, group=group, topics=topics, pattern=pattern,
+        source_zk=source, target_zk=target, target_acks=acks, group=group, topics=topics, pattern=pattern,
         exclude=exclude, on_gap=on_gap, start=start,
         consumer_id=_get(m, s, "consumer_id", str, None) or None,
         metrics_port=port, metrics_host=_get(mt, "metrics", "host", str, "127.0.0.1"),

@@ -60,7 +60,7 @@ class Mirror:
         try:
             self._source = SimpleConsumer(zk=cfg.source_zk)
             self._admin = Admin(zk=cfg.target_zk)
-            self._producer = Producer(zk=cfg.target_zk, linger_ms=0,
+            self._producer = Producer(zk=cfg.target_zk, linger_ms=0, acks=cfg.target_acks,
                                       buffer_bytes=max(4 * cfg.poll_max_bytes, 64 * 1024 * 1024),
                                       delivery_timeout=cfg.delivery_timeout_s,
                                       client_id=f"mirror-{cfg.group}")

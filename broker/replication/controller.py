@@ -40,6 +40,7 @@ class Controller:
         self.unclean_election = unclean_election
         self.auto_rebalance_interval_s = auto_rebalance_interval_s
         self.active = False
+        self._stopping = False
         self.elections = 0
         """Leader changes this broker made as controller (a metric)."""
         self.offline_partitions = 0
@@ -51,12 +52,13 @@ class Controller:
 
     def start(self) -> None:
         """Start competing (call once the broker is registered)."""
+        self._thread.start()
         self.client.add_listener(self._session_listener)
         DataWatch(self.client, zk.CONTROLLER, self._controller_node_changed)
-        self._thread.start()
 
     def stop(self) -> None:
         """Give up the role (deleting ``/controller`` if ours) and end the thread."""
+        self._stopping = True
         self._events.put(_STOP)
         self._thread.join(timeout=10)
         if self.active:
@@ -70,17 +72,22 @@ class Controller:
 
     # -- callbacks from kazoo threads: they only queue events --------------------------
 
-    def _session_listener(self, state: str) -> None:
+    def _session_listener(self, state: str) -> bool:
+        if self._stopping:
+            return True  # kazoo removes a listener that returns True
         if state == KazooState.LOST and self.active:
             log.warning("controller %d lost its ZooKeeper session: resigning", self.broker_id)
             self.active = False
         elif state == KazooState.CONNECTED:
             self._events.put(_ELECT)
+        return False
 
     def _controller_node_changed(self, data: bytes | None, stat: object) -> bool:
+        if self._stopping:
+            return False
         if data is None:
             self._events.put(_ELECT)
-        return self._thread.is_alive() or not self._events.empty()
+        return True
 
     def _watcher(self, event: str, generation: int):
         def changed(*_args: object) -> bool:

@@ -14,16 +14,25 @@ The registry hands every new :class:`~broker.registry.ClusterView` to
 * **offline**: no leader, or a state that names this broker in an older session
   (before a restart or a session expiry): wait for the controller.
 
-While the ZooKeeper connection is suspended or lost the broker refuses every
-produce (*fenced*): its session may be expiring and a new leader being elected, and
-ZooKeeper expires a session only after the client has already seen its connection
-go, so the old leader stops accepting writes before a new one is chosen.
+A leader accepts writes only while it can be sure its ZooKeeper session is alive,
+because a new leader is elected only after that session expires:
+
+* while the connection is suspended or lost it refuses every produce (*fenced*);
+  kazoo declares a connection gone after two thirds of the session timeout without
+  an answer, and ZooKeeper expires the session only after the whole timeout, so the
+  old leader stops before a new one is chosen;
+* a *lease* covers a paused process (SIGSTOP, a VM freeze), which sees nothing until
+  it runs again: a heartbeat thread reads from ZooKeeper every quarter of the
+  session timeout, and writes are accepted only until three quarters of the timeout
+  after the last heartbeat that was answered was sent. A leader resumed after its
+  session expired finds its lease run out before it can take a single write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -104,6 +113,9 @@ class ReplicaManager:
         self._checkpoint: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self.lease_until = 0.0
+        self._lease_s = self.config.zk_session_timeout_s * 0.75
+        self._stopped = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -117,9 +129,25 @@ class ReplicaManager:
         self._loop = loop
         self._tasks.append(loop.create_task(self._upkeep_loop(), name="isr-upkeep"))
         self.broker._zk.add_listener(self._connection_listener)
+        threading.Thread(target=self._heartbeat, name="zk-lease", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        """Renew the write lease: each answered read proves the session was alive when
+        it was sent (see the module docstring)."""
+        client = self.broker._zk
+        interval = self.config.zk_session_timeout_s / 4
+        while not self._stopped.is_set():
+            sent = time.monotonic()
+            try:
+                client.exists("/")
+                self.lease_until = sent + self._lease_s
+            except Exception:
+                pass  # no answer, no renewal
+            self._stopped.wait(max(interval - (time.monotonic() - sent), 0.01))
 
     async def stop(self) -> None:
         """Stop fetching, fail waiting acks, write the last checkpoint."""
+        self._stopped.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -232,11 +260,14 @@ class ReplicaManager:
         replica = self.replicas.get((topic, partition))
         if replica is None:
             return None
-        if replica.role == LEADER and not (for_write and self.fenced):
-            return replica.plog
-        if for_write and self.fenced and replica.role == LEADER:
-            raise NotLeaderError(f"broker {self.me} lost its ZooKeeper connection and cannot "
-                                 f"confirm it still leads {topic}-{partition}; retry")
+        if replica.role == LEADER:
+            if not for_write:
+                return replica.plog
+            if not self.fenced and time.monotonic() < self.lease_until:
+                return replica.plog
+            raise NotLeaderError(f"broker {self.me} cannot confirm with ZooKeeper that it "
+                                 f"still leads {topic}-{partition} (connection lost or "
+                                 "lease expired); retry")
         state = replica.state
         if state is None or state.leader < 0 or replica.role == OFFLINE:
             raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right "
@@ -420,18 +451,20 @@ class ReplicaManager:
             log.info("%s: isr write lost a race (state changed); reading the state again", name)
             self._refresh_state(replica)
         else:
-            log.warning("%s: could not write the isr to ZooKeeper: %s", name, result)
+            log.warning("%s: could not write the isr to ZooKeeper (%s%s); trying again",
+                        name, type(result).__name__, f": {result}" if str(result) else "")
 
     # -- ZooKeeper connection fencing -------------------------------------------------
 
-    def _connection_listener(self, state: str) -> None:
+    def _connection_listener(self, state: str) -> bool:
         loop = self._loop
-        if loop is None:
-            return
+        if loop is None or self._stopped.is_set() or loop.is_closed():
+            return True  # kazoo drops a listener that returns True
         if state in (KazooState.SUSPENDED, KazooState.LOST):
             loop.call_soon_threadsafe(self._fence, state)
         elif state == KazooState.CONNECTED:
             loop.call_soon_threadsafe(self._unfence_after_check)
+        return False
 
     def _fence(self, state: str) -> None:
         if not self.fenced:

@@ -268,3 +268,73 @@ def test_delete_removes_the_directory_but_open_slices_still_read(tmp_path: Path)
     plog.delete()
     assert not (tmp_path / "t-0").exists() and list(tmp_path.iterdir()) == []
     assert os.pread(piece.file.fileno(), piece.count, piece.position) == batch(0)
+
+
+# -- what replication needs: a capped visible end, truncation, byte comparison ---------
+
+def test_high_watermark_caps_the_visible_end(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    first = len(batch(0))
+    plog.append(batch(0), 3)
+    plog.append(batch(1), 3)
+    plog.flush()
+    plog.set_high_watermark(first)
+    assert plog.visible_end == first and plog.flushed_end == plog.end_offset
+    assert plog.read_slice(first, 1 << 20).count == 0  # past the watermark: nothing yet
+    assert read_all(plog, 0) == batch(0)
+    plog.set_high_watermark(None)
+    assert plog.visible_end == plog.end_offset
+    plog.close()
+
+
+def test_truncate_to_cuts_inside_and_across_segments(tmp_path: Path) -> None:
+    one = len(batch(0))
+    plog = open_log(tmp_path, segment_bytes=2 * one)
+    for i in range(5):  # segments of two batches: [0,1] [2,3] [4]
+        plog.append(batch(i), 3)
+    plog.flush()
+    assert len(plog.segments) == 3
+    assert plog.truncate_to(3 * one) == 2 * one
+    assert plog.end_offset == 3 * one and len(plog.segments) == 2
+    assert read_all(plog, 0) == b"".join(batch(i) for i in range(3))
+    assert plog.append(batch(9), 3) == 3 * one  # appends go on from the cut
+    plog.close()
+    reopened = open_log(tmp_path, recover=True, segment_bytes=2 * one)
+    assert read_all(reopened, 0) == b"".join(batch(i) for i in (0, 1, 2, 9))
+    assert reopened.truncate_to(10 * one) == 0  # past the end: nothing to cut
+    reopened.close()
+
+
+def test_truncate_to_the_start_leaves_an_empty_log_there(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    plog.append(batch(0), 3)
+    plog.set_high_watermark(len(batch(0)))
+    plog.truncate_to(0)
+    assert (plog.start_offset, plog.visible_end, plog.end_offset) == (0, 0, 0)
+    assert plog.append(batch(1), 3) == 0
+    plog.close()
+
+
+def test_restart_at_drops_everything_and_continues_at_the_offset(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    plog.append(batch(0), 3)
+    plog.restart_at(5000)
+    assert (plog.start_offset, plog.end_offset) == (5000, 5000)
+    assert plog.append(batch(1), 3) == 5000
+    assert [parse_segment_file_name(p.name) for p in sorted(plog.directory.glob("*.log"))] == [5000]
+    plog.close()
+
+
+def test_batch_boundaries_and_raw_reads(tmp_path: Path) -> None:
+    one, two = len(batch(0)), len(batch(1, n=7))
+    plog = open_log(tmp_path)
+    plog.append(batch(0), 3)
+    plog.append(batch(1, n=7), 7)
+    assert plog.batch_start_at_or_before(0) == 0
+    assert plog.batch_start_at_or_before(one - 1) == 0
+    assert plog.batch_start_at_or_before(one) == one
+    assert plog.batch_start_at_or_before(one + 5) == one
+    assert plog.batch_start_at_or_before(10**9) == one + two
+    assert plog.read_bytes(one, 10**6) == batch(1, n=7)
+    assert plog.read_bytes(one + two, 10) == b""
+    plog.close()

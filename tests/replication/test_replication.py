@@ -1,0 +1,349 @@
+"""Replication with three real brokers: failover loses no acknowledged message.
+
+Every test produces with acks=all into topics with replication factor 3 and
+min_insync_replicas 2, causes a failure (kill -9, SIGSTOP, an expired ZooKeeper
+session), and then counts: every acknowledged message is readable, in order per
+partition, and replicas that are back in sync hold byte-identical logs.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from broker import protocol, records
+from broker.client import Admin, NotEnoughReplicasError, PartitionInfo, Producer, SimpleConsumer
+from broker.client.connection import Connection
+from broker.errors import LeaderNotAvailableError, NotLeaderError
+
+# Short session and lag so failures are noticed in seconds.
+REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
+              "leader_rebalance_interval_s": 0, "acks_all_timeout_ms": 5000,
+              "default_replication_factor": 3, "min_insync_replicas": 2}
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:  # a broker may be down while we ask
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def describe(cluster, topic: str, avoid=None) -> dict[int, PartitionInfo]:
+    """Partition states as the brokers report them (not asking ``avoid``: a paused
+    broker would not answer)."""
+    addresses = [b.address for b in cluster.brokers if b is not avoid and b.is_running()]
+    with Admin(brokers=addresses, request_timeout=5) as admin:
+        return admin.describe_partitions(topic)
+
+
+def broker_by_id(cluster, broker_id: int):
+    return next(b for b in cluster.brokers if b.id == broker_id)
+
+
+class Load:
+    """A producer thread sending numbered messages with acks=all, round-robin over
+    partitions, recording which messages were acknowledged."""
+
+    def __init__(self, cluster, topic: str, partitions: int, chunk: int = 10):
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = partitions
+        self.chunk = chunk
+        self.sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        self.acked: dict[int, set[bytes]] = {p: set() for p in range(partitions)}
+        self.failed: list[Exception] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.producer = Producer(zk=cluster.zk_connect, acks="all", linger_ms=2,
+                                 delivery_timeout=120, retry_backoff_ms=50)
+
+    @property
+    def acked_count(self) -> int:
+        with self._lock:
+            return sum(len(a) for a in self.acked.values())
+
+    def start(self) -> "Load":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        futures = []
+        i = 0
+        while not self._stop.is_set() and i < 2_000_000:
+            p = (i // self.chunk) % self.partitions
+            values = [b"%d:%09d" % (p, i + j) for j in range(self.chunk)]
+            i += self.chunk
+            self.sent[p].extend(values)
+            future = self.producer.send(self.topic, values, partition=p)
+            future.add_callback(self._done_callback(p, values))
+            futures.append(future)
+            if len(futures) >= 100:  # bound the backlog: wait for the oldest
+                try:
+                    futures.pop(0).wait(150)
+                except Exception:
+                    pass
+            time.sleep(0.001)
+
+    def _done_callback(self, partition: int, values: list[bytes]):
+        def done(future) -> None:
+            error = future.exception()
+            with self._lock:
+                if error is None:
+                    self.acked[partition].update(values)
+                else:
+                    self.failed.append(error)
+        return done
+
+    def wait_for_acks(self, more: int, timeout: float, what: str) -> None:
+        target = self.acked_count + more
+        wait_until(lambda: self.acked_count >= target, timeout, what)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.producer.flush(150)
+        self.producer.close()
+
+
+def read_partitions(cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        return {p: [m.value for m in consumer.messages(topic, p, follow=True, timeout=2.0)]
+                for p in range(partitions)}
+
+
+def assert_every_ack_readable_in_order(load: Load, consumed: dict[int, list[bytes]]) -> None:
+    for p, values in consumed.items():
+        acked = load.acked[p]
+        missing = acked - set(values)
+        assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost, " \
+                            f"e.g. {sorted(missing)[:3]}"
+        first_seen: dict[bytes, int] = {}
+        for i, v in enumerate(values):
+            first_seen.setdefault(v, i)
+        order = [first_seen[v] for v in load.sent[p] if v in acked]
+        assert order == sorted(order), f"partition {p}: acknowledged messages out of order"
+
+
+def replica_bytes(broker, topic: str, partition: int) -> bytes:
+    directory = broker.log_dir / f"{topic}-{partition}"
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def assert_replicas_identical(cluster, topic: str, partitions: int) -> None:
+    """Wait until every replica of every partition holds the same bytes."""
+    for p in range(partitions):
+        def same() -> bool:
+            logs = [replica_bytes(b, topic, p) for b in cluster.brokers]
+            return len(set(logs)) == 1 and len(logs[0]) > 0
+        wait_until(same, 30, f"byte-identical replicas of {topic}-{p}")
+
+
+def full_isr(cluster, topic: str):
+    """A predicate: every running broker reports every replica in sync (each broker is
+    asked: one just resumed from SIGSTOP still holds its old view for a moment)."""
+    def check() -> bool:
+        for broker in cluster.brokers:
+            if not broker.is_running():
+                return False
+            with Admin(brokers=[broker.address], request_timeout=5) as admin:
+                parts = admin.describe_partitions(topic)
+            if not all(len(i.isr) == len(i.replicas) and i.leader >= 0 for i in parts.values()):
+                return False
+        return True
+    return check
+
+
+def test_kill_9_of_the_leader_keeps_every_acknowledged_message(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "failover"
+    with Admin(zk=cluster.zk_connect) as admin:
+        assignment = admin.create_topic(topic, 2, replication_factor=3, min_insync_replicas=2)
+    assert all(len(set(r)) == 3 for r in assignment.values())
+    load = Load(cluster, topic, 2).start()
+    try:
+        load.wait_for_acks(3000, 60, "acks before the kill")
+        old_leader = describe(cluster, topic)[0].leader
+        broker_by_id(cluster, old_leader).kill()
+        # Production goes on through the new leader.
+        load.wait_for_acks(3000, 60, "acks after the kill")
+    finally:
+        load.stop()
+    assert not load.failed, f"deliveries failed: {load.failed[:3]}"
+    state = describe(cluster, topic)
+    assert state[0].leader not in (old_leader, -1)
+    assert old_leader not in state[0].isr
+    consumed = read_partitions(cluster, topic, 2)
+    assert_every_ack_readable_in_order(load, consumed)
+    # The old leader comes back, compares its tail with the new leader's, and rejoins.
+    broker_by_id(cluster, old_leader).start()
+    wait_until(full_isr(cluster, topic), 40, "the old leader back in every ISR")
+    assert_replicas_identical(cluster, topic, 2)
+    text = broker_by_id(cluster, old_leader).log_text()
+    assert "following broker" in text and "log agrees with the leader" in text
+
+
+def test_two_of_three_down_refuses_acks_all_and_keeps_committed_data(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "quorum"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+    committed = [b"committed-%05d" % i for i in range(2000)]
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        for i in range(0, len(committed), 100):
+            producer.send(topic, committed[i:i + 100], partition=0).wait(30)
+    leader = describe(cluster, topic)[0].leader
+    survivor = next(b for b in cluster.brokers if b.id != leader)
+    for broker in cluster.brokers:
+        if broker is not survivor:
+            broker.kill()
+    wait_until(lambda: describe(cluster, topic)[0].isr == [survivor.id]
+               and describe(cluster, topic)[0].leader == survivor.id, 30,
+               "the survivor alone in the ISR, leading")
+    with Producer(zk=cluster.zk_connect, acks="all", delivery_timeout=4) as producer:
+        future = producer.send(topic, [b"refused"], partition=0)
+        with pytest.raises(NotEnoughReplicasError, match="min_insync_replicas=2"):
+            future.wait(30)
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        values = [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)]
+    assert values == committed  # all of it, in order, and nothing refused slipped in
+    # One broker back: two in sync again, acks=all accepted again.
+    back = next(b for b in cluster.brokers if b is not survivor)
+    back.start()
+    wait_until(lambda: len(describe(cluster, topic)[0].isr) == 2, 40, "a second ISR member")
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        producer.send(topic, [b"accepted"], partition=0).wait(30)
+
+
+def test_paused_follower_leaves_the_isr_and_rejoins(broker_cluster):
+    # A session long enough that ZooKeeper does not expire the paused broker: the ISR
+    # shrinks because the leader sees the follower fall behind.
+    settings = {**REPLICATED, "zk_session_timeout_s": 10.0, "replica_lag_time_max_ms": 1000}
+    cluster = broker_cluster(3, broker=settings)
+    topic = "paused"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+    load = Load(cluster, topic, 1).start()
+    try:
+        load.wait_for_acks(1000, 60, "acks before the pause")
+        info = describe(cluster, topic)[0]
+        follower = broker_by_id(cluster, next(r for r in info.replicas if r != info.leader))
+        leader = broker_by_id(cluster, info.leader)
+        follower.pause()
+        try:
+            wait_until(lambda: follower.id not in describe(cluster, topic, follower)[0].isr, 8,
+                       "the paused follower out of the ISR")
+            load.wait_for_acks(1000, 30, "acks=all with two in sync while paused")
+        finally:
+            follower.resume()
+        wait_until(full_isr(cluster, topic), 30, "the follower back in the ISR")
+        load.wait_for_acks(500, 30, "acks after the follower returned")
+    finally:
+        load.stop()
+    assert not load.failed
+    log = leader.log_text()
+    assert "isr shrank" in log and "isr grew" in log
+    assert_every_ack_readable_in_order(load, read_partitions(cluster, topic, 1))
+    assert_replicas_identical(cluster, topic, 1)
+
+
+def test_random_broker_kills_lose_nothing(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "chaos"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 3, replication_factor=3, min_insync_replicas=2)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    print(f"random kill seed {seed}")
+    load = Load(cluster, topic, 3).start()
+    try:
+        load.wait_for_acks(1000, 60, "acks before the first kill")
+        for _ in range(4):  # bounded: four kill-and-restart rounds
+            victim = rng.choice(cluster.brokers)
+            victim.kill()
+            time.sleep(rng.uniform(0.5, 2.0))
+            victim.start()
+            wait_until(full_isr(cluster, topic), 60, f"broker {victim.id} back in sync")
+            load.wait_for_acks(500, 60, "acks after a restart")
+    finally:
+        load.stop()
+    assert not load.failed, f"deliveries failed (seed {seed}): {load.failed[:3]}"
+    consumed = read_partitions(cluster, topic, 3)
+    assert_every_ack_readable_in_order(load, consumed)
+    distinct = sum(len(set(v)) for v in consumed.values())
+    assert distinct == load.acked_count == sum(len(s) for s in load.sent.values())
+    assert_replicas_identical(cluster, topic, 3)
+
+
+def _produce_one(address: str, topic: str, value: bytes) -> int:
+    """Send one acks=1 produce straight to one broker; returns the part's error code."""
+    host, port = address.split(":")
+    batch = records.encode_batch([value], None, int(time.time() * 1000))
+    conn = Connection(host, int(port), connect_timeout=2)
+    try:
+        frame = conn.call(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]},
+                          timeout=5) if False else conn.request(
+            protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]}, [batch]
+        ).result(5)
+        return frame.header["parts"][0][2]
+    finally:
+        conn.close()
+
+
+def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "zombie"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        producer.send(topic, [b"before-%d" % i for i in range(500)], partition=0).wait(30)
+    old = broker_by_id(cluster, describe(cluster, topic)[0].leader)
+    # Freeze the leader past its session timeout: ZooKeeper expires the session and
+    # the controller elects another leader while the old one still believes it leads.
+    old.pause()
+    try:
+        new_id = wait_until(lambda: (lambda i: i.leader if i.leader not in (old.id, -1)
+                                     else None)(describe(cluster, topic, old)[0]), 30,
+                            "a new leader")
+    finally:
+        old.resume()
+    new = broker_by_id(cluster, new_id)
+    accepted_by_old = []
+    accepted = []
+    deadline = time.monotonic() + 5
+    i = 0
+    while time.monotonic() < deadline:  # bounded: 5 s of writes to both
+        for broker in (old, new):
+            value = b"after-%d-%d" % (broker.id, i)
+            try:
+                code = _produce_one(broker.address, topic, value)
+            except Exception:
+                continue  # e.g. the old leader still busy reconnecting
+            if code == 0:
+                (accepted_by_old if broker is old else accepted).append(value)
+            else:
+                assert code in (NotLeaderError.code, LeaderNotAvailableError.code), code
+        i += 1
+        time.sleep(0.05)
+    assert not accepted_by_old, f"the old leader accepted {len(accepted_by_old)} writes"
+    assert accepted, "the new leader accepted no write"
+    wait_until(full_isr(cluster, topic), 40, "the old leader back in the ISR")
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        values = [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)]
+    assert values[:500] == [b"before-%d" % i for i in range(500)]
+    assert set(accepted) <= set(values)
+    assert_replicas_identical(cluster, topic, 1)

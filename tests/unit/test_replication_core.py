@@ -1,0 +1,170 @@
+"""The sans-IO cores of replication: election, placement, ISR bookkeeping, reconcile."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker import records
+from broker.replication.isr import LeaderTracker
+from broker.replication.reconcile import matching_prefix
+from broker.replication.state import (
+    NO_LEADER,
+    PartitionState,
+    assign_replicas,
+    elect,
+    initial_state,
+)
+
+LIVE = {1: 101, 2: 102, 3: 103}  # broker id -> session
+
+
+# -- state and election -----------------------------------------------------------------
+
+def test_state_round_trips_through_its_znode_payload() -> None:
+    state = PartitionState(2, 7, (2, 3), 102)
+    assert PartitionState.decode(state.encode(), version=4) == PartitionState(2, 7, (2, 3), 102, 4)
+    assert PartitionState.decode(b"") is None
+    assert PartitionState.decode(b"{not json") is None
+    assert PartitionState.decode(b'{"leader": 1}') is None
+
+
+def test_initial_state_leads_with_the_first_live_replica() -> None:
+    assert initial_state([3, 1, 2], LIVE) == PartitionState(3, 0, (3, 1, 2), 103)
+    assert initial_state([4, 2], LIVE) == PartitionState(2, 0, (2,), 102)
+    assert initial_state([4, 5], LIVE).leader == NO_LEADER
+
+
+def test_a_live_leader_in_its_session_is_left_alone() -> None:
+    assert elect(PartitionState(1, 3, (1, 2, 3), 101), [1, 2, 3], LIVE) is None
+
+
+def test_a_dead_leader_is_replaced_by_the_first_live_isr_member() -> None:
+    live = {2: 102, 3: 103}
+    new = elect(PartitionState(1, 3, (1, 3), 101), [1, 2, 3], live)
+    # 2 is alive but was not in sync: it may not lead (it could lack acked messages).
+    assert new == PartitionState(3, 4, (3,), 103)
+
+
+def test_a_restarted_leader_counts_as_gone_and_may_be_elected_again() -> None:
+    restarted = {1: 999, 2: 102, 3: 103}
+    new = elect(PartitionState(1, 3, (1,), 101), [1, 2, 3], restarted)
+    assert new == PartitionState(1, 4, (1,), 999)  # same broker, new epoch and session
+
+
+def test_no_live_isr_member_takes_the_partition_offline_unless_unclean() -> None:
+    state = PartitionState(1, 3, (1,), 101)
+    offline = elect(state, [1, 2, 3], {2: 102})
+    assert offline == PartitionState(NO_LEADER, 4, (1,))  # the last ISR is kept
+    assert elect(offline, [1, 2, 3], {2: 102}) is None  # stays offline, no epoch churn
+    assert elect(offline, [1, 2, 3], {1: 201, 2: 102}) == PartitionState(1, 5, (1,), 201)
+    assert elect(state, [1, 2, 3], {2: 102}, unclean=True) == PartitionState(2, 4, (2,), 102)
+
+
+def test_dead_followers_leave_the_isr_without_a_new_epoch() -> None:
+    new = elect(PartitionState(1, 3, (1, 2, 3), 101, version=9), [1, 2, 3], {1: 101, 3: 103})
+    assert new == PartitionState(1, 3, (1, 3), 101)
+
+
+def test_preferred_election_moves_leadership_back_only_to_an_in_sync_first_replica() -> None:
+    state = PartitionState(2, 5, (2, 3, 1), 102)
+    assert elect(state, [1, 2, 3], LIVE, preferred=True) == PartitionState(1, 6, (2, 3, 1), 101)
+    assert elect(PartitionState(2, 5, (2, 3), 102), [1, 2, 3], LIVE, preferred=True) is None
+
+
+def test_replicas_are_distinct_spread_and_leaders_rotate() -> None:
+    placed = assign_replicas("t", 12, 3, {1: "", 2: "", 3: "", 4: ""})
+    assert all(len(set(r)) == 3 for r in placed.values())
+    leaders = [r[0] for r in placed.values()]
+    assert sorted(leaders.count(b) for b in (1, 2, 3, 4)) == [3, 3, 3, 3]
+    assert placed == assign_replicas("t", 12, 3, {4: "", 3: "", 2: "", 1: ""})
+
+
+def test_replicas_of_a_partition_land_on_different_racks_when_racks_are_declared() -> None:
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    for replicas in assign_replicas("logs", 24, 3, racks).values():
+        assert len({racks[b] for b in replicas}) == 3
+
+
+def test_placement_refuses_impossible_requests() -> None:
+    with pytest.raises(ValueError, match="needs 3 live brokers, only 2"):
+        assign_replicas("t", 1, 3, {1: "", 2: ""})
+    with pytest.raises(ValueError):
+        assign_replicas("t", 0, 1, {1: ""})
+    with pytest.raises(ValueError):
+        assign_replicas("t", 1, 1, {})
+
+
+# -- the leader's bookkeeping -----------------------------------------------------------
+
+def test_high_watermark_is_the_smallest_isr_end_capped_by_the_flushed_end() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=100, now=0.0)
+    assert tracker.replicated_end(500) == 100  # followers not heard from: at the mark
+    tracker.record_fetch(2, 400, 500, now=1.0)
+    tracker.record_fetch(3, 300, 500, now=1.0)
+    assert tracker.replicated_end(500) == 300
+    assert tracker.advance_high_watermark(500, flushed_end=250) and tracker.high_watermark == 250
+    assert tracker.advance_high_watermark(500, flushed_end=500) and tracker.high_watermark == 300
+    tracker.record_fetch(3, 200, 500, now=2.0)  # a re-fetch from lower never moves it back
+    assert not tracker.advance_high_watermark(500, 500) and tracker.high_watermark == 300
+
+
+def test_a_follower_that_stops_fetching_leaves_the_isr_and_returns_when_caught_up() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
+    for t in (0.5, 1.0, 1.5, 2.0):
+        tracker.record_fetch(2, 100, 100, now=t)
+    assert tracker.proposed_isr(now=2.0, lag=1.0) == (1, 2)  # 3 silent since 0.0
+    tracker.isr = (1, 2)
+    tracker.advance_high_watermark(100, 100)
+    tracker.record_fetch(3, 50, 100, now=2.5)
+    assert tracker.proposed_isr(now=2.5, lag=1.0) is None  # behind the watermark
+    tracker.record_fetch(3, 100, 100, now=2.6)
+    assert tracker.proposed_isr(now=2.6, lag=1.0) == (1, 2, 3)
+
+
+def test_a_follower_keeping_pace_with_a_steady_stream_counts_as_caught_up() -> None:
+    tracker = LeaderTracker(1, [1, 2], (1, 2), high_watermark=0, now=0.0)
+    end = 0
+    for step in range(1, 40):
+        # Each fetch reaches the leader's end as of the previous fetch, never the
+        # current one (a batch always lands in between).
+        tracker.record_fetch(2, end, end + 10, now=step * 0.1)
+        end += 10
+    assert tracker.proposed_isr(now=4.0, lag=0.5) is None
+
+
+def test_lag_bytes_per_follower() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
+    tracker.record_fetch(2, 70, 100, now=0.1)
+    assert tracker.lag_bytes(100) == {2: 30, 3: 100}
+
+
+# -- reconcile --------------------------------------------------------------------------
+
+def batch(*values: bytes) -> bytes:
+    return records.encode_batch(list(values), None, 1_700_000_000_000)
+
+
+def test_identical_logs_match_completely() -> None:
+    log = batch(b"a") + batch(b"b", b"c")
+    assert matching_prefix(log, log) == (len(log), False)
+
+
+def test_a_local_prefix_of_the_leader_is_no_divergence() -> None:
+    a, b = batch(b"a"), batch(b"b")
+    assert matching_prefix(a + b, a) == (len(a), False)
+    assert matching_prefix(a + b, b"") == (0, False)
+
+
+def test_the_first_differing_batch_is_where_the_logs_part() -> None:
+    a, b, c = batch(b"a"), batch(b"bb"), batch(b"cc")
+    assert matching_prefix(a + b, a + c) == (len(a), True)
+
+
+def test_a_local_batch_of_another_size_is_divergence() -> None:
+    a, b, c = batch(b"a"), batch(b"b" * 50), batch(b"c")
+    assert matching_prefix(a + b, a + c) == (len(a), True)
+
+
+def test_a_leader_slice_cut_inside_a_batch_is_not_yet_a_verdict() -> None:
+    a, b = batch(b"a"), batch(b"b" * 50)
+    assert matching_prefix((a + b)[:len(a) + 10], a + b) == (len(a), False)
