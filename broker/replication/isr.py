@@ -42,8 +42,10 @@ class LeaderTracker:
         self.isr: tuple[int, ...] = tuple(isr)
         self.high_watermark = high_watermark
         # A follower not heard from yet is assumed to hold the high watermark (every
-        # ISR member does) and to have been caught up now: it has ``lag`` to fetch.
-        self.followers = {r: FollowerProgress(high_watermark, now, now, high_watermark)
+        # ISR member does) and to have been caught up now: it has ``lag`` to fetch. It
+        # has not fetched in this epoch, so it cannot rejoin the ISR before it does.
+        self.followers = {r: FollowerProgress(high_watermark, now, float("-inf"),
+                                              high_watermark)
                           for r in replicas if r != me}
 
     def record_fetch(self, follower: int, offset: int, leader_end: int, now: float) -> bool:

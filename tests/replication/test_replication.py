@@ -9,6 +9,8 @@ partition, and replicas that are back in sync hold byte-identical logs.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,9 +18,18 @@ from pathlib import Path
 import pytest
 
 from broker import protocol, records
-from broker.client import Admin, NotEnoughReplicasError, PartitionInfo, Producer, SimpleConsumer
+from broker.client import (
+    Admin,
+    GroupConsumer,
+    NotEnoughReplicasError,
+    PartitionInfo,
+    Producer,
+    SimpleConsumer,
+)
 from broker.client.connection import Connection
 from broker.errors import LeaderNotAvailableError, NotLeaderError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Short session and lag so failures are noticed in seconds.
 REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
@@ -261,6 +272,31 @@ def test_paused_follower_leaves_the_isr_and_rejoins(broker_cluster):
     assert_replicas_identical(cluster, topic, 1)
 
 
+class GroupReader:
+    """A consumer-group member reading the topic while brokers die (a dashboard)."""
+
+    def __init__(self, cluster, topic: str):
+        self.values: dict[int, list[bytes]] = {}
+        self._stop = threading.Event()
+        self._consumer = GroupConsumer("dashboard", [topic], zk=cluster.zk_connect,
+                                       start="earliest")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.poll(timeout=0.5):
+                self.values.setdefault(message.partition, []).append(message.value)
+
+    def distinct(self) -> int:
+        return sum(len(set(v)) for v in list(self.values.values()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+
 def test_random_broker_kills_lose_nothing(broker_cluster):
     cluster = broker_cluster(3, broker=REPLICATED)
     topic = "chaos"
@@ -270,6 +306,7 @@ def test_random_broker_kills_lose_nothing(broker_cluster):
     rng = random.Random(seed)
     print(f"random kill seed {seed}")
     load = Load(cluster, topic, 3).start()
+    reader = GroupReader(cluster, topic)
     try:
         load.wait_for_acks(1000, 60, "acks before the first kill")
         for _ in range(4):  # bounded: four kill-and-restart rounds
@@ -281,11 +318,19 @@ def test_random_broker_kills_lose_nothing(broker_cluster):
             load.wait_for_acks(500, 60, "acks after a restart")
     finally:
         load.stop()
+        try:
+            # The live reader catches up with everything acknowledged (bounded).
+            wait_until(lambda: reader.distinct() >= load.acked_count, 60,
+                       "the group consumer to read every acknowledged message")
+        finally:
+            reader.close()
     assert not load.failed, f"deliveries failed (seed {seed}): {load.failed[:3]}"
+    sent = sum(len(s) for s in load.sent.values())
+    assert reader.distinct() == load.acked_count == sent
+    assert_every_ack_readable_in_order(load, reader.values)
     consumed = read_partitions(cluster, topic, 3)
     assert_every_ack_readable_in_order(load, consumed)
-    distinct = sum(len(set(v)) for v in consumed.values())
-    assert distinct == load.acked_count == sum(len(s) for s in load.sent.values())
+    assert sum(len(set(v)) for v in consumed.values()) == sent
     assert_replicas_identical(cluster, topic, 3)
 
 
@@ -295,10 +340,8 @@ def _produce_one(address: str, topic: str, value: bytes) -> int:
     batch = records.encode_batch([value], None, int(time.time() * 1000))
     conn = Connection(host, int(port), connect_timeout=2)
     try:
-        frame = conn.call(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]},
-                          timeout=5) if False else conn.request(
-            protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]}, [batch]
-        ).result(5)
+        frame = conn.request(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]},
+                             [batch]).result(5)
         return frame.header["parts"][0][2]
     finally:
         conn.close()
@@ -347,3 +390,33 @@ def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
     assert values[:500] == [b"before-%d" % i for i in range(500)]
     assert set(accepted) <= set(values)
     assert_replicas_identical(cluster, topic, 1)
+
+
+def _cli(cluster, *args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "broker", *args, "--zk", cluster.zk_connect],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_cli_shows_replicas_lists_under_replicated_and_elects_preferred_leaders(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    out = _cli(cluster, "topic", "create", "shown", "-p", "3", "-r", "3", "--min-insync", "2")
+    assert "replication factor 3" in out
+    described = _cli(cluster, "topic", "describe", "shown")
+    rows = [line.split() for line in described.splitlines()[2:]]
+    assert len(rows) == 3 and all(len(row[4].split(",")) == 3 for row in rows)
+    assert _cli(cluster, "topic", "list", "--under-replicated").strip().count("\n") == 0
+    preferred = describe(cluster, "shown")[0].replicas[0]
+    victim = broker_by_id(cluster, preferred)
+    victim.kill()
+    wait_until(lambda: all(victim.id not in i.isr for i in describe(cluster, "shown").values()),
+               30, "the killed broker out of every ISR")
+    listed = _cli(cluster, "topic", "list", "--under-replicated")
+    assert listed.count("under-replicated") == 3  # every partition has a replica there
+    assert describe(cluster, "shown")[0].leader != preferred
+    victim.start()
+    wait_until(full_isr(cluster, "shown"), 40, "the broker back in every ISR")
+    assert "elect preferred leaders" in _cli(cluster, "topic", "elect-leaders")
+    wait_until(lambda: all(i.leader == i.replicas[0] for i in describe(cluster, "shown").values()),
+               30, "every partition led by its preferred replica")

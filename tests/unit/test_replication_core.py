@@ -132,6 +132,16 @@ def test_a_follower_keeping_pace_with_a_steady_stream_counts_as_caught_up() -> N
     assert tracker.proposed_isr(now=4.0, lag=0.5) is None
 
 
+def test_a_follower_that_never_fetched_does_not_rejoin_the_isr() -> None:
+    # A new leader starts without a dead broker in its ISR; the dead broker must not
+    # come back in just because the leader assumes it holds the watermark.
+    tracker = LeaderTracker(2, [1, 2, 3], (2, 3), high_watermark=500, now=10.0)
+    tracker.record_fetch(3, 500, 500, now=10.2)
+    assert tracker.proposed_isr(now=10.5, lag=1.5) is None
+    tracker.record_fetch(1, 500, 500, now=10.6)
+    assert tracker.proposed_isr(now=10.7, lag=1.5) == (2, 3, 1)
+
+
 def test_lag_bytes_per_follower() -> None:
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
     tracker.record_fetch(2, 70, 100, now=0.1)
