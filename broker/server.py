@@ -23,7 +23,9 @@ from broker.connection import BrokerConnection, FileReply
 from broker.errors import (
     BrokerShuttingDownError,
     InvalidRequestError,
+    LeaderNotAvailableError,
     LogferryError,
+    NotLeaderError,
     TopicExistsError,
     UnknownError,
     UnknownTopicOrPartitionError,
@@ -195,7 +197,6 @@ class Broker:
         if partition not in assignment:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
-        from broker.errors import LeaderNotAvailableError, NotLeaderError
         leader = self.view.leader(topic, partition)
         if leader < 0:
             raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right now")

@@ -110,6 +110,7 @@ class Pipeline:
 
         _, broker, _ = configs.broker_settings(configs.broker_templates("live")[0])
         partitions = int(broker.get("num_partitions", 4))
+        factor = int(broker.get("default_replication_factor", 1))
         with Admin(zk=self.live_zk) as admin:
             for topic in [*self.topics, self.audit_topic]:
                 try:
@@ -117,7 +118,7 @@ class Pipeline:
                 except TopicExistsError:
                     pass
         say(f"live topics: {', '.join(self.topics)} and {self.audit_topic} "
-            f"({partitions} partitions each)")
+            f"({partitions} partitions each, replication factor {factor})")
 
     def start_mirror(self) -> None:
         if not (configs.ROOT / "mirror" / "cli.py").exists():
