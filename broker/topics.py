@@ -1,4 +1,4 @@
-"""Topic names and the placement of a topic's partitions on brokers (sans IO).
+"""Topic names and partition directory names (sans IO).
 
 A topic name becomes a directory name on every broker that hosts one of its
 partitions, so the rule is strict: ``[A-Za-z0-9._-]{1,249}`` and not ``.`` or ``..``.
@@ -8,8 +8,6 @@ That rules out path separators and so path traversal.
 from __future__ import annotations
 
 import re
-import zlib
-from typing import Sequence
 
 from broker.errors import InvalidTopicError
 
@@ -45,18 +43,3 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     except InvalidTopicError:
         return None
     return topic, int(number)
-
-
-def assign_partitions(topic: str, partitions: int, broker_ids: Sequence[int]) -> dict[int, int]:
-    """Spread ``partitions`` over ``broker_ids`` round-robin.
-
-    The starting broker depends on the topic name, so many small topics do not all
-    land their partition 0 on the same broker. Deterministic: same inputs, same map.
-    """
-    if partitions < 1:
-        raise ValueError("a topic needs at least one partition")
-    brokers = sorted(set(broker_ids))
-    if not brokers:
-        raise ValueError("no live broker to place partitions on")
-    start = zlib.crc32(topic.encode()) % len(brokers)
-    return {p: brokers[(start + p) % len(brokers)] for p in range(partitions)}

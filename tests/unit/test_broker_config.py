@@ -39,6 +39,11 @@ def test_defaults_and_retention_hours():
 
 @pytest.mark.parametrize("broker,log,needle", [
     ({"port": 70000}, {}, "broker.port"),
+    ({"default_replication_factor": 0}, {}, "broker.default_replication_factor"),
+    ({"min_insync_replicas": "2"}, {}, "broker.min_insync_replicas"),
+    ({"leader_rebalance_interval_s": -1}, {}, "broker.leader_rebalance_interval_s"),
+    ({"unclean_leader_election": "no"}, {}, "broker.unclean_leader_election"),
+    ({"rack": ""}, {}, "broker.rack"),
     ({"id": -1}, {}, "broker.id"),
     ({"log_dirs": []}, {}, "broker.log_dirs"),
     ({"zk_connect": "nohostport"}, {}, "broker.zk_connect"),

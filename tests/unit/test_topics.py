@@ -4,7 +4,6 @@ import pytest
 
 from broker.errors import InvalidTopicError
 from broker.topics import (
-    assign_partitions,
     parse_partition_dir_name,
     partition_dir_name,
     validate_topic_name,
@@ -27,12 +26,3 @@ def test_partition_dir_names_round_trip():
     assert parse_partition_dir_name(partition_dir_name("web-access", 12)) == ("web-access", 12)
     assert parse_partition_dir_name("lost+found") is None
     assert parse_partition_dir_name("topic-x") is None
-
-
-def test_assignment_is_balanced_and_deterministic():
-    a = assign_partitions("t", 12, [3, 1, 2])
-    assert a == assign_partitions("t", 12, [1, 2, 3])
-    counts = {b: list(a.values()).count(b) for b in (1, 2, 3)}
-    assert counts == {1: 4, 2: 4, 3: 4}
-    with pytest.raises(ValueError):
-        assign_partitions("t", 1, [])
