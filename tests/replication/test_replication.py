@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from broker.client import (
 )
 from broker.client.connection import Connection
 from broker.errors import LeaderNotAvailableError, NotLeaderError
+from broker.localrun import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -420,3 +422,39 @@ def test_cli_shows_replicas_lists_under_replicated_and_elects_preferred_leaders(
     assert "elect preferred leaders" in _cli(cluster, "topic", "elect-leaders")
     wait_until(lambda: all(i.leader == i.replicas[0] for i in describe(cluster, "shown").values()),
                30, "every partition led by its preferred replica")
+
+
+def _metrics(broker) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                  timeout=5).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name.removeprefix("logferry_")] = float(value)
+    return values
+
+
+def test_metrics_show_roles_under_replication_and_the_controller(broker_cluster):
+    cluster = broker_cluster(0)
+    for _ in range(3):
+        port = free_port()
+        cluster.add({**REPLICATED, "metrics_port": port}).metrics_port = port
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic("watched", 1, replication_factor=3, min_insync_replicas=2)
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        producer.send("watched", [b"m"] * 1000, partition=0).wait(30)
+    info = describe(cluster, "watched")[0]
+    leader = broker_by_id(cluster, info.leader)
+    before = _metrics(leader)
+    assert before['partitions{role="leader"}'] == 1
+    assert before["under_replicated_partitions"] == 0
+    assert before['isr_size{topic="watched",partition="0"}'] == 3
+    assert sum(_metrics(b)["controller_active"] for b in cluster.brokers) == 1
+    follower = next(b for b in cluster.brokers if b.id not in (leader.id,))
+    assert _metrics(follower)['partitions{role="follower"}'] == 1
+    assert _metrics(follower)['replica_bytes_in_total{topic="watched",partition="0"}'] > 0
+    follower.kill()
+    wait_until(lambda: _metrics(leader)["under_replicated_partitions"] == 1, 30,
+               "the leader to report the partition under-replicated")
+    assert _metrics(leader)['isr_size{topic="watched",partition="0"}'] == 2
