@@ -40,7 +40,7 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 10_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 4 * 1024 * 1024
-    acks_all_timeout_ms: int = 10_000
+    acks_all_timeout_ms: int = 20_000
     unclean_leader_election: bool = False
     leader_rebalance_interval_s: float = 300.0
     log: LogConfig = field(default_factory=LogConfig)

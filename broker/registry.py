@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import NoNodeError, NodeExistsError, NotEmptyError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker import zk
@@ -247,7 +247,8 @@ class BrokerRegistry:
                     self._states.pop(key, None)
                     self._watched_states.discard(key)
                     return False
-                state = PartitionState.decode(data, getattr(stat, "version", -1))
+                state = PartitionState.decode(data, getattr(stat, "version", -1),
+                                              getattr(stat, "czxid", 0))
                 if state is None:
                     self._states.pop(key, None)
                 else:
@@ -280,7 +281,7 @@ class BrokerRegistry:
             raw, stat = self.client.get(zk.partition_state_path(topic, partition))
         except NoNodeError:
             return None
-        return PartitionState.decode(raw, stat.version)
+        return PartitionState.decode(raw, stat.version, stat.czxid)
 
     # -- topic administration (blocking; call from a worker thread) -------------------
 
@@ -329,8 +330,15 @@ class BrokerRegistry:
     def delete_topic(self, topic: str) -> None:
         """Remove a topic's registry node; every broker then deletes its partitions."""
         validate_topic_name(topic)
-        try:
-            self.client.delete(zk.topic_path(topic), recursive=True)
-        except NoNodeError:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        if self.client.exists(zk.topic_path(topic)) is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        for attempt in range(5):
+            try:
+                self.client.delete(zk.topic_path(topic), recursive=True)
+                break
+            except NotEmptyError:  # a state znode written meanwhile: delete again
+                if attempt == 4:
+                    raise ZooKeeperError(f"topic {topic!r} keeps getting new znodes while "
+                                         "being deleted; try again") from None
+                time.sleep(0.1)
         log.info("deleted topic %s", topic)

@@ -101,7 +101,8 @@ class Broker:
         self.controller = Controller(
             self._zk, self.config.broker_id,
             unclean_election=self.config.unclean_leader_election,
-            auto_rebalance_interval_s=self.config.leader_rebalance_interval_s)
+            auto_rebalance_interval_s=self.config.leader_rebalance_interval_s,
+            elections=self.leader_elections)
         self.controller.start()
         if self.config.metrics_port:
             self._metrics_server = await serve_metrics(self.metrics, self.config.host,
@@ -110,6 +111,11 @@ class Broker:
             loop.create_task(self._flush_loop(), name="flusher"),
             loop.create_task(self._retention_loop(), name="retention"),
         ]
+        if self.config.acks_all_timeout_ms <= self.config.replica_lag_time_max_ms:
+            log.warning("acks_all_timeout_ms (%d) is not longer than replica_lag_time_max_ms "
+                        "(%d): acks=all produces may time out while a dead follower is still "
+                        "in the ISR, and the producer's retries may store them twice",
+                        self.config.acks_all_timeout_ms, self.config.replica_lag_time_max_ms)
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
                  self.config.host, self.config.port, self.config.datacenter,
                  self.config.zk_connect)
@@ -166,6 +172,8 @@ class Broker:
     def _apply_view(self, view: ClusterView) -> None:
         """Host the replicas assigned to this broker, take up each one's role, and drop
         the partitions of deleted topics."""
+        if self.shutting_down:
+            return  # logs are closing: a late view must not reopen partitions
         me = self.config.broker_id
         for topic, assignment in view.topics.items():
             for partition, replicas in assignment.items():
@@ -533,7 +541,7 @@ class Broker:
             if topic not in view.topics and create:
                 try:
                     validate_topic_name(topic)
-                    await self._create_in_zk(topic, self.config.num_partitions)
+                    await self._create_in_zk(topic, self.config.num_partitions, exists_ok=True)
                 except LogferryError as exc:
                     topics[topic] = {"err": exc.code, "msg": str(exc)}
                     continue
@@ -558,9 +566,11 @@ class Broker:
         return {"brokers": brokers, "topics": topics, "controller": view.controller}
 
     async def _create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
-                            min_insync_replicas: int | None = None) -> dict[int, list[int]]:
-        """Create a topic (replication factor 0: the broker's default) and wait, bounded,
-        until this broker's own watch has seen it and every partition has a state."""
+                            min_insync_replicas: int | None = None,
+                            exists_ok: bool = False) -> dict[int, list[int]]:
+        """Create a topic (replication factor 0: the broker's default, capped at the live
+        brokers) and wait, bounded, until this broker's own watch has seen it and every
+        partition has a state. ``exists_ok``: another client's auto-create won the race."""
         loop = asyncio.get_running_loop()
         rf = replication_factor or min(self.config.default_replication_factor,
                                        max(len(self.view.brokers), 1))
@@ -569,7 +579,7 @@ class Broker:
                 self._admin_pool, self.registry.create_topic,  # type: ignore[union-attr]
                 topic, partitions, rf, min_insync_replicas)
         except TopicExistsError:
-            if replication_factor or min_insync_replicas is not None:
+            if not exists_ok:
                 raise
             assignment = None
         for _ in range(250):
@@ -588,12 +598,11 @@ class Broker:
             raise InvalidRequestError("partitions must be an integer from 1 to 100000")
         rf = header.get("replication_factor") or 0
         min_isr = header.get("min_insync_replicas") or None
-        if not isinstance(rf, int) or not 0 <= rf <= 100:
-            raise InvalidRequestError("replication_factor must be an integer from 1 to 100")
+        if not isinstance(rf, int) or isinstance(rf, bool) or not 0 <= rf <= 100:
+            raise InvalidRequestError("replication_factor must be an integer from 1 to 100 "
+                                      "(0: the broker's default_replication_factor)")
         if min_isr is not None and (not isinstance(min_isr, int) or min_isr < 1):
             raise InvalidRequestError("min_insync_replicas must be a positive integer")
-        if rf == 0:
-            rf = self.config.default_replication_factor
         assignment = await self._create_in_zk(topic, partitions, rf, min_isr)
         return {"partitions": assignment}
 
@@ -625,6 +634,12 @@ class Broker:
         self._request_errors = m.counter("request_errors_total", "Requests answered with an error per api")
         self._request_seconds = m.counter("request_seconds_total", "Time spent handling requests per api")
         self._produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
+        self.isr_changes = m.counter("isr_changes_total",
+                                     "ISR changes this broker wrote as leader, by direction")
+        self.truncated_bytes = m.counter(
+            "truncated_bytes_total", "Bytes a returning follower cut because its leader lacked them")
+        self.leader_elections = m.counter("leader_elections_total",
+                                          "Leader changes this broker made as controller")
         self._replica_bytes_in = _PartitionCounter(m.counter(
             "replica_bytes_in_total", "Bytes a follower copied from its leader per partition"))
         self._replica_bytes_out = _PartitionCounter(m.counter(
@@ -647,9 +662,6 @@ class Broker:
             for role in ("leader", "follower", "offline"):
                 yield "partitions", (("role", role),), roles.get(role, 0)
             yield "under_replicated_partitions", (), len(replication.under_replicated())
-            yield "isr_shrinks_total", (), replication.isr_shrinks
-            yield "isr_expands_total", (), replication.isr_expands
-            yield "truncated_bytes_total", (), replication.truncated_bytes
             for key, replica in replication.replicas.items():
                 if replica.role == LEADER and replica.tracker is not None:
                     labels = (("topic", key[0]), ("partition", str(key[1])))
@@ -660,7 +672,6 @@ class Broker:
             yield "controller_active", (), int(bool(controller and controller.active))
             if controller is not None and controller.active:
                 yield "offline_partitions", (), controller.offline_partitions
-                yield "leader_elections_total", (), controller.elections
 
         m.gauge_source(gauges, {
             "log_end_offset": "Log end offset (bytes) per partition",
@@ -671,14 +682,10 @@ class Broker:
             "open_connections": "Open client connections",
             "partitions": "Hosted partitions per role (leader, follower, offline)",
             "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",
-            "isr_shrinks_total": "Times a led partition's ISR shrank",
-            "isr_expands_total": "Times a led partition's ISR grew",
-            "truncated_bytes_total": "Bytes a returning follower cut because its leader lacked them",
             "isr_size": "In-sync replicas per led partition",
             "replica_max_lag_bytes": "Bytes the slowest follower is behind, per led partition",
             "controller_active": "1 on the broker that is the controller",
             "offline_partitions": "Partitions without a leader (controller only)",
-            "leader_elections_total": "Leader changes made by this controller",
         })
 
     def count_request(self, api: str, seconds: float, error: bool = False) -> None:

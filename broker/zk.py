@@ -29,7 +29,9 @@ PREFERRED_ELECTION = "/admin/preferred_replica_election"
 
 
 def broker_path(broker_id: int) -> str:
-    """Ephemeral registration of a live broker: ``{host, port, datacenter}``."""
+    """Ephemeral registration of a live broker: ``{host, port, datacenter, rack}``.
+
+    The znode's creation zxid is the broker's session as partition states record it."""
     return f"{BROKER_IDS}/{broker_id}"
 
 
@@ -39,7 +41,7 @@ def topic_path(topic: str) -> str:
 
 
 def partition_state_path(topic: str, partition: int) -> str:
-    """Persistent state of one partition: ``{leader, leader_epoch, isr}``."""
+    """Persistent state of one partition: ``{leader, leader_epoch, isr, leader_session}``."""
     return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
 
 

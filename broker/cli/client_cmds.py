@@ -108,8 +108,9 @@ def topic_cmd(args: argparse.Namespace) -> int:
                   f"replication factor {rf}")
         elif args.action == "list" and args.under_replicated:
             found = admin.under_replicated()
-            _print_partitions(found, admin.brokers())
-            if not found:
+            if found:
+                _print_partitions(found, admin.brokers())
+            else:
                 print("no under-replicated partitions", file=sys.stderr)
         elif args.action == "list":
             for name in admin.list_topics():

@@ -13,6 +13,8 @@ import logging
 import os
 from pathlib import Path
 
+from broker.storage.segment import fsync_dir
+
 log = logging.getLogger("logferry.replication")
 
 FILE_NAME = "replication-offset-checkpoint"
@@ -43,6 +45,7 @@ def write_checkpoint(log_dir: Path, marks: dict[str, int]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 __all__ = ["FILE_NAME", "read_checkpoint", "write_checkpoint"]

@@ -19,7 +19,13 @@ import threading
 import time
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker import zk
@@ -34,15 +40,15 @@ class Controller:
     """Competes for the controller role and, while holding it, keeps leaders elected."""
 
     def __init__(self, client: KazooClient, broker_id: int, *, unclean_election: bool = False,
-                 auto_rebalance_interval_s: float = 0.0):
+                 auto_rebalance_interval_s: float = 0.0, elections: dict | None = None):
         self.client = client
         self.broker_id = broker_id
         self.unclean_election = unclean_election
         self.auto_rebalance_interval_s = auto_rebalance_interval_s
         self.active = False
         self._stopping = False
-        self.elections = 0
-        """Leader changes this broker made as controller (a metric)."""
+        self.elections: dict = elections if elections is not None else {(): 0}
+        """Counter of leader changes this broker made as controller (a metric)."""
         self.offline_partitions = 0
         """Partitions without a leader at the end of the last pass."""
         self._epoch_version = -1
@@ -194,9 +200,11 @@ class Controller:
             except NoNodeError:
                 state = None
             if state is None:
-                self.client.ensure_path(path.rsplit("/", 1)[0])
                 new = initial_state(replicas, live)
-                if self._write(path, new, None):
+                created = self._create_state(topic, partition, new)
+                if created is None:
+                    return None  # the topic is being deleted
+                if created:
                     log.info("%s-%d: created missing state, leader %d", topic, partition,
                              new.leader)
                     return new
@@ -207,7 +215,7 @@ class Controller:
                 return state
             if self._write(path, new, stat.version):
                 if new.leader != state.leader or new.leader_epoch != state.leader_epoch:
-                    self.elections += 1
+                    self.elections[()] += 1
                     log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic, partition,
                              state.leader, new.leader, new.leader_epoch, list(new.isr))
                 else:
@@ -216,22 +224,44 @@ class Controller:
                 return new
         return None
 
-    def _write(self, path: str, state: PartitionState, version: int | None) -> bool:
+    def _create_state(self, topic: str, partition: int, state: PartitionState) -> bool | None:
+        """Create a missing state znode (a topic creation cut short), in one transaction
+        that also checks the topic still exists, so a topic being deleted is never
+        brought back as an empty shell. None if the topic is gone."""
+        topic_path = zk.topic_path(topic)
+        topic_stat = self.client.exists(topic_path)
+        if topic_stat is None:
+            return None
+        tx = self.client.transaction()
+        tx.check(zk.CONTROLLER_EPOCH, self._epoch_version)
+        tx.check(topic_path, topic_stat.version)
+        for parent in (f"{topic_path}/partitions", f"{topic_path}/partitions/{partition}"):
+            if self.client.exists(parent) is None:
+                tx.create(parent)
+        tx.create(zk.partition_state_path(topic, partition), state.encode())
+        return self._committed(tx.commit())
+
+    def _write(self, path: str, state: PartitionState, version: int) -> bool:
         """Write ``state`` if we are still the controller and nobody wrote meanwhile."""
         tx = self.client.transaction()
         tx.check(zk.CONTROLLER_EPOCH, self._epoch_version)
-        if version is None:
-            tx.create(path, state.encode())
-        else:
-            tx.set_data(path, state.encode(), version=version)
-        results = tx.commit()
+        tx.set_data(path, state.encode(), version=version)
+        return self._committed(tx.commit())
+
+    @staticmethod
+    def _committed(results: list) -> bool:
+        """True if a transaction went through; False if it lost a race; raises
+        _NotController if the controller epoch moved on."""
         if isinstance(results[0], (BadVersionError, NoNodeError)):
             raise _NotController()
-        if isinstance(results[1], (BadVersionError, NodeExistsError, NoNodeError)):
+        failures = [r for r in results[1:] if isinstance(r, Exception)
+                    and not isinstance(r, RolledBackError)]
+        if not failures:
+            return True
+        if all(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError, RuntimeInconsistency))
+               for r in failures):
             return False
-        if isinstance(results[1], Exception):
-            raise results[1]
-        return True
+        raise failures[0]
 
 
 class _NotController(Exception):

@@ -73,6 +73,7 @@ class ReplicaFetcher:
             try:
                 reader, self._writer = await asyncio.wait_for(
                     asyncio.open_connection(info.host, info.port), 5.0)
+                delay = 0.05  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:
                 raise

@@ -97,6 +97,15 @@ class LeaderTracker:
         new = tuple(isr)
         return None if set(new) == set(self.isr) else new
 
+    def set_isr(self, isr: tuple[int, ...]) -> None:
+        """Adopt an ISR written elsewhere (the controller dropped a dead follower). A
+        follower taken out must fetch again before it may come back."""
+        for r in set(self.isr) - set(isr):
+            progress = self.followers.get(r)
+            if progress is not None:
+                progress.last_fetch_at = float("-inf")
+        self.isr = tuple(isr)
+
     def lag_bytes(self, leader_end: int) -> dict[int, int]:
         """Bytes each follower is behind the leader's end."""
         return {r: max(leader_end - p.leo, 0) for r, p in self.followers.items()}

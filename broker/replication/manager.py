@@ -107,9 +107,6 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.fenced = False
         self.session = 0
-        self.isr_shrinks = 0
-        self.isr_expands = 0
-        self.truncated_bytes = 0
         self._checkpoint: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
@@ -180,8 +177,11 @@ class ReplicaManager:
                         hw = plog.start_offset if checkpoint is None else checkpoint
                         plog.set_high_watermark(min(max(hw, plog.start_offset), plog.end_offset))
                 replica.replicas = list(replicas)
-                replica.min_insync = int(config.get("min_insync_replicas",
-                                                    self.config.min_insync_replicas))
+                # A topic's own setting (checked against its replication factor when it
+                # was created) wins; the broker default is capped at the replica count,
+                # so a default of 2 does not refuse every acks=all write to a topic of 1.
+                replica.min_insync = int(config.get(
+                    "min_insync_replicas", min(self.config.min_insync_replicas, len(replicas))))
                 self._transition(replica, view.states.get(key))
         for key in [k for k in self.replicas if k[0] not in view.topics]:
             replica = self.replicas.pop(key)
@@ -198,13 +198,15 @@ class ReplicaManager:
         else:
             role, leader = FOLLOWER, state.leader
         old = replica.state
+        if old is not None and state is not None and state.older_than(old):
+            return  # a view from before our own ISR write: never go back to it
         same_term = (old is not None and state is not None and role == replica.role
                      and old.leader_epoch == state.leader_epoch and old.leader == state.leader)
         if same_term:
             replica.state = state
             if role == LEADER and replica.tracker is not None \
                     and set(state.isr) != set(replica.tracker.isr):
-                replica.tracker.isr = state.isr  # the controller dropped a dead follower
+                replica.tracker.set_isr(state.isr)  # the controller dropped a dead follower
                 self._update_high_watermark(replica)
             return
         self._leave_role(replica, NotLeaderError(
@@ -261,7 +263,9 @@ class ReplicaManager:
         if replica is None:
             return None
         if replica.role == LEADER:
-            if not for_write:
+            # A partition without other replicas cannot get a second leader (only its
+            # one replica may ever lead it), so it keeps taking writes without ZooKeeper.
+            if not for_write or not replica.replicated:
                 return replica.plog
             if not self.fenced and time.monotonic() < self.lease_until:
                 return replica.plog
@@ -438,12 +442,12 @@ class ReplicaManager:
             if replica.tracker is not None:
                 replica.tracker.isr = result.isr
             if len(result.isr) < len(old_isr):
-                self.isr_shrinks += 1
+                self.broker.isr_changes[(("direction", "shrink"),)] += 1
                 log.warning("%s: isr shrank %s -> %s (followers behind for more than %d ms)",
                             name, list(old_isr), list(result.isr),
                             self.config.replica_lag_time_max_ms)
             else:
-                self.isr_expands += 1
+                self.broker.isr_changes[(("direction", "grow"),)] += 1
                 log.info("%s: isr grew %s -> %s (caught up)", name, list(old_isr),
                          list(result.isr))
             self._update_high_watermark(replica)
@@ -569,7 +573,8 @@ class ReplicaManager:
         at = offset + matched
         if diverged or (not data and leo <= offset) or at >= plog.end_offset:
             if at < plog.end_offset:
-                self.truncated_bytes += plog.truncate_to(at)
+                cut = plog.truncate_to(at)
+                self.broker.truncated_bytes[()] += cut
             replica.reconcile_at = None
             log.info("%s-%d: log agrees with the leader up to %d; fetching from there",
                      *replica.key, at)

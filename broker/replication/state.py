@@ -34,6 +34,12 @@ class PartitionState:
     """Creation zxid of the leader's registration when it was elected (0: unknown)."""
     version: int = -1
     """ZooKeeper's version of the state znode this was read from (-1: not read)."""
+    created: int = 0
+    """Creation zxid of that znode: tells a re-created topic's state from an old one."""
+
+    def older_than(self, other: "PartitionState") -> bool:
+        """True if this was read from the same znode as ``other`` but before it."""
+        return (self.created == other.created and 0 <= self.version < other.version)
 
     def encode(self) -> bytes:
         """The znode payload (JSON, readable with zkCli)."""
@@ -42,7 +48,8 @@ class PartitionState:
                           sort_keys=True).encode()
 
     @classmethod
-    def decode(cls, raw: bytes | None, version: int = -1) -> "PartitionState | None":
+    def decode(cls, raw: bytes | None, version: int = -1,
+               created: int = 0) -> "PartitionState | None":
         """Parse a state znode's payload; None if it is blank or malformed."""
         if not raw:
             return None
@@ -50,7 +57,7 @@ class PartitionState:
             data = json.loads(raw)
             return cls(int(data["leader"]), int(data["leader_epoch"]),
                        tuple(int(b) for b in data["isr"]),
-                       int(data.get("leader_session", 0)), version)
+                       int(data.get("leader_session", 0)), version, created)
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -109,8 +116,8 @@ def assign_replicas(topic: str, partitions: int, replication_factor: int,
     ``brokers`` maps broker id -> rack ("" when undeclared). Brokers are ordered so that
     racks alternate (one from each rack in turn); partition p's replicas are the
     ``replication_factor`` brokers from position ``start + p`` on, so the leaders
-    (first replicas) rotate over all brokers and consecutive replicas sit on different
-    racks whenever there are several. The start depends on the topic name, so small
+    (first replicas) rotate over all brokers and a partition's replicas sit on as many
+    racks as there are (with racks of unequal size, the larger racks fill the rest). The start depends on the topic name, so small
     topics do not all lead on one broker. Deterministic.
     """
     if partitions < 1:

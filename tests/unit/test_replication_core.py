@@ -178,3 +178,22 @@ def test_a_local_batch_of_another_size_is_divergence() -> None:
 def test_a_leader_slice_cut_inside_a_batch_is_not_yet_a_verdict() -> None:
     a, b = batch(b"a"), batch(b"b" * 50)
     assert matching_prefix((a + b)[:len(a) + 10], a + b) == (len(a), False)
+
+
+def test_a_follower_the_controller_dropped_must_fetch_again_to_rejoin() -> None:
+    # It fetched just before it died: without the reset the leader would put it back
+    # into the ISR the controller had just taken it out of.
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
+    tracker.record_fetch(3, 0, 0, now=0.5)
+    tracker.set_isr((1, 2))
+    assert tracker.proposed_isr(now=0.6, lag=1.5) is None
+    tracker.record_fetch(3, 0, 0, now=0.7)
+    assert tracker.proposed_isr(now=0.8, lag=1.5) == (1, 2, 3)
+
+
+def test_an_older_read_of_the_same_state_znode_is_recognised() -> None:
+    newer = PartitionState(1, 2, (1, 2, 3), 101, version=7, created=55)
+    assert PartitionState(1, 2, (1, 2), 101, version=6, created=55).older_than(newer)
+    assert not PartitionState(1, 2, (1, 2), 101, version=8, created=55).older_than(newer)
+    # A re-created topic's state starts again at version 0 but is not older.
+    assert not PartitionState(1, 0, (1,), 101, version=0, created=99).older_than(newer)
