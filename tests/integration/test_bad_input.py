@@ -20,6 +20,7 @@ from broker.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
     ProtocolError,
+    StaleEpochError,
     UnknownTopicOrPartitionError,
     UnsupportedApiError,
 )
@@ -226,3 +227,35 @@ def test_msgpack_payload_types_are_checked(busy_cluster):
     client.send(struct.pack(">II", 4 + len(head), len(head)) + head)
     _answered(client, InvalidRequestError, corr=5)
     client.close()
+
+
+def test_bad_replication_requests(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    fetch = {"api": protocol.FETCH, "v": 1, "max_wait_ms": 0}
+    # A replica fetch names the leader epoch in every part.
+    client.send(_frame({**fetch, "id": 1, "replica": 7, "parts": [["good", 0, 0, 1024]]}))
+    assert "leader_epoch" in _answered(client, InvalidRequestError)["msg"]
+    client.send(_frame({**fetch, "id": 2, "replica": "seven", "parts": []}))
+    _answered(client, InvalidRequestError, corr=2)
+    client.send(_frame({**fetch, "id": 3, "replica": 7, "parts": [["good", 0, 0, 1024, 99]]}))
+    header = client.response()
+    assert header["err"] == 0 and header["parts"][0][2] == StaleEpochError.code
+    assert "epoch 99" in header["parts"][0][3]
+    # Topics cannot have more replicas than live brokers, nor a min ISR above that.
+    create = {"api": protocol.CREATE_TOPIC, "v": 1, "topic": "wide", "partitions": 1}
+    client.send(_frame({**create, "id": 4, "replication_factor": 3}))
+    assert "needs 3 live brokers, only 1" in _answered(client, InvalidRequestError, corr=4)["msg"]
+    client.send(_frame({**create, "id": 5, "replication_factor": 1, "min_insync_replicas": 2}))
+    assert "min_insync_replicas" in _answered(client, InvalidRequestError, corr=5)["msg"]
+    client.send(_frame({**create, "id": 6, "replication_factor": "three"}))
+    _answered(client, InvalidRequestError, corr=6)
+    # acks=-1 (all) on a topic with one replica: the leader alone is the ISR.
+    batch = records.encode_batch([b"all"], None, 1)
+    client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1,
+                        "parts": [["good", 2, len(batch)]]}, batch))
+    header = client.response()
+    assert header["id"] == 7 and header["parts"][0][2] == 0
+    client.close()
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        assert "wide" not in consumer.topics()  # nothing half-created
