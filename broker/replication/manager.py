@@ -572,12 +572,16 @@ class ReplicaManager:
         matched, diverged = matching_prefix(data, local)
         at = offset + matched
         if diverged or (not data and leo <= offset) or at >= plog.end_offset:
+            replica.reconcile_at = None
             if at < plog.end_offset:
                 cut = plog.truncate_to(at)
                 self.broker.truncated_bytes[()] += cut
-            replica.reconcile_at = None
-            log.info("%s-%d: log agrees with the leader up to %d; fetching from there",
-                     *replica.key, at)
+                log.warning("%s-%d: log agrees with the leader up to %d only; cut the %d "
+                            "bytes after it that the leader does not have", *replica.key,
+                            at, cut)
+            else:
+                log.info("%s-%d: log agrees with the leader up to %d; fetching from there",
+                         *replica.key, at)
         else:
             replica.reconcile_at = at
 

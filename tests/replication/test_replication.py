@@ -480,3 +480,35 @@ def test_deleting_a_replicated_topic_removes_every_replica_and_allows_recreation
         producer.send("doomed", [b"new"], partition=1).wait(30)
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
         assert [m.value for m in consumer.messages("doomed", 1, follow=True, timeout=1.0)] == [b"new"]
+
+
+def test_a_returning_replica_cuts_the_tail_its_new_leader_never_had(broker_cluster):
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "diverge"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+    committed = [b"committed-%d" % i for i in range(100)]
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        producer.send(topic, committed, partition=0).wait(30)
+    old = broker_by_id(cluster, describe(cluster, topic)[0].leader)
+    old.kill()
+    wait_until(lambda: describe(cluster, topic, old)[0].leader not in (old.id, -1), 30,
+               "a new leader")
+    later = [b"later-%d" % i for i in range(50)]
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        producer.send(topic, later, partition=0).wait(30)
+    # The dead leader's log gets a valid batch the others never saw, where the new
+    # leader has other bytes: what an acks=1 write that never reached a follower leaves.
+    segment = max((old.log_dir / f"{topic}-0").glob("*.log"))
+    phantom = records.encode_batch([b"phantom-%d" % i for i in range(30)], None,
+                                   int(time.time() * 1000))
+    with segment.open("ab") as f:
+        f.write(phantom)
+    old.start()
+    wait_until(full_isr(cluster, topic), 40, "the returning broker back in the ISR")
+    assert_replicas_identical(cluster, topic, 1)
+    log = old.log_text()
+    assert "truncated" in log and "bytes after it that the leader does not have" in log
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        values = [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)]
+    assert values == committed + later
