@@ -197,3 +197,30 @@ def test_an_older_read_of_the_same_state_znode_is_recognised() -> None:
     assert not PartitionState(1, 2, (1, 2), 101, version=8, created=55).older_than(newer)
     # A re-created topic's state starts again at version 0 but is not older.
     assert not PartitionState(1, 0, (1,), 101, version=0, created=99).older_than(newer)
+
+
+def test_matching_prefix_finds_the_first_difference_in_random_logs() -> None:
+    """Random shared prefixes, random divergent tails, random cuts of the leader's data:
+    the reported match is always the last shared batch boundary, never beyond."""
+    import random
+    rng = random.Random(20261122)
+    for _ in range(300):
+        def batches(tag: str, n: int) -> list[bytes]:
+            return [batch(*[b"%s-%d-%d" % (tag.encode(), i, j) * rng.randint(1, 4)
+                             for j in range(rng.randint(1, 5))]) for i in range(n)]
+        shared = b"".join(batches("s", rng.randint(0, 5)))
+        leader_tail = b"".join(batches("L", rng.randint(0, 4)))
+        local_tail = b"".join(batches("F", rng.randint(0, 4)))
+        leader = shared + leader_tail
+        cut = rng.randint(0, len(leader))  # a fetch may end anywhere
+        matched, diverged = matching_prefix(leader[:cut], shared + local_tail)
+        assert matched <= len(shared)
+        if diverged:  # a verdict is only ever given at the true divergence point
+            assert matched == len(shared) and local_tail
+        first_leader_batch = records.batch_length_at(leader_tail) if leader_tail else 0
+        if leader_tail and local_tail and cut >= len(shared) + first_leader_batch:
+            assert diverged  # a whole differing batch was there to compare
+        if cut >= len(shared):  # every shared batch arrived whole: all of them match
+            assert matched == len(shared)
+        boundaries = {pos for pos, _ in records.iter_raw_batches(shared)} | {len(shared)}
+        assert matched in boundaries
