@@ -110,8 +110,9 @@ class BrokerRegistry:
                     except NoNodeError:
                         continue
                     if stat.ephemeralOwner == self.client.client_id[0]:
-                        self.session = stat.czxid
-                        return  # ours already
+                        self.session = stat.czxid  # ours already (a retried create)
+                        self._publish()
+                        return
                     if time.monotonic() > deadline:
                         raise ZooKeeperError(
                             f"broker id {self.broker_id} is registered by another live "

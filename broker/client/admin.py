@@ -6,6 +6,7 @@ from typing import NamedTuple, Sequence
 
 from broker import protocol
 from broker.client.cluster import Cluster
+from broker.errors import error_for_code
 
 
 class BrokerInfo(NamedTuple):
@@ -70,7 +71,6 @@ class Admin:
 
     def describe_all(self, names: Sequence[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
         """Every topic (or ``names``) -> partition -> leader, replicas and ISR."""
-        from broker.errors import error_for_code
         header = self.cluster.refresh(list(names) if names is not None else None)
         out: dict[str, dict[int, PartitionInfo]] = {}
         for topic, info in sorted(header["topics"].items()):
