@@ -583,6 +583,10 @@ class Broker:
                 raise
             assignment = None
         for _ in range(250):
+            if self.shutting_down:  # the view no longer moves: answer now, not in 5 s
+                raise BrokerShuttingDownError(f"topic {topic!r} was created, but broker "
+                                              f"{self.config.broker_id} is shutting down; "
+                                              "retry with another broker")
             seen = self.view.topics.get(topic)
             if seen is not None and all((topic, p) in self.view.states for p in seen):
                 return seen
