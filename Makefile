@@ -2,7 +2,7 @@
 #
 #   make test [PYTEST_ARGS="-k expire -x"]   unit + integration tests (real ZooKeeper)
 #   make demo [DEMO_ARGS=...]                 the end-to-end demo
-#   make bench                                benchmarks/run_all.py
+#   make bench [BENCH_ARGS=--quick]           benchmarks/run_all.py: every benchmark, in turn
 #   make venv | system-deps | clean | distclean
 #
 # `venv` reinstalls only when pyproject.toml changes (stamp file inside .venv);
@@ -15,6 +15,7 @@ VENV := .venv
 STAMP := $(VENV)/.logferry-installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: help venv system-deps test demo bench clean distclean
 
@@ -36,8 +37,7 @@ demo: venv system-deps
 	$(VENV)/bin/logferry demo $(DEMO_ARGS)
 
 bench: venv system-deps
-	@test -f benchmarks/run_all.py || { echo "make bench: benchmarks/run_all.py does not exist yet" >&2; exit 1; }
-	$(VENV)/bin/python benchmarks/run_all.py
+	$(VENV)/bin/python benchmarks/run_all.py $(BENCH_ARGS)
 
 # Generated files only; keeps .venv (slow to rebuild) and .logferry/ (a local
 # ZooKeeper's data: stop it with `logferry zk stop` first, then remove by hand).
