@@ -84,6 +84,13 @@ class Broker:
         self._zk = await loop.run_in_executor(
             None, lambda: zk.connect(self.config.zk_connect,
                                      session_timeout=self.config.zk_session_timeout_s))
+        granted = zk.granted_session_timeout(self._zk)
+        if granted is not None and abs(granted - self.config.zk_session_timeout_s) > 0.01:
+            log.warning("ZooKeeper granted a session timeout of %.1fs, not the %.1fs of "
+                        "zk_session_timeout_s (the server's minSessionTimeout/"
+                        "maxSessionTimeout): a dead broker is noticed after %.1fs, and "
+                        "leaders' write leases follow the shorter of the two", granted,
+                        self.config.zk_session_timeout_s, granted)
         # Order matters: learn the cluster view, then listen, then register, so a client
         # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(

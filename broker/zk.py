@@ -69,10 +69,47 @@ def connect(connect_string: str, timeout: float = 15.0, session_timeout: float =
     # after ZooKeeper comes back, a client must reattach before its session expires.
     retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
     client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry)
+    _record_granted_session_timeout(client)
     _start(client, connect_string, timeout)
     for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
         client.ensure_path(path)
     return client
+
+
+def granted_session_timeout(client: KazooClient) -> float | None:
+    """The session timeout (s) the server granted at the last connect; None if unknown.
+
+    The server clamps what a client asks for to its ``minSessionTimeout`` ..
+    ``maxSessionTimeout`` range, and kazoo keeps the answer to itself. Brokers need it:
+    a leader's write lease must end before the server can expire its session.
+    """
+    return getattr(client, _GRANTED, None)
+
+
+_GRANTED = "_logferry_granted_session_timeout"
+
+
+def _record_granted_session_timeout(client: KazooClient) -> None:
+    """Remember the negotiated session timeout of each connect on the client.
+
+    kazoo 2.x computes it in its connection handler's ``_connect`` (which returns the
+    read timeout, two thirds of it, in ms) and keeps it in a local variable, so the
+    handler's method is wrapped. Should a kazoo release change that, nothing is
+    recorded and callers fall back to the timeout they asked for.
+    """
+    handler = getattr(client, "_connection", None)
+    original = getattr(handler, "_connect", None)
+    if original is None:
+        return
+
+    def connect_and_record(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            setattr(client, _GRANTED, float(result[0]) * 1.5 / 1000.0)
+        except (TypeError, ValueError, IndexError):
+            pass
+        return result
+    handler._connect = connect_and_record
 
 
 def _start(client: KazooClient, where: str, timeout: float) -> None:
@@ -144,6 +181,6 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
     "NodeExistsError", "PREFERRED_ELECTION", "broker_path", "close", "connect", "decode",
-    "encode", "encode_topic", "partition_state_path", "read_assignment", "read_topic_config",
-    "split_connect", "topic_path",
+    "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
+    "read_assignment", "read_topic_config", "split_connect", "topic_path",
 ]

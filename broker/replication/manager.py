@@ -111,7 +111,6 @@ class ReplicaManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self.lease_until = 0.0
-        self._lease_s = self.config.zk_session_timeout_s * 0.75
         self._stopped = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------
@@ -128,19 +127,27 @@ class ReplicaManager:
         self.broker._zk.add_listener(self._connection_listener)
         threading.Thread(target=self._heartbeat, name="zk-lease", daemon=True).start()
 
+    def session_timeout(self) -> float:
+        """The session timeout the lease is measured against: the configured one, or
+        the one ZooKeeper granted if that is shorter (the server clamps requests to its
+        own bounds, and it is the granted one after which a new leader can be elected)."""
+        configured = self.config.zk_session_timeout_s
+        granted = zk.granted_session_timeout(self.broker._zk)
+        return configured if granted is None else min(configured, granted)
+
     def _heartbeat(self) -> None:
         """Renew the write lease: each answered read proves the session was alive when
         it was sent (see the module docstring)."""
         client = self.broker._zk
-        interval = self.config.zk_session_timeout_s / 4
         while not self._stopped.is_set():
+            session = self.session_timeout()
             sent = time.monotonic()
             try:
                 client.exists("/")
-                self.lease_until = sent + self._lease_s
+                self.lease_until = sent + session * 0.75
             except Exception:
                 pass  # no answer, no renewal
-            self._stopped.wait(max(interval - (time.monotonic() - sent), 0.01))
+            self._stopped.wait(max(session / 4 - (time.monotonic() - sent), 0.01))
 
     async def stop(self) -> None:
         """Stop fetching, fail waiting acks, write the last checkpoint."""

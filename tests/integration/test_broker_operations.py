@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
+from broker import zk
 from broker.client import Producer, SimpleConsumer
 from tests.support.ports import free_port
 
@@ -126,3 +127,20 @@ def test_unreachable_zookeeper_is_a_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "cannot reach ZooKeeper" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("asked, granted", [(0.3, 1.0), (10.0, 10.0), (200.0, 60.0)])
+def test_the_session_timeout_zookeeper_granted_is_known(zk_connect, asked, granted):
+    """The test server clamps sessions to 1-60 s (two ticks of 500 ms .. its maximum);
+    leaders' write leases depend on knowing what it granted, not what was asked."""
+    client = zk.connect(zk_connect, session_timeout=asked)
+    try:
+        assert zk.granted_session_timeout(client) == pytest.approx(granted)
+    finally:
+        zk.close(client)
+
+
+def test_a_broker_warns_when_zookeeper_grants_another_session_timeout(broker_cluster):
+    cluster = broker_cluster(1, broker={"zk_session_timeout_s": 200.0})
+    text = cluster.brokers[0].log_text()
+    assert "ZooKeeper granted a session timeout of 60.0s, not the 200.0s" in text

@@ -1,0 +1,28 @@
+"""The leader's write lease is measured against the session ZooKeeper granted."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from broker import zk
+from broker.replication.manager import ReplicaManager
+
+
+def _manager(configured: float, granted: float | None) -> ReplicaManager:
+    client = SimpleNamespace()
+    if granted is not None:
+        setattr(client, zk._GRANTED, granted)
+    config = SimpleNamespace(broker_id=1, zk_session_timeout_s=configured)
+    return ReplicaManager(SimpleNamespace(config=config, _zk=client))
+
+
+@pytest.mark.parametrize("configured, granted, lease_on", [
+    (10.0, None, 10.0),   # nothing recorded: what was asked for
+    (10.0, 10.0, 10.0),
+    (30.0, 20.0, 20.0),   # the server's maximum was lower: a new leader comes sooner
+    (0.5, 1.0, 0.5),      # a longer grant never lengthens the lease
+])
+def test_the_lease_follows_the_shorter_of_configured_and_granted(configured, granted, lease_on):
+    assert _manager(configured, granted).session_timeout() == lease_on
