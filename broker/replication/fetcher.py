@@ -36,11 +36,14 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._corr = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
+        self._stopping = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
 
     async def stop(self) -> None:
+        self._stopping = True  # the loops end even if a cancellation were lost
+        self._changed.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -61,7 +64,7 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         config = self.manager.config
         delay = 0.05
-        while True:
+        while not self._stopping:
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()
@@ -71,8 +74,11 @@ class ReplicaFetcher:
                 await asyncio.sleep(0.2)  # the leader is not registered (yet)
                 continue
             try:
-                reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(info.host, info.port), 5.0)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a
+                # cancellation that arrives as the awaited call completes, and a
+                # fetcher that misses its stop keeps a stopping broker alive.
+                async with asyncio.timeout(5.0):
+                    reader, self._writer = await asyncio.open_connection(info.host, info.port)
                 delay = 0.05  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:
@@ -90,7 +96,7 @@ class ReplicaFetcher:
         decoder = protocol.FrameDecoder(max_frame_bytes=1 << 31)
         loop = asyncio.get_running_loop()
         manager = self.manager
-        while self.partitions:
+        while self.partitions and not self._stopping:
             now = loop.time()
             asked = []
             reconciling = False
@@ -109,8 +115,8 @@ class ReplicaFetcher:
                 "parts": [[r.key[0], r.key[1], offset, config.replica_fetch_max_bytes, epoch]
                           for r, epoch, offset in asked]}))
             await writer.drain()
-            frame = await asyncio.wait_for(self._read_frame(reader, decoder),
-                                           wait_ms / 1000 + RESPONSE_GRACE_S)
+            async with asyncio.timeout(wait_ms / 1000 + RESPONSE_GRACE_S):
+                frame = await self._read_frame(reader, decoder)
             header = frame.header
             if header.get("id") != corr:
                 raise ProtocolError(f"response id {header.get('id')} != request id {corr}")
