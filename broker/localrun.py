@@ -120,9 +120,15 @@ class BrokerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # Leave the evidence in its log: its asyncio tasks, then its threads.
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(0.5)
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
             self.proc.kill()
             self.proc.wait(5)
-            raise RuntimeError(f"{self.name} ignored SIGTERM for {timeout}s:\n{self.log_tail()}") from None
+            raise RuntimeError(f"{self.name} ignored SIGTERM for {timeout}s:\n"
+                               f"{self.log_tail(200)}") from None
 
     def kill(self) -> None:
         """kill -9: no flush, no deregistration."""

@@ -11,6 +11,8 @@ controller) lives in :mod:`broker.replication`; this module routes requests to i
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import io
 import logging
 import signal
 import time
@@ -133,6 +135,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
+        loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
         await self._stopping.wait()
         await self.stop()
 
@@ -152,19 +155,29 @@ class Broker:
                     waiter.set_result(None)
         pending = [t for c in list(self.connections) for t in c.tasks]
         if pending:
-            await asyncio.wait(pending, timeout=self.config.shutdown_timeout_s)
+            log.info("stop: answering %d in-flight requests (up to %.0fs)", len(pending),
+                     self.config.shutdown_timeout_s)
+            _, late = await asyncio.wait(pending, timeout=self.config.shutdown_timeout_s)
+            if late:
+                log.warning("stop: %d requests still running after shutdown_timeout_s; "
+                            "their connections are closed unanswered", len(late))
         if self.controller is not None:
+            log.info("stop: handing back the controller role")
             await asyncio.get_running_loop().run_in_executor(None, self.controller.stop)
+        log.info("stop: stopping replica fetchers")
         await self.replication.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        for key, plog in self.logs.logs():
+        hosted = list(self.logs.logs())
+        log.info("stop: flushing %d partitions", len(hosted))
+        for key, plog in hosted:
             await self._flush(key, plog)
         self.logs.close()
         for conn in list(self.connections):
             conn.close()
         if self.registry is not None:
+            log.info("stop: leaving the registry")
             self.registry.deregister()
         if self._zk is not None:
             zk.close(self._zk)
@@ -458,8 +471,9 @@ class Broker:
             for part in requests:
                 waiters.setdefault((part[0], part[1]), []).append(waiter)
             try:
-                await asyncio.wait_for(waiter, remaining)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(remaining):  # not wait_for: see fetcher.py
+                    await waiter
+            except TimeoutError:
                 pass
             finally:
                 for part in requests:
@@ -764,9 +778,23 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _log_tasks() -> None:
+    """Log the stack of every asyncio task: what a slow stop or a stuck request awaits."""
+    tasks = asyncio.all_tasks()
+    lines = [f"{len(tasks)} asyncio tasks:"]
+    for task in tasks:
+        out = io.StringIO()
+        task.print_stack(limit=8, file=out)
+        lines.append(out.getvalue().rstrip())
+    log.warning("%s", "\n".join(lines))
+
+
 def run_broker(config: BrokerConfig) -> int:
     """Run a broker until it is signalled to stop; returns the process exit code."""
     broker = Broker(config)
+    # kill -USR1 <pid>: every thread's stack on stderr, even with the event loop stuck;
+    # kill -USR2 <pid>: every asyncio task's stack in the log (the loop must be running).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         asyncio.run(broker.run())
     except LogferryError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,3 +145,20 @@ def test_a_broker_warns_when_zookeeper_grants_another_session_timeout(broker_clu
     cluster = broker_cluster(1, broker={"zk_session_timeout_s": 200.0})
     text = cluster.brokers[0].log_text()
     assert "ZooKeeper granted a session timeout of 60.0s, not the 200.0s" in text
+
+
+def test_a_broker_dumps_its_tasks_and_threads_on_request(broker_cluster):
+    """kill -USR2 / -USR1 explain a stuck broker without stopping it."""
+    broker = broker_cluster(1).brokers[0]
+    broker.proc.send_signal(signal.SIGUSR2)
+    broker.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    text = ""
+    while time.monotonic() < deadline:
+        text = broker.log_text()
+        if "asyncio tasks:" in text and "Current thread" in text:
+            break
+        time.sleep(0.05)
+    assert "asyncio tasks:" in text and "Broker.run" in text  # the main task's stack
+    assert "Current thread" in text and "most recent call first" in text  # faulthandler
+    assert broker.is_running()
