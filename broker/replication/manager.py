@@ -72,7 +72,7 @@ class Replica:
     """This broker's replica of one partition and its current role."""
 
     __slots__ = ("key", "plog", "replicas", "state", "role", "tracker", "pending_acks",
-                 "min_insync", "reconcile_at", "retry_at", "isr_write_pending")
+                 "min_insync", "reconcile_at", "retry_at")
 
     def __init__(self, key: tuple[str, int], plog: PartitionLog):
         self.key = key
@@ -85,7 +85,6 @@ class Replica:
         self.min_insync = 1
         self.reconcile_at: int | None = None
         self.retry_at = 0.0
-        self.isr_write_pending = False
 
     @property
     def epoch(self) -> int:
@@ -211,9 +210,10 @@ class ReplicaManager:
                      and old.leader_epoch == state.leader_epoch and old.leader == state.leader)
         if same_term:
             replica.state = state
-            if role == LEADER and replica.tracker is not None \
-                    and set(state.isr) != set(replica.tracker.isr):
-                replica.tracker.set_isr(state.isr)  # the controller dropped a dead follower
+            if role == LEADER and replica.tracker is not None:
+                # The controller may have dropped a dead follower; a newer version also
+                # settles an ISR write of ours whose outcome was unknown.
+                replica.tracker.adopt(state.isr, state.version)
                 self._update_high_watermark(replica)
             return
         self._leave_role(replica, NotLeaderError(
@@ -396,7 +396,7 @@ class ReplicaManager:
                     continue
                 if replica.pending_acks:
                     self._expire_acks(replica, now)
-                if not replica.isr_write_pending and not self.fenced:
+                if not self.fenced:  # (None while an ISR write is out or unsettled)
                     proposed = replica.tracker.proposed_isr(now, lag)
                     if proposed is not None:
                         self._write_isr(replica, proposed)
@@ -420,34 +420,35 @@ class ReplicaManager:
 
     def _write_isr(self, replica: Replica, isr: tuple[int, ...]) -> None:
         state = replica.state
-        assert state is not None and self._loop is not None
-        new = PartitionState(self.me, state.leader_epoch, isr, state.leader_session)
+        tracker = replica.tracker
+        assert state is not None and tracker is not None and self._loop is not None
+        # replace() keeps the leader session and the znode's creation zxid, so a view
+        # read before this write is recognised as older (PartitionState.older_than).
+        new = replace(state, isr=isr)
         path = zk.partition_state_path(*replica.key)
         client = self.broker._zk
-        replica.isr_write_pending = True
+        tracker.begin_write(isr, state.version)  # its members count for acks from now
         old_isr = state.isr
 
         def write() -> None:
             try:
                 stat = client.set(path, new.encode(), version=state.version)
                 result: Any = replace(new, version=stat.version)
-            except (BadVersionError, NoNodeError) as exc:
+            except Exception as exc:  # refused, or connection trouble
                 result = exc
-            except Exception as exc:  # connection trouble: try again next tick
-                result = exc
-            self._loop.call_soon_threadsafe(self._isr_written, replica, old_isr, result)
+            self._loop.call_soon_threadsafe(self._isr_written, replica, tracker, old_isr,
+                                            result)
         self._loop.run_in_executor(self.broker._admin_pool, write)
 
-    def _isr_written(self, replica: Replica, old_isr: tuple[int, ...], result: Any) -> None:
-        replica.isr_write_pending = False
+    def _isr_written(self, replica: Replica, tracker: LeaderTracker,
+                     old_isr: tuple[int, ...], result: Any) -> None:
         name = f"{replica.key[0]}-{replica.key[1]}"
+        if replica.tracker is not tracker:
+            return  # leadership moved on meanwhile; that tracker is gone
         if isinstance(result, PartitionState):
-            if replica.role != LEADER or replica.state is None \
-                    or replica.state.leader_epoch != result.leader_epoch:
-                return
-            replica.state = result
-            if replica.tracker is not None:
-                replica.tracker.isr = result.isr
+            if replica.state is None or not result.older_than(replica.state):
+                replica.state = result  # (else a newer state, read since, holds it)
+                tracker.adopt(result.isr, result.version)
             if len(result.isr) < len(old_isr):
                 self.broker.isr_changes[(("direction", "shrink"),)] += 1
                 log.warning("%s: isr shrank %s -> %s (followers behind for more than %d ms)",
@@ -459,11 +460,45 @@ class ReplicaManager:
                          list(result.isr))
             self._update_high_watermark(replica)
         elif isinstance(result, (BadVersionError, NoNodeError)):
+            tracker.write_refused()
             log.info("%s: isr write lost a race (state changed); reading the state again", name)
             self._refresh_state(replica)
         else:
-            log.warning("%s: could not write the isr to ZooKeeper (%s%s); trying again",
-                        name, type(result).__name__, f": {result}" if str(result) else "")
+            # The write may or may not have happened: its members keep counting for
+            # acks until a read made after it settles the question.
+            log.warning("%s: could not write the isr to ZooKeeper (%s%s); reading the state "
+                        "to learn whether it was written", name, type(result).__name__,
+                        f": {result}" if str(result) else "")
+            self._settle_isr_write(replica, tracker)
+
+    def _settle_isr_write(self, replica: Replica, tracker: LeaderTracker) -> None:
+        """Read the state after a failed ISR write until the read succeeds."""
+        registry = self.broker.registry
+        loop = self._loop
+        if registry is None or loop is None or self._stopped.is_set() \
+                or replica.tracker is not tracker:
+            return
+
+        def read() -> None:
+            try:
+                state = registry.read_state(*replica.key)
+            except Exception:
+                loop.call_soon_threadsafe(loop.call_later, 0.5, self._settle_isr_write,
+                                          replica, tracker)
+                return
+            loop.call_soon_threadsafe(self._isr_write_settled, replica, tracker, state)
+        loop.run_in_executor(self.broker._admin_pool, read)
+
+    def _isr_write_settled(self, replica: Replica, tracker: LeaderTracker,
+                           state: PartitionState | None) -> None:
+        if replica.tracker is not tracker:
+            return
+        if state is None or state.leader_epoch != replica.epoch or state.leader != self.me:
+            self._transition(replica, state)  # leadership moved on
+            return
+        replica.state = state
+        tracker.adopt(state.isr, state.version, read_after_write=True)
+        self._update_high_watermark(replica)
 
     # -- ZooKeeper connection fencing -------------------------------------------------
 

@@ -113,7 +113,7 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_and_returns_when_caught_u
     for t in (0.5, 1.0, 1.5, 2.0):
         tracker.record_fetch(2, 100, 100, now=t)
     assert tracker.proposed_isr(now=2.0, lag=1.0) == (1, 2)  # 3 silent since 0.0
-    tracker.isr = (1, 2)
+    tracker.adopt((1, 2), version=1)
     tracker.advance_high_watermark(100, 100)
     tracker.record_fetch(3, 50, 100, now=2.5)
     assert tracker.proposed_isr(now=2.5, lag=1.0) is None  # behind the watermark
@@ -140,6 +140,73 @@ def test_a_follower_that_never_fetched_does_not_rejoin_the_isr() -> None:
     assert tracker.proposed_isr(now=10.5, lag=1.5) is None
     tracker.record_fetch(1, 500, 500, now=10.6)
     assert tracker.proposed_isr(now=10.7, lag=1.5) == (2, 3, 1)
+
+
+def test_a_follower_joins_only_holding_every_acknowledged_batch() -> None:
+    # The high watermark lags what acks=all confirmed by the leader's unflushed bytes;
+    # a follower that only reached the watermark must not join, or its election after
+    # the leader's death would lose acknowledged batches.
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2), high_watermark=0, now=0.0)
+    tracker.record_fetch(2, 1000, 1000, now=0.1)
+    assert tracker.replicated_end(1000) == 1000  # acks=all answered up to 1000
+    tracker.advance_high_watermark(1000, flushed_end=400)
+    assert tracker.high_watermark == 400
+    tracker.record_fetch(3, 500, 1000, now=0.2)  # past the watermark, short of the acks
+    assert tracker.proposed_isr(now=0.3, lag=1.0) is None
+    tracker.record_fetch(3, 1000, 1000, now=0.4)
+    assert tracker.proposed_isr(now=0.5, lag=1.0) == (1, 2, 3)
+
+
+def test_a_joining_follower_counts_for_acks_before_zookeeper_names_it() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2), high_watermark=0, now=0.0)
+    tracker.record_fetch(2, 1000, 1000, now=0.1)
+    tracker.record_fetch(3, 1000, 1000, now=0.1)  # joins here
+    tracker.record_fetch(2, 1200, 1200, now=0.2)  # a new batch reaches 2, not 3
+    assert tracker.replicated_end(1200) == 1000
+    proposed = tracker.proposed_isr(now=0.3, lag=1.0)
+    tracker.begin_write(proposed, base_version=4)
+    assert tracker.replicated_end(1200) == 1000  # while the write is out
+    tracker.adopt((1, 2), version=4)  # a view from before the write changes nothing
+    assert tracker.replicated_end(1200) == 1000
+    tracker.adopt(proposed, version=5)  # the write, committed
+    assert tracker.isr == (1, 2, 3) and tracker.proposal is None
+    tracker.record_fetch(3, 1200, 1200, now=0.4)
+    assert tracker.replicated_end(1200) == 1200
+
+
+def test_an_isr_write_of_unknown_outcome_counts_its_members_until_settled() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
+    for r in (2, 3):
+        tracker.record_fetch(r, 100, 100, now=0.1)
+    tracker.record_fetch(2, 300, 300, now=2.0)  # 3 silent: it is proposed to leave
+    tracker.begin_write((1, 2), base_version=7)  # ... and the write's answer is lost
+    assert tracker.replicated_end(300) == 100  # 3 still counts: it may still be in
+    assert tracker.proposed_isr(now=2.1, lag=1.0) is None  # no second write meanwhile
+    tracker.adopt((1, 2, 3), version=7, read_after_write=True)  # it never happened
+    assert tracker.proposal is None
+    assert tracker.proposed_isr(now=2.2, lag=1.0) == (1, 2)
+    tracker.begin_write((1, 2), base_version=7)
+    tracker.write_refused()  # a version conflict: certainly not written
+    assert tracker.proposal is None and tracker.isr == (1, 2, 3)
+
+
+def test_a_fetch_from_lower_lowers_the_followers_end() -> None:
+    # A follower that lost an unflushed tail (power loss) and came back fetches from
+    # below where it was: the leader must not count the bytes it no longer has.
+    tracker = LeaderTracker(1, [1, 2], (1, 2), high_watermark=0, now=0.0)
+    tracker.record_fetch(2, 500, 500, now=0.1)
+    tracker.record_fetch(2, 300, 600, now=0.2)
+    assert tracker.replicated_end(600) == 300
+    assert tracker.lag_bytes(600) == {2: 300}
+
+
+def test_a_joining_follower_that_stalls_stops_joining() -> None:
+    tracker = LeaderTracker(1, [1, 2, 3], (1, 2), high_watermark=0, now=0.0)
+    tracker.record_fetch(3, 0, 0, now=0.1)  # joins
+    assert 3 in tracker.ack_set()
+    tracker.record_fetch(2, 100, 100, now=2.0)
+    assert tracker.proposed_isr(now=2.0, lag=1.0) is None  # 3 silent for 1.9 s
+    assert 3 not in tracker.ack_set() and tracker.replicated_end(100) == 100
 
 
 def test_lag_bytes_per_follower() -> None:
@@ -185,7 +252,7 @@ def test_a_follower_the_controller_dropped_must_fetch_again_to_rejoin() -> None:
     # into the ISR the controller had just taken it out of.
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=0, now=0.0)
     tracker.record_fetch(3, 0, 0, now=0.5)
-    tracker.set_isr((1, 2))
+    tracker.adopt((1, 2), version=1)
     assert tracker.proposed_isr(now=0.6, lag=1.5) is None
     tracker.record_fetch(3, 0, 0, now=0.7)
     assert tracker.proposed_isr(now=0.8, lag=1.5) == (1, 2, 3)

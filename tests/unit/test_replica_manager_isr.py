@@ -1,0 +1,158 @@
+"""A leader's ISR writes, with a fake ZooKeeper and a real partition log on disk.
+
+The leader's view of the ISR must never be smaller than what ZooKeeper may hold: a
+view read before its own write must not undo it, and a write whose answer was lost
+keeps counting its members until a later read settles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+from kazoo.exceptions import ConnectionLossException
+
+from broker import records
+from broker.registry import ClusterView
+from broker.replication.manager import LEADER, ReplicaManager
+from broker.replication.state import PartitionState
+from broker.storage.config import LogConfig
+from broker.storage.partition_log import PartitionLog
+
+KEY = ("t", 0)
+SESSION = 101
+CREATED = 77  # creation zxid of the state znode
+
+
+class FakeZooKeeper:
+    """Answers ``set`` and ``read_state`` from scripts: a value, or an exception."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state = PartitionState(1, 3, (1, 2), SESSION, version=5, created=CREATED)
+        self.set_errors: list[Exception] = []
+        self.read_errors: list[Exception] = []
+        self.sets = 0
+        self.reads = 0
+
+    # the kazoo client's part
+    def set(self, path: str, data: bytes, version: int) -> SimpleNamespace:
+        with self.lock:
+            self.sets += 1
+            if self.set_errors:
+                raise self.set_errors.pop(0)
+            assert version == self.state.version
+            new = PartitionState.decode(data, version + 1, CREATED)
+            assert new is not None
+            self.state = new
+            return SimpleNamespace(version=new.version)
+
+    def add_listener(self, listener) -> None:  # pragma: no cover - not started here
+        pass
+
+    # the registry's part
+    def read_state(self, topic: str, partition: int) -> PartitionState:
+        with self.lock:
+            self.reads += 1
+            if self.read_errors:
+                raise self.read_errors.pop(0)
+            return self.state
+
+
+def _broker(tmp_path, zk: FakeZooKeeper) -> SimpleNamespace:
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
+    config = SimpleNamespace(broker_id=1, min_insync_replicas=2, replica_lag_time_max_ms=400,
+                             acks_all_timeout_ms=5000, log_dirs=[tmp_path],
+                             zk_session_timeout_s=10.0)
+    return SimpleNamespace(
+        config=config, _zk=zk, registry=SimpleNamespace(read_state=zk.read_state,
+                                                        session=SESSION),
+        logs=SimpleNamespace(get=lambda topic, partition: plog),
+        _admin_pool=ThreadPoolExecutor(1), isr_changes=Counter(), truncated_bytes=Counter(),
+        wake_fetchers=lambda key: None, wake_consumers=lambda key: None,
+        replicated_in=lambda *args: None)
+
+
+def _view(state: PartitionState) -> ClusterView:
+    return ClusterView(topics={"t": {0: [1, 2, 3]}}, states={KEY: state}, session=SESSION)
+
+
+async def _until(predicate, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def _leader_with_a_follower_catching_up(tmp_path, zk: FakeZooKeeper):
+    broker = _broker(tmp_path, zk)
+    manager = ReplicaManager(broker)  # type: ignore[arg-type]
+    manager._loop = asyncio.get_running_loop()
+    manager.lease_until = float("inf")
+    manager.apply(_view(zk.state))
+    replica = manager.replicas[KEY]
+    assert replica.role == LEADER
+    batch = records.encode_batch([b"x" * 100] * 10, None, 1_700_000_000_000)
+    replica.plog.append(batch, 10)
+    end = replica.plog.end_offset
+
+    async def followers_fetching() -> None:  # both caught up, fetching every 50 ms
+        while True:
+            manager.record_replica_fetch(replica, 2, end)
+            manager.record_replica_fetch(replica, 3, end)  # joins at the first one
+            await asyncio.sleep(0.05)
+
+    loop = asyncio.get_running_loop()
+    fetching = loop.create_task(followers_fetching())
+    upkeep = loop.create_task(manager._upkeep_loop())
+    await asyncio.sleep(0)
+    return manager, replica, upkeep, broker, fetching
+
+
+def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path):
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        stale = zk.state
+        manager, replica, upkeep, broker, fetching = await _leader_with_a_follower_catching_up(
+            tmp_path, zk)
+        try:
+            await _until(lambda: replica.state.version == 6, "the isr write")
+            assert replica.tracker.isr == (1, 2, 3)
+            manager.apply(_view(stale))  # published before the write's watch fired
+            assert replica.tracker.isr == (1, 2, 3), "a stale view shrank the isr"
+            assert replica.state.version == 6
+        finally:
+            upkeep.cancel()
+            fetching.cancel()
+            broker._admin_pool.shutdown()
+    asyncio.run(scenario())
+
+
+def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        zk.set_errors = [ConnectionLossException()]  # the first write never lands
+        zk.read_errors = [ConnectionLossException()]  # nor does the first read
+        manager, replica, upkeep, broker, fetching = await _leader_with_a_follower_catching_up(
+            tmp_path, zk)
+        try:
+            await _until(lambda: zk.sets == 1, "the first isr write")
+            tracker = replica.tracker
+            await _until(lambda: zk.reads >= 1, "the settling read")
+            assert 3 in tracker.ack_set()  # it may have been written: it counts
+            assert zk.sets == 1  # and no second write before the question is settled
+            await _until(lambda: tracker.proposal is None, "the write settled")
+            # Not written (the read still has version 5): 3 is still caught up, so the
+            # leader writes again, and this time it lands.
+            await _until(lambda: replica.state.version == 6, "the second isr write")
+            assert zk.state.isr == (1, 2, 3) and tracker.isr == (1, 2, 3)
+            assert zk.reads == 2 and zk.sets == 2
+        finally:
+            upkeep.cancel()
+            fetching.cancel()
+            broker._admin_pool.shutdown()
+    asyncio.run(scenario())
