@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError, NodeExistsError, NotEmptyError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoNodeError,
+    NodeExistsError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker import zk
@@ -121,14 +128,33 @@ class BrokerRegistry:
                     log.info("waiting for stale registration %s to expire", path)
                     time.sleep(delay)
                     delay = min(delay * 2, 2.0)
+                except (ConnectionLoss, OperationTimeoutError, SessionExpiredError) as exc:
+                    # The create may or may not have happened; the next try finds out
+                    # (a node of our own session counts as registered, above).
+                    if time.monotonic() > deadline:
+                        raise ZooKeeperError(
+                            f"could not register broker {self.broker_id} with ZooKeeper "
+                            f"within {timeout:.0f}s ({type(exc).__name__})") from None
+                    log.info("registration interrupted (%s); trying again",
+                             type(exc).__name__)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
 
-    def deregister(self) -> None:
-        """Remove the broker node now so clients stop routing here at once."""
+    def deregister(self, timeout: float = 5.0) -> None:
+        """Remove the broker node now so clients stop routing here at once (waiting at
+        most ``timeout`` s: without ZooKeeper the node goes when the session expires)."""
         self._stopped.set()
+        if not self.client.connected:
+            log.warning("not connected to ZooKeeper: this broker's registration goes when "
+                        "its session expires")
+            return
         try:
-            self.client.delete(zk.broker_path(self.broker_id))
-        except Exception:
-            log.debug("could not delete broker node", exc_info=True)
+            zk.bounded(self.client.delete_async(zk.broker_path(self.broker_id)), timeout)
+        except NoNodeError:
+            pass
+        except Exception as exc:
+            log.warning("could not remove this broker's registration (%s); it goes when "
+                        "its ZooKeeper session expires", type(exc).__name__)
 
     def _state_listener(self, state: str) -> None:
         if self._stopped.is_set():
@@ -145,11 +171,18 @@ class BrokerRegistry:
 
     def _rejoin(self) -> None:
         # kazoo's ChildrenWatch/DataWatch re-read their nodes on reconnection by
-        # themselves; only the ephemeral registration has to be made again.
-        try:
-            self.register(timeout=60.0)
-        except Exception:
-            log.exception("could not register again after session loss")
+        # themselves; only the ephemeral registration has to be made again, and until
+        # it is, this broker is invisible to clients and to the controller: keep trying.
+        delay = 1.0
+        while not self._stopped.is_set():
+            try:
+                self.register(timeout=60.0)
+                return
+            except Exception as exc:
+                log.warning("could not register again after session loss (%s); trying "
+                            "again in %.0fs", exc, delay)
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 30.0)
 
     # -- watching -------------------------------------------------------------------
 

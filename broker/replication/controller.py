@@ -67,12 +67,15 @@ class Controller:
         self._stopping = True
         self._events.put(_STOP)
         self._thread.join(timeout=10)
+        if self.active and not self.client.connected:
+            self.active = False  # the node goes when the session expires
         if self.active:
             self.active = False
-            try:
-                _, stat = self.client.get(zk.CONTROLLER)
+            try:  # bounded: ZooKeeper may be unreachable (the node then goes with the session)
+                _, stat = zk.bounded(self.client.get_async(zk.CONTROLLER), 5.0)
                 if stat.ephemeralOwner == self.client.client_id[0]:
-                    self.client.delete(zk.CONTROLLER, version=stat.version)
+                    zk.bounded(self.client.delete_async(zk.CONTROLLER, version=stat.version),
+                               5.0)
             except Exception:
                 log.debug("could not delete %s", zk.CONTROLLER, exc_info=True)
 
@@ -142,7 +145,17 @@ class Controller:
             self.client.create(zk.CONTROLLER, zk.encode({"broker_id": self.broker_id}),
                                ephemeral=True)
         except NodeExistsError:
-            return
+            # Ours if an earlier attempt created it and then failed (its answer lost, or
+            # the connection dropped before the takeover below finished): nobody else
+            # competes while it exists, so this broker must finish taking office.
+            try:
+                _, stat = self.client.get(zk.CONTROLLER)
+            except NoNodeError:
+                return  # gone again: the watch on it queues another attempt
+            if stat.ephemeralOwner != self.client.client_id[0]:
+                return
+            log.info("broker %d finds its own %s from an interrupted attempt; taking "
+                     "office", self.broker_id, zk.CONTROLLER)
         self.client.ensure_path(zk.CONTROLLER_EPOCH)
         stat = self.client.set(zk.CONTROLLER_EPOCH, b"")
         self._epoch_version = stat.version

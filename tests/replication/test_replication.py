@@ -344,3 +344,26 @@ def test_a_returning_replica_cuts_the_tail_its_new_leader_never_had(broker_clust
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
         values = [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)]
     assert values == committed + later
+
+
+def test_brokers_stop_promptly_while_zookeeper_is_down(broker_cluster, zookeeper):
+    """Controller, followers and registry all talk to ZooKeeper; with it gone a stop
+    must still finish (kazoo would wait for ever on a call made while reconnecting)."""
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "outage"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 3, replication_factor=3, min_insync_replicas=2)
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        for p in range(3):
+            producer.send(topic, [b"%d-%d" % (p, i) for i in range(200)], partition=p).wait(30)
+    zookeeper.stop()
+    try:
+        time.sleep(REPLICATED["zk_session_timeout_s"])  # every broker is reconnecting
+        for broker in cluster.brokers:
+            started = time.monotonic()
+            assert broker.stop(timeout=20) == 0, broker.log_tail()
+            took = time.monotonic() - started
+            assert took < 8, f"{broker.name} took {took:.1f}s to stop"
+            assert "stopped cleanly" in broker.log_text()
+    finally:
+        zookeeper.start()
