@@ -22,10 +22,11 @@ because a new leader is elected only after that session expires:
   an answer, and ZooKeeper expires the session only after the whole timeout, so the
   old leader stops before a new one is chosen;
 * a *lease* covers a paused process (SIGSTOP, a VM freeze), which sees nothing until
-  it runs again: a heartbeat thread reads from ZooKeeper every quarter of the
-  session timeout, and writes are accepted only until three quarters of the timeout
-  after the last heartbeat that was answered was sent. A leader resumed after its
-  session expired finds its lease run out before it can take a single write.
+  it runs again: a heartbeat thread sends ZooKeeper a ``sync`` (which must pass
+  through the quorum's leader) every quarter of the session timeout, and writes are
+  accepted only until three quarters of the timeout after the last heartbeat that
+  was answered was sent. A leader resumed after its session expired finds its lease
+  run out before it can take a single write.
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ log = logging.getLogger("logferry.replication")
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 CHECKPOINT_INTERVAL_S = 5.0
+
+
+def lease_clock() -> float:
+    """Seconds on the clock the write lease runs on: CLOCK_BOOTTIME where there is one
+    (Linux), which goes on counting while the machine is suspended, where the
+    monotonic clock stops; ZooKeeper's session clock does not stop either."""
+    return time.clock_gettime(_LEASE_CLOCK_ID) if _LEASE_CLOCK_ID is not None \
+        else time.monotonic()
+
+
+_LEASE_CLOCK_ID = getattr(time, "CLOCK_BOOTTIME", None)
 
 
 class Replica:
@@ -110,7 +122,12 @@ class ReplicaManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self.lease_until = 0.0
+        """Writes are accepted until this :func:`lease_clock` time (renewed by the
+        heartbeat thread)."""
         self._stopped = threading.Event()
+        self._fences = 0
+        """How often the connection was suspended or lost: an unfence decided on a
+        check that began before a newer fence must not undo it."""
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -135,18 +152,20 @@ class ReplicaManager:
         return configured if granted is None else min(configured, granted)
 
     def _heartbeat(self) -> None:
-        """Renew the write lease: each answered read proves the session was alive when
-        it was sent (see the module docstring)."""
+        """Renew the write lease: each answered ``sync`` proves the session was alive
+        when it was sent (see the module docstring). A sync, not a read: a ZooKeeper
+        server cut off from its quorum still answers reads for a while, but a sync must
+        pass through the quorum's leader, which is what keeps the session alive."""
         client = self.broker._zk
         while not self._stopped.is_set():
             session = self.session_timeout()
-            sent = time.monotonic()
+            sent = lease_clock()
             try:
-                client.exists("/")
+                client.sync("/")
                 self.lease_until = sent + session * 0.75
             except Exception:
                 pass  # no answer, no renewal
-            self._stopped.wait(max(session / 4 - (time.monotonic() - sent), 0.01))
+            self._stopped.wait(max(session / 4 - (lease_clock() - sent), 0.01))
 
     async def stop(self) -> None:
         """Stop fetching, fail waiting acks, write the last checkpoint."""
@@ -274,7 +293,7 @@ class ReplicaManager:
             # one replica may ever lead it), so it keeps taking writes without ZooKeeper.
             if not for_write or not replica.replicated:
                 return replica.plog
-            if not self.fenced and time.monotonic() < self.lease_until:
+            if not self.fenced and lease_clock() < self.lease_until:
                 return replica.plog
             raise NotLeaderError(f"broker {self.me} cannot confirm with ZooKeeper that it "
                                  f"still leads {topic}-{partition} (connection lost or "
@@ -518,6 +537,7 @@ class ReplicaManager:
             log.warning("ZooKeeper connection %s: refusing writes to the %d partitions this "
                         "broker leads until it can confirm its leadership", state.lower(), leading)
         self.fenced = True
+        self._fences += 1
 
     def _unfence_after_check(self) -> None:
         registry = self.broker.registry
@@ -525,6 +545,7 @@ class ReplicaManager:
         if registry is None or loop is None:
             return
         keys = [k for k, r in self.replicas.items() if r.role == LEADER]
+        fences = self._fences
 
         def read() -> None:
             try:
@@ -532,10 +553,13 @@ class ReplicaManager:
             except Exception as exc:
                 log.warning("could not read partition states after reconnecting: %s", exc)
                 return
-            loop.call_soon_threadsafe(self._unfence, states)
+            loop.call_soon_threadsafe(self._unfence, states, fences)
         loop.run_in_executor(self.broker._admin_pool, read)
 
-    def _unfence(self, states: dict[tuple[str, int], PartitionState | None]) -> None:
+    def _unfence(self, states: dict[tuple[str, int], PartitionState | None],
+                 fences: int) -> None:
+        if fences != self._fences:
+            return  # suspended again since the check began: the next reconnect checks anew
         self.session = self.broker.registry.session if self.broker.registry else 0
         for key, state in states.items():
             replica = self.replicas.get(key)
@@ -647,8 +671,8 @@ class ReplicaManager:
                 by_dir.setdefault(plog.directory.parent, {})[plog.name] = plog.visible_end
         loop = asyncio.get_running_loop()
         for log_dir, marks in by_dir.items():
-            try:
-                await loop.run_in_executor(self.broker._admin_pool, write_checkpoint,
+            try:  # disk work: the fsync pool, never behind a ZooKeeper call
+                await loop.run_in_executor(self.broker._fsync_pool, write_checkpoint,
                                            log_dir, marks)
             except OSError as exc:
                 log.warning("cannot write the high-watermark checkpoint in %s: %s",

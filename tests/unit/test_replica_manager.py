@@ -1,8 +1,9 @@
-"""A leader's ISR writes, with a fake ZooKeeper and a real partition log on disk.
+"""A leader's ISR writes and fencing, with a fake ZooKeeper and a real partition log.
 
 The leader's view of the ISR must never be smaller than what ZooKeeper may hold: a
 view read before its own write must not undo it, and a write whose answer was lost
-keeps counting its members until a later read settles it.
+keeps counting its members until a later read settles it. A leader whose connection
+was suspended again while it checked its leadership after a reconnect stays fenced.
 """
 
 from __future__ import annotations
@@ -154,5 +155,38 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
         finally:
             upkeep.cancel()
             fetching.cancel()
+            broker._admin_pool.shutdown()
+    asyncio.run(scenario())
+
+
+def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fenced(tmp_path):
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        broker = _broker(tmp_path, zk)
+        manager = ReplicaManager(broker)  # type: ignore[arg-type]
+        manager._loop = asyncio.get_running_loop()
+        manager.lease_until = float("inf")
+        manager.apply(_view(zk.state))
+        release = threading.Event()
+        reading = threading.Event()
+        real_read = zk.read_state
+
+        def slow_read(topic: str, partition: int) -> PartitionState:
+            reading.set()
+            release.wait(5)
+            return real_read(topic, partition)
+        broker.registry.read_state = slow_read
+        try:
+            manager._fence("SUSPENDED")
+            manager._unfence_after_check()  # CONNECTED: check leadership, then unfence
+            await _until(reading.is_set, "the check's read")
+            manager._fence("SUSPENDED")  # the connection drops again meanwhile
+            release.set()
+            await asyncio.sleep(0.2)  # the check's answer arrives
+            assert manager.fenced, "an older check unfenced a suspended leader"
+            manager._unfence_after_check()  # the next CONNECTED
+            await _until(lambda: not manager.fenced, "the unfence after the next check")
+        finally:
+            release.set()
             broker._admin_pool.shutdown()
     asyncio.run(scenario())
