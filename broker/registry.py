@@ -63,6 +63,9 @@ class ClusterView:
     controller: int = -1
     session: int = 0
     """This broker's own session (registration creation zxid); 0 until registered."""
+    topic_ids: dict[str, int] = field(default_factory=dict)
+    """Each topic's identity: the creation zxid of its znode. A topic deleted and
+    created again under the same name gets a new one."""
 
     def leader(self, topic: str, partition: int) -> int:
         """The partition's leader, or -1 when it has none (or no state yet)."""
@@ -83,6 +86,7 @@ class BrokerRegistry:
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, dict[int, list[int]]] = {}
         self._configs: dict[str, dict] = {}
+        self._topic_ids: dict[str, int] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._watched_states: set[tuple[str, int]] = set()
         self._controller = -1
@@ -259,6 +263,7 @@ class BrokerRegistry:
                 else:
                     self._topics[topic] = zk.read_assignment(data)
                     self._configs[topic] = zk.read_topic_config(data)
+                    self._topic_ids[topic] = int(getattr(stat, "czxid", 0))
                     new_partitions = [p for p in self._topics[topic]
                                       if (topic, p) not in self._watched_states]
                     self._watched_states.update((topic, p) for p in new_partitions)
@@ -295,6 +300,7 @@ class BrokerRegistry:
         """Drop a deleted topic (lock held); its state watches end on their own."""
         self._topics.pop(topic, None)
         self._configs.pop(topic, None)
+        self._topic_ids.pop(topic, None)
         for key in [k for k in self._states if k[0] == topic]:
             del self._states[key]
 
@@ -307,7 +313,8 @@ class BrokerRegistry:
             return ClusterView(dict(self._brokers),
                                {t: dict(a) for t, a in self._topics.items()},
                                {t: dict(c) for t, c in self._configs.items()},
-                               dict(self._states), self._controller, self.session)
+                               dict(self._states), self._controller, self.session,
+                               dict(self._topic_ids))
 
     def read_state(self, topic: str, partition: int) -> PartitionState | None:
         """Read one partition's state from ZooKeeper now (blocking)."""

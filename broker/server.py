@@ -196,10 +196,25 @@ class Broker:
             return  # logs are closing: a late view must not reopen partitions
         me = self.config.broker_id
         for topic, assignment in view.topics.items():
+            topic_id = view.topic_ids.get(topic, 0)
             for partition, replicas in assignment.items():
-                if me in replicas and self.logs.get(topic, partition) is None:
-                    self.logs.create(topic, partition)
+                if me not in replicas:
+                    continue
+                plog = self.logs.get(topic, partition)
+                if plog is not None and topic_id and plog.topic_id not in (None, topic_id):
+                    # Deleted and created again while this broker was away (or between
+                    # two views): the bytes on disk are another topic's.
+                    log.warning("%s-%d: the log on disk belongs to an earlier topic of this "
+                                "name (deleted and created again meanwhile); deleting its "
+                                "%d bytes", topic, partition, plog.size_bytes)
+                    self.replication.forget((topic, partition))
+                    self.logs.remove(topic, partition)
+                    plog = None
+                if plog is None:
+                    plog = self.logs.create(topic, partition)
                     log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
+                if topic_id and plog.topic_id is None:
+                    plog.set_topic_id(topic_id)
         # Only topics seen in ZooKeeper and then removed are deleted: a topic on disk
         # that ZooKeeper never listed (wrong chroot?) is kept, never wiped.
         for topic in self._known_topics - set(view.topics):

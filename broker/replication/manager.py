@@ -58,6 +58,7 @@ from broker.replication.isr import LeaderTracker
 from broker.replication.reconcile import matching_prefix
 from broker.replication.state import PartitionState
 from broker.storage.partition_log import PartitionLog
+from broker.topics import partition_dir_name
 
 if TYPE_CHECKING:
     from broker.registry import ClusterView
@@ -265,6 +266,14 @@ class ReplicaManager:
         elif state is not None and state.leader == self.me:
             log.info("%s: ZooKeeper names this broker leader in an earlier session; waiting "
                      "for the controller to elect again", name)
+
+    def forget(self, key: tuple[str, int]) -> None:
+        """Drop a replica whose log is about to be deleted (and its checkpointed mark)."""
+        replica = self.replicas.pop(key, None)
+        if replica is not None:
+            self._leave_role(replica, NotLeaderError(
+                f"partition {key[0]}-{key[1]} belongs to a deleted topic"))
+        self._checkpoint.pop(partition_dir_name(*key), None)
 
     def _leave_role(self, replica: Replica, error: LogferryError) -> None:
         if replica.role == LEADER:

@@ -50,6 +50,7 @@ from broker.topics import partition_dir_name
 log = logging.getLogger("logferry.storage")
 
 DELETED_SUFFIX = ".deleted"
+TOPIC_ID_FILE = "topic-id"
 """A partition directory being deleted is first renamed to ``<name>.<id>.deleted``."""
 
 _FIRST_READ = 64 * 1024  # read_slice: one pread that usually holds the whole first batch
@@ -189,6 +190,30 @@ class PartitionLog:
     def set_high_watermark(self, cap: int | None) -> None:
         """Cap the visible end at ``cap`` (replication's high watermark); None: no cap."""
         self._hw_cap = cap
+
+    @property
+    def topic_id(self) -> int | None:
+        """Which incarnation of the topic this log belongs to: the creation zxid of its
+        ZooKeeper znode, as recorded in the directory (None: not recorded yet). A topic
+        deleted and created again under the same name gets another one."""
+        try:
+            return int((self.directory / TOPIC_ID_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def set_topic_id(self, topic_id: int) -> None:
+        """Record the topic incarnation: written and renamed into place now (called on
+        the event loop: no fsync here), made durable by the log's next flush."""
+        path = self.directory / TOPIC_ID_FILE
+        tmp = path.with_name(TOPIC_ID_FILE + ".tmp")
+        try:
+            tmp.write_text(str(topic_id))
+            os.replace(tmp, path)
+            if self.directory not in self._dirty_dirs:
+                self._dirty_dirs.append(self.directory)
+        except OSError as exc:
+            raise StorageError(f"cannot record the topic id of {self.name} in "
+                               f"{self.directory}: {exc}") from exc
 
     @property
     def size_bytes(self) -> int:

@@ -8,6 +8,7 @@ partition, and replicas that are back in sync hold byte-identical logs.
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from tests.replication.conftest import (
     describe,
     full_isr,
     read_partitions,
+    replica_bytes,
     wait_until,
 )
 
@@ -312,6 +314,45 @@ def test_deleting_a_replicated_topic_removes_every_replica_and_allows_recreation
         producer.send("doomed", [b"new"], partition=1).wait(30)
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
         assert [m.value for m in consumer.messages("doomed", 1, follow=True, timeout=1.0)] == [b"new"]
+
+
+def test_a_topic_recreated_while_a_replica_was_down_does_not_adopt_its_old_log(broker_cluster):
+    """Deleted and created again while one replica's broker was dead but still
+    registered (inside its session timeout): that broker comes back with the old
+    topic's bytes, which must go, not be served or merged as the new topic's."""
+    cluster = broker_cluster(3, broker=REPLICATED)
+    topic = "reborn"
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+        # Records of one format make batches of one size: the old log's end is then
+        # a batch boundary in the new topic's longer log, and fetching from there
+        # would simply append the new topic's bytes to the old ones.
+        with Producer(zk=cluster.zk_connect, acks="all") as producer:
+            for b in range(30):
+                producer.send(topic, [b"old-%05d" % (b * 10 + i) for i in range(10)],
+                              partition=0).wait(30)
+        leader = describe(cluster, topic)[0].leader
+        away = next(b for b in cluster.brokers if b.id != leader)
+        # Its high-watermark checkpoint (written every 5 s) records the old topic's
+        # mark: below it a returning follower takes its log as agreed with the leader.
+        checkpoint = away.log_dir / "replication-offset-checkpoint"
+        wait_until(lambda: json.loads(checkpoint.read_text()).get(f"{topic}-0", 0) > 0, 30,
+                   "the old topic's high watermark in the checkpoint")
+        away.kill()
+        admin.delete_topic(topic)
+        replicas = admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
+    assert away.id in replicas[0], "the dead broker's session expired before the re-creation"
+    new = [b"new-%05d" % i for i in range(600)]
+    with Producer(zk=cluster.zk_connect, acks="all") as producer:
+        for b in range(60):
+            producer.send(topic, new[b * 10:(b + 1) * 10], partition=0).wait(60)
+    away.start()
+    wait_until(full_isr(cluster, topic), 60, "the returning broker back in the ISR")
+    assert "belongs to an earlier topic of this name" in away.log_text()
+    assert_replicas_identical(cluster, topic, 1)
+    assert b"old-" not in replica_bytes(away, topic, 0)
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        assert [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)] == new
 
 
 def test_a_returning_replica_cuts_the_tail_its_new_leader_never_had(broker_cluster):

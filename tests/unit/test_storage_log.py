@@ -338,3 +338,18 @@ def test_batch_boundaries_and_raw_reads(tmp_path: Path) -> None:
     assert plog.read_bytes(one, 10**6) == batch(1, n=7)
     assert plog.read_bytes(one + two, 10) == b""
     plog.close()
+
+
+def test_the_topic_id_is_kept_beside_the_segments_and_survives_a_reopen(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    assert plog.topic_id is None  # not recorded yet
+    plog.append(batch(0), 3)
+    plog.set_topic_id(4294967302)
+    plog.flush()
+    plog.close()
+    reopened = open_log(tmp_path, recover=True)
+    assert reopened.topic_id == 4294967302
+    assert reopened.end_offset == len(batch(0))  # the file is no segment
+    reopened.set_topic_id(7)
+    assert reopened.topic_id == 7
+    reopened.close()
