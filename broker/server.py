@@ -28,6 +28,7 @@ from broker.errors import (
     LeaderNotAvailableError,
     LogferryError,
     NotLeaderError,
+    StorageError,
     TopicExistsError,
     UnknownError,
     UnknownTopicOrPartitionError,
@@ -201,20 +202,18 @@ class Broker:
                 if me not in replicas:
                     continue
                 plog = self.logs.get(topic, partition)
-                if plog is not None and topic_id and plog.topic_id not in (None, topic_id):
-                    # Deleted and created again while this broker was away (or between
-                    # two views): the bytes on disk are another topic's.
-                    log.warning("%s-%d: the log on disk belongs to an earlier topic of this "
-                                "name (deleted and created again meanwhile); deleting its "
-                                "%d bytes", topic, partition, plog.size_bytes)
-                    self.replication.forget((topic, partition))
-                    self.logs.remove(topic, partition)
-                    plog = None
                 if plog is None:
                     plog = self.logs.create(topic, partition)
                     log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
+                if topic_id and plog.topic_id not in (None, topic_id):
+                    plog = self._replace_earlier_topics_log(topic, partition, plog)
+                    if plog is None:
+                        continue
                 if topic_id and plog.topic_id is None:
-                    plog.set_topic_id(topic_id)
+                    try:
+                        plog.set_topic_id(topic_id)
+                    except StorageError as exc:
+                        log.warning("%s", exc)  # only the identity check is lost
         # Only topics seen in ZooKeeper and then removed are deleted: a topic on disk
         # that ZooKeeper never listed (wrong chroot?) is kept, never wiped.
         for topic in self._known_topics - set(view.topics):
@@ -225,6 +224,24 @@ class Broker:
         self._known_topics = set(view.topics)
         self.view = view
         self.replication.apply(view)
+
+    def _replace_earlier_topics_log(self, topic: str, partition: int,
+                                    plog: PartitionLog) -> PartitionLog | None:
+        """The topic was deleted and created again while this broker was away (or
+        between two views): the log on disk is the earlier topic's. Delete it and
+        start the partition empty; None (not hosted) if it cannot be deleted."""
+        log.warning("%s-%d: the log on disk belongs to an earlier topic of this name "
+                    "(deleted and created again meanwhile); deleting its %d bytes", topic,
+                    partition, plog.size_bytes)
+        self.replication.forget((topic, partition))
+        try:
+            self.logs.remove(topic, partition)
+        except StorageError as exc:
+            log.error("%s; not hosting %s-%d until it is gone", exc, topic, partition)
+            return None
+        fresh = self.logs.create(topic, partition)
+        log.info("hosting %s-%d afresh", topic, partition)
+        return fresh
 
     def _log_for(self, topic: Any, partition: Any, for_write: bool = False) -> PartitionLog:
         """The log of a partition this broker leads, or the error to answer with."""

@@ -191,7 +191,6 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
     "NodeExistsError", "PREFERRED_ELECTION", "bounded", "broker_path", "close", "connect",
-    "decode",
-    "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
+    "decode", "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",
 ]

@@ -524,6 +524,8 @@ class ReplicaManager:
         if state is None or state.leader_epoch != replica.epoch or state.leader != self.me:
             self._transition(replica, state)  # leadership moved on
             return
+        if replica.state is not None and state.older_than(replica.state):
+            return  # a newer state arrived meanwhile; adopting it settled the write
         replica.state = state
         tracker.adopt(state.isr, state.version, read_after_write=True)
         self._update_high_watermark(replica)

@@ -50,8 +50,9 @@ from broker.topics import partition_dir_name
 log = logging.getLogger("logferry.storage")
 
 DELETED_SUFFIX = ".deleted"
-TOPIC_ID_FILE = "topic-id"
 """A partition directory being deleted is first renamed to ``<name>.<id>.deleted``."""
+TOPIC_ID_FILE = "topic-id"
+"""Beside the segments: the topic incarnation the log belongs to (:attr:`PartitionLog.topic_id`)."""
 
 _FIRST_READ = 64 * 1024  # read_slice: one pread that usually holds the whole first batch
 _WALK_CHUNK = 1 << 20  # offset_for_time: bytes of batches read per pread while walking
@@ -163,6 +164,7 @@ class PartitionLog:
         elif loaded.created:
             self._dirty_dirs.append(self.directory)
         self._failure: str | None = None
+        self._topic_id = self._read_topic_id()
 
     # -- offsets and sizes ----------------------------------------------------------------
 
@@ -196,6 +198,9 @@ class PartitionLog:
         """Which incarnation of the topic this log belongs to: the creation zxid of its
         ZooKeeper znode, as recorded in the directory (None: not recorded yet). A topic
         deleted and created again under the same name gets another one."""
+        return self._topic_id
+
+    def _read_topic_id(self) -> int | None:
         try:
             return int((self.directory / TOPIC_ID_FILE).read_text())
         except (OSError, ValueError):
@@ -209,6 +214,7 @@ class PartitionLog:
         try:
             tmp.write_text(str(topic_id))
             os.replace(tmp, path)
+            self._topic_id = topic_id
             if self.directory not in self._dirty_dirs:
                 self._dirty_dirs.append(self.directory)
         except OSError as exc:
