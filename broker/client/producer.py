@@ -177,6 +177,9 @@ class Producer:
         self._sender_waiting = False
         self._closed = False
         self._round_robin: dict[str, Any] = {}
+        self._partition_counts: dict[str, int] = {}
+        """Partitions per topic, once learned: a topic's count never changes (the sender
+        thread forgets leaders on every retry; send() must not go to the network then)."""
         self._stats = {"messages_sent": 0, "bytes_sent": 0, "batches_sent": 0,
                        "messages_acked": 0, "batches_failed": 0, "messages_failed": 0,
                        "retries": 0, "requests": 0}
@@ -188,10 +191,13 @@ class Producer:
 
     def send(self, topic: str, messages: Values, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
-        """Queue one message or a list of them for ``topic``; never blocks on the network.
+        """Queue one message or a list of them for ``topic``.
 
         Blocks only while the buffer is full (up to ``block_timeout``, then raises
-        BufferFullError). Returns the future of the batch holding the last message.
+        BufferFullError), and the first time a topic is sent to, to learn its partition
+        count (a metadata request, which may create the topic); from then on the brokers
+        may all be down and messages are still queued. Returns the future of the batch
+        holding the last message.
         """
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             values = [messages]
@@ -203,7 +209,10 @@ class Producer:
             nbytes = sum(map(len, values))
         if timestamp is None:
             timestamp = int(time.time() * 1000)
-        count = len(self.cluster.partitions_for(topic, create=True))
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = len(self.cluster.partitions_for(topic, create=True))
+            self._partition_counts[topic] = count
         if partition is None:
             partition = self._choose_partition(topic, key, count)
         elif not 0 <= partition < count:
@@ -544,6 +553,8 @@ class Producer:
             attempts = self._attempts.get(tp, 0) + 1
             expired = now - batches[0].created > self.delivery_timeout
             out_of_tries = self.retries is not None and attempts > self.retries
+            if isinstance(error, UnknownTopicOrPartitionError):
+                self._partition_counts.pop(tp[0], None)  # deleted (and made anew?): ask again
             if not error.retriable or expired or out_of_tries or self._closed:
                 # Later batches of the partition fail too: a success must imply that
                 # every earlier send to the partition succeeded (order is the promise).

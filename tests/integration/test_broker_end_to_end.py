@@ -10,6 +10,7 @@ import pytest
 from broker import records
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimedOutError
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -270,3 +271,29 @@ def test_a_full_buffer_drains_in_requests_under_the_brokers_limit(broker_cluster
         got = [m.value for m in consumer.messages("backlog", 0, follow=True, timeout=1.0,
                                                   limit=len(values))]
     assert got == values
+
+
+def test_a_producer_queues_through_an_outage_of_every_broker(broker_cluster):
+    """Once a topic is known, send() needs no broker: a retry drops the cached leaders,
+    and a send() after that must queue (not raise) while every broker is down."""
+    cluster = broker_cluster(1)
+    broker = cluster.brokers[0]
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic("outage", 2)
+    with Producer(zk=cluster.zk_connect, acks=1, delivery_timeout=60,
+                  retry_backoff_ms=50) as producer:
+        producer.send("outage", [b"before"], partition=0).wait(30)
+        broker.stop()
+        futures = [producer.send("outage", [b"down-%d" % i]) for i in range(50)]
+        wait_until(lambda: producer.metrics()["retries"] > 0, 10, what="the sender retrying")
+        started = time.monotonic()
+        futures += [producer.send("outage", [b"after-retry-%d" % i]) for i in range(50)]
+        assert time.monotonic() - started < 1.0  # queued, no network on this thread
+        broker.start()
+        for future in futures:
+            future.wait(60)
+    with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+        values = [m.value for p in (0, 1)
+                  for m in consumer.messages("outage", p, follow=True, timeout=1.0)]
+    assert sorted(values) == sorted([b"before"] + [b"down-%d" % i for i in range(50)]
+                                    + [b"after-retry-%d" % i for i in range(50)])

@@ -57,6 +57,7 @@ class Load:
         self.sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
         self.acked: dict[int, set[bytes]] = {p: set() for p in range(partitions)}
         self.failed: list[Exception] = []
+        self.crashed: BaseException | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -73,6 +74,13 @@ class Load:
         return self
 
     def _run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as exc:  # reported by wait_for_acks, not lost in a thread
+            self.crashed = exc
+            raise
+
+    def _produce(self) -> None:
         futures = []
         i = 0
         while not self._stop.is_set() and i < 2_000_000:
@@ -102,7 +110,12 @@ class Load:
 
     def wait_for_acks(self, more: int, timeout: float, what: str) -> None:
         target = self.acked_count + more
-        wait_until(lambda: self.acked_count >= target, timeout, what)
+
+        def acked() -> bool:
+            if self.crashed is not None:
+                pytest.fail(f"the producing thread died: {self.crashed!r}")
+            return self.acked_count >= target
+        wait_until(acked, timeout, what)
 
     def stop(self) -> None:
         self._stop.set()
