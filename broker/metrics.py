@@ -71,7 +71,8 @@ async def serve_metrics(metrics: Metrics, host: str, port: int) -> asyncio.Abstr
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            async with asyncio.timeout(5):  # not wait_for: see replication/fetcher.py
+                await reader.readuntil(b"\r\n\r\n")
             body = metrics.render().encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
                          b"Content-Length: " + str(len(body)).encode() +

@@ -153,7 +153,8 @@ class BrokerRegistry:
                         "its session expires")
             return
         try:
-            zk.bounded(self.client.delete_async(zk.broker_path(self.broker_id)), timeout)
+            # bounded: kazoo waits for ever on a call queued while it reconnects
+            self.client.delete_async(zk.broker_path(self.broker_id)).get(timeout=timeout)
         except NoNodeError:
             pass
         except Exception as exc:

@@ -132,16 +132,6 @@ def close(client: KazooClient) -> None:
         log.debug("error while closing ZooKeeper client", exc_info=True)
 
 
-def bounded(call: Any, timeout: float) -> Any:
-    """Wait at most ``timeout`` seconds for a kazoo ``*_async`` call's result.
-
-    kazoo queues a call made while it reconnects and waits for ever for the answer;
-    code that must finish during an outage (a broker's stop) waits through this and
-    gets :class:`KazooTimeoutError` instead.
-    """
-    return call.get(timeout=timeout)
-
-
 def encode(data: dict[str, Any]) -> bytes:
     """Znode payloads are JSON, readable with zkCli for operators."""
     return json.dumps(data, sort_keys=True).encode()
@@ -190,7 +180,7 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
-    "NodeExistsError", "PREFERRED_ELECTION", "bounded", "broker_path", "close", "connect",
-    "decode", "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
+    "NodeExistsError", "PREFERRED_ELECTION", "broker_path", "close", "connect", "decode",
+    "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",
 ]

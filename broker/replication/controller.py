@@ -67,15 +67,15 @@ class Controller:
         self._stopping = True
         self._events.put(_STOP)
         self._thread.join(timeout=10)
-        if self.active and not self.client.connected:
-            self.active = False  # the node goes when the session expires
-        if self.active:
-            self.active = False
-            try:  # bounded: ZooKeeper may be unreachable (the node then goes with the session)
-                _, stat = zk.bounded(self.client.get_async(zk.CONTROLLER), 5.0)
+        was_active, self.active = self.active, False
+        # Without a connection the node goes when the session expires; with one, wait a
+        # bounded time (kazoo waits for ever on a call queued while it reconnects).
+        if was_active and self.client.connected:
+            try:
+                _, stat = self.client.get_async(zk.CONTROLLER).get(timeout=5.0)
                 if stat.ephemeralOwner == self.client.client_id[0]:
-                    zk.bounded(self.client.delete_async(zk.CONTROLLER, version=stat.version),
-                               5.0)
+                    self.client.delete_async(zk.CONTROLLER,
+                                             version=stat.version).get(timeout=5.0)
             except Exception:
                 log.debug("could not delete %s", zk.CONTROLLER, exc_info=True)
 

@@ -132,10 +132,6 @@ class LeaderTracker:
         self.proposal = tuple(isr)
         self.proposal_base = base_version
 
-    def write_refused(self) -> None:
-        """The write certainly did not happen (ZooKeeper refused its version)."""
-        self.proposal = None
-
     def adopt(self, isr: Iterable[int], version: int, read_after_write: bool = False) -> None:
         """Take the ISR of a state read from (or written to) ZooKeeper at ``version``.
 

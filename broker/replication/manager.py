@@ -70,15 +70,14 @@ LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 CHECKPOINT_INTERVAL_S = 5.0
 
 
+_LEASE_CLOCK_ID = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
 def lease_clock() -> float:
     """Seconds on the clock the write lease runs on: CLOCK_BOOTTIME where there is one
     (Linux), which goes on counting while the machine is suspended, where the
     monotonic clock stops; ZooKeeper's session clock does not stop either."""
-    return time.clock_gettime(_LEASE_CLOCK_ID) if _LEASE_CLOCK_ID is not None \
-        else time.monotonic()
-
-
-_LEASE_CLOCK_ID = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(_LEASE_CLOCK_ID)
 
 
 class Replica:
@@ -230,7 +229,8 @@ class ReplicaManager:
                      and old.leader_epoch == state.leader_epoch and old.leader == state.leader)
         if same_term:
             replica.state = state
-            if role == LEADER and replica.tracker is not None:
+            if role == LEADER and replica.tracker is not None \
+                    and (state.version, state.created) != (old.version, old.created):
                 # The controller may have dropped a dead follower; a newer version also
                 # settles an ISR write of ours whose outcome was unknown.
                 replica.tracker.adopt(state.isr, state.version)
@@ -336,9 +336,14 @@ class ReplicaManager:
         return True
 
     def _acked(self, replica: Replica, end: int) -> bool:
+        return end <= self._acked_end(replica)
+
+    def _acked_end(self, replica: Replica) -> int:
+        """Where acks=all answers may be given up to (-1: none, too few in sync)."""
         tracker = replica.tracker
-        return (tracker is not None and len(tracker.isr) >= replica.min_insync
-                and tracker.replicated_end(replica.plog.end_offset) >= end)
+        if tracker is None or len(tracker.isr) < replica.min_insync:
+            return -1
+        return tracker.replicated_end(replica.plog.end_offset)
 
     def record_replica_fetch(self, replica: Replica, follower: int, offset: int) -> None:
         """A follower fetched at ``offset``: it has everything below."""
@@ -364,9 +369,10 @@ class ReplicaManager:
             plog.set_high_watermark(tracker.high_watermark)
             self.broker.wake_consumers(replica.key)
         if replica.pending_acks:
+            acked_end = self._acked_end(replica)  # once, not per waiting answer
             keep = []
             for item in replica.pending_acks:
-                if self._acked(replica, item[0]):
+                if item[0] <= acked_end:
                     item[1].part_done(item[2])
                 else:
                     keep.append(item)
@@ -393,21 +399,41 @@ class ReplicaManager:
                                   f"this leader has epoch {replica.epoch}")
         return replica
 
-    def _refresh_state(self, replica: Replica) -> None:
+    def _refresh_state(self, replica: Replica, settles: LeaderTracker | None = None) -> None:
+        """Read the partition's state from ZooKeeper (in the admin pool) and apply it on
+        the loop, trying again every 0.5 s while ZooKeeper does not answer.
+
+        ``settles``: the tracker whose failed ISR write this read, made after it,
+        settles (a state still at the write's base version means it never happened).
+        """
         registry = self.broker.registry
         loop = self._loop
-        if registry is None or loop is None:
+        if registry is None or loop is None or self._stopped.is_set():
             return
 
         def read() -> None:
-            state = registry.read_state(*replica.key)
-            loop.call_soon_threadsafe(self._apply_read_state, replica.key, state)
+            try:
+                state = registry.read_state(*replica.key)
+            except Exception:
+                loop.call_soon_threadsafe(loop.call_later, 0.5, self._refresh_state,
+                                          replica, settles)
+                return
+            loop.call_soon_threadsafe(self._apply_read_state, replica, state, settles)
         loop.run_in_executor(self.broker._admin_pool, read)
 
-    def _apply_read_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
-        replica = self.replicas.get(key)
-        if replica is not None and state is not None and (
-                replica.state is None or state.version >= replica.state.version):
+    def _apply_read_state(self, replica: Replica, state: PartitionState | None,
+                          settles: LeaderTracker | None) -> None:
+        if self.replicas.get(replica.key) is not replica or state is None:
+            return  # forgotten meanwhile, or the topic is being deleted
+        if replica.state is not None and state.older_than(replica.state):
+            return  # a newer state was adopted meanwhile (it settled any write too)
+        tracker = replica.tracker
+        if settles is not None and tracker is settles and state.leader == self.me \
+                and state.leader_epoch == replica.epoch:
+            replica.state = state
+            tracker.adopt(state.isr, state.version, read_after_write=True)
+            self._update_high_watermark(replica)
+        else:
             self._transition(replica, state)
 
     # -- ISR upkeep -----------------------------------------------------------------
@@ -487,48 +513,17 @@ class ReplicaManager:
                 log.info("%s: isr grew %s -> %s (caught up)", name, list(old_isr),
                          list(result.isr))
             self._update_high_watermark(replica)
-        elif isinstance(result, (BadVersionError, NoNodeError)):
-            tracker.write_refused()
-            log.info("%s: isr write lost a race (state changed); reading the state again", name)
-            self._refresh_state(replica)
         else:
-            # The write may or may not have happened: its members keep counting for
-            # acks until a read made after it settles the question.
-            log.warning("%s: could not write the isr to ZooKeeper (%s%s); reading the state "
-                        "to learn whether it was written", name, type(result).__name__,
-                        f": {result}" if str(result) else "")
-            self._settle_isr_write(replica, tracker)
-
-    def _settle_isr_write(self, replica: Replica, tracker: LeaderTracker) -> None:
-        """Read the state after a failed ISR write until the read succeeds."""
-        registry = self.broker.registry
-        loop = self._loop
-        if registry is None or loop is None or self._stopped.is_set() \
-                or replica.tracker is not tracker:
-            return
-
-        def read() -> None:
-            try:
-                state = registry.read_state(*replica.key)
-            except Exception:
-                loop.call_soon_threadsafe(loop.call_later, 0.5, self._settle_isr_write,
-                                          replica, tracker)
-                return
-            loop.call_soon_threadsafe(self._isr_write_settled, replica, tracker, state)
-        loop.run_in_executor(self.broker._admin_pool, read)
-
-    def _isr_write_settled(self, replica: Replica, tracker: LeaderTracker,
-                           state: PartitionState | None) -> None:
-        if replica.tracker is not tracker:
-            return
-        if state is None or state.leader_epoch != replica.epoch or state.leader != self.me:
-            self._transition(replica, state)  # leadership moved on
-            return
-        if replica.state is not None and state.older_than(replica.state):
-            return  # a newer state arrived meanwhile; adopting it settled the write
-        replica.state = state
-        tracker.adopt(state.isr, state.version, read_after_write=True)
-        self._update_high_watermark(replica)
+            # Refused (the state changed) or unknown (connection trouble): the proposed
+            # members keep counting for acks until a read made after the write settles it.
+            if isinstance(result, (BadVersionError, NoNodeError)):
+                log.info("%s: isr write lost a race (state changed); reading the state "
+                         "again", name)
+            else:
+                log.warning("%s: could not write the isr to ZooKeeper (%s%s); reading the "
+                            "state to learn whether it was written", name,
+                            type(result).__name__, f": {result}" if str(result) else "")
+            self._refresh_state(replica, settles=tracker)
 
     # -- ZooKeeper connection fencing -------------------------------------------------
 

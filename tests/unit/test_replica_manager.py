@@ -176,13 +176,16 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
             release.wait(5)
             return real_read(topic, partition)
         broker.registry.read_state = slow_read
+        answers = []
+        unfence = manager._unfence
+        manager._unfence = lambda *args: (answers.append(args), unfence(*args))  # type: ignore
         try:
             manager._fence("SUSPENDED")
             manager._unfence_after_check()  # CONNECTED: check leadership, then unfence
             await _until(reading.is_set, "the check's read")
             manager._fence("SUSPENDED")  # the connection drops again meanwhile
             release.set()
-            await asyncio.sleep(0.2)  # the check's answer arrives
+            await _until(lambda: answers, "the check's answer")
             assert manager.fenced, "an older check unfenced a suspended leader"
             manager._unfence_after_check()  # the next CONNECTED
             await _until(lambda: not manager.fenced, "the unfence after the next check")

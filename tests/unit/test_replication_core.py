@@ -185,9 +185,10 @@ def test_an_isr_write_of_unknown_outcome_counts_its_members_until_settled() -> N
     tracker.adopt((1, 2, 3), version=7, read_after_write=True)  # it never happened
     assert tracker.proposal is None
     assert tracker.proposed_isr(now=2.2, lag=1.0) == (1, 2)
-    tracker.begin_write((1, 2), base_version=7)
-    tracker.write_refused()  # a version conflict: certainly not written
-    assert tracker.proposal is None and tracker.isr == (1, 2, 3)
+    tracker.begin_write((1, 2), base_version=7)  # refused: the controller wrote first
+    assert tracker.replicated_end(300) == 100  # until the read after it comes back
+    tracker.adopt((1, 2), version=8, read_after_write=True)  # the controller's version
+    assert tracker.proposal is None and tracker.isr == (1, 2)
 
 
 def test_a_fetch_from_lower_lowers_the_followers_end() -> None:
