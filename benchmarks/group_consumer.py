@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     from benchmarks.harness import LocalCluster
-    from broker import zk as zkmod
+    from broker.coordination import zk as zkmod
     from broker.client import Admin
 
     logging.basicConfig(level=logging.WARNING)

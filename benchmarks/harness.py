@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from broker.localrun import BrokerProcess, free_port
-from broker.zkserver import LocalZooKeeper
+from broker.testing.localrun import BrokerProcess, free_port
+from broker.testing.zkserver import LocalZooKeeper
 
 
 class LocalCluster:

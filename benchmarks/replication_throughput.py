@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
-from broker.localrun import BrokerProcess  # noqa: E402
+from broker.testing.localrun import BrokerProcess  # noqa: E402
 
 # (label, replication factor, acks, min_insync_replicas)
 CASES = (

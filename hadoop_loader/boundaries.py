@@ -17,7 +17,7 @@ broker offers one, this is the honest way.
 from __future__ import annotations
 
 from broker.client import SimpleConsumer
-from broker.records import MAX_BATCH_BYTES
+from broker.wire.records import MAX_BATCH_BYTES
 
 from hadoop_loader.errors import SourceError, source_errors
 

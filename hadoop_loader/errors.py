@@ -1,6 +1,6 @@
 """The loader's error hierarchy: every error it raises derives from :class:`LoaderError`.
 
-Errors from the broker's client library (:class:`broker.errors.LogferryError`) are
+Errors from the broker's client library (:class:`broker.common.errors.LogferryError`) are
 converted at the edge into :class:`SourceError`, keeping their ``retriable`` flag, so a
 caller of the loader handles one hierarchy. Every message says what went wrong and what
 to do about it.
@@ -109,7 +109,7 @@ def source_errors(what: str) -> Iterator[None]:
     ``what`` says what the loader was doing ("reading offsets of topic 'a'"), so the
     message tells the operator where it failed.
     """
-    from broker.errors import LogferryError  # the edge: the only place that knows them
+    from broker.common.errors import LogferryError  # the edge: the only place that knows them
 
     try:
         yield

@@ -14,8 +14,8 @@ import threading
 from typing import Iterator
 
 from broker.client import SimpleConsumer
-from broker.errors import InvalidOffsetError, OffsetOutOfRangeError
-from broker.records import Batch
+from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
+from broker.wire.records import Batch
 
 from hadoop_loader.errors import Gap, OffsetStateError, RetentionGapError, source_errors
 from hadoop_loader.options import Endpoint

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from broker.client import Admin, SimpleConsumer
-from broker.errors import UnknownTopicOrPartitionError
+from broker.common.errors import UnknownTopicOrPartitionError
 
 from hadoop_loader.boundaries import FetchBoundaryFinder
 from hadoop_loader.errors import (

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker import zk as _zk
+from broker.coordination import zk as _zk
 from broker.client import SimpleConsumer
 from broker.client.offsets import read_offsets, read_owners
-from broker.errors import LogferryError
+from broker.common.errors import LogferryError
 from mirror.config import MirrorConfig, load_config
 from mirror.errors import MirrorConfigError
 

@@ -26,7 +26,7 @@ import time
 
 from broker.client import Admin, GroupConsumer, Producer, SimpleConsumer
 from broker.client.streams import RawBatch
-from broker.errors import LogferryError
+from broker.common.errors import LogferryError
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.routing import Router

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.errors import LogferryError
+from broker.common.errors import LogferryError
 
 
 class MirrorError(LogferryError):

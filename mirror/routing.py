@@ -15,9 +15,9 @@ import time
 import zlib
 from typing import Callable
 
-from broker import records
+from broker.wire import records
 from broker.client import Admin, SimpleConsumer
-from broker.errors import TopicExistsError, UnknownTopicOrPartitionError
+from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
 
 log = logging.getLogger("logferry.mirror.routing")
 

@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from broker.metrics import Labels, Metrics, serve_metrics
+from broker.common.metrics import Labels, Metrics, serve_metrics
 
 WINDOW_S = 10.0
 """Throughput is averaged over this many seconds."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the integration tests need from the system: a Java runtime (>= 11)
-# and Debian's ZooKeeper server jars (broker/zkserver.py runs them without systemd).
+# and Debian's ZooKeeper server jars (broker/testing/zkserver.py runs them without systemd).
 #
 # Idempotent and quiet: when everything is present it prints nothing and exits 0.
 # As root it installs the missing packages (one `apt-get update`, then one install).
@@ -8,12 +8,12 @@
 set -euo pipefail
 
 JAVA_DIR=/usr/share/java
-# Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/zkserver.py.
+# Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
 PACKAGES=(zookeeper default-jre-headless)
 MIN_JAVA=11
 
-# The java that broker/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
+# The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
 java_bin() {
     if [[ -n "${JAVA_HOME:-}" && -x "${JAVA_HOME}/bin/java" ]]; then
         echo "${JAVA_HOME}/bin/java"

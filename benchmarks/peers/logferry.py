@@ -1,6 +1,6 @@
 """logferry itself, started the way the integration tests start it.
 
-ZooKeeper is Debian's, run by ``broker.zkserver.LocalZooKeeper``; the broker is a
+ZooKeeper is Debian's, run by ``broker.testing.zkserver.LocalZooKeeper``; the broker is a
 subprocess ``logferry broker --config <toml>`` (logferry-broker.toml next to this
 module: one partition per topic, flush after 10,000 messages or 200 ms). Clients use
 the public client library only, with a static broker list.
@@ -55,7 +55,7 @@ class Logferry(System):
         """The client library, the broker command and Debian's ZooKeeper with Java."""
         try:
             import broker.client  # noqa: F401
-            from broker.zkserver import INSTALL_HINT, discover_install
+            from broker.testing.zkserver import INSTALL_HINT, discover_install
         except ImportError as exc:
             raise PeerUnavailable(f"logferry is not importable here ({exc}); run from the "
                                   f"repository's virtualenv: .venv/bin/python") from None
@@ -68,7 +68,7 @@ class Logferry(System):
 
     def start(self, workdir: Path) -> None:
         """ZooKeeper, its chroot, then the broker; wait until it listens."""
-        from broker.zkserver import LocalZooKeeper
+        from broker.testing.zkserver import LocalZooKeeper
 
         self.zookeeper = LocalZooKeeper(workdir / "zookeeper", free_port(), force_sync=False)
         try:
@@ -224,7 +224,7 @@ class Logferry(System):
 
 def _wait(future: Any, deadline: Deadline) -> int | None:
     """The acknowledged offset of ``future``; CaseFailed if no ack within ACK_TIMEOUT."""
-    from broker.errors import RequestTimedOutError
+    from broker.common.errors import RequestTimedOutError
 
     try:
         return future.wait(timeout=min(ACK_TIMEOUT, deadline.remaining()))

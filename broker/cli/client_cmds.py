@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Iterator
 
-from broker.errors import ConfigError
+from broker.common.errors import ConfigError
 
 DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
@@ -90,8 +90,8 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
 
 
 def run_broker_cmd(args: argparse.Namespace) -> int:
-    from broker.config import load_broker_config
-    from broker.server import run_broker
+    from broker.server.config import load_broker_config
+    from broker.server.broker import run_broker
 
     return run_broker(load_broker_config(args.config))
 

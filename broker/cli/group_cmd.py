@@ -18,9 +18,9 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from broker import zk as zkmod
+from broker.coordination import zk as zkmod
 from broker.cli.client_cmds import _cluster_args, cluster_kwargs, parse_start
-from broker.errors import ConfigError, LogferryError
+from broker.common.errors import ConfigError, LogferryError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -13,8 +13,8 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
-from broker.cli import client_cmds, demo
-from broker.errors import LogferryError
+from broker.cli import client_cmds
+from broker.common.errors import LogferryError
 
 log = logging.getLogger("logferry.cli")
 
@@ -30,7 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     client_cmds.register(sub)
-    demo.register(sub)
     from broker.cli import zk_cmd
     zk_cmd.add_parser(sub)
     try:

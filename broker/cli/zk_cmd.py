@@ -1,6 +1,6 @@
 """``logferry zk start|stop|status``: a local ZooKeeper for development and the demo.
 
-Runs Debian's ZooKeeper (see :mod:`broker.zkserver`) in the background with its
+Runs Debian's ZooKeeper (see :mod:`broker.testing.zkserver`) in the background with its
 state, log and pidfile in one data dir, so ``stop`` and ``status`` find it from
 another shell later. Exit codes: 0 done, 1 failure (including Java or ZooKeeper not
 installed: the message says what to run), 2 user mistake (bad option, port taken),
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from broker.errors import ZooKeeperError
-from broker.zkserver import LocalZooKeeper, ZooKeeperNotInstalledError, ZooKeeperStartError
+from broker.common.errors import ZooKeeperError
+from broker.testing.zkserver import LocalZooKeeper, ZooKeeperNotInstalledError, ZooKeeperStartError
 
 DEFAULT_PORT = 2181
 DEFAULT_DATA_DIR = Path(".logferry/zookeeper")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from broker import protocol
+from broker.wire import protocol
 from broker.client.cluster import Cluster
-from broker.errors import error_for_code
+from broker.common.errors import error_for_code
 
 
 class BrokerInfo(NamedTuple):

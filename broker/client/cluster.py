@@ -14,9 +14,11 @@ import threading
 import time
 from typing import Any, Sequence
 
-from broker import protocol, zk
+from broker.wire import protocol
+
+from broker.coordination import zk
 from broker.client.connection import Connection
-from broker.errors import (
+from broker.common.errors import (
     BrokerNotAvailableError,
     ConfigError,
     LeaderNotAvailableError,

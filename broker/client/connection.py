@@ -16,8 +16,8 @@ import socket
 import threading
 from typing import Any, Callable, Sequence
 
-from broker import protocol
-from broker.errors import (
+from broker.wire import protocol
+from broker.common.errors import (
     BrokerNotAvailableError,
     LogferryError,
     RequestTimedOutError,

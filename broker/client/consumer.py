@@ -12,9 +12,9 @@ import time
 from itertools import repeat
 from typing import Iterator, NamedTuple, Sequence
 
-from broker import protocol, records
+from broker.wire import protocol, records
 from broker.client.cluster import Cluster
-from broker.errors import (
+from broker.common.errors import (
     BrokerNotAvailableError,
     LogferryError,
     LeaderNotAvailableError,
@@ -23,7 +23,7 @@ from broker.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from broker.records import Batch
+from broker.wire.records import Batch
 
 
 # Answers that mean "ask the partition's current leader": metadata is refreshed and

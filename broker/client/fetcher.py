@@ -45,11 +45,11 @@ import threading
 import time
 from typing import Any, Callable, NamedTuple
 
-from broker import protocol, records
+from broker.wire import protocol, records
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import SimpleConsumer, messages_of
 from broker.client.streams import Chunk, GroupState, PartitionState, RawBatch
-from broker.errors import (
+from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
     LeaderNotAvailableError,

@@ -36,7 +36,7 @@ from broker.client.streams import (
     Reader,
     StreamQueue,
 )
-from broker.errors import ConfigError, LogferryError
+from broker.common.errors import ConfigError, LogferryError
 
 log = logging.getLogger("logferry.group")
 
@@ -401,7 +401,7 @@ class GroupConsumer:
             if self._coordinator is not None:
                 self._coordinator.leave()
             else:
-                from broker import zk as _zk
+                from broker.coordination import zk as _zk
                 _zk.close(self._zk)
         finally:
             self._simple.close()

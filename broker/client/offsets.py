@@ -29,8 +29,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
-from broker import zk
-from broker.errors import ConfigError
+from broker.coordination import zk
+from broker.common.errors import ConfigError
 
 TopicPartition = tuple[str, int]
 

@@ -19,10 +19,10 @@ import zlib
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
-from broker import protocol, records
+from broker.wire import protocol, records
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
-from broker.errors import (
+from broker.common.errors import (
     BrokerNotAvailableError,
     BufferFullError,
     ConfigError,

@@ -75,7 +75,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker import zk
+from broker.coordination import zk
 from broker.client import offsets as reg
 from broker.client.assignment import (
     Subscription,
@@ -89,7 +89,7 @@ from broker.client.assignment import (
 from broker.client.fetcher import Fetcher
 from broker.client.offsets import Committed
 from broker.client.streams import GroupState, PartitionState, StreamQueue
-from broker.errors import ZooKeeperError
+from broker.common.errors import ZooKeeperError
 
 log = logging.getLogger("logferry.group")
 

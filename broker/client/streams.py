@@ -31,7 +31,7 @@ from collections import deque
 from typing import Iterator, NamedTuple
 
 from broker.client.consumer import Message
-from broker.errors import LogferryError
+from broker.common.errors import LogferryError
 
 TopicPartition = tuple[str, int]
 Position = tuple[int, int]

@@ -28,7 +28,7 @@ from kazoo.exceptions import (
 )
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from broker import zk
+from broker.coordination import zk
 from broker.replication.state import PartitionState, elect, initial_state
 
 log = logging.getLogger("logferry.controller")

@@ -14,8 +14,8 @@ import itertools
 import logging
 from typing import TYPE_CHECKING
 
-from broker import protocol
-from broker.errors import LogferryError, ProtocolError
+from broker.wire import protocol
+from broker.common.errors import LogferryError, ProtocolError
 
 if TYPE_CHECKING:
     from broker.replication.manager import Replica, ReplicaManager

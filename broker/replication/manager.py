@@ -1,6 +1,6 @@
 """A broker's replicas: which partitions it leads or follows, on the event loop.
 
-The registry hands every new :class:`~broker.registry.ClusterView` to
+The registry hands every new :class:`~broker.coordination.registry.ClusterView` to
 :meth:`ReplicaManager.apply`, which moves each hosted partition between three roles:
 
 * **leader**: the state names this broker *and its current session* as leader. It
@@ -42,8 +42,10 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from broker import records, zk
-from broker.errors import (
+from broker.wire import records
+
+from broker.coordination import zk
+from broker.common.errors import (
     LeaderNotAvailableError,
     LogferryError,
     NotEnoughReplicasAfterAppendError,
@@ -58,11 +60,11 @@ from broker.replication.isr import LeaderTracker
 from broker.replication.reconcile import matching_prefix
 from broker.replication.state import PartitionState
 from broker.storage.partition_log import PartitionLog
-from broker.topics import partition_dir_name
+from broker.common.names import partition_dir_name
 
 if TYPE_CHECKING:
-    from broker.registry import ClusterView
-    from broker.server import Broker
+    from broker.coordination.registry import ClusterView
+    from broker.server.broker import Broker
 
 log = logging.getLogger("logferry.replication")
 
@@ -614,7 +616,7 @@ class ReplicaManager:
 
     def _fetch_error(self, replica: Replica, offset: int, code: int, message: str,
                      start: int | None, leo: int | None, now: float) -> None:
-        from broker.errors import InvalidOffsetError, OffsetOutOfRangeError
+        from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
         plog = replica.plog
         name = f"{replica.key[0]}-{replica.key[1]}"
         if code == OffsetOutOfRangeError.code and start is not None and offset < start:

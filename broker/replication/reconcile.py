@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from broker.records import LENGTH_SIZE
+from broker.wire.records import LENGTH_SIZE
 
 _length = struct.Struct(">I").unpack_from
 

@@ -1,6 +1,6 @@
 """Per-partition log settings: when to roll, flush and delete segments.
 
-Parsing and validating the TOML file is :mod:`broker.config`'s job; this dataclass is
+Parsing and validating the TOML file is :mod:`broker.server.config`'s job; this dataclass is
 what the storage layer needs once that is done, with the paper's defaults.
 """
 

@@ -3,7 +3,7 @@
 After a clean shutdown every segment was fsynced, so opening is a directory listing and
 one ``fstat`` per segment. After a crash (no clean-shutdown marker in the log dir) the
 last segment may end in a torn or corrupt batch: it is walked batch by batch with
-:func:`broker.records.scan` and cut at the first bad byte, and what was cut is logged.
+:func:`broker.wire.records.scan` and cut at the first bad byte, and what was cut is logged.
 
 Only the tail needs this. A flush fsyncs every segment written since the previous one,
 in log order, and the log grows only at its end; so bytes that were ever flushed are
@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker import records
-from broker.errors import StorageError
+from broker.wire import records
+from broker.common.errors import StorageError
 from broker.storage.segment import Segment, parse_segment_file_name
 
 log = logging.getLogger("logferry.storage")

@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
-from broker.errors import ConfigError, StorageError
+from broker.common.errors import ConfigError, StorageError
 from broker.storage.config import LogConfig
 from broker.storage.loader import CLEAN_SHUTDOWN_MARKER
 from broker.storage.partition_log import DELETED_SUFFIX, PartitionLog
 from broker.storage.segment import fsync_dir
-from broker.topics import parse_partition_dir_name, partition_dir_name
+from broker.common.names import parse_partition_dir_name, partition_dir_name
 
 log = logging.getLogger("logferry.storage")
 

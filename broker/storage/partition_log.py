@@ -34,18 +34,18 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import BinaryIO, Callable, NamedTuple
 
-from broker import records
-from broker.errors import (
+from broker.wire import records
+from broker.common.errors import (
     CorruptBatchError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     StorageError,
 )
-from broker.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MAGIC
+from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MAGIC
 from broker.storage.config import LogConfig
 from broker.storage.loader import load_segments
 from broker.storage.segment import Segment, fsync_dir, now_ms
-from broker.topics import partition_dir_name
+from broker.common.names import partition_dir_name
 
 log = logging.getLogger("logferry.storage")
 

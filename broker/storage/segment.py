@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from broker.records import BATCH_HEADER, HEADER_SIZE
+from broker.wire.records import BATCH_HEADER, HEADER_SIZE
 
 SUFFIX = ".log"
 _DIGITS = 20

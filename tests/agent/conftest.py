@@ -108,7 +108,7 @@ class FakeProducer:
 
 
 def _retriable() -> BaseException:
-    from broker.errors import BrokerNotAvailableError
+    from broker.common.errors import BrokerNotAvailableError
 
     return BrokerNotAvailableError("fake: broker down")
 

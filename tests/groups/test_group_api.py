@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from broker.client import GroupConsumer, Producer, SimpleConsumer
 from broker.client.group import PartitionNotOwnedError
 from broker.client.offsets import Committed, read_offsets, write_offsets
-from broker.errors import ConfigError
+from broker.common.errors import ConfigError
 from tests.groups.conftest import create_topic, wait_for
 
 pytestmark = pytest.mark.integration

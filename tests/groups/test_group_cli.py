@@ -10,7 +10,7 @@ import pytest
 
 from broker.cli import group_cmd
 from broker.client import GroupConsumer, Producer
-from broker.errors import ConfigError
+from broker.common.errors import ConfigError
 from tests.groups.conftest import create_topic
 
 pytestmark = pytest.mark.integration

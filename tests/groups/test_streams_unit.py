@@ -14,7 +14,7 @@ from broker.client.consumer import Message
 from broker.client.offsets import Committed, validate_group_name
 from broker.client.rebalance import Backoff
 from broker.client.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
-from broker.errors import ConfigError
+from broker.common.errors import ConfigError
 
 
 def _setup(partitions: int = 1, queue_bytes: int = 1 << 20):

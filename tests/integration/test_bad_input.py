@@ -10,9 +10,9 @@ import time
 import msgpack
 import pytest
 
-from broker import protocol, records
+from broker.wire import protocol, records
 from broker.client import Producer, SimpleConsumer
-from broker.errors import (
+from broker.common.errors import (
     CorruptBatchError,
     FrameTooLargeError,
     InvalidOffsetError,

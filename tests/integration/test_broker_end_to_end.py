@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from broker import records
+from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimedOutError
+from broker.common.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimedOutError
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration

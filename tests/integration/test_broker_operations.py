@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk
+from broker.coordination import zk
 from broker.client import Producer, SimpleConsumer
 from tests.support.ports import free_port
 

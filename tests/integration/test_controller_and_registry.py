@@ -7,8 +7,8 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLossException
 
-from broker import zk
-from broker.registry import BrokerInfo, BrokerRegistry
+from broker.coordination import zk
+from broker.coordination.registry import BrokerInfo, BrokerRegistry
 from broker.replication.controller import Controller
 
 

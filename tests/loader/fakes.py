@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from broker.client import FetchResult
-from broker.errors import InvalidOffsetError, OffsetOutOfRangeError
-from broker.records import decode_batches, encode_batch
+from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
+from broker.wire.records import decode_batches, encode_batch
 
 
 class FakePartitionLog:

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from broker.client import messages_of
-from broker.records import decode_batches, encode_batch
+from broker.wire.records import decode_batches, encode_batch
 from hadoop_loader import agent_records
 from hadoop_loader.arrowconv import arrow_schema, spark_schema, to_record_batch
 

@@ -20,9 +20,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from broker import records
+from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.localrun import to_toml
+from broker.testing.localrun import to_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

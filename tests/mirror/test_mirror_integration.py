@@ -11,7 +11,7 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from broker import records
+from broker.wire import records
 from broker.client.offsets import Committed, read_offsets, read_owners, write_offsets
 from tests.mirror.conftest import (
     ROOT,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from broker import records
+from broker.wire import records
 from broker.client.fetcher import raw_batches
-from broker.errors import CorruptBatchError
+from broker.common.errors import CorruptBatchError
 from mirror.config import load_config, parse_config
 from mirror.errors import MirrorConfigError, MirrorError
 from mirror.routing import rehash

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from broker import protocol, records
+from broker.wire import protocol, records
 from broker.client import Admin, NotEnoughReplicasError, Producer, SimpleConsumer
 from broker.client.connection import Connection
-from broker.errors import LeaderNotAvailableError, NotLeaderError
-from broker.localrun import free_port
+from broker.common.errors import LeaderNotAvailableError, NotLeaderError
+from broker.testing.localrun import free_port
 from tests.replication.conftest import (
     REPLICATED,
     GroupReader,

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from broker.localrun import BrokerProcess as _BrokerProcess
+from broker.testing.localrun import BrokerProcess as _BrokerProcess
 
 TEST_BROKER_SETTINGS = {"datacenter": "test", "num_partitions": 4, "zk_session_timeout_s": 6.0}
 TEST_LOG_SETTINGS = {"flush_messages": 10000, "flush_ms": 20}

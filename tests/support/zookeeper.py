@@ -3,7 +3,7 @@
 A pytest plugin (listed in ``tests/conftest.py``). Fixtures:
 
 ``zookeeper`` (session)
-    A :class:`ZooKeeperHarness` around one :class:`broker.zkserver.LocalZooKeeper`
+    A :class:`ZooKeeperHarness` around one :class:`broker.testing.zkserver.LocalZooKeeper`
     (Debian's server, a free port of 127.0.0.1, a temp data dir), started on first use
     and stopped at the end of the session even when tests fail. Failure tests may
     ``stop()``, ``kill()`` and ``start()`` it (same port, same data); if a test leaves it
@@ -31,7 +31,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from broker.zkserver import LocalZooKeeper, ZooKeeperStartError
+from broker.testing.zkserver import LocalZooKeeper, ZooKeeperStartError
 from tests.support import register_log_source, unregister_log_source
 from tests.support.ports import free_port
 

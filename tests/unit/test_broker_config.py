@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import broker_config_from_dict, load_broker_config
-from broker.errors import ConfigError
+from broker.server.config import broker_config_from_dict, load_broker_config
+from broker.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_CONFIGS = sorted((ROOT / "etc").glob("*/broker-*.toml"))

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from broker import config
+from broker.server import config
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
 

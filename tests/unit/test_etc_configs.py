@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_config as load_agent_config
-from broker.config import load_broker_config
+from broker.server.config import load_broker_config
 from hadoop_loader.config import load_config as load_loader_config
 from mirror.config import load_config as load_mirror_config
 

@@ -3,7 +3,7 @@
 import threading
 
 from broker.client.producer import DeliveryFuture
-from broker.errors import StorageError
+from broker.common.errors import StorageError
 
 
 def test_callback_added_after_completion_runs_once():

@@ -6,8 +6,8 @@ import struct
 import msgpack
 import pytest
 
-from broker import protocol
-from broker.errors import FrameTooLargeError, InvalidRequestError, ProtocolError
+from broker.wire import protocol
+from broker.common.errors import FrameTooLargeError, InvalidRequestError, ProtocolError
 
 
 def _requests():

@@ -4,8 +4,8 @@ import zlib
 
 import pytest
 
-from broker import records
-from broker.errors import CorruptBatchError
+from broker.wire import records
+from broker.common.errors import CorruptBatchError
 
 
 def _batch(n=5, keys=None, ts=1_700_000_000_000, codec=records.CODEC_NONE):

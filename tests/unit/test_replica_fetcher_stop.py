@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from broker import protocol
+from broker.wire import protocol
 from broker.replication.fetcher import ReplicaFetcher
 
 STOPS = 300

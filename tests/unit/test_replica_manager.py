@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 from kazoo.exceptions import ConnectionLossException
 
-from broker import records
-from broker.registry import ClusterView
+from broker.wire import records
+from broker.coordination.registry import ClusterView
 from broker.replication.manager import LEADER, ReplicaManager
 from broker.replication.state import PartitionState
 from broker.storage.config import LogConfig

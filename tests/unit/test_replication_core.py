@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker import records
+from broker.wire import records
 from broker.replication.isr import LeaderTracker
 from broker.replication.reconcile import matching_prefix
 from broker.replication.state import (

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker import zk
+from broker.coordination import zk
 from broker.replication.manager import ReplicaManager
 
 

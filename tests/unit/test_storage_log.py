@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import records
-from broker.errors import (
+from broker.wire import records
+from broker.common.errors import (
     CorruptBatchError,
     InvalidOffsetError,
     OffsetOutOfRangeError,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import records
-from broker.errors import ConfigError, StorageError
+from broker.wire import records
+from broker.common.errors import ConfigError, StorageError
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.segment import segment_file_name

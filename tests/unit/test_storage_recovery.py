@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import records
-from broker.errors import StorageError
+from broker.wire import records
+from broker.common.errors import StorageError
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.storage.segment import segment_file_name

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker import records
-from broker.errors import OffsetOutOfRangeError
+from broker.wire import records
+from broker.common.errors import OffsetOutOfRangeError
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.storage.segment import now_ms

@@ -2,8 +2,8 @@
 
 import pytest
 
-from broker.errors import InvalidTopicError
-from broker.topics import (
+from broker.common.errors import InvalidTopicError
+from broker.common.names import (
     parse_partition_dir_name,
     partition_dir_name,
     validate_topic_name,

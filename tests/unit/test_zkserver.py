@@ -1,4 +1,4 @@
-"""broker.zkserver without Java: zoo.cfg, classpath and Java discovery, pidfiles, start-up
+"""broker.testing.zkserver without Java: zoo.cfg, classpath and Java discovery, pidfiles, start-up
 failures, the four-letter-word client, the ``zk`` command line and the test-support
 helpers around them. The real server is exercised in
 tests/integration/test_zookeeper_harness.py."""
@@ -17,8 +17,8 @@ from typing import Iterator
 import pytest
 
 from broker.cli import zk_cmd
-from broker.errors import ZooKeeperError
-from broker.zkserver import (
+from broker.common.errors import ZooKeeperError
+from broker.testing.zkserver import (
     APT_COMMAND,
     MAIN_CLASS,
     ZOOKEEPER_JARS,
@@ -347,7 +347,7 @@ def test_cli_start_without_install_is_one_line(tmp_path, capsys, monkeypatch):
     def not_installed(*args: object) -> ZooKeeperInstall:
         raise ZooKeeperNotInstalledError("no Java runtime found; run `make system-deps`")
 
-    monkeypatch.setattr("broker.zkserver.discover_install", not_installed)
+    monkeypatch.setattr("broker.testing.zkserver.discover_install", not_installed)
     code = zk_cmd.main(["start", "--data-dir", str(tmp_path / "zk"), "--port", str(free_port())])
     err = capsys.readouterr().err
     assert code == zk_cmd.EXIT_FAILED

@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 
 import msgpack
 
-from broker.errors import CorruptBatchError
+from broker.common.errors import CorruptBatchError
 
 BATCH_HEADER = struct.Struct(">IBIBIq")
 """length, magic, crc, attributes, count, base_timestamp (see module docstring)."""

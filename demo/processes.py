@@ -1,7 +1,7 @@
 """Child processes of the demo: start with a log file, wait until ready, stop in order.
 
 Every component runs as ``python -m broker <command> --config FILE`` (ZooKeeper as its
-JVM, through :class:`~broker.zkserver.LocalZooKeeper`), in a session of its own so that
+JVM, through :class:`~broker.testing.zkserver.LocalZooKeeper`), in a session of its own so that
 Ctrl-C reaches only the demo, which then stops the pipeline front to back (agents
 first, ZooKeeper last). Linux also sends each child SIGTERM if the demo itself dies
 (``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the demo leaves nothing behind. Every
@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from broker.errors import LogferryError
-from broker.localrun import free_port, to_toml
+from broker.common.errors import LogferryError
+from broker.testing.localrun import free_port, to_toml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
 
@@ -161,7 +161,7 @@ class Supervisor:
 
     def start_zookeeper(self, data_dir: Path) -> str:
         """Start a ZooKeeper on a free port; return ``127.0.0.1:port``."""
-        from broker.zkserver import LocalZooKeeper
+        from broker.testing.zkserver import LocalZooKeeper
 
         port = free_port()
         self.zookeeper = LocalZooKeeper(data_dir, port)

@@ -28,15 +28,15 @@ from kazoo.exceptions import (
 )
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from broker import zk
-from broker.errors import (
+from broker.coordination import zk
+from broker.common.errors import (
     InvalidRequestError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
     ZooKeeperError,
 )
 from broker.replication.state import PartitionState, assign_replicas, initial_state
-from broker.topics import validate_topic_name
+from broker.common.names import validate_topic_name
 
 log = logging.getLogger("logferry.registry")
 

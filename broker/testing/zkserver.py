@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from broker.errors import ZooKeeperError
+from broker.common.errors import ZooKeeperError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -216,7 +216,7 @@ def render_zoo_cfg(
     if not 0 < port < 65536:
         raise ZooKeeperError(f"ZooKeeper client port {port} is out of range (1-65535)")
     lines = [
-        "# Written by logferry (broker/zkserver.py) on every start; edits are overwritten.",
+        "# Written by logferry (broker/testing/zkserver.py) on every start; edits are overwritten.",
         f"tickTime={tick_ms}",
         f"dataDir={data_dir}",
         f"clientPort={port}",
@@ -237,7 +237,7 @@ def render_log4j_properties(log_file: Path) -> str:
     """log4j 1.2 settings that write the server's log to ``log_file`` (10 MB x 3)."""
     _check_path_for_properties(log_file)
     lines = [
-        "# Written by logferry (broker/zkserver.py) on every start.",
+        "# Written by logferry (broker/testing/zkserver.py) on every start.",
         "log4j.rootLogger=INFO, FILE",
         "log4j.appender.FILE=org.apache.log4j.RollingFileAppender",
         f"log4j.appender.FILE.File={log_file}",

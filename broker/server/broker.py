@@ -19,10 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from broker import protocol, records, zk
-from broker.config import BrokerConfig
-from broker.connection import BrokerConnection, FileReply
-from broker.errors import (
+from broker.wire import protocol, records
+
+from broker.coordination import zk
+from broker.server.config import BrokerConfig
+from broker.server.connection import BrokerConnection, FileReply
+from broker.common.errors import (
     BrokerShuttingDownError,
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -33,13 +35,13 @@ from broker.errors import (
     UnknownError,
     UnknownTopicOrPartitionError,
 )
-from broker.metrics import Metrics, serve_metrics
-from broker.registry import BrokerInfo, BrokerRegistry, ClusterView
+from broker.common.metrics import Metrics, serve_metrics
+from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.replication.controller import Controller
 from broker.replication.manager import LEADER, ReplicaManager
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
-from broker.topics import validate_topic_name
+from broker.common.names import validate_topic_name
 
 log = logging.getLogger("logferry.broker")
 

@@ -15,7 +15,7 @@ Frame layout (big-endian), declared once in :data:`FRAME_PREFIX`::
 
 Request headers carry ``api`` (int), ``v`` (version, int) and ``id`` (correlation id,
 int) plus the api's fields; response headers carry the same ``id`` and ``err`` (an
-error code from :mod:`broker.errors`, 0 for success) plus ``msg`` on errors. Several
+error code from :mod:`broker.common.errors`, 0 for success) plus ``msg`` on errors. Several
 requests may be in flight on one connection; responses are matched by ``id``. The
 fields of each api are documented in ``docs/protocol.md``.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from broker.errors import FrameTooLargeError, InvalidRequestError, ProtocolError
+from broker.common.errors import FrameTooLargeError, InvalidRequestError, ProtocolError
 
 FRAME_PREFIX = struct.Struct(">II")
 """size (bytes after this field), header_len."""

@@ -8,7 +8,7 @@ consumer group printing per-topic rates; at the end the loader (etc/loader.toml)
 landing everything as Parquet. Then a report: every stage's count, the audit's
 completeness, throughput. Exit 1 if any stage's count differs.
 
-The implementation lives in :mod:`broker.demo`; this module only declares the command.
+The implementation lives in :mod:`demo`; this module only declares the command.
 """
 
 from __future__ import annotations
@@ -42,6 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from broker.demo.run import run
+    from demo.run import run
 
     return run(args)

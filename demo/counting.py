@@ -15,7 +15,7 @@ from typing import Iterable
 
 import msgpack
 
-from broker.errors import LogferryError
+from broker.common.errors import LogferryError
 
 
 class ClusterCounter:

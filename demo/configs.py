@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ETC = ROOT / "etc"
 
 LIVE_CHROOT = "/logferry/live"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from broker.errors import ConfigError
+from broker.common.errors import ConfigError
 from broker.storage.config import LogConfig
 
 

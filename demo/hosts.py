@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT.parent / "shared" / "data" / "loghub"
 
 _STAMPED = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (.+)$")
@@ -231,7 +231,7 @@ class WebHost(threading.Thread):
 
 def sources_from_agent_config(doc: dict) -> list[SourceSpec]:
     """What a host writes, from the agent config's ``[[sources]]``."""
-    from broker.demo.configs import source_paths
+    from demo.configs import source_paths
 
     paths = source_paths(doc)
     specs = []

@@ -16,7 +16,7 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from broker.errors import ZooKeeperError
+from broker.common.errors import ZooKeeperError
 
 log = logging.getLogger("logferry.zk")
 

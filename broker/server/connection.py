@@ -16,11 +16,11 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
-from broker import protocol
-from broker.errors import FrameTooLargeError, InvalidRequestError, LogferryError, ProtocolError
+from broker.wire import protocol
+from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError, ProtocolError
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.server.broker import Broker
     from broker.storage.partition_log import FileSlice
 
 log = logging.getLogger("logferry.connection")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from broker.errors import InvalidTopicError
+from broker.common.errors import InvalidTopicError
 
 MAX_TOPIC_LENGTH = 249
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.demo import configs
-from broker.demo.counting import ClusterCounter, audit_sums, parquet_rows
-from broker.demo.dashboard import GROUP, Dashboard
-from broker.demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
-from broker.demo.processes import BrokerChild, Child, DemoError, Supervisor
-from broker.demo.report import Tally, problems, render
-from broker.errors import ConfigError, LogferryError, TopicExistsError
+from demo import configs
+from demo.counting import ClusterCounter, audit_sums, parquet_rows
+from demo.dashboard import GROUP, Dashboard
+from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
+from demo.processes import BrokerChild, Child, DemoError, Supervisor
+from demo.report import Tally, problems, render
+from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 
 MARKER = ".logferry-demo"
 PROGRESS_S = 2.0

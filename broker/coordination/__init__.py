@@ -1,0 +1,1 @@
+"""ZooKeeper: the paths and helpers (zk) and the broker registry."""

@@ -1,0 +1,1 @@
+"""Transport: the one place that opens sockets (listeners and client connections)."""
