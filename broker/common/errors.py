@@ -133,6 +133,21 @@ class BrokerNotAvailableError(LogferryError):
     retriable = True
 
 
+class TlsHandshakeError(BrokerNotAvailableError):
+    """The TLS handshake with a broker failed: its certificate did not verify (unknown
+    CA, expired, or a name that does not match the host) or the two ends share no
+    protocol version or cipher. Not retriable: the same handshake fails again until a
+    certificate or a CA file is changed. Never sent on the wire (it has no code of its
+    own); a client that meets it tries another broker like any unreachable one."""
+
+    retriable = False
+
+
+class ListenError(LogferryError):
+    """A server could not open its listening socket (port taken, address not on this
+    machine, a privileged port, or a host name that does not resolve)."""
+
+
 class NotEnoughReplicasError(LogferryError):
     """acks=all was asked but fewer replicas than ``min_insync_replicas`` are in sync.
 
@@ -227,6 +242,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidTopicError",
     "LeaderNotAvailableError",
+    "ListenError",
     "LogferryError",
     "MessageTooLargeError",
     "NO_ERROR",
@@ -239,6 +255,7 @@ __all__ = [
     "RequestTimedOutError",
     "StaleEpochError",
     "StorageError",
+    "TlsHandshakeError",
     "TopicExistsError",
     "UnknownError",
     "UnknownTopicOrPartitionError",

@@ -1,0 +1,107 @@
+"""Socket and TLS failures turned into :mod:`broker.common.errors`, in one place.
+
+Every way of opening a connection (blocking client, asyncio client stream, asyncio
+listener) meets the same ``OSError`` family: refused, timed out, reset, unresolvable
+host, no route, a failed TLS verification. Each is mapped here to an error whose
+message names the peer's ``host:port`` and says what to check, so a user reading a log
+line or a traceback knows where to look without knowing errno values.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+
+from broker.common.errors import BrokerNotAvailableError, ListenError, TlsHandshakeError
+
+_UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN}
+
+
+def _reason(exc: BaseException) -> str:
+    """The short human text of an OSError (without the ``[Errno n]`` prefix)."""
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def tls_error(exc: ssl.SSLError, address: str, peer: str = "broker",
+              server_hostname: str | None = None) -> TlsHandshakeError:
+    """A failed TLS handshake with ``address``, saying what to check."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = exc.verify_message or _reason(exc)
+        name = f" and that it is issued for {server_hostname!r}" if server_hostname else ""
+        return TlsHandshakeError(
+            f"TLS handshake with {peer} {address} failed: its certificate did not verify "
+            f"({detail}); check that the client's CA file holds the CA that signed the "
+            f"{peer}'s certificate{name}")
+    return TlsHandshakeError(
+        f"TLS handshake with {peer} {address} failed: {_reason(exc)}; check that both ends "
+        f"have TLS enabled and share a protocol version and cipher")
+
+
+def connect_error(exc: BaseException, host: str, port: int, timeout: float | None = None,
+                  peer: str = "broker",
+                  server_hostname: str | None = None) -> BrokerNotAvailableError:
+    """The error for a connection to ``host:port`` that could not be opened.
+
+    ``exc`` is what ``connect``, name resolution or the TLS handshake raised (an
+    ``OSError``, ``ssl.SSLError`` or ``TimeoutError``).
+    """
+    address = f"{host}:{port}"
+    if isinstance(exc, ssl.SSLError):
+        return tls_error(exc, address, peer, server_hostname)
+    prefix = f"cannot connect to {peer} {address}"
+    if isinstance(exc, socket.gaierror):
+        return BrokerNotAvailableError(
+            f"{prefix}: host {host!r} not found ({_reason(exc)}); check the host name in "
+            f"the configuration or in the {peer}'s registration")
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError since 3.10
+        within = f" within {timeout:g}s" if timeout is not None else ""
+        return BrokerNotAvailableError(
+            f"{prefix}: no answer{within}; check that the host is up and that no firewall "
+            f"drops the packets")
+    if isinstance(exc, ConnectionRefusedError):
+        return BrokerNotAvailableError(
+            f"{prefix}: connection refused; is the {peer} running and listening on port {port}?")
+    if isinstance(exc, ConnectionResetError):
+        return BrokerNotAvailableError(
+            f"{prefix}: the connection was reset while opening it; the {peer} may be "
+            f"stopping, or expects TLS where the client speaks plaintext (or the reverse)")
+    if isinstance(exc, OSError) and exc.errno in _UNREACHABLE:
+        return BrokerNotAvailableError(
+            f"{prefix}: {_reason(exc)}; check the network route to {host}")
+    return BrokerNotAvailableError(f"{prefix}: {_reason(exc)}")
+
+
+def lost_error(exc: BaseException, address: str, peer: str = "broker",
+               during: str = "lost") -> BrokerNotAvailableError:
+    """The error for an open connection that broke (reset, closed, a TLS alert).
+
+    ``during`` completes "connection to broker host:port ...": ``"lost"`` while
+    reading, ``"failed"`` while sending.
+    """
+    return BrokerNotAvailableError(f"connection to {peer} {address} {during}: {_reason(exc)}")
+
+
+def listen_error(exc: OSError, host: str, port: int) -> ListenError:
+    """The error for a listening socket that could not be opened on ``host:port``."""
+    prefix = f"cannot listen on {host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return ListenError(f"{prefix}: host {host!r} not found ({_reason(exc)}); set `host` "
+                           f"to a name or address of this machine")
+    if exc.errno == errno.EADDRINUSE:
+        return ListenError(f"{prefix}: the address is already in use; another process (a "
+                           f"second broker?) holds the port: stop it or change `port`")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ListenError(f"{prefix}: {host} is not an address of this machine; change "
+                           f"`host`")
+    if exc.errno == errno.EACCES:
+        return ListenError(f"{prefix}: permission denied; ports below 1024 need privileges, "
+                           f"choose a higher `port`")
+    return ListenError(f"{prefix}: {_reason(exc)}")
+
+
+__all__ = ["connect_error", "listen_error", "lost_error", "tls_error"]

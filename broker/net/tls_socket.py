@@ -1,0 +1,148 @@
+"""TLS over a blocking socket that one thread reads while other threads write.
+
+The client's :class:`~broker.client.connection.Connection` is full duplex: a reader
+thread sits in ``recv`` while producer threads send. An ``ssl.SSLSocket`` must not be
+used like that: OpenSSL forbids concurrent calls on one ``SSL`` object, and CPython
+3.11 does not serialize them (a TLS 1.3 session ticket or key update arriving while
+another thread writes corrupts the connection). So the TLS state lives in an
+``ssl.SSLObject`` over memory BIOs, touched only under a lock, and the plain socket
+does the blocking IO outside that lock: reads and writes never wait on each other's
+network IO, and records reach the wire in the order OpenSSL produced them.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+
+RECV_CHUNK = 256 * 1024
+WRITE_CHUNK = 256 * 1024
+
+
+class TlsSocket:
+    """A TLS connection with the part of the socket interface the client uses:
+    ``sendall``, ``recv_into``, ``shutdown``, ``close``, ``getpeercert``, ``version``.
+
+    Build it with :func:`wrap_client`, which runs the handshake.
+    """
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str | None):
+        self._sock = sock
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False,
+                                     server_hostname=server_hostname)
+        self._tls_lock = threading.Lock()  # guards the SSLObject and both BIOs
+        self._send_lock = threading.Lock()  # drain-and-send is one step: records in order
+
+    # -- handshake --------------------------------------------------------------------
+
+    def handshake(self) -> None:
+        """Run the client handshake on the calling thread (before others use it)."""
+        while True:
+            try:
+                with self._tls_lock:
+                    self._tls.do_handshake()
+                self._flush()
+                return
+            except ssl.SSLWantReadError:
+                self._flush()
+                if not self._feed():
+                    raise ConnectionResetError("the peer closed the connection during "
+                                               "the TLS handshake") from None
+            except ssl.SSLError:
+                try:
+                    self._flush()  # tell the peer why (a TLS alert) before giving up
+                except OSError:
+                    pass
+                raise
+
+    # -- IO ---------------------------------------------------------------------------
+
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        """Encrypt ``data`` and write it all to the socket."""
+        view = memoryview(data).cast("B")
+        with self._send_lock:
+            for start in range(0, len(view), WRITE_CHUNK):
+                chunk = view[start:start + WRITE_CHUNK]
+                with self._tls_lock:
+                    while chunk:
+                        chunk = chunk[self._tls.write(chunk):]
+                    out = self._outgoing.read()
+                if out:
+                    self._sock.sendall(out)
+
+    def recv_into(self, buffer: bytearray | memoryview) -> int:
+        """Decrypt into ``buffer``; 0 once the peer has closed the connection."""
+        view = memoryview(buffer).cast("B")
+        while True:
+            with self._tls_lock:
+                try:
+                    n = self._tls.read(len(view), view)
+                except ssl.SSLWantReadError:
+                    n = -1
+                except ssl.SSLZeroReturnError:  # the peer's close_notify
+                    n = 0
+                reply = self._outgoing.pending  # e.g. an answer to a key update
+            if reply:
+                self._flush()
+            if n >= 0:
+                return n
+            if not self._feed():
+                return 0  # closed without close_notify: the caller sees end of stream
+
+    def _feed(self) -> bool:
+        """Read ciphertext from the socket into the TLS object; False at end of stream."""
+        data = self._sock.recv(RECV_CHUNK)
+        with self._tls_lock:
+            if data:
+                self._incoming.write(data)
+            else:
+                self._incoming.write_eof()
+        return bool(data)
+
+    def _flush(self) -> None:
+        """Send what the TLS object has produced (handshake records, replies)."""
+        with self._send_lock:
+            with self._tls_lock:
+                out = self._outgoing.read()
+            if out:
+                self._sock.sendall(out)
+
+    # -- socket passthrough -----------------------------------------------------------
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._sock.settimeout(timeout)
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        self._sock.setsockopt(level, option, value)
+
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def getpeercert(self) -> dict | None:
+        """The peer's verified certificate (see ``ssl.SSLSocket.getpeercert``)."""
+        return self._tls.getpeercert()
+
+    def version(self) -> str | None:
+        """The negotiated protocol, e.g. ``"TLSv1.3"``."""
+        return self._tls.version()
+
+
+def wrap_client(sock: socket.socket, context: ssl.SSLContext,
+                server_hostname: str | None) -> TlsSocket:
+    """Run a client handshake over the connected ``sock`` and return the TLS socket.
+
+    Raises ``ssl.SSLError`` (verification, protocol) or ``OSError`` (the socket broke or
+    its timeout expired) for :mod:`broker.net.socket_errors` to map.
+    """
+    tls = TlsSocket(sock, context, server_hostname)
+    tls.handshake()
+    return tls
+
+
+__all__ = ["TlsSocket", "wrap_client"]
