@@ -13,9 +13,11 @@ import _thread
 import itertools
 import logging
 import socket
+import ssl
 import threading
 from typing import Any, Callable, Sequence
 
+from broker.net import socket_errors, transport
 from broker.wire import protocol
 from broker.common.errors import (
     BrokerNotAvailableError,
@@ -73,15 +75,12 @@ class Connection:
     """One TCP connection to a broker, shared by the threads of a client."""
 
     def __init__(self, host: str, port: int, connect_timeout: float = 10.0,
-                 max_frame_bytes: int = 512 * 1024 * 1024):
+                 max_frame_bytes: int = 512 * 1024 * 1024,
+                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None):
+        """Connect (TLS with ``ssl_context``, verifying ``server_hostname`` or ``host``)."""
         self.address = f"{host}:{port}"
-        try:
-            self._sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as exc:
-            raise BrokerNotAvailableError(f"cannot connect to broker {self.address}: "
-                                          f"{exc.strerror or exc}") from None
-        self._sock.settimeout(None)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = transport.connect(host, port, timeout=connect_timeout,
+                                       ssl_context=ssl_context, server_hostname=server_hostname)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._pending: dict[int, ResponseFuture] = {}
@@ -120,8 +119,7 @@ class Connection:
                     self._sock.sendall(head)
             except OSError as exc:
                 self._pending.pop(corr, None)
-                self._fail(BrokerNotAvailableError(f"connection to broker {self.address} "
-                                                   f"failed: {exc.strerror or exc}"))
+                self._fail(socket_errors.lost_error(exc, self.address, during="failed"))
                 raise self._close_reason from None  # type: ignore[misc]
             if self.closed and future is not None and self._pending.pop(corr, None):
                 # The reader failed between our check and our registration.
@@ -159,8 +157,7 @@ class Connection:
         except LogferryError as exc:
             self._fail(exc)
         except OSError as exc:
-            self._fail(BrokerNotAvailableError(
-                f"connection to broker {self.address} lost: {exc.strerror or exc}"))
+            self._fail(socket_errors.lost_error(exc, self.address))
 
     def _fail(self, error: LogferryError) -> None:
         if not self.closed:

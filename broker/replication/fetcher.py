@@ -14,6 +14,7 @@ import itertools
 import logging
 from typing import TYPE_CHECKING
 
+from broker.net import transport
 from broker.wire import protocol
 from broker.common.errors import LogferryError, ProtocolError
 
@@ -74,11 +75,8 @@ class ReplicaFetcher:
                 await asyncio.sleep(0.2)  # the leader is not registered (yet)
                 continue
             try:
-                # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a
-                # cancellation that arrives as the awaited call completes, and a
-                # fetcher that misses its stop keeps a stopping broker alive.
-                async with asyncio.timeout(5.0):
-                    reader, self._writer = await asyncio.open_connection(info.host, info.port)
+                reader, self._writer = await transport.open_stream(
+                    info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}")
                 delay = 0.05  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:

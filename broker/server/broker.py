@@ -22,6 +22,7 @@ from typing import Any
 from broker.wire import protocol, records
 
 from broker.coordination import zk
+from broker.net import transport
 from broker.server.config import BrokerConfig
 from broker.server.connection import BrokerConnection, FileReply
 from broker.common.errors import (
@@ -106,9 +107,8 @@ class Broker:
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop)
         self._apply_view(self.registry.view())
-        self._server = await loop.create_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port,
-            reuse_address=True, backlog=1024)
+        self._server = await transport.start_server(
+            lambda: BrokerConnection(self), self.config.host, self.config.port, backlog=1024)
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
             self._zk, self.config.broker_id,
