@@ -253,6 +253,35 @@ def test_tls_client_connection_talks_frames_over_tls(
         server.close()
 
 
+def test_tls_listener_sends_log_bytes_with_sendfile(
+        tmp_path: Path, server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
+    """A fetch answer is a loop.sendfile of segment bytes; over TLS it must fall back to
+    reading and encrypting them (the broker passes fallback=True)."""
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(bytes(range(251)) * 8000)  # about 2 MB, not a record multiple
+
+    class SendSegment(asyncio.Protocol):
+        def connection_made(self, transport_: asyncio.BaseTransport) -> None:
+            asyncio.get_running_loop().create_task(self.send(transport_))
+
+        async def send(self, transport_: asyncio.BaseTransport) -> None:
+            with open(segment, "rb") as file:
+                await asyncio.get_running_loop().sendfile(
+                    transport_, file, 100, segment.stat().st_size - 200,  # type: ignore[arg-type]
+                    fallback=True)
+            transport_.close()
+
+    server = ThreadServer(SendSegment, server_context)
+    try:
+        stream = transport.connect("127.0.0.1", server.port, timeout=5,
+                                   ssl_context=client_context)
+        data = _recv_exactly(stream, segment.stat().st_size - 200)
+        stream.close()
+    finally:
+        server.close()
+    assert data == segment.read_bytes()[100:-100]
+
+
 # -- TLS failures: clear errors, and the listener keeps serving --------------------------
 
 
