@@ -8,12 +8,19 @@ compares from the log start.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterable
+from concurrent.futures import Executor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from broker.storage.segment import fsync_dir
+
+if TYPE_CHECKING:
+    from broker.replication.roles import Replica
 
 log = logging.getLogger("logferry.replication")
 
@@ -48,4 +55,22 @@ def write_checkpoint(log_dir: Path, marks: dict[str, int]) -> None:
     fsync_dir(path.parent)
 
 
-__all__ = ["FILE_NAME", "read_checkpoint", "write_checkpoint"]
+async def checkpoint_replicas(replicas: Iterable[Replica], pool: Executor) -> None:
+    """Write the visible end of every replicated partition into its log dir's
+    checkpoint, in ``pool`` (disk work: the fsync pool, never behind a ZooKeeper
+    call). A log dir that cannot be written is logged and skipped."""
+    by_dir: dict[Any, dict[str, int]] = {}
+    for replica in replicas:
+        if replica.replicated:
+            plog = replica.plog
+            by_dir.setdefault(plog.directory.parent, {})[plog.name] = plog.visible_end
+    loop = asyncio.get_running_loop()
+    for log_dir, marks in by_dir.items():
+        try:
+            await loop.run_in_executor(pool, write_checkpoint, log_dir, marks)
+        except OSError as exc:
+            log.warning("cannot write the high-watermark checkpoint in %s: %s",
+                        log_dir, exc)
+
+
+__all__ = ["FILE_NAME", "checkpoint_replicas", "read_checkpoint", "write_checkpoint"]

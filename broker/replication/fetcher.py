@@ -4,7 +4,8 @@ Followers use the ordinary fetch api, flagged with ``replica`` (their broker id)
 each partition's leader epoch: the leader then reads up to its log end instead of
 the high watermark, records the fetch offset as the follower's log end, and refuses
 a fetch from another epoch. The bytes are appended as they are (after a CRC scan), so
-replicas are byte-identical and offsets agree everywhere.
+replicas are byte-identical and offsets agree everywhere. What an answer means for
+the local log is :mod:`.follower`'s business; this module only moves bytes.
 """
 
 from __future__ import annotations
@@ -12,27 +13,40 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from broker.net import transport
-from broker.wire import protocol
 from broker.common.errors import LogferryError, ProtocolError
-
-if TYPE_CHECKING:
-    from broker.replication.manager import Replica, ReplicaManager
+from broker.coordination.registry import ClusterView
+from broker.net import transport
+from broker.replication.roles import Replica
+from broker.wire import protocol
 
 log = logging.getLogger("logferry.replication")
 
 RESPONSE_GRACE_S = 10.0
 
 
+class FetchHost(Protocol):
+    """What a fetcher needs from the replica manager: who we are, where leaders are,
+    the settings, and where fetched answers go."""
+
+    me: int
+    config: Any
+    view: ClusterView
+
+    def fetch_position(self, replica: Replica) -> int: ...
+
+    def on_fetched(self, replica: Replica, epoch: int, offset: int, result: list,
+                   data: memoryview) -> None: ...
+
+
 class ReplicaFetcher:
     """Copies every partition this broker follows from one leader."""
 
-    def __init__(self, manager: "ReplicaManager", leader: int):
+    def __init__(self, manager: FetchHost, leader: int):
         self.manager = manager
         self.leader = leader
-        self.partitions: dict[tuple[str, int], "Replica"] = {}
+        self.partitions: dict[tuple[str, int], Replica] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._corr = itertools.count(1)
@@ -50,7 +64,7 @@ class ReplicaFetcher:
             await asyncio.gather(self._task, return_exceptions=True)
         self._close()
 
-    def add(self, replica: "Replica") -> None:
+    def add(self, replica: Replica) -> None:
         self.partitions[replica.key] = replica
         self._changed.set()
 
@@ -70,7 +84,7 @@ class ReplicaFetcher:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            info = self.manager.broker.view.brokers.get(self.leader)
+            info = self.manager.view.brokers.get(self.leader)
             if info is None:
                 await asyncio.sleep(0.2)  # the leader is not registered (yet)
                 continue

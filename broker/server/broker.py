@@ -40,6 +40,7 @@ from broker.common.metrics import Metrics, serve_metrics
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.replication.controller import Controller
 from broker.replication.manager import LEADER, ReplicaManager
+from broker.replication.services import ReplicationServices
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
 from broker.common.names import validate_topic_name
@@ -69,13 +70,17 @@ class Broker:
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
         self._append_waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
         self._ack_after_flush: dict[tuple[str, int], list[tuple[int, "_PendingProduce", int]]] = {}
-        self.replication = ReplicaManager(self)
         self.controller: Controller | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
         self.shutting_down = False
         self._known_topics: set[str] = set()
         self._declare_metrics()
+        self.replication = ReplicaManager(ReplicationServices(
+            config=config, logs=self.logs, admin_pool=self._admin_pool,
+            fsync_pool=self._fsync_pool, isr_changes=self.isr_changes,
+            truncated_bytes=self.truncated_bytes, wake_consumers=self.wake_consumers,
+            wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in))
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -105,7 +110,7 @@ class Broker:
                        self.config.rack),
             lambda view: loop.call_soon_threadsafe(self._apply_view, view))
         await loop.run_in_executor(None, self.registry.watch)
-        self.replication.start(loop)
+        self.replication.start(loop, self._zk, self.registry)
         self._apply_view(self.registry.view())
         self._server = await transport.start_server(
             lambda: BrokerConnection(self), self.config.host, self.config.port, backlog=1024)

@@ -20,6 +20,7 @@ from kazoo.exceptions import ConnectionLossException
 from broker.wire import records
 from broker.coordination.registry import ClusterView
 from broker.replication.manager import LEADER, ReplicaManager
+from broker.replication.services import ReplicationServices
 from broker.replication.state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
@@ -64,16 +65,18 @@ class FakeZooKeeper:
             return self.state
 
 
-def _broker(tmp_path, zk: FakeZooKeeper) -> SimpleNamespace:
+def _services(tmp_path, zk: FakeZooKeeper) -> ReplicationServices:
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
     config = SimpleNamespace(broker_id=1, min_insync_replicas=2, replica_lag_time_max_ms=400,
                              acks_all_timeout_ms=5000, log_dirs=[tmp_path],
                              zk_session_timeout_s=10.0)
-    return SimpleNamespace(
-        config=config, _zk=zk, registry=SimpleNamespace(read_state=zk.read_state,
-                                                        session=SESSION),
-        logs=SimpleNamespace(get=lambda topic, partition: plog),
-        _admin_pool=ThreadPoolExecutor(1), isr_changes=Counter(), truncated_bytes=Counter(),
+    pool = ThreadPoolExecutor(1)
+    return ReplicationServices(
+        config=config, zk=zk,  # type: ignore[arg-type]
+        registry=SimpleNamespace(read_state=zk.read_state,  # type: ignore[arg-type]
+                                 session=SESSION),
+        logs=SimpleNamespace(get=lambda topic, partition: plog),  # type: ignore[arg-type]
+        admin_pool=pool, fsync_pool=pool, isr_changes=Counter(), truncated_bytes=Counter(),
         wake_fetchers=lambda key: None, wake_consumers=lambda key: None,
         replicated_in=lambda *args: None)
 
@@ -90,10 +93,10 @@ async def _until(predicate, what: str, timeout: float = 5.0) -> None:
 
 
 async def _leader_with_a_follower_catching_up(tmp_path, zk: FakeZooKeeper):
-    broker = _broker(tmp_path, zk)
-    manager = ReplicaManager(broker)  # type: ignore[arg-type]
-    manager._loop = asyncio.get_running_loop()
-    manager.lease_until = float("inf")
+    services = _services(tmp_path, zk)
+    manager = ReplicaManager(services)
+    manager.loop = asyncio.get_running_loop()
+    manager.lease.until = float("inf")
     manager.apply(_view(zk.state))
     replica = manager.replicas[KEY]
     assert replica.role == LEADER
@@ -111,14 +114,14 @@ async def _leader_with_a_follower_catching_up(tmp_path, zk: FakeZooKeeper):
     fetching = loop.create_task(followers_fetching())
     upkeep = loop.create_task(manager._upkeep_loop())
     await asyncio.sleep(0)
-    return manager, replica, upkeep, broker, fetching
+    return manager, replica, upkeep, services, fetching
 
 
 def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path):
     async def scenario() -> None:
         zk = FakeZooKeeper()
         stale = zk.state
-        manager, replica, upkeep, broker, fetching = await _leader_with_a_follower_catching_up(
+        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
             tmp_path, zk)
         try:
             await _until(lambda: replica.state.version == 6, "the isr write")
@@ -129,7 +132,7 @@ def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path)
         finally:
             upkeep.cancel()
             fetching.cancel()
-            broker._admin_pool.shutdown()
+            services.admin_pool.shutdown()
     asyncio.run(scenario())
 
 
@@ -138,7 +141,7 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
         zk = FakeZooKeeper()
         zk.set_errors = [ConnectionLossException()]  # the first write never lands
         zk.read_errors = [ConnectionLossException()]  # nor does the first read
-        manager, replica, upkeep, broker, fetching = await _leader_with_a_follower_catching_up(
+        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
             tmp_path, zk)
         try:
             await _until(lambda: zk.sets == 1, "the first isr write")
@@ -155,17 +158,17 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
         finally:
             upkeep.cancel()
             fetching.cancel()
-            broker._admin_pool.shutdown()
+            services.admin_pool.shutdown()
     asyncio.run(scenario())
 
 
 def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fenced(tmp_path):
     async def scenario() -> None:
         zk = FakeZooKeeper()
-        broker = _broker(tmp_path, zk)
-        manager = ReplicaManager(broker)  # type: ignore[arg-type]
-        manager._loop = asyncio.get_running_loop()
-        manager.lease_until = float("inf")
+        services = _services(tmp_path, zk)
+        manager = ReplicaManager(services)
+        manager.loop = asyncio.get_running_loop()
+        manager.lease.until = float("inf")
         manager.apply(_view(zk.state))
         release = threading.Event()
         reading = threading.Event()
@@ -175,21 +178,22 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
             reading.set()
             release.wait(5)
             return real_read(topic, partition)
-        broker.registry.read_state = slow_read
+        services.registry.read_state = slow_read  # type: ignore[union-attr]
         answers = []
-        unfence = manager._unfence
-        manager._unfence = lambda *args: (answers.append(args), unfence(*args))  # type: ignore
+        fencing = manager.fencing
+        unfence = fencing._unfence
+        fencing._unfence = lambda *args: (answers.append(args), unfence(*args))  # type: ignore
         try:
-            manager._fence("SUSPENDED")
-            manager._unfence_after_check()  # CONNECTED: check leadership, then unfence
+            fencing.fence("SUSPENDED")
+            fencing.unfence_after_check()  # CONNECTED: check leadership, then unfence
             await _until(reading.is_set, "the check's read")
-            manager._fence("SUSPENDED")  # the connection drops again meanwhile
+            fencing.fence("SUSPENDED")  # the connection drops again meanwhile
             release.set()
             await _until(lambda: answers, "the check's answer")
-            assert manager.fenced, "an older check unfenced a suspended leader"
-            manager._unfence_after_check()  # the next CONNECTED
-            await _until(lambda: not manager.fenced, "the unfence after the next check")
+            assert fencing.fenced, "an older check unfenced a suspended leader"
+            fencing.unfence_after_check()  # the next CONNECTED
+            await _until(lambda: not fencing.fenced, "the unfence after the next check")
         finally:
             release.set()
-            broker._admin_pool.shutdown()
+            services.admin_pool.shutdown()
     asyncio.run(scenario())

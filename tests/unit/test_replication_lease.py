@@ -8,6 +8,7 @@ import pytest
 
 from broker.coordination import zk
 from broker.replication.manager import ReplicaManager
+from broker.replication.services import ReplicationServices
 
 
 def _manager(configured: float, granted: float | None) -> ReplicaManager:
@@ -15,7 +16,12 @@ def _manager(configured: float, granted: float | None) -> ReplicaManager:
     if granted is not None:
         setattr(client, zk._GRANTED, granted)
     config = SimpleNamespace(broker_id=1, zk_session_timeout_s=configured)
-    return ReplicaManager(SimpleNamespace(config=config, _zk=client))
+    unused = SimpleNamespace()
+    return ReplicaManager(ReplicationServices(
+        config=config, zk=client, logs=unused, admin_pool=unused,  # type: ignore[arg-type]
+        fsync_pool=unused, isr_changes={}, truncated_bytes={},  # type: ignore[arg-type]
+        wake_consumers=lambda key: None, wake_fetchers=lambda key: None,
+        replicated_in=lambda *args: None))
 
 
 @pytest.mark.parametrize("configured, granted, lease_on", [
@@ -25,4 +31,4 @@ def _manager(configured: float, granted: float | None) -> ReplicaManager:
     (0.5, 1.0, 0.5),      # a longer grant never lengthens the lease
 ])
 def test_the_lease_follows_the_shorter_of_configured_and_granted(configured, granted, lease_on):
-    assert _manager(configured, granted).session_timeout() == lease_on
+    assert _manager(configured, granted).lease.session_timeout() == lease_on

@@ -1,0 +1,76 @@
+"""What replication needs from the process it runs in, and nothing more.
+
+The :class:`~broker.replication.manager.ReplicaManager` used to receive the whole
+broker and reach into its private fields; now the server builds one
+:class:`ReplicationServices` and hands it over. Everything here is either a shared
+resource (the ZooKeeper client, the registry, the logs, the thread pools), the part
+of the configuration replication reads, or a hook back into the server (wake long
+polls, count bytes and metrics). Replication imports nothing from ``broker.server``:
+the layers point one way (replication <- server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from broker.coordination.registry import BrokerRegistry
+    from broker.storage.partition_log import PartitionLog
+
+PartitionKey = tuple[str, int]
+
+
+class ReplicationConfig(Protocol):
+    """The settings replication reads (a :class:`broker.server.config.BrokerConfig`
+    has them all)."""
+
+    broker_id: int
+    log_dirs: Sequence[Any]
+    min_insync_replicas: int
+    acks_all_timeout_ms: int
+    replica_lag_time_max_ms: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_max_bytes: int
+    zk_session_timeout_s: float
+
+
+class LogSource(Protocol):
+    """Where a hosted partition's log is found (the server's log manager)."""
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+
+@dataclass
+class ReplicationServices:
+    """The narrow interface between replication and the broker process.
+
+    ``zk`` and ``registry`` exist only once the server has connected to ZooKeeper:
+    they are None until :meth:`ReplicaManager.start` receives them.
+    """
+
+    config: ReplicationConfig
+    logs: LogSource
+    admin_pool: Executor
+    """ZooKeeper calls (reads and writes of partition states) run here, off the loop."""
+    fsync_pool: Executor
+    """Disk work (the high-watermark checkpoint), never queued behind ZooKeeper."""
+    isr_changes: MutableMapping[Any, float]
+    """Counter of ISR changes written as leader, labelled by direction."""
+    truncated_bytes: MutableMapping[Any, float]
+    """Counter of bytes a returning follower cut because its leader lacked them."""
+    wake_consumers: Callable[[PartitionKey], None]
+    """The visible end of a partition moved: answer consumers' long polls."""
+    wake_fetchers: Callable[[PartitionKey], None]
+    """A partition changed role: answer followers' long polls."""
+    replicated_in: Callable[[PartitionKey, int, int], None]
+    """A follower appended (bytes, messages) copied from its leader."""
+    zk: KazooClient | None = None
+    registry: BrokerRegistry | None = None
+
+
+__all__ = ["LogSource", "PartitionKey", "ReplicationConfig", "ReplicationServices"]
