@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.common.errors import LogferryError, ProtocolError
 from broker.coordination.registry import ClusterView
 from broker.net import transport
 from broker.replication.roles import Replica
+from broker.replication.services import ReplicationConfig
 from broker.wire import protocol
 
 log = logging.getLogger("logferry.replication")
@@ -31,7 +32,7 @@ class FetchHost(Protocol):
     the settings, and where fetched answers go."""
 
     me: int
-    config: Any
+    config: ReplicationConfig
     view: ClusterView
 
     def fetch_position(self, replica: Replica) -> int: ...

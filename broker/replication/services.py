@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -29,14 +30,29 @@ class ReplicationConfig(Protocol):
     """The settings replication reads (a :class:`broker.server.config.BrokerConfig`
     has them all)."""
 
-    broker_id: int
-    log_dirs: Sequence[Any]
-    min_insync_replicas: int
-    acks_all_timeout_ms: int
-    replica_lag_time_max_ms: int
-    replica_fetch_wait_max_ms: int
-    replica_fetch_max_bytes: int
-    zk_session_timeout_s: float
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+    @property
+    def min_insync_replicas(self) -> int: ...
+
+    @property
+    def acks_all_timeout_ms(self) -> int: ...
+
+    @property
+    def replica_lag_time_max_ms(self) -> int: ...
+
+    @property
+    def replica_fetch_wait_max_ms(self) -> int: ...
+
+    @property
+    def replica_fetch_max_bytes(self) -> int: ...
+
+    @property
+    def zk_session_timeout_s(self) -> float: ...
 
 
 class LogSource(Protocol):
