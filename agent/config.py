@@ -133,8 +133,8 @@ TOP = fields(
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
 PRODUCER = fields(
-    acks=Check(one_of(0, 1, "all").test, '1 or "all"'), linger_ms=NONNEG_NUMBER, batch_bytes=POSITIVE_INT,
-    batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
+    acks=Check(one_of(0, 1, "all").test, '1 or "all"'), linger_ms=NONNEG_NUMBER,
+    batch_bytes=POSITIVE_INT, batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
     request_timeout_s=POSITIVE_NUMBER, retry_backoff_ms=NONNEG_NUMBER,
 )
 AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER)

@@ -158,11 +158,6 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     start = m.get("start", "earliest")
     if start not in ("earliest", "latest"):
         v.fail("mirror.start", f"must be 'earliest' or 'latest', not {start!r}")
-    ints = {k: m.get(k, d) for k, d in (
-        ("fetch_max_bytes", 1024 * 1024), ("poll_max_bytes", 8 * 1024 * 1024),
-        ("queue_bytes", 16 * 1024 * 1024), ("commit_interval_ms", 1000))}
-    floats = {k: float(m.get(k, d)) for k, d in (
-        ("session_timeout_s", 6.0), ("delivery_timeout_s", 3600.0), ("shutdown_timeout_s", 30.0))}
     mt = tables["metrics"]
     status_file = mt.get("status_file") or None
     if status_file is not None:
@@ -172,7 +167,14 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         pattern=pattern, exclude=exclude, on_gap=on_gap, start=start,
         consumer_id=m.get("consumer_id") or None,
         metrics_port=mt.get("port", 0), metrics_host=mt.get("host", "127.0.0.1"),
-        status_file=status_file, source_path=path, **ints, **floats)
+        status_file=status_file, source_path=path,
+        fetch_max_bytes=m.get("fetch_max_bytes", 1024 * 1024),
+        poll_max_bytes=m.get("poll_max_bytes", 8 * 1024 * 1024),
+        queue_bytes=m.get("queue_bytes", 16 * 1024 * 1024),
+        commit_interval_ms=m.get("commit_interval_ms", 1000),
+        session_timeout_s=float(m.get("session_timeout_s", 6.0)),
+        delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
+        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)))
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

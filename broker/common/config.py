@@ -91,7 +91,8 @@ def one_of(*choices: Any) -> Check:
 
 def either(first: Check, second: Check) -> Check:
     """A value that passes ``first`` or ``second``."""
-    return Check(lambda v: first.test(v) or second.test(v), f"{first.expected} or {second.expected}")
+    return Check(lambda v: first.test(v) or second.test(v),
+                 f"{first.expected} or {second.expected}")
 
 
 class Field(NamedTuple):

@@ -59,7 +59,8 @@ class BrokerProcess:
         self.log_settings = dict(log or {})
         self.proc: subprocess.Popen | None = None
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(dumps({"broker": self.broker_settings, "log": self.log_settings}))
+        self.config_file.write_text(dumps({"broker": self.broker_settings,
+                                           "log": self.log_settings}))
 
     @property
     def address(self) -> str:
