@@ -119,3 +119,60 @@ def test_dumps_round_trips_tables_arrays_of_tables_and_quoted_keys():
            "sources": [{"pattern": r"^\d+ x", "multiline": {"start": "^x"}}, {"pattern": "/b"}]}
     assert tomllib.loads(dumps(doc)) == doc
     assert tomllib.loads(dumps({"t": {"v": (1, 2)}})) == {"t": {"v": [1, 2]}}
+
+
+def _component_loaders():
+    from agent.config import load_config as agent
+    from broker.server.config import load_broker_config as broker
+    from hadoop_loader.config import load_config as loader
+    from mirror.config import load_config as mirror
+    return [
+        ("broker", broker, {"broker": {"id": 1, "log_dirs": ["d"], "zk_connect": "h:1/c",
+                                       "metrics_prot": 1}}, "broker.metrics_prot", "metrics_port"),
+        ("agent", agent, {"state_dir": "s", "cluster": {"zk": "h:1/c"},
+                          "sources": [{"pattern": "/a", "topic": "t", "multline": {}}]},
+         "sources[0].multline", "multiline"),
+        ("mirror", mirror, {"source": {"zk_connect": "h:1/a"}, "target": {"zk_connect": "h:1/b"},
+                            "mirror": {"topics": ["a"], "on_gaps": "stop"}},
+         "mirror.on_gaps", "on_gap"),
+        ("loader", loader, {"source": {"zk": "h:1/a", "topics": ["a"]},
+                            "output": {"uri": "out", "compresion": "zstd"}},
+         "output.compresion", "compression"),
+    ]
+
+
+@pytest.mark.parametrize("name, load, doc, key, meant", _component_loaders(),
+                         ids=["broker", "agent", "mirror", "loader"])
+def test_every_component_reports_a_typo_in_the_one_format(tmp_path, name, load, doc, key, meant):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(dumps(doc))
+    with pytest.raises(Exception) as info:
+        load(path)
+    assert str(info.value) == f"{path}: {key}: unknown key (did you mean {meant!r}?)"
+    assert (info.value.key, info.value.file) == (key, str(path))
+
+
+def test_every_component_takes_relative_paths_from_the_config_file(tmp_path, monkeypatch):
+    from agent.config import load_config as agent
+    from broker.server.config import load_broker_config as broker
+    from hadoop_loader.config import load_config as loader
+    from mirror.config import load_config as mirror
+    (tmp_path / "etc").mkdir()
+    monkeypatch.chdir(tmp_path / "etc")  # anywhere but the files' directory would do
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    files = {name: conf / f"{name}.toml" for name in ("broker", "agent", "mirror", "loader")}
+    files["broker"].write_text(dumps({"broker": {"id": 1, "log_dirs": ["data"],
+                                                 "zk_connect": "h:1/c"}}))
+    files["agent"].write_text(dumps({"state_dir": "state", "cluster": {"zk": "h:1/c"},
+                                     "sources": [{"pattern": "/a", "topic": "t"}]}))
+    files["mirror"].write_text(dumps({"source": {"zk_connect": "h:1/a"},
+                                      "target": {"zk_connect": "h:1/b"},
+                                      "mirror": {"topics": ["a"]},
+                                      "metrics": {"status_file": "status.json"}}))
+    files["loader"].write_text(dumps({"source": {"zk": "h:1/a", "topics": ["a"]},
+                                      "output": {"uri": "warehouse"}}))
+    assert broker(files["broker"]).log_dirs == (conf / "data",)
+    assert agent(files["agent"]).state_dir == conf / "state"
+    assert mirror(files["mirror"]).status_file == str(conf / "status.json")
+    assert loader(files["loader"]).output.uri == (conf / "warehouse").resolve().as_uri()
