@@ -82,7 +82,8 @@ def test_tables_absent_required_wrong_type_and_unknown():
         validator.table({}, "w", TABLE, required=True)
     with pytest.raises(ConfigError, match=r"^c\.toml: w: must be a table \(\[w\]\), got 3"):
         validator.table({"w": 3}, "w", TABLE)
-    with pytest.raises(ConfigError, match=r"^c\.toml: wdget: unknown table \(did you mean 'widget'\?\)"):
+    with pytest.raises(ConfigError,
+                       match=r"^c\.toml: wdget: unknown table \(did you mean 'widget'\?\)"):
         validator.sections({"wdget": {}}, {"widget": TABLE})
     assert validator.sections({"widget": {"name": "x"}}, {"widget": TABLE, "more": {}}) == {
         "widget": {"name": "x"}, "more": {}}
