@@ -1,23 +1,27 @@
 """The agent's TOML configuration, validated at start with errors that name the key.
 
 Every key, its type and default is listed in docs/agent.md; etc/agent.toml is a
-working example. Validation happens once, here: a wrong type, an unknown key (with a
-suggestion when it looks like a typo), a regex that does not compile or a topic name
-the broker would refuse all raise :class:`~agent.errors.ConfigError` naming the key,
-e.g. ``sources[1].pattern: must be an absolute glob pattern``.
+working example. Validation happens once, here, with :mod:`broker.common.config` (the
+error format and path rule every component shares): a wrong type, an unknown key (with
+a suggestion when it looks like a typo), a regex that does not compile or a topic name
+the broker would refuse all raise :class:`~agent.errors.ConfigError` naming the file
+and the key, e.g. ``agent.toml: sources[1].pattern: must be an absolute glob pattern``.
+A relative ``state_dir`` is relative to the config file's directory.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 import socket
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agent.errors import ConfigError
+from broker.common.config import (
+    BOOL, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_NUMBER, PORT, POSITIVE_INT, POSITIVE_NUMBER,
+    STR_LIST, TABLE, TABLE_LIST, Check, Validator, either, fields, one_of, read,
+)
 
 TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 MiB = 1024 * 1024
@@ -113,77 +117,37 @@ class AgentConfig:
         return self.state_dir / "status.json"
 
 
-# -- validation helpers -------------------------------------------------------------------
+# -- declared keys (types; defaults live in the dataclasses above) ------------------------
 
-Check = Callable[[Any], bool]
+STR_OR_LIST = either(NONEMPTY_STR, Check(NONEMPTY_STR_LIST.test, "list of strings"))
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_KINDS: dict[str, tuple[Check, str]] = {
-    "str": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "pos_int": (lambda v: _is_int(v) and v > 0, "a positive integer"),
-    "pos_num": (lambda v: _is_num(v) and v > 0, "a positive number"),
-    "nonneg_num": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
-    "port": (lambda v: _is_int(v) and 0 <= v <= 65535, "a port number 0-65535"),
-    "str_list": (lambda v: isinstance(v, list) and all(isinstance(s, str) and s for s in v),
-                 "a list of non-empty strings"),
-    "str_or_list": (lambda v: (isinstance(v, str) and v != "") or (
-        isinstance(v, list) and v and all(isinstance(s, str) and s for s in v)),
-        "a non-empty string or list of strings"),
-    "table": (lambda v: isinstance(v, dict), "a table"),
-    "acks": (lambda v: (_is_int(v) and v in (0, 1)) or v == "all", '1 or "all"'),
-    "table_list": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v),
-                   "an array of tables ([[sources]])"),
-}
-
-_TOP: dict[str, str] = {
-    "host": "str", "state_dir": "str", "max_inflight_bytes": "pos_int",
-    "max_open_files": "pos_int", "read_chunk_bytes": "pos_int", "poll_interval_s": "pos_num",
-    "scan_interval_s": "pos_num", "checkpoint_interval_s": "pos_num",
-    "rotated_close_s": "nonneg_num", "shutdown_timeout_s": "pos_num",
-    "fingerprint_bytes": "pos_int", "watch": "bool", "log_level": "str",
-    "cluster": "table", "producer": "table", "audit": "table", "metrics": "table",
-    "sources": "table_list",
-}
-_CLUSTER: dict[str, str] = {"zk": "str", "brokers": "str_list"}
-_PRODUCER: dict[str, str] = {
-    "acks": "acks", "linger_ms": "nonneg_num", "batch_bytes": "pos_int",
-    "batch_messages": "pos_int", "compression": "str", "delivery_timeout_s": "pos_num",
-    "request_timeout_s": "pos_num", "retry_backoff_ms": "nonneg_num",
-}
-_AUDIT: dict[str, str] = {"enabled": "bool", "topic": "str", "window_s": "pos_num"}
-_METRICS: dict[str, str] = {"port": "port", "bind": "str"}
-_SOURCE: dict[str, str] = {
-    "name": "str", "pattern": "str_or_list", "exclude": "str_or_list", "topic": "str",
-    "key": "str", "start_at": "str", "max_line_bytes": "pos_int",
-    "partial_line_timeout_s": "pos_num", "idle_close_s": "pos_num", "time_pattern": "str",
-    "time_format": "str", "time_zone": "str", "multiline": "table",
-}
-_MULTILINE: dict[str, str] = {"continuation": "str", "start": "str", "max_bytes": "pos_int",
-                              "timeout_s": "pos_num"}
-
-
-def _checked(table: dict[str, Any], spec: dict[str, str], where: str) -> dict[str, Any]:
-    """Reject unknown keys and wrong types; return the table unchanged."""
-    for key, value in table.items():
-        name = f"{where}.{key}" if where else key
-        kind = spec.get(key)
-        if kind is None:
-            close = difflib.get_close_matches(key, list(spec), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(name, f"unknown key{hint}")
-        check, described = _KINDS[kind]
-        if not check(value):
-            raise ConfigError(name, f"must be {described}, got {value!r}")
-    return table
+TOP = fields(
+    ("state_dir",), {"state_dir": "where the checkpoint file lives"},
+    host=NONEMPTY_STR, state_dir=NONEMPTY_STR, max_inflight_bytes=POSITIVE_INT,
+    max_open_files=POSITIVE_INT, read_chunk_bytes=POSITIVE_INT, poll_interval_s=POSITIVE_NUMBER,
+    scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
+    rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
+    fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
+    cluster=TABLE, producer=TABLE, audit=TABLE, metrics=TABLE,
+    sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
+)
+CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
+PRODUCER = fields(
+    acks=Check(one_of(0, 1, "all").test, '1 or "all"'), linger_ms=NONNEG_NUMBER,
+    batch_bytes=POSITIVE_INT, batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
+    request_timeout_s=POSITIVE_NUMBER, retry_backoff_ms=NONNEG_NUMBER,
+)
+AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER)
+METRICS = fields(port=PORT, bind=NONEMPTY_STR)
+SOURCE = fields(
+    ("pattern", "topic"), {"pattern": "every source needs one", "topic": "every source needs one"},
+    name=NONEMPTY_STR, pattern=STR_OR_LIST, exclude=STR_OR_LIST, topic=NONEMPTY_STR,
+    key=NONEMPTY_STR, start_at=NONEMPTY_STR, max_line_bytes=POSITIVE_INT,
+    partial_line_timeout_s=POSITIVE_NUMBER, idle_close_s=POSITIVE_NUMBER,
+    time_pattern=NONEMPTY_STR, time_format=NONEMPTY_STR, time_zone=NONEMPTY_STR, multiline=TABLE,
+)
+MULTILINE = fields(continuation=NONEMPTY_STR, start=NONEMPTY_STR, max_bytes=POSITIVE_INT,
+                   timeout_s=POSITIVE_NUMBER)
 
 
 def _as_tuple(value: str | list[str] | None) -> tuple[str, ...]:
@@ -192,68 +156,65 @@ def _as_tuple(value: str | list[str] | None) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _regex(value: str, key: str) -> re.Pattern[bytes]:
+def _regex(v: Validator, value: str, key: str) -> re.Pattern[bytes]:
     try:
         return re.compile(value.encode("utf-8"))
     except re.error as exc:
-        raise ConfigError(key, f"not a valid regular expression: {exc}") from None
+        v.fail(key, f"not a valid regular expression: {exc}")
 
 
-def _topic(value: str, key: str) -> str:
+def _topic(v: Validator, value: str, key: str) -> str:
     if not TOPIC_RE.fullmatch(value) or value in (".", ".."):
-        raise ConfigError(key, f"{value!r} is not a valid topic name ([A-Za-z0-9._-]{{1,249}})")
+        v.fail(key, f"{value!r} is not a valid topic name ([A-Za-z0-9._-]{{1,249}})")
     return value
 
 
-def _multiline(table: dict[str, Any], where: str) -> MultilineConfig:
-    _checked(table, _MULTILINE, where)
+def _multiline(v: Validator, source: dict[str, Any], where: str) -> MultilineConfig:
+    table = v.table(source, "multiline", MULTILINE, where)
+    where = f"{where}.multiline"
     if ("continuation" in table) == ("start" in table):
-        raise ConfigError(where, "give exactly one of 'continuation' and 'start'")
+        v.fail(where, "give exactly one of 'continuation' and 'start'")
     return MultilineConfig(
-        continuation=_regex(table["continuation"], f"{where}.continuation")
+        continuation=_regex(v, table["continuation"], f"{where}.continuation")
         if "continuation" in table else None,
-        start=_regex(table["start"], f"{where}.start") if "start" in table else None,
+        start=_regex(v, table["start"], f"{where}.start") if "start" in table else None,
         max_bytes=table.get("max_bytes", MiB),
         timeout_s=float(table.get("timeout_s", 2.0)),
     )
 
 
-def _source(table: dict[str, Any], index: int, host: str) -> SourceConfig:
+def _source(v: Validator, table: dict[str, Any], index: int, host: str) -> SourceConfig:
     where = f"sources[{index}]"
-    _checked(table, _SOURCE, where)
-    for required in ("pattern", "topic"):
-        if required not in table:
-            raise ConfigError(f"{where}.{required}", "missing (every source needs one)")
+    v.check(table, SOURCE, where)
     patterns = _as_tuple(table["pattern"])
     for pattern in patterns:
         if not pattern.startswith("/"):
-            raise ConfigError(f"{where}.pattern", f"{pattern!r} must be an absolute glob pattern")
+            v.fail(f"{where}.pattern", f"{pattern!r} must be an absolute glob pattern")
         if pattern.endswith("/"):
-            raise ConfigError(f"{where}.pattern", f"{pattern!r} names a directory, not files")
+            v.fail(f"{where}.pattern", f"{pattern!r} names a directory, not files")
     start_at = table.get("start_at", "beginning")
     if start_at not in ("beginning", "end"):
-        raise ConfigError(f"{where}.start_at", f"must be 'beginning' or 'end', got {start_at!r}")
+        v.fail(f"{where}.start_at", f"must be 'beginning' or 'end', got {start_at!r}")
     zone = table.get("time_zone", "local")
     if zone not in ("local", "UTC"):
-        raise ConfigError(f"{where}.time_zone", f"must be 'local' or 'UTC', got {zone!r}")
+        v.fail(f"{where}.time_zone", f"must be 'local' or 'UTC', got {zone!r}")
     time_pattern = None
     if "time_pattern" in table:
-        time_pattern = _regex(table["time_pattern"], f"{where}.time_pattern")
+        time_pattern = _regex(v, table["time_pattern"], f"{where}.time_pattern")
         if "time" not in time_pattern.groupindex:
-            raise ConfigError(f"{where}.time_pattern", "needs a named group (?P<time>...)")
+            v.fail(f"{where}.time_pattern", "needs a named group (?P<time>...)")
         if "time_format" not in table:
-            raise ConfigError(f"{where}.time_format", "missing (required with time_pattern)")
+            v.fail(f"{where}.time_format", "missing (required with time_pattern)")
     elif "time_format" in table:
-        raise ConfigError(f"{where}.time_format", "given without time_pattern")
+        v.fail(f"{where}.time_format", "given without time_pattern")
     max_line = table.get("max_line_bytes", MiB)
     if max_line < 64:
-        raise ConfigError(f"{where}.max_line_bytes", "must be at least 64")
-    multiline = _multiline(table["multiline"], f"{where}.multiline") if "multiline" in table \
-        else None
+        v.fail(f"{where}.max_line_bytes", "must be at least 64")
+    multiline = _multiline(v, table, where) if "multiline" in table else None
     return SourceConfig(
         name=table.get("name", patterns[0]),
         patterns=patterns,
-        topic=_topic(table["topic"], f"{where}.topic"),
+        topic=_topic(v, table["topic"], f"{where}.topic"),
         exclude=_as_tuple(table.get("exclude")),
         key=table.get("key", host).encode("utf-8"),
         start_at=start_at,
@@ -267,42 +228,47 @@ def _source(table: dict[str, Any], index: int, host: str) -> SourceConfig:
     )
 
 
-def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> AgentConfig:
-    """Validate a parsed TOML document and build the config (relative paths: base_dir)."""
-    _checked(data, _TOP, "")
+def parse_config(data: dict[str, Any], base_dir: Path | None = None,
+                 file: str = "") -> AgentConfig:
+    """Validate a parsed TOML document and build the config.
+
+    Relative paths are taken from ``base_dir`` (the config file's directory; default: the
+    working directory); ``file`` names the document in errors.
+    """
+    validator = Validator(file=file, error=ConfigError) if base_dir is None else \
+        Validator(file=file, base_dir=base_dir, error=ConfigError)
+    return _parse(data, validator)
+
+
+def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
+    v.check(data, TOP)
     host = data.get("host") or socket.gethostname()
-    cluster = _checked(data.get("cluster", {}), _CLUSTER, "cluster")
+    cluster = v.table(data, "cluster", CLUSTER)
     if ("zk" in cluster) == ("brokers" in cluster):
-        raise ConfigError("cluster", "give exactly one of 'zk' (connect string with chroot) "
-                          "and 'brokers' (list of host:port)")
+        v.fail("cluster", "give exactly one of 'zk' (connect string with chroot) "
+               "and 'brokers' (list of host:port)")
     for i, address in enumerate(cluster.get("brokers", [])):
         host_part, _, port = address.rpartition(":")
         if not host_part or not port.isdigit():
-            raise ConfigError(f"cluster.brokers[{i}]", f"{address!r} is not host:port")
-    if "state_dir" not in data:
-        raise ConfigError("state_dir", "missing (where the checkpoint file lives)")
-    state_dir = Path(data["state_dir"])
-    if not state_dir.is_absolute() and base_dir is not None:
-        state_dir = base_dir / state_dir
-    tables = data.get("sources")
-    if not tables:
-        raise ConfigError("sources", "missing: add at least one [[sources]] table")
-    sources = tuple(_source(t, i, host) for i, t in enumerate(tables))
+            v.fail(f"cluster.brokers[{i}]", f"{address!r} is not host:port")
+    state_dir = v.path(data["state_dir"])
+    if not data.get("sources"):
+        v.fail("sources", "missing: add at least one [[sources]] table")
+    sources = tuple(_source(v, t, i, host) for i, t in enumerate(data["sources"]))
     names = [s.name for s in sources]
     for i, name in enumerate(names):
         if names.index(name) != i:
-            raise ConfigError(f"sources[{i}].name", f"{name!r} is used by another source")
-    producer = _checked(data.get("producer", {}), _PRODUCER, "producer")
+            v.fail(f"sources[{i}].name", f"{name!r} is used by another source")
+    producer = v.table(data, "producer", PRODUCER)
     if producer.get("acks", 1) == 0:
-        raise ConfigError("producer.acks", 'must be 1 or "all": the checkpoint advances on '
-                          "acks only")
+        v.fail("producer.acks", 'must be 1 or "all": the checkpoint advances on acks only')
     if producer.get("compression", "none") not in ("none", "gzip"):
-        raise ConfigError("producer.compression", "must be 'none' or 'gzip'")
-    audit = _checked(data.get("audit", {}), _AUDIT, "audit")
-    metrics = _checked(data.get("metrics", {}), _METRICS, "metrics")
+        v.fail("producer.compression", "must be 'none' or 'gzip'")
+    audit = v.table(data, "audit", AUDIT)
+    metrics = v.table(data, "metrics", METRICS)
     level = data.get("log_level", "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError("log_level", "must be DEBUG, INFO, WARNING or ERROR")
+        v.fail("log_level", "must be DEBUG, INFO, WARNING or ERROR")
     config = AgentConfig(
         sources=sources,
         state_dir=state_dir,
@@ -334,40 +300,29 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None) -> AgentCon
         ),
         audit=AuditConfig(
             enabled=audit.get("enabled", True),
-            topic=_topic(audit.get("topic", "_audit"), "audit.topic"),
+            topic=_topic(v, audit.get("topic", "_audit"), "audit.topic"),
             window_s=float(audit.get("window_s", 60.0)),
         ),
     )
-    _check_limits(config)
+    _check_limits(v, config)
     return config
 
 
-def _check_limits(config: AgentConfig) -> None:
+def _check_limits(v: Validator, config: AgentConfig) -> None:
     """Cross-key rules: the in-flight cap must hold what one file may hold unsent."""
     for i, source in enumerate(config.sources):
         held = source.max_line_bytes + (source.multiline.max_bytes if source.multiline else 0)
         if held * 2 > config.max_inflight_bytes:
-            raise ConfigError(f"sources[{i}].max_line_bytes",
-                              f"with multiline.max_bytes it may hold {held} bytes per file; "
-                              f"raise max_inflight_bytes to at least {held * 2}")
+            v.fail(f"sources[{i}].max_line_bytes",
+                   f"with multiline.max_bytes it may hold {held} bytes per file; "
+                   f"raise max_inflight_bytes to at least {held * 2}")
     if config.read_chunk_bytes > config.max_inflight_bytes:
-        raise ConfigError("read_chunk_bytes", "must not exceed max_inflight_bytes")
+        v.fail("read_chunk_bytes", "must not exceed max_inflight_bytes")
     if config.audit.window_s < 1:
-        raise ConfigError("audit.window_s", "must be at least 1 second")
+        v.fail("audit.window_s", "must be at least 1 second")
 
 
 def load_config(path: str | Path) -> AgentConfig:
-    """Read and validate an agent config file."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError("", f"config file {path} does not exist") from None
-    except PermissionError:
-        raise ConfigError("", f"config file {path} is not readable (permission denied)") from None
-    except IsADirectoryError:
-        raise ConfigError("", f"config file {path} is a directory") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("", f"{path} is not valid TOML: {exc}") from None
-    return parse_config(data, base_dir=path.parent)
+    """Read and validate an agent config file (errors name the file and the key)."""
+    data, validator = read(path, ConfigError)
+    return _parse(data, validator)

@@ -8,6 +8,8 @@ without a traceback. Errors from the client library are converted at the edge
 
 from __future__ import annotations
 
+from broker.common.config import format_error
+
 
 class AgentError(Exception):
     """Root of every error the agent package raises on purpose."""
@@ -16,13 +18,15 @@ class AgentError(Exception):
 class ConfigError(AgentError):
     """The agent's TOML config is missing, malformed or out of range.
 
-    ``key`` is the dotted path of the offending key (``sources[1].pattern``) so the
-    message points at the line to fix.
+    ``key`` is the dotted path of the offending key (``sources[1].pattern``) and ``file``
+    the config file ("" for a dict), so the message points at the line to fix; the
+    message has the format of every logferry config error, ``<file>: <key>: <problem>``.
     """
 
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}" if key else message)
+    def __init__(self, key: str, message: str, file: str = ""):
+        super().__init__(format_error(file, key, message))
         self.key = key
+        self.file = file
 
 
 class CheckpointError(AgentError):

@@ -12,9 +12,10 @@ Every such change is a visible line in :func:`agent_config`, :func:`mirror_confi
 from __future__ import annotations
 
 import copy
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping
+
+from broker.common.config import dumps, read
 
 ROOT = Path(__file__).resolve().parents[1]
 ETC = ROOT / "etc"
@@ -22,53 +23,12 @@ ETC = ROOT / "etc"
 LIVE_CHROOT = "/logferry/live"
 ANALYSIS_CHROOT = "/logferry/analysis"
 
-# -- TOML out (tomllib only reads) -------------------------------------------------------------
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, str):
-        escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-                   .replace("\t", "\\t"))
-        return f'"{escaped}"'
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
-def _key(key: str) -> str:
-    bare = key.replace("_", "").replace("-", "").isalnum()
-    return key if bare else _value(key)
-
-
-def dumps(doc: Mapping[str, Any], _prefix: str = "") -> str:
-    """A document of scalars, lists, tables and arrays of tables as TOML text."""
-    scalars, tables, arrays = [], [], []
-    for key, value in doc.items():
-        if isinstance(value, Mapping):
-            tables.append((key, value))
-        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            arrays.append((key, value))
-        else:
-            scalars.append(f"{_key(key)} = {_value(value)}")
-    out = "\n".join(scalars) + ("\n" if scalars else "")
-    for key, table in tables:
-        name = f"{_prefix}{_key(key)}"
-        out += f"\n[{name}]\n" + dumps(table, name + ".")
-    for key, items in arrays:
-        name = f"{_prefix}{_key(key)}"
-        for item in items:
-            out += f"\n[[{name}]]\n" + dumps(item, name + ".")
-    return out
+# -- TOML in and out -----------------------------------------------------------------------------
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A TOML file as a dict."""
-    with path.open("rb") as f:
-        return tomllib.load(f)
+    """A TOML file as a dict (unvalidated: the demo rewrites it; its loader checks it)."""
+    return read(path)[0]
 
 
 def write(path: Path, doc: Mapping[str, Any], source: Path) -> Path:

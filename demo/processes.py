@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from broker.common.errors import LogferryError
-from broker.testing.localrun import free_port, to_toml
+from broker.common.config import dumps
+from broker.testing.localrun import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
@@ -132,7 +133,7 @@ class BrokerChild(Child):
                     "log_dirs": [str(self.data_dir)], "zk_connect": zk, **broker}
         self.config_path = workdir / "config" / f"{name}.toml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(to_toml({"broker": settings, "log": dict(log)}))
+        self.config_path.write_text(dumps({"broker": settings, "log": dict(log)}))
         super().__init__(name, [sys.executable, "-m", "broker", "broker", "--config",
                                 str(self.config_path)], workdir / "logs" / f"{name}.log")
 

@@ -1,7 +1,8 @@
 """The landing job's TOML configuration (``etc/loader.toml``), validated up front.
 
-Every mistake is reported as a :class:`LoaderConfigError` naming the key
-(``load.chunk_bytes must be a positive integer, got 0``), before Spark starts, so a bad
+Every mistake is reported as a :class:`LoaderConfigError` naming the file and the key
+(``etc/loader.toml: load.chunk_bytes: must be a positive integer, got 0``, the format
+and path rule of :mod:`broker.common.config`), before Spark starts, so a bad
 nightly config fails in a second rather than after a JVM start. The reference with every
 key and default is ``docs/loader.md``.
 """
@@ -9,12 +10,15 @@ key and default is ``docs/loader.md``.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
+from broker.common.config import (
+    BOOL, NONEMPTY_STR, NONNEG_INT, NONNEG_NUMBER, POSITIVE_INT, STR_LIST, Check, Validator,
+    fields, format_error, one_of, read,
+)
 from hadoop_loader.errors import LoaderConfigError
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -111,132 +115,95 @@ class LoaderConfig:
     path: str = "<dict>"
 
 
-# -- validation helpers --------------------------------------------------------------
+# -- declared keys (types; defaults live in the dataclasses above) ------------------------
 
-Check = tuple[Callable[[Any], bool], str]
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-POSITIVE_INT: Check = (lambda v: _is_int(v) and v > 0, "a positive integer")
-NONNEG_INT: Check = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
-NONEMPTY_STR: Check = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
-BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
-FRACTION: Check = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                   and 0 <= v <= 1, "a number between 0 and 1")
-STR_LIST: Check = (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
-                   "a list of non-empty strings")
-STR_MAP: Check = (lambda v: isinstance(v, dict)
-                  and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
-                  "a table of strings")
-
-
-def one_of(*choices: str) -> Check:
-    return (lambda v: v in choices, " or ".join(repr(c) for c in choices))
-
-
-SECTIONS: dict[str, dict[str, Check]] = {
-    "source": {"zk": NONEMPTY_STR, "brokers": STR_LIST, "topics": STR_LIST,
-               "decode_agent_records": (lambda v: isinstance(v, bool) or STR_LIST[0](v),
-                                        "true, false or a list of topics")},
-    "output": {"uri": NONEMPTY_STR, "filesystem": one_of("auto", "local", "hadoop"),
-               "max_records_per_file": POSITIVE_INT, "files_per_hour": NONNEG_INT,
-               "compression": one_of("snappy", "zstd", "gzip", "lz4", "none")},
-    "load": {"max_bytes_per_partition": POSITIVE_INT, "chunk_bytes": POSITIVE_INT,
-             "fetch_bytes": POSITIVE_INT, "on_retention_gap": one_of("fail", "skip"),
-             "first_run": one_of("earliest", "latest"), "timezone": NONEMPTY_STR},
-    "audit": {"enabled": BOOL, "topic": NONEMPTY_STR, "stage": NONEMPTY_STR,
-              "count": one_of("sent", "acked"), "lookback_hours": POSITIVE_INT,
-              "settle_minutes": NONNEG_INT, "require_complete": FRACTION},
-    "spark": {"master": NONEMPTY_STR, "app_name": NONEMPTY_STR, "driver_memory": NONEMPTY_STR,
-              "conf": STR_MAP},
+SECTIONS = {
+    "source": fields(
+        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, topics=STR_LIST,
+        decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v),
+                                   "true, false or a list of topics")),
+    "output": fields(
+        ("uri",), uri=NONEMPTY_STR, filesystem=one_of("auto", "local", "hadoop"),
+        max_records_per_file=POSITIVE_INT, files_per_hour=NONNEG_INT,
+        compression=one_of("snappy", "zstd", "gzip", "lz4", "none")),
+    "load": fields(
+        max_bytes_per_partition=POSITIVE_INT, chunk_bytes=POSITIVE_INT, fetch_bytes=POSITIVE_INT,
+        on_retention_gap=one_of("fail", "skip"), first_run=one_of("earliest", "latest"),
+        timezone=NONEMPTY_STR),
+    "audit": fields(
+        enabled=BOOL, topic=NONEMPTY_STR, stage=NONEMPTY_STR, count=one_of("sent", "acked"),
+        lookback_hours=POSITIVE_INT, settle_minutes=NONNEG_INT,
+        require_complete=Check(lambda v: NONNEG_NUMBER.test(v) and v <= 1,
+                               "a number between 0 and 1")),
+    "spark": fields(
+        master=NONEMPTY_STR, app_name=NONEMPTY_STR, driver_memory=NONEMPTY_STR,
+        conf=Check(lambda v: isinstance(v, dict)
+                   and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
+                   "a table of strings")),
 }
-REQUIRED = {"source": ("topics",), "output": ("uri",)}
+"""Every table and key of ``loader.toml`` (docs/loader.md lists the defaults)."""
+
+
+def config_error(key: str, problem: str, file: str = "") -> LoaderConfigError:
+    """The loader's config error, in the one format of logferry config errors."""
+    return LoaderConfigError(format_error(file, key, problem), key=key, file=file)
 
 
 def load_config(path: str | Path) -> LoaderConfig:
-    """Read and validate a loader config file."""
-    path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise LoaderConfigError(f"{path}: no such config file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LoaderConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise LoaderConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return config_from_dict(data, source=str(path), base_dir=path.parent)
+    """Read and validate a loader config file (errors name the file and the key)."""
+    data, validator = read(path, config_error)
+    return _build(data, validator)
 
 
-def config_from_dict(data: dict[str, Any], source: str = "config",
+def config_from_dict(data: dict[str, Any], source: str = "",
                      base_dir: Path | None = None) -> LoaderConfig:
-    """Validate a parsed config (a dict shaped like the TOML file)."""
-    unknown = sorted(set(data) - set(SECTIONS))
-    if unknown:
-        raise LoaderConfigError(f"{source}: unknown section [{unknown[0]}]; expected one of "
-                                + ", ".join(f"[{s}]" for s in SECTIONS))
-    sections = {name: _section(data, name, source) for name in SECTIONS}
-    for name, keys in REQUIRED.items():
-        for key in keys:
-            if key not in sections[name]:
-                raise LoaderConfigError(f"{source}: {name}.{key} is required")
+    """Validate a parsed config (a dict shaped like the TOML file).
+
+    ``source`` names it in errors; a plain relative ``output.uri`` is taken from
+    ``base_dir`` (default: the working directory).
+    """
+    validator = Validator(file=source, error=config_error) if base_dir is None else \
+        Validator(file=source, base_dir=base_dir, error=config_error)
+    return _build(data, validator)
+
+
+def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
+    sections = v.sections(data, SECTIONS)
     return LoaderConfig(
-        source=_source(sections["source"], source),
-        output=_output(sections["output"], source, base_dir),
-        load=_load(sections["load"], source),
+        source=_source(v, sections["source"]),
+        output=_output(v, sections["output"]),
+        load=_load(v, sections["load"]),
         audit=AuditConfig(**sections["audit"]),
         spark=_spark(sections["spark"]),
-        path=source,
+        path=v.file or "<dict>",
     )
 
 
-def _section(data: dict[str, Any], name: str, source: str) -> dict[str, Any]:
-    section = data.get(name, {})
-    if not isinstance(section, dict):
-        raise LoaderConfigError(f"{source}: {name} must be a table ([{name}])")
-    keys = SECTIONS[name]
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        check = keys.get(key)
-        if check is None:
-            raise LoaderConfigError(f"{source}: unknown key {name}.{key} "
-                                    f"(known keys: {', '.join(sorted(keys))})")
-        ok, expected = check
-        if not ok(value):
-            raise LoaderConfigError(f"{source}: {name}.{key} must be {expected}, got {value!r}")
-        out[key] = value
-    return out
-
-
-def check_topic_name(name: str, where: str) -> None:
-    """Raise naming ``where`` unless ``name`` is a valid topic name."""
+def check_topic_name(name: str, where: str, file: str = "") -> None:
+    """Raise naming ``where`` (and ``file``) unless ``name`` is a valid topic name."""
     if not TOPIC_NAME.match(name) or name in (".", ".."):
-        raise LoaderConfigError(f"{where}: {name!r} is not a valid topic name "
-                                "(letters, digits, '.', '_', '-'; at most 249)")
+        raise config_error(where, f"{name!r} is not a valid topic name (letters, digits, "
+                           "'.', '_', '-'; at most 249)", file)
 
 
-def _source(s: dict[str, Any], source: str) -> SourceConfig:
+def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
     if ("zk" in s) == ("brokers" in s):
-        raise LoaderConfigError(f"{source}: set exactly one of source.zk (ZooKeeper connect "
-                                "string with chroot) or source.brokers (list of host:port)")
+        v.fail("source", "set exactly one of source.zk (ZooKeeper connect string with "
+               "chroot) or source.brokers (list of host:port)")
     if "brokers" in s:
         if not s["brokers"]:
-            raise LoaderConfigError(f"{source}: source.brokers must not be empty")
-        for address in s["brokers"]:
+            v.fail("source.brokers", "must not be empty")
+        for i, address in enumerate(s["brokers"]):
             host, sep, port = address.rpartition(":")
             if not sep or not host or not port.isdigit():
-                raise LoaderConfigError(f"{source}: source.brokers entry {address!r} "
-                                        "must look like host:port")
+                v.fail(f"source.brokers[{i}]", f"{address!r} must look like host:port")
     topics = tuple(s["topics"])
     if not topics:
-        raise LoaderConfigError(f"{source}: source.topics must name at least one topic")
+        v.fail("source.topics", "must name at least one topic")
     if len(set(topics)) != len(topics):
-        raise LoaderConfigError(f"{source}: source.topics lists a topic twice")
+        v.fail("source.topics", "lists a topic twice")
     for topic in topics:
-        check_topic_name(topic, f"{source}: source.topics")
+        check_topic_name(topic, "source.topics", v.file)
     decode = s.get("decode_agent_records", False)
     if decode is True:
         decoded = frozenset(topics)
@@ -245,23 +212,22 @@ def _source(s: dict[str, Any], source: str) -> SourceConfig:
     else:
         stray = sorted(set(decode) - set(topics))
         if stray:
-            raise LoaderConfigError(f"{source}: source.decode_agent_records names {stray[0]!r}, "
-                                    "which is not in source.topics")
+            v.fail("source.decode_agent_records", f"names {stray[0]!r}, which is not in "
+                   "source.topics")
         decoded = frozenset(decode)
     return SourceConfig(topics=topics, zk=s.get("zk"),
                         brokers=tuple(s["brokers"]) if "brokers" in s else None,
                         decode_agent_records=decoded)
 
 
-def _output(o: dict[str, Any], source: str, base_dir: Path | None) -> OutputConfig:
-    uri = normalize_uri(o.pop("uri"), base_dir, f"{source}: output.uri")
+def _output(v: Validator, o: dict[str, Any]) -> OutputConfig:
+    uri = normalize_uri(o.pop("uri"), v.base_dir, "output.uri", v.file)
     if o.get("filesystem") == "local" and not uri.startswith("file:"):
-        raise LoaderConfigError(f"{source}: output.filesystem = 'local' needs a file:// "
-                                f"output.uri, got {uri!r}")
+        v.fail("output.filesystem", f"'local' needs a file:// output.uri, got {uri!r}")
     return OutputConfig(uri=uri, **o)
 
 
-def normalize_uri(value: str, base_dir: Path | None, where: str) -> str:
+def normalize_uri(value: str, base_dir: Path | None, where: str, file: str = "") -> str:
     """A URI for the output root: plain paths become ``file://`` URIs (relative to the
     config file's folder), trailing slashes are dropped."""
     parsed = urlparse(value)
@@ -272,26 +238,25 @@ def normalize_uri(value: str, base_dir: Path | None, where: str) -> str:
         return path.resolve().as_uri()
     if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost")
                                     or not parsed.path.startswith("/")):
-        raise LoaderConfigError(f"{where} must be file:///absolute/path, got {value!r}")
+        raise config_error(where, f"must be file:///absolute/path, got {value!r}", file)
     if parsed.path.rstrip("/") == "":
-        raise LoaderConfigError(f"{where} must name a directory below the filesystem root, "
-                                f"got {value!r}")
+        raise config_error(where, "must name a directory below the filesystem root, "
+                           f"got {value!r}", file)
     if parsed.scheme == "file":
         return "file://" + parsed.path.rstrip("/")
     return value.rstrip("/")
 
 
-def _load(d: dict[str, Any], source: str) -> LoadConfig:
+def _load(v: Validator, d: dict[str, Any]) -> LoadConfig:
     config = LoadConfig(**d)
     if config.chunk_bytes < 64 * 1024:
-        raise LoaderConfigError(f"{source}: load.chunk_bytes must be at least 65536 "
-                                f"(64 KiB), got {config.chunk_bytes}")
+        v.fail("load.chunk_bytes", f"must be at least 65536 (64 KiB), got {config.chunk_bytes}")
     try:
         import zoneinfo
         zoneinfo.ZoneInfo(config.timezone)
     except Exception:
-        raise LoaderConfigError(f"{source}: load.timezone {config.timezone!r} is not a "
-                                "known time zone (e.g. 'UTC', 'America/Los_Angeles')") from None
+        v.fail("load.timezone", f"{config.timezone!r} is not a known time zone "
+               "(e.g. 'UTC', 'America/Los_Angeles')")
     return config
 
 

@@ -25,9 +25,18 @@ class LoaderConfigError(LoaderError):
     """A config file key or a data source option is missing, malformed or out of range.
 
     The message names the key (``load.chunk_bytes``) or option (``maxBytesPerPartition``).
+    Errors about a config file key carry ``key`` (its dotted path) and ``file``, with the
+    message in the format of every logferry config error, ``<file>: <key>: <problem>``.
     """
 
     exit_code = 2
+    key: str = ""
+    file: str = ""
+
+    def __init__(self, message: str, *, key: str = "", file: str = ""):
+        super().__init__(message)
+        self.key = key
+        self.file = file
 
 
 class SourceError(LoaderError):

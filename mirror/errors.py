@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker.common.config import format_error
 from broker.common.errors import LogferryError
 
 
@@ -10,11 +11,15 @@ class MirrorError(LogferryError):
 
 
 class MirrorConfigError(MirrorError):
-    """The mirror's TOML config is missing, malformed or out of range; names the key."""
+    """The mirror's TOML config is missing, malformed or out of range; names the key.
 
-    def __init__(self, key: str, why: str):
-        super().__init__(f"mirror config: {key}: {why}")
+    The message has the format of every logferry config error: ``<file>: <key>: <why>``.
+    """
+
+    def __init__(self, key: str, why: str, file: str = ""):
+        super().__init__(format_error(file, key, why))
         self.key = key
+        self.file = file
 
 
 class DeliveryFailedError(MirrorError):

@@ -17,7 +17,17 @@ class LogferryError(Exception):
 
 
 class ConfigError(LogferryError):
-    """A configuration file or option is missing, malformed or out of range."""
+    """A configuration file or option is missing, malformed or out of range.
+
+    An error about a key of a config file also carries the key's dotted path (``key``)
+    and the file (``file``, "" for a config built from a dict); broker.common.config
+    formats its message as ``<file>: <key>: <problem>``.
+    """
+
+    def __init__(self, message: str, *, key: str = "", file: str = ""):
+        super().__init__(message)
+        self.key = key
+        self.file = file
 
 
 class ProtocolError(LogferryError):

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from broker.common.config import dumps
+
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 _handed_out: set[int] = set()
@@ -35,27 +37,6 @@ def free_port(host: str = "127.0.0.1") -> int:
             _handed_out.add(port)
             return port
     raise RuntimeError(f"no new free port on {host} after 100 tries")
-
-
-def toml_value(value: Any) -> str:
-    """A Python scalar or list as a TOML value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def to_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """``{"broker": {...}, "log": {...}}`` as a TOML document of flat tables."""
-    out = []
-    for name, values in sections.items():
-        out.append(f"[{name}]")
-        out.extend(f"{key} = {toml_value(value)}" for key, value in values.items())
-        out.append("")
-    return "\n".join(out)
 
 
 class BrokerProcess:
@@ -78,7 +59,8 @@ class BrokerProcess:
         self.log_settings = dict(log or {})
         self.proc: subprocess.Popen | None = None
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(to_toml({"broker": self.broker_settings, "log": self.log_settings}))
+        self.config_file.write_text(dumps({"broker": self.broker_settings,
+                                           "log": self.log_settings}))
 
     @property
     def address(self) -> str:

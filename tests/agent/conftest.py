@@ -16,6 +16,7 @@ import msgpack
 import pytest
 
 from agent.config import AgentConfig, parse_config
+from broker.common.config import dumps
 from agent.runtime import Agent
 
 
@@ -193,47 +194,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
 REPO = Path(__file__).resolve().parents[2]
 
 
-def toml_text(doc: dict[str, Any]) -> str:
-    """A small TOML writer for the agent's config shape (tables and arrays of tables)."""
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return "'" + str(v) + "'" if "'" not in str(v) and "\n" not in str(v) else \
-            '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-    lines: list[str] = []
-    tables: list[tuple[str, dict[str, Any]]] = []
-    arrays: list[tuple[str, list[dict[str, Any]]]] = []
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            tables.append((k, v))
-        elif isinstance(v, list) and v and isinstance(v[0], dict):
-            arrays.append((k, v))
-        else:
-            lines.append(f"{k} = {value(v)}")
-    for name, table in tables:
-        lines.append(f"\n[{name}]")
-        lines += [f"{k} = {value(v)}" for k, v in table.items()]
-    for name, items in arrays:
-        for item in items:
-            lines.append(f"\n[[{name}]]")
-            subtables = []
-            for k, v in item.items():
-                if isinstance(v, dict):
-                    subtables.append((k, v))
-                else:
-                    lines.append(f"{k} = {value(v)}")
-            for k, v in subtables:
-                lines.append(f"[{name}.{k}]")
-                lines += [f"{kk} = {value(vv)}" for kk, vv in v.items()]
-    return "\n".join(lines) + "\n"
-
-
 class AgentProcess:
     """``python -m agent --config`` as a subprocess: start, SIGTERM, kill -9, status."""
 
@@ -243,7 +203,7 @@ class AgentProcess:
         self.config_file = workdir / "agent.toml"
         self.log_file = workdir / "agent.log"
         self.state_dir = Path(doc["state_dir"])
-        self.config_file.write_text(toml_text(doc))
+        self.config_file.write_text(dumps(doc))
         self.proc: Any = None
 
     def start(self) -> "AgentProcess":

@@ -18,7 +18,8 @@ from agent.config import load_config, parse_config
 from agent.discovery import Matcher, glob_regex, scan, static_root
 from agent.errors import CheckpointError, ConfigError
 
-from tests.agent.conftest import REPO, toml_text
+from broker.common.config import dumps
+from tests.agent.conftest import REPO
 
 
 def minimal(**extra: Any) -> dict[str, Any]:
@@ -68,14 +69,14 @@ def test_errors_name_the_key(change: dict[str, Any], key: str, words: str) -> No
 
 
 def test_load_config_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="missing.toml: no such config file"):
         load_config(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("state_dir = [")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
     good = tmp_path / "good.toml"
-    good.write_text(toml_text(minimal(state_dir="state")))
+    good.write_text(dumps(minimal(state_dir="state")))
     assert load_config(good).state_dir == tmp_path / "state"
 
 
@@ -147,11 +148,11 @@ def test_register_adds_agent_and_status() -> None:
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", str(tmp_path / "nope.toml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "does not exist" in err
+    assert err.count("\n") == 1 and "nope.toml: no such config file" in err
     assert main([]) == 2
     assert "--config: required" in capsys.readouterr().err
     config = tmp_path / "a.toml"
-    config.write_text(toml_text(minimal(state_dir=str(tmp_path / "state"))))
+    config.write_text(dumps(minimal(state_dir=str(tmp_path / "state"))))
     assert main(["status", "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is the agent running" in err
@@ -159,13 +160,13 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_python_m_agent_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
     config = tmp_path / "a.toml"
-    config.write_text(toml_text(minimal(sources=[{"pattern": "x", "topic": "t"}])))
+    config.write_text(dumps(minimal(sources=[{"pattern": "x", "topic": "t"}])))
     result = subprocess.run([sys.executable, "-m", "agent", "--config", str(config)],
                             capture_output=True, text=True, cwd=REPO, timeout=60,
                             env=dict(os.environ))
     assert result.returncode == 2
-    assert result.stderr.strip() == ("logferry agent: sources[0].pattern: 'x' must be an "
-                                     "absolute glob pattern")
+    assert result.stderr.strip() == (f"logferry agent: {config}: sources[0].pattern: 'x' must "
+                                     "be an absolute glob pattern")
 
 
 def test_format_status() -> None:

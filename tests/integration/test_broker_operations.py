@@ -115,7 +115,7 @@ def test_bad_config_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
-    assert "broker.port must be a port number" in proc.stderr
+    assert f"{config}: broker.port: must be a port number" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -82,9 +82,9 @@ def test_errors_name_the_key(sections, key):
 
 
 def test_missing_required_and_unknown_section():
-    with pytest.raises(LoaderConfigError, match="output.uri is required"):
+    with pytest.raises(LoaderConfigError, match="output.uri: missing"):
         config_from_dict({"source": {"zk": "h:1/x", "topics": ["a"]}})
-    with pytest.raises(LoaderConfigError, match=r"unknown section \[sink\]"):
+    with pytest.raises(LoaderConfigError, match="sink: unknown table"):
         config_from_dict(minimal() | {"sink": {}})
 
 
@@ -92,7 +92,7 @@ def test_broker_addresses_are_checked():
     data = minimal()
     del data["source"]["zk"]
     data["source"]["brokers"] = ["127.0.0.1"]
-    with pytest.raises(LoaderConfigError, match="source.brokers entry"):
+    with pytest.raises(LoaderConfigError, match=r"source\.brokers\[0\]: '127\.0\.0\.1' must look like host:port"):
         config_from_dict(data)
 
 

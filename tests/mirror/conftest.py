@@ -22,7 +22,7 @@ import pytest
 
 from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.testing.localrun import to_toml
+from broker.common.config import dumps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ class MirrorProcess:
         config = {k: dict(v) for k, v in config.items()}
         config.setdefault("metrics", {})["status_file"] = str(self.status_file)
         self.config_file = workdir / f"{name}.toml"
-        self.config_file.write_text(to_toml(config))
+        self.config_file.write_text(dumps(config))
         self.log_file = workdir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 

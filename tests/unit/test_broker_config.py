@@ -63,7 +63,7 @@ def test_errors_name_the_key(broker, log, needle):
 def test_missing_required_key():
     data = _base()
     del data["broker"]["zk_connect"]
-    with pytest.raises(ConfigError, match="broker.zk_connect is required"):
+    with pytest.raises(ConfigError, match="broker.zk_connect: missing"):
         broker_config_from_dict(data)
 
 
