@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import msgpack
 
+from broker.common.errors import MetricsError
+
 from agent.audit import AuditLedger, AuditRecord, window_of
 from agent.checkpoint import CheckpointStore, write_atomically
 from agent.config import AgentConfig
@@ -37,7 +39,7 @@ from agent.discovery import Watcher
 from agent.errors import AgentError, CheckpointError, PublishError
 from agent.files import Outgoing, TailedFile
 from agent.identity import Facts, FileKey, Verdict, judge
-from agent.metrics import Metrics, MetricsServer, Snapshot
+from agent.metrics import AgentCounters, Snapshot, StatusServer
 from agent.tracker import Chunk
 from agent.tracking import FileTracking
 
@@ -80,7 +82,7 @@ class Agent(FileTracking):
         self.config = config
         self._producer_factory = producer_factory
         self.producer: Any = None
-        super().__init__(config, Metrics())
+        super().__init__(config, AgentCounters())
         self.metrics.gauges["inflight_bytes_cap"] = config.max_inflight_bytes
         self._store = CheckpointStore(config.state_dir, config.host)
         self._ledger = AuditLedger(int(config.audit.window_s * 1000))
@@ -90,7 +92,7 @@ class Agent(FileTracking):
         self._audit_done: deque[tuple[Any, AuditRecord]] = deque()
         self._audit_backlog: list[AuditRecord] = []
         self._audit_pending = 0
-        self._server: MetricsServer | None = None
+        self._server: StatusServer | None = None
         self._started = time.time()
         self._next_closed_poll = 0.0
         self._next_checkpoint = 0.0
@@ -130,11 +132,9 @@ class Agent(FileTracking):
             self.producer = self._producer_factory(self.config)
             if self.config.metrics_port is not None:
                 try:
-                    self._server = MetricsServer(self.config.metrics_bind, self.config.metrics_port)
-                except OSError as exc:
-                    raise AgentError(f"metrics.port: cannot listen on {self.config.metrics_bind}:"
-                                     f"{self.config.metrics_port} ({exc.strerror})") from None
-                self._server.start()
+                    self._server = StatusServer(self.config.metrics_bind, self.config.metrics_port)
+                except MetricsError as exc:
+                    raise AgentError(f"metrics.port: {exc}") from None
             if self.config.watch:
                 self._watcher = Watcher(self.config.sources, self._wake.set)
                 self._watcher.start()

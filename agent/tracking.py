@@ -30,7 +30,7 @@ from agent.discovery import Matcher, Watcher, scan
 from agent.files import TailedFile
 from agent.fsutil import find_inode, inodes_in, last_line_end
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
-from agent.metrics import Metrics
+from agent.metrics import AgentCounters
 
 log = logging.getLogger("logferry.agent")
 
@@ -42,7 +42,7 @@ SETTLE_S = 0.2
 class FileTracking:
     """Which files exist, which is which, and what changed about them."""
 
-    def __init__(self, config: AgentConfig, metrics: Metrics):
+    def __init__(self, config: AgentConfig, metrics: AgentCounters):
         self.config = config
         self.metrics = metrics
         self._matcher = Matcher(config.sources)

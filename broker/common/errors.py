@@ -196,6 +196,10 @@ class ZooKeeperError(LogferryError):
     retriable = True
 
 
+class MetricsError(LogferryError):
+    """A metrics endpoint cannot be served (its port is taken, its host unknown)."""
+
+
 _BY_CODE: dict[int, type[LogferryError]] = {
     cls.code: cls
     for cls in (
@@ -240,6 +244,7 @@ __all__ = [
     "FrameTooLargeError",
     "InvalidOffsetError",
     "InvalidRequestError",
+    "MetricsError",
     "InvalidTopicError",
     "LeaderNotAvailableError",
     "ListenError",

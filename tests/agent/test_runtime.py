@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from tests.agent.conftest import FakeProducer, agent_config, wait_until
+from tests.support.metrics import promtool_check
 
 
 @pytest.fixture(autouse=True)
@@ -221,6 +222,7 @@ def test_metrics_endpoint_status_file_and_audit(tmp_path: Path, run_agent, fake_
     text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
     assert 'logferry_agent_messages_acked_total{host="test-host"} 7' in text
     assert "logferry_agent_file_lag_bytes{" in text
+    promtool_check(text)
     status = json.loads(urllib.request.urlopen(f"{url}/status", timeout=5).read())
     assert status["state"] == "running" and status["files"][0]["lag"] == 0
     wait_until(lambda: fake_producer.records("_audit"), 5, "audit record")
