@@ -4,10 +4,12 @@ component's families (broker, agent, mirror) through ``promtool check metrics``.
 from __future__ import annotations
 
 import asyncio
+import re
 import json
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +145,51 @@ def test_mirror_families_pass_promtool() -> None:
     assert value(parsed, "logferry_mirror_lag_bytes", topic="logs", partition="0") == 20
     assert value(parsed, "logferry_mirror_partition_halted", topic="logs", partition="1") == 1
     promtool_check(text)
+
+
+def _documented() -> dict[str, tuple[str, frozenset[str]]]:
+    """``metric -> (type, label names)`` from the reference tables of docs/operations.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("### Metric reference", 1)[1].split("\n## ", 1)[0]
+    documented = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`logferry_"):
+            continue
+        labels = frozenset(x.strip() for x in cells[2].split(",") if x.strip())
+        for name in re.findall(r"`(logferry_\w+)`", cells[0]):
+            documented[name] = (cells[1], labels)
+    return documented
+
+
+def _families(metrics: Metrics) -> dict[str, tuple[str, set[str]]]:
+    out = {}
+    for family in metrics.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        out[name] = (family.type, {label for s in family.samples for label in s.labels})
+    return out
+
+
+def test_docs_list_every_family_with_its_type_and_labels(tmp_path: Path) -> None:
+    from broker.server.broker import Broker
+    from broker.server.config import BrokerConfig
+
+    broker = Broker(BrokerConfig(broker_id=1, zk_connect="127.0.0.1:1", log_dirs=(str(tmp_path),)))
+    broker._bytes_in[("t", 0)] += 1  # a series for the label check; the rest is declared only
+    broker._produce_errors[(("error", "CorruptBatchError"),)] += 1
+    broker.count_request("fetch", 0.1)
+    broker.isr_changes[(("direction", "grow"),)] += 1
+    snapshot = Snapshot(host="h", files=[{"path": "/a", "inode": 1, "lag": 0}])
+    mirror = MirrorMetrics(lambda: {"partitions": {"t-0": {"lag_bytes": 1}}})
+    mirror.record("t", 1, 1, 1)
+    mirror.gaps[(("topic", "t"), ("partition", "0"))] += 1
+    mirror.halted[("t", 0)] = {}
+    rendered = {**_families(broker.metrics), **_families(agent_registry(lambda: snapshot)),
+                **_families(mirror.registry)}
+    documented = _documented()
+    assert sorted(rendered) == sorted(documented)
+    for name, (kind, labels) in rendered.items():
+        assert documented[name][0] == kind, name
+        assert labels <= documented[name][1], f"{name}: labels {labels} not documented"
+    broker._fsync_pool.shutdown()
+    broker._admin_pool.shutdown()
