@@ -84,7 +84,7 @@ def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_a
     log.unlink()
     fake_producer.release()
     wait_until(lambda: agent.agent.metrics.gauges["open_files"] == 0
-               and not agent.agent.files and not agent.agent._draining, 5, "closed")
+               and not agent.agent.inventory.files and not agent.agent.inventory.draining, 5, "closed")
     agent.stop()
     state = json.loads((tmp_path / "state" / "checkpoint.json").read_text())
     assert state["files"] == []
