@@ -157,7 +157,7 @@ class FileInventory:
                 return
             earlier = current.waiting_for
             moved.waiting_for = earlier if earlier is not None and earlier is not moved \
-                and not self.finished(earlier) else None
+                and not self.fully_read(earlier) else None
             self._latest[src] = current
             if current.pos == 0 and not current.acks.in_flight:
                 current.waiting_for = moved
@@ -207,7 +207,7 @@ class FileInventory:
             tailed.rotated = True  # found under another name than the one it had
             self.metrics.add("rotations")
         predecessor = self._latest.get(tailed.path)
-        if predecessor is not None and predecessor.draining and not self.finished(predecessor):
+        if predecessor is not None and predecessor.draining and not self.fully_read(predecessor):
             tailed.waiting_for = predecessor  # finish the rotated file first
         self._latest[tailed.path] = tailed
         self.files[key] = tailed
@@ -381,6 +381,7 @@ class FileInventory:
                 self.ready[tailed] = None
 
     def closed_file_vanished(self, tailed: TailedFile) -> None:
+        """A closed file is not at its path: follow it by inode, or forget it (deleted)."""
         found = find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
         if found is None:
             tailed.deleted = True
@@ -409,6 +410,7 @@ class FileInventory:
             self.ready[tailed] = None
 
     def truncated(self, tailed: TailedFile, size: int) -> None:
+        """``tailed`` shrank below the read position (copytruncate): read it from 0."""
         log.info("%s: truncated (size %d < position %d); reading from the start",
                  tailed.path, size, tailed.pos)
         self.metrics.add("truncations")
@@ -418,8 +420,7 @@ class FileInventory:
         self.restart(tailed, 0)
         self.dirty = True
 
-
-    # -- shared bookkeeping ------------------------------------------------------------
+    # -- bookkeeping the loop shares ------------------------------------------------------------
 
     def restart(self, tailed: TailedFile, offset: int) -> None:
         """Read ``tailed`` again from ``offset`` (what it held unsent is dropped)."""
@@ -427,8 +428,9 @@ class FileInventory:
         self.inflight.hold(tailed, 0)
         self.ready[tailed] = None
 
-    def finished(self, tailed: TailedFile) -> bool:
-        """True when a rotated predecessor has been read to its current end."""
+    def fully_read(self, tailed: TailedFile) -> bool:
+        """True when a rotated predecessor has been read to its current end (a stat:
+        growth makes it ready again, shrinkage restarts it)."""
         if tailed.fd is None:
             # Closed (or not opened yet): its size as last seen may be stale.
             if tailed.where is None:

@@ -361,7 +361,7 @@ class Agent:
     def _can_read(self, tailed: TailedFile) -> bool:
         waiting = tailed.waiting_for
         if waiting is not None:
-            if not self.inventory.finished(waiting) and not _waits_for_itself(tailed):
+            if not self.inventory.fully_read(waiting) and not _waits_for_itself(tailed):
                 return False
             tailed.waiting_for = None
         if tailed.retry_at and time.monotonic() < tailed.retry_at:
