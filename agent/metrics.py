@@ -102,8 +102,8 @@ def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
         for name in GAUGES:
             yield name, host, snap.gauges.get(name, 0)
         for entry in snap.files:
-            yield ("file_lag_bytes", (*host, ("file", entry["path"]), ("inode", str(entry["inode"]))),
-                   entry["lag"])
+            labels = (*host, ("file", entry["path"]), ("inode", str(entry["inode"])))
+            yield "file_lag_bytes", labels, entry["lag"]
 
     metrics.source(sample, counters={f"{name}_total": text for name, text in COUNTERS.items()},
                    gauges={**GAUGES, "file_lag_bytes": FILE_LAG})

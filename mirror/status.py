@@ -1,4 +1,5 @@
-"""The mirror's metrics (served by :class:`broker.common.metrics.MetricsServer`) and status (a JSON document, ``mirror status``).
+"""The mirror's metrics (served by :class:`broker.common.metrics.MetricsServer`) and
+status (a JSON document, ``mirror status``).
 
 Counters are updated by the copy loop only; gauges (lag, throughput, halted partitions)
 are sampled when rendered. Lag per partition comes from the group consumer: bytes

@@ -75,7 +75,8 @@ class Metrics:
             self._declare(name, "gauge", help_text)
         self._sources.append(fn)
 
-    def gauge_source(self, fn: Callable[[], Iterable[Sample]], help_texts: Mapping[str, str]) -> None:
+    def gauge_source(self, fn: Callable[[], Iterable[Sample]],
+                     help_texts: Mapping[str, str]) -> None:
         """Register a function that yields ``(name, labels, value)`` gauges on each scrape."""
         self.source(fn, gauges=help_texts)
 

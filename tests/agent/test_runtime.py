@@ -83,8 +83,9 @@ def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_a
     wait_until(lambda: len(fake_producer.pending) == 1)
     log.unlink()
     fake_producer.release()
+    inventory = agent.agent.inventory
     wait_until(lambda: agent.agent.metrics.gauges["open_files"] == 0
-               and not agent.agent.inventory.files and not agent.agent.inventory.draining, 5, "closed")
+               and not inventory.files and not inventory.draining, 5, "closed")
     agent.stop()
     state = json.loads((tmp_path / "state" / "checkpoint.json").read_text())
     assert state["files"] == []

@@ -267,7 +267,8 @@ def _metrics(broker) -> dict[str, float]:
     for (name, labels), number in samples(text).items():
         ordered = sorted(labels, key=lambda kv: (order.get(kv[0], 2), kv[0]))
         label_text = ",".join(f'{k}="{v}"' for k, v in ordered)
-        values[name.removeprefix("logferry_") + (f"{{{label_text}}}" if label_text else "")] = number
+        key = name.removeprefix("logferry_") + (f"{{{label_text}}}" if label_text else "")
+        values[key] = number
     return values
 
 
