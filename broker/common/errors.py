@@ -196,7 +196,7 @@ class ZooKeeperError(LogferryError):
     retriable = True
 
 
-class MetricsError(LogferryError):
+class MetricsError(ListenError):
     """A metrics endpoint cannot be served (its port is taken, its host unknown)."""
 
 

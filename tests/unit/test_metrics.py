@@ -15,7 +15,7 @@ import pytest
 
 from agent.metrics import COUNTERS, GAUGES, Snapshot, StatusServer
 from agent.metrics import registry as agent_registry
-from broker.common.errors import LogferryError, MetricsError
+from broker.common.errors import ListenError, MetricsError
 from broker.common.metrics import Metrics, MetricsServer
 from mirror.status import MirrorMetrics
 from tests.support.metrics import promtool_check, samples, scrape, value
@@ -74,7 +74,7 @@ def test_server_answers_metrics_and_routes_and_a_taken_port_is_one_line() -> Non
         assert missing.value.code == 404
         with pytest.raises(MetricsError) as taken:
             MetricsServer(Metrics(), "127.0.0.1", server.port)
-        assert isinstance(taken.value, LogferryError)
+        assert isinstance(taken.value, ListenError)
         assert str(taken.value) == (f"cannot serve metrics on 127.0.0.1:{server.port} "
                                     "(Address already in use)")
     finally:
