@@ -13,7 +13,7 @@ Offsets, all file offsets:
 * ``emitted``: the first byte not yet in a message handed to the producer (the end of
   the last chunk); bytes between ``emitted`` and ``pos`` are held (a partial line, a
   multiline message being built).
-* ``tracker.acked``: the checkpoint; every byte before it is acknowledged.
+* ``acks.acked``: the checkpoint; every byte before it is acknowledged.
 
 ``acked <= emitted <= pos`` always holds.
 """
@@ -29,7 +29,7 @@ from agent.config import SourceConfig
 from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint
 from agent.lines import LineSplitter, Lines
 from agent.multiline import MultilineJoiner
-from agent.tracker import FileTracker
+from agent.acks import AckTracker
 
 
 class Outgoing(NamedTuple):
@@ -66,7 +66,7 @@ class TailedFile:
         """Size at the last stat."""
         self.mtime_ns = 0
         """Modification time at the last stat of a closed file."""
-        self.tracker = FileTracker(offset)
+        self.acks = AckTracker(offset)
         self.splitter = LineSplitter(source.max_line_bytes, offset)
         rule = source.multiline
         self.joiner = MultilineJoiner(rule.continuation, rule.start, rule.max_bytes) \
@@ -231,8 +231,8 @@ class TailedFile:
     @property
     def lag(self) -> int:
         """Bytes of the file (at the last stat) not yet acknowledged."""
-        return max(self.size - self.tracker.acked, 0)
+        return max(self.size - self.acks.acked, 0)
 
     def __repr__(self) -> str:
         return (f"TailedFile({self.path!r}, ino={self.key.ino}, pos={self.pos}, "
-                f"acked={self.tracker.acked}, fd={self.fd})")
+                f"acked={self.acks.acked}, fd={self.fd})")

@@ -1,24 +1,22 @@
-"""The agent's counters, their Prometheus text form, and the optional HTTP endpoint.
+"""The agent's counters, their Prometheus families, and the optional HTTP endpoint.
 
-The main loop owns :class:`Metrics` and bumps plain ints (cheap, no locks); once a
+The main loop owns :class:`AgentCounters` and bumps plain ints (cheap, no locks); once a
 second it also publishes a :class:`Snapshot` (counters, gauges, per-file lag) by
 replacing one reference, which the HTTP thread and the status file read. A reader
 may see a snapshot up to a second old, never a torn one.
 
-Endpoints (``[metrics] port``): ``/metrics`` Prometheus text format 0.0.4,
-``/status`` the snapshot as JSON (what ``logferry agent status`` prints).
+Endpoints (``[metrics] port``, served by :class:`broker.common.metrics.MetricsServer`):
+``/metrics`` Prometheus text, ``/status`` the snapshot as JSON (what ``logferry agent
+status`` prints); other paths answer 404.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable, Iterator
 
-log = logging.getLogger("logferry.agent")
+from broker.common.metrics import Labels, Metrics, MetricsServer, Sample
 
 COUNTERS: dict[str, str] = {
     "lines_read": "Lines (and pieces of cut lines) split out of files.",
@@ -52,9 +50,11 @@ GAUGES: dict[str, str] = {
     "lag_bytes": "Sum over files of bytes not yet acknowledged.",
 }
 
+FILE_LAG = "Bytes of the file not yet acknowledged (size minus checkpoint)."
 
-class Metrics:
-    """Counters bumped by the main loop; gauges set by it."""
+
+class AgentCounters:
+    """Counters bumped by the main loop; gauges set by it (plain ints, no locks)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -86,71 +86,43 @@ class Snapshot:
                 "gauges": self.gauges, "files": self.files, "metrics_url": self.metrics_url}
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
+    """The agent's Prometheus families, read from the latest snapshot on each scrape.
+
+    Every series carries the ``host`` label; counters are ``logferry_agent_<name>_total``,
+    gauges ``logferry_agent_<name>``, plus ``logferry_agent_file_lag_bytes`` per file.
+    """
+    metrics = Metrics("logferry_agent")
+
+    def sample() -> Iterator[Sample]:
+        snap = snapshot()  # one snapshot per scrape: families never mix two moments
+        host: Labels = (("host", snap.host),)
+        for name in COUNTERS:
+            yield f"{name}_total", host, snap.counters.get(name, 0)
+        for name in GAUGES:
+            yield name, host, snap.gauges.get(name, 0)
+        for entry in snap.files:
+            labels = (*host, ("file", entry["path"]), ("inode", str(entry["inode"])))
+            yield "file_lag_bytes", labels, entry["lag"]
+
+    metrics.source(sample, counters={f"{name}_total": text for name, text in COUNTERS.items()},
+                   gauges={**GAUGES, "file_lag_bytes": FILE_LAG})
+    return metrics
 
 
-def prometheus_text(snapshot: Snapshot) -> str:
-    """Render a snapshot in the Prometheus text exposition format."""
-    host = _escape(snapshot.host)
-    out: list[str] = []
-    for name, help_text in COUNTERS.items():
-        metric = f"logferry_agent_{name}_total"
-        out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter",
-                f'{metric}{{host="{host}"}} {snapshot.counters.get(name, 0)}']
-    for name, help_text in GAUGES.items():
-        metric = f"logferry_agent_{name}"
-        out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge",
-                f'{metric}{{host="{host}"}} {snapshot.gauges.get(name, 0)}']
-    metric = "logferry_agent_file_lag_bytes"
-    out += [f"# HELP {metric} Bytes of the file not yet acknowledged (size minus checkpoint).",
-            f"# TYPE {metric} gauge"]
-    for entry in snapshot.files:
-        out.append(f'{metric}{{host="{host}",file="{_escape(entry["path"])}",'
-                   f'inode="{entry["inode"]}"}} {entry["lag"]}')
-    return "\n".join(out) + "\n"
-
-
-class MetricsServer:
-    """A tiny HTTP server on a daemon thread serving the latest snapshot."""
+class StatusServer:
+    """``/metrics`` (Prometheus text) and ``/status`` (the snapshot as JSON) on a daemon
+    thread, serving whatever snapshot was last assigned to :attr:`snapshot`."""
 
     def __init__(self, bind: str, port: int):
         self.snapshot = Snapshot()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.split("?")[0] == "/metrics":
-                    body = prometheus_text(owner.snapshot).encode()
-                    kind = "text/plain; version=0.0.4; charset=utf-8"
-                elif self.path.split("?")[0] == "/status":
-                    body = json.dumps(owner.snapshot.to_json()).encode()
-                    kind = "application/json"
-                else:
-                    self.send_error(404, "try /metrics or /status")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self._server = ThreadingHTTPServer((bind, port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self.url = f"http://{bind}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="agent-metrics", daemon=True)
-
-    def start(self) -> None:
-        """Serve in the background."""
-        self._thread.start()
-        log.info("metrics at %s/metrics", self.url)
+        self._server = MetricsServer(
+            registry(lambda: self.snapshot), bind, port, name="agent-metrics",
+            routes={"/status": lambda: ("application/json",
+                                        json.dumps(self.snapshot.to_json()).encode())})
+        self.port = self._server.port
+        self.url = self._server.url
 
     def close(self) -> None:
         """Stop serving and release the port."""
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()

@@ -15,8 +15,12 @@ vanished) and the signal handler (stop). Every pass of the loop:
    close idle, rotated and deleted files, write the checkpoint, publish due audit
    records, refresh the status snapshot.
 
-Rotation and identity rules live in :mod:`agent.identity`; acknowledgement order in
-:mod:`agent.tracker`; the audit window rule in :mod:`agent.audit`.
+The agent is composed of: a :class:`~agent.inventory.FileInventory` (which files
+exist and which is which: steps 2 and 3, and what the loop learns when it opens a
+file), an :class:`~agent.inflight.InFlight` (the byte budget of step 4), the counters
+(:mod:`agent.metrics`), the checkpoint store and the audit ledger. Rotation and
+identity rules live in :mod:`agent.identity`; acknowledgement order in
+:mod:`agent.acks`; the audit window rule in :mod:`agent.audit`.
 """
 
 from __future__ import annotations
@@ -30,16 +34,18 @@ from typing import Any, Callable
 
 import msgpack
 
+from broker.common.errors import MetricsError
+
 from agent.audit import AuditLedger, AuditRecord, window_of
 from agent.checkpoint import CheckpointStore, write_atomically
 from agent.config import AgentConfig
-from agent.discovery import Watcher
 from agent.errors import AgentError, CheckpointError, PublishError
 from agent.files import Outgoing, TailedFile
 from agent.identity import Facts, FileKey, Verdict, judge
-from agent.metrics import Metrics, MetricsServer, Snapshot
-from agent.tracker import Chunk
-from agent.tracking import FileTracking
+from agent.inflight import InFlight
+from agent.inventory import FileInventory
+from agent.metrics import AgentCounters, Snapshot, StatusServer
+from agent.acks import Chunk
 
 log = logging.getLogger("logferry.agent")
 
@@ -73,15 +79,16 @@ def make_producer(config: AgentConfig) -> Any:
         raise PublishError(f"cannot create the producer: {exc}") from None
 
 
-class Agent(FileTracking):
+class Agent:
     """Tails the configured files and publishes them; see the module docstring."""
 
     def __init__(self, config: AgentConfig, producer_factory: ProducerFactory = make_producer):
         self.config = config
         self._producer_factory = producer_factory
         self.producer: Any = None
-        super().__init__(config, Metrics())
-        self.metrics.gauges["inflight_bytes_cap"] = config.max_inflight_bytes
+        self.metrics = AgentCounters()
+        self.inflight = InFlight(config.max_inflight_bytes, self.metrics.gauges)
+        self.inventory = FileInventory(config, self.metrics, self.inflight)
         self._store = CheckpointStore(config.state_dir, config.host)
         self._ledger = AuditLedger(int(config.audit.window_s * 1000))
         self._wake = threading.Event()
@@ -90,7 +97,7 @@ class Agent(FileTracking):
         self._audit_done: deque[tuple[Any, AuditRecord]] = deque()
         self._audit_backlog: list[AuditRecord] = []
         self._audit_pending = 0
-        self._server: MetricsServer | None = None
+        self._server: StatusServer | None = None
         self._started = time.time()
         self._next_closed_poll = 0.0
         self._next_checkpoint = 0.0
@@ -126,32 +133,29 @@ class Agent(FileTracking):
     def _start(self) -> None:
         self._store.lock()
         try:
-            self._dormant = self._store.load()
+            checkpointed = self._store.load()
             self.producer = self._producer_factory(self.config)
             if self.config.metrics_port is not None:
                 try:
-                    self._server = MetricsServer(self.config.metrics_bind, self.config.metrics_port)
-                except OSError as exc:
-                    raise AgentError(f"metrics.port: cannot listen on {self.config.metrics_bind}:"
-                                     f"{self.config.metrics_port} ({exc.strerror})") from None
-                self._server.start()
+                    self._server = StatusServer(self.config.metrics_bind, self.config.metrics_port)
+                except MetricsError as exc:
+                    raise AgentError(f"metrics.port: {exc}") from None
             if self.config.watch:
-                self._watcher = Watcher(self.config.sources, self._wake.set)
-                self._watcher.start()
-            self._adopt_dormant()
-            self._scan(initial=True)
+                self.inventory.watch(self._wake.set)
+            self.inventory.adopt(checkpointed)
+            self.inventory.scan(initial=True)
         except BaseException:
             self._close_resources()
             raise
         log.info("agent %s started: %d files, %d sources, in-flight cap %d bytes",
-                 self.config.host, len(self.files), len(self.config.sources),
+                 self.config.host, len(self.inventory.files), len(self.config.sources),
                  self.config.max_inflight_bytes)
         self._refresh_snapshot("running")
 
     def _shutdown(self) -> None:
         """SIGTERM path: stop reading, flush, wait for acks (bounded), checkpoint, audit."""
         log.info("stopping: waiting up to %.0fs for %d bytes in flight",
-                 self.config.shutdown_timeout_s, self._inflight)
+                 self.config.shutdown_timeout_s, self.inflight.bytes)
         deadline = time.monotonic() + self.config.shutdown_timeout_s
         try:
             if self.producer is not None:
@@ -174,10 +178,7 @@ class Agent(FileTracking):
                  self.metrics.counters["messages_acked"])
 
     def _close_resources(self) -> None:
-        if self._watcher is not None:
-            self._watcher.close()
-        for tailed in list(self.files.values()) + self._draining:
-            tailed.close()
+        self.inventory.close()
         if self.producer is not None:
             try:
                 self.producer.close(timeout=1.0)
@@ -192,16 +193,17 @@ class Agent(FileTracking):
     def _pass(self) -> bool:
         """One pass of the loop; True when it read something (so do not sleep)."""
         now = time.monotonic()
+        inventory = self.inventory
         self._collect()
-        self._apply_events()
-        if now >= self._next_scan:
-            self._scan()
-            self._next_scan = now + self.config.scan_interval_s
-        if now >= self._next_poll:
-            self._poll_open()
-            self._next_poll = now + self.config.poll_interval_s
+        inventory.apply_events()
+        if now >= inventory.next_scan:
+            inventory.scan()
+            inventory.next_scan = now + self.config.scan_interval_s
+        if now >= inventory.next_poll:
+            inventory.poll_open()
+            inventory.next_poll = now + self.config.poll_interval_s
         if now >= self._next_closed_poll:
-            self._poll_closed()
+            inventory.poll_closed()
             self._next_closed_poll = now + max(1.0, self.config.poll_interval_s)
         busy = self._read_round()
         self._collect()
@@ -217,7 +219,7 @@ class Agent(FileTracking):
         return busy
 
     def _idle_wait(self) -> float:
-        if self._ready and self._inflight < self.config.max_inflight_bytes:
+        if self.inventory.ready and self.inflight.room > 0:
             return 0.01
         return min(self.config.poll_interval_s, 0.25)
 
@@ -238,24 +240,24 @@ class Agent(FileTracking):
         # Take what is queued now (callbacks keep appending: those wait for the next call).
         batch = list({id(t): t for t in [done.popleft() for _ in range(len(done))]}.values())
         for tailed in batch:
-            before = tailed.tracker.acked
-            finished, rewind = tailed.tracker.poll(expire_before)
+            before = tailed.acks.acked
+            finished, rewind = tailed.acks.poll(expire_before)
             counters = self.metrics.counters
             if expire_before is not None and any(not c.completion.done() for c, _ in finished):
                 if not self._producer_stuck:
                     log.error("%s: no acknowledgement within %.0fs; sending again from offset "
                               "%d with a new producer (other files may follow)", tailed.path,
-                              self._ack_timeout, tailed.tracker.acked)
+                              self._ack_timeout, tailed.acks.acked)
                 self._producer_stuck = True
             for chunk, ok in finished:
-                self._inflight -= chunk.nbytes
+                self.inflight.finished(chunk.nbytes)
                 self._ledger.finished(chunk.topic, chunk.window, chunk.count, ok)
                 if ok:
                     counters["messages_acked"] += chunk.count
                 else:
                     counters["messages_failed"] += chunk.count
-            if tailed.tracker.acked != before:
-                self._dirty = True
+            if tailed.acks.acked != before:
+                self.inventory.dirty = True
                 tailed.failures = 0
             if rewind is not None:
                 self._rewind(tailed, rewind.offset, rewind.error)
@@ -305,7 +307,7 @@ class Agent(FileTracking):
         if not retriable and tailed.failures >= 3 and tailed.fd is not None:
             self._skip_chunk(tailed, offset)
             return
-        self._restart(tailed, offset)
+        self.inventory.restart(tailed, offset)
         tailed.retry_at = time.monotonic() + delay
 
     def _skip_chunk(self, tailed: TailedFile, offset: int) -> None:
@@ -318,25 +320,25 @@ class Agent(FileTracking):
         log.error("%s: dropping %d messages at offsets %d-%d after %d non-retriable failures",
                   tailed.path, count, offset, end, tailed.failures)
         self.metrics.add("messages_dropped", count)
-        tailed.tracker.acked = end
+        tailed.acks.acked = end
         tailed.failures = 0
-        self._restart(tailed, end)
-        self._dirty = True
+        self.inventory.restart(tailed, end)
+        self.inventory.dirty = True
 
     # -- reading -------------------------------------------------------------------------
 
     def _read_round(self) -> bool:
         """Read ready files in turns until caught up, capped, or the round's time is up."""
-        if not self._ready:
+        ready = self.inventory.ready
+        if not ready:
             return False
-        cap = self.config.max_inflight_bytes
         chunk = self.config.read_chunk_bytes
         deadline = time.monotonic() + ROUND_SECONDS
         read_any = False
-        while self._ready:
+        while ready:
             progressed = False
-            for tailed in list(self._ready):
-                room = cap - self._inflight
+            for tailed in list(ready):
+                room = self.inflight.room
                 if room <= 0:
                     self.metrics.add("backpressure_waits")
                     return read_any
@@ -359,7 +361,7 @@ class Agent(FileTracking):
     def _can_read(self, tailed: TailedFile) -> bool:
         waiting = tailed.waiting_for
         if waiting is not None:
-            if not self._finished(waiting) and not _waits_for_itself(tailed):
+            if not self.inventory.fully_read(waiting) and not _waits_for_itself(tailed):
                 return False
             tailed.waiting_for = None
         if tailed.retry_at and time.monotonic() < tailed.retry_at:
@@ -370,48 +372,49 @@ class Agent(FileTracking):
 
     def _reopen(self, tailed: TailedFile) -> bool:
         """Open a closed file (verifying it is still the same one) within the handle limit."""
+        inventory = self.inventory
         if tailed.where is None:
-            self._ready.pop(tailed, None)
+            inventory.ready.pop(tailed, None)
             return False
-        if self._open >= self.config.max_open_files and not self._close_lru():
+        if inventory.open_count >= self.config.max_open_files and not self._close_lru():
             return False
         try:
             st = tailed.open()
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
-                self._closed_file_vanished(tailed)
+                inventory.closed_file_vanished(tailed)
             else:
                 log.warning("%s: cannot open (%s)", tailed.where, exc.strerror)
                 self.metrics.add("errors")
-                self._ready.pop(tailed, None)
+                inventory.ready.pop(tailed, None)
             return False
         self.metrics.add("files_opened")
-        self._open_changed()
+        inventory.open_changed()
         if FileKey(st.st_dev, st.st_ino) != tailed.key:
             tailed.close()
-            self._open_changed()
-            self._rotated_away(tailed)
+            inventory.open_changed()
+            inventory.rotated_away(tailed)
             return False
         verdict = judge(tailed.key, tailed.fp, tailed.pos,
                         Facts(tailed.key, st.st_size, tailed.head(tailed.fp.length)))
         if verdict in (Verdict.TRUNCATED, Verdict.REPLACED):
             if verdict is Verdict.REPLACED:
                 self.metrics.add("replaced_files")
-            self._truncated(tailed, st.st_size)
+            inventory.truncated(tailed, st.st_size)
         tailed.size = st.st_size
         return True
 
     def _close_lru(self) -> bool:
         """Close the least recently used idle live file to free a handle."""
-        candidates = [t for t in self.files.values()
+        candidates = [t for t in self.inventory.files.values()
                       if t.fd is not None and not t.draining and t.at_eof
-                      and t not in self._ready]
+                      and t not in self.inventory.ready]
         if not candidates:
             return False
         victim = min(candidates, key=lambda t: t.last_used)
         victim.close()
         self.metrics.add("files_closed")
-        self._open_changed()
+        self.inventory.open_changed()
         return True
 
     def _read_once(self, tailed: TailedFile, size: int) -> bool:
@@ -421,12 +424,12 @@ class Agent(FileTracking):
         except OSError as exc:
             log.warning("%s: read failed (%s)", tailed.path, exc.strerror)
             self.metrics.add("errors")
-            self._ready.pop(tailed, None)
+            self.inventory.ready.pop(tailed, None)
             return False
         if not data:
             tailed.at_eof = True
             tailed.reached_eof_once = True
-            self._ready.pop(tailed, None)
+            self.inventory.ready.pop(tailed, None)
             return False
         counters = self.metrics.counters
         counters["bytes_read"] += len(data)
@@ -436,11 +439,11 @@ class Agent(FileTracking):
         before = tailed.splitter.lines_cut
         out = tailed.feed(data, _now_ms())
         counters["lines_cut"] += tailed.splitter.lines_cut - before
-        self._update_held(tailed, tailed.held)
-        room = self.config.max_inflight_bytes - self._inflight
+        self.inflight.hold(tailed, tailed.held)
+        room = self.inflight.room
         if out is not None and out.nbytes > room:
             out = tailed.trim(out, room)
-            self._update_held(tailed, 0)
+            self.inflight.hold(tailed, 0)
             self.metrics.add("backpressure_waits")
             if out is None:
                 return False
@@ -452,7 +455,7 @@ class Agent(FileTracking):
         if len(data) < size:
             tailed.at_eof = True
             tailed.reached_eof_once = True
-            self._ready.pop(tailed, None)
+            self.inventory.ready.pop(tailed, None)
         return True
 
     def _send(self, tailed: TailedFile, out: Outgoing) -> None:
@@ -472,23 +475,20 @@ class Agent(FileTracking):
                 self._quiet_until = time.monotonic() + 10.0
             self.metrics.add("errors")
             tailed.restart_at(out.start)
-            self._update_held(tailed, 0)
+            self.inflight.hold(tailed, 0)
             tailed.retry_at = time.monotonic() + 1.0
-            self._ready[tailed] = None
+            self.inventory.ready[tailed] = None
             return
         window = window_of(out.time_ms, self._ledger.window_ms)
-        tailed.tracker.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic,
+        tailed.acks.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic,
                                  window, time.monotonic()))
-        self._inflight += out.nbytes
+        self.inflight.sent(out.nbytes)
         self._ledger.sent(source.topic, window, count)
         counters = self.metrics.counters
         counters["lines_read"] += count
         counters["messages_sent"] += count
         counters["bytes_sent"] += out.nbytes
         counters["utf8_replaced"] += out.utf8_replaced
-        gauges = self.metrics.gauges
-        if self._inflight > gauges["inflight_bytes_max"]:
-            gauges["inflight_bytes_max"] = self._inflight
         future.add_callback(self._on_done(tailed))
 
     # -- time-based duties -------------------------------------------------------------
@@ -496,8 +496,9 @@ class Agent(FileTracking):
     def _timeouts(self, now: float) -> None:
         """Expire lost acks; flush quiet partial lines; close idle, rotated and deleted files."""
         expire_before = now - self._ack_timeout
-        for tailed in list(self.files.values()) + self._draining:
-            oldest = tailed.tracker.oldest_sent()
+        inventory = self.inventory
+        for tailed in inventory.everything():
+            oldest = tailed.acks.oldest_sent()
             if oldest is not None and oldest < expire_before:
                 self._done.append(tailed)
         if self._done:
@@ -505,7 +506,7 @@ class Agent(FileTracking):
         if self._producer_stuck:
             self._replace_producer()
         now_ms = _now_ms()
-        for tailed in list(self.files.values()) + list(self._draining):
+        for tailed in inventory.everything():
             quiet = now - tailed.last_data
             source = tailed.source
             if tailed.held and tailed.at_eof:
@@ -514,45 +515,43 @@ class Agent(FileTracking):
                     limit = source.multiline.timeout_s
                 if tailed.draining and tailed.deleted or quiet >= limit:
                     self._flush_held(tailed, now_ms)
-            if tailed.fd is None or not tailed.at_eof or tailed in self._ready:
+            if tailed.fd is None or not tailed.at_eof or tailed in inventory.ready:
                 continue
             if tailed.deleted:
-                if not tailed.held and not tailed.tracker.in_flight:
+                if not tailed.held and not tailed.acks.in_flight:
                     log.info("%s: deleted file shipped; closing it", tailed.path)
-                    self._forget(tailed)
+                    inventory.forget(tailed)
             elif tailed.rotated:
                 if quiet >= self.config.rotated_close_s and not tailed.held \
-                        and not tailed.tracker.in_flight:
+                        and not tailed.acks.in_flight:
                     tailed.close()
                     self.metrics.add("files_closed")
-                    self._open_changed()
+                    inventory.open_changed()
                     if tailed.where is None:
-                        self._forget(tailed)
+                        inventory.forget(tailed)
             elif quiet >= source.idle_close_s:
                 tailed.close()
                 self.metrics.add("files_closed")
-                self._open_changed()
+                inventory.open_changed()
 
     def _flush_held(self, tailed: TailedFile, now_ms: int) -> None:
         out = tailed.flush_held(now_ms)
-        self._update_held(tailed, tailed.held)
+        self.inflight.hold(tailed, tailed.held)
         if out is not None:
             self._send(tailed, out)
 
     # -- checkpoint, audit, status ---------------------------------------------------------
 
     def _write_checkpoint(self) -> None:
-        if not self._dirty:
+        if not self.inventory.dirty:
             return
-        entries = [self._entry(t) for t in self.files.values()]
-        entries += [e for k, e in self._dormant.items() if k not in self.files]
         try:
-            self._store.save(entries)
+            self._store.save(self.inventory.entries())
         except CheckpointError as exc:
             log.error("%s", exc)
             self.metrics.add("errors")
             return
-        self._dirty = False
+        self.inventory.dirty = False
         self.metrics.add("checkpoints_written")
 
     def _publish_audit(self, final: bool = False) -> None:
@@ -584,15 +583,15 @@ class Agent(FileTracking):
 
     def _refresh_snapshot(self, state: str) -> None:
         gauges = self.metrics.gauges
-        everything = list(self.files.values()) + self._draining
-        gauges["inflight_bytes"] = max(self._inflight, 0)
+        everything = self.inventory.everything()
+        gauges["inflight_bytes"] = max(self.inflight.bytes, 0)
         gauges["tracked_files"] = len(everything)
         gauges["held_deleted_files"] = sum(1 for t in everything
                                            if t.draining and t.fd is not None and t.lag)
         gauges["lag_bytes"] = sum(t.lag for t in everything)
-        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "offset": t.tracker.acked,
+        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "offset": t.acks.acked,
                   "read": t.pos, "size": t.size, "lag": t.lag, "open": t.fd is not None,
-                  "rotated": t.rotated, "deleted": t.deleted, "ready": t in self._ready,
+                  "rotated": t.rotated, "deleted": t.deleted, "ready": t in self.inventory.ready,
                   "after": t.waiting_for.where if t.waiting_for is not None else None}
                  for t in everything]
         self.snapshot = Snapshot(

@@ -26,11 +26,12 @@ import time
 
 from broker.client import Admin, GroupConsumer, Producer, SimpleConsumer
 from broker.client.streams import RawBatch
-from broker.common.errors import LogferryError
+from broker.common.errors import LogferryError, MetricsError
+from broker.common.metrics import MetricsServer
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.routing import Router
-from mirror.status import MetricsServer, MirrorMetrics, write_status_file
+from mirror.status import MirrorMetrics, write_status_file
 
 log = logging.getLogger("logferry.mirror")
 
@@ -57,6 +58,12 @@ class Mirror:
     def start(self) -> None:
         """Connect to both clusters and join the group (raises MirrorError if it cannot)."""
         cfg = self.config
+        if cfg.metrics_port:  # first: a taken port fails before anything connects
+            try:
+                self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
+                                             cfg.metrics_port, name="mirror-metrics")
+            except MetricsError as exc:
+                raise MirrorError(f"metrics.port: {exc}") from None
         try:
             self._source = SimpleConsumer(zk=cfg.source_zk)
             self._admin = Admin(zk=cfg.target_zk)
@@ -76,8 +83,6 @@ class Mirror:
                 raise
             raise MirrorError(f"cannot start the mirror: {exc}") from exc
         self.metrics.consumer_metrics = self._consumer.metrics
-        if cfg.metrics_port:
-            self._server = MetricsServer(self.metrics.registry, cfg.metrics_host, cfg.metrics_port)
         log.info("mirror %s: %s -> %s, topics %s, member %s", cfg.group, cfg.source_zk,
                  cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
 

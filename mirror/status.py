@@ -1,4 +1,5 @@
-"""The mirror's metrics (Prometheus text) and status (a JSON document, ``mirror status``).
+"""The mirror's metrics (served by :class:`broker.common.metrics.MetricsServer`) and
+status (a JSON document, ``mirror status``).
 
 Counters are updated by the copy loop only; gauges (lag, throughput, halted partitions)
 are sampled when rendered. Lag per partition comes from the group consumer: bytes
@@ -8,7 +9,6 @@ messages from the bytes per message this process has copied of that topic.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from broker.common.metrics import Labels, Metrics, serve_metrics
+from broker.common.metrics import Labels, Metrics
 
 WINDOW_S = 10.0
 """Throughput is averaged over this many seconds."""
@@ -128,25 +128,4 @@ def write_status_file(path: str | Path, document: dict) -> None:
     os.replace(tmp, path)
 
 
-class MetricsServer:
-    """``serve_metrics`` on its own event-loop thread; ``close()`` stops it."""
-
-    def __init__(self, metrics: Metrics, host: str, port: int):
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.AbstractServer | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="logferry-mirror-metrics")
-        self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(serve_metrics(metrics, host, port), self._loop)
-        self._server = future.result(10)
-
-    def close(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-
-__all__ = ["MetricsServer", "MirrorMetrics", "write_status_file"]
+__all__ = ["MirrorMetrics", "write_status_file"]

@@ -206,6 +206,10 @@ class ZooKeeperError(LogferryError):
     retriable = True
 
 
+class MetricsError(ListenError):
+    """A metrics endpoint cannot be served (its port is taken, its host unknown)."""
+
+
 _BY_CODE: dict[int, type[LogferryError]] = {
     cls.code: cls
     for cls in (
@@ -250,6 +254,7 @@ __all__ = [
     "FrameTooLargeError",
     "InvalidOffsetError",
     "InvalidRequestError",
+    "MetricsError",
     "InvalidTopicError",
     "LeaderNotAvailableError",
     "ListenError",

@@ -1,89 +1,217 @@
-"""Counters and gauges rendered as Prometheus text, plus a tiny HTTP endpoint for them.
+"""Metrics for every logferry process: recorded cheaply, rendered and served by prometheus_client.
 
-A broker records per-partition traffic and per-api request counts and latencies; the
-names are documented in ``docs/operations.md``. Metrics are plain dicts updated from
-the event loop thread, so recording costs a dict lookup and an add.
+One implementation for the broker, the agent and the mirror (names in ``docs/operations.md``):
+
+- :class:`Metrics` is one component's registry. Counters are plain dicts that the owner
+  updates per batch or per request (a dict lookup and an add, no lock, never per
+  message); gauges and snapshot-based counters come from *sources*, functions sampled
+  at scrape time. It is a prometheus_client collector: on a scrape it turns those values
+  into metric families, and prometheus_client writes the exposition text. Integer values
+  stay Python ints until rendered, so they are exact up to 2**53 (what a Prometheus
+  float64 sample can carry).
+- :class:`MetricsServer` serves a :class:`Metrics` over HTTP with prometheus_client's WSGI
+  app (content negotiation, gzip, ``name[]`` filters) under the standard library's
+  threading WSGI server, on a daemon thread, plus optional extra routes (the agent's
+  ``/status``). An asyncio owner (the broker) passes its loop: every scrape then reads
+  the owner's state on that loop, as the owner's own code does, never from another thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import socket
+import threading
 from collections import defaultdict
-from typing import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterable, Mapping
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.metrics_core import Metric
+
+from broker.common.errors import MetricsError
 
 log = logging.getLogger("logferry.metrics")
 
 Labels = tuple[tuple[str, str], ...]
+"""A series' labels: ``(("topic", "logs"), ("partition", "0"))``; ``()`` for none."""
+
+Sample = tuple[str, Labels, float]
+"""What a source yields: ``(name, labels, value)``, the name without the prefix."""
+
+COLLECT_TIMEOUT_S = 5.0
+"""A scrape waits this long for the owner's event loop before answering 500."""
 
 
 class Metrics:
-    """A registry of counters (monotonic) and gauges (sampled when rendered)."""
+    """One component's metrics, all named ``<prefix>_<name>``.
+
+    Counter names end in ``_total`` (Prometheus' rule, checked here so the rendered
+    name is the declared one). Every family is declared with its help text; a family
+    with no series yet still shows its ``# HELP`` and ``# TYPE`` lines.
+    """
 
     def __init__(self, prefix: str = "logferry"):
         self.prefix = prefix
         self._counters: dict[str, defaultdict[Labels, float]] = {}
+        self._kinds: dict[str, str] = {}
         self._help: dict[str, str] = {}
-        self._gauges: list[Callable[[], Iterable[tuple[str, Labels, float]]]] = []
+        self._sources: list[Callable[[], Iterable[Sample]]] = []
 
     def counter(self, name: str, help_text: str) -> defaultdict[Labels, float]:
-        """Declare a counter; returns its label-tuple -> value dict for fast updates."""
-        values = self._counters.setdefault(name, defaultdict(float))
-        self._help[name] = help_text
-        return values
+        """Declare a counter; returns its labels -> value dict, which the owner adds to."""
+        self._declare(name, "counter", help_text)
+        return self._counters.setdefault(name, defaultdict(int))
 
-    def gauge_source(self, fn: Callable[[], Iterable[tuple[str, Labels, float]]],
-                     help_texts: dict[str, str]) -> None:
-        """Register a function that yields ``(name, labels, value)`` gauges on render."""
-        self._gauges.append(fn)
-        self._help.update(help_texts)
+    def source(self, fn: Callable[[], Iterable[Sample]], *,
+               counters: Mapping[str, str] = {}, gauges: Mapping[str, str] = {}) -> None:
+        """Register ``fn``, called on every scrape, that yields ``(name, labels, value)``
+        for the families declared here (name -> help text) by kind."""
+        for name, help_text in counters.items():
+            self._declare(name, "counter", help_text)
+        for name, help_text in gauges.items():
+            self._declare(name, "gauge", help_text)
+        self._sources.append(fn)
+
+    def gauge_source(self, fn: Callable[[], Iterable[Sample]],
+                     help_texts: Mapping[str, str]) -> None:
+        """Register a function that yields ``(name, labels, value)`` gauges on each scrape."""
+        self.source(fn, gauges=help_texts)
+
+    def _declare(self, name: str, kind: str, help_text: str) -> None:
+        if kind == "counter" and not name.endswith("_total"):
+            raise ValueError(f"counter {name!r}: a counter's name ends in _total")
+        if kind != "counter" and name.endswith("_total"):
+            raise ValueError(f"{kind} {name!r}: only counters' names end in _total")
+        if self._kinds.get(name, kind) != kind:
+            raise ValueError(f"{name!r} is declared both as {self._kinds[name]} and as {kind}")
+        if not help_text:
+            raise ValueError(f"{name!r}: every metric needs a help text")
+        self._kinds[name] = kind
+        self._help[name] = help_text
 
     def snapshot(self) -> dict[str, dict[Labels, float]]:
-        """Every counter and gauge value now (for status commands and tests)."""
+        """Every series' value now, by name (for status commands and tests)."""
         out: dict[str, dict[Labels, float]] = {n: dict(v) for n, v in self._counters.items()}
-        for fn in self._gauges:
+        for fn in self._sources:
             for name, labels, value in fn():
                 out.setdefault(name, {})[labels] = value
         return out
 
-    def render(self) -> str:
-        """Prometheus text exposition format."""
-        lines: list[str] = []
-        kinds = {name: "counter" for name in self._counters}
-        for name, series in sorted(self.snapshot().items()):
+    def collect(self) -> list[Metric]:
+        """The metric families now (prometheus_client's collector interface)."""
+        series = self.snapshot()
+        families = []
+        for name in sorted(self._kinds.keys() | series.keys()):
             full = f"{self.prefix}_{name}"
-            if name in self._help:
-                lines.append(f"# HELP {full} {self._help[name]}")
-            lines.append(f"# TYPE {full} {kinds.get(name, 'gauge')}")
-            for labels, value in sorted(series.items()):
-                label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-                lines.append(f"{full}{{{label_text}}} {value:g}" if label_text
-                             else f"{full} {value:g}")
-        return "\n".join(lines) + "\n"
+            kind = self._kinds.get(name, "gauge")
+            family = Metric(full.removesuffix("_total") if kind == "counter" else full,
+                            self._help.get(name, name), kind)
+            for labels, value in sorted(series.get(name, {}).items()):
+                family.add_sample(full, dict(labels), value)
+            families.append(family)
+        return families
+
+    def render(self) -> str:
+        """The Prometheus text exposition (format 0.0.4) of every family."""
+        return generate_latest(_registry(self)).decode()
 
 
-def _escape(value: str) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _registry(collector: Any) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
 
 
-async def serve_metrics(metrics: Metrics, host: str, port: int) -> asyncio.AbstractServer:
-    """Serve ``GET /metrics`` (any path, in fact) as Prometheus text on host:port."""
+class _OnLoop:
+    """A collector that gathers ``metrics`` on an asyncio loop (the owner's thread)."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, metrics: Metrics, loop: asyncio.AbstractEventLoop):
+        self.metrics = metrics
+        self.loop = loop
+
+    def collect(self) -> list[Metric]:
+        future: concurrent.futures.Future[list[Metric]] = concurrent.futures.Future()
+
+        def gather() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(self.metrics.collect())
+                except BaseException as exc:  # handed to the scraping thread
+                    future.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(gather)
+        return future.result(COLLECT_TIMEOUT_S)
+
+
+Route = Callable[[], tuple[str, bytes]]
+"""An extra endpoint: returns ``(content type, body)``."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stuck scraper never holds the process open
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 5  # seconds a client may take to send its request
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # scrapes every few seconds would flood the log
+
+
+class MetricsServer:
+    """Serve ``metrics`` at ``http://host:port/metrics`` from a daemon thread.
+
+    ``routes`` adds endpoints (path -> function returning content type and body); with
+    routes, other paths answer 404, without, every path answers the metrics (as
+    prometheus_client's own server does). ``loop``: collect on that event loop.
+    ``port`` 0 takes a free port (see :attr:`port`). Raises :class:`MetricsError`
+    when the address cannot be bound.
+    """
+
+    def __init__(self, metrics: Metrics, host: str, port: int, *,
+                 routes: Mapping[str, Route] | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None, name: str = "metrics"):
+        app = make_wsgi_app(_registry(metrics if loop is None else _OnLoop(metrics, loop)))
+        routes = dict(routes or {})
+
+        def dispatch(environ: dict, start_response: Callable) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path in routes:
+                kind, body = routes[path]()
+                start_response("200 OK", [("Content-Type", kind),
+                                          ("Content-Length", str(len(body)))])
+                return [body]
+            if routes and path != "/metrics":
+                body = f"try {' or '.join(['/metrics', *routes])}\n".encode()
+                start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+                return [body]
+            return app(environ, start_response)
+
         try:
-            async with asyncio.timeout(5):  # not wait_for: see replication/fetcher.py
-                await reader.readuntil(b"\r\n\r\n")
-            body = metrics.render().encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                         b"Content-Length: " + str(len(body)).encode() +
-                         b"\r\nConnection: close\r\n\r\n" + body)
-            await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError,
-                asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                        flags=socket.AI_PASSIVE)[0][0]
+            server_class = type("MetricsHTTPServer", (_Server,), {"address_family": family})
+            self._httpd = server_class((host, port), _QuietHandler)
+        except OSError as exc:
+            raise MetricsError(f"cannot serve metrics on {host}:{port} "
+                               f"({exc.strerror or exc})") from None
+        self._httpd.set_app(dispatch)
+        self.host = host
+        self.port: int = self._httpd.server_address[1]
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
+                                        name=name, daemon=True)
+        self._thread.start()
+        log.info("metrics served on %s/metrics", self.url)
 
-    server = await asyncio.start_server(handle, host, port)
-    log.info("metrics served on http://%s:%d/metrics", host, port)
-    return server
+    def close(self) -> None:
+        """Stop serving and release the port (returns within about 0.1 s)."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+__all__ = ["Labels", "Metrics", "MetricsServer", "Route", "Sample"]

@@ -36,7 +36,7 @@ from broker.common.errors import (
     UnknownError,
     UnknownTopicOrPartitionError,
 )
-from broker.common.metrics import Metrics, serve_metrics
+from broker.common.metrics import Metrics, MetricsServer
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.replication.controller import Controller
 from broker.replication.manager import LEADER, ReplicaManager
@@ -62,7 +62,7 @@ class Broker:
         self.registry: BrokerRegistry | None = None
         self._zk = None
         self._server: asyncio.AbstractServer | None = None
-        self._metrics_server: asyncio.AbstractServer | None = None
+        self._metrics_server: MetricsServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
@@ -122,8 +122,9 @@ class Broker:
             elections=self.leader_elections)
         self.controller.start()
         if self.config.metrics_port:
-            self._metrics_server = await serve_metrics(self.metrics, self.config.host,
-                                                       self.config.metrics_port)
+            self._metrics_server = MetricsServer(self.metrics, self.config.host,
+                                                 self.config.metrics_port, loop=loop,
+                                                 name="broker-metrics")
         self._background = [
             loop.create_task(self._flush_loop(), name="flusher"),
             loop.create_task(self._retention_loop(), name="retention"),
@@ -344,7 +345,7 @@ class Broker:
                     self._schedule_flush(key, plog)
             except LogferryError as exc:
                 failed = True
-                self._produce_errors[(type(exc).__name__,)] += 1
+                self._produce_errors[(("error", type(exc).__name__),)] += 1
                 results.append([topic, partition, exc.code, -1, str(exc)])
                 if isinstance(exc, InvalidRequestError):
                     break
@@ -719,7 +720,7 @@ class Broker:
                 avg = plog.avg_message_bytes
                 if avg:
                     sent = self._bytes_out.values.get(labels, 0)
-                    yield "messages_out_estimate_total", labels, sent / avg
+                    yield "messages_out_estimate", labels, sent / avg
             yield "open_connections", (), len(self.connections)
             replication = self.replication
             roles = replication.role_counts()
@@ -742,7 +743,7 @@ class Broker:
             "log_visible_end": "Visible end (high watermark) per partition",
             "log_start_offset": "First retained offset per partition",
             "log_size_bytes": "Bytes on disk per partition",
-            "messages_out_estimate_total": "Messages sent to fetchers (bytes out / average message size)",
+            "messages_out_estimate": "Messages sent to fetchers (bytes out / average message size)",
             "open_connections": "Open client connections",
             "partitions": "Hosted partitions per role (leader, follower, offline)",
             "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",

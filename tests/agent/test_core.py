@@ -12,7 +12,7 @@ from agent.encode import TimeParser, chunk_prefix, encode_values, valid_utf8
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge, matches
 from agent.lines import LineSplitter, Lines
 from agent.multiline import MultilineJoiner
-from agent.tracker import Chunk, FileTracker
+from agent.acks import Chunk, AckTracker
 
 from tests.agent.conftest import FakeFuture
 
@@ -101,7 +101,7 @@ def test_judge(facts: Facts, offset: int, verdict: Verdict) -> None:
     assert judge(KEY, fingerprint(b"hello world"), offset, facts) is verdict
 
 
-# -- tracker -----------------------------------------------------------------------------
+# -- acks -------------------------------------------------------------------------------
 
 
 def chunk(future: FakeFuture, start: int, end: int, sent_at: float = 0.0) -> Chunk:
@@ -109,7 +109,7 @@ def chunk(future: FakeFuture, start: int, end: int, sent_at: float = 0.0) -> Chu
 
 
 def test_checkpoint_advances_only_over_acked_prefix() -> None:
-    tracker = FileTracker()
+    tracker = AckTracker()
     futures = [FakeFuture() for _ in range(3)]
     for i, future in enumerate(futures):
         tracker.add(chunk(future, i * 10, i * 10 + 10))
@@ -123,7 +123,7 @@ def test_checkpoint_advances_only_over_acked_prefix() -> None:
 
 
 def test_failure_rewinds_to_checkpoint_and_stales_later_chunks() -> None:
-    tracker = FileTracker()
+    tracker = AckTracker()
     a, b, c = FakeFuture(), FakeFuture(), FakeFuture()
     tracker.add(chunk(a, 0, 10))
     tracker.add(chunk(b, 10, 20))
@@ -140,7 +140,7 @@ def test_failure_rewinds_to_checkpoint_and_stales_later_chunks() -> None:
 
 
 def test_expired_chunks_count_as_failed() -> None:
-    tracker = FileTracker()
+    tracker = AckTracker()
     stuck = FakeFuture()
     tracker.add(chunk(stuck, 0, 10, sent_at=5.0))
     assert tracker.oldest_sent() == 5.0
@@ -151,7 +151,7 @@ def test_expired_chunks_count_as_failed() -> None:
 
 
 def test_restart_lowers_checkpoint_for_truncation() -> None:
-    tracker = FileTracker(acked=100)
+    tracker = AckTracker(acked=100)
     future = FakeFuture()
     tracker.add(chunk(future, 100, 150))
     tracker.restart(0)
@@ -259,3 +259,26 @@ def test_time_format_without_year_gets_this_year() -> None:
     millis = parser.parse(b"Dec 10 06:55:46 LabSZ sshd[24200]: reverse mapping")
     assert millis is not None
     assert datetime.utcfromtimestamp(millis / 1000).year == datetime.now().year
+
+
+# -- in-flight budget ----------------------------------------------------------------
+
+
+def test_inflight_counts_sent_and_held_bytes_and_keeps_the_high_water_mark() -> None:
+    from types import SimpleNamespace
+
+    from agent.inflight import InFlight
+
+    gauges = {"inflight_bytes_max": 0}
+    inflight = InFlight(1000, gauges)
+    assert gauges["inflight_bytes_cap"] == 1000 and inflight.room == 1000
+    held = SimpleNamespace(counted_held=0)
+    inflight.sent(600)
+    inflight.hold(held, 300)  # a partial line held unsent counts too
+    assert inflight.bytes == 900 and inflight.room == 100 and gauges["inflight_bytes_max"] == 900
+    inflight.hold(held, 300)  # unchanged: counted once
+    inflight.finished(600)
+    inflight.hold(held, 0)  # flushed or restarted
+    assert inflight.bytes == 0 and held.counted_held == 0 and gauges["inflight_bytes_max"] == 900
+    inflight.sent(1200)  # one chunk may overshoot; reading stops
+    assert inflight.room == -200 and gauges["inflight_bytes_max"] == 1200

@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from tests.agent.conftest import FakeProducer, agent_config, wait_until
+from tests.support.metrics import promtool_check
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +83,9 @@ def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_a
     wait_until(lambda: len(fake_producer.pending) == 1)
     log.unlink()
     fake_producer.release()
+    inventory = agent.agent.inventory
     wait_until(lambda: agent.agent.metrics.gauges["open_files"] == 0
-               and not agent.agent.files and not agent.agent._draining, 5, "closed")
+               and not inventory.files and not inventory.draining, 5, "closed")
     agent.stop()
     state = json.loads((tmp_path / "state" / "checkpoint.json").read_text())
     assert state["files"] == []
@@ -221,6 +223,7 @@ def test_metrics_endpoint_status_file_and_audit(tmp_path: Path, run_agent, fake_
     text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
     assert 'logferry_agent_messages_acked_total{host="test-host"} 7' in text
     assert "logferry_agent_file_lag_bytes{" in text
+    promtool_check(text)
     status = json.loads(urllib.request.urlopen(f"{url}/status", timeout=5).read())
     assert status["state"] == "running" and status["files"][0]["lag"] == 0
     wait_until(lambda: fake_producer.records("_audit"), 5, "audit record")

@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from kazoo.client import KazooClient
 
 from broker.coordination import zk
 from broker.client import Producer, SimpleConsumer
+from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -37,13 +37,15 @@ def test_prometheus_metrics_count_traffic(broker_cluster):
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         _wait(lambda: consumer.offsets("metered", 2).end > 0, 10, "flush")
         consumer.fetch("metered", 2, 0)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'logferry_messages_in_total{topic="metered",partition="2"} 500' in text
-    assert 'logferry_requests_total{api="produce"}' in text
-    assert 'logferry_requests_total{api="fetch"}' in text
-    assert 'logferry_bytes_out_total{topic="metered",partition="2"}' in text
+    text = scrape(f"http://127.0.0.1:{port}/metrics")
+    parsed = samples(text)  # by name and labels: label order is the renderer's business
+    assert value(parsed, "logferry_messages_in_total", topic="metered", partition="2") == 500
+    assert value(parsed, "logferry_requests_total", api="produce") is not None
+    assert value(parsed, "logferry_requests_total", api="fetch") is not None
+    assert value(parsed, "logferry_bytes_out_total", topic="metered", partition="2") is not None
     assert "logferry_open_connections" in text
     assert "# TYPE logferry_bytes_in_total counter" in text
+    promtool_check(text)
 
 
 def test_broker_registers_again_after_its_session_expires(broker_cluster, zk_connect):

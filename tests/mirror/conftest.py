@@ -101,16 +101,19 @@ def two_clusters(broker_cluster, zookeeper):
 
 @pytest.fixture
 def mirrors(tmp_path: Path, request) -> Iterator[Callable[..., MirrorProcess]]:
-    """Factory: ``mirrors(name, source, target, **mirror_keys) -> MirrorProcess`` (started)."""
+    """Factory: ``mirrors(name, source, target, metrics={...}, **mirror_keys) -> MirrorProcess``
+    (started); ``metrics`` is the ``[metrics]`` table (the status file is added)."""
     started: list[MirrorProcess] = []
 
-    def start(name: str, source, target, start: bool = True, **mirror_keys) -> MirrorProcess:
+    def start(name: str, source, target, start: bool = True, metrics: dict | None = None,
+              **mirror_keys) -> MirrorProcess:
         mirror = {"group": "mirror", "commit_interval_ms": 300, "session_timeout_s": 4.0,
                   "shutdown_timeout_s": 20.0, **mirror_keys}
         if "topics" not in mirror and "pattern" not in mirror:
             mirror["pattern"] = ".*"
         config = {"source": {"zk_connect": source.zk_connect},
-                  "target": {"zk_connect": target.zk_connect}, "mirror": mirror}
+                  "target": {"zk_connect": target.zk_connect}, "mirror": mirror,
+                  "metrics": dict(metrics or {})}
         process = MirrorProcess(tmp_path, name, config)
         started.append(process)
         return process.start() if start else process

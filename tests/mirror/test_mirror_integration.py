@@ -13,6 +13,8 @@ from kazoo.client import KazooClient
 
 from broker.wire import records
 from broker.client.offsets import Committed, read_offsets, read_owners, write_offsets
+from tests.support.metrics import promtool_check, samples, scrape, value
+from tests.support.ports import free_port
 from tests.mirror.conftest import (
     ROOT,
     assert_mirrored,
@@ -89,6 +91,32 @@ def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
     stored = sum(len(b) for bs in batches.values() for b in bs)
     assert stored < 20_000 * 200 / 3  # still compressed on the target
     assert mirror.terminate() == 0
+
+
+def test_metrics_endpoint_counts_what_was_copied_and_passes_promtool(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "scraped", 2)
+    port = free_port()
+    mirror = mirrors("m1", source, target, topics=["scraped"], metrics={"port": port})
+    produce(source.zk_connect, "scraped", 1_000, 2)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "scraped", exact=True), 60,
+             "scraped to be mirrored")
+    text = wait_for(lambda: _scrape_when(port, "logferry_mirror_messages_total", topic="scraped",
+                                         equals=1_000), 20, "the copy counted")
+    parsed = samples(text)
+    assert value(parsed, "logferry_mirror_partitions_owned") == 2
+    assert "# TYPE logferry_mirror_gaps_total counter" in text
+    promtool_check(text)
+    assert mirror.terminate() == 0
+
+
+def _scrape_when(port: int, name: str, equals: float, **labels: str) -> str | None:
+    """The mirror's metrics text once ``name{labels}`` equals ``equals``, else None."""
+    try:
+        text = scrape(f"http://127.0.0.1:{port}/metrics")
+    except OSError:
+        return None  # not listening yet
+    return text if value(samples(text), name, **labels) == equals else None
 
 
 def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(two_clusters, mirrors):

@@ -13,7 +13,6 @@ import random
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from broker.client import Admin, NotEnoughReplicasError, Producer, SimpleConsume
 from broker.client.connection import Connection
 from broker.common.errors import LeaderNotAvailableError, NotLeaderError
 from broker.testing.localrun import free_port
+from tests.support.metrics import samples, scrape
 from tests.replication.conftest import (
     REPLICATED,
     GroupReader,
@@ -259,13 +259,16 @@ def test_cli_shows_replicas_lists_under_replicated_and_elects_preferred_leaders(
 
 
 def _metrics(broker) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
-                                  timeout=5).read().decode()
+    """Samples by ``name{label="value",...}`` without the prefix, labels in the order
+    written in the assertions below (topic before partition)."""
+    text = scrape(f"http://127.0.0.1:{broker.metrics_port}/metrics")
+    order = {"topic": 0, "partition": 1}
     values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name.removeprefix("logferry_")] = float(value)
+    for (name, labels), number in samples(text).items():
+        ordered = sorted(labels, key=lambda kv: (order.get(kv[0], 2), kv[0]))
+        label_text = ",".join(f'{k}="{v}"' for k, v in ordered)
+        key = name.removeprefix("logferry_") + (f"{{{label_text}}}" if label_text else "")
+        values[key] = number
     return values
 
 

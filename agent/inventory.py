@@ -1,19 +1,21 @@
-"""The agent's view of its files: discovery, identity, rotation, deletion, polling.
+"""The agent's inventory of its files: discovery, identity, rotation, deletion, polling.
 
-The bookkeeping half of the main loop (:mod:`agent.runtime` is the reading and
-publishing half; :class:`~agent.runtime.Agent` derives from :class:`FileTracking`).
-Every method runs on the loop's thread. The maps:
+Which files exist and which is which. The main loop (:class:`agent.runtime.Agent`)
+owns one :class:`FileInventory` and asks it to scan, apply watchdog events and poll;
+the loop reads the files it marks ready and tells it what it learns (a file that
+vanished, rotated away or shrank). Every method runs on the loop's thread. The maps:
 
 * ``files``: live files by identity (device, inode);
-* ``_draining``: deleted files still being read through their handle after their
+* ``draining``: deleted files still being read through their handle after their
   inode went to another file;
 * ``_by_path``: where each file is now; ``_latest``: the newest file found under each
   discovery path (the one a successor must wait for after a rotation);
-* ``_dormant``: checkpoint entries of files not tailed right now (rotated away and
+* ``dormant``: checkpoint entries of files not tailed right now (rotated away and
   closed), kept so a file that shows up again is recognised, not read twice;
-* ``_ready``: an ordered set of files with bytes to read.
+* ``ready``: an ordered set of files with bytes to read.
 
-Decisions about a file's identity go through :func:`agent.identity.judge`.
+Decisions about a file's identity go through :func:`agent.identity.judge`; bytes a
+file holds unsent are accounted in the shared :class:`agent.inflight.InFlight`.
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ import logging
 import os
 import stat as stat_module
 import time
-from typing import Any
+from typing import Any, Callable
 
 from agent.checkpoint import Entry
 from agent.config import AgentConfig
-from agent.discovery import Matcher, Watcher, scan
+from agent.discovery import Matcher, Watcher, scan as scan_sources
 from agent.files import TailedFile
 from agent.fsutil import find_inode, inodes_in, last_line_end
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
-from agent.metrics import Metrics
+from agent.inflight import InFlight
+from agent.metrics import AgentCounters
 
 log = logging.getLogger("logferry.agent")
 
@@ -39,49 +42,73 @@ SETTLE_S = 0.2
 (a predecessor's move) are applied first and the older file is read first."""
 
 
-class FileTracking:
+class FileInventory:
     """Which files exist, which is which, and what changed about them."""
 
-    def __init__(self, config: AgentConfig, metrics: Metrics):
+    def __init__(self, config: AgentConfig, metrics: AgentCounters, inflight: InFlight):
         self.config = config
         self.metrics = metrics
+        self.inflight = inflight
         self._matcher = Matcher(config.sources)
         self.files: dict[FileKey, TailedFile] = {}
-        self._draining: list[TailedFile] = []
+        self.draining: list[TailedFile] = []
         self._by_path: dict[str, TailedFile] = {}
         self._latest: dict[str, TailedFile] = {}
-        self._dormant: dict[FileKey, Entry] = {}
-        self._ready: dict[TailedFile, None] = {}
-        self._inflight = 0
-        """Encoded bytes handed to the producer and not finished, plus bytes held."""
-        self._open = 0
-        self._dirty = False
+        self.dormant: dict[FileKey, Entry] = {}
+        self.ready: dict[TailedFile, None] = {}
+        self.open_count = 0
+        self.dirty = False
         """Something the checkpoint records changed since it was last written."""
-        self._watcher: Watcher | None = None
-        self._next_scan = 0.0
-        self._next_poll = 0.0
+        self.watcher: Watcher | None = None
+        self.next_scan = 0.0
+        """When the loop scans the patterns next (0: at its next pass)."""
+        self.next_poll = 0.0
+        """When the loop polls the open files next (0: at its next pass)."""
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Start the watchdog observer; ``wake`` is called (from its thread) on events."""
+        self.watcher = Watcher(self.config.sources, wake)
+        self.watcher.start()
+
+    def everything(self) -> list[TailedFile]:
+        """Every file tailed now: the live ones, then the draining ones."""
+        return list(self.files.values()) + self.draining
+
+    def entries(self) -> list[Entry]:
+        """The checkpoint: every tailed file's entry, then the dormant ones'."""
+        entries = [self.entry(t) for t in self.files.values()]
+        return entries + [e for k, e in self.dormant.items() if k not in self.files]
+
+    def close(self) -> None:
+        """Stop watching and close every file handle."""
+        if self.watcher is not None:
+            self.watcher.close()
+        for tailed in self.everything():
+            tailed.close()
 
     # -- discovery ---------------------------------------------------------------------
 
-    def _scan(self, initial: bool = False) -> None:
-        if self._watcher is not None:
-            self._watcher.ensure_watches()
-        for path, index in scan(self.config.sources, self._matcher).items():
+    def scan(self, initial: bool = False) -> None:
+        """Match the sources' patterns now: start tailing new files, sweep the dormant."""
+        if self.watcher is not None:
+            self.watcher.ensure_watches()
+        for path, index in scan_sources(self.config.sources, self._matcher).items():
             self._discover(path, index, initial=initial)
         if not initial:
             self._sweep_dormant()
 
-    def _apply_events(self) -> None:
-        if self._watcher is None:
+    def apply_events(self) -> None:
+        """Apply the watchdog events queued since the last call (moves first)."""
+        if self.watcher is None:
             return
-        queue = self._watcher.events
+        queue = self.watcher.events
         batch = [queue.popleft() for _ in range(len(queue))]
         # Moves first: a file created and renamed away before we looked is older than
         # whatever its creation event finds at the path now.
         batch.sort(key=lambda e: e.kind != "moved")
         for event in batch:
             if event.kind == "dir":
-                self._next_scan = 0.0
+                self.next_scan = 0.0
             elif event.kind == "created":
                 index = self._matcher.source_of(event.path)
                 if index is not None:
@@ -91,7 +118,7 @@ class FileTracking:
             elif event.kind == "deleted":
                 tailed = self._by_path.get(event.path)
                 if tailed is not None:
-                    self._next_poll = 0.0  # fstat will show nlink == 0
+                    self.next_poll = 0.0  # fstat will show nlink == 0
 
     def _moved(self, src: str, dest: str) -> None:
         """A rename: follow a tailed file to its new name; pick up files moved into view."""
@@ -130,9 +157,9 @@ class FileTracking:
                 return
             earlier = current.waiting_for
             moved.waiting_for = earlier if earlier is not None and earlier is not moved \
-                and not self._finished(earlier) else None
+                and not self.fully_read(earlier) else None
             self._latest[src] = current
-            if current.pos == 0 and not current.tracker.in_flight:
+            if current.pos == 0 and not current.acks.in_flight:
                 current.waiting_for = moved
 
     def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
@@ -162,9 +189,9 @@ class FileTracking:
         source = self.config.sources[index]
         previous = self._by_path.get(path)
         if previous is not None and previous.key != key:
-            self._rotated_away(previous)
+            self.rotated_away(previous)
         offset, fp = 0, EMPTY
-        saved = entry or self._dormant.pop(key, None)
+        saved = entry or self.dormant.pop(key, None)
         if saved is not None:
             offset, fp = self._resume_point(path, saved, st.st_size)
             tag = tag or saved.path
@@ -172,7 +199,7 @@ class FileTracking:
             offset = last_line_end(path, st.st_size)
         tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
         tailed.size = st.st_size
-        if not initial and self._watcher is not None:
+        if not initial and self.watcher is not None:
             # The file at this path now may be a successor of one created and renamed
             # away before we looked; its move event is on its way. Let it land first.
             tailed.retry_at = time.monotonic() + SETTLE_S
@@ -180,13 +207,13 @@ class FileTracking:
             tailed.rotated = True  # found under another name than the one it had
             self.metrics.add("rotations")
         predecessor = self._latest.get(tailed.path)
-        if predecessor is not None and predecessor.draining and not self._finished(predecessor):
+        if predecessor is not None and predecessor.draining and not self.fully_read(predecessor):
             tailed.waiting_for = predecessor  # finish the rotated file first
         self._latest[tailed.path] = tailed
         self.files[key] = tailed
         self._by_path[path] = tailed
-        self._ready[tailed] = None
-        self._dirty = True
+        self.ready[tailed] = None
+        self.dirty = True
         log.debug("tailing %s (inode %d) from offset %d%s", path, key.ino, offset,
                   f" after {tailed.waiting_for.where}" if tailed.waiting_for else "")
         return tailed
@@ -222,11 +249,11 @@ class FileTracking:
             del self._by_path[tailed.where]
         tailed.deleted = True
         if tailed.fd is not None:
-            self._draining.append(tailed)  # read to the end, ship, then close
+            self.draining.append(tailed)  # read to the end, ship, then close
         else:
-            self._forget(tailed)
+            self.forget(tailed)
 
-    def _rotated_away(self, tailed: TailedFile) -> None:
+    def rotated_away(self, tailed: TailedFile) -> None:
         """``tailed``'s path names another file now: finish it through its handle."""
         if self._by_path.get(tailed.path) is tailed:
             del self._by_path[tailed.path]
@@ -244,14 +271,14 @@ class FileTracking:
             log.warning("%s (inode %d) was rotated while closed and is gone; bytes after "
                         "offset %d may be unread", tailed.path, tailed.key.ino, tailed.pos)
             tailed.deleted = True
-            self._forget(tailed)
+            self.forget(tailed)
             return
-        self._ready[tailed] = None
+        self.ready[tailed] = None
 
-    def _forget(self, tailed: TailedFile) -> None:
+    def forget(self, tailed: TailedFile) -> None:
         """Stop tailing; a deleted file also leaves the checkpoint."""
         tailed.close()
-        self._open_changed()
+        self.open_changed()
         if self.files.get(tailed.key) is tailed:
             del self.files[tailed.key]
         for path in (tailed.path, tailed.where):
@@ -259,15 +286,15 @@ class FileTracking:
                 del self._by_path[path]
         if self._latest.get(tailed.path) is tailed:
             del self._latest[tailed.path]
-        self._ready.pop(tailed, None)
-        if tailed in self._draining:
-            self._draining.remove(tailed)
-        self._update_held(tailed, 0)
+        self.ready.pop(tailed, None)
+        if tailed in self.draining:
+            self.draining.remove(tailed)
+        self.inflight.hold(tailed, 0)
         if not tailed.deleted and tailed.where is not None:
-            self._dormant[tailed.key] = self._entry(tailed)
-        self._dirty = True
+            self.dormant[tailed.key] = self.entry(tailed)
+        self.dirty = True
 
-    def _adopt_dormant(self) -> None:
+    def adopt(self, checkpointed: dict[FileKey, Entry]) -> None:
         """At start: resume checkpointed files, wherever rotation moved them meanwhile.
 
         Each is looked up by inode in the directory it was last seen in (logrotate
@@ -275,8 +302,9 @@ class FileTracking:
         finished even when no pattern matches its new name. Oldest first (mtime), so
         a rotated file is finished before its successor at the same path.
         """
+        self.dormant = checkpointed
         by_dir: dict[str, list[Entry]] = {}
-        for entry in self._dormant.values():
+        for entry in self.dormant.values():
             by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
         names = {s.name: i for i, s in enumerate(self.config.sources)}
         found: list[tuple[float, str, int, Entry]] = []
@@ -292,33 +320,33 @@ class FileTracking:
                 except OSError:
                     continue
                 found.append((mtime, where, index, entry))
-        self._dormant = {}
+        self.dormant = {}
         for _, where, index, entry in sorted(found, key=lambda item: item[0]):
             self._discover(where, index, tag=entry.path, entry=entry)
-        self._dirty = True
+        self.dirty = True
 
     def _sweep_dormant(self) -> None:
         """Drop checkpoint entries of files that no longer exist anywhere near their path."""
-        if not self._dormant:
+        if not self.dormant:
             return
         cache: dict[str, dict[tuple[int, int], str]] = {}
-        for key, entry in list(self._dormant.items()):
+        for key, entry in list(self.dormant.items()):
             directory = os.path.dirname(entry.where)
             if directory not in cache:
                 cache[directory] = inodes_in(directory)
             where = cache[directory].get((key.dev, key.ino))
             if where is None:
-                del self._dormant[key]
-                self._dirty = True
+                del self.dormant[key]
+                self.dirty = True
             elif where != entry.where:
                 entry.where = where
-                self._dirty = True
+                self.dirty = True
 
     # -- polling -------------------------------------------------------------------------
 
-    def _poll_open(self) -> None:
+    def poll_open(self) -> None:
         """fstat open handles: growth makes a file ready; shrinkage is a truncation."""
-        for tailed in list(self.files.values()) + self._draining:
+        for tailed in list(self.files.values()) + self.draining:
             if tailed.fd is None:
                 continue
             try:
@@ -332,7 +360,7 @@ class FileTracking:
                     continue
             self._observe_size(tailed, st.st_size)
 
-    def _poll_closed(self) -> None:
+    def poll_closed(self) -> None:
         """stat files closed while idle; reopen the ones that changed."""
         for tailed in list(self.files.values()):
             if tailed.fd is not None or tailed.where is None:
@@ -340,23 +368,24 @@ class FileTracking:
             try:
                 st = os.stat(tailed.where)
             except FileNotFoundError:
-                self._closed_file_vanished(tailed)
+                self.closed_file_vanished(tailed)
                 continue
             except OSError:
                 continue
             if FileKey(st.st_dev, st.st_ino) != tailed.key:
-                self._rotated_away(tailed)
+                self.rotated_away(tailed)
                 continue
             if st.st_size != tailed.size or st.st_mtime_ns != tailed.mtime_ns:
                 # Reopening checks identity (fingerprint) and truncation.
                 tailed.mtime_ns = st.st_mtime_ns
-                self._ready[tailed] = None
+                self.ready[tailed] = None
 
-    def _closed_file_vanished(self, tailed: TailedFile) -> None:
+    def closed_file_vanished(self, tailed: TailedFile) -> None:
+        """A closed file is not at its path: follow it by inode, or forget it (deleted)."""
         found = find_inode(os.path.dirname(tailed.where or tailed.path), tailed.key)
         if found is None:
             tailed.deleted = True
-            self._forget(tailed)
+            self.forget(tailed)
         else:
             if tailed.where is not None and self._by_path.get(tailed.where) is tailed:
                 del self._by_path[tailed.where]
@@ -366,40 +395,42 @@ class FileTracking:
     def _observe_size(self, tailed: TailedFile, size: int) -> None:
         """React to a file's current size (from fstat)."""
         if size < tailed.pos:
-            self._truncated(tailed, size)
+            self.truncated(tailed, size)
             return
         if size != tailed.size:
             if tailed.fp.length and tailed.fd is not None and not tailed.draining:
                 head = tailed.head(tailed.fp.length)
                 if fingerprint(head) != tailed.fp and len(head) >= tailed.fp.length:
                     # Truncated and rewritten past our position before we looked.
-                    self._truncated(tailed, size)
+                    self.truncated(tailed, size)
                     return
             tailed.size = size
         if size > tailed.pos:
             tailed.at_eof = False
-            self._ready[tailed] = None
+            self.ready[tailed] = None
 
-    def _truncated(self, tailed: TailedFile, size: int) -> None:
+    def truncated(self, tailed: TailedFile, size: int) -> None:
+        """``tailed`` shrank below the read position (copytruncate): read it from 0."""
         log.info("%s: truncated (size %d < position %d); reading from the start",
                  tailed.path, size, tailed.pos)
         self.metrics.add("truncations")
-        tailed.tracker.restart(0)
+        tailed.acks.restart(0)
         tailed.fp = EMPTY
         tailed.size = size
-        self._restart(tailed, 0)
-        self._dirty = True
+        self.restart(tailed, 0)
+        self.dirty = True
 
+    # -- bookkeeping the loop shares ------------------------------------------------------------
 
-    # -- shared bookkeeping ------------------------------------------------------------
-
-    def _restart(self, tailed: TailedFile, offset: int) -> None:
+    def restart(self, tailed: TailedFile, offset: int) -> None:
+        """Read ``tailed`` again from ``offset`` (what it held unsent is dropped)."""
         tailed.restart_at(offset)
-        self._update_held(tailed, 0)
-        self._ready[tailed] = None
+        self.inflight.hold(tailed, 0)
+        self.ready[tailed] = None
 
-    def _finished(self, tailed: TailedFile) -> bool:
-        """True when a rotated predecessor has been read to its current end."""
+    def fully_read(self, tailed: TailedFile) -> bool:
+        """True when a rotated predecessor has been read to its current end (a stat:
+        growth makes it ready again, shrinkage restarts it)."""
         if tailed.fd is None:
             # Closed (or not opened yet): its size as last seen may be stale.
             if tailed.where is None:
@@ -411,7 +442,7 @@ class FileTracking:
             if FileKey(st.st_dev, st.st_ino) != tailed.key:
                 return True
             if st.st_size > tailed.pos:
-                self._ready[tailed] = None
+                self.ready[tailed] = None
                 return False
             return True
         try:
@@ -422,23 +453,15 @@ class FileTracking:
         self._observe_size(tailed, size)
         return tailed.pos >= size
 
-    def _update_held(self, tailed: TailedFile, held: int) -> None:
-        """Keep the in-flight total in step with the bytes a file holds unsent."""
-        previous = tailed.counted_held
-        if held != previous:
-            self._inflight += held - previous
-            tailed.counted_held = held
-            gauges = self.metrics.gauges
-            if self._inflight > gauges["inflight_bytes_max"]:
-                gauges["inflight_bytes_max"] = self._inflight
+    def open_changed(self) -> None:
+        """Recount open handles (after an open or a close)."""
+        self.open_count = sum(1 for t in self.files.values() if t.fd is not None) + \
+            sum(1 for t in self.draining if t.fd is not None)
+        self.metrics.gauges["open_files"] = self.open_count
 
-    def _open_changed(self) -> None:
-        self._open = sum(1 for t in self.files.values() if t.fd is not None) + \
-            sum(1 for t in self._draining if t.fd is not None)
-        self.metrics.gauges["open_files"] = self._open
-
-    def _entry(self, tailed: TailedFile) -> Entry:
+    def entry(self, tailed: TailedFile) -> Entry:
+        """``tailed``'s checkpoint entry: where it is and how far the brokers have it."""
         return Entry(dev=tailed.key.dev, ino=tailed.key.ino, fp_len=tailed.fp.length,
                      fp=tailed.fp.digest, path=tailed.path,
-                     where=tailed.where or tailed.path, offset=tailed.tracker.acked,
+                     where=tailed.where or tailed.path, offset=tailed.acks.acked,
                      source=tailed.source.name)

@@ -2,7 +2,7 @@
 
 The agent reads a file in chunks and hands each chunk's messages to the producer in
 one ``send`` call; the call returns a completion (a ``DeliveryFuture``). A
-:class:`FileTracker` keeps those completions in send order with the file offset each
+:class:`AckTracker` keeps those completions in send order with the file offset each
 chunk ends at, and moves the file's *checkpoint* (``acked``) forward only over a
 prefix of chunks that all succeeded, so the checkpoint never passes a line the
 brokers do not have.
@@ -76,7 +76,7 @@ class Rewind(NamedTuple):
     error: BaseException
 
 
-class FileTracker:
+class AckTracker:
     """Orders one file's in-flight chunks and derives its checkpoint; see module docstring."""
 
     __slots__ = ("acked", "generation", "_pending", "_stale")
