@@ -1,6 +1,8 @@
 # logferry's entry points. CI runs `make test` (see .ci/run).
 #
-#   make test [PYTEST_ARGS="-k expire -x"]   unit + integration tests (real ZooKeeper)
+#   make test [PYTEST_ARGS="-k expire -x"]   lint, then unit + integration tests (real ZooKeeper)
+#   make test-unit [PYTEST_ARGS=...]          the tests that start no process (under a minute)
+#   make lint                                 ruff, mypy and the import contracts (pyproject.toml)
 #   make demo [DEMO_ARGS=...]                 the end-to-end demo
 #   make bench [BENCH_ARGS=--quick]           benchmarks/run_all.py: every benchmark, in turn
 #   make venv | system-deps | clean | distclean
@@ -17,7 +19,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv system-deps test demo bench clean distclean
+.PHONY: help venv system-deps lint test test-unit demo bench clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -30,8 +32,20 @@ $(STAMP): pyproject.toml scripts/make-venv.sh
 system-deps:
 	@scripts/install-system-deps.sh
 
-test: venv system-deps
+# The guard rails: style and real mistakes (ruff), types of the typed packages (mypy)
+# and the architecture contracts (import-linter). Configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: venv system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Tests marked `integration` start processes (ZooKeeper, brokers, Spark, subprocesses);
+# the rest need neither Java nor free ports.
+test-unit: venv
+	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
 
 demo: venv system-deps
 	$(VENV)/bin/logferry demo $(DEMO_ARGS)
@@ -43,7 +57,8 @@ bench: venv system-deps
 # ZooKeeper's data: stop it with `logferry zk stop` first, then remove by hand).
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
-	rm -rf .pytest_cache build dist *.egg-info spark-warehouse metastore_db derby.log
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .import_linter_cache build dist *.egg-info \
+		spark-warehouse metastore_db derby.log
 
 distclean: clean
 	rm -rf $(VENV)

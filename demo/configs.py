@@ -18,7 +18,23 @@ from typing import Any, Mapping
 from broker.common.config import dumps, read
 
 ROOT = Path(__file__).resolve().parents[1]
-ETC = ROOT / "etc"
+
+
+def find_examples(root: Path = ROOT, package_dir: Path = Path(__file__).resolve().parent) -> Path:
+    """Where the example configs are: the checkout's ``etc/`` or the wheel's copy.
+
+    In a source checkout (``root`` holds ``pyproject.toml`` and ``etc/``) the demo
+    reads ``etc/`` itself, so an edited example is what runs. An installed wheel
+    carries the same files as package data in ``demo/etc`` (see pyproject.toml);
+    ``root`` is then site-packages, whose ``etc`` (if any) is not ours.
+    """
+    checkout = root / "etc"
+    if (root / "pyproject.toml").is_file() and (checkout / "agent.toml").is_file():
+        return checkout
+    return package_dir / "etc"
+
+
+ETC = find_examples()
 
 LIVE_CHROOT = "/logferry/live"
 ANALYSIS_CHROOT = "/logferry/analysis"
@@ -35,7 +51,7 @@ def write(path: Path, doc: Mapping[str, Any], source: Path) -> Path:
     """Write ``doc`` to ``path`` with a header naming the example it came from."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        origin = source.relative_to(ROOT)
+        origin = Path("etc") / source.relative_to(ETC)
     except ValueError:
         origin = source
     path.write_text(f"# Written by `logferry demo` from {origin}: ports, paths and the\n"

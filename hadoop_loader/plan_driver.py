@@ -92,8 +92,8 @@ class DriverPlanner:
         """topic -> partition -> (log start, visible end), read now."""
         return {t: {p: self.log_range(t, p) for p in self.partitions(t)} for t in topics}
 
-    def plan_ranges(self, topics: Iterable[str], starting: OffsetSpec, ending: OffsetSpec | None, skip_gaps: bool, chunk_bytes: int,
-                    cap_bytes: int | None = None) -> RangePlan:
+    def plan_ranges(self, topics: Iterable[str], starting: OffsetSpec, ending: OffsetSpec | None,
+                    skip_gaps: bool, chunk_bytes: int, cap_bytes: int | None = None) -> RangePlan:
         """Resolve start/end per partition, check them, and cut chunks.
 
         ``starting`` comes from the data source options, or from the landing job's last

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or repair) the project's virtualenv in .venv and install the project into it
-# in editable mode with its dev extras. `make venv` runs this when pyproject.toml is
-# newer than the stamp file .venv/.logferry-installed.
+# in editable mode with every extra (agent, mirror, loader: `all`) and the dev tools.
+# `make venv` runs this when pyproject.toml is newer than the stamp file
+# .venv/.logferry-installed.
 #
 # The project pins Python 3.11 (pyproject: requires-python >=3.11,<3.12), so look for
 # `python3.11`, then `python3`, and check the version instead of trusting the name.
@@ -48,5 +49,5 @@ if [[ ! -x "${VENV}/bin/python" ]]; then
 fi
 
 rm -f "${STAMP}"
-"${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+"${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[all,dev]"
 touch "${STAMP}"

@@ -225,7 +225,8 @@ def describe_cmd(args: argparse.Namespace) -> int:
     if members:
         rows = []
         for cid, data in members.items():
-            sub = data.get("pattern") or ",".join(f"{t}({n})" for t, n in sorted((data.get("subscription") or {}).items()))
+            subscription = sorted((data.get("subscription") or {}).items())
+            sub = data.get("pattern") or ",".join(f"{t}({n})" for t, n in subscription)
             rows.append([cid, sub or "-", data.get("start", "-"), data.get("host", "-"),
                          data.get("pid", "-"), _fmt_time(data.get("registered_ms", 0))])
         print(_table(rows, ["MEMBER", "SUBSCRIPTION", "START", "HOST", "PID", "SINCE"]))

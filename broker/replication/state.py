@@ -117,8 +117,9 @@ def assign_replicas(topic: str, partitions: int, replication_factor: int,
     racks alternate (one from each rack in turn); partition p's replicas are the
     ``replication_factor`` brokers from position ``start + p`` on, so the leaders
     (first replicas) rotate over all brokers and a partition's replicas sit on as many
-    racks as there are (with racks of unequal size, the larger racks fill the rest). The start depends on the topic name, so small
-    topics do not all lead on one broker. Deterministic.
+    racks as there are (with racks of unequal size, the larger racks fill the rest). The
+    start depends on the topic name, so small topics do not all lead on one broker.
+    Deterministic.
     """
     if partitions < 1:
         raise ValueError("a topic needs at least one partition")

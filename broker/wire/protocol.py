@@ -77,7 +77,7 @@ def encode_frame(header: dict[str, Any], payload_len: int = 0) -> bytes:
     Splitting the payload off lets the broker send fetch payloads with sendfile and
     lets producers send message sets without copying them into one buffer.
     """
-    head = _packb(header)
+    head: bytes = _packb(header)
     return _prefix_pack(4 + len(head) + payload_len, len(head)) + head
 
 
@@ -135,7 +135,8 @@ class FrameDecoder:
         """Size of the frame being received (prefix included), once its prefix is in."""
         if self.buffered < PREFIX_SIZE:
             return None
-        return SIZE_FIELD + _prefix_unpack_from(self._buf, self._pos)[0]
+        size: int = _prefix_unpack_from(self._buf, self._pos)[0]
+        return SIZE_FIELD + size
 
     def next_frame(self) -> Frame | None:
         """Return the next whole frame, or None until more bytes are fed."""

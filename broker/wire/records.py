@@ -75,7 +75,7 @@ def encode_batch(
         deltas = None
     else:
         base = timestamps[0]
-        if timestamps.count(base) == count:  # type: ignore[attr-defined]
+        if timestamps.count(base) == count:
             deltas = None
         else:
             deltas = [t - base for t in timestamps]
@@ -164,7 +164,8 @@ def validate_message_set(buf: bytes | bytearray | memoryview) -> ScanResult:
 
 def batch_length_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     """Total size of the batch starting at ``pos`` (header included), from its header."""
-    return LENGTH_SIZE + struct.unpack_from(">I", buf, pos)[0]
+    length: int = struct.unpack_from(">I", buf, pos)[0]
+    return LENGTH_SIZE + length
 
 
 @dataclass(slots=True)
@@ -223,7 +224,7 @@ def decode_batches(
             break
         if _crc32(view[pos + CRC_START : stop]) != crc:
             raise CorruptBatchError(f"batch at offset {offset + pos} fails its CRC")
-        payload = view[pos + HEADER_SIZE : stop]
+        payload: bytes | memoryview = view[pos + HEADER_SIZE : stop]
         codec = attributes & _CODEC_MASK
         if codec == CODEC_GZIP:
             payload = zlib.decompress(payload, 31)

@@ -390,8 +390,6 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
 
 def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_process, tmp_path):
     """Each window's acked count in _audit equals the messages whose time read is in it."""
-    import msgpack
-
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap)
     doc["audit"] = {"window_s": 1}
