@@ -23,6 +23,8 @@ if _ROOT not in sys.path:
 from tests.support import failure_log_sections  # noqa: E402
 
 pytest_plugins = [
+    "pytester",
+    "tests.support.markers",
     "tests.support.zookeeper",
     "tests.support.brokers",
 ]

@@ -158,6 +158,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert err.count("\n") == 1 and "is the agent running" in err
 
 
+@pytest.mark.integration  # runs `python -m agent` as a process
 def test_python_m_agent_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
     config = tmp_path / "a.toml"
     config.write_text(dumps(minimal(sources=[{"pattern": "x", "topic": "t"}])))

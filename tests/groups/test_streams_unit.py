@@ -111,9 +111,7 @@ def test_wait_idle_returns_when_the_application_asks_for_more():
         state.stop([ps])
     timer = threading.Timer(0.1, lambda: list(reader))
     timer.start()
-    started = time.monotonic()
-    assert state.wait_idle([ps], timeout=5)
-    assert time.monotonic() - started < 2
+    assert state.wait_idle([ps], timeout=5)  # True: woken idle, not timed out
     timer.join()
     assert ps.position == (0, 1)
     # Bounded: nobody acknowledges this one.

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLossException
 
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry
 from broker.replication.controller import Controller
+
+pytestmark = pytest.mark.integration
 
 
 def _wait_active(controller: Controller, expected: bool, timeout: float = 10.0) -> None:

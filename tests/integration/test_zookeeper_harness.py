@@ -112,13 +112,34 @@ def test_expire_session_needs_a_connected_client(zookeeper):
         expire_session(client)
 
 
+LEFT_STOPPED = """
+import pytest
+
+pytestmark = pytest.mark.integration
+PORTS = []
+
+
 def test_a_test_may_leave_zookeeper_stopped(zookeeper):
+    PORTS.append(zookeeper.port)
     zookeeper.stop()  # and "forget" to start it: the harness must recover
+    assert not zookeeper.is_running()
 
 
 def test_the_next_test_finds_it_running_again(zookeeper, zk_client):
     assert zookeeper.is_running()
+    assert zookeeper.port == PORTS[0]
     assert zk_client.exists("/") is not None
+"""
+
+
+def test_a_test_that_leaves_zookeeper_stopped_does_not_break_the_next(pytester):
+    """Two tests in a session of their own (with its own ZooKeeper): the first stops
+    the server and ends; the harness must have it running, on the same port, for the
+    second. One test here, so the pair cannot be split or reordered."""
+    pytester.makeconftest('pytest_plugins = ["tests.support.zookeeper"]')
+    pytester.makepyfile(test_left_stopped=LEFT_STOPPED)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
 
 
 def _zk_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -106,6 +106,7 @@ def test_offsets_carry_forward():
     assert prev["a"][0] == 100
 
 
+@pytest.mark.integration  # starts a short-lived process to get the pid of a dead one
 def test_lock_is_exclusive_and_taken_over_from_a_dead_process(store):
     store.acquire_lock()
     with pytest.raises(StateError, match="another load job holds"):

@@ -31,10 +31,13 @@ from tests.replication.conftest import (
     wait_until,
 )
 
+pytestmark = pytest.mark.integration
+
 ACTIONS = ("kill", "kill two", "pause", "clean stop")
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 45 s of failures, then up to several minutes of catching up
 def test_mixed_random_failures_lose_no_acknowledged_message(broker_cluster):
     cluster = broker_cluster(3, broker=REPLICATED)
     topic = "mayhem"

@@ -148,6 +148,7 @@ def test_no_java_says_what_to_install(tmp_path):
         find_java({"PATH": str(tmp_path)})
 
 
+@pytest.mark.integration  # runs a stand-in `java` script as a process
 def test_too_old_java_is_refused(tmp_path):
     for name in ZOOKEEPER_JARS:
         (tmp_path / name).write_bytes(b"PK")
@@ -217,6 +218,7 @@ def test_start_on_a_taken_port_fails_before_spawning(tmp_path):
     assert port_is_free("127.0.0.1", port)
 
 
+@pytest.mark.integration  # runs a stand-in `java` script as a process
 def test_a_jvm_that_dies_at_start_fails_fast_with_its_output(tmp_path):
     install = _fake_install(tmp_path, "echo 'Error: Could not find or load main class X'\nexit 1\n")
     server = LocalZooKeeper(tmp_path / "zk", free_port(), install=install)
@@ -228,6 +230,7 @@ def test_a_jvm_that_dies_at_start_fails_fast_with_its_output(tmp_path):
     assert not server.is_running() and not server.pid_path.exists()
 
 
+@pytest.mark.integration  # runs a stand-in `java` script as a process
 def test_a_server_that_never_serves_times_out_and_is_killed(tmp_path):
     install = _fake_install(tmp_path, "exec sleep 30\n")
     server = LocalZooKeeper(tmp_path / "zk", free_port(), install=install)
