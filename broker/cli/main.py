@@ -88,8 +88,10 @@ def extra_providing(module: str) -> str | None:
 
 def _unavailable(sub: argparse._SubParsersAction, command: str, problem: str) -> None:
     """Keep ``command`` listed; running it prints ``problem`` and exits 1."""
-    p = sub.add_parser(command, help="(unavailable: run it to see why)", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    # No option prefix: whatever follows (--config, --help, ...) is taken, not parsed.
+    p = sub.add_parser(command, help="(unavailable: run it to see why)", add_help=False,
+                       prefix_chars="\0")
+    p.add_argument("rest", nargs="*")
 
     def fail(_args: argparse.Namespace) -> int:
         print(f"logferry: error: {problem}", file=sys.stderr)
