@@ -14,6 +14,7 @@ The implementation lives in :mod:`demo`; this module only declares the command.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+NEEDS = ("watchdog", "pyspark", "pyarrow")
+"""Modules of the extras the demo's components need (agent, loader); it needs them all."""
+
+
+def missing_modules() -> list[str]:
+    """The modules of :data:`NEEDS` this install lacks."""
+    return [name for name in NEEDS if importlib.util.find_spec(name) is None]
+
+
 def _run(args: argparse.Namespace) -> int:
+    from demo.processes import DemoError
+
+    missing = missing_modules()
+    if missing:  # say so before starting anything, not when the agents die
+        raise DemoError(f"the demo runs every component and this install lacks {', '.join(missing)}: "
+                        "pip install 'logferry[all]'")
     from demo.run import run
 
     return run(args)

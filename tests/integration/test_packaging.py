@@ -1,11 +1,13 @@
-"""The wheel as a user gets it: built from this tree, installed into a fresh virtualenv.
+"""The wheel as a user gets it: built from this tree, installed into fresh virtualenvs.
 
 Checks what only an installed wheel shows: ``logferry --version``, every command loads,
 the example configs of ``etc/`` travel in the wheel and are what the demo reads (the
 demo itself is not run here), and the optional dependencies are extras, not base
-requirements. The throwaway venv has no network and no index: it installs the wheel
-alone and borrows this venv's site-packages (msgpack, kazoo, ...) through a ``.pth``
-line, so none of this venv's own ``.pth`` files (its editable install) take effect.
+requirements. The throwaway venvs use no network and no index: each installs the wheel
+alone and borrows dependencies through a ``.pth`` line (so none of this venv's own
+``.pth`` files, its editable install, take effect): the "full" venv borrows this
+venv's whole site-packages; the "base" venv only copies of msgpack and kazoo, the base
+requirements, which is what ``pip install logferry`` gives.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpr
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """(python of a fresh venv holding only the wheel, the environment to run it in)."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this tree."""
     work = tmp_path_factory.mktemp("packaging")
     # Build from a copy, so the build's own files (build/, *.egg-info) stay out of the tree.
     tree = work / "src"
@@ -51,8 +53,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
             shutil.copy2(source, tree / name)
     dist = work / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(tree)], work)
-    (wheel,) = dist.glob("logferry-*.whl")
+    (built,) = dist.glob("logferry-*.whl")
+    return built
 
+
+def _venv_with(wheel: Path, work: Path, borrowed: Path) -> tuple[Path, dict[str, str]]:
+    """(python of a fresh venv holding only ``wheel`` and ``borrowed``'s packages, its env)."""
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], work)
     python = venv / "bin" / "python"
@@ -61,9 +67,27 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     fresh_site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                            work).stdout.strip())
     # After the fresh site-packages on sys.path: the wheel's packages win over this tree's.
-    (fresh_site / "borrowed-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    (fresh_site / "borrowed-dependencies.pth").write_text(f"{borrowed}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     return python, env
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A venv with the wheel and every extra's dependencies (this venv's)."""
+    return _venv_with(wheel, tmp_path_factory.mktemp("full"), Path(sysconfig.get_path("purelib")))
+
+
+@pytest.fixture(scope="module")
+def base_installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A venv with the wheel and its base requirements only (msgpack, kazoo)."""
+    work = tmp_path_factory.mktemp("base")
+    deps = work / "base-deps"
+    deps.mkdir()
+    site = Path(sysconfig.get_path("purelib"))
+    for package in ("msgpack", "kazoo"):
+        shutil.copytree(site / package, deps / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return _venv_with(wheel, work, deps)
 
 
 def test_version_and_every_command_from_the_installed_wheel(installed):
@@ -114,3 +138,32 @@ def test_optional_dependencies_are_extras_not_requirements(installed):
     assert base == {"msgpack", "kazoo"}, requires
     for name in OPTIONAL:
         assert any(r.lower().startswith(name) and "extra ==" in r for r in requires), (name, requires)
+
+
+def test_the_base_install_is_broker_client_and_cli_without_spark(base_installed):
+    python, env = base_installed
+    absent = _run([str(python), "-c", "import importlib.util as u; print([m for m in "
+                   f"{sorted(OPTIONAL)!r} if u.find_spec(m)])"], python.parent, env)
+    assert absent.stdout.strip() == "[]", "the base venv must not see the optional packages"
+    _run([str(python), "-c", "import broker.client, broker.server.broker, broker.cli.main, "
+          "broker.testing.zkserver, mirror.core"], python.parent, env)
+    logferry = python.parent / "logferry"
+    assert _run([str(logferry), "--version"], python.parent, env).stdout.strip() == "logferry 0.1.0"
+    helped = _run([str(logferry), "--help"], python.parent, env)
+    for command in ("broker", "topic", "produce", "consume", "zk", "group", "mirror"):
+        assert f"    {command} " in helped.stdout, helped.stdout
+    # A command whose extra is missing is not silently gone: it is named with the fix,
+    # at load (here) or when run.
+    for line in helped.stderr.splitlines():
+        assert line.startswith("logferry: warning: command '") and "pip install 'logferry[" in line, line
+    run = subprocess.run([str(logferry), "load", "--config", "loader.toml"], cwd=python.parent, env=env,
+                         capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "pip install 'logferry[loader]'" in run.stderr.splitlines()[-1], run.stderr
+    assert "Traceback" not in run.stderr
+    demo = subprocess.run([str(logferry), "demo", "--workdir", str(python.parents[1] / "demo")],
+                          cwd=python.parent, env=env, capture_output=True, text=True,
+                          timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert demo.returncode == 1 and demo.stdout == "", demo.stdout + demo.stderr
+    assert demo.stderr.strip().endswith("pip install 'logferry[all]'"), demo.stderr
+    assert not (python.parents[1] / "demo").exists(), "the demo started before checking its extras"
