@@ -25,7 +25,8 @@ import pytest
 pytestmark = pytest.mark.integration  # about 5 s: builds, makes a venv, runs it
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ["pyproject.toml", "README.md", "broker", "agent", "mirror", "hadoop_loader", "demo", "etc"]
+NOT_SOURCES = (".git", ".venv", ".logferry", "__pycache__", "*.pyc", ".*_cache", "build", "dist",
+               "*.egg-info", "spark-warehouse", "metastore_db", "results")
 OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog"}
 STEP_TIMEOUT = 240
 
@@ -43,14 +44,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("packaging")
     # Build from a copy, so the build's own files (build/, *.egg-info) stay out of the tree.
     tree = work / "src"
-    tree.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in SOURCES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tree / name, symlinks=True, ignore=ignore)
-        else:
-            shutil.copy2(source, tree / name)
+    shutil.copytree(ROOT, tree, symlinks=True, ignore=shutil.ignore_patterns(*NOT_SOURCES))
     dist = work / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(tree)], work)
     (built,) = dist.glob("logferry-*.whl")

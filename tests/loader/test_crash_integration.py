@@ -26,7 +26,8 @@ from hadoop_loader.store import LandingStore
 from tests.loader.conftest import loader_config, produce
 from tests.loader.test_load_integration import assert_landed_exactly, merge
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow,
+              pytest.mark.timeout(600)]  # five Spark jobs in their own processes
 
 REPO = Path(__file__).resolve().parents[2]
 
