@@ -6,8 +6,8 @@ demo itself is not run here), and the optional dependencies are extras, not base
 requirements. The throwaway venvs use no network and no index: each installs the wheel
 alone and borrows dependencies through a ``.pth`` line (so none of this venv's own
 ``.pth`` files, its editable install, take effect): the "full" venv borrows this
-venv's whole site-packages; the "base" venv only copies of msgpack and kazoo, the base
-requirements, which is what ``pip install logferry`` gives.
+venv's whole site-packages; the "base" venv only copies of the base requirements
+(:data:`BASE`), which is what ``pip install logferry`` gives.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ pytestmark = pytest.mark.integration  # about 5 s: builds, makes a venv, runs it
 ROOT = Path(__file__).resolve().parents[2]
 NOT_SOURCES = (".git", ".venv", ".logferry", "__pycache__", "*.pyc", ".*_cache", "build", "dist",
                "*.egg-info", "spark-warehouse", "metastore_db", "results")
+BASE = {"msgpack": "msgpack", "kazoo": "kazoo", "tomli-w": "tomli_w"}
+"""The base requirements (distribution: import name). A new one is a decision: every
+machine that runs any part of logferry downloads it."""
 OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog"}
 STEP_TIMEOUT = 240
 
@@ -74,12 +77,12 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
 
 @pytest.fixture(scope="module")
 def base_installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A venv with the wheel and its base requirements only (msgpack, kazoo)."""
+    """A venv with the wheel and its base requirements only (:data:`BASE`)."""
     work = tmp_path_factory.mktemp("base")
     deps = work / "base-deps"
     deps.mkdir()
     site = Path(sysconfig.get_path("purelib"))
-    for package in ("msgpack", "kazoo"):
+    for package in BASE.values():
         shutil.copytree(site / package, deps / package, ignore=shutil.ignore_patterns("__pycache__"))
     return _venv_with(wheel, work, deps)
 
@@ -129,7 +132,7 @@ def test_optional_dependencies_are_extras_not_requirements(installed):
     requires = json.loads(_run([str(python), "-c", probe], python.parent, env).stdout)
     base = {r.split(";")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
             for r in requires if "extra ==" not in r}
-    assert base == {"msgpack", "kazoo"}, requires
+    assert base == set(BASE), requires
     for name in OPTIONAL:
         assert any(r.lower().startswith(name) and "extra ==" in r for r in requires), (name, requires)
 
