@@ -177,7 +177,7 @@ class MetricsServer:
         app = make_wsgi_app(_registry(metrics if loop is None else _OnLoop(metrics, loop)))
         routes = dict(routes or {})
 
-        def dispatch(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        def dispatch(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "/")
             if path in routes:
                 kind, body = routes[path]()
@@ -188,7 +188,8 @@ class MetricsServer:
                 body = f"try {' or '.join(['/metrics', *routes])}\n".encode()
                 start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
                 return [body]
-            return app(environ, start_response)
+            answer: Iterable[bytes] = app(environ, start_response)
+            return answer
 
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,

@@ -212,6 +212,7 @@ def test_handle_limit_with_many_files(tmp_path: Path, run_agent, fake_producer) 
     agent.stop()
 
 
+@pytest.mark.integration  # runs promtool as a process
 def test_metrics_endpoint_status_file_and_audit(tmp_path: Path, run_agent, fake_producer) -> None:
     (tmp_path / "logs" / "app.log").write_bytes(lines("a", 7))
     config = agent_config(tmp_path, metrics={"port": 0}, audit={"window_s": 1})

@@ -33,6 +33,7 @@ def _broker_like() -> Metrics:
     return metrics
 
 
+@pytest.mark.integration  # runs promtool as a process
 def test_counters_keep_the_declared_name_and_every_integer_digit() -> None:
     metrics = Metrics()
     counter = metrics.counter("bytes_in_total", "Bytes appended per partition")
@@ -46,6 +47,7 @@ def test_counters_keep_the_declared_name_and_every_integer_digit() -> None:
     promtool_check(text)
 
 
+@pytest.mark.integration  # runs promtool as a process
 def test_declared_families_render_without_series_and_names_follow_the_rules() -> None:
     text = _broker_like().render()
     assert "# TYPE logferry_produce_errors_total counter" in text
@@ -108,6 +110,7 @@ def test_an_asyncio_owner_is_read_on_its_own_loop() -> None:
     assert seen == [threading.main_thread()]
 
 
+@pytest.mark.integration  # runs promtool as a process
 def test_agent_families_from_a_snapshot_pass_promtool() -> None:
     snapshot = Snapshot(host='web-1 "a"', counters={name: 7 for name in COUNTERS},
                         gauges={name: 3 for name in GAUGES},
@@ -132,6 +135,7 @@ def test_agent_status_server_serves_metrics_and_status() -> None:
         server.close()
 
 
+@pytest.mark.integration  # runs promtool as a process
 def test_mirror_families_pass_promtool() -> None:
     mirror = MirrorMetrics(lambda: {"partitions": {"logs-0": {"position": 10, "log_end": 30,
                                                               "lag_bytes": 20, "active": True}}})
