@@ -35,7 +35,7 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     ZooKeeperError,
 )
-from broker.replication.state import PartitionState, assign_replicas, initial_state
+from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
 from broker.common.names import validate_topic_name
 
 log = logging.getLogger("logferry.registry")
@@ -95,7 +95,7 @@ class BrokerRegistry:
         self._registering = threading.Lock()
         self.session = 0
         """Creation zxid of this broker's registration (0 until registered): its
-        session as partition states record it (see broker.replication.state)."""
+        session as partition states record it (see broker.coordination.partition_state)."""
 
     # -- registration ---------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from kazoo.exceptions import (
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.coordination import zk
-from broker.replication.state import PartitionState, elect, initial_state
+from broker.coordination.partition_state import PartitionState, elect, initial_state
 
 log = logging.getLogger("logferry.controller")
 

@@ -43,7 +43,7 @@ from broker.replication.isr import LeaderTracker
 from broker.replication.lease import Fencing, WriteLease
 from broker.replication.roles import LEADER, OFFLINE, Replica
 from broker.replication.services import PartitionKey, ReplicationServices
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 from broker.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logferry.replication")

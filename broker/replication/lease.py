@@ -34,7 +34,7 @@ from kazoo.client import KazooState
 from broker.coordination import zk
 from broker.replication.roles import LEADER, Replica
 from broker.replication.services import PartitionKey, ReplicationServices
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 
 log = logging.getLogger("logferry.replication")
 

@@ -47,7 +47,7 @@ from broker.replication.roles import (
     same_term,
 )
 from broker.replication.services import PartitionKey, ReplicationServices
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.replication.isr import LeaderTracker
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 from broker.storage.partition_log import PartitionLog
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"

@@ -21,7 +21,7 @@ from broker.wire import records
 from broker.coordination.registry import ClusterView
 from broker.replication.manager import LEADER, ReplicaManager
 from broker.replication.services import ReplicationServices
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 

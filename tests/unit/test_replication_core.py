@@ -7,7 +7,7 @@ import pytest
 from broker.wire import records
 from broker.replication.isr import LeaderTracker
 from broker.replication.reconcile import matching_prefix
-from broker.replication.state import (
+from broker.coordination.partition_state import (
     NO_LEADER,
     PartitionState,
     assign_replicas,

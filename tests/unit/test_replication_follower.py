@@ -11,7 +11,7 @@ from broker.common.errors import OffsetOutOfRangeError, UnknownError
 from broker.replication.follower import FollowerApplier
 from broker.replication.roles import FOLLOWER, Replica
 from broker.replication.services import ReplicationServices
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records

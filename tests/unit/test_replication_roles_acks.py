@@ -9,7 +9,7 @@ from broker.common.errors import NotEnoughReplicasAfterAppendError, NotEnoughRep
 from broker.replication import acks
 from broker.replication.isr import LeaderTracker
 from broker.replication.roles import FOLLOWER, LEADER, OFFLINE, Replica, role_for, same_term
-from broker.replication.state import PartitionState
+from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
