@@ -151,7 +151,7 @@ class Member:
 
 def wait_owned(client, group: str, topic: str, expected: dict[int, str], timeout: float = 60.0) -> float:
     """Poll the owner znodes until they are exactly ``expected``; returns the time seen."""
-    from broker.client.offsets import read_owners
+    from broker.client.group.offsets import read_owners
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def wait_owned(client, group: str, topic: str, expected: dict[int, str], timeout
 
 
 def expected_owners(members: list[str], topic: str) -> dict[int, str]:
-    from broker.client.assignment import range_assign
+    from broker.client.group.assignment import range_assign
 
     result = range_assign({topic: range(PARTITIONS)}, {m: {topic: 1} for m in members})
     return {p: thread[0] for (_, p), thread in result.items()}

@@ -18,7 +18,7 @@ from typing import Any
 
 from broker.coordination import zk as _zk
 from broker.client import SimpleConsumer
-from broker.client.offsets import read_offsets, read_owners
+from broker.client.group.offsets import read_offsets, read_owners
 from broker.common.errors import LogferryError
 from mirror.config import MirrorConfig, load_config
 from mirror.errors import MirrorConfigError

@@ -25,7 +25,7 @@ import threading
 import time
 
 from broker.client import Admin, GroupConsumer, Producer, SimpleConsumer
-from broker.client.streams import RawBatch
+from broker.client.group.streams import RawBatch
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
 from mirror.config import MirrorConfig

@@ -1,6 +1,6 @@
 """``logferry group``: list, describe, seek and delete consumer groups.
 
-Everything here reads or writes the group's znodes (:mod:`broker.client.offsets`) and
+Everything here reads or writes the group's znodes (:mod:`broker.client.group.offsets`) and
 asks the brokers for log ends; no group member is involved, so the commands work on
 a group whose members are all down. ``seek`` and ``delete`` refuse while members are
 registered (a live member would overwrite the new offsets at its next commit, or
@@ -99,7 +99,7 @@ class _Session:
 
 
 def _require_group(session: _Session, group: str) -> None:
-    from broker.client.offsets import group_path, validate_group_name
+    from broker.client.group.offsets import group_path, validate_group_name
 
     validate_group_name(group)
     if session.zk.exists(group_path(group)) is None:
@@ -108,7 +108,7 @@ def _require_group(session: _Session, group: str) -> None:
 
 
 def _refuse_while_active(session: _Session, group: str, force: bool, action: str) -> None:
-    from broker.client.offsets import read_members
+    from broker.client.group.offsets import read_members
 
     members = read_members(session.zk, group)
     if members and not force:
@@ -151,7 +151,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 
 
 def list_cmd(args: argparse.Namespace) -> int:
-    from broker.client.offsets import list_groups, read_members, read_offsets
+    from broker.client.group.offsets import list_groups, read_members, read_offsets
 
     with _Session(args, brokers=False) as session:
         rows = []
@@ -168,8 +168,8 @@ def list_cmd(args: argparse.Namespace) -> int:
 
 def describe(session: _Session, group: str) -> dict[str, Any]:
     """Everything ``describe`` shows, as plain data (members, partitions, lag)."""
-    from broker.client.assignment import Subscription, resolve_subscription
-    from broker.client.offsets import read_members, read_offsets, read_owners
+    from broker.client.group.assignment import Subscription, resolve_subscription
+    from broker.client.group.offsets import read_members, read_offsets, read_owners
 
     members = read_members(session.zk, group)
     offsets = read_offsets(session.zk, group)
@@ -257,8 +257,8 @@ def describe_cmd(args: argparse.Namespace) -> int:
 
 
 def seek_cmd(args: argparse.Namespace) -> int:
-    from broker.client.group import resolve_position
-    from broker.client.offsets import Committed, read_offsets, write_offsets
+    from broker.client.group.consumer import resolve_position
+    from broker.client.group.offsets import Committed, read_offsets, write_offsets
 
     to = parse_start(args.to)
     with _Session(args) as session:
@@ -287,7 +287,7 @@ def seek_cmd(args: argparse.Namespace) -> int:
 
 
 def delete_cmd(args: argparse.Namespace) -> int:
-    from broker.client.offsets import delete_group
+    from broker.client.group.offsets import delete_group
 
     with _Session(args, brokers=False) as session:
         _require_group(session, args.group)

@@ -1,4 +1,4 @@
-"""Unit tests of the sans-IO partition assignment (broker.client.assignment)."""
+"""Unit tests of the sans-IO partition assignment (broker.client.group.assignment)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from broker.client.assignment import (
+from broker.client.group.assignment import (
     Subscription,
     assign,
     diff,

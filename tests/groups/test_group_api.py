@@ -10,8 +10,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.client import GroupConsumer, Producer, SimpleConsumer
-from broker.client.group import PartitionNotOwnedError
-from broker.client.offsets import Committed, read_offsets, write_offsets
+from broker.client.group.consumer import PartitionNotOwnedError
+from broker.client.group.offsets import Committed, read_offsets, write_offsets
 from broker.common.errors import ConfigError
 from tests.groups.conftest import create_topic, wait_for
 

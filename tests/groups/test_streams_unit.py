@@ -1,4 +1,4 @@
-"""Unit tests of delivery and acknowledgement (broker.client.streams), backoff and znode formats.
+"""Unit tests of delivery and acknowledgement (broker.client.group.streams), backoff and znode formats.
 
 No ZooKeeper, no broker: chunks are made by hand, as the fetcher would make them.
 """
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from broker.client.consumer import Message
-from broker.client.offsets import Committed, validate_group_name
-from broker.client.rebalance import Backoff
-from broker.client.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
+from broker.client.group.offsets import Committed, validate_group_name
+from broker.client.group.rebalance import Backoff
+from broker.client.group.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
 from broker.common.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.wire import records
-from broker.client.offsets import Committed, read_offsets, read_owners, write_offsets
+from broker.client.group.offsets import Committed, read_offsets, read_owners, write_offsets
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
 from tests.mirror.conftest import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.wire import records
-from broker.client.fetcher import raw_batches
+from broker.client.group.fetcher import raw_batches
 from broker.common.errors import CorruptBatchError
 from mirror.config import load_config, parse_config
 from mirror.errors import MirrorConfigError, MirrorError

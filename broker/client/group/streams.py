@@ -8,7 +8,7 @@ lock in :class:`GroupState`, never held across network or ZooKeeper calls, so no
 thread can block another for longer than a few list operations.
 
 Positions. A partition's ``position`` is what the application has processed, as the
-committed form ``(offset, skip)`` (see :mod:`broker.client.offsets`). A message
+committed form ``(offset, skip)`` (see :mod:`broker.client.group.offsets`). A message
 handed out is *in flight*; it counts as processed when its reader is asked for the
 next message (``next()`` again, or the next ``poll()``), and only then does the
 position move past it. Commits write positions, so a crash re-delivers at most what

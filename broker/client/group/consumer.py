@@ -3,8 +3,8 @@
 Members of a group share the partitions of the topics they subscribe to; each
 partition is consumed by one member at a time; offsets live in ZooKeeper; groups are
 independent of each other. This module is the public face and the wiring: the
-coordinator (:mod:`broker.client.rebalance`) decides what this member owns, the
-fetcher (:mod:`broker.client.fetcher`) pulls it, readers (:mod:`broker.client.streams`)
+coordinator (:mod:`broker.client.group.rebalance`) decides what this member owns, the
+fetcher (:mod:`broker.client.group.fetcher`) pulls it, readers (:mod:`broker.client.group.streams`)
 hand it to the application, and a committer thread writes processed positions every
 ``auto_commit_ms``.
 
@@ -23,12 +23,12 @@ import threading
 import uuid
 from typing import Callable, Iterator, Sequence
 
-from broker.client.assignment import STRATEGIES, Subscription, TopicPartition
+from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
 from broker.client.consumer import Message, SimpleConsumer
-from broker.client.fetcher import Fetcher
-from broker.client.offsets import validate_group_name
-from broker.client.rebalance import Coordinator, MemberState, connect
-from broker.client.streams import (
+from broker.client.group.fetcher import Fetcher
+from broker.client.group.offsets import validate_group_name
+from broker.client.group.rebalance import Coordinator, MemberState, connect
+from broker.client.group.streams import (
     ConsumerClosedError,
     GroupState,
     MessageStream,

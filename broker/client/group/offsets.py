@@ -15,7 +15,7 @@ broker only ever sees batch boundaries. ``time`` (ms since the epoch) is when th
 position was committed; ``logferry group describe`` shows it.
 
 This module only names paths and reads or writes znodes: who may write what and when
-is the coordinator's business (:mod:`broker.client.rebalance`), and the command line
+is the coordinator's business (:mod:`broker.client.group.rebalance`), and the command line
 (:mod:`broker.cli.group_cmd`) reads the same znodes through the same functions.
 """
 

@@ -48,7 +48,7 @@ from typing import Any, Callable, NamedTuple
 from broker.wire import protocol, records
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import SimpleConsumer, messages_of
-from broker.client.streams import Chunk, GroupState, PartitionState, RawBatch
+from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,

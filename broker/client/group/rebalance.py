@@ -3,7 +3,7 @@
 The paper's distributed consumption (section 3.2) as a state machine run by one
 coordinator thread per member. Every member watches the group's member registry, the
 broker registry and the topics it subscribes to; any change makes every member
-recompute the assignment (:mod:`broker.client.assignment`, a pure function of what
+recompute the assignment (:mod:`broker.client.group.assignment`, a pure function of what
 ZooKeeper holds), release what it lost and claim what it gained. Ownership is an
 ephemeral znode per partition: a member fetches a partition only while it holds that
 znode, and deletes it only after its last commit, so two members never consume a
@@ -76,8 +76,8 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.coordination import zk
-from broker.client import offsets as reg
-from broker.client.assignment import (
+from broker.client.group import offsets as reg
+from broker.client.group.assignment import (
     Subscription,
     TopicPartition,
     assign,
@@ -86,9 +86,9 @@ from broker.client.assignment import (
     member_share,
     resolve_subscription,
 )
-from broker.client.fetcher import Fetcher
-from broker.client.offsets import Committed
-from broker.client.streams import GroupState, PartitionState, StreamQueue
+from broker.client.group.fetcher import Fetcher
+from broker.client.group.offsets import Committed
+from broker.client.group.streams import GroupState, PartitionState, StreamQueue
 from broker.common.errors import ZooKeeperError
 
 log = logging.getLogger("logferry.group")

@@ -4,7 +4,7 @@ Every member of a group runs the same pure function over the same inputs (the
 members' subscriptions and the topics' partitions, both read from ZooKeeper) and so
 reaches the same answer without talking to the others; that is the paper's rebalance
 (section 3.2). Keeping it free of IO makes it exhaustively testable and lets the
-coordinator (:mod:`broker.client.rebalance`) stay a thin layer of ZooKeeper calls.
+coordinator (:mod:`broker.client.group.rebalance`) stay a thin layer of ZooKeeper calls.
 
 Vocabulary:
 
