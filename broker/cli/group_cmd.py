@@ -1,8 +1,8 @@
 """``logferry group``: list, describe, seek and delete consumer groups.
 
-Everything here reads or writes the group's znodes (:mod:`broker.client.group.offsets`) and
-asks the brokers for log ends; no group member is involved, so the commands work on
-a group whose members are all down. ``seek`` and ``delete`` refuse while members are
+Everything here prints what :class:`broker.client.GroupAdmin` reads or writes (the
+group's znodes, and log ends from the brokers); no group member is involved, so the
+commands work on a group whose members are all down. ``seek`` and ``delete`` refuse while members are
 registered (a live member would overwrite the new offsets at its next commit, or
 re-create what was deleted) unless ``--force``.
 """
@@ -14,13 +14,13 @@ import datetime as dt
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NoNodeError
-
-from broker.coordination import zk as zkmod
 from broker.cli.client_cmds import _cluster_args, cluster_kwargs, parse_start
-from broker.common.errors import ConfigError, LogferryError
+from broker.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from broker.client import GroupAdmin
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,65 +64,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 # -- plumbing -------------------------------------------------------------------------------
 
 
-def _zk_connect(args: argparse.Namespace) -> str:
+def _admin(args: argparse.Namespace, brokers: bool = True) -> "GroupAdmin":
+    from broker.client import GroupAdmin
+
     where = cluster_kwargs(args)
     if "zk" not in where:
         raise ConfigError("consumer groups live in ZooKeeper: use --zk (not --brokers)")
-    return where["zk"]
-
-
-class _Session:
-    """A ZooKeeper client and a broker client for one command."""
-
-    def __init__(self, args: argparse.Namespace, brokers: bool = True):
-        from broker.client import SimpleConsumer
-
-        self.connect = _zk_connect(args)
-        self.zk = zkmod.connect(self.connect)
-        self.simple = None
-        if brokers:
-            try:
-                self.simple = SimpleConsumer(zk=self.connect, request_timeout=5.0, metadata_retries=1)
-            except LogferryError:
-                self.simple = None
-
-    def close(self) -> None:
-        if self.simple is not None:
-            self.simple.close()
-        zkmod.close(self.zk)
-
-    def __enter__(self) -> "_Session":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _require_group(session: _Session, group: str) -> None:
-    from broker.client.group.offsets import group_path, validate_group_name
-
-    validate_group_name(group)
-    if session.zk.exists(group_path(group)) is None:
-        raise ConfigError(f"no consumer group {group!r} at {session.connect} "
-                          "(`logferry group list` shows the groups)")
-
-
-def _refuse_while_active(session: _Session, group: str, force: bool, action: str) -> None:
-    from broker.client.group.offsets import read_members
-
-    members = read_members(session.zk, group)
-    if members and not force:
-        raise ConfigError(f"group {group!r} has {len(members)} active member(s) "
-                          f"({', '.join(sorted(members))}); stop them before you {action}, or "
-                          "pass --force")
-
-
-def _topic_partitions(session: _Session, topic: str) -> list[int]:
-    try:
-        raw, _ = session.zk.get(zkmod.topic_path(topic))
-    except NoNodeError:
-        raise ConfigError(f"no topic {topic!r} (`logferry topic list` shows the topics)") from None
-    return sorted(zkmod.read_assignment(raw))
+    return GroupAdmin(where["zk"], brokers=brokers)
 
 
 def _fmt_time(ms: int) -> str:
@@ -151,13 +99,11 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 
 
 def list_cmd(args: argparse.Namespace) -> int:
-    from broker.client.group.offsets import list_groups, read_members, read_offsets
-
-    with _Session(args, brokers=False) as session:
+    with _admin(args, brokers=False) as admin:
         rows = []
-        for group in list_groups(session.zk):
-            members = read_members(session.zk, group)
-            topics = sorted({t for t, _ in read_offsets(session.zk, group)})
+        for group in admin.groups():
+            members = admin.members(group)
+            topics = sorted({t for t, _ in admin.offsets(group)})
             rows.append([group, len(members), ",".join(topics) or "-"])
         if not rows:
             print("no consumer groups")
@@ -166,56 +112,15 @@ def list_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(session: _Session, group: str) -> dict[str, Any]:
-    """Everything ``describe`` shows, as plain data (members, partitions, lag)."""
-    from broker.client.group.assignment import Subscription, resolve_subscription
-    from broker.client.group.offsets import read_members, read_offsets, read_owners
-
-    members = read_members(session.zk, group)
-    offsets = read_offsets(session.zk, group)
-    owners = read_owners(session.zk, group)
-    all_topics = session.zk.get_children(zkmod.BROKER_TOPICS)
-    topics = {t for t, _ in offsets} | {t for t, _ in owners}
-    for member in members.values():
-        topics |= set(resolve_subscription(Subscription.from_json(member.data), all_topics))
-    partitions = []
-    for topic in sorted(topics):
-        try:
-            numbers = _topic_partitions(session, topic)
-        except ConfigError:  # topic deleted: show what the group still records
-            numbers = sorted({p for t, p in offsets if t == topic} | {p for t, p in owners if t == topic})
-        for p in numbers:
-            committed = offsets.get((topic, p))
-            row: dict[str, Any] = {"topic": topic, "partition": p, "owner": owners.get((topic, p)),
-                                   "committed": committed.offset if committed else None,
-                                   "skip": committed.skip if committed else None,
-                                   "committed_at_ms": committed.time if committed else None,
-                                   "log_start": None, "log_end": None, "lag_bytes": None,
-                                   "lag_messages": None}
-            if session.simple is not None:
-                try:
-                    info = session.simple.offset_info(topic, p)
-                    row["log_start"], row["log_end"] = info["start"], info["end"]
-                    if committed is not None:
-                        # From the committed batch to the end, less the messages of that
-                        # batch already processed (``skip``), at the average message size.
-                        span = max(info["end"] - committed.offset, 0)
-                        avg = float(info.get("avg_message_bytes") or 0)
-                        done = round(committed.skip * avg)
-                        row["lag_bytes"] = max(span - done, 0)
-                        row["lag_messages"] = max(round(span / avg) - committed.skip, 0) if avg > 0 and span else 0
-                except Exception as exc:  # a broker down must not hide the rest
-                    row["error"] = str(exc)
-            partitions.append(row)
-    return {"group": group,
-            "members": {cid: {**m.data, "registered_ms": m.ctime_ms} for cid, m in sorted(members.items())},
-            "partitions": partitions}
+def describe(admin: "GroupAdmin", group: str) -> dict[str, Any]:
+    """Everything ``describe`` shows, as plain data (see :meth:`GroupAdmin.describe`)."""
+    return admin.describe(group)
 
 
 def describe_cmd(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        _require_group(session, args.group)
-        info = describe(session, args.group)
+    with _admin(args) as admin:
+        admin.require(args.group)
+        info = describe(admin, args.group)
     if args.json:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -257,29 +162,11 @@ def describe_cmd(args: argparse.Namespace) -> int:
 
 
 def seek_cmd(args: argparse.Namespace) -> int:
-    from broker.client.group.consumer import resolve_position
-    from broker.client.group.offsets import Committed, read_offsets, write_offsets
-
     to = parse_start(args.to)
-    with _Session(args) as session:
-        _require_group(session, args.group)
-        _refuse_while_active(session, args.group, args.force, "seek")
-        if session.simple is None:
-            raise ConfigError("no broker reachable to resolve offsets; start the brokers first")
-        available = _topic_partitions(session, args.topic)
-        partitions = sorted(set(args.partition)) if args.partition else available
-        unknown = [p for p in partitions if p not in available]
-        if unknown:
-            raise ConfigError(f"topic {args.topic!r} has partitions {available}, not {unknown}")
-        before = read_offsets(session.zk, args.group, [args.topic])
-        positions = {}
-        for p in partitions:
-            offset, skip = resolve_position(session.simple, args.topic, p, to)
-            positions[(args.topic, p)] = Committed.now(offset, skip)
-        write_offsets(session.zk, args.group, positions)
+    with _admin(args) as admin:
+        moved = admin.seek(args.group, args.topic, to, args.partition, force=args.force)
     rows = []
-    for (topic, p), new in sorted(positions.items()):
-        old = before.get((topic, p))
+    for (topic, p), (old, new) in moved.items():
         rows.append([topic, p, f"{old.offset}+{old.skip}" if old else "-", f"{new.offset}+{new.skip}"])
     print(_table(rows, ["TOPIC", "PARTITION", "FROM", "TO"]))
     print(f"group {args.group}: {len(rows)} partition(s) of {args.topic} set to {args.to}")
@@ -287,12 +174,8 @@ def seek_cmd(args: argparse.Namespace) -> int:
 
 
 def delete_cmd(args: argparse.Namespace) -> int:
-    from broker.client.group.offsets import delete_group
-
-    with _Session(args, brokers=False) as session:
-        _require_group(session, args.group)
-        _refuse_while_active(session, args.group, args.force, "delete it")
-        delete_group(session.zk, args.group)
+    with _admin(args, brokers=False) as admin:
+        admin.delete(args.group, force=args.force)
     print(f"deleted group {args.group}")
     return 0
 

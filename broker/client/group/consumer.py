@@ -26,6 +26,7 @@ from typing import Callable, Iterator, Sequence
 from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
 from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.fetcher import Fetcher
+from broker.client.group.lag import group_lag
 from broker.client.group.offsets import validate_group_name
 from broker.client.group.rebalance import Coordinator, MemberState, connect
 from broker.client.group.streams import (
@@ -318,18 +319,24 @@ class GroupConsumer:
             return sorted(tp for tp, ps in self._state.partitions.items() if ps.active)
 
     def metrics(self) -> dict:
-        """State, rebalance figures, counters and per-partition positions and lag."""
+        """State, rebalance figures, counters and per-partition positions and lag.
+
+        Lag is :func:`broker.client.group_lag` of the last visible end a fetch saw and
+        this member's last commit (the same formula as ``logferry group describe``).
+        """
         coordinator = self._coordinator
         state = self._state
         with state.lock:
             state.materialize()
             partitions = {}
             for (topic, p), ps in sorted(state.partitions.items()):
-                lag = ps.log_end - ps.position[0] if ps.position is not None and ps.log_end >= 0 else None
+                lag = group_lag(ps.log_end, ps.committed, ps.log_start, ps.avg_message_bytes)
                 partitions[f"{topic}-{p}"] = {
                     "stream": ps.stream_index, "active": ps.active, "position": ps.position,
                     "committed": ps.committed, "fetch_offset": ps.fetch_offset,
-                    "log_end": ps.log_end if ps.log_end >= 0 else None, "lag_bytes": lag}
+                    "log_end": ps.log_end if ps.log_end >= 0 else None,
+                    "lag_bytes": lag.bytes if lag else None,
+                    "lag_messages": lag.messages if lag else None}
             queued = sum(q.nbytes for q in self._queues)
             delivered = state.delivered
         out: dict = {"group": self.group, "consumer_id": self.consumer_id,

@@ -1,0 +1,225 @@
+"""Consumer-group administration: list, describe, lag, seek and delete.
+
+:class:`GroupAdmin` reads and writes a group's znodes (:mod:`.offsets`) and asks the
+brokers for log ends; no member of the group is involved, so it works on a group whose
+members are all down. ``logferry group`` and ``logferry mirror status`` are thin
+printers over it, and every lag it reports comes from :func:`.lag.group_lag` (the one
+formula, docs/groups.md "Lag").
+
+``seek`` and ``delete`` refuse while members are registered (a live member would
+overwrite the new offsets at its next commit, or re-create what was deleted) unless
+``force=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from kazoo.exceptions import NoNodeError
+
+from broker.client.consumer import SimpleConsumer
+from broker.client.group import offsets as reg
+from broker.client.group.assignment import Subscription, resolve_subscription
+from broker.client.group.consumer import StartAt, resolve_position
+from broker.client.group.lag import group_lag
+from broker.client.group.offsets import Committed, Member, TopicPartition
+from broker.common.errors import ConfigError, LogferryError
+from broker.coordination import zk as zkmod
+
+
+class GroupAdmin:
+    """Administration of the consumer groups of one cluster (reached through ZooKeeper).
+
+    ``brokers=False`` skips connecting to the brokers: listing, reading offsets and
+    deleting need only ZooKeeper. With brokers, one that is down does not fail the
+    whole view: its partitions carry an ``error`` instead of log ends and lag.
+    """
+
+    def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0):
+        if not zk:
+            raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
+                              "with chroot)")
+        self.zk_connect = zk
+        self._zk = zkmod.connect(zk)
+        self._simple: SimpleConsumer | None = None
+        if brokers:
+            try:
+                self._simple = SimpleConsumer(zk=zk, request_timeout=request_timeout,
+                                              metadata_retries=1)
+            except LogferryError:
+                self._simple = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the ZooKeeper session and the broker connections."""
+        if self._simple is not None:
+            self._simple.close()
+            self._simple = None
+        zkmod.close(self._zk)
+
+    def __enter__(self) -> "GroupAdmin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def brokers_reachable(self) -> bool:
+        """Whether a broker answered when this admin was created."""
+        return self._simple is not None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def groups(self) -> list[str]:
+        """Every group with a znode under ``/consumers``, sorted."""
+        return reg.list_groups(self._zk)
+
+    def exists(self, group: str) -> bool:
+        """Whether the group has any znode (members, owners or offsets)."""
+        reg.validate_group_name(group)
+        return self._zk.exists(reg.group_path(group)) is not None
+
+    def require(self, group: str) -> None:
+        """Raise ConfigError naming the cluster when the group does not exist."""
+        if not self.exists(group):
+            raise ConfigError(f"no consumer group {group!r} at {self.zk_connect} "
+                              "(`logferry group list` shows the groups)")
+
+    def members(self, group: str) -> dict[str, Member]:
+        """Registered members by consumer id."""
+        return reg.read_members(self._zk, group)
+
+    def offsets(self, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, Committed]:
+        """Committed positions of the given (default: all) topics."""
+        return reg.read_offsets(self._zk, group, topics)
+
+    def owners(self, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
+        """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
+        return reg.read_owners(self._zk, group, topics)
+
+    def topics(self) -> list[str]:
+        """Every topic registered in the cluster, sorted."""
+        try:
+            return sorted(self._zk.get_children(zkmod.BROKER_TOPICS))
+        except NoNodeError:
+            return []
+
+    def partitions(self, topic: str) -> list[int]:
+        """Partition numbers of a registered topic (ConfigError when there is none)."""
+        try:
+            raw, _ = self._zk.get(zkmod.topic_path(topic))
+        except NoNodeError:
+            raise ConfigError(f"no topic {topic!r} (`logferry topic list` shows the topics)") from None
+        return sorted(zkmod.read_assignment(raw))
+
+    # -- lag ---------------------------------------------------------------------------------
+
+    def lag(self, group: str, topics: Iterable[str],
+            offsets: Mapping[TopicPartition, Committed] | None = None,
+            owners: Mapping[TopicPartition, str] | None = None) -> list[dict[str, Any]]:
+        """One row per partition of ``topics``: owner, committed position, log range, lag.
+
+        Row keys: ``topic, partition, owner, committed, skip, committed_at_ms, log_start,
+        log_end, lag_bytes, lag_messages, gap`` and, when its broker did not answer,
+        ``error`` (log ends and lag are then None). ``gap`` says the committed offset
+        was deleted by retention. Partitions of a deleted topic are those the group
+        still records.
+        """
+        names = sorted(set(topics))
+        offsets = self.offsets(group, names) if offsets is None else offsets
+        owners = self.owners(group, names) if owners is None else owners
+        rows: list[dict[str, Any]] = []
+        for topic in names:
+            try:
+                numbers = self.partitions(topic)
+            except ConfigError:  # topic deleted: show what the group still records
+                numbers = sorted({p for t, p in offsets if t == topic}
+                                 | {p for t, p in owners if t == topic})
+            for p in numbers:
+                rows.append(self._row(topic, p, offsets.get((topic, p)), owners.get((topic, p))))
+        return rows
+
+    def _row(self, topic: str, partition: int, committed: Committed | None,
+             owner: str | None) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "topic": topic, "partition": partition, "owner": owner,
+            "committed": committed.offset if committed else None,
+            "skip": committed.skip if committed else None,
+            "committed_at_ms": committed.time if committed else None,
+            "log_start": None, "log_end": None, "lag_bytes": None, "lag_messages": None,
+            "gap": False}
+        if self._simple is None:  # brokers=False, or none answered: ZooKeeper's view only
+            return row
+        try:
+            info = self._simple.offset_info(topic, partition)
+        except LogferryError as exc:  # a broker down must not hide the rest
+            row["error"] = str(exc)
+            return row
+        row["log_start"], row["log_end"] = info["start"], info["end"]
+        lag = group_lag(info["end"], committed[:2] if committed else None, info["start"],
+                        float(info.get("avg_message_bytes") or 0))
+        if lag is not None:
+            row["lag_bytes"], row["lag_messages"] = lag.bytes, lag.messages
+        row["gap"] = committed is not None and committed.offset < info["start"]
+        return row
+
+    def describe(self, group: str) -> dict[str, Any]:
+        """Members and, per partition the group subscribes to, owns or committed, its lag.
+
+        Plain data (JSON-able): ``{"group", "members": {id: registration fields +
+        registered_ms}, "partitions": [rows of :meth:`lag`]}``.
+        """
+        members = self.members(group)
+        offsets = self.offsets(group)
+        owners = self.owners(group)
+        all_topics = self.topics()
+        topics = {t for t, _ in offsets} | {t for t, _ in owners}
+        for member in members.values():
+            topics |= set(resolve_subscription(Subscription.from_json(member.data), all_topics))
+        return {"group": group,
+                "members": {cid: {**m.data, "registered_ms": m.ctime_ms}
+                            for cid, m in sorted(members.items())},
+                "partitions": self.lag(group, topics, offsets, owners)}
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _refuse_while_active(self, group: str, force: bool, action: str) -> None:
+        members = self.members(group)
+        if members and not force:
+            raise ConfigError(f"group {group!r} has {len(members)} active member(s) "
+                              f"({', '.join(sorted(members))}); stop them before you {action}, "
+                              "or force it (--force)")
+
+    def seek(self, group: str, topic: str, to: StartAt, partitions: Iterable[int] | None = None,
+             force: bool = False) -> dict[TopicPartition, tuple[Committed | None, Committed]]:
+        """Set the group's committed positions of ``topic`` (all partitions by default).
+
+        ``to`` is ``"earliest"``, ``"latest"``, a byte offset or a datetime (the first
+        message stamped at or after it). Returns ``{tp: (before, after)}``.
+        """
+        self.require(group)
+        self._refuse_while_active(group, force, "seek")
+        if self._simple is None:
+            raise ConfigError("no broker reachable to resolve offsets; start the brokers first")
+        available = self.partitions(topic)
+        chosen = sorted(set(partitions)) if partitions else available
+        unknown = [p for p in chosen if p not in available]
+        if unknown:
+            raise ConfigError(f"topic {topic!r} has partitions {available}, not {unknown}")
+        before = self.offsets(group, [topic])
+        positions = {}
+        for p in chosen:
+            offset, skip = resolve_position(self._simple, topic, p, to)
+            positions[(topic, p)] = Committed.now(offset, skip)
+        reg.write_offsets(self._zk, group, positions)
+        return {tp: (before.get(tp), new) for tp, new in sorted(positions.items())}
+
+    def delete(self, group: str, force: bool = False) -> None:
+        """Remove every znode of the group (members, owners, offsets)."""
+        self.require(group)
+        self._refuse_while_active(group, force, "delete it")
+        reg.delete_group(self._zk, group)
+
+
+__all__ = ["GroupAdmin"]
