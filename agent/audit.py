@@ -11,33 +11,14 @@ time read in it has finished (acked or failed); only then are its counts final. 
 record then says: ``sent`` messages were handed to the producer, ``acked`` of them
 were acknowledged by a broker. A failed chunk is read and sent again later, with a
 new time read, so it counts in a later window; the counts of a window never change
-after its record is published. See docs/agent.md, "Audit".
+after its record is published. See docs/agent.md, "Audit". The record's schema and the
+window rule are the client library's (:class:`broker.client.AuditRecord`,
+:func:`broker.client.window_of`), shared with every stage that reads the audit topic.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-
-class AuditRecord(NamedTuple):
-    """One audit message: counts of one topic for one window."""
-
-    topic: str
-    window_start: int
-    window_end: int
-    sent: int
-    acked: int
-
-    def to_map(self, host: str) -> dict[str, object]:
-        """The msgpack map published on the audit topic (schema in docs/agent.md)."""
-        return {"host": host, "topic": self.topic, "window_start": self.window_start,
-                "window_end": self.window_end, "sent": self.sent, "acked": self.acked,
-                "stage": "agent"}
-
-
-def window_of(time_ms: int, window_ms: int) -> int:
-    """Start (ms since the epoch) of the window holding ``time_ms``."""
-    return time_ms - time_ms % window_ms
+from broker.client import AuditRecord, window_of
 
 
 class AuditLedger:
@@ -86,3 +67,6 @@ class AuditLedger:
     def open_windows(self) -> int:
         """How many (topic, window) pairs are still counting."""
         return len(self._counts)
+
+
+__all__ = ["AuditLedger", "AuditRecord", "window_of"]

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import msgpack
-
+from broker.client import AuditRecord
 from broker.common.errors import LogferryError
 
 
@@ -83,18 +82,14 @@ def audit_sums(values: Iterable[bytes], stage: str = "agent") -> AuditSums:
     """Sum ``sent``/``acked`` per topic (and per host) over the audit topic's records."""
     sums = AuditSums()
     for value in values:
-        try:
-            record = msgpack.unpackb(value, raw=False)
-            if record.get("stage", "agent") != stage:
-                continue
-            topic = record["topic"]
-            sums.sent[topic] += int(record["sent"])
-            sums.acked[topic] += int(record["acked"])
-            sums.per_host[(record["host"], topic)] += int(record["acked"])
-            sums.windows.add(int(record["window_start"]))
-            sums.records += 1
-        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException):
+        record = AuditRecord.decode(value)
+        if record is None or record.stage != stage:
             continue
+        sums.sent[record.topic] += record.sent
+        sums.acked[record.topic] += record.acked
+        sums.per_host[(record.host, record.topic)] += record.acked
+        sums.windows.add(record.window_start)
+        sums.records += 1
     return sums
 
 

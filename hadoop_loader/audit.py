@@ -1,11 +1,7 @@
 """Audit (the paper, section 5): landed rows per topic and hour against the agents' counts.
 
-Agents publish, to the audit topic, one msgpack map per host, topic and window
-(``docs/agent.md``, "Audit"; ``agent/audit.py``)::
-
-    {"host": str, "topic": str, "window_start": ms, "window_end": ms,
-     "sent": int, "acked": int, "stage": "agent"}
-
+Agents publish, to the audit topic, one :class:`broker.client.AuditRecord` per host,
+topic and window (``docs/agent.md``, "Audit"; the schema is the client library's).
 A message belongs to the window holding its timestamp (the agent's time read), the
 same timestamp the loader partitions by, so a topic's expected count for an event hour
 is the sum of ``acked`` (or ``sent``) over the windows starting in that hour, every host
@@ -29,6 +25,7 @@ from typing import Any, Iterable, Mapping
 
 import msgpack
 
+from broker.client import AuditRecord
 from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
 
 HOUR_MS = 3600 * 1000
@@ -96,17 +93,15 @@ def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str
     used = skipped = 0
     for r in records:
         try:
-            if r.get("stage", "agent") != stage:
-                skipped += 1
-                continue
-            topic, start, n = r["topic"], r["window_start"], r[count]
-            if not (isinstance(topic, str) and type(start) is int and type(n) is int):
-                raise TypeError
-        except (KeyError, TypeError, AttributeError):
+            record = AuditRecord.from_map(r)
+        except ValueError:
             skipped += 1
             continue
-        key = (topic, hour_key(start, tz))
-        expected[key] = expected.get(key, 0) + n
+        if record.stage != stage:
+            skipped += 1
+            continue
+        key = (record.topic, hour_key(record.window_start, tz))
+        expected[key] = expected.get(key, 0) + (record.sent if count == "sent" else record.acked)
         used += 1
     return expected, used, skipped
 
