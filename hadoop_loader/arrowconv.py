@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from broker.wire.records import Batch
+from broker.client import Batch
 
 from hadoop_loader import agent_records
 

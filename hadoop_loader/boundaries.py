@@ -16,8 +16,7 @@ broker offers one, this is the honest way.
 
 from __future__ import annotations
 
-from broker.client import SimpleConsumer
-from broker.wire.records import MAX_BATCH_BYTES
+from broker.client import MAX_BATCH_BYTES, SimpleConsumer
 
 from hadoop_loader.errors import SourceError, source_errors
 

@@ -13,9 +13,8 @@ import atexit
 import threading
 from typing import Iterator
 
-from broker.client import SimpleConsumer
+from broker.client import Batch, SimpleConsumer
 from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
-from broker.wire.records import Batch
 
 from hadoop_loader.errors import Gap, OffsetStateError, RetentionGapError, source_errors
 from hadoop_loader.options import Endpoint

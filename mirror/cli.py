@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.coordination import zk as _zk
-from broker.client import SimpleConsumer
-from broker.client.group.offsets import read_offsets, read_owners
+from broker.client import GroupAdmin
 from broker.common.errors import LogferryError
 from mirror.config import MirrorConfig, load_config
 from mirror.errors import MirrorConfigError
@@ -72,36 +70,26 @@ def group_status(config: MirrorConfig) -> dict[str, Any]:
     """The whole mirror group's view from ZooKeeper and the source brokers.
 
     Works whether or not a mirror runs: committed position and owner per partition,
-    source visible end, lag in bytes and estimated messages (the source broker's
-    average stored bytes per message).
+    source visible end, lag in bytes and estimated messages. The lag is
+    :func:`broker.client.group_lag` (the same formula as ``logferry group describe``;
+    a partition never committed counts from its log start).
     """
-    client = _zk.connect(config.source_zk)
-    source = SimpleConsumer(zk=config.source_zk)
-    try:
-        committed = read_offsets(client, config.group)
-        owners = read_owners(client, config.group)
-        partitions: dict[str, dict] = {}
-        total = 0
-        for topic in source.topics():
-            if not config.matches(topic):
-                continue
-            for p in source.partitions(topic):
-                info = source.offset_info(topic, p)
-                c = committed.get((topic, p))
-                position = c.offset if c is not None else None
-                lag = info["end"] - position if position is not None else info["end"] - info["start"]
-                avg = info.get("avg_message_bytes") or 0
-                total += max(lag, 0)
-                partitions[f"{topic}-{p}"] = {
-                    "owner": owners.get((topic, p)), "committed": position,
-                    "log_start": info["start"], "log_end": info["end"], "lag_bytes": lag,
-                    "lag_messages_estimate": round(lag / avg) if avg else None,
-                    "gap": position is not None and position < info["start"]}
-        return {"group": config.group, "source": config.source_zk, "target": config.target_zk,
-                "lag_bytes": total, "partitions": partitions}
-    finally:
-        source.close()
-        _zk.close(client)
+    with GroupAdmin(config.source_zk) as admin:
+        if not admin.brokers_reachable:
+            raise LogferryError(f"no source broker reachable at {config.source_zk}")
+        rows = admin.lag(config.group, [t for t in admin.topics() if config.matches(t)])
+    partitions: dict[str, dict] = {}
+    for row in rows:
+        if row.get("error"):
+            raise LogferryError(f"{row['topic']}-{row['partition']}: {row['error']}")
+        partitions[f"{row['topic']}-{row['partition']}"] = {
+            "owner": row["owner"], "committed": row["committed"],
+            "log_start": row["log_start"], "log_end": row["log_end"],
+            "lag_bytes": row["lag_bytes"], "lag_messages_estimate": row["lag_messages"],
+            "gap": row["gap"]}
+    return {"group": config.group, "source": config.source_zk, "target": config.target_zk,
+            "lag_bytes": sum(p["lag_bytes"] or 0 for p in partitions.values()),
+            "partitions": partitions}
 
 
 def status_command(args: argparse.Namespace) -> int:

@@ -24,8 +24,7 @@ import logging
 import threading
 import time
 
-from broker.client import Admin, GroupConsumer, Producer, SimpleConsumer
-from broker.client.group.streams import RawBatch
+from broker.client import Admin, GroupConsumer, Producer, RawBatch, SimpleConsumer
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
 from mirror.config import MirrorConfig

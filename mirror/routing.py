@@ -15,8 +15,7 @@ import time
 import zlib
 from typing import Callable
 
-from broker.wire import records
-from broker.client import Admin, SimpleConsumer
+from broker.client import Admin, SimpleConsumer, decode_batch, encode_batch
 from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
 
 log = logging.getLogger("logferry.mirror.routing")
@@ -28,7 +27,7 @@ RECHECK_S = 30.0
 def rehash(batch_bytes: bytes | memoryview, source_partition: int,
            target_count: int) -> dict[int, bytes]:
     """Split one batch into one re-encoded batch per target partition (the fallback)."""
-    [batch], _ = records.decode_batches(batch_bytes, 0)
+    batch = decode_batch(batch_bytes)
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
     groups: dict[int, tuple[list, list, list]] = {}
@@ -38,8 +37,7 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
         ks.append(key)
         vs.append(value)
         tss.append(ts)
-    return {p: records.encode_batch(vs, ks if any(k is not None for k in ks) else None, tss,
-                                    batch.codec)
+    return {p: encode_batch(vs, ks if any(k is not None for k in ks) else None, tss, batch.codec)
             for p, (ks, vs, tss) in groups.items()}
 
 
