@@ -2,7 +2,7 @@
 
 import threading
 
-from broker.client.producer import DeliveryFuture
+from broker.client.delivery import DeliveryFuture
 from broker.common.errors import StorageError
 
 

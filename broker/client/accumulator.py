@@ -1,0 +1,345 @@
+"""The producer's accumulator: open batches per partition, waiting for the sender.
+
+``Producer.send`` appends values to the newest batch of a partition's queue and
+returns at once; the sender thread takes ready batches (:meth:`Accumulator.next_ready`)
+and hands back the outcome: :meth:`~Accumulator.done`, :meth:`~Accumulator.retry` or
+:meth:`~Accumulator.fail`. Everything here is guarded by one lock, never held across
+network calls, and nothing here does IO, so it is tested with a fake clock
+(``tests/unit/test_producer_accumulator.py``).
+
+Rules the producer's promises rest on:
+
+- **Order.** A partition has at most one request in flight (``in flight``): its next
+  batches are not handed out until the outcome of the previous ones is known, and a
+  retried batch goes back to the front of its queue. So retries never reorder a
+  partition's messages.
+- **Readiness.** A partition's oldest batch is ready when it is full (``batch_messages``
+  or ``batch_bytes``), older than ``linger``, already encoded (raw or retried), followed
+  by another batch, or when the producer flushes or closes; a partition backing off
+  after a failure (``retry`` with a time) is not ready before that time.
+- **Memory bound.** Queued bytes are bounded by ``buffer_bytes``: ``append`` blocks up
+  to ``block_timeout`` for space (then BufferFullError). A single append larger than
+  the whole buffer is let through when nothing else is buffered, so it cannot wait forever.
+- **Failure.** When a batch fails for good, every later batch of its partition fails
+  with it: a success must imply that every earlier send to the partition succeeded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable, Iterable
+
+from broker.client.delivery import DeliveryFuture
+from broker.common.errors import BufferFullError, ProducerClosedError, RequestTimedOutError
+from broker.wire import records
+
+TopicPartition = tuple[str, int]
+Drained = dict[TopicPartition, list["ProducerBatch"]]
+
+
+class ProducerBatch:
+    """Messages of one partition waiting to be sent, as columns (or one encoded batch)."""
+
+    __slots__ = ("values", "keys", "timestamps", "nbytes", "created", "future", "encoded",
+                 "raw", "count")
+
+    def __init__(self, now: float):
+        self.values: list = []
+        self.keys: list | None = None
+        self.timestamps: list[int] = []
+        self.nbytes = 0
+        """Value bytes (or stored bytes of a raw batch): what the buffer bound counts."""
+        self.created = now
+        """Monotonic time of creation: linger and delivery timeout count from it."""
+        self.future = DeliveryFuture()
+        self.encoded: bytes | memoryview | None = None
+        """The stored form, once encoded (kept across retries: encoded once)."""
+        self.raw = False
+        """Appended already encoded (``send_raw``)."""
+        self.count = 0
+        """Messages in a raw batch (from its header)."""
+
+    @property
+    def messages(self) -> int:
+        """How many messages the batch holds."""
+        return self.count if self.raw else len(self.values)
+
+    def encode(self, codec: int) -> bytes | memoryview:
+        """The batch's stored bytes, encoding it on first use."""
+        if self.encoded is None:
+            self.encoded = records.encode_batch(self.values, self.keys, self.timestamps, codec)
+        return self.encoded
+
+
+class Accumulator:
+    """Per-partition queues of batches between ``send`` and the sender thread."""
+
+    def __init__(self, *, linger: float, batch_bytes: int, batch_messages: int,
+                 buffer_bytes: int, block_timeout: float, max_request_bytes: int,
+                 clock: Callable[[], float] = time.monotonic):
+        self.linger = linger
+        self.batch_bytes = batch_bytes
+        self.batch_messages = batch_messages
+        self.buffer_bytes = buffer_bytes
+        self.block_timeout = block_timeout
+        self.max_request_bytes = max_request_bytes
+        self.clock = clock
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)    # the sender waits for work
+        self._space = threading.Condition(self.lock)   # append() waits for buffer space
+        self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._in_flight: set[TopicPartition] = set()
+        self._retry_at: dict[TopicPartition, float] = {}
+        self.buffered = 0
+        """Bytes of unfinished batches."""
+        self.unfinished = 0
+        """Batches created and not yet done or failed."""
+        self._flushing = 0
+        self._sender_waiting = False
+        self.closed = False
+        self.fatal: BaseException | None = None
+        """Why the sender thread died, if it did: every append then fails."""
+
+    # -- the producer's side ---------------------------------------------------------------
+
+    def append(self, tp: TopicPartition, values: list, nbytes: int, key: bytes | None,
+               timestamp: int) -> DeliveryFuture:
+        """Add messages to ``tp``'s newest batch (opening batches as they fill).
+
+        Returns the future of the batch holding the last message. Blocks while the
+        buffer is full (up to ``block_timeout``, then BufferFullError).
+        """
+        now = self.clock()
+        with self.lock:
+            self._check_open()
+            self._wait_for_space(nbytes)
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            batch = queue[-1] if queue else None
+            if batch is None or batch.encoded is not None or batch.raw:
+                batch = self._new_batch(queue, now)
+            n = len(values)
+            start = 0
+            ready = False
+            while start < n:
+                room = self.batch_messages - len(batch.values)
+                if room <= 0 or batch.nbytes >= self.batch_bytes:
+                    batch = self._new_batch(queue, now)
+                    ready = True
+                    continue
+                take = values[start:start + room] if (start or room < n) else values
+                taken = len(take)
+                if key is not None and batch.keys is None:
+                    batch.keys = [None] * len(batch.values)
+                batch.values += take
+                batch.timestamps += [timestamp] * taken
+                if batch.keys is not None:
+                    batch.keys += [key] * taken
+                batch.nbytes += nbytes if taken == n else sum(map(len, take))
+                start += taken
+            self.buffered += nbytes
+            if ready or len(batch.values) >= self.batch_messages or batch.nbytes >= self.batch_bytes \
+                    or self.linger <= 0:
+                self._notify_sender()
+            return batch.future
+
+    def append_raw(self, tp: TopicPartition, data: bytes | memoryview, count: int) -> DeliveryFuture:
+        """Queue one already-encoded batch of ``count`` messages as it is."""
+        now = self.clock()
+        with self.lock:
+            self._check_open()
+            self._wait_for_space(len(data))
+            raw = ProducerBatch(now)
+            raw.encoded = data
+            raw.raw = True
+            raw.nbytes = len(data)
+            raw.count = count
+            self._queues.setdefault(tp, deque()).append(raw)
+            self.buffered += raw.nbytes
+            self.unfinished += 1
+            self._notify_sender()
+        return raw.future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Make every queued batch ready now and wait until none is unfinished.
+
+        Returns early if the sender thread died (:attr:`fatal`); raises
+        RequestTimedOutError after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else self.clock() + timeout
+        with self.lock:
+            self._flushing += 1
+            try:
+                self._notify_sender(force=True)
+                while self.unfinished and self.fatal is None:
+                    remaining = None if deadline is None else deadline - self.clock()
+                    if remaining is not None and remaining <= 0:
+                        raise RequestTimedOutError(
+                            f"flush timed out with {self.unfinished} batches unacknowledged")
+                    self._idle.wait(remaining if remaining is not None else 1.0)
+            finally:
+                self._flushing -= 1
+
+    def close(self) -> None:
+        """Refuse further appends; the sender drains what is queued and stops."""
+        with self.lock:
+            self.closed = True
+            self._notify_sender(force=True)
+
+    def set_fatal(self, error: BaseException) -> None:
+        """The sender thread died: fail appends, wake whoever waits."""
+        with self.lock:
+            self.fatal = error
+            self._space.notify_all()
+            self._idle.notify_all()
+
+    def _new_batch(self, queue: deque, now: float) -> ProducerBatch:
+        batch = ProducerBatch(now)
+        queue.append(batch)
+        self.unfinished += 1
+        self._notify_sender()  # a sleeping sender must learn this batch's linger deadline
+        return batch
+
+    def _wait_for_space(self, nbytes: int) -> None:
+        if self.buffered + nbytes <= self.buffer_bytes or self.buffered == 0:
+            return
+        deadline = self.clock() + self.block_timeout
+        while self.buffered + nbytes > self.buffer_bytes and self.buffered:
+            self._check_open()
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise BufferFullError(
+                    f"producer buffer full ({self.buffered} of {self.buffer_bytes} bytes) for "
+                    f"{self.block_timeout}s: the brokers are down or slower than the producer")
+            self._notify_sender(force=True)
+            self._space.wait(remaining)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ProducerClosedError("producer is closed")
+        if self.fatal is not None:
+            raise ProducerClosedError(f"producer's sender thread died: {self.fatal}")
+
+    def _notify_sender(self, force: bool = False) -> None:
+        if self._sender_waiting or force:
+            self._wake.notify()
+
+    # -- the sender's side -----------------------------------------------------------------
+
+    def ready(self, now: float) -> tuple[Drained, float]:
+        """Take the ready batches of every partition not in flight (lock held).
+
+        Returns them (their partitions are now in flight) and how long until the next
+        partition may become ready (at most 0.5 s).
+        """
+        drained: Drained = {}
+        next_wake = 0.5
+        for tp, queue in self._queues.items():
+            if not queue or tp in self._in_flight:
+                continue
+            retry_at = self._retry_at.get(tp)
+            if retry_at is not None:
+                if retry_at > now:
+                    next_wake = min(next_wake, retry_at - now)
+                    continue
+                del self._retry_at[tp]
+            first = queue[0]
+            age = now - first.created
+            if (len(queue) > 1 or age >= self.linger or self._flushing or self.closed
+                    or first.raw or first.encoded is not None
+                    or len(first.values) >= self.batch_messages
+                    or first.nbytes >= self.batch_bytes):
+                drained[tp] = self._take(queue)
+                self._in_flight.add(tp)
+            else:
+                next_wake = min(next_wake, self.linger - age)
+        return drained, next_wake
+
+    def next_ready(self, max_wait: float = 0.5) -> Drained | None:
+        """Wait up to ``max_wait`` for ready batches and take them.
+
+        Returns ``{}`` when none became ready in time (the sender does its
+        housekeeping and asks again), None once closed with nothing left to send.
+        """
+        with self.lock:
+            deadline = self.clock() + max_wait
+            while True:
+                now = self.clock()
+                drained, next_wake = self.ready(now)
+                if drained:
+                    return drained
+                if self.closed and not self.unfinished:
+                    return None
+                if self.closed and not self._in_flight and not any(self._queues.values()):
+                    return None
+                if now >= deadline:
+                    return {}
+                self._sender_waiting = True
+                self._wake.wait(max(min(next_wake, deadline - now), 0.0005))
+                self._sender_waiting = False
+
+    def _take(self, queue: deque) -> list[ProducerBatch]:
+        """Pop the queue's oldest batches, up to ``max_request_bytes`` (at least one)."""
+        taken = [queue.popleft()]
+        size = taken[0].nbytes
+        while queue and size + queue[0].nbytes <= self.max_request_bytes:
+            batch = queue.popleft()
+            taken.append(batch)
+            size += batch.nbytes
+        return taken
+
+    def done(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
+        """The batches were delivered (their futures are complete): free their space."""
+        with self.lock:
+            self._in_flight.discard(tp)
+            self._release(batches)
+            self._notify_sender(force=True)
+
+    def retry(self, tp: TopicPartition, batches: list[ProducerBatch], at: float) -> None:
+        """Put the batches back at the front of their queue, not ready before ``at``."""
+        with self.lock:
+            self._queues.setdefault(tp, deque()).extendleft(reversed(batches))
+            self._in_flight.discard(tp)
+            self._retry_at[tp] = at
+            self._notify_sender(force=True)
+
+    def fail(self, tp: TopicPartition, batches: list[ProducerBatch]) -> list[ProducerBatch]:
+        """The batches failed for good: so do the partition's queued ones.
+
+        Frees their space and returns every failed batch; the caller completes their
+        futures with the error (outside the lock).
+        """
+        with self.lock:
+            queue = self._queues.get(tp)
+            if queue:
+                batches = batches + list(queue)
+                queue.clear()
+            self._in_flight.discard(tp)
+            self._release(batches)
+            self._notify_sender(force=True)
+        return batches
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Remove every queued batch (closing, or the sender died); returns them."""
+        with self.lock:
+            leftovers = [b for q in self._queues.values() for b in q]
+            for queue in self._queues.values():
+                queue.clear()
+            self._release(leftovers)
+        return leftovers
+
+    def _release(self, batches: Iterable[ProducerBatch]) -> None:
+        """Free buffer space of finished batches (lock held)."""
+        for batch in batches:
+            self.buffered -= batch.nbytes
+            self.unfinished -= 1
+        self._space.notify_all()
+        if not self.unfinished:
+            self._idle.notify_all()
+
+
+__all__ = ["Accumulator", "ProducerBatch"]

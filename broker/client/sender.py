@@ -1,0 +1,282 @@
+"""The producer's sender thread: ready batches -> produce requests -> outcomes.
+
+Each round the sender takes the ready batches from the :class:`Accumulator`, encodes
+each in one msgpack call (once: a retried batch keeps its bytes), groups them by the
+broker leading their partition into one produce request per broker
+(:func:`plan_requests` splits requests at ``max_request_bytes``), and pipelines those
+requests without waiting for answers. Answers arrive on the connections' reader
+threads, which complete the batches' futures or hand the batches back to the
+accumulator for a retry, as the :class:`RetryPolicy` decides.
+
+A request unanswered for ``request_timeout`` closes its connection, which fails every
+request pending on it, so their batches are retried on a fresh connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from broker.client.accumulator import Accumulator, Drained, ProducerBatch, TopicPartition
+from broker.client.cluster import Cluster
+from broker.client.connection import ResponseFuture
+from broker.common.errors import (
+    BrokerNotAvailableError,
+    LogferryError,
+    ProducerClosedError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from broker.wire import protocol
+
+log = logging.getLogger("logferry.producer")
+
+Part = tuple[TopicPartition, list[ProducerBatch]]
+"""One partition's batches in a request (they stay together: one request per partition)."""
+
+EXPIRE_CHECK_S = 0.5
+"""How often, at most, unanswered requests are looked for while batches keep coming."""
+
+STAT_NAMES = ("messages_sent", "bytes_sent", "batches_sent", "messages_acked",
+              "batches_failed", "messages_failed", "retries", "requests")
+
+
+class RetryPolicy:
+    """Whether a failed send is tried again, and after how long.
+
+    A batch is retried while its error is retriable, it is younger than
+    ``delivery_timeout``, the partition's attempts stay within ``retries`` (None: no
+    limit) and the producer is not closing. The backoff doubles per attempt from
+    ``backoff`` up to ``max_backoff``, with jitter (uniform in its upper half) so
+    producers that failed together do not retry together.
+    """
+
+    def __init__(self, retries: int | None, backoff: float, delivery_timeout: float,
+                 max_backoff: float = 5.0,
+                 uniform: Callable[[float, float], float] = random.uniform):
+        self.retries = retries
+        self.backoff = backoff
+        self.delivery_timeout = delivery_timeout
+        self.max_backoff = max_backoff
+        self._uniform = uniform
+
+    def should_retry(self, error: LogferryError, attempts: int, age: float, closing: bool) -> bool:
+        """``attempts`` counts this failure; ``age`` is the oldest batch's age in seconds."""
+        if not error.retriable or closing or age > self.delivery_timeout:
+            return False
+        return self.retries is None or attempts <= self.retries
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait before attempt ``attempts + 1``."""
+        ceiling = min(self.backoff * (2 ** min(attempts - 1, 6)), self.max_backoff)
+        return self._uniform(ceiling / 2, ceiling)
+
+
+def plan_requests(parts: list[tuple[TopicPartition, list[ProducerBatch], int]],
+                  max_request_bytes: int) -> list[list[Part]]:
+    """Split one broker's parts into requests of at most ``max_request_bytes``.
+
+    ``parts`` are ``(tp, batches, encoded size)``. A partition's batches stay in one
+    request, so each partition still has one request in flight; a single part larger
+    than the limit is a request of its own.
+    """
+    requests: list[list[Part]] = []
+    request: list[Part] = []
+    size = 0
+    for tp, batches, part_size in parts:
+        if request and size + part_size > max_request_bytes:
+            requests.append(request)
+            request, size = [], 0
+        request.append((tp, batches))
+        size += part_size
+    if request:
+        requests.append(request)
+    return requests
+
+
+class Sender:
+    """Moves batches from the accumulator to the brokers; run :meth:`run` in a thread."""
+
+    def __init__(self, accumulator: Accumulator, cluster: Cluster, *, acks: int, codec: int,
+                 request_timeout: float, max_request_bytes: int, retry: RetryPolicy,
+                 on_unknown_topic: Callable[[str], None] = lambda topic: None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.accumulator = accumulator
+        self.cluster = cluster
+        self.acks = acks
+        self.codec = codec
+        self.request_timeout = request_timeout
+        self.max_request_bytes = max_request_bytes
+        self.retry = retry
+        self.on_unknown_topic = on_unknown_topic
+        """Called when a partition's topic is unknown (deleted, or made anew?): ask again."""
+        self.clock = clock
+        self._lock = threading.Lock()  # guards the fields below; never held across IO
+        self._sent: dict[int, tuple[float, Any]] = {}  # id(future) -> (sent at, connection)
+        self._attempts: dict[TopicPartition, int] = {}
+        self._stats = dict.fromkeys(STAT_NAMES, 0)
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since the sender started."""
+        with self._lock:
+            return dict(self._stats)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Send until the accumulator is closed and empty; a crash fails every batch loudly."""
+        acc = self.accumulator
+        checked = self.clock()
+        try:
+            while True:
+                drained = acc.next_ready()
+                if drained is None:
+                    return
+                if drained:
+                    self.send(drained)
+                now = self.clock()
+                if not drained or now - checked >= EXPIRE_CHECK_S:
+                    checked = now
+                    self._expire_requests(now)
+        except BaseException as exc:
+            log.exception("producer sender thread crashed")
+            acc.set_fatal(exc)
+            _fail_futures(acc.abort_all(), ProducerClosedError(f"producer sender thread crashed: {exc}"))
+
+    def _expire_requests(self, now: float) -> None:
+        """Close connections whose requests went unanswered past request_timeout.
+
+        Closing fails every request pending on them, which retries their batches.
+        """
+        with self._lock:
+            expired = [(key, conn) for key, (sent_at, conn) in self._sent.items()
+                       if now - sent_at > self.request_timeout]
+            for key, _ in expired:
+                del self._sent[key]
+        for _, conn in expired:
+            log.warning("no answer from %s within %.0fs; reconnecting", conn.address,
+                        self.request_timeout)
+            threading.Thread(target=conn.close, daemon=True).start()
+
+    def send(self, drained: Drained) -> None:
+        """Encode the drained batches and send one request per broker (split by size)."""
+        by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
+        for tp, batches in drained.items():
+            try:
+                address = self.cluster.leader_address(*tp)
+            except LogferryError as exc:
+                self.retry_or_fail(tp, batches, exc)
+                continue
+            size = sum(len(b.encode(self.codec)) for b in batches)
+            by_broker.setdefault(address, []).append((tp, batches, size))
+        for address, parts in by_broker.items():
+            for request in plan_requests(parts, self.max_request_bytes):
+                self._send_request(address, request)
+
+    def _send_request(self, address: tuple[str, int], parts: list[Part]) -> None:
+        header_parts = []
+        payload = []
+        for (topic, partition), batches in parts:
+            header_parts.append([topic, partition, sum(len(b.encoded) for b in batches)])  # type: ignore[arg-type]
+            payload.extend(b.encoded for b in batches)
+        try:
+            conn = self.cluster.connection(address)
+            future = conn.request(protocol.PRODUCE, {"acks": self.acks, "parts": header_parts},
+                                  payload, expect_response=self.acks != 0,
+                                  callback=lambda f: self._on_response(f, parts))
+        except LogferryError as exc:
+            for tp, batches in parts:
+                self.retry_or_fail(tp, batches, exc)
+            return
+        with self._lock:
+            self._stats["requests"] += 1
+            if future is not None and not future.done():
+                self._sent[id(future)] = (self.clock(), conn)
+        if future is None:  # acks=0: written to the socket is all we learn
+            for tp, batches in parts:
+                self.delivered(tp, batches, None)
+
+    def _on_response(self, future: ResponseFuture, parts: list[Part]) -> None:
+        with self._lock:
+            self._sent.pop(id(future), None)
+        if future.error is not None:
+            for tp, batches in parts:
+                self.retry_or_fail(tp, batches, future.error)
+            return
+        header = future.frame.header  # type: ignore[union-attr]
+        if header.get("err"):
+            error = error_for_code(header["err"], header.get("msg", ""))
+            for tp, batches in parts:
+                self.retry_or_fail(tp, batches, error)
+            return
+        results = {(r[0], r[1]): r for r in header.get("parts", [])}
+        for tp, batches in parts:
+            result = results.get(tp)
+            if result is None:
+                self.retry_or_fail(tp, batches, BrokerNotAvailableError(
+                    f"broker answered no result for {tp[0]}-{tp[1]}"))
+            elif result[2]:
+                self.retry_or_fail(tp, batches, error_for_code(result[2], result[4] or ""))
+            else:
+                self.delivered(tp, batches, result[3])
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def delivered(self, tp: TopicPartition, batches: list[ProducerBatch], base: int | None) -> None:
+        """Complete the batches' futures (offsets from ``base``) and free their space."""
+        offset = base
+        messages = sent_bytes = 0
+        for batch in batches:
+            messages += batch.messages
+            sent_bytes += batch.nbytes
+            batch.future._complete(offset)
+            if offset is not None:
+                offset += len(batch.encoded)  # type: ignore[arg-type]
+        with self._lock:
+            self._attempts.pop(tp, None)
+            stats = self._stats
+            stats["messages_sent"] += messages
+            stats["bytes_sent"] += sent_bytes
+            stats["batches_sent"] += len(batches)
+            if self.acks:
+                stats["messages_acked"] += messages
+        self.accumulator.done(tp, batches)
+
+    def retry_or_fail(self, tp: TopicPartition, batches: list[ProducerBatch],
+                      error: LogferryError) -> None:
+        """Back off and retry the partition, or fail it (and its queued batches) for good."""
+        now = self.clock()
+        with self._lock:
+            attempts = self._attempts.get(tp, 0) + 1
+            retry = self.retry.should_retry(error, attempts, now - batches[0].created,
+                                            self.accumulator.closed)
+            if retry:
+                self._attempts[tp] = attempts
+                self._stats["retries"] += 1
+            else:
+                self._attempts.pop(tp, None)
+        if isinstance(error, UnknownTopicOrPartitionError):
+            self.on_unknown_topic(tp[0])
+        if retry:
+            self.accumulator.retry(tp, batches, now + self.retry.delay(attempts))
+            log.info("retrying %s-%d after: %s", tp[0], tp[1], error)
+            self.cluster.forget(tp[0])
+            return
+        failed = self.accumulator.fail(tp, batches)
+        with self._lock:
+            self._stats["batches_failed"] += len(failed)
+            self._stats["messages_failed"] += sum(b.messages for b in failed)
+        if not isinstance(error, ProducerClosedError):
+            log.error("giving up on %d batches for %s-%d: %s", len(failed), tp[0], tp[1], error)
+        _fail_futures(failed, error)
+
+
+def _fail_futures(batches: Iterable[ProducerBatch], error: LogferryError) -> None:
+    for batch in batches:
+        batch.future._complete(None, error)
+
+
+__all__ = ["RetryPolicy", "Sender", "plan_requests"]
