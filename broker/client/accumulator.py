@@ -46,8 +46,8 @@ class ProducerBatch:
                  "raw", "count")
 
     def __init__(self, now: float):
-        self.values: list = []
-        self.keys: list | None = None
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] | None = None
         self.timestamps: list[int] = []
         self.nbytes = 0
         """Value bytes (or stored bytes of a raw batch): what the buffer bound counts."""
@@ -105,7 +105,7 @@ class Accumulator:
 
     # -- the producer's side ---------------------------------------------------------------
 
-    def append(self, tp: TopicPartition, values: list, nbytes: int, key: bytes | None,
+    def append(self, tp: TopicPartition, values: list[bytes], nbytes: int, key: bytes | None,
                timestamp: int) -> DeliveryFuture:
         """Add messages to ``tp``'s newest batch (opening batches as they fill).
 
@@ -197,7 +197,7 @@ class Accumulator:
             self._space.notify_all()
             self._idle.notify_all()
 
-    def _new_batch(self, queue: deque, now: float) -> ProducerBatch:
+    def _new_batch(self, queue: deque[ProducerBatch], now: float) -> ProducerBatch:
         batch = ProducerBatch(now)
         queue.append(batch)
         self.unfinished += 1
@@ -282,7 +282,7 @@ class Accumulator:
                 self._wake.wait(max(min(next_wake, deadline - now), 0.0005))
                 self._sender_waiting = False
 
-    def _take(self, queue: deque) -> list[ProducerBatch]:
+    def _take(self, queue: deque[ProducerBatch]) -> list[ProducerBatch]:
         """Pop the queue's oldest batches, up to ``max_request_bytes`` (at least one)."""
         taken = [queue.popleft()]
         size = taken[0].nbytes

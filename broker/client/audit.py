@@ -59,7 +59,8 @@ class AuditRecord(NamedTuple):
 
     def encode(self, host: str | None = None) -> bytes:
         """The message value: :meth:`to_map` as msgpack."""
-        return msgpack.packb(self.to_map(host))
+        packed: bytes = msgpack.packb(self.to_map(host))
+        return packed
 
     @classmethod
     def from_map(cls, record: Mapping[str, Any]) -> "AuditRecord":

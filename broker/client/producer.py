@@ -20,7 +20,7 @@ import random
 import threading
 import time
 import zlib
-from typing import Any, Sequence
+from typing import Sequence
 
 from broker.client.accumulator import Accumulator
 from broker.client.cluster import Cluster
@@ -84,7 +84,7 @@ class Producer:
         self.max_request_bytes = max_request_bytes
         self.client_id = client_id
         self.cluster = Cluster(zk, brokers, request_timeout)
-        self._round_robin: dict[str, Any] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
         """Partitions per topic, once learned: a topic's count never changes (the sender
         thread forgets leaders on every retry; send() must not go to the network then)."""
@@ -115,7 +115,7 @@ class Producer:
         holding the last message.
         """
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
-            values = [messages]
+            values: list[bytes] = [messages]  # type: ignore[list-item]  # any bytes-like packs
             nbytes = len(messages)
         else:
             values = messages if isinstance(messages, list) else list(messages)

@@ -177,11 +177,12 @@ class Sender:
                 self._send_request(address, request)
 
     def _send_request(self, address: tuple[str, int], parts: list[Part]) -> None:
-        header_parts = []
-        payload = []
+        header_parts: list[list[Any]] = []
+        payload: list[bytes | memoryview] = []
         for (topic, partition), batches in parts:
-            header_parts.append([topic, partition, sum(len(b.encoded) for b in batches)])  # type: ignore[arg-type]
-            payload.extend(b.encoded for b in batches)
+            encoded = [b.encode(self.codec) for b in batches]  # encoded already: no work
+            header_parts.append([topic, partition, sum(map(len, encoded))])
+            payload.extend(encoded)
         try:
             conn = self.cluster.connection(address)
             future = conn.request(protocol.PRODUCE, {"acks": self.acks, "parts": header_parts},
