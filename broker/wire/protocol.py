@@ -17,7 +17,10 @@ Request headers carry ``api`` (int), ``v`` (version, int) and ``id`` (correlatio
 int) plus the api's fields; response headers carry the same ``id`` and ``err`` (an
 error code from :mod:`broker.common.errors`, 0 for success) plus ``msg`` on errors. Several
 requests may be in flight on one connection; responses are matched by ``id``. The
-fields of each api are documented in ``docs/protocol.md``.
+fields of each api are documented in ``docs/protocol.md``; their typed forms, with
+the functions that parse and encode them, live in one module per api beside this
+one (:mod:`.produce`, :mod:`.fetch`, :mod:`.offsets`, :mod:`.metadata`,
+:mod:`.topics`), and :mod:`.apis` reads request and response heads.
 """
 
 from __future__ import annotations
@@ -184,9 +187,9 @@ def check_request(frame: Frame) -> tuple[int, int]:
     corr = header.get("id")
     api = header.get("api")
     version = header.get("v")
-    if not isinstance(corr, int) or isinstance(corr, bool):
+    if type(corr) is not int:
         raise _invalid("request header has no integer 'id' (correlation id)", None)
-    if not isinstance(api, int) or not isinstance(version, int):
+    if type(api) is not int or type(version) is not int:
         raise _invalid("request header needs integer 'api' and 'v' fields", corr)
     return api, corr
 

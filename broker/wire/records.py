@@ -227,7 +227,12 @@ def decode_batches(
         payload: bytes | memoryview = view[pos + HEADER_SIZE : stop]
         codec = attributes & _CODEC_MASK
         if codec == CODEC_GZIP:
-            payload = zlib.decompress(payload, 31)
+            try:
+                payload = zlib.decompress(payload, 31)
+            except zlib.error as exc:
+                raise CorruptBatchError(
+                    f"batch at offset {offset + pos} does not decompress: {exc}"
+                ) from None
         elif codec != CODEC_NONE:
             raise CorruptBatchError(f"unknown codec {codec} in batch at offset {offset + pos}")
         try:
@@ -236,10 +241,7 @@ def decode_batches(
             raise CorruptBatchError(
                 f"batch at offset {offset + pos} has an undecodable payload: {exc}"
             ) from None
-        if len(values) != count:
-            raise CorruptBatchError(
-                f"batch at offset {offset + pos} claims {count} messages, holds {len(values)}"
-            )
+        _check_columns(keys, values, deltas, count, offset + pos)
         batches.append(
             Batch(
                 offset + pos,
@@ -254,6 +256,23 @@ def decode_batches(
         )
         pos = stop
     return batches, pos
+
+
+def _check_columns(keys: object, values: object, deltas: object, count: int, at: int) -> None:
+    """A batch's columns are lists of ``count`` items (keys and deltas may be nil).
+
+    Per batch, not per message: a CRC-valid batch from a buggy producer fails here
+    with CorruptBatchError instead of a TypeError in the consumer.
+    """
+    if type(values) is not list or len(values) != count:
+        held = len(values) if type(values) is list else type(values).__name__
+        raise CorruptBatchError(f"batch at offset {at} claims {count} messages, holds {held}")
+    if keys is not None and (type(keys) is not list or len(keys) != count):
+        raise CorruptBatchError(f"batch at offset {at} has a 'keys' column that is not "
+                                f"{count} items")
+    if deltas is not None and (type(deltas) is not list or len(deltas) != count):
+        raise CorruptBatchError(f"batch at offset {at} has a 'deltas' column that is not "
+                                f"{count} items")
 
 
 def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
