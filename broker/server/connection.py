@@ -1,7 +1,8 @@
 """One client connection on the broker: frames in, responses out, in a safe order.
 
-The connection feeds received bytes to the sans-IO :class:`FrameDecoder` and passes
-each request to the broker's handlers. Produce requests are handled synchronously in
+The connection feeds received bytes to the sans-IO :class:`FrameDecoder`, reads each
+request's head, and hands the frame with a :class:`Responder` to the broker's
+dispatcher; handlers never see the connection. Produce requests are handled synchronously in
 ``data_received`` so appends keep the order in which a client sent them; fetch and
 admin requests run as tasks and may answer out of order (clients match responses by
 correlation id). Responses go through one writer so a sendfile of log bytes is never
@@ -14,23 +15,23 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
+from broker.common.errors import (
+    FrameTooLargeError,
+    InvalidRequestError,
+    LogferryError,
+    ProtocolError,
+    UnsupportedApiError,
+)
+from broker.server.responder import FileReply, Responder
 from broker.wire import protocol
-from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError, ProtocolError
+from broker.wire.apis import parse_request_head
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
-    from broker.storage.partition_log import FileSlice
 
 log = logging.getLogger("logferry.connection")
-
-
-class FileReply(NamedTuple):
-    """A response whose payload is sent from segment files with sendfile."""
-
-    head: bytes
-    slices: list["FileSlice"]
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -80,21 +81,22 @@ class BrokerConnection(asyncio.Protocol):
 
     def _dispatch(self, frame: protocol.Frame) -> None:
         try:
-            api, corr = protocol.check_request(frame)
+            head = parse_request_head(frame.header)
+        except UnsupportedApiError as exc:
+            self.broker.count_request("unknown", 0.0, error=True)
+            self.send(protocol.encode_error(getattr(exc, "correlation_id", None), exc.code,
+                                            str(exc)))
+            return
         except InvalidRequestError as exc:
             self._fatal(exc, getattr(exc, "correlation_id", None))
             return
-        version = frame.header["v"]
-        if api not in protocol.SUPPORTED_VERSIONS or version not in protocol.SUPPORTED_VERSIONS[api]:
-            self.broker.count_request("unknown", 0.0, error=True)
-            self.send(protocol.encode_error(
-                corr, 2, f"unsupported api {api} version {version}; this broker serves "
-                f"{ {protocol.API_NAMES[a]: sorted(v) for a, v in protocol.SUPPORTED_VERSIONS.items()} }"))
-            return
-        if api == protocol.PRODUCE:
-            self.broker.handle_produce(self, corr, frame)
+        dispatcher = self.broker.dispatcher
+        responder = Responder(self, head.correlation_id, head.name, self.broker.count_request)
+        if dispatcher.is_synchronous(head):
+            dispatcher.handle_produce(head, frame, responder)
         else:
-            task = asyncio.get_running_loop().create_task(self.broker.handle_async(self, api, corr, frame))
+            task = asyncio.get_running_loop().create_task(
+                dispatcher.handle(head, frame, responder))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 

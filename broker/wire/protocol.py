@@ -198,12 +198,3 @@ def _invalid(message: str, corr: int | None) -> InvalidRequestError:
     err = InvalidRequestError(message)
     err.correlation_id = corr  # type: ignore[attr-defined]
     return err
-
-
-def require(header: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    """Return ``header[name]`` if it has type ``kind``, else raise InvalidRequestError."""
-    value = header.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise InvalidRequestError(f"field '{name}' must be {expected}, got {value!r:.60}")
-    return value

@@ -179,10 +179,10 @@ def test_docs_list_every_family_with_its_type_and_labels(tmp_path: Path) -> None
     from broker.server.config import BrokerConfig
 
     broker = Broker(BrokerConfig(broker_id=1, zk_connect="127.0.0.1:1", log_dirs=(str(tmp_path),)))
-    broker._bytes_in[("t", 0)] += 1  # a series for the label check; the rest is declared only
-    broker._produce_errors[(("error", "CorruptBatchError"),)] += 1
+    broker.stats.bytes_in[("t", 0)] += 1  # a series for the label check; the rest is declared only
+    broker.stats.produce_errors[(("error", "CorruptBatchError"),)] += 1
     broker.count_request("fetch", 0.1)
-    broker.isr_changes[(("direction", "grow"),)] += 1
+    broker.stats.isr_changes[(("direction", "grow"),)] += 1
     snapshot = Snapshot(host="h", files=[{"path": "/a", "inode": 1, "lag": 0}])
     mirror = MirrorMetrics(lambda: {"partitions": {"t-0": {"lag_bytes": 1}}})
     mirror.record("t", 1, 1, 1)

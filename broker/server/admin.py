@@ -1,0 +1,175 @@
+"""The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders.
+
+Each handler gets a typed request (already checked by :mod:`broker.wire`) and a
+responder. ZooKeeper calls run in the broker's small admin thread pool so the event
+loop never blocks on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+from broker.common.errors import (
+    BrokerShuttingDownError,
+    LogferryError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from broker.common.names import validate_topic_name
+from broker.coordination import zk
+from broker.coordination.registry import BrokerRegistry, ClusterView
+from broker.server.config import BrokerConfig
+from broker.server.responder import Responder
+from broker.server.routing import PartitionRouter
+from broker.wire.metadata import (
+    BrokerAddress,
+    MetadataAnswer,
+    MetadataRequest,
+    TopicMetadata,
+    encode_metadata_answer,
+    topic_error,
+)
+from broker.wire.offsets import (
+    EARLIEST,
+    OffsetsAnswer,
+    OffsetsRequest,
+    encode_offsets_answer,
+)
+from broker.wire.topics import (
+    CreateTopicAnswer,
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    ElectLeadersAnswer,
+    ElectLeadersRequest,
+    encode_create_topic_answer,
+    encode_elect_leaders_answer,
+)
+
+
+class AdminService:
+    """Answers the apis that read or change the cluster's metadata.
+
+    ``view``, ``registry`` and ``zk_client`` are callables: the broker replaces its
+    view on every change and opens its ZooKeeper session after this is built.
+    """
+
+    def __init__(self, config: BrokerConfig, router: PartitionRouter,
+                 view: Callable[[], ClusterView], registry: Callable[[], BrokerRegistry | None],
+                 zk_client: Callable[[], Any], admin_pool: Executor,
+                 shutting_down: Callable[[], bool]):
+        self.config = config
+        self.router = router
+        self.view = view
+        self.registry = registry
+        self.zk_client = zk_client
+        self.admin_pool = admin_pool
+        self.shutting_down = shutting_down
+
+    async def offsets(self, request: OffsetsRequest, responder: Responder) -> None:
+        """The first offset, the visible end, or the offset for a time."""
+        plog = self.router.leader_log(request.topic, request.partition)
+        at = request.at
+        if isinstance(at, int):
+            offset = await asyncio.get_running_loop().run_in_executor(
+                self.admin_pool, plog.offset_for_time, at)
+        elif at == EARLIEST:
+            offset = plog.start_offset
+        else:  # LATEST; parse_offsets_request allows nothing else
+            offset = plog.visible_end
+        responder.answer(encode_offsets_answer(OffsetsAnswer(
+            offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes)))
+
+    async def metadata(self, request: MetadataRequest, responder: Responder) -> None:
+        """The brokers, and the topics asked for (auto-created if allowed)."""
+        create = request.create and self.config.auto_create_topics
+        view = self.view()
+        topics: dict[str, TopicMetadata] = {}
+        for topic in (request.topics if request.topics is not None else sorted(view.topics)):
+            if topic not in view.topics and create:
+                try:
+                    validate_topic_name(topic)
+                    await self.create_in_zk(topic, self.config.num_partitions, exists_ok=True)
+                except LogferryError as exc:
+                    topics[topic] = topic_error(exc.code, str(exc))
+                    continue
+                view = self.view()
+            assignment = view.topics.get(topic)
+            if assignment is None:
+                topics[topic] = topic_error(UnknownTopicOrPartitionError.code,
+                                            f"unknown topic {topic!r}")
+                continue
+            # "partitions" maps each partition to its leader (-1: none right now), as
+            # before replication; "replicas" and "isr" say the rest.
+            states = {p: view.states.get((topic, p)) for p in assignment}
+            topics[topic] = TopicMetadata(
+                0, None,
+                {p: s.leader if s else -1 for p, s in states.items()},
+                assignment,
+                {p: list(s.isr) if s else [] for p, s in states.items()},
+                {p: s.leader_epoch if s else -1 for p, s in states.items()},
+                view.configs.get(topic, {}))
+        brokers = {b: BrokerAddress(i.host, i.port, i.datacenter, i.rack)
+                   for b, i in view.brokers.items()}
+        responder.answer(encode_metadata_answer(MetadataAnswer(brokers, topics,
+                                                               view.controller)))
+
+    async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
+        """Create a topic in ZooKeeper; answer once this broker has seen it."""
+        assignment = await self.create_in_zk(
+            request.topic, request.partitions or self.config.num_partitions,
+            request.replication_factor, request.min_insync_replicas)
+        responder.answer(encode_create_topic_answer(CreateTopicAnswer(assignment)))
+
+    async def delete_topic(self, request: DeleteTopicRequest, responder: Responder) -> None:
+        """Delete a topic in ZooKeeper (each broker drops its logs when it sees that)."""
+        await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().delete_topic, request.topic)  # type: ignore[union-attr]
+        responder.answer({})
+
+    async def elect_leaders(self, request: ElectLeadersRequest, responder: Responder) -> None:
+        """Ask the controller to move leadership back to the preferred replicas."""
+        client = self.zk_client()
+
+        def trigger() -> None:
+            try:
+                client.create(zk.PREFERRED_ELECTION, b"{}", makepath=True)
+            except zk.NodeExistsError:
+                pass  # already asked; the controller deletes it when done
+        await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
+        responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
+
+    async def create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
+                           min_insync_replicas: int | None = None,
+                           exists_ok: bool = False) -> dict[int, list[int]]:
+        """Create a topic (replication factor 0: the broker's default, capped at the live
+        brokers) and wait, bounded, until this broker's own watch has seen it and every
+        partition has a state. ``exists_ok``: another client's auto-create won the race."""
+        loop = asyncio.get_running_loop()
+        rf = replication_factor or min(self.config.default_replication_factor,
+                                       max(len(self.view().brokers), 1))
+        try:
+            assignment = await loop.run_in_executor(
+                self.admin_pool, self.registry().create_topic,  # type: ignore[union-attr]
+                topic, partitions, rf, min_insync_replicas)
+        except TopicExistsError:
+            if not exists_ok:
+                raise
+            assignment = None
+        for _ in range(250):
+            if self.shutting_down():  # the view no longer moves: answer now, not in 5 s
+                raise BrokerShuttingDownError(f"topic {topic!r} was created, but broker "
+                                              f"{self.config.broker_id} is shutting down; "
+                                              "retry with another broker")
+            view = self.view()
+            seen = view.topics.get(topic)
+            if seen is not None and all((topic, p) in view.states for p in seen):
+                return seen
+            await asyncio.sleep(0.02)
+        if assignment is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} is being created; retry")
+        return assignment
+
+
+__all__ = ["AdminService"]

@@ -1,0 +1,165 @@
+"""The fetch api: file slices for consumers and followers, with long polling.
+
+A fetch reads each part as a file slice (sent later with sendfile, never copied into
+Python) and answers at once when ``min_bytes`` are there, when a part failed, or when
+``max_wait_ms`` has passed. Otherwise it waits: a consumer's fetch until a flush (or a
+follower's progress) moves a visible end, a follower's fetch until an append moves
+a log end. The handler gets a typed request and a responder, never the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from broker.common.errors import LogferryError
+from broker.server.broker_metrics import BrokerMetrics
+from broker.server.responder import Responder
+from broker.server.routing import PartitionRouter
+from broker.storage.log_manager import LogManager
+from broker.wire.fetch import (
+    FetchAnswerPart,
+    FetchPart,
+    FetchRequest,
+    ReplicaFetchAnswerPart,
+    ReplicaFetchPart,
+    encode_fetch_answer,
+)
+
+Key = tuple[str, int]
+Read = Callable[[list], tuple[list, list, int]]
+
+
+class FetchService:
+    """Answers fetches and keeps the long polls waiting for data."""
+
+    def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
+                 metrics: BrokerMetrics, shutting_down: Callable[[], bool]):
+        self.router = router
+        self.replication = replication
+        self.logs = logs
+        self.metrics = metrics
+        self.shutting_down = shutting_down
+        self.waiters: dict[Key, list[asyncio.Future]] = {}
+        """Consumers' long polls, by partition: woken when the visible end moves."""
+        self.append_waiters: dict[Key, list[asyncio.Future]] = {}
+        """Followers' long polls, by partition: woken when the log end moves."""
+
+    # -- waking long polls -----------------------------------------------------------
+
+    def wake_consumers(self, key: Key) -> None:
+        """The visible end of ``key`` moved: answer the consumers' long polls."""
+        for waiter in self.waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def wake_fetchers(self, key: Key) -> None:
+        """``key`` got new bytes (or changed role): answer the followers' long polls."""
+        for waiter in self.append_waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def release_all(self) -> None:
+        """The broker is stopping: every long poll answers with what it has."""
+        for waiters in (*self.waiters.values(), *self.append_waiters.values()):
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    # -- the api ---------------------------------------------------------------------
+
+    async def handle(self, request: FetchRequest, responder: Responder) -> None:
+        """Read the parts, long-poll while too little is readable, then answer."""
+        requests = request.parts
+        read: Read
+        if request.replica is None:
+            read, waiters = self._read_slices, self.waiters
+        else:
+            read, waiters = self._replica_reader(request.replica), self.append_waiters
+        results, slices, total = await self._poll(read, waiters, requests, request)
+        counter = (self.metrics.bytes_out if request.replica is None
+                   else self.metrics.replica_bytes_out)
+        for part, piece in zip(requests, slices):
+            if piece is not None and piece.count:
+                counter[(part.topic, part.partition)] += piece.count
+        responder.answer_with_files(encode_fetch_answer(results), slices, total)
+
+    async def _poll(self, read: Read, waiters: dict[Key, list[asyncio.Future]],
+                    requests: list, request: FetchRequest) -> tuple[list, list, int]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.max_wait_ms / 1000
+        while True:
+            results, slices, total = read(requests)
+            remaining = deadline - loop.time()
+            if (total >= request.min_bytes or remaining <= 0 or self.shutting_down()
+                    or any(r.error for r in results)):
+                return results, slices, total
+            waiter = loop.create_future()
+            for part in requests:
+                waiters.setdefault((part.topic, part.partition), []).append(waiter)
+            try:
+                async with asyncio.timeout(remaining):  # not wait_for: see fetcher.py
+                    await waiter
+            except TimeoutError:
+                pass
+            finally:
+                for part in requests:
+                    waiting = waiters.get((part.topic, part.partition))
+                    if waiting and waiter in waiting:
+                        waiting.remove(waiter)
+
+    def _read_slices(self, requests: list[FetchPart]) -> tuple[list, list, int]:
+        results: list[FetchAnswerPart] = []
+        slices: list = []
+        total = 0
+        for topic, partition, offset, max_bytes in requests:
+            try:
+                plog = self.router.leader_log(topic, partition)
+                piece = plog.read_slice(offset, max(max_bytes, 1))
+                results.append(FetchAnswerPart(topic, partition, 0, None, plog.start_offset,
+                                               plog.visible_end, piece.count))
+                slices.append(piece)
+                total += piece.count
+            except LogferryError as exc:
+                start = getattr(exc, "start", None)
+                end = getattr(exc, "end", None)
+                results.append(FetchAnswerPart(topic, partition, exc.code, str(exc), start,
+                                               end, 0))
+                slices.append(None)
+        return results, slices, total
+
+    def _replica_reader(self, follower: int) -> Read:
+        """A reader for a follower's fetch: checks the epoch, records the follower's
+        progress (once per request), reads up to the log end, adds the log end."""
+        recorded: set[Key] = set()
+        replication = self.replication
+
+        def read(requests: list[ReplicaFetchPart]) -> tuple[list, list, int]:
+            results: list[ReplicaFetchAnswerPart] = []
+            slices: list = []
+            total = 0
+            for topic, partition, offset, max_bytes, epoch in requests:
+                try:
+                    replica = replication.check_replica_fetch(topic, partition, epoch)
+                    plog = replica.plog
+                    if (topic, partition) not in recorded:
+                        recorded.add((topic, partition))
+                        replication.record_replica_fetch(replica, follower, offset)
+                    piece = plog.read_slice(offset, max(max_bytes, 1), upto=plog.end_offset)
+                    results.append(ReplicaFetchAnswerPart(
+                        topic, partition, 0, None, plog.start_offset, plog.visible_end,
+                        piece.count, plog.end_offset))
+                    slices.append(piece)
+                    total += piece.count
+                except LogferryError as exc:
+                    plog = self.logs.get(topic, partition)
+                    results.append(ReplicaFetchAnswerPart(
+                        topic, partition, exc.code, str(exc), getattr(exc, "start", None),
+                        getattr(exc, "end", None), 0,
+                        plog.end_offset if plog is not None else None))
+                    slices.append(None)
+            return results, slices, total
+        return read
+
+
+__all__ = ["FetchService"]

@@ -1,0 +1,142 @@
+"""The produce api: validate each message set, append it, answer when it is safe.
+
+Per part: find the led log, check the batches' CRCs (zlib, in C; no per-message
+work), refuse acks=all when too few replicas are in sync, append, wake the followers'
+long polls. The answer goes out at once (acks 1), after the fsync
+(``flush_messages = 1``), after every in-sync replica has the bytes (acks -1, all),
+or never (acks 0). The handler runs synchronously as frames arrive, so one
+connection's appends keep their order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from broker.common.errors import (
+    BrokerShuttingDownError,
+    InvalidRequestError,
+    LogferryError,
+)
+from broker.server.broker_metrics import BrokerMetrics
+from broker.server.fetch import FetchService
+from broker.server.flusher import Flusher
+from broker.server.responder import Responder
+from broker.server.routing import PartitionRouter
+from broker.storage.log_manager import LogManager
+from broker.wire import records
+from broker.wire.produce import ProduceAnswerPart, ProduceRequest, encode_produce_answer
+
+log = logging.getLogger("logferry.broker")
+
+
+class ProduceService:
+    """Appends produced message sets to the partitions this broker leads."""
+
+    def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
+                 flusher: Flusher, fetch: FetchService, metrics: BrokerMetrics,
+                 flush_each: bool, shutting_down: Callable[[], bool]):
+        self.router = router
+        self.replication = replication
+        self.logs = logs
+        self.flusher = flusher
+        self.fetch = fetch
+        self.metrics = metrics
+        self.flush_each = flush_each
+        """``flush_messages = 1``: answer only after the appended bytes are fsynced."""
+        self.shutting_down = shutting_down
+
+    def handle(self, request: ProduceRequest, responder: Responder) -> None:
+        """Append each message set; answer now, after fsync, after the in-sync
+        replicas have it (acks=all, -1), or never (acks=0)."""
+        if self.shutting_down():
+            responder.fail(BrokerShuttingDownError("broker is shutting down"))
+            return
+        acks = request.acks
+        metrics = self.metrics
+        replication = self.replication
+        append_waiters = self.fetch.append_waiters
+        results: list[ProduceAnswerPart] = []
+        waits: list[tuple[str, int, int]] = []
+        replica_waits: list[tuple[str, int, int, int]] = []
+        failed = False
+        for topic, partition, chunk in request.sets:
+            try:
+                plog = self.router.leader_log(topic, partition, for_write=True)
+                scan = records.validate_message_set(chunk)
+                if acks == -1:
+                    replication.check_acks_all(topic, partition)
+                base = plog.append(chunk, scan.messages)
+                key = (topic, partition)
+                metrics.bytes_in[key] += len(chunk)
+                metrics.messages_in[key] += scan.messages
+                if key in append_waiters:
+                    self.fetch.wake_fetchers(key)
+                results.append(ProduceAnswerPart(topic, partition, 0, base, None))
+                if acks == -1:
+                    replica_waits.append((topic, partition, plog.end_offset, len(results) - 1))
+                if self.flush_each:
+                    waits.append((topic, partition, len(results) - 1))
+                else:
+                    self.flusher.maybe_schedule(key, plog)
+            except LogferryError as exc:
+                failed = True
+                metrics.produce_errors[(("error", type(exc).__name__),)] += 1
+                results.append(ProduceAnswerPart(topic, partition, exc.code, -1, str(exc)))
+        rejected = request.rejected  # a malformed part ends the request
+        if rejected is not None:
+            failed = True
+            metrics.produce_errors[(("error", InvalidRequestError.__name__),)] += 1
+            results.append(ProduceAnswerPart(rejected.topic, rejected.partition,
+                                             rejected.error.code, -1, str(rejected.error)))
+        if acks == 0:
+            responder.count(failed)
+            if failed:  # the client cannot see errors with acks=0: tell it by closing
+                log.warning("closing acks=0 producer %s after a failed produce: %s",
+                            responder.peer, results)
+                responder.close_connection()
+            return
+        if not waits and not replica_waits:
+            responder.answer(encode_produce_answer(results), error=failed)
+            return
+        pending = PendingProduce(responder, results)
+        for topic, partition, end, index in replica_waits:
+            if replication.wait_for_replicas(topic, partition, end, pending, index):
+                pending.left += 1
+        # flush.messages = 1: acknowledge only after the appended bytes are fsynced.
+        for topic, partition, index in waits:
+            key = (topic, partition)
+            plog = self.logs.get(*key)
+            assert plog is not None  # appended to a moment ago, on this event loop turn
+            pending.left += 1
+            self.flusher.ack_after_flush(key, plog, pending, index)
+        pending.part_done(None)  # the handler's own hold: answers now if nothing waits
+
+
+class PendingProduce:
+    """A produce answer waiting for fsyncs (flush.messages = 1) and for replicas (acks=all).
+
+    ``left`` counts the awaited events plus one hold for the handler itself; each
+    :meth:`part_done` settles one, recording an error on that part if given, and the
+    last one sends the answer.
+    """
+
+    __slots__ = ("responder", "results", "left")
+
+    def __init__(self, responder: Responder, results: list[ProduceAnswerPart]):
+        self.responder = responder
+        self.results = results
+        self.left = 1
+
+    def part_done(self, index: int | None, error: LogferryError | None = None) -> None:
+        """One awaited event happened (``error``: it failed for part ``index``)."""
+        if error is not None and index is not None and not self.results[index].error:
+            self.results[index] = self.results[index]._replace(
+                error=error.code, base_offset=-1, message=str(error))
+        self.left -= 1
+        if self.left == 0:
+            failed = any(r.error for r in self.results)
+            self.responder.answer(encode_produce_answer(self.results), error=failed)
+
+
+__all__ = ["PendingProduce", "ProduceService"]

@@ -1,0 +1,86 @@
+"""How a handler answers one request, without seeing the connection it came on.
+
+A :class:`Responder` is made per request by the connection. It knows the request's
+correlation id and api, writes the answer (or the error) through the connection's
+ordered writer, and counts the request in the broker's metrics once, when it is
+answered. Handlers stay free of IO: they get a typed request and a responder.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
+
+from broker.common.errors import LogferryError
+from broker.wire import protocol
+
+
+class FileReply(NamedTuple):
+    """A response whose payload is sent from segment files with sendfile."""
+
+    head: bytes
+    """The frame prefix and header."""
+    slices: list[Any]
+    """:class:`~broker.storage.partition_log.FileSlice` objects, sent in order."""
+
+
+class ReplyChannel(Protocol):
+    """What a responder needs from a connection."""
+
+    peer: str
+
+    def send(self, item: bytes | FileReply) -> None: ...
+
+    def close(self) -> None: ...
+
+
+CountRequest = Callable[[str, float, bool], None]
+"""``count(api_name, seconds, error)``: records one answered request."""
+
+
+class Responder:
+    """Answers one request on the connection it arrived on."""
+
+    __slots__ = ("_channel", "correlation_id", "api", "started", "_count")
+
+    def __init__(self, channel: ReplyChannel, correlation_id: int, api: str,
+                 count: CountRequest, started: float | None = None):
+        self._channel = channel
+        self.correlation_id = correlation_id
+        self.api = api
+        self.started = time.perf_counter() if started is None else started
+        self._count = count
+
+    @property
+    def peer(self) -> str:
+        """The client's address, for logs."""
+        return self._channel.peer
+
+    def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
+        """Send a successful answer (``error``: some of its parts failed)."""
+        self.count(error)
+        self._channel.send(protocol.encode_response(self.correlation_id, fields))
+
+    def answer_with_files(self, fields: dict[str, Any], slices: Sequence[Any],
+                          nbytes: int) -> None:
+        """Send an answer whose payload is ``nbytes`` of log bytes from ``slices``."""
+        head = protocol.encode_response(self.correlation_id, fields, payload_len=nbytes)
+        self.count(False)
+        self._channel.send(FileReply(head, [s for s in slices if s is not None])
+                           if nbytes else head)
+
+    def fail(self, exc: LogferryError) -> None:
+        """Answer that the request failed as a whole."""
+        self.count(True)
+        self._channel.send(protocol.encode_error(self.correlation_id, exc.code, str(exc)))
+
+    def count(self, error: bool) -> None:
+        """Record the request without answering (acks=0 produces get no answer)."""
+        self._count(self.api, time.perf_counter() - self.started, error)
+
+    def close_connection(self) -> None:
+        """Close the connection after what is queued (the only signal acks=0 has)."""
+        self._channel.close()
+
+
+__all__ = ["CountRequest", "FileReply", "ReplyChannel", "Responder"]
