@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from broker.wire import protocol
+from broker.wire.metadata import parse_metadata_answer
 from broker.client.cluster import Cluster
 from broker.common.errors import error_for_code
 
@@ -71,20 +72,15 @@ class Admin:
 
     def describe_all(self, names: Sequence[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
         """Every topic (or ``names``) -> partition -> leader, replicas and ISR."""
-        header = self.cluster.refresh(list(names) if names is not None else None)
+        answer = parse_metadata_answer(
+            self.cluster.refresh(list(names) if names is not None else None))
         out: dict[str, dict[int, PartitionInfo]] = {}
-        for topic, info in sorted(header["topics"].items()):
-            if info.get("err"):
-                raise error_for_code(info["err"], info.get("msg", ""))
-            replicas = info.get("replicas", {})
-            isr = info.get("isr", {})
-            epochs = info.get("epochs", {})
+        for topic, info in sorted(answer.topics.items()):
+            if info.error:
+                raise error_for_code(info.error, info.message or "")
             out[topic] = {
-                int(p): PartitionInfo(int(leader),
-                                      [int(b) for b in replicas.get(p, [leader])],
-                                      [int(b) for b in isr.get(p, [leader])],
-                                      int(epochs.get(p, -1)))
-                for p, leader in sorted(info["partitions"].items())}
+                p: PartitionInfo(leader, info.replicas[p], info.isr[p], info.epochs.get(p, -1))
+                for p, leader in sorted(info.partitions.items())}
         return out
 
     def under_replicated(self) -> dict[str, dict[int, PartitionInfo]]:
@@ -104,10 +100,9 @@ class Admin:
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""
-        header = self.cluster.refresh([])
-        return {int(b): BrokerInfo(v[0], int(v[1]), v[2] if len(v) > 2 else "",
-                                   v[3] if len(v) > 3 else "")
-                for b, v in sorted(header["brokers"].items())}
+        answer = parse_metadata_answer(self.cluster.refresh([]))
+        return {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
+                for b, a in sorted(answer.brokers.items())}
 
     def close(self) -> None:
         """Close connections and the ZooKeeper session."""

@@ -15,6 +15,7 @@ import time
 from typing import Any, Sequence
 
 from broker.wire import protocol
+from broker.wire.metadata import parse_metadata_answer
 
 from broker.coordination import zk
 from broker.client.connection import Connection
@@ -90,13 +91,14 @@ class Cluster:
                 last = exc
                 continue
             header = frame.header
+            answer = parse_metadata_answer(header)
             with self._lock:
-                self._brokers = {int(b): (v[0], int(v[1])) for b, v in header["brokers"].items()}
-                for topic, info in header["topics"].items():
-                    if info.get("err"):
+                self._brokers = {b: (a.host, a.port) for b, a in answer.brokers.items()}
+                for topic, info in answer.topics.items():
+                    if info.error:
                         self._topics.pop(topic, None)
                     else:
-                        self._topics[topic] = {int(p): int(b) for p, b in info["partitions"].items()}
+                        self._topics[topic] = dict(info.partitions)
             return header
         raise last or BrokerNotAvailableError("no broker reachable")
 

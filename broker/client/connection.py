@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from broker.net import socket_errors, transport
 from broker.wire import protocol
+from broker.wire.apis import connection_error
 from broker.common.errors import (
     BrokerNotAvailableError,
     LogferryError,
@@ -153,7 +154,7 @@ class Connection:
                         future._finish(frame, None)
                     elif frame.header.get("err"):
                         # An error for the connection as a whole (bad frame): it closes.
-                        raise error_for_code(frame.header["err"], frame.header.get("msg", ""))
+                        raise connection_error(frame.header)
         except LogferryError as exc:
             self._fail(exc)
         except OSError as exc:

@@ -20,9 +20,11 @@ from broker.common.errors import (
     LeaderNotAvailableError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    ProtocolError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from broker.wire.fetch import FetchPart, encode_fetch_request, parse_fetch_answer
 from broker.wire.records import Batch
 
 
@@ -140,18 +142,23 @@ class SimpleConsumer:
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None,
               max_wait_ms: int = 0, keep_raw: bool = False, min_bytes: int | None = None) -> FetchResult:
         """Fetch whole batches from ``offset``; long-polls up to ``max_wait_ms`` when empty."""
-        fields = {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes or self.min_bytes,
-                  "parts": [[topic, partition, offset, max_bytes or self.max_bytes]]}
+        fields = encode_fetch_request(
+            [FetchPart(topic, partition, offset, max_bytes or self.max_bytes)],
+            max_wait_ms, min_bytes or self.min_bytes)
         frame = self._request(topic, partition, protocol.FETCH, fields,
                               timeout=self.request_timeout + max_wait_ms / 1000)
-        _, _, code, message, start, end, size = frame.header["parts"][0]
-        if code:
-            error = error_for_code(code, message or "")
+        parts = parse_fetch_answer(frame.header)
+        if len(parts) != 1:
+            raise ProtocolError(f"broker answered {len(parts)} parts to a fetch of one")
+        part = parts[0]
+        if part.error:
+            error = error_for_code(part.error, part.message or "")
             if isinstance(error, OffsetOutOfRangeError):
-                error.start, error.end = start, end
+                error.start, error.end = part.start, part.visible_end
             raise error
-        batches, used = records.decode_batches(frame.payload[:size], offset, keep_raw=keep_raw)
-        return FetchResult(batches, offset + used, end)
+        batches, used = records.decode_batches(frame.payload[:part.nbytes], offset,
+                                               keep_raw=keep_raw)
+        return FetchResult(batches, offset + used, part.visible_end)
 
     def messages(self, topic: str, partition: int, start: int | str | _dt.datetime = "earliest",
                  follow: bool = False, limit: int | None = None,
@@ -209,10 +216,10 @@ class SimpleConsumer:
                 if attempt >= 1:
                     raise
             else:
-                parts = frame.header.get("parts")
-                code = parts[0][2] if parts else 0
+                parts = parse_fetch_answer(frame.header) if api == protocol.FETCH else []
+                code = parts[0].error if parts else 0
                 if code in _ROUTING_ERRORS and retry_left:
-                    last = error_for_code(code, parts[0][3] or "")
+                    last = error_for_code(code, parts[0].message or "")
                 else:
                     return frame
             if not retry_left:

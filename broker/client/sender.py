@@ -31,6 +31,7 @@ from broker.common.errors import (
     error_for_code,
 )
 from broker.wire import protocol
+from broker.wire.produce import parse_produce_answer
 
 log = logging.getLogger("logferry.producer")
 
@@ -213,16 +214,21 @@ class Sender:
             for tp, batches in parts:
                 self.retry_or_fail(tp, batches, error)
             return
-        results = {(r[0], r[1]): r for r in header.get("parts", [])}
+        try:
+            results = {(r.topic, r.partition): r for r in parse_produce_answer(header)}
+        except LogferryError as exc:
+            for tp, batches in parts:
+                self.retry_or_fail(tp, batches, exc)
+            return
         for tp, batches in parts:
             result = results.get(tp)
             if result is None:
                 self.retry_or_fail(tp, batches, BrokerNotAvailableError(
                     f"broker answered no result for {tp[0]}-{tp[1]}"))
-            elif result[2]:
-                self.retry_or_fail(tp, batches, error_for_code(result[2], result[4] or ""))
+            elif result.error:
+                self.retry_or_fail(tp, batches, error_for_code(result.error, result.message or ""))
             else:
-                self.delivered(tp, batches, result[3])
+                self.delivered(tp, batches, result.base_offset)
 
     # -- outcomes --------------------------------------------------------------------------
 

@@ -21,6 +21,13 @@ from broker.net import transport
 from broker.replication.roles import Replica
 from broker.replication.services import ReplicationConfig
 from broker.wire import protocol
+from broker.wire.fetch import (
+    ReplicaFetchAnswerPart,
+    ReplicaFetchPart,
+    encode_fetch_request,
+    parse_fetch_answer,
+    payload_slices,
+)
 
 log = logging.getLogger("logferry.replication")
 
@@ -37,8 +44,8 @@ class FetchHost(Protocol):
 
     def fetch_position(self, replica: Replica) -> int: ...
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int, result: list,
-                   data: memoryview) -> None: ...
+    def on_fetched(self, replica: Replica, epoch: int, offset: int,
+                   result: ReplicaFetchAnswerPart, data: memoryview) -> None: ...
 
 
 class ReplicaFetcher:
@@ -123,10 +130,10 @@ class ReplicaFetcher:
                 continue
             wait_ms = 0 if reconciling else config.replica_fetch_wait_max_ms
             corr = next(self._corr)
-            writer.write(protocol.encode_request(protocol.FETCH, corr, {
-                "replica": manager.me, "max_wait_ms": wait_ms, "min_bytes": 1,
-                "parts": [[r.key[0], r.key[1], offset, config.replica_fetch_max_bytes, epoch]
-                          for r, epoch, offset in asked]}))
+            writer.write(protocol.encode_request(protocol.FETCH, corr, encode_fetch_request(
+                [ReplicaFetchPart(r.key[0], r.key[1], offset, config.replica_fetch_max_bytes,
+                                  epoch) for r, epoch, offset in asked],
+                wait_ms, 1, replica=manager.me)))
             await writer.drain()
             async with asyncio.timeout(wait_ms / 1000 + RESPONSE_GRACE_S):
                 frame = await self._read_frame(reader, decoder)
@@ -136,12 +143,10 @@ class ReplicaFetcher:
             if header.get("err"):
                 raise ProtocolError(f"leader answered error {header.get('err')}: "
                                     f"{header.get('msg')}")
-            payload = frame.payload
-            pos = 0
-            for (replica, epoch, offset), result in zip(asked, header.get("parts", ())):
-                count = result[6]
-                manager.on_fetched(replica, epoch, offset, result, payload[pos:pos + count])
-                pos += count
+            results = parse_fetch_answer(header, replica=True)
+            for (replica, epoch, offset), result, data in zip(
+                    asked, results, payload_slices(results, frame.payload)):
+                manager.on_fetched(replica, epoch, offset, result, data)
 
     @staticmethod
     async def _read_frame(reader: asyncio.StreamReader,

@@ -26,6 +26,7 @@ from broker.replication.reconcile import matching_prefix
 from broker.replication.roles import FOLLOWER, Replica
 from broker.replication.services import ReplicationServices
 from broker.wire import records
+from broker.wire.fetch import ReplicaFetchAnswerPart
 
 log = logging.getLogger("logferry.replication")
 
@@ -42,14 +43,15 @@ class FollowerApplier:
         return replica.reconcile_at if replica.reconcile_at is not None \
             else replica.plog.end_offset
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int, result: list,
-                   data: memoryview) -> None:
+    def on_fetched(self, replica: Replica, epoch: int, offset: int,
+                   result: ReplicaFetchAnswerPart, data: memoryview) -> None:
         """Apply one partition's part of a replica fetch response."""
         if replica.role != FOLLOWER or replica.epoch != epoch \
                 or self.fetch_position(replica) != offset:
             return  # the role or the log moved on while the fetch was out
         plog = replica.plog
-        code, message, start, hw, _, leo = result[2:8]
+        code, message, start, hw, leo = (result.error, result.message, result.start,
+                                         result.visible_end, result.log_end)
         now = time.monotonic()
         if code:
             self._fetch_error(replica, offset, code, message, start, leo, now)

@@ -48,6 +48,7 @@ from broker.replication.roles import (
 )
 from broker.replication.services import PartitionKey, ReplicationServices
 from broker.coordination.partition_state import PartitionState
+from broker.wire.fetch import ReplicaFetchAnswerPart
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -279,8 +280,8 @@ class ReplicaManager:
         """Where the next fetch for ``replica`` starts."""
         return self.follower.fetch_position(replica)
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int, result: list,
-                   data: memoryview) -> None:
+    def on_fetched(self, replica: Replica, epoch: int, offset: int,
+                   result: ReplicaFetchAnswerPart, data: memoryview) -> None:
         """Apply one partition's part of a replica fetch response."""
         self.follower.on_fetched(replica, epoch, offset, result, data)
 

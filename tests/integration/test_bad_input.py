@@ -11,6 +11,8 @@ import msgpack
 import pytest
 
 from broker.wire import protocol, records
+from broker.wire.fetch import parse_fetch_answer
+from broker.wire.produce import parse_produce_answer
 from broker.client import Producer, SimpleConsumer
 from broker.common.errors import (
     CorruptBatchError,
@@ -165,6 +167,19 @@ def test_missing_fields_and_bad_types(busy_cluster):
     client.close()
 
 
+def test_fetch_waits_that_are_not_numbers_are_invalid_requests(busy_cluster):
+    cluster, _ = busy_cluster
+    client = RawClient(cluster.bootstrap[0])
+    bad = [("max_wait_ms", {"ms": 5}), ("max_wait_ms", [5]), ("min_bytes", {}),
+           ("min_bytes", [1, 2]), ("max_wait_ms", "5")]
+    for corr, (field, value) in enumerate(bad, 1):
+        client.send(_frame({"api": protocol.FETCH, "v": 1, "id": corr, field: value,
+                            "parts": [["good", 0, 0, 1024]]}))
+        assert field in _answered(client, InvalidRequestError, corr=corr)["msg"]
+    client.close()
+    assert "Traceback" not in cluster.logs()
+
+
 def test_crc_mismatch_is_rejected_and_nothing_is_appended(busy_cluster):
     cluster, _ = busy_cluster
     batch = bytearray(records.encode_batch([b"a", b"b"], None, 1))
@@ -174,8 +189,8 @@ def test_crc_mismatch_is_rejected_and_nothing_is_appended(busy_cluster):
                        bytes(batch)))
     header = client.response()
     assert header["err"] == 0
-    (result,) = header["parts"]
-    assert result[2] == CorruptBatchError.code and "CRC" in result[4]
+    (result,) = parse_produce_answer(header)
+    assert result.error == CorruptBatchError.code and "CRC" in result.message
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         assert consumer.offsets("good", 1).end == 0
 
@@ -188,10 +203,11 @@ def test_unknown_topic_partition_and_invalid_names(busy_cluster):
                         "parts": [["no-such-topic", 0, len(batch)], ["good", 99, len(batch)],
                                   ["../../etc", 0, len(batch)]]}, batch * 3))
     header = client.response()
-    codes = [r[2] for r in header["parts"]]
+    results = parse_produce_answer(header)
+    codes = [r.error for r in results]
     assert codes == [UnknownTopicOrPartitionError.code, UnknownTopicOrPartitionError.code,
                      InvalidTopicError.code]
-    assert "partitions 0-3" in header["parts"][1][4]
+    assert "partitions 0-3" in results[1].message
     client.send(_frame({"api": protocol.OFFSETS, "v": 1, "id": 2, "topic": "..", "partition": 0}))
     _answered(client, InvalidTopicError, corr=2)
     client.send(_frame({"api": protocol.CREATE_TOPIC, "v": 1, "id": 3, "topic": "a/b", "partitions": 1}))
@@ -240,8 +256,9 @@ def test_bad_replication_requests(busy_cluster):
     _answered(client, InvalidRequestError, corr=2)
     client.send(_frame({**fetch, "id": 3, "replica": 7, "parts": [["good", 0, 0, 1024, 99]]}))
     header = client.response()
-    assert header["err"] == 0 and header["parts"][0][2] == StaleEpochError.code
-    assert "epoch 99" in header["parts"][0][3]
+    (stale,) = parse_fetch_answer(header, replica=True)
+    assert header["err"] == 0 and stale.error == StaleEpochError.code
+    assert "epoch 99" in stale.message
     # Topics cannot have more replicas than live brokers, nor a min ISR above that.
     create = {"api": protocol.CREATE_TOPIC, "v": 1, "topic": "wide", "partitions": 1}
     client.send(_frame({**create, "id": 4, "replication_factor": 3}))
@@ -255,7 +272,7 @@ def test_bad_replication_requests(busy_cluster):
     client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1,
                         "parts": [["good", 2, len(batch)]]}, batch))
     header = client.response()
-    assert header["id"] == 7 and header["parts"][0][2] == 0
+    assert header["id"] == 7 and parse_produce_answer(header)[0].error == 0
     client.close()
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         assert "wide" not in consumer.topics()  # nothing half-created

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker.wire import protocol, records
+from broker.wire.produce import parse_produce_answer
 from broker.client import Admin, NotEnoughReplicasError, Producer, SimpleConsumer
 from broker.client.connection import Connection
 from broker.common.errors import LeaderNotAvailableError, NotLeaderError
@@ -180,7 +181,7 @@ def _produce_one(address: str, topic: str, value: bytes) -> int:
     try:
         frame = conn.request(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]},
                              [batch]).result(5)
-        return frame.header["parts"][0][2]
+        return parse_produce_answer(frame.header)[0].error
     finally:
         conn.close()
 

@@ -12,6 +12,7 @@ import asyncio
 from types import SimpleNamespace
 
 from broker.wire import protocol
+from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
 from broker.replication.fetcher import ReplicaFetcher
 
 STOPS = 300
@@ -30,8 +31,11 @@ async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
             while chunk := await reader.read(1 << 16):
                 decoder.feed(chunk)
                 while (frame := decoder.next_frame()) is not None:
-                    parts = [[t, p, 0, None, 0, 0, 0, 0] for t, p, *_ in frame.header["parts"]]
-                    writer.write(protocol.encode_response(frame.header["id"], {"parts": parts}))
+                    request = parse_fetch_request(frame.header)
+                    parts = [ReplicaFetchAnswerPart(p.topic, p.partition, 0, None, 0, 0, 0, 0)
+                             for p in request.parts]
+                    writer.write(protocol.encode_response(frame.header["id"],
+                                                          encode_fetch_answer(parts)))
                     answered[0] += 1
         except (ConnectionError, asyncio.CancelledError):
             pass

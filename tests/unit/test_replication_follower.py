@@ -15,6 +15,7 @@ from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
+from broker.wire.fetch import ReplicaFetchAnswerPart
 
 EPOCH = 4
 
@@ -41,8 +42,8 @@ def _follower(tmp_path) -> tuple[FollowerApplier, Replica, list, Counter]:
 
 
 def _answer(code: int = 0, start: int = 0, hw: int = 0, data: bytes = b"", leo: int = 0,
-            message: str = "") -> list:
-    return ["t", 0, code, message, start, hw, len(data), leo]
+            message: str = "") -> ReplicaFetchAnswerPart:
+    return ReplicaFetchAnswerPart("t", 0, code, message, start, hw, len(data), leo)
 
 
 def test_fetched_batches_are_appended_as_they_are(tmp_path):

@@ -43,9 +43,16 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 from broker.wire import protocol, records
+from broker.wire.fetch import (
+    FetchAnswerPart,
+    FetchPart,
+    encode_fetch_request,
+    parse_fetch_answer,
+    payload_slices,
+)
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import SimpleConsumer, messages_of
 from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
@@ -209,7 +216,7 @@ class Fetcher:
 
     def _send(self, address: tuple[str, int], states: list[PartitionState]) -> bool:
         parts: list[tuple[PartitionState, int, int]] = []
-        fields_parts: list[list[Any]] = []
+        fields_parts: list[FetchPart] = []
         with self.state.lock:
             now = time.monotonic()
             for ps in states:
@@ -217,10 +224,10 @@ class Fetcher:
                     continue  # stopped or re-targeted while we resolved addresses
                 ps.in_flight = True
                 parts.append((ps, ps.epoch, ps.fetch_offset))
-                fields_parts.append([ps.topic, ps.partition, ps.fetch_offset, ps.max_bytes])
+                fields_parts.append(FetchPart(ps.topic, ps.partition, ps.fetch_offset, ps.max_bytes))
         if not parts:
             return False
-        fields = {"max_wait_ms": self.max_wait_ms, "min_bytes": 1, "parts": fields_parts}
+        fields = encode_fetch_request(fields_parts, self.max_wait_ms, 1)
         try:
             connection = self.cluster.connection(address)
             future = connection.request(protocol.FETCH, fields)
@@ -254,24 +261,22 @@ class Fetcher:
             return
         try:
             frame = future.result(0)
+            results = parse_fetch_answer(frame.header)
+            data = payload_slices(results, frame.payload)
         except LogferryError as exc:
             self._parts_failed(request.parts, str(exc))
             return
-        results = frame.header.get("parts") or []
-        payload = frame.payload
-        pos = 0
-        for (ps, epoch, offset), result in zip(request.parts, results):
-            nbytes = int(result[6] or 0)
-            self._handle_part(ps, epoch, offset, result, payload[pos:pos + nbytes])
-            pos += nbytes
+        for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):
+            self._handle_part(ps, epoch, offset, result, part_data)
         if len(results) < len(request.parts):
             self._parts_failed(request.parts[len(results):], "broker answered fewer parts than asked")
 
-    def _handle_part(self, ps: PartitionState, epoch: int, offset: int, result: list,
-                     data: memoryview) -> None:
-        _, _, code, message, start, end, _ = result
-        if code:
-            self._part_error(ps, epoch, offset, error_for_code(code, message or ""), start, end)
+    def _handle_part(self, ps: PartitionState, epoch: int, offset: int,
+                     result: FetchAnswerPart, data: memoryview) -> None:
+        start, end = result.start, result.visible_end
+        if result.error:
+            self._part_error(ps, epoch, offset, error_for_code(result.error, result.message or ""),
+                             start, end)
             return
         with self.state.lock:
             stale = ps.epoch != epoch or ps.fetch_offset != offset
