@@ -46,6 +46,7 @@ from agent.inflight import InFlight
 from agent.inventory import FileInventory
 from agent.metrics import AgentCounters, Snapshot, StatusServer
 from agent.acks import Chunk
+from broker.common.retry import Retry
 
 log = logging.getLogger("logferry.agent")
 
@@ -53,6 +54,8 @@ ProducerFactory = Callable[[AgentConfig], Any]
 
 MAX_RETRY_DELAY = 30.0
 """Longest pause before re-reading a file whose batch failed."""
+REREAD_BACKOFF = Retry(initial=0.5, maximum=MAX_RETRY_DELAY)
+"""Pause before re-reading a file whose batch failed: 0.5 s, doubling per repeated failure."""
 AUDIT_BACKLOG = 10_000
 """Audit records kept for re-publishing while the audit topic is unreachable."""
 ROUND_SECONDS = 0.05
@@ -299,7 +302,7 @@ class Agent:
         tailed.failures = tailed.failures + 1 if tailed.fail_offset == offset else 1
         tailed.fail_offset = offset
         retriable = getattr(error, "retriable", False)
-        delay = min(0.5 * 2 ** min(tailed.failures - 1, 6), MAX_RETRY_DELAY)
+        delay = REREAD_BACKOFF.delay(tailed.failures)
         if time.monotonic() >= self._quiet_until:
             log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs (repeats "
                         "muted for 10s)", tailed.path, error, offset, delay)

@@ -27,6 +27,7 @@ import time
 from broker.client import Admin, GroupConsumer, Producer, RawBatch, SimpleConsumer
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
+from broker.common.retry import Retry
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.routing import Router
@@ -183,17 +184,16 @@ class Mirror:
         Looking up or creating the target topic needs a live target broker; nothing of
         the round was acknowledged yet, so waiting here loses nothing.
         """
-        deadline = time.monotonic() + self.config.delivery_timeout_s
-        delay = 0.1
+        retry = Retry(initial=0.1, maximum=2.0, deadline=self.config.delivery_timeout_s)
         while True:
             try:
                 return self._router.route(topic, partition, batch.raw)
             except LogferryError as exc:
-                if time.monotonic() >= deadline or (self.stopping.is_set() and delay > 1):
+                # stopping: give up once the waits grew past a second (0.1+0.2+0.4+0.8 s)
+                if retry.expired or (self.stopping.is_set() and retry.failures >= 4):
                     raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
                 log.warning("mirror: target topic %r not reachable yet (%s); retrying", topic, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                retry.sleep()
 
     def _count_rehash(self, topic: str) -> None:
         self.metrics.rehashed[(("topic", topic),)] += 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from typing import Any, Sequence
 
 from broker.wire import protocol
@@ -186,16 +185,3 @@ class Cluster:
         if self._zk is not None:
             zk.close(self._zk)
             self._zk = None
-
-
-def backoff_delays(base: float, cap: float = 5.0):
-    """Exponential backoff with full jitter: base, 2*base, ... capped at ``cap``."""
-    delay = base
-    while True:
-        yield random.uniform(delay / 2, delay)
-        delay = min(delay * 2, cap)
-
-
-def sleep_backoff(delays) -> None:
-    """Sleep the next delay of a :func:`backoff_delays` generator."""
-    time.sleep(next(delays))

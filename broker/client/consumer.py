@@ -24,6 +24,7 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from broker.common.retry import Retry
 from broker.wire.fetch import FetchPart, encode_fetch_request, parse_fetch_answer
 from broker.wire.records import Batch
 
@@ -202,10 +203,9 @@ class SimpleConsumer:
         seconds, long enough to ride out a leader election.
         """
         last: LogferryError | None = None
-        deadline = time.monotonic() + self.request_timeout
-        attempt = 0
+        retry = Retry(initial=0.05, maximum=1.0, deadline=self.request_timeout)
         while True:
-            retry_left = attempt < self.metadata_retries or time.monotonic() < deadline
+            retry_left = retry.failures < self.metadata_retries or not retry.expired
             try:
                 address = self.cluster.leader_address(topic, partition)
                 frame = self.cluster.connection(address).call(api, fields, timeout)
@@ -213,7 +213,7 @@ class SimpleConsumer:
                 last = exc
             except UnknownTopicOrPartitionError as exc:
                 last = exc
-                if attempt >= 1:
+                if retry.failures >= 1:
                     raise
             else:
                 parts = parse_fetch_answer(frame.header) if api == protocol.FETCH else []
@@ -226,8 +226,7 @@ class SimpleConsumer:
                 assert last is not None
                 raise last
             self.cluster.forget(topic)
-            time.sleep(min(0.05 * 2 ** attempt, 1.0))
-            attempt += 1
+            retry.sleep()
 
     def close(self) -> None:
         """Close connections and the ZooKeeper session."""

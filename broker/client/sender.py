@@ -30,6 +30,7 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from broker.common.retry import Retry
 from broker.wire import protocol
 from broker.wire.produce import parse_produce_answer
 
@@ -50,9 +51,9 @@ class RetryPolicy:
 
     A batch is retried while its error is retriable, it is younger than
     ``delivery_timeout``, the partition's attempts stay within ``retries`` (None: no
-    limit) and the producer is not closing. The backoff doubles per attempt from
-    ``backoff`` up to ``max_backoff``, with jitter (uniform in its upper half) so
-    producers that failed together do not retry together.
+    limit) and the producer is not closing. The backoff (a :class:`Retry`) doubles per
+    attempt from ``backoff`` up to 64 times it and at most ``max_backoff``, with jitter
+    (uniform in its upper half) so producers that failed together do not retry together.
     """
 
     def __init__(self, retries: int | None, backoff: float, delivery_timeout: float,
@@ -63,6 +64,8 @@ class RetryPolicy:
         self.delivery_timeout = delivery_timeout
         self.max_backoff = max_backoff
         self._uniform = uniform
+        first = max(backoff, 0.0)
+        self._backoff = Retry(initial=first, maximum=min(first * 2 ** 6, max_backoff))
 
     def should_retry(self, error: LogferryError, attempts: int, age: float, closing: bool) -> bool:
         """``attempts`` counts this failure; ``age`` is the oldest batch's age in seconds."""
@@ -72,7 +75,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int) -> float:
         """Seconds to wait before attempt ``attempts + 1``."""
-        ceiling = min(self.backoff * (2 ** min(attempts - 1, 6)), self.max_backoff)
+        ceiling = self._backoff.ceiling(attempts)
         return self._uniform(ceiling / 2, ceiling)
 
 

@@ -37,6 +37,7 @@ from broker.common.errors import (
 )
 from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
 from broker.common.names import validate_topic_name
+from broker.common.retry import Retry
 
 log = logging.getLogger("logferry.registry")
 
@@ -104,8 +105,7 @@ class BrokerRegistry:
         path = zk.broker_path(self.broker_id)
         data = zk.encode({"host": self.info.host, "port": self.info.port,
                           "datacenter": self.info.datacenter, "rack": self.info.rack})
-        deadline = time.monotonic() + timeout
-        delay = 0.1
+        retry = Retry(initial=0.1, maximum=2.0, deadline=timeout)
         with self._registering:
             while not self._stopped.is_set():
                 try:
@@ -124,25 +124,23 @@ class BrokerRegistry:
                         self.session = stat.czxid  # ours already (a retried create)
                         self._publish()
                         return
-                    if time.monotonic() > deadline:
+                    if retry.expired:
                         raise ZooKeeperError(
                             f"broker id {self.broker_id} is registered by another live "
                             f"process ({path}); give each broker a unique broker.id"
                         ) from None
                     log.info("waiting for stale registration %s to expire", path)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    retry.sleep()
                 except (ConnectionLoss, OperationTimeoutError, SessionExpiredError) as exc:
                     # The create may or may not have happened; the next try finds out
                     # (a node of our own session counts as registered, above).
-                    if time.monotonic() > deadline:
+                    if retry.expired:
                         raise ZooKeeperError(
                             f"could not register broker {self.broker_id} with ZooKeeper "
                             f"within {timeout:.0f}s ({type(exc).__name__})") from None
                     log.info("registration interrupted (%s); trying again",
                              type(exc).__name__)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    retry.sleep()
 
     def deregister(self, timeout: float = 5.0) -> None:
         """Remove the broker node now so clients stop routing here at once (waiting at
@@ -178,16 +176,16 @@ class BrokerRegistry:
         # kazoo's ChildrenWatch/DataWatch re-read their nodes on reconnection by
         # themselves; only the ephemeral registration has to be made again, and until
         # it is, this broker is invisible to clients and to the controller: keep trying.
-        delay = 1.0
+        retry = Retry(initial=1.0, maximum=30.0)
         while not self._stopped.is_set():
             try:
                 self.register(timeout=60.0)
                 return
             except Exception as exc:
+                delay = retry.next_delay()
                 log.warning("could not register again after session loss (%s); trying "
                             "again in %.0fs", exc, delay)
                 self._stopped.wait(delay)
-                delay = min(delay * 2, 30.0)
 
     # -- watching -------------------------------------------------------------------
 

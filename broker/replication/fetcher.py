@@ -16,6 +16,7 @@ import logging
 from typing import Protocol
 
 from broker.common.errors import LogferryError, ProtocolError
+from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
 from broker.net import transport
 from broker.replication.roles import Replica
@@ -86,7 +87,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         config = self.manager.config
-        delay = 0.05
+        retry = Retry(initial=0.05, maximum=1.0)
         while not self._stopping:
             if not self.partitions:
                 self._changed.clear()
@@ -99,7 +100,7 @@ class ReplicaFetcher:
             try:
                 reader, self._writer = await transport.open_stream(
                     info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}")
-                delay = 0.05  # connected: the next failure starts the backoff afresh
+                retry.reset()  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:
                 raise
@@ -108,8 +109,7 @@ class ReplicaFetcher:
                          self.leader, info.host, info.port, exc or type(exc).__name__)
             finally:
                 self._close()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            await asyncio.sleep(retry.next_delay())
 
     async def _fetch_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           config) -> None:

@@ -12,7 +12,6 @@ import pytest
 
 from broker.client.consumer import Message
 from broker.client.group.offsets import Committed, validate_group_name
-from broker.client.group.rebalance import Backoff
 from broker.client.group.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
 from broker.common.errors import ConfigError
 
@@ -201,15 +200,6 @@ def test_reader_wakes_the_fetcher_when_its_queue_drains_below_the_bound():
     next(reader)  # 200 -> 100 bytes queued: under the bound of 150
     thread.join(5)
     assert woken.is_set()
-
-
-def test_backoff_grows_caps_and_jitters_with_injected_randomness():
-    backoff = Backoff(initial=0.1, maximum=1.0, multiplier=2.0, jitter=0.5, rng=lambda: 0.0)
-    assert [round(backoff.next(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
-    low = Backoff(initial=0.1, maximum=1.0, jitter=0.5, rng=lambda: 1.0)
-    assert round(low.next(), 3) == 0.05
-    backoff.reset()
-    assert round(backoff.next(), 3) == 0.1
 
 
 def test_committed_format_and_group_names():

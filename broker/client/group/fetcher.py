@@ -40,7 +40,6 @@ requests still outstanding.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from typing import Callable, NamedTuple
@@ -65,13 +64,13 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from broker.common.retry import Retry
 
 log = logging.getLogger("logferry.group.fetcher")
 
-RETRY_BASE = 0.05
-"""First backoff after a failed fetch (seconds); doubles per failure ..."""
-RETRY_CAP = 2.0
-"""... up to this."""
+RETRY = Retry(initial=0.1, maximum=2.0, jitter=0.5)
+"""Backoff of a partition after failed fetches: 0.1 s after the first, doubling per
+further failure up to 2 s, jittered down to half so members do not retry in step."""
 IDLE_WAIT = 0.5
 """Longest the fetcher sleeps when it has nothing to do (it is woken earlier)."""
 
@@ -83,12 +82,6 @@ class _Request(NamedTuple):
     parts: list[tuple[PartitionState, int, int]]
     """(state, epoch, offset) per part, in request order."""
     deadline: float
-
-
-def backoff(failures: int) -> float:
-    """Seconds to wait after ``failures`` consecutive failures, with jitter."""
-    delay = min(RETRY_BASE * (2 ** min(failures, 10)), RETRY_CAP)
-    return random.uniform(delay / 2, delay)
 
 
 class Fetcher:
@@ -412,7 +405,7 @@ class Fetcher:
             if ps.epoch == epoch:
                 ps.failures += 1
                 ps.address = None
-                ps.retry_at = time.monotonic() + backoff(ps.failures)
+                ps.retry_at = time.monotonic() + RETRY.delay(ps.failures)
                 failures = ps.failures
             else:
                 failures = 0
@@ -477,4 +470,4 @@ def raw_batches(data: memoryview, offset: int) -> tuple[list[RawBatch], int]:
     return out, checked.valid_bytes
 
 
-__all__ = ["Fetcher", "backoff", "raw_batches"]
+__all__ = ["Fetcher", "raw_batches"]

@@ -65,7 +65,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -90,6 +89,7 @@ from broker.client.group.fetcher import Fetcher
 from broker.client.group.offsets import Committed
 from broker.client.group.streams import GroupState, PartitionState, StreamQueue
 from broker.common.errors import ZooKeeperError
+from broker.common.retry import Retry
 
 log = logging.getLogger("logferry.group")
 
@@ -109,34 +109,6 @@ TRIGGERS = frozenset({"members", "topics", "brokers", "connected", "retry", "reg
 """Events that start (or restart) a rebalance cycle."""
 STOPS = frozenset({"close", "lost", "suspended"})
 """Events that interrupt whatever the coordinator waits for."""
-
-
-class Backoff:
-    """Exponential backoff with jitter and no attempt limit.
-
-    ``next()`` returns ``initial * multiplier**n`` capped at ``maximum``, scaled by a
-    random factor in ``[1 - jitter, 1]`` so members retrying the same znode spread out.
-    The random source is injectable so tests need no real randomness (and the caller
-    does the waiting, so tests need no real sleeping either).
-    """
-
-    def __init__(self, initial: float = 0.05, maximum: float = 2.0, multiplier: float = 2.0,
-                 jitter: float = 0.5, rng: Callable[[], float] = random.random):
-        self.initial = initial
-        self.maximum = maximum
-        self.multiplier = multiplier
-        self.jitter = jitter
-        self.rng = rng
-        self.attempts = 0
-
-    def next(self) -> float:
-        """The next delay in seconds."""
-        delay = min(self.initial * self.multiplier ** self.attempts, self.maximum)
-        self.attempts += 1
-        return delay * (1 - self.jitter * self.rng())
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 class _Restart(Exception):
@@ -185,7 +157,7 @@ class Coordinator:
         self._trigger_at: float | None = None
         self._last_event_at = 0.0
         self._retry_at: float | None = None
-        self._retry_backoff = Backoff(0.2, 5.0)
+        self._retry_backoff = Retry(initial=0.2, maximum=5.0, jitter=0.5)
         self._need_register = True
         self._lost: list[PartitionState] = []
         self._commit_lock = threading.Lock()
@@ -343,7 +315,7 @@ class Coordinator:
             except _Restart:
                 continue
             except KazooException as exc:
-                delay = self._retry_backoff.next()
+                delay = self._retry_backoff.next_delay()
                 log.warning("group %s: rebalance interrupted by ZooKeeper (%r); retrying in %.1fs",
                             self.group, exc, delay)
                 self._retry_at = time.monotonic() + delay
@@ -406,7 +378,7 @@ class Coordinator:
     def _register(self) -> None:
         path = reg.member_path(self.group, self.consumer_id)
         data = zk.encode(self.registration())
-        backoff = Backoff(0.1, 2.0)
+        backoff = Retry(initial=0.1, maximum=2.0, jitter=0.5)
         warned = 0.0
         while True:
             try:
@@ -426,7 +398,7 @@ class Coordinator:
                                 "earlier run not yet timed out, or a duplicate id); waiting",
                                 self.group, self.consumer_id)
                 # Rebalance triggers stay pending for the cycle after registration.
-                self._wait_event(backoff.next(), interrupt=STOPS)
+                self._wait_event(backoff.next_delay(), interrupt=STOPS)
         self._need_register = False
         log.info("group %s: registered %s (%s)", self.group, self.consumer_id,
                  self.subscription.pattern or sorted((self.subscription.topics or {}).items()))
@@ -541,7 +513,7 @@ class Coordinator:
     def _claim(self, tps: list[TopicPartition], target: dict[TopicPartition, int],
                generation: int) -> None:
         pending = list(tps)
-        backoff = Backoff()
+        backoff = Retry(initial=0.05, maximum=2.0, jitter=0.5)  # members claiming one znode spread out
         since = time.monotonic()
         logged = since
         while pending:
@@ -566,7 +538,7 @@ class Coordinator:
                             ", ".join(f"{t}-{p} (held by {self.waiting_for.get((t, p))})"
                                       for t, p in pending[:8]))
             self.stats["claim_retries"] += 1
-            self._wait_event(backoff.next())
+            self._wait_event(backoff.next_delay())
 
     def _try_claim(self, tp: TopicPartition) -> str | None:
         """Create the owner znode; None on success, else the current owner's id."""
@@ -701,4 +673,4 @@ class Coordinator:
             log.exception("group %s: rebalance callback %r failed", self.group, hook)
 
 
-__all__ = ["Backoff", "Coordinator", "MemberState", "connect"]
+__all__ = ["Coordinator", "MemberState", "connect"]
