@@ -22,8 +22,8 @@ from broker.common.config import (
     BOOL, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_NUMBER, PORT, POSITIVE_INT, POSITIVE_NUMBER,
     STR_LIST, TABLE, TABLE_LIST, Check, Validator, either, fields, one_of, read,
 )
+from broker.common.names import NAME_RULE, is_valid_name
 
-TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 MiB = 1024 * 1024
 
 
@@ -164,8 +164,8 @@ def _regex(v: Validator, value: str, key: str) -> re.Pattern[bytes]:
 
 
 def _topic(v: Validator, value: str, key: str) -> str:
-    if not TOPIC_RE.fullmatch(value) or value in (".", ".."):
-        v.fail(key, f"{value!r} is not a valid topic name ([A-Za-z0-9._-]{{1,249}})")
+    if not is_valid_name(value):
+        v.fail(key, f"{value!r} is not a valid topic name ({NAME_RULE})")
     return value
 
 

@@ -9,7 +9,6 @@ key and default is ``docs/loader.md``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,8 @@ from broker.common.config import (
     BOOL, NONEMPTY_STR, NONNEG_INT, NONNEG_NUMBER, POSITIVE_INT, STR_LIST, Check, Validator,
     fields, format_error, one_of, read,
 )
+from broker.common.names import NAME_RULE, is_valid_name
 from hadoop_loader.errors import LoaderConfigError
-
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-"""The broker's topic naming rule; ``.`` and ``..`` are refused separately."""
 
 MiB = 1024 * 1024
 
@@ -181,9 +178,8 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
 
 def check_topic_name(name: str, where: str, file: str = "") -> None:
     """Raise naming ``where`` (and ``file``) unless ``name`` is a valid topic name."""
-    if not TOPIC_NAME.match(name) or name in (".", ".."):
-        raise config_error(where, f"{name!r} is not a valid topic name (letters, digits, "
-                           "'.', '_', '-'; at most 249)", file)
+    if not is_valid_name(name):
+        raise config_error(where, f"{name!r} is not a valid topic name ({NAME_RULE})", file)
 
 
 def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:

@@ -20,6 +20,7 @@ from pathlib import Path
 from broker.common.config import (
     PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, Check, Validator, fields, one_of, read,
 )
+from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
 ON_GAP = ("stop", "skip")
@@ -142,8 +143,8 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         v.fail("target.zk_connect", "is the source cluster: a mirror needs two")
     m = tables["mirror"]
     group = m.get("group", "logferry-mirror")
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", group):
-        v.fail("mirror.group", f"{group!r} must match [A-Za-z0-9._-]{{1,249}}")
+    if not is_valid_name(group):
+        v.fail("mirror.group", f"{group!r} must be {NAME_RULE}")
     topics = tuple(m.get("topics", ()))
     pattern = m.get("pattern")
     if bool(topics) == (pattern is not None):

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from broker.client.consumer import Message
-from broker.client.group.offsets import Committed, validate_group_name
+from broker.client.group.offsets import Committed
 from broker.client.group.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
 from broker.common.errors import ConfigError
+from broker.common.names import validate_group_name
 
 
 def _setup(partitions: int = 1, queue_bytes: int = 1 << 20):

@@ -24,6 +24,7 @@ from broker.client.group.consumer import StartAt, resolve_position
 from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
 from broker.common.errors import ConfigError, LogferryError
+from broker.common.names import validate_group_name
 from broker.coordination import zk as zkmod
 
 
@@ -77,7 +78,7 @@ class GroupAdmin:
 
     def exists(self, group: str) -> bool:
         """Whether the group has any znode (members, owners or offsets)."""
-        reg.validate_group_name(group)
+        validate_group_name(group)
         return self._zk.exists(reg.group_path(group)) is not None
 
     def require(self, group: str) -> None:

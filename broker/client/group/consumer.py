@@ -27,7 +27,6 @@ from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartit
 from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.fetcher import Fetcher
 from broker.client.group.lag import group_lag
-from broker.client.group.offsets import validate_group_name
 from broker.client.group.rebalance import Coordinator, MemberState, connect
 from broker.client.group.streams import (
     ConsumerClosedError,
@@ -38,6 +37,7 @@ from broker.client.group.streams import (
     StreamQueue,
 )
 from broker.common.errors import ConfigError, LogferryError
+from broker.common.names import validate_group_name
 
 log = logging.getLogger("logferry.group")
 
@@ -129,7 +129,7 @@ class GroupConsumer:
                 raise ConfigError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
         self.group = group
         self.consumer_id = consumer_id or default_consumer_id()
-        validate_group_name(self.consumer_id)
+        validate_group_name(self.consumer_id, "consumer id")
         self.start = start
         self.auto_commit_ms = auto_commit_ms
         self.num_streams = num_streams

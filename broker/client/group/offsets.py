@@ -22,7 +22,6 @@ is the coordinator's business (:mod:`broker.client.group.rebalance`), and the co
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -30,19 +29,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
 from broker.coordination import zk
-from broker.common.errors import ConfigError
 
 TopicPartition = tuple[str, int]
-
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
-def validate_group_name(group: str) -> str:
-    """A group name is a znode name: ``[A-Za-z0-9._-]{1,249}``, not ``.`` or ``..``."""
-    if not isinstance(group, str) or not _NAME.fullmatch(group) or group in (".", ".."):
-        raise ConfigError(f"group name {group!r} must match [A-Za-z0-9._-]{{1,249}} "
-                          "(it names a ZooKeeper node)")
-    return group
 
 
 def group_path(group: str) -> str:
@@ -264,6 +252,5 @@ def delete_group(client: KazooClient, group: str) -> bool:
 __all__ = [
     "Committed", "Member", "TopicPartition", "delete_group", "group_path", "ids_path",
     "list_groups", "member_path", "offset_path", "offsets_path", "owner_path", "owners_path",
-    "read_members", "read_offset", "read_offsets", "read_owners", "validate_group_name",
-    "write_offsets",
+    "read_members", "read_offset", "read_offsets", "read_owners", "write_offsets",
 ]
