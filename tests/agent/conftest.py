@@ -7,8 +7,8 @@ milliseconds without a broker; the integration tests use real broker processes.
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,6 +18,7 @@ import pytest
 from agent.config import AgentConfig, parse_config
 from broker.common.config import dumps
 from agent.runtime import Agent
+from tests.support import waiting
 
 
 class FakeFuture:
@@ -179,14 +180,8 @@ def run_agent(fake_producer: FakeProducer) -> Iterator[Callable[[AgentConfig], R
             agent.stop()
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+wait_until = functools.partial(waiting.wait_until, interval=0.01)
+"""The suite's wait_until, polling fast: the agent under test runs in this process."""
 
 
 # -- integration: the agent as a real process against real brokers ----------------------

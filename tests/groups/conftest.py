@@ -13,6 +13,7 @@ each member's log tail. The checks below read what the members recorded:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from typing import Callable, Iterator, NamedTuple
 import pytest
 
 from broker.client import Admin, Producer
+from tests.support.waiting import wait_until
 
 MEMBER_SCRIPT = Path(__file__).with_name("member.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,16 +161,8 @@ def group_members(tmp_path: Path, request) -> Iterator[Callable[..., MemberProce
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+wait_for = functools.partial(wait_until, interval=0.1)
+"""The suite's wait_until (tests.support.waiting), polling every 0.1 s."""
 
 
 def create_topic(zk: str, topic: str, partitions: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimedOutError
-from tests.support import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,18 +15,9 @@ from broker.coordination import zk
 from broker.client import Producer, SimpleConsumer
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_prometheus_metrics_count_traffic(broker_cluster):
@@ -35,7 +26,7 @@ def test_prometheus_metrics_count_traffic(broker_cluster):
     with Producer(brokers=cluster.bootstrap) as producer:
         producer.send("metered", [b"a" * 100] * 500, partition=2).wait(10)
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        _wait(lambda: consumer.offsets("metered", 2).end > 0, 10, "flush")
+        wait_until(lambda: consumer.offsets("metered", 2).end > 0, 10, "flush")
         consumer.fetch("metered", 2, 0)
     text = scrape(f"http://127.0.0.1:{port}/metrics")
     parsed = samples(text)  # by name and labels: label order is the renderer's business
@@ -63,11 +54,11 @@ def test_broker_registers_again_after_its_session_expires(broker_cluster, zk_con
         assert client.exists("/brokers/ids/1")
         broker.pause()
         try:
-            _wait(lambda: not client.exists("/brokers/ids/1"), 30, "the session to expire")
+            wait_until(lambda: not client.exists("/brokers/ids/1"), 30, "the session to expire")
         finally:
             broker.resume()
-        _wait(lambda: client.exists("/brokers/ids/1"), 30, "re-registration of broker 1")
-        _wait(lambda: "will register again" in broker.log_text(), 10, "the log line")
+        wait_until(lambda: client.exists("/brokers/ids/1"), 30, "re-registration of broker 1")
+        wait_until(lambda: "will register again" in broker.log_text(), 10, "the log line")
     finally:
         client.stop()
         client.close()
@@ -107,7 +98,7 @@ def test_command_line_round_trip(broker_cluster):
     assert bad_from.returncode == 1 and "--from" in bad_from.stderr and "Traceback" not in bad_from.stderr
     deleted = _cli("topic", "delete", "cli-topic", zk=zk)
     assert deleted.returncode == 0
-    _wait(lambda: not any((b.log_dir / f"cli-topic-{p}").exists()
+    wait_until(lambda: not any((b.log_dir / f"cli-topic-{p}").exists()
                           for b in cluster.brokers for p in range(3)), 10, "partition dirs deleted")
 
 

@@ -11,15 +11,13 @@ from kazoo.exceptions import ConnectionLossException
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry
 from broker.replication.controller import Controller
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def _wait_active(controller: Controller, expected: bool, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while controller.active != expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert controller.active == expected
+    wait_until(lambda: controller.active == expected, timeout, f"controller.active == {expected}")
 
 
 def test_a_controller_finishes_taking_office_when_it_finds_its_own_node(zk_client,

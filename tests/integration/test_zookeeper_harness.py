@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from tests.support import wait_until
+from tests.support.waiting import wait_until
 from tests.support.ports import free_port
 from tests.support.zookeeper import ZooKeeperHarness, expire_session
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,6 +17,7 @@ import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
 from hadoop_loader.config import LoaderConfig, config_from_dict
+from tests.support.waiting import wait_until
 
 HOUR_MS = 3600 * 1000
 BASE_HOUR_MS = 1_709_251_200_000
@@ -77,16 +77,15 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
 def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0) -> None:
     """Acks come at append, visibility at flush: wait until the visible ends stop moving
     (the test brokers flush every 20 ms)."""
-    deadline = time.monotonic() + timeout
     with SimpleConsumer(zk=zk) as consumer:
-        last = None
-        while time.monotonic() < deadline:
+        last: list[list[int] | None] = [None]
+
+        def still() -> bool:
             ends = [consumer.offsets(topic, p).end for p in consumer.partitions(topic)]
-            if ends == last:
-                return
-            last = ends
-            time.sleep(quiet)
-    raise AssertionError(f"visible ends of {topic} still moving after {timeout}s")
+            unchanged, last[0] = ends == last[0], ends
+            return unchanged
+
+        wait_until(still, timeout, f"the visible ends of {topic} to stop moving", interval=quiet)
 
 
 def loader_config(zk: str, out: Path, topics: list[str], **sections: dict) -> LoaderConfig:

@@ -9,12 +9,12 @@ messages, in the same order, under the same codec.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -23,20 +23,13 @@ import pytest
 from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.config import dumps
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.25) -> object:
-    """Poll ``check`` until truthy (bounded); fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+wait_for = functools.partial(wait_until, interval=0.25)
+"""The suite's wait_until at the pace of the mirror processes' status files."""
 
 
 class MirrorProcess:

@@ -4,12 +4,14 @@ count (every acknowledged message readable in order, byte-identical replicas).""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
 import pytest
 
 from broker.client import Admin, GroupConsumer, PartitionInfo, Producer, SimpleConsumer
+from tests.support import waiting
 
 # Short session and lag so failures are noticed in seconds.
 REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
@@ -17,20 +19,8 @@ REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
               "default_replication_factor": 3, "min_insync_replicas": 2}
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as exc:  # a broker may be down while we ask
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+wait_until = functools.partial(waiting.wait_until, interval=0.1, ignore=(Exception,))
+"""The suite's wait_until, riding out a predicate that fails while a broker is down."""
 
 
 def describe(cluster, topic: str, avoid=None) -> dict[int, PartitionInfo]:

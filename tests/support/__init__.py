@@ -12,9 +12,8 @@ unit test's failure is not buried under ZooKeeper's log.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import pytest
 
@@ -67,21 +66,3 @@ def failure_log_sections(item: pytest.Item, lines: int = FAILURE_LOG_LINES) -> l
             text = f"(could not read the log: {exc!r})"
         sections.append((f"{entry.title} (last {lines} lines)", text))
     return sections
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05,
-               what: str = "condition") -> None:
-    """Poll ``predicate`` until true; AssertionError naming ``what`` after ``timeout`` s.
-
-    For waiting on effects in another process (a znode appears, a session is gone)
-    instead of sleeping a guessed time. Bounded in time and in number of polls.
-    """
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 2):
-        if predicate():
-            return
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        time.sleep(min(interval, remaining))
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -24,6 +23,7 @@ from broker.replication.services import ReplicationServices
 from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
+from tests.support.waiting import wait_until_async
 
 KEY = ("t", 0)
 SESSION = 101
@@ -85,13 +85,6 @@ def _view(state: PartitionState) -> ClusterView:
     return ClusterView(topics={"t": {0: [1, 2, 3]}}, states={KEY: state}, session=SESSION)
 
 
-async def _until(predicate, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def _leader_with_a_follower_catching_up(tmp_path, zk: FakeZooKeeper):
     services = _services(tmp_path, zk)
     manager = ReplicaManager(services)
@@ -124,7 +117,7 @@ def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path)
         manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
             tmp_path, zk)
         try:
-            await _until(lambda: replica.state.version == 6, "the isr write")
+            await wait_until_async(lambda: replica.state.version == 6, 5.0, "the isr write")
             assert replica.tracker.isr == (1, 2, 3)
             manager.apply(_view(stale))  # published before the write's watch fired
             assert replica.tracker.isr == (1, 2, 3), "a stale view shrank the isr"
@@ -144,15 +137,15 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
         manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
             tmp_path, zk)
         try:
-            await _until(lambda: zk.sets == 1, "the first isr write")
+            await wait_until_async(lambda: zk.sets == 1, 5.0, "the first isr write")
             tracker = replica.tracker
-            await _until(lambda: zk.reads >= 1, "the settling read")
+            await wait_until_async(lambda: zk.reads >= 1, 5.0, "the settling read")
             assert 3 in tracker.ack_set()  # it may have been written: it counts
             assert zk.sets == 1  # and no second write before the question is settled
-            await _until(lambda: tracker.proposal is None, "the write settled")
+            await wait_until_async(lambda: tracker.proposal is None, 5.0, "the write settled")
             # Not written (the read still has version 5): 3 is still caught up, so the
             # leader writes again, and this time it lands.
-            await _until(lambda: replica.state.version == 6, "the second isr write")
+            await wait_until_async(lambda: replica.state.version == 6, 5.0, "the second isr write")
             assert zk.state.isr == (1, 2, 3) and tracker.isr == (1, 2, 3)
             assert zk.reads == 2 and zk.sets == 2
         finally:
@@ -186,13 +179,13 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
         try:
             fencing.fence("SUSPENDED")
             fencing.unfence_after_check()  # CONNECTED: check leadership, then unfence
-            await _until(reading.is_set, "the check's read")
+            await wait_until_async(reading.is_set, 5.0, "the check's read")
             fencing.fence("SUSPENDED")  # the connection drops again meanwhile
             release.set()
-            await _until(lambda: answers, "the check's answer")
+            await wait_until_async(lambda: answers, 5.0, "the check's answer")
             assert fencing.fenced, "an older check unfenced a suspended leader"
             fencing.unfence_after_check()  # the next CONNECTED
-            await _until(lambda: not fencing.fenced, "the unfence after the next check")
+            await wait_until_async(lambda: not fencing.fenced, 5.0, "the unfence after the next check")
         finally:
             release.set()
             services.admin_pool.shutdown()

@@ -38,7 +38,8 @@ from broker.testing.zkserver import (
     render_zoo_cfg,
     tail_lines,
 )
-from tests.support import failure_log_sections, register_log_source, unregister_log_source, wait_until
+from tests.support import failure_log_sections, register_log_source, unregister_log_source
+from tests.support.waiting import wait_until
 from tests.support.ports import free_port
 
 
