@@ -1,2 +1,17 @@
-"""The shared vocabulary of logferry: errors, names, metrics (and soon retry and config
-loading). agent, mirror, hadoop_loader and demo may import this besides broker.client."""
+"""The shared vocabulary of logferry: each concept written once, here.
+
+What common owns, one module per concept:
+
+- ``errors``: the one error hierarchy (:class:`~broker.common.errors.LogferryError`
+  and its subclasses) and the wire error codes.
+- ``names``: the naming rule for topics, consumer groups and consumer ids, and the
+  partition directory names built from them.
+- ``retry``: exponential backoff (:class:`~broker.common.retry.Retry`) with jitter,
+  optional max tries and deadline, and injectable sleep and clock.
+- ``metrics``: counters and gauges and their Prometheus endpoint.
+- ``config``: loading and validating TOML configuration files.
+
+It depends on the standard library and well-kept libraries only, never on the rest
+of ``broker``. agent, mirror, hadoop_loader and demo may import it besides
+``broker.client``; inside broker every layer may.
+"""
