@@ -23,8 +23,7 @@ from broker.common.errors import ConfigError, InvalidTopicError
 
 MAX_NAME_LENGTH = 249
 """Longest topic name, group name or consumer id."""
-MAX_TOPIC_LENGTH = MAX_NAME_LENGTH
-NAME_PATTERN = r"[A-Za-z0-9._-]{1,249}"
+NAME_PATTERN = rf"[A-Za-z0-9._-]{{1,{MAX_NAME_LENGTH}}}"
 """The rule as a regular expression (matched whole), for documentation and messages."""
 NAME_RULE = (f"1-{MAX_NAME_LENGTH} characters from A-Z a-z 0-9 . _ - "
              "(and not '.' or '..')")
@@ -80,7 +79,6 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 
 __all__ = [
     "MAX_NAME_LENGTH",
-    "MAX_TOPIC_LENGTH",
     "NAME_PATTERN",
     "NAME_RULE",
     "is_valid_name",
