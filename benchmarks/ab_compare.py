@@ -1,0 +1,88 @@
+"""Old against new in one sitting: a benchmark script run from two checkouts, interleaved.
+
+Runs ``SCRIPT ARGS... --runs 1`` alternately in checkout A and checkout B (each with its
+own ``.venv/bin/python``), ``--rounds`` times, so that both see the same machine over
+the same minutes. Collects every ``run N: <case> <rate> msgs/s`` line the script prints
+(broker_throughput.py and replication_throughput.py print them) and prints, per case,
+the median of each side and B / A. A checkout is a directory (for example a
+``git worktree add --detach ../old <rev>`` with ``make venv`` run in it).
+
+    .venv/bin/python benchmarks/ab_compare.py --a ../old --b . --rounds 5 \\
+        benchmarks/broker_throughput.py --messages 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUN_LINE = re.compile(r"run \d+: (?P<case>.+?)\s+(?P<rate>[\d,]+) msgs/s")
+
+
+def rates_of(output: str) -> dict[str, float]:
+    """The msgs/s figure of every case a benchmark printed (the last one per case)."""
+    rates: dict[str, float] = {}
+    for match in RUN_LINE.finditer(output):
+        rates[match["case"].strip()] = float(match["rate"].replace(",", ""))
+    return rates
+
+
+def run_once(checkout: Path, script: str, args: list[str], timeout: float) -> dict[str, float]:
+    """One ``--runs 1`` invocation of the script in ``checkout``; its figures per case."""
+    python = checkout / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"ab_compare: {python} does not exist: run `make venv` in {checkout}")
+    cmd = [str(python), str(checkout / script), *args, "--runs", "1"]
+    done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"ab_compare: {' '.join(cmd)} exited {done.returncode}:\n"
+                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    rates = rates_of(done.stdout)
+    if not rates:
+        raise SystemExit(f"ab_compare: no 'run N: <case> <rate> msgs/s' lines from {cmd}")
+    return rates
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", type=Path, required=True, help="checkout A (the old code)")
+    parser.add_argument("--b", type=Path, required=True, help="checkout B (the new code)")
+    parser.add_argument("--rounds", type=int, default=5, help="A/B pairs; figures are medians")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per invocation")
+    parser.add_argument("script", help="benchmark script, relative to each checkout")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    opts = parser.parse_args()
+    sides = {"A": opts.a.resolve(), "B": opts.b.resolve()}
+    results: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+    for round_no in range(1, opts.rounds + 1):
+        # alternate which side goes first, so neither always gets the warmer machine
+        order = ("A", "B") if round_no % 2 else ("B", "A")
+        for side in order:
+            t0 = time.monotonic()
+            rates = run_once(sides[side], opts.script, opts.args, opts.timeout)
+            for case, rate in rates.items():
+                results[side].setdefault(case, []).append(rate)
+            shown = ", ".join(f"{case} {rate:,.0f}" for case, rate in rates.items())
+            print(f"round {round_no}/{opts.rounds} {side} ({time.monotonic() - t0:.0f} s): {shown}",
+                  flush=True)
+    print()
+    print(f"A = {sides['A']}\nB = {sides['B']}\n{opts.script} {' '.join(opts.args)}")
+    print(f"{'case':<30} {'A msgs/s':>12} {'B msgs/s':>12} {'B/A':>6}   (medians of {opts.rounds})")
+    for case, a_rates in results["A"].items():
+        b_rates = results["B"].get(case)
+        a = statistics.median(a_rates)
+        if not b_rates:
+            print(f"{case:<30} {a:>12,.0f} {'-':>12}")
+            continue
+        b = statistics.median(b_rates)
+        print(f"{case:<30} {a:>12,.0f} {b:>12,.0f} {b / a:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
