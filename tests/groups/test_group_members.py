@@ -60,7 +60,7 @@ def test_three_members_twelve_partitions_300k_messages_exactly_once(broker_clust
     c = group_members("C", zk=zk, group="g", topics=["events"], api="streams")
     members = [a, b, c]
     _join(producer)
-    wait_for(lambda: len(consumed_values(members)) >= total, 120, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= total, 120, "all messages consumed", interval=0.5)
     owned = [m.owned() for m in members]
     assert all(len(o) == 4 for o in owned), owned  # 12 partitions over 3 members
     for m in members:
@@ -98,7 +98,7 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
     assert any(e[0] == "assign" and (e[1], int(e[2])) in victims and float(e[3]) > killed_at
                for m in (a, c) for e in m.events()), "no survivor was assigned B's partitions"
     _join(producer)
-    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", interval=0.5)
     a.stop()
     c.stop()
     records = all_records(members)
@@ -135,7 +135,7 @@ def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(broker_clu
     wait_for(lambda: len(b.owned()) + len(c.owned()) == 8, 30, "A's partitions to move")
     _join(producer)
     members = [a, b, c]
-    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", interval=0.5)
     b.stop()
     c.stop()
     assert_consumed_all(all_records(members), range(total))
@@ -151,7 +151,7 @@ def test_two_groups_each_receive_everything(broker_cluster, group_members):
     g1 = [group_members(n, zk=zk, group="one", topics=["shared"]) for n in ("A", "B")]
     g2 = [group_members("C", zk=zk, group="two", topics=["shared"], api="poll")]
     wait_for(lambda: len(consumed_values(g1)) >= total and len(consumed_values(g2)) >= total,
-             60, "both groups to consume everything", 0.5)
+             60, "both groups to consume everything", interval=0.5)
     for m in g1 + g2:
         m.stop()
     assert_consumed_all(all_records(g1), range(total))
@@ -168,7 +168,7 @@ def test_broker_restart_during_consumption(broker_cluster, group_members):
     wait_for(lambda: len(consumed_values(members)) > 5_000, 60, "consumption")
     cluster.brokers[0].restart()
     produce(zk, "br", range(40_000, 80_000), 8)
-    wait_for(lambda: len(consumed_values(members)) >= 80_000, 90, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= 80_000, 90, "all messages consumed", interval=0.5)
     for m in members:
         m.stop()
     assert_consumed_all(all_records(members), range(80_000))
@@ -183,7 +183,7 @@ def test_zookeeper_down_for_10s_during_consumption(broker_cluster, group_members
     members = [group_members(n, zk=zk, group="g", topics=["zkd"], session_timeout=6.0)
                for n in ("A", "B")]
     wait_for(lambda: all(len(m.owned()) == 2 for m in members), 60, "a balanced group")
-    wait_for(lambda: len(consumed_values(members)) >= 20_000, 60, "first half consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= 20_000, 60, "first half consumed", interval=0.5)
     zookeeper.stop()
     try:
         # The brokers keep serving without ZooKeeper; members pause fetching meanwhile.
@@ -192,7 +192,7 @@ def test_zookeeper_down_for_10s_during_consumption(broker_cluster, group_members
     finally:
         zookeeper.start()
     _join(produce_thread)
-    wait_for(lambda: len(consumed_values(members)) >= 40_000, 90, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= 40_000, 90, "all messages consumed", interval=0.5)
     for m in members:
         m.stop()
     lost_sessions = sum(m.closed_metrics().get("sessions_lost", 0) for m in members)
@@ -214,7 +214,7 @@ def test_expired_session_rejoins_and_loses_nothing(broker_cluster, group_members
     wait_for(lambda: sum(1 for e in a.events() if e[0] == "revoke") >= 2, 30, "A to lose its session")
     wait_for(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, 30, "A to rejoin")
     _join(producer)
-    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", 0.5)
+    wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", interval=0.5)
     for m in members:
         m.stop()
     assert a.closed_metrics()["sessions_lost"] >= 1
