@@ -351,10 +351,11 @@ class GroupConsumer:
                     "lag_messages": lag.messages if lag else None}
             queued = sum(q.nbytes for q in self._queues)
             delivered = state.delivered
-        out: dict[str, Any] = {"group": self.group, "consumer_id": self.consumer_id,
-                     "state": coordinator.member_state.value if coordinator else "UNSUBSCRIBED",
-                     "partitions": partitions, "queued_bytes": queued,
-                     "messages_delivered": delivered, "fetch_requests_outstanding": self._fetcher.outstanding()}
+        out: dict[str, Any] = {
+            "group": self.group, "consumer_id": self.consumer_id,
+            "state": coordinator.member_state.value if coordinator else "UNSUBSCRIBED",
+            "partitions": partitions, "queued_bytes": queued,
+            "messages_delivered": delivered, "fetch_requests_outstanding": self._fetcher.outstanding()}
         out.update(self._fetcher.stats)
         if coordinator is not None:
             out.update(coordinator.stats)
