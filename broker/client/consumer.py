@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from itertools import repeat
-from typing import Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from broker.wire import protocol, records
 from broker.client.cluster import Cluster
@@ -43,7 +43,7 @@ class Message(NamedTuple):
     """Partition it was read from."""
     offset: int
     """Byte offset of the batch holding it (the paper's logical offset)."""
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (public API)
     """Position inside that batch; (offset, index) identifies the message."""
     key: bytes | None
     """The producer's key, or None."""
@@ -114,7 +114,7 @@ class SimpleConsumer:
                             {"topic": topic, "partition": partition, "at": "latest"})
         return OffsetRange(header["start"], header["end"])
 
-    def offset_info(self, topic: str, partition: int) -> dict:
+    def offset_info(self, topic: str, partition: int) -> dict[str, Any]:
         """Range plus the broker's average stored bytes per message (for lag estimates)."""
         return self._call(topic, partition, protocol.OFFSETS,
                           {"topic": topic, "partition": partition, "at": "latest"})
@@ -123,7 +123,8 @@ class SimpleConsumer:
         """The last batch boundary at or before ``ts_ms``."""
         header = self._call(topic, partition, protocol.OFFSETS,
                             {"topic": topic, "partition": partition, "at": int(ts_ms)})
-        return header["offset"]
+        offset: int = header["offset"]
+        return offset
 
     def resolve_start(self, topic: str, partition: int,
                       start: int | str | _dt.datetime) -> int:
@@ -192,10 +193,11 @@ class SimpleConsumer:
 
     # -- plumbing -----------------------------------------------------------------------
 
-    def _call(self, topic: str, partition: int, api: int, fields: dict) -> dict:
+    def _call(self, topic: str, partition: int, api: int,
+              fields: dict[str, Any]) -> dict[str, Any]:
         return self._request(topic, partition, api, fields, self.request_timeout).header
 
-    def _request(self, topic: str, partition: int, api: int, fields: dict,
+    def _request(self, topic: str, partition: int, api: int, fields: dict[str, Any],
                  timeout: float) -> protocol.Frame:
         """Send to the partition's leader, refreshing metadata on routing errors.
 

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -59,7 +59,7 @@ class ClusterView:
 
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, dict[int, list[int]]] = field(default_factory=dict)
-    configs: dict[str, dict] = field(default_factory=dict)
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     states: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     controller: int = -1
     session: int = 0
@@ -86,7 +86,7 @@ class BrokerRegistry:
         self._lock = threading.Lock()
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, dict[int, list[int]]] = {}
-        self._configs: dict[str, dict] = {}
+        self._configs: dict[str, dict[str, Any]] = {}
         self._topic_ids: dict[str, int] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._watched_states: set[tuple[str, int]] = set()
@@ -249,7 +249,7 @@ class BrokerRegistry:
         self._publish()
         return True
 
-    def _topic_data_watcher(self, topic: str) -> Callable:
+    def _topic_data_watcher(self, topic: str) -> Callable[[bytes | None, object], bool]:
         def watcher(data: bytes | None, stat: object) -> bool:
             if self._stopped.is_set():
                 return False
@@ -274,7 +274,7 @@ class BrokerRegistry:
             return not stop
         return watcher
 
-    def _state_watcher(self, topic: str, partition: int) -> Callable:
+    def _state_watcher(self, topic: str, partition: int) -> Callable[[bytes | None, object], bool]:
         key = (topic, partition)
 
         def watcher(data: bytes | None, stat: object) -> bool:

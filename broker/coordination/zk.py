@@ -109,7 +109,7 @@ def _record_granted_session_timeout(client: KazooClient) -> None:
         except (TypeError, ValueError, IndexError):
             pass
         return result
-    handler._connect = connect_and_record
+    setattr(handler, "_connect", connect_and_record)
 
 
 def _start(client: KazooClient, where: str, timeout: float) -> None:

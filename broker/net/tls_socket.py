@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from typing import Any, cast
 
 RECV_CHUNK = 256 * 1024
 WRITE_CHUNK = 256 * 1024
@@ -79,7 +80,8 @@ class TlsSocket:
         while True:
             with self._tls_lock:
                 try:
-                    n = self._tls.read(len(view), view)
+                    # With a buffer, read() returns the byte count (typeshed says bytes).
+                    n = cast(int, self._tls.read(len(view), view))
                 except ssl.SSLWantReadError:
                     n = -1
                 except ssl.SSLZeroReturnError:  # the peer's close_notify
@@ -124,7 +126,7 @@ class TlsSocket:
     def close(self) -> None:
         self._sock.close()
 
-    def getpeercert(self) -> dict | None:
+    def getpeercert(self) -> dict[str, Any] | None:
         """The peer's verified certificate (see ``ssl.SSLSocket.getpeercert``)."""
         return self._tls.getpeercert()
 

@@ -67,7 +67,7 @@ class FileSlice(NamedTuple):
     """The segment's read file object (do not close it; do not rely on its position)."""
     position: int
     """Byte position in the file where the range starts."""
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count
     """Number of bytes to send; 0 when the offset is the visible end."""
     offset: int
     """Logical offset of the range's first byte (the offset asked for)."""
@@ -377,6 +377,7 @@ class PartitionLog:
     def _first_batch_length(self, head: bytes, available: int, offset: int) -> int:
         """Size of the batch that ``head`` starts with, or InvalidOffsetError."""
         problem = None
+        length: int
         if len(head) < HEADER_SIZE:
             problem = f"only {len(head)} bytes follow it"
         else:

@@ -32,7 +32,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
-            port = sock.getsockname()[1]
+            port: int = sock.getsockname()[1]
         if port not in _handed_out:
             _handed_out.add(port)
             return port
@@ -57,7 +57,7 @@ class BrokerProcess:
                                 "log_dirs": [str(self.log_dir)], "zk_connect": zk_connect,
                                 **(broker or {})}
         self.log_settings = dict(log or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(dumps({"broker": self.broker_settings,
                                            "log": self.log_settings}))

@@ -27,6 +27,7 @@ the next batch starts at ``offset + 4 + length``.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ class ScanResult:
     """Why the walk stopped before the end of the buffer, or None if it reached it."""
 
 
-def scan(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None) -> ScanResult:
+def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
+         end: int | None = None) -> ScanResult:
     """Walk the batches in ``buf[start:end]`` checking headers and CRCs.
 
     Stops at the first batch that is torn (runs past ``end``), malformed or corrupt,

@@ -58,13 +58,13 @@ class Subscription(NamedTuple):
     streams: int = 1
     """Streams per matching topic, for a pattern subscription."""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         """The fields stored in the member's ``ids`` znode."""
         return {"subscription": dict(self.topics) if self.topics is not None else None,
                 "pattern": self.pattern, "streams": self.streams}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Subscription":
+    def from_json(cls, data: Mapping[str, object]) -> "Subscription":
         """Parse what :meth:`to_json` wrote; malformed fields give an empty subscription."""
         topics = data.get("subscription")
         pattern = data.get("pattern")

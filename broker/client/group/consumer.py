@@ -21,7 +21,8 @@ import re
 import socket
 import threading
 import uuid
-from typing import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Callable, Iterator, Sequence, TypedDict
 
 from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
 from broker.client.consumer import Message, SimpleConsumer
@@ -43,6 +44,16 @@ log = logging.getLogger("logferry.group")
 
 StartAt = int | str | _dt.datetime
 """``"earliest"``, ``"latest"``, a byte offset or a datetime."""
+
+
+class _CoordinatorSettings(TypedDict):
+    """The constructor's arguments that wait for :meth:`GroupConsumer._join`."""
+
+    strategy: str
+    session_timeout: float
+    max_bytes: int
+    on_assign: Callable[[list[TopicPartition]], None] | None
+    on_revoke: Callable[[list[TopicPartition]], None] | None
 
 
 class PartitionNotOwnedError(LogferryError):
@@ -134,8 +145,9 @@ class GroupConsumer:
         self.auto_commit_ms = auto_commit_ms
         self.num_streams = num_streams
         self._zk_connect = zk
-        self._settings = dict(strategy=strategy, session_timeout=session_timeout,
-                              max_bytes=max_bytes, on_assign=on_assign, on_revoke=on_revoke)
+        self._settings = _CoordinatorSettings(
+            strategy=strategy, session_timeout=session_timeout, max_bytes=max_bytes,
+            on_assign=on_assign, on_revoke=on_revoke)
         self._iter_timeout = iter_timeout
         self._state = GroupState(queue_bytes)
         self._simple = SimpleConsumer(zk=zk, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
@@ -318,7 +330,7 @@ class GroupConsumer:
         with self._state.lock:
             return sorted(tp for tp, ps in self._state.partitions.items() if ps.active)
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """State, rebalance figures, counters and per-partition positions and lag.
 
         Lag is :func:`broker.client.group_lag` of the last visible end a fetch saw and
@@ -339,10 +351,11 @@ class GroupConsumer:
                     "lag_messages": lag.messages if lag else None}
             queued = sum(q.nbytes for q in self._queues)
             delivered = state.delivered
-        out: dict = {"group": self.group, "consumer_id": self.consumer_id,
-                     "state": coordinator.member_state.value if coordinator else "UNSUBSCRIBED",
-                     "partitions": partitions, "queued_bytes": queued,
-                     "messages_delivered": delivered, "fetch_requests_outstanding": self._fetcher.outstanding()}
+        out: dict[str, Any] = {
+            "group": self.group, "consumer_id": self.consumer_id,
+            "state": coordinator.member_state.value if coordinator else "UNSUBSCRIBED",
+            "partitions": partitions, "queued_bytes": queued,
+            "messages_delivered": delivered, "fetch_requests_outstanding": self._fetcher.outstanding()}
         out.update(self._fetcher.stats)
         if coordinator is not None:
             out.update(coordinator.stats)
@@ -416,7 +429,8 @@ class GroupConsumer:
     def __enter__(self) -> "GroupConsumer":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close(processed=exc_type is None)
 
     def __repr__(self) -> str:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from broker.wire import protocol, records
 from broker.wire.fetch import (
@@ -53,7 +53,7 @@ from broker.wire.fetch import (
     payload_slices,
 )
 from broker.client.connection import Connection, ResponseFuture
-from broker.client.consumer import SimpleConsumer, messages_of
+from broker.client.consumer import Message, SimpleConsumer, messages_of
 from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
 from broker.common.errors import (
     CorruptBatchError,
@@ -312,19 +312,23 @@ class Fetcher:
             self._notify_idle()
         if used:
             self.stats["bytes_fetched"] += used
-            self.stats["messages_fetched"] += sum(b.count if self.raw_batches else len(b.values)
+            # The batches are RawBatch exactly when self.raw_batches (see the decode above).
+            self.stats["messages_fetched"] += sum(b.count if isinstance(b, RawBatch) else len(b.values)
                                                   for b in batches)
 
-    def _chunks(self, ps: PartitionState, epoch: int, offset: int, batches: list) -> list[Chunk]:
+    def _chunks(self, ps: PartitionState, epoch: int, offset: int,
+                batches: Sequence[RawBatch] | Sequence[records.Batch]) -> list[Chunk]:
         skip_at = ps.skip_at
         chunks = []
         for batch in batches:
             start = 0
             if skip_at is not None and batch.offset == skip_at[0]:
                 start = skip_at[1]
-            if self.raw_batches:
+            messages: list[Message]
+            if isinstance(batch, RawBatch):  # exactly when self.raw_batches
                 # A batch is one item: a resumed (offset, skip) position re-delivers it whole.
-                messages, start = [batch], 0
+                # Chunk.messages then holds that RawBatch, which Reader.poll_batches hands out.
+                messages, start = [batch], 0  # type: ignore[list-item]
             else:
                 messages = list(messages_of(ps.topic, ps.partition, batch))
             if start >= len(messages):

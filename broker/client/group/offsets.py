@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeGuard
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
@@ -103,8 +103,7 @@ class Committed(NamedTuple):
         if not isinstance(value, dict):
             return None
         offset, skip, when = value.get("offset"), value.get("skip", 0), value.get("time", 0)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                   for x in (offset, skip, when)):
+        if not (_is_count(offset) and _is_count(skip) and _is_count(when)):
             return None
         return cls(offset, skip, when)
 
@@ -112,6 +111,11 @@ class Committed(NamedTuple):
     def now(cls, offset: int, skip: int = 0) -> "Committed":
         """A position stamped with the current wall-clock time."""
         return cls(offset, skip, int(time.time() * 1000))
+
+
+def _is_count(x: object) -> TypeGuard[int]:
+    """A non-negative JSON integer (``bool`` is an ``int`` to Python, not to JSON)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 class Member(NamedTuple):
@@ -132,7 +136,8 @@ def list_groups(client: KazooClient) -> list[str]:
         return []
 
 
-def read_members(client: KazooClient, group: str, watch=None) -> dict[str, Member]:
+def read_members(client: KazooClient, group: str,
+                 watch: Callable[[object], None] | None = None) -> dict[str, Member]:
     """Registered members by id (a member vanishing mid-read is skipped).
 
     ``watch`` (a kazoo watch function) is set on the ``ids`` children, so the caller
@@ -154,7 +159,8 @@ def read_members(client: KazooClient, group: str, watch=None) -> dict[str, Membe
     return members
 
 
-def _read_partition_nodes(client: KazooClient, topic_dir, node_path,
+def _read_partition_nodes(client: KazooClient, topic_dir: Callable[[str | None], str],
+                          node_path: Callable[[str, int], str],
                           topics: Iterable[str] | None) -> dict[TopicPartition, bytes]:
     """Raw data of ``<topic_dir(topic)>/<partition>`` nodes, fetched asynchronously.
 

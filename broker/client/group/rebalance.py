@@ -68,7 +68,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypedDict
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -111,6 +111,22 @@ STOPS = frozenset({"close", "lost", "suspended"})
 """Events that interrupt whatever the coordinator waits for."""
 
 
+class RebalanceStats(TypedDict):
+    """A member's rebalance counters (a plain dict; ``GroupConsumer.metrics`` merges it in)."""
+
+    rebalances: int
+    last_rebalance_ms: float | None
+    """Duration of the last completed rebalance."""
+    rebalance_ms: list[float]
+    """Durations of the last 20 rebalances, oldest first."""
+    claim_retries: int
+    sessions_lost: int
+    commits: int
+    commit_failures: int
+    partitions_revoked: int
+    partitions_gained: int
+
+
 class _Restart(Exception):
     """A newer event (or the session's end) interrupts the cycle."""
 
@@ -149,9 +165,10 @@ class Coordinator:
         self.member_state = MemberState.REGISTERING
         self.waiting_for: dict[TopicPartition, str] = {}
         """Partitions this member should own but another still holds: ``{tp: owner}``."""
-        self.stats = {"rebalances": 0, "last_rebalance_ms": None, "rebalance_ms": [],
-                      "claim_retries": 0, "sessions_lost": 0, "commits": 0,
-                      "commit_failures": 0, "partitions_revoked": 0, "partitions_gained": 0}
+        self.stats: RebalanceStats = {
+            "rebalances": 0, "last_rebalance_ms": None, "rebalance_ms": [],
+            "claim_retries": 0, "sessions_lost": 0, "commits": 0,
+            "commit_failures": 0, "partitions_revoked": 0, "partitions_gained": 0}
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._trigger_at: float | None = None
@@ -369,7 +386,7 @@ class Coordinator:
 
     # -- registration --------------------------------------------------------------------------
 
-    def registration(self) -> dict:
+    def registration(self) -> dict[str, object]:
         """What this member writes into its ``ids`` znode."""
         return {"version": 1, **self.subscription.to_json(), "start": self.start_policy,
                 "strategy": self.strategy, "host": socket.gethostname(), "pid": os.getpid(),
@@ -673,4 +690,4 @@ class Coordinator:
             log.exception("group %s: rebalance callback %r failed", self.group, hook)
 
 
-__all__ = ["Coordinator", "MemberState", "connect"]
+__all__ = ["Coordinator", "MemberState", "RebalanceStats", "connect"]

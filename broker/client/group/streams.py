@@ -49,7 +49,7 @@ class RawBatch(NamedTuple):
     """Logical byte offset of the batch in its partition."""
     next_offset: int
     """Offset of the batch after it."""
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count (public API)
     """Number of messages it holds (from its header)."""
     raw: memoryview
     """The stored bytes, header included (``Producer.send_raw`` takes them as they are)."""
