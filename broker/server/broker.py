@@ -146,11 +146,12 @@ class Broker:
 
     async def run(self) -> None:
         """Start, serve until SIGTERM or SIGINT, then stop cleanly."""
-        await self.start()
         loop = asyncio.get_running_loop()
+        # before start(): a SIGUSR2 sent as soon as the broker listens must dump, not kill
+        loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
+        await self.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
-        loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
         await self._stopping.wait()
         await self.stop()
 
