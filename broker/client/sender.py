@@ -168,13 +168,17 @@ class Sender:
     def send(self, drained: Drained) -> None:
         """Encode the drained batches and send one request per broker (split by size)."""
         by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
+        codec = self.codec
         for tp, batches in drained.items():
             try:
                 address = self.cluster.leader_address(*tp)
             except LogferryError as exc:
                 self.retry_or_fail(tp, batches, exc)
                 continue
-            size = sum(len(b.encode(self.codec)) for b in batches)
+            # encode once here (a retried batch keeps its bytes); per batch, so inline
+            size = 0
+            for b in batches:
+                size += len(b.encoded or b.encode(codec))
             by_broker.setdefault(address, []).append((tp, batches, size))
         for address, parts in by_broker.items():
             for request in plan_requests(parts, self.max_request_bytes):
@@ -183,8 +187,9 @@ class Sender:
     def _send_request(self, address: tuple[str, int], parts: list[Part]) -> None:
         header_parts: list[list[Any]] = []
         payload: list[bytes | memoryview] = []
+        codec = self.codec
         for (topic, partition), batches in parts:
-            encoded = [b.encode(self.codec) for b in batches]  # encoded already: no work
+            encoded = [b.encoded or b.encode(codec) for b in batches]  # encoded by send()
             header_parts.append([topic, partition, sum(map(len, encoded))])
             payload.extend(encoded)
         try:
@@ -240,7 +245,7 @@ class Sender:
         offset = base
         messages = sent_bytes = 0
         for batch in batches:
-            messages += batch.messages
+            messages += batch.count if batch.raw else len(batch.values)  # per batch: inline
             sent_bytes += batch.nbytes
             batch.future._complete(offset)
             if offset is not None:
