@@ -13,7 +13,10 @@ validates each table with :meth:`Validator.table`; its own rules that span keys 
 - keys are snake_case with the unit as suffix (``flush_ms``, ``window_s``, ``chunk_bytes``);
 - a relative path is relative to the directory of the config file that holds it (the
   working directory for a config built from a dict), so a file means the same thing
-  wherever the process is started: :meth:`Validator.path`.
+  wherever the process is started: :meth:`Validator.path`;
+- ``${VAR}`` and ``${VAR:-default}`` in string values come from the environment, after
+  parsing (a value can never break the TOML syntax), ``$$`` being a literal ``$``:
+  :func:`expand_env`.
 
 :func:`dumps` writes TOML (with tomli-w) for the tools that generate configs: the demo,
 the local broker runner and the tests.
@@ -22,6 +25,8 @@ the local broker runner and the tests.
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,10 +196,65 @@ class Validator:
         return path if path.is_absolute() else self.base_dir / path
 
 
-def read(path: str | Path, error: ErrorFactory = config_error) -> tuple[dict[str, Any], Validator]:
+# -- environment variables --------------------------------------------------------------------
+
+_REFERENCE = re.compile(r"\$(?:(?P<dollar>\$)|\{(?P<body>[^}]*)\}|(?P<open>\{))")
+"""``$$``, ``${...}`` or an unclosed ``${``; any other ``$`` (a regex's ``$``) stays as it is."""
+_VARIABLE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
+
+
+def expand_env(doc: Mapping[str, Any], env: Mapping[str, str], file: str = "",
+               error: ErrorFactory = config_error) -> dict[str, Any]:
+    """``doc`` with ``${VAR}`` and ``${VAR:-default}`` in its string values taken from ``env``.
+
+    Why after parsing: a value from the environment can never break the TOML syntax
+    (a quote or a newline in it stays inside its string), and only string values change,
+    so a key's type is always the one written in the file. Table keys are left alone.
+
+    ``${VAR:-default}`` takes ``default`` when ``VAR`` is unset or empty, as the shell
+    does; ``$$`` is a literal ``$``; a ``$`` before anything else (a regex's ``$``) stays.
+    ``${VAR}`` with ``VAR`` unset, or a malformed ``${...}``, raises ``error`` naming the
+    key (``sources[0].pattern``) and the variable.
+    """
+    def expand(value: Any, key: str) -> Any:
+        if isinstance(value, str):
+            return _REFERENCE.sub(lambda match: _replace(match, key), value)
+        if isinstance(value, list):
+            return [expand(item, f"{key}[{i}]") for i, item in enumerate(value)]
+        if isinstance(value, dict):
+            return {k: expand(v, f"{key}.{k}" if key else k) for k, v in value.items()}
+        return value
+
+    def _replace(match: re.Match[str], key: str) -> str:
+        if match.group("dollar"):
+            return "$"
+        body = match.group("body")
+        if body is None:
+            raise error(key, "'${' without a closing '}' (write '$$' for a literal '$')", file)
+        variable = _VARIABLE.fullmatch(body)
+        if variable is None:
+            raise error(key, f"'${{{body}}}' is not '${{NAME}}' or '${{NAME:-default}}' "
+                        "(write '$$' for a literal '$')", file)
+        name, default = variable.group("name"), variable.group("default")
+        value = env.get(name)
+        if default is not None:
+            return value if value else default
+        if value is None:
+            raise error(key, f"environment variable {name} is not set "
+                        f"(set it, or give a default: ${{{name}:-value}})", file)
+        return value
+
+    expanded: dict[str, Any] = expand(dict(doc), "")
+    return expanded
+
+
+def read(path: str | Path, error: ErrorFactory = config_error,
+         env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Validator]:
     """Parse a TOML config file; return the document and the validator for its tables.
 
-    A missing, unreadable or malformed file raises ``error`` with the file named.
+    ``${VAR}`` and ``${VAR:-default}`` in string values come from ``env`` (the process
+    environment by default), see :func:`expand_env`. A missing, unreadable or malformed
+    file, or an unset variable, raises ``error`` with the file named.
     """
     path = Path(path)
     file = str(path)
@@ -211,6 +271,7 @@ def read(path: str | Path, error: ErrorFactory = config_error) -> tuple[dict[str
         raise error("", f"cannot read config file: {exc.strerror}", file) from None
     except tomllib.TOMLDecodeError as exc:
         raise error("", f"not valid TOML: {exc}", file) from None
+    data = expand_env(data, os.environ if env is None else env, file, error)
     return data, Validator(file=file, base_dir=path.parent.absolute(), error=error)
 
 
@@ -223,5 +284,5 @@ __all__ = [
     "BOOL", "Check", "ErrorFactory", "Field", "Fields", "INTEGER", "NONEMPTY_STR",
     "NONEMPTY_STR_LIST", "NONNEG_INT", "NONNEG_NUMBER", "PORT", "POSITIVE_INT",
     "POSITIVE_NUMBER", "STRING", "STR_LIST", "TABLE", "TABLE_LIST", "Validator", "config_error",
-    "dumps", "either", "fields", "format_error", "one_of", "read",
+    "dumps", "either", "expand_env", "fields", "format_error", "one_of", "read",
 ]

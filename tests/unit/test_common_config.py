@@ -9,7 +9,7 @@ import pytest
 
 from broker.common.config import (
     BOOL, NONEMPTY_STR, PORT, POSITIVE_INT, Check, Validator, config_error, dumps, either,
-    fields, format_error, one_of, read,
+    expand_env, fields, format_error, one_of, read,
 )
 from broker.common.errors import ConfigError
 
@@ -114,6 +114,71 @@ def test_read_errors_name_the_file(tmp_path):
         read(bad, WidgetError)
 
 
+# -- ${VAR} from the environment ----------------------------------------------------------------
+
+ENV = {"ZK": "zk1:2181", "EMPTY": "", "ODD": 'a"b\nc ${NOT_AGAIN}'}
+
+
+@pytest.mark.parametrize("value, expanded", [
+    ("${ZK}/logferry/live", "zk1:2181/logferry/live"),
+    ("${ZK:-x}", "zk1:2181"),
+    ("${MISSING:-127.0.0.1:2181}", "127.0.0.1:2181"),
+    ("${EMPTY:-fallback}", "fallback"),           # as the shell: empty takes the default too
+    ("${EMPTY}", ""),
+    ("${MISSING:-}", ""),
+    ("${MISSING:-a:-b}", "a:-b"),
+    ("${ZK}${ZK}", "zk1:2181zk1:2181"),
+    ("cost $$5 and $${ZK}", "cost $5 and ${ZK}"),  # $$ is a literal $, never expanded
+    (r"^\d+ [A-Z]+$", r"^\d+ [A-Z]+$"),            # a regex's lone $ stays
+    ("$ZK", "$ZK"),                                 # only the braced form is a reference
+    ("${ODD}", 'a"b\nc ${NOT_AGAIN}'),              # a value is taken as it is, once
+    ("no references", "no references"),
+])
+def test_expand_env_in_a_string(value, expanded):
+    assert expand_env({"k": value}, ENV) == {"k": expanded}
+
+
+def test_expand_env_walks_tables_lists_and_arrays_of_tables_and_keeps_other_types():
+    doc = {"n": 3, "ok": True, "ratio": 0.5, "t": {"${ZK}": "${ZK}", "inner": {"v": ["${ZK}", 1]}},
+           "sources": [{"pattern": "/var/log/${MISSING:-app}/*.log"}]}
+    assert expand_env(doc, ENV) == {
+        "n": 3, "ok": True, "ratio": 0.5,
+        "t": {"${ZK}": "zk1:2181", "inner": {"v": ["zk1:2181", 1]}},  # keys are not expanded
+        "sources": [{"pattern": "/var/log/app/*.log"}]}
+    assert doc["t"]["inner"]["v"][0] == "${ZK}", "the input is not changed"
+
+
+@pytest.mark.parametrize("doc, key, problem", [
+    ({"cluster": {"zk": "${LIVE_ZK}/logferry/live"}}, "cluster.zk",
+     "environment variable LIVE_ZK is not set (set it, or give a default: ${LIVE_ZK:-value})"),
+    ({"sources": [{"topic": "a"}, {"topic": "${TOPIC}"}]}, "sources[1].topic",
+     "environment variable TOPIC is not set"),
+    ({"top": ["x", "${NOPE}"]}, "top[1]", "NOPE is not set"),
+    ({"a": {"b": "${1BAD}"}}, "a.b", "'${1BAD}' is not '${NAME}' or '${NAME:-default}'"),
+    ({"a": {"b": "${ZK:default}"}}, "a.b", "'${ZK:default}' is not"),
+    ({"a": {"b": "${}"}}, "a.b", "'${}' is not"),
+    ({"a": {"b": "x ${ZK"}}, "a.b", "'${' without a closing '}' (write '$$' for a literal '$')"),
+])
+def test_expand_env_errors_name_the_key_and_the_variable(doc, key, problem):
+    with pytest.raises(WidgetError) as info:
+        expand_env(doc, ENV, "w.toml", WidgetError)
+    assert (info.value.key, info.value.file) == (key, "w.toml")
+    assert problem in info.value.problem
+
+
+def test_read_expands_the_environment_after_parsing(tmp_path, monkeypatch):
+    path = tmp_path / "w.toml"
+    path.write_text('[t]\nzk = "${ZK_TEST_VAR}/c"\nport = 1\n')
+    assert read(path, env={"ZK_TEST_VAR": 'h:1"\n'})[0] == {"t": {"zk": 'h:1"\n/c', "port": 1}}
+    monkeypatch.setenv("ZK_TEST_VAR", "from-os")
+    assert read(path)[0]["t"]["zk"] == "from-os/c"
+    monkeypatch.delenv("ZK_TEST_VAR")
+    with pytest.raises(ConfigError) as info:
+        read(path)
+    assert str(info.value) == (f"{path}: t.zk: environment variable ZK_TEST_VAR is not set "
+                               "(set it, or give a default: ${ZK_TEST_VAR:-value})")
+
+
 def test_dumps_round_trips_tables_arrays_of_tables_and_quoted_keys():
     doc = {"state_dir": "/s", "n": 3, "ok": True, "ratio": 0.5, "list": ["a", 'b"q'],
            "producer": {"acks": "all"}, "spark": {"conf": {"spark.sql.x": "16"}},
@@ -177,3 +242,56 @@ def test_every_component_takes_relative_paths_from_the_config_file(tmp_path, mon
     assert agent(files["agent"]).state_dir == conf / "state"
     assert mirror(files["mirror"]).status_file == str(conf / "status.json")
     assert loader(files["loader"]).output.uri == (conf / "warehouse").resolve().as_uri()
+
+
+def _env_configs():
+    """Per component: a config using ${VAR} and ${VAR:-default}, what to look at, its values."""
+    return [
+        ("broker", {"broker": {"id": 1, "log_dirs": ["${LF_DATA:-data}"],
+                               "zk_connect": "${LF_ZK}/logferry/live", "host": "${LF_HOST}"}},
+         lambda c: (c.zk_connect, c.host, c.log_dirs),
+         lambda conf: ("zk9:2181/logferry/live", "10.0.0.7", (conf / "data",))),
+        ("agent", {"state_dir": "${LF_DATA:-state}", "host": "${LF_HOST}",
+                   "cluster": {"zk": "${LF_ZK}/logferry/live"},
+                   "sources": [{"pattern": "/var/log/${LF_APP:-app}/*.log", "topic": "t"}]},
+         lambda c: (c.zk, c.host, c.state_dir, c.sources[0].patterns),
+         lambda conf: ("zk9:2181/logferry/live", "10.0.0.7", conf / "state",
+                       ("/var/log/app/*.log",))),
+        ("mirror", {"source": {"zk_connect": "${LF_ZK}/logferry/live"},
+                    "target": {"zk_connect": "${LF_TARGET_ZK:-zk0:2181}/logferry/analysis"},
+                    "mirror": {"topics": ["a"]}},
+         lambda c: (c.source_zk, c.target_zk),
+         lambda conf: ("zk9:2181/logferry/live", "zk0:2181/logferry/analysis")),
+        ("loader", {"source": {"zk": "${LF_ZK}/logferry/analysis", "topics": ["a"]},
+                    "output": {"uri": "${LF_DATA:-warehouse}"}},
+         lambda c: (c.source.zk, c.output.uri),
+         lambda conf: ("zk9:2181/logferry/analysis", (conf / "warehouse").resolve().as_uri())),
+    ]
+
+
+def _loader_of(name):
+    from agent.config import load_config as agent
+    from broker.server.config import load_broker_config as broker
+    from hadoop_loader.config import load_config as loader
+    from mirror.config import load_config as mirror
+    return {"broker": broker, "agent": agent, "mirror": mirror, "loader": loader}[name]
+
+
+@pytest.mark.parametrize("name, doc, loaded, expected", _env_configs(),
+                         ids=["broker", "agent", "mirror", "loader"])
+def test_every_component_takes_variables_from_the_environment(tmp_path, monkeypatch, name, doc,
+                                                              loaded, expected):
+    monkeypatch.setenv("LF_ZK", "zk9:2181")
+    monkeypatch.setenv("LF_HOST", "10.0.0.7")
+    for unset in ("LF_DATA", "LF_APP", "LF_TARGET_ZK"):
+        monkeypatch.delenv(unset, raising=False)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(dumps(doc))
+    assert loaded(_loader_of(name)(path)) == expected(tmp_path)
+    monkeypatch.delenv("LF_ZK")
+    with pytest.raises(Exception) as info:
+        _loader_of(name)(path)
+    assert "environment variable LF_ZK is not set" in str(info.value)
+    zk_key = {"broker": "broker.zk_connect", "agent": "cluster.zk",
+              "mirror": "source.zk_connect", "loader": "source.zk"}[name]
+    assert (info.value.file, info.value.key) == (str(path), zk_key)
