@@ -30,7 +30,7 @@ from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
 from broker.server.admin import AdminService
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.config import BrokerConfig
+from broker.server.config import BrokerConfig, config_warnings
 from broker.server.connection import BrokerConnection
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
@@ -135,11 +135,8 @@ class Broker:
             loop.create_task(run_retention(self.logs, self.config.retention_check_ms,
                                            self.stats.segments_deleted), name="retention"),
         ]
-        if self.config.acks_all_timeout_ms <= self.config.replica_lag_time_max_ms:
-            log.warning("acks_all_timeout_ms (%d) is not longer than replica_lag_time_max_ms "
-                        "(%d): acks=all produces may time out while a dead follower is still "
-                        "in the ISR, and the producer's retries may store them twice",
-                        self.config.acks_all_timeout_ms, self.config.replica_lag_time_max_ms)
+        for warning in config_warnings(self.config):
+            log.warning("%s", warning)
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
                  self.config.host, self.config.port, self.config.datacenter,
                  self.config.zk_connect)

@@ -133,3 +133,18 @@ def _check_zk_connect(value: str, validator: Validator) -> None:
                        f"got {value!r}")
     if chroot and (chroot.endswith("/") or "//" in chroot):
         validator.fail("broker.zk_connect", f"has a malformed chroot {'/' + chroot!r}")
+
+
+def config_warnings(config: BrokerConfig) -> list[str]:
+    """Settings that are valid but unwise, one sentence each; the broker logs them at start.
+
+    Pure, so a test can check that the shipped example configs draw none.
+    """
+    warnings = []
+    if config.acks_all_timeout_ms <= config.replica_lag_time_max_ms:
+        warnings.append(
+            f"acks_all_timeout_ms ({config.acks_all_timeout_ms}) is not longer than "
+            f"replica_lag_time_max_ms ({config.replica_lag_time_max_ms}): acks=all produces "
+            "may time out while a dead follower is still in the ISR, and the producer's "
+            "retries may store them twice")
+    return warnings

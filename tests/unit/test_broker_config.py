@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.server.config import broker_config_from_dict, load_broker_config
+from broker.server.config import broker_config_from_dict, config_warnings, load_broker_config
 from broker.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,3 +74,14 @@ def test_unreadable_and_malformed_files(tmp_path):
     bad.write_text("[broker\nid = 1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_broker_config(bad)
+
+
+def test_warns_when_acks_all_may_time_out_before_a_dead_follower_leaves_the_isr():
+    assert config_warnings(broker_config_from_dict(_base())) == []  # the defaults are sound
+    for timeout in (10_000, 5_000):
+        (warning,) = config_warnings(broker_config_from_dict(
+            _base(acks_all_timeout_ms=timeout, replica_lag_time_max_ms=10_000)))
+        assert warning.startswith(f"acks_all_timeout_ms ({timeout}) is not longer than "
+                                  "replica_lag_time_max_ms (10000)")
+    assert config_warnings(broker_config_from_dict(
+        _base(acks_all_timeout_ms=10_001, replica_lag_time_max_ms=10_000))) == []

@@ -8,6 +8,7 @@ check that the examples fit together as one two-datacenter deployment.
 
 from __future__ import annotations
 
+import logging
 import re
 import tomllib
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_config as load_agent_config
-from broker.server.config import load_broker_config
+from broker.server.config import config_warnings, load_broker_config
 from hadoop_loader.config import load_config as load_loader_config
 from mirror.config import load_config as load_mirror_config
 
@@ -41,6 +42,17 @@ def test_broker_config_validates(path):
     config = load_broker_config(path)
     assert config.datacenter == path.parent.name
     assert config.zk_connect.endswith(f"/logferry/{path.parent.name}")
+
+
+def test_every_example_config_loads_without_a_warning(caplog):
+    """Loading logs nothing at WARNING, and no broker draws a start-up warning (docs say why)."""
+    caplog.set_level(logging.DEBUG)
+    brokers = [load_broker_config(path) for path in BROKERS]
+    load_agent_config(AGENT), load_mirror_config(MIRROR), load_loader_config(LOADER)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warned
+    for path, config in zip(BROKERS, brokers):
+        assert config_warnings(config) == [], f"{path.relative_to(ETC)} would warn at start"
 
 
 def test_both_datacenters_have_brokers():
