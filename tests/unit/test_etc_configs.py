@@ -17,6 +17,7 @@ import pytest
 
 from agent.config import load_config as load_agent_config
 from broker.server.config import config_warnings, load_broker_config
+from broker.testing.zkserver import LocalZooKeeper, read_cfg
 from hadoop_loader.config import load_config as load_loader_config
 from mirror.config import load_config as load_mirror_config
 
@@ -27,8 +28,10 @@ AGENT = ETC / "agent.toml"
 MIRROR = ETC / "mirror.toml"
 LOADER = ETC / "loader.toml"
 ZOO_CFG = ETC / "zookeeper" / "zoo.cfg"
+ZK_LOG4J = ETC / "zookeeper" / "log4j.properties"
 CRON = sorted(p for p in (ETC / "cron").glob("*") if p.is_file())
-CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, *CRON}
+SYSTEMD = sorted(p for p in (ETC / "systemd").glob("*") if p.is_file())  # test_systemd_units.py
+CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD}
 
 
 def test_every_file_in_etc_is_checked():
@@ -108,6 +111,28 @@ def test_zookeeper_config_is_a_standalone_server_on_loopback():
     assert int(settings["clientPort"]) > 0
     assert settings["clientPortAddress"] == "127.0.0.1"
     assert int(settings["tickTime"]) > 0 and settings["dataDir"].startswith("/")
+
+
+# Where the example and what `logferry zk start` writes may differ, and why (the comment
+# at the top of etc/zookeeper/zoo.cfg says the same).
+ZK_START_ONLY: dict[str, str] = {}
+ZOO_CFG_ONLY = {"initLimit": "ensemble only: a standalone server ignores it",
+                "syncLimit": "ensemble only: a standalone server ignores it"}
+ZOO_CFG_DIFFERENT = {"dataDir": "the --data-dir of `logferry zk start`",
+                     "tickTime": "500 ms there, so tests can ask for 1 s sessions"}
+
+
+def test_zoo_cfg_has_the_settings_logferry_zk_start_writes(tmp_path):
+    local = LocalZooKeeper(tmp_path / "zk", 2181)  # as `logferry zk start` makes it
+    local.write_config()
+    written, shipped = read_cfg(local.config_path), read_cfg(ZOO_CFG)
+    assert {k: v for k, v in written.items() if k not in shipped} == ZK_START_ONLY
+    assert set(shipped) - set(written) == set(ZOO_CFG_ONLY)
+    differ = {k for k in set(shipped) & set(written) if shipped[k] != written[k]}
+    assert differ == set(ZOO_CFG_DIFFERENT), {k: (shipped[k], written[k]) for k in differ}
+    comments = "\n".join(line for line in ZOO_CFG.read_text().splitlines() if line.startswith("#"))
+    for key in {**ZOO_CFG_ONLY, **ZOO_CFG_DIFFERENT}:
+        assert key in comments, f"etc/zookeeper/zoo.cfg must say why its {key} differs"
 
 
 @pytest.mark.parametrize("path", CRON, ids=lambda p: p.name)
