@@ -211,6 +211,10 @@ def render_zoo_cfg(
     connects from 127.0.0.1), and transaction log files are preallocated in 4 MB
     instead of 64 MB steps. ``force_sync=False`` skips fsync: a killed server loses
     nothing (the page cache survives it), only a machine crash would.
+
+    ``etc/zookeeper/zoo.cfg`` (the example for a real server) has the same settings but
+    for the data dir, the tick and the ensemble-only limits; tests/unit/test_etc_configs.py
+    compares the two, so a setting added here goes there too.
     """
     _check_path_for_properties(data_dir)
     if not 0 < port < 65536:

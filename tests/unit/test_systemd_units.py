@@ -1,7 +1,7 @@
 """The systemd units of etc/systemd/ run real commands on the example configs of etc/.
 
-A unit names installed paths (docs/deployment.md#systemd-units): the virtualenv's
-``/opt/logferry/venv/bin/logferry`` and ``/etc/logferry/<file>``, a copy of
+A unit names installed paths (docs/deployment.md#installed-paths-and-systemd-units):
+the virtualenv's ``/opt/logferry/venv/bin/logferry`` and ``/etc/logferry/<file>``, a copy of
 ``etc/<file>`` (``/etc/logferry/broker-<id>.toml`` of ``etc/<datacenter>/broker-<id>.toml``).
 These tests parse each unit and check that its ExecStart is a ``logferry`` command line
 the CLI accepts, that the config it names is shipped and loads, and that the ZooKeeper
