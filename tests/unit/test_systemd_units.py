@@ -80,6 +80,8 @@ def test_unit_parses_and_is_installable(path):
         else:
             assert unit["Install"]["WantedBy"] == "multi-user.target"
             assert service["Restart"] in ("on-failure", "always")
+            if path in LOGFERRY_SERVICES:  # a config or usage error (exit 2) is not retried
+                assert service["RestartPreventExitStatus"] == "2"
 
 
 @pytest.mark.parametrize("path", LOGFERRY_SERVICES, ids=lambda p: p.name)
