@@ -143,16 +143,21 @@ class BrokerRegistry:
                     retry.sleep()
 
     def deregister(self, timeout: float = 5.0) -> None:
-        """Remove the broker node now so clients stop routing here at once (waiting at
-        most ``timeout`` s: without ZooKeeper the node goes when the session expires)."""
+        """Stop watching and remove the broker node now, if this session made it, so
+        clients stop routing here at once (waiting at most ``timeout`` s: without
+        ZooKeeper the node goes when the session expires). A node of another session
+        (a live broker with the same id, which made this one's start fail) is kept."""
         self._stopped.set()
         if not self.client.connected:
             log.warning("not connected to ZooKeeper: this broker's registration goes when "
                         "its session expires")
             return
+        path = zk.broker_path(self.broker_id)
         try:
             # bounded: kazoo waits for ever on a call queued while it reconnects
-            self.client.delete_async(zk.broker_path(self.broker_id)).get(timeout=timeout)
+            _, stat = self.client.get_async(path).get(timeout=timeout)
+            if stat.ephemeralOwner == self.client.client_id[0]:
+                self.client.delete_async(path, version=stat.version).get(timeout=timeout)
         except NoNodeError:
             pass
         except Exception as exc:
@@ -203,7 +208,11 @@ class BrokerRegistry:
         ChildrenWatch(self.client, zk.BROKER_TOPICS, self._topics_changed)
         DataWatch(self.client, zk.CONTROLLER, self._controller_changed)
 
-    def _controller_changed(self, data: bytes | None, stat: object) -> bool:
+    def _controller_changed(self, data: bytes | None, stat: object,
+                            event: object = None) -> bool:
+        # kazoo's DataWatch calls func(data, stat, event) and, on a TypeError, calls
+        # func(data, stat) again: every watcher takes the event, so a TypeError raised
+        # inside one is never mistaken for a signature mismatch (and the call repeated).
         if self._stopped.is_set():
             return False
         try:
@@ -249,8 +258,8 @@ class BrokerRegistry:
         self._publish()
         return True
 
-    def _topic_data_watcher(self, topic: str) -> Callable[[bytes | None, object], bool]:
-        def watcher(data: bytes | None, stat: object) -> bool:
+    def _topic_data_watcher(self, topic: str) -> Callable[..., bool]:
+        def watcher(data: bytes | None, stat: object, event: object = None) -> bool:
             if self._stopped.is_set():
                 return False
             new_partitions: list[int] = []
@@ -274,10 +283,10 @@ class BrokerRegistry:
             return not stop
         return watcher
 
-    def _state_watcher(self, topic: str, partition: int) -> Callable[[bytes | None, object], bool]:
+    def _state_watcher(self, topic: str, partition: int) -> Callable[..., bool]:
         key = (topic, partition)
 
-        def watcher(data: bytes | None, stat: object) -> bool:
+        def watcher(data: bytes | None, stat: object, event: object = None) -> bool:
             if self._stopped.is_set():
                 return False
             with self._lock:

@@ -87,18 +87,30 @@ async def open_stream(host: str, port: int, *, timeout: float | None = 10.0,
 
 async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str,
                        port: int, *, ssl_context: ssl.SSLContext | None = None,
-                       backlog: int = 1024) -> asyncio.Server:
+                       backlog: int = 1024, start_serving: bool = True) -> asyncio.Server:
     """Listen on ``host:port`` and serve each connection with a new protocol object.
 
     With ``ssl_context`` (a server context holding the certificate chain) every
     connection is TLS; the protocol's ``connection_made`` runs after the handshake, and
     a client that fails it never reaches the protocol (asyncio logs it). Raises
     ``ListenError`` with what to change when the address cannot be bound.
+    ``start_serving=False`` only binds: call :func:`start_serving` to listen.
     """
     loop = asyncio.get_running_loop()
     try:
         return await loop.create_server(protocol_factory, host, port, ssl=ssl_context,
-                                        reuse_address=True, backlog=backlog)
+                                        reuse_address=True, backlog=backlog,
+                                        start_serving=start_serving)
+    except OSError as exc:
+        raise socket_errors.listen_error(exc, host, port) from None
+
+
+async def start_serving(server: asyncio.Server, host: str, port: int) -> None:
+    """Listen and accept on a server bound with ``start_serving=False``. Raises
+    ``ListenError`` if another socket bound the port meanwhile took it first (two
+    sockets with SO_REUSEADDR may both bind a port; only one may listen)."""
+    try:
+        await server.start_serving()
     except OSError as exc:
         raise socket_errors.listen_error(exc, host, port) from None
 
@@ -113,4 +125,4 @@ def _server_hostname(host: str, ssl_context: ssl.SSLContext | None,
     return server_hostname if server_hostname is not None else host
 
 
-__all__ = ["BlockingStream", "connect", "open_stream", "start_server"]
+__all__ = ["BlockingStream", "connect", "open_stream", "start_server", "start_serving"]

@@ -91,7 +91,8 @@ class Controller:
             self._events.put(_ELECT)
         return False
 
-    def _controller_node_changed(self, data: bytes | None, stat: object) -> bool:
+    def _controller_node_changed(self, data: bytes | None, stat: object,
+                                 event: object = None) -> bool:  # DataWatch passes event
         if self._stopping:
             return False
         if data is None:
@@ -167,7 +168,7 @@ class Controller:
         ChildrenWatch(self.client, zk.BROKER_TOPICS, self._watcher(_TOPICS, generation))
         self.client.ensure_path("/admin")
 
-        def trigger(data: bytes | None, stat: object) -> bool:
+        def trigger(data: bytes | None, stat: object, event: object = None) -> bool:
             if not self.active or generation != self._generation:
                 return False
             if stat is not None:

@@ -19,6 +19,7 @@ import logging
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from broker.common.errors import LogferryError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
@@ -65,6 +66,8 @@ class Broker:
         self._stopping = asyncio.Event()
         self.shutting_down = False
         self._known_topics: set[str] = set()
+        self._logs_loaded = False
+        self._replication_started = False
         self.replication = ReplicaManager(ReplicationServices(
             config=config, logs=self.logs, admin_pool=self._admin_pool,
             fsync_pool=self._fsync_pool, isr_changes=self.stats.isr_changes,
@@ -90,10 +93,33 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recover the logs, join the cluster and start listening."""
+        """Bind the ports, recover the logs, join the cluster and start serving.
+
+        Every port is bound before ZooKeeper hears of this broker, so a taken port
+        fails the start at once. A start that fails at any step leaves nothing behind:
+        no registration, no controller node, no open ZooKeeper session, no bound port
+        (see :meth:`_abandon_start`); the error is raised for the caller to report.
+        """
+        try:
+            await self._start()
+        except BaseException:
+            await self._abandon_start()
+            raise
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        # Bound, not yet listening: connections are refused until the cluster view is
+        # known, so a client never gets "unknown topic" for a topic not yet heard of.
+        self._server = await transport.start_server(
+            lambda: BrokerConnection(self), self.config.host, self.config.port, backlog=1024,
+            start_serving=False)
+        if self.config.metrics_port:
+            self._metrics_server = MetricsServer(self.metrics, self.config.host,
+                                                 self.config.metrics_port, loop=loop,
+                                                 name="broker-metrics")
         started = time.monotonic()
         await loop.run_in_executor(None, self.logs.load)
+        self._logs_loaded = True
         self.replication.load_checkpoints()
         log.info("loaded %d partitions from %s in %.2fs", len(list(self.logs.logs())),
                  ", ".join(map(str, self.config.log_dirs)), time.monotonic() - started)
@@ -107,18 +133,25 @@ class Broker:
                         "maxSessionTimeout): a dead broker is noticed after %.1fs, and "
                         "leaders' write leases follow the shorter of the two", granted,
                         self.config.zk_session_timeout_s, granted)
+
+        def view_changed(view: ClusterView) -> None:  # on kazoo's threads
+            try:
+                loop.call_soon_threadsafe(self._apply_view, view)
+            except RuntimeError:
+                pass  # the loop is closed: this broker is gone, and so is its view
+
         # Order matters: learn the cluster view, then listen, then register, so a client
         # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(
             self._zk, self.config.broker_id,
             BrokerInfo(self.config.host, self.config.port, self.config.datacenter,
                        self.config.rack),
-            lambda view: loop.call_soon_threadsafe(self._apply_view, view))
+            view_changed)
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop, self._zk, self.registry)
+        self._replication_started = True
         self._apply_view(self.registry.view())
-        self._server = await transport.start_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port, backlog=1024)
+        await transport.start_serving(self._server, self.config.host, self.config.port)
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
             self._zk, self.config.broker_id,
@@ -126,10 +159,6 @@ class Broker:
             auto_rebalance_interval_s=self.config.leader_rebalance_interval_s,
             elections=self.stats.leader_elections)
         self.controller.start()
-        if self.config.metrics_port:
-            self._metrics_server = MetricsServer(self.metrics, self.config.host,
-                                                 self.config.metrics_port, loop=loop,
-                                                 name="broker-metrics")
         self._background = [
             loop.create_task(self.flusher.run(), name="flusher"),
             loop.create_task(run_retention(self.logs, self.config.retention_check_ms,
@@ -140,6 +169,50 @@ class Broker:
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
                  self.config.host, self.config.port, self.config.datacenter,
                  self.config.zk_connect)
+
+    async def _abandon_start(self) -> None:
+        """Undo what a failed :meth:`start` did so far, quietly (the caller reports the
+        error): give up the controller role, remove the registration, close the
+        ZooKeeper session (its ephemeral nodes go with it at once, so the next start
+        does not wait for them to expire), release the ports, and close the logs if
+        they were loaded (a half-loaded log dir keeps no clean-shutdown marker)."""
+        loop = asyncio.get_running_loop()
+        self.shutting_down = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        if self.controller is not None:
+            steps.append(("give up the controller role", self.controller.stop))
+        if self.registry is not None:
+            steps.append(("leave the registry", self.registry.deregister))
+        for what, step in steps:
+            try:
+                await loop.run_in_executor(None, step)
+            except Exception as exc:
+                log.debug("failed start: could not %s: %s", what, exc)
+        if self._replication_started:
+            try:
+                await self.replication.stop()
+            except Exception as exc:
+                log.debug("failed start: could not stop replication: %s", exc)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._zk is not None:
+            zk.close(self._zk)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        if self._logs_loaded:
+            try:
+                for key, plog in list(self.logs.logs()):
+                    await self.flusher.flush(key, plog)
+                self.logs.close()
+            except LogferryError as exc:
+                log.debug("failed start: could not close the logs: %s", exc)
+        self._fsync_pool.shutdown(wait=True)
+        self._admin_pool.shutdown(wait=False)
 
     async def run(self) -> None:
         """Start, serve until SIGTERM or SIGINT, then stop cleanly."""
