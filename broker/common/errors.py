@@ -123,6 +123,21 @@ class StorageError(LogferryError):
     retriable = True
 
 
+class DiskFullError(StorageError):
+    """A log dir has no space left (ENOSPC, or EDQUOT for a quota): the broker refused
+    the write and its log is unchanged. Not retriable: the disk stays full until an
+    operator frees space there (retention, another log dir), so a producer fails the
+    batch at once instead of retrying until its delivery timeout. ``log_dir`` is the
+    full directory ("" when the error came over the wire: the message names it)."""
+
+    code = 21
+    retriable = False
+
+    def __init__(self, message: str, *, log_dir: str = ""):
+        super().__init__(message)
+        self.log_dir = log_dir
+
+
 class BrokerShuttingDownError(LogferryError):
     """The broker is stopping; retry against its replacement."""
 
@@ -233,6 +248,7 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         NotEnoughReplicasAfterAppendError,
         LeaderNotAvailableError,
         StaleEpochError,
+        DiskFullError,
     )
 }
 
@@ -251,6 +267,7 @@ __all__ = [
     "BufferFullError",
     "ConfigError",
     "CorruptBatchError",
+    "DiskFullError",
     "FrameTooLargeError",
     "InvalidOffsetError",
     "InvalidRequestError",

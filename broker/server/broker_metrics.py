@@ -54,6 +54,8 @@ class BrokerMetrics:
         self.request_errors = m.counter("request_errors_total", "Requests answered with an error per api")
         self.request_seconds = m.counter("request_seconds_total", "Time spent handling requests per api")
         self.produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
+        self.produce_disk_full = m.counter(
+            "produce_disk_full_total", "Message sets refused because their log dir was full")
         self.isr_changes = m.counter("isr_changes_total",
                                      "ISR changes this broker wrote as leader, by direction")
         self.truncated_bytes = m.counter(

@@ -15,10 +15,12 @@ from typing import Any, Callable
 
 from broker.common.errors import (
     BrokerShuttingDownError,
+    DiskFullError,
     InvalidRequestError,
     LogferryError,
 )
 from broker.server.broker_metrics import BrokerMetrics
+from broker.server.disk_full import DiskFullReporter
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher
 from broker.server.responder import Responder
@@ -35,7 +37,8 @@ class ProduceService:
 
     def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
                  flusher: Flusher, fetch: FetchService, metrics: BrokerMetrics,
-                 flush_each: bool, shutting_down: Callable[[], bool]):
+                 flush_each: bool, shutting_down: Callable[[], bool],
+                 disk_full: DiskFullReporter | None = None):
         self.router = router
         self.replication = replication
         self.logs = logs
@@ -45,6 +48,9 @@ class ProduceService:
         self.flush_each = flush_each
         """``flush_messages = 1``: answer only after the appended bytes are fsynced."""
         self.shutting_down = shutting_down
+        self.disk_full = disk_full or DiskFullReporter(router.broker_id,
+                                                       metrics.produce_disk_full)
+        """Logs (rate-limited) and counts appends refused for a full log dir."""
 
     def handle(self, request: ProduceRequest, responder: Responder) -> None:
         """Append each message set; answer now, after fsync, after the in-sync
@@ -82,7 +88,9 @@ class ProduceService:
             except LogferryError as exc:
                 failed = True
                 metrics.produce_errors[(("error", type(exc).__name__),)] += 1
-                results.append(ProduceAnswerPart(topic, partition, exc.code, -1, str(exc)))
+                message = (self.disk_full.refused(topic, partition, exc)
+                           if isinstance(exc, DiskFullError) else str(exc))
+                results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
         rejected = request.rejected  # a malformed part ends the request
         if rejected is not None:
             failed = True

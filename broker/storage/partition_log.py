@@ -25,6 +25,7 @@ a worker thread too.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from typing import BinaryIO, Callable, NamedTuple
 from broker.wire import records
 from broker.common.errors import (
     CorruptBatchError,
+    DiskFullError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     StorageError,
@@ -270,8 +272,9 @@ class PartitionLog:
                                  f"write left a partial batch at the end of {seg.path} "
                                  f"({exc}); restart the broker to recover the log")
                 log.error("%s", self._failure)
-            raise StorageError(f"cannot append {size} bytes to partition {self.name} "
-                               f"({seg.path}): {exc}") from exc
+                raise StorageError(self._failure) from exc  # freeing space is no cure
+            raise write_error(exc, f"cannot append {size} bytes to partition {self.name} "
+                                   f"({seg.path})", self.directory.parent) from exc
         self._end = offset + size
         if not self.unflushed_bytes:
             self._oldest_unflushed_ms = now
@@ -563,8 +566,8 @@ class PartitionLog:
         try:
             new = Segment.create(self.directory, self._end)
         except OSError as exc:
-            raise StorageError(f"cannot roll partition {self.name} to a new segment in "
-                               f"{self.directory}: {exc}") from exc
+            raise write_error(exc, f"cannot roll partition {self.name} to a new segment in "
+                                   f"{self.directory}", self.directory.parent) from exc
         if not self._dirty or self._dirty[-1] is not old:
             old.seal()  # fully flushed; otherwise prepare_flush seals it
         self._segments.append(new)
@@ -648,6 +651,21 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name}, start={self.start_offset}, "
                 f"visible={self._visible_end}, end={self._end})")
+
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A write refused for want of space: the file system is full, or a quota is used up."""
+
+
+def write_error(exc: OSError, what: str, log_dir: Path) -> StorageError:
+    """The error for a failed write to a log in ``log_dir``: :class:`DiskFullError` when
+    the file system has no space left (the caller cut the log back, so nothing was
+    written and freeing space is the cure), :class:`StorageError` otherwise."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in NO_SPACE_ERRNOS:
+        return DiskFullError(f"log dir {log_dir} is full: {what}: {reason}",
+                             log_dir=str(log_dir))
+    return StorageError(f"{what}: {exc}")
 
 
 def _close_quietly(fd: int) -> None:
