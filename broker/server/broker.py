@@ -103,7 +103,10 @@ class Broker:
         try:
             await self._start()
         except BaseException:
-            await self._abandon_start()
+            try:
+                await self._abandon_start()
+            except Exception:  # the start's own error is the one to report
+                log.debug("failed start: cleaning up failed too", exc_info=True)
             raise
 
     async def _start(self) -> None:
