@@ -247,6 +247,8 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     if ("zk" in cluster) == ("brokers" in cluster):
         v.fail("cluster", "give exactly one of 'zk' (connect string with chroot) "
                "and 'brokers' (list of host:port)")
+    if "zk" in cluster:
+        v.zk_connect("cluster.zk", cluster["zk"])
     for i, address in enumerate(cluster.get("brokers", [])):
         host_part, _, port = address.rpartition(":")
         if not host_part or not port.isdigit():

@@ -186,6 +186,8 @@ def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
     if ("zk" in s) == ("brokers" in s):
         v.fail("source", "set exactly one of source.zk (ZooKeeper connect string with "
                "chroot) or source.brokers (list of host:port)")
+    if "zk" in s:
+        v.zk_connect("source.zk", s["zk"])
     if "brokers" in s:
         if not s["brokers"]:
             v.fail("source.brokers", "must not be empty")

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
+from broker.common.errors import ConfigError
+from broker.common.zk_connect import validate_zk_connect
 from hadoop_loader.config import check_topic_name
 from hadoop_loader.errors import LoaderConfigError
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
@@ -69,6 +71,11 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     if (zk is None) == (brokers is None):
         raise LoaderConfigError("give exactly one of the options zk (ZooKeeper connect string "
                                 "with chroot) or brokers (host:port,host:port)")
+    if zk is not None:
+        try:
+            validate_zk_connect(zk)
+        except ConfigError as exc:
+            raise LoaderConfigError(f"option zk: {exc}") from None
     topic_text = options.get("topics") or options.get("path") or ""
     topics = tuple(t.strip() for t in topic_text.split(",") if t.strip())
     if not topics:

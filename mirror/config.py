@@ -118,7 +118,8 @@ def _zk(v: Validator, section: str, table: dict) -> str:
     if not value:
         v.fail(f"{section}.zk_connect", "required: a ZooKeeper connect string with the "
                "cluster's chroot, e.g. 127.0.0.1:2181/logferry/live")
-    if "/" not in value or value.endswith("/"):
+    v.zk_connect(f"{section}.zk_connect", value)
+    if "/" not in value:
         v.fail(f"{section}.zk_connect", f"{value!r} needs a chroot (host:port/path): each "
                "cluster lives under its own")
     return value

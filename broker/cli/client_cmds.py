@@ -11,6 +11,7 @@ import time
 from typing import Iterator
 
 from broker.common.errors import ConfigError
+from broker.common.zk_connect import validate_zk_connect
 
 DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
@@ -86,7 +87,11 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
     """``zk=`` or ``brokers=`` keyword for the client classes, from the common options."""
     if args.brokers:
         return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()]}
-    return {"zk": args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)}
+    zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)
+    try:
+        return {"zk": validate_zk_connect(zk)}
+    except ConfigError as exc:
+        raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
 
 
 def run_broker_cmd(args: argparse.Namespace) -> int:

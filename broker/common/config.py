@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, NamedTuple, NoReturn
 import tomli_w
 
 from broker.common.errors import ConfigError
+from broker.common.zk_connect import validate_zk_connect
 
 ErrorFactory = Callable[[str, str, str], Exception]
 """Builds a component's config error from (key, problem, file); see :func:`config_error`."""
@@ -189,6 +190,13 @@ class Validator:
                 self.fail(name, "unknown table" + _hint(name, list(declared)))
         return {name: self.table(doc, name, keys, required=name in required)
                 for name, keys in declared.items()}
+
+    def zk_connect(self, key: str, value: str) -> str:
+        """A ZooKeeper connect string, checked by :mod:`broker.common.zk_connect`."""
+        try:
+            return validate_zk_connect(value)
+        except ConfigError as exc:
+            self.fail(key, str(exc))
 
     def path(self, value: str) -> Path:
         """A path from the config: ``~`` expanded, relative ones taken from ``base_dir``."""

@@ -36,6 +36,7 @@ class BrokerConfig:
     auto_create_topics: bool = True
     metrics_port: int = 0
     zk_session_timeout_s: float = 10.0
+    zk_connect_timeout_s: float = 5.0
     retention_check_ms: int = 60_000
     shutdown_timeout_s: float = 10.0
     rack: str = ""
@@ -61,6 +62,7 @@ BROKER_FIELDS = fields(
     log_dirs=Check(NONEMPTY_STR_LIST.test, "a non-empty list of directory paths"),
     zk_connect=NONEMPTY_STR,
     zk_session_timeout_s=POSITIVE_NUMBER,
+    zk_connect_timeout_s=POSITIVE_NUMBER,
     max_request_bytes=POSITIVE_INT,
     num_partitions=POSITIVE_INT,
     auto_create_topics=BOOL,
@@ -127,12 +129,7 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
 
 
 def _check_zk_connect(value: str, validator: Validator) -> None:
-    hosts, _, chroot = value.partition("/")
-    if not hosts or any(":" not in h for h in hosts.split(",")):
-        validator.fail("broker.zk_connect", "must look like 'host:port[,host:port]/chroot', "
-                       f"got {value!r}")
-    if chroot and (chroot.endswith("/") or "//" in chroot):
-        validator.fail("broker.zk_connect", f"has a malformed chroot {'/' + chroot!r}")
+    validator.zk_connect("broker.zk_connect", value)
 
 
 def config_warnings(config: BrokerConfig) -> list[str]:
