@@ -48,7 +48,7 @@ class Cluster:
                               "chroot) or brokers (a list of host:port)")
         self.request_timeout = request_timeout
         self._zk_connect = zk_connect
-        self._zk = zk.connect(zk_connect) if zk_connect else None
+        self._zk = zk.connect(zk_connect, create=False) if zk_connect else None
         self._static = [parse_address(b) for b in brokers] if brokers else []
         self._lock = threading.RLock()
         self._brokers: dict[int, tuple[str, int]] = {}

@@ -1,7 +1,9 @@
 """Connecting to ZooKeeper with kazoo, and the znode paths of the registries.
 
 Each cluster lives under its own chroot (``host:port/logferry/live``); kazoo does not
-create a chroot, so :func:`connect` does. Paths below are relative to the chroot and
+create a chroot, so :func:`connect` does for a broker, and checks that one exists for
+a client (a mistyped chroot must not become an empty cluster). Every kazoo client of
+logferry is made by :func:`connect`. Paths below are relative to the chroot and
 follow the paper's layout (see DESIGN.md).
 """
 
@@ -17,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from broker.common.errors import ZooKeeperError
+from broker.common.zk_connect import parse_zk_connect
 
 log = logging.getLogger("logferry.zk")
 
@@ -51,29 +54,98 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, (sep + chroot) if chroot else ""
 
 
-def connect(connect_string: str, timeout: float = 15.0, session_timeout: float = 10.0) -> KazooClient:
-    """Start a kazoo client on ``connect_string``, creating its chroot if missing.
+CONNECT_TIMEOUT_S = 5.0
+"""How long :func:`connect` waits for ZooKeeper by default: a local or LAN server answers
+in milliseconds, so a connect string that points nowhere fails within seconds."""
 
-    Raises ZooKeeperError with the address when ZooKeeper cannot be reached in time.
+
+def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEOUT_S,
+            session_timeout: float = 10.0) -> KazooClient:
+    """Start a kazoo client on ``connect_string`` (the one place that makes clients).
+
+    ``create=True`` (a broker joining its cluster) creates the chroot and the registry
+    paths if missing. ``create=False`` (clients: producers, consumers, admin tools)
+    writes nothing and raises ZooKeeperError when no broker ever registered there,
+    so a mistyped chroot is reported instead of being created as an empty cluster.
+
+    The connect string is validated first (ConfigError naming the bad part). If
+    ZooKeeper cannot be reached within ``timeout`` seconds, raises ZooKeeperError
+    with the address; kazoo's retry warnings while connecting are not logged (that one
+    error says it all), its warnings after a successful connect are.
     """
-    hosts, chroot = split_connect(connect_string)
-    if chroot:
-        bootstrap = KazooClient(hosts=hosts, timeout=timeout)
-        _start(bootstrap, hosts, timeout)
-        try:
-            bootstrap.ensure_path(chroot)
-        finally:
-            bootstrap.stop()
-            bootstrap.close()
+    parsed = parse_zk_connect(connect_string)
+    if parsed.chroot or not create:
+        _check_cluster(parsed.hosts, parsed.chroot, connect_string, create, timeout)
     # Reconnect with a backoff capped at one second (kazoo's default grows to an hour):
     # after ZooKeeper comes back, a client must reattach before its session expires.
     retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
-    client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry)
+    logger = _ConnectQuietLogger()
+    client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry,
+                         logger=logger)
     _record_granted_session_timeout(client)
-    _start(client, connect_string, timeout)
-    for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
-        client.ensure_path(path)
+    _start(client, logger, connect_string, timeout)
+    if create:
+        for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
+            client.ensure_path(path)
     return client
+
+
+def _check_cluster(hosts: str, chroot: str, connect_string: str, create: bool,
+                   timeout: float) -> None:
+    """Create the chroot (``create``), or make sure a cluster lives there (not ``create``).
+
+    kazoo neither creates a chroot nor tells a missing one from an empty one, so a
+    short session on the bare hosts looks first.
+    """
+    logger = _ConnectQuietLogger()
+    bootstrap = KazooClient(hosts=hosts, timeout=timeout, logger=logger)
+    _start(bootstrap, logger, connect_string, timeout)
+    try:
+        if create:
+            bootstrap.ensure_path(chroot)
+        elif bootstrap.exists(chroot + BROKER_IDS) is None:
+            raise ZooKeeperError(
+                f"no logferry cluster at {connect_string} (no broker ever registered under "
+                f"{chroot or '/'}; check the chroot{_clusters_nearby(bootstrap, chroot)})")
+    except KazooException as exc:
+        raise ZooKeeperError(f"ZooKeeper at {hosts} failed while looking up {chroot or '/'}: "
+                             f"{exc!r}") from None
+    finally:
+        close(bootstrap)
+
+
+def _clusters_nearby(client: KazooClient, chroot: str) -> str:
+    """``: clusters under /logferry: /logferry/live`` for a message, or ""."""
+    parent = chroot.rpartition("/")[0] or "/"
+    try:
+        children = client.get_children(parent)
+        found = [f"{parent.rstrip('/')}/{c}" for c in sorted(children)
+                 if client.exists(f"{parent.rstrip('/')}/{c}{BROKER_IDS}") is not None]
+    except KazooException:
+        return ""
+    return f"; clusters under {parent}: {', '.join(found)}" if found else ""
+
+
+class _ConnectQuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """kazoo's own logger, with records below ERROR dropped until the first connect.
+
+    While a client tries to reach a server that is not there, kazoo logs a warning per
+    attempt ("Connection dropped", "Cannot resolve"); :func:`_start` turns the outcome
+    into one error instead. Once connected, kazoo's warnings (a dropped connection, an
+    expired session) are logged as usual: operators need those.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.connecting = True
+
+    def isEnabledFor(self, level: int) -> bool:
+        if self.connecting and level < logging.ERROR:
+            return False
+        return bool(self.logger.isEnabledFor(level))
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return msg, kwargs
 
 
 def granted_session_timeout(client: KazooClient) -> float | None:
@@ -112,15 +184,16 @@ def _record_granted_session_timeout(client: KazooClient) -> None:
     setattr(handler, "_connect", connect_and_record)
 
 
-def _start(client: KazooClient, where: str, timeout: float) -> None:
+def _start(client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float) -> None:
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, KazooException, OSError) as exc:
-        client.close()
+        close(client)
         raise ZooKeeperError(
-            f"cannot reach ZooKeeper at {where} within {timeout:.0f}s ({exc}); "
-            "is it running? (`logferry zk start` starts a local one)"
+            f"cannot reach ZooKeeper at {where} within {timeout:g}s ({exc}); check the "
+            "host and port (is the server running? `logferry zk start` starts a local one)"
         ) from None
+    logger.connecting = False
 
 
 def close(client: KazooClient) -> None:
@@ -179,7 +252,7 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 
 
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
+    "BROKER_IDS", "BROKER_TOPICS", "CONNECT_TIMEOUT_S", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
     "NodeExistsError", "PREFERRED_ELECTION", "broker_path", "close", "connect", "decode",
     "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",

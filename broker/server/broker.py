@@ -127,7 +127,8 @@ class Broker:
         log.info("loaded %d partitions from %s in %.2fs", len(list(self.logs.logs())),
                  ", ".join(map(str, self.config.log_dirs)), time.monotonic() - started)
         self._zk = await loop.run_in_executor(
-            None, lambda: zk.connect(self.config.zk_connect,
+            None, lambda: zk.connect(self.config.zk_connect, create=True,
+                                     timeout=self.config.zk_connect_timeout_s,
                                      session_timeout=self.config.zk_session_timeout_s))
         granted = zk.granted_session_timeout(self._zk)
         if granted is not None and abs(granted - self.config.zk_session_timeout_s) > 0.01:

@@ -127,7 +127,7 @@ def test_unreachable_zookeeper_is_a_clear_error(tmp_path):
 def test_the_session_timeout_zookeeper_granted_is_known(zk_connect, asked, granted):
     """The test server clamps sessions to 1-60 s (two ticks of 500 ms .. its maximum);
     leaders' write leases depend on knowing what it granted, not what was asked."""
-    client = zk.connect(zk_connect, session_timeout=asked)
+    client = zk.connect(zk_connect, create=True, session_timeout=asked)
     try:
         assert zk.granted_session_timeout(client) == pytest.approx(granted)
     finally:

@@ -41,7 +41,7 @@ class GroupAdmin:
             raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
                               "with chroot)")
         self.zk_connect = zk
-        self._zk = zkmod.connect(zk)
+        self._zk = zkmod.connect(zk, create=False)
         self._simple: SimpleConsumer | None = None
         if brokers:
             try:

@@ -131,9 +131,11 @@ class _Restart(Exception):
     """A newer event (or the session's end) interrupts the cycle."""
 
 
-def connect(connect_string: str, session_timeout: float, timeout: float = 15.0) -> KazooClient:
-    """A started kazoo client for one member, creating the chroot if missing."""
-    return zk.connect(connect_string, timeout=timeout, session_timeout=session_timeout)
+def connect(connect_string: str, session_timeout: float,
+            timeout: float = zk.CONNECT_TIMEOUT_S) -> KazooClient:
+    """A started kazoo client for one member of a group of an existing cluster."""
+    return zk.connect(connect_string, create=False, timeout=timeout,
+                      session_timeout=session_timeout)
 
 
 class Coordinator:
