@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
         workdir = Path(tmp)
         zk = cluster.zk_connect
-        client = zkmod.connect(zk)
+        client = zkmod.connect(zk, create=False)
         print(f"broker {cluster.bootstrap[0]}, ZooKeeper {zk}, {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
