@@ -114,16 +114,26 @@ def _check_cluster(hosts: str, chroot: str, connect_string: str, create: bool,
         close(bootstrap)
 
 
+_NEARBY_LIMIT = 100
+"""Znodes looked at for :func:`_clusters_nearby` (it runs only on the error path)."""
+
+
 def _clusters_nearby(client: KazooClient, chroot: str) -> str:
-    """``: clusters under /logferry: /logferry/live`` for a message, or ""."""
-    parent = chroot.rpartition("/")[0] or "/"
-    try:
-        children = client.get_children(parent)
-        found = [f"{parent.rstrip('/')}/{c}" for c in sorted(children)
-                 if client.exists(f"{parent.rstrip('/')}/{c}{BROKER_IDS}") is not None]
-    except KazooException:
-        return ""
-    return f"; clusters under {parent}: {', '.join(found)}" if found else ""
+    """``; clusters nearby: /logferry/live`` for a message about a mistyped chroot, or "".
+
+    Looks at the chroot's children and siblings: a connect string that stops one level
+    short, or a typo in the last segment.
+    """
+    found: list[str] = []
+    for base in dict.fromkeys((chroot or "/", chroot.rpartition("/")[0] or "/")):
+        prefix = base.rstrip("/")
+        try:
+            children = sorted(client.get_children(base))[:_NEARBY_LIMIT]
+            found += [f"{prefix}/{c}" for c in children
+                      if client.exists(f"{prefix}/{c}{BROKER_IDS}") is not None]
+        except KazooException:
+            continue
+    return f"; clusters nearby: {', '.join(found)}" if found else ""
 
 
 class _ConnectQuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

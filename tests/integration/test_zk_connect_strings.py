@@ -69,13 +69,16 @@ def test_read_only_commands_leave_a_mistyped_chroot_alone(zookeeper) -> None:
         assert proc.returncode == 1, (argv, proc.stderr)
         assert f"no logferry cluster at {typo}" in proc.stderr, (argv, proc.stderr)
         assert "check the chroot" in proc.stderr
-        assert f"clusters under {base}: {base}/live" in proc.stderr
+        assert f"clusters nearby: {base}/live" in proc.stderr
         assert "Traceback" not in proc.stderr
+    proc = _logferry("topic", "list", "--zk", f"{zookeeper.hosts}{base}")  # one level short
+    assert proc.returncode == 1 and f"clusters nearby: {base}/live" in proc.stderr, proc.stderr
     client = KazooClient(hosts=zookeeper.hosts)
     client.start(timeout=15)
     try:
         assert client.exists(f"{base}/lvie") is None
         assert client.get_children(base) == ["live"]
+        assert client.get_children(f"{base}/live") == ["brokers", "consumers"]
     finally:
         client.stop()
         client.close()
