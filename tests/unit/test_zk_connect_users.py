@@ -6,6 +6,7 @@ broker.common.zk_connect."""
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 import pytest
@@ -78,3 +79,16 @@ def test_cli_zk_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_connect_validates_before_any_io() -> None:
     with pytest.raises(ConfigError, match="'h' has no port"):
         zk.connect("h/x", create=False)
+
+
+def test_kazoo_is_quiet_while_connecting_and_heard_after(caplog: pytest.LogCaptureFixture) -> None:
+    logger = zk._ConnectQuietLogger()
+    with caplog.at_level(logging.INFO, logger="kazoo"):
+        logger.warning("Connection dropped: %s", "refused")
+        logger.info("Connecting to %s", "h")
+        logger.error("kept: %s", "an error")
+        logger.connecting = False
+        logger.warning("Connection dropped: %s", "after")
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("kazoo.client", "ERROR", "kept: an error"),
+        ("kazoo.client", "WARNING", "Connection dropped: after")]
