@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from broker.common.errors import LogferryError, StorageError
+from broker.common.errors import ListenError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
@@ -367,12 +367,8 @@ def run_broker(config: BrokerConfig) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         asyncio.run(broker.run())
-    except LogferryError as exc:
-        log.error("%s", exc)
-        return 1
-    except OSError as exc:
-        log.error("cannot start broker %d: %s", config.broker_id, exc)
-        return 1
+    except OSError as exc:  # LogferryErrors go up as they are: the CLI prints its one line
+        raise ListenError(f"cannot start broker {config.broker_id}: {exc}") from exc
     return 0
 
 
