@@ -4,6 +4,7 @@ a group consume prints messages, not the group's INFO rebalance lines."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -46,3 +47,11 @@ def test_group_consume_prints_messages_without_info_logs(broker_cluster):
     assert " INFO " not in consumed.stderr, consumed.stderr  # WARNING by default
     verbose = _cli("consume", "quiet", "--group", "h", "-n", "20", "-v", zk=zk)
     assert verbose.returncode == 0 and " INFO " in verbose.stderr, verbose.stderr
+
+
+def test_services_exit_130_after_ctrl_c_and_0_after_sigterm(broker_cluster):
+    cluster = broker_cluster(2)
+    interrupted, terminated = cluster.brokers
+    interrupted.proc.send_signal(signal.SIGINT)  # Ctrl-C: stops cleanly, then 130
+    assert interrupted.proc.wait(30) == 130, interrupted.log_tail()
+    assert terminated.stop() == 0, terminated.log_tail()
