@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from broker.common.errors import ListenError, StorageError
+from broker.common.errors import ListenError, LogferryError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
