@@ -5,8 +5,10 @@ through the ``logferry.commands`` entry point group); ``python -m agent`` uses t
 same parser standalone. Handlers return an exit code; a user's mistake (bad config,
 agent not running) prints one line to stderr, never a traceback.
 
-Exit codes: 0 ok, 1 runtime failure (or status: agent not running), 2 usage or
-configuration error.
+Exit codes and the error line follow every logferry command (broker.common.commands):
+0 ok (also after SIGTERM), 1 runtime failure (or status: agent not running), 2 usage or
+configuration error, 130 after Ctrl-C (once the agent stopped cleanly); errors print
+``logferry agent: error: <message>``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ import urllib.request
 from typing import Any
 
 from agent.config import AgentConfig, load_config
+from broker.common.commands import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    LOG_FORMAT,
+    report,
+)
 from agent.errors import AgentError, ConfigError, StatusUnavailableError
 
 STALE_AFTER_S = 10.0
@@ -46,7 +56,7 @@ def register(subparsers: Any) -> None:
                         help="the running agent's config file")
     status.add_argument("--json", action="store_true", help="print the raw status document")
     status.add_argument("--files", action="store_true", help="list every tailed file")
-    status.set_defaults(func=status_command, handler=status_command)
+    status.set_defaults(func=status_command, handler=status_command, long_running=False)
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -61,27 +71,27 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
     except AgentError as exc:
-        print(f"logferry agent: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return report("agent", exc, EXIT_USAGE)
+    logging.basicConfig(level=config.log_level, stream=sys.stderr, format=LOG_FORMAT)
     logging.getLogger("logferry.agent").setLevel(config.log_level)
     from agent.runtime import Agent
 
     agent = Agent(config)
+    signals: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
         logging.getLogger("logferry.agent").info("signal %d: stopping", signum)
+        signals.append(signum)
         agent.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: thread dump
     try:
-        return agent.run()
+        code = agent.run()
     except AgentError as exc:
-        print(f"logferry agent: {exc}", file=sys.stderr)
-        return 1
+        return report("agent", exc, EXIT_FAILURE)
+    return EXIT_INTERRUPTED if code == EXIT_OK and signal.SIGINT in signals else code
 
 
 def read_status(config: AgentConfig) -> dict[str, Any]:
@@ -117,11 +127,9 @@ def status_command(args: argparse.Namespace) -> int:
         config = _config(args)
         doc = read_status(config)
     except ConfigError as exc:
-        print(f"logferry agent status: {exc}", file=sys.stderr)
-        return 2
+        return report("agent status", exc, EXIT_USAGE)
     except AgentError as exc:
-        print(f"logferry agent status: {exc}", file=sys.stderr)
-        return 1
+        return report("agent status", exc, EXIT_FAILURE)
     if getattr(args, "json", False):
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -2,8 +2,10 @@
 
 Registered in the ``logferry`` command through the entry point group
 ``logferry.commands`` (``load = "hadoop_loader.cli:register"``); also runnable alone
-as ``python -m hadoop_loader load ...``. Exit codes: 0 success, 1 failure, 2 a config
-or usage mistake, 3 the audit found an hour below ``--require-complete``.
+as ``python -m hadoop_loader load ...``. Exit codes and the error line follow every
+logferry command (broker.common.commands): 0 success, 1 failure, 2 a config or usage
+mistake, 130 after Ctrl-C, and 3 when the audit found an hour below
+``--require-complete``; errors print ``logferry load: error: <message>``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import sys
 from typing import Sequence
 
+from broker.common.commands import EXIT_INTERRUPTED, report, setup_logging
 from hadoop_loader.errors import LoaderError
 
 log = logging.getLogger("logferry.loader")
@@ -66,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         print_summary(result, sys.stdout)
         if result.audit_error is not None:
             sys.stdout.flush()
-            print(f"logferry load: audit failed: {result.audit_error}", file=sys.stderr)
-            return result.audit_error.exit_code
+            return report("load", f"audit failed: {result.audit_error}",
+                          result.audit_error.exit_code)
         if result.audit is not None:
             print_audit(result.audit, sys.stdout)
             if audit.require_complete is not None:
@@ -75,21 +78,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return 0
     except LoaderError as exc:
-        print(f"logferry load: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return report("load", exc, exc.exit_code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m hadoop_loader load ...`` without the ``logferry`` entry point."""
     parser = argparse.ArgumentParser(prog="python -m hadoop_loader")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     register(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-                        stream=sys.stderr)
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    setup_logging(args.verbose, long_running=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

@@ -1,8 +1,10 @@
 """``logferry mirror --config FILE`` and ``logferry mirror status --config FILE``.
 
 :func:`register` adds both to the project CLI (entry point ``logferry.commands``);
-``python -m mirror`` runs the same parser standalone. Exit codes: 0 ok (also after
-SIGTERM), 1 runtime failure, 2 configuration error.
+``python -m mirror`` runs the same parser standalone. Exit codes and the error line
+follow every logferry command (broker.common.commands): 0 ok (also after SIGTERM), 1
+runtime failure, 2 configuration error, 130 after Ctrl-C (once stopped cleanly); errors
+print ``logferry mirror: error: <message>``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from broker.client import GroupAdmin
+from broker.common.commands import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_code_for,
+    report,
+    setup_logging,
+)
 from broker.common.errors import LogferryError
 from mirror.config import MirrorConfig, load_config
 from mirror.errors import MirrorConfigError
@@ -39,7 +49,7 @@ def register(subparsers: Any) -> None:
     status = commands.add_parser("status", help="per-partition positions and lag of the mirror group")
     status.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
-    status.set_defaults(func=status_command)
+    status.set_defaults(func=status_command, long_running=False)
 
 
 def _config(args: argparse.Namespace) -> MirrorConfig:
@@ -55,15 +65,22 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
     except MirrorConfigError as exc:
-        print(f"logferry mirror: {exc}", file=sys.stderr)
-        return 2
-    mirror = Mirror(config)
-    mirror.start()
+        return report("mirror", exc, EXIT_USAGE)
+    try:
+        mirror = Mirror(config)
+        mirror.start()
+    except MirrorConfigError as exc:
+        return report("mirror", exc, EXIT_USAGE)
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals.append(signum)
+        mirror.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: mirror.stop())
+        signal.signal(sig, on_signal)
     code = mirror.run()
     log.info("mirror stopped")
-    return code
+    return EXIT_INTERRUPTED if code == EXIT_OK and signal.SIGINT in signals else code
 
 
 def group_status(config: MirrorConfig) -> dict[str, Any]:
@@ -97,8 +114,7 @@ def status_command(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
     except MirrorConfigError as exc:
-        print(f"logferry mirror status: {exc}", file=sys.stderr)
-        return 2
+        return report("mirror status", exc, EXIT_USAGE)
     doc = group_status(config)
     process = None
     if config.status_file and Path(config.status_file).exists():
@@ -128,18 +144,18 @@ def status_command(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mirror``: the same commands without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="mirror")
+    parser = argparse.ArgumentParser(prog="logferry")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     args = parser.parse_args(["mirror", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    setup_logging(long_running=getattr(args, "long_running", True))
+    label = "mirror status" if args.mirror_command else "mirror"
     try:
         return int(args.func(args) or 0)
     except LogferryError as exc:
-        print(f"mirror: error: {exc}", file=sys.stderr)
-        return 1
+        return report(label, exc, exit_code_for(exc))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 __all__ = ["group_status", "main", "register"]

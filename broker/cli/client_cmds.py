@@ -8,9 +8,11 @@ import os
 import re
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
-from broker.common.errors import ConfigError
+from broker.cli.render import check_format, render
+from broker.common.errors import ConfigError, LogferryError
+from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
 
 DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
@@ -57,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--acks", choices=["0", "1", "all"], default="1",
                    help="0: no answer, 1: the leader appended (default), all: every "
                         "in-sync replica has it")
+    p.add_argument("--delivery-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="give up on a message not acknowledged after this long (default 120); "
+                        "any message not delivered makes the command exit 1")
     p.set_defaults(func=produce_cmd)
 
     p = sub.add_parser("consume", help="print messages of a topic",
@@ -104,6 +109,8 @@ def run_broker_cmd(args: argparse.Namespace) -> int:
 def topic_cmd(args: argparse.Namespace) -> int:
     from broker.client import Admin
 
+    if getattr(args, "name", None) is not None:
+        validate_topic_name(args.name)  # a usage error (exit 2), before connecting
     with Admin(**cluster_kwargs(args)) as admin:
         if args.action == "create":
             assignment = admin.create_topic(args.name, args.partitions, args.replication_factor,
@@ -148,25 +155,52 @@ def _print_partitions(topics: dict, brokers: dict) -> None:
 
 
 def produce_cmd(args: argparse.Namespace) -> int:
+    """Publish stdin's lines; exit 1 saying how many were not delivered, and why, if any."""
     from broker.client import Producer
+    from broker.cli.delivery import DeliveryTally
 
+    validate_topic_name(args.topic)
     key = args.key.encode() if args.key is not None else None
-    sent = 0
     acks = "all" if args.acks == "all" else int(args.acks)
-    with Producer(**cluster_kwargs(args), acks=acks, compression=args.compression) as producer:
-        chunk: list[bytes] = []
-        for line in sys.stdin.buffer:
-            chunk.append(line.rstrip(b"\r\n"))
-            if len(chunk) >= 1000:
-                producer.send(args.topic, chunk, key=key, partition=args.partition)
-                sent += len(chunk)
-                chunk = []
-        if chunk:
-            producer.send(args.topic, chunk, key=key, partition=args.partition)
-            sent += len(chunk)
-        producer.flush()
-    print(f"produced {sent} messages to {args.topic}", file=sys.stderr)
+    if args.delivery_timeout <= 0:
+        raise ConfigError("--delivery-timeout must be positive")
+    tally = DeliveryTally()
+    producer = Producer(**cluster_kwargs(args), acks=acks, compression=args.compression,
+                        delivery_timeout=args.delivery_timeout)
+    try:
+        for chunk in _line_chunks(sys.stdin.buffer, 1000):
+            tally.sent(len(chunk), producer.send(args.topic, chunk, key=key,
+                                                 partition=args.partition))
+    except KeyboardInterrupt:
+        _close_quietly(producer, timeout=5.0)
+        raise
+    except (LogferryError, OSError) as exc:  # stop reading; what is queued still goes out
+        tally.failed(exc)
+    try:
+        producer.close()
+    except LogferryError as exc:
+        tally.failed(exc)
+    print(tally.outcome(producer.metrics()["messages_sent"], args.topic), file=sys.stderr)
     return 0
+
+
+def _line_chunks(stream: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    """Lines without their line ends, ``size`` at a time (one ``send`` per chunk)."""
+    chunk: list[bytes] = []
+    for line in stream:
+        chunk.append(line.rstrip(b"\r\n"))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _close_quietly(producer: Any, timeout: float) -> None:
+    try:
+        producer.close(timeout)
+    except LogferryError:
+        pass
 
 
 def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime:
@@ -188,6 +222,8 @@ def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime:
 
 
 def consume_cmd(args: argparse.Namespace) -> int:
+    validate_topic_name(args.topic)
+    check_format(args.format)
     start = parse_start(args.start)
     if args.group:
         try:
@@ -201,7 +237,7 @@ def consume_cmd(args: argparse.Namespace) -> int:
     fmt = args.format
     count = 0
     for message in messages:
-        out.write(_render(fmt, message) + "\n")
+        out.write(render(fmt, message) + "\n")
         count += 1
         if args.count is not None and count >= args.count:
             break
@@ -251,12 +287,3 @@ def _group_messages(group_cls, args: argparse.Namespace) -> Iterator:
     finally:
         consumer.close()
 
-
-def _render(fmt: str, message) -> str:
-    if fmt == "{value}":
-        return message.value.decode("utf-8", "replace") if isinstance(message.value, bytes) else str(message.value)
-    fields = message._asdict()
-    for name in ("key", "value"):
-        if isinstance(fields[name], bytes):
-            fields[name] = fields[name].decode("utf-8", "replace")
-    return fmt.format(**fields)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.cli.client_cmds import _cluster_args, cluster_kwargs, parse_start
 from broker.common.errors import ConfigError
+from broker.common.names import validate_topic_name
 
 if TYPE_CHECKING:
     from broker.client import GroupAdmin
@@ -162,6 +163,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
 
 
 def seek_cmd(args: argparse.Namespace) -> int:
+    validate_topic_name(args.topic)
     to = parse_start(args.to)
     with _admin(args) as admin:
         moved = admin.seek(args.group, args.topic, to, args.partition, force=args.force)

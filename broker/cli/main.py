@@ -5,7 +5,11 @@ Other packages (agent, mirror, loader, demo) add their subcommands through the
 A plugin that cannot be loaded (most often: its extra is not installed) is named on
 stderr with the reason and the fix, and its command stays listed, failing with the
 same message, instead of vanishing.
-User mistakes print one line to stderr and exit 2; failures exit 1; no tracebacks.
+Every command keeps the rule of :mod:`broker.common.commands`: one line
+``logferry <command>: error: <message>`` on stderr, exit 2 for a usage or config
+mistake, 1 for a failure, 130 after Ctrl-C; no tracebacks (``-vv`` logs them). A
+command's parser sets ``long_running=False`` for WARNING logs by default (INFO
+otherwise).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import re
 import sys
 from importlib.metadata import PackageNotFoundError, distribution, entry_points
@@ -20,11 +25,22 @@ from typing import Sequence
 
 from broker import __version__
 from broker.cli import client_cmds, group_cmd, zk_cmd
+from broker.common.commands import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    LOG_FORMAT,
+    exit_code_for,
+    report,
+    setup_logging,
+)
 from broker.common.errors import LogferryError
 
 log = logging.getLogger("logferry.cli")
 
-LOG_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
+SHORT_LIVED = ("topic", "produce", "consume", "group", "zk")
+"""Commands that log at WARNING unless -v: their output is what the user asked for."""
+
+__all__ = ["LOG_FORMAT", "build_parser", "command_label", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="logferry",
         description="A log transport in the design of LinkedIn's Kafka (NetDB 2011).")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log more: -v one level (INFO for short commands, DEBUG for "
+                             "services), -vv everything")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -46,7 +64,34 @@ def build_parser() -> argparse.ArgumentParser:
             problem = plugin_problem(ep.name, exc)
             print(f"logferry: warning: {problem}", file=sys.stderr)
             _unavailable(sub, ep.name, problem)
+    for name in SHORT_LIVED:
+        sub.choices[name].set_defaults(long_running=False)
+    _verbose_everywhere(sub)
     return parser
+
+
+def _verbose_everywhere(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Accept ``-v`` after the command too (``logferry consume -v ...``), counted with the
+    one before it."""
+    for parser in set(sub.choices.values()):
+        try:
+            parser.add_argument("-v", "--verbose", action="count", dest="verbose_after",
+                                default=argparse.SUPPRESS, help="log more (-vv: everything)")
+        except (argparse.ArgumentError, ValueError):  # taken, or an unavailable command
+            pass
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbose_everywhere(action)
+
+
+def command_label(args: argparse.Namespace) -> str:
+    """The command as typed, without options: ``topic create``, ``agent status``, ``broker``.
+
+    A command with actions stores the action in ``<command>_command`` (argparse dest).
+    """
+    command = str(getattr(args, "command", "") or "")
+    action = getattr(args, f"{command}_command", None)
+    return f"{command} {action}" if action else command
 
 
 def version() -> str:
@@ -94,31 +139,46 @@ def _unavailable(sub: argparse._SubParsersAction, command: str, problem: str) ->
     p.add_argument("rest", nargs="*")
 
     def fail(_args: argparse.Namespace) -> int:
-        print(f"logferry: error: {problem}", file=sys.stderr)
-        return 1
+        return report(command, problem, EXIT_FAILURE)
     p.set_defaults(func=fail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``logferry`` console script."""
+    """Entry point of the ``logferry`` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format=LOG_FORMAT, stream=sys.stderr)
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    verbosity = args.verbose + getattr(args, "verbose_after", 0)
+    setup_logging(verbosity, long_running=getattr(args, "long_running", True))
+    label = command_label(args)
     try:
         return int(args.func(args) or 0)
     except LogferryError as exc:
-        print(f"logferry: error: {exc}", file=sys.stderr)
-        return 1
+        log.debug("%s failed", label, exc_info=True)
+        return report(label, exc, exit_code_for(exc))
     except ModuleNotFoundError as exc:  # an extra that this command needs is missing
         log.debug("import failed", exc_info=True)
-        print(f"logferry: error: {plugin_problem(args.command, exc)}", file=sys.stderr)
-        return 1
+        return report(label, plugin_problem(args.command, exc), EXIT_FAILURE)
     except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `logferry consume ... | head`: the reader has all it wants
+        _silence_stdout()
         return 0
+    except OSError as exc:  # a file or socket the command needed (not a bug: no traceback)
+        log.debug("%s failed", label, exc_info=True)
+        return report(label, exc, EXIT_FAILURE)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush raises no second
+    BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

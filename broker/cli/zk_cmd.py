@@ -14,16 +14,16 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from broker.common.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, report
 from broker.common.errors import ZooKeeperError
 from broker.testing.zkserver import LocalZooKeeper, ZooKeeperNotInstalledError, ZooKeeperStartError
 
 DEFAULT_PORT = 2181
 DEFAULT_DATA_DIR = Path(".logferry/zookeeper")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_FAILED = EXIT_FAILURE
 EXIT_NOT_RUNNING = 3
+"""``zk status`` when ZooKeeper is not running (the LSB convention for service status)."""
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
@@ -78,8 +78,8 @@ def _port(text: str) -> int:
 
 
 def _error(action: str, message: str) -> None:
-    """One line on stderr, no traceback."""
-    print(f"logferry zk {action}: error: {message}", file=sys.stderr)
+    """One line on stderr, no traceback (the format of every logferry command)."""
+    report(f"zk {action}", message)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -144,9 +144,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         fields = server.srvr()
     except OSError as exc:
         print(f"  mode: unknown (no answer to srvr on {server.hosts}: {exc})")
+        _error("status", f"ZooKeeper (pid {pid}) does not answer on {server.hosts}: {exc}")
         return EXIT_FAILED
     if "Mode" not in fields:
         print("  mode: not serving yet")
+        _error("status", f"ZooKeeper (pid {pid}) is not serving yet on {server.hosts}")
         return EXIT_FAILED
     print(f"  mode: {fields['Mode']}")
     print(f"  connections: {fields.get('Connections', '?')}")

@@ -11,6 +11,8 @@ What common owns, one module per concept:
 - ``metrics``: counters and gauges and their Prometheus endpoint.
 - ``config``: loading and validating TOML configuration files.
 - ``zk_connect``: the ZooKeeper connect string rule, ``host:port[,...][/chroot]``.
+- ``commands``: what every ``logferry`` command shares: exit codes, the one-line
+  error format, default log levels.
 
 It depends on the standard library and well-kept libraries only, never on the rest
 of ``broker``. agent, mirror, hadoop_loader and demo may import it besides

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from broker.common.errors import LogferryError, StorageError
+from broker.common.errors import ListenError, LogferryError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
@@ -64,6 +64,8 @@ class Broker:
         self.controller: Controller | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
+        self.stopped_by: int | None = None
+        """The signal that stopped :meth:`run` (SIGINT: the CLI exits 130, Ctrl-C's code)."""
         self.shutting_down = False
         self._known_topics: set[str] = set()
         self._logs_loaded = False
@@ -225,9 +227,13 @@ class Broker:
         loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
         await self.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stopping.set)
+            loop.add_signal_handler(sig, self._stop_on_signal, sig)
         await self._stopping.wait()
         await self.stop()
+
+    def _stop_on_signal(self, signum: int) -> None:
+        self.stopped_by = signum
+        self._stopping.set()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (thread-unsafe; call from the loop)."""
@@ -368,13 +374,9 @@ def run_broker(config: BrokerConfig) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         asyncio.run(broker.run())
-    except LogferryError as exc:
-        log.error("%s", exc)
-        return 1
-    except OSError as exc:
-        log.error("cannot start broker %d: %s", config.broker_id, exc)
-        return 1
-    return 0
+    except OSError as exc:  # LogferryErrors go up as they are: the CLI prints its one line
+        raise ListenError(f"cannot start broker {config.broker_id}: {exc}") from exc
+    return 130 if broker.stopped_by == signal.SIGINT else 0
 
 
 __all__ = ["Broker", "run_broker"]

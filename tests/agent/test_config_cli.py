@@ -166,7 +166,7 @@ def test_python_m_agent_bad_config_exits_2_without_traceback(tmp_path: Path) -> 
                             capture_output=True, text=True, cwd=REPO, timeout=60,
                             env=dict(os.environ))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"logferry agent: {config}: sources[0].pattern: 'x' must "
+    assert result.stderr.strip() == (f"logferry agent: error: {config}: sources[0].pattern: 'x' must "
                                      "be an absolute glob pattern")
 
 

@@ -64,6 +64,21 @@ def test_lines_arrive_once_and_sigterm_exits_zero(broker_cluster, agent_process,
     assert [v["offset"] for _, _, v in got][:2] == [0, len(lines[0]) + 1]
 
 
+
+def test_ctrl_c_stops_cleanly_and_exits_130(broker_cluster, agent_process, tmp_path):
+    """Ctrl-C is SIGTERM's clean stop (every acked line checkpointed), with the exit code
+    of every logferry command after Ctrl-C."""
+    import signal
+
+    cluster = broker_cluster(1)
+    doc = base_doc(tmp_path, cluster.bootstrap)
+    (tmp_path / "logs" / "a.log").write_bytes(b"one\ntwo\n")
+    agent = agent_process(doc).start()
+    wait_until(lambda: agent.counter("messages_acked") >= 2, 30, "acks")
+    agent.proc.send_signal(signal.SIGINT)
+    assert agent.proc.wait(60) == 130, agent.log_tail()
+    assert "Traceback" not in agent.log_tail()
+
 def _line(gen: int, seq: int, sample: list[bytes]) -> bytes:
     return b"g%03d s%07d %s" % (gen, seq, sample[seq % len(sample)][:150])
 

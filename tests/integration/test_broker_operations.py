@@ -92,10 +92,12 @@ def test_command_line_round_trip(broker_cluster):
     assert [line.split(" ", 1)[1] for line in out] == lines  # one key: one partition, in order
     # user mistakes: one line, no traceback
     bad = _cli("topic", "create", "../evil", zk=zk)
-    assert bad.returncode == 1 and "invalid topic name" in bad.stderr
+    assert bad.returncode == 2 and "invalid topic name" in bad.stderr  # usage error: 2
+    assert bad.stderr.startswith("logferry topic create: error: ")
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     bad_from = _cli("consume", "cli-topic", "--from", "yesterday", zk=zk)
-    assert bad_from.returncode == 1 and "--from" in bad_from.stderr and "Traceback" not in bad_from.stderr
+    assert bad_from.returncode == 2 and "--from" in bad_from.stderr and "Traceback" not in bad_from.stderr
+    assert bad_from.stderr.startswith("logferry consume: error: ")
     deleted = _cli("topic", "delete", "cli-topic", zk=zk)
     assert deleted.returncode == 0
     wait_until(lambda: not any((b.log_dir / f"cli-topic-{p}").exists()
@@ -107,8 +109,9 @@ def test_bad_config_is_one_line(tmp_path):
     config.write_text('[broker]\nid = 1\nport = 99999\nlog_dirs = ["x"]\nzk_connect = "127.0.0.1:1/x"\n')
     proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
                           capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a config error: exit 2, like every command
     assert f"{config}: broker.port: must be a port number" in proc.stderr
+    assert proc.stderr.startswith("logferry broker: error: ")
     assert "Traceback" not in proc.stderr
 
 
@@ -121,6 +124,7 @@ def test_unreachable_zookeeper_is_a_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "cannot reach ZooKeeper" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("logferry broker: error: ")
 
 
 @pytest.mark.parametrize("asked, granted", [(0.3, 1.0), (10.0, 10.0), (200.0, 60.0)])

@@ -35,7 +35,9 @@ def _listen(port: int) -> socket.socket:
 
 
 def _error_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if "ERROR" in line]
+    """Logged errors and the command's own error line (``logferry broker: error: ...``)."""
+    return [line for line in text.splitlines()
+            if "ERROR" in line or line.startswith("logferry broker: error: ")]
 
 
 @pytest.mark.parametrize("taken", ["metrics", "data"])

@@ -82,7 +82,7 @@ def test_a_plugin_that_fails_to_import_is_reported_with_the_fix(plugins, capsys)
 def test_running_an_unavailable_command_fails_with_the_same_line(plugins, capsys) -> None:
     assert cli.main(["needs_spark", "--config", "x.toml"]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("logferry: error: command 'needs_spark' is unavailable")
+    assert err[-1].startswith("logferry needs_spark: error: command 'needs_spark' is unavailable")
     assert "pip install 'logferry[loader]'" in err[-1]
 
 
@@ -90,6 +90,6 @@ def test_a_missing_extra_at_run_time_is_one_line_not_a_traceback(plugins, capsys
     assert cli.main(["fine"]) == 0
     assert cli.main(["late"]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("logferry: error: command 'late' is unavailable")
+    assert err[-1].startswith("logferry late: error: command 'late' is unavailable")
     assert "pip install 'logferry[agent]'" in err[-1]
     assert not any("Traceback" in line for line in err)
