@@ -8,9 +8,11 @@ import os
 import re
 import sys
 import time
+from itertools import islice
 from typing import Any, Iterable, Iterator
 
-from broker.cli.render import check_format, render
+from broker.cli.render import check_format, render, render_json
+from broker.cli.tail import Last, tail_start
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
@@ -70,14 +72,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic")
     p.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
     p.add_argument("--from", dest="start", default="earliest",
-                   help="earliest, latest, a byte OFFSET, or a TIME: ISO 8601 "
-                        "(2026-11-21T10:00) or how long ago (15m, 2h, 1d)")
+                   help="earliest, latest, a byte OFFSET, -N (the last N messages of each "
+                        "partition), or a TIME: ISO 8601 (2026-11-21T10:00) or how long ago "
+                        "(15m, 2h, 1d)")
+    p.add_argument("--tail", type=int, metavar="N",
+                   help="start at the last N messages of each partition (= --from -N)")
     p.add_argument("-n", "--count", type=int, help="stop after N messages")
     p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
     p.add_argument("--group", help="consume as a member of this consumer group")
     p.add_argument("--format", default="{value}",
                    help="output template: {topic} {partition} {offset} {index} {key} "
-                        "{value} {timestamp} (default: {value})")
+                        "{value} {timestamp} (default: {value}); an agent record's {value} "
+                        "is its line")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text",
+                   help="text: one --format line per message (default); json: one JSON "
+                        "object per message, agent records decoded under \"record\"")
+    p.add_argument("--raw", action="store_true",
+                   help="do not decode agent records: print the value bytes as stored")
     p.set_defaults(func=consume_cmd)
 
 
@@ -203,12 +214,16 @@ def _close_quietly(producer: Any, timeout: float) -> None:
         pass
 
 
-def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime:
-    """``earliest``/``latest``/an offset/ISO time/relative time (``-15m``) -> start."""
+def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime | Last:
+    """``earliest``/``latest``/an offset/ISO time/relative time (``-15m``) -> start.
+
+    ``-N`` (digits only) is "the last N messages": :class:`broker.cli.tail.Last`."""
     if text in ("earliest", "latest"):
         return text
     if text.isdigit():
         return int(text)
+    if text.startswith("-") and text[1:].isdigit():
+        return Last(int(text[1:]))
     match = re.fullmatch(r"-?(\d+)([smhd])", text)  # "15m" = "-15m": 15 minutes ago
     if match:
         seconds = int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
@@ -225,6 +240,10 @@ def consume_cmd(args: argparse.Namespace) -> int:
     validate_topic_name(args.topic)
     check_format(args.format)
     start = parse_start(args.start)
+    if getattr(args, "tail", None) is not None:
+        if args.tail < 0:
+            raise ConfigError(f"--tail {args.tail}: give how many messages, 0 or more")
+        start = Last(args.tail)
     if args.group:
         try:
             from broker.client import GroupConsumer  # type: ignore[attr-defined]
@@ -235,9 +254,11 @@ def consume_cmd(args: argparse.Namespace) -> int:
         messages = _simple_messages(args, start)
     out = sys.stdout
     fmt = args.format
+    raw = getattr(args, "raw", False)
+    as_json = getattr(args, "output", "text") == "json"
     count = 0
     for message in messages:
-        out.write(render(fmt, message) + "\n")
+        out.write((render_json(message, raw) if as_json else render(fmt, message, raw)) + "\n")
         count += 1
         if args.count is not None and count >= args.count:
             break
@@ -251,11 +272,20 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
     consumer = SimpleConsumer(**cluster_kwargs(args))
     try:
         partitions = [args.partition] if args.partition is not None else consumer.partitions(args.topic)
+        # --from -N: each partition starts at a batch boundary, then skips to its last N.
+        skips = dict.fromkeys(partitions, 0)
+        offsets: dict[int, int] = {}
+        for p in partitions:
+            if isinstance(start, Last):
+                offsets[p], skips[p] = tail_start(consumer, args.topic, p, start.count)
+            else:
+                offsets[p] = consumer.resolve_start(args.topic, p, start)
         if len(partitions) == 1:
-            yield from consumer.messages(args.topic, partitions[0], start, follow=args.follow,
-                                         limit=args.count)
+            p = partitions[0]
+            limit = None if args.count is None else args.count + skips[p]
+            yield from islice(consumer.messages(args.topic, p, offsets[p], follow=args.follow,
+                                                limit=limit), skips[p], None)
             return
-        offsets = {p: consumer.resolve_start(args.topic, p, start) for p in partitions}
         while True:
             got = 0
             for p in partitions:
@@ -264,6 +294,9 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
                     from broker.client import messages_of
                     for message in messages_of(args.topic, p, batch):
                         got += 1
+                        if skips[p]:
+                            skips[p] -= 1
+                            continue
                         yield message
                 offsets[p] = result.next_offset
             if not got:
@@ -276,7 +309,7 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
 
 def _group_messages(group_cls, args: argparse.Namespace) -> Iterator:
     # A group resumes from its committed offsets; --from sets where a new group starts.
-    if args.start not in ("earliest", "latest"):
+    if args.start not in ("earliest", "latest") or getattr(args, "tail", None) is not None:
         raise ConfigError("--group takes --from earliest or latest (where a new group starts); "
                           "use `logferry group seek` to move a group to an offset or time")
     consumer = group_cls(group=args.group, topics=[args.topic], start=args.start,

@@ -1,4 +1,9 @@
-"""``consume --format``: turning a message into one output line, and checking the template.
+"""``consume`` output: turning a message into one output line (``--format`` template or
+``--output json``), and checking the template.
+
+Agent records (msgpack maps with ``time``, ``host``, ``file``, ``offset`` and ``line``,
+docs/agent.md "Message value") are decoded: the text output shows the record's
+``line`` in place of ``{value}``, the JSON output its fields. ``--raw`` keeps the bytes.
 
 The template is a :meth:`str.format` string over the message's fields. It is checked
 once, before any connection, by rendering a sample message: a field that does not
@@ -8,7 +13,11 @@ exist or a malformed template is a usage error naming the fields there are, not 
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
+
+import msgpack
 
 from broker.common.errors import ConfigError
 
@@ -38,17 +47,89 @@ def check_format(fmt: str) -> None:
         raise ConfigError(f"--format {fmt!r}: {exc}; available: {available()}") from None
 
 
-def render(fmt: str, message: Any) -> str:
+AGENT_FIELDS = ("time", "host", "file", "offset", "line")
+"""The fields every agent record has (``ptime`` and ``cut`` are optional)."""
+
+
+def agent_record(value: bytes | None) -> dict[str, Any] | None:
+    """The decoded agent record in ``value``, or None when it is not one.
+
+    Cheap for other values: only a msgpack map (first byte 0x80-0x8f, 0xde or 0xdf) is
+    unpacked, and only a map with the agent's field names and types counts.
+    """
+    if not value or not (0x80 <= value[0] <= 0x8F or value[0] in (0xDE, 0xDF)):
+        return None
+    try:
+        record = msgpack.unpackb(value, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(record, dict) or any(name not in record for name in AGENT_FIELDS):
+        return None
+    if not (isinstance(record["line"], str) and isinstance(record["host"], str)
+            and isinstance(record["file"], str) and isinstance(record["time"], int)
+            and isinstance(record["offset"], int)):
+        return None
+    return record
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def render(fmt: str, message: Any, raw: bool = False) -> str:
     """One output line for ``message`` (a :class:`broker.client.Message`); key and value
-    are decoded as UTF-8 (invalid bytes replaced)."""
+    are decoded as UTF-8 (invalid bytes replaced). Unless ``raw``, an agent record's
+    value is its ``line``."""
+    value = message.value
+    record = None if raw or not isinstance(value, bytes) else agent_record(value)
+    shown = record["line"] if record is not None else (
+        _text(value) if isinstance(value, bytes) else str(value))
     if fmt == "{value}":
-        value = message.value
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        return shown
     fields = message._asdict()
-    for name in ("key", "value"):
-        if isinstance(fields[name], bytes):
-            fields[name] = fields[name].decode("utf-8", "replace")
+    fields["value"] = shown
+    if isinstance(fields["key"], bytes):
+        fields["key"] = _text(fields["key"])
     return fmt.format(**fields)
 
 
-__all__ = ["FIELDS", "available", "check_format", "render"]
+def _put_bytes(out: dict[str, Any], name: str, data: bytes | None) -> None:
+    """``out[name]`` as UTF-8 text, or ``out[name + "_b64"]`` when it is not UTF-8."""
+    if data is None:
+        out[name] = None
+        return
+    try:
+        out[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        out[name + "_b64"] = base64.b64encode(data).decode("ascii")
+
+
+def render_json(message: Any, raw: bool = False) -> str:
+    """One JSON object (one line) for ``message``: topic, partition, offset, index, key,
+    value and timestamp. Key and value are text when they are UTF-8, else base64 under
+    ``key_b64``/``value_b64``. Unless ``raw``, an agent record is decoded: its fields
+    go under ``record`` and ``value`` is its ``line``."""
+    out: dict[str, Any] = {"topic": message.topic, "partition": message.partition,
+                           "offset": message.offset, "index": message.index}
+    _put_bytes(out, "key", message.key)
+    record = None if raw else agent_record(message.value)
+    if record is not None:
+        out["value"] = record["line"]
+        out["record"] = {name: (base64.b64encode(v).decode("ascii")
+                                if isinstance(v, bytes) else v)
+                         for name, v in record.items()}
+    else:
+        _put_bytes(out, "value", message.value)
+    out["timestamp"] = message.timestamp
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+
+
+def _jsonable(obj: object) -> object:
+    """Anything JSON lacks (bytes, msgpack extension types) inside a record: as text."""
+    if isinstance(obj, bytes):
+        return base64.b64encode(obj).decode("ascii")
+    return repr(obj)
+
+
+__all__ = ["AGENT_FIELDS", "FIELDS", "agent_record", "available", "check_format", "render",
+           "render_json"]

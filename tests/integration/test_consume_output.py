@@ -1,0 +1,69 @@
+"""``logferry consume`` against a real broker: --output json, agent records, --from -N, --raw."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent.encode import chunk_prefix, encode_values
+from broker.client import Producer, SimpleConsumer
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _consume(*args: str, zk: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "broker", "consume", *args], text=True,
+                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_consume_json_tail_and_raw(broker_cluster):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    plain = [f"plain-{i}".encode() for i in range(25)]
+    lines = [f"GET /page/{i} 200".encode() for i in range(15)]
+    agent = encode_values(chunk_prefix(1700000000000, "web-1", "/var/log/app.log"),
+                          lines, [i * 100 for i in range(15)])
+    with Producer(brokers=cluster.bootstrap) as producer:
+        # several sends: several batches, so the tail has to find a boundary mid-partition
+        for i in range(0, 25, 5):
+            producer.send("consumed", plain[i:i + 5], partition=0).wait(10)
+        producer.send("consumed", agent[:7], partition=0).wait(10)
+        producer.send("consumed", agent[7:], partition=0).wait(10)
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        wait_until(lambda: sum(1 for _ in consumer.messages("consumed", 0)) == 40, 10, "flush")
+
+    objects = [json.loads(line) for line in _consume("consumed", "-p", "0", "--output", "json",
+                                                     zk=zk)]
+    assert len(objects) == 40
+    assert [o["value"] for o in objects[:25]] == [v.decode() for v in plain]
+    assert all(o["topic"] == "consumed" and o["partition"] == 0 and o["key"] is None
+               and o["timestamp"] > 0 and "record" not in o for o in objects[:25])
+    assert [o["value"] for o in objects[25:]] == [line.decode() for line in lines]
+    assert [o["record"]["offset"] for o in objects[25:]] == [i * 100 for i in range(15)]
+    assert {o["record"]["host"] for o in objects[25:]} == {"web-1"}
+    positions = [(o["offset"], o["index"]) for o in objects]
+    assert positions == sorted(positions) and len(set(positions)) == 40
+
+    last = _consume("consumed", "-p", "0", "--from", "-10", zk=zk)
+    assert last == [line.decode() for line in lines[5:]]  # the agent records' lines, in order
+    # all partitions (the other three are empty); 17 = 2 plain + the 15 agent records
+    assert _consume("consumed", "--tail", "17", zk=zk) == (
+        [v.decode() for v in plain[23:]] + [line.decode() for line in lines])
+    assert _consume("consumed", "-p", "0", "--from", "-100", zk=zk)[:25] == [
+        v.decode() for v in plain]
+    assert _consume("consumed", "-p", "0", "--from", "-0", zk=zk) == []
+
+    raw = [json.loads(line) for line in _consume("consumed", "-p", "0", "--from", "-3",
+                                                 "--output", "json", "--raw", zk=zk)]
+    assert [base64.b64decode(o["value_b64"]) for o in raw] == agent[12:]
+    assert all("record" not in o for o in raw)
+    raw_text = _consume("consumed", "-p", "0", "--from", "-1", "--raw", zk=zk)
+    assert raw_text != [lines[-1].decode()] and lines[-1].decode() in "\n".join(raw_text)
