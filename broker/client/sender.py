@@ -57,15 +57,14 @@ class RetryPolicy:
     """
 
     def __init__(self, retries: int | None, backoff: float, delivery_timeout: float,
-                 max_backoff: float = 5.0,
-                 uniform: Callable[[float, float], float] = random.uniform):
+                 max_backoff: float = 5.0, rng: Callable[[], float] = random.random):
         self.retries = retries
         self.backoff = backoff
         self.delivery_timeout = delivery_timeout
         self.max_backoff = max_backoff
-        self._uniform = uniform
         first = max(backoff, 0.0)
-        self._backoff = Retry(initial=first, maximum=min(first * 2 ** 6, max_backoff))
+        self._backoff = Retry(initial=first, maximum=min(first * 2 ** 6, max_backoff),
+                              jitter=0.5, rng=rng)
 
     def should_retry(self, error: LogferryError, attempts: int, age: float, closing: bool) -> bool:
         """``attempts`` counts this failure; ``age`` is the oldest batch's age in seconds."""
@@ -75,8 +74,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int) -> float:
         """Seconds to wait before attempt ``attempts + 1``."""
-        ceiling = self._backoff.ceiling(attempts)
-        return self._uniform(ceiling / 2, ceiling)
+        return self._backoff.delay(attempts)
 
 
 def plan_requests(parts: list[tuple[TopicPartition, list[ProducerBatch], int]],

@@ -59,7 +59,7 @@ def setup(acks: int = 1, retries: int | None = None):
     unknown: list[str] = []
     sender = Sender(acc, cluster, acks=acks, codec=records.CODEC_NONE, request_timeout=30.0,
                     max_request_bytes=1 << 20,
-                    retry=RetryPolicy(retries, 0.1, 120.0, uniform=lambda lo, hi: hi),
+                    retry=RetryPolicy(retries, 0.1, 120.0, rng=lambda: 0.0),
                     on_unknown_topic=unknown.append, clock=lambda: now[0])
     return acc, cluster, sender, now, unknown
 
@@ -135,15 +135,19 @@ def test_an_unknown_topic_makes_the_producer_ask_for_its_partitions_again() -> N
 
 
 def test_retry_policy() -> None:
-    policy = RetryPolicy(3, 0.1, 10.0, max_backoff=0.3, uniform=lambda lo, hi: (lo, hi))
+    policy = RetryPolicy(3, 0.1, 10.0, max_backoff=0.3)
+    longest = RetryPolicy(3, 0.1, 10.0, max_backoff=0.3, rng=lambda: 0.0)
+    shortest = RetryPolicy(3, 0.1, 10.0, max_backoff=0.3, rng=lambda: 1.0)
     retriable = NotLeaderError("x")
     assert policy.should_retry(retriable, 3, 1.0, closing=False)
     assert not policy.should_retry(retriable, 4, 1.0, closing=False)  # out of tries
     assert not policy.should_retry(retriable, 1, 11.0, closing=False)  # delivery timeout
     assert not policy.should_retry(retriable, 1, 1.0, closing=True)
     assert not policy.should_retry(CorruptBatchError("x"), 1, 1.0, closing=False)
-    assert policy.delay(1) == (0.05, 0.1) and policy.delay(2) == (0.1, 0.2)
-    assert policy.delay(9) == (0.15, 0.3)  # capped
+    # jitter in the upper half of each delay: [ceiling / 2, ceiling]
+    assert (shortest.delay(1), longest.delay(1)) == pytest.approx((0.05, 0.1))
+    assert (shortest.delay(2), longest.delay(2)) == pytest.approx((0.1, 0.2))
+    assert (shortest.delay(9), longest.delay(9)) == pytest.approx((0.15, 0.3))  # capped
 
 
 def test_plan_requests_splits_by_size_and_keeps_partitions_whole() -> None:

@@ -123,5 +123,5 @@ def test_call_site_policies_keep_their_delays():
     assert [ceiling(1), ceiling(2), ceiling(5), ceiling(6)] == [0.1, 0.2, 1.6, 2.0]
     # the producer: retry_backoff_ms doubling, at most 64 times it and at most 5 s
     for backoff, cap in ((0.1, 5.0), (0.05, 3.2), (0.0, 0.0)):
-        policy = RetryPolicy(None, backoff, 120.0, uniform=lambda lo, hi: hi)
+        policy = RetryPolicy(None, backoff, 120.0, rng=lambda: 0.0)
         assert policy.delay(1) == backoff and policy.delay(1000) == pytest.approx(cap)
