@@ -4,22 +4,23 @@
 # `make venv` runs this when pyproject.toml is newer than the stamp file
 # .venv/.logferry-installed.
 #
-# The project pins Python 3.11 (pyproject: requires-python >=3.11,<3.12), so look for
-# `python3.11`, then `python3`, and check the version instead of trusting the name.
-# PYTHON=/path/to/python overrides the search.
+# The project runs on Python 3.11 to 3.13 (pyproject: requires-python >=3.11,<3.14), so
+# look for `python3.13`, `python3.12`, `python3.11`, then `python3`, and check the version
+# instead of trusting the name. PYTHON=/path/to/python overrides the search (it must be
+# one of those versions too). An existing .venv of a supported version is kept.
 set -euo pipefail
 
 VENV=.venv
 STAMP="${VENV}/.logferry-installed"
-WANT=3.11
+WANT="3.11 3.12 3.13"
 
 is_wanted() {
-    "$1" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] == '${WANT}' else 1)" >/dev/null 2>&1
+    "$1" -c "import sys; sys.exit(0 if '%d.%d' % sys.version_info[:2] in '${WANT}'.split() else 1)" >/dev/null 2>&1
 }
 
 find_python() {
     local candidate
-    for candidate in ${PYTHON:-} python3.11 python3; do
+    for candidate in ${PYTHON:-} python3.13 python3.12 python3.11 python3; do
         if command -v "$candidate" >/dev/null 2>&1 && is_wanted "$candidate"; then
             command -v "$candidate"
             return 0
@@ -31,19 +32,19 @@ find_python() {
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [[ -x "${VENV}/bin/python" ]] && ! is_wanted "${VENV}/bin/python"; then
-    echo "make-venv: ${VENV} is not Python ${WANT}; recreating it" >&2
+    echo "make-venv: ${VENV} is not Python 3.11 to 3.13; recreating it" >&2
     rm -rf "${VENV}"
 fi
 
 if [[ ! -x "${VENV}/bin/python" ]]; then
     if ! python=$(find_python); then
-        echo "make-venv: no Python ${WANT} found (tried ${PYTHON:+$PYTHON, }python3.11, python3); install python3.11 (Debian: apt-get install python3.11-venv) or run: make venv PYTHON=/path/to/python3.11" >&2
+        echo "make-venv: no Python 3.11 to 3.13 found (tried ${PYTHON:+$PYTHON, }python3.13, python3.12, python3.11, python3); install one (Debian 12: apt-get install python3.11-venv) or run: make venv PYTHON=/path/to/python3.12" >&2
         exit 1
     fi
     echo "make-venv: creating ${VENV} with ${python}" >&2
     rm -rf "${VENV}"
     if ! "$python" -m venv "${VENV}"; then
-        echo "make-venv: '${python} -m venv' failed; on Debian install the venv module: apt-get install python3.11-venv" >&2
+        echo "make-venv: '${python} -m venv' failed; on Debian install the venv module: apt-get install python3-venv" >&2
         exit 1
     fi
 fi
