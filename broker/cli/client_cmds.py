@@ -272,14 +272,15 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
     consumer = SimpleConsumer(**cluster_kwargs(args))
     try:
         partitions = [args.partition] if args.partition is not None else consumer.partitions(args.topic)
-        # --from -N: each partition starts at a batch boundary, then skips to its last N.
+        # --from -N and a time start: each partition starts at a batch boundary, then
+        # skips the messages before the last N / before that time.
         skips = dict.fromkeys(partitions, 0)
         offsets: dict[int, int] = {}
         for p in partitions:
             if isinstance(start, Last):
                 offsets[p], skips[p] = tail_start(consumer, args.topic, p, start.count)
             else:
-                offsets[p] = consumer.resolve_start(args.topic, p, start)
+                offsets[p], skips[p] = consumer.resolve_position(args.topic, p, start)
         if len(partitions) == 1:
             p = partitions[0]
             limit = None if args.count is None else args.count + skips[p]

@@ -126,9 +126,42 @@ class SimpleConsumer:
         offset: int = header["offset"]
         return offset
 
+    def position_for_time(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int]:
+        """The position ``(offset, skip)`` of the first message stamped at or after ``ts_ms``.
+
+        The broker finds the last batch that starts at or before ``ts_ms`` (offsets
+        address batches); that batch's messages stamped earlier are then skipped, so a
+        start by time delivers nothing older than asked (message timestamps are assumed
+        to grow along the log, as the producer's clock makes them).
+        """
+        offset = self.offset_for_time(topic, partition, ts_ms)
+        if offset >= self.offsets(topic, partition).end:
+            return offset, 0
+        batches = self.fetch(topic, partition, offset, max_wait_ms=0).batches
+        if not batches or batches[0].offset != offset:
+            return offset, 0
+        batch = batches[0]
+        skip = 0
+        for ts in batch.timestamps:
+            if ts >= ts_ms:
+                break
+            skip += 1
+        return (batch.next_offset, 0) if skip >= len(batch) else (offset, skip)
+
+    def resolve_position(self, topic: str, partition: int,
+                         start: int | str | _dt.datetime) -> tuple[int, int]:
+        """Like :meth:`resolve_start`, as ``(offset, skip)``: a time start is exact to the message."""
+        if isinstance(start, _dt.datetime):
+            return self.position_for_time(topic, partition, int(start.timestamp() * 1000))
+        return self.resolve_start(topic, partition, start), 0
+
     def resolve_start(self, topic: str, partition: int,
                       start: int | str | _dt.datetime) -> int:
-        """Turn ``"earliest"``, ``"latest"``, an offset or a datetime into an offset."""
+        """Turn ``"earliest"``, ``"latest"``, an offset or a datetime into an offset.
+
+        A datetime gives the boundary of the batch holding that time, which may start
+        earlier; :meth:`resolve_position` says how many messages to skip after it.
+        """
         if start == "earliest":
             return self.offsets(topic, partition).start
         if start == "latest":
@@ -168,10 +201,11 @@ class SimpleConsumer:
         """Iterate messages in order from ``start``.
 
         Without ``follow`` it stops at the visible end; with it, it long-polls for new
-        messages until ``limit`` messages or ``timeout`` seconds without any.
+        messages until ``limit`` messages or ``timeout`` seconds without any. A datetime
+        ``start`` begins at the first message stamped at or after it.
         """
-        offset = self.resolve_start(topic, partition, start)
-        seen = 0
+        offset, skip = self.resolve_position(topic, partition, start)
+        seen = -skip
         last_data = time.monotonic()
         while limit is None or seen < limit:
             wait = self.max_wait_ms if follow else 0
@@ -180,8 +214,10 @@ class SimpleConsumer:
                 last_data = time.monotonic()
                 for batch in result.batches:
                     for message in messages_of(topic, partition, batch):
-                        yield message
                         seen += 1
+                        if seen <= 0:
+                            continue  # before the start time, in the first batch
+                        yield message
                         if limit is not None and seen >= limit:
                             return
                 offset = result.next_offset

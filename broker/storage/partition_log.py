@@ -504,7 +504,11 @@ class PartitionLog:
     def offset_for_time(self, ts_ms: int) -> int:
         """Offset of the last batch whose base timestamp is <= ``ts_ms``.
 
-        ``start_offset`` if every batch is later; ``visible_end`` if no batch is later.
+        ``start_offset`` if every batch is later; ``visible_end`` if nothing is visible.
+        The answer is the last such batch even when it is the last batch of the log:
+        headers carry only a batch's first timestamp, so its later messages may still be
+        at or after ``ts_ms``, and the client skips the earlier ones (see
+        ``SimpleConsumer.position_for_time``).
         The first batch of each segment picks the segment; batch headers are then
         walked in 1 MiB reads. Assumes timestamps grow along the log, as producers'
         clocks make them. Safe to call from a worker thread: it works on a snapshot.
@@ -521,16 +525,12 @@ class PartitionLog:
                         break
             if chosen is None:
                 return segments[0].base_offset
-            later, last = self._walk_timestamps(chosen, ts_ms, visible)
+            return self._walk_timestamps(chosen, ts_ms, visible)
         except (OSError, ValueError) as exc:  # ValueError: file closed by a shutdown
             raise StorageError(f"cannot search partition {self.name} by time: {exc}") from exc
-        if later is None and chosen.end_offset >= visible:
-            return visible
-        return last
 
-    def _walk_timestamps(self, seg: Segment, ts_ms: int,
-                         visible: int) -> tuple[int | None, int]:
-        """Walk ``seg`` below ``visible``: (first batch later than ts_ms, last one not)."""
+    def _walk_timestamps(self, seg: Segment, ts_ms: int, visible: int) -> int:
+        """Walk ``seg`` below ``visible``: the last batch whose base timestamp is <= ts_ms."""
         limit = min(seg.size, visible - seg.base_offset)
         pos = 0
         last = seg.base_offset
@@ -547,11 +547,11 @@ class PartitionLog:
                         f"malformed batch header at offset {seg.base_offset + pos + i} of "
                         f"partition {self.name} ({seg.path})")
                 if base_ts > ts_ms:
-                    return seg.base_offset + pos + i, last
+                    return last
                 last = seg.base_offset + pos + i
                 i += LENGTH_SIZE + length
             pos += i
-        return None, last
+        return last
 
     # -- rolling and retention ------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import pytest
 
@@ -67,3 +68,31 @@ def test_consume_json_tail_and_raw(broker_cluster):
     assert all("record" not in o for o in raw)
     raw_text = _consume("consumed", "-p", "0", "--from", "-1", "--raw", zk=zk)
     assert raw_text != [lines[-1].decode()] and lines[-1].decode() in "\n".join(raw_text)
+
+
+def test_consume_from_a_time_starts_at_the_first_message_at_or_after_it(broker_cluster):
+    """--from TIME begins inside the batch holding that time, not at the batch's start."""
+    cluster = broker_cluster(1)
+    base = 1_800_000_000_000  # ms; one batch of 10 messages stamped base, base+1s, ...
+    with Producer(brokers=cluster.bootstrap, linger_ms=60_000) as producer:
+        futures = [producer.send("timed", [f"t{i}".encode()], partition=1,
+                                 timestamp=base + i * 1000) for i in range(10)]
+        producer.flush(10)
+        for future in futures:
+            future.wait(10)
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        wait_until(lambda: sum(1 for _ in consumer.messages("timed", 1)) == 10, 10, "flush")
+        offsets = {m.offset for m in consumer.messages("timed", 1)}
+        assert len(offsets) == 1  # one batch: the time start has to skip inside it
+        at = datetime.fromtimestamp((base + 4500) / 1000, tz=timezone.utc)
+        assert [m.value for m in consumer.messages("timed", 1, start=at)] == [
+            f"t{i}".encode() for i in range(5, 10)]
+        after_all = datetime.fromtimestamp((base + 60_000) / 1000, tz=timezone.utc)
+        assert list(consumer.messages("timed", 1, start=after_all)) == []
+
+    iso = datetime.fromtimestamp((base + 3000) / 1000, tz=timezone.utc).isoformat()
+    expected = [f"t{i}" for i in range(3, 10)]  # 3 is stamped exactly at the time: kept
+    assert _consume("timed", "-p", "1", "--from", iso, zk=cluster.zk_connect) == expected
+    assert _consume("timed", "--from", iso, zk=cluster.zk_connect) == expected  # all partitions
+    assert _consume("timed", "-p", "1", "--from", iso, "-n", "2",
+                    zk=cluster.zk_connect) == expected[:2]

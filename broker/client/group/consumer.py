@@ -60,33 +60,10 @@ class PartitionNotOwnedError(LogferryError):
     """The partition is not (or no longer) assigned to this member; seek it where it is."""
 
 
-def position_for_time(simple: SimpleConsumer, topic: str, partition: int, ts_ms: int) -> tuple[int, int]:
-    """The position ``(offset, skip)`` of the first message stamped at or after ``ts_ms``.
-
-    The broker finds the last batch that starts at or before ``ts_ms``; its messages
-    stamped earlier are then skipped, so a seek by time delivers nothing older than
-    asked (message timestamps are assumed to grow along the log, as the producer's
-    clock makes them).
-    """
-    offset = simple.offset_for_time(topic, partition, ts_ms)
-    if offset >= simple.offsets(topic, partition).end:
-        return offset, 0
-    batches = simple.fetch(topic, partition, offset, max_wait_ms=0).batches
-    if not batches or batches[0].offset != offset:
-        return offset, 0
-    batch = batches[0]
-    skip = 0
-    for ts in batch.timestamps:
-        if ts >= ts_ms:
-            break
-        skip += 1
-    return (batch.next_offset, 0) if skip >= len(batch) else (offset, skip)
-
-
 def resolve_position(simple: SimpleConsumer, topic: str, partition: int, to: StartAt) -> tuple[int, int]:
     """``earliest``/``latest``/an offset/a datetime -> a position ``(offset, skip)``."""
     if isinstance(to, _dt.datetime):
-        return position_for_time(simple, topic, partition, int(to.timestamp() * 1000))
+        return simple.resolve_position(topic, partition, to)
     if isinstance(to, bool) or not (to in ("earliest", "latest") or (isinstance(to, int) and to >= 0)):
         raise ConfigError(f"seek to 'earliest', 'latest', an offset or a datetime, not {to!r}")
     return simple.resolve_start(topic, partition, to), 0
