@@ -13,6 +13,8 @@ Modules, one role each:
 - :mod:`demo.dashboard` a real-time consumer group printing per-topic rates
 - :mod:`demo.report`    the final report and its verdict
 - :mod:`demo.run`       the orchestration
+- :mod:`demo.keep`      ``--keep-running``: the pipeline flowing after the report until
+  Ctrl-C; a dead broker, agent or mirror is reported, not fatal, and restarted on request
 
 The broker package never imports the agent, the mirror or the loader: they run as
 ``python -m broker <command>`` subprocesses, exactly as a user would start them.

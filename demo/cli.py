@@ -6,7 +6,8 @@ application logs (Java stack traces, rotation by rename), each tailed by an agen
 (etc/agent.toml); the mirror between the datacenters (etc/mirror.toml); a dashboard
 consumer group printing per-topic rates; at the end the loader (etc/loader.toml)
 landing everything as Parquet. Then a report: every stage's count, the audit's
-completeness, throughput. Exit 1 if any stage's count differs.
+completeness, throughput. Exit 1 if any stage's count differs. With --keep-running the
+pipeline then keeps flowing until Ctrl-C.
 
 The implementation lives in :mod:`demo`; this module only declares the command.
 """
@@ -38,7 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", default=".logferry/demo",
                    help="where configs, data, logs and Parquet go (wiped at start)")
     p.add_argument("--keep-running", action="store_true",
-                   help="leave ZooKeeper, the brokers and the mirror up and print how to explore")
+                   help="after the report, keep the pipeline flowing (hosts write, agents ship, "
+                        "the mirror copies) until Ctrl-C, survive a broker's death, and print "
+                        "what to try: commands, broker pids, metrics URLs")
+    p.add_argument("--keep-rate", type=float, default=20.0, metavar="RECORDS_PER_S",
+                   help="with --keep-running: records per second over all hosts (default 20)")
     p.set_defaults(func=_run)
 
 

@@ -3,7 +3,8 @@
 The demo starts every component from the same files a user copies for a real
 deployment, and changes only what must differ on a single machine: ports (free ones
 on 127.0.0.1), directories (under the demo's workdir), the ZooKeeper connect string
-(the demo's own server, one chroot per datacenter), the agent's host name, and a few
+(the demo's own server, one chroot per datacenter; metrics ports are free ones too), the
+agent's host name, and a few
 timings a five-minute demo needs shorter (the audit window, the loader's settle time).
 Every such change is a visible line in :func:`agent_config`, :func:`mirror_config` or
 :func:`loader_config`; everything else passes through untouched.
@@ -71,13 +72,16 @@ def broker_templates(datacenter: str) -> list[Path]:
 
 
 def broker_settings(template: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    """(id, [broker] settings without the machine keys, [log] settings) of an example."""
+    """(id, [broker] settings without the machine keys, [log] settings) of an example.
+
+    The machine keys (ports included: several brokers share one machine) are the
+    demo's :class:`~demo.processes.BrokerChild`'s to choose.
+    """
     doc = load(template)
     broker = dict(doc.get("broker", {}))
     broker_id = int(broker["id"])
     for key in MACHINE_KEYS:
         broker.pop(key, None)
-    broker["metrics_port"] = 0  # several brokers on one machine: no fixed metrics ports
     return broker_id, broker, dict(doc.get("log", {}))
 
 
@@ -98,17 +102,20 @@ def agent_topics(doc: Mapping[str, Any]) -> list[str]:
 
 
 def agent_config(template: Mapping[str, Any], host: str, root: Path, state_dir: Path,
-                 zk: str, audit_window_s: float) -> dict[str, Any]:
+                 zk: str, audit_window_s: float, metrics_port: int | None = None) -> dict[str, Any]:
     """One simulated host's agent: its name, state dir, and its files under ``root``.
 
     A host's files live under ``root`` as if it were the host's ``/``: the example's
-    ``/var/log/app/**/*.log`` becomes ``<root>/var/log/app/**/*.log``.
+    ``/var/log/app/**/*.log`` becomes ``<root>/var/log/app/**/*.log``. Its metrics
+    endpoint listens on 127.0.0.1:``metrics_port`` (None: off).
     """
     doc = copy.deepcopy(dict(template))
     doc["host"] = host
     doc["state_dir"] = str(state_dir)
     doc["cluster"] = {"zk": zk}
-    doc.pop("metrics", None)  # the status file is enough; no fixed port per host
+    doc.pop("metrics", None)  # one fixed port for every host cannot work on one machine
+    if metrics_port is not None:
+        doc["metrics"] = {"port": metrics_port, "bind": "127.0.0.1"}
     doc.setdefault("audit", {})["window_s"] = audit_window_s
     for source in doc.get("sources", []):
         for key in ("pattern", "exclude"):
@@ -168,12 +175,14 @@ DEFAULT_MIRROR: dict[str, Any] = {
 
 
 def mirror_config(template: Mapping[str, Any], live_zk: str, analysis_zk: str,
-                  status_file: Path) -> dict[str, Any]:
-    """The mirror from the live cluster to the analysis cluster on this machine."""
+                  status_file: Path, metrics_port: int = 0) -> dict[str, Any]:
+    """The mirror from the live cluster to the analysis cluster on this machine
+    (its metrics on 127.0.0.1:``metrics_port``; 0: off)."""
     doc = copy.deepcopy(dict(template))
     _replace_zk(doc, {LIVE_CHROOT: live_zk, ANALYSIS_CHROOT: analysis_zk})
     metrics = doc.setdefault("metrics", {})
-    metrics["port"] = 0
+    metrics["port"] = metrics_port
+    metrics["host"] = "127.0.0.1"
     metrics["status_file"] = str(status_file)
     return doc
 

@@ -82,9 +82,10 @@ class Counts:
 class LogFile:
     """One log file a host appends to and rotates by rename."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rotations: int = 0):
         self.path = path
-        self.rotations = 0
+        self.rotations = rotations
+        """Rotations so far: the next one renames to ``<name>.<rotations + 1>``."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = path.open("ab")
 
@@ -114,11 +115,16 @@ class SourceSpec:
 
 
 class WebHost(threading.Thread):
-    """Writes ``rate`` records per second over its sources for ``seconds`` seconds."""
+    """Writes ``rate`` records per second over its sources for ``seconds`` seconds.
+
+    ``seconds`` may be ``math.inf`` (until ``stop`` is set). ``rotated``: rotations an
+    earlier writer of the same files already did, so that a writer continuing them
+    never renames onto a rotated file the agent may still be reading.
+    """
 
     def __init__(self, name: str, root: Path, sources: list[SourceSpec], rate: float,
                  seconds: float, rotate_s: float, stop: threading.Event, seed: int,
-                 vocabulary: list[bytes]):
+                 vocabulary: list[bytes], rotated: int = 0):
         super().__init__(name=f"host-{name}", daemon=True)
         self.host = name
         self.root = root
@@ -130,7 +136,7 @@ class WebHost(threading.Thread):
         self.rng = random.Random(seed)
         self.vocabulary = vocabulary
         self.counts: dict[str, Counts] = {s.topic: Counts() for s in sources}
-        self.rotations = 0
+        self.rotations = rotated
         self.error: BaseException | None = None
         self.files: dict[str, LogFile] = {}
         self.finished = threading.Event()
@@ -189,7 +195,8 @@ class WebHost(threading.Thread):
         """
         for spec in self.sources:
             if spec.topic not in self.files:
-                self.files[spec.topic] = LogFile(self.root / spec.path.lstrip("/"))
+                self.files[spec.topic] = LogFile(self.root / spec.path.lstrip("/"),
+                                                 self.rotations)
 
     def _run(self) -> None:
         self.prepare()

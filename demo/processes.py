@@ -6,6 +6,11 @@ Ctrl-C reaches only the demo, which then stops the pipeline front to back (agent
 first, ZooKeeper last). Linux also sends each child SIGTERM if the demo itself dies
 (``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the demo leaves nothing behind. Every
 wait is bounded.
+
+A child that dies while the demo expects it to run (a broker killed by the user to
+watch a failover, say) does not stop the demo: :meth:`Supervisor.exits` reports it
+once, :func:`exit_message` says what it means for its cluster, and
+:meth:`Child.start` may start it again with the same config and ports.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ class Child:
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+        self.watched = True
+        """True while the demo expects it to run; an exit then is news (see Supervisor.exits)."""
+        self.exit_seen = False
+        self._log_start = 0
 
     @classmethod
     def logferry(cls, name: str, args: list[str], log_path: Path) -> "Child":
@@ -55,7 +64,14 @@ class Child:
         return cls(name, [sys.executable, "-m", "broker", *args], log_path)
 
     def start(self) -> "Child":
+        """Start the process (again, after it died: same argv, its log appended to).
+
+        Call from the main thread: ``PR_SET_PDEATHSIG`` fires when the *thread* that
+        started a child exits, not only the process.
+        """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.watched, self.exit_seen = True, False
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -79,6 +95,21 @@ class Child:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def log_since_start(self) -> str:
+        """What this run of the process logged (a restarted child appends to its log)."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._log_start)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def terminate(self) -> None:
+        """SIGTERM without waiting; the exit that follows is expected, not news."""
+        self.watched = False
+        if self.running() and self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
@@ -109,6 +140,7 @@ class Child:
         """SIGTERM and wait ``timeout`` s; SIGKILL if it does not exit. Returns the exit code."""
         if self.proc is None:
             return None
+        self.watched = False
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -125,28 +157,35 @@ class BrokerChild(Child):
     """A broker started from an example config's settings, on a free port."""
 
     def __init__(self, name: str, broker_id: int, zk: str, workdir: Path,
-                 broker: Mapping[str, Any], log: Mapping[str, Any]):
+                 broker: Mapping[str, Any], log: Mapping[str, Any], datacenter: str = ""):
+        self.broker_id = broker_id
+        self.datacenter = datacenter
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.data_dir = workdir / "data" / name
-        settings = {"id": broker_id, "host": "127.0.0.1", "port": self.port,
-                    "log_dirs": [str(self.data_dir)], "zk_connect": zk, **broker}
+        settings = {**broker, "id": broker_id, "host": "127.0.0.1", "port": self.port,
+                    "log_dirs": [str(self.data_dir)], "zk_connect": zk,
+                    "metrics_port": self.metrics_port}
         self.config_path = workdir / "config" / f"{name}.toml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(dumps({"broker": settings, "log": dict(log)}))
         super().__init__(name, [sys.executable, "-m", "broker", "broker", "--config",
                                 str(self.config_path)], workdir / "logs" / f"{name}.log")
 
+    def ready(self) -> bool:
+        """This run of the broker logged "listening on" and its port accepts connections."""
+        if "listening on" not in self.log_since_start():
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
     def wait_ready(self, timeout: float = 30.0) -> None:
-        def ready() -> bool:
-            if "listening on" not in self.log_text():
-                return False
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return True
-            except OSError:
-                return False
-        self.wait_until(ready, timeout, "listening port")
+        self.wait_until(self.ready, timeout, "listening port")
 
 
 class Supervisor:
@@ -156,9 +195,12 @@ class Supervisor:
         self.children: list[Child] = []
         self.zookeeper: Any = None
 
-    def add(self, child: Child) -> Child:
+    def add(self, child: Child, watched: bool = True) -> Child:
+        """Start ``child``; ``watched``: its exit is news (False for a job that ends)."""
         self.children.append(child)
-        return child.start()
+        child.start()
+        child.watched = watched
+        return child
 
     def start_zookeeper(self, data_dir: Path) -> str:
         """Start a ZooKeeper on a free port; return ``127.0.0.1:port``."""
@@ -185,8 +227,47 @@ class Supervisor:
             self.zookeeper = None
         return problems
 
+    def exits(self) -> list[Child]:
+        """Watched children that exited since the last call, each reported once."""
+        out = []
+        for child in self.children:
+            if child.watched and not child.exit_seen and child.proc is not None \
+                    and not child.running():
+                child.exit_seen = True
+                out.append(child)
+        return out
+
     def pids(self) -> list[int]:
         out = [c.pid for c in self.children if c.running() and c.pid]
         if self.zookeeper is not None and self.zookeeper.pid:
             out.append(self.zookeeper.pid)
         return out
+
+
+def describe_code(code: int | None) -> str:
+    """``-9`` -> ``"code -9 (SIGKILL)"``: a negative code is the signal that ended it."""
+    if code is not None and code < 0:
+        try:
+            return f"code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"code {code}"
+
+
+def exit_message(name: str, pid: int | None, code: int | None, cluster: str | None = None,
+                 survivors: list[int] | None = None) -> str:
+    """What the demo says when a child it expected to run exited.
+
+    For a broker (``cluster`` and the ids of the ``survivors`` given) it says whether its
+    cluster goes on: ``broker 2 (pid 4711) exited with code -9 (SIGKILL); the live cluster
+    continues with broker 1``.
+    """
+    head = f"{name} (pid {pid}) exited with {describe_code(code)}"
+    if cluster is None:
+        return head
+    if not survivors:
+        return (f"{head}; the {cluster} cluster has no broker left: its clients retry "
+                "until one is back")
+    ids = ", ".join(str(i) for i in sorted(survivors))
+    noun = "broker" if len(survivors) == 1 else "brokers"
+    return f"{head}; the {cluster} cluster continues with {noun} {ids}"

@@ -9,7 +9,9 @@ Order of events (every wait bounded)::
       ─► analysis cluster holds everything, audit topic included
       ─► loader (etc/loader.toml) lands Parquet ─► report ─► stop everything
 
-The pipeline is stopped front to back: agents, mirror, brokers, ZooKeeper.
+The pipeline is stopped front to back: agents, mirror, brokers, ZooKeeper. With
+``--keep-running``, :mod:`demo.keep` first sets it flowing again until Ctrl-C. Brokers,
+agents and the mirror serve their metrics on free ports of 127.0.0.1 (printed).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from demo import configs
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
-from demo.processes import BrokerChild, Child, DemoError, Supervisor
+from demo.keep import display_name, keep_running
+from demo.processes import BrokerChild, Child, DemoError, Supervisor, exit_message
 from demo.report import Tally, problems, render
 from broker.common.errors import ConfigError, LogferryError, TopicExistsError
+from broker.testing.localrun import free_port
 
 MARKER = ".logferry-demo"
 PROGRESS_S = 2.0
@@ -77,6 +81,9 @@ class Pipeline:
         self.agents: list[tuple[str, Child, Path]] = []
         self.mirror: Child | None = None
         self.mirror_group = "logferry-mirror"
+        self.mirror_metrics = ""
+        self.agent_metrics: dict[str, str] = {}
+        """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
         self.dashboard: Dashboard | None = None
         self.agent_doc = configs.load(configs.agent_template())
         self.topics = configs.agent_topics(self.agent_doc)
@@ -94,7 +101,7 @@ class Pipeline:
             for template in configs.broker_templates(dc):
                 broker_id, broker, log = configs.broker_settings(template)
                 child = BrokerChild(f"{dc}-{template.stem}", broker_id, zk, self.workdir,
-                                    broker, log)
+                                    broker, log, datacenter=dc)
                 self.sup.add(child)
                 self.brokers[dc].append(child)
         for dc, children in self.brokers.items():
@@ -103,7 +110,8 @@ class Pipeline:
             for child in children:
                 child.wait_ready(60.0)
                 say(f"{dc} broker {child.name} on {child.address} "
-                    f"(from etc/{dc}/{child.name.split('-', 1)[1]}.toml)")
+                    f"(from etc/{dc}/{child.name.split('-', 1)[1]}.toml; pid {child.pid}, "
+                    f"metrics {child.metrics_url})")
 
     def create_topics(self) -> None:
         from broker.client import Admin
@@ -134,8 +142,10 @@ class Pipeline:
             origin = Path("<built-in mirror config>")
             self.notes.append("etc/mirror.toml does not exist yet: the demo used a built-in "
                               "mirror config (every topic)")
+        port = free_port()
         doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk,
-                                    self.workdir / "mirror" / "status.json")
+                                    self.workdir / "mirror" / "status.json", port)
+        self.mirror_metrics = f"http://127.0.0.1:{port}"
         self.mirror_group = doc.get("mirror", {}).get("group", "logferry-mirror")
         path = configs.write(self.workdir / "config" / "mirror.toml", doc, origin)
         self.mirror = self.sup.add(Child.logferry("mirror", ["mirror", "--config", str(path)],
@@ -143,31 +153,62 @@ class Pipeline:
         time.sleep(1.0)
         if not self.mirror.running():
             raise DemoError(f"the mirror exited at start:\n{self.mirror.log_tail()}")
-        say(f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid})")
+        say(f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid}, "
+            f"metrics {self.mirror_metrics}/metrics)")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:
             root = self.workdir / "hosts" / host
             state = self.workdir / "agents" / host
+            port = free_port()
             doc = configs.agent_config(self.agent_doc, host, root, state, self.live_zk,
-                                       self.args.audit_window)
+                                       self.args.audit_window, port)
+            self.agent_metrics[host] = f"http://127.0.0.1:{port}"
             path = configs.write(self.workdir / "config" / f"agent-{host}.toml", doc,
                                  configs.agent_template())
             child = self.sup.add(Child.logferry(f"agent {host}", ["agent", "--config", str(path)],
                                                 self.workdir / "logs" / f"agent-{host}.log"))
             self.agents.append((host, child, state / "status.json"))
-        for host, child, status in self.agents:
+        self._wait_agents()
+        for host, child, _ in self.agents:
+            say(f"agent {host} tails {root_hint(self.agent_doc)} under hosts/{host} (pid {child.pid}, "
+                f"metrics {self.agent_metrics[host]}/metrics)")
+
+    def _wait_agents(self) -> None:
+        for _, child, status in self.agents:
             child.wait_until(lambda s=status: _status(s).get("state") == "running", 60.0,
                              "running status")
-            say(f"agent {host} tails {root_hint(self.agent_doc)} under hosts/{host} (pid {child.pid})")
+
+    def restart_agents(self) -> None:
+        """Start the agents stopped for the report again; they resume from their checkpoints."""
+        for _, child, status in self.agents:
+            status.unlink(missing_ok=True)  # wait for the new process's "running"
+            child.start()
+        self._wait_agents()
+
+    def exits(self) -> list[tuple[Child, str]]:
+        """The processes that exited unexpectedly since the last call, and what to say.
+
+        A broker's death is news, not the end of the demo: the message says which
+        brokers its cluster continues with.
+        """
+        out = []
+        for child in self.sup.exits():
+            if isinstance(child, BrokerChild):
+                survivors = [b.broker_id for b in self.brokers[child.datacenter] if b.running()]
+                text = exit_message(display_name(child), child.pid, child.returncode(),
+                                    child.datacenter, survivors)
+            else:
+                text = exit_message(child.name, child.pid, child.returncode())
+            out.append((child, f"{text} (log {child.log_path})"))
+        return out
 
     # -- stop ----------------------------------------------------------------------------------
 
     def stop_agents(self) -> int:
         """SIGTERM every agent (it flushes and publishes its last audit); return acked total."""
         for _, child, _ in self.agents:
-            if child.running():
-                child.proc.send_signal(signal.SIGTERM)
+            child.terminate()
         total = 0
         for host, child, status in self.agents:
             code = child.wait(60.0)
@@ -226,8 +267,8 @@ def _fmt_rates(rates: dict[str, float]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``logferry demo``; returns the exit code."""
-    if args.seconds <= 0 or args.rate <= 0 or args.hosts < 1:
-        raise ConfigError("--seconds, --rate and --hosts must be positive")
+    if args.seconds <= 0 or args.rate <= 0 or args.hosts < 1 or args.keep_rate <= 0:
+        raise ConfigError("--seconds, --rate, --hosts and --keep-rate must be positive")
     workdir = Path(args.workdir).resolve()
     _prepare_workdir(workdir)
     pipeline = Pipeline(args, workdir)
@@ -300,6 +341,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     last: dict[str, int] = {}
 
     def sample(elapsed: float, interval: float) -> None:
+        for _, text in pipeline.exits():
+            say(text)
         written = sum(c.records for w in writers for c in w.counts.values())
         in_live = sum(live.update().values())
         in_analysis = sum(analysis.update().values()) if analysis else 0
@@ -385,7 +428,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     say(f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk):]} as Parquet "
         f"(Spark local mode; the JVM takes a while to start)")
     loader = pipeline.sup.add(Child.logferry("loader", ["load", "--config", str(loader_cfg)],
-                                             workdir / "logs" / "loader.log"))
+                                             workdir / "logs" / "loader.log"), watched=False)
     started = time.monotonic()
     code = loader.wait(args.loader_timeout)
     loader_s = time.monotonic() - started
@@ -423,7 +466,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     for counter in counters:
         counter.close()
     if args.keep_running:
-        _keep_running(pipeline, topics)
+        keep_running(pipeline, writers, stop_hosts, args.keep_rate, _command())
     return 0 if not found else 1
 
 
@@ -475,28 +518,8 @@ access = spark.read.parquet(f"{{root}}/topic={access}")
     return path
 
 
-def _keep_running(pipeline: Pipeline, topics: list[str]) -> None:
+def _command() -> str:
+    """How the user runs logferry here: the venv's script, the one on PATH, or ``-m``."""
     beside = Path(sys.executable).parent / "logferry"
-    lf = (_python().replace("python", "logferry") if beside.exists()
-          else "logferry" if shutil.which("logferry") else f"{_python()} -m broker")
-    say("--keep-running: ZooKeeper, the brokers and the mirror stay up. Explore with:")
-    print(f"""
-  export LOGFERRY_ZK={pipeline.live_zk}      # the live cluster
-  {lf} topic list
-  {lf} topic describe {topics[0]}
-  {lf} group describe {GROUP}
-  {lf} consume {topics[0]} --from earliest -n 5
-  {lf} consume {topics[0]} --from latest --follow   # values are the agent's msgpack records
-  {lf} topic list --zk {pipeline.analysis_zk}   # the analysis cluster
-  {lf} group describe {pipeline.mirror_group}    # the mirror's positions in the live cluster
-
-Press Ctrl-C to stop everything.""", flush=True)
-    try:
-        while True:
-            time.sleep(1.0)
-            for child in pipeline.sup.children:
-                if child.name.startswith(("live", "analysis")) and not child.running():
-                    say(f"{child.name} exited; stopping")
-                    return
-    except KeyboardInterrupt:  # the way out of --keep-running: not a failure
-        print(flush=True)
+    return (_python().replace("python", "logferry") if beside.exists()
+            else "logferry" if shutil.which("logferry") else f"{_python()} -m broker")

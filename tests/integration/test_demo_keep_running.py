@@ -1,0 +1,146 @@
+"""`logferry demo --keep-running`: the pipeline keeps flowing, survives a broker's death, serves
+metrics, and Ctrl-C stops everything with exit 0.
+
+Real ZooKeeper, brokers, agents, mirror and Spark loader, at the reduced size of
+test_demo.py; after the report the demo keeps the hosts writing and the agents
+shipping. Here: a `consume --follow` sees new records; a live broker is killed with
+SIGKILL and the demo says so and stays up; records still arrive; the broker comes back
+on SIGUSR1; the metrics endpoints answer; SIGINT ends it with exit 0 and nothing left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subprocess.Popen,
+              out: Path) -> object:
+    """Poll ``check`` until truthy; fail with the demo's output if it exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the demo exited ({proc.returncode}) waiting for {what}:\n"
+                        f"{out.read_text()[-6000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"no {what} within {timeout:.0f}s:\n{out.read_text()[-6000:]}")
+
+
+def _follow(zk: str, topic: str, path: Path) -> subprocess.Popen:
+    out = path.open("wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "broker", "consume", topic, "--from", "latest", "--follow",
+             "--zk", zk], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    finally:
+        out.close()
+
+
+def _grows(path: Path, timeout: float) -> bool:
+    """True when ``path`` gets new bytes within ``timeout`` seconds."""
+    start = path.stat().st_size if path.exists() else 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size > start:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    out = tmp_path / "demo.out"
+    started = time.monotonic()
+    with out.open("wb") as sink:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "broker", "demo", "--seconds", "6", "--rate", "400",
+             "--rotate-every", "2", "--audit-window", "2", "--keep-running", "--keep-rate", "40",
+             "--workdir", str(workdir)],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    consumers: list[subprocess.Popen] = []
+    try:
+        _wait_for("keep-running guide", lambda: "Press Ctrl-C" in out.read_text(), 360, demo, out)
+        text = out.read_text()
+        assert "RESULT: OK" in text  # the measured run is unchanged
+        zk = re.search(r"export LOGFERRY_ZK=(\S+)", text).group(1)
+        brokers = {int(m.group(2)): int(m.group(1)) for m in
+                   re.finditer(r"kill -9 (\d+)\s+# live broker (\d+)", text)}
+        assert len(brokers) >= 2, text
+        metrics = dict(re.findall(r"^  (live broker \d|agent web-1|mirror)\s+(http://\S+/metrics)",
+                                  text, re.M))
+        assert {"live broker 1", "agent web-1", "mirror"} <= set(metrics), text
+        print(f"demo up with --keep-running after {time.monotonic() - started:.0f}s")
+
+        # The pipeline flows: a consumer started now sees records the hosts write now.
+        before = tmp_path / "before.out"
+        consumers.append(_follow(zk, "app-logs", before))
+        assert _grows(before, 60), f"consume --follow printed nothing:\n{before.read_text()}"
+
+        # A broker dies: the demo says so and stays up, the rest keeps flowing.
+        victim, survivor = max(brokers), min(brokers)
+        os.kill(brokers[victim], signal.SIGKILL)
+        _wait_for("the broker's death reported", lambda: re.search(
+            rf"live broker {victim} \(pid {brokers[victim]}\) exited with code -9 \(SIGKILL\); "
+            rf"the live cluster continues with broker {survivor}", out.read_text()), 30, demo, out)
+        after = tmp_path / "after.out"
+        consumers.append(_follow(zk, "app-logs", after))
+        assert _grows(after, 120), f"nothing arrived after the broker died:\n{after.read_text()}"
+        assert demo.poll() is None
+        print(f"the consumer started before the kill still prints: {_grows(before, 5)}")
+        print(f"records flow after the kill ({time.monotonic() - started:.0f}s)")
+
+        # Every metrics endpoint answers with Prometheus text.
+        for name, url in metrics.items():
+            if name == f"live broker {victim}":
+                continue
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = response.read().decode()
+            assert response.status == 200 and "# TYPE" in body, (name, body[:300])
+
+        # SIGUSR1 starts the dead broker again.
+        demo.send_signal(signal.SIGUSR1)
+        _wait_for("the broker back", lambda: f"live broker {victim} is back" in out.read_text(),
+                  90, demo, out)
+    finally:
+        for consumer in consumers:
+            consumer.terminate()
+            try:
+                consumer.wait(10)
+            except subprocess.TimeoutExpired:
+                consumer.kill()
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGINT)
+        try:
+            code = demo.wait(120)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            code = None
+    text = out.read_text()
+    assert code == 0, text[-6000:]
+    assert "stopped every process it started" in text
+    assert not [pid for pid in brokers.values() if _alive(pid)]
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "demo left processes running"
+    print(f"whole test {time.monotonic() - started:.0f}s")
