@@ -16,6 +16,7 @@ everything.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import select
@@ -104,7 +105,7 @@ class KeepRunning:
                   "replica leads), and the --follow above goes on:"]
         for dc, children in p.brokers.items():
             for b in children:
-                lines.append(f"  kill -9 {b.pid:<8}   # {dc} broker {b.broker_id} ({b.address})")
+                lines.append(f"  kill -9 {b.pid!s:<8}   # {dc} broker {b.broker_id} ({b.address})")
         lines += ["", "Metrics (Prometheus text):"]
         for dc, children in p.brokers.items():
             for b in children:
@@ -202,6 +203,9 @@ def keep_running(pipeline: "Pipeline", writers: list[WebHost], stop: threading.E
                  rate: float, command: str) -> None:
     """The whole phase; returns when the user presses Ctrl-C (or sends SIGTERM)."""
     phase = KeepRunning(pipeline, writers, stop, rate, command)
+    # Killing a broker is the point here: the demo's one line says so, instead of the
+    # dashboard group's retry warnings every few seconds until the leaders move.
+    logging.getLogger("logferry.group").setLevel(logging.ERROR)
     try:
         phase.resume()
         print(flush=True)

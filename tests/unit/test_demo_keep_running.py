@@ -86,3 +86,28 @@ def test_a_writer_without_end_writes_until_stopped(tmp_path: Path) -> None:
         host.join(5)
     assert not host.is_alive() and host.error is None
     assert host.rotations == 4 and all(f.rotations == 4 for f in host.files.values())
+
+
+def test_the_guide_lists_commands_pids_and_metrics_urls(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from demo.keep import KeepRunning
+    from demo.processes import BrokerChild
+
+    brokers = {dc: [BrokerChild(f"{dc}-broker-{i}", i, "zk", tmp_path, {}, {}, datacenter=dc)
+                    for i in ids] for dc, ids in (("live", (1, 2)), ("analysis", (1,)))}
+    pipeline = SimpleNamespace(
+        live_zk="127.0.0.1:1/logferry/live", analysis_zk="127.0.0.1:1/logferry/analysis",
+        topics=["app-logs", "access-logs"], mirror=object(), mirror_group="mirror-analysis",
+        brokers=brokers, agent_metrics={"web-1": "http://127.0.0.1:9"},
+        mirror_metrics="http://127.0.0.1:8", dashboard=None)
+    phase = KeepRunning(pipeline, [], threading.Event(), 20.0, "logferry")  # type: ignore[arg-type]
+    text = phase.guide()
+    assert "export LOGFERRY_ZK=127.0.0.1:1/logferry/live" in text
+    assert "logferry consume app-logs --from latest --follow" in text
+    assert "# live broker 2 (127.0.0.1:" in text and "kill -USR1" in text
+    for b in brokers["live"]:
+        assert b.metrics_url in text
+    assert "http://127.0.0.1:9/status" in text and "http://127.0.0.1:8/metrics" in text
+    line = phase.status_line()  # nothing started: every broker is down
+    assert "hosts wrote 0 records" in line and "live brokers up: none" in line
