@@ -111,3 +111,25 @@ def test_the_guide_lists_commands_pids_and_metrics_urls(tmp_path: Path) -> None:
     assert "http://127.0.0.1:9/status" in text and "http://127.0.0.1:8/metrics" in text
     line = phase.status_line()  # nothing started: every broker is down
     assert "hosts wrote 0 records" in line and "live brokers up: none" in line
+
+
+def test_r_and_enter_on_the_terminal_asks_for_a_restart(monkeypatch, tmp_path: Path) -> None:
+    import io
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from demo.keep import KeepRunning
+
+    read_fd, write_fd = os.pipe()
+    with io.open(read_fd, "r") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        phase = KeepRunning(SimpleNamespace(), [], threading.Event(), 20.0,  # type: ignore[arg-type]
+                            "logferry")
+        phase.interactive = True  # a pipe stands in for the terminal
+        os.write(write_fd, b"r\n")
+        phase._read_stdin(1.0)
+        assert phase.restart_requested.is_set()
+        os.close(write_fd)
+        phase._read_stdin(1.0)  # end of input: stop listening, never spin on it
+        assert not phase.interactive
