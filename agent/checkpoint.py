@@ -5,14 +5,17 @@ never a torn one: write ``checkpoint.json.tmp``, ``fsync`` it, ``rename`` over
 ``checkpoint.json``, ``fsync`` the directory (so the rename itself is durable).
 JSON because it is small and an operator can read it::
 
-    {"version": 1, "host": "web-1", "written": 1700000000.5,
+    {"version": 2, "host": "web-1", "written": 1700000000.5,
      "files": [{"dev": 2049, "ino": 131, "fp_len": 1024, "fp": "a1b2...",
                 "path": "/var/log/app.log", "where": "/var/log/app.log.1",
-                "offset": 52311, "source": "app"}]}
+                "offset": 52311, "source": "app", "fid": 4811916302335812043}]}
 
 ``path`` is the path the file was found under (what messages carry), ``where`` its
 last known location (after a rotation they differ). ``offset`` is always the end of
-a line: every byte before it is acknowledged.
+a line: every byte before it is acknowledged. ``fid`` is the id of the file's current
+generation (:func:`agent.identity.new_file_id`), which its messages carry: a file
+resumed from the checkpoint re-sends its lines with the same id. Version 1 files
+(without ``fid``) are read too; their files get a new id.
 
 The state directory is also locked (``flock`` on ``lock``) so two agents cannot share
 one checkpoint and overwrite each other's progress.
@@ -31,7 +34,8 @@ from typing import Iterable
 from agent.errors import CheckpointError
 from agent.identity import FileKey, Fingerprint
 
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -46,6 +50,8 @@ class Entry:
     where: str
     offset: int
     source: str
+    fid: int | None = None
+    """The file generation's id (None: written by an agent before version 2)."""
 
     @property
     def key(self) -> FileKey:
@@ -121,8 +127,9 @@ class CheckpointStore:
             raise CheckpointError(f"cannot read {self.path}: {exc.strerror}") from None
         try:
             doc = json.loads(raw)
-            if doc.get("version") != VERSION:
-                raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
+            if doc.get("version") not in READABLE_VERSIONS:
+                raise ValueError(f"version {doc.get('version')!r}, expected one of "
+                                 f"{READABLE_VERSIONS}")
             entries = [Entry(**item) for item in doc["files"]]
         except (ValueError, TypeError, KeyError) as exc:
             raise CheckpointError(f"{self.path} is corrupt ({exc}); move it away to start "

@@ -2,10 +2,10 @@
 
 Every message value is a msgpack map (schema in docs/agent.md, "Message value")::
 
-    {"time": int, "host": str, "file": str, "offset": int, "line": str,
+    {"time": int, "host": str, "file": str, "fid": int, "offset": int, "line": str,
      "ptime": int (optional), "cut": true (optional)}
 
-The three fields shared by a chunk (time read, host, file path) are packed once per chunk
+The fields shared by a chunk (time read, host, file path, file id) are packed once per chunk
 into a prefix; each line then costs one ``struct.pack`` and two concatenations
 instead of building and packing a dict (about 4x faster, measured). ``offset`` is
 always a msgpack uint 64 (``0xcf``) and ``line`` a str 32 (``0xdb``): fixed-width
@@ -36,10 +36,25 @@ _PTIME = struct.Struct(">7sq")
 _CUT = b"\xa3cut\xc3"
 
 
-def chunk_prefix(time_ms: int, host: str, path: str) -> bytes:
-    """The fields shared by a chunk, packed once (without the map header)."""
-    packed = msgpack.packb({"time": time_ms, "host": host, "file": path})
-    return packed[1:]  # drop the fixmap header: the map size is written per value
+def chunk_prefix(time_ms: int, host: str, path: str, file_id: int | None = None) -> bytes:
+    """The fields shared by a chunk, packed once as a map (whose header
+    :func:`encode_values` rewrites per value: it counts the per-line fields too)."""
+    fields: dict[str, object] = {"time": time_ms, "host": host, "file": path}
+    if file_id is not None:
+        fields["fid"] = file_id
+    packed: bytes = msgpack.packb(fields)
+    return packed
+
+
+def _split_prefix(prefix: bytes) -> tuple[int, bytes]:
+    """The number of fields in a :func:`chunk_prefix` and its entries without the header."""
+    if prefix[0] == 0xDE:  # map 16
+        return int.from_bytes(prefix[1:3], "big"), prefix[3:]
+    return prefix[0] & 0x0F, prefix[1:]  # fixmap
+
+
+def _map_header(fields: int) -> bytes:
+    return bytes((0x80 | fields,)) if fields < 16 else b"\xde" + fields.to_bytes(2, "big")
 
 
 def valid_utf8(lines: list[bytes], whole: bytes | None = None) -> list[bytes]:
@@ -70,14 +85,16 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
                   ptimes: Sequence[int | None] | None = None) -> list[bytes]:
     """Build one msgpack map per line; ``lines`` must be valid UTF-8 already."""
     pack = _BODY.pack
+    shared, prefix = _split_prefix(prefix)
     if not cut and ptimes is None:
-        head = b"\x85" + prefix
+        head = _map_header(shared + 2) + prefix
         return [head + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line
                 for offset, line in zip(offsets, lines)]
+    heads = [_map_header(shared + 2 + optional) + prefix for optional in range(3)]
     values: list[bytes] = []
     for index, (offset, line) in enumerate(zip(offsets, lines)):
         extra = b""
-        fields = 5
+        fields = 0
         if ptimes is not None:
             parsed = ptimes[index]
             if parsed is not None:
@@ -86,7 +103,7 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
         if index in cut:
             extra += _CUT
             fields += 1
-        values.append(bytes((0x80 | fields,)) + prefix
+        values.append(heads[fields]
                       + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line + extra)
     return values
 

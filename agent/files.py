@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from agent import encode
 from agent.config import SourceConfig
-from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint
+from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint, new_file_id
 from agent.lines import LineSplitter, Lines
 from agent.multiline import MultilineJoiner
 from agent.acks import AckTracker
@@ -49,7 +49,8 @@ class TailedFile:
     """State and IO for one file; see the module docstring."""
 
     def __init__(self, key: FileKey, path: str, where: str, source: SourceConfig,
-                 source_index: int, host: str, offset: int = 0, fp: Fingerprint = EMPTY):
+                 source_index: int, host: str, offset: int = 0, fp: Fingerprint = EMPTY,
+                 file_id: int | None = None):
         self.key = key
         self.path = path
         """The path the file was found under: what its messages carry in ``file``."""
@@ -59,6 +60,11 @@ class TailedFile:
         self.source_index = source_index
         self.host = host
         self.fp = fp
+        self.file_id = new_file_id() if file_id is None else file_id
+        """This generation's id, in every message (``fid``); see :mod:`agent.identity`."""
+        self.file_id_saved = file_id is not None
+        """``file_id`` is in the checkpoint on disk (a new one must be before a line
+        carrying it is sent, so that a restart re-sends the line with the same id)."""
         self.fd: int | None = None
         self.pos = offset
         self.emitted = offset
@@ -147,6 +153,12 @@ class TailedFile:
                 self.size = self.pos
         return data
 
+    def new_generation(self) -> None:
+        """The file was truncated or replaced: its lines from now on get a new id."""
+        self.file_id = new_file_id()
+        self.file_id_saved = False
+        self._prefix_time = -1
+
     # -- pipeline -----------------------------------------------------------------------
 
     def restart_at(self, offset: int) -> None:
@@ -191,7 +203,7 @@ class TailedFile:
         texts = encode.valid_utf8(lines.lines, whole)
         replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines))
         if time_ms != self._prefix_time:
-            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path)
+            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self.file_id)
             self._prefix_time = time_ms
         ptimes = self.parser.parse_all(texts) if self.parser is not None else None
         values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes)

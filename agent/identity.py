@@ -10,12 +10,20 @@ had then, and the fingerprint grows with the file up to ``fingerprint_bytes``.
 
 :func:`judge` takes what we know about a file and fresh facts (a stat result and the
 file's first bytes, read by the caller) and returns a :class:`Verdict`. It does no IO.
+
+Neither key nor fingerprint names a file in the records: the key is reused (inode
+reuse, and copytruncate keeps the inode while the offsets start over) and the
+fingerprint grows. Each *generation* of a file (its bytes from offset 0 until it is
+truncated or replaced) gets a :func:`new_file_id` instead, kept in the checkpoint, and
+every record carries it (``fid``): ``(host, fid, offset)`` names one line of one
+generation, the same in every copy of the record and different for any other line.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import secrets
 from typing import NamedTuple
 
 DEFAULT_FINGERPRINT_BYTES = 1024
@@ -52,6 +60,18 @@ def matches(known: Fingerprint, head: bytes) -> bool:
     if len(head) < known.length:
         return False
     return fingerprint(head[:known.length]) == known
+
+
+def new_file_id() -> int:
+    """A fresh id for one generation of one file: 63 random bits (a positive int64).
+
+    Random rather than counted, so that nothing has to be coordinated or survive for it
+    to stay distinct: not a counter in a checkpoint that a crash can roll back, a
+    deleted state directory or two agents configured with the same ``host``. Two
+    generations of one host collide with probability about n²/2^64 (n = 10 million
+    files: 5 in a million).
+    """
+    return secrets.randbits(63)
 
 
 class Verdict(enum.Enum):

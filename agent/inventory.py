@@ -190,14 +190,17 @@ class FileInventory:
         previous = self._by_path.get(path)
         if previous is not None and previous.key != key:
             self.rotated_away(previous)
-        offset, fp = 0, EMPTY
+        offset, fp, file_id = 0, EMPTY, None
         saved = entry or self.dormant.pop(key, None)
         if saved is not None:
-            offset, fp = self._resume_point(path, saved, st.st_size)
+            offset, fp, same = self._resume_point(path, saved, st.st_size)
             tag = tag or saved.path
+            if same:
+                file_id = saved.fid  # the same generation: re-sent lines keep their id
         elif initial and source.start_at == "end":
             offset = last_line_end(path, st.st_size)
-        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp)
+        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp,
+                            file_id)
         tailed.size = st.st_size
         if not initial and self.watcher is not None:
             # The file at this path now may be a successor of one created and renamed
@@ -218,19 +221,20 @@ class FileInventory:
                   f" after {tailed.waiting_for.where}" if tailed.waiting_for else "")
         return tailed
 
-    def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any]:
-        """Where to resume a checkpointed file: its offset, or 0 if it is not the same."""
+    def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any, bool]:
+        """Where to resume a checkpointed file: its offset, or 0 if it is not the same
+        (then also False: a new generation, which gets a new id)."""
         try:
             with open(path, "rb") as handle:
                 head = handle.read(max(saved.fp_len, 1))
         except OSError:
-            return 0, EMPTY
+            return 0, EMPTY, False
         verdict = judge(saved.key, saved.fingerprint, saved.offset, Facts(saved.key, size, head))
         if verdict is Verdict.SAME:
-            return saved.offset, saved.fingerprint
+            return saved.offset, saved.fingerprint, True
         self.metrics.add("replaced_files" if verdict is Verdict.REPLACED else "truncations")
         log.info("%s: %s since the checkpoint; reading it from the start", path, verdict.value)
-        return 0, EMPTY
+        return 0, EMPTY, False
 
     def _reused(self, tailed: TailedFile) -> bool:
         """True when ``tailed``'s inode now belongs to another file (it was deleted)."""
@@ -416,6 +420,7 @@ class FileInventory:
         self.metrics.add("truncations")
         tailed.acks.restart(0)
         tailed.fp = EMPTY
+        tailed.new_generation()
         tailed.size = size
         self.restart(tailed, 0)
         self.dirty = True
@@ -464,4 +469,4 @@ class FileInventory:
         return Entry(dev=tailed.key.dev, ino=tailed.key.ino, fp_len=tailed.fp.length,
                      fp=tailed.fp.digest, path=tailed.path,
                      where=tailed.where or tailed.path, offset=tailed.acks.acked,
-                     source=tailed.source.name)
+                     source=tailed.source.name, fid=tailed.file_id)

@@ -467,6 +467,12 @@ class Agent:
 
         source = tailed.source
         count = len(out.values)
+        if not tailed.file_id_saved:
+            # Write-ahead: a restart must find this generation's id in the checkpoint, or
+            # it would re-send these lines under another id (duplicates nobody can match).
+            self.inventory.dirty = True
+            self._write_checkpoint()
+            tailed.file_id_saved = True  # on failure too (logged): no write per chunk
         try:
             future = self.producer.send(source.topic, out.values, key=source.key,
                                         timestamp=out.time_ms)
@@ -556,6 +562,8 @@ class Agent:
             return
         self.inventory.dirty = False
         self.metrics.add("checkpoints_written")
+        for tailed in self.inventory.files.values():
+            tailed.file_id_saved = True
 
     def _publish_audit(self, final: bool = False) -> None:
         audit = self.config.audit
@@ -592,7 +600,8 @@ class Agent:
         gauges["held_deleted_files"] = sum(1 for t in everything
                                            if t.draining and t.fd is not None and t.lag)
         gauges["lag_bytes"] = sum(t.lag for t in everything)
-        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "offset": t.acks.acked,
+        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "fid": t.file_id,
+                  "offset": t.acks.acked,
                   "read": t.pos, "size": t.size, "lag": t.lag, "open": t.fd is not None,
                   "rotated": t.rotated, "deleted": t.deleted, "ready": t in self.inventory.ready,
                   "after": t.waiting_for.where if t.waiting_for is not None else None}

@@ -3,7 +3,7 @@
 The agent publishes each log line as a msgpack map (schema in ``docs/agent.md``,
 "Message value"; built by ``agent/encode.py``)::
 
-    {"time": int, "host": str, "file": str, "offset": int, "line": str,
+    {"time": int, "host": str, "file": str, "fid": int, "offset": int, "line": str,
      "ptime": int (optional), "cut": true (optional)}
 
 The fields below become nullable columns; a value that is not a msgpack map, or whose
@@ -43,6 +43,9 @@ class AgentField(NamedTuple):
 AGENT_FIELDS: tuple[AgentField, ...] = (
     AgentField("host", "host", pa.string(), T.StringType(), (str,)),
     AgentField("file", "file", pa.string(), T.StringType(), (str,)),
+    # One generation of one file on its host (null from agents before the field), so
+    # (host, file_id, file_offset) is a record's identity: docs/operations.md, "Duplicates".
+    AgentField("file_id", "fid", pa.int64(), T.LongType(), (int,)),
     AgentField("file_offset", "offset", pa.int64(), T.LongType(), (int,)),
     AgentField("line", "line", pa.string(), T.StringType(), (str,)),
     AgentField("read_time", "time", pa.int64(), T.LongType(), (int,)),
