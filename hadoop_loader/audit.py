@@ -7,7 +7,9 @@ same timestamp the loader partitions by, so a topic's expected count for an even
 is the sum of ``acked`` (or ``sent``) over the windows starting in that hour, every host
 and every record (an agent restarted inside a window publishes it twice, with disjoint
 counts). The landed count comes from the committed manifests. Completeness is
-landed / expected; more than 100% means duplicates (at-least-once delivery).
+landed / expected; more than 100% means an agent sent lines again. The mirror copies the
+audit topic with the data, so its duplicates can move completeness either way
+(docs/operations.md, "Duplicates", shows how to count them exactly).
 
 An hour is *judged* (counts toward ``--require-complete``) only once it ended at least
 ``settle_minutes`` before the run started: later hours are still filling.

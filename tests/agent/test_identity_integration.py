@@ -3,42 +3,49 @@
 A real ``python -m agent`` against a real broker tails one path through two rename
 rotations and a copytruncate, and is killed with SIGKILL long after its last checkpoint
 so its restart sends lines again. The records are read back and decoded as the loader
-decodes them; keeping one row per ``(host, file_id, file_offset)`` leaves exactly the
-lines written, each once, while the old recipe ``(host, file, file_offset)`` deletes
-real lines (the three files share the path and their offsets).
+decodes them, and the two SQL queries of the docs run on them as written (SQLite):
+keeping one row per ``(host, file_id, file_offset)`` leaves exactly the lines written,
+each once, while the old advice ``(host, file, file_offset)`` deletes real lines (the
+four files share the path and their offsets).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sqlite3
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from hadoop_loader import agent_records
-from tests.agent.conftest import consume, wait_until
+from tests.agent.conftest import REPO, consume, wait_until
 from tests.agent.test_integration import _wait_shipped, base_doc
 
 pytestmark = pytest.mark.integration
 
 
-def _decoded_table(bootstrap: list[str], topic: str) -> pa.Table:
-    """Every message of ``topic`` decoded into the loader's agent columns."""
+def documented_queries() -> list[str]:
+    """The SQL blocks of docs/operations.md's "Duplicates" section: recipe, then count."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    section = text.split("\n## Duplicates\n", 1)[1].split("\n## ", 1)[0]
+    queries = re.findall(r"```sql\n(.*?)```", section, re.S)
+    assert len(queries) == 2, queries
+    return queries
+
+
+def landed_table(bootstrap: list[str], topic: str) -> sqlite3.Connection:
+    """Every message of ``topic`` decoded into the loader's agent columns, as table ``logs``."""
     values = [message.value for _, message, _ in consume(bootstrap, topic)]
     fields, decoded, undecodable = agent_records.decode_values(values)
     assert undecodable == 0
-    names = [f.column for f in agent_records.AGENT_FIELDS]
-    return pa.Table.from_arrays(fields + [decoded], names=names + ["decoded"])
-
-
-def _distinct(table: pa.Table, keys: list[str]) -> pa.Table:
-    """The recipe: one row per key (here: the first of each group, as the docs' SQL keeps
-    the earliest read)."""
-    indexed = table.append_column("row", pa.array(range(table.num_rows), pa.int64()))
-    first = indexed.group_by(keys, use_threads=False).aggregate([("row", "min")])
-    return table.take(first.column("row_min"))
+    columns = [f.column for f in agent_records.AGENT_FIELDS]
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE TABLE logs ({', '.join(columns)})")
+    rows = zip(*(array.to_pylist() for array in fields))
+    db.executemany(f"INSERT INTO logs VALUES ({', '.join('?' * len(columns))})", rows)
+    return db
 
 
 def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent_process,
@@ -77,22 +84,26 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     _wait_shipped(restarted, 60)
     assert restarted.terminate() == 0
 
-    table = _decoded_table(cluster.bootstrap, "app")
-    lines = table.column("line").to_pylist()
-    assert set(lines) == {"line %07d of the test log" % i for i in range(written)}
-    duplicates = table.num_rows - written
-    assert duplicates > 0, "the restart sent nothing again: the test shows nothing"
-    assert table.column("file").unique().to_pylist() == [str(log)]
-    assert table.column("file_id").null_count == 0
-    assert len(table.column("file_id").unique()) == 4   # app.log.1, app.log.2 before and after its
-    # copytruncate, and app.log
+    recipe, count_duplicates = documented_queries()
+    db = landed_table(cluster.bootstrap, "app")
+    records = db.execute("SELECT count(*) FROM logs").fetchone()[0]
+    all_lines = {"line %07d of the test log" % i for i in range(written)}
+    assert {line for (line,) in db.execute("SELECT line FROM logs")} == all_lines
+    assert records > written, "the restart sent nothing again: the test shows nothing"
+    assert db.execute("SELECT DISTINCT file FROM logs").fetchall() == [(str(log),)]
+    assert db.execute("SELECT count(*) FROM logs WHERE file_id IS NULL").fetchone()[0] == 0
+    # app.log.1; app.log.2 before and after its copytruncate; app.log
+    assert db.execute("SELECT count(DISTINCT file_id) FROM logs").fetchone()[0] == 4
 
-    kept = _distinct(table, ["host", "file_id", "file_offset"])
-    assert kept.num_rows == written, f"{written} lines written, {kept.num_rows} kept"
-    assert sorted(kept.column("line").to_pylist()) == sorted(set(lines))
+    cursor = db.execute(recipe)
+    line = [d[0] for d in cursor.description].index("line")
+    kept = [row[line] for row in cursor]
+    assert len(kept) == written, f"{written} lines written, {len(kept)} kept"
+    assert sorted(kept) == sorted(all_lines)
+    assert db.execute(count_duplicates).fetchone()[0] == records - written
 
-    old_recipe = _distinct(table, ["host", "file", "file_offset"])
-    assert old_recipe.num_rows < written   # the old advice deletes real lines
-    print(f"lines written {written}, records {table.num_rows} ({duplicates} sent again), "
-          f"after (host, file_id, file_offset) {kept.num_rows}, after (host, file, "
-          f"file_offset) {old_recipe.num_rows}")
+    old_advice = db.execute("SELECT count(*) FROM (SELECT DISTINCT host, file, file_offset "
+                            "FROM logs)").fetchone()[0]
+    assert old_advice < written   # de-duplicating on the path deletes real lines
+    print(f"lines written {written}, records {records} ({records - written} sent again), "
+          f"kept by the recipe {len(kept)}, by (host, file, file_offset) {old_advice}")
