@@ -36,25 +36,16 @@ _PTIME = struct.Struct(">7sq")
 _CUT = b"\xa3cut\xc3"
 
 
-def chunk_prefix(time_ms: int, host: str, path: str, file_id: int | None = None) -> bytes:
-    """The fields shared by a chunk, packed once as a map (whose header
-    :func:`encode_values` rewrites per value: it counts the per-line fields too)."""
-    fields: dict[str, object] = {"time": time_ms, "host": host, "file": path}
+def chunk_prefix(time_ms: int, host: str, path: str, *, file_id: int | None = None) -> bytes:
+    """The fields shared by a chunk, packed once; ``file_id``: the file generation's id
+    (:func:`agent.identity.new_file_id`; None only to build records of older agents).
+    The fixmap header stays in front: it tells :func:`encode_values` how many entries
+    the prefix holds."""
+    shared: dict[str, object] = {"time": time_ms, "host": host, "file": path}
     if file_id is not None:
-        fields["fid"] = file_id
-    packed: bytes = msgpack.packb(fields)
+        shared["fid"] = file_id
+    packed: bytes = msgpack.packb(shared)
     return packed
-
-
-def _split_prefix(prefix: bytes) -> tuple[int, bytes]:
-    """The number of fields in a :func:`chunk_prefix` and its entries without the header."""
-    if prefix[0] == 0xDE:  # map 16
-        return int.from_bytes(prefix[1:3], "big"), prefix[3:]
-    return prefix[0] & 0x0F, prefix[1:]  # fixmap
-
-
-def _map_header(fields: int) -> bytes:
-    return bytes((0x80 | fields,)) if fields < 16 else b"\xde" + fields.to_bytes(2, "big")
 
 
 def valid_utf8(lines: list[bytes], whole: bytes | None = None) -> list[bytes]:
@@ -85,16 +76,16 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
                   ptimes: Sequence[int | None] | None = None) -> list[bytes]:
     """Build one msgpack map per line; ``lines`` must be valid UTF-8 already."""
     pack = _BODY.pack
-    shared, prefix = _split_prefix(prefix)
+    base = (prefix[0] & 0x0F) + 2  # the prefix's entries, offset and line
+    body = prefix[1:]
     if not cut and ptimes is None:
-        head = _map_header(shared + 2) + prefix
+        head = bytes((0x80 | base,)) + body
         return [head + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line
                 for offset, line in zip(offsets, lines)]
-    heads = [_map_header(shared + 2 + optional) + prefix for optional in range(3)]
     values: list[bytes] = []
     for index, (offset, line) in enumerate(zip(offsets, lines)):
         extra = b""
-        fields = 0
+        fields = base
         if ptimes is not None:
             parsed = ptimes[index]
             if parsed is not None:
@@ -103,7 +94,7 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
         if index in cut:
             extra += _CUT
             fields += 1
-        values.append(heads[fields]
+        values.append(bytes((0x80 | fields,)) + body
                       + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line + extra)
     return values
 

@@ -203,7 +203,8 @@ class TailedFile:
         texts = encode.valid_utf8(lines.lines, whole)
         replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines))
         if time_ms != self._prefix_time:
-            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self.file_id)
+            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path,
+                                               file_id=self.file_id)
             self._prefix_time = time_ms
         ptimes = self.parser.parse_all(texts) if self.parser is not None else None
         values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes)

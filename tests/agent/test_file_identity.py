@@ -44,7 +44,7 @@ def test_new_file_ids_are_distinct_positive_int64() -> None:
 
 
 def test_values_carry_the_file_id_in_every_path_of_the_encoder() -> None:
-    prefix = chunk_prefix(5, "h", "/f", 1 << 62)
+    prefix = chunk_prefix(5, "h", "/f", file_id=1 << 62)
     fast = [msgpack.unpackb(v) for v in encode_values(prefix, [b"a", b"b"], [0, 2])]
     assert fast == [{"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 0, "line": "a"},
                     {"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 2, "line": "b"}]
@@ -61,15 +61,14 @@ def test_a_prefix_without_file_id_encodes_the_old_record() -> None:
                                       "line": "a"}
 
 
-def test_a_prefix_of_16_fields_becomes_a_map_16() -> None:
-    """The prefix is any packed map: more shared fields (static fields) still encode."""
-    shared = {f"k{i:02d}": i for i in range(16)}
+def test_the_prefix_header_counts_its_entries() -> None:
+    """encode_values reads how many entries the prefix holds from its header, so more
+    shared fields need no change there (up to 15 entries in all: a fixmap)."""
+    shared = {f"k{i:02d}": i for i in range(11)}
     prefix = msgpack.packb(shared)
-    assert prefix[0] == 0xDE
-    value = encode_values(prefix, [b"x"], [3], ptimes=[1])[0]
-    assert msgpack.unpackb(value) == {**shared, "offset": 3, "line": "x", "ptime": 1}
-    value = encode_values(msgpack.packb(dict(list(shared.items())[:13])), [b"x"], [3])[0]
-    assert value[0] == 0x8F and len(msgpack.unpackb(value)) == 15
+    value = encode_values(prefix, [b"x"], [3], cut=frozenset({0}), ptimes=[1])[0]
+    assert value[0] == 0x8F
+    assert msgpack.unpackb(value) == {**shared, "offset": 3, "line": "x", "ptime": 1, "cut": True}
 
 
 def test_checkpoint_keeps_the_file_id_and_reads_version_1(tmp_path: Path) -> None:
