@@ -48,7 +48,8 @@ def check_format(fmt: str) -> None:
 
 
 AGENT_FIELDS = ("time", "host", "file", "offset", "line")
-"""The fields every agent record has (``ptime`` and ``cut`` are optional)."""
+"""The fields every agent record has (``ptime``, ``cut``, ``fields`` and ``unparsed``
+are optional; the JSON output shows them all under ``record``)."""
 
 
 def agent_record(value: bytes | None) -> dict[str, Any] | None:
