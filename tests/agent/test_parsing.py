@@ -210,3 +210,21 @@ def test_runtime_ships_every_line_and_counts_failures_per_source(tmp_path: Path,
     assert by_line["nope"]["unparsed"] is True
     assert agent.agent.metrics.parse_failures == {"j": 1, "r": 1}
     agent.stop()
+
+
+def test_a_multiline_message_is_parsed_after_joining(tmp_path: Path, run_agent,
+                                                     fake_producer) -> None:
+    from tests.agent.conftest import agent_config, wait_until
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(b'{\n  "a": 1,\n  "b": [2]\n}\n{"c": true}\n')
+    config = agent_config(tmp_path, sources=[
+        {"name": "j", "pattern": f"{logs}/*.log", "topic": "logs",
+         "parse": {"format": "json"}, "multiline": {"start": "^\\{", "timeout_s": 0.05}}])
+    agent = run_agent(config)
+    wait_until(lambda: len(fake_producer.records("logs")) == 2)
+    records = fake_producer.records("logs")
+    assert [r["fields"] for r in records] == [{"a": 1, "b": "[2]"}, {"c": True}]
+    assert agent.agent.metrics.parse_failures == {"j": 0}
+    agent.stop()
