@@ -111,3 +111,14 @@ def test_json_output_shows_an_agent_records_fields():
     assert good["fields"] == {"level": "WARN", "n": 2, "env": "prod"}
     assert bad["fields"] == {"env": "prod"} and bad["unparsed"] is True
     assert render("{value}", _msg(values[1])) == "not json"
+
+
+def test_text_output_fields_as_name_value_pairs():
+    from agent.parsing import pack_fields
+
+    value = encode_values(chunk_prefix(1, "h", "/f", pack_fields(
+        {"env": "prod", "n": 3, "ok": True, "msg": "two words", "nil": None})), [b"x"], [0])[0]
+    assert render("{fields} | {value}", _msg(value)) == \
+        'env=prod n=3 ok=true msg="two words" nil=null | x'
+    assert render("{fields}|{value}", _msg(AGENT_VALUE)) == "|GET / 200"
+    assert render("{fields}|{value}", _msg(b"plain")) == "|plain"
