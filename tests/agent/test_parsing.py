@@ -228,3 +228,14 @@ def test_a_multiline_message_is_parsed_after_joining(tmp_path: Path, run_agent,
     assert [r["fields"] for r in records] == [{"a": 1, "b": "[2]"}, {"c": True}]
     assert agent.agent.metrics.parse_failures == {"j": 0}
     agent.stop()
+
+
+def test_status_text_lists_parse_failures_per_source() -> None:
+    import time
+
+    from agent.cli import format_status
+
+    doc = {"host": "h", "pid": 1, "state": "running", "updated": time.time(),
+           "parse_failures": {"json": 3, "access": 0}}
+    assert "parse failures: json 3, access 0" in format_status(doc)
+    assert "parse failures" not in format_status({**doc, "parse_failures": {}})
