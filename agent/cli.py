@@ -159,6 +159,9 @@ def format_status(doc: dict[str, Any], show_files: bool = False) -> str:
         f"errors: {counters.get('errors', 0)}, rotations {counters.get('rotations', 0)}, "
         f"truncations {counters.get('truncations', 0)}",
     ]
+    if doc.get("parse_failures"):
+        lines.append("parse failures: " + ", ".join(
+            f"{source} {count}" for source, count in doc["parse_failures"].items()))
     if show_files:
         for entry in doc.get("files", []):
             lines.append(f"  {entry['path']} (inode {entry['inode']}): offset {entry['offset']} "

@@ -24,6 +24,9 @@ from broker.common.config import (
 )
 from broker.common.names import NAME_RULE, is_valid_name
 
+Scalar = str | int | float | bool
+"""A static field's value (TOML strings, integers, floats, booleans)."""
+
 MiB = 1024 * 1024
 
 
@@ -35,6 +38,15 @@ class MultilineConfig:
     start: re.Pattern[bytes] | None
     max_bytes: int = MiB
     timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class ParseConfig:
+    """How a source's lines are parsed into fields (see agent.parsing)."""
+
+    format: str
+    """``json``: a JSON object line's members; ``regex``: the named groups of ``regex``."""
+    regex: re.Pattern[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,9 @@ class SourceConfig:
     time_format: str | None = None
     time_zone: str = "local"
     multiline: MultilineConfig | None = None
+    fields: tuple[tuple[str, Scalar], ...] = ()
+    """Static fields: the global ``fields`` extended and overridden by the source's own."""
+    parse: ParseConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +143,7 @@ TOP = fields(
     scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
     rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
     fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
-    cluster=TABLE, producer=TABLE, audit=TABLE, metrics=TABLE,
+    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
@@ -145,7 +160,10 @@ SOURCE = fields(
     key=NONEMPTY_STR, start_at=NONEMPTY_STR, max_line_bytes=POSITIVE_INT,
     partial_line_timeout_s=POSITIVE_NUMBER, idle_close_s=POSITIVE_NUMBER,
     time_pattern=NONEMPTY_STR, time_format=NONEMPTY_STR, time_zone=NONEMPTY_STR, multiline=TABLE,
+    fields=TABLE, parse=TABLE,
 )
+PARSE = fields(("format",), {"format": "'json' or 'regex'"},
+               format=one_of("json", "regex"), regex=NONEMPTY_STR)
 MULTILINE = fields(continuation=NONEMPTY_STR, start=NONEMPTY_STR, max_bytes=POSITIVE_INT,
                    timeout_s=POSITIVE_NUMBER)
 
@@ -183,7 +201,34 @@ def _multiline(v: Validator, source: dict[str, Any], where: str) -> MultilineCon
     )
 
 
-def _source(v: Validator, table: dict[str, Any], index: int, host: str) -> SourceConfig:
+def _fields(v: Validator, table: dict[str, Any], where: str) -> dict[str, Scalar]:
+    """A ``fields`` table: names to strings, numbers or booleans."""
+    for name, value in table.items():
+        if not name:
+            v.fail(where, "a field name must not be empty")
+        if not isinstance(value, (str, int, float, bool)):
+            v.fail(f"{where}.{name}", f"must be a string, number or boolean, got {value!r}")
+    return dict(table)
+
+
+def _parse_rule(v: Validator, source: dict[str, Any], where: str) -> ParseConfig:
+    table = v.table(source, "parse", PARSE, where)
+    where = f"{where}.parse"
+    if table["format"] == "json":
+        if "regex" in table:
+            v.fail(f"{where}.regex", "given with format = 'json' (only 'regex' uses it)")
+        return ParseConfig("json")
+    if "regex" not in table:
+        v.fail(f"{where}.regex", "missing (required with format = 'regex')")
+    regex = _regex(v, table["regex"], f"{where}.regex")
+    if not regex.groupindex:
+        v.fail(f"{where}.regex", "needs at least one named group (?P<name>...): "
+               "the groups' names are the fields' names")
+    return ParseConfig("regex", regex)
+
+
+def _source(v: Validator, table: dict[str, Any], index: int, host: str,
+            global_fields: dict[str, Scalar]) -> SourceConfig:
     where = f"sources[{index}]"
     v.check(table, SOURCE, where)
     patterns = _as_tuple(table["pattern"])
@@ -211,6 +256,7 @@ def _source(v: Validator, table: dict[str, Any], index: int, host: str) -> Sourc
     if max_line < 64:
         v.fail(f"{where}.max_line_bytes", "must be at least 64")
     multiline = _multiline(v, table, where) if "multiline" in table else None
+    own = _fields(v, table["fields"], f"{where}.fields") if "fields" in table else {}
     return SourceConfig(
         name=table.get("name", patterns[0]),
         patterns=patterns,
@@ -225,6 +271,8 @@ def _source(v: Validator, table: dict[str, Any], index: int, host: str) -> Sourc
         time_format=table.get("time_format"),
         time_zone=zone,
         multiline=multiline,
+        fields=tuple({**global_fields, **own}.items()),
+        parse=_parse_rule(v, table, where) if "parse" in table else None,
     )
 
 
@@ -256,7 +304,9 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     state_dir = v.path(data["state_dir"])
     if not data.get("sources"):
         v.fail("sources", "missing: add at least one [[sources]] table")
-    sources = tuple(_source(v, t, i, host) for i, t in enumerate(data["sources"]))
+    global_fields = _fields(v, data["fields"], "fields") if "fields" in data else {}
+    sources = tuple(_source(v, t, i, host, global_fields)
+                    for i, t in enumerate(data["sources"]))
     names = [s.name for s in sources]
     for i, name in enumerate(names):
         if names.index(name) != i:

@@ -24,7 +24,7 @@ import os
 import time
 from typing import NamedTuple
 
-from agent import encode
+from agent import encode, parsing
 from agent.config import SourceConfig
 from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint, new_file_id
 from agent.lines import LineSplitter, Lines
@@ -43,6 +43,8 @@ class Outgoing(NamedTuple):
     nbytes: int
     time_ms: int
     utf8_replaced: int
+    parse_failed: tuple[int, ...] = ()
+    """Indexes of the messages whose line did not parse (the source's ``parse``)."""
 
 
 class TailedFile:
@@ -79,6 +81,10 @@ class TailedFile:
             if rule is not None else None
         self.parser = encode.TimeParser(source.time_pattern, source.time_format or "",
                                         source.time_zone) if source.time_pattern else None
+        static = dict(source.fields)
+        self.fields = parsing.FieldParser(source.parse.format, source.parse.regex, static) \
+            if source.parse is not None else None
+        self._static = parsing.pack_fields(static) if static and self.fields is None else b""
         self.rotated = False
         """The discovery path no longer names this file."""
         self.deleted = False
@@ -203,15 +209,17 @@ class TailedFile:
         texts = encode.valid_utf8(lines.lines, whole)
         replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines))
         if time_ms != self._prefix_time:
-            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path,
+            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self._static,
                                                file_id=self.file_id)
             self._prefix_time = time_ms
         ptimes = self.parser.parse_all(texts) if self.parser is not None else None
-        values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes)
+        parsed, failed = self.fields.entries(texts) if self.fields is not None else (None, [])
+        values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes,
+                                      parsed)
         start = self.emitted
         self.emitted = lines.end
         return Outgoing(values, lines.offsets, start, lines.end, sum(map(len, values)), time_ms,
-                        replaced)
+                        replaced, tuple(failed))
 
     def trim(self, out: Outgoing, room: int) -> Outgoing | None:
         """Keep the leading messages of ``out`` that fit in ``room`` bytes; read the rest again.
@@ -232,7 +240,8 @@ class TailedFile:
         if keep == 0:
             return None
         return out._replace(values=out.values[:keep], offsets=out.offsets[:keep], end=resume,
-                            nbytes=total)
+                            nbytes=total,
+                            parse_failed=tuple(i for i in out.parse_failed if i < keep))
 
     # -- state --------------------------------------------------------------------------
 

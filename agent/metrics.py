@@ -51,14 +51,18 @@ GAUGES: dict[str, str] = {
 }
 
 FILE_LAG = "Bytes of the file not yet acknowledged (size minus checkpoint)."
+PARSE_FAILURES = ("Lines of a source with parse rules that did not parse, shipped whole with "
+                  "unparsed = true (re-reads count again).")
 
 
 class AgentCounters:
     """Counters bumped by the main loop; gauges set by it (plain ints, no locks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parsing_sources: tuple[str, ...] = ()) -> None:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.gauges: dict[str, int] = dict.fromkeys(GAUGES, 0)
+        self.parse_failures: dict[str, int] = dict.fromkeys(parsing_sources, 0)
+        """Per source name (the sources with a ``parse`` rule): lines that did not parse."""
 
     def add(self, name: str, amount: int = 1) -> None:
         """Increase counter ``name``."""
@@ -78,19 +82,22 @@ class Snapshot:
     gauges: dict[str, int] = field(default_factory=dict)
     files: list[dict[str, Any]] = field(default_factory=list)
     metrics_url: str | None = None
+    parse_failures: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The /status document (also the status file)."""
         return {"host": self.host, "pid": self.pid, "started": self.started,
                 "updated": self.updated, "state": self.state, "counters": self.counters,
-                "gauges": self.gauges, "files": self.files, "metrics_url": self.metrics_url}
+                "gauges": self.gauges, "files": self.files, "metrics_url": self.metrics_url,
+                "parse_failures": self.parse_failures}
 
 
 def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
     """The agent's Prometheus families, read from the latest snapshot on each scrape.
 
     Every series carries the ``host`` label; counters are ``logferry_agent_<name>_total``,
-    gauges ``logferry_agent_<name>``, plus ``logferry_agent_file_lag_bytes`` per file.
+    gauges ``logferry_agent_<name>``, plus ``logferry_agent_file_lag_bytes`` per file and
+    ``logferry_agent_parse_failures_total`` per source that parses.
     """
     metrics = Metrics("logferry_agent")
 
@@ -104,8 +111,11 @@ def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
         for entry in snap.files:
             labels = (*host, ("file", entry["path"]), ("inode", str(entry["inode"])))
             yield "file_lag_bytes", labels, entry["lag"]
+        for source, count in snap.parse_failures.items():
+            yield "parse_failures_total", (*host, ("source", source)), count
 
-    metrics.source(sample, counters={f"{name}_total": text for name, text in COUNTERS.items()},
+    metrics.source(sample, counters={**{f"{name}_total": text for name, text in COUNTERS.items()},
+                                     "parse_failures_total": PARSE_FAILURES},
                    gauges={**GAUGES, "file_lag_bytes": FILE_LAG})
     return metrics
 

@@ -89,7 +89,7 @@ class Agent:
         self.config = config
         self._producer_factory = producer_factory
         self.producer: Any = None
-        self.metrics = AgentCounters()
+        self.metrics = AgentCounters(tuple(s.name for s in config.sources if s.parse))
         self.inflight = InFlight(config.max_inflight_bytes, self.metrics.gauges)
         self.inventory = FileInventory(config, self.metrics, self.inflight)
         self._store = CheckpointStore(config.state_dir, config.host)
@@ -498,6 +498,8 @@ class Agent:
         counters["messages_sent"] += count
         counters["bytes_sent"] += out.nbytes
         counters["utf8_replaced"] += out.utf8_replaced
+        if out.parse_failed:
+            self.metrics.parse_failures[source.name] += len(out.parse_failed)
         future.add_callback(self._on_done(tailed))
 
     # -- time-based duties -------------------------------------------------------------
@@ -609,7 +611,8 @@ class Agent:
         self.snapshot = Snapshot(
             host=self.config.host, pid=os.getpid(), started=self._started, updated=time.time(),
             state=state, counters=dict(self.metrics.counters), gauges=dict(gauges), files=files,
-            metrics_url=self._server.url if self._server is not None else None)
+            metrics_url=self._server.url if self._server is not None else None,
+            parse_failures=dict(self.metrics.parse_failures))
         if self._server is not None:
             self._server.snapshot = self.snapshot
         try:

@@ -4,7 +4,8 @@ The agent publishes each log line as a msgpack map (schema in ``docs/agent.md``,
 "Message value"; built by ``agent/encode.py``)::
 
     {"time": int, "host": str, "file": str, "fid": int, "offset": int, "line": str,
-     "ptime": int (optional), "cut": true (optional)}
+     "ptime": int (optional), "cut": true (optional),
+     "fields": {str: scalar} (optional), "unparsed": true (optional)}
 
 The fields below become nullable columns; a value that is not a msgpack map, or whose
 fields have unexpected types, is kept raw in ``value``, gets ``decoded = false`` and
@@ -23,6 +24,8 @@ from typing import Any, NamedTuple, Sequence
 import msgpack
 import pyarrow as pa
 from pyspark.sql import types as T
+
+from hadoop_loader.field_columns import string_map
 
 
 class AgentField(NamedTuple):
@@ -51,11 +54,16 @@ AGENT_FIELDS: tuple[AgentField, ...] = (
     AgentField("read_time", "time", pa.int64(), T.LongType(), (int,)),
     AgentField("parsed_time", "ptime", pa.int64(), T.LongType(), (int,)),
     AgentField("cut", "cut", pa.bool_(), T.BooleanType(), (bool,)),
+    AgentField("fields", "fields", pa.map_(pa.string(), pa.string()),
+               T.MapType(T.StringType(), T.StringType()), (dict,)),
+    AgentField("unparsed", "unparsed", pa.bool_(), T.BooleanType(), (bool,)),
 )
 """The agent record's fields, in column order: ``file_offset`` is the line's byte offset in
 its file, ``read_time`` the agent's clock when it read the line (ms, also the message
 timestamp), ``parsed_time`` the time parsed out of the line when configured (ms),
-``cut`` true when the line was cut at the agent's maximum line length."""
+``cut`` true when the line was cut at the agent's maximum line length, ``fields`` the
+record's static and parsed fields as text (see :mod:`hadoop_loader.field_columns`),
+``unparsed`` true when the agent's parse rule did not match the line."""
 
 DECODED_COLUMN = "decoded"
 """Boolean column: true when the value decoded as an agent record."""
@@ -74,7 +82,11 @@ def _unpack(value: bytes) -> dict | None:
         record = _unpackb(value, raw=False, strict_map_key=False)
     except Exception:  # msgpack raises several types for bad input
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    if "fields" in record:
+        record["fields"] = string_map(record["fields"])
+    return record
 
 
 def decode_values(values: Sequence[bytes]) -> tuple[list[pa.Array], pa.Array, int]:

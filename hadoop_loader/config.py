@@ -9,19 +9,21 @@ key and default is ``docs/loader.md``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from broker.common.config import (
-    BOOL, NONEMPTY_STR, NONNEG_INT, NONNEG_NUMBER, POSITIVE_INT, STR_LIST, Check, Validator,
+    BOOL, NONEMPTY_STR, NONNEG_INT, NONNEG_NUMBER, POSITIVE_INT, STR_LIST, TABLE, Check, Validator,
     fields, format_error, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
 from hadoop_loader.errors import LoaderConfigError
 
 MiB = 1024 * 1024
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class SourceConfig:
     """Static ``host:port`` list, instead of ``zk``."""
     decode_agent_records: frozenset[str] = frozenset()
     """Topics whose values are agent records (msgpack maps) to decode into columns."""
+    field_columns: dict[str, str] = field(default_factory=dict)
+    """Agent record fields landed as typed columns too: name -> type (field_columns.TYPES)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ SECTIONS = {
     "source": fields(
         ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, topics=STR_LIST,
         decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v),
-                                   "true, false or a list of topics")),
+                                   "true, false or a list of topics"),
+        field_columns=TABLE),
     "output": fields(
         ("uri",), uri=NONEMPTY_STR, filesystem=one_of("auto", "local", "hadoop"),
         max_records_per_file=POSITIVE_INT, files_per_hour=NONNEG_INT,
@@ -213,9 +218,32 @@ def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
             v.fail("source.decode_agent_records", f"names {stray[0]!r}, which is not in "
                    "source.topics")
         decoded = frozenset(decode)
+    columns = _field_columns(v, s.get("field_columns", {}), decoded)
     return SourceConfig(topics=topics, zk=s.get("zk"),
                         brokers=tuple(s["brokers"]) if "brokers" in s else None,
-                        decode_agent_records=decoded)
+                        decode_agent_records=decoded, field_columns=columns)
+
+
+def _field_columns(v: Validator, table: dict[str, Any], decoded: frozenset[str]
+                   ) -> dict[str, str]:
+    """``source.field_columns``: field name -> type; each a new column of that name."""
+    from hadoop_loader.arrowconv import spark_schema
+    from hadoop_loader.field_columns import TYPES
+
+    if table and not decoded:
+        v.fail("source.field_columns", "needs source.decode_agent_records (fields come from "
+               "decoded agent records)")
+    taken = set(spark_schema(True).fieldNames()) | {"dt", "hr"}
+    for name, kind in table.items():
+        where = f"source.field_columns.{name}"
+        if not _IDENTIFIER.fullmatch(name):
+            v.fail(where, "a column name must be letters, digits and _ (not starting "
+                   "with a digit)")
+        if name in taken:
+            v.fail(where, f"{name!r} is already a column; the field stays in fields[{name!r}]")
+        if kind not in TYPES:
+            v.fail(where, f"must be one of {', '.join(map(repr, TYPES))}, got {kind!r}")
+    return dict(table)
 
 
 def _output(v: Validator, o: dict[str, Any]) -> OutputConfig:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from hadoop_loader import crash
+from hadoop_loader import crash, field_columns
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, relative
@@ -215,7 +215,7 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
               .option("fetchBytes", str(config.load.fetch_bytes))
               .option("maxBytesPerPartition", str(config.load.chunk_bytes))
               .option("decodeAgentRecords", ",".join(decoded) if decoded else "false"))
-    df = (reader.load()
+    df = (field_columns.promote(reader.load(), config.source.field_columns)
           .withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
           .withColumn("hr", F.date_format("timestamp", "HH")))
     per_hour = config.output.files_per_hour

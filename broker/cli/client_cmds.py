@@ -82,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group", help="consume as a member of this consumer group")
     p.add_argument("--format", default="{value}",
                    help="output template: {topic} {partition} {offset} {index} {key} "
-                        "{value} {timestamp} (default: {value}); an agent record's {value} "
-                        "is its line")
+                        "{value} {timestamp} {fields} (default: {value}); an agent record's "
+                        "{value} is its line, {fields} its fields as k=v pairs")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text",
                    help="text: one --format line per message (default); json: one JSON "
                         "object per message, agent records decoded under \"record\"")

@@ -3,7 +3,8 @@
 
 Agent records (msgpack maps with ``time``, ``host``, ``file``, ``offset`` and ``line``,
 docs/agent.md "Message value") are decoded: the text output shows the record's
-``line`` in place of ``{value}``, the JSON output its fields. ``--raw`` keeps the bytes.
+``line`` in place of ``{value}`` and its ``fields`` map as ``{fields}`` (``k=v`` pairs),
+the JSON output all of the record. ``--raw`` keeps the bytes.
 
 The template is a :meth:`str.format` string over the message's fields. It is checked
 once, before any connection, by rendering a sample message: a field that does not
@@ -21,11 +22,12 @@ import msgpack
 
 from broker.common.errors import ConfigError
 
-FIELDS = ("topic", "partition", "offset", "index", "key", "value", "timestamp")
-"""What a template may use, in the order of :class:`broker.client.Message`."""
+FIELDS = ("topic", "partition", "offset", "index", "key", "value", "timestamp", "fields")
+"""What a template may use: :class:`broker.client.Message`'s fields, then an agent
+record's ``fields`` (empty for other values)."""
 
 _SAMPLE = {"topic": "t", "partition": 0, "offset": 0, "index": 0, "key": "", "value": "",
-           "timestamp": 0}
+           "timestamp": 0, "fields": ""}
 
 
 def available() -> str:
@@ -48,7 +50,8 @@ def check_format(fmt: str) -> None:
 
 
 AGENT_FIELDS = ("time", "host", "file", "offset", "line")
-"""The fields every agent record has (``ptime`` and ``cut`` are optional)."""
+"""The fields every agent record has (``ptime``, ``cut``, ``fields`` and ``unparsed``
+are optional; the JSON output shows them all under ``record``)."""
 
 
 def agent_record(value: bytes | None) -> dict[str, Any] | None:
@@ -88,9 +91,23 @@ def render(fmt: str, message: Any, raw: bool = False) -> str:
         return shown
     fields = message._asdict()
     fields["value"] = shown
+    fields["fields"] = _logfmt(record.get("fields")) if record is not None else ""
     if isinstance(fields["key"], bytes):
         fields["key"] = _text(fields["key"])
     return fmt.format(**fields)
+
+
+def _logfmt(fields: Any) -> str:
+    """An agent record's fields as ``name=value`` pairs; values with spaces or quotes quoted."""
+    if not isinstance(fields, dict):
+        return ""
+    out = []
+    for name, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=_jsonable)
+        if not text or any(c in text for c in ' "=\t\n'):
+            text = json.dumps(text, ensure_ascii=False)
+        out.append(f"{name}={text}")
+    return " ".join(out)
 
 
 def _put_bytes(out: dict[str, Any], name: str, data: bytes | None) -> None:

@@ -41,7 +41,8 @@ def _agent_tables():
     top = {k: f for k, f in agent_config.TOP.items() if k not in tables}
     return {"": top, "cluster": agent_config.CLUSTER, "producer": agent_config.PRODUCER,
             "audit": agent_config.AUDIT, "metrics": agent_config.METRICS,
-            "sources": agent_config.SOURCE, "sources.multiline": agent_config.MULTILINE}
+            "sources": agent_config.SOURCE, "sources.multiline": agent_config.MULTILINE,
+            "sources.parse": agent_config.PARSE}
 
 
 @pytest.mark.parametrize("page, tables", [

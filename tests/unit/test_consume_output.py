@@ -98,3 +98,27 @@ def test_tail_start_leaves_exactly_the_last_n(last, now_ms):
 
 def test_tail_start_reads_only_recent_batches_when_it_can():
     assert tail_start(_FakeLog(10), "t", 0, 1, now_ms=10 * 60_000) == (900, 2)
+
+
+def test_json_output_shows_an_agent_records_fields():
+    from agent.parsing import FieldParser
+
+    lines = [b'{"level": "WARN", "n": 2}', b"not json"]
+    parsed, _ = FieldParser("json", static={"env": "prod"}).entries(lines)
+    values = encode_values(chunk_prefix(1700000000123, "web-1", "/f"), lines, [0, 26],
+                           parsed=parsed)
+    good, bad = (json.loads(render_json(_msg(v)))["record"] for v in values)
+    assert good["fields"] == {"level": "WARN", "n": 2, "env": "prod"}
+    assert bad["fields"] == {"env": "prod"} and bad["unparsed"] is True
+    assert render("{value}", _msg(values[1])) == "not json"
+
+
+def test_text_output_fields_as_name_value_pairs():
+    from agent.parsing import pack_fields
+
+    value = encode_values(chunk_prefix(1, "h", "/f", pack_fields(
+        {"env": "prod", "n": 3, "ok": True, "msg": "two words", "nil": None})), [b"x"], [0])[0]
+    assert render("{fields} | {value}", _msg(value)) == \
+        'env=prod n=3 ok=true msg="two words" nil=null | x'
+    assert render("{fields}|{value}", _msg(AGENT_VALUE)) == "|GET / 200"
+    assert render("{fields}|{value}", _msg(b"plain")) == "|plain"
