@@ -1,4 +1,4 @@
-"""``logferry agent`` and ``logferry agent status``: the agent's command line.
+"""``logferry agent``, ``agent status`` and ``agent check``: the agent's command line.
 
 :func:`register` adds the commands to the project CLI's argparse subparsers (loaded
 through the ``logferry.commands`` entry point group); ``python -m agent`` uses the
@@ -8,7 +8,12 @@ agent not running) prints one line to stderr, never a traceback.
 Exit codes and the error line follow every logferry command (broker.common.commands):
 0 ok (also after SIGTERM), 1 runtime failure (or status: agent not running), 2 usage or
 configuration error, 130 after Ctrl-C (once the agent stopped cleanly); errors print
-``logferry agent: error: <message>``.
+``logferry agent: error: <message>``. ``agent check`` exits 1 when the cluster cannot be
+reached (or the checkpoint cannot be read), 2 for a bad config.
+
+Signals of a running agent: SIGTERM and SIGINT stop it cleanly, SIGHUP re-reads the
+config file and applies its sources (:meth:`agent.runtime.Agent.reload`), SIGUSR1
+dumps every thread's stack.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--config", required=False, metavar="TOML",
                         help="agent config file (see docs/agent.md and etc/agent.toml)")
     parser.set_defaults(func=run_command, handler=run_command)
-    commands = parser.add_subparsers(dest="agent_command", metavar="{status}")
+    commands = parser.add_subparsers(dest="agent_command", metavar="{status,check}")
     status = commands.add_parser("status", help="show a running agent's files, lag and counters",
                                  description="Read the running agent's /status endpoint (or "
                                              "its status file) and summarise it.")
@@ -57,6 +62,17 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="print the raw status document")
     status.add_argument("--files", action="store_true", help="list every tailed file")
     status.set_defaults(func=status_command, handler=status_command, long_running=False)
+    check = commands.add_parser(
+        "check", help="validate a config, list the files it matches, try the cluster",
+        description="Validate the config, list the files each source matches now and the "
+                    "offset the agent would start each at (its checkpoint is only read), "
+                    "and reach the cluster and look up the topics, as the agent would; "
+                    "ships nothing. Exit 0 ok, 1 cluster unreachable, 2 config error.")
+    check.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML",
+                       help="the agent config file to check")
+    check.add_argument("--no-cluster", action="store_true",
+                       help="do not contact the cluster (config and files only)")
+    check.set_defaults(func=check_command, handler=check_command, long_running=False)
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -76,7 +92,7 @@ def run_command(args: argparse.Namespace) -> int:
     logging.getLogger("logferry.agent").setLevel(config.log_level)
     from agent.runtime import Agent
 
-    agent = Agent(config)
+    agent = Agent(config, reload_config=lambda: load_config(args.config))
     signals: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -86,12 +102,43 @@ def run_command(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: agent.reload())
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: thread dump
     try:
         code = agent.run()
     except AgentError as exc:
         return report("agent", exc, EXIT_FAILURE)
     return EXIT_INTERRUPTED if code == EXIT_OK and signal.SIGINT in signals else code
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Validate, list the files and their start offsets, try the cluster; ship nothing."""
+    from agent.check import check_cluster, format_cluster, format_files, plan_files
+
+    try:
+        config = _config(args)
+    except AgentError as exc:
+        return report("agent check", exc, EXIT_USAGE)
+    cluster = f"ZooKeeper {config.zk}" if config.zk else f"{len(config.brokers or ())} brokers"
+    print(f"config {args.config}: valid; host {config.host}, {len(config.sources)} source"
+          f"{'s' if len(config.sources) != 1 else ''}, state_dir {config.state_dir}, {cluster}")
+    try:
+        plans, entries = plan_files(config)
+    except AgentError as exc:
+        return report("agent check", exc, EXIT_FAILURE)
+    print("\n".join(format_files(config, plans, entries)), flush=True)
+    if getattr(args, "no_cluster", False):
+        print("cluster: not contacted (--no-cluster)")
+        return EXIT_OK
+    from broker.client import LogferryError
+
+    try:
+        found = check_cluster(config)
+    except LogferryError as exc:
+        return report("agent check", f"cluster not reachable: {exc}", EXIT_FAILURE)
+    print("\n".join(format_cluster(config, found)))
+    print("ok: the agent can start with this config")
+    return EXIT_OK
 
 
 def read_status(config: AgentConfig) -> dict[str, Any]:

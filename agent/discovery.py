@@ -111,6 +111,16 @@ def scan(sources: Sequence[SourceConfig], matcher: Matcher) -> dict[str, int]:
     return found
 
 
+def _roots_of(sources: Sequence[SourceConfig]) -> dict[str, bool]:
+    """Directories to watch for ``sources`` -> whether recursively."""
+    roots: dict[str, bool] = {}
+    for source in sources:
+        for pattern in source.patterns:
+            root, recursive = static_root(pattern)
+            roots[root] = roots.get(root, False) or recursive
+    return roots
+
+
 class Event(NamedTuple):
     """A file system event the main loop cares about."""
 
@@ -126,14 +136,25 @@ class Watcher:
     def __init__(self, sources: Sequence[SourceConfig], wake: Callable[[], None]):
         self.events: deque[Event] = deque()
         self._wake = wake
-        self._roots: dict[str, bool] = {}
-        for source in sources:
-            for pattern in source.patterns:
-                root, recursive = static_root(pattern)
-                self._roots[root] = self._roots.get(root, False) or recursive
-        self._scheduled: set[str] = set()
+        self._roots = _roots_of(sources)
+        self._scheduled: dict[str, object] = {}
+        """Root -> watchdog's handle of its watch (to unschedule it)."""
         self._observer = None
         self._lock = threading.Lock()
+
+    def set_sources(self, sources: Sequence[SourceConfig]) -> None:
+        """Watch the roots of reloaded sources: drop the ones no pattern needs any more
+        (or whose recursion changed); :meth:`ensure_watches` adds the new ones."""
+        roots = _roots_of(sources)
+        for root in [r for r in self._scheduled if roots.get(r) != self._roots.get(r)]:
+            watch = self._scheduled.pop(root)
+            if self._observer is not None:
+                try:
+                    self._observer.unschedule(watch)
+                except (KeyError, OSError) as exc:
+                    log.debug("unwatching %s: %s", root, exc)
+        self._roots = roots
+        self.ensure_watches()
 
     def start(self) -> None:
         """Start the observer thread and watch the roots that exist."""
@@ -161,11 +182,10 @@ class Watcher:
             if root in self._scheduled or not os.path.isdir(root):
                 continue
             try:
-                self._observer.schedule(
+                self._scheduled[root] = self._observer.schedule(
                     Handler(), root, recursive=recursive,
                     event_filter=[FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
                                   DirCreatedEvent, DirMovedEvent])
-                self._scheduled.add(root)
             except OSError as exc:  # inotify watch limit, permissions
                 log.warning("cannot watch %s (%s); relying on rescans", root, exc)
 

@@ -75,16 +75,7 @@ class TailedFile:
         self.mtime_ns = 0
         """Modification time at the last stat of a closed file."""
         self.acks = AckTracker(offset)
-        self.splitter = LineSplitter(source.max_line_bytes, offset)
-        rule = source.multiline
-        self.joiner = MultilineJoiner(rule.continuation, rule.start, rule.max_bytes) \
-            if rule is not None else None
-        self.parser = encode.TimeParser(source.time_pattern, source.time_format or "",
-                                        source.time_zone) if source.time_pattern else None
-        static = dict(source.fields)
-        self.fields = parsing.FieldParser(source.parse.format, source.parse.regex, static) \
-            if source.parse is not None else None
-        self._static = parsing.pack_fields(static) if static and self.fields is None else b""
+        self._build_pipeline(offset)
         self.rotated = False
         """The discovery path no longer names this file."""
         self.deleted = False
@@ -166,6 +157,33 @@ class TailedFile:
         self._prefix_time = -1
 
     # -- pipeline -----------------------------------------------------------------------
+
+    def _build_pipeline(self, offset: int) -> None:
+        """The source's line rules: splitter, multiline joiner, time parser, fields."""
+        source = self.source
+        self.splitter = LineSplitter(source.max_line_bytes, offset)
+        rule = source.multiline
+        self.joiner = MultilineJoiner(rule.continuation, rule.start, rule.max_bytes) \
+            if rule is not None else None
+        self.parser = encode.TimeParser(source.time_pattern, source.time_format or "",
+                                        source.time_zone) if source.time_pattern else None
+        static = dict(source.fields)
+        self.fields = parsing.FieldParser(source.parse.format, source.parse.regex, static) \
+            if source.parse is not None else None
+        self._static = parsing.pack_fields(static) if static and self.fields is None else b""
+
+    def set_source(self, source: SourceConfig, index: int) -> None:
+        """Follow a reloaded source (SIGHUP): its rules apply from ``emitted`` on.
+
+        Bytes held (a partial line, a multiline message being built) are dropped and
+        read again under the new rules; every byte before ``emitted`` is already in a
+        message, so nothing is sent twice or skipped. The caller releases what the file
+        held from the in-flight count."""
+        self.source = source
+        self.source_index = index
+        self._build_pipeline(self.emitted)
+        self._prefix_time = -1
+        self.restart_at(self.emitted)
 
     def restart_at(self, offset: int) -> None:
         """Read again from ``offset``, dropping what is held (the reader's view only)."""

@@ -12,7 +12,9 @@ vanished, rotated away or shrank). Every method runs on the loop's thread. The m
   discovery path (the one a successor must wait for after a rotation);
 * ``dormant``: checkpoint entries of files not tailed right now (rotated away and
   closed), kept so a file that shows up again is recognised, not read twice;
-* ``ready``: an ordered set of files with bytes to read.
+* ``ready``: an ordered set of files with bytes to read;
+* ``leaving``: files no source matches since a reload, waiting for their chunks in
+  flight to finish before they go dormant (their position stays in the checkpoint).
 
 Decisions about a file's identity go through :func:`agent.identity.judge`; bytes a
 file holds unsent are accounted in the shared :class:`agent.inflight.InFlight`.
@@ -56,6 +58,7 @@ class FileInventory:
         self._latest: dict[str, TailedFile] = {}
         self.dormant: dict[FileKey, Entry] = {}
         self.ready: dict[TailedFile, None] = {}
+        self.leaving: list[TailedFile] = []
         self.open_count = 0
         self.dirty = False
         """Something the checkpoint records changed since it was last written."""
@@ -71,8 +74,8 @@ class FileInventory:
         self.watcher.start()
 
     def everything(self) -> list[TailedFile]:
-        """Every file tailed now: the live ones, then the draining ones."""
-        return list(self.files.values()) + self.draining
+        """Every file tailed now: the live ones, the draining ones, the leaving ones."""
+        return list(self.files.values()) + self.draining + self.leaving
 
     def entries(self) -> list[Entry]:
         """The checkpoint: every tailed file's entry, then the dormant ones'."""
@@ -88,12 +91,15 @@ class FileInventory:
 
     # -- discovery ---------------------------------------------------------------------
 
-    def scan(self, initial: bool = False) -> None:
-        """Match the sources' patterns now: start tailing new files, sweep the dormant."""
+    def scan(self, initial: bool = False, fresh: frozenset[int] = frozenset()) -> None:
+        """Match the sources' patterns now: start tailing new files, sweep the dormant.
+
+        Files of the sources in ``fresh`` (added by a reload) are found as at a first
+        start (``start_at`` applies to them)."""
         if self.watcher is not None:
             self.watcher.ensure_watches()
         for path, index in scan_sources(self.config.sources, self._matcher).items():
-            self._discover(path, index, initial=initial)
+            self._discover(path, index, initial=initial or index in fresh)
         if not initial:
             self._sweep_dormant()
 
@@ -293,6 +299,8 @@ class FileInventory:
         self.ready.pop(tailed, None)
         if tailed in self.draining:
             self.draining.remove(tailed)
+        if tailed in self.leaving:
+            self.leaving.remove(tailed)
         self.inflight.hold(tailed, 0)
         if not tailed.deleted and tailed.where is not None:
             self.dormant[tailed.key] = self.entry(tailed)
@@ -310,21 +318,28 @@ class FileInventory:
         by_dir: dict[str, list[Entry]] = {}
         for entry in self.dormant.values():
             by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
-        names = {s.name: i for i, s in enumerate(self.config.sources)}
         found: list[tuple[float, str, int, Entry]] = []
+        unmatched: dict[FileKey, Entry] = {}
         for directory, entries in by_dir.items():
             inodes = inodes_in(directory)
             for entry in entries:
                 where = inodes.get((entry.dev, entry.ino))
-                index = names.get(entry.source)
-                if where is None or index is None:
+                if where is None:
+                    continue
+                # The source whose pattern matches the name it was found under (a
+                # rotated file keeps it). None: the sources changed since; the entry
+                # stays dormant so a source matching it again resumes it.
+                index = self._matcher.source_of(entry.path)
+                if index is None:
+                    entry.where = where
+                    unmatched[entry.key] = entry
                     continue
                 try:
                     mtime = os.stat(where).st_mtime
                 except OSError:
                     continue
                 found.append((mtime, where, index, entry))
-        self.dormant = {}
+        self.dormant = unmatched
         for _, where, index, entry in sorted(found, key=lambda item: item[0]):
             self._discover(where, index, tag=entry.path, entry=entry)
         self.dirty = True
@@ -345,6 +360,72 @@ class FileInventory:
             elif where != entry.where:
                 entry.where = where
                 self.dirty = True
+
+    # -- reload ---------------------------------------------------------------------------
+
+    def reload(self, config: AgentConfig, fresh: frozenset[int] = frozenset()) -> tuple[int, int]:
+        """Switch to ``config``'s sources (SIGHUP); returns (files kept, files stopped).
+
+        A tailed file is kept when a source matches the path it was found under (or
+        where it is now): it keeps its position, and takes on that source's settings
+        from the end of its last message (:meth:`TailedFile.set_source`). A file no
+        source matches is stopped: nothing more is read from it, what is in flight is
+        acknowledged, then it goes dormant with its position in the checkpoint, so a
+        source that matches it again later resumes it exactly there. New files are
+        found by the scan that follows (``fresh``: indexes of added sources).
+        """
+        self.config = config
+        self._matcher = Matcher(config.sources)
+        if self.watcher is not None:
+            self.watcher.set_sources(config.sources)
+        kept = stopped = 0
+        for tailed in list(self.files.values()) + self.draining:
+            index = self._matcher.source_of(tailed.path)
+            if index is None and tailed.where is not None:
+                index = self._matcher.source_of(tailed.where)
+            if index is None:
+                self._leave(tailed)
+                stopped += 1
+                continue
+            kept += 1
+            source = config.sources[index]
+            if source != tailed.source or index != tailed.source_index:
+                tailed.set_source(source, index)
+                self.inflight.hold(tailed, 0)
+                self.ready[tailed] = None
+                self.dirty = True
+        self.scan(fresh=fresh)
+        self.next_scan = 0.0
+        return kept, stopped
+
+    def _leave(self, tailed: TailedFile) -> None:
+        """Stop reading ``tailed`` (no source matches it any more); see :meth:`reload`."""
+        log.info("%s: no source matches it any more; stopping at offset %d (kept in the "
+                 "checkpoint)", tailed.path, tailed.emitted)
+        tailed.restart_at(tailed.emitted)   # drop a held partial line: it is re-read on resume
+        self.inflight.hold(tailed, 0)
+        self.ready.pop(tailed, None)
+        if self.files.get(tailed.key) is tailed:
+            del self.files[tailed.key]
+        if tailed in self.draining:
+            self.draining.remove(tailed)
+        for path in (tailed.path, tailed.where):
+            if path is not None and self._by_path.get(path) is tailed:
+                del self._by_path[path]
+        if self._latest.get(tailed.path) is tailed:
+            del self._latest[tailed.path]
+        for other in self.everything():
+            if other.waiting_for is tailed:
+                other.waiting_for = None
+        self.leaving.append(tailed)
+        self.dirty = True
+        self.finish_leaving()
+
+    def finish_leaving(self) -> None:
+        """Make files stopped by a reload dormant once nothing of theirs is in flight."""
+        for tailed in list(self.leaving):
+            if not tailed.acks.in_flight:
+                self.forget(tailed)
 
     # -- polling -------------------------------------------------------------------------
 
@@ -431,7 +512,8 @@ class FileInventory:
         """Read ``tailed`` again from ``offset`` (what it held unsent is dropped)."""
         tailed.restart_at(offset)
         self.inflight.hold(tailed, 0)
-        self.ready[tailed] = None
+        if tailed not in self.leaving:
+            self.ready[tailed] = None
 
     def fully_read(self, tailed: TailedFile) -> bool:
         """True when a rotated predecessor has been read to its current end (a stat:
@@ -460,8 +542,7 @@ class FileInventory:
 
     def open_changed(self) -> None:
         """Recount open handles (after an open or a close)."""
-        self.open_count = sum(1 for t in self.files.values() if t.fd is not None) + \
-            sum(1 for t in self.draining if t.fd is not None)
+        self.open_count = sum(1 for t in self.everything() if t.fd is not None)
         self.metrics.gauges["open_files"] = self.open_count
 
     def entry(self, tailed: TailedFile) -> Entry:

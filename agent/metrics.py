@@ -38,6 +38,8 @@ COUNTERS: dict[str, str] = {
     "audit_records": "Audit records published.",
     "errors": "Errors (read errors, send errors, failed batches, checkpoint errors).",
     "backpressure_waits": "Read rounds stopped because max_inflight_bytes was reached.",
+    "reloads": "Config reloads applied (SIGHUP).",
+    "reload_failures": "Config reloads refused (invalid file); the previous config stays.",
 }
 
 GAUGES: dict[str, str] = {

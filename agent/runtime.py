@@ -3,9 +3,10 @@
 One thread owns all agent state and runs :meth:`Agent.run`. Other threads only hand
 it work through thread-safe queues and then set ``_wake``: the producer's sender
 thread (a chunk's future completed), the watchdog thread (a file appeared, moved or
-vanished) and the signal handler (stop). Every pass of the loop:
+vanished) and the signal handlers (stop; reload on SIGHUP). Every pass of the loop:
 
 1. collect finished chunks: advance checkpoints, or rewind a file whose batch failed;
+   apply a requested reload of the sources (:meth:`Agent._reload`);
 2. apply watchdog events; rescan the patterns every ``scan_interval_s``;
 3. every ``poll_interval_s``, ``fstat`` open files (growth, truncation, deletion) and
    ``stat`` closed ones;
@@ -39,6 +40,8 @@ from broker.common.errors import MetricsError
 from agent.audit import AuditLedger, AuditRecord, window_of
 from agent.checkpoint import CheckpointStore, write_atomically
 from agent.config import AgentConfig
+from agent.reload import (apply_sources, held_limit_problem, restart_only_changes,
+                          source_changes)
 from agent.errors import AgentError, CheckpointError, PublishError
 from agent.files import Outgoing, TailedFile
 from agent.identity import Facts, FileKey, Verdict, judge
@@ -51,6 +54,7 @@ from broker.common.retry import Retry
 log = logging.getLogger("logferry.agent")
 
 ProducerFactory = Callable[[AgentConfig], Any]
+ConfigLoader = Callable[[], AgentConfig]
 
 MAX_RETRY_DELAY = 30.0
 """Longest pause before re-reading a file whose batch failed."""
@@ -85,9 +89,13 @@ def make_producer(config: AgentConfig) -> Any:
 class Agent:
     """Tails the configured files and publishes them; see the module docstring."""
 
-    def __init__(self, config: AgentConfig, producer_factory: ProducerFactory = make_producer):
+    def __init__(self, config: AgentConfig, producer_factory: ProducerFactory = make_producer,
+                 reload_config: ConfigLoader | None = None):
         self.config = config
         self._producer_factory = producer_factory
+        self._reload_config = reload_config
+        """Reads the config file again (SIGHUP); None: reloading is not possible."""
+        self._reload_requested = threading.Event()
         self.producer: Any = None
         self.metrics = AgentCounters(tuple(s.name for s in config.sources if s.parse))
         self.inflight = InFlight(config.max_inflight_bytes, self.metrics.gauges)
@@ -118,6 +126,12 @@ class Agent:
     def stop(self) -> None:
         """Ask the loop to stop (safe from signal handlers and other threads)."""
         self._stopping.set()
+        self._wake.set()
+
+    def reload(self) -> None:
+        """Ask the loop to re-read the config and apply its sources (SIGHUP; safe from
+        signal handlers and other threads)."""
+        self._reload_requested.set()
         self._wake.set()
 
     def run(self) -> int:
@@ -198,6 +212,9 @@ class Agent:
         now = time.monotonic()
         inventory = self.inventory
         self._collect()
+        if self._reload_requested.is_set():
+            self._reload_requested.clear()
+            self._reload()
         inventory.apply_events()
         if now >= inventory.next_scan:
             inventory.scan()
@@ -225,6 +242,44 @@ class Agent:
         if self.inventory.ready and self.inflight.room > 0:
             return 0.01
         return min(self.config.poll_interval_s, 0.25)
+
+    # -- reload ----------------------------------------------------------------------------
+
+    def _reload(self) -> None:
+        """Re-read the config; apply its sources, keep every file's position.
+
+        An invalid file is logged and changes nothing (the agent goes on with the config
+        it has). Settings other than the sources need a restart: a change to one is
+        logged as a warning and ignored (:mod:`agent.reload`).
+        """
+        if self._reload_config is None:
+            log.warning("reload requested, but this agent has no config file to re-read")
+            return
+        try:
+            loaded = self._reload_config()
+            problem = held_limit_problem(apply_sources(self.config, loaded))
+        except AgentError as exc:
+            problem = str(exc)
+        if problem is not None:
+            log.error("reload failed, still running with the previous config: %s", problem)
+            self.metrics.add("reload_failures")
+            self.metrics.add("errors")
+            return
+        fixed = restart_only_changes(self.config, loaded)
+        if fixed:
+            log.warning("reload: %s changed; %s take effect only after a restart (still "
+                        "using the values the agent started with)", ", ".join(fixed),
+                        "it does" if len(fixed) == 1 else "they do")
+        changes = source_changes(self.config.sources, loaded.sources)
+        before = {s.name for s in self.config.sources}
+        fresh = frozenset(i for i, s in enumerate(loaded.sources) if s.name not in before)
+        self.config = apply_sources(self.config, loaded)
+        files_before = len(self.inventory.files)
+        kept, stopped = self.inventory.reload(self.config, fresh)
+        self.metrics.add("reloads")
+        log.info("reloaded the config: %s; %d files kept (positions kept), %d stopped, %d new",
+                 changes.describe(), kept, stopped,
+                 max(len(self.inventory.files) - files_before + stopped, 0))
 
     # -- completions ---------------------------------------------------------------------
 
@@ -516,6 +571,7 @@ class Agent:
             self._collect(expire_before)
         if self._producer_stuck:
             self._replace_producer()
+        inventory.finish_leaving()
         now_ms = _now_ms()
         for tailed in inventory.everything():
             quiet = now - tailed.last_data
