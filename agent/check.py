@@ -174,7 +174,8 @@ def format_files(config: AgentConfig, plans: list[FilePlan], entries: int) -> li
         mine = [p for p in plans if p.source == source.name]
         patterns = ", ".join(source.patterns)
         excludes = f" excluding {', '.join(source.exclude)}" if source.exclude else ""
-        lines.append(f"source {source.name} -> topic {source.topic} ({patterns}{excludes}): "
+        what = "" if patterns == source.name and not excludes else f" ({patterns}{excludes})"
+        lines.append(f"source {source.name} -> topic {source.topic}{what}: "
                      f"{len(mine)} file{'s' if len(mine) != 1 else ''}")
         for plan in mine:
             rotated = f" (rotated from {plan.name})" if plan.name != plan.path else ""

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,9 @@ def test_register_adds_agent_and_status() -> None:
     assert args.config == "b.toml" and args.json and args.func.__name__ == "status_command"
     args = parser.parse_args(["agent", "--config", "c.toml", "status"])
     assert args.config == "c.toml" and args.func.__name__ == "status_command"
+    args = parser.parse_args(["agent", "check", "--config", "d.toml", "--no-cluster"])
+    assert args.config == "d.toml" and args.no_cluster and args.func.__name__ == "check_command"
+    assert args.long_running is False
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -182,3 +186,57 @@ def test_format_status() -> None:
     doc["updated"] = 0
     assert "not running" in format_status(doc)
     json.dumps(doc)
+
+
+def test_check_bad_config_exits_2_naming_the_key(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "a.toml"
+    config.write_text(dumps(minimal(sources=[{"pattern": "/a/*.log", "topic": "bad/topic"}])))
+    assert main(["check", "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"logferry agent check: error: {config}: sources[0].topic: "
+                            f"'bad/topic' is not a valid topic name ([A-Za-z0-9._-]{{1,249}})\n") \
+        or (captured.err.count("\n") == 1 and "sources[0].topic" in captured.err)
+    assert main(["check"]) == 2
+    assert "--config: required" in capsys.readouterr().err
+
+
+def test_check_without_cluster_lists_files_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(b"x" * 99 + b"\n")
+    config = tmp_path / "a.toml"
+    config.write_text(dumps(minimal(state_dir=str(tmp_path / "state"),
+                                    sources=[{"name": "app", "pattern": f"{logs}/*.log",
+                                              "topic": "app"},
+                                             {"name": "none", "pattern": f"{logs}/*.txt",
+                                              "topic": "t"}])))
+    assert main(["check", "--config", str(config), "--no-cluster"]) == 0
+    out = capsys.readouterr().out
+    assert f"config {config}: valid; host " in out
+    assert "source app -> topic app" in out and ": 1 file" in out
+    assert f"  {logs}/a.log: 100 B, starts at offset 0 (beginning)" in out
+    assert "source none -> topic t" in out and ": 0 files" in out
+    assert not (tmp_path / "state").exists()       # no checkpoint, no lock, no status file
+
+
+@pytest.mark.integration  # runs `python -m agent check` as a process
+@pytest.mark.parametrize("cluster", [{"zk": "127.0.0.1:1/logferry/nowhere"},
+                                     {"brokers": ["127.0.0.1:1"]}])
+def test_check_unreachable_cluster_exits_1_quickly(tmp_path: Path, cluster: dict[str, Any]) -> None:
+    config = tmp_path / "a.toml"
+    config.write_text(dumps(minimal(state_dir=str(tmp_path / "state"), cluster=cluster)))
+    began = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "agent", "check", "--config", str(config)],
+                            capture_output=True, text=True, cwd=REPO, timeout=60,
+                            env=dict(os.environ))
+    elapsed = time.monotonic() - began
+    assert result.returncode == 1, result.stderr
+    assert elapsed < 15, f"took {elapsed:.1f}s"
+    assert "source /var/log/*.log -> topic app" in result.stdout   # files still listed
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert errors[0].startswith("logferry agent check: error: cluster not reachable: ")
+    assert "127.0.0.1:1" in errors[0]
