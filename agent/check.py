@@ -176,7 +176,7 @@ def format_files(config: AgentConfig, plans: list[FilePlan], entries: int) -> li
         excludes = f" excluding {', '.join(source.exclude)}" if source.exclude else ""
         what = "" if patterns == source.name and not excludes else f" ({patterns}{excludes})"
         lines.append(f"source {source.name} -> topic {source.topic}{what}: "
-                     f"{len(mine)} file{'s' if len(mine) != 1 else ''}")
+                     f"{_plural(len(mine), 'file')}")
         for plan in mine:
             rotated = f" (rotated from {plan.name})" if plan.name != plan.path else ""
             lines.append(f"  {plan.path}{rotated}: {human_bytes(plan.size)}, starts at offset "
@@ -187,8 +187,7 @@ def format_files(config: AgentConfig, plans: list[FilePlan], entries: int) -> li
 def format_cluster(config: AgentConfig, found: ClusterCheck) -> list[str]:
     """Lines: the brokers, then each topic."""
     where = f"ZooKeeper {config.zk}" if config.zk else "brokers " + ", ".join(config.brokers or ())
-    lines = [f"cluster ({where}): {len(found.brokers)} live broker"
-             f"{'s' if len(found.brokers) != 1 else ''}: "
+    lines = [f"cluster ({where}): {_plural(len(found.brokers), 'live broker')}: "
              + ", ".join(f"{b} at {a}" for b, a in sorted(found.brokers.items()))]
     for topic in found.topics:
         if not topic.partitions:
@@ -196,9 +195,15 @@ def format_cluster(config: AgentConfig, found: ClusterCheck) -> list[str]:
                          f"creates it if the brokers allow auto_create_topics (their default), "
                          f"else create it with `logferry topic create`")
         elif topic.leaderless:
-            lines.append(f"  topic {topic.name}: {topic.partitions} partitions; no leader right "
+            lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}; "
+                         f"no leader right "
                          f"now for partition(s) {', '.join(map(str, topic.leaderless))} "
                          f"(their messages wait for one)")
         else:
-            lines.append(f"  topic {topic.name}: {topic.partitions} partitions, all with a leader")
+            lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}, "
+                         f"all with a leader")
     return lines
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

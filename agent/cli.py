@@ -204,7 +204,8 @@ def format_status(doc: dict[str, Any], show_files: bool = False) -> str:
         f"acked, {counters.get('messages_failed', 0)} failed, "
         f"{counters.get('messages_dropped', 0)} dropped, {counters.get('lines_cut', 0)} lines cut",
         f"errors: {counters.get('errors', 0)}, rotations {counters.get('rotations', 0)}, "
-        f"truncations {counters.get('truncations', 0)}",
+        f"truncations {counters.get('truncations', 0)}, config reloads "
+        f"{counters.get('reloads', 0)} ({counters.get('reload_failures', 0)} refused)",
     ]
     if doc.get("parse_failures"):
         lines.append("parse failures: " + ", ".join(

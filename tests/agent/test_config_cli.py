@@ -195,9 +195,9 @@ def test_check_bad_config_exits_2_naming_the_key(tmp_path: Path,
     assert main(["check", "--config", str(config)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"logferry agent check: error: {config}: sources[0].topic: "
-                            f"'bad/topic' is not a valid topic name ([A-Za-z0-9._-]{{1,249}})\n") \
-        or (captured.err.count("\n") == 1 and "sources[0].topic" in captured.err)
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(f"logferry agent check: error: {config}: sources[0].topic: "
+                                   "'bad/topic' is not a valid topic name")
     assert main(["check"]) == 2
     assert "--config: required" in capsys.readouterr().err
 

@@ -233,6 +233,10 @@ def test_agent(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
                       f'[[sources]]\npattern = "{tmp_path}/*.log"\ntopic = "t"\n')
     assert_error(run("agent", "status", "--config", str(config)), 1, "agent status",
                  "is the agent running")
+    assert_error(run("agent", "check", "--config", str(config)), 1, "agent check",
+                 "cluster not reachable")
+    assert_error(run("agent", "check", "--config", str(tmp_path / "missing.toml")), 2,
+                 "agent check", "no such config file")
 
 
 def test_mirror(run: Callable[..., tuple[int, str]], tmp_path: Path, short_zk_timeout: None) -> None:

@@ -101,6 +101,12 @@ def test_service_runs_a_logferry_command_on_a_shipped_config(path):
                 assert config.broker_id == int(instance), f"{example} is not broker {instance}"
 
 
+def test_agent_unit_reloads_with_sighup():
+    """`systemctl reload logferry-agent` re-reads the sources (docs/agent.md)."""
+    service = parse_unit(SYSTEMD / "logferry-agent.service")["Service"]
+    assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
+
+
 def test_zookeeper_unit_runs_what_zk_start_runs_on_the_shipped_zoo_cfg():
     unit = parse_unit(SYSTEMD / "logferry-zookeeper.service")
     argv = shlex.split(unit["Service"]["ExecStart"])
