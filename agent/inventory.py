@@ -395,7 +395,6 @@ class FileInventory:
                 self.ready[tailed] = None
                 self.dirty = True
         self.scan(fresh=fresh)
-        self.next_scan = 0.0
         return kept, stopped
 
     def _leave(self, tailed: TailedFile) -> None:

@@ -267,9 +267,9 @@ class Agent:
             return
         fixed = restart_only_changes(self.config, loaded)
         if fixed:
-            log.warning("reload: %s changed; %s take effect only after a restart (still "
-                        "using the values the agent started with)", ", ".join(fixed),
-                        "it does" if len(fixed) == 1 else "they do")
+            log.warning("reload: %s changed; restart the agent to apply %s (it keeps the "
+                        "values it started with)", ", ".join(fixed),
+                        "it" if len(fixed) == 1 else "them")
         changes = source_changes(self.config.sources, loaded.sources)
         before = {s.name for s in self.config.sources}
         fresh = frozenset(i for i, s in enumerate(loaded.sources) if s.name not in before)

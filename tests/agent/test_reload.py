@@ -291,3 +291,26 @@ def test_file_stopped_with_chunks_in_flight_goes_dormant_once_they_are_acked(
     wait_until(lambda: len(fake_producer.records("logs")) == 30, 5, "resumed")
     assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 30)
     agent.stop()
+
+
+def test_a_source_in_a_new_directory_is_watched_after_the_reload(
+        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    (tmp_path / "logs").mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "logs" / "a.log").write_bytes(lines("a", 5))
+    first = agent_config(tmp_path, [source(tmp_path, "a", "*.log")], scan_interval_s=600)
+    agent = start(first)
+    wait_until(lambda: len(fake_producer.records("logs")) == 5)
+    second = agent_config(tmp_path, [source(tmp_path, "a", "*.log"),
+                                     {"name": "b", "pattern": f"{other}/*.log", "topic": "b"}],
+                          scan_interval_s=600)
+    agent.reload(second)
+    (other / "b.log").write_bytes(lines("b", 7))     # found by watchdog: no rescan for 600 s
+    wait_until(lambda: len(fake_producer.records("b")) == 7, 5, "new directory watched")
+    agent.reload(first)                              # and unwatched again: nothing breaks
+    (other / "c.log").write_bytes(lines("c", 3))
+    append(tmp_path / "logs" / "a.log", lines("a", 5, 5))
+    wait_until(lambda: len(fake_producer.records("logs")) == 10)
+    assert len(fake_producer.records("b")) == 7
+    agent.stop()
