@@ -9,8 +9,10 @@ Three looks, none of which ships a line or writes a file:
   and the state directory's lock is not taken, so a check may run next to the agent.
 * :func:`check_cluster`: reach the cluster as the agent's producer does (ZooKeeper
   within its connect timeout, then a broker), list the live brokers, and look up each
-  topic without creating it (the agent's first send would ask a broker to create a
-  missing one, which brokers do when ``auto_create_topics`` is on, their default).
+  topic without creating it. The agent's first send asks a broker to create a missing
+  topic, which it does when its ``auto_create_topics`` is on (the default; brokers say
+  so in their metadata answers): a missing topic the brokers will not create is the
+  one finding that fails the check (:func:`cluster_problems`).
 * :func:`format_report`: the human lines the command prints.
 """
 
@@ -121,6 +123,8 @@ class ClusterCheck(NamedTuple):
     brokers: dict[int, str]
     """Live broker id -> host:port."""
     topics: list[TopicCheck]
+    auto_create: bool | None
+    """Whether the brokers create missing topics (None: they do not say)."""
 
 
 def topics_of(config: AgentConfig) -> list[str]:
@@ -141,6 +145,7 @@ def check_cluster(config: AgentConfig, timeout: float = CLUSTER_TIMEOUT_S) -> Cl
                   request_timeout=timeout)
     try:
         brokers = {b: f"{i.host}:{i.port}" for b, i in admin.brokers().items()}
+        auto_create = admin.auto_create_topics()
         topics = []
         for name in topics_of(config):
             try:
@@ -150,7 +155,7 @@ def check_cluster(config: AgentConfig, timeout: float = CLUSTER_TIMEOUT_S) -> Cl
                 continue
             topics.append(TopicCheck(name, len(parts),
                                      [p for p, info in parts.items() if info.leader < 0]))
-        return ClusterCheck(brokers, topics)
+        return ClusterCheck(brokers, topics, auto_create)
     finally:
         admin.close()
 
@@ -191,9 +196,8 @@ def format_cluster(config: AgentConfig, found: ClusterCheck) -> list[str]:
              + ", ".join(f"{b} at {a}" for b, a in sorted(found.brokers.items()))]
     for topic in found.topics:
         if not topic.partitions:
-            lines.append(f"  topic {topic.name}: does not exist yet; the agent's first send "
-                         f"creates it if the brokers allow auto_create_topics (their default), "
-                         f"else create it with `logferry topic create`")
+            lines.append(f"  topic {topic.name}: does not exist yet; "
+                         f"{_when_created(topic.name, found.auto_create)}")
         elif topic.leaderless:
             lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}; "
                          f"no leader right "
@@ -205,5 +209,24 @@ def format_cluster(config: AgentConfig, found: ClusterCheck) -> list[str]:
     return lines
 
 
+def _when_created(topic: str, auto_create: bool | None) -> str:
+    if auto_create:
+        return "the brokers create it at the agent's first send (auto_create_topics)"
+    if auto_create is False:
+        return ("the brokers do not create topics (auto_create_topics = false): create it "
+                f"with `logferry topic create {topic}`")
+    return "the agent's first send creates it if the brokers allow auto_create_topics"
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def cluster_problems(found: ClusterCheck) -> list[str]:
+    """What would stop the agent from shipping: topics that are missing and that the
+    brokers will not create."""
+    if found.auto_create is not False:
+        return []
+    return [f"topic {t.name} does not exist and the brokers do not create topics "
+            f"(auto_create_topics = false); create it with `logferry topic create {t.name}`"
+            for t in found.topics if not t.partitions]

@@ -113,7 +113,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def check_command(args: argparse.Namespace) -> int:
     """Validate, list the files and their start offsets, try the cluster; ship nothing."""
-    from agent.check import check_cluster, format_cluster, format_files, plan_files
+    from agent.check import (check_cluster, cluster_problems, format_cluster, format_files,
+                             plan_files)
 
     try:
         config = _config(args)
@@ -136,7 +137,10 @@ def check_command(args: argparse.Namespace) -> int:
         found = check_cluster(config)
     except LogferryError as exc:
         return report("agent check", f"cluster not reachable: {exc}", EXIT_FAILURE)
-    print("\n".join(format_cluster(config, found)))
+    print("\n".join(format_cluster(config, found)), flush=True)
+    problems = cluster_problems(found)
+    if problems:
+        return report("agent check", "; ".join(problems), EXIT_FAILURE)
     print("ok: the agent can start with this config")
     return EXIT_OK
 

@@ -98,6 +98,11 @@ class Admin:
         frame = self.cluster.call_any(protocol.ELECT_LEADERS, {})
         return int(frame.header.get("controller", -1))
 
+    def auto_create_topics(self) -> bool | None:
+        """Whether a broker creates unknown topics on a producer's first send (its
+        ``auto_create_topics``); None when it does not say (an older broker)."""
+        return parse_metadata_answer(self.cluster.refresh([])).auto_create
+
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""
         answer = parse_metadata_answer(self.cluster.refresh([]))

@@ -112,8 +112,8 @@ class AdminService:
                 view.configs.get(topic, {}))
         brokers = {b: BrokerAddress(i.host, i.port, i.datacenter, i.rack)
                    for b, i in view.brokers.items()}
-        responder.answer(encode_metadata_answer(MetadataAnswer(brokers, topics,
-                                                               view.controller)))
+        responder.answer(encode_metadata_answer(MetadataAnswer(
+            brokers, topics, view.controller, self.config.auto_create_topics)))
 
     async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
         """Create a topic in ZooKeeper; answer once this broker has seen it."""

@@ -3,7 +3,8 @@
 Request fields: ``topics`` (a list of names, or nil for every topic) and ``create``
 (auto-create unknown topics where the broker allows it). Answer: ``brokers`` (``{id:
 [host, port, datacenter, rack]}``), ``topics`` (``{name: {err, msg?, partitions,
-replicas, isr, epochs, config}}``) and ``controller``.
+replicas, isr, epochs, config}}``), ``controller`` and ``auto_create`` (whether the
+broker creates unknown topics asked for with ``create``; absent from older brokers).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class MetadataAnswer(NamedTuple):
     """The topics asked about (all of them when the request named none)."""
     controller: int
     """The controller's broker id (-1: none right now)."""
+    auto_create: bool | None = None
+    """Whether the broker creates unknown topics asked for with ``create`` (its
+    ``auto_create_topics``); None from a broker that does not say."""
 
 
 def topic_error(code: int, message: str) -> TopicMetadata:
@@ -94,8 +98,11 @@ def encode_metadata_answer(answer: MetadataAnswer) -> dict[str, Any]:
         else:
             topics[name] = {"err": 0, "partitions": info.partitions, "replicas": info.replicas,
                             "isr": info.isr, "epochs": info.epochs, "config": info.config}
-    return {"brokers": {b: list(a) for b, a in answer.brokers.items()}, "topics": topics,
-            "controller": answer.controller}
+    fields = {"brokers": {b: list(a) for b, a in answer.brokers.items()}, "topics": topics,
+              "controller": answer.controller}
+    if answer.auto_create is not None:
+        fields["auto_create"] = answer.auto_create
+    return fields
 
 
 def parse_metadata_answer(header: dict[str, Any]) -> MetadataAnswer:
@@ -118,9 +125,12 @@ def parse_metadata_answer(header: dict[str, Any]) -> MetadataAnswer:
             raise ANSWER(f"a topic name must be a string, got {shown(name)}")
         topics[name] = _topic(name, as_map(info, f"metadata of topic {name!r}", ANSWER))
     controller = header.get("controller", -1)
+    auto_create = header.get("auto_create")
+    if auto_create is not None and type(auto_create) is not bool:
+        raise ANSWER(f"metadata 'auto_create' must be a boolean, got {shown(auto_create)}")
     return MetadataAnswer(brokers, topics,
                           as_int(-1 if controller is None else controller,
-                                 "metadata 'controller'", ANSWER))
+                                 "metadata 'controller'", ANSWER), auto_create)
 
 
 def _topic(name: str, info: dict[str, Any]) -> TopicMetadata:

@@ -52,11 +52,29 @@ def test_check_against_a_real_cluster_ships_nothing(broker_cluster, tmp_path: Pa
     assert f"cluster (ZooKeeper {cluster.zk_connect}): 1 live broker: 1 at " \
            f"{cluster.bootstrap[0]}" in out
     assert "  topic app: 2 partitions, all with a leader" in out
-    assert "  topic web: does not exist yet" in out and "  topic _audit: does not exist yet" in out
+    assert "  topic web: does not exist yet; the brokers create it at the agent's first " \
+           "send (auto_create_topics)" in out
+    assert "  topic _audit: does not exist yet" in out
     assert out.rstrip().endswith("ok: the agent can start with this config")
     with Admin(zk=cluster.zk_connect) as admin:
         assert admin.list_topics() == ["app"]              # nothing created
     assert not Path(doc["state_dir"]).exists()              # no checkpoint, no lock
+
+
+def test_check_fails_for_a_missing_topic_the_brokers_will_not_create(
+        broker_cluster, tmp_path: Path) -> None:
+    cluster = broker_cluster(1, broker={"auto_create_topics": False})
+    doc = base_doc(tmp_path, cluster.bootstrap, audit={"enabled": False})
+    config = tmp_path / "agent.toml"
+    config.write_text(dumps(doc))
+    result = run_check(config)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "  topic app: does not exist yet; the brokers do not create topics " \
+           "(auto_create_topics = false): create it with `logferry topic create app`" \
+           in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "logferry agent check: error: topic app does not exist and the brokers do not create "
+        "topics (auto_create_topics = false); create it with `logferry topic create app`")
 
 
 class Writer(threading.Thread):

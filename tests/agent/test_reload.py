@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import pytest
 
-from agent.check import format_files, human_bytes, plan_files, topics_of
+from agent.check import (ClusterCheck, TopicCheck, cluster_problems, format_cluster,
+                         format_files, human_bytes, plan_files, topics_of)
 from agent.checkpoint import CheckpointStore
 from agent.config import AgentConfig
 from agent.errors import ConfigError
@@ -314,3 +315,22 @@ def test_a_source_in_a_new_directory_is_watched_after_the_reload(
     wait_until(lambda: len(fake_producer.records("logs")) == 10)
     assert len(fake_producer.records("b")) == 7
     agent.stop()
+
+
+def test_cluster_report_and_problems(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    config = agent_config(tmp_path, cluster={"zk": "zk1:2181/logferry/live"})
+    topics = [TopicCheck("logs", 4, []), TopicCheck("web", 2, [1]), TopicCheck("_audit", 0, [])]
+    found = ClusterCheck({2: "h2:9093", 1: "h1:9092"}, topics, True)
+    text = format_cluster(config, found)
+    assert text == [
+        "cluster (ZooKeeper zk1:2181/logferry/live): 2 live brokers: 1 at h1:9092, 2 at h2:9093",
+        "  topic logs: 4 partitions, all with a leader",
+        "  topic web: 2 partitions; no leader right now for partition(s) 1 (their messages "
+        "wait for one)",
+        "  topic _audit: does not exist yet; the brokers create it at the agent's first send "
+        "(auto_create_topics)"]
+    assert cluster_problems(found) == []
+    assert cluster_problems(found._replace(auto_create=None)) == []
+    (problem,) = cluster_problems(found._replace(auto_create=False))
+    assert problem.startswith("topic _audit does not exist and the brokers do not create")

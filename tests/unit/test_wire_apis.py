@@ -269,7 +269,9 @@ def test_metadata_answer_encodes_as_before_and_round_trips():
     assert _packed(fields) == _packed(_old_metadata())
     decoded = metadata.parse_metadata_answer(
         msgpack.unpackb(_packed(fields), strict_map_key=False))
-    assert decoded == answer
+    assert decoded == answer and decoded.auto_create is None
+    told = answer._replace(auto_create=False)
+    assert metadata.parse_metadata_answer(metadata.encode_metadata_answer(told)) == told
 
 
 def test_metadata_answer_from_an_older_broker_gets_the_implied_defaults():
@@ -284,6 +286,7 @@ def test_metadata_answer_from_an_older_broker_gets_the_implied_defaults():
 
 @pytest.mark.parametrize("mutate", [
     lambda h: h.update(brokers=[1]),
+    lambda h: h.update(auto_create="yes"),
     lambda h: h["brokers"].update({1: ["h1"]}),
     lambda h: h["brokers"].update({1: ["h1", "9092"]}),
     lambda h: h["brokers"].update({"one": ["h1", 9092]}),
