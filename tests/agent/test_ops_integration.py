@@ -95,7 +95,7 @@ class Writer(threading.Thread):
                     handle.write(b"".join(b"%s %06d\n" % (name.encode(), i)
                                           for i in range(n, n + 20)))
                     self.written[name] = n + 20
-                time.sleep(0.005)
+                time.sleep(0.01)
         finally:
             for handle in handles.values():
                 handle.close()
