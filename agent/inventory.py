@@ -178,6 +178,10 @@ class FileInventory:
         if not stat_module.S_ISREG(st.st_mode):
             return None
         key = FileKey(st.st_dev, st.st_ino)
+        back = next((t for t in self.leaving if t.key == key and not t.deleted), None)
+        if back is not None:
+            self._come_back(back, index, path)
+            return None
         known = self.files.get(key)
         if known is not None:
             if not self._reused(known):
@@ -314,35 +318,41 @@ class FileInventory:
         finished even when no pattern matches its new name. Oldest first (mtime), so
         a rotated file is finished before its successor at the same path.
         """
-        self.dormant = checkpointed
+        self.dormant = dict(checkpointed)
+        self._resume_dormant()
+        self.dirty = True
+
+    def _resume_dormant(self) -> None:
+        """Resume the dormant files a source matches, wherever rotation moved them.
+
+        A source matches an entry by the name its file was found under (a rotated file
+        keeps it); entries no source matches stay dormant (a reload may match them
+        again), entries whose file is gone are dropped.
+        """
         by_dir: dict[str, list[Entry]] = {}
         for entry in self.dormant.values():
             by_dir.setdefault(os.path.dirname(entry.where), []).append(entry)
         found: list[tuple[float, str, int, Entry]] = []
-        unmatched: dict[FileKey, Entry] = {}
         for directory, entries in by_dir.items():
             inodes = inodes_in(directory)
             for entry in entries:
                 where = inodes.get((entry.dev, entry.ino))
                 if where is None:
+                    del self.dormant[entry.key]
+                    self.dirty = True
                     continue
-                # The source whose pattern matches the name it was found under (a
-                # rotated file keeps it). None: the sources changed since; the entry
-                # stays dormant so a source matching it again resumes it.
+                entry.where = where
                 index = self._matcher.source_of(entry.path)
                 if index is None:
-                    entry.where = where
-                    unmatched[entry.key] = entry
                     continue
                 try:
                     mtime = os.stat(where).st_mtime
                 except OSError:
                     continue
                 found.append((mtime, where, index, entry))
-        self.dormant = unmatched
         for _, where, index, entry in sorted(found, key=lambda item: item[0]):
+            del self.dormant[entry.key]
             self._discover(where, index, tag=entry.path, entry=entry)
-        self.dirty = True
 
     def _sweep_dormant(self) -> None:
         """Drop checkpoint entries of files that no longer exist anywhere near their path."""
@@ -379,23 +389,58 @@ class FileInventory:
         if self.watcher is not None:
             self.watcher.set_sources(config.sources)
         kept = stopped = 0
+        for tailed in list(self.leaving):      # stopped by the reload before, matched again
+            index = self._source_index(tailed)
+            if index is not None:
+                self._come_back(tailed, index, tailed.where)
         for tailed in list(self.files.values()) + self.draining:
-            index = self._matcher.source_of(tailed.path)
-            if index is None and tailed.where is not None:
-                index = self._matcher.source_of(tailed.where)
+            index = self._source_index(tailed)
             if index is None:
                 self._leave(tailed)
                 stopped += 1
                 continue
             kept += 1
-            source = config.sources[index]
-            if source != tailed.source or index != tailed.source_index:
-                tailed.set_source(source, index)
-                self.inflight.hold(tailed, 0)
-                self.ready[tailed] = None
-                self.dirty = True
+            self._follow_source(tailed, index)
+        self._resume_dormant()
         self.scan(fresh=fresh)
         return kept, stopped
+
+    def _source_index(self, tailed: TailedFile) -> int | None:
+        """The source matching the name ``tailed`` was found under, or where it is now."""
+        index = self._matcher.source_of(tailed.path)
+        if index is None and tailed.where is not None:
+            index = self._matcher.source_of(tailed.where)
+        return index
+
+    def _follow_source(self, tailed: TailedFile, index: int) -> None:
+        """Give ``tailed`` the settings of source ``index`` if they changed."""
+        source = self.config.sources[index]
+        if source != tailed.source or index != tailed.source_index:
+            tailed.set_source(source, index)
+            self.inflight.hold(tailed, 0)
+            self.ready[tailed] = None
+            self.dirty = True
+
+    def _come_back(self, tailed: TailedFile, index: int, where: str | None) -> None:
+        """A file stopped by a reload is matched again before it went dormant (its chunks
+        still in flight): tail it on from where it stopped, as the same file."""
+        self.leaving.remove(tailed)
+        if tailed.deleted:
+            self.draining.append(tailed)
+        else:
+            if where is not None and where != tailed.where:
+                tailed.where = where
+                if where != tailed.path and not tailed.rotated:
+                    tailed.rotated = True
+                    self.metrics.add("rotations")
+            self.files[tailed.key] = tailed
+            if tailed.where is not None:
+                self._by_path[tailed.where] = tailed
+            self._latest.setdefault(tailed.path, tailed)
+        self._follow_source(tailed, index)
+        self.ready[tailed] = None
+        self.dirty = True
+        log.info("%s: matched again; reading on from offset %d", tailed.path, tailed.pos)
 
     def _leave(self, tailed: TailedFile) -> None:
         """Stop reading ``tailed`` (no source matches it any more); see :meth:`reload`."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -334,3 +335,49 @@ def test_cluster_report_and_problems(tmp_path: Path) -> None:
     assert cluster_problems(found._replace(auto_create=None)) == []
     (problem,) = cluster_problems(found._replace(auto_create=False))
     assert problem.startswith("topic _audit does not exist and the brokers do not create")
+
+
+def test_removed_then_added_back_before_its_acks_came_in(
+        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    """Two reloads within one acknowledgement: the file goes on as the same file."""
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(lines("a", 10))
+    config = agent_config(tmp_path, [source(tmp_path, "app", "*.log")])
+    agent = start(config)
+    wait_until(lambda: len(fake_producer.records("logs")) == 10)
+    fake_producer.hold = True
+    append(log, lines("a", 10, 10))
+    wait_until(lambda: fake_producer.pending, 5, "a chunk in flight")
+    agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.none")]))
+    assert len(agent.agent.inventory.leaving) == 1
+    agent.reload(config)
+    assert not agent.agent.inventory.leaving
+    append(log, lines("a", 10, 20))
+    fake_producer.release()
+    wait_until(lambda: len(fake_producer.records("logs")) >= 30, 5, "all")
+    time.sleep(0.3)
+    assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 30)
+    agent.stop()
+
+
+def test_a_file_rotated_while_its_source_was_removed_is_finished_when_it_comes_back(
+        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(lines("a", 10))
+    config = agent_config(tmp_path, [source(tmp_path, "app", "*.log")])
+    agent = start(config)
+    wait_until(lambda: len(fake_producer.records("logs")) == 10)
+    agent.reload(agent_config(tmp_path, [source(tmp_path, "other", "*.none")]))
+    wait_until(lambda: not agent.agent.inventory.leaving, 5, "dormant")
+    append(log, lines("a", 5, 10))
+    os.rename(log, log.with_name("app.log.1"))          # no pattern matches the new name
+    log.write_bytes(lines("b", 3))
+    time.sleep(0.5)                 # the watchdog events are seen (and ignored) before the reload
+    agent.reload(config)
+    wait_until(lambda: len(fake_producer.records("logs")) >= 18, 5, "finished, then the new")
+    time.sleep(0.3)
+    assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15) + \
+        expected("b", 3)
+    agent.stop()
