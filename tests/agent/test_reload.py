@@ -381,3 +381,19 @@ def test_a_file_rotated_while_its_source_was_removed_is_finished_when_it_comes_b
     assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15) + \
         expected("b", 3)
     agent.stop()
+
+
+def test_a_renamed_source_resumes_its_files_at_the_next_start(
+        tmp_path: Path, run_agent, fake_producer) -> None:
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(lines("a", 10))
+    first = run_agent(agent_config(tmp_path, [source(tmp_path, "old-name", "*.log")]))
+    wait_until(lambda: len(fake_producer.records("logs")) == 10)
+    first.stop()
+    append(log, lines("a", 5, 10))
+    second = run_agent(agent_config(tmp_path, [source(tmp_path, "new-name", "*.log")]))
+    wait_until(lambda: len(fake_producer.records("logs")) >= 15)
+    time.sleep(0.3)
+    assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15)
+    second.stop()
