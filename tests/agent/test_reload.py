@@ -397,3 +397,21 @@ def test_a_renamed_source_resumes_its_files_at_the_next_start(
     time.sleep(0.3)
     assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15)
     second.stop()
+
+
+def test_changed_fields_and_parse_rule_apply_from_the_next_message(
+        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "app.log"
+    log.write_bytes(b'{"a": 1}\n')
+    agent = start(agent_config(tmp_path, [source(tmp_path, "app", "*.log",
+                                                 fields={"env": "old"})]))
+    wait_until(lambda: len(fake_producer.records("logs")) == 1)
+    agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.log", fields={"env": "new"},
+                                                parse={"format": "json"})]))
+    append(log, b'{"a": 2}\n')
+    wait_until(lambda: len(fake_producer.records("logs")) == 2)
+    first, second = fake_producer.records("logs")
+    assert first["fields"] == {"env": "old"}
+    assert second["fields"] == {"env": "new", "a": 2}
+    agent.stop()
