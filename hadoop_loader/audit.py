@@ -11,6 +11,11 @@ landed / expected; more than 100% means an agent sent lines again. The mirror co
 audit topic with the data, so its duplicates can move completeness either way
 (docs/operations.md, "Duplicates", shows how to count them exactly).
 
+An audit topic that does not exist yet (no agent has published an audit record, as on a
+new cluster) is not an error: there is nothing to audit, the report says so
+(:attr:`AuditReport.missing_topic`) and the run's exit code is unaffected. Any other
+failure to read it (brokers unreachable, say) is an :class:`AuditError`.
+
 An hour is *judged* (counts toward ``--require-complete``) only once it ended at least
 ``settle_minutes`` before the run started: later hours are still filling.
 
@@ -21,6 +26,7 @@ the edges.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -28,7 +34,10 @@ from typing import Any, Iterable, Mapping
 import msgpack
 
 from broker.client import AuditRecord
+from broker.common.errors import UnknownTopicOrPartitionError
 from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
+
+log = logging.getLogger("logferry.loader")
 
 HOUR_MS = 3600 * 1000
 
@@ -63,6 +72,8 @@ class AuditReport:
     skipped: int = 0
     """Audit values that were not audit records, or of another stage."""
     threshold: float | None = None
+    missing_topic: str | None = None
+    """The audit topic, when it does not exist yet: nothing to audit (not an error)."""
 
     def failing(self, threshold: float | None = None) -> list[HourAudit]:
         """Judged hours below ``threshold`` (the configured one by default)."""
@@ -139,16 +150,21 @@ def landed_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str, st
     return out
 
 
-def read_audit_records(consumer: Any, topic: str, since_ms: int) -> tuple[list[dict], int]:
+def read_audit_records(consumer: Any, topic: str, since_ms: int
+                       ) -> tuple[list[dict], int] | None:
     """Every audit record published since ``since_ms`` (driver side; the topic is small).
 
     Records are published after their window ends, so anything published before
-    ``since_ms`` is about earlier windows.
+    ``since_ms`` is about earlier windows. Returns None when ``topic`` does not exist.
     """
     records: list[dict] = []
     bad = 0
     with source_errors(f"reading the audit topic {topic!r}"):
-        for partition in consumer.partitions(topic):
+        try:
+            partitions = consumer.partitions(topic)
+        except UnknownTopicOrPartitionError:
+            return None
+        for partition in partitions:
             start = consumer.offset_for_time(topic, partition, since_ms)
             end = consumer.offsets(topic, partition).end
             pos = start
@@ -184,16 +200,21 @@ def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
             consumer = SimpleConsumer(zk=config.source.zk,
                                       brokers=list(config.source.brokers) if config.source.brokers else None)
         try:
-            records, bad = read_audit_records(consumer, a.topic, since_ms)
+            found = read_audit_records(consumer, a.topic, since_ms)
         finally:
             consumer.close()
     except SourceError as exc:
         raise AuditError(f"audit: {exc}") from exc
+    if found is None:
+        log.warning("audit: topic %r does not exist yet (no agent has published audit "
+                    "records): nothing to audit", a.topic)
+    records, bad = found if found is not None else ([], 0)
     expected, used, skipped = expected_counts(records, a.stage, a.count, tz)
     landed = landed_counts(store.newest_first(), since_ms)
     report = compare(expected, landed, config.source.topics, since_ms,
                      started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete)
     report.records, report.skipped = used, skipped + bad
+    report.missing_topic = a.topic if found is None else None
     return report
 
 

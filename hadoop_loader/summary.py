@@ -56,7 +56,11 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
 
 def print_audit(report: AuditReport, out: TextIO) -> None:
     """Completeness per topic and hour; ``*`` marks hours still settling (not judged)."""
-    print(f"audit: {report.records} record(s) used, {report.skipped} skipped", file=out)
+    if report.missing_topic is not None:
+        print(f"audit: topic {report.missing_topic!r} does not exist yet (no agent has "
+              "published audit records): nothing to audit", file=out)
+    else:
+        print(f"audit: {report.records} record(s) used, {report.skipped} skipped", file=out)
     if not report.hours:
         print("  no audited hours", file=out)
         return

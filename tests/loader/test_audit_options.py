@@ -99,3 +99,43 @@ def test_executor_errors_come_back_as_loader_errors():
     other = error_from_spark("the Spark job writing run 3", "java.lang.OutOfMemoryError: x\nmore")
     assert isinstance(other, SparkJobError)
     assert str(other) == "the Spark job writing run 3 failed: java.lang.OutOfMemoryError: x"
+
+
+class _NoTopicConsumer:
+    """A consumer whose cluster has no such topic, or cannot be reached."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def partitions(self, topic):
+        raise self.error
+
+
+def test_missing_audit_topic_is_nothing_to_audit_not_an_error():
+    from broker.common.errors import UnknownTopicOrPartitionError
+    from hadoop_loader.audit import read_audit_records
+
+    consumer = _NoTopicConsumer(UnknownTopicOrPartitionError("unknown topic '_audit'"))
+    assert read_audit_records(consumer, "_audit", 0) is None
+
+
+def test_unreachable_cluster_while_reading_the_audit_topic_is_an_error():
+    from broker.common.errors import BrokerNotAvailableError
+    from hadoop_loader.audit import read_audit_records
+    from hadoop_loader.errors import SourceError
+
+    consumer = _NoTopicConsumer(BrokerNotAvailableError("no broker at 127.0.0.1:1"))
+    with pytest.raises(SourceError, match="reading the audit topic '_audit'"):
+        read_audit_records(consumer, "_audit", 0)
+
+
+def test_summary_says_there_is_nothing_to_audit_without_the_topic():
+    import io
+
+    from hadoop_loader.audit import AuditReport
+    from hadoop_loader.summary import print_audit
+
+    out = io.StringIO()
+    print_audit(AuditReport(missing_topic="_audit"), out)
+    assert out.getvalue().startswith("audit: topic '_audit' does not exist yet")
+    assert "nothing to audit" in out.getvalue()

@@ -150,13 +150,36 @@ master = "local[2]"
     assert "run 1 committed: 5,000 rows" in out
     assert "cli-topic: 5,000 rows" in out and "partition 1: offsets [0, " in out
     assert "rows/s" in out
-    # no audit topic in this cluster: the run still reports, the audit failure exits 1
-    assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 1
+    # no audit topic in this cluster yet (no agent published to it): nothing to audit,
+    # which is not a failure: the run commits its data, says so and exits 0
+    produce(cluster.zk_connect, "cli-topic", 2, 1_000, start=5_000)
+    assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 0
     captured = capsys.readouterr()
-    assert "nothing new to land" in captured.out
-    assert "audit failed: audit: reading the audit topic '_audit'" in captured.err
+    assert "run 2 committed: 1,000 rows" in captured.out
+    assert ("audit: topic '_audit' does not exist yet (no agent has published audit "
+            "records): nothing to audit") in captured.out
+    assert "error" not in captured.err
+    assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 0
+    captured = capsys.readouterr()
+    assert "nothing new to land" in captured.out and "nothing to audit" in captured.out
     assert cli.main(["load", "--config", str(tmp_path / "missing.toml")]) == 2
     assert "no such config file" in capsys.readouterr().err
+
+
+def test_cli_exits_1_when_the_cluster_is_unreachable(tmp_path, capsys):
+    config_file = tmp_path / "loader.toml"
+    config_file.write_text(f"""
+[source]
+brokers = ["127.0.0.1:1"]
+topics = ["cli-topic"]
+[output]
+uri = "{(tmp_path / 'wh').as_uri()}"
+[audit]
+enabled = true
+""")
+    assert cli.main(["load", "--config", str(config_file)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("logferry load: error: ") and "127.0.0.1:1" in err
 
 
 def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, tmp_path):
