@@ -43,6 +43,13 @@ class AgentField(NamedTuple):
     """Accepted Python types after msgpack decoding (others become null)."""
 
 
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+"""Spark's TimestampType as Arrow: the agent's millisecond times become UTC timestamps."""
+_MILLIS = pa.timestamp("ms", tz="UTC")
+_MAX_MILLIS = (1 << 63) // 1000
+"""Millisecond times beyond this do not fit a microsecond timestamp."""
+
+
 AGENT_FIELDS: tuple[AgentField, ...] = (
     AgentField("host", "host", pa.string(), T.StringType(), (str,)),
     AgentField("file", "file", pa.string(), T.StringType(), (str,)),
@@ -51,8 +58,8 @@ AGENT_FIELDS: tuple[AgentField, ...] = (
     AgentField("file_id", "fid", pa.int64(), T.LongType(), (int,)),
     AgentField("file_offset", "offset", pa.int64(), T.LongType(), (int,)),
     AgentField("line", "line", pa.string(), T.StringType(), (str,)),
-    AgentField("read_time", "time", pa.int64(), T.LongType(), (int,)),
-    AgentField("parsed_time", "ptime", pa.int64(), T.LongType(), (int,)),
+    AgentField("read_time", "time", TIMESTAMP, T.TimestampType(), (int,)),
+    AgentField("parsed_time", "ptime", TIMESTAMP, T.TimestampType(), (int,)),
     AgentField("cut", "cut", pa.bool_(), T.BooleanType(), (bool,)),
     AgentField("fields", "fields", pa.map_(pa.string(), pa.string()),
                T.MapType(T.StringType(), T.StringType()), (dict,)),
@@ -60,7 +67,8 @@ AGENT_FIELDS: tuple[AgentField, ...] = (
 )
 """The agent record's fields, in column order: ``file_offset`` is the line's byte offset in
 its file, ``read_time`` the agent's clock when it read the line (ms, also the message
-timestamp), ``parsed_time`` the time parsed out of the line when configured (ms),
+timestamp), ``parsed_time`` the time parsed out of the line when configured (both UTC
+timestamps from the agent's epoch milliseconds),
 ``cut`` true when the line was cut at the agent's maximum line length, ``fields`` the
 record's static and parsed fields as text (see :mod:`hadoop_loader.field_columns`),
 ``unparsed`` true when the agent's parse rule did not match the line."""
@@ -68,7 +76,9 @@ record's static and parsed fields as text (see :mod:`hadoop_loader.field_columns
 DECODED_COLUMN = "decoded"
 """Boolean column: true when the value decoded as an agent record."""
 
-_STRUCT = pa.struct([pa.field(f.key, f.arrow_type) for f in AGENT_FIELDS])
+_STRUCT = pa.struct([pa.field(f.key, _MILLIS if f.arrow_type == TIMESTAMP else f.arrow_type)
+                     for f in AGENT_FIELDS])
+"""What msgpack gives: times as integer milliseconds (cast to :data:`TIMESTAMP` after)."""
 _unpackb = msgpack.unpackb
 
 
@@ -97,12 +107,19 @@ def decode_values(values: Sequence[bytes]) -> tuple[list[pa.Array], pa.Array, in
     records = [_unpack(v) for v in values]
     try:
         struct = pa.array(records, type=_STRUCT)
+        fields = _cast_times(struct)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         records = [_sanitize(r) for r in records]
         struct = pa.array(records, type=_STRUCT)
+        fields = _cast_times(struct)
     decoded = struct.is_valid()
     undecodable = len(values) - decoded.true_count
-    return struct.flatten(), decoded, undecodable
+    return fields, decoded, undecodable
+
+
+def _cast_times(struct: pa.StructArray) -> list[pa.Array]:
+    """The struct's columns, millisecond times cast to :data:`TIMESTAMP` (checked)."""
+    return [a.cast(TIMESTAMP) if a.type == _MILLIS else a for a in struct.flatten()]
 
 
 def _sanitize(record: dict | None) -> dict | None:
@@ -118,6 +135,8 @@ def _sanitize(record: dict | None) -> dict | None:
         if isinstance(value, bool) and bool not in f.python_types:
             return None
         if f.arrow_type == pa.int64() and not -(1 << 63) <= value < (1 << 63):
+            return None
+        if f.arrow_type == TIMESTAMP and not -_MAX_MILLIS <= value < _MAX_MILLIS:
             return None
     return record
 

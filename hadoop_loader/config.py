@@ -55,6 +55,10 @@ class OutputConfig:
     """N >= 1: shuffle rows by hour so a run writes N files per topic and event hour;
     0: no shuffle, each task writes one file per event hour it reads."""
     compression: str = "snappy"
+    drop_decoded_values: bool = True
+    """Leave the raw ``value`` bytes out of the Parquet for rows whose value decoded as an
+    agent record (``decoded`` true): the columns hold all of it. Values that did not
+    decode, and topics not decoded, keep ``value``."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,8 @@ SECTIONS = {
     "output": fields(
         ("uri",), uri=NONEMPTY_STR, filesystem=one_of("auto", "local", "hadoop"),
         max_records_per_file=POSITIVE_INT, files_per_hour=NONNEG_INT,
-        compression=one_of("snappy", "zstd", "gzip", "lz4", "none")),
+        compression=one_of("snappy", "zstd", "gzip", "lz4", "none"),
+        drop_decoded_values=BOOL),
     "load": fields(
         max_bytes_per_partition=POSITIVE_INT, chunk_bytes=POSITIVE_INT, fetch_bytes=POSITIVE_INT,
         on_retention_gap=one_of("fail", "skip"), first_run=one_of("earliest", "latest"),

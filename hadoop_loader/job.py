@@ -8,7 +8,8 @@ One run, under the output's lock:
    ones) to the visible end read now, capped at ``max_bytes_per_partition``, cut into
    chunks at batch boundaries;
 3. write: one Spark job reads the chunks through the ``logferry`` data source and writes
-   Parquet partitioned by topic and event hour into the run's staging directory;
+   Parquet (columns: :mod:`hadoop_loader.landed`) partitioned by topic and event hour
+   into the run's staging directory;
 4. count: the staged files are listed and read back (row counts per file, partition and
    hour) and checked against the plan; the manifest is built;
 5. commit the manifest (offsets advance here, and only here), publish, clean up;
@@ -31,6 +32,7 @@ from hadoop_loader import crash, field_columns
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, relative
+from hadoop_loader.landed import configure_writes, landed_frame
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
 from hadoop_loader.options import Endpoint
@@ -215,7 +217,8 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
               .option("fetchBytes", str(config.load.fetch_bytes))
               .option("maxBytesPerPartition", str(config.load.chunk_bytes))
               .option("decodeAgentRecords", ",".join(decoded) if decoded else "false"))
-    df = (field_columns.promote(reader.load(), config.source.field_columns)
+    df = (landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
+                       config.output.drop_decoded_values)
           .withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
           .withColumn("hr", F.date_format("timestamp", "HH")))
     per_hour = config.output.files_per_hour
@@ -229,6 +232,7 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
     # A task writes the hours it meets concurrently instead of sorting its rows by hour
     # first (Spark's default for partitioned writes); rows arrive nearly in time order.
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
+    configure_writes(spark)
     writer = (df.write.partitionBy("topic", "dt", "hr")
               .option("maxRecordsPerFile", config.output.max_records_per_file)
               .option("compression", config.output.compression)

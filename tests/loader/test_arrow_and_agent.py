@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import msgpack
 import pyarrow as pa
 import pytest
@@ -45,6 +47,10 @@ def test_one_batch_of_many_messages():
     assert set(rb.column("offset").to_pylist()) == {77}
 
 
+def utc_ms(ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+
+
 def agent_value(i: int, **extra) -> bytes:
     record = {"time": 1_700_000_000_000 + i, "host": "web-1", "file": "/var/log/app.log",
               "offset": i * 100, "line": f"line {i}"}
@@ -63,8 +69,8 @@ def test_agent_records_decode_and_bad_values_are_kept_raw_and_counted():
     assert [r["decoded"] for r in rows] == [True, False, False, True, False, True]
     assert [r["value"] for r in rows] == values
     assert rows[0]["host"] == "web-1" and rows[0]["file_offset"] == 0
-    assert rows[0]["line"] == "line 0" and rows[0]["read_time"] == 1_700_000_000_000
-    assert rows[3]["parsed_time"] == 5 and rows[3]["cut"] is True
+    assert rows[0]["line"] == "line 0" and rows[0]["read_time"] == utc_ms(1_700_000_000_000)
+    assert rows[3]["parsed_time"] == utc_ms(5) and rows[3]["cut"] is True
     assert rows[0]["cut"] is None
     assert rows[4]["host"] is None and rows[1]["line"] is None
 
@@ -82,3 +88,15 @@ def test_decode_values_fast_path_counts():
     assert bad == 0 and decoded.true_count == 100
     assert len(fields) == len(agent_records.AGENT_FIELDS)
     assert isinstance(fields[0], pa.Array)
+
+
+def test_agent_times_are_utc_timestamps_and_out_of_range_times_are_not_decoded():
+    values = [agent_value(0, ptime=1_709_251_200_123), agent_value(1, time=1 << 62),
+              agent_value(2, ptime=-(1 << 62)), agent_value(3, time=True)]
+    fields, decoded, bad = agent_records.decode_values(values)
+    columns = dict(zip((f.column for f in agent_records.AGENT_FIELDS), fields))
+    assert columns["read_time"].type == columns["parsed_time"].type == pa.timestamp("us", "UTC")
+    assert decoded.to_pylist() == [True, False, False, False] and bad == 3
+    assert columns["read_time"].to_pylist()[0] == utc_ms(1_700_000_000_000)
+    assert columns["parsed_time"].to_pylist()[0] == utc_ms(1_709_251_200_123)
+    assert columns["read_time"].to_pylist()[1:] == [None, None, None]

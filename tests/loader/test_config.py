@@ -32,6 +32,7 @@ def test_defaults():
     assert config.load.on_retention_gap == "fail"
     assert config.load.first_run == "earliest"
     assert config.output.files_per_hour == 1
+    assert config.output.drop_decoded_values is True
     assert config.audit.enabled is False
     assert config.spark.master is None
 
@@ -68,6 +69,7 @@ def test_spark_conf_values_become_strings():
     ({"output": {"uri": "file://host/x"}}, "output.uri"),
     ({"output": {"uri": "hdfs://nn:8020/"}}, "output.uri"),
     ({"output": {"filesystem": "s3"}}, "output.filesystem"),
+    ({"output": {"drop_decoded_values": "yes"}}, "output.drop_decoded_values"),
     ({"source": {"topics": []}}, "source.topics"),
     ({"source": {"topics": ["ok", "../etc"]}}, "source.topics"),
     ({"source": {"topics": ["a", "a"]}}, "source.topics"),
