@@ -107,6 +107,7 @@ def test_landed_parquet_types_in_pyarrow_duckdb_and_spark(spark, broker_cluster,
     for name in TIME_COLUMNS:
         assert types[name] in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP"), (name, types[name])
     assert types["key"] == "VARCHAR" and types["key_bytes"] == "BLOB"
+    assert types["fields"] == "MAP(VARCHAR, VARCHAR)"
     rows = con.execute(
         f"SELECT file_offset, epoch_ms(timestamp), epoch_ms(read_time), epoch_ms(parsed_time), "
         f"key, key_bytes, value, decoded FROM read_parquet('{glob}', hive_partitioning = true) "
