@@ -9,10 +9,11 @@ Layout (big-endian), declared once in :data:`BATCH_HEADER`::
     length          u32  bytes after this field: 18 + len(payload)
     magic           u8   format version, always 1
     crc             u32  zlib.crc32 of everything after this field (attributes..payload)
-    attributes      u8   bits 0-1: compression codec (0 none, 1 gzip); others zero
+    attributes      u8   bits 0-2: compression codec (0 none, 1 gzip, 3 lz4, 4 zstd:
+                         :mod:`broker.wire.codecs`); bits 3-7 zero
     count           u32  number of messages in the batch
     base_timestamp  i64  milliseconds since the epoch of the batch's first message
-    payload         msgpack array [keys, values, deltas], gzip-compressed if codec=1
+    payload         msgpack array [keys, values, deltas], compressed by the codec
 
 The payload is columnar so whole batches encode and decode in one msgpack call:
 ``keys`` is nil when no message has a key, else a list of bytes-or-nil; ``values`` is a
@@ -36,6 +37,17 @@ from typing import Iterator, Sequence
 import msgpack
 
 from broker.common.errors import CorruptBatchError
+from broker.wire.codecs import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_MASK,
+    CODEC_NAMES,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    CODECS,
+    compress,
+    decompress,
+)
 
 BATCH_HEADER = struct.Struct(">IBIBIq")
 """length, magic, crc, attributes, count, base_timestamp (see module docstring)."""
@@ -44,10 +56,7 @@ HEADER_SIZE = BATCH_HEADER.size  # 22
 LENGTH_SIZE = 4
 CRC_START = 9  # first byte covered by the CRC: attributes
 MAGIC = 1
-CODEC_NONE = 0
-CODEC_GZIP = 1
-CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP}
-_CODEC_MASK = 0x03
+_CODEC_MASK = CODEC_MASK
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 """No batch may claim to be longer than this; a larger length means a corrupt header."""
 
@@ -81,11 +90,9 @@ def encode_batch(
         else:
             deltas = [t - base for t in timestamps]
     payload = _pack([keys, values, deltas])
-    attributes = codec & _CODEC_MASK
-    if codec == CODEC_GZIP:
-        payload = _gzip(payload)
-    elif codec != CODEC_NONE:
-        raise ValueError(f"unknown compression codec {codec}")
+    if codec != CODEC_NONE:
+        payload = compress(codec, payload)  # ValueError for an unknown codec
+    attributes = codec
     buf = bytearray(HEADER_SIZE + len(payload))
     buf[HEADER_SIZE:] = payload
     _header_pack_into(buf, 0, 18 + len(payload), MAGIC, 0, attributes, count, base)
@@ -94,9 +101,32 @@ def encode_batch(
     return bytes(buf)
 
 
-def _gzip(data: bytes) -> bytes:
-    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return compressor.compress(data) + compressor.flush()
+def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | memoryview:
+    """One whole stored batch with its payload compressed by ``codec``, if it had none.
+
+    For copying batches across a slow link (the mirror's ``compression``): no msgpack
+    work, one compression call and a new header (length, attributes, CRC; count and
+    base timestamp kept). A batch that is already compressed, with any codec, or a
+    ``codec`` of none, is returned as it is: a batch is never compressed twice, nor
+    re-encoded from one codec to another. Raises CorruptBatchError if ``raw`` is not
+    one whole valid batch, ValueError for an unknown ``codec``.
+    """
+    view = memoryview(raw)
+    if len(view) < HEADER_SIZE:
+        raise CorruptBatchError(f"not a batch: {len(view)} bytes, a header needs {HEADER_SIZE}")
+    length, magic, crc, attributes, count, base = _header_unpack_from(view, 0)
+    if magic != MAGIC or length < 18 or LENGTH_SIZE + length != len(view):
+        raise CorruptBatchError("not one whole batch: malformed header or length")
+    if _crc32(view[CRC_START:]) != crc:
+        raise CorruptBatchError("batch fails its CRC")
+    if attributes != CODEC_NONE or codec == CODEC_NONE:
+        return raw if isinstance(raw, (bytes, memoryview)) else bytes(raw)
+    payload = compress(codec, bytes(view[HEADER_SIZE:]))
+    buf = bytearray(HEADER_SIZE + len(payload))
+    buf[HEADER_SIZE:] = payload
+    _header_pack_into(buf, 0, 18 + len(payload), MAGIC, 0, codec, count, base)
+    struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +167,10 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
             break
         if length < 18 or length > MAX_BATCH_BYTES or attributes & ~_CODEC_MASK or count == 0:
             error = f"malformed batch header at byte {pos}"
+            break
+        if attributes not in CODEC_NAMES:
+            error = (f"unknown compression codec {attributes} in batch at byte {pos} "
+                     f"(known: {', '.join(f'{n} {c}' for n, c in CODECS.items())})")
             break
         stop = pos + LENGTH_SIZE + length
         if stop > end:
@@ -228,15 +262,11 @@ def decode_batches(
             raise CorruptBatchError(f"batch at offset {offset + pos} fails its CRC")
         payload: bytes | memoryview = view[pos + HEADER_SIZE : stop]
         codec = attributes & _CODEC_MASK
-        if codec == CODEC_GZIP:
-            try:
-                payload = zlib.decompress(payload, 31)
-            except zlib.error as exc:
-                raise CorruptBatchError(
-                    f"batch at offset {offset + pos} does not decompress: {exc}"
-                ) from None
-        elif codec != CODEC_NONE:
-            raise CorruptBatchError(f"unknown codec {codec} in batch at offset {offset + pos}")
+        if attributes != codec:
+            raise CorruptBatchError(f"malformed batch header at offset {offset + pos}: "
+                                    f"attribute bits {attributes:#04x} are not a codec")
+        if codec != CODEC_NONE:
+            payload = decompress(codec, payload, offset + pos)  # CorruptBatchError if not
         try:
             keys, values, deltas = msgpack.unpackb(payload, raw=False, use_list=True)
         except Exception as exc:  # msgpack raises several types for bad input
@@ -311,3 +341,11 @@ def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int,
             return
         yield pos, view[pos:stop]
         pos = stop
+
+
+__all__ = [
+    "BATCH_HEADER", "Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD",
+    "CRC_START", "HEADER_SIZE", "LENGTH_SIZE", "MAGIC", "MAX_BATCH_BYTES", "ScanResult",
+    "batch_length_at", "compress_batch", "count_messages", "decode_batches", "encode_batch", "iter_raw_batches",
+    "scan", "validate_message_set",
+]

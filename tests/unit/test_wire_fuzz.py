@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.common.errors import LogferryError
-from broker.wire import apis, fetch, metadata, offsets, produce, protocol, records, topics
+from broker.wire import apis, codecs, fetch, metadata, offsets, produce, protocol, records, topics
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -250,7 +250,7 @@ def test_frames_with_any_header_settle(header):
 
 batch_lists = st.lists(st.tuples(
     st.lists(st.binary(max_size=20), min_size=1, max_size=5),
-    st.booleans(), st.integers(0, 2**41), st.sampled_from([records.CODEC_NONE, records.CODEC_GZIP])),
+    st.booleans(), st.integers(0, 2**41), st.sampled_from(sorted(codecs.CODECS.values()))),
     min_size=0, max_size=3)
 
 
@@ -259,6 +259,21 @@ def _with_crc(length: int, magic: int, attributes: int, count: int, base: int,
     """A batch whose CRC matches whatever its header and payload say."""
     body = struct.pack(">BIq", attributes, count, base) + payload
     return struct.pack(">IBI", length, magic, zlib.crc32(body)) + body
+
+
+def _compressed(payload: bytes) -> st.SearchStrategy[bytes]:
+    """``payload`` compressed by a real codec, whole, cut short or with a byte changed
+    (with a good CRC over it: the decompressor itself must turn it into an error)."""
+    @st.composite
+    def build(draw) -> bytes:
+        data = bytearray(codecs.compress(draw(st.sampled_from([1, 3, 4])), payload))
+        how = draw(st.sampled_from(["whole", "cut", "changed"]))
+        if how == "cut":
+            del data[draw(st.integers(0, len(data) - 1)):]
+        elif how == "changed":
+            data[draw(st.integers(0, len(data) - 1))] ^= draw(st.integers(1, 255))
+        return bytes(data)
+    return build()
 
 
 @st.composite
@@ -273,8 +288,9 @@ def message_sets(draw) -> bytes:
             payload = msgpack.packb(payload_value, use_bin_type=True)
         except (TypeError, ValueError, OverflowError):
             payload = b""
-        payload = draw(st.just(payload) | st.binary(max_size=30))
-        attributes = draw(st.sampled_from([0, 1, 2, 4]))
+        payload = draw(st.just(payload) | st.binary(max_size=30) | _compressed(payload))
+        # every codec id, the reserved 2, unknown ids 5-7 and a bit outside the codec's
+        attributes = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 8, 0x83]))
         count = draw(st.integers(0, 6))
         out += _with_crc(18 + len(payload), 1, attributes, count, 0, payload)
     mangle = draw(st.sampled_from(["whole", "truncated", "flipped", "garbage"]))
