@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic")
     p.add_argument("-k", "--key", help="message key (same partition for every line)")
     p.add_argument("-p", "--partition", type=int, help="explicit partition")
-    p.add_argument("--compression", choices=["none", "gzip"], default="none")
+    p.add_argument("--compression", choices=["none", "gzip", "lz4", "zstd"], default="none",
+                   help="batch codec (default none; docs/protocol.md compares them)")
     p.add_argument("--acks", choices=["0", "1", "all"], default="1",
                    help="0: no answer, 1: the leader appended (default), all: every "
                         "in-sync replica has it")

@@ -8,9 +8,13 @@ from broker.client.admin import Admin, BrokerInfo, PartitionInfo
 from broker.client.audit import AuditRecord, window_of
 from broker.client.batches import (
     CODEC_GZIP,
+    CODEC_LZ4,
     CODEC_NONE,
+    CODEC_ZSTD,
+    CODECS,
     MAX_BATCH_BYTES,
     Batch,
+    compress_batch,
     decode_batch,
     encode_batch,
 )
@@ -30,7 +34,8 @@ from broker.common.errors import *  # noqa: F401,F403 - the errors are part of t
 from broker.common.errors import LogferryError
 
 __all__ = [
-    "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODEC_GZIP", "CODEC_NONE", "Committed",
+    "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
+    "CODEC_ZSTD", "Committed", "compress_batch",
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SimpleConsumer", "decode_batch",

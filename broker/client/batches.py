@@ -4,7 +4,8 @@ Most applications never see a batch: :class:`~broker.client.Producer` builds the
 the consumers hand out messages. Pipes of batches do: the mirror copies fetched
 batches as they are and, only when a target topic has fewer partitions than its
 source, decodes one and re-encodes its messages per target partition; the loader
-reads decoded batches as columns. The format itself lives in :mod:`broker.wire.records`
+reads decoded batches as columns. ``CODECS`` maps the codec names configs use to the
+ids in batch headers. The format itself lives in :mod:`broker.wire.records`
 (docs/protocol.md); these are the parts of it that are part of the client's face.
 """
 
@@ -13,9 +14,13 @@ from __future__ import annotations
 from broker.common.errors import CorruptBatchError
 from broker.wire.records import (
     CODEC_GZIP,
+    CODEC_LZ4,
     CODEC_NONE,
+    CODEC_ZSTD,
+    CODECS,
     MAX_BATCH_BYTES,
     Batch,
+    compress_batch,
     decode_batches,
     encode_batch,
 )
@@ -33,4 +38,5 @@ def decode_batch(raw: bytes | bytearray | memoryview, offset: int = 0) -> Batch:
     return batches[0]
 
 
-__all__ = ["Batch", "CODEC_GZIP", "CODEC_NONE", "MAX_BATCH_BYTES", "decode_batch", "encode_batch"]
+__all__ = ["Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD", "MAX_BATCH_BYTES",
+           "compress_batch", "decode_batch", "encode_batch"]

@@ -64,7 +64,8 @@ class Producer:
         if acks not in (0, 1, -1) or isinstance(acks, bool):
             raise ConfigError("acks must be 0, 1 or 'all' (-1)")
         if compression not in records.CODECS:
-            raise ConfigError(f"compression must be one of {sorted(records.CODECS)}")
+            raise ConfigError(f"compression must be one of {', '.join(records.CODECS)}, "
+                              f"not {compression!r}")
         if partitioner not in ("round_robin", "random"):
             raise ConfigError("partitioner must be 'round_robin' or 'random'")
         if batch_messages < 1 or batch_bytes < 1 or buffer_bytes < 1:
