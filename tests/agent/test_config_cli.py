@@ -86,6 +86,15 @@ def test_example_config_is_valid() -> None:
     assert config.sources and config.zk
 
 
+def test_compression_defaults_to_zstd_and_takes_every_codec() -> None:
+    assert parse_config(minimal()).producer.compression == "zstd"
+    for codec in ("none", "gzip", "lz4", "zstd"):
+        assert parse_config(minimal(producer={"compression": codec})).producer.compression == codec
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal(producer={"compression": "snappy"}))
+    assert info.value.key == "producer.compression" and "'lz4'" in str(info.value)
+
+
 @pytest.mark.parametrize("pattern,path,hit", [
     ("/var/log/*.log", "/var/log/app.log", True),
     ("/var/log/*.log", "/var/log/sub/app.log", False),
