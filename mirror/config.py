@@ -24,6 +24,8 @@ from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
 ON_GAP = ("stop", "skip")
+COMPRESSION = ("none", "gzip", "lz4", "zstd")
+"""The batch codecs (broker.client.CODECS); see MirrorConfig.compression."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class MirrorConfig:
     """The producer retries a batch this long (target down) before the mirror gives up."""
     shutdown_timeout_s: float = 30.0
     """On SIGTERM, wait this long for in-flight batches; then exit without committing them."""
+    compression: str = "zstd"
+    """Codec given to batches that arrive uncompressed before they cross to the target
+    (``none``: copy every batch byte for byte). Compressed batches are always copied as
+    they are. zstd: the best ratio on log data at a CPU cost the copy affords
+    (docs/benchmarks.md, "Compression")."""
     metrics_port: int = 0
     """Prometheus text on this port (0: none)."""
     metrics_host: str = "127.0.0.1"
@@ -98,7 +105,7 @@ SECTIONS = {
         start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
         poll_max_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT, commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
-        shutdown_timeout_s=POSITIVE_NUMBER),
+        shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING),
 }
 """Every table and key of the mirror's config (docs/mirror.md lists the defaults)."""
@@ -160,6 +167,9 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     start = m.get("start", "earliest")
     if start not in ("earliest", "latest"):
         v.fail("mirror.start", f"must be 'earliest' or 'latest', not {start!r}")
+    compression = m.get("compression", "zstd")
+    if compression not in COMPRESSION:
+        v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
     mt = tables["metrics"]
     status_file = mt.get("status_file") or None
     if status_file is not None:
@@ -176,7 +186,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         commit_interval_ms=m.get("commit_interval_ms", 1000),
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
-        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)))
+        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression)
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

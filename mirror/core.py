@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 
-from broker.client import Admin, GroupConsumer, Producer, RawBatch, SimpleConsumer
+from broker.client import CODECS, Admin, GroupConsumer, Producer, RawBatch, SimpleConsumer
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
 from broker.common.retry import Retry
@@ -71,7 +71,8 @@ class Mirror:
                                       buffer_bytes=max(4 * cfg.poll_max_bytes, 64 * 1024 * 1024),
                                       delivery_timeout=cfg.delivery_timeout_s,
                                       client_id=f"mirror-{cfg.group}")
-            self._router = Router(self._source, self._admin, on_rehash=self._count_rehash)
+            self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
+                                  codec=CODECS[cfg.compression])
             self._consumer = GroupConsumer(
                 cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
                 auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,

@@ -1,11 +1,14 @@
 """Where a source batch goes in the target cluster.
 
-Source partition p goes to target partition p, batch bytes untouched. Missing target
+Source partition p goes to target partition p, batch bytes untouched, except that a
+batch that arrives uncompressed is compressed with the mirror's ``compression`` (the
+payload only: no message is decoded; a compressed batch is never touched). Missing target
 topics are created with the source's partition count. When a target topic has fewer
 partitions than its source (created by hand, or the source grew), partition p cannot
 be kept: the mirror says so loudly, decodes those batches and re-hashes the messages by
 key as the producer does (crc32(key) % n; keyless messages go to p % n), re-encoding
-them with the source batch's codec. Only this fallback decodes anything.
+them with the source batch's codec (the mirror's, for an uncompressed one). Only this
+fallback decodes anything.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 import zlib
 from typing import Callable
 
-from broker.client import Admin, SimpleConsumer, decode_batch, encode_batch
+from broker.client import CODEC_NONE, Admin, SimpleConsumer, compress_batch, decode_batch, encode_batch
 from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
 
 log = logging.getLogger("logferry.mirror.routing")
@@ -25,9 +28,13 @@ RECHECK_S = 30.0
 
 
 def rehash(batch_bytes: bytes | memoryview, source_partition: int,
-           target_count: int) -> dict[int, bytes]:
-    """Split one batch into one re-encoded batch per target partition (the fallback)."""
+           target_count: int, codec: int = CODEC_NONE) -> dict[int, bytes]:
+    """Split one batch into one re-encoded batch per target partition (the fallback).
+
+    The parts keep the batch's codec; an uncompressed batch's parts get ``codec``.
+    """
     batch = decode_batch(batch_bytes)
+    codec = batch.codec if batch.codec != CODEC_NONE else codec
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
     groups: dict[int, tuple[list, list, list]] = {}
@@ -37,7 +44,7 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
         ks.append(key)
         vs.append(value)
         tss.append(ts)
-    return {p: encode_batch(vs, ks if any(k is not None for k in ks) else None, tss, batch.codec)
+    return {p: encode_batch(vs, ks if any(k is not None for k in ks) else None, tss, codec)
             for p, (ks, vs, tss) in groups.items()}
 
 
@@ -45,10 +52,12 @@ class Router:
     """Knows (and creates) target topics; maps each source batch to target batches."""
 
     def __init__(self, source: SimpleConsumer, target: Admin,
-                 on_rehash: Callable[[str], None] | None = None):
+                 on_rehash: Callable[[str], None] | None = None, codec: int = CODEC_NONE):
         self.source = source
         self.target = target
         self.on_rehash = on_rehash
+        self.codec = codec
+        """Codec for batches that arrive uncompressed (CODEC_NONE: copy them as they are)."""
         self._counts: dict[str, tuple[int, int, float]] = {}  # topic -> (source n, target n, when)
 
     def counts(self, topic: str, partition: int) -> tuple[int, int]:
@@ -85,10 +94,10 @@ class Router:
         """``[(target partition, batch bytes)]`` for one source batch."""
         source_n, target_n = self.counts(topic, partition)
         if target_n >= source_n:
-            return [(partition, raw)]
+            return [(partition, compress_batch(raw, self.codec) if self.codec else raw)]
         if self.on_rehash is not None:
             self.on_rehash(topic)
-        return sorted(rehash(raw, partition, target_n).items())
+        return sorted(rehash(raw, partition, target_n, self.codec).items())
 
 
 __all__ = ["Router", "rehash"]

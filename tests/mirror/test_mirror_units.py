@@ -86,6 +86,25 @@ def test_rehash_keeps_keys_together_keyless_by_source_partition_and_codec():
     assert sorted(seen, key=lambda m: m[2]) == list(zip(keys, values, range(1000, 1020)))
 
 
+def test_compression_defaults_to_zstd_and_is_checked():
+    assert parse_config(BASE).compression == "zstd"
+    assert load_config(ROOT / "etc" / "mirror.toml").compression == "zstd"
+    assert parse_config(_with("mirror", compression="none")).compression == "none"
+    with pytest.raises(MirrorConfigError) as info:
+        parse_config(_with("mirror", compression="snappy"))
+    assert info.value.key == "mirror.compression" and "zstd" in str(info.value)
+
+
+def test_rehash_gives_uncompressed_batches_the_mirror_codec():
+    values = [b"v%d" % i for i in range(20)]
+    keys = [b"k%d" % (i % 5) for i in range(20)]
+    raw = records.encode_batch(values, keys, 1000)
+    out = rehash(raw, source_partition=0, target_count=2, codec=records.CODEC_ZSTD)
+    decoded = [records.decode_batches(data, 0)[0][0] for data in out.values()]
+    assert {b.codec for b in decoded} == {records.CODEC_ZSTD}
+    assert sorted(v for b in decoded for v in b.values) == sorted(values)
+
+
 def test_raw_batches_keep_bytes_count_messages_and_leave_a_torn_tail():
     one = records.encode_batch([b"a", b"b"], None, 1)
     two = records.encode_batch([b"c"], [b"k"], 2, records.CODEC_GZIP)
