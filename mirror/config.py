@@ -61,11 +61,11 @@ class MirrorConfig:
     """The producer retries a batch this long (target down) before the mirror gives up."""
     shutdown_timeout_s: float = 30.0
     """On SIGTERM, wait this long for in-flight batches; then exit without committing them."""
-    compression: str = "zstd"
-    """Codec given to batches that arrive uncompressed before they cross to the target
-    (``none``: copy every batch byte for byte). Compressed batches are always copied as
-    they are. zstd: the best ratio on log data at a CPU cost the copy affords
-    (docs/benchmarks.md, "Compression")."""
+    compression: str = "none"
+    """Codec given to batches that arrive uncompressed before they cross to the target.
+    ``none`` (the default) copies every batch byte for byte: the agent's batches arrive
+    zstd-compressed already, and both clusters then hold identical logs. Compressed
+    batches are always copied as they are (docs/benchmarks.md, "Compression")."""
     metrics_port: int = 0
     """Prometheus text on this port (0: none)."""
     metrics_host: str = "127.0.0.1"
@@ -167,7 +167,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     start = m.get("start", "earliest")
     if start not in ("earliest", "latest"):
         v.fail("mirror.start", f"must be 'earliest' or 'latest', not {start!r}")
-    compression = m.get("compression", "zstd")
+    compression = m.get("compression", "none")
     if compression not in COMPRESSION:
         v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
     mt = tables["metrics"]

@@ -86,10 +86,10 @@ def test_rehash_keeps_keys_together_keyless_by_source_partition_and_codec():
     assert sorted(seen, key=lambda m: m[2]) == list(zip(keys, values, range(1000, 1020)))
 
 
-def test_compression_defaults_to_zstd_and_is_checked():
-    assert parse_config(BASE).compression == "zstd"
-    assert load_config(ROOT / "etc" / "mirror.toml").compression == "zstd"
-    assert parse_config(_with("mirror", compression="none")).compression == "none"
+def test_compression_defaults_to_none_and_is_checked():
+    assert parse_config(BASE).compression == "none"  # byte for byte
+    assert load_config(ROOT / "etc" / "mirror.toml").compression == "none"
+    assert parse_config(_with("mirror", compression="zstd")).compression == "zstd"
     with pytest.raises(MirrorConfigError) as info:
         parse_config(_with("mirror", compression="snappy"))
     assert info.value.key == "mirror.compression" and "zstd" in str(info.value)
