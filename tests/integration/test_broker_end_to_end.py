@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
+import zlib
 
 import pytest
 
@@ -85,6 +87,42 @@ def test_lists_keys_and_gzip_round_trip(broker_cluster):
             batches += consumer.fetch("keyed", p, consumer.offsets("keyed", p).start).batches
     assert found[b"host-a"] == values and found[b"host-b"] == [b"other"]
     assert all(b.codec == records.CODEC_GZIP for b in batches)
+
+
+def test_every_codec_round_trips_through_a_broker_in_order(broker_cluster):
+    cluster = broker_cluster(1)
+    n = 20_000
+    for name, codec in records.CODECS.items():
+        topic = f"codec-{name}"
+        sent = [_value(i) + b" GET /index.html 200" for i in range(n)]
+        with Producer(brokers=cluster.bootstrap, compression=name, linger_ms=5) as producer:
+            for start in range(0, n, 700):
+                producer.send(topic, sent[start:start + 700], partition=0)
+            producer.flush(timeout=60)
+            assert producer.metrics()["messages_acked"] == n
+        with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+            got = _consume_all(consumer, topic, n)
+            batches = consumer.fetch(topic, 0, 0).batches
+            stored = consumer.offsets(topic, 0).end
+        assert got[0] == sent, f"{name}: messages differ or are out of order"
+        assert batches and all(b.codec == codec for b in batches), name
+        if name != "none":
+            assert stored < sum(map(len, sent)) / 3, f"{name}: {stored} bytes stored"
+
+
+def test_broker_refuses_a_batch_with_an_unknown_codec_and_keeps_serving(broker_cluster):
+    cluster = broker_cluster(1)
+    good = records.encode_batch([b"a", b"b"], None, 1)
+    body = bytearray(good[records.CRC_START:])
+    body[0] = 5  # codec id 5: no such codec
+    bad = good[:5] + struct.pack(">I", zlib.crc32(body)) + bytes(body)
+    with Producer(brokers=cluster.bootstrap, retries=0) as producer:
+        producer.send("codecs", b"first", partition=0).wait(30)
+        with pytest.raises(CorruptBatchError, match="unknown compression codec 5"):
+            producer.send_raw("codecs", 0, bad).wait(30)
+        producer.send("codecs", b"after", partition=0).wait(30)
+    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+        assert _consume_all(consumer, "codecs", 2)[0] == [b"first", b"after"]
 
 
 def test_broker_restart_between_produce_and_consume_loses_nothing(broker_cluster):

@@ -12,6 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.wire import records
+from broker.client import decode_batch
 from broker.client.group.offsets import Committed, read_offsets, read_owners, write_offsets
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
@@ -90,6 +91,49 @@ def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
     assert codecs == {records.CODEC_GZIP}
     stored = sum(len(b) for bs in batches.values() for b in bs)
     assert stored < 20_000 * 200 / 3  # still compressed on the target
+    assert mirror.terminate() == 0
+
+
+def test_zstd_and_lz4_batches_are_copied_as_they_are(two_clusters, mirrors):
+    source, target = two_clusters()
+    for topic in ("zstd", "lz4"):
+        create(source.zk_connect, topic, 2)
+    mirror = mirrors("m1", source, target, topics=["zstd", "lz4"])  # default config
+    for topic in ("zstd", "lz4"):
+        produce(source.zk_connect, topic, 20_000, 2, compression=topic, size=200)
+    for topic in ("zstd", "lz4"):
+        wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 60,
+                 f"{topic} to be mirrored")
+        assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)  # byte for byte
+        batches = read_batches(target.zk_connect, topic)
+        attributes = {records.BATCH_HEADER.unpack_from(b)[3] for bs in batches.values() for b in bs}
+        assert attributes == {records.CODECS[topic]}
+        assert message_count(batches) == 20_000
+    assert mirror.terminate() == 0
+
+
+def test_mirror_compression_compresses_uncompressed_batches_only(two_clusters, mirrors):
+    source, target = two_clusters()
+    create(source.zk_connect, "plain", 2)
+    create(source.zk_connect, "zipped", 2)
+    mirror = mirrors("m1", source, target, topics=["plain", "zipped"], compression="zstd")
+    produce(source.zk_connect, "plain", 20_000, 2, size=200)
+    produce(source.zk_connect, "zipped", 5_000, 2, compression="gzip", size=200)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60,
+             "zipped to be mirrored as it is")
+    src_ends = ends(source.zk_connect, "plain")
+    wait_for(lambda: message_count(read_batches(target.zk_connect, "plain")) == 20_000, 60,
+             "plain to be mirrored")
+    source_batches, target_batches = (read_batches(source.zk_connect, "plain"),
+                                      read_batches(target.zk_connect, "plain"))
+    for p, batches in source_batches.items():
+        copied = target_batches[p]
+        assert len(copied) == len(batches)
+        for before, after in zip(batches, copied):  # same messages, same order, now zstd
+            old, new = decode_batch(before), decode_batch(after)
+            assert new.codec == records.CODEC_ZSTD and old.codec == records.CODEC_NONE
+            assert (new.values, new.keys, new.timestamps) == (old.values, old.keys, old.timestamps)
+    assert sum(ends(target.zk_connect, "plain").values()) < sum(src_ends.values()) / 3
     assert mirror.terminate() == 0
 
 
