@@ -35,6 +35,19 @@ def test_produce_that_cannot_deliver_says_how_many_and_exits_1(broker_cluster):
     assert ok.returncode == 0 and "produced 1 messages to small" in ok.stderr, ok.stderr
 
 
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_produce_with_a_codec_then_consume_in_order(broker_cluster, codec):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    assert _cli("topic", "create", "packed", "-p", "1", zk=zk).returncode == 0
+    lines = [f"2026-11-24 line {i} GET /index.html 200" for i in range(500)]
+    produced = _cli("produce", "packed", "--compression", codec, zk=zk, stdin="\n".join(lines) + "\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = _cli("consume", "packed", "-n", "500", zk=zk)
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == lines
+
+
 def test_group_consume_prints_messages_without_info_logs(broker_cluster):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
