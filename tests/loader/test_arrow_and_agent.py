@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from broker.client import messages_of
+from broker.client import CODECS, messages_of
 from broker.wire.records import decode_batches, encode_batch
 from hadoop_loader import agent_records
 from hadoop_loader.arrowconv import arrow_schema, spark_schema, to_record_batch
@@ -100,3 +100,15 @@ def test_agent_times_are_utc_timestamps_and_out_of_range_times_are_not_decoded()
     assert columns["read_time"].to_pylist()[0] == utc_ms(1_700_000_000_000)
     assert columns["parsed_time"].to_pylist()[0] == utc_ms(1_709_251_200_123)
     assert columns["read_time"].to_pylist()[1:] == [None, None, None]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd"])
+def test_the_reader_lands_the_same_rows_from_every_codec(codec):
+    values = [agent_value(i) for i in range(300)]
+    parts = [encode_batch(values[:200], None, 1000, CODECS[codec]),
+             encode_batch(values[200:], [b"web-1"] * 100, 2000, CODECS[codec])]
+    batches, _ = decode_batches(b"".join(parts), 0)
+    rows = to_record_batch("app", 0, batches, True).batch.to_pylist()
+    assert [r["value"] for r in rows] == values
+    assert [r["line"] for r in rows] == [f"line {i}" for i in range(300)]
+    assert all(r["decoded"] for r in rows)
