@@ -2,7 +2,8 @@
 
 The messages are the loghub samples (``shared/data/loghub``: Apache, HDFS, Hadoop,
 OpenSSH, Spark, ZooKeeper, 2,000 lines each) as the agent sends them: one msgpack map
-per line (``agent.encode``), file after file, repeated up to ``--messages``. For each
+per line (``agent.encode``; ``--values lines``: the bare lines), file after file,
+repeated up to ``--messages``. For each
 codec (none, gzip, lz4, zstd):
 
 - ratio: uncompressed batch bytes / compressed batch bytes, for batches cut as the
@@ -46,8 +47,8 @@ CODEC_ORDER = ("none", "gzip", "lz4", "zstd")
 PER_SEND = 500
 
 
-def load_values(directory: Path) -> list[bytes]:
-    """Every line of every ``*.log`` sample as the agent's message value."""
+def load_values(directory: Path, agent: bool = True) -> list[bytes]:
+    """Every line of every ``*.log`` sample as the agent's message value (or as it is)."""
     files = sorted(directory.glob("*.log"))
     if not files:
         raise SystemExit(f"no *.log files in {directory} (the loghub samples; see --data)")
@@ -55,6 +56,9 @@ def load_values(directory: Path) -> list[bytes]:
     for path in files:
         data = path.read_bytes()
         lines = valid_utf8(data.splitlines(), data)
+        if not agent:
+            values.extend(lines)
+            continue
         offsets, pos = [], 0
         for line in lines:
             offsets.append(pos)
@@ -147,12 +151,14 @@ def main() -> int:
                         help="producer batch_bytes (default 1 MiB, the agent's)")
     parser.add_argument("--codecs", default=",".join(CODEC_ORDER))
     parser.add_argument("--data", type=Path, default=LOGHUB, help="directory of *.log samples")
+    parser.add_argument("--values", choices=["agent", "lines"], default="agent",
+                        help="agent: each line as the agent's msgpack record (default); lines: bare lines")
     args = parser.parse_args()
     codecs = [c for c in args.codecs.split(",") if c]
     for c in codecs:
         if c not in CODECS:
             raise SystemExit(f"unknown codec {c!r}; known: {', '.join(CODECS)}")
-    sample = load_values(args.data)
+    sample = load_values(args.data, agent=args.values == "agent")
     values = repeat(sample, args.messages)
     n = len(values)
     mb = sum(map(len, values)) / 1e6

@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "groups": ("group_consumer.py", [], ["--messages", "100000", "--runs", "1",
                                          "--rebalances", "2"]),
     "mirror": ("mirror_throughput.py", [], ["--messages", "100000"]),
+    "compression": ("compression.py", [], ["--messages", "50000", "--runs", "1"]),
     "loader": ("loader_throughput.py", [], ["--messages", "100000"]),
 }
 
