@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_SOURCES = (".git", ".venv", ".logferry", "__pycache__", "*.pyc", ".*_cache", "build", "dist",
                "*.egg-info", "spark-warehouse", "metastore_db", "results")
 BASE = {"msgpack": "msgpack", "kazoo": "kazoo", "prometheus-client": "prometheus_client",
-        "tomli-w": "tomli_w"}
+        "tomli-w": "tomli_w", "zstandard": "zstandard", "lz4": "lz4"}
 """The base requirements (distribution: import name). A new one is a decision: every
 machine that runs any part of logferry downloads it."""
 OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog"}
