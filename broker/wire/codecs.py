@@ -22,6 +22,7 @@ batch, never another exception.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Callable
 
@@ -48,8 +49,25 @@ ZSTD_LEVEL = 3
 (docs/benchmarks.md)."""
 GZIP_LEVEL = 6
 
-_zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
-_zstd_decompressor = zstandard.ZstdDecompressor()
+_per_thread = threading.local()
+"""One zstd compressor and decompressor per thread: their contexts are reused across
+calls (cheaper than one per batch) but must not be shared, as they run without the GIL."""
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
+    try:
+        return _per_thread.compressor  # type: ignore[no-any-return]
+    except AttributeError:
+        _per_thread.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+        return _per_thread.compressor  # type: ignore[no-any-return]
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    try:
+        return _per_thread.decompressor  # type: ignore[no-any-return]
+    except AttributeError:
+        _per_thread.decompressor = zstandard.ZstdDecompressor()
+        return _per_thread.decompressor  # type: ignore[no-any-return]
 
 
 def _gzip(data: bytes) -> bytes:
@@ -63,9 +81,7 @@ def _lz4(data: bytes) -> bytes:
 
 
 def _zstd(data: bytes) -> bytes:
-    # ZstdCompressor is not safe to share between threads mid-call; compress() is one call
-    # that holds no state between calls, documented as safe to reuse across calls.
-    return _zstd_compressor.compress(data)
+    return _zstd_compressor().compress(data)
 
 
 _COMPRESS: dict[int, Callable[[bytes], bytes]] = {
@@ -121,7 +137,7 @@ def _unzstd(payload: bytes | memoryview, at: int) -> bytes:
     if size > MAX_PAYLOAD_BYTES:
         raise _too_big(at, "zstd", size)
     # size -1: not stored (our producers always store it); bounded by max_output_size
-    out: bytes = _zstd_decompressor.decompress(payload, max_output_size=MAX_PAYLOAD_BYTES)
+    out: bytes = _zstd_decompressor().decompress(payload, max_output_size=MAX_PAYLOAD_BYTES)
     if size >= 0 and len(out) != size:
         raise CorruptBatchError(f"batch at offset {at} decompresses (zstd) to {len(out)} bytes, "
                                 f"its frame says {size}")

@@ -1,6 +1,7 @@
 """Batch codecs (none, gzip, lz4, zstd): round trips, corrupt payloads, unknown ids, bombs."""
 
 import struct
+import threading
 import zlib
 
 import lz4.frame
@@ -144,3 +145,24 @@ def test_compress_batch_refuses_what_is_not_one_valid_batch():
         records.compress_batch(bytes(plain), codecs.CODEC_ZSTD)
     with pytest.raises(CorruptBatchError):
         records.compress_batch(b"short", codecs.CODEC_ZSTD)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_threads_compress_and_decompress_at_once(codec):
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(30):
+                values = [b"%d-%d " % (seed, i) + line for line in LOG_LINES[: 50 + seed * 10 + i]]
+                (batch,), _ = records.decode_batches(records.encode_batch(values, None, 1, codec), 0)
+                assert batch.values == values
+        except BaseException as exc:  # reported below, from the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
