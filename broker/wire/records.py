@@ -169,8 +169,8 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
             error = f"malformed batch header at byte {pos}"
             break
         if attributes not in CODEC_NAMES:
-            error = (f"unknown compression codec {attributes} in batch at byte {pos} "
-                     f"(known: {', '.join(f'{n} {c}' for n, c in CODECS.items())})")
+            error = (f"malformed batch header at byte {pos}: unknown compression codec "
+                     f"{attributes} (known: {', '.join(f'{n} {c}' for n, c in CODECS.items())})")
             break
         stop = pos + LENGTH_SIZE + length
         if stop > end:
