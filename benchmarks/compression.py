@@ -63,7 +63,8 @@ def load_values(directory: Path, agent: bool = True) -> list[bytes]:
         for line in lines:
             offsets.append(pos)
             pos += len(line) + 1
-        prefix = chunk_prefix(1_700_000_000_000, "web-01.example.com", f"/var/log/{path.name}")
+        prefix = chunk_prefix(1_700_000_000_000, "web-01.example.com", f"/var/log/{path.name}",
+                              file_id=0x1D2C_3B4A_5968_7F00 + len(values))
         values.extend(encode_values(prefix, lines, offsets))
     return values
 
