@@ -109,14 +109,17 @@ def test_new_group_at_latest_sees_only_new_messages(broker_cluster):
     create_topic(zk, "late", 3)
     for p in range(3):
         _send(zk, "late", [[b"before"] * 10], partition=p)
-    consumer = GroupConsumer("fresh", ["late"], zk=zk, start="latest")
-    _ready(consumer, 3)  # start positions resolved and pinned in ZooKeeper
-    for p in range(3):
-        _send(zk, "late", [[b"after-%d" % p] * 5], partition=p)
-    got = _drain(consumer, 15)
-    assert sorted(m.value for m in got) == sorted([b"after-%d" % p for p in range(3)] * 5)
-    assert _drain(consumer, 1, 0.5) == []
-    consumer.close()
+    # acknowledged is not yet visible (the flush makes it so): "latest" is the visible end
+    with SimpleConsumer(zk=zk) as simple:
+        wait_for(lambda: all(simple.offsets("late", p).end > 0 for p in range(3)), 20,
+                 "the first messages to become visible")
+    with GroupConsumer("fresh", ["late"], zk=zk, start="latest") as consumer:
+        _ready(consumer, 3)  # start positions resolved and pinned in ZooKeeper
+        for p in range(3):
+            _send(zk, "late", [[b"after-%d" % p] * 5], partition=p)
+        got = _drain(consumer, 15)
+        assert sorted(m.value for m in got) == sorted([b"after-%d" % p for p in range(3)] * 5)
+        assert _drain(consumer, 1, 0.5) == []
     # An old group at earliest still sees everything.
     with GroupConsumer("old", ["late"], zk=zk, iter_timeout=1.0) as old:
         assert len(list(old)) == 45
