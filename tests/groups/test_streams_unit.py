@@ -12,7 +12,9 @@ import pytest
 
 from broker.client.consumer import Message
 from broker.client.group.offsets import Committed
-from broker.client.group.streams import Chunk, ConsumerClosedError, GroupState, PartitionState, Reader, StreamQueue
+from broker.client.group.streams import (
+    Chunk, ConsumerClosedError, GroupState, PartitionState, RawBatch, Reader, StreamQueue,
+)
 from broker.common.errors import ConfigError
 from broker.common.names import validate_group_name
 
@@ -213,3 +215,42 @@ def test_committed_format_and_group_names():
     for bad in ("", ".", "..", "a/b", "x" * 250):
         with pytest.raises(ConfigError):
             validate_group_name(bad)
+
+
+def _raw_chunk(ps: PartitionState, offset: int, size: int = 100) -> Chunk:
+    batch = RawBatch(offset, offset + size, 5, memoryview(b"x" * size))
+    return Chunk(ps, ps.epoch, offset, offset + size, [batch], 0, size)  # type: ignore[list-item]
+
+
+def test_raw_poll_without_acknowledging_keeps_batches_in_flight_until_acknowledged_through():
+    state, queue, (a, b) = _setup(2)
+    _put(queue, _raw_chunk(a, 0), _raw_chunk(b, 0), _raw_chunk(a, 100))
+    reader = Reader(state, [queue], timeout=0.0)
+    got = reader.poll_batches(0, acknowledge=False)
+    assert [(tp, batch.offset) for tp, batch in got] == [(("t", 0), 0), (("t", 1), 0), (("t", 0), 100)]
+    assert reader.poll_batches(0, acknowledge=False) == []  # polling again acknowledges nothing
+    with state.lock:
+        state.materialize()
+        assert a.position == b.position == (0, 0)
+        assert state.busy([a]) and state.busy([b])  # a rebalance waits for them
+    reader.acknowledge_through({("t", 0): 100})  # only the first batch of partition 0
+    assert a.position == (100, 0) and b.position == (0, 0)
+    reader.acknowledge_through({("t", 0): 200, ("t", 1): 100})
+    with state.lock:
+        state.materialize()
+        assert not state.busy([a, b])
+    assert a.position == (200, 0) and b.position == (100, 0)
+
+
+def test_raw_acknowledgement_of_a_released_partition_is_ignored():
+    state, queue, (ps,) = _setup()
+    _put(queue, _raw_chunk(ps, 0))
+    reader = Reader(state, [queue], timeout=0.0)
+    assert len(reader.poll_batches(0, acknowledge=False)) == 1
+    with state.lock:
+        state.stop([ps])
+        state.release([ps])
+    reader.acknowledge_through({("t", 0): 100})
+    assert ps.position == (0, 0)
+    with state.lock:
+        assert not reader.holds({id(ps)})

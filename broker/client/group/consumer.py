@@ -95,7 +95,8 @@ class GroupConsumer:
                  on_assign: Callable[[list[TopicPartition]], None] | None = None,
                  on_revoke: Callable[[list[TopicPartition]], None] | None = None,
                  raw_batches: bool = False,
-                 on_gap: Callable[[str, int, int, int], bool] | None = None):
+                 on_gap: Callable[[str, int, int, int], bool] | None = None,
+                 fetch_requests_per_broker: int = 1):
         if brokers is not None or zk is None:
             raise ConfigError("consumer groups coordinate through ZooKeeper: pass zk= (a connect "
                               "string with chroot), not brokers=")
@@ -108,8 +109,10 @@ class GroupConsumer:
             raise ConfigError(f"start must be 'earliest' or 'latest', not {start!r}")
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
-        if num_streams < 1 or max_bytes < 1 or queue_bytes < 1 or session_timeout <= 0:
-            raise ConfigError("num_streams, max_bytes, queue_bytes and session_timeout must be positive")
+        if (num_streams < 1 or max_bytes < 1 or queue_bytes < 1 or session_timeout <= 0
+                or fetch_requests_per_broker < 1):
+            raise ConfigError("num_streams, max_bytes, queue_bytes, session_timeout and "
+                              "fetch_requests_per_broker must be positive")
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -139,7 +142,7 @@ class GroupConsumer:
         """Deliver undecoded batches through :meth:`poll_batches` instead of messages."""
         self._fetcher = Fetcher(self._state, self._simple, start, max_wait_ms, request_timeout,
                                 on_resolved=self._commit_now.set, raw_batches=raw_batches,
-                                on_gap=on_gap)
+                                on_gap=on_gap, requests_per_broker=fetch_requests_per_broker)
         self._coordinator: Coordinator | None = None
         self._committer: threading.Thread | None = None
         self._queues: list[StreamQueue] = []
@@ -247,15 +250,26 @@ class GroupConsumer:
         """Ready messages (waiting up to ``timeout`` s); acknowledges the previous poll's."""
         return self._main_reader().poll(timeout, max_messages)
 
-    def poll_batches(self, timeout: float = 1.0,
-                     max_bytes: int = 8 * 1024 * 1024) -> list[tuple[TopicPartition, RawBatch]]:
+    def poll_batches(self, timeout: float = 1.0, max_bytes: int = 8 * 1024 * 1024,
+                     acknowledge: bool = True) -> list[tuple[TopicPartition, RawBatch]]:
         """Raw mode: ready ``((topic, partition), RawBatch)`` pairs, about ``max_bytes`` worth.
 
         Batches are CRC-checked, never decoded. Like :meth:`poll`, this call acknowledges
         everything the previous call handed out, so call it again only once those batches
         are safely processed. Each partition's batches come in log order.
+
+        Pipelines pass ``acknowledge=False``: nothing is acknowledged by the call, and
+        :meth:`acknowledge_batches` says which batches are processed.
         """
-        return self._main_reader(raw=True).poll_batches(timeout, max_bytes)
+        return self._main_reader(raw=True).poll_batches(timeout, max_bytes, acknowledge)
+
+    def acknowledge_batches(self, positions: dict[TopicPartition, int]) -> None:
+        """Raw mode: batches handed out that end at or before ``positions[tp]`` are processed.
+
+        Only processed positions are committed; a rebalance waits (bounded) for batches
+        handed out and not yet acknowledged, as for any message in flight.
+        """
+        self._main_reader(raw=True).acknowledge_through(positions)
 
     # -- positions ---------------------------------------------------------------------------
 

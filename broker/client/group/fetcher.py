@@ -5,7 +5,11 @@ One background thread. Each round it groups the owned partitions that may be fet
 bound) by the broker hosting them, and sends each broker one FETCH naming all of them
 (long poll: ``min_bytes=1``, ``max_wait_ms``). Requests to different brokers are in
 flight at the same time; a broker gets its next request once it answered the last, so
-one slow or dead broker never holds up the others. Responses are decoded in this
+one slow or dead broker never holds up the others. With ``requests_per_broker`` above 1
+(the mirror, reading across a WAN) up to that many requests per broker are in flight,
+each for a different share of its partitions (a partition is still in one request at a
+time): a partition's next fetch then waits only for its own answer, not for the other
+partitions' bytes, so round trips overlap with transfers. Responses are decoded in this
 thread (one msgpack call per batch, CRC-checked) and queued as :class:`Chunk` objects
 for the application.
 
@@ -77,6 +81,8 @@ IDLE_WAIT = 0.5
 
 class _Request(NamedTuple):
     address: tuple[str, int]
+    slot: int
+    """Which of the broker's ``requests_per_broker`` request slots it uses."""
     connection: Connection
     future: ResponseFuture
     parts: list[tuple[PartitionState, int, int]]
@@ -90,8 +96,10 @@ class Fetcher:
     def __init__(self, state: GroupState, simple: SimpleConsumer, start_policy: str,
                  max_wait_ms: int, request_timeout: float,
                  on_resolved: Callable[[], None] | None = None, raw_batches: bool = False,
-                 on_gap: Callable[[str, int, int, int], bool] | None = None):
+                 on_gap: Callable[[str, int, int, int], bool] | None = None,
+                 requests_per_broker: int = 1):
         self.state = state
+        self.requests_per_broker = requests_per_broker
         self.raw_batches = raw_batches
         self.on_gap = on_gap
         self.simple = simple
@@ -100,7 +108,8 @@ class Fetcher:
         self.max_wait_ms = max_wait_ms
         self.request_timeout = request_timeout
         self.on_resolved = on_resolved
-        self._inflight: dict[tuple[str, int], _Request] = {}
+        self._inflight: dict[tuple[tuple[str, int], int], _Request] = {}
+        """(broker address, slot) -> its outstanding request."""
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="logferry-group-fetcher", daemon=True)
         self.stats = {"fetch_requests": 0, "fetch_errors": 0, "bytes_fetched": 0,
@@ -154,7 +163,7 @@ class Fetcher:
                 now = time.monotonic()
                 done = [r for r in self._inflight.values() if r.future.done() or now >= r.deadline]
                 for request in done:
-                    del self._inflight[request.address]
+                    del self._inflight[request.address, request.slot]
                 ready = [] if state.paused else [ps for ps in state.partitions.values()
                                                  if self._fetchable(ps, now)]
             for request in done:
@@ -200,14 +209,16 @@ class Fetcher:
                     self._part_failed(ps, ps.epoch, f"no broker for it: {exc}")
                     continue
                 ps.address = address
-            if address not in self._inflight:
-                by_address.setdefault(address, []).append(ps)
+            by_address.setdefault(address, []).append(ps)
         sent = False
         for address, states in by_address.items():
-            sent = self._send(address, states) or sent
+            free = [slot for slot in range(self.requests_per_broker)
+                    if (address, slot) not in self._inflight]
+            for i, slot in enumerate(free[:len(states)]):  # the ready ones, shared out
+                sent = self._send(address, states[i::min(len(free), len(states))], slot) or sent
         return sent
 
-    def _send(self, address: tuple[str, int], states: list[PartitionState]) -> bool:
+    def _send(self, address: tuple[str, int], states: list[PartitionState], slot: int = 0) -> bool:
         parts: list[tuple[PartitionState, int, int]] = []
         fields_parts: list[FetchPart] = []
         with self.state.lock:
@@ -232,7 +243,8 @@ class Fetcher:
             return False
         deadline = time.monotonic() + self.max_wait_ms / 1000 + self.request_timeout
         with self.state.lock:
-            self._inflight[address] = _Request(address, connection, future, parts, deadline)
+            self._inflight[address, slot] = _Request(address, slot, connection, future, parts,
+                                                     deadline)
         self.stats["fetch_requests"] += 1
         future.callback = self._on_response
         return True

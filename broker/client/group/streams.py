@@ -461,13 +461,14 @@ class Reader:
                     return out
                 state.data_ready.wait(remaining)
 
-    def poll_batches(self, timeout: float = 0.0,
-                     max_bytes: int = 8 * 1024 * 1024) -> list[tuple[TopicPartition, RawBatch]]:
+    def poll_batches(self, timeout: float = 0.0, max_bytes: int = 8 * 1024 * 1024,
+                     acknowledge: bool = True) -> list[tuple[TopicPartition, RawBatch]]:
         """Ready raw batches (consumer in raw mode), up to about ``max_bytes`` of them.
 
         Same contract as :meth:`poll`, one batch per item: waits up to ``timeout`` s for
         the first, always returns at least one when any is ready, and acknowledges
-        everything the previous call handed out.
+        everything the previous call handed out, unless ``acknowledge`` is False: then
+        batches stay in flight until :meth:`acknowledge_through` covers them.
         """
         state = self._state
         deadline = time.monotonic() + max(timeout, 0.0)
@@ -475,7 +476,7 @@ class Reader:
         nbytes = 0
         with state.lock:
             self._fast = False
-            if self._held or self._many:
+            if acknowledge and (self._held or self._many):
                 self._ack()
             while True:
                 try:
@@ -499,6 +500,28 @@ class Reader:
                 if remaining <= 0:
                     return out
                 state.data_ready.wait(remaining)
+
+    def acknowledge_through(self, positions: dict[TopicPartition, int]) -> None:
+        """Count handed-out batches as processed, per partition, up to an offset.
+
+        ``positions[tp]`` is the offset after the last processed batch of ``tp``: every
+        batch of it handed out and ending at or before that offset counts as processed.
+        For pipelines (the mirror) that process several polls at once and learn of the
+        outcomes out of order; acknowledgements of released partitions are ignored.
+        """
+        with self._state.lock:
+            kept = []
+            for chunk, end in self._many:
+                upto = positions.get(chunk.state.tp)
+                if upto is None or chunk.next_offset > upto:
+                    kept.append((chunk, end))
+                    continue
+                ps = chunk.state
+                if ps.epoch == chunk.epoch:
+                    ps.position = chunk.position_after(end)
+            self._many = kept
+            if self._state.ack_waiters:
+                self._state.acked.notify_all()
 
     def detach(self) -> None:
         """Stop taking part in in-flight tracking (the reader is discarded)."""
