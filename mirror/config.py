@@ -51,10 +51,14 @@ class MirrorConfig:
     start: str = "earliest"
     """Where a partition without a committed position starts."""
     consumer_id: str | None = None
-    fetch_max_bytes: int = 1024 * 1024
+    fetch_max_bytes: int = 4 * 1024 * 1024
     poll_max_bytes: int = 8 * 1024 * 1024
-    """Bytes handed to the target per round (each round ends with every ack)."""
-    queue_bytes: int = 16 * 1024 * 1024
+    """Bytes taken from the consumer per poll."""
+    max_inflight_bytes: int = 32 * 1024 * 1024
+    """Stored bytes sent to the target and not yet acknowledged (the pipeline's window)."""
+    fetch_requests_per_broker: int = 4
+    """Fetches in flight per source broker (each for a share of its partitions)."""
+    queue_bytes: int = 64 * 1024 * 1024
     commit_interval_ms: int = 1000
     session_timeout_s: float = 6.0
     delivery_timeout_s: float = 3600.0
@@ -103,7 +107,8 @@ SECTIONS = {
     "mirror": fields(
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
         start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
-        poll_max_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT, commit_interval_ms=POSITIVE_INT,
+        poll_max_bytes=POSITIVE_INT, max_inflight_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT,
+        fetch_requests_per_broker=POSITIVE_INT, commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
         shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING),
@@ -180,9 +185,11 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         consumer_id=m.get("consumer_id") or None,
         metrics_port=mt.get("port", 0), metrics_host=mt.get("host", "127.0.0.1"),
         status_file=status_file, source_path=path,
-        fetch_max_bytes=m.get("fetch_max_bytes", 1024 * 1024),
+        fetch_max_bytes=m.get("fetch_max_bytes", 4 * 1024 * 1024),
         poll_max_bytes=m.get("poll_max_bytes", 8 * 1024 * 1024),
-        queue_bytes=m.get("queue_bytes", 16 * 1024 * 1024),
+        max_inflight_bytes=m.get("max_inflight_bytes", 32 * 1024 * 1024),
+        fetch_requests_per_broker=m.get("fetch_requests_per_broker", 4),
+        queue_bytes=m.get("queue_bytes", 64 * 1024 * 1024),
         commit_interval_ms=m.get("commit_interval_ms", 1000),
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),

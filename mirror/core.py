@@ -1,21 +1,25 @@
-"""The copy loop: poll source batches, append them to the target, wait for every ack.
+"""The copy loop: poll source batches, append them to the target, commit what it acknowledged.
 
-One round::
+The copy is pipelined: the loop polls and sends while earlier batches are still on
+their way, up to ``max_inflight_bytes`` of stored batch bytes sent and not yet
+acknowledged, so neither the fetches from the source nor the produce requests to the
+target wait for each other's round trips (what a WAN between the clusters costs)::
 
-    batches = consumer.poll_batches()     # acknowledges the previous round's batches
-    for each: producer.send_raw(target topic, partition, the stored bytes)
-    wait until the target acknowledged all of them
+    while room in the window: batches = consumer.poll_batches(acknowledge=False)
+                              for each: producer.send_raw(target topic, partition, bytes)
+    acknowledgements (any order) -> CommitTracker -> consumer.acknowledge_batches(...)
 
-A batch counts as processed only when the next round polls, i.e. after the target
-acknowledged it, so the group commits (in the background, every
-``commit_interval_ms``) only source positions whose data the target already holds.
-A crash anywhere repeats at most the uncommitted tail; nothing is skipped. The
-producer retries a batch while the target is down (``delivery_timeout_s``); a batch
-refused for good stops the mirror without acknowledging it (exit 1, resume later).
+A source batch counts as processed only once the target acknowledged it *and* every
+earlier batch of its partition (:class:`mirror.commit_tracker.CommitTracker`), so the
+group commits (in the background, every ``commit_interval_ms``) only source positions
+whose data the target already holds. A crash anywhere repeats at most the uncommitted
+tail; nothing is skipped. The producer retries a batch while the target is down
+(``delivery_timeout_s``); a batch refused for good stops the mirror, committing only
+the positions before it (exit 1, resume later).
 
-Stopping (SIGTERM): the current round is finished (bounded by ``shutdown_timeout_s``),
-its batches are acknowledged, the group commits and releases its partitions, and
-``run`` returns 0.
+Stopping (SIGTERM): no more polls; the batches in flight are waited for (bounded by
+``shutdown_timeout_s``), the acknowledged ones count as processed, the group commits
+and releases its partitions, and ``run`` returns 0.
 """
 
 from __future__ import annotations
@@ -23,11 +27,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
+from functools import partial
 
-from broker.client import CODECS, Admin, GroupConsumer, Producer, RawBatch, SimpleConsumer
+from broker.client import (
+    CODECS, Admin, DeliveryFuture, GroupConsumer, Producer, RawBatch, SimpleConsumer,
+)
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
 from broker.common.retry import Retry
+from mirror.commit_tracker import CommitTracker
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.routing import Router
@@ -37,6 +46,9 @@ log = logging.getLogger("logferry.mirror")
 
 STATUS_EVERY_S = 2.0
 POLL_TIMEOUT_S = 0.5
+"""Longest poll while nothing is in flight."""
+BUSY_POLL_S = 0.02
+"""Longest poll while batches are in flight (their acknowledgements wait meanwhile)."""
 
 
 class Mirror:
@@ -52,6 +64,10 @@ class Mirror:
         self._admin: Admin | None = None
         self._server: MetricsServer | None = None
         self._warned_rehash: set[str] = set()
+        self._tracker = CommitTracker()
+        self._outcomes: deque[tuple[int, LogferryError | None]] = deque()
+        """(tracker id, error or None) from the producer's threads, drained by the loop."""
+        self._wake = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -68,7 +84,8 @@ class Mirror:
             self._source = SimpleConsumer(zk=cfg.source_zk)
             self._admin = Admin(zk=cfg.target_zk)
             self._producer = Producer(zk=cfg.target_zk, linger_ms=0, acks=cfg.target_acks,
-                                      buffer_bytes=max(4 * cfg.poll_max_bytes, 64 * 1024 * 1024),
+                                      buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
+                                                       64 * 1024 * 1024),
                                       delivery_timeout=cfg.delivery_timeout_s,
                                       client_id=f"mirror-{cfg.group}")
             self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
@@ -77,7 +94,8 @@ class Mirror:
                 cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
                 auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
-                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap)
+                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
+                fetch_requests_per_broker=cfg.fetch_requests_per_broker)
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):
@@ -88,38 +106,45 @@ class Mirror:
                  cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
 
     def stop(self) -> None:
-        """Ask :meth:`run` to finish its round, commit and return (signal-safe)."""
+        """Ask :meth:`run` to finish its in-flight batches, commit and return (signal-safe)."""
         self.stopping.set()
+        self._wake.set()
 
     def run(self) -> int:
         """Copy until :meth:`stop`; returns 0. Raises MirrorError if the target refuses data."""
         assert self._consumer is not None, "start() first"
         consumer = self._consumer
+        tracker = self._tracker
+        limit = self.config.max_inflight_bytes
         last_status = 0.0
-        processed = True
         try:
             while not self.stopping.is_set():
-                batches = consumer.poll_batches(POLL_TIMEOUT_S, self.config.poll_max_bytes)
-                if batches and not self._copy(batches):
-                    processed = False  # stopped before the target acknowledged the round
-                    break
+                self._settle()
+                room = limit - tracker.inflight_bytes
+                if room > 0:
+                    batches = consumer.poll_batches(BUSY_POLL_S if len(tracker) else POLL_TIMEOUT_S,
+                                                    min(self.config.poll_max_bytes, room),
+                                                    acknowledge=False)
+                    if batches:
+                        self._send(batches)
+                else:
+                    self._wake.wait(0.2)  # the window is full: wait for acknowledgements
                 self.metrics.tick()
                 now = time.monotonic()
                 if self.config.status_file and now - last_status >= STATUS_EVERY_S:
                     last_status = now
                     self._write_status()
-        except BaseException:
-            processed = False
-            raise
+            self._drain()
         finally:
-            self.close(processed)
+            self.close()
         return 0
 
-    def close(self, processed: bool = True) -> None:
-        """Commit (the last round too if ``processed``), leave the group, disconnect."""
+    def close(self) -> None:
+        """Commit the acknowledged positions, leave the group, disconnect."""
         if self._consumer is not None:
             try:
-                self._consumer.close(processed=processed)
+                # acknowledged batches were counted as processed one by one; the rest is not
+                self._consumer.close(processed=False)
             except LogferryError as exc:
                 log.warning("mirror: closing the group consumer: %s", exc)
             self._consumer = None
@@ -142,48 +167,76 @@ class Mirror:
                 client.close()
         self._source = self._admin = None
 
-    # -- one round ---------------------------------------------------------------------------
+    # -- the pipeline ------------------------------------------------------------------------
 
-    def _copy(self, batches: list[tuple[tuple[str, int], RawBatch]]) -> bool:
-        """Send a round and wait for every ack; False if stopped before they all came."""
+    def _send(self, batches: list[tuple[tuple[str, int], RawBatch]]) -> None:
+        """Hand polled batches to the producer; each is tracked until the target acknowledges."""
         assert self._producer is not None
-        futures = []
-        per_topic: dict[str, list[int]] = {}
         for (topic, partition), batch in batches:
-            for target_partition, data in self._route(topic, partition, batch):
-                futures.append(self._producer.send_raw(topic, target_partition, data))
-            counts = per_topic.setdefault(topic, [0, 0, 0])
-            counts[0] += 1
-            counts[1] += batch.count
-            counts[2] += len(batch.raw)
-        deadline = None
-        for future in futures:
-            while not future.done():
-                if self.stopping.is_set() and deadline is None:
-                    deadline = time.monotonic() + self.config.shutdown_timeout_s
-                    log.info("mirror: stopping; waiting up to %.0fs for %d in-flight batches",
-                             self.config.shutdown_timeout_s, sum(not f.done() for f in futures))
-                if deadline is not None and time.monotonic() >= deadline:
-                    log.warning("mirror: target did not acknowledge the last round in time; "
-                                "those batches will be copied again by the next run")
-                    return False
-                try:
-                    future.wait(0.2)
-                except LogferryError:
-                    pass  # not yet acknowledged, or failed: looked at below
-            error = future.exception()
-            if error is not None:
-                raise DeliveryFailedError(f"the target refused a batch ({error}); source positions "
-                                          "after the last acknowledged batch were not committed")
-        for topic, (nb, nm, nbytes) in per_topic.items():
-            self.metrics.record(topic, nb, nm, nbytes)
-        return True
+            routes = self._route(topic, partition, batch)
+            batch_id = self._tracker.add((topic, partition), batch.offset, batch.next_offset,
+                                         batch.count, len(batch.raw), sends=len(routes))
+            for target_partition, data in routes:
+                future = self._producer.send_raw(topic, target_partition, data)
+                future.add_callback(partial(self._on_outcome, batch_id))
+
+    def _on_outcome(self, batch_id: int, future: DeliveryFuture) -> None:
+        """Producer thread: note the outcome; the copy loop applies it (the tracker is its own)."""
+        self._outcomes.append((batch_id, future.exception()))
+        self._wake.set()
+
+    def _settle(self) -> None:
+        """Apply acknowledgements: positions now safe count as processed; a failure stops."""
+        self._wake.clear()
+        tracker = self._tracker
+        outcomes = self._outcomes
+        while outcomes:
+            batch_id, error = outcomes.popleft()
+            if error is None:
+                tracker.acked(batch_id)
+            else:
+                tracker.failed(batch_id, error)
+        advanced = tracker.advance()
+        if advanced.positions:
+            assert self._consumer is not None
+            self._consumer.acknowledge_batches(advanced.positions)
+            per_topic: dict[str, list[int]] = {}
+            for batch in advanced.done:
+                counts = per_topic.setdefault(batch.tp[0], [0, 0, 0])
+                counts[0] += 1
+                counts[1] += batch.messages
+                counts[2] += batch.nbytes
+            for topic, (nb, nm, nbytes) in per_topic.items():
+                self.metrics.record(topic, nb, nm, nbytes)
+        failures = tracker.failures()
+        if failures:
+            _, batch = failures[0]
+            raise DeliveryFailedError(
+                f"the target refused a batch of {batch.tp[0]}-{batch.tp[1]} at offset {batch.offset} "
+                f"({batch.error}); source positions from there on were not committed")
+
+    def _drain(self) -> None:
+        """Stopping: wait (bounded) for the batches in flight, so their positions commit."""
+        tracker = self._tracker
+        self._settle()
+        if not len(tracker):
+            return
+        timeout = self.config.shutdown_timeout_s
+        log.info("mirror: stopping; waiting up to %.0fs for %d in-flight batches", timeout,
+                 len(tracker))
+        deadline = time.monotonic() + timeout
+        while len(tracker) and time.monotonic() < deadline:
+            self._wake.wait(min(0.2, max(deadline - time.monotonic(), 0)))
+            self._settle()
+        if len(tracker):
+            log.warning("mirror: the target did not acknowledge %d batches in time; they "
+                        "will be copied again by the next run", len(tracker))
 
     def _route(self, topic: str, partition: int, batch: RawBatch) -> list:
         """Target partitions and bytes for a batch; waits (bounded) while the target is away.
 
-        Looking up or creating the target topic needs a live target broker; nothing of
-        the round was acknowledged yet, so waiting here loses nothing.
+        Looking up or creating the target topic needs a live target broker; the batch is
+        not acknowledged yet, so waiting here loses nothing.
         """
         retry = Retry(initial=0.1, maximum=2.0, deadline=self.config.delivery_timeout_s)
         while True:

@@ -30,6 +30,14 @@ def test_example_config_loads():
     assert config.on_gap == "stop" and config.pattern == ".*" and config.metrics_port == 9393
 
 
+def test_pipeline_defaults_and_the_example_agree():
+    config, defaults = load_config(ROOT / "etc" / "mirror.toml"), parse_config(BASE)
+    for key in ("fetch_max_bytes", "fetch_requests_per_broker", "queue_bytes", "poll_max_bytes",
+                "max_inflight_bytes"):
+        assert getattr(config, key) == getattr(defaults, key), key
+    assert defaults.queue_bytes >= 2 * 4 * defaults.fetch_max_bytes  # 4 partitions in flight, twice
+
+
 @pytest.mark.parametrize("data, key", [
     ({"target": BASE["target"], "mirror": BASE["mirror"]}, "source"),
     (_with("source", zk_connect="h:1"), "source.zk_connect"),
@@ -40,6 +48,8 @@ def test_example_config_loads():
     (_with("mirror", exclude=["["]), "mirror.exclude"),
     (_with("mirror", on_gap="ignore"), "mirror.on_gap"),
     (_with("mirror", poll_max_bytes=0), "mirror.poll_max_bytes"),
+    (_with("mirror", max_inflight_bytes=0), "mirror.max_inflight_bytes"),
+    (_with("mirror", fetch_requests_per_broker=0), "mirror.fetch_requests_per_broker"),
     (_with("mirror", session_timeout_s="6"), "mirror.session_timeout_s"),
     (_with("mirror", group="a/b"), "mirror.group"),
     (_with("mirror", colour="red"), "mirror.colour"),
