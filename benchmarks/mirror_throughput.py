@@ -8,12 +8,26 @@ in the same run:
 1. plain consumer: one ``SimpleConsumer`` reads every partition from the start to the
    end, decoding every message (``messages_of``) as an application would;
 2. mirror: a :class:`mirror.core.Mirror` (in this process, its own thread, fresh
-   group) copies the topic to the target; timed from the start of its loop (group
-   already joined) until the target's ends equal the source's.
+   group, default config) copies the topic into a fresh target topic; timed from the
+   first byte it fetched (joining the group and resolving positions are round trips
+   paid once per start) to the target's last acknowledgement, by the mirror's own
+   counter (polling the target from this process would take the GIL from the
+   mirror); the target's ends are then checked to equal the source's;
+3. mirror over a WAN (``--delay-ms`` per direction, 25 by default: a 50 ms round
+   trip; 0 skips the case): the same, with the source cluster reached through
+   :mod:`benchmarks.delay_proxy` (a separate process), as LinkedIn ran it: the mirror
+   lives in the analysis datacenter and consumes across the WAN from the live one, so
+   its ZooKeeper session and its fetches pay the round trip, its produce requests not.
+
+The broker has no "advertised address" setting, so the mirror's source clients (and
+only they: they are the clients whose ZooKeeper connect string names the proxy) reach
+the source broker's address through the proxy by an address map installed here.
 
 Figures are messages/s and MB/s of stored batch bytes; the mirror's rate is also
-given as a percentage of the consumer's (target: >= 80 %). The machine is shared, so
-figures are provisional; ``--runs`` repeats both and prints the medians.
+given as a percentage of the consumer's (target: >= 80 %), the WAN case's as a
+percentage of the mirror without delay (target: >= 80 %). The machine is shared, so
+figures are provisional; ``--runs`` repeats every case and prints the medians. Lines
+``run N: <case> <rate> msgs/s`` are what ``benchmarks/ab_compare.py`` reads.
 
     .venv/bin/python benchmarks/mirror_throughput.py
     .venv/bin/python benchmarks/mirror_throughput.py --messages 2000000 --runs 3
@@ -22,7 +36,10 @@ figures are provisional; ``--runs`` repeats both and prints the medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -33,8 +50,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.delay_proxy import DelayProxy  # noqa: E402
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer, messages_of  # noqa: E402
+from broker.client.cluster import Cluster  # noqa: E402
 from mirror.config import MirrorConfig  # noqa: E402
 from mirror.core import Mirror  # noqa: E402
 
@@ -50,6 +69,11 @@ def fill(zk: str, messages: int, size: int, batch: int, partitions: int) -> None
         for i in range(0, messages, batch):
             producer.send(TOPIC, [value] * min(batch, messages - i), partition=(i // batch) % partitions)
         producer.flush()
+    with SimpleConsumer(zk=zk) as consumer:  # acknowledged; visible once the broker flushed it
+        last, now = None, ends(consumer)
+        while now != last:
+            time.sleep(0.3)
+            last, now = now, ends(consumer)
 
 
 def ends(consumer: SimpleConsumer) -> dict[int, int]:
@@ -74,31 +98,116 @@ def plain_consumer(zk: str) -> tuple[float, int, int]:
         return time.perf_counter() - start, count, nbytes
 
 
-def mirror_once(source_zk: str, target_zk: str, run: int) -> tuple[float, int, int]:
-    """Seconds, messages, bytes for the mirror copying the whole topic to the target."""
-    config = MirrorConfig(source_zk=source_zk, target_zk=target_zk, group=f"bench-{run}",
-                          topics=(TOPIC,), commit_interval_ms=1000)
-    with SimpleConsumer(zk=source_zk) as source:
-        wanted = ends(source)
-    # a fresh target topic per run: the target's ends then measure this run's copy
+@contextlib.contextmanager
+def routed_through(zk_connect: str, addresses: dict[tuple[str, int], tuple[str, int]]):
+    """Clients created with ``zk_connect`` connect to ``addresses[a]`` instead of broker ``a``."""
+    original = Cluster.connection
+
+    def connection(self: Cluster, address: tuple[str, int]):  # type: ignore[no-untyped-def]
+        if getattr(self, "_zk_connect", None) == zk_connect:
+            address = addresses.get(address, address)
+        return original(self, address)
+
+    Cluster.connection = connection  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Cluster.connection = original  # type: ignore[method-assign]
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far (every thread: the mirror's and the benchmark's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds of other processes so far (user + system, from /proc)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
+                mirror_source_zk: str | None = None) -> tuple[float, int, int, tuple[float, ...]]:
+    """Seconds, messages, bytes and CPU seconds (mirror, source broker, target broker).
+
+    ``mirror_source_zk``: the connect string the mirror uses for the source (the WAN
+    case gives the proxy's); the benchmark itself always looks from the source's own.
+    """
+    source_zk, target_zk = source.zk_connect, target.zk_connect
+    config = MirrorConfig(source_zk=mirror_source_zk or source_zk, target_zk=target_zk,
+                          group=group, topics=(TOPIC,))
+    with SimpleConsumer(zk=source_zk) as reader:
+        wanted = ends(reader)
+    with Admin(zk=target_zk) as admin:  # a fresh target topic per run, created untimed
+        with contextlib.suppress(Exception):
+            admin.delete_topic(TOPIC)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                admin.create_topic(TOPIC, partitions=len(wanted))
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # the deletion is still under way
     mirror = Mirror(config)
     mirror.start()
     thread = threading.Thread(target=mirror.run, name="bench-mirror")
-    start = time.perf_counter()
     thread.start()
-    with SimpleConsumer(zk=target_zk) as target:
-        while True:
-            try:
-                if ends(target) == wanted:
-                    break
-            except Exception:
-                pass  # the target topic is not created yet
-            time.sleep(0.01)
+    total = sum(wanted.values())
+    # Timed from the first fetched byte to the target's last acknowledgement: joining the
+    # group and resolving positions cost round trips once per start, not per message (a
+    # mirror runs for months). The end is the mirror's own counter: polling the target
+    # from this process would take the GIL from the mirror; the target's ends are checked
+    # below.
+    assert mirror._consumer is not None
+    consumer = mirror._consumer
+    while not consumer.metrics().get("bytes_fetched") and thread.is_alive():
+        time.sleep(0.002)
+    pids = (source.broker_pids(), target.broker_pids())
+
+    def cpu_now() -> tuple[float, ...]:
+        return cpu_seconds(), process_cpu(pids[0]), process_cpu(pids[1])
+
+    start, cpu = time.perf_counter(), cpu_now()
+    while sum(mirror.metrics.bytes.values()) < total and thread.is_alive():
+        time.sleep(0.002)
     elapsed = time.perf_counter() - start
+    cpu = tuple(b - a for a, b in zip(cpu, cpu_now()))
+    with SimpleConsumer(zk=target_zk) as copy:
+        deadline = time.monotonic() + 30
+        while ends(copy) != wanted:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"target ends {ends(copy)} != source ends {wanted}")
+            time.sleep(0.05)  # acknowledged, becoming visible (flush_ms)
     messages = int(sum(mirror.metrics.messages.values()))
     mirror.stop()
     thread.join(60)
-    return elapsed, messages, sum(wanted.values())
+    return elapsed, messages, total, cpu
+
+
+def report(run: int, case: str, seconds: float, count: int, nbytes: int,
+           cpu: tuple[float, ...] | None = None) -> tuple[float, float]:
+    """Print one ``run N: <case> <rate> msgs/s`` line; returns (msgs/s, MB/s).
+
+    ``cpu``: CPU seconds of the mirror's process, the source broker and the target
+    broker, shown per million messages (on a shared machine steadier than the rate,
+    and they show where the time goes).
+    """
+    rate, mbs = count / seconds, nbytes / seconds / 1e6
+    extra = ""
+    if cpu is not None:
+        mirror_cpu, source_cpu, target_cpu = (c / count * 1e6 for c in cpu)
+        extra = (f"; cpu s per M msgs: mirror {mirror_cpu:.2f}, source broker {source_cpu:.2f}, "
+                 f"target broker {target_cpu:.2f}")
+    print(f"run {run}: {case:<16} {rate:>12,.0f} msgs/s {mbs:8.1f} MB/s  "
+          f"({count:,} msgs in {seconds:.2f}s{extra})", flush=True)
+    return rate, mbs
 
 
 def main() -> int:
@@ -108,36 +217,52 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--delay-ms", type=float, default=25.0,
+                        help="WAN case: delay per direction (0: no WAN case)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    rates: dict[str, list[tuple[float, float]]] = {}
+    wan = f"mirror wan-{2 * args.delay_ms:g}ms"
     with tempfile.TemporaryDirectory(prefix="logferry-mirror-bench-") as tmp:
         base = Path(tmp)
         log_settings = {"flush_messages": 100_000, "flush_ms": 50}
         with LocalCluster(base / "source", chroot="/live", log=log_settings) as source, \
-                LocalCluster(base / "target", chroot="/analysis", log=log_settings) as target:
+                LocalCluster(base / "target", chroot="/analysis", log=log_settings) as target, \
+                contextlib.ExitStack() as stack:
             fill(source.zk_connect, args.messages, args.size, args.batch, args.partitions)
-            consumer_rates, mirror_rates = [], []
-            for run in range(args.runs):
-                if run:
-                    with Admin(zk=target.zk_connect) as admin:
-                        admin.delete_topic(TOPIC)
+            wan_zk = None
+            if args.delay_ms > 0:
+                broker = source.brokers[0].address.rpartition(":")
+                broker_address = (broker[0], int(broker[2]))
+                zk_address = ("127.0.0.1", source.zk_port)
+                proxy = stack.enter_context(DelayProxy([zk_address, broker_address], args.delay_ms))
+                wan_zk = f"127.0.0.1:{proxy.ports[zk_address]}/live"
+                stack.enter_context(routed_through(
+                    wan_zk, {broker_address: ("127.0.0.1", proxy.ports[broker_address])}))
+            for run in range(1, args.runs + 1):
                 seconds, count, nbytes = plain_consumer(source.zk_connect)
-                consumer_rates.append((count / seconds, nbytes / seconds / 1e6))
-                print(f"run {run + 1}: plain consumer {count:,} msgs in {seconds:.2f}s: "
-                      f"{count / seconds:,.0f} msgs/s, {nbytes / seconds / 1e6:.1f} MB/s", flush=True)
-                seconds, count, nbytes = mirror_once(source.zk_connect, target.zk_connect, run)
-                mirror_rates.append((count / seconds, nbytes / seconds / 1e6))
-                print(f"run {run + 1}: mirror         {count:,} msgs in {seconds:.2f}s: "
-                      f"{count / seconds:,.0f} msgs/s, {nbytes / seconds / 1e6:.1f} MB/s", flush=True)
-    c_msgs = statistics.median(r[0] for r in consumer_rates)
-    c_mb = statistics.median(r[1] for r in consumer_rates)
-    m_msgs = statistics.median(r[0] for r in mirror_rates)
-    m_mb = statistics.median(r[1] for r in mirror_rates)
+                rates.setdefault("plain consumer", []).append(
+                    report(run, "plain consumer", seconds, count, nbytes))
+                seconds, count, nbytes, cpu = mirror_once(source, target, f"bench-{run}")
+                rates.setdefault("mirror", []).append(
+                    report(run, "mirror", seconds, count, nbytes, cpu))
+                if wan_zk is not None:
+                    seconds, count, nbytes, cpu = mirror_once(source, target, f"bench-wan-{run}",
+                                                              wan_zk)
+                    rates.setdefault(wan, []).append(report(run, wan, seconds, count, nbytes, cpu))
+    medians = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+               for case, rs in rates.items()}
     print(f"\n{args.messages:,} messages of {args.size} B, batches of {args.batch}, "
           f"{args.partitions} partitions, median of {args.runs} run(s) (shared machine: provisional)")
-    print(f"plain consumer: {c_msgs:>12,.0f} msgs/s {c_mb:8.1f} MB/s")
-    print(f"mirror:         {m_msgs:>12,.0f} msgs/s {m_mb:8.1f} MB/s  "
-          f"= {100 * m_msgs / c_msgs:.0f}% of the consumer (target >= 80%)")
+    consumer = medians["plain consumer"][0]
+    for case, (msgs, mbs) in medians.items():
+        line = f"{case + ':':<18} {msgs:>12,.0f} msgs/s {mbs:8.1f} MB/s"
+        if case == "mirror":
+            line += f"  = {100 * msgs / consumer:.0f}% of the consumer (target >= 80%)"
+        elif case == wan:
+            line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the mirror without delay "
+                     "(target >= 80%)")
+        print(line)
     return 0
 
 
