@@ -13,9 +13,7 @@ from tests.mirror.test_mirror_integration import _offsets
 
 pytestmark = pytest.mark.integration
 
-ROUNDS, PER_ROUND, PARTITIONS = 16, 5_000, 4
-N = ROUNDS * PER_ROUND
-
+MIN_ROUNDS, PER_ROUND, PARTITIONS = 16, 5_000, 4
 
 def restarts(source: list[bytes], target: list[bytes]) -> int:
     """How often ``target`` goes back to an earlier source batch; fails on anything else.
@@ -43,44 +41,50 @@ def test_kill_9_mid_stream_with_many_batches_in_flight_loses_nothing(two_cluster
     mirror = mirrors("m1", source, target, topics=["piped"], fetch_max_bytes=64 * 1024,
                      poll_max_bytes=32 * 1024, max_inflight_bytes=1024 * 1024)
 
-    def keep_producing() -> None:
-        for round_ in range(ROUNDS):
-            produce(source.zk_connect, "piped", PER_ROUND, PARTITIONS, tag=f"r{round_}", batch=100)
+    done = threading.Event()
+    rounds: list[int] = []
+
+    def keep_producing() -> None:  # until both kills are over, and at least MIN_ROUNDS
+        while not done.is_set() or len(rounds) < MIN_ROUNDS:
+            produce(source.zk_connect, "piped", PER_ROUND, PARTITIONS, tag=f"r{len(rounds)}",
+                    batch=100)
+            rounds.append(1)
             time.sleep(0.1)
 
     producer = threading.Thread(target=keep_producing)
     producer.start()
     kills = 0
-    for _ in range(2):
-        before = sum(ends(target.zk_connect, "piped").values())
-        wait_for(lambda: sum(ends(target.zk_connect, "piped").values()) > before, 60,
-                 "the mirror to copy more")
-        committed = sum(_offsets(source.zk_connect, "mirror").values())
-        wait_for(lambda: sum(_offsets(source.zk_connect, "mirror").values()) > committed, 60,
-                 "a commit in the background while copying")
-        member = mirror.status().get("consumer_id")
-        mirror.kill()
-        kills += 1
-        mirror.start()
-        wait_for(lambda: mirror.status().get("consumer_id") not in (None, member), 60,
-                 "the restarted mirror to run")  # before any SIGTERM: its handler is set
-    producer.join(120)
+    try:
+        for _ in range(2):
+            committed = sum(_offsets(source.zk_connect, "mirror").values())
+            wait_for(lambda: sum(_offsets(source.zk_connect, "mirror").values()) > committed, 60,
+                     "a commit in the background while copying")
+            member = mirror.status().get("consumer_id")
+            mirror.kill()
+            kills += 1
+            mirror.start()
+            wait_for(lambda: mirror.status().get("consumer_id") not in (None, member), 60,
+                     "the restarted mirror to run")  # before any SIGTERM: its handler is set
+    finally:
+        done.set()
+        producer.join(120)
     assert not producer.is_alive()
+    produced = len(rounds) * PER_ROUND
     wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "piped", exact=False), 120,
              "every source batch on the target after two kill -9")
     assert mirror.terminate() == 0
 
     source_batches = read_batches(source.zk_connect, "piped")
     target_batches = read_batches(target.zk_connect, "piped")
-    assert message_count(source_batches) == N
+    assert message_count(source_batches) == produced
     copied = message_count(target_batches)
-    assert copied >= N  # every message is there; the rest are documented duplicates
+    assert copied >= produced  # every message is there; the rest are documented duplicates
     for p, batches in source_batches.items():
         assert restarts(batches, target_batches[p]) <= kills
     # SIGTERM waited for the batches in flight: everything is committed, nothing repeats
     committed = _offsets(source.zk_connect, "mirror")
     assert {p: committed[("piped", p)] for p in range(PARTITIONS)} == ends(source.zk_connect, "piped")
-    print(f"{N} source messages, {copied} on the target ({copied - N} duplicates after {kills} kills)")
+    print(f"{produced} source messages, {copied} on the target ({copied - produced} duplicates after {kills} kills)")
 
 
 def test_restarts_helper_rejects_loss_and_reordering():
