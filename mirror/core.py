@@ -87,6 +87,7 @@ class Mirror:
                                       buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
                                                        64 * 1024 * 1024),
                                       delivery_timeout=cfg.delivery_timeout_s,
+                                      max_request_bytes=cfg.max_request_bytes,
                                       client_id=f"mirror-{cfg.group}")
             self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
                                   codec=CODECS[cfg.compression])
