@@ -161,13 +161,21 @@ class FrameDecoder:
             return None
         start = pos + PREFIX_SIZE
         stop = pos + SIZE_FIELD + size
-        # Copy the frame out so the buffer can be reused while the frame is in use.
-        frame_bytes = bytes(buf[start:stop])
-        self._pos = stop
-        if self._pos > 1 << 20 and self._pos * 2 > len(buf):
-            del buf[: self._pos]
+        view: memoryview
+        if pos == 0 and stop == len(buf):
+            # The buffer holds exactly this frame (the usual case, and always for a frame
+            # larger than one read): the frame keeps the buffer, nothing is copied.
+            self._buf = bytearray()
             self._pos = 0
-        view = memoryview(frame_bytes)
+            view = memoryview(buf)[start:]
+        else:
+            # Copy the frame out (once) so the buffer can be reused while it is in use.
+            with memoryview(buf) as whole:
+                view = memoryview(bytes(whole[start:stop]))
+            self._pos = stop
+            if self._pos > 1 << 20 and self._pos * 2 > len(buf):
+                del buf[: self._pos]
+                self._pos = 0
         try:
             header = msgpack.unpackb(view[:header_len], raw=False, strict_map_key=False)
         except Exception as exc:
