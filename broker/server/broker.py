@@ -348,7 +348,7 @@ class Broker:
         self.stats.replica_bytes_in[key] += nbytes
         plog = self.logs.get(*key)
         if plog is not None:
-            self.flusher.maybe_schedule(key, plog)
+            self.flusher.appended(key, plog)
 
     def count_request(self, api: str, seconds: float, error: bool = False) -> None:
         """Record one handled request (connections count the ones no handler sees)."""

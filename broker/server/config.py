@@ -84,6 +84,7 @@ BROKER_FIELDS = fields(
 LOG_FIELDS = fields(
     segment_bytes=POSITIVE_INT,
     segment_ms=POSITIVE_INT,
+    group_commit=BOOL,
     flush_messages=POSITIVE_INT,
     flush_ms=POSITIVE_INT,
     retention_hours=POSITIVE_NUMBER,

@@ -1,10 +1,20 @@
 """Making appended bytes durable and visible, and deleting old segments.
 
-The paper's flush policy: fsync a partition after ``flush.messages`` messages or
-``flush.ms`` milliseconds, whichever comes first. fsync runs in a worker thread so the
-event loop keeps appending while the disk syncs; when it ends, the visible end moves,
-waiting consumers are woken and produces held for the fsync (``flush_messages = 1``)
-are answered. Retention is the broker's only deletion: whole segments, by age or size.
+Two flush policies (``[log] group_commit``, docs/configuration.md):
+
+- group commit (the default): every append asks for a commit of its log dir; one
+  round of fsyncs runs at a time per log dir and covers every partition appended to
+  before it started, and the next round starts as soon as it ends (the bookkeeping is
+  :class:`broker.server.group_commit.CommitQueue`). Data is visible one fsync after it
+  was appended, and the fsync rate adapts to the load: no timer.
+- the paper's policy: fsync a partition after ``flush.messages`` messages or
+  ``flush.ms`` milliseconds, whichever comes first.
+
+Either way fsync runs in a worker thread so the event loop keeps appending while the
+disk syncs, and only when it returned does the visible end move (consumers never read
+bytes a crash could take back): then waiting consumers are woken, produces held for the
+fsync (``flush_messages = 1``) are answered and replication hears of it. Retention is
+the broker's only deletion: whole segments, by age or size.
 """
 
 from __future__ import annotations
@@ -13,16 +23,19 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from typing import Callable, Protocol
+from pathlib import Path
+from typing import Callable, Hashable, Protocol, Sequence
 
-from broker.common.errors import LogferryError
+from broker.common.errors import LogferryError, StorageError
 from broker.server.broker_metrics import PartitionCounter
+from broker.server.group_commit import CommitQueue
 from broker.storage.log_manager import LogManager
-from broker.storage.partition_log import PartitionLog
+from broker.storage.partition_log import PartitionLog, PendingFlush
 
 log = logging.getLogger("logferry.broker")
 
 Key = tuple[str, int]
+SyncAll = Callable[[Sequence[PendingFlush]], list[OSError | None]]
 
 
 class FlushWaiter(Protocol):
@@ -36,59 +49,184 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def sync_all(pendings: Sequence[PendingFlush]) -> list[OSError | None]:
+    """Run the captured flushes one after the other (blocking: a worker thread);
+    the outcome of each, None for success. One failure does not stop the others."""
+    outcomes: list[OSError | None] = []
+    for pending in pendings:
+        try:
+            pending.run()
+            outcomes.append(None)
+        except OSError as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
 class Flusher:
     """fsyncs partitions by the flush policy and reports each flushed end."""
 
     def __init__(self, logs: LogManager, flush_ms: int, fsync_pool: Executor,
-                 wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None]):
+                 wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None],
+                 group_commit: bool | None = None, sync: SyncAll = sync_all):
         """After an fsync moved a partition's visible end: ``wake_consumers(key)``,
-        then the held produce answers, then ``on_flushed(key)`` (replication)."""
+        then the held produce answers, then ``on_flushed(key)`` (replication).
+        ``group_commit`` None: as the logs' config says. ``sync`` runs a round's
+        fsyncs in the pool (tests pass one that blocks)."""
         self.logs = logs
         self.flush_ms = flush_ms
         self.fsync_pool = fsync_pool
+        self.group_commit = logs.config.group_commit if group_commit is None else group_commit
+        self._sync = sync
         self._wake_consumers = wake_consumers
         self._on_flushed = on_flushed
         self._flushing: set[Key] = set()
         self._ack_after_flush: dict[Key, list[tuple[int, FlushWaiter, int]]] = {}
+        self._queues: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
+        self._next_round: dict[Hashable, asyncio.Future[None]] = {}
 
-    def schedule(self, key: Key, plog: PartitionLog) -> None:
-        """Flush ``key`` soon, unless a flush of it is already running."""
-        if key in self._flushing:
-            return
-        self._flushing.add(key)
-        asyncio.get_running_loop().create_task(self.flush(key, plog))
+    # -- asking for flushes ------------------------------------------------------------
 
-    def maybe_schedule(self, key: Key, plog: PartitionLog) -> None:
-        """Flush ``key`` if the flush policy says it is due."""
-        if plog.flush_due(now_ms()):
+    def appended(self, key: Key, plog: PartitionLog) -> None:
+        """Bytes were appended to ``key``: commit them (group commit) or flush when the
+        paper's policy says it is due."""
+        if self.group_commit:
+            self.commit(key, plog)
+        elif plog.flush_due(now_ms()):
             self.schedule(key, plog)
 
     def ack_after_flush(self, key: Key, plog: PartitionLog, waiter: FlushWaiter,
                         index: int) -> None:
         """Settle ``waiter``'s part ``index`` once everything appended so far is fsynced."""
         self._ack_after_flush.setdefault(key, []).append((plog.end_offset, waiter, index))
-        self.schedule(key, plog)
+        if self.group_commit:
+            self.commit(key, plog)
+        else:
+            self.schedule(key, plog)
 
     async def flush(self, key: Key, plog: PartitionLog) -> None:
+        """Make everything appended to ``key`` so far durable and visible, and return
+        when it is (or the fsync failed, which is logged)."""
+        if self.group_commit:
+            group = self.commit(key, plog)
+            await asyncio.shield(self._round_future(group))
+        else:
+            await self._flush_now(key, plog)
+
+    # -- group commit ----------------------------------------------------------------
+
+    def _group(self, key: Key) -> Hashable:
+        """One commit queue per log dir (a partition not in the manager: its own)."""
+        log_dir: Path | None = self.logs.log_dir_of(*key)
+        return key if log_dir is None else log_dir
+
+    def commit(self, key: Key, plog: PartitionLog) -> Hashable:
+        """Cover ``key`` by the next commit round of its log dir, starting one now if
+        none runs; returns the group (log dir) it went to."""
+        group = self._group(key)
+        queue = self._queues.get(group)
+        if queue is None:
+            queue = self._queues[group] = CommitQueue()
+        if queue.add(key, plog):
+            asyncio.get_running_loop().create_task(self._commit_rounds(group, queue))
+        return group
+
+    def _round_future(self, group: Hashable) -> asyncio.Future[None]:
+        """Done when the round that takes what is queued now for ``group`` has ended."""
+        future = self._next_round.get(group)
+        if future is None:
+            future = self._next_round[group] = asyncio.get_running_loop().create_future()
+        return future
+
+    async def _commit_rounds(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> None:
+        """Run rounds back to back while partitions keep being added."""
+        loop = asyncio.get_running_loop()
+        more = True
+        while more:
+            batch = queue.take()
+            ended = self._next_round.pop(group, None)
+            try:
+                await self._commit_round(loop, batch)
+            except Exception:  # never leave the queue marked running for ever
+                log.exception("group commit round failed")
+            finally:
+                if ended is not None and not ended.done():
+                    ended.set_result(None)
+            more = queue.round_done()
+
+    async def _commit_round(self, loop: asyncio.AbstractEventLoop,
+                            batch: dict[Key, PartitionLog]) -> None:
+        prepared: list[tuple[Key, PartitionLog, PendingFlush]] = []
+        for key, plog in batch.items():
+            try:
+                prepared.append((key, plog, plog.prepare_flush()))
+            except LogferryError as exc:
+                log.error("cannot flush %s-%d: %s", key[0], key[1], exc)
+                self._fail_acks(key, exc)
+        if not prepared:
+            return
+        pendings = [pending for _, _, pending in prepared]
+        try:
+            outcomes = await loop.run_in_executor(self.fsync_pool, self._sync, pendings)
+        except RuntimeError as exc:  # the pool was shut down: the broker is stopping
+            log.debug("group commit not run: %s", exc)
+            return
+        for (key, plog, pending), error in zip(prepared, outcomes):
+            if error is None:
+                self._published(key, plog, pending.end)
+            else:
+                log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
+                self._fail_acks(key, StorageError(f"fsync of partition {key[0]}-{key[1]} "
+                                                  f"failed: {error}"))
+
+    # -- the paper's policy ------------------------------------------------------------
+
+    def schedule(self, key: Key, plog: PartitionLog) -> None:
+        """Flush ``key`` soon, unless a flush of it is already running."""
+        if key in self._flushing:
+            return
+        self._flushing.add(key)
+        asyncio.get_running_loop().create_task(self._flush_now(key, plog))
+
+    async def _flush_now(self, key: Key, plog: PartitionLog) -> None:
         """fsync in a worker thread, then advance the visible end and wake fetchers."""
         self._flushing.add(key)
         try:
             while True:
                 pending = plog.prepare_flush()
-                try:
-                    await asyncio.get_running_loop().run_in_executor(self.fsync_pool, pending.run)
-                except OSError as exc:
-                    log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)
+                (error,) = await asyncio.get_running_loop().run_in_executor(
+                    self.fsync_pool, self._sync, [pending])
+                if error is not None:
+                    log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
                     return
-                plog.mark_flushed(pending.end)
-                self._flushed_to(key, plog.flushed_end)
-                self._on_flushed(key)
+                self._published(key, plog, pending.end)
                 # flush.messages=1 acks that arrived during this fsync need one more pass
                 if not any(item[0] > plog.flushed_end
                            for item in self._ack_after_flush.get(key, ())):
                     break
         finally:
             self._flushing.discard(key)
+
+    async def run(self) -> None:
+        """Flush every partition whose flush is due, for ever (a background task; with
+        group commit a backstop only: appends start their commits themselves)."""
+        tick = min(max(self.flush_ms / 4000, 0.005), 0.1)
+        while True:
+            await asyncio.sleep(tick)
+            now = now_ms()
+            for key, plog in self.logs.logs():
+                if key not in self._flushing and plog.flush_due(now):
+                    if self.group_commit:
+                        self.commit(key, plog)
+                    else:
+                        self.schedule(key, plog)
+
+    # -- after an fsync ----------------------------------------------------------------
+
+    def _published(self, key: Key, plog: PartitionLog, end: int) -> None:
+        """An fsync covering bytes below ``end`` returned: make them visible."""
+        plog.mark_flushed(end)
+        self._flushed_to(key, plog.flushed_end)
+        self._on_flushed(key)
 
     def _flushed_to(self, key: Key, flushed_end: int) -> None:
         self._wake_consumers(key)
@@ -106,15 +244,10 @@ class Flusher:
         else:
             del self._ack_after_flush[key]
 
-    async def run(self) -> None:
-        """Flush every partition whose flush is due, for ever (a background task)."""
-        tick = min(max(self.flush_ms / 4000, 0.005), 0.1)
-        while True:
-            await asyncio.sleep(tick)
-            now = now_ms()
-            for key, plog in self.logs.logs():
-                if key not in self._flushing and plog.flush_due(now):
-                    self.schedule(key, plog)
+    def _fail_acks(self, key: Key, error: LogferryError) -> None:
+        """The flush of ``key`` failed: produces held for it answer with ``error``."""
+        for _, waiter, index in self._ack_after_flush.pop(key, ()):
+            waiter.part_done(index, error)
 
 
 async def run_retention(logs: LogManager, interval_ms: int,
@@ -136,4 +269,4 @@ async def run_retention(logs: LogManager, interval_ms: int,
                 segments_deleted[key] += len(deleted)
 
 
-__all__ = ["Flusher", "FlushWaiter", "now_ms", "run_retention"]
+__all__ = ["Flusher", "FlushWaiter", "now_ms", "run_retention", "sync_all"]

@@ -84,7 +84,7 @@ class ProduceService:
                 if self.flush_each:
                     waits.append((topic, partition, len(results) - 1))
                 else:
-                    self.flusher.maybe_schedule(key, plog)
+                    self.flusher.appended(key, plog)
             except LogferryError as exc:
                 failed = True
                 metrics.produce_errors[(("error", type(exc).__name__),)] += 1

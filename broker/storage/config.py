@@ -17,10 +17,16 @@ class LogConfig:
     """Roll to a new segment before an append would grow the active one past this."""
     segment_ms: int = 7 * 24 * 3600 * 1000
     """Roll a non-empty active segment once it is older than this (ms)."""
+    group_commit: bool = True
+    """fsync each log dir's new bytes as soon as the previous fsync of it ended (group
+    commit: consumers see data one fsync after it was appended); False: the paper's
+    timer policy below."""
     flush_messages: int = 10000
-    """fsync once this many messages are unflushed (1 = before every acknowledgement)."""
+    """fsync once this many messages are unflushed (1 = before every acknowledgement,
+    also with group commit)."""
     flush_ms: int = 200
-    """fsync once the oldest unflushed append is older than this (ms)."""
+    """fsync once the oldest unflushed append is older than this (ms; with group commit
+    only a backstop)."""
     retention_ms: int = 168 * 3600 * 1000
     """Delete whole segments not modified for longer than this (ms)."""
     retention_bytes: int = -1

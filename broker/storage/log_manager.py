@@ -81,6 +81,10 @@ class LogManager:
         """The open log of a partition, or None if this broker does not host it."""
         return self._logs.get((topic, partition))
 
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log dir holding a partition, or None if this broker does not host it."""
+        return self._dir_of.get((topic, partition))
+
     def create(self, topic: str, partition: int) -> PartitionLog:
         """Open the partition's log, creating it in the least-used log dir if needed."""
         key = (topic, partition)

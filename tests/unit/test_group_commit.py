@@ -1,0 +1,222 @@
+"""Group commit: the sans-IO queue, and the flusher that drives it with a fake fsync
+that blocks, to show that consumers never see bytes before their fsync returned."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+from broker.server.flusher import Flusher, sync_all
+from broker.server.group_commit import CommitQueue
+from broker.storage.config import LogConfig
+from broker.storage.log_manager import LogManager
+from broker.storage.partition_log import PendingFlush
+from broker.wire import records
+
+
+# -- CommitQueue (no I/O) ---------------------------------------------------------------
+
+def test_the_first_add_starts_a_round_and_later_adds_wait_for_the_next() -> None:
+    queue: CommitQueue[str, int] = CommitQueue()
+    assert queue.add("a", 1) is True  # idle: the caller starts a round
+    assert queue.add("b", 2) is False  # a round is starting: no second one
+    assert queue.take() == {"a": 1, "b": 2}
+    assert queue.add("a", 1) is False and queue.add("c", 3) is False  # during the round
+    assert queue.add("a", 1) is False  # the same partition again: covered once
+    assert len(queue) == 2 and "a" in queue
+    assert queue.round_done() is True  # more came meanwhile: next round at once
+    assert queue.take() == {"a": 1, "c": 3}
+    assert queue.round_done() is False and not queue.running  # idle again
+    assert queue.add("d", 4) is True
+    assert queue.rounds == 2
+
+
+def test_a_round_with_nothing_added_meanwhile_leaves_the_queue_idle() -> None:
+    queue: CommitQueue[str, int] = CommitQueue()
+    assert queue.add("a", 1)
+    queue.take()
+    assert not queue.round_done()
+    assert queue.take() == {} and not queue.round_done()
+
+
+# -- the flusher with a blocking fsync --------------------------------------------------
+
+class BlockingSync:
+    """Runs the real fsyncs, but only once the test lets the round go."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []  # flushes per round
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Semaphore(0)
+
+    def __call__(self, pendings: Sequence[PendingFlush]) -> list[OSError | None]:
+        self.calls.append(len(pendings))
+        self.entered.release()
+        assert self.release.acquire(timeout=10), "the test never released the fsync"
+        return sync_all(pendings)
+
+
+async def _until(predicate, what: str) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _read_visible(plog, offset: int) -> bytes:
+    """What a consumer's fetch from ``offset`` would get: bytes below the visible end."""
+    out = bytearray()
+    while offset < plog.visible_end:
+        piece = plog.read_slice(offset, 1 << 20)
+        out += os.pread(piece.file.fileno(), piece.count, piece.position)
+        offset += piece.count
+    assert plog.read_slice(offset, 1 << 20).count == 0  # nothing past the visible end
+    return bytes(out)
+
+
+async def _consumers_see_only_fsynced_bytes(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plog = logs.create("t", 0)
+    other = logs.create("t", 1)
+    sync = BlockingSync()
+    woken: list[tuple[str, int]] = []
+    flushed: list[tuple[str, int]] = []
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, woken.append, flushed.append, sync=sync)
+    assert flusher.group_commit  # the default
+    loop = asyncio.get_running_loop()
+
+    first = records.encode_batch([b"one"], None, 1)
+    plog.append(first, 1)
+    flusher.appended(("t", 0), plog)
+    await loop.run_in_executor(None, sync.entered.acquire)  # round 1 is in its fsync
+    second = records.encode_batch([b"two"], None, 1)
+    third = records.encode_batch([b"three"], None, 1)
+    plog.append(second, 1)
+    flusher.appended(("t", 0), plog)
+    plog.append(third, 1)
+    flusher.appended(("t", 0), plog)
+    other.append(first, 1)
+    flusher.appended(("t", 1), other)
+    # Appended, but no fsync has returned: a consumer sees nothing, nobody is woken.
+    assert plog.end_offset == len(first + second + third)
+    assert plog.visible_end == 0 and _read_visible(plog, 0) == b""
+    assert woken == [] and flushed == []
+
+    sync.release.release()  # round 1 returns: only what it covered becomes visible
+    await _until(lambda: woken, "the consumers' wake-up after round 1")
+    assert plog.visible_end == len(first) and _read_visible(plog, 0) == first
+    assert other.visible_end == 0
+    await loop.run_in_executor(None, sync.entered.acquire)  # round 2 started by itself
+    assert plog.visible_end == len(first)  # its bytes are still not visible
+    sync.release.release()
+    await _until(lambda: plog.visible_end == plog.end_offset, "round 2")
+    await _until(lambda: other.visible_end == other.end_offset, "round 2 (partition 1)")
+    assert _read_visible(plog, 0) == first + second + third
+    assert _read_visible(other, 0) == first
+    # Four appends, two rounds: the second covered three appends of two partitions.
+    assert sync.calls == [1, 2]
+    assert woken == [("t", 0), ("t", 0), ("t", 1)] == flushed
+    pool.shutdown()
+    logs.close()
+
+
+def test_consumers_see_only_fsynced_bytes_and_one_round_covers_what_came_meanwhile(
+        tmp_path: Path) -> None:
+    asyncio.run(_consumers_see_only_fsynced_bytes(tmp_path))
+
+
+class Waiter:
+    def __init__(self) -> None:
+        self.done: list[tuple[int | None, object]] = []
+
+    def part_done(self, index, error=None) -> None:
+        self.done.append((index, error))
+
+
+async def _flush_and_acks(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig(flush_messages=1))
+    logs.load()
+    plog = logs.create("t", 0)
+    sync = BlockingSync()
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=sync)
+    loop = asyncio.get_running_loop()
+    plog.append(records.encode_batch([b"a"], None, 1), 1)
+    waiter = Waiter()
+    flusher.ack_after_flush(("t", 0), plog, waiter, 0)
+    await loop.run_in_executor(None, sync.entered.acquire)
+    plog.append(records.encode_batch([b"b"], None, 1), 1)
+    late = Waiter()
+    flusher.ack_after_flush(("t", 0), plog, late, 3)
+    flushing = asyncio.ensure_future(flusher.flush(("t", 0), plog))
+    await asyncio.sleep(0.02)
+    assert waiter.done == [] and late.done == [] and not flushing.done()
+    sync.release.release()
+    await _until(lambda: waiter.done, "the first ack")
+    assert waiter.done == [(0, None)] and late.done == []  # its bytes are in round 2
+    await loop.run_in_executor(None, sync.entered.acquire)
+    assert not flushing.done()
+    sync.release.release()
+    await asyncio.wait_for(flushing, 5)
+    assert late.done == [(3, None)] and plog.visible_end == plog.end_offset
+    pool.shutdown()
+    logs.close()
+
+
+def test_held_acks_and_flush_wait_for_the_round_that_covers_their_bytes(
+        tmp_path: Path) -> None:
+    asyncio.run(_flush_and_acks(tmp_path))
+
+
+async def _failed_fsync(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig(flush_messages=1))
+    logs.load()
+    plog = logs.create("t", 0)
+
+    def failing(pendings: Sequence[PendingFlush]) -> list[OSError | None]:
+        return [OSError(5, "Input/output error") for _ in pendings]
+
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=failing)
+    plog.append(records.encode_batch([b"a"], None, 1), 1)
+    waiter = Waiter()
+    flusher.ack_after_flush(("t", 0), plog, waiter, 0)
+    await _until(lambda: waiter.done, "the failed ack")
+    ((index, error),) = waiter.done
+    assert index == 0 and "fsync" in str(error)
+    assert plog.visible_end == 0  # never visible
+    plog.append(records.encode_batch([b"b"], None, 1), 1)  # the queue is not stuck
+    await asyncio.wait_for(flusher.flush(("t", 0), plog), 5)
+    pool.shutdown()
+    logs.close()
+
+
+def test_a_failed_fsync_fails_the_held_acks_and_shows_nothing(tmp_path: Path) -> None:
+    asyncio.run(_failed_fsync(tmp_path))
+
+
+async def _interval_policy(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig(group_commit=False, flush_ms=60_000))
+    logs.load()
+    plog = logs.create("t", 0)
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 60_000, pool, lambda key: None, lambda key: None)
+    plog.append(records.encode_batch([b"a"], None, 1), 1)
+    flusher.appended(("t", 0), plog)
+    await asyncio.sleep(0.05)
+    assert plog.visible_end == 0  # the paper's timer: not due yet
+    await flusher.flush(("t", 0), plog)
+    assert plog.visible_end == plog.end_offset
+    pool.shutdown()
+    logs.close()
+
+
+def test_without_group_commit_the_paper_timer_decides(tmp_path: Path) -> None:
+    asyncio.run(_interval_policy(tmp_path))
