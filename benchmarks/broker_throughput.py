@@ -1,7 +1,8 @@
 """The paper's producer/consumer experiment against one logferry broker on this machine.
 
-One producer sends N messages of 200 bytes (batch 1 without acks, 50 per batch, and the
-producer's default batching), then one consumer reads them back. Prints msgs/s and
+One producer sends N messages of 200 bytes (batch 1 without acks, 50 per batch, the
+producer's default batching, and default batching round robin over a topic of 100
+partitions receiving at once), then one consumer reads them back. Prints msgs/s and
 MB/s, the median of --runs runs. ZooKeeper and the broker run as separate processes
 on 127.0.0.1, as in a deployment; the client is this process.
 
@@ -20,9 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import LocalCluster  # noqa: E402
-from broker.client import Producer, SimpleConsumer  # noqa: E402
+from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
 
 VALUE = b"x" * 200
+MANY = 100  # partitions of the "many partitions" case
 
 
 def produce_batch1(cluster: LocalCluster, topic: str, n: int) -> float:
@@ -52,6 +54,29 @@ def produce_batched(cluster: LocalCluster, topic: str, n: int, per_send: int,
         producer.flush()
     with Producer(brokers=cluster.bootstrap, acks=1) as closer:
         closer.send(topic, b"end", partition=0).wait(60)
+    return time.perf_counter() - t0
+
+
+def produce_many_partitions(cluster: LocalCluster, topic: str, n: int) -> float:
+    """Default batching, partitions round robin over a topic of ``MANY`` partitions, all
+    receiving at once: what a broker's flushing costs with many partitions."""
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic(topic, MANY, replication_factor=1)
+    with Producer(brokers=cluster.bootstrap, acks=1, linger_ms=5,
+                  buffer_bytes=256 << 20) as producer:
+        deadline = time.monotonic() + 30
+        while len(producer.partitions(topic)) < MANY:  # metadata before the clock starts
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{topic}: {MANY} partitions not there within 30s")
+            time.sleep(0.05)
+        t0 = time.perf_counter()
+        send = producer.send
+        for _ in range(n):
+            send(topic, VALUE)
+        producer.flush()
+        stats = producer.metrics()
+    if stats["messages_acked"] != n:
+        raise SystemExit(f"{topic}: {stats['messages_acked']:,} of {n:,} acknowledged")
     return time.perf_counter() - t0
 
 
@@ -94,6 +119,8 @@ def main() -> int:
                 ("produce batch 50 (acks=0)", lambda t: produce_batched(cluster, t, n, 50)),
                 ("produce batch 50 (acks=1)", lambda t: produce_batched(cluster, t, n, 50, acks=1)),
                 ("produce default batching", lambda t: produce_batched(cluster, t, n, 1)),
+                (f"produce {MANY} partitions (acks=1)",
+                 lambda t: produce_many_partitions(cluster, t, n)),
             ):
                 topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
                 seconds = fn(topic)
