@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -104,11 +105,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cases", default="",
+                        help="run only the cases whose name contains one of these words "
+                             "(comma separated), e.g. 'batch 50,partitions'")
+    parser.add_argument("--log", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [log] setting for the broker (TOML value), e.g. "
+                             "group_commit=false; repeatable")
     args = parser.parse_args()
     n = args.messages
+    wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
+    log_settings: dict = {"flush_messages": 50000, "flush_ms": 200}
+    for item in args.log:
+        key, _, value = item.partition("=")
+        log_settings[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
-            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
+            LocalCluster(Path(tmp), log=log_settings) as cluster:
         print(f"broker on {cluster.bootstrap[0]}, {n:,} messages of {len(VALUE)} bytes, "
               f"{args.runs} runs", flush=True)
         # warm up: page cache, connections, allocator
@@ -122,6 +134,8 @@ def main() -> int:
                 (f"produce {MANY} partitions (acks=1)",
                  lambda t: produce_many_partitions(cluster, t, n)),
             ):
+                if wanted and not any(w in case for w in wanted):
+                    continue
                 topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
                 seconds = fn(topic)
                 results.setdefault(case, []).append(seconds)

@@ -31,6 +31,7 @@ from broker.server.broker_metrics import PartitionCounter
 from broker.server.group_commit import CommitQueue
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
+from broker.storage.sync import sync_round
 
 log = logging.getLogger("logferry.broker")
 
@@ -49,29 +50,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def sync_all(pendings: Sequence[PendingFlush]) -> list[OSError | None]:
-    """Run the captured flushes one after the other (blocking: a worker thread);
-    the outcome of each, None for success. One failure does not stop the others."""
-    outcomes: list[OSError | None] = []
-    for pending in pendings:
-        try:
-            pending.run()
-            outcomes.append(None)
-        except OSError as exc:
-            outcomes.append(exc)
-    return outcomes
-
-
 class Flusher:
     """fsyncs partitions by the flush policy and reports each flushed end."""
 
     def __init__(self, logs: LogManager, flush_ms: int, fsync_pool: Executor,
                  wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None],
-                 group_commit: bool | None = None, sync: SyncAll = sync_all):
+                 group_commit: bool | None = None, sync: SyncAll = sync_round):
         """After an fsync moved a partition's visible end: ``wake_consumers(key)``,
         then the held produce answers, then ``on_flushed(key)`` (replication).
         ``group_commit`` None: as the logs' config says. ``sync`` runs a round's
-        fsyncs in the pool (tests pass one that blocks)."""
+        fsyncs in the pool (:func:`broker.storage.sync.sync_round`; tests pass one
+        that blocks)."""
         self.logs = logs
         self.flush_ms = flush_ms
         self.fsync_pool = fsync_pool
@@ -269,4 +258,4 @@ async def run_retention(logs: LogManager, interval_ms: int,
                 segments_deleted[key] += len(deleted)
 
 
-__all__ = ["Flusher", "FlushWaiter", "now_ms", "run_retention", "sync_all"]
+__all__ = ["Flusher", "FlushWaiter", "now_ms", "run_retention"]

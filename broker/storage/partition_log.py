@@ -118,6 +118,26 @@ class PendingFlush:
             self._on_error(error)
             raise error
 
+    @property
+    def files(self) -> int:
+        """Files and directories this flush fsyncs."""
+        return len(self._fds) + len(self._dirs)
+
+    def any_fd(self) -> int | None:
+        """One of the captured descriptors (an fd on the log's file system), if any."""
+        return self._fds[0] if self._fds else None
+
+    def settle(self, error: OSError | None) -> OSError | None:
+        """The whole file system was synced instead of :meth:`run` (one ``syncfs`` for
+        many logs, :mod:`broker.storage.sync`): close the descriptors and, if that sync
+        failed, tell the log as :meth:`run` would. Returns ``error``."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            _close_quietly(fd)
+        if error is not None:
+            self._on_error(error)
+        return error
+
     def __del__(self) -> None:
         for fd in self._fds:  # never run: do not leak the duplicates
             _close_quietly(fd)

