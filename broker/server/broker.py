@@ -266,6 +266,7 @@ class Broker:
         log.info("stop: flushing %d partitions", len(hosted))
         for key, plog in hosted:
             await self.flusher.flush(key, plog)
+        self.flusher.close()
         self.logs.close()
         for conn in list(self.connections):
             conn.close()

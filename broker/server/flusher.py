@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from concurrent.futures import Executor
 from pathlib import Path
@@ -31,12 +32,12 @@ from broker.server.broker_metrics import PartitionCounter
 from broker.server.group_commit import CommitQueue
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
-from broker.storage.sync import sync_round
+from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
 
 log = logging.getLogger("logferry.broker")
 
 Key = tuple[str, int]
-SyncAll = Callable[[Sequence[PendingFlush]], list[OSError | None]]
+SyncAll = Callable[[Sequence[PendingFlush], int | None], list[OSError | None]]
 
 
 class FlushWaiter(Protocol):
@@ -72,6 +73,8 @@ class Flusher:
         self._ack_after_flush: dict[Key, list[tuple[int, FlushWaiter, int]]] = {}
         self._queues: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
         self._next_round: dict[Hashable, asyncio.Future[None]] = {}
+        self._fs_fds: dict[Path, int] = {}
+        """Per log dir, a descriptor for syncfs, opened at its first commit round."""
 
     # -- asking for flushes ------------------------------------------------------------
 
@@ -134,7 +137,7 @@ class Flusher:
             batch = queue.take()
             ended = self._next_round.pop(group, None)
             try:
-                await self._commit_round(loop, batch)
+                await self._commit_round(loop, group, batch)
             except Exception:  # never leave the queue marked running for ever
                 log.exception("group commit round failed")
             finally:
@@ -142,12 +145,24 @@ class Flusher:
                     ended.set_result(None)
             more = queue.round_done()
 
-    async def _commit_round(self, loop: asyncio.AbstractEventLoop,
+    async def _commit_round(self, loop: asyncio.AbstractEventLoop, group: Hashable,
                             batch: dict[Key, PartitionLog]) -> None:
+        """One round: many files go to one syncfs of the log dir's file system (once
+        its descriptor exists: from the dir's second round on), few to an fsync each."""
+        fs_fd = self._fs_fds.get(group) if isinstance(group, Path) else None
+        if fs_fd is not None and (sum(p.unflushed_files for p in batch.values())
+                                  < SYNCFS_MIN_FILES):
+            fs_fd = None
+        elif isinstance(group, Path) and group not in self._fs_fds and SYNCFS is not None:
+            try:  # before this round's fsyncs: later writeback errors reach syncfs
+                self._fs_fds[group] = open_fs_fd(group)
+            except OSError as exc:
+                log.warning("cannot open log dir %s for syncfs (%s); fsyncing each file",
+                            group, exc)
         prepared: list[tuple[Key, PartitionLog, PendingFlush]] = []
         for key, plog in batch.items():
             try:
-                prepared.append((key, plog, plog.prepare_flush()))
+                prepared.append((key, plog, plog.prepare_flush(whole_fs=fs_fd is not None)))
             except LogferryError as exc:
                 log.error("cannot flush %s-%d: %s", key[0], key[1], exc)
                 self._fail_acks(key, exc)
@@ -155,7 +170,8 @@ class Flusher:
             return
         pendings = [pending for _, _, pending in prepared]
         try:
-            outcomes = await loop.run_in_executor(self.fsync_pool, self._sync, pendings)
+            outcomes = await loop.run_in_executor(self.fsync_pool, self._sync, pendings,
+                                                  fs_fd)
         except RuntimeError as exc:  # the pool was shut down: the broker is stopping
             log.debug("group commit not run: %s", exc)
             return
@@ -166,6 +182,15 @@ class Flusher:
                 log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
                 self._fail_acks(key, StorageError(f"fsync of partition {key[0]}-{key[1]} "
                                                   f"failed: {error}"))
+
+    def close(self) -> None:
+        """Close the log dirs' syncfs descriptors (the broker is stopping)."""
+        fds, self._fs_fds = list(self._fs_fds.values()), {}
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- the paper's policy ------------------------------------------------------------
 
@@ -183,7 +208,7 @@ class Flusher:
             while True:
                 pending = plog.prepare_flush()
                 (error,) = await asyncio.get_running_loop().run_in_executor(
-                    self.fsync_pool, self._sync, [pending])
+                    self.fsync_pool, self._sync, [pending], None)
                 if error is not None:
                     log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
                     return

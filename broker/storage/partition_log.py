@@ -118,15 +118,6 @@ class PendingFlush:
             self._on_error(error)
             raise error
 
-    @property
-    def files(self) -> int:
-        """Files and directories this flush fsyncs."""
-        return len(self._fds) + len(self._dirs)
-
-    def any_fd(self) -> int | None:
-        """One of the captured descriptors (an fd on the log's file system), if any."""
-        return self._fds[0] if self._fds else None
-
     def settle(self, error: OSError | None) -> OSError | None:
         """The whole file system was synced instead of :meth:`run` (one ``syncfs`` for
         many logs, :mod:`broker.storage.sync`): close the descriptors and, if that sync
@@ -312,14 +303,21 @@ class PartitionLog:
             self.unflushed_bytes > 0
             and now_ms - self._oldest_unflushed_ms >= self.config.flush_ms)
 
-    def prepare_flush(self) -> PendingFlush:
+    @property
+    def unflushed_files(self) -> int:
+        """Segment files and directories the next flush has to sync."""
+        return len(self._dirty) + len(self._dirty_dirs)
+
+    def prepare_flush(self, whole_fs: bool = False) -> PendingFlush:
         """Capture the end and the files to fsync, and reset the unflushed counters.
 
-        Appends made after this call belong to the next flush.
+        Appends made after this call belong to the next flush. ``whole_fs``: the caller
+        syncs the log's whole file system itself (``syncfs``, :mod:`broker.storage.sync`)
+        and settles the flush with :meth:`PendingFlush.settle`: no descriptor is captured.
         """
         fds: list[int] = []
         try:
-            for seg in self._dirty:
+            for seg in () if whole_fs else self._dirty:
                 fds.append(seg.dup_fd())
         except OSError as exc:
             for fd in fds:

@@ -23,6 +23,7 @@ import ctypes
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
 from broker.storage.partition_log import PendingFlush
@@ -50,15 +51,16 @@ def _find_syncfs() -> Callable[[int], int] | None:
 SYNCFS = _find_syncfs()
 
 
-def sync_round(pendings: Sequence[PendingFlush],
+def sync_round(pendings: Sequence[PendingFlush], fs_fd: int | None = None,
                syncfs: Callable[[int], int] | None = SYNCFS) -> list[OSError | None]:
     """Make every captured flush durable (blocking: call it in a worker thread); the
     outcome of each, None for success. One failed fsync does not stop the others.
 
-    The flushes must be of one file system (one log dir): many files go to one
-    ``syncfs``, few to an fsync each."""
-    fd = next((f for p in pendings if (f := p.any_fd()) is not None), None)
-    if syncfs is None or fd is None or sum(p.files for p in pendings) < SYNCFS_MIN_FILES:
+    ``fs_fd``: a descriptor on the flushes' file system, opened before their bytes
+    were written (``syncfs`` reports the errors since its descriptor was opened):
+    one ``syncfs`` on it covers them all (they were prepared with ``whole_fs``).
+    Without it (or without ``syncfs``), each flush fsyncs its own files."""
+    if fs_fd is None or syncfs is None:
         outcomes: list[OSError | None] = []
         for pending in pendings:
             try:
@@ -68,10 +70,15 @@ def sync_round(pendings: Sequence[PendingFlush],
                 outcomes.append(exc)
         return outcomes
     error: OSError | None = None
-    if syncfs(fd) != 0:
+    if syncfs(fs_fd) != 0:
         code = ctypes.get_errno()
         error = OSError(code, f"syncfs: {os.strerror(code)}")
     return [pending.settle(error) for pending in pendings]
 
 
-__all__ = ["SYNCFS", "SYNCFS_MIN_FILES", "sync_round"]
+def open_fs_fd(directory: Path) -> int:
+    """A descriptor for :func:`sync_round`'s ``fs_fd``: the directory, read-only."""
+    return os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+__all__ = ["SYNCFS", "SYNCFS_MIN_FILES", "open_fs_fd", "sync_round"]

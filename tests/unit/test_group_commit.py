@@ -18,7 +18,7 @@ from broker.server.group_commit import CommitQueue
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PendingFlush
-from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, sync_round
+from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
 from broker.wire import records
 
 
@@ -57,11 +57,12 @@ class BlockingSync:
         self.entered = threading.Semaphore(0)
         self.release = threading.Semaphore(0)
 
-    def __call__(self, pendings: Sequence[PendingFlush]) -> list[OSError | None]:
+    def __call__(self, pendings: Sequence[PendingFlush],
+                 fs_fd: int | None = None) -> list[OSError | None]:
         self.calls.append(len(pendings))
         self.entered.release()
         assert self.release.acquire(timeout=10), "the test never released the fsync"
-        return sync_round(pendings)
+        return sync_round(pendings, fs_fd)
 
 
 async def _until(predicate, what: str) -> None:
@@ -184,7 +185,7 @@ async def _failed_fsync(tmp_path: Path) -> None:
     logs.load()
     plog = logs.create("t", 0)
 
-    def failing(pendings: Sequence[PendingFlush]) -> list[OSError | None]:
+    def failing(pendings: Sequence[PendingFlush], fs_fd: int | None) -> list[OSError | None]:
         return [OSError(5, "Input/output error") for _ in pendings]
 
     pool = ThreadPoolExecutor(1)
@@ -250,25 +251,31 @@ def test_a_round_of_many_files_is_one_syncfs_and_few_files_fsync_each(tmp_path: 
         return 0
 
     logs, plogs = _many_logs(tmp_path, 10)
-    pendings = [plog.prepare_flush() for plog in plogs]  # each holds a duplicated fd
+    fs_fd = open_fs_fd(tmp_path)
+    assert sum(plog.unflushed_files for plog in plogs) >= SYNCFS_MIN_FILES
     before = _open_fds()
-    assert sum(p.files for p in pendings) >= SYNCFS_MIN_FILES
-    assert sync_round(pendings, fake_syncfs) == [None] * 10
-    assert len(calls) == 1 and _open_fds() == before - 10  # the duplicates are closed
+    pendings = [plog.prepare_flush(whole_fs=True) for plog in plogs]
+    assert _open_fds() == before  # no descriptor captured: one syncfs covers them
+    assert sync_round(pendings, fs_fd, fake_syncfs) == [None] * 10
+    assert calls == [fs_fd] and plogs[0].unflushed_files == 0
+    plogs[0].append(records.encode_batch([b"n"], None, 1), 1)
     few = [plogs[0].prepare_flush()]
-    assert sync_round(few, fake_syncfs) == [None] and len(calls) == 1  # fsync, not syncfs
+    assert _open_fds() == before + 1  # a duplicate of the segment's descriptor
+    assert sync_round(few, None, fake_syncfs) == [None] and calls == [fs_fd]  # an fsync
+    assert _open_fds() == before  # closed after its fsync
+    os.close(fs_fd)
     logs.close()
 
 
 def test_a_failed_syncfs_fails_every_log_of_the_round(tmp_path: Path) -> None:
     logs, plogs = _many_logs(tmp_path, 10)
-    pendings = [plog.prepare_flush() for plog in plogs]
+    pendings = [plog.prepare_flush(whole_fs=True) for plog in plogs]
 
     def failing(fd: int) -> int:
         ctypes.set_errno(5)
         return -1
 
-    outcomes = sync_round(pendings, failing)
+    outcomes = sync_round(pendings, 0, failing)
     assert all(isinstance(e, OSError) and e.errno == 5 for e in outcomes)
     assert all(plog.needs_recovery for plog in plogs)  # no more writes: restart recovers
     for plog in plogs:
@@ -278,9 +285,40 @@ def test_a_failed_syncfs_fails_every_log_of_the_round(tmp_path: Path) -> None:
 @pytest.mark.skipif(SYNCFS is None, reason="syncfs needs Linux >= 5.8")
 def test_the_real_syncfs_makes_a_round_durable(tmp_path: Path) -> None:
     logs, plogs = _many_logs(tmp_path, 10)
-    pendings = [plog.prepare_flush() for plog in plogs]
-    assert sync_round(pendings) == [None] * 10
+    fs_fd = open_fs_fd(tmp_path)
+    pendings = [plog.prepare_flush(whole_fs=True) for plog in plogs]
+    assert sync_round(pendings, fs_fd) == [None] * 10
+    os.close(fs_fd)
     for plog, pending in zip(plogs, pendings):
         plog.mark_flushed(pending.end)
         assert plog.visible_end == plog.end_offset
     logs.close()
+
+
+async def _many_partitions_commit(tmp_path: Path) -> None:
+    logs, plogs = _many_logs(tmp_path, 10)
+    seen: list[int | None] = []
+
+    def recording(pendings: Sequence[PendingFlush], fs_fd: int | None) -> list[OSError | None]:
+        seen.append(fs_fd)
+        return sync_round(pendings, fs_fd)
+
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=recording)
+    for round_no in range(2):
+        for p, plog in enumerate(plogs):
+            plog.append(records.encode_batch([b"r%d" % round_no], None, 1), 1)
+            flusher.appended(("t", p), plog)
+        await flusher.flush(("t", 0), plogs[0])
+        assert all(plog.visible_end == plog.end_offset for plog in plogs)
+    # The log dir's first round fsyncs each file and opens its descriptor; the next
+    # round of many files is one syncfs on it (where the kernel has a usable syncfs).
+    assert seen[0] is None
+    assert (seen[1] is not None) == (SYNCFS is not None)
+    flusher.close()
+    pool.shutdown()
+    logs.close()
+
+
+def test_rounds_of_many_partitions_sync_the_log_dir_at_once(tmp_path: Path) -> None:
+    asyncio.run(_many_partitions_commit(tmp_path))
