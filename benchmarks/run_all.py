@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                                            "--warmup", "5000"]),
     "broker": ("broker_throughput.py", [], ["--messages", "100000", "--runs", "1"]),
     "replication": ("replication_throughput.py", [], ["--messages", "50000", "--runs", "1"]),
+    "latency": ("latency.py", [], ["--duration", "3", "--runs", "1"]),
     "agent": ("agent_throughput.py", [], ["--lines", "100000", "--runs", "1"]),
     "groups": ("group_consumer.py", [], ["--messages", "100000", "--runs", "1",
                                          "--rebalances", "2"]),
