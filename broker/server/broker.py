@@ -214,6 +214,7 @@ class Broker:
             try:
                 for key, plog in list(self.logs.logs()):
                     await self.flusher.flush(key, plog)
+                self.flusher.close()
                 self.logs.close()
             except LogferryError as exc:
                 log.debug("failed start: could not close the logs: %s", exc)
