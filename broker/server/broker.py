@@ -32,11 +32,12 @@ from broker.replication.services import ReplicationServices
 from broker.server.admin import AdminService
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
-from broker.server.connection import BrokerConnection
+from broker.server.connection import BrokerConnection, close_stalled
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
 from broker.server.produce import ProduceService
+from broker.server.request_budget import RequestBudget
 from broker.server.routing import PartitionRouter
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
@@ -52,6 +53,7 @@ class Broker:
         self.logs = LogManager(list(config.log_dirs), config.log)
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
+        self.request_budget = RequestBudget(config.max_queued_request_bytes)
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
         self._zk = None
@@ -60,7 +62,8 @@ class Broker:
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
         self.stats = BrokerMetrics(self.metrics, self.logs, self.connections,
-                                   lambda: self.replication, lambda: self.controller)
+                                   lambda: self.replication, lambda: self.controller,
+                                   self.request_budget)
         self.controller: Controller | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
@@ -169,6 +172,7 @@ class Broker:
             loop.create_task(self.flusher.run(), name="flusher"),
             loop.create_task(run_retention(self.logs, self.config.retention_check_ms,
                                            self.stats.segments_deleted), name="retention"),
+            loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
         ]
         for warning in config_warnings(self.config):
             log.warning("%s", warning)
@@ -281,6 +285,14 @@ class Broker:
         self._fsync_pool.shutdown(wait=True)
         self._admin_pool.shutdown(wait=False)
         log.info("broker %d stopped cleanly", self.config.broker_id)
+
+    async def _close_stalled_connections(self) -> None:
+        """Drop clients that owe a request past ``incomplete_request_timeout_ms``."""
+        timeout = self.config.incomplete_request_timeout_ms / 1000
+        interval = min(1.0, timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            close_stalled(self.connections, time.monotonic(), timeout)
 
     # -- cluster view -----------------------------------------------------------------
 

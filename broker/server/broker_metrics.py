@@ -44,7 +44,8 @@ class BrokerMetrics:
     """
 
     def __init__(self, metrics: Metrics, logs: LogManager, connections: Collection[Any],
-                 replication: Callable[[], Any], controller: Callable[[], Any]):
+                 replication: Callable[[], Any], controller: Callable[[], Any],
+                 request_budget: Any = None):
         m = self.registry = metrics
         self.bytes_in = PartitionCounter(m.counter("bytes_in_total", "Bytes appended per partition"))
         self.messages_in = PartitionCounter(m.counter("messages_in_total", "Messages appended per partition"))
@@ -66,6 +67,14 @@ class BrokerMetrics:
             "replica_bytes_in_total", "Bytes a follower copied from its leader per partition"))
         self.replica_bytes_out = PartitionCounter(m.counter(
             "replica_bytes_out_total", "Bytes sent to followers per partition"))
+        self.connections_refused = m.counter(
+            "connections_refused_total", "Connections closed at once: max_connections were open")
+        self.connections_timed_out = m.counter(
+            "connections_timed_out_total",
+            "Connections closed for owing a request past incomplete_request_timeout_ms")
+        self.read_holds = m.counter(
+            "connection_read_holds_total", "Times the broker stopped reading a connection, by "
+            "reason (budget: max_queued_request_bytes; unsent: answers not read)")
 
         def gauges():
             for (topic, partition), plog in logs.logs():
@@ -79,6 +88,9 @@ class BrokerMetrics:
                     sent = self.bytes_out.values.get(labels, 0)
                     yield "messages_out_estimate", labels, sent / avg
             yield "open_connections", (), len(connections)
+            yield "connections_held", (), sum(1 for c in connections if getattr(c, "held", False))
+            if request_budget is not None:
+                yield "queued_request_bytes", (), request_budget.reserved
             replicas = replication()
             roles = replicas.role_counts()
             for role in ("leader", "follower", "offline"):
@@ -102,6 +114,8 @@ class BrokerMetrics:
             "log_size_bytes": "Bytes on disk per partition",
             "messages_out_estimate": "Messages sent to fetchers (bytes out / average message size)",
             "open_connections": "Open client connections",
+            "connections_held": "Connections the broker stopped reading (budget or unsent answers)",
+            "queued_request_bytes": "Bytes reserved for requests being read or handled",
             "partitions": "Hosted partitions per role (leader, follower, offline)",
             "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",
             "isr_size": "In-sync replicas per led partition",

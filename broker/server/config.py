@@ -32,6 +32,10 @@ class BrokerConfig:
     port: int = 9092
     datacenter: str = "default"
     max_request_bytes: int = 100 * 1024 * 1024
+    max_queued_request_bytes: int = 100 * 1024 * 1024
+    max_unsent_bytes_per_connection: int = 8 * 1024 * 1024
+    incomplete_request_timeout_ms: int = 30_000
+    max_connections: int = 4096
     num_partitions: int = 4
     auto_create_topics: bool = True
     metrics_port: int = 0
@@ -64,6 +68,10 @@ BROKER_FIELDS = fields(
     zk_session_timeout_s=POSITIVE_NUMBER,
     zk_connect_timeout_s=POSITIVE_NUMBER,
     max_request_bytes=POSITIVE_INT,
+    max_queued_request_bytes=POSITIVE_INT,
+    max_unsent_bytes_per_connection=POSITIVE_INT,
+    incomplete_request_timeout_ms=POSITIVE_INT,
+    max_connections=POSITIVE_INT,
     num_partitions=POSITIVE_INT,
     auto_create_topics=BOOL,
     metrics_port=PORT,
@@ -145,4 +153,9 @@ def config_warnings(config: BrokerConfig) -> list[str]:
             f"replica_lag_time_max_ms ({config.replica_lag_time_max_ms}): acks=all produces "
             "may time out while a dead follower is still in the ISR, and the producer's "
             "retries may store them twice")
+    if config.max_queued_request_bytes < config.max_request_bytes:
+        warnings.append(
+            f"max_queued_request_bytes ({config.max_queued_request_bytes}) is smaller than "
+            f"max_request_bytes ({config.max_request_bytes}): a request larger than the "
+            "budget is read only while no other request is")
     return warnings

@@ -7,15 +7,25 @@ dispatcher; handlers never see the connection. Produce requests are handled sync
 admin requests run as tasks and may answer out of order (clients match responses by
 correlation id). Responses go through one writer so a sendfile of log bytes is never
 interleaved with another response.
+
+Memory stays bounded whatever a client does (see ``docs/operations.md``, "Abusive
+clients"): a request's bytes are reserved from the broker-wide :class:`RequestBudget`
+as soon as its frame prefix arrives, and the connection stops reading while the budget
+is short; it also stops reading new requests while its unsent answers exceed
+``max_unsent_bytes_per_connection`` or too many of its requests are in flight, and
+resumes once they drain. A connection that owes the rest of a request (or its first
+one) for ``incomplete_request_timeout_ms`` is closed by :func:`close_stalled`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
+import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from broker.common.errors import (
     FrameTooLargeError,
@@ -33,6 +43,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("logferry.connection")
 
+MAX_IN_FLIGHT_REQUESTS = 1024
+"""A connection stops reading while this many of its requests (fetch long polls,
+admin calls) run: each holds a task and its frame, and a client that pipelines
+requests must not grow them without end. Well-behaved clients keep a few in flight."""
+
 
 class BrokerConnection(asyncio.Protocol):
     """The broker's end of one TCP connection."""
@@ -43,9 +58,25 @@ class BrokerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._queue: deque[bytes | FileReply] = deque()
+        self._queued_bytes = 0
+        """Bytes of the answers in ``_queue`` (file bytes included): unsent answers."""
         self._sending = False
         self._closed = False
         self.tasks: set[asyncio.Task] = set()
+        self._budget = broker.request_budget
+        self._max_unsent = broker.config.max_unsent_bytes_per_connection
+        self._reserved = 0
+        """Budget bytes reserved for the frame being received."""
+        self._waiting_budget = False
+        self._write_paused = False
+        """The transport's buffer is over ``max_unsent_bytes_per_connection``."""
+        self.held = False
+        """Reading is stopped by the broker (budget, unsent answers, requests in flight)."""
+        self._resume_scheduled = False
+        self._in_sendfile = False
+        self.stalled_since: float | None = time.monotonic()
+        """When the request this connection owes began (its first, or one partly
+        received), by ``time.monotonic()``; None while it owes nothing."""
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -53,52 +84,174 @@ class BrokerConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        connections = self.broker.connections
+        if len(connections) >= self.broker.config.max_connections:
+            self._closed = True
+            self.broker.stats.connections_refused[()] += 1
+            _refusals.warn("refusing connections: %d are open (max_connections); latest "
+                           "from %s", len(connections), self.peer)
+            transport.abort()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.broker.connections.add(self)
+        self.transport.set_write_buffer_limits(high=self._max_unsent)
+        connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        if self._waiting_budget:
+            self._waiting_budget = False
+            self._budget.cancel(self._granted)
+        reserved, self._reserved = self._reserved, 0
+        self._budget.release(reserved)
         for task in list(self.tasks):
             task.cancel()
 
     def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        self._process()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._maybe_resume()
+
+    # -- backpressure -----------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Take the whole frames out of the decoder, reserving each from the budget
+        once its prefix is in; stop (and stop reading) when the broker must wait."""
         decoder = self.decoder
-        decoder.feed(data)
+        completed = False
         while not self._closed:
+            if not self._reserved:
+                size = decoder.pending_frame_size()
+                if size is None:
+                    break
+                if size <= decoder.max_frame_bytes:  # else next_frame raises
+                    if not self._can_take_more():
+                        self._hold("unsent")
+                        break
+                    if not self._budget.try_reserve(size):
+                        self._waiting_budget = True
+                        self._budget.wait(size, self._granted)
+                        if self._waiting_budget:
+                            self._hold("budget")
+                            break
+                    else:
+                        self._reserved = size
             try:
                 frame = decoder.next_frame()
             except (FrameTooLargeError, ProtocolError) as exc:
                 self._fatal(exc)
                 return
             if frame is None:
-                return
-            self._dispatch(frame)
+                break
+            reserved, self._reserved = self._reserved, 0
+            completed = True
+            self._dispatch(frame, reserved)
+        if completed:
+            self.stalled_since = time.monotonic() if decoder.buffered else None
+        elif self.stalled_since is None and decoder.buffered:
+            self.stalled_since = time.monotonic()
+
+    def _can_take_more(self) -> bool:
+        return (not self._write_paused and self._queued_bytes <= self._max_unsent
+                and len(self.tasks) < MAX_IN_FLIGHT_REQUESTS)
+
+    def _granted(self, nbytes: int) -> None:
+        """The budget reserved this connection's frame (called inside a release)."""
+        self._waiting_budget = False
+        if self._closed:
+            self._budget.release(nbytes)
+            return
+        self._reserved = nbytes
+        self._maybe_resume()
+
+    def _hold(self, reason: str) -> None:
+        """Stop reading until :meth:`_maybe_resume` finds the reason gone."""
+        if not self.held:
+            self.held = True
+            self.broker.stats.read_holds[(("reason", reason),)] += 1
+        if not self._in_sendfile and self.transport is not None and self.transport.is_reading():
+            self.transport.pause_reading()
+
+    def _maybe_resume(self) -> None:
+        if (self.held and not self._resume_scheduled and not self._closed
+                and not self._waiting_budget and self._can_take_more()):
+            self._resume_scheduled = True
+            asyncio.get_running_loop().call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        if self._closed or not self.held or self._waiting_budget or not self._can_take_more():
+            return
+        self.held = False
+        if self.stalled_since is not None:
+            self.stalled_since = time.monotonic()  # the wait was the broker's, not the client's
+        self._process()
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        transport = self.transport
+        if self._closed or self._in_sendfile or transport is None:
+            return
+        if self.held:
+            if transport.is_reading():
+                transport.pause_reading()
+        elif not transport.is_reading():
+            transport.resume_reading()
+
+    def close_stalled(self) -> None:
+        """Drop a client that owes a request for too long (never spoke, or stopped
+        mid-frame): abort, since a client that does not send may not read either."""
+        if self._closed or self.transport is None:
+            return
+        log.info("closing connection from %s: no complete request within "
+                 "incomplete_request_timeout_ms", self.peer)
+        self.broker.stats.connections_timed_out[()] += 1
+        self._closed = True
+        self.transport.abort()
 
     # -- requests ---------------------------------------------------------------------
 
-    def _dispatch(self, frame: protocol.Frame) -> None:
+    def _dispatch(self, frame: protocol.Frame, reserved: int) -> None:
+        """Hand a frame to its handler; its ``reserved`` budget bytes are released
+        when the handler is done with it."""
         try:
             head = parse_request_head(frame.header)
         except UnsupportedApiError as exc:
+            self._budget.release(reserved)
             self.broker.count_request("unknown", 0.0, error=True)
             self.send(protocol.encode_error(getattr(exc, "correlation_id", None), exc.code,
                                             str(exc)))
             return
         except InvalidRequestError as exc:
+            self._budget.release(reserved)
             self._fatal(exc, getattr(exc, "correlation_id", None))
             return
         dispatcher = self.broker.dispatcher
         responder = Responder(self, head.correlation_id, head.name, self.broker.count_request)
         if dispatcher.is_synchronous(head):
-            dispatcher.handle_produce(head, frame, responder)
+            try:
+                dispatcher.handle_produce(head, frame, responder)
+            finally:
+                self._budget.release(reserved)
         else:
             task = asyncio.get_running_loop().create_task(
                 dispatcher.handle(head, frame, responder))
             self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(functools.partial(self._request_done, reserved))
+
+    def _request_done(self, reserved: int, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self._budget.release(reserved)
+        if self.held:
+            self._maybe_resume()
 
     def _fatal(self, exc: LogferryError, corr: int | None = None) -> None:
         """Answer a frame that cannot be processed, then close: the stream is lost."""
@@ -117,6 +270,7 @@ class BrokerConnection(asyncio.Protocol):
             self.transport.write(item)
             return
         self._queue.append(item)
+        self._queued_bytes += _size(item)
         if not self._sending:
             self._sending = True
             task = asyncio.get_running_loop().create_task(self._drain())
@@ -130,17 +284,32 @@ class BrokerConnection(asyncio.Protocol):
                 item = self._queue.popleft()
                 if isinstance(item, bytes):
                     self.transport.write(item)  # type: ignore[union-attr]
+                    self._sent_from_queue(len(item))
                     continue
                 self.transport.write(item.head)  # type: ignore[union-attr]
+                self._sent_from_queue(len(item.head))
                 for piece in item.slices:
                     if piece.count:
-                        await loop.sendfile(self.transport, piece.file, piece.position,
-                                            piece.count, fallback=True)
+                        # asyncio pauses reading during a sendfile and resumes it after;
+                        # a hold taken or lifted meanwhile is applied once it returns
+                        self._in_sendfile = True
+                        try:
+                            await loop.sendfile(self.transport, piece.file, piece.position,
+                                                piece.count, fallback=True)
+                        finally:
+                            self._in_sendfile = False
+                            self._apply_reading()
+                        self._sent_from_queue(piece.count)
         except (ConnectionError, OSError, RuntimeError) as exc:
             log.info("connection to %s failed while sending: %s", self.peer, exc)
             self.close()
         finally:
             self._sending = False
+
+    def _sent_from_queue(self, nbytes: int) -> None:
+        self._queued_bytes -= nbytes
+        if self.held:
+            self._maybe_resume()
 
     def close(self) -> None:
         """Close after what was queued so far is written."""
@@ -150,3 +319,42 @@ class BrokerConnection(asyncio.Protocol):
                 self.transport.abort()
             else:
                 self.transport.close()
+
+
+def _size(item: bytes | FileReply) -> int:
+    if isinstance(item, bytes):
+        return len(item)
+    return len(item.head) + sum(piece.count for piece in item.slices)
+
+
+class _RateLimitedWarning:
+    """Logs a warning at most once per ``interval`` seconds (a flood of refused
+    connections must not flood the log)."""
+
+    def __init__(self, interval: float = 10.0):
+        self.interval = interval
+        self._last = -interval
+
+    def warn(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            log.warning(message, *args)
+
+
+_refusals = _RateLimitedWarning()
+
+
+def close_stalled(connections: Iterable[BrokerConnection], now: float,
+                  timeout_s: float) -> int:
+    """Close the connections that have owed a request for over ``timeout_s`` (a
+    client that opened and never spoke, or stopped in the middle of a frame); those
+    the broker itself stopped reading from are not the client's fault and are kept.
+    Returns how many were closed."""
+    closed = 0
+    for conn in list(connections):
+        since = conn.stalled_since
+        if since is not None and not conn.held and now - since > timeout_s:
+            conn.close_stalled()
+            closed += 1
+    return closed
