@@ -1,0 +1,326 @@
+"""Abusive clients cannot grow the broker's memory or starve a well-behaved client.
+
+Each test starts a real broker, runs a well-behaved producer and consumer in a thread
+throughout, attacks the broker from raw sockets, and reads the broker's resident set
+from ``/proc/<pid>/status``. The well-behaved client's p99 latency (one produce
+answered plus one fetch that returns it) is printed (``pytest -s`` shows it) and
+asserted against a generous bound only: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.client import Producer, SimpleConsumer
+from broker.wire import protocol, records
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set (VmRSS) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class WellBehaved:
+    """A producer and a consumer in a thread: send one message, wait for its answer,
+    fetch until it is read back in order; records each round trip's latency."""
+
+    def __init__(self, bootstrap: list[str], topic: str = "good", limit: int = 100_000):
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.limit = limit
+        self.latencies: list[float] = []
+        self.read: list[bytes] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="well-behaved")
+        self._ready = threading.Event()
+
+    def start(self) -> "WellBehaved":
+        self._thread.start()
+        assert self._ready.wait(30), f"well-behaved client did not start: {self.errors}"
+        return self
+
+    def _run(self) -> None:
+        try:
+            with Producer(brokers=self.bootstrap, linger_ms=0) as producer, \
+                    SimpleConsumer(brokers=self.bootstrap) as consumer:
+                offset = 0
+                sent = 0
+                while not self._stop.is_set() and sent < self.limit:
+                    value = b"m-%d" % sent
+                    started = time.perf_counter()
+                    producer.send(self.topic, [value], partition=0).wait(30)
+                    deadline = started + 30
+                    got: list[bytes] = []
+                    while not got and time.perf_counter() < deadline:
+                        result = consumer.fetch(self.topic, 0, offset, max_wait_ms=200)
+                        for batch in result.batches:
+                            got.extend(batch.values)
+                        offset = result.next_offset
+                    self.latencies.append(time.perf_counter() - started)
+                    self.read.extend(got)
+                    sent += 1
+                    self._ready.set()
+        except Exception as exc:  # recorded and asserted on by the test
+            self.errors.append(repr(exc))
+            self._ready.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "well-behaved client hung"
+
+    def p99(self, since: int = 0) -> float:
+        values = sorted(self.latencies[since:])
+        assert values, "the well-behaved client made no round trip"
+        return values[min(len(values) - 1, int(len(values) * 0.99))]
+
+    def check(self, since: int, at_least: int) -> float:
+        """Assert it kept working in order; return its p99 since ``since``."""
+        assert not self.errors, self.errors
+        done = len(self.latencies) - since
+        assert done >= at_least, f"only {done} round trips during the attack"
+        assert self.read == [b"m-%d" % i for i in range(len(self.read))], "out of order"
+        return self.p99(since)
+
+
+class RssSampler:
+    """Samples a process's RSS every 50 ms in a thread; ``peak`` is the largest seen."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rss")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                self.peak = max(self.peak, rss_bytes(self.pid))
+            except (OSError, AssertionError):
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak
+
+
+def _connect(address: str) -> socket.socket:
+    host, port = address.split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _send_some(socks: dict[socket.socket, memoryview], seconds: float) -> int:
+    """Send each socket's remaining bytes without blocking, round robin, for at most
+    ``seconds``; returns the bytes sent."""
+    for sock in socks:
+        sock.setblocking(False)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while socks and time.monotonic() < deadline:
+        progress = False
+        for sock, rest in list(socks.items()):
+            try:
+                n = sock.send(rest[:256 * 1024])
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                del socks[sock]
+                continue
+            sent += n
+            progress = True
+            if n == len(rest):
+                del socks[sock]
+            else:
+                socks[sock] = rest[n:]
+        if not progress:
+            time.sleep(0.02)
+    return sent
+
+
+def _assert_clean(cluster) -> None:
+    broker = cluster.brokers[0]
+    assert broker.is_running(), cluster.logs()
+    assert "Traceback" not in broker.log_text(), broker.log_tail(80)
+
+
+def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
+    """16 connections each send most of a 16 MiB frame and stop; before the request
+    budget this took the broker from 33 MB to 295 MB."""
+    cluster = broker_cluster(1, broker={"max_queued_request_bytes": 40 * MiB,
+                                        "incomplete_request_timeout_ms": 60_000})
+    pid = cluster.brokers[0].proc.pid
+    good = WellBehaved(cluster.bootstrap).start()
+    time.sleep(1.0)
+    baseline = rss_bytes(pid)
+    sampler = RssSampler(pid)
+    start = len(good.latencies)
+    frame_size = 16 * MiB
+    header = {"api": protocol.PRODUCE, "v": 1, "id": 1, "acks": 1,
+              "parts": [["bad", 0, frame_size - 200]]}
+    prefix = protocol.encode_frame(header, frame_size - 200)
+    part = prefix + bytes(12 * MiB)  # most of the frame, never the end
+    attackers = [_connect(cluster.bootstrap[0]) for _ in range(16)]
+    try:
+        sent = _send_some({s: memoryview(part) for s in attackers}, seconds=8.0)
+        time.sleep(3.0)  # let the broker read what it will
+        peak = sampler.stop()
+        p99 = good.check(start, at_least=5)
+        print(f"\nhalf-sent frames: {sent / MiB:.0f} MiB sent by 16 attackers; broker RSS "
+              f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; well-behaved "
+              f"client p99 {p99 * 1000:.0f} ms over {len(good.latencies) - start} round trips")
+        # 40 MiB of budget plus read buffers; 262 MiB more before the budget existed
+        assert peak - baseline < 90 * MiB, (baseline, peak)
+        assert p99 < 5.0
+    finally:
+        for sock in attackers:
+            sock.close()
+        good.stop()
+    _assert_clean(cluster)
+
+
+def test_a_client_that_never_reads_its_answers_is_paused(broker_cluster):
+    """Pipelined produce and fetch requests whose answers are never read: the broker
+    stops reading that connection instead of queueing answers without end."""
+    cluster = broker_cluster(1, broker={"max_unsent_bytes_per_connection": 4 * MiB})
+    pid = cluster.brokers[0].proc.pid
+    good = WellBehaved(cluster.bootstrap).start()
+    # something to fetch: 8 MiB in the attacker's topic
+    with Producer(brokers=cluster.bootstrap, linger_ms=5) as producer:
+        for _ in range(8):
+            producer.send("flood", [bytes(1000)] * 1024, partition=0).wait(30)
+    time.sleep(0.5)
+    baseline = rss_bytes(pid)
+    sampler = RssSampler(pid)
+    start = len(good.latencies)
+    batch = records.encode_batch([bytes(1000)], None, 1)
+    requests = bytearray()
+    for corr in range(2000):
+        if corr % 2:
+            requests += protocol.encode_request(protocol.PRODUCE, corr, {
+                "acks": 1, "parts": [["flood", 1, len(batch)]]}, len(batch)) + batch
+        else:
+            requests += protocol.encode_request(protocol.FETCH, corr, {
+                "max_wait_ms": 0, "min_bytes": 0, "parts": [["flood", 0, 0, 1 * MiB]]})
+    attacker = _connect(cluster.bootstrap[0])
+    attacker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    try:
+        sent = 0
+        for _ in range(20):  # 20 rounds of 2,000 pipelined requests, never reading
+            sent += _send_some({attacker: memoryview(bytes(requests))}, seconds=0.5)
+        time.sleep(2.0)
+        peak = sampler.stop()
+        p99 = good.check(start, at_least=5)
+        print(f"\nnever-reading pipeliner: {sent / MiB:.1f} MiB of requests taken by the "
+              f"kernel and broker; broker RSS {baseline / MiB:.0f} MiB before, peak "
+              f"{peak / MiB:.0f} MiB; well-behaved client p99 {p99 * 1000:.0f} ms over "
+              f"{len(good.latencies) - start} round trips")
+        assert sent < 20 * len(requests), "the broker kept reading a client that never reads"
+        assert peak - baseline < 80 * MiB, (baseline, peak)
+        assert p99 < 5.0
+    finally:
+        attacker.close()
+        good.stop()
+    _assert_clean(cluster)
+
+
+def test_idle_connections_are_dropped_and_capped(broker_cluster):
+    """1,000 connections that never speak: those over max_connections are closed at
+    once, the rest after incomplete_request_timeout_ms; the broker keeps serving."""
+    cluster = broker_cluster(1, broker={"max_connections": 300,
+                                        "incomplete_request_timeout_ms": 2000})
+    broker = cluster.brokers[0]
+    pid = broker.proc.pid
+    good = WellBehaved(cluster.bootstrap).start()  # connected before the flood
+    time.sleep(0.5)
+    start = len(good.latencies)
+    baseline_fds = open_fds(pid)
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(1000):
+            idle.append(_connect(cluster.bootstrap[0]))
+        opened = time.monotonic()
+        peak_fds = open_fds(pid)
+        for sock in idle:
+            sock.settimeout(0)
+
+        def closed(sock: socket.socket) -> bool:
+            try:
+                return sock.recv(1) == b""
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+
+        open_now: list[socket.socket] = list(idle)
+
+        def all_closed() -> bool:
+            nonlocal peak_fds
+            peak_fds = max(peak_fds, open_fds(pid))
+            open_now[:] = [s for s in open_now if not closed(s)]
+            return not open_now
+
+        time.sleep(0.5)
+        all_closed()
+        settled_fds = open_fds(pid)
+        refused = 1000 - len(open_now)
+        assert refused >= 650, f"only {refused} of 1,000 refused with max_connections 300"
+        wait_until(all_closed, timeout=15, what="idle connections dropped")
+        dropped_after = time.monotonic() - opened
+        p99 = good.check(start, at_least=5)
+        print(f"\n1,000 idle connections: {refused} refused at once, the rest dropped within "
+              f"{dropped_after:.1f}s (timeout 2s); broker fds {baseline_fds} before, "
+              f"{settled_fds} once the refused were closed (peak {peak_fds}, one accept burst); "
+              f"well-behaved client p99 {p99 * 1000:.0f} ms")
+        assert dropped_after < 10
+        # asyncio accepts a burst (up to the listen backlog) before the refused are closed
+        assert settled_fds - baseline_fds <= 300 + 20
+        assert p99 < 5.0
+        # and the broker takes new clients again
+        with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+            assert consumer.offsets("good", 0).end > 0
+    finally:
+        for sock in idle:
+            sock.close()
+        good.stop()
+    _assert_clean(cluster)
+
+
+def test_frame_stalled_midway_is_dropped(broker_cluster):
+    """A client that sends part of a frame and stops is closed after the timeout, and
+    its reserved bytes go back to the budget."""
+    cluster = broker_cluster(1, broker={"incomplete_request_timeout_ms": 1000})
+    sock = _connect(cluster.bootstrap[0])
+    try:
+        sock.sendall(struct.pack(">II", 1000, 10) + b"x" * 100)
+        sock.settimeout(10)
+        started = time.monotonic()
+        try:
+            assert sock.recv(1) == b""
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - started < 5
+    finally:
+        sock.close()
+    _assert_clean(cluster)
