@@ -65,9 +65,12 @@ class RequestBudget:
         self._waiters.append((nbytes, grant))
 
     def cancel(self, grant: Grant) -> bool:
-        """Withdraw a waiting reservation (its connection closed); True if it was waiting."""
+        """Withdraw a waiting reservation (its connection closed); True if it was waiting.
+
+        Compared with ``==``, so a bound method (a new object at each access) matches.
+        """
         for item in self._waiters:
-            if item[1] is grant:
+            if item[1] == grant:
                 self._waiters.remove(item)
                 return True
         return False

@@ -85,3 +85,17 @@ def test_releasing_more_than_reserved_is_a_bug():
         budget.release(6)
     with pytest.raises(ValueError):
         RequestBudget(0)
+
+
+def test_a_bound_method_waiter_can_be_cancelled():
+    """A connection waits with ``self._granted``: a new bound-method object each time."""
+    class Conn:
+        def granted(self, n: int) -> None:
+            raise AssertionError("cancelled waiter granted")
+
+    budget = RequestBudget(10)
+    budget.try_reserve(10)
+    conn = Conn()
+    budget.wait(5, conn.granted)
+    assert budget.cancel(conn.granted)
+    budget.release(10)
