@@ -9,9 +9,9 @@ correlation id). Responses go through one writer so a sendfile of log bytes is n
 interleaved with another response.
 
 Memory stays bounded whatever a client does (see ``docs/operations.md``, "Abusive
-clients"): a request's bytes are reserved from the broker-wide :class:`RequestBudget`
-as soon as its frame prefix arrives, and the connection stops reading while the budget
-is short; it also stops reading new requests while its unsent answers exceed
+clients"): a request that takes more than one read reserves its whole size from the
+broker-wide :class:`RequestBudget` as soon as its frame prefix arrives, and the
+connection stops reading while the budget is short; it also stops reading new requests while its unsent answers exceed
 ``max_unsent_bytes_per_connection`` or too many of its requests are in flight, and
 resumes once they drain. A connection that owes the rest of a request (or its first
 one) for ``incomplete_request_timeout_ms`` is closed by :func:`close_stalled`.
@@ -70,6 +70,9 @@ class BrokerConnection(asyncio.Protocol):
         self._waiting_budget = False
         self._write_paused = False
         """The transport's buffer is over ``max_unsent_bytes_per_connection``."""
+        self._backlogged = False
+        """Unsent answers or requests in flight are over their limits (kept up to date
+        by :meth:`_update_backlog` so the per-frame check is one attribute)."""
         self.held = False
         """Reading is stopped by the broker (budget, unsent answers, requests in flight)."""
         self._resume_scheduled = False
@@ -109,59 +112,74 @@ class BrokerConnection(asyncio.Protocol):
         for task in list(self.tasks):
             task.cancel()
 
-    def data_received(self, data: bytes) -> None:
-        self.decoder.feed(data)
-        self._process()
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._backlogged = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._maybe_resume()
+        self._update_backlog()
 
     # -- backpressure -----------------------------------------------------------------
 
-    def _process(self) -> None:
-        """Take the whole frames out of the decoder, reserving each from the budget
-        once its prefix is in; stop (and stop reading) when the broker must wait."""
+    def data_received(self, data: bytes) -> None:
+        """Take the whole frames out of the decoder and dispatch them; stop (and stop
+        reading) when the broker must wait. (:meth:`_resume` calls it with no bytes.)
+
+        A frame that arrived whole is handled at once: its bytes are already in memory
+        (at most one read's worth). A frame that needs more reads reserves its whole
+        size from the budget first, so buffering it never takes the broker over the
+        budget; when the budget is short the connection waits without reading. The
+        common case (whole frames) costs one attribute check per frame.
+        """
         decoder = self.decoder
+        decoder.feed(data)
         completed = False
         while not self._closed:
-            if not self._reserved:
-                size = decoder.pending_frame_size()
-                if size is None:
-                    break
-                if size <= decoder.max_frame_bytes:  # else next_frame raises
-                    if not self._can_take_more():
-                        self._hold("unsent")
-                        break
-                    if not self._budget.try_reserve(size):
-                        self._waiting_budget = True
-                        self._budget.wait(size, self._granted)
-                        if self._waiting_budget:
-                            self._hold("budget")
-                            break
-                    else:
-                        self._reserved = size
+            if self._backlogged and not self._reserved:  # between frames only
+                self._hold("unsent")
+                break
             try:
                 frame = decoder.next_frame()
             except (FrameTooLargeError, ProtocolError) as exc:
                 self._fatal(exc)
                 return
             if frame is None:
-                break
-            reserved, self._reserved = self._reserved, 0
+                if decoder.buffered:
+                    if completed or self.stalled_since is None:
+                        self.stalled_since = time.monotonic()
+                    if not self._reserved:
+                        self._reserve_pending()
+                elif completed:
+                    self.stalled_since = None
+                return
+            reserved = self._reserved
+            if reserved:
+                self._reserved = 0
             completed = True
             self._dispatch(frame, reserved)
-        if completed:
-            self.stalled_since = time.monotonic() if decoder.buffered else None
-        elif self.stalled_since is None and decoder.buffered:
-            self.stalled_since = time.monotonic()
 
-    def _can_take_more(self) -> bool:
-        return (not self._write_paused and self._queued_bytes <= self._max_unsent
-                and len(self.tasks) < MAX_IN_FLIGHT_REQUESTS)
+    def _reserve_pending(self) -> None:
+        """Reserve the partly received frame's size, or wait for it without reading."""
+        size = self.decoder.pending_frame_size()
+        if size is None:
+            return
+        if self._budget.try_reserve(size):
+            self._reserved = size
+            return
+        self._waiting_budget = True
+        self._budget.wait(size, self._granted)
+        if self._waiting_budget:
+            self._hold("budget")
+
+    def _update_backlog(self) -> None:
+        """Recompute :attr:`_backlogged` after answers were queued or sent or a request
+        started or ended; resume reading if it cleared."""
+        self._backlogged = (self._write_paused or self._queued_bytes > self._max_unsent
+                            or len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS)
+        if self.held:
+            self._maybe_resume()
 
     def _granted(self, nbytes: int) -> None:
         """The budget reserved this connection's frame (called inside a release)."""
@@ -182,18 +200,18 @@ class BrokerConnection(asyncio.Protocol):
 
     def _maybe_resume(self) -> None:
         if (self.held and not self._resume_scheduled and not self._closed
-                and not self._waiting_budget and self._can_take_more()):
+                and not self._waiting_budget and not self._backlogged):
             self._resume_scheduled = True
             asyncio.get_running_loop().call_soon(self._resume)
 
     def _resume(self) -> None:
         self._resume_scheduled = False
-        if self._closed or not self.held or self._waiting_budget or not self._can_take_more():
+        if self._closed or not self.held or self._waiting_budget or self._backlogged:
             return
         self.held = False
         if self.stalled_since is not None:
             self.stalled_since = time.monotonic()  # the wait was the broker's, not the client's
-        self._process()
+        self.data_received(b"")
         self._apply_reading()
 
     def _apply_reading(self) -> None:
@@ -225,7 +243,7 @@ class BrokerConnection(asyncio.Protocol):
         try:
             head = parse_request_head(frame.header)
         except UnsupportedApiError as exc:
-            self._budget.release(reserved)
+            self._budget.release(reserved)  # release(0) does nothing
             self.broker.count_request("unknown", 0.0, error=True)
             self.send(protocol.encode_error(getattr(exc, "correlation_id", None), exc.code,
                                             str(exc)))
@@ -240,18 +258,24 @@ class BrokerConnection(asyncio.Protocol):
             try:
                 dispatcher.handle_produce(head, frame, responder)
             finally:
-                self._budget.release(reserved)
+                if reserved:
+                    self._budget.release(reserved)
         else:
+            if not reserved:  # arrived whole; it lives as long as its task
+                reserved = len(frame.payload.obj)  # type: ignore[arg-type]
+                self._budget.take(reserved)
             task = asyncio.get_running_loop().create_task(
                 dispatcher.handle(head, frame, responder))
             self.tasks.add(task)
             task.add_done_callback(functools.partial(self._request_done, reserved))
+            if len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS:
+                self._backlogged = True
 
     def _request_done(self, reserved: int, task: asyncio.Task) -> None:
         self.tasks.discard(task)
         self._budget.release(reserved)
-        if self.held:
-            self._maybe_resume()
+        if self._backlogged:
+            self._update_backlog()
 
     def _fatal(self, exc: LogferryError, corr: int | None = None) -> None:
         """Answer a frame that cannot be processed, then close: the stream is lost."""
@@ -271,6 +295,8 @@ class BrokerConnection(asyncio.Protocol):
             return
         self._queue.append(item)
         self._queued_bytes += _size(item)
+        if self._queued_bytes > self._max_unsent:
+            self._backlogged = True
         if not self._sending:
             self._sending = True
             task = asyncio.get_running_loop().create_task(self._drain())
@@ -308,8 +334,8 @@ class BrokerConnection(asyncio.Protocol):
 
     def _sent_from_queue(self, nbytes: int) -> None:
         self._queued_bytes -= nbytes
-        if self.held:
-            self._maybe_resume()
+        if self._backlogged:
+            self._update_backlog()
 
     def close(self) -> None:
         """Close after what was queued so far is written."""

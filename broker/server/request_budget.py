@@ -14,9 +14,13 @@ big ones wait:
 - waiters are granted in arrival order when bytes are released, but one that does not
   fit yet does not block a later one that does (as in Kafka, a big request can wait
   while small ones pass; it is granted once enough is released);
-- a request that can be reserved right away is, even while others wait.
+- a request that can be reserved right away is, even while others wait;
+- bytes already in memory (a whole request read in one go and handled in the
+  background) are counted with :meth:`~RequestBudget.take` even past the capacity, so
+  that later reservations wait for them.
 
-Memory held for requests thus stays under ``max(capacity, largest request)``.
+Memory held for requests being received thus stays under ``max(capacity, largest
+request)``, plus what whole requests in the background hold beyond it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,12 @@ class RequestBudget:
             self.reserved = reserved + nbytes
             return True
         return False
+
+    def take(self, nbytes: int) -> None:
+        """Count ``nbytes`` that are already in memory (a request that arrived whole
+        and is handled in the background), even past the capacity: later
+        reservations wait until they are released."""
+        self.reserved += nbytes
 
     def wait(self, nbytes: int, grant: Grant) -> None:
         """Queue a reservation of ``nbytes``; ``grant(nbytes)`` runs once it is made.

@@ -48,14 +48,20 @@ class Transport:
 
 
 class Dispatcher:
+    """Produce runs at once; other apis wait for ``release`` (a long poll)."""
+
     def __init__(self) -> None:
         self.produced: list[int] = []
+        self.release = asyncio.Event()
 
     def is_synchronous(self, head) -> bool:
-        return True
+        return head.api == protocol.PRODUCE
 
     def handle_produce(self, head, frame, responder) -> None:
         self.produced.append(head.correlation_id)
+
+    async def handle(self, head, frame, responder) -> None:
+        await self.release.wait()
 
 
 def _broker(budget: int = 1000, max_unsent: int = 100, max_connections: int = 10):
@@ -171,5 +177,23 @@ def test_connections_over_max_connections_are_refused():
         assert broker.stats.connections_refused[()] == 1
         conns[2][0].connection_lost(None)
         assert len(broker.connections) == 2
+
+    asyncio.run(scenario())
+
+
+def test_whole_frames_skip_the_budget_but_background_ones_count_until_answered():
+    async def scenario():
+        broker = _broker(budget=1000)
+        conn, _ = _connect(broker)
+        conn.data_received(_produce(1, 300))
+        assert broker.dispatcher.produced == [1] and broker.request_budget.reserved == 0
+        fetch = protocol.encode_request(protocol.METADATA, 2, {"topics": []}, 200) + bytes(200)
+        conn.data_received(fetch)
+        held = broker.request_budget.reserved
+        assert len(fetch) - 8 <= held <= len(fetch)
+        broker.dispatcher.release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert broker.request_budget.reserved == 0 and not conn.tasks
 
     asyncio.run(scenario())
