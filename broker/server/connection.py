@@ -112,7 +112,6 @@ class BrokerConnection(asyncio.Protocol):
         for task in list(self.tasks):
             task.cancel()
 
-
     def pause_writing(self) -> None:
         self._write_paused = True
         self._backlogged = True
@@ -163,7 +162,7 @@ class BrokerConnection(asyncio.Protocol):
     def _reserve_pending(self) -> None:
         """Reserve the partly received frame's size, or wait for it without reading."""
         size = self.decoder.pending_frame_size()
-        if size is None:
+        if size is None or self._waiting_budget:
             return
         if self._budget.try_reserve(size):
             self._reserved = size

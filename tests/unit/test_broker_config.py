@@ -48,6 +48,10 @@ def test_defaults_and_retention_hours():
     ({"log_dirs": []}, {}, "broker.log_dirs"),
     ({"zk_connect": "nohostport"}, {}, "broker.zk_connect"),
     ({"auto_create_topics": "yes"}, {}, "broker.auto_create_topics"),
+    ({"max_queued_request_bytes": 0}, {}, "broker.max_queued_request_bytes"),
+    ({"max_unsent_bytes_per_connection": "8M"}, {}, "broker.max_unsent_bytes_per_connection"),
+    ({"incomplete_request_timeout_ms": -1}, {}, "broker.incomplete_request_timeout_ms"),
+    ({"max_connections": 0}, {}, "broker.max_connections"),
     ({"colour": "blue"}, {}, "broker.colour"),
     ({}, {"segment_bytes": 0}, "log.segment_bytes"),
     ({}, {"retention_bytes": -5}, "log.retention_bytes"),
@@ -85,3 +89,10 @@ def test_warns_when_acks_all_may_time_out_before_a_dead_follower_leaves_the_isr(
                                   "replica_lag_time_max_ms (10000)")
     assert config_warnings(broker_config_from_dict(
         _base(acks_all_timeout_ms=10_001, replica_lag_time_max_ms=10_000))) == []
+
+
+def test_warns_when_the_request_budget_is_smaller_than_one_request():
+    (warning,) = config_warnings(broker_config_from_dict(
+        _base(max_request_bytes=64 << 20, max_queued_request_bytes=32 << 20)))
+    assert warning.startswith("max_queued_request_bytes (33554432) is smaller than "
+                              "max_request_bytes (67108864)")
