@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from broker.client import Producer, SimpleConsumer
+from broker.testing.localrun import free_port
 from broker.wire import protocol, records
+from tests.support.metrics import samples, scrape, value
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -168,8 +170,10 @@ def _assert_clean(cluster) -> None:
 def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
     """16 connections each send most of a 16 MiB frame and stop; before the request
     budget this took the broker from 33 MB to 295 MB."""
+    metrics_port = free_port()
     cluster = broker_cluster(1, broker={"max_queued_request_bytes": 40 * MiB,
-                                        "incomplete_request_timeout_ms": 60_000})
+                                        "incomplete_request_timeout_ms": 60_000,
+                                        "metrics_port": metrics_port})
     pid = cluster.brokers[0].proc.pid
     good = WellBehaved(cluster.bootstrap).start()
     time.sleep(1.0)
@@ -190,6 +194,10 @@ def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
         print(f"\nhalf-sent frames: {sent / MiB:.0f} MiB sent by 16 attackers; broker RSS "
               f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; well-behaved "
               f"client p99 {p99 * 1000:.0f} ms over {len(good.latencies) - start} round trips")
+        counted = samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
+        assert value(counted, "logferry_queued_request_bytes") <= 40 * MiB
+        assert value(counted, "logferry_connection_read_holds_total", reason="budget") >= 1
+        assert value(counted, "logferry_connections_held") >= 1
         # 40 MiB of budget plus read buffers; 262 MiB more before the budget existed
         assert peak - baseline < 90 * MiB, (baseline, peak)
         assert p99 < 5.0
@@ -251,7 +259,8 @@ def test_a_client_that_never_reads_its_answers_is_paused(broker_cluster):
 def test_idle_connections_are_dropped_and_capped(broker_cluster):
     """1,000 connections that never speak: those over max_connections are closed at
     once, the rest after incomplete_request_timeout_ms; the broker keeps serving."""
-    cluster = broker_cluster(1, broker={"max_connections": 300,
+    metrics_port = free_port()
+    cluster = broker_cluster(1, broker={"max_connections": 300, "metrics_port": metrics_port,
                                         "incomplete_request_timeout_ms": 2000})
     broker = cluster.brokers[0]
     pid = broker.proc.pid
@@ -300,6 +309,9 @@ def test_idle_connections_are_dropped_and_capped(broker_cluster):
         # asyncio accepts a burst (up to the listen backlog) before the refused are closed
         assert settled_fds - baseline_fds <= 300 + 20
         assert p99 < 5.0
+        counted = samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
+        assert value(counted, "logferry_connections_refused_total") >= refused
+        assert value(counted, "logferry_connections_timed_out_total") >= 1000 - refused
         # and the broker takes new clients again
         with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
             assert consumer.offsets("good", 0).end > 0
