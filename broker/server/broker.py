@@ -16,6 +16,7 @@ import asyncio
 import faulthandler
 import io
 import logging
+import resource
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,9 @@ from broker.replication.services import ReplicationServices
 from broker.server.admin import AdminService
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
-from broker.server.connection import BrokerConnection, close_stalled
+from broker.server.connection import (
+    ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
+)
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
@@ -119,7 +122,8 @@ class Broker:
         # Bound, not yet listening: connections are refused until the cluster view is
         # known, so a client never gets "unknown topic" for a topic not yet heard of.
         self._server = await transport.start_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port, backlog=1024,
+            lambda: BrokerConnection(self), self.config.host, self.config.port,
+            backlog=ACCEPT_BURST,
             start_serving=False)
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(self.metrics, self.config.host,
@@ -174,7 +178,9 @@ class Broker:
                                            self.stats.segments_deleted), name="retention"),
             loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
         ]
-        for warning in config_warnings(self.config):
+        fd_warning = fd_limit_warning(self.config.max_connections,
+                                      resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:
             log.warning("%s", warning)
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
                  self.config.host, self.config.port, self.config.datacenter,

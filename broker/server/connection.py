@@ -383,3 +383,20 @@ def close_stalled(connections: Iterable[BrokerConnection], now: float,
             conn.close_stalled()
             closed += 1
     return closed
+
+
+ACCEPT_BURST = 1024
+"""Connections asyncio may accept at once (the listen backlog) before the ones over
+``max_connections`` are closed: descriptors can briefly reach max_connections plus this."""
+
+
+def fd_limit_warning(max_connections: int, open_files_limit: int) -> str | None:
+    """A sentence when ``max_connections`` cannot be reached within the process's
+    open-file limit (``ulimit -n``), so accepts would fail before the cap applies."""
+    needed = max_connections + ACCEPT_BURST + 100  # the broker's own files and sockets
+    if open_files_limit < 0 or open_files_limit >= needed:
+        return None
+    return (f"max_connections ({max_connections}) plus an accept burst ({ACCEPT_BURST}) "
+            f"and the broker's own files need about {needed} descriptors, more than the "
+            f"open-file limit ({open_files_limit}, ulimit -n): raise the limit "
+            "(LimitNOFILE= in systemd) or lower max_connections")

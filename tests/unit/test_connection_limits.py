@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from types import SimpleNamespace
 
-from broker.server.connection import BrokerConnection, close_stalled
+from broker.server.connection import BrokerConnection, close_stalled, fd_limit_warning
 from broker.server.request_budget import RequestBudget
 from broker.wire import protocol
 
@@ -197,3 +197,10 @@ def test_whole_frames_skip_the_budget_but_background_ones_count_until_answered()
         assert broker.request_budget.reserved == 0 and not conn.tasks
 
     asyncio.run(scenario())
+
+
+def test_warns_when_max_connections_cannot_fit_in_the_open_file_limit():
+    assert fd_limit_warning(4096, 100_000) is None
+    assert fd_limit_warning(4096, -1) is None  # RLIM_INFINITY
+    warning = fd_limit_warning(4096, 1024)
+    assert warning is not None and "max_connections (4096)" in warning and "1024" in warning
