@@ -26,7 +26,6 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -38,13 +37,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.e2e import (  # noqa: E402
+    PERCENTILES, STAMP, WARMUP_S, LatencyRecorder, StampedMessages, counted, percentiles,
+)
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
 from broker.testing.localrun import BrokerProcess  # noqa: E402
 
-STAMP = struct.Struct("<qq")  # sequence number, send time (monotonic ns)
-WARMUP_S = 1.0
-PERCENTILES = (("p50", 0.50), ("p99", 0.99), ("p99.9", 0.999), ("max", 1.0))
 # Keys of etc/live/broker-N.toml that name this deployment's ports and places.
 LOCAL_KEYS = {"id", "host", "port", "log_dirs", "zk_connect", "metrics_port"}
 
@@ -90,39 +89,25 @@ def create_topic(cluster: LocalCluster, topic: str, rf: int) -> None:
 
 def consume(zk: str, topic: str, count: int, ready: Any, out: Any) -> None:
     """The consumer process: receive ``count`` messages, send back their latencies (ns)."""
-    latencies = array("q", bytes(8 * count))
-    unpack = STAMP.unpack_from
-    clock = time.monotonic_ns
-    seen = 0
+    recorder = LatencyRecorder(count)
     with SimpleConsumer(zk=zk, max_wait_ms=500) as consumer:
         consumer.offsets(topic, 0)  # connected, metadata known
         ready.set()
         for message in consumer.messages(topic, 0, 0, follow=True, limit=count, timeout=30):
-            now = clock()
-            seq, sent = unpack(message.value)
-            latencies[seq] = now - sent
-            seen += 1
-    out.send((seen, latencies.tobytes()))
+            recorder.record(message.value)
+    out.send((recorder.seen, recorder.latencies.tobytes()))
 
 
 def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | str,
             linger_ms: float) -> array:
     """Send ``count`` messages at ``rate`` msgs/s; the acknowledgement latency of each."""
     acked = array("q", bytes(8 * count))
-    padding = b"x" * max(size - STAMP.size, 0)
     clock = time.monotonic_ns
-    interval = 1e9 / rate
     with Producer(zk=zk, acks=acks, linger_ms=linger_ms) as producer:
         producer.partitions(topic)
         send = producer.send
-        start = clock()
-        for seq in range(count):
-            due = start + int(seq * interval)
-            now = clock()
-            if due > now:
-                time.sleep((due - now) / 1e9)
-            sent = clock()
-            future = send(topic, STAMP.pack(seq, sent) + padding, partition=0)
+        for seq, sent, value in StampedMessages(rate, count, size):
+            future = send(topic, value, partition=0)
             future.add_callback(lambda f, seq=seq, sent=sent: acked.__setitem__(
                 seq, clock() - sent))
         producer.flush(timeout=120)
@@ -133,19 +118,11 @@ def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | s
     return acked
 
 
-def percentiles(values_ns: list[int]) -> dict[str, float]:
-    """p50, p99, p99.9 and max in ms (nearest rank)."""
-    ordered = sorted(values_ns)
-    last = len(ordered) - 1
-    return {name: ordered[min(last, int(q * len(ordered)))] / 1e6 for name, q in PERCENTILES}
-
-
 def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: int,
              args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
     """One run of one case: (end-to-end percentiles, acknowledgement percentiles)."""
     create_topic(cluster, topic, rf)
     count = int(rate * args.duration)
-    warmup = int(rate * WARMUP_S)
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     receive, send = ctx.Pipe(duplex=False)
@@ -168,7 +145,7 @@ def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: 
         raise RuntimeError(f"{topic}: the consumer received {seen:,} of {count:,} messages")
     end_to_end = array("q")
     end_to_end.frombytes(raw)
-    return percentiles(end_to_end[warmup:].tolist()), percentiles(acked[warmup:].tolist())
+    return percentiles(counted(end_to_end, rate)), percentiles(counted(acked, rate))
 
 
 def label(rate: int, acks: int | str, rf: int) -> str:
