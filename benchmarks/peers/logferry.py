@@ -14,7 +14,11 @@ Case semantics (see docs/benchmarks.md):
   then ``wait()`` on its future before the next 50: one batch, one acknowledgement,
   the producer blocked meanwhile, like a RabbitMQ or STOMP transaction of 50;
 - consume: ``SimpleConsumer.fetch`` of 200 KB (about 1000 messages) per request, from
-  the start to the end, iterating every message of every batch.
+  the start to the end, iterating every message of every batch;
+- end-to-end latency: as ``benchmarks/latency.py`` measures it: ``Producer(acks=1,
+  linger_ms=0)``, one ``send`` per message; a ``SimpleConsumer`` following the
+  partition (``messages(follow=True)``, long-poll of up to 500 ms). The broker runs
+  group commit (the default): a message is visible one fsync after it is appended.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 from peers.base import (
     LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, free_port,
@@ -147,7 +152,9 @@ class Logferry(System):
             producer.flush(timeout=deadline.remaining())  # all of it written to the socket
             # The broker appends one connection's requests in order: an ack for the last
             # message on this connection means every earlier message is appended too.
-            producer.acks = 1
+            # The sender thread keeps its own copy of acks since the producer/sender
+            # split: switch both (the sender reads it per request, and is idle now).
+            producer.acks = producer._sender.acks = 1
             last = _wait(send(dest, payload), deadline)
             clock.stop()
         self._check_last(dest, last)
@@ -220,6 +227,44 @@ class Logferry(System):
 
     def drop(self, dest: str) -> None:
         """Nothing: the run's log directory is removed at the end."""
+
+    def latency_client(self) -> "LogferryLatency":
+        """The broker's address; see the module docstring for the settings."""
+        return LogferryLatency(self.address)
+
+
+@dataclass(frozen=True)
+class LogferryLatency:
+    """Both sides of the end-to-end latency case (see ``benchmarks.e2e``)."""
+
+    address: str
+
+    def receive(self, dest: str, count: int, ready: Callable[[], None],
+                on_value: Callable[[bytes], None], timeout: float) -> None:
+        from broker.client import Producer, SimpleConsumer
+
+        with Producer(brokers=[self.address]) as producer:
+            producer.partitions(dest)  # auto-creates the topic
+        with SimpleConsumer(brokers=[self.address], max_wait_ms=500) as consumer:
+            consumer.offsets(dest, 0)  # connected, metadata known
+            ready()
+            for message in consumer.messages(dest, 0, 0, follow=True, limit=count,
+                                             timeout=timeout):
+                on_value(message.value)
+
+    def produce(self, dest: str, messages: Any, timeout: float) -> None:
+        from broker.client import Producer
+
+        with Producer(brokers=[self.address], acks=1, linger_ms=0) as producer:
+            producer.partitions(dest)
+            send = producer.send
+            for message in messages:
+                send(dest, message.value, partition=0)
+            producer.flush(timeout=timeout)
+            stats = producer.metrics()
+        if stats["messages_failed"] or stats["messages_acked"] != messages.count:
+            raise CaseFailed(f"logferry: {stats['messages_acked']:,} of {messages.count:,} "
+                             f"messages acknowledged, {stats['messages_failed']:,} failed")
 
 
 def _wait(future: Any, deadline: Deadline) -> int | None:
