@@ -1,14 +1,19 @@
-"""Reproduce section 5 of the Kafka paper: logferry against RabbitMQ and ActiveMQ.
+"""Reproduce section 5 of the Kafka paper: logferry against RabbitMQ and ActiveMQ (the
+paper's peers) and NATS JetStream and Redis Streams (modern ones).
 
-One run installs what is missing (Debian's rabbitmq-server and activemq, the Python
-clients pika and stomp.py, matplotlib), starts each system itself on 127.0.0.1 with
-persistence on and asynchronous flush, warms it up, and times the same cases on each,
-one system at a time so they never share the CPU:
+One run installs what is missing (Debian's rabbitmq-server, activemq, nats-server and
+redis-server, the Python clients pika, stomp.py, nats-py and redis[hiredis],
+matplotlib), starts each system itself on 127.0.0.1 with persistence on and
+asynchronous flush, warms it up, and times the same cases on each, one system at a
+time so they never share the CPU:
 
   produce, batch 1, no ack   one message per call, only the last one confirmed
   produce, 50 per ack        groups of 50 messages, the producer waits for each ack
   consume, ~1000 per pull    read back everything the 50-per-ack case wrote
   storage                    bytes on disk per message after each producer case
+  end-to-end latency         a producer process and a consumer process, --latency-rate
+                             msgs/s: receive time minus send time, p50/p99/p99.9/max
+                             (benchmarks/e2e.py, the method of benchmarks/latency.py)
 
 It prints a table (median of ``--runs``) with logferry's ratio to each peer, writes
 results.json, results.md and the paper's two figures (producer.png, consumer.png) to
@@ -35,34 +40,45 @@ from typing import Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-if str(HERE) not in sys.path:  # the peers package lives next to this script
-    sys.path.insert(0, str(HERE))
+for _path in (HERE, REPO):  # the peers package lives next to this script; benchmarks.e2e
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from peers.base import (  # noqa: E402
-    PER_ACK, CaseFailed, Deadline, PeerUnavailable, Stopwatch, System, make_payload, settled,
+    PAYLOAD_SIZE, PER_ACK, CaseFailed, Deadline, PeerUnavailable, Stopwatch, System, make_payload,
+    settled,
 )
 from peers.report import CONSUME, PRODUCE_1, PRODUCE_50, Results, report_lines  # noqa: E402
+
+from benchmarks.e2e import WARMUP_S, run_end_to_end  # noqa: E402
 
 DEFAULT_MESSAGES = 100_000
 DEFAULT_WARMUP = 20_000
 MIN_RATE = 300.0  # msgs/s below which a case is declared stuck (bounds every case)
+DEFAULT_LATENCY_RATE = 1000
+DEFAULT_LATENCY_SECONDS = 10.0
+LATENCY_SLACK = 60.0  # seconds a latency run may take beyond its nominal duration
+SYSTEMS = ("logferry", "rabbitmq", "activemq", "nats", "redis")
 
 
 def build_systems(names: list[str]) -> list[System]:
     """The systems to run, in the order given."""
     from peers.activemq import ActiveMQ
     from peers.logferry import Logferry
+    from peers.nats_jetstream import NatsJetStream
     from peers.rabbitmq import RabbitMQ
+    from peers.redis_streams import RedisStreams
 
     known: dict[str, Callable[[], System]] = {
-        "logferry": Logferry, "rabbitmq": RabbitMQ, "activemq": ActiveMQ}
+        "logferry": Logferry, "rabbitmq": RabbitMQ, "activemq": ActiveMQ,
+        "nats": NatsJetStream, "redis": RedisStreams}
     return [known[name]() for name in names]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="The Kafka paper's producer/consumer experiment: logferry, RabbitMQ "
-                    "and ActiveMQ side by side on 127.0.0.1.")
+        description="The Kafka paper's producer/consumer experiment: logferry, RabbitMQ, "
+                    "ActiveMQ, NATS JetStream and Redis Streams side by side on 127.0.0.1.")
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES,
                         help=f"messages per case and run (default {DEFAULT_MESSAGES:,}; "
                              "the paper used 10 million)")
@@ -71,8 +87,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
                         help="untimed messages per case before the first run "
                              f"(default {DEFAULT_WARMUP:,}; the JVM needs them)")
-    parser.add_argument("--systems", default="logferry,rabbitmq,activemq",
-                        help="comma-separated subset of logferry,rabbitmq,activemq")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--latency-rate", type=int, default=DEFAULT_LATENCY_RATE,
+                        help="msgs/s of the end-to-end latency case "
+                             f"(default {DEFAULT_LATENCY_RATE:,})")
+    parser.add_argument("--latency-seconds", type=float, default=DEFAULT_LATENCY_SECONDS,
+                        help="seconds per latency run, the first not counted "
+                             f"(default {DEFAULT_LATENCY_SECONDS:g}; 0 skips the case)")
     parser.add_argument("--results", type=Path, default=HERE / "results",
                         help="results go to a timestamped folder under this one "
                              "(default benchmarks/results)")
@@ -83,11 +105,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "the system's temp dir); always deleted afterwards")
     args = parser.parse_args(argv)
     names = [n.strip().lower() for n in args.systems.split(",") if n.strip()]
-    unknown = set(names) - {"logferry", "rabbitmq", "activemq"}
+    unknown = set(names) - set(SYSTEMS)
     if unknown or not names:
         parser.error(f"unknown systems: {', '.join(sorted(unknown)) or '(none given)'}")
     if args.messages < PER_ACK or args.runs < 1 or args.warmup < 0:
         parser.error(f"--messages must be >= {PER_ACK}, --runs >= 1, --warmup >= 0")
+    if args.latency_seconds and (args.latency_seconds <= WARMUP_S or args.latency_rate < 1):
+        parser.error(f"--latency-seconds must be 0 or above {WARMUP_S:g}, "
+                     "--latency-rate at least 1")
     args.system_names = names
     return args
 
@@ -153,6 +178,20 @@ def produce_and_measure(system: System, case: str, dest: str, count: int, label:
         results.add_storage(system.name, case, (after - before) / count)
 
 
+def latency_case(system: System, dest: str, args: argparse.Namespace, label: str,
+                 results: Results) -> None:
+    """One end-to-end latency run (bounded: the consumer process is always ended)."""
+    try:
+        points = run_end_to_end(system.latency_client(), dest, args.latency_rate,
+                                args.latency_seconds, PAYLOAD_SIZE,
+                                timeout=args.latency_seconds + LATENCY_SLACK)
+    except RuntimeError as exc:
+        raise CaseFailed(f"{system.name} latency: {exc}") from None
+    results.add_latency(system.name, points)
+    say(f"  {label:<8} {'end-to-end latency':<26} {args.latency_rate:>10,} msgs/s "
+        + " ".join(f"{name} {value:.2f}" for name, value in points.items()) + " ms")
+
+
 def run_system(system: System, workdir: Path, args: argparse.Namespace,
                results: Results) -> None:
     """Install, start, warm up, run every case ``--runs`` times, always stop."""
@@ -185,6 +224,11 @@ def run_system(system: System, workdir: Path, args: argparse.Namespace,
                              timed_case(system, CONSUME, fifty, args.messages, label))
             system.drop(one)
             system.drop(fifty)
+        if args.latency_seconds:
+            for run in range(args.runs):
+                dest = f"latency-r{run}"
+                latency_case(system, dest, args, f"run {run + 1}", results)
+                system.drop(dest)
     except (PeerUnavailable, CaseFailed) as exc:
         say(f"  FAILED {system.name}: {exc}")
         results.failed[system.name] = str(exc)
@@ -231,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    results = Results(messages=args.messages, runs=args.runs)
+    results = Results(messages=args.messages, runs=args.runs,
+                      latency_rate=args.latency_rate, latency_seconds=args.latency_seconds)
     say(f"paper experiment: {args.messages:,} messages x {args.runs} run(s), warm-up "
         f"{args.warmup:,}; systems: {', '.join(args.system_names)}; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")

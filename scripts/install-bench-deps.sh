@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what benchmarks/paper_experiment.py compares logferry against: Debian's
-# rabbitmq-server and activemq (the paper's peers), and the `bench` extra of
-# pyproject.toml (pika, stomp.py, matplotlib) into the project's virtualenv.
+# rabbitmq-server and activemq (the paper's peers), nats-server and redis-server (modern
+# peers), and the `bench` extra of pyproject.toml (pika, stomp.py, nats-py,
+# redis[hiredis], matplotlib) into the project's virtualenv.
 #
 # The experiment installs whatever is missing by itself; this script is for doing it
 # ahead of time (CI images, machines where the run itself must not touch apt).
@@ -15,9 +16,10 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
-PACKAGES=(rabbitmq-server activemq)
+PACKAGES=(rabbitmq-server activemq nats-server redis-server)
 # A file each package ships: present means installed (dpkg may list removed ones).
-PROBES=(/usr/lib/rabbitmq/bin/rabbitmq-server /usr/share/activemq/bin/activemq.jar)
+PROBES=(/usr/lib/rabbitmq/bin/rabbitmq-server /usr/share/activemq/bin/activemq.jar
+        /usr/sbin/nats-server /usr/bin/redis-server)
 status=0
 
 missing=()

@@ -13,7 +13,10 @@ Case semantics (see docs/benchmarks.md):
   connection;
 - 50 per ack: a STOMP transaction per 50 messages; the receipt of the COMMIT is the ack;
 - consume: SUBSCRIBE with ``ack:auto`` and a prefetch of 1000 messages (the paper's
-  "about 1000 messages per pull").
+  "about 1000 messages per pull");
+- end-to-end latency: a ``persistent:true`` SEND per message, only the last with a
+  receipt; the consumer process SUBSCRIBEs with ``ack:auto`` (messages are pushed as
+  they are dispatched), both connections with TCP_NODELAY.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import itertools
 import shutil
 import socket
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from peers.base import (
     LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
@@ -143,14 +147,7 @@ class ActiveMQ(System):
         self.conn = self._connect()
 
     def _connect(self) -> Any:
-        import stomp
-
-        conn = stomp.Connection12([(LOOPBACK, self.port)], auto_decode=False,
-                                  try_loopback_connect=False)
-        conn.set_listener("bench", self.listener)
-        conn.connect(wait=True)
-        conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+        return _connect(self.port, self.listener)
 
     def stop(self) -> None:
         """Disconnect, then SIGTERM the JVM (its shutdown hook closes KahaDB)."""
@@ -233,3 +230,74 @@ class ActiveMQ(System):
         if self.data is None:
             raise PeerUnavailable("ActiveMQ is not started")
         return disk_bytes(self.data / "kahadb")
+
+    def latency_client(self) -> "ActiveMQLatency":
+        """The STOMP port; see the module docstring for the settings."""
+        return ActiveMQLatency(self.port)
+
+
+def _connect(port: int, listener: Any) -> Any:
+    """A STOMP 1.2 connection with TCP_NODELAY and ``listener`` attached."""
+    import stomp
+
+    conn = stomp.Connection12([(LOOPBACK, port)], auto_decode=False,
+                              try_loopback_connect=False)
+    conn.set_listener("bench", listener)
+    conn.connect(wait=True)
+    conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
+class _Forward(_Listener):
+    """A listener that hands each message body to a callback (stomp.py's thread)."""
+
+    def __init__(self, on_value: Callable[[bytes], None]) -> None:
+        super().__init__()
+        self.on_value = on_value
+
+    def on_message(self, frame: Any) -> None:
+        self.on_value(frame.body)
+        super().on_message(frame)
+
+
+@dataclass(frozen=True)
+class ActiveMQLatency:
+    """Both sides of the end-to-end latency case (see ``benchmarks.e2e``)."""
+
+    port: int
+
+    def receive(self, dest: str, count: int, ready: Callable[[], None],
+                on_value: Callable[[bytes], None], timeout: float) -> None:
+        listener = _Forward(on_value)
+        listener.target = count
+        conn = _connect(self.port, listener)
+        try:
+            receipt = "subscribed"
+            event = listener.expect(receipt)
+            conn.subscribe(f"/queue/{dest}", "lat", ack="auto",
+                           headers={"activemq.prefetchSize": str(PREFETCH), "receipt": receipt})
+            event.wait(30)
+            ready()
+            listener.all_in.wait(timeout)
+            if listener.error:
+                raise CaseFailed(f"ActiveMQ: {listener.error}")
+        finally:
+            conn.disconnect()
+
+    def produce(self, dest: str, messages: Any, timeout: float) -> None:
+        listener = _Listener()
+        conn = _connect(self.port, listener)
+        try:
+            send, destination = conn.send, f"/queue/{dest}"
+            headers = {"persistent": "true"}
+            last = messages.count - 1
+            event = listener.expect("last")
+            for message in messages:
+                if message.seq == last:  # its receipt follows every earlier frame
+                    headers = {"persistent": "true", "receipt": "last"}
+                send(destination, message.value, headers=headers)
+            if not event.wait(timeout) or listener.error:
+                raise CaseFailed(f"ActiveMQ: no receipt after the last message "
+                                 f"({listener.error or 'timeout'})")
+        finally:
+            conn.disconnect()

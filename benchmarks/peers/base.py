@@ -1,6 +1,6 @@
 """What every system in the paper experiment provides, and the helpers they share.
 
-Each system (logferry, RabbitMQ, ActiveMQ) is a :class:`System`: it starts its own
+Each system (logferry, RabbitMQ, ActiveMQ, NATS JetStream, Redis Streams) is a :class:`System`: it starts its own
 server on 127.0.0.1 in a private data directory, runs the paper's cases when asked, and
 stops everything it started. The harness (``paper_experiment.py``) only times the case
 methods, so each method must return exactly when its case is complete, as the case
@@ -18,7 +18,7 @@ import string
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 PAYLOAD_SIZE = 200
 """Message size of the paper's experiment (section 5): 200 bytes."""
@@ -133,6 +133,12 @@ class System(abc.ABC):
 
     def drop(self, dest: str) -> None:
         """Free what ``dest`` holds, when the system can (untimed housekeeping)."""
+
+    @abc.abstractmethod
+    def latency_client(self) -> Any:
+        """A picklable :class:`benchmarks.e2e.LatencyClient` for the started server: the
+        end-to-end latency case runs its consumer side in another process. It uses the
+        system's documented low-latency settings with persistence still on."""
 
     @abc.abstractmethod
     def stop(self) -> None:

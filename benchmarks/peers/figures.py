@@ -12,7 +12,8 @@ from pathlib import Path
 
 from peers.report import CONSUME, PRODUCE_1, PRODUCE_50, Results, throughput_rows
 
-COLORS = {"logferry": "#1b7837", "RabbitMQ": "#f1a340", "ActiveMQ": "#5e3c99"}
+COLORS = {"logferry": "#1b7837", "RabbitMQ": "#f1a340", "ActiveMQ": "#5e3c99",
+          "NATS JetStream": "#2166ac", "Redis Streams": "#b2182b"}
 
 
 def draw(results: Results, out_dir: Path) -> list[Path]:

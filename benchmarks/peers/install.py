@@ -20,7 +20,8 @@ from peers.base import PeerUnavailable
 REPO = Path(__file__).resolve().parents[2]
 
 # import name of each distribution of the bench extra
-IMPORT_NAMES = {"pika": "pika", "stomp.py": "stomp", "matplotlib": "matplotlib"}
+IMPORT_NAMES = {"pika": "pika", "stomp.py": "stomp", "matplotlib": "matplotlib",
+                "nats-py": "nats", "redis": "redis"}
 
 APT_TIMEOUT = 900.0
 PIP_TIMEOUT = 600.0

@@ -10,15 +10,21 @@ Case semantics (see docs/benchmarks.md):
   enqueued) stops the clock;
 - 50 per ack: one AMQP transaction per 50 messages; ``tx.commit`` is the ack (pika's
   blocking channel cannot wait for one confirm per 50 publishes);
-- consume: ``basic_consume`` with automatic ack (prefetch only applies to manual acks).
+- consume: ``basic_consume`` with automatic ack (prefetch only applies to manual acks);
+- end-to-end latency: a persistent ``basic_publish`` per message without confirms (a
+  confirm waits for RabbitMQ's timed fsync, ~8 ms here, and pika's blocking channel
+  cannot wait for confirms asynchronously); the consumer process ``basic_consume``s
+  with automatic ack, so RabbitMQ pushes each message as soon as it is enqueued.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from peers.base import (
     LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
@@ -192,3 +198,55 @@ class RabbitMQ(System):
         channel = self.conn.channel()
         channel.queue_delete(queue=dest)
         channel.close()
+
+    def latency_client(self) -> "RabbitMQLatency":
+        """The node's AMQP port; see the module docstring for the settings."""
+        return RabbitMQLatency(self.port)
+
+
+@dataclass(frozen=True)
+class RabbitMQLatency:
+    """Both sides of the end-to-end latency case (see ``benchmarks.e2e``)."""
+
+    port: int
+
+    def _connect(self) -> Any:
+        import pika
+
+        return pika.BlockingConnection(pika.ConnectionParameters(
+            host=LOOPBACK, port=self.port, heartbeat=600, blocked_connection_timeout=300))
+
+    def receive(self, dest: str, count: int, ready: Callable[[], None],
+                on_value: Callable[[bytes], None], timeout: float) -> None:
+        conn = self._connect()
+        try:
+            channel = conn.channel()
+            channel.queue_declare(queue=dest, durable=True)
+            got = 0
+
+            def on_message(_ch: Any, _method: Any, _props: Any, body: bytes) -> None:
+                nonlocal got
+                on_value(body)
+                got += 1
+
+            channel.basic_consume(dest, on_message, auto_ack=True)
+            ready()
+            end = time.monotonic() + timeout
+            while got < count and time.monotonic() < end:
+                conn.process_data_events(time_limit=0.5)
+        finally:
+            conn.close()
+
+    def produce(self, dest: str, messages: Any, timeout: float) -> None:
+        import pika
+
+        conn = self._connect()
+        try:
+            channel = conn.channel()
+            channel.queue_declare(queue=dest, durable=True)
+            props = pika.BasicProperties(delivery_mode=2)
+            for message in messages:
+                channel.basic_publish("", dest, message.value, props)
+            conn.process_data_events(time_limit=0)
+        finally:
+            conn.close()
