@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 # name -> (script, arguments for a full run, arguments for --quick)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "paper": ("paper_experiment.py", [], ["--messages", "20000", "--runs", "1",
-                                           "--warmup", "5000"]),
+                                           "--warmup", "5000", "--latency-seconds", "3"]),
     "broker": ("broker_throughput.py", [], ["--messages", "100000", "--runs", "1"]),
     "replication": ("replication_throughput.py", [], ["--messages", "50000", "--runs", "1"]),
     "latency": ("latency.py", [], ["--duration", "3", "--runs", "1"]),
