@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from broker.cli.render import check_format, render, render_json
 from broker.cli.tail import Last, tail_start
+from broker.cli.tls_args import add_tls_args, tls_from_args
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
@@ -98,15 +99,19 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--zk", default=None,
                        help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
     group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
+    add_tls_args(parser)
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:
-    """``zk=`` or ``brokers=`` keyword for the client classes, from the common options."""
+    """``zk=`` or ``brokers=`` keyword for the client classes, and ``tls=`` when the TLS
+    options ask for it, from the common options."""
+    tls = tls_from_args(args)
+    extra = {"tls": tls} if tls is not None else {}
     if args.brokers:
-        return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()]}
+        return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()], **extra}
     zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)
     try:
-        return {"zk": validate_zk_connect(zk)}
+        return {"zk": validate_zk_connect(zk), **extra}
     except ConfigError as exc:
         raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import NamedTuple, Sequence
 
 from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
 from broker.client.cluster import Cluster
 from broker.common.errors import error_for_code
+from broker.common.tls import TlsConfig
 
 
 class BrokerInfo(NamedTuple):
@@ -37,8 +39,9 @@ class Admin:
     """Create, delete, list and describe topics; list brokers; elect preferred leaders."""
 
     def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0):
-        self.cluster = Cluster(zk, brokers, request_timeout)
+                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None):
+        """``tls``: TLS settings or a client context for the broker connections."""
+        self.cluster = Cluster(zk, brokers, request_timeout, tls)
 
     def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
                      min_insync_replicas: int = 0) -> dict[int, list[int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 from typing import Any, Sequence
 
@@ -18,6 +19,7 @@ from broker.wire.metadata import parse_metadata_answer
 
 from broker.coordination import zk
 from broker.client.connection import Connection
+from broker.common.tls import TlsConfig, client_tls
 from broker.common.errors import (
     BrokerNotAvailableError,
     ConfigError,
@@ -42,11 +44,14 @@ class Cluster:
     """Broker discovery, topic metadata and a connection per broker."""
 
     def __init__(self, zk_connect: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0):
+                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None):
+        """``tls``: TLS settings (or a ready client context) for every broker connection;
+        ``None`` is plaintext. The context is built once here, so a bad file fails now."""
         if (zk_connect is None) == (brokers is None):
             raise ConfigError("give exactly one of zk (a ZooKeeper connect string with "
                               "chroot) or brokers (a list of host:port)")
         self.request_timeout = request_timeout
+        self._ssl_context, self._server_hostname = client_tls(tls)
         self._zk_connect = zk_connect
         self._zk = zk.connect(zk_connect, create=False) if zk_connect else None
         self._static = [parse_address(b) for b in brokers] if brokers else []
@@ -154,7 +159,8 @@ class Cluster:
             conn = self._connections.get(address)
             if conn is not None and not conn.closed:
                 return conn
-        conn = Connection(*address, connect_timeout=min(self.request_timeout, 10.0))
+        conn = Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
+                          ssl_context=self._ssl_context, server_hostname=self._server_hostname)
         with self._lock:
             old = self._connections.get(address)
             if old is not None and not old.closed:

@@ -80,6 +80,7 @@ class Connection:
                  ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None):
         """Connect (TLS with ``ssl_context``, verifying ``server_hostname`` or ``host``)."""
         self.address = f"{host}:{port}"
+        self._tls = ssl_context is not None
         self._sock = transport.connect(host, port, timeout=connect_timeout,
                                        ssl_context=ssl_context, server_hostname=server_hostname)
         self._ids = itertools.count(1)
@@ -138,9 +139,16 @@ class Connection:
         buf = bytearray(RECV_BYTES)
         view = memoryview(buf)
         decoder = self._decoder
+        first = True
         try:
             while True:
                 n = self._sock.recv_into(view)
+                if first and socket_errors.looks_like_tls(view[:n]):
+                    raise socket_errors.tls_expected_error(self.address)
+                if n == 0 and first:  # closed before its first answer: say what may be why
+                    raise (socket_errors.tls_rejected_error(self.address) if self._tls
+                           else socket_errors.tls_expected_error(self.address, answered=False))
+                first = False
                 if n == 0:
                     raise ConnectionResetError("broker closed the connection")
                 decoder.feed(view[:n])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import ssl
 import threading
 import time
 import zlib
@@ -31,6 +32,7 @@ from broker.common.errors import (
     ProducerClosedError,
     UnknownTopicOrPartitionError,
 )
+from broker.common.tls import TlsConfig
 from broker.wire import records
 
 Values = bytes | Sequence[bytes]
@@ -58,6 +60,7 @@ class Producer:
         request_timeout: float = 30.0,
         max_request_bytes: int = 16 * 1024 * 1024,
         client_id: str = "",
+        tls: TlsConfig | ssl.SSLContext | None = None,
     ):
         if acks == "all":
             acks = -1
@@ -84,7 +87,7 @@ class Producer:
         self.request_timeout = request_timeout
         self.max_request_bytes = max_request_bytes
         self.client_id = client_id
-        self.cluster = Cluster(zk, brokers, request_timeout)
+        self.cluster = Cluster(zk, brokers, request_timeout, tls)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
         """Partitions per topic, once learned: a topic's count never changes (the sender

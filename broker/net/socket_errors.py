@@ -42,6 +42,39 @@ def tls_error(exc: ssl.SSLError, address: str, peer: str = "broker",
         f"have TLS enabled and share a protocol version and cipher")
 
 
+def looks_like_tls(data: bytes | bytearray | memoryview) -> bool:
+    """True if ``data`` starts like a TLS record (a handshake or an alert, TLS 1.x).
+
+    The first bytes of a plaintext frame are its 4-byte length: a frame starting
+    ``16 03`` or ``15 03`` would be over 350 MB, which no first request or response is.
+    So a broker seeing this on a plaintext port met a TLS client, and a plaintext
+    client seeing it met a TLS port.
+    """
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
+
+
+def tls_expected_error(address: str, peer: str = "broker",
+                       answered: bool = True) -> BrokerNotAvailableError:
+    """A plaintext client that got a TLS answer (``answered``), or whose connection was
+    closed before any answer (what a TLS port does to a plaintext client)."""
+    what = ("answered with TLS: that port expects TLS" if answered else
+            "closed the connection before answering: if that port expects TLS")
+    return BrokerNotAvailableError(
+        f"{peer} {address} {what}, give the client TLS settings (tls= in the client "
+        f"library, --tls-ca on the command line, a [tls] section in a config file)")
+
+
+def tls_rejected_error(address: str, peer: str = "broker") -> BrokerNotAvailableError:
+    """A TLS connection closed before its first answer: with TLS 1.3 the server checks a
+    client certificate after the client's side of the handshake is done, so this is how
+    a refused (missing, untrusted or expired) client certificate shows."""
+    return BrokerNotAvailableError(
+        f"{peer} {address} closed the TLS connection before answering: it may require a "
+        f"client certificate (mutual TLS) that it did not get or does not trust; give the "
+        f"client a certificate signed by a CA the {peer} trusts (cert_file and key_file, "
+        f"--tls-cert and --tls-key)")
+
+
 def connect_error(exc: BaseException, host: str, port: int, timeout: float | None = None,
                   peer: str = "broker",
                   server_hostname: str | None = None) -> BrokerNotAvailableError:
@@ -104,4 +137,5 @@ def listen_error(exc: OSError, host: str, port: int) -> ListenError:
     return ListenError(f"{prefix}: {_reason(exc)}")
 
 
-__all__ = ["connect_error", "listen_error", "lost_error", "tls_error"]
+__all__ = ["connect_error", "listen_error", "looks_like_tls", "lost_error", "tls_error",
+           "tls_expected_error", "tls_rejected_error"]

@@ -87,6 +87,7 @@ async def open_stream(host: str, port: int, *, timeout: float | None = 10.0,
 
 async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str,
                        port: int, *, ssl_context: ssl.SSLContext | None = None,
+                       ssl_handshake_timeout: float | None = None,
                        backlog: int = 1024, start_serving: bool = True) -> asyncio.Server:
     """Listen on ``host:port`` and serve each connection with a new protocol object.
 
@@ -94,11 +95,15 @@ async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], hos
     connection is TLS; the protocol's ``connection_made`` runs after the handshake, and
     a client that fails it never reaches the protocol (asyncio logs it). Raises
     ``ListenError`` with what to change when the address cannot be bound.
+    ``ssl_handshake_timeout`` (seconds, TLS only; asyncio's default is 60) drops a client
+    that connects and never finishes its handshake.
     ``start_serving=False`` only binds: call :func:`start_serving` to listen.
     """
     loop = asyncio.get_running_loop()
     try:
         return await loop.create_server(protocol_factory, host, port, ssl=ssl_context,
+                                        ssl_handshake_timeout=(ssl_handshake_timeout
+                                                               if ssl_context else None),
                                         reuse_address=True, backlog=backlog,
                                         start_serving=start_serving)
     except OSError as exc:

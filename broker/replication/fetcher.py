@@ -98,8 +98,11 @@ class ReplicaFetcher:
                 await asyncio.sleep(0.2)  # the leader is not registered (yet)
                 continue
             try:
+                services = self.manager.services
                 reader, self._writer = await transport.open_stream(
-                    info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}")
+                    info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}",
+                    ssl_context=services.leader_ssl_context,
+                    server_hostname=services.leader_server_hostname)
                 retry.reset()  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:

@@ -11,6 +11,8 @@ the layers point one way (replication <- server).
 
 from __future__ import annotations
 
+import ssl
+
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -87,6 +89,10 @@ class ReplicationServices:
     """A follower appended (bytes, messages) copied from its leader."""
     zk: KazooClient | None = None
     registry: BrokerRegistry | None = None
+    leader_ssl_context: ssl.SSLContext | None = None
+    """TLS toward leaders (the broker's ``[tls]`` section as a client; None: plaintext)."""
+    leader_server_hostname: str | None = None
+    """The name a leader's certificate is checked against (None: the address dialled)."""
 
 
 __all__ = ["LogSource", "PartitionKey", "ReplicationConfig", "ReplicationServices"]

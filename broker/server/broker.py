@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from broker.common.errors import ListenError, LogferryError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
+from broker.common.tls import client_tls, server_context
 from broker.coordination import zk
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.net import transport
@@ -76,11 +77,15 @@ class Broker:
         self._known_topics: set[str] = set()
         self._logs_loaded = False
         self._replication_started = False
+        self._ssl_context = server_context(config.tls) if config.tls else None
+        leader_ssl_context, leader_server_hostname = client_tls(config.tls)
         self.replication = ReplicaManager(ReplicationServices(
             config=config, logs=self.logs, admin_pool=self._admin_pool,
             fsync_pool=self._fsync_pool, isr_changes=self.stats.isr_changes,
             truncated_bytes=self.stats.truncated_bytes, wake_consumers=self.wake_consumers,
-            wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in))
+            wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
+            leader_ssl_context=leader_ssl_context,
+            leader_server_hostname=leader_server_hostname))
         self._wire_services()
 
     def _wire_services(self) -> None:
@@ -124,7 +129,8 @@ class Broker:
         self._server = await transport.start_server(
             lambda: BrokerConnection(self), self.config.host, self.config.port,
             backlog=ACCEPT_BURST,
-            start_serving=False)
+            start_serving=False, ssl_context=self._ssl_context,
+            ssl_handshake_timeout=self.config.tls.handshake_timeout_s if self.config.tls else None)
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(self.metrics, self.config.host,
                                                  self.config.metrics_port, loop=loop,

@@ -18,6 +18,7 @@ from broker.common.config import (
     BOOL, INTEGER, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
     POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, read,
 )
+from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from broker.storage.config import LogConfig
 
 
@@ -53,6 +54,8 @@ class BrokerConfig:
     unclean_leader_election: bool = False
     leader_rebalance_interval_s: float = 300.0
     log: LogConfig = field(default_factory=LogConfig)
+    tls: TlsConfig | None = None
+    """The ``[tls]`` table: TLS on the data port and to leaders (None: plaintext)."""
 
 
 _SECONDS_OR_OFF = Check(NONNEG_NUMBER.test, "a number of seconds >= 0 (0 turns it off)")
@@ -102,7 +105,7 @@ LOG_FIELDS = fields(
 )
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
-SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS}
+SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS}
 
 
 def load_broker_config(path: str | Path) -> BrokerConfig:
@@ -123,6 +126,7 @@ def broker_config_from_dict(data: dict[str, Any], source: str = "") -> BrokerCon
 def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     tables = validator.sections(data, SECTIONS)
     broker, log = tables["broker"], tables["log"]
+    tls = tls_from_table(validator, tables["tls"], "tls", server=True)
     if "retention_hours" in log and "retention_ms" in log:
         validator.fail("log.retention_hours", "set log.retention_hours or log.retention_ms, "
                        "not both")
@@ -134,7 +138,7 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     zk_connect = broker.pop("zk_connect")
     _check_zk_connect(zk_connect, validator)
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
-                        log=LogConfig(**log_kwargs), **broker)
+                        log=LogConfig(**log_kwargs), tls=tls, **broker)
 
 
 def _check_zk_connect(value: str, validator: Validator) -> None:

@@ -34,7 +34,9 @@ from broker.common.errors import (
     ProtocolError,
     UnsupportedApiError,
 )
+from broker.net import socket_errors
 from broker.server.responder import FileReply, Responder
+from broker.server.tls_send import send_file_range
 from broker.wire import protocol
 from broker.wire.apis import parse_request_head
 
@@ -80,6 +82,7 @@ class BrokerConnection(asyncio.Protocol):
         self.stalled_since: float | None = time.monotonic()
         """When the request this connection owes began (its first, or one partly
         received), by ``time.monotonic()``; None while it owes nothing."""
+        self._first_data = True
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -132,6 +135,10 @@ class BrokerConnection(asyncio.Protocol):
         budget; when the budget is short the connection waits without reading. The
         common case (whole frames) costs one attribute check per frame.
         """
+        if self._first_data and data:
+            self._first_data = False
+            if self.peer_speaks_tls(data):
+                return
         decoder = self.decoder
         decoder.feed(data)
         completed = False
@@ -158,6 +165,16 @@ class BrokerConnection(asyncio.Protocol):
                 self._reserved = 0
             completed = True
             self._dispatch(frame, reserved)
+
+    def peer_speaks_tls(self, data: bytes) -> bool:
+        """A TLS client on this plaintext port: close at once, saying so only at DEBUG
+        (the client's handshake fails with its own clear error)."""
+        if self.transport is None or self.transport.get_extra_info("sslcontext") is not None \
+                or not socket_errors.looks_like_tls(data):
+            return False
+        log.debug("closing connection from %s: it speaks TLS on a plaintext port", self.peer)
+        self.close()
+        return True
 
     def _reserve_pending(self) -> None:
         """Reserve the partly received frame's size, or wait for it without reading."""
@@ -313,8 +330,13 @@ class BrokerConnection(asyncio.Protocol):
                     continue
                 self.transport.write(item.head)  # type: ignore[union-attr]
                 self._sent_from_queue(len(item.head))
+                tls = self.transport.get_extra_info("sslcontext") is not None  # type: ignore[union-attr]
                 for piece in item.slices:
-                    if piece.count:
+                    if piece.count and tls:  # no sendfile under TLS: see tls_send
+                        await send_file_range(loop, self.transport, piece.file,  # type: ignore[arg-type]
+                                              piece.position, piece.count)
+                        self._sent_from_queue(piece.count)
+                    elif piece.count:
                         # asyncio pauses reading during a sendfile and resumes it after;
                         # a hold taken or lifted meanwhile is applied once it returns
                         self._in_sendfile = True

@@ -44,7 +44,8 @@ class BrokerProcess:
 
     def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
                  broker: Mapping[str, Any] | None = None, log: Mapping[str, Any] | None = None,
-                 name: str | None = None):
+                 name: str | None = None, tls: Mapping[str, Any] | None = None):
+        """``tls``: the broker's ``[tls]`` table (docs/configuration.md); none: plaintext."""
         self.id = broker_id
         self.name = name or f"broker-{broker_id}"
         self.port = free_port()
@@ -59,8 +60,11 @@ class BrokerProcess:
         self.log_settings = dict(log or {})
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(dumps({"broker": self.broker_settings,
-                                           "log": self.log_settings}))
+        self.tls_settings = dict(tls or {})
+        doc: dict[str, Any] = {"broker": self.broker_settings, "log": self.log_settings}
+        if self.tls_settings:
+            doc["tls"] = self.tls_settings
+        self.config_file.write_text(dumps(doc))
 
     @property
     def address(self) -> str:

@@ -23,10 +23,11 @@ class BrokerProcess(_BrokerProcess):
     """A broker process with the test suite's defaults (4 partitions, 20 ms flushes)."""
 
     def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
-                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None):
+                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
+                 tls: dict[str, Any] | None = None):
         super().__init__(broker_id, zk_connect, workdir,
                          broker={**TEST_BROKER_SETTINGS, **(broker or {})},
-                         log={**TEST_LOG_SETTINGS, **(log or {})})
+                         log={**TEST_LOG_SETTINGS, **(log or {})}, tls=tls)
 
 
 class Cluster:
@@ -38,8 +39,9 @@ class Cluster:
         self.brokers: list[BrokerProcess] = []
 
     def add(self, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-            start: bool = True) -> BrokerProcess:
-        process = BrokerProcess(len(self.brokers) + 1, self.zk_connect, self.workdir, broker, log)
+            start: bool = True, tls: dict[str, Any] | None = None) -> BrokerProcess:
+        process = BrokerProcess(len(self.brokers) + 1, self.zk_connect, self.workdir, broker, log,
+                                tls)
         self.brokers.append(process)
         if start:
             process.start()
@@ -62,16 +64,17 @@ class Cluster:
 
 @pytest.fixture
 def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
-    """Factory: ``broker_cluster(n=1, broker={...}, log={...}) -> Cluster``; all stopped after."""
+    """Factory: ``broker_cluster(n=1, broker={...}, log={...}, tls={...}) -> Cluster``; all
+    stopped after. ``tls`` is each broker's ``[tls]`` table."""
     clusters: list[Cluster] = []
 
     def start(n: int = 1, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-              zk: str | None = None) -> Cluster:
+              zk: str | None = None, tls: dict[str, Any] | None = None) -> Cluster:
         cluster = Cluster(zk or zk_connect, tmp_path / f"cluster-{len(clusters)}")
         cluster.workdir.mkdir(parents=True, exist_ok=True)
         clusters.append(cluster)
         for _ in range(n):
-            cluster.add(broker, log)
+            cluster.add(broker, log, tls=tls)
         return cluster
 
     yield start

@@ -13,6 +13,7 @@ overwrite the new offsets at its next commit, or re-create what was deleted) unl
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Iterable, Mapping
 
 from kazoo.exceptions import NoNodeError
@@ -25,6 +26,7 @@ from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_group_name
+from broker.common.tls import TlsConfig
 from broker.coordination import zk as zkmod
 
 
@@ -36,7 +38,8 @@ class GroupAdmin:
     whole view: its partitions carry an ``error`` instead of log ends and lag.
     """
 
-    def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0):
+    def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0,
+                 tls: TlsConfig | ssl.SSLContext | None = None):
         if not zk:
             raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
                               "with chroot)")
@@ -46,7 +49,7 @@ class GroupAdmin:
         if brokers:
             try:
                 self._simple = SimpleConsumer(zk=zk, request_timeout=request_timeout,
-                                              metadata_retries=1)
+                                              metadata_retries=1, tls=tls)
             except LogferryError:
                 self._simple = None
 
