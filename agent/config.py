@@ -23,6 +23,7 @@ from broker.common.config import (
     STR_LIST, TABLE, TABLE_LIST, Check, Validator, either, fields, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
+from broker.common.tls import TlsConfig, tls_section
 
 Scalar = str | int | float | bool
 """A static field's value (TOML strings, integers, floats, booleans)."""
@@ -105,6 +106,8 @@ class AgentConfig:
     state_dir: Path
     zk: str | None = None
     brokers: tuple[str, ...] | None = None
+    tls: TlsConfig | None = None
+    """``[tls]``: TLS to the brokers (None: plaintext)."""
     host: str = field(default_factory=socket.gethostname)
     max_inflight_bytes: int = 32 * MiB
     max_open_files: int = 256
@@ -144,7 +147,7 @@ TOP = fields(
     scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
     rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
     fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
-    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE,
+    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
@@ -327,6 +330,7 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
         state_dir=state_dir,
         zk=cluster.get("zk"),
         brokers=tuple(cluster["brokers"]) if "brokers" in cluster else None,
+        tls=tls_section(v, data),
         host=host,
         max_inflight_bytes=data.get("max_inflight_bytes", 32 * MiB),
         max_open_files=data.get("max_open_files", 256),

@@ -198,7 +198,8 @@ def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
     try:
         with source_errors("connecting to the cluster for the audit"):
             consumer = SimpleConsumer(zk=config.source.zk,
-                                      brokers=list(config.source.brokers) if config.source.brokers else None)
+                                      brokers=list(config.source.brokers) if config.source.brokers else None,
+                                      tls=config.tls)
         try:
             found = read_audit_records(consumer, a.topic, since_ms)
         finally:

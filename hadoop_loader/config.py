@@ -20,6 +20,7 @@ from broker.common.config import (
     fields, format_error, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
+from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from hadoop_loader.errors import LoaderConfigError
 
 MiB = 1024 * 1024
@@ -118,6 +119,9 @@ class LoaderConfig:
     audit: AuditConfig = AuditConfig()
     spark: SparkConfig = SparkConfig()
     path: str = "<dict>"
+    tls: TlsConfig | None = None
+    """``[tls]``: TLS to the source brokers, from the driver and from every executor
+    (the files must exist at the same paths on the executors' hosts)."""
 
 
 # -- declared keys (types; defaults live in the dataclasses above) ------------------------
@@ -147,6 +151,7 @@ SECTIONS = {
         conf=Check(lambda v: isinstance(v, dict)
                    and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
                    "a table of strings")),
+    "tls": TLS_FIELDS,
 }
 """Every table and key of ``loader.toml`` (docs/loader.md lists the defaults)."""
 
@@ -183,6 +188,7 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         audit=AuditConfig(**sections["audit"]),
         spark=_spark(sections["spark"]),
         path=v.file or "<dict>",
+        tls=tls_from_table(v, sections["tls"], "tls"),
     )
 
 

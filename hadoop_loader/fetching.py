@@ -31,7 +31,8 @@ def consumer_for(endpoint: Endpoint) -> SimpleConsumer:
         if consumer is None:
             with source_errors("connecting to the brokers"):
                 consumer = SimpleConsumer(zk=endpoint.zk,
-                                          brokers=list(endpoint.brokers) if endpoint.brokers else None)
+                                          brokers=list(endpoint.brokers) if endpoint.brokers else None,
+                                          tls=endpoint.tls)
             _consumers[endpoint] = consumer
         return consumer
 

@@ -10,7 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
+from broker.common.config import Validator
 from broker.common.errors import ConfigError
+from broker.common.tls import TlsConfig, tls_from_table
 from broker.common.zk_connect import validate_zk_connect
 from hadoop_loader.config import check_topic_name
 from hadoop_loader.errors import LoaderConfigError
@@ -26,6 +28,8 @@ class Endpoint:
 
     zk: str | None
     brokers: tuple[str, ...] | None
+    tls: TlsConfig | None = None
+    """TLS to the brokers (each process builds its own context from the files)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,41 @@ class SourceOptions:
 KNOWN = {
     "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
     "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
-    "path",
+    "path", "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname",
+    "tlsverifyhostname",
 }
+
+TLS_OPTIONS = {"ca_file": "tlsCaFile", "cert_file": "tlsCertFile", "key_file": "tlsKeyFile",
+               "server_hostname": "tlsServerHostname", "verify_hostname": "tlsVerifyHostname"}
+"""``[tls]`` key -> data source option (the loader passes its section on to executors)."""
+
+
+def tls_options(tls: TlsConfig | None) -> dict[str, str]:
+    """The data source options that carry ``tls`` to the executors ({} for plaintext)."""
+    if tls is None:
+        return {}
+    options = {"tls": "true", "tlsVerifyHostname": str(tls.verify_hostname).lower()}
+    for key in ("ca_file", "cert_file", "key_file", "server_hostname"):
+        value = getattr(tls, key)
+        if value is not None:
+            options[TLS_OPTIONS[key]] = str(value)
+    return options
+
+
+def _parse_tls(options: dict[str, str]) -> TlsConfig | None:
+    table: dict[str, object] = {k: options[v.lower()] for k, v in TLS_OPTIONS.items()
+                                if v.lower() in options and k != "verify_hostname"}
+    verify = options.get("tlsverifyhostname", "true").lower()
+    if verify not in ("true", "false"):
+        raise LoaderConfigError(f"option tlsVerifyHostname must be true or false, got {verify!r}")
+    tls = options.get("tls", "true" if table else "false").lower()
+    if tls not in ("true", "false"):
+        raise LoaderConfigError(f"option tls must be true or false, got {tls!r}")
+    table.update(enabled=tls == "true", verify_hostname=verify == "true")
+
+    def error(key: str, problem: str, file: str) -> LoaderConfigError:
+        return LoaderConfigError(f"option {TLS_OPTIONS.get(key, key)}: {problem}")
+    return tls_from_table(Validator(error=error), table, where="")
 
 
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
@@ -105,7 +142,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                                     f"start, end]: {exc}") from None
     trigger = options.get("maxbytespertrigger")
     return SourceOptions(
-        endpoint=Endpoint(zk, brokers),
+        endpoint=Endpoint(zk, brokers, _parse_tls(options)),
         topics=topics,
         starting=parse_offset_spec(options.get("startingoffsets"), "startingOffsets", EARLIEST),
         ending=parse_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST),

@@ -43,7 +43,8 @@ class DriverPlanner:
         self.endpoint = endpoint
         with source_errors("connecting to the cluster"):
             self.consumer = SimpleConsumer(
-                zk=endpoint.zk, brokers=list(endpoint.brokers) if endpoint.brokers else None)
+                zk=endpoint.zk, brokers=list(endpoint.brokers) if endpoint.brokers else None,
+                tls=endpoint.tls)
         self.finder = FetchBoundaryFinder(self.consumer, step_bytes=walk_step_bytes)
         self._executor_endpoint: Endpoint | None = None
 
@@ -63,12 +64,12 @@ class DriverPlanner:
                 self._executor_endpoint = self.endpoint
             else:
                 with source_errors(f"listing brokers registered at {self.endpoint.zk}"):
-                    with Admin(zk=self.endpoint.zk) as admin:
+                    with Admin(zk=self.endpoint.zk, tls=self.endpoint.tls) as admin:
                         brokers = admin.brokers()
                 addresses = tuple(f"{b.host}:{b.port}" for b in brokers.values())
                 if not addresses:
                     raise OffsetStateError(f"no broker is registered at {self.endpoint.zk}")
-                self._executor_endpoint = Endpoint(None, addresses)
+                self._executor_endpoint = Endpoint(None, addresses, self.endpoint.tls)
         return self._executor_endpoint
 
     def partitions(self, topic: str) -> list[int]:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.common.config import (
-    PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, Check, Validator, fields, one_of, read,
+    PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
+    one_of, read,
 )
+from broker.common.tls import TlsConfig, tls_section
 from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
@@ -79,6 +81,10 @@ class MirrorConfig:
     status_file: str | None = None
     """JSON status this process rewrites every few seconds (read by ``mirror status``)."""
     source_path: Path | None = field(default=None, compare=False)
+    source_tls: TlsConfig | None = None
+    """``[source.tls]``: TLS to the source cluster's brokers (None: plaintext)."""
+    target_tls: TlsConfig | None = None
+    """``[target.tls]``: TLS to the target cluster's brokers (None: plaintext)."""
 
     def topic_regex(self) -> str:
         """One regex (full match) for the group's pattern subscription, excludes folded in.
@@ -104,8 +110,8 @@ def load_config(path: str | Path) -> MirrorConfig:
 
 
 SECTIONS = {
-    "source": fields(zk_connect=STRING),
-    "target": fields(zk_connect=STRING, acks=Check(one_of(1, "all").test, (
+    "source": fields(zk_connect=STRING, tls=TABLE),
+    "target": fields(zk_connect=STRING, tls=TABLE, acks=Check(one_of(1, "all").test, (
         '1 or "all" (the mirror commits source offsets only after the target acknowledged)'))),
     "mirror": fields(
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
@@ -198,7 +204,9 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         commit_interval_ms=m.get("commit_interval_ms", 1000),
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
-        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression)
+        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
+        source_tls=tls_section(v, tables["source"], where="source"),
+        target_tls=tls_section(v, tables["target"], where="target"))
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

@@ -109,6 +109,49 @@ def test_client_tls_takes_a_context_as_it_is() -> None:
     assert client_tls(None) == (None, None)
 
 
+# -- every component takes the same section -----------------------------------------------
+
+
+def test_the_agent_takes_the_section(pki: Pki, tmp_path: Path) -> None:
+    from agent.config import parse_config as agent_config
+
+    config = agent_config({"state_dir": str(tmp_path), "cluster": {"zk": "h:2181/c"},
+                           "sources": [{"pattern": "/tmp/*.log", "topic": "t"}],
+                           "tls": {"enabled": True, "ca_file": str(pki.ca)}})
+    assert config.tls is not None and config.tls.ca_file == pki.ca
+
+
+def test_the_mirror_takes_one_section_per_cluster(pki: Pki) -> None:
+    from mirror.config import parse_config
+    from mirror.errors import MirrorConfigError
+
+    base = {"source": {"zk_connect": "h:2181/live", "tls": {"enabled": True,
+                                                            "ca_file": str(pki.ca)}},
+            "target": {"zk_connect": "h:2181/analysis"}, "mirror": {"topics": ["t"]}}
+    config = parse_config(base)
+    assert config.source_tls is not None and config.target_tls is None
+    base["target"]["tls"] = {"enabled": True, "ca_file": "/nowhere.pem"}  # type: ignore[index]
+    with pytest.raises(MirrorConfigError, match=r"target.tls.ca_file: /nowhere.pem: no such"):
+        parse_config(base)
+
+
+def test_the_loader_takes_the_section_and_passes_it_to_executors(pki: Pki) -> None:
+    from hadoop_loader.config import config_from_dict as loader_config
+    from hadoop_loader.options import parse_options, tls_options
+
+    config = loader_config({"source": {"zk": "h:2181/c", "topics": ["t"]},
+                            "output": {"uri": "file:///tmp/x"},
+                            "tls": {"enabled": True, "ca_file": str(pki.ca),
+                                    "server_hostname": "localhost"}})
+    assert config.tls is not None
+    options = parse_options({"brokers": "127.0.0.1:1", "topics": "t",
+                             **tls_options(config.tls)})
+    assert options.endpoint.tls == config.tls
+    assert parse_options({"brokers": "127.0.0.1:1", "topics": "t"}).endpoint.tls is None
+    from hadoop_loader.errors import LoaderConfigError
+    with pytest.raises(LoaderConfigError, match="option tlsCaFile: .*no such file"):
+        parse_options({"brokers": "127.0.0.1:1", "topics": "t", "tlsCaFile": "/nowhere"})
+
 
 def test_the_cli_options(pki: Pki) -> None:
     from broker.cli.main import build_parser
