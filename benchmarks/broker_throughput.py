@@ -7,6 +7,10 @@ MB/s, the median of --runs runs. ZooKeeper and the broker run as separate proces
 on 127.0.0.1, as in a deployment; the client is this process.
 
     .venv/bin/python benchmarks/broker_throughput.py --messages 1000000 --runs 3
+
+``--tls`` runs the same cases twice, on a plaintext broker and then on a TLS broker
+(certificates from ``logferry certs``' builders), and prints them side by side with
+the time to open a connection (TCP connect + TLS handshake) each way.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
+from broker.common.tls import TlsConfig, client_tls  # noqa: E402
+from broker.net import transport  # noqa: E402
 
 VALUE = b"x" * 200
 MANY = 100  # partitions of the "many partitions" case
@@ -30,14 +36,14 @@ MANY = 100  # partitions of the "many partitions" case
 
 def produce_batch1(cluster: LocalCluster, topic: str, n: int) -> float:
     """Batch 1, no acks: one send per message; the clock stops at the last ack."""
-    with Producer(brokers=cluster.bootstrap, acks=0, batch_messages=1, linger_ms=0,
+    with Producer(brokers=cluster.bootstrap, tls=cluster.client_tls, acks=0, batch_messages=1, linger_ms=0,
                   buffer_bytes=256 << 20) as producer:
         t0 = time.perf_counter()
         send = producer.send
         for _ in range(n):
             send(topic, VALUE, partition=0)
         producer.flush()
-    with Producer(brokers=cluster.bootstrap, acks=1) as closer:
+    with Producer(brokers=cluster.bootstrap, tls=cluster.client_tls, acks=1) as closer:
         closer.send(topic, b"end", partition=0).wait(60)
     return time.perf_counter() - t0
 
@@ -46,14 +52,14 @@ def produce_batched(cluster: LocalCluster, topic: str, n: int, per_send: int,
                     acks: int = 0) -> float:
     """``per_send`` messages per send() call (the paper's message set of 50)."""
     chunk = [VALUE] * per_send
-    with Producer(brokers=cluster.bootstrap, acks=acks, linger_ms=5,
+    with Producer(brokers=cluster.bootstrap, tls=cluster.client_tls, acks=acks, linger_ms=5,
                   buffer_bytes=256 << 20) as producer:
         t0 = time.perf_counter()
         send = producer.send
         for _ in range(n // per_send):
             send(topic, chunk, partition=0)
         producer.flush()
-    with Producer(brokers=cluster.bootstrap, acks=1) as closer:
+    with Producer(brokers=cluster.bootstrap, tls=cluster.client_tls, acks=1) as closer:
         closer.send(topic, b"end", partition=0).wait(60)
     return time.perf_counter() - t0
 
@@ -61,9 +67,9 @@ def produce_batched(cluster: LocalCluster, topic: str, n: int, per_send: int,
 def produce_many_partitions(cluster: LocalCluster, topic: str, n: int) -> float:
     """Default batching, partitions round robin over a topic of ``MANY`` partitions, all
     receiving at once: what a broker's flushing costs with many partitions."""
-    with Admin(zk=cluster.zk_connect) as admin:
+    with Admin(zk=cluster.zk_connect, tls=cluster.client_tls) as admin:
         admin.create_topic(topic, MANY, replication_factor=1)
-    with Producer(brokers=cluster.bootstrap, acks=1, linger_ms=5,
+    with Producer(brokers=cluster.bootstrap, tls=cluster.client_tls, acks=1, linger_ms=5,
                   buffer_bytes=256 << 20) as producer:
         deadline = time.monotonic() + 30
         while len(producer.partitions(topic)) < MANY:  # metadata before the clock starts
@@ -83,7 +89,8 @@ def produce_many_partitions(cluster: LocalCluster, topic: str, n: int) -> float:
 
 def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
     """Read everything back with 1 MiB fetches, iterating every message."""
-    with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20) as consumer:
+    with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20,
+                        tls=cluster.client_tls) as consumer:
         # Consumers see flushed data only: wait (untimed) until the last flush landed.
         end, stable_since = -1, time.monotonic()
         while time.monotonic() - stable_since < 0.5:
@@ -101,6 +108,65 @@ def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
     return elapsed
 
 
+def connect_ms(cluster: LocalCluster, tries: int = 20) -> float:
+    """Median time to open a connection to the broker (TCP, and the TLS handshake with
+    TLS), in milliseconds."""
+    context, hostname = client_tls(cluster.client_tls)
+    host, port = cluster.bootstrap[0].rsplit(":", 1)
+    times = []
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        stream = transport.connect(host, int(port), ssl_context=context,
+                                   server_hostname=hostname)
+        times.append(time.perf_counter() - t0)
+        stream.close()
+    return statistics.median(times) * 1000
+
+
+def make_tls(directory: Path) -> tuple[dict, TlsConfig]:
+    """A private CA and a broker certificate for 127.0.0.1: the broker's [tls] table
+    and the clients' settings."""
+    from broker.cli import certs
+
+    ca = certs.make_ca("bench CA")
+    issued = certs.issue(ca.cert_pem, ca.key_pem, "broker", ["127.0.0.1"])
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.pem").write_bytes(ca.cert_pem)
+    (directory / "broker.pem").write_bytes(issued.cert_pem)
+    (directory / "broker.key").write_bytes(issued.key_pem)
+    broker = {"enabled": True, "cert_file": str(directory / "broker.pem"),
+              "key_file": str(directory / "broker.key")}
+    return broker, TlsConfig(ca_file=directory / "ca.pem")
+
+
+def run_cases(cluster: LocalCluster, n: int, runs: int, wanted: list[str]) -> dict[str, list[float]]:
+    """Every case ``runs`` times; seconds per case."""
+    results: dict[str, list[float]] = {}
+    # warm up: page cache, connections, allocator
+    produce_batched(cluster, "warmup", min(n, 200_000), 50)
+    for run in range(runs):
+        for case, fn in (
+            ("produce batch 1 (acks=0)", lambda t: produce_batch1(cluster, t, n)),
+            ("produce batch 50 (acks=0)", lambda t: produce_batched(cluster, t, n, 50)),
+            ("produce batch 50 (acks=1)", lambda t: produce_batched(cluster, t, n, 50, acks=1)),
+            ("produce default batching", lambda t: produce_batched(cluster, t, n, 1)),
+            (f"produce {MANY} partitions (acks=1)",
+             lambda t: produce_many_partitions(cluster, t, n)),
+        ):
+            if wanted and not any(w in case for w in wanted):
+                continue
+            topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
+            seconds = fn(topic)
+            results.setdefault(case, []).append(seconds)
+            print(f"  run {run + 1}: {case:<28} {n / seconds:>12,.0f} msgs/s", flush=True)
+            if case == "produce batch 50 (acks=0)":
+                seconds = consume(cluster, topic, n)
+                results.setdefault("consume (1 MiB fetches)", []).append(seconds)
+                print(f"  run {run + 1}: {'consume (1 MiB fetches)':<28} "
+                      f"{n / seconds:>12,.0f} msgs/s", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -111,6 +177,8 @@ def main() -> int:
     parser.add_argument("--log", action="append", default=[], metavar="KEY=VALUE",
                         help="a [log] setting for the broker (TOML value), e.g. "
                              "group_commit=false; repeatable")
+    parser.add_argument("--tls", action="store_true",
+                        help="run every case on a plaintext and on a TLS broker, side by side")
     args = parser.parse_args()
     n = args.messages
     wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
@@ -118,38 +186,33 @@ def main() -> int:
     for item in args.log:
         key, _, value = item.partition("=")
         log_settings[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
-    results: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
-            LocalCluster(Path(tmp), log=log_settings) as cluster:
-        print(f"broker on {cluster.bootstrap[0]}, {n:,} messages of {len(VALUE)} bytes, "
-              f"{args.runs} runs", flush=True)
-        # warm up: page cache, connections, allocator
-        produce_batched(cluster, "warmup", min(n, 200_000), 50)
-        for run in range(args.runs):
-            for case, fn in (
-                ("produce batch 1 (acks=0)", lambda t: produce_batch1(cluster, t, n)),
-                ("produce batch 50 (acks=0)", lambda t: produce_batched(cluster, t, n, 50)),
-                ("produce batch 50 (acks=1)", lambda t: produce_batched(cluster, t, n, 50, acks=1)),
-                ("produce default batching", lambda t: produce_batched(cluster, t, n, 1)),
-                (f"produce {MANY} partitions (acks=1)",
-                 lambda t: produce_many_partitions(cluster, t, n)),
-            ):
-                if wanted and not any(w in case for w in wanted):
-                    continue
-                topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
-                seconds = fn(topic)
-                results.setdefault(case, []).append(seconds)
-                print(f"  run {run + 1}: {case:<28} {n / seconds:>12,.0f} msgs/s", flush=True)
-                if case == "produce batch 50 (acks=0)":
-                    seconds = consume(cluster, topic, n)
-                    results.setdefault("consume (1 MiB fetches)", []).append(seconds)
-                    print(f"  run {run + 1}: {'consume (1 MiB fetches)':<28} "
-                          f"{n / seconds:>12,.0f} msgs/s", flush=True)
+    modes = ("plaintext", "TLS") if args.tls else ("plaintext",)
+    results: dict[str, dict[str, list[float]]] = {}
+    connect: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp:
+        for mode in modes:
+            broker_tls, clients = make_tls(Path(tmp) / "pki") if mode == "TLS" else (None, None)
+            with LocalCluster(Path(tmp) / mode, log=log_settings, tls=broker_tls,
+                              client_tls=clients) as cluster:
+                print(f"{mode} broker on {cluster.bootstrap[0]}, {n:,} messages of "
+                      f"{len(VALUE)} bytes, {args.runs} runs", flush=True)
+                results[mode] = run_cases(cluster, n, args.runs, wanted)
+                connect[mode] = connect_ms(cluster)
     print()
-    print(f"{'case':<30} {'msgs/s':>12} {'MB/s':>8}   (median of {args.runs})")
-    for case, times in results.items():
-        median = statistics.median(times)
-        print(f"{case:<30} {n / median:>12,.0f} {n * len(VALUE) / median / 1e6:>8.1f}")
+    if not args.tls:
+        print(f"{'case':<30} {'msgs/s':>12} {'MB/s':>8}   (median of {args.runs})")
+        for case, times in results["plaintext"].items():
+            median = statistics.median(times)
+            print(f"{case:<30} {n / median:>12,.0f} {n * len(VALUE) / median / 1e6:>8.1f}")
+        return 0
+    print(f"{'case':<30} {'plaintext msgs/s':>17} {'TLS msgs/s':>12} {'TLS/plain':>10}"
+          f"   (median of {args.runs})")
+    for case, times in results["plaintext"].items():
+        plain = n / statistics.median(times)
+        tls = n / statistics.median(results["TLS"][case])
+        print(f"{case:<30} {plain:>17,.0f} {tls:>12,.0f} {tls / plain:>9.0%}")
+    print(f"{'connect (median of 20)':<30} {connect['plaintext']:>14.2f} ms "
+          f"{connect['TLS']:>9.2f} ms")
     return 0
 
 

@@ -17,14 +17,18 @@ class LocalCluster:
     """ZooKeeper plus ``brokers`` broker subprocesses for a benchmark run."""
 
     def __init__(self, workdir: Path, brokers: int = 1, chroot: str = "/bench",
-                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None):
+                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
+                 tls: dict[str, Any] | None = None, client_tls: Any = None):
+        """``tls``: each broker's ``[tls]`` table; ``client_tls``: what benchmark clients
+        pass as ``tls=`` (a ``broker.common.tls.TlsConfig``), kept here for them."""
         self.workdir = workdir
+        self.client_tls = client_tls
         self.zk_port = free_port()
         self.zookeeper = LocalZooKeeper(workdir / "zookeeper", self.zk_port)
         self.zk_connect = f"127.0.0.1:{self.zk_port}{chroot}"
         self.brokers = [
             BrokerProcess(i + 1, self.zk_connect, workdir,
-                          broker={"num_partitions": 1, **(broker or {})}, log=log)
+                          broker={"num_partitions": 1, **(broker or {})}, log=log, tls=tls)
             for i in range(brokers)
         ]
 

@@ -75,21 +75,32 @@ class TlsSocket:
                     self._sock.sendall(out)
 
     def recv_into(self, buffer: bytearray | memoryview) -> int:
-        """Decrypt into ``buffer``; 0 once the peer has closed the connection."""
+        """Decrypt into ``buffer``; 0 once the peer has closed the connection.
+
+        Decrypts every whole record already received (OpenSSL returns one record, at
+        most 16 KiB, per read), so a large answer costs one call per socket read, not
+        one per record."""
         view = memoryview(buffer).cast("B")
+        size = len(view)
         while True:
+            n, closed = 0, False
             with self._tls_lock:
                 try:
-                    # With a buffer, read() returns the byte count (typeshed says bytes).
-                    n = cast(int, self._tls.read(len(view), view))
+                    while n < size:
+                        # With a buffer, read() returns the byte count (typeshed: bytes).
+                        got = cast(int, self._tls.read(size - n, view[n:]))
+                        if not got:
+                            closed = n == 0
+                            break
+                        n += got
                 except ssl.SSLWantReadError:
-                    n = -1
+                    pass
                 except ssl.SSLZeroReturnError:  # the peer's close_notify
-                    n = 0
+                    closed = n == 0
                 reply = self._outgoing.pending  # e.g. an answer to a key update
             if reply:
                 self._flush()
-            if n >= 0:
+            if n or closed:
                 return n
             if not self._feed():
                 return 0  # closed without close_notify: the caller sees end of stream
