@@ -161,3 +161,47 @@ def test_cli_produce_and_consume_over_tls(broker_cluster, pki: Pki) -> None:
     missing = _cli("topic", "list", "--tls-ca", str(Path(pki.ca).parent / "nope.pem"), zk=zk)
     assert missing.returncode == 2
     assert "--tls-ca: " in missing.stderr and "nope.pem: no such file" in missing.stderr
+
+
+def test_the_mirror_crosses_clusters_over_tls(broker_cluster, zookeeper, pki: Pki,
+                                              tmp_path: Path) -> None:
+    from tests.mirror.conftest import MirrorProcess
+
+    source = broker_cluster(1, tls=broker_tls(pki), zk=zookeeper.new_chroot())
+    target = broker_cluster(1, tls=broker_tls(pki, client_auth="required"),
+                            zk=zookeeper.new_chroot())
+    client_tls = {"enabled": True, "ca_file": str(pki.ca)}
+    with Admin(zk=source.zk_connect, tls=TlsConfig(ca_file=pki.ca)) as admin:
+        admin.create_topic("crossing", 1, 1)
+    mirror = MirrorProcess(tmp_path, "m", {
+        "source": {"zk_connect": source.zk_connect, "tls": client_tls},
+        "target": {"zk_connect": target.zk_connect,
+                   "tls": {**client_tls, "cert_file": str(pki.client_cert),
+                           "key_file": str(pki.client_key)}},
+        "mirror": {"topics": ["crossing"], "commit_interval_ms": 300,
+                   "session_timeout_s": 4.0, "shutdown_timeout_s": 20.0},
+        "metrics": {}}).start()
+    try:
+        _produce_consume(source.zk_connect, TlsConfig(ca_file=pki.ca), "crossing", 500)
+        target_tls = TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert,
+                               key_file=pki.client_key)
+        deadline = time.monotonic() + 60
+        values: list[bytes] = []
+        while len(values) < 500:
+            assert time.monotonic() < deadline, (len(values), mirror.log_tail())
+            assert mirror.alive(), mirror.log_tail()
+            time.sleep(0.5)
+            try:
+                with SimpleConsumer(zk=target.zk_connect, tls=target_tls) as consumer:
+                    values = [m.value for m in consumer.messages("crossing", 0, "earliest",
+                                                                 limit=500, follow=False)]
+            except BrokerNotAvailableError:
+                continue  # the topic is not there yet
+            except Exception as exc:  # noqa: BLE001 - unknown topic until the mirror makes it
+                if "topic" not in str(exc).lower():
+                    raise
+        assert values == [f"m{i:05d}".encode() for i in range(500)]
+        assert mirror.terminate() == 0, mirror.log_tail()
+    finally:
+        if mirror.alive():
+            mirror.kill()
