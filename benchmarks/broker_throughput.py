@@ -8,9 +8,9 @@ on 127.0.0.1, as in a deployment; the client is this process.
 
     .venv/bin/python benchmarks/broker_throughput.py --messages 1000000 --runs 3
 
-``--tls`` runs the same cases twice, on a plaintext broker and then on a TLS broker
-(certificates from ``logferry certs``' builders), and prints them side by side with
-the time to open a connection (TCP connect + TLS handshake) each way.
+``--tls`` starts a plaintext broker and a TLS broker (certificates from ``logferry
+certs``' builders), runs each case on one and then the other, and prints them side by
+side with the time to open a connection (TCP connect + TLS handshake) each way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -139,31 +140,37 @@ def make_tls(directory: Path) -> tuple[dict, TlsConfig]:
     return broker, TlsConfig(ca_file=directory / "ca.pem")
 
 
-def run_cases(cluster: LocalCluster, n: int, runs: int, wanted: list[str]) -> dict[str, list[float]]:
-    """Every case ``runs`` times; seconds per case."""
-    results: dict[str, list[float]] = {}
-    # warm up: page cache, connections, allocator
-    produce_batched(cluster, "warmup", min(n, 200_000), 50)
+def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int,
+              wanted: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Every case ``runs`` times on each cluster; seconds per mode and case. With two
+    clusters (plaintext and TLS) each case runs on one and then the other, so both see
+    the same moment of a shared machine."""
+    results: dict[str, dict[str, list[float]]] = {mode: {} for mode in clusters}
+    for cluster in clusters.values():  # warm up: page cache, connections, allocator
+        produce_batched(cluster, "warmup", min(n, 200_000), 50)
     for run in range(runs):
         for case, fn in (
-            ("produce batch 1 (acks=0)", lambda t: produce_batch1(cluster, t, n)),
-            ("produce batch 50 (acks=0)", lambda t: produce_batched(cluster, t, n, 50)),
-            ("produce batch 50 (acks=1)", lambda t: produce_batched(cluster, t, n, 50, acks=1)),
-            ("produce default batching", lambda t: produce_batched(cluster, t, n, 1)),
+            ("produce batch 1 (acks=0)", lambda c, t: produce_batch1(c, t, n)),
+            ("produce batch 50 (acks=0)", lambda c, t: produce_batched(c, t, n, 50)),
+            ("produce batch 50 (acks=1)", lambda c, t: produce_batched(c, t, n, 50, acks=1)),
+            ("produce default batching", lambda c, t: produce_batched(c, t, n, 1)),
             (f"produce {MANY} partitions (acks=1)",
-             lambda t: produce_many_partitions(cluster, t, n)),
+             lambda c, t: produce_many_partitions(c, t, n)),
         ):
             if wanted and not any(w in case for w in wanted):
                 continue
             topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
-            seconds = fn(topic)
-            results.setdefault(case, []).append(seconds)
-            print(f"  run {run + 1}: {case:<28} {n / seconds:>12,.0f} msgs/s", flush=True)
+            for mode, cluster in clusters.items():
+                seconds = fn(cluster, topic)
+                results[mode].setdefault(case, []).append(seconds)
+                print(f"  run {run + 1}: {mode:<9} {case:<28} {n / seconds:>12,.0f} msgs/s",
+                      flush=True)
             if case == "produce batch 50 (acks=0)":
-                seconds = consume(cluster, topic, n)
-                results.setdefault("consume (1 MiB fetches)", []).append(seconds)
-                print(f"  run {run + 1}: {'consume (1 MiB fetches)':<28} "
-                      f"{n / seconds:>12,.0f} msgs/s", flush=True)
+                for mode, cluster in clusters.items():
+                    seconds = consume(cluster, topic, n)
+                    results[mode].setdefault("consume (1 MiB fetches)", []).append(seconds)
+                    print(f"  run {run + 1}: {mode:<9} {'consume (1 MiB fetches)':<28} "
+                          f"{n / seconds:>12,.0f} msgs/s", flush=True)
     return results
 
 
@@ -187,17 +194,18 @@ def main() -> int:
         key, _, value = item.partition("=")
         log_settings[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
     modes = ("plaintext", "TLS") if args.tls else ("plaintext",)
-    results: dict[str, dict[str, list[float]]] = {}
     connect: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, ExitStack() as stack:
+        clusters: dict[str, LocalCluster] = {}
         for mode in modes:
             broker_tls, clients = make_tls(Path(tmp) / "pki") if mode == "TLS" else (None, None)
-            with LocalCluster(Path(tmp) / mode, log=log_settings, tls=broker_tls,
-                              client_tls=clients) as cluster:
-                print(f"{mode} broker on {cluster.bootstrap[0]}, {n:,} messages of "
-                      f"{len(VALUE)} bytes, {args.runs} runs", flush=True)
-                results[mode] = run_cases(cluster, n, args.runs, wanted)
-                connect[mode] = connect_ms(cluster)
+            clusters[mode] = cluster = stack.enter_context(LocalCluster(
+                Path(tmp) / mode, log=log_settings, tls=broker_tls, client_tls=clients))
+            print(f"{mode} broker on {cluster.bootstrap[0]}, {n:,} messages of "
+                  f"{len(VALUE)} bytes, {args.runs} runs", flush=True)
+        results = run_cases(clusters, n, args.runs, wanted)
+        for mode, cluster in clusters.items():
+            connect[mode] = connect_ms(cluster)
     print()
     if not args.tls:
         print(f"{'case':<30} {'msgs/s':>12} {'MB/s':>8}   (median of {args.runs})")
