@@ -88,10 +88,13 @@ def _parse_tls(options: dict[str, str]) -> TlsConfig | None:
     if tls not in ("true", "false"):
         raise LoaderConfigError(f"option tls must be true or false, got {tls!r}")
     table.update(enabled=tls == "true", verify_hostname=verify == "true")
+    return tls_from_table(Validator(error=_tls_option_error), table, where="")
 
-    def error(key: str, problem: str, file: str) -> LoaderConfigError:
-        return LoaderConfigError(f"option {TLS_OPTIONS.get(key, key)}: {problem}")
-    return tls_from_table(Validator(error=error), table, where="")
+
+def _tls_option_error(key: str, problem: str, file: str) -> LoaderConfigError:
+    """A TLS option's error; module level so the Endpoint holding it pickles (Spark ships
+    it to the executors)."""
+    return LoaderConfigError(f"option {TLS_OPTIONS.get(key, key)}: {problem}")
 
 
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:

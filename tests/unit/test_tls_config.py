@@ -147,6 +147,8 @@ def test_the_loader_takes_the_section_and_passes_it_to_executors(pki: Pki) -> No
     options = parse_options({"brokers": "127.0.0.1:1", "topics": "t",
                              **tls_options(config.tls)})
     assert options.endpoint.tls == config.tls
+    import pickle
+    assert pickle.loads(pickle.dumps(options.endpoint)) == options.endpoint  # Spark ships it
     assert parse_options({"brokers": "127.0.0.1:1", "topics": "t"}).endpoint.tls is None
     from hadoop_loader.errors import LoaderConfigError
     with pytest.raises(LoaderConfigError, match="option tlsCaFile: .*no such file"):
