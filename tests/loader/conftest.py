@@ -74,10 +74,11 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
     return sent
 
 
-def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0) -> None:
+def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0,
+                 tls: Any = None) -> None:
     """Acks come at append, visibility at flush: wait until the visible ends stop moving
-    (the test brokers flush every 20 ms)."""
-    with SimpleConsumer(zk=zk) as consumer:
+    (the test brokers flush every 20 ms). ``tls``: the client's TLS settings."""
+    with SimpleConsumer(zk=zk, tls=tls) as consumer:
         last: list[list[int] | None] = [None]
 
         def still() -> bool:
