@@ -334,7 +334,7 @@ class BrokerConnection(asyncio.Protocol):
                 for piece in item.slices:
                     if piece.count and tls:  # no sendfile under TLS: see tls_send
                         await send_file_range(loop, self.transport, piece.file,  # type: ignore[arg-type]
-                                              piece.position, piece.count)
+                                              piece.position, piece.count, self._max_unsent)
                         self._sent_from_queue(piece.count)
                     elif piece.count:
                         # asyncio pauses reading during a sendfile and resumes it after;

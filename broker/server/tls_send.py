@@ -11,8 +11,10 @@ alone, and the duplicate stays valid if retention closes the segment meanwhile),
 writes it to the TLS transport at once, which encrypts it.
 
 Memory stays bounded per connection: before reading, wait (polling, with backoff) while
-more than :data:`MAX_UNSENT_BYTES` are still queued on the transport, so a client that
-pipelines fetches and does not read cannot make the broker buffer without end.
+more than ``max_unsent`` bytes (the broker's ``max_unsent_bytes_per_connection``) are
+still queued on the transport, so a client that pipelines fetches and does not read
+cannot make the broker buffer without end; the connection also stops reading requests
+then (broker/server/connection.py).
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ import asyncio
 import os
 from typing import BinaryIO
 
-MAX_UNSENT_BYTES = 8 * 1024 * 1024
-"""Encrypted bytes a TLS connection may have queued before the next fetch answer waits."""
-
-
 async def send_file_range(loop: asyncio.AbstractEventLoop, transport: asyncio.WriteTransport,
-                          file: BinaryIO, position: int, count: int) -> None:
-    """Write ``count`` bytes of ``file`` from ``position`` to a TLS ``transport``."""
+                          file: BinaryIO, position: int, count: int, max_unsent: int) -> None:
+    """Write ``count`` bytes of ``file`` from ``position`` to a TLS ``transport``, once
+    it holds at most ``max_unsent`` bytes not yet sent."""
     delay = 0.001
-    while transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+    while transport.get_write_buffer_size() > max_unsent:
         if transport.is_closing():
             raise ConnectionResetError("the connection closed while an answer was queued")
         await asyncio.sleep(delay)
@@ -46,4 +45,4 @@ async def send_file_range(loop: asyncio.AbstractEventLoop, transport: asyncio.Wr
     transport.write(data)
 
 
-__all__ = ["MAX_UNSENT_BYTES", "send_file_range"]
+__all__ = ["send_file_range"]
