@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import chain, repeat
 from typing import Callable, Iterable
 
 from broker.client.delivery import DeliveryFuture
@@ -40,15 +41,25 @@ Drained = dict[TopicPartition, list["ProducerBatch"]]
 
 
 class ProducerBatch:
-    """Messages of one partition waiting to be sent, as columns (or one encoded batch)."""
+    """Messages of one partition waiting to be sent, as columns (or one encoded batch).
 
-    __slots__ = ("values", "keys", "timestamps", "nbytes", "created", "future", "encoded",
-                 "raw", "count")
+    Timestamps are kept as runs of equal milliseconds (``ts_at[i]`` is the index of the
+    first message stamped ``ts_ms[i]``): at a million messages a second a batch holds a
+    few runs, not thousands of ints, and the deltas are built in C when it is encoded.
+    ``ts_start <= t < ts_end`` (epoch seconds) is the millisecond of the last run, so
+    the producer's fast path stamps a message with one float comparison.
+    """
+
+    __slots__ = ("values", "keys", "ts_at", "ts_ms", "ts_start", "ts_end", "nbytes",
+                 "created", "future", "encoded", "raw", "count")
 
     def __init__(self, now: float):
         self.values: list[bytes] = []
         self.keys: list[bytes | None] | None = None
-        self.timestamps: list[int] = []
+        self.ts_at: list[int] = []
+        self.ts_ms: list[int] = []
+        self.ts_start = 0.0
+        self.ts_end = 0.0
         self.nbytes = 0
         """Value bytes (or stored bytes of a raw batch): what the buffer bound counts."""
         self.created = now
@@ -66,10 +77,32 @@ class ProducerBatch:
         """How many messages the batch holds."""
         return self.count if self.raw else len(self.values)
 
+    def stamp(self, ms: int, index: int) -> None:
+        """Message ``index`` (and those after it, until the next stamp) has time ``ms``."""
+        if not self.ts_ms or self.ts_ms[-1] != ms:
+            self.ts_at.append(index)
+            self.ts_ms.append(ms)
+        self.ts_start = ms / 1000
+        self.ts_end = (ms + 1) / 1000
+
+    @property
+    def timestamps(self) -> list[int]:
+        """Every message's timestamp, in milliseconds (expanded from the runs)."""
+        return list(chain.from_iterable(repeat(ms, n) for ms, n in self._runs()))
+
+    def _runs(self) -> Iterable[tuple[int, int]]:
+        """(milliseconds, how many messages) per run."""
+        ends = self.ts_at[1:] + [len(self.values)]
+        return zip(self.ts_ms, (end - at for at, end in zip(self.ts_at, ends)))
+
     def encode(self, codec: int) -> bytes | memoryview:
         """The batch's stored bytes, encoding it on first use."""
         if self.encoded is None:
-            self.encoded = records.encode_batch(self.values, self.keys, self.timestamps, codec)
+            base = self.ts_ms[0]
+            deltas = None if len(self.ts_ms) == 1 else list(
+                chain.from_iterable(repeat(ms - base, n) for ms, n in self._runs()))
+            self.encoded = memoryview(
+                records.encode_batch_deltas(self.values, self.keys, base, deltas, codec))
         return self.encoded
 
 
@@ -91,6 +124,9 @@ class Accumulator:
         self._space = threading.Condition(self.lock)   # append() waits for buffer space
         self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.open: dict[TopicPartition, ProducerBatch] = {}
+        """Per partition, its newest batch while it still takes messages: the last of its
+        queue, not full, not encoded, not raw; none once closed (see :meth:`fast_append`)."""
         self._in_flight: set[TopicPartition] = set()
         self._retry_at: dict[TopicPartition, float] = {}
         self.buffered = 0
@@ -119,33 +155,67 @@ class Accumulator:
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()
-            batch = queue[-1] if queue else None
-            if batch is None or batch.encoded is not None or batch.raw:
-                batch = self._new_batch(queue, now)
+            batch = self.open.get(tp)
+            if batch is None:
+                batch = self._new_batch(tp, queue, now)
             n = len(values)
             start = 0
             ready = False
             while start < n:
                 room = self.batch_messages - len(batch.values)
                 if room <= 0 or batch.nbytes >= self.batch_bytes:
-                    batch = self._new_batch(queue, now)
+                    batch = self._new_batch(tp, queue, now)
                     ready = True
                     continue
                 take = values[start:start + room] if (start or room < n) else values
                 taken = len(take)
                 if key is not None and batch.keys is None:
                     batch.keys = [None] * len(batch.values)
+                batch.stamp(timestamp, len(batch.values))
                 batch.values += take
-                batch.timestamps += [timestamp] * taken
                 if batch.keys is not None:
                     batch.keys += [key] * taken
                 batch.nbytes += nbytes if taken == n else sum(map(len, take))
                 start += taken
             self.buffered += nbytes
-            if ready or len(batch.values) >= self.batch_messages or batch.nbytes >= self.batch_bytes \
-                    or self.linger <= 0:
+            if len(batch.values) >= self.batch_messages or batch.nbytes >= self.batch_bytes:
+                del self.open[tp]
+                ready = True
+            if ready or self.linger <= 0:
                 self._notify_sender()
             return batch.future
+
+    def fast_append(self, tp: TopicPartition, value: bytes, nbytes: int,
+                    now: float) -> DeliveryFuture | None:
+        """Add one keyless message stamped now (``time.time()``) to ``tp``'s open batch.
+
+        The producer's common case, in as few steps as Python allows: no batch to open,
+        no buffer wait, no key column. Returns None when any of that does not hold (no
+        open batch, the buffer would overflow, a keyed batch, closed): the caller then
+        takes :meth:`append`, which handles every case.
+        """
+        lock = self.lock
+        lock.acquire()
+        try:
+            batch = self.open.get(tp)
+            if batch is None or batch.keys is not None or \
+                    self.buffered + nbytes > self.buffer_bytes:
+                return None
+            values = batch.values
+            if not batch.ts_start <= now < batch.ts_end:
+                batch.stamp(int(now * 1000), len(values))
+            values.append(value)
+            batch.nbytes += nbytes
+            self.buffered += nbytes
+            if len(values) >= self.batch_messages or batch.nbytes >= self.batch_bytes:
+                del self.open[tp]
+                if self._sender_waiting:
+                    self._wake.notify()
+            elif self.linger <= 0 and self._sender_waiting:
+                self._wake.notify()
+            return batch.future
+        finally:
+            lock.release()
 
     def append_raw(self, tp: TopicPartition, data: bytes | memoryview, count: int) -> DeliveryFuture:
         """Queue one already-encoded batch of ``count`` messages as it is."""
@@ -159,6 +229,7 @@ class Accumulator:
             raw.nbytes = len(data)
             raw.count = count
             self._queues.setdefault(tp, deque()).append(raw)
+            self.open.pop(tp, None)  # later messages go after the raw batch
             self.buffered += raw.nbytes
             self.unfinished += 1
             self._notify_sender()
@@ -188,18 +259,22 @@ class Accumulator:
         """Refuse further appends; the sender drains what is queued and stops."""
         with self.lock:
             self.closed = True
+            self.open.clear()
             self._notify_sender(force=True)
 
     def set_fatal(self, error: BaseException) -> None:
         """The sender thread died: fail appends, wake whoever waits."""
         with self.lock:
             self.fatal = error
+            self.open.clear()
             self._space.notify_all()
             self._idle.notify_all()
 
-    def _new_batch(self, queue: deque[ProducerBatch], now: float) -> ProducerBatch:
+    def _new_batch(self, tp: TopicPartition, queue: deque[ProducerBatch],
+                   now: float) -> ProducerBatch:
         batch = ProducerBatch(now)
         queue.append(batch)
+        self.open[tp] = batch
         self.unfinished += 1
         self._notify_sender()  # a sleeping sender must learn this batch's linger deadline
         return batch
@@ -254,6 +329,8 @@ class Accumulator:
                     or len(first.values) >= self.batch_messages
                     or first.nbytes >= self.batch_bytes):
                 drained[tp] = self._take(queue)
+                if not queue:
+                    self.open.pop(tp, None)  # the open batch is taken: it takes no more
                 self._in_flight.add(tp)
             else:
                 next_wake = min(next_wake, self.linger - age)
@@ -318,6 +395,7 @@ class Accumulator:
             if queue:
                 batches = batches + list(queue)
                 queue.clear()
+            self.open.pop(tp, None)
             self._in_flight.discard(tp)
             self._release(batches)
             self._notify_sender(force=True)
@@ -329,6 +407,7 @@ class Accumulator:
             leftovers = [b for q in self._queues.values() for b in q]
             for queue in self._queues.values():
                 queue.clear()
+            self.open.clear()
             self._release(leftovers)
         return leftovers
 

@@ -115,7 +115,9 @@ class Connection:
             if future is not None:
                 self._pending[corr] = future
             try:
-                if payload:
+                if payload and type(self._sock) is socket.socket:
+                    _send_parts(self._sock, [head, *payload])  # no copy of the batches
+                elif payload:
                     self._sock.sendall(b"".join((head, *payload)))
                 else:
                     self._sock.sendall(head)
@@ -192,3 +194,24 @@ class Connection:
     def in_flight(self) -> int:
         """Requests sent and not yet answered."""
         return len(self._pending)
+
+
+IOV_MAX = 1024
+"""Most buffers one ``sendmsg`` call takes (Linux's UIO_MAXIOV)."""
+
+
+def _send_parts(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
+    """Write ``parts`` one after another with scatter-gather ``sendmsg``, no joining.
+
+    A produce request's batches are large and fresh; joining them would copy them into
+    yet another fresh buffer (page faults included) for every request.
+    """
+    views = [memoryview(p) for p in parts]
+    i = 0
+    while i < len(views):
+        sent = sock.sendmsg(views[i:i + IOV_MAX])
+        while i < len(views) and sent >= len(views[i]):  # drop what was written
+            sent -= len(views[i])
+            i += 1
+        if sent:  # a part half written: keep its rest
+            views[i] = views[i][sent:]

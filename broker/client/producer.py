@@ -36,6 +36,7 @@ from broker.common.tls import TlsConfig
 from broker.wire import records
 
 Values = bytes | Sequence[bytes]
+_now = time.time
 
 
 class Producer:
@@ -97,6 +98,7 @@ class Producer:
             linger=self.linger, batch_bytes=batch_bytes, batch_messages=batch_messages,
             buffer_bytes=buffer_bytes, block_timeout=block_timeout,
             max_request_bytes=max_request_bytes)
+        self._fast_append = self._accumulator.fast_append
         self._sender = Sender(
             self._accumulator, self.cluster, acks=int(acks), codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
@@ -118,6 +120,25 @@ class Producer:
         may all be down and messages are still queued. Returns the future of the batch
         holding the last message.
         """
+        # The common case first: one keyless message (bytes, or a list of one), the
+        # time now, a known topic, and an open batch with room (Accumulator.fast_append).
+        if key is None and timestamp is None:
+            value: bytes | None = None
+            if type(messages) is bytes:
+                value = messages
+            elif type(messages) is list and len(messages) == 1:
+                value = messages[0]
+            if value is not None:
+                count = self._partition_counts.get(topic)
+                if count is not None:
+                    if partition is None:
+                        partition = self._choose_partition(topic, None, count)
+                    elif not 0 <= partition < count:
+                        raise UnknownTopicOrPartitionError(
+                            f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+                    future = self._fast_append((topic, partition), value, len(value), _now())
+                    if future is not None:
+                        return future
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             values: list[bytes] = [messages]  # type: ignore[list-item]  # any bytes-like packs
             nbytes = len(messages)
