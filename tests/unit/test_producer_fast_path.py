@@ -1,0 +1,249 @@
+"""The producer's fast path and what it rests on, without threads or sockets.
+
+``Accumulator.fast_append`` (one keyless message into a partition's open batch), the
+open-batch bookkeeping it relies on, timestamps kept as runs of equal milliseconds,
+``records.encode_batch_deltas`` and the scatter-gather write of a request's parts.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from broker.client.accumulator import Accumulator, ProducerBatch
+from broker.client.connection import _send_parts
+from broker.common.errors import BufferFullError, ProducerClosedError, StorageError
+from broker.wire import records
+
+TP = ("t", 0)
+T0 = 1_700_000_000.0  # an epoch time in seconds, as time.time() gives it
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 64.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(clock: Clock | None = None, **overrides) -> Accumulator:
+    settings = dict(linger=0.25, batch_bytes=1000, batch_messages=3, buffer_bytes=10_000,
+                    block_timeout=0.0, max_request_bytes=10_000)
+    settings.update(overrides)
+    return Accumulator(clock=clock or Clock(), **settings)
+
+
+def decoded(batch: ProducerBatch) -> records.Batch:
+    [out], _ = records.decode_batches(bytes(batch.encode(records.CODEC_NONE)), 0)
+    return out
+
+
+def test_fast_append_needs_an_open_batch_then_joins_it() -> None:
+    acc = make()
+    assert acc.fast_append(TP, b"a", 1, T0) is None  # nothing open: the caller appends
+    future = acc.append(TP, [b"a"], 1, None, int(T0 * 1000))
+    assert acc.fast_append(TP, b"b", 1, T0 + 0.0001) is future
+    [batch] = acc.ready(acc.clock() + 1)[0][TP]
+    assert batch.values == [b"a", b"b"] and acc.buffered == 2 and acc.unfinished == 1
+
+
+def test_a_batch_filled_by_the_fast_path_closes_and_is_ready() -> None:
+    clock = Clock()
+    acc = make(clock, linger=10.0)
+    acc.append(TP, [b"a"], 1, None, 1)
+    acc.fast_append(TP, b"b", 1, T0)
+    assert acc.fast_append(TP, b"c", 1, T0) is not None
+    assert TP not in acc.open and acc.fast_append(TP, b"d", 1, T0) is None  # full: no room
+    drained, _ = acc.ready(clock.now)
+    assert [b.values for b in drained[TP]] == [[b"a", b"b", b"c"]]  # full: ready at once
+    acc.append(TP, [b"d"], 1, None, 1)
+    assert acc.open[TP].values == [b"d"]
+
+
+def test_batch_bytes_closes_a_batch_too() -> None:
+    acc = make(batch_messages=100, batch_bytes=4)
+    acc.append(TP, [b"aa"], 2, None, 1)
+    acc.fast_append(TP, b"bb", 2, T0)
+    assert TP not in acc.open
+
+
+def test_the_fast_path_leaves_keyed_batches_and_full_buffers_to_append() -> None:
+    acc = make(batch_messages=10, buffer_bytes=3)
+    acc.append(TP, [b"a"], 1, b"k", 1)
+    assert acc.fast_append(TP, b"b", 1, T0) is None  # keys column: append fills in None
+    acc.append(TP, [b"b"], 1, None, 1)
+    assert acc.open[TP].keys == [b"k", None]
+    other = ("t", 1)
+    acc.append(other, [b"x"], 1, None, 1)
+    assert acc.fast_append(other, b"y", 1, T0) is None  # 4 bytes > buffer_bytes = 3
+    with pytest.raises(BufferFullError):
+        acc.append(other, [b"y"], 1, None, 1)
+
+
+def test_no_fast_append_once_closed_or_dead() -> None:
+    acc = make()
+    acc.append(TP, [b"a"], 1, None, 1)
+    acc.close()
+    assert acc.fast_append(TP, b"b", 1, T0) is None
+    with pytest.raises(ProducerClosedError):
+        acc.append(TP, [b"b"], 1, None, 1)
+    dead = make()
+    dead.append(TP, [b"a"], 1, None, 1)
+    dead.set_fatal(StorageError("boom"))
+    assert dead.fast_append(TP, b"b", 1, T0) is None
+
+
+def test_a_taken_batch_takes_no_more_messages() -> None:
+    clock = Clock()
+    acc = make(clock, linger=0.0, batch_messages=10)
+    acc.append(TP, [b"a"], 1, None, 1)
+    [taken] = acc.ready(clock.now)[0][TP]
+    assert acc.fast_append(TP, b"b", 1, T0) is None
+    acc.append(TP, [b"b"], 1, None, 1)
+    assert taken.values == [b"a"] and acc.open[TP] is not taken
+
+
+def test_a_raw_batch_ends_the_open_batch_so_order_is_kept() -> None:
+    clock = Clock()
+    acc = make(clock, batch_messages=10)
+    acc.append(TP, [b"a"], 1, None, 1)
+    acc.append_raw(TP, records.encode_batch([b"r"], None, 1), 1)
+    assert acc.fast_append(TP, b"b", 1, T0) is None
+    acc.append(TP, [b"b"], 1, None, 1)
+    drained = acc.ready(clock.now)[0][TP]
+    assert [b.raw for b in drained] == [False, True, False]
+    assert drained[0].values == [b"a"] and drained[2].values == [b"b"]
+
+
+def test_failure_and_abort_close_the_open_batch() -> None:
+    clock = Clock()
+    acc = make(clock, linger=0.0, batch_messages=10)
+    acc.append(TP, [b"a"], 1, None, 1)
+    taken = acc.ready(clock.now)[0][TP]
+    acc.append(TP, [b"b"], 1, None, 1)
+    acc.fail(TP, taken)
+    assert TP not in acc.open
+    acc.append(TP, [b"c"], 1, None, 1)
+    acc.abort_all()
+    assert acc.open == {} and acc.fast_append(TP, b"d", 1, T0) is None
+
+
+def test_fast_appends_from_many_threads_lose_nothing() -> None:
+    acc = make(batch_messages=50, buffer_bytes=1 << 30, batch_bytes=1 << 20,
+               max_request_bytes=1 << 30)
+    per_thread = 2000
+
+    def produce(n: int) -> None:
+        for i in range(per_thread):
+            value = b"%d-%d" % (n, i)
+            if acc.fast_append(TP, value, len(value), T0) is None:
+                acc.append(TP, [value], len(value), None, int(T0 * 1000))
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    acc._flushing = 1
+    values = [v for batches in acc.ready(acc.clock())[0].values() for b in batches
+              for v in b.values]
+    assert len(values) == 4 * per_thread
+    for n in range(4):  # each thread's messages in its order
+        mine = [v for v in values if v.startswith(b"%d-" % n)]
+        assert mine == [b"%d-%d" % (n, i) for i in range(per_thread)]
+
+
+# -- timestamps as runs -------------------------------------------------------------------
+
+
+def test_messages_in_one_millisecond_share_a_run_and_encode_without_deltas() -> None:
+    acc = make(batch_messages=10)
+    acc.append(TP, [b"a"], 1, None, int(T0 * 1000))
+    acc.fast_append(TP, b"b", 1, T0 + 0.0002)
+    acc.fast_append(TP, b"c", 1, T0 + 0.0009)
+    batch = acc.open[TP]
+    assert batch.ts_ms == [int(T0 * 1000)] and batch.timestamps == [int(T0 * 1000)] * 3
+    out = decoded(batch)
+    assert out.deltas is None and out.base_timestamp == int(T0 * 1000)
+
+
+def test_each_message_keeps_its_own_millisecond() -> None:
+    acc = make(batch_messages=10)
+    base = int(T0 * 1000)
+    acc.append(TP, [b"a", b"b"], 2, None, base)
+    acc.fast_append(TP, b"c", 1, T0 + 0.0015)   # 1 ms later
+    acc.fast_append(TP, b"d", 1, T0 + 0.0051)   # 5 ms later
+    acc.fast_append(TP, b"e", 1, T0 + 0.0004)   # the wall clock stepped back: kept
+    acc.append(TP, [b"f"], 1, None, 7)          # an explicit timestamp
+    acc.fast_append(TP, b"g", 1, T0 + 0.0004)
+    batch = acc.open[TP]
+    expected = [base, base, base + 1, base + 5, base, 7, base]
+    assert batch.timestamps == expected
+    assert decoded(batch).timestamps == expected
+
+
+def test_stamp_merges_equal_runs() -> None:
+    batch = ProducerBatch(0.0)
+    batch.values += [b"a", b"b", b"c"]
+    batch.stamp(5, 0)
+    batch.stamp(5, 1)
+    batch.stamp(6, 2)
+    assert batch.ts_at == [0, 2] and batch.ts_ms == [5, 6] and batch.timestamps == [5, 5, 6]
+    assert (batch.ts_start, batch.ts_end) == (0.006, 0.007)
+
+
+# -- encoding --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", [records.CODEC_NONE, records.CODEC_GZIP])
+@pytest.mark.parametrize("deltas", [None, [0, 3, 3]])
+def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | None) -> None:
+    values, keys = [b"a", b"bb", b"c"], [None, b"k", None]
+    timestamps = [100 + d for d in (deltas or [0, 0, 0])]
+    made = records.encode_batch_deltas(values, keys, 100, deltas, codec)
+    assert bytes(made) == records.encode_batch(values, keys, timestamps, codec)
+    [out], used = records.decode_batches(bytes(made), 0)
+    assert used == len(made) and out.values == values and out.timestamps == timestamps
+
+
+def test_encode_batch_deltas_reuses_nothing_it_returned() -> None:
+    first = records.encode_batch_deltas([b"x" * 100], None, 1, None)
+    kept = bytes(first)
+    records.encode_batch_deltas([b"y" * 300], None, 2, None)
+    assert bytes(first) == kept
+
+
+def test_encode_batch_deltas_refuses_an_empty_batch() -> None:
+    with pytest.raises(ValueError):
+        records.encode_batch_deltas([], None, 1, None)
+
+
+# -- scatter-gather writes -------------------------------------------------------------
+
+
+def test_send_parts_writes_every_part_in_order() -> None:
+    left, right = socket.socketpair()
+    parts: list[bytes | memoryview] = [b"head", b"", memoryview(b"x" * 300_000), b"tail"]
+    parts += [bytes([i % 256]) for i in range(2500)]  # more than one sendmsg takes
+    expected = b"".join(parts)
+    received = bytearray()
+
+    def read() -> None:
+        while len(received) < len(expected):
+            chunk = right.recv(1 << 16)
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        _send_parts(left, parts)
+        reader.join(10)
+    finally:
+        left.close()
+        right.close()
+    assert bytes(received) == expected
