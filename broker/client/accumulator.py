@@ -217,6 +217,16 @@ class Accumulator:
         finally:
             lock.release()
 
+    def close_open(self, topic: str) -> None:
+        """Take no more messages into ``topic``'s open batches (they stay queued).
+
+        The producer forgot the topic's partition count: the next send to each of its
+        partitions takes :meth:`append`'s path again, after the partition is checked.
+        """
+        with self.lock:
+            for tp in [tp for tp in self.open if tp[0] == topic]:
+                del self.open[tp]
+
     def append_raw(self, tp: TopicPartition, data: bytes | memoryview, count: int) -> DeliveryFuture:
         """Queue one already-encoded batch of ``count`` messages as it is."""
         now = self.clock()

@@ -121,7 +121,9 @@ class Producer:
         holding the last message.
         """
         # The common case first: one keyless message (bytes, or a list of one), the
-        # time now, a known topic, and an open batch with room (Accumulator.fast_append).
+        # time now, and an open batch with room (Accumulator.fast_append). A partition
+        # with an open batch was checked against the topic's partition count when the
+        # batch opened (and forgetting the count closes the topic's open batches).
         if key is None and timestamp is None:
             value: bytes | None = None
             if type(messages) is bytes:
@@ -129,13 +131,11 @@ class Producer:
             elif type(messages) is list and len(messages) == 1:
                 value = messages[0]
             if value is not None:
-                count = self._partition_counts.get(topic)
-                if count is not None:
-                    if partition is None:
-                        partition = self._choose_partition(topic, None, count)
-                    elif not 0 <= partition < count:
-                        raise UnknownTopicOrPartitionError(
-                            f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+                if partition is None:
+                    known = self._partition_counts.get(topic)
+                    if known is not None:
+                        partition = self._choose_partition(topic, None, known)
+                if partition is not None:
                     future = self._fast_append((topic, partition), value, len(value), _now())
                     if future is not None:
                         return future
@@ -227,6 +227,7 @@ class Producer:
     def _forget_partition_count(self, topic: str) -> None:
         """The topic is unknown to its broker (deleted, and made anew?): ask again."""
         self._partition_counts.pop(topic, None)
+        self._accumulator.close_open(topic)  # the next send checks its partition again
 
 
 __all__ = ["DeliveryFuture", "Producer"]

@@ -247,3 +247,14 @@ def test_send_parts_writes_every_part_in_order() -> None:
         left.close()
         right.close()
     assert bytes(received) == expected
+
+
+def test_close_open_sends_a_topics_next_messages_down_the_checked_path() -> None:
+    acc = make(batch_messages=10)
+    acc.append(TP, [b"a"], 1, None, 1)
+    acc.append(("u", 0), [b"x"], 1, None, 1)
+    acc.close_open("t")
+    assert acc.fast_append(TP, b"b", 1, T0) is None and ("u", 0) in acc.open
+    acc.append(TP, [b"b"], 1, None, 1)
+    acc._flushing = 1
+    assert [b.values for b in acc.ready(acc.clock())[0][TP]] == [[b"a"], [b"b"]]
