@@ -115,7 +115,8 @@ class Connection:
             if future is not None:
                 self._pending[corr] = future
             try:
-                if payload and type(self._sock) is socket.socket:
+                if payload and size >= GATHER_MIN_PART * len(payload) \
+                        and type(self._sock) is socket.socket:
                     _send_parts(self._sock, [head, *payload])  # no copy of the batches
                 elif payload:
                     self._sock.sendall(b"".join((head, *payload)))
@@ -196,6 +197,9 @@ class Connection:
         return len(self._pending)
 
 
+GATHER_MIN_PART = 8192
+"""Payload parts this large on average are written as they are (:func:`_send_parts`);
+many small ones are cheaper joined into one buffer."""
 IOV_MAX = 1024
 """Most buffers one ``sendmsg`` call takes (Linux's UIO_MAXIOV)."""
 

@@ -99,6 +99,8 @@ class Producer:
             buffer_bytes=buffer_bytes, block_timeout=block_timeout,
             max_request_bytes=max_request_bytes)
         self._fast_append = self._accumulator.fast_append
+        self._batching = batch_messages > 1
+        """With one message per batch no batch is ever open: skip the fast path."""
         self._sender = Sender(
             self._accumulator, self.cluster, acks=int(acks), codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
@@ -124,7 +126,7 @@ class Producer:
         # time now, and an open batch with room (Accumulator.fast_append). A partition
         # with an open batch was checked against the topic's partition count when the
         # batch opened (and forgetting the count closes the topic's open batches).
-        if key is None and timestamp is None:
+        if key is None and timestamp is None and self._batching:
             value: bytes | None = None
             if type(messages) is bytes:
                 value = messages

@@ -112,7 +112,7 @@ def encode_batch_deltas(
     count = len(values)
     if count == 0:
         raise ValueError("a batch needs at least one message")
-    if codec == CODEC_NONE:
+    if codec == CODEC_NONE and count >= SMALL_BATCH:
         packer = _header_packer()
         packer.reset()
         packer.pack(_HEADER_ROOM)  # exactly HEADER_SIZE bytes, overwritten below
@@ -121,7 +121,9 @@ def encode_batch_deltas(
             buf = bytearray(packed)
         packer.reset()
     else:
-        payload = compress(codec, _pack([keys, values, deltas]))  # ValueError: unknown codec
+        payload = _pack([keys, values, deltas])
+        if codec != CODEC_NONE:
+            payload = compress(codec, payload)  # ValueError for an unknown codec
         buf = bytearray(HEADER_SIZE + len(payload))
         buf[HEADER_SIZE:] = payload
     _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
@@ -129,6 +131,9 @@ def encode_batch_deltas(
     return buf
 
 
+SMALL_BATCH = 64
+"""Fewer messages than this are packed the plain way: small buffers are cheap to make,
+and the reused packer's extra steps are not."""
 _HEADER_ROOM = bytes(HEADER_SIZE - 2)
 """Packed as msgpack bin 8 (2 bytes of type and length, then these): a header's room."""
 _packers = threading.local()

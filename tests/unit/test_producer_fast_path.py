@@ -200,9 +200,12 @@ def test_stamp_merges_equal_runs() -> None:
 
 @pytest.mark.parametrize("codec", [records.CODEC_NONE, records.CODEC_GZIP])
 @pytest.mark.parametrize("deltas", [None, [0, 3, 3]])
-def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | None) -> None:
-    values, keys = [b"a", b"bb", b"c"], [None, b"k", None]
-    timestamps = [100 + d for d in (deltas or [0, 0, 0])]
+@pytest.mark.parametrize("repeat", [1, records.SMALL_BATCH])  # both ways of packing
+def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | None,
+                                             repeat: int) -> None:
+    values, keys = [b"a", b"bb", b"c"] * repeat, [None, b"k", None] * repeat
+    deltas = deltas and deltas * repeat
+    timestamps = [100 + d for d in (deltas or [0, 0, 0] * repeat)]
     made = records.encode_batch_deltas(values, keys, 100, deltas, codec)
     assert bytes(made) == records.encode_batch(values, keys, timestamps, codec)
     [out], used = records.decode_batches(bytes(made), 0)
@@ -210,10 +213,28 @@ def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | Non
 
 
 def test_encode_batch_deltas_reuses_nothing_it_returned() -> None:
-    first = records.encode_batch_deltas([b"x" * 100], None, 1, None)
+    many = records.SMALL_BATCH
+    first = records.encode_batch_deltas([b"x" * 100] * many, None, 1, None)
     kept = bytes(first)
-    records.encode_batch_deltas([b"y" * 300], None, 2, None)
+    records.encode_batch_deltas([b"y" * 300] * many, None, 2, None)
     assert bytes(first) == kept
+
+
+def test_encode_batch_deltas_from_many_threads() -> None:
+    def encode(n: int) -> None:
+        for i in range(200):
+            values = [b"%d-%d" % (n, i)] * records.SMALL_BATCH
+            [out], _ = records.decode_batches(
+                bytes(records.encode_batch_deltas(values, None, i, None)), 0)
+            results[n] += out.values == values and out.base_timestamp == i
+
+    results = [0] * 4
+    threads = [threading.Thread(target=encode, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [200] * 4
 
 
 def test_encode_batch_deltas_refuses_an_empty_batch() -> None:
@@ -226,7 +247,7 @@ def test_encode_batch_deltas_refuses_an_empty_batch() -> None:
 
 def test_send_parts_writes_every_part_in_order() -> None:
     left, right = socket.socketpair()
-    parts: list[bytes | memoryview] = [b"head", b"", memoryview(b"x" * 300_000), b"tail"]
+    parts: list[bytes | memoryview] = [b"head", b"", memoryview(b"x" * 3_000_000), b"tail"]
     parts += [bytes([i % 256]) for i in range(2500)]  # more than one sendmsg takes
     expected = b"".join(parts)
     received = bytearray()
