@@ -43,21 +43,20 @@ Drained = dict[TopicPartition, list["ProducerBatch"]]
 class ProducerBatch:
     """Messages of one partition waiting to be sent, as columns (or one encoded batch).
 
-    Timestamps are kept as runs of equal milliseconds (``ts_at[i]`` is the index of the
-    first message stamped ``ts_ms[i]``): at a million messages a second a batch holds a
-    few runs, not thousands of ints, and the deltas are built in C when it is encoded.
+    Timestamps are kept as runs of equal milliseconds, ``ts_runs`` = [index of the run's
+    first message, its milliseconds, ...]: at a million messages a second a batch holds
+    a few runs, not thousands of ints, and the deltas are built in C when it is encoded.
     ``ts_start <= t < ts_end`` (epoch seconds) is the millisecond of the last run, so
     the producer's fast path stamps a message with one float comparison.
     """
 
-    __slots__ = ("values", "keys", "ts_at", "ts_ms", "ts_start", "ts_end", "nbytes",
+    __slots__ = ("values", "keys", "ts_runs", "ts_start", "ts_end", "nbytes",
                  "created", "future", "encoded", "raw", "count")
 
     def __init__(self, now: float):
         self.values: list[bytes] = []
         self.keys: list[bytes | None] | None = None
-        self.ts_at: list[int] = []
-        self.ts_ms: list[int] = []
+        self.ts_runs: list[int] = []
         self.ts_start = 0.0
         self.ts_end = 0.0
         self.nbytes = 0
@@ -79,9 +78,9 @@ class ProducerBatch:
 
     def stamp(self, ms: int, index: int) -> None:
         """Message ``index`` (and those after it, until the next stamp) has time ``ms``."""
-        if not self.ts_ms or self.ts_ms[-1] != ms:
-            self.ts_at.append(index)
-            self.ts_ms.append(ms)
+        runs = self.ts_runs
+        if not runs or runs[-1] != ms:
+            runs += (index, ms)
         self.ts_start = ms / 1000
         self.ts_end = (ms + 1) / 1000
 
@@ -92,17 +91,18 @@ class ProducerBatch:
 
     def _runs(self) -> Iterable[tuple[int, int]]:
         """(milliseconds, how many messages) per run."""
-        ends = self.ts_at[1:] + [len(self.values)]
-        return zip(self.ts_ms, (end - at for at, end in zip(self.ts_at, ends)))
+        starts = self.ts_runs[0::2]
+        ends = starts[1:] + [len(self.values)]
+        return zip(self.ts_runs[1::2], (end - at for at, end in zip(starts, ends)))
 
     def encode(self, codec: int) -> bytes | memoryview:
         """The batch's stored bytes, encoding it on first use."""
         if self.encoded is None:
-            base = self.ts_ms[0]
-            deltas = None if len(self.ts_ms) == 1 else list(
+            base = self.ts_runs[1]
+            deltas = None if len(self.ts_runs) == 2 else list(
                 chain.from_iterable(repeat(ms - base, n) for ms, n in self._runs()))
-            self.encoded = memoryview(
-                records.encode_batch_deltas(self.values, self.keys, base, deltas, codec))
+            encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec)
+            self.encoded = encoded if type(encoded) is bytes else memoryview(encoded)
         return self.encoded
 
 

@@ -99,7 +99,7 @@ def encode_batch_deltas(
     base: int,
     deltas: Sequence[int] | None,
     codec: int = CODEC_NONE,
-) -> bytearray:
+) -> bytes | bytearray:
     """Encode one batch whose timestamps are given as stored: the header's ``base`` and
     the payload's ``deltas`` (None: every message has ``base``).
 
@@ -107,7 +107,7 @@ def encode_batch_deltas(
     deltas in C. Uncompressed, the batch is packed behind room for its header in a
     packer whose buffer is reused and copied out once: each fresh large buffer costs
     page faults, which were most of the time encoding took when the header and payload
-    were joined in new buffers.
+    were joined in new buffers. Small batches are made the plain way, as bytes.
     """
     count = len(values)
     if count == 0:
@@ -128,7 +128,7 @@ def encode_batch_deltas(
         buf[HEADER_SIZE:] = payload
     _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
     struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
-    return buf
+    return buf if count >= SMALL_BATCH and codec == CODEC_NONE else bytes(buf)
 
 
 SMALL_BATCH = 64

@@ -165,7 +165,7 @@ def test_messages_in_one_millisecond_share_a_run_and_encode_without_deltas() -> 
     acc.fast_append(TP, b"b", 1, T0 + 0.0002)
     acc.fast_append(TP, b"c", 1, T0 + 0.0009)
     batch = acc.open[TP]
-    assert batch.ts_ms == [int(T0 * 1000)] and batch.timestamps == [int(T0 * 1000)] * 3
+    assert batch.ts_runs == [0, int(T0 * 1000)] and batch.timestamps == [int(T0 * 1000)] * 3
     out = decoded(batch)
     assert out.deltas is None and out.base_timestamp == int(T0 * 1000)
 
@@ -191,7 +191,7 @@ def test_stamp_merges_equal_runs() -> None:
     batch.stamp(5, 0)
     batch.stamp(5, 1)
     batch.stamp(6, 2)
-    assert batch.ts_at == [0, 2] and batch.ts_ms == [5, 6] and batch.timestamps == [5, 5, 6]
+    assert batch.ts_runs == [0, 5, 2, 6] and batch.timestamps == [5, 5, 6]
     assert (batch.ts_start, batch.ts_end) == (0.006, 0.007)
 
 

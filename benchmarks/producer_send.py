@@ -1,0 +1,75 @@
+"""The producer's side alone: one ``send()`` per 200-byte message, default batching.
+
+The case "produce default batching" of broker_throughput.py, with the CPU it costs
+split by thread: the caller's thread (``send()`` itself) and the others (the sender
+thread encoding and writing, the connection's reader). CPU seconds per message are
+what a busy shared machine disturbs least; msgs/s is the wall clock from the first
+send to the end of ``flush()``. One broker (and ZooKeeper) run as separate processes
+on 127.0.0.1 (benchmarks/harness.py); the producer is this process.
+
+``--checkout DIR`` imports the producer from another checkout (for example the
+worktree of the branch before a change), so both are measured by the same script:
+
+    .venv/bin/python benchmarks/producer_send.py --messages 1000000 --runs 5
+    .venv/bin/python benchmarks/producer_send.py --checkout ../old --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VALUE = b"x" * 200
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--acks", type=int, default=0, choices=(0, 1, -1))
+    parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose producer and broker are measured")
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.checkout.resolve()))
+    from benchmarks.harness import LocalCluster
+    from broker.client import Producer
+
+    n = args.messages
+    rates: list[float] = []
+    main_cpu: list[float] = []
+    other_cpu: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
+            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
+        print(f"producer from {args.checkout.resolve()}; broker on {cluster.bootstrap[0]}; "
+              f"{n:,} messages of {len(VALUE)} bytes, acks={args.acks}", flush=True)
+        for run in range(args.runs):
+            topic = f"send-{run}"
+            chunk = [VALUE]  # as broker_throughput.py sends it
+            with Producer(brokers=cluster.bootstrap, acks=args.acks, linger_ms=5,
+                          buffer_bytes=256 << 20) as producer:
+                producer.send(topic, chunk, partition=0).wait(60)  # metadata, connection
+                send = producer.send
+                t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+                for _ in range(n):
+                    send(topic, chunk, partition=0)
+                producer.flush()
+                t1, c1, m1 = time.perf_counter(), time.process_time(), time.thread_time()
+            rates.append(n / (t1 - t0))
+            main_cpu.append((m1 - m0) / n)
+            other_cpu.append(((c1 - c0) - (m1 - m0)) / n)
+            print(f"  run {run + 1}: produce default batching {rates[-1]:>12,.0f} msgs/s "
+                  f"(CPU per message: send() {main_cpu[-1] * 1e9:.0f} ns, other threads "
+                  f"{other_cpu[-1] * 1e9:.0f} ns)", flush=True)
+    print(f"\nmedian of {args.runs}: {statistics.median(rates):,.0f} msgs/s; CPU per message: "
+          f"send() {statistics.median(main_cpu) * 1e9:.0f} ns, other threads "
+          f"{statistics.median(other_cpu) * 1e9:.0f} ns (the machine may be shared: CPU "
+          f"figures are the steadier ones)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
