@@ -32,6 +32,7 @@ from collections import deque
 from itertools import chain, repeat
 from typing import Callable, Iterable
 
+from broker.client.buffers import BufferPool
 from broker.client.delivery import DeliveryFuture
 from broker.common.errors import BufferFullError, ProducerClosedError, RequestTimedOutError
 from broker.wire import records
@@ -51,7 +52,7 @@ class ProducerBatch:
     """
 
     __slots__ = ("values", "keys", "ts_runs", "ts_start", "ts_end", "nbytes",
-                 "created", "future", "encoded", "raw", "count")
+                 "created", "future", "encoded", "buffer", "raw", "count")
 
     def __init__(self, now: float):
         self.values: list[bytes] = []
@@ -66,6 +67,8 @@ class ProducerBatch:
         self.future = DeliveryFuture()
         self.encoded: bytes | memoryview | None = None
         """The stored form, once encoded (kept across retries: encoded once)."""
+        self.buffer: bytearray | None = None
+        """The pooled buffer ``encoded`` views, given back when the batch is finished."""
         self.raw = False
         """Appended already encoded (``send_raw``)."""
         self.count = 0
@@ -95,14 +98,20 @@ class ProducerBatch:
         ends = starts[1:] + [len(self.values)]
         return zip(self.ts_runs[1::2], (end - at for at, end in zip(starts, ends)))
 
-    def encode(self, codec: int) -> bytes | memoryview:
-        """The batch's stored bytes, encoding it on first use."""
+    def encode(self, codec: int, pool: BufferPool | None = None) -> bytes | memoryview:
+        """The batch's stored bytes, encoding it on first use (a large one into a buffer
+        of ``pool``, which the accumulator gives back when the batch is finished)."""
         if self.encoded is None:
             base = self.ts_runs[1]
             deltas = None if len(self.ts_runs) == 2 else list(
                 chain.from_iterable(repeat(ms - base, n) for ms, n in self._runs()))
-            encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec)
-            self.encoded = encoded if type(encoded) is bytes else memoryview(encoded)
+            encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec,
+                                                  pool.take if pool is not None else None)
+            if type(encoded) is memoryview:
+                self.buffer = encoded.obj  # type: ignore[assignment]  # a pooled bytearray
+                self.encoded = encoded
+            else:
+                self.encoded = encoded if type(encoded) is bytes else memoryview(encoded)
         return self.encoded
 
 
@@ -124,6 +133,8 @@ class Accumulator:
         self._space = threading.Condition(self.lock)   # append() waits for buffer space
         self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.buffers = BufferPool()
+        """Buffers large batches are encoded into, given back in :meth:`_release`."""
         self.open: dict[TopicPartition, ProducerBatch] = {}
         """Per partition, its newest batch while it still takes messages: the last of its
         queue, not full, not encoded, not raw; none once closed (see :meth:`fast_append`)."""
@@ -426,6 +437,10 @@ class Accumulator:
         for batch in batches:
             self.buffered -= batch.nbytes
             self.unfinished -= 1
+            if batch.buffer is not None:  # finished: nothing reads its bytes any more
+                batch.encoded = None  # no view of a buffer the next batch overwrites
+                self.buffers.give(batch.buffer)
+                batch.buffer = None
         self._space.notify_all()
         if not self.unfinished:
             self._idle.notify_all()

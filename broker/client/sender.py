@@ -175,8 +175,9 @@ class Sender:
                 continue
             # encode once here (a retried batch keeps its bytes); per batch, so inline
             size = 0
+            pool = self.accumulator.buffers
             for b in batches:
-                size += len(b.encoded or b.encode(codec))
+                size += len(b.encoded or b.encode(codec, pool))
             by_broker.setdefault(address, []).append((tp, batches, size))
         for address, parts in by_broker.items():
             for request in plan_requests(parts, self.max_request_bytes):

@@ -33,7 +33,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import msgpack
 
@@ -99,7 +99,8 @@ def encode_batch_deltas(
     base: int,
     deltas: Sequence[int] | None,
     codec: int = CODEC_NONE,
-) -> bytes | bytearray:
+    buffer_for: Callable[[int], bytearray] | None = None,
+) -> bytes | bytearray | memoryview:
     """Encode one batch whose timestamps are given as stored: the header's ``base`` and
     the payload's ``deltas`` (None: every message has ``base``).
 
@@ -107,7 +108,9 @@ def encode_batch_deltas(
     deltas in C. Uncompressed, the batch is packed behind room for its header in a
     packer whose buffer is reused and copied out once: each fresh large buffer costs
     page faults, which were most of the time encoding took when the header and payload
-    were joined in new buffers. Small batches are made the plain way, as bytes.
+    were joined in new buffers. ``buffer_for(n)``, if given, supplies a reused bytearray
+    of at least ``n`` bytes to copy into (the result is then a view of it). Small
+    batches are made the plain way, as bytes.
     """
     count = len(values)
     if count == 0:
@@ -117,8 +120,15 @@ def encode_batch_deltas(
         packer.reset()
         packer.pack(_HEADER_ROOM)  # exactly HEADER_SIZE bytes, overwritten below
         packer.pack([keys, values, deltas])
+        buf: bytearray | memoryview
         with packer.getbuffer() as packed:
-            buf = bytearray(packed)
+            size = len(packed)
+            if buffer_for is None:
+                buf = bytearray(packed)
+            else:
+                into = buffer_for(size)
+                into[:size] = packed  # same length: in place, no resize
+                buf = memoryview(into)[:size]
         packer.reset()
     else:
         payload = _pack([keys, values, deltas])

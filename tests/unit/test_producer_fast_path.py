@@ -279,3 +279,55 @@ def test_close_open_sends_a_topics_next_messages_down_the_checked_path() -> None
     acc.append(TP, [b"b"], 1, None, 1)
     acc._flushing = 1
     assert [b.values for b in acc.ready(acc.clock())[0][TP]] == [[b"a"], [b"b"]]
+
+
+# -- pooled buffers ----------------------------------------------------------------------
+
+
+def test_buffer_pool_reuses_buffers_that_fit_and_stays_bounded() -> None:
+    from broker.client.buffers import BufferPool
+
+    pool = BufferPool(keep=2, max_bytes=1000)
+    first = pool.take(100)
+    assert len(first) >= 100
+    pool.give(first)
+    assert pool.take(90) is first  # fits: reused
+    pool.give(first)
+    bigger = pool.take(500)  # the small one is dropped
+    assert bigger is not first and len(bigger) >= 500 and len(pool) == 0
+    pool.give(bytearray(2000))  # over max_bytes: not kept
+    for _ in range(3):
+        pool.give(bytearray(10))
+    assert len(pool) == 2
+
+
+def test_large_batches_are_encoded_into_pooled_buffers_given_back_when_done() -> None:
+    clock = Clock()
+    many = records.SMALL_BATCH
+    acc = make(clock, linger=0.0, batch_messages=many, batch_bytes=1 << 20,
+               buffer_bytes=1 << 20, max_request_bytes=1 << 20)
+    acc.append(TP, [b"a" * 50] * many, 50 * many, None, 5)
+    [first] = acc.ready(clock.now)[0][TP]
+    encoded = bytes(first.encode(records.CODEC_NONE, acc.buffers))
+    assert first.buffer is not None and len(acc.buffers) == 0
+    [out], _ = records.decode_batches(encoded, 0)
+    assert out.values == [b"a" * 50] * many and out.base_timestamp == 5
+    buffer = first.buffer
+    acc.done(TP, [first])
+    assert len(acc.buffers) == 1 and first.buffer is None and first.encoded is None
+    acc.append(TP, [b"b" * 40] * many, 40 * many, None, 6)
+    [second] = acc.ready(clock.now)[0][TP]
+    again = bytes(second.encode(records.CODEC_NONE, acc.buffers))
+    assert second.buffer is buffer  # the same memory, the new batch's bytes
+    [out], _ = records.decode_batches(again, 0)
+    assert out.values == [b"b" * 40] * many and out.base_timestamp == 6
+    failed = acc.fail(TP, [second])
+    assert failed == [second] and len(acc.buffers) == 1
+
+
+def test_small_batches_take_no_pooled_buffer() -> None:
+    clock = Clock()
+    acc = make(clock, linger=0.0)
+    acc.append(TP, [b"a"], 1, None, 5)
+    [batch] = acc.ready(clock.now)[0][TP]
+    assert type(batch.encode(records.CODEC_NONE, acc.buffers)) is bytes and batch.buffer is None
