@@ -331,3 +331,40 @@ def test_small_batches_take_no_pooled_buffer() -> None:
     acc.append(TP, [b"a"], 1, None, 5)
     [batch] = acc.ready(clock.now)[0][TP]
     assert type(batch.encode(records.CODEC_NONE, acc.buffers)) is bytes and batch.buffer is None
+
+
+# -- Producer.send, both paths ----------------------------------------------------------
+
+
+def test_producer_send_takes_the_fast_path_with_the_general_paths_checks() -> None:
+    from broker.client import Producer
+    from broker.common.errors import UnknownTopicOrPartitionError
+
+    # No broker listens on port 9: nothing is delivered, and with retries=0 every batch
+    # fails at once, so close() does not wait. The partition count is known up front.
+    producer = Producer(brokers=["127.0.0.1:9"], linger_ms=60_000, retries=0)
+    try:
+        producer._partition_counts["t"] = 2
+        first = producer.send("t", b"a", partition=0)      # opens the batch: general path
+        assert producer.send("t", b"b", partition=0) is first          # fast: bytes
+        assert producer.send("t", [b"c"], partition=0) is first        # fast: a list of one
+        assert producer.send("t", [b"d", b"e"], partition=0) is first  # general: several
+        assert producer.send("t", b"f", key=b"k", partition=0) is first  # general: a key
+        assert producer.send("t", b"g", partition=0) is first          # keyed batch: general
+        for bad in (2, -1):
+            with pytest.raises(UnknownTopicOrPartitionError, match="partitions 0-1"):
+                producer.send("t", b"x", partition=bad)
+        acc = producer._accumulator
+        batch = acc.open[("t", 0)]
+        assert batch.values == [b"a", b"b", b"c", b"d", b"e", b"f", b"g"]
+        assert batch.keys == [None] * 5 + [b"k", None]
+        stamps = batch.timestamps
+        assert len(stamps) == 7 and stamps == sorted(stamps)
+        producer.send("t", b"r")  # round robin, general then fast path
+        producer.send("t", b"r")
+        producer.send("t", b"r")
+        assert sum(len(b.values) for b in acc.open.values()) == 10
+    finally:
+        producer.close(timeout=30)
+    with pytest.raises(ProducerClosedError):
+        producer.send("t", b"z", partition=0)
