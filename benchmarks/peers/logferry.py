@@ -152,9 +152,8 @@ class Logferry(System):
             producer.flush(timeout=deadline.remaining())  # all of it written to the socket
             # The broker appends one connection's requests in order: an ack for the last
             # message on this connection means every earlier message is appended too.
-            # The sender thread keeps its own copy of acks since the producer/sender
-            # split: switch both (the sender reads it per request, and is idle now).
-            producer.acks = producer._sender.acks = 1
+            # acks applies per request from when it is set (the sender is idle now)
+            producer.acks = 1
             last = _wait(send(dest, payload), deadline)
             clock.stop()
         self._check_last(dest, last)

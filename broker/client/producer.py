@@ -63,10 +63,7 @@ class Producer:
         client_id: str = "",
         tls: TlsConfig | ssl.SSLContext | None = None,
     ):
-        if acks == "all":
-            acks = -1
-        if acks not in (0, 1, -1) or isinstance(acks, bool):
-            raise ConfigError("acks must be 0, 1 or 'all' (-1)")
+        acks = _checked_acks(acks)
         if compression not in records.CODECS:
             raise ConfigError(f"compression must be one of {', '.join(records.CODECS)}, "
                               f"not {compression!r}")
@@ -74,7 +71,6 @@ class Producer:
             raise ConfigError("partitioner must be 'round_robin' or 'random'")
         if batch_messages < 1 or batch_bytes < 1 or buffer_bytes < 1:
             raise ConfigError("batch_messages, batch_bytes and buffer_bytes must be positive")
-        self.acks = acks
         self.linger = linger_ms / 1000
         self.batch_bytes = batch_bytes
         self.batch_messages = batch_messages
@@ -102,7 +98,7 @@ class Producer:
         self._batching = batch_messages > 1
         """With one message per batch no batch is ever open: skip the fast path."""
         self._sender = Sender(
-            self._accumulator, self.cluster, acks=int(acks), codec=self.codec,
+            self._accumulator, self.cluster, acks=acks, codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
             retry=RetryPolicy(retries, self.retry_backoff, delivery_timeout),
             on_unknown_topic=self._forget_partition_count)
@@ -111,6 +107,16 @@ class Producer:
         self._sender_thread.start()
 
     # -- the public api -----------------------------------------------------------------
+
+    @property
+    def acks(self) -> int:
+        """0, 1 or -1 (``"all"``); setting it applies to the requests sent from then on
+        (the sender thread reads it per request)."""
+        return self._sender.acks
+
+    @acks.setter
+    def acks(self, value: int | str) -> None:
+        self._sender.acks = _checked_acks(value)
 
     def send(self, topic: str, messages: Values, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
@@ -232,4 +238,14 @@ class Producer:
         self._accumulator.close_open(topic)  # the next send checks its partition again
 
 
+def _checked_acks(acks: int | str) -> int:
+    """``acks`` as the wire wants it (0, 1 or -1), or a ConfigError."""
+    if acks == "all":
+        return -1
+    if isinstance(acks, bool) or acks not in (0, 1, -1):
+        raise ConfigError("acks must be 0, 1 or 'all' (-1)")
+    return int(acks)
+
+
 __all__ = ["DeliveryFuture", "Producer"]
+

@@ -14,7 +14,7 @@ import pytest
 
 from broker.client.accumulator import Accumulator, ProducerBatch
 from broker.client.connection import _send_parts
-from broker.common.errors import BufferFullError, ProducerClosedError, StorageError
+from broker.common.errors import BufferFullError, ConfigError, ProducerClosedError, StorageError
 from broker.wire import records
 
 TP = ("t", 0)
@@ -368,3 +368,20 @@ def test_producer_send_takes_the_fast_path_with_the_general_paths_checks() -> No
         producer.close(timeout=30)
     with pytest.raises(ProducerClosedError):
         producer.send("t", b"z", partition=0)
+
+
+def test_acks_set_after_construction_reaches_the_sender() -> None:
+    """The benchmark sends with acks=0 and waits on a last acks=1 message: the switch
+    must reach the sender thread, which builds the requests."""
+    from broker.client import Producer
+
+    producer = Producer(brokers=["127.0.0.1:9"], acks=0)
+    try:
+        assert producer.acks == 0
+        producer.acks = "all"
+        assert producer.acks == -1 and producer._sender.acks == -1
+        with pytest.raises(ConfigError):
+            producer.acks = 2
+        assert producer._sender.acks == -1
+    finally:
+        producer.close(0.1)
