@@ -18,6 +18,7 @@ The machine may be shared: the load average is printed at the start and the end.
 
     .venv/bin/python benchmarks/latency.py                       # 1,000 and 10,000 msgs/s
     .venv/bin/python benchmarks/latency.py --rates 1000 --acks 1 --rf 1 --duration 5 --runs 1
+    .venv/bin/python benchmarks/latency.py --rates 1000 --acks 1 --rf 1 --preload 300000
 """
 
 from __future__ import annotations
@@ -88,14 +89,28 @@ def create_topic(cluster: LocalCluster, topic: str, rf: int) -> None:
 
 
 def consume(zk: str, topic: str, count: int, ready: Any, out: Any) -> None:
-    """The consumer process: receive ``count`` messages, send back their latencies (ns)."""
+    """The consumer process: receive ``count`` messages from the partition's visible end
+    (after any preloaded ones), send back their latencies (ns)."""
     recorder = LatencyRecorder(count)
     with SimpleConsumer(zk=zk, max_wait_ms=500) as consumer:
-        consumer.offsets(topic, 0)  # connected, metadata known
+        start = consumer.offsets(topic, 0).end  # connected, metadata known
         ready.set()
-        for message in consumer.messages(topic, 0, 0, follow=True, limit=count, timeout=30):
+        for message in consumer.messages(topic, 0, start, follow=True, limit=count,
+                                         timeout=30):
             recorder.record(message.value)
     out.send((recorder.seen, recorder.latencies.tobytes()))
+
+
+def preload(zk: str, topic: str, count: int, size: int, batch_messages: int = 1) -> None:
+    """Fill the partition with ``count`` unstamped ``size``-byte messages as fast as
+    they go, ``batch_messages`` per batch, before a run: latency must not grow with the
+    data a broker holds (issue 18), and a fresh topic per run would hide it if it did."""
+    value = b"p" * size
+    with Producer(zk=zk, acks=1, batch_messages=batch_messages, linger_ms=0) as producer:
+        producer.partitions(topic)
+        for _ in range(count):
+            producer.send(topic, value, partition=0)
+        producer.flush(timeout=300)
 
 
 def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | str,
@@ -122,6 +137,8 @@ def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: 
              args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
     """One run of one case: (end-to-end percentiles, acknowledgement percentiles)."""
     create_topic(cluster, topic, rf)
+    if args.preload:
+        preload(cluster.zk_connect, topic, args.preload, args.size, args.preload_batch)
     count = int(rate * args.duration)
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
@@ -167,6 +184,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--linger-ms", type=float, default=0.0,
                         help="the producer's linger_ms (0: send at once)")
+    parser.add_argument("--preload", type=int, default=0,
+                        help="messages to put in each run's topic before measuring (latency "
+                             "must not grow with the data the broker holds)")
+    parser.add_argument("--preload-batch", type=int, default=1,
+                        help="messages per batch when preloading (1: the most batches)")
     args = parser.parse_args()
     if args.size < STAMP.size:
         parser.error(f"--size must be at least {STAMP.size}")
@@ -179,7 +201,7 @@ def main() -> int:
              if not (acks == "all" and rf == 1 and 1 in acks_list)]  # same as acks=1 there
     print(f"load average at start: {load_average()}")
     print(f"{args.size}-byte messages, {args.duration:g}s per run ({WARMUP_S:g}s warm-up), "
-          f"linger_ms={args.linger_ms:g}, brokers as etc/live/broker-N.toml ship")
+          f"linger_ms={args.linger_ms:g}, {args.preload:,} messages preloaded, brokers as etc/live/broker-N.toml ship")
     results: dict[tuple, list[tuple[dict[str, float], dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="logferry-latency-") as tmp:
         cluster = start_cluster(Path(tmp), max(rfs))

@@ -40,6 +40,7 @@ from broker.server.connection import (
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
+from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
 from broker.server.request_budget import RequestBudget
 from broker.server.routing import PartitionRouter
@@ -237,12 +238,16 @@ class Broker:
         self._fsync_pool.shutdown(wait=True)
         self._admin_pool.shutdown(wait=False)
 
-    async def run(self) -> None:
-        """Start, serve until SIGTERM or SIGINT, then stop cleanly."""
+    async def run(self, freeze_startup: bool = False) -> None:
+        """Start, serve until SIGTERM or SIGINT, then stop cleanly. ``freeze_startup``:
+        once started, exempt the objects made so far from garbage collection
+        (:mod:`broker.server.gc_pause`; only for a process that runs one broker)."""
         loop = asyncio.get_running_loop()
         # before start(): a SIGUSR2 sent as soon as the broker listens must dump, not kill
         loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
         await self.start()
+        if freeze_startup:
+            log.debug("froze %d startup objects", freeze_startup_objects())
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop_on_signal, sig)
         await self._stopping.wait()
@@ -399,7 +404,7 @@ def run_broker(config: BrokerConfig) -> int:
     # kill -USR2 <pid>: every asyncio task's stack in the log (the loop must be running).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        asyncio.run(broker.run())
+        asyncio.run(broker.run(freeze_startup=True))
     except OSError as exc:  # LogferryErrors go up as they are: the CLI prints its one line
         raise ListenError(f"cannot start broker {config.broker_id}: {exc}") from exc
     return 130 if broker.stopped_by == signal.SIGINT else 0
