@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import LocalCluster  # noqa: E402
+from benchmarks.harness import LocalCluster, wait_for_last_flush  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
 from broker.common.tls import TlsConfig, client_tls  # noqa: E402
 from broker.net import transport  # noqa: E402
@@ -92,13 +92,7 @@ def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
     """Read everything back with 1 MiB fetches, iterating every message."""
     with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20,
                         tls=cluster.client_tls) as consumer:
-        # Consumers see flushed data only: wait (untimed) until the last flush landed.
-        end, stable_since = -1, time.monotonic()
-        while time.monotonic() - stable_since < 0.5:
-            now_end = consumer.offsets(topic, 0).end
-            if now_end != end:
-                end, stable_since = now_end, time.monotonic()
-            time.sleep(0.05)
+        wait_for_last_flush(consumer, topic)
         t0 = time.perf_counter()
         count = 0
         for message in consumer.messages(topic, 0, "earliest"):

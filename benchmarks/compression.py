@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.encode import chunk_prefix, encode_values, valid_utf8  # noqa: E402
-from benchmarks.harness import LocalCluster  # noqa: E402
+from benchmarks.harness import LocalCluster, wait_for_last_flush  # noqa: E402
 from broker.client import (  # noqa: E402
     CODECS, Producer, SimpleConsumer, compress_batch, decode_batch, encode_batch,
 )
@@ -126,12 +126,7 @@ def produce(cluster: LocalCluster, topic: str, values: list[bytes], codec: str,
 def consume(cluster: LocalCluster, topic: str, expected: int) -> tuple[float, int]:
     """Seconds to read ``expected`` messages (after the warm-up one), and the log's bytes."""
     with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=4 << 20) as consumer:
-        end, stable_since = -1, time.monotonic()
-        while time.monotonic() - stable_since < 0.5:  # wait (untimed) for the last flush
-            now_end = consumer.offsets(topic, 0).end
-            if now_end != end:
-                end, stable_since = now_end, time.monotonic()
-            time.sleep(0.05)
+        end = wait_for_last_flush(consumer, topic)
         t0 = time.perf_counter()
         count = 0
         for _ in consumer.messages(topic, 0, "earliest"):

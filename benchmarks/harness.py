@@ -6,6 +6,7 @@ Everything binds 127.0.0.1 on free ports and lives under one directory; leaving 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,19 @@ class LocalCluster:
             except RuntimeError:
                 pass  # it was killed after ignoring SIGTERM; keep stopping the rest
         self.zookeeper.stop()
+
+
+def wait_for_last_flush(consumer: Any, topic: str, partition: int = 0, quiet_s: float = 0.5,
+                        limit_s: float = 120.0) -> int:
+    """Wait (untimed, before a timed read) until the partition's visible end has not
+    moved for ``quiet_s``: consumers see flushed data only. Returns that end."""
+    end, stable_since = -1, time.monotonic()
+    give_up = stable_since + limit_s
+    while time.monotonic() - stable_since < quiet_s:
+        if time.monotonic() > give_up:
+            raise SystemExit(f"{topic}-{partition}: the visible end kept moving for {limit_s:.0f}s")
+        now_end = consumer.offsets(topic, partition).end
+        if now_end != end:
+            end, stable_since = now_end, time.monotonic()
+        time.sleep(0.05)
+    return end
