@@ -20,8 +20,9 @@ import os
 import sys
 from pathlib import Path
 
-from broker.cli import certs
-from broker.common.errors import ConfigError
+from typing import Any
+
+from broker.common.errors import ConfigError, LogferryError
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
@@ -39,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ca = csub.add_parser("ca", help="create a private CA (ca.pem, ca.key)")
     ca.add_argument("--out", required=True, type=Path, help="directory to write ca.pem and ca.key")
     ca.add_argument("--common-name", default="logferry private CA", help="the CA's subject CN")
-    ca.add_argument("--days", type=int, default=certs.CA_DAYS,
-                    help=f"validity in days (default {certs.CA_DAYS})")
+    ca.add_argument("--days", type=int, default=None,
+                    help="validity in days (default: about 10 years)")
     ca.add_argument("--force", action="store_true", help="overwrite existing files")
     ca.set_defaults(func=ca_cmd, long_running=False)
 
@@ -54,14 +55,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "a client-only certificate needs none")
     issue.add_argument("--out", required=True, type=Path,
                        help="directory to write NAME.pem and NAME.key")
-    issue.add_argument("--days", type=int, default=certs.CERT_DAYS,
-                       help=f"validity in days (default {certs.CERT_DAYS}, at most the CA's)")
+    issue.add_argument("--days", type=int, default=None,
+                       help="validity in days (default: 825, at most the CA's)")
     issue.add_argument("--force", action="store_true", help="overwrite existing files")
     issue.set_defaults(func=issue_cmd, long_running=False)
 
 
+def _certs() -> Any:
+    """:mod:`broker.cli.certs`, which needs the optional ``cryptography`` package."""
+    try:
+        from broker.cli import certs
+    except ImportError:
+        raise LogferryError("certs needs the cryptography package: "
+                            "pip install 'logferry[certs]'") from None
+    return certs
+
+
 def ca_cmd(args: argparse.Namespace) -> int:
-    made = certs.make_ca(args.common_name, args.days)
+    certs = _certs()
+    made = certs.make_ca(args.common_name, certs.CA_DAYS if args.days is None else args.days)
     cert_path, key_path = args.out / CA_CERT, args.out / CA_KEY
     _check_free((cert_path, key_path), args.force)
     write_files(args.out, {CA_KEY: (made.key_pem, 0o600), CA_CERT: (made.cert_pem, 0o644)},
@@ -72,12 +84,13 @@ def ca_cmd(args: argparse.Namespace) -> int:
 
 
 def issue_cmd(args: argparse.Namespace) -> int:
+    certs = _certs()
     name = certs.check_name(args.name)
     certs.alt_names(args.host)  # a bad --host is a usage error before reading anything
     cert_path, key_path = args.out / f"{name}.pem", args.out / f"{name}.key"
     _check_free((cert_path, key_path), args.force)
     ca_pem, ca_key = _read_ca(args.ca)
-    made = certs.issue(ca_pem, ca_key, name, args.host, args.days)
+    made = certs.issue(ca_pem, ca_key, name, args.host, certs.CERT_DAYS if args.days is None else args.days)
     write_files(args.out, {f"{name}.key": (made.key_pem, 0o600),
                            f"{name}.pem": (made.cert_pem, 0o644)}, args.force)
     hosts = ", ".join(args.host) if args.host else "no host names (a client certificate)"
@@ -96,7 +109,7 @@ def _read_ca(directory: Path) -> tuple[bytes, bytes]:
                               f"`logferry certs ca --out {directory}`") from None
         except OSError as exc:
             raise ConfigError(f"--ca {directory}: cannot read {file}: {exc.strerror}") from None
-    certs.load_ca(found[0], found[1])  # a clear error if these are not a CA
+    _certs().load_ca(found[0], found[1])  # a clear error if these are not a CA
     return found[0], found[1]
 
 

@@ -270,6 +270,9 @@ def test_fetch_at_end_without_wait_returns_empty_immediately(broker_cluster):
     with Producer(brokers=cluster.bootstrap) as producer, \
             SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         producer.send("empty", b"x", partition=0).wait(10)
+        # acknowledged is not yet visible: wait for the fsync that makes it so, or the
+        # fetch below would (rightly) return it
+        wait_until(lambda: consumer.offsets("empty", 0).end > 0, 10, "the message to become visible")
         end = consumer.offsets("empty", 0).end
         # Nothing is produced until this returns: a broker that waited for data would
         # answer only at the client's request timeout, with an error.

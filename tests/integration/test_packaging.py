@@ -31,7 +31,7 @@ BASE = {"msgpack": "msgpack", "kazoo": "kazoo", "prometheus-client": "prometheus
         "tomli-w": "tomli_w", "zstandard": "zstandard", "lz4": "lz4"}
 """The base requirements (distribution: import name). A new one is a decision: every
 machine that runs any part of logferry downloads it."""
-OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog"}
+OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography"}
 STEP_TIMEOUT = 240
 
 
@@ -159,6 +159,11 @@ def test_the_base_install_is_broker_client_and_cli_without_spark(base_installed)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "pip install 'logferry[loader]'" in run.stderr.splitlines()[-1], run.stderr
     assert "Traceback" not in run.stderr
+    certs = subprocess.run([str(logferry), "certs", "ca", "--out", str(python.parents[1] / "ca")],
+                           cwd=python.parent, env=env, capture_output=True, text=True,
+                           timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert certs.returncode == 1 and "pip install 'logferry[certs]'" in certs.stderr, certs.stderr
+    assert "Traceback" not in certs.stderr and not (python.parents[1] / "ca").exists()
     demo = subprocess.run([str(logferry), "demo", "--workdir", str(python.parents[1] / "demo")],
                           cwd=python.parent, env=env, capture_output=True, text=True,
                           timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
