@@ -72,6 +72,8 @@ class Broker:
         self.controller: Controller | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
+        self._starting: asyncio.Future[None] | None = None
+        """The start in progress under :meth:`run` (a stop signal cancels it)."""
         self.stopped_by: int | None = None
         """The signal that stopped :meth:`run` (SIGINT: the CLI exits 130, Ctrl-C's code)."""
         self.shutting_down = False
@@ -243,19 +245,30 @@ class Broker:
         once started, exempt the objects made so far from garbage collection
         (:mod:`broker.server.gc_pause`; only for a process that runs one broker)."""
         loop = asyncio.get_running_loop()
-        # before start(): a SIGUSR2 sent as soon as the broker listens must dump, not kill
+        # before start(): a signal sent as soon as the broker listens (or is registered)
+        # must dump (SIGUSR2) or stop it cleanly once started (SIGTERM, SIGINT), not kill it
         loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
-        await self.start()
-        if freeze_startup:
-            log.debug("froze %d startup objects", freeze_startup_objects())
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop_on_signal, sig)
+        self._starting = asyncio.ensure_future(self.start())
+        try:
+            await self._starting
+        except asyncio.CancelledError:
+            if self.stopped_by is None:
+                raise
+            return  # stopped during the start, which cleaned up after itself
+        finally:
+            self._starting = None
+        if freeze_startup and not self._stopping.is_set():
+            log.debug("froze %d startup objects", freeze_startup_objects())
         await self._stopping.wait()
         await self.stop()
 
     def _stop_on_signal(self, signum: int) -> None:
         self.stopped_by = signum
         self._stopping.set()
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()  # e.g. Ctrl-C while waiting for a stale registration
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (thread-unsafe; call from the loop)."""

@@ -92,6 +92,31 @@ def test_a_start_refused_by_zookeeper_closes_its_session_and_keeps_the_live_brok
         assert live.stop() == 0
 
 
+def test_sigterm_during_the_start_stops_it_at_once_and_cleanly(
+        zk_connect: str, zk_client: KazooClient, tmp_path: Path) -> None:
+    """A stop signal while the start waits (here: for another process's registration of
+    the same id, up to 30 s) ends it at once, exit 0, nothing left behind."""
+    live = BrokerProcess(1, zk_connect, tmp_path / "live").start()
+    try:
+        _, before = zk_client.get("/brokers/ids/1")
+        twin = BrokerProcess(1, zk_connect, tmp_path / "twin")
+        twin.start(wait=False)
+        assert twin.proc is not None
+        deadline = time.monotonic() + 20
+        while "waiting" not in twin.log_text().lower() and time.monotonic() < deadline:
+            time.sleep(0.1)  # until it waits on the registration
+        started = time.monotonic()
+        twin.proc.terminate()
+        assert twin.proc.wait(15) == 0
+        assert time.monotonic() - started < 10  # not after the 30 s registration timeout
+        text = twin.log_text()
+        assert "Traceback" not in text and "Event loop is closed" not in text, text
+        _, after = zk_client.get("/brokers/ids/1")
+        assert after.ephemeralOwner == before.ephemeralOwner
+    finally:
+        assert live.stop() == 0
+
+
 @pytest.fixture
 def small_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs: a real file system that fills up (needs root to mount)."""
