@@ -140,6 +140,11 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int,
     clusters (plaintext and TLS) each case runs on one and then the other, so both see
     the same moment of a shared machine."""
     results: dict[str, dict[str, list[float]]] = {mode: {} for mode in clusters}
+
+    def label(mode: str) -> str:
+        """The mode in front of a case only when there are several (``--tls``), so a
+        plaintext run prints the case names ab_compare.py matches against older code."""
+        return f"{mode:<9} " if len(clusters) > 1 else ""
     for cluster in clusters.values():  # warm up: page cache, connections, allocator
         produce_batched(cluster, "warmup", min(n, 200_000), 50)
     for run in range(runs):
@@ -157,13 +162,13 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int,
             for mode, cluster in clusters.items():
                 seconds = fn(cluster, topic)
                 results[mode].setdefault(case, []).append(seconds)
-                print(f"  run {run + 1}: {mode:<9} {case:<28} {n / seconds:>12,.0f} msgs/s",
+                print(f"  run {run + 1}: {label(mode)}{case:<28} {n / seconds:>12,.0f} msgs/s",
                       flush=True)
             if case == "produce batch 50 (acks=0)":
                 for mode, cluster in clusters.items():
                     seconds = consume(cluster, topic, n)
                     results[mode].setdefault("consume (1 MiB fetches)", []).append(seconds)
-                    print(f"  run {run + 1}: {mode:<9} {'consume (1 MiB fetches)':<28} "
+                    print(f"  run {run + 1}: {label(mode)}{'consume (1 MiB fetches)':<28} "
                           f"{n / seconds:>12,.0f} msgs/s", flush=True)
     return results
 
