@@ -34,6 +34,7 @@ from broker.common.errors import (
     ProtocolError,
     UnsupportedApiError,
 )
+from broker.common.principal import ANONYMOUS, Principal
 from broker.net import socket_errors
 from broker.server.responder import FileReply, Responder
 from broker.server.tls_send import send_file_range
@@ -59,6 +60,8 @@ class BrokerConnection(asyncio.Protocol):
         self.decoder = protocol.FrameDecoder(broker.config.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.principal: Principal = ANONYMOUS
+        """Who is on the other end; authentication replaces it."""
         self._queue: deque[bytes | FileReply] = deque()
         self._queued_bytes = 0
         """Bytes of the answers in ``_queue`` (file bytes included): unsent answers."""

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from broker.common.errors import LogferryError
+from broker.common.principal import Principal
 from broker.wire import protocol
 
 
@@ -28,6 +29,7 @@ class ReplyChannel(Protocol):
     """What a responder needs from a connection."""
 
     peer: str
+    principal: Principal
 
     def send(self, item: bytes | FileReply) -> None: ...
 
@@ -55,6 +57,11 @@ class Responder:
     def peer(self) -> str:
         """The client's address, for logs."""
         return self._channel.peer
+
+    @property
+    def principal(self) -> Principal:
+        """Who sent the request (``ANONYMOUS`` until the connection authenticates)."""
+        return self._channel.principal
 
     def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
         """Send a successful answer (``error``: some of its parts failed)."""

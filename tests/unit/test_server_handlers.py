@@ -22,6 +22,7 @@ from broker.server.flusher import Flusher
 from broker.server.produce import ProduceService
 from broker.server.responder import FileReply, Responder
 from broker.server.routing import PartitionRouter
+from broker.common.principal import ANONYMOUS
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.wire import apis, protocol, records
@@ -33,6 +34,7 @@ class Channel:
     """Collects what a responder sends."""
 
     peer = "127.0.0.1:1"
+    principal = ANONYMOUS
 
     def __init__(self) -> None:
         self.sent: list = []
