@@ -75,6 +75,10 @@ class BrokerConnection(asyncio.Protocol):
         self._waiting_budget = False
         self._write_paused = False
         """The transport's buffer is over ``max_unsent_bytes_per_connection``."""
+        self._writable = asyncio.Event()
+        """Set while writing is not paused (and once the connection is lost, so that a
+        waiting send wakes up and sees the closed transport)."""
+        self._writable.set()
         self._backlogged = False
         """Unsent answers or requests in flight are over their limits (kept up to date
         by :meth:`_update_backlog` so the per-frame check is one attribute)."""
@@ -109,6 +113,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._writable.set()
         self.broker.connections.discard(self)
         if self._waiting_budget:
             self._waiting_budget = False
@@ -120,11 +125,17 @@ class BrokerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._writable.clear()
         self._backlogged = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._writable.set()
         self._update_backlog()
+
+    async def _wait_writable(self) -> None:
+        """Return once the transport takes more bytes (see ``tls_send``)."""
+        await self._writable.wait()
 
     # -- backpressure -----------------------------------------------------------------
 
@@ -337,7 +348,8 @@ class BrokerConnection(asyncio.Protocol):
                 for piece in item.slices:
                     if piece.count and tls:  # no sendfile under TLS: see tls_send
                         await send_file_range(loop, self.transport, piece.file,  # type: ignore[arg-type]
-                                              piece.position, piece.count, self._max_unsent)
+                                              piece.position, piece.count,
+                                              self._wait_writable)
                         self._sent_from_queue(piece.count)
                     elif piece.count:
                         # asyncio pauses reading during a sendfile and resumes it after;

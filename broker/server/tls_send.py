@@ -10,29 +10,28 @@ through a duplicate of the segment's descriptor (``pread`` leaves the shared pos
 alone, and the duplicate stays valid if retention closes the segment meanwhile), and
 writes it to the TLS transport at once, which encrypts it.
 
-Memory stays bounded per connection: before reading, wait (polling, with backoff) while
-more than ``max_unsent`` bytes (the broker's ``max_unsent_bytes_per_connection``) are
-still queued on the transport, so a client that pipelines fetches and does not read
-cannot make the broker buffer without end; the connection also stops reading requests
-then (broker/server/connection.py).
+Memory stays bounded per connection: before reading, wait until the transport is
+writable, i.e. asyncio has not paused the connection's writing because more than
+``max_unsent_bytes_per_connection`` bytes are queued on it (the connection's
+``pause_writing``/``resume_writing`` drive ``writable``), so a client that pipelines
+fetches and does not read cannot make the broker buffer without end; the connection
+also stops reading requests then (broker/server/connection.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import BinaryIO
+from typing import Awaitable, BinaryIO, Callable
 
 async def send_file_range(loop: asyncio.AbstractEventLoop, transport: asyncio.WriteTransport,
-                          file: BinaryIO, position: int, count: int, max_unsent: int) -> None:
+                          file: BinaryIO, position: int, count: int,
+                          writable: Callable[[], Awaitable[None]]) -> None:
     """Write ``count`` bytes of ``file`` from ``position`` to a TLS ``transport``, once
-    it holds at most ``max_unsent`` bytes not yet sent."""
-    delay = 0.001
-    while transport.get_write_buffer_size() > max_unsent:
-        if transport.is_closing():
-            raise ConnectionResetError("the connection closed while an answer was queued")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    ``writable()`` returns (the transport's writing is not paused)."""
+    await writable()
+    if transport.is_closing():
+        raise ConnectionResetError("the connection closed while an answer was queued")
     fd = os.dup(file.fileno())
     try:
         data = await loop.run_in_executor(None, os.pread, fd, count, position)

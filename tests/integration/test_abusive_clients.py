@@ -14,27 +14,19 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from broker.client import Producer, SimpleConsumer
 from broker.testing.localrun import free_port
 from broker.wire import protocol, records
+from tests.support.memory import RssSampler, rss_bytes
 from tests.support.metrics import samples, scrape, value
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 MiB = 1 << 20
-
-
-def rss_bytes(pid: int) -> int:
-    """The process's resident set (VmRSS) in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def open_fds(pid: int) -> int:
@@ -103,29 +95,6 @@ class WellBehaved:
         assert done >= at_least, f"only {done} round trips during the attack"
         assert self.read == [b"m-%d" % i for i in range(len(self.read))], "out of order"
         return self.p99(since)
-
-
-class RssSampler:
-    """Samples a process's RSS every 50 ms in a thread; ``peak`` is the largest seen."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.peak = rss_bytes(pid)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="rss")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            try:
-                self.peak = max(self.peak, rss_bytes(self.pid))
-            except (OSError, AssertionError):
-                return
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(5)
-        return self.peak
 
 
 def _connect(address: str) -> socket.socket:

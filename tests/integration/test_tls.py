@@ -205,3 +205,44 @@ def test_the_mirror_crosses_clusters_over_tls(broker_cluster, zookeeper, pki: Pk
     finally:
         if mirror.alive():
             mirror.kill()
+
+
+def test_a_tls_client_that_never_reads_its_fetches_is_bounded(broker_cluster, pki: Pki) -> None:
+    """Fetch answers under TLS are read from the segment and written by the broker (no
+    sendfile): a client that pipelines 1 MiB fetches and never reads them must not make
+    the broker read and buffer them all (200 MiB here); the send waits until the
+    connection's writing resumes, and other clients are served meanwhile."""
+    import ssl
+
+    from broker.wire import protocol
+    from tests.support.memory import RssSampler, rss_bytes
+
+    MiB = 1 << 20
+
+    cluster = broker_cluster(1, tls=broker_tls(pki),
+                             broker={"max_unsent_bytes_per_connection": 4 * MiB})
+    pid = cluster.brokers[0].proc.pid
+    tls = TlsConfig(ca_file=pki.ca)
+    with Producer(zk=cluster.zk_connect, tls=tls, acks=1, linger_ms=5) as producer:
+        for i in range(64):  # 4 MiB in 64 KiB messages
+            producer.send("bulk", bytes([i]) * 65536, partition=0)
+        producer.flush()
+    time.sleep(0.5)
+    baseline = rss_bytes(pid)
+    sampler = RssSampler(pid)
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    raw = socket.create_connection(("127.0.0.1", cluster.brokers[0].port), timeout=10)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    attacker = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        for corr in range(200):  # 200 fetches of up to 1 MiB each, never read
+            attacker.sendall(protocol.encode_request(protocol.FETCH, corr, {
+                "max_wait_ms": 0, "min_bytes": 0, "parts": [["bulk", 0, 0, MiB]]}))
+        time.sleep(3.0)
+        _produce_consume(cluster.zk_connect, tls, "meanwhile", 20)
+        peak = sampler.stop()
+        print(f"\nnever-reading TLS fetcher: broker RSS {baseline / MiB:.0f} MiB before, "
+              f"peak {peak / MiB:.0f} MiB")
+        assert peak - baseline < 60 * MiB, (baseline, peak)
+    finally:
+        attacker.close()
