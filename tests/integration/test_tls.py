@@ -50,7 +50,10 @@ def _produce_consume(zk: str, tls: TlsConfig, topic: str, n: int) -> None:
         for future in futures:
             future.wait(10)
     with SimpleConsumer(zk=zk, tls=tls) as consumer:
-        values = [m.value for m in consumer.messages(topic, 0, "earliest", limit=n)]
+        # an acknowledgement confirms the append, not visibility (docs/client.md): wait
+        # for the fsync that makes the messages visible
+        values = [m.value for m in consumer.messages(topic, 0, "earliest", follow=True,
+                                                      limit=n, timeout=10)]
     assert values == [f"m{i:05d}".encode() for i in range(n)]
 
 
