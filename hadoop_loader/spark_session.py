@@ -21,12 +21,11 @@ def build_session(config: SparkConfig, master: str | None = None,
     """Get or create the SparkSession for a load run."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(config.app_name)
     chosen = master or config.master
-    if chosen is None and not SparkConf().contains("spark.master"):
+    if chosen is None and not _submitted_with_master():
         chosen = "local[*]"
     if chosen is not None:
         builder = builder.master(chosen)
@@ -39,3 +38,18 @@ def build_session(config: SparkConfig, master: str | None = None,
     for key, value in config.conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _submitted_with_master() -> bool:
+    """Whether spark-submit gave this driver a master.
+
+    Under spark-submit the driver's settings live in the JVM that started Python; a
+    ``SparkConf()`` made before the gateway is up sees none of them (the loader then
+    ran in local mode on a cluster), so attach to the gateway first.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        return SparkConf().contains("spark.master")
+    SparkContext._ensure_initialized()  # attaches to spark-submit's JVM
+    return SparkConf().contains("spark.master")
