@@ -123,7 +123,7 @@ def remove_cmd(args: argparse.Namespace) -> int:
             else:
                 missing.append(acl)
         if missing:
-            held = [format_acl(a) for a in store.list() if a.principal == missing[0].principal]
+            held = [format_acl(a) for a in store.all() if a.principal == missing[0].principal]
             hint = ("; that principal's ACLs are:\n  " + "\n  ".join(held)) if held else \
                 "; that principal has no ACLs"
             raise ConfigError(f"no such ACL: {'; '.join(format_acl(a) for a in missing)}{hint}")
@@ -147,7 +147,7 @@ def list_cmd(args: argparse.Namespace) -> int:
     resource = _resource(args)
     store, client = _store(args)
     try:
-        acls = list(_filtered(store.list(), principal, resource))
+        acls = list(_filtered(store.all(), principal, resource))
     finally:
         _close(client)
     for acl in acls:

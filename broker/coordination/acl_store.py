@@ -69,7 +69,7 @@ class AclStore:
         except KazooException as exc:
             raise ZooKeeperError(f"cannot remove ACL '{acl}' from ZooKeeper: {exc!r}") from None
 
-    def list(self) -> list[Acl]:
+    def all(self) -> list[Acl]:
         """Every stored ACL, sorted by principal, resource and operation."""
         try:
             names = self.client.get_children(ACLS)
