@@ -123,10 +123,9 @@ def remove_cmd(args: argparse.Namespace) -> int:
             else:
                 missing.append(acl)
         if missing:
-            held = [format_acl(a) for a in store.all() if a.principal == missing[0].principal]
-            hint = ("; that principal's ACLs are:\n  " + "\n  ".join(held)) if held else \
-                "; that principal has no ACLs"
-            raise ConfigError(f"no such ACL: {'; '.join(format_acl(a) for a in missing)}{hint}")
+            held = [str(a) for a in store.all() if a.principal == missing[0].principal]
+            hint = f"; its ACLs: {'; '.join(held)}" if held else "; that principal has no ACLs"
+            raise ConfigError(f"no such ACL: {'; '.join(map(str, missing))}{hint}")
     finally:
         _close(client)
     return 0
