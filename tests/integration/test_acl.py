@@ -35,9 +35,10 @@ def acl(zk: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[
     return result
 
 
-def _secured_broker(broker_cluster, metrics_port: int):
-    cluster = broker_cluster(0)
-    broker = cluster.add({"metrics_port": metrics_port, "num_partitions": 1}, start=False)
+def _secured_broker(broker_cluster, metrics_port: int, cluster=None, **settings):
+    cluster = cluster or broker_cluster(0)
+    broker = cluster.add({"metrics_port": metrics_port, "num_partitions": 1, **settings},
+                         start=False)
     text = broker.config_file.read_text()
     broker.config_file.write_text(text + "\n" + dumps(
         {"authorizer": {"enabled": True, "super_users": ["User:admin"]}}))
@@ -113,9 +114,32 @@ def test_acls_decide_what_anonymous_may_do_and_changes_apply_without_restart(
     assert broker.proc is not None and broker.proc.poll() is None
 
 
-def _created(admin: Admin, name: str) -> bool:
+def test_followers_replicate_only_with_alter_on_the_cluster(broker_cluster) -> None:
+    """Brokers that do not authenticate to each other are User:ANONYMOUS: a follower's
+    fetch is refused until that principal may alter the cluster (docs/security.md)."""
+    lag = {"replica_lag_time_max_ms": 1000, "acks_all_timeout_ms": 3000}
+    cluster, _ = _secured_broker(broker_cluster, free_port(), **lag)
+    _secured_broker(broker_cluster, free_port(), cluster=cluster, **lag)
+    zk = cluster.zk_connect
+    acl(zk, "add", "--principal", "*", "--operation", "create", "--operation", "produce",
+        "--topic", "r", "--allow")
+    with Admin(zk=zk) as admin:
+        wait_until(lambda: _created(admin, "r", replication_factor=2), timeout=10,
+                   what="create allowed")
+        wait_until(lambda: "r" in admin.under_replicated(), timeout=20,
+                   what="the refused follower leaving the ISR")
+        assert "may not alter on cluster" in "".join(b.log_text() for b in cluster.brokers)
+        acl(zk, "add", "--principal", "User:ANONYMOUS", "--operation", "alter", "--cluster",
+            "--allow")
+        wait_until(lambda: "r" not in admin.under_replicated(), timeout=20,
+                   what="the follower back in the ISR once it may alter the cluster")
+    with Producer(zk=zk, acks="all", linger_ms=0) as producer:
+        producer.send("r", b"replicated", partition=0).wait(20)
+
+
+def _created(admin: Admin, name: str, **options: int) -> bool:
     try:
-        admin.create_topic(name)
+        admin.create_topic(name, **options)
         return True
     except TopicAuthorizationFailedError:
         return False
