@@ -11,6 +11,8 @@ What common owns, one module per concept:
 - ``metrics``: counters and gauges and their Prometheus endpoint.
 - ``config``: loading and validating TOML configuration files.
 - ``zk_connect``: the ZooKeeper connect string rule, ``host:port[,...][/chroot]``.
+- ``acl``: access control lists (principal, operation, resource, allow or deny) and
+  the authorizer's decision, sans IO.
 - ``commands``: what every ``logferry`` command shares: exit codes, the one-line
   error format, default log levels.
 

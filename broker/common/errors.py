@@ -207,6 +207,31 @@ class StaleEpochError(LogferryError):
     retriable = True
 
 
+class AuthorizationError(LogferryError):
+    """The broker's authorizer refused the request: its principal lacks the operation on
+    the resource (the message names all three). Not retriable: the same request is
+    refused until an operator adds an ACL (``logferry acl add``). Only its subclasses
+    are raised, each with its own wire code."""
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    """The principal may not do this to the topic (produce, consume, describe, ...)."""
+
+    code = 35
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    """The principal may not do this to the consumer group."""
+
+    code = 36
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    """The principal may not do this to the cluster (replicate, elect leaders)."""
+
+    code = 37
+
+
 class BufferFullError(LogferryError):
     """The producer's buffer stayed full for longer than its block timeout."""
 
@@ -249,6 +274,9 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         LeaderNotAvailableError,
         StaleEpochError,
         DiskFullError,
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
     )
 }
 
@@ -262,6 +290,10 @@ def error_for_code(code: int, message: str = "") -> LogferryError:
 
 
 __all__ = [
+    "AuthorizationError",
+    "ClusterAuthorizationFailedError",
+    "GroupAuthorizationFailedError",
+    "TopicAuthorizationFailedError",
     "BrokerNotAvailableError",
     "BrokerShuttingDownError",
     "BufferFullError",

@@ -17,9 +17,11 @@ from broker.common.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from broker.common.acl import Operation, topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination import zk
 from broker.coordination.registry import BrokerRegistry, ClusterView
+from broker.server.authorizer import ALLOW_ALL, Authorizer
 from broker.server.config import BrokerConfig
 from broker.server.responder import Responder
 from broker.server.routing import PartitionRouter
@@ -58,8 +60,9 @@ class AdminService:
     def __init__(self, config: BrokerConfig, router: PartitionRouter,
                  view: Callable[[], ClusterView], registry: Callable[[], BrokerRegistry | None],
                  zk_client: Callable[[], Any], admin_pool: Executor,
-                 shutting_down: Callable[[], bool]):
+                 shutting_down: Callable[[], bool], authorizer: Authorizer = ALLOW_ALL):
         self.config = config
+        self.authorizer = authorizer
         self.router = router
         self.view = view
         self.registry = registry
@@ -69,6 +72,7 @@ class AdminService:
 
     async def offsets(self, request: OffsetsRequest, responder: Responder) -> None:
         """The first offset, the visible end, or the offset for a time."""
+        self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, request.topic)
         plog = self.router.leader_log(request.topic, request.partition)
         at = request.at
         if isinstance(at, int):
@@ -82,14 +86,26 @@ class AdminService:
             offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes)))
 
     async def metadata(self, request: MetadataRequest, responder: Responder) -> None:
-        """The brokers, and the topics asked for (auto-created if allowed)."""
+        """The brokers, and the topics asked for (auto-created if allowed); all topics
+        are those the principal may describe."""
         create = request.create and self.config.auto_create_topics
         view = self.view()
         topics: dict[str, TopicMetadata] = {}
-        for topic in (request.topics if request.topics is not None else sorted(view.topics)):
+        principal, authorizer = responder.principal, self.authorizer
+        asked = request.topics
+        if asked is None:
+            asked = [t for t in sorted(view.topics)
+                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+        for topic in asked:
+            try:  # before existence: a refusal does not tell whether the topic exists
+                authorizer.check_topic(principal, Operation.DESCRIBE, topic)
+            except LogferryError as exc:
+                topics[topic] = topic_error(exc.code, str(exc))
+                continue
             if topic not in view.topics and create:
                 try:
                     validate_topic_name(topic)
+                    authorizer.check_topic(principal, Operation.CREATE, topic)
                     await self.create_in_zk(topic, self.config.num_partitions, exists_ok=True)
                 except LogferryError as exc:
                     topics[topic] = topic_error(exc.code, str(exc))
@@ -117,6 +133,7 @@ class AdminService:
 
     async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
         """Create a topic in ZooKeeper; answer once this broker has seen it."""
+        self.authorizer.check_topic(responder.principal, Operation.CREATE, request.topic)
         assignment = await self.create_in_zk(
             request.topic, request.partitions or self.config.num_partitions,
             request.replication_factor, request.min_insync_replicas)
@@ -124,12 +141,14 @@ class AdminService:
 
     async def delete_topic(self, request: DeleteTopicRequest, responder: Responder) -> None:
         """Delete a topic in ZooKeeper (each broker drops its logs when it sees that)."""
+        self.authorizer.check_topic(responder.principal, Operation.DELETE, request.topic)
         await asyncio.get_running_loop().run_in_executor(
             self.admin_pool, self.registry().delete_topic, request.topic)  # type: ignore[union-attr]
         responder.answer({})
 
     async def elect_leaders(self, request: ElectLeadersRequest, responder: Responder) -> None:
         """Ask the controller to move leadership back to the preferred replicas."""
+        self.authorizer.check_cluster(responder.principal, Operation.ALTER)
         client = self.zk_client()
 
         def trigger() -> None:

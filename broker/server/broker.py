@@ -26,12 +26,14 @@ from broker.common.errors import ListenError, LogferryError, StorageError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.common.tls import client_tls, server_context
 from broker.coordination import zk
+from broker.coordination.acl_store import AclStore
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.net import transport
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
 from broker.server.admin import AdminService
+from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
 from broker.server.connection import (
@@ -97,13 +99,17 @@ class Broker:
             return self.shutting_down
 
         router = PartitionRouter(self.config.broker_id, self.replication, lambda: self.view)
-        self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down)
+        self.authorizer = Authorizer(self.config.authorizer, self.config.broker_id,
+                                     self.stats.authorization_denied)
+        self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down,
+                                  self.authorizer)
         self.flusher = Flusher(self.logs, self.config.log.flush_ms, self._fsync_pool,
                                self.fetch.wake_consumers, self.replication.on_flushed)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
-                                 self.stats, self.config.log.flush_messages == 1, shutting_down)
+                                 self.stats, self.config.log.flush_messages == 1, shutting_down,
+                                 authorizer=self.authorizer)
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
-                             lambda: self._zk, self._admin_pool, shutting_down)
+                             lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
 
     # -- lifecycle --------------------------------------------------------------------
@@ -155,6 +161,9 @@ class Broker:
                         "maxSessionTimeout): a dead broker is noticed after %.1fs, and "
                         "leaders' write leases follow the shorter of the two", granted,
                         self.config.zk_session_timeout_s, granted)
+
+        if self.authorizer.enabled:  # the ACLs in force before the first request is read
+            await loop.run_in_executor(None, AclStore(self._zk).watch, self.authorizer.set_acls)
 
         def view_changed(view: ClusterView) -> None:  # on kazoo's threads
             try:

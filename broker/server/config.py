@@ -19,6 +19,7 @@ from broker.common.config import (
     POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, read,
 )
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
+from broker.server.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.storage.config import LogConfig
 
 
@@ -56,6 +57,8 @@ class BrokerConfig:
     log: LogConfig = field(default_factory=LogConfig)
     tls: TlsConfig | None = None
     """The ``[tls]`` table: TLS on the data port and to leaders (None: plaintext)."""
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+    """The ``[authorizer]`` table: ACLs enforced or not, and the superusers."""
 
 
 _SECONDS_OR_OFF = Check(NONNEG_NUMBER.test, "a number of seconds >= 0 (0 turns it off)")
@@ -105,7 +108,8 @@ LOG_FIELDS = fields(
 )
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
-SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS}
+SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS,
+            "authorizer": AUTHORIZER_FIELDS}
 
 
 def load_broker_config(path: str | Path) -> BrokerConfig:
@@ -138,7 +142,9 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     zk_connect = broker.pop("zk_connect")
     _check_zk_connect(zk_connect, validator)
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
-                        log=LogConfig(**log_kwargs), tls=tls, **broker)
+                        log=LogConfig(**log_kwargs), tls=tls,
+                        authorizer=authorizer_from_table(validator, tables["authorizer"]),
+                        **broker)
 
 
 def _check_zk_connect(value: str, validator: Validator) -> None:

@@ -13,6 +13,9 @@ import asyncio
 from typing import Any, Callable
 
 from broker.common.errors import LogferryError
+from broker.common.acl import Operation
+from broker.common.principal import Principal
+from broker.server.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.responder import Responder
 from broker.server.routing import PartitionRouter
@@ -34,12 +37,14 @@ class FetchService:
     """Answers fetches and keeps the long polls waiting for data."""
 
     def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
-                 metrics: BrokerMetrics, shutting_down: Callable[[], bool]):
+                 metrics: BrokerMetrics, shutting_down: Callable[[], bool],
+                 authorizer: Authorizer = ALLOW_ALL):
         self.router = router
         self.replication = replication
         self.logs = logs
         self.metrics = metrics
         self.shutting_down = shutting_down
+        self.authorizer = authorizer
         self.waiters: dict[Key, list[asyncio.Future]] = {}
         """Consumers' long polls, by partition: woken when the visible end moves."""
         self.append_waiters: dict[Key, list[asyncio.Future]] = {}
@@ -72,9 +77,11 @@ class FetchService:
         """Read the parts, long-poll while too little is readable, then answer."""
         requests = request.parts
         read: Read
+        principal = responder.principal
         if request.replica is None:
-            read, waiters = self._read_slices, self.waiters
-        else:
+            read, waiters = lambda parts: self._read_slices(parts, principal), self.waiters
+        else:  # a follower: only brokers may replicate (and move the ISR)
+            self.authorizer.check_cluster(principal, Operation.ALTER)
             read, waiters = self._replica_reader(request.replica), self.append_waiters
         results, slices, total = await self._poll(read, waiters, requests, request)
         counter = (self.metrics.bytes_out if request.replica is None
@@ -108,12 +115,13 @@ class FetchService:
                     if waiting and waiter in waiting:
                         waiting.remove(waiter)
 
-    def _read_slices(self, requests: list[FetchPart]) -> tuple[list, list, int]:
+    def _read_slices(self, requests: list[FetchPart], principal: Principal) -> tuple[list, list, int]:
         results: list[FetchAnswerPart] = []
         slices: list = []
         total = 0
         for topic, partition, offset, max_bytes in requests:
-            try:
+            try:  # a denied part answers at once (an error), so it is checked only once
+                self.authorizer.check_topic(principal, Operation.CONSUME, topic)
                 plog = self.router.leader_log(topic, partition)
                 piece = plog.read_slice(offset, max(max_bytes, 1))
                 results.append(FetchAnswerPart(topic, partition, 0, None, plog.start_offset,

@@ -19,6 +19,8 @@ from broker.common.errors import (
     InvalidRequestError,
     LogferryError,
 )
+from broker.common.acl import Operation
+from broker.server.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.disk_full import DiskFullReporter
 from broker.server.fetch import FetchService
@@ -38,7 +40,8 @@ class ProduceService:
     def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
                  flusher: Flusher, fetch: FetchService, metrics: BrokerMetrics,
                  flush_each: bool, shutting_down: Callable[[], bool],
-                 disk_full: DiskFullReporter | None = None):
+                 disk_full: DiskFullReporter | None = None,
+                 authorizer: Authorizer = ALLOW_ALL):
         self.router = router
         self.replication = replication
         self.logs = logs
@@ -51,6 +54,7 @@ class ProduceService:
         self.disk_full = disk_full or DiskFullReporter(router.broker_id,
                                                        metrics.produce_disk_full)
         """Logs (rate-limited) and counts appends refused for a full log dir."""
+        self.authorizer = authorizer
 
     def handle(self, request: ProduceRequest, responder: Responder) -> None:
         """Append each message set; answer now, after fsync, after the in-sync
@@ -66,8 +70,10 @@ class ProduceService:
         waits: list[tuple[str, int, int]] = []
         replica_waits: list[tuple[str, int, int, int]] = []
         failed = False
+        principal = responder.principal
         for topic, partition, chunk in request.sets:
             try:
+                self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True)
                 scan = records.validate_message_set(chunk)
                 if acks == -1:
