@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from broker.common.errors import MetricsError
+from broker.common.errors import CorruptBatchError, MessageTooLargeError, MetricsError
 
 from agent.audit import AuditLedger, AuditRecord, window_of
 from agent.checkpoint import CheckpointStore, write_atomically
@@ -59,6 +59,11 @@ ConfigLoader = Callable[[], AgentConfig]
 MAX_RETRY_DELAY = 30.0
 """Longest pause before re-reading a file whose batch failed."""
 REREAD_BACKOFF = Retry(initial=0.5, maximum=MAX_RETRY_DELAY)
+
+BATCH_REFUSALS = (CorruptBatchError, MessageTooLargeError)
+"""Errors about a batch itself: after three of them for the same chunk, the chunk is
+dropped (counted in ``messages_dropped``). Every other failure (no ACL, wrong
+credentials, an unknown topic, a broker down) keeps the lines and retries."""
 """Pause before re-reading a file whose batch failed: 0.5 s, doubling per repeated failure."""
 AUDIT_BACKLOG = 10_000
 """Audit records kept for re-publishing while the audit topic is unreachable."""
@@ -356,13 +361,16 @@ class Agent:
         self.metrics.add("errors")
         tailed.failures = tailed.failures + 1 if tailed.fail_offset == offset else 1
         tailed.fail_offset = offset
-        retriable = getattr(error, "retriable", False)
+        # only a batch the brokers refuse for what it is (corrupt, too large) is ever
+        # given up on; anything else (an ACL or credentials missing, an unknown topic)
+        # is fixed by an operator, and the lines wait for it
+        about_the_batch = isinstance(error, BATCH_REFUSALS)
         delay = REREAD_BACKOFF.delay(tailed.failures)
         if time.monotonic() >= self._quiet_until:
             log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs (repeats "
                         "muted for 10s)", tailed.path, error, offset, delay)
             self._quiet_until = time.monotonic() + 10.0
-        if not retriable and tailed.failures >= 3 and tailed.fd is not None:
+        if about_the_batch and tailed.failures >= 3 and tailed.fd is not None:
             self._skip_chunk(tailed, offset)
             return
         self.inventory.restart(tailed, offset)

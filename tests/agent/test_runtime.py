@@ -123,6 +123,42 @@ def test_failed_batch_is_sent_again_from_the_checkpoint(tmp_path: Path, run_agen
     agent.stop()
 
 
+def test_a_refused_acl_keeps_the_lines_until_it_is_granted(tmp_path: Path, run_agent,
+                                                           fake_producer) -> None:
+    """Three refusals of the same chunk by the authorizer drop nothing: an operator
+    grants the ACL and the lines follow (only a corrupt or too-large batch is dropped)."""
+    from broker.common.errors import TopicAuthorizationFailedError
+
+    log = tmp_path / "logs" / "app.log"
+    fake_producer.error_factory = lambda: TopicAuthorizationFailedError(
+        "User:ANONYMOUS may not produce to topic 'logs'")
+    fake_producer.fail_next = 3
+    log.write_bytes(lines("a", 5))
+    agent = run_agent(agent_config(tmp_path))
+    wait_until(lambda: len(got(fake_producer)) == 5, 20)
+    assert got(fake_producer) == [f"a {i:05d}" for i in range(5)]
+    assert agent.agent.metrics.counters["rewinds"] == 3
+    assert agent.agent.metrics.counters.get("messages_dropped", 0) == 0
+    agent.stop()
+
+
+def test_a_batch_refused_three_times_as_too_large_is_dropped_and_counted(
+        tmp_path: Path, run_agent, fake_producer) -> None:
+    from broker.common.errors import MessageTooLargeError
+
+    log = tmp_path / "logs" / "app.log"
+    fake_producer.error_factory = lambda: MessageTooLargeError("batch too large")
+    fake_producer.fail_next = 3
+    log.write_bytes(lines("a", 5))
+    agent = run_agent(agent_config(tmp_path))
+    wait_until(lambda: agent.agent.metrics.counters.get("messages_dropped", 0) == 5, 20)
+    with open(log, "ab") as handle:
+        handle.write(lines("b", 2))
+    wait_until(lambda: len(got(fake_producer)) == 2, 20)
+    assert got(fake_producer) == [f"b {i:05d}" for i in range(2)]
+    agent.stop()
+
+
 def test_restart_resumes_from_checkpoint_and_new_file_with_reused_identity(
         tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
