@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from broker.cli.render import check_format, render, render_json
 from broker.cli.tail import Last, tail_start
-from broker.cli.tls_args import add_tls_args, tls_from_args
+from broker.cli.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
@@ -100,13 +100,17 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
                        help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
     group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
     add_tls_args(parser)
+    add_sasl_args(parser)
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:
     """``zk=`` or ``brokers=`` keyword for the client classes, and ``tls=`` when the TLS
     options ask for it, from the common options."""
     tls = tls_from_args(args)
-    extra = {"tls": tls} if tls is not None else {}
+    extra: dict[str, Any] = {"tls": tls} if tls is not None else {}
+    sasl = sasl_from_args(args)
+    if sasl is not None:
+        extra["sasl"] = sasl
     if args.brokers:
         return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()], **extra}
     zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)

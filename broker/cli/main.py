@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from typing import Sequence
 
 from broker import __version__
-from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, zk_cmd
+from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, user_cmd, zk_cmd
 from broker.common.commands import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -37,7 +37,7 @@ from broker.common.errors import LogferryError
 
 log = logging.getLogger("logferry.cli")
 
-SHORT_LIVED = ("topic", "produce", "consume", "group", "zk", "certs", "acl")
+SHORT_LIVED = ("topic", "produce", "consume", "group", "zk", "certs", "acl", "user")
 """Commands that log at WARNING unless -v: their output is what the user asked for."""
 
 __all__ = ["LOG_FORMAT", "build_parser", "command_label", "main"]
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     group_cmd.add_parser(sub)
     certs_cmd.add_parser(sub)
     acl_cmd.add_parser(sub)
+    user_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="logferry.commands"), key=lambda e: e.name):
         try:
             ep.load()(sub)

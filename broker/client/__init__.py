@@ -32,12 +32,13 @@ from broker.client.group import (
 from broker.client.producer import DeliveryFuture, Producer
 from broker.common.errors import *  # noqa: F401,F403 - the errors are part of the client's api
 from broker.common.errors import LogferryError
+from broker.common.sasl import SaslCredentials
 
 __all__ = [
     "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
     "CODEC_ZSTD", "Committed", "compress_batch",
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
-    "PartitionNotOwnedError", "Producer", "RawBatch", "SimpleConsumer", "decode_batch",
+    "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "encode_batch", "group_lag", "messages_of", "window_of",
 ]

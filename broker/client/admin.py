@@ -9,6 +9,7 @@ from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
 from broker.client.cluster import Cluster
 from broker.common.errors import error_for_code
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 
 
@@ -39,9 +40,11 @@ class Admin:
     """Create, delete, list and describe topics; list brokers; elect preferred leaders."""
 
     def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None):
-        """``tls``: TLS settings or a client context for the broker connections."""
-        self.cluster = Cluster(zk, brokers, request_timeout, tls)
+                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
+        """``tls``: TLS settings or a client context for the broker connections;
+        ``sasl``: credentials to authenticate them with."""
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
 
     def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
                      min_insync_replicas: int = 0) -> dict[int, list[int]]:

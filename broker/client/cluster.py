@@ -19,6 +19,7 @@ from broker.wire.metadata import parse_metadata_answer
 
 from broker.coordination import zk
 from broker.client.connection import Connection
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig, client_tls
 from broker.common.errors import (
     BrokerNotAvailableError,
@@ -44,13 +45,16 @@ class Cluster:
     """Broker discovery, topic metadata and a connection per broker."""
 
     def __init__(self, zk_connect: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None):
+                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
         """``tls``: TLS settings (or a ready client context) for every broker connection;
-        ``None`` is plaintext. The context is built once here, so a bad file fails now."""
+        ``None`` is plaintext. The context is built once here, so a bad file fails now.
+        ``sasl``: credentials each connection authenticates with (None: none)."""
         if (zk_connect is None) == (brokers is None):
             raise ConfigError("give exactly one of zk (a ZooKeeper connect string with "
                               "chroot) or brokers (a list of host:port)")
         self.request_timeout = request_timeout
+        self._sasl = sasl
         self._ssl_context, self._server_hostname = client_tls(tls)
         self._zk_connect = zk_connect
         self._zk = zk.connect(zk_connect, create=False) if zk_connect else None
@@ -160,7 +164,8 @@ class Cluster:
             if conn is not None and not conn.closed:
                 return conn
         conn = Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
-                          ssl_context=self._ssl_context, server_hostname=self._server_hostname)
+                          ssl_context=self._ssl_context, server_hostname=self._server_hostname,
+                          sasl=self._sasl)
         with self._lock:
             old = self._connections.get(address)
             if old is not None and not old.closed:

@@ -17,7 +17,9 @@ import ssl
 import threading
 from typing import Any, Callable, Sequence
 
+from broker.common.sasl import SaslCredentials
 from broker.net import socket_errors, transport
+from broker.net.sasl_client import authenticate_socket
 from broker.wire import protocol
 from broker.wire.apis import connection_error
 from broker.common.errors import (
@@ -77,8 +79,10 @@ class Connection:
 
     def __init__(self, host: str, port: int, connect_timeout: float = 10.0,
                  max_frame_bytes: int = 512 * 1024 * 1024,
-                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None):
-        """Connect (TLS with ``ssl_context``, verifying ``server_hostname`` or ``host``)."""
+                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
+                 sasl: SaslCredentials | None = None):
+        """Connect (TLS with ``ssl_context``, verifying ``server_hostname`` or ``host``),
+        then authenticate with ``sasl`` (AuthenticationError when refused)."""
         self.address = f"{host}:{port}"
         self._tls = ssl_context is not None
         self._sock = transport.connect(host, port, timeout=connect_timeout,
@@ -87,6 +91,13 @@ class Connection:
         self._send_lock = threading.Lock()
         self._pending: dict[int, ResponseFuture] = {}
         self._decoder = protocol.FrameDecoder(max_frame_bytes)
+        if sasl is not None:
+            try:
+                authenticate_socket(self._sock, self._decoder, sasl, self.address,
+                                    connect_timeout, self._ids)
+            except BaseException:
+                self._sock.close()
+                raise
         self.closed = False
         self._close_reason: LogferryError | None = None
         self._reader = threading.Thread(target=self._read_loop, daemon=True,

@@ -26,6 +26,7 @@ from broker.common.errors import (
     error_for_code,
 )
 from broker.common.retry import Retry
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.wire.fetch import FetchPart, encode_fetch_request, parse_fetch_answer
 from broker.wire.records import Batch
@@ -92,9 +93,11 @@ class SimpleConsumer:
     def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None, *,
                  max_bytes: int = 1024 * 1024, max_wait_ms: int = 500, min_bytes: int = 1,
                  request_timeout: float = 30.0, client_id: str = "", metadata_retries: int = 5,
-                 tls: TlsConfig | ssl.SSLContext | None = None):
-        """``tls``: TLS settings or a client context for the broker connections."""
-        self.cluster = Cluster(zk, brokers, request_timeout, tls)
+                 tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
+        """``tls``: TLS settings or a client context for the broker connections;
+        ``sasl``: credentials to authenticate them with."""
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes

@@ -32,6 +32,7 @@ from broker.common.errors import (
     ProducerClosedError,
     UnknownTopicOrPartitionError,
 )
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.wire import records
 
@@ -62,6 +63,7 @@ class Producer:
         max_request_bytes: int = 16 * 1024 * 1024,
         client_id: str = "",
         tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ):
         acks = _checked_acks(acks)
         if compression not in records.CODECS:
@@ -84,7 +86,7 @@ class Producer:
         self.request_timeout = request_timeout
         self.max_request_bytes = max_request_bytes
         self.client_id = client_id
-        self.cluster = Cluster(zk, brokers, request_timeout, tls)
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
         """Partitions per topic, once learned: a topic's count never changes (the sender

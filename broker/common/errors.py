@@ -207,6 +207,34 @@ class StaleEpochError(LogferryError):
     retriable = True
 
 
+class AuthenticationError(LogferryError):
+    """Authentication failed: a wrong user name or password (SCRAM tells no more, so
+    neither does this), or the broker refused the exchange. Not retriable: the same
+    credentials fail again until they are changed (``logferry user create``)."""
+
+    code = 30
+
+
+class UnsupportedSaslMechanismError(AuthenticationError):
+    """The client asked for a SASL mechanism this broker does not enable."""
+
+    code = 31
+
+
+class IllegalSaslStateError(AuthenticationError):
+    """A SASL request out of order (authenticate before handshake, a second exchange
+    after success, or SASL on a listener that does not offer it)."""
+
+    code = 32
+
+
+class AuthenticationRequiredError(AuthenticationError):
+    """The broker requires authentication and the connection sent another request
+    first; the broker answers this and closes the connection."""
+
+    code = 33
+
+
 class AuthorizationError(LogferryError):
     """The broker's authorizer refused the request: its principal lacks the operation on
     the resource (the message names all three). Not retriable: the same request is
@@ -274,6 +302,10 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         LeaderNotAvailableError,
         StaleEpochError,
         DiskFullError,
+        AuthenticationError,
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
+        AuthenticationRequiredError,
         TopicAuthorizationFailedError,
         GroupAuthorizationFailedError,
         ClusterAuthorizationFailedError,
@@ -290,6 +322,10 @@ def error_for_code(code: int, message: str = "") -> LogferryError:
 
 
 __all__ = [
+    "AuthenticationError",
+    "AuthenticationRequiredError",
+    "IllegalSaslStateError",
+    "UnsupportedSaslMechanismError",
     "AuthorizationError",
     "ClusterAuthorizationFailedError",
     "GroupAuthorizationFailedError",

@@ -19,6 +19,7 @@ from broker.common.errors import LogferryError, ProtocolError
 from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
 from broker.net import transport
+from broker.net.sasl_client import authenticate_stream
 from broker.replication.roles import Replica
 from broker.replication.services import ReplicationConfig
 from broker.wire import protocol
@@ -103,6 +104,9 @@ class ReplicaFetcher:
                     info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}",
                     ssl_context=services.leader_ssl_context,
                     server_hostname=services.leader_server_hostname)
+                if services.leader_sasl is not None:
+                    await authenticate_stream(reader, self._writer, services.leader_sasl,
+                                              f"leader broker {self.leader}")
                 retry.reset()  # connected: the next failure starts the backoff afresh
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:

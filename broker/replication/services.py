@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.common.sasl import SaslCredentials
+
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
@@ -93,6 +95,8 @@ class ReplicationServices:
     """TLS toward leaders (the broker's ``[tls]`` section as a client; None: plaintext)."""
     leader_server_hostname: str | None = None
     """The name a leader's certificate is checked against (None: the address dialled)."""
+    leader_sasl: SaslCredentials | None = None
+    """This broker's SASL credentials toward leaders (the broker's ``[sasl]``; None: none)."""
 
 
 __all__ = ["LogSource", "PartitionKey", "ReplicationConfig", "ReplicationServices"]

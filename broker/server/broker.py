@@ -22,17 +22,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from broker.common.errors import ListenError, LogferryError, StorageError
+from broker.common.errors import ListenError, LogferryError, StorageError, ZooKeeperError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.common.tls import client_tls, server_context
 from broker.coordination import zk
 from broker.coordination.acl_store import AclStore
+from broker.coordination.credentials import CredentialStore, ScramCredential
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.net import transport
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
 from broker.server.admin import AdminService
+from broker.server.authentication import Authenticator
 from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
@@ -83,6 +85,10 @@ class Broker:
         self._logs_loaded = False
         self._replication_started = False
         self._ssl_context = server_context(config.tls) if config.tls else None
+        self.authenticator = Authenticator(
+            config.auth, self._read_credentials, self.metrics.counter(
+                "authentication_failures_total", "Failed SASL authentications per mechanism"),
+            tls=config.tls is not None) if config.auth else None
         leader_ssl_context, leader_server_hostname = client_tls(config.tls)
         self.replication = ReplicaManager(ReplicationServices(
             config=config, logs=self.logs, admin_pool=self._admin_pool,
@@ -90,8 +96,19 @@ class Broker:
             truncated_bytes=self.stats.truncated_bytes, wake_consumers=self.wake_consumers,
             wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
             leader_ssl_context=leader_ssl_context,
-            leader_server_hostname=leader_server_hostname))
+            leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl))
         self._wire_services()
+
+    async def _read_credentials(self, user: str) -> dict[str, ScramCredential] | None:
+        """A user's SCRAM credentials from ZooKeeper (None: no such user)."""
+        def read() -> dict[str, ScramCredential] | None:
+            if self._zk is None:
+                raise ZooKeeperError("not connected to ZooKeeper yet")
+            try:
+                return CredentialStore(self._zk).get(user)
+            except Exception as exc:
+                raise ZooKeeperError(f"cannot read credentials from ZooKeeper: {exc}") from None
+        return await asyncio.get_running_loop().run_in_executor(self._admin_pool, read)
 
     def _wire_services(self) -> None:
         """Build the request handlers, each given only what it uses."""

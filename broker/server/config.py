@@ -18,7 +18,9 @@ from broker.common.config import (
     BOOL, INTEGER, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
     POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, read,
 )
+from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
+from broker.server.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
 from broker.server.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.storage.config import LogConfig
 
@@ -59,6 +61,10 @@ class BrokerConfig:
     """The ``[tls]`` table: TLS on the data port and to leaders (None: plaintext)."""
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
     """The ``[authorizer]`` table: ACLs enforced or not, and the superusers."""
+    auth: AuthConfig | None = None
+    """The ``[auth]`` table: SASL offered, authentication required (None: neither)."""
+    sasl: SaslCredentials | None = None
+    """The ``[sasl]`` table: this broker's credentials toward leaders (followers' fetches)."""
 
 
 _SECONDS_OR_OFF = Check(NONNEG_NUMBER.test, "a number of seconds >= 0 (0 turns it off)")
@@ -108,8 +114,8 @@ LOG_FIELDS = fields(
 )
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
-SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS,
-            "authorizer": AUTHORIZER_FIELDS}
+SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
+            "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS}
 
 
 def load_broker_config(path: str | Path) -> BrokerConfig:
@@ -131,6 +137,9 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     tables = validator.sections(data, SECTIONS)
     broker, log = tables["broker"], tables["log"]
     tls = tls_from_table(validator, tables["tls"], "tls", server=True)
+    auth = auth_from_table(validator, tables["auth"], tls is not None,
+                           tls.client_auth if tls else "none")
+    sasl = sasl_from_table(validator, tables["sasl"], "sasl")
     if "retention_hours" in log and "retention_ms" in log:
         validator.fail("log.retention_hours", "set log.retention_hours or log.retention_ms, "
                        "not both")
@@ -142,7 +151,7 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     zk_connect = broker.pop("zk_connect")
     _check_zk_connect(zk_connect, validator)
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
-                        log=LogConfig(**log_kwargs), tls=tls,
+                        log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
                         authorizer=authorizer_from_table(validator, tables["authorizer"]),
                         **broker)
 
@@ -168,4 +177,5 @@ def config_warnings(config: BrokerConfig) -> list[str]:
             f"max_queued_request_bytes ({config.max_queued_request_bytes}) is smaller than "
             f"max_request_bytes ({config.max_request_bytes}): a request larger than the "
             "budget is read only while no other request is")
+    warnings += auth_warnings(config.auth, config.tls is not None)
     return warnings

@@ -36,6 +36,7 @@ from broker.common.errors import (
 )
 from broker.common.principal import ANONYMOUS, Principal
 from broker.net import socket_errors
+from broker.server.authentication import ConnectionAuth
 from broker.server.responder import FileReply, Responder
 from broker.server.tls_send import send_file_range
 from broker.wire import protocol
@@ -62,6 +63,7 @@ class BrokerConnection(asyncio.Protocol):
         self.peer = "?"
         self.principal: Principal = ANONYMOUS
         """Who is on the other end; authentication replaces it."""
+        self.auth: ConnectionAuth | None = None
         self._queue: deque[bytes | FileReply] = deque()
         self._queued_bytes = 0
         """Bytes of the answers in ``_queue`` (file bytes included): unsent answers."""
@@ -109,6 +111,8 @@ class BrokerConnection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=self._max_unsent)
+        self.auth = ConnectionAuth(self.broker.authenticator, self,
+                                   transport.get_extra_info("peercert"))
         connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -284,6 +288,9 @@ class BrokerConnection(asyncio.Protocol):
             return
         dispatcher = self.broker.dispatcher
         responder = Responder(self, head.correlation_id, head.name, self.broker.count_request)
+        if self.auth is not None and not self.auth.admit(head, frame, responder):
+            self._budget.release(reserved)  # answered (SASL) or refused (not authenticated)
+            return
         if dispatcher.is_synchronous(head):
             try:
                 dispatcher.handle_produce(head, frame, responder)

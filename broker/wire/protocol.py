@@ -46,6 +46,8 @@ METADATA = 3
 CREATE_TOPIC = 4
 DELETE_TOPIC = 5
 ELECT_LEADERS = 6
+SASL_HANDSHAKE = 10
+SASL_AUTHENTICATE = 11
 
 API_NAMES = {
     PRODUCE: "produce",
@@ -55,6 +57,8 @@ API_NAMES = {
     CREATE_TOPIC: "create_topic",
     DELETE_TOPIC: "delete_topic",
     ELECT_LEADERS: "elect_leaders",
+    SASL_HANDSHAKE: "sasl_handshake",
+    SASL_AUTHENTICATE: "sasl_authenticate",
 }
 SUPPORTED_VERSIONS = {api: frozenset({1}) for api in API_NAMES}
 CURRENT_VERSION = 1

@@ -26,6 +26,7 @@ from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_group_name
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.coordination import zk as zkmod
 
@@ -39,7 +40,8 @@ class GroupAdmin:
     """
 
     def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0,
-                 tls: TlsConfig | ssl.SSLContext | None = None):
+                 tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
         if not zk:
             raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
                               "with chroot)")
@@ -49,7 +51,7 @@ class GroupAdmin:
         if brokers:
             try:
                 self._simple = SimpleConsumer(zk=zk, request_timeout=request_timeout,
-                                              metadata_retries=1, tls=tls)
+                                              metadata_retries=1, tls=tls, sasl=sasl)
             except LogferryError:
                 self._simple = None
 

@@ -40,6 +40,7 @@ from broker.client.group.streams import (
 )
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_group_name
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 
 log = logging.getLogger("logferry.group")
@@ -99,7 +100,8 @@ class GroupConsumer:
                  raw_batches: bool = False,
                  on_gap: Callable[[str, int, int, int], bool] | None = None,
                  fetch_requests_per_broker: int = 1,
-                 tls: TlsConfig | ssl.SSLContext | None = None):
+                 tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
         if brokers is not None or zk is None:
             raise ConfigError("consumer groups coordinate through ZooKeeper: pass zk= (a connect "
                               "string with chroot), not brokers=")
@@ -134,7 +136,7 @@ class GroupConsumer:
         self._iter_timeout = iter_timeout
         self._state = GroupState(queue_bytes)
         self._simple = SimpleConsumer(zk=zk, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                                      request_timeout=request_timeout, tls=tls)
+                                      request_timeout=request_timeout, tls=tls, sasl=sasl)
         try:
             self._zk = connect(zk, session_timeout)
         except BaseException:

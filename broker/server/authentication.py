@@ -1,0 +1,364 @@
+"""Who is on the other end of each connection: SASL SCRAM and mutual-TLS principals.
+
+Configured by the broker's ``[auth]`` table (docs/security.md, "Authentication")::
+
+    [auth]
+    mechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"]  # SASL mechanisms offered
+    required = true           # every request but SASL's needs an authenticated connection
+    allow_plaintext = false   # SASL on a listener without TLS (passwords' proofs in clear)
+    credential_cache_s = 10   # how long a user's credentials read from ZooKeeper are reused
+
+Each connection has a :class:`ConnectionAuth`: it answers the SASL apis itself (the
+exchange is per connection state, not a handler's business), refuses any other request
+before success when authentication is required (error 33, then the connection closes),
+and sets ``connection.principal`` on success: ``User:<name>`` after SCRAM, ``User:<subject>``
+(``User:CN=agent-1,O=logferry``, RFC 4514 order) when a TLS client certificate was
+verified. SCRAM after a certificate replaces the certificate's principal.
+
+The broker-wide :class:`Authenticator` reads credentials from ZooKeeper
+(:mod:`broker.coordination.credentials`) through a short cache, counts failures
+(``logferry_broker_authentication_failures_total``) and logs them at a bounded rate.
+A failure says no more than SCRAM allows: an unknown user gets a made-up salt (the
+same for the same name) and fails at the proof like a wrong password, with the same
+message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from scramp import ScramException, ScramMechanism
+
+from broker.common.config import BOOL, NONNEG_NUMBER, Check, Validator, fields
+from broker.common.errors import (
+    AuthenticationError,
+    AuthenticationRequiredError,
+    IllegalSaslStateError,
+    LogferryError,
+    UnsupportedSaslMechanismError,
+)
+from broker.common.principal import Principal
+from broker.common.sasl import MECHANISMS
+from broker.coordination.credentials import DEFAULT_ITERATIONS, ScramCredential
+from broker.server.responder import Responder
+from broker.wire import protocol
+from broker.wire.apis import RequestHead, parse_request
+from broker.wire.sasl import (
+    SaslAuthenticateAnswer,
+    SaslAuthenticateRequest,
+    SaslHandshakeAnswer,
+    SaslHandshakeRequest,
+    encode_authenticate_answer,
+    encode_handshake_answer,
+)
+
+log = logging.getLogger("logferry.auth")
+
+SASL_APIS = frozenset({protocol.SASL_HANDSHAKE, protocol.SASL_AUTHENTICATE})
+
+AUTH_FIELDS = fields(
+    mechanisms=Check(lambda v: isinstance(v, list) and all(m in MECHANISMS for m in v),
+                     f"a list of SASL mechanisms from {list(MECHANISMS)}"),
+    required=BOOL,
+    allow_plaintext=BOOL,
+    credential_cache_s=NONNEG_NUMBER,
+)
+"""The broker's ``[auth]`` table."""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """The broker's ``[auth]`` table."""
+
+    mechanisms: tuple[str, ...] = MECHANISMS
+    required: bool = False
+    allow_plaintext: bool = False
+    credential_cache_s: float = 10.0
+
+
+def auth_from_table(validator: Validator, table: Mapping[str, Any], tls_on: bool,
+                    client_auth: str) -> AuthConfig | None:
+    """A checked ``[auth]`` table as an :class:`AuthConfig` (None when absent).
+
+    Refuses settings that cannot work: authentication required with nothing to
+    authenticate by, or SASL passwords' proofs over plaintext unless
+    ``allow_plaintext`` says so."""
+    if not table:
+        return None
+    config = AuthConfig(mechanisms=tuple(table.get("mechanisms", MECHANISMS)),
+                        required=table.get("required", False),
+                        allow_plaintext=table.get("allow_plaintext", False),
+                        credential_cache_s=float(table.get("credential_cache_s", 10.0)))
+    if config.mechanisms and not tls_on and not config.allow_plaintext:
+        validator.fail("auth.mechanisms", "SASL needs TLS ([tls] enabled = true); set "
+                       "auth.allow_plaintext = true to offer it on a plaintext port anyway "
+                       "(anyone on the network then sees who logs in)")
+    if config.required and not config.mechanisms and client_auth != "required":
+        validator.fail("auth.required", "nothing to authenticate with: list auth.mechanisms "
+                       "or set tls.client_auth = \"required\"")
+    return config
+
+
+def auth_warnings(config: AuthConfig | None, tls_on: bool) -> list[str]:
+    """Valid but unwise settings, one sentence each (logged at start)."""
+    if config is not None and config.mechanisms and not tls_on:
+        return ["auth.allow_plaintext: SASL is offered on a plaintext port: user names and "
+                "SCRAM exchanges cross the network in clear (enable [tls])"]
+    return []
+
+
+# -- certificates -------------------------------------------------------------------------
+
+_SHORT_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+                "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+                "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID"}
+
+
+def certificate_principal(peercert: Mapping[str, Any] | None) -> Principal | None:
+    """``User:CN=agent-1,O=logferry`` from a verified peer certificate (the dict of
+    ``SSLSocket.getpeercert()``): its subject in RFC 4514 form, most specific first."""
+    subject = (peercert or {}).get("subject")
+    if not subject:
+        return None
+    rdns = []
+    for rdn in reversed(subject):
+        rdns.append("+".join(f"{_SHORT_NAMES.get(k, k)}={_escape(v)}" for k, v in rdn))
+    return Principal("User", ",".join(rdns))
+
+
+def _escape(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
+    if out.startswith((" ", "#")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+# -- SCRAM, server side -------------------------------------------------------------------
+
+
+def scram_username(client_first: str) -> str:
+    """The user name of a SCRAM client-first message (``n,,n=<name>,r=<nonce>``),
+    unescaped; AuthenticationError when the message is malformed."""
+    parts = client_first.split(",", 3)
+    if len(parts) < 4 or not parts[2].startswith("n="):
+        raise AuthenticationError("malformed SCRAM client-first message")
+    return parts[2][2:].replace("=2C", ",").replace("=3D", "=")
+
+
+CredentialLookup = Callable[[str], Awaitable[Mapping[str, ScramCredential] | None]]
+
+
+class Authenticator:
+    """Broker-wide: the mechanisms offered, the credential cache, failure accounting."""
+
+    MAX_CACHED_USERS = 10_000
+    FAILURE_LOG_INTERVAL_S = 10.0
+
+    def __init__(self, config: AuthConfig, lookup: CredentialLookup,
+                 failures: Any, tls: bool, client_auth: str = "none"):
+        self.config = config
+        self.tls = tls
+        self.client_auth = client_auth
+        self._lookup = lookup
+        self._cache: OrderedDict[str, tuple[float, Mapping[str, ScramCredential] | None]] = \
+            OrderedDict()
+        self.failures = failures
+        """Counter: labels (("mechanism", m),) -> failed authentications."""
+        self._secret = secrets.token_bytes(32)
+        self._last_log = -self.FAILURE_LOG_INTERVAL_S
+        self._unlogged = 0
+
+    async def credentials(self, user: str) -> Mapping[str, ScramCredential] | None:
+        """The user's credentials (None: unknown), from the cache when fresh."""
+        now = time.monotonic()
+        cached = self._cache.get(user)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        found = await self._lookup(user)
+        if self.config.credential_cache_s > 0:
+            self._cache[user] = (now + self.config.credential_cache_s, found)
+            self._cache.move_to_end(user)
+            while len(self._cache) > self.MAX_CACHED_USERS:
+                self._cache.popitem(last=False)
+        return found
+
+    def decoy(self, mechanism: str, user: str) -> ScramCredential:
+        """Made-up credentials for an unknown user: the same salt for the same name, so
+        that the exchange looks like a real user's until the proof fails."""
+        digest = hashlib.sha512 if mechanism.endswith("512") else hashlib.sha256
+        salt = hmac.new(self._secret, f"salt:{mechanism}:{user}".encode(), digest).digest()[:16]
+        key = hmac.new(self._secret, f"key:{mechanism}:{user}".encode(), digest).digest()
+        return ScramCredential(salt, key, key, DEFAULT_ITERATIONS)
+
+    def failed(self, peer: str, mechanism: str, user: str) -> None:
+        """Count a failed authentication; log it, at most once per interval."""
+        self.failures[(("mechanism", mechanism),)] += 1
+        now = time.monotonic()
+        if now - self._last_log < self.FAILURE_LOG_INTERVAL_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more failures since the last line)" if self._unlogged else ""
+        self._last_log, self._unlogged = now, 0
+        log.warning("authentication failed: %s as %r with %s%s", peer, user[:128], mechanism, more)
+
+
+class AuthChannel(Protocol):
+    """What authentication needs from a connection."""
+
+    peer: str
+    principal: Principal
+    tasks: set[asyncio.Task[Any]]
+
+    def close(self) -> None: ...
+
+
+_START, _HANDSHAKEN, _BUSY, _FINAL, _DONE, _FAILED = range(6)
+
+
+class ConnectionAuth:
+    """One connection's authentication state and its SASL exchange."""
+
+    __slots__ = ("authenticator", "channel", "authenticated", "_state", "_mechanism",
+                 "_server", "_user")
+
+    def __init__(self, authenticator: Authenticator | None, channel: AuthChannel,
+                 peercert: Mapping[str, Any] | None = None):
+        self.authenticator = authenticator
+        self.channel = channel
+        self.authenticated = False
+        self._state = _START
+        self._mechanism = ""
+        self._server: Any = None
+        self._user = ""
+        principal = certificate_principal(peercert)
+        if principal is not None:  # the TLS handshake verified it against ca_file
+            channel.principal = principal
+            self.authenticated = True
+
+    @property
+    def required(self) -> bool:
+        return self.authenticator is not None and self.authenticator.config.required
+
+    def admit(self, head: RequestHead, frame: protocol.Frame, responder: Responder) -> bool:
+        """True when the request may go to its handler; False when it was answered
+        here (a SASL request, or one refused before authentication)."""
+        if head.api in SASL_APIS:
+            self._sasl(head, frame, responder)
+            return False
+        if self.authenticated or not self.required:
+            return True
+        responder.fail(AuthenticationRequiredError(
+            f"this broker requires authentication before {head.name} requests (SASL "
+            "SCRAM, or a client certificate): give the client credentials"))
+        self.channel.close()
+        return False
+
+    def _sasl(self, head: RequestHead, frame: protocol.Frame, responder: Responder) -> None:
+        try:
+            request = parse_request(head, frame)
+            if head.api == protocol.SASL_HANDSHAKE:
+                responder.answer(encode_handshake_answer(self._handshake(request)))
+            else:
+                self._authenticate(request, responder)
+        except LogferryError as exc:
+            self._fail(responder, exc)
+
+    def _handshake(self, request: SaslHandshakeRequest) -> SaslHandshakeAnswer:
+        authenticator = self.authenticator
+        offered = list(authenticator.config.mechanisms) if authenticator is not None else []
+        if self._state != _START:
+            raise IllegalSaslStateError("a SASL handshake is allowed once per connection, "
+                                        "before any exchange")
+        if not offered:
+            raise UnsupportedSaslMechanismError("this broker offers no SASL mechanism "
+                                                "(no [auth] mechanisms in its config)")
+        if request.mechanism not in offered:
+            raise UnsupportedSaslMechanismError(
+                f"SASL mechanism {request.mechanism!r} is not enabled; this broker offers "
+                f"{', '.join(offered)}")
+        self._mechanism = request.mechanism
+        self._state = _HANDSHAKEN
+        return SaslHandshakeAnswer(offered)
+
+    def _authenticate(self, request: SaslAuthenticateRequest, responder: Responder) -> None:
+        if self._state == _HANDSHAKEN:
+            self._state = _BUSY  # the credentials are read from ZooKeeper meanwhile
+            task = asyncio.get_running_loop().create_task(self._first(request.token, responder))
+            self.channel.tasks.add(task)
+            task.add_done_callback(self.channel.tasks.discard)
+        elif self._state == _FINAL:
+            self._final(request.token, responder)
+        else:
+            raise IllegalSaslStateError("sasl_authenticate out of order (a handshake comes "
+                                        "first, one exchange per connection, each answer "
+                                        "awaited)")
+
+    async def _first(self, token: bytes, responder: Responder) -> None:
+        authenticator = self.authenticator
+        assert authenticator is not None
+        mechanism = self._mechanism
+        try:
+            client_first = token.decode("utf-8")
+            self._user = user = scram_username(client_first)
+            found = await authenticator.credentials(user)
+            credential = (found or {}).get(mechanism) or authenticator.decoy(mechanism, user)
+            self._server = ScramMechanism(mechanism).make_server(
+                lambda _name: (credential.salt, credential.stored_key, credential.server_key,
+                               credential.iterations))
+            self._server.set_client_first(client_first)
+            server_first = self._server.get_server_first()
+        except (UnicodeDecodeError, ScramException, AuthenticationError):
+            self._fail(responder, self._failure())
+            return
+        except LogferryError as exc:  # ZooKeeper unreachable: not the client's fault
+            self._state = _FAILED
+            responder.fail(exc)
+            self.channel.close()
+            return
+        self._state = _FINAL
+        responder.answer(encode_authenticate_answer(
+            SaslAuthenticateAnswer(server_first.encode("utf-8"))))
+
+    def _final(self, token: bytes, responder: Responder) -> None:
+        try:
+            self._server.set_client_final(token.decode("utf-8"))
+            server_final = self._server.get_server_final()
+        except (UnicodeDecodeError, ScramException):
+            self._fail(responder, self._failure())
+            return
+        self._state = _DONE
+        self._server = None
+        self.authenticated = True
+        self.channel.principal = Principal("User", self._user)
+        log.debug("%s authenticated as User:%s with %s", self.channel.peer, self._user,
+                  self._mechanism)
+        responder.answer(encode_authenticate_answer(
+            SaslAuthenticateAnswer(server_final.encode("utf-8"))))
+
+    def _failure(self) -> AuthenticationError:
+        return AuthenticationError(f"authentication failed: unknown user or wrong password "
+                                   f"for {self._user[:128]!r} with {self._mechanism}")
+
+    def _fail(self, responder: Responder, exc: LogferryError) -> None:
+        """Answer the failure and close: a failed exchange cannot be resumed."""
+        self._state = _FAILED
+        self._server = None
+        if self.authenticator is not None and isinstance(exc, AuthenticationError) \
+                and self._mechanism:
+            self.authenticator.failed(self.channel.peer, self._mechanism, self._user)
+        responder.fail(exc)
+        self.channel.close()
+
+
+__all__ = ["AUTH_FIELDS", "AuthConfig", "Authenticator", "ConnectionAuth", "SASL_APIS",
+           "auth_from_table", "auth_warnings", "certificate_principal", "scram_username"]
