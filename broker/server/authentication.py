@@ -212,6 +212,21 @@ class Authenticator:
         log.warning("authentication failed: %s as %r with %s%s", peer, user[:128], mechanism, more)
 
 
+MAX_ANNOUNCED = 1000
+_announced: set[Principal] = set()
+
+
+def announce(principal: Principal, peer: str, how: str) -> None:
+    """Log a principal's first authenticated connection (INFO, once per principal per
+    process, for the first :data:`MAX_ANNOUNCED`; DEBUG after), so an operator sees
+    who connects without a line per connection."""
+    if principal not in _announced and len(_announced) < MAX_ANNOUNCED:
+        _announced.add(principal)
+        log.info("first connection of %s (from %s, by %s)", principal, peer, how)
+    else:
+        log.debug("%s authenticated as %s by %s", peer, principal, how)
+
+
 class AuthChannel(Protocol):
     """What authentication needs from a connection."""
 
@@ -244,6 +259,7 @@ class ConnectionAuth:
         if principal is not None:  # the TLS handshake verified it against ca_file
             channel.principal = principal
             self.authenticated = True
+            announce(principal, channel.peer, "client certificate")
 
     @property
     def required(self) -> bool:
@@ -340,8 +356,7 @@ class ConnectionAuth:
         self._server = None
         self.authenticated = True
         self.channel.principal = Principal("User", self._user)
-        log.debug("%s authenticated as User:%s with %s", self.channel.peer, self._user,
-                  self._mechanism)
+        announce(self.channel.principal, self.channel.peer, self._mechanism)
         responder.answer(encode_authenticate_answer(
             SaslAuthenticateAnswer(server_final.encode("utf-8"))))
 
