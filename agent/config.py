@@ -23,6 +23,7 @@ from broker.common.config import (
     STR_LIST, TABLE, TABLE_LIST, Check, Validator, either, fields, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
+from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
 
 Scalar = str | int | float | bool
@@ -108,6 +109,8 @@ class AgentConfig:
     brokers: tuple[str, ...] | None = None
     tls: TlsConfig | None = None
     """``[tls]``: TLS to the brokers (None: plaintext)."""
+    sasl: SaslCredentials | None = None
+    """``[sasl]``: SCRAM credentials toward the brokers (None: none)."""
     host: str = field(default_factory=socket.gethostname)
     max_inflight_bytes: int = 32 * MiB
     max_open_files: int = 256
@@ -147,7 +150,7 @@ TOP = fields(
     scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
     rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
     fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
-    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE,
+    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE, sasl=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
@@ -331,6 +334,7 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
         zk=cluster.get("zk"),
         brokers=tuple(cluster["brokers"]) if "brokers" in cluster else None,
         tls=tls_section(v, data),
+        sasl=sasl_section(v, data),
         host=host,
         max_inflight_bytes=data.get("max_inflight_bytes", 32 * MiB),
         max_open_files=data.get("max_open_files", 256),

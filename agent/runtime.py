@@ -79,7 +79,7 @@ def make_producer(config: AgentConfig) -> Any:
     try:
         return Producer(
             zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
-            tls=config.tls, acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
+            tls=config.tls, sasl=config.sasl, acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
             batch_messages=p.batch_messages,
             # The agent enforces its own cap before reading; the producer's buffer is
             # larger so that send() never blocks the loop.

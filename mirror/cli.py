@@ -91,7 +91,8 @@ def group_status(config: MirrorConfig) -> dict[str, Any]:
     :func:`broker.client.group_lag` (the same formula as ``logferry group describe``;
     a partition never committed counts from its log start).
     """
-    with GroupAdmin(config.source_zk, tls=config.source_tls) as admin:
+    with GroupAdmin(config.source_zk, tls=config.source_tls,
+                    sasl=config.source_sasl) as admin:
         if not admin.brokers_reachable:
             raise LogferryError(f"no source broker reachable at {config.source_zk}")
         rows = admin.lag(config.group, [t for t in admin.topics() if config.matches(t)])

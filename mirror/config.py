@@ -21,6 +21,7 @@ from broker.common.config import (
     PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
 )
+from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
 from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
@@ -85,6 +86,10 @@ class MirrorConfig:
     """``[source.tls]``: TLS to the source cluster's brokers (None: plaintext)."""
     target_tls: TlsConfig | None = None
     """``[target.tls]``: TLS to the target cluster's brokers (None: plaintext)."""
+    source_sasl: SaslCredentials | None = None
+    """``[source.sasl]``: SCRAM credentials toward the source cluster (None: none)."""
+    target_sasl: SaslCredentials | None = None
+    """``[target.sasl]``: SCRAM credentials toward the target cluster (None: none)."""
 
     def topic_regex(self) -> str:
         """One regex (full match) for the group's pattern subscription, excludes folded in.
@@ -110,8 +115,8 @@ def load_config(path: str | Path) -> MirrorConfig:
 
 
 SECTIONS = {
-    "source": fields(zk_connect=STRING, tls=TABLE),
-    "target": fields(zk_connect=STRING, tls=TABLE, acks=Check(one_of(1, "all").test, (
+    "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE),
+    "target": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, acks=Check(one_of(1, "all").test, (
         '1 or "all" (the mirror commits source offsets only after the target acknowledged)'))),
     "mirror": fields(
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
@@ -206,7 +211,9 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
         shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
         source_tls=tls_section(v, tables["source"], where="source"),
-        target_tls=tls_section(v, tables["target"], where="target"))
+        target_tls=tls_section(v, tables["target"], where="target"),
+        source_sasl=sasl_section(v, tables["source"], where="source"),
+        target_sasl=sasl_section(v, tables["target"], where="target"))
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

@@ -81,9 +81,11 @@ class Mirror:
             except MetricsError as exc:
                 raise MirrorError(f"metrics.port: {exc}") from None
         try:
-            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls)
-            self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, linger_ms=0,
+            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
+                                          sasl=cfg.source_sasl)
+            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
+            self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                      linger_ms=0,
                                       acks=cfg.target_acks,
                                       buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
                                                        64 * 1024 * 1024),
@@ -97,7 +99,8 @@ class Mirror:
                 auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
                 consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
-                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls)
+                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
+                sasl=cfg.source_sasl)
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):

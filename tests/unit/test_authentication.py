@@ -349,3 +349,26 @@ def test_auth_table_rules() -> None:
     with pytest.raises(ConfigError, match="nothing to authenticate"):
         auth_from_table(v, {"mechanisms": [], "required": True}, True, "none")
     assert auth_from_table(v, {"mechanisms": [], "required": True}, True, "required")
+
+
+def test_agent_and_mirror_take_a_sasl_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.config import parse_config as agent_config
+    from mirror.config import parse_config as mirror_config
+    from mirror.errors import MirrorConfigError
+
+    monkeypatch.setenv("AGENT_PW", "agent-secret")
+    agent = agent_config({"state_dir": "/tmp/x", "cluster": {"brokers": ["127.0.0.1:9092"]},
+                          "sources": [{"pattern": "/var/log/*.log", "topic": "app"}],
+                          "sasl": {"username": "agent", "password_env": "AGENT_PW"}})
+    assert agent.sasl == SaslCredentials("agent", "agent-secret")
+    mirror = mirror_config({
+        "source": {"zk_connect": "h:1/live",
+                   "sasl": {"username": "mirror", "password_env": "AGENT_PW",
+                            "mechanism": "SCRAM-SHA-256"}},
+        "target": {"zk_connect": "h:1/analysis"}, "mirror": {"topics": ["t"]}})
+    assert mirror.source_sasl == SaslCredentials("mirror", "agent-secret", "SCRAM-SHA-256")
+    assert mirror.target_sasl is None
+    with pytest.raises(MirrorConfigError, match="target.sasl"):
+        mirror_config({"source": {"zk_connect": "h:1/live"},
+                       "target": {"zk_connect": "h:1/analysis", "sasl": {"username": "m"}},
+                       "mirror": {"topics": ["t"]}})

@@ -71,7 +71,7 @@ def _broker(budget: int = 1000, max_unsent: int = 100, max_connections: int = 10
         request_budget=RequestBudget(budget), connections=set(), dispatcher=Dispatcher(),
         stats=SimpleNamespace(connections_refused=defaultdict(int),
                               connections_timed_out=defaultdict(int), read_holds=defaultdict(int)),
-        count_request=lambda *args, **kwargs: None)
+        count_request=lambda *args, **kwargs: None, authenticator=None)
 
 
 def _connect(broker) -> tuple[BrokerConnection, Transport]:

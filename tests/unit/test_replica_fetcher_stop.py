@@ -50,7 +50,8 @@ async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
 def _manager(port: int) -> SimpleNamespace:
     config = SimpleNamespace(replica_fetch_wait_max_ms=0, replica_fetch_max_bytes=1 << 20)
     view = SimpleNamespace(brokers={1: SimpleNamespace(host="127.0.0.1", port=port)})
-    services = SimpleNamespace(leader_ssl_context=None, leader_server_hostname=None)
+    services = SimpleNamespace(leader_ssl_context=None, leader_server_hostname=None,
+                               leader_sasl=None)
     return SimpleNamespace(config=config, me=2, view=view, services=services,
                            fetch_position=lambda replica: 0,
                            on_fetched=lambda *args: None)
