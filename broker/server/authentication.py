@@ -107,12 +107,19 @@ def auth_from_table(validator: Validator, table: Mapping[str, Any], tls_on: bool
     return config
 
 
-def auth_warnings(config: AuthConfig | None, tls_on: bool) -> list[str]:
+def auth_warnings(config: AuthConfig | None, tls_on: bool, client_auth: str = "none",
+                  has_credentials: bool = False) -> list[str]:
     """Valid but unwise settings, one sentence each (logged at start)."""
+    warnings = []
     if config is not None and config.mechanisms and not tls_on:
-        return ["auth.allow_plaintext: SASL is offered on a plaintext port: user names and "
-                "SCRAM exchanges cross the network in clear (enable [tls])"]
-    return []
+        warnings.append("auth.allow_plaintext: SASL is offered on a plaintext port: user names "
+                        "and SCRAM exchanges cross the network in clear (enable [tls])")
+    if config is not None and config.required and not has_credentials \
+            and client_auth != "required":
+        warnings.append("auth.required is on but this broker has no [sasl] credentials: as a "
+                        "follower it cannot fetch from leaders that require authentication "
+                        "(add a [sasl] section with a user made by `logferry user create`)")
+    return warnings
 
 
 # -- certificates -------------------------------------------------------------------------
@@ -243,14 +250,15 @@ _START, _HANDSHAKEN, _BUSY, _FINAL, _DONE, _FAILED = range(6)
 class ConnectionAuth:
     """One connection's authentication state and its SASL exchange."""
 
-    __slots__ = ("authenticator", "channel", "authenticated", "_state", "_mechanism",
-                 "_server", "_user")
+    __slots__ = ("authenticator", "channel", "authenticated", "started", "_state",
+                 "_mechanism", "_server", "_user")
 
     def __init__(self, authenticator: Authenticator | None, channel: AuthChannel,
                  peercert: Mapping[str, Any] | None = None):
         self.authenticator = authenticator
         self.channel = channel
         self.authenticated = False
+        self.started = time.monotonic()
         self._state = _START
         self._mechanism = ""
         self._server: Any = None
@@ -264,6 +272,12 @@ class ConnectionAuth:
     @property
     def required(self) -> bool:
         return self.authenticator is not None and self.authenticator.config.required
+
+    def overdue(self, now: float, timeout_s: float) -> bool:
+        """True when authentication is required and this connection has not finished
+        it within ``timeout_s`` of connecting (the broker then closes it: an idle
+        unauthenticated connection must not hold a slot for ever)."""
+        return self.required and not self.authenticated and now - self.started > timeout_s
 
     def admit(self, head: RequestHead, frame: protocol.Frame, responder: Responder) -> bool:
         """True when the request may go to its handler; False when it was answered

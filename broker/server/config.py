@@ -177,5 +177,7 @@ def config_warnings(config: BrokerConfig) -> list[str]:
             f"max_queued_request_bytes ({config.max_queued_request_bytes}) is smaller than "
             f"max_request_bytes ({config.max_request_bytes}): a request larger than the "
             "budget is read only while no other request is")
-    warnings += auth_warnings(config.auth, config.tls is not None)
+    warnings += auth_warnings(config.auth, config.tls is not None,
+                              config.tls.client_auth if config.tls else "none",
+                              config.sasl is not None)
     return warnings

@@ -14,7 +14,8 @@ broker-wide :class:`RequestBudget` as soon as its frame prefix arrives, and the
 connection stops reading while the budget is short; it also stops reading new requests while its unsent answers exceed
 ``max_unsent_bytes_per_connection`` or too many of its requests are in flight, and
 resumes once they drain. A connection that owes the rest of a request (or its first
-one) for ``incomplete_request_timeout_ms`` is closed by :func:`close_stalled`.
+one), or has not authenticated where the broker requires it, for
+``incomplete_request_timeout_ms`` is closed by :func:`close_stalled`.
 """
 
 from __future__ import annotations
@@ -423,7 +424,8 @@ def close_stalled(connections: Iterable[BrokerConnection], now: float,
     closed = 0
     for conn in list(connections):
         since = conn.stalled_since
-        if since is not None and not conn.held and now - since > timeout_s:
+        if (since is not None and not conn.held and now - since > timeout_s) or \
+                (conn.auth is not None and conn.auth.overdue(now, timeout_s)):
             conn.close_stalled()
             closed += 1
     return closed

@@ -372,3 +372,21 @@ def test_agent_and_mirror_take_a_sasl_section(monkeypatch: pytest.MonkeyPatch) -
         mirror_config({"source": {"zk_connect": "h:1/live"},
                        "target": {"zk_connect": "h:1/analysis", "sasl": {"username": "m"}},
                        "mirror": {"topics": ["t"]}})
+
+
+def test_an_unauthenticated_connection_is_overdue_after_the_timeout() -> None:
+    h = Harness({})
+    start = h.auth.started
+    assert not h.auth.overdue(start + 5, 10) and h.auth.overdue(start + 11, 10)
+    assert not ConnectionAuth(None, FakeChannel()).overdue(start + 11, 10)
+
+
+def test_auth_warnings() -> None:
+    from broker.server.authentication import auth_warnings
+
+    assert auth_warnings(None, False) == []
+    assert auth_warnings(AuthConfig(), True) == []
+    assert "plaintext" in auth_warnings(AuthConfig(allow_plaintext=True), False)[0]
+    assert "[sasl]" in auth_warnings(AuthConfig(required=True), True)[0]
+    assert auth_warnings(AuthConfig(required=True), True, has_credentials=True) == []
+    assert auth_warnings(AuthConfig(required=True), True, client_auth="required") == []
