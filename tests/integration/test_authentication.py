@@ -202,3 +202,31 @@ def test_the_command_line_with_a_password_file(broker_cluster, pki: Pki, zk_conn
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown user or wrong password" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_authenticated_principals_are_what_acls_decide_on(broker_cluster, pki: Pki,
+                                                          zk_connect: str,
+                                                          tmp_path: Path) -> None:
+    from broker.common.errors import TopicAuthorizationFailedError
+
+    for name in ("admin", "alice", "bob"):
+        create_user(zk_connect, tmp_path, name)
+    cluster = broker_cluster(0)
+    process = cluster.add({"num_partitions": 1}, tls=broker_tls(pki), start=False)
+    doc = tomllib.loads(process.config_file.read_text())
+    doc.update(auth={"required": True},
+               authorizer={"enabled": True, "super_users": ["User:admin"]})
+    process.config_file.write_text(dumps(doc))
+    process.start()
+    done = logferry("acl", "add", "--zk", zk_connect, "--principal", "User:alice",
+                    "--operation", "produce", "--operation", "consume", "--topic", "owned",
+                    "--allow")
+    assert done.returncode == 0, done.stderr
+    tls = TlsConfig(ca_file=pki.ca)
+    with Admin(zk=zk_connect, tls=tls, sasl=SaslCredentials("admin", PASSWORD)) as admin:
+        admin.create_topic("owned", 1, 1)
+    produce_consume(zk_connect, tls, SaslCredentials("alice", PASSWORD), "owned", 5)
+    with pytest.raises(TopicAuthorizationFailedError, match="User:bob may not (describe|produce)"):
+        with Producer(zk=zk_connect, tls=tls, sasl=SaslCredentials("bob", PASSWORD),
+                      acks=1, linger_ms=0) as producer:
+            producer.send("owned", b"x", partition=0).wait(20)
