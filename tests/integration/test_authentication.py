@@ -23,6 +23,8 @@ from broker.client import Admin, Producer, SaslCredentials, SimpleConsumer
 from broker.common.config import dumps
 from broker.common.errors import AuthenticationError, AuthenticationRequiredError
 from broker.common.tls import TlsConfig
+from broker.testing.localrun import free_port
+from tests.support.metrics import samples, scrape, value
 from tests.support.pki import Pki, make_pki
 
 pytestmark = pytest.mark.integration
@@ -117,7 +119,8 @@ def test_wrong_password_or_unknown_user_is_one_clear_error(broker_cluster, pki: 
                                                            zk_connect: str, tmp_path: Path,
                                                            user: str, password: str) -> None:
     create_user(zk_connect, tmp_path, "alice")
-    cluster = secured_cluster(broker_cluster, pki)
+    metrics_port = free_port()
+    cluster = secured_cluster(broker_cluster, pki, broker={"metrics_port": metrics_port})
     tls = TlsConfig(ca_file=pki.ca)
     started = time.monotonic()
     with pytest.raises(AuthenticationError) as info:
@@ -130,6 +133,9 @@ def test_wrong_password_or_unknown_user_is_one_clear_error(broker_cluster, pki: 
     produce_consume(zk_connect, tls, SaslCredentials("alice", PASSWORD), "still-served", 5)
     log = cluster.brokers[0].log_text()
     assert "authentication failed" in log and "Traceback" not in log
+    metrics = samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
+    assert value(metrics, "logferry_authentication_failures_total",
+                 mechanism="SCRAM-SHA-512") == 1
 
 
 def test_a_request_before_authentication_is_refused(broker_cluster, pki: Pki,
