@@ -66,9 +66,9 @@ def create_user(zk: str, directory: Path, name: str, password: str = PASSWORD) -
 
 def secured_cluster(broker_cluster: Any, pki: Pki, n: int = 1, tls: dict[str, Any] | None = None,
                     auth: dict[str, Any] | None = None, sasl: dict[str, Any] | None = None,
-                    broker: dict[str, Any] | None = None) -> Any:
+                    broker: dict[str, Any] | None = None, zk: str | None = None) -> Any:
     """Brokers with ``[tls]``, ``[auth]`` (required by default) and ``[sasl]``."""
-    cluster = broker_cluster(0)
+    cluster = broker_cluster(0, zk=zk)
     for _ in range(n):
         process = cluster.add(broker, tls=tls or broker_tls(pki), start=False)
         doc = tomllib.loads(process.config_file.read_text())
@@ -236,3 +236,50 @@ def test_authenticated_principals_are_what_acls_decide_on(broker_cluster, pki: P
         with Producer(zk=zk_connect, tls=tls, sasl=SaslCredentials("bob", PASSWORD),
                       acks=1, linger_ms=0) as producer:
             producer.send("owned", b"x", partition=0).wait(20)
+
+
+def test_the_mirror_authenticates_to_both_clusters(broker_cluster, zookeeper, pki: Pki,
+                                                   tmp_path: Path) -> None:
+    from tests.mirror.conftest import MirrorProcess
+
+    source_zk, target_zk = zookeeper.new_chroot(), zookeeper.new_chroot()
+    for zk in (source_zk, target_zk):
+        create_user(zk, tmp_path, "mirror", "mirror-password")
+    create_user(source_zk, tmp_path, "alice")
+    secured_cluster(broker_cluster, pki, zk=source_zk)
+    secured_cluster(broker_cluster, pki, zk=target_zk)
+    secret = str(password_file(tmp_path, "mirror", "mirror-password"))
+    client = {"tls": {"enabled": True, "ca_file": str(pki.ca)},
+              "sasl": {"username": "mirror", "password_file": secret}}
+    tls = TlsConfig(ca_file=pki.ca)
+    with Admin(zk=source_zk, tls=tls, sasl=SaslCredentials("alice", PASSWORD)) as admin:
+        admin.create_topic("crossing", 1, 1)
+    mirror = MirrorProcess(tmp_path, "m", {
+        "source": {"zk_connect": source_zk, **client},
+        "target": {"zk_connect": target_zk, **client},
+        "mirror": {"topics": ["crossing"], "commit_interval_ms": 300,
+                   "session_timeout_s": 4.0, "shutdown_timeout_s": 20.0},
+        "metrics": {}}).start()
+    try:
+        produce_consume(source_zk, tls, SaslCredentials("alice", PASSWORD), "crossing", 100)
+        mirror_creds = SaslCredentials("mirror", "mirror-password")
+        deadline = time.monotonic() + 60
+        values: list[bytes] = []
+        while len(values) < 100:
+            assert time.monotonic() < deadline, (len(values), mirror.log_tail())
+            assert mirror.alive(), mirror.log_tail()
+            time.sleep(0.5)
+            try:
+                with SimpleConsumer(zk=target_zk, tls=tls, sasl=mirror_creds) as consumer:
+                    values = [m.value for m in consumer.messages("crossing", 0, "earliest",
+                                                                 limit=100, follow=False)]
+            except AuthenticationError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - unknown topic until the mirror makes it
+                if "topic" not in str(exc).lower() and "broker" not in str(exc).lower():
+                    raise
+        assert values == [f"m{i:04d}".encode() for i in range(100)]
+        assert mirror.terminate() == 0, mirror.log_tail()
+    finally:
+        if mirror.alive():
+            mirror.kill()
