@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from typing import Protocol
 
-from broker.common.errors import LogferryError, ProtocolError
+from broker.common.errors import AuthenticationError, LogferryError, ProtocolError
 from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
 from broker.net import transport
@@ -62,6 +63,7 @@ class ReplicaFetcher:
         self._corr = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
+        self._auth_warned = -60.0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
@@ -112,8 +114,14 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (OSError, asyncio.TimeoutError, LogferryError, ConnectionError) as exc:
-                log.info("replica fetch from broker %d (%s:%d) failed: %s; retrying",
-                         self.leader, info.host, info.port, exc or type(exc).__name__)
+                # refused credentials stay refused until an operator acts: say so, once a minute
+                loud = isinstance(exc, AuthenticationError) and \
+                    time.monotonic() - self._auth_warned > 60 and not self._stopping
+                if loud:
+                    self._auth_warned = time.monotonic()
+                log.log(logging.WARNING if loud else logging.INFO,
+                        "replica fetch from broker %d (%s:%d) failed: %s; retrying",
+                        self.leader, info.host, info.port, exc or type(exc).__name__)
             finally:
                 self._close()
             await asyncio.sleep(retry.next_delay())
