@@ -390,3 +390,29 @@ def test_auth_warnings() -> None:
     assert "[sasl]" in auth_warnings(AuthConfig(required=True), True)[0]
     assert auth_warnings(AuthConfig(required=True), True, has_credentials=True) == []
     assert auth_warnings(AuthConfig(required=True), True, client_auth="required") == []
+
+
+def test_cli_sasl_options(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from broker.cli.tls_args import add_sasl_args, sasl_from_args
+
+    parser = argparse.ArgumentParser()
+    add_sasl_args(parser)
+    assert sasl_from_args(parser.parse_args([])) is None
+    secret = tmp_path / "pw"
+    secret.write_text("pw-from-file\n")
+    secret.chmod(0o600)
+    creds = sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-file",
+                                              str(secret)]))
+    assert creds == SaslCredentials("u", "pw-from-file")
+    monkeypatch.setenv("CLI_PW", "pw-from-env")
+    creds = sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-env", "CLI_PW",
+                                              "--sasl-mechanism", "SCRAM-SHA-256"]))
+    assert creds == SaslCredentials("u", "pw-from-env", "SCRAM-SHA-256")
+    with pytest.raises(ConfigError, match="never taken from the command line"):
+        sasl_from_args(parser.parse_args(["--sasl-user", "u"]))
+    with pytest.raises(ConfigError, match="--sasl-password-env"):
+        sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-env", "UNSET_X"]))
+    with pytest.raises(SystemExit):  # no option takes the password itself
+        parser.parse_args(["--sasl-password", "x"])
