@@ -86,8 +86,7 @@ class Broker:
         self._replication_started = False
         self._ssl_context = server_context(config.tls) if config.tls else None
         self.authenticator = Authenticator(
-            config.auth, self._read_credentials, self.metrics.counter(
-                "authentication_failures_total", "Failed SASL authentications per mechanism"),
+            config.auth, self._read_credentials, self.stats.authentication_failures,
             tls=config.tls is not None) if config.auth else None
         leader_ssl_context, leader_server_hostname = client_tls(config.tls)
         self.replication = ReplicaManager(ReplicationServices(

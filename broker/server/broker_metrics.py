@@ -57,6 +57,8 @@ class BrokerMetrics:
         self.produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
         self.produce_disk_full = m.counter(
             "produce_disk_full_total", "Message sets refused because their log dir was full")
+        self.authentication_failures = m.counter(
+            "authentication_failures_total", "Failed SASL authentications per mechanism")
         self.authorization_denied = m.counter(
             "authorization_denied_total", "Requests (or parts) the authorizer refused, by "
             "operation and resource type")
