@@ -199,7 +199,7 @@ def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
         with source_errors("connecting to the cluster for the audit"):
             consumer = SimpleConsumer(zk=config.source.zk,
                                       brokers=list(config.source.brokers) if config.source.brokers else None,
-                                      tls=config.tls)
+                                      tls=config.tls, sasl=config.sasl_credentials())
         try:
             found = read_audit_records(consumer, a.topic, since_ms)
         finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from broker.common.config import (
@@ -20,7 +20,11 @@ from broker.common.config import (
     fields, format_error, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
+from broker.common.sasl import DEFAULT_MECHANISM, SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
+
+if TYPE_CHECKING:
+    from hadoop_loader.options import SaslSource
 from hadoop_loader.errors import LoaderConfigError
 
 MiB = 1024 * 1024
@@ -122,6 +126,13 @@ class LoaderConfig:
     tls: TlsConfig | None = None
     """``[tls]``: TLS to the source brokers, from the driver and from every executor
     (the files must exist at the same paths on the executors' hosts)."""
+    sasl: "SaslSource | None" = None
+    """``[sasl]``: SCRAM credentials toward the source brokers; the driver and every
+    executor read the password from the same ``password_file`` or ``password_env``."""
+
+    def sasl_credentials(self) -> SaslCredentials | None:
+        """The driver's SASL credentials (None: none)."""
+        return self.sasl.credentials() if self.sasl is not None else None
 
 
 # -- declared keys (types; defaults live in the dataclasses above) ------------------------
@@ -152,6 +163,7 @@ SECTIONS = {
                    and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
                    "a table of strings")),
     "tls": TLS_FIELDS,
+    "sasl": SASL_FIELDS,
 }
 """Every table and key of ``loader.toml`` (docs/loader.md lists the defaults)."""
 
@@ -189,7 +201,22 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         spark=_spark(sections["spark"]),
         path=v.file or "<dict>",
         tls=tls_from_table(v, sections["tls"], "tls"),
+        sasl=_sasl(v, sections["sasl"]),
     )
+
+
+def _sasl(v: Validator, table: dict[str, Any]) -> "SaslSource | None":
+    from hadoop_loader.options import SaslSource  # options imports this module
+
+    if "password" in table:
+        v.fail("sasl.password", "the loader's executors read the password themselves: "
+               "give password_file (the same path on every host) or password_env")
+    if sasl_from_table(v, table, "sasl") is None:  # checks it, and reads the password now
+        return None
+    password_file = table.get("password_file")
+    return SaslSource(table["username"], table.get("mechanism", DEFAULT_MECHANISM),
+                      str(v.path(password_file)) if password_file else None,
+                      table.get("password_env"))
 
 
 def check_topic_name(name: str, where: str, file: str = "") -> None:

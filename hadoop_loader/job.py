@@ -35,7 +35,7 @@ from hadoop_loader.fs import FileSystem, filesystem_for, relative
 from hadoop_loader.landed import configure_writes, landed_frame
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
-from hadoop_loader.options import Endpoint, tls_options
+from hadoop_loader.options import Endpoint, sasl_options, tls_options
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
 from hadoop_loader.source import FORMAT, LogferryDataSource
 from hadoop_loader.store import STATE_DIR, LandingStore, Recovery, seq_name
@@ -148,7 +148,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     sequence = (previous.sequence if previous else 0) + 1
     landed = previous.offsets if previous else {}
     source = config.source
-    endpoint = Endpoint(source.zk, source.brokers, config.tls)
+    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl)
     first = EARLIEST if config.load.first_run == "earliest" else LATEST
     with DriverPlanner(endpoint) as planner:
         plan = planner.plan_ranges(
@@ -217,7 +217,7 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
               .option("fetchBytes", str(config.load.fetch_bytes))
               .option("maxBytesPerPartition", str(config.load.chunk_bytes))
               .option("decodeAgentRecords", ",".join(decoded) if decoded else "false")
-              .options(**tls_options(config.tls)))
+              .options(**tls_options(config.tls), **sasl_options(config.sasl)))
     df = (landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
                        config.output.drop_decoded_values)
           .withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 from broker.common.config import Validator
 from broker.common.errors import ConfigError
+from broker.common.sasl import (
+    DEFAULT_MECHANISM,
+    MECHANISMS,
+    SaslCredentials,
+    password_from_env,
+    read_password_file,
+)
 from broker.common.tls import TlsConfig, tls_from_table
 from broker.common.zk_connect import validate_zk_connect
 from hadoop_loader.config import check_topic_name
@@ -23,6 +31,31 @@ MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
+class SaslSource:
+    """Whom to authenticate as, and where each process reads the password.
+
+    The password itself never travels in the data source's options (Spark keeps them
+    in query plans and may log them): the driver and every executor read it from the
+    same file path or environment variable.
+    """
+
+    username: str
+    mechanism: str = DEFAULT_MECHANISM
+    password_file: str | None = None
+    password_env: str | None = None
+
+    def credentials(self) -> SaslCredentials:
+        """Read the password now (ConfigError naming the file or variable)."""
+        if self.password_file is not None:
+            password = read_password_file(Path(self.password_file))
+        elif self.password_env is not None:
+            password = password_from_env(self.password_env)
+        else:
+            raise ConfigError("SASL: no password_file or password_env given")
+        return SaslCredentials(self.username, password, self.mechanism)
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """How executors reach the cluster (picklable, hashable: the consumer cache key)."""
 
@@ -30,6 +63,12 @@ class Endpoint:
     brokers: tuple[str, ...] | None
     tls: TlsConfig | None = None
     """TLS to the brokers (each process builds its own context from the files)."""
+    sasl: SaslSource | None = None
+    """SCRAM credentials toward the brokers (each process reads its password)."""
+
+    def credentials(self) -> SaslCredentials | None:
+        """The SASL credentials for a client of this process (None: none)."""
+        return self.sasl.credentials() if self.sasl is not None else None
 
 
 @dataclass(frozen=True)
@@ -58,7 +97,8 @@ KNOWN = {
     "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
     "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
     "path", "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname",
-    "tlsverifyhostname",
+    "tlsverifyhostname", "saslusername", "saslmechanism", "saslpasswordfile",
+    "saslpasswordenv",
 }
 
 TLS_OPTIONS = {"ca_file": "tlsCaFile", "cert_file": "tlsCertFile", "key_file": "tlsKeyFile",
@@ -76,6 +116,35 @@ def tls_options(tls: TlsConfig | None) -> dict[str, str]:
         if value is not None:
             options[TLS_OPTIONS[key]] = str(value)
     return options
+
+
+SASL_OPTIONS = {"username": "saslUsername", "mechanism": "saslMechanism",
+                "password_file": "saslPasswordFile", "password_env": "saslPasswordEnv"}
+"""``[sasl]`` key -> data source option (no password: see :class:`SaslSource`)."""
+
+
+def sasl_options(sasl: SaslSource | None) -> dict[str, str]:
+    """The data source options that carry ``sasl`` to the executors ({} for none)."""
+    if sasl is None:
+        return {}
+    return {SASL_OPTIONS[k]: str(v) for k, v in vars(sasl).items() if v is not None}
+
+
+def _parse_sasl(options: dict[str, str]) -> SaslSource | None:
+    given = {k: options[v.lower()] for k, v in SASL_OPTIONS.items() if v.lower() in options}
+    if not given:
+        return None
+    if "username" not in given:
+        raise LoaderConfigError("option saslUsername is missing (SASL options were given)")
+    if ("password_file" in given) == ("password_env" in given):
+        raise LoaderConfigError("give exactly one of the options saslPasswordFile and "
+                                "saslPasswordEnv")
+    mechanism = given.get("mechanism", DEFAULT_MECHANISM)
+    if mechanism not in MECHANISMS:
+        raise LoaderConfigError(f"option saslMechanism must be one of {', '.join(MECHANISMS)}, "
+                                f"got {mechanism!r}")
+    return SaslSource(given["username"], mechanism, given.get("password_file"),
+                      given.get("password_env"))
 
 
 def _parse_tls(options: dict[str, str]) -> TlsConfig | None:
@@ -145,7 +214,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                                     f"start, end]: {exc}") from None
     trigger = options.get("maxbytespertrigger")
     return SourceOptions(
-        endpoint=Endpoint(zk, brokers, _parse_tls(options)),
+        endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options)),
         topics=topics,
         starting=parse_offset_spec(options.get("startingoffsets"), "startingOffsets", EARLIEST),
         ending=parse_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST),
