@@ -48,6 +48,7 @@ from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
 from broker.server.request_budget import RequestBudget
 from broker.server.routing import PartitionRouter
+from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
 
@@ -82,6 +83,8 @@ class Broker:
         """The signal that stopped :meth:`run` (SIGINT: the CLI exits 130, Ctrl-C's code)."""
         self.shutting_down = False
         self._known_topics: set[str] = set()
+        self._topic_codecs: dict[str, int] = {}
+        """Topic -> codec of its ``compression`` setting (topic_settings.codec_for)."""
         self._logs_loaded = False
         self._replication_started = False
         self._ssl_context = server_context(config.tls) if config.tls else None
@@ -124,7 +127,8 @@ class Broker:
                                self.fetch.wake_consumers, self.replication.on_flushed)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
                                  self.stats, self.config.log.flush_messages == 1, shutting_down,
-                                 authorizer=self.authorizer)
+                                 authorizer=self.authorizer,
+                                 topic_codecs=lambda: self._topic_codecs)
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
@@ -358,8 +362,14 @@ class Broker:
         if self.shutting_down:
             return  # logs are closing: a late view must not reopen partitions
         me = self.config.broker_id
+        codecs: dict[str, int] = {}
         for topic, assignment in view.topics.items():
             topic_id = view.topic_ids.get(topic, 0)
+            overrides = view.configs.get(topic, {})
+            log_config = log_config_for(self.config.log, overrides)
+            codec = codec_for(overrides)
+            if codec is not None:
+                codecs[topic] = codec
             for partition, replicas in assignment.items():
                 if me not in replicas:
                     continue
@@ -367,6 +377,11 @@ class Broker:
                 if plog is None:
                     plog = self.logs.create(topic, partition)
                     log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
+                if plog.config != log_config:  # a topic setting changed: no restart needed
+                    log.info("%s: log settings %s", plog.name,
+                             {k: overrides[k] for k in LOG_KEYS if k in overrides}
+                             or "the broker's")
+                    plog.config = log_config
                 if topic_id and plog.topic_id not in (None, topic_id):
                     plog = self._replace_earlier_topics_log(topic, partition, plog)
                     if plog is None:
@@ -384,6 +399,7 @@ class Broker:
                     self.logs.remove(t, p)
                     log.info("deleted %s-%d: topic was deleted", t, p)
         self._known_topics = set(view.topics)
+        self._topic_codecs = codecs
         self.view = view
         self.replication.apply(view)
 
