@@ -38,6 +38,7 @@ from broker.server.authentication import Authenticator
 from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
+from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
 )
@@ -305,8 +306,14 @@ class Broker:
         self._stopping.set()
 
     async def stop(self) -> None:
-        """Stop accepting, answer in-flight requests, flush, deregister."""
+        """Hand leadership over (controlled shutdown), stop accepting, answer in-flight
+        requests, stop fetching, deregister (so the ISRs drop this broker at once),
+        flush."""
         log.info("broker %d stopping", self.config.broker_id)
+        if self.config.controlled_shutdown and self._zk is not None and not self.shutting_down:
+            await hand_over_leadership(self.config.broker_id, self._zk, lambda: self.view,
+                                       self._admin_pool,
+                                       self.config.controlled_shutdown_timeout_s)
         self.shutting_down = True
         if self._server is not None:
             self._server.close()
@@ -324,6 +331,11 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.controller.stop)
         log.info("stop: stopping replica fetchers")
         await self.replication.stop()
+        if self.registry is not None:
+            # at once: this broker no longer fetches, so acks=all writes to the partitions
+            # it follows wait for it until the controller drops it from their ISRs
+            log.info("stop: leaving the registry")
+            await asyncio.get_running_loop().run_in_executor(None, self.registry.deregister)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -335,9 +347,6 @@ class Broker:
         self.logs.close()
         for conn in list(self.connections):
             conn.close()
-        if self.registry is not None:
-            log.info("stop: leaving the registry")
-            self.registry.deregister()
         if self._zk is not None:
             zk.close(self._zk)
         if self._metrics_server is not None:

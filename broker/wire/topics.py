@@ -108,17 +108,17 @@ def parse_create_topic_request(header: dict[str, Any]) -> CreateTopicRequest:
     if min_isr is not None and (type(min_isr) is not int or min_isr < 1):
         raise InvalidRequestError("min_insync_replicas must be a positive integer")
     config = _config_field(header, "config")
-    if min_isr is not None:
-        config.setdefault("min_insync_replicas", min_isr)
-    return CreateTopicRequest(topic, partitions, rf, config.get("min_insync_replicas"), config)
+    return CreateTopicRequest(topic, partitions, rf, min_isr, config)
 
 
 def encode_create_topic_request(request: CreateTopicRequest) -> dict[str, Any]:
     """The header fields of a create_topic request (None min ISR is sent as 0)."""
-    return {"topic": request.topic, "partitions": request.partitions,
-            "replication_factor": request.replication_factor,
-            "min_insync_replicas": request.min_insync_replicas or 0,
-            "config": dict(request.config)}
+    fields = {"topic": request.topic, "partitions": request.partitions,
+              "replication_factor": request.replication_factor,
+              "min_insync_replicas": request.min_insync_replicas or 0}
+    if request.config:
+        fields["config"] = dict(request.config)
+    return fields
 
 
 def parse_alter_topic_request(header: dict[str, Any]) -> AlterTopicRequest:
