@@ -97,7 +97,8 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise InvalidTopicConfigError(f"--config {pair!r}: write it as key=value, e.g. "
                                           "retention_ms=3600000", key=key)
-        out[check_key(key)] = CHECKS[key](key, value)
+        check_key(key)
+        out[key] = CHECKS[key](key, value)
     return out
 
 
