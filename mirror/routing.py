@@ -68,6 +68,8 @@ class Router:
         now = time.monotonic()
         if cached is not None and partition < cached[0] and now - cached[2] < RECHECK_S:
             return cached[0], cached[1]
+        if cached is not None:
+            self.source.cluster.forget(topic)  # it may have grown: read its count afresh
         source_n = len(self.source.partitions(topic))
         source_n = max(source_n, partition + 1)
         target_n = self._target_count(topic, source_n)
