@@ -144,6 +144,7 @@ class AdminService:
 
     async def alter_topic(self, request: AlterTopicRequest, responder: Responder) -> None:
         """Change a topic's settings in ZooKeeper; every broker's watch applies them."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
         config = await asyncio.get_running_loop().run_in_executor(
             self.admin_pool, self.registry().alter_topic_config,  # type: ignore[union-attr]
             request.topic, request.set, request.delete)
@@ -152,6 +153,7 @@ class AdminService:
     async def create_partitions(self, request: CreatePartitionsRequest,
                                 responder: Responder) -> None:
         """Grow a topic; answer once this broker has seen every new partition's state."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
         assignment = await asyncio.get_running_loop().run_in_executor(
             self.admin_pool, self.registry().create_partitions,  # type: ignore[union-attr]
             request.topic, request.partitions)
