@@ -44,19 +44,27 @@ async def hand_over_leadership(me: int, client: Any, view: Callable[[], ClusterV
     log.info("controlled shutdown: asking the controller to move the leadership of %d "
              "partitions", len(remaining))
 
+    if not client.connected:
+        log.warning("controlled shutdown: not connected to ZooKeeper; stopping without "
+                    "moving leadership first")
+        return remaining
+
     def ask() -> None:
+        # bounded: kazoo waits for ever on a call queued while it reconnects
+        path = zk.controlled_shutdown_path(me)
         try:
-            client.create(zk.controlled_shutdown_path(me), b"", ephemeral=True, makepath=True)
+            client.ensure_path_async(zk.CONTROLLED_SHUTDOWN).get(timeout=min(timeout, 5.0))
+            client.create_async(path, b"", ephemeral=True).get(timeout=min(timeout, 5.0))
         except zk.NodeExistsError:
             pass  # asked already (a second signal)
     loop = asyncio.get_running_loop()
     try:
-        await asyncio.wait_for(loop.run_in_executor(pool, ask), timeout)
-    except Exception as exc:  # no ZooKeeper: stop the ordinary way
+        await loop.run_in_executor(pool, ask)
+    except Exception as exc:  # ZooKeeper went away: stop the ordinary way
         log.warning("controlled shutdown: could not ask the controller (%s); stopping "
                     "without moving leadership first", exc)
         return remaining
-    while remaining and time.monotonic() - started < timeout:
+    while remaining and time.monotonic() - started < timeout and client.connected:
         await asyncio.sleep(0.01)
         remaining = movable_leadership(view(), me)
     if remaining:
