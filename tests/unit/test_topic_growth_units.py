@@ -150,3 +150,31 @@ def test_a_broker_waits_only_for_leadership_that_can_move() -> None:
                                ("t", 1): PartitionState(2, 0, (1, 2)),
                                ("u", 0): PartitionState(1, 0, (1,))})
     assert movable_leadership(view, 1) == [("t", 0)]
+
+
+# -- producers notice growth -----------------------------------------------------------
+
+def test_a_producer_adopts_a_grown_partition_count_and_never_a_smaller_one() -> None:
+    import threading
+    import time
+
+    from broker.client import Producer
+
+    producer = Producer(brokers=["127.0.0.1:9"], metadata_max_age_s=0)  # no watcher thread
+    counts = {"grown": 4, "shrunk": 1}
+    producer._partition_counts.update({"grown": 2, "shrunk": 3})
+    producer.cluster.refresh = lambda topics: {}  # type: ignore[method-assign]
+    producer.cluster.cached_partitions = (  # type: ignore[method-assign]
+        lambda topic: dict.fromkeys(range(counts[topic]), 1))
+    producer.metadata_max_age_s = 0.01
+    watcher = threading.Thread(target=producer._watch_partition_counts, daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 5
+        while producer._partition_counts["grown"] != 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert producer._partition_counts == {"grown": 4, "shrunk": 3}
+    finally:
+        producer.close(timeout=1)
+    watcher.join(5)
+    assert not watcher.is_alive()
