@@ -68,8 +68,8 @@ async def hand_over_leadership(me: int, client: Any, view: Callable[[], ClusterV
         await asyncio.sleep(0.01)
         remaining = movable_leadership(view(), me)
     if remaining:
-        log.warning("controlled shutdown: %d partitions still led here after %.0fs (%s); "
-                    "stopping anyway", len(remaining), timeout,
+        log.warning("controlled shutdown: %d partitions still led here after %.1fs (%s); "
+                    "stopping anyway", len(remaining), time.monotonic() - started,
                     ", ".join(f"{t}-{p}" for t, p in remaining[:10]))
     else:
         log.info("controlled shutdown: leadership moved in %.3fs",
