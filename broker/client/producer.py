@@ -30,7 +30,6 @@ from broker.client.delivery import DeliveryFuture
 from broker.client.sender import RetryPolicy, Sender
 from broker.common.errors import (
     ConfigError,
-    LogferryError,
     ProducerClosedError,
     UnknownTopicOrPartitionError,
 )
@@ -257,7 +256,7 @@ class Producer:
                 continue
             try:
                 self.cluster.refresh(topics)
-            except LogferryError as exc:
+            except Exception as exc:  # brokers or ZooKeeper away, or closing: next round
                 log.debug("partition count refresh failed: %s", exc)
                 continue
             for topic in topics:
