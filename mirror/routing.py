@@ -3,12 +3,13 @@
 Source partition p goes to target partition p, batch bytes untouched, except that a
 batch that arrives uncompressed is compressed with the mirror's ``compression`` (the
 payload only: no message is decoded; a compressed batch is never touched). Missing target
-topics are created with the source's partition count. When a target topic has fewer
-partitions than its source (created by hand, or the source grew), partition p cannot
-be kept: the mirror says so loudly, decodes those batches and re-hashes the messages by
-key as the producer does (crc32(key) % n; keyless messages go to p % n), re-encoding
-them with the source batch's codec (the mirror's, for an uncompressed one). Only this
-fallback decodes anything.
+topics are created with the source's partition count, and grown to it when the source
+grows (:mod:`mirror.growth`). When a target topic still has fewer partitions than its
+source (growing it failed), partition p cannot be kept: the mirror says so loudly,
+decodes those batches and re-hashes the messages by key as the producer does
+(crc32(key) % n; keyless messages go to p % n), re-encoding them with the source
+batch's codec (the mirror's, for an uncompressed one). Only this fallback decodes
+anything.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable
 
 from broker.client import CODEC_NONE, Admin, SimpleConsumer, compress_batch, decode_batch, encode_batch
 from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
+from mirror.growth import grow_target
 
 log = logging.getLogger("logferry.mirror.routing")
 
@@ -66,6 +68,8 @@ class Router:
         now = time.monotonic()
         if cached is not None and partition < cached[0] and now - cached[2] < RECHECK_S:
             return cached[0], cached[1]
+        if cached is not None:
+            self.source.cluster.forget(topic)  # it may have grown: read its count afresh
         source_n = len(self.source.partitions(topic))
         source_n = max(source_n, partition + 1)
         target_n = self._target_count(topic, source_n)
@@ -79,7 +83,8 @@ class Router:
 
     def _target_count(self, topic: str, source_n: int) -> int:
         try:
-            return len(self.target.describe_topic(topic))
+            return grow_target(self.target, topic, len(self.target.describe_topic(topic)),
+                               source_n)
         except UnknownTopicOrPartitionError:
             pass
         try:

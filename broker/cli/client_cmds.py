@@ -14,7 +14,8 @@ from typing import Any, Iterable, Iterator
 from broker.cli.render import check_format, render, render_json
 from broker.cli.tail import Last, tail_start
 from broker.cli.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
-from broker.common.errors import ConfigError, LogferryError
+from broker.common import topic_config
+from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
 
@@ -33,11 +34,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("create", "create a topic"), ("list", "list topics"),
                            ("describe", "show each partition's leader, replicas and ISR"),
                            ("delete", "delete a topic and its data"),
+                           ("alter", "change a topic's settings or add partitions"),
                            ("elect-leaders", "move leadership back to preferred replicas")):
         tp = tsub.add_parser(name, help=helptext)
         _cluster_args(tp)
-        if name in ("create", "describe", "delete"):
+        if name in ("create", "describe", "delete", "alter"):
             tp.add_argument("name", help="topic name")
+        if name in ("create", "alter"):
+            tp.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                            help="a per-topic setting, repeatable: "
+                                 f"{', '.join(topic_config.KEYS)} (docs/operations.md)")
+        if name == "alter":
+            tp.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                            help="remove a per-topic setting (back to the brokers' own), "
+                                 "repeatable")
+            tp.add_argument("--partitions", type=int, default=None, metavar="N",
+                            help="grow the topic to N partitions (never fewer; keyed "
+                                 "messages move to other partitions)")
         if name == "create":
             tp.add_argument("-p", "--partitions", type=int, default=0,
                             help="partition count (default: the broker's num_partitions)")
@@ -47,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             tp.add_argument("--min-insync", type=int, default=0,
                             help="in-sync replicas an acks=all produce needs (default: the "
                                  "broker's min_insync_replicas)")
+            tp.add_argument("--if-not-exists", action="store_true",
+                            help="succeed without changing anything if the topic exists")
         if name == "list":
             tp.add_argument("--under-replicated", action="store_true",
                             help="only partitions with a replica out of sync or no leader")
@@ -132,13 +147,34 @@ def topic_cmd(args: argparse.Namespace) -> int:
 
     if getattr(args, "name", None) is not None:
         validate_topic_name(args.name)  # a usage error (exit 2), before connecting
+    # settings are checked before connecting, each error naming its key
+    config = topic_config.parse_pairs(getattr(args, "config", None) or [])
+    if args.action == "alter":
+        for key in args.delete_config:
+            topic_config.check_key(key)
+        if not config and not args.delete_config and args.partitions is None:
+            raise ConfigError("topic alter needs --config, --delete-config or --partitions")
     with Admin(**cluster_kwargs(args)) as admin:
         if args.action == "create":
-            assignment = admin.create_topic(args.name, args.partitions, args.replication_factor,
-                                            args.min_insync)
+            try:
+                assignment = admin.create_topic(args.name, args.partitions,
+                                                args.replication_factor, args.min_insync,
+                                                config)
+            except TopicExistsError:
+                if not args.if_not_exists:
+                    raise
+                print(f"topic {args.name} exists; nothing changed (--if-not-exists)")
+                return 0
             rf = len(next(iter(assignment.values())))
             print(f"created topic {args.name} with {len(assignment)} partitions, "
                   f"replication factor {rf}")
+        elif args.action == "alter":
+            if config or args.delete_config:
+                now = admin.alter_topic(args.name, config, args.delete_config)
+                print(f"topic {args.name} settings: {_settings(now)}")
+            if args.partitions is not None:
+                grown = admin.create_partitions(args.name, args.partitions)
+                print(f"topic {args.name} now has {len(grown)} partitions")
         elif args.action == "list" and args.under_replicated:
             found = admin.under_replicated()
             if found:
@@ -150,7 +186,8 @@ def topic_cmd(args: argparse.Namespace) -> int:
                 print(name)
         elif args.action == "describe":
             parts = admin.describe_partitions(args.name)
-            print(f"topic {args.name}: {len(parts)} partitions")
+            print(f"topic {args.name}: {len(parts)} partitions; settings: "
+                  f"{_settings(admin.topic_config(args.name))}")
             _print_partitions({args.name: parts}, admin.brokers())
         elif args.action == "elect-leaders":
             controller = admin.elect_preferred_leaders()
@@ -159,6 +196,13 @@ def topic_cmd(args: argparse.Namespace) -> int:
             admin.delete_topic(args.name)
             print(f"deleted topic {args.name}")
     return 0
+
+
+def _settings(config: dict) -> str:
+    """Per-topic overrides as ``k=v`` pairs, or what applies without them."""
+    if not config:
+        return "the brokers' defaults"
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
 def _print_partitions(topics: dict, brokers: dict) -> None:

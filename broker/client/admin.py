@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ssl
-from typing import NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
+from broker.common import topic_config
 from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
+from broker.wire.topics import parse_alter_topic_answer, parse_create_partitions_answer
 from broker.client.cluster import Cluster
 from broker.common.errors import error_for_code
 from broker.common.sasl import SaslCredentials
@@ -47,16 +49,51 @@ class Admin:
         self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
 
     def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
-                     min_insync_replicas: int = 0) -> dict[int, list[int]]:
+                     min_insync_replicas: int = 0,
+                     config: Mapping[str, Any] | None = None) -> dict[int, list[int]]:
         """Create ``name``; returns each partition's replicas (the first leads).
 
         0 for ``partitions`` or ``replication_factor`` takes the broker's default; 0
         for ``min_insync_replicas`` takes the broker's ``min_insync_replicas``.
+        ``config``: per-topic settings (:mod:`broker.common.topic_config`), checked here
+        first (InvalidTopicConfigError naming the key) and again by the broker.
         """
+        checked = topic_config.validate(config or {})
         frame = self.cluster.call_any(protocol.CREATE_TOPIC, {
             "topic": name, "partitions": partitions, "replication_factor": replication_factor,
-            "min_insync_replicas": min_insync_replicas})
+            "min_insync_replicas": min_insync_replicas, "config": checked})
         return {int(p): [int(b) for b in r] for p, r in frame.header["partitions"].items()}
+
+    def alter_topic(self, name: str, settings: Mapping[str, Any] | None = None,
+                    delete: Sequence[str] = ()) -> dict[str, Any]:
+        """Set and remove ``name``'s per-topic settings (removed ones fall back to the
+        brokers' own); returns the settings now in force. Brokers apply them without a
+        restart, within a moment (their ZooKeeper watch)."""
+        checked = topic_config.validate(settings or {})
+        for key in delete:
+            topic_config.check_key(key)
+        frame = self.cluster.call_any(protocol.ALTER_TOPIC, {
+            "topic": name, "set": checked, "delete": list(delete)})
+        return parse_alter_topic_answer(frame.header).config
+
+    def create_partitions(self, name: str, partitions: int) -> dict[int, list[int]]:
+        """Grow ``name`` to ``partitions`` partitions (the new total; never fewer:
+        InvalidPartitionsError); returns the whole assignment. Keyed messages map to
+        partitions by ``hash(key) % count``, so most keys move to another partition
+        from then on (docs/operations.md)."""
+        frame = self.cluster.call_any(protocol.CREATE_PARTITIONS, {
+            "topic": name, "partitions": partitions})
+        self.cluster.forget(name)
+        return parse_create_partitions_answer(frame.header).partitions
+
+    def topic_config(self, name: str) -> dict[str, Any]:
+        """``name``'s per-topic settings (overrides of the brokers' own; {} for none)."""
+        answer = parse_metadata_answer(self.cluster.refresh([name]))
+        info = answer.topics.get(name)
+        if info is None or info.error:
+            raise error_for_code(info.error if info else 6,
+                                 (info.message if info else "") or f"unknown topic {name!r}")
+        return dict(info.config)
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name`` and its data on every broker."""

@@ -122,6 +122,10 @@ class Cluster:
             raise error_for_code(info["err"], info.get("msg", ""))
         return self._topics[topic]
 
+    def cached_partitions(self, topic: str) -> dict[int, int]:
+        """Partition -> leader of ``topic`` as of the last refresh ({} if not known)."""
+        return dict(self._topics.get(topic, {}))
+
     def forget(self, topic: str) -> None:
         """Drop cached metadata of a topic (after a not-leader error, say)."""
         with self._lock:

@@ -16,6 +16,7 @@ module and unit-tested on its own:
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import ssl
 import threading
@@ -35,6 +36,8 @@ from broker.common.errors import (
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.wire import records
+
+log = logging.getLogger("logferry.producer")
 
 Values = bytes | Sequence[bytes]
 _now = time.time
@@ -64,6 +67,7 @@ class Producer:
         client_id: str = "",
         tls: TlsConfig | ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
+        metadata_max_age_s: float = 5.0,
     ):
         acks = _checked_acks(acks)
         if compression not in records.CODECS:
@@ -89,9 +93,13 @@ class Producer:
         self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
-        """Partitions per topic, once learned: a topic's count never changes (the sender
-        thread forgets leaders on every retry; send() must not go to the network then)."""
+        """Partitions per topic, once learned; send() never goes to the network for it
+        again (the sender thread forgets leaders on every retry). A topic that grows
+        (``topic alter --partitions``) is noticed by :meth:`_watch_partition_counts`."""
         self._closed = False
+        self._closing = threading.Event()
+        self.metadata_max_age_s = metadata_max_age_s
+        """How often the known topics' partition counts are read again (0: never)."""
         self._accumulator = Accumulator(
             linger=self.linger, batch_bytes=batch_bytes, batch_messages=batch_messages,
             buffer_bytes=buffer_bytes, block_timeout=block_timeout,
@@ -107,6 +115,9 @@ class Producer:
         self._sender_thread = threading.Thread(target=self._sender.run, name="logferry-sender",
                                                daemon=True)
         self._sender_thread.start()
+        if metadata_max_age_s > 0:
+            threading.Thread(target=self._watch_partition_counts, name="logferry-metadata",
+                             daemon=True).start()
 
     # -- the public api -----------------------------------------------------------------
 
@@ -195,6 +206,7 @@ class Producer:
             self.flush(timeout)
         finally:
             self._closed = True
+            self._closing.set()
             self._accumulator.close()
             self._sender_thread.join(timeout=10)
             error = ProducerClosedError("producer closed before delivery")
@@ -233,6 +245,26 @@ class Producer:
         if counter is None:
             counter = self._round_robin[topic] = itertools.count(random.randrange(count))
         return next(counter) % count
+
+    def _watch_partition_counts(self) -> None:
+        """Every ``metadata_max_age_s``, read the known topics' partition counts again
+        and adopt larger ones: new partitions get messages within seconds (keyed ones
+        hash over the new count from then on). A count never shrinks here."""
+        while not self._closing.wait(self.metadata_max_age_s):
+            topics = list(self._partition_counts)
+            if not topics:
+                continue
+            try:
+                self.cluster.refresh(topics)
+            except Exception as exc:  # brokers or ZooKeeper away, or closing: next round
+                log.debug("partition count refresh failed: %s", exc)
+                continue
+            for topic in topics:
+                count = len(self.cluster.cached_partitions(topic))
+                known = self._partition_counts.get(topic)
+                if known is not None and count > known:
+                    log.info("topic %s grew from %d to %d partitions", topic, known, count)
+                    self._partition_counts[topic] = count
 
     def _forget_partition_count(self, topic: str) -> None:
         """The topic is unknown to its broker (deleted, and made anew?): ask again."""

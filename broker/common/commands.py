@@ -22,14 +22,21 @@ import logging
 import sys
 from typing import TextIO
 
-from broker.common.errors import ConfigError, InvalidTopicError
+from broker.common.errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidTopicConfigError,
+    InvalidTopicError,
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InvalidTopicError)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InvalidTopicError,
+                                                  InvalidTopicConfigError,
+                                                  InvalidPartitionsError)
 """Broker-package errors that mean the user asked for something wrong (exit 2)."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"

@@ -260,6 +260,23 @@ class ClusterAuthorizationFailedError(AuthorizationError):
     code = 37
 
 
+class InvalidTopicConfigError(InvalidRequestError):
+    """A per-topic setting is unknown or out of range (``key`` names it); nothing changed."""
+
+    code = 50
+
+    def __init__(self, message: str, *, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+
+class InvalidPartitionsError(InvalidRequestError):
+    """A partition count that cannot be applied (fewer than the topic has: partitions
+    are never removed); nothing changed."""
+
+    code = 51
+
+
 class BufferFullError(LogferryError):
     """The producer's buffer stayed full for longer than its block timeout."""
 
@@ -309,6 +326,8 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         TopicAuthorizationFailedError,
         GroupAuthorizationFailedError,
         ClusterAuthorizationFailedError,
+        InvalidTopicConfigError,
+        InvalidPartitionsError,
     )
 }
 
@@ -338,6 +357,8 @@ __all__ = [
     "DiskFullError",
     "FrameTooLargeError",
     "InvalidOffsetError",
+    "InvalidPartitionsError",
+    "InvalidTopicConfigError",
     "InvalidRequestError",
     "MetricsError",
     "InvalidTopicError",

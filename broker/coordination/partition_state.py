@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 NO_LEADER = -1
 
@@ -74,25 +74,33 @@ def initial_state(replicas: Sequence[int], live: Mapping[int, int]) -> Partition
 
 
 def elect(state: PartitionState, replicas: Sequence[int], live: Mapping[int, int], *,
-          unclean: bool = False, preferred: bool = False) -> PartitionState | None:
+          unclean: bool = False, preferred: bool = False,
+          shutting: AbstractSet[int] = frozenset()) -> PartitionState | None:
     """The controller's decision for one partition; None when nothing changes.
 
     ``live`` maps each live broker id to its session. A leader whose session is not
     the one it was elected in has restarted: it counts as gone (and may be elected
-    again at once, with a new epoch, if it is the best choice).
+    again at once, with a new epoch, if it is the best choice). ``shutting``: live
+    brokers in a controlled shutdown; they lead only when no other in-sync replica can.
 
     * The leader is gone (or there is none): the first replica, in preference order,
-      that is alive and in the ISR leads; dead replicas leave the ISR; the epoch goes up.
-      With no live ISR member the partition goes offline (leader -1, the last ISR
-      kept, so that replica leads again when it returns) unless ``unclean`` allows any
-      live replica to lead, at the price of the messages only the ISR had.
+      that is alive and in the ISR leads (one not shutting down first); dead replicas
+      leave the ISR; the epoch goes up. With no live ISR member the partition goes
+      offline (leader -1, the last ISR kept, so that replica leads again when it
+      returns) unless ``unclean`` allows any live replica to lead, at the price of the
+      messages only the ISR had.
+    * The leader is alive but shutting down: the first other live in-sync replica not
+      shutting down takes over (new epoch; the ISR is kept, so the leaving broker keeps
+      counting for acks=all while it still fetches). None there: it stays.
     * The leader is alive: dead followers leave the ISR (same epoch), and with
-      ``preferred`` the first replica takes over if it is alive and in sync.
+      ``preferred`` the first replica takes over if it is alive, in sync and not
+      shutting down.
     """
     live_isr = tuple(r for r in state.isr if r in live)
     leader_alive = state.leader in live and live[state.leader] == state.leader_session
+    staying = [r for r in replicas if r in live_isr and r not in shutting]
     if not leader_alive:
-        for r in replicas:
+        for r in [*staying, *replicas]:
             if r in live_isr:
                 return PartitionState(r, state.leader_epoch + 1, live_isr, live[r])
         if unclean:
@@ -102,11 +110,23 @@ def elect(state: PartitionState, replicas: Sequence[int], live: Mapping[int, int
         if state.leader == NO_LEADER:
             return None
         return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr)
-    if preferred and replicas and replicas[0] != state.leader and replicas[0] in live_isr:
+    if state.leader in shutting:
+        others = [r for r in staying if r != state.leader]
+        if others:
+            return PartitionState(others[0], state.leader_epoch + 1, live_isr, live[others[0]])
+    elif (preferred and replicas and replicas[0] != state.leader and replicas[0] in live_isr
+            and replicas[0] not in shutting):
         return PartitionState(replicas[0], state.leader_epoch + 1, live_isr, live[replicas[0]])
     if live_isr != state.isr:
         return replace(state, isr=live_isr, version=-1)
     return None
+
+
+def leads_movable(state: PartitionState | None, me: int, live: AbstractSet[int]) -> bool:
+    """True if ``me`` leads the partition and another live in-sync replica could take
+    over: what a broker in a controlled shutdown waits to see gone."""
+    return (state is not None and state.leader == me
+            and any(r != me and r in live for r in state.isr))
 
 
 def assign_replicas(topic: str, partitions: int, replication_factor: int,
@@ -143,4 +163,5 @@ def assign_replicas(topic: str, partitions: int, replication_factor: int,
             for p in range(partitions)}
 
 
-__all__ = ["NO_LEADER", "PartitionState", "assign_replicas", "elect", "initial_state"]
+__all__ = ["NO_LEADER", "PartitionState", "assign_replicas", "elect", "initial_state",
+           "leads_movable"]

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    BadVersionError,
     ConnectionLoss,
     NoNodeError,
     NodeExistsError,
@@ -29,7 +30,9 @@ from kazoo.exceptions import (
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.coordination import zk
+from broker.common import topic_config
 from broker.common.errors import (
+    InvalidPartitionsError,
     InvalidRequestError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -334,11 +337,8 @@ class BrokerRegistry:
 
     # -- topic administration (blocking; call from a worker thread) -------------------
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1,
-                     min_insync_replicas: int | None = None) -> dict[int, list[int]]:
-        """Place a new topic's replicas on the live brokers and record it with the
-        initial state of every partition (the first live replica leads)."""
-        validate_topic_name(topic)
+    def _live_brokers(self) -> tuple[dict[int, str], dict[int, int]]:
+        """Live broker id -> rack, and id -> session (registration creation zxid)."""
         racks: dict[int, str] = {}
         live: dict[int, int] = {}
         for child in self.client.get_children(zk.BROKER_IDS):
@@ -348,33 +348,113 @@ class BrokerRegistry:
                 continue
             racks[int(child)] = str(zk.decode(raw).get("rack", ""))
             live[int(child)] = stat.czxid
-        if min_insync_replicas is not None and not 1 <= min_insync_replicas <= replication_factor:
-            raise InvalidRequestError(
-                f"min_insync_replicas must be from 1 to the replication factor "
-                f"({replication_factor}), got {min_insync_replicas}")
+        return racks, live
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1,
+                     min_insync_replicas: int | None = None,
+                     config: dict[str, Any] | None = None) -> dict[int, list[int]]:
+        """Place a new topic's replicas on the live brokers and record it with its
+        settings (checked, :mod:`broker.common.topic_config`) and the initial state of
+        every partition (the first live replica leads)."""
+        validate_topic_name(topic)
+        racks, live = self._live_brokers()
+        config = topic_config.validate(config or {})
+        if min_insync_replicas is not None:
+            config["min_insync_replicas"] = min_insync_replicas
+        topic_config.check_min_insync(config, replication_factor)
         try:
             replicas = assign_replicas(topic, partitions, replication_factor, racks)
         except ValueError as exc:
             raise InvalidRequestError(f"cannot create topic {topic!r}: {exc}") from None
-        config = {} if min_insync_replicas is None else {"min_insync_replicas": min_insync_replicas}
         try:
             self.client.create(zk.topic_path(topic), zk.encode_topic(replicas, config),
                                makepath=True)
         except NodeExistsError:
             raise TopicExistsError(f"topic {topic!r} already exists") from None
-        # The states go in afterwards (pipelined); the controller fills in any state
-        # missing after a crash here, and may beat us to some: that is fine.
+        self._create_states(topic, {p: replicas[p] for p in sorted(replicas)}, live)
+        log.info("created topic %s with %d partitions, replication factor %d: %s%s", topic,
+                 partitions, replication_factor, replicas,
+                 f", settings {config}" if config else "")
+        return replicas
+
+    def _create_states(self, topic: str, replicas: dict[int, list[int]],
+                       live: dict[int, int]) -> None:
+        # The states go in after the assignment (pipelined); the controller fills in any
+        # state missing after a crash here, and may beat us to some: that is fine.
         pending = [self.client.create_async(zk.partition_state_path(topic, p),
                                             initial_state(reps, live).encode(), makepath=True)
-                   for p, reps in sorted(replicas.items())]
+                   for p, reps in replicas.items()]
         for result in pending:
             try:
                 result.get(timeout=30)
             except NodeExistsError:
                 pass
-        log.info("created topic %s with %d partitions, replication factor %d: %s", topic,
-                 partitions, replication_factor, replicas)
-        return replicas
+
+    def _read_topic(self, topic: str) -> tuple[bytes, Any]:
+        validate_topic_name(topic)
+        try:
+            raw, stat = self.client.get(zk.topic_path(topic))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
+        return raw, stat
+
+    def alter_topic_config(self, topic: str, set_: dict[str, Any],
+                           delete: list[str]) -> dict[str, Any]:
+        """Set and remove per-topic settings (a conditional write: a concurrent change
+        is read again, never overwritten); returns the settings now in force. Every
+        broker's watch on the topic node applies them."""
+        for _ in range(20):
+            raw, stat = self._read_topic(topic)
+            replicas = zk.read_assignment(raw)
+            config = topic_config.altered(zk.read_topic_config(raw), set_, delete)
+            rf = min((len(r) for r in replicas.values()), default=1)
+            topic_config.check_min_insync(config, rf)
+            try:
+                self.client.set(zk.topic_path(topic), zk.encode_topic(replicas, config),
+                                version=stat.version)
+            except BadVersionError:
+                continue
+            log.info("topic %s settings now %s", topic, config)
+            return config
+        raise ZooKeeperError(f"topic {topic!r} keeps changing while its settings are "
+                             "altered; try again")
+
+    def create_partitions(self, topic: str, partitions: int) -> dict[int, list[int]]:
+        """Grow ``topic`` to ``partitions`` partitions, placing the new ones as creation
+        does (:func:`assign_replicas`, rack-aware) with the topic's replication factor;
+        returns the whole assignment. Fewer partitions than the topic has is refused
+        (InvalidPartitionsError) and nothing changes."""
+        for _ in range(20):
+            raw, stat = self._read_topic(topic)
+            current = zk.read_assignment(raw)
+            if partitions < len(current):
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has {len(current)} partitions; partitions cannot be "
+                    f"removed (asked for {partitions}); nothing changed")
+            if partitions == len(current):
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} already has {partitions} partitions; nothing changed")
+            rf = len(current[0]) if current else 1
+            racks, live = self._live_brokers()
+            try:
+                placed = assign_replicas(topic, partitions, rf, racks)
+            except ValueError as exc:
+                raise InvalidPartitionsError(f"cannot add partitions to {topic!r}: {exc}") \
+                    from None
+            new = {p: placed[p] for p in range(len(current), partitions)}
+            assignment = {**current, **new}
+            try:
+                self.client.set(zk.topic_path(topic),
+                                zk.encode_topic(assignment, zk.read_topic_config(raw)),
+                                version=stat.version)
+            except BadVersionError:
+                continue
+            self._create_states(topic, new, live)
+            log.info("topic %s grew from %d to %d partitions: %s", topic, len(current),
+                     partitions, new)
+            return assignment
+        raise ZooKeeperError(f"topic {topic!r} keeps changing while partitions are added; "
+                             "try again")
 
     def delete_topic(self, topic: str) -> None:
         """Remove a topic's registry node; every broker then deletes its partitions."""

@@ -29,6 +29,14 @@ CONSUMERS = "/consumers"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+"""Children: ephemeral ``<broker id>`` of brokers asking the controller to move their
+leadership away before they stop (valid while made by the broker's own session)."""
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    """A stopping broker's request to have its partitions' leadership moved."""
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def broker_path(broker_id: int) -> str:
@@ -263,7 +271,8 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONNECT_TIMEOUT_S", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
-    "NodeExistsError", "PREFERRED_ELECTION", "broker_path", "close", "connect", "decode",
+    "NodeExistsError", "PREFERRED_ELECTION", "CONTROLLED_SHUTDOWN", "controlled_shutdown_path",
+    "broker_path", "close", "connect", "decode",
     "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",
 ]

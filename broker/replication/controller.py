@@ -6,7 +6,9 @@ bumps ``/controller_epoch`` and makes every state write a transaction that check
 that epoch's version, so a controller that lost its session (a zombie) cannot write
 any more. It reacts to brokers coming and going, to new topics (filling in any
 missing partition state), to the preferred-leader trigger znode written by
-``logferry topic elect-leaders``, and, when enabled, periodically moves leadership
+``logferry topic elect-leaders``, to brokers asking for a controlled shutdown
+(``/admin/controlled_shutdown/<id>``: their leadership moves to other in-sync
+replicas), and, when enabled, periodically moves leadership
 back to each partition's preferred replica. Decisions are :func:`.state.elect`;
 this module is the IO around it, on one thread fed by a queue.
 """
@@ -34,6 +36,7 @@ from broker.coordination.partition_state import PartitionState, elect, initial_s
 log = logging.getLogger("logferry.controller")
 
 _ELECT, _BROKERS, _TOPICS, _PREFERRED, _STOP = "elect", "brokers", "topics", "preferred", "stop"
+_SHUTDOWN = "shutdown"
 
 
 class Controller:
@@ -166,7 +169,8 @@ class Controller:
         generation = self._generation
         ChildrenWatch(self.client, zk.BROKER_IDS, self._watcher(_BROKERS, generation))
         ChildrenWatch(self.client, zk.BROKER_TOPICS, self._watcher(_TOPICS, generation))
-        self.client.ensure_path("/admin")
+        self.client.ensure_path(zk.CONTROLLED_SHUTDOWN)
+        ChildrenWatch(self.client, zk.CONTROLLED_SHUTDOWN, self._watcher(_SHUTDOWN, generation))
 
         def trigger(data: bytes | None, stat: object, event: object = None) -> bool:
             if not self.active or generation != self._generation:
@@ -176,19 +180,39 @@ class Controller:
             return True
         DataWatch(self.client, zk.PREFERRED_ELECTION, trigger)
 
-    def _live_brokers(self) -> dict[int, int]:
-        live = {}
+    def _live_brokers(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Live broker id -> session (registration creation zxid), and -> the id of
+        its ZooKeeper session (the registration's ephemeral owner)."""
+        live, owners = {}, {}
         for child in self.client.get_children(zk.BROKER_IDS):
             try:
                 _, stat = self.client.get(zk.broker_path(int(child)))
             except NoNodeError:
                 continue
             live[int(child)] = stat.czxid
-        return live
+            owners[int(child)] = stat.ephemeralOwner
+        return live, owners
+
+    def _shutting_down(self, owners: dict[int, int]) -> frozenset[int]:
+        """Live brokers in a controlled shutdown: their request node was made by the
+        session that registered them (a stale one of an earlier run does not count)."""
+        shutting = set()
+        for child in self.client.get_children(zk.CONTROLLED_SHUTDOWN):
+            try:
+                broker_id = int(child)
+                _, stat = self.client.get(zk.controlled_shutdown_path(broker_id))
+            except (NoNodeError, ValueError):
+                continue
+            if owners.get(broker_id) == stat.ephemeralOwner:
+                shutting.add(broker_id)
+        return frozenset(shutting)
 
     def _pass(self, preferred: bool) -> None:
         """Look at every partition once and write what :func:`elect` decides."""
-        live = self._live_brokers()
+        live, owners = self._live_brokers()
+        shutting = self._shutting_down(owners)
+        if shutting:
+            log.info("brokers %s are shutting down: moving their leadership", sorted(shutting))
         offline = 0
         for topic in sorted(self.client.get_children(zk.BROKER_TOPICS)):
             try:
@@ -196,7 +220,7 @@ class Controller:
             except NoNodeError:
                 continue
             for partition, replicas in sorted(zk.read_assignment(raw).items()):
-                state = self._settle(topic, partition, replicas, live, preferred)
+                state = self._settle(topic, partition, replicas, live, preferred, shutting)
                 if state is not None and state.leader == -1:
                     offline += 1
         if offline and offline != self.offline_partitions:
@@ -205,7 +229,8 @@ class Controller:
         self.offline_partitions = offline
 
     def _settle(self, topic: str, partition: int, replicas: list[int], live: dict[int, int],
-                preferred: bool) -> PartitionState | None:
+                preferred: bool,
+                shutting: frozenset[int] = frozenset()) -> PartitionState | None:
         path = zk.partition_state_path(topic, partition)
         for _ in range(10):  # lost races with the leader's own ISR writes: read again
             try:
@@ -224,7 +249,7 @@ class Controller:
                     return new
                 continue
             new = elect(state, replicas, live, unclean=self.unclean_election,
-                        preferred=preferred)
+                        preferred=preferred, shutting=shutting)
             if new is None:
                 return state
             if self._write(path, new, stat.version):

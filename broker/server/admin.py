@@ -1,4 +1,5 @@
-"""The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders.
+"""The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders,
+alter_topic and create_partitions.
 
 Each handler gets a typed request (already checked by :mod:`broker.wire`) and a
 responder. ZooKeeper calls run in the broker's small admin thread pool so the event
@@ -40,6 +41,8 @@ from broker.wire.offsets import (
     encode_offsets_answer,
 )
 from broker.wire.topics import (
+    AlterTopicRequest,
+    CreatePartitionsRequest,
     CreateTopicAnswer,
     CreateTopicRequest,
     DeleteTopicRequest,
@@ -136,8 +139,36 @@ class AdminService:
         self.authorizer.check_topic(responder.principal, Operation.CREATE, request.topic)
         assignment = await self.create_in_zk(
             request.topic, request.partitions or self.config.num_partitions,
-            request.replication_factor, request.min_insync_replicas)
+            request.replication_factor, request.min_insync_replicas, config=request.config)
         responder.answer(encode_create_topic_answer(CreateTopicAnswer(assignment)))
+
+    async def alter_topic(self, request: AlterTopicRequest, responder: Responder) -> None:
+        """Change a topic's settings in ZooKeeper; every broker's watch applies them."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
+        config = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().alter_topic_config,  # type: ignore[union-attr]
+            request.topic, request.set, request.delete)
+        responder.answer({"config": config})
+
+    async def create_partitions(self, request: CreatePartitionsRequest,
+                                responder: Responder) -> None:
+        """Grow a topic; answer once this broker has seen every new partition's state."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
+        assignment = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().create_partitions,  # type: ignore[union-attr]
+            request.topic, request.partitions)
+        await self._await_seen(request.topic, len(assignment))
+        responder.answer({"partitions": assignment})
+
+    async def _await_seen(self, topic: str, partitions: int) -> None:
+        """Wait (up to 5 s) until this broker's view has ``partitions`` partitions of
+        ``topic``, each with a state, so a client's next metadata request sees them."""
+        for _ in range(250):
+            view = self.view()
+            seen = view.topics.get(topic, {})
+            if len(seen) >= partitions and all((topic, p) in view.states for p in seen):
+                return
+            await asyncio.sleep(0.02)
 
     async def delete_topic(self, request: DeleteTopicRequest, responder: Responder) -> None:
         """Delete a topic in ZooKeeper (each broker drops its logs when it sees that)."""
@@ -161,7 +192,8 @@ class AdminService:
 
     async def create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
                            min_insync_replicas: int | None = None,
-                           exists_ok: bool = False) -> dict[int, list[int]]:
+                           exists_ok: bool = False,
+                           config: dict[str, Any] | None = None) -> dict[int, list[int]]:
         """Create a topic (replication factor 0: the broker's default, capped at the live
         brokers) and wait, bounded, until this broker's own watch has seen it and every
         partition has a state. ``exists_ok``: another client's auto-create won the race."""
@@ -171,7 +203,7 @@ class AdminService:
         try:
             assignment = await loop.run_in_executor(
                 self.admin_pool, self.registry().create_topic,  # type: ignore[union-attr]
-                topic, partitions, rf, min_insync_replicas)
+                topic, partitions, rf, min_insync_replicas, config)
         except TopicExistsError:
             if not exists_ok:
                 raise

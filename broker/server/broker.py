@@ -38,6 +38,7 @@ from broker.server.authentication import Authenticator
 from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings
+from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
 )
@@ -48,6 +49,7 @@ from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
 from broker.server.request_budget import RequestBudget
 from broker.server.routing import PartitionRouter
+from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
 
@@ -82,6 +84,8 @@ class Broker:
         """The signal that stopped :meth:`run` (SIGINT: the CLI exits 130, Ctrl-C's code)."""
         self.shutting_down = False
         self._known_topics: set[str] = set()
+        self._topic_codecs: dict[str, int] = {}
+        """Topic -> codec of its ``compression`` setting (topic_settings.codec_for)."""
         self._logs_loaded = False
         self._replication_started = False
         self._ssl_context = server_context(config.tls) if config.tls else None
@@ -123,7 +127,8 @@ class Broker:
                                self.fetch.wake_consumers, self.replication.on_flushed)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
                                  self.stats, self.config.log.flush_messages == 1, shutting_down,
-                                 authorizer=self.authorizer)
+                                 authorizer=self.authorizer,
+                                 topic_codecs=lambda: self._topic_codecs)
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
@@ -300,8 +305,14 @@ class Broker:
         self._stopping.set()
 
     async def stop(self) -> None:
-        """Stop accepting, answer in-flight requests, flush, deregister."""
+        """Hand leadership over (controlled shutdown), stop accepting, answer in-flight
+        requests, stop fetching, deregister (so the ISRs drop this broker at once),
+        flush."""
         log.info("broker %d stopping", self.config.broker_id)
+        if self.config.controlled_shutdown and self._zk is not None and not self.shutting_down:
+            await hand_over_leadership(self.config.broker_id, self._zk, lambda: self.view,
+                                       self._admin_pool,
+                                       self.config.controlled_shutdown_timeout_s)
         self.shutting_down = True
         if self._server is not None:
             self._server.close()
@@ -319,6 +330,11 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.controller.stop)
         log.info("stop: stopping replica fetchers")
         await self.replication.stop()
+        if self.registry is not None:
+            # at once: this broker no longer fetches, so acks=all writes to the partitions
+            # it follows wait for it until the controller drops it from their ISRs
+            log.info("stop: leaving the registry")
+            await asyncio.get_running_loop().run_in_executor(None, self.registry.deregister)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -330,9 +346,6 @@ class Broker:
         self.logs.close()
         for conn in list(self.connections):
             conn.close()
-        if self.registry is not None:
-            log.info("stop: leaving the registry")
-            self.registry.deregister()
         if self._zk is not None:
             zk.close(self._zk)
         if self._metrics_server is not None:
@@ -357,8 +370,14 @@ class Broker:
         if self.shutting_down:
             return  # logs are closing: a late view must not reopen partitions
         me = self.config.broker_id
+        codecs: dict[str, int] = {}
         for topic, assignment in view.topics.items():
             topic_id = view.topic_ids.get(topic, 0)
+            overrides = view.configs.get(topic, {})
+            log_config = log_config_for(self.config.log, overrides)
+            codec = codec_for(overrides)
+            if codec is not None:
+                codecs[topic] = codec
             for partition, replicas in assignment.items():
                 if me not in replicas:
                     continue
@@ -366,6 +385,11 @@ class Broker:
                 if plog is None:
                     plog = self.logs.create(topic, partition)
                     log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
+                if plog.config != log_config:  # a topic setting changed: no restart needed
+                    log.info("%s: log settings %s", plog.name,
+                             {k: overrides[k] for k in LOG_KEYS if k in overrides}
+                             or "the broker's")
+                    plog.config = log_config
                 if topic_id and plog.topic_id not in (None, topic_id):
                     plog = self._replace_earlier_topics_log(topic, partition, plog)
                     if plog is None:
@@ -383,6 +407,7 @@ class Broker:
                     self.logs.remove(t, p)
                     log.info("deleted %s-%d: topic was deleted", t, p)
         self._known_topics = set(view.topics)
+        self._topic_codecs = codecs
         self.view = view
         self.replication.apply(view)
 

@@ -47,6 +47,10 @@ class BrokerConfig:
     zk_connect_timeout_s: float = 5.0
     retention_check_ms: int = 60_000
     shutdown_timeout_s: float = 10.0
+    controlled_shutdown: bool = True
+    """On a stop, first have the controller move this broker's leadership elsewhere."""
+    controlled_shutdown_timeout_s: float = 10.0
+    """How long a stop waits for that before it goes on regardless."""
     rack: str = ""
     default_replication_factor: int = 1
     min_insync_replicas: int = 1
@@ -89,6 +93,8 @@ BROKER_FIELDS = fields(
     metrics_port=PORT,
     retention_check_ms=POSITIVE_INT,
     shutdown_timeout_s=POSITIVE_NUMBER,
+    controlled_shutdown=BOOL,
+    controlled_shutdown_timeout_s=POSITIVE_NUMBER,
     rack=NONEMPTY_STR,
     default_replication_factor=POSITIVE_INT,
     min_insync_replicas=POSITIVE_INT,

@@ -39,6 +39,8 @@ class Dispatcher:
             protocol.CREATE_TOPIC: admin.create_topic,
             protocol.DELETE_TOPIC: admin.delete_topic,
             protocol.ELECT_LEADERS: admin.elect_leaders,
+            protocol.ALTER_TOPIC: admin.alter_topic,
+            protocol.CREATE_PARTITIONS: admin.create_partitions,
         }
 
     @staticmethod

@@ -27,6 +27,7 @@ from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher
 from broker.server.responder import Responder
 from broker.server.routing import PartitionRouter
+from broker.server.topic_settings import compress_message_set
 from broker.storage.log_manager import LogManager
 from broker.wire import records
 from broker.wire.produce import ProduceAnswerPart, ProduceRequest, encode_produce_answer
@@ -41,7 +42,8 @@ class ProduceService:
                  flusher: Flusher, fetch: FetchService, metrics: BrokerMetrics,
                  flush_each: bool, shutting_down: Callable[[], bool],
                  disk_full: DiskFullReporter | None = None,
-                 authorizer: Authorizer = ALLOW_ALL):
+                 authorizer: Authorizer = ALLOW_ALL,
+                 topic_codecs: Callable[[], dict[str, int]] | None = None):
         self.router = router
         self.replication = replication
         self.logs = logs
@@ -55,6 +57,8 @@ class ProduceService:
                                                        metrics.produce_disk_full)
         """Logs (rate-limited) and counts appends refused for a full log dir."""
         self.authorizer = authorizer
+        self.topic_codecs = topic_codecs or dict
+        """Topic -> codec of its ``compression`` setting, for the topics that have one."""
 
     def handle(self, request: ProduceRequest, responder: Responder) -> None:
         """Append each message set; answer now, after fsync, after the in-sync
@@ -71,11 +75,14 @@ class ProduceService:
         replica_waits: list[tuple[str, int, int, int]] = []
         failed = False
         principal = responder.principal
+        codecs = self.topic_codecs()
         for topic, partition, chunk in request.sets:
             try:
                 self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True)
                 scan = records.validate_message_set(chunk)
+                if codecs and topic in codecs:
+                    chunk = compress_message_set(chunk, codecs[topic])
                 if acks == -1:
                     replication.check_acks_all(topic, partition)
                 base = plog.append(chunk, scan.messages)

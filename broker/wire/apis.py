@@ -85,6 +85,8 @@ REQUEST_PARSERS: dict[int, Callable[[dict[str, Any], memoryview], Any]] = {
     protocol.ELECT_LEADERS: lambda header, _: topics.parse_elect_leaders_request(header),
     protocol.SASL_HANDSHAKE: lambda header, _: sasl.parse_handshake_request(header),
     protocol.SASL_AUTHENTICATE: lambda header, _: sasl.parse_authenticate_request(header),
+    protocol.ALTER_TOPIC: lambda header, _: topics.parse_alter_topic_request(header),
+    protocol.CREATE_PARTITIONS: lambda header, _: topics.parse_create_partitions_request(header),
 }
 """api key -> ``parse(header, payload)`` returning that api's typed request."""
 

@@ -46,6 +46,8 @@ METADATA = 3
 CREATE_TOPIC = 4
 DELETE_TOPIC = 5
 ELECT_LEADERS = 6
+ALTER_TOPIC = 7
+CREATE_PARTITIONS = 8
 SASL_HANDSHAKE = 10
 SASL_AUTHENTICATE = 11
 
@@ -57,6 +59,8 @@ API_NAMES = {
     CREATE_TOPIC: "create_topic",
     DELETE_TOPIC: "delete_topic",
     ELECT_LEADERS: "elect_leaders",
+    ALTER_TOPIC: "alter_topic",
+    CREATE_PARTITIONS: "create_partitions",
     SASL_HANDSHAKE: "sasl_handshake",
     SASL_AUTHENTICATE: "sasl_authenticate",
 }

@@ -80,7 +80,8 @@ def _services(tmp_path, flush_messages: int):
     produce = ProduceService(router, replication, logs, flusher, fetch, metrics,
                              flush_messages == 1, lambda: False)
     dispatcher = Dispatcher(produce, fetch, SimpleNamespace(
-        offsets=None, metadata=None, create_topic=None, delete_topic=None, elect_leaders=None))
+        offsets=None, metadata=None, create_topic=None, delete_topic=None, elect_leaders=None,
+        alter_topic=None, create_partitions=None))
     return dispatcher, metrics, logs, pool
 
 

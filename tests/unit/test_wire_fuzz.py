@@ -66,6 +66,11 @@ REQUESTS: dict[int, st.SearchStrategy] = {
                                   replication_factor=small_ints, min_insync_replicas=small_ints),
     protocol.DELETE_TOPIC: fields(topic=names),
     protocol.ELECT_LEADERS: fields(),
+    protocol.ALTER_TOPIC: fields(topic=names, set=st.dictionaries(
+        st.sampled_from(["retention_ms", "segment_bytes", "compression", "bogus"]),
+        small_ints | st.text(max_size=6), max_size=3),
+        delete=st.lists(st.sampled_from(["retention_ms", "bogus"]), max_size=2)),
+    protocol.CREATE_PARTITIONS: fields(topic=names, partitions=small_ints),
 }
 
 answer_parts = st.lists(anything_or(st.tuples(
