@@ -4,7 +4,7 @@ agent, mirror, hadoop_loader and demo import from here (and from ``broker.common
 only; the modules behind these names may move.
 """
 
-from broker.client.admin import Admin, BrokerInfo, PartitionInfo
+from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
 from broker.client.audit import AuditRecord, window_of
 from broker.client.batches import (
     CODEC_GZIP,
@@ -25,9 +25,14 @@ from broker.client.group import (
     GroupConsumer,
     Lag,
     MessageStream,
+    Observation,
     PartitionNotOwnedError,
+    PartitionStatus,
     RawBatch,
+    StatusWindows,
     group_lag,
+    group_status,
+    partition_status,
 )
 from broker.client.producer import DeliveryFuture, Producer
 from broker.common.errors import *  # noqa: F401,F403 - the errors are part of the client's api
@@ -41,4 +46,5 @@ __all__ = [
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "encode_batch", "group_lag", "messages_of", "window_of",
+    "ClusterState", "Observation", "PartitionStatus", "StatusWindows", "group_status", "partition_status",
 ]

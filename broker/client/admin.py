@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
@@ -34,6 +34,19 @@ class PartitionInfo(NamedTuple):
     def under_replicated(self) -> bool:
         """True while some replica is out of sync (or the partition has no leader)."""
         return self.leader < 0 or len(self.isr) < len(self.replicas)
+
+
+class ClusterState(NamedTuple):
+    """One metadata reading of a whole cluster (:meth:`Admin.describe_cluster`)."""
+
+    brokers: dict[int, BrokerInfo]
+    """Live brokers by id."""
+    controller: int
+    """The controller's broker id (-1: none right now)."""
+    topics: dict[str, dict[int, PartitionInfo]]
+    """Every topic's partitions."""
+    configs: dict[str, dict[str, Any]]
+    """Every topic's settings recorded at creation (may be empty)."""
 
 
 class Admin:
@@ -108,6 +121,23 @@ class Admin:
         """Whether a broker creates unknown topics on a producer's first send (its
         ``auto_create_topics``); None when it does not say (an older broker)."""
         return parse_metadata_answer(self.cluster.refresh([])).auto_create
+
+    def describe_cluster(self) -> ClusterState:
+        """Brokers, controller and every topic's partitions from one metadata request
+        (what a dashboard polls)."""
+        answer = parse_metadata_answer(self.cluster.refresh(None))
+        topics: dict[str, dict[int, PartitionInfo]] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for topic, info in sorted(answer.topics.items()):
+            if info.error:
+                continue
+            topics[topic] = {p: PartitionInfo(leader, info.replicas[p], info.isr[p],
+                                              info.epochs.get(p, -1))
+                             for p, leader in sorted(info.partitions.items())}
+            configs[topic] = dict(info.config or {})
+        brokers = {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
+                   for b, a in sorted(answer.brokers.items())}
+        return ClusterState(brokers, answer.controller, topics, configs)
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""

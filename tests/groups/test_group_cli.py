@@ -54,9 +54,11 @@ def test_list_describe_seek_delete(broker_cluster, capsys):
     lagging = [r for r in rows.values() if r["lag_bytes"]]
     assert lagging and all(r["lag_messages"] == 100 - r["skip"] for r in lagging)
     assert all(time.time() * 1000 - r["committed_at_ms"] < 60_000 for r in rows.values())
+    assert info["status"] == "OK" and all(r["status"] == "OK" for r in rows.values())  # one reading
     assert run(["describe", "readers", "--zk", zk]) == 0
     text = capsys.readouterr().out
     assert "LAG-MSGS" in text and consumer.consumer_id in text
+    assert "STATUS" in text and "status OK" in text
 
     with pytest.raises(ConfigError, match="active member"):
         run(["seek", "readers", "--zk", zk, "--topic", "cli", "--to", "earliest"])
