@@ -9,7 +9,8 @@ Routes:
 - ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
   messages from an offset or a time;
 - ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
-  event per batch of new messages from the end of the partition.
+  event per batch of new messages from the end of the partition;
+- ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
 
 The client library blocks, so each cluster's reading runs in a worker thread; the
 event loop only serves. Everything is read-only.
@@ -27,9 +28,11 @@ from typing import Any
 from aiohttp import web
 
 from broker.client import LogferryError
+from broker.common.metrics import Metrics
 from console.collector import ClusterPoller
 from console.config import ConsoleConfig
 from console.messages import browse, parse_start, tail
+from console.metrics import console_metrics
 
 log = logging.getLogger("logferry.console")
 
@@ -40,6 +43,7 @@ KEEPALIVE_S = 15.0
 POLLERS = web.AppKey("pollers", dict)
 CONFIG = web.AppKey("config", ConsoleConfig)
 STATE = web.AppKey("state", dict)
+METRICS = web.AppKey("metrics", Metrics)
 
 
 def _dumps(obj: Any) -> str:
@@ -171,18 +175,26 @@ async def api_tail(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[METRICS]
+    return web.Response(body=registry.render().encode(),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
 def make_app(config: ConsoleConfig) -> web.Application:
     """The aiohttp application for ``config`` (polling starts with the app)."""
     app = web.Application()
     app[CONFIG] = config
     app[POLLERS] = {c.name: ClusterPoller(c) for c in config.clusters}
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0}
+    app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
     app.cleanup_ctx.append(_start_polling)
     app.router.add_get("/", index)
     app.router.add_get("/api/snapshot", api_snapshot)
     app.router.add_get("/api/events", api_events)
     app.router.add_get("/api/messages", api_messages)
     app.router.add_get("/api/tail", api_tail)
+    app.router.add_get("/metrics", metrics)
     app.router.add_static("/static/", STATIC)
     return app
 

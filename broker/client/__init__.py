@@ -34,6 +34,7 @@ from broker.client.group import (
     group_status,
     partition_status,
 )
+from broker.client.group.status import SEVERITY as STATUS_SEVERITY
 from broker.client.producer import DeliveryFuture, Producer
 from broker.common.errors import *  # noqa: F401,F403 - the errors are part of the client's api
 from broker.common.errors import LogferryError
@@ -46,5 +47,5 @@ __all__ = [
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "encode_batch", "group_lag", "messages_of", "window_of",
-    "ClusterState", "Observation", "PartitionStatus", "StatusWindows", "group_status", "partition_status",
+    "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows", "group_status", "partition_status",
 ]
