@@ -48,15 +48,14 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
         config = from_zk(args.zk)
     else:
         raise ConfigError("name the clusters: --config FILE or --zk CONNECT (repeatable)")
-    overrides = {"host": args.host or config.host,
-                 "port": config.port if args.port is None else args.port,
-                 "interval_s": config.interval_s if args.interval is None else args.interval}
-    if not 0 <= overrides["port"] <= 65535:
-        raise ConfigError(f"--port {overrides['port']}: must be 0-65535")
-    if not 0 < overrides["interval_s"] <= 2:
-        raise ConfigError(f"--interval {overrides['interval_s']}: must be above 0 and at most 2")
-    return ConsoleConfig(config.clusters, overrides["host"], overrides["port"],
-                         overrides["interval_s"], config.audit_topic)
+    host: str = args.host or config.host
+    port: int = config.port if args.port is None else args.port
+    interval: float = config.interval_s if args.interval is None else args.interval
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: must be 0-65535")
+    if not 0 < interval <= 2:
+        raise ConfigError(f"--interval {interval}: must be above 0 and at most 2")
+    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -69,8 +68,12 @@ def run_command(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        def on_signal(signum: int) -> None:
+            signals.append(signum)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda s=sig: (signals.append(s), stop.set()))
+            loop.add_signal_handler(sig, on_signal, sig)
 
         def started(url: str) -> None:
             print(f"console: {url}", flush=True)

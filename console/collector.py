@@ -145,11 +145,11 @@ class ClusterPoller:
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
         brokers = []
         for b in known:
-            info = live.get(b)
-            brokers.append({"id": b, "up": info is not None, "controller": b == state.controller,
-                            "host": info.host if info else None, "port": info.port if info else None,
-                            "rack": info.rack if info else "",
-                            "datacenter": info.datacenter if info else "",
+            where = live.get(b)
+            brokers.append({"id": b, "up": where is not None, "controller": b == state.controller,
+                            "host": where.host if where else None, "port": where.port if where else None,
+                            "rack": where.rack if where else "",
+                            "datacenter": where.datacenter if where else "",
                             "leaders": leaders.get(b, 0)})
         time_ms = int(now * 1000)
         summary = {"brokers_up": len(live), "brokers": len(known), "controller": state.controller,

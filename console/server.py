@@ -206,8 +206,8 @@ async def serve(config: ConsoleConfig, stop: asyncio.Event, started: Any = None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
-    server = site._server
-    port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else config.port
+    sockets = getattr(site._server, "sockets", None) or []
+    port = int(sockets[0].getsockname()[1]) if sockets else config.port
     url = f"http://{config.host}:{port}/"
     log.info("console serving %s at %s (clusters: %s)", url, config.host,
              ", ".join(f"{c.name}={c.zk_connect}" for c in config.clusters))

@@ -47,5 +47,6 @@ __all__ = [
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "encode_batch", "group_lag", "messages_of", "window_of",
-    "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows", "group_status", "partition_status",
+    "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
+    "group_status", "partition_status",
 ]
