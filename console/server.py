@@ -53,7 +53,7 @@ def _dumps(obj: Any) -> str:
 def snapshot(app: web.Application) -> dict[str, Any]:
     """The latest reading of every cluster, in config order."""
     state = app[STATE]
-    return {"time_ms": state["time_ms"], "seq": state["seq"],
+    return {"time_ms": state["time_ms"], "seq": state["seq"], "poll_ms": state["poll_ms"],
             "interval_s": app[CONFIG].interval_s,
             "clusters": [p.last for p in app[POLLERS].values()]}
 
