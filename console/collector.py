@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
+from console.audit import AuditReader, read_audit
 from console.config import ClusterConfig
 from console.rates import History, Rates
 
@@ -36,8 +37,9 @@ SERIES = ("bytes_in_s", "msgs_in_s", "bytes_out_s")
 class ClusterPoller:
     """Reads one cluster; keeps what rates and statuses need between readings."""
 
-    def __init__(self, config: ClusterConfig, request_timeout: float = 5.0):
+    def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
         self.config = config
+        self._audit = AuditReader(audit_topic)
         self.request_timeout = request_timeout
         self._admin: Admin | None = None
         self._groups: GroupAdmin | None = None
@@ -136,6 +138,8 @@ class ClusterPoller:
                            "config": state.configs.get(name, {})})
 
         groups, bytes_out = self._read_groups(ranges, now)
+        audit_parts = sorted(state.topics.get(self._audit.topic, {}))
+        audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
         live = state.brokers
         known = sorted(set(live) | {b for parts in state.topics.values()
                                     for i in parts.values() for b in i.replicas})
@@ -163,7 +167,7 @@ class ClusterPoller:
                               for g in groups for r in g["partitions"]})
         return {"name": self.config.name, "zk": self.config.zk_connect, "ok": True, "error": None,
                 "time_ms": time_ms, "summary": summary, "brokers": brokers, "topics": topics,
-                "groups": groups, "history": self.history.as_dict()}
+                "groups": groups, "audit": audit, "history": self.history.as_dict()}
 
     def _read_groups(self, ranges: dict[Any, Any], now: float) -> tuple[list[dict[str, Any]], float]:
         assert self._groups is not None

@@ -185,7 +185,7 @@ def make_app(config: ConsoleConfig) -> web.Application:
     """The aiohttp application for ``config`` (polling starts with the app)."""
     app = web.Application()
     app[CONFIG] = config
-    app[POLLERS] = {c.name: ClusterPoller(c) for c in config.clusters}
+    app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
     app.cleanup_ctx.append(_start_polling)

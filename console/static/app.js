@@ -103,11 +103,32 @@ function groupsCard(c) {
   return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: consumer groups</h2>${groups}</div>`;
 }
 
+function auditCard(c) {
+  if (!c.ok) return clusterCard(c);
+  const a = c.audit;
+  const head = `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: audit</h2>`;
+  if (!a) return head + `<p class="mute">no audit topic in this cluster</p></div>`;
+  const stages = [...new Set(a.rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
+  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
+  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
+  const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
+    `<td>${new Date(r.window_start).toISOString().slice(0, 16).replace("T", " ")}</td><td class="num">${r.hosts}</td>` +
+    stages.map((s) => {
+      const st = r.stages[s];
+      if (!st) return `<td class="mute">-</td><td></td>`;
+      const count = s === "agent" ? `${num(st.acked)} / ${num(st.sent)}` : num(st.acked);
+      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${cls(st.complete_pct)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+    }).join("") + `</tr>`).join("");
+  const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
+  return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
+    (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
+}
+
 function render() {
   const snap = state.snap;
   if (!snap) return;
   const t0 = performance.now();
-  const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard };
+  const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
   const fn = views[state.view];
   if (fn) $("#view-" + state.view).innerHTML = `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
   const select = $("#browse select[name=cluster]");

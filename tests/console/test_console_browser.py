@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, GroupConsumer, Producer
+from broker.client import Admin, AuditRecord, GroupConsumer, Producer
 from tests.console.browser import ConsoleProcess, open_browser
 from tests.support import waiting
 
@@ -139,11 +139,15 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_messages_view_browses_and_tails(broker_cluster):
+def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(broker_cluster):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
+    audit = [AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
+             AuditRecord("logs", 60_000, 120_000, 10, 9, "web-2"),
+             AuditRecord("logs", 60_000, 120_000, 0, 29, "", "mirror")]
     with Producer(zk=zk, linger_ms=2) as producer:
         producer.send("logs", [b"line %d" % i for i in range(30)], partition=0)
+        producer.send("_audit", [r.encode() for r in audit], partition=0)
         producer.flush(30)
     console = ConsoleProcess(f"live={zk}")
     try:
@@ -161,6 +165,13 @@ def test_messages_view_browses_and_tails(broker_cluster):
                 producer.send("logs", [b"tailed %d" % i for i in range(3)], partition=0)
                 producer.flush(30)
             page.wait_for_selector("text=tailed 2", timeout=5_000)
+
+            page.click('#tabs button[data-view="audit"]')
+            row = '[data-audit-topic="logs"][data-window="60000"]'
+            page.wait_for_selector(row)
+            assert page.text_content(f'{row} [data-stage="agent"]') == "29 / 30"
+            assert page.text_content(f'{row} [data-stage-pct="agent"]') == "96.67%"
+            assert page.text_content(f'{row} [data-stage-pct="mirror"]') == "100.00%"
             assert errors == [], errors
     finally:
         assert console.stop() == 0, "".join(console.stderr)

@@ -94,3 +94,27 @@ def test_console_metrics_from_readings():
     assert 'logferry_console_group_status{cluster="live",group="dash"} 4.0' in text
     assert 'logferry_console_under_replicated_partitions{cluster="live"} 3.0' in text
     assert 'logferry_console_cluster_up{cluster="analysis"} 0.0' in text
+
+
+def test_audit_tally_adds_hosts_and_judges_later_stages_against_the_agents():
+    from broker.client import AuditRecord
+    from console.audit import AuditTally
+
+    tally = AuditTally(max_windows=2)
+    for host in ("web-1", "web-2"):
+        tally.add(AuditRecord("app", 0, 60_000, 100, 100, host))
+    tally.add(AuditRecord("app", 0, 60_000, 10, 10, "web-1"))  # a restarted agent: counts add up
+    tally.add(AuditRecord("app", 0, 60_000, 0, 220, "", "mirror"))
+    tally.add(AuditRecord("app", 60_000, 120_000, 50, 40, "web-1"))
+    tally.add(AuditRecord("app", 120_000, 180_000, 5, 5, "web-1"))  # pushes window 0 out
+    rows = tally.rows()
+    assert [r["window_start"] for r in rows] == [120_000, 60_000]
+    assert rows[1]["stages"]["agent"] == {"sent": 50, "acked": 40, "complete_pct": 80.0}
+
+    tally = AuditTally()
+    for host in ("web-1", "web-2"):
+        tally.add(AuditRecord("app", 0, 60_000, 100, 100, host))
+    tally.add(AuditRecord("app", 0, 60_000, 0, 220, "", "mirror"))
+    (row,) = tally.rows()
+    assert row["hosts"] == 2
+    assert row["stages"]["mirror"]["complete_pct"] == 110.0  # duplicates show above 100%
