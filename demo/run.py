@@ -82,6 +82,7 @@ class Pipeline:
         self.mirror: Child | None = None
         self.mirror_group = "logferry-mirror"
         self.mirror_metrics = ""
+        self.console_url = ""
         self.agent_metrics: dict[str, str] = {}
         """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
         self.dashboard: Dashboard | None = None
@@ -166,7 +167,8 @@ class Pipeline:
         self.sup.add(Child.logferry("console", ["console", "--zk", f"live={self.live_zk}", "--zk",
                                                 f"analysis={self.analysis_zk}", "--port", str(port)],
                                     self.workdir / "logs" / "console.log"), watched=False)
-        say(f"console: http://127.0.0.1:{port}/ (live and analysis clusters)")
+        self.console_url = f"http://127.0.0.1:{port}/"
+        say(f"console: {self.console_url} (live and analysis clusters)")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:
