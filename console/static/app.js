@@ -93,7 +93,7 @@ function groupsCard(c) {
     const rows = g.partitions.map((r) => `<tr data-group="${esc(g.name)}" data-topic="${esc(r.topic)}" data-partition="${r.partition}">` +
       `<td>${esc(r.topic)}</td><td class="num">${r.partition}</td><td>${esc(r.owner || "-")}</td>` +
       `<td class="num" data-field="committed">${num(r.committed)}</td><td class="num" data-field="log_end">${num(r.log_end)}</td>` +
-      `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages">${r.lag_messages === null ? "-" : "~" + num(r.lag_messages)}</td>` +
+      `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages">${r.lag_messages === null ? "-" : r.lag_messages ? "~" + num(r.lag_messages) : "0"}</td>` +
       `<td class="${r.status}" data-field="status">${r.status}</td></tr>`).join("");
     return `<div data-group-card="${esc(g.name)}"><h2>${esc(g.name)} <span class="${g.status}" data-field="group-status">${g.status}</span> ` +
       `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, ~${num(g.lag_messages)} msgs, consumed ${rate(g.bytes_out_s)}B/s</span></h2>` +
@@ -112,7 +112,7 @@ function auditCard(c) {
   const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
   const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
   const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
-    `<td>${new Date(r.window_start).toISOString().slice(0, 16).replace("T", " ")}</td><td class="num">${r.hosts}</td>` +
+    `<td>${new Date(r.window_start).toISOString().slice(0, 19).replace("T", " ")}</td><td class="num">${r.hosts}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
