@@ -127,7 +127,7 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
             page.wait_for_selector('[data-partitions="web"] tr.urp, [data-partitions="web"] tr.offline')
             page.click('#tabs button[data-view="clusters"]')
             page.wait_for_timeout(300)
-            # LOGFERRY_CONSOLE_SCREENSHOT=docs/images/console.png refreshes the docs' picture.
+            # LOGFERRY_CONSOLE_SCREENSHOT=FILE keeps the picture (docs/images/console.png is the demo's).
             shot = Path(os.environ.get("LOGFERRY_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
             page.screenshot(path=str(shot))
             assert shot.stat().st_size > 1000
