@@ -140,6 +140,7 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(broker_cluster):
+    """Also: a cluster that is not there is shown as unreachable, beside one that is."""
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
     audit = [AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
@@ -149,9 +150,14 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
         producer.send("logs", [b"line %d" % i for i in range(30)], partition=0)
         producer.send("_audit", [r.encode() for r in audit], partition=0)
         producer.flush(30)
-    console = ConsoleProcess(f"live={zk}")
+    missing = zk.rsplit("/", 1)[0] + "/no-cluster-here"  # a chroot nobody registered
+    console = ConsoleProcess(f"live={zk}", f"gone={missing}")
     try:
         for page, errors in open_browser():
+            page.goto(console.url)
+            page.wait_for_selector('[data-cluster="gone"] .bad')
+            assert "no logferry cluster" in page.text_content('[data-cluster="gone"]')
+            assert page.text_content('[data-cluster="live"] [data-summary="brokers_up"]') == "1/1"
             page.goto(console.url + "?view=messages")
             page.wait_for_function("document.body.dataset.seq > 0")
             page.fill('#browse input[name="topic"]', "logs")
