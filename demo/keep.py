@@ -114,6 +114,8 @@ class KeepRunning:
             lines.append(f"  {'agent ' + host:<20} {url}/metrics   (JSON: {url}/status)")
         if p.mirror_metrics:
             lines.append(f"  {'mirror':<20} {p.mirror_metrics}/metrics")
+        if getattr(p, "console_url", ""):
+            lines += ["", f"Web console (both clusters, live): {p.console_url}"]
         restart = ("type r and Enter, or " if self.interactive else "") + \
             f"kill -USR1 {os.getpid()}"
         lines += ["", f"A process that exits is reported and the rest keep running; to start it "

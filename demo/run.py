@@ -82,6 +82,7 @@ class Pipeline:
         self.mirror: Child | None = None
         self.mirror_group = "logferry-mirror"
         self.mirror_metrics = ""
+        self.console_url = ""
         self.agent_metrics: dict[str, str] = {}
         """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
         self.dashboard: Dashboard | None = None
@@ -155,6 +156,19 @@ class Pipeline:
             raise DemoError(f"the mirror exited at start:\n{self.mirror.log_tail()}")
         say(f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid}, "
             f"metrics {self.mirror_metrics}/metrics)")
+
+    def start_console(self) -> None:
+        """The web console over both clusters (docs/console.md), if its extra is installed."""
+        import importlib.util
+        if importlib.util.find_spec("aiohttp") is None:
+            say("console: not started (install it with: pip install 'logferry[console]')")
+            return
+        port = free_port()
+        self.sup.add(Child.logferry("console", ["console", "--zk", f"live={self.live_zk}", "--zk",
+                                                f"analysis={self.analysis_zk}", "--port", str(port)],
+                                    self.workdir / "logs" / "console.log"), watched=False)
+        self.console_url = f"http://127.0.0.1:{port}/"
+        say(f"console: {self.console_url} (live and analysis clusters)")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:
@@ -324,6 +338,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.start_clusters()
     pipeline.create_topics()
     pipeline.start_mirror()
+    pipeline.start_console()
     dashboard = pipeline.dashboard = Dashboard(pipeline.live_zk, pipeline.topics)
     dashboard.start()
     dashboard.ready.wait(30)

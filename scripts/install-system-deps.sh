@@ -3,7 +3,8 @@
 # Debian's ZooKeeper server jars (broker/testing/zkserver.py runs them without systemd)
 # and promtool from Debian's `prometheus` package (the tests check every metrics
 # endpoint with `promtool check metrics`; about 19 MB to download, 96 MB installed;
-# the Prometheus server it also installs is not started).
+# the Prometheus server it also installs is not started), and Debian's `chromium` (the
+# console's browser tests drive it with Playwright, which cannot download a browser here).
 #
 # Idempotent and quiet: when everything is present it prints nothing and exits 0.
 # As root it installs the missing packages (one `apt-get update`, then one install).
@@ -13,7 +14,7 @@ set -euo pipefail
 JAVA_DIR=/usr/share/java
 # Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
-PACKAGES=(zookeeper default-jre-headless prometheus)
+PACKAGES=(zookeeper default-jre-headless prometheus chromium)
 MIN_JAVA=11
 
 # The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
@@ -53,6 +54,7 @@ find_missing() {
         [[ -f "${JAVA_DIR}/${jar}" ]] || MISSING+=("${JAVA_DIR}/${jar}")
     done
     command -v promtool >/dev/null 2>&1 || MISSING+=("promtool")
+    [[ -x /usr/bin/chromium ]] || MISSING+=("chromium")
 }
 
 # "a, b, c" from the MISSING array.
@@ -71,7 +73,7 @@ install_cmd="apt-get install -y --no-install-recommends ${PACKAGES[*]}"
 what=$(missing_list)
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR} and promtool (Debian/Ubuntu: ${install_cmd})" >&2
+    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool and chromium (Debian/Ubuntu: ${install_cmd})" >&2
     exit 1
 fi
 

@@ -39,6 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _cluster_args(p)
     p.add_argument("group")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--window", type=float, default=0.0, metavar="SECONDS",
+                   help="read the group once a second for this long and judge its status "
+                        "(Burrow's rules, docs/groups.md) from the commits seen; default 0: "
+                        "one reading, which judges nothing (OK)")
     p.set_defaults(func=describe_cmd)
 
     p = gsub.add_parser("seek", help="set a group's committed offsets of a topic")
@@ -113,21 +117,32 @@ def list_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(admin: "GroupAdmin", group: str) -> dict[str, Any]:
-    """Everything ``describe`` shows, as plain data (see :meth:`GroupAdmin.describe`)."""
-    return admin.describe(group)
+def describe(admin: "GroupAdmin", group: str, window_s: float = 0.0) -> dict[str, Any]:
+    """Everything ``describe`` shows, as plain data (see :meth:`GroupAdmin.describe`),
+    the status judged over readings once a second for ``window_s`` seconds."""
+    from broker.client import StatusWindows
+
+    windows = StatusWindows()
+    deadline = time.monotonic() + max(window_s, 0.0)
+    info = admin.describe(group, windows)
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        info = admin.describe(group, windows)
+    return info
 
 
 def describe_cmd(args: argparse.Namespace) -> int:
+    if args.window < 0:
+        raise ConfigError(f"--window {args.window}: give seconds, 0 or more")
     with _admin(args) as admin:
         admin.require(args.group)
-        info = describe(admin, args.group)
+        info = describe(admin, args.group, args.window)
     if args.json:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
     members = info["members"]
-    print(f"group {args.group}: {len(members)} member(s)")
+    print(f"group {args.group}: {len(members)} member(s), status {info['status']}")
     if members:
         rows = []
         for cid, data in members.items():
@@ -149,10 +164,10 @@ def describe_cmd(args: argparse.Namespace) -> int:
                      "?" if r["log_end"] is None else r["log_end"],
                      "-" if lag_b is None else lag_b,
                      "-" if lag_m is None else f"~{lag_m}",
-                     _fmt_time(r["committed_at_ms"] or 0)])
+                     r["status"], _fmt_time(r["committed_at_ms"] or 0)])
     if rows:
         print(_table(rows, ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "SKIP", "LOG-END",
-                            "LAG-BYTES", "LAG-MSGS", "LAST-COMMIT"]))
+                            "LAG-BYTES", "LAG-MSGS", "STATUS", "LAST-COMMIT"]))
         print(f"total lag: {total_bytes} bytes, ~{total_msgs} messages")
     else:
         print("no partitions (nothing subscribed or committed yet)")

@@ -4,8 +4,8 @@ agent, mirror, hadoop_loader and demo import from here (and from ``broker.common
 only; the modules behind these names may move.
 """
 
-from broker.client.admin import Admin, BrokerInfo, PartitionInfo
-from broker.client.audit import AuditRecord, window_of
+from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
+from broker.client.audit import AGENT_STAGE, AuditRecord, window_of
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -25,20 +25,28 @@ from broker.client.group import (
     GroupConsumer,
     Lag,
     MessageStream,
+    Observation,
     PartitionNotOwnedError,
+    PartitionStatus,
     RawBatch,
+    StatusWindows,
     group_lag,
+    group_status,
+    partition_status,
 )
+from broker.client.group.status import SEVERITY as STATUS_SEVERITY
 from broker.client.producer import DeliveryFuture, Producer
 from broker.common.errors import *  # noqa: F401,F403 - the errors are part of the client's api
 from broker.common.errors import LogferryError
 from broker.common.sasl import SaslCredentials
 
 __all__ = [
-    "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
+    "AGENT_STAGE", "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
     "CODEC_ZSTD", "Committed", "compress_batch",
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "encode_batch", "group_lag", "messages_of", "window_of",
+    "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
+    "group_status", "partition_status",
 ]

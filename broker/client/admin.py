@@ -38,6 +38,19 @@ class PartitionInfo(NamedTuple):
         return self.leader < 0 or len(self.isr) < len(self.replicas)
 
 
+class ClusterState(NamedTuple):
+    """One metadata reading of a whole cluster (:meth:`Admin.describe_cluster`)."""
+
+    brokers: dict[int, BrokerInfo]
+    """Live brokers by id."""
+    controller: int
+    """The controller's broker id (-1: none right now)."""
+    topics: dict[str, dict[int, PartitionInfo]]
+    """Every topic's partitions."""
+    configs: dict[str, dict[str, Any]]
+    """Every topic's settings recorded at creation (may be empty)."""
+
+
 class Admin:
     """Create, delete, list and describe topics; list brokers; elect preferred leaders."""
 
@@ -145,6 +158,23 @@ class Admin:
         """Whether a broker creates unknown topics on a producer's first send (its
         ``auto_create_topics``); None when it does not say (an older broker)."""
         return parse_metadata_answer(self.cluster.refresh([])).auto_create
+
+    def describe_cluster(self) -> ClusterState:
+        """Brokers, controller and every topic's partitions from one metadata request
+        (what a dashboard polls)."""
+        answer = parse_metadata_answer(self.cluster.refresh(None))
+        topics: dict[str, dict[int, PartitionInfo]] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for topic, info in sorted(answer.topics.items()):
+            if info.error:
+                continue
+            topics[topic] = {p: PartitionInfo(leader, info.replicas[p], info.isr[p],
+                                              info.epochs.get(p, -1))
+                             for p, leader in sorted(info.partitions.items())}
+            configs[topic] = dict(info.config or {})
+        brokers = {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
+                   for b, a in sorted(answer.brokers.items())}
+        return ClusterState(brokers, answer.controller, topics, configs)
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""

@@ -11,7 +11,7 @@ import datetime as _dt
 import ssl
 import time
 from itertools import repeat
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from broker.wire import protocol, records
 from broker.client.cluster import Cluster
@@ -125,6 +125,35 @@ class SimpleConsumer:
         """Range plus the broker's average stored bytes per message (for lag estimates)."""
         return self._call(topic, partition, protocol.OFFSETS,
                           {"topic": topic, "partition": partition, "at": "latest"})
+
+    def offset_infos(self, partitions: Iterable[tuple[str, int]]
+                     ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
+        """:meth:`offset_info` of many partitions at once: one pipelined request per
+        partition to its leader, all in flight together (a dashboard reads hundreds a
+        second). A partition whose request fails is retried alone by :meth:`offset_info`;
+        if that fails too its value is the error, so one broker down hides nothing else.
+        """
+        pending: list[tuple[tuple[str, int], Any]] = []
+        out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
+        for topic, partition in partitions:
+            try:
+                connection = self.cluster.connection(self.cluster.leader_address(topic, partition))
+                future = connection.request(protocol.OFFSETS, {"topic": topic, "partition": partition,
+                                                               "at": "latest"})
+            except LogferryError:
+                future = None
+            pending.append(((topic, partition), future))
+        for key, future in pending:
+            try:
+                if future is None:
+                    raise BrokerNotAvailableError("no connection to the leader")
+                out[key] = future.result(self.request_timeout).header
+            except LogferryError:
+                try:
+                    out[key] = self.offset_info(*key)
+                except LogferryError as exc:
+                    out[key] = exc
+        return out
 
     def offset_for_time(self, topic: str, partition: int, ts_ms: int) -> int:
         """The last batch boundary at or before ``ts_ms``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 
 import pytest
@@ -54,9 +55,11 @@ def test_list_describe_seek_delete(broker_cluster, capsys):
     lagging = [r for r in rows.values() if r["lag_bytes"]]
     assert lagging and all(r["lag_messages"] == 100 - r["skip"] for r in lagging)
     assert all(time.time() * 1000 - r["committed_at_ms"] < 60_000 for r in rows.values())
+    assert info["status"] == "OK" and all(r["status"] == "OK" for r in rows.values())  # one reading
     assert run(["describe", "readers", "--zk", zk]) == 0
     text = capsys.readouterr().out
     assert "LAG-MSGS" in text and consumer.consumer_id in text
+    assert "STATUS" in text and "status OK" in text
 
     with pytest.raises(ConfigError, match="active member"):
         run(["seek", "readers", "--zk", zk, "--topic", "cli", "--to", "earliest"])
@@ -80,3 +83,42 @@ def test_list_describe_seek_delete(broker_cluster, capsys):
         run(["describe", "readers", "--zk", zk])
     with pytest.raises(ConfigError, match="--zk"):
         run(["list", "--brokers", cluster.bootstrap[0]])
+
+
+
+def test_describe_window_judges_a_group_that_stops_committing(broker_cluster):
+    """Over ``--window``, a member commits twice and then stops while data waits: STOP, by
+    Burrow's rule (silent longer than the window's commits span)."""
+    from broker.client import GroupAdmin
+
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    create_topic(zk, "judged", 1)
+    with Producer(zk=zk) as producer:
+        for _ in range(4):
+            producer.send("judged", [b"v" * 100] * 10, partition=0)  # four batches
+            producer.flush(30)
+    consumer = GroupConsumer("judges", ["judged"], zk=zk, auto_commit_ms=0)
+
+    def consume_one_batch() -> None:
+        got: list = []
+        deadline = time.monotonic() + 20
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += consumer.poll(0.2, max_messages=10 - len(got))
+        consumer.poll(0, max_messages=0)  # what was handed out counts as processed
+
+    consume_one_batch()  # a member (so the group has rows) with a position not yet committed
+    result: dict = {}
+    with GroupAdmin(zk) as admin:
+        reader = threading.Thread(target=lambda: result.update(group_cmd.describe(admin, "judges", 6.0)))
+        reader.start()
+        time.sleep(0.5)
+        consumer.commit()
+        consume_one_batch()
+        time.sleep(0.5)
+        consumer.commit()  # then silence, with batches left to read
+        reader.join(30)
+    consumer.close(processed=False)
+    (row,) = result["partitions"]
+    assert row["lag_bytes"] > 0
+    assert row["status"] == "STOP" and result["status"] == "STOP"

@@ -31,7 +31,10 @@ ZOO_CFG = ETC / "zookeeper" / "zoo.cfg"
 ZK_LOG4J = ETC / "zookeeper" / "log4j.properties"
 CRON = sorted(p for p in (ETC / "cron").glob("*") if p.is_file())
 SYSTEMD = sorted(p for p in (ETC / "systemd").glob("*") if p.is_file())  # test_systemd_units.py
-CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD}
+# test_console_etc.py: the console config, the Prometheus alert rules, the Grafana dashboard.
+CONSOLE = [ETC / "console.toml", ETC / "prometheus" / "logferry-alerts.yml",
+           ETC / "grafana" / "logferry-dashboard.json"]
+CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD, *CONSOLE}
 
 
 def test_every_file_in_etc_is_checked():

@@ -14,6 +14,7 @@ overwrite the new offsets at its next commit, or re-create what was deleted) unl
 from __future__ import annotations
 
 import ssl
+import time
 from typing import Any, Iterable, Mapping
 
 from kazoo.exceptions import NoNodeError
@@ -24,6 +25,7 @@ from broker.client.group.assignment import Subscription, resolve_subscription
 from broker.client.group.consumer import StartAt, resolve_position
 from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
+from broker.client.group.status import StatusWindows, group_status
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_group_name
 from broker.common.sasl import SaslCredentials
@@ -123,31 +125,38 @@ class GroupAdmin:
 
     def lag(self, group: str, topics: Iterable[str],
             offsets: Mapping[TopicPartition, Committed] | None = None,
-            owners: Mapping[TopicPartition, str] | None = None) -> list[dict[str, Any]]:
+            owners: Mapping[TopicPartition, str] | None = None,
+            log_ranges: Mapping[TopicPartition, Any] | None = None) -> list[dict[str, Any]]:
         """One row per partition of ``topics``: owner, committed position, log range, lag.
 
         Row keys: ``topic, partition, owner, committed, skip, committed_at_ms, log_start,
         log_end, lag_bytes, lag_messages, gap`` and, when its broker did not answer,
         ``error`` (log ends and lag are then None). ``gap`` says the committed offset
         was deleted by retention. Partitions of a deleted topic are those the group
-        still records.
+        still records. ``log_ranges`` (``{tp: offset_info answer or error}``) spares
+        asking the brokers again when the caller already has them; the rest are asked
+        for at once (pipelined).
         """
         names = sorted(set(topics))
         offsets = self.offsets(group, names) if offsets is None else offsets
         owners = self.owners(group, names) if owners is None else owners
-        rows: list[dict[str, Any]] = []
+        wanted: list[TopicPartition] = []
         for topic in names:
             try:
                 numbers = self.partitions(topic)
             except ConfigError:  # topic deleted: show what the group still records
                 numbers = sorted({p for t, p in offsets if t == topic}
                                  | {p for t, p in owners if t == topic})
-            for p in numbers:
-                rows.append(self._row(topic, p, offsets.get((topic, p)), owners.get((topic, p))))
-        return rows
+            wanted += [(topic, p) for p in numbers]
+        ranges: dict[TopicPartition, Any] = dict(log_ranges or {})
+        missing = [tp for tp in wanted if tp not in ranges]
+        if missing and self._simple is not None:
+            ranges.update(self._simple.offset_infos(missing))
+        return [self._row(t, p, offsets.get((t, p)), owners.get((t, p)), ranges.get((t, p)))
+                for t, p in wanted]
 
     def _row(self, topic: str, partition: int, committed: Committed | None,
-             owner: str | None) -> dict[str, Any]:
+             owner: str | None, info: Any = None) -> dict[str, Any]:
         row: dict[str, Any] = {
             "topic": topic, "partition": partition, "owner": owner,
             "committed": committed.offset if committed else None,
@@ -155,12 +164,15 @@ class GroupAdmin:
             "committed_at_ms": committed.time if committed else None,
             "log_start": None, "log_end": None, "lag_bytes": None, "lag_messages": None,
             "gap": False}
-        if self._simple is None:  # brokers=False, or none answered: ZooKeeper's view only
-            return row
-        try:
-            info = self._simple.offset_info(topic, partition)
-        except LogferryError as exc:  # a broker down must not hide the rest
-            row["error"] = str(exc)
+        if info is None:
+            if self._simple is None:  # brokers=False, or none answered: ZooKeeper's view only
+                return row
+            try:
+                info = self._simple.offset_info(topic, partition)
+            except LogferryError as exc:
+                info = exc
+        if isinstance(info, LogferryError):  # a broker down must not hide the rest
+            row["error"] = str(info)
             return row
         row["log_start"], row["log_end"] = info["start"], info["end"]
         lag = group_lag(info["end"], committed[:2] if committed else None, info["start"],
@@ -170,12 +182,31 @@ class GroupAdmin:
         row["gap"] = committed is not None and committed.offset < info["start"]
         return row
 
-    def describe(self, group: str) -> dict[str, Any]:
-        """Members and, per partition the group subscribes to, owns or committed, its lag.
+    def describe(self, group: str, windows: StatusWindows | None = None,
+                 log_ranges: Mapping[TopicPartition, Any] | None = None) -> dict[str, Any]:
+        """Members and, per partition the group subscribes to, owns or committed, its lag
+        and status.
 
-        Plain data (JSON-able): ``{"group", "members": {id: registration fields +
-        registered_ms}, "partitions": [rows of :meth:`lag`]}``.
+        Plain data (JSON-able): ``{"group", "status", "members": {id: registration fields +
+        registered_ms}, "partitions": [rows of :meth:`lag` + status]}``. The status is
+        Burrow's (:mod:`.status`) over ``windows``, which this reading feeds: pass the
+        same :class:`StatusWindows` to repeated calls to judge a window of commits (one
+        reading alone judges nothing and says OK). ``log_ranges``: as for :meth:`lag`.
         """
+        info = self._describe(group, log_ranges)
+        windows = StatusWindows() if windows is None else windows
+        now_ms = int(time.time() * 1000)
+        for row in info["partitions"]:
+            key = (group, row["topic"], row["partition"])
+            if row["committed"] is not None and row["lag_bytes"] is not None:
+                windows.observe(key, row["committed"], row["lag_bytes"], row["committed_at_ms"] or 0)
+            verdict = windows.status(key, now_ms, row["lag_bytes"])
+            row["status"], row["window_complete"] = verdict.status, round(verdict.complete, 2)
+        info["status"] = group_status(r["status"] for r in info["partitions"])
+        return info
+
+    def _describe(self, group: str,
+                  log_ranges: Mapping[TopicPartition, Any] | None) -> dict[str, Any]:
         members = self.members(group)
         offsets = self.offsets(group)
         owners = self.owners(group)
@@ -186,7 +217,7 @@ class GroupAdmin:
         return {"group": group,
                 "members": {cid: {**m.data, "registered_ms": m.ctime_ms}
                             for cid, m in sorted(members.items())},
-                "partitions": self.lag(group, topics, offsets, owners)}
+                "partitions": self.lag(group, topics, offsets, owners, log_ranges)}
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -1,0 +1,197 @@
+"""One cluster's state for the page, read through the client library about once a second.
+
+Each :meth:`ClusterPoller.poll` makes one metadata request (brokers, controller,
+partitions with leader, replicas and ISR), one pipelined OFFSETS request per partition
+(log start and visible end), and reads the consumer groups' znodes (members, owners,
+committed positions) with :class:`broker.client.GroupAdmin`. Everything else is
+derived here:
+
+- rates: bytes in per second are the growth of the visible ends (offsets are byte
+  offsets), messages in per second that growth over the broker's average stored
+  message size; bytes out per second are the growth of the groups' committed offsets
+  (what consumers consumed, as far as they committed it);
+- lag by the one formula (:func:`broker.client.group_lag`) and each group's status by
+  Burrow's rules (:mod:`broker.client.group.status`) over the commits seen since the
+  console started, through the same :meth:`GroupAdmin.describe` as ``logferry group
+  describe``.
+
+Blocking (the client library is); the server runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
+from console.audit import AuditReader, read_audit
+from console.config import ClusterConfig
+from console.rates import History, Rates
+
+log = logging.getLogger("logferry.console")
+
+SERIES = ("bytes_in_s", "msgs_in_s", "bytes_out_s")
+
+
+class ClusterPoller:
+    """Reads one cluster; keeps what rates and statuses need between readings."""
+
+    def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
+        self.config = config
+        self._audit = AuditReader(audit_topic)
+        self.request_timeout = request_timeout
+        self._admin: Admin | None = None
+        self._groups: GroupAdmin | None = None
+        self._consumer: SimpleConsumer | None = None
+        self._rates = Rates()
+        self._windows = StatusWindows()
+        self.history = History(SERIES)
+        self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False,
+                                     "error": "not read yet"}
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if self._admin is None:
+            self._admin = Admin(zk=self.config.zk_connect, request_timeout=self.request_timeout)
+        if self._consumer is None:
+            self._consumer = SimpleConsumer(zk=self.config.zk_connect,
+                                            request_timeout=self.request_timeout,
+                                            metadata_retries=1, max_wait_ms=0)
+        if self._groups is None:
+            self._groups = GroupAdmin(self.config.zk_connect, brokers=False)
+
+    @property
+    def consumer(self) -> SimpleConsumer:
+        """The cluster's SimpleConsumer (for the messages view)."""
+        self._connect()
+        assert self._consumer is not None
+        return self._consumer
+
+    def close(self) -> None:
+        """Close every client."""
+        for client in (self._admin, self._groups, self._consumer):
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # closing must not fail the shutdown
+                    log.debug("closing a client failed", exc_info=True)
+        self._admin = self._groups = self._consumer = None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def poll(self) -> dict[str, Any]:
+        """Read the cluster once; returns (and keeps as :attr:`last`) the page's view of it."""
+        try:
+            self._connect()
+            snapshot = self._read()
+        except (LogferryError, OSError) as exc:
+            log.warning("cluster %s: %s", self.config.name, exc)
+            self.close()
+            snapshot = {"name": self.config.name, "zk": self.config.zk_connect, "ok": False,
+                        "error": str(exc), "history": self.history.as_dict()}
+        self.last = snapshot
+        return snapshot
+
+    def _read(self) -> dict[str, Any]:
+        assert self._admin is not None and self._groups is not None and self._consumer is not None
+        now = time.time()
+        state = self._admin.describe_cluster()
+        pairs = [(t, p) for t, parts in state.topics.items() for p in parts]
+        ranges = self._consumer.offset_infos(pairs)
+
+        topics = []
+        totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
+        offline = under = 0
+        for name, parts in state.topics.items():
+            rows = []
+            t_in = t_msgs = 0.0
+            size = 0
+            for p, info in parts.items():
+                row: dict[str, Any] = {
+                    "partition": p, "leader": info.leader, "replicas": info.replicas,
+                    "isr": info.isr, "offline": info.leader < 0,
+                    "under_replicated": info.under_replicated,
+                    "log_start": None, "log_end": None, "size": None,
+                    "bytes_in_s": 0.0, "msgs_in_s": 0.0}
+                offline += row["offline"]
+                under += row["under_replicated"]
+                got = ranges.get((name, p))
+                if isinstance(got, dict):
+                    start, end = int(got["start"]), int(got["end"])
+                    row.update(log_start=start, log_end=end, size=end - start)
+                    rate = self._rates.update(("in", name, p), end, now)
+                    avg = float(got.get("avg_message_bytes") or 0)
+                    row["bytes_in_s"] = round(rate, 1)
+                    row["msgs_in_s"] = round(rate / avg, 1) if avg > 0 else 0.0
+                    t_in += rate
+                    t_msgs += row["msgs_in_s"]
+                    size += end - start
+                elif got is not None:
+                    row["error"] = str(got)
+                rows.append(row)
+            totals["bytes_in_s"] += t_in
+            totals["msgs_in_s"] += t_msgs
+            topics.append({"name": name, "partitions": rows, "bytes_in_s": round(t_in, 1),
+                           "msgs_in_s": round(t_msgs, 1), "size": size,
+                           "config": state.configs.get(name, {})})
+
+        groups, bytes_out = self._read_groups(ranges, now)
+        audit_parts = sorted(state.topics.get(self._audit.topic, {}))
+        audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
+        live = state.brokers
+        known = sorted(set(live) | {b for parts in state.topics.values()
+                                    for i in parts.values() for b in i.replicas})
+        leaders: dict[int, int] = {}
+        for parts in state.topics.values():
+            for info in parts.values():
+                leaders[info.leader] = leaders.get(info.leader, 0) + 1
+        brokers = []
+        for b in known:
+            where = live.get(b)
+            brokers.append({"id": b, "up": where is not None, "controller": b == state.controller,
+                            "host": where.host if where else None, "port": where.port if where else None,
+                            "rack": where.rack if where else "",
+                            "datacenter": where.datacenter if where else "",
+                            "leaders": leaders.get(b, 0)})
+        time_ms = int(now * 1000)
+        summary = {"brokers_up": len(live), "brokers": len(known), "controller": state.controller,
+                   "topics": len(topics), "partitions": len(pairs), "offline": offline,
+                   "under_replicated": under, "bytes_in_s": round(totals["bytes_in_s"], 1),
+                   "msgs_in_s": round(totals["msgs_in_s"], 1), "bytes_out_s": round(bytes_out, 1),
+                   "groups_not_ok": sum(1 for g in groups if g["status"] != "OK")}
+        self.history.add(time_ms, **summary)
+        self._rates.forget({("in", t, p) for t, p in pairs}
+                           | {("out", g["name"], r["topic"], r["partition"])
+                              for g in groups for r in g["partitions"]})
+        return {"name": self.config.name, "zk": self.config.zk_connect, "ok": True, "error": None,
+                "time_ms": time_ms, "summary": summary, "brokers": brokers, "topics": topics,
+                "groups": groups, "audit": audit, "history": self.history.as_dict()}
+
+    def _read_groups(self, ranges: dict[Any, Any], now: float) -> tuple[list[dict[str, Any]], float]:
+        assert self._groups is not None
+        groups = []
+        bytes_out = 0.0
+        for name in self._groups.groups():
+            try:
+                info = self._groups.describe(name, self._windows, ranges)
+            except LogferryError as exc:
+                groups.append({"name": name, "status": "OK", "error": str(exc), "members": {},
+                               "partitions": [], "lag_bytes": 0, "lag_messages": 0})
+                continue
+            g_out = 0.0
+            for row in info["partitions"]:
+                if row["committed"] is not None:
+                    g_out += self._rates.update(("out", name, row["topic"], row["partition"]),
+                                                row["committed"], now)
+            bytes_out += g_out
+            groups.append({
+                "name": name, "status": info["status"], "members": info["members"],
+                "partitions": info["partitions"], "bytes_out_s": round(g_out, 1),
+                "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
+                "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"])})
+        return groups, bytes_out
+
+
+__all__ = ["ClusterPoller", "SERIES"]

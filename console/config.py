@@ -1,0 +1,129 @@
+"""The console's settings: a TOML file with one ``[[cluster]]`` per cluster, or ``--zk``.
+
+::
+
+    [console]
+    host = "127.0.0.1"      # bind address (default: loopback only)
+    port = 8300             # 0 picks a free port (the log line names it)
+    interval_s = 1.0        # how often each cluster is read (updates reach the page within 2 s)
+
+    [[cluster]]
+    name = "live"
+    zk_connect = "zk1:2181/logferry/live"
+
+    [[cluster]]
+    name = "analysis"
+    zk_connect = "zk1:2181/logferry/analysis"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from broker.common.config import (
+    NONEMPTY_STR,
+    PORT,
+    POSITIVE_NUMBER,
+    STRING,
+    TABLE_LIST,
+    Validator,
+    fields,
+    read,
+)
+from broker.common.errors import ConfigError
+from broker.common.names import validate_topic_name
+
+DEFAULT_PORT = 8300
+MAX_INTERVAL_S = 2.0
+"""The page must show a change within 2 s: reading less often than this is refused."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """One cluster the console shows."""
+
+    name: str
+    zk_connect: str
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """Where the console listens and which clusters it reads."""
+
+    clusters: tuple[ClusterConfig, ...]
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    interval_s: float = 1.0
+    audit_topic: str = "_audit"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_SECTIONS = {
+    "console": fields(host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING),
+}
+_CLUSTER = fields(("name", "zk_connect"), {"zk_connect": "where the cluster registers"},
+                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR)
+
+
+def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> ConsoleConfig:
+    """Validate a parsed document (ConfigError naming the file and key)."""
+    v = validator or Validator()
+    clusters_raw = doc.get("cluster", [])
+    if not TABLE_LIST.test(clusters_raw):
+        v.fail("cluster", "must be an array of tables ([[cluster]])")
+    rest = {k: val for k, val in doc.items() if k != "cluster"}
+    console = v.sections(rest, _SECTIONS)["console"]
+    clusters = []
+    for i, raw in enumerate(clusters_raw):
+        table = v.check(raw, _CLUSTER, f"cluster[{i}]")
+        clusters.append(ClusterConfig(table["name"],
+                                      v.zk_connect(f"cluster[{i}].zk_connect", table["zk_connect"])))
+    return _finish(v, clusters, console)
+
+
+def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, Any]) -> ConsoleConfig:
+    if not clusters:
+        v.fail("cluster", "missing: name at least one cluster ([[cluster]] or --zk)")
+    names = [c.name for c in clusters]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        v.fail("cluster", f"cluster names must differ: {', '.join(dupes)} twice")
+    interval = float(console.get("interval_s", 1.0))
+    if interval > MAX_INTERVAL_S:
+        v.fail("console.interval_s", f"at most {MAX_INTERVAL_S} (the page updates within 2 s)")
+    audit = console.get("audit_topic", "_audit")
+    try:
+        validate_topic_name(audit)
+    except ConfigError as exc:
+        v.fail("console.audit_topic", str(exc))
+    return ConsoleConfig(tuple(clusters), console.get("host", "127.0.0.1"),
+                         console.get("port", DEFAULT_PORT), interval, audit)
+
+
+def load_config(path: str | Path) -> ConsoleConfig:
+    """Read and validate a console TOML file."""
+    doc, validator = read(path)
+    return parse_config(doc, validator)
+
+
+def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+            interval_s: float = 1.0) -> ConsoleConfig:
+    """Settings from ``--zk`` options: ``NAME=CONNECT`` or a bare connect string (named
+    after its chroot's last part, ``live`` for ``.../logferry/live``)."""
+    v = Validator()
+    clusters = []
+    for i, item in enumerate(zk):
+        name, sep, connect = item.partition("=")
+        if not sep or "/" in name or ":" in name:
+            name, connect = "", item
+        connect = v.zk_connect(f"--zk[{i}]", connect)
+        if not name:
+            chroot = connect.partition("/")[2]
+            name = chroot.rstrip("/").rsplit("/", 1)[-1] or f"cluster{i + 1}"
+        clusters.append(ClusterConfig(name, connect))
+    return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s})
+
+
+__all__ = ["ClusterConfig", "ConsoleConfig", "DEFAULT_PORT", "from_zk", "load_config", "parse_config"]

@@ -1,0 +1,101 @@
+"""The messages view: a page of a partition from an offset or a time, agent records decoded.
+
+Reads with :class:`broker.client.SimpleConsumer` (fetch by offset; a time resolves
+to the first message stamped at or after it, as ``logferry consume --from`` does).
+A value that is an agent record (a msgpack map with ``time``, ``host``, ``file``,
+``offset`` and ``line``, docs/agent.md) is shown decoded; other values as UTF-8 text
+(invalid bytes replaced).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import msgpack
+
+from broker.client import SimpleConsumer, messages_of
+
+AGENT_FIELDS = ("time", "host", "file", "offset", "line")
+MAX_LIMIT = 500
+MAX_VALUE_CHARS = 2000
+
+
+def agent_record(value: bytes | None) -> dict[str, Any] | None:
+    """The decoded agent record in ``value``, or None when it is not one."""
+    if not value or not (0x80 <= value[0] <= 0x8F or value[0] in (0xDE, 0xDF)):
+        return None
+    try:
+        record = msgpack.unpackb(value, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(record, dict) or any(name not in record for name in AGENT_FIELDS):
+        return None
+    return {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+            for k, v in record.items() if isinstance(k, str)}
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    text = data.decode("utf-8", "replace")
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "…"
+
+
+def parse_start(offset: str | None, time_ms: str | None) -> int | str | dt.datetime:
+    """The start of a browse: ``earliest``/``latest``/a byte offset, or a time in ms."""
+    if time_ms not in (None, ""):
+        return dt.datetime.fromtimestamp(int(time_ms) / 1000, tz=dt.timezone.utc)
+    if offset in (None, "", "earliest", "latest"):
+        return offset or "earliest"
+    value = int(offset)
+    if value < 0:
+        raise ValueError("offset must be 0 or more")
+    return value
+
+
+def message_row(topic: str, partition: int, message: Any) -> dict[str, Any]:
+    """One message as the page shows it."""
+    record = agent_record(message.value)
+    return {"offset": message.offset, "index": message.index, "timestamp": message.timestamp,
+            "key": _text(message.key),
+            "value": record["line"] if record else _text(message.value),
+            "record": {k: v for k, v in record.items() if k != "line"} if record else None}
+
+
+def browse(consumer: SimpleConsumer, topic: str, partition: int, start: int | str | dt.datetime,
+           limit: int = 50) -> dict[str, Any]:
+    """Up to ``limit`` messages from ``start``; ``next`` is the offset to continue from."""
+    limit = max(1, min(limit, MAX_LIMIT))
+    offset, skip = consumer.resolve_position(topic, partition, start)
+    rows: list[dict[str, Any]] = []
+    log_range = consumer.offsets(topic, partition)
+    next_offset = offset
+    while len(rows) < limit and next_offset < log_range.end:
+        result = consumer.fetch(topic, partition, next_offset)
+        if not result.batches:
+            break
+        for batch in result.batches:
+            for message in messages_of(topic, partition, batch):
+                if skip:
+                    skip -= 1
+                    continue
+                if len(rows) < limit:
+                    rows.append(message_row(topic, partition, message))
+            if len(rows) >= limit:
+                next_offset = batch.next_offset
+                break
+        else:
+            next_offset = result.next_offset
+    return {"topic": topic, "partition": partition, "start": offset, "next": next_offset,
+            "log_start": log_range.start, "log_end": log_range.end, "messages": rows}
+
+
+def tail(consumer: SimpleConsumer, topic: str, partition: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """New messages from ``offset`` (no waiting); returns them and the next offset."""
+    result = consumer.fetch(topic, partition, offset)
+    rows = [message_row(topic, partition, m) for b in result.batches for m in messages_of(topic, partition, b)]
+    return rows[-MAX_LIMIT:], result.next_offset
+
+
+__all__ = ["agent_record", "browse", "message_row", "parse_start", "tail"]

@@ -1,0 +1,222 @@
+"""The console's web server (aiohttp): one static page, a JSON snapshot, server-sent events.
+
+Routes:
+
+- ``GET /``: the page (``static/index.html``, plain JS, no build step);
+- ``GET /api/snapshot``: every cluster's latest view as JSON;
+- ``GET /api/events``: server-sent events, one ``snapshot`` event per reading (about
+  once a second), so the page shows a change within 2 s;
+- ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
+  messages from an offset or a time;
+- ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
+  event per batch of new messages from the end of the partition;
+- ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
+
+The client library blocks, so each cluster's reading runs in a worker thread; the
+event loop only serves. Everything is read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from broker.client import LogferryError
+from broker.common.metrics import Metrics
+from console.collector import ClusterPoller
+from console.config import ConsoleConfig
+from console.messages import browse, parse_start, tail
+from console.metrics import console_metrics
+
+log = logging.getLogger("logferry.console")
+
+STATIC = Path(__file__).parent / "static"
+TAIL_INTERVAL_S = 0.5
+KEEPALIVE_S = 15.0
+
+POLLERS = web.AppKey("pollers", dict)
+CONFIG = web.AppKey("config", ConsoleConfig)
+STATE = web.AppKey("state", dict)
+METRICS = web.AppKey("metrics", Metrics)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def snapshot(app: web.Application) -> dict[str, Any]:
+    """The latest reading of every cluster, in config order."""
+    state = app[STATE]
+    return {"time_ms": state["time_ms"], "seq": state["seq"], "poll_ms": state["poll_ms"],
+            "interval_s": app[CONFIG].interval_s,
+            "clusters": [p.last for p in app[POLLERS].values()]}
+
+
+async def _poll_loop(app: web.Application) -> None:
+    pollers: dict[str, ClusterPoller] = app[POLLERS]
+    state = app[STATE]
+    interval = app[CONFIG].interval_s
+    while True:
+        started = time.monotonic()
+        await asyncio.gather(*(asyncio.to_thread(p.poll) for p in pollers.values()))
+        state["seq"] += 1
+        state["time_ms"] = int(time.time() * 1000)
+        state["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
+        async with state["changed"]:
+            state["changed"].notify_all()
+        await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+async def _start_polling(app: web.Application) -> Any:
+    app[STATE]["changed"] = asyncio.Condition()
+    task = asyncio.create_task(_poll_loop(app))
+    yield
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    await asyncio.gather(*(asyncio.to_thread(p.close) for p in app[POLLERS].values()))
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def api_snapshot(request: web.Request) -> web.Response:
+    return web.Response(text=_dumps(snapshot(request.app)), content_type="application/json")
+
+
+async def _sse_start(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    return response
+
+
+async def api_events(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    state = app[STATE]
+    response = await _sse_start(request)
+    seen = -1
+    try:
+        while True:
+            if state["seq"] != seen:
+                seen = state["seq"]
+                await response.write(f"event: snapshot\ndata: {_dumps(snapshot(app))}\n\n".encode())
+            async with state["changed"]:
+                try:
+                    await asyncio.wait_for(state["changed"].wait(), KEEPALIVE_S)
+                except asyncio.TimeoutError:
+                    await response.write(b": keepalive\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    return response
+
+
+def _partition_args(request: web.Request) -> tuple[ClusterPoller, str, int]:
+    query = request.query
+    poller = request.app[POLLERS].get(query.get("cluster", ""))
+    if poller is None:
+        raise web.HTTPBadRequest(text=f"no cluster {query.get('cluster')!r}")
+    topic = query.get("topic", "")
+    try:
+        partition = int(query.get("partition", "0"))
+    except ValueError:
+        raise web.HTTPBadRequest(text="partition must be a number") from None
+    if not topic:
+        raise web.HTTPBadRequest(text="topic is required")
+    return poller, topic, partition
+
+
+async def api_messages(request: web.Request) -> web.Response:
+    poller, topic, partition = _partition_args(request)
+    try:
+        start = parse_start(request.query.get("offset"), request.query.get("time_ms"))
+        limit = int(request.query.get("limit", "50"))
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    try:
+        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit)
+    except LogferryError as exc:
+        return web.Response(status=502, text=_dumps({"error": str(exc)}), content_type="application/json")
+    return web.Response(text=_dumps(page), content_type="application/json")
+
+
+async def api_tail(request: web.Request) -> web.StreamResponse:
+    poller, topic, partition = _partition_args(request)
+    consumer = poller.consumer
+    try:
+        offset = (await asyncio.to_thread(consumer.offsets, topic, partition)).end
+    except LogferryError as exc:
+        raise web.HTTPBadGateway(text=str(exc)) from None
+    response = await _sse_start(request)
+    try:
+        while True:
+            try:
+                rows, offset = await asyncio.to_thread(tail, consumer, topic, partition, offset)
+            except LogferryError as exc:
+                await response.write(f"event: failure\ndata: {_dumps({'error': str(exc)})}\n\n".encode())
+                rows = []
+            if rows:
+                await response.write(f"event: messages\ndata: {_dumps(rows)}\n\n".encode())
+            await asyncio.sleep(TAIL_INTERVAL_S)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    return response
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[METRICS]
+    return web.Response(body=registry.render().encode(),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def make_app(config: ConsoleConfig) -> web.Application:
+    """The aiohttp application for ``config`` (polling starts with the app)."""
+    app = web.Application()
+    app[CONFIG] = config
+    app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
+    app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0}
+    app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
+    app.cleanup_ctx.append(_start_polling)
+    app.router.add_get("/", index)
+    app.router.add_get("/api/snapshot", api_snapshot)
+    app.router.add_get("/api/events", api_events)
+    app.router.add_get("/api/messages", api_messages)
+    app.router.add_get("/api/tail", api_tail)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_static("/static/", STATIC)
+    return app
+
+
+async def serve(config: ConsoleConfig, stop: asyncio.Event, started: Any = None) -> None:
+    """Serve until ``stop`` is set; ``started(url)`` is called once listening."""
+    app = make_app(config)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    port = int(sockets[0].getsockname()[1]) if sockets else config.port
+    url = f"http://{config.host}:{port}/"
+    log.info("console serving %s at %s (clusters: %s)", url, config.host,
+             ", ".join(f"{c.name}={c.zk_connect}" for c in config.clusters))
+    if started is not None:
+        started(url)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+__all__ = ["make_app", "serve", "snapshot"]

@@ -1,0 +1,214 @@
+// logferry console: renders the snapshots the server pushes (server-sent events).
+// Plain JS, no build step. Each snapshot re-renders only the visible view, as one
+// innerHTML string (fast enough for 500 partitions).
+"use strict";
+
+const state = { snap: null, view: "clusters", topic: {}, tail: null, renderMs: 0 };
+const $ = (sel) => document.querySelector(sel);
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const NUMBER = new Intl.NumberFormat("en-US"); // one formatter: toLocaleString per cell costs more than the rest of a render
+const num = (v) => (v === null || v === undefined ? "-" : NUMBER.format(v));
+function rate(v) {
+  if (!v) return "0";
+  const units = ["", "k", "M", "G"]; let i = 0;
+  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i++; }
+  return v.toFixed(v < 10 && i ? 1 : 0) + units[i];
+}
+function bytes(v) {
+  if (v === null || v === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i ? v.toFixed(1) : v) + " " + units[i];
+}
+
+function chart(values, label, unit) {
+  const w = 200, h = 48, vals = values || [];
+  const max = Math.max(1, ...vals);
+  const pts = vals.map((v, i) => `${(i / Math.max(vals.length - 1, 1)) * w},${h - 2 - (v / max) * (h - 6)}`).join(" ");
+  const last = vals.length ? vals[vals.length - 1] : 0;
+  return `<div><span>${esc(label)}: <b data-metric="${esc(label)}">${rate(last)}${unit}</b></span>` +
+    `<svg class="chart" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none">` +
+    `<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="${pts}"/></svg></div>`;
+}
+
+function clusterCard(c) {
+  if (!c.ok) {
+    return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
+      `<p class="bad">unreachable: ${esc(c.error)}</p></div>`;
+  }
+  const s = c.summary, h = c.history || {};
+  const brokers = c.brokers.map((b) => `<tr data-broker="${b.id}"><td>${b.id}</td>` +
+    `<td class="${b.up ? "up" : "down"}">${b.up ? "up" : "DOWN"}</td><td>${b.controller ? "controller" : ""}</td>` +
+    `<td>${esc(b.host ? b.host + ":" + b.port : "-")}</td><td>${esc(b.rack || "-")}</td><td>${esc(b.datacenter || "-")}</td>` +
+    `<td class="num">${b.leaders}</td></tr>`).join("");
+  const bad = [];
+  for (const t of c.topics) for (const p of t.partitions) if (p.offline || p.under_replicated) bad.push([t.name, p]);
+  const badRows = bad.slice(0, 50).map(([t, p]) => `<tr class="${p.offline ? "offline" : "urp"}"><td>${esc(t)}</td><td class="num">${p.partition}</td>` +
+    `<td class="num">${p.leader}</td><td>${p.replicas.join(",")}</td><td>${p.isr.join(",")}</td><td>${p.offline ? "offline" : "under-replicated"}</td></tr>`).join("");
+  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
+    `<div class="stats">` +
+    `<div class="stat"><b data-summary="brokers_up">${s.brokers_up}/${s.brokers}</b><span>brokers up</span></div>` +
+    `<div class="stat"><b data-summary="controller">${s.controller}</b><span>controller</span></div>` +
+    `<div class="stat"><b data-summary="topics">${s.topics}</b><span>topics</span></div>` +
+    `<div class="stat"><b data-summary="partitions">${s.partitions}</b><span>partitions</span></div>` +
+    `<div class="stat"><b data-summary="offline" class="${s.offline ? "bad" : ""}">${s.offline}</b><span>offline</span></div>` +
+    `<div class="stat"><b data-summary="under_replicated" class="${s.under_replicated ? "bad" : ""}">${s.under_replicated}</b><span>under-replicated</span></div>` +
+    `<div class="stat"><b data-summary="groups_not_ok" class="${s.groups_not_ok ? "bad" : ""}">${s.groups_not_ok}</b><span>groups not OK</span></div>` +
+    `</div><div class="charts">${chart(h.bytes_in_s, "bytes in/s", "B")}${chart(h.msgs_in_s, "msgs in/s", "")}${chart(h.bytes_out_s, "bytes out/s (consumed)", "B")}</div>` +
+    `<table><tr><th>broker</th><th>state</th><th>role</th><th>address</th><th>rack</th><th>dc</th><th class="num">leads</th></tr>${brokers}</table>` +
+    (bad.length ? `<table><tr><th>topic</th><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th><th>state</th></tr>${badRows}</table>` +
+      (bad.length > 50 ? `<p class="mute">and ${bad.length - 50} more</p>` : "") : `<p class="mute">every partition fully replicated</p>`) +
+    `</div>`;
+}
+
+function topicsCard(c) {
+  if (!c.ok) return clusterCard(c);
+  const chosen = state.topic[c.name] && c.topics.find((t) => t.name === state.topic[c.name]) ? state.topic[c.name] : (c.topics[0] || {}).name;
+  const list = c.topics.map((t) => {
+    const urp = t.partitions.filter((p) => p.under_replicated).length;
+    return `<tr data-topic-row="${esc(t.name)}" class="${urp ? "urp" : ""}"><td><a href="#" data-pick="${esc(c.name)}|${esc(t.name)}">${esc(t.name)}</a></td>` +
+      `<td class="num">${t.partitions.length}</td><td class="num">${urp}</td><td class="num">${bytes(t.size)}</td>` +
+      `<td class="num">${rate(t.bytes_in_s)}B/s</td><td class="num">${rate(t.msgs_in_s)}/s</td><td class="mute">${esc(JSON.stringify(t.config || {}))}</td></tr>`;
+  }).join("");
+  const topic = c.topics.find((t) => t.name === chosen);
+  let parts = "";
+  if (topic) {
+    parts = `<h2>${esc(topic.name)}</h2><table data-partitions="${esc(topic.name)}"><tr><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th>` +
+      `<th class="num">log start</th><th class="num">log end</th><th class="num">size</th><th class="num">bytes in/s</th><th class="num">msgs in/s</th><th>state</th></tr>` +
+      topic.partitions.map((p) => `<tr data-topic="${esc(topic.name)}" data-partition="${p.partition}" class="${p.offline ? "offline" : p.under_replicated ? "urp" : ""}">` +
+        `<td class="num">${p.partition}</td><td class="num" data-field="leader">${p.leader}</td><td data-field="replicas">${p.replicas.join(",")}</td>` +
+        `<td data-field="isr">${p.isr.join(",")}</td><td class="num" data-field="log_start">${num(p.log_start)}</td><td class="num" data-field="log_end">${num(p.log_end)}</td>` +
+        `<td class="num">${bytes(p.size)}</td><td class="num" data-field="bytes_in_s">${rate(p.bytes_in_s)}</td><td class="num">${rate(p.msgs_in_s)}</td>` +
+        `<td data-field="state">${p.offline ? "offline" : p.under_replicated ? "under-replicated" : p.error ? esc(p.error) : "ok"}</td></tr>`).join("") + `</table>`;
+  }
+  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: topics</h2>` +
+    `<table><tr><th>topic</th><th class="num">partitions</th><th class="num">under-repl.</th><th class="num">size</th><th class="num">in</th><th class="num">msgs</th><th>config</th></tr>${list}</table>${parts}</div>`;
+}
+
+function groupsCard(c) {
+  if (!c.ok) return clusterCard(c);
+  if (!c.groups.length) return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: consumer groups</h2><p class="mute">no consumer groups</p></div>`;
+  const groups = c.groups.map((g) => {
+    const members = Object.entries(g.members || {}).map(([id, m]) => `<li>${esc(id)} <span class="mute">${esc(m.host || "")} pid ${esc(m.pid || "-")}</span></li>`).join("");
+    const rows = g.partitions.map((r) => `<tr data-group="${esc(g.name)}" data-topic="${esc(r.topic)}" data-partition="${r.partition}">` +
+      `<td>${esc(r.topic)}</td><td class="num">${r.partition}</td><td>${esc(r.owner || "-")}</td>` +
+      `<td class="num" data-field="committed">${num(r.committed)}</td><td class="num" data-field="log_end">${num(r.log_end)}</td>` +
+      `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages">${r.lag_messages === null ? "-" : r.lag_messages ? "~" + num(r.lag_messages) : "0"}</td>` +
+      `<td class="${r.status}" data-field="status">${r.status}</td></tr>`).join("");
+    return `<div data-group-card="${esc(g.name)}"><h2>${esc(g.name)} <span class="${g.status}" data-field="group-status">${g.status}</span> ` +
+      `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, ~${num(g.lag_messages)} msgs, consumed ${rate(g.bytes_out_s)}B/s</span></h2>` +
+      `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
+      `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th>status</th></tr>${rows}</table></div>`;
+  }).join("");
+  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: consumer groups</h2>${groups}</div>`;
+}
+
+function auditCard(c) {
+  if (!c.ok) return clusterCard(c);
+  const a = c.audit;
+  const head = `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: audit</h2>`;
+  if (!a) return head + `<p class="mute">no audit topic in this cluster</p></div>`;
+  const stages = [...new Set(a.rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
+  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
+  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
+  const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
+    `<td>${new Date(r.window_start).toISOString().slice(0, 19).replace("T", " ")}</td><td class="num">${r.hosts}</td>` +
+    stages.map((s) => {
+      const st = r.stages[s];
+      if (!st) return `<td class="mute">-</td><td></td>`;
+      const count = s === "agent" ? `${num(st.acked)} / ${num(st.sent)}` : num(st.acked);
+      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${cls(st.complete_pct)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+    }).join("") + `</tr>`).join("");
+  const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
+  return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
+    (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
+}
+
+function render() {
+  const snap = state.snap;
+  if (!snap) return;
+  const t0 = performance.now();
+  const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
+  const fn = views[state.view];
+  if (fn) $("#view-" + state.view).innerHTML = `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
+  const select = $("#browse select[name=cluster]");
+  if (select.options.length !== snap.clusters.length) {
+    select.innerHTML = snap.clusters.map((c) => `<option>${esc(c.name)}</option>`).join("");
+  }
+  state.renderMs = performance.now() - t0;
+  document.body.dataset.seq = snap.seq;
+  document.body.dataset.renderMs = state.renderMs.toFixed(1);
+}
+
+function show(view) {
+  state.view = view;
+  for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("on", b.dataset.view === view);
+  for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== "view-" + view;
+  render();
+}
+
+function messagesTable(page) {
+  const rows = page.messages.map((m) => {
+    const r = m.record;
+    const meta = r ? `${esc(r.host)} ${esc(r.file)}:${esc(r.offset)} ${new Date(r.time).toISOString()}` : "";
+    return `<tr><td class="num">${m.offset}+${m.index}</td><td>${new Date(m.timestamp).toISOString()}</td><td>${esc(m.key ?? "")}</td>` +
+      `<td class="mute">${meta}</td><td><pre>${esc(m.value)}</pre></td></tr>`;
+  }).join("");
+  return `<table id="message-rows"><tr><th class="num">offset+i</th><th>timestamp</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
+}
+
+async function browse(ev) {
+  ev.preventDefault();
+  stopTail();
+  const f = new FormData($("#browse"));
+  const q = new URLSearchParams({ cluster: f.get("cluster"), topic: f.get("topic"), partition: f.get("partition") || "0", limit: f.get("limit") || "50" });
+  if (f.get("time")) q.set("time_ms", String(new Date(f.get("time")).getTime()));
+  else if (f.get("offset")) q.set("offset", f.get("offset"));
+  const res = await fetch("/api/messages?" + q);
+  const body = await res.json().catch(() => ({ error: res.statusText }));
+  if (!res.ok) { $("#messages").innerHTML = `<p class="bad">${esc(body.error || res.statusText)}</p>`; return; }
+  $("#messages").innerHTML = `<p class="mute">log ${num(body.log_start)}..${num(body.log_end)}, from ${num(body.start)}, next ${num(body.next)}</p>` + messagesTable(body);
+}
+
+function stopTail() {
+  if (state.tail) { state.tail.close(); state.tail = null; $("#tail").textContent = "Tail live"; }
+}
+
+function startTail() {
+  if (state.tail) { stopTail(); return; }
+  const f = new FormData($("#browse"));
+  const q = new URLSearchParams({ cluster: f.get("cluster"), topic: f.get("topic"), partition: f.get("partition") || "0" });
+  const shown = [];
+  $("#messages").innerHTML = `<p class="mute">tailing ${esc(f.get("topic"))}-${esc(f.get("partition"))}…</p>`;
+  state.tail = new EventSource("/api/tail?" + q);
+  $("#tail").textContent = "Stop tail";
+  state.tail.addEventListener("messages", (e) => {
+    shown.push(...JSON.parse(e.data));
+    shown.splice(0, Math.max(shown.length - 200, 0));
+    $("#messages").innerHTML = messagesTable({ messages: shown.slice().reverse() });
+  });
+  state.tail.addEventListener("failure", (e) => { $("#error").textContent = JSON.parse(e.data).error; });
+}
+
+function connect() {
+  const events = new EventSource("/api/events");
+  events.addEventListener("snapshot", (e) => {
+    state.snap = JSON.parse(e.data);
+    $("#live").textContent = "live · " + new Date(state.snap.time_ms).toLocaleTimeString();
+    $("#error").textContent = "";
+    render();
+  });
+  events.onerror = () => { $("#live").textContent = "reconnecting…"; };
+}
+
+document.addEventListener("click", (e) => {
+  const pick = e.target.closest("[data-pick]");
+  if (pick) { e.preventDefault(); const [c, t] = pick.dataset.pick.split("|"); state.topic[c] = t; render(); }
+  const tab = e.target.closest("#tabs button");
+  if (tab) show(tab.dataset.view);
+});
+$("#browse").addEventListener("submit", browse);
+$("#tail").addEventListener("click", startTail);
+const initial = new URLSearchParams(location.search).get("view");
+if (initial) show(initial);
+connect();

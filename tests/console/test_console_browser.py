@@ -1,0 +1,183 @@
+"""The console in a real browser (Debian's Chromium via Playwright) against real brokers
+and a real ZooKeeper: it loads without errors, shows what ``logferry topic describe`` and
+``logferry group describe`` print, follows production, and notices a killed broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.client import Admin, AuditRecord, GroupConsumer, Producer
+from tests.console.browser import ConsoleProcess, open_browser
+from tests.support import waiting
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = {"zk_session_timeout_s": 2.0, "replica_lag_time_max_ms": 1000,
+            "leader_rebalance_interval_s": 0, "default_replication_factor": 2,
+            "min_insync_replicas": 1}
+
+
+def cli(*argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "broker", *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def topic_describe(zk: str, topic: str) -> dict[int, tuple[int, str, str]]:
+    """partition -> (leader, replicas, isr) as ``logferry topic describe`` prints them."""
+    rows = {}
+    for line in cli("topic", "describe", topic, "--zk", zk).splitlines()[2:]:
+        fields = line.split()
+        rows[int(fields[1])] = (int(fields[2]), fields[4], fields[5])
+    return rows
+
+
+def page_cells(page, selector: str, fields: list[str]) -> dict[int, list[str]]:
+    return page.eval_on_selector_all(selector, """(rows, fields) => Object.fromEntries(rows.map(r =>
+        [r.dataset.partition, fields.map(f => r.querySelector(`[data-field="${f}"]`).textContent)]))""",
+                                     fields)
+
+
+def number(text: str) -> int:
+    return int(re.sub(r"[^0-9]", "", text))
+
+
+@pytest.mark.timeout(240)
+def test_console_in_a_browser(broker_cluster, tmp_path):
+    cluster = broker_cluster(2, broker=SETTINGS)
+    zk = cluster.zk_connect
+    with Admin(zk=zk) as admin:
+        admin.create_topic("web", 4, 2)
+    with Producer(zk=zk, linger_ms=2) as producer:
+        for p in range(4):
+            producer.send("web", [b"GET /index.html %d" % i for i in range(200)], partition=p)
+        producer.flush(30)
+    consumer = GroupConsumer("dash", ["web"], zk=zk, auto_commit_ms=0)
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < 400 and time.monotonic() < deadline:
+        got += consumer.poll(0.2, max_messages=400 - len(got))
+    consumer.poll(0)
+    consumer.commit()
+
+    console = ConsoleProcess(f"live={zk}", interval=0.5)
+    try:
+        for page, errors in open_browser():
+            page.goto(console.url)
+            page.wait_for_selector('[data-summary="partitions"]', timeout=15_000)
+            assert page.text_content('[data-cluster="live"] [data-summary="partitions"]') == "4"
+            assert page.text_content('[data-summary="brokers_up"]') == "2/2"
+
+            # Topics: the same leader, replicas and ISR as `logferry topic describe`.
+            page.click('#tabs button[data-view="topics"]')
+            page.wait_for_selector('[data-partitions="web"] tr[data-partition="3"]')
+            described = topic_describe(zk, "web")
+            shown = page_cells(page, '[data-partitions="web"] tr[data-topic]', ["leader", "replicas", "isr"])
+            assert {int(p): (int(v[0]), v[1], v[2]) for p, v in shown.items()} == described
+
+            # Consumer groups: committed offset, log end and lag as `group describe` prints.
+            page.click('#tabs button[data-view="groups"]')
+            page.wait_for_selector('tr[data-group="dash"][data-partition="3"]')
+            info = json.loads(cli("group", "describe", "dash", "--zk", zk, "--json"))
+            want = {r["partition"]: (r["committed"], r["log_end"], r["lag_bytes"]) for r in info["partitions"]}
+
+            def group_matches():
+                cells = page_cells(page, 'tr[data-group="dash"]', ["committed", "log_end", "lag_bytes"])
+                return {int(p): tuple(number(c) for c in v) for p, v in cells.items()} == want
+            waiting.wait_until(group_matches, 5, "the page's group table equals group describe")
+            assert page.text_content('[data-group-card="dash"] [data-field="group-status"]') in (
+                "OK", "WARN", "STOP", "STALL", "REWIND")
+            lag_before = number(page.text_content('[data-group-card="dash"] [data-field="group-lag"]'))
+
+            # Producing moves the topic's rate and the group's lag.
+            page.click('#tabs button[data-view="topics"]')
+            with Producer(zk=zk, linger_ms=2) as producer:
+                for _ in range(6):
+                    for p in range(4):
+                        producer.send("web", [b"POST /api %d" % i for i in range(300)], partition=p)
+                    producer.flush(30)
+                    time.sleep(0.3)
+            waiting.wait_until(lambda: any(number(v[0]) > 0 for v in page_cells(
+                page, '[data-partitions="web"] tr[data-topic]', ["bytes_in_s"]).values()),
+                5, "a rate above 0 on the page")
+            page.click('#tabs button[data-view="groups"]')
+            waiting.wait_until(lambda: number(page.text_content(
+                '[data-group-card="dash"] [data-field="group-lag"]')) > lag_before, 5, "the group's lag grows")
+
+            # Killing a broker: its partitions turn under-replicated within 5 s.
+            page.click('#tabs button[data-view="clusters"]')
+            victim = cluster.brokers[1]
+            killed_at = time.monotonic()
+            victim.kill()
+            waiting.wait_until(lambda: page.text_content('[data-summary="under_replicated"]') == "4",
+                               5, "4 under-replicated partitions on the page", interval=0.05)
+            seen_after = time.monotonic() - killed_at
+            assert page.text_content('[data-summary="brokers_up"]') == "1/2"
+            page.click('#tabs button[data-view="topics"]')
+            page.wait_for_selector('[data-partitions="web"] tr.urp, [data-partitions="web"] tr.offline')
+            page.click('#tabs button[data-view="clusters"]')
+            page.wait_for_timeout(300)
+            # LOGFERRY_CONSOLE_SCREENSHOT=FILE keeps the picture (docs/images/console.png is the demo's).
+            shot = Path(os.environ.get("LOGFERRY_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
+            page.screenshot(path=str(shot))
+            assert shot.stat().st_size > 1000
+            assert errors == [], errors
+            print(f"under-replicated on the page {seen_after:.1f}s after the kill")
+    finally:
+        consumer.close()
+        assert console.stop() == 0, "".join(console.stderr)
+
+
+@pytest.mark.timeout(120)
+def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(broker_cluster):
+    """Also: a cluster that is not there is shown as unreachable, beside one that is."""
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    audit = [AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
+             AuditRecord("logs", 60_000, 120_000, 10, 9, "web-2"),
+             AuditRecord("logs", 60_000, 120_000, 0, 29, "", "mirror")]
+    with Producer(zk=zk, linger_ms=2) as producer:
+        producer.send("logs", [b"line %d" % i for i in range(30)], partition=0)
+        producer.send("_audit", [r.encode() for r in audit], partition=0)
+        producer.flush(30)
+    missing = zk.rsplit("/", 1)[0] + "/no-cluster-here"  # a chroot nobody registered
+    console = ConsoleProcess(f"live={zk}", f"gone={missing}")
+    try:
+        for page, errors in open_browser():
+            page.goto(console.url)
+            page.wait_for_selector('[data-cluster="gone"] .bad')
+            assert "no logferry cluster" in page.text_content('[data-cluster="gone"]')
+            assert page.text_content('[data-cluster="live"] [data-summary="brokers_up"]') == "1/1"
+            page.goto(console.url + "?view=messages")
+            page.wait_for_function("document.body.dataset.seq > 0")
+            page.fill('#browse input[name="topic"]', "logs")
+            page.fill('#browse input[name="limit"]', "10")
+            page.click('#browse button[type="submit"]')
+            page.wait_for_selector("#message-rows tr:nth-child(11)")
+            assert "line 0" in page.text_content("#message-rows tr:nth-child(2)")
+            page.click("#tail")
+            page.wait_for_timeout(800)
+            with Producer(zk=zk, linger_ms=2) as producer:
+                producer.send("logs", [b"tailed %d" % i for i in range(3)], partition=0)
+                producer.flush(30)
+            page.wait_for_selector("text=tailed 2", timeout=5_000)
+
+            page.click('#tabs button[data-view="audit"]')
+            row = '[data-audit-topic="logs"][data-window="60000"]'
+            page.wait_for_selector(row)
+            assert page.text_content(f'{row} [data-stage="agent"]') == "29 / 30"
+            assert page.text_content(f'{row} [data-stage-pct="agent"]') == "96.67%"
+            assert page.text_content(f'{row} [data-stage-pct="mirror"]') == "100.00%"
+            assert errors == [], errors
+    finally:
+        assert console.stop() == 0, "".join(console.stderr)

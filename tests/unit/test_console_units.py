@@ -1,0 +1,120 @@
+"""The console's sans-IO parts: settings, rates, agent record decoding, its metrics."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+import msgpack
+import pytest
+
+from broker.common.errors import ConfigError
+from console.cli import config_from_args
+from console.config import from_zk, parse_config
+from console.messages import agent_record, parse_start
+from console.metrics import console_metrics
+from console.rates import History, Rates
+
+
+def test_config_from_toml_tables():
+    config = parse_config({"console": {"port": 0, "interval_s": 0.5},
+                           "cluster": [{"name": "live", "zk_connect": "zk:2181/logferry/live"},
+                                       {"name": "analysis", "zk_connect": "zk:2181/logferry/analysis"}]})
+    assert [c.name for c in config.clusters] == ["live", "analysis"]
+    assert (config.host, config.port, config.interval_s) == ("127.0.0.1", 0, 0.5)
+
+
+@pytest.mark.parametrize("doc, error", [
+    ({}, "cluster: missing"),
+    ({"cluster": [{"name": "a"}]}, "cluster[0].zk_connect: missing"),
+    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}, {"name": "a", "zk_connect": "zk:2181/y"}]},
+     "a twice"),
+    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"interval_s": 5}}, "at most 2"),
+    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"prot": 1}}, "did you mean 'port'"),
+])
+def test_config_errors_name_the_key(doc, error):
+    with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        parse_config(doc)
+
+
+def test_zk_options_name_clusters_by_chroot_or_prefix():
+    config = from_zk(["127.0.0.1:2181/logferry/live", "dc2=127.0.0.1:2181/logferry/analysis"])
+    assert [(c.name, c.zk_connect) for c in config.clusters] == [
+        ("live", "127.0.0.1:2181/logferry/live"), ("dc2", "127.0.0.1:2181/logferry/analysis")]
+
+
+def test_cli_overrides_and_refusals():
+    args = argparse.Namespace(config=None, zk=["zk:2181/logferry/live"], host=None, port=0, interval=None)
+    config = config_from_args(args)
+    assert (config.host, config.port, config.interval_s) == ("127.0.0.1", 0, 1.0)
+    with pytest.raises(ConfigError, match="--config FILE or --zk"):
+        config_from_args(argparse.Namespace(config=None, zk=None, host=None, port=None, interval=None))
+    with pytest.raises(ConfigError, match="at most 2"):
+        config_from_args(argparse.Namespace(config=None, zk=["zk:2181/x"], host=None, port=None, interval=3))
+
+
+def test_rates_per_second_and_no_negative_rate():
+    rates = Rates()
+    assert rates.update("k", 100, 10.0) == 0.0
+    assert rates.update("k", 300, 12.0) == 100.0
+    assert rates.update("k", 50, 13.0) == 0.0  # went backwards: re-created, no rate
+    rates.forget([])
+    assert rates.get("k") == 0.0
+
+
+def test_history_keeps_the_newest_points():
+    history = History(["a"], size=2)
+    for t in range(3):
+        history.add(t, a=t * 1.5)
+    assert history.as_dict() == {"t": [1, 2], "a": [1.5, 3.0]}
+
+
+def test_agent_records_are_decoded_and_others_are_not():
+    record = {"time": 1, "host": "web-1", "file": "/var/log/app.log", "offset": 0, "line": "hello"}
+    assert agent_record(msgpack.packb(record))["host"] == "web-1"
+    assert agent_record(b"plain text") is None
+    assert agent_record(msgpack.packb({"line": "no host"})) is None
+
+
+def test_browse_start():
+    assert parse_start(None, None) == "earliest"
+    assert parse_start("latest", None) == "latest"
+    assert parse_start("1234", None) == 1234
+    assert parse_start("9", "1700000000000") == dt.datetime.fromtimestamp(1_700_000_000, tz=dt.timezone.utc)
+    with pytest.raises(ValueError):
+        parse_start("-1", None)
+
+
+def test_console_metrics_from_readings():
+    readings = [{"name": "live", "ok": True,
+                 "summary": {"brokers_up": 2, "under_replicated": 3, "offline": 1},
+                 "groups": [{"name": "dash", "status": "STOP", "lag_bytes": 42}]},
+                {"name": "analysis", "ok": False}]
+    text = console_metrics(lambda: readings).render()
+    assert 'logferry_console_group_status{cluster="live",group="dash"} 4.0' in text
+    assert 'logferry_console_under_replicated_partitions{cluster="live"} 3.0' in text
+    assert 'logferry_console_cluster_up{cluster="analysis"} 0.0' in text
+
+
+def test_audit_tally_adds_hosts_and_judges_later_stages_against_the_agents():
+    from broker.client import AuditRecord
+    from console.audit import AuditTally
+
+    tally = AuditTally(max_windows=2)
+    for host in ("web-1", "web-2"):
+        tally.add(AuditRecord("app", 0, 60_000, 100, 100, host))
+    tally.add(AuditRecord("app", 0, 60_000, 10, 10, "web-1"))  # a restarted agent: counts add up
+    tally.add(AuditRecord("app", 0, 60_000, 0, 220, "", "mirror"))
+    tally.add(AuditRecord("app", 60_000, 120_000, 50, 40, "web-1"))
+    tally.add(AuditRecord("app", 120_000, 180_000, 5, 5, "web-1"))  # pushes window 0 out
+    rows = tally.rows()
+    assert [r["window_start"] for r in rows] == [120_000, 60_000]
+    assert rows[1]["stages"]["agent"] == {"sent": 50, "acked": 40, "complete_pct": 80.0}
+
+    tally = AuditTally()
+    for host in ("web-1", "web-2"):
+        tally.add(AuditRecord("app", 0, 60_000, 100, 100, host))
+    tally.add(AuditRecord("app", 0, 60_000, 0, 220, "", "mirror"))
+    (row,) = tally.rows()
+    assert row["hosts"] == 2
+    assert row["stages"]["mirror"]["complete_pct"] == 110.0  # duplicates show above 100%
