@@ -5,7 +5,7 @@ only; the modules behind these names may move.
 """
 
 from broker.client.admin import Admin, BrokerInfo, PartitionInfo
-from broker.client.audit import AuditRecord, window_of
+from broker.client.audit import AuditRecord, WindowCounts, window_of
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -40,5 +40,5 @@ __all__ = [
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
-    "encode_batch", "group_lag", "messages_of", "window_of",
+    "WindowCounts", "encode_batch", "group_lag", "messages_of", "window_of",
 ]
