@@ -192,3 +192,28 @@ def test_dedup_config_needs_decoded_topics():
     assert not config_from_dict(base).dedup.enabled
     with pytest.raises(LoaderConfigError, match="dedup.keep_hours"):
         config_from_dict({**base, "dedup": {"keep_hours": 0}})
+
+
+class _Cluster:
+    """What the repair asks the cluster: (first retained offset, visible end) per partition."""
+
+    def __init__(self, ends):
+        self.ends = ends
+
+    def log_range(self, topic, partition):
+        return self.ends[(topic, partition)]
+
+
+def test_repair_names_what_retention_removed():
+    from hadoop_loader.repair import _unrepairable
+
+    config = config_from_dict({"source": {"zk": "h:1/c", "topics": ["t"]},
+                               "output": {"uri": "file:///tmp/x"}})
+    run = Manifest(3, "r", 0, 0, "zk", [RangeEntry("t", 0, 0, 500, 9), RangeEntry("t", 1, 100, 900, 9)])
+    assert _unrepairable(_Cluster({("t", 0): (0, 600), ("t", 1): (0, 900)}), config, run, "t") is None
+    why = _unrepairable(_Cluster({("t", 0): (0, 600), ("t", 1): (400, 900)}), config, run, "t")
+    assert why is not None and "retention removed the data: t/1 offsets [100, 400)" in why
+    why = _unrepairable(_Cluster({("t", 0): (0, 300), ("t", 1): (0, 900)}), config, run, "t")
+    assert why is not None and "ends at 300" in why
+    assert "no longer in source.topics" in _unrepairable(_Cluster({}), config, run, "u")
+    assert "manifest is gone" in _unrepairable(_Cluster({}), config, None, "t")
