@@ -3,13 +3,16 @@
 One run, under the output's lock:
 
 1. recover: finish publishing committed runs, discard uncommitted staging
-   (:meth:`LandingStore.recover`);
+   (:meth:`LandingStore.recover`); verify the files earlier runs landed
+   (:mod:`hadoop_loader.verify`) and, with ``repair``, land damaged ones again
+   (:mod:`hadoop_loader.repair`);
 2. plan: per topic-partition from the last committed offsets (``first_run`` for new
    ones) to the visible end read now, capped at ``max_bytes_per_partition``, cut into
    chunks at batch boundaries;
 3. write: one Spark job reads the chunks through the ``logferry`` data source and writes
    Parquet (columns: :mod:`hadoop_loader.landed`) partitioned by topic and event hour
-   into the run's staging directory;
+   into the run's staging directory; with dedup, copies of landed records are marked
+   and written apart (``duplicate=true``, never published; :mod:`hadoop_loader.dedup`);
 4. count: the staged files are listed and read back (row counts per file, partition and
    hour) and checked against the plan; the manifest is built;
 5. commit the manifest (offsets advance here, and only here), publish, clean up;

@@ -217,3 +217,30 @@ def test_repair_names_what_retention_removed():
     assert why is not None and "ends at 300" in why
     assert "no longer in source.topics" in _unrepairable(_Cluster({}), config, run, "u")
     assert "manifest is gone" in _unrepairable(_Cluster({}), config, None, "t")
+
+
+def test_a_repair_run_publishes_its_files_and_deletes_the_replaced_ones_idempotently(tmp_path):
+    from hadoop_loader.fs import LocalFileSystem, join
+    from hadoop_loader.store import LandingStore
+
+    store = LandingStore(LocalFileSystem(), (tmp_path / "wh").as_uri())
+    store.fs.mkdirs(store.state)
+    old = "topic=t/dt=2024-03-01/hr=00/r1-part-0.parquet"
+    good = parquet_bytes(5)
+    store.fs.create_new(join(store.root, old), good[:10])  # the damaged file
+    store.commit(manifest(1, [entry(old, len(good), 5)]))
+    data = store.begin(2)
+    store.fs.create_new(join(data, "origin=1/topic=t/dt=2024-03-01/hr=00/part-9.parquet"), good)
+    new = "topic=t/dt=2024-03-01/hr=00/r00000002-o1-part-9.parquet"
+    repair = manifest(2, [FileEntry(new, "origin=1/topic=t/dt=2024-03-01/hr=00/part-9.parquet",
+                                    len(good), 5, 1)],
+                      [Repair(1, "topic=t/dt=2024-03-01/hr=00", (old,), 5)])
+    store.commit(repair)
+    # a crash here: the next run's recovery publishes the repair
+    recovery = store.recover()
+    assert recovery.rolled_forward == [2] and recovery.files_moved == 1
+    assert store.fs.size(join(store.root, old)) is None
+    assert store.fs.size(join(store.root, new)) == len(good)
+    assert store.publish(store.read_manifest(2)) == 0  # again: nothing to do
+    assert [e.entry.path for e in expected_files([store.read_manifest(s)
+                                                   for s in store.committed()])] == [new]
