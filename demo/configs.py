@@ -203,6 +203,7 @@ def loader_config(template: Mapping[str, Any], zk: str, output: Path,
     if isinstance(decode, list):
         source["decode_agent_records"] = list(topics)
     doc.setdefault("output", {})["uri"] = output.resolve().as_uri()
+    doc.setdefault("dedup", {})["enabled"] = True  # copies of landed records are dropped
     audit = doc.setdefault("audit", {})
     audit["settle_minutes"] = 0  # the demo's hours have just happened
     audit["lookback_hours"] = 2

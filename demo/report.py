@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker.client import WindowCounts
+
 
 @dataclass
 class Tally:
@@ -50,9 +52,8 @@ def completeness(tally: Tally) -> dict[str, float | None]:
     """Parquet rows / the agents' audited count, per topic (the paper's audit)."""
     out: dict[str, float | None] = {}
     for topic in tally.topics:
-        expected = tally.audit_acked.get(topic, 0)
-        landed = (tally.parquet or {}).get(topic, 0)
-        out[topic] = landed / expected if expected else None
+        counts = WindowCounts(tally.audit_acked.get(topic, 0), (tally.parquet or {}).get(topic, 0))
+        out[topic] = counts.completeness  # the audit's one formula (broker.client.audit)
     return out
 
 

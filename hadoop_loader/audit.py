@@ -6,10 +6,14 @@ A message belongs to the window holding its timestamp (the agent's time read), t
 same timestamp the loader partitions by, so a topic's expected count for an event hour
 is the sum of ``acked`` (or ``sent``) over the windows starting in that hour, every host
 and every record (an agent restarted inside a window publishes it twice, with disjoint
-counts). The landed count comes from the committed manifests. Completeness is
-landed / expected; more than 100% means an agent sent lines again. The mirror copies the
-audit topic with the data, so its duplicates can move completeness either way
-(docs/operations.md, "Duplicates", shows how to count them exactly).
+counts). The landed count is what is really in the lake: the rows the footers of the
+verified files count (:mod:`hadoop_loader.verify`), not what the manifests claim.
+Duplicates are the rows dedup dropped as copies (from the manifests; 0 without dedup).
+Each hour is a :class:`broker.client.WindowCounts` (the audit's one formula): missing =
+expected - landed - duplicates when positive, completeness = (landed + duplicates) /
+expected; more than 100% means copies the tier did not count (a mirror's) arrived. The
+mirror copies the audit topic with the data, so its duplicates can move the expectation
+either way (docs/operations.md, "Duplicates").
 
 An audit topic that does not exist yet (no agent has published an audit record, as on a
 new cluster) is not an error: there is nothing to audit, the report says so
@@ -26,6 +30,7 @@ the edges.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import zoneinfo
 from dataclasses import dataclass, field
@@ -33,7 +38,7 @@ from typing import Any, Iterable, Mapping
 
 import msgpack
 
-from broker.client import AuditRecord
+from broker.client import AuditRecord, WindowCounts
 from broker.common.errors import UnknownTopicOrPartitionError
 from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
 
@@ -44,7 +49,7 @@ HOUR_MS = 3600 * 1000
 
 @dataclass(frozen=True)
 class HourAudit:
-    """One topic and event hour."""
+    """One tier, topic and event hour."""
 
     topic: str
     hour: str
@@ -52,14 +57,35 @@ class HourAudit:
     expected: int | None
     """From the audit topic; None when no audit record covers the hour."""
     landed: int
+    """Rows really in the lake (each record once with dedup on)."""
     judged: bool
+    duplicates: int = 0
+    """Rows dedup dropped as copies of landed ones."""
+    tier: str = "agent"
+    """The stage whose audit records give ``expected``."""
+
+    @property
+    def counts(self) -> WindowCounts:
+        return WindowCounts(self.expected, self.landed, self.duplicates)
 
     @property
     def completeness(self) -> float | None:
-        """landed / expected, or None without an expectation (or expected == 0)."""
-        if not self.expected:
-            return None
-        return self.landed / self.expected
+        """(landed + duplicates) / expected, or None without an expectation."""
+        return self.counts.completeness
+
+    @property
+    def missing(self) -> int | None:
+        return self.counts.missing
+
+    @property
+    def extra(self) -> int | None:
+        return self.counts.extra
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tier": self.tier, "topic": self.topic, "hour": self.hour,
+                "expected": self.expected, "landed": self.landed,
+                "duplicates": self.duplicates, "missing": self.missing, "extra": self.extra,
+                "completeness": self.completeness, "judged": self.judged}
 
 
 @dataclass
@@ -74,6 +100,14 @@ class AuditReport:
     threshold: float | None = None
     missing_topic: str | None = None
     """The audit topic, when it does not exist yet: nothing to audit (not an error)."""
+
+    def to_json(self) -> bytes:
+        """The report as JSON (the loader keeps it under ``_logferry/audit/``)."""
+        data = {"format": "logferry-audit/1", "records": self.records,
+                "skipped": self.skipped, "threshold": self.threshold,
+                "missing_topic": self.missing_topic,
+                "hours": [h.to_json() for h in self.hours]}
+        return (json.dumps(data, indent=1) + "\n").encode()
 
     def failing(self, threshold: float | None = None) -> list[HourAudit]:
         """Judged hours below ``threshold`` (the configured one by default)."""
@@ -121,16 +155,21 @@ def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str
 
 def compare(expected: Mapping[tuple[str, str], int], landed: Mapping[tuple[str, str], int],
             topics: Iterable[str], since_ms: int, judge_before_ms: int, tz: dt.tzinfo,
-            threshold: float | None = None) -> AuditReport:
-    """Completeness of every hour of ``topics`` from ``since_ms`` that has either count."""
+            threshold: float | None = None,
+            duplicates: Mapping[tuple[str, str], int] | None = None,
+            tier: str = "agent") -> AuditReport:
+    """Completeness of every hour of ``topics`` from ``since_ms`` that has any count."""
     wanted = set(topics)
     first = hour_key(since_ms, tz)
-    keys = sorted(k for k in set(expected) | set(landed) if k[0] in wanted and k[1] >= first)
+    dups = duplicates or {}
+    keys = sorted(k for k in set(expected) | set(landed) | set(dups)
+                  if k[0] in wanted and k[1] >= first)
     report = AuditReport(threshold=threshold)
     for topic, hour in keys:
         report.hours.append(HourAudit(
             topic, hour, expected.get((topic, hour)), landed.get((topic, hour), 0),
-            judged=hour_end_ms(hour, tz) <= judge_before_ms))
+            judged=hour_end_ms(hour, tz) <= judge_before_ms,
+            duplicates=dups.get((topic, hour), 0), tier=tier))
     return report
 
 
@@ -145,6 +184,19 @@ def landed_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str, st
         if m.committed_ms < since_ms:
             break
         for topic, hours in m.hours.items():
+            for hour, rows in hours.items():
+                out[(topic, hour)] = out.get((topic, hour), 0) + rows
+    return out
+
+
+def duplicate_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str, str], int]:
+    """Rows dropped by dedup per (topic, hour), from manifests newest first (the walk
+    stops as :func:`landed_counts` does)."""
+    out: dict[tuple[str, str], int] = {}
+    for m in manifests:
+        if m.committed_ms < since_ms:
+            break
+        for topic, hours in m.duplicates.items():
             for hour, rows in hours.items():
                 out[(topic, hour)] = out.get((topic, hour), 0) + rows
     return out
@@ -187,8 +239,11 @@ def read_audit_records(consumer: Any, topic: str, since_ms: int
     return records, bad
 
 
-def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
-    """The audit step of a run: read the audit topic and the manifests, compare."""
+def audit_after_load(config: Any, store: Any, started: float,
+                     landed: Mapping[tuple[str, str], int] | None = None) -> AuditReport:
+    """The audit step of a run: read the audit topic and compare with ``landed`` (rows
+    really in the lake per topic and hour, from the verification; the manifests' counts
+    when None) and the duplicates the manifests record."""
     from broker.client import SimpleConsumer
 
     a = config.audit
@@ -211,9 +266,12 @@ def audit_after_load(config: Any, store: Any, started: float) -> AuditReport:
                     "records): nothing to audit", a.topic)
     records, bad = found if found is not None else ([], 0)
     expected, used, skipped = expected_counts(records, a.stage, a.count, tz)
-    landed = landed_counts(store.newest_first(), since_ms)
+    if landed is None:
+        landed = landed_counts(store.newest_first(), since_ms)
+    duplicates = duplicate_counts(store.newest_first(), since_ms)
     report = compare(expected, landed, config.source.topics, since_ms,
-                     started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete)
+                     started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete,
+                     duplicates, a.stage)
     report.records, report.skipped = used, skipped + bad
     report.missing_topic = a.topic if found is None else None
     return report

@@ -5,7 +5,10 @@ Registered in the ``logferry`` command through the entry point group
 as ``python -m hadoop_loader load ...``. Exit codes and the error line follow every
 logferry command (broker.common.commands): 0 success, 1 failure, 2 a config or usage
 mistake, 130 after Ctrl-C, and 3 when the audit found an hour below
-``--require-complete``; errors print ``logferry load: error: <message>``.
+``--require-complete``; errors print ``logferry load: error: <message>``. A run that
+found landed files missing or damaged (and did not repair them all) lands what is new,
+prints the summary and exits 1 naming the damage (exit 1 outranks 3: the audit's counts
+are short because of it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="exit 3 if a settled audited hour is below this completeness "
                         "(e.g. 0.999); implies the audit")
     parser.add_argument("--no-audit", action="store_true", help="skip the audit this run")
+    parser.add_argument("--repair", action="store_true",
+                        help="land files the verification finds missing or damaged again "
+                        "from the cluster (while it still holds their offsets), then the run")
     parser.set_defaults(func=run)
 
 
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if args.no_audit:
             audit = replace(audit, enabled=False)
         config = replace(config, audit=audit)
-        result = run_load(config, master=args.master)
+        result = run_load(config, master=args.master, repair=args.repair)
         print_summary(result, sys.stdout)
         if result.audit_error is not None:
             sys.stdout.flush()
@@ -73,12 +79,32 @@ def run(args: argparse.Namespace) -> int:
                           result.audit_error.exit_code)
         if result.audit is not None:
             print_audit(result.audit, sys.stdout)
-            if audit.require_complete is not None:
-                require_complete(result.audit, audit.require_complete)
         sys.stdout.flush()
+        lake_problem(result)
+        if result.audit is not None and audit.require_complete is not None:
+            require_complete(result.audit, audit.require_complete)
         return 0
     except LoaderError as exc:
         return report("load", exc, exc.exit_code)
+
+
+def lake_problem(result: object) -> None:
+    """Raise :class:`LakeDamagedError` when damaged files are left after the run."""
+    from hadoop_loader.errors import LakeDamagedError
+
+    lake = getattr(result, "lake", None)
+    if lake is None or not lake.damaged:
+        return
+    repair = getattr(result, "repair", None)
+    left = [d for d in lake.damaged
+            if repair is None or not any(g.origin == d.origin and g.directory == d.directory
+                                         for g in repair.repaired)]
+    if not left:
+        return
+    hint = ("; they cannot be repaired (see above)" if repair is not None
+            else "; `logferry load --repair` lands them again")
+    raise LakeDamagedError(f"{len(left)} landed file(s) missing or damaged, first "
+                           f"{left[0].describe()}{hint}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -103,6 +103,18 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class DedupConfig:
+    """Dropping rows whose record identity was already landed (``[dedup]``)."""
+
+    enabled: bool = False
+    """On: rows whose agent record identity (topic, host, file_id, file_offset) was
+    landed by this run or a recent one are dropped and counted (needs decoded topics)."""
+    keep_hours: int = 168
+    """Identities of the runs committed this long before a run are consulted: a copy
+    arriving later than that lands again (and the state stays bounded)."""
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """How the job's SparkSession is built."""
 
@@ -122,6 +134,7 @@ class LoaderConfig:
     load: LoadConfig = LoadConfig()
     audit: AuditConfig = AuditConfig()
     spark: SparkConfig = SparkConfig()
+    dedup: DedupConfig = DedupConfig()
     path: str = "<dict>"
     tls: TlsConfig | None = None
     """``[tls]``: TLS to the source brokers, from the driver and from every executor
@@ -157,6 +170,7 @@ SECTIONS = {
         lookback_hours=POSITIVE_INT, settle_minutes=NONNEG_INT,
         require_complete=Check(lambda v: NONNEG_NUMBER.test(v) and v <= 1,
                                "a number between 0 and 1")),
+    "dedup": fields(enabled=BOOL, keep_hours=POSITIVE_INT),
     "spark": fields(
         master=NONEMPTY_STR, app_name=NONEMPTY_STR, driver_memory=NONEMPTY_STR,
         conf=Check(lambda v: isinstance(v, dict)
@@ -199,6 +213,7 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         load=_load(v, sections["load"]),
         audit=AuditConfig(**sections["audit"]),
         spark=_spark(sections["spark"]),
+        dedup=_dedup(v, sections["dedup"], sections["source"]),
         path=v.file or "<dict>",
         tls=tls_from_table(v, sections["tls"], "tls"),
         sasl=_sasl(v, sections["sasl"]),
@@ -321,6 +336,14 @@ def _load(v: Validator, d: dict[str, Any]) -> LoadConfig:
     except Exception:
         v.fail("load.timezone", f"{config.timezone!r} is not a known time zone "
                "(e.g. 'UTC', 'America/Los_Angeles')")
+    return config
+
+
+def _dedup(v: Validator, d: dict[str, Any], source: dict[str, Any]) -> DedupConfig:
+    config = DedupConfig(**d)
+    if config.enabled and source.get("decode_agent_records", False) in (False, []):
+        v.fail("dedup.enabled", "needs source.decode_agent_records (a record's identity "
+               "is in the decoded agent record: host, file_id, file_offset)")
     return config
 
 

@@ -67,6 +67,14 @@ class CommitConflictError(StateError):
     """Another run committed the same sequence number first; nothing of this run was kept."""
 
 
+class LakeDamagedError(StateError):
+    """Files earlier runs landed are missing or do not match their manifests (exit 1).
+
+    The run itself landed what was new; ``logferry load --repair`` lands the damaged
+    files again while the cluster still holds their offsets.
+    """
+
+
 class AuditError(LoaderError):
     """The audit topic could not be read or holds nothing usable."""
 

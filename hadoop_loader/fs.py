@@ -52,6 +52,11 @@ class FileSystem(Protocol):
 
     def read_bytes(self, uri: str) -> bytes: ...
 
+    def read_range(self, uri: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer at the end of the file): footers are
+        read this way, never whole files."""
+        ...
+
     def create_new(self, uri: str, data: bytes) -> None:
         """Write a new file; raise :class:`FileExistsError` if it exists."""
         ...
@@ -128,6 +133,11 @@ class LocalFileSystem:
     def read_bytes(self, uri: str) -> bytes:
         with open(self.path(uri), "rb") as f:
             return f.read()
+
+    def read_range(self, uri: str, offset: int, length: int) -> bytes:
+        with open(self.path(uri), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
 
     def create_new(self, uri: str, data: bytes) -> None:
         """Write to a temporary name, fsync, then link into place (fails if it exists)."""
@@ -220,6 +230,17 @@ class HadoopFileSystem:
         stream = fs.open(path)
         try:
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def read_range(self, uri: str, offset: int, length: int) -> bytes:
+        fs, path = self._fs(uri)
+        stream = fs.open(path)
+        try:
+            stream.seek(offset)
+            available = max(0, int(fs.getFileStatus(path).getLen()) - offset)
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(
+                stream, min(length, available)))
         finally:
             stream.close()
 

@@ -3,13 +3,16 @@
 One run, under the output's lock:
 
 1. recover: finish publishing committed runs, discard uncommitted staging
-   (:meth:`LandingStore.recover`);
+   (:meth:`LandingStore.recover`); verify the files earlier runs landed
+   (:mod:`hadoop_loader.verify`) and, with ``repair``, land damaged ones again
+   (:mod:`hadoop_loader.repair`);
 2. plan: per topic-partition from the last committed offsets (``first_run`` for new
    ones) to the visible end read now, capped at ``max_bytes_per_partition``, cut into
    chunks at batch boundaries;
 3. write: one Spark job reads the chunks through the ``logferry`` data source and writes
    Parquet (columns: :mod:`hadoop_loader.landed`) partitioned by topic and event hour
-   into the run's staging directory;
+   into the run's staging directory; with dedup, copies of landed records are marked
+   and written apart (``duplicate=true``, never published; :mod:`hadoop_loader.dedup`);
 4. count: the staged files are listed and read back (row counts per file, partition and
    hour) and checked against the plan; the manifest is built;
 5. commit the manifest (offsets advance here, and only here), publish, clean up;
@@ -30,8 +33,10 @@ from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash, field_columns
 from hadoop_loader.config import LoaderConfig
+from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges, mark_duplicates
 from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
-from hadoop_loader.fs import FileSystem, filesystem_for, relative
+from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
+from hadoop_loader.identity import ranges_to_keep
 from hadoop_loader.landed import configure_writes, landed_frame
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
@@ -39,6 +44,7 @@ from hadoop_loader.options import Endpoint, sasl_options, tls_options
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
 from hadoop_loader.source import FORMAT, LogferryDataSource
 from hadoop_loader.store import STATE_DIR, LandingStore, Recovery, seq_name
+from hadoop_loader.verify import LakeCheck, verify_lake
 
 log = logging.getLogger("logferry.loader")
 
@@ -57,6 +63,8 @@ class TopicStats:
     """Log bytes read (offset ranges)."""
     parquet_bytes: int = 0
     files: int = 0
+    duplicates: int = 0
+    """Rows dropped by dedup as copies of rows already landed."""
     ranges: list[RangeEntry] = field(default_factory=list)
     hours: dict[str, int] = field(default_factory=dict)
 
@@ -78,6 +86,16 @@ class LoadResult:
     audit: Any = None
     audit_error: LoaderError | None = None
     """Why the audit failed (the run itself committed)."""
+    lake: LakeCheck | None = None
+    """What the verification of earlier runs' files found (at the run's start)."""
+    dedup: bool = False
+    """Whether dedup was on."""
+    repair: Any = None
+    """What ``--repair`` did (:class:`hadoop_loader.repair.RepairResult`)."""
+
+    @property
+    def duplicates(self) -> int:
+        return sum(t.duplicates for t in self.topics.values())
 
     @property
     def rows(self) -> int:
@@ -106,8 +124,13 @@ class _Session:
         return self._spark
 
 
-def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None) -> LoadResult:
-    """Run one landing job; reuses ``spark`` when given (tests), else builds a session."""
+def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
+             repair: bool = False) -> LoadResult:
+    """Run one landing job; reuses ``spark`` when given (tests), else builds a session.
+
+    ``repair``: first land again the files the verification found missing or damaged
+    (:mod:`hadoop_loader.repair`), then land what is new.
+    """
     started = time.time()
     session = _Session(config, spark, master)
     if config.output.filesystem == "hadoop" or (config.output.filesystem == "auto"
@@ -119,15 +142,17 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None)
     fs.mkdirs(store.state)
     store.acquire_lock()
     try:
-        result = _run_locked(config, session, fs, store, started)
+        result = _run_locked(config, session, fs, store, started, repair)
     finally:
         store.release_lock()
     if config.audit.enabled:
         from hadoop_loader.audit import audit_after_load
         try:
-            result.audit = audit_after_load(config, store, started)
+            result.audit = audit_after_load(config, store, started, _landed_now(result))
         except LoaderError as exc:  # the landing stands; report the audit's failure
             result.audit_error = exc
+        else:
+            _keep_audit(fs, store, result.audit, started)
     result.seconds = time.time() - started
     return result
 
@@ -137,13 +162,48 @@ _PUBLISH_HOOKS = {"on_moved": lambda n: crash.crash_point("during-publish"),
 """Crash points inside publishing, for a run's own publish and for recovery's."""
 
 
+def _landed_now(result: LoadResult) -> dict[tuple[str, str], int] | None:
+    """Rows really in the lake per (topic, hour) after the run: the verified files of
+    earlier runs, the files repaired and this run's (counted from its staged files)."""
+    if result.lake is None:
+        return None
+    landed = dict(result.lake.landed)
+    if result.repair is not None:
+        for key, rows in result.repair.landed_delta().items():
+            landed[key] = landed.get(key, 0) + rows
+    for topic, stats in result.topics.items():
+        for hour, rows in stats.hours.items():
+            landed[(topic, hour)] = landed.get((topic, hour), 0) + rows
+    return landed
+
+
+def _keep_audit(fs: FileSystem, store: LandingStore, report: Any, started: float) -> None:
+    """The audit report as JSON under ``_logferry/audit/`` (one file per run)."""
+    uri = join(store.state, "audit", f"{int(started * 1000):020d}.json")
+    try:
+        fs.create_new(uri, report.to_json())
+    except (OSError, FileExistsError) as exc:
+        log.warning("could not keep the audit report at %s: %s", uri, exc)
+
+
 def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore,
-                started: float) -> LoadResult:
+                started: float, repair: bool = False) -> LoadResult:
     clock = _Clock()
     recovery = store.recover(**_PUBLISH_HOOKS)
     clock.lap("recover")
     if recovery.rolled_forward or recovery.discarded:
         log.info("recovery: %s", recovery.describe())
+    manifests = [store.read_manifest(s) for s in store.committed()]
+    lake = verify_lake(fs, store.root, manifests)
+    clock.lap("verify")
+    for damage in lake.damaged:
+        log.error("landed file damaged: %s", damage.describe())
+    repaired = None
+    if repair and lake.damaged:
+        from hadoop_loader.repair import repair_lake
+        repaired = repair_lake(config, session, fs, store, manifests, lake.damaged,
+                               _PUBLISH_HOOKS)
+        clock.lap("repair")
     previous = store.latest()
     sequence = (previous.sequence if previous else 0) + 1
     landed = previous.offsets if previous else {}
@@ -158,7 +218,12 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
         executors = planner.executor_endpoint()
     clock.lap("plan")
     result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
-                        0.0, plan.walked_bytes, phases=clock.phases)
+                        0.0, plan.walked_bytes, phases=clock.phases, lake=lake,
+                        dedup=config.dedup.enabled, repair=repaired)
+    earlier: list = []
+    if config.dedup.enabled:
+        keep_since = int(started * 1000) - config.dedup.keep_hours * 3600 * 1000
+        earlier = ranges_to_keep(store.newest_first(), keep_since)
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())
     moves = _offset_mover(landed, first)
@@ -173,12 +238,15 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
         spark = session.get()
         clock.lap("spark")
         with spark_errors("the Spark job writing run %d" % sequence):
-            _write(config, spark, fs, store, sequence, plan, executors, data_uri)
+            _write(config, spark, fs, store, sequence, plan, executors, data_uri, earlier)
         clock.lap("write")
         with spark_errors("the Spark job counting run %d" % sequence):
-            files, counts = _count(spark, fs, data_uri)
+            files, counts, identities = _count(spark, fs, data_uri, config.dedup.enabled)
         clock.lap("count")
+    else:
+        identities = []
     manifest = _manifest(config, sequence, started, previous, plan, files, counts, moves)
+    manifest.identities = identities
     crash.crash_point("after-write")
     store.commit(manifest)
     clock.lap("commit")
@@ -197,6 +265,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     for r in manifest.ranges:
         stats = result.topics[r.topic]
         stats.rows += r.rows
+        stats.duplicates += r.duplicates
         stats.log_bytes += r.end - r.start
         stats.ranges.append(r)
     for topic, hours in manifest.hours.items():
@@ -204,37 +273,57 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     return result
 
 
-def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
-           plan: RangePlan, executors: Endpoint, data_uri: str) -> None:
-    """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
+def landed_rows(config: LoaderConfig, spark: Any, chunks: list, executors: Endpoint,
+                earlier: list | None) -> Any:
+    """The frame a run writes: the chunks read through the data source, shaped as landed
+    columns, with ``dt``/``hr`` and, when ``earlier`` is not None (dedup on), the
+    ``duplicate`` mark (:mod:`hadoop_loader.dedup`). A repair builds the same frame."""
     from pyspark.sql import functions as F
 
     decoded = sorted(config.source.decode_agent_records)
     reader = (spark.read.format(FORMAT)
               .option("brokers", ",".join(executors.brokers or ()))
               .option("topics", ",".join(config.source.topics))
-              .option("chunks", json.dumps([c.to_json() for c in plan.chunks]))
+              .option("chunks", json.dumps([c.to_json() for c in chunks]))
               .option("fetchBytes", str(config.load.fetch_bytes))
               .option("maxBytesPerPartition", str(config.load.chunk_bytes))
               .option("decodeAgentRecords", ",".join(decoded) if decoded else "false")
               .options(**tls_options(config.tls), **sasl_options(config.sasl)))
-    df = (landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
-                       config.output.drop_decoded_values)
-          .withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
-          .withColumn("hr", F.date_format("timestamp", "HH")))
+    df = landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
+                      config.output.drop_decoded_values)
+    if earlier is not None:
+        df = mark_duplicates(spark, df, earlier)
+    return (df.withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
+            .withColumn("hr", F.date_format("timestamp", "HH")))
+
+
+def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
+           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list) -> None:
+    """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
+    df = landed_rows(config, spark, plan.chunks, executors,
+                     earlier if config.dedup.enabled else None)
+    crash.watch_for("during-write", lambda: any(
+        f.uri.endswith(".parquet") for f in fs.list_files(store.staging_dir(sequence))))
+    write_parquet(config, spark, df, data_uri)
+
+
+def write_parquet(config: LoaderConfig, spark: Any, df: Any, data_uri: str) -> None:
+    """Write a landed frame under ``data_uri`` by topic and hour (and ``duplicate``)."""
+    from pyspark.sql import functions as F
+
     per_hour = config.output.files_per_hour
     if per_hour > 0:
         keys = [F.col("topic"), F.col("dt"), F.col("hr")]
         if per_hour > 1:
             keys.append(F.pmod(F.hash("partition", "offset", "index"), F.lit(per_hour)))
         df = df.repartition(*keys)
-    crash.watch_for("during-write", lambda: any(
-        f.uri.endswith(".parquet") for f in fs.list_files(store.staging_dir(sequence))))
     # A task writes the hours it meets concurrently instead of sorting its rows by hour
     # first (Spark's default for partitioned writes); rows arrive nearly in time order.
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
     configure_writes(spark)
-    writer = (df.write.partitionBy("topic", "dt", "hr")
+    columns = ["topic", "dt", "hr"] + ([DUPLICATE_COLUMN] if DUPLICATE_COLUMN in df.columns
+                                       else [])
+    writer = (df.write.partitionBy(*columns)
               .option("maxRecordsPerFile", config.output.max_records_per_file)
               .option("compression", config.output.compression)
               .mode("errorifexists"))
@@ -243,13 +332,13 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
     writer.parquet(data_uri)
 
 
-def _count(spark: Any, fs: FileSystem, data_uri: str
-           ) -> tuple[list[tuple[str, int]], dict[tuple[str, str, int, str, str], tuple]]:
+def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
+           ) -> tuple[list[tuple[str, int]], dict[tuple[str, str, int, str, str], tuple], list]:
     """List the staged Parquet files and count their rows per file, partition and hour.
 
-    Returns ``(files, counts)``: files as (path relative to ``data_uri``, size); counts
-    keyed by (file, topic, partition, dt, hr) -> (rows, min offset, max offset,
-    undecodable).
+    Returns ``(files, counts, identities)``: files as (path relative to ``data_uri``,
+    size); counts keyed by (file, topic, partition, dt, hr) -> (rows, min offset, max
+    offset, undecodable); with ``dedup`` the identity ranges of the landed rows.
     """
     from pyspark.sql import functions as F
 
@@ -257,7 +346,7 @@ def _count(spark: Any, fs: FileSystem, data_uri: str
              if f.uri.endswith(".parquet") and "/_" not in relative(data_uri, f.uri)
              and not relative(data_uri, f.uri).startswith("_")]
     if not files:
-        return [], {}
+        return [], {}, []
     key = "spark.sql.sources.partitionColumnTypeInference.enabled"
     old = spark.conf.get(key)
     spark.conf.set(key, "false")  # topic "007" stays a string, hr "03" stays "03"
@@ -270,6 +359,7 @@ def _count(spark: Any, fs: FileSystem, data_uri: str
                 .agg(F.count(F.lit(1)).alias("rows"), F.min("offset").alias("lo"),
                      F.max("offset").alias("hi"), bad.alias("bad"))
                 .collect())
+        identities = identity_ranges(staged) if dedup and "file_id" in staged.columns else []
     finally:
         spark.conf.set(key, old)
     base = _path_of(data_uri) + "/"
@@ -281,7 +371,7 @@ def _count(spark: Any, fs: FileSystem, data_uri: str
         rel = path[len(base):]
         counts[(rel, r["topic"], int(r["partition"]), r["dt"], r["hr"])] = (
             int(r["rows"]), int(r["lo"]), int(r["hi"]), int(r["bad"]))
-    return files, counts
+    return files, counts, identities
 
 
 def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[PartitionRange], bool]:
@@ -306,6 +396,8 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
     per_file: dict[str, int] = {}
     per_partition: dict[tuple[str, int], list[int]] = {}
     hours: dict[str, dict[str, int]] = {}
+    dup_hours: dict[str, dict[str, int]] = {}
+    dup_partition: dict[tuple[str, int], int] = {}
     undecodable = 0
     for (rel, topic, partition, dt, hr), (rows, lo, hi, bad) in counts.items():
         per_file[rel] = per_file.get(rel, 0) + rows
@@ -313,6 +405,10 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
         acc[0] += rows
         acc[1], acc[2] = min(acc[1], lo), max(acc[2], hi)
         hour = f"{dt}T{hr}"
+        if _is_duplicates(rel):
+            dup_hours.setdefault(topic, {})[hour] = dup_hours.get(topic, {}).get(hour, 0) + rows
+            dup_partition[(topic, partition)] = dup_partition.get((topic, partition), 0) + rows
+            continue
         hours.setdefault(topic, {})[hour] = hours.get(topic, {}).get(hour, 0) + rows
         undecodable += bad
     planned = {(r.topic, r.partition): r for r in plan.ranges}
@@ -323,7 +419,8 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
             raise StateError(f"run {sequence}: staged data of {r.topic}/{r.partition} does not "
                              f"match the planned range [{r.start}, {r.end}) ({rows} rows, "
                              f"offsets {lo}..{hi}); nothing was committed")
-        ranges.append(RangeEntry(r.topic, r.partition, r.start, r.end, rows))
+        dups = dup_partition.get(key, 0)
+        ranges.append(RangeEntry(r.topic, r.partition, r.start, r.end, rows - dups, dups))
     if per_partition:
         stray = sorted(per_partition)[0]
         raise StateError(f"run {sequence}: staged data holds {stray[0]}/{stray[1]}, which was "
@@ -333,10 +430,10 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
         if rel not in per_file:
             raise StateError(f"run {sequence}: staged file {rel} was not counted; nothing was "
                              "committed")
-        directory, _, name = rel.rpartition("/")
-        entries.append(FileEntry(f"{directory}/r{seq_name(sequence)[-8:]}-{name}", rel, size,
-                                 per_file[rel]))
-    if sum(per_file.values()) != sum(r.rows for r in ranges):
+        if _is_duplicates(rel):
+            continue  # counted, never published
+        entries.append(FileEntry(final_path(rel, sequence), rel, size, per_file[rel]))
+    if sum(e.rows for e in entries) != sum(r.rows for r in ranges):
         raise StateError(f"run {sequence}: file and range row counts differ")
     return Manifest(
         sequence=sequence,
@@ -352,7 +449,20 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
                               if moves(PartitionRange(r.topic, r.partition, r.start, r.end))]),
         gaps=plan.gaps,
         undecodable=undecodable,
+        duplicates=dup_hours,
     )
+
+
+def _is_duplicates(rel: str) -> bool:
+    return f"/{DUPLICATE_COLUMN}=true/" in rel
+
+
+def final_path(rel: str, sequence: int, prefix: str = "") -> str:
+    """Where a staged file is published: its ``topic=/dt=/hr=`` directory (without the
+    staging-only ``duplicate=`` one), named after the run: ``r<run>-<Spark's name>``."""
+    directory, _, name = rel.rpartition("/")
+    parts = [p for p in directory.split("/") if p and not p.startswith(f"{DUPLICATE_COLUMN}=")]
+    return "/".join(parts) + f"/r{seq_name(sequence)[-8:]}-{prefix}{name}"
 
 
 class _Clock:

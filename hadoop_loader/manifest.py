@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hadoop_loader.errors import Gap, StateError
+from hadoop_loader.identity import IdentityRange
 
 FORMAT = "logferry-manifest/1"
 
@@ -29,6 +30,8 @@ class RangeEntry:
     start: int
     end: int
     rows: int
+    duplicates: int = 0
+    """Rows read from the range and dropped as copies of rows already landed (dedup)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,29 @@ class FileEntry:
     """Where Spark wrote it, relative to the run's staging data directory."""
     size: int
     rows: int
+    origin: int | None = None
+    """The run whose offsets the rows come from, for a file landed again by a repair
+    (None: this manifest's own run)."""
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One group of files landed again: run ``origin``'s rows of ``directory``
+    (``topic=/dt=/hr=``), replacing ``replaced`` (paths relative to the output root)."""
+
+    origin: int
+    directory: str
+    replaced: tuple[str, ...]
+    rows: int
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "directory": self.directory,
+                "replaced": list(self.replaced), "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Repair":
+        return cls(int(data["origin"]), str(data["directory"]),
+                   tuple(str(p) for p in data["replaced"]), int(data["rows"]))
 
 
 @dataclass
@@ -62,6 +88,13 @@ class Manifest:
     gaps: list[Gap] = field(default_factory=list)
     undecodable: int = 0
     """Values of decoded topics that were not agent records (kept raw)."""
+    duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
+    """topic -> event hour -> rows dropped by dedup as copies of rows already landed."""
+    identities: list[IdentityRange] = field(default_factory=list)
+    """Record identities this run landed, as ranges per file generation (dedup's state)."""
+    repairs: list[Repair] = field(default_factory=list)
+    """Groups of files landed again by ``logferry load --repair`` (a repair run reads no
+    new offsets: its ``offsets`` are the previous manifest's)."""
 
     @property
     def rows(self) -> int:
@@ -75,14 +108,22 @@ class Manifest:
             "started_ms": self.started_ms,
             "committed_ms": self.committed_ms,
             "source": self.source,
-            "ranges": [r.__dict__ for r in self.ranges],
-            "files": [f.__dict__ for f in self.files],
+            "ranges": [{k: v for k, v in r.__dict__.items() if k != "duplicates" or v}
+                       for r in self.ranges],
+            "files": [{k: v for k, v in f.__dict__.items() if k != "origin" or v is not None}
+                      for f in self.files],
             "hours": self.hours,
             "offsets": {t: {str(p): o for p, o in sorted(ps.items())}
                         for t, ps in sorted(self.offsets.items())},
             "gaps": [g.to_json() for g in self.gaps],
             "undecodable": self.undecodable,
         }
+        if self.duplicates:
+            data["duplicates"] = self.duplicates
+        if self.identities:
+            data["identities"] = [list(r) for r in self.identities]
+        if self.repairs:
+            data["repairs"] = [r.to_json() for r in self.repairs]
         return (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
 
     @classmethod
@@ -99,12 +140,19 @@ class Manifest:
                 committed_ms=int(data["committed_ms"]),
                 source=str(data["source"]),
                 ranges=[RangeEntry(**r) for r in data["ranges"]],
-                files=[FileEntry(**f) for f in data["files"]],
+                files=[FileEntry(**{k: v for k, v in f.items() if k != "origin" or v is not None})
+                       for f in data["files"]],
                 hours={t: {h: int(n) for h, n in hs.items()} for t, hs in data["hours"].items()},
                 offsets={t: {int(p): int(o) for p, o in ps.items()}
                          for t, ps in data["offsets"].items()},
                 gaps=[Gap(**g) for g in data.get("gaps", [])],
                 undecodable=int(data.get("undecodable", 0)),
+                duplicates={t: {h: int(n) for h, n in hs.items()}
+                            for t, hs in data.get("duplicates", {}).items()},
+                identities=[IdentityRange(str(t), None if h is None else str(h), int(f),
+                                          int(lo), int(hi))
+                            for t, h, f, lo, hi in data.get("identities", [])],
+                repairs=[Repair.from_json(r) for r in data.get("repairs", [])],
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise StateError(f"manifest {where} is malformed ({exc}); it was written by "

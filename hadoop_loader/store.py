@@ -17,7 +17,8 @@ A run, as a state machine (each arrow is one step; a crash can happen between an
    (write to a temporary name, then link or rename without overwrite). This single
    step is the commit: it advances the offsets and makes the run's files part of the
    output, together.
-4. PUBLISHED: each staged file is renamed to its final path (named in the manifest).
+4. PUBLISHED: each staged file is renamed to its final path (named in the manifest);
+   a repair run's manifest also names files its new ones replace, deleted here.
 5. DONE: ``staging/N`` is deleted.
 
 Recovery, at the start of every run, under the lock: a staging directory whose
@@ -196,6 +197,9 @@ class LandingStore:
             if size != f.size:
                 raise StateError(f"run {manifest.sequence}: {final} has {size} bytes, the "
                                  f"manifest says {f.size}")
+        for repair in manifest.repairs:  # a repair run: its files replace these
+            for path in repair.replaced:
+                self.fs.delete(join(self.root, path))
         return moved
 
     def cleanup(self, sequence: int) -> None:

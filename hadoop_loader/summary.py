@@ -30,6 +30,7 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
     seconds = max(result.seconds, 1e-9)
     if result.recovery.rolled_forward or result.recovery.discarded:
         print(f"recovery: {result.recovery.describe()}", file=out)
+    print_lake(result, out)
     if result.sequence is None:
         print(f"nothing new to land ({seconds:.1f} s)", file=out)
     else:
@@ -38,7 +39,9 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
     for topic, stats in result.topics.items():
         print(f"  {topic}: {stats.rows:,} rows, {_size(stats.log_bytes)} read, "
               f"{_size(stats.parquet_bytes)} Parquet in {stats.files} file(s), "
-              f"hours {_hours(stats.hours)}", file=out)
+              f"hours {_hours(stats.hours)}"
+              + (f", {stats.duplicates:,} duplicate(s) dropped" if result.dedup else ""),
+              file=out)
         for r in sorted(stats.ranges, key=lambda r: r.partition):
             print(f"    partition {r.partition}: offsets [{r.start}, {r.end}) "
                   f"{r.rows:,} rows", file=out)
@@ -54,6 +57,28 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
         print(f"  planning walked {_size(result.walked_bytes)} of batch boundaries", file=out)
 
 
+def print_lake(result: LoadResult, out: TextIO) -> None:
+    """What the verification of earlier runs' files found, and what a repair did."""
+    lake = result.lake
+    if lake is None:
+        return
+    if lake.ok:
+        print(f"lake: {lake.files:,} landed file(s) verified, {lake.rows:,} rows", file=out)
+    else:
+        print(f"lake: {len(lake.damaged)} of {lake.files:,} landed file(s) MISSING OR DAMAGED",
+              file=out)
+        for d in lake.damaged:
+            print(f"  DAMAGED {d.describe()}", file=out)
+    repair = result.repair
+    if repair is None:
+        return
+    for group, rows in sorted(repair.repaired.items(), key=lambda x: x[0].describe()):
+        print(f"  REPAIRED {group.describe()}: {rows:,} rows landed again (run "
+              f"{repair.sequence})", file=out)
+    for group, why in sorted(repair.failed.items(), key=lambda x: x[0].describe()):
+        print(f"  CANNOT REPAIR {group.describe()}: {why}", file=out)
+
+
 def print_audit(report: AuditReport, out: TextIO) -> None:
     """Completeness per topic and hour; ``*`` marks hours still settling (not judged)."""
     if report.missing_topic is not None:
@@ -64,13 +89,14 @@ def print_audit(report: AuditReport, out: TextIO) -> None:
     if not report.hours:
         print("  no audited hours", file=out)
         return
-    print(f"  {'topic':<24} {'hour':<14} {'expected':>12} {'landed':>12} {'complete':>9}",
-          file=out)
+    print(f"  {'tier':<6} {'topic':<24} {'hour':<14} {'expected':>12} {'landed':>12} "
+          f"{'duplicates':>10} {'missing':>9} {'complete':>9}", file=out)
     failing = set(id(h) for h in report.failing())
     for h in report.hours:
         pct = "n/a" if h.completeness is None else f"{h.completeness:.2%}"
         mark = " *" if not h.judged else (" LOW" if id(h) in failing else "")
         expected = "-" if h.expected is None else f"{h.expected:,}"
-        print(f"  {h.topic:<24} {h.hour:<14} {expected:>12} {h.landed:>12,} {pct:>9}{mark}",
-              file=out)
+        missing = "-" if h.missing is None else f"{h.missing:,}"
+        print(f"  {h.tier:<6} {h.topic:<24} {h.hour:<14} {expected:>12} {h.landed:>12,} "
+              f"{h.duplicates:>10,} {missing:>9} {pct:>9}{mark}", file=out)
     print("  (* = hour still settling, not judged)", file=out)

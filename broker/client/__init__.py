@@ -5,7 +5,7 @@ only; the modules behind these names may move.
 """
 
 from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
-from broker.client.audit import AGENT_STAGE, AuditRecord, window_of
+from broker.client.audit import AGENT_STAGE, AuditRecord, WindowCounts, window_of
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -46,7 +46,7 @@ __all__ = [
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
-    "encode_batch", "group_lag", "messages_of", "window_of",
+    "WindowCounts", "encode_batch", "group_lag", "messages_of", "window_of",
     "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
     "group_status", "partition_status",
 ]

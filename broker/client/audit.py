@@ -92,4 +92,43 @@ class AuditRecord(NamedTuple):
             return None
 
 
-__all__ = ["AGENT_STAGE", "AuditRecord", "window_of"]
+class WindowCounts(NamedTuple):
+    """One topic and window as a later stage sees it: the audit's one formula.
+
+    ``expected`` is what a tier's audit records count (the agents' ``acked``), None
+    without a record. ``landed`` is the rows that stage holds, each record once;
+    ``duplicates`` the rows it received and dropped (or found) as copies of records it
+    holds. A copy the agent sent again is in ``expected`` too (an agent counts what it
+    re-sends), so what arrived is ``landed + duplicates``: ``missing`` is what the
+    tier counted and never arrived, ``extra`` what arrived beyond the count (copies the
+    tier did not count, such as a mirror's). ``completeness`` = arrived / expected, the
+    same figure as before dedup existed (rows landed, copies included).
+    """
+
+    expected: int | None
+    landed: int
+    duplicates: int = 0
+
+    @property
+    def arrived(self) -> int:
+        return self.landed + self.duplicates
+
+    @property
+    def missing(self) -> int | None:
+        """Counted by the tier, not arrived (None without an expectation)."""
+        return None if self.expected is None else max(0, self.expected - self.arrived)
+
+    @property
+    def extra(self) -> int | None:
+        """Arrived beyond the tier's count (None without an expectation)."""
+        return None if self.expected is None else max(0, self.arrived - self.expected)
+
+    @property
+    def completeness(self) -> float | None:
+        """arrived / expected, or None without an expectation (or expected == 0)."""
+        if not self.expected:
+            return None
+        return self.arrived / self.expected
+
+
+__all__ = ["AGENT_STAGE", "AuditRecord", "WindowCounts", "window_of"]

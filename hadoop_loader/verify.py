@@ -1,0 +1,183 @@
+"""The lake's truth: what earlier runs landed, checked against their manifests.
+
+Every run starts by checking each file the committed manifests name (less the files a
+later repair replaced): it must be there, have the manifest's size, end in a readable
+Parquet footer, and that footer must count the manifest's rows. Cost: one recursive
+listing of the output plus, per file, two small reads at its end (the 8-byte tail and
+the footer itself); data pages are never read, so a file whose pages were damaged
+behind an intact footer is not found here (Parquet's page checksums find it on read).
+
+The rows counted from the footers are what the audit compares (:mod:`hadoop_loader.audit`):
+the lake's content, not the manifests' claims. A damaged or missing file is a
+:class:`Damage`, reported with its path and what was expected and found; ``logferry
+load --repair`` lands its rows again (:mod:`hadoop_loader.repair`).
+
+:func:`footer_rows` and :func:`expected_files` are sans-IO (a reader callback and
+manifests in, facts out); :func:`verify_lake` does the I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+from urllib.parse import unquote
+
+from hadoop_loader.fs import FileSystem, join
+from hadoop_loader.manifest import FileEntry, Manifest
+
+MAGIC = b"PAR1"
+TAIL = 8
+"""A Parquet file ends in the footer's length (4 bytes, little endian) and ``PAR1``."""
+
+
+class FooterError(Exception):
+    """The file does not end in a readable Parquet footer (the reason is the message)."""
+
+
+def footer_rows(read: Callable[[int, int], bytes], size: int) -> int:
+    """Rows a Parquet file of ``size`` bytes holds, from its footer alone.
+
+    ``read(offset, length)`` reads bytes of the file. Raises :class:`FooterError` when
+    the file is too short, lacks the magic, or the footer does not parse.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if size < len(MAGIC) + TAIL:
+        raise FooterError(f"{size} bytes is too short for a Parquet file")
+    tail = read(size - TAIL, TAIL)
+    if len(tail) != TAIL or tail[4:] != MAGIC:
+        raise FooterError("no Parquet footer at the end (truncated or overwritten?)")
+    length = int.from_bytes(tail[:4], "little")
+    if length <= 0 or length > size - len(MAGIC) - TAIL:
+        raise FooterError(f"footer length {length} does not fit in {size} bytes")
+    footer = read(size - TAIL - length, length)
+    if len(footer) != length:
+        raise FooterError("the footer could not be read whole")
+    try:
+        meta = pq.read_metadata(pa.BufferReader(MAGIC + footer + tail))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise FooterError(f"the footer does not parse ({exc})") from None
+    return int(meta.num_rows)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A file the committed manifests say is in the lake."""
+
+    run: int
+    """The manifest naming it."""
+    entry: FileEntry
+
+    @property
+    def origin(self) -> int:
+        """The run whose offsets its rows come from (a repair keeps the original's)."""
+        return self.entry.origin if self.entry.origin is not None else self.run
+
+
+def expected_files(manifests: Iterable[Manifest]) -> list[Expected]:
+    """Every file of the committed ``manifests`` (any order) except those a later repair
+    replaced, sorted by path."""
+    ordered = sorted(manifests, key=lambda m: m.sequence)
+    replaced = {p for m in ordered for r in m.repairs for p in r.replaced}
+    return sorted((Expected(m.sequence, f) for m in ordered for f in m.files
+                   if f.path not in replaced), key=lambda e: e.entry.path)
+
+
+def directory_of(path: str) -> str:
+    """``topic=a/dt=2024-03-01/hr=07`` of a landed file's relative path."""
+    return path.rpartition("/")[0]
+
+
+def topic_hour(path: str) -> tuple[str, str]:
+    """(topic, ``YYYY-MM-DDTHH``) of a landed file, from its directories."""
+    parts = dict(p.split("=", 1) for p in directory_of(path).split("/") if "=" in p)
+    return unquote(parts.get("topic", "")), f"{unquote(parts.get('dt', ''))}T{unquote(parts.get('hr', ''))}"
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A landed file that is missing or does not match its manifest."""
+
+    run: int
+    path: str
+    origin: int
+    expected_size: int
+    found_size: int | None
+    """None: the file is missing."""
+    expected_rows: int
+    found_rows: int | None
+    """None: missing, or no readable footer."""
+    reason: str
+
+    @property
+    def directory(self) -> str:
+        return directory_of(self.path)
+
+    def describe(self) -> str:
+        """One line: path, run, what was expected and what was found."""
+        found = ("missing" if self.found_size is None else
+                 f"found {self.found_size:,} bytes, "
+                 + ("no readable footer" if self.found_rows is None
+                    else f"{self.found_rows:,} rows"))
+        return (f"{self.path} (run {self.run}): expected {self.expected_size:,} bytes, "
+                f"{self.expected_rows:,} rows; {found}: {self.reason}")
+
+
+def judge(expected: Expected, found_size: int | None,
+          read: Callable[[int, int], bytes]) -> tuple[int, Damage | None]:
+    """Rows really in one file, and its :class:`Damage` if it does not match."""
+    e = expected.entry
+
+    def damage(rows: int | None, reason: str) -> Damage:
+        return Damage(expected.run, e.path, expected.origin, e.size, found_size, e.rows,
+                      rows, reason)
+
+    if found_size is None:
+        return 0, damage(None, "the file is gone")
+    try:
+        rows = footer_rows(read, found_size)
+    except FooterError as exc:
+        return 0, damage(None, str(exc))
+    if found_size != e.size:
+        return rows, damage(rows, "the size differs from the manifest")
+    if rows != e.rows:
+        return rows, damage(rows, "the row count differs from the manifest")
+    return rows, None
+
+
+@dataclass
+class LakeCheck:
+    """What :func:`verify_lake` found."""
+
+    files: int = 0
+    """Files the manifests name (less replaced ones), all checked."""
+    rows: int = 0
+    """Rows really in them (from their footers)."""
+    damaged: list[Damage] = field(default_factory=list)
+    landed: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(topic, event hour) -> rows really there."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged
+
+
+def verify_lake(fs: FileSystem, root: str, manifests: Iterable[Manifest]) -> LakeCheck:
+    """Check every landed file of ``manifests`` under ``root`` (one listing, footers only)."""
+    sizes = {f.uri: f.size for f in fs.list_files(root)}
+    check = LakeCheck()
+    for expected in expected_files(manifests):
+        uri = join(root, expected.entry.path)
+        size = sizes.get(uri)
+        if size is None:  # listed under another form of the URI, or really missing
+            size = fs.size(uri)
+        rows, damage = judge(expected, size,
+                             lambda offset, length, uri=uri: fs.read_range(uri, offset, length))
+        check.files += 1
+        check.rows += rows
+        key = topic_hour(expected.entry.path)
+        check.landed[key] = check.landed.get(key, 0) + rows
+        if damage is not None:
+            check.damaged.append(damage)
+    return check
