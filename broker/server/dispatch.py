@@ -39,6 +39,7 @@ class Dispatcher:
             protocol.CREATE_TOPIC: admin.create_topic,
             protocol.DELETE_TOPIC: admin.delete_topic,
             protocol.ELECT_LEADERS: admin.elect_leaders,
+            protocol.INIT_PRODUCER_ID: admin.init_producer_id,
         }
 
     @staticmethod

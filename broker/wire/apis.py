@@ -24,7 +24,7 @@ from broker.common.errors import (
     UnsupportedApiError,
     error_for_code,
 )
-from broker.wire import fetch, metadata, offsets, produce, protocol, sasl, topics
+from broker.wire import fetch, metadata, offsets, produce, producer_id, protocol, sasl, topics
 from broker.wire.fields import ANSWER, shown
 
 
@@ -85,6 +85,7 @@ REQUEST_PARSERS: dict[int, Callable[[dict[str, Any], memoryview], Any]] = {
     protocol.ELECT_LEADERS: lambda header, _: topics.parse_elect_leaders_request(header),
     protocol.SASL_HANDSHAKE: lambda header, _: sasl.parse_handshake_request(header),
     protocol.SASL_AUTHENTICATE: lambda header, _: sasl.parse_authenticate_request(header),
+    protocol.INIT_PRODUCER_ID: lambda header, _: producer_id.parse_init_producer_id_request(header),
 }
 """api key -> ``parse(header, payload)`` returning that api's typed request."""
 

@@ -48,6 +48,7 @@ DELETE_TOPIC = 5
 ELECT_LEADERS = 6
 SASL_HANDSHAKE = 10
 SASL_AUTHENTICATE = 11
+INIT_PRODUCER_ID = 12
 
 API_NAMES = {
     PRODUCE: "produce",
@@ -59,6 +60,7 @@ API_NAMES = {
     ELECT_LEADERS: "elect_leaders",
     SASL_HANDSHAKE: "sasl_handshake",
     SASL_AUTHENTICATE: "sasl_authenticate",
+    INIT_PRODUCER_ID: "init_producer_id",
 }
 SUPPORTED_VERSIONS = {api: frozenset({1}) for api in API_NAMES}
 CURRENT_VERSION = 1
