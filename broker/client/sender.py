@@ -30,6 +30,7 @@ from broker.common.errors import (
     ProducerClosedError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
+    UnsupportedApiError,
     error_for_code,
 )
 from broker.common.retry import Retry
@@ -172,9 +173,10 @@ class Sender:
         """Encode the drained batches and send one request per broker (split by size)."""
         by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
         codec = self.codec
-        sequences = self.sequences
-        if sequences is not None and sequences.needs_id and not self._init_producer_id(drained):
+        if self.sequences is not None and self.sequences.needs_id \
+                and not self._init_producer_id(drained):
             return
+        sequences = self.sequences
         for tp, batches in drained.items():
             try:
                 address = self.cluster.leader_address(*tp)
@@ -199,6 +201,14 @@ class Sender:
         try:
             frame = self.cluster.call_any(protocol.INIT_PRODUCER_ID, {})
             answer = parse_init_producer_id_answer(frame.header)
+        except UnsupportedApiError:
+            # A broker from before idempotence (a cluster being upgraded): send plain
+            # batches, which every broker reads, rather than fail every send.
+            log.warning("the brokers do not give out producer ids (api %d): this producer "
+                        "sends without idempotence; retries may duplicate",
+                        protocol.INIT_PRODUCER_ID)
+            self.sequences = None
+            return True
         except LogferryError as exc:
             for tp, batches in drained.items():
                 self.retry_or_fail(tp, batches, exc)

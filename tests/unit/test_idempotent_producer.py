@@ -319,6 +319,18 @@ def test_a_batch_failed_for_good_restarts_the_sequences_in_a_new_epoch() -> None
     assert fields_of(cluster.conn.requests[2][2]) == [(101, 0, 0, 1)]  # a new id
 
 
+def test_a_broker_without_producer_ids_gets_plain_batches() -> None:
+    acc, cluster, sender, now = setup_sender()
+
+    def unsupported(api, fields):
+        raise error_for_code(2, "unsupported api 12")
+    cluster.call_any = unsupported
+    acc.append(("t", 0), [b"a"], 1, None, 5)
+    sender.send(acc.ready(now[0])[0])
+    [batch], _ = records.decode_batches(cluster.conn.requests[0][2][0], 0)
+    assert batch.producer_id == records.NO_PRODUCER and sender.sequences is None
+
+
 def test_sequences_bump_to_a_new_id_at_the_last_epoch() -> None:
     seqs = ProducerSequences()
     seqs.set_id(5, MAX_EPOCH)
