@@ -222,13 +222,19 @@ class Sender:
         header_parts: list[list[Any]] = []
         payload: list[bytes | memoryview] = []
         codec = self.codec
+        copies: list[int] = []
         for (topic, partition), batches in parts:
             encoded = [b.encoded or b.encode(codec) for b in batches]  # encoded by send()
+            if batches[0].raw and all(b.raw for b in batches):
+                copies.append(len(header_parts))  # send_raw's: copies, never refused for a gap
             header_parts.append([topic, partition, sum(map(len, encoded))])
             payload.extend(encoded)
+        fields: dict[str, Any] = {"acks": self.acks, "parts": header_parts}
+        if copies:
+            fields["copies"] = copies
         try:
             conn = self.cluster.connection(address)
-            future = conn.request(protocol.PRODUCE, {"acks": self.acks, "parts": header_parts},
+            future = conn.request(protocol.PRODUCE, fields,
                                   payload, expect_response=self.acks != 0,
                                   callback=lambda f: self._on_response(f, parts))
         except LogferryError as exc:

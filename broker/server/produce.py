@@ -71,7 +71,8 @@ class ProduceService:
         replica_waits: list[tuple[str, int, int, int]] = []
         failed = False
         principal = responder.principal
-        for topic, partition, chunk in request.sets:
+        copies = request.copies
+        for index, (topic, partition, chunk) in enumerate(request.sets):
             try:
                 self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True)
@@ -82,7 +83,7 @@ class ProduceService:
                 messages = scan.messages
                 held = None
                 if producers is not None:  # an idempotent producer's: already held?
-                    held = plog.check_producers(producers)
+                    held = plog.check_producers(producers, strict=index not in copies)
                     if held is not None:
                         if held.nbytes == len(chunk):
                             self._duplicate(topic, partition, held.offset, len(chunk), acks,

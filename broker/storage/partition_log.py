@@ -308,11 +308,13 @@ class PartitionLog:
             self.producers.record(producers, offset)
         return offset
 
-    def check_producers(self, producers: list[records.ProducerInfo]) -> Held | None:
+    def check_producers(self, producers: list[records.ProducerInfo],
+                        strict: bool = True) -> Held | None:
         """Before appending a produced set: None to append it, or which of its leading
         batches the log holds already (a producer's retry); OutOfOrderSequenceError or
-        ProducerFencedError to refuse it (see :meth:`ProducerStateTable.check`)."""
-        return self.producers.check(producers, self._end)
+        ProducerFencedError to refuse it (see :meth:`ProducerStateTable.check`; not
+        ``strict``: a copied set, never refused)."""
+        return self.producers.check(producers, self._end, strict)
 
     def flush_due(self, now_ms: int) -> bool:
         """True when ``flush_messages`` are unflushed or the oldest has waited ``flush_ms``."""

@@ -79,7 +79,8 @@ class ProducerStateTable:
     def __len__(self) -> int:
         return len(self.producers)
 
-    def check(self, infos: Sequence[ProducerInfo], base_offset: int) -> Held | None:
+    def check(self, infos: Sequence[ProducerInfo], base_offset: int,
+              strict: bool = True) -> Held | None:
         """Decide on a produced message set whose magic 2 batches are ``infos``.
 
         Returns None to append it all, or :class:`Held` when its first batches are
@@ -89,7 +90,16 @@ class ProducerStateTable:
         the last ones). Raises OutOfOrderSequenceError for a gap, or for a held batch
         after a new one, and ProducerFencedError for an older epoch.
         ``base_offset`` (where the set would go) is only for messages.
+
+        Not ``strict``: the set is a copy of batches another log holds (the mirror's),
+        which may start anywhere or skip what retention deleted there. Held leading
+        batches are still found; nothing is refused.
         """
+        if not strict:
+            try:
+                return self.check(infos, base_offset)
+            except (OutOfOrderSequenceError, ProducerFencedError):
+                return self._held_prefix(infos)
         held: Held | None = None
         leading = True  # still in the set's leading run of held batches
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last sequence) so far
@@ -123,6 +133,24 @@ class ProducerStateTable:
                         continue
             leading = False
             pending[pid] = (info.epoch, last_sequence(info.base_sequence, info.count))
+        return held
+
+    def _held_prefix(self, infos: Sequence[ProducerInfo]) -> Held | None:
+        """The leading run of batches this log holds (same producer, epoch, sequences)."""
+        held: Held | None = None
+        for info in infos:
+            entry = self.producers.get(info.producer_id)
+            at = None
+            if entry is not None and info.epoch == entry.epoch and \
+                    info.position == (0 if held is None else held.nbytes):
+                last = last_sequence(info.base_sequence, info.count)
+                at = next((b.offset for b in entry.batches
+                           if b.first == info.base_sequence and b.last == last), None)
+            if at is None:
+                break
+            held = Held(at if held is None else held.offset, info.position + info.size,
+                        (0 if held is None else held.messages) + info.count,
+                        (0 if held is None else held.batches) + 1)
         return held
 
     def _check_one(self, entry: ProducerEntry, info: ProducerInfo, base_offset: int) -> int | None:

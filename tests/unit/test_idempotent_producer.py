@@ -133,6 +133,27 @@ def test_an_older_epoch_is_fenced_and_a_newer_one_starts_at_zero() -> None:
     assert table.check(infos(v2(3, epoch=2) + v2(0, epoch=3)), 10) is None
 
 
+def test_copied_batches_are_deduplicated_but_never_refused() -> None:
+    table = ProducerStateTable("t-0")
+    b0 = v2(0, epoch=2)
+    table.record(infos(b0), 0)
+    held = table.check(infos(b0 + v2(9, epoch=2)), 100, strict=False)
+    assert held is not None and held.offset == 0 and held.nbytes == len(b0)
+    assert table.check(infos(v2(9, epoch=2)), 100, strict=False) is None  # a gap: the source skipped
+    assert table.check(infos(v2(3, epoch=1)), 100, strict=False) is None  # an older epoch
+    table.record(infos(v2(9, epoch=2)), 100)
+    assert table.check(infos(v2(12, epoch=2)), 200) is None  # strict again from there
+
+
+def test_produce_requests_name_their_copied_parts() -> None:
+    from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_request
+    fields = encode_produce_request(1, [ProducePart("t", 0, 0), ProducePart("t", 1, 0)], [1])
+    assert parse_produce_request({**fields, "id": 1}, memoryview(b"")).copies == {1}
+    assert parse_produce_request({"acks": 1, "parts": []}, memoryview(b"")).copies == frozenset()
+    with pytest.raises(Exception, match="copies"):
+        parse_produce_request({"acks": 1, "parts": [], "copies": "x"}, memoryview(b""))
+
+
 def test_unknown_producers_and_plain_batches_are_appended() -> None:
     table = ProducerStateTable("t-0")
     assert table.check(infos(v2(12345)), 0) is None  # state expired, or a mirror's copy
@@ -317,6 +338,17 @@ def test_a_batch_failed_for_good_restarts_the_sequences_in_a_new_epoch() -> None
     acc.append(("t", 0), [b"d"], 1, None, 5)
     sender.send(acc.ready(now[0])[0])
     assert fields_of(cluster.conn.requests[2][2]) == [(101, 0, 0, 1)]  # a new id
+
+
+def test_raw_batches_are_sent_as_they_are_and_marked_as_copies() -> None:
+    acc, cluster, sender, now = setup_sender()
+    copied = v2(40, pid=PID)
+    acc.append_raw(("t", 0), copied, 3)
+    acc.append(("t", 1), [b"own"], 1, None, 5)
+    sender.send(acc.ready(now[0])[0])
+    _, fields, payload, _, _ = cluster.conn.requests[0]
+    assert payload[0] == copied and fields["copies"] == [0]
+    assert fields_of(payload[1:]) == [(100, 0, 0, 1)]
 
 
 def test_a_broker_without_producer_ids_gets_plain_batches() -> None:
