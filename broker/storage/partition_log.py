@@ -180,7 +180,7 @@ class PartitionLog:
         self._failure: str | None = None
         self._topic_id = self._read_topic_id()
         self.producers: ProducerStateTable = producer_snapshots.load_state(
-            self.directory, self.name, self._segments)
+            self.directory, self.name, self._segments, clean=not recover)
         """Idempotent producers' last batches here (:mod:`broker.storage.producer_state`)."""
 
     # -- offsets and sizes ----------------------------------------------------------------

@@ -6,8 +6,10 @@ ended at that offset. The log writes one when it closes and when it rolls a segm
 if it knows any producer;
 on load the newest snapshot inside the log is read and the batch headers after it
 are walked (:func:`broker.wire.records.walk_producers`: headers only, no payload, no
-CRC), which is the state Kafka would rebuild. Without a usable snapshot (a log no
-idempotent producer wrote, one from before idempotence, or a damaged file) only the
+CRC), which is the state Kafka would rebuild. After a clean stop a log without a
+snapshot had no producer state (the stop writes one whenever there is any), so nothing
+is walked: a clean start reads no more than before idempotence. After a crash, without
+a usable snapshot (a log no idempotent producer wrote, or a damaged file), only the
 last :data:`TAIL_SEGMENTS` segment is walked: a producer idle for longer is treated as
 new (any sequence accepted) instead of making the start read every retained byte.
 
@@ -86,14 +88,16 @@ def drop_snapshots_after(directory: Path, offset: int) -> None:
                 log.warning("could not delete producer state snapshot %s: %s", path, exc)
 
 
-def load_state(directory: Path, name: str, segments: Sequence[Segment]) -> ProducerStateTable:
+def load_state(directory: Path, name: str, segments: Sequence[Segment],
+               clean: bool = False) -> ProducerStateTable:
     """The producer state of a log made of ``segments``: the newest snapshot inside the
-    log plus a walk of the batch headers after it (see the module docstring)."""
+    log plus a walk of the batch headers after it; ``clean`` (the log was closed
+    cleanly): none without a snapshot (see the module docstring)."""
     started = time.monotonic()
     start, end = segments[0].base_offset, segments[-1].end_offset
     drop_snapshots_after(directory, end)
     table = ProducerStateTable(name)
-    walk_from = segments[max(0, len(segments) - TAIL_SEGMENTS)].base_offset
+    walk_from = end if clean else segments[max(0, len(segments) - TAIL_SEGMENTS)].base_offset
     for at, path in reversed(list_snapshots(directory)):
         if at < start:
             continue

@@ -34,6 +34,9 @@ from broker.wire.records import NO_PRODUCER, SEQUENCE_MODULUS, ProducerInfo
 
 REMEMBERED_BATCHES = 5
 """Batches remembered per producer: a retry of any of them is recognised (Kafka's 5)."""
+MAX_PRODUCERS = 10_000
+"""Producers remembered per partition; past it the one that wrote least recently is
+forgotten (short-lived producers, each with a new id, must not grow the table forever)."""
 SNAPSHOT_VERSION = 1
 
 
@@ -189,6 +192,8 @@ class ProducerStateTable:
             if pid == NO_PRODUCER:
                 continue
             entry = producers.get(pid)
+            if entry is None and len(producers) >= MAX_PRODUCERS:
+                del producers[min(producers, key=lambda p: producers[p].last_offset)]
             if entry is None or info.epoch > entry.epoch:
                 entry = producers[pid] = ProducerEntry(info.epoch)
             elif info.epoch < entry.epoch:

@@ -192,8 +192,8 @@ def test_snapshot_round_trip_truncation_and_expiry() -> None:
 
 # -- the log: rebuilt on load, kept across truncation ---------------------------------
 
-def open_log(path: Path, **config: int) -> PartitionLog:
-    return PartitionLog(path / "t-0", "t", 0, LogConfig(**config), False)
+def open_log(path: Path, recover: bool = False, **config: int) -> PartitionLog:
+    return PartitionLog(path / "t-0", "t", 0, LogConfig(**config), recover)
 
 
 def append(plog: PartitionLog, data: bytes) -> int:
@@ -214,7 +214,7 @@ def test_the_state_is_rebuilt_from_the_log_on_load(tmp_path: Path, clean: bool) 
             seg.close()
         for snap in producer_snapshots.list_snapshots(plog.directory):
             snap[1].unlink()  # no snapshot at all: only the tail is walked
-    again = open_log(tmp_path, segment_bytes=300)
+    again = open_log(tmp_path, recover=not clean, segment_bytes=300)
     held = again.check_producers(infos(v2(27)))
     assert held is not None and held.offset == offsets[-1]
     with pytest.raises(OutOfOrderSequenceError):
@@ -233,11 +233,39 @@ def test_a_stale_snapshot_past_the_log_end_is_ignored(tmp_path: Path) -> None:
     seg = plog.directory / "00000000000000000000.log"
     with open(seg, "r+b") as f:
         f.truncate(len(v2(0)))
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, recover=True)
     assert not path.exists()
     assert again.check_producers(infos(v2(0))).offset == first  # type: ignore[union-attr]
     assert again.check_producers(infos(v2(3))) is None  # not held: it is appended again
     again.close()
+
+
+def test_a_clean_start_without_a_snapshot_walks_nothing(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    plog = open_log(tmp_path)
+    end = len(records.encode_batch([b"plain"], None, 1))
+    append(plog, records.encode_batch([b"plain"], None, 1))  # no idempotent producer: no snapshot
+    plog.close()
+    assert producer_snapshots.list_snapshots(plog.directory) == []
+    walked_from: list[int] = []
+    real = producer_snapshots.walk_segments
+
+    def spy(table, segments, start):
+        walked_from.append(start)
+        return real(table, segments, start)
+    monkeypatch.setattr(producer_snapshots, "walk_segments", spy)
+    open_log(tmp_path).close()
+    open_log(tmp_path, recover=True).close()
+    assert walked_from == [end, 0]  # clean: from the end (nothing); after a crash: the tail
+
+
+def test_the_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker.storage import producer_state
+    monkeypatch.setattr(producer_state, "MAX_PRODUCERS", 3)
+    table = ProducerStateTable("t-0")
+    for i in range(5):
+        table.record(infos(v2(0, pid=PID + i)), 100 * i)
+    assert sorted(table.producers) == [PID + 2, PID + 3, PID + 4]
 
 
 def test_truncation_forgets_the_cut_batches(tmp_path: Path) -> None:
