@@ -86,7 +86,8 @@ def make_producer(config: AgentConfig) -> Any:
             buffer_bytes=2 * config.max_inflight_bytes + 4 * config.read_chunk_bytes,
             block_timeout=1.0, compression=p.compression,
             delivery_timeout=p.delivery_timeout_s, request_timeout=p.request_timeout_s,
-            retry_backoff_ms=p.retry_backoff_ms, client_id=f"agent-{config.host}")
+            retry_backoff_ms=p.retry_backoff_ms, client_id=f"agent-{config.host}",
+            idempotence=True)  # acks 1 or all (0 is refused): a retry appends nothing twice
     except LogferryError as exc:
         raise PublishError(f"cannot create the producer: {exc}") from None
 

@@ -86,7 +86,8 @@ class Mirror:
             self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
             self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
                                       linger_ms=0,
-                                      acks=cfg.target_acks,
+                                      # idempotent: retried copies are dropped
+                                      acks=cfg.target_acks, idempotence=True,
                                       buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
                                                        64 * 1024 * 1024),
                                       delivery_timeout=cfg.delivery_timeout_s,

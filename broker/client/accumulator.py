@@ -98,15 +98,19 @@ class ProducerBatch:
         ends = starts[1:] + [len(self.values)]
         return zip(self.ts_runs[1::2], (end - at for at, end in zip(starts, ends)))
 
-    def encode(self, codec: int, pool: BufferPool | None = None) -> bytes | memoryview:
+    def encode(self, codec: int, pool: BufferPool | None = None,
+               producer: tuple[int, int, int] | None = None) -> bytes | memoryview:
         """The batch's stored bytes, encoding it on first use (a large one into a buffer
-        of ``pool``, which the accumulator gives back when the batch is finished)."""
+        of ``pool``, which the accumulator gives back when the batch is finished).
+        ``producer`` = ``(producer_id, epoch, base_sequence)`` of an idempotent producer:
+        fixed in the bytes at the first encode, so every retry resends the same ones."""
         if self.encoded is None:
             base = self.ts_runs[1]
             deltas = None if len(self.ts_runs) == 2 else list(
                 chain.from_iterable(repeat(ms - base, n) for ms, n in self._runs()))
             encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec,
-                                                  pool.take if pool is not None else None)
+                                                  pool.take if pool is not None else None,
+                                                  producer)
             if type(encoded) is memoryview:
                 self.buffer = encoded.obj  # type: ignore[assignment]  # a pooled bytearray
                 self.encoded = encoded

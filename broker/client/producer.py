@@ -10,7 +10,10 @@ module and unit-tested on its own:
   in one msgpack call, groups them by broker into one produce request per broker,
   pipelines those requests, and retries failures per its retry policy. Each partition
   has at most one request in flight, so retries never reorder a partition's messages;
-- :mod:`broker.client.delivery`: the :class:`DeliveryFuture` every ``send`` returns.
+- :mod:`broker.client.delivery`: the :class:`DeliveryFuture` every ``send`` returns;
+- :mod:`broker.client.idempotence`: the producer id and per-partition sequence
+  numbers of an idempotent producer (on by default with ``acks="all"``), which let
+  the leader drop a retried batch it already has.
 """
 
 from __future__ import annotations
@@ -68,8 +71,14 @@ class Producer:
         tls: TlsConfig | ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
         metadata_max_age_s: float = 5.0,
+        idempotence: bool | None = None,
     ):
         acks = _checked_acks(acks)
+        if idempotence is None:  # on where it is safe, as in Kafka 3+: with acks=all
+            idempotence = acks == -1
+        elif idempotence and acks == 0:
+            raise ConfigError("idempotence needs acks 1 or 'all': with acks=0 the producer "
+                              "learns nothing it could retry")
         if compression not in records.CODECS:
             raise ConfigError(f"compression must be one of {', '.join(records.CODECS)}, "
                               f"not {compression!r}")
@@ -90,6 +99,9 @@ class Producer:
         self.request_timeout = request_timeout
         self.max_request_bytes = max_request_bytes
         self.client_id = client_id
+        self.idempotence = idempotence
+        """Batches carry a producer id and sequence numbers, so retries append nothing
+        twice (:mod:`broker.client.idempotence`)."""
         self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
@@ -111,7 +123,7 @@ class Producer:
             self._accumulator, self.cluster, acks=acks, codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
             retry=RetryPolicy(retries, self.retry_backoff, delivery_timeout),
-            on_unknown_topic=self._forget_partition_count)
+            on_unknown_topic=self._forget_partition_count, idempotent=idempotence)
         self._sender_thread = threading.Thread(target=self._sender.run, name="logferry-sender",
                                                daemon=True)
         self._sender_thread.start()

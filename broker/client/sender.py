@@ -23,16 +23,20 @@ from typing import Any, Callable, Iterable
 from broker.client.accumulator import Accumulator, Drained, ProducerBatch, TopicPartition
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
+from broker.client.idempotence import ProducerSequences
 from broker.common.errors import (
     BrokerNotAvailableError,
     LogferryError,
     ProducerClosedError,
+    ProducerFencedError,
     UnknownTopicOrPartitionError,
+    UnsupportedApiError,
     error_for_code,
 )
 from broker.common.retry import Retry
 from broker.wire import protocol
 from broker.wire.produce import parse_produce_answer
+from broker.wire.producer_id import parse_init_producer_id_answer
 
 log = logging.getLogger("logferry.producer")
 
@@ -105,7 +109,7 @@ class Sender:
     def __init__(self, accumulator: Accumulator, cluster: Cluster, *, acks: int, codec: int,
                  request_timeout: float, max_request_bytes: int, retry: RetryPolicy,
                  on_unknown_topic: Callable[[str], None] = lambda topic: None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, idempotent: bool = False):
         self.accumulator = accumulator
         self.cluster = cluster
         self.acks = acks
@@ -116,6 +120,8 @@ class Sender:
         self.on_unknown_topic = on_unknown_topic
         """Called when a partition's topic is unknown (deleted, or made anew?): ask again."""
         self.clock = clock
+        self.sequences = ProducerSequences() if idempotent else None
+        """The idempotent producer's id and sequences (:mod:`.idempotence`); None: off."""
         self._lock = threading.Lock()  # guards the fields below; never held across IO
         self._sent: dict[int, tuple[float, Any]] = {}  # id(future) -> (sent at, connection)
         self._attempts: dict[TopicPartition, int] = {}
@@ -167,6 +173,10 @@ class Sender:
         """Encode the drained batches and send one request per broker (split by size)."""
         by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
         codec = self.codec
+        if self.sequences is not None and self.sequences.needs_id \
+                and not self._init_producer_id(drained):
+            return
+        sequences = self.sequences
         for tp, batches in drained.items():
             try:
                 address = self.cluster.leader_address(*tp)
@@ -177,23 +187,54 @@ class Sender:
             size = 0
             pool = self.accumulator.buffers
             for b in batches:
+                if b.encoded is None and sequences is not None:  # numbered once, at encode
+                    b.encode(codec, pool, sequences.assign(tp, len(b.values)))
                 size += len(b.encoded or b.encode(codec, pool))
             by_broker.setdefault(address, []).append((tp, batches, size))
         for address, parts in by_broker.items():
             for request in plan_requests(parts, self.max_request_bytes):
                 self._send_request(address, request)
 
+    def _init_producer_id(self, drained: Drained) -> bool:
+        """Get a producer id from any broker; on failure retry (or fail) every drained
+        partition as a failed send would. Returns True once the producer has an id."""
+        try:
+            frame = self.cluster.call_any(protocol.INIT_PRODUCER_ID, {})
+            answer = parse_init_producer_id_answer(frame.header)
+        except UnsupportedApiError:
+            # A broker from before idempotence (a cluster being upgraded): send plain
+            # batches, which every broker reads, rather than fail every send.
+            log.warning("the brokers do not give out producer ids (api %d): this producer "
+                        "sends without idempotence; retries may duplicate",
+                        protocol.INIT_PRODUCER_ID)
+            self.sequences = None
+            return True
+        except LogferryError as exc:
+            for tp, batches in drained.items():
+                self.retry_or_fail(tp, batches, exc)
+            return False
+        assert self.sequences is not None
+        self.sequences.set_id(answer.producer_id, answer.epoch)
+        log.info("idempotent producer: id %d, epoch %d", answer.producer_id, answer.epoch)
+        return True
+
     def _send_request(self, address: tuple[str, int], parts: list[Part]) -> None:
         header_parts: list[list[Any]] = []
         payload: list[bytes | memoryview] = []
         codec = self.codec
+        copies: list[int] = []
         for (topic, partition), batches in parts:
             encoded = [b.encoded or b.encode(codec) for b in batches]  # encoded by send()
+            if batches[0].raw and all(b.raw for b in batches):
+                copies.append(len(header_parts))  # send_raw's: copies, never refused for a gap
             header_parts.append([topic, partition, sum(map(len, encoded))])
             payload.extend(encoded)
+        fields: dict[str, Any] = {"acks": self.acks, "parts": header_parts}
+        if copies:
+            fields["copies"] = copies
         try:
             conn = self.cluster.connection(address)
-            future = conn.request(protocol.PRODUCE, {"acks": self.acks, "parts": header_parts},
+            future = conn.request(protocol.PRODUCE, fields,
                                   payload, expect_response=self.acks != 0,
                                   callback=lambda f: self._on_response(f, parts))
         except LogferryError as exc:
@@ -279,7 +320,17 @@ class Sender:
             log.info("retrying %s-%d after: %s", tp[0], tp[1], error)
             self.cluster.forget(tp[0])
             return
-        failed = self.accumulator.fail(tp, batches)
+        sequences = self.sequences
+        numbered = sequences is not None and any(b.encoded is not None and not b.raw
+                                                 for b in batches)
+        failed = self.accumulator.fail(tp, batches)  # frees pooled bytes: looked at first
+        if sequences is not None and numbered:
+            # Numbered batches failed: whether the partition holds them is unknown, so
+            # its next sequence is too. Restart the numbering (a new epoch, or a new id).
+            if isinstance(error, ProducerFencedError):
+                sequences.forget_id()
+            else:
+                sequences.reset()
         with self._lock:
             self._stats["batches_failed"] += len(failed)
             self._stats["messages_failed"] += sum(b.messages for b in failed)

@@ -277,6 +277,23 @@ class InvalidPartitionsError(InvalidRequestError):
     code = 51
 
 
+class OutOfOrderSequenceError(LogferryError):
+    """An idempotent producer's batch does not follow its previous one in the partition
+    (a gap in its sequence numbers: a batch before it was lost). Nothing was appended.
+    Not retriable as is: the producer fails the batch and bumps its epoch, which
+    restarts its sequences (docs/guarantees.md)."""
+
+    code = 40
+
+
+class ProducerFencedError(LogferryError):
+    """A batch carries an older epoch of its producer id than the partition has seen:
+    it comes from a producer that was replaced (or reset its sequences). Nothing was
+    appended; that producer must stop or start over with a new id."""
+
+    code = 41
+
+
 class BufferFullError(LogferryError):
     """The producer's buffer stayed full for longer than its block timeout."""
 
@@ -328,6 +345,8 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         ClusterAuthorizationFailedError,
         InvalidTopicConfigError,
         InvalidPartitionsError,
+        OutOfOrderSequenceError,
+        ProducerFencedError,
     )
 }
 
@@ -371,7 +390,9 @@ __all__ = [
     "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "ProducerClosedError",
+    "ProducerFencedError",
     "ProtocolError",
     "RequestTimedOutError",
     "StaleEpochError",

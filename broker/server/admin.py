@@ -1,5 +1,5 @@
 """The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders,
-alter_topic and create_partitions.
+alter_topic, create_partitions and init_producer_id.
 
 Each handler gets a typed request (already checked by :mod:`broker.wire`) and a
 responder. ZooKeeper calls run in the broker's small admin thread pool so the event
@@ -21,6 +21,7 @@ from broker.common.errors import (
 from broker.common.acl import Operation, topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination import zk
+from broker.coordination.producer_ids import ProducerIdAllocator
 from broker.coordination.registry import BrokerRegistry, ClusterView
 from broker.server.authorizer import ALLOW_ALL, Authorizer
 from broker.server.config import BrokerConfig
@@ -39,6 +40,11 @@ from broker.wire.offsets import (
     OffsetsAnswer,
     OffsetsRequest,
     encode_offsets_answer,
+)
+from broker.wire.producer_id import (
+    InitProducerIdAnswer,
+    InitProducerIdRequest,
+    encode_init_producer_id_answer,
 )
 from broker.wire.topics import (
     AlterTopicRequest,
@@ -72,6 +78,7 @@ class AdminService:
         self.zk_client = zk_client
         self.admin_pool = admin_pool
         self.shutting_down = shutting_down
+        self._producer_ids: ProducerIdAllocator | None = None
 
     async def offsets(self, request: OffsetsRequest, responder: Responder) -> None:
         """The first offset, the visible end, or the offset for a time."""
@@ -189,6 +196,15 @@ class AdminService:
                 pass  # already asked; the controller deletes it when done
         await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
         responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
+
+    async def init_producer_id(self, request: InitProducerIdRequest,
+                               responder: Responder) -> None:
+        """A new idempotent producer's id (from this broker's block, claimed in ZooKeeper)."""
+        if self._producer_ids is None:
+            self._producer_ids = ProducerIdAllocator(self.zk_client())
+        pid = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self._producer_ids.next_id)
+        responder.answer(encode_init_producer_id_answer(InitProducerIdAnswer(pid, 0)))
 
     async def create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
                            min_insync_replicas: int | None = None,

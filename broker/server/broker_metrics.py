@@ -62,6 +62,8 @@ class BrokerMetrics:
         self.authorization_denied = m.counter(
             "authorization_denied_total", "Requests (or parts) the authorizer refused, by "
             "operation and resource type")
+        self.produce_duplicates = PartitionCounter(m.counter(
+            "produce_duplicates_total", "Idempotent producers' batches already held, not appended again"))
         self.isr_changes = m.counter("isr_changes_total",
                                      "ISR changes this broker wrote as leader, by direction")
         self.truncated_bytes = m.counter(

@@ -41,6 +41,7 @@ class Dispatcher:
             protocol.ELECT_LEADERS: admin.elect_leaders,
             protocol.ALTER_TOPIC: admin.alter_topic,
             protocol.CREATE_PARTITIONS: admin.create_partitions,
+            protocol.INIT_PRODUCER_ID: admin.init_producer_id,
         }
 
     @staticmethod

@@ -76,22 +76,39 @@ class ProduceService:
         failed = False
         principal = responder.principal
         codecs = self.topic_codecs()
-        for topic, partition, chunk in request.sets:
+        copies = request.copies
+        for index, (topic, partition, chunk) in enumerate(request.sets):
             try:
                 self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True)
                 scan = records.validate_message_set(chunk)
-                if codecs and topic in codecs:
-                    chunk = compress_message_set(chunk, codecs[topic])
+                if codecs and topic in codecs:  # the topic's compression policy
+                    packed = compress_message_set(chunk, codecs[topic])
+                    if packed is not chunk:  # batch sizes changed: where each one lies too
+                        chunk = packed
+                        scan = records.validate_message_set(chunk)
                 if acks == -1:
                     replication.check_acks_all(topic, partition)
-                base = plog.append(chunk, scan.messages)
+                producers = scan.producers
+                messages = scan.messages
+                held = None
+                if producers is not None:  # an idempotent producer's: already held?
+                    held = plog.check_producers(producers, strict=index not in copies)
+                    if held is not None:
+                        if held.nbytes == len(chunk):
+                            self._duplicate(topic, partition, held.offset, len(chunk), acks,
+                                            results, waits, replica_waits)
+                            continue
+                        chunk, producers = held.rest(chunk, producers)
+                        messages -= held.messages
+                base = plog.append(chunk, messages, producers)
                 key = (topic, partition)
                 metrics.bytes_in[key] += len(chunk)
-                metrics.messages_in[key] += scan.messages
+                metrics.messages_in[key] += messages
                 if key in append_waiters:
                     self.fetch.wake_fetchers(key)
-                results.append(ProduceAnswerPart(topic, partition, 0, base, None))
+                results.append(ProduceAnswerPart(topic, partition, 0,
+                                                 base if held is None else held.offset, None))
                 if acks == -1:
                     replica_waits.append((topic, partition, plog.end_offset, len(results) - 1))
                 if self.flush_each:
@@ -132,6 +149,21 @@ class ProduceService:
             pending.left += 1
             self.flusher.ack_after_flush(key, plog, pending, index)
         pending.part_done(None)  # the handler's own hold: answers now if nothing waits
+
+    def _duplicate(self, topic: str, partition: int, offset: int, nbytes: int, acks: int,
+                   results: list[ProduceAnswerPart], waits: list[tuple[str, int, int]],
+                   replica_waits: list[tuple[str, int, int, int]]) -> None:
+        """A retried set the log holds already at ``offset``: answer as if it had been
+        appended now (same offset), once it is as safe as its acks ask (replicated,
+        fsynced), so a retry's answer promises what the first answer would have."""
+        self.metrics.produce_duplicates[(topic, partition)] += 1
+        log.debug("%s-%d: duplicate batch from an idempotent producer, held at offset %d",
+                  topic, partition, offset)
+        results.append(ProduceAnswerPart(topic, partition, 0, offset, None))
+        if acks == -1:
+            replica_waits.append((topic, partition, offset + nbytes, len(results) - 1))
+        if self.flush_each:
+            waits.append((topic, partition, len(results) - 1))
 
 
 class PendingProduce:

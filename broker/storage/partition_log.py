@@ -43,9 +43,11 @@ from broker.common.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MAGIC
+from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MIN_LENGTH
 from broker.storage.config import LogConfig
 from broker.storage.loader import load_segments
+from broker.storage import producer_snapshots
+from broker.storage.producer_state import Held, ProducerStateTable
 from broker.storage.segment import Segment, fsync_dir, now_ms
 from broker.common.names import partition_dir_name
 
@@ -58,7 +60,6 @@ TOPIC_ID_FILE = "topic-id"
 
 _FIRST_READ = 64 * 1024  # read_slice: one pread that usually holds the whole first batch
 _WALK_CHUNK = 1 << 20  # offset_for_time: bytes of batches read per pread while walking
-_MIN_LENGTH = HEADER_SIZE - LENGTH_SIZE  # smallest legal value of a batch's length field
 _unpack_header = BATCH_HEADER.unpack_from
 
 
@@ -178,6 +179,9 @@ class PartitionLog:
             self._dirty_dirs.append(self.directory)
         self._failure: str | None = None
         self._topic_id = self._read_topic_id()
+        self.producers: ProducerStateTable = producer_snapshots.load_state(
+            self.directory, self.name, self._segments, clean=not recover)
+        """Idempotent producers' last batches here (:mod:`broker.storage.producer_state`)."""
 
     # -- offsets and sizes ----------------------------------------------------------------
 
@@ -258,8 +262,13 @@ class PartitionLog:
 
     # -- appending and flushing -----------------------------------------------------------
 
-    def append(self, message_set: bytes | memoryview, messages: int) -> int:
+    def append(self, message_set: bytes | memoryview, messages: int,
+               producers: list[records.ProducerInfo] | None = None) -> int:
         """Append whole, already validated batches; returns the offset of their first byte.
+
+        ``producers``: the set's magic 2 batches (:attr:`records.ScanResult.producers`),
+        recorded in :attr:`producers` once appended (the leader checked them first with
+        :meth:`check_producers`; a follower records what its leader appended).
 
         Rolls to a new segment first if the active one is non-empty and would outgrow
         ``segment_bytes`` or is older than ``segment_ms``. On a write error (disk full)
@@ -295,7 +304,17 @@ class PartitionLog:
         self.bytes_appended += size
         if not self._dirty or self._dirty[-1] is not seg:
             self._dirty.append(seg)
+        if producers:
+            self.producers.record(producers, offset)
         return offset
+
+    def check_producers(self, producers: list[records.ProducerInfo],
+                        strict: bool = True) -> Held | None:
+        """Before appending a produced set: None to append it, or which of its leading
+        batches the log holds already (a producer's retry); OutOfOrderSequenceError or
+        ProducerFencedError to refuse it (see :meth:`ProducerStateTable.check`; not
+        ``strict``: a copied set, never refused)."""
+        return self.producers.check(producers, self._end, strict)
 
     def flush_due(self, now_ms: int) -> bool:
         """True when ``flush_messages`` are unflushed or the oldest has waited ``flush_ms``."""
@@ -403,9 +422,9 @@ class PartitionLog:
             problem = f"only {len(head)} bytes follow it"
         else:
             length, magic = _unpack_header(head)[:2]
-            if magic != MAGIC:
+            if magic not in MIN_LENGTH:
                 problem = f"no batch header there (magic byte {magic})"
-            elif not _MIN_LENGTH <= length <= records.MAX_BATCH_BYTES:
+            elif not MIN_LENGTH[magic] <= length <= records.MAX_BATCH_BYTES:
                 problem = f"no batch header there (length field {length})"
             elif LENGTH_SIZE + length > available:
                 problem = (f"a batch there would need {LENGTH_SIZE + length} bytes but its "
@@ -477,6 +496,8 @@ class PartitionLog:
         self._bases = [offset]
         self._dirty = []
         self._end = self._visible_end = offset
+        self.producers = ProducerStateTable(self.name)
+        producer_snapshots.drop_snapshots_after(self.directory, -1)
         self._hw_cap = None if self._hw_cap is None else offset
         log.warning("%s: log restarted empty at offset %d", self.name, offset)
 
@@ -510,6 +531,8 @@ class PartitionLog:
             log.error("%s", self._failure)
             raise StorageError(self._failure) from exc
         self._bases = [s.base_offset for s in self._segments]
+        self.producers.truncate_to(offset)
+        producer_snapshots.drop_snapshots_after(self.directory, offset)
         live = set(map(id, self._segments))
         self._dirty = [s for s in self._dirty if id(s) in live]
         self._end = offset
@@ -560,7 +583,7 @@ class PartitionLog:
             i = 0
             while end - i >= HEADER_SIZE:
                 length, magic, _, _, _, base_ts = _unpack_header(chunk, i)
-                if magic != MAGIC or length < _MIN_LENGTH:
+                if magic not in MIN_LENGTH or length < MIN_LENGTH[magic]:
                     raise CorruptBatchError(
                         f"malformed batch header at offset {seg.base_offset + pos + i} of "
                         f"partition {self.name} ({seg.path})")
@@ -591,6 +614,8 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._dirty_dirs.append(self.directory)
+        if self.producers.producers:
+            producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
         log.info("%s: rolled to segment %s after %d bytes", self.name, new.path.name,
                  old.size)
         return new
@@ -620,6 +645,8 @@ class PartitionLog:
             while len(self._segments) > 1 and self.size_bytes > cfg.retention_bytes:
                 deleted.append(self._delete_first(f"log holds {self.size_bytes} bytes, "
                                                   f"retention is {cfg.retention_bytes}"))
+        if deleted:
+            self.producers.expire_before(self._bases[0])
         return deleted
 
     def _delete_first(self, reason: str) -> Path:
@@ -643,6 +670,8 @@ class PartitionLog:
         try:
             if self._failure is None:
                 self.flush()
+                if self.producers.producers:
+                    producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
         finally:
             for seg in self._segments:
                 seg.close()

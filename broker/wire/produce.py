@@ -2,7 +2,10 @@
 
 Request header fields: ``acks`` (0, 1 or -1 for all) and ``parts``, a list of
 ``[topic, partition, nbytes]``; the frame's payload is every part's message set, in
-order. Answer: ``parts``, a list of ``[topic, partition, err, base_offset, msg]``
+order. Optional ``copies``: indexes of parts whose batches were copied from elsewhere
+(an idempotent producer's batches there are deduplicated, but a gap in their
+sequences is not refused: a copy may start anywhere or skip what retention deleted).
+Answer: ``parts``, a list of ``[topic, partition, err, base_offset, msg]``
 (none at all with acks 0).
 
 A malformed part ends the request: the parts before it are applied and answered, the
@@ -64,6 +67,9 @@ class ProduceRequest(NamedTuple):
     """The well-formed parts, in order, up to the first malformed one."""
     rejected: RejectedPart | None
     """The first malformed part, or None when every part is well formed."""
+    copies: frozenset[int] = frozenset()
+    """Indexes of parts whose batches are copies made elsewhere (the mirror's
+    ``send_raw``): the leader drops batches it holds but refuses no sequence gap."""
 
 
 class ProduceAnswerPart(NamedTuple):
@@ -92,28 +98,37 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
     parts = header.get("parts")
     if type(acks) is not int or acks not in ACKS or type(parts) is not list:
         raise InvalidRequestError("produce needs acks 0, 1 or -1 (all) and a 'parts' list")
+    copied = header.get("copies", [])
+    if type(copied) is not list or any(type(i) is not int for i in copied):
+        raise InvalidRequestError("produce 'copies' must be a list of part indexes")
+    copies = frozenset(copied)
     sets: list[MessageSet] = []
     pos = 0
     size = len(payload)
     for part in parts:
         if type(part) is not list or len(part) != 3 or type(part[2]) is not int:
             return ProduceRequest(acks, sets, RejectedPart(None, None, InvalidRequestError(
-                "each produce part must be [topic, partition, nbytes]")))
+                "each produce part must be [topic, partition, nbytes]")), copies)
         topic, partition, nbytes = part
         if nbytes < 0 or pos + nbytes > size:
             return ProduceRequest(acks, sets, RejectedPart(topic, partition, InvalidRequestError(
-                f"part claims {nbytes} bytes but the payload has {size - pos} left")))
+                f"part claims {nbytes} bytes but the payload has {size - pos} left")), copies)
         if type(topic) is not str or type(partition) is not int:
             return ProduceRequest(acks, sets, RejectedPart(topic, partition, InvalidRequestError(
-                "topic must be a string and partition an integer")))
+                "topic must be a string and partition an integer")), copies)
         sets.append(MessageSet(topic, partition, payload[pos:pos + nbytes]))
         pos += nbytes
-    return ProduceRequest(acks, sets, None)
+    return ProduceRequest(acks, sets, None, copies)
 
 
-def encode_produce_request(acks: int, parts: Sequence[ProducePart]) -> dict[str, Any]:
-    """The header fields of a produce request; the payload is the parts' message sets."""
-    return {"acks": acks, "parts": [[p.topic, p.partition, p.nbytes] for p in parts]}
+def encode_produce_request(acks: int, parts: Sequence[ProducePart],
+                           copies: Sequence[int] = ()) -> dict[str, Any]:
+    """The header fields of a produce request; the payload is the parts' message sets.
+    ``copies``: indexes of parts made of copied batches (see :attr:`ProduceRequest.copies`)."""
+    fields: dict[str, Any] = {"acks": acks, "parts": [[p.topic, p.partition, p.nbytes] for p in parts]}
+    if copies:
+        fields["copies"] = list(copies)
+    return fields
 
 
 def encode_produce_answer(parts: Sequence[ProduceAnswerPart]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ ALTER_TOPIC = 7
 CREATE_PARTITIONS = 8
 SASL_HANDSHAKE = 10
 SASL_AUTHENTICATE = 11
+INIT_PRODUCER_ID = 12
 
 API_NAMES = {
     PRODUCE: "produce",
@@ -63,6 +64,7 @@ API_NAMES = {
     CREATE_PARTITIONS: "create_partitions",
     SASL_HANDSHAKE: "sasl_handshake",
     SASL_AUTHENTICATE: "sasl_authenticate",
+    INIT_PRODUCER_ID: "init_producer_id",
 }
 SUPPORTED_VERSIONS = {api: frozenset({1}) for api in API_NAMES}
 CURRENT_VERSION = 1

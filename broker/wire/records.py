@@ -6,14 +6,28 @@ checks each batch's CRC (zlib, in C), which is the only per-batch work on its ho
 
 Layout (big-endian), declared once in :data:`BATCH_HEADER`::
 
-    length          u32  bytes after this field: 18 + len(payload)
-    magic           u8   format version, always 1
+    length          u32  bytes after this field: 18 + len(payload) (32 + ... at magic 2)
+    magic           u8   format version: 1, or 2 for a batch of an idempotent producer
     crc             u32  zlib.crc32 of everything after this field (attributes..payload)
     attributes      u8   bits 0-2: compression codec (0 none, 1 gzip, 3 lz4, 4 zstd:
                          :mod:`broker.wire.codecs`); bits 3-7 zero
     count           u32  number of messages in the batch
     base_timestamp  i64  milliseconds since the epoch of the batch's first message
     payload         msgpack array [keys, values, deltas], compressed by the codec
+
+Magic 2 (:data:`BATCH_HEADER_V2`) inserts the idempotent producer's identity between
+``base_timestamp`` and the payload, covered by the CRC like the rest::
+
+    producer_id     i64  the id the cluster gave the producer (INIT_PRODUCER_ID); -1 none
+    producer_epoch  i16  bumped by the producer when it resets its sequences
+    base_sequence   i32  sequence number of the batch's first message in its partition;
+                         the next batch of the producer there starts at base + count
+
+The first 22 bytes are the same in both versions (so code that reads only length,
+magic, count or timestamp works on either), and the fields live inside the batch
+bytes: a byte-identical copy of a batch (a follower, the mirror) carries them. Both
+versions are read everywhere; a producer writes magic 2 only when it is idempotent.
+The broker reads these fields per batch (one struct unpack), never per message.
 
 The payload is columnar so whole batches encode and decode in one msgpack call:
 ``keys`` is nil when no message has a key, else a list of bytes-or-nil; ``values`` is a
@@ -33,7 +47,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import msgpack
 
@@ -57,6 +71,19 @@ HEADER_SIZE = BATCH_HEADER.size  # 22
 LENGTH_SIZE = 4
 CRC_START = 9  # first byte covered by the CRC: attributes
 MAGIC = 1
+MAGIC_V2 = 2
+BATCH_HEADER_V2 = struct.Struct(">IBIBIqqhi")
+"""Magic 2: the fields of :data:`BATCH_HEADER`, then producer_id, producer_epoch,
+base_sequence."""
+HEADER_SIZE_V2 = BATCH_HEADER_V2.size  # 36
+PRODUCER_FIELDS = struct.Struct(">qhi")
+"""producer_id, producer_epoch, base_sequence: at byte :data:`HEADER_SIZE` of a magic 2 batch."""
+MIN_LENGTH = {MAGIC: HEADER_SIZE - LENGTH_SIZE, MAGIC_V2: HEADER_SIZE_V2 - LENGTH_SIZE}
+"""Smallest legal length field per magic (a batch with an empty payload)."""
+NO_PRODUCER = -1
+"""producer_id of a magic 2 batch written without an id."""
+SEQUENCE_MODULUS = 1 << 31
+"""Sequence numbers wrap from 2**31 - 1 to 0 (base_sequence is a signed 32-bit int)."""
 _CODEC_MASK = CODEC_MASK
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 """No batch may claim to be longer than this; a larger length means a corrupt header."""
@@ -64,7 +91,25 @@ MAX_BATCH_BYTES = 256 * 1024 * 1024
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _header_pack_into = BATCH_HEADER.pack_into
 _header_unpack_from = BATCH_HEADER.unpack_from
+_producer_unpack_from = PRODUCER_FIELDS.unpack_from
 _crc32 = zlib.crc32
+
+
+class ProducerInfo(NamedTuple):
+    """The producer fields of one magic 2 batch, where it lies in a message set."""
+
+    position: int
+    """Byte position of the batch in the buffer that was scanned."""
+    producer_id: int
+    """The producer's id (:data:`NO_PRODUCER`: none)."""
+    epoch: int
+    """The producer's epoch."""
+    base_sequence: int
+    """Sequence number of the batch's first message."""
+    count: int  # type: ignore[assignment]  # a field named like tuple.count
+    """Messages in the batch (its last sequence is base_sequence + count - 1)."""
+    size: int
+    """Bytes of the whole batch (length field included)."""
 
 
 def encode_batch(
@@ -72,11 +117,13 @@ def encode_batch(
     keys: Sequence[bytes | None] | None,
     timestamps: Sequence[int] | int,
     codec: int = CODEC_NONE,
+    producer: tuple[int, int, int] | None = None,
 ) -> bytes:
     """Encode one batch of messages.
 
     ``timestamps`` is either one millisecond timestamp shared by every message or a
     sequence with one per message; ``keys`` is None when no message has a key.
+    ``producer`` is ``(producer_id, epoch, base_sequence)`` for a magic 2 batch.
     """
     count = len(values)
     if count == 0:
@@ -90,7 +137,7 @@ def encode_batch(
             deltas = None
         else:
             deltas = [t - base for t in timestamps]
-    return bytes(encode_batch_deltas(values, keys, base, deltas, codec))
+    return bytes(encode_batch_deltas(values, keys, base, deltas, codec, producer=producer))
 
 
 def encode_batch_deltas(
@@ -100,6 +147,7 @@ def encode_batch_deltas(
     deltas: Sequence[int] | None,
     codec: int = CODEC_NONE,
     buffer_for: Callable[[int], bytearray] | None = None,
+    producer: tuple[int, int, int] | None = None,
 ) -> bytes | bytearray | memoryview:
     """Encode one batch whose timestamps are given as stored: the header's ``base`` and
     the payload's ``deltas`` (None: every message has ``base``).
@@ -110,15 +158,18 @@ def encode_batch_deltas(
     page faults, which were most of the time encoding took when the header and payload
     were joined in new buffers. ``buffer_for(n)``, if given, supplies a reused bytearray
     of at least ``n`` bytes to copy into (the result is then a view of it). Small
-    batches are made the plain way, as bytes.
+    batches are made the plain way, as bytes. ``producer``, ``(producer_id, epoch,
+    base_sequence)``, makes a magic 2 batch (an idempotent producer's).
     """
     count = len(values)
     if count == 0:
         raise ValueError("a batch needs at least one message")
+    header_size = HEADER_SIZE if producer is None else HEADER_SIZE_V2
     if codec == CODEC_NONE and count >= SMALL_BATCH:
         packer = _header_packer()
         packer.reset()
-        packer.pack(_HEADER_ROOM)  # exactly HEADER_SIZE bytes, overwritten below
+        # exactly header_size bytes, overwritten below
+        packer.pack(_HEADER_ROOM if producer is None else _HEADER_ROOM_V2)
         packer.pack([keys, values, deltas])
         buf: bytearray | memoryview
         with packer.getbuffer() as packed:
@@ -134,9 +185,13 @@ def encode_batch_deltas(
         payload = _pack([keys, values, deltas])
         if codec != CODEC_NONE:
             payload = compress(codec, payload)  # ValueError for an unknown codec
-        buf = bytearray(HEADER_SIZE + len(payload))
-        buf[HEADER_SIZE:] = payload
-    _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
+        buf = bytearray(header_size + len(payload))
+        buf[header_size:] = payload
+    if producer is None:
+        _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
+    else:
+        _header_v2_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC_V2, 0, codec, count, base,
+                             *producer)
     struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
     return buf if count >= SMALL_BATCH and codec == CODEC_NONE else bytes(buf)
 
@@ -146,6 +201,9 @@ SMALL_BATCH = 64
 and the reused packer's extra steps are not."""
 _HEADER_ROOM = bytes(HEADER_SIZE - 2)
 """Packed as msgpack bin 8 (2 bytes of type and length, then these): a header's room."""
+_HEADER_ROOM_V2 = bytes(HEADER_SIZE_V2 - 2)
+"""The same for a magic 2 header."""
+_header_v2_pack_into = BATCH_HEADER_V2.pack_into
 _packers = threading.local()
 
 
@@ -171,16 +229,19 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
     if len(view) < HEADER_SIZE:
         raise CorruptBatchError(f"not a batch: {len(view)} bytes, a header needs {HEADER_SIZE}")
     length, magic, crc, attributes, count, base = _header_unpack_from(view, 0)
-    if magic != MAGIC or length < 18 or LENGTH_SIZE + length != len(view):
+    if magic not in MIN_LENGTH or length < MIN_LENGTH[magic] \
+            or LENGTH_SIZE + length != len(view):
         raise CorruptBatchError("not one whole batch: malformed header or length")
     if _crc32(view[CRC_START:]) != crc:
         raise CorruptBatchError("batch fails its CRC")
     if attributes != CODEC_NONE or codec == CODEC_NONE:
         return raw if isinstance(raw, (bytes, memoryview)) else bytes(raw)
-    payload = compress(codec, bytes(view[HEADER_SIZE:]))
-    buf = bytearray(HEADER_SIZE + len(payload))
-    buf[HEADER_SIZE:] = payload
-    _header_pack_into(buf, 0, 18 + len(payload), MAGIC, 0, codec, count, base)
+    size = LENGTH_SIZE + MIN_LENGTH[magic]  # the header: kept, producer fields included
+    payload = compress(codec, bytes(view[size:]))
+    buf = bytearray(size + len(payload))
+    buf[:size] = view[:size]
+    buf[size:] = payload
+    _header_pack_into(buf, 0, size - LENGTH_SIZE + len(payload), magic, 0, codec, count, base)
     struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
     return bytes(buf)
 
@@ -197,6 +258,8 @@ class ScanResult:
     """Number of messages in those batches (sum of their count fields)."""
     error: str | None
     """Why the walk stopped before the end of the buffer, or None if it reached it."""
+    producers: list[ProducerInfo] | None = None
+    """The producer fields of the valid magic 2 batches, in order; None when there is none."""
 
 
 def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
@@ -213,15 +276,20 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
     pos = start
     batches = messages = 0
     error = None
+    producers: list[ProducerInfo] | None = None
     while pos < end:
         if end - pos < HEADER_SIZE:
             error = f"torn batch header at byte {pos} ({end - pos} bytes left)"
             break
         length, magic, crc, attributes, count, _ = _header_unpack_from(view, pos)
-        if magic != MAGIC:
+        if magic == MAGIC:
+            least = 18
+        elif magic == MAGIC_V2:
+            least = HEADER_SIZE_V2 - LENGTH_SIZE
+        else:
             error = f"bad magic byte {magic} at byte {pos}"
             break
-        if length < 18 or length > MAX_BATCH_BYTES or attributes & ~_CODEC_MASK or count == 0:
+        if length < least or length > MAX_BATCH_BYTES or attributes & ~_CODEC_MASK or count == 0:
             error = f"malformed batch header at byte {pos}"
             break
         if attributes not in CODEC_NAMES:
@@ -235,10 +303,15 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
         if _crc32(view[pos + CRC_START : stop]) != crc:
             error = f"CRC mismatch in batch at byte {pos}"
             break
+        if magic == MAGIC_V2:
+            if producers is None:
+                producers = []
+            pid, epoch, seq = _producer_unpack_from(view, pos + HEADER_SIZE)
+            producers.append(ProducerInfo(pos - start, pid, epoch, seq, count, stop - pos))
         pos = stop
         batches += 1
         messages += count
-    return ScanResult(pos - start, batches, messages, error)
+    return ScanResult(pos - start, batches, messages, error, producers)
 
 
 def validate_message_set(buf: bytes | bytearray | memoryview) -> ScanResult:
@@ -280,6 +353,12 @@ class Batch:
     """Compression codec the producer used."""
     raw: memoryview | None = None
     """The batch's bytes exactly as stored (for copying batches without re-encoding)."""
+    producer_id: int = NO_PRODUCER
+    """The idempotent producer's id (magic 2), else :data:`NO_PRODUCER`."""
+    producer_epoch: int = -1
+    """Its epoch (magic 2), else -1."""
+    base_sequence: int = -1
+    """Sequence number of the first message (magic 2), else -1."""
 
     def __len__(self) -> int:
         return len(self.values)
@@ -310,13 +389,16 @@ def decode_batches(
     while end - pos >= HEADER_SIZE:
         length, magic, crc, attributes, count, base = _header_unpack_from(view, pos)
         stop = pos + LENGTH_SIZE + length
-        if magic != MAGIC or length < 18 or length > MAX_BATCH_BYTES:
+        least = MIN_LENGTH.get(magic)
+        if least is None or length < least or length > MAX_BATCH_BYTES:
             raise CorruptBatchError(f"malformed batch header at offset {offset + pos}")
         if stop > end:
             break
         if _crc32(view[pos + CRC_START : stop]) != crc:
             raise CorruptBatchError(f"batch at offset {offset + pos} fails its CRC")
-        payload: bytes | memoryview = view[pos + HEADER_SIZE : stop]
+        payload: bytes | memoryview = view[pos + LENGTH_SIZE + least : stop]
+        producer = (NO_PRODUCER, -1, -1) if magic == MAGIC else \
+            _producer_unpack_from(view, pos + HEADER_SIZE)
         codec = attributes & _CODEC_MASK
         if attributes != codec:
             raise CorruptBatchError(f"malformed batch header at offset {offset + pos}: "
@@ -340,6 +422,7 @@ def decode_batches(
                 deltas,
                 codec,
                 view[pos:stop] if keep_raw else None,
+                *producer,
             )
         )
         pos = stop
@@ -376,7 +459,8 @@ def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
         if end - pos < HEADER_SIZE:
             raise CorruptBatchError(f"torn batch header at byte {pos}")
         length, magic, _, _, count, _ = _header_unpack_from(view, pos)
-        if magic != MAGIC or length < 18:
+        least = MIN_LENGTH.get(magic)
+        if least is None or length < least:
             raise CorruptBatchError(f"malformed batch header at byte {pos}")
         pos += LENGTH_SIZE + length
         batches += 1
@@ -384,6 +468,32 @@ def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
     if pos != end:
         raise CorruptBatchError("message set ends inside a batch")
     return batches, messages
+
+
+def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerInfo], int]:
+    """The producer fields of the magic 2 batches whose headers lie in ``buf``.
+
+    Hops from header to header without reading payloads or checking CRCs (for bytes
+    of the log, already checked: rebuilding producer state on load). Returns them and
+    the position of the first header not wholly in ``buf`` (which may lie past its end:
+    the next read starts there). CorruptBatchError for a header that cannot be one.
+    """
+    view = memoryview(buf)
+    end = len(view)
+    pos = 0
+    out: list[ProducerInfo] = []
+    while end - pos >= HEADER_SIZE:
+        length, magic, _, _, count, _ = _header_unpack_from(view, pos)
+        least = MIN_LENGTH.get(magic)
+        if least is None or length < least:
+            raise CorruptBatchError(f"malformed batch header at byte {pos}")
+        if magic == MAGIC_V2:
+            if end - pos < HEADER_SIZE_V2:
+                break
+            pid, epoch, seq = _producer_unpack_from(view, pos + HEADER_SIZE)
+            out.append(ProducerInfo(pos, pid, epoch, seq, count, LENGTH_SIZE + length))
+        pos += LENGTH_SIZE + length
+    return out, pos
 
 
 def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, memoryview]]:
@@ -400,9 +510,10 @@ def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int,
 
 
 __all__ = [
-    "BATCH_HEADER", "Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD",
-    "CRC_START", "HEADER_SIZE", "LENGTH_SIZE", "MAGIC", "MAX_BATCH_BYTES", "ScanResult",
+    "BATCH_HEADER", "BATCH_HEADER_V2", "Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD",
+    "CRC_START", "HEADER_SIZE", "HEADER_SIZE_V2", "LENGTH_SIZE", "MAGIC", "MAGIC_V2",
+    "MAX_BATCH_BYTES", "MIN_LENGTH", "NO_PRODUCER", "PRODUCER_FIELDS", "SEQUENCE_MODULUS", "ProducerInfo", "ScanResult",
     "batch_length_at", "compress_batch", "count_messages", "decode_batches", "encode_batch", "encode_batch_deltas",
     "iter_raw_batches",
-    "scan", "validate_message_set",
+    "scan", "validate_message_set", "walk_producers",
 ]

@@ -477,7 +477,8 @@ def raw_batches(data: memoryview, offset: int) -> tuple[list[RawBatch], int]:
     if checked.error is not None and rest >= records.HEADER_SIZE:
         length, magic = records.BATCH_HEADER.unpack_from(data, checked.valid_bytes)[:2]
         whole = records.LENGTH_SIZE + length <= rest  # complete yet invalid: not just cut off
-        if whole or magic != records.MAGIC or not 18 <= length <= records.MAX_BATCH_BYTES:
+        if whole or magic not in records.MIN_LENGTH \
+                or not records.MIN_LENGTH[magic] <= length <= records.MAX_BATCH_BYTES:
             raise CorruptBatchError(f"batch at offset {offset + checked.valid_bytes}: {checked.error}")
     out = []
     for pos, raw in records.iter_raw_batches(data[:checked.valid_bytes]):
