@@ -81,7 +81,7 @@ def _services(tmp_path, flush_messages: int):
                              flush_messages == 1, lambda: False)
     dispatcher = Dispatcher(produce, fetch, SimpleNamespace(
         offsets=None, metadata=None, create_topic=None, delete_topic=None, elect_leaders=None,
-        alter_topic=None, create_partitions=None))
+        alter_topic=None, create_partitions=None, init_producer_id=None))
     return dispatcher, metrics, logs, pool
 
 
