@@ -14,6 +14,7 @@ import os
 from typing import Iterator
 
 from broker.cli.client_cmds import DEFAULT_ZK
+from broker.cli.zk_args import add_zk_args, zk_target
 from broker.common.acl import (
     CLUSTER, Acl, Operation, Resource, ResourceType, make_acl, parse_principal,
 )
@@ -54,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _zk_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zk", default=None,
                         help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
+    add_zk_args(parser)
 
 
 def _resource_args(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -91,7 +93,7 @@ def _store(args: argparse.Namespace):  # -> AclStore, and the client to close
         validate_zk_connect(where)
     except ConfigError as exc:
         raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
-    client = zk.connect(where, create=False)
+    client = zk.connect(zk_target(args, where), create=False)
     return AclStore(client), client
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator
 from broker.cli.render import check_format, render, render_json
 from broker.cli.tail import Last, tail_start
 from broker.cli.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
+from broker.cli.zk_args import add_zk_args, zk_target
 from broker.common import topic_config
 from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.common.names import validate_topic_name
@@ -116,6 +117,7 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
     add_tls_args(parser)
     add_sasl_args(parser)
+    add_zk_args(parser)
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:
@@ -130,7 +132,7 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
         return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()], **extra}
     zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)
     try:
-        return {"zk": validate_zk_connect(zk), **extra}
+        return {"zk": zk_target(args, validate_zk_connect(zk)), **extra}
     except ConfigError as exc:
         raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
 

@@ -10,13 +10,18 @@ and for ``status`` 3 when it is not running (the LSB convention for service stat
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from broker.common.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, report
-from broker.common.errors import ZooKeeperError
-from broker.testing.zkserver import LocalZooKeeper, ZooKeeperNotInstalledError, ZooKeeperStartError
+from broker.common.errors import ConfigError, ZooKeeperError
+from broker.testing.zkserver import (
+    LocalZooKeeper, ServerTls, ZooKeeperNotInstalledError, ZooKeeperStartError,
+)
+
+DEFAULT_SECURE_PORT = 2281
 
 DEFAULT_PORT = 2181
 DEFAULT_DATA_DIR = Path(".logferry/zookeeper")
@@ -62,8 +67,66 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         if name == "start":
             action.add_argument("--timeout", type=float, default=30.0,
                                 help="seconds to wait until it serves (default: 30)")
+            _add_tls_args(action)
         action.set_defaults(func=handler)
+    from broker.cli import zk_secure_cmd
+
+    zk_secure_cmd.add_actions(actions)
     return zk
+
+
+def _add_tls_args(action: argparse.ArgumentParser) -> None:
+    group = action.add_argument_group("TLS (docs/security.md, 'ZooKeeper')")
+    group.add_argument("--tls", action="store_true",
+                       help="also listen with TLS on --secure-port (Netty); without --tls-cert "
+                            "a CA and a certificate for 127.0.0.1 are made in DATA_DIR/tls")
+    group.add_argument("--secure-port", type=_port, default=None,
+                       help=f"the TLS port (secureClientPort; default {DEFAULT_SECURE_PORT})")
+    group.add_argument("--tls-cert", type=Path, metavar="FILE", help="the server's certificate (PEM)")
+    group.add_argument("--tls-key", type=Path, metavar="FILE", help="its key (PEM, unencrypted)")
+    group.add_argument("--tls-ca", type=Path, metavar="FILE",
+                       help="CA that client certificates are checked against")
+    group.add_argument("--tls-client-auth", choices=("none", "optional", "required"),
+                       default="none", help="ask clients for a certificate (default: none)")
+
+
+def _server_tls(args: argparse.Namespace) -> ServerTls | None:
+    """The TLS settings the options ask for (a CA and certificate made when none is given)."""
+    if not (args.tls or args.tls_cert or args.tls_key or args.secure_port):
+        return None
+    cert, key, ca = args.tls_cert, args.tls_key, args.tls_ca
+    if (cert is None) != (key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if cert is None:
+        cert, key, made_ca = _make_server_cert(args.data_dir / "tls", args.port or DEFAULT_PORT)
+        ca = ca or made_ca
+    try:
+        return ServerTls(args.secure_port or DEFAULT_SECURE_PORT, Path(cert).resolve(),
+                         Path(key).resolve(), Path(ca).resolve() if ca else None,
+                         args.tls_client_auth)
+    except ZooKeeperError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _make_server_cert(directory: Path, port: int) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1/localhost, kept across starts."""
+    cert, key, ca = directory / "zookeeper.pem", directory / "zookeeper.key", directory / "ca.pem"
+    if cert.is_file() and key.is_file() and ca.is_file():
+        return cert, key, ca
+    try:
+        from broker.cli import certs
+    except ImportError:
+        raise ConfigError("--tls without --tls-cert makes a certificate, which needs the "
+                          "'certs' extra (pip install 'logferry[certs]')") from None
+    made = certs.make_ca("logferry local ZooKeeper CA")
+    issued = certs.issue(made.cert_pem, made.key_pem, "zookeeper", ["127.0.0.1", "localhost"])
+    directory.mkdir(parents=True, exist_ok=True)
+    ca.write_bytes(made.cert_pem)
+    cert.write_bytes(issued.cert_pem)
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(issued.key_pem)
+    return cert, key, ca
 
 
 def _port(text: str) -> int:
@@ -95,7 +158,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         return EXIT_OK
     # Without --port, a data dir started before keeps its port (from its zoo.cfg).
-    server = LocalZooKeeper(data_dir, args.port or existing.port)
+    server = LocalZooKeeper(data_dir, args.port or existing.port, tls=_server_tls(args))
     try:
         server.start(args.timeout, detach=True)
     except ZooKeeperNotInstalledError as exc:
@@ -109,6 +172,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"ZooKeeper started: pid {server.pid}, {server.hosts}, data dir {server.data_dir}, "
           f"log {server.log_path}")
+    if server.tls is not None:
+        ca = f", CA {server.tls.ca_file}" if server.tls.ca_file else ""
+        print(f"TLS: {server.secure_hosts} (connect with --zk-tls-ca or [zookeeper.tls]{ca})")
     return EXIT_OK
 
 
@@ -138,6 +204,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("ZooKeeper: running")
     print(f"  pid: {pid}")
     print(f"  address: {server.hosts}")
+    if server.secure_hosts is not None:
+        print(f"  TLS address: {server.secure_hosts}")
     print(f"  data dir: {server.data_dir}")
     print(f"  log: {server.log_path}")
     try:

@@ -20,6 +20,9 @@ from kazoo.retry import KazooRetry
 
 from broker.common.errors import ZooKeeperError
 from broker.common.zk_connect import parse_zk_connect
+from broker.common.zk_security import ZkSecurity, security_of
+from broker.coordination.zk_acl import CONSUMERS as _CONSUMERS
+from broker.coordination.zk_acl import AclKazooClient, AclPolicy, is_open
 
 log = logging.getLogger("logferry.zk")
 
@@ -68,7 +71,7 @@ in milliseconds, so a connect string that points nowhere fails within seconds.""
 
 
 def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEOUT_S,
-            session_timeout: float = 10.0) -> KazooClient:
+            session_timeout: float = 10.0, security: ZkSecurity | None = None) -> KazooClient:
     """Start a kazoo client on ``connect_string`` (the one place that makes clients).
 
     ``create=True`` (a broker joining its cluster) creates the chroot and the registry
@@ -80,36 +83,78 @@ def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEO
     ZooKeeper cannot be reached within ``timeout`` seconds, raises ZooKeeperError
     with the address; kazoo's retry warnings while connecting are not logged (that one
     error says it all), its warnings after a successful connect are.
+
+    ``security`` (by default the one a :class:`~broker.common.zk_security.ZkTarget`
+    carries): the digest identity the session logs in with and TLS to ZooKeeper. A
+    session with an identity creates every znode with the ACL of
+    :mod:`broker.coordination.zk_acl` for its path.
     """
+    security = security if security is not None else security_of(connect_string)
+    connect_string = str(connect_string)
     parsed = parse_zk_connect(connect_string)
     if parsed.chroot or not create:
-        _check_cluster(parsed.hosts, parsed.chroot, connect_string, create, timeout)
+        _check_cluster(parsed.hosts, parsed.chroot, connect_string, create, timeout, security)
     # Reconnect with a backoff capped at one second (kazoo's default grows to an hour):
     # after ZooKeeper comes back, a client must reattach before its session expires.
     retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
     logger = _ConnectQuietLogger()
-    client = KazooClient(hosts=connect_string, timeout=session_timeout, connection_retry=retry,
-                         logger=logger)
+    client = _client(security, hosts=connect_string, timeout=session_timeout,
+                     connection_retry=retry, logger=logger)
     _record_granted_session_timeout(client)
-    _start(client, logger, connect_string, timeout)
+    _start(client, logger, connect_string, timeout, security)
+    if isinstance(client, AclKazooClient) and not create:
+        _adopt_consumers_acl(client)
     if create:
         for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
             client.ensure_path(path)
     return client
 
 
+def _client(security: ZkSecurity | None, **kwargs: Any) -> KazooClient:
+    """A kazoo client with ``security``'s login and TLS (a plain one without)."""
+    if security is None:
+        return KazooClient(**kwargs)
+    if security.tls is not None:
+        tls = security.tls
+        kwargs.update(use_ssl=True, verify_certs=True, check_hostname=tls.verify_hostname,
+                      ca=str(tls.ca_file) if tls.ca_file else None,
+                      certfile=str(tls.cert_file) if tls.cert_file else None,
+                      keyfile=str(tls.key_file) if tls.key_file else None)
+    if not security.authenticated:
+        return KazooClient(**kwargs)
+    kwargs["auth_data"] = [("digest", f"{security.user}:{security.password}")]
+    owner = security.digest_id
+    assert owner is not None
+    return AclKazooClient(acl_policy=AclPolicy(owner, security.consumer_ids), **kwargs)
+
+
+def _adopt_consumers_acl(client: AclKazooClient) -> None:
+    """A client copies ``/consumers``' ACL for what it creates below it (see zk_acl)."""
+    try:
+        acl, _ = client.get_acls(_CONSUMERS)
+    except KazooException:
+        return  # not readable to this identity: its creates there will be refused anyway
+    if is_open(acl):
+        return  # a cluster not secured yet (`logferry zk secure`): keep to the policy
+    policy = client.acl_policy
+    client.acl_policy = AclPolicy(policy.owner, policy.consumer_ids, tuple(acl))
+
+
 def _check_cluster(hosts: str, chroot: str, connect_string: str, create: bool,
-                   timeout: float) -> None:
+                   timeout: float, security: ZkSecurity | None = None) -> None:
     """Create the chroot (``create``), or make sure a cluster lives there (not ``create``).
 
     kazoo neither creates a chroot nor tells a missing one from an empty one, so a
     short session on the bare hosts looks first.
     """
     logger = _ConnectQuietLogger()
-    bootstrap = KazooClient(hosts=hosts, timeout=timeout, logger=logger)
-    _start(bootstrap, logger, connect_string, timeout)
+    bootstrap = _client(security, hosts=hosts, timeout=timeout, logger=logger)
+    _start(bootstrap, logger, connect_string, timeout, security)
     try:
-        if create:
+        if create and isinstance(bootstrap, AclKazooClient):
+            # The chroot (and any parent it needs) is public: clients read it.
+            bootstrap.ensure_path(chroot, acl=bootstrap.acl_policy.acls_for("/"))
+        elif create:
             bootstrap.ensure_path(chroot)
         elif bootstrap.exists(chroot + BROKER_IDS) is None:
             raise ZooKeeperError(
@@ -202,14 +247,20 @@ def _record_granted_session_timeout(client: KazooClient) -> None:
     setattr(handler, "_connect", connect_and_record)
 
 
-def _start(client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float) -> None:
+def _start(client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float,
+           security: ZkSecurity | None = None) -> None:
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, KazooException, OSError) as exc:
         close(client)
+        tls = security is not None and security.tls is not None
+        hint = ("; over TLS: is it ZooKeeper's secureClientPort, and does ca_file trust its "
+                "certificate?" if tls else "; a TLS port (secureClientPort) needs "
+                "[zookeeper.tls] or --zk-tls-ca")
         raise ZooKeeperError(
             f"cannot reach ZooKeeper at {where} within {timeout:g}s ({exc}); check the "
             "host and port (is the server running? `logferry zk start` starts a local one)"
+            + hint
         ) from None
     logger.connecting = False
 

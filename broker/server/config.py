@@ -21,6 +21,7 @@ from broker.common.config import (
 from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from broker.server.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
+from broker.common.zk_security import ZOOKEEPER_FIELDS, with_security, zookeeper_from_table
 from broker.server.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.storage.config import LogConfig
 
@@ -121,7 +122,8 @@ LOG_FIELDS = fields(
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
 SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
-            "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS}
+            "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
+            "zookeeper": ZOOKEEPER_FIELDS}
 
 
 def load_broker_config(path: str | Path) -> BrokerConfig:
@@ -156,6 +158,8 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     broker_id = broker.pop("id")
     zk_connect = broker.pop("zk_connect")
     _check_zk_connect(zk_connect, validator)
+    # [zookeeper]: the login and TLS travel with the connect string (a ZkTarget).
+    zk_connect = with_security(zk_connect, zookeeper_from_table(validator, tables["zookeeper"]))
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
                         log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
                         authorizer=authorizer_from_table(validator, tables["authorizer"]),

@@ -52,6 +52,15 @@ ZOOKEEPER_JARS: tuple[str, ...] = (
     "log4j-1.2.jar",  # the backend that writes zookeeper.log
 )
 
+# Netty jars the TLS port needs that zookeeper.jar's manifest does not name (Debian's
+# libnetty-java, a dependency of libzookeeper-java: the manifest names only what the
+# plaintext Netty path loads).
+NETTY_TLS_JARS: tuple[str, ...] = (
+    "netty-codec.jar",  # ByteToMessageDecoder, under the SslHandler
+    "netty-resolver.jar",
+    "netty-transport-native-unix-common.jar",
+)
+
 APT_PACKAGES: tuple[str, ...] = ("zookeeper", "default-jre-headless")
 APT_COMMAND = "apt-get install -y --no-install-recommends " + " ".join(APT_PACKAGES)
 INSTALL_HINT = f"run `make system-deps` (or as root: `{APT_COMMAND}`)"
@@ -182,6 +191,70 @@ def discover_install(
 
 # ------------------------------------------------------------------------ config files
 
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+KEYSTORE_NAME = "zk-keystore.pem"
+"""The server's key followed by its certificate chain: a PEM keystore as ZooKeeper reads it."""
+CLIENT_AUTH = {"none": "none", "optional": "want", "required": "need"}
+"""logferry's ``client_auth`` words -> ZooKeeper's ``ssl.clientAuth``."""
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS on a ZooKeeper server's ``secureClientPort``, from PEM files.
+
+    ``client_auth`` takes the words of a broker's ``[tls]`` (``none``, ``optional``,
+    ``required``); any but ``none`` needs ``ca_file``.
+    """
+
+    secure_port: int
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None = None
+    client_auth: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.client_auth not in CLIENT_AUTH:
+            raise ZooKeeperError(f"client_auth {self.client_auth!r}: must be one of "
+                                 f"{', '.join(CLIENT_AUTH)}")
+        if self.client_auth != "none" and self.ca_file is None:
+            raise ZooKeeperError(f"client_auth {self.client_auth!r} needs a CA file to check "
+                                 "client certificates against")
+        if not 0 < self.secure_port < 65536:
+            raise ZooKeeperError(f"ZooKeeper secure port {self.secure_port} is out of range "
+                                 "(1-65535)")
+
+    def zoo_cfg_lines(self, data_dir: Path, host: str = "127.0.0.1") -> list[str]:
+        """The zoo.cfg lines (the keystore is written to ``data_dir`` by :meth:`write_keystore`)."""
+        keystore = data_dir / KEYSTORE_NAME
+        _check_path_for_properties(keystore)
+        lines = [
+            f"secureClientPort={self.secure_port}",
+            f"secureClientPortAddress={host}",
+            f"serverCnxnFactory={NETTY_FACTORY}",
+            f"ssl.keyStore.location={keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.clientAuth={CLIENT_AUTH[self.client_auth]}",
+        ]
+        if self.ca_file is not None:
+            _check_path_for_properties(self.ca_file)
+            lines += [f"ssl.trustStore.location={self.ca_file}", "ssl.trustStore.type=PEM"]
+        return lines
+
+    def write_keystore(self, data_dir: Path) -> Path:
+        """Write key + certificate chain into one PEM file (mode 0600) in ``data_dir``."""
+        try:
+            key, cert = self.key_file.read_bytes(), self.cert_file.read_bytes()
+        except OSError as exc:
+            raise ZooKeeperError(f"cannot read the ZooKeeper TLS key or certificate: {exc}") from None
+        if b"PRIVATE KEY" not in key or b"CERTIFICATE" not in cert:
+            raise ZooKeeperError(f"{self.key_file} and {self.cert_file} must be a PEM key and a "
+                                 "PEM certificate")
+        path = data_dir / KEYSTORE_NAME
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key.rstrip(b"\n") + b"\n" + cert)
+        return path
+
 
 def _check_path_for_properties(path: Path) -> None:
     """zoo.cfg and log4j.properties are Java properties: no backslash, no newline."""
@@ -200,8 +273,17 @@ def render_zoo_cfg(
     tick_ms: int = 500,
     max_session_timeout_ms: int = 60_000,
     force_sync: bool = True,
+    tls: "ServerTls | None" = None,
 ) -> str:
     """The standalone server's ``zoo.cfg``.
+
+    With ``tls``, the server also listens on ``tls.secure_port`` (TLS only), through
+    the Netty connection factory (the NIO one cannot do TLS), with its key and
+    certificate from one PEM file (``ssl.keyStore.type=PEM``, ZooKeeper 3.6+) and the
+    CA it checks client certificates against (``ssl.clientAuth``); the plaintext
+    ``clientPort`` stays for local tools and the four-letter words. ZooKeeper turns a
+    key it does not know (``ssl.keyStore.location``) into the system property
+    ``zookeeper.<key>``, which is where its X509 code reads them.
 
     Choices and why: a 500 ms tick lets clients ask for sessions as short as 1 s (the
     minimum is two ticks), so tests see a dead broker's ephemeral nodes vanish fast;
@@ -234,6 +316,8 @@ def render_zoo_cfg(
         "autopurge.purgeInterval=1",
         f"forceSync={'yes' if force_sync else 'no'}",
     ]
+    if tls is not None:
+        lines += tls.zoo_cfg_lines(data_dir, host)
     return "\n".join(lines) + "\n"
 
 
@@ -388,8 +472,11 @@ class LocalZooKeeper:
         heap_mb: int = 256,
         java_dir: Path = DEBIAN_JAVA_DIR,
         install: ZooKeeperInstall | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
+        self.tls = tls
+        """TLS on a secure port besides the plaintext one (None: plaintext only)."""
         self.port = port
         self.host = host
         self.tick_ms = tick_ms
@@ -416,7 +503,25 @@ class LocalZooKeeper:
             host = cfg.get("clientPortAddress", host)
             if port is None and cfg.get("clientPort", "").isdigit():
                 port = int(cfg["clientPort"])
+            if cfg.get("secureClientPort", "").isdigit():
+                server = cls(data_dir, 2181 if port is None else port, host)
+                server.secure_port_in_cfg = int(cfg["secureClientPort"])
+                return server
         return cls(data_dir, 2181 if port is None else port, host)
+
+    secure_port_in_cfg: int | None = None
+    """The ``secureClientPort`` of the zoo.cfg a handle was made from (``zk status``)."""
+
+    @property
+    def secure_port(self) -> int | None:
+        """The TLS port, when the server has one."""
+        return self.tls.secure_port if self.tls is not None else self.secure_port_in_cfg
+
+    @property
+    def secure_hosts(self) -> str | None:
+        """``host:secure_port`` (a connect string for TLS clients), or None."""
+        port = self.secure_port
+        return None if port is None else f"{self.host}:{port}"
 
     def __repr__(self) -> str:
         return f"LocalZooKeeper({str(self.data_dir)!r}, port={self.port}, pid={self.pid})"
@@ -509,8 +614,11 @@ class LocalZooKeeper:
                 tick_ms=self.tick_ms,
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 force_sync=self.force_sync,
+                tls=self.tls,
             )
         )
+        if self.tls is not None:
+            self.tls.write_keystore(self.data_dir)
         (self.data_dir / LOG4J_NAME).write_text(render_log4j_properties(self.log_path))
 
     def command(self, install: ZooKeeperInstall) -> list[str]:
@@ -526,10 +634,21 @@ class LocalZooKeeper:
             "-Dzookeeper.jmx.log4j.disable=true",
             "-Dzookeeper.admin.enableServer=false",
             "-cp",
-            install.classpath_arg,
+            self._classpath(install),
             MAIN_CLASS,
             str(self.config_path),
         ]
+
+    def _classpath(self, install: ZooKeeperInstall) -> str:
+        if self.tls is None:
+            return install.classpath_arg
+        missing = [j for j in NETTY_TLS_JARS if not (self.java_dir / j).is_file()]
+        if missing:
+            raise ZooKeeperNotInstalledError(
+                f"Netty jars for ZooKeeper's TLS port missing from {self.java_dir}: "
+                f"{', '.join(missing)}; {INSTALL_HINT}")
+        return os.pathsep.join([install.classpath_arg,
+                                *(str(self.java_dir / j) for j in NETTY_TLS_JARS)])
 
     def start(self, timeout: float = 30.0, *, detach: bool = False) -> None:
         """Start the server and return once it serves; on failure nothing is left running.
@@ -542,10 +661,11 @@ class LocalZooKeeper:
                 f"ZooKeeper already runs for {self.data_dir} (pid {self.pid}); stop it first"
             )
         install = self._install or discover_install(self.java_dir)
-        if not port_is_free(self.host, self.port):
-            raise ZooKeeperStartError(
-                f"port {self.port} on {self.host} is already in use; choose another port"
-            )
+        for port in (self.port, self.tls.secure_port if self.tls else None):
+            if port is not None and not port_is_free(self.host, port):
+                raise ZooKeeperStartError(
+                    f"port {port} on {self.host} is already in use; choose another port"
+                )
         self.write_config()
         began = time.monotonic()
         with self.out_path.open("ab") as out:
@@ -685,6 +805,7 @@ __all__ = [
     "APT_COMMAND",
     "INSTALL_HINT",
     "LocalZooKeeper",
+    "ServerTls",
     "ZooKeeperInstall",
     "ZooKeeperNotInstalledError",
     "ZooKeeperStartError",
