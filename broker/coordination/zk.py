@@ -134,8 +134,10 @@ def _adopt_consumers_acl(client: AclKazooClient) -> None:
         acl, _ = client.get_acls(_CONSUMERS)
     except KazooException:
         return  # not readable to this identity: its creates there will be refused anyway
-    if is_open(acl):
-        return  # a cluster not secured yet (`logferry zk secure`): keep to the policy
+    if is_open(acl) or any(a.id.scheme == "digest" and a.id.id.endswith(":x") for a in acl):
+        # a cluster not secured yet (`logferry zk secure`), or hashes ZooKeeper masked
+        # for a reader without ADMIN there: keep to the policy
+        return
     policy = client.acl_policy
     client.acl_policy = AclPolicy(policy.owner, policy.consumer_ids, tuple(acl))
 

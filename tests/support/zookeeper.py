@@ -21,6 +21,7 @@ long network partition would.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
 import time
 import uuid
@@ -31,8 +32,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from broker.testing.zkserver import LocalZooKeeper, ZooKeeperStartError
+from broker.testing.zkserver import LocalZooKeeper, ServerTls, ZooKeeperStartError
 from tests.support import register_log_source, unregister_log_source
+from tests.support.pki import Pki, make_pki
 from tests.support.ports import free_port
 
 START_TIMEOUT = 60.0
@@ -114,7 +116,7 @@ class ZooKeeperHarness:
         return self.hosts + chroot
 
 
-def start_session_zookeeper(base_dir: Path) -> LocalZooKeeper:
+def start_session_zookeeper(base_dir: Path, tls: ServerTls | None = None) -> LocalZooKeeper:
     """Start a test ZooKeeper on a free port, retrying on another port if it is taken.
 
     Test settings: fsync off (a killed server still keeps everything, only a machine
@@ -123,7 +125,9 @@ def start_session_zookeeper(base_dir: Path) -> LocalZooKeeper:
     """
     last_error: ZooKeeperStartError | None = None
     for attempt in range(START_ATTEMPTS):
-        server = LocalZooKeeper(base_dir / f"zk-{attempt}", free_port(), force_sync=False)
+        if tls is not None:  # a fresh secure port on each attempt too
+            tls = dataclasses.replace(tls, secure_port=free_port())
+        server = LocalZooKeeper(base_dir / f"zk-{attempt}", free_port(), force_sync=False, tls=tls)
         try:
             server.start(START_TIMEOUT)
             return server
@@ -154,6 +158,22 @@ def zookeeper(
     finally:
         unregister_log_source(request.config, "zookeeper")
         del request.config.stash[_HARNESS]
+        server.stop()
+        atexit.unregister(server.kill)
+
+
+@pytest.fixture(scope="module")
+def tls_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalZooKeeper, Pki]]:
+    """A ZooKeeper of this test module with a TLS port besides its plaintext one (Netty,
+    a PEM keystore from :func:`tests.support.pki.make_pki`), and the PKI: connect with
+    ``server.secure_hosts`` and ``pki.ca``."""
+    base = tmp_path_factory.mktemp("tls-zookeeper")
+    pki = make_pki(base / "pki")
+    server = start_session_zookeeper(base, ServerTls(1, pki.broker_cert, pki.broker_key, pki.ca))
+    atexit.register(server.kill)
+    try:
+        yield server, pki
+    finally:
         server.stop()
         atexit.unregister(server.kill)
 
