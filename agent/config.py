@@ -25,6 +25,7 @@ from broker.common.config import (
 from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
+from broker.common.zk_security import with_security, zookeeper_section
 
 Scalar = str | int | float | bool
 """A static field's value (TOML strings, integers, floats, booleans)."""
@@ -151,6 +152,7 @@ TOP = fields(
     rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
     fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
     cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE, sasl=TABLE,
+    zookeeper=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
@@ -295,6 +297,14 @@ def parse_config(data: dict[str, Any], base_dir: Path | None = None,
     return _parse(data, validator)
 
 
+def _with_zookeeper(v: Validator, data: dict[str, Any], zk: str | None) -> str | None:
+    """``cluster.zk`` carrying the ``[zookeeper]`` login and TLS (broker.common.zk_security)."""
+    security = zookeeper_section(v, data)
+    if security is not None and zk is None:
+        v.fail("zookeeper", "set only with cluster.zk (cluster.brokers reaches no ZooKeeper)")
+    return zk if zk is None else with_security(zk, security)
+
+
 def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     v.check(data, TOP)
     host = data.get("host") or socket.gethostname()
@@ -331,7 +341,7 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     config = AgentConfig(
         sources=sources,
         state_dir=state_dir,
-        zk=cluster.get("zk"),
+        zk=_with_zookeeper(v, data, cluster.get("zk")),
         brokers=tuple(cluster["brokers"]) if "brokers" in cluster else None,
         tls=tls_section(v, data),
         sasl=sasl_section(v, data),

@@ -22,6 +22,7 @@ from broker.common.config import (
 from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.sasl import DEFAULT_MECHANISM, SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
+from broker.common.zk_security import with_security, zookeeper_section
 
 if TYPE_CHECKING:
     from hadoop_loader.options import SaslSource
@@ -152,7 +153,7 @@ class LoaderConfig:
 
 SECTIONS = {
     "source": fields(
-        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, topics=STR_LIST,
+        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, topics=STR_LIST, zookeeper=TABLE,
         decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v),
                                    "true, false or a list of topics"),
         field_columns=TABLE),
@@ -272,7 +273,10 @@ def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
                    "source.topics")
         decoded = frozenset(decode)
     columns = _field_columns(v, s.get("field_columns", {}), decoded)
-    return SourceConfig(topics=topics, zk=s.get("zk"),
+    security = zookeeper_section(v, s, where="source")
+    if security is not None and "zk" not in s:
+        v.fail("source.zookeeper", "set only with source.zk (source.brokers reaches no ZooKeeper)")
+    return SourceConfig(topics=topics, zk=with_security(s["zk"], security) if "zk" in s else None,
                         brokers=tuple(s["brokers"]) if "brokers" in s else None,
                         decode_agent_records=decoded, field_columns=columns)
 

@@ -23,6 +23,7 @@ from broker.common.config import (
 )
 from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
+from broker.common.zk_security import with_security, zookeeper_section
 from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
@@ -115,8 +116,8 @@ def load_config(path: str | Path) -> MirrorConfig:
 
 
 SECTIONS = {
-    "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE),
-    "target": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, acks=Check(one_of(1, "all").test, (
+    "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE),
+    "target": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE, acks=Check(one_of(1, "all").test, (
         '1 or "all" (the mirror commits source offsets only after the target acknowledged)'))),
     "mirror": fields(
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
@@ -149,7 +150,8 @@ def _zk(v: Validator, section: str, table: dict) -> str:
     if "/" not in value:
         v.fail(f"{section}.zk_connect", f"{value!r} needs a chroot (host:port/path): each "
                "cluster lives under its own")
-    return value
+    # [source.zookeeper] / [target.zookeeper]: the login and TLS travel with the string
+    return with_security(value, zookeeper_section(v, table, where=section))
 
 
 def parse_config(data: dict, path: Path | None = None) -> MirrorConfig:
