@@ -23,6 +23,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from typing import Sequence
 
+from kazoo.exceptions import NoAuthError
+
 from broker import __version__
 from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, user_cmd, zk_cmd
 from broker.common.commands import (
@@ -161,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LogferryError as exc:
         log.debug("%s failed", label, exc_info=True)
         return report(label, exc, exit_code_for(exc))
+    except NoAuthError:  # a secured ZooKeeper (docs/security.md, "ZooKeeper")
+        log.debug("%s failed", label, exc_info=True)
+        return report(label, "ZooKeeper refused access (NoAuth): log in as an identity "
+                      "allowed there (--zk-user with --zk-password-file)", EXIT_FAILURE)
     except ModuleNotFoundError as exc:  # an extra that this command needs is missing
         log.debug("import failed", exc_info=True)
         return report(label, plugin_problem(args.command, exc), EXIT_FAILURE)

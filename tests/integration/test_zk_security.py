@@ -123,6 +123,9 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
         admin.close()
     listed = _cli("acl", "list", "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file))
     assert listed.returncode == 0 and "User:mirror" in listed.stdout, listed.stderr
+    refused = _cli("acl", "list", "--zk", zk)
+    assert refused.returncode == 1 and "NoAuth" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 def test_group_offsets_are_written_by_the_consumers_identity_only(
@@ -227,3 +230,29 @@ def test_broker_and_cli_reach_zookeeper_over_tls(broker_cluster, tls_zookeeper, 
     assert len(lines) == 1 and "Traceback" not in plain.stderr, plain.stderr
     assert "cannot reach ZooKeeper" in lines[0] and "--zk-tls-ca" in lines[0]
     assert time.monotonic() - began < 30
+
+
+def test_zk_start_tls_serves_a_secure_port_with_a_certificate_it_made(tmp_path: Path) -> None:
+    from broker.testing.localrun import free_port
+
+    data_dir, port, secure_port = tmp_path / "zk", free_port(), free_port()
+    common = ("--data-dir", str(data_dir))
+    started = _cli("zk", "start", *common, "--port", str(port), "--tls",
+                   "--secure-port", str(secure_port), timeout=120)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"TLS: 127.0.0.1:{secure_port}" in started.stdout
+        ca = data_dir / "tls" / "ca.pem"
+        assert (data_dir / "tls" / "zookeeper.key").stat().st_mode & 0o777 == 0o600
+        status = _cli("zk", "status", *common)
+        assert status.returncode == 0 and f"TLS address: 127.0.0.1:{secure_port}" in status.stdout
+        client = _kazoo(f"127.0.0.1:{secure_port}", use_ssl=True, ca=str(ca), verify_certs=True,
+                        check_hostname=True)
+        try:
+            assert "zookeeper" in client.get_children("/")
+        finally:
+            client.stop()
+            client.close()
+    finally:
+        stopped = _cli("zk", "stop", *common)
+        assert stopped.returncode == 0, stopped.stderr
