@@ -36,7 +36,7 @@ def add_actions(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
     secure.add_argument("--consumer-id", action="append", default=[], metavar="USER:HASH",
                         help="a digest id (from `zk digest`) given read and write on /consumers "
-                             "(repeat; default: the [zookeeper] consumer_ids of none)")
+                             "(repeat; without one, only the owner may touch /consumers)")
     add_zk_args(secure)
     secure.set_defaults(func=secure_cmd)
 

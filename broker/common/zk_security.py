@@ -158,6 +158,10 @@ def zookeeper_from_table(validator: Validator, table: Mapping[str, Any], where: 
     tls = None
     if "tls" in table:
         tls_table = validator.check(table["tls"], TLS_FIELDS, name("tls"))
+        if "server_hostname" in tls_table:
+            validator.fail(name("tls.server_hostname"), "not supported toward ZooKeeper (kazoo "
+                           "checks the certificate against the host dialled: put that name "
+                           "in the connect string)")
         tls = tls_from_table(validator, tls_table, name("tls"))
     return ZkSecurity(user=user, password=password, tls=tls,
                       consumer_ids=tuple(table.get("consumer_ids", ())))

@@ -162,3 +162,31 @@ def test_server_tls_checks_and_writes_the_keystore(tmp_path: Path) -> None:
     path = ServerTls(2281, tmp_path / "zk.pem", tmp_path / "zk.key").write_keystore(tmp_path)
     assert path.read_text().index("PRIVATE KEY") < path.read_text().index("CERTIFICATE")
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_server_hostname_is_refused_toward_zookeeper(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    with pytest.raises(ConfigError, match="zookeeper.tls.server_hostname: not supported"):
+        zookeeper_from_table(Validator(base_dir=tmp_path), {"tls": {
+            "enabled": True, "ca_file": "ca.pem", "server_hostname": "zk"}})
+
+
+def test_agent_mirror_and_loader_configs_carry_their_zookeeper_section(tmp_path: Path) -> None:
+    from agent.config import parse_config as agent_config
+    from hadoop_loader.config import config_from_dict as loader_config
+    from mirror.config import parse_config as mirror_config
+
+    (tmp_path / "pw").write_text("s3cret\n")
+    login = {"user": "consumers", "password_file": str(tmp_path / "pw")}
+    agent = agent_config({"state_dir": str(tmp_path), "cluster": {"zk": "h:1/live"},
+                          "zookeeper": login, "sources": [{"pattern": str(tmp_path / "a.log"),
+                                                           "topic": "web"}]})
+    assert security_of(agent.zk) == ZkSecurity("consumers", "s3cret")
+    mirror = mirror_config({"source": {"zk_connect": "h:1/live", "zookeeper": login},
+                            "target": {"zk_connect": "h:1/analysis"},
+                            "mirror": {"topics": ["web"]}})
+    assert security_of(mirror.source_zk) == ZkSecurity("consumers", "s3cret")
+    assert security_of(mirror.target_zk) is None
+    loader = loader_config({"source": {"zk": "h:1/analysis", "topics": ["web"], "zookeeper": login},
+                            "output": {"uri": str(tmp_path / "lake")}})
+    assert security_of(loader.source.zk) == ZkSecurity("consumers", "s3cret")
