@@ -107,7 +107,22 @@ def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEO
     if create:
         for path in (CONSUMERS, BROKER_TOPICS, BROKER_IDS):
             client.ensure_path(path)
+        if isinstance(client, AclKazooClient):
+            _warn_if_open(client, connect_string)
     return client
+
+
+def _warn_if_open(client: AclKazooClient, where: str) -> None:
+    """A broker with a login on a cluster whose znodes were made without: say what to run."""
+    try:
+        open_paths = [p for p in ("/", CONSUMERS, BROKER_TOPICS, BROKER_IDS)
+                      if is_open(client.get_acls(p)[0])]
+    except KazooException:
+        return
+    if open_paths:
+        log.warning("ZooKeeper znodes %s at %s are writable by anyone (made before this "
+                    "cluster had ZooKeeper logins): run `logferry zk secure` "
+                    "(docs/security.md, 'ZooKeeper')", ", ".join(open_paths), where)
 
 
 def _client(security: ZkSecurity | None, **kwargs: Any) -> KazooClient:
