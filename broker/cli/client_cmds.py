@@ -132,9 +132,10 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
         return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()], **extra}
     zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)
     try:
-        return {"zk": zk_target(args, validate_zk_connect(zk)), **extra}
+        zk = validate_zk_connect(zk)
     except ConfigError as exc:
         raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
+    return {"zk": zk_target(args, zk), **extra}
 
 
 def run_broker_cmd(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from broker.cli.client_cmds import DEFAULT_ZK
+from broker.cli.zk_args import add_zk_args, zk_target
 from broker.common.errors import ConfigError, LogferryError, ZooKeeperError
 from broker.common.sasl import MECHANISMS, password_from_env, read_password_file
 from broker.common.zk_connect import validate_zk_connect
@@ -61,6 +62,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
         action.add_argument("--zk", default=None,
                             help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK "
                                  f"or {DEFAULT_ZK})")
+        add_zk_args(action)  # /config/users is the ZooKeeper owner's (docs/security.md)
 
 
 def _store(args: argparse.Namespace, create: bool) -> tuple[CredentialStore, Any]:
@@ -69,7 +71,7 @@ def _store(args: argparse.Namespace, create: bool) -> tuple[CredentialStore, Any
         connect = validate_zk_connect(connect)
     except ConfigError as exc:
         raise ConfigError(f"{'--zk' if args.zk else '$LOGFERRY_ZK'}: {exc}") from None
-    client = zk.connect(connect, create=create)
+    client = zk.connect(zk_target(args, connect), create=create)
     return CredentialStore(client), client
 
 

@@ -123,6 +123,18 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
         admin.close()
     listed = _cli("acl", "list", "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file))
     assert listed.returncode == 0 and "User:mirror" in listed.stdout, listed.stderr
+    user = _cli("user", "create", "alice", "--password-file", str(owner_file), "--zk", zk,
+                "--zk-user", OWNER, "--zk-password-file", str(owner_file))
+    assert user.returncode == 0, user.stderr
+    credentials = _kazoo(zk)
+    try:  # SCRAM credentials (/config/users) are the owner's only
+        with pytest.raises(NoAuthError):
+            credentials.get_children("/config/users")
+        with pytest.raises(NoAuthError):
+            credentials.get("/config/users/alice")
+    finally:
+        credentials.stop()
+        credentials.close()
     refused = _cli("acl", "list", "--zk", zk)
     assert refused.returncode == 1 and "NoAuth" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
