@@ -64,7 +64,7 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def _produce(zk: str, topic: str, values: list[bytes], **kwargs: object) -> None:
-    with Producer(zk=zk, acks=1, linger_ms=0, retries=5, **kwargs) as producer:
+    with Producer(zk=zk, **{"acks": 1, "linger_ms": 0, "retries": 5, **kwargs}) as producer:
         for future in [producer.send(topic, v, partition=0) for v in values]:
             future.wait(20)
 
@@ -81,8 +81,10 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
     zk = zk_connect + "/secured"  # created by the broker, so with its ACL
     cluster = broker_cluster(0, zk=zk)
     _start(cluster, _zookeeper_table(owner_file))
-    # producers and consumers need no ZooKeeper login: registrations are public
-    _produce(zk, "web", [b"a", b"b"])
+    # producers and consumers need no ZooKeeper login: registrations are public (acks=all:
+    # the idempotent producer's id comes from a block the broker keeps in ZooKeeper)
+    _produce(zk, "web", [b"a"], acks="all")
+    _produce(zk, "web", [b"b"])
     assert _consume(zk, "web", 2) == [b"a", b"b"]
     added = _cli("acl", "add", "--zk", zk, "--zk-user", OWNER, "--zk-password-file",
                  str(owner_file), "--principal", "User:mirror", "--operation", "consume",
@@ -268,3 +270,25 @@ def test_zk_start_tls_serves_a_secure_port_with_a_certificate_it_made(tmp_path: 
     finally:
         stopped = _cli("zk", "stop", *common)
         assert stopped.returncode == 0, stopped.stderr
+
+
+def test_a_secured_session_gives_each_znode_its_acl_in_transactions_too(zk_connect: str) -> None:
+    from broker.coordination import zk as zkmod
+
+    security = ZkSecurity(user=OWNER, password=OWNER_PW,
+                          consumer_ids=(digest_id(CONSUMERS, CONSUMERS_PW),))
+    client = zkmod.connect(zk_connect + "/tx", create=True, security=security)
+    try:
+        tx = client.transaction()
+        tx.create("/brokers/topics/t")
+        tx.create("/acls")
+        tx.create("/consumers/g")
+        assert all(r is True or isinstance(r, str) for r in tx.commit())
+        owner = digest_acl(digest_id(OWNER, OWNER_PW))
+        consumers = digest_acl(digest_id(CONSUMERS, CONSUMERS_PW))
+        assert client.get_acls("/")[0] == [WORLD_READ, owner]
+        assert client.get_acls("/brokers/topics/t")[0] == [WORLD_READ, owner]
+        assert client.get_acls("/acls")[0] == [owner]
+        assert client.get_acls("/consumers/g")[0] == [owner, consumers]
+    finally:
+        zkmod.close(client)
