@@ -292,3 +292,26 @@ def test_a_secured_session_gives_each_znode_its_acl_in_transactions_too(zk_conne
         assert client.get_acls("/consumers/g")[0] == [owner, consumers]
     finally:
         zkmod.close(client)
+
+
+def test_zookeeper_requiring_client_certificates_takes_ours_and_refuses_none(tmp_path: Path) -> None:
+    from broker.common.errors import ZooKeeperError
+    from broker.coordination import zk as zkmod
+    from broker.testing.zkserver import ServerTls
+    from tests.support.pki import make_pki
+    from tests.support.zookeeper import start_session_zookeeper
+
+    pki = make_pki(tmp_path / "pki")
+    server = start_session_zookeeper(tmp_path, ServerTls(1, pki.broker_cert, pki.broker_key,
+                                                         pki.ca, client_auth="required"))
+    try:
+        assert server.secure_hosts is not None
+        mutual = ZkSecurity(tls=TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert,
+                                          key_file=pki.client_key))
+        client = zkmod.connect(server.secure_hosts + "/m", create=True, security=mutual)
+        zkmod.close(client)
+        with pytest.raises(ZooKeeperError, match="over TLS"):
+            zkmod.connect(server.secure_hosts + "/m", create=False, timeout=2,
+                          security=ZkSecurity(tls=TlsConfig(ca_file=pki.ca)))
+    finally:
+        server.stop()
