@@ -28,9 +28,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_SOURCES = (".git", ".venv", ".logferry", "__pycache__", "*.pyc", ".*_cache", "build", "dist",
                "*.egg-info", "spark-warehouse", "metastore_db", "results")
 BASE = {"msgpack": "msgpack", "kazoo": "kazoo", "prometheus-client": "prometheus_client",
-        "tomli-w": "tomli_w", "zstandard": "zstandard", "lz4": "lz4"}
+        "tomli-w": "tomli_w", "zstandard": "zstandard", "lz4": "lz4", "scramp": "scramp"}
 """The base requirements (distribution: import name). A new one is a decision: every
-machine that runs any part of logferry downloads it."""
+machine that runs any part of logferry downloads it. (scramp: SASL SCRAM on every
+client and broker; pure Python, with asn1crypto.)"""
+BASE_TRANSITIVE = ("asn1crypto",)
+"""Import names the base requirements themselves need."""
 OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography"}
 STEP_TIMEOUT = 240
 
@@ -83,8 +86,10 @@ def base_installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     deps = work / "base-deps"
     deps.mkdir()
     site = Path(sysconfig.get_path("purelib"))
-    for package in BASE.values():
+    for package in (*BASE.values(), *BASE_TRANSITIVE):
         shutil.copytree(site / package, deps / package, ignore=shutil.ignore_patterns("__pycache__"))
+        for info in site.glob(f"{package}-*.dist-info"):  # what importlib.metadata reads
+            shutil.copytree(info, deps / info.name)
     return _venv_with(wheel, work, deps)
 
 
