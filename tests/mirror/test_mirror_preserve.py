@@ -10,10 +10,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from broker.client import GroupAdmin, GroupConsumer, Producer, SimpleConsumer
 from tests.mirror.conftest import (
     assert_mirrored, create, ends, message_count, mirrored, produce, read_batches, wait_for,
 )
+
+pytestmark = pytest.mark.integration
 
 PRESERVE = {"mode": "preserve", "request_timeout_s": 2.0}
 
@@ -32,18 +36,21 @@ def test_kill_9_of_the_mirror_several_times_leaves_a_byte_identical_copy(two_clu
                      max_inflight_bytes=2 * 1024 * 1024, **PRESERVE)
 
     def keep_producing() -> None:
-        for round_ in range(16):
-            produce(source.zk_connect, "events", 4_000, 4, tag=f"a{round_}")
-            time.sleep(0.1)
+        for round_ in range(20):
+            produce(source.zk_connect, "events", 3_200, 4, tag=f"a{round_}")
+            time.sleep(0.3)
 
     producer = threading.Thread(target=keep_producing)
     producer.start()
-    for kill in range(4):  # kill -9 mid-stream, several times, while data keeps coming
+    kills = 0
+    while producer.is_alive() or kills < 4:  # kill -9 mid-stream, again and again
         before = sum(ends(target.zk_connect, "events").values())
-        wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > before, 60,
-                 f"copying to go on before kill {kill}")
+        wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > before
+                 or not producer.is_alive(), 60, f"copying to go on before kill {kills}")
         mirror.kill()
+        kills += 1
         mirror.start()
+        time.sleep(0.5 * (kills % 3))
     producer.join(120)
     wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=True), 90,
              "an exact copy after four kill -9")
