@@ -204,7 +204,9 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     compression = m.get("compression", "none")
     if compression not in COMPRESSION:
         v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
-    mode = m.get("mode", "preserve")
+    # compression re-encodes batches, so a config that asks for it (without naming a
+    # mode) gets the re-producing mode; naming "preserve" with it is an error
+    mode = m.get("mode", "preserve" if compression == "none" else "produce")
     if mode not in MODES:
         v.fail("mirror.mode", f"must be 'preserve' or 'produce', not {mode!r}")
     if mode == "preserve" and compression != "none":

@@ -36,11 +36,11 @@ from broker.client import (
     RawBatch, SimpleConsumer,
 )
 from broker.common.errors import (
-    InvalidOffsetError, LogferryError, MetricsError, OffsetOutOfRangeError,
+    InvalidOffsetError, LogferryError, MetricsError, OffsetMismatchError, OffsetOutOfRangeError,
 )
 from broker.common.metrics import MetricsServer
 from mirror.config import MirrorConfig
-from mirror.errors import MirrorError
+from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.positions import HALTED, Positions
 from mirror.resume import TargetEnd, batch_differs, plan_resume
 from mirror.routing import Router
@@ -218,6 +218,13 @@ class PreservingMirror:
                                    f"{log_start - offset} bytes before they were copied")
                 continue
             _, tp, generation, offset, error = event
+            if error is not None and not error.retriable \
+                    and not isinstance(error, OffsetMismatchError) \
+                    and positions.parts.get(tp) is not None \
+                    and generation == positions.parts[tp].generation:
+                raise DeliveryFailedError(
+                    f"the target refused the batch of {tp[0]}-{tp[1]} at offset {offset} for "
+                    f"good ({type(error).__name__}: {error}); nothing after it was copied")
             result = positions.outcome(tp, generation, offset, error is None)
             if result is not None:
                 acked[tp] = result.position

@@ -96,3 +96,22 @@ def test_the_last_batch_is_compared_by_length_and_crc_of_all_its_bytes():
     assert batch_differs(t, batch) is None
     assert "differs" in batch_differs(t, b"0123456788")
     assert "no batch of the source" in batch_differs(t, None)
+
+
+def test_preserve_is_the_default_mode_and_compression_needs_produce():
+    import pytest
+
+    from mirror.config import parse_config
+    from mirror.errors import MirrorConfigError
+    base = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"},
+            "mirror": {"topics": ["t"]}}
+    assert parse_config(base).mode == "preserve"
+    assert parse_config({**base, "mirror": {"topics": ["t"], "mode": "produce"}}).mode == "produce"
+    zstd = {**base, "mirror": {"topics": ["t"], "compression": "zstd"}}
+    assert parse_config(zstd).mode == "produce"  # compression re-encodes: not a copy
+    with pytest.raises(MirrorConfigError) as info:
+        parse_config({**base, "mirror": {"topics": ["t"], "compression": "zstd",
+                                         "mode": "preserve"}})
+    assert info.value.key == "mirror.compression"
+    with pytest.raises(MirrorConfigError):
+        parse_config({**base, "mirror": {"topics": ["t"], "mode": "exact"}})
