@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import zlib
 
+from broker.common.acl import Operation
 from broker.common.errors import (
     BrokerShuttingDownError,
     DiskFullError,
@@ -48,9 +49,12 @@ class AppendAtService:
         waits: list[tuple[str, int, int]] = []
         replica_waits: list[tuple[str, int, int, int]] = []
         failed = False
+        principal = responder.principal
         for part in request.parts:
             topic, partition = part.topic, part.partition
             try:
+                # a query reveals what produce would learn; an append writes: both are produce
+                p.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = p.router.leader_log(topic, partition, for_write=part.expect != QUERY)
                 if part.expect == QUERY:
                     results.append(_query_answer(topic, partition, plog))
