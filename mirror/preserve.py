@@ -54,6 +54,10 @@ BUSY_POLL_S = 0.02
 ASSIGNMENT_EVERY_S = 0.5
 """How often revoked partitions are forgotten (new ones are noticed by their batches)."""
 
+SOURCE_CATCH_UP_S = 15.0
+"""How long a target that ends past the source's visible end waits for the source (a
+source leader change) before it counts as diverged."""
+
 TopicPartition = tuple[str, int]
 
 
@@ -284,6 +288,19 @@ class PreservingMirror:
                            answer.last_crc)
         plan = plan_resume(target, source.start, source.end, self.config.start,
                            self.config.on_gap)
+        waited = 0.0
+        while plan.diverged and target.end > source.end and waited < SOURCE_CATCH_UP_S \
+                and not self.stopping.is_set():
+            # A new source leader's visible end may trail its predecessor's for a moment:
+            # give it time before calling the target ahead of the source.
+            time.sleep(0.5)
+            waited += 0.5
+            try:
+                source = self._source.offsets(topic, partition)
+            except LogferryError:
+                continue
+            plan = plan_resume(target, source.start, source.end, self.config.start,
+                               self.config.on_gap)
         problem = plan.diverged
         if problem is None and plan.verify_last:
             problem = batch_differs(target, self._source_batch(topic, partition, target.last))
