@@ -32,7 +32,7 @@ from collections import deque
 from typing import Any
 
 from broker.client import (
-    Admin, Appender, AppendAtAnswerPart, AppendAtPart, GroupConsumer, PartitionNotOwnedError,
+    Admin, Appender, AppendAtPart, GroupConsumer, PartitionNotOwnedError,
     RawBatch, SimpleConsumer,
 )
 from broker.common.errors import (
@@ -178,11 +178,16 @@ class PreservingMirror:
     # -- the pipeline ------------------------------------------------------------------------
 
     def _send(self, batches: list[tuple[TopicPartition, RawBatch]]) -> None:
-        """Append each batch at its source offset, if it is the next of its partition."""
+        """Append each batch at its source offset, if it is the next of its partition.
+
+        A partition's consecutive batches of one poll travel as one part (one append on
+        the target, as the producer sends a partition's batches: far less broker CPU
+        than a part per batch), cut at ``max_request_bytes``.
+        """
         assert self._appender is not None
         positions = self.positions
-        parts: list[AppendAtPart] = []
-        generations: dict[int, int] = {}
+        limit = self.config.max_request_bytes
+        runs: dict[TopicPartition, list[tuple[int, bool, list[RawBatch], int]]] = {}
         for tp, batch in batches:
             if tp not in positions.parts:
                 positions.track(tp)
@@ -192,18 +197,29 @@ class PreservingMirror:
             if accepted is None:
                 continue  # stale (fetched before the seek to the target's end) or halted
             generation, start_flag = accepted
-            part = AppendAtPart(tp[0], tp[1], batch.offset, batch.raw, start_flag)
-            generations[id(part)] = generation
-            parts.append(part)
+            chunks = runs.setdefault(tp, [])
+            if chunks and chunks[-1][0] == generation and chunks[-1][3] + len(batch.raw) <= limit:
+                gen, flag, raws, size = chunks[-1]
+                raws.append(batch)
+                chunks[-1] = (gen, flag, raws, size + len(batch.raw))
+            else:
+                chunks.append((generation, start_flag, [batch], len(batch.raw)))
+        parts: list[AppendAtPart] = []
+        sent: dict[int, tuple[int, list[int]]] = {}
+        for tp, chunks in runs.items():
+            for generation, start_flag, raws, _ in chunks:
+                data = raws[0].raw if len(raws) == 1 else b"".join(b.raw for b in raws)
+                part = AppendAtPart(tp[0], tp[1], raws[0].offset, data, start_flag)
+                sent[id(part)] = (generation, [b.offset for b in raws])
+                parts.append(part)
         if parts:
             self._appender.send(parts, lambda part, error, answer: self._on_done(
-                part, generations[id(part)], error, answer))
+                part, *sent[id(part)], error))
 
-    def _on_done(self, part: AppendAtPart, generation: int, error: LogferryError | None,
-                 answer: AppendAtAnswerPart | None) -> None:
-        """Reader thread: queue the outcome for the copy loop."""
-        self._events.append(("done", (part.topic, part.partition), generation, part.expect,
-                             error))
+    def _on_done(self, part: AppendAtPart, generation: int, offsets: list[int],
+                 error: LogferryError | None) -> None:
+        """Reader thread: queue the outcome (for each batch of the part) for the copy loop."""
+        self._events.append(("done", (part.topic, part.partition), generation, offsets, error))
         self._wake.set()
 
     def _settle(self) -> None:
@@ -221,25 +237,27 @@ class PreservingMirror:
                                    f"mirror's position {offset}: retention on the source deleted "
                                    f"{log_start - offset} bytes before they were copied")
                 continue
-            _, tp, generation, offset, error = event
+            _, tp, generation, offsets, error = event
             if error is not None and not error.retriable \
                     and not isinstance(error, OffsetMismatchError) \
                     and positions.parts.get(tp) is not None \
                     and generation == positions.parts[tp].generation:
                 raise DeliveryFailedError(
-                    f"the target refused the batch of {tp[0]}-{tp[1]} at offset {offset} for "
-                    f"good ({type(error).__name__}: {error}); nothing after it was copied")
-            result = positions.outcome(tp, generation, offset, error is None)
-            if result is not None:
-                acked[tp] = result.position
-                counts = per_topic.setdefault(tp[0], [0, 0, 0])
-                counts[0] += 1
-                counts[1] += result.done.messages
-                counts[2] += result.done.nbytes
-            elif error is not None and positions.parts.get(tp) is not None \
-                    and generation == positions.parts[tp].generation - 1:
+                    f"the target refused the batches of {tp[0]}-{tp[1]} from offset "
+                    f"{offsets[0]} for good ({type(error).__name__}: {error}); nothing after "
+                    "them was copied")
+            if error is not None and positions.parts.get(tp) is not None \
+                    and generation == positions.parts[tp].generation:
                 log.info("mirror: %s-%d: append at %d failed (%s); resuming from the target's "
-                         "log end", tp[0], tp[1], offset, error)
+                         "log end", tp[0], tp[1], offsets[0], error)
+            for offset in offsets:  # a failure sends the partition to resync at the first
+                result = positions.outcome(tp, generation, offset, error is None)
+                if result is not None:
+                    acked[tp] = result.position
+                    counts = per_topic.setdefault(tp[0], [0, 0, 0])
+                    counts[0] += 1
+                    counts[1] += result.done.messages
+                    counts[2] += result.done.nbytes
         if acked and self._consumer is not None:
             self._consumer.acknowledge_batches(acked)
         for topic, (nb, nm, nbytes) in per_topic.items():
