@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from broker.client import GroupAdmin, GroupConsumer, Producer, SimpleConsumer
+from broker.client import Admin, GroupAdmin, GroupConsumer, Producer, SimpleConsumer
 from tests.mirror.conftest import (
     assert_mirrored, create, ends, message_count, mirrored, produce, read_batches, wait_for,
 )
@@ -166,3 +166,32 @@ def unprocessed_values(zk: str, topic: str, committed: dict) -> list[bytes]:
             values = [m.value for m in consumer.messages(topic, p, start=start)]
             out.extend(values[skip:])  # a mid-batch position: its first messages were processed
     return out
+
+
+def test_a_replicated_target_starting_past_0_replicates_the_copy_to_its_followers(
+        broker_cluster, zookeeper, mirrors):
+    source = broker_cluster(1, broker={"retention_check_ms": 200},
+                            log={"segment_bytes": 20_000, "retention_bytes": 40_000},
+                            zk=zookeeper.new_chroot())
+    target = broker_cluster(2, broker={"default_replication_factor": 2},
+                            zk=zookeeper.new_chroot())
+    create(source.zk_connect, "old", 1)
+    for round_ in range(8):  # one produce request per round, so segments roll
+        produce(source.zk_connect, "old", 500, 1, batch=50, tag=str(round_))
+    with SimpleConsumer(zk=source.zk_connect) as consumer:
+        wait_for(lambda: consumer.offsets("old", 0).start > 0, 30, "retention on the source")
+    mirror = mirrors("m1", source, target, topics=["old"], **PRESERVE)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "old", exact=True), 60,
+             "a copy from the source's log start")
+    assert_same_offsets(source.zk_connect, target.zk_connect, "old")
+    assert mirror.terminate() == 0
+    # the follower holds the same bytes from the same offset: stop the leader and read it there
+    with Admin(zk=target.zk_connect) as admin:
+        wait_for(lambda: len(admin.describe_partitions("old")[0].isr) == 2, 30,
+                 "both target replicas in sync")
+        leader = admin.describe_partitions("old")[0].leader
+    expected = read_batches(source.zk_connect, "old")
+    next(b for b in target.brokers if b.id == leader).stop()
+    wait_for(lambda: read_batches(target.zk_connect, "old") == expected, 60,
+             "the follower, now leader, with the same batches")
+    assert_same_offsets(source.zk_connect, target.zk_connect, "old")
