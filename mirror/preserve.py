@@ -93,19 +93,21 @@ class PreservingMirror:
             except MetricsError as exc:
                 raise MirrorError(f"metrics.port: {exc}") from None
         try:
-            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls)
+            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
+                                          sasl=cfg.source_sasl)
+            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
             self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
                                       request_timeout=cfg.request_timeout_s,
                                       max_request_bytes=cfg.max_request_bytes,
-                                      tls=cfg.target_tls)
+                                      tls=cfg.target_tls, sasl=cfg.target_sasl)
             self._router = Router(self._source, self._admin)
             self._consumer = GroupConsumer(
                 cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
                 auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
                 consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
-                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls)
+                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
+                sasl=cfg.source_sasl)
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):

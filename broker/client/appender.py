@@ -28,6 +28,7 @@ from broker.common.errors import (
     error_for_code,
 )
 from broker.common.retry import Retry
+from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.wire import protocol
 from broker.wire.append_at import (
@@ -55,13 +56,15 @@ class Appender:
 
     def __init__(self, zk: str, *, acks: int | str = 1, request_timeout: float = 30.0,
                  max_request_bytes: int = 1024 * 1024,
-                 tls: TlsConfig | ssl.SSLContext | None = None):
+                 tls: TlsConfig | ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
+        """``tls``/``sasl``: how to reach and authenticate with the brokers (as every client)."""
         if acks not in ACKS:
             raise ValueError(f"acks must be 1 or 'all', not {acks!r}")
         self.acks = ACKS[acks]
         self.request_timeout = request_timeout
         self.max_request_bytes = max_request_bytes
-        self.cluster = Cluster(zk, None, request_timeout, tls)
+        self.cluster = Cluster(zk, None, request_timeout, tls, sasl)
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[float, ResponseFuture, list[AppendAtPart], OnDone,
                                         object]] = {}
