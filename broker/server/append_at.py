@@ -8,7 +8,10 @@ part's ``expect`` offset, else nothing is appended and the answer is
 starts at 0). A query part (``expect`` -1) appends nothing and reports the ends and the
 last batch (offset, length, crc32 of its bytes) so the mirror can check that the
 target's last batch is the source's. Runs synchronously as frames arrive, so one
-connection's appends keep their order; the batch bytes are never re-encoded.
+connection's appends keep their order; the batch bytes are never re-encoded (a topic's
+compression policy does not apply: the copy must stay the source's bytes), and
+idempotent producers' batches are recorded in the partition's producer state without
+the produce path's sequence checks.
 """
 
 from __future__ import annotations
@@ -121,7 +124,9 @@ class AppendAtService:
                     start=plog.start_offset, end=end)
         if not len(part.data):
             return
-        plog.append(part.data, scan.messages)
+        # Recorded, not checked (as a follower records its leader's appends): the exact
+        # offset already excludes a repeat, and a copy may start anywhere in the source.
+        plog.append(part.data, scan.messages, scan.producers)
         key = (topic, partition)
         p.metrics.bytes_in[key] += len(part.data)
         p.metrics.messages_in[key] += scan.messages

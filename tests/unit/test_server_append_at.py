@@ -68,3 +68,21 @@ def test_append_at_the_end_only_and_queries_report_the_last_batch(tmp_path):
 
 def test_an_empty_log_starts_at_the_offset_only_when_asked(tmp_path):
     asyncio.run(_empty_log_starts(tmp_path))
+
+
+async def _idempotent_batches(tmp_path):
+    dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=1000)
+    # a copy of a source partition whose producer 7 was already at sequence 40: no gap
+    # is refused (the copy may start anywhere), and the producer state records it
+    first = records.encode_batch([b"a", b"b"], None, 1, producer=(7, 0, 40))
+    second = records.encode_batch([b"c"], None, 2, producer=(7, 0, 42))
+    ok, ok2 = call(dispatcher, metrics, [AppendAtPart("t", 0, 0, first),
+                                         AppendAtPart("t", 0, len(first), second)])
+    assert (ok.error, ok2.error) == (0, 0)
+    assert 7 in logs.get("t", 0).producers.producers
+    pool.shutdown()
+    logs.close()
+
+
+def test_idempotent_producers_batches_are_copied_as_they_are_and_recorded(tmp_path):
+    asyncio.run(_idempotent_batches(tmp_path))
