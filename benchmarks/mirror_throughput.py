@@ -13,6 +13,10 @@ in the same run:
    paid once per start) to the target's last acknowledgement, by the mirror's own
    counter (polling the target from this process would take the GIL from the
    mirror); the target's ends are then checked to equal the source's;
+2b. mirror preserve (``--modes``): the same copy in the offset-preserving mode
+   (:class:`mirror.preserve.PreservingMirror`, append-at requests resumed from the
+   target's log end), run right after the re-producing one on the same topic, so the
+   two modes are compared side by side (target: within 10 %);
 3. mirror through the proxy below without delay (what the proxy process itself costs:
    it relays every byte in Python on the same cores);
 4. mirror over a WAN (``--delay-ms`` per direction, 25 by default: a 50 ms round
@@ -58,6 +62,7 @@ from broker.client import Admin, Producer, SimpleConsumer, messages_of  # noqa: 
 from broker.client.cluster import Cluster  # noqa: E402
 from mirror.config import MirrorConfig  # noqa: E402
 from mirror.core import Mirror  # noqa: E402
+from mirror.preserve import PreservingMirror  # noqa: E402
 
 TOPIC = "bench-mirror"
 
@@ -134,7 +139,8 @@ def process_cpu(pids: list[int]) -> float:
 
 
 def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
-                mirror_source_zk: str | None = None) -> tuple[float, int, int, tuple[float, ...]]:
+                mirror_source_zk: str | None = None,
+                mode: str = "produce") -> tuple[float, int, int, tuple[float, ...]]:
     """Seconds, messages, bytes and CPU seconds (mirror, source broker, target broker).
 
     ``mirror_source_zk``: the connect string the mirror uses for the source (the WAN
@@ -142,7 +148,7 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
     """
     source_zk, target_zk = source.zk_connect, target.zk_connect
     config = MirrorConfig(source_zk=mirror_source_zk or source_zk, target_zk=target_zk,
-                          group=group, topics=(TOPIC,))
+                          group=group, topics=(TOPIC,), mode=mode)
     with SimpleConsumer(zk=source_zk) as reader:
         wanted = ends(reader)
     with Admin(zk=target_zk) as admin:  # a fresh target topic per run, created untimed
@@ -157,7 +163,8 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)  # the deletion is still under way
-    mirror = Mirror(config)
+    mirror: Mirror | PreservingMirror = (PreservingMirror(config) if mode == "preserve"
+                                         else Mirror(config))
     mirror.start()
     thread = threading.Thread(target=mirror.run, name="bench-mirror")
     thread.start()
@@ -221,7 +228,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--delay-ms", type=float, default=25.0,
                         help="WAN case: delay per direction (0: no WAN case)")
+    parser.add_argument("--modes", default="produce,preserve",
+                        help="mirror modes to time side by side (the WAN cases use produce)")
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     logging.basicConfig(level=logging.WARNING)
     rates: dict[str, list[tuple[float, float]]] = {}
     wan = f"mirror wan-{2 * args.delay_ms:g}ms"
@@ -248,9 +258,14 @@ def main() -> int:
                 seconds, count, nbytes = plain_consumer(source.zk_connect)
                 rates.setdefault("plain consumer", []).append(
                     report(run, "plain consumer", seconds, count, nbytes))
-                seconds, count, nbytes, cpu = mirror_once(source, target, f"bench-{run}")
-                rates.setdefault("mirror", []).append(
-                    report(run, "mirror", seconds, count, nbytes, cpu))
+                # alternate which mode goes first, so neither always runs on a warmer machine;
+                # "mirror" stays the re-producing mode's name (ab_compare.py)
+                for mode in (modes if run % 2 else modes[::-1]):
+                    case = "mirror" if mode == "produce" else f"mirror {mode}"
+                    seconds, count, nbytes, cpu = mirror_once(source, target,
+                                                              f"bench-{mode}-{run}", mode=mode)
+                    rates.setdefault(case, []).append(
+                        report(run, case, seconds, count, nbytes, cpu))
                 for case, zk_connect in proxied.items():
                     seconds, count, nbytes, cpu = mirror_once(
                         source, target, f"bench-{case.split()[-1]}-{run}", zk_connect)
@@ -264,6 +279,9 @@ def main() -> int:
         line = f"{case + ':':<18} {msgs:>12,.0f} msgs/s {mbs:8.1f} MB/s"
         if case == "mirror":
             line += f"  = {100 * msgs / consumer:.0f}% of the consumer (target >= 80%)"
+        elif case == "mirror preserve" and "mirror" in medians:
+            line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the re-producing mirror "
+                     "(target >= 90%)")
         elif case == wan:
             line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the mirror without delay "
                      f"(target >= 80%), {100 * msgs / medians[proxy0][0]:.0f}% of it through the "

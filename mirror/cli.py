@@ -62,12 +62,14 @@ def _config(args: argparse.Namespace) -> MirrorConfig:
 def run_command(args: argparse.Namespace) -> int:
     """Run the mirror in the foreground until SIGTERM/SIGINT."""
     from mirror.core import Mirror
+    from mirror.preserve import PreservingMirror
     try:
         config = _config(args)
     except MirrorConfigError as exc:
         return report("mirror", exc, EXIT_USAGE)
     try:
-        mirror = Mirror(config)
+        mirror: Mirror | PreservingMirror = (PreservingMirror(config) if config.mode == "preserve"
+                                             else Mirror(config))
         mirror.start()
     except MirrorConfigError as exc:
         return report("mirror", exc, EXIT_USAGE)

@@ -28,6 +28,10 @@ from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
 ON_GAP = ("stop", "skip")
+MODES = ("preserve", "produce")
+"""``preserve``: byte-identical target partitions, resumed from the target's log end
+(mirror.preserve); ``produce``: batches re-produced at the target's end, resumed from
+the group's committed source positions (mirror.core)."""
 COMPRESSION = ("none", "gzip", "lz4", "zstd")
 """The batch codecs (broker.client.CODECS); see MirrorConfig.compression."""
 
@@ -42,6 +46,15 @@ class MirrorConfig:
     """Target cluster's ZooKeeper connect string, chroot included."""
     target_acks: int | str = 1
     """1: the target's leader appended; "all": every in-sync replica of it has the batch."""
+    mode: str = "preserve"
+    """``preserve`` (default): the target partition is a byte-identical copy of the source
+    (same offsets), resumed from the target's own log end: nothing is copied twice and a
+    diverged target is reported, never spliced. ``produce``: the re-producing mirror
+    (target offsets differ; needed for ``compression`` and for target topics with other
+    partition counts); a crash copies the uncommitted tail again."""
+    request_timeout_s: float = 30.0
+    """preserve mode: an append unanswered this long (a stalled target) is given up and
+    the partition resumes from the target's log end."""
     group: str = "logferry-mirror"
     """Consumer group on the source; mirror processes sharing it share the partitions."""
     topics: tuple[str, ...] = ()
@@ -126,7 +139,8 @@ SECTIONS = {
         fetch_requests_per_broker=POSITIVE_INT, max_request_bytes=POSITIVE_INT,
         commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
-        shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING),
+        shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
+        request_timeout_s=POSITIVE_NUMBER),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING),
 }
 """Every table and key of the mirror's config (docs/mirror.md lists the defaults)."""
@@ -192,6 +206,15 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     compression = m.get("compression", "none")
     if compression not in COMPRESSION:
         v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
+    # compression re-encodes batches, so a config that asks for it (without naming a
+    # mode) gets the re-producing mode; naming "preserve" with it is an error
+    mode = m.get("mode", "preserve" if compression == "none" else "produce")
+    if mode not in MODES:
+        v.fail("mirror.mode", f"must be 'preserve' or 'produce', not {mode!r}")
+    if mode == "preserve" and compression != "none":
+        v.fail("mirror.compression", f"{compression!r} re-encodes batches, so the target "
+               "cannot be a byte-identical copy: set mirror.mode = \"produce\" with it, or "
+               "compression = \"none\"")
     mt = tables["metrics"]
     status_file = mt.get("status_file") or None
     if status_file is not None:
@@ -212,6 +235,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
         shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
+        mode=mode, request_timeout_s=float(m.get("request_timeout_s", 30.0)),
         source_tls=tls_section(v, tables["source"], where="source"),
         target_tls=tls_section(v, tables["target"], where="target"),
         source_sasl=sasl_section(v, tables["source"], where="source"),

@@ -36,6 +36,9 @@ class MirrorMetrics:
         self.gap_bytes = self.registry.counter("gap_bytes_skipped_total",
                                                "Source bytes deleted by retention before being copied (on_gap=skip)")
         self.gaps = self.registry.counter("gaps_total", "Resume offsets found deleted by retention")
+        self.diverged = self.registry.counter(
+            "diverged_total", "Partitions stopped because the target is no copy of the source "
+            "(offset-preserving mode)")
         self.halted: dict[tuple[str, int], dict] = {}
         self.consumer_metrics = consumer_metrics
         self._samples: deque[tuple[float, float, float]] = deque()
@@ -46,7 +49,8 @@ class MirrorMetrics:
             "lag_messages_estimate": "Lag in messages, estimated from copied bytes per message",
             "messages_per_second": f"Copy rate over the last {WINDOW_S:g} s",
             "bytes_per_second": f"Copy rate over the last {WINDOW_S:g} s",
-            "partition_halted": "1 when a partition stopped at a retention gap (on_gap=stop)",
+            "partition_halted": "1 when a partition stopped (a retention gap with on_gap=stop, or "
+                                "a diverged target)",
             "partitions_owned": "Source partitions this process copies now",
         })
 

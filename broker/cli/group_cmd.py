@@ -1,4 +1,4 @@
-"""``logferry group``: list, describe, seek and delete consumer groups.
+"""``logferry group``: list, describe, seek, delete and copy-offsets of consumer groups.
 
 Everything here prints what :class:`broker.client.GroupAdmin` reads or writes (the
 group's znodes, and log ends from the brokers); no group member is involved, so the
@@ -64,6 +64,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("group")
     p.add_argument("--force", action="store_true", help="even while members are registered")
     p.set_defaults(func=delete_cmd)
+
+    p = gsub.add_parser("copy-offsets", help="copy a group's committed offsets to another "
+                        "cluster (one mirrored with mode = \"preserve\": same offsets)")
+    p.add_argument("--from-zk", required=True, help="source cluster's ZooKeeper (with chroot)")
+    p.add_argument("--to-zk", required=True, help="target cluster's ZooKeeper (with chroot)")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", action="append", help="only this topic (repeatable; default: all)")
+    p.add_argument("--force", action="store_true",
+                   help="even while members of the group are registered on the target")
+    p.set_defaults(func=copy_offsets_cmd)
 
 
 # -- plumbing -------------------------------------------------------------------------------
@@ -194,6 +204,28 @@ def delete_cmd(args: argparse.Namespace) -> int:
     with _admin(args, brokers=False) as admin:
         admin.delete(args.group, force=args.force)
     print(f"deleted group {args.group}")
+    return 0
+
+
+def copy_offsets_cmd(args: argparse.Namespace) -> int:
+    """Copy committed positions between clusters (docs/mirror.md, "Failing a group over")."""
+    from broker.client import GroupAdmin
+    from broker.common.zk_connect import validate_zk_connect
+
+    source = validate_zk_connect(args.from_zk)
+    target = validate_zk_connect(args.to_zk)
+    with GroupAdmin(source, brokers=False) as src, GroupAdmin(target) as dst:
+        copied = src.copy_offsets(args.group, dst, args.topic, force=args.force)
+    rows, behind = [], 0
+    for (topic, p), (committed, end) in copied.items():
+        late = end is not None and committed.offset > end
+        behind += late
+        rows.append([topic, p, f"{committed.offset}+{committed.skip}", "-" if end is None else end,
+                     "NOT COPIED YET" if late else ""])
+    print(_table(rows, ["TOPIC", "PARTITION", "OFFSET", "TARGET END", ""]))
+    print(f"group {args.group}: {len(rows)} position(s) copied to {target}"
+          + (f"; {behind} lie past the target's end (the mirror has not copied them yet)"
+             if behind else ""))
     return 0
 
 

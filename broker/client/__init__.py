@@ -5,6 +5,7 @@ only; the modules behind these names may move.
 """
 
 from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
+from broker.client.appender import Appender, AppendAtAnswerPart, AppendAtPart
 from broker.client.audit import AGENT_STAGE, AuditRecord, WindowCounts, window_of
 from broker.client.batches import (
     CODEC_GZIP,
@@ -41,7 +42,8 @@ from broker.common.errors import LogferryError
 from broker.common.sasl import SaslCredentials
 
 __all__ = [
-    "AGENT_STAGE", "Admin", "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
+    "AGENT_STAGE", "Admin", "AppendAtAnswerPart", "AppendAtPart", "Appender",
+    "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
     "CODEC_ZSTD", "Committed", "compress_batch",
     "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",

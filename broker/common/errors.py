@@ -294,6 +294,28 @@ class ProducerFencedError(LogferryError):
     code = 41
 
 
+class OffsetMismatchError(LogferryError):
+    """An append-at (the offset-preserving mirror's append) named an offset that is not
+    the partition's log end: nothing was appended. ``end`` (and ``start``) say where the
+    log really ends (starts), so the caller can resume from there or report that the
+    logs diverged."""
+
+    code = 45
+
+    def __init__(self, message: str, start: int | None = None, end: int | None = None):
+        super().__init__(message)
+        self.start = start
+        self.end = end
+
+
+class MirrorDivergedError(LogferryError):
+    """A mirror target partition is no copy of its source partition (written by
+    someone else, a batch differs, or retention on one side only removed bytes the
+    other still needs); the mirror stops that partition and never splices."""
+
+    code = 46
+
+
 class BufferFullError(LogferryError):
     """The producer's buffer stayed full for longer than its block timeout."""
 
@@ -347,6 +369,8 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         InvalidPartitionsError,
         OutOfOrderSequenceError,
         ProducerFencedError,
+        OffsetMismatchError,
+        MirrorDivergedError,
     )
 }
 
@@ -380,6 +404,8 @@ __all__ = [
     "InvalidTopicConfigError",
     "InvalidRequestError",
     "MetricsError",
+    "MirrorDivergedError",
+    "OffsetMismatchError",
     "InvalidTopicError",
     "LeaderNotAvailableError",
     "ListenError",

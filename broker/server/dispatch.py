@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 
 from broker.common.errors import LogferryError, UnknownError
 from broker.server.admin import AdminService
+from broker.server.append_at import AppendAtService
 from broker.server.fetch import FetchService
 from broker.server.produce import ProduceService
 from broker.server.responder import Responder
@@ -32,6 +33,7 @@ class Dispatcher:
 
     def __init__(self, produce: ProduceService, fetch: FetchService, admin: AdminService):
         self.produce = produce
+        self.append_at = AppendAtService(produce)
         self._async: dict[int, Handler] = {
             protocol.FETCH: fetch.handle,
             protocol.OFFSETS: admin.offsets,
@@ -46,18 +48,21 @@ class Dispatcher:
 
     @staticmethod
     def is_synchronous(head: RequestHead) -> bool:
-        """Produce is handled as it arrives; the rest run as tasks."""
-        return head.api == protocol.PRODUCE
+        """Produce and append-at are handled as they arrive; the rest run as tasks."""
+        return head.api == protocol.PRODUCE or head.api == protocol.APPEND_AT
 
     def handle_produce(self, head: RequestHead, frame: protocol.Frame,
                        responder: Responder) -> None:
-        """Parse and run a produce request now."""
+        """Parse and run a produce (or append-at) request now."""
         try:
             request = parse_request(head, frame)
         except LogferryError as exc:
             responder.fail(exc)
             return
-        self.produce.handle(request, responder)
+        if head.api == protocol.APPEND_AT:
+            self.append_at.handle(request, responder)
+        else:
+            self.produce.handle(request, responder)
 
     async def handle(self, head: RequestHead, frame: protocol.Frame,
                      responder: Responder) -> None:

@@ -174,22 +174,28 @@ class PendingProduce:
     last one sends the answer.
     """
 
-    __slots__ = ("responder", "results", "left")
+    __slots__ = ("responder", "results", "left", "encode")
 
-    def __init__(self, responder: Responder, results: list[ProduceAnswerPart]):
+    def __init__(self, responder: Responder, results: list[Any],
+                 encode: Callable[[list[Any]], dict[str, Any]] = encode_produce_answer):
         self.responder = responder
         self.results = results
+        """Answer parts (produce's, or append-at's: both have ``error`` and ``message``)."""
         self.left = 1
+        self.encode = encode
 
     def part_done(self, index: int | None, error: LogferryError | None = None) -> None:
         """One awaited event happened (``error``: it failed for part ``index``)."""
         if error is not None and index is not None and not self.results[index].error:
-            self.results[index] = self.results[index]._replace(
-                error=error.code, base_offset=-1, message=str(error))
+            part = self.results[index]
+            self.results[index] = (part._replace(error=error.code, message=str(error))
+                                   if not hasattr(part, "base_offset") else
+                                   part._replace(error=error.code, base_offset=-1,
+                                                 message=str(error)))
         self.left -= 1
         if self.left == 0:
             failed = any(r.error for r in self.results)
-            self.responder.answer(encode_produce_answer(self.results), error=failed)
+            self.responder.answer(self.encode(self.results), error=failed)
 
 
 __all__ = ["PendingProduce", "ProduceService"]

@@ -479,6 +479,15 @@ class PartitionLog:
             return offset
         return last
 
+    def last_batch(self) -> tuple[int, bytes] | None:
+        """The offset and bytes of the log's last batch (None: the log is empty); what
+        a mirror compares with its source's batch at that offset. Walks the headers of
+        the segment that holds it."""
+        if self._end == self._bases[0]:
+            return None
+        offset = self.batch_start_at_or_before(self._end - 1)
+        return offset, self.read_bytes(offset, self._end - offset)
+
     def restart_at(self, offset: int) -> None:
         """Drop the whole log and continue empty at ``offset`` (a follower whose leader's
         log starts past this one's end: retention there deleted what it still needs)."""

@@ -24,7 +24,7 @@ from broker.common.errors import (
     UnsupportedApiError,
     error_for_code,
 )
-from broker.wire import fetch, metadata, offsets, produce, producer_id, protocol, sasl, topics
+from broker.wire import append_at, fetch, metadata, offsets, produce, producer_id, protocol, sasl, topics
 from broker.wire.fields import ANSWER, shown
 
 
@@ -88,6 +88,7 @@ REQUEST_PARSERS: dict[int, Callable[[dict[str, Any], memoryview], Any]] = {
     protocol.ALTER_TOPIC: lambda header, _: topics.parse_alter_topic_request(header),
     protocol.CREATE_PARTITIONS: lambda header, _: topics.parse_create_partitions_request(header),
     protocol.INIT_PRODUCER_ID: lambda header, _: producer_id.parse_init_producer_id_request(header),
+    protocol.APPEND_AT: append_at.parse_append_at_request,
 }
 """api key -> ``parse(header, payload)`` returning that api's typed request."""
 

@@ -20,7 +20,7 @@ requests may be in flight on one connection; responses are matched by ``id``. Th
 fields of each api are documented in ``docs/protocol.md``; their typed forms, with
 the functions that parse and encode them, live in one module per api beside this
 one (:mod:`.produce`, :mod:`.fetch`, :mod:`.offsets`, :mod:`.metadata`,
-:mod:`.topics`), and :mod:`.apis` reads request and response heads.
+:mod:`.topics`, :mod:`.append_at`), and :mod:`.apis` reads request and response heads.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ CREATE_PARTITIONS = 8
 SASL_HANDSHAKE = 10
 SASL_AUTHENTICATE = 11
 INIT_PRODUCER_ID = 12
+APPEND_AT = 13
+"""Append batches at a stated offset (the offset-preserving mirror, :mod:`.append_at`)."""
 
 API_NAMES = {
     PRODUCE: "produce",
@@ -65,6 +67,7 @@ API_NAMES = {
     SASL_HANDSHAKE: "sasl_handshake",
     SASL_AUTHENTICATE: "sasl_authenticate",
     INIT_PRODUCER_ID: "init_producer_id",
+    APPEND_AT: "append_at",
 }
 SUPPORTED_VERSIONS = {api: frozenset({1}) for api in API_NAMES}
 CURRENT_VERSION = 1

@@ -100,8 +100,10 @@ def mirrors(tmp_path: Path, request) -> Iterator[Callable[..., MirrorProcess]]:
 
     def start(name: str, source, target, start: bool = True, metrics: dict | None = None,
               **mirror_keys) -> MirrorProcess:
+        # The tests written for the re-producing mirror say so; test_mirror_preserve.py
+        # passes mode="preserve" (the config's default).
         mirror = {"group": "mirror", "commit_interval_ms": 300, "session_timeout_s": 4.0,
-                  "shutdown_timeout_s": 20.0, **mirror_keys}
+                  "shutdown_timeout_s": 20.0, "mode": "produce", **mirror_keys}
         if "topics" not in mirror and "pattern" not in mirror:
             mirror["pattern"] = ".*"
         config = {"source": {"zk_connect": source.zk_connect},

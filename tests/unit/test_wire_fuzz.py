@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.common.errors import LogferryError
-from broker.wire import apis, codecs, fetch, metadata, offsets, produce, protocol, records, topics
+from broker.wire import append_at, apis, codecs, fetch, metadata, offsets, produce, protocol, records, topics
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -71,6 +71,9 @@ REQUESTS: dict[int, st.SearchStrategy] = {
         small_ints | st.text(max_size=6), max_size=3),
         delete=st.lists(st.sampled_from(["retention_ms", "bogus"]), max_size=2)),
     protocol.CREATE_PARTITIONS: fields(topic=names, partitions=small_ints),
+    protocol.APPEND_AT: fields(acks=st.sampled_from([0, 1, -1]), parts=st.lists(anything_or(
+        st.tuples(names, small_ints, small_ints, small_ints, st.booleans()).map(list)),
+        max_size=4)),
 }
 
 answer_parts = st.lists(anything_or(st.tuples(
@@ -78,6 +81,9 @@ answer_parts = st.lists(anything_or(st.tuples(
     st.none() | small_ints, small_ints, st.none() | small_ints).map(list)), max_size=4)
 ANSWERS: dict[str, tuple[Callable[[Any], Any], st.SearchStrategy]] = {
     "produce": (produce.parse_produce_answer, fields(parts=answer_parts)),
+    "append_at": (append_at.parse_append_at_answer, fields(parts=st.lists(anything_or(st.tuples(
+        names, small_ints, small_ints, small_ints, small_ints, small_ints, small_ints,
+        small_ints, st.none() | st.text(max_size=8)).map(list)), max_size=4))),
     "fetch": (fetch.parse_fetch_answer, fields(parts=answer_parts)),
     "replica fetch": (lambda h: fetch.parse_fetch_answer(h, replica=True),
                       fields(parts=answer_parts)),

@@ -252,6 +252,31 @@ class GroupAdmin:
         reg.write_offsets(self._zk, group, positions)
         return {tp: (before.get(tp), new) for tp, new in sorted(positions.items())}
 
+    def copy_offsets(self, group: str, to: "GroupAdmin", topics: Iterable[str] | None = None,
+                     force: bool = False) -> dict[TopicPartition, tuple[Committed, int | None]]:
+        """Write this cluster's committed positions of ``group`` into cluster ``to``.
+
+        For clusters joined by the offset-preserving mirror (``mode = "preserve"``): an
+        offset means the same batch on both, so a consumer group fails over without any
+        translation. Refuses while ``to`` has members of the group (they would overwrite
+        it) unless ``force``. Returns ``{tp: (position, target log end or None)}``; a
+        position past the target's end is not copied there yet (the mirror lags).
+        """
+        self.require(group)
+        to._refuse_while_active(group, force, "copy offsets into it")
+        positions = self.offsets(group, topics)
+        reg.write_offsets(to._zk, group, positions)
+        out: dict[TopicPartition, tuple[Committed, int | None]] = {}
+        for tp, committed in sorted(positions.items()):
+            end = None
+            if to._simple is not None:
+                try:
+                    end = to._simple.offsets(*tp).end
+                except LogferryError:
+                    end = None
+            out[tp] = (committed, end)
+        return out
+
     def delete(self, group: str, force: bool = False) -> None:
         """Remove every znode of the group (members, owners, offsets)."""
         self.require(group)

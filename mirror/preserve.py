@@ -1,0 +1,404 @@
+"""The offset-preserving copy loop (``mode = "preserve"``, the default).
+
+Each target partition is a byte-identical copy of its source partition: the same
+batches at the same byte offsets. Every batch goes to the target leader as an
+append-at (:class:`broker.client.Appender`): appended only if the target's log ends
+exactly at the batch's source offset. The mirror's position is therefore the target's
+own log end, not a committed source position:
+
+    owned partition -> ask the target leader where its log ends (and for its last batch)
+                    -> check it against the source (:mod:`mirror.resume`)
+                    -> seek the source fetch there -> copy batch after batch, pipelined
+
+A killed, restarted or stalled mirror, a lost answer or a target leader change copies
+nothing twice: an append that fails for any reason sends its partition back to the
+query (:mod:`mirror.positions`), and the appends behind it in the pipeline mismatch
+and are dropped. A target that is no copy of its source (written by someone else, a
+batch that differs, retention on one side only) stops that partition, loudly (log,
+``mirror status``, metric ``logferry_mirror_diverged_total``); nothing is spliced.
+
+The group still commits source positions (what the target acknowledged), but only so
+``mirror status`` and ``group describe`` show the lag; resuming never reads them.
+Target topics are created with the source's partition count; a target topic with
+another count stops its partitions (use ``mode = "produce"`` to re-hash instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from broker.client import (
+    Admin, Appender, AppendAtPart, GroupConsumer, PartitionNotOwnedError,
+    RawBatch, SimpleConsumer,
+)
+from broker.common.errors import (
+    InvalidOffsetError, LogferryError, MetricsError, OffsetMismatchError, OffsetOutOfRangeError,
+)
+from broker.common.metrics import MetricsServer
+from mirror.config import MirrorConfig
+from mirror.errors import DeliveryFailedError, MirrorError
+from mirror.positions import HALTED, Positions
+from mirror.resume import TargetEnd, batch_differs, plan_resume
+from mirror.routing import Router
+from mirror.status import MirrorMetrics, write_status_file
+
+log = logging.getLogger("logferry.mirror")
+
+STATUS_EVERY_S = 2.0
+POLL_TIMEOUT_S = 0.5
+BUSY_POLL_S = 0.02
+ASSIGNMENT_EVERY_S = 0.5
+"""How often revoked partitions are forgotten (new ones are noticed by their batches)."""
+
+SOURCE_CATCH_UP_S = 15.0
+"""How long a target that ends past the source's visible end waits for the source (a
+source leader change) before it counts as diverged."""
+
+TopicPartition = tuple[str, int]
+
+
+class PreservingMirror:
+    """One mirror process in offset-preserving mode; same lifecycle as :class:`mirror.core.Mirror`."""
+
+    def __init__(self, config: MirrorConfig):
+        self.config = config
+        self.stopping = threading.Event()
+        self.metrics = MirrorMetrics()
+        self.positions = Positions()
+        self._consumer: GroupConsumer | None = None
+        self._appender: Appender | None = None
+        self._source: SimpleConsumer | None = None
+        self._admin: Admin | None = None
+        self._router: Router | None = None
+        self._server: MetricsServer | None = None
+        self._events: deque[tuple[Any, ...]] = deque()
+        """From other threads: ("done", tp, generation, offset, error) and ("gap", tp, ...)."""
+        self._wake = threading.Event()
+        self._checked_topics: dict[str, str | None] = {}
+        """Topic -> None (partition counts match) or why its partitions cannot be copied."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect to both clusters and join the group (raises MirrorError if it cannot)."""
+        cfg = self.config
+        if cfg.metrics_port:
+            try:
+                self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
+                                             cfg.metrics_port, name="mirror-metrics")
+            except MetricsError as exc:
+                raise MirrorError(f"metrics.port: {exc}") from None
+        try:
+            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
+                                          sasl=cfg.source_sasl)
+            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
+            self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
+                                      request_timeout=cfg.request_timeout_s,
+                                      max_request_bytes=cfg.max_request_bytes,
+                                      tls=cfg.target_tls, sasl=cfg.target_sasl)
+            self._router = Router(self._source, self._admin)
+            self._consumer = GroupConsumer(
+                cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
+                auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
+                max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
+                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
+                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
+                sasl=cfg.source_sasl)
+        except LogferryError as exc:
+            self._close_clients()
+            if isinstance(exc, MirrorError):
+                raise
+            raise MirrorError(f"cannot start the mirror: {exc}") from exc
+        self.metrics.consumer_metrics = self._consumer.metrics
+        log.info("mirror %s (offset-preserving): %s -> %s, topics %s, member %s", cfg.group,
+                 cfg.source_zk, cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish its in-flight appends and return (signal-safe)."""
+        self.stopping.set()
+        self._wake.set()
+
+    def run(self) -> int:
+        """Copy until :meth:`stop`; returns 0. Raises MirrorError if the target stays away."""
+        assert self._consumer is not None and self._appender is not None, "start() first"
+        consumer, positions = self._consumer, self.positions
+        limit = self.config.max_inflight_bytes
+        last_status = last_assignment = 0.0
+        try:
+            while not self.stopping.is_set():
+                self._settle()
+                now = time.monotonic()
+                if now - last_assignment >= ASSIGNMENT_EVERY_S:
+                    last_assignment = now
+                    self._sync_assignment()
+                for tp in positions.needs_resync():
+                    self._resync(tp)
+                room = limit - positions.inflight_bytes
+                if room > 0:
+                    batches = consumer.poll_batches(
+                        BUSY_POLL_S if positions.inflight_bytes else POLL_TIMEOUT_S,
+                        min(self.config.poll_max_bytes, room), acknowledge=False)
+                    if batches:
+                        self._send(batches)
+                else:
+                    self._wake.wait(0.2)
+                self._appender.expire()
+                self.metrics.tick()
+                if self.config.status_file and now - last_status >= STATUS_EVERY_S:
+                    last_status = now
+                    self._write_status()
+            self._drain()
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        """Commit the acknowledged positions (for lag only), leave the group, disconnect."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close(processed=False)
+            except LogferryError as exc:
+                log.warning("mirror: closing the group consumer: %s", exc)
+            self._consumer = None
+        if self.config.status_file:
+            self._write_status()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for client in (self._appender, self._source, self._admin):
+            if client is not None:
+                client.close()
+        self._appender = self._source = self._admin = None
+
+    # -- the pipeline ------------------------------------------------------------------------
+
+    def _send(self, batches: list[tuple[TopicPartition, RawBatch]]) -> None:
+        """Append each batch at its source offset, if it is the next of its partition.
+
+        A partition's consecutive batches of one poll travel as one part (one append on
+        the target, as the producer sends a partition's batches: far less broker CPU
+        than a part per batch), cut at ``max_request_bytes``.
+        """
+        assert self._appender is not None
+        positions = self.positions
+        limit = self.config.max_request_bytes
+        runs: dict[TopicPartition, list[tuple[int, bool, list[RawBatch], int]]] = {}
+        for tp, batch in batches:
+            if tp not in positions.parts:
+                positions.track(tp)
+                self._resync(tp)
+            accepted = positions.accept(tp, batch.offset, batch.next_offset, batch.count,
+                                        len(batch.raw))
+            if accepted is None:
+                continue  # stale (fetched before the seek to the target's end) or halted
+            generation, start_flag = accepted
+            chunks = runs.setdefault(tp, [])
+            if chunks and chunks[-1][0] == generation and chunks[-1][3] + len(batch.raw) <= limit:
+                gen, flag, raws, size = chunks[-1]
+                raws.append(batch)
+                chunks[-1] = (gen, flag, raws, size + len(batch.raw))
+            else:
+                chunks.append((generation, start_flag, [batch], len(batch.raw)))
+        parts: list[AppendAtPart] = []
+        sent: dict[int, tuple[int, list[int]]] = {}
+        for tp, chunks in runs.items():
+            for generation, start_flag, raws, _ in chunks:
+                data = raws[0].raw if len(raws) == 1 else b"".join(b.raw for b in raws)
+                part = AppendAtPart(tp[0], tp[1], raws[0].offset, data, start_flag)
+                sent[id(part)] = (generation, [b.offset for b in raws])
+                parts.append(part)
+        if parts:
+            self._appender.send(parts, lambda part, error, answer: self._on_done(
+                part, *sent[id(part)], error))
+
+    def _on_done(self, part: AppendAtPart, generation: int, offsets: list[int],
+                 error: LogferryError | None) -> None:
+        """Reader thread: queue the outcome (for each batch of the part) for the copy loop."""
+        self._events.append(("done", (part.topic, part.partition), generation, offsets, error))
+        self._wake.set()
+
+    def _settle(self) -> None:
+        """Apply the appends' outcomes: acknowledged positions, partitions to resync."""
+        self._wake.clear()
+        positions = self.positions
+        acked: dict[TopicPartition, int] = {}
+        per_topic: dict[str, list[int]] = {}
+        events = self._events
+        while events:
+            event = events.popleft()
+            if event[0] == "gap":
+                _, tp, offset, log_start = event
+                self._diverged(tp, f"the source's log now starts at {log_start}, past the "
+                                   f"mirror's position {offset}: retention on the source deleted "
+                                   f"{log_start - offset} bytes before they were copied")
+                continue
+            _, tp, generation, offsets, error = event
+            if error is not None and not error.retriable \
+                    and not isinstance(error, OffsetMismatchError) \
+                    and positions.parts.get(tp) is not None \
+                    and generation == positions.parts[tp].generation:
+                raise DeliveryFailedError(
+                    f"the target refused the batches of {tp[0]}-{tp[1]} from offset "
+                    f"{offsets[0]} for good ({type(error).__name__}: {error}); nothing after "
+                    "them was copied")
+            if error is not None and positions.parts.get(tp) is not None \
+                    and generation == positions.parts[tp].generation:
+                log.info("mirror: %s-%d: append at %d failed (%s); resuming from the target's "
+                         "log end", tp[0], tp[1], offsets[0], error)
+            for offset in offsets:  # a failure sends the partition to resync at the first
+                result = positions.outcome(tp, generation, offset, error is None)
+                if result is not None:
+                    acked[tp] = result.position
+                    counts = per_topic.setdefault(tp[0], [0, 0, 0])
+                    counts[0] += 1
+                    counts[1] += result.done.messages
+                    counts[2] += result.done.nbytes
+        if acked and self._consumer is not None:
+            self._consumer.acknowledge_batches(acked)
+        for topic, (nb, nm, nbytes) in per_topic.items():
+            self.metrics.record(topic, nb, nm, nbytes)
+
+    def _drain(self) -> None:
+        """Stopping: wait (bounded) for the appends in flight, so the commits show them."""
+        self._settle()
+        deadline = time.monotonic() + self.config.shutdown_timeout_s
+        while self.positions.inflight_bytes and time.monotonic() < deadline:
+            self._wake.wait(min(0.2, max(deadline - time.monotonic(), 0)))
+            self._settle()
+            assert self._appender is not None
+            self._appender.expire()
+
+    # -- where to resume ---------------------------------------------------------------------
+
+    def _sync_assignment(self) -> None:
+        assert self._consumer is not None
+        owned = set(self._consumer.assignment())
+        for tp in list(self.positions.parts):
+            if tp not in owned:
+                self.positions.forget(tp)
+        for tp in owned:
+            self.positions.track(tp)
+
+    def _resync(self, tp: TopicPartition) -> None:
+        """Learn the target's end, check it against the source, seek the source there."""
+        assert self._appender is not None and self._source is not None
+        assert self._consumer is not None
+        if self.positions.state(tp) == HALTED:
+            return
+        topic, partition = tp
+        problem = self._check_topic(topic)
+        if problem is not None:
+            self._diverged(tp, problem)
+            return
+        deadline = self.config.delivery_timeout_s
+        try:
+            answer = self._appender.query(topic, partition, deadline_s=deadline)
+            source = self._source.offsets(topic, partition)
+        except LogferryError as exc:
+            raise MirrorError(f"cannot learn where {topic}-{partition} ends on the target "
+                              f"within {deadline:.0f}s: {exc}") from exc
+        target = TargetEnd(answer.start, answer.end, answer.last, answer.last_len,
+                           answer.last_crc)
+        plan = plan_resume(target, source.start, source.end, self.config.start,
+                           self.config.on_gap)
+        waited = 0.0
+        while plan.diverged and target.end > source.end and waited < SOURCE_CATCH_UP_S \
+                and not self.stopping.is_set():
+            # A new source leader's visible end may trail its predecessor's for a moment:
+            # give it time before calling the target ahead of the source.
+            time.sleep(0.5)
+            waited += 0.5
+            try:
+                source = self._source.offsets(topic, partition)
+            except LogferryError:
+                continue
+            plan = plan_resume(target, source.start, source.end, self.config.start,
+                               self.config.on_gap)
+        problem = plan.diverged
+        if problem is None and plan.verify_last:
+            problem = batch_differs(target, self._source_batch(topic, partition, target.last))
+        if problem is None and plan.check_boundary:
+            problem = self._not_a_boundary(topic, partition, plan.position)
+        if problem is not None:
+            self._diverged(tp, problem)
+            return
+        try:
+            self._consumer.seek(topic, partition, plan.position)
+        except PartitionNotOwnedError:
+            self.positions.forget(tp)
+            return
+        self.positions.resynced(tp, plan.position, plan.start_flag)
+        log.info("mirror: %s-%d resumes at the target's end %d%s", topic, partition,
+                 plan.position, " (an empty target starting there)" if plan.start_flag else "")
+
+    def _source_batch(self, topic: str, partition: int, offset: int) -> bytes | None:
+        assert self._source is not None
+        try:
+            result = self._source.fetch(topic, partition, offset, max_bytes=1, keep_raw=True)
+        except (InvalidOffsetError, OffsetOutOfRangeError):
+            return None
+        if not result.batches or result.batches[0].raw is None:
+            return None
+        return bytes(result.batches[0].raw)
+
+    def _not_a_boundary(self, topic: str, partition: int, offset: int) -> str | None:
+        if self._source_batch(topic, partition, offset) is None:
+            return (f"the target ends at {offset}, which is no batch boundary of the source: "
+                    "the target was written by someone else")
+        return None
+
+    def _check_topic(self, topic: str) -> str | None:
+        """Create the target topic like the source if missing; refuse other partition counts."""
+        if topic in self._checked_topics:
+            return self._checked_topics[topic]
+        assert self._router is not None
+        try:
+            source_n, target_n = self._router.counts(topic, 0)
+        except LogferryError as exc:
+            raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
+        problem = None
+        if source_n != target_n:
+            problem = (f"target topic {topic!r} has {target_n} partitions and the source "
+                       f"{source_n}: an offset-preserving copy needs the same count (give the "
+                       f"target topic {source_n} partitions, or set mode = \"produce\" to "
+                       "re-hash)")
+        self._checked_topics[topic] = problem
+        return problem
+
+    def _diverged(self, tp: TopicPartition, reason: str) -> None:
+        if self.positions.state(tp) == HALTED:
+            return
+        self.positions.halt(tp, reason)
+        self.metrics.diverged[(("topic", tp[0]), ("partition", str(tp[1])))] += 1
+        self.metrics.halted[tp] = {"diverged": reason}
+        log.error("MIRROR PARTITION DIVERGED: %s-%d: %s. Nothing was spliced; the partition "
+                  "stops until the target is repaired (delete and recreate the target topic to "
+                  "copy it again) and the mirror restarts.", tp[0], tp[1], reason)
+
+    def _on_gap(self, topic: str, partition: int, offset: int, log_start: int) -> bool:
+        """Fetcher thread: the source deleted the position the target ends at."""
+        self._events.append(("gap", (topic, partition), offset, log_start))
+        self._wake.set()
+        return False
+
+    def _write_status(self) -> None:
+        assert self.config.status_file
+        try:
+            doc = self.metrics.document()
+            doc["group"] = self.config.group
+            doc["mode"] = "preserve"
+            if self._consumer is not None:
+                doc["consumer_id"] = self._consumer.consumer_id
+            write_status_file(self.config.status_file, doc)
+        except (OSError, LogferryError) as exc:
+            log.debug("mirror: status file not written: %s", exc)
+
+
+__all__ = ["PreservingMirror"]
