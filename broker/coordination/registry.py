@@ -53,6 +53,9 @@ class BrokerInfo:
     port: int
     datacenter: str = ""
     rack: str = ""
+    kafka_host: str = ""
+    kafka_port: int = 0
+    """The address of the broker's Kafka-protocol listener (port 0: none; docs/kafka.md)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,9 @@ class BrokerRegistry:
         """Create the ephemeral broker node, waiting out a stale one from an old session."""
         path = zk.broker_path(self.broker_id)
         data = zk.encode({"host": self.info.host, "port": self.info.port,
-                          "datacenter": self.info.datacenter, "rack": self.info.rack})
+                          "datacenter": self.info.datacenter, "rack": self.info.rack,
+                          **({"kafka": [self.info.kafka_host, self.info.kafka_port]}
+                             if self.info.kafka_port else {})})
         retry = Retry(initial=0.1, maximum=2.0, deadline=timeout)
         with self._registering:
             while not self._stopped.is_set():
@@ -238,7 +243,8 @@ class BrokerRegistry:
                 brokers[int(child)] = BrokerInfo(str(data.get("host", "")),
                                                  int(data.get("port", 0)),
                                                  str(data.get("datacenter", "")),
-                                                 str(data.get("rack", "")))
+                                                 str(data.get("rack", "")),
+                                                 *_kafka_address(data))
             except (NoNodeError, ValueError):
                 continue
         with self._lock:
@@ -471,3 +477,11 @@ class BrokerRegistry:
                                          "being deleted; try again") from None
                 time.sleep(0.1)
         log.info("deleted topic %s", topic)
+
+
+def _kafka_address(data: dict[str, Any]) -> tuple[str, int]:
+    """The registered Kafka listener ``(host, port)``, ``("", 0)`` when there is none."""
+    kafka = data.get("kafka")
+    if isinstance(kafka, list) and len(kafka) == 2:
+        return str(kafka[0]), int(kafka[1])
+    return "", 0

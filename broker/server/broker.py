@@ -45,6 +45,8 @@ from broker.server.connection import (
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
+from broker.server.kafka_connection import KafkaConnection
+from broker.server.kafka_service import KafkaService
 from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
 from broker.server.request_budget import RequestBudget
@@ -64,6 +66,10 @@ class Broker:
         self.logs = LogManager(list(config.log_dirs), config.log)
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
+        self.kafka_connections: set[KafkaConnection] = set()
+        self._kafka_server: asyncio.AbstractServer | None = None
+        self.kafka_address: tuple[str, int] | None = None
+        """Where the Kafka-protocol listener listens (its port once bound), or None."""
         self.request_budget = RequestBudget(config.max_queued_request_bytes)
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
@@ -132,6 +138,8 @@ class Broker:
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
+        self.kafka = KafkaService(self.config, router, produce, self.fetch, admin,
+                                  lambda: self.view, self.count_request)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -161,6 +169,13 @@ class Broker:
             backlog=ACCEPT_BURST,
             start_serving=False, ssl_context=self._ssl_context,
             ssl_handshake_timeout=self.config.tls.handshake_timeout_s if self.config.tls else None)
+        if self.config.kafka_listen is not None:
+            host, port = self.config.kafka_listen
+            self._kafka_server = await transport.start_server(
+                lambda: KafkaConnection(self.kafka, self.config.max_request_bytes,
+                                        self.kafka_connections),
+                host, port, backlog=ACCEPT_BURST, start_serving=False)
+            self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(self.metrics, self.config.host,
                                                  self.config.metrics_port, loop=loop,
@@ -197,13 +212,15 @@ class Broker:
         self.registry = BrokerRegistry(
             self._zk, self.config.broker_id,
             BrokerInfo(self.config.host, self.config.port, self.config.datacenter,
-                       self.config.rack),
+                       self.config.rack, *(self.kafka_address or ("", 0))),
             view_changed)
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop, self._zk, self.registry)
         self._replication_started = True
         self._apply_view(self.registry.view())
         await transport.start_serving(self._server, self.config.host, self.config.port)
+        if self._kafka_server is not None and self.kafka_address is not None:
+            await transport.start_serving(self._kafka_server, *self.kafka_address)
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
             self._zk, self.config.broker_id,
@@ -221,6 +238,9 @@ class Broker:
                                       resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:
             log.warning("%s", warning)
+        if self.kafka_address is not None:
+            log.info("broker %d speaks Kafka on %s:%d", self.config.broker_id,
+                     *self.kafka_address)
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
                  self.config.host, self.config.port, self.config.datacenter,
                  self.config.zk_connect)
@@ -235,7 +255,9 @@ class Broker:
         self.shutting_down = True
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
+        if self._kafka_server is not None:
+            self._kafka_server.close()
+        for conn in [*self.connections, *self.kafka_connections]:
             conn.close()
         steps: list[tuple[str, Callable[[], Any]]] = []
         if self.controller is not None:
@@ -316,8 +338,10 @@ class Broker:
         self.shutting_down = True
         if self._server is not None:
             self._server.close()
+        if self._kafka_server is not None:
+            self._kafka_server.close()
         self.fetch.release_all()  # long polls answer with what they have
-        pending = [t for c in list(self.connections) for t in c.tasks]
+        pending = [t for c in [*self.connections, *self.kafka_connections] for t in c.tasks]
         if pending:
             log.info("stop: answering %d in-flight requests (up to %.0fs)", len(pending),
                      self.config.shutdown_timeout_s)
@@ -344,7 +368,7 @@ class Broker:
             await self.flusher.flush(key, plog)
         self.flusher.close()
         self.logs.close()
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.kafka_connections]:
             conn.close()
         if self._zk is not None:
             zk.close(self._zk)

@@ -70,6 +70,9 @@ class BrokerConfig:
     """The ``[auth]`` table: SASL offered, authentication required (None: neither)."""
     sasl: SaslCredentials | None = None
     """The ``[sasl]`` table: this broker's credentials toward leaders (followers' fetches)."""
+    kafka_listen: tuple[str, int] | None = None
+    """The ``[kafka] listen`` address of the Kafka-protocol listener (docs/kafka.md);
+    None: no Kafka listener. A bare port listens on ``host``."""
 
 
 _SECONDS_OR_OFF = Check(NONNEG_NUMBER.test, "a number of seconds >= 0 (0 turns it off)")
@@ -121,9 +124,26 @@ LOG_FIELDS = fields(
 )
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
+KAFKA_FIELDS = fields(
+    listen=Check(lambda v: (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 65535)
+                 or (isinstance(v, str) and _parse_listen(v, "") is not None),
+                 'a port (0-65535) or "host:port"'),
+)
+"""The ``[kafka]`` table: the Kafka-protocol listener (docs/kafka.md)."""
+
 SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
             "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
-            "zookeeper": ZOOKEEPER_FIELDS}
+            "zookeeper": ZOOKEEPER_FIELDS, "kafka": KAFKA_FIELDS}
+
+
+def _parse_listen(value: str | int, host: str) -> tuple[str, int] | None:
+    """``"host:port"`` or a port as ``(host, port)``; None if it is neither."""
+    if isinstance(value, int):
+        return host, value
+    listen_host, sep, port = value.rpartition(":")
+    if not sep or not listen_host or not port.isdigit() or int(port) > 65535:
+        return None
+    return listen_host.strip("[]"), int(port)
 
 
 def load_broker_config(path: str | Path) -> BrokerConfig:
@@ -160,9 +180,13 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     _check_zk_connect(zk_connect, validator)
     # [zookeeper]: the login and TLS travel with the connect string (a ZkTarget).
     zk_connect = with_security(zk_connect, zookeeper_from_table(validator, tables["zookeeper"]))
+    listen = tables["kafka"].get("listen")
+    kafka_listen = None if listen is None else _parse_listen(listen, broker.get("host",
+                                                                                 "127.0.0.1"))
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
                         log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
                         authorizer=authorizer_from_table(validator, tables["authorizer"]),
+                        kafka_listen=kafka_listen,
                         **broker)
 
 

@@ -44,8 +44,10 @@ class BrokerProcess:
 
     def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
                  broker: Mapping[str, Any] | None = None, log: Mapping[str, Any] | None = None,
-                 name: str | None = None, tls: Mapping[str, Any] | None = None):
-        """``tls``: the broker's ``[tls]`` table (docs/configuration.md); none: plaintext."""
+                 name: str | None = None, tls: Mapping[str, Any] | None = None,
+                 kafka: Mapping[str, Any] | None = None):
+        """``tls``: the broker's ``[tls]`` table (docs/configuration.md); none: plaintext.
+        ``kafka``: its ``[kafka]`` table (docs/kafka.md); none: no Kafka listener."""
         self.id = broker_id
         self.name = name or f"broker-{broker_id}"
         self.port = free_port()
@@ -64,11 +66,21 @@ class BrokerProcess:
         doc: dict[str, Any] = {"broker": self.broker_settings, "log": self.log_settings}
         if self.tls_settings:
             doc["tls"] = self.tls_settings
+        if kafka:
+            doc["kafka"] = dict(kafka)
         self.config_file.write_text(dumps(doc))
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def kafka_address(self) -> str:
+        """``host:port`` of the running broker's Kafka listener (from its log, so
+        ``[kafka] listen`` may ask for port 0)."""
+        for line in reversed(self.log_text().splitlines()):
+            if "speaks Kafka on " in line:
+                return line.rsplit("speaks Kafka on ", 1)[1].strip()
+        raise RuntimeError(f"{self.name} has no Kafka listener:\n{self.log_tail()}")
 
     def start(self, wait: bool = True) -> "BrokerProcess":
         """Start the process; with ``wait``, return once it accepts connections."""

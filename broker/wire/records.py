@@ -359,6 +359,9 @@ class Batch:
     """Its epoch (magic 2), else -1."""
     base_sequence: int = -1
     """Sequence number of the first message (magic 2), else -1."""
+    headers: list[list[list[bytes | None]] | None] | None = None
+    """Per message its Kafka record headers (``[[key, value], ...]`` or None), or None
+    when no message has any: only batches a Kafka producer wrote carry them."""
 
     def __len__(self) -> int:
         return len(self.values)
@@ -406,12 +409,19 @@ def decode_batches(
         if codec != CODEC_NONE:
             payload = decompress(codec, payload, offset + pos)  # CorruptBatchError if not
         try:
-            keys, values, deltas = msgpack.unpackb(payload, raw=False, use_list=True)
+            columns = msgpack.unpackb(payload, raw=False, use_list=True)
+            # a 4th column, headers, comes from Kafka producers (docs/kafka.md)
+            keys, values, deltas, *more = columns
+            headers = more[0] if len(more) == 1 else None
         except Exception as exc:  # msgpack raises several types for bad input
             raise CorruptBatchError(
                 f"batch at offset {offset + pos} has an undecodable payload: {exc}"
             ) from None
         _check_columns(keys, values, deltas, count, offset + pos)
+        if len(more) > 1 or (headers is not None and (type(headers) is not list
+                                                      or len(headers) != count)):
+            raise CorruptBatchError(f"batch at offset {offset + pos} has a 'headers' column "
+                                    f"that is not {count} items")
         batches.append(
             Batch(
                 offset + pos,
@@ -423,6 +433,7 @@ def decode_batches(
                 codec,
                 view[pos:stop] if keep_raw else None,
                 *producer,
+                headers,
             )
         )
         pos = stop

@@ -1,0 +1,184 @@
+"""One Kafka client's connection: Kafka frames in, Kafka responses out, in order.
+
+The sans-IO :mod:`broker.kafka.protocol` cuts and parses frames; each request runs as
+a task on :class:`~broker.server.kafka_service.KafkaService`, except produce, which
+starts synchronously so one connection's appends keep their order. Kafka clients
+expect responses in request order, so each request holds a slot in a queue and a
+response is written once every earlier one is.
+
+Bad input never takes the broker down: a frame over ``max_request_bytes`` (or below
+the smallest header) or a body that does not match its schema closes the connection;
+an api or version not served gets Kafka's UNSUPPORTED_VERSION answer (closing only
+when no Kafka release defines that api version). Reading stops while too many
+requests are in flight or the client does not read its answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError
+from broker.common.principal import ANONYMOUS, Principal
+from broker.kafka import protocol
+from broker.server.kafka_service import _Channel
+
+if TYPE_CHECKING:
+    from broker.server.kafka_service import KafkaService
+
+log = logging.getLogger("logferry.kafka")
+
+MAX_IN_FLIGHT = 256
+"""Requests of one connection running at once before it stops reading."""
+
+
+class _Slot:
+    __slots__ = ("data", "done")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.done = False
+
+
+class KafkaConnection(asyncio.Protocol):
+    """The broker's end of one Kafka client's TCP connection."""
+
+    def __init__(self, service: "KafkaService", max_request_bytes: int,
+                 connections: set["KafkaConnection"]):
+        self.service = service
+        self.decoder = protocol.FrameDecoder(max_request_bytes)
+        self.connections = connections
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.principal: Principal = ANONYMOUS
+        self._slots: deque[_Slot] = deque()
+        self.tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self._write_paused = False
+        self._reading = True
+        self._channel = _Channel(self.peer, self.principal, self.close)
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._channel = _Channel(self.peer, self.principal, self.close)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.connections.discard(self)
+        for task in list(self.tasks):
+            task.cancel()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        self._drain_frames()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _drain_frames(self) -> None:
+        while not self._closed and self._reading_allowed():
+            try:
+                frame = self.decoder.next_frame()
+            except FrameTooLargeError as exc:
+                self._fatal(str(exc))
+                return
+            if frame is None:
+                break
+            self._dispatch(frame)
+        self._update_reading()
+
+    def _reading_allowed(self) -> bool:
+        return not self._write_paused and len(self._slots) < MAX_IN_FLIGHT
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        want = self._reading_allowed()
+        if want and not self._reading:
+            self._reading = True
+            transport.resume_reading()
+            asyncio.get_running_loop().call_soon(self._drain_frames)
+        elif not want and self._reading:
+            self._reading = False
+            transport.pause_reading()
+
+    def _dispatch(self, frame: bytes) -> None:
+        try:
+            parsed = protocol.parse_request(frame)
+        except InvalidRequestError as exc:
+            self._fatal(str(exc))
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        if isinstance(parsed, protocol.Unsupported):
+            answer = protocol.unsupported_response(*parsed)
+            if answer is None:
+                self._fatal(f"api {parsed.api_key} v{parsed.version} is not a Kafka api "
+                            "version this broker knows")
+                return
+            log.debug("%s: unsupported api %d v%d", self.peer, parsed.api_key, parsed.version)
+            self._complete(slot, answer)
+            return
+        task = asyncio.get_running_loop().create_task(self._run(parsed, slot))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, request: protocol.Request, slot: _Slot) -> None:
+        try:
+            answer = await self.service.handle(request, self._channel)
+        except asyncio.CancelledError:
+            raise
+        except LogferryError as exc:
+            log.info("%s: Kafka api %d failed: %s", self.peer, request.api_key, exc)
+            self.close()
+            return
+        except Exception:
+            log.exception("Kafka api %d v%d from %s failed", request.api_key,
+                          request.version, self.peer)
+            self.close()
+            return
+        self._complete(slot, answer)
+
+    def _complete(self, slot: _Slot, data: bytes | None) -> None:
+        """Record a response and write every response now due, in request order."""
+        slot.data = data
+        slot.done = True
+        slots = self._slots
+        transport = self.transport
+        while slots and slots[0].done:
+            head = slots.popleft()
+            if head.data and transport is not None and not self._closed:
+                transport.write(head.data)
+        self._update_reading()
+
+    def _fatal(self, why: str) -> None:
+        log.warning("closing Kafka connection from %s: %s", self.peer, why)
+        self.close()
+
+    def close(self) -> None:
+        """Close after what was written so far."""
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+
+__all__ = ["KafkaConnection", "MAX_IN_FLIGHT"]

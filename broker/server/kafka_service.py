@@ -1,0 +1,419 @@
+"""The Kafka-protocol apis, served by the same services as logferry's own protocol.
+
+Each handler takes a parsed Kafka request (:mod:`broker.kafka.protocol`) and returns
+the response frame (None for a produce with acks=0). Produce converts each record
+batch into a logferry batch and hands the message sets to :class:`ProduceService`
+(the same validation, append, flush and acks=all replication path as native
+produces); Fetch asks :class:`FetchService` (the same long poll and visible end) and
+converts the logferry batches it read into record batches v2; ListOffsets and Metadata
+read the partition logs and the cluster view as the admin service does. Offsets follow
+the mapping of :mod:`broker.kafka.convert` (docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from datetime import timedelta
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from broker.common.errors import (
+    CorruptBatchError,
+    LogferryError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from broker.common.names import validate_topic_name
+from broker.coordination.registry import ClusterView
+from broker.kafka import convert
+from broker.kafka.errors import kafka_error, kafka_error_of_code
+from broker.kafka.protocol import (
+    Api,
+    Request,
+    api_versions_response,
+    encode_response,
+    make,
+    response_schema,
+)
+from broker.kafka.record_batch import decode_record_batches
+from broker.server.admin import AdminService
+from broker.server.config import BrokerConfig
+from broker.server.fetch import FetchService
+from broker.server.produce import ProduceService
+from broker.server.responder import Responder
+from broker.server.routing import PartitionRouter
+from broker.wire import records
+from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest
+from broker.wire.produce import MessageSet, ProduceRequest
+
+log = logging.getLogger("logferry.kafka")
+
+CLUSTER_ID = "logferry"
+LATEST, EARLIEST = -1, -2
+"""ListOffsets' special timestamps."""
+_NO_TIME = timedelta(0)
+
+
+class _Outcome:
+    """What a service answered through a :class:`CapturingResponder`."""
+
+    __slots__ = ("fields", "slices", "error")
+
+    def __init__(self, fields: Any = None, slices: Any = None,
+                 error: LogferryError | None = None):
+        self.fields = fields
+        self.slices = slices
+        self.error = error
+
+
+class _Channel:
+    """The reply channel a captured responder stands on: nothing is written to it."""
+
+    def __init__(self, peer: str, principal: Any, close: Callable[[], None]):
+        self.peer = peer
+        self.principal = principal
+        self._close = close
+
+    def send(self, item: Any) -> None:  # pragma: no cover - answers are captured
+        raise AssertionError("a captured responder never sends")
+
+    def close(self) -> None:
+        self._close()
+
+
+class CapturingResponder(Responder):
+    """A responder whose answer becomes a future's result instead of a logferry frame,
+    so the Kafka listener can call the native services and encode Kafka's answer."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, channel: _Channel, api: str, count: Callable[[str, float, bool], None]):
+        super().__init__(channel, 0, api, count)  # type: ignore[arg-type]
+        self.future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+
+    def _settle(self, outcome: _Outcome) -> None:
+        if not self.future.done():
+            self.future.set_result(outcome)
+
+    def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
+        self.count(error)
+        self._settle(_Outcome(fields))
+
+    def answer_with_files(self, fields: dict[str, Any], slices: Any, nbytes: int) -> None:
+        self.count(False)
+        self._settle(_Outcome(fields, slices))
+
+    def fail(self, exc: LogferryError) -> None:
+        self.count(True)
+        self._settle(_Outcome(error=exc))
+
+
+class KafkaService:
+    """Answers Kafka requests with the broker's services."""
+
+    def __init__(self, config: BrokerConfig, router: PartitionRouter,
+                 produce: ProduceService, fetch: FetchService, admin: AdminService,
+                 view: Callable[[], ClusterView],
+                 count: Callable[[str, float, bool], None]):
+        self.config = config
+        self.router = router
+        self.produce_service = produce
+        self.fetch_service = fetch
+        self.admin = admin
+        self.view = view
+        self.count = count
+        self._handlers = {
+            Api.API_VERSIONS: self.api_versions,
+            Api.METADATA: self.metadata,
+            Api.PRODUCE: self.produce,
+            Api.FETCH: self.fetch,
+            Api.LIST_OFFSETS: self.list_offsets,
+        }
+
+    async def handle(self, request: Request, channel: _Channel) -> bytes | None:
+        """The response frame for ``request`` (None: no response, acks=0)."""
+        body = await self._handlers[Api(request.api_key)](request, channel)
+        if body is None:
+            return None
+        return encode_response(request.api_key, request.version, request.correlation_id, body)
+
+    # -- ApiVersions, Metadata -------------------------------------------------------
+
+    async def api_versions(self, request: Request, channel: _Channel) -> Any:
+        """The apis served and their versions."""
+        return api_versions_response(request.version)
+
+    async def metadata(self, request: Request, channel: _Channel) -> Any:
+        """Every live broker's Kafka address and the topics asked for (auto-created
+        when the client allows it and the broker does)."""
+        v = request.version
+        body = request.body
+        view = self.view()
+        asked = None if body.topics is None else [t.name for t in body.topics]
+        allow = getattr(body, "allow_auto_topic_creation", True)
+        schema = response_schema(Api.METADATA, v)
+        broker_cls = response_schema(Api.METADATA, v, "MetadataResponseBroker")
+        topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
+        part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
+        topics = []
+        for name in (sorted(view.topics) if asked is None else asked):
+            if name not in view.topics and allow and self.config.auto_create_topics:
+                try:
+                    validate_topic_name(name)
+                    await self.admin.create_in_zk(name, self.config.num_partitions,
+                                                  exists_ok=True)
+                except LogferryError as exc:
+                    topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
+                                       topic_id=uuid.UUID(int=0), partitions=()))
+                    continue
+                view = self.view()
+            assignment = view.topics.get(name)
+            if assignment is None:
+                topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition,
+                                   name=name, topic_id=uuid.UUID(int=0), partitions=()))
+                continue
+            parts = []
+            for p, replicas in sorted(assignment.items()):
+                state = view.states.get((name, p))
+                leader = state.leader if state is not None else -1
+                live_leader = leader in view.brokers and view.brokers[leader].kafka_port
+                parts.append(make(
+                    part_cls,
+                    error_code=ErrorCode.none if live_leader else ErrorCode.leader_not_available,
+                    partition_index=p, leader_id=leader if live_leader else -1,
+                    leader_epoch=state.leader_epoch if state is not None else -1,
+                    replica_nodes=tuple(replicas),
+                    isr_nodes=tuple(state.isr) if state is not None else (),
+                    offline_replicas=tuple(r for r in replicas if r not in view.brokers)))
+            topics.append(make(topic_cls, error_code=ErrorCode.none, name=name,
+                               topic_id=_topic_uuid(view.topic_ids.get(name, 0)),
+                               is_internal=False, partitions=tuple(parts)))
+        brokers = tuple(make(broker_cls, node_id=b, host=info.kafka_host or info.host,
+                             port=info.kafka_port, rack=info.rack or None)
+                        for b, info in sorted(view.brokers.items()) if info.kafka_port)
+        return make(schema, throttle_time=_NO_TIME, brokers=brokers, cluster_id=CLUSTER_ID,
+                     controller_id=view.controller, topics=tuple(topics))
+
+    # -- Produce -----------------------------------------------------------------------
+
+    async def produce(self, request: Request, channel: _Channel) -> Any:
+        """Convert each partition's record batches and append them through the
+        produce service; answer per partition with the first batch's offset."""
+        body = request.body
+        acks = body.acks
+        order: list[tuple[str, int, ErrorCode | None, str | None]] = []
+        sets: list[MessageSet] = []
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                try:
+                    if acks not in (0, 1, -1):
+                        order.append((topic.name, part.index, ErrorCode.invalid_required_acks,
+                                      f"acks must be 0, 1 or -1, not {acks}"))
+                        continue
+                    batches = decode_record_batches(part.records or b"")
+                    converted = b"".join(b for b in map(convert.to_logferry, batches) if b)
+                    if not converted:
+                        raise CorruptBatchError("the produce request holds no data record")
+                    sets.append(MessageSet(topic.name, part.index, memoryview(converted)))
+                    order.append((topic.name, part.index, None, None))
+                except LogferryError as exc:
+                    order.append((topic.name, part.index, kafka_error(exc), str(exc)))
+        results: list[tuple[int, int, str | None]] = []
+        if sets:
+            responder = CapturingResponder(channel, "kafka_produce", self.count)
+            self.produce_service.handle(ProduceRequest(acks, sets, None), responder)
+            if acks == 0:
+                return None
+            outcome = await responder.future
+            if outcome.error is not None:
+                code = kafka_error(outcome.error)
+                results = [(code, -1, str(outcome.error))] * len(sets)
+            else:
+                results = [(kafka_error_of_code(p.error), p.base_offset, p.message)
+                           for p in outcome.fields["parts"]]
+        elif acks == 0:
+            return None
+        v = request.version
+        partition_cls = response_schema(Api.PRODUCE, v, "PartitionProduceResponse")
+        topic_cls = response_schema(Api.PRODUCE, v, "TopicProduceResponse")
+        by_topic: dict[str, list[Any]] = {}
+        it = iter(results)
+        for name, index, error, message in order:
+            if error is None:
+                error, base, message = next(it)
+            else:
+                base = -1
+            by_topic.setdefault(name, []).append(make(
+                partition_cls, index=index, error_code=error, base_offset=base,
+                log_start_offset=-1, record_errors=(),
+                error_message=message if error != ErrorCode.none else None))
+        return make(response_schema(Api.PRODUCE, v), throttle_time=_NO_TIME,
+                    responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps))
+                                    for n, ps in by_topic.items()))
+
+    # -- Fetch -------------------------------------------------------------------------
+
+    async def fetch(self, request: Request, channel: _Channel) -> Any:
+        """Long-poll through the fetch service, then convert the batches read."""
+        body = request.body
+        parts: list[FetchPart] = []
+        skip: list[int] = []
+        early: dict[int, tuple[ErrorCode, int, int]] = {}
+        for topic in body.topics:
+            for part in topic.partitions:
+                index = len(parts)
+                offset = part.fetch_offset
+                try:
+                    offset = self._batch_start(topic.topic, part.partition, offset)
+                except LogferryError as exc:
+                    start = getattr(exc, "start", None)
+                    end = getattr(exc, "end", None)
+                    early[index] = (kafka_error(exc), -1 if end is None else end,
+                                    -1 if start is None else start)
+                parts.append(FetchPart(topic.topic, part.partition, offset,
+                                       max(part.partition_max_bytes, 1)))
+                skip.append(part.fetch_offset)
+        wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
+        live = [p for i, p in enumerate(parts) if i not in early]
+        answers: list[Any] = []
+        slices: list[Any] = []
+        if live:
+            responder = CapturingResponder(channel, "kafka_fetch", self.count)
+            await self.fetch_service.handle(
+                FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None),
+                responder)
+            outcome = await responder.future
+            if outcome.error is not None:
+                code = kafka_error(outcome.error)
+                answers = [None] * len(live)
+                for i in range(len(parts)):
+                    early.setdefault(i, (code, -1, -1))
+            else:
+                answers = list(outcome.fields["parts"])
+                slices = list(outcome.slices or [])
+        v = request.version
+        data_cls = response_schema(Api.FETCH, v, "PartitionData")
+        topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
+        by_topic: dict[str, list[Any]] = {}
+        live_iter = iter(zip(answers, _pad(slices, len(answers))))
+        for i, part in enumerate(parts):
+            if i in early:
+                error, hw, start = early[i]
+                data = b""
+            else:
+                answer, piece = next(live_iter)
+                error = kafka_error_of_code(answer.error)
+                hw = answer.visible_end if answer.visible_end is not None else -1
+                start = answer.start if answer.start is not None else -1
+                data = b""
+                if error == ErrorCode.none and piece is not None and piece.count:
+                    try:
+                        data = _to_kafka_records(piece, skip[i])
+                    except LogferryError as exc:
+                        error, data = kafka_error(exc), b""
+            by_topic.setdefault(part.topic, []).append(make(
+                data_cls, partition_index=part.partition, error_code=error,
+                high_watermark=hw, last_stable_offset=hw, log_start_offset=start,
+                aborted_transactions=(), preferred_read_replica=-1, records=data))
+        return make(response_schema(Api.FETCH, v), throttle_time=_NO_TIME,
+                    error_code=ErrorCode.none, session_id=0,
+                    responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+
+    def _batch_start(self, topic: str, partition: int, offset: int) -> int:
+        """The logferry batch offset to read for Kafka offset ``offset``: the batch
+        holding it, or the next batch when it lies past the batch's last record."""
+        plog = self.router.leader_log(topic, partition)
+        if offset >= plog.visible_end or offset <= plog.start_offset:
+            return offset  # the fetch service answers the end or the out-of-range error
+        start = plog.batch_start_at_or_before(offset)
+        if start == offset:
+            return offset
+        head = plog.read_bytes(start, records.HEADER_SIZE)
+        if len(head) < records.HEADER_SIZE:
+            raise OffsetOutOfRangeError(f"offset {offset} is not readable", plog.start_offset,
+                                        plog.visible_end)
+        length, _, _, _, count, _ = records.BATCH_HEADER.unpack_from(head)
+        if offset >= start + count:  # past its last record: the next batch
+            return start + records.LENGTH_SIZE + length
+        return start
+
+    # -- ListOffsets -------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request, channel: _Channel) -> Any:
+        """Earliest, latest, or the first record at or after a time."""
+        v = request.version
+        part_cls = response_schema(Api.LIST_OFFSETS, v, "ListOffsetsPartitionResponse")
+        topic_cls = response_schema(Api.LIST_OFFSETS, v, "ListOffsetsTopicResponse")
+        topics = []
+        loop = asyncio.get_running_loop()
+        for topic in request.body.topics:
+            parts = []
+            for part in topic.partitions:
+                ts = part.timestamp
+                try:
+                    plog = self.router.leader_log(topic.name, part.partition_index)
+                    if ts == LATEST:
+                        found, at = plog.visible_end, -1
+                    elif ts == EARLIEST:
+                        found, at = plog.start_offset, -1
+                    elif ts < 0:
+                        raise UnknownTopicOrPartitionError(f"ListOffsets timestamp {ts} is "
+                                                           "not supported")
+                    else:
+                        found, at = await loop.run_in_executor(
+                            None, _offset_for_time, plog, ts)
+                    parts.append(make(part_cls, partition_index=part.partition_index,
+                                      error_code=ErrorCode.none, timestamp=at, offset=found,
+                                      leader_epoch=-1))
+                except LogferryError as exc:
+                    parts.append(make(part_cls, partition_index=part.partition_index,
+                                      error_code=kafka_error(exc), timestamp=-1, offset=-1,
+                                      leader_epoch=-1))
+            topics.append(make(topic_cls, name=topic.name, partitions=tuple(parts)))
+        return make(response_schema(Api.LIST_OFFSETS, v), throttle_time=_NO_TIME,
+                    topics=tuple(topics))
+
+
+def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
+    """``(offset, timestamp)`` of the first record at or after ``ts``; ``(-1, -1)``
+    when every record is older (Kafka's answer). Runs in a worker thread."""
+    offset = plog.offset_for_time(ts)
+    end = plog.visible_end
+    while offset < end:
+        raw = plog.read_bytes(offset, 1 << 20)
+        batches, _ = records.decode_batches(raw, offset)
+        if not batches:
+            break
+        for batch in batches:
+            for i, t in enumerate(batch.timestamps):
+                if t >= ts:
+                    return convert.record_offset(batch.offset, i), t
+            offset = batch.next_offset
+    return -1, -1
+
+
+def _to_kafka_records(piece: Any, skip_before: int) -> bytes:
+    """The record batches v2 for the logferry batches in a file slice."""
+    raw = os.pread(piece.file.fileno(), piece.count, piece.position)
+    batches, _ = records.decode_batches(raw, piece.offset)
+    out = bytearray()
+    for batch in batches:
+        out += convert.to_kafka(batch, skip_before)
+    return bytes(out)
+
+
+def _pad(items: list[Any], n: int) -> list[Any]:
+    return items + [None] * (n - len(items))
+
+
+def _topic_uuid(topic_id: int) -> uuid.UUID:
+    """A stable topic id for Metadata v10+ from the topic's creation zxid."""
+    return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
+
+
+__all__ = ["CapturingResponder", "KafkaService"]

@@ -1,0 +1,322 @@
+"""Kafka clients nobody here wrote (kafka-python; confluent-kafka, i.e. librdkafka)
+against real brokers with a Kafka listener and a real ZooKeeper (docs/kafka.md)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka import TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+
+from broker.client import Admin, Producer, SimpleConsumer
+from broker.testing.localrun import BrokerProcess
+from tests.support.brokers import TEST_BROKER_SETTINGS, TEST_LOG_SETTINGS
+
+pytestmark = pytest.mark.integration
+
+N = 300
+
+
+class KafkaCluster:
+    def __init__(self, brokers: list[BrokerProcess]):
+        self.brokers = brokers
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.kafka_address() for b in self.brokers)
+
+    @property
+    def native(self) -> list[str]:
+        return [b.address for b in self.brokers]
+
+
+@pytest.fixture
+def kafka_cluster(zk_connect: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[BrokerProcess] = []
+
+    def start(n: int = 1, **broker: Any) -> KafkaCluster:
+        for i in range(n):
+            process = BrokerProcess(len(started) + 1, zk_connect, tmp_path,
+                                    broker={**TEST_BROKER_SETTINGS, **broker},
+                                    log=TEST_LOG_SETTINGS,
+                                    kafka={"listen": "127.0.0.1:0"})
+            started.append(process)
+            process.start()
+        return KafkaCluster(list(started))
+
+    yield start
+    for process in started:
+        try:
+            process.stop()
+        except Exception:
+            process.kill()
+
+
+def create_topic(cluster: KafkaCluster, topic: str, partitions: int, rf: int = 1) -> None:
+    admin = Admin(brokers=cluster.native)
+    try:
+        admin.create_topic(topic, partitions=partitions, replication_factor=rf)
+    finally:
+        admin.close()
+
+
+def rd_consume(bootstrap: str, topic: str, partitions: int, count: int,
+               timeout: float = 30.0) -> list[Any]:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                           "enable.auto.commit": False, "api.version.request": True})
+    try:
+        consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])  # earliest
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append(msg)
+        return out
+    finally:
+        consumer.close()
+
+
+def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "rd", 3)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                           "linger.ms": 5, "compression.type": "none"})
+    errors: list[Any] = []
+    for i in range(N):
+        producer.produce("rd", value=f"v{i}".encode(), key=f"k{i % 7}".encode(),
+                         partition=i % 3, headers=[("h", f"{i}".encode()), ("n", None)],
+                         timestamp=1_700_000_000_000 + i,
+                         on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(30) == 0
+    assert not errors
+    got = rd_consume(cluster.bootstrap, "rd", 3, N)
+    assert len(got) == N
+    by_partition: dict[int, list[int]] = {}
+    for msg in got:
+        i = int(msg.value()[1:])
+        assert msg.key() == f"k{i % 7}".encode()
+        assert msg.headers() == [("h", f"{i}".encode()), ("n", None)]
+        assert msg.timestamp()[1] == 1_700_000_000_000 + i
+        assert msg.partition() == i % 3
+        by_partition.setdefault(msg.partition(), []).append(i)
+    for p, seq in by_partition.items():
+        assert seq == sorted(seq), f"partition {p} out of order"
+        offsets = [m.offset() for m in got if m.partition() == p]
+        assert offsets == sorted(set(offsets))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
+def test_librdkafka_compressed_batches_read_by_native_consumer(kafka_cluster: Any,
+                                                               compression: str) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "zipped", 1)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": 1,
+                           "compression.type": compression, "linger.ms": 20})
+    for i in range(N):
+        producer.produce("zipped", value=b"x" * 100 + str(i).encode(), key=b"key",
+                         headers={"i": str(i).encode()})
+    assert producer.flush(30) == 0
+    consumer = SimpleConsumer(brokers=cluster.native)
+    try:
+        got = list(consumer.messages("zipped", 0, follow=True, limit=N, timeout=10))
+    finally:
+        consumer.close()
+    assert [m.value for m in got] == [b"x" * 100 + str(i).encode() for i in range(N)]
+    assert all(m.key == b"key" for m in got)
+    native_batches = consumer_batches(cluster, "zipped")
+    headers = [h for b in native_batches for h in b.headers]
+    assert headers == [[[b"i", str(i).encode()]] for i in range(N)]
+
+
+def consumer_batches(cluster: KafkaCluster, topic: str) -> list[Any]:
+    consumer = SimpleConsumer(brokers=cluster.native)
+    try:
+        out: list[Any] = []
+        offset = 0
+        while True:
+            result = consumer.fetch(topic, 0, offset)
+            out.extend(result.batches)
+            if result.next_offset >= result.visible_end:
+                return out
+            offset = result.next_offset
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
+        kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "mixed", 2)
+    native = Producer(brokers=cluster.native, acks="all")
+    for i in range(N):
+        native.send("mixed", [f"native-{i}".encode()], key=b"agent", partition=i % 2)
+    native.flush(30)
+    native.close()
+
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5,
+                       enable_idempotence=False)
+    for i in range(N):
+        kp.send("mixed", value=f"kafka-{i}".encode(), key=b"kp", partition=i % 2,
+                headers=[("src", b"kafka-python")])
+    kp.flush(30)
+    kp.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=5000, auto_offset_reset="earliest")
+    consumer.assign([KpTopicPartition("mixed", 0), KpTopicPartition("mixed", 1)])
+    got = [m for _, m in zip(range(2 * N), consumer)]
+    consumer.close()
+    values = [m.value for m in got]
+    assert sorted(values) == sorted([f"native-{i}".encode() for i in range(N)]
+                                    + [f"kafka-{i}".encode() for i in range(N)])
+    for p in (0, 1):
+        mine = [m for m in got if m.partition == p]
+        native_part = [int(m.value.split(b"-")[1]) for m in mine if m.value.startswith(b"native")]
+        kafka_part = [int(m.value.split(b"-")[1]) for m in mine if m.value.startswith(b"kafka")]
+        assert native_part == sorted(native_part) and kafka_part == sorted(kafka_part)
+        assert [m.offset for m in mine] == sorted(m.offset for m in mine)
+    assert all(m.key == b"agent" for m in got if m.value.startswith(b"native"))
+    assert all(list(m.headers) == [("src", b"kafka-python")]
+               for m in got if m.value.startswith(b"kafka"))
+
+    reader = SimpleConsumer(brokers=cluster.native)
+    try:
+        native_got = [m for p in (0, 1) for m in reader.messages("mixed", p)]
+    finally:
+        reader.close()
+    assert sorted(m.value for m in native_got) == sorted(values)
+
+
+def test_list_offsets_by_time_and_resume_mid_batch(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "timed", 1)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
+    base = 1_700_000_000_000
+    for i in range(100):
+        producer.produce("timed", value=str(i).encode(), partition=0, timestamp=base + i * 10)
+    assert producer.flush(30) == 0
+    consumer = RdConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused",
+                           "enable.auto.commit": False})
+    try:
+        found = consumer.offsets_for_times([TopicPartition("timed", 0, base + 455)], 10)
+        offset = found[0].offset
+        assert offset >= 0
+        low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), 10)
+        assert low == 0 and high > offset
+        consumer.assign([TopicPartition("timed", 0, offset)])
+        first = None
+        deadline = time.monotonic() + 20
+        while first is None and time.monotonic() < deadline:
+            first = consumer.poll(0.5)
+        assert first is not None and first.error() is None
+        assert first.value() == b"46"  # the first message stamped at or after base + 455
+        rest = []
+        while len(rest) < 53 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                rest.append(int(msg.value()))
+        assert rest == list(range(47, 100))
+    finally:
+        consumer.close()
+
+
+def _frame(api: int, version: int, corr: int, body: bytes = b"", flexible: bool = False) -> bytes:
+    head = struct.pack(">hhi", api, version, corr) + struct.pack(">h", 1) + b"t"
+    if flexible:
+        head += b"\x00"
+    payload = head + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    return _recv(sock, size)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except ConnectionError:
+        return True
+
+
+def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "safe", 1)
+    host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
+    addr = (host, int(port))
+    # Heartbeat (12) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
+    with socket.create_connection(addr, timeout=5) as sock:
+        body = struct.pack(">h", 1) + b"g" + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m"
+        sock.sendall(_frame(12, 0, 7, body))
+        answer = _read_frame(sock)
+        assert struct.unpack_from(">ih", answer) == (7, 35)
+        # ApiVersions at a version from the future: v0 answer with error 35, then retry
+        sock.sendall(_frame(18, 99, 8))
+        answer = _read_frame(sock)
+        assert struct.unpack_from(">ih", answer) == (8, 35)
+        sock.sendall(_frame(18, 0, 9))
+        answer = _read_frame(sock)
+        assert struct.unpack_from(">ih", answer) == (9, 0)
+    # an api key no Kafka has: closed
+    with socket.create_connection(addr, timeout=5) as sock:
+        sock.sendall(_frame(4242, 0, 1))
+        assert _closed(sock)
+    # oversized and negative frame sizes: closed
+    for size in (2 ** 31 - 1, -5):
+        with socket.create_connection(addr, timeout=5) as sock:
+            sock.sendall(struct.pack(">i", size) + b"\0" * 16)
+            assert _closed(sock)
+    # truncated body (Metadata v1 claiming one topic and ending): closed
+    with socket.create_connection(addr, timeout=5) as sock:
+        sock.sendall(_frame(3, 1, 3, struct.pack(">i", 1)))
+        assert _closed(sock)
+    # a produce whose record batch fails its CRC: CORRUPT_MESSAGE for the partition
+    good = _record_batch_bytes()
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    body = (struct.pack(">hhi", -1, 1, 5000) + struct.pack(">i", 1) + struct.pack(">h", 4)
+            + b"safe" + struct.pack(">i", 1) + struct.pack(">i", 0)
+            + struct.pack(">i", len(bad)) + bytes(bad))
+    with socket.create_connection(addr, timeout=5) as sock:
+        sock.sendall(_frame(0, 3, 11, body))
+        answer = _read_frame(sock)
+        corr, ntopics = struct.unpack_from(">ii", answer)
+        assert corr == 11 and ntopics == 1
+        assert struct.pack(">ih", 0, 2) in answer  # partition 0, CORRUPT_MESSAGE
+    # the native protocol and Kafka clients still work
+    native = Producer(brokers=cluster.native)
+    native.send("safe", [b"still here"], partition=0)
+    native.flush(10)
+    native.close()
+    got = rd_consume(cluster.bootstrap, "safe", 1, 1)
+    assert [m.value() for m in got] == [b"still here"]
+
+
+def _record_batch_bytes() -> bytes:
+    from broker.kafka.record_batch import encode_record_batch
+    return bytes(encode_record_batch(0, 0, 1_700_000_000_000, None, None, [b"payload"]))
