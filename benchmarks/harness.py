@@ -19,7 +19,8 @@ class LocalCluster:
 
     def __init__(self, workdir: Path, brokers: int = 1, chroot: str = "/bench",
                  broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-                 tls: dict[str, Any] | None = None, client_tls: Any = None):
+                 tls: dict[str, Any] | None = None, client_tls: Any = None,
+                 kafka: dict[str, Any] | None = None):
         """``tls``: each broker's ``[tls]`` table; ``client_tls``: what benchmark clients
         pass as ``tls=`` (a ``broker.common.tls.TlsConfig``), kept here for them."""
         self.workdir = workdir
@@ -29,7 +30,8 @@ class LocalCluster:
         self.zk_connect = f"127.0.0.1:{self.zk_port}{chroot}"
         self.brokers = [
             BrokerProcess(i + 1, self.zk_connect, workdir,
-                          broker={"num_partitions": 1, **(broker or {})}, log=log, tls=tls)
+                          broker={"num_partitions": 1, **(broker or {})}, log=log, tls=tls,
+                          kafka=kafka)
             for i in range(brokers)
         ]
 

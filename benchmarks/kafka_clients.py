@@ -1,0 +1,159 @@
+"""Kafka clients against logferry's Kafka listener, side by side with the native client.
+
+One broker (with ``[kafka] listen``) and ZooKeeper as separate processes on 127.0.0.1.
+Each run produces N messages of 200 bytes into a fresh one-partition topic and reads
+them back, with confluent-kafka (librdkafka: default linger, acks=1), kafka-python
+(acks=1), and logferry's own Producer/SimpleConsumer; prints msgs/s, the median of
+--runs runs. Targets (issue 23): librdkafka producer >= 500,000 msgs/s, consumer >=
+1,000,000 msgs/s.
+
+    .venv/bin/python benchmarks/kafka_clients.py --messages 200000 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Consumer as RdConsumer  # noqa: E402
+from confluent_kafka import Producer as RdProducer  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
+
+from benchmarks.harness import LocalCluster, wait_for_last_flush  # noqa: E402
+from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
+
+VALUE = b"x" * 200
+
+
+def rd_produce(bootstrap: str, topic: str, n: int) -> float:
+    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": 1,
+                           "queue.buffering.max.messages": 1_000_000})
+    t0 = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise SystemExit("librdkafka producer did not deliver everything")
+    return time.perf_counter() - t0
+
+
+def rd_consume(bootstrap: str, topic: str, n: int) -> float:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                           "enable.auto.commit": False, "fetch.max.bytes": 8 << 20,
+                           "max.partition.fetch.bytes": 4 << 20})
+    consumer.assign([TopicPartition(topic, 0, -2)])
+    count = 0
+    t0 = time.perf_counter()
+    deadline = t0 + 300
+    while count < n and time.perf_counter() < deadline:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error() is None:
+                count += 1
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    if count < n:
+        raise SystemExit(f"librdkafka consumer read {count} of {n}")
+    return elapsed
+
+
+def kp_produce(bootstrap: str, topic: str, n: int) -> float:
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
+                             batch_size=256 * 1024, enable_idempotence=False)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.send(topic, VALUE, partition=0)
+    producer.flush(300)
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    return elapsed
+
+
+def kp_consume(bootstrap: str, topic: str, n: int) -> float:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
+                             fetch_max_bytes=8 << 20)
+    consumer.assign([KpTopicPartition(topic, 0)])
+    count = 0
+    t0 = time.perf_counter()
+    while count < n and time.perf_counter() - t0 < 300:
+        for records in consumer.poll(1000, max_records=100_000).values():
+            count += len(records)
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return elapsed
+
+
+def native_produce(cluster: LocalCluster, topic: str, n: int) -> float:
+    with Producer(brokers=cluster.bootstrap, acks=1) as producer:
+        t0 = time.perf_counter()
+        chunk = [VALUE] * 1000
+        for _ in range(n // 1000):
+            producer.send(topic, chunk, partition=0)
+        producer.flush(120)
+        return time.perf_counter() - t0
+
+
+def native_consume(cluster: LocalCluster, topic: str, n: int) -> float:
+    with SimpleConsumer(brokers=cluster.bootstrap, max_bytes=1 << 20) as consumer:
+        t0 = time.perf_counter()
+        count = 0
+        for _ in consumer.messages(topic, 0, "earliest"):
+            count += 1
+        elapsed = time.perf_counter() - t0
+    if count < n:
+        raise SystemExit(f"native consumer read {count} of {n}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-kafka-python", action="store_true",
+                        help="skip kafka-python (slow: pure Python)")
+    args = parser.parse_args()
+    n = args.messages // 1000 * 1000
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalCluster(Path(tmp), kafka={"listen": "127.0.0.1:0"}) as cluster:
+        bootstrap = cluster.brokers[0].kafka_address()
+        admin = Admin(brokers=cluster.bootstrap)
+        clients: list[tuple[str, Callable[[str], float], Callable[[str], float]]] = [
+            ("native", lambda t: native_produce(cluster, t, n),
+             lambda t: native_consume(cluster, t, n)),
+            ("confluent-kafka", lambda t: rd_produce(bootstrap, t, n),
+             lambda t: rd_consume(bootstrap, t, n)),
+        ]
+        if not args.no_kafka_python:
+            clients.append(("kafka-python", lambda t: kp_produce(bootstrap, t, n),
+                            lambda t: kp_consume(bootstrap, t, n)))
+        for run in range(args.runs):
+            for name, produce, consume in clients:
+                topic = f"bench-{name}-{run}"
+                admin.create_topic(topic, partitions=1)
+                results.setdefault(f"{name} producer", []).append(n / produce(topic))
+                with SimpleConsumer(brokers=cluster.bootstrap) as probe:
+                    wait_for_last_flush(probe, topic)
+                results.setdefault(f"{name} consumer", []).append(n / consume(topic))
+        admin.close()
+    print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs (msgs/s):")
+    for name, rates in results.items():
+        print(f"  {name:<26} {statistics.median(rates):>12,.0f}")
+
+
+if __name__ == "__main__":
+    main()
