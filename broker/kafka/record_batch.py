@@ -27,7 +27,7 @@ import cramjam
 import crc32c as _crc32c_mod
 
 from broker.common.errors import CorruptBatchError
-from broker.kafka.varint import read_varint, varint_size, write_varint
+from broker.kafka.varint import read_varint, write_varint
 from broker.wire import codecs
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -149,39 +149,95 @@ def _unxerial(raw: bytes) -> bytes:
 
 
 def _decode_records(view: memoryview, count: int, batch: KafkaBatch, at: int) -> None:
+    """Fill ``batch``'s columns from its (decompressed) records: one tight loop, with
+    the one-byte varints (nearly all of them) decoded inline."""
+    buf = bytes(view)
     pos = 0
-    end = len(view)
+    end = len(buf)
     base_ts = batch.base_timestamp
     timestamps, keys, values = batch.timestamps, batch.keys, batch.values
     headers, deltas = batch.headers, batch.offset_deltas
+    add_ts, add_key, add_value = timestamps.append, keys.append, values.append
+    add_headers, add_delta = headers.append, deltas.append
+    no_headers: list[Header] = []
     try:
         for _ in range(count):
-            length, pos = read_varint(view, pos)
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif buf[pos + 1] < 0x80:  # two bytes: records up to 8 KiB
+                raw = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = read_varint(buf, pos)
             stop = pos + length
             if length < 0 or stop > end:
                 raise CorruptBatchError("record length runs past its batch")
-            pos += 1  # attributes (unused)
-            ts_delta, pos = read_varint(view, pos)
-            offset_delta, pos = read_varint(view, pos)
-            key, pos = _read_bytes(view, pos, stop)
-            value, pos = _read_bytes(view, pos, stop)
-            nheaders, pos = read_varint(view, pos)
-            if nheaders < 0 or nheaders > stop - pos:
-                raise CorruptBatchError("record has a bad header count")
-            record_headers: list[Header] = []
-            for _ in range(nheaders):
-                hkey, pos = _read_bytes(view, pos, stop)
-                hvalue, pos = _read_bytes(view, pos, stop)
-                if hkey is None:
-                    raise CorruptBatchError("record header has a null key")
-                record_headers.append((hkey, hvalue))
-            if pos != stop:
-                raise CorruptBatchError("record length does not match its fields")
-            timestamps.append(base_ts + ts_delta)
-            keys.append(key)
-            values.append(value)
-            headers.append(record_headers)
-            deltas.append(offset_delta)
+            b = buf[pos + 1]  # pos: attributes (unused)
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                ts_delta, pos = read_varint(buf, pos + 1)
+            b = buf[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b == 1:  # null key
+                key = None
+                pos += 1
+            else:
+                size, pos = read_varint(buf, pos)
+                if size < 0 or pos + size > stop:
+                    raise CorruptBatchError("record key runs past its record")
+                key = buf[pos:pos + size]
+                pos += size
+            b = buf[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (buf[pos + 1] << 7)
+                size = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                size, pos = read_varint(buf, pos)
+            if size < 0:
+                value = None
+            else:
+                if pos + size > stop:
+                    raise CorruptBatchError("record value runs past its record")
+                value = buf[pos:pos + size]
+                pos += size
+            if buf[pos] == 0 and pos + 1 == stop:  # no headers: the common case
+                pos = stop
+                add_headers(no_headers)
+            else:
+                nheaders, pos = read_varint(buf, pos)
+                if nheaders < 0 or nheaders > stop - pos:
+                    raise CorruptBatchError("record has a bad header count")
+                record_headers: list[Header] = []
+                for _ in range(nheaders):
+                    hkey, pos = _read_bytes(buf, pos, stop)
+                    hvalue, pos = _read_bytes(buf, pos, stop)
+                    if hkey is None:
+                        raise CorruptBatchError("record header has a null key")
+                    record_headers.append((hkey, hvalue))
+                if pos != stop:
+                    raise CorruptBatchError("record length does not match its fields")
+                add_headers(record_headers)
+            add_ts(base_ts + ts_delta)
+            add_key(key)
+            add_value(value)
+            add_delta(offset_delta)
+    except IndexError:
+        raise CorruptBatchError(f"record batch at byte {at}: a record runs past the "
+                                "batch's end") from None
     except CorruptBatchError as exc:
         raise CorruptBatchError(f"record batch at byte {at}: {exc}") from None
     if pos != end:
@@ -189,13 +245,35 @@ def _decode_records(view: memoryview, count: int, batch: KafkaBatch, at: int) ->
                                 f"{count} records")
 
 
-def _read_bytes(view: memoryview, pos: int, stop: int) -> tuple[bytes | None, int]:
-    size, pos = read_varint(view, pos)
+def _read_bytes(buf: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
+    size, pos = read_varint(buf, pos)
     if size < 0:
         return None, pos
     if pos + size > stop:
         raise CorruptBatchError("record field runs past its record")
-    return bytes(view[pos:pos + size]), pos + size
+    return buf[pos:pos + size], pos + size
+
+
+def _zigzag_table(limit: int) -> list[bytes]:
+    out = []
+    for n in range(limit):
+        buf = bytearray()
+        write_varint(buf, n)
+        out.append(bytes(buf))
+    return out
+
+
+_VARINTS = _zigzag_table(1 << 14)
+"""Zig-zag varints of 0..16383, ready to join: lengths, indexes and time deltas."""
+_NULL = b"\x01"  # varint -1: a null key or value
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < 16384:
+        return _VARINTS[n]
+    out = bytearray()
+    write_varint(out, n)
+    return bytes(out)
 
 
 def encode_record_batch(base_offset: int, last_offset_delta: int, base_timestamp: int,
@@ -209,47 +287,49 @@ def encode_record_batch(base_offset: int, last_offset_delta: int, base_timestamp
     holds no record for, as after compaction): Kafka clients continue at
     ``base_offset + last_offset_delta + 1``. ``timestamps`` None: every record has
     ``base_timestamp``. No producer id (-1): fetched batches are not idempotent ones.
+    Records are joined from ready-made pieces (one list, one join): the per-record
+    work is a few table lookups.
     """
-    out = bytearray(HEADER_SIZE)
-    append = out.append
-    extend = out.extend
+    parts: list[bytes] = [bytes(HEADER_SIZE)]
+    add = parts.append
+    varint = _varint
+    table = _VARINTS
+    zero = b"\x00"
     for i, value in enumerate(values):
-        key = keys[i] if keys is not None else None
         ts_delta = timestamps[i] - base_timestamp if timestamps is not None else 0
+        key = keys[i] if keys is not None else None
         hdrs = headers[i] if headers is not None else None
-        vlen = -1 if value is None else len(value)
-        klen = -1 if key is None else len(key)
-        size = (1 + varint_size(ts_delta) + varint_size(i) + varint_size(klen) + max(klen, 0)
-                + varint_size(vlen) + max(vlen, 0))
-        if hdrs:
-            size += varint_size(len(hdrs))
-            for hk, hv in hdrs:
-                hvlen = -1 if hv is None else len(hv)
-                size += varint_size(len(hk)) + len(hk) + varint_size(hvlen) + max(hvlen, 0)
+        head = zero + (table[ts_delta] if 0 <= ts_delta < 16384 else varint(ts_delta)) \
+            + (table[i] if i < 16384 else varint(i))
+        if key is None:
+            head += _NULL
         else:
-            size += 1
-        write_varint(out, size)
-        append(0)
-        write_varint(out, ts_delta)
-        write_varint(out, i)
-        write_varint(out, klen)
-        if key is not None:
-            extend(key)
-        write_varint(out, vlen)
-        if value is not None:
-            extend(value)
+            head += varint(len(key)) + key
+        if value is None:
+            head += _NULL
+            value = b""
+        else:
+            vlen = len(value)
+            head += table[vlen] if vlen < 16384 else varint(vlen)
         if hdrs:
-            write_varint(out, len(hdrs))
+            tail = bytearray()
+            write_varint(tail, len(hdrs))
             for hk, hv in hdrs:
-                write_varint(out, len(hk))
-                extend(hk)
+                write_varint(tail, len(hk))
+                tail += hk
                 if hv is None:
-                    write_varint(out, -1)
+                    tail += _NULL
                 else:
-                    write_varint(out, len(hv))
-                    extend(hv)
+                    write_varint(tail, len(hv))
+                    tail += hv
+            trailer = bytes(tail)
         else:
-            append(0)
+            trailer = zero
+        size = len(head) + len(value) + len(trailer)
+        add((table[size] if size < 16384 else varint(size)) + head)
+        add(value)
+        add(trailer)
+    out = bytearray(b"".join(parts))
     if max_timestamp is None:
         max_timestamp = max(timestamps) if timestamps else base_timestamp
     _pack_header_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, -1, MAGIC, 0, 0,
