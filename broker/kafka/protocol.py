@@ -32,6 +32,13 @@ class Api(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
     API_VERSIONS = 18
 
 
@@ -40,10 +47,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.FETCH: (4, 12),
     Api.LIST_OFFSETS: (1, 7),
     Api.METADATA: (1, 12),
+    Api.OFFSET_COMMIT: (2, 8),
+    Api.OFFSET_FETCH: (1, 7),
+    Api.FIND_COORDINATOR: (0, 3),
+    Api.JOIN_GROUP: (0, 7),
+    Api.HEARTBEAT: (0, 4),
+    Api.LEAVE_GROUP: (0, 4),
+    Api.SYNC_GROUP: (0, 5),
     Api.API_VERSIONS: (0, 3),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
-(record batches v2); Fetch up to v12 (v13 addresses topics by id)."""
+(record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
+to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")

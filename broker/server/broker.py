@@ -46,6 +46,7 @@ from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
 from broker.server.kafka_connection import KafkaConnection
+from broker.server.kafka_group_service import KafkaGroupService
 from broker.server.kafka_service import KafkaService
 from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
@@ -138,8 +139,10 @@ class Broker:
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
+        self.kafka_groups = KafkaGroupService(self.config.broker_id, lambda: self.view,
+                                              self.logs, lambda: self._zk, self._admin_pool)
         self.kafka = KafkaService(self.config, router, produce, self.fetch, admin,
-                                  lambda: self.view, self.count_request)
+                                  lambda: self.view, self.count_request, self.kafka_groups)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -234,6 +237,9 @@ class Broker:
                                            self.stats.segments_deleted), name="retention"),
             loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
         ]
+        if self._kafka_server is not None:
+            self._background.append(loop.create_task(self.kafka_groups.run_expiry(),
+                                                     name="kafka-group-expiry"))
         fd_warning = fd_limit_warning(self.config.max_connections,
                                       resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:

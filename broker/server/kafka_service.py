@@ -31,6 +31,7 @@ from broker.common.names import validate_topic_name
 from broker.coordination.registry import ClusterView
 from broker.kafka import convert
 from broker.kafka.errors import kafka_error, kafka_error_of_code
+from broker.kafka import protocol
 from broker.kafka.protocol import (
     Api,
     Request,
@@ -43,6 +44,7 @@ from broker.kafka.record_batch import decode_record_batches
 from broker.server.admin import AdminService
 from broker.server.config import BrokerConfig
 from broker.server.fetch import FetchService
+from broker.server.kafka_group_service import KafkaGroupService
 from broker.server.produce import ProduceService
 from broker.server.responder import Responder
 from broker.server.routing import PartitionRouter
@@ -118,7 +120,8 @@ class KafkaService:
     def __init__(self, config: BrokerConfig, router: PartitionRouter,
                  produce: ProduceService, fetch: FetchService, admin: AdminService,
                  view: Callable[[], ClusterView],
-                 count: Callable[[str, float, bool], None]):
+                 count: Callable[[str, float, bool], None],
+                 groups: KafkaGroupService | None = None):
         self.config = config
         self.router = router
         self.produce_service = produce
@@ -133,10 +136,17 @@ class KafkaService:
             Api.FETCH: self.fetch,
             Api.LIST_OFFSETS: self.list_offsets,
         }
+        self.groups = groups
+        if groups is not None:
+            self._handlers.update(groups.handlers())
 
     async def handle(self, request: Request, channel: _Channel) -> bytes | None:
         """The response frame for ``request`` (None: no response, acks=0)."""
-        body = await self._handlers[Api(request.api_key)](request, channel)
+        handler = self._handlers.get(Api(request.api_key))
+        if handler is None:
+            return protocol.unsupported_response(request.api_key, request.version,
+                                                 request.correlation_id)
+        body = await handler(request, channel)
         if body is None:
             return None
         return encode_response(request.api_key, request.version, request.correlation_id, body)

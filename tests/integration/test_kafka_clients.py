@@ -269,12 +269,11 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
     create_topic(cluster, "safe", 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
-    # Heartbeat (12) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
+    # InitProducerId (22) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
     with socket.create_connection(addr, timeout=5) as sock:
-        body = struct.pack(">h", 1) + b"g" + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m"
-        sock.sendall(_frame(12, 0, 7, body))
+        sock.sendall(_frame(22, 0, 7, struct.pack(">hi", -1, 1000)))
         answer = _read_frame(sock)
-        assert struct.unpack_from(">ih", answer) == (7, 35)
+        assert struct.unpack_from(">iih", answer) == (7, 0, 35)
         # ApiVersions at a version from the future: v0 answer with error 35, then retry
         sock.sendall(_frame(18, 99, 8))
         answer = _read_frame(sock)
@@ -320,3 +319,57 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
 def _record_batch_bytes() -> bytes:
     from broker.kafka.record_batch import encode_record_batch
     return bytes(encode_record_batch(0, 0, 1_700_000_000_000, None, None, [b"payload"]))
+
+
+def rd_group_consumer(bootstrap: str, group: str, topic: str, **extra: Any) -> Any:
+    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                           "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                           **extra})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def test_librdkafka_group_shares_partitions_and_commits_are_honoured(
+        kafka_cluster: Any, zk_client: Any) -> None:
+    cluster = kafka_cluster(2)
+    create_topic(cluster, "grp", 4)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(N):
+        producer.produce("grp", value=str(i).encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+
+    consumers = [rd_group_consumer(cluster.bootstrap, "g1", "grp") for _ in range(2)]
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    deadline = time.monotonic() + 60
+    try:
+        while sum(len(s) for s in seen.values()) < N and time.monotonic() < deadline:
+            for i, consumer in enumerate(consumers):
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    seen[i].add(int(msg.value()))
+        assert seen[0] | seen[1] == set(range(N))
+        assert seen[0] and seen[1], "both members got partitions"
+        for consumer in consumers:
+            consumer.commit(asynchronous=False)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+    # the commits are where a Kafka client of the group resumes: nothing is left
+    for i in range(N, N + 8):
+        producer.produce("grp", value=str(i).encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+    consumer = KafkaConsumer("grp", bootstrap_servers=cluster.bootstrap, group_id="g1",
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             consumer_timeout_ms=8000)
+    later = sorted(int(m.value) for m in consumer)
+    consumer.close()
+    assert later == list(range(N, N + 8))
+    # and where a native consumer of the group would resume: (batch offset, skip)
+    import json
+    for p in range(4):
+        path = f"/consumers/g1/offsets/grp/{p}"
+        if zk_client.exists(path):
+            value = json.loads(zk_client.get(path)[0])
+            assert value["offset"] >= 0 and value["skip"] >= 0

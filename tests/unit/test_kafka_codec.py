@@ -172,10 +172,10 @@ def test_parse_api_versions_and_answer() -> None:
 
 
 def test_unsupported_versions_and_unknown_apis() -> None:
-    assert protocol.parse_request(struct.pack(">hhi", 12, 0, 5) + b"\xff\xff") == \
-        protocol.Unsupported(12, 0, 5)
-    answer = protocol.unsupported_response(12, 0, 5)  # Heartbeat v0: just an error code
-    assert answer is not None and struct.unpack_from(">iih", answer)[1:] == (5, 35)
+    assert protocol.parse_request(struct.pack(">hhi", 22, 0, 5) + b"\xff\xff") == \
+        protocol.Unsupported(22, 0, 5)
+    answer = protocol.unsupported_response(22, 0, 5)  # InitProducerId v0: throttle, error
+    assert answer is not None and struct.unpack_from(">iiih", answer)[1:] == (5, 0, 35)
     answer = protocol.unsupported_response(18, 77, 6)  # ApiVersions from the future: v0
     assert answer is not None and struct.unpack_from(">iih", answer)[1:] == (6, 35)
     assert protocol.unsupported_response(4242, 0, 7) is None  # no Kafka api: close
