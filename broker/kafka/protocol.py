@@ -107,6 +107,10 @@ class FrameDecoder:
                                      f"{_HEAD.size + 2} to {self.max_bytes} (max_request_bytes)")
         if len(buf) < 4 + size:
             return None
+        if len(buf) == 4 + size:  # the common case: the buffer holds this frame only
+            frame = bytes(memoryview(buf)[4:])
+            buf.clear()
+            return frame
         frame = bytes(buf[4:4 + size])
         del buf[:4 + size]
         return frame

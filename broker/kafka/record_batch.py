@@ -175,16 +175,25 @@ def _decode_records(view: memoryview, count: int, batch: KafkaBatch, at: int) ->
             stop = pos + length
             if length < 0 or stop > end:
                 raise CorruptBatchError("record length runs past its batch")
-            b = buf[pos + 1]  # pos: attributes (unused)
+            pos += 1  # attributes (unused)
+            b = buf[pos]
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (buf[pos + 1] << 7)
+                ts_delta = (raw >> 1) ^ -(raw & 1)
                 pos += 2
             else:
-                ts_delta, pos = read_varint(buf, pos + 1)
+                ts_delta, pos = read_varint(buf, pos)
             b = buf[pos]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (buf[pos + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                pos += 2
             else:
                 offset_delta, pos = read_varint(buf, pos)
             b = buf[pos]
