@@ -373,3 +373,39 @@ def test_librdkafka_group_shares_partitions_and_commits_are_honoured(
         if zk_client.exists(path):
             value = json.loads(zk_client.get(path)[0])
             assert value["offset"] >= 0 and value["skip"] >= 0
+
+
+def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "durable", 1)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20})
+    for i in range(40):
+        producer.produce("durable", value=str(i).encode(), partition=0)
+    assert producer.flush(30) == 0
+    consumer = rd_group_consumer(cluster.bootstrap, "keep", "durable")
+    first: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(first) < 15 and time.monotonic() < deadline:
+        msg = consumer.poll(0.3)
+        if msg is not None and msg.error() is None:
+            first.append(int(msg.value()))
+            if len(first) == 15:  # mid-batch: the position is inside a logferry batch
+                consumer.commit(message=msg, asynchronous=False)
+    consumer.close()
+    assert first == list(range(15))
+
+    broker = cluster.brokers[0]
+    before = broker.kafka_address()
+    broker.restart()
+    deadline = time.monotonic() + 30  # port 0: the restarted broker logs its new port
+    while broker.kafka_address() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    consumer = rd_group_consumer(broker.kafka_address(), "keep", "durable")
+    rest: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(rest) < 25 and time.monotonic() < deadline:
+        msg = consumer.poll(0.3)
+        if msg is not None and msg.error() is None:
+            rest.append(int(msg.value()))
+    consumer.close()
+    assert rest == list(range(15, 40))
