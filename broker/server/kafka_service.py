@@ -137,6 +137,9 @@ class KafkaService:
             Api.LIST_OFFSETS: self.list_offsets,
         }
         self.groups = groups
+        self.boundaries = Boundaries()
+        """Batch offsets recently served or appended: where Kafka consumers fetch next,
+        found without walking a segment's batch headers."""
         if groups is not None:
             self._handlers.update(groups.handlers())
 
@@ -322,7 +325,8 @@ class KafkaService:
                 data = b""
                 if error == ErrorCode.none and piece is not None and piece.count:
                     try:
-                        data = _to_kafka_records(piece, skip[i])
+                        data, served_end = _to_kafka_records(piece, skip[i])
+                        self.boundaries.add(part.topic, part.partition, served_end)
                     except LogferryError as exc:
                         error, data = kafka_error(exc), b""
             by_topic.setdefault(part.topic, []).append(make(
@@ -340,6 +344,8 @@ class KafkaService:
         plog = self.router.leader_log(topic, partition)
         if offset >= plog.visible_end or offset <= plog.start_offset:
             return offset  # the fetch service answers the end or the out-of-range error
+        if self.boundaries.known(topic, partition, offset):
+            return offset  # where a batch this listener served or appended ends
         start = plog.batch_start_at_or_before(offset)
         if start == offset:
             return offset
@@ -407,14 +413,35 @@ def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _to_kafka_records(piece: Any, skip_before: int) -> bytes:
-    """The record batches v2 for the logferry batches in a file slice."""
+def _to_kafka_records(piece: Any, skip_before: int) -> tuple[bytes, int]:
+    """The record batches v2 for the logferry batches in a file slice, and the offset
+    of the batch after the last one (where the client fetches next)."""
     raw = os.pread(piece.file.fileno(), piece.count, piece.position)
-    batches, _ = records.decode_batches(raw, piece.offset)
+    batches, used = records.decode_batches(raw, piece.offset)
     out = bytearray()
     for batch in batches:
         out += convert.to_kafka(batch, skip_before)
-    return bytes(out)
+    return bytes(out), piece.offset + used
+
+
+class Boundaries:
+    """Per partition, the last few hundred batch offsets a Kafka client will fetch at
+    next (ends of fetched ranges); anything else is looked up in the log."""
+
+    KEEP = 256
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int], dict[int, None]] = {}
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        seen = self._seen.setdefault((topic, partition), {})
+        seen[offset] = None
+        if len(seen) > self.KEEP:
+            del seen[next(iter(seen))]
+
+    def known(self, topic: str, partition: int, offset: int) -> bool:
+        seen = self._seen.get((topic, partition))
+        return seen is not None and offset in seen
 
 
 def _pad(items: list[Any], n: int) -> list[Any]:
