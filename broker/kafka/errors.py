@@ -24,6 +24,9 @@ _BY_CLASS: dict[type[errors.LogferryError], ErrorCode] = {
     errors.DiskFullError: ErrorCode.kafka_storage_error,
     errors.StorageError: ErrorCode.kafka_storage_error,
     errors.InvalidRequestError: ErrorCode.invalid_request,
+    errors.TopicAuthorizationFailedError: ErrorCode.topic_authorization_failed,
+    errors.GroupAuthorizationFailedError: ErrorCode.group_authorization_failed,
+    errors.ClusterAuthorizationFailedError: ErrorCode.cluster_authorization_failed,
 }
 _BY_CODE = {cls.code: kafka for cls, kafka in _BY_CLASS.items() if hasattr(cls, "code")}
 _BY_CODE[errors.DiskFullError.code] = ErrorCode.kafka_storage_error

@@ -27,6 +27,8 @@ from broker.common.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from broker.common.acl import Operation
+from broker.common.acl import topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination.registry import ClusterView
 from broker.kafka import convert
@@ -173,10 +175,21 @@ class KafkaService:
         topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
         part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
         topics = []
-        for name in (sorted(view.topics) if asked is None else asked):
+        principal, authorizer = channel.principal, self.admin.authorizer
+        if asked is None:  # every topic the principal may describe, as native Metadata
+            asked = [t for t in sorted(view.topics)
+                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+        for name in asked:
+            try:  # before existence: a refusal does not tell whether the topic exists
+                authorizer.check_topic(principal, Operation.DESCRIBE, name)
+            except LogferryError as exc:
+                topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
+                                   topic_id=uuid.UUID(int=0), partitions=()))
+                continue
             if name not in view.topics and allow and self.config.auto_create_topics:
                 try:
                     validate_topic_name(name)
+                    authorizer.check_topic(principal, Operation.CREATE, name)
                     await self.admin.create_in_zk(name, self.config.num_partitions,
                                                   exists_ok=True)
                 except LogferryError as exc:
@@ -372,6 +385,8 @@ class KafkaService:
             for part in topic.partitions:
                 ts = part.timestamp
                 try:
+                    self.admin.authorizer.check_topic(channel.principal, Operation.DESCRIBE,
+                                                      topic.name)
                     plog = self.router.leader_log(topic.name, part.partition_index)
                     if ts == LATEST:
                         found, at = plog.visible_end, -1
