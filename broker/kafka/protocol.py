@@ -40,6 +40,8 @@ class Api(IntEnum):
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -55,10 +57,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.LEAVE_GROUP: (0, 4),
     Api.SYNC_GROUP: (0, 5),
     Api.API_VERSIONS: (0, 3),
+    Api.CREATE_TOPICS: (0, 5),
+    Api.DELETE_TOPICS: (0, 5),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
-to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups)."""
+to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); DeleteTopics up to v5 (v6 by topic id)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")

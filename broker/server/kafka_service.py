@@ -137,6 +137,8 @@ class KafkaService:
             Api.PRODUCE: self.produce,
             Api.FETCH: self.fetch,
             Api.LIST_OFFSETS: self.list_offsets,
+            Api.CREATE_TOPICS: self.create_topics,
+            Api.DELETE_TOPICS: self.delete_topics,
         }
         self.groups = groups
         self.boundaries = Boundaries()
@@ -370,6 +372,67 @@ class KafkaService:
         if offset >= start + count:  # past its last record: the next batch
             return start + records.LENGTH_SIZE + length
         return start
+
+    # -- CreateTopics, DeleteTopics ------------------------------------------------------
+
+    async def create_topics(self, request: Request, channel: _Channel) -> Any:
+        """Create topics in ZooKeeper as the native create does (-1: the broker's
+        default partitions and replication factor). Manual replica assignments and
+        per-topic configs are refused (INVALID_REQUEST), not silently dropped."""
+        v = request.version
+        result_cls = response_schema(Api.CREATE_TOPICS, v, "CreatableTopicResult")
+        body = request.body
+        results = []
+        for topic in body.topics:
+            error, message = ErrorCode.none, None
+            try:
+                validate_topic_name(topic.name)
+                self.admin.authorizer.check_topic(channel.principal, Operation.CREATE,
+                                                  topic.name)
+                if topic.assignments or topic.configs:
+                    error = ErrorCode.invalid_request
+                    message = ("manual replica assignments and topic configs are not taken "
+                               "through Kafka's CreateTopics; use `logferry topic create`")
+                elif topic.name in self.view().topics:
+                    error, message = ErrorCode.topic_already_exists, "topic exists"
+                elif not getattr(body, "validate_only", False):
+                    await self.admin.create_in_zk(
+                        topic.name,
+                        topic.num_partitions if topic.num_partitions > 0
+                        else self.config.num_partitions,
+                        max(topic.replication_factor, 0))
+            except LogferryError as exc:
+                error, message = kafka_error(exc), str(exc)
+            assignment = self.view().topics.get(topic.name, {})
+            results.append(make(
+                result_cls, name=topic.name, error_code=error, error_message=message,
+                topic_config_error_code=0,
+                num_partitions=len(assignment) if assignment else -1,
+                replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
+                configs=None))
+        return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME,
+                    topics=tuple(results))
+
+    async def delete_topics(self, request: Request, channel: _Channel) -> Any:
+        """Delete topics in ZooKeeper (each broker drops its logs when it sees that)."""
+        v = request.version
+        result_cls = response_schema(Api.DELETE_TOPICS, v, "DeletableTopicResult")
+        loop = asyncio.get_running_loop()
+        results = []
+        for name in request.body.topic_names:
+            error, message = ErrorCode.none, None
+            try:
+                self.admin.authorizer.check_topic(channel.principal, Operation.DELETE, name)
+                registry = self.admin.registry()
+                if registry is None:
+                    raise UnknownTopicOrPartitionError("the broker is not registered yet")
+                await loop.run_in_executor(self.admin.admin_pool, registry.delete_topic, name)
+            except LogferryError as exc:
+                error, message = kafka_error(exc), str(exc)
+            results.append(make(result_cls, name=name, error_code=error,
+                                error_message=message))
+        return make(response_schema(Api.DELETE_TOPICS, v), throttle_time=_NO_TIME,
+                    responses=tuple(results))
 
     # -- ListOffsets -------------------------------------------------------------------
 

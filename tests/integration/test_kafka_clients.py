@@ -409,3 +409,27 @@ def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> Non
             rest.append(int(msg.value()))
     consumer.close()
     assert rest == list(range(15, 40))
+
+
+def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+    cluster = kafka_cluster(1)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.create_topics([NewTopic("made-by-kafka", num_partitions=3, replication_factor=1)])
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic("made-by-kafka", num_partitions=3,
+                                          replication_factor=1)])
+        native = Admin(brokers=cluster.native)
+        try:
+            assert len(native.describe_topic("made-by-kafka")) == 3
+        finally:
+            native.close()
+        admin.delete_topics(["made-by-kafka"])
+        deadline = time.monotonic() + 10
+        while "made-by-kafka" in admin.list_topics() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "made-by-kafka" not in admin.list_topics()
+    finally:
+        admin.close()
