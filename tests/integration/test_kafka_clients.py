@@ -433,3 +433,40 @@ def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) ->
         assert "made-by-kafka" not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(
+        kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
+    create_topic(cluster, "failover", 1, rf=3)
+    admin = Admin(brokers=cluster.native)
+    try:
+        leader = admin.describe_topic("failover")[0]
+    finally:
+        admin.close()
+    acked: list[int] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(int(msg.value()))
+        else:
+            failed.append(err)
+
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                           "linger.ms": 5, "message.timeout.ms": 60000,
+                           "retry.backoff.ms": 200})
+    for i in range(2000):
+        producer.produce("failover", value=str(i).encode(), partition=0,
+                         on_delivery=delivered)
+        if i == 1000:
+            producer.flush(30)
+            next(b for b in cluster.brokers if b.id == leader).kill()
+        producer.poll(0)
+    assert producer.flush(90) == 0
+    assert len(acked) > 1000
+    survivors = [b for b in cluster.brokers if b.id != leader]
+    bootstrap = ",".join(b.kafka_address() for b in survivors)
+    got = rd_consume(bootstrap, "failover", 1, len(set(acked)), timeout=60)
+    values = {int(m.value()) for m in got}
+    assert set(acked) <= values, f"lost {sorted(set(acked) - values)[:10]}"
