@@ -57,8 +57,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.LEAVE_GROUP: (0, 4),
     Api.SYNC_GROUP: (0, 5),
     Api.API_VERSIONS: (0, 3),
-    Api.CREATE_TOPICS: (0, 5),
-    Api.DELETE_TOPICS: (0, 5),
+    Api.CREATE_TOPICS: (2, 5),
+    Api.DELETE_TOPICS: (1, 5),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
@@ -140,7 +140,10 @@ def parse_request(frame: bytes) -> Request | Unsupported:
     bounds = SUPPORTED.get(key)
     if bounds is None or not bounds[0] <= version <= bounds[1]:
         return Unsupported(key, version, corr)
-    schema = load_request_schema(key, version)
+    try:
+        schema = load_request_schema(key, version)
+    except (UnknownAPIKey, UnknownEntity):  # a version Kafka itself no longer defines
+        return Unsupported(key, version, corr)
     try:
         header, used = entity_reader(schema.__header_schema__)(frame, 0)
         body, size = entity_reader(schema)(frame, used)

@@ -213,6 +213,14 @@ def test_fuzzed_frames_parse_or_fail_cleanly(api: int, version: int, junk: bytes
         pass
 
 
+def test_every_served_version_has_a_schema() -> None:
+    from kio.index import load_request_schema, load_response_schema
+    for api, (lo, hi) in protocol.SUPPORTED.items():
+        for version in range(lo, hi + 1):
+            load_request_schema(api, version)
+            load_response_schema(api, version)
+
+
 def test_kafka_listen_config() -> None:
     base = {"broker": {"id": 1, "log_dirs": ["/tmp/x"], "zk_connect": "127.0.0.1:2181"}}
     assert broker_config_from_dict(base).kafka_listen is None
