@@ -183,6 +183,9 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     listen = tables["kafka"].get("listen")
     kafka_listen = None if listen is None else _parse_listen(listen, broker.get("host",
                                                                                  "127.0.0.1"))
+    if kafka_listen is not None and auth is not None and auth.required:
+        validator.fail("kafka.listen", "the Kafka listener has no SASL yet, so it cannot "
+                       "require authentication: remove [kafka] or set auth.required = false")
     return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
                         log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
                         authorizer=authorizer_from_table(validator, tables["authorizer"]),
@@ -200,6 +203,11 @@ def config_warnings(config: BrokerConfig) -> list[str]:
     Pure, so a test can check that the shipped example configs draw none.
     """
     warnings = []
+    if config.kafka_listen is not None and config.tls is not None:
+        warnings.append(
+            f"[kafka] listen {config.kafka_listen[0]}:{config.kafka_listen[1]} is plaintext "
+            "while [tls] protects the native port: Kafka clients' data crosses the network "
+            "in clear (docs/kafka.md)")
     if config.acks_all_timeout_ms <= config.replica_lag_time_max_ms:
         warnings.append(
             f"acks_all_timeout_ms ({config.acks_all_timeout_ms}) is not longer than "

@@ -230,3 +230,6 @@ def test_kafka_listen_config() -> None:
         ("0.0.0.0", 0)
     with pytest.raises(Exception, match="listen"):
         broker_config_from_dict({**base, "kafka": {"listen": "nope"}})
+    with pytest.raises(Exception, match="no SASL"):
+        broker_config_from_dict({**base, "kafka": {"listen": 0},
+                                 "auth": {"required": True, "allow_plaintext": True}})
