@@ -209,8 +209,13 @@ def test_list_offsets_by_time_and_resume_mid_batch(kafka_cluster: Any) -> None:
     consumer = RdConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused",
                            "enable.auto.commit": False})
     try:
-        found = consumer.offsets_for_times([TopicPartition("timed", 0, base + 455)], 10)
-        offset = found[0].offset
+        deadline = time.monotonic() + 20
+        offset = -1
+        while offset < 0 and time.monotonic() < deadline:  # visible once flushed
+            found = consumer.offsets_for_times([TopicPartition("timed", 0, base + 455)], 10)
+            offset = found[0].offset
+            if offset < 0:
+                time.sleep(0.05)
         assert offset >= 0
         low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), 10)
         assert low == 0 and high > offset
