@@ -140,7 +140,8 @@ class Broker:
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
         self.kafka_groups = KafkaGroupService(self.config.broker_id, lambda: self.view,
-                                              self.logs, lambda: self._zk, self._admin_pool)
+                                              self.logs, lambda: self._zk, self._admin_pool,
+                                              admin.authorizer)
         self.kafka = KafkaService(self.config, router, produce, self.fetch, admin,
                                   lambda: self.view, self.count_request, self.kafka_groups)
 

@@ -21,12 +21,16 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from broker.common.acl import Operation
+from broker.common.acl import group as group_resource
+from broker.common.errors import AuthorizationError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
+from broker.kafka.errors import kafka_error
 from broker.kafka.protocol import Api, Request, make, response_schema
 from broker.server.kafka_groups import GroupCoordinator, coordinator_for
 from broker.storage.log_manager import LogManager
@@ -44,8 +48,12 @@ class KafkaGroupService:
     """Answers the group apis; the coordinator of a group is chosen by its id."""
 
     def __init__(self, broker_id: int, view: Callable[[], ClusterView], logs: LogManager,
-                 zk_client: Callable[[], Any], pool: Any):
+                 zk_client: Callable[[], Any], pool: Any, authorizer: Any = None):
         self.broker_id = broker_id
+        self.authorizer = authorizer
+        """The broker's authorizer (None: allow all): ``consume`` on the group for
+        membership and commits (and on each committed topic), ``describe`` on it for
+        OffsetFetch, as for native groups (docs/security.md)."""
         self.view = view
         self.logs = logs
         self.zk_client = zk_client
@@ -69,6 +77,19 @@ class KafkaGroupService:
         while True:
             await asyncio.sleep(0.5)
             self.coordinator.expire(time.monotonic())
+
+    def _denied(self, channel: Any, operation: Operation, group: str,
+                topics: Sequence[str] = ()) -> ErrorCode | None:
+        """The Kafka error code when the principal may not do this, else None."""
+        if self.authorizer is None:
+            return None
+        try:
+            self.authorizer.check(channel.principal, operation, group_resource(group))
+            for topic in topics:
+                self.authorizer.check_topic(channel.principal, operation, topic)
+        except AuthorizationError as exc:
+            return kafka_error(exc)
+        return None
 
     def _coordinator_id(self, group: str) -> int:
         view = self.view()
@@ -121,6 +142,9 @@ class KafkaGroupService:
 
         if self._not_coordinator(body.group_id):
             return answer(ErrorCode.not_coordinator, member_id=body.member_id)
+        denied = self._denied(channel, Operation.CONSUME, body.group_id)
+        if denied is not None:
+            return answer(denied, member_id=body.member_id)
         native = await self._zk(lambda: self.zk_client().get_children(
             f"{zk.CONSUMERS}/{body.group_id}/ids") if self.zk_client().exists(
             f"{zk.CONSUMERS}/{body.group_id}/ids") else [])
@@ -139,8 +163,11 @@ class KafkaGroupService:
     async def sync_group(self, request: Request, channel: Any) -> Any:
         body = request.body
         schema = response_schema(Api.SYNC_GROUP, request.version)
+        denied = self._denied(channel, Operation.CONSUME, body.group_id)
         if self._not_coordinator(body.group_id):
             error, assignment = ErrorCode.not_coordinator, b""
+        elif denied is not None:
+            error, assignment = denied, b""
         else:
             error, assignment = await self.coordinator.sync(
                 body.group_id, body.generation_id, body.member_id,
@@ -153,6 +180,7 @@ class KafkaGroupService:
     async def heartbeat(self, request: Request, channel: Any) -> Any:
         body = request.body
         error = (ErrorCode.not_coordinator if self._not_coordinator(body.group_id) else
+                 self._denied(channel, Operation.CONSUME, body.group_id) or
                  self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id))
         return make(response_schema(Api.HEARTBEAT, request.version), throttle_time=_NO_TIME,
                     error_code=error)
@@ -164,8 +192,11 @@ class KafkaGroupService:
         member_cls = response_schema(Api.LEAVE_GROUP, v, "MemberResponse") if v >= 3 else None
         results = []
         top = ErrorCode.none
+        denied = self._denied(channel, Operation.CONSUME, body.group_id)
         if self._not_coordinator(body.group_id):
             top = ErrorCode.not_coordinator
+        elif denied is not None:
+            top = denied
         else:
             for member_id in ids:
                 results.append((member_id, self.coordinator.leave(body.group_id, member_id)))
@@ -188,7 +219,10 @@ class KafkaGroupService:
         if self._not_coordinator(body.group_id):
             error: ErrorCode | None = ErrorCode.not_coordinator
         else:
-            error = self.coordinator.check_commit(body.group_id, generation, body.member_id)
+            error = (self._denied(channel, Operation.CONSUME, body.group_id,
+                                  [t.name for t in body.topics])
+                     or self.coordinator.check_commit(body.group_id, generation,
+                                                      body.member_id))
         writes: list[tuple[str, bytes]] = []
         now = int(time.time() * 1000)
         if error is None:
@@ -239,9 +273,10 @@ class KafkaGroupService:
             wanted = {t: sorted(view.topics.get(t, {})) for t in view.topics}
         else:
             wanted = {t.name: list(t.partition_indexes) for t in body.topics}
-        if self._not_coordinator(body.group_id):
+        denied = self._denied(channel, Operation.DESCRIBE, body.group_id)
+        if self._not_coordinator(body.group_id) or denied is not None:
             return make(response_schema(Api.OFFSET_FETCH, v), throttle_time=_NO_TIME,
-                        error_code=ErrorCode.not_coordinator, topics=())
+                        error_code=denied or ErrorCode.not_coordinator, topics=())
         positions = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
         topics = []
         for topic, parts in wanted.items():
