@@ -24,6 +24,8 @@ _BY_CLASS: dict[type[errors.LogferryError], ErrorCode] = {
     errors.DiskFullError: ErrorCode.kafka_storage_error,
     errors.StorageError: ErrorCode.kafka_storage_error,
     errors.InvalidRequestError: ErrorCode.invalid_request,
+    errors.InvalidTopicConfigError: ErrorCode.invalid_config,
+    errors.InvalidPartitionsError: ErrorCode.invalid_partitions,
     errors.TopicAuthorizationFailedError: ErrorCode.topic_authorization_failed,
     errors.GroupAuthorizationFailedError: ErrorCode.group_authorization_failed,
     errors.ClusterAuthorizationFailedError: ErrorCode.cluster_authorization_failed,
