@@ -432,7 +432,9 @@ def decode_batches(
                 deltas,
                 codec,
                 view[pos:stop] if keep_raw else None,
-                *producer,
+                producer[0],
+                producer[1],
+                producer[2],
                 headers,
             )
         )
