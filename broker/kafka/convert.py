@@ -63,8 +63,11 @@ def to_logferry(batch: KafkaBatch) -> bytes | None:
     if batch.attributes & TIMESTAMP_LOG_APPEND:
         timestamps = int(time.time() * 1000)
     codec = STORED_CODEC[batch.compression]
+    producer = None
+    if batch.producer_id >= 0:  # an idempotent producer's: magic 2, deduplicated by the leader
+        producer = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
     if not any(batch.headers):
-        return records.encode_batch(values, keys, timestamps, codec)
+        return records.encode_batch(values, keys, timestamps, codec, producer)
     headers = [[list(h) for h in hs] if hs else None for hs in batch.headers]
     if isinstance(timestamps, int):
         base, deltas = timestamps, None
@@ -74,10 +77,16 @@ def to_logferry(batch: KafkaBatch) -> bytes | None:
     payload = _pack([keys, values, deltas, headers])
     if codec != CODEC_NONE:
         payload = compress(codec, payload)
-    buf = bytearray(records.HEADER_SIZE + len(payload))
-    buf[records.HEADER_SIZE:] = payload
-    records.BATCH_HEADER.pack_into(buf, 0, len(buf) - records.LENGTH_SIZE, records.MAGIC,
-                                   0, codec, len(values), base)
+    size = records.HEADER_SIZE if producer is None else records.HEADER_SIZE_V2
+    buf = bytearray(size + len(payload))
+    buf[size:] = payload
+    if producer is None:
+        records.BATCH_HEADER.pack_into(buf, 0, len(buf) - records.LENGTH_SIZE, records.MAGIC,
+                                       0, codec, len(values), base)
+    else:
+        records.BATCH_HEADER_V2.pack_into(buf, 0, len(buf) - records.LENGTH_SIZE,
+                                          records.MAGIC_V2, 0, codec, len(values), base,
+                                          *producer)
     struct.pack_into(">I", buf, 5, zlib.crc32(memoryview(buf)[records.CRC_START:]))
     return bytes(buf)
 

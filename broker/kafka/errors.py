@@ -25,6 +25,8 @@ _BY_CLASS: dict[type[errors.LogferryError], ErrorCode] = {
     errors.StorageError: ErrorCode.kafka_storage_error,
     errors.InvalidRequestError: ErrorCode.invalid_request,
     errors.InvalidTopicConfigError: ErrorCode.invalid_config,
+    errors.OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
+    errors.ProducerFencedError: ErrorCode.invalid_producer_epoch,
     errors.InvalidPartitionsError: ErrorCode.invalid_partitions,
     errors.TopicAuthorizationFailedError: ErrorCode.topic_authorization_failed,
     errors.GroupAuthorizationFailedError: ErrorCode.group_authorization_failed,

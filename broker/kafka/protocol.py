@@ -42,6 +42,7 @@ class Api(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -59,6 +60,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
+    Api.INIT_PRODUCER_ID: (0, 4),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up

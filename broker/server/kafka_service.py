@@ -53,6 +53,7 @@ from broker.server.routing import PartitionRouter
 from broker.wire import records
 from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest
 from broker.wire.produce import MessageSet, ProduceRequest
+from broker.wire.producer_id import InitProducerIdRequest
 
 log = logging.getLogger("logferry.kafka")
 
@@ -139,6 +140,7 @@ class KafkaService:
             Api.LIST_OFFSETS: self.list_offsets,
             Api.CREATE_TOPICS: self.create_topics,
             Api.DELETE_TOPICS: self.delete_topics,
+            Api.INIT_PRODUCER_ID: self.init_producer_id,
         }
         self.groups = groups
         self.boundaries = Boundaries()
@@ -372,6 +374,31 @@ class KafkaService:
         if offset >= start + count:  # past its last record: the next batch
             return start + records.LENGTH_SIZE + length
         return start
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request, channel: _Channel) -> Any:
+        """An idempotent producer's id, from the same ZooKeeper id blocks as native
+        producers'; its batches are stored as magic 2 batches, so the leader drops
+        retried ones and refuses sequence gaps as for native idempotent producers.
+        Transactional producers are refused (no transactions here)."""
+        schema = response_schema(Api.INIT_PRODUCER_ID, request.version)
+        if request.body.transactional_id is not None:
+            return make(schema, throttle_time=_NO_TIME,
+                        error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
+        responder = CapturingResponder(channel, "kafka_init_producer_id", self.count)
+        try:
+            await self.admin.init_producer_id(InitProducerIdRequest(), responder)
+        except LogferryError as exc:
+            responder.fail(exc)
+        outcome = await responder.future
+        if outcome.error is not None:
+            return make(schema, throttle_time=_NO_TIME, error_code=kafka_error(outcome.error),
+                        producer_id=-1, producer_epoch=-1)
+        return make(schema, throttle_time=_NO_TIME, error_code=ErrorCode.none,
+                    producer_id=outcome.fields["producer_id"],
+                    producer_epoch=outcome.fields["epoch"])
 
     # -- CreateTopics, DeleteTopics ------------------------------------------------------
 

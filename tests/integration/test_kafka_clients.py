@@ -475,3 +475,28 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(
     got = rd_consume(bootstrap, "failover", 1, len(set(acked)), timeout=60)
     values = {int(m.value()) for m in got}
     assert set(acked) <= values, f"lost {sorted(set(acked) - values)[:10]}"
+
+
+def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_cluster: Any) -> None:
+    cluster = kafka_cluster(1)
+    create_topic(cluster, "idem", 1)
+    rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                     "linger.ms": 5})
+    for i in range(N):
+        rd.produce("idem", value=f"rd-{i}".encode(), partition=0)
+    assert rd.flush(30) == 0
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap)  # idempotence on by default
+    for i in range(N):
+        kp.send("idem", value=f"kp-{i}".encode(), partition=0)
+    kp.flush(30)
+    kp.close()
+    reader = SimpleConsumer(brokers=cluster.native)
+    try:
+        got = list(reader.messages("idem", 0, follow=True, limit=2 * N, timeout=10))
+        batches = consumer_batches(cluster, "idem")
+    finally:
+        reader.close()
+    assert [m.value for m in got] == ([f"rd-{i}".encode() for i in range(N)]
+                                      + [f"kp-{i}".encode() for i in range(N)])
+    assert all(b.producer_id >= 0 for b in batches)
+    assert len({b.producer_id for b in batches}) == 2
