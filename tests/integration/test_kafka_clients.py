@@ -274,9 +274,9 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
     create_topic(cluster, "safe", 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
-    # InitProducerId (22) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
+    # EndTxn (26) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
     with socket.create_connection(addr, timeout=5) as sock:
-        sock.sendall(_frame(22, 0, 7, struct.pack(">hi", -1, 1000)))
+        sock.sendall(_frame(26, 0, 7, struct.pack(">h", 1) + b"t" + struct.pack(">qh?", 1, 0, True)))
         answer = _read_frame(sock)
         assert struct.unpack_from(">iih", answer) == (7, 0, 35)
         # ApiVersions at a version from the future: v0 answer with error 35, then retry

@@ -172,9 +172,9 @@ def test_parse_api_versions_and_answer() -> None:
 
 
 def test_unsupported_versions_and_unknown_apis() -> None:
-    assert protocol.parse_request(struct.pack(">hhi", 22, 0, 5) + b"\xff\xff") == \
-        protocol.Unsupported(22, 0, 5)
-    answer = protocol.unsupported_response(22, 0, 5)  # InitProducerId v0: throttle, error
+    assert protocol.parse_request(struct.pack(">hhi", 26, 0, 5) + b"\xff\xff") == \
+        protocol.Unsupported(26, 0, 5)
+    answer = protocol.unsupported_response(26, 0, 5)  # EndTxn v0: throttle, error
     assert answer is not None and struct.unpack_from(">iiih", answer)[1:] == (5, 0, 35)
     answer = protocol.unsupported_response(18, 77, 6)  # ApiVersions from the future: v0
     assert answer is not None and struct.unpack_from(">iih", answer)[1:] == (6, 35)
@@ -233,3 +233,17 @@ def test_kafka_listen_config() -> None:
     with pytest.raises(Exception, match="no SASL"):
         broker_config_from_dict({**base, "kafka": {"listen": 0},
                                  "auth": {"required": True, "allow_plaintext": True}})
+
+
+@pytest.mark.parametrize("headers", [None, [[(b"h", b"v")], []]])
+def test_idempotent_batches_keep_producer_id_epoch_and_sequence(headers) -> None:  # type: ignore[no-untyped-def]
+    raw = bytearray(encode_record_batch(0, 1, 10, None, None, [b"a", b"b"], headers))
+    struct.pack_into(">qhi", raw, 43, 77, 3, 1000)  # producer_id, producer_epoch, base_sequence
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
+    (batch,) = decode_record_batches(bytes(raw))
+    stored = convert.to_logferry(batch)
+    assert stored is not None
+    (lf,), _ = records.decode_batches(stored, 0)
+    assert (lf.producer_id, lf.producer_epoch, lf.base_sequence) == (77, 3, 1000)
+    assert lf.values == [b"a", b"b"]
+    assert lf.headers == (None if headers is None else [[[b"h", b"v"]], None])
