@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from broker.common.errors import ListenError, LogferryError, StorageError, ZooKeeperError
+from broker.common.errors import ConfigError, ListenError, LogferryError, StorageError, ZooKeeperError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.common.tls import client_tls, server_context
 from broker.coordination import zk
@@ -45,9 +45,6 @@ from broker.server.connection import (
 from broker.server.dispatch import Dispatcher
 from broker.server.fetch import FetchService
 from broker.server.flusher import Flusher, run_retention
-from broker.server.kafka_connection import KafkaConnection
-from broker.server.kafka_group_service import KafkaGroupService
-from broker.server.kafka_service import KafkaService
 from broker.server.gc_pause import freeze_startup_objects
 from broker.server.produce import ProduceService
 from broker.server.request_budget import RequestBudget
@@ -59,6 +56,22 @@ from broker.storage.partition_log import PartitionLog
 log = logging.getLogger("logferry.broker")
 
 
+
+def kafka_modules() -> Any:
+    """The Kafka listener's modules, imported only when a broker has ``[kafka]``: their
+    libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts that do not
+    speak Kafka (an agent's web server) need not install."""
+    try:
+        from broker.server import kafka_connection, kafka_group_service, kafka_service
+    except ImportError as exc:
+        raise ConfigError(f"[kafka] needs the Kafka protocol libraries ({exc.name} is not "
+                          "installed): pip install 'logferry[kafka]'") from None
+    import types
+
+    return types.SimpleNamespace(KafkaConnection=kafka_connection.KafkaConnection,
+                                 KafkaGroupService=kafka_group_service.KafkaGroupService,
+                                 KafkaService=kafka_service.KafkaService)
+
 class Broker:
     """One broker: accepts connections, hosts the partitions ZooKeeper assigns to it."""
 
@@ -67,7 +80,8 @@ class Broker:
         self.logs = LogManager(list(config.log_dirs), config.log)
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
-        self.kafka_connections: set[KafkaConnection] = set()
+        self.kafka_connections: set[Any] = set()
+        """The Kafka listener's connections (:class:`~broker.server.kafka_connection.KafkaConnection`)."""
         self._kafka_server: asyncio.AbstractServer | None = None
         self.kafka_address: tuple[str, int] | None = None
         """Where the Kafka-protocol listener listens (its port once bound), or None."""
@@ -139,11 +153,16 @@ class Broker:
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
-        self.kafka_groups = KafkaGroupService(self.config.broker_id, lambda: self.view,
-                                              self.logs, lambda: self._zk, self._admin_pool,
-                                              admin.authorizer)
-        self.kafka = KafkaService(self.config, router, produce, self.fetch, admin,
-                                  lambda: self.view, self.count_request, self.kafka_groups)
+        self.kafka_groups: Any = None
+        self.kafka: Any = None
+        if self.config.kafka_listen is not None:  # its libraries are the `kafka` extra
+            kafka = kafka_modules()
+            self.kafka_groups = kafka.KafkaGroupService(
+                self.config.broker_id, lambda: self.view, self.logs, lambda: self._zk,
+                self._admin_pool, admin.authorizer)
+            self.kafka = kafka.KafkaService(self.config, router, produce, self.fetch, admin,
+                                            lambda: self.view, self.count_request,
+                                            self.kafka_groups)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -176,8 +195,8 @@ class Broker:
         if self.config.kafka_listen is not None:
             host, port = self.config.kafka_listen
             self._kafka_server = await transport.start_server(
-                lambda: KafkaConnection(self.kafka, self.config.max_request_bytes,
-                                        self.kafka_connections),
+                lambda: kafka_modules().KafkaConnection(self.kafka, self.config.max_request_bytes,
+                                                        self.kafka_connections),
                 host, port, backlog=ACCEPT_BURST, start_serving=False)
             self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
         if self.config.metrics_port:

@@ -34,7 +34,8 @@ machine that runs any part of logferry downloads it. (scramp: SASL SCRAM on ever
 client and broker; pure Python, with asn1crypto.)"""
 BASE_TRANSITIVE = ("asn1crypto",)
 """Import names the base requirements themselves need."""
-OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography"}
+OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography", "kio", "crc32c",
+            "cramjam"}
 STEP_TIMEOUT = 240
 
 
