@@ -19,6 +19,7 @@ from broker.common.errors import (
     FrameTooLargeError,
     InvalidOffsetError,
     InvalidRequestError,
+    InvalidTopicConfigError,
     InvalidTopicError,
     OffsetOutOfRangeError,
     ProtocolError,
@@ -264,7 +265,9 @@ def test_bad_replication_requests(busy_cluster):
     client.send(_frame({**create, "id": 4, "replication_factor": 3}))
     assert "needs 3 live brokers, only 1" in _answered(client, InvalidRequestError, corr=4)["msg"]
     client.send(_frame({**create, "id": 5, "replication_factor": 1, "min_insync_replicas": 2}))
-    assert "min_insync_replicas" in _answered(client, InvalidRequestError, corr=5)["msg"]
+    # a per-topic setting out of range: InvalidTopicConfigError, an InvalidRequestError
+    # that names the key
+    assert "min_insync_replicas" in _answered(client, InvalidTopicConfigError, corr=5)["msg"]
     client.send(_frame({**create, "id": 6, "replication_factor": "three"}))
     _answered(client, InvalidRequestError, corr=6)
     # acks=-1 (all) on a topic with one replica: the leader alone is the ISR.
