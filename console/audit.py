@@ -7,15 +7,24 @@ publishes its own records, such as the mirror, appears as another column) writes
 host, topic and window add up, docs/agent.md); :class:`AuditReader` feeds it from a
 cluster's audit topic, reading only what is new at each poll.
 
-Completeness of a stage is its count over the first stage's ``acked`` (the agent's:
-what the brokers acknowledged), shown as a percentage; over 100% means duplicates.
+Completeness of a stage is its count over the ``acked`` of the tier before it in pipeline
+order (agent -> mirror -> landed, :data:`broker.client.STAGE_ORDER`; the agent's own is
+acked / sent), shown as a percentage; over 100% means duplicates that tier made.
+
+:func:`pipeline_rows` joins the clusters: each stage is read from the first cluster (in
+the console's order, live first) whose audit topic holds records of it, so the agents'
+records come from the live cluster where they were published, not from the mirror's
+copies on the analysis cluster (which a mirror copying twice doubles too), and the
+mirror's from the analysis cluster, where it publishes them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.client import AGENT_STAGE, AuditRecord, LogferryError, SimpleConsumer, messages_of
+from broker.client import (
+    AGENT_STAGE, AuditRecord, LogferryError, SimpleConsumer, messages_of, stage_rank,
+)
 
 MAX_WINDOWS = 48
 """Windows kept per topic (the newest)."""
@@ -50,20 +59,61 @@ class AuditTally:
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per (topic, window), newest window first: counts per stage and each
-        later stage's completeness against the agent's acknowledged count."""
+        stage's completeness against the tier before it (:func:`tier_completeness`)."""
         out = []
         for (topic, start), w in sorted(self.windows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-            stages = {name: dict(counts) for name, counts in sorted(w["stages"].items())}
-            base = stages.get(AGENT_STAGE, {}).get("acked") or 0
-            for name, counts in stages.items():
-                if name == AGENT_STAGE:
-                    counts["complete_pct"] = round(100.0 * counts["acked"] / counts["sent"], 2) \
-                        if counts["sent"] else None
-                else:
-                    counts["complete_pct"] = round(100.0 * counts["acked"] / base, 2) if base else None
+            stages = tier_completeness({name: dict(counts) for name, counts in w["stages"].items()})
             out.append({"topic": topic, "window_start": start, "window_end": w["window_end"],
                         "hosts": len(w["hosts"]), "stages": stages})
         return out
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 2) if whole else None
+
+
+def tier_completeness(stages: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Order ``{stage: {"sent", "acked", ...}}`` by tier and add ``complete_pct``: the
+    agent's acked / sent, every later stage's acked over the previous present tier's acked
+    (None when that is 0), with ``of`` naming that tier."""
+    out: dict[str, dict[str, Any]] = {}
+    previous: str | None = None
+    for name in sorted(stages, key=stage_rank):
+        counts = stages[name]
+        if name == AGENT_STAGE or previous is None:
+            counts["complete_pct"] = _pct(counts["acked"], counts["sent"])
+        else:
+            counts["complete_pct"] = _pct(counts["acked"], out[previous]["acked"])
+            counts["of"] = previous
+        out[name] = counts
+        previous = name
+    return out
+
+
+def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+    """The pipeline across clusters: per (topic, window), each stage's counts from the first
+    cluster of ``views`` (``(cluster name, audit view)``, live first) that has records of
+    that stage, with completeness between consecutive tiers; ``cluster`` names the source."""
+    home: dict[str, str] = {}
+    for name, view in views:
+        for row in (view or {}).get("rows", []):
+            for stage in row["stages"]:
+                home.setdefault(stage, name)
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for name, view in views:
+        for row in (view or {}).get("rows", []):
+            key = (row["topic"], row["window_start"])
+            target = merged.setdefault(key, {"topic": row["topic"], "window_start": row["window_start"],
+                                             "window_end": row["window_end"], "stages": {}})
+            for stage, counts in row["stages"].items():
+                if home[stage] == name:
+                    target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"],
+                                               "cluster": name}
+    rows = []
+    for (topic, start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        row["stages"] = tier_completeness(row["stages"])
+        rows.append(row)
+    return rows
 
 
 class AuditReader:
@@ -106,4 +156,4 @@ def read_audit(reader: AuditReader, consumer: SimpleConsumer, partitions: list[i
     return reader.view()
 
 
-__all__ = ["AuditReader", "AuditTally", "read_audit"]
+__all__ = ["AuditReader", "AuditTally", "pipeline_rows", "read_audit", "tier_completeness"]

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from broker.client import LogferryError
 from broker.common.metrics import Metrics
+from console.audit import pipeline_rows
 from console.collector import ClusterPoller
 from console.config import ConsoleConfig
 from console.messages import browse, parse_start, tail
@@ -53,9 +54,11 @@ def _dumps(obj: Any) -> str:
 def snapshot(app: web.Application) -> dict[str, Any]:
     """The latest reading of every cluster, in config order."""
     state = app[STATE]
+    clusters = [p.last for p in app[POLLERS].values()]
     return {"time_ms": state["time_ms"], "seq": state["seq"], "poll_ms": state["poll_ms"],
             "interval_s": app[CONFIG].interval_s,
-            "clusters": [p.last for p in app[POLLERS].values()]}
+            "clusters": clusters,
+            "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c])}
 
 
 async def _poll_loop(app: web.Application) -> None:

@@ -15,6 +15,13 @@ expected; more than 100% means copies the tier did not count (a mirror's) arrive
 mirror copies the audit topic with the data, so its duplicates can move the expectation
 either way (docs/operations.md, "Duplicates").
 
+Every stage found on the audit topic is also summed (:func:`stage_counts`), so the report
+shows the chain of tiers per topic and hour (:meth:`AuditReport.chain`): agent -> mirror
+(the mirror's own counts, ``mirror/audit.py``) -> landed, each tier's completeness
+against the tier before it with the same formula. Landed against the mirror is the exact
+step (the mirror counts what it wrote to this cluster); duplicates a mirror made show as
+its tier above 100% of the agents'.
+
 An audit topic that does not exist yet (no agent has published an audit record, as on a
 new cluster) is not an error: there is nothing to audit, the report says so
 (:attr:`AuditReport.missing_topic`) and the run's exit code is unaffected. Any other
@@ -38,7 +45,7 @@ from typing import Any, Iterable, Mapping
 
 import msgpack
 
-from broker.client import AuditRecord, WindowCounts
+from broker.client import LANDED_STAGE, AuditRecord, WindowCounts, stage_rank
 from broker.common.errors import UnknownTopicOrPartitionError
 from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
 
@@ -100,13 +107,34 @@ class AuditReport:
     threshold: float | None = None
     missing_topic: str | None = None
     """The audit topic, when it does not exist yet: nothing to audit (not an error)."""
+    tiers: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
+    """Every stage's summed count per (topic, hour) (:func:`stage_counts`)."""
+
+    def chain(self, hour: HourAudit) -> list[tuple[str, int | None, float | None]]:
+        """``[(stage, count, completeness against the tier before)]`` in pipeline order,
+        ending with ``landed`` (rows, copies included); the first tier has no completeness."""
+        out: list[tuple[str, int | None, float | None]] = []
+        previous: int | None = None
+        key = (hour.topic, hour.hour)
+        for stage in sorted(self.tiers, key=stage_rank):
+            count = self.tiers[stage].get(key)
+            out.append((stage, count, None if not out or count is None
+                        else WindowCounts(previous, count).completeness))
+            if count is not None:
+                previous = count
+        arrived = hour.counts.arrived
+        out.append((LANDED_STAGE, arrived,
+                    WindowCounts(previous, arrived).completeness if out else None))
+        return out
 
     def to_json(self) -> bytes:
         """The report as JSON (the loader keeps it under ``_logferry/audit/``)."""
         data = {"format": "logferry-audit/1", "records": self.records,
                 "skipped": self.skipped, "threshold": self.threshold,
                 "missing_topic": self.missing_topic,
-                "hours": [h.to_json() for h in self.hours]}
+                "hours": [{**h.to_json(), "tiers": [
+                    {"stage": st, "count": n, "completeness": c} for st, n, c in self.chain(h)]}
+                    for h in self.hours]}
         return (json.dumps(data, indent=1) + "\n").encode()
 
     def failing(self, threshold: float | None = None) -> list[HourAudit]:
@@ -151,6 +179,21 @@ def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str
         expected[key] = expected.get(key, 0) + (record.sent if count == "sent" else record.acked)
         used += 1
     return expected, used, skipped
+
+
+def stage_counts(records: Iterable[Mapping[str, Any]], count: str, tz: dt.tzinfo
+                 ) -> dict[str, dict[tuple[str, str], int]]:
+    """Every stage's records summed per (topic, hour of window start): ``{stage: counts}``."""
+    out: dict[str, dict[tuple[str, str], int]] = {}
+    for r in records:
+        try:
+            record = AuditRecord.from_map(r)
+        except ValueError:
+            continue
+        counts = out.setdefault(record.stage, {})
+        key = (record.topic, hour_key(record.window_start, tz))
+        counts[key] = counts.get(key, 0) + (record.sent if count == "sent" else record.acked)
+    return out
 
 
 def compare(expected: Mapping[tuple[str, str], int], landed: Mapping[tuple[str, str], int],
@@ -273,6 +316,7 @@ def audit_after_load(config: Any, store: Any, started: float,
                      started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete,
                      duplicates, a.stage)
     report.records, report.skipped = used, skipped + bad
+    report.tiers = stage_counts(records, a.count, tz)
     report.missing_topic = a.topic if found is None else None
     return report
 

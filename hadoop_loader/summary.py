@@ -100,3 +100,10 @@ def print_audit(report: AuditReport, out: TextIO) -> None:
         print(f"  {h.tier:<6} {h.topic:<24} {h.hour:<14} {expected:>12} {h.landed:>12,} "
               f"{h.duplicates:>10,} {missing:>9} {pct:>9}{mark}", file=out)
     print("  (* = hour still settling, not judged)", file=out)
+    if len(report.tiers) > 1:  # a mirror's tier beside the agents'
+        print("  tiers (each against the one before it; over 100% = copies that tier made):", file=out)
+        for h in report.hours:
+            chain = "  ->  ".join(
+                f"{stage} {'-' if n is None else f'{n:,}'}" + ("" if c is None else f" ({c:.2%})")
+                for stage, n, c in report.chain(h))
+            print(f"  {h.topic:<24} {h.hour:<14} {chain}", file=out)

@@ -90,6 +90,10 @@ class MirrorConfig:
     ``none`` (the default) copies every batch byte for byte: the agent's batches arrive
     zstd-compressed already, and both clusters then hold identical logs. Compressed
     batches are always copied as they are (docs/benchmarks.md, "Compression")."""
+    audit_topic: str = "_audit"
+    """The target's audit topic the mirror publishes its own counts to ("": no audit)."""
+    audit_window_s: float = 60.0
+    """Window of the mirror's audit records (the agents' ``[audit] window_s``)."""
     metrics_port: int = 0
     """Prometheus text on this port (0: none)."""
     metrics_host: str = "127.0.0.1"
@@ -140,7 +144,7 @@ SECTIONS = {
         commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
         shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
-        request_timeout_s=POSITIVE_NUMBER),
+        request_timeout_s=POSITIVE_NUMBER, audit_topic=STRING, audit_window_s=POSITIVE_NUMBER),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING),
 }
 """Every table and key of the mirror's config (docs/mirror.md lists the defaults)."""
@@ -236,6 +240,8 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
         shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
         mode=mode, request_timeout_s=float(m.get("request_timeout_s", 30.0)),
+        audit_topic=m.get("audit_topic", "_audit"),
+        audit_window_s=float(m.get("audit_window_s", 60.0)),
         source_tls=tls_section(v, tables["source"], where="source"),
         target_tls=tls_section(v, tables["target"], where="target"),
         source_sasl=sasl_section(v, tables["source"], where="source"),

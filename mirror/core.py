@@ -36,6 +36,7 @@ from broker.client import (
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
 from broker.common.retry import Retry
+from mirror.audit import MirrorAudit
 from mirror.commit_tracker import CommitTracker
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
@@ -68,6 +69,7 @@ class Mirror:
         self._outcomes: deque[tuple[int, LogferryError | None]] = deque()
         """(tracker id, error or None) from the producer's threads, drained by the loop."""
         self._wake = threading.Event()
+        self._audit: MirrorAudit | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -108,6 +110,10 @@ class Mirror:
                 raise
             raise MirrorError(f"cannot start the mirror: {exc}") from exc
         self.metrics.consumer_metrics = self._consumer.metrics
+        if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
+            self._audit = MirrorAudit(self._producer, self._consumer.consumer_id, cfg.audit_topic,
+                                      cfg.audit_window_s, self._admin)
+            self._audit.start()
         log.info("mirror %s: %s -> %s, topics %s, member %s", cfg.group, cfg.source_zk,
                  cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
 
@@ -162,6 +168,9 @@ class Mirror:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._audit is not None:
+            self._audit.close()
+            self._audit = None
         if self._producer is not None:
             try:
                 self._producer.close(timeout=5)
@@ -182,9 +191,11 @@ class Mirror:
             routes = self._route(topic, partition, batch)
             batch_id = self._tracker.add((topic, partition), batch.offset, batch.next_offset,
                                          batch.count, len(batch.raw), sends=len(routes))
-            for target_partition, data in routes:
-                future = self._producer.send_raw(topic, target_partition, data)
+            futures = [self._producer.send_raw(topic, tp, data) for tp, data in routes]
+            for future in futures:
                 future.add_callback(partial(self._on_outcome, batch_id))
+            if self._audit is not None:
+                self._audit.copied(topic, batch, futures)
 
     def _on_outcome(self, batch_id: int, future: DeliveryFuture) -> None:
         """Producer thread: note the outcome; the copy loop applies it (the tracker is its own)."""

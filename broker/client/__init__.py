@@ -6,7 +6,10 @@ only; the modules behind these names may move.
 
 from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
 from broker.client.appender import Appender, AppendAtAnswerPart, AppendAtPart
-from broker.client.audit import AGENT_STAGE, AuditRecord, WindowCounts, window_of
+from broker.client.audit import (
+    AGENT_STAGE, LANDED_STAGE, MIRROR_STAGE, STAGE_ORDER, AuditLedger, AuditRecord, WindowCounts,
+    batch_timestamp, stage_rank, window_of,
+)
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -51,4 +54,5 @@ __all__ = [
     "WindowCounts", "encode_batch", "group_lag", "messages_of", "window_of",
     "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
     "group_status", "partition_status",
+    "AuditLedger", "LANDED_STAGE", "MIRROR_STAGE", "STAGE_ORDER", "batch_timestamp", "stage_rank",
 ]

@@ -21,8 +21,30 @@ from typing import Any, Mapping, NamedTuple
 
 import msgpack
 
+from broker.wire.records import BATCH_HEADER
+
 AGENT_STAGE = "agent"
 """The stage the agent writes; a record without ``stage`` is the agent's."""
+MIRROR_STAGE = "mirror"
+"""The stage a mirror writes to its target cluster's audit topic: what it copied there."""
+LANDED_STAGE = "landed"
+"""The loader's tier: rows in the lake (counted from the lake, not published)."""
+STAGE_ORDER = (AGENT_STAGE, MIRROR_STAGE, LANDED_STAGE)
+"""The tiers in pipeline order; completeness of a tier is against the one before it."""
+
+
+def stage_rank(stage: str) -> tuple[int, str]:
+    """Sort key putting stages in pipeline order (unknown stages last, by name)."""
+    return (STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER), stage)
+
+
+def batch_timestamp(raw: bytes | bytearray | memoryview) -> int:
+    """The base timestamp (ms) of a stored batch, read from its header (no decoding).
+
+    A stage that counts whole batches (the mirror) puts a batch's ``count`` messages in
+    the window of this timestamp, its first message's.
+    """
+    return int(BATCH_HEADER.unpack_from(raw)[5])
 
 
 def window_of(time_ms: int, window_ms: int) -> int:
@@ -131,4 +153,61 @@ class WindowCounts(NamedTuple):
         return self.arrived / self.expected
 
 
-__all__ = ["AGENT_STAGE", "AuditRecord", "WindowCounts", "window_of"]
+class AuditLedger:
+    """Sans-IO counts of sent and acked messages per (topic, window), and which are final.
+
+    A producing stage (the agent, the mirror) calls :meth:`sent` when a chunk of messages
+    of one window goes to its producer and :meth:`finished` when that chunk was
+    acknowledged or failed. A window's record is due once the window ended and none of
+    its chunks is unfinished (docs/agent.md, "Audit").
+    """
+
+    __slots__ = ("window_ms", "stage", "_counts")
+
+    def __init__(self, window_ms: int, stage: str = AGENT_STAGE):
+        if window_ms <= 0:
+            raise ValueError("window_ms must be positive")
+        self.window_ms = window_ms
+        self.stage = stage
+        # (topic, window start) -> [sent, acked, unfinished chunks]
+        self._counts: dict[tuple[str, int], list[int]] = {}
+
+    def sent(self, topic: str, window: int, count: int) -> None:
+        """A chunk of ``count`` messages of ``window`` went to the producer."""
+        entry = self._counts.get((topic, window))
+        if entry is None:
+            entry = self._counts[(topic, window)] = [0, 0, 0]
+        entry[0] += count
+        entry[2] += 1
+
+    def finished(self, topic: str, window: int, count: int, ok: bool) -> None:
+        """That chunk finished: acknowledged (``ok``) or failed."""
+        entry = self._counts[(topic, window)]
+        if ok:
+            entry[1] += count
+        entry[2] -= 1
+
+    def due(self, now_ms: int, final: bool = False) -> list[AuditRecord]:
+        """Remove and return the records that are complete.
+
+        A record is complete when its window ended before ``now_ms`` and none of its
+        chunks is unfinished. ``final`` (at shutdown, after the last flush) returns
+        every window, ended or not: a stage that starts again in the same window
+        publishes a second record for it, and readers add records up.
+        """
+        ready: list[AuditRecord] = []
+        for (topic, window), (sent, acked, unfinished) in list(self._counts.items()):
+            if final or (unfinished == 0 and window + self.window_ms <= now_ms):
+                del self._counts[(topic, window)]
+                ready.append(AuditRecord(topic, window, window + self.window_ms, sent, acked,
+                                         stage=self.stage))
+        ready.sort(key=lambda r: (r.window_start, r.topic))
+        return ready
+
+    def open_windows(self) -> int:
+        """How many (topic, window) pairs are still counting."""
+        return len(self._counts)
+
+
+__all__ = ["AGENT_STAGE", "AuditLedger", "AuditRecord", "LANDED_STAGE", "MIRROR_STAGE",
+           "STAGE_ORDER", "WindowCounts", "batch_timestamp", "stage_rank", "window_of"]

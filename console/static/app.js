@@ -124,13 +124,36 @@ function auditCard(c) {
     (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
 }
 
+function pipelineCard(rows) {
+  // agent -> mirror -> landed across clusters: each stage from the cluster it publishes to
+  const order = ["agent", "mirror", "landed"];
+  const rank = (s) => (order.includes(s) ? order.indexOf(s) : order.length);
+  const stages = [...new Set(rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => rank(x) - rank(y) || x.localeCompare(y));
+  const head = `<div class="card" id="pipeline"><h2>pipeline: completeness between tiers</h2>`;
+  if (!rows.length) return head + `<p class="mute">no audit records yet</p></div>`;
+  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
+  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
+  const body = rows.slice(0, 200).map((r) => `<tr data-pipeline-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
+    `<td>${new Date(r.window_start).toISOString().slice(0, 19).replace("T", " ")}</td>` +
+    stages.map((s) => {
+      const st = r.stages[s];
+      if (!st) return `<td class="mute">-</td><td></td>`;
+      return `<td class="num" data-tier="${esc(s)}" title="${esc(st.cluster || "")}">${num(st.acked)}</td>` +
+        `<td class="num ${cls(st.complete_pct)}" data-tier-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+    }).join("") + `</tr>`).join("");
+  const header = stages.map((s, i) => `<th class="num">${esc(s)}</th><th class="num">${i ? "of " + esc(stages[i - 1]) : "acked / sent"}</th>`).join("");
+  return head + `<p class="mute">each stage's count from the cluster it publishes to; over 100% = copies that tier made</p>` +
+    `<table><tr><th>topic</th><th>window (UTC)</th>${header}</tr>${body}</table></div>`;
+}
+
 function render() {
   const snap = state.snap;
   if (!snap) return;
   const t0 = performance.now();
   const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
   const fn = views[state.view];
-  if (fn) $("#view-" + state.view).innerHTML = `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
+  const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) : "";
+  if (fn) $("#view-" + state.view).innerHTML = top + `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
   const select = $("#browse select[name=cluster]");
   if (select.options.length !== snap.clusters.length) {
     select.innerHTML = snap.clusters.map((c) => `<option>${esc(c.name)}</option>`).join("");

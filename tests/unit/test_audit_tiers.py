@@ -1,0 +1,97 @@
+"""The audit across tiers (sans IO): the shared ledger, the mirror's per-batch counts,
+the console's pipeline view and the loader's chain of tiers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgpack
+
+from broker.client import (
+    MIRROR_STAGE, AuditLedger, AuditRecord, DeliveryFuture, RawBatch, batch_timestamp,
+    encode_batch,
+)
+from broker.common.errors import LogferryError
+from console.audit import AuditTally, pipeline_rows, tier_completeness
+from hadoop_loader.audit import HourAudit, AuditReport, stage_counts
+from mirror.audit import MirrorAudit
+
+
+def test_ledger_stamps_its_stage_and_waits_for_unfinished_chunks():
+    ledger = AuditLedger(60_000, stage=MIRROR_STAGE)
+    ledger.sent("t", 0, 5)
+    assert ledger.due(120_000) == []  # unfinished
+    ledger.finished("t", 0, 5, ok=True)
+    (record,) = ledger.due(120_000)
+    assert record == AuditRecord("t", 0, 60_000, 5, 5, stage="mirror")
+
+
+def test_batch_timestamp_reads_the_header_only():
+    raw = encode_batch([b"a", b"b"], None, [1_700_000_000_123, 1_700_000_000_999])
+    assert batch_timestamp(raw) == 1_700_000_000_123
+
+
+class _Producer:  # records what the mirror's audit publishes (unit test stand-in)
+    def __init__(self):
+        self.sent: list[tuple[str, list[bytes], bytes | None]] = []
+
+    def send(self, topic, values, key=None):
+        self.sent.append((topic, values, key))
+
+    def flush(self, timeout=None):
+        pass
+
+
+def _batch(count: int, ts: int) -> RawBatch:
+    raw = encode_batch([b"x"] * count, None, [ts] * count)
+    return RawBatch(0, len(raw), count, memoryview(raw))
+
+
+def test_mirror_audit_counts_batches_once_every_send_is_acknowledged():
+    producer = _Producer()
+    now = [1000.0]
+    audit = MirrorAudit(producer, "mirror-1", window_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    done, split = DeliveryFuture(), [DeliveryFuture(), DeliveryFuture()]
+    audit.copied("logs", _batch(10, 61_000), [done])
+    audit.copied("logs", _batch(4, 62_000), split)  # re-hashed into two target batches
+    audit.copied("_audit", _batch(3, 61_000), [DeliveryFuture()])  # not data: not counted
+    done._complete(0)
+    split[0]._complete(0)
+    assert audit.publish_due() == 0  # the split batch is not finished
+    split[1]._complete(None, LogferryError("refused"))
+    assert audit.publish_due() == 1
+    ((topic, values, key),) = producer.sent
+    record = AuditRecord.decode(values[0])
+    assert (topic, key) == ("_audit", b"mirror-1")
+    assert record == AuditRecord("logs", 60_000, 120_000, 14, 10, "mirror-1", "mirror")
+
+
+def test_tiers_are_judged_against_the_tier_before_them():
+    stages = tier_completeness({"landed": {"sent": 0, "acked": 90},
+                                "mirror": {"sent": 110, "acked": 110},
+                                "agent": {"sent": 100, "acked": 100}})
+    assert list(stages) == ["agent", "mirror", "landed"]
+    assert stages["mirror"]["complete_pct"] == 110.0 and stages["mirror"]["of"] == "agent"
+    assert stages["landed"]["complete_pct"] == 81.82
+
+
+def test_pipeline_takes_each_stage_from_the_first_cluster_that_has_it():
+    live, analysis = AuditTally(), AuditTally()
+    live.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))
+    analysis.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))  # the mirror's copy
+    analysis.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))  # copied twice
+    analysis.add(AuditRecord("app", 0, 60_000, 200, 200, "m-1", "mirror"))
+    (row,) = pipeline_rows([("live", {"rows": live.rows()}), ("analysis", {"rows": analysis.rows()}),
+                            ("gone", None)])
+    assert row["stages"]["agent"]["acked"] == 100 and row["stages"]["agent"]["cluster"] == "live"
+    assert row["stages"]["mirror"]["complete_pct"] == 200.0  # the duplicates show
+
+
+def test_loader_chain_ends_with_landed_against_the_mirror():
+    tz = dt.timezone.utc
+    records = [msgpack.unpackb(r.encode()) for r in (
+        AuditRecord("app", 0, 60_000, 100, 100, "web-1"),
+        AuditRecord("app", 0, 60_000, 120, 120, "m-1", "mirror"))]
+    report = AuditReport(tiers=stage_counts(records, "acked", tz))
+    hour = HourAudit("app", "1970-01-01T00", 100, 114, True, duplicates=6)
+    assert report.chain(hour) == [("agent", 100, None), ("mirror", 120, 1.2), ("landed", 120, 1.0)]
