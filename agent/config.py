@@ -98,6 +98,10 @@ class AuditConfig:
     enabled: bool = True
     topic: str = "_audit"
     window_s: float = 60.0
+    agents_topic: str = "_agents"
+    """Where the agent's heartbeat goes (agent/heartbeat.py): host, version, files, lag."""
+    heartbeat_s: float = 10.0
+    """Seconds between heartbeats (0: none); off with the audit."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,8 @@ PRODUCER = fields(
     batch_bytes=POSITIVE_INT, batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
     request_timeout_s=POSITIVE_NUMBER, retry_backoff_ms=NONNEG_NUMBER,
 )
-AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER)
+AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER,
+               agents_topic=NONEMPTY_STR, heartbeat_s=NONNEG_NUMBER)
 METRICS = fields(port=PORT, bind=NONEMPTY_STR)
 SOURCE = fields(
     ("pattern", "topic"), {"pattern": "every source needs one", "topic": "every source needs one"},
@@ -373,6 +378,8 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
             enabled=audit.get("enabled", True),
             topic=_topic(v, audit.get("topic", "_audit"), "audit.topic"),
             window_s=float(audit.get("window_s", 60.0)),
+            agents_topic=_topic(v, audit.get("agents_topic", "_agents"), "audit.agents_topic"),
+            heartbeat_s=float(audit.get("heartbeat_s", 10.0)),
         ),
     )
     _check_limits(v, config)

@@ -44,6 +44,7 @@ from agent.reload import (apply_sources, held_limit_problem, restart_only_change
                           source_changes)
 from agent.errors import AgentError, CheckpointError, PublishError
 from agent.files import Outgoing, TailedFile
+from agent.heartbeat import Heartbeats
 from agent.identity import Facts, FileKey, Verdict, judge
 from agent.inflight import InFlight
 from agent.inventory import FileInventory
@@ -108,6 +109,9 @@ class Agent:
         self.inventory = FileInventory(config, self.metrics, self.inflight)
         self._store = CheckpointStore(config.state_dir, config.host)
         self._ledger = AuditLedger(int(config.audit.window_s * 1000))
+        a = config.audit
+        self._heartbeats = Heartbeats(a.agents_topic, a.heartbeat_s, config.host) \
+            if a.enabled and a.heartbeat_s > 0 else None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._done: deque[TailedFile] = deque()       # files with a finished chunk
@@ -188,6 +192,8 @@ class Agent:
                     log.warning("not every batch was acknowledged before the deadline: %s", exc)
                 self._collect()
                 self._publish_audit(final=True)
+                if self._heartbeats is not None:
+                    self._heartbeats.maybe_publish(self.producer, self.snapshot, "stopped", force=True)
                 try:
                     self.producer.flush(timeout=max(deadline - time.monotonic(), 0.1))
                 except Exception as exc:  # noqa: BLE001
@@ -241,6 +247,8 @@ class Agent:
         if now >= self._next_second:
             self._publish_audit()
             self._refresh_snapshot("running")
+            if self._heartbeats is not None:
+                self._heartbeats.maybe_publish(self.producer, self.snapshot)
             self._next_second = now + min(1.0, self.config.poll_interval_s * 4)
         return busy
 

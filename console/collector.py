@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
+from console.agents import AgentsReader, read_agents
 from console.audit import AuditReader, read_audit
 from console.config import ClusterConfig
 from console.rates import History, Rates
@@ -40,6 +41,7 @@ class ClusterPoller:
     def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
         self.config = config
         self._audit = AuditReader(audit_topic)
+        self._agents = AgentsReader()
         self.request_timeout = request_timeout
         self._admin: Admin | None = None
         self._groups: GroupAdmin | None = None
@@ -140,6 +142,8 @@ class ClusterPoller:
         groups, bytes_out = self._read_groups(ranges, now)
         audit_parts = sorted(state.topics.get(self._audit.topic, {}))
         audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
+        agent_parts = sorted(state.topics.get(self._agents.topic, {}))
+        agents = read_agents(self._agents, self._consumer, agent_parts) if agent_parts else None
         live = state.brokers
         known = sorted(set(live) | {b for parts in state.topics.values()
                                     for i in parts.values() for b in i.replicas})
@@ -167,7 +171,7 @@ class ClusterPoller:
                               for g in groups for r in g["partitions"]})
         return {"name": self.config.name, "zk": self.config.zk_connect, "ok": True, "error": None,
                 "time_ms": time_ms, "summary": summary, "brokers": brokers, "topics": topics,
-                "groups": groups, "audit": audit, "history": self.history.as_dict()}
+                "groups": groups, "audit": audit, "agents": agents, "history": self.history.as_dict()}
 
     def _read_groups(self, ranges: dict[Any, Any], now: float) -> tuple[list[dict[str, Any]], float]:
         assert self._groups is not None

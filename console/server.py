@@ -58,7 +58,10 @@ def snapshot(app: web.Application) -> dict[str, Any]:
     return {"time_ms": state["time_ms"], "seq": state["seq"], "poll_ms": state["poll_ms"],
             "interval_s": app[CONFIG].interval_s,
             "clusters": clusters,
-            "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c])}
+            "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
+            # agents publish to the live cluster (a mirror's copies elsewhere come later)
+            "agents": next(({**c["agents"], "cluster": c["name"]} for c in clusters
+                            if c and c.get("agents") and c["agents"]["agents"]), None)}
 
 
 async def _poll_loop(app: web.Application) -> None:

@@ -146,6 +146,7 @@ class Pipeline:
         port = free_port()
         doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk,
                                     self.workdir / "mirror" / "status.json", port)
+        doc.setdefault("mirror", {})["audit_window_s"] = self.args.audit_window  # as the agents'
         self.mirror_metrics = f"http://127.0.0.1:{port}"
         self.mirror_group = doc.get("mirror", {}).get("group", "logferry-mirror")
         path = configs.write(self.workdir / "config" / "mirror.toml", doc, origin)
@@ -413,7 +414,9 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         if not ok:
             say(f"the analysis cluster did not receive everything within {args.drain_timeout:.0f}s")
         t_analysis = time.monotonic() - t0
-        tally.audit_records["analysis"] = _settled(analysis_audit, pipeline.audit_topic)
+        _settled(analysis_audit, pipeline.audit_topic)
+        # the agents' records (copied by the mirror, which adds its own stage "mirror")
+        tally.audit_records["analysis"] = audit_sums(analysis_audit.values(pipeline.audit_topic)).records
         tally.analysis = dict(analysis.counts)
         audit_source = analysis_audit
         say(f"mirror drained: analysis cluster holds {sum(tally.analysis.values()):,} messages")

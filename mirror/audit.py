@@ -8,6 +8,14 @@ message's), never per message: a batch whose messages straddle a window boundary
 whole in its first message's window, so two neighbouring windows can differ by one
 batch while their sum is exact.
 
+What counts as written: a batch whose acknowledgement gives a target offset at or past the
+target partition's end when this process first sent to it (:meth:`MirrorAudit.before_send`
+reads that end). The target drops a copy of an idempotent producer's batch it already holds
+(the agents' batches, magic 2) and answers with the offset where it lies, before that end:
+such a copy is ``sent`` but not ``acked``, since the target did not append it again. A
+copy the target does append (a batch without a producer id, re-copied after a restart from
+an older position) counts, so the mirror's tier shows it over 100%.
+
 Why its own records: the mirror copies the source's audit topic like any other topic, so
 on the target the agents' records are copies, and a mirror that copies a stretch twice
 (a restart from an older position) doubles the data *and* those copies alike; the
@@ -28,8 +36,8 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from broker.client import (
-    MIRROR_STAGE, Admin, AuditLedger, DeliveryFuture, Producer, RawBatch, batch_timestamp,
-    window_of,
+    MIRROR_STAGE, Admin, AuditLedger, DeliveryFuture, Producer, RawBatch, SimpleConsumer,
+    batch_timestamp, window_of,
 )
 from broker.common.errors import LogferryError, TopicExistsError, UnknownTopicOrPartitionError
 
@@ -41,7 +49,7 @@ class MirrorAudit:
 
     def __init__(self, producer: Producer, host: str, topic: str = "_audit",
                  window_s: float = 60.0, admin: Admin | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, target: SimpleConsumer | None = None):
         self.producer = producer
         self.host = host
         self.topic = topic
@@ -55,26 +63,45 @@ class MirrorAudit:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._topic_ready = False
+        self._floors: dict[tuple[str, int], int] = {}
+        """Target partition -> its end when this process first sent to it."""
+        self.target = target
+        """Reads the target partitions' ends (closed with the audit); None: every ack counts."""
 
     # -- counting (copy loop and producer threads) --------------------------------------------
 
-    def copied(self, topic: str, batch: RawBatch, futures: Sequence[DeliveryFuture]) -> None:
-        """One source batch went to the target as ``futures`` (more than one if re-hashed)."""
+    def before_send(self, topic: str, partitions: Sequence[int]) -> None:
+        """Note the end of target partitions not sent to yet (call before sending to them)."""
+        if self.target is None or topic == self.topic:
+            return
+        for p in partitions:
+            if (topic, p) not in self._floors:
+                try:
+                    self._floors[(topic, p)] = self.target.offsets(topic, p).end
+                except LogferryError as exc:  # a new topic, or unknown: every ack there counts
+                    log.debug("mirror audit: end of %s-%d not read: %s", topic, p, exc)
+                    self._floors[(topic, p)] = -1
+
+    def copied(self, topic: str, batch: RawBatch, partitions: Sequence[int],
+               futures: Sequence[DeliveryFuture]) -> None:
+        """One source batch went to target ``partitions`` as ``futures`` (more than one
+        if re-hashed)."""
         if topic == self.topic or not futures:
             return
         window = window_of(batch_timestamp(batch.raw), self.window_ms)
         with self._lock:
             self.ledger.sent(topic, window, batch.count)
-        state = [len(futures), True]  # sends left, all ok so far
-        for future in futures:
-            future.add_callback(partial(self._done, topic, window, batch.count, state))
+        state = [len(futures), True]  # sends left, all appended so far
+        for p, future in zip(partitions, futures):
+            future.add_callback(partial(self._done, topic, window, batch.count, state,
+                                        self._floors.get((topic, p), -1)))
 
-    def _done(self, topic: str, window: int, count: int, state: list[Any],
+    def _done(self, topic: str, window: int, count: int, state: list[Any], floor: int,
               future: DeliveryFuture) -> None:
         with self._lock:
             state[0] -= 1
-            if future.exception() is not None:
-                state[1] = False
+            if future.exception() is not None or (future.offset or 0) < floor:
+                state[1] = False  # failed, or a copy the target held already
             if state[0] == 0:
                 self.ledger.finished(topic, window, count, state[1])
 
@@ -129,6 +156,8 @@ class MirrorAudit:
             self.producer.flush(timeout)
         except LogferryError as exc:
             log.warning("mirror audit: last records not published: %s", exc)
+        if self.target is not None:
+            self.target.close()
 
 
 __all__ = ["MirrorAudit"]

@@ -112,7 +112,8 @@ class Mirror:
         self.metrics.consumer_metrics = self._consumer.metrics
         if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
             self._audit = MirrorAudit(self._producer, self._consumer.consumer_id, cfg.audit_topic,
-                                      cfg.audit_window_s, self._admin)
+                                      cfg.audit_window_s, self._admin, target=SimpleConsumer(
+                                          zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl))
             self._audit.start()
         log.info("mirror %s: %s -> %s, topics %s, member %s", cfg.group, cfg.source_zk,
                  cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
@@ -191,11 +192,13 @@ class Mirror:
             routes = self._route(topic, partition, batch)
             batch_id = self._tracker.add((topic, partition), batch.offset, batch.next_offset,
                                          batch.count, len(batch.raw), sends=len(routes))
+            if self._audit is not None:
+                self._audit.before_send(topic, [tp for tp, _ in routes])
             futures = [self._producer.send_raw(topic, tp, data) for tp, data in routes]
             for future in futures:
                 future.add_callback(partial(self._on_outcome, batch_id))
             if self._audit is not None:
-                self._audit.copied(topic, batch, futures)
+                self._audit.copied(topic, batch, [tp for tp, _ in routes], futures)
 
     def _on_outcome(self, batch_id: int, future: DeliveryFuture) -> None:
         """Producer thread: note the outcome; the copy loop applies it (the tracker is its own)."""

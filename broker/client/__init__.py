@@ -10,6 +10,7 @@ from broker.client.audit import (
     AGENT_STAGE, LANDED_STAGE, MIRROR_STAGE, STAGE_ORDER, AuditLedger, AuditRecord, WindowCounts,
     batch_timestamp, stage_rank, window_of,
 )
+from broker.client.heartbeat import AGENTS_TOPIC, AgentHeartbeat
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -54,5 +55,6 @@ __all__ = [
     "WindowCounts", "encode_batch", "group_lag", "messages_of", "window_of",
     "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
     "group_status", "partition_status",
-    "AuditLedger", "LANDED_STAGE", "MIRROR_STAGE", "STAGE_ORDER", "batch_timestamp", "stage_rank",
+    "AGENTS_TOPIC", "AgentHeartbeat", "AuditLedger", "LANDED_STAGE", "MIRROR_STAGE", "STAGE_ORDER",
+    "batch_timestamp", "stage_rank",
 ]

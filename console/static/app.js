@@ -146,13 +146,26 @@ function pipelineCard(rows) {
     `<table><tr><th>topic</th><th>window (UTC)</th>${header}</tr>${body}</table></div>`;
 }
 
+function agentsCard(a) {
+  // the agents' heartbeats (_agents): files, lag, last heartbeat; stale after 3 intervals
+  const head = `<div class="card" id="agents"><h2>agents</h2>`;
+  if (!a) return head + `<p class="mute">no agent heartbeats (topic _agents) yet</p></div>`;
+  const rows = a.agents.map((g) => `<tr data-agent="${esc(g.host)}" class="${g.stale ? "bad" : ""}"><td>${esc(g.host)}</td>` +
+    `<td>${esc(g.version)}</td><td data-agent-state>${g.stale ? "STALE" : esc(g.state)}</td>` +
+    `<td class="num" data-agent-age>${g.age_s}s</td><td class="num" data-agent-lag>${num(g.lag_bytes)}</td>` +
+    `<td>${g.files.map((f) => `<div data-agent-file="${esc(f.path)}">${esc(f.path)} <span class="mute">lag ${num(f.lag)}</span></div>`).join("")}` +
+    `${g.file_count > g.files.length ? `<div class="mute">and ${g.file_count - g.files.length} more</div>` : ""}</td></tr>`).join("");
+  return head + `<p class="mute">from ${esc(a.topic)} on ${esc(a.cluster)}; stale = no heartbeat for 3 intervals</p>` +
+    `<table><tr><th>host</th><th>version</th><th>state</th><th class="num">last heartbeat</th><th class="num">lag bytes</th><th>files (lag bytes)</th></tr>${rows}</table></div>`;
+}
+
 function render() {
   const snap = state.snap;
   if (!snap) return;
   const t0 = performance.now();
   const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
   const fn = views[state.view];
-  const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) : "";
+  const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) + agentsCard(snap.agents) : "";
   if (fn) $("#view-" + state.view).innerHTML = top + `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
   const select = $("#browse select[name=cluster]");
   if (select.options.length !== snap.clusters.length) {

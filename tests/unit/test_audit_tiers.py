@@ -52,9 +52,9 @@ def test_mirror_audit_counts_batches_once_every_send_is_acknowledged():
     now = [1000.0]
     audit = MirrorAudit(producer, "mirror-1", window_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
     done, split = DeliveryFuture(), [DeliveryFuture(), DeliveryFuture()]
-    audit.copied("logs", _batch(10, 61_000), [done])
-    audit.copied("logs", _batch(4, 62_000), split)  # re-hashed into two target batches
-    audit.copied("_audit", _batch(3, 61_000), [DeliveryFuture()])  # not data: not counted
+    audit.copied("logs", _batch(10, 61_000), [0], [done])
+    audit.copied("logs", _batch(4, 62_000), [0, 1], split)  # re-hashed into two target batches
+    audit.copied("_audit", _batch(3, 61_000), [0], [DeliveryFuture()])  # not data: not counted
     done._complete(0)
     split[0]._complete(0)
     assert audit.publish_due() == 0  # the split batch is not finished
@@ -95,3 +95,65 @@ def test_loader_chain_ends_with_landed_against_the_mirror():
     report = AuditReport(tiers=stage_counts(records, "acked", tz))
     hour = HourAudit("app", "1970-01-01T00", 100, 114, True, duplicates=6)
     assert report.chain(hour) == [("agent", 100, None), ("mirror", 120, 1.2), ("landed", 120, 1.0)]
+
+
+class _Target:  # the target partitions' ends, as SimpleConsumer.offsets reports them
+    def __init__(self, ends):
+        self.ends = ends
+
+    def offsets(self, topic, partition):
+        from broker.client import OffsetRange
+        return OffsetRange(0, self.ends[(topic, partition)])
+
+
+def test_mirror_audit_does_not_count_copies_the_target_held_already():
+    producer = _Producer()
+    audit = MirrorAudit(producer, "m", window_s=60, clock=lambda: 1000.0,  # type: ignore[arg-type]
+                        target=_Target({("logs", 0): 500}))  # type: ignore[arg-type]
+    audit.before_send("logs", [0])
+    held, fresh = DeliveryFuture(), DeliveryFuture()
+    audit.copied("logs", _batch(7, 1000), [0], [held])
+    audit.copied("logs", _batch(3, 1000), [0], [fresh])
+    held._complete(120)   # dropped as a duplicate: answered where the batch lies
+    fresh._complete(500)  # appended at the end
+    audit.publish_due(final=True)
+    record = AuditRecord.decode(producer.sent[0][1][0])
+    assert (record.sent, record.acked) == (10, 3)
+
+
+def test_heartbeats_list_files_by_lag_and_go_stale_after_three_intervals():
+    from agent.heartbeat import Heartbeats
+    from agent.metrics import Snapshot
+    from broker.client import AgentHeartbeat
+    from console.agents import AgentsReader
+
+    beats = Heartbeats("_agents", 10.0, "web-1")
+    snap = Snapshot(host="web-1", pid=7, started=100.0, state="running",
+                    gauges={"lag_bytes": 30},
+                    files=[{"path": "/a", "lag": 0, "offset": 5, "size": 5},
+                           {"path": "/b", "lag": 30, "offset": 1, "size": 31}])
+    beat = AgentHeartbeat.decode(beats.record(snap, now=1000.0).encode())
+    assert beat is not None and beat.time_ms == 1_000_000 and beat.lag_bytes == 30
+    assert [f["path"] for f in beat.files] == ["/b", "/a"]
+    assert AgentHeartbeat.decode(b"\x01") is None
+    reader = AgentsReader()
+    reader.add(beat)
+    reader.add(beat._replace(time_ms=900_000))  # older: ignored
+    (fresh,) = reader.view(now_ms=1_030_000)["agents"]
+    assert fresh["age_s"] == 30.0 and not fresh["stale"]
+    (late,) = reader.view(now_ms=1_030_001)["agents"]
+    assert late["stale"]
+    reader.add(beat._replace(time_ms=1_000_001, state="stopped"))
+    assert not reader.view(now_ms=9_000_000)["agents"][0]["stale"]  # it said it stopped
+
+    class Sink:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, topic, value, key=None):
+            self.sent.append((topic, key))
+
+    sink = Sink()
+    assert beats.maybe_publish(sink, snap) and not beats.maybe_publish(sink, snap)
+    assert beats.maybe_publish(sink, snap, "stopped", force=True)
+    assert sink.sent == [("_agents", b"web-1")] * 2
