@@ -128,6 +128,8 @@ def agent_config(tmp_path: Path, sources: list[dict[str, Any]] | None = None,
         "sources": sources or [{"pattern": f"{logs}/*.log", "topic": "logs"}],
     }
     doc.update(top)
+    # no heartbeat among the fake producer's sends (tests/unit/test_audit_tiers.py tests it)
+    doc["audit"] = {"heartbeat_s": 0, **doc.get("audit", {})}
     return parse_config(doc)
 
 

@@ -157,3 +157,18 @@ def test_heartbeats_list_files_by_lag_and_go_stale_after_three_intervals():
     assert beats.maybe_publish(sink, snap) and not beats.maybe_publish(sink, snap)
     assert beats.maybe_publish(sink, snap, "stopped", force=True)
     assert sink.sent == [("_agents", b"web-1")] * 2
+
+
+def test_loader_summary_prints_the_chain_when_a_mirror_publishes_too():
+    import io
+    import json
+
+    from hadoop_loader.summary import print_audit
+
+    tiers = {"agent": {("app", "1970-01-01T00"): 100}, "mirror": {("app", "1970-01-01T00"): 105}}
+    report = AuditReport(hours=[HourAudit("app", "1970-01-01T00", 100, 105, True)], tiers=tiers)
+    out = io.StringIO()
+    print_audit(report, out)
+    assert "agent 100  ->  mirror 105 (105.00%)  ->  landed 105 (100.00%)" in out.getvalue()
+    (hour,) = json.loads(report.to_json())["hours"]
+    assert [t["stage"] for t in hour["tiers"]] == ["agent", "mirror", "landed"]
