@@ -26,6 +26,9 @@ from broker.client import (
     AGENT_STAGE, AuditRecord, LogferryError, SimpleConsumer, messages_of, stage_rank,
 )
 
+MIRROR_SUFFIX = ".mirror"
+"""A mirror publishes its counts to ``<audit topic>.mirror`` on its target (the audit topic
+itself is a copy of the source's there); the console reads both into one tally."""
 MAX_WINDOWS = 48
 """Windows kept per topic (the newest)."""
 MAX_READ_BYTES = 4 * 1024 * 1024
@@ -119,9 +122,10 @@ def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[s
 class AuditReader:
     """Reads a cluster's audit topic from its start, a little more at each poll."""
 
-    def __init__(self, topic: str = "_audit"):
+    def __init__(self, topic: str = "_audit", tally: AuditTally | None = None):
         self.topic = topic
-        self.tally = AuditTally()
+        self.tally = AuditTally() if tally is None else tally
+        """Shared by the readers of one cluster's audit topics (``_audit``, ``_audit.mirror``)."""
         self.positions: dict[int, int] = {}
         self.skipped = 0
         """Messages on the audit topic that were not audit records."""
@@ -156,4 +160,4 @@ def read_audit(reader: AuditReader, consumer: SimpleConsumer, partitions: list[i
     return reader.view()
 
 
-__all__ = ["AuditReader", "AuditTally", "pipeline_rows", "read_audit", "tier_completeness"]
+__all__ = ["MIRROR_SUFFIX", "AuditReader", "AuditTally", "pipeline_rows", "read_audit", "tier_completeness"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
 from console.agents import AgentsReader, read_agents
-from console.audit import AuditReader, read_audit
+from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
 from console.config import ClusterConfig
 from console.rates import History, Rates
 
@@ -41,6 +41,7 @@ class ClusterPoller:
     def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
         self.config = config
         self._audit = AuditReader(audit_topic)
+        self._mirror_audit = AuditReader(audit_topic + MIRROR_SUFFIX, self._audit.tally)
         self._agents = AgentsReader()
         self.request_timeout = request_timeout
         self._admin: Admin | None = None
@@ -142,6 +143,9 @@ class ClusterPoller:
         groups, bytes_out = self._read_groups(ranges, now)
         audit_parts = sorted(state.topics.get(self._audit.topic, {}))
         audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
+        mirror_parts = sorted(state.topics.get(self._mirror_audit.topic, {}))
+        if mirror_parts:  # a mirror's own counts (mirror/audit.py): same tally, more stages
+            audit = read_audit(self._mirror_audit, self._consumer, mirror_parts)
         agent_parts = sorted(state.topics.get(self._agents.topic, {}))
         agents = read_agents(self._agents, self._consumer, agent_parts) if agent_parts else None
         live = state.brokers

@@ -414,9 +414,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         if not ok:
             say(f"the analysis cluster did not receive everything within {args.drain_timeout:.0f}s")
         t_analysis = time.monotonic() - t0
-        _settled(analysis_audit, pipeline.audit_topic)
-        # the agents' records (copied by the mirror, which adds its own stage "mirror")
-        tally.audit_records["analysis"] = audit_sums(analysis_audit.values(pipeline.audit_topic)).records
+        tally.audit_records["analysis"] = _settled(analysis_audit, pipeline.audit_topic)
         tally.analysis = dict(analysis.counts)
         audit_source = analysis_audit
         say(f"mirror drained: analysis cluster holds {sum(tally.analysis.values()):,} messages")

@@ -15,7 +15,8 @@ expected; more than 100% means copies the tier did not count (a mirror's) arrive
 mirror copies the audit topic with the data, so its duplicates can move the expectation
 either way (docs/operations.md, "Duplicates").
 
-Every stage found on the audit topic is also summed (:func:`stage_counts`), so the report
+Every stage found on the audit topic, and on ``<audit topic>.mirror`` where a mirror
+publishes its own counts, is also summed (:func:`stage_counts`), so the report
 shows the chain of tiers per topic and hour (:meth:`AuditReport.chain`): agent -> mirror
 (the mirror's own counts, ``mirror/audit.py``) -> landed, each tier's completeness
 against the tier before it with the same formula. Landed against the mirror is the exact
@@ -300,6 +301,8 @@ def audit_after_load(config: Any, store: Any, started: float,
                                       tls=config.tls, sasl=config.sasl_credentials())
         try:
             found = read_audit_records(consumer, a.topic, since_ms)
+            # a mirror's own counts go to <topic>.mirror (mirror/audit.py): more tiers
+            mirror_found = read_audit_records(consumer, a.topic + ".mirror", since_ms)
         finally:
             consumer.close()
     except SourceError as exc:
@@ -316,7 +319,7 @@ def audit_after_load(config: Any, store: Any, started: float,
                      started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete,
                      duplicates, a.stage)
     report.records, report.skipped = used, skipped + bad
-    report.tiers = stage_counts(records, a.count, tz)
+    report.tiers = stage_counts(records + (mirror_found[0] if mirror_found else []), a.count, tz)
     report.missing_topic = a.topic if found is None else None
     return report
 

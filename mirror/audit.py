@@ -1,6 +1,7 @@
 """The mirror's own audit (the paper, section 5): what it copied, per topic and window.
 
-The mirror publishes, to the target cluster's audit topic, :class:`broker.client.AuditRecord`
+The mirror publishes, to ``_audit.mirror`` on the target cluster (not ``_audit``, which is
+a copy of the source's, byte for byte in preserve mode), :class:`broker.client.AuditRecord`
 maps with ``stage = "mirror"``: per topic and window, ``sent`` messages it handed to the
 target producer and ``acked`` of them the target acknowledged. Counting is per batch, from
 the batch header (its message count, and its base timestamp for the window: the first
@@ -21,7 +22,11 @@ on the target the agents' records are copies, and a mirror that copies a stretch
 (a restart from an older position) doubles the data *and* those copies alike; the
 duplicates could not show. Its own count does: with the agents' records read on the live
 cluster, mirror / agent over 100% is what it copied twice (docs/mirror.md, "Audit"). The
-audit topic itself is not data and is not counted.
+audit topics and the agents' heartbeats are not data and are not counted.
+
+In preserve mode (``mode = "preserve"``, :mod:`mirror.preserve`) every batch is appended at
+its own source offset or not at all, so nothing is ever appended twice: a batch counts
+once its append succeeded (:meth:`MirrorAudit.appending`, :meth:`MirrorAudit.appended`).
 
 Thread safety: :meth:`MirrorAudit.copied` runs in the copy loop, acknowledgements arrive on
 the producer's threads, publishing runs on a timer thread; one lock guards the ledger.
@@ -36,7 +41,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from broker.client import (
-    MIRROR_STAGE, Admin, AuditLedger, DeliveryFuture, Producer, RawBatch, SimpleConsumer,
+    AGENTS_TOPIC, MIRROR_STAGE, Admin, AuditLedger, DeliveryFuture, Producer, RawBatch, SimpleConsumer,
     batch_timestamp, window_of,
 )
 from broker.common.errors import LogferryError, TopicExistsError, UnknownTopicOrPartitionError
@@ -47,7 +52,7 @@ log = logging.getLogger("logferry.mirror.audit")
 class MirrorAudit:
     """Counts copied batches per (topic, window) and publishes due records to the target."""
 
-    def __init__(self, producer: Producer, host: str, topic: str = "_audit",
+    def __init__(self, producer: Producer, host: str, topic: str = "_audit.mirror",
                  window_s: float = 60.0, admin: Admin | None = None,
                  clock: Callable[[], float] = time.time, target: SimpleConsumer | None = None):
         self.producer = producer
@@ -55,6 +60,8 @@ class MirrorAudit:
         self.topic = topic
         self.window_ms = max(1, int(window_s * 1000))
         self.ledger = AuditLedger(self.window_ms, stage=MIRROR_STAGE)
+        self.not_data = {topic, topic.removesuffix(".mirror"), AGENTS_TOPIC}
+        """Topics copied but not counted: the audit topics and the agents' heartbeats."""
         self.admin = admin
         self.clock = clock
         self.published = 0
@@ -63,6 +70,10 @@ class MirrorAudit:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._topic_ready = False
+        self._appends: dict[tuple[tuple[str, int], int], tuple[int, int]] = {}
+        """Preserve mode: (source partition, offset) -> (window, messages) in flight."""
+        self.owns_producer = False
+        """True when :meth:`for_preserve` made the producer (closed with the audit)."""
         self._floors: dict[tuple[str, int], int] = {}
         """Target partition -> its end when this process first sent to it."""
         self.target = target
@@ -72,7 +83,7 @@ class MirrorAudit:
 
     def before_send(self, topic: str, partitions: Sequence[int]) -> None:
         """Note the end of target partitions not sent to yet (call before sending to them)."""
-        if self.target is None or topic == self.topic:
+        if self.target is None or topic in self.not_data:
             return
         for p in partitions:
             if (topic, p) not in self._floors:
@@ -86,7 +97,7 @@ class MirrorAudit:
                futures: Sequence[DeliveryFuture]) -> None:
         """One source batch went to target ``partitions`` as ``futures`` (more than one
         if re-hashed)."""
-        if topic == self.topic or not futures:
+        if topic in self.not_data or not futures:
             return
         window = window_of(batch_timestamp(batch.raw), self.window_ms)
         with self._lock:
@@ -104,6 +115,25 @@ class MirrorAudit:
                 state[1] = False  # failed, or a copy the target held already
             if state[0] == 0:
                 self.ledger.finished(topic, window, count, state[1])
+
+    # -- counting in preserve mode (batches appended at their source offsets) -----------------
+
+    def appending(self, tp: tuple[str, int], batch: RawBatch) -> None:
+        """Preserve mode: ``batch`` goes to the target at its own offset (copy loop)."""
+        if tp[0] in self.not_data:
+            return
+        window = window_of(batch_timestamp(batch.raw), self.window_ms)
+        with self._lock:
+            self.ledger.sent(tp[0], window, batch.count)
+            self._appends[(tp, batch.offset)] = (window, batch.count)
+
+    def appended(self, tp: tuple[str, int], offset: int, ok: bool) -> None:
+        """Preserve mode: the append of the batch at ``offset`` ended (``ok``: appended;
+        an append at an offset is never appended twice, so no copy is counted twice)."""
+        with self._lock:
+            entry = self._appends.pop((tp, offset), None)
+            if entry is not None:
+                self.ledger.finished(tp[0], entry[0], entry[1], ok)
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -158,6 +188,24 @@ class MirrorAudit:
             log.warning("mirror audit: last records not published: %s", exc)
         if self.target is not None:
             self.target.close()
+        if self.owns_producer:
+            try:
+                self.producer.close(timeout)
+            except LogferryError:
+                pass
+        if self.admin is not None and self.owns_producer:
+            self.admin.close()
+
+    @classmethod
+    def for_preserve(cls, config: Any, host: str) -> "MirrorAudit":
+        """The audit of a preserve-mode mirror, which has no producer of its own: one for
+        the records (and an Admin to create the audit topic), closed with the audit."""
+        producer = Producer(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl,
+                            linger_ms=0, client_id=f"mirror-audit-{config.group}")
+        admin = Admin(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl)
+        audit = cls(producer, host, config.audit_topic, config.audit_window_s, admin)
+        audit.owns_producer = True
+        return audit
 
 
 __all__ = ["MirrorAudit"]

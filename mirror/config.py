@@ -90,8 +90,9 @@ class MirrorConfig:
     ``none`` (the default) copies every batch byte for byte: the agent's batches arrive
     zstd-compressed already, and both clusters then hold identical logs. Compressed
     batches are always copied as they are (docs/benchmarks.md, "Compression")."""
-    audit_topic: str = "_audit"
-    """The target's audit topic the mirror publishes its own counts to ("": no audit)."""
+    audit_topic: str = "_audit.mirror"
+    """The target's topic the mirror publishes its own audit counts to ("": no audit). Not
+    ``_audit`` itself: that one is a copy of the source's (byte for byte in preserve mode)."""
     audit_window_s: float = 60.0
     """Window of the mirror's audit records (the agents' ``[audit] window_s``)."""
     metrics_port: int = 0
@@ -240,7 +241,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
         shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
         mode=mode, request_timeout_s=float(m.get("request_timeout_s", 30.0)),
-        audit_topic=m.get("audit_topic", "_audit"),
+        audit_topic=m.get("audit_topic", "_audit.mirror"),
         audit_window_s=float(m.get("audit_window_s", 60.0)),
         source_tls=tls_section(v, tables["source"], where="source"),
         target_tls=tls_section(v, tables["target"], where="target"),

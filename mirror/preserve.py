@@ -39,6 +39,7 @@ from broker.common.errors import (
     InvalidOffsetError, LogferryError, MetricsError, OffsetMismatchError, OffsetOutOfRangeError,
 )
 from broker.common.metrics import MetricsServer
+from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.positions import HALTED, Positions
@@ -78,6 +79,7 @@ class PreservingMirror:
         self._events: deque[tuple[Any, ...]] = deque()
         """From other threads: ("done", tp, generation, offset, error) and ("gap", tp, ...)."""
         self._wake = threading.Event()
+        self._audit: MirrorAudit | None = None
         self._checked_topics: dict[str, str | None] = {}
         """Topic -> None (partition counts match) or why its partitions cannot be copied."""
 
@@ -114,6 +116,9 @@ class PreservingMirror:
                 raise
             raise MirrorError(f"cannot start the mirror: {exc}") from exc
         self.metrics.consumer_metrics = self._consumer.metrics
+        if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
+            self._audit = MirrorAudit.for_preserve(cfg, self._consumer.consumer_id)
+            self._audit.start()
         log.info("mirror %s (offset-preserving): %s -> %s, topics %s, member %s", cfg.group,
                  cfg.source_zk, cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
 
@@ -172,6 +177,9 @@ class PreservingMirror:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._audit is not None:
+            self._audit.close()
+            self._audit = None
         for client in (self._appender, self._source, self._admin):
             if client is not None:
                 client.close()
@@ -199,6 +207,8 @@ class PreservingMirror:
             if accepted is None:
                 continue  # stale (fetched before the seek to the target's end) or halted
             generation, start_flag = accepted
+            if self._audit is not None:
+                self._audit.appending(tp, batch)
             chunks = runs.setdefault(tp, [])
             if chunks and chunks[-1][0] == generation and chunks[-1][3] + len(batch.raw) <= limit:
                 gen, flag, raws, size = chunks[-1]
@@ -253,6 +263,8 @@ class PreservingMirror:
                 log.info("mirror: %s-%d: append at %d failed (%s); resuming from the target's "
                          "log end", tp[0], tp[1], offsets[0], error)
             for offset in offsets:  # a failure sends the partition to resync at the first
+                if self._audit is not None:
+                    self._audit.appended(tp, offset, error is None)
                 result = positions.outcome(tp, generation, offset, error is None)
                 if result is not None:
                     acked[tp] = result.position

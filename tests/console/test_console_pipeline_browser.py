@@ -35,10 +35,11 @@ def test_agents_and_pipeline_views(broker_cluster, zookeeper, agent_process, tmp
     with Producer(zk=live.zk_connect) as producer:  # what another agent counted
         producer.send("_audit", [AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode()])
         producer.flush(30)
-    with Producer(zk=analysis.zk_connect) as producer:  # the agents' copy, and the mirror's
+    with Producer(zk=analysis.zk_connect) as producer:  # the agents' copy (twice), the mirror's
         producer.send("_audit", [AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode(),
-                                 AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode(),
-                                 AuditRecord("web", 60_000, 120_000, 60, 60, "m-1", "mirror").encode()])
+                                 AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode()])
+        producer.send("_audit.mirror",
+                      [AuditRecord("web", 60_000, 120_000, 60, 60, "m-1", "mirror").encode()])
         producer.flush(30)
     console = ConsoleProcess(f"live={live.zk_connect}", f"analysis={analysis.zk_connect}")
     try:

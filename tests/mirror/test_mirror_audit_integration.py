@@ -1,8 +1,9 @@
 """The audit across tiers with real processes: an agent on the live cluster, mirrors into
 the analysis cluster, the console's pipeline view over both clusters' audit topics.
 
-agent -> mirror at 100% once drained; a mirror that copies everything again (a new group,
-as a restart from an old position would) shows its tier over 100% for batches the target
+agent -> mirror at 100% once drained (offset-preserving mode, the default); another
+preserving mirror copies nothing twice; a producing mirror that copies everything again
+(a new group, as a restart from an old position would) shows its tier over 100% for batches the target
 appends twice (a producer without idempotence) and stays at 100% for the agents' batches
 (the target drops copies of an idempotent producer's batches it holds); an agent tier
 that counts more than the clusters hold (what deleting messages between tiers looks
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.client import Admin, AuditRecord, Producer, SimpleConsumer, UnknownTopicOrPartitionError
-from console.audit import AuditReader, pipeline_rows
+from console.audit import MIRROR_SUFFIX, AuditReader, pipeline_rows
 from tests.agent import conftest as agent_fixtures
 from tests.agent.conftest import wait_until
 from tests.mirror.conftest import wait_for
@@ -49,9 +50,15 @@ def _count(zk: str, topic: str) -> int:
 
 
 def _audit_view(zk: str) -> dict:
+    """The console's view of a cluster's audit: ``_audit`` and a mirror's ``_audit.mirror``."""
     reader = AuditReader()
     with SimpleConsumer(zk=zk) as consumer:
-        reader.poll(consumer, consumer.partitions("_audit"))
+        for topic in ("_audit", "_audit" + MIRROR_SUFFIX):
+            try:
+                partitions = consumer.partitions(topic)
+            except UnknownTopicOrPartitionError:
+                continue
+            AuditReader(topic, reader.tally).poll(consumer, partitions)
     return reader.view()
 
 
@@ -62,12 +69,6 @@ def _pipeline(source, target, topic: str) -> dict:
             if r["topic"] == topic]
     assert len(rows) == 1, rows
     return rows[0]["stages"]
-
-
-def _all_messages(zk: str) -> int:
-    with Admin(zk=zk) as admin:
-        topics = admin.list_topics()
-    return sum(_count(zk, t) for t in topics)
 
 
 def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
@@ -93,10 +94,15 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
                                              "old-agent").encode()])
         producer.flush(30)
 
-    def copy(name: str, group: str) -> None:
-        process = mirrors(name, source, target, group=group, audit_window_s=3600)
-        total = _all_messages(source.zk_connect)
-        wait_for(lambda: process.status().get("messages_total", 0) >= total, 60, f"{name} drained")
+    def copy(name: str, group: str, mode: str = "preserve") -> None:
+        process = mirrors(name, source, target, group=group, audit_window_s=3600, mode=mode)
+        with Admin(zk=source.zk_connect) as admin:
+            partitions = sum(len(admin.describe_topic(t)) for t in admin.list_topics())
+
+        def drained() -> bool:  # every source partition owned and copied (or found copied)
+            parts = process.status().get("partitions", {})
+            return len(parts) == partitions and all(p["lag_bytes"] == 0 for p in parts.values())
+        wait_for(drained, 60, f"{name} drained")
         assert process.terminate() == 0  # publishes its last window
 
     copy("m1", "mirror")
@@ -106,10 +112,15 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
                                 "complete_pct": 100.0, "of": "agent"}
     assert _pipeline(source, target, "plain")["mirror"]["complete_pct"] == 100.0
 
-    # everything copied again (another group starts at the beginning, as a restart from an
-    # old position does): the target drops the agent's idempotent batches it holds, so
-    # "app" stays at 100%; the plain producer's batches are appended twice: over 100%
-    copy("m2", "mirror-again")
+    # a preserving mirror of another group resumes from the target's end: nothing twice
+    copy("m2", "mirror-preserving-again")
+    assert _pipeline(source, target, "plain")["mirror"]["complete_pct"] == 100.0
+
+    # a producing mirror copies everything again (a new group starts at the beginning, as
+    # a restart from an old position does): the target drops the agent's idempotent
+    # batches it holds, so "app" stays at 100%; the plain producer's batches are appended
+    # twice: over 100%
+    copy("m3", "mirror-again", mode="produce")
     assert _count(target.zk_connect, "app") == LINES and _count(target.zk_connect, "plain") == 2 * PLAIN
     stages = _pipeline(source, target, "app")
     assert stages["mirror"]["sent"] == 2 * LINES and stages["mirror"]["complete_pct"] == 100.0

@@ -62,7 +62,7 @@ def test_mirror_audit_counts_batches_once_every_send_is_acknowledged():
     assert audit.publish_due() == 1
     ((topic, values, key),) = producer.sent
     record = AuditRecord.decode(values[0])
-    assert (topic, key) == ("_audit", b"mirror-1")
+    assert (topic, key) == ("_audit.mirror", b"mirror-1")
     assert record == AuditRecord("logs", 60_000, 120_000, 14, 10, "mirror-1", "mirror")
 
 
@@ -172,3 +172,18 @@ def test_loader_summary_prints_the_chain_when_a_mirror_publishes_too():
     assert "agent 100  ->  mirror 105 (105.00%)  ->  landed 105 (100.00%)" in out.getvalue()
     (hour,) = json.loads(report.to_json())["hours"]
     assert [t["stage"] for t in hour["tiers"]] == ["agent", "mirror", "landed"]
+
+
+def test_mirror_audit_in_preserve_mode_counts_appends_that_succeeded():
+    producer = _Producer()
+    audit = MirrorAudit(producer, "m", window_s=60, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    first, second = _batch(4, 1000), _batch(6, 1000)._replace(offset=100)
+    audit.appending(("logs", 0), first)
+    audit.appending(("logs", 0), second)
+    audit.appending(("_audit", 0), first)  # a copy of the agents' records: not data
+    audit.appended(("logs", 0), 0, True)
+    audit.appended(("logs", 0), 100, False)  # mismatched: resent later, counted then
+    audit.appended(("logs", 0), 100, True)   # not pending any more: ignored
+    audit.publish_due(final=True)
+    record = AuditRecord.decode(producer.sent[0][1][0])
+    assert (record.sent, record.acked) == (10, 4)
