@@ -141,16 +141,18 @@ class ReplicaFetcher:
             for replica in list(self.partitions.values()):
                 if replica.retry_at > now:
                     continue
-                max_bytes = config.replica_fetch_max_bytes
+                max_bytes, reserved = config.replica_fetch_max_bytes, 0
                 if replica.throttle > 0:  # copying for a reassignment (see .throttle)
                     rate = replica.throttle
                     max_bytes = throttle.allowance(rate, time.monotonic(), max_bytes)
                     if max_bytes == 0:
                         held_back = True
                         continue
+                    reserved = max_bytes
+                    throttle.spend(reserved)  # reserved: other fetches see it gone
                 reconciling |= replica.reconcile_at is not None
                 asked.append((replica, replica.epoch, manager.fetch_position(replica),
-                              max_bytes))
+                              max_bytes, reserved))
             if not asked:
                 await asyncio.sleep(throttle.delay(rate) if held_back else 0.05)
                 continue
@@ -160,7 +162,7 @@ class ReplicaFetcher:
             corr = next(self._corr)
             writer.write(protocol.encode_request(protocol.FETCH, corr, encode_fetch_request(
                 [ReplicaFetchPart(r.key[0], r.key[1], offset, max_bytes, epoch)
-                 for r, epoch, offset, max_bytes in asked],
+                 for r, epoch, offset, max_bytes, _ in asked],
                 wait_ms, 1, replica=manager.me)))
             await writer.drain()
             async with asyncio.timeout(wait_ms / 1000 + RESPONSE_GRACE_S):
@@ -172,11 +174,11 @@ class ReplicaFetcher:
                 raise ProtocolError(f"leader answered error {header.get('err')}: "
                                     f"{header.get('msg')}")
             results = parse_fetch_answer(header, replica=True)
-            for (replica, epoch, offset, _), result, data in zip(
+            for (replica, epoch, offset, _, reserved), result, data in zip(
                     asked, results, payload_slices(results, frame.payload)):
-                if replica.throttle > 0:
-                    throttle.spend(len(data))
-                    replica.leader_end = result.log_end
+                if reserved:
+                    throttle.spend(len(data) - reserved)  # settle the reservation
+                replica.leader_end = result.log_end
                 manager.on_fetched(replica, epoch, offset, result, data)
 
     @staticmethod
