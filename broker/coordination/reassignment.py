@@ -199,6 +199,14 @@ def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
         for b in reps:
             if b in load:
                 load[b] += 1
+    for k, reps in sorted(current.items()):
+        state = states.get(k)
+        if broker in reps and len(reps) > 1 and state is not None \
+                and tuple(state.isr) == (broker,):
+            raise ReassignmentError(
+                f"cannot decommission broker {broker}: it is the only in-sync replica of "
+                f"{k[0]}-{k[1]} (isr {list(state.isr)}); wait until the other replicas "
+                "catch up")
     plan: Plan = {}
     rack = brokers.get(broker, "")
     for k, reps in sorted(current.items()):
@@ -211,11 +219,6 @@ def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
                 f"cannot decommission broker {broker}: {name} has {len(reps)} replicas "
                 f"and only {len(others)} other brokers are registered ({sorted(others)}); "
                 "lower its replication factor first (reassign) or add a broker")
-        state = states.get(k)
-        if len(reps) > 1 and state is not None and tuple(state.isr) == (broker,):
-            raise ReassignmentError(
-                f"cannot decommission broker {broker}: it is the only in-sync replica of "
-                f"{name} (isr {list(state.isr)}); wait until the other replicas catch up")
         target = min(free, key=lambda b: (others[b] != rack, load[b], b))
         load[target] += 1
         rest = [b for b in reps if b != broker]

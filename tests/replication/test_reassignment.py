@@ -78,12 +78,16 @@ class CopyMeter:
         self._thread.join(5)
 
     def average_rate(self, broker_id: int) -> tuple[float, float]:
-        """Bytes/s from the first to the last sample that grew, and that time."""
+        """Bytes/s of the copy (from the first sample that grew to the first holding
+        90% of the last one: after that only the producer's trickle arrives), and
+        that time."""
         grew = [i for i in range(1, len(self.samples))
                 if self.samples[i][1][broker_id] > self.samples[i - 1][1][broker_id]]
         if not grew:
             return 0.0, 0.0
-        (t0, s0), (t1, s1) = self.samples[grew[0] - 1], self.samples[grew[-1]]
+        final = self.samples[-1][1][broker_id]
+        end = next(i for i, (_, s) in enumerate(self.samples) if s[broker_id] >= 0.9 * final)
+        (t0, s0), (t1, s1) = self.samples[grew[0] - 1], self.samples[max(end, grew[0])]
         return (s1[broker_id] - s0[broker_id]) / (t1 - t0), t1 - t0
 
     def peak_rate(self, broker_id: int, window: float = 2.0) -> float:
