@@ -184,6 +184,14 @@ def _start(client: Any, plan: Plan, throttle: int) -> None:
     if client.exists(zk.REASSIGN_PARTITIONS) is not None:
         raise ReassignmentError("a reassignment is already under way; wait for it "
                                 "(`logferry reassign verify`) or cancel it first")
+    for (topic, partition), replicas in sorted(plan.items()):
+        raw, _ = client.get(zk.topic_path(topic))
+        needed = zk.read_topic_config(raw).get("min_insync_replicas", 1)
+        if len(replicas) < needed:
+            raise ReassignmentError(
+                f"the plan gives {topic}-{partition} {len(replicas)} replicas but the topic's "
+                f"min_insync_replicas is {needed}: acks=all writes would all be refused; "
+                "lower it first (topic alter)")
     original = {k: assignments[k[0]][k[1]] for k in plan}
     try:
         client.create(zk.REASSIGN_PARTITIONS, encode_job(plan, original, throttle),

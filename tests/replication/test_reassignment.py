@@ -260,6 +260,11 @@ def test_bad_input_is_refused_and_changes_nothing(broker_cluster, tmp_path):
                 plan([{"topic": topic, "partition": 0, "replicas": [2, 3]}])), "positive")
     refused(cli(cluster, "broker", "decommission", "9", "--throttle", "1000"),
             "not registered")
+    with Admin(zk=cluster.zk_connect) as admin:
+        admin.create_topic("strict", 1, replication_factor=2, min_insync_replicas=2)
+    refused(cli(cluster, "reassign", "execute", "--throttle", "1000", "--plan",
+                plan([{"topic": "strict", "partition": 0, "replicas": [1]}])),
+            "min_insync_replicas is 2")
     # one at a time: a slow move runs, a second is refused, cancel puts it back
     slow = {"topic": topic, "partition": 0,
             "replicas": [b for b in (1, 2, 3) if b not in before[0]] + [before[0][0]]}
