@@ -11,6 +11,7 @@ import time
 from itertools import islice
 from typing import Any, Iterable, Iterator
 
+from broker.cli import reassign_cmd
 from broker.cli.render import check_format, render, render_json
 from broker.cli.tail import Last, tail_start
 from broker.cli.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
@@ -25,8 +26,11 @@ DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the broker, topic, produce and consume commands."""
-    p = sub.add_parser("broker", help="run a broker", description="Run one broker until SIGTERM.")
-    p.add_argument("--config", required=True, help="broker TOML file (see etc/live/broker-1.toml)")
+    p = sub.add_parser("broker", help="run a broker (or: broker decommission ID)",
+                       description="Run one broker until SIGTERM; `broker decommission ID` "
+                                   "moves every replica off broker ID (docs/operations.md).")
+    p.add_argument("--config", help="broker TOML file (see etc/live/broker-1.toml)")
+    reassign_cmd.add_decommission_args(p)
     p.set_defaults(func=run_broker_cmd)
 
     topic = sub.add_parser("topic", help="create, list, describe or delete topics")
@@ -142,6 +146,10 @@ def run_broker_cmd(args: argparse.Namespace) -> int:
     from broker.server.config import load_broker_config
     from broker.server.broker import run_broker
 
+    if args.action == "decommission":
+        return reassign_cmd.decommission_cmd(args)
+    if not args.config:
+        raise ConfigError("broker: give --config FILE (or: broker decommission ID)")
     return run_broker(load_broker_config(args.config))
 
 

@@ -26,7 +26,8 @@ from typing import Sequence
 from kazoo.exceptions import NoAuthError
 
 from broker import __version__
-from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, user_cmd, zk_cmd
+from broker.cli import (acl_cmd, certs_cmd, client_cmds, group_cmd, reassign_cmd, user_cmd,
+                        zk_cmd)
 from broker.common.commands import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs_cmd.add_parser(sub)
     acl_cmd.add_parser(sub)
     user_cmd.add_parser(sub)
+    reassign_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="logferry.commands"), key=lambda e: e.name):
         try:
             ep.load()(sub)

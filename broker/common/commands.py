@@ -27,6 +27,7 @@ from broker.common.errors import (
     InvalidPartitionsError,
     InvalidTopicConfigError,
     InvalidTopicError,
+    ReassignmentError,
 )
 
 EXIT_OK = 0
@@ -36,7 +37,7 @@ EXIT_INTERRUPTED = 130
 
 USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InvalidTopicError,
                                                   InvalidTopicConfigError,
-                                                  InvalidPartitionsError)
+                                                  InvalidPartitionsError, ReassignmentError)
 """Broker-package errors that mean the user asked for something wrong (exit 2)."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"

@@ -277,6 +277,12 @@ class InvalidPartitionsError(InvalidRequestError):
     code = 51
 
 
+class ReassignmentError(InvalidRequestError):
+    """A reassignment plan, throttle or decommission that cannot be carried out (an
+    unknown broker or partition, too few brokers, one already under way); nothing
+    changed."""
+
+
 class OutOfOrderSequenceError(LogferryError):
     """An idempotent producer's batch does not follow its previous one in the partition
     (a gap in its sequence numbers: a batch before it was lost). Nothing was appended.
@@ -420,6 +426,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerFencedError",
     "ProtocolError",
+    "ReassignmentError",
     "RequestTimedOutError",
     "StaleEpochError",
     "StorageError",

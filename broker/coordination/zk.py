@@ -35,6 +35,9 @@ PREFERRED_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 """Children: ephemeral ``<broker id>`` of brokers asking the controller to move their
 leadership away before they stop (valid while made by the broker's own session)."""
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+"""The reassignment under way (at most one): targets, original replicas, throttle
+(:mod:`broker.coordination.reassignment`); the controller deletes it when done."""
 
 
 def controlled_shutdown_path(broker_id: int) -> str:
@@ -339,7 +342,7 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONNECT_TIMEOUT_S", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
-    "NodeExistsError", "PREFERRED_ELECTION", "CONTROLLED_SHUTDOWN", "controlled_shutdown_path",
+    "NodeExistsError", "PREFERRED_ELECTION", "REASSIGN_PARTITIONS", "CONTROLLED_SHUTDOWN", "controlled_shutdown_path",
     "broker_path", "close", "connect", "decode",
     "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",

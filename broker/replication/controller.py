@@ -8,7 +8,8 @@ any more. It reacts to brokers coming and going, to new topics (filling in any
 missing partition state), to the preferred-leader trigger znode written by
 ``logferry topic elect-leaders``, to brokers asking for a controlled shutdown
 (``/admin/controlled_shutdown/<id>``: their leadership moves to other in-sync
-replicas), and, when enabled, periodically moves leadership
+replicas), to a partition reassignment (``/admin/reassign_partitions``, carried out
+by :class:`.reassigner.Reassigner`), and, when enabled, periodically moves leadership
 back to each partition's preferred replica. Decisions are :func:`.state.elect`;
 this module is the IO around it, on one thread fed by a queue.
 """
@@ -32,11 +33,12 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.coordination import zk
 from broker.coordination.partition_state import PartitionState, elect, initial_state
+from broker.replication.reassigner import PASS_INTERVAL_S, Reassigner
 
 log = logging.getLogger("logferry.controller")
 
 _ELECT, _BROKERS, _TOPICS, _PREFERRED, _STOP = "elect", "brokers", "topics", "preferred", "stop"
-_SHUTDOWN = "shutdown"
+_SHUTDOWN, _REASSIGN = "shutdown", "reassign"
 
 
 class Controller:
@@ -57,6 +59,7 @@ class Controller:
         self._epoch_version = -1
         self._generation = 0
         self._events: queue.Queue[str] = queue.Queue()
+        self.reassigner = Reassigner(self)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
     def start(self) -> None:
@@ -118,17 +121,26 @@ class Controller:
             timeout = None
             if self.active and self.auto_rebalance_interval_s > 0:
                 timeout = max(next_rebalance - time.monotonic(), 0.0)
+            reassigning = self.active and self.reassigner.running
+            if reassigning:  # a reassignment advances every PASS_INTERVAL_S
+                timeout = PASS_INTERVAL_S if timeout is None else min(timeout, PASS_INTERVAL_S)
             try:
                 event = self._events.get(timeout=timeout)
             except queue.Empty:
-                event = _PREFERRED
-                next_rebalance = time.monotonic() + self.auto_rebalance_interval_s
+                if reassigning and (self.auto_rebalance_interval_s <= 0
+                                    or time.monotonic() < next_rebalance):
+                    event = _REASSIGN
+                else:
+                    event = _PREFERRED
+                    next_rebalance = time.monotonic() + self.auto_rebalance_interval_s
             if event == _STOP:
                 return
             try:
                 if event == _ELECT:
                     if not self.active:
                         self._try_to_become_controller()
+                elif self.active and event == _REASSIGN:
+                    self.reassigner.run_pass()
                 elif self.active:
                     self._pass(preferred=event == _PREFERRED)
                     if event == _PREFERRED:
@@ -179,6 +191,14 @@ class Controller:
                 self._events.put(_PREFERRED)
             return True
         DataWatch(self.client, zk.PREFERRED_ELECTION, trigger)
+
+        def reassign(data: bytes | None, stat: object, event: object = None) -> bool:
+            if not self.active or generation != self._generation:
+                return False
+            if stat is not None:
+                self._events.put(_REASSIGN)
+            return True
+        DataWatch(self.client, zk.REASSIGN_PARTITIONS, reassign)
 
     def _live_brokers(self) -> tuple[dict[int, int], dict[int, int]]:
         """Live broker id -> session (registration creation zxid), and -> the id of

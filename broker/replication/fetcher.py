@@ -23,6 +23,7 @@ from broker.net import transport
 from broker.net.sasl_client import authenticate_stream
 from broker.replication.roles import Replica
 from broker.replication.services import ReplicationConfig
+from broker.replication.throttle import Throttle
 from broker.wire import protocol
 from broker.wire.fetch import (
     ReplicaFetchAnswerPart,
@@ -44,6 +45,7 @@ class FetchHost(Protocol):
     me: int
     config: ReplicationConfig
     view: ClusterView
+    throttle: Throttle
 
     def fetch_position(self, replica: Replica) -> int: ...
 
@@ -135,19 +137,32 @@ class ReplicaFetcher:
             now = loop.time()
             asked = []
             reconciling = False
+            throttle, rate, held_back = manager.throttle, 0, False
             for replica in list(self.partitions.values()):
                 if replica.retry_at > now:
                     continue
+                max_bytes, reserved = config.replica_fetch_max_bytes, 0
+                if replica.throttle > 0:  # copying for a reassignment (see .throttle)
+                    rate = replica.throttle
+                    max_bytes = throttle.allowance(rate, time.monotonic(), max_bytes)
+                    if max_bytes == 0:
+                        held_back = True
+                        continue
+                    reserved = max_bytes
+                    throttle.spend(reserved)  # reserved: other fetches see it gone
                 reconciling |= replica.reconcile_at is not None
-                asked.append((replica, replica.epoch, manager.fetch_position(replica)))
+                asked.append((replica, replica.epoch, manager.fetch_position(replica),
+                              max_bytes, reserved))
             if not asked:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(throttle.delay(rate) if held_back else 0.05)
                 continue
             wait_ms = 0 if reconciling else config.replica_fetch_wait_max_ms
+            if held_back:
+                wait_ms = min(wait_ms, int(throttle.delay(rate) * 1000) + 1)
             corr = next(self._corr)
             writer.write(protocol.encode_request(protocol.FETCH, corr, encode_fetch_request(
-                [ReplicaFetchPart(r.key[0], r.key[1], offset, config.replica_fetch_max_bytes,
-                                  epoch) for r, epoch, offset in asked],
+                [ReplicaFetchPart(r.key[0], r.key[1], offset, max_bytes, epoch)
+                 for r, epoch, offset, max_bytes, _ in asked],
                 wait_ms, 1, replica=manager.me)))
             await writer.drain()
             async with asyncio.timeout(wait_ms / 1000 + RESPONSE_GRACE_S):
@@ -159,8 +174,11 @@ class ReplicaFetcher:
                 raise ProtocolError(f"leader answered error {header.get('err')}: "
                                     f"{header.get('msg')}")
             results = parse_fetch_answer(header, replica=True)
-            for (replica, epoch, offset), result, data in zip(
+            for (replica, epoch, offset, _, reserved), result, data in zip(
                     asked, results, payload_slices(results, frame.payload)):
+                if reserved:
+                    throttle.spend(len(data) - reserved)  # settle the reservation
+                replica.leader_end = result.log_end
                 manager.on_fetched(replica, epoch, offset, result, data)
 
     @staticmethod

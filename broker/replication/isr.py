@@ -151,6 +151,17 @@ class LeaderTracker:
                 read_after_write and version >= self.proposal_base)):
             self.proposal = None
 
+    def set_replicas(self, replicas: Sequence[int], now: float) -> None:
+        """The replica list changed (a reassignment): track added followers from
+        offset 0 (they join once caught up); forget removed ones, so a late fetch of
+        theirs never brings them back into the ISR."""
+        for r in replicas:
+            if r != self.me and r not in self.followers:
+                self.followers[r] = FollowerProgress(0, now, float("-inf"), 0)
+        for r in [r for r in self.followers if r not in replicas]:
+            del self.followers[r]
+            self.joining.discard(r)
+
     def lag_bytes(self, leader_end: int) -> dict[int, int]:
         """Bytes each follower is behind the leader's end."""
         return {r: max(leader_end - p.leo, 0) for r, p in self.followers.items()}

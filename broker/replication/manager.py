@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from broker.common.errors import LogferryError, NotLeaderError
 from broker.common.names import partition_dir_name
+from broker.coordination.reassignment import THROTTLE_KEY
 from broker.coordination.registry import ClusterView
-from broker.replication import acks
+from broker.replication import acks, progress
 from broker.replication.checkpoint import checkpoint_replicas, read_checkpoint
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.follower import FollowerApplier
@@ -47,6 +48,7 @@ from broker.replication.roles import (
     same_term,
 )
 from broker.replication.services import PartitionKey, ReplicationServices
+from broker.replication.throttle import Throttle
 from broker.coordination.partition_state import PartitionState
 from broker.wire.fetch import ReplicaFetchAnswerPart
 
@@ -81,6 +83,8 @@ class ReplicaManager:
         self.fencing = Fencing(self)
         self.leader = LeaderSide(self)
         self.follower = FollowerApplier(services)
+        self.throttle = Throttle()
+        """One bucket for every throttled follower fetch of this broker."""
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -118,6 +122,7 @@ class ReplicaManager:
         lag = self.config.replica_lag_time_max_ms / 1000
         tick = min(max(lag / 4, 0.05), 0.5)
         next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL_S
+        next_progress = 0.0
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -130,6 +135,13 @@ class ReplicaManager:
                     proposed = replica.tracker.proposed_isr(now, lag)
                     if proposed is not None:
                         self.leader.write_isr(replica, proposed)
+            if now >= next_progress:  # copies for a reassignment: for `reassign verify`
+                next_progress = now + 1.0
+                rows = progress.copying(self.replicas.values())
+                if rows and self.services.zk is not None:
+                    asyncio.get_running_loop().run_in_executor(
+                        self.services.admin_pool, progress.publish, self.services.zk, self.me,
+                        rows)
             if now >= next_checkpoint:
                 next_checkpoint = now + CHECKPOINT_INTERVAL_S
                 await checkpoint_replicas(self.replicas.values(), self.services.fsync_pool)
@@ -156,7 +168,11 @@ class ReplicaManager:
                     if len(replicas) > 1:
                         hw = plog.start_offset if checkpoint is None else checkpoint
                         plog.set_high_watermark(min(max(hw, plog.start_offset), plog.end_offset))
+                if replica.tracker is not None and replica.replicas \
+                        and set(replica.replicas) != set(replicas):
+                    replica.tracker.set_replicas(replicas, time.monotonic())
                 replica.replicas = list(replicas)
+                replica.throttle = reassign_throttle(config, partition, self.me)
                 # A topic's own setting (checked against its replication factor when it
                 # was created) wins; the broker default is capped at the replica count,
                 # so a default of 2 does not refuse every acks=all write to a topic of 1.
@@ -298,4 +314,16 @@ class ReplicaManager:
         return Counter(r.role for r in self.replicas.values())
 
 
-__all__ = ["FOLLOWER", "LEADER", "OFFLINE", "Replica", "ReplicaManager"]
+def reassign_throttle(config: Mapping[str, Any], partition: int, me: int) -> int:
+    """Bytes/s to fetch ``partition`` at when a reassignment added this broker to it."""
+    entry = config.get(THROTTLE_KEY)
+    if not isinstance(entry, dict):
+        return 0
+    try:
+        added = entry.get("adding", {}).get(str(partition), [])
+        return int(entry["bytes_per_s"]) if me in added else 0
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return 0
+
+
+__all__ = ["FOLLOWER", "LEADER", "OFFLINE", "Replica", "ReplicaManager", "reassign_throttle"]

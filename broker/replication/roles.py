@@ -28,6 +28,7 @@ class Replica:
 
     __slots__ = (
         "key",
+        "leader_end",
         "min_insync",
         "pending_acks",
         "plog",
@@ -36,6 +37,7 @@ class Replica:
         "retry_at",
         "role",
         "state",
+        "throttle",
         "tracker",
     )
 
@@ -51,6 +53,10 @@ class Replica:
         self.min_insync = 1
         self.reconcile_at: int | None = None
         self.retry_at = 0.0
+        self.leader_end = 0
+        """The leader's log end as of the last fetch (progress of a throttled copy)."""
+        self.throttle = 0
+        """Bytes/s this follower's fetches are limited to (a reassignment added it); 0: none."""
 
     @property
     def epoch(self) -> int:

@@ -456,6 +456,12 @@ class Broker:
                 if t == topic:
                     self.logs.remove(t, p)
                     log.info("deleted %s-%d: topic was deleted", t, p)
+        # A reassignment moved the replica away: stop replicating, delete the local log.
+        for (t, p), _ in list(self.logs.logs()):
+            if t in view.topics and p in view.topics[t] and me not in view.topics[t][p]:
+                self.replication.forget((t, p))
+                self.logs.remove(t, p)
+                log.info("deleted %s-%d: replica moved to brokers %s", t, p, view.topics[t][p])
         self._known_topics = set(view.topics)
         self._topic_codecs = codecs
         self.view = view

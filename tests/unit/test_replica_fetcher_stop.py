@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from broker.wire import protocol
 from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
 from broker.replication.fetcher import ReplicaFetcher
+from broker.replication.throttle import Throttle
 
 STOPS = 300
 
@@ -53,14 +54,15 @@ def _manager(port: int) -> SimpleNamespace:
     services = SimpleNamespace(leader_ssl_context=None, leader_server_hostname=None,
                                leader_sasl=None)
     return SimpleNamespace(config=config, me=2, view=view, services=services,
-                           fetch_position=lambda replica: 0,
+                           throttle=Throttle(), fetch_position=lambda replica: 0,
                            on_fetched=lambda *args: None)
 
 
 async def _start_and_stop_many_times() -> tuple[int, int]:
     server, port, answered, connections = await _instant_leader()
     manager = _manager(port)
-    replica = SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0, reconcile_at=None)
+    replica = SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0, reconcile_at=None,
+                              throttle=0, leader_end=0)
     missed = 0
     lost: asyncio.Future | None = None
     try:
