@@ -81,7 +81,7 @@ class KeepRunning:
             self.writers.append(writer)
         if p.dashboard is not None and p.dashboard.is_alive():
             p.dashboard.stop(10.0)
-        p.dashboard = Dashboard(p.live_zk, p.topics)
+        p.dashboard = Dashboard(p.live_zk, p.topics, p.client("dashboard", "live"))
         p.dashboard.start()
         p.dashboard.ready.wait(30)
 
