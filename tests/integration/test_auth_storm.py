@@ -42,7 +42,8 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 MiB = 1 << 20
-STORM = 10_000
+STORM = int(os.environ.get("LOGFERRY_AUTH_STORM", "10000"))
+"""Failed authentications (set more to see that the broker's memory stays flat)."""
 THREADS = 8
 
 
@@ -172,9 +173,11 @@ def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: 
     failed_lines = [line for line in log_lines if "authentication failed" in line]
     counted = value(samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics")),
                     "logferry_authentication_failures_total", mechanism="SCRAM-SHA-256")
+    settled = rss_bytes(pid)
     print(f"\n{STORM:,} failed authentications from {THREADS} threads in {elapsed:.1f}s "
           f"({STORM / elapsed:,.0f}/s, {guesser.resumed:,} TLS sessions resumed); broker RSS "
-          f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; authenticated client: "
+          f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB, {settled / MiB:.0f} MiB "
+          f"after; authenticated client: "
           f"{round_trips} round trips, p99 {p99 * 1000:.0f} ms; {len(log_lines)} log lines "
           f"({len(failed_lines)} about failures); metric {counted:,.0f}")
     assert not guesser.unexpected[:5], guesser.unexpected[:5]
