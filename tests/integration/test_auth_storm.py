@@ -45,6 +45,8 @@ MiB = 1 << 20
 STORM = int(os.environ.get("LOGFERRY_AUTH_STORM", "10000"))
 """Failed authentications (set more to see that the broker's memory stays flat)."""
 THREADS = 8
+HANDSHAKE_S = 5.0
+"""The silent connections' handshake timeout: long enough to tell a refusal from it."""
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +200,7 @@ def test_a_thousand_silent_tls_connections_do_not_exhaust_descriptors(broker_clu
     keeps serving a TLS client (test_abusive_clients covers the plaintext port)."""
     metrics_port = free_port()
     cluster = broker_cluster(1, broker={"max_connections": 300, "metrics_port": metrics_port},
-                             tls=broker_tls(pki, handshake_timeout_s=2.0))
+                             tls=broker_tls(pki, handshake_timeout_s=HANDSHAKE_S))
     broker = cluster.brokers[0]
     pid = broker.proc.pid
     good = WellBehaved(cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca)).start()
@@ -230,24 +232,28 @@ def test_a_thousand_silent_tls_connections_do_not_exhaust_descriptors(broker_clu
             remaining[:] = [s for s in remaining if still_open(s)]
             return not remaining
 
-        time.sleep(0.5)
-        all_dropped()
+        def settled() -> bool:
+            """Those over max_connections refused, well before the handshake timeout
+            (polled: on a loaded machine the broker may take a moment to accept them)."""
+            all_dropped()
+            return 1000 - len(remaining) >= 650 and open_fds(pid) - baseline_fds <= 300 + 20
+
+        wait_until(settled, timeout=HANDSHAKE_S - 1,
+                   what="the connections over max_connections refused (fds back under 320)")
+        settled_after = time.monotonic() - opened
         settled_fds = open_fds(pid)
         refused = 1000 - len(remaining)
-        wait_until(all_dropped, timeout=20, what="silent TLS connections dropped")
+        wait_until(all_dropped, timeout=30, what="silent TLS connections dropped")
         dropped_after = time.monotonic() - opened
         p99 = good.check(since, at_least=3)
     finally:
         for sock in silent:
             sock.close()
         good.stop()
-    print(f"\n1,000 silent TLS connections: {refused} refused at once, all dropped within "
-          f"{dropped_after:.1f}s (handshake timeout 2s); broker fds {baseline_fds} before, "
-          f"{settled_fds} after 0.5 s (peak {peak_fds}, one accept burst); TLS client p99 "
-          f"{p99 * 1000:.0f} ms")
-    assert refused >= 650, f"only {refused} of 1,000 refused with max_connections 300"
-    # asyncio accepts a burst (up to the listen backlog) before the refused are closed
-    assert settled_fds - baseline_fds <= 300 + 20
-    assert dropped_after < 10
+    print(f"\n1,000 silent TLS connections: {refused} refused within {settled_after:.1f}s, all "
+          f"dropped within {dropped_after:.1f}s (handshake timeout {HANDSHAKE_S:g}s); broker "
+          f"fds {baseline_fds} before, {settled_fds} then (peak {peak_fds}: asyncio accepts a "
+          f"burst before the refused are closed); TLS client p99 {p99 * 1000:.0f} ms")
+    assert dropped_after < HANDSHAKE_S + 10
     assert p99 < 5.0
     assert "Traceback" not in broker.log_text()
