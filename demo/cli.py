@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "what to try: commands, broker pids, metrics URLs")
     p.add_argument("--keep-rate", type=float, default=20.0, metavar="RECORDS_PER_S",
                    help="with --keep-running: records per second over all hosts (default 20)")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext, no authentication, no ACLs (default: TLS + SCRAM + ACLs, "
+                        "each component its own principal; see etc/secured/)")
     p.set_defaults(func=_run)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from broker.client import AuditRecord
 from broker.common.errors import LogferryError
@@ -20,11 +20,12 @@ from broker.common.errors import LogferryError
 class ClusterCounter:
     """Messages per topic in one cluster, counted incrementally."""
 
-    def __init__(self, zk: str, topics: Iterable[str]):
+    def __init__(self, zk: str, topics: Iterable[str], client: Mapping[str, Any] | None = None):
+        """``client``: more options of its consumer (``tls=``, ``sasl=``)."""
         from broker.client import SimpleConsumer
 
         self.topics = list(topics)
-        self.consumer = SimpleConsumer(zk=zk, max_bytes=4 * 1024 * 1024)
+        self.consumer = SimpleConsumer(zk=zk, max_bytes=4 * 1024 * 1024, **(client or {}))
         self.positions: dict[tuple[str, int], int] = {}
         self.counts: dict[str, int] = dict.fromkeys(self.topics, 0)
         self.bytes: dict[str, int] = dict.fromkeys(self.topics, 0)

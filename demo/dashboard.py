@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from typing import Any, Mapping
 
 GROUP = "dashboards"
 
@@ -18,8 +19,10 @@ GROUP = "dashboards"
 class Dashboard(threading.Thread):
     """Counts messages per topic as they arrive in the live cluster."""
 
-    def __init__(self, zk: str, topics: list[str]):
+    def __init__(self, zk: str, topics: list[str], client: Mapping[str, Any] | None = None):
+        """``client``: more options of its group consumer (``tls=``, ``sasl=``)."""
         super().__init__(name="dashboard", daemon=True)
+        self.client = dict(client or {})
         self.zk = zk
         self.topics = topics
         self.counts: dict[str, int] = defaultdict(int)
@@ -34,7 +37,8 @@ class Dashboard(threading.Thread):
 
         try:
             with GroupConsumer(GROUP, topics=self.topics, zk=self.zk, start="earliest",
-                               auto_commit_ms=1000, consumer_id="demo-dashboard") as consumer:
+                               auto_commit_ms=1000, consumer_id="demo-dashboard",
+                               **self.client) as consumer:
                 self.ready.set()
                 while not self.stop_event.is_set():
                     for message in consumer.poll(timeout=0.5):

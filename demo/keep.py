@@ -81,26 +81,35 @@ class KeepRunning:
             self.writers.append(writer)
         if p.dashboard is not None and p.dashboard.is_alive():
             p.dashboard.stop(10.0)
-        p.dashboard = Dashboard(p.live_zk, p.topics)
+        p.dashboard = Dashboard(p.live_zk, p.topics, p.client("dashboard", "live"))
         p.dashboard.start()
         p.dashboard.ready.wait(30)
 
     def guide(self) -> str:
         """What to try, with this run's addresses, pids and metrics URLs."""
         p, lf, topic = self.pipeline, self.command, self.pipeline.topics[0]
+        security = getattr(p, "security", None)
+        live, analysis = ("", "") if security is None else (" $LIVE_AUTH", " $ANALYSIS_AUTH")
         lines = [
             f"--keep-running: the hosts keep writing ({self.rate:g} records/s from the loghub "
             "samples), the agents ship, the mirror copies, the dashboard group reads.",
             "Try, in another terminal:", "",
             f"  export LOGFERRY_ZK={p.live_zk}      # the live cluster",
-            f"  {lf} topic list",
-            f"  {lf} topic describe {topic}           # leaders and in-sync replicas",
-            f"  {lf} consume {topic} --from latest --follow   # records as the hosts write them",
-            f"  {lf} group describe {GROUP}            # the dashboard's lag",
-            f"  {lf} topic list --zk {p.analysis_zk}   # the analysis cluster",
+        ]
+        if security is not None:  # TLS + SCRAM as the read-only User:reader
+            for name, dc in (("LIVE_AUTH", "live"), ("ANALYSIS_AUTH", "analysis")):
+                table = security.sasl_table("reader", dc)
+                lines.append(f"  export {name}=\"--tls-ca {security.pki.ca} --sasl-user reader "
+                             f"--sasl-password-file {table['password_file']}\"")
+        lines += [
+            f"  {lf} topic list{live}",
+            f"  {lf} topic describe {topic}{live}           # leaders and in-sync replicas",
+            f"  {lf} consume {topic} --from latest --follow{live}   # records as the hosts write them",
+            f"  {lf} group describe {GROUP}{live}            # the dashboard's lag",
+            f"  {lf} topic list --zk {p.analysis_zk}{analysis}   # the analysis cluster",
         ]
         if p.mirror is not None:
-            lines.append(f"  {lf} group describe {p.mirror_group}    # the mirror's positions")
+            lines.append(f"  {lf} group describe {p.mirror_group}{live}    # the mirror's positions")
         lines += ["", "Watch a failover: kill a live broker, `topic describe` again (the other "
                   "replica leads), and the --follow above goes on:"]
         for dc, children in p.brokers.items():

@@ -157,7 +157,9 @@ class BrokerChild(Child):
     """A broker started from an example config's settings, on a free port."""
 
     def __init__(self, name: str, broker_id: int, zk: str, workdir: Path,
-                 broker: Mapping[str, Any], log: Mapping[str, Any], datacenter: str = ""):
+                 broker: Mapping[str, Any], log: Mapping[str, Any], datacenter: str = "",
+                 sections: Mapping[str, Any] | None = None):
+        """``sections``: more tables of its config (``[tls]``, ``[auth]``, ... when secured)."""
         self.broker_id = broker_id
         self.datacenter = datacenter
         self.port = free_port()
@@ -170,7 +172,8 @@ class BrokerChild(Child):
                     "metrics_port": self.metrics_port}
         self.config_path = workdir / "config" / f"{name}.toml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(dumps({"broker": settings, "log": dict(log)}))
+        self.config_path.write_text(dumps({"broker": settings, "log": dict(log), **(sections or {})}))
+        self.config_path.chmod(0o600)
         super().__init__(name, [sys.executable, "-m", "broker", "broker", "--config",
                                 str(self.config_path)], workdir / "logs" / f"{name}.log")
 

@@ -35,6 +35,7 @@ from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_ag
 from demo.keep import display_name, keep_running
 from demo.processes import BrokerChild, Child, DemoError, Supervisor, exit_message
 from demo.report import Tally, problems, render
+from demo.security import DemoSecurity
 from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.testing.localrun import free_port
 
@@ -90,6 +91,16 @@ class Pipeline:
         self.topics = configs.agent_topics(self.agent_doc)
         self.audit_topic = self.agent_doc.get("audit", {}).get("topic", "_audit")
         self.notes: list[str] = []
+        self.security: DemoSecurity | None = None
+        """Certificates, users and ACLs (None: the plaintext demo, --insecure)."""
+
+    def client(self, user: str, datacenter: str) -> dict[str, Any]:
+        """``tls=``/``sasl=`` for a client of the demo's own process (none when insecure)."""
+        return self.security.client(user, datacenter) if self.security else {}
+
+    def sections(self, user: str, datacenter: str) -> dict[str, Any]:
+        """``[tls]``/``[sasl]`` for a component's config (none when insecure)."""
+        return self.security.client_sections(user, datacenter) if self.security else {}
 
     # -- start ----------------------------------------------------------------------------
 
@@ -98,11 +109,17 @@ class Pipeline:
         self.live_zk = self.zk + configs.LIVE_CHROOT
         self.analysis_zk = self.zk + configs.ANALYSIS_CHROOT
         say(f"ZooKeeper on {self.zk}: chroots {configs.LIVE_CHROOT} and {configs.ANALYSIS_CHROOT}")
+        if not getattr(self.args, "insecure", False):
+            self.security = DemoSecurity(self.workdir)
+            self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
+                                [*self.topics, self.audit_topic], GROUP)
+            say(f"security: {self.security.summary()}")
         for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk)):
             for template in configs.broker_templates(dc):
                 broker_id, broker, log = configs.broker_settings(template)
                 child = BrokerChild(f"{dc}-{template.stem}", broker_id, zk, self.workdir,
-                                    broker, log, datacenter=dc)
+                                    broker, log, datacenter=dc, sections=(
+                                        self.security.broker_sections(dc) if self.security else None))
                 self.sup.add(child)
                 self.brokers[dc].append(child)
         for dc, children in self.brokers.items():
@@ -120,7 +137,7 @@ class Pipeline:
         _, broker, _ = configs.broker_settings(configs.broker_templates("live")[0])
         partitions = int(broker.get("num_partitions", 4))
         factor = int(broker.get("default_replication_factor", 1))
-        with Admin(zk=self.live_zk) as admin:
+        with Admin(zk=self.live_zk, **self.client("admin", "live")) as admin:
             for topic in [*self.topics, self.audit_topic]:
                 try:
                     admin.create_topic(topic, partitions)
@@ -147,6 +164,8 @@ class Pipeline:
         doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk,
                                     self.workdir / "mirror" / "status.json", port)
         doc.setdefault("mirror", {})["audit_window_s"] = self.args.audit_window  # as the agents'
+        doc.setdefault("source", {}).update(self.sections("mirror", "live"))
+        doc.setdefault("target", {}).update(self.sections("mirror", "analysis"))
         self.mirror_metrics = f"http://127.0.0.1:{port}"
         self.mirror_group = doc.get("mirror", {}).get("group", "logferry-mirror")
         path = configs.write(self.workdir / "config" / "mirror.toml", doc, origin)
@@ -161,6 +180,9 @@ class Pipeline:
     def start_console(self) -> None:
         """The web console over both clusters (docs/console.md), if its extra is installed."""
         import importlib.util
+        if self.security is not None:
+            say("console: not started (it has no TLS/SASL settings yet; --insecure starts it)")
+            return
         if importlib.util.find_spec("aiohttp") is None:
             say("console: not started (install it with: pip install 'logferry[console]')")
             return
@@ -178,6 +200,7 @@ class Pipeline:
             port = free_port()
             doc = configs.agent_config(self.agent_doc, host, root, state, self.live_zk,
                                        self.args.audit_window, port)
+            doc.update(self.sections("agent", "live"))
             self.agent_metrics[host] = f"http://127.0.0.1:{port}"
             path = configs.write(self.workdir / "config" / f"agent-{host}.toml", doc,
                                  configs.agent_template())
@@ -284,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
     """``logferry demo``; returns the exit code."""
     if args.seconds <= 0 or args.rate <= 0 or args.hosts < 1 or args.keep_rate <= 0:
         raise ConfigError("--seconds, --rate, --hosts and --keep-rate must be positive")
+    started = time.monotonic()
     workdir = Path(args.workdir).resolve()
     _prepare_workdir(workdir)
     pipeline = Pipeline(args, workdir)
@@ -317,6 +341,9 @@ def run(args: argparse.Namespace) -> int:
             for issue in issues:
                 say(f"while stopping: {issue}")
             say("stopped every process it started")
+            mode = ("secured: TLS+SCRAM, ACLs" if pipeline.security is not None
+                    else "plaintext, no authentication")
+            say(f"ran in {time.monotonic() - started:.1f}s ({mode})")
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, previous)
@@ -340,7 +367,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.create_topics()
     pipeline.start_mirror()
     pipeline.start_console()
-    dashboard = pipeline.dashboard = Dashboard(pipeline.live_zk, pipeline.topics)
+    dashboard = pipeline.dashboard = Dashboard(pipeline.live_zk, pipeline.topics,
+                                               pipeline.client("dashboard", "live"))
     dashboard.start()
     dashboard.ready.wait(30)
     say(f"dashboard: consumer group '{GROUP}' on the live cluster")
@@ -349,8 +377,9 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.start_agents(hosts)
 
     topics = pipeline.topics
-    live = ClusterCounter(pipeline.live_zk, topics)
-    analysis = ClusterCounter(pipeline.analysis_zk, topics) if pipeline.mirror else None
+    live = ClusterCounter(pipeline.live_zk, topics, pipeline.client("reader", "live"))
+    analysis = (ClusterCounter(pipeline.analysis_zk, topics, pipeline.client("reader", "analysis"))
+                if pipeline.mirror else None)
     counters = [live] + ([analysis] if analysis else [])
     tally = Tally(topics=topics, hosts=hosts)
     peaks: dict[str, float] = {}
@@ -398,7 +427,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     t_live = time.monotonic() - t0
     sample(t_live, max(time.monotonic() - previous, 1e-3))
     tally.agents_acked = pipeline.stop_agents()
-    live_audit = ClusterCounter(pipeline.live_zk, [pipeline.audit_topic])
+    live_audit = ClusterCounter(pipeline.live_zk, [pipeline.audit_topic],
+                                pipeline.client("reader", "live"))
     counters.append(live_audit)
     tally.audit_records["live"] = _settled(live_audit, pipeline.audit_topic)
     say(f"agents stopped: {tally.agents_acked:,} messages acknowledged, "
@@ -407,7 +437,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     t_analysis = None
     audit_source = live_audit
     if analysis is not None:
-        analysis_audit = ClusterCounter(pipeline.analysis_zk, [pipeline.audit_topic])
+        analysis_audit = ClusterCounter(pipeline.analysis_zk, [pipeline.audit_topic],
+                                        pipeline.client("reader", "analysis"))
         counters.append(analysis_audit)
         ok = _wait_counts(analysis, written, args.drain_timeout) and _wait_counts(
             analysis_audit, {pipeline.audit_topic: tally.audit_records["live"]}, args.drain_timeout)
@@ -440,6 +471,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
                            f"{topics}: the demo lands the agent's topics")
     source_zk = pipeline.analysis_zk if analysis is not None else pipeline.live_zk
     doc = configs.loader_config(loader_doc, source_zk, output, topics)
+    doc.update(pipeline.sections("loader", "analysis" if analysis is not None else "live"))
     loader_cfg = configs.write(workdir / "config" / "loader.toml", doc, configs.loader_template())
     say(f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk):]} as Parquet "
         f"(Spark local mode; the JVM takes a while to start)")

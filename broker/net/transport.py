@@ -23,6 +23,7 @@ import ssl
 from typing import Callable, Protocol
 
 from broker.net import socket_errors
+from broker.net.tls_accept import Admit, gate_factory
 from broker.net.tls_socket import wrap_client
 
 
@@ -88,7 +89,8 @@ async def open_stream(host: str, port: int, *, timeout: float | None = 10.0,
 async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str,
                        port: int, *, ssl_context: ssl.SSLContext | None = None,
                        ssl_handshake_timeout: float | None = None,
-                       backlog: int = 1024, start_serving: bool = True) -> asyncio.Server:
+                       backlog: int = 1024, start_serving: bool = True,
+                       admit: Admit | None = None) -> asyncio.Server:
     """Listen on ``host:port`` and serve each connection with a new protocol object.
 
     With ``ssl_context`` (a server context holding the certificate chain) every
@@ -98,12 +100,16 @@ async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], hos
     ``ssl_handshake_timeout`` (seconds, TLS only; asyncio's default is 60) drops a client
     that connects and never finishes its handshake.
     ``start_serving=False`` only binds: call :func:`start_serving` to listen.
+    ``admit`` (TLS only) is asked at accept, before the handshake, with the number of
+    handshakes in progress; False closes the connection at once, so connections still
+    in their handshake count against a connection limit (:mod:`broker.net.tls_accept`).
     """
     loop = asyncio.get_running_loop()
+    if ssl_context is not None:
+        protocol_factory = gate_factory(protocol_factory, ssl_context,
+                                        ssl_handshake_timeout, admit)
     try:
-        return await loop.create_server(protocol_factory, host, port, ssl=ssl_context,
-                                        ssl_handshake_timeout=(ssl_handshake_timeout
-                                                               if ssl_context else None),
+        return await loop.create_server(protocol_factory, host, port,
                                         reuse_address=True, backlog=backlog,
                                         start_serving=start_serving)
     except OSError as exc:

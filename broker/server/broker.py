@@ -183,6 +183,14 @@ class Broker:
                 log.debug("failed start: cleaning up failed too", exc_info=True)
             raise
 
+    def _admit_handshake(self, handshaking: int) -> bool:
+        """A TLS connection is accepted before its handshake: it counts against
+        max_connections from then on (refused at once, and counted, when they are taken)."""
+        if len(self.connections) + handshaking < self.config.max_connections:
+            return True
+        self.stats.connections_refused[()] += 1
+        return False
+
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         # Bound, not yet listening: connections are refused until the cluster view is
@@ -191,7 +199,8 @@ class Broker:
             lambda: BrokerConnection(self), self.config.host, self.config.port,
             backlog=ACCEPT_BURST,
             start_serving=False, ssl_context=self._ssl_context,
-            ssl_handshake_timeout=self.config.tls.handshake_timeout_s if self.config.tls else None)
+            ssl_handshake_timeout=self.config.tls.handshake_timeout_s if self.config.tls else None,
+            admit=self._admit_handshake)
         if self.config.kafka_listen is not None:
             host, port = self.config.kafka_listen
             self._kafka_server = await transport.start_server(

@@ -14,6 +14,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -37,8 +38,11 @@ class WellBehaved:
     """A producer and a consumer in a thread: send one message, wait for its answer,
     fetch until it is read back in order; records each round trip's latency."""
 
-    def __init__(self, bootstrap: list[str], topic: str = "good", limit: int = 100_000):
+    def __init__(self, bootstrap: list[str], topic: str = "good", limit: int = 100_000,
+                 **client: Any):
         self.bootstrap = bootstrap
+        self.client = client
+        """Extra client options (``tls=``, ``sasl=``) for its producer and consumer."""
         self.topic = topic
         self.limit = limit
         self.latencies: list[float] = []
@@ -55,8 +59,8 @@ class WellBehaved:
 
     def _run(self) -> None:
         try:
-            with Producer(brokers=self.bootstrap, linger_ms=0) as producer, \
-                    SimpleConsumer(brokers=self.bootstrap) as consumer:
+            with Producer(brokers=self.bootstrap, linger_ms=0, **self.client) as producer, \
+                    SimpleConsumer(brokers=self.bootstrap, **self.client) as consumer:
                 offset = 0
                 sent = 0
                 while not self._stop.is_set() and sent < self.limit:

@@ -49,6 +49,22 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     # Rotation happened while the agents tailed.
     assert list((workdir / "hosts" / "web-1").rglob("*.log.1"))
 
+    # It ran secured: TLS + SCRAM required, ACLs on, each component its own principal.
+    assert "security: TLS+SCRAM" in out and "(secured: TLS+SCRAM, ACLs)" in out
+    broker_config = (workdir / "config" / "live-broker-1.toml").read_text()
+    assert "[auth]" in broker_config and "[authorizer]" in broker_config
+    logs = {p.name: p.read_text() for p in (workdir / "logs").glob("*broker*.log")}
+    live = "".join(text for name, text in logs.items() if name.startswith("live"))
+    analysis = "".join(text for name, text in logs.items() if name.startswith("analysis"))
+    for user in ("agent", "mirror", "dashboard"):
+        assert f"first connection of User:{user} " in live, user
+    for user in ("mirror", "loader"):
+        assert f"first connection of User:{user} " in analysis, user
+    secrets = list((workdir / "security" / "secrets").glob("*.password"))
+    assert secrets and all(p.stat().st_mode & 0o077 == 0 for p in secrets)
+    every_log = out + "".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
+    assert not [p.name for p in secrets if p.read_text().strip() in every_log]
+
     assert "stopped every process it started" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "demo left processes running"

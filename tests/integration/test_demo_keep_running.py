@@ -40,12 +40,14 @@ def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subp
     pytest.fail(f"no {what} within {timeout:.0f}s:\n{out.read_text()[-6000:]}")
 
 
-def _follow(zk: str, topic: str, path: Path) -> subprocess.Popen:
+def _follow(zk: str, topic: str, path: Path, auth: list[str]) -> subprocess.Popen:
+    """``logferry consume --follow`` with ``auth``: the TLS and SCRAM options the secured
+    demo's guide exports as ``$LIVE_AUTH``."""
     out = path.open("wb")
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "broker", "consume", topic, "--from", "latest", "--follow",
-             "--zk", zk], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+             "--zk", zk, *auth], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     finally:
         out.close()
 
@@ -85,6 +87,9 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
         text = out.read_text()
         assert "RESULT: OK" in text  # the measured run is unchanged
         zk = re.search(r"export LOGFERRY_ZK=(\S+)", text).group(1)
+        auth = re.search(r'export LIVE_AUTH="([^"]+)"', text)
+        assert auth, "the secured demo's guide exports the reader's TLS and SCRAM options"
+        auth_args = auth.group(1).split()
         brokers = {int(m.group(2)): int(m.group(1)) for m in
                    re.finditer(r"kill -9 (\d+)\s+# live broker (\d+)", text)}
         assert len(brokers) >= 2, text
@@ -95,7 +100,7 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
 
         # The pipeline flows: a consumer started now sees records the hosts write now.
         before = tmp_path / "before.out"
-        consumers.append(_follow(zk, "app-logs", before))
+        consumers.append(_follow(zk, "app-logs", before, auth_args))
         assert _grows(before, 60), f"consume --follow printed nothing:\n{before.read_text()}"
 
         # A broker dies: the demo says so and stays up, the rest keeps flowing.
@@ -105,7 +110,7 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
             rf"live broker {victim} \(pid {brokers[victim]}\) exited with code -9 \(SIGKILL\); "
             rf"the live cluster continues with broker {survivor}", out.read_text()), 30, demo, out)
         after = tmp_path / "after.out"
-        consumers.append(_follow(zk, "app-logs", after))
+        consumers.append(_follow(zk, "app-logs", after, auth_args))
         assert _grows(after, 120), f"nothing arrived after the broker died:\n{after.read_text()}"
         assert demo.poll() is None
         print(f"the consumer started before the kill still prints: {_grows(before, 5)}")

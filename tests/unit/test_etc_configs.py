@@ -34,7 +34,8 @@ SYSTEMD = sorted(p for p in (ETC / "systemd").glob("*") if p.is_file())  # test_
 # test_console_etc.py: the console config, the Prometheus alert rules, the Grafana dashboard.
 CONSOLE = [ETC / "console.toml", ETC / "prometheus" / "logferry-alerts.yml",
            ETC / "grafana" / "logferry-dashboard.json"]
-CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD, *CONSOLE}
+SECURED = {p for p in (ETC / "secured").rglob("*") if p.is_file()}  # test_etc_secured.py
+CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD, *CONSOLE, *SECURED}
 
 
 def test_every_file_in_etc_is_checked():

@@ -1,0 +1,112 @@
+"""The demo's security: TLS on every broker, SCRAM users per component, ACLs.
+
+By default ``logferry demo`` runs secured, as etc/secured/ shows for a real
+deployment: a private CA and a certificate for 127.0.0.1 (``security/certs`` in the
+workdir), one SCRAM user per component with a random password in a 0600 file
+(``security/secrets``), brokers requiring TLS + SCRAM with the authorizer on, and ACLs
+that give each principal only what it needs:
+
+================  ========  =============================================================
+principal         cluster   may
+================  ========  =============================================================
+User:broker       both      everything (super user: replication between brokers)
+User:admin        both      everything (super user: the demo creates the live topics)
+User:agent        live      produce to the agents' topics and the audit topic
+User:mirror       live      consume them
+User:mirror       analysis  create, produce to (and grow) them
+User:dashboard    live      consume them (the dashboard group)
+User:reader       both      consume them (the demo's own counting, read-only)
+User:loader       analysis  consume them
+================  ========  =============================================================
+
+``--insecure`` keeps the plaintext demo. The console has no TLS/SASL settings yet, so
+the secured demo does not start it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from broker.common.sasl import SaslCredentials
+from broker.common.tls import TlsConfig
+from broker.testing.security import Pki, add_acls, create_users, make_pki, password_file
+
+MECHANISM = "SCRAM-SHA-512"
+LIVE_USERS = ("broker", "admin", "agent", "mirror", "dashboard", "reader")
+ANALYSIS_USERS = ("broker", "admin", "mirror", "loader", "reader")
+SUPER_USERS = ["User:broker", "User:admin"]
+
+
+def grants(topics: list[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """The topic ACLs of each cluster (datacenter -> (principal, operation, topic))."""
+    live, analysis = [], []
+    for topic in topics:
+        live += [("User:agent", "produce", topic), ("User:mirror", "consume", topic),
+                 ("User:dashboard", "consume", topic), ("User:reader", "consume", topic)]
+        analysis += [("User:mirror", op, topic) for op in ("produce", "create", "alter")]
+        analysis += [("User:loader", "consume", topic), ("User:reader", "consume", topic)]
+    return {"live": live, "analysis": analysis}
+
+
+class DemoSecurity:
+    """Certificates, users and ACLs of one demo run, and the config sections that use them."""
+
+    def __init__(self, workdir: Path):
+        self.root = workdir / "security"
+        self.pki: Pki = make_pki(self.root / "certs")
+        self.secrets = self.root / "secrets"
+        self.passwords: dict[tuple[str, str], tuple[Path, str]] = {}
+        self.acl_count = 0
+
+    def setup(self, clusters: dict[str, str], topics: list[str], group: str) -> None:
+        """Create every user (random passwords, one file per user and cluster) and every
+        ACL in each cluster (datacenter -> ZooKeeper connect string with chroot)."""
+        users = {"live": LIVE_USERS, "analysis": ANALYSIS_USERS}
+        for dc, zk in clusters.items():
+            made = {}
+            for user in users[dc]:
+                path, password = password_file(self.secrets, f"{user}-{dc}")
+                self.passwords[(user, dc)] = (path, password)
+                made[user] = password
+            create_users(zk, made)
+            groups = [("User:dashboard", "consume", group)] if dc == "live" else []
+            self.acl_count += add_acls(zk, grants(topics)[dc], groups)
+
+    def summary(self) -> str:
+        """One line for the demo's output."""
+        users = len(self.passwords)
+        return (f"TLS+SCRAM ({MECHANISM}) with ACLs: CA {self.pki.ca}; {users} users with random "
+                f"passwords in {self.secrets} (mode 600); {self.acl_count} ACLs; brokers require "
+                f"authentication, super users {', '.join(SUPER_USERS)}")
+
+    # -- config sections ---------------------------------------------------------------
+
+    def broker_sections(self, datacenter: str) -> dict[str, Any]:
+        """``[tls]``, ``[auth]``, ``[sasl]`` (toward leaders) and ``[authorizer]``."""
+        return {"tls": {"enabled": True, "ca_file": str(self.pki.ca),
+                        "cert_file": str(self.pki.broker_cert),
+                        "key_file": str(self.pki.broker_key)},
+                "auth": {"required": True},
+                "sasl": self.sasl_table("broker", datacenter),
+                "authorizer": {"enabled": True, "super_users": list(SUPER_USERS)}}
+
+    def tls_table(self) -> dict[str, Any]:
+        return {"enabled": True, "ca_file": str(self.pki.ca)}
+
+    def sasl_table(self, user: str, datacenter: str) -> dict[str, Any]:
+        path, _ = self.passwords[(user, datacenter)]
+        return {"username": user, "mechanism": MECHANISM, "password_file": str(path)}
+
+    def client_sections(self, user: str, datacenter: str) -> dict[str, Any]:
+        """``[tls]`` and ``[sasl]`` of a component's config."""
+        return {"tls": self.tls_table(), "sasl": self.sasl_table(user, datacenter)}
+
+    def client(self, user: str, datacenter: str) -> dict[str, Any]:
+        """``tls=`` and ``sasl=`` for a client the demo runs in its own process."""
+        _, password = self.passwords[(user, datacenter)]
+        return {"tls": TlsConfig(ca_file=self.pki.ca),
+                "sasl": SaslCredentials(user, password, MECHANISM)}
+
+
+__all__ = ["DemoSecurity", "grants"]

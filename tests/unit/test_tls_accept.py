@@ -1,0 +1,95 @@
+"""broker.net.tls_accept: a TLS listener admits (or refuses) a connection before its
+handshake, and the application's protocol sees the client's first bytes only after
+``connection_made`` (real handshakes on 127.0.0.1 with a throwaway CA)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+
+import pytest
+
+from broker.common.tls import TlsConfig, client_context, server_context
+from broker.net import transport
+from tests.support.pki import make_pki
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    server = server_context(TlsConfig(cert_file=pki.broker_cert, key_file=pki.broker_key))
+    return server, client_context(TlsConfig(ca_file=pki.ca))
+
+
+class Recorder(asyncio.Protocol):
+    """Records the order of protocol events and echoes what it receives."""
+
+    def __init__(self, events: list[str]):
+        self.events = events
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.events.append("made")
+
+    def data_received(self, data: bytes) -> None:
+        self.events.append(f"data:{data.decode()}")
+        assert self.transport is not None
+        self.transport.write(data)
+
+
+def test_the_protocol_is_made_before_the_first_request_and_echoes(contexts) -> None:
+    server_ctx, client_ctx = contexts
+    events: list[str] = []
+
+    async def main() -> None:
+        server = await transport.start_server(lambda: Recorder(events), "127.0.0.1", 0,
+                                              ssl_context=server_ctx, ssl_handshake_timeout=5)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
+                                                       server_hostname="127.0.0.1")
+        writer.write(b"hello")  # right after the handshake, as a SASL client does
+        assert await reader.readexactly(5) == b"hello"
+        writer.close()
+        server.close()
+
+    asyncio.run(main())
+    assert events[:2] == ["made", "data:hello"]
+
+
+def test_a_refused_connection_is_closed_before_any_handshake(contexts) -> None:
+    server_ctx, _ = contexts
+    asked: list[int] = []
+    made: list[str] = []
+
+    def admit(handshaking: int) -> bool:
+        asked.append(handshaking)
+        return len(asked) == 1  # the first is taken, the rest refused
+
+    async def main() -> tuple[bytes, bytes]:
+        server = await transport.start_server(lambda: Recorder(made), "127.0.0.1", 0,
+                                              ssl_context=server_ctx, ssl_handshake_timeout=5,
+                                              admit=admit)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        first = socket.create_connection(("127.0.0.1", port))  # never speaks: in its handshake
+        second = socket.create_connection(("127.0.0.1", port))
+        first.setblocking(False)
+        second.setblocking(False)
+        await asyncio.sleep(0.3)
+        refused = await asyncio.wait_for(loop.sock_recv(second, 1), 5)
+        try:
+            waiting = await asyncio.wait_for(loop.sock_recv(first, 1), 0.3)
+        except asyncio.TimeoutError:
+            waiting = b"still open"
+        first.close()
+        second.close()
+        server.close()
+        return refused, waiting
+
+    refused, waiting = asyncio.run(main())
+    assert refused == b"" and waiting == b"still open"
+    assert asked == [0, 1]  # the second was asked while the first was in its handshake
+    assert made == []
