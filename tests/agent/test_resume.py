@@ -6,6 +6,7 @@ import msgpack
 
 from agent import encode
 from agent.resume import fid_marker, highest_offsets, partition_of, skip_held
+from tests.agent.conftest import agent_config, wait_until
 
 
 def values(host: str, fid: int | None, offsets: list[int]) -> list[bytes]:
@@ -46,3 +47,62 @@ def test_a_keyed_source_is_in_one_partition_an_unkeyed_one_in_any():
 
     assert partition_of(b"web-1", 8) == [zlib.crc32(b"web-1") % 8]
     assert partition_of(None, 3) == [0, 1, 2]
+
+
+# -- the runtime's use of it, in-process with the fake producer --------------------------
+
+def _crashed_state(tmp_path, n_lines: int):
+    """A log of ``n_lines`` and a checkpoint at offset 0 with fid 42, as a kill -9 leaves."""
+    import os
+
+    from agent.checkpoint import CheckpointStore, Entry
+
+    config = agent_config(tmp_path)
+    log = tmp_path / "logs" / "app.log"
+    text = b"".join(b"line %05d\n" % i for i in range(n_lines))
+    log.write_bytes(text)
+    st = os.stat(log)
+    store = CheckpointStore(config.state_dir, config.host)
+    config.state_dir.mkdir(parents=True)
+    store.save([Entry(st.st_dev, st.st_ino, 0, "", str(log), str(log), 0,
+                      config.sources[0].name, fid=42)])
+    return config, text
+
+
+def test_a_restart_skips_what_the_cluster_holds(tmp_path, run_agent, fake_producer, monkeypatch):
+    from agent import resume
+
+    config, text = _crashed_state(tmp_path, 100)
+    held_line = 59
+    asked = []
+
+    def holdings(consumer, host, wanted, since_ms, max_bytes):
+        asked.append((host, wanted, max_bytes))
+        return {42: text.index(b"line %05d" % held_line)}
+    monkeypatch.setattr(resume, "read_holdings", holdings)
+    agent = run_agent(config)
+    wait_until(lambda: len(fake_producer.records("logs")) >= 100 - held_line - 1, 10, "sent")
+    agent.stop()
+    records = fake_producer.records("logs")
+    assert [r["line"] for r in records] == ["line %05d" % i for i in range(held_line + 1, 100)]
+    assert {r["fid"] for r in records} == {42}
+    assert asked == [(config.host, [resume.Wanted("logs", config.sources[0].key, 42)],
+                      config.resume_max_bytes)]
+    assert agent.agent.metrics.counters["resume_skipped"] == held_line + 1
+
+
+def test_without_an_answer_it_re_sends_from_the_checkpoint(tmp_path, run_agent, fake_producer,
+                                                           monkeypatch):
+    from agent import resume
+    from broker.common.errors import BrokerNotAvailableError
+
+    config, _ = _crashed_state(tmp_path, 50)
+
+    def unreachable(*_args, **_kwargs):
+        raise BrokerNotAvailableError("no broker")
+    monkeypatch.setattr(resume, "read_holdings", unreachable)
+    agent = run_agent(config)
+    wait_until(lambda: len(fake_producer.records("logs")) >= 50, 10, "sent")
+    agent.stop()
+    assert [r["line"] for r in fake_producer.records("logs")] == ["line %05d" % i for i in range(50)]
+    assert {r["fid"] for r in fake_producer.records("logs")} == {42}   # same identity
