@@ -127,6 +127,15 @@ def identities(bootstrap: list[str]) -> list[tuple[int, int, str]]:
     return [(v["fid"], v["offset"], v["line"]) for _, _, v in consume(bootstrap, "app")]
 
 
+def layout(bootstrap: list[str]) -> dict[int, tuple[int, int]]:
+    """Per partition of ``app``: (records, visible end)."""
+    from broker.client import SimpleConsumer
+
+    counts = Counter(partition for partition, _, _ in consume(bootstrap, "app"))
+    with SimpleConsumer(brokers=bootstrap) as consumer:
+        return {p: (counts[p], consumer.offsets("app", p).end) for p in consumer.partitions("app")}
+
+
 def test_every_line_lands_once_under_kill_9_of_every_process(
         zookeeper, broker_cluster, agent_process, mirrors, tmp_path: Path) -> None:  # noqa: F811
     live = broker_cluster(2, zk=zookeeper.new_chroot())
@@ -223,6 +232,10 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
           f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
           f"({analysis_duplicates} duplicates before the loader's dedup); Parquet {len(rows)} "
           f"rows, {duplicated_rows} duplicated, {missing} missing")
+    print(f"per partition (records, end): live {layout(live.bootstrap)}, "
+          f"analysis {layout(analysis.bootstrap)}")
+    if analysis_duplicates:
+        print(f"--- mirror log ---\n{mirror.log_tail(60)}")
     for (fid, offset), n in sorted(copies.items()):
         if n > 1:
             print(f"  analysis duplicate: fid {fid} offset {offset} x{n}")
