@@ -5,16 +5,18 @@ live brokers (topic ``app`` replicated twice, the agent producing with ``acks=al
 an agent tailing ``app.log`` through rename rotations, the mirror to one analysis
 broker, and ``logferry load`` (Spark local mode, dedup on) into Parquet. While 20,000
 lines are written at a steady rate, kill -9 hits the agent (twice), the leader of the
-agent's partition, the mirror and a running load; each is restarted. Then the agent
+agent's partition, the mirror (twice) and a load run; each is restarted. Then the agent
 and the mirror drain and a last load lands everything. Counted:
 
 - the live topic: every line once (the agent resumes after what the cluster holds,
   the idempotent producer drops retries across the leader change);
-- the analysis topic: every line at least once; its duplicates are printed (today's
-  mirror re-copies its uncommitted tail after a kill -9; once the offset-preserving
-  mirror lands, assert 0 here too);
+- the analysis topic: the same records at the same offsets as the live topic, 0
+  duplicates (the offset-preserving mirror resumes from the target's log end; any
+  duplicates are printed with the mirror's log before the assertion);
 - the Parquet rows: exactly the lines written, each once, in order per file
-  (``file_id`` + ``file_offset``): the loader's dedup drops what the mirror copied twice.
+  (``file_id`` + ``file_offset``), with the loader's dedup on (the last line of defence:
+  it drops a copy that came through, e.g. re-sent by an agent that could not
+  reach the cluster when it restarted).
 """
 
 from __future__ import annotations
@@ -232,8 +234,8 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
           f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
           f"({analysis_duplicates} duplicates before the loader's dedup); Parquet {len(rows)} "
           f"rows, {duplicated_rows} duplicated, {missing} missing")
-    print(f"per partition (records, end): live {layout(live.bootstrap)}, "
-          f"analysis {layout(analysis.bootstrap)}")
+    live_layout, analysis_layout = layout(live.bootstrap), layout(analysis.bootstrap)
+    print(f"per partition (records, end): live {live_layout}, analysis {analysis_layout}")
     if analysis_duplicates:
         print(f"--- mirror log ---\n{mirror.log_tail(60)}")
     for (fid, offset), n in sorted(copies.items()):
@@ -242,6 +244,10 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
 
     assert {line for _, _, line in live_records} == set(expected)
     assert live_duplicates == 0
+    # The offset-preserving mirror (mode "preserve", the default): the analysis topic is
+    # the live one, same records at the same offsets, nothing copied twice.
+    assert analysis_duplicates == 0
+    assert analysis_layout == live_layout
     assert (len(rows), duplicated_rows, missing) == (LINES, 0, 0)
     by_file: dict[int, list[tuple[int, str]]] = {}
     for r in rows:
