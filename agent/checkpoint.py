@@ -92,6 +92,8 @@ class CheckpointStore:
         self.path = state_dir / "checkpoint.json"
         self.host = host
         self._lock_fd: int | None = None
+        self.written: float | None = None
+        """When the checkpoint :meth:`load` read was written (None: none was)."""
 
     def lock(self) -> None:
         """Create the state directory and take its lock, or fail saying who holds it."""
@@ -131,6 +133,8 @@ class CheckpointStore:
                 raise ValueError(f"version {doc.get('version')!r}, expected one of "
                                  f"{READABLE_VERSIONS}")
             entries = [Entry(**item) for item in doc["files"]]
+            written = doc.get("written")
+            self.written = float(written) if isinstance(written, (int, float)) else None
         except (ValueError, TypeError, KeyError) as exc:
             raise CheckpointError(f"{self.path} is corrupt ({exc}); move it away to start "
                                   f"over (files are then read again from their start)") from None

@@ -127,6 +127,10 @@ class AgentConfig:
     shutdown_timeout_s: float = 30.0
     fingerprint_bytes: int = 1024
     watch: bool = True
+    resume_from_cluster: bool = True
+    """At start, skip the lines after the checkpoint the cluster already holds (agent.resume)."""
+    resume_max_bytes: int = 64 * MiB
+    """At most this many bytes of a partition's tail are read for that at start."""
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     log_level: str = "INFO"
@@ -155,6 +159,7 @@ TOP = fields(
     scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
     rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
     fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
+    resume_from_cluster=BOOL, resume_max_bytes=POSITIVE_INT,
     cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE, sasl=TABLE,
     zookeeper=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
@@ -361,6 +366,8 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
         shutdown_timeout_s=float(data.get("shutdown_timeout_s", 30.0)),
         fingerprint_bytes=data.get("fingerprint_bytes", 1024),
         watch=data.get("watch", True),
+        resume_from_cluster=data.get("resume_from_cluster", True),
+        resume_max_bytes=data.get("resume_max_bytes", 64 * MiB),
         metrics_port=metrics.get("port"),
         metrics_bind=metrics.get("bind", "127.0.0.1"),
         log_level=level,

@@ -67,6 +67,9 @@ class TailedFile:
         self.file_id_saved = file_id is not None
         """``file_id`` is in the checkpoint on disk (a new one must be before a line
         carrying it is sent, so that a restart re-sends the line with the same id)."""
+        self.held_by_cluster: tuple[int, int] | None = None
+        """``(fid, offset)``: after a crash the cluster holds this generation's lines up
+        to the one at ``offset``; they are skipped, not sent again (agent.resume)."""
         self.fd: int | None = None
         self.pos = offset
         self.emitted = offset

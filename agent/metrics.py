@@ -26,6 +26,7 @@ COUNTERS: dict[str, str] = {
     "messages_acked": "Messages acknowledged by a broker.",
     "messages_failed": "Messages whose batch failed; they are read and sent again.",
     "messages_dropped": "Messages given up on after repeated non-retriable errors.",
+    "resume_skipped": "Messages not sent again after a crash: the cluster already held them.",
     "lines_cut": "Lines longer than max_line_bytes, cut into several messages.",
     "utf8_replaced": "Lines with invalid UTF-8, replaced by U+FFFD.",
     "rewinds": "Times a file was read again from its checkpoint after a failed batch.",

@@ -49,6 +49,7 @@ from agent.identity import Facts, FileKey, Verdict, judge
 from agent.inflight import InFlight
 from agent.inventory import FileInventory
 from agent.metrics import AgentCounters, Snapshot, StatusServer
+from agent import resume
 from agent.acks import Chunk
 from broker.common.retry import Retry
 
@@ -171,6 +172,8 @@ class Agent:
                 self.inventory.watch(self._wake.set)
             self.inventory.adopt(checkpointed)
             self.inventory.scan(initial=True)
+            if self.config.resume_from_cluster:
+                self._learn_holdings()
         except BaseException:
             self._close_resources()
             raise
@@ -216,6 +219,73 @@ class Agent:
         if self._server is not None:
             self._server.close()
         self._store.unlock()
+
+    def _learn_holdings(self) -> None:
+        """After a crash: find, per checkpointed file behind its size, the last line the
+        cluster already holds, so those lines are skipped rather than re-sent.
+
+        Bounded (the tail since the checkpoint's time minus the acknowledgement timeout,
+        at most ``resume_max_bytes`` per partition, 5 s requests); any failure only
+        means re-sending from the checkpoint, as without it (agent.resume)."""
+        written = self._store.written
+        behind: list[TailedFile] = []
+        for tailed in self.inventory.everything():
+            if not tailed.file_id_saved or tailed.where is None:
+                continue
+            try:
+                size = os.stat(tailed.where).st_size
+            except OSError:
+                continue
+            if size > tailed.acks.acked:
+                behind.append(tailed)
+        if written is None or not behind:
+            return
+        from broker.client import LogferryError, SimpleConsumer
+
+        since_ms = int((written - self._ack_timeout) * 1000)
+        wanted = [resume.Wanted(t.source.topic, t.source.key, t.file_id) for t in behind]
+        started = time.monotonic()
+        try:
+            with SimpleConsumer(self.config.zk, list(self.config.brokers or ()) or None,
+                                tls=self.config.tls, sasl=self.config.sasl,
+                                request_timeout=5.0, metadata_retries=1,
+                                client_id=f"agent-{self.config.host}-resume") as consumer:
+                held = resume.read_holdings(consumer, self.config.host, wanted, since_ms,
+                                            self.config.resume_max_bytes)
+        except (LogferryError, OSError) as exc:
+            log.warning("cannot learn what the cluster holds of %d files (%s); re-sending "
+                        "them from their checkpoint (duplicates keep their identity)",
+                        len(behind), exc)
+            return
+        for tailed in behind:
+            offset = held.get(tailed.file_id)
+            if offset is not None and offset >= tailed.acks.acked:
+                tailed.held_by_cluster = (tailed.file_id, offset)
+                log.info("%s", resume.describe(tailed.path, offset, tailed.acks.acked))
+        log.info("looked for %d files behind their checkpoint in the cluster in %.2fs: "
+                 "%d found", len(behind), time.monotonic() - started,
+                 sum(t.held_by_cluster is not None for t in behind))
+
+    def _skip_held(self, tailed: TailedFile, out: Outgoing) -> Outgoing | None:
+        """Drop the leading messages of ``out`` the cluster holds; None if all are."""
+        fid, through = tailed.held_by_cluster  # type: ignore[misc]  # caller checked
+        if fid != tailed.file_id:  # truncated or replaced since: a new generation
+            tailed.held_by_cluster = None
+            return out
+        keep, resume_at = resume.skip_held(out.offsets, through)
+        self.metrics.add("resume_skipped", keep)
+        self.inventory.dirty = True
+        if resume_at is None:
+            tailed.acks.acked = max(tailed.acks.acked, out.end)
+            return None
+        tailed.held_by_cluster = None
+        tailed.acks.acked = max(tailed.acks.acked, resume_at)
+        if keep == 0:
+            return out
+        values = out.values[keep:]
+        return out._replace(values=values, offsets=out.offsets[keep:], start=resume_at,
+                            nbytes=sum(map(len, values)),
+                            parse_failed=tuple(i - keep for i in out.parse_failed if i >= keep))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -537,6 +607,11 @@ class Agent:
         """Hand one chunk to the producer and track it."""
         from broker.client import LogferryError
 
+        if tailed.held_by_cluster is not None:
+            skipped = self._skip_held(tailed, out)
+            if skipped is None:
+                return
+            out = skipped
         source = tailed.source
         count = len(out.values)
         if not tailed.file_id_saved:

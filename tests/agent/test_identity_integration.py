@@ -52,8 +52,10 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
                                                            tmp_path: Path) -> None:
     cluster = broker_cluster(1)
     # No periodic checkpoint: a kill -9 then re-sends everything acknowledged since the
-    # last checkpoint write (the agent writes one for each new file it meets).
-    doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0)
+    # last checkpoint write (the agent writes one for each new file it meets), when the
+    # agent does not look up what the cluster holds (test_resume_integration.py does).
+    doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0,
+                   resume_from_cluster=False)
     log = tmp_path / "logs" / "app.log"
     written = 0
 

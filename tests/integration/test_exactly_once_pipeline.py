@@ -1,0 +1,258 @@
+"""The whole pipeline under kill -9 of every process kind: each line lands once (issue 20).
+
+Run it alone with ``pytest -m exactly_once``. Real processes throughout: ZooKeeper, two
+live brokers (topic ``app`` replicated twice, the agent producing with ``acks=all``),
+an agent tailing ``app.log`` through rename rotations, the mirror to one analysis
+broker, and ``logferry load`` (Spark local mode, dedup on) into Parquet. While 20,000
+lines are written at a steady rate, kill -9 hits the agent (twice), the leader of the
+agent's partition, the mirror (twice) and a load run; each is restarted. Then the agent
+and the mirror drain and a last load lands everything. Counted:
+
+- the live topic: every line once (the agent resumes after what the cluster holds,
+  the idempotent producer drops retries across the leader change);
+- the analysis topic: the same records at the same offsets as the live topic, 0
+  duplicates (the offset-preserving mirror resumes from the target's log end; any
+  duplicates are printed with the mirror's log before the assertion);
+- the Parquet rows: exactly the lines written, each once, in order per file
+  (``file_id`` + ``file_offset``), with the loader's dedup on (the last line of defence:
+  it drops a copy that came through, e.g. re-sent by an agent that could not
+  reach the cluster when it restarted).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from broker.client import Admin
+from tests.agent.conftest import REPO, agent_process, consume  # noqa: F401 - a fixture
+from tests.agent.test_integration import _wait_shipped, base_doc
+from tests.loader.conftest import read_landed
+from tests.mirror.conftest import mirrors  # noqa: F401 - a fixture
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exactly_once,
+              pytest.mark.timeout(420)]
+
+LINES = 20_000
+ROTATE_EVERY = 5_000
+RATE = 500
+"""Lines per second written (about 40 s of writing)."""
+HOST = "it-host"   # base_doc's host: the key, so all lines go to one partition
+
+
+def line_text(i: int) -> str:
+    return "line %07d of the exactly-once test" % i
+
+
+class Writer(threading.Thread):
+    """Appends numbered lines to ``app.log`` at a steady rate, renaming it every
+    ``ROTATE_EVERY`` lines to ``app.log.<n>`` (not matched by the agent's ``*.log``)."""
+
+    def __init__(self, log: Path):
+        super().__init__(daemon=True)
+        self.log = log
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            step = RATE // 10
+            started = time.monotonic()
+            while self.written < LINES:
+                n = min(step, LINES - self.written)
+                with open(self.log, "ab") as handle:
+                    handle.write("".join(line_text(self.written + i) + "\n"
+                                         for i in range(n)).encode())
+                self.written += n
+                if self.written % ROTATE_EVERY == 0 and self.written < LINES:
+                    os.rename(self.log, self.log.with_name(f"app.log.{self.written // ROTATE_EVERY}"))
+                pause = started + self.written / RATE - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+def loader_toml(path: Path, zk: str, out: Path) -> None:
+    path.write_text(f"""
+[source]
+zk = "{zk}"
+topics = ["app"]
+decode_agent_records = true
+[output]
+uri = "{out.as_uri()}"
+[dedup]
+enabled = true
+[load]
+chunk_bytes = 262144
+fetch_bytes = 65536
+[spark]
+master = "local[2]"
+driver_memory = "512m"
+[spark.conf]
+"spark.ui.enabled" = "false"
+"spark.ui.showConsoleProgress" = "false"
+"spark.sql.shuffle.partitions" = "2"
+"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+""")
+
+
+def start_load(config: Path, log: Path) -> subprocess.Popen:
+    """``python -m hadoop_loader load`` in its own process group (its Spark JVM with it)."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "hadoop_loader", "load", "--config",
+                                 str(config)], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """kill -9 the load and its JVM (the process group this test created)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def identities(bootstrap: list[str]) -> list[tuple[int, int, str]]:
+    """``(fid, offset, line)`` of every record of topic ``app``, in partition order."""
+    return [(v["fid"], v["offset"], v["line"]) for _, _, v in consume(bootstrap, "app")]
+
+
+def layout(bootstrap: list[str]) -> dict[int, tuple[int, int]]:
+    """Per partition of ``app``: (records, visible end)."""
+    from broker.client import SimpleConsumer
+
+    counts = Counter(partition for partition, _, _ in consume(bootstrap, "app"))
+    with SimpleConsumer(brokers=bootstrap) as consumer:
+        return {p: (counts[p], consumer.offsets("app", p).end) for p in consumer.partitions("app")}
+
+
+def test_every_line_lands_once_under_kill_9_of_every_process(
+        zookeeper, broker_cluster, agent_process, mirrors, tmp_path: Path) -> None:  # noqa: F811
+    live = broker_cluster(2, zk=zookeeper.new_chroot())
+    analysis = broker_cluster(1, zk=zookeeper.new_chroot())
+    with Admin(zk=live.zk_connect) as admin:
+        admin.create_topic("app", partitions=2, replication_factor=2)
+    with Admin(zk=analysis.zk_connect) as admin:
+        admin.create_topic("app", partitions=2)
+    partition = zlib.crc32(HOST.encode()) % 2
+
+    doc = base_doc(tmp_path, live.bootstrap, checkpoint_interval_s=3.0,
+                   producer={"acks": "all", "linger_ms": 5, "delivery_timeout_s": 30.0,
+                             "request_timeout_s": 5.0},
+                   audit={"enabled": False})
+    agent = agent_process(doc).start()
+    mirror = mirrors("m", live, analysis, topics=["app"])
+    out = tmp_path / "lake"
+    config = tmp_path / "loader.toml"
+    loader_toml(config, analysis.zk_connect, out)
+    load_log = tmp_path / "load.log"
+
+    writer = Writer(tmp_path / "logs" / "app.log")
+    writer.start()
+    t0 = time.monotonic()
+
+    def at(seconds: float) -> None:
+        time.sleep(max(t0 + seconds - time.monotonic(), 0))
+
+    kills: list[str] = []
+    at(6)
+    agent.kill()
+    kills.append(f"agent at {writer.written}")
+    agent = agent_process(doc).start()
+    at(12)
+    with Admin(zk=live.zk_connect) as admin:
+        leader_id = admin.describe_partitions("app")[partition].leader
+    leader = next(b for b in live.brokers if b.id == leader_id)
+    leader.kill()
+    kills.append(f"leader {leader_id} at {writer.written}")
+    time.sleep(8)  # past the ZooKeeper session: the follower takes over under acks=all
+    leader.start()
+    at(24)
+    mirror.kill()
+    kills.append(f"mirror at {writer.written}")
+    mirror.start()
+    first_load = start_load(config, load_log)  # lands part of the stream, completes
+    at(30)
+    skipped = [agent.counter("resume_skipped")]
+    agent.kill()
+    kills.append(f"agent at {writer.written}")
+    agent = agent_process(doc).start()
+    at(34)
+    mirror.kill()
+    kills.append(f"mirror at {writer.written}")
+    mirror.start()
+    assert first_load.wait(180) == 0, load_log.read_text()[-4000:]
+    load = start_load(config, load_log)
+    time.sleep(10)
+    running = load.poll() is None
+    kill_group(load)
+    kills.append(f"loader ({'mid-run' if running else 'after it finished'}) at {writer.written}")
+
+    writer.join(120)
+    assert writer.error is None and writer.written == LINES, writer.error
+    _wait_shipped(agent, 90)
+    skipped.append(agent.counter("resume_skipped"))
+    expected = [line_text(i) for i in range(LINES)]
+
+    live_records = identities(live.bootstrap)
+    live_copies = Counter((fid, offset) for fid, offset, _ in live_records)
+    live_duplicates = sum(n - 1 for n in live_copies.values())
+
+    def mirrored() -> bool:
+        return len({(f, o) for f, o, _ in identities(analysis.bootstrap)}) >= LINES
+    wait_until(mirrored, 90, "the analysis topic to hold every line", interval=1.0)
+    analysis_records = identities(analysis.bootstrap)
+    copies = Counter((fid, offset) for fid, offset, _ in analysis_records)
+    analysis_duplicates = sum(n - 1 for n in copies.values())
+
+    final = subprocess.run([sys.executable, "-m", "hadoop_loader", "load", "--config", str(config)],
+                           cwd=REPO, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
+                                              PYSPARK_PYTHON=sys.executable),
+                           capture_output=True, text=True, timeout=240)
+    assert final.returncode == 0, f"{final.stdout}\n{final.stderr[-4000:]}"
+    table = read_landed(out)
+    assert table is not None
+    rows = table.select(["file_id", "file_offset", "line"]).to_pylist()
+    landed = Counter((r["file_id"], r["file_offset"]) for r in rows)
+    lines = {r["line"] for r in rows}
+    duplicated_rows = sum(n - 1 for n in landed.values())
+    missing = len(set(expected) - lines)
+    print(f"kills: {', '.join(kills)}; lines skipped by the restarted agents as already held: "
+          f"{skipped}; written {LINES}; live topic {len(live_records)} records "
+          f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
+          f"({analysis_duplicates} duplicates before the loader's dedup); Parquet {len(rows)} "
+          f"rows, {duplicated_rows} duplicated, {missing} missing")
+    live_layout, analysis_layout = layout(live.bootstrap), layout(analysis.bootstrap)
+    print(f"per partition (records, end): live {live_layout}, analysis {analysis_layout}")
+    if analysis_duplicates:
+        print(f"--- mirror log ---\n{mirror.log_tail(60)}")
+    for (fid, offset), n in sorted(copies.items()):
+        if n > 1:
+            print(f"  analysis duplicate: fid {fid} offset {offset} x{n}")
+
+    assert {line for _, _, line in live_records} == set(expected)
+    assert live_duplicates == 0
+    # The offset-preserving mirror (mode "preserve", the default): the analysis topic is
+    # the live one, same records at the same offsets, nothing copied twice.
+    assert analysis_duplicates == 0
+    assert analysis_layout == live_layout
+    assert (len(rows), duplicated_rows, missing) == (LINES, 0, 0)
+    by_file: dict[int, list[tuple[int, str]]] = {}
+    for r in rows:
+        by_file.setdefault(r["file_id"], []).append((r["file_offset"], r["line"]))
+    assert len(by_file) == LINES // ROTATE_EVERY
+    for fid, file_rows in by_file.items():
+        ordered = [line for _, line in sorted(file_rows)]
+        assert ordered == sorted(ordered), f"file {fid}: lines out of order by offset"
