@@ -19,6 +19,15 @@ agent_process = agent_fixtures.agent_process  # the fixture, shared with tests/a
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+def wait_text(page, selector: str, expected: str, timeout_ms: int = 15_000) -> None:
+    """Wait until ``selector``'s text is ``expected``: the page shows each new reading
+    (a heartbeat, an audit record becoming visible one fsync after its ack) when it
+    comes, so a first render may still hold an earlier one."""
+    page.wait_for_function("([sel, want]) => document.querySelector(sel)?.textContent === want",
+                           arg=[selector, expected], timeout=timeout_ms)
+    assert page.text_content(selector) == expected
+
+
 @pytest.mark.timeout(180)
 def test_agents_and_pipeline_views(broker_cluster, zookeeper, agent_process, tmp_path: Path):
     live = broker_cluster(1, zk=zookeeper.new_chroot())
@@ -47,16 +56,16 @@ def test_agents_and_pipeline_views(broker_cluster, zookeeper, agent_process, tmp
             page.goto(console.url + "?view=audit")
             agent_row = '#agents [data-agent="web-7"]'
             page.wait_for_selector(agent_row)
-            assert page.text_content(f"{agent_row} [data-agent-state]") == "running"
-            assert page.query_selector(f'{agent_row} [data-agent-file="{logs}/a.log"]') is not None
-            assert page.text_content(f"{agent_row} [data-agent-lag]") == "0"
+            wait_text(page, f"{agent_row} [data-agent-state]", "running")
+            page.wait_for_selector(f'{agent_row} [data-agent-file="{logs}/a.log"]')
+            wait_text(page, f"{agent_row} [data-agent-lag]", "0")
 
             row = '#pipeline [data-pipeline-topic="web"][data-window="60000"]'
             page.wait_for_selector(row)
-            assert page.text_content(f'{row} [data-tier="agent"]') == "40"  # the live cluster's
-            assert page.text_content(f'{row} [data-tier-pct="agent"]') == "80.00%"
-            assert page.text_content(f'{row} [data-tier="mirror"]') == "60"
-            assert page.text_content(f'{row} [data-tier-pct="mirror"]') == "150.00%"
+            wait_text(page, f'{row} [data-tier="agent"]', "40")  # the live cluster's
+            wait_text(page, f'{row} [data-tier-pct="agent"]', "80.00%")
+            wait_text(page, f'{row} [data-tier="mirror"]', "60")
+            wait_text(page, f'{row} [data-tier-pct="mirror"]', "150.00%")
 
             agent.kill()  # no heartbeat for 3 intervals: stale
             page.wait_for_function(
