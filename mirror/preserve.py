@@ -80,7 +80,8 @@ class PreservingMirror:
         """From other threads: ("done", tp, generation, offset, error) and ("gap", tp, ...)."""
         self._wake = threading.Event()
         self._audit: MirrorAudit | None = None
-        self._checked_topics: dict[str, str | None] = {}
+        self._checked_topics: dict[str, tuple[str | None, int]] = {}
+        """Topic -> (why its partitions cannot be copied or None, the source's count then)."""
         """Topic -> None (partition counts match) or why its partitions cannot be copied."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -305,7 +306,7 @@ class PreservingMirror:
         if self.positions.state(tp) == HALTED:
             return
         topic, partition = tp
-        problem = self._check_topic(topic)
+        problem = self._check_topic(topic, partition)
         if problem is not None:
             self._diverged(tp, problem)
             return
@@ -366,13 +367,15 @@ class PreservingMirror:
                     "the target was written by someone else")
         return None
 
-    def _check_topic(self, topic: str) -> str | None:
-        """Create the target topic like the source if missing; refuse other partition counts."""
-        if topic in self._checked_topics:
-            return self._checked_topics[topic]
+    def _check_topic(self, topic: str, partition: int) -> str | None:
+        """Create the target topic like the source if missing, grow it when the source
+        grew (a partition past the count last seen), refuse other partition counts."""
+        checked = self._checked_topics.get(topic)
+        if checked is not None and partition < checked[1]:
+            return checked[0]
         assert self._router is not None
         try:
-            source_n, target_n = self._router.counts(topic, 0)
+            source_n, target_n = self._router.counts(topic, partition)
         except LogferryError as exc:
             raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
         problem = None
@@ -381,7 +384,7 @@ class PreservingMirror:
                        f"{source_n}: an offset-preserving copy needs the same count (give the "
                        f"target topic {source_n} partitions, or set mode = \"produce\" to "
                        "re-hash)")
-        self._checked_topics[topic] = problem
+        self._checked_topics[topic] = (problem, source_n)
         return problem
 
     def _diverged(self, tp: TopicPartition, reason: str) -> None:

@@ -15,10 +15,12 @@ from tests.mirror.conftest import create, ends, mirrored, produce, wait_for
 pytestmark = pytest.mark.integration
 
 
-def test_target_topic_grows_with_its_source_and_partitions_are_kept(two_clusters, mirrors):
+@pytest.mark.parametrize("mode", ["produce", "preserve"])
+def test_target_topic_grows_with_its_source_and_partitions_are_kept(two_clusters, mirrors,
+                                                                    mode: str):
     source, target = two_clusters()
     create(source.zk_connect, "grows", 2)
-    mirror = mirrors("m1", source, target, topics=["grows"])
+    mirror = mirrors("m1", source, target, topics=["grows"], mode=mode)
     produce(source.zk_connect, "grows", 2_000, 2, tag="before")
     wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "grows", exact=True), 60,
              "the first 2 partitions mirrored")
