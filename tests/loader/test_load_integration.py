@@ -262,3 +262,31 @@ def test_first_run_latest_records_where_it_starts(spark, broker_cluster, tmp_pat
     assert sorted(read_landed(out).column("value").to_pylist()) == sorted(
         v for msgs in later.values() for v, _ in msgs)
     assert run_load(config, spark=spark).sequence is None
+
+
+def test_partitions_added_between_runs_are_landed_from_their_start(spark, broker_cluster,
+                                                                     tmp_path):
+    """A topic grown from 2 to 4 partitions (`logferry topic alter --partitions`): the next
+    run lands the new partitions from their first message, the old ones from where the
+    last run stopped; every message once."""
+    from broker.client import Admin
+
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    sent = {"growing": produce(zk, "growing", 2, 4_000, hours=1)}
+    out = tmp_path / "wh"
+    config = loader_config(zk, out, ["growing"])
+    first = run_load(config, spark=spark)
+    assert first.rows == 4_000
+    with Admin(zk=zk) as admin:
+        assert len(admin.create_partitions("growing", 4)) == 4
+    more = {"growing": produce(zk, "growing", 4, 8_000, start=4_000, hours=1, create=False)}
+    merge(sent, more)
+    second = run_load(config, spark=spark)
+    assert second.rows == 8_000
+    assert sorted(r.partition for r in second.topics["growing"].ranges) == [0, 1, 2, 3]
+    for r in second.topics["growing"].ranges:
+        if r.partition >= 2:
+            assert r.start == 0, r  # a new partition: from its first byte
+    rows = assert_landed_exactly(out, sent)
+    assert {p for _, p, *_ in rows} == {0, 1, 2, 3}
