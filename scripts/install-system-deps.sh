@@ -14,7 +14,7 @@ set -euo pipefail
 JAVA_DIR=/usr/share/java
 # Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
-PACKAGES=(zookeeper default-jre-headless prometheus chromium)
+PACKAGES=(zookeeper default-jre-headless prometheus chromium curl)
 MIN_JAVA=11
 
 # The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
@@ -55,6 +55,7 @@ find_missing() {
     done
     command -v promtool >/dev/null 2>&1 || MISSING+=("promtool")
     [[ -x /usr/bin/chromium ]] || MISSING+=("chromium")
+    command -v curl >/dev/null 2>&1 || MISSING+=("curl")
 }
 
 # "a, b, c" from the MISSING array.

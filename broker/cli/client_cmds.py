@@ -119,6 +119,10 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--zk", default=None,
                        help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
     group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
+    parser.add_argument("--listener", metavar="NAME", default=None,
+                        help="the brokers' named listener to reach them on, from their "
+                             "ZooKeeper registrations (default: the default listener; "
+                             "docs/security.md#listeners)")
     add_tls_args(parser)
     add_sasl_args(parser)
     add_zk_args(parser)
@@ -132,6 +136,8 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
     sasl = sasl_from_args(args)
     if sasl is not None:
         extra["sasl"] = sasl
+    if getattr(args, "listener", None):
+        extra["listener"] = args.listener
     if args.brokers:
         return {"brokers": [b.strip() for b in args.brokers.split(",") if b.strip()], **extra}
     zk = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)

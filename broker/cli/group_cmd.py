@@ -85,7 +85,8 @@ def _admin(args: argparse.Namespace, brokers: bool = True) -> "GroupAdmin":
     where = cluster_kwargs(args)
     if "zk" not in where:
         raise ConfigError("consumer groups live in ZooKeeper: use --zk (not --brokers)")
-    return GroupAdmin(where["zk"], brokers=brokers, tls=where.get("tls"), sasl=where.get("sasl"))
+    return GroupAdmin(where["zk"], brokers=brokers, tls=where.get("tls"), sasl=where.get("sasl"),
+                      listener=where.get("listener"))
 
 
 def _fmt_time(ms: int) -> str:

@@ -56,10 +56,10 @@ class Admin:
 
     def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None,
                  request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         """``tls``: TLS settings or a client context for the broker connections;
         ``sasl``: credentials to authenticate them with."""
-        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl, listener)
 
     def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
                      min_insync_replicas: int = 0,

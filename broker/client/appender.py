@@ -57,14 +57,14 @@ class Appender:
     def __init__(self, zk: str, *, acks: int | str = 1, request_timeout: float = 30.0,
                  max_request_bytes: int = 1024 * 1024,
                  tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         """``tls``/``sasl``: how to reach and authenticate with the brokers (as every client)."""
         if acks not in ACKS:
             raise ValueError(f"acks must be 1 or 'all', not {acks!r}")
         self.acks = ACKS[acks]
         self.request_timeout = request_timeout
         self.max_request_bytes = max_request_bytes
-        self.cluster = Cluster(zk, None, request_timeout, tls, sasl)
+        self.cluster = Cluster(zk, None, request_timeout, tls, sasl, listener)
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[float, ResponseFuture, list[AppendAtPart], OnDone,
                                         object]] = {}

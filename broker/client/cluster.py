@@ -46,10 +46,14 @@ class Cluster:
 
     def __init__(self, zk_connect: str | None = None, brokers: Sequence[str] | None = None,
                  request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         """``tls``: TLS settings (or a ready client context) for every broker connection;
         ``None`` is plaintext. The context is built once here, so a bad file fails now.
-        ``sasl``: credentials each connection authenticates with (None: none)."""
+        ``sasl``: credentials each connection authenticates with (None: none).
+        ``listener``: the brokers' named listener to use (docs/security.md#listeners),
+        found in their ZooKeeper registrations; None: the address registered as
+        ``host``/``port`` (the default listener). With ``brokers`` the addresses given
+        are the listener, and the brokers answer with the others on the same one."""
         if (zk_connect is None) == (brokers is None):
             raise ConfigError("give exactly one of zk (a ZooKeeper connect string with "
                               "chroot) or brokers (a list of host:port)")
@@ -57,6 +61,7 @@ class Cluster:
         self._sasl = sasl
         self._ssl_context, self._server_hostname = client_tls(tls)
         self._zk_connect = zk_connect
+        self.listener = listener
         self._zk = zk.connect(zk_connect, create=False) if zk_connect else None
         self._static = [parse_address(b) for b in brokers] if brokers else []
         self._lock = threading.RLock()
@@ -77,8 +82,17 @@ class Cluster:
             except Exception:
                 continue
             data = zk.decode(raw)
-            if data.get("host") and data.get("port"):
+            if self.listener is not None and self.listener != "default":
+                address = zk.registered_listeners(data).get(self.listener)
+                if address is not None:
+                    addresses.append(address)
+            elif data.get("host") and data.get("port"):
                 addresses.append((str(data["host"]), int(data["port"])))
+        if not addresses and self.listener not in (None, "default"):
+            raise BrokerNotAvailableError(
+                f"no broker registered in ZooKeeper at {self._zk_connect} has a listener "
+                f"named {self.listener!r}; check the listener name against the brokers' "
+                "[[listeners]]")
         if not addresses:
             raise BrokerNotAvailableError(
                 f"no broker is registered in ZooKeeper at {self._zk_connect}; start one "

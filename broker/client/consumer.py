@@ -94,10 +94,10 @@ class SimpleConsumer:
                  max_bytes: int = 1024 * 1024, max_wait_ms: int = 500, min_bytes: int = 1,
                  request_timeout: float = 30.0, client_id: str = "", metadata_retries: int = 5,
                  tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         """``tls``: TLS settings or a client context for the broker connections;
         ``sasl``: credentials to authenticate them with."""
-        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl, listener)
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes

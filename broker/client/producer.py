@@ -70,6 +70,7 @@ class Producer:
         client_id: str = "",
         tls: TlsConfig | ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
+        listener: str | None = None,
         metadata_max_age_s: float = 5.0,
         idempotence: bool | None = None,
     ):
@@ -102,7 +103,7 @@ class Producer:
         self.idempotence = idempotence
         """Batches carry a producer id and sequence numbers, so retries append nothing
         twice (:mod:`broker.client.idempotence`)."""
-        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl)
+        self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl, listener)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._partition_counts: dict[str, int] = {}
         """Partitions per topic, once learned; send() never goes to the network for it

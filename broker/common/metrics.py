@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import ssl
 import threading
 from collections import defaultdict
 from socketserver import ThreadingMixIn
@@ -152,6 +153,20 @@ Route = Callable[[], tuple[str, bytes]]
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck scraper never holds the process open
+    ssl_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake runs here, on the request's own thread, bounded like the
+        # request itself: a client that connects and never speaks holds no other scrape.
+        if self.ssl_context is not None:
+            request.settimeout(_QuietHandler.timeout)
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a failed handshake (a plaintext scraper on the TLS port) or a client gone
+        # away: nothing for the log above DEBUG, and never a traceback on stderr
+        log.debug("metrics request from %s failed", client_address, exc_info=True)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -168,12 +183,14 @@ class MetricsServer:
     routes, other paths answer 404, without, every path answers the metrics (as
     prometheus_client's own server does). ``loop``: collect on that event loop.
     ``port`` 0 takes a free port (see :attr:`port`). Raises :class:`MetricsError`
-    when the address cannot be bound.
+    when the address cannot be bound. ``ssl_context`` (a server context, see
+    :func:`broker.common.tls.server_context`) serves ``https://`` instead.
     """
 
     def __init__(self, metrics: Metrics, host: str, port: int, *,
                  routes: Mapping[str, Route] | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None, name: str = "metrics"):
+                 loop: asyncio.AbstractEventLoop | None = None, name: str = "metrics",
+                 ssl_context: ssl.SSLContext | None = None):
         app = make_wsgi_app(_registry(metrics if loop is None else _OnLoop(metrics, loop)))
         routes = dict(routes or {})
 
@@ -200,9 +217,10 @@ class MetricsServer:
             raise MetricsError(f"cannot serve metrics on {host}:{port} "
                                f"({exc.strerror or exc})") from None
         self._httpd.set_app(dispatch)
+        self._httpd.ssl_context = ssl_context
         self.host = host
         self.port: int = self._httpd.server_address[1]
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://{host}:{self.port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
                                         name=name, daemon=True)
         self._thread.start()

@@ -56,6 +56,19 @@ class BrokerInfo:
     kafka_host: str = ""
     kafka_port: int = 0
     """The address of the broker's Kafka-protocol listener (port 0: none; docs/kafka.md)."""
+    listeners: tuple[tuple[str, str, int], ...] = ()
+    """Its named logferry listeners as (name, host, port); empty for a broker that
+    registered none (an older one): its ``host``/``port`` is then its only listener."""
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """``(host, port)`` of the named listener; the registered ``host``/``port`` for
+        ``"default"`` or a broker that names no listeners; None if it lacks ``listener``."""
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        if listener == "default" or not self.listeners:
+            return self.host, self.port
+        return None
 
 
 @dataclass(frozen=True)
@@ -112,7 +125,9 @@ class BrokerRegistry:
         data = zk.encode({"host": self.info.host, "port": self.info.port,
                           "datacenter": self.info.datacenter, "rack": self.info.rack,
                           **({"kafka": [self.info.kafka_host, self.info.kafka_port]}
-                             if self.info.kafka_port else {})})
+                             if self.info.kafka_port else {}),
+                          "listeners": {name: [host, port]
+                                        for name, host, port in self.info.listeners}})
         retry = Retry(initial=0.1, maximum=2.0, deadline=timeout)
         with self._registering:
             while not self._stopped.is_set():
@@ -244,7 +259,10 @@ class BrokerRegistry:
                                                  int(data.get("port", 0)),
                                                  str(data.get("datacenter", "")),
                                                  str(data.get("rack", "")),
-                                                 *_kafka_address(data))
+                                                 *_kafka_address(data),
+                                                 listeners=tuple(
+                                                     (name, *address) for name, address
+                                                     in zk.registered_listeners(data).items()))
             except (NoNodeError, ValueError):
                 continue
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -347,3 +347,18 @@ __all__ = [
     "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
     "read_assignment", "read_topic_config", "split_connect", "topic_path",
 ]
+
+
+def registered_listeners(data: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
+    """A broker registration's ``listeners`` field as name -> (host, port) (tolerant
+    of registrations from brokers that have none)."""
+    raw = data.get("listeners")
+    out: dict[str, tuple[str, int]] = {}
+    if isinstance(raw, dict):
+        for name, address in raw.items():
+            if isinstance(address, list) and len(address) == 2:
+                try:
+                    out[str(name)] = (str(address[0]), int(address[1]))
+                except (TypeError, ValueError):
+                    continue
+    return out

@@ -99,13 +99,17 @@ class ReplicaFetcher:
                 await self._changed.wait()
                 continue
             info = self.manager.view.brokers.get(self.leader)
-            if info is None:
-                await asyncio.sleep(0.2)  # the leader is not registered (yet)
+            services = self.manager.services
+            address = info.address(services.leader_listener) if info is not None else None
+            if info is None or address is None:
+                # the leader is not registered (yet), or registered without the
+                # inter-broker listener (it runs older settings): wait for its next one
+                await asyncio.sleep(0.2)
                 continue
+            host, port = address
             try:
-                services = self.manager.services
                 reader, self._writer = await transport.open_stream(
-                    info.host, info.port, timeout=5.0, peer=f"leader broker {self.leader}",
+                    host, port, timeout=5.0, peer=f"leader broker {self.leader}",
                     ssl_context=services.leader_ssl_context,
                     server_hostname=services.leader_server_hostname)
                 if services.leader_sasl is not None:
@@ -123,7 +127,7 @@ class ReplicaFetcher:
                     self._auth_warned = time.monotonic()
                 log.log(logging.WARNING if loud else logging.INFO,
                         "replica fetch from broker %d (%s:%d) failed: %s; retrying",
-                        self.leader, info.host, info.port, exc or type(exc).__name__)
+                        self.leader, host, port, exc or type(exc).__name__)
             finally:
                 self._close()
             await asyncio.sleep(retry.next_delay())

@@ -97,6 +97,8 @@ class ReplicationServices:
     """The name a leader's certificate is checked against (None: the address dialled)."""
     leader_sasl: SaslCredentials | None = None
     """This broker's SASL credentials toward leaders (the broker's ``[sasl]``; None: none)."""
+    leader_listener: str = "default"
+    """The listener of the leaders followers fetch on (``[broker] inter_broker_listener``)."""
 
 
 __all__ = ["LogSource", "PartitionKey", "ReplicationConfig", "ReplicationServices"]

@@ -136,8 +136,12 @@ class AdminService:
                 {p: list(s.isr) if s else [] for p, s in states.items()},
                 {p: s.leader_epoch if s else -1 for p, s in states.items()},
                 view.configs.get(topic, {}))
-        brokers = {b: BrokerAddress(i.host, i.port, i.datacenter, i.rack)
-                   for b, i in view.brokers.items()}
+        # The addresses of the listener the request came on (as Kafka does): a client
+        # of the external listener is sent to the other brokers' external listeners.
+        # A broker without that listener is left out (a rolling change of listeners).
+        brokers = {b: BrokerAddress(*address, i.datacenter, i.rack)
+                   for b, i in view.brokers.items()
+                   if (address := i.address(responder.listener)) is not None}
         responder.answer(encode_metadata_answer(MetadataAnswer(
             brokers, topics, view.controller, self.config.auto_create_topics)))
 

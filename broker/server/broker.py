@@ -37,7 +37,9 @@ from broker.server.admin import AdminService
 from broker.server.authentication import Authenticator
 from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.config import BrokerConfig, config_warnings
+from broker.server.config import BrokerConfig, config_warnings, effective_listeners
+from broker.server.listeners import LOGFERRY, ListenerConfig
+from broker.server.listening import Listening
 from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
@@ -89,7 +91,6 @@ class Broker:
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
         self._zk = None
-        self._server: asyncio.AbstractServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
@@ -109,19 +110,36 @@ class Broker:
         """Topic -> codec of its ``compression`` setting (topic_settings.codec_for)."""
         self._logs_loaded = False
         self._replication_started = False
-        self._ssl_context = server_context(config.tls) if config.tls else None
-        self.authenticator = Authenticator(
-            config.auth, self._read_credentials, self.stats.authentication_failures,
-            tls=config.tls is not None) if config.auth else None
-        leader_ssl_context, leader_server_hostname = client_tls(config.tls)
+        self.listeners = [Listening(listener, self._authenticator(listener))
+                          for listener in effective_listeners(config)
+                          if listener.protocol == LOGFERRY]
+        """The logferry listeners (the Kafka one is ``_kafka_server``), default first."""
+        self.authenticator = self.listeners[0].authenticator
+        """The default listener's (None: it offers no SASL)."""
+        inter = next(lst for lst in self.listeners
+                     if lst.config.name == config.inter_broker_listener)
+        # A follower speaks to its leaders' inter-broker listener with that listener's
+        # own TLS settings (its CA, and its certificate for mutual TLS).
+        leader_ssl_context, leader_server_hostname = client_tls(inter.config.tls)
         self.replication = ReplicaManager(ReplicationServices(
             config=config, logs=self.logs, admin_pool=self._admin_pool,
             fsync_pool=self._fsync_pool, isr_changes=self.stats.isr_changes,
             truncated_bytes=self.stats.truncated_bytes, wake_consumers=self.wake_consumers,
             wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
             leader_ssl_context=leader_ssl_context,
-            leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl))
+            leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl,
+            leader_listener=config.inter_broker_listener))
         self._wire_services()
+
+    def _authenticator(self, listener: ListenerConfig) -> Authenticator | None:
+        """The SASL side of one listener (None: it offers none)."""
+        if listener.auth is None:
+            return None
+        return Authenticator(listener.auth, self._read_credentials,
+                             self.stats.authentication_failures, tls=listener.tls is not None)
+
+    def _connection_factory(self, listening: Listening) -> Callable[[], BrokerConnection]:
+        return lambda: BrokerConnection(self, listening)
 
     async def _read_credentials(self, user: str) -> dict[str, ScramCredential] | None:
         """A user's SCRAM credentials from ZooKeeper (None: no such user)."""
@@ -195,12 +213,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         # Bound, not yet listening: connections are refused until the cluster view is
         # known, so a client never gets "unknown topic" for a topic not yet heard of.
-        self._server = await transport.start_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port,
-            backlog=ACCEPT_BURST,
-            start_serving=False, ssl_context=self._ssl_context,
-            ssl_handshake_timeout=self.config.tls.handshake_timeout_s if self.config.tls else None,
-            admit=self._admit_handshake)
+        for listening in self.listeners:
+            await listening.bind(self._connection_factory(listening), ACCEPT_BURST,
+                                 admit=self._admit_handshake)
         if self.config.kafka_listen is not None:
             host, port = self.config.kafka_listen
             self._kafka_server = await transport.start_server(
@@ -209,9 +224,10 @@ class Broker:
                 host, port, backlog=ACCEPT_BURST, start_serving=False)
             self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
         if self.config.metrics_port:
-            self._metrics_server = MetricsServer(self.metrics, self.config.host,
-                                                 self.config.metrics_port, loop=loop,
-                                                 name="broker-metrics")
+            self._metrics_server = MetricsServer(
+                self.metrics, self.config.host, self.config.metrics_port, loop=loop,
+                name="broker-metrics", ssl_context=(server_context(self.config.metrics_tls)
+                                                    if self.config.metrics_tls else None))
         started = time.monotonic()
         await loop.run_in_executor(None, self.logs.load)
         self._logs_loaded = True
@@ -243,14 +259,17 @@ class Broker:
         # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(
             self._zk, self.config.broker_id,
-            BrokerInfo(self.config.host, self.config.port, self.config.datacenter,
-                       self.config.rack, *(self.kafka_address or ("", 0))),
+            BrokerInfo(*self.listeners[0].address, self.config.datacenter,
+                       self.config.rack, *(self.kafka_address or ("", 0)),
+                       listeners=tuple((lst.config.name, *lst.address)
+                                       for lst in self.listeners)),
             view_changed)
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop, self._zk, self.registry)
         self._replication_started = True
         self._apply_view(self.registry.view())
-        await transport.start_serving(self._server, self.config.host, self.config.port)
+        for listening in self.listeners:
+            await listening.start_serving()
         if self._kafka_server is not None and self.kafka_address is not None:
             await transport.start_serving(self._kafka_server, *self.kafka_address)
         await loop.run_in_executor(None, self.registry.register)
@@ -276,8 +295,11 @@ class Broker:
         if self.kafka_address is not None:
             log.info("broker %d speaks Kafka on %s:%d", self.config.broker_id,
                      *self.kafka_address)
+        for listening in self.listeners[1:]:
+            log.info("broker %d listener %s on %s:%d (%s)", self.config.broker_id,
+                     listening.config.name, *listening.address, listening.security)
         log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
-                 self.config.host, self.config.port, self.config.datacenter,
+                 *self.listeners[0].address, self.config.datacenter,
                  self.config.zk_connect)
 
     async def _abandon_start(self) -> None:
@@ -288,8 +310,8 @@ class Broker:
         they were loaded (a half-loaded log dir keeps no clean-shutdown marker)."""
         loop = asyncio.get_running_loop()
         self.shutting_down = True
-        if self._server is not None:
-            self._server.close()
+        for listening in self.listeners:
+            listening.close()
         if self._kafka_server is not None:
             self._kafka_server.close()
         for conn in [*self.connections, *self.kafka_connections]:
@@ -371,8 +393,8 @@ class Broker:
                                        self._admin_pool,
                                        self.config.controlled_shutdown_timeout_s)
         self.shutting_down = True
-        if self._server is not None:
-            self._server.close()
+        for listening in self.listeners:
+            listening.close()
         if self._kafka_server is not None:
             self._kafka_server.close()
         self.fetch.release_all()  # long polls answer with what they have

@@ -10,12 +10,12 @@ working example.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from broker.common.config import (
-    BOOL, INTEGER, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
+    BOOL, INTEGER, TABLE, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
     POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, read,
 )
 from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
@@ -23,6 +23,10 @@ from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from broker.server.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
 from broker.common.zk_security import ZOOKEEPER_FIELDS, with_security, zookeeper_from_table
 from broker.server.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
+from broker.server.listeners import (
+    DEFAULT_LISTENER, KAFKA, ListenerConfig, check_inter_broker, default_listener,
+    listeners_from_list,
+)
 from broker.storage.config import LogConfig
 
 
@@ -73,6 +77,14 @@ class BrokerConfig:
     kafka_listen: tuple[str, int] | None = None
     """The ``[kafka] listen`` address of the Kafka-protocol listener (docs/kafka.md);
     None: no Kafka listener. A bare port listens on ``host``."""
+    metrics_tls: TlsConfig | None = None
+    """The ``[metrics.tls]`` table: serve the metrics endpoint over HTTPS (None: HTTP)."""
+    listeners: tuple[ListenerConfig, ...] = ()
+    """Every listener (:mod:`broker.server.listeners`); a config without
+    ``[[listeners]]`` gets ``default`` (and ``kafka``) from the keys above. Empty only
+    in a config built by hand, which :func:`effective_listeners` completes the same way."""
+    inter_broker_listener: str = DEFAULT_LISTENER
+    """The listener followers fetch from leaders on."""
 
 
 _SECONDS_OR_OFF = Check(NONNEG_NUMBER.test, "a number of seconds >= 0 (0 turns it off)")
@@ -108,6 +120,7 @@ BROKER_FIELDS = fields(
     acks_all_timeout_ms=POSITIVE_INT,
     unclean_leader_election=BOOL,
     leader_rebalance_interval_s=_SECONDS_OR_OFF,
+    inter_broker_listener=NONEMPTY_STR,
 )
 """The ``[broker]`` table (docs/configuration.md lists every key with its default)."""
 
@@ -131,7 +144,10 @@ KAFKA_FIELDS = fields(
 )
 """The ``[kafka]`` table: the Kafka-protocol listener (docs/kafka.md)."""
 
-SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
+METRICS_FIELDS = fields(tls=TABLE)
+"""The ``[metrics]`` table: ``[metrics.tls]`` (the ``[tls]`` keys) serves HTTPS."""
+
+SECTIONS = {"metrics": METRICS_FIELDS, "broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
             "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
             "zookeeper": ZOOKEEPER_FIELDS, "kafka": KAFKA_FIELDS}
 
@@ -162,7 +178,11 @@ def broker_config_from_dict(data: dict[str, Any], source: str = "") -> BrokerCon
 
 
 def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
+    data = dict(data)
+    listener_tables = data.pop("listeners", None)
     tables = validator.sections(data, SECTIONS)
+    if listener_tables is not None:
+        return _build_with_listeners(data, tables, listener_tables, validator)
     broker, log = tables["broker"], tables["log"]
     tls = tls_from_table(validator, tables["tls"], "tls", server=True)
     auth = auth_from_table(validator, tables["auth"], tls is not None,
@@ -186,11 +206,68 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     if kafka_listen is not None and auth is not None and auth.required:
         validator.fail("kafka.listen", "the Kafka listener has no SASL yet, so it cannot "
                        "require authentication: remove [kafka] or set auth.required = false")
-    return BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
-                        log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
-                        authorizer=authorizer_from_table(validator, tables["authorizer"]),
-                        kafka_listen=kafka_listen,
-                        **broker)
+    if broker.get("inter_broker_listener", DEFAULT_LISTENER) != DEFAULT_LISTENER:
+        validator.fail("broker.inter_broker_listener", "without [[listeners]] the only "
+                       f"listener is {DEFAULT_LISTENER!r}: define [[listeners]] or remove it")
+    config = BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
+                          log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
+                          authorizer=authorizer_from_table(validator, tables["authorizer"]),
+                          kafka_listen=kafka_listen,
+                          metrics_tls=metrics_tls_from(validator, tables["metrics"]),
+                          **broker)
+    return replace(config, listeners=effective_listeners(config))
+
+
+def _build_with_listeners(data: dict[str, Any], tables: dict[str, dict[str, Any]],
+                          listener_tables: Any, validator: Validator) -> BrokerConfig:
+    """A config with ``[[listeners]]``: the listeners carry the addresses and security,
+    so the older single-listener keys are refused rather than half-applied."""
+    for section in ("tls", "auth", "kafka"):
+        if section in data:
+            validator.fail(section, f"with [[listeners]], put {section} settings in the "
+                           f"listeners (listeners.{section}) instead" if section != "kafka"
+                           else 'with [[listeners]], add a listener with protocol = "kafka" '
+                           "instead of [kafka]")
+    for key in ("host", "port"):
+        if key in tables["broker"]:
+            validator.fail(f"broker.{key}", f"with [[listeners]], each listener has its own "
+                           f"{key}: remove broker.{key}")
+    listeners = listeners_from_list(validator, listener_tables)
+    inter = check_inter_broker(validator, listeners, tables["broker"].pop(
+        "inter_broker_listener", None))
+    main = default_listener(listeners)
+    inter_auth = next(lst.auth for lst in listeners if lst.name == inter)
+    if "username" in tables["sasl"] and inter_auth is None:
+        validator.fail("sasl", f"the inter-broker listener {inter!r} offers no SASL (it has "
+                       "no listeners.auth): remove [sasl] or name a listener with auth in "
+                       "broker.inter_broker_listener")
+    kafka = next((listener for listener in listeners if listener.protocol == KAFKA), None)
+    # The default listener also fills the single-listener fields, so code that reads
+    # config.host/port/tls/auth (metrics' host, say) sees the default listener.
+    broker = {k: v for k, v in data.get("broker", {}).items() if k != "inter_broker_listener"}
+    plain = {**data, "broker": {**broker, "host": main.host, "port": main.port}}
+    config = _build(plain, validator)
+    return replace(config, tls=main.tls, auth=main.auth,
+                   kafka_listen=(kafka.host, kafka.port) if kafka else None,
+                   listeners=listeners, inter_broker_listener=inter)
+
+
+def metrics_tls_from(validator: Validator, metrics: dict[str, Any]) -> TlsConfig | None:
+    """``[metrics.tls]`` as a server's TLS settings (None: plain HTTP)."""
+    table = validator.check(metrics.get("tls", {}), TLS_FIELDS, "metrics.tls")
+    return tls_from_table(validator, table, "metrics.tls", server=True)
+
+
+def effective_listeners(config: BrokerConfig) -> tuple[ListenerConfig, ...]:
+    """``config.listeners``, or for a config without them the listeners its
+    single-listener keys describe (``default``, and ``kafka`` for ``[kafka] listen``)."""
+    if config.listeners:
+        return config.listeners
+    listeners = [ListenerConfig(DEFAULT_LISTENER, config.host, config.port, tls=config.tls,
+                                auth=config.auth)]
+    if config.kafka_listen is not None:
+        listeners.append(ListenerConfig(KAFKA, *config.kafka_listen, protocol=KAFKA))
+    return tuple(listeners)
 
 
 def _check_zk_connect(value: str, validator: Validator) -> None:

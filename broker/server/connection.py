@@ -38,6 +38,7 @@ from broker.common.errors import (
 from broker.common.principal import ANONYMOUS, Principal
 from broker.net import socket_errors
 from broker.server.authentication import ConnectionAuth
+from broker.server.listeners import DEFAULT_LISTENER
 from broker.server.responder import FileReply, Responder
 from broker.server.tls_send import send_file_range
 from broker.wire import protocol
@@ -45,6 +46,7 @@ from broker.wire.apis import parse_request_head
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
+    from broker.server.listening import Listening
 
 log = logging.getLogger("logferry.connection")
 
@@ -57,8 +59,13 @@ requests must not grow them without end. Well-behaved clients keep a few in flig
 class BrokerConnection(asyncio.Protocol):
     """The broker's end of one TCP connection."""
 
-    def __init__(self, broker: "Broker"):
+    def __init__(self, broker: "Broker", listener: "Listening | None" = None):
+        """``listener``: the one it arrived on (None: the broker's default listener)."""
         self.broker = broker
+        self.authenticator = (listener.authenticator if listener is not None
+                              else broker.authenticator)
+        self.listener_name = listener.name if listener is not None else DEFAULT_LISTENER
+        """Metadata answers give the brokers' addresses on this listener."""
         self.decoder = protocol.FrameDecoder(broker.config.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -112,7 +119,7 @@ class BrokerConnection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=self._max_unsent)
-        self.auth = ConnectionAuth(self.broker.authenticator, self,
+        self.auth = ConnectionAuth(self.authenticator, self,
                                    transport.get_extra_info("peercert"))
         connections.add(self)
 

@@ -63,6 +63,13 @@ class Responder:
         """Who sent the request (``ANONYMOUS`` until the connection authenticates)."""
         return self._channel.principal
 
+    @property
+    def listener(self) -> str:
+        """The name of the listener the request arrived on ("default" for a channel
+        that has none: the Kafka listener's, a test's)."""
+        name: str = getattr(self._channel, "listener_name", "default")
+        return name
+
     def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
         """Send a successful answer (``error``: some of its parts failed)."""
         self.count(error)

@@ -43,7 +43,7 @@ class GroupAdmin:
 
     def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0,
                  tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         if not zk:
             raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
                               "with chroot)")
@@ -53,7 +53,7 @@ class GroupAdmin:
         if brokers:
             try:
                 self._simple = SimpleConsumer(zk=zk, request_timeout=request_timeout,
-                                              metadata_retries=1, tls=tls, sasl=sasl)
+                                              metadata_retries=1, tls=tls, sasl=sasl, listener=listener)
             except LogferryError:
                 self._simple = None
 

@@ -101,7 +101,7 @@ class GroupConsumer:
                  on_gap: Callable[[str, int, int, int], bool] | None = None,
                  fetch_requests_per_broker: int = 1,
                  tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None):
         if brokers is not None or zk is None:
             raise ConfigError("consumer groups coordinate through ZooKeeper: pass zk= (a connect "
                               "string with chroot), not brokers=")
@@ -136,7 +136,7 @@ class GroupConsumer:
         self._iter_timeout = iter_timeout
         self._state = GroupState(queue_bytes)
         self._simple = SimpleConsumer(zk=zk, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                                      request_timeout=request_timeout, tls=tls, sasl=sasl)
+                                      request_timeout=request_timeout, tls=tls, sasl=sasl, listener=listener)
         try:
             self._zk = connect(zk, session_timeout)
         except BaseException:
