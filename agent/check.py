@@ -142,7 +142,8 @@ def check_cluster(config: AgentConfig, timeout: float = CLUSTER_TIMEOUT_S) -> Cl
     from broker.client import Admin, UnknownTopicOrPartitionError
 
     admin = Admin(zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
-                  request_timeout=timeout, tls=config.tls, sasl=config.sasl)
+                  request_timeout=timeout, tls=config.tls, sasl=config.sasl,
+                  listener=config.listener)
     try:
         brokers = {b: f"{i.host}:{i.port}" for b, i in admin.brokers().items()}
         auto_create = admin.auto_create_topics()

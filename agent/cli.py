@@ -23,6 +23,7 @@ import faulthandler
 import json
 import logging
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -156,12 +157,14 @@ def read_status(config: AgentConfig) -> dict[str, Any]:
         raise StatusUnavailableError(f"cannot read {config.status_path}: {exc}") from None
     urls = []
     if config.metrics_port:
-        urls.append(f"http://{config.metrics_bind}:{config.metrics_port}")
+        scheme = "https" if config.metrics_tls else "http"
+        urls.append(f"{scheme}://{config.metrics_bind}:{config.metrics_port}")
     if file_doc and file_doc.get("metrics_url") and file_doc["metrics_url"] not in urls:
         urls.append(file_doc["metrics_url"])
     for url in urls:
         try:
-            with urllib.request.urlopen(f"{url}/status", timeout=3) as response:
+            with urllib.request.urlopen(f"{url}/status", timeout=3,
+                                        context=_status_context(config)) as response:
                 return json.loads(response.read())
         except (urllib.error.URLError, OSError, ValueError):
             continue
@@ -170,6 +173,15 @@ def read_status(config: AgentConfig) -> dict[str, Any]:
             f"no agent status: nothing answers at {', '.join(urls) or '(no metrics port)'} "
             f"and {config.status_path} does not exist; is the agent running with this config?")
     return file_doc
+
+
+def _status_context(config: AgentConfig) -> ssl.SSLContext | None:
+    """Trust for an HTTPS status endpoint: ``[metrics.tls] ca_file`` (the CA that
+    signed the agent's certificate, when set), else the system's CAs."""
+    tls = config.metrics_tls
+    if tls is None:
+        return None
+    return ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
 
 
 def status_command(args: argparse.Namespace) -> int:

@@ -133,6 +133,10 @@ class AgentConfig:
     """At most this many bytes of a partition's tail are read for that at start."""
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
+    metrics_tls: TlsConfig | None = None
+    """``[metrics.tls]``: serve the status endpoints over HTTPS (None: HTTP)."""
+    listener: str | None = None
+    """``[cluster] listener``: the brokers' named listener (None: the default one)."""
     log_level: str = "INFO"
     producer: ProducerConfig = field(default_factory=ProducerConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
@@ -164,7 +168,7 @@ TOP = fields(
     zookeeper=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
-CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST)
+CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST, listener=NONEMPTY_STR)
 PRODUCER = fields(
     acks=Check(one_of(0, 1, "all").test, '1 or "all"'), linger_ms=NONNEG_NUMBER,
     batch_bytes=POSITIVE_INT, batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
@@ -172,7 +176,7 @@ PRODUCER = fields(
 )
 AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER,
                agents_topic=NONEMPTY_STR, heartbeat_s=NONNEG_NUMBER)
-METRICS = fields(port=PORT, bind=NONEMPTY_STR)
+METRICS = fields(port=PORT, bind=NONEMPTY_STR, tls=TABLE)
 SOURCE = fields(
     ("pattern", "topic"), {"pattern": "every source needs one", "topic": "every source needs one"},
     name=NONEMPTY_STR, pattern=STR_OR_LIST, exclude=STR_OR_LIST, topic=NONEMPTY_STR,
@@ -370,6 +374,8 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
         resume_max_bytes=data.get("resume_max_bytes", 64 * MiB),
         metrics_port=metrics.get("port"),
         metrics_bind=metrics.get("bind", "127.0.0.1"),
+        metrics_tls=tls_section(v, metrics, where="metrics", server=True),
+        listener=cluster.get("listener"),
         log_level=level,
         producer=ProducerConfig(
             acks=producer.get("acks", 1),

@@ -13,6 +13,7 @@ status`` prints); other paths answer 404.
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -127,10 +128,12 @@ class StatusServer:
     """``/metrics`` (Prometheus text) and ``/status`` (the snapshot as JSON) on a daemon
     thread, serving whatever snapshot was last assigned to :attr:`snapshot`."""
 
-    def __init__(self, bind: str, port: int):
+    def __init__(self, bind: str, port: int, ssl_context: ssl.SSLContext | None = None):
+        """``ssl_context``: serve HTTPS (``[metrics.tls]``); None: HTTP."""
         self.snapshot = Snapshot()
         self._server = MetricsServer(
             registry(lambda: self.snapshot), bind, port, name="agent-metrics",
+            ssl_context=ssl_context,
             routes={"/status": lambda: ("application/json",
                                         json.dumps(self.snapshot.to_json()).encode())})
         self.port = self._server.port

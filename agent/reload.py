@@ -20,7 +20,8 @@ RELOADABLE = frozenset({"sources"})
 """AgentConfig fields a reload applies; every other field needs a restart."""
 
 _KEY_NAMES = {"zk": "cluster.zk", "brokers": "cluster.brokers", "metrics_port": "metrics.port",
-              "metrics_bind": "metrics.bind"}
+              "metrics_bind": "metrics.bind", "metrics_tls": "metrics.tls",
+              "listener": "cluster.listener"}
 """AgentConfig field -> the key in the TOML file, where they differ."""
 
 

@@ -52,6 +52,7 @@ from agent.metrics import AgentCounters, Snapshot, StatusServer
 from agent import resume
 from agent.acks import Chunk
 from broker.common.retry import Retry
+from broker.common.tls import metrics_context
 
 log = logging.getLogger("logferry.agent")
 
@@ -81,7 +82,8 @@ def make_producer(config: AgentConfig) -> Any:
     try:
         return Producer(
             zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
-            tls=config.tls, sasl=config.sasl, acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
+            tls=config.tls, sasl=config.sasl, listener=config.listener,
+            acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
             batch_messages=p.batch_messages,
             # The agent enforces its own cap before reading; the producer's buffer is
             # larger so that send() never blocks the loop.
@@ -165,7 +167,8 @@ class Agent:
             self.producer = self._producer_factory(self.config)
             if self.config.metrics_port is not None:
                 try:
-                    self._server = StatusServer(self.config.metrics_bind, self.config.metrics_port)
+                    self._server = StatusServer(self.config.metrics_bind, self.config.metrics_port,
+                                                metrics_context(self.config.metrics_tls))
                 except MetricsError as exc:
                     raise AgentError(f"metrics.port: {exc}") from None
             if self.config.watch:

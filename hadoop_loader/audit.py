@@ -298,7 +298,8 @@ def audit_after_load(config: Any, store: Any, started: float,
         with source_errors("connecting to the cluster for the audit"):
             consumer = SimpleConsumer(zk=config.source.zk,
                                       brokers=list(config.source.brokers) if config.source.brokers else None,
-                                      tls=config.tls, sasl=config.sasl_credentials())
+                                      tls=config.tls, sasl=config.sasl_credentials(),
+                                      listener=config.source.listener)
         try:
             found = read_audit_records(consumer, a.topic, since_ms)
             # a mirror's own counts go to <topic>.mirror (mirror/audit.py): more tiers

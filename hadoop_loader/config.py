@@ -41,6 +41,8 @@ class SourceConfig:
     """ZooKeeper connect string with the cluster's chroot (``host:port/logferry/analysis``)."""
     brokers: tuple[str, ...] | None = None
     """Static ``host:port`` list, instead of ``zk``."""
+    listener: str | None = None
+    """The brokers' named listener to reach them on (None: the default one)."""
     decode_agent_records: frozenset[str] = frozenset()
     """Topics whose values are agent records (msgpack maps) to decode into columns."""
     field_columns: dict[str, str] = field(default_factory=dict)
@@ -153,7 +155,7 @@ class LoaderConfig:
 
 SECTIONS = {
     "source": fields(
-        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, topics=STR_LIST, zookeeper=TABLE,
+        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, listener=NONEMPTY_STR, topics=STR_LIST, zookeeper=TABLE,
         decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v),
                                    "true, false or a list of topics"),
         field_columns=TABLE),
@@ -276,7 +278,8 @@ def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
     security = zookeeper_section(v, s, where="source")
     if security is not None and "zk" not in s:
         v.fail("source.zookeeper", "set only with source.zk (source.brokers reaches no ZooKeeper)")
-    return SourceConfig(topics=topics, zk=with_security(s["zk"], security) if "zk" in s else None,
+    return SourceConfig(topics=topics, listener=s.get("listener"),
+                        zk=with_security(s["zk"], security) if "zk" in s else None,
                         brokers=tuple(s["brokers"]) if "brokers" in s else None,
                         decode_agent_records=decoded, field_columns=columns)
 

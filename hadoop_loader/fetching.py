@@ -32,7 +32,8 @@ def consumer_for(endpoint: Endpoint) -> SimpleConsumer:
             with source_errors("connecting to the brokers"):
                 consumer = SimpleConsumer(zk=endpoint.zk,
                                           brokers=list(endpoint.brokers) if endpoint.brokers else None,
-                                          tls=endpoint.tls, sasl=endpoint.credentials())
+                                          tls=endpoint.tls, sasl=endpoint.credentials(),
+                                          listener=endpoint.listener)
             _consumers[endpoint] = consumer
         return consumer
 

@@ -208,7 +208,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     sequence = (previous.sequence if previous else 0) + 1
     landed = previous.offsets if previous else {}
     source = config.source
-    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl)
+    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
     first = EARLIEST if config.load.first_run == "earliest" else LATEST
     with DriverPlanner(endpoint) as planner:
         plan = planner.plan_ranges(

@@ -65,6 +65,8 @@ class Endpoint:
     """TLS to the brokers (each process builds its own context from the files)."""
     sasl: SaslSource | None = None
     """SCRAM credentials toward the brokers (each process reads its password)."""
+    listener: str | None = None
+    """The brokers' named listener (option ``listener``; None: the default one)."""
 
     def credentials(self) -> SaslCredentials | None:
         """The SASL credentials for a client of this process (None: none)."""
@@ -96,7 +98,7 @@ class SourceOptions:
 KNOWN = {
     "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
     "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
-    "path", "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname",
+    "path", "listener", "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname",
     "tlsverifyhostname", "saslusername", "saslmechanism", "saslpasswordfile",
     "saslpasswordenv",
 }
@@ -214,7 +216,8 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                                     f"start, end]: {exc}") from None
     trigger = options.get("maxbytespertrigger")
     return SourceOptions(
-        endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options)),
+        endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options),
+                          options.get("listener") or None),
         topics=topics,
         starting=parse_offset_spec(options.get("startingoffsets"), "startingOffsets", EARLIEST),
         ending=parse_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST),

@@ -44,7 +44,7 @@ class DriverPlanner:
         with source_errors("connecting to the cluster"):
             self.consumer = SimpleConsumer(
                 zk=endpoint.zk, brokers=list(endpoint.brokers) if endpoint.brokers else None,
-                tls=endpoint.tls, sasl=endpoint.credentials())
+                tls=endpoint.tls, sasl=endpoint.credentials(), listener=endpoint.listener)
         self.finder = FetchBoundaryFinder(self.consumer, step_bytes=walk_step_bytes)
         self._executor_endpoint: Endpoint | None = None
 
@@ -65,11 +65,13 @@ class DriverPlanner:
             else:
                 with source_errors(f"listing brokers registered at {self.endpoint.zk}"):
                     with Admin(zk=self.endpoint.zk, tls=self.endpoint.tls,
-                               sasl=self.endpoint.credentials()) as admin:
+                               sasl=self.endpoint.credentials(),
+                               listener=self.endpoint.listener) as admin:
                         brokers = admin.brokers()
                 addresses = tuple(f"{b.host}:{b.port}" for b in brokers.values())
                 if not addresses:
                     raise OffsetStateError(f"no broker is registered at {self.endpoint.zk}")
+                # the addresses are those of the listener the Admin used
                 self._executor_endpoint = Endpoint(None, addresses, self.endpoint.tls,
                                                    self.endpoint.sasl)
         return self._executor_endpoint

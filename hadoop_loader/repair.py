@@ -101,7 +101,7 @@ def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: Landi
     assert previous is not None  # damaged files come from committed manifests
     sequence = previous.sequence + 1
     source = config.source
-    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl)
+    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
     wanted: dict[tuple[int, str], list[Group]] = {}
     with DriverPlanner(endpoint) as planner:
         for g in groups:

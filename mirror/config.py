@@ -109,6 +109,12 @@ class MirrorConfig:
     """``[source.sasl]``: SCRAM credentials toward the source cluster (None: none)."""
     target_sasl: SaslCredentials | None = None
     """``[target.sasl]``: SCRAM credentials toward the target cluster (None: none)."""
+    source_listener: str | None = None
+    """``[source] listener``: the source brokers' named listener (None: the default one)."""
+    target_listener: str | None = None
+    """``[target] listener``: the target brokers' named listener (None: the default one)."""
+    metrics_tls: TlsConfig | None = None
+    """``[metrics.tls]``: serve the metrics over HTTPS with this certificate (None: HTTP)."""
 
     def topic_regex(self) -> str:
         """One regex (full match) for the group's pattern subscription, excludes folded in.
@@ -134,9 +140,10 @@ def load_config(path: str | Path) -> MirrorConfig:
 
 
 SECTIONS = {
-    "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE),
+    "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE, listener=STRING),
     "target": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE, acks=Check(one_of(1, "all").test, (
-        '1 or "all" (the mirror commits source offsets only after the target acknowledged)'))),
+        '1 or "all" (the mirror commits source offsets only after the target acknowledged)')),
+        listener=STRING),
     "mirror": fields(
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
         start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
@@ -146,7 +153,7 @@ SECTIONS = {
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
         shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
         request_timeout_s=POSITIVE_NUMBER, audit_topic=STRING, audit_window_s=POSITIVE_NUMBER),
-    "metrics": fields(port=PORT, host=STRING, status_file=STRING),
+    "metrics": fields(port=PORT, host=STRING, status_file=STRING, tls=TABLE),
 }
 """Every table and key of the mirror's config (docs/mirror.md lists the defaults)."""
 REQUIRED_TABLES = ("source", "target", "mirror")
@@ -246,7 +253,10 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         source_tls=tls_section(v, tables["source"], where="source"),
         target_tls=tls_section(v, tables["target"], where="target"),
         source_sasl=sasl_section(v, tables["source"], where="source"),
-        target_sasl=sasl_section(v, tables["target"], where="target"))
+        target_sasl=sasl_section(v, tables["target"], where="target"),
+        source_listener=tables["source"].get("listener") or None,
+        target_listener=tables["target"].get("listener") or None,
+        metrics_tls=tls_section(v, mt, where="metrics", server=True))
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

@@ -35,6 +35,7 @@ from broker.client import (
 )
 from broker.common.errors import LogferryError, MetricsError
 from broker.common.metrics import MetricsServer
+from broker.common.tls import metrics_context
 from broker.common.retry import Retry
 from mirror.audit import MirrorAudit
 from mirror.commit_tracker import CommitTracker
@@ -79,14 +80,17 @@ class Mirror:
         if cfg.metrics_port:  # first: a taken port fails before anything connects
             try:
                 self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
-                                             cfg.metrics_port, name="mirror-metrics")
+                                             cfg.metrics_port, name="mirror-metrics",
+                                             ssl_context=metrics_context(cfg.metrics_tls))
             except MetricsError as exc:
                 raise MirrorError(f"metrics.port: {exc}") from None
         try:
             self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
-                                          sasl=cfg.source_sasl)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
+                                          sasl=cfg.source_sasl, listener=cfg.source_listener)
+            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                listener=cfg.target_listener)
             self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                      listener=cfg.target_listener,
                                       linger_ms=0,
                                       # idempotent: retried copies are dropped
                                       acks=cfg.target_acks, idempotence=True,
@@ -103,7 +107,7 @@ class Mirror:
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
                 consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
                 fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
-                sasl=cfg.source_sasl)
+                sasl=cfg.source_sasl, listener=cfg.source_listener)
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):

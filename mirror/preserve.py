@@ -39,6 +39,7 @@ from broker.common.errors import (
     InvalidOffsetError, LogferryError, MetricsError, OffsetMismatchError, OffsetOutOfRangeError,
 )
 from broker.common.metrics import MetricsServer
+from broker.common.tls import metrics_context
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
@@ -92,17 +93,20 @@ class PreservingMirror:
         if cfg.metrics_port:
             try:
                 self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
-                                             cfg.metrics_port, name="mirror-metrics")
+                                             cfg.metrics_port, name="mirror-metrics",
+                                             ssl_context=metrics_context(cfg.metrics_tls))
             except MetricsError as exc:
                 raise MirrorError(f"metrics.port: {exc}") from None
         try:
             self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
-                                          sasl=cfg.source_sasl)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl)
+                                          sasl=cfg.source_sasl, listener=cfg.source_listener)
+            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                listener=cfg.target_listener)
             self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
                                       request_timeout=cfg.request_timeout_s,
                                       max_request_bytes=cfg.max_request_bytes,
-                                      tls=cfg.target_tls, sasl=cfg.target_sasl)
+                                      tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                      listener=cfg.target_listener)
             self._router = Router(self._source, self._admin)
             self._consumer = GroupConsumer(
                 cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
@@ -110,7 +114,7 @@ class PreservingMirror:
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
                 consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
                 fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
-                sasl=cfg.source_sasl)
+                sasl=cfg.source_sasl, listener=cfg.source_listener)
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):

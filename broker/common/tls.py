@@ -164,6 +164,11 @@ def server_context(config: TlsConfig) -> ssl.SSLContext:
     return context
 
 
+def metrics_context(config: TlsConfig | None) -> ssl.SSLContext | None:
+    """A metrics endpoint's server context from a ``[metrics.tls]`` table (None: HTTP)."""
+    return server_context(config) if config is not None else None
+
+
 def client_context(config: TlsConfig) -> ssl.SSLContext:
     """A client's context: server certificates verified against ``ca_file`` (the
     system's CAs without one), host names checked unless ``verify_hostname`` is false,
@@ -219,4 +224,5 @@ def _reason(exc: BaseException) -> str:
 
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "SERVER_ONLY", "TLS_FIELDS", "TlsConfig",
-           "client_context", "client_tls", "server_context", "tls_from_table", "tls_section"]
+           "client_context", "client_tls", "metrics_context", "server_context",
+           "tls_from_table", "tls_section"]

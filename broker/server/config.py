@@ -147,8 +147,8 @@ KAFKA_FIELDS = fields(
 METRICS_FIELDS = fields(tls=TABLE)
 """The ``[metrics]`` table: ``[metrics.tls]`` (the ``[tls]`` keys) serves HTTPS."""
 
-SECTIONS = {"metrics": METRICS_FIELDS, "broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
-            "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
+SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
+            "metrics": METRICS_FIELDS, "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
             "zookeeper": ZOOKEEPER_FIELDS, "kafka": KAFKA_FIELDS}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from broker.coordination.registry import BrokerInfo
 from broker.wire import protocol
 from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
 from broker.replication.fetcher import ReplicaFetcher
@@ -50,9 +51,9 @@ async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
 
 def _manager(port: int) -> SimpleNamespace:
     config = SimpleNamespace(replica_fetch_wait_max_ms=0, replica_fetch_max_bytes=1 << 20)
-    view = SimpleNamespace(brokers={1: SimpleNamespace(host="127.0.0.1", port=port)})
+    view = SimpleNamespace(brokers={1: BrokerInfo("127.0.0.1", port)})
     services = SimpleNamespace(leader_ssl_context=None, leader_server_hostname=None,
-                               leader_sasl=None)
+                               leader_sasl=None, leader_listener="default")
     return SimpleNamespace(config=config, me=2, view=view, services=services,
                            throttle=Throttle(), fetch_position=lambda replica: 0,
                            on_fetched=lambda *args: None)
