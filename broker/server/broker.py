@@ -38,7 +38,7 @@ from broker.server.authentication import Authenticator
 from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
-from broker.server.listeners import LOGFERRY, ListenerConfig
+from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
 from broker.server.listening import Listening
 from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.connection import (
@@ -218,10 +218,14 @@ class Broker:
                                  admit=self._admit_handshake)
         if self.config.kafka_listen is not None:
             host, port = self.config.kafka_listen
+            kafka_tls = next(lst.tls for lst in effective_listeners(self.config)
+                             if lst.protocol == KAFKA)
             self._kafka_server = await transport.start_server(
                 lambda: kafka_modules().KafkaConnection(self.kafka, self.config.max_request_bytes,
                                                         self.kafka_connections),
-                host, port, backlog=ACCEPT_BURST, start_serving=False)
+                host, port, backlog=ACCEPT_BURST, start_serving=False,
+                ssl_context=server_context(kafka_tls) if kafka_tls else None,
+                ssl_handshake_timeout=kafka_tls.handshake_timeout_s if kafka_tls else None)
             self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(

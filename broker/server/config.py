@@ -280,7 +280,9 @@ def config_warnings(config: BrokerConfig) -> list[str]:
     Pure, so a test can check that the shipped example configs draw none.
     """
     warnings = []
-    if config.kafka_listen is not None and config.tls is not None:
+    kafka = next((lst for lst in effective_listeners(config) if lst.protocol == KAFKA), None)
+    if config.kafka_listen is not None and config.tls is not None \
+            and kafka is not None and kafka.tls is None:
         warnings.append(
             f"[kafka] listen {config.kafka_listen[0]}:{config.kafka_listen[1]} is plaintext "
             "while [tls] protects the native port: Kafka clients' data crosses the network "

@@ -23,7 +23,7 @@ from broker.common.errors import BrokerNotAvailableError
 from broker.common.tls import TlsConfig
 from broker.coordination import zk as zkmod
 from broker.testing.localrun import free_port
-from tests.integration.test_authentication import PASSWORD, broker_tls, create_user
+from tests.integration.test_authentication import PASSWORD, broker_tls, create_user, logferry
 from tests.support.pki import Pki, make_pki
 
 pytestmark = pytest.mark.integration
@@ -155,6 +155,14 @@ def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
             admin.list_topics()
     assert time.monotonic() - started < 2.0
     assert "expects TLS" in str(info.value) and "\n" not in str(info.value), info.value
+    # the command line picks a listener too
+    listed = logferry("topic", "list", "--zk", zk_connect, "--listener", "external",
+                      "--tls-ca", str(pki.ca), "--sasl-user", "alice", "--sasl-password-file",
+                      str(tmp_path / "alice.password"))
+    assert listed.returncode == 0 and "both" in listed.stdout, listed.stderr
+    refused = logferry("topic", "list", "--zk", zk_connect, "--listener", "external")
+    assert refused.returncode != 0 and "expects TLS" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
     # a listener no broker has: one line naming it
     with pytest.raises(BrokerNotAvailableError, match="'nosuch'"):
         with Admin(zk=zk_connect, listener="nosuch") as admin:
@@ -192,3 +200,40 @@ def test_followers_replicate_over_the_plaintext_listener_and_metrics_are_https(
     assert follower.proc is not None
     assert wait_for(lambda: leader_process.port in remote_ports(follower.proc.pid))
     assert external[cluster.brokers.index(leader_process)] not in remote_ports(follower.proc.pid)
+
+
+def test_a_kafka_listener_with_tls_serves_librdkafka_over_ssl(
+        broker_cluster, pki: Pki, zk_connect: str) -> None:
+    import confluent_kafka  # the dev extra, as in test_kafka_clients
+    cluster = broker_cluster(0)
+    process = cluster.add(start=False)
+    doc = tomllib.loads(process.config_file.read_text())
+    doc["broker"].pop("host")
+    doc["broker"].pop("port")
+    kafka_port = free_port()
+    doc["listeners"] = [{"name": "local", "port": process.port},
+                        {"name": "kafka", "port": kafka_port, "protocol": "kafka",
+                         "tls": broker_tls(pki)}]
+    process.config_file.write_text(dumps(doc))
+    process.start()
+    with Admin(zk=zk_connect) as admin:
+        admin.create_topic("kafka-tls", 1, 1)
+    ssl_settings = {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "security.protocol": "SSL",
+                    "ssl.ca.location": str(pki.ca)}
+    producer = confluent_kafka.Producer({**ssl_settings, "acks": "all"})
+    producer.produce("kafka-tls", b"over tls", partition=0)
+    assert producer.flush(20) == 0
+    consumer = confluent_kafka.Consumer({**ssl_settings, "group.id": "unused",
+                                         "enable.auto.commit": False})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("kafka-tls", 0, -2)])
+        deadline, got = time.monotonic() + 20, None
+        while got is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got = msg.value()
+    finally:
+        consumer.close()
+    assert got == b"over tls"
+    assert "plaintext while [tls]" not in process.log_text()  # no warning: it is TLS
