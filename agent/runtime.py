@@ -251,7 +251,7 @@ class Agent:
         try:
             with SimpleConsumer(self.config.zk, list(self.config.brokers or ()) or None,
                                 tls=self.config.tls, sasl=self.config.sasl,
-                                request_timeout=5.0, metadata_retries=1,
+                                listener=self.config.listener, request_timeout=5.0, metadata_retries=1,
                                 client_id=f"agent-{self.config.host}-resume") as consumer:
                 held = resume.read_holdings(consumer, self.config.host, wanted, since_ms,
                                             self.config.resume_max_bytes)

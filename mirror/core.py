@@ -117,7 +117,8 @@ class Mirror:
         if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
             self._audit = MirrorAudit(self._producer, self._consumer.consumer_id, cfg.audit_topic,
                                       cfg.audit_window_s, self._admin, target=SimpleConsumer(
-                                          zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl))
+                                          zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                          listener=cfg.target_listener))
             self._audit.start()
         log.info("mirror %s: %s -> %s, topics %s, member %s", cfg.group, cfg.source_zk,
                  cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
