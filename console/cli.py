@@ -15,6 +15,7 @@ import signal
 import sys
 from typing import Any
 
+from broker.common.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
 from broker.common.commands import EXIT_INTERRUPTED, EXIT_OK
 from broker.common.errors import ConfigError
 from console.config import DEFAULT_PORT, ConsoleConfig, from_zk, load_config
@@ -35,17 +36,26 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     parser.add_argument("--interval", type=float, metavar="SECONDS",
                         help="how often each cluster is read (default 1, at most 2)")
+    add_tls_args(parser)
+    add_sasl_args(parser)
     parser.set_defaults(func=run_command)
 
 
 def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
-    """The settings from ``--config`` or ``--zk``, with ``--host/--port/--interval`` on top."""
+    """The settings from ``--config`` or ``--zk``, with ``--host/--port/--interval`` on top.
+
+    ``--tls-*``/``--sasl-*`` go with ``--zk`` (to every cluster); a config file gives
+    each cluster its own ``[cluster.tls]``/``[cluster.sasl]`` instead."""
     if args.config and args.zk:
         raise ConfigError("give --config or --zk, not both")
+    tls, sasl = tls_from_args(args), sasl_from_args(args)
     if args.config:
+        if tls is not None or sasl is not None:
+            raise ConfigError("--tls-*/--sasl-* go with --zk; with --config give each "
+                              "[[cluster]] its own [cluster.tls] and [cluster.sasl]")
         config = load_config(args.config)
     elif args.zk:
-        config = from_zk(args.zk)
+        config = from_zk(args.zk, tls=tls, sasl=sasl)
     else:
         raise ConfigError("name the clusters: --config FILE or --zk CONNECT (repeatable)")
     host: str = args.host or config.host

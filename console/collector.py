@@ -57,13 +57,19 @@ class ClusterPoller:
 
     def _connect(self) -> None:
         if self._admin is None:
-            self._admin = Admin(zk=self.config.zk_connect, request_timeout=self.request_timeout)
+            self._admin = Admin(zk=self.config.zk_connect, request_timeout=self.request_timeout,
+                                **self._security)
         if self._consumer is None:
             self._consumer = SimpleConsumer(zk=self.config.zk_connect,
                                             request_timeout=self.request_timeout,
-                                            metadata_retries=1, max_wait_ms=0)
+                                            metadata_retries=1, max_wait_ms=0, **self._security)
         if self._groups is None:
-            self._groups = GroupAdmin(self.config.zk_connect, brokers=False)
+            self._groups = GroupAdmin(self.config.zk_connect, brokers=False, **self._security)
+
+    @property
+    def _security(self) -> dict[str, Any]:
+        """``tls=``/``sasl=`` for every client toward this cluster (its config's)."""
+        return {"tls": self.config.tls, "sasl": self.config.sasl}
 
     @property
     def consumer(self) -> SimpleConsumer:

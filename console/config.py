@@ -14,6 +14,16 @@
     [[cluster]]
     name = "analysis"
     zk_connect = "zk1:2181/logferry/analysis"
+    [cluster.tls]           # optional: the shared [tls] keys (broker/common/tls.py)
+    enabled = true
+    ca_file = "certs/ca.pem"
+    [cluster.sasl]          # optional: the shared [sasl] keys (broker/common/sasl.py)
+    username = "reader"
+    password_file = "secrets/reader.password"
+
+Each cluster's ``tls`` and ``sasl`` go to every client the console makes toward it (its
+Admin, SimpleConsumer and GroupAdmin); a read-only principal (``consume`` on the topics)
+is enough, since the console never writes.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from broker.common.config import (
     PORT,
     POSITIVE_NUMBER,
     STRING,
+    TABLE,
     TABLE_LIST,
     Validator,
     fields,
@@ -34,6 +45,8 @@ from broker.common.config import (
 )
 from broker.common.errors import ConfigError
 from broker.common.names import validate_topic_name
+from broker.common.sasl import SaslCredentials, sasl_section
+from broker.common.tls import TlsConfig, tls_section
 
 DEFAULT_PORT = 8300
 MAX_INTERVAL_S = 2.0
@@ -46,6 +59,10 @@ class ClusterConfig:
 
     name: str
     zk_connect: str
+    tls: TlsConfig | None = None
+    """``[cluster.tls]``: TLS toward its brokers (None: plaintext)."""
+    sasl: SaslCredentials | None = None
+    """``[cluster.sasl]``: SCRAM credentials toward its brokers (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +81,7 @@ _SECTIONS = {
     "console": fields(host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING),
 }
 _CLUSTER = fields(("name", "zk_connect"), {"zk_connect": "where the cluster registers"},
-                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR)
+                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR, tls=TABLE, sasl=TABLE)
 
 
 def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> ConsoleConfig:
@@ -77,9 +94,12 @@ def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> Con
     console = v.sections(rest, _SECTIONS)["console"]
     clusters = []
     for i, raw in enumerate(clusters_raw):
-        table = v.check(raw, _CLUSTER, f"cluster[{i}]")
+        where = f"cluster[{i}]"
+        table = v.check(raw, _CLUSTER, where)
         clusters.append(ClusterConfig(table["name"],
-                                      v.zk_connect(f"cluster[{i}].zk_connect", table["zk_connect"])))
+                                      v.zk_connect(f"{where}.zk_connect", table["zk_connect"]),
+                                      tls=tls_section(v, table, where=where),
+                                      sasl=sasl_section(v, table, where=where)))
     return _finish(v, clusters, console)
 
 
@@ -109,9 +129,11 @@ def load_config(path: str | Path) -> ConsoleConfig:
 
 
 def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-            interval_s: float = 1.0) -> ConsoleConfig:
+            interval_s: float = 1.0, tls: TlsConfig | None = None,
+            sasl: SaslCredentials | None = None) -> ConsoleConfig:
     """Settings from ``--zk`` options: ``NAME=CONNECT`` or a bare connect string (named
-    after its chroot's last part, ``live`` for ``.../logferry/live``)."""
+    after its chroot's last part, ``live`` for ``.../logferry/live``). ``tls`` and
+    ``sasl`` (from ``--tls-*``/``--sasl-*``) apply to every cluster named."""
     v = Validator()
     clusters = []
     for i, item in enumerate(zk):
@@ -122,7 +144,7 @@ def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT
         if not name:
             chroot = connect.partition("/")[2]
             name = chroot.rstrip("/").rsplit("/", 1)[-1] or f"cluster{i + 1}"
-        clusters.append(ClusterConfig(name, connect))
+        clusters.append(ClusterConfig(name, connect, tls, sasl))
     return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s})
 
 

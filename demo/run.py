@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from demo import configs
+from demo.console_check import console_status
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
@@ -178,20 +179,23 @@ class Pipeline:
             f"metrics {self.mirror_metrics}/metrics)")
 
     def start_console(self) -> None:
-        """The web console over both clusters (docs/console.md), if its extra is installed."""
+        """The web console over both clusters (docs/console.md), if its extra is installed;
+        secured, it reads as the read-only User:reader (TLS + SCRAM, per [[cluster]])."""
         import importlib.util
-        if self.security is not None:
-            say("console: not started (it has no TLS/SASL settings yet; --insecure starts it)")
-            return
         if importlib.util.find_spec("aiohttp") is None:
             say("console: not started (install it with: pip install 'logferry[console]')")
             return
         port = free_port()
-        self.sup.add(Child.logferry("console", ["console", "--zk", f"live={self.live_zk}", "--zk",
-                                                f"analysis={self.analysis_zk}", "--port", str(port)],
+        clusters = [{"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
+                    for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))]
+        doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
+        path = configs.write(self.workdir / "config" / "console.toml", doc,
+                             configs.ETC / "console.toml")
+        self.sup.add(Child.logferry("console", ["console", "--config", str(path)],
                                     self.workdir / "logs" / "console.log"), watched=False)
         self.console_url = f"http://127.0.0.1:{port}/"
-        say(f"console: {self.console_url} (live and analysis clusters)")
+        who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
+        say(f"console: {self.console_url} (live and analysis clusters{who})")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:
@@ -450,6 +454,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         audit_source = analysis_audit
         say(f"mirror drained: analysis cluster holds {sum(tally.analysis.values()):,} messages")
     tally.live = live.update()
+    if pipeline.console_url:
+        say(console_status(pipeline.console_url))
 
     deadline = time.monotonic() + 15
     while any(dashboard.counts.get(t, 0) < n for t, n in written.items()) \

@@ -19,8 +19,8 @@ User:reader       both      consume them (the demo's own counting, read-only)
 User:loader       analysis  consume them
 ================  ========  =============================================================
 
-``--insecure`` keeps the plaintext demo. The console has no TLS/SASL settings yet, so
-the secured demo does not start it.
+``--insecure`` keeps the plaintext demo. The web console reads both clusters as
+User:reader (its config's ``[cluster.tls]``/``[cluster.sasl]``).
 """
 
 from __future__ import annotations

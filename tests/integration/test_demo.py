@@ -65,6 +65,10 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     every_log = out + "".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
     assert not [p.name for p in secrets if p.read_text().strip() in every_log]
 
+    # Its web console served the page and read both clusters as User:reader.
+    assert re.search(r"^\[demo\] console: serving http://127\.0\.0\.1:\d+/: live ok .*analysis ok", out,
+                     re.M), out
+
     assert "stopped every process it started" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "demo left processes running"

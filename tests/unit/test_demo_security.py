@@ -72,3 +72,16 @@ def test_the_sections_load_with_the_components_loaders(tmp_path: Path):
     assert m.source_sasl and m.target_sasl and m.source_sasl.password != m.target_sasl.password
     client = security.client("reader", "analysis")
     assert client["sasl"].username == "reader" and client["tls"].ca_file == security.pki.ca
+
+
+def test_the_consoles_clusters_load_as_the_read_only_reader(tmp_path: Path):
+    from console.config import load_config as load_console_config
+
+    security = _security(tmp_path)
+    console = tmp_path / "console.toml"
+    console.write_text(dumps({"console": {"port": 0}, "cluster": [
+        {"name": dc, "zk_connect": f"127.0.0.1:2181/logferry/{dc}",
+         **security.client_sections("reader", dc)} for dc in ("live", "analysis")]}))
+    clusters = load_console_config(console).clusters
+    assert [(c.sasl.username if c.sasl else None) for c in clusters] == ["reader", "reader"]
+    assert all(c.tls and c.tls.ca_file == security.pki.ca for c in clusters)
