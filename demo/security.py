@@ -11,11 +11,11 @@ principal         cluster   may
 ================  ========  =============================================================
 User:broker       both      everything (super user: replication between brokers)
 User:admin        both      everything (super user: the demo creates the live topics)
-User:agent        live      produce to the agents' topics and the audit topic
+User:agent        live      produce to the agents' topics, the audit topic and _agents
 User:mirror       live      consume them
-User:mirror       analysis  create, produce to (and grow) them
+User:mirror       analysis  create, produce to (and grow) them, and its _audit.mirror
 User:dashboard    live      consume them (the dashboard group)
-User:reader       both      consume them (the demo's own counting, read-only)
+User:reader       both      consume them, _agents and _audit.mirror (counting, the console)
 User:loader       analysis  consume them
 ================  ========  =============================================================
 
@@ -30,11 +30,14 @@ from typing import Any
 
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
+from broker.client.heartbeat import AGENTS_TOPIC
 from broker.testing.security import Pki, add_acls, create_users, make_pki, password_file
 
 MECHANISM = "SCRAM-SHA-512"
 LIVE_USERS = ("broker", "admin", "agent", "mirror", "dashboard", "reader")
 ANALYSIS_USERS = ("broker", "admin", "mirror", "loader", "reader")
+MIRROR_AUDIT_TOPIC = "_audit.mirror"
+"""The mirror's default ``audit_topic`` (mirror/config.py)."""
 SUPER_USERS = ["User:broker", "User:admin"]
 
 
@@ -46,6 +49,14 @@ def grants(topics: list[str]) -> dict[str, list[tuple[str, str, str]]]:
                  ("User:dashboard", "consume", topic), ("User:reader", "consume", topic)]
         analysis += [("User:mirror", op, topic) for op in ("produce", "create", "alter")]
         analysis += [("User:loader", "consume", topic), ("User:reader", "consume", topic)]
+    # the agents' heartbeats (the console's agents view) and the mirror's own audit counts
+    # (the console's and the loader's mirror tier)
+    live += [("User:agent", "produce", AGENTS_TOPIC), ("User:agent", "create", AGENTS_TOPIC),
+             ("User:dashboard", "consume", AGENTS_TOPIC), ("User:reader", "consume", AGENTS_TOPIC)]
+    analysis += [("User:mirror", "produce", MIRROR_AUDIT_TOPIC),
+                 ("User:mirror", "create", MIRROR_AUDIT_TOPIC),
+                 ("User:loader", "consume", MIRROR_AUDIT_TOPIC),
+                 ("User:reader", "consume", MIRROR_AUDIT_TOPIC)]
     return {"live": live, "analysis": analysis}
 
 

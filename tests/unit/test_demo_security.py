@@ -20,12 +20,16 @@ def test_each_principal_gets_only_what_its_job_needs():
     acls = grants(TOPICS)
     live = {(p, op) for p, op, _ in acls["live"]}
     analysis = {(p, op) for p, op, _ in acls["analysis"]}
-    assert live == {("User:agent", "produce"), ("User:mirror", "consume"),
-                    ("User:dashboard", "consume"), ("User:reader", "consume")}
+    assert live == {("User:agent", "produce"), ("User:agent", "create"),
+                    ("User:mirror", "consume"), ("User:dashboard", "consume"),
+                    ("User:reader", "consume")}
     assert analysis == {("User:mirror", "produce"), ("User:mirror", "create"),
                         ("User:mirror", "alter"), ("User:loader", "consume"),
                         ("User:reader", "consume")}
-    assert {t for _, _, t in acls["live"] + acls["analysis"]} == set(TOPICS)
+    # the agents may create only their heartbeat topic; nobody else creates on live
+    assert {t for p, op, t in acls["live"] if op == "create"} == {"_agents"}
+    assert {t for _, _, t in acls["live"]} == {*TOPICS, "_agents"}
+    assert {t for _, _, t in acls["analysis"]} == {*TOPICS, "_audit.mirror"}
 
 
 def test_password_files_are_private_from_creation(tmp_path: Path):
