@@ -4,7 +4,8 @@
 # and promtool from Debian's `prometheus` package (the tests check every metrics
 # endpoint with `promtool check metrics`; about 19 MB to download, 96 MB installed;
 # the Prometheus server it also installs is not started), and Debian's `chromium` (the
-# console's browser tests drive it with Playwright, which cannot download a browser here).
+# console's browser tests drive it with Playwright, which cannot download a browser here),
+# and Debian's `kcat` (the Kafka listener's tests run `kcat -L`, `-P` and `-C` against it).
 #
 # Idempotent and quiet: when everything is present it prints nothing and exits 0.
 # As root it installs the missing packages (one `apt-get update`, then one install).
@@ -14,7 +15,7 @@ set -euo pipefail
 JAVA_DIR=/usr/share/java
 # Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
-PACKAGES=(zookeeper default-jre-headless prometheus chromium)
+PACKAGES=(zookeeper default-jre-headless prometheus chromium kcat)
 MIN_JAVA=11
 
 # The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
@@ -55,6 +56,7 @@ find_missing() {
     done
     command -v promtool >/dev/null 2>&1 || MISSING+=("promtool")
     [[ -x /usr/bin/chromium ]] || MISSING+=("chromium")
+    command -v kcat >/dev/null 2>&1 || MISSING+=("kcat")
 }
 
 # "a, b, c" from the MISSING array.
@@ -73,7 +75,7 @@ install_cmd="apt-get install -y --no-install-recommends ${PACKAGES[*]}"
 what=$(missing_list)
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool and chromium (Debian/Ubuntu: ${install_cmd})" >&2
+    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool, chromium and kcat (Debian/Ubuntu: ${install_cmd})" >&2
     exit 1
 fi
 
