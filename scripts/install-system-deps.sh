@@ -4,7 +4,11 @@
 # and promtool from Debian's `prometheus` package (the tests check every metrics
 # endpoint with `promtool check metrics`; about 19 MB to download, 96 MB installed;
 # the Prometheus server it also installs is not started), and Debian's `chromium` (the
-# console's browser tests drive it with Playwright, which cannot download a browser here).
+# console's browser tests drive it with Playwright, which cannot download a browser here),
+# Debian's `kcat` (the Kafka listener's tests run `kcat -L`, `-P` and `-C` against it),
+# and Node.js with npm (tests/integration/test_kafkajs.py installs kafkajs with npm into
+# its tmp dir): Debian's `nodejs npm` only when npm is absent, since a Node.js from
+# elsewhere (NodeSource bundles npm) conflicts with Debian's `npm` package.
 #
 # Idempotent and quiet: when everything is present it prints nothing and exits 0.
 # As root it installs the missing packages (one `apt-get update`, then one install).
@@ -14,7 +18,7 @@ set -euo pipefail
 JAVA_DIR=/usr/share/java
 # Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
-PACKAGES=(zookeeper default-jre-headless prometheus chromium curl)
+PACKAGES=(zookeeper default-jre-headless prometheus chromium curl kcat)
 MIN_JAVA=11
 
 # The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
@@ -56,6 +60,8 @@ find_missing() {
     command -v promtool >/dev/null 2>&1 || MISSING+=("promtool")
     [[ -x /usr/bin/chromium ]] || MISSING+=("chromium")
     command -v curl >/dev/null 2>&1 || MISSING+=("curl")
+    command -v kcat >/dev/null 2>&1 || MISSING+=("kcat")
+    command -v npm >/dev/null 2>&1 || MISSING+=("npm")
 }
 
 # "a, b, c" from the MISSING array.
@@ -70,11 +76,12 @@ missing_list() {
 find_missing
 (( ${#MISSING[@]} == 0 )) && exit 0
 
+command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 install_cmd="apt-get install -y --no-install-recommends ${PACKAGES[*]}"
 what=$(missing_list)
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool and chromium (Debian/Ubuntu: ${install_cmd})" >&2
+    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool, chromium, kcat and Node.js with npm (Debian/Ubuntu: ${install_cmd})" >&2
     exit 1
 fi
 

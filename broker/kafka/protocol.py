@@ -39,6 +39,8 @@ class Api(IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -57,6 +59,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.HEARTBEAT: (0, 4),
     Api.LEAVE_GROUP: (0, 4),
     Api.SYNC_GROUP: (0, 5),
+    Api.DESCRIBE_GROUPS: (0, 5),
+    Api.LIST_GROUPS: (0, 4),
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
@@ -64,7 +68,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
-to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); DeleteTopics up to v5 (v6 by topic id)."""
+to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up to v4
+(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")

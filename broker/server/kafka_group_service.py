@@ -1,5 +1,5 @@
 """The Kafka group apis: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit and OffsetFetch.
+OffsetCommit, OffsetFetch, DescribeGroups and ListGroups.
 
 Membership is :class:`~broker.server.kafka_groups.GroupCoordinator`'s (in memory, on
 the group's coordinator). Committed offsets are kept in ZooKeeper where native groups
@@ -70,6 +70,8 @@ class KafkaGroupService:
             Api.LEAVE_GROUP: self.leave_group,
             Api.OFFSET_COMMIT: self.offset_commit,
             Api.OFFSET_FETCH: self.offset_fetch,
+            Api.DESCRIBE_GROUPS: self.describe_groups,
+            Api.LIST_GROUPS: self.list_groups,
         }
 
     async def run_expiry(self) -> None:
@@ -156,7 +158,7 @@ class KafkaGroupService:
         result = await self.coordinator.join(
             body.group_id, body.member_id, request.client_id or "", body.protocol_type,
             [(p.name, p.metadata) for p in body.protocols], session, rebalance_s,
-            require_known_member=v >= 4)
+            require_known_member=v >= 4, client_host=channel.peer.rpartition(":")[0])
         return answer(result.error, result.generation, result.protocol, result.leader,
                       result.member_id, result.members)
 
@@ -292,6 +294,76 @@ class KafkaGroupService:
                 topics.append(make(topic_cls, name=topic, partitions=tuple(out)))
         return make(response_schema(Api.OFFSET_FETCH, v), throttle_time=_NO_TIME,
                     error_code=ErrorCode.none, topics=tuple(topics))
+
+    # -- DescribeGroups, ListGroups ------------------------------------------------------
+
+    def _committed_groups(self) -> set[str]:
+        """Groups with committed offsets in ZooKeeper (native or Kafka)."""
+        client = self.zk_client()
+        if client.exists(zk.CONSUMERS) is None:
+            return set()
+        return {g for g in client.get_children(zk.CONSUMERS)
+                if client.exists(f"{zk.CONSUMERS}/{g}/offsets")
+                or client.exists(f"{zk.CONSUMERS}/{g}/kafka_offsets")}
+
+    async def describe_groups(self, request: Request, channel: Any) -> Any:
+        """Each group's state and members, from this coordinator's memory. A group it
+        does not hold in memory is "Empty" when it has committed offsets, else "Dead"
+        (Kafka's answer for an unknown group); NOT_COORDINATOR for a group coordinated
+        elsewhere."""
+        v = request.version
+        group_cls = response_schema(Api.DESCRIBE_GROUPS, v, "DescribedGroup")
+        member_cls = response_schema(Api.DESCRIBE_GROUPS, v, "DescribedGroupMember")
+        committed = await self._zk(self._committed_groups)
+        out = []
+        for group_id in request.body.groups:
+            error = (ErrorCode.not_coordinator if self._not_coordinator(group_id)
+                     else self._denied(channel, Operation.DESCRIBE, group_id))
+            view = self.coordinator.describe(group_id) if error is None else None
+            if view is None:
+                state = "Empty" if error is None and group_id in committed else "Dead"
+                out.append(make(group_cls, error_code=error or ErrorCode.none,
+                                group_id=group_id, group_state=state, protocol_type="",
+                                protocol_data="", members=()))
+                continue
+            out.append(make(group_cls, error_code=ErrorCode.none, group_id=group_id,
+                            group_state=view.state, protocol_type=view.protocol_type,
+                            protocol_data=view.protocol, members=tuple(
+                                make(member_cls, member_id=m.member_id, group_instance_id=None,
+                                     client_id=m.client_id, client_host=m.client_host,
+                                     member_metadata=m.metadata,
+                                     member_assignment=m.assignment)
+                                for m in view.members)))
+        return make(response_schema(Api.DESCRIBE_GROUPS, v), throttle_time=_NO_TIME,
+                    groups=tuple(out))
+
+    async def list_groups(self, request: Request, channel: Any) -> Any:
+        """The groups this broker coordinates (admin clients ask every broker): those
+        in memory with their state, and those with only committed offsets in ZooKeeper
+        as "Empty" (protocol type "consumer" for Kafka commits, "" for native ones).
+        Groups the principal may not describe are left out, as Kafka does."""
+        v = request.version
+        listed_cls = response_schema(Api.LIST_GROUPS, v, "ListedGroup")
+        committed = await self._zk(self._committed_groups)
+        known = {g.group_id: g for g in self.coordinator.listing()}
+        kafka_commits = await self._zk(lambda: {g for g in committed if self.zk_client().exists(
+            f"{zk.CONSUMERS}/{g}/kafka_offsets")})
+        wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
+        out = []
+        for group_id in sorted(set(known) | committed):
+            if self._not_coordinator(group_id) or self._denied(
+                    channel, Operation.DESCRIBE, group_id) is not None:
+                continue
+            view = known.get(group_id)
+            state = view.state if view else "Empty"
+            protocol_type = (view.protocol_type if view else
+                             "consumer" if group_id in kafka_commits else "")
+            if wanted and state.lower() not in wanted:
+                continue
+            out.append(make(listed_cls, group_id=group_id, protocol_type=protocol_type,
+                            group_state=state))
+        return make(response_schema(Api.LIST_GROUPS, v), throttle_time=_NO_TIME,
+                    error_code=ErrorCode.none, groups=tuple(out))
 
 
 def _write_all(client: Any, writes: list[tuple[str, bytes]]) -> None:

@@ -60,6 +60,37 @@ class _Member:
     join: asyncio.Future[JoinResult] | None = None
     sync: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
     assignment: bytes = b""
+    client_id: str = ""
+    client_host: str = ""
+
+
+KAFKA_STATES = {"empty": "Empty", "preparing": "PreparingRebalance",
+                "syncing": "CompletingRebalance", "stable": "Stable"}
+"""Our group states by the names Kafka's DescribeGroups and ListGroups answer."""
+
+
+@dataclass
+class MemberView:
+    """One member as DescribeGroups shows it."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    """Its metadata for the group's chosen protocol."""
+    assignment: bytes
+
+
+@dataclass
+class GroupView:
+    """A group as DescribeGroups and ListGroups show it."""
+
+    group_id: str
+    state: str
+    """Kafka's name: Empty, PreparingRebalance, CompletingRebalance, Stable or Dead."""
+    protocol_type: str
+    protocol: str
+    members: list[MemberView]
 
 
 class _Group:
@@ -92,7 +123,7 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, client_id: str, protocol_type: str,
                    protocols: list[tuple[str, bytes]], session_s: float, rebalance_s: float,
-                   require_known_member: bool) -> JoinResult:
+                   require_known_member: bool, client_host: str = "") -> JoinResult:
         """Join (or rejoin) and wait for the rebalance to complete."""
         group = self._group(group_id)
         if group.members and group.protocol_type != protocol_type:
@@ -113,6 +144,7 @@ class GroupCoordinator:
             member = group.members[member_id] = _Member(member_id, protocols, session_s,
                                                         rebalance_s, 0.0)
         member.protocols, member.session_s, member.rebalance_s = protocols, session_s, rebalance_s
+        member.client_id, member.client_host = client_id, client_host
         member.deadline = time.monotonic() + session_s
         if member.join is not None and not member.join.done():
             member.join.set_result(JoinResult(ErrorCode.rebalance_in_progress,
@@ -173,6 +205,31 @@ class GroupCoordinator:
                     ErrorCode.none, group.generation, group.protocol_type, group.protocol,
                     group.leader, member.id, members if member.id == group.leader else []))
             member.join = None
+
+    # -- DescribeGroups, ListGroups -------------------------------------------------------
+
+    def describe(self, group_id: str) -> GroupView | None:
+        """The group's state and members; None when this coordinator does not know it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        state = "empty" if not group.members else group.state
+        protocol = group.protocol or ""
+        members = [MemberView(m.id, m.client_id, m.client_host, dict(m.protocols).get(protocol, b""),
+                              m.assignment if group.state == "stable" else b"")
+                   for m in group.members.values()]
+        return GroupView(group.id, KAFKA_STATES[state], group.protocol_type or "",
+                         protocol if state != "empty" else "", members)
+
+    def listing(self) -> list[GroupView]:
+        """Every group this coordinator knows, without members, sorted by id."""
+        out = []
+        for group_id in sorted(self.groups):
+            view = self.describe(group_id)
+            if view is not None:
+                view.members = []
+                out.append(view)
+        return out
 
     # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
 
@@ -284,4 +341,5 @@ def _common_protocol(group: _Group, preferred: list[tuple[str, bytes]]) -> str |
     return None
 
 
-__all__ = ["GroupCoordinator", "JoinResult", "coordinator_for"]
+__all__ = ["GroupCoordinator", "GroupView", "JoinResult", "KAFKA_STATES", "MemberView",
+           "coordinator_for"]

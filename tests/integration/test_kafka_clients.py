@@ -500,3 +500,69 @@ def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_clust
                                       + [f"kp-{i}".encode() for i in range(N)])
     assert all(b.producer_id >= 0 for b in batches)
     assert len({b.producer_id for b in batches}) == 2
+
+
+def test_list_and_describe_groups_with_kafka_python_admin(kafka_cluster: Any) -> None:
+    """ListGroups and DescribeGroups as an admin client sees them: the live group with
+    its members and their assignments, and a group with only commits left as Empty."""
+    from kafka.admin import KafkaAdminClient
+    cluster = kafka_cluster(2)
+    create_topic(cluster, "described", 4)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(40):
+        producer.produce("described", value=str(i).encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+    consumers = [rd_group_consumer(cluster.bootstrap, "watched", "described",
+                                   **{"client.id": f"member-{i}"}) for i in range(2)]
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60
+        while (len(seen) < 40 or any(not c.assignment() for c in consumers)) \
+                and time.monotonic() < deadline:
+            for consumer in consumers:
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    seen.add(int(msg.value()))
+        assert len(seen) == 40 and all(c.assignment() for c in consumers)
+        consumers[0].commit(asynchronous=False)
+
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["watched"]["protocol_type"] == "consumer"
+        assert listed["watched"]["group_state"] == "Stable"
+        stable = [g["group_id"] for g in admin.list_groups(states_filter=["Stable"])]
+        assert "watched" in stable
+
+        described = admin.describe_groups(["watched", "never-seen"])
+        group = described["watched"]
+        assert group["error"] is None
+        assert group["group_state"] == "Stable"
+        assert group["protocol_type"] == "consumer" and group["protocol_data"]
+        members = group["members"]
+        assert sorted(m["client_id"] for m in members) == ["member-0", "member-1"]
+        assert all(m["client_host"] == "127.0.0.1" for m in members)
+        partitions = sorted(p for m in members for p in _assigned(m["member_assignment"]))
+        assert partitions == [0, 1, 2, 3]
+        assert described["never-seen"]["group_state"] == "Dead"
+        assert described["never-seen"]["members"] == []
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    try:
+        # every member left: the group is Empty, listed by its commits' coordinator
+        deadline = time.monotonic() + 20
+        state = ""
+        while state != "Empty" and time.monotonic() < deadline:
+            state = admin.describe_groups(["watched"])["watched"]["group_state"]
+            time.sleep(0.2)
+        assert state == "Empty"
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["watched"]["group_state"] == "Empty"
+    finally:
+        admin.close()
+
+
+def _assigned(assignment: Any) -> list[int]:
+    """The partitions of a decoded consumer-protocol assignment (kafka-python's form)."""
+    data = assignment if isinstance(assignment, dict) else assignment.to_dict()
+    return [p for topic in data["assigned_partitions"] for p in topic["partitions"]]
