@@ -153,7 +153,10 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
                              "request_timeout_s": 5.0},
                    audit={"enabled": False})
     agent = agent_process(doc).start()
-    mirror = mirrors("m", live, analysis, topics=["app"])
+    # The fixture's default is the re-producing mirror (mode "produce", at least once: a
+    # kill -9 re-copies everything after the last committed source position); this test
+    # is about the offset-preserving one, so it says so and checks it below.
+    mirror = mirrors("m", live, analysis, topics=["app"], mode="preserve")
     out = tmp_path / "lake"
     config = tmp_path / "loader.toml"
     loader_toml(config, analysis.zk_connect, out)
@@ -166,6 +169,8 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
     def at(seconds: float) -> None:
         time.sleep(max(t0 + seconds - time.monotonic(), 0))
 
+    wait_until(lambda: mirror.status().get("mode") == "preserve", 60,
+               "the mirror to report mode preserve in its status file", interval=0.5)
     kills: list[str] = []
     at(6)
     agent.kill()
