@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.client.heartbeat import AGENTS_TOPIC
 from broker.common.config import (
     PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
@@ -123,10 +124,14 @@ class MirrorConfig:
         lookahead, so the ordinary pattern subscription picks up new topics.
         """
         base = self.pattern if self.pattern is not None else "|".join(map(re.escape, self.topics))
-        if not self.exclude:
-            return f"(?:{base})"
-        excluded = "|".join(f"(?:{e})" for e in self.exclude)
+        excluded = "|".join(f"(?:{e})" for e in (*self.exclude, *self.never_copied()))
         return f"(?!(?:{excluded})$)(?:{base})"
+
+    def never_copied(self) -> tuple[str, ...]:
+        """Regexes of the topics no mirror copies: a cluster's own status, not data (the
+        agents' heartbeats describe the agents of the cluster they publish to; a mirror's
+        audit counts live on its target)."""
+        return tuple(map(re.escape, (AGENTS_TOPIC, self.audit_topic)))
 
     def matches(self, topic: str) -> bool:
         """True if ``topic`` is mirrored."""

@@ -79,6 +79,11 @@ def test_topic_selection_by_list_or_pattern_with_excludes():
     pattern = parse_config({**BASE, "mirror": {"pattern": "logs-.*", "exclude": ["logs-private.*"]}})
     assert pattern.matches("logs-web") and not pattern.matches("logs-private")
     assert not pattern.matches("logs-private-2") and not pattern.matches("metrics")
+    everything = parse_config({**BASE, "mirror": {"pattern": ".*"}})
+    assert everything.matches("_audit") and everything.matches("app-logs")
+    # a cluster's own status is never copied: the agents' heartbeats, a mirror's audit counts
+    assert not everything.matches("_agents") and not everything.matches("_audit.mirror")
+    assert not listed.matches("_agents")
 
 
 def test_rehash_keeps_keys_together_keyless_by_source_partition_and_codec():
