@@ -25,168 +25,70 @@ and releases its partitions, and ``run`` returns 0.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from functools import partial
 
-from broker.client import (
-    CODECS, Admin, DeliveryFuture, GroupConsumer, Producer, RawBatch, SimpleConsumer,
-)
-from broker.common.errors import LogferryError, MetricsError
-from broker.common.metrics import MetricsServer
-from broker.common.tls import metrics_context
+from broker.client import CODECS, DeliveryFuture, Producer, RawBatch, SimpleConsumer
+from broker.common.errors import LogferryError
 from broker.common.retry import Retry
 from mirror.audit import MirrorAudit
 from mirror.commit_tracker import CommitTracker
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
+from mirror.lifecycle import MirrorLoop
 from mirror.routing import Router
-from mirror.status import MirrorMetrics, write_status_file
 
 log = logging.getLogger("logferry.mirror")
 
-STATUS_EVERY_S = 2.0
-POLL_TIMEOUT_S = 0.5
-"""Longest poll while nothing is in flight."""
-BUSY_POLL_S = 0.02
-"""Longest poll while batches are in flight (their acknowledgements wait meanwhile)."""
 
-
-class Mirror:
+class Mirror(MirrorLoop):
     """One mirror process: a member of the mirror group on the source, a producer on the target."""
 
     def __init__(self, config: MirrorConfig):
-        self.config = config
-        self.stopping = threading.Event()
-        self.metrics = MirrorMetrics()
-        self._consumer: GroupConsumer | None = None
+        super().__init__(config)
         self._producer: Producer | None = None
-        self._source: SimpleConsumer | None = None
-        self._admin: Admin | None = None
-        self._server: MetricsServer | None = None
         self._warned_rehash: set[str] = set()
         self._tracker = CommitTracker()
         self._outcomes: deque[tuple[int, LogferryError | None]] = deque()
         """(tracker id, error or None) from the producer's threads, drained by the loop."""
-        self._wake = threading.Event()
-        self._audit: MirrorAudit | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- lifecycle (mirror/lifecycle.py) -----------------------------------------------------
 
-    def start(self) -> None:
-        """Connect to both clusters and join the group (raises MirrorError if it cannot)."""
+    def _connect(self) -> None:
         cfg = self.config
-        if cfg.metrics_port:  # first: a taken port fails before anything connects
-            try:
-                self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
-                                             cfg.metrics_port, name="mirror-metrics",
-                                             ssl_context=metrics_context(cfg.metrics_tls))
-            except MetricsError as exc:
-                raise MirrorError(f"metrics.port: {exc}") from None
-        try:
-            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
-                                          sasl=cfg.source_sasl, listener=cfg.source_listener)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                listener=cfg.target_listener)
-            self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                      listener=cfg.target_listener,
-                                      linger_ms=0,
-                                      # idempotent: retried copies are dropped
-                                      acks=cfg.target_acks, idempotence=True,
-                                      buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
-                                                       64 * 1024 * 1024),
-                                      delivery_timeout=cfg.delivery_timeout_s,
-                                      max_request_bytes=cfg.max_request_bytes,
-                                      client_id=f"mirror-{cfg.group}")
-            self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
-                                  codec=CODECS[cfg.compression])
-            self._consumer = GroupConsumer(
-                cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
-                auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
-                max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
-                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
-                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
-                sasl=cfg.source_sasl, listener=cfg.source_listener)
-        except LogferryError as exc:
-            self._close_clients()
-            if isinstance(exc, MirrorError):
-                raise
-            raise MirrorError(f"cannot start the mirror: {exc}") from exc
-        self.metrics.consumer_metrics = self._consumer.metrics
-        if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
-            self._audit = MirrorAudit(self._producer, self._consumer.consumer_id, cfg.audit_topic,
-                                      cfg.audit_window_s, self._admin, target=SimpleConsumer(
-                                          zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                          listener=cfg.target_listener))
-            self._audit.start()
-        log.info("mirror %s: %s -> %s, topics %s, member %s", cfg.group, cfg.source_zk,
-                 cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
+        assert self._source is not None and self._admin is not None
+        self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                  listener=cfg.target_listener,
+                                  linger_ms=0,
+                                  # idempotent: retried copies are dropped
+                                  acks=cfg.target_acks, idempotence=True,
+                                  buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
+                                                   64 * 1024 * 1024),
+                                  delivery_timeout=cfg.delivery_timeout_s,
+                                  max_request_bytes=cfg.max_request_bytes,
+                                  client_id=f"mirror-{cfg.group}")
+        self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
+                              codec=CODECS[cfg.compression])
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to finish its in-flight batches, commit and return (signal-safe)."""
-        self.stopping.set()
-        self._wake.set()
+    def _make_audit(self, member: str) -> MirrorAudit:
+        cfg = self.config
+        assert self._producer is not None
+        return MirrorAudit(self._producer, member, cfg.audit_topic, cfg.audit_window_s,
+                           self._admin, target=SimpleConsumer(
+                               zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
+                               listener=cfg.target_listener))
 
-    def run(self) -> int:
-        """Copy until :meth:`stop`; returns 0. Raises MirrorError if the target refuses data."""
-        assert self._consumer is not None, "start() first"
-        consumer = self._consumer
-        tracker = self._tracker
-        limit = self.config.max_inflight_bytes
-        last_status = 0.0
-        try:
-            while not self.stopping.is_set():
-                self._settle()
-                room = limit - tracker.inflight_bytes
-                if room > 0:
-                    batches = consumer.poll_batches(BUSY_POLL_S if len(tracker) else POLL_TIMEOUT_S,
-                                                    min(self.config.poll_max_bytes, room),
-                                                    acknowledge=False)
-                    if batches:
-                        self._send(batches)
-                else:
-                    self._wake.wait(0.2)  # the window is full: wait for acknowledgements
-                self.metrics.tick()
-                now = time.monotonic()
-                if self.config.status_file and now - last_status >= STATUS_EVERY_S:
-                    last_status = now
-                    self._write_status()
-            self._drain()
-        finally:
-            self.close()
-        return 0
+    def _inflight_bytes(self) -> int:
+        return self._tracker.inflight_bytes
 
-    def close(self) -> None:
-        """Commit the acknowledged positions, leave the group, disconnect."""
-        if self._consumer is not None:
-            try:
-                # acknowledged batches were counted as processed one by one; the rest is not
-                self._consumer.close(processed=False)
-            except LogferryError as exc:
-                log.warning("mirror: closing the group consumer: %s", exc)
-            self._consumer = None
-        if self.config.status_file:
-            self._write_status()
-        self._close_clients()
-
-    def _close_clients(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        if self._audit is not None:
-            self._audit.close()
-            self._audit = None
+    def _close_target(self) -> None:
         if self._producer is not None:
             try:
                 self._producer.close(timeout=5)
             except LogferryError:
                 pass
             self._producer = None
-        for client in (self._source, self._admin):
-            if client is not None:
-                client.close()
-        self._source = self._admin = None
 
     # -- the pipeline ------------------------------------------------------------------------
 
@@ -295,17 +197,6 @@ class Mirror:
                   "set on_gap = \"skip\" or `logferry group seek` the mirror group past it, then "
                   "restart.", topic, partition, offset, log_start, lost)
         return False
-
-    def _write_status(self) -> None:
-        assert self.config.status_file
-        try:
-            doc = self.metrics.document()
-            doc["group"] = self.config.group
-            if self._consumer is not None:
-                doc["consumer_id"] = self._consumer.consumer_id
-            write_status_file(self.config.status_file, doc)
-        except (OSError, LogferryError) as exc:
-            log.debug("mirror: status file not written: %s", exc)
 
 
 __all__ = ["Mirror"]

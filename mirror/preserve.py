@@ -26,33 +26,27 @@ another count stops its partitions (use ``mode = "produce"`` to re-hash instead)
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from typing import Any
 
 from broker.client import (
-    Admin, Appender, AppendAtPart, GroupConsumer, PartitionNotOwnedError,
-    RawBatch, SimpleConsumer,
+    Appender, AppendAtPart, PartitionNotOwnedError,
+    RawBatch,
 )
 from broker.common.errors import (
-    InvalidOffsetError, LogferryError, MetricsError, OffsetMismatchError, OffsetOutOfRangeError,
+    InvalidOffsetError, LogferryError, OffsetMismatchError, OffsetOutOfRangeError,
 )
-from broker.common.metrics import MetricsServer
-from broker.common.tls import metrics_context
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
+from mirror.lifecycle import MirrorLoop, TopicPartition
 from mirror.positions import HALTED, Positions
 from mirror.resume import TargetEnd, batch_differs, plan_resume
 from mirror.routing import Router
-from mirror.status import MirrorMetrics, write_status_file
 
 log = logging.getLogger("logferry.mirror")
 
-STATUS_EVERY_S = 2.0
-POLL_TIMEOUT_S = 0.5
-BUSY_POLL_S = 0.02
 ASSIGNMENT_EVERY_S = 0.5
 """How often revoked partitions are forgotten (new ones are noticed by their batches)."""
 
@@ -60,135 +54,57 @@ SOURCE_CATCH_UP_S = 15.0
 """How long a target that ends past the source's visible end waits for the source (a
 source leader change) before it counts as diverged."""
 
-TopicPartition = tuple[str, int]
 
 
-class PreservingMirror:
+class PreservingMirror(MirrorLoop):
     """One mirror process in offset-preserving mode; same lifecycle as :class:`mirror.core.Mirror`."""
 
+    mode = "preserve"
+
     def __init__(self, config: MirrorConfig):
-        self.config = config
-        self.stopping = threading.Event()
-        self.metrics = MirrorMetrics()
+        super().__init__(config)
         self.positions = Positions()
-        self._consumer: GroupConsumer | None = None
         self._appender: Appender | None = None
-        self._source: SimpleConsumer | None = None
-        self._admin: Admin | None = None
         self._router: Router | None = None
-        self._server: MetricsServer | None = None
         self._events: deque[tuple[Any, ...]] = deque()
         """From other threads: ("done", tp, generation, offset, error) and ("gap", tp, ...)."""
-        self._wake = threading.Event()
-        self._audit: MirrorAudit | None = None
         self._checked_topics: dict[str, tuple[str | None, int]] = {}
         """Topic -> (why its partitions cannot be copied or None, the source's count then)."""
-        """Topic -> None (partition counts match) or why its partitions cannot be copied."""
+        self._last_assignment = 0.0
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- lifecycle (mirror/lifecycle.py) -----------------------------------------------------
 
-    def start(self) -> None:
-        """Connect to both clusters and join the group (raises MirrorError if it cannot)."""
+    def _connect(self) -> None:
         cfg = self.config
-        if cfg.metrics_port:
-            try:
-                self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
-                                             cfg.metrics_port, name="mirror-metrics",
-                                             ssl_context=metrics_context(cfg.metrics_tls))
-            except MetricsError as exc:
-                raise MirrorError(f"metrics.port: {exc}") from None
-        try:
-            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
-                                          sasl=cfg.source_sasl, listener=cfg.source_listener)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                listener=cfg.target_listener)
-            self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
-                                      request_timeout=cfg.request_timeout_s,
-                                      max_request_bytes=cfg.max_request_bytes,
-                                      tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                      listener=cfg.target_listener)
-            self._router = Router(self._source, self._admin)
-            self._consumer = GroupConsumer(
-                cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
-                auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
-                max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
-                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
-                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
-                sasl=cfg.source_sasl, listener=cfg.source_listener)
-        except LogferryError as exc:
-            self._close_clients()
-            if isinstance(exc, MirrorError):
-                raise
-            raise MirrorError(f"cannot start the mirror: {exc}") from exc
-        self.metrics.consumer_metrics = self._consumer.metrics
-        if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
-            self._audit = MirrorAudit.for_preserve(cfg, self._consumer.consumer_id)
-            self._audit.start()
-        log.info("mirror %s (offset-preserving): %s -> %s, topics %s, member %s", cfg.group,
-                 cfg.source_zk, cfg.target_zk, cfg.topic_regex(), self._consumer.consumer_id)
+        assert self._source is not None and self._admin is not None
+        self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
+                                  request_timeout=cfg.request_timeout_s,
+                                  max_request_bytes=cfg.max_request_bytes,
+                                  tls=cfg.target_tls, sasl=cfg.target_sasl,
+                                  listener=cfg.target_listener)
+        self._router = Router(self._source, self._admin)
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to finish its in-flight appends and return (signal-safe)."""
-        self.stopping.set()
-        self._wake.set()
+    def _make_audit(self, member: str) -> MirrorAudit:
+        return MirrorAudit.for_preserve(self.config, member)
 
-    def run(self) -> int:
-        """Copy until :meth:`stop`; returns 0. Raises MirrorError if the target stays away."""
-        assert self._consumer is not None and self._appender is not None, "start() first"
-        consumer, positions = self._consumer, self.positions
-        limit = self.config.max_inflight_bytes
-        last_status = last_assignment = 0.0
-        try:
-            while not self.stopping.is_set():
-                self._settle()
-                now = time.monotonic()
-                if now - last_assignment >= ASSIGNMENT_EVERY_S:
-                    last_assignment = now
-                    self._sync_assignment()
-                for tp in positions.needs_resync():
-                    self._resync(tp)
-                room = limit - positions.inflight_bytes
-                if room > 0:
-                    batches = consumer.poll_batches(
-                        BUSY_POLL_S if positions.inflight_bytes else POLL_TIMEOUT_S,
-                        min(self.config.poll_max_bytes, room), acknowledge=False)
-                    if batches:
-                        self._send(batches)
-                else:
-                    self._wake.wait(0.2)
-                self._appender.expire()
-                self.metrics.tick()
-                if self.config.status_file and now - last_status >= STATUS_EVERY_S:
-                    last_status = now
-                    self._write_status()
-            self._drain()
-        finally:
-            self.close()
-        return 0
+    def _tend(self, now: float) -> None:
+        """Follow the group's assignment, resume partitions that need it, expire appends
+        a stalled target never answered."""
+        assert self._appender is not None
+        if now - self._last_assignment >= ASSIGNMENT_EVERY_S:
+            self._last_assignment = now
+            self._sync_assignment()
+        for tp in self.positions.needs_resync():
+            self._resync(tp)
+        self._appender.expire()
 
-    def close(self) -> None:
-        """Commit the acknowledged positions (for lag only), leave the group, disconnect."""
-        if self._consumer is not None:
-            try:
-                self._consumer.close(processed=False)
-            except LogferryError as exc:
-                log.warning("mirror: closing the group consumer: %s", exc)
-            self._consumer = None
-        if self.config.status_file:
-            self._write_status()
-        self._close_clients()
+    def _inflight_bytes(self) -> int:
+        return self.positions.inflight_bytes
 
-    def _close_clients(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        if self._audit is not None:
-            self._audit.close()
-            self._audit = None
-        for client in (self._appender, self._source, self._admin):
-            if client is not None:
-                client.close()
-        self._appender = self._source = self._admin = None
+    def _close_target(self) -> None:
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
 
     # -- the pipeline ------------------------------------------------------------------------
 
@@ -406,18 +322,6 @@ class PreservingMirror:
         self._events.append(("gap", (topic, partition), offset, log_start))
         self._wake.set()
         return False
-
-    def _write_status(self) -> None:
-        assert self.config.status_file
-        try:
-            doc = self.metrics.document()
-            doc["group"] = self.config.group
-            doc["mode"] = "preserve"
-            if self._consumer is not None:
-                doc["consumer_id"] = self._consumer.consumer_id
-            write_status_file(self.config.status_file, doc)
-        except (OSError, LogferryError) as exc:
-            log.debug("mirror: status file not written: %s", exc)
 
 
 __all__ = ["PreservingMirror"]
