@@ -288,6 +288,29 @@ def agent_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ca
         unregister_log_source(request.config, f"agent-{i + 1}")
 
 
+class NumberedLog:
+    """A log file a test appends numbered lines to (``line 0000042 of the test log``), so
+    what reached a topic can be checked line by line against what was written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.written = 0
+
+    @staticmethod
+    def line(number: int) -> str:
+        return "line %07d of the test log" % number
+
+    def write(self, n: int) -> None:
+        """Appends the next ``n`` lines."""
+        with open(self.path, "ab") as handle:
+            handle.write("".join(self.line(self.written + i) + "\n" for i in range(n)).encode())
+        self.written += n
+
+    def expected(self) -> list[str]:
+        """Every line written so far, in order."""
+        return [self.line(i) for i in range(self.written)]
+
+
 def consume(bootstrap: list[str], topic: str, timeout: float = 5.0) -> list[Any]:
     """Every message of ``topic`` (all partitions, each in order), values decoded."""
     from broker.client import SimpleConsumer

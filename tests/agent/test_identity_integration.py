@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hadoop_loader import agent_records
-from tests.agent.conftest import REPO, consume, wait_until
+from tests.agent.conftest import REPO, NumberedLog, consume, wait_until
 from tests.agent.test_integration import _wait_shipped, base_doc
 
 pytestmark = pytest.mark.integration
@@ -56,27 +56,20 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     # agent does not look up what the cluster holds (test_resume_integration.py does).
     doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0,
                    resume_from_cluster=False)
-    log = tmp_path / "logs" / "app.log"
-    written = 0
-
-    def write(n: int) -> None:
-        nonlocal written
-        with open(log, "ab") as handle:
-            handle.write(b"".join(b"line %07d of the test log\n" % (written + i)
-                                  for i in range(n)))
-        written += n
+    numbered = NumberedLog(tmp_path / "logs" / "app.log")
+    log, write = numbered.path, numbered.write
 
     agent = agent_process(doc).start()
     write(2000)
-    _wait_shipped(agent, acked=written)
+    _wait_shipped(agent, acked=numbered.written)
     os.rename(log, log.with_name("app.log.1"))       # rename rotation (not matched by *.log)
     write(2000)
-    _wait_shipped(agent, acked=written)
+    _wait_shipped(agent, acked=numbered.written)
     shutil.copyfile(log, log.with_name("app.log.copy"))  # copytruncate, after a quiet moment
     os.truncate(log, 0)
     wait_until(lambda: agent.counter("truncations") >= 1, 30, "truncation seen")
     write(2000)
-    _wait_shipped(agent, acked=written)
+    _wait_shipped(agent, acked=numbered.written)
     agent.kill()                                      # acked since the last checkpoint: sent again
     write(500)
     os.rename(log, log.with_name("app.log.2"))       # rotated while the agent is down
@@ -89,9 +82,9 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     recipe, count_duplicates = documented_queries()
     db = landed_table(cluster.bootstrap, "app")
     records = db.execute("SELECT count(*) FROM logs").fetchone()[0]
-    all_lines = {"line %07d of the test log" % i for i in range(written)}
+    all_lines = set(numbered.expected())
     assert {line for (line,) in db.execute("SELECT line FROM logs")} == all_lines
-    assert records > written, "the restart sent nothing again: the test shows nothing"
+    assert records > numbered.written, "the restart sent nothing again: the test shows nothing"
     assert db.execute("SELECT DISTINCT file FROM logs").fetchall() == [(str(log),)]
     assert db.execute("SELECT count(*) FROM logs WHERE file_id IS NULL").fetchone()[0] == 0
     # app.log.1; app.log.2 before and after its copytruncate; app.log
@@ -100,12 +93,12 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     cursor = db.execute(recipe)
     line = [d[0] for d in cursor.description].index("line")
     kept = [row[line] for row in cursor]
-    assert len(kept) == written, f"{written} lines written, {len(kept)} kept"
+    assert len(kept) == numbered.written, f"{numbered.written} lines written, {len(kept)} kept"
     assert sorted(kept) == sorted(all_lines)
-    assert db.execute(count_duplicates).fetchone()[0] == records - written
+    assert db.execute(count_duplicates).fetchone()[0] == records - numbered.written
 
     old_advice = db.execute("SELECT count(*) FROM (SELECT DISTINCT host, file, file_offset "
                             "FROM logs)").fetchone()[0]
-    assert old_advice < written   # de-duplicating on the path deletes real lines
-    print(f"lines written {written}, records {records} ({records - written} sent again), "
+    assert old_advice < numbered.written   # de-duplicating on the path deletes real lines
+    print(f"lines written {numbered.written}, records {records} ({records - numbered.written} sent again), "
           f"kept by the recipe {len(kept)}, by (host, file, file_offset) {old_advice}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import consume
+from tests.agent.conftest import NumberedLog, consume
 from tests.agent.test_integration import _wait_shipped, base_doc
 
 pytestmark = pytest.mark.integration
@@ -25,21 +25,14 @@ def test_kill_9_after_acks_before_the_checkpoint_sends_nothing_twice(
         broker_cluster, agent_process, tmp_path: Path) -> None:
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0)
-    log = tmp_path / "logs" / "app.log"
-    written = 0
-
-    def write(n: int) -> None:
-        nonlocal written
-        with open(log, "ab") as handle:
-            handle.write(b"".join(b"line %07d of the test log\n" % (written + i)
-                                  for i in range(n)))
-        written += n
+    numbered = NumberedLog(tmp_path / "logs" / "app.log")
+    log, write = numbered.path, numbered.write
 
     agent = agent_process(doc).start()
     write(3000)
-    _wait_shipped(agent, acked=written)
+    _wait_shipped(agent, acked=numbered.written)
     held = len(consume(cluster.bootstrap, "app"))
-    assert held == written                     # acknowledged, on the broker ...
+    assert held == numbered.written                     # acknowledged, on the broker ...
     checkpoint = (agent.state_dir / "checkpoint.json").read_text()
     assert '"offset":0' in checkpoint          # ... and not in the checkpoint
     agent.kill()
@@ -53,10 +46,10 @@ def test_kill_9_after_acks_before_the_checkpoint_sends_nothing_twice(
     assert restarted.terminate() == 0
 
     lines = [v["line"] for _, _, v in consume(cluster.bootstrap, "app")]
-    expected = ["line %07d of the test log" % i for i in range(written)]
+    expected = numbered.expected()
     duplicates = len(lines) - len(set(lines))
     missing = len(set(expected) - set(lines))
-    print(f"written {written}, in the topic {len(lines)}, duplicates {duplicates}, "
+    print(f"written {numbered.written}, in the topic {len(lines)}, duplicates {duplicates}, "
           f"missing {missing}, skipped at restart {skipped}")
     assert (duplicates, missing) == (0, 0)
     assert lines == expected                   # in order (one key: one partition)

@@ -36,7 +36,7 @@ import pytest
 from broker.client import Admin
 from tests.agent.conftest import REPO, agent_process, consume  # noqa: F401 - a fixture
 from tests.agent.test_integration import _wait_shipped, base_doc
-from tests.loader.conftest import read_landed
+from tests.loader.conftest import loader_command, read_landed, write_loader_toml
 from tests.mirror.conftest import mirrors  # noqa: F401 - a fixture
 from tests.support.waiting import wait_until
 
@@ -83,38 +83,12 @@ class Writer(threading.Thread):
             self.error = exc
 
 
-def loader_toml(path: Path, zk: str, out: Path) -> None:
-    path.write_text(f"""
-[source]
-zk = "{zk}"
-topics = ["app"]
-decode_agent_records = true
-[output]
-uri = "{out.as_uri()}"
-[dedup]
-enabled = true
-[load]
-chunk_bytes = 262144
-fetch_bytes = 65536
-[spark]
-master = "local[2]"
-driver_memory = "512m"
-[spark.conf]
-"spark.ui.enabled" = "false"
-"spark.ui.showConsoleProgress" = "false"
-"spark.sql.shuffle.partitions" = "2"
-"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-""")
-
-
 def start_load(config: Path, log: Path) -> subprocess.Popen:
     """``python -m hadoop_loader load`` in its own process group (its Spark JVM with it)."""
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    argv, env = loader_command(config)
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "hadoop_loader", "load", "--config",
-                                 str(config)], cwd=REPO, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -159,7 +133,11 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
     mirror = mirrors("m", live, analysis, topics=["app"], mode="preserve")
     out = tmp_path / "lake"
     config = tmp_path / "loader.toml"
-    loader_toml(config, analysis.zk_connect, out)
+    write_loader_toml(config, analysis.zk_connect, out, ["app"],
+                      source="decode_agent_records = true", extra="""
+[dedup]
+enabled = true
+""")
     load_log = tmp_path / "load.log"
 
     writer = Writer(tmp_path / "logs" / "app.log")

@@ -7,6 +7,7 @@ Spark runs in local mode with two cores, no UI, small memory and few shuffle par
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -100,6 +101,49 @@ def loader_config(zk: str, out: Path, topics: list[str], **sections: dict) -> Lo
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
     return config_from_dict(data)
+
+
+SPARK_TEST_SECTIONS = """
+[spark]
+master = "local[2]"
+driver_memory = "512m"
+[spark.conf]
+"spark.ui.enabled" = "false"
+"spark.ui.showConsoleProgress" = "false"
+"spark.sql.shuffle.partitions" = "2"
+# short-lived test JVMs: C1 only and the serial GC halve the start-up on 2 busy cores
+"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""
+"""The ``[spark]`` sections of a loader TOML for tests that run ``logferry load`` itself."""
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_loader_toml(path: Path, zk: str, out: Path, topics: list[str], *, source: str = "",
+                      extra: str = "") -> Path:
+    """A loader config file for ``python -m hadoop_loader load`` runs in tests: source
+    (plus the ``source`` lines), output, small chunks, then ``extra`` (more TOML
+    sections), then the test Spark setup."""
+    path.write_text(f"""
+[source]
+zk = "{zk}"
+topics = {json.dumps(topics)}
+{source}
+[output]
+uri = "{out.as_uri()}"
+[load]
+chunk_bytes = 262144
+fetch_bytes = 65536
+{extra}
+{SPARK_TEST_SECTIONS}""")
+    return path
+
+
+def loader_command(config: Path) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of a ``python -m hadoop_loader load`` process (Spark on
+    loopback, its Python workers on this interpreter); run it with ``cwd=REPO``."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    return [sys.executable, "-m", "hadoop_loader", "load", "--config", str(config)], env
 
 
 def read_landed(root: Path):

@@ -11,9 +11,7 @@ message exactly once.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,43 +21,16 @@ from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.job import run_load
 from hadoop_loader.store import LandingStore
 
-from tests.loader.conftest import loader_config, produce
+from tests.loader.conftest import REPO, loader_command, loader_config, produce, write_loader_toml
 from tests.loader.test_load_integration import assert_landed_exactly, merge
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.timeout(600)]  # five Spark jobs in their own processes
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def write_config(path: Path, zk: str, out: Path) -> None:
-    path.write_text(f"""
-[source]
-zk = "{zk}"
-topics = ["crash-a", "crash-b"]
-[output]
-uri = "{out.as_uri()}"
-[load]
-chunk_bytes = 262144
-fetch_bytes = 65536
-[spark]
-master = "local[2]"
-driver_memory = "512m"
-[spark.conf]
-"spark.ui.enabled" = "false"
-"spark.ui.showConsoleProgress" = "false"
-"spark.sql.shuffle.partitions" = "2"
-# short-lived test JVMs: C1 only and the serial GC halve the start-up on 2 busy cores
-"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-""")
-
-
 def crashing_run(config: Path, point: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    argv, env = loader_command(config)
     env[ENV] = point
-    return subprocess.run([sys.executable, "-m", "hadoop_loader", "load", "--config",
-                           str(config)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def published(out: Path) -> list[Path]:
@@ -71,7 +42,7 @@ def test_crash_at_each_step_then_rerun_lands_exactly_once(spark, broker_cluster,
     zk = cluster.zk_connect
     out = tmp_path / "wh"
     config_file = tmp_path / "loader.toml"
-    write_config(config_file, zk, out)
+    write_loader_toml(config_file, zk, out, ["crash-a", "crash-b"])
     store = LandingStore(LocalFileSystem(), out.as_uri())
     sent: dict = {}
     produced = {"crash-a": 0, "crash-b": 0}
