@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 from broker.cli.client_cmds import DEFAULT_ZK
 from broker.cli.zk_args import add_zk_args, zk_target
@@ -109,6 +109,7 @@ def add_cmd(args: argparse.Namespace) -> int:
         for acl in acls:
             added = store.add(acl)
             print(f"{'added' if added else 'already there'}: {format_acl(acl)}")
+        _secure_groups(store, client, acls)
     finally:
         _close(client)
     return 0
@@ -124,6 +125,7 @@ def remove_cmd(args: argparse.Namespace) -> int:
                 print(f"removed: {format_acl(acl)}")
             else:
                 missing.append(acl)
+        _secure_groups(store, client, acls)
         if missing:
             held = [str(a) for a in store.all() if a.principal == missing[0].principal]
             hint = f"; its ACLs: {'; '.join(held)}" if held else "; that principal has no ACLs"
@@ -154,6 +156,24 @@ def list_cmd(args: argparse.Namespace) -> int:
     for acl in acls:
         print(format_acl(acl))
     return 0
+
+
+def _secure_groups(store: Any, client: Any, changed: list[Acl]) -> None:
+    """Re-derive the groups' ZooKeeper ACLs after a change (docs/security.md, "Consumer
+    groups and their offsets"): on a cluster with ZooKeeper logins, run as its owner."""
+    from broker.coordination.group_acl import apply_group_acls, group_mode
+    from broker.coordination.zk_acl import AclKazooClient
+
+    if not isinstance(client, AclKazooClient):
+        if group_mode(changed):
+            print("note: no ZooKeeper login (--zk-user): group ACLs are enforced in "
+                  "ZooKeeper only on a cluster with logins (docs/security.md)")
+        return
+    acls = store.all()
+    if not group_mode(acls) and not group_mode(changed):
+        return
+    _, n = apply_group_acls(client, client.acl_policy.owner, acls)
+    print(f"group znodes: {n} ZooKeeper ACL(s) and published ACL(s) changed")
 
 
 def _close(client: object) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from broker.cli.client_cmds import DEFAULT_ZK
 from broker.cli.zk_args import add_zk_args, zk_security_from_args
@@ -82,12 +83,31 @@ def _owner_security(args: argparse.Namespace) -> ZkSecurity:
                       consumer_ids=tuple(args.consumer_id))
 
 
+def _secure(client: Any, security: ZkSecurity) -> tuple[int, int]:
+    """The zk_acl policy on every znode; with group ACLs stored, ``/consumers/**`` get
+    the per-group ACLs derived from them instead (broker.coordination.group_acl)."""
+    from broker.coordination.acl_store import AclStore
+    from broker.coordination.group_acl import apply_group_acls, group_mode
+    from broker.coordination.zk_acl import CONSUMERS, AclPolicy, apply_acls
+
+    assert security.digest_id is not None
+    policy = AclPolicy(security.digest_id, security.consumer_ids)
+    acls = AclStore(client).all()
+    if not group_mode(acls):
+        seen, changed = apply_acls(client, policy)
+        s, c = apply_group_acls(client, security.digest_id, acls, security.consumer_ids)
+        return seen + s, changed + c
+    seen, changed = apply_acls(client, policy, skip=CONSUMERS)
+    s, c = apply_group_acls(client, security.digest_id, acls, security.consumer_ids)
+    return seen + s, changed + c
+
+
 def secure_cmd(args: argparse.Namespace) -> int:
     """Apply the ACL policy to every znode under the chroot; report what changed."""
     from kazoo.exceptions import KazooException, NoAuthError
 
     from broker.coordination import zk
-    from broker.coordination.zk_acl import AclKazooClient, AclPolicy, apply_acls
+    from broker.coordination.zk_acl import AclKazooClient
 
     where = args.zk or os.environ.get("LOGFERRY_ZK", DEFAULT_ZK)
     try:
@@ -100,7 +120,7 @@ def secure_cmd(args: argparse.Namespace) -> int:
         assert isinstance(client, AclKazooClient) and security.digest_id is not None
         # The policy from the options, not the ACL /consumers has now (zk.connect's
         # adoption): this command is what sets it.
-        seen, changed = apply_acls(client, AclPolicy(security.digest_id, security.consumer_ids))
+        seen, changed = _secure(client, security)
     except NoAuthError:
         report("zk secure", f"ZooKeeper refused to change an ACL at {where}: a znode is "
                f"secured by another identity than {security.user!r} (log in as the "

@@ -25,7 +25,7 @@ caller gives none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -65,9 +65,18 @@ class AclPolicy:
     owner: str
     consumer_ids: tuple[str, ...] = ()
     consumers_acl: tuple[ACL, ...] | None = None
+    group_acls: dict[str, tuple[ACL, ...]] = field(default_factory=dict, compare=False)
+    """Per group, the ACL its znodes carry in a cluster with group ACLs
+    (:mod:`broker.coordination.group_acl`), learnt from the group node's data before a
+    member creates anything below it; it wins over the rest for that group's subtree."""
 
     def acls_for(self, path: str) -> list[ACL]:
         """The ACL list of the znode at ``path`` (relative to the chroot)."""
+        if self.group_acls and path.startswith(CONSUMERS + "/"):
+            name = path[len(CONSUMERS) + 1:].partition("/")[0]
+            acl = self.group_acls.get(name)
+            if acl is not None:
+                return list(acl)
         return acls_for(path, self.owner, self.consumer_ids, self.consumers_acl)
 
 
@@ -120,13 +129,15 @@ class AclKazooClient(KazooClient):  # type: ignore[misc]
         return _AclTransaction(self)
 
 
-def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/") -> tuple[int, int]:
+def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/",
+               skip: str | None = None) -> tuple[int, int]:
     """Set the policy's ACL on ``root`` and every znode below it (``logferry zk secure``).
 
     Idempotent: a znode that already carries its ACL is left alone. Returns
     ``(znodes seen, znodes changed)``. Ephemeral znodes (broker registrations, group
     members) are set too; their owner recreates them with the policy's ACL anyway.
     Needs ADMIN on each znode: an open one (world ALL) or one the owner has ALL on.
+    ``skip``: a subtree left alone (``/consumers`` when group ACLs decide it).
     """
     from kazoo.exceptions import NoNodeError
 
@@ -134,6 +145,8 @@ def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/") -> tuple
     pending = [root]
     while pending:
         path = pending.pop()
+        if skip is not None and _under(path, skip):
+            continue
         try:
             current, _ = client.get_acls(path)
             wanted = policy.acls_for(path)

@@ -21,11 +21,13 @@ from kazoo.exceptions import NoNodeError
 
 from broker.client.consumer import SimpleConsumer
 from broker.client.group import offsets as reg
+from broker.client.group.access import check_group_access, group_refusals
 from broker.client.group.assignment import Subscription, resolve_subscription
 from broker.client.group.consumer import StartAt, resolve_position
 from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
 from broker.client.group.status import StatusWindows, group_status
+from broker.common.acl import Operation
 from broker.common.errors import ConfigError, LogferryError
 from broker.common.names import validate_group_name
 from broker.common.sasl import SaslCredentials
@@ -96,15 +98,18 @@ class GroupAdmin:
 
     def members(self, group: str) -> dict[str, Member]:
         """Registered members by consumer id."""
-        return reg.read_members(self._zk, group)
+        with group_refusals(self._zk, group, Operation.DESCRIBE):
+            return reg.read_members(self._zk, group)
 
     def offsets(self, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, Committed]:
         """Committed positions of the given (default: all) topics."""
-        return reg.read_offsets(self._zk, group, topics)
+        with group_refusals(self._zk, group, Operation.DESCRIBE):
+            return reg.read_offsets(self._zk, group, topics)
 
     def owners(self, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
         """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
-        return reg.read_owners(self._zk, group, topics)
+        with group_refusals(self._zk, group, Operation.DESCRIBE):
+            return reg.read_owners(self._zk, group, topics)
 
     def topics(self) -> list[str]:
         """Every topic registered in the cluster, sorted."""
@@ -236,6 +241,7 @@ class GroupAdmin:
         message stamped at or after it). Returns ``{tp: (before, after)}``.
         """
         self.require(group)
+        check_group_access(self._zk, group, Operation.CONSUME)
         self._refuse_while_active(group, force, "seek")
         if self._simple is None:
             raise ConfigError("no broker reachable to resolve offsets; start the brokers first")
@@ -249,7 +255,8 @@ class GroupAdmin:
         for p in chosen:
             offset, skip = resolve_position(self._simple, topic, p, to)
             positions[(topic, p)] = Committed.now(offset, skip)
-        reg.write_offsets(self._zk, group, positions)
+        with group_refusals(self._zk, group, Operation.CONSUME):
+            reg.write_offsets(self._zk, group, positions)
         return {tp: (before.get(tp), new) for tp, new in sorted(positions.items())}
 
     def copy_offsets(self, group: str, to: "GroupAdmin", topics: Iterable[str] | None = None,
@@ -263,9 +270,11 @@ class GroupAdmin:
         position past the target's end is not copied there yet (the mirror lags).
         """
         self.require(group)
+        check_group_access(to._zk, group, Operation.CONSUME)
         to._refuse_while_active(group, force, "copy offsets into it")
         positions = self.offsets(group, topics)
-        reg.write_offsets(to._zk, group, positions)
+        with group_refusals(to._zk, group, Operation.CONSUME):
+            reg.write_offsets(to._zk, group, positions)
         out: dict[TopicPartition, tuple[Committed, int | None]] = {}
         for tp, committed in sorted(positions.items()):
             end = None
@@ -281,7 +290,8 @@ class GroupAdmin:
         """Remove every znode of the group (members, owners, offsets)."""
         self.require(group)
         self._refuse_while_active(group, force, "delete it")
-        reg.delete_group(self._zk, group)
+        with group_refusals(self._zk, group, Operation.DELETE):
+            reg.delete_group(self._zk, group)
 
 
 __all__ = ["GroupAdmin"]

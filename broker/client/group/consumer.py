@@ -25,6 +25,7 @@ import uuid
 from types import TracebackType
 from typing import Any, Callable, Iterator, Sequence, TypedDict
 
+from broker.client.group.access import check_group_access
 from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
 from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.fetcher import Fetcher
@@ -38,7 +39,8 @@ from broker.client.group.streams import (
     Reader,
     StreamQueue,
 )
-from broker.common.errors import ConfigError, LogferryError
+from broker.common.acl import Operation
+from broker.common.errors import AuthorizationError, ConfigError, LogferryError
 from broker.common.names import validate_group_name
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
@@ -140,6 +142,14 @@ class GroupConsumer:
         try:
             self._zk = connect(zk, session_timeout)
         except BaseException:
+            self._simple.close()
+            raise
+        try:  # refused before registering or fetching anything (docs/security.md)
+            check_group_access(self._zk, group, Operation.CONSUME)
+        except BaseException:
+            from broker.coordination import zk as _zk
+
+            _zk.close(self._zk)
             self._simple.close()
             raise
         self._commit_now = threading.Event()
@@ -378,6 +388,9 @@ class GroupConsumer:
                 continue
             try:
                 coordinator.commit()
+            except AuthorizationError as exc:  # not retriable: the reader raises it
+                self._state.fail(exc)
+                return
             except LogferryError as exc:
                 log.debug("group %s: auto-commit skipped: %s", self.group, exc)
             except Exception:

@@ -71,11 +71,12 @@ import time
 from typing import Callable, Iterable, TypedDict
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.coordination import zk
 from broker.client.group import offsets as reg
+from broker.client.group.access import refusal
 from broker.client.group.assignment import (
     Subscription,
     TopicPartition,
@@ -88,6 +89,7 @@ from broker.client.group.assignment import (
 from broker.client.group.fetcher import Fetcher
 from broker.client.group.offsets import Committed
 from broker.client.group.streams import GroupState, PartitionState, StreamQueue
+from broker.common.acl import Operation
 from broker.common.errors import ZooKeeperError
 from broker.common.retry import Retry
 
@@ -333,6 +335,11 @@ class Coordinator:
                 self._retry_backoff.reset()
             except _Restart:
                 continue
+            except NoAuthError:
+                # the group's ACL changed under a running member: it may no longer consume
+                self.state.fail(refusal(self.zk, self.group, Operation.CONSUME,
+                                        "ZooKeeper refused its registration or ownership"))
+                return
             except KazooException as exc:
                 delay = self._retry_backoff.next_delay()
                 log.warning("group %s: rebalance interrupted by ZooKeeper (%r); retrying in %.1fs",
@@ -631,6 +638,9 @@ class Coordinator:
                                  "once the connection is back")
         try:
             return self._commit_states(states)
+        except NoAuthError:
+            raise refusal(self.zk, self.group, Operation.CONSUME,
+                          "ZooKeeper refused the commit") from None
         except KazooException as exc:
             raise ZooKeeperError(f"commit failed: {exc!r}") from None
 
