@@ -113,7 +113,7 @@ class Pipeline:
         if not getattr(self.args, "insecure", False):
             self.security = DemoSecurity(self.workdir)
             self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
-                                [*self.topics, self.audit_topic], GROUP)
+                                [*self.topics, self.audit_topic], GROUP, self.mirror_group)
             say(f"security: {self.security.summary()}")
         for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk)):
             for template in configs.broker_templates(dc):

@@ -14,8 +14,10 @@ User:admin        both      everything (super user: the demo creates the live to
 User:agent        live      produce to the agents' topics, the audit topic and _agents
 User:mirror       live      consume them
 User:mirror       analysis  create, produce to (and grow) them, and its _audit.mirror
-User:dashboard    live      consume them (the dashboard group)
-User:reader       both      consume them, _agents and _audit.mirror (counting, the console)
+User:mirror       live      consume its group
+User:dashboard    live      consume them (and the dashboard group)
+User:reader       both      consume them, _agents and _audit.mirror, describe every group
+                            (counting, the console)
 User:loader       analysis  consume them
 ================  ========  =============================================================
 
@@ -60,6 +62,17 @@ def grants(topics: list[str]) -> dict[str, list[tuple[str, str, str]]]:
     return {"live": live, "analysis": analysis}
 
 
+def group_grants(datacenter: str, dashboard_group: str,
+                 mirror_group: str) -> list[tuple[str, str, str]]:
+    """The group ACLs of one cluster (principal, operation, group): each consumer its own
+    group, the read-only reader (the console's group views) describes them all."""
+    grants = [("User:reader", "describe", "*")]
+    if datacenter == "live":
+        grants += [("User:dashboard", "consume", dashboard_group),
+                   ("User:mirror", "consume", mirror_group)]
+    return grants
+
+
 class DemoSecurity:
     """Certificates, users and ACLs of one demo run, and the config sections that use them."""
 
@@ -70,7 +83,8 @@ class DemoSecurity:
         self.passwords: dict[tuple[str, str], tuple[Path, str]] = {}
         self.acl_count = 0
 
-    def setup(self, clusters: dict[str, str], topics: list[str], group: str) -> None:
+    def setup(self, clusters: dict[str, str], topics: list[str], group: str,
+              mirror_group: str = "logferry-mirror") -> None:
         """Create every user (random passwords, one file per user and cluster) and every
         ACL in each cluster (datacenter -> ZooKeeper connect string with chroot)."""
         users = {"live": LIVE_USERS, "analysis": ANALYSIS_USERS}
@@ -81,7 +95,7 @@ class DemoSecurity:
                 self.passwords[(user, dc)] = (path, password)
                 made[user] = password
             create_users(zk, made)
-            groups = [("User:dashboard", "consume", group)] if dc == "live" else []
+            groups = group_grants(dc, group, mirror_group)
             self.acl_count += add_acls(zk, grants(topics)[dc], groups)
 
     def summary(self) -> str:
@@ -120,4 +134,4 @@ class DemoSecurity:
                 "sasl": SaslCredentials(user, password, MECHANISM)}
 
 
-__all__ = ["DemoSecurity", "grants"]
+__all__ = ["DemoSecurity", "grants", "group_grants"]

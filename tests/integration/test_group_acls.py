@@ -161,18 +161,37 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
     finally:
         _close(owner)
 
-    # revoking takes effect on existing znodes
-    _acl(zk, owner_file, "remove", "User:mirror", "consume", "dash")
+    # revoking takes effect on existing znodes, and on a member that is running
+    running = GroupConsumer("dash", ["web"], zk=_as(zk, "mirror"), auto_commit_ms=0,
+                            iter_timeout=10.0)
+    try:
+        with Producer(zk=zk, acks=1, linger_ms=0) as producer:
+            producer.send("web", b"m4", partition=0).wait(20)
+        polled = running.poll(timeout=10.0)
+        while not polled:
+            polled = running.poll(timeout=10.0)
+        assert [m.value for m in polled] == [b"m4"]
+        assert running.poll(timeout=0.5) == []  # acknowledges m4: its position moved
+        _acl(zk, owner_file, "remove", "User:mirror", "consume", "dash")
+        with pytest.raises(GroupAuthorizationFailedError, match="User:mirror may not consume"):
+            running.commit()
+    finally:
+        running.close(processed=False)
     mirror = _kazoo(zk, "mirror")
     try:
         with pytest.raises(NoAuthError):
             mirror.set(OFFSET.format("dash"), b"0")
     finally:
         _close(mirror)
+    owner = _kazoo(zk, OWNER, OWNER_PW)
+    try:
+        assert owner.get(OFFSET.format("dash"))[0] == committed  # m4 was not committed
+    finally:
+        _close(owner)
 
     # every group ('*'): the login may start a group no ACL names, with the derived ACL
     _acl(zk, owner_file, "add", "User:mirror", "consume", "*")
-    assert _consume_and_commit(zk, "mirror", "fresh") == [b"m1", b"m2", b"m3"]
+    assert _consume_and_commit(zk, "mirror", "fresh") == [b"m1", b"m2", b"m3", b"m4"]
     loader = _kazoo(zk, "loader")
     try:
         with pytest.raises(NoAuthError):

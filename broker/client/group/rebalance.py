@@ -679,8 +679,8 @@ class Coordinator:
                         retry.get(timeout=self.session_timeout)
                 except (KazooException, KazooTimeoutError) as exc:
                     self.stats["commit_failures"] += 1
-                    if strict:
-                        raise
+                    if strict or isinstance(exc, NoAuthError):
+                        raise  # a refusal is not retried: commit() names it
                     log.warning("group %s: commit of %s-%d failed: %r", self.group, ps.topic,
                                 ps.partition, exc)
                     continue
