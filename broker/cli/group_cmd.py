@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.cli.client_cmds import _cluster_args, cluster_kwargs, parse_start
-from broker.common.errors import ConfigError
+from broker.common.errors import AuthorizationError, ConfigError
 from broker.common.names import validate_topic_name
 
 if TYPE_CHECKING:
@@ -118,8 +118,12 @@ def list_cmd(args: argparse.Namespace) -> int:
     with _admin(args, brokers=False) as admin:
         rows = []
         for group in admin.groups():
-            members = admin.members(group)
-            topics = sorted({t for t, _ in admin.offsets(group)})
+            try:
+                members = admin.members(group)
+                topics = sorted({t for t, _ in admin.offsets(group)})
+            except AuthorizationError:  # group ACLs: listed, not described
+                rows.append([group, "?", "(no describe ACL)"])
+                continue
             rows.append([group, len(members), ",".join(topics) or "-"])
         if not rows:
             print("no consumer groups")

@@ -11,6 +11,7 @@ and through a direct ZooKeeper write with its own login, and nothing changes.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,9 +68,9 @@ def _close(client: KazooClient) -> None:
     client.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
 def _acl(zk: str, owner_file: Path, verb: str, principal: str, operation: str, group: str) -> str:
@@ -136,6 +137,16 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
             intruder.create("/consumers/fresh", b"")
     finally:
         _close(intruder)
+
+    # `group list` as the intruder: every group listed, only what it may describe described
+    listed = _cli("group", "list", "--zk", zk, "--zk-user", "intruder", "--zk-password-env", "PW",
+                  env={"PW": LOGINS["intruder"]})
+    assert listed.returncode == 0, listed.stderr
+    assert "(no describe ACL)" in listed.stdout and "dash" in listed.stdout
+    seek = _cli("group", "seek", "dash", "--topic", "web", "--to", "earliest", "--zk", zk,
+                "--zk-user", "intruder", "--zk-password-env", "PW", env={"PW": LOGINS["intruder"]})
+    assert seek.returncode != 0 and "User:intruder may not consume group 'dash'" in seek.stderr
+    assert len(seek.stderr.strip().splitlines()) == 1, seek.stderr
 
     # the reader: reads, may not commit or seek
     with GroupAdmin(_as(zk, "loader"), brokers=False) as admin:
