@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.recipe.watchers import DataWatch
 
 from broker.common.acl import Operation
 from broker.common.errors import GroupAuthorizationFailedError
@@ -82,7 +83,23 @@ def check_group_access(client: Any, group: str, operation: Operation = Operation
     needs = _NEEDS.get(operation, MEMBER)
     if perms_of(acl, me) & needs != needs:
         raise refusal(client, group, operation, "no ACL allows it, or an ACL denies it")
-    client.acl_policy.group_acls[group] = tuple(acl)
+    known = client.acl_policy.group_acls
+    first = group not in known
+    known[group] = tuple(acl)
+    if first:
+        _follow(client, group, path)
+
+
+def _follow(client: AclKazooClient, group: str, path: str) -> None:
+    """Keep the remembered ACL current while the client lives: the owner re-publishes it
+    on every ACL change, and a long-lived member must not create znodes with a stale one
+    (a revoked login in it)."""
+    def changed(data: bytes | None, _stat: object) -> None:
+        acl = decode_acl(data)
+        if acl is not None:
+            client.acl_policy.group_acls[group] = tuple(acl)
+
+    DataWatch(client, path, changed)
 
 
 
