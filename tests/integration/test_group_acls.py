@@ -30,7 +30,9 @@ from broker.coordination.zk_acl import digest_acl
 pytestmark = pytest.mark.integration
 
 OWNER, OWNER_PW = "logferry", "owner-secret"
-LOGINS = {"mirror": "mirror-secret", "loader": "loader-secret", "intruder": "intruder-secret"}
+LOGINS = {"mirror": "mirror-secret", "loader": "loader-secret", "intruder": "intruder-secret",
+          **{f"m{i}": f"m{i}-secret" for i in range(8)}}
+"""The three logins of the story test, and one per case of the matrix."""
 OFFSET = "/consumers/{}/offsets/web/0"
 
 
@@ -237,3 +239,74 @@ def test_zk_secure_derives_group_acls_and_is_idempotent(secured) -> None:
         intruder.set(OFFSET.format("dash"), intruder.get(OFFSET.format("dash"))[0])
     finally:
         _close(intruder)
+
+
+MATRIX = [(op, allowed, resource) for op in ("consume", "describe") for allowed in (True, False)
+          for resource in ("group", "*")]
+
+
+def test_the_group_acl_matrix_holds_in_zookeeper(secured) -> None:
+    """allowed / denied x consume / describe x the group / every group ('*'): through the
+    client library and with a direct ZooKeeper read and write under the case's own login.
+    Denied means a deny beating an allow of the same operation (deny wins)."""
+    from broker.common.acl import Resource, ResourceType, make_acl
+    from broker.coordination import zk as zkmod
+    from broker.coordination.acl_store import AclStore
+    from broker.coordination.group_acl import apply_group_acls
+
+    zk, _ = secured
+    owner_zk = ZkTarget(zk, ZkSecurity(user=OWNER, password=OWNER_PW))
+    owner = zkmod.connect(owner_zk, create=False)
+    try:
+        store = AclStore(owner)
+        for i, (op, allowed, resource) in enumerate(MATRIX):
+            name, login = f"g{i}", f"User:m{i}"
+            named, every = Resource(ResourceType.GROUP, name), Resource(ResourceType.GROUP, "*")
+            target, other = (named, every) if resource == "group" else (every, named)
+            store.add(make_acl(login, op, target, allow=allowed))
+            if not allowed:
+                store.add(make_acl(login, op, other, allow=True))
+            owner.create(OFFSET.format(name), b'{"offset": 0, "skip": 0, "time": 7}', makepath=True)
+        apply_group_acls(owner, owner.acl_policy.owner, store.all())
+    finally:
+        zkmod.close(owner)
+
+    for i, (op, allowed, resource) in enumerate(MATRIX):
+        name, login = f"g{i}", f"m{i}"
+        case = f"{op} {'allowed' if allowed else 'denied'} on {resource}"
+        may_consume = op == "consume" and allowed
+        may_describe = allowed or op == "consume"  # a denied consume keeps the allow's describe
+        if may_consume:
+            assert _consume_and_commit(zk, login, name) == [b"m1", b"m2", b"m3"], case
+        else:
+            with pytest.raises(GroupAuthorizationFailedError,
+                               match=f"User:{login} may not consume group '{name}'"):
+                GroupConsumer(name, ["web"], zk=_as(zk, login), auto_commit_ms=0)
+        with GroupAdmin(_as(zk, login), brokers=False) as admin:
+            if may_describe:
+                assert ("web", 0) in admin.offsets(name), case
+            else:
+                with pytest.raises(GroupAuthorizationFailedError,
+                                   match=f"User:{login} may not describe group '{name}'"):
+                    admin.offsets(name)
+        direct = _kazoo(zk, login)
+        try:
+            if may_describe:
+                before, _ = direct.get(OFFSET.format(name))
+            else:
+                with pytest.raises(NoAuthError):
+                    direct.get(OFFSET.format(name))
+            if may_consume:
+                direct.set(OFFSET.format(name), before)
+            else:
+                with pytest.raises(NoAuthError):
+                    direct.set(OFFSET.format(name), b"0")
+        finally:
+            _close(direct)
+    owner = _kazoo(zk, OWNER, OWNER_PW)
+    try:  # nothing a refused case tried changed anything
+        for i, (op, allowed, _) in enumerate(MATRIX):
+            raw, _ = owner.get(OFFSET.format(f"g{i}"))
+            assert (b'"time": 7' in raw) == (not (op == "consume" and allowed)), (i, raw)
+    finally:
+        _close(owner)
