@@ -1,16 +1,19 @@
-"""Between Kafka record batches and logferry batches, and the offset mapping.
+"""Between Kafka record batches and logferry's log, and the offset mapping.
 
-Storage keeps one format, logferry's (:mod:`broker.wire.records`): a Kafka producer's
-batch is converted on produce into one logferry batch (keys, values and timestamps as
-the columns they always are; record headers as a fourth column, present only when a
-record has headers), so the native consumers, the mirror and the loader read it like
-any other batch. A Kafka fetch converts logferry batches into record batches v2.
+Produce (:func:`store_batches`): a Kafka producer's record batch is stored as it
+arrived, as a magic 3 batch (:mod:`broker.wire.records`): logferry's 22-byte header in
+front, the Kafka batch behind it. Per batch, never per record: its CRC32C is checked,
+its ``last_offset_delta`` set to span the stored batch's bytes (the offset mapping
+below) and its CRC32C recomputed; the records are not read. Fetch (:func:`serve`):
+magic 3 batches go back without their 22-byte header, their ``base_offset`` (outside
+the CRC32C) set to their byte offset; logferry's own batches (magic 1 and 2, written
+by agents and native producers) are converted into record batches v2 (:func:`to_kafka`).
 
-Offsets (docs/kafka.md): the Kafka offset of the i-th message of the logferry batch at
-byte offset ``b`` (``n`` bytes long) is ``b + i``; the record batch says
-``base_offset = b`` and ``last_offset_delta = n - 1``, so clients continue at ``b + n``,
-the next batch's byte offset. A batch of ``count`` messages is always longer than
-``count`` bytes, so the offsets of different batches never collide and grow along the log.
+Offsets (docs/kafka.md): the Kafka offset of the i-th message of the batch at byte
+offset ``b`` (``n`` bytes long) is ``b + i``; the record batch says ``base_offset = b``
+and ``last_offset_delta = n - 1``, so clients continue at ``b + n``, the next batch's
+byte offset. A batch of ``count`` messages is always longer than ``count`` bytes, so
+the offsets of different batches never collide and grow along the log.
 """
 
 from __future__ import annotations
@@ -18,77 +21,83 @@ from __future__ import annotations
 import struct
 import time
 import zlib
-from typing import Sequence
 
-import msgpack
-
-from broker.kafka.record_batch import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD,
-    TIMESTAMP_LOG_APPEND,
-    KafkaBatch,
-    encode_record_batch,
-)
+from broker.common.errors import CorruptBatchError
+from broker.kafka.record_batch import encode_record_batch, iter_checked, set_crc
+from broker.wire import kafka_batch as kb
 from broker.wire import records
-from broker.wire.codecs import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, compress
 
-STORED_CODEC = {
-    0: CODEC_NONE,
-    COMPRESSION_GZIP: CODEC_GZIP,
-    COMPRESSION_SNAPPY: CODEC_LZ4,  # logferry has no snappy; lz4 is as fast and as small
-    COMPRESSION_LZ4: CODEC_LZ4,
-    COMPRESSION_ZSTD: CODEC_ZSTD,
-}
-"""The codec a converted batch is stored with, by the Kafka producer's codec."""
-
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_kafka_unpack = kb.KAFKA_HEADER.unpack_from
+_TIMESTAMPS = struct.Struct(">qq")  # base_timestamp, max_timestamp at byte 27
 
 
-def to_logferry(batch: KafkaBatch) -> bytes | None:
-    """The logferry batch holding ``batch``'s records (None for a batch with no data
-    records: a transaction marker or an empty batch).
+def store_batches(buf: bytes | memoryview) -> bytearray:
+    """The magic 3 batches that store the record batches of a produce request's
+    ``records`` field, in order; empty when it holds no data record (transaction
+    markers and empty batches are dropped).
 
-    A null value is stored as b"" (logferry values are bytes); keys, timestamps and
-    headers are kept. Log-append-time batches get the broker's clock.
+    Per batch: the CRC32C is checked (CorruptBatchError if a batch is torn, not magic 2,
+    fails it, or names an unknown codec), ``last_offset_delta`` is set to the stored
+    batch's size minus one and the CRC32C recomputed, ``base_offset`` zeroed (a fetch
+    sets it), and logferry's header (count, base timestamp, zlib CRC) put in front. A
+    log-append-time batch gets the broker's clock as its timestamps, as Kafka does.
     """
-    if batch.is_control or not batch.values:
-        return None
-    values = [v if v is not None else b"" for v in batch.values]
-    keys: list[bytes | None] | None = batch.keys
-    if all(k is None for k in batch.keys):
-        keys = None
-    timestamps: Sequence[int] | int = batch.timestamps
-    if batch.attributes & TIMESTAMP_LOG_APPEND:
-        timestamps = int(time.time() * 1000)
-    codec = STORED_CODEC[batch.compression]
-    producer = None
-    if batch.producer_id >= 0:  # an idempotent producer's: magic 2, deduplicated by the leader
-        producer = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
-    if not any(batch.headers):
-        return records.encode_batch(values, keys, timestamps, codec, producer)
-    headers = [[list(h) for h in hs] if hs else None for hs in batch.headers]
-    if isinstance(timestamps, int):
-        base, deltas = timestamps, None
-    else:
-        base = timestamps[0]
-        deltas = None if all(t == base for t in timestamps) else [t - base for t in timestamps]
-    payload = _pack([keys, values, deltas, headers])
-    if codec != CODEC_NONE:
-        payload = compress(codec, payload)
-    size = records.HEADER_SIZE if producer is None else records.HEADER_SIZE_V2
-    buf = bytearray(size + len(payload))
-    buf[size:] = payload
-    if producer is None:
-        records.BATCH_HEADER.pack_into(buf, 0, len(buf) - records.LENGTH_SIZE, records.MAGIC,
-                                       0, codec, len(values), base)
-    else:
-        records.BATCH_HEADER_V2.pack_into(buf, 0, len(buf) - records.LENGTH_SIZE,
-                                          records.MAGIC_V2, 0, codec, len(values), base,
-                                          *producer)
-    struct.pack_into(">I", buf, 5, zlib.crc32(memoryview(buf)[records.CRC_START:]))
-    return bytes(buf)
+    out = bytearray()
+    for pos, view in iter_checked(buf):
+        (_, _, _, _, _, attributes, _, base_ts, _, _, _, _, count) = _kafka_unpack(view, 0)
+        if attributes & kb.CONTROL or count == 0:
+            continue
+        if attributes & kb.COMPRESSION_MASK not in kb.COMPRESSION_NAMES:
+            raise CorruptBatchError(f"record batch at byte {pos} uses compression codec "
+                                    f"{attributes & kb.COMPRESSION_MASK}; known: "
+                                    f"{kb.COMPRESSION_NAMES}")
+        batch = bytearray(view)
+        size = records.KAFKA_AT + len(batch)
+        kb.BASE_OFFSET.pack_into(batch, 0, 0)
+        kb.LAST_OFFSET_DELTA.pack_into(batch, kb.LAST_OFFSET_DELTA_AT, size - 1)
+        if attributes & kb.TIMESTAMP_LOG_APPEND:
+            base_ts = int(time.time() * 1000)
+            _TIMESTAMPS.pack_into(batch, 27, base_ts, base_ts)
+        set_crc(batch)
+        head = bytearray(records.KAFKA_AT)
+        records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE,
+                                       records.MAGIC_KAFKA, 0, 0, count, base_ts)
+        crc = zlib.crc32(batch, zlib.crc32(memoryview(head)[records.CRC_START:]))
+        struct.pack_into(">I", head, 5, crc)
+        out += head
+        out += batch
+    return out
+
+
+def serve(raw: bytes | memoryview, offset: int) -> tuple[bytearray, int]:
+    """The record batches v2 a Kafka consumer gets for the whole stored batches in
+    ``raw`` (log bytes from byte offset ``offset``), and how many bytes of ``raw`` they
+    cover (a batch cut by the read's size is left for the next fetch).
+
+    Magic 3 batches are copied without their logferry header, ``base_offset`` set to
+    their byte offset: per batch, no record read. Other batches are converted.
+    """
+    view = memoryview(raw)
+    end = len(view)
+    pos = 0
+    out = bytearray()
+    unpack = records.BATCH_HEADER.unpack_from
+    while end - pos >= records.HEADER_SIZE:
+        length, magic = unpack(view, pos)[:2]
+        stop = pos + records.LENGTH_SIZE + length
+        if stop > end:
+            break
+        if magic == records.MAGIC_KAFKA:
+            at = len(out)
+            out += view[pos + records.KAFKA_AT:stop]
+            kb.BASE_OFFSET.pack_into(out, at, offset + pos)
+        else:
+            batches, used = records.decode_batches(view[pos:stop], offset + pos)
+            if used != stop - pos:
+                raise CorruptBatchError(f"malformed batch at offset {offset + pos}")
+            out += to_kafka(batches[0])
+        pos = stop
+    return out, pos
 
 
 def to_kafka(batch: records.Batch, skip_before: int = 0) -> bytearray:
@@ -112,4 +121,4 @@ def record_offset(batch_offset: int, index: int) -> int:
     return batch_offset + index
 
 
-__all__ = ["STORED_CODEC", "record_offset", "to_kafka", "to_logferry"]
+__all__ = ["record_offset", "serve", "store_batches", "to_kafka"]

@@ -1,11 +1,13 @@
 """The Kafka-protocol apis, served by the same services as logferry's own protocol.
 
 Each handler takes a parsed Kafka request (:mod:`broker.kafka.protocol`) and returns
-the response frame (None for a produce with acks=0). Produce converts each record
-batch into a logferry batch and hands the message sets to :class:`ProduceService`
+the response frame (None for a produce with acks=0). Produce stores each record
+batch as it arrived (a magic 3 batch, per-batch work only: :func:`convert.store_batches`)
+and hands the message sets to :class:`ProduceService`
 (the same validation, append, flush and acks=all replication path as native
 produces); Fetch asks :class:`FetchService` (the same long poll and visible end) and
-converts the logferry batches it read into record batches v2; ListOffsets and Metadata
+serves the batches it read as record batches v2 (Kafka producers' as stored, agents'
+and native producers' converted); ListOffsets and Metadata
 read the partition logs and the cluster view as the admin service does. Offsets follow
 the mapping of :mod:`broker.kafka.convert` (docs/kafka.md).
 """
@@ -42,7 +44,6 @@ from broker.kafka.protocol import (
     make,
     response_schema,
 )
-from broker.kafka.record_batch import decode_record_batches
 from broker.server.admin import AdminService
 from broker.server.config import BrokerConfig
 from broker.server.fetch import FetchService
@@ -244,8 +245,7 @@ class KafkaService:
                         order.append((topic.name, part.index, ErrorCode.invalid_required_acks,
                                       f"acks must be 0, 1 or -1, not {acks}"))
                         continue
-                    batches = decode_record_batches(part.records or b"")
-                    converted = b"".join(b for b in map(convert.to_logferry, batches) if b)
+                    converted = convert.store_batches(part.records or b"")
                     if not converted:
                         raise CorruptBatchError("the produce request holds no data record")
                     sets.append(MessageSet(topic.name, part.index, memoryview(converted)))
@@ -518,15 +518,13 @@ def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _to_kafka_records(piece: Any, skip_before: int) -> tuple[bytes, int]:
-    """The record batches v2 for the logferry batches in a file slice, and the offset
-    of the batch after the last one (where the client fetches next)."""
+def _to_kafka_records(piece: Any, skip_before: int) -> tuple[bytearray, int]:
+    """The record batches v2 for the batches in a file slice (Kafka producers' as
+    stored, the others converted: :func:`convert.serve`), and the offset of the batch
+    after the last one (where the client fetches next)."""
     raw = os.pread(piece.file.fileno(), piece.count, piece.position)
-    batches, used = records.decode_batches(raw, piece.offset)
-    out = bytearray()
-    for batch in batches:
-        out += convert.to_kafka(batch, skip_before)
-    return bytes(out), piece.offset + used
+    out, used = convert.serve(raw, piece.offset)
+    return out, piece.offset + used
 
 
 class Boundaries:

@@ -36,6 +36,14 @@ of millisecond offsets from it. A 200-byte value costs 2 bytes of msgpack header
 delta under 128 ms one byte, so an uncompressed batch of 50 such messages carries about
 3.5 bytes of overhead per message, header included.
 
+Magic 3 (:data:`MAGIC_KAFKA`) is a Kafka producer's record batch v2 stored as it arrived
+(:mod:`broker.wire.kafka_batch`, docs/kafka.md), behind the same 22-byte header: ``crc``
+is zlib.crc32 of attributes..end as above, ``attributes`` is 0 (the Kafka batch names
+its own codec), ``count`` and ``base_timestamp`` are copied from the Kafka header, so
+every reader of headers (offsets, time index, recovery, retention, replication) treats it
+like the others. The Kafka batch's own producer fields are the idempotence fields. Only
+clients decode its records (:func:`decode_batches`).
+
 A batch's offset is the logical byte position of its first byte in the partition;
 the next batch starts at ``offset + 4 + length``.
 """
@@ -52,6 +60,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 import msgpack
 
 from broker.common.errors import CorruptBatchError
+from broker.wire import kafka_batch
 from broker.wire.codecs import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -78,7 +87,12 @@ base_sequence."""
 HEADER_SIZE_V2 = BATCH_HEADER_V2.size  # 36
 PRODUCER_FIELDS = struct.Struct(">qhi")
 """producer_id, producer_epoch, base_sequence: at byte :data:`HEADER_SIZE` of a magic 2 batch."""
-MIN_LENGTH = {MAGIC: HEADER_SIZE - LENGTH_SIZE, MAGIC_V2: HEADER_SIZE_V2 - LENGTH_SIZE}
+MAGIC_KAFKA = 3
+"""A Kafka record batch v2 behind the 22-byte header (see the module docstring)."""
+KAFKA_AT = HEADER_SIZE
+"""Where the Kafka batch starts in a stored magic 3 batch."""
+MIN_LENGTH = {MAGIC: HEADER_SIZE - LENGTH_SIZE, MAGIC_V2: HEADER_SIZE_V2 - LENGTH_SIZE,
+              MAGIC_KAFKA: HEADER_SIZE - LENGTH_SIZE + kafka_batch.KAFKA_HEADER_SIZE}
 """Smallest legal length field per magic (a batch with an empty payload)."""
 NO_PRODUCER = -1
 """producer_id of a magic 2 batch written without an id."""
@@ -93,6 +107,8 @@ _header_pack_into = BATCH_HEADER.pack_into
 _header_unpack_from = BATCH_HEADER.unpack_from
 _producer_unpack_from = PRODUCER_FIELDS.unpack_from
 _crc32 = zlib.crc32
+_KAFKA_PRODUCER_AT = KAFKA_AT + kafka_batch.PRODUCER_AT
+_kafka_unpack_from = kafka_batch.KAFKA_HEADER.unpack_from
 
 
 class ProducerInfo(NamedTuple):
@@ -222,7 +238,8 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
     work, one compression call and a new header (length, attributes, CRC; count and
     base timestamp kept). A batch that is already compressed, with any codec, or a
     ``codec`` of none, is returned as it is: a batch is never compressed twice, nor
-    re-encoded from one codec to another. Raises CorruptBatchError if ``raw`` is not
+    re-encoded from one codec to another; a Kafka producer's batch (magic 3) keeps the
+    codec it came with. Raises CorruptBatchError if ``raw`` is not
     one whole valid batch, ValueError for an unknown ``codec``.
     """
     view = memoryview(raw)
@@ -234,7 +251,7 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
         raise CorruptBatchError("not one whole batch: malformed header or length")
     if _crc32(view[CRC_START:]) != crc:
         raise CorruptBatchError("batch fails its CRC")
-    if attributes != CODEC_NONE or codec == CODEC_NONE:
+    if attributes != CODEC_NONE or codec == CODEC_NONE or magic == MAGIC_KAFKA:
         return raw if isinstance(raw, (bytes, memoryview)) else bytes(raw)
     size = LENGTH_SIZE + MIN_LENGTH[magic]  # the header: kept, producer fields included
     payload = compress(codec, bytes(view[size:]))
@@ -286,6 +303,8 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
             least = 18
         elif magic == MAGIC_V2:
             least = HEADER_SIZE_V2 - LENGTH_SIZE
+        elif magic == MAGIC_KAFKA:
+            least = MIN_LENGTH[MAGIC_KAFKA]
         else:
             error = f"bad magic byte {magic} at byte {pos}"
             break
@@ -303,7 +322,17 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
         if _crc32(view[pos + CRC_START : stop]) != crc:
             error = f"CRC mismatch in batch at byte {pos}"
             break
-        if magic == MAGIC_V2:
+        if magic == MAGIC_KAFKA:
+            problem = _kafka_problem(view, pos, length, count)
+            if problem is not None:
+                error = f"malformed Kafka batch at byte {pos}: {problem}"
+                break
+            pid, epoch, seq = _producer_unpack_from(view, pos + _KAFKA_PRODUCER_AT)
+            if pid != NO_PRODUCER:
+                if producers is None:
+                    producers = []
+                producers.append(ProducerInfo(pos - start, pid, epoch, seq, count, stop - pos))
+        elif magic == MAGIC_V2:
             if producers is None:
                 producers = []
             pid, epoch, seq = _producer_unpack_from(view, pos + HEADER_SIZE)
@@ -312,6 +341,22 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
         batches += 1
         messages += count
     return ScanResult(pos - start, batches, messages, error, producers)
+
+
+def _kafka_problem(view: memoryview, pos: int, length: int, count: int) -> str | None:
+    """What is wrong with the Kafka header of the magic 3 batch at ``pos`` (its length
+    and CRC checked already), or None: per batch, one unpack."""
+    (_, klength, _, kmagic, _, kattributes, _, _, _, _, _, _, kcount) = \
+        _kafka_unpack_from(view, pos + KAFKA_AT)
+    if kmagic != kafka_batch.KAFKA_MAGIC:
+        return f"record batch magic {kmagic}, not 2"
+    if kafka_batch.LOG_OVERHEAD + klength != length - (KAFKA_AT - LENGTH_SIZE):
+        return f"record batch length {klength} does not fill the stored batch"
+    if kcount != count:
+        return f"record count {kcount} is not the header's {count}"
+    if kattributes & kafka_batch.CONTROL:
+        return "a transaction marker"
+    return None
 
 
 def validate_message_set(buf: bytes | bytearray | memoryview) -> ScanResult:
@@ -399,6 +444,10 @@ def decode_batches(
             break
         if _crc32(view[pos + CRC_START : stop]) != crc:
             raise CorruptBatchError(f"batch at offset {offset + pos} fails its CRC")
+        if magic == MAGIC_KAFKA:
+            batches.append(_decode_kafka(view[pos:stop], offset + pos, count, keep_raw))
+            pos = stop
+            continue
         payload: bytes | memoryview = view[pos + LENGTH_SIZE + least : stop]
         producer = (NO_PRODUCER, -1, -1) if magic == MAGIC else \
             _producer_unpack_from(view, pos + HEADER_SIZE)
@@ -440,6 +489,38 @@ def decode_batches(
         )
         pos = stop
     return batches, pos
+
+
+def _decode_kafka(view: memoryview, offset: int, count: int, keep_raw: bool) -> Batch:
+    """The stored magic 3 batch ``view`` at ``offset`` as a :class:`Batch`: a Kafka
+    null value becomes b"" (logferry values are bytes), record headers become
+    :attr:`Batch.headers`. Per message work, on the client only."""
+    problem = _kafka_problem(view, 0, len(view) - LENGTH_SIZE, count)
+    if problem is not None:
+        raise CorruptBatchError(f"batch at offset {offset} is a malformed Kafka batch: "
+                                f"{problem}")
+    (_, _, _, _, _, attributes, _, _, _, pid, epoch, seq, _) = _kafka_unpack_from(view, KAFKA_AT)
+    try:
+        columns = kafka_batch.records_of(view[KAFKA_AT:], offset)
+    except CorruptBatchError as exc:
+        raise CorruptBatchError(f"batch at offset {offset}: {exc}") from None
+    if len(columns.values) != count:
+        raise CorruptBatchError(f"batch at offset {offset} claims {count} messages, holds "
+                                f"{len(columns.values)}")
+    keys: list[bytes | None] | None = columns.keys
+    if keys is not None and keys.count(None) == count:
+        keys = None
+    values = [b"" if v is None else v for v in columns.values]
+    stamps = columns.timestamps
+    base = stamps[0]
+    deltas = None if stamps.count(base) == count else [t - base for t in stamps]
+    headers: list[list[list[bytes | None]] | None] | None = None
+    if any(columns.headers):
+        headers = [[[k, v] for k, v in hs] if hs else None for hs in columns.headers]
+    return Batch(offset, offset + len(view), keys, values, base, deltas,
+                 attributes & kafka_batch.COMPRESSION_MASK, view if keep_raw else None,
+                 pid, epoch if pid != NO_PRODUCER else -1, seq if pid != NO_PRODUCER else -1,
+                 headers)
 
 
 def _check_columns(keys: object, values: object, deltas: object, count: int, at: int) -> None:
@@ -505,6 +586,12 @@ def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerIn
                 break
             pid, epoch, seq = _producer_unpack_from(view, pos + HEADER_SIZE)
             out.append(ProducerInfo(pos, pid, epoch, seq, count, LENGTH_SIZE + length))
+        elif magic == MAGIC_KAFKA:
+            if end - pos < LENGTH_SIZE + MIN_LENGTH[MAGIC_KAFKA]:
+                break
+            pid, epoch, seq = _producer_unpack_from(view, pos + _KAFKA_PRODUCER_AT)
+            if pid != NO_PRODUCER:
+                out.append(ProducerInfo(pos, pid, epoch, seq, count, LENGTH_SIZE + length))
         pos += LENGTH_SIZE + length
     return out, pos
 
@@ -524,7 +611,7 @@ def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int,
 
 __all__ = [
     "BATCH_HEADER", "BATCH_HEADER_V2", "Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD",
-    "CRC_START", "HEADER_SIZE", "HEADER_SIZE_V2", "LENGTH_SIZE", "MAGIC", "MAGIC_V2",
+    "CRC_START", "HEADER_SIZE", "HEADER_SIZE_V2", "LENGTH_SIZE", "KAFKA_AT", "MAGIC", "MAGIC_KAFKA", "MAGIC_V2",
     "MAX_BATCH_BYTES", "MIN_LENGTH", "NO_PRODUCER", "PRODUCER_FIELDS", "SEQUENCE_MODULUS", "ProducerInfo", "ScanResult",
     "batch_length_at", "compress_batch", "count_messages", "decode_batches", "encode_batch", "encode_batch_deltas",
     "iter_raw_batches",

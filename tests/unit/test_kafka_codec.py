@@ -109,8 +109,8 @@ def test_compressed_batches_decode(codec: int, compress_body) -> None:  # type: 
     assert batch.values == [b"a" * 50, b"b", None]
     assert batch.keys == [b"k", None, b"k"]
     assert batch.headers == [[(b"h", b"1")], [], []]
-    stored = convert.to_logferry(batch)
-    assert stored is not None
+    stored = convert.store_batches(_compressed(codec, compress_body))
+    assert stored
     (lf,), _ = records.decode_batches(stored, 0)
     assert lf.values == [b"a" * 50, b"b", b""]  # a null value is stored empty
     assert lf.headers == [[[b"h", b"1"]], None, None]
@@ -125,9 +125,8 @@ def test_unknown_codec_is_corrupt() -> None:
 def test_conversion_roundtrip_and_offset_mapping() -> None:
     kafka = encode_record_batch(0, 1, 5000, [5000, 5007], [b"a", None], [b"x", b"y"],
                                 [[(b"trace", b"t1")], []])
-    (batch,) = decode_record_batches(bytes(kafka))
-    first = convert.to_logferry(batch)
-    assert first is not None
+    first = bytes(convert.store_batches(bytes(kafka)))
+    assert first
     plain = records.encode_batch([b"p"] * 3, None, 7000)  # what an agent writes
     log = first + plain
     batches, used = records.decode_batches(log, 1000)
@@ -148,8 +147,8 @@ def test_control_batches_are_not_stored() -> None:
     raw = bytearray(encode_record_batch(0, 0, 1, None, None, [b"marker"]))
     struct.pack_into(">h", raw, 21, 0x20)
     struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
-    (batch,) = decode_record_batches(bytes(raw))
-    assert convert.to_logferry(batch) is None
+    decode_record_batches(bytes(raw))
+    assert not convert.store_batches(bytes(raw))
 
 
 def _request(api: int, version: int, body_entity, header_version: int = 2) -> bytes:  # type: ignore[no-untyped-def]
@@ -240,9 +239,9 @@ def test_idempotent_batches_keep_producer_id_epoch_and_sequence(headers) -> None
     raw = bytearray(encode_record_batch(0, 1, 10, None, None, [b"a", b"b"], headers))
     struct.pack_into(">qhi", raw, 43, 77, 3, 1000)  # producer_id, producer_epoch, base_sequence
     struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
-    (batch,) = decode_record_batches(bytes(raw))
-    stored = convert.to_logferry(batch)
-    assert stored is not None
+    decode_record_batches(bytes(raw))
+    stored = convert.store_batches(bytes(raw))
+    assert stored
     (lf,), _ = records.decode_batches(stored, 0)
     assert (lf.producer_id, lf.producer_epoch, lf.base_sequence) == (77, 3, 1000)
     assert lf.values == [b"a", b"b"]
