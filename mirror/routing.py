@@ -19,7 +19,7 @@ import time
 import zlib
 from typing import Callable
 
-from broker.client import CODEC_NONE, Admin, SimpleConsumer, compress_batch, decode_batch, encode_batch
+from broker.client import CODEC_NONE, CODECS, Admin, SimpleConsumer, compress_batch, decode_batch, encode_batch
 from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
 from mirror.growth import grow_target
 
@@ -33,10 +33,12 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
            target_count: int, codec: int = CODEC_NONE) -> dict[int, bytes]:
     """Split one batch into one re-encoded batch per target partition (the fallback).
 
-    The parts keep the batch's codec; an uncompressed batch's parts get ``codec``.
+    The parts keep the batch's codec; an uncompressed batch's parts get ``codec``, and
+    so do those of a Kafka producer's snappy batch (logferry batches have no snappy).
     """
     batch = decode_batch(batch_bytes)
-    codec = batch.codec if batch.codec != CODEC_NONE else codec
+    codec = batch.codec if batch.codec in CODECS.values() and batch.codec != CODEC_NONE \
+        else codec
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
     groups: dict[int, tuple[list, list, list]] = {}

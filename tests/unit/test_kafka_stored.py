@@ -162,3 +162,20 @@ def test_snappy_without_cramjam_says_what_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "cramjam", None)  # as on a host without the kafka extra
     with pytest.raises(LogferryError, match=r"logferry\[kafka\]"):
         kafka_batch.decompress(kafka_batch.COMPRESSION_SNAPPY, b"\x00", 0)
+
+
+def test_mirror_rehash_splits_a_kafka_snappy_batch_into_logferry_batches() -> None:
+    import cramjam
+
+    from mirror.routing import rehash
+    plain = bytearray(encode_record_batch(0, 3, 1000, None, [b"a", b"b", b"a", None],
+                                          [b"1", b"2", b"3", b"4"]))
+    raw = plain[:61] + bytes(cramjam.snappy.compress_raw(bytes(plain[61:])))
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    struct.pack_into(">h", raw, 21, kafka_batch.COMPRESSION_SNAPPY)
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
+    stored = bytes(convert.store_batches(bytes(raw)))
+    parts = rehash(stored, 0, 3, CODEC_LZ4)  # logferry has no snappy: the mirror's codec
+    decoded = [records.decode_batches(b, 0)[0][0] for b in parts.values()]
+    assert sorted(v for b in decoded for v in b.values) == [b"1", b"2", b"3", b"4"]
+    assert {b.codec for b in decoded} == {CODEC_LZ4}
