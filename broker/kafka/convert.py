@@ -29,6 +29,7 @@ from broker.wire import records
 
 _kafka_unpack = kb.KAFKA_HEADER.unpack_from
 _TIMESTAMPS = struct.Struct(">qq")  # base_timestamp, max_timestamp at byte 27
+_LEADER_EPOCH = struct.Struct(">i")  # partition_leader_epoch at byte 12, outside the CRC32C
 
 
 def store_batches(buf: bytes | memoryview) -> bytearray:
@@ -39,7 +40,7 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
     Per batch: the CRC32C is checked (CorruptBatchError if a batch is torn, not magic 2,
     fails it, or names an unknown codec), ``last_offset_delta`` is set to the stored
     batch's size minus one and the CRC32C recomputed, ``base_offset`` zeroed (a fetch
-    sets it), and logferry's header (count, base timestamp, zlib CRC) put in front. A
+    sets it) and ``partition_leader_epoch`` -1 (as converted batches always said), and logferry's header (count, base timestamp, zlib CRC) put in front. A
     log-append-time batch gets the broker's clock as its timestamps, as Kafka does.
     """
     out = bytearray()
@@ -54,6 +55,7 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
         batch = bytearray(view)
         size = records.KAFKA_AT + len(batch)
         kb.BASE_OFFSET.pack_into(batch, 0, 0)
+        _LEADER_EPOCH.pack_into(batch, 12, -1)  # no epoch, as converted batches said
         kb.LAST_OFFSET_DELTA.pack_into(batch, kb.LAST_OFFSET_DELTA_AT, size - 1)
         if attributes & kb.TIMESTAMP_LOG_APPEND:
             base_ts = int(time.time() * 1000)

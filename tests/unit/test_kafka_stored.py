@@ -47,7 +47,12 @@ def _gzipped(values: list[bytes]) -> bytes:
 
 def test_stored_batch_has_logferry_header_and_spans_its_bytes() -> None:
     kafka = _kafka([b"a", None, b"c"], [b"k", None, None], stamps=[1000, 1003, 1001])
-    stored = bytes(convert.store_batches(kafka))
+    with_epoch = bytearray(kafka)
+    struct.pack_into(">q", with_epoch, 0, 12345)  # base offset and leader epoch: no CRC
+    struct.pack_into(">i", with_epoch, 12, 7)
+    stored = bytes(convert.store_batches(bytes(with_epoch)))
+    assert struct.unpack_from(">q", stored, records.KAFKA_AT)[0] == 0
+    assert struct.unpack_from(">i", stored, records.KAFKA_AT + 12)[0] == -1
     length, magic, _, attributes, count, base = records.BATCH_HEADER.unpack_from(stored)
     assert (magic, attributes, count, base) == (records.MAGIC_KAFKA, 0, 3, 1000)
     assert records.LENGTH_SIZE + length == len(stored) == records.KAFKA_AT + len(kafka)
