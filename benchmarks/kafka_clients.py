@@ -4,8 +4,10 @@ One broker (with ``[kafka] listen``) and ZooKeeper as separate processes on 127.
 Each run produces N messages of 200 bytes into a fresh one-partition topic and reads
 them back, with confluent-kafka (librdkafka: default linger, acks=1), kafka-python
 (acks=1), and logferry's own Producer/SimpleConsumer; prints msgs/s, the median of
---runs runs. Targets (issue 23): librdkafka producer >= 500,000 msgs/s, consumer >=
-1,000,000 msgs/s.
+--runs runs, and the CPU time per message of the broker process and of the client (this
+process, its librdkafka threads included): robust on a busy machine.
+Each run also prints ``run N: <case> <rate> msgs/s`` lines for benchmarks/ab_compare.py.
+Targets (issue 23): librdkafka producer >= 500,000 msgs/s, consumer >= 1,000,000 msgs/s.
 
     .venv/bin/python benchmarks/kafka_clients.py --messages 200000 --runs 5
 """
@@ -13,6 +15,7 @@ them back, with confluent-kafka (librdkafka: default linger, acks=1), kafka-pyth
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +33,16 @@ from benchmarks.harness import LocalCluster, wait_for_last_flush  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
 
 VALUE = b"x" * 200
+_TICK = os.sysconf("SC_CLK_TCK")
+STREAMING: dict[str, float] = {}
+"""Per case, the rate from the first message on, when the client's start-up is slow."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def rd_produce(bootstrap: str, topic: str, n: int) -> float:
@@ -56,14 +69,22 @@ def rd_consume(bootstrap: str, topic: str, n: int) -> float:
     count = 0
     t0 = time.perf_counter()
     deadline = t0 + 300
+    first: tuple[float, int] | None = None
     while count < n and time.perf_counter() < deadline:
         for msg in consumer.consume(10_000, 1.0):
             if msg.error() is None:
                 count += 1
+        if first is None and count:
+            first = (time.perf_counter(), count)
     elapsed = time.perf_counter() - t0
     consumer.close()
     if count < n:
         raise SystemExit(f"librdkafka consumer read {count} of {n}")
+    assert first is not None
+    # librdkafka serves an assign() of a client with a group.id on its own timers: its
+    # first fetch goes out about 0.45 s after assign() whatever the broker (no request
+    # is in flight meanwhile; debug=protocol shows it). "streaming" leaves that out.
+    STREAMING["confluent-kafka consumer"] = (n - first[1]) / (t0 + elapsed - first[0])
     return elapsed
 
 
@@ -141,18 +162,41 @@ def main() -> None:
         if not args.no_kafka_python:
             clients.append(("kafka-python", lambda t: kp_produce(bootstrap, t, n),
                             lambda t: kp_consume(bootstrap, t, n)))
+        proc = cluster.brokers[0].proc
+        assert proc is not None
+        pid = proc.pid
+        cpu: dict[str, list[float]] = {}
+
+        def measure(case: str, run: int, action: Callable[[], float]) -> None:
+            before, mine = cpu_seconds(pid), time.process_time()
+            rate = n / action()
+            used = cpu_seconds(pid) - before
+            client = time.process_time() - mine
+            results.setdefault(case, []).append(rate)
+            cpu.setdefault(case, []).append(used / n * 1e6)
+            print(f"run {run}: {case} {rate:,.0f} msgs/s (broker CPU "
+                  f"{used / n * 1e6:.2f} us/msg, client CPU {client / n * 1e6:.2f} us/msg)",
+                  flush=True)
+            if case in STREAMING:
+                streaming = STREAMING.pop(case)
+                results.setdefault(f"{case} streaming", []).append(streaming)
+                cpu.setdefault(f"{case} streaming", []).append(used / n * 1e6)
+                print(f"run {run}: {case} streaming {streaming:,.0f} msgs/s", flush=True)
+
         for run in range(args.runs):
             for name, produce, consume in clients:
                 topic = f"bench-{name}-{run}"
                 admin.create_topic(topic, partitions=1)
-                results.setdefault(f"{name} producer", []).append(n / produce(topic))
+                measure(f"{name} producer", run, lambda: produce(topic))
                 with SimpleConsumer(brokers=cluster.bootstrap) as probe:
                     wait_for_last_flush(probe, topic)
-                results.setdefault(f"{name} consumer", []).append(n / consume(topic))
+                measure(f"{name} consumer", run, lambda: consume(topic))
         admin.close()
-    print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs (msgs/s):")
+    print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs "
+          "(msgs/s, broker CPU us/msg):")
     for name, rates in results.items():
-        print(f"  {name:<26} {statistics.median(rates):>12,.0f}")
+        print(f"  {name:<26} {statistics.median(rates):>12,.0f} "
+              f"{statistics.median(cpu[name]):>8.2f}")
 
 
 if __name__ == "__main__":
