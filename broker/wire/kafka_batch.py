@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from broker.common.errors import CorruptBatchError, LogferryError
+from broker.common.errors import ConfigError, CorruptBatchError
 from broker.wire import codecs
 
 KAFKA_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -95,7 +95,7 @@ def decompress(codec: int, body: bytes | memoryview, at: int) -> bytes | memoryv
         try:
             import cramjam
         except ImportError:
-            raise LogferryError(
+            raise ConfigError(
                 f"record batch at byte {at} is snappy-compressed (a Kafka producer's); "
                 "reading it needs cramjam: pip install 'logferry[kafka]'") from None
         try:

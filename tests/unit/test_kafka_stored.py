@@ -184,3 +184,34 @@ def test_mirror_rehash_splits_a_kafka_snappy_batch_into_logferry_batches() -> No
     decoded = [records.decode_batches(b, 0)[0][0] for b in parts.values()]
     assert sorted(v for b in decoded for v in b.values) == [b"1", b"2", b"3", b"4"]
     assert {b.codec for b in decoded} == {CODEC_LZ4}
+
+
+def test_partition_log_recovers_and_looks_up_stored_kafka_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from broker.storage.config import LogConfig
+    from broker.storage.partition_log import PartitionLog
+
+    directory = tmp_path / "t-0"
+    plog = PartitionLog(directory, "t", 0, LogConfig(), recover=False)
+    kafka = [bytes(convert.store_batches(_kafka([b"v%d" % i] * 3, base_ts=1000 * (i + 1))))
+             for i in range(3)]
+    agent = records.encode_batch([b"a"], None, 1500)
+    offsets = []
+    for data in (kafka[0], agent, kafka[1], kafka[2]):
+        offsets.append(plog.append(data, records.count_messages(data)[1]))
+    plog.flush()
+    end = plog.visible_end
+    plog.close()
+    with open(directory / "00000000000000000000.log", "ab") as f:  # a torn tail
+        f.write(kafka[0][:50])
+    plog = PartitionLog(directory, "t", 0, LogConfig(), recover=True)
+    try:
+        assert plog.visible_end == end  # recovery cut the torn batch, kept the rest
+        assert plog.offset_for_time(1200) == offsets[0]  # the last batch stamped <= it
+        assert plog.offset_for_time(1700) == offsets[1]
+        assert plog.offset_for_time(2500) == offsets[2]
+        assert plog.batch_start_at_or_before(offsets[2] + 2) == offsets[2]
+        (first,), _ = records.decode_batches(plog.read_bytes(offsets[2], len(kafka[1])),
+                                             offsets[2])
+        assert first.values == [b"v1"] * 3 and first.base_timestamp == 2000
+    finally:
+        plog.close()
