@@ -40,7 +40,8 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
     Per batch: the CRC32C is checked (CorruptBatchError if a batch is torn, not magic 2,
     fails it, or names an unknown codec), ``last_offset_delta`` is set to the stored
     batch's size minus one and the CRC32C recomputed, ``base_offset`` zeroed (a fetch
-    sets it) and ``partition_leader_epoch`` -1 (as converted batches always said), and logferry's header (count, base timestamp, zlib CRC) put in front. A
+    sets it), ``partition_leader_epoch`` set to -1 (as converted batches always said),
+    and logferry's header (count, base timestamp, zlib CRC) put in front. A
     log-append-time batch gets the broker's clock as its timestamps, as Kafka does.
     """
     out = bytearray()
