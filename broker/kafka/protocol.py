@@ -41,10 +41,12 @@ class Api(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -65,11 +67,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
     Api.INIT_PRODUCER_ID: (0, 4),
+    Api.SASL_HANDSHAKE: (1, 1),
+    Api.SASL_AUTHENTICATE: (0, 2),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
 to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up to v4
-(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id)."""
+(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). SaslHandshake
+v1 only: after a v0 handshake the SASL tokens travel without Kafka framing, which
+every current client has long replaced by SaslAuthenticate."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")

@@ -219,6 +219,67 @@ class Authenticator:
         log.warning("authentication failed: %s as %r with %s%s", peer, user[:128], mechanism, more)
 
 
+
+class ScramExchange:
+    """The server side of one SCRAM exchange (RFC 5802, 7677), whichever protocol
+    carries its messages: logferry's SaslAuthenticate (api 11) and Kafka's (api 36)
+    run the same code against the same credentials.
+
+    :meth:`first` answers the client-first message, :meth:`final` the client-final
+    one. Every failure the client can cause is the one :class:`AuthenticationError`
+    (:meth:`failure`): malformed messages, a wrong proof, and an unknown user, who gets
+    made-up credentials (:meth:`Authenticator.decoy`) and fails at the proof like a
+    wrong password. The caller counts failures (:meth:`Authenticator.failed`).
+    """
+
+    __slots__ = ("authenticator", "mechanism", "user", "_server")
+
+    def __init__(self, authenticator: Authenticator, mechanism: str):
+        self.authenticator = authenticator
+        self.mechanism = mechanism
+        self.user = ""
+        """The user name of the client-first message ("" before it is read)."""
+        self._server: Any = None
+
+    async def first(self, token: bytes) -> bytes:
+        """The server-first message for the client-first ``token``. Raises
+        AuthenticationError, or another LogferryError when the credentials cannot be
+        read (ZooKeeper unreachable: not the client's fault)."""
+        try:
+            client_first = token.decode("utf-8")
+            self.user = scram_username(client_first)
+        except (UnicodeDecodeError, AuthenticationError):
+            raise self.failure() from None
+        found = await self.authenticator.credentials(self.user)
+        mechanism = self.mechanism
+        credential = (found or {}).get(mechanism) or \
+            self.authenticator.decoy(mechanism, self.user)
+        try:
+            self._server = ScramMechanism(mechanism).make_server(
+                lambda _name: (credential.salt, credential.stored_key, credential.server_key,
+                               credential.iterations))
+            self._server.set_client_first(client_first)
+            return str(self._server.get_server_first()).encode("utf-8")
+        except ScramException:
+            raise self.failure() from None
+
+    def final(self, token: bytes) -> bytes:
+        """The server-final message for the client-final ``token`` (its proof checked);
+        AuthenticationError when the proof is wrong or the exchange is not at that step."""
+        server, self._server = self._server, None
+        if server is None:
+            raise self.failure()
+        try:
+            server.set_client_final(token.decode("utf-8"))
+            return str(server.get_server_final()).encode("utf-8")
+        except (UnicodeDecodeError, ScramException):
+            raise self.failure() from None
+
+    def failure(self) -> AuthenticationError:
+        """The one error of a failed exchange: it says no more than SCRAM does."""
+        return AuthenticationError(f"authentication failed: unknown user or wrong password "
+                                   f"for {self.user[:128]!r} with {self.mechanism}")
+
 MAX_ANNOUNCED = 1000
 _announced: set[Principal] = set()
 
@@ -336,47 +397,34 @@ class ConnectionAuth:
     async def _first(self, token: bytes, responder: Responder) -> None:
         authenticator = self.authenticator
         assert authenticator is not None
-        mechanism = self._mechanism
+        self._server = exchange = ScramExchange(authenticator, self._mechanism)
         try:
-            client_first = token.decode("utf-8")
-            self._user = user = scram_username(client_first)
-            found = await authenticator.credentials(user)
-            credential = (found or {}).get(mechanism) or authenticator.decoy(mechanism, user)
-            self._server = ScramMechanism(mechanism).make_server(
-                lambda _name: (credential.salt, credential.stored_key, credential.server_key,
-                               credential.iterations))
-            self._server.set_client_first(client_first)
-            server_first = self._server.get_server_first()
-        except (UnicodeDecodeError, ScramException, AuthenticationError):
-            self._fail(responder, self._failure())
+            server_first = await exchange.first(token)
+        except AuthenticationError as exc:
+            self._user = exchange.user
+            self._fail(responder, exc)
             return
         except LogferryError as exc:  # ZooKeeper unreachable: not the client's fault
             self._state = _FAILED
             responder.fail(exc)
             self.channel.close()
             return
+        self._user = exchange.user
         self._state = _FINAL
-        responder.answer(encode_authenticate_answer(
-            SaslAuthenticateAnswer(server_first.encode("utf-8"))))
+        responder.answer(encode_authenticate_answer(SaslAuthenticateAnswer(server_first)))
 
     def _final(self, token: bytes, responder: Responder) -> None:
         try:
-            self._server.set_client_final(token.decode("utf-8"))
-            server_final = self._server.get_server_final()
-        except (UnicodeDecodeError, ScramException):
-            self._fail(responder, self._failure())
+            server_final = self._server.final(token)
+        except AuthenticationError as exc:
+            self._fail(responder, exc)
             return
         self._state = _DONE
         self._server = None
         self.authenticated = True
         self.channel.principal = Principal("User", self._user)
         announce(self.channel.principal, self.channel.peer, self._mechanism)
-        responder.answer(encode_authenticate_answer(
-            SaslAuthenticateAnswer(server_final.encode("utf-8"))))
-
-    def _failure(self) -> AuthenticationError:
-        return AuthenticationError(f"authentication failed: unknown user or wrong password "
-                                   f"for {self._user[:128]!r} with {self._mechanism}")
+        responder.answer(encode_authenticate_answer(SaslAuthenticateAnswer(server_final)))
 
     def _fail(self, responder: Responder, exc: LogferryError) -> None:
         """Answer the failure and close: a failed exchange cannot be resumed."""
@@ -390,4 +438,5 @@ class ConnectionAuth:
 
 
 __all__ = ["AUTH_FIELDS", "AuthConfig", "Authenticator", "ConnectionAuth", "SASL_APIS",
+           "ScramExchange",
            "auth_from_table", "auth_warnings", "certificate_principal", "scram_username"]

@@ -218,11 +218,15 @@ class Broker:
                                  admit=self._admit_handshake)
         if self.config.kafka_listen is not None:
             host, port = self.config.kafka_listen
-            kafka_tls = next(lst.tls for lst in effective_listeners(self.config)
-                             if lst.protocol == KAFKA)
+            kafka_listener = next(lst for lst in effective_listeners(self.config)
+                                  if lst.protocol == KAFKA)
+            kafka_tls = kafka_listener.tls
+            kafka_auth = self._authenticator(kafka_listener)
+            auth_timeout_s = self.config.incomplete_request_timeout_ms / 1000
             self._kafka_server = await transport.start_server(
                 lambda: kafka_modules().KafkaConnection(self.kafka, self.config.max_request_bytes,
-                                                        self.kafka_connections),
+                                                        self.kafka_connections, kafka_auth,
+                                                        auth_timeout_s),
                 host, port, backlog=ACCEPT_BURST, start_serving=False,
                 ssl_context=server_context(kafka_tls) if kafka_tls else None,
                 ssl_handshake_timeout=kafka_tls.handshake_timeout_s if kafka_tls else None)

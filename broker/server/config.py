@@ -204,8 +204,10 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     kafka_listen = None if listen is None else _parse_listen(listen, broker.get("host",
                                                                                  "127.0.0.1"))
     if kafka_listen is not None and auth is not None and auth.required:
-        validator.fail("kafka.listen", "the Kafka listener has no SASL yet, so it cannot "
-                       "require authentication: remove [kafka] or set auth.required = false")
+        validator.fail("kafka.listen", "[kafka] listen is a plaintext listener with no "
+                       "SASL, which would bypass auth.required: declare [[listeners]] instead, "
+                       'the Kafka one with protocol = "kafka" and its own tls and auth '
+                       "tables (docs/kafka.md)")
     if broker.get("inter_broker_listener", DEFAULT_LISTENER) != DEFAULT_LISTENER:
         validator.fail("broker.inter_broker_listener", "without [[listeners]] the only "
                        f"listener is {DEFAULT_LISTENER!r}: define [[listeners]] or remove it")

@@ -10,7 +10,8 @@ Bad input never takes the broker down: a frame over ``max_request_bytes`` (or be
 the smallest header) or a body that does not match its schema closes the connection;
 an api or version not served gets Kafka's UNSUPPORTED_VERSION answer (closing only
 when no Kafka release defines that api version). Reading stops while too many
-requests are in flight or the client does not read its answers.
+requests are in flight or the client does not read its answers. SASL requests, and
+the refusal of others before authentication, are :mod:`broker.server.kafka_sasl`'s.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import TYPE_CHECKING
 from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError
 from broker.common.principal import ANONYMOUS, Principal
 from broker.kafka import protocol
+from broker.server.kafka_sasl import SASL_APIS, KafkaSasl
 from broker.server.kafka_service import _Channel
 
 if TYPE_CHECKING:
+    from broker.server.authentication import Authenticator
     from broker.server.kafka_service import KafkaService
 
 log = logging.getLogger("logferry.kafka")
@@ -47,7 +50,8 @@ class KafkaConnection(asyncio.Protocol):
     """The broker's end of one Kafka client's TCP connection."""
 
     def __init__(self, service: "KafkaService", max_request_bytes: int,
-                 connections: set["KafkaConnection"]):
+                 connections: set["KafkaConnection"],
+                 authenticator: "Authenticator | None" = None, auth_timeout_s: float = 0.0):
         self.service = service
         self.decoder = protocol.FrameDecoder(max_request_bytes)
         self.connections = connections
@@ -60,6 +64,9 @@ class KafkaConnection(asyncio.Protocol):
         self._write_paused = False
         self._reading = True
         self._channel = _Channel(self.peer, self.principal, self.close)
+        self._authenticator = authenticator
+        self._auth_timeout_s = auth_timeout_s
+        self.sasl: KafkaSasl | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -68,6 +75,8 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._channel = _Channel(self.peer, self.principal, self.close)
+        self.sasl = KafkaSasl(self._authenticator, self._channel,
+                              transport.get_extra_info("peercert"), self._auth_timeout_s)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -76,6 +85,8 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.connections.discard(self)
+        if self.sasl is not None:
+            self.sasl.stop()
         for task in list(self.tasks):
             task.cancel()
 
@@ -127,6 +138,9 @@ class KafkaConnection(asyncio.Protocol):
         except InvalidRequestError as exc:
             self._fatal(str(exc))
             return
+        if self.sasl is not None and not self.sasl.admits(parsed.api_key):
+            self.close()  # before authentication (kafka_sasl logs it, rate-limited)
+            return
         slot = _Slot()
         self._slots.append(slot)
         if isinstance(parsed, protocol.Unsupported):
@@ -138,7 +152,8 @@ class KafkaConnection(asyncio.Protocol):
             log.debug("%s: unsupported api %d v%d", self.peer, parsed.api_key, parsed.version)
             self._complete(slot, answer)
             return
-        task = asyncio.get_running_loop().create_task(self._run(parsed, slot))
+        run = self._sasl if parsed.api_key in SASL_APIS else self._run
+        task = asyncio.get_running_loop().create_task(run(parsed, slot))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -157,6 +172,22 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
             return
         self._complete(slot, answer)
+
+    async def _sasl(self, request: protocol.Request, slot: _Slot) -> None:
+        assert self.sasl is not None
+        try:
+            answer, close = await self.sasl.handle(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Kafka SASL api %d v%d from %s failed", request.api_key,
+                          request.version, self.peer)
+            self.close()
+            return
+        self.principal = self._channel.principal
+        self._complete(slot, answer)
+        if close:
+            self.close()
 
     def _complete(self, slot: _Slot, data: bytes | None) -> None:
         """Record a response and write every response now due, in request order."""

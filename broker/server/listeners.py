@@ -94,9 +94,6 @@ def listeners_from_list(validator: Validator, tables: Any) -> tuple[ListenerConf
         auth = auth_from_table(validator, validator.check(auth_table, AUTH_FIELDS,
                                                           f"{where}.auth"),
                                tls is not None, tls.client_auth if tls else "none")
-        if protocol == KAFKA and auth is not None:
-            validator.fail(f"{where}.auth", "the Kafka listener has no SASL yet: give a "
-                           "kafka listener tls only (docs/kafka.md)")
         listeners.append(ListenerConfig(name, checked.get("host", "127.0.0.1"), port,
                                         protocol, tls, auth))
     if not any(listener.protocol == LOGFERRY for listener in listeners):
