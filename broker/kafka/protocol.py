@@ -67,15 +67,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
     Api.INIT_PRODUCER_ID: (0, 4),
-    Api.SASL_HANDSHAKE: (1, 1),
+    Api.SASL_HANDSHAKE: (0, 1),
     Api.SASL_AUTHENTICATE: (0, 2),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
 to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up to v4
 (v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). SaslHandshake
-v1 only: after a v0 handshake the SASL tokens travel without Kafka framing, which
-every current client has long replaced by SaslAuthenticate."""
+0-1 as Kafka 3 lists it (librdkafka before 2.x looks for v0 in the range before it
+uses SASL at all), but a v0 handshake itself, after which the SASL tokens would travel
+without Kafka framing, is refused (:mod:`broker.server.kafka_sasl`)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")

@@ -270,7 +270,9 @@ class ScramExchange:
         if server is None:
             raise self.failure()
         try:
-            server.set_client_final(token.decode("utf-8"))
+            client_final = token.decode("utf-8")
+            _accept_repeated_client_nonce(server, client_final)
+            server.set_client_final(client_final)
             return str(server.get_server_final()).encode("utf-8")
         except (UnicodeDecodeError, ScramException):
             raise self.failure() from None
@@ -279,6 +281,22 @@ class ScramExchange:
         """The one error of a failed exchange: it says no more than SCRAM does."""
         return AuthenticationError(f"authentication failed: unknown user or wrong password "
                                    f"for {self.user[:128]!r} with {self.mechanism}")
+
+def _accept_repeated_client_nonce(server: Any, client_final: str) -> None:
+    """Let librdkafka before 2.6.1 in (Debian's kcat among its users): its client-final
+    message repeats the client nonce, ``r=<client nonce><client nonce><server part>``.
+    Kafka up to 3.9 accepted a nonce that *ends with* the exchange's nonce, so those
+    clients work with Kafka 3, and they do here: the nonce still holds the server's
+    random part (a replayed message fails), and the proof is checked over the message
+    as the client sent it, so nothing else is relaxed."""
+    nonce = str(server.nonce)
+    for attribute in client_final.split(","):
+        if attribute.startswith("r="):
+            sent = attribute[2:]
+            if sent != nonce and sent.endswith(nonce):
+                server.nonce = type(server.nonce)(sent)
+            return
+
 
 MAX_ANNOUNCED = 1000
 _announced: set[Principal] = set()

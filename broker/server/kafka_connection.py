@@ -36,6 +36,9 @@ log = logging.getLogger("logferry.kafka")
 
 MAX_IN_FLIGHT = 256
 """Requests of one connection running at once before it stops reading."""
+SASL_CLOSE_DELAY_S = 0.1
+"""How long after a failed SASL answer the connection closes (Kafka's
+``connection.failed.authentication.delay.ms`` is 100 ms too)."""
 
 
 class _Slot:
@@ -186,8 +189,8 @@ class KafkaConnection(asyncio.Protocol):
             return
         self.principal = self._channel.principal
         self._complete(slot, answer)
-        if close:
-            self.close()
+        if close:  # shortly after: clients then read the answer before they see the close
+            asyncio.get_running_loop().call_later(SASL_CLOSE_DELAY_S, self.close)
 
     def _complete(self, slot: _Slot, data: bytes | None) -> None:
         """Record a response and write every response now due, in request order."""

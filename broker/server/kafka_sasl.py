@@ -1,5 +1,8 @@
 """SASL SCRAM on the Kafka listener: SaslHandshake (api 17) v1, SaslAuthenticate (api 36)
 v0-v2, as librdkafka, kafka-python and aiokafka negotiate them (KIP-43, KIP-152).
+ApiVersions lists SaslHandshake 0-1, as Kafka 3 does (older librdkafka, Debian's kcat's,
+looks for v0 before it uses SASL at all), but a v0 handshake, after which tokens would
+travel without Kafka framing, is answered UNSUPPORTED_VERSION and the connection closed.
 
 The exchange is Kafka's: ApiVersions (optional), SaslHandshake naming the mechanism,
 then SaslAuthenticate carrying the client-first message and SaslAuthenticate carrying
@@ -143,7 +146,7 @@ class KafkaSasl:
         """The response frame to a SASL request, and whether to close the connection
         once it is written (after any failure: Kafka's broker does the same)."""
         if request.api_key == Api.SASL_HANDSHAKE:
-            body, close = self._handshake(request.body.mechanism)
+            body, close = self._handshake(request.version, request.body.mechanism)
         else:
             body, close = await self._authenticate(request.version, request.body.auth_bytes)
         if close:
@@ -152,10 +155,16 @@ class KafkaSasl:
         return encode_response(request.api_key, request.version, request.correlation_id,
                                body), close
 
-    def _handshake(self, mechanism: str) -> tuple[Any, bool]:
+    def _handshake(self, version: int, mechanism: str) -> tuple[Any, bool]:
         authenticator = self.authenticator
         offered = tuple(authenticator.config.mechanisms) if authenticator is not None else ()
-        schema = response_schema(Api.SASL_HANDSHAKE, 1)
+        schema = response_schema(Api.SASL_HANDSHAKE, version)
+        if version == 0:  # unframed tokens would follow: clients since Kafka 1.0 use v1
+            log.info("Kafka client %s: SaslHandshake v0 (unframed SASL tokens) is not "
+                     "served; the client needs SaslAuthenticate (Kafka 1.0's protocol)",
+                     self.channel.peer)
+            return make(schema, error_code=ErrorCode.unsupported_version,
+                        mechanisms=offered), True
         if self._state != _START:
             return make(schema, error_code=ErrorCode.illegal_sasl_state,
                         mechanisms=offered), True

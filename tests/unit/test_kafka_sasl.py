@@ -200,5 +200,68 @@ def test_a_client_certificate_authenticates_as_its_subject() -> None:
 
 
 def test_sasl_apis_are_advertised_at_the_versions_clients_use() -> None:
-    assert protocol.SUPPORTED[Api.SASL_HANDSHAKE] == (1, 1)  # v0: unframed tokens
+    assert protocol.SUPPORTED[Api.SASL_HANDSHAKE] == (0, 1)  # as Kafka 3 lists it
     assert protocol.SUPPORTED[Api.SASL_AUTHENTICATE] == (0, 2)
+
+
+def test_a_v0_handshake_is_refused_unframed_tokens_are_not_served() -> None:
+    async def run() -> None:
+        h = Harness({"alice": PASSWORD})
+        answer, close = await h.send(Api.SASL_HANDSHAKE, 0, mechanism="SCRAM-SHA-256")
+        assert answer.error_code == ErrorCode.unsupported_version and close
+        assert not h.sasl.authenticated
+    asyncio.run(run())
+
+
+def _old_librdkafka_client_final(mechanism: str, user: str, password: str,
+                                 client_first: str, server_first: str) -> str:
+    """The client-final message of librdkafka before 2.6.1, which repeats the client
+    nonce (``r=<client nonce><server nonce>``, the server nonce already starting with
+    the client's); the proof is computed over the message as sent, as it does."""
+    import base64
+    import hashlib
+    import hmac
+    digest = hashlib.sha512 if mechanism.endswith("512") else hashlib.sha256
+    attrs = dict(a.split("=", 1) for a in server_first.split(","))
+    client_nonce = client_first.split("r=", 1)[1]
+    salted = hashlib.pbkdf2_hmac(digest().name, password.encode(),
+                                 base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = digest(client_key).digest()
+    without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
+    auth_message = f"{client_first[3:]},{server_first},{without_proof}"
+    signature = hmac.new(stored_key, auth_message.encode(), digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_old_librdkafka_repeating_the_client_nonce_is_accepted(mechanism: str) -> None:
+    async def run(password: str) -> Any:
+        h = Harness({"kcat": PASSWORD})
+        await h.send(Api.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        client_first = "n,,n=kcat,r=abcdefghijklmnop"
+        answer, _ = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=client_first.encode())
+        final = _old_librdkafka_client_final(mechanism, "kcat", password, client_first,
+                                             answer.auth_bytes.decode())
+        answer, close = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=final.encode())
+        return answer.error_code, close, h.sasl.authenticated
+
+    assert asyncio.run(run(PASSWORD)) == (ErrorCode.none, False, True)
+    # the relaxed nonce relaxes nothing else: a wrong password still fails
+    assert asyncio.run(run("wrong")) == (ErrorCode.sasl_authentication_failed, True, False)
+
+
+def test_a_nonce_without_the_servers_part_still_fails() -> None:
+    async def run() -> Any:
+        h = Harness({"kcat": PASSWORD})
+        await h.send(Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-256")
+        client_first = "n,,n=kcat,r=abcdefghijklmnop"
+        answer, _ = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=client_first.encode())
+        server_first = answer.auth_bytes.decode()
+        forged = server_first.replace("r=abcdefghijklmnop", "r=abcdefghijklmnopXXXX", 1)
+        final = _old_librdkafka_client_final("SCRAM-SHA-256", "kcat", PASSWORD, client_first,
+                                             forged)  # a nonce the server never sent
+        answer, close = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=final.encode())
+        return answer.error_code, close
+    assert asyncio.run(run()) == (ErrorCode.sasl_authentication_failed, True)
