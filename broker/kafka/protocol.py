@@ -46,6 +46,7 @@ class Api(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
 
 
@@ -69,6 +70,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.INIT_PRODUCER_ID: (0, 4),
     Api.SASL_HANDSHAKE: (0, 1),
     Api.SASL_AUTHENTICATE: (0, 2),
+    Api.DESCRIBE_CONFIGS: (1, 4),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up

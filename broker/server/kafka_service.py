@@ -47,6 +47,7 @@ from broker.kafka.protocol import (
 from broker.server.admin import AdminService
 from broker.server.config import BrokerConfig
 from broker.server.fetch import FetchService
+from broker.server.kafka_configs import KafkaConfigs
 from broker.server.kafka_group_service import KafkaGroupService
 from broker.server.produce import ProduceService
 from broker.server.responder import Responder
@@ -142,6 +143,7 @@ class KafkaService:
             Api.CREATE_TOPICS: self.create_topics,
             Api.DELETE_TOPICS: self.delete_topics,
             Api.INIT_PRODUCER_ID: self.init_producer_id,
+            Api.DESCRIBE_CONFIGS: KafkaConfigs(config, view, admin.authorizer).describe_configs,
         }
         self.groups = groups
         self.boundaries = Boundaries()
