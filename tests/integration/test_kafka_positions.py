@@ -10,6 +10,7 @@ OFFSET_OUT_OF_RANGE and the client's ``auto.offset.reset``.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -69,9 +70,17 @@ def consume(consumer: Any, count: int, timeout: float = 60,
     return got
 
 
-def leader_of(native: list[str], topic: str) -> int:
-    with Admin(brokers=native) as admin:
-        return admin.describe_topic(topic)[0]
+def leader_of(native: list[str], topic: str, timeout: float = 30) -> int:
+    """Partition 0's leader, once the brokers asked know the topic (-1: none now)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with Admin(brokers=native) as admin:
+                return admin.describe_topic(topic)[0]
+        except Exception:  # a broker that has not seen the topic yet, or is going away
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.mark.parametrize("how", ["kill -9", "controlled shutdown"])
@@ -98,12 +107,7 @@ def test_committed_position_survives_a_leader_change(kafka_cluster: Any,  # noqa
     survivors = [b for b in cluster.brokers if b.id != leader]
     native = [b.address for b in survivors]
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if leader_of(native, "moving") not in (leader, -1):
-                break
-        except Exception:  # the cluster view is being rebuilt
-            pass
+    while time.monotonic() < deadline and leader_of(native, "moving") in (leader, -1):
         time.sleep(0.3)
     new_leader = leader_of(native, "moving")
     assert new_leader not in (leader, -1)
@@ -169,10 +173,21 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(
     finally:
         consumer.close()
 
+    fetching_at: list[int] = []  # where librdkafka fetches next (its statistics)
+
+    def stats(text: str) -> None:
+        part = json.loads(text).get("topics", {}).get("aging", {}).get("partitions", {})
+        if part.get("0", {}).get("fetch_state") == "active":
+            fetching_at.append(part["0"]["next_offset"])
+
     consumer = rd_group_consumer(cluster.bootstrap, "early-latest", "aging",
-                                 **{"auto.offset.reset": "latest"})
+                                 **{"auto.offset.reset": "latest", "stats_cb": stats,
+                                    "statistics.interval.ms": 200})
     try:
-        assert consume(consumer, 1, timeout=5) == []  # at the end: nothing old
+        deadline = time.monotonic() + 30  # until the reset put it at the end
+        while time.monotonic() < deadline and high not in fetching_at:
+            assert consume(consumer, 1, timeout=0.5) == []  # nothing old is served
+        assert high in fetching_at, fetching_at[-5:]
         produce(cluster.bootstrap, "aging", range(300, 305))
         assert consume(consumer, 5) == list(range(300, 305))
     finally:
