@@ -26,7 +26,7 @@ COMMIT_EVERY = 20
 
 CONSUMER = r'''
 import os, sys
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 bootstrap, group, topic, stop_file, every = sys.argv[1:6]
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -42,10 +42,16 @@ while not os.path.exists(stop_file):
     print("MSG", msg.partition(), msg.offset(), msg.value().decode(), flush=True)
     uncommitted += 1
     if uncommitted >= int(every):
-        consumer.commit(asynchronous=False)
-        uncommitted = 0
+        try:
+            consumer.commit(asynchronous=False)
+            uncommitted = 0
+        except KafkaException as exc:  # e.g. REBALANCE_IN_PROGRESS, as from Kafka itself:
+            print("COMMIT-REFUSED", exc, flush=True)  # re-read after the rebalance
 if uncommitted:
-    consumer.commit(asynchronous=False)
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        print("COMMIT-REFUSED", exc, flush=True)
 consumer.close()
 print("CLOSED", flush=True)
 '''
