@@ -12,24 +12,21 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import msgpack
+from broker.client import SimpleConsumer, agent_record, messages_of
 
-from broker.client import SimpleConsumer, messages_of
-
-AGENT_FIELDS = ("time", "host", "file", "offset", "line")
 MAX_LIMIT = 500
 MAX_VALUE_CHARS = 2000
 
 
-def agent_record(value: bytes | None) -> dict[str, Any] | None:
-    """The decoded agent record in ``value``, or None when it is not one."""
-    if not value or not (0x80 <= value[0] <= 0x8F or value[0] in (0xDE, 0xDF)):
-        return None
-    try:
-        record = msgpack.unpackb(value, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-        return None
-    if not isinstance(record, dict) or any(name not in record for name in AGENT_FIELDS):
+def page_record(value: bytes | None) -> dict[str, Any] | None:
+    """The agent record in ``value`` as the page shows it (decoded by the client
+    library's :func:`broker.client.agent_record`), or None when it is not one.
+
+    The page gets JSON, so bytes inside the record become text (invalid UTF-8
+    replaced) and only named fields are kept.
+    """
+    record = agent_record(value)
+    if record is None:
         return None
     return {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
             for k, v in record.items() if isinstance(k, str)}
@@ -56,7 +53,7 @@ def parse_start(offset: str | None, time_ms: str | None) -> int | str | dt.datet
 
 def message_row(topic: str, partition: int, message: Any) -> dict[str, Any]:
     """One message as the page shows it."""
-    record = agent_record(message.value)
+    record = page_record(message.value)
     return {"offset": message.offset, "index": message.index, "timestamp": message.timestamp,
             "key": _text(message.key),
             "value": record["line"] if record else _text(message.value),
@@ -98,4 +95,4 @@ def tail(consumer: SimpleConsumer, topic: str, partition: int, offset: int) -> t
     return rows[-MAX_LIMIT:], result.next_offset
 
 
-__all__ = ["agent_record", "browse", "message_row", "parse_start", "tail"]
+__all__ = ["browse", "message_row", "page_record", "parse_start", "tail"]

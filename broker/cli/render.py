@@ -18,8 +18,7 @@ import base64
 import json
 from typing import Any
 
-import msgpack
-
+from broker.client import AGENT_RECORD_FIELDS, agent_record
 from broker.common.errors import ConfigError
 
 FIELDS = ("topic", "partition", "offset", "index", "key", "value", "timestamp", "fields")
@@ -49,30 +48,9 @@ def check_format(fmt: str) -> None:
         raise ConfigError(f"--format {fmt!r}: {exc}; available: {available()}") from None
 
 
-AGENT_FIELDS = ("time", "host", "file", "offset", "line")
+AGENT_FIELDS = AGENT_RECORD_FIELDS
 """The fields every agent record has (``ptime``, ``cut``, ``fields`` and ``unparsed``
 are optional; the JSON output shows them all under ``record``)."""
-
-
-def agent_record(value: bytes | None) -> dict[str, Any] | None:
-    """The decoded agent record in ``value``, or None when it is not one.
-
-    Cheap for other values: only a msgpack map (first byte 0x80-0x8f, 0xde or 0xdf) is
-    unpacked, and only a map with the agent's field names and types counts.
-    """
-    if not value or not (0x80 <= value[0] <= 0x8F or value[0] in (0xDE, 0xDF)):
-        return None
-    try:
-        record = msgpack.unpackb(value, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-        return None
-    if not isinstance(record, dict) or any(name not in record for name in AGENT_FIELDS):
-        return None
-    if not (isinstance(record["line"], str) and isinstance(record["host"], str)
-            and isinstance(record["file"], str) and isinstance(record["time"], int)
-            and isinstance(record["offset"], int)):
-        return None
-    return record
 
 
 def _text(data: bytes | None) -> str | None:

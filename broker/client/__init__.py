@@ -4,7 +4,8 @@ agent, mirror, hadoop_loader and demo import from here (and from ``broker.common
 only; the modules behind these names may move.
 """
 
-from broker.client.admin import Admin, BrokerInfo, ClusterState, PartitionInfo
+from broker.client.admin import Admin, BrokerInfo, ClusterState, ListenerInfo, PartitionInfo
+from broker.client.agent_record import AGENT_RECORD_FIELDS, agent_record
 from broker.client.appender import Appender, AppendAtAnswerPart, AppendAtPart
 from broker.client.audit import (
     AGENT_STAGE, LANDED_STAGE, MIRROR_STAGE, STAGE_ORDER, AuditLedger, AuditRecord, WindowCounts,
@@ -46,10 +47,10 @@ from broker.common.errors import LogferryError
 from broker.common.sasl import SaslCredentials
 
 __all__ = [
-    "AGENT_STAGE", "Admin", "AppendAtAnswerPart", "AppendAtPart", "Appender",
+    "AGENT_RECORD_FIELDS", "AGENT_STAGE", "Admin", "agent_record", "AppendAtAnswerPart", "AppendAtPart", "Appender",
     "AuditRecord", "Batch", "BrokerInfo", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE",
     "CODEC_ZSTD", "Committed", "compress_batch",
-    "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "LogferryError",
+    "DeliveryFuture", "FetchResult", "GroupAdmin", "GroupConsumer", "Lag", "ListenerInfo", "LogferryError",
     "MAX_BATCH_BYTES", "Message", "MessageStream", "OffsetRange", "PartitionInfo",
     "PartitionNotOwnedError", "Producer", "RawBatch", "SaslCredentials", "SimpleConsumer", "decode_batch",
     "WindowCounts", "encode_batch", "group_lag", "messages_of", "window_of",

@@ -11,7 +11,7 @@ import pytest
 from broker.common.errors import ConfigError
 from console.cli import config_from_args
 from console.config import from_zk, parse_config
-from console.messages import agent_record, parse_start
+from console.messages import page_record, parse_start
 from console.metrics import console_metrics
 from console.rates import History, Rates
 
@@ -71,9 +71,12 @@ def test_history_keeps_the_newest_points():
 
 def test_agent_records_are_decoded_and_others_are_not():
     record = {"time": 1, "host": "web-1", "file": "/var/log/app.log", "offset": 0, "line": "hello"}
-    assert agent_record(msgpack.packb(record))["host"] == "web-1"
-    assert agent_record(b"plain text") is None
-    assert agent_record(msgpack.packb({"line": "no host"})) is None
+    assert page_record(msgpack.packb(record))["host"] == "web-1"
+    assert page_record(b"plain text") is None
+    assert page_record(msgpack.packb({"line": "no host"})) is None
+    # bytes inside a record reach the page as text
+    binary = page_record(msgpack.packb({**record, "fields": b"k=\xff"}, use_bin_type=True))
+    assert binary["fields"] == "k=\ufffd"
 
 
 def test_browse_start():
