@@ -33,6 +33,9 @@ from console.rates import History, Rates
 log = logging.getLogger("logferry.console")
 
 SERIES = ("bytes_in_s", "msgs_in_s", "bytes_out_s")
+LISTENERS_REFRESH_S = 30.0
+"""Brokers' registrations (their listeners) are read again at least this often, and at
+once when the set of live brokers changes; they change only when a broker restarts."""
 
 
 class ClusterPoller:
@@ -49,6 +52,8 @@ class ClusterPoller:
         self._consumer: SimpleConsumer | None = None
         self._rates = Rates()
         self._windows = StatusWindows()
+        self._listeners: dict[int, list[dict[str, Any]]] = {}
+        self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.history = History(SERIES)
         self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False,
                                      "error": "not read yet"}
@@ -161,6 +166,7 @@ class ClusterPoller:
         for parts in state.topics.values():
             for info in parts.values():
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
+        listeners = self._read_listeners(frozenset(live), now)
         brokers = []
         for b in known:
             where = live.get(b)
@@ -168,7 +174,8 @@ class ClusterPoller:
                             "host": where.host if where else None, "port": where.port if where else None,
                             "rack": where.rack if where else "",
                             "datacenter": where.datacenter if where else "",
-                            "leaders": leaders.get(b, 0)})
+                            "leaders": leaders.get(b, 0),
+                            "listeners": listeners.get(b, []) if where else []})
         time_ms = int(now * 1000)
         summary = {"brokers_up": len(live), "brokers": len(known), "controller": state.controller,
                    "topics": len(topics), "partitions": len(pairs), "offline": offline,
@@ -182,6 +189,26 @@ class ClusterPoller:
         return {"name": self.config.name, "zk": self.config.zk_connect, "ok": True, "error": None,
                 "time_ms": time_ms, "summary": summary, "brokers": brokers, "topics": topics,
                 "groups": groups, "audit": audit, "agents": agents, "history": self.history.as_dict()}
+
+    def _read_listeners(self, live: frozenset[int], now: float) -> dict[int, list[dict[str, Any]]]:
+        """Each live broker's listeners from its registration (name, protocol, address,
+        security), read again when the live brokers change or every
+        :data:`LISTENERS_REFRESH_S`; a failed read keeps the last one."""
+        assert self._admin is not None
+        known, read_at = self._listeners_key
+        if live == known and now - read_at < LISTENERS_REFRESH_S:
+            return self._listeners
+        try:
+            found = self._admin.listeners()
+        except (LogferryError, OSError) as exc:
+            log.warning("cluster %s: reading broker registrations: %s", self.config.name, exc)
+            return self._listeners
+        self._listeners = {b: [{"name": lst.name, "protocol": lst.protocol,
+                                "address": f"{lst.host}:{lst.port}", "security": lst.security}
+                               for lst in found_listeners]
+                           for b, found_listeners in found.items()}
+        self._listeners_key = (live, now)
+        return self._listeners
 
     def _read_groups(self, ranges: dict[Any, Any], now: float) -> tuple[list[dict[str, Any]], float]:
         assert self._groups is not None

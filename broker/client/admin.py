@@ -10,6 +10,7 @@ from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
 from broker.wire.topics import parse_alter_topic_answer, parse_create_partitions_answer
 from broker.client.cluster import Cluster
+from broker.coordination import zk
 from broker.common.errors import error_for_code
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
@@ -36,6 +37,19 @@ class PartitionInfo(NamedTuple):
     def under_replicated(self) -> bool:
         """True while some replica is out of sync (or the partition has no leader)."""
         return self.leader < 0 or len(self.isr) < len(self.replicas)
+
+
+class ListenerInfo(NamedTuple):
+    """One listener of a broker as its ZooKeeper registration names it."""
+
+    name: str
+    protocol: str
+    """``logferry`` or ``kafka``."""
+    host: str
+    port: int
+    security: str
+    """``plaintext``, ``TLS``, ``TLS, SASL required``...; ``""`` when the broker did not
+    register it (an older one)."""
 
 
 class ClusterState(NamedTuple):
@@ -181,6 +195,12 @@ class Admin:
         answer = parse_metadata_answer(self.cluster.refresh([]))
         return {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
                 for b, a in sorted(answer.brokers.items())}
+
+    def listeners(self) -> dict[int, list[ListenerInfo]]:
+        """Every live broker's listeners, from the brokers' registrations in ZooKeeper
+        (read-only; needs ``zk``)."""
+        return {b: [ListenerInfo(*e) for e in zk.registered_endpoints(data)]
+                for b, data in self.cluster.registrations().items()}
 
     def close(self) -> None:
         """Close connections and the ZooKeeper session."""

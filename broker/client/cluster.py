@@ -14,6 +14,8 @@ import ssl
 import threading
 from typing import Any, Sequence
 
+from kazoo.exceptions import KazooException, NoNodeError
+
 from broker.wire import protocol
 from broker.wire.metadata import parse_metadata_answer
 
@@ -27,6 +29,7 @@ from broker.common.errors import (
     LeaderNotAvailableError,
     LogferryError,
     UnknownTopicOrPartitionError,
+    ZooKeeperError,
     error_for_code,
 )
 
@@ -170,6 +173,27 @@ class Cluster:
         if not self._brokers:
             self.refresh([])
         return dict(self._brokers)
+
+    def registrations(self) -> dict[int, dict[str, Any]]:
+        """Every live broker's ZooKeeper registration (read-only), by id.
+
+        Needs ZooKeeper (``zk``): a cluster reached through ``brokers`` raises
+        :class:`ConfigError`."""
+        if self._zk is None:
+            raise ConfigError("broker registrations are read from ZooKeeper: connect with zk= "
+                              "(a connect string with chroot), not brokers=")
+        out: dict[int, dict[str, Any]] = {}
+        try:
+            for child in self._zk.get_children(zk.BROKER_IDS):
+                try:
+                    raw, _ = self._zk.get(f"{zk.BROKER_IDS}/{child}")
+                    out[int(child)] = zk.decode(raw)
+                except (NoNodeError, ValueError):
+                    continue  # gone since listed, or not a broker's node
+        except KazooException as exc:
+            raise ZooKeeperError(f"reading the broker registrations at {self._zk_connect}: "
+                                 f"{exc!r}; is ZooKeeper reachable?") from exc
+        return dict(sorted(out.items()))
 
     # -- connections ------------------------------------------------------------------
 

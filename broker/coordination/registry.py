@@ -59,6 +59,9 @@ class BrokerInfo:
     listeners: tuple[tuple[str, str, int], ...] = ()
     """Its named logferry listeners as (name, host, port); empty for a broker that
     registered none (an older one): its ``host``/``port`` is then its only listener."""
+    endpoints: tuple[tuple[str, str, str, int, str], ...] = ()
+    """Every listener, the Kafka one included, as (name, protocol, host, port, security)
+    for people and dashboards (``endpoints`` in the registration, docs/console.md)."""
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """``(host, port)`` of the named listener; the registered ``host``/``port`` for
@@ -127,7 +130,12 @@ class BrokerRegistry:
                           **({"kafka": [self.info.kafka_host, self.info.kafka_port]}
                              if self.info.kafka_port else {}),
                           "listeners": {name: [host, port]
-                                        for name, host, port in self.info.listeners}})
+                                        for name, host, port in self.info.listeners},
+                          **({"endpoints": [
+                              {"name": name, "protocol": protocol, "host": host, "port": port,
+                               "security": security}
+                              for name, protocol, host, port, security in self.info.endpoints]}
+                             if self.info.endpoints else {})})
         retry = Retry(initial=0.1, maximum=2.0, deadline=timeout)
         with self._registering:
             while not self._stopped.is_set():

@@ -349,6 +349,33 @@ __all__ = [
 ]
 
 
+def registered_endpoints(data: Mapping[str, Any]) -> list[tuple[str, str, str, int, str]]:
+    """A broker registration's listeners as (name, protocol, host, port, security).
+
+    From its ``endpoints`` field; a registration without one (an older broker) gives
+    what it has: its named listeners or ``default`` at ``host``/``port``, and its Kafka
+    listener, with security unknown (``""``)."""
+    raw = data.get("endpoints")
+    out: list[tuple[str, str, str, int, str]] = []
+    if isinstance(raw, list):
+        for item in raw:
+            try:
+                out.append((str(item["name"]), str(item["protocol"]), str(item["host"]),
+                            int(item["port"]), str(item.get("security", ""))))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return out
+    named = registered_listeners(data)
+    if named:
+        out += [(name, "logferry", host, port, "") for name, (host, port) in named.items()]
+    elif data.get("host") and data.get("port"):
+        out.append(("default", "logferry", str(data["host"]), int(data["port"]), ""))
+    kafka = data.get("kafka")
+    if isinstance(kafka, list) and len(kafka) == 2 and kafka[1]:
+        out.append(("kafka", "kafka", str(kafka[0]), int(kafka[1]), ""))
+    return out
+
+
 def registered_listeners(data: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
     """A broker registration's ``listeners`` field as name -> (host, port) (tolerant
     of registrations from brokers that have none)."""

@@ -39,7 +39,7 @@ from broker.server.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
 from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
-from broker.server.listening import Listening
+from broker.server.listening import Listening, security_of
 from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
@@ -270,7 +270,8 @@ class Broker:
             BrokerInfo(*self.listeners[0].address, self.config.datacenter,
                        self.config.rack, *(self.kafka_address or ("", 0)),
                        listeners=tuple((lst.config.name, *lst.address)
-                                       for lst in self.listeners)),
+                                       for lst in self.listeners),
+                       endpoints=self._endpoints()),
             view_changed)
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop, self._zk, self.registry)
@@ -450,6 +451,15 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             close_stalled(self.connections, time.monotonic(), timeout)
+
+    def _endpoints(self) -> tuple[tuple[str, str, str, int, str], ...]:
+        """Every bound listener as the registration shows it: (name, protocol, host,
+        port, security), the Kafka one last."""
+        out = [(lst.config.name, LOGFERRY, *lst.address, lst.security) for lst in self.listeners]
+        if self.kafka_address is not None:
+            kafka = next(lst for lst in effective_listeners(self.config) if lst.protocol == KAFKA)
+            out.append((kafka.name, KAFKA, *self.kafka_address, security_of(kafka)))
+        return tuple(out)
 
     # -- cluster view -----------------------------------------------------------------
 

@@ -11,6 +11,16 @@ from broker.net.tls_accept import Admit
 from broker.server.authentication import Authenticator
 from broker.server.listeners import ListenerConfig
 
+
+def security_of(config: ListenerConfig) -> str:
+    """How connections to a listener are secured (``TLS, SASL required``, ``plaintext``):
+    the start log's words, and what the broker registers for each listener."""
+    parts = ["TLS" if config.tls else "plaintext"]
+    if config.auth is not None:
+        parts.append("SASL " + ("required" if config.auth.required else "offered"))
+    return ", ".join(parts)
+
+
 class Listening:
     """A :class:`~broker.server.listeners.ListenerConfig` bound to its address.
 
@@ -31,10 +41,7 @@ class Listening:
     @property
     def security(self) -> str:
         """How connections here are secured, for the start log."""
-        parts = ["TLS" if self.config.tls else "plaintext"]
-        if self.config.auth is not None:
-            parts.append("SASL " + ("required" if self.config.auth.required else "offered"))
-        return ", ".join(parts)
+        return security_of(self.config)
 
     async def bind(self, factory: Callable[[], asyncio.BaseProtocol], backlog: int,
                    admit: Admit | None = None) -> None:

@@ -31,6 +31,14 @@ function chart(values, label, unit) {
     `<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="${pts}"/></svg></div>`;
 }
 
+function listenersList(listeners) {
+  // one line per listener, as the broker registered it: name, protocol, address, security
+  return (listeners || []).map((l) => `<div class="listener" data-listener="${esc(l.name)}">` +
+    `<b data-field="listener-name">${esc(l.name)}</b> <span data-field="listener-protocol">${esc(l.protocol)}</span> ` +
+    `<span data-field="listener-address">${esc(l.address)}</span> ` +
+    `<span class="mute" data-field="listener-security">${esc(l.security || "?")}</span></div>`).join("") || "-";
+}
+
 function clusterCard(c) {
   if (!c.ok) {
     return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
@@ -40,7 +48,7 @@ function clusterCard(c) {
   const brokers = c.brokers.map((b) => `<tr data-broker="${b.id}"><td>${b.id}</td>` +
     `<td class="${b.up ? "up" : "down"}">${b.up ? "up" : "DOWN"}</td><td>${b.controller ? "controller" : ""}</td>` +
     `<td>${esc(b.host ? b.host + ":" + b.port : "-")}</td><td>${esc(b.rack || "-")}</td><td>${esc(b.datacenter || "-")}</td>` +
-    `<td class="num">${b.leaders}</td></tr>`).join("");
+    `<td class="num">${b.leaders}</td><td>${listenersList(b.listeners)}</td></tr>`).join("");
   const bad = [];
   for (const t of c.topics) for (const p of t.partitions) if (p.offline || p.under_replicated) bad.push([t.name, p]);
   const badRows = bad.slice(0, 50).map(([t, p]) => `<tr class="${p.offline ? "offline" : "urp"}"><td>${esc(t)}</td><td class="num">${p.partition}</td>` +
@@ -55,7 +63,7 @@ function clusterCard(c) {
     `<div class="stat"><b data-summary="under_replicated" class="${s.under_replicated ? "bad" : ""}">${s.under_replicated}</b><span>under-replicated</span></div>` +
     `<div class="stat"><b data-summary="groups_not_ok" class="${s.groups_not_ok ? "bad" : ""}">${s.groups_not_ok}</b><span>groups not OK</span></div>` +
     `</div><div class="charts">${chart(h.bytes_in_s, "bytes in/s", "B")}${chart(h.msgs_in_s, "msgs in/s", "")}${chart(h.bytes_out_s, "bytes out/s (consumed)", "B")}</div>` +
-    `<table><tr><th>broker</th><th>state</th><th>role</th><th>address</th><th>rack</th><th>dc</th><th class="num">leads</th></tr>${brokers}</table>` +
+    `<table><tr><th>broker</th><th>state</th><th>role</th><th>address</th><th>rack</th><th>dc</th><th class="num">leads</th><th>listeners</th></tr>${brokers}</table>` +
     (bad.length ? `<table><tr><th>topic</th><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th><th>state</th></tr>${badRows}</table>` +
       (bad.length > 50 ? `<p class="mute">and ${bad.length - 50} more</p>` : "") : `<p class="mute">every partition fully replicated</p>`) +
     `</div>`;
