@@ -17,6 +17,7 @@ from broker.wire import protocol, records
 from broker.client.cluster import Cluster
 from broker.common.errors import (
     BrokerNotAvailableError,
+    InvalidRequestError,
     LogferryError,
     LeaderNotAvailableError,
     NotLeaderError,
@@ -128,11 +129,52 @@ class SimpleConsumer:
 
     def offset_infos(self, partitions: Iterable[tuple[str, int]]
                      ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
-        """:meth:`offset_info` of many partitions at once: one pipelined request per
-        partition to its leader, all in flight together (a dashboard reads hundreds a
-        second). A partition whose request fails is retried alone by :meth:`offset_info`;
-        if that fails too its value is the error, so one broker down hides nothing else.
+        """:meth:`offset_info` of many partitions at once: one request per leader
+        (``many``, :mod:`broker.wire.offsets`), all in flight together, so a dashboard
+        reading hundreds of partitions a second costs each broker one request. A
+        broker that does not know ``many`` (an older one) is asked partition by
+        partition, pipelined. A partition whose answer is an error is retried alone by
+        :meth:`offset_info`; if that fails too its value is the error, so one broker
+        down hides nothing else.
         """
+        by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        alone: list[tuple[str, int]] = []
+        for topic, partition in partitions:
+            try:
+                by_leader.setdefault(self.cluster.leader_address(topic, partition), []).append(
+                    (topic, partition))
+            except LogferryError:
+                alone.append((topic, partition))
+        batches: list[tuple[tuple[str, int], list[tuple[str, int]], Any]] = []
+        for address, pairs in by_leader.items():
+            try:
+                future = self.cluster.connection(address).request(
+                    protocol.OFFSETS, {"many": [list(pair) for pair in pairs], "at": "latest"})
+            except LogferryError:
+                future = None
+            batches.append((address, pairs, future))
+        out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
+        for address, pairs, future in batches:
+            try:
+                if future is None:
+                    raise BrokerNotAvailableError("no connection to the leader")
+                items = future.result(self.request_timeout).header.get("many")
+                if not isinstance(items, list) or len(items) != len(pairs):
+                    raise InvalidRequestError("no 'many' answer")  # an older broker
+            except LogferryError:
+                out.update(self._offset_infos_one_by_one(pairs))
+                continue
+            for pair, item in zip(pairs, items):
+                if isinstance(item, dict) and "err" not in item:
+                    out[pair] = item
+                else:
+                    alone.append(pair)
+        out.update(self._offset_infos_one_by_one(alone))
+        return out
+
+    def _offset_infos_one_by_one(self, partitions: Iterable[tuple[str, int]]
+                                 ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
+        """:meth:`offset_infos` the old way: one pipelined request per partition."""
         pending: list[tuple[tuple[str, int], Any]] = []
         out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
         for topic, partition in partitions:

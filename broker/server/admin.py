@@ -82,6 +82,9 @@ class AdminService:
 
     async def offsets(self, request: OffsetsRequest, responder: Responder) -> None:
         """The first offset, the visible end, or the offset for a time."""
+        if request.many is not None:
+            responder.answer(self._ranges(request.many, responder))
+            return
         self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, request.topic)
         plog = self.router.leader_log(request.topic, request.partition)
         at = request.at
@@ -94,6 +97,29 @@ class AdminService:
             offset = plog.visible_end
         responder.answer(encode_offsets_answer(OffsetsAnswer(
             offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes)))
+
+    def _ranges(self, pairs: tuple[tuple[str, int], ...], responder: Responder) -> dict[str, Any]:
+        """The ranges of many partitions (``many``): one item per pair, an error item for
+        a partition this broker does not lead or the principal may not describe."""
+        refused: dict[str, LogferryError | None] = {}
+        items: list[dict[str, Any]] = []
+        for topic, partition in pairs:
+            if topic not in refused:
+                try:
+                    self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, topic)
+                    refused[topic] = None
+                except LogferryError as exc:
+                    refused[topic] = exc
+            error = refused[topic]
+            try:
+                if error is not None:
+                    raise error
+                plog = self.router.leader_log(topic, partition)
+                items.append({"start": plog.start_offset, "end": plog.visible_end,
+                              "avg_message_bytes": plog.avg_message_bytes})
+            except LogferryError as exc:
+                items.append({"err": exc.code, "msg": str(exc)})
+        return {"many": items}
 
     async def metadata(self, request: MetadataRequest, responder: Responder) -> None:
         """The brokers, and the topics asked for (auto-created if allowed); all topics

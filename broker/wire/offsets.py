@@ -1,4 +1,12 @@
-"""The offsets api (key 2), typed: a partition's range, or the offset for a time."""
+"""The offsets api (key 2), typed: a partition's range, or the offset for a time.
+
+A request may instead carry ``many``: a list of ``[topic, partition]`` pairs (with ``at``
+``earliest`` or ``latest``), answered with one range per pair, in order, in the answer's
+``many`` (``{"start", "end", "avg_message_bytes"}``, or ``{"err", "msg"}`` for a pair
+this broker cannot answer). A dashboard reads every partition a broker leads with one
+request per tick instead of one per partition. An older broker refuses such a request
+(topic and partition missing): the client then asks partition by partition.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,8 @@ from broker.wire.fields import ANSWER, as_int, header_of, shown
 
 EARLIEST = "earliest"
 LATEST = "latest"
+MAX_MANY = 100_000
+"""Pairs one ``many`` request may ask for."""
 
 
 class OffsetsRequest(NamedTuple):
@@ -22,6 +32,8 @@ class OffsetsRequest(NamedTuple):
     at: str | int
     """``"earliest"`` (the first offset), ``"latest"`` (the visible end) or a time in
     milliseconds since the epoch (the last batch boundary at or before it)."""
+    many: tuple[tuple[str, int], ...] | None = None
+    """Partitions whose ranges are asked all at once (``topic``/``partition`` unused)."""
 
 
 class OffsetsAnswer(NamedTuple):
@@ -39,7 +51,10 @@ class OffsetsAnswer(NamedTuple):
 
 def parse_offsets_request(header: dict[str, Any]) -> OffsetsRequest:
     """Check an offsets request (InvalidRequestError, InvalidTopicError)."""
-    topic = header_of(header).get("topic")
+    many = header_of(header).get("many")
+    if many is not None:
+        return _parse_many(many, header.get("at", LATEST))
+    topic = header.get("topic")
     partition = header.get("partition")
     if type(topic) is not str or type(partition) is not int:
         raise InvalidRequestError("topic must be a string and partition an integer")
@@ -50,8 +65,26 @@ def parse_offsets_request(header: dict[str, Any]) -> OffsetsRequest:
     return OffsetsRequest(topic, partition, at)
 
 
+def _parse_many(many: Any, at: Any) -> OffsetsRequest:
+    if type(many) is not list or len(many) > MAX_MANY:
+        raise InvalidRequestError(f"offsets 'many' must be a list of at most {MAX_MANY} "
+                                  "[topic, partition] pairs")
+    pairs = []
+    for item in many:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str \
+                or type(item[1]) is not int:
+            raise InvalidRequestError("offsets 'many' items must be [topic, partition] pairs")
+        validate_topic_name(item[0])
+        pairs.append((item[0], item[1]))
+    if at not in (EARLIEST, LATEST):
+        raise InvalidRequestError("offsets 'many' asks for 'earliest' or 'latest' only")
+    return OffsetsRequest("", -1, at, tuple(pairs))
+
+
 def encode_offsets_request(request: OffsetsRequest) -> dict[str, Any]:
     """The header fields of an offsets request."""
+    if request.many is not None:
+        return {"many": [list(pair) for pair in request.many], "at": request.at}
     return {"topic": request.topic, "partition": request.partition, "at": request.at}
 
 

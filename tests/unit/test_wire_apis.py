@@ -217,6 +217,25 @@ def test_malformed_offsets_requests(fields, error):
         offsets.parse_offsets_request(fields)
 
 
+def test_offsets_request_for_many_partitions():
+    request = offsets.OffsetsRequest("", -1, "latest", (("a", 0), ("b", 3)))
+    fields = offsets.encode_offsets_request(request)
+    assert fields == {"many": [["a", 0], ["b", 3]], "at": "latest"}
+    assert offsets.parse_offsets_request(fields) == request
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"many": "a"}, InvalidRequestError),
+    ({"many": [["a"]]}, InvalidRequestError),
+    ({"many": [["a", "0"]]}, InvalidRequestError),
+    ({"many": [["a/b", 0]]}, InvalidTopicError),
+    ({"many": [["a", 0]], "at": 1_700_000_000_000}, InvalidRequestError),  # times one by one
+])
+def test_malformed_many_offsets_requests(fields, error):
+    with pytest.raises(error):
+        offsets.parse_offsets_request(fields)
+
+
 def test_offsets_answer_round_trip():
     answer = offsets.OffsetsAnswer(10, 0, 20, 12.5)
     fields = offsets.encode_offsets_answer(answer)
