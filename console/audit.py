@@ -31,6 +31,8 @@ MIRROR_SUFFIX = ".mirror"
 itself is a copy of the source's there); the console reads both into one tally."""
 MAX_WINDOWS = 48
 """Windows kept per topic (the newest)."""
+TOTALS_MS = 72 * 3600 * 1000
+"""Per-window totals are kept this long (the landed tier compares hours, :mod:`console.landed`)."""
 MAX_READ_BYTES = 4 * 1024 * 1024
 """At most this much of the audit topic is read per partition and poll."""
 
@@ -41,6 +43,10 @@ class AuditTally:
     def __init__(self, max_windows: int = MAX_WINDOWS):
         self.max_windows = max_windows
         self.windows: dict[tuple[str, int], dict[str, Any]] = {}
+        self.totals: dict[tuple[str, int], dict[str, int]] = {}
+        """Acked per (topic, window_start) and stage over the last :data:`TOTALS_MS`
+        (whatever :attr:`max_windows` keeps): what the landed tier's hours sum."""
+        self._trim_totals_at = 1024
 
     def add(self, record: AuditRecord) -> None:
         """Count one record."""
@@ -54,6 +60,12 @@ class AuditTally:
         if record.host:
             window["hosts"].add(record.host)
         self._trim(record.topic)
+        total = self.totals.setdefault(key, {})
+        total[record.stage] = total.get(record.stage, 0) + record.acked
+        if len(self.totals) >= self._trim_totals_at:
+            newest = max(start for _, start in self.totals)
+            self.totals = {k: v for k, v in self.totals.items() if k[1] > newest - TOTALS_MS}
+            self._trim_totals_at = max(1024, 2 * len(self.totals))
 
     def _trim(self, topic: str) -> None:
         keys = sorted(k for k in self.windows if k[0] == topic)

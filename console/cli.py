@@ -32,6 +32,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--zk", action="append", metavar="[NAME=]CONNECT",
                         help="a cluster's ZooKeeper connect string with chroot (repeatable; "
                              "instead of --config)")
+    parser.add_argument("--lake", action="append", metavar="[CLUSTER=]PATH", default=[],
+                        help="a lake the loader lands into (its output.path, read-only), for "
+                             "the landed tier; loaded from CLUSTER (default: the last "
+                             "cluster); repeatable, with --zk")
     parser.add_argument("--host", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     parser.add_argument("--interval", type=float, metavar="SECONDS",
@@ -49,13 +53,16 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
     if args.config and args.zk:
         raise ConfigError("give --config or --zk, not both")
     tls, sasl = tls_from_args(args), sasl_from_args(args)
+    lakes: list[str] = getattr(args, "lake", None) or []
     if args.config:
+        if lakes:
+            raise ConfigError("--lake goes with --zk; with --config name each lake in [[lake]]")
         if tls is not None or sasl is not None:
             raise ConfigError("--tls-*/--sasl-* go with --zk; with --config give each "
                               "[[cluster]] its own [cluster.tls] and [cluster.sasl]")
         config = load_config(args.config)
     elif args.zk:
-        config = from_zk(args.zk, tls=tls, sasl=sasl)
+        config = from_zk(args.zk, tls=tls, sasl=sasl, lakes=lakes)
     else:
         raise ConfigError("name the clusters: --config FILE or --zk CONNECT (repeatable)")
     host: str = args.host or config.host
@@ -65,7 +72,8 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
         raise ConfigError(f"--port {port}: must be 0-65535")
     if not 0 < interval <= 2:
         raise ConfigError(f"--interval {interval}: must be above 0 and at most 2")
-    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic)
+    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic,
+                         lakes=config.lakes)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -77,6 +77,11 @@ class ClusterPoller:
         return {"tls": self.config.tls, "sasl": self.config.sasl}
 
     @property
+    def audit_totals(self) -> dict[tuple[str, int], dict[str, int]]:
+        """Acked per (topic, window) and stage read so far from this cluster's audit topics."""
+        return self._audit.tally.totals
+
+    @property
     def consumer(self) -> SimpleConsumer:
         """The cluster's SimpleConsumer (for the messages view)."""
         self._connect()

@@ -21,6 +21,11 @@
     username = "reader"
     password_file = "secrets/reader.password"
 
+    [[lake]]                # optional: the loader's output, for the landed tier
+    path = "/data/lake"     # its output.path (a local or mounted directory; read-only)
+    cluster = "analysis"    # the cluster it loads from (default: the last one)
+    timezone = "UTC"        # its load.timezone (the event hours of its manifests)
+
 Each cluster's ``tls`` and ``sasl`` go to every client the console makes toward it (its
 Admin, SimpleConsumer and GroupAdmin); a read-only principal (``consume`` on the topics)
 is enough, since the console never writes.
@@ -28,6 +33,7 @@ is enough, since the console never writes.
 
 from __future__ import annotations
 
+import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -66,6 +72,19 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class LakeConfig:
+    """A lake the loader lands into: the console shows its landed tier (read-only)."""
+
+    path: str
+    """A local directory (or ``file://`` URI): the loader's ``output.path``."""
+    cluster: str
+    """The console cluster the loader reads from (its tier comes before "landed")."""
+    timezone: str = "UTC"
+    """The loader's ``load.timezone``: the event hours its manifests name."""
+    name: str = "lake"
+
+
+@dataclass(frozen=True)
 class ConsoleConfig:
     """Where the console listens and which clusters it reads."""
 
@@ -75,11 +94,14 @@ class ConsoleConfig:
     interval_s: float = 1.0
     audit_topic: str = "_audit"
     extra: dict[str, Any] = field(default_factory=dict)
+    lakes: tuple[LakeConfig, ...] = ()
 
 
 _SECTIONS = {
     "console": fields(host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING),
 }
+_LAKE = fields(("path",), {"path": "the loader's output.path (a local directory)"},
+               path=NONEMPTY_STR, cluster=NONEMPTY_STR, timezone=NONEMPTY_STR, name=NONEMPTY_STR)
 _CLUSTER = fields(("name", "zk_connect"), {"zk_connect": "where the cluster registers"},
                   name=NONEMPTY_STR, zk_connect=NONEMPTY_STR, tls=TABLE, sasl=TABLE)
 
@@ -90,7 +112,10 @@ def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> Con
     clusters_raw = doc.get("cluster", [])
     if not TABLE_LIST.test(clusters_raw):
         v.fail("cluster", "must be an array of tables ([[cluster]])")
-    rest = {k: val for k, val in doc.items() if k != "cluster"}
+    lakes_raw = doc.get("lake", [])
+    if not TABLE_LIST.test(lakes_raw):
+        v.fail("lake", "must be an array of tables ([[lake]])")
+    rest = {k: val for k, val in doc.items() if k not in ("cluster", "lake")}
     console = v.sections(rest, _SECTIONS)["console"]
     clusters = []
     for i, raw in enumerate(clusters_raw):
@@ -100,10 +125,33 @@ def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> Con
                                       v.zk_connect(f"{where}.zk_connect", table["zk_connect"]),
                                       tls=tls_section(v, table, where=where),
                                       sasl=sasl_section(v, table, where=where)))
-    return _finish(v, clusters, console)
+    lakes = [v.check(raw, _LAKE, f"lake[{i}]") for i, raw in enumerate(lakes_raw)]
+    return _finish(v, clusters, console, lakes)
 
 
-def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, Any]) -> ConsoleConfig:
+def _lakes(v: Validator, clusters: Sequence[ClusterConfig],
+           tables: Sequence[dict[str, Any]]) -> tuple[LakeConfig, ...]:
+    """Checked lakes: a known cluster (default: the last one, the analysis cluster) and
+    time zone; names default to ``lake``, ``lake2``..."""
+    out = []
+    names = [c.name for c in clusters]
+    for i, table in enumerate(tables):
+        cluster = table.get("cluster") or (names[-1] if names else "")
+        if cluster not in names:
+            v.fail(f"lake[{i}].cluster", f"{cluster!r} is none of the clusters ({', '.join(names)})")
+        timezone = table.get("timezone", "UTC")
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            v.fail(f"lake[{i}].timezone", f"{timezone!r} is not a known time zone (the "
+                   "loader's load.timezone, such as UTC or Europe/Paris)")
+        out.append(LakeConfig(table["path"], cluster, timezone,
+                              table.get("name") or ("lake" if i == 0 else f"lake{i + 1}")))
+    return tuple(out)
+
+
+def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, Any],
+            lakes: Sequence[dict[str, Any]] = ()) -> ConsoleConfig:
     if not clusters:
         v.fail("cluster", "missing: name at least one cluster ([[cluster]] or --zk)")
     names = [c.name for c in clusters]
@@ -119,7 +167,8 @@ def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, 
     except ConfigError as exc:
         v.fail("console.audit_topic", str(exc))
     return ConsoleConfig(tuple(clusters), console.get("host", "127.0.0.1"),
-                         console.get("port", DEFAULT_PORT), interval, audit)
+                         console.get("port", DEFAULT_PORT), interval, audit,
+                         lakes=_lakes(v, clusters, lakes))
 
 
 def load_config(path: str | Path) -> ConsoleConfig:
@@ -130,10 +179,12 @@ def load_config(path: str | Path) -> ConsoleConfig:
 
 def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
             interval_s: float = 1.0, tls: TlsConfig | None = None,
-            sasl: SaslCredentials | None = None) -> ConsoleConfig:
+            sasl: SaslCredentials | None = None, lakes: Sequence[str] = ()) -> ConsoleConfig:
     """Settings from ``--zk`` options: ``NAME=CONNECT`` or a bare connect string (named
     after its chroot's last part, ``live`` for ``.../logferry/live``). ``tls`` and
-    ``sasl`` (from ``--tls-*``/``--sasl-*``) apply to every cluster named."""
+    ``sasl`` (from ``--tls-*``/``--sasl-*``) apply to every cluster named. ``lakes``
+    (``--lake``): ``[CLUSTER=]PATH``, the loader's output read from that cluster (default
+    the last one), event hours in UTC."""
     v = Validator()
     clusters = []
     for i, item in enumerate(zk):
@@ -145,7 +196,13 @@ def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT
             chroot = connect.partition("/")[2]
             name = chroot.rstrip("/").rsplit("/", 1)[-1] or f"cluster{i + 1}"
         clusters.append(ClusterConfig(name, connect, tls, sasl))
-    return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s})
+    lake_tables = []
+    for item in lakes:
+        cluster, sep, path = item.partition("=")
+        lake_tables.append({"cluster": cluster, "path": path} if sep and "/" not in cluster
+                           else {"path": item})
+    return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s},
+                   lake_tables)
 
 
-__all__ = ["ClusterConfig", "ConsoleConfig", "DEFAULT_PORT", "from_zk", "load_config", "parse_config"]
+__all__ = ["ClusterConfig", "ConsoleConfig", "LakeConfig", "DEFAULT_PORT", "from_zk", "load_config", "parse_config"]

@@ -4,6 +4,7 @@ Routes:
 
 - ``GET /``: the page (``static/index.html``, plain JS, no build step);
 - ``GET /api/snapshot``: every cluster's latest view as JSON;
+- (the snapshot's ``landed``: each configured lake's landed tier, :mod:`console.landed`)
 - ``GET /api/events``: server-sent events, one ``snapshot`` event per reading (about
   once a second), so the page shows a change within 2 s;
 - ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
@@ -32,6 +33,7 @@ from broker.common.metrics import Metrics
 from console.audit import pipeline_rows
 from console.collector import ClusterPoller
 from console.config import ConsoleConfig
+from console.landed import LakeReader, merge_tiers
 from console.messages import browse, parse_start, tail
 from console.metrics import console_metrics
 
@@ -42,6 +44,7 @@ TAIL_INTERVAL_S = 0.5
 KEEPALIVE_S = 15.0
 
 POLLERS = web.AppKey("pollers", dict)
+LAKES = web.AppKey("lakes", list)
 CONFIG = web.AppKey("config", ConsoleConfig)
 STATE = web.AppKey("state", dict)
 METRICS = web.AppKey("metrics", Metrics)
@@ -59,6 +62,7 @@ def snapshot(app: web.Application) -> dict[str, Any]:
             "interval_s": app[CONFIG].interval_s,
             "clusters": clusters,
             "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
+            "landed": state.get("landed", []),
             # agents publish to the live cluster (a mirror's copies elsewhere come later)
             "agents": next(({**c["agents"], "cluster": c["name"]} for c in clusters
                             if c and c.get("agents") and c["agents"]["agents"]), None)}
@@ -71,12 +75,26 @@ async def _poll_loop(app: web.Application) -> None:
     while True:
         started = time.monotonic()
         await asyncio.gather(*(asyncio.to_thread(p.poll) for p in pollers.values()))
+        if app[LAKES]:
+            state["landed"] = await asyncio.to_thread(_read_lakes, app)
         state["seq"] += 1
         state["time_ms"] = int(time.time() * 1000)
         state["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
         async with state["changed"]:
             state["changed"].notify_all()
         await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+def _read_lakes(app: web.Application) -> list[dict[str, Any]]:
+    """Each lake's landed tier against the tiers the clusters' audit topics hold."""
+    pollers = list(app[POLLERS].items())
+    views = []
+    for lake in app[LAKES]:
+        # the clusters up to the one the loader reads: its tier is the one before "landed"
+        upto = next(i for i, (name, _) in enumerate(pollers) if name == lake.cluster)
+        lake.poll()
+        views.append(lake.view(merge_tiers((n, p.audit_totals) for n, p in pollers[:upto + 1])))
+    return views
 
 
 async def _start_polling(app: web.Application) -> Any:
@@ -192,7 +210,9 @@ def make_app(config: ConsoleConfig) -> web.Application:
     app = web.Application()
     app[CONFIG] = config
     app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
-    app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0}
+    app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone)
+                  for lake in config.lakes]
+    app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0, "landed": []}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
     app.cleanup_ctx.append(_start_polling)
     app.router.add_get("/", index)

@@ -154,6 +154,27 @@ function pipelineCard(rows) {
     `<table><tr><th>topic</th><th>window (UTC)</th>${header}</tr>${body}</table></div>`;
 }
 
+function landedCard(lakes) {
+  // the last tier: rows the loader landed as Parquet, per topic and event hour, from its
+  // manifests, against the tier before it (summed over the audit windows of the hour)
+  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
+  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
+  return lakes.map((l) => {
+    const head = `<div class="card landed" data-lake="${esc(l.name)}"><h2>landed Parquet: ${esc(l.name)} <span class="mute">${esc(l.path)}</span></h2>` +
+      `<p class="mute">from the loader's ${l.runs} committed run(s)` +
+      `${l.last_committed_ms ? ", last " + new Date(l.last_committed_ms).toISOString().slice(0, 19).replace("T", " ") + " UTC" : ""}; ` +
+      `event hours in ${esc(l.timezone)}; against the tier before it on ${esc(l.cluster)}` +
+      `${l.error ? "; <span class=bad>" + esc(l.error) + "</span>" : ""}</p>`;
+    if (!l.rows.length) return head + `<p class="mute">nothing landed yet</p></div>`;
+    const body = l.rows.slice(0, 200).map((r) => `<tr data-landed-topic="${esc(r.topic)}" data-hour="${esc(r.hour)}"><td>${esc(r.topic)}</td><td>${esc(r.hour)}</td>` +
+      `<td class="num" data-field="expected" title="${esc(r.of || "")}">${r.expected === null ? "-" : num(r.expected)}</td><td>${esc(r.of || "-")}</td>` +
+      `<td class="num" data-field="landed">${num(r.landed)}</td><td class="num" data-field="duplicates">${num(r.duplicates)}</td>` +
+      `<td class="num ${cls(r.complete_pct)}" data-field="landed-pct">${pct(r.complete_pct)}</td></tr>`).join("");
+    return head + `<table><tr><th>topic</th><th>hour</th><th class="num">tier before</th><th>stage</th><th class="num">landed rows</th>` +
+      `<th class="num">dedup dropped</th><th class="num">complete</th></tr>${body}</table></div>`;
+  }).join("");
+}
+
 function agentsCard(a) {
   // the agents' heartbeats (_agents): files, lag, last heartbeat; stale after 3 intervals
   const head = `<div class="card" id="agents"><h2>agents</h2>`;
@@ -173,7 +194,7 @@ function render() {
   const t0 = performance.now();
   const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
   const fn = views[state.view];
-  const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) + agentsCard(snap.agents) : "";
+  const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) + landedCard(snap.landed || []) + agentsCard(snap.agents) : "";
   if (fn) $("#view-" + state.view).innerHTML = top + `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
   const select = $("#browse select[name=cluster]");
   if (select.options.length !== snap.clusters.length) {
