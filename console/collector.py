@@ -24,6 +24,9 @@ import logging
 import time
 from typing import Any
 
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
 from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
 from console.agents import AgentsReader, read_agents
 from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
@@ -105,11 +108,13 @@ class ClusterPoller:
         try:
             self._connect()
             snapshot = self._read()
-        except (LogferryError, OSError) as exc:
-            log.warning("cluster %s: %s", self.config.name, exc)
+        except (LogferryError, OSError, KazooException, KazooTimeoutError) as exc:
+            # ZooKeeper errors included: a session that expired (a long GC pause, the
+            # machine suspended) is shown and the clients are made anew next time
+            log.warning("cluster %s: %s", self.config.name, exc or type(exc).__name__)
             self.close()
             snapshot = {"name": self.config.name, "zk": self.config.zk_connect, "ok": False,
-                        "error": str(exc), "history": self.history.as_dict()}
+                        "error": str(exc) or type(exc).__name__, "history": self.history.as_dict()}
         self.last = snapshot
         return snapshot
 

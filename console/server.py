@@ -74,15 +74,27 @@ async def _poll_loop(app: web.Application) -> None:
     interval = app[CONFIG].interval_s
     while True:
         started = time.monotonic()
-        await asyncio.gather(*(asyncio.to_thread(p.poll) for p in pollers.values()))
+        await asyncio.gather(*(asyncio.to_thread(_poll_one, p) for p in pollers.values()))
         if app[LAKES]:
-            state["landed"] = await asyncio.to_thread(_read_lakes, app)
+            try:
+                state["landed"] = await asyncio.to_thread(_read_lakes, app)
+            except Exception:  # the next reading tries again; the loop must go on
+                log.exception("reading the lakes failed")
         state["seq"] += 1
         state["time_ms"] = int(time.time() * 1000)
         state["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
         async with state["changed"]:
             state["changed"].notify_all()
         await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+def _poll_one(poller: ClusterPoller) -> None:
+    """One cluster's reading; whatever it raises is logged, never ends the poll loop
+    (which would freeze the page on its last reading)."""
+    try:
+        poller.poll()
+    except Exception:
+        log.exception("reading cluster %s failed", poller.config.name)
 
 
 def _read_lakes(app: web.Application) -> list[dict[str, Any]]:
