@@ -3,14 +3,26 @@
 A 2-broker cluster holds one topic of ``--partitions`` partitions (replication factor
 2), a producer sends a steady load and a consumer group reads it (committing every
 second), so the console has brokers, ISRs, rates, lags and a group status to show.
-Then, alternately for ``--rounds`` rounds, the brokers' CPU time (utime + stime from
-/proc) is measured for ``--seconds`` without the console and with ``logferry console``
-polling every ``--interval`` s. Last, Debian's Chromium (through Playwright) opens the
-page and the script prints how long the first render took after navigation and how
-long each view takes to render one snapshot.
 
-    .venv/bin/python benchmarks/console_load.py                     # 500 partitions, 3 x 20 s
-    .venv/bin/python benchmarks/console_load.py --partitions 100 --seconds 5 --rounds 1
+One ``logferry console`` runs through the whole measurement, polling every
+``--interval`` s; for the windows "without" it is paused (SIGSTOP: its connections stay
+open and idle, so starting it costs nothing in the windows; a window and the pause
+before it stay shorter than its ZooKeeper session), for the windows "with" it runs
+(SIGCONT). Windows alternate (with, without, with, ...), each paused one compared with
+the mean of its two neighbours (which cancels a steady drift of the machine's load), and
+in each window the brokers' whole-process CPU (utime + stime of both broker
+processes from /proc/<pid>/stat) is read. First ``--idle-rounds`` pairs with no load:
+the console's polling cost in points of a core, which the idle brokers measure with
+little noise. Then ``--rounds`` pairs under the load: the median over the pairs of
+(with - without) / without, raw and per message produced (the load generator runs on
+the same machine, so how many messages a window got swings with the other work on it).
+The brokers' time handling offsets + metadata requests (their own
+``logferry_request_seconds_total``) is printed too. Last, Debian's Chromium (through
+Playwright) opens the page and the script prints how long the first render took after
+navigation and how long each view takes to render one snapshot.
+
+    .venv/bin/python benchmarks/console_load.py                # 500 partitions, 4 + 10 pairs of 6 s
+    .venv/bin/python benchmarks/console_load.py --partitions 100 --rounds 2 --no-render
 
 The issue's bars: the page renders in under a second with 500 partitions, and the
 console's polling adds under 5% to the brokers' CPU.
@@ -21,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -79,6 +92,8 @@ class Load:
     def __init__(self, zk: str, partitions: int, rate: int):
         self.zk, self.partitions, self.rate = zk, partitions, rate
         self.stop = threading.Event()
+        self.sent = 0
+        """Messages handed to the producer so far (the load a window really got)."""
         self.threads = [threading.Thread(target=self._produce, daemon=True),
                         threading.Thread(target=self._consume, daemon=True)]
 
@@ -101,6 +116,7 @@ class Load:
                 started = time.monotonic()
                 for _ in range(per_round):
                     producer.send(TOPIC, [value], partition=p)
+                    self.sent += 1
                     p = (p + 1) % self.partitions
                 self.stop.wait(max(0.1 - (time.monotonic() - started), 0))
 
@@ -166,13 +182,59 @@ def render_times(url: str) -> dict[str, float]:
     return out
 
 
+def window(proc: subprocess.Popen[str], pids: list[int], urls: list[str], seconds: float,
+           load: Load | None, running: bool) -> dict[str, float]:
+    """One window with the console polling (``running``) or paused: the brokers' CPU and
+    request-handling time (fractions of a core), the console's CPU, msgs/s produced."""
+    proc.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
+    time.sleep(1.0)  # a poll under way finishes
+    c0, t0, m0 = cpu_seconds([proc.pid]), time.monotonic(), load.sent if load else 0
+    cpu, served = measure(pids, urls, seconds)
+    wall = time.monotonic() - t0
+    return {"cpu": cpu, "served": served, "console": (cpu_seconds([proc.pid]) - c0) / wall,
+            "msgs_s": ((load.sent - m0) / wall) if load else 0.0}
+
+
+def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rounds: int,
+              seconds: float, load: Load | None, label: str) -> list[dict[str, dict[str, float]]]:
+    """``rounds`` windows with the console paused (SIGSTOP), each between two with it
+    polling (with, without, with, ..., with): each pair compares a paused window with
+    the mean of its two neighbours, which cancels a steady drift of the machine's load,
+    and the console is never paused longer than one window (its ZooKeeper session
+    outlives that)."""
+    def mean(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        return {k: (a[k] + b[k]) / 2 for k in a}
+
+    pairs = []
+    before = window(proc, pids, urls, seconds, load, True)
+    for r in range(rounds):
+        paused = window(proc, pids, urls, seconds, load, False)
+        after = window(proc, pids, urls, seconds, load, True)
+        w, wo = mean(before, after), paused
+        before = after
+        print(f"{label} pair {r + 1}: brokers {wo['cpu'] * 100:.1f}% of a core without the console, "
+              f"{w['cpu'] * 100:.1f}% with it ({(w['cpu'] - wo['cpu']) * 100:+.2f} points)"
+              + (f"; {wo['msgs_s']:.0f} and {w['msgs_s']:.0f} msgs/s produced" if load else ""),
+              flush=True)
+        pairs.append({"with": w, "without": wo})
+    return pairs
+
+
+def median_of(pairs: list[dict[str, dict[str, float]]], side: str, key: str) -> float:
+    return statistics.median(p[side][key] for p in pairs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=500)
-    parser.add_argument("--seconds", type=float, default=20.0, help="each measurement window")
-    parser.add_argument("--rounds", type=int, default=3, help="without/with pairs")
+    parser.add_argument("--seconds", type=float, default=6.0, help="each loaded measurement window "
+                        "(with the pause before it, shorter than the console's 10 s ZooKeeper session)")
+    parser.add_argument("--rounds", type=int, default=10, help="without/with pairs under load")
+    parser.add_argument("--idle-seconds", type=float, default=6.0, help="each idle measurement window")
+    parser.add_argument("--idle-rounds", type=int, default=10, help="without/with pairs, no load")
     parser.add_argument("--rate", type=int, default=2000, help="messages per second produced")
     parser.add_argument("--interval", type=float, default=1.0, help="the console's polling interval")
+    parser.add_argument("--no-render", action="store_true", help="skip the browser part")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="logferry-console-bench-") as tmp, \
@@ -182,43 +244,57 @@ def main() -> int:
         with Admin(zk=zk) as admin:
             admin.create_topic(TOPIC, args.partitions, 2)
         pids = cluster.broker_pids()
-        print(f"{args.partitions} partitions x 2 replicas on 2 brokers, {args.rate} msgs/s produced "
-              f"and consumed by one group; console polling every {args.interval:g} s", flush=True)
-        without, with_console, console_cpu = [], [], []
-        served_without, served_with = [], []
-        with Load(zk, args.partitions, args.rate):
-            time.sleep(5)  # the group settles, the load runs
-            for r in range(args.rounds):
-                cpu, served = measure(pids, urls, args.seconds)
-                without.append(cpu)
-                served_without.append(served)
-                proc, url = start_console(zk, args.interval)
-                try:
-                    c0 = cpu_seconds([proc.pid])
-                    t0 = time.monotonic()
-                    cpu, served = measure(pids, urls, args.seconds)
-                    with_console.append(cpu)
-                    served_with.append(served)
-                    console_cpu.append((cpu_seconds([proc.pid]) - c0) / (time.monotonic() - t0))
-                    snap = json.load(urllib.request.urlopen(url + "api/snapshot", timeout=10))
-                    if r == args.rounds - 1:
-                        renders = render_times(url)
-                finally:
-                    proc.terminate()
-                    proc.wait(30)
-                print(f"round {r + 1}: brokers {without[-1] * 100:.1f}% of a core without the console, "
-                      f"{with_console[-1] * 100:.1f}% with it", flush=True)
-        base, loaded = statistics.mean(without), statistics.mean(with_console)
-        print(f"brokers' CPU without the console: {base * 100:.1f}% of one core (mean of {args.rounds})")
-        print(f"brokers' CPU with the console:    {loaded * 100:.1f}% of one core")
-        print(f"added by the console's polling:   {(loaded - base) * 100:+.1f} points of a core, "
-              f"{(loaded - base) / base * 100:+.1f}% of the brokers' CPU")
-        handled = statistics.mean(served_with) - statistics.mean(served_without)
-        print(f"brokers' time handling offsets + metadata requests: {statistics.mean(served_without) * 100:.2f}% "
-              f"of a core without the console, {statistics.mean(served_with) * 100:.2f}% with it: "
-              f"{handled * 100:+.2f} points, {handled / base * 100:+.1f}% of the brokers' CPU without it")
-        print(f"the console process itself:       {statistics.mean(console_cpu) * 100:.1f}% of one core; "
-              f"one reading of the cluster took {snap['poll_ms']:.0f} ms; snapshot "
+        print(f"{args.partitions} partitions x 2 replicas on 2 brokers; console polling every "
+              f"{args.interval:g} s; {args.idle_rounds} pairs of {args.idle_seconds:g} s windows "
+              f"idle, then {args.rounds} pairs of {args.seconds:g} s with {args.rate} msgs/s "
+              "produced and consumed by one group", flush=True)
+        renders: dict[str, float] = {}
+        proc, url = start_console(zk, args.interval)
+        try:
+            time.sleep(3)
+            idle = alternate(proc, pids, urls, args.idle_rounds, args.idle_seconds, None, "idle")
+            loaded = []
+            if args.rounds:
+                with Load(zk, args.partitions, args.rate) as load:
+                    time.sleep(5)  # the group settles, the load runs
+                    loaded = alternate(proc, pids, urls, args.rounds, args.seconds, load, "loaded")
+            time.sleep(2)
+            snap = json.load(urllib.request.urlopen(url + "api/snapshot", timeout=10))
+            if not args.no_render:
+                renders = render_times(url)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait(30)
+
+        idle_added = statistics.median(p["with"]["cpu"] - p["without"]["cpu"] for p in idle)
+        idle_mean = statistics.mean(p["with"]["cpu"] - p["without"]["cpu"] for p in idle)
+        print(f"idle brokers: {median_of(idle, 'without', 'cpu') * 100:.2f}% of a core without the "
+              f"console, {median_of(idle, 'with', 'cpu') * 100:.2f}% with it: the console's polling "
+              f"costs {idle_added * 100:+.2f} points of a core (median of {args.idle_rounds} pairs; "
+              f"mean {idle_mean * 100:+.2f}: /proc counts 10 ms ticks, so one pair resolves "
+              f"{2 * 100 / TICK / args.idle_seconds:.2f} points)")
+        if not loaded:
+            return 0
+        base = median_of(loaded, "without", "cpu")
+        raw = statistics.median((p["with"]["cpu"] - p["without"]["cpu"]) / p["without"]["cpu"]
+                                for p in loaded)
+        per_msg = statistics.median(
+            (p["with"]["cpu"] / p["with"]["msgs_s"]) / (p["without"]["cpu"] / p["without"]["msgs_s"]) - 1
+            for p in loaded)
+        print(f"loaded brokers: {base * 100:.1f}% of a core without the console, "
+              f"{median_of(loaded, 'with', 'cpu') * 100:.1f}% with it (medians of {args.rounds})")
+        print("added by the console's polling, % of the loaded brokers' CPU:")
+        print(f"  from the idle pairs (points / loaded CPU):  {idle_added / base * 100:+.1f}%")
+        print(f"  loaded pairs, per message produced:         {per_msg * 100:+.1f}% (median)")
+        print(f"  loaded pairs, raw:                          {raw * 100:+.1f}% (median; the load "
+              "generator shares the machine, so the raw windows swing with it)")
+        handled = median_of(loaded, "with", "served") - median_of(loaded, "without", "served")
+        print(f"brokers' time handling offsets + metadata requests: "
+              f"{median_of(loaded, 'without', 'served') * 100:.2f}% of a core without the console, "
+              f"{median_of(loaded, 'with', 'served') * 100:.2f}% with it: {handled * 100:+.2f} points")
+        print(f"the console process itself: {median_of(loaded, 'with', 'console') * 100:.1f}% of one "
+              f"core; one reading of the cluster took {snap['poll_ms']:.0f} ms; snapshot "
               f"{len(json.dumps(snap)) / 1024:.0f} KiB of JSON")
         for name, ms in renders.items():
             print(f"page: {name}: {ms:.0f}")
