@@ -357,15 +357,18 @@ class BrokerConnection(asyncio.Protocol):
                     self.transport.write(item)  # type: ignore[union-attr]
                     self._sent_from_queue(len(item))
                     continue
-                self.transport.write(item.head)  # type: ignore[union-attr]
-                self._sent_from_queue(len(item.head))
                 tls = self.transport.get_extra_info("sslcontext") is not None  # type: ignore[union-attr]
+                head = item.head if tls else b""  # under TLS it leaves with the first bytes
+                if not tls:
+                    self.transport.write(item.head)  # type: ignore[union-attr]
+                    self._sent_from_queue(len(item.head))
                 for piece in item.slices:
                     if piece.count and tls:  # no sendfile under TLS: see tls_send
-                        await send_file_range(loop, self.transport, piece.file,  # type: ignore[arg-type]
+                        await send_file_range(self.transport, piece.file,  # type: ignore[arg-type]
                                               piece.position, piece.count,
-                                              self._wait_writable)
-                        self._sent_from_queue(piece.count)
+                                              self._wait_writable, head)
+                        self._sent_from_queue(len(head) + piece.count)
+                        head = b""
                     elif piece.count:
                         # asyncio pauses reading during a sendfile and resumes it after;
                         # a hold taken or lifted meanwhile is applied once it returns
@@ -377,6 +380,9 @@ class BrokerConnection(asyncio.Protocol):
                             self._in_sendfile = False
                             self._apply_reading()
                         self._sent_from_queue(piece.count)
+                if head:  # no file bytes to send
+                    self.transport.write(head)  # type: ignore[union-attr]
+                    self._sent_from_queue(len(head))
         except (ConnectionError, OSError, RuntimeError) as exc:
             log.info("connection to %s failed while sending: %s", self.peer, exc)
             self.close()
