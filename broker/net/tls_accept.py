@@ -9,6 +9,11 @@ connection limit covers; 1,000 of them held 1,000 descriptors of a broker capped
 the connection, closes it at once when not, and otherwise runs the handshake with
 asyncio's own TLS protocol (bounded by the handshake timeout), which gives the
 application's protocol ``connection_made`` with the TLS transport, as with ``ssl=``.
+
+An application protocol whose ``data_received`` copies what it keeps before it returns
+says so with a true ``data_received_copies`` attribute; it is then given views of one
+reused buffer that OpenSSL decrypts into (:class:`ReusedBufferReader`), not a fresh
+bytes object per 16 KiB TLS record joined into another per read.
 """
 
 from __future__ import annotations
@@ -54,7 +59,10 @@ class TlsGate(asyncio.Protocol):
         # Switched before this returns, so the ClientHello goes to the TLS layer.
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        tls = sslproto.SSLProtocol(loop, self._app_factory(), self._context, waiter,
+        app = self._app_factory()
+        if getattr(app, "data_received_copies", False):
+            app = ReusedBufferReader(app)  # type: ignore[arg-type]
+        tls = sslproto.SSLProtocol(loop, app, self._context, waiter,
                                    server_side=True,
                                    ssl_handshake_timeout=self._timeout)  # type: ignore[arg-type]  # seconds, a float (typeshed says int)
         self._counter.in_progress += 1
@@ -76,6 +84,47 @@ class TlsGate(asyncio.Protocol):
         pass
 
 
+RECEIVE_BUFFER_BYTES = 256 * 1024
+"""Plaintext bytes decrypted per ``data_received`` at most (asyncio's TLS layer reads
+as much ciphertext per socket read)."""
+
+
+class ReusedBufferReader(asyncio.BufferedProtocol):
+    """Puts a buffer-reading face on an ``asyncio.Protocol`` for asyncio's TLS layer.
+
+    Given a plain protocol, the TLS layer decrypts each record into a new bytes object
+    and joins them for ``data_received``; given a buffered one, it decrypts into the
+    buffer. This one lends one buffer and passes each filled part to the wrapped
+    protocol's ``data_received`` as a memoryview, valid only during that call (so only
+    for protocols with ``data_received_copies``). Every other event goes through.
+    """
+
+    def __init__(self, app: asyncio.Protocol, size: int = RECEIVE_BUFFER_BYTES):
+        self.app = app
+        self._view = memoryview(bytearray(size))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.app.connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.app.data_received(self._view[:nbytes])  # type: ignore[arg-type]
+
+    def eof_received(self) -> bool | None:
+        return self.app.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.app.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.app.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.app.resume_writing()
+
+
 def gate_factory(app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext,
                  timeout: float | None, admit: Admit | None) -> Callable[[], TlsGate]:
     """The listener's protocol factory: one gate per accepted connection, one counter
@@ -84,4 +133,4 @@ def gate_factory(app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.S
     return lambda: TlsGate(app_factory, context, timeout, admit, counter)
 
 
-__all__ = ["Admit", "HandshakeCounter", "TlsGate", "gate_factory"]
+__all__ = ["Admit", "HandshakeCounter", "ReusedBufferReader", "TlsGate", "gate_factory"]

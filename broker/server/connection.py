@@ -59,6 +59,10 @@ requests must not grow them without end. Well-behaved clients keep a few in flig
 class BrokerConnection(asyncio.Protocol):
     """The broker's end of one TCP connection."""
 
+    data_received_copies = True
+    """``data_received`` copies the bytes into the decoder at once: under TLS it may be
+    given a view of a reused buffer (broker/net/tls_accept.py)."""
+
     def __init__(self, broker: "Broker", listener: "Listening | None" = None):
         """``listener``: the one it arrived on (None: the broker's default listener)."""
         self.broker = broker
@@ -151,7 +155,7 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- backpressure -----------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:  # type: ignore[override]
         """Take the whole frames out of the decoder and dispatch them; stop (and stop
         reading) when the broker must wait. (:meth:`_resume` calls it with no bytes.)
 
