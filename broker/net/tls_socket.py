@@ -35,6 +35,8 @@ class TlsSocket:
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False,
                                      server_hostname=server_hostname)
         self._tls_lock = threading.Lock()  # guards the SSLObject and both BIOs
+        self._recv_buffer = bytearray(RECV_CHUNK)  # only the reading thread uses it
+        self._recv_view = memoryview(self._recv_buffer)
         self._send_lock = threading.Lock()  # drain-and-send is one step: records in order
 
     # -- handshake --------------------------------------------------------------------
@@ -106,14 +108,17 @@ class TlsSocket:
                 return 0  # closed without close_notify: the caller sees end of stream
 
     def _feed(self) -> bool:
-        """Read ciphertext from the socket into the TLS object; False at end of stream."""
-        data = self._sock.recv(RECV_CHUNK)
+        """Read ciphertext from the socket into the TLS object; False at end of stream.
+
+        Reads into one reused buffer (no fresh bytes object per read) that the memory
+        BIO copies from."""
+        n = self._sock.recv_into(self._recv_buffer)
         with self._tls_lock:
-            if data:
-                self._incoming.write(data)
+            if n:
+                self._incoming.write(self._recv_view[:n])
             else:
                 self._incoming.write_eof()
-        return bool(data)
+        return bool(n)
 
     def _flush(self) -> None:
         """Send what the TLS object has produced (handshake records, replies)."""
