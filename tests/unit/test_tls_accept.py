@@ -93,3 +93,56 @@ def test_a_refused_connection_is_closed_before_any_handshake(contexts) -> None:
     assert refused == b"" and waiting == b"still open"
     assert asked == [0, 1]  # the second was asked while the first was in its handshake
     assert made == []
+
+
+class Collector(asyncio.Protocol):
+    """Keeps a copy of what it receives, and the types it was given."""
+
+    data_received_copies = True
+
+    def __init__(self, done: "asyncio.Future[bytes]", size: int):
+        self.done = done
+        self.size = size
+        self.received = bytearray()
+        self.types: set[type] = set()
+
+    def data_received(self, data: bytes) -> None:
+        self.types.add(type(data))
+        self.received += data
+        if len(self.received) >= self.size:
+            self.done.set_result(bytes(self.received))
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_a_protocol_that_copies_is_given_views_of_a_reused_buffer(contexts, copies: bool) -> None:
+    """Several MiB (many TLS records, more than one buffer) arrive intact either way; a
+    protocol with ``data_received_copies`` gets memoryviews, any other bytes."""
+    server_ctx, client_ctx = contexts
+    payload = bytes(range(256)) * 12_289  # 3,145,984 bytes
+    seen: list[Collector] = []
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes] = loop.create_future()
+
+        def factory() -> Collector:
+            collector = Collector(done, len(payload))
+            collector.data_received_copies = copies
+            seen.append(collector)
+            return collector
+
+        server = await transport.start_server(factory, "127.0.0.1", 0,
+                                              ssl_context=server_ctx, ssl_handshake_timeout=5)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
+                                                  server_hostname="127.0.0.1")
+        for start in range(0, len(payload), 100_000):
+            writer.write(payload[start:start + 100_000])
+        await writer.drain()
+        received = await asyncio.wait_for(done, 10)
+        writer.close()
+        server.close()
+        return received
+
+    assert asyncio.run(main()) == payload
+    assert seen[0].types == ({memoryview} if copies else {bytes})
