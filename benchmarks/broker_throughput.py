@@ -16,6 +16,7 @@ side with the time to open a connection (TCP connect + TLS handshake) each way.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import time
 import tomllib
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -134,17 +136,47 @@ def make_tls(directory: Path) -> tuple[dict, TlsConfig]:
     return broker, TlsConfig(ca_file=directory / "ca.pem")
 
 
-def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int,
-              wanted: list[str]) -> dict[str, dict[str, list[float]]]:
+CpuFigures = dict[str, dict[str, list[tuple[float, float]]]]
+"""CPU nanoseconds per message (client, broker) per mode and case: steadier than msgs/s
+on a shared machine."""
+
+
+def broker_cpu(cluster: LocalCluster) -> float:
+    """CPU seconds (user + system) the cluster's broker processes have used so far."""
+    total = 0.0
+    for pid in cluster.broker_pids():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int, wanted: list[str],
+              cpu: CpuFigures | None = None) -> dict[str, dict[str, list[float]]]:
     """Every case ``runs`` times on each cluster; seconds per mode and case. With two
     clusters (plaintext and TLS) each case runs on one and then the other, so both see
-    the same moment of a shared machine."""
+    the same moment of a shared machine. ``cpu`` receives the CPU time per message."""
     results: dict[str, dict[str, list[float]]] = {mode: {} for mode in clusters}
+    if cpu is None:
+        cpu = {}
+    for mode in clusters:
+        cpu.setdefault(mode, {})
 
     def label(mode: str) -> str:
         """The mode in front of a case only when there are several (``--tls``), so a
         plaintext run prints the case names ab_compare.py matches against older code."""
         return f"{mode:<9} " if len(clusters) > 1 else ""
+    def timed(run: int, mode: str, case: str, cluster: LocalCluster,
+              fn: Callable[[LocalCluster], float]) -> None:
+        """Run one case; keep its seconds and its CPU time per message (this process,
+        all its threads: the client; and the broker processes)."""
+        client0, broker0 = time.process_time(), broker_cpu(cluster)
+        seconds = fn(cluster)
+        client_ns = (time.process_time() - client0) / n * 1e9
+        broker_ns = (broker_cpu(cluster) - broker0) / n * 1e9
+        results[mode].setdefault(case, []).append(seconds)
+        cpu[mode].setdefault(case, []).append((client_ns, broker_ns))
+        print(f"  run {run + 1}: {label(mode)}{case:<28} {n / seconds:>12,.0f} msgs/s"
+              f"   CPU ns/msg client {client_ns:>5,.0f} broker {broker_ns:>5,.0f}", flush=True)
     for cluster in clusters.values():  # warm up: page cache, connections, allocator
         produce_batched(cluster, "warmup", min(n, 200_000), 50)
     for run in range(runs):
@@ -160,16 +192,11 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int,
                 continue
             topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
             for mode, cluster in clusters.items():
-                seconds = fn(cluster, topic)
-                results[mode].setdefault(case, []).append(seconds)
-                print(f"  run {run + 1}: {label(mode)}{case:<28} {n / seconds:>12,.0f} msgs/s",
-                      flush=True)
+                timed(run, mode, case, cluster, lambda c: fn(c, topic))
             if case == "produce batch 50 (acks=0)":
                 for mode, cluster in clusters.items():
-                    seconds = consume(cluster, topic, n)
-                    results[mode].setdefault("consume (1 MiB fetches)", []).append(seconds)
-                    print(f"  run {run + 1}: {label(mode)}{'consume (1 MiB fetches)':<28} "
-                          f"{n / seconds:>12,.0f} msgs/s", flush=True)
+                    timed(run, mode, "consume (1 MiB fetches)", cluster,
+                          lambda c: consume(c, topic, n))
     return results
 
 
@@ -202,7 +229,8 @@ def main() -> int:
                 Path(tmp) / mode, log=log_settings, tls=broker_tls, client_tls=clients))
             print(f"{mode} broker on {cluster.bootstrap[0]}, {n:,} messages of "
                   f"{len(VALUE)} bytes, {args.runs} runs", flush=True)
-        results = run_cases(clusters, n, args.runs, wanted)
+        cpu: CpuFigures = {}
+        results = run_cases(clusters, n, args.runs, wanted, cpu)
         for mode, cluster in clusters.items():
             connect[mode] = connect_ms(cluster)
     print()
@@ -220,6 +248,15 @@ def main() -> int:
         print(f"{case:<30} {plain:>17,.0f} {tls:>12,.0f} {tls / plain:>9.0%}")
     print(f"{'connect (median of 20)':<30} {connect['plaintext']:>14.2f} ms "
           f"{connect['TLS']:>9.2f} ms")
+    print()
+    print(f"{'CPU ns/msg (median)':<30} {'plain client':>12} {'TLS client':>11} "
+          f"{'plain broker':>13} {'TLS broker':>11}")
+    for case, pairs in cpu["plaintext"].items():
+        tls_pairs = cpu["TLS"][case]
+        print(f"{case:<30} {statistics.median(p[0] for p in pairs):>12,.0f} "
+              f"{statistics.median(p[0] for p in tls_pairs):>11,.0f} "
+              f"{statistics.median(p[1] for p in pairs):>13,.0f} "
+              f"{statistics.median(p[1] for p in tls_pairs):>11,.0f}")
     return 0
 
 
