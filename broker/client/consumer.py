@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 from broker.wire import protocol, records
 from broker.client.cluster import Cluster
+from broker.client.connection import ResponseFuture
 from broker.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
@@ -260,6 +261,11 @@ class SimpleConsumer:
             max_wait_ms, min_bytes or self.min_bytes)
         frame = self._request(topic, partition, protocol.FETCH, fields,
                               timeout=self.request_timeout + max_wait_ms / 1000)
+        return self._fetch_result(frame, offset, keep_raw)
+
+    def _fetch_result(self, frame: protocol.Frame, offset: int,
+                      keep_raw: bool = False) -> FetchResult:
+        """The batches of a fetch answer for one partition; its error raised."""
         parts = parse_fetch_answer(frame.header)
         if len(parts) != 1:
             raise ProtocolError(f"broker answered {len(parts)} parts to a fetch of one")
@@ -285,11 +291,18 @@ class SimpleConsumer:
         offset, skip = self.resolve_position(topic, partition, start)
         seen = -skip
         last_data = time.monotonic()
+        ahead: ResponseFuture | None = None
         while limit is None or seen < limit:
             wait = self.max_wait_ms if follow else 0
-            result = self.fetch(topic, partition, offset, max_wait_ms=wait)
+            if ahead is not None:
+                result = self._fetched_ahead(ahead, topic, partition, offset)
+                ahead = None
+            else:
+                result = self.fetch(topic, partition, offset, max_wait_ms=wait)
             if result.batches:
                 last_data = time.monotonic()
+                if result.next_offset < result.visible_end:  # more is there: ask now
+                    ahead = self._fetch_ahead(topic, partition, result.next_offset)
                 for batch in result.batches:
                     for message in messages_of(topic, partition, batch):
                         seen += 1
@@ -304,6 +317,28 @@ class SimpleConsumer:
                 return
             if timeout is not None and time.monotonic() - last_data >= timeout:
                 return
+
+    def _fetch_ahead(self, topic: str, partition: int, offset: int) -> ResponseFuture | None:
+        """Send the fetch from ``offset`` now, while the caller still iterates the
+        previous answer, so that the broker's read (and, under TLS, its encryption and
+        the client's decryption) overlaps with the caller's work instead of adding to
+        it. One attempt at the known leader; None if it cannot be sent."""
+        fields = encode_fetch_request([FetchPart(topic, partition, offset, self.max_bytes)],
+                                      0, self.min_bytes)
+        try:
+            address = self.cluster.leader_address(topic, partition)
+            return self.cluster.connection(address).request(protocol.FETCH, fields)
+        except LogferryError:
+            return None
+
+    def _fetched_ahead(self, ahead: ResponseFuture, topic: str, partition: int,
+                       offset: int) -> FetchResult:
+        """The answer of a fetch sent ahead; if it failed in any way, the same fetch
+        again the ordinary way (with its retries, and its errors raised)."""
+        try:
+            return self._fetch_result(ahead.result(self.request_timeout), offset)
+        except LogferryError:
+            return self.fetch(topic, partition, offset)
 
     # -- plumbing -----------------------------------------------------------------------
 
