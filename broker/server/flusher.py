@@ -40,10 +40,12 @@ log = logging.getLogger("logferry.broker")
 Key = tuple[str, int]
 BOOKKEEPING_PAUSE = 9.0
 """Between group-commit rounds, pause this many times the loop CPU the last one took."""
-MIN_ROUND_PERIOD_S = 0.001
-"""At most one group-commit round per log dir per millisecond: a round waits for the
-fsync before it anyway, this bounds the fsync rate (and the journal commits) of a busy
-log dir on a fast disk to 1,000/s for at most 1 ms of added latency."""
+MIN_ROUND_PERIOD_S = 0.0005
+"""At most one group-commit round per log dir per half millisecond: a round waits for
+the fsync before it anyway, this bounds the fsync rate (and the journal commits) of a
+busy log dir on a fast disk to 2,000/s for at most 0.5 ms of added latency. (With 1 ms,
+at 10,000 msgs/s the wait for the next round was most of a message's latency: p50
+3.5 ms against 1.3 ms with 0.5 ms, log dir on tmpfs, loaded machine, alternated.)"""
 MIN_PAUSE_S = 0.0002
 """Shorter pauses are skipped (a round of a few partitions starts again at once)."""
 SyncAll = Callable[[Sequence[PendingFlush], int | None], list[OSError | None]]
