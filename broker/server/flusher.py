@@ -10,8 +10,9 @@ Two flush policies (``[log] group_commit``, docs/configuration.md):
 - the paper's policy: fsync a partition after ``flush.messages`` messages or
   ``flush.ms`` milliseconds, whichever comes first.
 
-Either way fsync runs in a worker thread so the event loop keeps appending while the
-disk syncs, and only when it returned does the visible end move (consumers never read
+Either way fsync runs in another thread (group commit: one per log dir,
+:mod:`broker.server.sync_thread`) so the event loop keeps appending while the disk
+syncs, and only when it returned does the visible end move (consumers never read
 bytes a crash could take back): then waiting consumers are woken, produces held for the
 fsync (``flush_messages = 1``) are answered and replication hears of it. Retention is
 the broker's only deletion: whole segments, by age or size.
@@ -145,14 +146,14 @@ class Flusher:
         return future
 
     # A log dir's rounds are a chain of callbacks, not a task: _start_round prepares a
-    # round on the loop and hands its fsyncs to the pool; the worker calls
+    # round on the loop and hands its fsyncs to the log dir's thread, which calls
     # _round_ended back on the loop (one call_soon_threadsafe: the only thread hop),
     # which publishes and starts the next round if partitions were added meanwhile.
     # At one produce per round (a lightly loaded broker) this is the per-request cost
     # of group commit, so it avoids a task, a coroutine and chained futures per round.
 
     def _start_round(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> None:
-        """Take what is queued for ``group`` and start its fsyncs in the pool."""
+        """Take what is queued for ``group`` and start its fsyncs on its thread."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         cpu_started = time.thread_time()
@@ -355,7 +356,7 @@ class _Round:
         """CPU seconds the round took on the event loop's thread so far."""
 
     def run_sync(self) -> None:
-        """In the pool: the round's fsyncs, then the loop is told (thread-safe)."""
+        """On the log dir's thread: the round's fsyncs, then the loop is told."""
         outcomes: list[OSError | None] | BaseException
         try:
             outcomes = self.flusher._sync([p for _, _, p in self.prepared], self.fs_fd)
