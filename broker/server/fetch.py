@@ -101,17 +101,20 @@ class FetchService:
             if (total >= request.min_bytes or remaining <= 0 or self.shutting_down()
                     or any(r.error for r in results)):
                 return results, slices, total
+            # The wait: a future in the partitions' waiter lists, which a flush (or an
+            # append) resolves, and one timer handle for max_wait_ms (cheaper per long
+            # poll than asyncio.timeout's cancellation machinery).
             waiter = loop.create_future()
-            for part in requests:
-                waiters.setdefault((part.topic, part.partition), []).append(waiter)
+            keys = [(part.topic, part.partition) for part in requests]
+            for key in keys:
+                waiters.setdefault(key, []).append(waiter)
+            timer = loop.call_at(deadline, _time_up, waiter)
             try:
-                async with asyncio.timeout(remaining):  # not wait_for: see fetcher.py
-                    await waiter
-            except TimeoutError:
-                pass
+                await waiter
             finally:
-                for part in requests:
-                    waiting = waiters.get((part.topic, part.partition))
+                timer.cancel()
+                for key in keys:
+                    waiting = waiters.get(key)
                     if waiting and waiter in waiting:
                         waiting.remove(waiter)
 
@@ -168,6 +171,12 @@ class FetchService:
                     slices.append(None)
             return results, slices, total
         return read
+
+
+def _time_up(waiter: asyncio.Future) -> None:
+    """A long poll's max_wait_ms passed: answer with what there is."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 __all__ = ["FetchService"]

@@ -322,3 +322,38 @@ async def _many_partitions_commit(tmp_path: Path) -> None:
 
 def test_rounds_of_many_partitions_sync_the_log_dir_at_once(tmp_path: Path) -> None:
     asyncio.run(_many_partitions_commit(tmp_path))
+
+
+# -- where rounds run --------------------------------------------------------------------
+
+async def _rounds_on_the_log_dirs_thread(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plog = logs.create("t", 0)
+    threads: list[str] = []
+
+    def recording(pendings: Sequence[PendingFlush], fs_fd: int | None) -> list[OSError | None]:
+        threads.append(threading.current_thread().name)
+        return sync_round(pendings, fs_fd)
+
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=recording)
+    for n in range(3):
+        plog.append(records.encode_batch([b"m%d" % n], None, 1), 1)
+        flusher.appended(("t", 0), plog)
+        await flusher.flush(("t", 0), plog)
+        assert plog.visible_end == plog.end_offset
+    # every round of the log dir ran on its own thread (not the shared pool), one at a time
+    assert threads and set(threads) == {f"group-commit {tmp_path}"}
+    flusher.close()
+    assert not any(t.name == f"group-commit {tmp_path}" for t in threading.enumerate())
+    # after close (the broker stops), a late append is still flushed by the pool
+    plog.append(records.encode_batch([b"late"], None, 1), 1)
+    await flusher.flush(("t", 0), plog)
+    assert plog.visible_end == plog.end_offset and threads[-1] != f"group-commit {tmp_path}"
+    pool.shutdown()
+    logs.close()
+
+
+def test_a_log_dirs_rounds_run_on_its_own_thread_until_close(tmp_path: Path) -> None:
+    asyncio.run(_rounds_on_the_log_dirs_thread(tmp_path))
