@@ -19,7 +19,7 @@ from pathlib import Path
 
 from broker.client.heartbeat import AGENTS_TOPIC
 from broker.common.config import (
-    PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
+    NONNEG_INT, PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
 )
 from broker.common.sasl import SaslCredentials, sasl_section
@@ -76,6 +76,10 @@ class MirrorConfig:
     """Stored bytes sent to the target and not yet acknowledged (the pipeline's window)."""
     fetch_requests_per_broker: int = 4
     """Fetches in flight per source broker (each for a share of its partitions)."""
+    fetch_window_bytes: int = 128 * 1024 * 1024
+    """Most bytes asked from one source broker at once. Within it the bytes asked per
+    partition grow from ``fetch_max_bytes`` with the measured rate x round trip, so a WAN
+    does not cap the copy (broker.client.group.window); 0 keeps ``fetch_max_bytes``."""
     max_request_bytes: int = 1024 * 1024
     """Produce requests to the target up to this size: a broker appends many 1 MiB requests
     for far less CPU than few 16 MiB ones (benchmarks/mirror_throughput.py)."""
@@ -153,7 +157,8 @@ SECTIONS = {
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
         start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
         poll_max_bytes=POSITIVE_INT, max_inflight_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT,
-        fetch_requests_per_broker=POSITIVE_INT, max_request_bytes=POSITIVE_INT,
+        fetch_requests_per_broker=POSITIVE_INT, fetch_window_bytes=NONNEG_INT,
+        max_request_bytes=POSITIVE_INT,
         commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
         shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
@@ -246,6 +251,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         poll_max_bytes=m.get("poll_max_bytes", 8 * 1024 * 1024),
         max_inflight_bytes=m.get("max_inflight_bytes", 32 * 1024 * 1024),
         fetch_requests_per_broker=m.get("fetch_requests_per_broker", 4),
+        fetch_window_bytes=m.get("fetch_window_bytes", 128 * 1024 * 1024),
         max_request_bytes=m.get("max_request_bytes", 1024 * 1024),
         queue_bytes=m.get("queue_bytes", 64 * 1024 * 1024),
         commit_interval_ms=m.get("commit_interval_ms", 1000),
