@@ -15,8 +15,9 @@ Neither ``B`` nor ``R`` can be read off a busy stop-and-wait pipe (every answer 
 waits behind the others'), so :class:`FetchWindow` finds the size the way a probe
 does, bounded by a memory cap:
 
-- an *epoch* is one warm-up cycle (each partition answered once at the new size) and
-  one measured cycle; its rate is the measured cycle's bytes over its duration;
+- an *epoch* is one cycle at the current size: from the first answer to a fetch sent
+  at that size until each partition answered once more; its rate is the bytes of
+  those answers over that time;
 - *probing*: after an epoch in which the broker was backlogged (most answers full),
   if the rate grew by ``GROWTH`` or more over the best so far, the size doubles (a
   window-bound pipe moves about twice as much per round trip at twice the size); if it
@@ -37,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable
 
-GROWTH = 1.15
+GROWTH = 1.2
 """A doubling is kept only if the rate grew at least this much (noise is not growth)."""
 HOLD_EPOCHS = 20
 """Held epochs before probing one doubling again."""
@@ -117,11 +118,11 @@ class FetchWindow:
             return  # asked at an older size: says nothing about this one
         state.answers += 1
         state.full += bool(full)
-        if state.answers <= state.cycle:  # warm-up cycle
+        if state.answers == 1:  # the first answer at this size: the measured cycle starts
             state.measure_from = now
             return
         state.measured += nbytes
-        if state.answers < 2 * state.cycle:
+        if state.answers <= state.cycle:
             return
         elapsed = now - state.measure_from
         if elapsed > 0 and 2 * state.full > state.answers:  # backlogged: the window can matter
