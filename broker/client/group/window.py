@@ -24,7 +24,8 @@ does, bounded by a memory cap:
   did not, the link or the CPU is the limit: the size goes back to the best one and
   *holds*;
 - after ``HOLD_EPOCHS`` held epochs it probes one doubling again (the path or the load
-  may have changed); an epoch that was not backlogged (caught up) decides nothing;
+  may have changed, or the failed probe was noise): 4 at first, twice as many after
+  each failure in a row, up to 64; an epoch that was not backlogged decides nothing;
 - the size stays between ``base`` (the configured fetch size) and ``budget / P`` (at
   most ``budget`` bytes asked from one broker at once).
 
@@ -40,8 +41,9 @@ from typing import Hashable
 
 GROWTH = 1.2
 """A doubling is kept only if the rate grew at least this much (noise is not growth)."""
-HOLD_EPOCHS = 20
-"""Held epochs before probing one doubling again."""
+HOLD_EPOCHS = (4, 64)
+"""Held epochs before probing one doubling again: 4 after a probe that failed once (a
+noisy cycle costs little), twice as many after each further failure in a row, at most 64."""
 MAX_CYCLE = 16
 """Answers per cycle at most (a broker with hundreds of partitions still decides quickly)."""
 
@@ -68,6 +70,8 @@ class _Broker:
     best_size: int = 0
     holding: int = 0
     """Epochs left to hold (0: probing)."""
+    hold: int = HOLD_EPOCHS[0]
+    """Epochs the next hold lasts."""
 
 
 @dataclass(frozen=True)
@@ -141,13 +145,15 @@ class FetchWindow:
             return
         if rate >= state.best_rate * GROWTH:
             state.best_rate, state.best_size = rate, state.size
+            state.hold = HOLD_EPOCHS[0]
             if state.size * 2 <= self._cap(state.partitions):
                 self._restart(state, state.size * 2, now)
                 return
-            state.holding = HOLD_EPOCHS  # at the cap
+            state.holding = HOLD_EPOCHS[1]  # at the cap
             self._restart(state, state.size, now)
             return
-        state.holding = HOLD_EPOCHS  # a doubling added nothing: back to the best size
+        # a doubling added nothing: back to the best size for a while
+        state.holding, state.hold = state.hold, min(2 * state.hold, HOLD_EPOCHS[1])
         self._restart(state, state.best_size or self.base, now)
 
     @staticmethod
