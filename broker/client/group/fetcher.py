@@ -262,7 +262,7 @@ class Fetcher:
         now = time.monotonic()
         deadline = now + self.max_wait_ms / 1000 + self.request_timeout
         with self.state.lock:
-            ticket = window.sent(address, now) if window is not None else None
+            ticket = window.sent(address, now, size) if window is not None else None
             self._inflight[address, slot] = _Request(address, slot, connection, future, parts,
                                                      deadline, ticket)
         self.stats["fetch_requests"] += 1

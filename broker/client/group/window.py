@@ -107,12 +107,13 @@ class FetchWindow:
     def _cap(self, partitions: int) -> int:
         return max(self.base, self.budget // max(partitions, 1))
 
-    def sent(self, broker: Hashable, now: float) -> Ticket:
-        """A fetch to ``broker`` went out at ``now``; hand the ticket to :meth:`answered`."""
+    def sent(self, broker: Hashable, now: float, asked: int | None = None) -> Ticket:
+        """A fetch to ``broker`` went out at ``now`` asking ``asked`` bytes per partition
+        (default: the current size); hand the ticket to :meth:`answered`."""
         state = self._brokers.get(broker)
         if state is None:
             state = self._brokers[broker] = _Broker(self.base, changed_at=now)
-        return Ticket(broker, now, state.size)
+        return Ticket(broker, now, state.size if asked is None else asked)
 
     def answered(self, ticket: Ticket, nbytes: int, full: bool, now: float) -> None:
         """The fetch of ``ticket`` was answered with ``nbytes`` at ``now``; ``full``: some
