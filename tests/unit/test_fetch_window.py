@@ -17,10 +17,11 @@ MiB = 1024 * 1024
 
 
 def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: float,
-             seconds: float = 6.0, backlog: bool = True, sizes: list[int] | None = None) -> float:
-    """Bytes/s the partitions move together over the last third of ``seconds``; the
-    sizes asked then go to ``sizes``."""
-    link_free = 0.0
+             seconds: float = 6.0, backlog: bool = True, sizes: list[int] | None = None,
+             start: float = 0.0) -> float:
+    """Bytes/s the partitions move together over the last third of ``seconds`` (the clock
+    starting at ``start``); the sizes asked then go to ``sizes``."""
+    link_free = start
     answers: list[tuple[float, int, object, int]] = []
 
     def send(now: float, i: int) -> None:
@@ -33,14 +34,15 @@ def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: fl
         heapq.heappush(answers, (link_free + latency / 2, i, ticket, got))
 
     for i in range(partitions):
-        send(0.0, i)
+        send(start, i)
+    end = start + seconds
     moved = 0
     while True:
         now, i, ticket, got = heapq.heappop(answers)
-        if now > seconds:
+        if now > end:
             return moved / (seconds / 3)
         window.answered(ticket, got, backlog, now)  # type: ignore[arg-type]
-        if now > seconds * 2 / 3:
+        if now > end - seconds / 3:
             moved += got
             if sizes is not None:
                 sizes.append(ticket.asked)  # type: ignore[attr-defined]
@@ -106,3 +108,12 @@ def test_invalid_settings_are_refused():
         FetchWindow(0, 1)
     with pytest.raises(ValueError):
         FetchWindow(1, -1)
+
+
+def test_a_path_that_got_shorter_gives_the_memory_back():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    simulate(window, 4, 400e6, 0.1)
+    assert window.size("b", 4) >= 16 * MiB
+    rate = simulate(window, 4, 400e6, 0.0005, seconds=30.0, start=100.0)
+    assert rate >= 0.95 * 400e6
+    assert window.size("b", 4) <= 8 * MiB  # halvings that cost nothing are kept

@@ -19,13 +19,16 @@ does, bounded by a memory cap:
   at that size until each partition answered once more; its rate is the bytes of
   those answers over that time;
 - *probing*: after an epoch in which the broker was backlogged (most answers full),
-  if the rate grew by ``GROWTH`` or more over the best so far, the size doubles (a
+  the first ``WARM_UP_CYCLES`` aside, if the rate grew by ``GROWTH`` or more over the
+  best so far, the size doubles (a
   window-bound pipe moves about twice as much per round trip at twice the size); if it
   did not, the link or the CPU is the limit: the size goes back to the best one and
   *holds*;
-- after ``HOLD_EPOCHS`` held epochs it probes one doubling again (the path or the load
-  may have changed, or the failed probe was noise): 4 at first, twice as many after
-  each failure in a row, up to 64; an epoch that was not backlogged decides nothing;
+- after ``HOLD_EPOCHS`` held epochs it probes again, alternately one halving (kept if
+  the rate stays within ``SHRINK``: a size grown on a noisy cycle gives its memory
+  back) and one doubling (the path or the load may have changed): holds last 4
+  epochs at first, twice as many after each failed doubling in a row, up to 64; an
+  epoch that was not backlogged decides nothing;
 - the size stays between ``base`` (the configured fetch size) and ``budget / P`` (at
   most ``budget`` bytes asked from one broker at once).
 
@@ -40,7 +43,14 @@ from dataclasses import dataclass
 from typing import Hashable
 
 GROWTH = 1.2
-"""A doubling is kept only if the rate grew at least this much (noise is not growth)."""
+"""A doubling is kept only if the rate grew at least this much (noise is not growth; a
+window-bound pipe gains 50 % or more from its first doublings, one partition alone
+still 20 % up to 80 % of the path)."""
+SHRINK = 1.1
+"""Half the size is kept if the rate stays within this factor (memory and CPU back)."""
+WARM_UP_CYCLES = 2
+"""Cycles of a new broker that decide nothing: a consumer's start (positions resolved,
+a seek) makes their rate say nothing about the path."""
 HOLD_EPOCHS = (4, 64)
 """Held epochs before probing one doubling again: 4 after a probe that failed once (a
 noisy cycle costs little), twice as many after each further failure in a row, at most 64."""
@@ -72,6 +82,10 @@ class _Broker:
     """Epochs left to hold (0: probing)."""
     hold: int = HOLD_EPOCHS[0]
     """Epochs the next hold lasts."""
+    probing_down: bool = False
+    """The current epoch tries half the size (after a hold that followed a probe up)."""
+    warm_up: int = WARM_UP_CYCLES
+    """Cycles still to pass before the first judgement."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,10 @@ class FetchWindow:
         if state.answers <= state.cycle:
             return
         elapsed = now - state.measure_from
-        if elapsed > 0 and 2 * state.full > state.answers:  # backlogged: the window can matter
+        if state.warm_up:
+            state.warm_up -= 1
+            self._restart(state, state.size, now)
+        elif elapsed > 0 and 2 * state.full > state.answers:  # backlogged: the window can matter
             self._judge(state, state.measured / elapsed, now)
         else:
             self._restart(state, state.size, now)
@@ -138,11 +155,26 @@ class FetchWindow:
     def _judge(self, state: _Broker, rate: float, now: float) -> None:
         if state.holding:
             state.holding -= 1
-            if not state.holding:  # probe again from here
-                state.best_rate, state.best_size = rate, state.size
+            if state.holding:
+                self._restart(state, state.size, now)
+                return
+            # probe again from here: down if the last probe went up (a size grown on a
+            # noisy cycle, or a path that got shorter, gives its memory back), else up
+            state.best_rate, state.best_size = rate, state.size
+            state.probing_down = state.size > self.base and not state.probing_down
+            if state.probing_down:
+                self._restart(state, max(state.size // 2, self.base), now)
+            elif state.size * 2 <= self._cap(state.partitions):
                 self._restart(state, state.size * 2, now)
             else:
+                state.holding = HOLD_EPOCHS[1]  # at the cap
                 self._restart(state, state.size, now)
+            return
+        if state.probing_down:
+            if rate * SHRINK >= state.best_rate:  # half the size cost (almost) nothing
+                state.best_rate, state.best_size = rate, state.size
+            state.holding = HOLD_EPOCHS[0]
+            self._restart(state, state.best_size, now)
             return
         if rate >= state.best_rate * GROWTH:
             state.best_rate, state.best_size = rate, state.size
