@@ -48,7 +48,7 @@ window-bound pipe gains 50 % or more from its first doublings, one partition alo
 still 20 % up to 80 % of the path)."""
 SHRINK = 1.1
 """Half the size is kept if the rate stays within this factor (memory and CPU back)."""
-WARM_UP_CYCLES = 2
+WARM_UP_CYCLES = 1
 """Cycles of a new broker that decide nothing: a consumer's start (positions resolved,
 a seek) makes their rate say nothing about the path."""
 HOLD_EPOCHS = (4, 64)
