@@ -10,7 +10,8 @@ in the same run:
 2. mirror: a :class:`mirror.core.Mirror` (in this process, its own thread, fresh
    group, default config) copies the topic into a fresh target topic; timed from the
    first byte it fetched (joining the group and resolving positions are round trips
-   paid once per start) to the target's last acknowledgement, by the mirror's own
+   paid once per start; in preserve mode, from when every partition's position was
+   learnt from the target) to the target's last acknowledgement, by the mirror's own
    counter (polling the target from this process would take the GIL from the
    mirror); the target's ends are then checked to equal the source's;
 2b. mirror preserve (``--modes``): the same copy in the offset-preserving mode
@@ -18,12 +19,14 @@ in the same run:
    target's log end), run right after the re-producing one on the same topic, so the
    two modes are compared side by side (target: within 10 %);
 3. mirror through the proxy below without delay (what the proxy process itself costs:
-   it relays every byte in Python on the same cores);
+   it relays every byte on the same cores, with splice(2) when there is no delay);
 4. mirror over a WAN (``--delay-ms`` per direction, 25 by default: a 50 ms round
    trip; 0 skips this case and the one before): the same, with the source cluster reached through
    :mod:`benchmarks.delay_proxy` (a separate process), as LinkedIn ran it: the mirror
    lives in the analysis datacenter and consumes across the WAN from the live one, so
    its ZooKeeper session and its fetches pay the round trip, its produce requests not.
+   Cases 3 and 4 run for each of ``--wan-modes`` (default: preserve, the default mode,
+   then produce), each compared with the same mode without the proxy.
 
 The broker has no "advertised address" setting, so the mirror's source clients (and
 only they: they are the clients whose ZooKeeper connect string names the proxy) reach
@@ -139,16 +142,19 @@ def process_cpu(pids: list[int]) -> float:
 
 
 def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
-                mirror_source_zk: str | None = None,
-                mode: str = "produce") -> tuple[float, int, int, tuple[float, ...]]:
-    """Seconds, messages, bytes and CPU seconds (mirror, source broker, target broker).
+                mirror_source_zk: str | None = None, mode: str = "produce",
+                window: int | None = None) -> tuple[float, int, int, tuple[float, ...], float]:
+    """Seconds, messages, bytes, CPU seconds (mirror, source broker, target broker) and
+    the mean bytes per fetch request.
 
     ``mirror_source_zk``: the connect string the mirror uses for the source (the WAN
     case gives the proxy's); the benchmark itself always looks from the source's own.
+    ``window``: ``fetch_window_bytes`` (None: the default config's).
     """
     source_zk, target_zk = source.zk_connect, target.zk_connect
+    extra = {} if window is None else {"fetch_window_bytes": window}
     config = MirrorConfig(source_zk=mirror_source_zk or source_zk, target_zk=target_zk,
-                          group=group, topics=(TOPIC,), mode=mode)
+                          group=group, topics=(TOPIC,), mode=mode, **extra)
     with SimpleConsumer(zk=source_zk) as reader:
         wanted = ends(reader)
     with Admin(zk=target_zk) as admin:  # a fresh target topic per run, created untimed
@@ -178,6 +184,14 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
     consumer = mirror._consumer
     while not consumer.metrics().get("bytes_fetched") and thread.is_alive():
         time.sleep(0.002)
+    if isinstance(mirror, PreservingMirror):
+        # its positions are resolved on the target once the first batches arrive (one
+        # query and a few source round trips per partition, then a seek that drops what
+        # was fetched before it): the same once-per-start cost, so the clock starts after
+        positions = mirror.positions
+        while thread.is_alive() and not all(positions.state((TOPIC, p)) == "copying"
+                                            for p in wanted):
+            time.sleep(0.002)
     pids = (source.broker_pids(), target.broker_pids())
 
     def cpu_now() -> tuple[float, ...]:
@@ -195,13 +209,15 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
                 raise RuntimeError(f"target ends {ends(copy)} != source ends {wanted}")
             time.sleep(0.05)  # acknowledged, becoming visible (flush_ms)
     messages = int(sum(mirror.metrics.messages.values()))
+    stats = consumer.metrics()
+    per_fetch = stats.get("bytes_fetched", 0) / max(stats.get("fetch_requests", 0), 1)
     mirror.stop()
     thread.join(60)
-    return elapsed, messages, total, cpu
+    return elapsed, messages, total, cpu, per_fetch
 
 
 def report(run: int, case: str, seconds: float, count: int, nbytes: int,
-           cpu: tuple[float, ...] | None = None) -> tuple[float, float]:
+           cpu: tuple[float, ...] | None = None, per_fetch: float = 0.0) -> tuple[float, float]:
     """Print one ``run N: <case> <rate> msgs/s`` line; returns (msgs/s, MB/s).
 
     ``cpu``: CPU seconds of the mirror's process, the source broker and the target
@@ -213,7 +229,7 @@ def report(run: int, case: str, seconds: float, count: int, nbytes: int,
     if cpu is not None:
         mirror_cpu, source_cpu, target_cpu = (c / count * 1e6 for c in cpu)
         extra = (f"; cpu s per M msgs: mirror {mirror_cpu:.2f}, source broker {source_cpu:.2f}, "
-                 f"target broker {target_cpu:.2f}")
+                 f"target broker {target_cpu:.2f}; {per_fetch / 2**20:.1f} MiB per fetch request")
     print(f"run {run}: {case:<16} {rate:>12,.0f} msgs/s {mbs:8.1f} MB/s  "
           f"({count:,} msgs in {seconds:.2f}s{extra})", flush=True)
     return rate, mbs
@@ -229,13 +245,24 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=float, default=25.0,
                         help="WAN case: delay per direction (0: no WAN case)")
     parser.add_argument("--modes", default="produce,preserve",
-                        help="mirror modes to time side by side (the WAN cases use produce)")
+                        help="mirror modes to time side by side without delay")
+    parser.add_argument("--wan-modes", default="preserve,produce",
+                        help="mirror modes of the proxy cases (preserve is the default mode)")
+    parser.add_argument("--fetch-window-bytes", type=int, default=None,
+                        help="the mirror's fetch_window_bytes (default: the config's; 0: "
+                             "fixed fetch_max_bytes, as before the adaptive window)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    wan_modes = [m.strip() for m in args.wan_modes.split(",") if m.strip()]
     logging.basicConfig(level=logging.WARNING)
     rates: dict[str, list[tuple[float, float]]] = {}
-    wan = f"mirror wan-{2 * args.delay_ms:g}ms"
-    proxy0 = "mirror proxy-0ms"
+    wan = f"wan-{2 * args.delay_ms:g}ms"
+    proxy0 = "proxy-0ms"
+
+    def name(mode: str, case: str = "") -> str:
+        """"mirror [preserve] [case]": "mirror" alone is the re-producing mode (ab_compare.py)."""
+        return " ".join(p for p in ("mirror", "" if mode == "produce" else mode, case) if p)
+
     with tempfile.TemporaryDirectory(prefix="logferry-mirror-bench-") as tmp:
         base = Path(tmp)
         log_settings = {"flush_messages": 100_000, "flush_ms": 50}
@@ -261,15 +288,20 @@ def main() -> int:
                 # alternate which mode goes first, so neither always runs on a warmer machine;
                 # "mirror" stays the re-producing mode's name (ab_compare.py)
                 for mode in (modes if run % 2 else modes[::-1]):
-                    case = "mirror" if mode == "produce" else f"mirror {mode}"
-                    seconds, count, nbytes, cpu = mirror_once(source, target,
-                                                              f"bench-{mode}-{run}", mode=mode)
+                    case = name(mode)
+                    seconds, count, nbytes, cpu, per_fetch = mirror_once(
+                        source, target, f"bench-{mode}-{run}", mode=mode,
+                        window=args.fetch_window_bytes)
                     rates.setdefault(case, []).append(
-                        report(run, case, seconds, count, nbytes, cpu))
-                for case, zk_connect in proxied.items():
-                    seconds, count, nbytes, cpu = mirror_once(
-                        source, target, f"bench-{case.split()[-1]}-{run}", zk_connect)
-                    rates.setdefault(case, []).append(report(run, case, seconds, count, nbytes, cpu))
+                        report(run, case, seconds, count, nbytes, cpu, per_fetch))
+                for mode in (wan_modes if run % 2 else wan_modes[::-1]):
+                    for where, zk_connect in proxied.items():
+                        case = name(mode, where)
+                        seconds, count, nbytes, cpu, per_fetch = mirror_once(
+                            source, target, f"bench-{mode}-{where}-{run}", zk_connect, mode=mode,
+                            window=args.fetch_window_bytes)
+                        rates.setdefault(case, []).append(
+                            report(run, case, seconds, count, nbytes, cpu, per_fetch))
     medians = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
                for case, rs in rates.items()}
     print(f"\n{args.messages:,} messages of {args.size} B, batches of {args.batch}, "
@@ -281,11 +313,15 @@ def main() -> int:
             line += f"  = {100 * msgs / consumer:.0f}% of the consumer (target >= 80%)"
         elif case == "mirror preserve" and "mirror" in medians:
             line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the re-producing mirror "
-                     "(target >= 90%)")
-        elif case == wan:
-            line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the mirror without delay "
-                     f"(target >= 80%), {100 * msgs / medians[proxy0][0]:.0f}% of it through the "
-                     "proxy without delay")
+                     f"(target >= 90%), {100 * msgs / consumer:.0f}% of the consumer")
+        for mode in wan_modes:
+            direct, through = medians.get(name(mode)), medians.get(name(mode, proxy0))
+            if case == name(mode, wan) and direct and through:
+                line += (f"  = {100 * msgs / direct[0]:.0f}% of the mirror without delay "
+                         f"(target >= 80%), {100 * msgs / through[0]:.0f}% of it through the "
+                         "proxy without delay")
+            elif case == name(mode, proxy0) and direct:
+                line += f"  = {100 * msgs / direct[0]:.0f}% of the direct mirror (the proxy's cost)"
         print(line)
     return 0
 

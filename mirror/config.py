@@ -19,7 +19,7 @@ from pathlib import Path
 
 from broker.client.heartbeat import AGENTS_TOPIC
 from broker.common.config import (
-    PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
+    NONNEG_INT, PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
 )
 from broker.common.sasl import SaslCredentials, sasl_section
@@ -33,6 +33,9 @@ MODES = ("preserve", "produce")
 """``preserve``: byte-identical target partitions, resumed from the target's log end
 (mirror.preserve); ``produce``: batches re-produced at the target's end, resumed from
 the group's committed source positions (mirror.core)."""
+FETCH_WINDOW_BYTES = 128 * 1024 * 1024
+MAX_FETCH_WINDOW_BYTES = 256 * 1024 * 1024
+"""Half the client's 512 MiB frame limit: one fetch answer never comes near it."""
 COMPRESSION = ("none", "gzip", "lz4", "zstd")
 """The batch codecs (broker.client.CODECS); see MirrorConfig.compression."""
 
@@ -76,6 +79,10 @@ class MirrorConfig:
     """Stored bytes sent to the target and not yet acknowledged (the pipeline's window)."""
     fetch_requests_per_broker: int = 4
     """Fetches in flight per source broker (each for a share of its partitions)."""
+    fetch_window_bytes: int = FETCH_WINDOW_BYTES
+    """Most bytes asked from one source broker at once. Within it the bytes asked per
+    partition grow from ``fetch_max_bytes`` with the measured rate x round trip, so a WAN
+    does not cap the copy (broker.client.group.window); 0 keeps ``fetch_max_bytes``."""
     max_request_bytes: int = 1024 * 1024
     """Produce requests to the target up to this size: a broker appends many 1 MiB requests
     for far less CPU than few 16 MiB ones (benchmarks/mirror_throughput.py)."""
@@ -153,7 +160,8 @@ SECTIONS = {
         group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
         start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
         poll_max_bytes=POSITIVE_INT, max_inflight_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT,
-        fetch_requests_per_broker=POSITIVE_INT, max_request_bytes=POSITIVE_INT,
+        fetch_requests_per_broker=POSITIVE_INT, fetch_window_bytes=NONNEG_INT,
+        max_request_bytes=POSITIVE_INT,
         commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
         shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
@@ -220,6 +228,11 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
     start = m.get("start", "earliest")
     if start not in ("earliest", "latest"):
         v.fail("mirror.start", f"must be 'earliest' or 'latest', not {start!r}")
+    window = m.get("fetch_window_bytes", FETCH_WINDOW_BYTES)
+    if window > MAX_FETCH_WINDOW_BYTES:
+        v.fail("mirror.fetch_window_bytes", f"{window} is more than one fetch answer may carry "
+               f"({MAX_FETCH_WINDOW_BYTES} bytes, the client's frame limit); 128 MiB covers "
+               "50 ms at 2 GB/s")
     compression = m.get("compression", "none")
     if compression not in COMPRESSION:
         v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
@@ -246,6 +259,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         poll_max_bytes=m.get("poll_max_bytes", 8 * 1024 * 1024),
         max_inflight_bytes=m.get("max_inflight_bytes", 32 * 1024 * 1024),
         fetch_requests_per_broker=m.get("fetch_requests_per_broker", 4),
+        fetch_window_bytes=window,
         max_request_bytes=m.get("max_request_bytes", 1024 * 1024),
         queue_bytes=m.get("queue_bytes", 64 * 1024 * 1024),
         commit_interval_ms=m.get("commit_interval_ms", 1000),

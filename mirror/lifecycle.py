@@ -74,7 +74,8 @@ class MirrorLoop:
                 auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
                 max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
                 consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
-                fetch_requests_per_broker=cfg.fetch_requests_per_broker, tls=cfg.source_tls,
+                fetch_requests_per_broker=cfg.fetch_requests_per_broker,
+                fetch_window_bytes=cfg.fetch_window_bytes, tls=cfg.source_tls,
                 sasl=cfg.source_sasl, listener=cfg.source_listener)
         except LogferryError as exc:
             self._close_clients()

@@ -33,7 +33,7 @@ def test_example_config_loads():
 def test_pipeline_defaults_and_the_example_agree():
     config, defaults = load_config(ROOT / "etc" / "mirror.toml"), parse_config(BASE)
     for key in ("fetch_max_bytes", "fetch_requests_per_broker", "queue_bytes", "poll_max_bytes",
-                "max_inflight_bytes", "max_request_bytes"):
+                "max_inflight_bytes", "max_request_bytes", "fetch_window_bytes"):
         assert getattr(config, key) == getattr(defaults, key), key
     assert defaults.queue_bytes >= 2 * 4 * defaults.fetch_max_bytes  # 4 partitions in flight, twice
 
@@ -50,6 +50,8 @@ def test_pipeline_defaults_and_the_example_agree():
     (_with("mirror", poll_max_bytes=0), "mirror.poll_max_bytes"),
     (_with("mirror", max_inflight_bytes=0), "mirror.max_inflight_bytes"),
     (_with("mirror", fetch_requests_per_broker=0), "mirror.fetch_requests_per_broker"),
+    (_with("mirror", fetch_window_bytes=-1), "mirror.fetch_window_bytes"),
+    (_with("mirror", fetch_window_bytes=1 << 30), "mirror.fetch_window_bytes"),
     (_with("mirror", max_request_bytes=0), "mirror.max_request_bytes"),
     (_with("mirror", session_timeout_s="6"), "mirror.session_timeout_s"),
     (_with("mirror", group="a/b"), "mirror.group"),

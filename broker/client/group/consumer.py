@@ -29,6 +29,7 @@ from broker.client.group.access import check_group_access
 from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
 from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.fetcher import Fetcher
+from broker.client.group.window import FetchWindow
 from broker.client.group.lag import group_lag
 from broker.client.group.rebalance import Coordinator, MemberState, connect
 from broker.client.group.streams import (
@@ -101,7 +102,7 @@ class GroupConsumer:
                  on_revoke: Callable[[list[TopicPartition]], None] | None = None,
                  raw_batches: bool = False,
                  on_gap: Callable[[str, int, int, int], bool] | None = None,
-                 fetch_requests_per_broker: int = 1,
+                 fetch_requests_per_broker: int = 1, fetch_window_bytes: int = 0,
                  tls: TlsConfig | ssl.SSLContext | None = None,
                  sasl: SaslCredentials | None = None, listener: str | None = None):
         if brokers is not None or zk is None:
@@ -117,9 +118,10 @@ class GroupConsumer:
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
         if (num_streams < 1 or max_bytes < 1 or queue_bytes < 1 or session_timeout <= 0
-                or fetch_requests_per_broker < 1):
+                or fetch_requests_per_broker < 1 or fetch_window_bytes < 0):
             raise ConfigError("num_streams, max_bytes, queue_bytes, session_timeout and "
-                              "fetch_requests_per_broker must be positive")
+                              "fetch_requests_per_broker must be positive (fetch_window_bytes "
+                              "not negative)")
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -157,7 +159,9 @@ class GroupConsumer:
         """Deliver undecoded batches through :meth:`poll_batches` instead of messages."""
         self._fetcher = Fetcher(self._state, self._simple, start, max_wait_ms, request_timeout,
                                 on_resolved=self._commit_now.set, raw_batches=raw_batches,
-                                on_gap=on_gap, requests_per_broker=fetch_requests_per_broker)
+                                on_gap=on_gap, requests_per_broker=fetch_requests_per_broker,
+                                window=FetchWindow(max_bytes, fetch_window_bytes)
+                                if fetch_window_bytes else None)
         self._coordinator: Coordinator | None = None
         self._committer: threading.Thread | None = None
         self._queues: list[StreamQueue] = []

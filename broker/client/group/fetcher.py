@@ -9,7 +9,10 @@ one slow or dead broker never holds up the others. With ``requests_per_broker`` 
 (the mirror, reading across a WAN) up to that many requests per broker are in flight,
 each for a different share of its partitions (a partition is still in one request at a
 time): a partition's next fetch then waits only for its own answer, not for the other
-partitions' bytes, so round trips overlap with transfers. Responses are decoded in this
+partitions' bytes, so round trips overlap with transfers. With a
+:class:`broker.client.group.window.FetchWindow` (``fetch_window_bytes``) the bytes asked
+per partition grow from ``max_bytes`` with the measured rate x latency of each broker,
+so a long round trip does not cap the rate (bounded per broker). Responses are decoded in this
 thread (one msgpack call per batch, CRC-checked) and queued as :class:`Chunk` objects
 for the application.
 
@@ -59,6 +62,7 @@ from broker.wire.fetch import (
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import Message, SimpleConsumer, messages_of
 from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
+from broker.client.group.window import FetchWindow, Ticket
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
@@ -88,6 +92,8 @@ class _Request(NamedTuple):
     parts: list[tuple[PartitionState, int, int]]
     """(state, epoch, offset) per part, in request order."""
     deadline: float
+    ticket: Ticket | None
+    """The window's note of when it went out (None without a window)."""
 
 
 class Fetcher:
@@ -97,8 +103,12 @@ class Fetcher:
                  max_wait_ms: int, request_timeout: float,
                  on_resolved: Callable[[], None] | None = None, raw_batches: bool = False,
                  on_gap: Callable[[str, int, int, int], bool] | None = None,
-                 requests_per_broker: int = 1):
+                 requests_per_broker: int = 1, window: FetchWindow | None = None):
         self.state = state
+        self.window = window
+        """Adapts the bytes asked per partition to each broker's rate x latency (or None)."""
+        self._answered_at: dict[int, float] = {}
+        """id(future) -> when its response arrived (stamped by the reader thread)."""
         self.requests_per_broker = requests_per_broker
         self.raw_batches = raw_batches
         self.on_gap = on_gap
@@ -132,6 +142,7 @@ class Fetcher:
                 for ps, _, _ in request.parts:
                     ps.in_flight = False
             self._inflight.clear()
+            self._answered_at.clear()
             self.state.acked.notify_all()
 
     def refresh_metadata(self) -> None:
@@ -221,14 +232,21 @@ class Fetcher:
     def _send(self, address: tuple[str, int], states: list[PartitionState], slot: int = 0) -> bool:
         parts: list[tuple[PartitionState, int, int]] = []
         fields_parts: list[FetchPart] = []
+        window = self.window
         with self.state.lock:
             now = time.monotonic()
+            size = 0
+            if window is not None:
+                fetched = sum(1 for ps in self.state.partitions.values()
+                              if ps.active and ps.address == address)
+                size = window.size(address, fetched)
             for ps in states:
                 if not self._fetchable(ps, now) or ps.fetch_offset is None:
                     continue  # stopped or re-targeted while we resolved addresses
                 ps.in_flight = True
                 parts.append((ps, ps.epoch, ps.fetch_offset))
-                fields_parts.append(FetchPart(ps.topic, ps.partition, ps.fetch_offset, ps.max_bytes))
+                fields_parts.append(FetchPart(ps.topic, ps.partition, ps.fetch_offset,
+                                              max(ps.max_bytes, size)))
         if not parts:
             return False
         fields = encode_fetch_request(fields_parts, self.max_wait_ms, 1)
@@ -241,24 +259,32 @@ class Fetcher:
                 self.cluster.forget(topic)
             self._parts_failed(parts, f"broker {address[0]}:{address[1]}: {exc}")
             return False
-        deadline = time.monotonic() + self.max_wait_ms / 1000 + self.request_timeout
+        now = time.monotonic()
+        deadline = now + self.max_wait_ms / 1000 + self.request_timeout
         with self.state.lock:
+            ticket = window.sent(address, now, size) if window is not None else None
             self._inflight[address, slot] = _Request(address, slot, connection, future, parts,
-                                                     deadline)
+                                                     deadline, ticket)
         self.stats["fetch_requests"] += 1
         future.callback = self._on_response
         return True
 
-    def _on_response(self, _future: ResponseFuture) -> None:
-        # Runs on the connection's reader thread: only wake the fetcher.
+    def _on_response(self, future: ResponseFuture) -> None:
+        # Runs on the connection's reader thread: only note the time and wake the fetcher.
         with self.state.lock:
+            if self.window is not None:
+                self._answered_at[id(future)] = time.monotonic()
             self.state.fetch_wake.notify_all()
 
     # -- receiving ---------------------------------------------------------------------------
 
     def _complete(self, request: _Request) -> None:
         future = request.future
+        answered_at = self._answered_at.pop(id(future), None) if self.window is not None else None
         if not future.done():
+            if self.window is not None:
+                with self.state.lock:
+                    self.window.forget(request.address)
             request.connection.close()  # a hung broker: start afresh next time
             waited = self.max_wait_ms / 1000 + self.request_timeout
             self._parts_failed(request.parts, f"no fetch response from {request.connection.address} "
@@ -271,6 +297,12 @@ class Fetcher:
         except LogferryError as exc:
             self._parts_failed(request.parts, str(exc))
             return
+        if self.window is not None and request.ticket is not None:
+            with self.state.lock:
+                half = request.ticket.asked // 2
+                self.window.answered(request.ticket, sum(len(d) for d in data),
+                                     any(len(d) >= half for d in data),
+                                     answered_at if answered_at is not None else time.monotonic())
         for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):
             self._handle_part(ps, epoch, offset, result, part_data)
         if len(results) < len(request.parts):

@@ -1,0 +1,119 @@
+"""broker.client.group.window.FetchWindow: fetch sizes probed from the measured rate.
+
+A small model of a link stands in for the network: ``P`` backlogged partitions, each
+with one fetch in flight (stop-and-wait, as the fetcher does), answers sent one after
+the other over a link of ``bandwidth`` bytes/s, ``latency`` seconds of round trip.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+
+from broker.client.group.window import FetchWindow
+
+MiB = 1024 * 1024
+
+
+def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: float,
+             seconds: float = 6.0, backlog: bool = True, sizes: list[int] | None = None,
+             start: float = 0.0) -> float:
+    """Bytes/s the partitions move together over the last third of ``seconds`` (the clock
+    starting at ``start``); the sizes asked then go to ``sizes``."""
+    link_free = start
+    answers: list[tuple[float, int, object, int]] = []
+
+    def send(now: float, i: int) -> None:
+        nonlocal link_free
+        size = window.size("b", partitions)
+        ticket = window.sent("b", now)
+        got = size if backlog else 1000
+        start = max(now + latency / 2, link_free)
+        link_free = start + got / bandwidth
+        heapq.heappush(answers, (link_free + latency / 2, i, ticket, got))
+
+    for i in range(partitions):
+        send(start, i)
+    end = start + seconds
+    moved = 0
+    while True:
+        now, i, ticket, got = heapq.heappop(answers)
+        if now > end:
+            return moved / (seconds / 3)
+        window.answered(ticket, got, backlog, now)  # type: ignore[arg-type]
+        if now > end - seconds / 3:
+            moved += got
+            if sizes is not None:
+                sizes.append(ticket.asked)  # type: ignore[attr-defined]
+        send(now, i)
+
+
+def test_a_long_round_trip_grows_the_fetch_size_until_the_link_is_busy():
+    fixed = simulate(FetchWindow(4 * MiB, 0), 4, 400e6, 0.05)
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    rate = simulate(window, 4, 400e6, 0.05)
+    assert fixed < 0.75 * 400e6  # 4 x 4 MiB per round trip: the window is the limit
+    assert rate >= 0.85 * 400e6
+    best, size = window.estimates("b")
+    assert best >= 0.85 * 400e6
+    assert 4 * MiB < size <= 32 * MiB
+
+
+def test_without_latency_the_fetch_size_stays_at_its_base_but_for_rare_probes():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    sizes: list[int] = []
+    rate = simulate(window, 4, 400e6, 0.0005, sizes=sizes)
+    assert rate >= 0.95 * 400e6
+    assert max(sizes) <= 8 * MiB  # one doubling tried now and then, never more
+    assert sizes.count(4 * MiB) >= 0.8 * len(sizes)
+
+
+def test_the_budget_caps_the_bytes_asked_from_one_broker():
+    window = FetchWindow(4 * MiB, 32 * MiB)
+    simulate(window, 4, 1e9, 0.2)
+    assert window.size("b", 4) == 8 * MiB  # 4 partitions x 8 MiB = the budget
+    assert window.size("b", 64) == 4 * MiB  # never below the configured fetch size
+
+
+def test_one_partition_alone_grows_past_several_round_trips_per_fetch():
+    window = FetchWindow(1 * MiB, 512 * MiB)
+    rate = simulate(window, 1, 200e6, 0.05, seconds=10.0)
+    assert rate >= 0.75 * 200e6  # stop-and-wait: busy only while a fetch outlasts the latency
+
+
+def test_a_caught_up_broker_decides_nothing():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    simulate(window, 4, 400e6, 0.05, backlog=False)
+    assert window.size("b", 4) == 4 * MiB
+
+
+def test_no_budget_means_no_adapting():
+    window = FetchWindow(4 * MiB, 0)
+    simulate(window, 4, 400e6, 0.05)
+    assert window.size("b", 4) == 4 * MiB
+
+
+def test_unknown_and_forgotten_brokers_get_the_base():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    assert window.size("x", 4) == 4 * MiB
+    simulate(window, 4, 400e6, 0.05)
+    assert window.size("b", 4) > 4 * MiB
+    window.forget("b")
+    assert window.size("b", 4) == 4 * MiB
+
+
+def test_invalid_settings_are_refused():
+    with pytest.raises(ValueError):
+        FetchWindow(0, 1)
+    with pytest.raises(ValueError):
+        FetchWindow(1, -1)
+
+
+def test_a_path_that_got_shorter_gives_the_memory_back():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    simulate(window, 4, 400e6, 0.1)
+    assert window.size("b", 4) >= 16 * MiB
+    rate = simulate(window, 4, 400e6, 0.0005, seconds=30.0, start=100.0)
+    assert rate >= 0.95 * 400e6
+    assert window.size("b", 4) <= 8 * MiB  # halvings that cost nothing are kept
