@@ -27,7 +27,7 @@ import time
 import zlib
 from typing import Sequence
 
-from broker.client.accumulator import Accumulator
+from broker.client.accumulator import Accumulator, fast_send
 from broker.client.cluster import Cluster
 from broker.client.delivery import DeliveryFuture
 from broker.client.sender import RetryPolicy, Sender
@@ -43,7 +43,6 @@ from broker.wire import records
 log = logging.getLogger("logferry.producer")
 
 Values = bytes | Sequence[bytes]
-_now = time.time
 
 
 class Producer:
@@ -117,9 +116,8 @@ class Producer:
             linger=self.linger, batch_bytes=batch_bytes, batch_messages=batch_messages,
             buffer_bytes=buffer_bytes, block_timeout=block_timeout,
             max_request_bytes=max_request_bytes)
-        self._fast_append = self._accumulator.fast_append
-        self._batching = batch_messages > 1
-        """With one message per batch no batch is ever open: skip the fast path."""
+        self.send = fast_send(  # type: ignore[method-assign]  # the fast send(), see below
+            self._accumulator, self._known_partition, self._send)
         self._sender = Sender(
             self._accumulator, self.cluster, acks=acks, codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
@@ -154,25 +152,16 @@ class Producer:
         may all be down and messages are still queued. Returns the future of the batch
         holding the last message.
         """
-        # The common case first: one keyless message (bytes, or a list of one), the
-        # time now, and an open batch with room (Accumulator.fast_append). A partition
-        # with an open batch was checked against the topic's partition count when the
-        # batch opened (and forgetting the count closes the topic's open batches).
-        if key is None and timestamp is None and self._batching:
-            value: bytes | None = None
-            if type(messages) is bytes:
-                value = messages
-            elif type(messages) is list and len(messages) == 1:
-                value = messages[0]
-            if value is not None:
-                if partition is None:
-                    known = self._partition_counts.get(topic)
-                    if known is not None:
-                        partition = self._choose_partition(topic, None, known)
-                if partition is not None:
-                    future = self._fast_append((topic, partition), value, len(value), _now())
-                    if future is not None:
-                        return future
+        return self._send(topic, messages, key, partition, timestamp)
+
+    # ``send`` above documents the call; each Producer replaces it with the closure
+    # ``accumulator.fast_send`` builds, which takes the common case (one keyless
+    # message to a partition whose open batch has room) in one Python call and hands
+    # everything else to ``_send``, with the same results.
+
+    def _send(self, topic: str, messages: Values, key: bytes | None = None,
+              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
+        """``send``'s general path: any messages, key, partition and timestamp."""
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             values: list[bytes] = [messages]  # type: ignore[list-item]  # any bytes-like packs
             nbytes = len(messages)
@@ -247,6 +236,11 @@ class Producer:
         self.close()
 
     # -- partitioning ---------------------------------------------------------------------
+
+    def _known_partition(self, topic: str) -> int | None:
+        """A keyless message's partition, if the topic's partition count is known."""
+        count = self._partition_counts.get(topic)
+        return None if count is None else self._choose_partition(topic, None, count)
 
     def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
         """A key hashes (crc32) to its partition; otherwise round robin or random."""

@@ -1,6 +1,6 @@
 """The producer's fast path and what it rests on, without threads or sockets.
 
-``Accumulator.fast_append`` (one keyless message into a partition's open batch), the
+``accumulator.fast_send`` (one keyless message into a partition's open batch), the
 open-batch bookkeeping it relies on, timestamps kept as runs of equal milliseconds,
 ``records.encode_batch_deltas`` and the scatter-gather write of a request's parts.
 """
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from broker.client.accumulator import Accumulator, ProducerBatch
+from broker.client.accumulator import Accumulator, ProducerBatch, fast_send
 from broker.client.connection import _send_parts
 from broker.common.errors import BufferFullError, ConfigError, ProducerClosedError, StorageError
 from broker.wire import records
@@ -36,6 +36,13 @@ def make(clock: Clock | None = None, **overrides) -> Accumulator:
     return Accumulator(clock=clock or Clock(), **settings)
 
 
+def fast_append(acc: Accumulator, tp: tuple[str, int], value: bytes, now: float):
+    """One message through the fast path of ``send`` (accumulator.fast_send) at time
+    ``now``; None where ``send`` would take its general path."""
+    send = fast_send(acc, lambda topic: None, lambda *args: None, clock=lambda: now)
+    return send(tp[0], value, partition=tp[1])
+
+
 def decoded(batch: ProducerBatch) -> records.Batch:
     [out], _ = records.decode_batches(bytes(batch.encode(records.CODEC_NONE)), 0)
     return out
@@ -43,9 +50,9 @@ def decoded(batch: ProducerBatch) -> records.Batch:
 
 def test_fast_append_needs_an_open_batch_then_joins_it() -> None:
     acc = make()
-    assert acc.fast_append(TP, b"a", 1, T0) is None  # nothing open: the caller appends
+    assert fast_append(acc, TP, b"a", T0) is None  # nothing open: the caller appends
     future = acc.append(TP, [b"a"], 1, None, int(T0 * 1000))
-    assert acc.fast_append(TP, b"b", 1, T0 + 0.0001) is future
+    assert fast_append(acc, TP, b"b", T0 + 0.0001) is future
     [batch] = acc.ready(acc.clock() + 1)[0][TP]
     assert batch.values == [b"a", b"b"] and acc.buffered == 2 and acc.unfinished == 1
 
@@ -54,9 +61,9 @@ def test_a_batch_filled_by_the_fast_path_closes_and_is_ready() -> None:
     clock = Clock()
     acc = make(clock, linger=10.0)
     acc.append(TP, [b"a"], 1, None, 1)
-    acc.fast_append(TP, b"b", 1, T0)
-    assert acc.fast_append(TP, b"c", 1, T0) is not None
-    assert TP not in acc.open and acc.fast_append(TP, b"d", 1, T0) is None  # full: no room
+    fast_append(acc, TP, b"b", T0)
+    assert fast_append(acc, TP, b"c", T0) is not None
+    assert TP not in acc.open and fast_append(acc, TP, b"d", T0) is None  # full: no room
     drained, _ = acc.ready(clock.now)
     assert [b.values for b in drained[TP]] == [[b"a", b"b", b"c"]]  # full: ready at once
     acc.append(TP, [b"d"], 1, None, 1)
@@ -66,19 +73,19 @@ def test_a_batch_filled_by_the_fast_path_closes_and_is_ready() -> None:
 def test_batch_bytes_closes_a_batch_too() -> None:
     acc = make(batch_messages=100, batch_bytes=4)
     acc.append(TP, [b"aa"], 2, None, 1)
-    acc.fast_append(TP, b"bb", 2, T0)
+    fast_append(acc, TP, b"bb", T0)
     assert TP not in acc.open
 
 
 def test_the_fast_path_leaves_keyed_batches_and_full_buffers_to_append() -> None:
     acc = make(batch_messages=10, buffer_bytes=3)
     acc.append(TP, [b"a"], 1, b"k", 1)
-    assert acc.fast_append(TP, b"b", 1, T0) is None  # keys column: append fills in None
+    assert fast_append(acc, TP, b"b", T0) is None  # keys column: append fills in None
     acc.append(TP, [b"b"], 1, None, 1)
     assert acc.open[TP].keys == [b"k", None]
     other = ("t", 1)
     acc.append(other, [b"x"], 1, None, 1)
-    assert acc.fast_append(other, b"y", 1, T0) is None  # 4 bytes > buffer_bytes = 3
+    assert fast_append(acc, other, b"y", T0) is None  # 4 bytes > buffer_bytes = 3
     with pytest.raises(BufferFullError):
         acc.append(other, [b"y"], 1, None, 1)
 
@@ -87,13 +94,13 @@ def test_no_fast_append_once_closed_or_dead() -> None:
     acc = make()
     acc.append(TP, [b"a"], 1, None, 1)
     acc.close()
-    assert acc.fast_append(TP, b"b", 1, T0) is None
+    assert fast_append(acc, TP, b"b", T0) is None
     with pytest.raises(ProducerClosedError):
         acc.append(TP, [b"b"], 1, None, 1)
     dead = make()
     dead.append(TP, [b"a"], 1, None, 1)
     dead.set_fatal(StorageError("boom"))
-    assert dead.fast_append(TP, b"b", 1, T0) is None
+    assert fast_append(dead, TP, b"b", T0) is None
 
 
 def test_a_taken_batch_takes_no_more_messages() -> None:
@@ -101,7 +108,7 @@ def test_a_taken_batch_takes_no_more_messages() -> None:
     acc = make(clock, linger=0.0, batch_messages=10)
     acc.append(TP, [b"a"], 1, None, 1)
     [taken] = acc.ready(clock.now)[0][TP]
-    assert acc.fast_append(TP, b"b", 1, T0) is None
+    assert fast_append(acc, TP, b"b", T0) is None
     acc.append(TP, [b"b"], 1, None, 1)
     assert taken.values == [b"a"] and acc.open[TP] is not taken
 
@@ -111,7 +118,7 @@ def test_a_raw_batch_ends_the_open_batch_so_order_is_kept() -> None:
     acc = make(clock, batch_messages=10)
     acc.append(TP, [b"a"], 1, None, 1)
     acc.append_raw(TP, records.encode_batch([b"r"], None, 1), 1)
-    assert acc.fast_append(TP, b"b", 1, T0) is None
+    assert fast_append(acc, TP, b"b", T0) is None
     acc.append(TP, [b"b"], 1, None, 1)
     drained = acc.ready(clock.now)[0][TP]
     assert [b.raw for b in drained] == [False, True, False]
@@ -128,7 +135,7 @@ def test_failure_and_abort_close_the_open_batch() -> None:
     assert TP not in acc.open
     acc.append(TP, [b"c"], 1, None, 1)
     acc.abort_all()
-    assert acc.open == {} and acc.fast_append(TP, b"d", 1, T0) is None
+    assert acc.open == {} and fast_append(acc, TP, b"d", T0) is None
 
 
 def test_fast_appends_from_many_threads_lose_nothing() -> None:
@@ -139,7 +146,7 @@ def test_fast_appends_from_many_threads_lose_nothing() -> None:
     def produce(n: int) -> None:
         for i in range(per_thread):
             value = b"%d-%d" % (n, i)
-            if acc.fast_append(TP, value, len(value), T0) is None:
+            if fast_append(acc, TP, value, T0) is None:
                 acc.append(TP, [value], len(value), None, int(T0 * 1000))
 
     threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
@@ -162,8 +169,8 @@ def test_fast_appends_from_many_threads_lose_nothing() -> None:
 def test_messages_in_one_millisecond_share_a_run_and_encode_without_deltas() -> None:
     acc = make(batch_messages=10)
     acc.append(TP, [b"a"], 1, None, int(T0 * 1000))
-    acc.fast_append(TP, b"b", 1, T0 + 0.0002)
-    acc.fast_append(TP, b"c", 1, T0 + 0.0009)
+    fast_append(acc, TP, b"b", T0 + 0.0002)
+    fast_append(acc, TP, b"c", T0 + 0.0009)
     batch = acc.open[TP]
     assert batch.ts_runs == [0, int(T0 * 1000)] and batch.timestamps == [int(T0 * 1000)] * 3
     out = decoded(batch)
@@ -174,11 +181,11 @@ def test_each_message_keeps_its_own_millisecond() -> None:
     acc = make(batch_messages=10)
     base = int(T0 * 1000)
     acc.append(TP, [b"a", b"b"], 2, None, base)
-    acc.fast_append(TP, b"c", 1, T0 + 0.0015)   # 1 ms later
-    acc.fast_append(TP, b"d", 1, T0 + 0.0051)   # 5 ms later
-    acc.fast_append(TP, b"e", 1, T0 + 0.0004)   # the wall clock stepped back: kept
+    fast_append(acc, TP, b"c", T0 + 0.0015)   # 1 ms later
+    fast_append(acc, TP, b"d", T0 + 0.0051)   # 5 ms later
+    fast_append(acc, TP, b"e", T0 + 0.0004)   # the wall clock stepped back: kept
     acc.append(TP, [b"f"], 1, None, 7)          # an explicit timestamp
-    acc.fast_append(TP, b"g", 1, T0 + 0.0004)
+    fast_append(acc, TP, b"g", T0 + 0.0004)
     batch = acc.open[TP]
     expected = [base, base, base + 1, base + 5, base, 7, base]
     assert batch.timestamps == expected
@@ -275,7 +282,7 @@ def test_close_open_sends_a_topics_next_messages_down_the_checked_path() -> None
     acc.append(TP, [b"a"], 1, None, 1)
     acc.append(("u", 0), [b"x"], 1, None, 1)
     acc.close_open("t")
-    assert acc.fast_append(TP, b"b", 1, T0) is None and ("u", 0) in acc.open
+    assert fast_append(acc, TP, b"b", T0) is None and ("u", 0) in acc.open
     acc.append(TP, [b"b"], 1, None, 1)
     acc._flushing = 1
     assert [b.values for b in acc.ready(acc.clock())[0][TP]] == [[b"a"], [b"b"]]
