@@ -14,6 +14,13 @@ worktree of the branch before a change), so both are measured by the same script
     .venv/bin/python benchmarks/producer_send.py --messages 1000000 --runs 5
     .venv/bin/python benchmarks/producer_send.py --checkout ../old --runs 5
 
+``--vs DIR`` measures this checkout (B) against the checkout DIR (A, with its own
+``.venv``) alternated run by run, each run a fresh process with its own cluster, and
+prints both sides' medians (msgs/s and the CPU figures) and B / A. That is the way to
+compare old and new on a shared machine:
+
+    .venv/bin/python benchmarks/producer_send.py --vs ../old --runs 5
+
 ``--idempotence both`` measures the idempotent producer against the plain one side by
 side (runs alternate on, off, on, ...; medians of each), with ``--acks -1`` (idempotence
 needs acks 1 or all):
@@ -25,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +66,12 @@ def main() -> int:
                         "alternate on and off, medians side by side")
     parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
                         help="the checkout whose producer and broker are measured")
+    parser.add_argument("--vs", type=Path, metavar="DIR",
+                        help="alternate runs of this checkout with runs of checkout DIR (each "
+                        "with its own .venv) and print both medians and new / old")
     args = parser.parse_args()
+    if args.vs is not None:
+        return compare(args)
     sys.path.insert(0, str(args.checkout.resolve()))
     from benchmarks.harness import LocalCluster
     from broker.client import Producer
@@ -103,6 +117,47 @@ def main() -> int:
               f"{statistics.median(other_cpu) * 1e9:.0f} ns, broker "
               f"{statistics.median(broker) * 1e9:.0f} ns (the machine may be shared: CPU "
               f"figures are the steadier ones)")
+    return 0
+
+
+RUN_LINE = re.compile(r"run \d+: produce default batching\s+(?P<rate>[\d,]+) msgs/s \(CPU per "
+                      r"message: send\(\) (?P<send>\d+) ns, other threads (?P<other>\d+) ns, "
+                      r"broker (?P<broker>\d+) ns\)")
+FIGURES = ("rate", "send", "other", "broker")
+
+
+def compare(args: argparse.Namespace) -> int:
+    """``--vs``: this checkout (B) against ``args.vs`` (A), one run each in turn (A
+    first in odd rounds, B first in even ones), each a fresh ``--runs 1`` process of
+    this script under the checkout's own interpreter."""
+    sides = {"A": args.vs.resolve(), "B": args.checkout.resolve()}
+    for side, checkout in sides.items():
+        if not (checkout / ".venv" / "bin" / "python").exists():
+            raise SystemExit(f"producer_send: {checkout}/.venv/bin/python does not exist "
+                             "(run `make venv` there)")
+    figures: dict[str, dict[str, list[float]]] = {s: {f: [] for f in FIGURES} for s in sides}
+    print(f"A = {sides['A']}\nB = {sides['B']}\n{args.messages:,} messages, acks={args.acks}, "
+          f"{args.runs} rounds, alternated", flush=True)
+    for round_ in range(args.runs):
+        for side in ("A", "B") if round_ % 2 == 0 else ("B", "A"):
+            checkout = sides[side]
+            cmd = [str(checkout / ".venv" / "bin" / "python"), str(Path(__file__).resolve()),
+                   "--checkout", str(checkout), "--runs", "1", "--messages", str(args.messages),
+                   "--acks", str(args.acks)]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            match = RUN_LINE.search(done.stdout)
+            if done.returncode != 0 or match is None:
+                raise SystemExit(f"producer_send: {' '.join(cmd)} exited {done.returncode}:\n"
+                                 f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            for name in FIGURES:
+                figures[side][name].append(float(match[name].replace(",", "")))
+            print(f"  round {round_ + 1} {side}: {match[0].split(': ', 1)[1]}", flush=True)
+    medians = {s: {f: statistics.median(v) for f, v in figs.items()} for s, figs in figures.items()}
+    print(f"\nmedians of {args.runs}      {'A (old)':>12} {'B (new)':>12}   B / A")
+    for name, label, unit in (("rate", "msgs/s", ""), ("send", "send() CPU", " ns"),
+                              ("other", "other threads", " ns"), ("broker", "broker CPU", " ns")):
+        a, b = medians["A"][name], medians["B"][name]
+        print(f"  {label + unit:<20} {a:>12,.0f} {b:>12,.0f}   {b / a:.2f}")
     return 0
 
 

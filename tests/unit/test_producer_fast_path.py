@@ -163,6 +163,50 @@ def test_fast_appends_from_many_threads_lose_nothing() -> None:
         assert mine == [b"%d-%d" % (n, i) for i in range(per_thread)]
 
 
+def test_fast_appends_are_counted_exactly_in_buffered_and_in_the_batch() -> None:
+    acc = make(batch_messages=100, batch_bytes=1000, buffer_bytes=10_000)
+    acc.append(TP, [b"a" * 10], 10, None, 1)
+    batch = acc.open[TP]
+    assert batch.room > 0  # a grant: fast appends need no other check
+    for size in (1, 2, 3, 4):
+        assert fast_append(acc, TP, b"b" * size, T0) is batch.future
+    assert acc.buffered == 20 and acc.unfinished == 1
+    [taken] = acc.ready(acc.clock() + 1)[0][TP]
+    assert taken is batch and batch.nbytes == 20 and batch.room == 0 and acc.buffered == 20
+    acc.done(TP, [taken])
+    assert acc.buffered == 0 and acc._committed == 0 and acc._granted == 0
+
+
+def test_grants_never_make_the_buffer_refuse_what_fits() -> None:
+    """Unused grants count as used only until something needs the space: then every
+    grant is given back, so buffer_bytes binds on the bytes queued, exactly as before."""
+    acc = make(batch_messages=100, batch_bytes=1000, buffer_bytes=1600)
+    acc.append(TP, [b"a" * 10], 10, None, 1)
+    acc.append(("t", 1), [b"b" * 10], 10, None, 1)
+    assert acc._committed > acc.buffered == 20  # two grants outstanding
+    acc.append(("t", 2), [b"c" * 1570], 1570, None, 1)  # fits only without the grants
+    assert acc.buffered == acc._committed == 1590 and acc.open[TP].room == 0
+    assert fast_append(acc, TP, b"d" * 10, T0) is not None  # exactly full: still fits
+    assert acc.buffered == 1600
+    assert fast_append(acc, TP, b"e", T0) is None  # over: send() takes append(), which waits
+    with pytest.raises(BufferFullError):
+        acc.append(TP, [b"e"], 1, None, 1)
+
+
+def test_no_grant_fills_a_batch_the_fast_path_would_not_close() -> None:
+    """A grant stops one byte short of batch_bytes: the message that fills a batch goes
+    through the exact checks, which close it (and wake the sender) at once."""
+    acc = make(batch_messages=100, batch_bytes=10, buffer_bytes=10_000)
+    acc.append(TP, [b"a"], 1, None, 1)
+    assert acc.open[TP].room == 8
+    fast_append(acc, TP, b"b" * 8, T0)
+    assert TP in acc.open and acc.open[TP].room == 0
+    fast_append(acc, TP, b"c", T0)  # 10 bytes: full
+    assert TP not in acc.open
+    [full] = acc.ready(acc.clock())[0][TP]
+    assert full.nbytes == 10 and full.values == [b"a", b"b" * 8, b"c"]
+
+
 # -- timestamps as runs -------------------------------------------------------------------
 
 
@@ -375,6 +419,22 @@ def test_producer_send_takes_the_fast_path_with_the_general_paths_checks() -> No
         producer.close(timeout=30)
     with pytest.raises(ProducerClosedError):
         producer.send("t", b"z", partition=0)
+
+
+def test_the_class_method_send_is_the_general_path_with_the_same_result() -> None:
+    """Each Producer installs accumulator.fast_send as its ``send``; the documented
+    method (the general path) joins the same open batch."""
+    from broker.client import Producer
+
+    producer = Producer(brokers=["127.0.0.1:9"], linger_ms=60_000, retries=0)
+    try:
+        producer._partition_counts["t"] = 1
+        first = producer.send("t", b"a", partition=0)
+        assert Producer.send(producer, "t", b"b", partition=0) is first
+        assert producer.send("t", b"c") is first  # round robin over one partition
+        assert producer._accumulator.open[("t", 0)].values == [b"a", b"b", b"c"]
+    finally:
+        producer.close(timeout=30)
 
 
 def test_acks_set_after_construction_reaches_the_sender() -> None:
