@@ -121,8 +121,11 @@ class ProducerBatch:
         fixed in the bytes at the first encode, so every retry resends the same ones."""
         if self.encoded is None:
             base = self.ts_runs[1]
-            deltas = None if len(self.ts_runs) == 2 else list(
-                chain.from_iterable(repeat(ms - base, n) for ms, n in self._runs()))
+            deltas: list[int] | None = None
+            if len(self.ts_runs) > 2:
+                deltas = []
+                for ms, n in self._runs():
+                    deltas += [ms - base] * n  # list repetition: C speed
             encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec,
                                                   pool.take if pool is not None else None,
                                                   producer)

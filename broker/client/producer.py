@@ -240,7 +240,12 @@ class Producer:
     def _known_partition(self, topic: str) -> int | None:
         """A keyless message's partition, if the topic's partition count is known."""
         count = self._partition_counts.get(topic)
-        return None if count is None else self._choose_partition(topic, None, count)
+        if count is None:
+            return None
+        counter = self._round_robin.get(topic)
+        if counter is None or self.partitioner != "round_robin":
+            return self._choose_partition(topic, None, count)
+        return next(counter) % count  # _choose_partition's round robin, one call less
 
     def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
         """A key hashes (crc32) to its partition; otherwise round robin or random."""
