@@ -23,7 +23,7 @@ Rules the producer's promises rest on:
 - **Failure.** When a batch fails for good, every later batch of its partition fails
   with it: a success must imply that every earlier send to the partition succeeded.
 
-The fast path (:meth:`Accumulator.fast_append`, one keyless message into an open batch)
+The fast path (:func:`fast_send`, one keyless message into an open batch)
 checks one number per message: the open batch's ``room``, bytes set aside for it in the
 buffer (a *grant*) and below ``batch_bytes``. Grants are counted in the buffer as if
 used, so the bound holds without a per-message buffer check; a grant's unused bytes
@@ -74,7 +74,7 @@ class ProducerBatch:
         While the batch is open, bytes the fast path added since its grant are not in it
         yet: they are ``granted - room`` (see :meth:`Accumulator._settle`)."""
         self.room = 0
-        """Bytes :meth:`Accumulator.fast_append` may still add without another check."""
+        """Bytes the fast path (:func:`fast_send`) may still add without another check."""
         self.granted = 0
         """The grant ``room`` counts down from (0: none)."""
         self.created = now
@@ -151,8 +151,6 @@ class Accumulator:
         self.max_request_bytes = max_request_bytes
         self.clock = clock
         self.lock = threading.Lock()
-        self._lock_acquire = self.lock.acquire
-        self._lock_release = self.lock.release
         self._wake = threading.Condition(self.lock)    # the sender waits for work
         self._space = threading.Condition(self.lock)   # append() waits for buffer space
         self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
@@ -162,7 +160,7 @@ class Accumulator:
         self._open: dict[str, dict[int, ProducerBatch]] = {}
         """Per topic and partition, its newest batch while it still takes messages: the
         last of its queue, not full, not encoded, not raw; none once closed (see
-        :meth:`fast_append`). Keyed by topic, then partition: the fast path builds no
+        :func:`fast_send`). Keyed by topic, then partition: the fast path builds no
         tuple."""
         self._in_flight: set[TopicPartition] = set()
         self._retry_at: dict[TopicPartition, float] = {}
