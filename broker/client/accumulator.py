@@ -208,10 +208,11 @@ class Accumulator:
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()
-            batch = self._open_batch(tp)
+            parts = self._open.get(tp[0])
+            batch = None if parts is None else parts.get(tp[1])
             if batch is None:
                 batch = self._new_batch(tp, queue, now)
-            else:
+            elif batch.granted:
                 self._settle(batch)
             n = len(values)
             start = 0
@@ -236,8 +237,8 @@ class Accumulator:
             if len(batch.values) >= self.batch_messages or batch.nbytes >= self.batch_bytes:
                 self._close_open(tp)
                 ready = True
-            else:
-                self._grant(batch)
+            # No grant here: the first fast send to this batch gets one (_append_one), so
+            # a producer that only sends lists pays nothing for grants.
             if ready or self.linger <= 0:
                 self._notify_sender()
             return batch.future
@@ -332,10 +333,6 @@ class Accumulator:
 
     # -- open batches and grants (lock held) -------------------------------------------------
 
-    def _open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
-        parts = self._open.get(tp[0])
-        return None if parts is None else parts.get(tp[1])
-
     def _close_open(self, tp: TopicPartition) -> None:
         """``tp``'s open batch (if any) takes no more messages; its grant is settled."""
         parts = self._open.get(tp[0])
@@ -394,7 +391,7 @@ class Accumulator:
         return batch
 
     def _wait_for_space(self, nbytes: int) -> None:
-        if self._space_for(nbytes):
+        if self._committed + nbytes <= self.buffer_bytes or self._space_for(nbytes):
             return
         deadline = self.clock() + self.block_timeout
         while not self._space_for(nbytes):

@@ -167,9 +167,10 @@ def test_fast_appends_are_counted_exactly_in_buffered_and_in_the_batch() -> None
     acc = make(batch_messages=100, batch_bytes=1000, buffer_bytes=10_000)
     acc.append(TP, [b"a" * 10], 10, None, 1)
     batch = acc.open[TP]
-    assert batch.room > 0  # a grant: fast appends need no other check
+    assert batch.room == 0  # no grant for a list: the first fast send asks for one
     for size in (1, 2, 3, 4):
         assert fast_append(acc, TP, b"b" * size, T0) is batch.future
+        assert batch.room > 0  # a grant: the next fast appends need no other check
     assert acc.buffered == 20 and acc.unfinished == 1
     [taken] = acc.ready(acc.clock() + 1)[0][TP]
     assert taken is batch and batch.nbytes == 20 and batch.room == 0 and acc.buffered == 20
@@ -181,8 +182,10 @@ def test_grants_never_make_the_buffer_refuse_what_fits() -> None:
     """Unused grants count as used only until something needs the space: then every
     grant is given back, so buffer_bytes binds on the bytes queued, exactly as before."""
     acc = make(batch_messages=100, batch_bytes=1000, buffer_bytes=1600)
-    acc.append(TP, [b"a" * 10], 10, None, 1)
-    acc.append(("t", 1), [b"b" * 10], 10, None, 1)
+    acc.append(TP, [b"a" * 5], 5, None, 1)
+    fast_append(acc, TP, b"a" * 5, T0)
+    acc.append(("t", 1), [b"b" * 5], 5, None, 1)
+    fast_append(acc, ("t", 1), b"b" * 5, T0)
     assert acc._committed > acc.buffered == 20  # two grants outstanding
     acc.append(("t", 2), [b"c" * 1570], 1570, None, 1)  # fits only without the grants
     assert acc.buffered == acc._committed == 1590 and acc.open[TP].room == 0
@@ -198,13 +201,14 @@ def test_no_grant_fills_a_batch_the_fast_path_would_not_close() -> None:
     through the exact checks, which close it (and wake the sender) at once."""
     acc = make(batch_messages=100, batch_bytes=10, buffer_bytes=10_000)
     acc.append(TP, [b"a"], 1, None, 1)
-    assert acc.open[TP].room == 8
-    fast_append(acc, TP, b"b" * 8, T0)
+    fast_append(acc, TP, b"b", T0)
+    assert acc.open[TP].room == 7  # 10 - 1 - 2 bytes
+    fast_append(acc, TP, b"b" * 7, T0)
     assert TP in acc.open and acc.open[TP].room == 0
     fast_append(acc, TP, b"c", T0)  # 10 bytes: full
     assert TP not in acc.open
     [full] = acc.ready(acc.clock())[0][TP]
-    assert full.nbytes == 10 and full.values == [b"a", b"b" * 8, b"c"]
+    assert full.nbytes == 10 and full.values == [b"a", b"b", b"b" * 7, b"c"]
 
 
 def test_fast_sends_racing_a_draining_sender_lose_nothing_and_free_everything() -> None:
