@@ -101,21 +101,29 @@ class ReusedBufferReader(asyncio.BufferedProtocol):
 
     def __init__(self, app: asyncio.Protocol, size: int = RECEIVE_BUFFER_BYTES):
         self.app = app
-        self._view = memoryview(bytearray(size))
+        self._size = size
+        self._view: memoryview | None = None
+        """Made at the first read and dropped at close: the connection's objects form
+        reference cycles that only the garbage collector frees, and a storm of short
+        connections must not leave one buffer each waiting for it."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.app.connection_made(transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._view is None:
+            self._view = memoryview(bytearray(self._size))
         return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
+        assert self._view is not None  # get_buffer came first
         self.app.data_received(self._view[:nbytes])  # type: ignore[arg-type]
 
     def eof_received(self) -> bool | None:
         return self.app.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._view = None
         self.app.connection_lost(exc)
 
     def pause_writing(self) -> None:
