@@ -61,6 +61,8 @@ class FakeProducer:
         self.acked: dict[str, list[bytes]] = {}
         self.hold = False
         self.fail_next = 0
+        self.fail_topic: str | None = None
+        """When set, only sends to this topic fail (not the agent's heartbeats or audit)."""
         self.error_factory: Callable[[], BaseException] = lambda: _retriable()
         self.pending: list[tuple[str, list[bytes], FakeFuture]] = []
 
@@ -73,7 +75,7 @@ class FakeProducer:
             if self.hold:
                 self.pending.append((topic, vals, future))
                 return future
-            fail = self.fail_next > 0
+            fail = self.fail_next > 0 and self.fail_topic in (None, topic)
             if fail:
                 self.fail_next -= 1
             else:

@@ -132,6 +132,7 @@ def test_a_refused_acl_keeps_the_lines_until_it_is_granted(tmp_path: Path, run_a
     log = tmp_path / "logs" / "app.log"
     fake_producer.error_factory = lambda: TopicAuthorizationFailedError(
         "User:ANONYMOUS may not produce to topic 'logs'")
+    fake_producer.fail_topic = "logs"  # a heartbeat must not take one of the refusals
     fake_producer.fail_next = 3
     log.write_bytes(lines("a", 5))
     agent = run_agent(agent_config(tmp_path))
@@ -148,6 +149,7 @@ def test_a_batch_refused_three_times_as_too_large_is_dropped_and_counted(
 
     log = tmp_path / "logs" / "app.log"
     fake_producer.error_factory = lambda: MessageTooLargeError("batch too large")
+    fake_producer.fail_topic = "logs"
     fake_producer.fail_next = 3
     log.write_bytes(lines("a", 5))
     agent = run_agent(agent_config(tmp_path))
