@@ -133,6 +133,36 @@ def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | s
     return acked
 
 
+class ConsumerProcess:
+    """The measuring consumer (:func:`consume`) in its own process, started on entry and
+    ready to receive ``count`` messages; :meth:`result` waits for what it saw."""
+
+    def __init__(self, zk: str, topic: str, count: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._ready = ctx.Event()
+        self._receive, send = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=consume, args=(zk, topic, count, self._ready, send),
+                                    daemon=True)
+
+    def __enter__(self) -> "ConsumerProcess":
+        self._process.start()
+        if not self._ready.wait(60):
+            self.__exit__()
+            raise TimeoutError("the consumer process did not start within 60s")
+        return self
+
+    def result(self) -> tuple[int, bytes]:
+        """(messages seen, their end-to-end latencies as packed int64 ns)."""
+        if not self._receive.poll(120):
+            raise TimeoutError("the consumer did not receive every message within 120s")
+        return self._receive.recv()
+
+    def __exit__(self, *exc: object) -> None:
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+
+
 def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: int,
              args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
     """One run of one case: (end-to-end percentiles, acknowledgement percentiles)."""
@@ -140,24 +170,10 @@ def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: 
     if args.preload:
         preload(cluster.zk_connect, topic, args.preload, args.size, args.preload_batch)
     count = int(rate * args.duration)
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    receive, send = ctx.Pipe(duplex=False)
-    consumer = ctx.Process(target=consume, args=(cluster.zk_connect, topic, count, ready, send),
-                           daemon=True)
-    consumer.start()
-    try:
-        if not ready.wait(60):
-            raise TimeoutError("the consumer process did not start within 60s")
+    with ConsumerProcess(cluster.zk_connect, topic, count) as consumer:
         acked = produce(cluster.zk_connect, topic, rate, count, args.size, acks,
                         args.linger_ms)
-        if not receive.poll(120):
-            raise TimeoutError("the consumer did not receive every message within 120s")
-        seen, raw = receive.recv()
-    finally:
-        consumer.join(10)
-        if consumer.is_alive():
-            consumer.kill()
+        seen, raw = consumer.result()
     if seen != count:
         raise RuntimeError(f"{topic}: the consumer received {seen:,} of {count:,} messages")
     end_to_end = array("q")

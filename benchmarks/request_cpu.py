@@ -18,7 +18,6 @@ per message per broker, the median of ``--runs`` runs, and the end-to-end latenc
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import sys
@@ -52,7 +51,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[list, dict]:
     """Per broker (loop us/msg, other threads us/msg), and the end-to-end percentiles."""
     from benchmarks.e2e import counted, percentiles
-    from benchmarks.latency import consume, create_topic, produce
+    from benchmarks.latency import ConsumerProcess, create_topic, produce
     create_topic(cluster, topic, rf)
     pids = cluster.broker_pids()
     time.sleep(0.5)
@@ -62,27 +61,13 @@ def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[li
     idle = [sum(cpu_seconds(p)) - sum(b) for p, b in zip(pids, before)]
     idle_s = time.monotonic() - t0
     count = int(rate * seconds)
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    receive, send = ctx.Pipe(duplex=False)
-    consumer = ctx.Process(target=consume, args=(cluster.zk_connect, topic, count, ready, send),
-                           daemon=True)
-    consumer.start()
-    try:
-        if not ready.wait(60):
-            raise TimeoutError("the consumer process did not start within 60s")
+    with ConsumerProcess(cluster.zk_connect, topic, count) as consumer:
         before = [cpu_seconds(p) for p in pids]
         t0 = time.monotonic()
         produce(cluster.zk_connect, topic, rate, count, 200, 1, 0.0)
         elapsed = time.monotonic() - t0
         after = [cpu_seconds(p) for p in pids]
-        if not receive.poll(120):
-            raise TimeoutError("the consumer did not receive every message within 120s")
-        _, raw = receive.recv()
-    finally:
-        consumer.join(10)
-        if consumer.is_alive():
-            consumer.kill()
+        _, raw = consumer.result()
     per_broker = []
     for (m0, o0), (m1, o1), quiet in zip(before, after, idle):
         idle_part = quiet / idle_s * elapsed / 2  # split evenly: it is small
