@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, SimpleConsumer, UnknownTopicOrPartitionError
+from broker.client import Admin, SimpleConsumer
 from hadoop_loader.job import run_load
 from tests.agent import conftest as agent_fixtures
 from tests.agent.conftest import wait_until
 from tests.console.browser import ConsoleProcess, open_browser
 from tests.loader.conftest import loader_config, spark  # noqa: F401
-from tests.mirror.conftest import mirrors, two_clusters, wait_for  # noqa: F401
+from tests.mirror.conftest import mirrors, topic_messages, two_clusters, wait_for  # noqa: F401
 
 agent_process = agent_fixtures.agent_process  # the fixture, shared with tests/agent
 
@@ -48,25 +48,6 @@ def ends(zk: str, topic: str) -> list[tuple[int, int]]:
         return [tuple(consumer.offsets(topic, p)) for p in consumer.partitions(topic)]
 
 
-def messages(zk: str, topic: str) -> int:
-    """Messages in ``topic`` (0 while it does not exist yet)."""
-    with SimpleConsumer(zk=zk) as consumer:
-        try:
-            partitions = consumer.partitions(topic)
-        except UnknownTopicOrPartitionError:
-            return 0
-        total = 0
-        for p in partitions:
-            pos, end = consumer.offsets(topic, p)
-            while pos < end:
-                result = consumer.fetch(topic, p, pos, max_bytes=16 << 20)
-                total += sum(len(b.values) for b in result.batches)
-                if result.next_offset == pos:
-                    break
-                pos = result.next_offset
-        return total
-
-
 @pytest.mark.timeout(420)
 def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_tiers(
         two_clusters, mirrors, agent_process, spark, tmp_path: Path):  # noqa: F811
@@ -86,7 +67,7 @@ def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_ti
     assert agent.terminate() == 0
 
     mirror = mirrors("m1", live, analysis, audit_window_s=3600, on_gap="skip")
-    wait_for(lambda: messages(analysis.zk_connect, "app") >= LINES, 60, "the mirror's copies")
+    wait_for(lambda: topic_messages(analysis.zk_connect, "app") >= LINES, 60, "the mirror's copies")
     assert mirror.terminate() == 0  # publishes its last window's counts
 
     lake = tmp_path / "lake"
@@ -125,7 +106,7 @@ def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_ti
             mirror = mirrors("m2", live, analysis, audit_window_s=3600, on_gap="skip")
             wait_for(lambda: mirror.status().get("gap_bytes_skipped"), 30, "the mirror to skip the gap")
             assert mirror.terminate() == 0
-            assert messages(analysis.zk_connect, "app") == LINES
+            assert topic_messages(analysis.zk_connect, "app") == LINES
 
             wait_until(lambda: sum(number(r["agent"]) for r in page.evaluate(PIPELINE)) == LINES + DELETED,
                        20, "the agents' later counts on the page")

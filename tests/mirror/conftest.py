@@ -213,3 +213,25 @@ def assert_mirrored(source_zk: str, target_zk: str, topic: str, exact: bool) -> 
             got = dedupe(got)
         assert len(got) == len(batches), f"{topic}-{p}: {len(got)} batches on the target, {len(batches)} on the source"
         assert got == batches, f"{topic}-{p}: batch contents or order differ"
+
+
+def topic_messages(zk: str, topic: str) -> int:
+    """Messages ``topic`` holds now, from each partition's log start (0 while the topic
+    does not exist yet)."""
+    from broker.client import SimpleConsumer, UnknownTopicOrPartitionError
+
+    with SimpleConsumer(zk=zk) as consumer:
+        try:
+            partitions = consumer.partitions(topic)
+        except UnknownTopicOrPartitionError:
+            return 0
+        total = 0
+        for p in partitions:
+            pos, end = consumer.offsets(topic, p)
+            while pos < end:
+                result = consumer.fetch(topic, p, pos, max_bytes=16 << 20)
+                total += sum(len(b.values) for b in result.batches)
+                if result.next_offset == pos:
+                    break
+                pos = result.next_offset
+        return total

@@ -21,7 +21,7 @@ from broker.client import Admin, AuditRecord, Producer, SimpleConsumer, UnknownT
 from console.audit import MIRROR_SUFFIX, AuditReader, pipeline_rows
 from tests.agent import conftest as agent_fixtures
 from tests.agent.conftest import wait_until
-from tests.mirror.conftest import wait_for
+from tests.mirror.conftest import topic_messages, wait_for
 
 agent_process = agent_fixtures.agent_process  # the fixture, shared with tests/agent
 
@@ -29,25 +29,6 @@ pytestmark = pytest.mark.integration
 
 LINES = 3000
 PLAIN = 500
-
-
-def _count(zk: str, topic: str) -> int:
-    """Messages in ``topic`` (0 while it does not exist yet)."""
-    with SimpleConsumer(zk=zk) as consumer:
-        try:
-            consumer.partitions(topic)
-        except UnknownTopicOrPartitionError:
-            return 0
-        total = 0
-        for p in consumer.partitions(topic):
-            pos, end = 0, consumer.offsets(topic, p).end
-            while pos < end:
-                result = consumer.fetch(topic, p, pos, max_bytes=16 << 20)
-                total += sum(len(b.values) for b in result.batches)
-                if result.next_offset == pos:
-                    break
-                pos = result.next_offset
-        return total
 
 
 def _audit_view(zk: str) -> dict:
@@ -102,11 +83,11 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
             # a mirror never copies the agents' heartbeats (status of the source cluster)
             topics = [t for t in admin.list_topics() if t != "_agents"]
             partitions = sum(len(admin.describe_topic(t)) for t in topics)
-        total = sum(_count(source.zk_connect, t) for t in topics)
+        total = sum(topic_messages(source.zk_connect, t) for t in topics)
         if mode == "produce":  # acknowledged copies, the ones the target dropped included
             wait_for(lambda: process.status().get("messages_total", 0) >= total, 60, f"{name} copied")
         elif expect_new:
-            wait_for(lambda: all(_count(target.zk_connect, t) >= _count(source.zk_connect, t)
+            wait_for(lambda: all(topic_messages(target.zk_connect, t) >= topic_messages(source.zk_connect, t)
                                  for t in topics), 60, f"{name} copied")
         else:
             wait_for(lambda: len(process.status().get("partitions", {})) == partitions, 60,
@@ -130,7 +111,7 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
     # batches it holds, so "app" stays at 100%; the plain producer's batches are appended
     # twice: over 100%
     copy("m3", "mirror-again", mode="produce")
-    assert _count(target.zk_connect, "app") == LINES and _count(target.zk_connect, "plain") == 2 * PLAIN
+    assert topic_messages(target.zk_connect, "app") == LINES and topic_messages(target.zk_connect, "plain") == 2 * PLAIN
     stages = _pipeline(source, target, "app")
     assert stages["mirror"]["sent"] == 2 * LINES and stages["mirror"]["complete_pct"] == 100.0
     assert _pipeline(source, target, "plain")["mirror"]["complete_pct"] == 200.0
