@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 
 from broker.common.errors import CorruptBatchError
 from broker.kafka.record_batch import encode_record_batch, iter_checked, set_crc
@@ -65,7 +64,7 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
         head = bytearray(records.KAFKA_AT)
         records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE,
                                        records.MAGIC_KAFKA, 0, 0, count, base_ts)
-        crc = zlib.crc32(batch, zlib.crc32(memoryview(head)[records.CRC_START:]))
+        crc = records.batch_crc32(batch, records.batch_crc32(memoryview(head)[records.CRC_START:]))
         struct.pack_into(">I", head, 5, crc)
         out += head
         out += batch

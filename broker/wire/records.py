@@ -110,6 +110,9 @@ try:  # the same CRC-32, about 10x faster than zlib's (pyproject.toml: isal)
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover
     _crc32 = zlib.crc32
+batch_crc32: Callable[..., int] = _crc32
+"""The batch header's CRC-32 (zlib's polynomial): ``batch_crc32(data[, start])``; code
+outside this module that builds a batch header computes it with this one."""
 _KAFKA_PRODUCER_AT = KAFKA_AT + kafka_batch.PRODUCER_AT
 _kafka_unpack_from = kafka_batch.KAFKA_HEADER.unpack_from
 
