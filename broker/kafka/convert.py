@@ -22,6 +22,7 @@ import struct
 import time
 
 from broker.common.errors import CorruptBatchError
+from broker.kafka.chunks import Chunks
 from broker.kafka.record_batch import encode_record_batch, iter_checked, set_crc
 from broker.wire import kafka_batch as kb
 from broker.wire import records
@@ -102,6 +103,33 @@ def serve(raw: bytes | memoryview, offset: int) -> tuple[bytearray, int]:
     return out, pos
 
 
+def serve_chunks(raw: bytearray, offset: int) -> tuple[Chunks, int]:
+    """As :func:`serve`, without copying stored Kafka batches: each magic 3 batch is a
+    view over ``raw`` (changed in place: its ``base_offset`` written over the stored
+    one), its logferry header left out; converted batches (magic 1 and 2) are new
+    buffers. Per batch, no record read."""
+    view = memoryview(raw)
+    end = len(view)
+    pos = 0
+    out = Chunks()
+    unpack = records.BATCH_HEADER.unpack_from
+    while end - pos >= records.HEADER_SIZE:
+        length, magic = unpack(view, pos)[:2]
+        stop = pos + records.LENGTH_SIZE + length
+        if stop > end:
+            break
+        if magic == records.MAGIC_KAFKA:
+            kb.BASE_OFFSET.pack_into(raw, pos + records.KAFKA_AT, offset + pos)
+            out.append(view[pos + records.KAFKA_AT:stop])
+        else:
+            batches, used = records.decode_batches(view[pos:stop], offset + pos)
+            if used != stop - pos:
+                raise CorruptBatchError(f"malformed batch at offset {offset + pos}")
+            out.append(to_kafka(batches[0]))
+        pos = stop
+    return out, pos
+
+
 def to_kafka(batch: records.Batch, skip_before: int = 0) -> bytearray:
     """The record batch v2 a Kafka consumer gets for the logferry batch ``batch``.
 
@@ -123,4 +151,4 @@ def record_offset(batch_offset: int, index: int) -> int:
     return batch_offset + index
 
 
-__all__ = ["record_offset", "serve", "store_batches", "to_kafka"]
+__all__ = ["record_offset", "serve", "serve_chunks", "store_batches", "to_kafka"]

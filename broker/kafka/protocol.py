@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from broker.common.errors import FrameTooLargeError, InvalidRequestError
+from broker.kafka.chunks import Buffer, ChunkWriter, total
 
 
 class Api(IntEnum):
@@ -187,6 +188,25 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     return result
 
 
+def encode_response_parts(api_key: int, version: int, correlation_id: int,
+                          body: Any) -> list[Buffer]:
+    """The whole response frame as a list of buffers: like :func:`encode_response`, but
+    a large field value (a fetch's records, a :class:`~broker.kafka.chunks.Chunks`) is
+    kept by reference, not copied into the frame (:mod:`broker.kafka.chunks`)."""
+    schema = type(body)
+    header_schema = schema.__header_schema__
+    out = ChunkWriter()
+    out.write(b"\0\0\0\0")
+    stream: Any = out  # kio's writers only call write()
+    entity_writer(header_schema)(stream, header_schema(correlation_id=correlation_id))
+    entity_writer(schema)(stream, body)
+    parts = out.getparts()
+    head = parts[0]
+    assert isinstance(head, bytearray) and len(head) >= 4
+    _SIZE.pack_into(head, 0, total(parts) - 4)
+    return parts
+
+
 def response_schema(api_key: int, version: int, name: str | None = None) -> Any:
     """The kio response class of an api version, or one of its nested classes by name."""
     schema = load_response_schema(api_key, version)
@@ -264,6 +284,7 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
 
 __all__ = [
     "Api", "FrameDecoder", "Request", "SUPPORTED", "UNSUPPORTED_VERSION", "Unsupported",
-    "api_versions_response", "encode_response", "make", "parse_request", "peek_head",
+    "api_versions_response", "encode_response", "encode_response_parts", "make",
+    "parse_request", "peek_head",
     "response_schema", "unsupported_response",
 ]

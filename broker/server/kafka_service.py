@@ -34,6 +34,7 @@ from broker.common.acl import topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination.registry import ClusterView
 from broker.kafka import convert
+from broker.kafka.chunks import Buffer, Chunks
 from broker.kafka.errors import kafka_error, kafka_error_of_code
 from broker.kafka import protocol
 from broker.kafka.protocol import (
@@ -41,6 +42,7 @@ from broker.kafka.protocol import (
     Request,
     api_versions_response,
     encode_response,
+    encode_response_parts,
     make,
     response_schema,
 )
@@ -152,8 +154,10 @@ class KafkaService:
         if groups is not None:
             self._handlers.update(groups.handlers())
 
-    async def handle(self, request: Request, channel: _Channel) -> bytes | None:
-        """The response frame for ``request`` (None: no response, acks=0)."""
+    async def handle(self, request: Request,
+                     channel: _Channel) -> bytes | list[Buffer] | None:
+        """The response frame for ``request`` (None: no response, acks=0); a fetch's
+        as a list of buffers, its log bytes not copied (:mod:`broker.kafka.chunks`)."""
         handler = self._handlers.get(Api(request.api_key))
         if handler is None:
             return protocol.unsupported_response(request.api_key, request.version,
@@ -161,6 +165,9 @@ class KafkaService:
         body = await handler(request, channel)
         if body is None:
             return None
+        if request.api_key == Api.FETCH:
+            return encode_response_parts(request.api_key, request.version,
+                                         request.correlation_id, body)
         return encode_response(request.api_key, request.version, request.correlation_id, body)
 
     # -- ApiVersions, Metadata -------------------------------------------------------
@@ -333,15 +340,14 @@ class KafkaService:
         by_topic: dict[str, list[Any]] = {}
         live_iter = iter(zip(answers, _pad(slices, len(answers))))
         for i, part in enumerate(parts):
+            data: bytes | Chunks = b""
             if i in early:
                 error, hw, start = early[i]
-                data = b""
             else:
                 answer, piece = next(live_iter)
                 error = kafka_error_of_code(answer.error)
                 hw = answer.visible_end if answer.visible_end is not None else -1
                 start = answer.start if answer.start is not None else -1
-                data = b""
                 if error == ErrorCode.none and piece is not None and piece.count:
                     try:
                         data, served_end = _to_kafka_records(piece, skip[i])
@@ -520,12 +526,16 @@ def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _to_kafka_records(piece: Any, skip_before: int) -> tuple[bytearray, int]:
+def _to_kafka_records(piece: Any, skip_before: int) -> tuple[Chunks, int]:
     """The record batches v2 for the batches in a file slice (Kafka producers' as
-    stored, the others converted: :func:`convert.serve`), and the offset of the batch
-    after the last one (where the client fetches next)."""
-    raw = os.pread(piece.file.fileno(), piece.count, piece.position)
-    out, used = convert.serve(raw, piece.offset)
+    stored, the others converted: :func:`convert.serve_chunks`), and the offset of the
+    batch after the last one (where the client fetches next). The slice is read once
+    into a buffer the answer then points into (no further copy)."""
+    raw = bytearray(piece.count)
+    got = os.preadv(piece.file.fileno(), [raw], piece.position)
+    if got != piece.count:  # truncated meanwhile: serve the whole batches read
+        del raw[got:]
+    out, used = convert.serve_chunks(raw, piece.offset)
     return out, piece.offset + used
 
 
