@@ -49,7 +49,7 @@ record = st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max
                    st.integers(min_value=0, max_value=10 ** 6))
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None, derandomize=True, database=None)
 @given(st.lists(record, min_size=1, max_size=20))
 def test_record_batch_roundtrip(recs: list) -> None:
     base = 1_700_000_000_000
@@ -202,7 +202,7 @@ def test_malformed_bodies_and_frames() -> None:
     assert decoder.next_frame() == b"\0" * 10
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.sampled_from(sorted(protocol.SUPPORTED)), st.integers(0, 13), st.binary(max_size=80))
 def test_fuzzed_frames_parse_or_fail_cleanly(api: int, version: int, junk: bytes) -> None:
     frame = struct.pack(">hhi", api, version, 1) + junk
