@@ -18,7 +18,17 @@ import threading
 from typing import Any, cast
 
 RECV_CHUNK = 256 * 1024
-WRITE_CHUNK = 256 * 1024
+WRITE_CHUNK = 4 * 1024 * 1024
+"""Plaintext bytes encrypted per ``SSLObject.write`` (and sent per ``sendall``).
+
+Each of those calls releases the GIL, and a thread that gives the GIL up while another
+thread runs Python (a producer's application thread calling ``send()``) gets it back
+only after the switch interval (5 ms). With 256 KiB pieces a producer's sender thread
+waited twice per 256 KiB and fell behind its application thread (a whole-run backlog
+left for ``flush()``: default batching at 70% of plaintext); with 4 MiB it waits twice
+per 4 MiB, as plaintext waits once per request. OpenSSL still cuts 16 KiB records; the
+price is a memory BIO that keeps up to this much (plus record overhead) per connection
+that once sent this much at a time."""
 
 
 class TlsSocket:
@@ -64,7 +74,8 @@ class TlsSocket:
     # -- IO ---------------------------------------------------------------------------
 
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
-        """Encrypt ``data`` and write it all to the socket."""
+        """Encrypt ``data`` and write it all to the socket, :data:`WRITE_CHUNK` bytes
+        per encryption and per socket write (few GIL hand-offs for a large request)."""
         view = memoryview(data).cast("B")
         with self._send_lock:
             for start in range(0, len(view), WRITE_CHUNK):

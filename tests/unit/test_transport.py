@@ -23,7 +23,7 @@ import pytest
 
 from broker.client.connection import Connection
 from broker.common.errors import BrokerNotAvailableError, ListenError, TlsHandshakeError
-from broker.net import socket_errors, transport
+from broker.net import socket_errors, tls_socket, transport
 from broker.wire import protocol
 
 # -- certificates ---------------------------------------------------------------------
@@ -217,6 +217,35 @@ def test_tls_blocking_client_is_safe_with_one_reader_and_many_writers(
     reader.join(30)
     stream.close()
     assert received and received[0] == message * (writers * messages)
+
+
+class CountingSocket(socket.socket):
+    """A real TCP socket that counts its ``sendall`` calls."""
+
+    sendalls = 0
+
+    def sendall(self, data, flags: int = 0) -> None:  # type: ignore[no-untyped-def, override]
+        self.sendalls += 1
+        super().sendall(data, flags)
+
+
+def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
+        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    """A producer's request (up to 16 MiB) goes out in pieces of WRITE_CHUNK: each
+    encryption and each socket write gives the GIL up, and a sender thread that does so
+    per 256 KiB falls behind a busy application thread (broker/net/tls_socket.py)."""
+    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", tls_echo.port))
+    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    try:
+        sock.sendalls = 0
+        payload = bytes(range(256)) * (4096 * 9)  # 9 MiB
+        stream.sendall(payload)
+        assert sock.sendalls == -(-len(payload) // tls_socket.WRITE_CHUNK) == 3
+        assert _recv_exactly(stream, len(payload)) == payload
+    finally:
+        stream.close()
 
 
 def test_tls_asyncio_stream_handshakes_and_carries_bytes(
