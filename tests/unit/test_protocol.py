@@ -134,3 +134,82 @@ def test_int_keys_survive_in_metadata_maps():
     decoder.feed(protocol.encode_response(1, {"partitions": {0: 1, 1: 2}}))
     (frame,) = _drain(decoder)
     assert frame.header["partitions"] == {0: 1, 1: 2}
+
+
+def _large_stream(sizes):
+    """Frames with payloads of ``sizes`` bytes each, back to back (and what each carries)."""
+    frames = []
+    for i, size in enumerate(sizes):
+        payload = random.Random(i).randbytes(size)
+        head = protocol.encode_request(protocol.FETCH, i, {"parts": []}, payload_len=size)
+        frames.append((head + payload, i, payload))
+    return b"".join(f for f, _, _ in frames), frames
+
+
+def _read_like_a_socket(decoder, stream, rng, read_buffer=1 << 16):
+    """Read ``stream`` as the client's reader does: into the decoder's own view when it
+    offers one (never past the frame's end), else into a small buffer that is fed."""
+    got, pos = [], 0
+    while pos < len(stream):
+        step = rng.randrange(1, 3 * read_buffer)
+        direct = decoder.read_into()
+        if direct is not None:
+            n = min(step, len(direct), len(stream) - pos)
+            direct[:n] = stream[pos:pos + n]
+            decoder.received(n)
+        else:
+            n = min(step, read_buffer, len(stream) - pos)
+            decoder.feed(stream[pos:pos + n])
+        pos += n
+        got.extend(_drain(decoder))
+    return got
+
+
+def test_large_frames_are_received_into_their_own_buffer():
+    big = protocol.DIRECT_FRAME_BYTES
+    stream, frames = _large_stream([big + 10, 5, 3 * big, 0, big - 100, 2 * big + 1])
+    for seed in range(4):
+        decoder = protocol.FrameDecoder()
+        got = _read_like_a_socket(decoder, stream, random.Random(seed))
+        assert [f.header["id"] for f in got] == [i for _, i, _ in frames]
+        assert [bytes(f.payload) for f in got] == [p for _, _, p in frames]
+        assert decoder.buffered == 0 and decoder.read_into() is None
+
+
+def test_a_large_frame_read_into_is_not_copied_and_ends_at_the_frame():
+    big = protocol.DIRECT_FRAME_BYTES
+    stream, _ = _large_stream([2 * big, 7])
+    decoder = protocol.FrameDecoder()
+    decoder.feed(stream[:100])  # the prefix and a little
+    view = decoder.read_into()
+    assert view is not None and len(view) == decoder.pending_frame_size() - 100
+    view[:] = stream[100:100 + len(view)]
+    decoder.received(len(view))
+    assert decoder.read_into() is None  # complete: the next read is the next frame's
+    frame = decoder.next_frame()
+    assert frame is not None and frame.payload.obj is view.obj  # the buffer read into
+    decoder.feed(stream[100 + len(view):])
+    assert decoder.next_frame().header["id"] == 1
+
+
+def test_feeding_while_a_large_frame_arrives_completes_it_and_keeps_the_rest():
+    big = protocol.DIRECT_FRAME_BYTES
+    stream, frames = _large_stream([big, 3, 4])
+    decoder = protocol.FrameDecoder()
+    decoder.feed(stream[:10])
+    assert decoder.read_into() is not None
+    decoder.feed(stream[10:])  # a caller that never reads into the view still works
+    got = _drain(decoder)
+    assert [bytes(f.payload) for f in got] == [p for _, _, p in frames]
+
+
+def test_read_into_leaves_oversized_frames_to_next_frame():
+    big = protocol.DIRECT_FRAME_BYTES
+    stream, _ = _large_stream([2 * big])
+    decoder = protocol.FrameDecoder(max_frame_bytes=big)
+    decoder.feed(stream[:64])
+    assert decoder.read_into() is None
+    with pytest.raises(FrameTooLargeError):
+        decoder.next_frame()
+    with pytest.raises(ValueError):
+        decoder.received(1)
