@@ -156,24 +156,16 @@ class Connection:
         first = True
         try:
             while True:
-                direct = decoder.read_into()
-                if direct is not None:  # a large frame: its bytes land in its own buffer
-                    n = self._sock.recv_into(direct)
-                    direct.release()
-                    if n == 0:
-                        raise ConnectionResetError("broker closed the connection")
-                    decoder.received(n)
-                else:
-                    n = self._sock.recv_into(view)
-                    if first and socket_errors.looks_like_tls(view[:n]):
-                        raise socket_errors.tls_expected_error(self.address)
-                    if n == 0 and first:  # closed before its first answer: say what may be why
-                        raise (socket_errors.tls_rejected_error(self.address) if self._tls
-                               else socket_errors.tls_expected_error(self.address, answered=False))
-                    first = False
-                    if n == 0:
-                        raise ConnectionResetError("broker closed the connection")
-                    decoder.feed(view[:n])
+                n = self._sock.recv_into(view)
+                if first and socket_errors.looks_like_tls(view[:n]):
+                    raise socket_errors.tls_expected_error(self.address)
+                if n == 0 and first:  # closed before its first answer: say what may be why
+                    raise (socket_errors.tls_rejected_error(self.address) if self._tls
+                           else socket_errors.tls_expected_error(self.address, answered=False))
+                first = False
+                if n == 0:
+                    raise ConnectionResetError("broker closed the connection")
+                decoder.feed(view[:n])
                 while True:
                     frame = decoder.next_frame()
                     if frame is None:

@@ -121,11 +121,6 @@ def encode_error(correlation_id: int | None, code: int, message: str) -> bytes:
     return encode_frame({"id": correlation_id, "err": code, "msg": message})
 
 
-DIRECT_FRAME_BYTES = 1 << 20
-"""Frames this large are received straight into a buffer of their own
-(:meth:`FrameDecoder.read_into`): a fetch answer of many MiB is then not copied twice."""
-
-
 class FrameDecoder:
     """Turns a byte stream into :class:`Frame` objects.
 
@@ -139,69 +134,21 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray()
         self._pos = 0
-        self._frame: bytearray | None = None
-        """A large frame's own buffer while it arrives (:meth:`read_into`), else None."""
-        self._filled = 0
-        """Bytes of ``_frame`` received so far."""
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
-        frame = self._frame
-        if frame is not None:  # the large frame being received takes what it still lacks
-            take = min(len(frame) - self._filled, len(data))
-            frame[self._filled:self._filled + take] = data[:take]
-            self._filled += take
-            if take == len(data):
-                return
-            data = data[take:]
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()
             self._pos = 0
         self._buf += data
 
-    def read_into(self) -> memoryview | None:
-        """Where the next read from the stream should land, or None (read into your own
-        buffer and :meth:`feed` it).
-
-        Once the prefix of a frame of ``DIRECT_FRAME_BYTES`` or more is in, the frame
-        gets a buffer of its exact size: reads land in it (``recv_into`` the view, then
-        :meth:`received`), so a large answer is neither copied from a read buffer nor
-        grown by appends, and the frame keeps that buffer. The view ends where the
-        frame ends, so a read never takes bytes of the next frame.
-        """
-        frame = self._frame
-        if frame is None:
-            size = self.pending_frame_size()
-            buffered = self.buffered
-            if size is None or size < DIRECT_FRAME_BYTES or buffered >= size \
-                    or size - SIZE_FIELD > self.max_frame_bytes:
-                return None  # small, complete, or too large (next_frame says so)
-            frame = self._frame = bytearray(size)
-            with memoryview(self._buf) as whole:
-                frame[:buffered] = whole[self._pos:]
-            self._filled = buffered
-            self._buf = bytearray()
-            self._pos = 0
-        elif self._filled == len(frame):
-            return None  # complete: next_frame() hands it out
-        return memoryview(frame)[self._filled:]
-
-    def received(self, n: int) -> None:
-        """``n`` bytes were read into the view :meth:`read_into` gave."""
-        if self._frame is None or n > len(self._frame) - self._filled:
-            raise ValueError("received() without a matching read_into() view")
-        self._filled += n
-
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        pending = self._filled if self._frame is not None else 0
-        return len(self._buf) - self._pos + pending
+        return len(self._buf) - self._pos
 
     def pending_frame_size(self) -> int | None:
         """Size of the frame being received (prefix included), once its prefix is in."""
-        if self._frame is not None:
-            return len(self._frame)
         if self.buffered < PREFIX_SIZE:
             return None
         size: int = _prefix_unpack_from(self._buf, self._pos)[0]
@@ -209,18 +156,6 @@ class FrameDecoder:
 
     def next_frame(self) -> Frame | None:
         """Return the next whole frame, or None until more bytes are fed."""
-        frame = self._frame
-        if frame is not None:
-            if self._filled < len(frame):
-                return None
-            # complete: the frame keeps its own buffer, nothing is copied
-            self._frame, self._filled = None, 0
-            size, header_len = _prefix_unpack_from(frame, 0)
-            if header_len + 4 > size:
-                raise ProtocolError(
-                    f"frame header length {header_len} does not fit in a frame of {size} bytes"
-                )
-            return _parse(memoryview(frame)[PREFIX_SIZE:], header_len)
         buf = self._buf
         pos = self._pos
         available = len(buf) - pos
@@ -254,18 +189,13 @@ class FrameDecoder:
             if self._pos > 1 << 20 and self._pos * 2 > len(buf):
                 del buf[: self._pos]
                 self._pos = 0
-        return _parse(view, header_len)
-
-
-def _parse(view: memoryview, header_len: int) -> Frame:
-    """The frame whose header and payload are ``view`` (after the prefix)."""
-    try:
-        header = msgpack.unpackb(view[:header_len], raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise ProtocolError(f"frame header is not valid msgpack: {exc}") from None
-    if not isinstance(header, dict):
-        raise ProtocolError(f"frame header is a {type(header).__name__}, not a map")
-    return Frame(header, view[header_len:])
+        try:
+            header = msgpack.unpackb(view[:header_len], raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise ProtocolError(f"frame header is not valid msgpack: {exc}") from None
+        if not isinstance(header, dict):
+            raise ProtocolError(f"frame header is a {type(header).__name__}, not a map")
+        return Frame(header, view[header_len:])
 
 
 def check_request(frame: Frame) -> tuple[int, int]:
