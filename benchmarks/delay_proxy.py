@@ -313,6 +313,12 @@ class DelayProxy:
         self.ports = {t: int(p) for t, p in zip(self.targets, line[1:])}
         return self
 
+    @property
+    def pid(self) -> int:
+        """The proxy process's id (its CPU time is what the proxy costs)."""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None:
             if self._proc.stdin is not None:

@@ -143,9 +143,10 @@ def process_cpu(pids: list[int]) -> float:
 
 def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
                 mirror_source_zk: str | None = None, mode: str = "produce",
-                window: int | None = None) -> tuple[float, int, int, tuple[float, ...], float]:
-    """Seconds, messages, bytes, CPU seconds (mirror, source broker, target broker) and
-    the mean bytes per fetch request.
+                window: int | None = None,
+                proxy_pid: int | None = None) -> tuple[float, int, int, tuple[float, ...], float]:
+    """Seconds, messages, bytes, CPU seconds (mirror, source broker, target broker and,
+    with ``proxy_pid``, the delay proxy) and the mean bytes per fetch request.
 
     ``mirror_source_zk``: the connect string the mirror uses for the source (the WAN
     case gives the proxy's); the benchmark itself always looks from the source's own.
@@ -192,10 +193,12 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
         while thread.is_alive() and not all(positions.state((TOPIC, p)) == "copying"
                                             for p in wanted):
             time.sleep(0.002)
-    pids = (source.broker_pids(), target.broker_pids())
+    pids = [source.broker_pids(), target.broker_pids()]
+    if proxy_pid is not None:
+        pids.append([proxy_pid])
 
     def cpu_now() -> tuple[float, ...]:
-        return cpu_seconds(), process_cpu(pids[0]), process_cpu(pids[1])
+        return (cpu_seconds(), *(process_cpu(p) for p in pids))
 
     start, cpu = time.perf_counter(), cpu_now()
     while sum(mirror.metrics.bytes.values()) < total and thread.is_alive():
@@ -220,16 +223,17 @@ def report(run: int, case: str, seconds: float, count: int, nbytes: int,
            cpu: tuple[float, ...] | None = None, per_fetch: float = 0.0) -> tuple[float, float]:
     """Print one ``run N: <case> <rate> msgs/s`` line; returns (msgs/s, MB/s).
 
-    ``cpu``: CPU seconds of the mirror's process, the source broker and the target
-    broker, shown per million messages (on a shared machine steadier than the rate,
-    and they show where the time goes).
+    ``cpu``: CPU seconds of the mirror's process, the source broker, the target
+    broker and (proxy cases) the delay proxy, shown per million messages (on a shared
+    machine steadier than the rate, and they show where the time goes).
     """
     rate, mbs = count / seconds, nbytes / seconds / 1e6
     extra = ""
     if cpu is not None:
-        mirror_cpu, source_cpu, target_cpu = (c / count * 1e6 for c in cpu)
+        mirror_cpu, source_cpu, target_cpu, *proxy_cpu = (c / count * 1e6 for c in cpu)
+        proxy = "".join(f", proxy {c:.2f}" for c in proxy_cpu)
         extra = (f"; cpu s per M msgs: mirror {mirror_cpu:.2f}, source broker {source_cpu:.2f}, "
-                 f"target broker {target_cpu:.2f}; {per_fetch / 2**20:.1f} MiB per fetch request")
+                 f"target broker {target_cpu:.2f}{proxy}; {per_fetch / 2**20:.1f} MiB per fetch request")
     print(f"run {run}: {case:<16} {rate:>12,.0f} msgs/s {mbs:8.1f} MB/s  "
           f"({count:,} msgs in {seconds:.2f}s{extra})", flush=True)
     return rate, mbs
@@ -271,6 +275,7 @@ def main() -> int:
                 contextlib.ExitStack() as stack:
             fill(source.zk_connect, args.messages, args.size, args.batch, args.partitions)
             proxied: dict[str, str] = {}  # case -> the mirror's source connect string
+            proxy_pids: dict[str, int] = {}
             if args.delay_ms > 0:
                 broker = source.brokers[0].address.rpartition(":")
                 broker_address = (broker[0], int(broker[2]))
@@ -279,6 +284,7 @@ def main() -> int:
                 for case, delay in ((proxy0, 0.0), (wan, args.delay_ms)):
                     proxy = stack.enter_context(DelayProxy([zk_address, broker_address], delay))
                     proxied[case] = f"127.0.0.1:{proxy.ports[zk_address]}/live"
+                    proxy_pids[case] = proxy.pid
                     stack.enter_context(routed_through(
                         proxied[case], {broker_address: ("127.0.0.1", proxy.ports[broker_address])}))
             for run in range(1, args.runs + 1):
@@ -299,7 +305,7 @@ def main() -> int:
                         case = name(mode, where)
                         seconds, count, nbytes, cpu, per_fetch = mirror_once(
                             source, target, f"bench-{mode}-{where}-{run}", zk_connect, mode=mode,
-                            window=args.fetch_window_bytes)
+                            window=args.fetch_window_bytes, proxy_pid=proxy_pids[where])
                         rates.setdefault(case, []).append(
                             report(run, case, seconds, count, nbytes, cpu, per_fetch))
     medians = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
