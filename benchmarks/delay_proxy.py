@@ -212,7 +212,10 @@ def _delayed_splice(src: socket.socket, dst: socket.socket, delay: float) -> Non
                 return
             left = n
             while left:
-                left -= os.splice(pipes[index][0], d_fd, left)
+                moved = os.splice(pipes[index][0], d_fd, left)
+                if not moved:
+                    raise OSError("a delay pipe ran dry")  # cannot happen: its bytes are queued
+                left -= moved
             with ready:
                 queue.popleft()
                 held[index] -= n

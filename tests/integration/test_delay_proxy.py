@@ -62,3 +62,27 @@ def test_each_byte_is_late_by_the_delay_each_way() -> None:
             sock.sendall(b"x" * size)
             _read(sock, size)
             assert time.monotonic() - start >= 0.060  # 30 ms there, 30 ms back
+
+
+@pytest.mark.parametrize("relay", ["_delayed", "_delayed_splice"])
+def test_both_delayed_relays_keep_order_and_delay(relay: str) -> None:
+    """The portable ring-buffer relay (no splice) and the splice one, in this process."""
+    from benchmarks import delay_proxy
+
+    near, proxy_in = socket.socketpair()
+    proxy_out, far = socket.socketpair()
+    data = random.Random(2).randbytes(8 * 1024 * 1024)
+    thread = threading.Thread(target=getattr(delay_proxy, relay), args=(proxy_in, proxy_out, 0.02),
+                              daemon=True)
+    thread.start()
+    start = time.monotonic()
+    sender = threading.Thread(target=lambda: (near.sendall(data), near.shutdown(socket.SHUT_WR)))
+    sender.start()
+    first = _read(far, 1)
+    assert time.monotonic() - start >= 0.02
+    assert first + _read(far, len(data) - 1) == data
+    sender.join()
+    thread.join(5)
+    assert not thread.is_alive()  # the end of the stream ends the relay
+    for sock in (near, proxy_in, proxy_out, far):
+        sock.close()
