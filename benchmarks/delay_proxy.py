@@ -6,9 +6,10 @@ later, in order, on each direction separately (a round trip costs twice the dela
 Bandwidth is not limited; the proxy only adds latency, as a long fat pipe does.
 
 It is built to cost little CPU, since it shares the cores with what it measures: a
-thread pair per direction (a reader timestamping reads of up to 4 MiB into a ring
-buffer, a writer sending each run from it when due), blocking calls that release the
-GIL, and with no delay ``splice(2)`` (bytes never enter Python).
+thread pair per direction (a reader splicing what arrives into a ring of kernel pipes
+and stamping each run with its due time, a writer splicing each run out when due; a
+ring buffer and ``recv_into`` where ``splice(2)`` is missing), blocking calls that
+release the GIL, and with no delay a plain ``splice(2)``: bytes never enter Python.
 
 Run it as its own process so it never competes with the measured one for a GIL:
 
