@@ -90,5 +90,23 @@ def add_acls(zk_connect: str, grants: Iterable[Grant], groups: Iterable[Grant] =
         zk.close(client)
 
 
+def secure_zookeeper(owner: str) -> int:
+    """``logferry zk secure`` in-process: ``owner`` is a connect string logged in as the
+    cluster's owner (a :class:`~broker.common.zk_security.ZkTarget` carrying its
+    ``consumer_ids``); every znode gets its ZooKeeper ACL, each group's derived from the
+    group ACLs. Returns how many znodes changed."""
+    from broker.common.zk_security import security_of
+    from broker.coordination.group_acl import secure_cluster
+
+    security = security_of(owner)
+    if security is None or security.digest_id is None:
+        raise ValueError("secure_zookeeper needs a connect string logged in as the owner")
+    client = zk.connect(owner, create=False)
+    try:
+        return secure_cluster(client, security.digest_id, security.consumer_ids)[1]
+    finally:
+        zk.close(client)
+
+
 __all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_pki",
-           "password_file"]
+           "password_file", "secure_zookeeper"]
