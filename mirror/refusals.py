@@ -73,9 +73,13 @@ class Refusals:
         return sorted(out)
 
     def granted(self, topic: str) -> Refusal | None:
-        """A batch of ``topic`` was copied: it is allowed again. The refusal it ends
-        (None if the topic was not refused)."""
-        return self.topics.pop(topic, None)
+        """A batch of ``topic`` sent while PROBING was copied: it is allowed again. The
+        refusal it ends (None if the topic was not probing: an answer to a batch sent
+        before the refusal proves nothing)."""
+        known = self.topics.get(topic)
+        if known is None or known.state != PROBING:
+            return None
+        return self.topics.pop(topic)
 
     def next_retry(self) -> float | None:
         """The earliest retry time of a REFUSED topic (None: none waits)."""

@@ -21,7 +21,9 @@ def test_a_refusal_is_news_once_and_retried_after_its_interval() -> None:
     assert not r.halted("secret") and r.topics["secret"].state == PROBING
     assert r.due(200.0) == []  # probing: not due twice
     # the probe is refused again: halted for another interval, counted, not news
+    assert r.granted("open") is None
     assert not r.refuse("secret", "still", now=106.0)
+    assert r.granted("secret") is None  # a late answer while refused: still refused
     assert r.halted("secret") and r.topics["secret"].attempts == 2
     assert r.due(110.9) == [] and r.due(111.0) == ["secret"]
     done = r.granted("secret")
