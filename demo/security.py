@@ -42,8 +42,8 @@ from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.common.zk_security import ZkSecurity, ZkTarget, digest_id
 from broker.client.heartbeat import AGENTS_TOPIC
-from broker.testing.security import (Pki, add_acls, create_users, make_pki, password_file,
-                                     secure_zookeeper)
+from broker.testing.security import (Pki, add_acls, create_users, make_chroot, make_pki,
+                                     password_file, secure_zookeeper)
 
 MECHANISM = "SCRAM-SHA-512"
 LIVE_USERS = ("broker", "admin", "agent", "mirror", "dashboard", "reader")
@@ -110,6 +110,10 @@ class DemoSecurity:
         ACL in each cluster (datacenter -> ZooKeeper connect string with chroot)."""
         users = {"live": LIVE_USERS, "analysis": ANALYSIS_USERS}
         self.zk_clusters = dict(clusters)
+        for zk in clusters.values():
+            # as the ZooKeeper operator: both chroots exist before either owner logs in,
+            # so their shared parent (/logferry) stays the operator's, not one owner's
+            make_chroot(zk)
         for dc, zk in clusters.items():
             made = {}
             for user in users[dc]:

@@ -90,6 +90,17 @@ def add_acls(zk_connect: str, grants: Iterable[Grant], groups: Iterable[Grant] =
         zk.close(client)
 
 
+def make_chroot(zk_connect: str) -> None:
+    """Create the cluster's chroot (and its registry paths) without a login, as a
+    ZooKeeper operator does before the cluster's owner secures it: the chroot's parents
+    stay open, so clusters with different owners can share them (``/logferry``)."""
+    from broker.common.zk_security import security_of
+
+    if security_of(zk_connect) is not None:
+        zk_connect = str.__str__(zk_connect)
+    zk.close(zk.connect(zk_connect, create=True))
+
+
 def secure_zookeeper(owner: str) -> int:
     """``logferry zk secure`` in-process: ``owner`` is a connect string logged in as the
     cluster's owner (a :class:`~broker.common.zk_security.ZkTarget` carrying its
@@ -108,5 +119,5 @@ def secure_zookeeper(owner: str) -> int:
         zk.close(client)
 
 
-__all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_pki",
-           "password_file", "secure_zookeeper"]
+__all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_chroot",
+           "make_pki", "password_file", "secure_zookeeper"]

@@ -56,7 +56,8 @@ def _offsets(owner: KazooClient, group: str) -> dict[str, bytes]:
 
 def test_demo_groups_offsets_are_writable_only_by_their_principal(
         broker_cluster, zookeeper, mirrors, tmp_path: Path) -> None:
-    live_zk, analysis_zk = zookeeper.new_chroot() + "/live", zookeeper.new_chroot() + "/analysis"
+    base = zookeeper.new_chroot()  # both clusters under one parent, as in the demo
+    live_zk, analysis_zk = base + "/live", base + "/analysis"
     security = DemoSecurity(tmp_path / "demo")
     security.setup({"live": live_zk, "analysis": analysis_zk}, ["web", "_audit"], GROUP,
                    MIRROR_GROUP)
