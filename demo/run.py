@@ -121,6 +121,10 @@ class Pipeline:
         self.analysis_zk = self.zk + configs.ANALYSIS_CHROOT
         say(f"ZooKeeper on {self.zk}: chroots {configs.LIVE_CHROOT} and {configs.ANALYSIS_CHROOT}")
         if not getattr(self.args, "insecure", False):
+            template = configs.mirror_template()  # its group gets the mirror's group ACL
+            if template.exists():
+                self.mirror_group = configs.load(template).get("mirror", {}).get(
+                    "group", self.mirror_group)
             self.security = DemoSecurity(self.workdir)
             self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
                                 [*self.topics, self.audit_topic], GROUP, self.mirror_group)

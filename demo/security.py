@@ -110,18 +110,20 @@ class DemoSecurity:
         ACL in each cluster (datacenter -> ZooKeeper connect string with chroot)."""
         users = {"live": LIVE_USERS, "analysis": ANALYSIS_USERS}
         self.zk_clusters = dict(clusters)
-        for zk in clusters.values():
+        for dc, zk in clusters.items():
+            for login in (ZK_OWNER, *ZK_LOGINS[dc]):
+                self.zk_passwords[(login, dc)] = password_file(self.secrets, f"zk-{login}-{dc}")
             # as the ZooKeeper operator: both chroots exist before either owner logs in,
             # so their shared parent (/logferry) stays the operator's, not one owner's
             make_chroot(zk)
-        for dc, zk in clusters.items():
+        for dc in clusters:
+            secure_zookeeper(self.zk_owner(dc))  # the owner's from here on
+        for dc in clusters:
             made = {}
             for user in users[dc]:
                 path, password = password_file(self.secrets, f"{user}-{dc}")
                 self.passwords[(user, dc)] = (path, password)
                 made[user] = password
-            for login in (ZK_OWNER, *ZK_LOGINS[dc]):
-                self.zk_passwords[(login, dc)] = password_file(self.secrets, f"zk-{login}-{dc}")
             owner = self.zk_owner(dc)  # what it creates carries ZooKeeper ACLs from the start
             create_users(owner, made)
             groups = group_grants(dc, group, mirror_group)
