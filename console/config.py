@@ -20,6 +20,9 @@
     [cluster.sasl]          # optional: the shared [sasl] keys (broker/common/sasl.py)
     username = "reader"
     password_file = "secrets/reader.password"
+    [cluster.zookeeper]     # optional: its ZooKeeper login (broker/common/zk_security.py)
+    user = "reader"
+    password_file = "secrets/zk-reader.password"
 
     [[lake]]                # optional: the loader's output, for the landed tier
     path = "/data/lake"     # its output.path (a local or mounted directory; read-only)
@@ -52,6 +55,7 @@ from broker.common.config import (
 from broker.common.errors import ConfigError
 from broker.common.names import validate_topic_name
 from broker.common.sasl import SaslCredentials, sasl_section
+from broker.common.zk_security import with_security, zookeeper_section
 from broker.common.tls import TlsConfig, tls_section
 
 DEFAULT_PORT = 8300
@@ -103,7 +107,8 @@ _SECTIONS = {
 _LAKE = fields(("path",), {"path": "the loader's output.path (a local directory)"},
                path=NONEMPTY_STR, cluster=NONEMPTY_STR, timezone=NONEMPTY_STR, name=NONEMPTY_STR)
 _CLUSTER = fields(("name", "zk_connect"), {"zk_connect": "where the cluster registers"},
-                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR, tls=TABLE, sasl=TABLE)
+                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR, tls=TABLE, sasl=TABLE,
+                  zookeeper=TABLE)
 
 
 def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> ConsoleConfig:
@@ -121,8 +126,9 @@ def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> Con
     for i, raw in enumerate(clusters_raw):
         where = f"cluster[{i}]"
         table = v.check(raw, _CLUSTER, where)
-        clusters.append(ClusterConfig(table["name"],
-                                      v.zk_connect(f"{where}.zk_connect", table["zk_connect"]),
+        connect = v.zk_connect(f"{where}.zk_connect", table["zk_connect"])
+        clusters.append(ClusterConfig(table["name"],  # [cluster.zookeeper]: its ZooKeeper login
+                                      with_security(connect, zookeeper_section(v, table, where=where)),
                                       tls=tls_section(v, table, where=where),
                                       sasl=sasl_section(v, table, where=where)))
     lakes = [v.check(raw, _LAKE, f"lake[{i}]") for i, raw in enumerate(lakes_raw)]

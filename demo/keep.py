@@ -81,7 +81,7 @@ class KeepRunning:
             self.writers.append(writer)
         if p.dashboard is not None and p.dashboard.is_alive():
             p.dashboard.stop(10.0)
-        p.dashboard = Dashboard(p.live_zk, p.topics, p.client("dashboard", "live"))
+        p.dashboard = Dashboard(p.zk_as("dashboard", "live"), p.topics, p.client("dashboard", "live"))
         p.dashboard.start()
         p.dashboard.ready.wait(30)
 
@@ -99,8 +99,10 @@ class KeepRunning:
         if security is not None:  # TLS + SCRAM as the read-only User:reader
             for name, dc in (("LIVE_AUTH", "live"), ("ANALYSIS_AUTH", "analysis")):
                 table = security.sasl_table("reader", dc)
+                zk_login = security.zookeeper_table("reader", dc)
                 lines.append(f"  export {name}=\"--tls-ca {security.pki.ca} --sasl-user reader "
-                             f"--sasl-password-file {table['password_file']}\"")
+                             f"--sasl-password-file {table['password_file']} --zk-user reader "
+                             f"--zk-password-file {zk_login['password_file']}\"")
         lines += [
             f"  {lf} topic list{live}",
             f"  {lf} topic describe {topic}{live}           # leaders and in-sync replicas",

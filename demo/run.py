@@ -100,8 +100,18 @@ class Pipeline:
         return self.security.client(user, datacenter) if self.security else {}
 
     def sections(self, user: str, datacenter: str) -> dict[str, Any]:
-        """``[tls]``/``[sasl]`` for a component's config (none when insecure)."""
+        """``[tls]``/``[sasl]``/``[zookeeper]`` for a component's config (none when insecure)."""
         return self.security.client_sections(user, datacenter) if self.security else {}
+
+    def zk_as(self, user: str, datacenter: str) -> str:
+        """The cluster's connect string, logged in to ZooKeeper as ``user`` when secured
+        (``admin`` is the cluster's owner)."""
+        plain = self.live_zk if datacenter == "live" else self.analysis_zk
+        if self.security is None:
+            return plain
+        if user == "admin":
+            return self.security.zk_owner(datacenter)
+        return self.security.zk_as(user, datacenter)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -111,6 +121,10 @@ class Pipeline:
         self.analysis_zk = self.zk + configs.ANALYSIS_CHROOT
         say(f"ZooKeeper on {self.zk}: chroots {configs.LIVE_CHROOT} and {configs.ANALYSIS_CHROOT}")
         if not getattr(self.args, "insecure", False):
+            template = configs.mirror_template()  # its group gets the mirror's group ACL
+            if template.exists():
+                self.mirror_group = configs.load(template).get("mirror", {}).get(
+                    "group", self.mirror_group)
             self.security = DemoSecurity(self.workdir)
             self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
                                 [*self.topics, self.audit_topic], GROUP, self.mirror_group)
@@ -131,6 +145,10 @@ class Pipeline:
                 say(f"{dc} broker {child.name} on {child.address} "
                     f"(from etc/{dc}/{child.name.split('-', 1)[1]}.toml; pid {child.pid}, "
                     f"metrics {child.metrics_url})")
+        if self.security is not None:
+            changed = self.security.secure_zookeeper()
+            say(f"ZooKeeper ACLs set as the owner on both clusters ({changed} znodes changed): "
+                "each group's offsets writable only by its principal")
 
     def create_topics(self) -> None:
         from broker.client import Admin
@@ -138,7 +156,7 @@ class Pipeline:
         _, broker, _ = configs.broker_settings(configs.broker_templates("live")[0])
         partitions = int(broker.get("num_partitions", 4))
         factor = int(broker.get("default_replication_factor", 1))
-        with Admin(zk=self.live_zk, **self.client("admin", "live")) as admin:
+        with Admin(zk=self.zk_as("admin", "live"), **self.client("admin", "live")) as admin:
             for topic in [*self.topics, self.audit_topic]:
                 try:
                     admin.create_topic(topic, partitions)
@@ -371,7 +389,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.create_topics()
     pipeline.start_mirror()
     pipeline.start_console()
-    dashboard = pipeline.dashboard = Dashboard(pipeline.live_zk, pipeline.topics,
+    dashboard = pipeline.dashboard = Dashboard(pipeline.zk_as("dashboard", "live"), pipeline.topics,
                                                pipeline.client("dashboard", "live"))
     dashboard.start()
     dashboard.ready.wait(30)
@@ -381,8 +399,10 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.start_agents(hosts)
 
     topics = pipeline.topics
-    live = ClusterCounter(pipeline.live_zk, topics, pipeline.client("reader", "live"))
-    analysis = (ClusterCounter(pipeline.analysis_zk, topics, pipeline.client("reader", "analysis"))
+    live = ClusterCounter(pipeline.zk_as("reader", "live"), topics,
+                          pipeline.client("reader", "live"))
+    analysis = (ClusterCounter(pipeline.zk_as("reader", "analysis"), topics,
+                                pipeline.client("reader", "analysis"))
                 if pipeline.mirror else None)
     counters = [live] + ([analysis] if analysis else [])
     tally = Tally(topics=topics, hosts=hosts)
@@ -431,7 +451,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     t_live = time.monotonic() - t0
     sample(t_live, max(time.monotonic() - previous, 1e-3))
     tally.agents_acked = pipeline.stop_agents()
-    live_audit = ClusterCounter(pipeline.live_zk, [pipeline.audit_topic],
+    live_audit = ClusterCounter(pipeline.zk_as("reader", "live"), [pipeline.audit_topic],
                                 pipeline.client("reader", "live"))
     counters.append(live_audit)
     tally.audit_records["live"] = _settled(live_audit, pipeline.audit_topic)
@@ -441,7 +461,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     t_analysis = None
     audit_source = live_audit
     if analysis is not None:
-        analysis_audit = ClusterCounter(pipeline.analysis_zk, [pipeline.audit_topic],
+        analysis_audit = ClusterCounter(pipeline.zk_as("reader", "analysis"), [pipeline.audit_topic],
                                         pipeline.client("reader", "analysis"))
         counters.append(analysis_audit)
         ok = _wait_counts(analysis, written, args.drain_timeout) and _wait_counts(
@@ -477,7 +497,10 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
                            f"{topics}: the demo lands the agent's topics")
     source_zk = pipeline.analysis_zk if analysis is not None else pipeline.live_zk
     doc = configs.loader_config(loader_doc, source_zk, output, topics)
-    doc.update(pipeline.sections("loader", "analysis" if analysis is not None else "live"))
+    sections = pipeline.sections("loader", "analysis" if analysis is not None else "live")
+    if "zookeeper" in sections:  # the loader's login is [source.zookeeper]
+        doc.setdefault("source", {})["zookeeper"] = sections.pop("zookeeper")
+    doc.update(sections)
     loader_cfg = configs.write(workdir / "config" / "loader.toml", doc, configs.loader_template())
     say(f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk):]} as Parquet "
         f"(Spark local mode; the JVM takes a while to start)")

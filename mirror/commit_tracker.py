@@ -111,6 +111,22 @@ class CommitTracker:
         batch.state, batch.error, batch.acked, batch.sends = PENDING, None, 0, sends
         return batch
 
+    def discard_from(self, batch_id: int) -> InFlight | None:
+        """Forget ``batch_id`` and every later batch of its partition (to be copied again
+        from the returned batch's offset: its topic was refused); None if unknown.
+        Their outcomes, should any still arrive, are ignored."""
+        first = self._batches.get(batch_id)
+        if first is None:
+            return None
+        queue = self._queues[first.tp]
+        while queue and queue[-1] != batch_id:
+            self.inflight_bytes -= self._batches.pop(queue.pop()).nbytes
+        queue.pop()
+        self.inflight_bytes -= self._batches.pop(batch_id).nbytes
+        if not queue:
+            del self._queues[first.tp]
+        return first
+
     def failures(self) -> list[tuple[int, InFlight]]:
         """Failed batches (id, batch), oldest first per partition."""
         return [(i, b) for i, b in self._batches.items() if b.state == FAILED]

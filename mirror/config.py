@@ -93,6 +93,9 @@ class MirrorConfig:
     """The producer retries a batch this long (target down) before the mirror gives up."""
     shutdown_timeout_s: float = 30.0
     """On SIGTERM, wait this long for in-flight batches; then exit without committing them."""
+    refused_retry_s: float = 30.0
+    """A topic the target refuses for want of an ACL halts alone and is tried again this
+    often, so granting the ACL resumes it without a restart (mirror/refusals.py)."""
     compression: str = "none"
     """Codec given to batches that arrive uncompressed before they cross to the target.
     ``none`` (the default) copies every batch byte for byte: the agent's batches arrive
@@ -164,7 +167,8 @@ SECTIONS = {
         max_request_bytes=POSITIVE_INT,
         commit_interval_ms=POSITIVE_INT,
         session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
-        shutdown_timeout_s=POSITIVE_NUMBER, compression=STRING, mode=STRING,
+        shutdown_timeout_s=POSITIVE_NUMBER, refused_retry_s=POSITIVE_NUMBER,
+        compression=STRING, mode=STRING,
         request_timeout_s=POSITIVE_NUMBER, audit_topic=STRING, audit_window_s=POSITIVE_NUMBER),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING, tls=TABLE),
 }
@@ -266,6 +270,7 @@ def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
         shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
+        refused_retry_s=float(m.get("refused_retry_s", 30.0)),
         mode=mode, request_timeout_s=float(m.get("request_timeout_s", 30.0)),
         audit_topic=m.get("audit_topic", "_audit.mirror"),
         audit_window_s=float(m.get("audit_window_s", 60.0)),

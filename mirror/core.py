@@ -29,8 +29,9 @@ import time
 from collections import deque
 from functools import partial
 
-from broker.client import CODECS, DeliveryFuture, Producer, RawBatch, SimpleConsumer
-from broker.common.errors import LogferryError
+from broker.client import (CODECS, DeliveryFuture, PartitionNotOwnedError, Producer, RawBatch,
+                           SimpleConsumer)
+from broker.common.errors import AuthorizationError, LogferryError
 from broker.common.retry import Retry
 from mirror.audit import MirrorAudit
 from mirror.commit_tracker import CommitTracker
@@ -52,6 +53,11 @@ class Mirror(MirrorLoop):
         self._tracker = CommitTracker()
         self._outcomes: deque[tuple[int, LogferryError | None]] = deque()
         """(tracker id, error or None) from the producer's threads, drained by the loop."""
+        self._rewind: dict[tuple[str, int], int] = {}
+        """Partitions of refused topics -> first source offset not copied (fetched again
+        from there when the topic is retried)."""
+        self._resuming: set[str] = set()
+        """Refused topics due for a retry, waiting for their batches in flight to settle."""
 
     # -- lifecycle (mirror/lifecycle.py) -----------------------------------------------------
 
@@ -96,7 +102,16 @@ class Mirror(MirrorLoop):
         """Hand polled batches to the producer; each is tracked until the target acknowledges."""
         assert self._producer is not None
         for (topic, partition), batch in batches:
-            routes = self._route(topic, partition, batch)
+            if topic in self.refusals.topics and (self.refusals.halted(topic)
+                                                  or topic in self._resuming):
+                self._hold((topic, partition), batch.offset)
+                continue
+            try:
+                routes = self._route(topic, partition, batch)
+            except AuthorizationError as exc:  # e.g. no create on the target: that topic only
+                self._refuse(topic, exc)
+                self._hold((topic, partition), batch.offset)
+                continue
             batch_id = self._tracker.add((topic, partition), batch.offset, batch.next_offset,
                                          batch.count, len(batch.raw), sends=len(routes))
             if self._audit is not None:
@@ -123,6 +138,13 @@ class Mirror(MirrorLoop):
                 tracker.acked(batch_id)
             else:
                 tracker.failed(batch_id, error)
+        refused = [(i, b) for i, b in tracker.failures() if isinstance(b.error, AuthorizationError)]
+        for batch_id, batch in refused:  # that topic only: copy it again from there later
+            first = tracker.discard_from(batch_id)
+            if first is not None:
+                assert batch.error is not None
+                self._refuse(batch.tp[0], batch.error)
+                self._hold(first.tp, first.offset)
         advanced = tracker.advance()
         if advanced.positions:
             assert self._consumer is not None
@@ -135,6 +157,8 @@ class Mirror(MirrorLoop):
                 counts[2] += batch.nbytes
             for topic, (nb, nm, nbytes) in per_topic.items():
                 self.metrics.record(topic, nb, nm, nbytes)
+                if self.refusals.topics:
+                    self._granted(topic)
         failures = tracker.failures()
         if failures:
             _, batch = failures[0]
@@ -169,12 +193,44 @@ class Mirror(MirrorLoop):
         while True:
             try:
                 return self._router.route(topic, partition, batch.raw)
+            except AuthorizationError:
+                raise  # not a target away: that topic is refused (_send)
             except LogferryError as exc:
                 # stopping: give up once the waits grew past a second (0.1+0.2+0.4+0.8 s)
                 if retry.expired or (self.stopping.is_set() and retry.failures >= 4):
                     raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
                 log.warning("mirror: target topic %r not reachable yet (%s); retrying", topic, exc)
                 retry.sleep()
+
+    # -- topics refused for want of an ACL (mirror/refusals.py) ------------------------------
+
+    def _hold(self, tp: tuple[str, int], offset: int) -> None:
+        """Not copied now: fetch ``tp`` again from ``offset`` (at the latest) on retry."""
+        if offset < self._rewind.get(tp, offset + 1):
+            self._rewind[tp] = offset
+        if self._consumer is not None:
+            self._consumer.pause(*tp)
+
+    def _tend(self, now: float) -> None:
+        """Retry refused topics that are due, once nothing of theirs is in flight: each
+        held partition is fetched again from its first byte not copied."""
+        self._resuming.update(self.refusals.due(now))
+        for topic in sorted(self._resuming):
+            held = [tp for tp in self._rewind if tp[0] == topic]
+            if any(self._tracker.pending(tp) for tp in held):
+                continue
+            assert self._consumer is not None
+            for tp in held:
+                offset = self._rewind.pop(tp)
+                try:
+                    self._consumer.seek(tp[0], tp[1], offset)
+                except PartitionNotOwnedError:
+                    pass  # revoked: its new owner starts at the committed position
+            for tp in self._consumer.assignment():
+                if tp[0] == topic:
+                    self._consumer.resume(*tp)
+            self._resuming.discard(topic)
+            log.debug("mirror: trying %r again", topic)
 
     def _count_rehash(self, topic: str) -> None:
         self.metrics.rehashed[(("topic", topic),)] += 1

@@ -21,6 +21,7 @@ from broker.common.tls import metrics_context
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
+from mirror.refusals import Refusals
 from mirror.status import MirrorMetrics, write_status_file
 
 log = logging.getLogger("logferry.mirror")
@@ -50,6 +51,8 @@ class MirrorLoop:
         self._server: MetricsServer | None = None
         self._wake = threading.Event()
         self._audit: MirrorAudit | None = None
+        self.refusals = Refusals(config.refused_retry_s)
+        """Topics the target refused for want of an ACL (each halted alone, retried)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -160,9 +163,38 @@ class MirrorLoop:
                 doc["mode"] = self.mode
             if self._consumer is not None:
                 doc["consumer_id"] = self._consumer.consumer_id
+            doc["refused"] = self.refusals.document()
             write_status_file(self.config.status_file, doc)
         except (OSError, LogferryError) as exc:
             log.debug("mirror: status file not written: %s", exc)
+
+    # -- topics refused for want of an ACL (mirror/refusals.py) -------------------------------
+
+    def _refuse(self, topic: str, error: LogferryError) -> bool:
+        """The target refused ``topic``'s data (an AuthorizationError): halt that topic
+        only, stop fetching it, retry it in ``refused_retry_s``. True if it was news."""
+        news = self.refusals.refuse(topic, str(error), time.monotonic())
+        if news:
+            log.error("MIRROR TOPIC REFUSED: %s (%s). Only %r is halted; the other topics "
+                      "go on; it is tried again every %.0fs, so `logferry acl add` resumes "
+                      "it without a restart.", error, type(error).__name__, topic,
+                      self.refusals.retry_s)
+        else:
+            log.debug("mirror: %r still refused: %s", topic, error)
+        self.metrics.refused[(("topic", topic),)] += 1
+        self._pause_topic(topic)
+        return news
+
+    def _pause_topic(self, topic: str) -> None:
+        if self._consumer is not None:
+            for t, p in self._consumer.assignment():
+                if t == topic:
+                    self._consumer.pause(t, p)
+
+    def _granted(self, topic: str) -> None:
+        """A batch of ``topic`` reached the target: if it was refused, it is allowed now."""
+        if topic in self.refusals.topics and self.refusals.granted(topic) is not None:
+            log.warning("mirror: %r is copied again (its ACL now allows it)", topic)
 
     # -- what each mode fills in -------------------------------------------------------------
 

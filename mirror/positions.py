@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 TopicPartition = tuple[str, int]
 
-RESYNC, COPYING, HALTED = "resync", "copying", "halted"
+RESYNC, COPYING, HALTED, REFUSED = "resync", "copying", "halted", "refused"
 
 
 @dataclass
@@ -104,6 +104,21 @@ class Positions:
         part.state, part.reason = HALTED, reason
         part.generation += 1
 
+    def refuse(self, tp: TopicPartition) -> None:
+        """The target refused the partition's topic (an ACL): stop it until :meth:`retry`."""
+        part = self.parts.setdefault(tp, PartitionCopy())
+        if part.state == HALTED:
+            return
+        self._drop_sent(part)
+        part.state = REFUSED
+        part.generation += 1
+
+    def retry(self, tp: TopicPartition) -> None:
+        """Try a refused partition again: learn the target's end first."""
+        part = self.parts.get(tp)
+        if part is not None and part.state == REFUSED:
+            part.state = RESYNC
+
     def accept(self, tp: TopicPartition, offset: int, next_offset: int, messages: int,
                nbytes: int) -> tuple[int, bool] | None:
         """A polled batch: ``(generation, start flag)`` if it is to be sent now, None if
@@ -148,4 +163,4 @@ class Positions:
         return sum(len(p.sent) for p in self.parts.values())
 
 
-__all__ = ["COPYING", "HALTED", "RESYNC", "Acked", "PartitionCopy", "Positions", "Sent"]
+__all__ = ["COPYING", "HALTED", "REFUSED", "RESYNC", "Acked", "PartitionCopy", "Positions", "Sent"]

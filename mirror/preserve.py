@@ -35,7 +35,8 @@ from broker.client import (
     RawBatch,
 )
 from broker.common.errors import (
-    InvalidOffsetError, LogferryError, OffsetMismatchError, OffsetOutOfRangeError,
+    AuthorizationError, InvalidOffsetError, LogferryError, OffsetMismatchError,
+    OffsetOutOfRangeError,
 )
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
@@ -94,6 +95,10 @@ class PreservingMirror(MirrorLoop):
         if now - self._last_assignment >= ASSIGNMENT_EVERY_S:
             self._last_assignment = now
             self._sync_assignment()
+        for topic in self.refusals.due(now):  # refused for an ACL: try again
+            self._checked_topics.pop(topic, None)
+            for tp in [tp for tp in self.positions.parts if tp[0] == topic]:
+                self.positions.retry(tp)
         for tp in self.positions.needs_resync():
             self._resync(tp)
         self._appender.expire()
@@ -171,6 +176,9 @@ class PreservingMirror(MirrorLoop):
                                    f"{log_start - offset} bytes before they were copied")
                 continue
             _, tp, generation, offsets, error = event
+            if isinstance(error, AuthorizationError) and positions.parts.get(tp) is not None \
+                    and generation == positions.parts[tp].generation:
+                self._refuse_topic(tp[0], error)  # that topic only; the loop goes on
             if error is not None and not error.retriable \
                     and not isinstance(error, OffsetMismatchError) \
                     and positions.parts.get(tp) is not None \
@@ -188,6 +196,8 @@ class PreservingMirror(MirrorLoop):
                     self._audit.appended(tp, offset, error is None)
                 result = positions.outcome(tp, generation, offset, error is None)
                 if result is not None:
+                    if self.refusals.topics:
+                        self._granted(tp[0])
                     acked[tp] = result.position
                     counts = per_topic.setdefault(tp[0], [0, 0, 0])
                     counts[0] += 1
@@ -226,7 +236,15 @@ class PreservingMirror(MirrorLoop):
         if self.positions.state(tp) == HALTED:
             return
         topic, partition = tp
-        problem = self._check_topic(topic, partition)
+        if self.refusals.halted(topic):
+            self.positions.refuse(tp)
+            self._consumer.pause(topic, partition)
+            return
+        try:
+            problem = self._check_topic(topic, partition)
+        except AuthorizationError as exc:
+            self._refuse_topic(topic, exc)
+            return
         if problem is not None:
             self._diverged(tp, problem)
             return
@@ -234,6 +252,9 @@ class PreservingMirror(MirrorLoop):
         try:
             answer = self._appender.query(topic, partition, deadline_s=deadline)
             source = self._source.offsets(topic, partition)
+        except AuthorizationError as exc:
+            self._refuse_topic(topic, exc)
+            return
         except LogferryError as exc:
             raise MirrorError(f"cannot learn where {topic}-{partition} ends on the target "
                               f"within {deadline:.0f}s: {exc}") from exc
@@ -296,6 +317,8 @@ class PreservingMirror(MirrorLoop):
         assert self._router is not None
         try:
             source_n, target_n = self._router.counts(topic, partition)
+        except AuthorizationError:
+            raise  # that topic only (_resync)
         except LogferryError as exc:
             raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
         problem = None
@@ -306,6 +329,13 @@ class PreservingMirror(MirrorLoop):
                        "re-hash)")
         self._checked_topics[topic] = (problem, source_n)
         return problem
+
+    def _refuse_topic(self, topic: str, error: LogferryError) -> None:
+        """The target refused ``topic`` (an ACL): its partitions stop, and resync from
+        the target's end when :attr:`refusals` says to try again."""
+        self._refuse(topic, error)
+        for tp in [tp for tp in self.positions.parts if tp[0] == topic]:
+            self.positions.refuse(tp)
 
     def _diverged(self, tp: TopicPartition, reason: str) -> None:
         if self.positions.state(tp) == HALTED:

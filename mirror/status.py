@@ -39,6 +39,9 @@ class MirrorMetrics:
         self.diverged = self.registry.counter(
             "diverged_total", "Partitions stopped because the target is no copy of the source "
             "(offset-preserving mode)")
+        self.refused = self.registry.counter(
+            "refused_total", "Times the target refused a topic for want of an ACL (the topic "
+            "halts alone and is retried every refused_retry_s)")
         self.halted: dict[tuple[str, int], dict] = {}
         self.consumer_metrics = consumer_metrics
         self._samples: deque[tuple[float, float, float]] = deque()

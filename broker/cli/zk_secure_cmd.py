@@ -86,20 +86,10 @@ def _owner_security(args: argparse.Namespace) -> ZkSecurity:
 def _secure(client: Any, security: ZkSecurity) -> tuple[int, int]:
     """The zk_acl policy on every znode; with group ACLs stored, ``/consumers/**`` get
     the per-group ACLs derived from them instead (broker.coordination.group_acl)."""
-    from broker.coordination.acl_store import AclStore
-    from broker.coordination.group_acl import apply_group_acls, group_mode
-    from broker.coordination.zk_acl import CONSUMERS, AclPolicy, apply_acls
+    from broker.coordination.group_acl import secure_cluster
 
     assert security.digest_id is not None
-    policy = AclPolicy(security.digest_id, security.consumer_ids)
-    acls = AclStore(client).all()
-    if not group_mode(acls):
-        seen, changed = apply_acls(client, policy)
-        s, c = apply_group_acls(client, security.digest_id, acls, security.consumer_ids)
-        return seen + s, changed + c
-    seen, changed = apply_acls(client, policy, skip=CONSUMERS)
-    s, c = apply_group_acls(client, security.digest_id, acls, security.consumer_ids)
-    return seen + s, changed + c
+    return secure_cluster(client, security.digest_id, security.consumer_ids)
 
 
 def secure_cmd(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
 from broker.client.idempotence import ProducerSequences
 from broker.common.errors import (
+    AuthorizationError,
     BrokerNotAvailableError,
     LogferryError,
     ProducerClosedError,
@@ -335,7 +336,11 @@ class Sender:
             self._stats["batches_failed"] += len(failed)
             self._stats["messages_failed"] += sum(b.messages for b in failed)
         if not isinstance(error, ProducerClosedError):
-            log.error("giving up on %d batches for %s-%d: %s", len(failed), tp[0], tp[1], error)
+            # a refusal by ACL is the caller's to report (its futures carry it; the mirror
+            # logs one line per refused topic), not a line per partition and retry here
+            level = logging.DEBUG if isinstance(error, AuthorizationError) else logging.ERROR
+            log.log(level, "giving up on %d batches for %s-%d: %s", len(failed), tp[0], tp[1],
+                    error)
         _fail_futures(failed, error)
 
 

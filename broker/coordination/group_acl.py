@@ -219,6 +219,19 @@ def apply_group_acls(client: Any, owner: str, acls: Sequence[Acl],
     return seen, changed
 
 
+def secure_cluster(client: Any, owner: str, consumer_ids: Sequence[str]) -> tuple[int, int]:
+    """``logferry zk secure``'s work, as the owner: the :mod:`~broker.coordination.zk_acl`
+    policy on every znode under the chroot and, with group ACLs stored, the per-group ACLs
+    derived from them on ``/consumers/**`` instead. Idempotent; ``(seen, changed)``."""
+    from broker.coordination.acl_store import AclStore
+
+    policy = AclPolicy(owner, tuple(consumer_ids))
+    acls = AclStore(client).all()
+    seen, changed = apply_acls(client, policy, skip=CONSUMERS if group_mode(acls) else None)
+    s, c = apply_group_acls(client, owner, acls, consumer_ids)
+    return seen + s, changed + c
+
+
 def _leave_group_mode(client: Any, owner: str, ids: Sequence[str]) -> tuple[int, int]:
     """No group ACL: the shared ACL of zk_acl on ``/consumers/**``, no published ACLs."""
     try:
@@ -241,4 +254,4 @@ def _leave_group_mode(client: Any, owner: str, ids: Sequence[str]) -> tuple[int,
 
 __all__ = ["DATA_KEY", "MEMBER", "NEW_GROUP_KEY", "READER", "apply_group_acls",
            "consumer_ids_on", "consumers_zk_acl", "decode_acl", "encode_acl", "group_mode",
-           "group_zk_acl", "named_groups", "new_group_zk_acl", "perms_of", "principal_of"]
+           "group_zk_acl", "named_groups", "new_group_zk_acl", "perms_of", "principal_of", "secure_cluster"]

@@ -90,5 +90,34 @@ def add_acls(zk_connect: str, grants: Iterable[Grant], groups: Iterable[Grant] =
         zk.close(client)
 
 
-__all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_pki",
-           "password_file"]
+def make_chroot(zk_connect: str) -> None:
+    """Create the cluster's chroot (and its registry paths) without a login, as a
+    ZooKeeper operator does before the cluster's owner secures it: the chroot's parents
+    stay open, so clusters with different owners can share them (``/logferry``)."""
+    from broker.common.zk_security import security_of
+
+    if security_of(zk_connect) is not None:
+        zk_connect = str.__str__(zk_connect)
+    zk.close(zk.connect(zk_connect, create=True))
+
+
+def secure_zookeeper(owner: str) -> int:
+    """``logferry zk secure`` in-process: ``owner`` is a connect string logged in as the
+    cluster's owner (a :class:`~broker.common.zk_security.ZkTarget` carrying its
+    ``consumer_ids``); every znode gets its ZooKeeper ACL, each group's derived from the
+    group ACLs. Returns how many znodes changed."""
+    from broker.common.zk_security import security_of
+    from broker.coordination.group_acl import secure_cluster
+
+    security = security_of(owner)
+    if security is None or security.digest_id is None:
+        raise ValueError("secure_zookeeper needs a connect string logged in as the owner")
+    client = zk.connect(owner, create=False)
+    try:
+        return secure_cluster(client, security.digest_id, security.consumer_ids)[1]
+    finally:
+        zk.close(client)
+
+
+__all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_chroot",
+           "make_pki", "password_file", "secure_zookeeper"]

@@ -10,7 +10,8 @@ from agent.config import load_config as load_agent_config
 from broker.common.config import dumps
 from broker.server.config import load_broker_config
 from broker.testing.security import password_file
-from demo.security import ANALYSIS_USERS, LIVE_USERS, DemoSecurity, grants
+from broker.common.zk_security import security_of
+from demo.security import ANALYSIS_USERS, LIVE_USERS, ZK_LOGINS, ZK_OWNER, DemoSecurity, grants
 from mirror.config import load_config as load_mirror_config
 
 TOPICS = ["app-logs", "access-logs", "_audit"]
@@ -45,6 +46,8 @@ def _security(tmp_path: Path) -> DemoSecurity:
     for users, dc in ((LIVE_USERS, "live"), (ANALYSIS_USERS, "analysis")):
         for user in users:
             security.passwords[(user, dc)] = password_file(security.secrets, f"{user}-{dc}")
+        for login in (ZK_OWNER, *ZK_LOGINS[dc]):
+            security.zk_passwords[(login, dc)] = password_file(security.secrets, f"zk-{login}-{dc}")
     return security
 
 
@@ -74,6 +77,15 @@ def test_the_sections_load_with_the_components_loaders(tmp_path: Path):
         "mirror": {"group": "m", "pattern": ".*"}}))
     m = load_mirror_config(mirror)
     assert m.source_sasl and m.target_sasl and m.source_sasl.password != m.target_sasl.password
+    # ZooKeeper: the broker as the owner listing the group logins, each client as itself
+    owner = security_of(config.zk_connect)
+    assert owner is not None and owner.user == ZK_OWNER and owner.password
+    assert sorted(i.partition(":")[0] for i in owner.consumer_ids) == ["dashboard", "mirror", "reader"]
+    for who, connect in (("agent", loaded.zk), ("mirror", m.source_zk), ("mirror", m.target_zk)):
+        login = security_of(connect)
+        assert login is not None and login.user == who and login.password
+    assert security_of(m.source_zk).password != security_of(m.target_zk).password
+    assert security_of(m.source_zk).password != m.source_sasl.password
     client = security.client("reader", "analysis")
     assert client["sasl"].username == "reader" and client["tls"].ca_file == security.pki.ca
 
@@ -89,3 +101,4 @@ def test_the_consoles_clusters_load_as_the_read_only_reader(tmp_path: Path):
     clusters = load_console_config(console).clusters
     assert [(c.sasl.username if c.sasl else None) for c in clusters] == ["reader", "reader"]
     assert all(c.tls and c.tls.ca_file == security.pki.ca for c in clusters)
+    assert [getattr(security_of(c.zk_connect), "user", None) for c in clusters] == ["reader", "reader"]

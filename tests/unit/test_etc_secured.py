@@ -24,7 +24,10 @@ from mirror.config import load_config as load_mirror_config
 
 SECURED = Path(__file__).resolve().parents[2] / "etc" / "secured"
 BROKERS = ["live/broker-1.toml", "live/broker-2.toml", "analysis/broker-1.toml"]
-PASSWORDS = ["broker", "agent", "mirror-live", "mirror-analysis", "loader"]
+PASSWORDS = ["broker", "agent", "mirror-live", "mirror-analysis", "loader",
+             # ZooKeeper logins (README step 2)
+             "zk-logferry-live", "zk-logferry-analysis", "zk-agent", "zk-mirror-live",
+             "zk-mirror-analysis", "zk-loader", "zk-dashboard-live"]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +90,34 @@ def test_secured_clients_use_tls_and_their_own_principal(deployed: Path, caplog)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     for topic in {s.topic for s in agent.sources} | {agent.audit.topic}:
         assert mirror.matches(topic)
+
+
+def test_every_secured_config_logs_in_to_zookeeper_as_its_own_principal(deployed: Path):
+    """Brokers as the cluster's owner (listing the group logins), every client under its
+    principal's name, so ZooKeeper enforces the group ACLs (docs/security.md)."""
+    from broker.common.zk_security import security_of
+
+    for name in BROKERS:
+        zk = security_of(load_broker_config(deployed / name).zk_connect)
+        assert zk is not None and zk.authenticated and zk.user == "logferry", name
+        assert {i.partition(":")[0] for i in zk.consumer_ids} == (
+            {"mirror", "dashboard"} if name.startswith("live") else set())
+    agent = load_agent_config(deployed / "agent.toml")
+    mirror = load_mirror_config(deployed / "mirror.toml")
+    loader = load_loader_config(deployed / "loader.toml")
+    logins = {"agent": security_of(agent.zk), "mirror source": security_of(mirror.source_zk),
+              "mirror target": security_of(mirror.target_zk), "loader": security_of(loader.source.zk)}
+    for who, security in logins.items():
+        assert security is not None and security.authenticated, who
+        assert security.user == who.split()[0], who
+    assert security_of(mirror.source_zk).password != security_of(mirror.target_zk).password
+
+
+def test_readme_runs_the_group_acls_as_the_zookeeper_owner():
+    text = (SECURED / "README.md").read_text()
+    for line in re.findall(r"^.*acl add .*--group.*$", text, re.M):
+        assert "$LIVE_OWNER" in line, line
+    assert "logferry zk digest --user mirror" in text
 
 
 def test_readme_grants_each_principal_what_its_config_needs():

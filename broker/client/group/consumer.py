@@ -329,6 +329,24 @@ class GroupConsumer:
         self._commit_now.set()
         return position[0]
 
+    def pause(self, topic: str, partition: int) -> None:
+        """Stop fetching an owned partition until :meth:`resume`, a :meth:`seek` or a new
+        assignment (what is queued is still handed out). For a pipeline that cannot use a
+        partition's data for a while (the mirror's topic refused by the target's ACLs)."""
+        with self._state.lock:
+            ps = self._state.partitions.get((topic, partition))
+            if ps is not None and ps.active:
+                ps.retry_at = float("inf")
+
+    def resume(self, topic: str, partition: int) -> None:
+        """Fetch a partition :meth:`pause` stopped again, from where it stopped."""
+        state = self._state
+        with state.lock:
+            ps = state.partitions.get((topic, partition))
+            if ps is not None and ps.active and ps.retry_at == float("inf"):
+                ps.retry_at = 0.0
+                state.fetch_wake.notify_all()
+
     def seek_all(self, to: StartAt) -> dict[TopicPartition, int]:
         """:meth:`seek` every partition this member owns now; returns their new offsets."""
         return {tp: self.seek(*tp, to) for tp in self.assignment()}
