@@ -17,12 +17,22 @@ little noise. Then ``--rounds`` pairs under the load: the median over the pairs 
 (with - without) / without, raw and per message produced (the load generator runs on
 the same machine, so how many messages a window got swings with the other work on it).
 The brokers' time handling offsets + metadata requests (their own
-``logferry_request_seconds_total``) is printed too. Last, Debian's Chromium (through
+``logferry_request_seconds_total``) is printed too, with the requests per second per api
+both brokers handled (``logferry_requests_total``: what the console asks, and how the
+load generator's produce and fetch requests shift when the console takes CPU from it),
+ZooKeeper's CPU (the console reads the groups' znodes there) and the console's. Last, Debian's Chromium (through
 Playwright) opens the page and the script prints how long the first render took after
 navigation and how long each view takes to render one snapshot.
 
     .venv/bin/python benchmarks/console_load.py                # 500 partitions, 4 + 10 pairs of 6 s
     .venv/bin/python benchmarks/console_load.py --partitions 100 --rounds 2 --no-render
+    .venv/bin/python benchmarks/console_load.py --no-render --console-from /work/bench  # the old console
+    .venv/bin/python benchmarks/console_load.py --no-render --control 0.16   # contention alone
+
+``--control SHARE`` alternates a process that only burns SHARE of a core instead of the
+console (no requests, no ZooKeeper reads): what taking that CPU alone does to the
+brokers' figures on a 2-core machine. ``--pin`` puts the brokers on CPU 0 and the rest
+on CPU 1.
 
 The issue's bars: the page renders in under a second with 500 partitions, and the
 console's polling adds under 5% to the brokers' CPU.
@@ -42,6 +52,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,6 +64,9 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 TICK = os.sysconf("SC_CLK_TCK")
 TOPIC = "console-bench"
+ZOOKEEPER_PIDS: list[int] = []
+"""The ZooKeeper server's pid, whose CPU the windows read too (the console reads the
+groups' znodes there)."""
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -64,26 +78,34 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
-def handling_seconds(metrics_urls: list[str]) -> float:
+def handling_seconds(metrics_urls: list[str]) -> tuple[float, dict[str, float]]:
     """Seconds the brokers spent handling OFFSETS and METADATA requests so far (their
-    ``logferry_request_seconds_total``): what the console's polling asks of them."""
+    ``logferry_request_seconds_total``): what the console's polling asks of them; and the
+    requests handled so far per api (``logferry_requests_total``, both brokers)."""
     total = 0.0
+    counts: dict[str, float] = {}
     for url in metrics_urls:
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name == "logferry_request_seconds_total" and s.labels.get("api") in ("offsets", "metadata"):
                     total += s.value
-    return total
+                elif s.name == "logferry_requests_total":
+                    api = s.labels.get("api", "?")
+                    counts[api] = counts.get(api, 0.0) + s.value
+    return total, counts
 
 
-def measure(pids: list[int], metrics_urls: list[str], seconds: float) -> tuple[float, float]:
+def measure(pids: list[int], metrics_urls: list[str], seconds: float) -> tuple[float, float, dict[str, float]]:
     """CPU used by ``pids`` over ``seconds`` of wall time, and the time they spent handling
-    offsets and metadata requests, each as a fraction of one core."""
-    start, handled, t0 = cpu_seconds(pids), handling_seconds(metrics_urls), time.monotonic()
+    offsets and metadata requests, each as a fraction of one core; requests/s per api."""
+    start, (handled, counts), t0 = cpu_seconds(pids), handling_seconds(metrics_urls), time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - t0
-    return (cpu_seconds(pids) - start) / wall, (handling_seconds(metrics_urls) - handled) / wall
+    cpu = (cpu_seconds(pids) - start) / wall
+    handled_after, counts_after = handling_seconds(metrics_urls)
+    rates = {api: (n - counts.get(api, 0.0)) / wall for api, n in counts_after.items()}
+    return cpu, (handled_after - handled) / wall, rates
 
 
 class Load:
@@ -126,10 +148,14 @@ class Load:
                 consumer.poll(0.2, max_messages=5000)
 
 
-def start_console(zk: str, interval: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "console", "--zk", f"bench={zk}", "--port", "0",
+def start_console(zk: str, interval: float, checkout: Path | None = None
+                  ) -> tuple[subprocess.Popen[str], str]:
+    """``logferry console`` over the cluster, from this checkout or ``checkout`` (its own
+    .venv: the old code against the same brokers)."""
+    python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
+    proc = subprocess.Popen([python, "-m", "broker", "console", "--zk", f"bench={zk}", "--port", "0",
                              "--interval", str(interval)], stdout=subprocess.PIPE, text=True,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, cwd=checkout)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("console: "):
@@ -189,10 +215,13 @@ def window(proc: subprocess.Popen[str], pids: list[int], urls: list[str], second
     proc.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
     time.sleep(1.0)  # a poll under way finishes
     c0, t0, m0 = cpu_seconds([proc.pid]), time.monotonic(), load.sent if load else 0
-    cpu, served = measure(pids, urls, seconds)
+    z0 = cpu_seconds(ZOOKEEPER_PIDS)
+    cpu, served, rates = measure(pids, urls, seconds)
     wall = time.monotonic() - t0
     return {"cpu": cpu, "served": served, "console": (cpu_seconds([proc.pid]) - c0) / wall,
-            "msgs_s": ((load.sent - m0) / wall) if load else 0.0}
+            "zookeeper": (cpu_seconds(ZOOKEEPER_PIDS) - z0) / wall,
+            "msgs_s": ((load.sent - m0) / wall) if load else 0.0,
+            **{f"req_s:{api}": n for api, n in rates.items()}}
 
 
 def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rounds: int,
@@ -203,7 +232,7 @@ def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rou
     and the console is never paused longer than one window (its ZooKeeper session
     outlives that)."""
     def mean(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-        return {k: (a[k] + b[k]) / 2 for k in a}
+        return {k: (a.get(k, 0.0) + b.get(k, 0.0)) / 2 for k in a.keys() | b.keys()}
 
     pairs = []
     before = window(proc, pids, urls, seconds, load, True)
@@ -221,7 +250,42 @@ def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rou
 
 
 def median_of(pairs: list[dict[str, dict[str, float]]], side: str, key: str) -> float:
-    return statistics.median(p[side][key] for p in pairs)
+    return statistics.median(p[side].get(key, 0.0) for p in pairs)
+
+
+def print_requests(pairs: list[dict[str, dict[str, float]]], label: str) -> None:
+    """Requests per second per api the two brokers handled, without and with the subject."""
+    apis = sorted({k for p in pairs for side in p.values() for k in side if k.startswith("req_s:")})
+    cells = []
+    for key in apis:
+        wo, w = median_of(pairs, "without", key), median_of(pairs, "with", key)
+        if wo or w:
+            cells.append(f"{key[6:]} {wo:.1f} -> {w:.1f}")
+    print(f"{label} requests/s to the brokers (without -> with, medians): " + ", ".join(cells))
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` onto ``cpu`` (taskset -a: threads that exist now; new
+    ones inherit it)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+BURNER = """
+import sys, time
+share = float(sys.argv[1])
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.01 * share:
+        pass
+    time.sleep(0.01 * (1 - share))
+"""
+
+
+def start_burner(share: float) -> subprocess.Popen[str]:
+    """A process that only burns ``share`` of one core (busy in 10 ms slices): the control
+    for contention, alternated like the console, asking nothing of the brokers."""
+    return subprocess.Popen([sys.executable, "-c", BURNER, str(share)], text=True)
 
 
 def main() -> int:
@@ -235,6 +299,14 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=2000, help="messages per second produced")
     parser.add_argument("--interval", type=float, default=1.0, help="the console's polling interval")
     parser.add_argument("--no-render", action="store_true", help="skip the browser part")
+    parser.add_argument("--control", type=float, default=0.0, metavar="SHARE",
+                        help="instead of the console, alternate a process that only burns SHARE of "
+                        "one core (e.g. the console's own share): what contention alone costs the brokers")
+    parser.add_argument("--console-from", type=Path, metavar="DIR", help="run the console from "
+                        "another checkout (with its .venv), e.g. the old code, against the same brokers")
+    parser.add_argument("--pin", action="store_true", help="the brokers on CPU 0, everything else of "
+                        "the benchmark (console, load generator, ZooKeeper) on CPU 1, so the console "
+                        "does not take the brokers' core (needs 2 CPUs and taskset)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="logferry-console-bench-") as tmp, \
@@ -244,12 +316,28 @@ def main() -> int:
         with Admin(zk=zk) as admin:
             admin.create_topic(TOPIC, args.partitions, 2)
         pids = cluster.broker_pids()
+        if cluster.zookeeper._proc is not None:
+            ZOOKEEPER_PIDS[:] = [cluster.zookeeper._proc.pid]
         print(f"{args.partitions} partitions x 2 replicas on 2 brokers; console polling every "
               f"{args.interval:g} s; {args.idle_rounds} pairs of {args.idle_seconds:g} s windows "
               f"idle, then {args.rounds} pairs of {args.seconds:g} s with {args.rate} msgs/s "
               "produced and consumed by one group", flush=True)
         renders: dict[str, float] = {}
-        proc, url = start_console(zk, args.interval)
+        if args.control:
+            proc, url = start_burner(args.control), ""
+            print(f"control: a process burning {args.control:.0%} of a core stands in for the console")
+        else:
+            proc, url = start_console(zk, args.interval, args.console_from)
+            if args.console_from:
+                print(f"the console runs from {args.console_from}", flush=True)
+        if args.pin:
+            for pid in pids:
+                pin(pid, 0)
+            zk_proc = cluster.zookeeper._proc
+            for pid in [proc.pid, os.getpid()] + ([zk_proc.pid] if zk_proc else []):
+                pin(pid, 1)
+            print("pinned: brokers on CPU 0; console, load generator and ZooKeeper on CPU 1", flush=True)
+        snap: dict[str, Any] = {"poll_ms": 0.0}
         try:
             time.sleep(3)
             idle = alternate(proc, pids, urls, args.idle_rounds, args.idle_seconds, None, "idle")
@@ -259,9 +347,10 @@ def main() -> int:
                     time.sleep(5)  # the group settles, the load runs
                     loaded = alternate(proc, pids, urls, args.rounds, args.seconds, load, "loaded")
             time.sleep(2)
-            snap = json.load(urllib.request.urlopen(url + "api/snapshot", timeout=10))
-            if not args.no_render:
-                renders = render_times(url)
+            if not args.control:
+                snap = json.load(urllib.request.urlopen(url + "api/snapshot", timeout=10))
+                if not args.no_render:
+                    renders = render_times(url)
         finally:
             proc.send_signal(signal.SIGCONT)
             proc.terminate()
@@ -274,6 +363,7 @@ def main() -> int:
               f"costs {idle_added * 100:+.2f} points of a core (median of {args.idle_rounds} pairs; "
               f"mean {idle_mean * 100:+.2f}: /proc counts 10 ms ticks, so one pair resolves "
               f"{2 * 100 / TICK / args.idle_seconds:.2f} points)")
+        print_requests(idle, "idle")
         if not loaded:
             return 0
         base = median_of(loaded, "without", "cpu")
@@ -282,17 +372,29 @@ def main() -> int:
         per_msg = statistics.median(
             (p["with"]["cpu"] / p["with"]["msgs_s"]) / (p["without"]["cpu"] / p["without"]["msgs_s"]) - 1
             for p in loaded)
+
+        def load_requests(side: dict[str, float]) -> float:
+            return side.get("req_s:produce", 0.0) + side.get("req_s:fetch", 0.0)
+
+        per_request = statistics.median(
+            (p["with"]["cpu"] / load_requests(p["with"])) / (p["without"]["cpu"] / load_requests(p["without"])) - 1
+            for p in loaded)
         print(f"loaded brokers: {base * 100:.1f}% of a core without the console, "
               f"{median_of(loaded, 'with', 'cpu') * 100:.1f}% with it (medians of {args.rounds})")
         print("added by the console's polling, % of the loaded brokers' CPU:")
         print(f"  from the idle pairs (points / loaded CPU):  {idle_added / base * 100:+.1f}%")
         print(f"  loaded pairs, per message produced:         {per_msg * 100:+.1f}% (median)")
+        print(f"  loaded pairs, per produce + fetch request: {per_request * 100:+.1f}% (median; the load "
+              "generator's batching shifts with the CPU it gets, so its requests/s do too)")
         print(f"  loaded pairs, raw:                          {raw * 100:+.1f}% (median; the load "
               "generator shares the machine, so the raw windows swing with it)")
+        print_requests(loaded, "loaded")
         handled = median_of(loaded, "with", "served") - median_of(loaded, "without", "served")
         print(f"brokers' time handling offsets + metadata requests: "
               f"{median_of(loaded, 'without', 'served') * 100:.2f}% of a core without the console, "
               f"{median_of(loaded, 'with', 'served') * 100:.2f}% with it: {handled * 100:+.2f} points")
+        print(f"ZooKeeper: {median_of(loaded, 'without', 'zookeeper') * 100:.1f}% of a core without the "
+              f"console, {median_of(loaded, 'with', 'zookeeper') * 100:.1f}% with it")
         print(f"the console process itself: {median_of(loaded, 'with', 'console') * 100:.1f}% of one "
               f"core; one reading of the cluster took {snap['poll_ms']:.0f} ms; snapshot "
               f"{len(json.dumps(snap)) / 1024:.0f} KiB of JSON")
