@@ -72,7 +72,8 @@ class ClusterPoller:
                                             request_timeout=self.request_timeout,
                                             metadata_retries=1, max_wait_ms=0, **self._security)
         if self._groups is None:
-            self._groups = GroupAdmin(self.config.zk_connect, brokers=False, **self._security)
+            self._groups = GroupAdmin(self.config.zk_connect, brokers=False, cache_owners=True,
+                                      **self._security)
 
     @property
     def _security(self) -> dict[str, Any]:

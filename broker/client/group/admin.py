@@ -26,6 +26,7 @@ from broker.client.group.assignment import Subscription, resolve_subscription
 from broker.client.group.consumer import StartAt, resolve_position
 from broker.client.group.lag import group_lag
 from broker.client.group.offsets import Committed, Member, TopicPartition
+from broker.client.group.owners_cache import OwnersCache
 from broker.client.group.status import StatusWindows, group_status
 from broker.common.acl import Operation
 from broker.common.errors import ConfigError, LogferryError
@@ -45,12 +46,16 @@ class GroupAdmin:
 
     def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0,
                  tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+                 sasl: SaslCredentials | None = None, listener: str | None = None,
+                 cache_owners: bool = False):
         if not zk:
             raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
                               "with chroot)")
         self.zk_connect = zk
         self._zk = zkmod.connect(zk, create=False)
+        self._owners = OwnersCache(self._zk) if cache_owners else None
+        """``cache_owners=True`` (a dashboard describing groups every second): owners are
+        read again only after ZooKeeper says they changed (:mod:`.owners_cache`)."""
         self._simple: SimpleConsumer | None = None
         if brokers:
             try:
@@ -109,6 +114,8 @@ class GroupAdmin:
     def owners(self, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
         """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
         with group_refusals(self._zk, group, Operation.DESCRIBE):
+            if self._owners is not None:
+                return self._owners.read(group, topics)
             return reg.read_owners(self._zk, group, topics)
 
     def topics(self) -> list[str]:
