@@ -4,11 +4,15 @@ Runs ``SCRIPT ARGS... --runs 1`` alternately in checkout A and checkout B (each 
 own ``.venv/bin/python``), ``--rounds`` times, so that both see the same machine over
 the same minutes. Collects every ``run N: <case> <rate> msgs/s`` line the script prints
 (broker_throughput.py and replication_throughput.py print them) and prints, per case,
-the median of each side and B / A. A checkout is a directory (for example a
+the median of each side and B / A. ``latency.py``'s ``run N: <case>  end-to-end p50 X
+p99 Y p99.9 Z max W ms; ack p50 X p99 Y ms`` lines count too: one case per figure, in
+ms (lower is better there). A checkout is a directory (for example a
 ``git worktree add --detach ../old <rev>`` with ``make venv`` run in it).
 
     .venv/bin/python benchmarks/ab_compare.py --a ../old --b . --rounds 5 \\
         benchmarks/broker_throughput.py --messages 1000000
+    .venv/bin/python benchmarks/ab_compare.py --a ../old --b . --rounds 5 \\
+        benchmarks/latency.py --rates 10000 --acks 1 --rf 1 --duration 5
 """
 
 from __future__ import annotations
@@ -22,13 +26,28 @@ import time
 from pathlib import Path
 
 RUN_LINE = re.compile(r"run \d+: (?P<case>.+?)\s+(?P<rate>[\d,]+) msgs/s")
+LATENCY_LINE = re.compile(
+    r"run \d+: (?P<case>.+?)\s+end-to-end p50 (?P<p50>[\d.]+) p99 (?P<p99>[\d.]+) "
+    r"p99\.9 (?P<p999>[\d.]+) max (?P<max>[\d.]+) ms; ack p50 (?P<ack50>[\d.]+) "
+    r"p99 (?P<ack99>[\d.]+) ms")
+LATENCY_FIGURES = (("p50", "e2e p50 ms"), ("p99", "e2e p99 ms"), ("p999", "e2e p99.9 ms"),
+                   ("max", "e2e max ms"), ("ack50", "ack p50 ms"), ("ack99", "ack p99 ms"))
 
 
 def rates_of(output: str) -> dict[str, float]:
-    """The msgs/s figure of every case a benchmark printed (the last one per case)."""
+    """The msgs/s figure of every case a benchmark printed (the last one per case), or
+    for latency.py each percentile of each case (ms)."""
     rates: dict[str, float] = {}
-    for match in RUN_LINE.finditer(output):
-        rates[match["case"].strip()] = float(match["rate"].replace(",", ""))
+    for line in output.splitlines():
+        latency = LATENCY_LINE.search(line)
+        if latency:
+            case = " ".join(latency["case"].split())
+            for group, name in LATENCY_FIGURES:
+                rates[f"{case} {name}"] = float(latency[group])
+            continue
+        match = RUN_LINE.search(line)
+        if match:
+            rates[match["case"].strip()] = float(match["rate"].replace(",", ""))
     return rates
 
 
@@ -67,20 +86,21 @@ def main() -> int:
             rates = run_once(sides[side], opts.script, opts.args, opts.timeout)
             for case, rate in rates.items():
                 results[side].setdefault(case, []).append(rate)
-            shown = ", ".join(f"{case} {rate:,.0f}" for case, rate in rates.items())
+            shown = ", ".join(f"{case} {rate:,.2f}" for case, rate in rates.items())
             print(f"round {round_no}/{opts.rounds} {side} ({time.monotonic() - t0:.0f} s): {shown}",
                   flush=True)
     print()
     print(f"A = {sides['A']}\nB = {sides['B']}\n{opts.script} {' '.join(opts.args)}")
-    print(f"{'case':<30} {'A msgs/s':>12} {'B msgs/s':>12} {'B/A':>6}   (medians of {opts.rounds})")
+    print(f"{'case':<30} {'A':>12} {'B':>12} {'B/A':>6}   (medians of {opts.rounds}; "
+          "msgs/s, or ms where the case says)")
     for case, a_rates in results["A"].items():
         b_rates = results["B"].get(case)
         a = statistics.median(a_rates)
         if not b_rates:
-            print(f"{case:<30} {a:>12,.0f} {'-':>12}")
+            print(f"{case:<30} {a:>12,.2f} {'-':>12}")
             continue
         b = statistics.median(b_rates)
-        print(f"{case:<30} {a:>12,.0f} {b:>12,.0f} {b / a:>6.2f}")
+        print(f"{case:<30} {a:>12,.2f} {b:>12,.2f} {b / a:>6.2f}")
     return 0
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 from broker.common.errors import LogferryError, StorageError
 from broker.server.broker_metrics import PartitionCounter
-from broker.server.group_commit import CommitQueue
+from broker.server.group_commit import CommitQueue, next_round_pause
 from broker.server.sync_thread import SyncThread
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
@@ -39,16 +39,6 @@ from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
 log = logging.getLogger("logferry.broker")
 
 Key = tuple[str, int]
-BOOKKEEPING_PAUSE = 9.0
-"""Between group-commit rounds, pause this many times the loop CPU the last one took."""
-MIN_ROUND_PERIOD_S = 0.0005
-"""At most one group-commit round per log dir per half millisecond: a round waits for
-the fsync before it anyway, this bounds the fsync rate (and the journal commits) of a
-busy log dir on a fast disk to 2,000/s for at most 0.5 ms of added latency. (With 1 ms,
-at 10,000 msgs/s the wait for the next round was most of a message's latency: p50
-3.5 ms against 1.3 ms with 0.5 ms, log dir on tmpfs, loaded machine, alternated.)"""
-MIN_PAUSE_S = 0.0002
-"""Shorter pauses are skipped (a round of a few partitions starts again at once)."""
 SyncAll = Callable[[Sequence[PendingFlush], int | None], list[OSError | None]]
 
 
@@ -231,18 +221,17 @@ class Flusher:
                             ended: asyncio.Future[None] | None, started: float,
                             cpu: float) -> None:
         """A round ended: settle its waiters; start the next one if partitions were
-        added meanwhile, at most one per :data:`MIN_ROUND_PERIOD_S` and after a pause of
-        :data:`BOOKKEEPING_PAUSE` times the event loop's CPU time this one took
-        (preparing and publishing): a round of one busy partition costs some 20 us,
-        one of 100 about a millisecond, and the rounds then take at most a tenth of
-        the loop instead of a quarter."""
+        added meanwhile, after the pause :func:`~broker.server.group_commit.next_round_pause`
+        says (at most one round per 0.5 ms, and at most a tenth of the event loop's
+        time in rounds). The pause is a loop timer, which wakes on the millisecond
+        (epoll) unless a socket wakes the loop first: so it is taken only when needed."""
         if ended is not None and not ended.done():
             ended.set_result(None)
         if not queue.round_done():
             return
         loop = asyncio.get_running_loop()
-        pause = max(cpu * BOOKKEEPING_PAUSE, started + MIN_ROUND_PERIOD_S - loop.time())
-        if pause >= MIN_PAUSE_S:
+        pause = next_round_pause(started, loop.time(), cpu)
+        if pause:
             loop.call_later(pause, self._start_round, group, queue)
         else:
             self._start_round(group, queue)

@@ -14,7 +14,9 @@ from typing import Sequence
 import pytest
 
 from broker.server.flusher import Flusher
-from broker.server.group_commit import CommitQueue
+from broker.server.group_commit import (
+    LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S, CommitQueue, next_round_pause,
+)
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PendingFlush
@@ -357,3 +359,29 @@ async def _rounds_on_the_log_dirs_thread(tmp_path: Path) -> None:
 
 def test_a_log_dirs_rounds_run_on_its_own_thread_until_close(tmp_path: Path) -> None:
     asyncio.run(_rounds_on_the_log_dirs_thread(tmp_path))
+
+
+# -- next_round_pause (no I/O) ------------------------------------------------------------
+
+def test_a_cheap_round_that_outlasted_the_period_is_followed_at_once() -> None:
+    # one partition: 25 us of loop CPU, its fsync kept it 0.45 ms: the old pause of 9x
+    # the CPU after the end (0.225 ms, a loop timer) is gone
+    assert next_round_pause(started=10.0, now=10.00045, cpu=0.000025) == 0.0
+    assert next_round_pause(started=10.0, now=10.002, cpu=0.00009) == 0.0
+
+
+def test_a_fast_round_waits_for_the_rest_of_the_period() -> None:
+    pause = next_round_pause(started=10.0, now=10.0001, cpu=0.00002)
+    assert pause == pytest.approx(MIN_ROUND_PERIOD_S - 0.0001)
+    # less than MIN_PAUSE_S left: start now
+    assert next_round_pause(started=10.0, now=10.0004, cpu=0.00002) == 0.0
+
+
+def test_an_expensive_round_keeps_the_loop_share_bound() -> None:
+    # 100 partitions: 1 ms of loop CPU; rounds take at most a tenth of the loop
+    cpu = 0.001
+    assert next_round_pause(started=10.0, now=10.002, cpu=cpu) == pytest.approx(
+        cpu * (LOOP_SHARE - 1))
+    assert next_round_pause(started=10.0, now=10.0011, cpu=cpu) == pytest.approx(
+        cpu * (LOOP_SHARE - 1))
+    assert MIN_PAUSE_S > 0
