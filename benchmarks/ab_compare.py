@@ -6,7 +6,8 @@ the same minutes. Collects every ``run N: <case> <rate> msgs/s`` line the script
 (broker_throughput.py and replication_throughput.py print them) and prints, per case,
 the median of each side and B / A. ``latency.py``'s ``run N: <case>  end-to-end p50 X
 p99 Y p99.9 Z max W ms; ack p50 X p99 Y ms`` lines count too: one case per figure, in
-ms (lower is better there). A checkout is a directory (for example a
+ms (lower is better there), and so does broker_throughput.py's broker CPU per message. A
+checkout is a directory (for example a
 ``git worktree add --detach ../old <rev>`` with ``make venv`` run in it).
 
     .venv/bin/python benchmarks/ab_compare.py --a ../old --b . --rounds 5 \\
@@ -30,6 +31,7 @@ LATENCY_LINE = re.compile(
     r"run \d+: (?P<case>.+?)\s+end-to-end p50 (?P<p50>[\d.]+) p99 (?P<p99>[\d.]+) "
     r"p99\.9 (?P<p999>[\d.]+) max (?P<max>[\d.]+) ms; ack p50 (?P<ack50>[\d.]+) "
     r"p99 (?P<ack99>[\d.]+) ms")
+CPU_PART = re.compile(r"CPU ns/msg client\s+(?P<client>[\d,]+) broker\s+(?P<broker>[\d,]+)")
 LATENCY_FIGURES = (("p50", "e2e p50 ms"), ("p99", "e2e p99 ms"), ("p999", "e2e p99.9 ms"),
                    ("max", "e2e max ms"), ("ack50", "ack p50 ms"), ("ack99", "ack p99 ms"))
 
@@ -47,7 +49,11 @@ def rates_of(output: str) -> dict[str, float]:
             continue
         match = RUN_LINE.search(line)
         if match:
-            rates[match["case"].strip()] = float(match["rate"].replace(",", ""))
+            case = match["case"].strip()
+            rates[case] = float(match["rate"].replace(",", ""))
+            cpu = CPU_PART.search(line, match.end())
+            if cpu:  # broker_throughput.py: steadier under load than msgs/s
+                rates[f"{case} broker CPU ns/msg"] = float(cpu["broker"].replace(",", ""))
     return rates
 
 

@@ -121,10 +121,12 @@ def test_ab_compare_reads_latency_lines_as_one_case_per_percentile() -> None:
 
     out = ("run 1: 10,000 msgs/s acks=1   RF 1  end-to-end p50 1.54 p99 3.17 p99.9 5.44 "
            "max 7.02 ms; ack p50 0.44 p99 1.19 ms\n"
-           "run 1: produce batch 1, acks=0     122,974 msgs/s  24.6 MB/s\n")
+           "  run 1: produce batch 1 (acks=0)          122,974 msgs/s   CPU ns/msg client 7,000 "
+           "broker   900\n")
     got = rates_of(out)
     assert got["10,000 msgs/s acks=1 RF 1 e2e p99 ms"] == 3.17
     assert got["10,000 msgs/s acks=1 RF 1 e2e p99.9 ms"] == 5.44
     assert got["10,000 msgs/s acks=1 RF 1 ack p50 ms"] == 0.44
-    assert got["produce batch 1, acks=0"] == 122_974
-    assert len(got) == 7
+    assert got["produce batch 1 (acks=0)"] == 122_974
+    assert got["produce batch 1 (acks=0) broker CPU ns/msg"] == 900
+    assert len(got) == 8
