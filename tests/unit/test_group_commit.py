@@ -367,7 +367,7 @@ def test_a_cheap_round_that_outlasted_the_period_is_followed_at_once() -> None:
     # one partition: 25 us of loop CPU, its fsync kept it 0.45 ms: the old pause of 9x
     # the CPU after the end (0.225 ms, a loop timer) is gone
     assert next_round_pause(started=10.0, now=10.00045, cpu=0.000025) == 0.0
-    assert next_round_pause(started=10.0, now=10.002, cpu=0.00009) == 0.0
+    assert next_round_pause(started=10.0, now=10.002, cpu=0.000045) == 0.0
 
 
 def test_a_fast_round_waits_for_the_rest_of_the_period() -> None:
@@ -384,4 +384,6 @@ def test_an_expensive_round_keeps_the_loop_share_bound() -> None:
         cpu * (LOOP_SHARE - 1))
     assert next_round_pause(started=10.0, now=10.0011, cpu=cpu) == pytest.approx(
         cpu * (LOOP_SHARE - 1))
+    # several partitions (60 us): paused after the end as before, more per round
+    assert next_round_pause(started=10.0, now=10.002, cpu=0.00006) == pytest.approx(0.00054)
     assert MIN_PAUSE_S > 0
