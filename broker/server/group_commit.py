@@ -87,10 +87,10 @@ def next_round_pause(started: float, now: float, cpu: float) -> float:
     (one monotonic clock), ``cpu`` the event-loop CPU seconds it took.
 
     Why a period, not a pause after the end: the pause of 9x the round's CPU after its
-    end (as every round had) cost a one-partition round some 0.2 ms (and, through the
-    event loop's millisecond timer, often a whole millisecond more) while its fsync had
-    already kept it longer than the period; at 10,000 msgs/s that wait was the tail of the
-    end-to-end latency (issue 18)."""
+    end (as every round had) cost a one-partition round 0.2-0.3 ms, and through the
+    event loop's timer (epoll wakes on the millisecond) up to a millisecond, while its
+    fsync had already kept it longer than the period: traced at 10,000 msgs/s (issue
+    18), a quarter of the rounds waited more than 0.2 ms for it (docs/benchmarks.md)."""
     period = max(MIN_ROUND_PERIOD_S, cpu * LOOP_SHARE)
     pause = started + period - now
     if cpu >= CHEAP_ROUND_CPU_S:
