@@ -137,6 +137,28 @@ class ProducerBatch:
         return self.encoded
 
 
+def _encoded_one(now: float, value: bytes, encoded: bytes) -> ProducerBatch:
+    """A batch of the one message ``value``, already ``encoded``: what ``ProducerBatch``
+    and three assignments make, without the two lists nothing reads in an encoded batch
+    (``values`` is a tuple, for its length; the timestamps are in ``encoded``)."""
+    batch = ProducerBatch.__new__(ProducerBatch)
+    batch.values = (value,)  # type: ignore[assignment]  # read-only here: never appended to
+    batch.keys = None
+    batch.ts_runs = _NO_RUNS  # type: ignore[assignment]
+    batch.ts_start = batch.ts_end = 0.0
+    batch.nbytes = len(value)
+    batch.room = batch.granted = batch.count = 0
+    batch.created = now
+    batch.future = DeliveryFuture()
+    batch.encoded = encoded
+    batch.buffer = None
+    batch.raw = False
+    return batch
+
+
+_NO_RUNS = ()
+
+
 class Accumulator:
     """Per-partition queues of batches between ``send`` and the sender thread."""
 
@@ -267,6 +289,32 @@ class Accumulator:
             if self._notify_each:
                 self._wake.notify()
         return batch.future
+
+    def append_encoded(self, tp: TopicPartition, value: bytes, encoded: bytes) -> DeliveryFuture | None:
+        """Queue one message already encoded as a batch of its own (``batch_messages``
+        is 1: :func:`fast_send`), behind ``tp``'s queued batches.
+
+        The checks :meth:`append` makes, made exactly: None when the message needs
+        :meth:`append` instead (an open batch to close, the buffer full, closed), which
+        then waits or raises as it always does. Nothing else differs: the batch is
+        queued, ready, retried and failed like any other; it is only never encoded
+        again (as a retried batch is not).
+        """
+        nbytes = len(value)
+        with self.lock:
+            if (self.closed or self.fatal is not None or tp[0] in self._open
+                    or not self._space_for(nbytes)):
+                return None
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            batch = _encoded_one(self.clock(), value, encoded)
+            queue.append(batch)
+            self._committed += nbytes
+            self.unfinished += 1
+            if self._sender_waiting:
+                self._wake.notify()
+            return batch.future
 
     def close_open(self, topic: str) -> None:
         """Take no more messages into ``topic``'s open batches (they stay queued).
@@ -553,7 +601,8 @@ class SendFunction(Protocol):
 
 
 def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: SendFunction,
-              clock: Callable[[], float] = time.time) -> SendFunction:
+              clock: Callable[[], float] = time.time,
+              encode_single: Callable[[bytes, int], bytes] | None = None) -> SendFunction:
     """``Producer.send`` with its common case done here, in one Python call.
 
     The common case: one keyless message (bytes, or a list of one) stamped now
@@ -566,6 +615,11 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     goes to ``general`` (the producer's checked path, ending in
     :meth:`Accumulator.append`), which gives the same results.
 
+    With ``encode_single`` (given when ``batch_messages`` is 1 and batches are neither
+    compressed nor numbered for idempotence), every message is a batch of its own: it
+    is encoded here, by ``encode_single(value, ms)``, and queued as it is
+    (:meth:`Accumulator.append_encoded`), so the sender only writes it.
+
     A closure, not a method: at a million calls a second, each attribute lookup and
     call saved is a few percent of ``send``'s cost.
     """
@@ -574,6 +628,7 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     release = acc.lock.release
     batch_messages = acc.batch_messages
     append_one = acc._append_one
+    append_encoded = acc.append_encoded
 
     def send(topic: str, messages: Any, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
@@ -584,7 +639,12 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
                 value = messages if type(messages) is bytes else None
             if partition is None and value is not None:
                 partition = choose(topic)
-            if partition is not None and value is not None:
+            if encode_single is not None and partition is not None and type(value) is bytes:
+                future = append_encoded((topic, partition), value,
+                                        encode_single(value, int(clock() * 1000)))
+                if future is not None:
+                    return future
+            elif partition is not None and value is not None:
                 now = clock()
                 acquire()
                 try:

@@ -6,9 +6,11 @@ whichever thread learns the outcome (the sender thread, or a connection's reader
 thread when the broker answers), so completion and callback registration may race:
 every callback still runs exactly once.
 
-A future is a lock held from birth and released on completion, so waiting costs no
-polling and no per-future Condition; the unlocked ``_done`` flag makes ``done()`` and an
-already-complete ``wait()`` free.
+A future costs no lock of its own until someone waits on it: most futures are never
+waited on (a producer sending a million messages a second waits on a few), so a waiter
+makes the lock it blocks on, and completion releases it. Registration and completion
+are ordered by one module-wide lock, held for a few attribute assignments; the
+unlocked ``_done`` flag makes ``done()`` and an already-complete ``wait()`` free.
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ from broker.common.errors import LogferryError, RequestTimedOutError
 
 log = logging.getLogger("logferry.producer")
 
+_registry = _thread.allocate_lock()
+"""Orders completion against waiters and callbacks arriving, for every future (held
+only for a few assignments)."""
+
 
 class DeliveryFuture:
     """Completion of one batch: its base offset (None with acks=0) or its error."""
 
-    __slots__ = ("_lock", "_done", "offset", "_error", "_callbacks", "_callbacks_lock")
+    __slots__ = ("_waiter", "_done", "offset", "_error", "_callbacks")
 
     def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
-        self._lock.acquire()
-        self._callbacks_lock = _thread.allocate_lock()
+        self._waiter: _thread.LockType | None = None
+        """Held while a waiter blocks on it; made by the first waiter, released on completion."""
         self._done = False
         self.offset: int | None = None
         self._error: LogferryError | None = None
@@ -38,14 +43,16 @@ class DeliveryFuture:
 
     def _complete(self, offset: int | None, error: LogferryError | None = None) -> None:
         """Record the outcome (first call wins) and run the callbacks, in this thread."""
-        with self._callbacks_lock:
+        with _registry:
             if self._done:
                 return
             self.offset = offset
             self._error = error
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
-        self._lock.release()
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.release()
         for callback in callbacks or ():
             try:
                 callback(self)
@@ -63,16 +70,24 @@ class DeliveryFuture:
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until done; return the base offset or raise the delivery error."""
         if not self._done:
-            if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-                raise RequestTimedOutError(f"message not acknowledged within {timeout}s")
-            self._lock.release()
+            with _registry:
+                waiter = None
+                if not self._done:
+                    waiter = self._waiter
+                    if waiter is None:
+                        waiter = self._waiter = _thread.allocate_lock()
+                        waiter.acquire()
+            if waiter is not None:
+                if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                    raise RequestTimedOutError(f"message not acknowledged within {timeout}s")
+                waiter.release()  # the next waiter on this future, if any, goes on
         if self._error is not None:
             raise self._error
         return self.offset
 
     def add_callback(self, fn: Callable[["DeliveryFuture"], None]) -> None:
         """Call ``fn(self)`` when done (at once if already done)."""
-        with self._callbacks_lock:
+        with _registry:
             if not self._done:
                 if self._callbacks is None:
                     self._callbacks = []

@@ -116,8 +116,10 @@ class Producer:
             linger=self.linger, batch_bytes=batch_bytes, batch_messages=batch_messages,
             buffer_bytes=buffer_bytes, block_timeout=block_timeout,
             max_request_bytes=max_request_bytes)
+        single = (records.encode_single if batch_messages == 1 and not idempotence
+                  and self.codec == records.CODEC_NONE else None)
         self.send = fast_send(  # type: ignore[method-assign]  # the fast send(), see below
-            self._accumulator, self._known_partition, self._send)
+            self._accumulator, self._known_partition, self._send, encode_single=single)
         self._sender = Sender(
             self._accumulator, self.cluster, acks=acks, codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
@@ -242,6 +244,8 @@ class Producer:
         count = self._partition_counts.get(topic)
         if count is None:
             return None
+        if count == 1:
+            return 0  # every partitioner agrees; a topic that grows gets its counter then
         counter = self._round_robin.get(topic)
         if counter is None or self.partitioner != "round_robin":
             return self._choose_partition(topic, None, count)

@@ -218,6 +218,34 @@ def encode_batch_deltas(
     return buf if count >= SMALL_BATCH and codec == CODEC_NONE else bytes(buf)
 
 
+def encode_single(value: bytes, ms: int) -> bytes:
+    """One keyless message as a whole uncompressed batch (magic 1) stamped ``ms``:
+    byte for byte what ``encode_batch_deltas([value], None, ms, None)`` makes.
+
+    The producer's path for batches of one message (``batch_messages=1``), where the
+    general encoder's steps (a msgpack call, a header packed into a fresh buffer, a
+    copy out) were most of a message's cost: here the payload's msgpack bytes are
+    written from a template (``[nil, [value], nil]``), and the header is one pack.
+    """
+    size = len(value)
+    if size < 0x100:
+        head = _SINGLE_BIN8 + bytes((size,))
+    elif size < 0x10000:
+        head = b"\x93\xc0\x91\xc5" + size.to_bytes(2, "big")
+    else:
+        head = b"\x93\xc0\x91\xc6" + size.to_bytes(4, "big")
+    rest = _single_prefix(CODEC_NONE, 1, ms) + head + value + b"\xc0"
+    return _single_head(5 + len(rest), MAGIC, _crc32(rest)) + rest  # length: magic, crc, rest
+
+
+_SINGLE_BIN8 = b"\x93\xc0\x91\xc4"
+"""msgpack of ``[nil, [value], nil]`` up to the value's bin 8 length byte."""
+_single_prefix = struct.Struct(">BIq").pack
+"""attributes, count, base_timestamp: the CRC-covered start of a magic 1 header."""
+_single_head = struct.Struct(">IBI").pack
+"""length, magic, crc: the rest of it."""
+
+
 SMALL_BATCH = 64
 """Fewer messages than this are packed the plain way: small buffers are cheap to make,
 and the reused packer's extra steps are not."""
