@@ -505,3 +505,90 @@ def test_acks_set_after_construction_reaches_the_sender() -> None:
         assert producer._sender.acks == -1
     finally:
         producer.close(0.1)
+
+
+# -- batches of one message (batch_messages=1) --------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, 200, 255, 256, 65_535, 65_536])
+@pytest.mark.parametrize("ms", [0, 1_700_000_000_123, -5])
+def test_encode_single_is_encode_batch_deltas_of_one_message(size: int, ms: int) -> None:
+    value = bytes(i % 251 for i in range(size))
+    encoded = records.encode_single(value, ms)
+    assert encoded == bytes(records.encode_batch_deltas([value], None, ms, None))
+    [batch], used = records.decode_batches(encoded, 0)
+    assert used == len(encoded) and batch.values == [value] and batch.timestamps == [ms]
+
+
+def single_send(acc: Accumulator, general=lambda *args: None):
+    """``send`` as a Producer with batch_messages=1 builds it (encode_single given)."""
+    return fast_send(acc, lambda topic: 0, general, clock=lambda: T0,
+                     encode_single=records.encode_single)
+
+
+def test_one_message_batches_are_queued_encoded_in_order_each_with_its_future() -> None:
+    acc = make(batch_messages=1)
+    send = single_send(acc)
+    futures = [send("t", bytes([i])) for i in range(5)]
+    assert len(set(map(id, futures))) == 5 and acc.unfinished == 5 and acc.buffered == 5
+    assert not acc.open  # nothing stays open: each message is a batch
+    batches = acc.ready(acc.clock())[0][TP]
+    assert [b.future for b in batches] == futures
+    assert [decoded(b).values for b in batches] == [[bytes([i])] for i in range(5)]
+    assert all(b.encoded == records.encode_single(b.values[0], int(T0 * 1000)) for b in batches)
+    assert sum(b.messages for b in batches) == 5
+    acc.done(TP, batches)
+    assert acc.unfinished == 0 and acc.buffered == 0
+
+
+def test_one_message_batches_leave_full_buffers_closed_producers_and_open_batches_to_append() -> None:
+    general_calls = []
+    acc = make(batch_messages=1, buffer_bytes=10)
+    send = single_send(acc, lambda *args: general_calls.append(args))
+    assert send("t", b"12345678") is not None
+    assert send("t", b"abc") is None and len(general_calls) == 1  # no room: append() waits
+    assert send("t", [b"a", b"b"]) is None and len(general_calls) == 2  # several messages
+    assert send("t", bytearray(b"a")) is None and len(general_calls) == 3  # not bytes
+    acc.batch_messages = 2  # (a producer never changes it: only to open a batch here)
+    acc.append(("t", 1), [b"o"], 1, None, 0)
+    assert send("t", b"x") is None and len(general_calls) == 4  # the topic has an open batch
+    acc.close()
+    assert send("t", b"y") is None and len(general_calls) == 5
+    with pytest.raises(ProducerClosedError):
+        acc.append(TP, [b"y"], 1, None, 0)
+
+
+def test_one_message_batches_keep_order_with_appended_and_raw_batches_and_retries() -> None:
+    acc = make(batch_messages=1)
+    send = single_send(acc)
+    send("t", b"1")
+    acc.append(TP, [b"2"], 1, None, int(T0 * 1000))
+    acc.append_raw(TP, records.encode_batch([b"3"], None, 0), 1)
+    send("t", b"4")
+    first = acc.ready(acc.clock())[0][TP]
+    acc.retry(TP, first[:2], at=acc.clock())  # back to the front, as a failed send does
+    acc._in_flight.discard(TP)
+    again = acc.ready(acc.clock())[0][TP]
+    assert [decoded(b).values[0] for b in again] == [b"1", b"2", b"3", b"4"][:len(again)]
+
+
+def test_producer_uses_one_message_batches_only_where_they_are_the_same_bytes() -> None:
+    import inspect
+
+    from broker.client import Producer
+
+    def single(**options) -> bool:
+        """Whether the producer's send() encodes one-message batches itself (looked up
+        in its closure: the sender thread may take a queued batch at any moment)."""
+        producer = Producer(brokers=["127.0.0.1:9"], retries=0, metadata_max_age_s=0,
+                            **options)
+        try:
+            encoder = inspect.getclosurevars(producer.send).nonlocals["encode_single"]
+            return encoder is records.encode_single
+        finally:
+            producer.close(timeout=30)
+
+    assert single(batch_messages=1, acks=0, linger_ms=60_000)
+    assert not single(batch_messages=2, acks=0, linger_ms=60_000)
+    assert not single(batch_messages=1, acks=0, compression="gzip", linger_ms=60_000)
+    assert not single(batch_messages=1, acks="all", linger_ms=60_000)  # idempotent: numbered

@@ -24,3 +24,41 @@ def test_callbacks_race_with_completion_and_run_exactly_once():
         adder.join()
         assert len(calls) == 5
         assert isinstance(future.exception(), StorageError)
+
+
+def test_a_waiter_blocks_until_completion_from_another_thread():
+    future = DeliveryFuture()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(future.wait(10)))
+    waiter.start()
+    future._complete(7)
+    waiter.join(10)
+    assert got == [7] and future.wait(0) == 7
+
+
+def test_many_waiters_are_all_released_by_one_completion():
+    for _ in range(50):
+        future = DeliveryFuture()
+        got = []
+        waiters = [threading.Thread(target=lambda: got.append(future.wait(10))) for _ in range(4)]
+        for w in waiters:
+            w.start()
+        future._complete(3)
+        for w in waiters:
+            w.join(10)
+        assert got == [3, 3, 3, 3]
+
+
+def test_a_timed_out_wait_leaves_the_future_to_complete_later():
+    import pytest
+
+    from broker.common.errors import RequestTimedOutError
+
+    future = DeliveryFuture()
+    with pytest.raises(RequestTimedOutError):
+        future.wait(0.01)
+    future._complete(None, StorageError("disk full"))
+    with pytest.raises(StorageError):
+        future.wait(1)
+    future._complete(99)  # the first outcome stays
+    assert isinstance(future.exception(), StorageError) and future.offset is None
