@@ -602,7 +602,8 @@ class SendFunction(Protocol):
 
 def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: SendFunction,
               clock: Callable[[], float] = time.time,
-              encode_single: Callable[[bytes, int], bytes] | None = None) -> SendFunction:
+              encode_single: Callable[[bytes, int], bytes] | None = None,
+              partition_counts: dict[str, int] | None = None) -> SendFunction:
     """``Producer.send`` with its common case done here, in one Python call.
 
     The common case: one keyless message (bytes, or a list of one) stamped now
@@ -618,7 +619,9 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     With ``encode_single`` (given when ``batch_messages`` is 1 and batches are neither
     compressed nor numbered for idempotence), every message is a batch of its own: it
     is encoded here, by ``encode_single(value, ms)``, and queued as it is
-    (:meth:`Accumulator.append_encoded`), so the sender only writes it.
+    (:meth:`Accumulator.append_encoded`), so the sender only writes it. Only to a
+    partition that ``partition_counts`` (the producer's, by topic) says exists: an
+    unknown topic or partition goes to ``general``, which learns or refuses it.
 
     A closure, not a method: at a million calls a second, each attribute lookup and
     call saved is a few percent of ``send``'s cost.
@@ -629,6 +632,7 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     batch_messages = acc.batch_messages
     append_one = acc._append_one
     append_encoded = acc.append_encoded
+    counts_get = (partition_counts if partition_counts is not None else {}).get
 
     def send(topic: str, messages: Any, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
@@ -639,11 +643,13 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
                 value = messages if type(messages) is bytes else None
             if partition is None and value is not None:
                 partition = choose(topic)
-            if encode_single is not None and partition is not None and type(value) is bytes:
-                future = append_encoded((topic, partition), value,
-                                        encode_single(value, int(clock() * 1000)))
-                if future is not None:
-                    return future
+            if encode_single is not None:
+                if (type(value) is bytes and partition is not None
+                        and 0 <= partition < counts_get(topic, 0)):
+                    future = append_encoded((topic, partition), value,
+                                            encode_single(value, int(clock() * 1000)))
+                    if future is not None:
+                        return future
             elif partition is not None and value is not None:
                 now = clock()
                 acquire()

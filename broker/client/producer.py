@@ -119,7 +119,8 @@ class Producer:
         single = (records.encode_single if batch_messages == 1 and not idempotence
                   and self.codec == records.CODEC_NONE else None)
         self.send = fast_send(  # type: ignore[method-assign]  # the fast send(), see below
-            self._accumulator, self._known_partition, self._send, encode_single=single)
+            self._accumulator, self._known_partition, self._send, encode_single=single,
+            partition_counts=self._partition_counts)
         self._sender = Sender(
             self._accumulator, self.cluster, acks=acks, codec=self.codec,
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,

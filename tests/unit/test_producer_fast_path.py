@@ -523,7 +523,7 @@ def test_encode_single_is_encode_batch_deltas_of_one_message(size: int, ms: int)
 def single_send(acc: Accumulator, general=lambda *args: None):
     """``send`` as a Producer with batch_messages=1 builds it (encode_single given)."""
     return fast_send(acc, lambda topic: 0, general, clock=lambda: T0,
-                     encode_single=records.encode_single)
+                     encode_single=records.encode_single, partition_counts={"t": 2})
 
 
 def test_one_message_batches_are_queued_encoded_in_order_each_with_its_future() -> None:
@@ -592,3 +592,32 @@ def test_producer_uses_one_message_batches_only_where_they_are_the_same_bytes() 
     assert not single(batch_messages=2, acks=0, linger_ms=60_000)
     assert not single(batch_messages=1, acks=0, compression="gzip", linger_ms=60_000)
     assert not single(batch_messages=1, acks="all", linger_ms=60_000)  # idempotent: numbered
+
+
+def test_one_message_batches_go_only_to_partitions_the_producer_knows() -> None:
+    general_calls = []
+    acc = make(batch_messages=1)
+    send = single_send(acc, lambda *args: general_calls.append(args))
+    assert send("t", b"a", partition=1) is not None and not general_calls
+    assert send("t", b"b", partition=2) is None and len(general_calls) == 1  # out of range
+    assert send("t", b"c", partition=-1) is None and len(general_calls) == 2
+    assert send("new", b"d", partition=0) is None and len(general_calls) == 3  # unknown topic
+    assert acc.unfinished == 1
+
+
+def test_producer_with_one_message_batches_checks_topics_and_partitions() -> None:
+    from broker.client import Producer
+    from broker.common.errors import LogferryError, UnknownTopicOrPartitionError
+
+    # Nothing listens on port 9: learning a new topic's partitions fails loudly.
+    producer = Producer(brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0,
+                        metadata_max_age_s=0, request_timeout=2)
+    try:
+        producer._partition_counts["t"] = 2
+        with pytest.raises(UnknownTopicOrPartitionError, match="partitions 0-1"):
+            producer.send("t", b"x", partition=2)
+        with pytest.raises(LogferryError):
+            producer.send("unknown", b"x", partition=0)  # never queued unchecked
+        assert producer._accumulator.unfinished == 0
+    finally:
+        producer.close(timeout=30)
