@@ -537,6 +537,7 @@ def test_one_message_batches_are_queued_encoded_in_order_each_with_its_future() 
     assert [decoded(b).values for b in batches] == [[bytes([i])] for i in range(5)]
     assert all(b.encoded == records.encode_single(b.values[0], int(T0 * 1000)) for b in batches)
     assert sum(b.messages for b in batches) == 5
+    assert all(b.timestamps == [int(T0 * 1000)] for b in batches)
     acc.done(TP, batches)
     assert acc.unfinished == 0 and acc.buffered == 0
 
