@@ -299,20 +299,25 @@ class Accumulator:
         again (as a retried batch is not).
         """
         nbytes = len(value)
-        with self.lock:
+        batch = _encoded_one(self.clock(), value, ms, encoded)  # nothing shared: unlocked
+        lock = self.lock
+        lock.acquire()
+        try:
             if (self.closed or self.fatal is not None or tp[0] in self._open
-                    or not self._space_for(nbytes)):
+                    or (self._committed + nbytes > self.buffer_bytes
+                        and not self._space_for(nbytes))):
                 return None
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()
-            batch = _encoded_one(self.clock(), value, ms, encoded)
             queue.append(batch)
             self._committed += nbytes
             self.unfinished += 1
             if self._sender_waiting:
                 self._wake.notify()
             return batch.future
+        finally:
+            lock.release()
 
     def close_open(self, topic: str) -> None:
         """Take no more messages into ``topic``'s open batches (they stay queued).
