@@ -4,7 +4,7 @@ Produce (:func:`store_batches`): a Kafka producer's record batch is stored as it
 arrived, as a magic 3 batch (:mod:`broker.wire.records`): logferry's 22-byte header in
 front, the Kafka batch behind it. Per batch, never per record: its CRC32C is checked,
 its ``last_offset_delta`` set to span the stored batch's bytes (the offset mapping
-below) and its CRC32C recomputed; the records are not read. Fetch (:func:`serve`):
+below) and its CRC32C recomputed; the records are not read. Fetch (:func:`serve_chunks`):
 magic 3 batches go back without their 22-byte header, their ``base_offset`` (outside
 the CRC32C) set to their byte offset; logferry's own batches (magic 1 and 2, written
 by agents and native producers) are converted into record batches v2 (:func:`to_kafka`).
@@ -72,42 +72,15 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
     return out
 
 
-def serve(raw: bytes | memoryview, offset: int) -> tuple[bytearray, int]:
+def serve_chunks(raw: bytearray, offset: int) -> tuple[Chunks, int]:
     """The record batches v2 a Kafka consumer gets for the whole stored batches in
     ``raw`` (log bytes from byte offset ``offset``), and how many bytes of ``raw`` they
     cover (a batch cut by the read's size is left for the next fetch).
 
-    Magic 3 batches are copied without their logferry header, ``base_offset`` set to
-    their byte offset: per batch, no record read. Other batches are converted.
-    """
-    view = memoryview(raw)
-    end = len(view)
-    pos = 0
-    out = bytearray()
-    unpack = records.BATCH_HEADER.unpack_from
-    while end - pos >= records.HEADER_SIZE:
-        length, magic = unpack(view, pos)[:2]
-        stop = pos + records.LENGTH_SIZE + length
-        if stop > end:
-            break
-        if magic == records.MAGIC_KAFKA:
-            at = len(out)
-            out += view[pos + records.KAFKA_AT:stop]
-            kb.BASE_OFFSET.pack_into(out, at, offset + pos)
-        else:
-            batches, used = records.decode_batches(view[pos:stop], offset + pos)
-            if used != stop - pos:
-                raise CorruptBatchError(f"malformed batch at offset {offset + pos}")
-            out += to_kafka(batches[0])
-        pos = stop
-    return out, pos
-
-
-def serve_chunks(raw: bytearray, offset: int) -> tuple[Chunks, int]:
-    """As :func:`serve`, without copying stored Kafka batches: each magic 3 batch is a
-    view over ``raw`` (changed in place: its ``base_offset`` written over the stored
-    one), its logferry header left out; converted batches (magic 1 and 2) are new
-    buffers. Per batch, no record read."""
+    Nothing is copied for stored Kafka batches: each magic 3 batch is a view over
+    ``raw`` (changed in place: its ``base_offset`` set to its byte offset), its logferry
+    header left out; converted batches (magic 1 and 2) are new buffers. Per batch, no
+    record read."""
     view = memoryview(raw)
     end = len(view)
     pos = 0
@@ -151,4 +124,4 @@ def record_offset(batch_offset: int, index: int) -> int:
     return batch_offset + index
 
 
-__all__ = ["record_offset", "serve", "serve_chunks", "store_batches", "to_kafka"]
+__all__ = ["record_offset", "serve_chunks", "store_batches", "to_kafka"]
