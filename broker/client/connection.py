@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from broker.common.sasl import SaslCredentials
 from broker.net import socket_errors, transport
 from broker.net.sasl_client import authenticate_socket
+from broker.net.tls_socket import TlsSocket
 from broker.wire import protocol
 from broker.wire.apis import connection_error
 from broker.common.errors import (
@@ -129,6 +130,8 @@ class Connection:
                 if payload and size >= GATHER_MIN_PART * len(payload) \
                         and type(self._sock) is socket.socket:
                     _send_parts(self._sock, [head, *payload])  # no copy of the batches
+                elif payload and isinstance(self._sock, TlsSocket):
+                    self._sock.sendall_parts([head, *payload])  # no joined copy either
                 elif payload:
                     self._sock.sendall(b"".join((head, *payload)))
                 else:

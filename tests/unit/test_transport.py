@@ -248,6 +248,65 @@ def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
         stream.close()
 
 
+def test_tls_sendall_parts_stages_small_parts_and_sends_large_ones_in_place(
+        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    """A request's header and batches go out as one stream without being joined: small
+    parts are gathered into full stages (one encryption and one socket write each), a
+    part of a whole stage or more is encrypted where it is, and the bytes arrive in order."""
+    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", tls_echo.port))
+    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    stage = tls_socket.STAGE_BYTES
+    try:
+        sock.sendalls = 0
+        head = b"h" * 37
+        small = [bytes([i]) * (stage // 8 + i) for i in range(12)]  # 1.5 stages, uneven
+        big = bytes(range(256)) * (stage * 2 // 256 + 3)  # two stages and a tail
+        parts: list[bytes | memoryview] = [head, *small, memoryview(big), b"t" * 5]
+        expected = b"".join(parts)
+        stream.sendall_parts(parts)
+        # every socket write but the last carries exactly one stage of plaintext
+        assert sock.sendalls == -(-len(expected) // stage) == 4
+        assert _recv_exactly(stream, len(expected)) == expected
+        assert len(tls_socket._spare_stages) <= tls_socket.SPARE_STAGES
+    finally:
+        stream.close()
+
+
+def test_tls_sendall_parts_from_several_threads_keeps_each_request_whole(
+        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    """Writers on one connection never interleave inside a request (the send lock
+    covers staging, encryption and the socket write), and each reuses a stage."""
+    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5,
+                               ssl_context=client_context)
+    assert isinstance(stream, tls_socket.TlsSocket)
+    writers, requests = 4, 20
+    size = tls_socket.STAGE_BYTES + 4096  # every request spans a stage boundary
+
+    def request(writer: int) -> list[bytes]:
+        fill = bytes([65 + writer])
+        return [fill * 10, fill * (size // 2), fill * (size - size // 2 - 10)]
+
+    total = writers * requests * size
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(_recv_exactly(stream, total)))
+    reader.start()
+    threads = [threading.Thread(target=lambda w=w: [stream.sendall_parts(request(w))
+                                                   for _ in range(requests)])
+               for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    reader.join(60)
+    stream.close()
+    assert received and len(received[0]) == total
+    data = received[0]
+    for start in range(0, total, size):  # each request is one writer's bytes only
+        assert data[start:start + size] == data[start:start + 1] * size
+
+
 def test_tls_asyncio_stream_handshakes_and_carries_bytes(
         tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
     async def exchange() -> tuple[str, bytes]:
