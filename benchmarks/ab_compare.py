@@ -6,7 +6,8 @@ the same minutes. Collects every ``run N: <case> <rate> msgs/s`` line the script
 (broker_throughput.py and replication_throughput.py print them) and prints, per case,
 the median of each side and B / A. ``latency.py``'s ``run N: <case>  end-to-end p50 X
 p99 Y p99.9 Z max W ms; ack p50 X p99 Y ms`` lines count too: one case per figure, in
-ms (lower is better there), and so does broker_throughput.py's broker CPU per message. A
+ms (lower is better there), and so do broker_throughput.py's broker and client CPU per
+message. A
 checkout is a directory (for example a
 ``git worktree add --detach ../old <rev>`` with ``make venv`` run in it).
 
@@ -54,6 +55,7 @@ def rates_of(output: str) -> dict[str, float]:
             cpu = CPU_PART.search(line, match.end())
             if cpu:  # broker_throughput.py: steadier under load than msgs/s
                 rates[f"{case} broker CPU ns/msg"] = float(cpu["broker"].replace(",", ""))
+                rates[f"{case} client CPU ns/msg"] = float(cpu["client"].replace(",", ""))
     return rates
 
 
