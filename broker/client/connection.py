@@ -130,8 +130,9 @@ class Connection:
                 if payload and size >= GATHER_MIN_PART * len(payload) \
                         and type(self._sock) is socket.socket:
                     _send_parts(self._sock, [head, *payload])  # no copy of the batches
-                elif payload and isinstance(self._sock, TlsSocket):
-                    self._sock.sendall_parts([head, *payload])  # no joined copy either
+                elif payload and size >= GATHER_MIN_PART * len(payload) \
+                        and isinstance(self._sock, TlsSocket):
+                    self._sock.sendall_parts([head, *payload])  # nor a fresh joined copy
                 elif payload:
                     self._sock.sendall(b"".join((head, *payload)))
                 else:
@@ -212,8 +213,9 @@ class Connection:
 
 
 GATHER_MIN_PART = 8192
-"""Payload parts this large on average are written as they are (:func:`_send_parts`);
-many small ones are cheaper joined into one buffer."""
+"""Payload parts this large on average are written as they are (:func:`_send_parts`;
+under TLS staged, ``TlsSocket.sendall_parts``); many small ones (one-message batches)
+are cheaper joined into one buffer, in C, than walked part by part in Python."""
 IOV_MAX = 1024
 """Most buffers one ``sendmsg`` call takes (Linux's UIO_MAXIOV)."""
 
