@@ -107,7 +107,13 @@ class TlsSocket:
         view = memoryview(data).cast("B")
         with self._send_lock:
             for start in range(0, len(view), WRITE_CHUNK):
-                self._encrypt_and_send(view[start:start + WRITE_CHUNK])
+                chunk = view[start:start + WRITE_CHUNK]
+                with self._tls_lock:  # inline: one-message requests come this way
+                    while chunk:
+                        chunk = chunk[self._tls.write(chunk):]
+                    out = self._outgoing.read()
+                if out:
+                    self._sock.sendall(out)
 
     def sendall_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
         """Encrypt and write ``parts`` (a request's header and its batches) as one stream.
