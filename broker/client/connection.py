@@ -127,12 +127,13 @@ class Connection:
             if future is not None:
                 self._pending[corr] = future
             try:
-                if payload and size >= GATHER_MIN_PART * len(payload) \
-                        and type(self._sock) is socket.socket:
-                    _send_parts(self._sock, [head, *payload])  # no copy of the batches
-                elif payload and size >= GATHER_MIN_PART * len(payload) \
-                        and isinstance(self._sock, TlsSocket):
-                    self._sock.sendall_parts([head, *payload])  # nor a fresh joined copy
+                if payload and size >= GATHER_MIN_PART * len(payload):
+                    if type(self._sock) is socket.socket:
+                        _send_parts(self._sock, [head, *payload])  # no copy of the batches
+                    elif isinstance(self._sock, TlsSocket):
+                        self._sock.sendall_parts([head, *payload])  # nor a fresh joined one
+                    else:
+                        self._sock.sendall(b"".join((head, *payload)))
                 elif payload:
                     self._sock.sendall(b"".join((head, *payload)))
                 else:
