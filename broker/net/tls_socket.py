@@ -119,8 +119,8 @@ class TlsSocket:
         """Encrypt and write ``parts`` (a request's header and its batches) as one stream.
 
         OpenSSL encrypts from contiguous memory, and each ``SSLObject.write`` gives the
-        GIL up (see :data:`WRITE_CHUNK`): one call per batch (256 KiB) would leave the
-        sender waiting for the GIL behind a busy application thread. So the parts are
+        GIL up: one call per batch (up to 256 KiB) would leave the sender waiting for
+        the GIL behind a busy application thread (see :data:`WRITE_CHUNK`). So the parts are
         copied into a staging buffer of :data:`STAGE_BYTES` that is reused from one
         request to the next, and each full stage is encrypted and sent at once. Joining
         them into a fresh buffer per request instead (up to 16 MiB, then read back out
