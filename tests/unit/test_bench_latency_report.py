@@ -129,4 +129,5 @@ def test_ab_compare_reads_latency_lines_as_one_case_per_percentile() -> None:
     assert got["10,000 msgs/s acks=1 RF 1 ack p50 ms"] == 0.44
     assert got["produce batch 1 (acks=0)"] == 122_974
     assert got["produce batch 1 (acks=0) broker CPU ns/msg"] == 900
-    assert len(got) == 8
+    assert got["produce batch 1 (acks=0) client CPU ns/msg"] == 7_000
+    assert len(got) == 9
