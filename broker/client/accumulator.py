@@ -644,74 +644,17 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     release = acc.lock.release
     batch_messages = acc.batch_messages
     append_one = acc._append_one
-    # one-message batches (encode_single)
-    counts_get = (partition_counts if partition_counts is not None else {}).get
-    queues = acc._queues  # never replaced, and a queue is never removed
-    by_topic: dict[str, dict[int, deque[ProducerBatch]]] = {}
-    """The same deques by topic, then partition: no tuple per message."""
-    topics_get = by_topic.get
-    open_ = acc._open
-    buffer_bytes = acc.buffer_bytes
-    notify = acc._wake.notify
-    created = acc.clock
-    new = object.__new__
-    one = EncodedOne
-    ms, ms_start, ms_end = 0, 0.0, 0.0
-    """The last millisecond stamped, and its span in ``clock()`` seconds."""
-
-    def queue_of(topic: str, partition: int) -> deque[ProducerBatch]:
-        """The partition's queue (lock held), made on first use."""
-        queue = queues.get((topic, partition))
-        if queue is None:
-            queue = queues[(topic, partition)] = deque()
-        by_topic.setdefault(topic, {})[partition] = queue
-        return queue
+    one_message = (_one_message_send(acc, choose, clock, encode_single, partition_counts or {})
+                   if encode_single is not None else _general_only)
 
     def send(topic: str, messages: Any, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
         if key is None and timestamp is None:
-            value = messages
-            if type(value) is not bytes:
-                value = messages[0] if type(messages) is list and len(messages) == 1 else None
-            if encode_single is not None:
-                if type(value) is bytes:
-                    if partition is None:
-                        partition = 0 if counts_get(topic) == 1 else choose(topic)
-                        at = -1 if partition is None else partition
-                    else:  # an unknown topic, or out of range: general learns or refuses
-                        at = partition if 0 <= partition < counts_get(topic, 0) else -1
-                    if at >= 0:
-                        nonlocal ms, ms_start, ms_end
-                        now = clock()
-                        if not ms_start <= now < ms_end:  # a new millisecond: convert once
-                            ms = int(now * 1000)
-                            ms_start, ms_end = ms / 1000, (ms + 1) / 1000
-                        nbytes = len(value)
-                        one_batch = new(one)
-                        one_batch.ms = ms
-                        one_batch.nbytes = nbytes
-                        one_batch.created = created()
-                        one_batch.encoded = encode_single(value, ms)
-                        acquire()
-                        try:
-                            if not (acc.closed or acc.fatal is not None or topic in open_
-                                    or (acc._committed + nbytes > buffer_bytes
-                                        and not acc._space_for(nbytes))):
-                                topic_queues = topics_get(topic)
-                                queue = (topic_queues.get(at) if topic_queues is not None
-                                         else None)
-                                if queue is None:
-                                    queue = queue_of(topic, at)
-                                queue.append(one_batch)
-                                acc._committed += nbytes
-                                acc.unfinished += 1
-                                if acc._sender_waiting:
-                                    acc._sender_waiting = False  # woken once: takes it all
-                                    notify()
-                                return one_batch
-                        finally:
-                            release()
+            if type(messages) is list:
+                value = messages[0] if len(messages) == 1 else None
             else:
+                value = messages if type(messages) is bytes else None
+            if encode_single is None:
                 if partition is None and value is not None:
                     partition = choose(topic)
                 if partition is not None and value is not None:
@@ -739,9 +682,89 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
                                 return future
                     finally:
                         release()
+            elif type(value) is bytes:  # one-message batches
+                future = one_message(topic, value, partition)
+                if future is not None:
+                    return future
         return general(topic, messages, key, partition, timestamp)
 
     return send
+
+
+def _general_only(topic: str, value: bytes, partition: int | None) -> None:
+    """No one-message batches (no ``encode_single``): everything takes the general path."""
+    return None
+
+
+def _one_message_send(acc: Accumulator, choose: Callable[[str], int | None],
+                      clock: Callable[[], float], encode_single: Callable[[bytes, int], bytes],
+                      partition_counts: dict[str, int]
+                      ) -> Callable[[str, bytes, int | None], DeliveryFuture | None]:
+    """:func:`fast_send`'s path for one-message batches: ``(topic, value, partition)``
+    to the queued :class:`EncodedOne` (the future), or None for the general path. Its
+    own closure, so the general fast path does not pay for its variables."""
+    counts_get = partition_counts.get
+    acquire = acc.lock.acquire
+    release = acc.lock.release
+    queues = acc._queues  # never replaced, and a queue is never removed
+    by_topic: dict[str, dict[int, deque[ProducerBatch]]] = {}
+    """The same deques by topic, then partition: no tuple per message."""
+    topics_get = by_topic.get
+    open_ = acc._open
+    buffer_bytes = acc.buffer_bytes
+    notify = acc._wake.notify
+    created = acc.clock
+    new = object.__new__
+    one = EncodedOne
+    ms, ms_start, ms_end = 0, 0.0, 0.0
+    """The last millisecond stamped, and its span in ``clock()`` seconds."""
+
+    def queue_of(topic: str, partition: int) -> deque[ProducerBatch]:
+        """The partition's queue (lock held), made on first use."""
+        queue = queues.get((topic, partition))
+        if queue is None:
+            queue = queues[(topic, partition)] = deque()
+        by_topic.setdefault(topic, {})[partition] = queue
+        return queue
+
+    def one_message(topic: str, value: bytes, partition: int | None) -> DeliveryFuture | None:
+        nonlocal ms, ms_start, ms_end
+        if partition is None:
+            partition = 0 if counts_get(topic) == 1 else choose(topic)
+            if partition is None:
+                return None
+        elif not 0 <= partition < counts_get(topic, 0):
+            return None  # an unknown topic, or out of range: general learns or refuses
+        now = clock()
+        if not ms_start <= now < ms_end:  # a new millisecond: convert once
+            ms = int(now * 1000)
+            ms_start, ms_end = ms / 1000, (ms + 1) / 1000
+        nbytes = len(value)
+        batch = new(one)
+        batch.ms = ms
+        batch.nbytes = nbytes
+        batch.created = created()
+        batch.encoded = encode_single(value, ms)
+        acquire()
+        try:
+            if (acc.closed or acc.fatal is not None or topic in open_
+                    or (acc._committed + nbytes > buffer_bytes and not acc._space_for(nbytes))):
+                return None
+            topic_queues = topics_get(topic)
+            queue = topic_queues.get(partition) if topic_queues is not None else None
+            if queue is None:
+                queue = queue_of(topic, partition)
+            queue.append(batch)
+            acc._committed += nbytes
+            acc.unfinished += 1
+            if acc._sender_waiting:
+                acc._sender_waiting = False  # woken once: it takes the whole queue
+                notify()
+            return batch
+        finally:
+            release()
+
+    return one_message
 
 
 __all__ = ["Accumulator", "EncodedOne", "ProducerBatch", "SendFunction", "fast_send"]
