@@ -644,7 +644,8 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     release = acc.lock.release
     batch_messages = acc.batch_messages
     append_one = acc._append_one
-    one_message = (_one_message_send(acc, choose, clock, encode_single, partition_counts or {})
+    counts = partition_counts if partition_counts is not None else {}  # the same dict
+    one_message = (_one_message_send(acc, choose, clock, encode_single, counts)
                    if encode_single is not None else _general_only)
 
     def send(topic: str, messages: Any, key: bytes | None = None,

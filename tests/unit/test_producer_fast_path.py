@@ -662,3 +662,17 @@ def test_one_message_sends_wake_a_waiting_sender_once() -> None:
     send("t", b"a")
     send("t", b"b")
     assert notified == [1] and not acc._sender_waiting
+
+
+def test_producer_sends_one_message_batches_to_partitions_it_learned_after_it_was_made() -> None:
+    from broker.client import Producer
+    from broker.client.accumulator import EncodedOne
+
+    producer = Producer(brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0,
+                        metadata_max_age_s=0, request_timeout=2, linger_ms=60_000)
+    try:
+        producer._partition_counts["t"] = 2  # learned now: the fast path reads the same dict
+        futures = [producer.send("t", b"x", partition=1), producer.send("t", b"y")]
+        assert all(type(f) is EncodedOne for f in futures)  # not the general path's batches
+    finally:
+        producer.close(timeout=30)  # nothing listens: retries=0 fails them at once
