@@ -39,6 +39,7 @@ import threading
 import time
 from collections import deque
 from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Protocol
 
 from broker.client.buffers import BufferPool
@@ -87,7 +88,8 @@ class ProducerBatch:
         self.raw = False
         """Appended already encoded (``send_raw``)."""
         self.count = 0
-        """Messages in a raw batch (from its header)."""
+        """Messages in a raw batch (from its header); 1 in an :class:`EncodedOne`; 0
+        otherwise (``values`` counts them)."""
 
     @property
     def messages(self) -> int:
@@ -137,23 +139,50 @@ class ProducerBatch:
         return self.encoded
 
 
-def _encoded_one(now: float, value: bytes, ms: int, encoded: bytes) -> ProducerBatch:
-    """A batch of the one message ``value`` stamped ``ms``, already ``encoded``: what
-    ``ProducerBatch`` and a few assignments make, with tuples for the two lists (an
-    encoded batch is never appended to), so fewer objects per message."""
-    batch = ProducerBatch.__new__(ProducerBatch)
-    batch.values = (value,)  # type: ignore[assignment]  # read-only here: never appended to
-    batch.keys = None
-    batch.ts_runs = (0, ms)  # type: ignore[assignment]
-    batch.ts_start = batch.ts_end = 0.0
-    batch.nbytes = len(value)
-    batch.room = batch.granted = batch.count = 0
-    batch.created = now
-    batch.future = DeliveryFuture()
-    batch.encoded = encoded
-    batch.buffer = None
-    batch.raw = False
-    return batch
+class EncodedOne(ProducerBatch, DeliveryFuture):
+    """A batch of one message, encoded when it was sent (``batch_messages=1``), and its
+    own delivery future: what ``send`` returns is the batch, so a message costs one
+    object (the allocation, and the cyclic garbage collector's share of it, were most
+    of what a message cost beyond its encoding).
+
+    It never takes more messages, so what a :class:`ProducerBatch` keeps in fields an
+    open batch changes (keys, grants, the timestamp window, the buffer) are class
+    defaults here; :func:`fast_send` sets four fields. It is queued, taken, retried
+    and failed like any batch, and never encoded again (as a retried batch is not).
+    Once finished, it drops its bytes (:meth:`Accumulator._release`): a caller that
+    keeps the future keeps no copy of the message.
+    """
+
+    keys = None
+    ts_start = ts_end = 0.0
+    room = granted = 0
+    count = 1
+    buffer = None
+    raw = False
+    ms: int
+    """The message's timestamp (milliseconds)."""
+
+    @property  # the batch is its own future
+    def future(self) -> DeliveryFuture:  # type: ignore[override]
+        return self
+
+    @property  # read-only: never appended to
+    def values(self) -> list[bytes]:  # type: ignore[override]
+        """The message, read back from the encoded batch (none once finished)."""
+        if self.encoded is None:
+            return []
+        return records.decode_batches(self.encoded, 0)[0][0].values
+
+    @property
+    def ts_runs(self) -> list[int]:  # type: ignore[override]
+        return [0, self.ms]
+
+    @property
+    def messages(self) -> int:
+        return 1
+
+
+_nbytes_of = attrgetter("nbytes")
 
 
 class Accumulator:
@@ -286,38 +315,6 @@ class Accumulator:
             if self._notify_each:
                 self._wake.notify()
         return batch.future
-
-    def append_encoded(self, tp: TopicPartition, value: bytes, ms: int,
-                       encoded: bytes) -> DeliveryFuture | None:
-        """Queue one message already encoded as a batch of its own (``batch_messages``
-        is 1: :func:`fast_send`) and stamped ``ms``, behind ``tp``'s queued batches.
-
-        The checks :meth:`append` makes, made exactly: None when the message needs
-        :meth:`append` instead (an open batch to close, the buffer full, closed), which
-        then waits or raises as it always does. Nothing else differs: the batch is
-        queued, ready, retried and failed like any other; it is only never encoded
-        again (as a retried batch is not).
-        """
-        nbytes = len(value)
-        batch = _encoded_one(self.clock(), value, ms, encoded)  # nothing shared: unlocked
-        lock = self.lock
-        lock.acquire()
-        try:
-            if (self.closed or self.fatal is not None or tp[0] in self._open
-                    or (self._committed + nbytes > self.buffer_bytes
-                        and not self._space_for(nbytes))):
-                return None
-            queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            queue.append(batch)
-            self._committed += nbytes
-            self.unfinished += 1
-            if self._sender_waiting:
-                self._wake.notify()
-            return batch.future
-        finally:
-            lock.release()
 
     def close_open(self, topic: str) -> None:
         """Take no more messages into ``topic``'s open batches (they stay queued).
@@ -531,6 +528,10 @@ class Accumulator:
 
     def _take(self, queue: deque[ProducerBatch]) -> list[ProducerBatch]:
         """Pop the queue's oldest batches, up to ``max_request_bytes`` (at least one)."""
+        if len(queue) > 1 and sum(map(_nbytes_of, queue)) <= self.max_request_bytes:
+            taken = list(queue)  # all of it (a run of one-message batches): no loop
+            queue.clear()
+            return taken
         taken = [queue.popleft()]
         size = taken[0].nbytes
         while queue and size + queue[0].nbytes <= self.max_request_bytes:
@@ -583,13 +584,18 @@ class Accumulator:
 
     def _release(self, batches: Iterable[ProducerBatch]) -> None:
         """Free buffer space of finished batches (lock held; they are settled)."""
+        committed = finished = 0
         for batch in batches:
-            self._committed -= batch.nbytes
-            self.unfinished -= 1
+            committed += batch.nbytes
+            finished += 1
             if batch.buffer is not None:  # finished: nothing reads its bytes any more
                 batch.encoded = None  # no view of a buffer the next batch overwrites
                 self.buffers.give(batch.buffer)
                 batch.buffer = None
+            elif batch.count:  # appended encoded (raw, or one message: its own future)
+                batch.encoded = None  # a future kept by the caller keeps no bytes
+        self._committed -= committed
+        self.unfinished -= finished
         self._space.notify_all()
         if not self.unfinished:
             self._idle.notify_all()
@@ -621,10 +627,14 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
 
     With ``encode_single`` (given when ``batch_messages`` is 1 and batches are neither
     compressed nor numbered for idempotence), every message is a batch of its own: it
-    is encoded here, by ``encode_single(value, ms)``, and queued as it is
-    (:meth:`Accumulator.append_encoded`), so the sender only writes it. Only to a
-    partition that ``partition_counts`` (the producer's, by topic) says exists: an
-    unknown topic or partition goes to ``general``, which learns or refuses it.
+    is encoded here, by ``encode_single(value, ms)``, into an :class:`EncodedOne`
+    (built before the lock is taken: nothing shared) and queued behind the partition's
+    batches, with the checks :meth:`Accumulator.append` makes, made exactly: not
+    closed, no open batch of the topic to close first, room in the buffer (otherwise
+    ``general``, which waits for room or raises as it always does). Only to a partition
+    that ``partition_counts`` (the producer's, by topic) says exists: an unknown topic
+    or partition goes to ``general``, which learns or refuses it. The sender is woken
+    only while it waits, and once per wait: when it runs it takes the whole queue.
 
     A closure, not a method: at a million calls a second, each attribute lookup and
     call saved is a few percent of ``send``'s cost.
@@ -634,8 +644,9 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     release = acc.lock.release
     batch_messages = acc.batch_messages
     append_one = acc._append_one
-    append_encoded = acc.append_encoded
-    counts_get = (partition_counts if partition_counts is not None else {}).get
+    counts = partition_counts if partition_counts is not None else {}  # the same dict
+    one_message = (_one_message_send(acc, choose, clock, encode_single, counts)
+                   if encode_single is not None else _general_only)
 
     def send(topic: str, messages: Any, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
@@ -644,44 +655,117 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
                 value = messages[0] if len(messages) == 1 else None
             else:
                 value = messages if type(messages) is bytes else None
-            if partition is None and value is not None:
-                partition = choose(topic)
-            if encode_single is not None:
-                if (type(value) is bytes and partition is not None
-                        and 0 <= partition < counts_get(topic, 0)):
-                    ms = int(clock() * 1000)
-                    future = append_encoded((topic, partition), value, ms,
-                                            encode_single(value, ms))
-                    if future is not None:
-                        return future
-            elif partition is not None and value is not None:
-                now = clock()
-                acquire()
-                try:
-                    parts = open_get(topic)
-                    batch = None if parts is None else parts.get(partition)
-                    if batch is not None:
-                        room = batch.room - len(value)
-                        if room >= 0:
-                            batch.room = room
-                            values = batch.values
-                            if not batch.ts_start <= now < batch.ts_end:
-                                batch.stamp(int(now * 1000), len(values))
-                            values.append(value)
-                            if len(values) >= batch_messages:
-                                acc._close_open((topic, partition))
-                                acc._notify_sender()
-                            elif acc._notify_each:
-                                acc._wake.notify()
-                            return batch.future
-                        future = append_one(topic, partition, batch, value, now)
-                        if future is not None:
-                            return future
-                finally:
-                    release()
+            if encode_single is None:
+                if partition is None and value is not None:
+                    partition = choose(topic)
+                if partition is not None and value is not None:
+                    now = clock()
+                    acquire()
+                    try:
+                        parts = open_get(topic)
+                        batch = None if parts is None else parts.get(partition)
+                        if batch is not None:
+                            room = batch.room - len(value)
+                            if room >= 0:
+                                batch.room = room
+                                values = batch.values
+                                if not batch.ts_start <= now < batch.ts_end:
+                                    batch.stamp(int(now * 1000), len(values))
+                                values.append(value)
+                                if len(values) >= batch_messages:
+                                    acc._close_open((topic, partition))
+                                    acc._notify_sender()
+                                elif acc._notify_each:
+                                    acc._wake.notify()
+                                return batch.future
+                            future = append_one(topic, partition, batch, value, now)
+                            if future is not None:
+                                return future
+                    finally:
+                        release()
+            elif type(value) is bytes:  # one-message batches
+                future = one_message(topic, value, partition)
+                if future is not None:
+                    return future
         return general(topic, messages, key, partition, timestamp)
 
     return send
 
 
-__all__ = ["Accumulator", "ProducerBatch", "SendFunction", "fast_send"]
+def _general_only(topic: str, value: bytes, partition: int | None) -> None:
+    """No one-message batches (no ``encode_single``): everything takes the general path."""
+    return None
+
+
+def _one_message_send(acc: Accumulator, choose: Callable[[str], int | None],
+                      clock: Callable[[], float], encode_single: Callable[[bytes, int], bytes],
+                      partition_counts: dict[str, int]
+                      ) -> Callable[[str, bytes, int | None], DeliveryFuture | None]:
+    """:func:`fast_send`'s path for one-message batches: ``(topic, value, partition)``
+    to the queued :class:`EncodedOne` (the future), or None for the general path. Its
+    own closure, so the general fast path does not pay for its variables."""
+    counts_get = partition_counts.get
+    acquire = acc.lock.acquire
+    release = acc.lock.release
+    queues = acc._queues  # never replaced, and a queue is never removed
+    by_topic: dict[str, dict[int, deque[ProducerBatch]]] = {}
+    """The same deques by topic, then partition: no tuple per message."""
+    topics_get = by_topic.get
+    open_ = acc._open
+    buffer_bytes = acc.buffer_bytes
+    notify = acc._wake.notify
+    created = acc.clock
+    new = object.__new__
+    one = EncodedOne
+    ms, ms_start, ms_end = 0, 0.0, 0.0
+    """The last millisecond stamped, and its span in ``clock()`` seconds."""
+
+    def queue_of(topic: str, partition: int) -> deque[ProducerBatch]:
+        """The partition's queue (lock held), made on first use."""
+        queue = queues.get((topic, partition))
+        if queue is None:
+            queue = queues[(topic, partition)] = deque()
+        by_topic.setdefault(topic, {})[partition] = queue
+        return queue
+
+    def one_message(topic: str, value: bytes, partition: int | None) -> DeliveryFuture | None:
+        nonlocal ms, ms_start, ms_end
+        if partition is None:
+            partition = 0 if counts_get(topic) == 1 else choose(topic)
+            if partition is None:
+                return None
+        elif not 0 <= partition < counts_get(topic, 0):
+            return None  # an unknown topic, or out of range: general learns or refuses
+        now = clock()
+        if not ms_start <= now < ms_end:  # a new millisecond: convert once
+            ms = int(now * 1000)
+            ms_start, ms_end = ms / 1000, (ms + 1) / 1000
+        nbytes = len(value)
+        batch = new(one)
+        batch.ms = ms
+        batch.nbytes = nbytes
+        batch.created = created()
+        batch.encoded = encode_single(value, ms)
+        acquire()
+        try:
+            if (acc.closed or acc.fatal is not None or topic in open_
+                    or (acc._committed + nbytes > buffer_bytes and not acc._space_for(nbytes))):
+                return None
+            topic_queues = topics_get(topic)
+            queue = topic_queues.get(partition) if topic_queues is not None else None
+            if queue is None:
+                queue = queue_of(topic, partition)
+            queue.append(batch)
+            acc._committed += nbytes
+            acc.unfinished += 1
+            if acc._sender_waiting:
+                acc._sender_waiting = False  # woken once: it takes the whole queue
+                notify()
+            return batch
+        finally:
+            release()
+
+    return one_message
+
+
+__all__ = ["Accumulator", "EncodedOne", "ProducerBatch", "SendFunction", "fast_send"]

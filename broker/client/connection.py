@@ -114,7 +114,7 @@ class Connection:
         error) arrives; it is attached before the request is written, so a fast
         response can never miss it.
         """
-        size = sum(len(p) for p in payload)
+        size = sum(map(len, payload))
         future = ResponseFuture() if expect_response else None
         if future is not None:
             future.callback = callback

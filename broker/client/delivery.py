@@ -11,13 +11,18 @@ waited on (a producer sending a million messages a second waits on a few), so a 
 makes the lock it blocks on, and completion releases it. Registration and completion
 are ordered by one module-wide lock, held for a few attribute assignments; the
 unlocked ``_done`` flag makes ``done()`` and an already-complete ``wait()`` free.
+
+A future starts as its class's defaults (no ``__init__``: one allocation, no
+assignments), and :func:`complete_many` completes the futures of many batches under one
+hold of that lock: a producer of one-message batches makes and completes one future per
+message.
 """
 
 from __future__ import annotations
 
 import _thread
 import logging
-from typing import Callable
+from typing import Callable, Iterable
 
 from broker.common.errors import LogferryError, RequestTimedOutError
 
@@ -31,15 +36,13 @@ only for a few assignments)."""
 class DeliveryFuture:
     """Completion of one batch: its base offset (None with acks=0) or its error."""
 
-    __slots__ = ("_waiter", "_done", "offset", "_error", "_callbacks")
-
-    def __init__(self) -> None:
-        self._waiter: _thread.LockType | None = None
-        """Held while a waiter blocks on it; made by the first waiter, released on completion."""
-        self._done = False
-        self.offset: int | None = None
-        self._error: LogferryError | None = None
-        self._callbacks: list[Callable[["DeliveryFuture"], None]] | None = None
+    # Class defaults, no __slots__: a new future sets nothing (see the module docstring).
+    _waiter: _thread.LockType | None = None
+    """Held while a waiter blocks on it; made by the first waiter, released on completion."""
+    _done: bool = False
+    offset: int | None = None
+    _error: LogferryError | None = None
+    _callbacks: list[Callable[["DeliveryFuture"], None]] | None = None
 
     def _complete(self, offset: int | None, error: LogferryError | None = None) -> None:
         """Record the outcome (first call wins) and run the callbacks, in this thread."""
@@ -96,4 +99,39 @@ class DeliveryFuture:
         fn(self)  # already done: exactly once, here
 
 
-__all__ = ["DeliveryFuture"]
+def complete_many(futures: Iterable[DeliveryFuture], offsets: Iterable[int] | None = None,
+                  error: LogferryError | None = None) -> None:
+    """Complete ``futures`` as :meth:`DeliveryFuture._complete` would, one by one, with
+    ``offsets`` (one per future; None: no offsets) or ``error``, under one hold of the
+    registry lock; waiters and callbacks run afterwards, in this thread."""
+    woken: list[DeliveryFuture] = []
+    with _registry:
+        if offsets is None and error is None:  # acks=0: only the flag changes
+            for future in futures:
+                if not future._done:
+                    future._done = True
+                    if future._waiter is not None or future._callbacks is not None:
+                        woken.append(future)
+        else:
+            pairs = zip(futures, offsets) if offsets is not None else ((f, None) for f in futures)
+            for future, offset in pairs:
+                if not future._done:
+                    future.offset = offset
+                    future._error = error
+                    future._done = True
+                    if future._waiter is not None or future._callbacks is not None:
+                        woken.append(future)
+        released = [(f, f._waiter, f._callbacks) for f in woken]
+        for future in woken:
+            future._waiter = future._callbacks = None
+    for future, waiter, callbacks in released:
+        if waiter is not None:
+            waiter.release()
+        for callback in callbacks or ():
+            try:
+                callback(future)
+            except Exception:
+                log.exception("delivery callback failed")
+
+
+__all__ = ["DeliveryFuture", "complete_many"]

@@ -18,11 +18,14 @@ import logging
 import random
 import threading
 import time
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from broker.client.accumulator import Accumulator, Drained, ProducerBatch, TopicPartition
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
+from broker.client.delivery import complete_many
 from broker.client.idempotence import ProducerSequences
 from broker.common.errors import (
     AuthorizationError,
@@ -185,12 +188,14 @@ class Sender:
                 self.retry_or_fail(tp, batches, exc)
                 continue
             # encode once here (a retried batch keeps its bytes); per batch, so inline
-            size = 0
             pool = self.accumulator.buffers
             for b in batches:
-                if b.encoded is None and sequences is not None:  # numbered once, at encode
-                    b.encode(codec, pool, sequences.assign(tp, len(b.values)))
-                size += len(b.encoded or b.encode(codec, pool))
+                if b.encoded is None:
+                    if sequences is not None:  # numbered once, at encode
+                        b.encode(codec, pool, sequences.assign(tp, len(b.values)))
+                    else:
+                        b.encode(codec, pool)
+            size = sum(map(len, map(_encoded_of, batches)))
             by_broker.setdefault(address, []).append((tp, batches, size))
         for address, parts in by_broker.items():
             for request in plan_requests(parts, self.max_request_bytes):
@@ -222,10 +227,9 @@ class Sender:
     def _send_request(self, address: tuple[str, int], parts: list[Part]) -> None:
         header_parts: list[list[Any]] = []
         payload: list[bytes | memoryview] = []
-        codec = self.codec
         copies: list[int] = []
         for (topic, partition), batches in parts:
-            encoded = [b.encoded or b.encode(codec) for b in batches]  # encoded by send()
+            encoded = list(map(_encoded_of, batches))  # each encoded by send()
             if batches[0].raw and all(b.raw for b in batches):
                 copies.append(len(header_parts))  # send_raw's: copies, never refused for a gap
             header_parts.append([topic, partition, sum(map(len, encoded))])
@@ -283,14 +287,14 @@ class Sender:
 
     def delivered(self, tp: TopicPartition, batches: list[ProducerBatch], base: int | None) -> None:
         """Complete the batches' futures (offsets from ``base``) and free their space."""
-        offset = base
         messages = sent_bytes = 0
-        for batch in batches:
-            messages += batch.count if batch.raw else len(batch.values)  # per batch: inline
+        for batch in batches:  # per batch: inline
+            messages += batch.count or len(batch.values)  # raw and one-message: count
             sent_bytes += batch.nbytes
-            batch.future._complete(offset)
-            if offset is not None:
-                offset += len(batch.encoded)  # type: ignore[arg-type]
+        offsets: list[int] | None = None
+        if base is not None:
+            offsets = list(accumulate(map(len, map(_encoded_of, batches)), initial=base))
+        complete_many(map(_future_of, batches), offsets)
         with self._lock:
             self._attempts.pop(tp, None)
             stats = self._stats
@@ -345,8 +349,11 @@ class Sender:
 
 
 def _fail_futures(batches: Iterable[ProducerBatch], error: LogferryError) -> None:
-    for batch in batches:
-        batch.future._complete(None, error)
+    complete_many(map(_future_of, batches), None, error)
+
+
+_encoded_of = attrgetter("encoded")
+_future_of = attrgetter("future")
 
 
 __all__ = ["RetryPolicy", "Sender", "plan_requests"]

@@ -622,3 +622,57 @@ def test_producer_with_one_message_batches_checks_topics_and_partitions() -> Non
         assert producer._accumulator.unfinished == 0
     finally:
         producer.close(timeout=30)
+
+
+def test_a_one_message_batch_is_its_own_future_and_drops_its_bytes_when_finished() -> None:
+    from broker.client.accumulator import EncodedOne
+    from broker.client.delivery import DeliveryFuture
+
+    acc = make(batch_messages=1)
+    send = single_send(acc)
+    future = send("t", b"abc")
+    assert isinstance(future, DeliveryFuture) and isinstance(future, EncodedOne)
+    [batch] = acc.ready(acc.clock())[0][TP]
+    assert batch is future and batch.future is future and batch.messages == 1
+    assert batch.values == [b"abc"] and batch.encoded == records.encode_single(b"abc", int(T0 * 1000))
+    future._complete(7)
+    acc.done(TP, [batch])
+    assert future.wait(0) == 7 and batch.encoded is None and batch.values == []
+
+
+def test_taking_a_whole_queue_of_one_message_batches_keeps_the_request_bound() -> None:
+    acc = make(batch_messages=1, max_request_bytes=25)
+    send = single_send(acc)
+    futures = [send("t", b"0123456789") for _ in range(5)]
+    first = acc.ready(acc.clock())[0][TP]
+    assert first == futures[:2]  # 20 bytes; a third would pass 25
+    acc.done(TP, first)
+    acc2 = make(batch_messages=1)
+    send2 = single_send(acc2)
+    all_of_them = [send2("t", bytes([i])) for i in range(5)]
+    assert acc2.ready(acc2.clock())[0][TP] == all_of_them and not acc2._queues[TP]
+
+
+def test_one_message_sends_wake_a_waiting_sender_once() -> None:
+    acc = make(batch_messages=1)
+    notified = []
+    acc._wake.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
+    send = single_send(acc)
+    acc._sender_waiting = True  # as next_ready() sets it while it waits
+    send("t", b"a")
+    send("t", b"b")
+    assert notified == [1] and not acc._sender_waiting
+
+
+def test_producer_sends_one_message_batches_to_partitions_it_learned_after_it_was_made() -> None:
+    from broker.client import Producer
+    from broker.client.accumulator import EncodedOne
+
+    producer = Producer(brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0,
+                        metadata_max_age_s=0, request_timeout=2, linger_ms=60_000)
+    try:
+        producer._partition_counts["t"] = 2  # learned now: the fast path reads the same dict
+        futures = [producer.send("t", b"x", partition=1), producer.send("t", b"y")]
+        assert all(type(f) is EncodedOne for f in futures)  # not the general path's batches
+    finally:
+        producer.close(timeout=30)  # nothing listens: retries=0 fails them at once

@@ -62,3 +62,33 @@ def test_a_timed_out_wait_leaves_the_future_to_complete_later():
         future.wait(1)
     future._complete(99)  # the first outcome stays
     assert isinstance(future.exception(), StorageError) and future.offset is None
+
+
+def test_complete_many_gives_each_future_its_offset_and_keeps_the_first_outcome():
+    from broker.client.delivery import complete_many
+
+    done_first, *rest = futures = [DeliveryFuture() for _ in range(4)]
+    done_first._complete(5)
+    calls = []
+    rest[0].add_callback(calls.append)
+    complete_many(futures, [10, 20, 30, 40])
+    assert [f.offset for f in futures] == [5, 20, 30, 40]  # the first outcome stays
+    assert all(f.done() for f in futures) and calls == [rest[0]]
+
+
+def test_complete_many_without_offsets_or_with_an_error_wakes_waiters_and_callbacks():
+    from broker.client.delivery import complete_many
+
+    plain = [DeliveryFuture() for _ in range(3)]
+    waited = plain[1]
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(waited.wait(10)))
+    waiter.start()
+    complete_many(plain)  # acks=0: done, no offsets
+    waiter.join(10)
+    assert got == [None] and all(f.done() and f.exception() is None for f in plain)
+    failed = [DeliveryFuture() for _ in range(2)]
+    calls = []
+    failed[1].add_callback(calls.append)
+    complete_many(failed, None, StorageError("disk full"))
+    assert calls == [failed[1]] and all(isinstance(f.exception(), StorageError) for f in failed)

@@ -155,3 +155,22 @@ def test_plan_requests_splits_by_size_and_keeps_partitions_whole() -> None:
     plan = plan_requests([(("t", 0), a, 6), (("t", 1), b, 5), (("t", 2), c, 20)], 10)
     assert plan == [[(("t", 0), a)], [(("t", 1), b)], [(("t", 2), c)]]
     assert plan_requests([(("t", 0), a, 4), (("t", 1), b, 6)], 10) == [[(("t", 0), a), (("t", 1), b)]]
+
+
+def test_one_message_batches_go_in_one_request_and_each_future_gets_its_own_offset() -> None:
+    from broker.client.accumulator import fast_send
+
+    acc, cluster, sender, now, _ = setup()
+    acc.batch_messages = 1  # as a Producer(batch_messages=1) builds it
+    send = fast_send(acc, lambda topic: 0, lambda *args: None, clock=lambda: 1_700_000_000.0,
+                     encode_single=records.encode_single, partition_counts={"t": 1})
+    futures = [send("t", b"x" * n) for n in (1, 20, 300)]
+    sender.send(acc.ready(now[0])[0])
+    [request] = cluster.conn.requests
+    _, fields, payload, _, _ = request
+    assert len(payload) == 3 and fields["parts"] == [["t", 0, sum(map(len, payload))]]
+    answer(request, [["t", 0, 0, 1000, None]])
+    starts = [1000, 1000 + len(payload[0]), 1000 + len(payload[0]) + len(payload[1])]
+    assert [f.wait(0) for f in futures] == starts and acc.unfinished == 0
+    stats = sender.metrics()
+    assert stats["messages_acked"] == 3 and stats["batches_sent"] == 3 and stats["requests"] == 1

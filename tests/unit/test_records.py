@@ -116,3 +116,21 @@ def test_count_messages_reads_headers_only():
     assert records.count_messages(memoryview(data)[: len(_batch(1)[1])]) == (1, 1)
     with pytest.raises(CorruptBatchError):
         records.count_messages(data[:-3])
+
+
+def test_scan_of_many_one_message_batches_stops_at_the_first_bad_one():
+    """The per-batch fast test and the full checks agree: every valid batch counts, and
+    the walk stops at the first unsound one with the full checks' reason."""
+    batches = [records.encode_single(bytes([i]) * 10, 1_700_000_000_000 + i) for i in range(50)]
+    whole = b"".join(batches)
+    assert records.scan(whole) == records.ScanResult(len(whole), 50, 50, None)
+    at = sum(map(len, batches[:20]))
+    flipped = bytearray(whole)
+    flipped[at + 30] ^= 1  # a value byte of batch 20
+    result = records.scan(flipped)
+    assert (result.valid_bytes, result.batches, result.messages) == (at, 20, 20)
+    assert result.error == f"CRC mismatch in batch at byte {at}"
+    bad_codec = bytearray(whole)
+    bad_codec[at + records.CRC_START] = 2  # no codec 2 (CRC aside: checked before it)
+    assert records.scan(bad_codec).error.startswith(f"malformed batch header at byte {at}")
+    assert records.scan(whole[:-3]).error.startswith(f"torn batch at byte {len(whole) - len(batches[-1])}")
