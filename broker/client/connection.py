@@ -15,6 +15,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from broker.common.sasl import SaslCredentials
@@ -33,12 +34,15 @@ from broker.common.errors import (
 log = logging.getLogger("logferry.client")
 
 RECV_BYTES = 4 * 1024 * 1024
+IDLE_READ_S = 0.0005
+"""A read that waited this long for its bytes found the connection idle: a frame that
+starts with them was not queued behind another answer (see ResponseFuture.after_idle)."""
 
 
 class ResponseFuture:
     """The eventual response frame of one request (or its error)."""
 
-    __slots__ = ("_lock", "frame", "error", "callback")
+    __slots__ = ("_lock", "frame", "error", "callback", "first_byte_at", "after_idle")
 
     def __init__(self) -> None:
         self._lock = _thread.allocate_lock()
@@ -46,6 +50,12 @@ class ResponseFuture:
         self.frame: protocol.Frame | None = None
         self.error: LogferryError | None = None
         self.callback: Callable[["ResponseFuture"], None] | None = None
+        self.first_byte_at = 0.0
+        """``time.monotonic()`` when the response's first bytes were read (0: none yet)."""
+        self.after_idle = False
+        """True if those bytes came after the connection had been idle (the read waited
+        for them), so ``first_byte_at - sent`` is the round trip and not a wait behind
+        other answers on this connection (the fetch window's latency sample)."""
 
     def _finish(self, frame: protocol.Frame | None, error: LogferryError | None) -> None:
         self.frame = frame
@@ -159,9 +169,15 @@ class Connection:
         view = memoryview(buf)
         decoder = self._decoder
         first = True
+        monotonic = time.monotonic
+        started, idle = 0.0, False  # when the frame being read began arriving, and how
         try:
             while True:
+                before = monotonic()
                 n = self._sock.recv_into(view)
+                now = monotonic()
+                if not decoder.buffered:  # these bytes begin a frame
+                    started, idle = now, now - before >= IDLE_READ_S
                 if first and socket_errors.looks_like_tls(view[:n]):
                     raise socket_errors.tls_expected_error(self.address)
                 if n == 0 and first:  # closed before its first answer: say what may be why
@@ -178,10 +194,12 @@ class Connection:
                     corr = frame.header.get("id")
                     future = self._pending.pop(corr, None) if corr is not None else None
                     if future is not None:
+                        future.first_byte_at, future.after_idle = started, idle
                         future._finish(frame, None)
                     elif frame.header.get("err"):
                         # An error for the connection as a whole (bad frame): it closes.
                         raise connection_error(frame.header)
+                    started, idle = now, False  # what follows came right behind it
         except LogferryError as exc:
             self._fail(exc)
         except OSError as exc:

@@ -1,8 +1,10 @@
-"""broker.client.group.window.FetchWindow: fetch sizes probed from the measured rate.
+"""broker.client.group.window.FetchWindow: fetch sizes from the measured latency and rate.
 
 A small model of a link stands in for the network: ``P`` backlogged partitions, each
 with one fetch in flight (stop-and-wait, as the fetcher does), answers sent one after
-the other over a link of ``bandwidth`` bytes/s, ``latency`` seconds of round trip.
+the other over a link of ``bandwidth`` bytes/s, ``latency`` seconds of round trip. Each
+answer reports when its first byte arrived and whether it waited behind another answer,
+as :class:`broker.client.connection.ResponseFuture` does.
 """
 
 from __future__ import annotations
@@ -22,26 +24,29 @@ def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: fl
     """Bytes/s the partitions move together over the last third of ``seconds`` (the clock
     starting at ``start``); the sizes asked then go to ``sizes``."""
     link_free = start
-    answers: list[tuple[float, int, object, int]] = []
+    answers: list[tuple[float, int, object, int, float, bool]] = []
 
     def send(now: float, i: int) -> None:
         nonlocal link_free
         size = window.size("b", partitions)
-        ticket = window.sent("b", now)
+        ticket = window.sent("b", now, size)
         got = size if backlog else 1000
-        start = max(now + latency / 2, link_free)
+        ready = now + latency / 2  # the broker has the answer; the link may be busy
+        start = max(ready, link_free)
+        idle = ready >= link_free  # its first bytes did not wait behind another answer
         link_free = start + got / bandwidth
-        heapq.heappush(answers, (link_free + latency / 2, i, ticket, got))
+        heapq.heappush(answers, (link_free + latency / 2, i, ticket, got,
+                                 start + latency / 2, idle))
 
     for i in range(partitions):
         send(start, i)
     end = start + seconds
     moved = 0
     while True:
-        now, i, ticket, got = heapq.heappop(answers)
+        now, i, ticket, got, first_byte_at, idle = heapq.heappop(answers)
         if now > end:
             return moved / (seconds / 3)
-        window.answered(ticket, got, backlog, now)  # type: ignore[arg-type]
+        window.answered(ticket, got, backlog, now, first_byte_at, idle)  # type: ignore[arg-type]
         if now > end - seconds / 3:
             moved += got
             if sizes is not None:
@@ -117,3 +122,52 @@ def test_a_path_that_got_shorter_gives_the_memory_back():
     rate = simulate(window, 4, 400e6, 0.0005, seconds=30.0, start=100.0)
     assert rate >= 0.95 * 400e6
     assert window.size("b", 4) <= 8 * MiB  # halvings that cost nothing are kept
+
+
+def test_a_cold_start_fills_a_long_fat_pipe_within_a_few_round_trips():
+    """Slow start: the size follows the measured rate x latency from the first answers,
+    so a 50 ms path at 470 MB/s is busy after a few round trips, not after seconds."""
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    sizes: list[int] = []
+    rate = simulate(window, 4, 470e6, 0.05, seconds=0.9, sizes=sizes)  # last third: 0.6-0.9 s
+    assert rate >= 0.9 * 470e6
+    assert min(sizes) > 4 * MiB  # already past the base in the measured third
+    bandwidth, size = window.estimates("b")
+    assert 0.9 * 470e6 <= bandwidth <= 470e6 * 1.01
+    assert window.latency("b") == pytest.approx(0.05)
+    # about twice the bandwidth-delay product in flight over the 4 partitions, within the budget
+    assert 4 * size == pytest.approx(2 * 470e6 * 0.05 * 4 / 3, rel=0.1)
+
+
+def test_the_size_comes_from_the_estimates_and_stays_between_base_and_budget():
+    window = FetchWindow(1 * MiB, 64 * MiB)
+    ticket = window.sent("b", 0.0, 1 * MiB)
+    # answered after 100 ms, its first byte after an idle wait of 80 ms: R = 80 ms
+    window.answered(ticket, 10_000_000, True, 0.1, first_byte_at=0.08, after_idle=True)
+    assert window.latency("b") == pytest.approx(0.08)
+    assert window.estimates("b")[0] == pytest.approx(100e6)  # 10 MB answered in 100 ms
+    # 2 x 100 MB/s x 80 ms = 16 MB over the other 3 of 4 partitions, rounded up to 64 KiB
+    assert window.size("b", 4) == -(-int(16e6 / 3) // 65536) * 65536
+    assert window.size("b", 1) == -(-48_000_000 // 65536) * 65536  # alone: 3 x 16 MB, under 64 MiB
+    assert window.size("b", 200) == 1 * MiB  # never below the base
+
+
+def test_an_answer_queued_behind_another_gives_no_latency_sample():
+    """Its first byte waited for the answer before it on the connection, not only for the
+    path: taking it as the latency would grow the window with its own queue."""
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    first = window.sent("b", 0.0)
+    window.answered(first, 4 * MiB, True, 0.06, first_byte_at=0.05, after_idle=True)
+    queued = window.sent("b", 0.01)
+    window.answered(queued, 4 * MiB, True, 0.5, first_byte_at=0.45, after_idle=False)
+    assert window.latency("b") == pytest.approx(0.05)
+
+
+def test_caught_up_answers_do_not_count_as_bandwidth():
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    for i in range(20):
+        ticket = window.sent("b", i * 1.0)
+        window.answered(ticket, 1000, False, i * 1.0 + 0.05, i * 1.0 + 0.05, True)
+    assert window.estimates("b")[0] == 0.0
+    assert window.latency("b") == pytest.approx(0.05)
+    assert window.size("b", 4) == 4 * MiB

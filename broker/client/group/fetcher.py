@@ -11,8 +11,9 @@ each for a different share of its partitions (a partition is still in one reques
 time): a partition's next fetch then waits only for its own answer, not for the other
 partitions' bytes, so round trips overlap with transfers. With a
 :class:`broker.client.group.window.FetchWindow` (``fetch_window_bytes``) the bytes asked
-per partition grow from ``max_bytes`` with the measured rate x latency of each broker,
-so a long round trip does not cap the rate (bounded per broker). Responses are decoded in this
+per partition follow each broker's measured bandwidth x latency (the connection stamps
+when each answer's first bytes arrived), so a long round trip does not cap the rate
+(bounded per broker). Responses are decoded in this
 thread (one msgpack call per batch, CRC-checked) and queued as :class:`Chunk` objects
 for the application.
 
@@ -302,7 +303,8 @@ class Fetcher:
                 half = request.ticket.asked // 2
                 self.window.answered(request.ticket, sum(len(d) for d in data),
                                      any(len(d) >= half for d in data),
-                                     answered_at if answered_at is not None else time.monotonic())
+                                     answered_at if answered_at is not None else time.monotonic(),
+                                     future.first_byte_at, future.after_idle)
         for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):
             self._handle_part(ps, epoch, offset, result, part_data)
         if len(results) < len(request.parts):
