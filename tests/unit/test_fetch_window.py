@@ -171,3 +171,18 @@ def test_caught_up_answers_do_not_count_as_bandwidth():
     assert window.estimates("b")[0] == 0.0
     assert window.latency("b") == pytest.approx(0.05)
     assert window.size("b", 4) == 4 * MiB
+
+
+def test_answers_completed_in_a_burst_do_not_pass_for_a_fast_link():
+    """A stalled reader thread completes several answers at once: the rate sample of a
+    fetch answered within a millisecond of its sending must not read them as 16 GB/s."""
+    window = FetchWindow(4 * MiB, 128 * MiB)
+    tickets = [window.sent("b", 0.0) for _ in range(4)]
+    for i, ticket in enumerate(tickets[:3]):  # answered together after a stall
+        window.answered(ticket, 4 * MiB, True, 0.100 + i * 1e-4, 0.0005, True)
+    late = window.sent("b", 0.1003)
+    window.answered(tickets[3], 4 * MiB, True, 0.1004, 0.0005, True)
+    window.answered(late, 4 * MiB, True, 0.1010, 0.1005, False)
+    bandwidth = window.estimates("b")[0]
+    assert bandwidth <= 8 * MiB / 0.02  # the burst, spread over the least interval
+    assert window.size("b", 4) == 4 * MiB  # 0.5 ms of latency: the base is plenty

@@ -18,8 +18,8 @@ sizes the fetches from them, the way BBR sizes a TCP window (bounded by a memory
   the broker or the machine only ever adds to a sample).
 - ``B`` (bandwidth): per answer of a backlogged broker, the bytes answered while that
   fetch was in flight over its flight time (BBR's delivery rate: Little's law makes it
-  ``min(B, bytes in flight / R)``); the estimate is the most of the last
-  ``RATE_SAMPLES``. Answers of a caught-up broker (nothing came back full) say nothing.
+  ``min(B, bytes in flight / R)``), over at least ``RATE_MIN_INTERVAL``; the
+  estimate is the most of the last ``RATE_SAMPLES``. Answers of a caught-up broker (nothing came back full) say nothing.
 - the size per partition is ``GAIN * B * R / (P - 1)`` (``P = 1``: over a third, so a
   lone partition's stop-and-wait still keeps the link busy 5/6 of the time), between
   ``base`` (the configured fetch size) and ``budget / P``.
@@ -48,6 +48,10 @@ LATENCY_SAMPLES = 16
 """Idle-connection answers the latency estimate is the least of."""
 RATE_SAMPLES = 16
 """Backlogged answers the bandwidth estimate is the most of."""
+RATE_MIN_INTERVAL = 0.02
+"""A delivery-rate sample spans at least this long: answers held up together (a busy
+reader thread, a stalled machine) and then completed in a burst would otherwise look
+like a link far faster than it is."""
 ROUND_TO = 64 * 1024
 """Sizes are asked in whole multiples of this (the broker reads whole batches anyway)."""
 
@@ -123,9 +127,9 @@ class FetchWindow:
         state.delivered += nbytes
         if after_idle and first_byte_at >= ticket.sent_at:
             state.latency.append(first_byte_at - ticket.sent_at)
-        flight = now - ticket.sent_at
-        if full and flight > 0:
-            state.rates.append((state.delivered - ticket.delivered) / flight)
+        if full:
+            interval = max(now - ticket.sent_at, RATE_MIN_INTERVAL)
+            state.rates.append((state.delivered - ticket.delivered) / interval)
 
     def estimates(self, broker: Hashable) -> tuple[float, int]:
         """(bandwidth estimate in bytes/s, bytes asked per partition now) for ``broker``."""
