@@ -13,7 +13,7 @@ import heapq
 
 import pytest
 
-from broker.client.group.window import FetchWindow
+from broker.client.group.window import MAX_ANSWER_BYTES, FetchWindow
 
 MiB = 1024 * 1024
 
@@ -148,7 +148,7 @@ def test_the_size_comes_from_the_estimates_and_stays_between_base_and_budget():
     assert window.estimates("b")[0] == pytest.approx(100e6)  # 10 MB answered in 100 ms
     # 2 x 100 MB/s x 80 ms = 16 MB over the other 3 of 4 partitions, rounded up to 64 KiB
     assert window.size("b", 4) == -(-int(16e6 / 3) // 65536) * 65536
-    assert window.size("b", 1) == -(-48_000_000 // 65536) * 65536  # alone: 3 x 16 MB, under 64 MiB
+    assert window.size("b", 1) == MAX_ANSWER_BYTES  # alone: 3 x 16 MB, past one answer's bound
     assert window.size("b", 200) == 1 * MiB  # never below the base
 
 
@@ -186,3 +186,11 @@ def test_answers_completed_in_a_burst_do_not_pass_for_a_fast_link():
     bandwidth = window.estimates("b")[0]
     assert bandwidth <= 8 * MiB / 0.02  # the burst, spread over the least interval
     assert window.size("b", 4) == 4 * MiB  # 0.5 ms of latency: the base is plenty
+
+
+def test_no_answer_is_asked_past_the_allocators_cliff():
+    """Answers over 32 MiB are received into freshly mapped memory (5x the CPU per GB):
+    a long fat path is covered by more partitions' answers, not by larger ones."""
+    window = FetchWindow(4 * MiB, 1024 * MiB)
+    simulate(window, 2, 2e9, 0.2)
+    assert window.size("b", 2) == MAX_ANSWER_BYTES < 32 * MiB

@@ -63,7 +63,7 @@ from broker.wire.fetch import (
 from broker.client.connection import Connection, ResponseFuture
 from broker.client.consumer import Message, SimpleConsumer, messages_of
 from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
-from broker.client.group.window import FetchWindow, Ticket
+from broker.client.group.window import MAX_ANSWER_BYTES, FetchWindow, Ticket
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
@@ -240,7 +240,9 @@ class Fetcher:
             if window is not None:
                 fetched = sum(1 for ps in self.state.partitions.values()
                               if ps.active and ps.address == address)
-                size = window.size(address, fetched)
+                # the request's partitions share one answer's bound (window.MAX_ANSWER_BYTES)
+                size = min(window.size(address, fetched),
+                           max(window.base, MAX_ANSWER_BYTES // max(len(states), 1)))
             for ps in states:
                 if not self._fetchable(ps, now) or ps.fetch_offset is None:
                     continue  # stopped or re-targeted while we resolved addresses
