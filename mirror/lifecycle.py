@@ -21,6 +21,7 @@ from broker.common.tls import metrics_context
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
+from mirror.memory import keep_receive_buffers
 from mirror.refusals import Refusals
 from mirror.status import MirrorMetrics, write_status_file
 
@@ -59,6 +60,7 @@ class MirrorLoop:
     def start(self) -> None:
         """Connect to both clusters and join the group (raises MirrorError if it cannot)."""
         cfg = self.config
+        keep_receive_buffers()  # large fetch answers reuse heap memory (mirror/memory.py)
         if cfg.metrics_port:  # first: a taken port fails before anything connects
             try:
                 self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
