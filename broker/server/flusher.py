@@ -75,6 +75,9 @@ class Flusher:
         self._ack_after_flush: dict[Key, list[tuple[int, FlushWaiter, int]]] = {}
         self._queues: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
         self._next_round: dict[Hashable, asyncio.Future[None]] = {}
+        self._to_start: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
+        """Log dirs whose next round is due to start (idle queues that got an append):
+        :meth:`start_rounds` starts them at once, else a ``call_soon`` does."""
         self._fs_fds: dict[Path, int] = {}
         """Per log dir, a descriptor for syncfs, opened at its first commit round."""
         self._closed = False
@@ -117,16 +120,37 @@ class Flusher:
         return key if log_dir is None else log_dir
 
     def commit(self, key: Key, plog: PartitionLog) -> Hashable:
-        """Cover ``key`` by the next commit round of its log dir, starting one soon (once
-        the callbacks ready now ran: frames of the same read join it) if none runs;
-        returns the group (log dir) it went to."""
+        """Cover ``key`` by the next commit round of its log dir, starting one soon if
+        none runs: when the caller calls :meth:`start_rounds` (the produce handler does,
+        once it appended every part of its request and before it answers), else once
+        the callbacks ready now ran. Returns the group (log dir) it went to."""
         group = self._group(key)
         queue = self._queues.get(group)
         if queue is None:
             queue = self._queues[group] = CommitQueue()
         if queue.add(key, plog):
-            asyncio.get_running_loop().call_soon(self._start_round, group, queue)
+            self._to_start[group] = queue
+            asyncio.get_running_loop().call_soon(self._start_due, group)
         return group
+
+    def start_rounds(self) -> None:
+        """Start now the rounds that appends since the last call made due.
+
+        A produce request's round so starts before its answer is written and before the
+        event loop turns again: a consumer waits for one fsync after the append, not
+        also for the answer's write and a loop iteration (about 35 us on an idle broker,
+        traced). Appends that come later wait for the next round, as always."""
+        if self._to_start:
+            due, self._to_start = self._to_start, {}
+            for group, queue in due.items():
+                self._start_round(group, queue)
+
+    def _start_due(self, group: Hashable) -> None:
+        """The fallback of :meth:`start_rounds` for ``group``: start its round unless
+        :meth:`start_rounds` did already."""
+        queue = self._to_start.pop(group, None)
+        if queue is not None:
+            self._start_round(group, queue)
 
     def _round_future(self, group: Hashable) -> asyncio.Future[None]:
         """Done when the round that takes what is queued now for ``group`` has ended."""

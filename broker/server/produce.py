@@ -121,6 +121,7 @@ class ProduceService:
                 message = (self.disk_full.refused(topic, partition, exc)
                            if isinstance(exc, DiskFullError) else str(exc))
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
+        self.flusher.start_rounds()  # the fsync first: it gates what consumers see
         rejected = request.rejected  # a malformed part ends the request
         if rejected is not None:
             failed = True

@@ -387,3 +387,47 @@ def test_an_expensive_round_keeps_the_loop_share_bound() -> None:
     # several partitions (60 us): paused after the end as before, more per round
     assert next_round_pause(started=10.0, now=10.002, cpu=0.00006) == pytest.approx(0.00054)
     assert MIN_PAUSE_S > 0
+
+
+async def _start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plogs = [logs.create("t", 0), logs.create("t", 1)]
+    sync = BlockingSync()
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=sync)
+    batch = records.encode_batch([b"one"], None, 1)
+    for i, plog in enumerate(plogs):  # one request's two parts: one round covers both
+        plog.append(batch, 1)
+        flusher.appended(("t", i), plog)
+    flusher.start_rounds()  # no await: the round is handed to its thread right now
+    assert sync.entered.acquire(timeout=10), "start_rounds did not start the round"
+    assert sync.calls == [2]
+    flusher.start_rounds()  # nothing due: starts nothing more
+    await asyncio.sleep(0)  # the call_soon fallback finds the round started already
+    assert sync.calls == [2]
+    sync.release.release()
+    await _until(lambda: all(p.visible_end == p.end_offset for p in plogs), "the round")
+    assert sync.calls == [2]
+    # Without start_rounds the next loop turn starts the round (the fallback).
+    plogs[0].append(batch, 1)
+    flusher.appended(("t", 0), plogs[0])
+    assert sync.calls == [2]
+    await loop_turn()
+    assert sync.entered.acquire(timeout=10)
+    sync.release.release()
+    await _until(lambda: plogs[0].visible_end == plogs[0].end_offset, "the fallback round")
+    assert sync.calls == [2, 1]
+    flusher.close()
+    pool.shutdown()
+    logs.close()
+
+
+async def loop_turn() -> None:
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+def test_start_rounds_starts_the_due_round_at_once_and_the_fallback_does_not_repeat_it(
+        tmp_path: Path) -> None:
+    asyncio.run(_start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path))
