@@ -168,6 +168,14 @@ class Cluster:
                     f"broker {broker_id} hosting {topic}-{partition} is not alive")
         return address
 
+    def open_connection(self, topic: str, partition: int) -> Connection | None:
+        """The open pooled connection to the partition's leader as cached now, or None
+        if that needs the network (metadata, a connect) or the leader is unknown."""
+        broker_id = self._topics.get(topic, {}).get(partition, -1)
+        address = self._brokers.get(broker_id) if broker_id >= 0 else None
+        conn = self._connections.get(address) if address is not None else None
+        return conn if conn is not None and not conn.closed else None
+
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Live brokers as of the last metadata refresh."""
         if not self._brokers:
