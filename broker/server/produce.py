@@ -62,7 +62,15 @@ class ProduceService:
 
     def handle(self, request: ProduceRequest, responder: Responder) -> None:
         """Append each message set; answer now, after fsync, after the in-sync
-        replicas have it (acks=all, -1), or never (acks=0)."""
+        replicas have it (acks=all, -1), or never (acks=0). The commit round of the
+        appended bytes starts before the answer is written, unless it fsyncs on the
+        event loop (an idle log dir): then right after it."""
+        try:
+            self._handle(request, responder)
+        finally:
+            self.flusher.start_rounds()
+
+    def _handle(self, request: ProduceRequest, responder: Responder) -> None:
         if self.shutting_down():
             responder.fail(BrokerShuttingDownError("broker is shutting down"))
             return
@@ -121,7 +129,7 @@ class ProduceService:
                 message = (self.disk_full.refused(topic, partition, exc)
                            if isinstance(exc, DiskFullError) else str(exc))
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
-        self.flusher.start_rounds()  # the fsync first: it gates what consumers see
+        self.flusher.start_rounds(inline=False)  # the fsync first: it gates what consumers see
         rejected = request.rejected  # a malformed part ends the request
         if rejected is not None:
             failed = True

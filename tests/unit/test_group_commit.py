@@ -15,7 +15,8 @@ import pytest
 
 from broker.server.flusher import Flusher
 from broker.server.group_commit import (
-    LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S, CommitQueue, next_round_pause,
+    INLINE_IDLE_FACTOR, INLINE_MAX_FSYNC_S, LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S,
+    CommitQueue, FsyncTimes, inline_round, next_round_pause,
 )
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
@@ -431,3 +432,66 @@ async def loop_turn() -> None:
 def test_start_rounds_starts_the_due_round_at_once_and_the_fallback_does_not_repeat_it(
         tmp_path: Path) -> None:
     asyncio.run(_start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path))
+
+
+# -- rounds on the event loop (an idle log dir) ----------------------------------------
+
+def test_only_a_one_file_round_of_an_idle_quick_log_dir_fsyncs_on_the_loop() -> None:
+    times = FsyncTimes()
+    assert not inline_round(times, 10.0, 1)  # no fsync measured yet
+    times.ended(0.0002, 10.0)
+    idle = 10.0 + INLINE_IDLE_FACTOR * 0.0002
+    assert inline_round(times, idle, 1)
+    assert not inline_round(times, idle - 0.0001, 1)  # appended soon after the last round
+    assert not inline_round(times, idle, 2)  # two files (a roll, two partitions)
+    for _ in range(50):  # the disk became slow: the moving average follows
+        times.ended(INLINE_MAX_FSYNC_S * 3, 20.0)
+    assert not inline_round(times, 30.0, 1)
+
+
+async def _an_idle_log_dirs_round_runs_on_the_loop(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plog = logs.create("t", 0)
+    woken: list = []
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, woken.append, lambda key: None)
+    assert flusher.inline  # the default sync: allowed
+    batch = records.encode_batch([b"one"], None, 1)
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds()  # no fsync measured yet: the log dir's thread
+    assert plog.visible_end == 0
+    await _until(lambda: plog.visible_end == plog.end_offset, "the first round")
+    # However slow this machine's disk is now: quick fsyncs, idle since a second ago.
+    times = flusher._fsync_times[flusher._group(("t", 0))]
+    times.fsync_s = INLINE_MAX_FSYNC_S / 10
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds(inline=False)  # the produce handler, before its answer
+    assert plog.visible_end < plog.end_offset and woken == [("t", 0)]
+    flusher.start_rounds()  # after its answer: fsynced here, published, consumers woken
+    assert plog.visible_end == plog.end_offset and woken == [("t", 0)] * 2
+    # Appended soon after a round (busy), so the thread again: not visible yet here.
+    times.last_end = asyncio.get_running_loop().time() + 1.0  # never idle long enough
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds()
+    assert plog.visible_end < plog.end_offset
+    await _until(lambda: plog.visible_end == plog.end_offset, "the thread's round")
+    flusher.close()
+    pool.shutdown()
+    logs.close()
+
+
+def test_an_idle_log_dirs_round_fsyncs_on_the_loop_and_a_busy_ones_on_its_thread(
+        tmp_path: Path) -> None:
+    asyncio.run(_an_idle_log_dirs_round_runs_on_the_loop(tmp_path))
+
+
+def test_a_tests_own_sync_never_runs_on_the_loop(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    flusher = Flusher(logs, 200, ThreadPoolExecutor(1), lambda key: None, lambda key: None,
+                      sync=BlockingSync())
+    assert not flusher.inline
