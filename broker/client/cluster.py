@@ -224,6 +224,15 @@ class Cluster:
             self._connections[address] = conn
         return conn
 
+    def own_connection(self, address: tuple[str, int]) -> Connection:
+        """A new connection to ``address`` for one caller (not pooled; the caller closes
+        it), without a reader thread: the waiting thread reads its answers itself."""
+        if self._closed:
+            raise BrokerNotAvailableError("client is closed")
+        return Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
+                          ssl_context=self._ssl_context, server_hostname=self._server_hostname,
+                          sasl=self._sasl, reader_thread=False)
+
     def call_any(self, api: int, fields: dict[str, Any]) -> protocol.Frame:
         """Send a request to any reachable broker (admin apis)."""
         last: LogferryError | None = None
