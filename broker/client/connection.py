@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from broker.common.sasl import SaslCredentials
 from broker.net import socket_errors, transport
@@ -222,7 +222,7 @@ class Connection:
             return
         try:
             poller = select.poll()
-            poller.register(self._sock, select.POLLIN)
+            poller.register(cast(socket.socket, self._sock), select.POLLIN)  # plain: __init__
             while not future.done() and not self.closed:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
