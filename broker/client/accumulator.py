@@ -576,11 +576,14 @@ class Accumulator:
             self._notify_sender(force=True)
 
     def done(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
-        """The batches were delivered (their futures are complete): free their space."""
+        """The batches were delivered (their futures are complete): free their space.
+        The sender is woken only if the partition has more to send (or the producer
+        closes): at low rates, with direct sends, it stays asleep."""
         with self.lock:
             self._in_flight.discard(tp)
             self._release(batches)
-            self._notify_sender(force=True)
+            if self._queues.get(tp) or self.closed:
+                self._notify_sender(force=True)
 
     def retry(self, tp: TopicPartition, batches: list[ProducerBatch], at: float) -> None:
         """Put the batches back at the front of their queue, not ready before ``at``."""

@@ -276,3 +276,28 @@ def test_the_producer_sends_directly_only_with_linger_0_acks_and_no_idempotence(
         finally:
             producer.close(timeout=1)
 
+
+def test_an_acknowledgement_wakes_the_sender_only_when_its_partition_has_more() -> None:
+    import threading
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify(self, n: int = 1) -> None:
+            Counting.notified += 1
+            super().notify(n)
+
+    acc, cluster, sender, now = direct_setup()
+    acc._wake = Counting(acc.lock)
+    thread, drained = idle_sender(acc)
+    acc.append(TP, [b"a"], 1, None, 5)  # sent directly: nobody woken
+    answer(cluster.conn.requests[0], [["t", 0, 0, 100, None]])
+    assert Counting.notified == 0  # nothing more to send: the sender sleeps on
+    acc.append(TP, [b"b"], 1, None, 5)  # direct again
+    acc.append(TP, [b"c"], 1, None, 5)  # in flight: queued, the sender is told
+    woken = Counting.notified
+    answer(cluster.conn.requests[1], [["t", 0, 0, 200, None]])
+    assert Counting.notified == woken + 1  # "c" waits: the acknowledgement wakes it
+    thread.join(10)
+    assert [b.values for b in drained[0][TP]] == [[b"c"]]
+    acc.close()
