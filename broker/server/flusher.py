@@ -141,7 +141,7 @@ class Flusher:
             asyncio.get_running_loop().call_soon(self._start_due, group)
         return group
 
-    def start_rounds(self, inline: bool = True) -> None:
+    def start_rounds(self, inline: bool = True, on_loop: bool = True) -> None:
         """Start now the rounds that appends since the last call made due.
 
         A produce request's round so starts before its answer is written and before the
@@ -150,14 +150,15 @@ class Flusher:
         traced). Appends that come later wait for the next round, as always.
         ``inline`` False: rounds that would fsync on the loop stay due (the produce
         handler starts those after its answer is written, so its acknowledgement does
-        not wait for the fsync)."""
+        not wait for the fsync). ``on_loop`` False: every round goes to its thread now
+        (followers were woken: their fetches must not wait for an fsync on the loop)."""
         if self._to_start:
             due, self._to_start = self._to_start, {}
             for group, queue in due.items():
-                if not inline and self._inline_ok(group, queue):
+                if not inline and on_loop and self._inline_ok(group, queue):
                     self._to_start[group] = queue
                 else:
-                    self._start_round(group, queue, may_inline=True)
+                    self._start_round(group, queue, may_inline=on_loop)
 
     def _inline_ok(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> bool:
         """Whether ``group``'s next round may fsync on the loop (the log dir is idle and
@@ -173,8 +174,8 @@ class Flusher:
         """The fallback of :meth:`start_rounds` for ``group``: start its round unless
         :meth:`start_rounds` did already."""
         queue = self._to_start.pop(group, None)
-        if queue is not None:
-            self._start_round(group, queue, may_inline=True)
+        if queue is not None:  # a follower's append, a flush: never on the loop
+            self._start_round(group, queue)
 
     def _round_future(self, group: Hashable) -> asyncio.Future[None]:
         """Done when the round that takes what is queued now for ``group`` has ended."""

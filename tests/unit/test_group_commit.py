@@ -473,6 +473,20 @@ async def _an_idle_log_dirs_round_runs_on_the_loop(tmp_path: Path) -> None:
     assert plog.visible_end < plog.end_offset and woken == [("t", 0)]
     flusher.start_rounds()  # after its answer: fsynced here, published, consumers woken
     assert plog.visible_end == plog.end_offset and woken == [("t", 0)] * 2
+    # Idle again, but followers were woken (on_loop False), or the round is a
+    # follower's append or a flush (the call_soon fallback): the thread, not the loop.
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds(on_loop=False)
+    assert plog.visible_end < plog.end_offset  # published later, by the thread's round
+    await _until(lambda: plog.visible_end == plog.end_offset, "the on_loop=False round")
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    await asyncio.sleep(0)  # the fallback ran (in this loop turn: nothing published yet)
+    assert plog.visible_end < plog.end_offset
+    await _until(lambda: plog.visible_end == plog.end_offset, "the fallback's round")
     # Appended soon after a round (busy), so the thread again: not visible yet here.
     times.last_end = asyncio.get_running_loop().time() + 1.0  # never idle long enough
     plog.append(batch, 1)
