@@ -168,6 +168,14 @@ class Cluster:
                     f"broker {broker_id} hosting {topic}-{partition} is not alive")
         return address
 
+    def open_connection(self, topic: str, partition: int) -> Connection | None:
+        """The open pooled connection to the partition's leader as cached now, or None
+        if that needs the network (metadata, a connect) or the leader is unknown."""
+        broker_id = self._topics.get(topic, {}).get(partition, -1)
+        address = self._brokers.get(broker_id) if broker_id >= 0 else None
+        conn = self._connections.get(address) if address is not None else None
+        return conn if conn is not None and not conn.closed else None
+
     def broker_addresses(self) -> dict[int, tuple[str, int]]:
         """Live brokers as of the last metadata refresh."""
         if not self._brokers:
@@ -215,6 +223,15 @@ class Cluster:
                 return old
             self._connections[address] = conn
         return conn
+
+    def own_connection(self, address: tuple[str, int]) -> Connection:
+        """A new connection to ``address`` for one caller (not pooled; the caller closes
+        it), without a reader thread: the waiting thread reads its answers itself."""
+        if self._closed:
+            raise BrokerNotAvailableError("client is closed")
+        return Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
+                          ssl_context=self._ssl_context, server_hostname=self._server_hostname,
+                          sasl=self._sasl, reader_thread=False)
 
     def call_any(self, api: int, fields: dict[str, Any]) -> protocol.Frame:
         """Send a request to any reachable broker (admin apis)."""

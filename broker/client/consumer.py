@@ -286,8 +286,21 @@ class SimpleConsumer:
 
         Without ``follow`` it stops at the visible end; with it, it long-polls for new
         messages until ``limit`` messages or ``timeout`` seconds without any. A datetime
-        ``start`` begins at the first message stamped at or after it.
+        ``start`` begins at the first message stamped at or after it. Following, the
+        long polls go over a connection of the iterator's own whose answers the
+        iterating thread reads itself (no reader thread to hand them over: see
+        :mod:`broker.client.connection`); it is closed when the iteration ends.
         """
+        poll = _OwnPoll(self, topic, partition) if follow else None
+        try:
+            yield from self._messages(topic, partition, start, follow, limit, timeout, poll)
+        finally:
+            if poll is not None:
+                poll.close()
+
+    def _messages(self, topic: str, partition: int, start: int | str | _dt.datetime,
+                  follow: bool, limit: int | None, timeout: float | None,
+                  poll: "_OwnPoll | None") -> Iterator[Message]:
         offset, skip = self.resolve_position(topic, partition, start)
         seen = -skip
         last_data = time.monotonic()
@@ -297,6 +310,8 @@ class SimpleConsumer:
             if ahead is not None:
                 result = self._fetched_ahead(ahead, topic, partition, offset)
                 ahead = None
+            elif poll is not None:
+                result = poll.fetch(offset, wait)
             else:
                 result = self.fetch(topic, partition, offset, max_wait_ms=wait)
             if result.batches:
@@ -341,6 +356,16 @@ class SimpleConsumer:
             return self.fetch(topic, partition, offset)
 
     # -- plumbing -----------------------------------------------------------------------
+
+    def _own_fetch(self, conn: Any, topic: str, partition: int, offset: int,
+                   max_wait_ms: int) -> FetchResult:
+        """:meth:`fetch` over ``conn`` (a connection without a reader thread), one
+        attempt; raises what it gets."""
+        fields = encode_fetch_request([FetchPart(topic, partition, offset, self.max_bytes)],
+                                      max_wait_ms, self.min_bytes)
+        frame = conn.call(protocol.FETCH, fields,
+                          timeout=self.request_timeout + max_wait_ms / 1000)
+        return self._fetch_result(frame, offset)
 
     def _call(self, topic: str, partition: int, api: int,
               fields: dict[str, Any]) -> dict[str, Any]:
@@ -388,3 +413,33 @@ class SimpleConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _OwnPoll:
+    """A following iterator's long polls, over a connection of its own to the
+    partition's leader whose answers the iterating thread reads itself. Any error
+    closes it and that fetch goes the ordinary way (:meth:`SimpleConsumer.fetch`, with
+    its retries and metadata refreshes); the next one connects again."""
+
+    def __init__(self, consumer: SimpleConsumer, topic: str, partition: int):
+        self.consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self.conn: Any = None
+
+    def fetch(self, offset: int, max_wait_ms: int) -> FetchResult:
+        consumer = self.consumer
+        try:
+            if self.conn is None or self.conn.closed:
+                address = consumer.cluster.leader_address(self.topic, self.partition)
+                self.conn = consumer.cluster.own_connection(address)
+            return consumer._own_fetch(self.conn, self.topic, self.partition, offset,
+                                       max_wait_ms)
+        except LogferryError:
+            self.close()
+            return consumer.fetch(self.topic, self.partition, offset, max_wait_ms=max_wait_ms)
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()

@@ -126,6 +126,7 @@ class Producer:
             request_timeout=request_timeout, max_request_bytes=max_request_bytes,
             retry=RetryPolicy(retries, self.retry_backoff, delivery_timeout),
             on_unknown_topic=self._forget_partition_count, idempotent=idempotence)
+        self._set_direct()
         self._sender_thread = threading.Thread(target=self._sender.run, name="logferry-sender",
                                                daemon=True)
         self._sender_thread.start()
@@ -144,6 +145,17 @@ class Producer:
     @acks.setter
     def acks(self, value: int | str) -> None:
         self._sender.acks = _checked_acks(value)
+        self._set_direct()
+
+    def _set_direct(self) -> None:
+        """With ``linger_ms=0``, ``acks`` 1 or all and no idempotence, ``send`` writes
+        its message to the socket itself when the sender thread is idle and nothing is
+        in flight (:attr:`Accumulator.direct`): no thread hand-off on the way to the
+        broker. acks 0 keeps every write on the sender thread (the batch-1 throughput
+        case), and so does an idempotent producer (its producer id comes first)."""
+        sender = self._sender
+        self._accumulator.direct = (sender.send_direct if self.linger <= 0 and sender.acks != 0
+                                    and sender.sequences is None else None)
 
     def send(self, topic: str, messages: Values, key: bytes | None = None,
              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:

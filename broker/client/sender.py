@@ -158,6 +158,24 @@ class Sender:
             acc.set_fatal(exc)
             _fail_futures(acc.abort_all(), ProducerClosedError(f"producer sender thread crashed: {exc}"))
 
+    def send_direct(self, drained: Drained) -> None:
+        """:meth:`send` in the thread that appended (``Accumulator.direct``): the same
+        encoding, requests and outcomes; a crash fails every batch as in :meth:`run`,
+        and the caller's future carries the error. Only over open connections to
+        cached leaders: anything needing the network first (metadata, a connect) is
+        given back to the sender thread, so ``send()`` never waits for it."""
+        opened = self.cluster.open_connection
+        if not all(opened(*tp) for tp in drained):
+            self.accumulator.give_back(drained)
+            return
+        try:
+            self.send(drained)
+        except Exception as exc:
+            log.exception("producer send failed")
+            acc = self.accumulator
+            acc.set_fatal(exc)
+            _fail_futures(acc.abort_all(), ProducerClosedError(f"producer send failed: {exc}"))
+
     def _expire_requests(self, now: float) -> None:
         """Close connections whose requests went unanswered past request_timeout.
 

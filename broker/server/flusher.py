@@ -12,7 +12,9 @@ Two flush policies (``[log] group_commit``, docs/configuration.md):
 
 Either way fsync runs in another thread (group commit: one per log dir,
 :mod:`broker.server.sync_thread`) so the event loop keeps appending while the disk
-syncs, and only when it returned does the visible end move (consumers never read
+syncs, except one case: a group-commit round of one file on an idle log dir runs on the
+loop itself (see :func:`~broker.server.group_commit.inline_round`: two thread wake-ups
+cost more than the fsync there), and only when it returned does the visible end move (consumers never read
 bytes a crash could take back): then waiting consumers are woken, produces held for the
 fsync (``flush_messages = 1``) are answered and replication hears of it. Retention is
 the broker's only deletion: whole segments, by age or size.
@@ -30,7 +32,7 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 from broker.common.errors import LogferryError, StorageError
 from broker.server.broker_metrics import PartitionCounter
-from broker.server.group_commit import CommitQueue, next_round_pause
+from broker.server.group_commit import CommitQueue, FsyncTimes, inline_round, next_round_pause
 from broker.server.sync_thread import SyncThread
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
@@ -58,13 +60,19 @@ class Flusher:
 
     def __init__(self, logs: LogManager, flush_ms: int, fsync_pool: Executor,
                  wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None],
-                 group_commit: bool | None = None, sync: SyncAll = sync_round):
+                 group_commit: bool | None = None, sync: SyncAll = sync_round,
+                 inline: bool | None = None):
         """After an fsync moved a partition's visible end: ``wake_consumers(key)``,
         then the held produce answers, then ``on_flushed(key)`` (replication).
         ``group_commit`` None: as the logs' config says. ``sync`` runs a round's
         fsyncs in the pool (:func:`broker.storage.sync.sync_round`; tests pass one
-        that blocks)."""
+        that blocks). ``inline``: whether a round of one file on an idle log dir may
+        fsync on the event loop (None: with the default ``sync`` only; a test's own sync
+        may block on the test)."""
         self.logs = logs
+        self.inline = sync is sync_round if inline is None else inline
+        self._fsync_times: dict[Hashable, FsyncTimes] = {}
+        """Per log dir, recent fsync durations and when its last round ended."""
         self.flush_ms = flush_ms
         self.fsync_pool = fsync_pool
         self.group_commit = logs.config.group_commit if group_commit is None else group_commit
@@ -75,6 +83,9 @@ class Flusher:
         self._ack_after_flush: dict[Key, list[tuple[int, FlushWaiter, int]]] = {}
         self._queues: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
         self._next_round: dict[Hashable, asyncio.Future[None]] = {}
+        self._to_start: dict[Hashable, CommitQueue[Key, PartitionLog]] = {}
+        """Log dirs whose next round is due to start (idle queues that got an append):
+        :meth:`start_rounds` starts them at once, else a ``call_soon`` does."""
         self._fs_fds: dict[Path, int] = {}
         """Per log dir, a descriptor for syncfs, opened at its first commit round."""
         self._closed = False
@@ -117,16 +128,54 @@ class Flusher:
         return key if log_dir is None else log_dir
 
     def commit(self, key: Key, plog: PartitionLog) -> Hashable:
-        """Cover ``key`` by the next commit round of its log dir, starting one soon (once
-        the callbacks ready now ran: frames of the same read join it) if none runs;
-        returns the group (log dir) it went to."""
+        """Cover ``key`` by the next commit round of its log dir, starting one soon if
+        none runs: when the caller calls :meth:`start_rounds` (the produce handler does,
+        once it appended every part of its request and before it answers), else once
+        the callbacks ready now ran. Returns the group (log dir) it went to."""
         group = self._group(key)
         queue = self._queues.get(group)
         if queue is None:
             queue = self._queues[group] = CommitQueue()
         if queue.add(key, plog):
-            asyncio.get_running_loop().call_soon(self._start_round, group, queue)
+            self._to_start[group] = queue
+            asyncio.get_running_loop().call_soon(self._start_due, group)
         return group
+
+    def start_rounds(self, inline: bool = True, on_loop: bool = True) -> None:
+        """Start now the rounds that appends since the last call made due.
+
+        A produce request's round so starts before its answer is written and before the
+        event loop turns again: a consumer waits for one fsync after the append, not
+        also for the answer's write and a loop iteration (about 35 us on an idle broker,
+        traced). Appends that come later wait for the next round, as always.
+        ``inline`` False: rounds that would fsync on the loop stay due (the produce
+        handler starts those after its answer is written, so its acknowledgement does
+        not wait for the fsync). ``on_loop`` False: every round goes to its thread now
+        (followers were woken: their fetches must not wait for an fsync on the loop)."""
+        if self._to_start:
+            due, self._to_start = self._to_start, {}
+            for group, queue in due.items():
+                if not inline and on_loop and self._inline_ok(group, queue):
+                    self._to_start[group] = queue
+                else:
+                    self._start_round(group, queue, may_inline=on_loop)
+
+    def _inline_ok(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> bool:
+        """Whether ``group``'s next round may fsync on the loop (the log dir is idle and
+        its fsyncs are quick: :func:`~broker.server.group_commit.inline_round`)."""
+        if not self.inline or self._closed:
+            return False
+        times = self._fsync_times.get(group)
+        return times is not None and inline_round(
+            times, asyncio.get_running_loop().time(),
+            sum(plog.unflushed_files for plog in queue.pending()))
+
+    def _start_due(self, group: Hashable) -> None:
+        """The fallback of :meth:`start_rounds` for ``group``: start its round unless
+        :meth:`start_rounds` did already."""
+        queue = self._to_start.pop(group, None)
+        if queue is not None:  # a follower's append, a flush: never on the loop
+            self._start_round(group, queue)
 
     def _round_future(self, group: Hashable) -> asyncio.Future[None]:
         """Done when the round that takes what is queued now for ``group`` has ended."""
@@ -142,9 +191,12 @@ class Flusher:
     # At one produce per round (a lightly loaded broker) this is the per-request cost
     # of group commit, so it avoids a task, a coroutine and chained futures per round.
 
-    def _start_round(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> None:
-        """Take what is queued for ``group`` and start its fsyncs on its thread."""
+    def _start_round(self, group: Hashable, queue: CommitQueue[Key, PartitionLog],
+                     may_inline: bool = False) -> None:
+        """Take what is queued for ``group`` and start its fsyncs on its thread (or, if
+        ``may_inline`` and :meth:`_inline_ok`, run them here and end the round)."""
         loop = asyncio.get_running_loop()
+        inline = may_inline and self._inline_ok(group, queue)
         started = loop.time()
         cpu_started = time.thread_time()
         batch = queue.take()
@@ -154,7 +206,10 @@ class Flusher:
             if prepared is not None:
                 round_ = _Round(self, loop, group, queue, prepared, ended, started,
                                 time.thread_time() - cpu_started)
-                self._runner(group).submit(round_.run_sync)
+                if inline and round_.fs_fd is None:
+                    round_.run_inline()
+                else:
+                    self._runner(group).submit(round_.run_sync)
                 return
         except RuntimeError as exc:  # the pool was shut down: the broker is stopping
             log.debug("group commit not run: %s", exc)
@@ -200,6 +255,10 @@ class Flusher:
                      ) -> None:
         """Back on the loop after a round's fsyncs: publish, then the next round."""
         cpu_started = time.thread_time()
+        times = self._fsync_times.get(round_.group)
+        if times is None:
+            times = self._fsync_times[round_.group] = FsyncTimes()
+        times.ended(round_.sync_s, round_.loop.time())
         try:
             if isinstance(outcomes, BaseException):
                 log.error("group commit round failed", exc_info=outcomes)
@@ -327,7 +386,7 @@ class _Round:
     :meth:`Flusher._round_ended`."""
 
     __slots__ = ("flusher", "loop", "group", "queue", "prepared", "fs_fd", "ended",
-                 "started", "cpu")
+                 "started", "cpu", "sync_s")
 
     def __init__(self, flusher: Flusher, loop: asyncio.AbstractEventLoop, group: Hashable,
                  queue: CommitQueue[Key, PartitionLog],
@@ -343,14 +402,25 @@ class _Round:
         """``loop.time()`` when the round was taken."""
         self.cpu = cpu
         """CPU seconds the round took on the event loop's thread so far."""
+        self.sync_s = 0.0
+        """Seconds its fsyncs took."""
+
+    def _sync(self) -> list[OSError | None] | BaseException:
+        began = time.monotonic()
+        try:
+            return self.flusher._sync([p for _, _, p in self.prepared], self.fs_fd)
+        except BaseException as exc:  # handed to _round_ended, which logs it
+            return exc
+        finally:
+            self.sync_s = time.monotonic() - began
+
+    def run_inline(self) -> None:
+        """On the event loop: the round's fsyncs, then its end, at once."""
+        self.flusher._round_ended(self, self._sync())
 
     def run_sync(self) -> None:
         """On the log dir's thread: the round's fsyncs, then the loop is told."""
-        outcomes: list[OSError | None] | BaseException
-        try:
-            outcomes = self.flusher._sync([p for _, _, p in self.prepared], self.fs_fd)
-        except BaseException as exc:  # handed to the loop, which logs it
-            outcomes = exc
+        outcomes = self._sync()
         try:
             self.loop.call_soon_threadsafe(self.flusher._round_ended, self, outcomes)
         except RuntimeError:  # the loop is closed: the broker stopped meanwhile

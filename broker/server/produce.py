@@ -62,10 +62,22 @@ class ProduceService:
 
     def handle(self, request: ProduceRequest, responder: Responder) -> None:
         """Append each message set; answer now, after fsync, after the in-sync
-        replicas have it (acks=all, -1), or never (acks=0)."""
+        replicas have it (acks=all, -1), or never (acks=0). The commit round of the
+        appended bytes starts before the answer is written, unless it fsyncs on the
+        event loop (an idle log dir): then right after it, unless followers were
+        woken (their fetches must not wait for that fsync: then on its thread)."""
+        woke_followers = False
+        try:
+            woke_followers = self._handle(request, responder)
+        finally:
+            self.flusher.start_rounds(on_loop=not woke_followers)
+
+    def _handle(self, request: ProduceRequest, responder: Responder) -> bool:
+        """:meth:`handle`'s work; True if it woke followers' long polls."""
+        woke = False
         if self.shutting_down():
             responder.fail(BrokerShuttingDownError("broker is shutting down"))
-            return
+            return woke
         acks = request.acks
         metrics = self.metrics
         replication = self.replication
@@ -107,6 +119,7 @@ class ProduceService:
                 metrics.messages_in[key] += messages
                 if key in append_waiters:
                     self.fetch.wake_fetchers(key)
+                    woke = True
                 results.append(ProduceAnswerPart(topic, partition, 0,
                                                  base if held is None else held.offset, None))
                 if acks == -1:
@@ -121,6 +134,8 @@ class ProduceService:
                 message = (self.disk_full.refused(topic, partition, exc)
                            if isinstance(exc, DiskFullError) else str(exc))
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
+        # the fsync first: it gates what consumers see
+        self.flusher.start_rounds(inline=False, on_loop=not woke)
         rejected = request.rejected  # a malformed part ends the request
         if rejected is not None:
             failed = True
@@ -133,10 +148,10 @@ class ProduceService:
                 log.warning("closing acks=0 producer %s after a failed produce: %s",
                             responder.peer, results)
                 responder.close_connection()
-            return
+            return woke
         if not waits and not replica_waits:
             responder.answer(encode_produce_answer(results), error=failed)
-            return
+            return woke
         pending = PendingProduce(responder, results)
         for topic, partition, end, index in replica_waits:
             if replication.wait_for_replicas(topic, partition, end, pending, index):
@@ -149,6 +164,7 @@ class ProduceService:
             pending.left += 1
             self.flusher.ack_after_flush(key, plog, pending, index)
         pending.part_done(None)  # the handler's own hold: answers now if nothing waits
+        return woke
 
     def _duplicate(self, topic: str, partition: int, offset: int, nbytes: int, acks: int,
                    results: list[ProduceAnswerPart], waits: list[tuple[str, int, int]],

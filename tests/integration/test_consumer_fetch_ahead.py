@@ -60,3 +60,31 @@ def test_a_restart_while_reading_loses_and_repeats_nothing(broker_cluster):
                 assert cluster.brokers[0].stop() == 0, cluster.logs()
                 cluster.brokers[0].start()
     assert got == sent
+
+
+def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_thread(
+        broker_cluster):
+    import threading
+    import time
+
+    cluster = broker_cluster(1, log={"flush_messages": 1})
+    sent = _produce(cluster.zk_connect, "ahead-follow")
+    with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192, max_wait_ms=200) as consumer:
+        consumer.offsets("ahead-follow", 0)  # the pooled connection (and its reader)
+        readers = sum(t.name.startswith("logferry-reader") for t in threading.enumerate())
+        follow = consumer.messages("ahead-follow", 0, "earliest", follow=True, timeout=1.0)
+        got = [next(follow).value for _ in range(len(sent))]
+        assert got == sent
+        with Producer(zk=cluster.zk_connect, acks=1, linger_ms=0) as producer:
+            producer.send("ahead-follow", b"late", partition=0).wait(30)
+        assert next(follow).value == b"late"  # a long poll's answer, read by this thread
+        assert sum(t.name.startswith("logferry-reader")
+                   for t in threading.enumerate()) == readers  # no reader for its own
+        own = follow.gi_frame.f_locals["poll"].conn  # type: ignore[union-attr]
+        assert own is not None and not own.closed
+        follow.close()
+        assert own.closed  # closed with the iteration
+        started = time.monotonic()
+        assert list(consumer.messages("ahead-follow", 0, "latest", follow=True,
+                                      timeout=0.3)) == []  # still ends after timeout
+        assert time.monotonic() - started < 10

@@ -15,7 +15,8 @@ import pytest
 
 from broker.server.flusher import Flusher
 from broker.server.group_commit import (
-    LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S, CommitQueue, next_round_pause,
+    INLINE_IDLE_FACTOR, INLINE_MAX_FSYNC_S, LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S,
+    CommitQueue, FsyncTimes, inline_round, next_round_pause,
 )
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
@@ -387,3 +388,124 @@ def test_an_expensive_round_keeps_the_loop_share_bound() -> None:
     # several partitions (60 us): paused after the end as before, more per round
     assert next_round_pause(started=10.0, now=10.002, cpu=0.00006) == pytest.approx(0.00054)
     assert MIN_PAUSE_S > 0
+
+
+async def _start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plogs = [logs.create("t", 0), logs.create("t", 1)]
+    sync = BlockingSync()
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, lambda key: None, lambda key: None, sync=sync)
+    batch = records.encode_batch([b"one"], None, 1)
+    for i, plog in enumerate(plogs):  # one request's two parts: one round covers both
+        plog.append(batch, 1)
+        flusher.appended(("t", i), plog)
+    flusher.start_rounds()  # no await: the round is handed to its thread right now
+    assert sync.entered.acquire(timeout=10), "start_rounds did not start the round"
+    assert sync.calls == [2]
+    flusher.start_rounds()  # nothing due: starts nothing more
+    await asyncio.sleep(0)  # the call_soon fallback finds the round started already
+    assert sync.calls == [2]
+    sync.release.release()
+    await _until(lambda: all(p.visible_end == p.end_offset for p in plogs), "the round")
+    assert sync.calls == [2]
+    # Without start_rounds the next loop turn starts the round (the fallback).
+    plogs[0].append(batch, 1)
+    flusher.appended(("t", 0), plogs[0])
+    assert sync.calls == [2]
+    await loop_turn()
+    assert sync.entered.acquire(timeout=10)
+    sync.release.release()
+    await _until(lambda: plogs[0].visible_end == plogs[0].end_offset, "the fallback round")
+    assert sync.calls == [2, 1]
+    flusher.close()
+    pool.shutdown()
+    logs.close()
+
+
+async def loop_turn() -> None:
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+def test_start_rounds_starts_the_due_round_at_once_and_the_fallback_does_not_repeat_it(
+        tmp_path: Path) -> None:
+    asyncio.run(_start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path))
+
+
+# -- rounds on the event loop (an idle log dir) ----------------------------------------
+
+def test_only_a_one_file_round_of_an_idle_quick_log_dir_fsyncs_on_the_loop() -> None:
+    times = FsyncTimes()
+    assert not inline_round(times, 10.0, 1)  # no fsync measured yet
+    times.ended(0.0002, 10.0)
+    idle = 10.0 + INLINE_IDLE_FACTOR * 0.0002
+    assert inline_round(times, idle, 1)
+    assert not inline_round(times, idle - 0.0001, 1)  # appended soon after the last round
+    assert not inline_round(times, idle, 2)  # two files (a roll, two partitions)
+    for _ in range(50):  # the disk became slow: the moving average follows
+        times.ended(INLINE_MAX_FSYNC_S * 3, 20.0)
+    assert not inline_round(times, 30.0, 1)
+
+
+async def _an_idle_log_dirs_round_runs_on_the_loop(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    logs.load()
+    plog = logs.create("t", 0)
+    woken: list = []
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 200, pool, woken.append, lambda key: None)
+    assert flusher.inline  # the default sync: allowed
+    batch = records.encode_batch([b"one"], None, 1)
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds()  # no fsync measured yet: the log dir's thread
+    assert plog.visible_end == 0
+    await _until(lambda: plog.visible_end == plog.end_offset, "the first round")
+    # However slow this machine's disk is now: quick fsyncs, idle since a second ago.
+    times = flusher._fsync_times[flusher._group(("t", 0))]
+    times.fsync_s = INLINE_MAX_FSYNC_S / 10
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds(inline=False)  # the produce handler, before its answer
+    assert plog.visible_end < plog.end_offset and woken == [("t", 0)]
+    flusher.start_rounds()  # after its answer: fsynced here, published, consumers woken
+    assert plog.visible_end == plog.end_offset and woken == [("t", 0)] * 2
+    # Idle again, but followers were woken (on_loop False), or the round is a
+    # follower's append or a flush (the call_soon fallback): the thread, not the loop.
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds(on_loop=False)
+    assert plog.visible_end < plog.end_offset  # published later, by the thread's round
+    await _until(lambda: plog.visible_end == plog.end_offset, "the on_loop=False round")
+    times.last_end = asyncio.get_running_loop().time() - 1.0
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    await asyncio.sleep(0)  # the fallback ran (in this loop turn: nothing published yet)
+    assert plog.visible_end < plog.end_offset
+    await _until(lambda: plog.visible_end == plog.end_offset, "the fallback's round")
+    # Appended soon after a round (busy), so the thread again: not visible yet here.
+    times.last_end = asyncio.get_running_loop().time() + 1.0  # never idle long enough
+    plog.append(batch, 1)
+    flusher.appended(("t", 0), plog)
+    flusher.start_rounds()
+    assert plog.visible_end < plog.end_offset
+    await _until(lambda: plog.visible_end == plog.end_offset, "the thread's round")
+    flusher.close()
+    pool.shutdown()
+    logs.close()
+
+
+def test_an_idle_log_dirs_round_fsyncs_on_the_loop_and_a_busy_ones_on_its_thread(
+        tmp_path: Path) -> None:
+    asyncio.run(_an_idle_log_dirs_round_runs_on_the_loop(tmp_path))
+
+
+def test_a_tests_own_sync_never_runs_on_the_loop(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig())
+    flusher = Flusher(logs, 200, ThreadPoolExecutor(1), lambda key: None, lambda key: None,
+                      sync=BlockingSync())
+    assert not flusher.inline

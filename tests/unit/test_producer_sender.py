@@ -174,3 +174,130 @@ def test_one_message_batches_go_in_one_request_and_each_future_gets_its_own_offs
     assert [f.wait(0) for f in futures] == starts and acc.unfinished == 0
     stats = sender.metrics()
     assert stats["messages_acked"] == 3 and stats["batches_sent"] == 3 and stats["requests"] == 1
+
+
+# -- direct sends (linger 0: the appending thread writes when the sender is idle) -------
+
+class OpenCluster(FakeCluster):
+    """A FakeCluster whose leaders are cached and connected (or not)."""
+
+    def __init__(self, connected: bool = True) -> None:
+        super().__init__()
+        self.connected = connected
+
+    def open_connection(self, topic: str, partition: int):
+        return self.conn if self.connected else None
+
+
+def direct_setup(connected: bool = True):
+    acc, _, sender, now, _ = setup()
+    cluster = sender.cluster = OpenCluster(connected)
+    acc.direct = sender.send_direct
+    return acc, cluster, sender, now
+
+
+def idle_sender(acc: Accumulator):
+    """A sender thread waiting in next_ready, as between messages; returns the thread
+    and what it drained (it returns once the accumulator is closed)."""
+    import threading
+    import time
+
+    drained: list = []
+    thread = threading.Thread(target=lambda: drained.append(acc.next_ready(max_wait=30)))
+    thread.start()
+    for _ in range(1000):
+        with acc.lock:
+            if acc._sender_waiting:
+                return thread, drained
+        time.sleep(0.001)
+    raise AssertionError("the sender never waited")
+
+
+def test_an_idle_producer_sends_from_the_appending_thread_and_keeps_one_request_in_flight(
+        ) -> None:
+    acc, cluster, sender, now = direct_setup()
+    thread, drained = idle_sender(acc)
+    first = acc.append(TP, [b"a"], 1, None, 5)
+    [request] = cluster.conn.requests  # written before append returned: no hand-off
+    [batch], _ = records.decode_batches(request[2][0], 0)
+    assert batch.values == [b"a"]
+    second = acc.append(TP, [b"b"], 1, None, 5)  # a request is in flight: the sender's
+    assert len(cluster.conn.requests) == 1
+    answer(request, [["t", 0, 0, 100, None]])
+    assert first.wait(0) == 100 and not second.done()
+    thread.join(10)
+    assert not thread.is_alive() and list(drained[0]) == [TP]  # the sender took "b"
+    assert [b.values for b in drained[0][TP]] == [[b"b"]]
+    acc.close()
+
+
+def test_no_direct_send_with_linger_or_without_a_direct_sender() -> None:
+    for linger, direct in ((0.01, True), (0.0, False)):
+        now = [10.0]
+        acc = Accumulator(linger=linger, batch_bytes=1 << 20, batch_messages=100,
+                          buffer_bytes=1 << 20, block_timeout=0.0, max_request_bytes=1 << 20,
+                          clock=lambda: now[0])
+        sent: list = []
+        if direct:
+            acc.direct = sent.append
+        thread, drained = idle_sender(acc)
+        acc.append(TP, [b"a"], 1, None, 5)
+        assert sent == []
+        if linger:
+            now[0] += 1
+        thread.join(10)
+        assert list(drained[0]) == [TP]  # the sender thread took it, as before
+        acc.close()
+
+
+def test_a_direct_send_that_needs_the_network_is_given_back_to_the_sender() -> None:
+    acc, cluster, sender, now = direct_setup(connected=False)
+    thread, drained = idle_sender(acc)
+    future = acc.append(TP, [b"a"], 1, None, 5)
+    assert cluster.conn.requests == []  # no connect or metadata in send()
+    thread.join(10)  # woken by give_back: the batch is back in its queue, in order
+    assert [b.values for b in drained[0][TP]] == [[b"a"]] and not future.done()
+    acc.close()
+
+
+def test_the_producer_sends_directly_only_with_linger_0_acks_and_no_idempotence() -> None:
+    from broker.client import Producer
+
+    cases = [({"linger_ms": 0}, True), ({"linger_ms": 0, "acks": 0}, False),
+             ({"linger_ms": 0, "acks": "all"}, False), ({}, False),
+             ({"linger_ms": 0, "acks": "all", "idempotence": False}, True)]
+    for options, direct in cases:
+        producer = Producer(brokers=["127.0.0.1:1"], metadata_max_age_s=0, **options)
+        try:
+            assert (producer._accumulator.direct is not None) is direct, options
+            if direct:
+                producer.acks = 0  # acks applies from now on: so does the choice
+                assert producer._accumulator.direct is None
+        finally:
+            producer.close(timeout=1)
+
+
+def test_an_acknowledgement_wakes_the_sender_only_when_its_partition_has_more() -> None:
+    import threading
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify(self, n: int = 1) -> None:
+            Counting.notified += 1
+            super().notify(n)
+
+    acc, cluster, sender, now = direct_setup()
+    acc._wake = Counting(acc.lock)
+    thread, drained = idle_sender(acc)
+    acc.append(TP, [b"a"], 1, None, 5)  # sent directly: nobody woken
+    answer(cluster.conn.requests[0], [["t", 0, 0, 100, None]])
+    assert Counting.notified == 0  # nothing more to send: the sender sleeps on
+    acc.append(TP, [b"b"], 1, None, 5)  # direct again
+    acc.append(TP, [b"c"], 1, None, 5)  # in flight: queued, the sender is told
+    woken = Counting.notified
+    answer(cluster.conn.requests[1], [["t", 0, 0, 200, None]])
+    assert Counting.notified == woken + 1  # "c" waits: the acknowledgement wakes it
+    thread.join(10)
+    assert [b.values for b in drained[0][TP]] == [[b"c"]]
+    acc.close()

@@ -169,3 +169,36 @@ async def _long_poll_is_woken_by_a_flush(tmp_path):
 
 def test_a_long_poll_is_answered_when_a_flush_makes_data_visible(tmp_path):
     asyncio.run(_long_poll_is_woken_by_a_flush(tmp_path))
+
+
+async def _wake_answers_at_once(tmp_path):
+    dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=10_000)
+    fetch = dispatcher.produce.fetch
+    channel = Channel()
+    fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
+    head, frame = _request(protocol.FETCH, 1, fields)
+    polling = asyncio.ensure_future(
+        dispatcher.handle(head, frame, Responder(channel, 1, head.name, metrics.count_request)))
+    await asyncio.sleep(0.05)
+    plog = logs.get("t", 0)
+    batch = records.encode_batch([b"now"], None, 1)
+    plog.append(batch, 1)
+    fetch.wake_consumers(("t", 0))  # appended, not flushed: nothing to read, no answer
+    assert channel.sent == []
+    await asyncio.sleep(0.01)
+    assert not polling.done()  # the task read again and waits again
+    plog.prepare_flush().run()
+    plog.mark_flushed(plog.end_offset)
+    fetch.wake_consumers(("t", 0))  # visible now: answered inside the wake-up, no await
+    (answer,) = channel.frames()
+    (part,) = parse_fetch_answer(answer.header)
+    assert part.nbytes == len(batch) and bytes(answer.payload) == batch
+    await asyncio.wait_for(polling, 2.0)
+    assert len(channel.sent) == 1  # the task ended without answering again
+    assert metrics.bytes_out[("t", 0)] == len(batch)
+    pool.shutdown()
+    logs.close()
+
+
+def test_a_long_poll_is_answered_by_the_wake_up_itself(tmp_path):
+    asyncio.run(_wake_answers_at_once(tmp_path))
