@@ -28,7 +28,7 @@ class Scripted:
         conn, _ = self.server.accept()
         decoder = protocol.FrameDecoder()
         for answers in self.plan:
-            frame = None
+            frame = decoder.next_frame()  # two requests may arrive in one read
             while frame is None:
                 data = conn.recv(65536)
                 if not data:
