@@ -46,21 +46,7 @@ class DeliveryFuture:
 
     def _complete(self, offset: int | None, error: LogferryError | None = None) -> None:
         """Record the outcome (first call wins) and run the callbacks, in this thread."""
-        with _registry:
-            if self._done:
-                return
-            self.offset = offset
-            self._error = error
-            self._done = True
-            callbacks, self._callbacks = self._callbacks, None
-            waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            waiter.release()
-        for callback in callbacks or ():
-            try:
-                callback(self)
-            except Exception:
-                log.exception("delivery callback failed")
+        complete_many((self,), None if offset is None else (offset,), error)
 
     def done(self) -> bool:
         """True once the batch was acknowledged or failed."""
