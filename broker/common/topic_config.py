@@ -19,6 +19,9 @@ key                       meaning (the broker setting it overrides)
                           (``none``, ``gzip``, ``lz4``, ``zstd``): the leader compresses
                           uncompressed batches with it; a compressed batch is stored as
                           sent (never re-encoded)
+``visibility``            ``flushed`` (consumers read fsynced bytes only) or ``written``
+                          (at once: survives a broker crash, not a power loss)
+                          (``log.visibility``)
 ========================  ====================================================
 
 Every error is a :class:`~broker.common.errors.InvalidTopicConfigError` naming the key.
@@ -32,6 +35,8 @@ from broker.common.errors import InvalidTopicConfigError
 
 COMPRESSION_CHOICES = ("producer", "none", "gzip", "lz4", "zstd")
 """``producer``: keep what the producer sent; a codec: compress uncompressed batches."""
+VISIBILITY_CHOICES = ("flushed", "written")
+"""When consumers may read appended bytes (``broker.storage.config.VISIBILITIES``)."""
 
 MIN_SEGMENT_BYTES = 1024
 """A smaller segment would roll at nearly every batch."""
@@ -53,12 +58,14 @@ def _integer(minimum: int, what: str) -> Callable[[str, Any], int]:
     return check
 
 
-def _compression(key: str, value: Any) -> str:
-    if not isinstance(value, str) or value.strip().lower() not in COMPRESSION_CHOICES:
-        raise InvalidTopicConfigError(
-            f"topic setting {key}: {value!r} is not one of {', '.join(COMPRESSION_CHOICES)}",
-            key=key)
-    return value.strip().lower()
+def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def check(key: str, value: Any) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in choices:
+            raise InvalidTopicConfigError(
+                f"topic setting {key}: {value!r} is not one of {', '.join(choices)}",
+                key=key)
+        return value.strip().lower()
+    return check
 
 
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
@@ -67,7 +74,8 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "segment_bytes": _integer(MIN_SEGMENT_BYTES, f"a number of bytes >= {MIN_SEGMENT_BYTES}"),
     "segment_ms": _integer(1, "a positive number of milliseconds"),
     "min_insync_replicas": _integer(1, "a positive integer"),
-    "compression": _compression,
+    "compression": _choice(COMPRESSION_CHOICES),
+    "visibility": _choice(VISIBILITY_CHOICES),
 }
 """Every per-topic key and the function that checks (and types) its value."""
 

@@ -102,9 +102,10 @@ class LeaderTracker:
                 end = progress.leo
         return end
 
-    def advance_high_watermark(self, leader_end: int, flushed_end: int) -> bool:
-        """Recompute the high watermark; True if it moved forward."""
-        hw = min(self.replicated_end(leader_end), flushed_end)
+    def advance_high_watermark(self, leader_end: int, publishable_end: int) -> bool:
+        """Recompute the high watermark: what every in-sync replica has, and the leader
+        may publish by its visibility rule (flushed, or written); True if it moved."""
+        hw = min(self.replicated_end(leader_end), publishable_end)
         if hw > self.high_watermark:
             self.high_watermark = hw
             return True

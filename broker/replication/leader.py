@@ -122,8 +122,9 @@ class LeaderSide:
                                                         time.monotonic()):
             self.update_high_watermark(replica)
 
-    def on_flushed(self, key: PartitionKey) -> None:
-        """The leader's flushed end moved: the high watermark may follow."""
+    def on_publishable(self, key: PartitionKey) -> None:
+        """The leader's publishable end moved (see ``PartitionLog.publishable_end``): the
+        high watermark may follow."""
         replica = self.host.replicas.get(key)
         if replica is not None and replica.tracker is not None and replica.replicated:
             self.update_high_watermark(replica)
@@ -136,7 +137,7 @@ class LeaderSide:
         if tracker is None:
             return
         if replica.replicated and tracker.advance_high_watermark(plog.end_offset,
-                                                                 plog.flushed_end):
+                                                                 plog.publishable_end):
             plog.set_high_watermark(tracker.high_watermark)
             self.host.services.wake_consumers(replica.key)
         acks.release(replica)

@@ -286,9 +286,10 @@ class ReplicaManager:
         """A follower fetched at ``offset``: it has everything below."""
         self.leader.record_replica_fetch(replica, follower, offset)
 
-    def on_flushed(self, key: PartitionKey) -> None:
-        """The leader's flushed end moved: the high watermark may follow."""
-        self.leader.on_flushed(key)
+    def on_publishable(self, key: PartitionKey) -> None:
+        """The leader's publishable end moved (a flush, or an append to a log visible on
+        write): the high watermark may follow."""
+        self.leader.on_publishable(key)
 
     # -- what the fetchers call -------------------------------------------------------
 

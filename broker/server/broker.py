@@ -163,7 +163,7 @@ class Broker:
         self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down,
                                   self.authorizer)
         self.flusher = Flusher(self.logs, self.config.log.flush_ms, self._fsync_pool,
-                               self.fetch.wake_consumers, self.replication.on_flushed)
+                               self.fetch.wake_consumers, self.replication.on_publishable)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
                                  self.stats, self.config.log.flush_messages == 1, shutting_down,
                                  authorizer=self.authorizer,

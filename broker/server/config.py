@@ -16,7 +16,7 @@ from typing import Any
 
 from broker.common.config import (
     BOOL, INTEGER, TABLE, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
-    POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, read,
+    POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, one_of, read,
 )
 from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
@@ -27,7 +27,7 @@ from broker.server.listeners import (
     DEFAULT_LISTENER, KAFKA, ListenerConfig, check_inter_broker, default_listener,
     listeners_from_list,
 )
-from broker.storage.config import LogConfig
+from broker.storage.config import VISIBILITIES, LogConfig
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,7 @@ LOG_FIELDS = fields(
     group_commit=BOOL,
     flush_messages=POSITIVE_INT,
     flush_ms=POSITIVE_INT,
+    visibility=one_of(*VISIBILITIES),
     retention_hours=POSITIVE_NUMBER,
     retention_ms=POSITIVE_INT,
     retention_bytes=Check(lambda v: INTEGER.test(v) and v >= -1,

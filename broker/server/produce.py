@@ -65,15 +65,23 @@ class ProduceService:
         replicas have it (acks=all, -1), or never (acks=0). The commit round of the
         appended bytes starts before the answer is written, unless it fsyncs on the
         event loop (an idle log dir): then right after it, unless followers were
-        woken (their fetches must not wait for that fsync: then on its thread)."""
+        woken (their fetches must not wait for that fsync: then on its thread).
+        Partitions visible on write (``visibility = "written"``) wake their consumers'
+        long polls once the answer is written, and their fsyncs never run on the loop."""
         woke_followers = False
+        written: list[tuple[str, int]] = []
         try:
-            woke_followers = self._handle(request, responder)
+            woke_followers = self._handle(request, responder, written)
         finally:
-            self.flusher.start_rounds(on_loop=not woke_followers)
+            for key in written:
+                self.fetch.wake_consumers(key)
+                self.replication.on_publishable(key)
+            self.flusher.start_rounds(on_loop=not woke_followers and not written)
 
-    def _handle(self, request: ProduceRequest, responder: Responder) -> bool:
-        """:meth:`handle`'s work; True if it woke followers' long polls."""
+    def _handle(self, request: ProduceRequest, responder: Responder,
+                written: list[tuple[str, int]]) -> bool:
+        """:meth:`handle`'s work; True if it woke followers' long polls. Adds to
+        ``written`` the partitions appended to whose bytes are visible on write."""
         woke = False
         if self.shutting_down():
             responder.fail(BrokerShuttingDownError("broker is shutting down"))
@@ -120,6 +128,8 @@ class ProduceService:
                 if key in append_waiters:
                     self.fetch.wake_fetchers(key)
                     woke = True
+                if plog.visible_on_write:
+                    written.append(key)
                 results.append(ProduceAnswerPart(topic, partition, 0,
                                                  base if held is None else held.offset, None))
                 if acks == -1:
@@ -134,8 +144,10 @@ class ProduceService:
                 message = (self.disk_full.refused(topic, partition, exc)
                            if isinstance(exc, DiskFullError) else str(exc))
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
-        # the fsync first: it gates what consumers see
-        self.flusher.start_rounds(inline=False, on_loop=not woke)
+        # the fsync first: it gates what consumers see (unless they saw the bytes at
+        # once: then it goes to its thread and never holds the loop, whose next turn
+        # may carry the next message to a consumer)
+        self.flusher.start_rounds(inline=False, on_loop=not woke and not written)
         rejected = request.rejected  # a malformed part ends the request
         if rejected is not None:
             failed = True

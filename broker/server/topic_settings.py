@@ -15,13 +15,15 @@ from broker.storage.config import LogConfig
 from broker.wire.codecs import CODEC_NONE, CODECS
 from broker.wire.records import batch_length_at, compress_batch
 
-LOG_KEYS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms")
+LOG_KEYS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "visibility")
 """Per-topic keys that are fields of :class:`LogConfig`."""
 
 
 def log_config_for(base: LogConfig, overrides: Mapping[str, Any]) -> LogConfig:
-    """``base`` with the topic's log overrides applied (``base`` itself when none)."""
-    changes = {k: int(overrides[k]) for k in LOG_KEYS if k in overrides}
+    """``base`` with the topic's log overrides applied (``base`` itself when none); the
+    values were checked when they were set (:mod:`broker.common.topic_config`)."""
+    changes = {k: overrides[k] if k == "visibility" else int(overrides[k])
+               for k in LOG_KEYS if k in overrides}
     return replace(base, **changes) if changes else base
 
 

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+VISIBILITY_FLUSHED = "flushed"
+"""Consumers read a byte once it is fsynced: no crash can take back what they saw (the
+paper's rule, the default)."""
+VISIBILITY_WRITTEN = "written"
+"""Consumers read a byte once it is written to the operating system: a broker process
+that dies (kill -9) loses none of it, a machine that loses power may lose what was not
+yet fsynced (how Kafka, Redis and NATS expose data by default)."""
+VISIBILITIES = (VISIBILITY_FLUSHED, VISIBILITY_WRITTEN)
+
 
 @dataclass(frozen=True)
 class LogConfig:
@@ -31,3 +40,7 @@ class LogConfig:
     """Delete whole segments not modified for longer than this (ms)."""
     retention_bytes: int = -1
     """Delete the oldest segments while a partition is larger than this; -1 = unlimited."""
+    visibility: str = VISIBILITY_FLUSHED
+    """When consumers may read appended bytes: :data:`VISIBILITY_FLUSHED` or
+    :data:`VISIBILITY_WRITTEN` (a replicated partition also waits for its in-sync
+    replicas either way). Fsyncs follow the same policy in both."""

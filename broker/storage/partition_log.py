@@ -9,10 +9,12 @@ of one segment file handed to ``sendfile``.
 Three ends, in order ``start_offset <= visible_end <= end_offset``:
 
 * ``start_offset``: first retained byte; retention moves it forward a segment at a time.
-* ``visible_end``: the high watermark. Consumers read only below it, so they never see a
-  byte that a crash could take back. Unreplicated, it is the flushed end; a replicated
-  partition caps it further with :meth:`PartitionLog.set_high_watermark` (the end
-  that every in-sync replica has, see :mod:`broker.replication`).
+* ``visible_end``: the high watermark. Consumers read only below it. By default
+  (``visibility = "flushed"``) it is the flushed end, so they never see a byte that a
+  crash could take back; with ``visibility = "written"`` it is the log end, so they
+  never see a byte that a broker process crash could take back (a power loss can).
+  A replicated partition caps it further with :meth:`PartitionLog.set_high_watermark`
+  (the end that every in-sync replica has, see :mod:`broker.replication`).
 * ``end_offset``: just after the last appended byte.
 
 Flushing is split in three so the fsync can run in a worker thread while the event
@@ -44,7 +46,7 @@ from broker.common.errors import (
     StorageError,
 )
 from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MIN_LENGTH
-from broker.storage.config import LogConfig
+from broker.storage.config import VISIBILITY_WRITTEN, LogConfig
 from broker.storage.loader import load_segments
 from broker.storage import producer_snapshots
 from broker.storage.producer_state import Held, ProducerStateTable
@@ -150,7 +152,8 @@ class PartitionLog:
         self.directory = Path(directory)
         self.topic = topic
         self.partition = partition
-        self.config = config
+        self._on_write = False
+        self.config = config  # the property: sets _on_write too
         self.name = partition_dir_name(topic, partition)
         new_dir = not self.directory.is_dir()
         try:
@@ -162,7 +165,7 @@ class PartitionLog:
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._end = self._segments[-1].end_offset
-        self._visible_end = self._end  # the flushed end
+        self._flushed_end = self._end
         self._hw_cap: int | None = None
         self.messages_appended = loaded.scanned_messages
         """Messages appended since open, plus those recovery validated."""
@@ -196,15 +199,38 @@ class PartitionLog:
         return self._end
 
     @property
+    def config(self) -> LogConfig:
+        """The log's settings (a topic's overrides apply by assigning new ones)."""
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        self._on_write = config.visibility == VISIBILITY_WRITTEN
+
+    @property
+    def visible_on_write(self) -> bool:
+        """True when appended bytes are visible at once (``visibility = "written"``), so
+        whoever appends wakes the consumers' long polls; False: a flush publishes them."""
+        return self._on_write
+
+    @property
     def visible_end(self) -> int:
         """High watermark: consumers may read offsets below it (see the module docstring)."""
         cap = self._hw_cap
-        return self._visible_end if cap is None or cap > self._visible_end else cap
+        end = self._end if self._on_write else self._flushed_end
+        return end if cap is None or cap > end else cap
+
+    @property
+    def publishable_end(self) -> int:
+        """The end this log's visibility rule allows, before replication's cap: the log
+        end or the flushed end."""
+        return self._end if self._on_write else self._flushed_end
 
     @property
     def flushed_end(self) -> int:
         """Offset below which every byte is fsynced."""
-        return self._visible_end
+        return self._flushed_end
 
     def set_high_watermark(self, cap: int | None) -> None:
         """Cap the visible end at ``cap`` (replication's high watermark); None: no cap."""
@@ -362,14 +388,15 @@ class PartitionLog:
         log.error("%s", self._failure)
 
     def mark_flushed(self, end: int) -> None:
-        """Publish a completed flush: bytes below ``end`` become visible to consumers."""
-        self._visible_end = max(self._visible_end, min(end, self._end))
+        """Publish a completed flush: bytes below ``end`` are durable (and visible to
+        consumers, unless they were at once)."""
+        self._flushed_end = max(self._flushed_end, min(end, self._end))
 
     def flush(self) -> None:
         """Flush synchronously (prepare, fsync, publish); for shutdown and tests."""
         if self._failure is not None:
             raise StorageError(self._failure)
-        if not self._dirty and not self._dirty_dirs and self._visible_end == self._end:
+        if not self._dirty and not self._dirty_dirs and self._flushed_end == self._end:
             return
         pending = self.prepare_flush()
         try:
@@ -504,7 +531,7 @@ class PartitionLog:
             raise StorageError(self._failure) from exc
         self._bases = [offset]
         self._dirty = []
-        self._end = self._visible_end = offset
+        self._end = self._flushed_end = offset
         self.producers = ProducerStateTable(self.name)
         producer_snapshots.drop_snapshots_after(self.directory, -1)
         self._hw_cap = None if self._hw_cap is None else offset
@@ -545,7 +572,7 @@ class PartitionLog:
         live = set(map(id, self._segments))
         self._dirty = [s for s in self._dirty if id(s) in live]
         self._end = offset
-        self._visible_end = min(self._visible_end, offset)
+        self._flushed_end = min(self._flushed_end, offset)
         if self._hw_cap is not None:
             self._hw_cap = min(self._hw_cap, offset)
         log.warning("%s: truncated %d bytes, the log now ends at %d", self.name, cut, offset)
@@ -662,7 +689,7 @@ class PartitionLog:
         seg = self._segments.pop(0)
         del self._bases[0]
         self._dirty = [s for s in self._dirty if s is not seg]
-        self._visible_end = max(self._visible_end, self._bases[0])
+        self._flushed_end = max(self._flushed_end, self._bases[0])
         try:
             seg.delete()
         except OSError as exc:
@@ -706,7 +733,7 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name}, start={self.start_offset}, "
-                f"visible={self._visible_end}, end={self._end})")
+                f"flushed={self._flushed_end}, end={self._end})")
 
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -58,7 +58,7 @@ class Setup:
         replication = SimpleNamespace(
             leader_log=lambda topic, partition, for_write=False: self.logs.get(topic, partition),
             check_acks_all=lambda topic, partition: None,
-            wait_for_replicas=lambda *args: False, on_flushed=lambda key: None,
+            wait_for_replicas=lambda *args: False, on_publishable=lambda key: None,
             role_counts=lambda: {}, under_replicated=lambda: [], replicas={})
         self.metrics = BrokerMetrics(Metrics(), self.logs, set(), lambda: replication, lambda: None)
         self.authorizer = Authorizer(AuthorizerConfig(True, tuple(super_users)), 7,
@@ -69,7 +69,7 @@ class Setup:
                                   self.authorizer)
         self.pool = ThreadPoolExecutor(1)
         flusher = Flusher(self.logs, 60_000, self.pool, self.fetch.wake_consumers,
-                          replication.on_flushed)
+                          replication.on_publishable)
         self.produce = ProduceService(router, replication, self.logs, flusher, self.fetch,
                                       self.metrics, False, lambda: False,
                                       authorizer=self.authorizer)

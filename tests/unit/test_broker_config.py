@@ -56,6 +56,7 @@ def test_defaults_and_retention_hours():
     ({}, {"segment_bytes": 0}, "log.segment_bytes"),
     ({}, {"retention_bytes": -5}, "log.retention_bytes"),
     ({}, {"flush_ms": "fast"}, "log.flush_ms"),
+    ({}, {"visibility": "eventually"}, "log.visibility"),
 ])
 def test_errors_name_the_key(broker, log, needle):
     data = _base(**broker)

@@ -34,6 +34,7 @@ def test_documented_broker_defaults_match_the_code():
     log = defaults.log
     for key in ("segment_bytes", "segment_ms", "flush_messages", "flush_ms", "retention_bytes"):
         assert f"| `{key}` | `{getattr(log, key)}` |" in DOC, key
+    assert f'| `visibility` | `"{log.visibility}"` |' in DOC
 
 
 def _agent_tables():

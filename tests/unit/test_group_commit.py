@@ -230,6 +230,39 @@ def test_without_group_commit_the_paper_timer_decides(tmp_path: Path) -> None:
     asyncio.run(_interval_policy(tmp_path))
 
 
+async def _written_visibility_fsyncs_by_the_paper_policy(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig(visibility="written", flush_messages=3,
+                                            flush_ms=600_000))
+    logs.load()
+    plog = logs.create("t", 0)
+    sync = BlockingSync()
+    woken: list[tuple[str, int]] = []
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(logs, 600_000, pool, woken.append, lambda key: None, sync=sync)
+    assert flusher.group_commit
+    batch = records.encode_batch([b"w"], None, 1)
+    for _ in range(2):  # under flush_messages: visible at once, no round started
+        plog.append(batch, 1)
+        flusher.appended(("t", 0), plog)
+    flusher.start_rounds()
+    await asyncio.sleep(0.05)
+    assert sync.calls == [] and plog.flushed_end == 0
+    assert plog.visible_end == plog.end_offset == 2 * len(batch)
+    plog.append(batch, 1)  # the third: due by flush_messages, one group-commit round
+    flusher.appended(("t", 0), plog)
+    await asyncio.get_running_loop().run_in_executor(None, sync.entered.acquire)
+    sync.release.release()
+    await _until(lambda: plog.flushed_end == plog.end_offset, "the round")
+    assert sync.calls == [1]
+    pool.shutdown()
+    logs.close()
+
+
+def test_a_log_visible_on_write_fsyncs_by_the_paper_policy_under_group_commit(
+        tmp_path: Path) -> None:
+    asyncio.run(_written_visibility_fsyncs_by_the_paper_policy(tmp_path))
+
+
 # -- one syncfs for a round of many files ------------------------------------------------
 
 def _many_logs(tmp_path: Path, n: int) -> tuple[LogManager, list]:

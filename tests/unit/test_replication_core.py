@@ -96,14 +96,14 @@ def test_placement_refuses_impossible_requests() -> None:
 
 # -- the leader's bookkeeping -----------------------------------------------------------
 
-def test_high_watermark_is_the_smallest_isr_end_capped_by_the_flushed_end() -> None:
+def test_high_watermark_is_the_smallest_isr_end_capped_by_the_publishable_end() -> None:
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=100, now=0.0)
     assert tracker.replicated_end(500) == 100  # followers not heard from: at the mark
     tracker.record_fetch(2, 400, 500, now=1.0)
     tracker.record_fetch(3, 300, 500, now=1.0)
     assert tracker.replicated_end(500) == 300
-    assert tracker.advance_high_watermark(500, flushed_end=250) and tracker.high_watermark == 250
-    assert tracker.advance_high_watermark(500, flushed_end=500) and tracker.high_watermark == 300
+    assert tracker.advance_high_watermark(500, publishable_end=250) and tracker.high_watermark == 250
+    assert tracker.advance_high_watermark(500, publishable_end=500) and tracker.high_watermark == 300
     tracker.record_fetch(3, 200, 500, now=2.0)  # a re-fetch from lower never moves it back
     assert not tracker.advance_high_watermark(500, 500) and tracker.high_watermark == 300
 
@@ -149,7 +149,7 @@ def test_a_follower_joins_only_holding_every_acknowledged_batch() -> None:
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2), high_watermark=0, now=0.0)
     tracker.record_fetch(2, 1000, 1000, now=0.1)
     assert tracker.replicated_end(1000) == 1000  # acks=all answered up to 1000
-    tracker.advance_high_watermark(1000, flushed_end=400)
+    tracker.advance_high_watermark(1000, publishable_end=400)
     assert tracker.high_watermark == 400
     tracker.record_fetch(3, 500, 1000, now=0.2)  # past the watermark, short of the acks
     assert tracker.proposed_isr(now=0.3, lag=1.0) is None

@@ -61,8 +61,9 @@ class Channel:
         return out
 
 
-def _services(tmp_path, flush_messages: int):
-    logs = LogManager([tmp_path], LogConfig(flush_messages=flush_messages, flush_ms=60_000))
+def _services(tmp_path, flush_messages: int, visibility: str = "flushed"):
+    logs = LogManager([tmp_path], LogConfig(flush_messages=flush_messages, flush_ms=60_000,
+                                            visibility=visibility))
     logs.load()
     logs.create("t", 0)
     view = ClusterView(topics={"t": {0: [1], 1: [2]}},
@@ -70,13 +71,13 @@ def _services(tmp_path, flush_messages: int):
     replication = SimpleNamespace(
         leader_log=lambda topic, partition, for_write=False: logs.get(topic, partition),
         check_acks_all=lambda topic, partition: None,
-        wait_for_replicas=lambda *args: False, on_flushed=lambda key: None,
+        wait_for_replicas=lambda *args: False, on_publishable=lambda key: None,
         role_counts=lambda: {}, under_replicated=lambda: [], replicas={})
     metrics = BrokerMetrics(Metrics(), logs, set(), lambda: replication, lambda: None)
     router = PartitionRouter(1, replication, lambda: view)
     fetch = FetchService(router, replication, logs, metrics, lambda: False)
     pool = ThreadPoolExecutor(1)
-    flusher = Flusher(logs, 60_000, pool, fetch.wake_consumers, replication.on_flushed)
+    flusher = Flusher(logs, 60_000, pool, fetch.wake_consumers, replication.on_publishable)
     produce = ProduceService(router, replication, logs, flusher, fetch, metrics,
                              flush_messages == 1, lambda: False)
     dispatcher = Dispatcher(produce, fetch, SimpleNamespace(
@@ -202,3 +203,51 @@ async def _wake_answers_at_once(tmp_path):
 
 def test_a_long_poll_is_answered_by_the_wake_up_itself(tmp_path):
     asyncio.run(_wake_answers_at_once(tmp_path))
+
+
+class FlushedEndAtAnswer(Channel):
+    """Notes the partition's flushed end when an answer is sent."""
+
+    def __init__(self, plog) -> None:
+        super().__init__()
+        self.plog = plog
+        self.flushed_end_seen: list[int] = []
+
+    def send(self, item) -> None:
+        self.flushed_end_seen.append(self.plog.flushed_end)
+        super().send(item)
+
+
+async def _written_visibility_answers_before_the_fsync(tmp_path):
+    dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=10_000,
+                                                visibility="written")
+    plog = logs.get("t", 0)
+    consumer = FlushedEndAtAnswer(plog)
+    fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
+    head, frame = _request(protocol.FETCH, 1, fields)
+    polling = asyncio.ensure_future(
+        dispatcher.handle(head, frame, Responder(consumer, 1, head.name, metrics.count_request)))
+    await asyncio.sleep(0.05)
+    assert consumer.sent == []
+    batches = [records.encode_batch([b"m%d" % i], None, 1) for i in range(3)]
+    producer = FlushedEndAtAnswer(plog)
+    head, frame = _request(protocol.PRODUCE, 2, {"acks": 1, "parts": [
+        ["t", 0, len(b)] for b in batches]}, b"".join(batches))
+    dispatcher.handle_produce(head, frame, Responder(producer, 2, head.name,
+                                                     metrics.count_request))
+    # Within the produce handler, no await: the producer's answer first, then the
+    # consumer's, both before any fsync published anything.
+    assert len(producer.sent) == 1 and len(consumer.sent) == 1
+    assert producer.flushed_end_seen == [0] and consumer.flushed_end_seen == [0]
+    (answer,) = consumer.frames()
+    (part,) = parse_fetch_answer(answer.header)
+    assert bytes(answer.payload) == b"".join(batches) and part.visible_end == plog.end_offset
+    await asyncio.wait_for(polling, 2.0)
+    await dispatcher.produce.flusher.flush(("t", 0), plog)  # the fsync still follows
+    assert plog.flushed_end == plog.end_offset == sum(map(len, batches))
+    pool.shutdown()
+    logs.close()
+
+
+def test_written_visibility_answers_a_long_poll_before_the_fsync(tmp_path):
+    asyncio.run(_written_visibility_answers_before_the_fsync(tmp_path))

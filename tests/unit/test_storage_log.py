@@ -25,7 +25,7 @@ def batch(i: int, n: int = 3, ts: int = 1_000, size: int = 20) -> bytes:
     return records.encode_batch([b"%d-%d-" % (i, j) + b"x" * size for j in range(n)], None, ts)
 
 
-def open_log(tmp_path: Path, recover: bool = False, **config: int) -> PartitionLog:
+def open_log(tmp_path: Path, recover: bool = False, **config: int | str) -> PartitionLog:
     return PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(**config), recover)
 
 
@@ -355,3 +355,31 @@ def test_the_topic_id_is_kept_beside_the_segments_and_survives_a_reopen(tmp_path
     reopened.set_topic_id(7)
     assert reopened.topic_id == 7
     reopened.close()
+
+
+def test_written_visibility_shows_appends_at_once_and_the_flush_still_follows(tmp_path):
+    plog = open_log(tmp_path, visibility="written")
+    first, second = batch(1), batch(2)
+    plog.append(first, 3)
+    plog.append(second, 3)
+    assert plog.visible_on_write
+    assert plog.visible_end == plog.end_offset == len(first) + len(second)
+    assert plog.flushed_end == 0  # not durable yet: only visible
+    assert read_all(plog, 0) == first + second
+    plog.set_high_watermark(len(first))  # replicated: the in-sync replicas still cap it
+    assert plog.visible_end == len(first)
+    plog.set_high_watermark(None)
+    plog.flush()
+    assert plog.flushed_end == plog.end_offset
+    plog.close()
+
+
+def test_visibility_follows_a_config_change_without_reopening(tmp_path):
+    plog = open_log(tmp_path)
+    plog.append(batch(1), 3)
+    assert plog.visible_end == 0 and not plog.visible_on_write  # flushed: the default
+    plog.config = LogConfig(visibility="written")
+    assert plog.visible_end == plog.end_offset == plog.publishable_end
+    plog.config = LogConfig()
+    assert plog.visible_end == plog.publishable_end == 0
+    plog.close()

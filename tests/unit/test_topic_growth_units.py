@@ -26,9 +26,10 @@ LIVE = {1: 101, 2: 102, 3: 103}
 
 def test_pairs_are_read_typed_and_checked() -> None:
     assert topic_config.parse_pairs(["retention_ms=60000", "compression= ZSTD ",
-                                     "retention_bytes=-1", "min_insync_replicas=2"]) == {
+                                     "retention_bytes=-1", "min_insync_replicas=2",
+                                     "visibility=Written"]) == {
         "retention_ms": 60000, "compression": "zstd", "retention_bytes": -1,
-        "min_insync_replicas": 2}
+        "min_insync_replicas": 2, "visibility": "written"}
 
 
 @pytest.mark.parametrize("pair, key, words", [
@@ -38,6 +39,7 @@ def test_pairs_are_read_typed_and_checked() -> None:
     ("retention_bytes=-2", "retention_bytes", "-1 for unlimited"),
     ("segment_bytes=10", "segment_bytes", ">= 1024"),
     ("compression=snappy", "compression", "producer, none, gzip, lz4, zstd"),
+    ("visibility=soon", "visibility", "flushed, written"),
     ("min_insync_replicas=0", "min_insync_replicas", "positive integer"),
     ("retention_ms", "retention_ms", "key=value"),
 ])
@@ -72,7 +74,8 @@ def test_overrides_replace_the_brokers_log_settings_and_nothing_else() -> None:
     mine = log_config_for(base, {"retention_ms": 1000, "segment_bytes": 4096,
                                  "min_insync_replicas": 2})
     assert (mine.retention_ms, mine.segment_bytes, mine.flush_ms) == (1000, 4096, 7)
-    assert mine.segment_ms == base.segment_ms
+    assert mine.segment_ms == base.segment_ms and mine.visibility == "flushed"
+    assert log_config_for(base, {"visibility": "written"}).visibility == "written"
 
 
 def test_compression_policy_compresses_plain_batches_and_keeps_compressed_ones() -> None:
