@@ -71,10 +71,13 @@ def start_cluster(workdir: Path, brokers: int) -> LocalCluster:
     return cluster.__enter__()
 
 
-def create_topic(cluster: LocalCluster, topic: str, rf: int) -> None:
-    """One partition with ``rf`` replicas; waits until it has a leader and a full ISR."""
+def create_topic(cluster: LocalCluster, topic: str, rf: int, visibility: str) -> None:
+    """One partition with ``rf`` replicas and the ``visibility`` topic setting (unset:
+    the broker's own); waits until it has a leader and a full ISR."""
+    config = {} if visibility == SHIPPED else {"visibility": visibility}
     with Admin(zk=cluster.zk_connect) as admin:
-        admin.create_topic(topic, 1, replication_factor=rf, min_insync_replicas=1)
+        admin.create_topic(topic, 1, replication_factor=rf, min_insync_replicas=1,
+                           config=config)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -164,9 +167,10 @@ class ConsumerProcess:
 
 
 def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: int,
-             args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+             visibility: str, args: argparse.Namespace
+             ) -> tuple[dict[str, float], dict[str, float]]:
     """One run of one case: (end-to-end percentiles, acknowledgement percentiles)."""
-    create_topic(cluster, topic, rf)
+    create_topic(cluster, topic, rf, visibility)
     if args.preload:
         preload(cluster.zk_connect, topic, args.preload, args.size, args.preload_batch)
     count = int(rate * args.duration)
@@ -181,13 +185,18 @@ def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: 
     return percentiles(counted(end_to_end, rate)), percentiles(counted(acked, rate))
 
 
-def label(rate: int, acks: int | str, rf: int) -> str:
-    return f"{rate:>6,} msgs/s acks={acks:<3} RF {rf}"
+SHIPPED = "shipped"
+"""``--visibility`` for the broker's own setting (etc/live/broker-N.toml's)."""
+
+
+def label(rate: int, acks: int | str, rf: int, visibility: str = SHIPPED) -> str:
+    shown = "" if visibility == SHIPPED else f" {visibility}"
+    return f"{rate:>6,} msgs/s acks={acks:<3} RF {rf}{shown}"
 
 
 def row(name: str, e2e: dict[str, float], ack: dict[str, float]) -> str:
     cells = [f"{e2e[p]:8.2f}" for p, _ in PERCENTILES] + [f"{ack[p]:8.2f}" for p, _ in PERCENTILES]
-    return f"{name:<28} |" + "".join(cells[:4]) + " |" + "".join(cells[4:])
+    return f"{name:<36} |" + "".join(cells[:4]) + " |" + "".join(cells[4:])
 
 
 def main() -> int:
@@ -203,6 +212,9 @@ def main() -> int:
     parser.add_argument("--preload", type=int, default=0,
                         help="messages to put in each run's topic before measuring (latency "
                              "must not grow with the data the broker holds)")
+    parser.add_argument("--visibility", default=SHIPPED,
+                        help="the topics' visibility setting, comma separated: shipped (the "
+                             "broker's, as etc/ ships it), flushed and/or written")
     parser.add_argument("--preload-batch", type=int, default=1,
                         help="messages per batch when preloading (1: the most batches)")
     args = parser.parse_args()
@@ -213,7 +225,12 @@ def main() -> int:
     rates = [int(r) for r in args.rates.split(",")]
     acks_list: list[int | str] = ["all" if a == "all" else int(a) for a in args.acks.split(",")]
     rfs = [int(r) for r in args.rf.split(",")]
-    cases = [(rate, acks, rf) for rf in rfs for acks in acks_list for rate in rates
+    visibilities = args.visibility.split(",")
+    for visibility in visibilities:
+        if visibility not in (SHIPPED, "flushed", "written"):
+            parser.error(f"--visibility {visibility!r}: use shipped, flushed or written")
+    cases = [(rate, acks, rf, v) for rf in rfs for acks in acks_list for rate in rates
+             for v in visibilities
              if not (acks == "all" and rf == 1 and 1 in acks_list)]  # same as acks=1 there
     print(f"load average at start: {load_average()}")
     print(f"{args.size}-byte messages, {args.duration:g}s per run ({WARMUP_S:g}s warm-up), "
@@ -223,11 +240,11 @@ def main() -> int:
         cluster = start_cluster(Path(tmp), max(rfs))
         try:
             for run in range(1, args.runs + 1):
-                for n, (rate, acks, rf) in enumerate(cases):
+                for n, (rate, acks, rf, visibility) in enumerate(cases):
                     topic = f"latency-{run}-{n}"
-                    e2e, ack = run_case(cluster, topic, rate, acks, rf, args)
-                    results.setdefault((rate, acks, rf), []).append((e2e, ack))
-                    print(f"run {run}: {label(rate, acks, rf)}  end-to-end p50 "
+                    e2e, ack = run_case(cluster, topic, rate, acks, rf, visibility, args)
+                    results.setdefault((rate, acks, rf, visibility), []).append((e2e, ack))
+                    print(f"run {run}: {label(rate, acks, rf, visibility)}  end-to-end p50 "
                           f"{e2e['p50']:.2f} p99 {e2e['p99']:.2f} p99.9 {e2e['p99.9']:.2f} "
                           f"max {e2e['max']:.2f} ms; ack p50 {ack['p50']:.2f} p99 "
                           f"{ack['p99']:.2f} ms", flush=True)
@@ -235,7 +252,7 @@ def main() -> int:
             cluster.__exit__(None, None, None)
     print(f"\nmedian of {args.runs} runs, ms     |{'end to end':^32} |"
           f"{'produce acknowledgement':^32}")
-    print(f"{'case':<28} |" + "".join(f"{p:>8}" for p, _ in PERCENTILES) * 1 + " |"
+    print(f"{'case':<36} |" + "".join(f"{p:>8}" for p, _ in PERCENTILES) * 1 + " |"
           + "".join(f"{p:>8}" for p, _ in PERCENTILES))
     for case, runs in results.items():
         e2e = {p: statistics.median(r[0][p] for r in runs) for p, _ in PERCENTILES}

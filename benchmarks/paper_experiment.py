@@ -178,18 +178,20 @@ def produce_and_measure(system: System, case: str, dest: str, count: int, label:
         results.add_storage(system.name, case, (after - before) / count)
 
 
-def latency_case(system: System, dest: str, args: argparse.Namespace, label: str,
-                 results: Results) -> None:
-    """One end-to-end latency run (bounded: the consumer process is always ended)."""
+def latency_case(name: str, client: object, dest: str, args: argparse.Namespace,
+                 label: str, results: Results) -> None:
+    """One end-to-end latency run (bounded: the consumer process is always ended),
+    recorded under ``name`` (a system, or a system with another setting)."""
     try:
-        points = run_end_to_end(system.latency_client(), dest, args.latency_rate,
+        points = run_end_to_end(client, dest, args.latency_rate,
                                 args.latency_seconds, PAYLOAD_SIZE,
                                 timeout=args.latency_seconds + LATENCY_SLACK)
     except RuntimeError as exc:
-        raise CaseFailed(f"{system.name} latency: {exc}") from None
-    results.add_latency(system.name, points)
-    say(f"  {label:<8} {'end-to-end latency':<26} {args.latency_rate:>10,} msgs/s "
-        + " ".join(f"{name} {value:.2f}" for name, value in points.items()) + " ms")
+        raise CaseFailed(f"{name} latency: {exc}") from None
+    results.add_latency(name, points)
+    shown = "end-to-end latency" if name == results.systems[-1] else name
+    say(f"  {label:<8} {shown:<26} {args.latency_rate:>10,} msgs/s "
+        + " ".join(f"{p} {value:.2f}" for p, value in points.items()) + " ms")
 
 
 def run_system(system: System, workdir: Path, args: argparse.Namespace,
@@ -226,9 +228,10 @@ def run_system(system: System, workdir: Path, args: argparse.Namespace,
             system.drop(fifty)
         if args.latency_seconds:
             for run in range(args.runs):
-                dest = f"latency-r{run}"
-                latency_case(system, dest, args, f"run {run + 1}", results)
-                system.drop(dest)
+                for variant, (name, client) in enumerate(system.latency_variants()):
+                    dest = f"latency-r{run}" + (f"-v{variant}" if variant else "")
+                    latency_case(name, client, dest, args, f"run {run + 1}", results)
+                    system.drop(dest)
     except (PeerUnavailable, CaseFailed) as exc:
         say(f"  FAILED {system.name}: {exc}")
         results.failed[system.name] = str(exc)

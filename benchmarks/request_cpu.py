@@ -51,8 +51,8 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[list, dict]:
     """Per broker (loop us/msg, other threads us/msg), and the end-to-end percentiles."""
     from benchmarks.e2e import counted, percentiles
-    from benchmarks.latency import ConsumerProcess, create_topic, produce
-    create_topic(cluster, topic, rf)
+    from benchmarks.latency import SHIPPED, ConsumerProcess, create_topic, produce
+    create_topic(cluster, topic, rf, SHIPPED)
     pids = cluster.broker_pids()
     time.sleep(0.5)
     before = [cpu_seconds(p) for p in pids]

@@ -140,6 +140,11 @@ class System(abc.ABC):
         end-to-end latency case runs its consumer side in another process. It uses the
         system's documented low-latency settings with persistence still on."""
 
+    def latency_variants(self) -> list[tuple[str, Any]]:
+        """The latency case's clients by the name the report gives each: the system's
+        own settings, and for a system that offers it, another durability setting."""
+        return [(self.name, self.latency_client())]
+
     @abc.abstractmethod
     def stop(self) -> None:
         """Stop every process this system started. Safe to call twice or after a

@@ -19,6 +19,9 @@ Case semantics (see docs/benchmarks.md):
   linger_ms=0)``, one ``send`` per message; a ``SimpleConsumer`` following the
   partition (``messages(follow=True)``, long-poll of up to 500 ms). The broker runs
   group commit (the default): a message is visible one fsync after it is appended.
+  A second row, ``logferry (visibility=written)``, runs the same case on a topic whose
+  messages are visible once written, fsynced behind the consumers: the durability the
+  peers are run with here (persistence on, flushed asynchronously).
 """
 
 from __future__ import annotations
@@ -231,19 +234,33 @@ class Logferry(System):
         """The broker's address; see the module docstring for the settings."""
         return LogferryLatency(self.address)
 
+    def latency_variants(self) -> list[tuple[str, Any]]:
+        """The default (visible once fsynced) and ``visibility = "written"``."""
+        return [(self.name, self.latency_client()),
+                (WRITTEN, LogferryLatency(self.address, visibility="written"))]
+
+
+WRITTEN = "logferry (visibility=written)"
+"""The report's name for the latency row whose topic is visible on write."""
+
 
 @dataclass(frozen=True)
 class LogferryLatency:
     """Both sides of the end-to-end latency case (see ``benchmarks.e2e``)."""
 
     address: str
+    visibility: str | None = None
+    """The topic's ``visibility`` setting (None: the broker's, "flushed")."""
 
     def receive(self, dest: str, count: int, ready: Callable[[], None],
                 on_value: Callable[[bytes], None], timeout: float) -> None:
-        from broker.client import Producer, SimpleConsumer
+        from broker.client import Admin, Producer, SimpleConsumer
 
+        if self.visibility is not None:
+            with Admin(brokers=[self.address]) as admin:
+                admin.create_topic(dest, 1, config={"visibility": self.visibility})
         with Producer(brokers=[self.address]) as producer:
-            producer.partitions(dest)  # auto-creates the topic
+            producer.partitions(dest)  # auto-creates the topic (or waits for its leader)
         with SimpleConsumer(brokers=[self.address], max_wait_ms=500) as consumer:
             consumer.offsets(dest, 0)  # connected, metadata known
             ready()

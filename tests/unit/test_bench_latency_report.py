@@ -116,6 +116,19 @@ def test_latency_verdict_compares_with_the_best_peer(report: ModuleType) -> None
     assert any("Redis Streams" in line for line in report.latency_table(results))
 
 
+def test_latency_verdict_has_a_line_per_logferry_setting(report: ModuleType) -> None:
+    results = _results(report, {"logferry": 1, "Redis Streams": 1},
+                       {"logferry": 3.0, "Redis Streams": 1.0})
+    written = "logferry (visibility=written)"
+    results.add_latency(written, {"p50": 0.5, "p99": 1.5, "p99.9": 3.0, "max": 4.0})
+    mine, other = report.latency_verdict(results).splitlines()
+    assert mine.startswith("logferry p99 3.00 ms = 3.00x") and mine.endswith("not met")
+    assert other.startswith(f"{written} p99 1.50 ms = 1.50x") and other.endswith(": met")
+    table = report.latency_table(results)
+    assert any(line.startswith(f"| {written}") for line in table)  # a row of its own
+    assert table[-1] == other
+
+
 def test_ab_compare_reads_latency_lines_as_one_case_per_percentile() -> None:
     from benchmarks.ab_compare import rates_of
 
