@@ -66,16 +66,14 @@ class ProduceService:
         appended bytes starts before the answer is written, unless it fsyncs on the
         event loop (an idle log dir): then right after it, unless followers were
         woken (their fetches must not wait for that fsync: then on its thread).
-        Partitions visible on write (``visibility = "written"``) wake their consumers'
-        long polls once the answer is written, and their fsyncs never run on the loop."""
+        Partitions visible on write (``visibility = "written"``) answer their consumers'
+        long polls first (end-to-end latency is what such a topic is for), then the
+        producer; their fsyncs never run on the loop."""
         woke_followers = False
         written: list[tuple[str, int]] = []
         try:
             woke_followers = self._handle(request, responder, written)
         finally:
-            for key in written:
-                self.fetch.wake_consumers(key)
-                self.replication.on_publishable(key)
             self.flusher.start_rounds(on_loop=not woke_followers and not written)
 
     def _handle(self, request: ProduceRequest, responder: Responder,
@@ -144,6 +142,9 @@ class ProduceService:
                 message = (self.disk_full.refused(topic, partition, exc)
                            if isinstance(exc, DiskFullError) else str(exc))
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
+        for key in written:  # visible now: the consumers' answers go before the producer's
+            self.fetch.wake_consumers(key)
+            self.replication.on_publishable(key)
         # the fsync first: it gates what consumers see (unless they saw the bytes at
         # once: then it goes to its thread and never holds the loop, whose next turn
         # may carry the next message to a consumer)

@@ -206,15 +206,19 @@ def test_a_long_poll_is_answered_by_the_wake_up_itself(tmp_path):
 
 
 class FlushedEndAtAnswer(Channel):
-    """Notes the partition's flushed end when an answer is sent."""
+    """Notes the partition's flushed end when an answer is sent, and who answered when
+    (``order``, shared by the channels of one test)."""
 
-    def __init__(self, plog) -> None:
+    def __init__(self, plog, name: str, order: list[str]) -> None:
         super().__init__()
         self.plog = plog
+        self.name = name
+        self.order = order
         self.flushed_end_seen: list[int] = []
 
     def send(self, item) -> None:
         self.flushed_end_seen.append(self.plog.flushed_end)
+        self.order.append(self.name)
         super().send(item)
 
 
@@ -222,7 +226,8 @@ async def _written_visibility_answers_before_the_fsync(tmp_path):
     dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=10_000,
                                                 visibility="written")
     plog = logs.get("t", 0)
-    consumer = FlushedEndAtAnswer(plog)
+    order: list[str] = []
+    consumer = FlushedEndAtAnswer(plog, "consumer", order)
     fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
     head, frame = _request(protocol.FETCH, 1, fields)
     polling = asyncio.ensure_future(
@@ -230,14 +235,14 @@ async def _written_visibility_answers_before_the_fsync(tmp_path):
     await asyncio.sleep(0.05)
     assert consumer.sent == []
     batches = [records.encode_batch([b"m%d" % i], None, 1) for i in range(3)]
-    producer = FlushedEndAtAnswer(plog)
+    producer = FlushedEndAtAnswer(plog, "producer", order)
     head, frame = _request(protocol.PRODUCE, 2, {"acks": 1, "parts": [
         ["t", 0, len(b)] for b in batches]}, b"".join(batches))
     dispatcher.handle_produce(head, frame, Responder(producer, 2, head.name,
                                                      metrics.count_request))
-    # Within the produce handler, no await: the producer's answer first, then the
-    # consumer's, both before any fsync published anything.
-    assert len(producer.sent) == 1 and len(consumer.sent) == 1
+    # Within the produce handler, no await: the consumer's answer first, then the
+    # producer's, both before any fsync published anything.
+    assert order == ["consumer", "producer"]
     assert producer.flushed_end_seen == [0] and consumer.flushed_end_seen == [0]
     (answer,) = consumer.frames()
     (part,) = parse_fetch_answer(answer.header)
