@@ -43,4 +43,5 @@ class LogConfig:
     visibility: str = VISIBILITY_FLUSHED
     """When consumers may read appended bytes: :data:`VISIBILITY_FLUSHED` or
     :data:`VISIBILITY_WRITTEN` (a replicated partition also waits for its in-sync
-    replicas either way). Fsyncs follow the same policy in both."""
+    replicas either way). A written log is fsynced by ``flush_messages`` and
+    ``flush_ms`` also under group commit (its consumers do not wait for the fsync)."""

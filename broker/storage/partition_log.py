@@ -218,7 +218,7 @@ class PartitionLog:
     def visible_end(self) -> int:
         """High watermark: consumers may read offsets below it (see the module docstring)."""
         cap = self._hw_cap
-        end = self._end if self._on_write else self._flushed_end
+        end = self.publishable_end
         return end if cap is None or cap > end else cap
 
     @property

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from broker.client import Admin, Producer, SimpleConsumer
+from broker.client import Producer, SimpleConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def _follow(cluster, topic: str, count: int, seen: list[tuple[int, bytes]],
             stop: threading.Event) -> None:
     """Follow partition 0 from offset 0, recording (batch offset, value) until stopped.
 
-    The topic must exist first (:func:`_create`): an error ends the following."""
+    The topic must exist first (``cluster.create_topic``): an error ends the following."""
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         offset = 0
         while len(seen) < count and not stop.is_set():
@@ -33,25 +33,9 @@ def _follow(cluster, topic: str, count: int, seen: list[tuple[int, bytes]],
             offset = result.next_offset
 
 
-def _create(cluster, topic: str) -> None:
-    """Create ``topic`` before anyone follows it (a follower stops at its first error)."""
-    with Admin(brokers=cluster.bootstrap) as admin:
-        admin.create_topic(topic, partitions=1)
-    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        deadline = time.monotonic() + 20
-        while True:  # the leader is elected just after the topic is created
-            try:
-                consumer.offsets(topic, 0)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-
 def test_a_following_consumer_gets_every_message_in_order_without_the_timer(broker_cluster):
     cluster = broker_cluster(1, log=NO_TIMER)
-    _create(cluster, "gc")
+    cluster.create_topic("gc")
     count = 20_000
     seen: list[tuple[int, bytes]] = []
     stop = threading.Event()
@@ -73,7 +57,7 @@ def test_what_a_consumer_saw_survives_a_kill_9(broker_cluster):
     """Everything a consumer read before the broker was killed is in the log after the
     restart, at the same offsets: visible bytes were fsynced (crash-safe visibility)."""
     cluster = broker_cluster(1, log=NO_TIMER)
-    _create(cluster, "gc9")
+    cluster.create_topic("gc9")
     broker = cluster.brokers[0]
     seen: list[tuple[int, bytes]] = []
     stop = threading.Event()

@@ -17,21 +17,6 @@ NO_FSYNC = {"group_commit": False, "flush_ms": 600_000, "flush_messages": 10_000
 """No group commit and the paper's timer far off: nothing is fsynced during a test."""
 
 
-def _create(cluster, topic: str, **config: str) -> None:
-    with Admin(brokers=cluster.bootstrap) as admin:
-        admin.create_topic(topic, partitions=1, config=config or None)
-    with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        deadline = time.monotonic() + 20
-        while True:  # the leader is elected just after the topic is created
-            try:
-                consumer.offsets(topic, 0)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-
 def _read(cluster, topic: str, want: int, seconds: float) -> list[tuple[int, bytes]]:
     """(batch offset, value) from offset 0 until ``want`` are read or time is up."""
     out: list[tuple[int, bytes]] = []
@@ -48,7 +33,7 @@ def _read(cluster, topic: str, want: int, seconds: float) -> list[tuple[int, byt
 
 def test_consumers_read_unflushed_bytes_and_keep_them_across_a_kill_9(broker_cluster):
     cluster = broker_cluster(1, log={**NO_FSYNC, "visibility": "written"})
-    _create(cluster, "vw")
+    cluster.create_topic("vw")
     count = 5_000
     seen: list[tuple[int, bytes]] = []
     stop = threading.Event()
@@ -83,8 +68,8 @@ def test_consumers_read_unflushed_bytes_and_keep_them_across_a_kill_9(broker_clu
 
 def test_a_topic_setting_chooses_visibility_per_topic(broker_cluster):
     cluster = broker_cluster(1, log=NO_FSYNC)  # the broker's own rule: "flushed"
-    _create(cluster, "fast", visibility="written")
-    _create(cluster, "safe")
+    cluster.create_topic("fast", config={"visibility": "written"})
+    cluster.create_topic("safe")
     with Producer(brokers=cluster.bootstrap, linger_ms=0, acks=1) as producer:
         for topic in ("fast", "safe"):
             producer.send(topic, [b"%s-%d" % (topic.encode(), i) for i in range(10)],

@@ -8,6 +8,7 @@ a failed test prints each broker's log tail.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -50,6 +51,25 @@ class Cluster:
     @property
     def bootstrap(self) -> list[str]:
         return [b.address for b in self.brokers]
+
+    def create_topic(self, topic: str, partitions: int = 1,
+                     config: dict[str, Any] | None = None, timeout: float = 20.0) -> None:
+        """Create ``topic`` and return once its partition 0 has a leader (a consumer that
+        follows it from the start would otherwise stop at its first error)."""
+        from broker.client import Admin, SimpleConsumer
+
+        with Admin(brokers=self.bootstrap) as admin:
+            admin.create_topic(topic, partitions=partitions, config=config)
+        with SimpleConsumer(brokers=self.bootstrap) as consumer:
+            deadline = time.monotonic() + timeout
+            while True:  # the leader is elected just after the topic is created
+                try:
+                    consumer.offsets(topic, 0)
+                    return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
 
     def stop_all(self) -> None:
         for broker in self.brokers:
