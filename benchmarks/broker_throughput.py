@@ -154,7 +154,8 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int, wanted: list
               cpu: CpuFigures | None = None) -> dict[str, dict[str, list[float]]]:
     """Every case ``runs`` times on each cluster; seconds per mode and case. With two
     clusters (plaintext and TLS) each case runs on one and then the other, so both see
-    the same moment of a shared machine. ``cpu`` receives the CPU time per message."""
+    the same moment of a shared machine, the first one in odd runs, the other in even
+    ones. ``cpu`` receives the CPU time per message."""
     results: dict[str, dict[str, list[float]]] = {mode: {} for mode in clusters}
     if cpu is None:
         cpu = {}
@@ -180,6 +181,10 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int, wanted: list
     for cluster in clusters.values():  # warm up: page cache, connections, allocator
         produce_batched(cluster, "warmup", min(n, 200_000), 50)
     for run in range(runs):
+        # Which mode goes first alternates from run to run, so that neither always runs
+        # after the other (on this VM a run's page-cache writes are cheap or costly by
+        # the pages it draws: docs/benchmarks.md, "Why one run is fast and the next slow").
+        order = list(clusters.items())[::-1 if run % 2 else 1]
         for case, fn in (
             ("produce batch 1 (acks=0)", lambda c, t: produce_batch1(c, t, n)),
             ("produce batch 50 (acks=0)", lambda c, t: produce_batched(c, t, n, 50)),
@@ -191,10 +196,10 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int, wanted: list
             if wanted and not any(w in case for w in wanted):
                 continue
             topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
-            for mode, cluster in clusters.items():
+            for mode, cluster in order:
                 timed(run, mode, case, cluster, lambda c: fn(c, topic))
             if case == "produce batch 50 (acks=0)":
-                for mode, cluster in clusters.items():
+                for mode, cluster in order:
                     timed(run, mode, "consume (1 MiB fetches)", cluster,
                           lambda c: consume(c, topic, n))
     return results
