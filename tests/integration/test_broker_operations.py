@@ -147,15 +147,22 @@ def test_a_broker_warns_when_zookeeper_grants_another_session_timeout(broker_clu
 def test_a_broker_dumps_its_tasks_and_threads_on_request(broker_cluster):
     """kill -USR2 / -USR1 explain a stuck broker without stopping it."""
     broker = broker_cluster(1).brokers[0]
-    broker.proc.send_signal(signal.SIGUSR2)
-    broker.proc.send_signal(signal.SIGUSR1)
-    deadline = time.monotonic() + 30  # under load the dumps were seen taking over 10 s
-    text = ""
-    while time.monotonic() < deadline:
+
+    def logged(marker: str) -> str:
+        deadline = time.monotonic() + 30  # under load the dumps were seen taking over 10 s
         text = broker.log_text()
-        if "asyncio tasks:" in text and "Current thread" in text:
-            break
-        time.sleep(0.05)
+        while marker not in text and time.monotonic() < deadline:
+            time.sleep(0.05)
+            text = broker.log_text()
+        return text
+
+    # One after the other: faulthandler reads the other threads' frames without the GIL,
+    # and a full run that sent both at once saw its dump end mid-line and no task dump
+    # within 30 s (the main thread was running Python when SIGUSR1 came).
+    broker.proc.send_signal(signal.SIGUSR2)
+    text = logged("asyncio tasks:")
     assert "asyncio tasks:" in text and "Broker.run" in text  # the main task's stack
+    broker.proc.send_signal(signal.SIGUSR1)
+    text = logged("Current thread")
     assert "Current thread" in text and "most recent call first" in text  # faulthandler
     assert broker.is_running()
