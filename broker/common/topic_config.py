@@ -36,7 +36,8 @@ from broker.common.errors import InvalidTopicConfigError
 COMPRESSION_CHOICES = ("producer", "none", "gzip", "lz4", "zstd")
 """``producer``: keep what the producer sent; a codec: compress uncompressed batches."""
 VISIBILITY_CHOICES = ("flushed", "written")
-"""When consumers may read appended bytes (``broker.storage.config.VISIBILITIES``)."""
+"""When consumers may read appended bytes; also the ``[log] visibility`` values
+(``broker.storage.config``)."""
 
 MIN_SEGMENT_BYTES = 1024
 """A smaller segment would roll at nearly every batch."""

@@ -105,10 +105,15 @@ class Flusher:
         if self.group_commit and not plog.visible_on_write:
             self.commit(key, plog)
         elif plog.flush_due(now_ms()):
-            if self.group_commit:
-                self.commit(key, plog)
-            else:
-                self.schedule(key, plog)
+            self._flush_due(key, plog)
+
+    def _flush_due(self, key: Key, plog: PartitionLog) -> None:
+        """Flush ``key`` now that the paper's policy says so: by a commit round of its
+        log dir (group commit) or by a flush of its own."""
+        if self.group_commit:
+            self.commit(key, plog)
+        else:
+            self.schedule(key, plog)
 
     def ack_after_flush(self, key: Key, plog: PartitionLog, waiter: FlushWaiter,
                         index: int) -> None:
@@ -354,10 +359,7 @@ class Flusher:
             now = now_ms()
             for key, plog in self.logs.logs():
                 if key not in self._flushing and plog.flush_due(now):
-                    if self.group_commit:
-                        self.commit(key, plog)
-                    else:
-                        self.schedule(key, plog)
+                    self._flush_due(key, plog)
 
     # -- after an fsync ----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
+from broker.common.topic_config import CHECKS
 from broker.storage.config import LogConfig
 from broker.wire.codecs import CODEC_NONE, CODECS
 from broker.wire.records import batch_length_at, compress_batch
@@ -20,10 +21,9 @@ LOG_KEYS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "v
 
 
 def log_config_for(base: LogConfig, overrides: Mapping[str, Any]) -> LogConfig:
-    """``base`` with the topic's log overrides applied (``base`` itself when none); the
-    values were checked when they were set (:mod:`broker.common.topic_config`)."""
-    changes = {k: overrides[k] if k == "visibility" else int(overrides[k])
-               for k in LOG_KEYS if k in overrides}
+    """``base`` with the topic's log overrides applied (``base`` itself when none), each
+    typed by its check in :mod:`broker.common.topic_config`."""
+    changes = {k: CHECKS[k](k, overrides[k]) for k in LOG_KEYS if k in overrides}
     return replace(base, **changes) if changes else base
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-VISIBILITY_FLUSHED = "flushed"
-"""Consumers read a byte once it is fsynced: no crash can take back what they saw (the
-paper's rule, the default)."""
-VISIBILITY_WRITTEN = "written"
-"""Consumers read a byte once it is written to the operating system: a broker process
-that dies (kill -9) loses none of it, a machine that loses power may lose what was not
-yet fsynced (how Kafka, Redis and NATS expose data by default)."""
-VISIBILITIES = (VISIBILITY_FLUSHED, VISIBILITY_WRITTEN)
+from broker.common.topic_config import VISIBILITY_CHOICES as VISIBILITIES
+
+VISIBILITY_FLUSHED, VISIBILITY_WRITTEN = VISIBILITIES
+"""``flushed``: consumers read a byte once it is fsynced, so no crash can take back what
+they saw (the paper's rule, the default). ``written``: once it is written to the
+operating system; a broker process that dies (kill -9) loses none of it, a machine that
+loses power may lose what was not yet fsynced (how Kafka, Redis and NATS expose data by
+default)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from broker.client import Admin, SimpleConsumer
 from broker.testing.localrun import BrokerProcess as _BrokerProcess
 
 TEST_BROKER_SETTINGS = {"datacenter": "test", "num_partitions": 4, "zk_session_timeout_s": 6.0}
@@ -56,8 +57,6 @@ class Cluster:
                      config: dict[str, Any] | None = None, timeout: float = 20.0) -> None:
         """Create ``topic`` and return once its partition 0 has a leader (a consumer that
         follows it from the start would otherwise stop at its first error)."""
-        from broker.client import Admin, SimpleConsumer
-
         with Admin(brokers=self.bootstrap) as admin:
             admin.create_topic(topic, partitions=partitions, config=config)
         with SimpleConsumer(brokers=self.bootstrap) as consumer:
