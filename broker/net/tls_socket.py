@@ -18,27 +18,39 @@ import threading
 from typing import Any, Sequence, cast
 
 RECV_CHUNK = 256 * 1024
-WRITE_CHUNK = 4 * 1024 * 1024
-"""Plaintext bytes encrypted per ``SSLObject.write`` (and sent per ``sendall``).
 
-Each of those calls releases the GIL, and a thread that gives the GIL up while another
-thread runs Python (a producer's application thread calling ``send()``) gets it back
-only after the switch interval (5 ms). With 256 KiB pieces a producer's sender thread
-waited twice per 256 KiB and fell behind its application thread (a whole-run backlog
-left for ``flush()``: default batching at 70% of plaintext); with 4 MiB it waits twice
-per 4 MiB, as plaintext waits once per request. OpenSSL still cuts 16 KiB records; the
-price is a memory BIO that keeps up to this much (plus record overhead) per connection
-that once sent this much at a time."""
+WRITE_BYTES = 4 * 1024 * 1024
+"""Most plaintext bytes encrypted per ``SSLObject.write`` and sent per ``sendall``: a
+request up to this size costs one encryption and one socket write, however many
+batches it carries.
 
+Each of those calls gives the GIL up, and a thread that does so while another thread
+runs Python (a producer's application thread calling ``send()``) gets it back only after
+the switch interval (5 ms). So while the application is busy, a sender thread moves
+about one write's bytes per two such waits. A plaintext sender keeps up because one
+``sendmsg`` carries its whole request, and its requests grow with its backlog; a TLS
+sender that encrypted and sent per 1 MiB moved at most about 100 MB/s, fell behind a
+Python loop calling ``send()`` (about 250 MB/s of 200 B messages here) and left the
+backlog for ``flush()``: default batching at 60-78% of plaintext.
 
-STAGE_BYTES = 1024 * 1024
-"""Plaintext bytes :meth:`TlsSocket.sendall_parts` gathers in its staging buffer before
-one ``SSLObject.write`` and one socket write.
+Larger is not better past this: at 16 MiB the staged plaintext, the ciphertext in the
+outgoing BIO and the bytes read out of it no longer stay in the CPU's cache, and the
+BIO's buffer (kept per connection) grows in many reallocations on a new connection.
+``benchmarks/broker_throughput.py``'s two producer cases with one send per message and
+with 50, on one TLS broker (median of 5, client CPU per message):
 
-The size of one core's L2 cache here: the staged plaintext, the ciphertext in the
-outgoing BIO and the bytes ``read`` makes of it stay in cache between the passes over
-them. With 4 MiB every pass went to main memory: 60-70 ns more client CPU per 200 B
-message in the batch-50 benchmark (perf: memmove and page faults, not AES)."""
+====== ====================== ======================
+write  1 message per send     50 per send
+====== ====================== ======================
+1 MiB  784k msgs/s, 697 ns    933k msgs/s, 368 ns
+4 MiB  854k msgs/s, 707 ns    953k msgs/s, 385 ns
+16 MiB 841k msgs/s, 878 ns    865k msgs/s, 506 ns
+====== ====================== ======================
+"""
+
+MIN_STAGE_BYTES = 1024 * 1024
+"""The smallest staging buffer made; a request larger than the buffer at hand gets one
+of its own size (rounded up to a MiB), which is then kept for the next."""
 
 SPARE_STAGES = 2
 """Staging buffers kept for reuse between sends (a producer's one sender thread keeps
@@ -47,11 +59,17 @@ reusing the same one)."""
 _spare_stages: list[memoryview] = []  # list.pop and list.append are atomic under the GIL
 
 
-def _take_stage() -> memoryview:
+def _take_stage(size: int) -> memoryview:
+    """A staging buffer of at least ``size`` bytes: a kept one when it is large enough
+    (a fresh one costs a page fault per 4 KiB page)."""
     try:
-        return _spare_stages.pop()
+        stage = _spare_stages.pop()
     except IndexError:
-        return memoryview(bytearray(STAGE_BYTES))
+        stage = None
+    if stage is None or len(stage) < size:
+        rounded = -(-max(size, MIN_STAGE_BYTES) // MIN_STAGE_BYTES) * MIN_STAGE_BYTES
+        stage = memoryview(bytearray(rounded))
+    return stage
 
 
 def _give_back(stage: memoryview) -> None:
@@ -102,48 +120,43 @@ class TlsSocket:
     # -- IO ---------------------------------------------------------------------------
 
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
-        """Encrypt ``data`` and write it all to the socket, :data:`WRITE_CHUNK` bytes
-        per encryption and per socket write (few GIL hand-offs for a large request)."""
+        """Encrypt ``data`` and write it all to the socket: one encryption and one
+        socket write per :data:`WRITE_BYTES` (few GIL hand-offs for a large request)."""
         view = memoryview(data).cast("B")
-        with self._send_lock:
-            for start in range(0, len(view), WRITE_CHUNK):
-                chunk = view[start:start + WRITE_CHUNK]
-                with self._tls_lock:  # inline: one-message requests come this way
-                    while chunk:
-                        chunk = chunk[self._tls.write(chunk):]
-                    out = self._outgoing.read()
-                if out:
-                    self._sock.sendall(out)
+        with self._send_lock:  # inline: one-message requests come this way
+            for start in range(0, len(view), WRITE_BYTES):
+                self._encrypt_and_send(view[start:start + WRITE_BYTES])
 
     def sendall_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
         """Encrypt and write ``parts`` (a request's header and its batches) as one stream.
 
         OpenSSL encrypts from contiguous memory, and each ``SSLObject.write`` gives the
-        GIL up: one call per batch (up to 256 KiB) would leave the sender waiting for
-        the GIL behind a busy application thread (see :data:`WRITE_CHUNK`). So the parts are
-        copied into a staging buffer of :data:`STAGE_BYTES` that is reused from one
-        request to the next, and each full stage is encrypted and sent at once. Joining
-        them into a fresh buffer per request instead (up to 16 MiB, then read back out
-        of the BIO as another) cost page faults and passes through main memory: perf
-        put that above AES-GCM itself. A part that fills a whole stage by itself is
-        encrypted where it is."""
+        GIL up: one call per batch would leave the sender waiting for the GIL behind a
+        busy application thread (see :data:`WRITE_BYTES`). So the parts are copied into
+        a staging buffer as large as the request (up to :data:`WRITE_BYTES`), reused
+        from one request to the next, and encrypted and sent at once. A fresh buffer per
+        request instead (then read back out of the BIO as another) cost a page fault
+        per 4 KiB: perf put that above AES-GCM itself. A part that fills a whole stage
+        by itself (a request above :data:`WRITE_BYTES`) is encrypted where it is."""
+        total = sum(map(len, parts))
         with self._send_lock:
-            stage = _take_stage()
+            stage = _take_stage(min(total, WRITE_BYTES))
+            room = min(len(stage), WRITE_BYTES)
             try:
                 filled = 0
                 for part in parts:
                     view = memoryview(part).cast("B")
                     while view:
-                        if not filled and len(view) >= len(stage):
-                            self._encrypt_and_send(view[:len(stage)])
-                            view = view[len(stage):]
+                        if not filled and len(view) >= room:
+                            self._encrypt_and_send(view[:room])
+                            view = view[room:]
                             continue
-                        take = min(len(view), len(stage) - filled)
+                        take = min(len(view), room - filled)
                         stage[filled:filled + take] = view[:take]
                         filled += take
                         view = view[take:]
-                        if filled == len(stage):
-                            self._encrypt_and_send(stage)
+                        if filled == room:
+                            self._encrypt_and_send(stage[:room])
                             filled = 0
                 if filled:
                     self._encrypt_and_send(stage[:filled])

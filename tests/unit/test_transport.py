@@ -231,43 +231,80 @@ class CountingSocket(socket.socket):
 
 def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
         tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
-    """A producer's request (up to 16 MiB) goes out in pieces of WRITE_CHUNK: each
-    encryption and each socket write gives the GIL up, and a sender thread that does so
-    per 256 KiB falls behind a busy application thread (broker/net/tls_socket.py)."""
+    """A request goes out in one encryption and one socket write per WRITE_BYTES: each
+    gives the GIL up, and a sender thread that does so per small piece falls behind a
+    busy application thread (broker/net/tls_socket.py)."""
     sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
     sock.settimeout(10)
     sock.connect(("127.0.0.1", tls_echo.port))
     stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    piece = tls_socket.WRITE_BYTES
     try:
-        sock.sendalls = 0
-        payload = bytes(range(256)) * (4096 * 9)  # 9 MiB
-        stream.sendall(payload)
-        assert sock.sendalls == -(-len(payload) // tls_socket.WRITE_CHUNK) == 3
-        assert _recv_exactly(stream, len(payload)) == payload
+        for size, writes in ((piece, 1), (2 * piece + 4096, 3)):
+            payload = bytes(range(256)) * (size // 256)
+            sock.sendalls = 0
+            stream.sendall(payload)
+            assert sock.sendalls == writes
+            assert _recv_exactly(stream, len(payload)) == payload
     finally:
         stream.close()
 
 
-def test_tls_sendall_parts_stages_small_parts_and_sends_large_ones_in_place(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
-    """A request's header and batches go out as one stream without being joined: small
-    parts are gathered into full stages (one encryption and one socket write each), a
-    part of a whole stage or more is encrypted where it is, and the bytes arrive in order."""
+def test_tls_sendall_parts_stages_a_request_whole_and_reuses_the_stage(
+        tls_echo: ThreadServer, client_context: ssl.SSLContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's header and batches go out as one stream without a fresh joined
+    buffer: copied into a kept staging buffer as large as the request, encrypted and
+    written at once; the next request of that size reuses the buffer; the bytes arrive
+    in order."""
     sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
     sock.settimeout(10)
     sock.connect(("127.0.0.1", tls_echo.port))
     stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
-    stage = tls_socket.STAGE_BYTES
+    monkeypatch.setattr(tls_socket, "_spare_stages", [])
+    mib = 1 << 20
+    try:
+        head = b"h" * 37
+        small = [bytes([i]) * (mib // 8 + i) for i in range(12)]  # 1.5 MiB, uneven
+        big = bytes(range(256)) * (mib * 2 // 256 + 3)  # 2 MiB and a tail
+        parts: list[bytes | memoryview] = [head, *small, memoryview(big), b"t" * 5]
+        expected = b"".join(parts)
+        for _ in range(2):
+            sock.sendalls = 0
+            stream.sendall_parts(parts)
+            assert sock.sendalls == 1
+            assert _recv_exactly(stream, len(expected)) == expected
+            assert len(tls_socket._spare_stages) == 1
+            kept = tls_socket._spare_stages[0]
+            assert len(expected) <= len(kept) < len(expected) + mib
+        stream.sendall_parts(parts)
+        assert tls_socket._spare_stages == [kept]  # the same buffer again
+        assert _recv_exactly(stream, len(expected)) == expected
+    finally:
+        stream.close()
+
+
+def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
+        tls_echo: ThreadServer, client_context: ssl.SSLContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request above WRITE_BYTES: every socket write but the last carries exactly
+    WRITE_BYTES of plaintext, small parts gathered, a part of a whole piece or more
+    encrypted where it is."""
+    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", tls_echo.port))
+    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    piece = 1 << 20
+    monkeypatch.setattr(tls_socket, "WRITE_BYTES", piece)
     try:
         sock.sendalls = 0
         head = b"h" * 37
-        small = [bytes([i]) * (stage // 8 + i) for i in range(12)]  # 1.5 stages, uneven
-        big = bytes(range(256)) * (stage * 2 // 256 + 3)  # two stages and a tail
+        small = [bytes([i]) * (piece // 8 + i) for i in range(12)]  # 1.5 pieces, uneven
+        big = bytes(range(256)) * (piece * 2 // 256 + 3)  # two pieces and a tail
         parts: list[bytes | memoryview] = [head, *small, memoryview(big), b"t" * 5]
         expected = b"".join(parts)
         stream.sendall_parts(parts)
-        # every socket write but the last carries exactly one stage of plaintext
-        assert sock.sendalls == -(-len(expected) // stage) == 4
+        assert sock.sendalls == -(-len(expected) // piece) == 4
         assert _recv_exactly(stream, len(expected)) == expected
         assert len(tls_socket._spare_stages) <= tls_socket.SPARE_STAGES
     finally:
@@ -282,7 +319,7 @@ def test_tls_sendall_parts_from_several_threads_keeps_each_request_whole(
                                ssl_context=client_context)
     assert isinstance(stream, tls_socket.TlsSocket)
     writers, requests = 4, 20
-    size = tls_socket.STAGE_BYTES + 4096  # every request spans a stage boundary
+    size = tls_socket.MIN_STAGE_BYTES + 4096  # every request grows a stage
 
     def request(writer: int) -> list[bytes]:
         fill = bytes([65 + writer])
