@@ -36,15 +36,15 @@ backlog for ``flush()``: default batching at 60-78% of plaintext.
 Larger is not better past this: at 16 MiB the staged plaintext, the ciphertext in the
 outgoing BIO and the bytes read out of it no longer stay in the CPU's cache, and the
 BIO's buffer (kept per connection) grows in many reallocations on a new connection.
-``benchmarks/broker_throughput.py``'s two producer cases with one send per message and
-with 50, on one TLS broker (median of 5, client CPU per message):
+``benchmarks/tls_write_size.py --sizes-mib 1,4,16 --runs 5`` (broker_throughput.py's
+producer cases on one TLS broker, median of 5, client CPU per message):
 
 ====== ====================== ======================
 write  1 message per send     50 per send
 ====== ====================== ======================
-1 MiB  784k msgs/s, 697 ns    933k msgs/s, 368 ns
-4 MiB  854k msgs/s, 707 ns    953k msgs/s, 385 ns
-16 MiB 841k msgs/s, 878 ns    865k msgs/s, 506 ns
+1 MiB  777k msgs/s, 679 ns    953k msgs/s, 341 ns
+4 MiB  910k msgs/s, 682 ns    967k msgs/s, 349 ns
+16 MiB 834k msgs/s, 817 ns    904k msgs/s, 480 ns
 ====== ====================== ======================
 """
 
