@@ -37,15 +37,18 @@ Linux 6.x caches a file written with large writes in large folios, as large as t
 write up to 2 MiB. On a VM whose balloon reports free memory to the host (this one
 does, as many cloud VMs do), large free blocks are what gets reported, and filling a
 folio made of one faults on the host page by page. Writes of small pieces take small
-folios from memory the guest used a moment ago. ``benchmarks/page_cache_writes.py
---sizes-kib 256,1024,2048 --runs 12`` (84 MiB per file, files kept as a log keeps its
-segments): 256 KiB writes cost 0.18-0.29 ns a byte in all 12 runs; 1 and 2 MiB writes
-cost as much for five runs, then 1.4-2.6 ns a byte (median 1.74 and 2.08). A producer
-that falls behind sends requests of up to 16 MiB (``max_request_bytes``), a TLS one
-more often than a plaintext one, and one ``os.write`` per request put the broker's CPU
-per 200 B message at about 800 ns under TLS against plaintext's 200-400, nearly all of
-it in the kernel's copy into the page cache. Four syscalls per MiB cost about 1 ns per
-message."""
+folios from memory the guest used a moment ago, and stay cheap longer.
+``benchmarks/page_cache_writes.py --sizes-kib 256,1024,2048 --runs 12`` (84 MiB per
+file, files kept as a log keeps its segments), medians of two runs: 0.18 and 0.20 ns a
+byte for 256 KiB writes, 1.38 and 1.74 for 1 MiB, 1.98 and 2.08 for 2 MiB (a slow
+write costs 2.3-3.6). Every size turns dear once the page cache has grown into a few
+GB of fresh memory; small pieces put that off. A producer
+that falls behind sends requests of up to 16 MiB (``max_request_bytes``), and with
+one ``os.write`` per request the broker's CPU per 200 B message in
+``benchmarks/broker_throughput.py``'s batch-50 case was 650 ns (TLS 750), nearly all of
+it in the kernel's copy into the page cache; in pieces, 175 (TLS 300), medians of 5
+alternated rounds of ``benchmarks/ab_compare.py``. Four syscalls per MiB cost about
+1 ns per message."""
 
 _unpack_header = BATCH_HEADER.unpack_from
 
