@@ -229,15 +229,21 @@ class CountingSocket(socket.socket):
         super().sendall(data, flags)
 
 
+def counted_tls_stream(port: int, context: ssl.SSLContext
+                       ) -> tuple[CountingSocket, tls_socket.TlsSocket]:
+    """A TLS client on 127.0.0.1:``port`` over a socket that counts its ``sendall``s."""
+    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    return sock, tls_socket.wrap_client(sock, context, "127.0.0.1")
+
+
 def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
         tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
     """A request goes out in one encryption and one socket write per WRITE_BYTES: each
     gives the GIL up, and a sender thread that does so per small piece falls behind a
     busy application thread (broker/net/tls_socket.py)."""
-    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", tls_echo.port))
-    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    sock, stream = counted_tls_stream(tls_echo.port, client_context)
     piece = tls_socket.WRITE_BYTES
     try:
         for size, writes in ((piece, 1), (2 * piece + 4096, 3)):
@@ -257,10 +263,7 @@ def test_tls_sendall_parts_stages_a_request_whole_and_reuses_the_stage(
     buffer: copied into a kept staging buffer as large as the request, encrypted and
     written at once; the next request of that size reuses the buffer; the bytes arrive
     in order."""
-    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", tls_echo.port))
-    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    sock, stream = counted_tls_stream(tls_echo.port, client_context)
     monkeypatch.setattr(tls_socket, "_spare_stages", [])
     mib = 1 << 20
     try:
@@ -290,10 +293,7 @@ def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
     """A request above WRITE_BYTES: every socket write but the last carries exactly
     WRITE_BYTES of plaintext, small parts gathered, a part of a whole piece or more
     encrypted where it is."""
-    sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", tls_echo.port))
-    stream = tls_socket.wrap_client(sock, client_context, "127.0.0.1")
+    sock, stream = counted_tls_stream(tls_echo.port, client_context)
     piece = 1 << 20
     monkeypatch.setattr(tls_socket, "WRITE_BYTES", piece)
     try:
