@@ -292,10 +292,11 @@ def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A request above WRITE_BYTES: every socket write but the last carries exactly
     WRITE_BYTES of plaintext, small parts gathered, a part of a whole piece or more
-    encrypted where it is."""
+    encrypted where it is; the stage kept is one piece, not the request's size."""
     sock, stream = counted_tls_stream(tls_echo.port, client_context)
     piece = 1 << 20
     monkeypatch.setattr(tls_socket, "WRITE_BYTES", piece)
+    monkeypatch.setattr(tls_socket, "_spare_stages", [])
     try:
         sock.sendalls = 0
         head = b"h" * 37
@@ -306,7 +307,7 @@ def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
         stream.sendall_parts(parts)
         assert sock.sendalls == -(-len(expected) // piece) == 4
         assert _recv_exactly(stream, len(expected)) == expected
-        assert len(tls_socket._spare_stages) <= tls_socket.SPARE_STAGES
+        assert [len(stage) for stage in tls_socket._spare_stages] == [piece]
     finally:
         stream.close()
 
