@@ -199,16 +199,17 @@ def encode_batch_deltas(
             if buffer_for is None:
                 buf = bytearray(packed)
             else:
-                into = buffer_for(size)
-                into[:size] = packed  # same length: in place, no resize
-                buf = memoryview(into)[:size]
+                # Through a memoryview: a bytearray's own slice assignment copies
+                # a buffer into a temporary bytearray first (two copies, not one).
+                buf = memoryview(buffer_for(size))[:size]
+                buf[:] = packed
         packer.reset()
     else:
         payload = _pack([keys, values, deltas])
         if codec != CODEC_NONE:
             payload = compress(codec, payload)  # ValueError for an unknown codec
-        buf = bytearray(header_size + len(payload))
-        buf[header_size:] = payload
+        buf = bytearray(header_size)  # room for the header, packed below
+        buf += payload  # one copy (a slice assignment would copy twice)
     if producer is None:
         _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
     else:
@@ -304,9 +305,8 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
         return raw if isinstance(raw, (bytes, memoryview)) else bytes(raw)
     size = LENGTH_SIZE + MIN_LENGTH[magic]  # the header: kept, producer fields included
     payload = compress(codec, bytes(view[size:]))
-    buf = bytearray(size + len(payload))
-    buf[:size] = view[:size]
-    buf[size:] = payload
+    buf = bytearray(view[:size])
+    buf += payload
     _header_pack_into(buf, 0, size - LENGTH_SIZE + len(payload), magic, 0, codec, count, base)
     struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
     return bytes(buf)
