@@ -391,18 +391,38 @@ def test_close_open_sends_a_topics_next_messages_down_the_checked_path() -> None
 def test_buffer_pool_reuses_buffers_that_fit_and_stays_bounded() -> None:
     from broker.client.buffers import BufferPool
 
-    pool = BufferPool(keep=2, max_bytes=1000)
+    pool = BufferPool(keep_bytes=1000, max_bytes=600)
     first = pool.take(100)
     assert len(first) >= 100
     pool.give(first)
+    assert pool.kept_bytes == len(first)
     assert pool.take(90) is first  # fits: reused
+    assert pool.kept_bytes == 0
     pool.give(first)
     bigger = pool.take(500)  # the small one is dropped
     assert bigger is not first and len(bigger) >= 500 and len(pool) == 0
-    pool.give(bytearray(2000))  # over max_bytes: not kept
-    for _ in range(3):
-        pool.give(bytearray(10))
-    assert len(pool) == 2
+    assert pool.kept_bytes == 0
+    pool.give(bytearray(700))  # over max_bytes: not kept
+    assert len(pool) == 0
+    for _ in range(4):
+        pool.give(bytearray(300))  # the fourth would hold 1200 bytes: over keep_bytes
+    assert len(pool) == 3 and pool.kept_bytes == 900
+    pool.give(bytearray(100))  # still fits
+    assert len(pool) == 4 and pool.kept_bytes == 1000
+
+
+def test_buffer_pool_keeps_a_request_of_default_batches() -> None:
+    """The producer's defaults (256 KiB batches, 16 MiB requests): all of a full
+    request's batch buffers come back to the pool and are reused, none made anew."""
+    from broker.client.buffers import BufferPool
+
+    pool = BufferPool()
+    batch = 256 * 1024
+    first = [pool.take(batch) for _ in range(56)]  # 56 x 288 KiB: 15.75 MiB
+    for buf in first:
+        pool.give(buf)
+    again = [pool.take(batch) for _ in range(56)]
+    assert {id(b) for b in again} == {id(b) for b in first}
 
 
 def test_large_batches_are_encoded_into_pooled_buffers_given_back_when_done() -> None:
