@@ -249,3 +249,48 @@ def test_a_tls_client_that_never_reads_its_fetches_is_bounded(broker_cluster, pk
         assert peak - baseline < 60 * MiB, (baseline, peak)
     finally:
         attacker.close()
+
+
+def test_large_batches_go_out_over_tls_where_they_were_encoded(broker_cluster, pki: Pki,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """One broker's batches from one drain are encoded back to back into an arena, and
+    the request is encrypted from there (its head written in front), not copied into a
+    staging buffer first. With a small batch (not in an arena) among them a request
+    goes the old way (which requests, depends on the drains: tests/unit/
+    test_producer_sender.py pins the rule). Every message arrives, in order."""
+    from broker.net import tls_socket
+
+    staged: list[int] = []
+    original = tls_socket.TlsSocket.sendall_parts
+
+    def counting_sendall_parts(self, parts):  # type: ignore[no-untyped-def]
+        staged.append(len(parts))
+        return original(self, parts)
+
+    monkeypatch.setattr(tls_socket.TlsSocket, "sendall_parts", counting_sendall_parts)
+    cluster = broker_cluster(1, tls=broker_tls(pki))
+    tls = TlsConfig(ca_file=pki.ca)
+    with Admin(zk=cluster.zk_connect, tls=tls) as admin:
+        admin.create_topic("inplace", 3, 1)
+    sent: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    with Producer(zk=cluster.zk_connect, tls=tls, acks=1, linger_ms=60_000,
+                  batch_messages=500) as producer:
+        producer.partitions("inplace")  # metadata before the batches are timed
+        for round_, small in ((0, False), (1, True)):
+            for p in (0, 1, 2):
+                count = 10 if small and p == 2 else 2000  # 10: below SMALL_BATCH
+                values = [f"{round_}-{p}-{i:05d}-".encode() + b"x" * 80 for i in range(count)]
+                futures = [producer.send("inplace", v, partition=p) for v in values]
+                sent[p] += values
+            producer.flush()  # one drain: one request with every partition's batches
+            for future in futures:
+                future.wait(10)
+            if not small:
+                assert staged == [], "a request of arena batches was staged"
+    with SimpleConsumer(zk=cluster.zk_connect, tls=tls) as consumer:
+        for p, values in sent.items():
+            got = [m.value for m in consumer.messages("inplace", p, "earliest", follow=True,
+                                                      limit=len(values), timeout=10)]
+            assert got == values, f"partition {p}: {len(got)} of {len(values)}"
+    for broker in cluster.brokers:
+        assert not _noisy_lines(broker.log_text()), broker.log_tail()
