@@ -215,9 +215,10 @@ class Accumulator:
         self._space = threading.Condition(self.lock)   # append() waits for buffer space
         self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self.buffers = BufferPool(keep_bytes=min(max_request_bytes, buffer_bytes))
+        self.buffers = BufferPool(keep_bytes=min(2 * max_request_bytes, buffer_bytes))
         """Arenas' buffers, large batches are encoded into (released in :meth:`_release`):
-        up to a full request's worth kept free (never more than the producer's buffer)."""
+        kept free up to two full requests' worth (an arena holds a drain's batches for one
+        broker, up to a request and its slack), never more than the producer's buffer."""
         self._open: dict[str, dict[int, ProducerBatch]] = {}
         """Per topic and partition, its newest batch while it still takes messages: the
         last of its queue, not full, not encoded, not raw; none once closed (see

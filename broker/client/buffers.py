@@ -21,10 +21,11 @@ import threading
 from collections import deque
 
 KEEP_BYTES = 16 << 20
-"""Bytes of free buffers a pool keeps by default: a full request's batches (the
-producer's ``max_request_bytes`` default). Kept by count (8) instead, a sender that
-drained 16 batches of 256 KiB into one 4 MiB request got a fresh buffer for 88% of
-its batches (653 of 741 per million 200-byte messages), each zeroed and faulted in."""
+"""Bytes of free buffers a pool keeps unless told (the producer keeps two requests'
+worth: an arena holds up to a request and its slack). Kept by count (8) instead, a
+sender that drained 16 batches of 256 KiB into one 4 MiB request got a fresh buffer
+for 88% of its batches (653 of 741 per million 200-byte messages), each zeroed and
+faulted in; so does an arena larger than what the pool may keep."""
 
 HEAD_ROOM = 16 * 1024
 """Free bytes in front of an arena's first batch, for the head of the request that
