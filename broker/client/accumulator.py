@@ -49,7 +49,7 @@ from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Protocol
 
-from broker.client.buffers import Arena, ArenaWriter, BufferPool
+from broker.client.buffers import BufferPool
 from broker.client.delivery import DeliveryFuture
 from broker.common.errors import BufferFullError, ProducerClosedError, RequestTimedOutError
 from broker.wire import records
@@ -69,8 +69,7 @@ class ProducerBatch:
     """
 
     __slots__ = ("values", "keys", "ts_runs", "ts_start", "ts_end", "nbytes",
-                 "created", "future", "encoded", "buffer", "at", "raw", "count", "room",
-                 "granted")
+                 "created", "future", "encoded", "buffer", "raw", "count", "room", "granted")
 
     def __init__(self, now: float):
         self.values: list[bytes] = []
@@ -91,10 +90,8 @@ class ProducerBatch:
         self.future = DeliveryFuture()
         self.encoded: bytes | memoryview | None = None
         """The stored form, once encoded (kept across retries: encoded once)."""
-        self.buffer: Arena | None = None
-        """The arena ``encoded`` views, released when the batch is finished."""
-        self.at = 0
-        """Where ``encoded`` begins in ``buffer``."""
+        self.buffer: bytearray | None = None
+        """The pooled buffer ``encoded`` views, given back when the batch is finished."""
         self.raw = False
         """Appended already encoded (``send_raw``)."""
         self.count = 0
@@ -125,10 +122,10 @@ class ProducerBatch:
         ends = [*starts[1:], len(self.values)]
         return zip(self.ts_runs[1::2], (end - at for at, end in zip(starts, ends)))
 
-    def encode(self, codec: int, writer: ArenaWriter | None = None,
+    def encode(self, codec: int, pool: BufferPool | None = None,
                producer: tuple[int, int, int] | None = None) -> bytes | memoryview:
-        """The batch's stored bytes, encoding it on first use (a large one into the
-        next piece of ``writer``'s arena, released when the batch is finished).
+        """The batch's stored bytes, encoding it on first use (a large one into a buffer
+        of ``pool``, which the accumulator gives back when the batch is finished).
         ``producer`` = ``(producer_id, epoch, base_sequence)`` of an idempotent producer:
         fixed in the bytes at the first encode, so every retry resends the same ones."""
         if self.encoded is None:
@@ -139,11 +136,10 @@ class ProducerBatch:
                 for ms, n in self._runs():
                     deltas += [ms - base] * n  # list repetition: C speed
             encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec,
-                                                  writer.take if writer is not None else None,
+                                                  pool.take if pool is not None else None,
                                                   producer)
             if type(encoded) is memoryview:
-                assert writer is not None and writer.last is not None
-                self.buffer, self.at = writer.last
+                self.buffer = encoded.obj  # type: ignore[assignment]  # a pooled bytearray
                 self.encoded = encoded
             else:
                 self.encoded = encoded if type(encoded) is bytes else memoryview(encoded)
@@ -169,7 +165,6 @@ class EncodedOne(ProducerBatch, DeliveryFuture):
     room = granted = 0
     count = 1
     buffer = None
-    at = 0
     raw = False
     ms: int
     """The message's timestamp (milliseconds)."""
@@ -215,10 +210,9 @@ class Accumulator:
         self._space = threading.Condition(self.lock)   # append() waits for buffer space
         self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self.buffers = BufferPool(keep_bytes=min(2 * max_request_bytes, buffer_bytes))
-        """Arenas' buffers, large batches are encoded into (released in :meth:`_release`):
-        kept free up to two full requests' worth (an arena holds a drain's batches for one
-        broker, up to a request and its slack), never more than the producer's buffer."""
+        self.buffers = BufferPool(keep_bytes=min(max_request_bytes, buffer_bytes))
+        """Buffers large batches are encoded into, given back in :meth:`_release`: up
+        to a full request's worth kept free (never more than the producer's buffer)."""
         self._open: dict[str, dict[int, ProducerBatch]] = {}
         """Per topic and partition, its newest batch while it still takes messages: the
         last of its queue, not full, not encoded, not raw; none once closed (see
@@ -593,17 +587,7 @@ class Accumulator:
                 self._notify_sender(force=True)
 
     def retry(self, tp: TopicPartition, batches: list[ProducerBatch], at: float) -> None:
-        """Put the batches back at the front of their queue, not ready before ``at``.
-
-        A batch in an arena is copied out of it (the same bytes: a retry resends them
-        unchanged) so that a partition failing for a while does not hold on to the
-        arena of every drain it was in."""
-        for batch in batches:
-            arena = batch.buffer
-            if arena is not None and batch.encoded is not None:
-                batch.encoded = bytes(batch.encoded)
-                batch.buffer = None
-                arena.release()
+        """Put the batches back at the front of their queue, not ready before ``at``."""
         with self.lock:
             self._queues.setdefault(tp, deque()).extendleft(reversed(batches))
             self._in_flight.discard(tp)
@@ -645,7 +629,7 @@ class Accumulator:
             finished += 1
             if batch.buffer is not None:  # finished: nothing reads its bytes any more
                 batch.encoded = None  # no view of a buffer the next batch overwrites
-                batch.buffer.release()
+                self.buffers.give(batch.buffer)
                 batch.buffer = None
             elif batch.count:  # appended encoded (raw, or one message: its own future)
                 batch.encoded = None  # a future kept by the caller keeps no bytes

@@ -140,19 +140,12 @@ class Connection:
 
     def request(self, api: int, fields: dict[str, Any], payload: Sequence[bytes | memoryview] = (),
                 expect_response: bool = True,
-                callback: Callable[[ResponseFuture], None] | None = None,
-                span: tuple[memoryview, int, int] | None = None) -> ResponseFuture | None:
+                callback: Callable[[ResponseFuture], None] | None = None) -> ResponseFuture | None:
         """Send one request; return its future, or None when no response will come.
 
         ``callback`` runs in the reader thread when the response (or a connection
         error) arrives; it is attached before the request is written, so a fast
         response can never miss it.
-
-        ``span`` = ``(buffer, start, end)`` says the payload's bytes also lie in one
-        piece at ``buffer[start:end]`` and that the bytes before ``start`` are free:
-        over TLS the head is then written there and the request encrypted where it
-        lies, not copied into a staging buffer first (a plain socket gathers the parts
-        without copying either way).
         """
         size = sum(map(len, payload))
         future = (ResponseFuture(self if self._inline else None) if expect_response
@@ -168,13 +161,7 @@ class Connection:
             if future is not None:
                 self._pending[corr] = future
             try:
-                if span is not None and isinstance(self._sock, TlsSocket) \
-                        and len(head) <= span[1] and span[2] - span[1] == size:
-                    buffer, start, end = span
-                    begin = start - len(head)
-                    buffer[begin:start] = head
-                    self._sock.sendall(buffer[begin:end])
-                elif payload and size >= GATHER_MIN_PART * len(payload):
+                if payload and size >= GATHER_MIN_PART * len(payload):
                     if type(self._sock) is socket.socket:
                         _send_parts(self._sock, [head, *payload])  # no copy of the batches
                     elif isinstance(self._sock, TlsSocket):

@@ -23,7 +23,6 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from broker.client.accumulator import Accumulator, Drained, ProducerBatch, TopicPartition
-from broker.client.buffers import HEAD_ROOM
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
 from broker.client.delivery import complete_many
@@ -39,7 +38,7 @@ from broker.common.errors import (
     error_for_code,
 )
 from broker.common.retry import Retry
-from broker.wire import protocol, records
+from broker.wire import protocol
 from broker.wire.produce import parse_produce_answer
 from broker.wire.producer_id import parse_init_producer_id_answer
 
@@ -193,11 +192,8 @@ class Sender:
             threading.Thread(target=conn.close, daemon=True).start()
 
     def send(self, drained: Drained) -> None:
-        """Encode the drained batches and send one request per broker (split by size).
-
-        Each broker's batches are encoded back to back into one arena (see
-        :mod:`broker.client.buffers`), so that its request lies in one piece."""
-        by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
+        """Encode the drained batches and send one request per broker (split by size)."""
+        by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
         codec = self.codec
         if self.sequences is not None and self.sequences.needs_id \
                 and not self._init_producer_id(drained):
@@ -209,20 +205,17 @@ class Sender:
             except LogferryError as exc:
                 self.retry_or_fail(tp, batches, exc)
                 continue
-            by_broker.setdefault(address, []).append((tp, batches))
-        pool = self.accumulator.buffers
-        for address, group in by_broker.items():
-            parts: list[tuple[TopicPartition, list[ProducerBatch], int]] = []
             # encode once here (a retried batch keeps its bytes); per batch, so inline
-            with pool.writer(_arena_estimate(group, codec)) as writer:
-                for tp, batches in group:
-                    for b in batches:
-                        if b.encoded is None:
-                            if sequences is not None:  # numbered once, at encode
-                                b.encode(codec, writer, sequences.assign(tp, len(b.values)))
-                            else:
-                                b.encode(codec, writer)
-                    parts.append((tp, batches, sum(map(len, map(_encoded_of, batches)))))
+            pool = self.accumulator.buffers
+            for b in batches:
+                if b.encoded is None:
+                    if sequences is not None:  # numbered once, at encode
+                        b.encode(codec, pool, sequences.assign(tp, len(b.values)))
+                    else:
+                        b.encode(codec, pool)
+            size = sum(map(len, map(_encoded_of, batches)))
+            by_broker.setdefault(address, []).append((tp, batches, size))
+        for address, parts in by_broker.items():
             for request in plan_requests(parts, self.max_request_bytes):
                 self._send_request(address, request)
 
@@ -266,8 +259,7 @@ class Sender:
             conn = self.cluster.connection(address)
             future = conn.request(protocol.PRODUCE, fields,
                                   payload, expect_response=self.acks != 0,
-                                  callback=lambda f: self._on_response(f, parts),
-                                  span=_span_of(parts))
+                                  callback=lambda f: self._on_response(f, parts))
         except LogferryError as exc:
             for tp, batches in parts:
                 self.retry_or_fail(tp, batches, exc)
@@ -379,37 +371,6 @@ def _fail_futures(batches: Iterable[ProducerBatch], error: LogferryError) -> Non
 
 
 _encoded_of = attrgetter("encoded")
-
-
-def _arena_estimate(group: list[tuple[TopicPartition, list[ProducerBatch]]], codec: int) -> int:
-    """Bytes the not yet encoded batches of ``group`` that go into an arena (large and
-    uncompressed) will take, or a little more: their values plus a generous allowance
-    for each message's framing and time delta and each batch's header."""
-    if codec != records.CODEC_NONE:
-        return 0
-    total = 0
-    for _, batches in group:
-        for b in batches:
-            if b.encoded is None and len(b.values) >= records.SMALL_BATCH:
-                total += b.nbytes + 16 * len(b.values) + 256
-    return total
-
-
-def _span_of(parts: list[Part]) -> tuple[memoryview, int, int] | None:
-    """``(buffer, start, end)`` when the request's batches lie back to back in one
-    arena from its first batch on (the room before it free for the request's head),
-    for ``Connection.request``'s ``span``; otherwise None."""
-    first = parts[0][1][0]
-    arena = first.buffer
-    if arena is None or first.at != HEAD_ROOM or arena.view is None:
-        return None
-    end = HEAD_ROOM
-    for _, batches in parts:
-        for b in batches:
-            if b.buffer is not arena or b.at != end:
-                return None
-            end += len(b.encoded)  # type: ignore[arg-type]  # encoded: in an arena
-    return arena.view, HEAD_ROOM, end
 _future_of = attrgetter("future")
 
 

@@ -140,10 +140,7 @@ class TlsSocket:
         from one request to the next, and encrypted and sent at once. A fresh buffer per
         request instead (then read back out of the BIO as another) cost a page fault
         per 4 KiB: perf put that above AES-GCM itself. A part that fills a whole stage
-        by itself (a request above :data:`WRITE_BYTES`) is encrypted where it is.
-
-        A producer's request whose batches lie back to back in one arena does not come
-        here: ``Connection.request`` writes its head in front and calls :meth:`sendall`."""
+        by itself (a request above :data:`WRITE_BYTES`) is encrypted where it is."""
         total = sum(map(len, parts))
         with self._send_lock:
             stage = _take_stage(min(total, WRITE_BYTES))

@@ -168,7 +168,7 @@ def encode_batch_deltas(
     base: int,
     deltas: Sequence[int] | None,
     codec: int = CODEC_NONE,
-    buffer_for: Callable[[int], bytearray | memoryview] | None = None,
+    buffer_for: Callable[[int], bytearray] | None = None,
     producer: tuple[int, int, int] | None = None,
 ) -> bytes | bytearray | memoryview:
     """Encode one batch whose timestamps are given as stored: the header's ``base`` and
@@ -178,9 +178,8 @@ def encode_batch_deltas(
     deltas in C. Uncompressed, the batch is packed behind room for its header in a
     packer whose buffer is reused and copied out once: each fresh large buffer costs
     page faults, which were most of the time encoding took when the header and payload
-    were joined in new buffers. ``buffer_for(n)``, if given, supplies reused memory (a
-    bytearray or a writable view) of at least ``n`` bytes to copy into (the result is
-    then a view of it). Small
+    were joined in new buffers. ``buffer_for(n)``, if given, supplies a reused bytearray
+    of at least ``n`` bytes to copy into (the result is then a view of it). Small
     batches are made the plain way, as bytes. ``producer``, ``(producer_id, epoch,
     base_sequence)``, makes a magic 2 batch (an idempotent producer's).
     """

@@ -285,7 +285,7 @@ class FakeConnection:
     def __init__(self) -> None:
         self.requests: list = []
 
-    def request(self, api, fields, payload, expect_response=True, callback=None, span=None):
+    def request(self, api, fields, payload, expect_response=True, callback=None):
         future = SimpleNamespace(error=None, frame=None, done=lambda: False)
         self.requests.append((api, fields, [bytes(p) for p in payload], future, callback))
         return future

@@ -425,97 +425,36 @@ def test_buffer_pool_keeps_a_request_of_default_batches() -> None:
     assert {id(b) for b in again} == {id(b) for b in first}
 
 
-def test_large_batches_are_encoded_into_an_arena_given_back_when_done() -> None:
-    from broker.client.buffers import HEAD_ROOM
-
+def test_large_batches_are_encoded_into_pooled_buffers_given_back_when_done() -> None:
     clock = Clock()
     many = records.SMALL_BATCH
     acc = make(clock, linger=0.0, batch_messages=many, batch_bytes=1 << 20,
                buffer_bytes=1 << 20, max_request_bytes=1 << 20)
     acc.append(TP, [b"a" * 50] * many, 50 * many, None, 5)
     [first] = acc.ready(clock.now)[0][TP]
-    with acc.buffers.writer(60 * many) as writer:
-        encoded = bytes(first.encode(records.CODEC_NONE, writer))
-    assert first.buffer is not None and first.at == HEAD_ROOM and len(acc.buffers) == 0
+    encoded = bytes(first.encode(records.CODEC_NONE, acc.buffers))
+    assert first.buffer is not None and len(acc.buffers) == 0
     [out], _ = records.decode_batches(encoded, 0)
     assert out.values == [b"a" * 50] * many and out.base_timestamp == 5
-    arena_buffer = first.buffer.view.obj
-    acc.done(TP, [first])  # the arena's only batch, and no longer being filled
+    buffer = first.buffer
+    acc.done(TP, [first])
     assert len(acc.buffers) == 1 and first.buffer is None and first.encoded is None
     acc.append(TP, [b"b" * 40] * many, 40 * many, None, 6)
     [second] = acc.ready(clock.now)[0][TP]
-    with acc.buffers.writer(50 * many) as writer:
-        again = bytes(second.encode(records.CODEC_NONE, writer))
-    assert second.buffer.view.obj is arena_buffer  # the same memory, the new batch's bytes
+    again = bytes(second.encode(records.CODEC_NONE, acc.buffers))
+    assert second.buffer is buffer  # the same memory, the new batch's bytes
     [out], _ = records.decode_batches(again, 0)
     assert out.values == [b"b" * 40] * many and out.base_timestamp == 6
     failed = acc.fail(TP, [second])
     assert failed == [second] and len(acc.buffers) == 1
 
 
-def test_an_arena_goes_back_after_its_last_batch_and_the_writer_are_done() -> None:
-    from broker.client.buffers import HEAD_ROOM, BufferPool
-
-    pool = BufferPool()
-    writer = pool.writer(3000)
-    views = [writer.take(1000) for _ in range(3)]
-    arenas = {writer.last[0]}
-    assert len(arenas) == 1  # the estimate held all three, back to back
-    [arena] = arenas
-    for i, view in enumerate(views):
-        view[:] = bytes([i + 1]) * 1000
-    assert bytes(arena.view[HEAD_ROOM:HEAD_ROOM + 3000]) == b"\x01" * 1000 + b"\x02" * 1000 + b"\x03" * 1000
-    assert arena.used == HEAD_ROOM + 3000 and arena.users == 3
-    arena.release()
-    arena.release()
-    writer.close()
-    assert len(pool) == 0  # one batch still reads it
-    arena.release()
-    assert len(pool) == 1 and arena.view is None
-
-
-def test_an_arena_writer_starts_another_arena_when_the_estimate_was_short() -> None:
-    from broker.client.buffers import BufferPool
-
-    pool = BufferPool()
-    writer = pool.writer(100)
-    writer.take(100)
-    first = writer.last[0]
-    writer.take(10_000 + len(first.view))  # cannot fit the rest of the first arena
-    second, at = writer.last
-    assert second is not first and not first.filling and second.filling
-    writer.close()
-    assert not second.filling
-    first.release()
-    second.release()
-    assert len(pool) == 2
-
-
-def test_a_retried_batch_is_copied_out_of_its_arena() -> None:
-    clock = Clock()
-    many = records.SMALL_BATCH
-    acc = make(clock, linger=0.0, batch_messages=many, batch_bytes=1 << 20,
-               buffer_bytes=1 << 20, max_request_bytes=1 << 20)
-    acc.append(TP, [b"c" * 30] * many, 30 * many, None, 7)
-    [batch] = acc.ready(clock.now)[0][TP]
-    with acc.buffers.writer(40 * many) as writer:
-        stored = bytes(batch.encode(records.CODEC_NONE, writer))
-    acc.retry(TP, [batch], clock.now)
-    assert batch.buffer is None and type(batch.encoded) is bytes
-    assert batch.encoded == stored  # a retry resends the same bytes
-    assert len(acc.buffers) == 1  # the arena went back with its only batch copied out
-    acc.done(TP, [batch])
-    assert len(acc.buffers) == 1
-
-
-def test_small_batches_take_no_arena() -> None:
+def test_small_batches_take_no_pooled_buffer() -> None:
     clock = Clock()
     acc = make(clock, linger=0.0)
     acc.append(TP, [b"a"], 1, None, 5)
     [batch] = acc.ready(clock.now)[0][TP]
-    with acc.buffers.writer(0) as writer:
-        assert type(batch.encode(records.CODEC_NONE, writer)) is bytes
-    assert batch.buffer is None and writer.last is None
+    assert type(batch.encode(records.CODEC_NONE, acc.buffers)) is bytes and batch.buffer is None
 
 
 # -- Producer.send, both paths ----------------------------------------------------------

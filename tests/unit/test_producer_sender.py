@@ -21,12 +21,10 @@ class FakeConnection:
 
     def __init__(self) -> None:
         self.requests: list = []
-        self.spans: list = []
 
-    def request(self, api, fields, payload, expect_response=True, callback=None, span=None):
+    def request(self, api, fields, payload, expect_response=True, callback=None):
         future = SimpleNamespace(error=None, frame=None, done=lambda: False)
         self.requests.append((api, fields, list(payload), future, callback))
-        self.spans.append(None if span is None else bytes(span[0][span[1]:span[2]]))
         return future if expect_response else None
 
 
@@ -80,39 +78,6 @@ def test_a_batch_is_encoded_sent_and_acknowledged() -> None:
     assert future.wait(0) == 4096 and acc.unfinished == 0
     stats = sender.metrics()
     assert stats["messages_acked"] == 2 and stats["requests"] == 1 and stats["batches_sent"] == 1
-
-
-def test_a_request_of_large_batches_lies_in_one_arena_with_room_for_its_head() -> None:
-    """Every large batch of one drain for one broker is encoded back to back: the
-    request's payload is one span, the room before it free (HEAD_ROOM), which a TLS
-    connection encrypts in place. After the request, the arena goes back to the pool."""
-    from broker.client.buffers import HEAD_ROOM
-
-    acc, cluster, sender, now, _ = setup()
-    many = 100  # setup's batch_messages: two whole batches per partition
-    assert many >= records.SMALL_BATCH
-    for partition in (0, 1):
-        acc.append(("t", partition), [b"v%d" % partition] * many, 2 * many, None, 5)
-        acc.append(("t", partition), [b"w%d" % partition] * many, 2 * many, None, 5)
-    sender.send(acc.ready(now[0])[0])
-    [(_, fields, payload, _, _)] = cluster.conn.requests
-    [span] = cluster.conn.spans
-    assert len(payload) == 4 and span == b"".join(payload)
-    assert [part[2] for part in fields["parts"]] == [len(payload[0]) * 2] * 2
-    assert len(acc.buffers) == 0  # the batches are in flight: their arena is in use
-    answer(cluster.conn.requests[0], [["t", 0, 0, 0, None], ["t", 1, 0, 0, None]])
-    assert acc.unfinished == 0 and len(acc.buffers) == 1
-    assert acc.buffers.kept_bytes >= HEAD_ROOM + len(span)
-
-
-def test_a_request_with_a_small_batch_has_no_span() -> None:
-    """A small batch is its own bytes object, outside the arena: the request is not in
-    one piece and goes the staged way."""
-    acc, cluster, sender, now, _ = setup()
-    acc.append(("t", 0), [b"v"] * records.SMALL_BATCH, records.SMALL_BATCH, None, 5)
-    acc.append(("t", 1), [b"s"], 1, None, 5)
-    sender.send(acc.ready(now[0])[0])
-    assert cluster.conn.spans == [None] and len(cluster.conn.requests[0][2]) == 2
 
 
 def test_acks_0_completes_without_an_answer() -> None:
