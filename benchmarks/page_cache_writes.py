@@ -6,7 +6,7 @@ a new file per case, the file kept (as a log keeps its segments, so the page cac
 grows and takes fresh memory), in writes of each size given, the sizes alternating
 from run to run, and prints the CPU per byte (median of ``--runs``). On this VM large
 writes cost up to ten times what 256 KiB writes cost once the memory the guest used
-recently is spent (docs/benchmarks.md, "Page-cache writes by size"):
+recently is spent (docs/benchmarks.md, "Large writes, and TLS one write per request"):
 
     .venv/bin/python benchmarks/page_cache_writes.py --sizes-kib 256,1024,2048 --runs 12
 """
