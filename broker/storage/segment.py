@@ -43,12 +43,12 @@ file, files kept as a log keeps its segments), medians of two runs: 0.18 and 0.2
 byte for 256 KiB writes, 1.38 and 1.74 for 1 MiB, 1.98 and 2.08 for 2 MiB (a slow
 write costs 2.3-3.6). Every size turns dear once the page cache has grown into a few
 GB of fresh memory; small pieces put that off. A producer that falls behind sends
-requests of up to 16 MiB (``max_request_bytes``), and with one ``os.write`` per request the broker's CPU per 200 B message in
-``benchmarks/broker_throughput.py``'s batch-50 case was 650 ns (TLS 750), nearly all of
-it in the kernel's copy into the page cache; in pieces, 175 (TLS 300), medians of 5
-alternated rounds of ``benchmarks/ab_compare.py``. The pieces' syscalls are inside
-page_cache_writes' per-byte figure: while both were cheap, 256 KiB and 2 MiB writes
-cost 0.20 and 0.23 ns a byte."""
+requests of up to 16 MiB (``max_request_bytes``), and with one ``os.write`` per request
+the broker's CPU per 200 B message in ``benchmarks/broker_throughput.py``'s batch-50
+case was 650 ns (TLS 750), nearly all of it in the kernel's copy into the page cache;
+in pieces, 175 (TLS 300), medians of 5 alternated rounds of ``benchmarks/ab_compare.py``.
+The pieces' syscalls are inside page_cache_writes' per-byte figure: while both were
+cheap, 256 KiB and 2 MiB writes cost 0.20 and 0.23 ns a byte."""
 
 _unpack_header = BATCH_HEADER.unpack_from
 
