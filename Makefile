@@ -39,13 +39,14 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# On several workers (pytest-xdist, tests/support/parallel.py); PYTEST_ARGS="-n 0" for one.
 test: venv system-deps lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n auto $(PYTEST_ARGS)
 
 # Tests marked `integration` start processes (ZooKeeper, brokers, Spark, subprocesses);
 # the rest need neither Java nor free ports.
 test-unit: venv
-	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n auto -m "not integration" $(PYTEST_ARGS)
 
 demo: venv system-deps
 	$(VENV)/bin/logferry demo $(DEMO_ARGS)

@@ -25,6 +25,8 @@ from tests.support import failure_log_sections  # noqa: E402
 pytest_plugins = [
     "pytester",
     "tests.support.markers",
+    "tests.support.parallel",
+    "tests.support.pki",
     "tests.support.zookeeper",
     "tests.support.brokers",
 ]

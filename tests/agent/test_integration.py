@@ -194,6 +194,7 @@ def test_kill_9_then_restart_loses_nothing(broker_cluster, agent_process, tmp_pa
     assert first_seen == sorted(first_seen)
 
 
+@pytest.mark.slow
 def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_process, tmp_path):
     """Stop the broker for 10 s while lines keep coming: nothing lost, in flight <= cap."""
     cluster = broker_cluster(1)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from broker.client import Admin, AuditRecord, GroupConsumer, Producer
 from tests.console.browser import ConsoleProcess, open_browser
 from tests.support import waiting
+from tests.support.cli import logferry
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,8 +26,7 @@ SETTINGS = {"zk_session_timeout_s": 2.0, "replica_lag_time_max_ms": 1000,
 
 
 def cli(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "broker", *argv], capture_output=True, text=True,
-                          timeout=60)
+    done = logferry(*argv)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -46,6 +46,7 @@ def _join(thread: threading.Thread, timeout: float = 120) -> None:
     assert not thread.errors, thread.errors  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_three_members_twelve_partitions_300k_messages_exactly_once(broker_cluster, group_members):
     cluster = broker_cluster(2)
     zk = cluster.zk_connect
@@ -77,6 +78,7 @@ def test_three_members_twelve_partitions_300k_messages_exactly_once(broker_clust
     assert all(m.closed_metrics()["rebalances"] >= 1 for m in members)
 
 
+@pytest.mark.slow
 def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_members):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
@@ -118,6 +120,7 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
     assert_no_overlap(members)
 
 
+@pytest.mark.slow
 def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(broker_cluster, group_members):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
@@ -158,6 +161,7 @@ def test_two_groups_each_receive_everything(broker_cluster, group_members):
     assert_consumed_all(all_records(g2), range(total))
 
 
+@pytest.mark.slow
 def test_broker_restart_during_consumption(broker_cluster, group_members):
     cluster = broker_cluster(2)
     zk = cluster.zk_connect
@@ -175,6 +179,7 @@ def test_broker_restart_during_consumption(broker_cluster, group_members):
     assert_no_overlap(members)
 
 
+@pytest.mark.slow
 def test_zookeeper_down_for_10s_during_consumption(broker_cluster, group_members, zookeeper):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect

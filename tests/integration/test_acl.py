@@ -12,7 +12,6 @@ running broker without a restart.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
@@ -22,14 +21,14 @@ from broker.common.errors import TopicAuthorizationFailedError
 from broker.testing.localrun import free_port
 from tests.support.metrics import samples, scrape, value
 from tests.support.waiting import wait_until
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
 
 def acl(zk: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``logferry acl ...`` against the test's cluster."""
-    result = subprocess.run([sys.executable, "-m", "broker", "acl", *args, "--zk", zk],
-                            capture_output=True, text=True, timeout=60)
+    result = logferry("acl", *args, "--zk", zk)
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -51,6 +50,7 @@ def _produce(zk: str, topic: str) -> None:
         producer.send(topic, b"x", partition=0).wait(20)
 
 
+@pytest.mark.slow
 def test_acls_decide_what_anonymous_may_do_and_changes_apply_without_restart(
         broker_cluster, zk_connect) -> None:
     metrics_port = free_port()
@@ -114,6 +114,7 @@ def test_acls_decide_what_anonymous_may_do_and_changes_apply_without_restart(
     assert broker.proc is not None and broker.proc.poll() is None
 
 
+@pytest.mark.slow
 def test_followers_replicate_only_with_alter_on_the_cluster(broker_cluster) -> None:
     """Brokers that do not authenticate to each other are User:ANONYMOUS: a follower's
     fetch is refused until that principal may alter the cluster (docs/security.md)."""

@@ -36,7 +36,7 @@ from tests.integration.test_authentication import (
 )
 from tests.support.memory import RssSampler, rss_bytes
 from tests.support.metrics import samples, scrape, value
-from tests.support.pki import Pki, make_pki
+from tests.support.pki import Pki
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,11 +47,6 @@ STORM = int(os.environ.get("LOGFERRY_AUTH_STORM", "10000"))
 THREADS = 8
 HANDSHAKE_S = 5.0
 """The silent connections' handshake timeout: long enough to tell a refusal from it."""
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _frame(sock: ssl.SSLSocket, decoder: protocol.FrameDecoder) -> protocol.Frame | None:
@@ -146,6 +141,7 @@ class Guesser:
         return answer is not None and answer.header.get("err") == 30
 
 
+@pytest.mark.slow
 def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: Pki,
                                                            zk_connect: str, tmp_path: Path):
     create_user(zk_connect, tmp_path, "alice")
@@ -185,7 +181,6 @@ def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: 
     assert not guesser.unexpected[:5], guesser.unexpected[:5]
     assert guesser.refused == STORM
     assert counted >= STORM
-    assert elapsed < 120, "the storm itself should fit in about a minute (shared machine)"
     assert p99 < 5.0
     assert peak - baseline < 100 * MiB
     assert len(failed_lines) <= elapsed / 10 + 2  # at most one line per 10 s

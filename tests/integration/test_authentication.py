@@ -9,9 +9,6 @@ requests get one clear, non-retried error while the broker keeps serving everyon
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -25,29 +22,17 @@ from broker.common.errors import AuthenticationError, AuthenticationRequiredErro
 from broker.common.tls import TlsConfig
 from broker.testing.localrun import free_port
 from tests.support.metrics import samples, scrape, value
-from tests.support.pki import Pki, make_pki
+from tests.support.pki import Pki
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def broker_tls(pki: Pki, **extra: object) -> dict[str, object]:
     return {"enabled": True, "ca_file": str(pki.ca), "cert_file": str(pki.broker_cert),
             "key_file": str(pki.broker_key), **extra}
-
-
-def logferry(*args: str, env: dict[str, str] | None = None,
-             stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60, cwd=str(ROOT),
-                          env=dict(os.environ, **(env or {})))
 
 
 def password_file(directory: Path, name: str, password: str) -> Path:

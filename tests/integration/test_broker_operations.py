@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from broker.client import Producer, SimpleConsumer
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -69,11 +69,10 @@ def test_broker_registers_again_after_its_session_expires(broker_cluster, zk_con
     assert values == [b"before", b"after"]
 
 
-def _cli(*args: str, stdin: str | None = None, zk: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", *args], input=stdin, text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+_cli = logferry
 
 
+@pytest.mark.slow
 def test_command_line_round_trip(broker_cluster):
     cluster = broker_cluster(2)
     zk = cluster.zk_connect

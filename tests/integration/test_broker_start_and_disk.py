@@ -69,6 +69,7 @@ def test_a_start_on_a_taken_port_fails_in_one_line_and_leaves_nothing_behind(
         assert broker.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_start_refused_by_zookeeper_closes_its_session_and_keeps_the_live_broker(
         zk_connect: str, zk_client: KazooClient, tmp_path: Path) -> None:
     """A second broker with a live broker's id gives up (after its 30 s registration

@@ -3,19 +3,15 @@ a group consume prints messages, not the group's INFO rebalance lines."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
 
-def _cli(*args: str, zk: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", *args], input=stdin, text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+_cli = logferry
 
 
 def test_produce_that_cannot_deliver_says_how_many_and_exits_1(broker_cluster):

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -14,13 +11,13 @@ import pytest
 from agent.encode import chunk_prefix, encode_values
 from broker.client import Producer, SimpleConsumer
 from tests.support.waiting import wait_until
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
 
 def _consume(*args: str, zk: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "broker", "consume", *args], text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+    done = logferry("consume", *args, zk=zk)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 

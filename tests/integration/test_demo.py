@@ -17,6 +17,7 @@ def _ints(row: str) -> list[int]:
     return [int(x.replace(",", "")) for x in re.findall(r"[\d,]*\d", row)]
 
 
+@pytest.mark.slow
 def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     workdir = tmp_path / "demo"
     proc = subprocess.run(

@@ -71,6 +71,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     out = tmp_path / "demo.out"

@@ -11,9 +11,6 @@ and through a direct ZooKeeper write with its own login, and nothing changes.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from broker.common.errors import GroupAuthorizationFailedError
 from broker.common.zk_security import ZkSecurity, ZkTarget, digest_id
 from broker.coordination.group_acl import MEMBER, READER, perms_of
 from broker.coordination.zk_acl import digest_acl
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -70,9 +68,7 @@ def _close(client: KazooClient) -> None:
     client.close()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+_cli = logferry
 
 
 def _acl(zk: str, owner_file: Path, verb: str, principal: str, operation: str, group: str) -> str:

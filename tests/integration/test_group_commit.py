@@ -53,6 +53,7 @@ def test_a_following_consumer_gets_every_message_in_order_without_the_timer(brok
     assert [value for _, value in seen] == [b"gc-%06d" % j for j in range(count)]
 
 
+@pytest.mark.slow
 def test_what_a_consumer_saw_survives_a_kill_9(broker_cluster):
     """Everything a consumer read before the broker was killed is in the log after the
     restart, at the same offsets: visible bytes were fsynced (crash-safe visibility)."""

@@ -6,8 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
@@ -17,55 +16,15 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.testing.localrun import BrokerProcess
-from tests.support.brokers import TEST_BROKER_SETTINGS, TEST_LOG_SETTINGS
+from tests.support.brokers import KafkaCluster
 
 pytestmark = pytest.mark.integration
 
 N = 300
 
 
-class KafkaCluster:
-    def __init__(self, brokers: list[BrokerProcess]):
-        self.brokers = brokers
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(b.kafka_address() for b in self.brokers)
-
-    @property
-    def native(self) -> list[str]:
-        return [b.address for b in self.brokers]
-
-
-@pytest.fixture
-def kafka_cluster(zk_connect: str, tmp_path: Path) -> Iterator[Any]:
-    started: list[BrokerProcess] = []
-
-    def start(n: int = 1, **broker: Any) -> KafkaCluster:
-        for i in range(n):
-            process = BrokerProcess(len(started) + 1, zk_connect, tmp_path,
-                                    broker={**TEST_BROKER_SETTINGS, **broker},
-                                    log=TEST_LOG_SETTINGS,
-                                    kafka={"listen": "127.0.0.1:0"})
-            started.append(process)
-            process.start()
-        return KafkaCluster(list(started))
-
-    yield start
-    for process in started:
-        try:
-            process.stop()
-        except Exception:
-            process.kill()
-
-
 def create_topic(cluster: KafkaCluster, topic: str, partitions: int, rf: int = 1) -> None:
-    admin = Admin(brokers=cluster.native)
-    try:
-        admin.create_topic(topic, partitions=partitions, replication_factor=rf)
-    finally:
-        admin.close()
+    cluster.create_topic(topic, partitions, rf)
 
 
 def rd_consume(bootstrap: str, topic: str, partitions: int, count: int,

@@ -12,12 +12,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
 from broker.client import Admin
-from tests.integration.test_kafka_clients import kafka_cluster  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
 
-def test_admin_clients_describe_topic_and_broker_configs(kafka_cluster: Any) -> None:  # noqa: F811
+def test_admin_clients_describe_topic_and_broker_configs(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1, min_insync_replicas=1)
     with Admin(brokers=cluster.native) as admin:
         admin.create_topic("described", 2, 1, config={"retention_ms": 60_000,

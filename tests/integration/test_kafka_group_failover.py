@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer as RdProducer
 
-from tests.integration.test_kafka_clients import create_topic, kafka_cluster  # noqa: F401
+from tests.integration.test_kafka_clients import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ def _wait(what: str, condition: Any, timeout: float) -> None:
 
 
 def test_three_librdkafka_consumers_one_killed_the_rest_take_over(
-        kafka_cluster: Any, tmp_path: Path) -> None:  # noqa: F811
+        kafka_cluster: Any, tmp_path: Path) -> None:
     cluster = kafka_cluster(2)
     create_topic(cluster, "shared", PARTITIONS)
     script = tmp_path / "member.py"

@@ -21,11 +21,7 @@ from confluent_kafka import Producer as RdProducer
 
 from broker.client import Admin
 from broker.server.kafka_groups import coordinator_for
-from tests.integration.test_kafka_clients import (  # noqa: F401
-    create_topic,
-    kafka_cluster,
-    rd_group_consumer,
-)
+from tests.integration.test_kafka_clients import create_topic, rd_group_consumer
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +80,7 @@ def leader_of(native: list[str], topic: str, timeout: float = 30) -> int:
 
 
 @pytest.mark.parametrize("how", ["kill -9", "controlled shutdown"])
-def test_committed_position_survives_a_leader_change(kafka_cluster: Any,  # noqa: F811
+def test_committed_position_survives_a_leader_change(kafka_cluster: Any,
                                                      how: str) -> None:
     cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
     create_topic(cluster, "moving", 1, rf=3)
@@ -124,7 +120,7 @@ def test_committed_position_survives_a_leader_change(kafka_cluster: Any,  # noqa
 
 
 def test_committed_position_survives_retention_and_below_the_log_start_resets(
-        kafka_cluster: Any) -> None:  # noqa: F811
+        kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1, retention_check_ms=200)
     with Admin(brokers=cluster.native) as admin:
         admin.create_topic("aging", 1, 1, config={"segment_bytes": 1024})

@@ -34,16 +34,11 @@ from broker.common.config import dumps
 from broker.testing.localrun import free_port
 from tests.integration.test_authentication import PASSWORD, broker_tls, create_user, logferry
 from tests.integration.test_kafka_clients import _closed, _frame, _read_frame
-from tests.support.pki import Pki, make_pki
+from tests.support.pki import Pki
 
 pytestmark = pytest.mark.integration
 
 N = 200
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 class SaslBroker:
@@ -188,6 +183,7 @@ def _failed_login(settings: dict[str, Any]) -> str:
     return str(auth[0].str())
 
 
+@pytest.mark.slow
 def test_wrong_password_and_unknown_user_fail_alike(broker_cluster, pki: Pki, zk_connect: str,
                                                     tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:

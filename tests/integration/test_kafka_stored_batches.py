@@ -16,7 +16,6 @@ from broker.client import Producer, SimpleConsumer
 from tests.integration.test_kafka_clients import (
     consumer_batches,
     create_topic,
-    kafka_cluster,  # noqa: F401  (the fixture)
     rd_consume,
 )
 
@@ -36,7 +35,7 @@ def _rd_produce(bootstrap: str, tag: str, **config: Any) -> None:
 
 
 def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
-        kafka_cluster: Any) -> None:  # noqa: F811
+        kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "cross", 1)
     _rd_produce(cluster.bootstrap, "rd")  # stored as it came: magic 3

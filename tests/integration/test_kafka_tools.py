@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.integration.test_kafka_clients import create_topic, kafka_cluster  # noqa: F401
+from tests.integration.test_kafka_clients import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def kcat(*args: str, stdin: str | None = None, timeout: float = 60) -> str:
     return result.stdout
 
 
-def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:  # noqa: F811
+def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(2)
     create_topic(cluster, "listed", 3, rf=2)
     meta = json.loads(kcat("-b", cluster.bootstrap, "-L", "-J"))
@@ -48,7 +48,7 @@ def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:  # noqa: F811
     assert "2 brokers:" in text and 'topic "listed" with 3 partitions:' in text
 
 
-def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None:  # noqa: F811
+def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "kc", 2)
     for p in range(2):
@@ -68,7 +68,7 @@ def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None
         assert offsets == sorted(set(offsets))
 
 
-def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:  # noqa: F811
+def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "aio", 3)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_kafka_clients import create_topic, kafka_cluster  # noqa: F401
+from tests.integration.test_kafka_clients import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def _tool(name: str) -> str:
     return path
 
 
-def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any,  # noqa: F811
+def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any,
                                                     tmp_path: Path) -> None:
     node, npm = _tool("node"), _tool("npm")
     app = tmp_path / "kafkajs-app"

@@ -24,14 +24,9 @@ from broker.common.tls import TlsConfig
 from broker.coordination import zk as zkmod
 from broker.testing.localrun import free_port
 from tests.integration.test_authentication import PASSWORD, broker_tls, create_user, logferry
-from tests.support.pki import Pki, make_pki
+from tests.support.pki import Pki
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def listener_cluster(broker_cluster: Any, pki: Pki, n: int, inter: str,

@@ -9,10 +9,7 @@ while the broker keeps serving everyone else and logs nothing above DEBUG about 
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,14 +18,10 @@ import pytest
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.errors import BrokerNotAvailableError, TlsHandshakeError
 from broker.common.tls import TlsConfig
-from tests.support.pki import Pki, make_pki
+from tests.support.pki import Pki
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def broker_tls(pki: Pki, **extra: object) -> dict[str, object]:
@@ -142,9 +135,7 @@ def test_a_client_that_never_speaks_is_dropped(broker_cluster, pki: Pki) -> None
     _produce_consume(cluster.zk_connect, TlsConfig(ca_file=pki.ca), "after-silence", 10)
 
 
-def _cli(*args: str, zk: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", *args], input=stdin, text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+_cli = logferry
 
 
 def test_cli_produce_and_consume_over_tls(broker_cluster, pki: Pki) -> None:

@@ -7,9 +7,6 @@ topic grows while a producer and a consumer group run, and every message arrives
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -19,13 +16,12 @@ from broker.client import Admin, GroupConsumer, Producer
 from broker.common.errors import InvalidTopicConfigError
 from broker.wire import protocol
 from tests.support.waiting import wait_until
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
 
-def _cli(*args: str, zk: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", *args], text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ, LOGFERRY_ZK=zk))
+_cli = logferry
 
 
 def test_settings_at_creation_and_retention_lowered_without_a_restart(broker_cluster):

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,6 +22,7 @@ from kazoo.client import KazooClient
 from broker.common.errors import ZooKeeperError
 from broker.coordination import zk
 from tests.support.ports import free_port
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +30,7 @@ READ_ONLY = (["topic", "list"], ["topic", "describe", "t"], ["consume", "t"],
              ["group", "list"], ["group", "describe", "g"])
 
 
-def _logferry(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *argv], capture_output=True,
-                          text=True, timeout=60)
+_logferry = logferry
 
 
 @pytest.mark.parametrize("create", [False, True])

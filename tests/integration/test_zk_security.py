@@ -11,8 +11,6 @@ cluster that ran without them. TLS: a broker and the CLI reach ZooKeeper over it
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from broker.common.config import dumps
 from broker.common.tls import TlsConfig
 from broker.common.zk_security import ZkSecurity, ZkTarget, digest_id
 from broker.coordination.zk_acl import WORLD_READ, digest_acl
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +57,7 @@ def _kazoo(connect: str, auth: tuple[str, str] | None = None, **kwargs: object) 
     return client
 
 
-def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True,
-                          text=True, timeout=timeout)
+_cli = logferry
 
 
 def _produce(zk: str, topic: str, values: list[bytes], **kwargs: object) -> None:

@@ -42,6 +42,7 @@ def _files(logs: Path) -> tuple[int, int, int]:
     return total, 1000 - failed_json - failed_access, failed_json + failed_access
 
 
+@pytest.mark.slow
 def test_static_and_parsed_fields_ship_count_and_land(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     logs = tmp_path / "logs"

@@ -57,6 +57,7 @@ master = "local[2]"
     return path
 
 
+@pytest.mark.slow
 def test_deleted_and_truncated_files_are_reported_then_repaired(spark, broker_cluster, tmp_path,
                                                                 capsys):
     cluster = broker_cluster(1)
@@ -153,6 +154,7 @@ def agent_audit(topic: str, counts: dict[int, int]) -> list[bytes]:
             for w, n in sorted(counts.items())]
 
 
+@pytest.mark.slow
 def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect

@@ -81,6 +81,7 @@ def audit_records(sent, short_topic: str | None = None):
     return out
 
 
+@pytest.mark.slow
 def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect

@@ -69,6 +69,7 @@ def landed_files(out: Path, topic: str) -> list[Path]:
                   if "_logferry" not in p.parts and f"topic={topic}" in p.parts)
 
 
+@pytest.mark.slow
 def test_landed_parquet_types_in_pyarrow_duckdb_and_spark(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect

@@ -40,6 +40,7 @@ def test_read_with_filter_and_offsets(spark, broker_cluster):
     assert part0.count() == len(sent[0]) - len(first_batch.values)
 
 
+@pytest.mark.slow
 def test_structured_streaming_follows_topics_across_restarts(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect

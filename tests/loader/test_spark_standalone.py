@@ -51,6 +51,7 @@ def wait_for(check, timeout: float, what: str, proc: subprocess.Popen, log: Path
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # four JVMs start; about 90 s on a quiet machine, 260 s loaded
 def test_the_loader_lands_exactly_once_on_a_standalone_cluster_that_loses_a_worker(
         broker_cluster, tmp_path: Path) -> None:

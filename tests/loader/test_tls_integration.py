@@ -17,6 +17,7 @@ from tests.support.pki import make_pki
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_spark_reads_a_tls_cluster(spark, broker_cluster, tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     cluster = broker_cluster(1, tls={"enabled": True, "cert_file": str(pki.broker_cert),
@@ -34,6 +35,7 @@ def test_spark_reads_a_tls_cluster(spark, broker_cluster, tmp_path: Path) -> Non
     assert values == sorted(f"v{i:05d}".encode() for i in range(3000))
 
 
+@pytest.mark.slow
 def test_the_loader_lands_from_a_scram_cluster(spark, broker_cluster, tmp_path: Path) -> None:
     """``[sasl]`` in loader.toml: the driver plans and the executors fetch as a SCRAM
     user, each reading the password from the file the config names (the password is in

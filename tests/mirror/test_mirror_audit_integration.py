@@ -53,6 +53,7 @@ def _pipeline(source, target, topic: str) -> dict:
     return rows[0]["stages"]
 
 
+@pytest.mark.slow
 def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
         two_clusters, mirrors, agent_process, tmp_path: Path):
     source, target = two_clusters()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,6 @@ from broker.client.group.offsets import Committed, read_offsets, read_owners, wr
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
 from tests.mirror.conftest import (
-    ROOT,
     assert_mirrored,
     create,
     ends,
@@ -27,6 +24,7 @@ from tests.mirror.conftest import (
     read_batches,
     wait_for,
 )
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -71,9 +69,7 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
             assert committed[(topic, p)] == end
     status = mirror.status()
     assert status["messages_total"] == 500_000
-    out = subprocess.run([sys.executable, "-m", "broker", "mirror", "status", "--config",
-                          str(mirror.config_file), "--json"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)
+    out = logferry("mirror", "status", "--config", str(mirror.config_file), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["lag_bytes"] == 0 and len(doc["partitions"]) == sum(TOPICS.values())
@@ -163,6 +159,7 @@ def _scrape_when(port: int, name: str, equals: float, **labels: str) -> str | No
     return text if value(samples(text), name, **labels) == equals else None
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(two_clusters, mirrors):
     source, target = two_clusters()
     create(source.zk_connect, "events", 4)
@@ -271,9 +268,7 @@ def test_resume_offset_deleted_by_retention_stops_or_skips_loudly(two_clusters, 
         wait_for(lambda: "old-0" in (mirror.status().get("halted") or {}), 30, "the halt")
         time.sleep(2)
         assert not any(ends(target.zk_connect, "old").values())  # nothing copied
-        out = subprocess.run([sys.executable, "-m", "broker", "mirror", "status", "--config",
-                              str(mirror.config_file)], capture_output=True, text=True, cwd=ROOT,
-                             timeout=60)
+        out = logferry("mirror", "status", "--config", str(mirror.config_file))
         assert out.returncode == 0 and "GAP" in out.stdout and "halted: old-0" in out.stdout
         assert _offsets(source.zk_connect, "mirror")[("old", 0)] == 0  # nothing skipped
         assert "MIRROR PARTITION STOPPED" in mirror.log_tail(200)

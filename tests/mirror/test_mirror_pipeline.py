@@ -34,6 +34,7 @@ def restarts(source: list[bytes], target: list[bytes]) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_kill_9_mid_stream_with_many_batches_in_flight_loses_nothing(two_clusters, mirrors):
     source, target = two_clusters()
     create(source.zk_connect, "piped", PARTITIONS)

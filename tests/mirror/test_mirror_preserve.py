@@ -16,6 +16,7 @@ from broker.client import Admin, GroupAdmin, GroupConsumer, Producer, SimpleCons
 from tests.mirror.conftest import (
     assert_mirrored, create, ends, message_count, mirrored, produce, read_batches, wait_for,
 )
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -130,9 +131,6 @@ def test_an_empty_target_starts_at_the_source_log_start(two_clusters, mirrors):
 
 
 def test_copied_group_offsets_let_a_consumer_resume_on_the_target(two_clusters, mirrors, tmp_path):
-    import subprocess
-    import sys
-    from tests.mirror.conftest import ROOT
     source, target = two_clusters()
     create(source.zk_connect, "clicks", 2)
     produce(source.zk_connect, "clicks", 2_000, 2, batch=100)
@@ -148,9 +146,8 @@ def test_copied_group_offsets_let_a_consumer_resume_on_the_target(two_clusters, 
         consumer.commit()
     with GroupAdmin(source.zk_connect) as admin:
         committed = {tp: c[:2] for tp, c in admin.offsets("readers").items()}
-    out = subprocess.run([sys.executable, "-m", "broker", "group", "copy-offsets", "--from-zk",
-                          source.zk_connect, "--to-zk", target.zk_connect, "--group", "readers"],
-                         capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    out = logferry("group", "copy-offsets", "--from-zk", source.zk_connect,
+                   "--to-zk", target.zk_connect, "--group", "readers")
     assert out.returncode == 0, out.stderr
     with GroupAdmin(target.zk_connect) as admin:
         assert {tp: c[:2] for tp, c in admin.offsets("readers").items()} == committed

@@ -7,13 +7,12 @@ authorizer on (every client there is ``User:ANONYMOUS``, as in tests/integration
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 from broker.common.config import dumps
 from tests.mirror.conftest import assert_mirrored, create, mirrored, produce, topic_messages, wait_for
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +20,7 @@ N, M, MORE = 2_000, 1_500, 700
 
 
 def _acl(zk: str, *args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "broker", "acl", "add", "--zk", zk,
-                           "--principal", "User:ANONYMOUS", *args, "--allow"],
-                          capture_output=True, text=True, timeout=60)
+    done = logferry("acl", "add", "--zk", zk, "--principal", "User:ANONYMOUS", *args, "--allow")
     assert done.returncode == 0, done.stderr
 
 

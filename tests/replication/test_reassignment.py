@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from tests.replication.conftest import (
     replica_bytes,
     wait_until,
 )
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,8 @@ THROTTLE = 400_000
 """Bytes/s each new broker may copy: the prefilled data then takes seconds to copy."""
 
 
-def cli(cluster, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", *args, "--zk", cluster.zk_connect],
-                          text=True, capture_output=True, timeout=timeout)
+def cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return logferry(*args, "--zk", cluster.zk_connect)
 
 
 def prefill(cluster, topic: str, partitions: int, per_partition: int) -> None:
@@ -118,6 +117,7 @@ def assert_replicas_identical(cluster, topic: str, partitions: int) -> dict[int,
     return {p: list(parts[p].replicas) for p in range(partitions)}
 
 
+@pytest.mark.slow
 def test_grow_two_brokers_to_four_throttled_under_load(broker_cluster, tmp_path):
     cluster = broker_cluster(2, broker=SETTINGS)
     topic, partitions = "grow", 4
@@ -163,6 +163,7 @@ def test_grow_two_brokers_to_four_throttled_under_load(broker_cluster, tmp_path)
           "produce errors")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["leader", "controller", "new_replica"])
 def test_kill9_mid_copy_the_move_finishes(broker_cluster, tmp_path, victim):
     cluster = broker_cluster(2, broker=SETTINGS)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -37,10 +34,10 @@ from tests.replication.conftest import (
     replica_bytes,
     wait_until,
 )
+from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_kill_9_of_the_leader_keeps_every_acknowledged_message(broker_cluster):
@@ -136,6 +133,7 @@ def test_paused_follower_leaves_the_isr_and_rejoins(broker_cluster):
     assert_replicas_identical(cluster, topic, 1)
 
 
+@pytest.mark.slow
 def test_random_broker_kills_lose_nothing(broker_cluster):
     cluster = broker_cluster(3, broker=REPLICATED)
     topic = "chaos"
@@ -232,8 +230,7 @@ def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
 
 
 def _cli(cluster, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "broker", *args, "--zk", cluster.zk_connect],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = logferry(*args, "--zk", cluster.zk_connect)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -89,6 +89,7 @@ class TimedLoad:
         self.producer.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("controlled", [True, False], ids=["controlled", "uncontrolled"])
 def test_rolling_restart_loses_nothing_and_surfaces_no_error(broker_cluster, controlled):
     cluster = broker_cluster(3, broker={**REPLICATED, "controlled_shutdown": controlled})

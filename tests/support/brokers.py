@@ -3,7 +3,8 @@
 Each broker runs as ``python -m broker broker --config <toml>`` on a free port of
 127.0.0.1 with its own log dir, registered in the test's ZooKeeper chroot. The
 ``broker_cluster`` fixture starts as many as a test asks for and always stops them;
-a failed test prints each broker's log tail.
+a failed test prints each broker's log tail. ``kafka_cluster`` is the same with a Kafka
+listener on every broker (docs/kafka.md), seen through :class:`KafkaCluster`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ class BrokerProcess(_BrokerProcess):
 
     def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
                  broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-                 tls: dict[str, Any] | None = None):
+                 tls: dict[str, Any] | None = None, kafka: dict[str, Any] | None = None):
         super().__init__(broker_id, zk_connect, workdir,
                          broker={**TEST_BROKER_SETTINGS, **(broker or {})},
-                         log={**TEST_LOG_SETTINGS, **(log or {})}, tls=tls)
+                         log={**TEST_LOG_SETTINGS, **(log or {})}, tls=tls, kafka=kafka)
 
 
 class Cluster:
@@ -41,9 +42,10 @@ class Cluster:
         self.brokers: list[BrokerProcess] = []
 
     def add(self, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-            start: bool = True, tls: dict[str, Any] | None = None) -> BrokerProcess:
+            start: bool = True, tls: dict[str, Any] | None = None,
+            kafka: dict[str, Any] | None = None) -> BrokerProcess:
         process = BrokerProcess(len(self.brokers) + 1, self.zk_connect, self.workdir, broker, log,
-                                tls)
+                                tls, kafka)
         self.brokers.append(process)
         if start:
             process.start()
@@ -54,11 +56,13 @@ class Cluster:
         return [b.address for b in self.brokers]
 
     def create_topic(self, topic: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None, timeout: float = 20.0) -> None:
+                     config: dict[str, Any] | None = None, timeout: float = 20.0,
+                     replication_factor: int = 0) -> None:
         """Create ``topic`` and return once its partition 0 has a leader (a consumer that
         follows it from the start would otherwise stop at its first error)."""
         with Admin(brokers=self.bootstrap) as admin:
-            admin.create_topic(topic, partitions=partitions, config=config)
+            admin.create_topic(topic, partitions=partitions, config=config,
+                               replication_factor=replication_factor)
         with SimpleConsumer(brokers=self.bootstrap) as consumer:
             deadline = time.monotonic() + timeout
             while True:  # the leader is elected just after the topic is created
@@ -88,12 +92,13 @@ def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
     clusters: list[Cluster] = []
 
     def start(n: int = 1, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-              zk: str | None = None, tls: dict[str, Any] | None = None) -> Cluster:
+              zk: str | None = None, tls: dict[str, Any] | None = None,
+              kafka: dict[str, Any] | None = None) -> Cluster:
         cluster = Cluster(zk or zk_connect, tmp_path / f"cluster-{len(clusters)}")
         cluster.workdir.mkdir(parents=True, exist_ok=True)
         clusters.append(cluster)
         for _ in range(n):
-            cluster.add(broker, log, tls=tls)
+            cluster.add(broker, log, tls=tls, kafka=kafka)
         return cluster
 
     yield start
@@ -102,3 +107,42 @@ def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
         if failed is not None and failed.failed:
             print(cluster.logs())
         cluster.stop_all()
+
+
+class KafkaCluster:
+    """A :class:`Cluster` whose brokers also listen for Kafka clients: ``bootstrap`` is
+    the Kafka clients' ``bootstrap.servers``, ``native`` the native clients' list."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+
+    @property
+    def brokers(self) -> list[BrokerProcess]:
+        return self.cluster.brokers
+
+    @property
+    def zk_connect(self) -> str:
+        return self.cluster.zk_connect
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.kafka_address() for b in self.cluster.brokers)
+
+    @property
+    def native(self) -> list[str]:
+        return self.cluster.bootstrap
+
+    def create_topic(self, topic: str, partitions: int = 1, rf: int = 1) -> None:
+        """Create ``topic`` (natively) and return once it has a leader."""
+        self.cluster.create_topic(topic, partitions, replication_factor=rf)
+
+
+@pytest.fixture
+def kafka_cluster(broker_cluster) -> Any:
+    """Factory: ``kafka_cluster(n=1, **broker_settings) -> KafkaCluster``, brokers with a
+    Kafka listener on a free port; all stopped after (by ``broker_cluster``)."""
+
+    def start(n: int = 1, **broker: Any) -> KafkaCluster:
+        return KafkaCluster(broker_cluster(n, broker=broker, kafka={"listen": "127.0.0.1:0"}))
+
+    return start

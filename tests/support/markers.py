@@ -23,7 +23,7 @@ import pytest
 PROCESS_FIXTURES = frozenset({
     "zookeeper", "zk_connect", "zk_client",   # tests/support/zookeeper.py: a ZooKeeper JVM
     "tls_zookeeper",                          # tests/support/zookeeper.py: one with TLS
-    "broker_cluster",                         # tests/support/brokers.py: broker processes
+    "broker_cluster", "kafka_cluster",        # tests/support/brokers.py: broker processes
     "spark",                                  # tests/loader/conftest.py: a Spark JVM
     "agent_process",                          # tests/agent/conftest.py: python -m agent
     "group_members",                          # tests/groups/conftest.py: member processes

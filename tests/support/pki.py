@@ -1,11 +1,17 @@
 """A throwaway private CA for TLS tests, made with ``broker.cli.certs`` (no openssl
 command needed): a CA, a broker certificate for 127.0.0.1 and localhost, a client
-certificate, and a second CA that nobody trusts."""
+certificate, and a second CA that nobody trusts.
+
+A pytest plugin too (listed in ``tests/conftest.py``): the ``pki`` fixture is one such
+set of files for the whole session (per worker), read-only for the tests that use it;
+a test that needs its own calls :func:`make_pki`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import NamedTuple
+
+import pytest
 
 from broker.cli import certs
 
@@ -43,3 +49,9 @@ def make_pki(directory: Path) -> Pki:
     d = directory
     return Pki(d / "ca.pem", d / "broker.pem", d / "broker.key", d / "client.pem",
                d / "client.key", d / "other-ca.pem", d / "stranger.pem", d / "stranger.key")
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The session's certificates (see the module docstring)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

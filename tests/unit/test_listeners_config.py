@@ -17,12 +17,7 @@ from broker.common.tls import TlsConfig, server_context
 from broker.coordination.registry import BrokerInfo
 from broker.coordination.zk import registered_listeners
 from broker.server.config import broker_config_from_dict
-from tests.support.pki import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.support.pki import Pki
 
 
 def config(pki: Pki | None = None, listeners: Any = None, **extra: Any) -> dict[str, Any]:

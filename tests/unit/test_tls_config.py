@@ -12,12 +12,7 @@ from broker.common.config import Validator
 from broker.common.errors import ConfigError
 from broker.common.tls import TlsConfig, client_context, client_tls, server_context, tls_section
 from broker.server.config import broker_config_from_dict
-from tests.support.pki import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.support.pki import Pki
 
 
 def _section(table: dict, server: bool = False, file: str = "x.toml") -> TlsConfig | None:

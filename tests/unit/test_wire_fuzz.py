@@ -14,6 +14,7 @@ import zlib
 from typing import Any, Callable
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -120,6 +121,7 @@ def settles(fn: Callable[..., Any], *args: Any) -> bool:
 # -- typed requests and answers, from any header ------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_every_request_parser_settles_on_any_fields(data):
@@ -130,6 +132,7 @@ def test_every_request_parser_settles_on_any_fields(data):
         settles(apis.REQUEST_PARSERS[api], data.draw(values, label="not a map"), payload)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_every_answer_parser_settles_on_any_fields(data):

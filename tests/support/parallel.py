@@ -1,0 +1,42 @@
+"""Running the suite in parallel (pytest-xdist) without making any test weaker.
+
+A pytest plugin (listed in ``tests/conftest.py``). The integration tests spend most of
+their time waiting (for a ZooKeeper session to expire, a broker to start, a Spark job in
+another process), so ``make test`` runs them on several workers (``-n auto``) even on
+two cores. Every test is already independent of the others: each gets free ports, its
+own ZooKeeper chroot, its own ``tmp_path``; each worker starts its own session
+ZooKeeper (and Spark, when its tests need one).
+
+- ``-n auto`` means :data:`WORKERS_PER_CPU` workers per CPU (at least
+  :data:`MIN_WORKERS`); ``LOGFERRY_TEST_WORKERS=N`` overrides it.
+- The tests marked ``slow`` are handed out first, so that the longest ones do not start
+  last and set the length of the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+WORKERS_PER_CPU = 2
+"""Workers per CPU: one waits on a process while the other computes."""
+MIN_WORKERS = 4
+"""Even on one or two CPUs: most of a test's time is waiting, not work."""
+ENV_WORKERS = "LOGFERRY_TEST_WORKERS"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The number of workers ``-n auto`` starts (see the module docstring)."""
+    wanted = os.environ.get(ENV_WORKERS, "").strip()
+    if wanted:
+        try:
+            return max(0, int(wanted))
+        except ValueError:
+            raise pytest.UsageError(f"{ENV_WORKERS}={wanted!r}: give a number of workers (0: no xdist)")
+    return max(MIN_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first (a stable sort: the order within each kind is kept)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
