@@ -33,24 +33,24 @@ from broker.net import transport
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
-from broker.server.admin import AdminService
-from broker.server.authentication import Authenticator
-from broker.server.authorizer import Authorizer
+from broker.server.services.admin import AdminService
+from broker.server.security.authentication import Authenticator
+from broker.server.security.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
 from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
 from broker.server.listening import Listening, security_of
 from broker.server.controlled_shutdown import hand_over_leadership
-from broker.server.connection import (
+from broker.server.native.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
 )
-from broker.server.dispatch import Dispatcher
-from broker.server.fetch import FetchService
-from broker.server.flusher import Flusher, run_retention
+from broker.server.native.dispatch import Dispatcher
+from broker.server.services.fetch import FetchService
+from broker.server.durability.flusher import Flusher, run_retention
 from broker.server.gc_pause import freeze_startup_objects
-from broker.server.produce import ProduceService
+from broker.server.services.produce import ProduceService
 from broker.server.request_budget import RequestBudget
-from broker.server.routing import PartitionRouter
+from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
@@ -64,7 +64,9 @@ def kafka_modules() -> Any:
     libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts that do not
     speak Kafka (an agent's web server) need not install."""
     try:
-        from broker.server import kafka_connection, kafka_group_service, kafka_service
+        from broker.server.kafka import connection as kafka_connection
+        from broker.server.kafka import group_service as kafka_group_service
+        from broker.server.kafka import service as kafka_service
     except ImportError as exc:
         raise ConfigError(f"[kafka] needs the Kafka protocol libraries ({exc.name} is not "
                           "installed): pip install 'logferry[kafka]'") from None
@@ -83,7 +85,7 @@ class Broker:
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
         self.kafka_connections: set[Any] = set()
-        """The Kafka listener's connections (:class:`~broker.server.kafka_connection.KafkaConnection`)."""
+        """The Kafka listener's connections (:class:`~broker.server.kafka.connection.KafkaConnection`)."""
         self._kafka_server: asyncio.AbstractServer | None = None
         self.kafka_address: tuple[str, int] | None = None
         """Where the Kafka-protocol listener listens (its port once bound), or None."""

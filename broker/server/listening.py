@@ -8,7 +8,7 @@ from typing import Callable
 from broker.common.tls import server_context
 from broker.net import transport
 from broker.net.tls_accept import Admit
-from broker.server.authentication import Authenticator
+from broker.server.security.authentication import Authenticator
 from broker.server.listeners import ListenerConfig
 
 

@@ -4,7 +4,7 @@ A broker stores a Kafka producer's record batch as it arrived, inside logferry's
 framing (the stored batch format magic 3, :mod:`broker.wire.records`), so every reader
 of a log meets Kafka's layout: the broker reads its header (per batch), logferry's
 clients decode its records (per message, on the client). This module needs no optional
-dependency: CRC32C is the Kafka listener's business (:mod:`broker.kafka.record_batch`),
+dependency: CRC32C is the Kafka listener's business (:mod:`broker.server.kafka.record_batch`),
 a stored batch is covered by logferry's own CRC; snappy needs ``cramjam`` (the ``kafka``
 extra) and only a batch that uses it asks for it.
 

@@ -15,8 +15,8 @@ import pytest
 from broker.client.sender import RetryPolicy
 from broker.common.errors import DiskFullError, StorageError, error_for_code
 from broker.common.metrics import Metrics
-from broker.server.disk_full import DiskFullReporter, RateLimiter
-from broker.server.responder import Responder
+from broker.server.durability.disk_full import DiskFullReporter, RateLimiter
+from broker.server.services.responder import Responder
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog, write_error
 from broker.wire import protocol, records

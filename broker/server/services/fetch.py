@@ -18,10 +18,10 @@ from typing import Any, Callable
 from broker.common.errors import LogferryError
 from broker.common.acl import Operation
 from broker.common.principal import Principal
-from broker.server.authorizer import ALLOW_ALL, Authorizer
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.responder import Responder
-from broker.server.routing import PartitionRouter
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
 from broker.storage.log_manager import LogManager
 from broker.wire.fetch import (
     FetchAnswerPart,

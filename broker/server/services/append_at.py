@@ -26,8 +26,8 @@ from broker.common.errors import (
     LogferryError,
     OffsetMismatchError,
 )
-from broker.server.produce import PendingProduce, ProduceService
-from broker.server.responder import Responder
+from broker.server.services.produce import PendingProduce, ProduceService
+from broker.server.services.responder import Responder
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
 from broker.wire.append_at import (

@@ -38,10 +38,10 @@ from broker.common.errors import (
 )
 from broker.common.principal import ANONYMOUS, Principal
 from broker.net import socket_errors
-from broker.server.authentication import ConnectionAuth
+from broker.server.security.authentication import ConnectionAuth
 from broker.server.listeners import DEFAULT_LISTENER
-from broker.server.responder import FileReply, Responder
-from broker.server.tls_send import send_file_range
+from broker.server.services.responder import FileReply, Responder
+from broker.server.native.tls_send import send_file_range
 from broker.wire import protocol
 from broker.wire.apis import parse_request_head
 

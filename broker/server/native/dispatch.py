@@ -15,11 +15,11 @@ import time
 from typing import Any, Awaitable, Callable
 
 from broker.common.errors import LogferryError, UnknownError
-from broker.server.admin import AdminService
-from broker.server.append_at import AppendAtService
-from broker.server.fetch import FetchService
-from broker.server.produce import ProduceService
-from broker.server.responder import Responder
+from broker.server.services.admin import AdminService
+from broker.server.services.append_at import AppendAtService
+from broker.server.services.fetch import FetchService
+from broker.server.services.produce import ProduceService
+from broker.server.services.responder import Responder
 from broker.wire import protocol
 from broker.wire.apis import RequestHead, parse_request
 

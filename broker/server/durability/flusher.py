@@ -5,15 +5,15 @@ Two flush policies (``[log] group_commit``, docs/configuration.md):
 - group commit (the default): every append asks for a commit of its log dir; one
   round of fsyncs runs at a time per log dir and covers every partition appended to
   before it started, and the next round starts as soon as it ends (the bookkeeping is
-  :class:`broker.server.group_commit.CommitQueue`). Data is visible one fsync after it
+  :class:`broker.server.durability.group_commit.CommitQueue`). Data is visible one fsync after it
   was appended, and the fsync rate adapts to the load: no timer.
 - the paper's policy: fsync a partition after ``flush.messages`` messages or
   ``flush.ms`` milliseconds, whichever comes first.
 
 Either way fsync runs in another thread (group commit: one per log dir,
-:mod:`broker.server.sync_thread`) so the event loop keeps appending while the disk
+:mod:`broker.server.durability.sync_thread`) so the event loop keeps appending while the disk
 syncs, except one case: a group-commit round of one file on an idle log dir runs on the
-loop itself (see :func:`~broker.server.group_commit.inline_round`: two thread wake-ups
+loop itself (see :func:`~broker.server.durability.group_commit.inline_round`: two thread wake-ups
 cost more than the fsync there), and only when it returned does the visible end move (consumers never read
 bytes a crash could take back): then waiting consumers are woken, produces held for the
 fsync (``flush_messages = 1``) are answered and replication hears of it. Retention is
@@ -32,8 +32,8 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 from broker.common.errors import LogferryError, StorageError
 from broker.server.broker_metrics import PartitionCounter
-from broker.server.group_commit import CommitQueue, FsyncTimes, inline_round, next_round_pause
-from broker.server.sync_thread import SyncThread
+from broker.server.durability.group_commit import CommitQueue, FsyncTimes, inline_round, next_round_pause
+from broker.server.durability.sync_thread import SyncThread
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
 from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
@@ -175,7 +175,7 @@ class Flusher:
 
     def _inline_ok(self, group: Hashable, queue: CommitQueue[Key, PartitionLog]) -> bool:
         """Whether ``group``'s next round may fsync on the loop (the log dir is idle and
-        its fsyncs are quick: :func:`~broker.server.group_commit.inline_round`)."""
+        its fsyncs are quick: :func:`~broker.server.durability.group_commit.inline_round`)."""
         if not self.inline or self._closed:
             return False
         times = self._fsync_times.get(group)
@@ -293,7 +293,7 @@ class Flusher:
                             ended: asyncio.Future[None] | None, started: float,
                             cpu: float) -> None:
         """A round ended: settle its waiters; start the next one if partitions were
-        added meanwhile, after the pause :func:`~broker.server.group_commit.next_round_pause`
+        added meanwhile, after the pause :func:`~broker.server.durability.group_commit.next_round_pause`
         says (at most one round per 0.5 ms, and at most a tenth of the event loop's
         time in rounds). The pause is a loop timer, which wakes on the millisecond
         (epoll) unless a socket wakes the loop first: so it is taken only when needed."""

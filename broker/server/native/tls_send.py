@@ -21,7 +21,7 @@ writable, i.e. asyncio has not paused the connection's writing because more than
 ``max_unsent_bytes_per_connection`` bytes are queued on it (the connection's
 ``pause_writing``/``resume_writing`` drive ``writable``), so a client that pipelines
 fetches and does not read cannot make the broker buffer without end; the connection
-also stops reading requests then (broker/server/connection.py).
+also stops reading requests then (broker/server/native/connection.py).
 """
 
 from __future__ import annotations

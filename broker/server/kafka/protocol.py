@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from broker.common.errors import FrameTooLargeError, InvalidRequestError
-from broker.kafka.chunks import Buffer, ChunkWriter, total
+from broker.server.kafka.chunks import Buffer, ChunkWriter, total
 
 
 class Api(IntEnum):
@@ -79,7 +79,7 @@ to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up
 (v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). SaslHandshake
 0-1 as Kafka 3 lists it (librdkafka before 2.x looks for v0 in the range before it
 uses SASL at all), but a v0 handshake itself, after which the SASL tokens would travel
-without Kafka framing, is refused (:mod:`broker.server.kafka_sasl`)."""
+without Kafka framing, is refused (:mod:`broker.server.kafka.sasl`)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")
@@ -191,8 +191,8 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
 def encode_response_parts(api_key: int, version: int, correlation_id: int,
                           body: Any) -> list[Buffer]:
     """The whole response frame as a list of buffers: like :func:`encode_response`, but
-    a large field value (a fetch's records, a :class:`~broker.kafka.chunks.Chunks`) is
-    kept by reference, not copied into the frame (:mod:`broker.kafka.chunks`)."""
+    a large field value (a fetch's records, a :class:`~broker.server.kafka.chunks.Chunks`) is
+    kept by reference, not copied into the frame (:mod:`broker.server.kafka.chunks`)."""
     schema = type(body)
     header_schema = schema.__header_schema__
     out = ChunkWriter()

@@ -44,9 +44,9 @@ from kio.schema.errors import ErrorCode
 from broker.common.acl import Operation
 from broker.common.errors import LogferryError, UnknownTopicOrPartitionError
 from broker.coordination.registry import ClusterView
-from broker.kafka.errors import kafka_error
-from broker.kafka.protocol import Api, Request, make, response_schema
-from broker.server.authorizer import Authorizer
+from broker.server.kafka.errors import kafka_error
+from broker.server.kafka.protocol import Api, Request, make, response_schema
+from broker.server.security.authorizer import Authorizer
 from broker.server.config import BrokerConfig
 from broker.storage.config import LogConfig
 

@@ -23,10 +23,10 @@ from broker.common.names import validate_topic_name
 from broker.coordination import zk
 from broker.coordination.producer_ids import ProducerIdAllocator
 from broker.coordination.registry import BrokerRegistry, ClusterView
-from broker.server.authorizer import ALLOW_ALL, Authorizer
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.config import BrokerConfig
-from broker.server.responder import Responder
-from broker.server.routing import PartitionRouter
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
 from broker.wire.metadata import (
     BrokerAddress,
     MetadataAnswer,

@@ -17,7 +17,7 @@ from typing import Iterator
 import crc32c as _crc32c_mod
 
 from broker.common.errors import CorruptBatchError
-from broker.kafka.varint import write_varint
+from broker.server.kafka.varint import write_varint
 from broker.wire.kafka_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,

@@ -1,7 +1,7 @@
 """One Kafka client's connection: Kafka frames in, Kafka responses out, in order.
 
-The sans-IO :mod:`broker.kafka.protocol` cuts and parses frames; each request runs as
-a task on :class:`~broker.server.kafka_service.KafkaService`, except produce, which
+The sans-IO :mod:`broker.server.kafka.protocol` cuts and parses frames; each request runs as
+a task on :class:`~broker.server.kafka.service.KafkaService`, except produce, which
 starts synchronously so one connection's appends keep their order. Kafka clients
 expect responses in request order, so each request holds a slot in a queue and a
 response is written once every earlier one is.
@@ -11,7 +11,7 @@ the smallest header) or a body that does not match its schema closes the connect
 an api or version not served gets Kafka's UNSUPPORTED_VERSION answer (closing only
 when no Kafka release defines that api version). Reading stops while too many
 requests are in flight or the client does not read its answers. SASL requests, and
-the refusal of others before authentication, are :mod:`broker.server.kafka_sasl`'s.
+the refusal of others before authentication, are :mod:`broker.server.kafka.sasl`'s.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING
 
 from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError
 from broker.common.principal import ANONYMOUS, Principal
-from broker.kafka import protocol
-from broker.kafka.chunks import Buffer
-from broker.server.kafka_sasl import SASL_APIS, KafkaSasl
-from broker.server.kafka_service import _Channel
+from broker.server.kafka import protocol
+from broker.server.kafka.chunks import Buffer
+from broker.server.kafka.sasl import SASL_APIS, KafkaSasl
+from broker.server.kafka.service import _Channel
 
 if TYPE_CHECKING:
-    from broker.server.authentication import Authenticator
-    from broker.server.kafka_service import KafkaService
+    from broker.server.security.authentication import Authenticator
+    from broker.server.kafka.service import KafkaService
 
 log = logging.getLogger("logferry.kafka")
 

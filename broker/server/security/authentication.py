@@ -48,7 +48,7 @@ from broker.common.errors import (
 from broker.common.principal import Principal
 from broker.common.sasl import MECHANISMS
 from broker.coordination.credentials import DEFAULT_ITERATIONS, ScramCredential
-from broker.server.responder import Responder
+from broker.server.services.responder import Responder
 from broker.wire import protocol
 from broker.wire.apis import RequestHead, parse_request
 from broker.wire.sasl import (

@@ -8,7 +8,7 @@ passed), the leader's SyncGroup hands out the assignment, Heartbeat keeps a memb
 alive (and tells it a rebalance began), LeaveGroup and missed heartbeats remove it.
 Membership is not persisted: when a coordinator moves (a broker stops), clients get
 NOT_COORDINATOR, find the new one and join again, as after a Kafka coordinator
-failover. Committed offsets live in ZooKeeper (:mod:`broker.server.kafka_service`).
+failover. Committed offsets live in ZooKeeper (:mod:`broker.server.kafka.service`).
 
 This module holds no IO except asyncio futures and a timer; the api handlers call it.
 """

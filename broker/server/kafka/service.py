@@ -1,6 +1,6 @@
 """The Kafka-protocol apis, served by the same services as logferry's own protocol.
 
-Each handler takes a parsed Kafka request (:mod:`broker.kafka.protocol`) and returns
+Each handler takes a parsed Kafka request (:mod:`broker.server.kafka.protocol`) and returns
 the response frame (None for a produce with acks=0). Produce stores each record
 batch as it arrived (a magic 3 batch, per-batch work only: :func:`convert.store_batches`)
 and hands the message sets to :class:`ProduceService`
@@ -9,7 +9,7 @@ produces); Fetch asks :class:`FetchService` (the same long poll and visible end)
 serves the batches it read as record batches v2 (Kafka producers' as stored, agents'
 and native producers' converted); ListOffsets and Metadata
 read the partition logs and the cluster view as the admin service does. Offsets follow
-the mapping of :mod:`broker.kafka.convert` (docs/kafka.md).
+the mapping of :mod:`broker.server.kafka.convert` (docs/kafka.md).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from broker.common.acl import Operation
 from broker.common.acl import topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination.registry import ClusterView
-from broker.kafka import convert
-from broker.kafka.chunks import Buffer, Chunks
-from broker.kafka.errors import kafka_error, kafka_error_of_code
-from broker.kafka import protocol
-from broker.kafka.protocol import (
+from broker.server.kafka import convert
+from broker.server.kafka.chunks import Buffer, Chunks
+from broker.server.kafka.errors import kafka_error, kafka_error_of_code
+from broker.server.kafka import protocol
+from broker.server.kafka.protocol import (
     Api,
     Request,
     api_versions_response,
@@ -46,14 +46,14 @@ from broker.kafka.protocol import (
     make,
     response_schema,
 )
-from broker.server.admin import AdminService
+from broker.server.services.admin import AdminService
 from broker.server.config import BrokerConfig
-from broker.server.fetch import FetchService
-from broker.server.kafka_configs import KafkaConfigs
-from broker.server.kafka_group_service import KafkaGroupService
-from broker.server.produce import ProduceService
-from broker.server.responder import Responder
-from broker.server.routing import PartitionRouter
+from broker.server.services.fetch import FetchService
+from broker.server.kafka.configs import KafkaConfigs
+from broker.server.kafka.group_service import KafkaGroupService
+from broker.server.services.produce import ProduceService
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
 from broker.wire import records
 from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest
 from broker.wire.produce import MessageSet, ProduceRequest
@@ -157,7 +157,7 @@ class KafkaService:
     async def handle(self, request: Request,
                      channel: _Channel) -> bytes | list[Buffer] | None:
         """The response frame for ``request`` (None: no response, acks=0); a fetch's
-        as a list of buffers, its log bytes not copied (:mod:`broker.kafka.chunks`)."""
+        as a list of buffers, its log bytes not copied (:mod:`broker.server.kafka.chunks`)."""
         handler = self._handlers.get(Api(request.api_key))
         if handler is None:
             return protocol.unsupported_response(request.api_key, request.version,

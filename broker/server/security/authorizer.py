@@ -37,7 +37,7 @@ from broker.common.errors import (
     TopicAuthorizationFailedError,
 )
 from broker.common.principal import Principal
-from broker.server.disk_full import RateLimiter
+from broker.server.durability.disk_full import RateLimiter
 
 log = logging.getLogger("logferry.broker")
 

@@ -1,7 +1,7 @@
 """The Kafka group apis: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch, DescribeGroups and ListGroups.
 
-Membership is :class:`~broker.server.kafka_groups.GroupCoordinator`'s (in memory, on
+Membership is :class:`~broker.server.kafka.groups.GroupCoordinator`'s (in memory, on
 the group's coordinator). Committed offsets are kept in ZooKeeper where native groups
 keep theirs, ``/consumers/<group>/offsets/<topic>/<p>`` as ``{offset, skip, time}``
 (the batch's byte offset and the messages of it consumed), so a position committed by
@@ -30,9 +30,9 @@ from broker.common.acl import group as group_resource
 from broker.common.errors import AuthorizationError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
-from broker.kafka.errors import kafka_error
-from broker.kafka.protocol import Api, Request, make, response_schema
-from broker.server.kafka_groups import GroupCoordinator, coordinator_for
+from broker.server.kafka.errors import kafka_error
+from broker.server.kafka.protocol import Api, Request, make, response_schema
+from broker.server.kafka.groups import GroupCoordinator, coordinator_for
 from broker.storage.log_manager import LogManager
 from broker.wire import records
 
@@ -61,7 +61,7 @@ class KafkaGroupService:
         self.coordinator = GroupCoordinator()
 
     def handlers(self) -> dict[int, Callable[[Request, Any], Any]]:
-        """Api key -> handler, for :class:`~broker.server.kafka_service.KafkaService`."""
+        """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
         return {
             Api.FIND_COORDINATOR: self.find_coordinator,
             Api.JOIN_GROUP: self.join_group,

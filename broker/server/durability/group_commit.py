@@ -9,7 +9,7 @@ starts as soon as this one ends. So an idle broker syncs right after each append
 appends (the fsync rate follows the disk, not the message rate: no timer, no per-message
 work). :func:`next_round_pause` paces the rounds of a busy log dir (at most 2,000 a
 second, at most a tenth of the event loop). No I/O here:
-:class:`broker.server.flusher.Flusher` drives it.
+:class:`broker.server.durability.flusher.Flusher` drives it.
 """
 
 from __future__ import annotations

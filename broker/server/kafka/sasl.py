@@ -7,7 +7,7 @@ travel without Kafka framing, is answered UNSUPPORTED_VERSION and the connection
 The exchange is Kafka's: ApiVersions (optional), SaslHandshake naming the mechanism,
 then SaslAuthenticate carrying the client-first message and SaslAuthenticate carrying
 the client-final one. The SCRAM itself is the native listener's
-(:class:`~broker.server.authentication.ScramExchange`): the same users
+(:class:`~broker.server.security.authentication.ScramExchange`): the same users
 (``logferry user create``, ``/config/users``), the same credential cache, the same
 failure counter and rate-limited log line. The principal it yields (``User:<name>``)
 is what the authorizer sees for every later request of the connection, so a Kafka
@@ -37,8 +37,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.errors import AuthenticationError, LogferryError
 from broker.common.principal import Principal
-from broker.kafka.protocol import Api, Request, encode_response, make, response_schema
-from broker.server.authentication import (
+from broker.server.kafka.protocol import Api, Request, encode_response, make, response_schema
+from broker.server.security.authentication import (
     Authenticator,
     ScramExchange,
     announce,

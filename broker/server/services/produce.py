@@ -20,13 +20,13 @@ from broker.common.errors import (
     LogferryError,
 )
 from broker.common.acl import Operation
-from broker.server.authorizer import ALLOW_ALL, Authorizer
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.disk_full import DiskFullReporter
-from broker.server.fetch import FetchService
-from broker.server.flusher import Flusher
-from broker.server.responder import Responder
-from broker.server.routing import PartitionRouter
+from broker.server.durability.disk_full import DiskFullReporter
+from broker.server.services.fetch import FetchService
+from broker.server.durability.flusher import Flusher
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import compress_message_set
 from broker.storage.log_manager import LogManager
 from broker.wire import records

@@ -22,8 +22,8 @@ import struct
 import time
 
 from broker.common.errors import CorruptBatchError
-from broker.kafka.chunks import Chunks
-from broker.kafka.record_batch import encode_record_batch, iter_checked, set_crc
+from broker.server.kafka.chunks import Chunks
+from broker.server.kafka.record_batch import encode_record_batch, iter_checked, set_crc
 from broker.wire import kafka_batch as kb
 from broker.wire import records
 
