@@ -31,10 +31,10 @@ from broker.coordination.credentials import (
     validate_user_name,
 )
 from broker.net.sasl_client import answer_error, conversation
+from broker.server.native.sasl import ConnectionAuth
 from broker.server.security.authentication import (
     AuthConfig,
     Authenticator,
-    ConnectionAuth,
     auth_from_table,
     certificate_principal,
     scram_username,

@@ -12,36 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Callable, Hashable
+from typing import Callable
 
 from broker.common.errors import DiskFullError
 from broker.common.metrics import Labels
+from broker.common.ratelimit import RateLimitedLog
 
 log = logging.getLogger("logferry.broker")
 
 REPORT_INTERVAL_S = 60.0
 """At most one log line per partition in this many seconds."""
-
-
-class RateLimiter:
-    """Lets one event per key through every ``interval_s`` and counts the rest."""
-
-    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic):
-        self.interval_s = interval_s
-        self.clock = clock
-        self._last: dict[Hashable, float] = {}
-        self._suppressed: dict[Hashable, int] = {}
-
-    def allow(self, key: Hashable) -> int | None:
-        """None while ``key`` is muted (the event is counted); otherwise how many
-        events of ``key`` were muted since the last one let through."""
-        now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval_s:
-            self._suppressed[key] = self._suppressed.get(key, 0) + 1
-            return None
-        self._last[key] = now
-        return self._suppressed.pop(key, 0)
 
 
 class DiskFullReporter:
@@ -52,20 +32,18 @@ class DiskFullReporter:
                  clock: Callable[[], float] = time.monotonic):
         self.broker_id = broker_id
         self.counter = counter
-        self.limiter = RateLimiter(interval_s, clock)
+        self.limiter = RateLimitedLog(log, interval_s, "more refused since the last report",
+                                      clock)
 
     def refused(self, topic: str, partition: int, error: DiskFullError) -> str:
         """Count and (rate-limited) log one refused message set; returns the message
         for the produce answer: ``disk full on broker N (log dir X): ...``."""
         self.counter[(("log_dir", error.log_dir),)] += 1
-        muted = self.limiter.allow((topic, partition))
-        if muted is not None:
-            more = f" ({muted} more refused since the last report)" if muted else ""
-            log.error("%s-%d: produce refused, %s%s; free space there (retention_hours, "
-                      "retention_bytes) or move partitions to another log dir", topic,
-                      partition, error, more)
+        self.limiter.log(logging.ERROR, "%s-%d: produce refused, %s; free space there "
+                         "(retention_hours, retention_bytes) or move partitions to another "
+                         "log dir", topic, partition, error, key=(topic, partition))
         detail = str(error).removeprefix(f"log dir {error.log_dir} is full: ")
         return f"disk full on broker {self.broker_id} (log dir {error.log_dir}): {detail}"
 
 
-__all__ = ["DiskFullReporter", "RateLimiter", "REPORT_INTERVAL_S"]
+__all__ = ["DiskFullReporter", "REPORT_INTERVAL_S"]

@@ -6,8 +6,8 @@ travel without Kafka framing, is answered UNSUPPORTED_VERSION and the connection
 
 The exchange is Kafka's: ApiVersions (optional), SaslHandshake naming the mechanism,
 then SaslAuthenticate carrying the client-first message and SaslAuthenticate carrying
-the client-final one. The SCRAM itself is the native listener's
-(:class:`~broker.server.security.authentication.ScramExchange`): the same users
+the client-final one. The SCRAM itself is the one both front ends use
+(:class:`~broker.server.security.scram.ScramSession`): the same users
 (``logferry user create``, ``/config/users``), the same credential cache, the same
 failure counter and rate-limited log line. The principal it yields (``User:<name>``)
 is what the authorizer sees for every later request of the connection, so a Kafka
@@ -29,30 +29,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from datetime import timedelta
 from typing import Any, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.common.errors import AuthenticationError, LogferryError
-from broker.common.principal import Principal
-from broker.server.kafka.protocol import Api, Request, encode_response, make, response_schema
-from broker.server.security.authentication import (
-    Authenticator,
-    ScramExchange,
-    announce,
-    certificate_principal,
+from broker.common.errors import (
+    AuthenticationError,
+    IllegalSaslStateError,
+    LogferryError,
+    UnsupportedSaslMechanismError,
 )
+from broker.common.principal import Principal
+from broker.common.ratelimit import RateLimitedLog
+from broker.server.kafka.protocol import Api, Request, encode_response, make, response_schema
+from broker.server.security.authentication import Authenticator
+from broker.server.security.scram import SaslState, ScramSession
 
 log = logging.getLogger("logferry.kafka")
 
 SASL_APIS = frozenset({Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE})
 PRE_AUTH_APIS = SASL_APIS | {Api.API_VERSIONS}
 """What a client may send on a listener that requires authentication before it has."""
-
-_START, _HANDSHAKEN, _BUSY, _FINAL, _DONE, _FAILED = range(6)
-
 
 class SaslChannel(Protocol):
     """What SASL needs of a Kafka connection: who it is and how to end it."""
@@ -63,68 +61,47 @@ class SaslChannel(Protocol):
     def close(self) -> None: ...
 
 
-class _RateLimitedWarning:
-    """One warning line per interval, however many refusals (a flood of them must not
-    flood the log)."""
-
-    def __init__(self, interval: float = 10.0):
-        self.interval = interval
-        self._last = -interval
-        self._skipped = 0
-
-    def warn(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            self._skipped += 1
-            return
-        more = f" ({self._skipped} more since the last line)" if self._skipped else ""
-        self._last, self._skipped = now, 0
-        log.warning(message + "%s", *args, more)
-
-
-_refusals = _RateLimitedWarning()
+_refusals = RateLimitedLog(log, 10.0)
+"""A flood of refusals must not flood the log."""
 
 
 class KafkaSasl:
-    """One Kafka connection's authentication state and its SASL exchange."""
+    """One Kafka connection's authentication: its SCRAM session in Kafka's framing."""
 
-    __slots__ = ("authenticator", "channel", "authenticated", "_state", "_mechanism",
-                 "_exchange", "_timer")
+    __slots__ = ("session", "channel", "_timer")
 
     def __init__(self, authenticator: Authenticator | None, channel: SaslChannel,
                  peercert: Mapping[str, Any] | None = None, timeout_s: float = 0.0):
-        self.authenticator = authenticator
         self.channel = channel
-        self.authenticated = False
-        self._state = _START
-        self._mechanism = ""
-        self._exchange: ScramExchange | None = None
+        self.session = ScramSession(authenticator, channel.peer, peercert)
         self._timer: asyncio.TimerHandle | None = None
-        principal = certificate_principal(peercert)
-        if principal is not None:  # the TLS handshake verified it against ca_file
-            channel.principal = principal
-            self.authenticated = True
-            announce(principal, channel.peer, "client certificate")
-        if self.required and not self.authenticated and timeout_s > 0:
+        if self.session.authenticated:
+            channel.principal = self.session.principal
+        elif self.session.required and timeout_s > 0:
             self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.session.authenticated
 
     @property
     def required(self) -> bool:
         """True when only authenticated connections may use the listener."""
-        return self.authenticator is not None and self.authenticator.config.required
+        return self.session.required
 
     def admits(self, api_key: int) -> bool:
         """True when a request of ``api_key`` may be served now; False when the
         connection must be closed instead (authentication required and not done)."""
+        session = self.session
         if api_key in SASL_APIS:
             return True
-        if self.authenticated or not self.required:
-            return self._state in (_START, _DONE)  # not in the middle of an exchange
-        if api_key == Api.API_VERSIONS and self._state == _START:
+        if session.authenticated or not session.required:
+            return not session.in_exchange
+        if api_key == Api.API_VERSIONS and session.state == SaslState.START:
             return True
-        _refusals.warn("closing Kafka connection from %s: api %d before SASL "
-                       "authentication, which this listener requires", self.channel.peer,
-                       api_key)
+        _refusals.warning("closing Kafka connection from %s: api %d before SASL "
+                          "authentication, which this listener requires", self.channel.peer,
+                          api_key)
         return False
 
     def stop(self) -> None:
@@ -135,9 +112,9 @@ class KafkaSasl:
 
     def _expire(self) -> None:
         self._timer = None
-        if not self.authenticated:
-            _refusals.warn("closing Kafka connection from %s: not authenticated within the "
-                           "timeout (incomplete_request_timeout_ms)", self.channel.peer)
+        if not self.session.authenticated:
+            _refusals.warning("closing Kafka connection from %s: not authenticated within the "
+                              "timeout (incomplete_request_timeout_ms)", self.channel.peer)
             self.channel.close()
 
     # -- the two apis ---------------------------------------------------------------------
@@ -149,70 +126,55 @@ class KafkaSasl:
             body, close = self._handshake(request.version, request.body.mechanism)
         else:
             body, close = await self._authenticate(request.version, request.body.auth_bytes)
-        if close:
-            self._state = _FAILED
-            self._exchange = None
         return encode_response(request.api_key, request.version, request.correlation_id,
                                body), close
 
     def _handshake(self, version: int, mechanism: str) -> tuple[Any, bool]:
-        authenticator = self.authenticator
-        offered = tuple(authenticator.config.mechanisms) if authenticator is not None else ()
+        session = self.session
+        offered = session.offered
         schema = response_schema(Api.SASL_HANDSHAKE, version)
         if version == 0:  # unframed tokens would follow: clients since Kafka 1.0 use v1
+            session.state = SaslState.FAILED
             log.info("Kafka client %s: SaslHandshake v0 (unframed SASL tokens) is not "
                      "served; the client needs SaslAuthenticate (Kafka 1.0's protocol)",
                      self.channel.peer)
             return make(schema, error_code=ErrorCode.unsupported_version,
                         mechanisms=offered), True
-        if self._state != _START:
+        try:
+            session.handshake(mechanism)
+        except IllegalSaslStateError:
             return make(schema, error_code=ErrorCode.illegal_sasl_state,
                         mechanisms=offered), True
-        if mechanism not in offered:  # also: a listener that offers no SASL at all
+        except UnsupportedSaslMechanismError:  # also: a listener that offers no SASL at all
             log.info("Kafka client %s asked for SASL mechanism %r; this listener offers %s",
                      self.channel.peer, mechanism[:64], ", ".join(offered) or "none")
             return make(schema, error_code=ErrorCode.unsupported_sasl_mechanism,
                         mechanisms=offered), True
-        self._mechanism = mechanism
-        self._state = _HANDSHAKEN
         return make(schema, error_code=ErrorCode.none, mechanisms=offered), False
 
     async def _authenticate(self, version: int, token: bytes) -> tuple[Any, bool]:
         schema = response_schema(Api.SASL_AUTHENTICATE, version)
-        authenticator = self.authenticator
+        session = self.session
 
         def answer(code: ErrorCode, message: str | None, data: bytes = b"") -> Any:
             return make(schema, error_code=code, error_message=message, auth_bytes=data,
                         session_lifetime=timedelta(0))
 
-        if authenticator is None or self._state not in (_HANDSHAKEN, _FINAL):
-            return answer(ErrorCode.illegal_sasl_state,
-                          "SaslAuthenticate out of order: a SaslHandshake comes first, one "
-                          "exchange per connection, each answer awaited"), True
         try:
-            if self._state == _HANDSHAKEN:
-                self._state = _BUSY  # the credentials are read from ZooKeeper meanwhile
-                self._exchange = ScramExchange(authenticator, self._mechanism)
-                data = await self._exchange.first(token)
-                self._state = _FINAL
-                return answer(ErrorCode.none, None, data), False
-            assert self._exchange is not None
-            data = self._exchange.final(token)
+            if session.state == SaslState.HANDSHAKEN:
+                # the credentials are read from ZooKeeper meanwhile
+                return answer(ErrorCode.none, None, await session.first(token)), False
+            data = session.final(token)
+        except IllegalSaslStateError as exc:
+            return answer(ErrorCode.illegal_sasl_state, str(exc)), True
         except AuthenticationError as exc:
-            user = self._exchange.user if self._exchange is not None else ""
-            authenticator.failed(self.channel.peer, self._mechanism, user)
             return answer(ErrorCode.sasl_authentication_failed, str(exc)), True
         except LogferryError as exc:  # ZooKeeper unreachable: not the client's fault
             log.warning("Kafka client %s: cannot check credentials: %s", self.channel.peer, exc)
             return answer(ErrorCode.unknown_server_error,
                           f"the broker cannot check credentials now ({exc}); retry"), True
-        self._state = _DONE
-        self.authenticated = True
         self.stop()
-        self.channel.principal = Principal("User", self._exchange.user)
-        self._exchange = None
-        announce(self.channel.principal, self.channel.peer, self._mechanism)
+        self.channel.principal = session.principal
         return answer(ErrorCode.none, None, data), False
-
 
 __all__ = ["KafkaSasl", "PRE_AUTH_APIS", "SASL_APIS", "SaslChannel"]

@@ -37,10 +37,11 @@ from broker.common.errors import (
     UnsupportedApiError,
 )
 from broker.common.principal import ANONYMOUS, Principal
+from broker.common.ratelimit import RateLimitedLog
 from broker.net import socket_errors
-from broker.server.security.authentication import ConnectionAuth
 from broker.server.listeners import DEFAULT_LISTENER
 from broker.server.services.responder import FileReply, Responder
+from broker.server.native.sasl import ConnectionAuth
 from broker.server.native.tls_send import send_file_range
 from broker.wire import protocol
 from broker.wire.apis import parse_request_head
@@ -116,7 +117,7 @@ class BrokerConnection(asyncio.Protocol):
         if len(connections) >= self.broker.config.max_connections:
             self._closed = True
             self.broker.stats.connections_refused[()] += 1
-            _refusals.warn("refusing connections: %d are open (max_connections); latest "
+            _refusals.warning("refusing connections: %d are open (max_connections); latest "
                            "from %s", len(connections), self.peer)
             transport.abort()
             return
@@ -453,22 +454,8 @@ SMALL_FILE_REPLY = 64 * 1024
 with sendfile: below it, a sendfile's setup costs more than the copy it saves."""
 
 
-class _RateLimitedWarning:
-    """Logs a warning at most once per ``interval`` seconds (a flood of refused
-    connections must not flood the log)."""
-
-    def __init__(self, interval: float = 10.0):
-        self.interval = interval
-        self._last = -interval
-
-    def warn(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self._last = now
-            log.warning(message, *args)
-
-
-_refusals = _RateLimitedWarning()
+_refusals = RateLimitedLog(log, 10.0, "more refused since the last line")
+"""A flood of refused connections must not flood the log."""
 
 
 def close_stalled(connections: Iterable[BrokerConnection], now: float,

@@ -37,7 +37,7 @@ from broker.common.errors import (
     TopicAuthorizationFailedError,
 )
 from broker.common.principal import Principal
-from broker.server.durability.disk_full import RateLimiter
+from broker.common.ratelimit import RateLimitedLog
 
 log = logging.getLogger("logferry.broker")
 
@@ -94,7 +94,8 @@ class Authorizer:
         self.broker_id = broker_id
         self.acls = AclSet((), self.super_users)
         self.denied = denied if denied is not None else defaultdict(int)
-        self._limiter = RateLimiter(LOG_INTERVAL_S, clock)
+        self._denials_log = RateLimitedLog(log, LOG_INTERVAL_S,
+                                           "more denials of it since the last report", clock)
 
     def set_acls(self, acls: Iterable[Acl]) -> None:
         """Replace the ACLs (from the ZooKeeper watch's thread: one assignment, atomic)."""
@@ -114,11 +115,8 @@ class Authorizer:
         if decision.allowed:
             return
         self.denied[(("operation", operation.value), ("resource_type", resource.type.value))] += 1
-        muted = self._limiter.allow((str(principal), operation))
-        if muted is not None:
-            more = f" ({muted} more denials of it since the last report)" if muted else ""
-            log.warning("authorizer: denied %s %s on %s: %s%s", principal, operation, resource,
-                        decision.reason, more)
+        self._denials_log.warning("authorizer: denied %s %s on %s: %s", principal, operation,
+                                  resource, decision.reason, key=(str(principal), operation))
         raise _ERRORS[resource.type](
             f"{principal} may not {operation} on {resource} (broker {self.broker_id}: "
             f"{decision.reason}; an operator can allow it with `logferry acl add`)")
