@@ -125,18 +125,24 @@ def _unxerial(raw: bytes, cramjam: Any) -> bytes:
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (Kafka's varint and varlong) at ``pos``: (value, next position)."""
+    """A zig-zag varint (Kafka's varint and varlong) at ``pos``: (value, next position).
+
+    Raises CorruptBatchError when the buffer ends inside it or it runs past 10 bytes.
+    The one reader of varints (the broker's Kafka codec writes them: its ``varint``)."""
     shift = 0
     raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varint longer than 10 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            raw |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (raw >> 1) ^ -(raw & 1), pos
+            shift += 7
+            if shift > 63:
+                raise CorruptBatchError("varint longer than 10 bytes")
+    except IndexError:
+        raise CorruptBatchError("record batch ends inside a varint") from None
 
 
 def decode_records(view: memoryview, count: int, base_ts: int, at: int) -> Records:

@@ -25,9 +25,10 @@ from broker.server.kafka.record_batch import (
     decode_record_batches,
     encode_record_batch,
 )
-from broker.server.kafka.varint import read_varint, varint_size, write_varint
+from broker.server.kafka.varint import varint_size, write_varint
 from broker.server.config import broker_config_from_dict
 from broker.wire import records
+from broker.wire.kafka_batch import read_varint
 
 
 @given(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1))

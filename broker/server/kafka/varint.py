@@ -1,29 +1,9 @@
-"""Kafka's zig-zag varints (protobuf style), as used inside record batches v2."""
+"""Kafka's zig-zag varints (protobuf style), as used inside record batches v2: writing.
+
+They are read by :func:`broker.wire.kafka_batch.read_varint` (clients read Kafka-written
+batches too, so the reader sits in the wire layer)."""
 
 from __future__ import annotations
-
-from broker.common.errors import CorruptBatchError
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode the zig-zag varint at ``pos``; returns ``(value, next position)``.
-
-    Raises CorruptBatchError when the buffer ends inside it or it runs past 10 bytes.
-    """
-    shift = 0
-    raw = 0
-    end = len(buf)
-    while True:
-        if pos >= end:
-            raise CorruptBatchError("record batch ends inside a varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("record batch holds a varint longer than 10 bytes")
 
 
 def write_varint(out: bytearray, value: int) -> None:
@@ -46,4 +26,4 @@ def varint_size(value: int) -> int:
     return size
 
 
-__all__ = ["read_varint", "varint_size", "write_varint"]
+__all__ = ["varint_size", "write_varint"]
