@@ -29,7 +29,6 @@ from broker.coordination import zk
 from broker.coordination.acl_store import AclStore
 from broker.coordination.credentials import CredentialStore, ScramCredential
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
-from broker.net import transport
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
@@ -39,7 +38,7 @@ from broker.server.security.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
 from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
-from broker.server.listening import Listening, security_of
+from broker.server.listening import Listening
 from broker.server.controlled_shutdown import hand_over_leadership
 from broker.server.native.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
@@ -59,22 +58,17 @@ log = logging.getLogger("logferry.broker")
 
 
 
-def kafka_modules() -> Any:
-    """The Kafka listener's modules, imported only when a broker has ``[kafka]``: their
-    libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts that do not
-    speak Kafka (an agent's web server) need not install."""
+def kafka_front_end() -> Any:
+    """:mod:`broker.server.kafka.front_end`, imported only when a broker has a Kafka
+    listener: its libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts
+    that do not speak Kafka (an agent's web server) need not install."""
     try:
-        from broker.server.kafka import connection as kafka_connection
-        from broker.server.kafka import group_service as kafka_group_service
-        from broker.server.kafka import service as kafka_service
+        from broker.server.kafka import front_end
     except ImportError as exc:
         raise ConfigError(f"[kafka] needs the Kafka protocol libraries ({exc.name} is not "
                           "installed): pip install 'logferry[kafka]'") from None
-    import types
+    return front_end
 
-    return types.SimpleNamespace(KafkaConnection=kafka_connection.KafkaConnection,
-                                 KafkaGroupService=kafka_group_service.KafkaGroupService,
-                                 KafkaService=kafka_service.KafkaService)
 
 class Broker:
     """One broker: accepts connections, hosts the partitions ZooKeeper assigns to it."""
@@ -84,11 +78,6 @@ class Broker:
         self.logs = LogManager(list(config.log_dirs), config.log)
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
-        self.kafka_connections: set[Any] = set()
-        """The Kafka listener's connections (:class:`~broker.server.kafka.connection.KafkaConnection`)."""
-        self._kafka_server: asyncio.AbstractServer | None = None
-        self.kafka_address: tuple[str, int] | None = None
-        """Where the Kafka-protocol listener listens (its port once bound), or None."""
         self.request_budget = RequestBudget(config.max_queued_request_bytes)
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
@@ -115,7 +104,11 @@ class Broker:
         self.listeners = [Listening(listener, self._authenticator(listener))
                           for listener in effective_listeners(config)
                           if listener.protocol == LOGFERRY]
-        """The logferry listeners (the Kafka one is ``_kafka_server``), default first."""
+        """The logferry listeners, default first."""
+        self.kafka_listening = next((Listening(listener, self._authenticator(listener))
+                                     for listener in effective_listeners(config)
+                                     if listener.protocol == KAFKA), None)
+        """The Kafka listener, or None."""
         self.authenticator = self.listeners[0].authenticator
         """The default listener's (None: it offers no SASL)."""
         inter = next(lst for lst in self.listeners
@@ -141,7 +134,17 @@ class Broker:
                              self.stats.authentication_failures, tls=listener.tls is not None)
 
     def _connection_factory(self, listening: Listening) -> Callable[[], BrokerConnection]:
-        return lambda: BrokerConnection(self, listening)
+        return lambda: BrokerConnection(self, listening.authenticator, listening.name)
+
+    @property
+    def _all_listening(self) -> list[Listening]:
+        """Every listener, the logferry ones first, the Kafka one last."""
+        return [*self.listeners, *filter(None, [self.kafka_listening])]
+
+    @property
+    def kafka_connections(self) -> set[Any]:
+        """The Kafka listener's open connections (empty without one)."""
+        return self.kafka.connections if self.kafka is not None else set()
 
     async def _read_credentials(self, user: str) -> dict[str, ScramCredential] | None:
         """A user's SCRAM credentials from ZooKeeper (None: no such user)."""
@@ -173,16 +176,12 @@ class Broker:
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
-        self.kafka_groups: Any = None
         self.kafka: Any = None
-        if self.config.kafka_listen is not None:  # its libraries are the `kafka` extra
-            kafka = kafka_modules()
-            self.kafka_groups = kafka.KafkaGroupService(
-                self.config.broker_id, lambda: self.view, self.logs, lambda: self._zk,
-                self._admin_pool, admin.authorizer)
-            self.kafka = kafka.KafkaService(self.config, router, produce, self.fetch, admin,
-                                            lambda: self.view, self.count_request,
-                                            self.kafka_groups)
+        """The Kafka front end (:class:`~broker.server.kafka.front_end.KafkaFrontEnd`)."""
+        if self.kafka_listening is not None:  # its libraries are the `kafka` extra
+            self.kafka = kafka_front_end().build(
+                self.config, router, produce, self.fetch, admin, lambda: self.view,
+                self.logs, lambda: self._zk, self._admin_pool, self.count_request)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -218,21 +217,9 @@ class Broker:
         for listening in self.listeners:
             await listening.bind(self._connection_factory(listening), ACCEPT_BURST,
                                  admit=self._admit_handshake)
-        if self.config.kafka_listen is not None:
-            host, port = self.config.kafka_listen
-            kafka_listener = next(lst for lst in effective_listeners(self.config)
-                                  if lst.protocol == KAFKA)
-            kafka_tls = kafka_listener.tls
-            kafka_auth = self._authenticator(kafka_listener)
-            auth_timeout_s = self.config.incomplete_request_timeout_ms / 1000
-            self._kafka_server = await transport.start_server(
-                lambda: kafka_modules().KafkaConnection(self.kafka, self.config.max_request_bytes,
-                                                        self.kafka_connections, kafka_auth,
-                                                        auth_timeout_s),
-                host, port, backlog=ACCEPT_BURST, start_serving=False,
-                ssl_context=server_context(kafka_tls) if kafka_tls else None,
-                ssl_handshake_timeout=kafka_tls.handshake_timeout_s if kafka_tls else None)
-            self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
+        if self.kafka_listening is not None:
+            await self.kafka_listening.bind(
+                self.kafka.connection_factory(self.kafka_listening.authenticator), ACCEPT_BURST)
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(
                 self.metrics, self.config.host, self.config.metrics_port, loop=loop,
@@ -279,10 +266,8 @@ class Broker:
         self.replication.start(loop, self._zk, self.registry)
         self._replication_started = True
         self._apply_view(self.registry.view())
-        for listening in self.listeners:
+        for listening in self._all_listening:
             await listening.start_serving()
-        if self._kafka_server is not None and self.kafka_address is not None:
-            await transport.start_serving(self._kafka_server, *self.kafka_address)
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
             self._zk, self.config.broker_id,
@@ -296,9 +281,9 @@ class Broker:
                                            self.stats.segments_deleted), name="retention"),
             loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
         ]
-        if self._kafka_server is not None:
-            self._background.append(loop.create_task(self.kafka_groups.run_expiry(),
-                                                     name="kafka-group-expiry"))
+        if self.kafka is not None:
+            self._background.extend(loop.create_task(run(), name=name)
+                                    for name, run in self.kafka.background().items())
         fd_warning = fd_limit_warning(self.config.max_connections,
                                       resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:
@@ -321,10 +306,8 @@ class Broker:
         they were loaded (a half-loaded log dir keeps no clean-shutdown marker)."""
         loop = asyncio.get_running_loop()
         self.shutting_down = True
-        for listening in self.listeners:
+        for listening in self._all_listening:
             listening.close()
-        if self._kafka_server is not None:
-            self._kafka_server.close()
         for conn in [*self.connections, *self.kafka_connections]:
             conn.close()
         steps: list[tuple[str, Callable[[], Any]]] = []
@@ -404,10 +387,8 @@ class Broker:
                                        self._admin_pool,
                                        self.config.controlled_shutdown_timeout_s)
         self.shutting_down = True
-        for listening in self.listeners:
+        for listening in self._all_listening:
             listening.close()
-        if self._kafka_server is not None:
-            self._kafka_server.close()
         self.fetch.release_all()  # long polls answer with what they have
         pending = [t for c in [*self.connections, *self.kafka_connections] for t in c.tasks]
         if pending:
@@ -457,11 +438,13 @@ class Broker:
     def _endpoints(self) -> tuple[tuple[str, str, str, int, str], ...]:
         """Every bound listener as the registration shows it: (name, protocol, host,
         port, security), the Kafka one last."""
-        out = [(lst.config.name, LOGFERRY, *lst.address, lst.security) for lst in self.listeners]
-        if self.kafka_address is not None:
-            kafka = next(lst for lst in effective_listeners(self.config) if lst.protocol == KAFKA)
-            out.append((kafka.name, KAFKA, *self.kafka_address, security_of(kafka)))
-        return tuple(out)
+        return tuple((lst.config.name, lst.config.protocol, *lst.address, lst.security)
+                     for lst in self._all_listening)
+
+    @property
+    def kafka_address(self) -> tuple[str, int] | None:
+        """Where the Kafka listener listens (its port once bound), or None."""
+        return self.kafka_listening.address if self.kafka_listening is not None else None
 
     # -- cluster view -----------------------------------------------------------------
 

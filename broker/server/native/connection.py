@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, MutableMapping, Protocol
 
 from broker.common.errors import (
     FrameTooLargeError,
@@ -47,8 +47,9 @@ from broker.wire import protocol
 from broker.wire.apis import parse_request_head
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
-    from broker.server.listening import Listening
+    from broker.server.native.dispatch import Dispatcher
+    from broker.server.request_budget import RequestBudget
+    from broker.server.security.authentication import Authenticator
 
 log = logging.getLogger("logferry.connection")
 
@@ -58,6 +59,46 @@ admin calls) run: each holds a task and its frame, and a client that pipelines
 requests must not grow them without end. Well-behaved clients keep a few in flight."""
 
 
+class ConnectionLimits(Protocol):
+    """The broker settings a connection applies."""
+
+    @property
+    def max_request_bytes(self) -> int: ...
+    @property
+    def max_unsent_bytes_per_connection(self) -> int: ...
+    @property
+    def max_connections(self) -> int: ...
+
+
+class ConnectionCounters(Protocol):
+    """The broker metrics a connection counts in (labels -> count)."""
+
+    @property
+    def connections_refused(self) -> MutableMapping[Any, float]: ...
+    @property
+    def connections_timed_out(self) -> MutableMapping[Any, float]: ...
+    @property
+    def read_holds(self) -> MutableMapping[Any, float]: ...
+
+
+class ConnectionHost(Protocol):
+    """What a native connection needs of the broker it serves, and nothing more (the
+    broker is one; a test gives a stand-in)."""
+
+    @property
+    def config(self) -> ConnectionLimits: ...
+    @property
+    def request_budget(self) -> "RequestBudget": ...
+    @property
+    def connections(self) -> "set[BrokerConnection]": ...
+    @property
+    def stats(self) -> ConnectionCounters: ...
+    @property
+    def dispatcher(self) -> "Dispatcher": ...
+
+    def count_request(self, api: str, seconds: float, error: bool = False) -> None: ...
+
+
 class BrokerConnection(asyncio.Protocol):
     """The broker's end of one TCP connection."""
 
@@ -65,12 +106,13 @@ class BrokerConnection(asyncio.Protocol):
     """``data_received`` copies the bytes into the decoder at once: under TLS it may be
     given a view of a reused buffer (broker/net/tls_accept.py)."""
 
-    def __init__(self, broker: "Broker", listener: "Listening | None" = None):
-        """``listener``: the one it arrived on (None: the broker's default listener)."""
+    def __init__(self, broker: ConnectionHost, authenticator: "Authenticator | None" = None,
+                 listener_name: str = DEFAULT_LISTENER):
+        """``authenticator``, ``listener_name``: the SASL side and the name of the
+        listener it arrived on."""
         self.broker = broker
-        self.authenticator = (listener.authenticator if listener is not None
-                              else broker.authenticator)
-        self.listener_name = listener.name if listener is not None else DEFAULT_LISTENER
+        self.authenticator = authenticator
+        self.listener_name = listener_name
         """Metadata answers give the brokers' addresses on this listener."""
         self.decoder = protocol.FrameDecoder(broker.config.max_request_bytes)
         self.transport: asyncio.Transport | None = None
