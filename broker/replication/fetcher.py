@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Protocol
 
+from broker.common.background import BackgroundTasks
 from broker.common.errors import AuthenticationError, LogferryError, ProtocolError
 from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
@@ -69,15 +70,16 @@ class ReplicaFetcher:
         self._timed_out = False
         """The connection was aborted because an answer was overdue."""
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._task = loop.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+    def start(self, background: BackgroundTasks) -> None:
+        """Start copying, as a task of ``background`` (a crash stops the broker)."""
+        self._task = background.start(self._run(), f"replica-fetcher-{self.leader}")
 
     async def stop(self) -> None:
         self._stopping = True  # the loops end even if a cancellation were lost
         self._changed.set()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait([self._task])  # a crash was reported when it happened
         self._close()
 
     def add(self, replica: Replica) -> None:

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from broker.common.background import BackgroundTasks
 from broker.common.errors import ConfigError, ListenError, LogferryError, StorageError, ZooKeeperError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.common.tls import client_tls, server_context
@@ -89,6 +90,9 @@ class Broker:
                                    lambda: self.replication, lambda: self.controller,
                                    self.request_budget)
         self.controller: Controller | None = None
+        self.background = BackgroundTasks(self._background_crashed,
+                                          f"broker {config.broker_id}")
+        """Every long-lived task of this broker: a crash stops it with exit code 1."""
         self._background: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
         self._starting: asyncio.Future[None] | None = None
@@ -123,7 +127,7 @@ class Broker:
             wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
             leader_ssl_context=leader_ssl_context,
             leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl,
-            leader_listener=config.inter_broker_listener))
+            leader_listener=config.inter_broker_listener, background=self.background))
         self._wire_services()
 
     def _authenticator(self, listener: ListenerConfig) -> Authenticator | None:
@@ -168,7 +172,8 @@ class Broker:
         self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down,
                                   self.authorizer)
         self.flusher = Flusher(self.logs, self.config.log.flush_ms, self._fsync_pool,
-                               self.fetch.wake_consumers, self.replication.on_publishable)
+                               self.fetch.wake_consumers, self.replication.on_publishable,
+                               background=self.background)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
                                  self.stats, self.config.log.flush_messages == 1, shutting_down,
                                  authorizer=self.authorizer,
@@ -275,14 +280,15 @@ class Broker:
             auto_rebalance_interval_s=self.config.leader_rebalance_interval_s,
             elections=self.stats.leader_elections)
         self.controller.start()
+        start = self.background.start
         self._background = [
-            loop.create_task(self.flusher.run(), name="flusher"),
-            loop.create_task(run_retention(self.logs, self.config.retention_check_ms,
-                                           self.stats.segments_deleted), name="retention"),
-            loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
+            start(self.flusher.run(), "flusher"),
+            start(run_retention(self.logs, self.config.retention_check_ms,
+                                self.stats.segments_deleted), "retention"),
+            start(self._close_stalled_connections(), "stalled-connections"),
         ]
         if self.kafka is not None:
-            self._background.extend(loop.create_task(run(), name=name)
+            self._background.extend(start(run(), name)
                                     for name, run in self.kafka.background().items())
         fd_warning = fd_limit_warning(self.config.max_connections,
                                       resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -325,9 +331,7 @@ class Broker:
                 await self.replication.stop()
             except Exception as exc:
                 log.debug("failed start: could not stop replication: %s", exc)
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.background.cancel(self._background)
         if self._zk is not None:
             zk.close(self._zk)
         if self._metrics_server is not None:
@@ -373,6 +377,19 @@ class Broker:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()  # e.g. Ctrl-C while waiting for a stale registration
 
+    def _background_crashed(self, name: str, exc: BaseException) -> None:
+        """A long-lived task died (logged by :class:`BackgroundTasks`): stop, so that a
+        broker that no longer flushes, retains or replicates does not go on serving."""
+        self._stopping.set()
+
+    @property
+    def exit_code(self) -> int:
+        """The process's exit code once :meth:`run` returned: 1 after a background
+        task crashed, 130 after SIGINT (Ctrl-C's), else 0."""
+        if self.background.crashed:
+            return 1
+        return 130 if self.stopped_by == signal.SIGINT else 0
+
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (thread-unsafe; call from the loop)."""
         self._stopping.set()
@@ -408,9 +425,7 @@ class Broker:
             # it follows wait for it until the controller drops it from their ISRs
             log.info("stop: leaving the registry")
             await asyncio.get_running_loop().run_in_executor(None, self.registry.deregister)
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.background.cancel(self._background)
         hosted = list(self.logs.logs())
         log.info("stop: flushing %d partitions", len(hosted))
         for key, plog in hosted:
@@ -425,7 +440,11 @@ class Broker:
             self._metrics_server.close()
         self._fsync_pool.shutdown(wait=True)
         self._admin_pool.shutdown(wait=False)
-        log.info("broker %d stopped cleanly", self.config.broker_id)
+        if self.background.crashed:
+            log.error("broker %d stopped because background task %r crashed (exit code 1)",
+                      self.config.broker_id, self.background.crashed[0][0])
+        else:
+            log.info("broker %d stopped cleanly", self.config.broker_id)
 
     async def _close_stalled_connections(self) -> None:
         """Drop clients that owe a request past ``incomplete_request_timeout_ms``."""
@@ -560,7 +579,7 @@ def run_broker(config: BrokerConfig) -> int:
         asyncio.run(broker.run(freeze_startup=True))
     except OSError as exc:  # LogferryErrors go up as they are: the CLI prints its one line
         raise ListenError(f"cannot start broker {config.broker_id}: {exc}") from exc
-    return 130 if broker.stopped_by == signal.SIGINT else 0
+    return broker.exit_code
 
 
 __all__ = ["Broker", "run_broker"]

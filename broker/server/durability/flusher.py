@@ -30,6 +30,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Callable, Hashable, Protocol, Sequence
 
+from broker.common.background import BackgroundTasks
 from broker.common.errors import LogferryError, StorageError
 from broker.server.broker_metrics import PartitionCounter
 from broker.server.durability.group_commit import CommitQueue, FsyncTimes, inline_round, next_round_pause
@@ -61,15 +62,17 @@ class Flusher:
     def __init__(self, logs: LogManager, flush_ms: int, fsync_pool: Executor,
                  wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None],
                  group_commit: bool | None = None, sync: SyncAll = sync_round,
-                 inline: bool | None = None):
+                 inline: bool | None = None, background: BackgroundTasks | None = None):
         """After an fsync moved a partition's visible end: ``wake_consumers(key)``,
         then the held produce answers, then ``on_flushed(key)`` (replication).
         ``group_commit`` None: as the logs' config says. ``sync`` runs a round's
         fsyncs in the pool (:func:`broker.storage.sync.sync_round`; tests pass one
         that blocks). ``inline``: whether a round of one file on an idle log dir may
         fsync on the event loop (None: with the default ``sync`` only; a test's own sync
-        may block on the test)."""
+        may block on the test). ``background``: where its flush tasks run (the broker's,
+        so that a crashed flush stops it; None: its own, which only logs)."""
         self.logs = logs
+        self._background = background if background is not None else BackgroundTasks()
         self.inline = sync is sync_round if inline is None else inline
         self._fsync_times: dict[Hashable, FsyncTimes] = {}
         """Per log dir, recent fsync durations and when its last round ended."""
@@ -329,7 +332,7 @@ class Flusher:
         if key in self._flushing:
             return
         self._flushing.add(key)
-        asyncio.get_running_loop().create_task(self._flush_now(key, plog))
+        self._background.start(self._flush_now(key, plog), "flush")
 
     async def _flush_now(self, key: Key, plog: PartitionLog) -> None:
         """fsync in a worker thread, then advance the visible end and wake fetchers."""
