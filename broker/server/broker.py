@@ -82,7 +82,8 @@ class Broker:
         self.request_budget = RequestBudget(config.max_queued_request_bytes)
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
-        self._zk = None
+        self._zk: Any = None
+        """The kazoo client (None before the start connects)."""
         self._metrics_server: MetricsServer | None = None
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
@@ -93,7 +94,7 @@ class Broker:
         self.background = BackgroundTasks(self._background_crashed,
                                           f"broker {config.broker_id}")
         """Every long-lived task of this broker: a crash stops it with exit code 1."""
-        self._background: list[asyncio.Task] = []
+        self._background: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
         self._starting: asyncio.Future[None] | None = None
         """The start in progress under :meth:`run` (a stop signal cancels it)."""

@@ -27,7 +27,8 @@ from broker.server.listeners import (
     DEFAULT_LISTENER, KAFKA, ListenerConfig, check_inter_broker, default_listener,
     listeners_from_list,
 )
-from broker.storage.config import VISIBILITIES, LogConfig
+from broker.common.topic_config import VISIBILITY_CHOICES as VISIBILITIES
+from broker.storage.config import LogConfig
 
 
 @dataclass(frozen=True)

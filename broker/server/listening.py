@@ -31,7 +31,7 @@ class Listening:
         self.config = config
         self.authenticator = authenticator
         self.ssl_context = server_context(config.tls) if config.tls else None
-        self.server: asyncio.AbstractServer | None = None
+        self.server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.host, config.port)
 
     @property

@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError
 from broker.common.principal import ANONYMOUS, Principal
@@ -68,7 +68,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self.principal: Principal = ANONYMOUS
         self._slots: deque[_Slot] = deque()
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self._write_paused = False
         self._reading = True

@@ -21,7 +21,7 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -60,7 +60,7 @@ class KafkaGroupService:
         self.pool = pool
         self.coordinator = GroupCoordinator()
 
-    def handlers(self) -> dict[int, Callable[[Request, Any], Any]]:
+    def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
         return {
             Api.FIND_COORDINATOR: self.find_coordinator,

@@ -55,7 +55,7 @@ from broker.server.services.produce import ProduceService
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
 from broker.wire import records
-from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest
+from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest, ReplicaFetchPart
 from broker.wire.produce import MessageSet, ProduceRequest
 from broker.wire.producer_id import InitProducerIdRequest
 
@@ -101,7 +101,7 @@ class CapturingResponder(Responder):
     __slots__ = ("future",)
 
     def __init__(self, channel: _Channel, api: str, count: Callable[[str, float, bool], None]):
-        super().__init__(channel, 0, api, count)  # type: ignore[arg-type]
+        super().__init__(channel, 0, api, count)
         self.future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
 
     def _settle(self, outcome: _Outcome) -> None:
@@ -245,7 +245,7 @@ class KafkaService:
         produce service; answer per partition with the first batch's offset."""
         body = request.body
         acks = body.acks
-        order: list[tuple[str, int, ErrorCode | None, str | None]] = []
+        order: list[tuple[str, int, ErrorCode | int | None, str | None]] = []
         sets: list[MessageSet] = []
         for topic in body.topic_data:
             for part in topic.partition_data:
@@ -317,7 +317,8 @@ class KafkaService:
                                        max(part.partition_max_bytes, 1)))
                 skip.append(part.fetch_offset)
         wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
-        live = [p for i, p in enumerate(parts) if i not in early]
+        live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts)
+                                                    if i not in early]
         answers: list[Any] = []
         slices: list[Any] = []
         if live:
@@ -380,7 +381,8 @@ class KafkaService:
                                         plog.visible_end)
         length, _, _, _, count, _ = records.BATCH_HEADER.unpack_from(head)
         if offset >= start + count:  # past its last record: the next batch
-            return start + records.LENGTH_SIZE + length
+            after: int = start + records.LENGTH_SIZE + length
+            return after
         return start
 
     # -- InitProducerId ------------------------------------------------------------------

@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, MutableMapping, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, MutableMapping, Protocol, cast
 
 from broker.common.errors import (
     FrameTooLargeError,
@@ -125,7 +125,7 @@ class BrokerConnection(asyncio.Protocol):
         """Bytes of the answers in ``_queue`` (file bytes included): unsent answers."""
         self._sending = False
         self._closed = False
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
         self._budget = broker.request_budget
         self._max_unsent = broker.config.max_unsent_bytes_per_connection
         self._reserved = 0
@@ -152,7 +152,7 @@ class BrokerConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = tr = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         connections = self.broker.connections
@@ -161,12 +161,12 @@ class BrokerConnection(asyncio.Protocol):
             self.broker.stats.connections_refused[()] += 1
             _refusals.warning("refusing connections: %d are open (max_connections); latest "
                            "from %s", len(connections), self.peer)
-            transport.abort()
+            tr.abort()
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.transport.set_write_buffer_limits(high=self._max_unsent)
+        tr.set_write_buffer_limits(high=self._max_unsent)
         self.auth = ConnectionAuth(self.authenticator, self,
                                    transport.get_extra_info("peercert"))
         connections.add(self)
@@ -199,7 +199,7 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- backpressure -----------------------------------------------------------------
 
-    def data_received(self, data: bytes | memoryview) -> None:  # type: ignore[override]
+    def data_received(self, data: bytes | memoryview) -> None:
         """Take the whole frames out of the decoder and dispatch them; stop (and stop
         reading) when the broker must wait. (:meth:`_resume` calls it with no bytes.)
 
@@ -240,7 +240,7 @@ class BrokerConnection(asyncio.Protocol):
             completed = True
             self._dispatch(frame, reserved)
 
-    def peer_speaks_tls(self, data: bytes) -> bool:
+    def peer_speaks_tls(self, data: bytes | memoryview) -> bool:
         """A TLS client on this plaintext port: close at once, saying so only at DEBUG
         (the client's handshake fails with its own clear error)."""
         if self.transport is None or self.transport.get_extra_info("sslcontext") is not None \
@@ -364,7 +364,7 @@ class BrokerConnection(asyncio.Protocol):
             if len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS:
                 self._backlogged = True
 
-    def _request_done(self, reserved: int, task: asyncio.Task) -> None:
+    def _request_done(self, reserved: int, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         self._budget.release(reserved)
         if self._backlogged:
@@ -430,6 +430,7 @@ class BrokerConnection(asyncio.Protocol):
                         # asyncio pauses reading during a sendfile and resumes it after;
                         # a hold taken or lifted meanwhile is applied once it returns
                         self._in_sendfile = True
+                        assert self.transport is not None  # not closed: checked above
                         try:
                             await loop.sendfile(self.transport, piece.file, piece.position,
                                                 piece.count, fallback=True)

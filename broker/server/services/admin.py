@@ -246,6 +246,7 @@ class AdminService:
         loop = asyncio.get_running_loop()
         rf = replication_factor or min(self.config.default_replication_factor,
                                        max(len(self.view().brokers), 1))
+        assignment: dict[int, list[int]] | None
         try:
             assignment = await loop.run_in_executor(
                 self.admin_pool, self.registry().create_topic,  # type: ignore[union-attr]

@@ -99,10 +99,10 @@ class AppendAtService:
             if p.replication.wait_for_replicas(topic, partition, end, pending, index):
                 pending.left += 1
         for topic, partition, index in waits:
-            plog = p.logs.get(topic, partition)
-            assert plog is not None  # appended to a moment ago, on this event loop turn
+            written = p.logs.get(topic, partition)
+            assert written is not None  # appended to a moment ago, on this event loop turn
             pending.left += 1
-            p.flusher.ack_after_flush((topic, partition), plog, pending, index)
+            p.flusher.ack_after_flush((topic, partition), written, pending, index)
         pending.part_done(None)
 
     def _append(self, part: AppendAtPart, plog: PartitionLog, acks: int) -> None:

@@ -33,7 +33,7 @@ from broker.wire.fetch import (
 )
 
 Key = tuple[str, int]
-Read = Callable[[list], tuple[list, list, int]]
+Read = Callable[[list[Any]], tuple[list[Any], list[Any], int]]
 log = logging.getLogger("logferry.broker")
 
 
@@ -52,7 +52,7 @@ class FetchService:
         self.waiters: dict[Key, list[Any]] = {}
         """Consumers' long polls (:class:`_LongPoll`), by partition: woken when the
         visible end moves."""
-        self.append_waiters: dict[Key, list[asyncio.Future]] = {}
+        self.append_waiters: dict[Key, list[asyncio.Future[None]]] = {}
         """Followers' long polls, by partition: woken when the log end moves."""
 
     # -- waking long polls -----------------------------------------------------------
@@ -92,8 +92,8 @@ class FetchService:
         if polled is not None:  # else the wake-up answered already
             self._answer(request, responder, *polled)
 
-    def _answer(self, request: FetchRequest, responder: Responder, results: list,
-                slices: list, total: int) -> None:
+    def _answer(self, request: FetchRequest, responder: Responder, results: list[Any],
+                slices: list[Any], total: int) -> None:
         counter = (self.metrics.bytes_out if request.replica is None
                    else self.metrics.replica_bytes_out)
         for part, piece in zip(request.parts, slices):
@@ -101,14 +101,14 @@ class FetchService:
                 counter[(part.topic, part.partition)] += piece.count
         responder.answer_with_files(encode_fetch_answer(results), slices, total)
 
-    def _ready(self, request: FetchRequest, results: list, total: int) -> bool:
+    def _ready(self, request: FetchRequest, results: list[Any], total: int) -> bool:
         """Whether an answer of ``total`` bytes (and these results) goes out now."""
         return (total >= request.min_bytes or self.shutting_down()
                 or any(r.error for r in results))
 
-    async def _poll(self, read: Read, waiters: dict[Key, list[Any]], requests: list,
+    async def _poll(self, read: Read, waiters: dict[Key, list[Any]], requests: list[Any],
                     request: FetchRequest, responder: Responder
-                    ) -> tuple[list, list, int] | None:
+                    ) -> tuple[list[Any], list[Any], int] | None:
         """Read until there is enough or the time is up; None: a consumer's wake-up
         read and answered it (:class:`_LongPoll`)."""
         loop = asyncio.get_running_loop()
@@ -139,9 +139,9 @@ class FetchService:
             if waiter is not future and waiter.answered:
                 return None
 
-    def _read_slices(self, requests: list[FetchPart], principal: Principal) -> tuple[list, list, int]:
+    def _read_slices(self, requests: list[FetchPart], principal: Principal) -> tuple[list[Any], list[Any], int]:
         results: list[FetchAnswerPart] = []
-        slices: list = []
+        slices: list[Any] = []
         total = 0
         for topic, partition, offset, max_bytes in requests:
             try:  # a denied part answers at once (an error), so it is checked only once
@@ -166,9 +166,9 @@ class FetchService:
         recorded: set[Key] = set()
         replication = self.replication
 
-        def read(requests: list[ReplicaFetchPart]) -> tuple[list, list, int]:
+        def read(requests: list[ReplicaFetchPart]) -> tuple[list[Any], list[Any], int]:
             results: list[ReplicaFetchAnswerPart] = []
-            slices: list = []
+            slices: list[Any] = []
             total = 0
             for topic, partition, offset, max_bytes, epoch in requests:
                 try:
@@ -206,7 +206,7 @@ class _LongPoll:
     __slots__ = ("service", "read", "request", "responder", "future", "answered")
 
     def __init__(self, service: FetchService, read: Read, request: FetchRequest,
-                 responder: Responder, future: asyncio.Future):
+                 responder: Responder, future: asyncio.Future[None]):
         self.service = service
         self.read = read
         self.request = request
@@ -234,7 +234,7 @@ class _LongPoll:
         self.future.set_result(None)
 
 
-def _time_up(waiter: asyncio.Future) -> None:
+def _time_up(waiter: asyncio.Future[None]) -> None:
     """A long poll's max_wait_ms passed: answer with what there is."""
     if not waiter.done():
         waiter.set_result(None)

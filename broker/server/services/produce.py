@@ -103,7 +103,7 @@ class ProduceService:
                 if codecs and topic in codecs:  # the topic's compression policy
                     packed = compress_message_set(chunk, codecs[topic])
                     if packed is not chunk:  # batch sizes changed: where each one lies too
-                        chunk = packed
+                        chunk = memoryview(packed)
                         scan = records.validate_message_set(chunk)
                 if acks == -1:
                     replication.check_acks_all(topic, partition)
@@ -172,10 +172,10 @@ class ProduceService:
         # flush.messages = 1: acknowledge only after the appended bytes are fsynced.
         for topic, partition, index in waits:
             key = (topic, partition)
-            plog = self.logs.get(*key)
-            assert plog is not None  # appended to a moment ago, on this event loop turn
+            appended = self.logs.get(*key)
+            assert appended is not None  # appended to a moment ago, on this event loop turn
             pending.left += 1
-            self.flusher.ack_after_flush(key, plog, pending, index)
+            self.flusher.ack_after_flush(key, appended, pending, index)
         pending.part_done(None)  # the handler's own hold: answers now if nothing waits
         return woke
 

@@ -28,7 +28,7 @@ class PartitionRouter:
         """The log of a partition this broker leads, or the error to answer with."""
         if type(topic) is not str or type(partition) is not int:
             raise InvalidRequestError("topic must be a string and partition an integer")
-        plog = self.replication.leader_log(topic, partition, for_write)
+        plog: PartitionLog | None = self.replication.leader_log(topic, partition, for_write)
         if plog is not None:
             return plog
         validate_topic_name(topic)
