@@ -2,10 +2,15 @@
 and the ZooKeeper registry.
 
 This module starts and stops the broker, follows the cluster view, and wires the
-request handlers, each in its own module: :mod:`.produce`, :mod:`.fetch` (long poll),
-:mod:`.admin` (offsets, metadata, topic administration), :mod:`.flusher` (fsync and
-retention) and :mod:`.broker_metrics`. :mod:`.connection` turns bytes into requests
-and :mod:`.dispatch` routes them. The hot paths stay per batch, never per message.
+rooms of :mod:`broker.server` (docs/architecture.md, "Inside broker/server"): the
+services (:mod:`.services.produce`, :mod:`.services.fetch` (long poll),
+:mod:`.services.admin`), durability (:mod:`.durability.flusher`: fsync and retention),
+security, :mod:`.broker_metrics`, and the front ends that turn bytes into requests:
+:mod:`.native.connection` with :mod:`.native.dispatch`, and Kafka's, built by
+:mod:`.kafka.front_end` when a Kafka listener is configured. Every listener is bound
+through :class:`~.listening.Listening`; every long-lived task runs in
+:class:`~broker.common.background.BackgroundTasks`. The hot paths stay per batch,
+never per message.
 The broker keeps no state about consumers. Replication (roles, followers, acks=all,
 the controller) lives in :mod:`broker.replication`.
 """

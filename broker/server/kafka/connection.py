@@ -152,7 +152,7 @@ class KafkaConnection(asyncio.Protocol):
             self._fatal(str(exc))
             return
         if self.sasl is not None and not self.sasl.admits(parsed.api_key):
-            self.close()  # before authentication (kafka_sasl logs it, rate-limited)
+            self.close()  # before authentication (kafka/sasl.py logs it, rate-limited)
             return
         slot = _Slot()
         self._slots.append(slot)
