@@ -18,6 +18,7 @@ from typing import Protocol
 
 from broker.common.background import BackgroundTasks
 from broker.common.errors import AuthenticationError, LogferryError, ProtocolError
+from broker.common.ratelimit import RateLimitedLog
 from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
 from broker.net import transport
@@ -66,7 +67,8 @@ class ReplicaFetcher:
         self._corr = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
-        self._auth_warned = -60.0
+        self._auth_warnings = RateLimitedLog(log, 60.0)
+        """Refused credentials: a WARNING once a minute, INFO between."""
         self._timed_out = False
         """The connection was aborted because an answer was overdue."""
 
@@ -126,10 +128,8 @@ class ReplicaFetcher:
                 raise
             except (OSError, asyncio.TimeoutError, LogferryError, ConnectionError) as exc:
                 # refused credentials stay refused until an operator acts: say so, once a minute
-                loud = isinstance(exc, AuthenticationError) and \
-                    time.monotonic() - self._auth_warned > 60 and not self._stopping
-                if loud:
-                    self._auth_warned = time.monotonic()
+                loud = isinstance(exc, AuthenticationError) and not self._stopping \
+                    and self._auth_warnings.allow() is not None
                 log.log(logging.WARNING if loud else logging.INFO,
                         "replica fetch from broker %d (%s:%d) failed: %s; retrying",
                         self.leader, host, port, exc or type(exc).__name__)
