@@ -1,7 +1,7 @@
 """Append-to-visible latency of the broker's group commit alone, without a disk, a
 network or clients: the pacing of the commit rounds (issue 18).
 
-The real :class:`broker.server.flusher.Flusher` and partition log, in this process, with
+The real :class:`broker.server.durability.flusher.Flusher` and partition log, in this process, with
 an fsync replaced by a sleep of ``--fsync-ms`` (this machine's ext4 fsync takes about
 0.3 ms at p50 when quiet). A thread wakes the event loop every ``--request-ms`` (as a
 producer with one request in flight wakes the broker: its acknowledgement takes about
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 async def measure(rate: int, seconds: float, fsync_s: float, request_s: float) -> list[float]:
     """Latencies (ms) of every append after the first second."""
-    from broker.server.flusher import Flusher
+    from broker.server.durability.flusher import Flusher
     from broker.storage.config import LogConfig
     from broker.storage.log_manager import LogManager
     from broker.wire import records

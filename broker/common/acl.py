@@ -3,7 +3,7 @@
 Sans IO: the types, their validation, their one-line text form (which is also the
 name of the ZooKeeper node that stores each ACL, see
 :mod:`broker.coordination.acl_store`) and the decision. The broker's
-:mod:`broker.server.authorizer` asks :meth:`AclSet.authorize` for each request part.
+:mod:`broker.server.security.authorizer` asks :meth:`AclSet.authorize` for each request part.
 
 The rules (Kafka's, reduced to what logferry serves):
 

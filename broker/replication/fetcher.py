@@ -16,7 +16,9 @@ import logging
 import time
 from typing import Protocol
 
+from broker.common.background import BackgroundTasks
 from broker.common.errors import AuthenticationError, LogferryError, ProtocolError
+from broker.common.ratelimit import RateLimitedLog
 from broker.common.retry import Retry
 from broker.coordination.registry import ClusterView
 from broker.net import transport
@@ -65,19 +67,21 @@ class ReplicaFetcher:
         self._corr = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
-        self._auth_warned = -60.0
+        self._auth_warnings = RateLimitedLog(log, 60.0)
+        """Refused credentials: a WARNING once a minute, INFO between."""
         self._timed_out = False
         """The connection was aborted because an answer was overdue."""
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._task = loop.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+    def start(self, background: BackgroundTasks) -> None:
+        """Start copying, as a task of ``background`` (a crash stops the broker)."""
+        self._task = background.start(self._run(), f"replica-fetcher-{self.leader}")
 
     async def stop(self) -> None:
         self._stopping = True  # the loops end even if a cancellation were lost
         self._changed.set()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait([self._task])  # a crash was reported when it happened
         self._close()
 
     def add(self, replica: Replica) -> None:
@@ -124,10 +128,8 @@ class ReplicaFetcher:
                 raise
             except (OSError, asyncio.TimeoutError, LogferryError, ConnectionError) as exc:
                 # refused credentials stay refused until an operator acts: say so, once a minute
-                loud = isinstance(exc, AuthenticationError) and \
-                    time.monotonic() - self._auth_warned > 60 and not self._stopping
-                if loud:
-                    self._auth_warned = time.monotonic()
+                loud = isinstance(exc, AuthenticationError) and not self._stopping \
+                    and self._auth_warnings.allow() is not None
                 log.log(logging.WARNING if loud else logging.INFO,
                         "replica fetch from broker %d (%s:%d) failed: %s; retrying",
                         self.leader, host, port, exc or type(exc).__name__)

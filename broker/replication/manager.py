@@ -100,16 +100,14 @@ class ReplicaManager:
         self.services.zk = zk_client
         self.services.registry = registry
         self.loop = loop
-        self._tasks.append(loop.create_task(self._upkeep_loop(), name="isr-upkeep"))
+        self._tasks.append(self.services.background.start(self._upkeep_loop(), "isr-upkeep"))
         zk_client.add_listener(self.fencing.listener)
         self.lease.start()
 
     async def stop(self) -> None:
         """Stop fetching, fail waiting acks, write the last checkpoint."""
         self.stopped.set()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.services.background.cancel(self._tasks)
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -224,7 +222,7 @@ class ReplicaManager:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(self, leader)
-                fetcher.start(self.loop or asyncio.get_running_loop())
+                fetcher.start(self.services.background)
             fetcher.add(replica)
             log.info("%s: following broker %d in epoch %d from offset %d%s", name, leader,
                      state.leader_epoch, plog.end_offset,

@@ -15,10 +15,11 @@ import ssl
 
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.common.background import BackgroundTasks
 from broker.common.sasl import SaslCredentials
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ class ReplicationServices:
     leader_sasl: SaslCredentials | None = None
     """This broker's SASL credentials toward leaders (the broker's ``[sasl]``; None: none)."""
     leader_listener: str = "default"
+    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    """Where replication's long-lived tasks run (the broker's: a crash stops it)."""
     """The listener of the leaders followers fetch on (``[broker] inter_broker_listener``)."""
 
 

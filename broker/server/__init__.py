@@ -1,4 +1,5 @@
-"""The broker server: lifecycle and wiring, connections, the request handlers."""
+"""The broker server, by room: wiring here; services/, native/ and kafka/ (the front
+ends), security/, durability/ (docs/architecture.md, "Inside broker/server")."""
 
 from broker.server.broker import Broker
 

@@ -2,10 +2,15 @@
 and the ZooKeeper registry.
 
 This module starts and stops the broker, follows the cluster view, and wires the
-request handlers, each in its own module: :mod:`.produce`, :mod:`.fetch` (long poll),
-:mod:`.admin` (offsets, metadata, topic administration), :mod:`.flusher` (fsync and
-retention) and :mod:`.broker_metrics`. :mod:`.connection` turns bytes into requests
-and :mod:`.dispatch` routes them. The hot paths stay per batch, never per message.
+rooms of :mod:`broker.server` (docs/architecture.md, "Inside broker/server"): the
+services (:mod:`.services.produce`, :mod:`.services.fetch` (long poll),
+:mod:`.services.admin`), durability (:mod:`.durability.flusher`: fsync and retention),
+security, :mod:`.broker_metrics`, and the front ends that turn bytes into requests:
+:mod:`.native.connection` with :mod:`.native.dispatch`, and Kafka's, built by
+:mod:`.kafka.front_end` when a Kafka listener is configured. Every listener is bound
+through :class:`~.listening.Listening`; every long-lived task runs in
+:class:`~broker.common.background.BackgroundTasks`. The hot paths stay per batch,
+never per message.
 The broker keeps no state about consumers. Replication (roles, followers, acks=all,
 the controller) lives in :mod:`broker.replication`.
 """
@@ -22,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from broker.common.background import BackgroundTasks
 from broker.common.errors import ConfigError, ListenError, LogferryError, StorageError, ZooKeeperError
 from broker.common.metrics import Metrics, MetricsServer
 from broker.common.tls import client_tls, server_context
@@ -29,28 +35,27 @@ from broker.coordination import zk
 from broker.coordination.acl_store import AclStore
 from broker.coordination.credentials import CredentialStore, ScramCredential
 from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
-from broker.net import transport
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
-from broker.server.admin import AdminService
-from broker.server.authentication import Authenticator
-from broker.server.authorizer import Authorizer
+from broker.server.services.admin import AdminService
+from broker.server.security.authentication import Authenticator
+from broker.server.security.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
 from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
-from broker.server.listening import Listening, security_of
+from broker.server.listening import Listening
 from broker.server.controlled_shutdown import hand_over_leadership
-from broker.server.connection import (
+from broker.server.native.connection import (
     ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
 )
-from broker.server.dispatch import Dispatcher
-from broker.server.fetch import FetchService
-from broker.server.flusher import Flusher, run_retention
+from broker.server.native.dispatch import Dispatcher
+from broker.server.services.fetch import FetchService
+from broker.server.durability.flusher import Flusher, run_retention
 from broker.server.gc_pause import freeze_startup_objects
-from broker.server.produce import ProduceService
+from broker.server.services.produce import ProduceService
 from broker.server.request_budget import RequestBudget
-from broker.server.routing import PartitionRouter
+from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
@@ -59,20 +64,17 @@ log = logging.getLogger("logferry.broker")
 
 
 
-def kafka_modules() -> Any:
-    """The Kafka listener's modules, imported only when a broker has ``[kafka]``: their
-    libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts that do not
-    speak Kafka (an agent's web server) need not install."""
+def kafka_front_end() -> Any:
+    """:mod:`broker.server.kafka.front_end`, imported only when a broker has a Kafka
+    listener: its libraries (kio, crc32c, cramjam) are the ``kafka`` extra, which hosts
+    that do not speak Kafka (an agent's web server) need not install."""
     try:
-        from broker.server import kafka_connection, kafka_group_service, kafka_service
+        from broker.server.kafka import front_end
     except ImportError as exc:
         raise ConfigError(f"[kafka] needs the Kafka protocol libraries ({exc.name} is not "
                           "installed): pip install 'logferry[kafka]'") from None
-    import types
+    return front_end
 
-    return types.SimpleNamespace(KafkaConnection=kafka_connection.KafkaConnection,
-                                 KafkaGroupService=kafka_group_service.KafkaGroupService,
-                                 KafkaService=kafka_service.KafkaService)
 
 class Broker:
     """One broker: accepts connections, hosts the partitions ZooKeeper assigns to it."""
@@ -82,15 +84,11 @@ class Broker:
         self.logs = LogManager(list(config.log_dirs), config.log)
         self.metrics = Metrics()
         self.connections: set[BrokerConnection] = set()
-        self.kafka_connections: set[Any] = set()
-        """The Kafka listener's connections (:class:`~broker.server.kafka_connection.KafkaConnection`)."""
-        self._kafka_server: asyncio.AbstractServer | None = None
-        self.kafka_address: tuple[str, int] | None = None
-        """Where the Kafka-protocol listener listens (its port once bound), or None."""
         self.request_budget = RequestBudget(config.max_queued_request_bytes)
         self.view = ClusterView()
         self.registry: BrokerRegistry | None = None
-        self._zk = None
+        self._zk: Any = None
+        """The kazoo client (None before the start connects)."""
         self._metrics_server: MetricsServer | None = None
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
@@ -98,7 +96,10 @@ class Broker:
                                    lambda: self.replication, lambda: self.controller,
                                    self.request_budget)
         self.controller: Controller | None = None
-        self._background: list[asyncio.Task] = []
+        self.background = BackgroundTasks(self._background_crashed,
+                                          f"broker {config.broker_id}")
+        """Every long-lived task of this broker: a crash stops it with exit code 1."""
+        self._background: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
         self._starting: asyncio.Future[None] | None = None
         """The start in progress under :meth:`run` (a stop signal cancels it)."""
@@ -113,7 +114,11 @@ class Broker:
         self.listeners = [Listening(listener, self._authenticator(listener))
                           for listener in effective_listeners(config)
                           if listener.protocol == LOGFERRY]
-        """The logferry listeners (the Kafka one is ``_kafka_server``), default first."""
+        """The logferry listeners, default first."""
+        self.kafka_listening = next((Listening(listener, self._authenticator(listener))
+                                     for listener in effective_listeners(config)
+                                     if listener.protocol == KAFKA), None)
+        """The Kafka listener, or None."""
         self.authenticator = self.listeners[0].authenticator
         """The default listener's (None: it offers no SASL)."""
         inter = next(lst for lst in self.listeners
@@ -128,7 +133,7 @@ class Broker:
             wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
             leader_ssl_context=leader_ssl_context,
             leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl,
-            leader_listener=config.inter_broker_listener))
+            leader_listener=config.inter_broker_listener, background=self.background))
         self._wire_services()
 
     def _authenticator(self, listener: ListenerConfig) -> Authenticator | None:
@@ -139,7 +144,17 @@ class Broker:
                              self.stats.authentication_failures, tls=listener.tls is not None)
 
     def _connection_factory(self, listening: Listening) -> Callable[[], BrokerConnection]:
-        return lambda: BrokerConnection(self, listening)
+        return lambda: BrokerConnection(self, listening.authenticator, listening.name)
+
+    @property
+    def _all_listening(self) -> list[Listening]:
+        """Every listener, the logferry ones first, the Kafka one last."""
+        return [*self.listeners, *filter(None, [self.kafka_listening])]
+
+    @property
+    def kafka_connections(self) -> set[Any]:
+        """The Kafka listener's open connections (empty without one)."""
+        return self.kafka.connections if self.kafka is not None else set()
 
     async def _read_credentials(self, user: str) -> dict[str, ScramCredential] | None:
         """A user's SCRAM credentials from ZooKeeper (None: no such user)."""
@@ -163,7 +178,8 @@ class Broker:
         self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down,
                                   self.authorizer)
         self.flusher = Flusher(self.logs, self.config.log.flush_ms, self._fsync_pool,
-                               self.fetch.wake_consumers, self.replication.on_publishable)
+                               self.fetch.wake_consumers, self.replication.on_publishable,
+                               background=self.background)
         produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
                                  self.stats, self.config.log.flush_messages == 1, shutting_down,
                                  authorizer=self.authorizer,
@@ -171,16 +187,12 @@ class Broker:
         admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
                              lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
-        self.kafka_groups: Any = None
         self.kafka: Any = None
-        if self.config.kafka_listen is not None:  # its libraries are the `kafka` extra
-            kafka = kafka_modules()
-            self.kafka_groups = kafka.KafkaGroupService(
-                self.config.broker_id, lambda: self.view, self.logs, lambda: self._zk,
-                self._admin_pool, admin.authorizer)
-            self.kafka = kafka.KafkaService(self.config, router, produce, self.fetch, admin,
-                                            lambda: self.view, self.count_request,
-                                            self.kafka_groups)
+        """The Kafka front end (:class:`~broker.server.kafka.front_end.KafkaFrontEnd`)."""
+        if self.kafka_listening is not None:  # its libraries are the `kafka` extra
+            self.kafka = kafka_front_end().build(
+                self.config, router, produce, self.fetch, admin, lambda: self.view,
+                self.logs, lambda: self._zk, self._admin_pool, self.count_request)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -216,21 +228,9 @@ class Broker:
         for listening in self.listeners:
             await listening.bind(self._connection_factory(listening), ACCEPT_BURST,
                                  admit=self._admit_handshake)
-        if self.config.kafka_listen is not None:
-            host, port = self.config.kafka_listen
-            kafka_listener = next(lst for lst in effective_listeners(self.config)
-                                  if lst.protocol == KAFKA)
-            kafka_tls = kafka_listener.tls
-            kafka_auth = self._authenticator(kafka_listener)
-            auth_timeout_s = self.config.incomplete_request_timeout_ms / 1000
-            self._kafka_server = await transport.start_server(
-                lambda: kafka_modules().KafkaConnection(self.kafka, self.config.max_request_bytes,
-                                                        self.kafka_connections, kafka_auth,
-                                                        auth_timeout_s),
-                host, port, backlog=ACCEPT_BURST, start_serving=False,
-                ssl_context=server_context(kafka_tls) if kafka_tls else None,
-                ssl_handshake_timeout=kafka_tls.handshake_timeout_s if kafka_tls else None)
-            self.kafka_address = (host, self._kafka_server.sockets[0].getsockname()[1])
+        if self.kafka_listening is not None:
+            await self.kafka_listening.bind(
+                self.kafka.connection_factory(self.kafka_listening.authenticator), ACCEPT_BURST)
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(
                 self.metrics, self.config.host, self.config.metrics_port, loop=loop,
@@ -277,10 +277,8 @@ class Broker:
         self.replication.start(loop, self._zk, self.registry)
         self._replication_started = True
         self._apply_view(self.registry.view())
-        for listening in self.listeners:
+        for listening in self._all_listening:
             await listening.start_serving()
-        if self._kafka_server is not None and self.kafka_address is not None:
-            await transport.start_serving(self._kafka_server, *self.kafka_address)
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
             self._zk, self.config.broker_id,
@@ -288,15 +286,16 @@ class Broker:
             auto_rebalance_interval_s=self.config.leader_rebalance_interval_s,
             elections=self.stats.leader_elections)
         self.controller.start()
+        start = self.background.start
         self._background = [
-            loop.create_task(self.flusher.run(), name="flusher"),
-            loop.create_task(run_retention(self.logs, self.config.retention_check_ms,
-                                           self.stats.segments_deleted), name="retention"),
-            loop.create_task(self._close_stalled_connections(), name="stalled-connections"),
+            start(self.flusher.run(), "flusher"),
+            start(run_retention(self.logs, self.config.retention_check_ms,
+                                self.stats.segments_deleted), "retention"),
+            start(self._close_stalled_connections(), "stalled-connections"),
         ]
-        if self._kafka_server is not None:
-            self._background.append(loop.create_task(self.kafka_groups.run_expiry(),
-                                                     name="kafka-group-expiry"))
+        if self.kafka is not None:
+            self._background.extend(start(run(), name)
+                                    for name, run in self.kafka.background().items())
         fd_warning = fd_limit_warning(self.config.max_connections,
                                       resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:
@@ -319,10 +318,8 @@ class Broker:
         they were loaded (a half-loaded log dir keeps no clean-shutdown marker)."""
         loop = asyncio.get_running_loop()
         self.shutting_down = True
-        for listening in self.listeners:
+        for listening in self._all_listening:
             listening.close()
-        if self._kafka_server is not None:
-            self._kafka_server.close()
         for conn in [*self.connections, *self.kafka_connections]:
             conn.close()
         steps: list[tuple[str, Callable[[], Any]]] = []
@@ -340,9 +337,7 @@ class Broker:
                 await self.replication.stop()
             except Exception as exc:
                 log.debug("failed start: could not stop replication: %s", exc)
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.background.cancel(self._background)
         if self._zk is not None:
             zk.close(self._zk)
         if self._metrics_server is not None:
@@ -388,6 +383,19 @@ class Broker:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()  # e.g. Ctrl-C while waiting for a stale registration
 
+    def _background_crashed(self, name: str, exc: BaseException) -> None:
+        """A long-lived task died (logged by :class:`BackgroundTasks`): stop, so that a
+        broker that no longer flushes, retains or replicates does not go on serving."""
+        self._stopping.set()
+
+    @property
+    def exit_code(self) -> int:
+        """The process's exit code once :meth:`run` returned: 1 after a background
+        task crashed, 130 after SIGINT (Ctrl-C's), else 0."""
+        if self.background.crashed:
+            return 1
+        return 130 if self.stopped_by == signal.SIGINT else 0
+
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (thread-unsafe; call from the loop)."""
         self._stopping.set()
@@ -402,10 +410,8 @@ class Broker:
                                        self._admin_pool,
                                        self.config.controlled_shutdown_timeout_s)
         self.shutting_down = True
-        for listening in self.listeners:
+        for listening in self._all_listening:
             listening.close()
-        if self._kafka_server is not None:
-            self._kafka_server.close()
         self.fetch.release_all()  # long polls answer with what they have
         pending = [t for c in [*self.connections, *self.kafka_connections] for t in c.tasks]
         if pending:
@@ -425,9 +431,7 @@ class Broker:
             # it follows wait for it until the controller drops it from their ISRs
             log.info("stop: leaving the registry")
             await asyncio.get_running_loop().run_in_executor(None, self.registry.deregister)
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.background.cancel(self._background)
         hosted = list(self.logs.logs())
         log.info("stop: flushing %d partitions", len(hosted))
         for key, plog in hosted:
@@ -442,7 +446,11 @@ class Broker:
             self._metrics_server.close()
         self._fsync_pool.shutdown(wait=True)
         self._admin_pool.shutdown(wait=False)
-        log.info("broker %d stopped cleanly", self.config.broker_id)
+        if self.background.crashed:
+            log.error("broker %d stopped because background task %r crashed (exit code 1)",
+                      self.config.broker_id, self.background.crashed[0][0])
+        else:
+            log.info("broker %d stopped cleanly", self.config.broker_id)
 
     async def _close_stalled_connections(self) -> None:
         """Drop clients that owe a request past ``incomplete_request_timeout_ms``."""
@@ -455,11 +463,13 @@ class Broker:
     def _endpoints(self) -> tuple[tuple[str, str, str, int, str], ...]:
         """Every bound listener as the registration shows it: (name, protocol, host,
         port, security), the Kafka one last."""
-        out = [(lst.config.name, LOGFERRY, *lst.address, lst.security) for lst in self.listeners]
-        if self.kafka_address is not None:
-            kafka = next(lst for lst in effective_listeners(self.config) if lst.protocol == KAFKA)
-            out.append((kafka.name, KAFKA, *self.kafka_address, security_of(kafka)))
-        return tuple(out)
+        return tuple((lst.config.name, lst.config.protocol, *lst.address, lst.security)
+                     for lst in self._all_listening)
+
+    @property
+    def kafka_address(self) -> tuple[str, int] | None:
+        """Where the Kafka listener listens (its port once bound), or None."""
+        return self.kafka_listening.address if self.kafka_listening is not None else None
 
     # -- cluster view -----------------------------------------------------------------
 
@@ -575,7 +585,7 @@ def run_broker(config: BrokerConfig) -> int:
         asyncio.run(broker.run(freeze_startup=True))
     except OSError as exc:  # LogferryErrors go up as they are: the CLI prints its one line
         raise ListenError(f"cannot start broker {config.broker_id}: {exc}") from exc
-    return 130 if broker.stopped_by == signal.SIGINT else 0
+    return broker.exit_code
 
 
 __all__ = ["Broker", "run_broker"]

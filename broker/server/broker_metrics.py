@@ -7,9 +7,10 @@ The names are documented in ``docs/operations.md``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection
+from collections import defaultdict
+from typing import Any, Callable, Collection, Iterator
 
-from broker.common.metrics import Metrics
+from broker.common.metrics import Labels, Metrics, Sample
 from broker.replication.manager import LEADER
 from broker.storage.log_manager import LogManager
 
@@ -19,9 +20,9 @@ class PartitionCounter:
 
     __slots__ = ("values", "_labels")
 
-    def __init__(self, values):
+    def __init__(self, values: defaultdict[Labels, float]):
         self.values = values
-        self._labels: dict[tuple[str, int], tuple] = {}
+        self._labels: dict[tuple[str, int], Labels] = {}
 
     def __getitem__(self, key: tuple[str, int]) -> float:
         return self.values[self._label(key)]
@@ -29,7 +30,7 @@ class PartitionCounter:
     def __setitem__(self, key: tuple[str, int], value: float) -> None:
         self.values[self._label(key)] = value
 
-    def _label(self, key: tuple[str, int]) -> tuple:
+    def _label(self, key: tuple[str, int]) -> Labels:
         labels = self._labels.get(key)
         if labels is None:
             labels = self._labels[key] = (("topic", key[0]), ("partition", str(key[1])))
@@ -83,7 +84,7 @@ class BrokerMetrics:
             "connection_read_holds_total", "Times the broker stopped reading a connection, by "
             "reason (budget: max_queued_request_bytes; unsent: answers not read)")
 
-        def gauges():
+        def gauges() -> Iterator[Sample]:
             for (topic, partition), plog in logs.logs():
                 labels = (("topic", topic), ("partition", str(partition)))
                 yield "log_end_offset", labels, plog.end_offset

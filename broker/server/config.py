@@ -20,14 +20,15 @@ from broker.common.config import (
 )
 from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
-from broker.server.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
+from broker.server.security.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
 from broker.common.zk_security import ZOOKEEPER_FIELDS, with_security, zookeeper_from_table
-from broker.server.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
+from broker.server.security.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.server.listeners import (
     DEFAULT_LISTENER, KAFKA, ListenerConfig, check_inter_broker, default_listener,
     listeners_from_list,
 )
-from broker.storage.config import VISIBILITIES, LogConfig
+from broker.common.topic_config import VISIBILITY_CHOICES as VISIBILITIES
+from broker.storage.config import LogConfig
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from broker.common.config import NONEMPTY_STR, PORT, Validator, fields, one_of
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
-from broker.server.authentication import AUTH_FIELDS, AuthConfig, auth_from_table
+from broker.server.security.authentication import AUTH_FIELDS, AuthConfig, auth_from_table
 
 LOGFERRY = "logferry"
 KAFKA = "kafka"

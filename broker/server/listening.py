@@ -8,7 +8,7 @@ from typing import Callable
 from broker.common.tls import server_context
 from broker.net import transport
 from broker.net.tls_accept import Admit
-from broker.server.authentication import Authenticator
+from broker.server.security.authentication import Authenticator
 from broker.server.listeners import ListenerConfig
 
 
@@ -31,7 +31,7 @@ class Listening:
         self.config = config
         self.authenticator = authenticator
         self.ssl_context = server_context(config.tls) if config.tls else None
-        self.server: asyncio.AbstractServer | None = None
+        self.server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.host, config.port)
 
     @property

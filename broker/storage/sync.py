@@ -1,6 +1,6 @@
 """Making a commit round durable: an fsync per file, or one syncfs(2) for many files.
 
-A group-commit round (:mod:`broker.server.flusher`) covers every partition of one log
+A group-commit round (:mod:`broker.server.durability.flusher`) covers every partition of one log
 dir appended to since the previous round. With many partitions, one fsync per segment
 file costs one journal commit each and, in Python, one GIL hand-off each (the event
 loop is made to give up the GIL every time the worker's fsync returns): measured here,

@@ -4,7 +4,7 @@ A broker stores a Kafka producer's record batch as it arrived, inside logferry's
 framing (the stored batch format magic 3, :mod:`broker.wire.records`), so every reader
 of a log meets Kafka's layout: the broker reads its header (per batch), logferry's
 clients decode its records (per message, on the client). This module needs no optional
-dependency: CRC32C is the Kafka listener's business (:mod:`broker.kafka.record_batch`),
+dependency: CRC32C is the Kafka listener's business (:mod:`broker.server.kafka.record_batch`),
 a stored batch is covered by logferry's own CRC; snappy needs ``cramjam`` (the ``kafka``
 extra) and only a batch that uses it asks for it.
 
@@ -125,18 +125,24 @@ def _unxerial(raw: bytes, cramjam: Any) -> bytes:
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (Kafka's varint and varlong) at ``pos``: (value, next position)."""
+    """A zig-zag varint (Kafka's varint and varlong) at ``pos``: (value, next position).
+
+    Raises CorruptBatchError when the buffer ends inside it or it runs past 10 bytes.
+    The one reader of varints (the broker's Kafka codec writes them: its ``varint``)."""
     shift = 0
     raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varint longer than 10 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            raw |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (raw >> 1) ^ -(raw & 1), pos
+            shift += 7
+            if shift > 63:
+                raise CorruptBatchError("varint longer than 10 bytes")
+    except IndexError:
+        raise CorruptBatchError("record batch ends inside a varint") from None
 
 
 def decode_records(view: memoryview, count: int, base_ts: int, at: int) -> Records:

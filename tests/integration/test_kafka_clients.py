@@ -281,7 +281,7 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
 
 
 def _record_batch_bytes() -> bytes:
-    from broker.kafka.record_batch import encode_record_batch
+    from broker.server.kafka.record_batch import encode_record_batch
     return bytes(encode_record_batch(0, 0, 1_700_000_000_000, None, None, [b"payload"]))
 
 

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka import Producer as RdProducer
 
 from broker.client import Admin
-from broker.server.kafka_groups import coordinator_for
+from broker.server.kafka.groups import coordinator_for
 from tests.integration.test_kafka_clients import create_topic, rd_group_consumer
 
 pytestmark = pytest.mark.integration

@@ -31,15 +31,15 @@ from broker.coordination.credentials import (
     validate_user_name,
 )
 from broker.net.sasl_client import answer_error, conversation
-from broker.server.authentication import (
+from broker.server.native.sasl import ConnectionAuth
+from broker.server.security.authentication import (
     AuthConfig,
     Authenticator,
-    ConnectionAuth,
     auth_from_table,
     certificate_principal,
     scram_username,
 )
-from broker.server.responder import Responder
+from broker.server.services.responder import Responder
 from broker.wire import protocol, sasl
 from broker.wire.apis import RequestHead, parse_request_head
 
@@ -382,7 +382,7 @@ def test_an_unauthenticated_connection_is_overdue_after_the_timeout() -> None:
 
 
 def test_auth_warnings() -> None:
-    from broker.server.authentication import auth_warnings
+    from broker.server.security.authentication import auth_warnings
 
     assert auth_warnings(None, False) == []
     assert auth_warnings(AuthConfig(), True) == []

@@ -23,15 +23,15 @@ from broker.common.metrics import Metrics
 from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
-from broker.server.admin import AdminService
-from broker.server.authorizer import Authorizer, AuthorizerConfig
+from broker.server.services.admin import AdminService
+from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import broker_config_from_dict
-from broker.server.fetch import FetchService
-from broker.server.flusher import Flusher
-from broker.server.produce import ProduceService
-from broker.server.responder import Responder
-from broker.server.routing import PartitionRouter
+from broker.server.services.fetch import FetchService
+from broker.server.durability.flusher import Flusher
+from broker.server.services.produce import ProduceService
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.wire import records

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from types import SimpleNamespace
 
-from broker.server.connection import BrokerConnection, close_stalled, fd_limit_warning
+from broker.server.native.connection import BrokerConnection, close_stalled, fd_limit_warning
 from broker.server.request_budget import RequestBudget
 from broker.wire import protocol
 

@@ -15,8 +15,9 @@ import pytest
 from broker.client.sender import RetryPolicy
 from broker.common.errors import DiskFullError, StorageError, error_for_code
 from broker.common.metrics import Metrics
-from broker.server.disk_full import DiskFullReporter, RateLimiter
-from broker.server.responder import Responder
+from broker.common.ratelimit import RateLimitedLog
+from broker.server.durability.disk_full import DiskFullReporter
+from broker.server.services.responder import Responder
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog, write_error
 from broker.wire import protocol, records
@@ -52,7 +53,7 @@ def test_a_disk_full_answer_fails_the_batch_at_once_in_the_producer():
 
 def test_rate_limiter_lets_one_event_per_key_and_interval_through():
     now = [100.0]
-    limiter = RateLimiter(60.0, clock=lambda: now[0])
+    limiter = RateLimitedLog(logging.getLogger("test"), 60.0, clock=lambda: now[0])
     assert limiter.allow("a") == 0
     assert limiter.allow("a") is None and limiter.allow("a") is None
     assert limiter.allow("b") == 0  # keys are independent

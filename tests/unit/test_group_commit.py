@@ -13,8 +13,8 @@ from typing import Sequence
 
 import pytest
 
-from broker.server.flusher import Flusher
-from broker.server.group_commit import (
+from broker.server.durability.flusher import Flusher
+from broker.server.durability.group_commit import (
     INLINE_IDLE_FACTOR, INLINE_MAX_FSYNC_S, LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S,
     CommitQueue, FsyncTimes, inline_round, next_round_pause,
 )

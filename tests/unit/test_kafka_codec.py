@@ -18,16 +18,17 @@ from kio.schema.request_header.v2 import RequestHeader
 from kio.serial import entity_writer
 
 from broker.common.errors import CorruptBatchError, FrameTooLargeError, InvalidRequestError
-from broker.kafka import convert, protocol
-from broker.kafka.record_batch import (
+from broker.server.kafka import convert, protocol
+from broker.server.kafka.record_batch import (
     CRC_START,
     HEADER_SIZE,
     decode_record_batches,
     encode_record_batch,
 )
-from broker.kafka.varint import read_varint, varint_size, write_varint
+from broker.server.kafka.varint import varint_size, write_varint
 from broker.server.config import broker_config_from_dict
 from broker.wire import records
+from broker.wire.kafka_batch import read_varint
 
 
 @given(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1))

@@ -15,11 +15,11 @@ from kio.schema.errors import ErrorCode
 from broker.common.acl import Operation, make_acl, topic
 from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
-from broker.kafka import protocol
-from broker.kafka.protocol import Api
-from broker.server.authorizer import Authorizer, AuthorizerConfig
+from broker.server.kafka import protocol
+from broker.server.kafka.protocol import Api
+from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.server.config import BrokerConfig
-from broker.server.kafka_configs import (
+from broker.server.kafka.configs import (
     DEFAULT_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,

@@ -1,4 +1,4 @@
-"""Kafka fetch answers as lists of buffers (broker/kafka/chunks.py), sans-IO.
+"""Kafka fetch answers as lists of buffers (broker/server/kafka/chunks.py), sans-IO.
 
 The stored Kafka batches a fetch reads go out as views over the buffer read from the
 log, one buffer per whole batch, stored and converted alike; the frame's size field
@@ -14,11 +14,11 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from broker.kafka import convert, protocol
-from broker.kafka.chunks import BIG, ChunkWriter, Chunks, total
-from broker.kafka.protocol import Api, make, response_schema
-from broker.kafka.record_batch import decode_record_batches, encode_record_batch
-from broker.server.kafka_connection import _writev
+from broker.server.kafka import convert, protocol
+from broker.server.kafka.chunks import BIG, ChunkWriter, Chunks, total
+from broker.server.kafka.protocol import Api, make, response_schema
+from broker.server.kafka.record_batch import decode_record_batches, encode_record_batch
+from broker.server.kafka.connection import _writev
 from broker.wire import records
 
 

@@ -7,8 +7,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from broker.kafka import protocol
-from broker.server.kafka_groups import GroupCoordinator
+from broker.server.kafka import protocol
+from broker.server.kafka.groups import GroupCoordinator
 
 
 async def _two_members_stable(coordinator: GroupCoordinator) -> tuple[str, str]:

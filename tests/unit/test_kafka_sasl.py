@@ -16,10 +16,10 @@ from scramp import ScramClient
 
 from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.credentials import make_credentials
-from broker.kafka import protocol
-from broker.kafka.protocol import Api
-from broker.server.authentication import AuthConfig, Authenticator
-from broker.server.kafka_sasl import KafkaSasl
+from broker.server.kafka import protocol
+from broker.server.kafka.protocol import Api
+from broker.server.security.authentication import AuthConfig, Authenticator
+from broker.server.kafka.sasl import KafkaSasl
 
 PASSWORD = "correct horse battery staple"
 

@@ -15,8 +15,8 @@ import crc32c
 import pytest
 
 from broker.common.errors import CorruptBatchError, LogferryError
-from broker.kafka import convert
-from broker.kafka.record_batch import CRC_START, decode_record_batches, encode_record_batch
+from broker.server.kafka import convert
+from broker.server.kafka.record_batch import CRC_START, decode_record_batches, encode_record_batch
 from broker.wire import kafka_batch, records
 from broker.wire.codecs import CODEC_LZ4
 

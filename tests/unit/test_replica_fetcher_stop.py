@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from broker.common.background import BackgroundTasks
 from broker.coordination.registry import BrokerInfo
 from broker.wire import protocol
 from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
@@ -70,7 +71,7 @@ async def _start_and_stop_many_times() -> tuple[int, int]:
         for i in range(STOPS):
             fetcher = ReplicaFetcher(manager, leader=1)  # type: ignore[arg-type]
             fetcher.add(replica)  # type: ignore[arg-type]
-            fetcher.start(asyncio.get_running_loop())
+            fetcher.start(BackgroundTasks())
             before = answered[0]
             async with asyncio.timeout(5.0):  # wait until this fetcher is fetching
                 while answered[0] == before:

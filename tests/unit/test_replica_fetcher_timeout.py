@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from broker.common.background import BackgroundTasks
 from broker.replication import fetcher as fetcher_module
 from broker.replication.fetcher import ReplicaFetcher
 from tests.unit.test_replica_fetcher_stop import _manager
@@ -33,7 +34,7 @@ async def _silent_leader_scenario() -> tuple[int, int]:
     fetcher = ReplicaFetcher(_manager(port), leader=1)  # type: ignore[arg-type]
     fetcher.add(SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0,  # type: ignore[arg-type]
                                 reconcile_at=None, throttle=0, leader_end=0))
-    fetcher.start(asyncio.get_running_loop())
+    fetcher.start(BackgroundTasks())
     try:
         async with asyncio.timeout(10):
             while connections[0] < 2:  # timed out on the first, connected again

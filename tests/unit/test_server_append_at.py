@@ -7,7 +7,7 @@ import asyncio
 import zlib
 
 from broker.common.errors import CorruptBatchError, OffsetMismatchError
-from broker.server.responder import Responder
+from broker.server.services.responder import Responder
 from broker.wire import protocol, records
 from broker.wire.append_at import QUERY, AppendAtPart, encode_append_at_request, parse_append_at_answer
 from tests.unit.test_server_handlers import Channel, _request, _services

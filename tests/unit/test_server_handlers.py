@@ -16,12 +16,12 @@ from broker.common.metrics import Metrics
 from broker.coordination.registry import ClusterView
 from broker.coordination.partition_state import PartitionState
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.dispatch import Dispatcher
-from broker.server.fetch import FetchService
-from broker.server.flusher import Flusher
-from broker.server.produce import ProduceService
-from broker.server.responder import FileReply, Responder
-from broker.server.routing import PartitionRouter
+from broker.server.native.dispatch import Dispatcher
+from broker.server.services.fetch import FetchService
+from broker.server.durability.flusher import Flusher
+from broker.server.services.produce import ProduceService
+from broker.server.services.responder import FileReply, Responder
+from broker.server.services.routing import PartitionRouter
 from broker.common.principal import ANONYMOUS
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager

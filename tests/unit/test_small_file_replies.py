@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.server.connection import SMALL_FILE_REPLY, BrokerConnection
-from broker.server.responder import FileReply
+from broker.server.native.connection import SMALL_FILE_REPLY, BrokerConnection
+from broker.server.services.responder import FileReply
 from broker.storage.partition_log import FileSlice
 from tests.unit.test_connection_limits import Transport, _broker
 

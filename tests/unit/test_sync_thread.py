@@ -1,4 +1,4 @@
-"""The per-log-dir thread that runs group-commit rounds (broker.server.sync_thread)."""
+"""The per-log-dir thread that runs group-commit rounds (broker.server.durability.sync_thread)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from broker.server.sync_thread import SyncThread
+from broker.server.durability.sync_thread import SyncThread
 
 
 def test_calls_run_in_order_on_one_thread_and_a_failing_one_does_not_stop_it() -> None:

@@ -1,4 +1,4 @@
-"""broker.server.tls_send: segment bytes sent over a real TLS connection in pieces, the
+"""broker.server.native.tls_send: segment bytes sent over a real TLS connection in pieces, the
 response head first, the shared file position untouched (a throwaway CA on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker.common.tls import TlsConfig, client_context, server_context
-from broker.server.tls_send import send_file_range
+from broker.server.native.tls_send import send_file_range
 from tests.support.pki import make_pki
 
 

@@ -1,0 +1,573 @@
+"""The Kafka-protocol apis, served by the same services as logferry's own protocol.
+
+Each handler takes a parsed Kafka request (:mod:`broker.server.kafka.protocol`) and returns
+the response frame (None for a produce with acks=0). Produce stores each record
+batch as it arrived (a magic 3 batch, per-batch work only: :func:`convert.store_batches`)
+and hands the message sets to :class:`ProduceService`
+(the same validation, append, flush and acks=all replication path as native
+produces); Fetch asks :class:`FetchService` (the same long poll and visible end) and
+serves the batches it read as record batches v2 (Kafka producers' as stored, agents'
+and native producers' converted); ListOffsets and Metadata
+read the partition logs and the cluster view as the admin service does. Offsets follow
+the mapping of :mod:`broker.server.kafka.convert` (docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from datetime import timedelta
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from broker.common.errors import (
+    CorruptBatchError,
+    LogferryError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from broker.common.acl import Operation
+from broker.common.acl import topic as topic_resource
+from broker.common.names import validate_topic_name
+from broker.coordination.registry import ClusterView
+from broker.server.kafka import convert
+from broker.server.kafka.chunks import Buffer, Chunks
+from broker.server.kafka.errors import kafka_error, kafka_error_of_code
+from broker.server.kafka import protocol
+from broker.server.kafka.protocol import (
+    Api,
+    Request,
+    api_versions_response,
+    encode_response,
+    encode_response_parts,
+    make,
+    response_schema,
+)
+from broker.server.services.admin import AdminService
+from broker.server.config import BrokerConfig
+from broker.server.services.fetch import FetchService
+from broker.server.kafka.configs import KafkaConfigs
+from broker.server.kafka.group_service import KafkaGroupService
+from broker.server.services.produce import ProduceService
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
+from broker.wire import records
+from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest, ReplicaFetchPart
+from broker.wire.produce import MessageSet, ProduceRequest
+from broker.wire.producer_id import InitProducerIdRequest
+
+log = logging.getLogger("logferry.kafka")
+
+CLUSTER_ID = "logferry"
+LATEST, EARLIEST = -1, -2
+"""ListOffsets' special timestamps."""
+_NO_TIME = timedelta(0)
+
+
+class _Outcome:
+    """What a service answered through a :class:`CapturingResponder`."""
+
+    __slots__ = ("fields", "slices", "error")
+
+    def __init__(self, fields: Any = None, slices: Any = None,
+                 error: LogferryError | None = None):
+        self.fields = fields
+        self.slices = slices
+        self.error = error
+
+
+class _Channel:
+    """The reply channel a captured responder stands on: nothing is written to it."""
+
+    def __init__(self, peer: str, principal: Any, close: Callable[[], None]):
+        self.peer = peer
+        self.principal = principal
+        self._close = close
+
+    def send(self, item: Any) -> None:  # pragma: no cover - answers are captured
+        raise AssertionError("a captured responder never sends")
+
+    def close(self) -> None:
+        self._close()
+
+
+class CapturingResponder(Responder):
+    """A responder whose answer becomes a future's result instead of a logferry frame,
+    so the Kafka listener can call the native services and encode Kafka's answer."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, channel: _Channel, api: str, count: Callable[[str, float, bool], None]):
+        super().__init__(channel, 0, api, count)
+        self.future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+
+    def _settle(self, outcome: _Outcome) -> None:
+        if not self.future.done():
+            self.future.set_result(outcome)
+
+    def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
+        self.count(error)
+        self._settle(_Outcome(fields))
+
+    def answer_with_files(self, fields: dict[str, Any], slices: Any, nbytes: int) -> None:
+        self.count(False)
+        self._settle(_Outcome(fields, slices))
+
+    def fail(self, exc: LogferryError) -> None:
+        self.count(True)
+        self._settle(_Outcome(error=exc))
+
+
+class KafkaService:
+    """Answers Kafka requests with the broker's services."""
+
+    def __init__(self, config: BrokerConfig, router: PartitionRouter,
+                 produce: ProduceService, fetch: FetchService, admin: AdminService,
+                 view: Callable[[], ClusterView],
+                 count: Callable[[str, float, bool], None],
+                 groups: KafkaGroupService | None = None):
+        self.config = config
+        self.router = router
+        self.produce_service = produce
+        self.fetch_service = fetch
+        self.admin = admin
+        self.view = view
+        self.count = count
+        self._handlers = {
+            Api.API_VERSIONS: self.api_versions,
+            Api.METADATA: self.metadata,
+            Api.PRODUCE: self.produce,
+            Api.FETCH: self.fetch,
+            Api.LIST_OFFSETS: self.list_offsets,
+            Api.CREATE_TOPICS: self.create_topics,
+            Api.DELETE_TOPICS: self.delete_topics,
+            Api.INIT_PRODUCER_ID: self.init_producer_id,
+            Api.DESCRIBE_CONFIGS: KafkaConfigs(config, view, admin.authorizer).describe_configs,
+        }
+        self.groups = groups
+        self.boundaries = Boundaries()
+        """Batch offsets recently served or appended: where Kafka consumers fetch next,
+        found without walking a segment's batch headers."""
+        if groups is not None:
+            self._handlers.update(groups.handlers())
+
+    async def handle(self, request: Request,
+                     channel: _Channel) -> bytes | list[Buffer] | None:
+        """The response frame for ``request`` (None: no response, acks=0); a fetch's
+        as a list of buffers, its log bytes not copied (:mod:`broker.server.kafka.chunks`)."""
+        handler = self._handlers.get(Api(request.api_key))
+        if handler is None:
+            return protocol.unsupported_response(request.api_key, request.version,
+                                                 request.correlation_id)
+        body = await handler(request, channel)
+        if body is None:
+            return None
+        if request.api_key == Api.FETCH:
+            return encode_response_parts(request.api_key, request.version,
+                                         request.correlation_id, body)
+        return encode_response(request.api_key, request.version, request.correlation_id, body)
+
+    # -- ApiVersions, Metadata -------------------------------------------------------
+
+    async def api_versions(self, request: Request, channel: _Channel) -> Any:
+        """The apis served and their versions."""
+        return api_versions_response(request.version)
+
+    async def metadata(self, request: Request, channel: _Channel) -> Any:
+        """Every live broker's Kafka address and the topics asked for (auto-created
+        when the client allows it and the broker does)."""
+        v = request.version
+        body = request.body
+        view = self.view()
+        asked = None if body.topics is None else [t.name for t in body.topics]
+        allow = getattr(body, "allow_auto_topic_creation", True)
+        schema = response_schema(Api.METADATA, v)
+        broker_cls = response_schema(Api.METADATA, v, "MetadataResponseBroker")
+        topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
+        part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
+        topics = []
+        principal, authorizer = channel.principal, self.admin.authorizer
+        if asked is None:  # every topic the principal may describe, as native Metadata
+            asked = [t for t in sorted(view.topics)
+                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+        for name in asked:
+            try:  # before existence: a refusal does not tell whether the topic exists
+                authorizer.check_topic(principal, Operation.DESCRIBE, name)
+            except LogferryError as exc:
+                topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
+                                   topic_id=uuid.UUID(int=0), partitions=()))
+                continue
+            if name not in view.topics and allow and self.config.auto_create_topics:
+                try:
+                    validate_topic_name(name)
+                    authorizer.check_topic(principal, Operation.CREATE, name)
+                    await self.admin.create_in_zk(name, self.config.num_partitions,
+                                                  exists_ok=True)
+                except LogferryError as exc:
+                    topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
+                                       topic_id=uuid.UUID(int=0), partitions=()))
+                    continue
+                view = self.view()
+            assignment = view.topics.get(name)
+            if assignment is None:
+                topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition,
+                                   name=name, topic_id=uuid.UUID(int=0), partitions=()))
+                continue
+            parts = []
+            for p, replicas in sorted(assignment.items()):
+                state = view.states.get((name, p))
+                leader = state.leader if state is not None else -1
+                live_leader = leader in view.brokers and view.brokers[leader].kafka_port
+                parts.append(make(
+                    part_cls,
+                    error_code=ErrorCode.none if live_leader else ErrorCode.leader_not_available,
+                    partition_index=p, leader_id=leader if live_leader else -1,
+                    leader_epoch=state.leader_epoch if state is not None else -1,
+                    replica_nodes=tuple(replicas),
+                    isr_nodes=tuple(state.isr) if state is not None else (),
+                    offline_replicas=tuple(r for r in replicas if r not in view.brokers)))
+            topics.append(make(topic_cls, error_code=ErrorCode.none, name=name,
+                               topic_id=_topic_uuid(view.topic_ids.get(name, 0)),
+                               is_internal=False, partitions=tuple(parts)))
+        brokers = tuple(make(broker_cls, node_id=b, host=info.kafka_host or info.host,
+                             port=info.kafka_port, rack=info.rack or None)
+                        for b, info in sorted(view.brokers.items()) if info.kafka_port)
+        return make(schema, throttle_time=_NO_TIME, brokers=brokers, cluster_id=CLUSTER_ID,
+                     controller_id=view.controller, topics=tuple(topics))
+
+    # -- Produce -----------------------------------------------------------------------
+
+    async def produce(self, request: Request, channel: _Channel) -> Any:
+        """Convert each partition's record batches and append them through the
+        produce service; answer per partition with the first batch's offset."""
+        body = request.body
+        acks = body.acks
+        order: list[tuple[str, int, ErrorCode | int | None, str | None]] = []
+        sets: list[MessageSet] = []
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                try:
+                    if acks not in (0, 1, -1):
+                        order.append((topic.name, part.index, ErrorCode.invalid_required_acks,
+                                      f"acks must be 0, 1 or -1, not {acks}"))
+                        continue
+                    converted = convert.store_batches(part.records or b"")
+                    if not converted:
+                        raise CorruptBatchError("the produce request holds no data record")
+                    sets.append(MessageSet(topic.name, part.index, memoryview(converted)))
+                    order.append((topic.name, part.index, None, None))
+                except LogferryError as exc:
+                    order.append((topic.name, part.index, kafka_error(exc), str(exc)))
+        results: list[tuple[int, int, str | None]] = []
+        if sets:
+            responder = CapturingResponder(channel, "kafka_produce", self.count)
+            self.produce_service.handle(ProduceRequest(acks, sets, None), responder)
+            if acks == 0:
+                return None
+            outcome = await responder.future
+            if outcome.error is not None:
+                code = kafka_error(outcome.error)
+                results = [(code, -1, str(outcome.error))] * len(sets)
+            else:
+                results = [(kafka_error_of_code(p.error), p.base_offset, p.message)
+                           for p in outcome.fields["parts"]]
+        elif acks == 0:
+            return None
+        v = request.version
+        partition_cls = response_schema(Api.PRODUCE, v, "PartitionProduceResponse")
+        topic_cls = response_schema(Api.PRODUCE, v, "TopicProduceResponse")
+        by_topic: dict[str, list[Any]] = {}
+        it = iter(results)
+        for name, index, error, message in order:
+            if error is None:
+                error, base, message = next(it)
+            else:
+                base = -1
+            by_topic.setdefault(name, []).append(make(
+                partition_cls, index=index, error_code=error, base_offset=base,
+                log_start_offset=-1, record_errors=(),
+                error_message=message if error != ErrorCode.none else None))
+        return make(response_schema(Api.PRODUCE, v), throttle_time=_NO_TIME,
+                    responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps))
+                                    for n, ps in by_topic.items()))
+
+    # -- Fetch -------------------------------------------------------------------------
+
+    async def fetch(self, request: Request, channel: _Channel) -> Any:
+        """Long-poll through the fetch service, then convert the batches read."""
+        body = request.body
+        parts: list[FetchPart] = []
+        skip: list[int] = []
+        early: dict[int, tuple[ErrorCode, int, int]] = {}
+        for topic in body.topics:
+            for part in topic.partitions:
+                index = len(parts)
+                offset = part.fetch_offset
+                try:
+                    offset = self._batch_start(topic.topic, part.partition, offset)
+                except LogferryError as exc:
+                    start = getattr(exc, "start", None)
+                    end = getattr(exc, "end", None)
+                    early[index] = (kafka_error(exc), -1 if end is None else end,
+                                    -1 if start is None else start)
+                parts.append(FetchPart(topic.topic, part.partition, offset,
+                                       max(part.partition_max_bytes, 1)))
+                skip.append(part.fetch_offset)
+        wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
+        live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts)
+                                                    if i not in early]
+        answers: list[Any] = []
+        slices: list[Any] = []
+        if live:
+            responder = CapturingResponder(channel, "kafka_fetch", self.count)
+            await self.fetch_service.handle(
+                FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None),
+                responder)
+            outcome = await responder.future
+            if outcome.error is not None:
+                code = kafka_error(outcome.error)
+                answers = [None] * len(live)
+                for i in range(len(parts)):
+                    early.setdefault(i, (code, -1, -1))
+            else:
+                answers = list(outcome.fields["parts"])
+                slices = list(outcome.slices or [])
+        v = request.version
+        data_cls = response_schema(Api.FETCH, v, "PartitionData")
+        topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
+        by_topic: dict[str, list[Any]] = {}
+        live_iter = iter(zip(answers, _pad(slices, len(answers))))
+        for i, part in enumerate(parts):
+            data: bytes | Chunks = b""
+            if i in early:
+                error, hw, start = early[i]
+            else:
+                answer, piece = next(live_iter)
+                error = kafka_error_of_code(answer.error)
+                hw = answer.visible_end if answer.visible_end is not None else -1
+                start = answer.start if answer.start is not None else -1
+                if error == ErrorCode.none and piece is not None and piece.count:
+                    try:
+                        data, served_end = _to_kafka_records(piece, skip[i])
+                        self.boundaries.add(part.topic, part.partition, served_end)
+                    except LogferryError as exc:
+                        error, data = kafka_error(exc), b""
+            by_topic.setdefault(part.topic, []).append(make(
+                data_cls, partition_index=part.partition, error_code=error,
+                high_watermark=hw, last_stable_offset=hw, log_start_offset=start,
+                aborted_transactions=(), preferred_read_replica=-1, records=data))
+        return make(response_schema(Api.FETCH, v), throttle_time=_NO_TIME,
+                    error_code=ErrorCode.none, session_id=0,
+                    responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+
+    def _batch_start(self, topic: str, partition: int, offset: int) -> int:
+        """The logferry batch offset to read for Kafka offset ``offset``: the batch
+        holding it, or the next batch when it lies past the batch's last record."""
+        plog = self.router.leader_log(topic, partition)
+        if offset >= plog.visible_end or offset <= plog.start_offset:
+            return offset  # the fetch service answers the end or the out-of-range error
+        if self.boundaries.known(topic, partition, offset):
+            return offset  # where a batch this listener served or appended ends
+        start = plog.batch_start_at_or_before(offset)
+        if start == offset:
+            return offset
+        head = plog.read_bytes(start, records.HEADER_SIZE)
+        if len(head) < records.HEADER_SIZE:
+            raise OffsetOutOfRangeError(f"offset {offset} is not readable", plog.start_offset,
+                                        plog.visible_end)
+        length, _, _, _, count, _ = records.BATCH_HEADER.unpack_from(head)
+        if offset >= start + count:  # past its last record: the next batch
+            after: int = start + records.LENGTH_SIZE + length
+            return after
+        return start
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request, channel: _Channel) -> Any:
+        """An idempotent producer's id, from the same ZooKeeper id blocks as native
+        producers'; its batches are stored as magic 2 batches, so the leader drops
+        retried ones and refuses sequence gaps as for native idempotent producers.
+        Transactional producers are refused (no transactions here)."""
+        schema = response_schema(Api.INIT_PRODUCER_ID, request.version)
+        if request.body.transactional_id is not None:
+            return make(schema, throttle_time=_NO_TIME,
+                        error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
+        responder = CapturingResponder(channel, "kafka_init_producer_id", self.count)
+        try:
+            await self.admin.init_producer_id(InitProducerIdRequest(), responder)
+        except LogferryError as exc:
+            responder.fail(exc)
+        outcome = await responder.future
+        if outcome.error is not None:
+            return make(schema, throttle_time=_NO_TIME, error_code=kafka_error(outcome.error),
+                        producer_id=-1, producer_epoch=-1)
+        return make(schema, throttle_time=_NO_TIME, error_code=ErrorCode.none,
+                    producer_id=outcome.fields["producer_id"],
+                    producer_epoch=outcome.fields["epoch"])
+
+    # -- CreateTopics, DeleteTopics ------------------------------------------------------
+
+    async def create_topics(self, request: Request, channel: _Channel) -> Any:
+        """Create topics in ZooKeeper as the native create does (-1: the broker's
+        default partitions and replication factor). Manual replica assignments and
+        per-topic configs are refused (INVALID_REQUEST), not silently dropped."""
+        v = request.version
+        result_cls = response_schema(Api.CREATE_TOPICS, v, "CreatableTopicResult")
+        body = request.body
+        results = []
+        for topic in body.topics:
+            error, message = ErrorCode.none, None
+            try:
+                validate_topic_name(topic.name)
+                self.admin.authorizer.check_topic(channel.principal, Operation.CREATE,
+                                                  topic.name)
+                if topic.assignments or topic.configs:
+                    error = ErrorCode.invalid_request
+                    message = ("manual replica assignments and topic configs are not taken "
+                               "through Kafka's CreateTopics; use `logferry topic create`")
+                elif topic.name in self.view().topics:
+                    error, message = ErrorCode.topic_already_exists, "topic exists"
+                elif not getattr(body, "validate_only", False):
+                    await self.admin.create_in_zk(
+                        topic.name,
+                        topic.num_partitions if topic.num_partitions > 0
+                        else self.config.num_partitions,
+                        max(topic.replication_factor, 0))
+            except LogferryError as exc:
+                error, message = kafka_error(exc), str(exc)
+            assignment = self.view().topics.get(topic.name, {})
+            results.append(make(
+                result_cls, name=topic.name, error_code=error, error_message=message,
+                topic_config_error_code=0,
+                num_partitions=len(assignment) if assignment else -1,
+                replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
+                configs=None))
+        return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME,
+                    topics=tuple(results))
+
+    async def delete_topics(self, request: Request, channel: _Channel) -> Any:
+        """Delete topics in ZooKeeper (each broker drops its logs when it sees that)."""
+        v = request.version
+        result_cls = response_schema(Api.DELETE_TOPICS, v, "DeletableTopicResult")
+        loop = asyncio.get_running_loop()
+        results = []
+        for name in request.body.topic_names:
+            error, message = ErrorCode.none, None
+            try:
+                self.admin.authorizer.check_topic(channel.principal, Operation.DELETE, name)
+                registry = self.admin.registry()
+                if registry is None:
+                    raise UnknownTopicOrPartitionError("the broker is not registered yet")
+                await loop.run_in_executor(self.admin.admin_pool, registry.delete_topic, name)
+            except LogferryError as exc:
+                error, message = kafka_error(exc), str(exc)
+            results.append(make(result_cls, name=name, error_code=error,
+                                error_message=message))
+        return make(response_schema(Api.DELETE_TOPICS, v), throttle_time=_NO_TIME,
+                    responses=tuple(results))
+
+    # -- ListOffsets -------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request, channel: _Channel) -> Any:
+        """Earliest, latest, or the first record at or after a time."""
+        v = request.version
+        part_cls = response_schema(Api.LIST_OFFSETS, v, "ListOffsetsPartitionResponse")
+        topic_cls = response_schema(Api.LIST_OFFSETS, v, "ListOffsetsTopicResponse")
+        topics = []
+        loop = asyncio.get_running_loop()
+        for topic in request.body.topics:
+            parts = []
+            for part in topic.partitions:
+                ts = part.timestamp
+                try:
+                    self.admin.authorizer.check_topic(channel.principal, Operation.DESCRIBE,
+                                                      topic.name)
+                    plog = self.router.leader_log(topic.name, part.partition_index)
+                    if ts == LATEST:
+                        found, at = plog.visible_end, -1
+                    elif ts == EARLIEST:
+                        found, at = plog.start_offset, -1
+                    elif ts < 0:
+                        raise UnknownTopicOrPartitionError(f"ListOffsets timestamp {ts} is "
+                                                           "not supported")
+                    else:
+                        found, at = await loop.run_in_executor(
+                            None, _offset_for_time, plog, ts)
+                    parts.append(make(part_cls, partition_index=part.partition_index,
+                                      error_code=ErrorCode.none, timestamp=at, offset=found,
+                                      leader_epoch=-1))
+                except LogferryError as exc:
+                    parts.append(make(part_cls, partition_index=part.partition_index,
+                                      error_code=kafka_error(exc), timestamp=-1, offset=-1,
+                                      leader_epoch=-1))
+            topics.append(make(topic_cls, name=topic.name, partitions=tuple(parts)))
+        return make(response_schema(Api.LIST_OFFSETS, v), throttle_time=_NO_TIME,
+                    topics=tuple(topics))
+
+
+def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
+    """``(offset, timestamp)`` of the first record at or after ``ts``; ``(-1, -1)``
+    when every record is older (Kafka's answer). Runs in a worker thread."""
+    offset = plog.offset_for_time(ts)
+    end = plog.visible_end
+    while offset < end:
+        raw = plog.read_bytes(offset, 1 << 20)
+        batches, _ = records.decode_batches(raw, offset)
+        if not batches:
+            break
+        for batch in batches:
+            for i, t in enumerate(batch.timestamps):
+                if t >= ts:
+                    return convert.record_offset(batch.offset, i), t
+            offset = batch.next_offset
+    return -1, -1
+
+
+def _to_kafka_records(piece: Any, skip_before: int) -> tuple[Chunks, int]:
+    """The record batches v2 for the batches in a file slice (Kafka producers' as
+    stored, the others converted: :func:`convert.serve_chunks`), and the offset of the
+    batch after the last one (where the client fetches next). The slice is read once
+    into a buffer the answer then points into (no further copy)."""
+    raw = bytearray(piece.count)
+    got = os.preadv(piece.file.fileno(), [raw], piece.position)
+    if got != piece.count:  # truncated meanwhile: serve the whole batches read
+        del raw[got:]
+    out, used = convert.serve_chunks(raw, piece.offset)
+    return out, piece.offset + used
+
+
+class Boundaries:
+    """Per partition, the last few hundred batch offsets a Kafka client will fetch at
+    next (ends of fetched ranges); anything else is looked up in the log."""
+
+    KEEP = 256
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int], dict[int, None]] = {}
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        seen = self._seen.setdefault((topic, partition), {})
+        seen[offset] = None
+        if len(seen) > self.KEEP:
+            del seen[next(iter(seen))]
+
+    def known(self, topic: str, partition: int, offset: int) -> bool:
+        seen = self._seen.get((topic, partition))
+        return seen is not None and offset in seen
+
+
+def _pad(items: list[Any], n: int) -> list[Any]:
+    return items + [None] * (n - len(items))
+
+
+def _topic_uuid(topic_id: int) -> uuid.UUID:
+    """A stable topic id for Metadata v10+ from the topic's creation zxid."""
+    return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
+
+
+__all__ = ["CapturingResponder", "KafkaService"]

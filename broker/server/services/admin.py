@@ -1,0 +1,273 @@
+"""The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders,
+alter_topic, create_partitions and init_producer_id.
+
+Each handler gets a typed request (already checked by :mod:`broker.wire`) and a
+responder. ZooKeeper calls run in the broker's small admin thread pool so the event
+loop never blocks on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+from broker.common.errors import (
+    BrokerShuttingDownError,
+    LogferryError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from broker.common.acl import Operation, topic as topic_resource
+from broker.common.names import validate_topic_name
+from broker.coordination import zk
+from broker.coordination.producer_ids import ProducerIdAllocator
+from broker.coordination.registry import BrokerRegistry, ClusterView
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
+from broker.server.config import BrokerConfig
+from broker.server.services.responder import Responder
+from broker.server.services.routing import PartitionRouter
+from broker.wire.metadata import (
+    BrokerAddress,
+    MetadataAnswer,
+    MetadataRequest,
+    TopicMetadata,
+    encode_metadata_answer,
+    topic_error,
+)
+from broker.wire.offsets import (
+    EARLIEST,
+    OffsetsAnswer,
+    OffsetsRequest,
+    encode_offsets_answer,
+)
+from broker.wire.producer_id import (
+    InitProducerIdAnswer,
+    InitProducerIdRequest,
+    encode_init_producer_id_answer,
+)
+from broker.wire.topics import (
+    AlterTopicRequest,
+    CreatePartitionsRequest,
+    CreateTopicAnswer,
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    ElectLeadersAnswer,
+    ElectLeadersRequest,
+    encode_create_topic_answer,
+    encode_elect_leaders_answer,
+)
+
+
+class AdminService:
+    """Answers the apis that read or change the cluster's metadata.
+
+    ``view``, ``registry`` and ``zk_client`` are callables: the broker replaces its
+    view on every change and opens its ZooKeeper session after this is built.
+    """
+
+    def __init__(self, config: BrokerConfig, router: PartitionRouter,
+                 view: Callable[[], ClusterView], registry: Callable[[], BrokerRegistry | None],
+                 zk_client: Callable[[], Any], admin_pool: Executor,
+                 shutting_down: Callable[[], bool], authorizer: Authorizer = ALLOW_ALL):
+        self.config = config
+        self.authorizer = authorizer
+        self.router = router
+        self.view = view
+        self.registry = registry
+        self.zk_client = zk_client
+        self.admin_pool = admin_pool
+        self.shutting_down = shutting_down
+        self._producer_ids: ProducerIdAllocator | None = None
+
+    async def offsets(self, request: OffsetsRequest, responder: Responder) -> None:
+        """The first offset, the visible end, or the offset for a time."""
+        if request.many is not None:
+            responder.answer(self._ranges(request.many, responder))
+            return
+        self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, request.topic)
+        plog = self.router.leader_log(request.topic, request.partition)
+        at = request.at
+        if isinstance(at, int):
+            offset = await asyncio.get_running_loop().run_in_executor(
+                self.admin_pool, plog.offset_for_time, at)
+        elif at == EARLIEST:
+            offset = plog.start_offset
+        else:  # LATEST; parse_offsets_request allows nothing else
+            offset = plog.visible_end
+        responder.answer(encode_offsets_answer(OffsetsAnswer(
+            offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes)))
+
+    def _ranges(self, pairs: tuple[tuple[str, int], ...], responder: Responder) -> dict[str, Any]:
+        """The ranges of many partitions (``many``): one item per pair, an error item for
+        a partition this broker does not lead or the principal may not describe."""
+        refused: dict[str, LogferryError | None] = {}
+        items: list[dict[str, Any]] = []
+        for topic, partition in pairs:
+            if topic not in refused:
+                try:
+                    self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, topic)
+                    refused[topic] = None
+                except LogferryError as exc:
+                    refused[topic] = exc
+            error = refused[topic]
+            try:
+                if error is not None:
+                    raise error
+                plog = self.router.leader_log(topic, partition)
+                items.append({"start": plog.start_offset, "end": plog.visible_end,
+                              "avg_message_bytes": plog.avg_message_bytes})
+            except LogferryError as exc:
+                items.append({"err": exc.code, "msg": str(exc)})
+        return {"many": items}
+
+    async def metadata(self, request: MetadataRequest, responder: Responder) -> None:
+        """The brokers, and the topics asked for (auto-created if allowed); all topics
+        are those the principal may describe."""
+        create = request.create and self.config.auto_create_topics
+        view = self.view()
+        topics: dict[str, TopicMetadata] = {}
+        principal, authorizer = responder.principal, self.authorizer
+        asked = request.topics
+        if asked is None:
+            asked = [t for t in sorted(view.topics)
+                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+        for topic in asked:
+            try:  # before existence: a refusal does not tell whether the topic exists
+                authorizer.check_topic(principal, Operation.DESCRIBE, topic)
+            except LogferryError as exc:
+                topics[topic] = topic_error(exc.code, str(exc))
+                continue
+            if topic not in view.topics and create:
+                try:
+                    validate_topic_name(topic)
+                    authorizer.check_topic(principal, Operation.CREATE, topic)
+                    await self.create_in_zk(topic, self.config.num_partitions, exists_ok=True)
+                except LogferryError as exc:
+                    topics[topic] = topic_error(exc.code, str(exc))
+                    continue
+                view = self.view()
+            assignment = view.topics.get(topic)
+            if assignment is None:
+                topics[topic] = topic_error(UnknownTopicOrPartitionError.code,
+                                            f"unknown topic {topic!r}")
+                continue
+            # "partitions" maps each partition to its leader (-1: none right now), as
+            # before replication; "replicas" and "isr" say the rest.
+            states = {p: view.states.get((topic, p)) for p in assignment}
+            topics[topic] = TopicMetadata(
+                0, None,
+                {p: s.leader if s else -1 for p, s in states.items()},
+                assignment,
+                {p: list(s.isr) if s else [] for p, s in states.items()},
+                {p: s.leader_epoch if s else -1 for p, s in states.items()},
+                view.configs.get(topic, {}))
+        # The addresses of the listener the request came on (as Kafka does): a client
+        # of the external listener is sent to the other brokers' external listeners.
+        # A broker without that listener is left out (a rolling change of listeners).
+        brokers = {b: BrokerAddress(*address, i.datacenter, i.rack)
+                   for b, i in view.brokers.items()
+                   if (address := i.address(responder.listener)) is not None}
+        responder.answer(encode_metadata_answer(MetadataAnswer(
+            brokers, topics, view.controller, self.config.auto_create_topics)))
+
+    async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
+        """Create a topic in ZooKeeper; answer once this broker has seen it."""
+        self.authorizer.check_topic(responder.principal, Operation.CREATE, request.topic)
+        assignment = await self.create_in_zk(
+            request.topic, request.partitions or self.config.num_partitions,
+            request.replication_factor, request.min_insync_replicas, config=request.config)
+        responder.answer(encode_create_topic_answer(CreateTopicAnswer(assignment)))
+
+    async def alter_topic(self, request: AlterTopicRequest, responder: Responder) -> None:
+        """Change a topic's settings in ZooKeeper; every broker's watch applies them."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
+        config = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().alter_topic_config,  # type: ignore[union-attr]
+            request.topic, request.set, request.delete)
+        responder.answer({"config": config})
+
+    async def create_partitions(self, request: CreatePartitionsRequest,
+                                responder: Responder) -> None:
+        """Grow a topic; answer once this broker has seen every new partition's state."""
+        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
+        assignment = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().create_partitions,  # type: ignore[union-attr]
+            request.topic, request.partitions)
+        await self._await_seen(request.topic, len(assignment))
+        responder.answer({"partitions": assignment})
+
+    async def _await_seen(self, topic: str, partitions: int) -> None:
+        """Wait (up to 5 s) until this broker's view has ``partitions`` partitions of
+        ``topic``, each with a state, so a client's next metadata request sees them."""
+        for _ in range(250):
+            view = self.view()
+            seen = view.topics.get(topic, {})
+            if len(seen) >= partitions and all((topic, p) in view.states for p in seen):
+                return
+            await asyncio.sleep(0.02)
+
+    async def delete_topic(self, request: DeleteTopicRequest, responder: Responder) -> None:
+        """Delete a topic in ZooKeeper (each broker drops its logs when it sees that)."""
+        self.authorizer.check_topic(responder.principal, Operation.DELETE, request.topic)
+        await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self.registry().delete_topic, request.topic)  # type: ignore[union-attr]
+        responder.answer({})
+
+    async def elect_leaders(self, request: ElectLeadersRequest, responder: Responder) -> None:
+        """Ask the controller to move leadership back to the preferred replicas."""
+        self.authorizer.check_cluster(responder.principal, Operation.ALTER)
+        client = self.zk_client()
+
+        def trigger() -> None:
+            try:
+                client.create(zk.PREFERRED_ELECTION, b"{}", makepath=True)
+            except zk.NodeExistsError:
+                pass  # already asked; the controller deletes it when done
+        await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
+        responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
+
+    async def init_producer_id(self, request: InitProducerIdRequest,
+                               responder: Responder) -> None:
+        """A new idempotent producer's id (from this broker's block, claimed in ZooKeeper)."""
+        if self._producer_ids is None:
+            self._producer_ids = ProducerIdAllocator(self.zk_client())
+        pid = await asyncio.get_running_loop().run_in_executor(
+            self.admin_pool, self._producer_ids.next_id)
+        responder.answer(encode_init_producer_id_answer(InitProducerIdAnswer(pid, 0)))
+
+    async def create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
+                           min_insync_replicas: int | None = None,
+                           exists_ok: bool = False,
+                           config: dict[str, Any] | None = None) -> dict[int, list[int]]:
+        """Create a topic (replication factor 0: the broker's default, capped at the live
+        brokers) and wait, bounded, until this broker's own watch has seen it and every
+        partition has a state. ``exists_ok``: another client's auto-create won the race."""
+        loop = asyncio.get_running_loop()
+        rf = replication_factor or min(self.config.default_replication_factor,
+                                       max(len(self.view().brokers), 1))
+        assignment: dict[int, list[int]] | None
+        try:
+            assignment = await loop.run_in_executor(
+                self.admin_pool, self.registry().create_topic,  # type: ignore[union-attr]
+                topic, partitions, rf, min_insync_replicas, config)
+        except TopicExistsError:
+            if not exists_ok:
+                raise
+            assignment = None
+        for _ in range(250):
+            if self.shutting_down():  # the view no longer moves: answer now, not in 5 s
+                raise BrokerShuttingDownError(f"topic {topic!r} was created, but broker "
+                                              f"{self.config.broker_id} is shutting down; "
+                                              "retry with another broker")
+            view = self.view()
+            seen = view.topics.get(topic)
+            if seen is not None and all((topic, p) in view.states for p in seen):
+                return seen
+            await asyncio.sleep(0.02)
+        if assignment is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} is being created; retry")
+        return assignment
+
+
+__all__ = ["AdminService"]

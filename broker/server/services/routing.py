@@ -1,0 +1,49 @@
+"""Which log serves a partition request here, or the error that says where to go."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from broker.common.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    UnknownTopicOrPartitionError,
+)
+from broker.common.names import validate_topic_name
+from broker.coordination.registry import ClusterView
+from broker.storage.partition_log import PartitionLog
+
+
+class PartitionRouter:
+    """Finds the log of a partition this broker leads (``view``: the current
+    :class:`ClusterView`, read on each call since the registry replaces it)."""
+
+    def __init__(self, broker_id: int, replication: Any, view: Callable[[], ClusterView]):
+        self.broker_id = broker_id
+        self.replication = replication
+        self.view = view
+
+    def leader_log(self, topic: Any, partition: Any, for_write: bool = False) -> PartitionLog:
+        """The log of a partition this broker leads, or the error to answer with."""
+        if type(topic) is not str or type(partition) is not int:
+            raise InvalidRequestError("topic must be a string and partition an integer")
+        plog: PartitionLog | None = self.replication.leader_log(topic, partition, for_write)
+        if plog is not None:
+            return plog
+        validate_topic_name(topic)
+        view = self.view()
+        assignment = view.topics.get(topic)
+        if assignment is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        if partition not in assignment:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
+        leader = view.leader(topic, partition)
+        if leader < 0:
+            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right now")
+        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {leader}, "
+                             f"not broker {self.broker_id}")
+
+
+__all__ = ["PartitionRouter"]
