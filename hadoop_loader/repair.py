@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hadoop_loader.config import LoaderConfig
+from hadoop_loader.dedup import DUPLICATE_COLUMN
 from hadoop_loader.errors import LoaderError, spark_errors
 from hadoop_loader.fs import FileSystem, join, relative
 from hadoop_loader.identity import ranges_to_keep
@@ -37,6 +38,7 @@ from hadoop_loader.plan_driver import DriverPlanner
 from hadoop_loader.planning import plan
 from hadoop_loader.store import LandingStore
 from hadoop_loader.verify import Damage, expected_files, footer_rows, topic_hour
+from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
 
@@ -197,9 +199,6 @@ def _land_again(config: LoaderConfig, spark: Any, manifests: list[Manifest], ori
                 data_uri: str) -> None:
     """Read run ``origin``'s ranges of ``topic`` again and write the groups' hours."""
     from pyspark.sql import functions as F
-
-    from hadoop_loader.dedup import DUPLICATE_COLUMN
-    from hadoop_loader.job import landed_rows, write_parquet
 
     earlier = None
     if config.dedup.enabled:
