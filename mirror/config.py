@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.client.heartbeat import AGENTS_TOPIC
+from broker.client import AGENTS_TOPIC
 from broker.common.config import (
     NONNEG_INT, PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
