@@ -28,7 +28,7 @@ CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``certs ca`` and ``certs issue``."""
     p = sub.add_parser("certs", help="create a private CA and issue TLS certificates",
                        description="Create a private CA and issue broker and client "

@@ -205,6 +205,8 @@ def test_group(run: Callable[..., tuple[int, str]], short_zk_timeout: None) -> N
     assert_error(run("group", "list", "--brokers", closed()), 2, "group list", "--zk")
     assert_error(run("group", "seek", "g", "--topic", "../x", "--to", "earliest",
                      "--zk", closed() + "/x"), 2, "group seek", "invalid topic name")
+    assert_error(run("group", "seek", "g", "--topic", "t", "--to=-5", "--zk", closed() + "/x"),
+                 2, "group seek", "for consume --from")
     assert_error(run("group", "list", "--zk", closed() + "/x"), 1, "group list", "ZooKeeper")
 
 
