@@ -8,6 +8,7 @@ here, so neither imports the other's module for it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -193,8 +194,7 @@ class Pipeline:
 
     def _wait_agents(self) -> None:
         for _, child, status in self.agents:
-            child.wait_until(lambda s=status: read_status(s).get("state") == "running", 60.0,
-                             "running status")
+            child.wait_until(functools.partial(agent_running, status), 60.0, "running status")
 
     def restart_agents(self) -> None:
         """Start the agents stopped for the report again; they resume from their checkpoints."""
@@ -237,13 +237,20 @@ class Pipeline:
         return total
 
 
-def root_hint(doc: dict) -> str:
+def root_hint(doc: dict[str, Any]) -> str:
     return ", ".join(s["pattern"] if isinstance(s["pattern"], str) else s["pattern"][0]
                      for s in doc.get("sources", []))
 
 
 def read_status(path: Path) -> dict[str, Any]:
+    """An agent's status file ({} while it is missing or half written)."""
     try:
-        return json.loads(path.read_text())
+        document: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return document
+
+
+def agent_running(status: Path) -> bool:
+    """Whether the agent writing ``status`` says it runs."""
+    return read_status(status).get("state") == "running"
