@@ -35,18 +35,22 @@ from hadoop_loader.config import LoaderConfig
 from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
 from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
-from hadoop_loader.identity import ranges_to_keep
+from hadoop_loader.identity import IdentityRange, ranges_to_keep
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
 from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
 from hadoop_loader.repair import repair_lake
 from hadoop_loader.source import LogferryDataSource
-from hadoop_loader.store import STATE_DIR, LandingStore, Recovery, seq_name
+from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, Recovery, seq_name
 from hadoop_loader.verify import LakeCheck, verify_lake
 from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
+
+StagedCounts = dict[tuple[str, str, int, str, str], tuple[int, int, int, int]]
+"""A run's staged rows: (file, topic, partition, dt, hr) -> (rows, min offset, max
+offset, undecodable rows)."""
 
 
 @dataclass
@@ -152,8 +156,8 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     return result
 
 
-_PUBLISH_HOOKS = {"on_moved": lambda n: crash.crash_point("during-publish"),
-                  "before_cleanup": lambda: crash.crash_point("after-publish")}
+_PUBLISH_HOOKS: PublishHooks = {"on_moved": lambda n: crash.crash_point("during-publish"),
+                                "before_cleanup": lambda: crash.crash_point("after-publish")}
 """Crash points inside publishing, for a run's own publish and for recovery's."""
 
 
@@ -214,7 +218,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
                         0.0, plan.walked_bytes, phases=clock.phases, lake=lake,
                         dedup=config.dedup.enabled, repair=repaired)
-    earlier: list = []
+    earlier: list[IdentityRange] = []
     if config.dedup.enabled:
         keep_since = int(started * 1000) - config.dedup.keep_hours * 3600 * 1000
         earlier = ranges_to_keep(store.newest_first(), keep_since)
@@ -227,7 +231,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
 
     data_uri = store.begin(sequence)
     files: list[tuple[str, int]] = []
-    counts: dict = {}
+    counts: StagedCounts = {}
     if plan.chunks:
         spark = session.get()
         clock.lap("spark")
@@ -268,7 +272,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
 
 
 def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
-           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list) -> None:
+           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list[IdentityRange]) -> None:
     """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
     df = landed_rows(config, spark, plan.chunks, executors,
                      earlier if config.dedup.enabled else None)
@@ -278,7 +282,7 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
 
 
 def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
-           ) -> tuple[list[tuple[str, int]], dict[tuple[str, str, int, str, str], tuple], list]:
+           ) -> tuple[list[tuple[str, int]], StagedCounts, list[IdentityRange]]:
     """List the staged Parquet files and count their rows per file, partition and hour.
 
     Returns ``(files, counts, identities)``: files as (path relative to ``data_uri``,
@@ -308,7 +312,7 @@ def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
     finally:
         spark.conf.set(key, old)
     base = _path_of(data_uri) + "/"
-    counts = {}
+    counts: StagedCounts = {}
     for r in rows:
         path = _path_of(r["file"])
         if not path.startswith(base):
@@ -335,7 +339,7 @@ def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[Pa
 
 
 def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Manifest | None,
-              plan: RangePlan, files: list[tuple[str, int]], counts: dict,
+              plan: RangePlan, files: list[tuple[str, int]], counts: StagedCounts,
               moves: Callable[[PartitionRange], bool]) -> Manifest:
     """Build the run's manifest from the plan and the staged counts, checking them."""
     per_file: dict[str, int] = {}

@@ -13,8 +13,10 @@ from typing import Any
 from hadoop_loader import field_columns
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.dedup import DUPLICATE_COLUMN, mark_duplicates
+from hadoop_loader.identity import IdentityRange
 from hadoop_loader.landed import configure_writes, landed_frame
 from hadoop_loader.options import Endpoint, sasl_options, tls_options
+from hadoop_loader.planning import Chunk
 from hadoop_loader.source import FORMAT
 
 CONCURRENT_WRITERS = 48
@@ -23,8 +25,8 @@ NO_DICTIONARY = ("value", "key", "line", "offset", "file_offset", "read_time", "
 """Columns (nearly) unique per row: Parquet dictionary encoding only costs time there."""
 
 
-def landed_rows(config: LoaderConfig, spark: Any, chunks: list, executors: Endpoint,
-                earlier: list | None) -> Any:
+def landed_rows(config: LoaderConfig, spark: Any, chunks: list[Chunk], executors: Endpoint,
+                earlier: list[IdentityRange] | None) -> Any:
     """The frame a run writes: the chunks read through the data source, shaped as landed
     columns, with ``dt``/``hr`` and, when ``earlier`` is not None (dedup on), the
     ``duplicate`` mark (:mod:`hadoop_loader.dedup`). A repair builds the same frame."""
