@@ -180,8 +180,9 @@ def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.Monkey
     assert_error(run("produce", "t", "--acks", "2"), 2, "produce", "--acks")
     lines = tmp_path / "lines"
     lines.write_text("one\ntwo\n")
-    monkeypatch.setattr("sys.stdin", lines.open())
-    assert_error(run("produce", "t", "--brokers", closed()), 1, "produce", "cannot connect")
+    with lines.open() as stdin:  # closed here, not left to the garbage collector
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert_error(run("produce", "t", "--brokers", closed()), 1, "produce", "cannot connect")
 
 
 def test_consume(run: Callable[..., tuple[int, str]]) -> None:
