@@ -47,8 +47,8 @@ class Chunk(NamedTuple):
     """File offset the checkpoint may move to once this chunk and all before it are acked."""
     nbytes: int
     """Encoded bytes handed to the producer (what counts against the in-flight cap)."""
-    count: int
-    """Messages in the chunk."""
+    messages: int
+    """Messages in the chunk (not ``count``: that name is tuple's own method)."""
     topic: str
     window: int
     """Audit window (ms since the epoch) of the chunk's time read."""

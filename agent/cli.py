@@ -165,7 +165,8 @@ def read_status(config: AgentConfig) -> dict[str, Any]:
         try:
             with urllib.request.urlopen(f"{url}/status", timeout=3,
                                         context=_status_context(config)) as response:
-                return json.loads(response.read())
+                document: dict[str, Any] = json.loads(response.read())
+                return document
         except (urllib.error.URLError, OSError, ValueError):
             continue
     if file_doc is None:

@@ -21,9 +21,13 @@ import os
 import re
 import threading
 from collections import deque
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from agent.config import SourceConfig
+
+if TYPE_CHECKING:  # watchdog is the agent extra's, imported when the watching starts
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.api import BaseObserver, ObservedWatch
 
 log = logging.getLogger("logferry.agent")
 
@@ -137,9 +141,9 @@ class Watcher:
         self.events: deque[Event] = deque()
         self._wake = wake
         self._roots = _roots_of(sources)
-        self._scheduled: dict[str, object] = {}
+        self._scheduled: dict[str, ObservedWatch] = {}
         """Root -> watchdog's handle of its watch (to unschedule it)."""
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._lock = threading.Lock()
 
     def set_sources(self, sources: Sequence[SourceConfig]) -> None:
@@ -160,9 +164,10 @@ class Watcher:
         """Start the observer thread and watch the roots that exist."""
         from watchdog.observers import Observer
 
-        self._observer = Observer()
-        self._observer.daemon = True
-        self._observer.start()
+        observer = Observer()
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
         self.ensure_watches()
 
     def ensure_watches(self) -> None:
@@ -175,7 +180,7 @@ class Watcher:
         watcher = self
 
         class Handler(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # type: ignore[no-untyped-def]
+            def on_any_event(self, event: FileSystemEvent) -> None:
                 watcher._on_event(event)
 
         for root, recursive in self._roots.items():
@@ -189,7 +194,7 @@ class Watcher:
             except OSError as exc:  # inotify watch limit, permissions
                 log.warning("cannot watch %s (%s); relying on rescans", root, exc)
 
-    def _on_event(self, event) -> None:  # type: ignore[no-untyped-def]
+    def _on_event(self, event: FileSystemEvent) -> None:
         src = os.fsdecode(event.src_path)
         if event.is_directory:
             if event.event_type in ("created", "moved"):

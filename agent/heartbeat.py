@@ -14,8 +14,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from broker.client import AgentHeartbeat
-from broker.client.heartbeat import file_entries
+from broker.client import AgentHeartbeat, file_entries
 from broker.common.errors import LogferryError
 
 from agent.metrics import Snapshot

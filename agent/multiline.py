@@ -15,6 +15,7 @@ because a restart has to read those lines again to rebuild the message.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from agent.lines import Lines
 
@@ -30,6 +31,7 @@ class MultilineJoiner:
                  start: re.Pattern[bytes] | None = None, max_bytes: int = 1024 * 1024):
         if (continuation is None) == (start is None):
             raise ValueError("give exactly one of continuation and start")
+        self._continues: Callable[[bytes], bool]
         if continuation is not None:
             match = continuation.match
             self._continues = lambda line: match(line) is not None

@@ -34,7 +34,8 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 def fid_marker(fid: int) -> bytes:
     """The bytes ``"fid": <fid>`` takes in a message value (a cheap pre-filter)."""
-    return b"\xa3fid" + msgpack.packb(fid)
+    packed: bytes = msgpack.packb(fid)  # msgpack is untyped: Any to mypy
+    return b"\xa3fid" + packed
 
 
 def highest_offsets(values: Iterable[bytes], host: str,

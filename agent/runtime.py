@@ -26,6 +26,7 @@ identity rules live in :mod:`agent.identity`; acknowledgement order in
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -396,11 +397,11 @@ class Agent:
                 self._producer_stuck = True
             for chunk, ok in finished:
                 self.inflight.finished(chunk.nbytes)
-                self._ledger.finished(chunk.topic, chunk.window, chunk.count, ok)
+                self._ledger.finished(chunk.topic, chunk.window, chunk.messages, ok)
                 if ok:
-                    counters["messages_acked"] += chunk.count
+                    counters["messages_acked"] += chunk.messages
                 else:
-                    counters["messages_failed"] += chunk.count
+                    counters["messages_failed"] += chunk.messages
             if tailed.acks.acked != before:
                 self.inventory.dirty = True
                 tailed.failures = 0
@@ -742,8 +743,12 @@ class Agent:
                 self._audit_retry_at = time.monotonic() + 2.0
                 break
             self._audit_pending += 1
-            future.add_callback(lambda f, r=record: (self._audit_done.append((f, r)),
-                                                     self._wake.set()))
+            future.add_callback(functools.partial(self._audit_acked, record))
+
+    def _audit_acked(self, record: AuditRecord, future: Any) -> None:
+        """A delivery callback: hand the audit record's outcome to the main loop."""
+        self._audit_done.append((future, record))
+        self._wake.set()
 
     def _refresh_snapshot(self, state: str) -> None:
         gauges = self.metrics.gauges

@@ -123,7 +123,7 @@ def connect_ms(cluster: LocalCluster, tries: int = 20) -> float:
 def make_tls(directory: Path) -> tuple[dict, TlsConfig]:
     """A private CA and a broker certificate for 127.0.0.1: the broker's [tls] table
     and the clients' settings."""
-    from broker.cli import certs
+    from broker.common import certs
 
     ca = certs.make_ca("bench CA")
     issued = certs.issue(ca.cert_pem, ca.key_pem, "broker", ["127.0.0.1"])

@@ -18,7 +18,7 @@ import argparse
 import importlib.util
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``demo`` command."""
     p = sub.add_parser(
         "demo", help="run the whole pipeline of the paper on this machine and report",

@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT.parent / "shared" / "data" / "loghub"
@@ -236,12 +237,12 @@ class WebHost(threading.Thread):
             time.sleep(0.1)
 
 
-def sources_from_agent_config(doc: dict) -> list[SourceSpec]:
+def sources_from_agent_config(doc: dict[str, Any]) -> list[SourceSpec]:
     """What a host writes, from the agent config's ``[[sources]]``."""
     from demo.configs import source_paths
 
     paths = source_paths(doc)
-    specs = []
+    specs: list[SourceSpec] = []
     for source in doc.get("sources", []):
         topic = source["topic"]
         if any(s.topic == topic for s in specs):
@@ -251,7 +252,7 @@ def sources_from_agent_config(doc: dict) -> list[SourceSpec]:
     return specs
 
 
-def check_multiline(doc: dict, host: WebHost) -> None:
+def check_multiline(doc: dict[str, Any], host: WebHost) -> None:
     """Make sure the agent's multiline rule joins our records exactly as we count them."""
     for source in doc.get("sources", []):
         rule = source.get("multiline")

@@ -24,21 +24,12 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost
-from demo.processes import BrokerChild, Child
-
-if TYPE_CHECKING:
-    from demo.run import Pipeline
-
-
-def display_name(child: Child) -> str:
-    """``live broker 2`` for a broker, the child's name otherwise."""
-    if isinstance(child, BrokerChild):
-        return f"{child.datacenter} broker {child.broker_id}"
-    return child.name
+from demo.pipeline import Pipeline, say
+from demo.processes import BrokerChild, display_name
 
 STATUS_S = 30.0
 """How often the phase prints one line of what is flowing."""
@@ -46,14 +37,10 @@ ROTATE_S = 120.0
 """How often the hosts rotate their files while the demo keeps running."""
 
 
-def say(text: str) -> None:
-    print(f"[demo] {text}", flush=True)
-
-
 class KeepRunning:
     """The phase after the report: restart the flow, print how to explore, watch."""
 
-    def __init__(self, pipeline: "Pipeline", writers: list[WebHost], stop: threading.Event,
+    def __init__(self, pipeline: Pipeline, writers: list[WebHost], stop: threading.Event,
                  rate: float, command: str):
         self.pipeline = pipeline
         self.previous = writers
@@ -212,7 +199,7 @@ class KeepRunning:
             signal.signal(signal.SIGUSR1, previous)
 
 
-def keep_running(pipeline: "Pipeline", writers: list[WebHost], stop: threading.Event,
+def keep_running(pipeline: Pipeline, writers: list[WebHost], stop: threading.Event,
                  rate: float, command: str) -> None:
     """The whole phase; returns when the user presses Ctrl-C (or sends SIGTERM)."""
     phase = KeepRunning(pipeline, writers, stop, rate, command)

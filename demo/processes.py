@@ -247,6 +247,13 @@ class Supervisor:
         return out
 
 
+def display_name(child: Child) -> str:
+    """``live broker 2`` for a broker, the child's name otherwise."""
+    if isinstance(child, BrokerChild):
+        return f"{child.datacenter} broker {child.broker_id}"
+    return child.name
+
+
 def describe_code(code: int | None) -> str:
     """``-9`` -> ``"code -9 (SIGKILL)"``: a negative code is the signal that ended it."""
     if code is not None and code < 0:

@@ -17,7 +17,6 @@ agents and the mirror serve their metrics on free ports of 127.0.0.1 (printed).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import shutil
@@ -33,19 +32,14 @@ from demo.console_check import console_status
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
-from demo.keep import display_name, keep_running
-from demo.processes import BrokerChild, Child, DemoError, Supervisor, exit_message
+from demo.keep import keep_running
+from demo.pipeline import Pipeline, read_status, say
+from demo.processes import Child, DemoError
 from demo.report import Tally, problems, render
-from demo.security import DemoSecurity
-from broker.common.errors import ConfigError, LogferryError, TopicExistsError
-from broker.testing.localrun import free_port
+from broker.common.errors import ConfigError, LogferryError
 
 MARKER = ".logferry-demo"
 PROGRESS_S = 2.0
-
-
-def say(text: str) -> None:
-    print(f"[demo] {text}", flush=True)
 
 
 def _prepare_workdir(workdir: Path) -> None:
@@ -67,229 +61,6 @@ def _prepare_workdir(workdir: Path) -> None:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / MARKER).write_text("made by `logferry demo`; wiped by its next run\n")
-
-
-class Pipeline:
-    """The running deployment: its processes, addresses and configs."""
-
-    def __init__(self, args: argparse.Namespace, workdir: Path):
-        self.args = args
-        self.workdir = workdir
-        self.sup = Supervisor()
-        self.zk = ""
-        self.live_zk = ""
-        self.analysis_zk = ""
-        self.brokers: dict[str, list[BrokerChild]] = {"live": [], "analysis": []}
-        self.agents: list[tuple[str, Child, Path]] = []
-        self.mirror: Child | None = None
-        self.mirror_group = "logferry-mirror"
-        self.mirror_metrics = ""
-        self.console_url = ""
-        self.agent_metrics: dict[str, str] = {}
-        """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
-        self.dashboard: Dashboard | None = None
-        self.agent_doc = configs.load(configs.agent_template())
-        self.topics = configs.agent_topics(self.agent_doc)
-        self.audit_topic = self.agent_doc.get("audit", {}).get("topic", "_audit")
-        self.notes: list[str] = []
-        self.security: DemoSecurity | None = None
-        """Certificates, users and ACLs (None: the plaintext demo, --insecure)."""
-
-    def client(self, user: str, datacenter: str) -> dict[str, Any]:
-        """``tls=``/``sasl=`` for a client of the demo's own process (none when insecure)."""
-        return self.security.client(user, datacenter) if self.security else {}
-
-    def sections(self, user: str, datacenter: str) -> dict[str, Any]:
-        """``[tls]``/``[sasl]``/``[zookeeper]`` for a component's config (none when insecure)."""
-        return self.security.client_sections(user, datacenter) if self.security else {}
-
-    def zk_as(self, user: str, datacenter: str) -> str:
-        """The cluster's connect string, logged in to ZooKeeper as ``user`` when secured
-        (``admin`` is the cluster's owner)."""
-        plain = self.live_zk if datacenter == "live" else self.analysis_zk
-        if self.security is None:
-            return plain
-        if user == "admin":
-            return self.security.zk_owner(datacenter)
-        return self.security.zk_as(user, datacenter)
-
-    # -- start ----------------------------------------------------------------------------
-
-    def start_clusters(self) -> None:
-        self.zk = self.sup.start_zookeeper(self.workdir / "zookeeper")
-        self.live_zk = self.zk + configs.LIVE_CHROOT
-        self.analysis_zk = self.zk + configs.ANALYSIS_CHROOT
-        say(f"ZooKeeper on {self.zk}: chroots {configs.LIVE_CHROOT} and {configs.ANALYSIS_CHROOT}")
-        if not getattr(self.args, "insecure", False):
-            template = configs.mirror_template()  # its group gets the mirror's group ACL
-            if template.exists():
-                self.mirror_group = configs.load(template).get("mirror", {}).get(
-                    "group", self.mirror_group)
-            self.security = DemoSecurity(self.workdir)
-            self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
-                                [*self.topics, self.audit_topic], GROUP, self.mirror_group)
-            say(f"security: {self.security.summary()}")
-        for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk)):
-            for template in configs.broker_templates(dc):
-                broker_id, broker, log = configs.broker_settings(template)
-                child = BrokerChild(f"{dc}-{template.stem}", broker_id, zk, self.workdir,
-                                    broker, log, datacenter=dc, sections=(
-                                        self.security.broker_sections(dc) if self.security else None))
-                self.sup.add(child)
-                self.brokers[dc].append(child)
-        for dc, children in self.brokers.items():
-            if not children:
-                raise DemoError(f"no broker configs in etc/{dc}/")
-            for child in children:
-                child.wait_ready(60.0)
-                say(f"{dc} broker {child.name} on {child.address} "
-                    f"(from etc/{dc}/{child.name.split('-', 1)[1]}.toml; pid {child.pid}, "
-                    f"metrics {child.metrics_url})")
-        if self.security is not None:
-            changed = self.security.secure_zookeeper()
-            say(f"ZooKeeper ACLs set as the owner on both clusters ({changed} znodes changed): "
-                "each group's offsets writable only by its principal")
-
-    def create_topics(self) -> None:
-        from broker.client import Admin
-
-        _, broker, _ = configs.broker_settings(configs.broker_templates("live")[0])
-        partitions = int(broker.get("num_partitions", 4))
-        factor = int(broker.get("default_replication_factor", 1))
-        with Admin(zk=self.zk_as("admin", "live"), **self.client("admin", "live")) as admin:
-            for topic in [*self.topics, self.audit_topic]:
-                try:
-                    admin.create_topic(topic, partitions)
-                except TopicExistsError:
-                    pass
-        say(f"live topics: {', '.join(self.topics)} and {self.audit_topic} "
-            f"({partitions} partitions each, replication factor {factor})")
-
-    def start_mirror(self) -> None:
-        if not (configs.ROOT / "mirror" / "cli.py").exists():
-            self.notes.append("the mirror is not built yet: the loader read the live cluster")
-            say("mirror: not built yet (mirror/cli.py missing); the loader will read the live cluster")
-            return
-        template = configs.mirror_template()
-        if template.exists():
-            doc = configs.load(template)
-            origin = template
-        else:
-            doc = configs.DEFAULT_MIRROR
-            origin = Path("<built-in mirror config>")
-            self.notes.append("etc/mirror.toml does not exist yet: the demo used a built-in "
-                              "mirror config (every topic)")
-        port = free_port()
-        doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk,
-                                    self.workdir / "mirror" / "status.json", port)
-        doc.setdefault("mirror", {})["audit_window_s"] = self.args.audit_window  # as the agents'
-        doc.setdefault("source", {}).update(self.sections("mirror", "live"))
-        doc.setdefault("target", {}).update(self.sections("mirror", "analysis"))
-        self.mirror_metrics = f"http://127.0.0.1:{port}"
-        self.mirror_group = doc.get("mirror", {}).get("group", "logferry-mirror")
-        path = configs.write(self.workdir / "config" / "mirror.toml", doc, origin)
-        self.mirror = self.sup.add(Child.logferry("mirror", ["mirror", "--config", str(path)],
-                                                  self.workdir / "logs" / "mirror.log"))
-        time.sleep(1.0)
-        if not self.mirror.running():
-            raise DemoError(f"the mirror exited at start:\n{self.mirror.log_tail()}")
-        say(f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid}, "
-            f"metrics {self.mirror_metrics}/metrics)")
-
-    def start_console(self) -> None:
-        """The web console over both clusters (docs/console.md), if its extra is installed;
-        secured, it reads as the read-only User:reader (TLS + SCRAM, per [[cluster]])."""
-        import importlib.util
-        if importlib.util.find_spec("aiohttp") is None:
-            say("console: not started (install it with: pip install 'logferry[console]')")
-            return
-        port = free_port()
-        clusters = [{"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
-                    for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))]
-        doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
-        path = configs.write(self.workdir / "config" / "console.toml", doc,
-                             configs.ETC / "console.toml")
-        self.sup.add(Child.logferry("console", ["console", "--config", str(path)],
-                                    self.workdir / "logs" / "console.log"), watched=False)
-        self.console_url = f"http://127.0.0.1:{port}/"
-        who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
-        say(f"console: {self.console_url} (live and analysis clusters{who})")
-
-    def start_agents(self, hosts: list[str]) -> None:
-        for host in hosts:
-            root = self.workdir / "hosts" / host
-            state = self.workdir / "agents" / host
-            port = free_port()
-            doc = configs.agent_config(self.agent_doc, host, root, state, self.live_zk,
-                                       self.args.audit_window, port)
-            doc.update(self.sections("agent", "live"))
-            self.agent_metrics[host] = f"http://127.0.0.1:{port}"
-            path = configs.write(self.workdir / "config" / f"agent-{host}.toml", doc,
-                                 configs.agent_template())
-            child = self.sup.add(Child.logferry(f"agent {host}", ["agent", "--config", str(path)],
-                                                self.workdir / "logs" / f"agent-{host}.log"))
-            self.agents.append((host, child, state / "status.json"))
-        self._wait_agents()
-        for host, child, _ in self.agents:
-            say(f"agent {host} tails {root_hint(self.agent_doc)} under hosts/{host} (pid {child.pid}, "
-                f"metrics {self.agent_metrics[host]}/metrics)")
-
-    def _wait_agents(self) -> None:
-        for _, child, status in self.agents:
-            child.wait_until(lambda s=status: _status(s).get("state") == "running", 60.0,
-                             "running status")
-
-    def restart_agents(self) -> None:
-        """Start the agents stopped for the report again; they resume from their checkpoints."""
-        for _, child, status in self.agents:
-            status.unlink(missing_ok=True)  # wait for the new process's "running"
-            child.start()
-        self._wait_agents()
-
-    def exits(self) -> list[tuple[Child, str]]:
-        """The processes that exited unexpectedly since the last call, and what to say.
-
-        A broker's death is news, not the end of the demo: the message says which
-        brokers its cluster continues with.
-        """
-        out = []
-        for child in self.sup.exits():
-            if isinstance(child, BrokerChild):
-                survivors = [b.broker_id for b in self.brokers[child.datacenter] if b.running()]
-                text = exit_message(display_name(child), child.pid, child.returncode(),
-                                    child.datacenter, survivors)
-            else:
-                text = exit_message(child.name, child.pid, child.returncode())
-            out.append((child, f"{text} (log {child.log_path})"))
-        return out
-
-    # -- stop ----------------------------------------------------------------------------------
-
-    def stop_agents(self) -> int:
-        """SIGTERM every agent (it flushes and publishes its last audit); return acked total."""
-        for _, child, _ in self.agents:
-            child.terminate()
-        total = 0
-        for host, child, status in self.agents:
-            code = child.wait(60.0)
-            if code is None:
-                code = child.stop(10.0)
-            if code not in (0, None):
-                self.notes.append(f"agent {host} exited with {code}: {child.log_path}")
-            total += int(_status(status).get("counters", {}).get("messages_acked", 0))
-        return total
-
-
-def root_hint(doc: dict) -> str:
-    return ", ".join(s["pattern"] if isinstance(s["pattern"], str) else s["pattern"][0]
-                     for s in doc.get("sources", []))
-
-
-def _status(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _wait_counts(counter: ClusterCounter, want: dict[str, int], timeout: float,
@@ -419,7 +190,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
             rate = (value - last.get(name, 0)) / interval
             peaks[name] = max(peaks.get(name, 0.0), rate)
             last[name] = value
-        acked = sum(int(_status(s).get("counters", {}).get("messages_acked", 0))
+        acked = sum(int(read_status(s).get("counters", {}).get("messages_acked", 0))
                     for _, _, s in pipeline.agents)
         print(f"[{elapsed:5.1f}s] written {written:,} | agents acked {acked:,} | live {in_live:,} "
               f"| analysis {in_analysis:,} | dashboard: {_fmt_rates(dashboard.rates())}",

@@ -41,7 +41,7 @@ from typing import Any
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.common.zk_security import ZkSecurity, ZkTarget, digest_id
-from broker.client.heartbeat import AGENTS_TOPIC
+from broker.client import AGENTS_TOPIC
 from broker.testing.security import (Pki, add_acls, create_users, make_chroot, make_pki,
                                      password_file, secure_zookeeper)
 

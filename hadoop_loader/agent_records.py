@@ -87,7 +87,7 @@ def spark_columns() -> list[tuple[str, T.DataType]]:
     return [(f.column, f.spark_type) for f in AGENT_FIELDS] + [(DECODED_COLUMN, T.BooleanType())]
 
 
-def _unpack(value: bytes) -> dict | None:
+def _unpack(value: bytes) -> dict[Any, Any] | None:
     try:
         record = _unpackb(value, raw=False, strict_map_key=False)
     except Exception:  # msgpack raises several types for bad input
@@ -122,7 +122,7 @@ def _cast_times(struct: pa.StructArray) -> list[pa.Array]:
     return [a.cast(TIMESTAMP) if a.type == _MILLIS else a for a in struct.flatten()]
 
 
-def _sanitize(record: dict | None) -> dict | None:
+def _sanitize(record: dict[Any, Any] | None) -> dict[Any, Any] | None:
     """Keep a record only if every known field it has is of an accepted type."""
     if record is None:
         return None
@@ -134,9 +134,10 @@ def _sanitize(record: dict | None) -> dict | None:
             return None
         if isinstance(value, bool) and bool not in f.python_types:
             return None
-        if f.arrow_type == pa.int64() and not -(1 << 63) <= value < (1 << 63):
+        # int64 and timestamp fields take ints only (python_types): their range
+        if f.arrow_type == pa.int64() and isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
             return None
-        if f.arrow_type == TIMESTAMP and not -_MAX_MILLIS <= value < _MAX_MILLIS:
+        if f.arrow_type == TIMESTAMP and isinstance(value, int) and not -_MAX_MILLIS <= value < _MAX_MILLIS:
             return None
     return record
 

@@ -247,13 +247,13 @@ def duplicate_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str,
 
 
 def read_audit_records(consumer: Any, topic: str, since_ms: int
-                       ) -> tuple[list[dict], int] | None:
+                       ) -> tuple[list[dict[str, Any]], int] | None:
     """Every audit record published since ``since_ms`` (driver side; the topic is small).
 
     Records are published after their window ends, so anything published before
     ``since_ms`` is about earlier windows. Returns None when ``topic`` does not exist.
     """
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     bad = 0
     with source_errors(f"reading the audit topic {topic!r}"):
         try:

@@ -16,7 +16,7 @@ broker offers one, this is the honest way.
 
 from __future__ import annotations
 
-from broker.client import MAX_BATCH_BYTES, SimpleConsumer
+from broker.client import MAX_BATCH_BYTES, FetchResult, SimpleConsumer
 
 from hadoop_loader.errors import SourceError, source_errors
 
@@ -56,7 +56,7 @@ class FetchBoundaryFinder:
                 pos = self._first_batch_end(topic, partition, start, max(max_bytes, 1024) * 2)
         return pos
 
-    def _fetch(self, topic: str, partition: int, pos: int, want: int):  # -> FetchResult
+    def _fetch(self, topic: str, partition: int, pos: int, want: int) -> FetchResult:
         self.requests += 1
         return self.consumer.fetch(topic, partition, pos, max_bytes=want)
 

@@ -24,7 +24,7 @@ from hadoop_loader.errors import LoaderError
 log = logging.getLogger("logferry.loader")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``load`` command to the ``logferry`` command line."""
     parser = subparsers.add_parser(
         "load", help="land topics into Parquet (exactly once), then audit",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from broker.common.config import (
@@ -20,12 +20,13 @@ from broker.common.config import (
     fields, format_error, one_of, read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
-from broker.common.sasl import DEFAULT_MECHANISM, SASL_FIELDS, SaslCredentials, sasl_from_table
+from broker.common.errors import ConfigError
+from broker.common.sasl import (
+    DEFAULT_MECHANISM, SASL_FIELDS, SaslCredentials, password_from_env, read_password_file, sasl_from_table,
+)
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from broker.common.zk_security import with_security, zookeeper_section
 
-if TYPE_CHECKING:
-    from hadoop_loader.options import SaslSource
 from hadoop_loader.errors import LoaderConfigError
 
 MiB = 1024 * 1024
@@ -129,6 +130,32 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class SaslSource:
+    """Whom to authenticate as, and where each process reads the password.
+
+    The password itself never travels in the data source's options (Spark keeps them
+    in query plans and may log them): the driver and every executor read it from the
+    same file path or environment variable. Built from ``[sasl]`` here and from the data
+    source's options by :mod:`hadoop_loader.options`.
+    """
+
+    username: str
+    mechanism: str = DEFAULT_MECHANISM
+    password_file: str | None = None
+    password_env: str | None = None
+
+    def credentials(self) -> SaslCredentials:
+        """Read the password now (ConfigError naming the file or variable)."""
+        if self.password_file is not None:
+            password = read_password_file(Path(self.password_file))
+        elif self.password_env is not None:
+            password = password_from_env(self.password_env)
+        else:
+            raise ConfigError("SASL: no password_file or password_env given")
+        return SaslCredentials(self.username, password, self.mechanism)
+
+
+@dataclass(frozen=True)
 class LoaderConfig:
     """The whole ``loader.toml``."""
 
@@ -142,7 +169,7 @@ class LoaderConfig:
     tls: TlsConfig | None = None
     """``[tls]``: TLS to the source brokers, from the driver and from every executor
     (the files must exist at the same paths on the executors' hosts)."""
-    sasl: "SaslSource | None" = None
+    sasl: SaslSource | None = None
     """``[sasl]``: SCRAM credentials toward the source brokers; the driver and every
     executor read the password from the same ``password_file`` or ``password_env``."""
 
@@ -223,9 +250,7 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
     )
 
 
-def _sasl(v: Validator, table: dict[str, Any]) -> "SaslSource | None":
-    from hadoop_loader.options import SaslSource  # options imports this module
-
+def _sasl(v: Validator, table: dict[str, Any]) -> SaslSource | None:
     if "password" in table:
         v.fail("sasl.password", "the loader's executors read the password themselves: "
                "give password_file (the same path on every host) or password_env")

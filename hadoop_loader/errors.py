@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 
 class LoaderError(Exception):
@@ -108,7 +108,7 @@ class Gap:
         return (f"{self.topic}/{self.partition}: offsets [{self.start}, {self.end}) "
                 f"({self.bytes} bytes) were deleted by retention")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition,
                 "start": self.start, "end": self.end}
 

@@ -13,7 +13,7 @@ import atexit
 import threading
 from typing import Iterator
 
-from broker.client import Batch, SimpleConsumer
+from broker.client import Batch, FetchResult, SimpleConsumer
 from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
 
 from hadoop_loader.errors import Gap, OffsetStateError, RetentionGapError, source_errors
@@ -75,7 +75,7 @@ def read_chunk(consumer: SimpleConsumer, chunk: Chunk, fetch_bytes: int) -> Iter
         yield result.batches
 
 
-def _fetch(consumer: SimpleConsumer, chunk: Chunk, pos: int, want: int):  # -> FetchResult
+def _fetch(consumer: SimpleConsumer, chunk: Chunk, pos: int, want: int) -> FetchResult:
     where = f"fetching {chunk.topic}/{chunk.partition} at offset {pos}"
     try:
         with source_errors(where):

@@ -23,7 +23,6 @@ Crash points of :mod:`hadoop_loader.crash` sit between the steps.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -31,27 +30,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from hadoop_loader import crash, field_columns
+from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig
-from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges, mark_duplicates
+from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
 from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
-from hadoop_loader.identity import ranges_to_keep
-from hadoop_loader.landed import configure_writes, landed_frame
+from hadoop_loader.identity import IdentityRange, ranges_to_keep
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
-from hadoop_loader.options import Endpoint, sasl_options, tls_options
+from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
-from hadoop_loader.source import FORMAT, LogferryDataSource
-from hadoop_loader.store import STATE_DIR, LandingStore, Recovery, seq_name
+from hadoop_loader.repair import repair_lake
+from hadoop_loader.source import LogferryDataSource
+from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, Recovery, seq_name
 from hadoop_loader.verify import LakeCheck, verify_lake
+from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
 
-CONCURRENT_WRITERS = 48
-"""Open Parquet writers per task before Spark falls back to sorting rows by hour."""
-NO_DICTIONARY = ("value", "key", "line", "offset", "file_offset", "read_time", "parsed_time")
-"""Columns (nearly) unique per row: Parquet dictionary encoding only costs time there."""
+StagedCounts = dict[tuple[str, str, int, str, str], tuple[int, int, int, int]]
+"""A run's staged rows: (file, topic, partition, dt, hr) -> (rows, min offset, max
+offset, undecodable rows)."""
 
 
 @dataclass
@@ -157,8 +156,8 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     return result
 
 
-_PUBLISH_HOOKS = {"on_moved": lambda n: crash.crash_point("during-publish"),
-                  "before_cleanup": lambda: crash.crash_point("after-publish")}
+_PUBLISH_HOOKS: PublishHooks = {"on_moved": lambda n: crash.crash_point("during-publish"),
+                                "before_cleanup": lambda: crash.crash_point("after-publish")}
 """Crash points inside publishing, for a run's own publish and for recovery's."""
 
 
@@ -200,7 +199,6 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
         log.error("landed file damaged: %s", damage.describe())
     repaired = None
     if repair and lake.damaged:
-        from hadoop_loader.repair import repair_lake
         repaired = repair_lake(config, session, fs, store, manifests, lake.damaged,
                                _PUBLISH_HOOKS)
         clock.lap("repair")
@@ -220,7 +218,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
                         0.0, plan.walked_bytes, phases=clock.phases, lake=lake,
                         dedup=config.dedup.enabled, repair=repaired)
-    earlier: list = []
+    earlier: list[IdentityRange] = []
     if config.dedup.enabled:
         keep_since = int(started * 1000) - config.dedup.keep_hours * 3600 * 1000
         earlier = ranges_to_keep(store.newest_first(), keep_since)
@@ -233,7 +231,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
 
     data_uri = store.begin(sequence)
     files: list[tuple[str, int]] = []
-    counts: dict = {}
+    counts: StagedCounts = {}
     if plan.chunks:
         spark = session.get()
         clock.lap("spark")
@@ -273,32 +271,8 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     return result
 
 
-def landed_rows(config: LoaderConfig, spark: Any, chunks: list, executors: Endpoint,
-                earlier: list | None) -> Any:
-    """The frame a run writes: the chunks read through the data source, shaped as landed
-    columns, with ``dt``/``hr`` and, when ``earlier`` is not None (dedup on), the
-    ``duplicate`` mark (:mod:`hadoop_loader.dedup`). A repair builds the same frame."""
-    from pyspark.sql import functions as F
-
-    decoded = sorted(config.source.decode_agent_records)
-    reader = (spark.read.format(FORMAT)
-              .option("brokers", ",".join(executors.brokers or ()))
-              .option("topics", ",".join(config.source.topics))
-              .option("chunks", json.dumps([c.to_json() for c in chunks]))
-              .option("fetchBytes", str(config.load.fetch_bytes))
-              .option("maxBytesPerPartition", str(config.load.chunk_bytes))
-              .option("decodeAgentRecords", ",".join(decoded) if decoded else "false")
-              .options(**tls_options(config.tls), **sasl_options(config.sasl)))
-    df = landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
-                      config.output.drop_decoded_values)
-    if earlier is not None:
-        df = mark_duplicates(spark, df, earlier)
-    return (df.withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
-            .withColumn("hr", F.date_format("timestamp", "HH")))
-
-
 def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
-           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list) -> None:
+           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list[IdentityRange]) -> None:
     """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
     df = landed_rows(config, spark, plan.chunks, executors,
                      earlier if config.dedup.enabled else None)
@@ -307,33 +281,8 @@ def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore
     write_parquet(config, spark, df, data_uri)
 
 
-def write_parquet(config: LoaderConfig, spark: Any, df: Any, data_uri: str) -> None:
-    """Write a landed frame under ``data_uri`` by topic and hour (and ``duplicate``)."""
-    from pyspark.sql import functions as F
-
-    per_hour = config.output.files_per_hour
-    if per_hour > 0:
-        keys = [F.col("topic"), F.col("dt"), F.col("hr")]
-        if per_hour > 1:
-            keys.append(F.pmod(F.hash("partition", "offset", "index"), F.lit(per_hour)))
-        df = df.repartition(*keys)
-    # A task writes the hours it meets concurrently instead of sorting its rows by hour
-    # first (Spark's default for partitioned writes); rows arrive nearly in time order.
-    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
-    configure_writes(spark)
-    columns = ["topic", "dt", "hr"] + ([DUPLICATE_COLUMN] if DUPLICATE_COLUMN in df.columns
-                                       else [])
-    writer = (df.write.partitionBy(*columns)
-              .option("maxRecordsPerFile", config.output.max_records_per_file)
-              .option("compression", config.output.compression)
-              .mode("errorifexists"))
-    for column in NO_DICTIONARY:  # unique per row: dictionary pages are built, then dropped
-        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
-    writer.parquet(data_uri)
-
-
 def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
-           ) -> tuple[list[tuple[str, int]], dict[tuple[str, str, int, str, str], tuple], list]:
+           ) -> tuple[list[tuple[str, int]], StagedCounts, list[IdentityRange]]:
     """List the staged Parquet files and count their rows per file, partition and hour.
 
     Returns ``(files, counts, identities)``: files as (path relative to ``data_uri``,
@@ -363,7 +312,7 @@ def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
     finally:
         spark.conf.set(key, old)
     base = _path_of(data_uri) + "/"
-    counts = {}
+    counts: StagedCounts = {}
     for r in rows:
         path = _path_of(r["file"])
         if not path.startswith(base):
@@ -390,7 +339,7 @@ def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[Pa
 
 
 def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Manifest | None,
-              plan: RangePlan, files: list[tuple[str, int]], counts: dict,
+              plan: RangePlan, files: list[tuple[str, int]], counts: StagedCounts,
               moves: Callable[[PartitionRange], bool]) -> Manifest:
     """Build the run's manifest from the plan and the staged counts, checking them."""
     per_file: dict[str, int] = {}

@@ -59,12 +59,12 @@ class Repair:
     replaced: tuple[str, ...]
     rows: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"origin": self.origin, "directory": self.directory,
                 "replaced": list(self.replaced), "rows": self.rows}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Repair":
+    def from_json(cls, data: dict[str, Any]) -> "Repair":
         return cls(int(data["origin"]), str(data["directory"]),
                    tuple(str(p) for p in data["replaced"]), int(data["rows"]))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from hadoop_loader.errors import Gap, LoaderConfigError, OffsetStateError, RetentionGapError
 
@@ -32,7 +32,7 @@ class PartitionRange(NamedTuple):
         """Log bytes in the range."""
         return self.end - self.start
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition,
                 "start": self.start, "end": self.end}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 from broker.common.config import Validator
@@ -17,42 +16,15 @@ from broker.common.sasl import (
     DEFAULT_MECHANISM,
     MECHANISMS,
     SaslCredentials,
-    password_from_env,
-    read_password_file,
 )
 from broker.common.tls import TlsConfig, tls_from_table
 from broker.common.zk_connect import validate_zk_connect
-from hadoop_loader.config import check_topic_name
+from hadoop_loader.config import SaslSource, check_topic_name
 from hadoop_loader.errors import LoaderConfigError
 from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
 from hadoop_loader.planning import Chunk
 
 MiB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class SaslSource:
-    """Whom to authenticate as, and where each process reads the password.
-
-    The password itself never travels in the data source's options (Spark keeps them
-    in query plans and may log them): the driver and every executor read it from the
-    same file path or environment variable.
-    """
-
-    username: str
-    mechanism: str = DEFAULT_MECHANISM
-    password_file: str | None = None
-    password_env: str | None = None
-
-    def credentials(self) -> SaslCredentials:
-        """Read the password now (ConfigError naming the file or variable)."""
-        if self.password_file is not None:
-            password = read_password_file(Path(self.password_file))
-        elif self.password_env is not None:
-            password = password_from_env(self.password_env)
-        else:
-            raise ConfigError("SASL: no password_file or password_env given")
-        return SaslCredentials(self.username, password, self.mechanism)
 
 
 @dataclass(frozen=True)

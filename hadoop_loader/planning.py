@@ -20,7 +20,7 @@ fake log.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Protocol
+from typing import Any, Iterable, NamedTuple, Protocol
 
 from hadoop_loader.offsets import PartitionRange
 
@@ -41,11 +41,11 @@ class Chunk(NamedTuple):
     def bytes(self) -> int:
         return self.end - self.start
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[Any]:
         return [self.topic, self.partition, self.start, self.end]
 
     @classmethod
-    def from_json(cls, value: list) -> "Chunk":
+    def from_json(cls, value: list[Any]) -> "Chunk":
         topic, partition, start, end = value
         return cls(str(topic), int(partition), int(start), int(end))
 

@@ -20,6 +20,7 @@ it is reported with the partition and the offsets retention deleted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hadoop_loader.config import LoaderConfig
+from hadoop_loader.dedup import DUPLICATE_COLUMN
 from hadoop_loader.errors import LoaderError, spark_errors
 from hadoop_loader.fs import FileSystem, join, relative
 from hadoop_loader.identity import ranges_to_keep
@@ -34,9 +36,10 @@ from hadoop_loader.manifest import FileEntry, Manifest, Repair
 from hadoop_loader.offsets import PartitionRange
 from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import DriverPlanner
-from hadoop_loader.planning import plan
-from hadoop_loader.store import LandingStore
+from hadoop_loader.planning import Chunk, plan
+from hadoop_loader.store import LandingStore, PublishHooks
 from hadoop_loader.verify import Damage, expected_files, footer_rows, topic_hour
+from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
 
@@ -84,7 +87,7 @@ def groups_of(damaged: list[Damage]) -> list[Group]:
 
 def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: LandingStore,
                 manifests: list[Manifest], damaged: list[Damage],
-                hooks: dict[str, Any]) -> RepairResult:
+                hooks: PublishHooks) -> RepairResult:
     """Land the groups of ``damaged`` again and commit them as one repair run."""
     result = RepairResult()
     by_seq = {m.sequence: m for m in manifests}
@@ -111,11 +114,11 @@ def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: Landi
                 result.failed[g] = why
             else:
                 wanted.setdefault((g.origin, topic), []).append(g)
-        executors = planner.executor_endpoint() if wanted else None
+        if not wanted:
+            return result
+        executors = planner.executor_endpoint()
         chunks = {key: plan(_ranges(by_seq[key[0]], key[1]), config.load.chunk_bytes,
                             planner.finder) for key in wanted}
-    if not wanted:
-        return result
     data_uri = store.begin(sequence)
     spark = session.get()
     entries: list[FileEntry] = []
@@ -193,13 +196,10 @@ def _unrepairable(planner: DriverPlanner, config: LoaderConfig, origin: Manifest
 
 
 def _land_again(config: LoaderConfig, spark: Any, manifests: list[Manifest], origin: Manifest,
-                topic: str, groups: list[Group], chunks: list, executors: Any,
+                topic: str, groups: list[Group], chunks: list[Chunk], executors: Endpoint,
                 data_uri: str) -> None:
     """Read run ``origin``'s ranges of ``topic`` again and write the groups' hours."""
     from pyspark.sql import functions as F
-
-    from hadoop_loader.dedup import DUPLICATE_COLUMN
-    from hadoop_loader.job import landed_rows, write_parquet
 
     earlier = None
     if config.dedup.enabled:
@@ -227,6 +227,5 @@ def _staged_rows(fs: FileSystem, data_uri: str, sub: str) -> list[tuple[str, int
         name = rel.rpartition("/")[2]
         if not f.uri.endswith(".parquet") or name.startswith(("_", ".")):
             continue
-        out.append((rel, f.size, footer_rows(
-            lambda offset, length, uri=f.uri: fs.read_range(uri, offset, length), f.size)))
+        out.append((rel, f.size, footer_rows(functools.partial(fs.read_range, f.uri), f.size)))
     return sorted(out)

@@ -25,7 +25,7 @@ object, not in state set on the reader while planning.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -49,6 +49,10 @@ from hadoop_loader.planning import Chunk, pack, plan
 log = logging.getLogger("logferry.loader.source")
 
 FORMAT = "logferry"
+
+SparkOffsets = dict[str, dict[str, int]]
+"""A streaming read's offsets as Spark checkpoints them (JSON): topic -> partition, as
+text -> offset."""
 
 
 class SplitPartition(InputPartition):
@@ -171,7 +175,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = self.planner.current_ends(self.options.topics)
         self._target = {(t, p): e for t, parts in ends.items() for p, (_, e) in parts.items()}
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
         return state
@@ -182,7 +186,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = DriverPlanner(self.options.endpoint)
         return self._planner
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> SparkOffsets:
         plan_ = self.planner.plan_ranges(self.options.topics, self.options.starting,
                                          OffsetSpec(LATEST), self.options.skip_gaps,
                                          1 << 62)
@@ -195,7 +199,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: SparkOffsets, limit: ReadLimit) -> SparkOffsets:
         current = _from_offsets(start)
         ends = self.planner.current_ends(self.options.topics)
         targets: dict[tuple[str, int], int] = {}
@@ -218,11 +222,11 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         merged.update(targets)
         return _to_offsets(merged)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> SparkOffsets | None:
         ends = self.planner.current_ends(self.options.topics)
         return _to_offsets({(t, p): e for t, parts in ends.items() for p, (_, e) in parts.items()})
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: SparkOffsets, end: SparkOffsets) -> list[InputPartition]:
         begin, stop = _from_offsets(start), _from_offsets(end)
         ranges = []
         for key, end_offset in sorted(stop.items()):
@@ -244,7 +248,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SplitPartition)
         return read_partition(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: SparkOffsets) -> None:
         """Nothing to do: brokers keep no consumer state; Spark checkpoints the offsets."""
 
     def stop(self) -> None:
@@ -253,13 +257,13 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = None
 
 
-def _to_offsets(offsets: dict[tuple[str, int], int]) -> dict:
+def _to_offsets(offsets: dict[tuple[str, int], int]) -> SparkOffsets:
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     return out
 
 
-def _from_offsets(offsets: dict | None) -> dict[tuple[str, int], int]:
+def _from_offsets(offsets: SparkOffsets | None) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items()
             for p, o in parts.items()}

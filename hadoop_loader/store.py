@@ -36,7 +36,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypedDict
 
 from hadoop_loader.errors import CommitConflictError, StateError
 from hadoop_loader.fs import FileSystem, join
@@ -48,6 +48,15 @@ SEQ_DIGITS = 20
 
 def seq_name(sequence: int) -> str:
     return f"{sequence:0{SEQ_DIGITS}d}"
+
+
+class PublishHooks(TypedDict):
+    """Calls made while publishing (the loader's crash points, in tests)."""
+
+    on_moved: Callable[[int], None]
+    """After each staged file is moved into place (its number)."""
+    before_cleanup: Callable[[], None]
+    """After the last move, before the staging directory is removed."""
 
 
 @dataclass
@@ -108,11 +117,12 @@ class LandingStore:
                          f"pid {holder.get('pid')}); wait for it, or delete that file if the "
                          "job is known to be dead")
 
-    def _lock_holder(self) -> dict:
+    def _lock_holder(self) -> dict[str, Any]:
         try:
-            return json.loads(self.fs.read_bytes(self.lock_uri))
+            holder: dict[str, Any] = json.loads(self.fs.read_bytes(self.lock_uri))
         except Exception:
             return {}
+        return holder
 
     def release_lock(self) -> None:
         self.fs.delete(self.lock_uri)

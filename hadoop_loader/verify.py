@@ -18,6 +18,7 @@ manifests in, facts out); :func:`verify_lake` does the I/O.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 from urllib.parse import unquote
@@ -172,8 +173,7 @@ def verify_lake(fs: FileSystem, root: str, manifests: Iterable[Manifest]) -> Lak
         size = sizes.get(uri)
         if size is None:  # listed under another form of the URI, or really missing
             size = fs.size(uri)
-        rows, damage = judge(expected, size,
-                             lambda offset, length, uri=uri: fs.read_range(uri, offset, length))
+        rows, damage = judge(expected, size, functools.partial(fs.read_range, uri))
         check.files += 1
         check.rows += rows
         key = topic_hour(expected.entry.path)

@@ -98,7 +98,7 @@ def group_status(config: MirrorConfig) -> dict[str, Any]:
         if not admin.brokers_reachable:
             raise LogferryError(f"no source broker reachable at {config.source_zk}")
         rows = admin.lag(config.group, [t for t in admin.topics() if config.matches(t)])
-    partitions: dict[str, dict] = {}
+    partitions: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row.get("error"):
             raise LogferryError(f"{row['topic']}-{row['partition']}: {row['error']}")

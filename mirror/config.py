@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from broker.client.heartbeat import AGENTS_TOPIC
+from broker.client import AGENTS_TOPIC
 from broker.common.config import (
     NONNEG_INT, PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
     one_of, read,
@@ -184,7 +185,7 @@ def _regex(v: Validator, key: str, value: str) -> str:
     return value
 
 
-def _zk(v: Validator, section: str, table: dict) -> str:
+def _zk(v: Validator, section: str, table: dict[str, Any]) -> str:
     value = table.get("zk_connect")
     if not value:
         v.fail(f"{section}.zk_connect", "required: a ZooKeeper connect string with the "
@@ -197,7 +198,7 @@ def _zk(v: Validator, section: str, table: dict) -> str:
     return with_security(value, zookeeper_section(v, table, where=section))
 
 
-def parse_config(data: dict, path: Path | None = None) -> MirrorConfig:
+def parse_config(data: dict[str, Any], path: Path | None = None) -> MirrorConfig:
     """Validate a parsed TOML document (unknown keys are errors: typos must not pass).
 
     ``path`` is the file it came from: errors name it and a relative ``status_file`` is
@@ -208,7 +209,7 @@ def parse_config(data: dict, path: Path | None = None) -> MirrorConfig:
     return _parse(data, validator, path)
 
 
-def _parse(data: dict, v: Validator, path: Path | None) -> MirrorConfig:
+def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfig:
     tables = v.sections(data, SECTIONS, REQUIRED_TABLES)
     source, target = _zk(v, "source", tables["source"]), _zk(v, "target", tables["target"])
     acks = tables["target"].get("acks", 1)

@@ -183,7 +183,7 @@ class Mirror(MirrorLoop):
             log.warning("mirror: the target did not acknowledge %d batches in time; they "
                         "will be copied again by the next run", len(tracker))
 
-    def _route(self, topic: str, partition: int, batch: RawBatch) -> list:
+    def _route(self, topic: str, partition: int, batch: RawBatch) -> list[tuple[int, bytes | memoryview]]:
         """Target partitions and bytes for a batch; waits (bounded) while the target is away.
 
         Looking up or creating the target topic needs a live target broker; the batch is

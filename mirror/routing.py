@@ -41,7 +41,7 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
         else codec
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
-    groups: dict[int, tuple[list, list, list]] = {}
+    groups: dict[int, tuple[list[bytes | None], list[bytes], list[int]]] = {}
     for key, value, ts in zip(keys, batch.values, stamps):
         p = zlib.crc32(key) % target_count if key is not None else source_partition % target_count
         ks, vs, tss = groups.setdefault(p, ([], [], []))

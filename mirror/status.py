@@ -26,7 +26,7 @@ WINDOW_S = 10.0
 class MirrorMetrics:
     """Counters and gauges of one mirror process."""
 
-    def __init__(self, consumer_metrics: Callable[[], dict] | None = None):
+    def __init__(self, consumer_metrics: Callable[[], dict[str, Any]] | None = None):
         self.registry = Metrics("logferry_mirror")
         self.messages = self.registry.counter("messages_total", "Messages copied, acknowledged by the target")
         self.bytes = self.registry.counter("bytes_total", "Batch bytes copied, acknowledged by the target")
@@ -42,7 +42,7 @@ class MirrorMetrics:
         self.refused = self.registry.counter(
             "refused_total", "Times the target refused a topic for want of an ACL (the topic "
             "halts alone and is retried every refused_retry_s)")
-        self.halted: dict[tuple[str, int], dict] = {}
+        self.halted: dict[tuple[str, int], dict[str, Any]] = {}
         self.consumer_metrics = consumer_metrics
         self._samples: deque[tuple[float, float, float]] = deque()
         self._lock = threading.Lock()
@@ -81,7 +81,7 @@ class MirrorMetrics:
         span = max(t1 - t0, 1e-6)
         return (m1 - m0) / span, (b1 - b0) / span
 
-    def partitions(self) -> dict[str, dict]:
+    def partitions(self) -> dict[str, dict[str, Any]]:
         """Per owned partition: position, source end, lag in bytes and estimated messages."""
         if self.consumer_metrics is None:
             return {}
@@ -111,8 +111,8 @@ class MirrorMetrics:
                 yield "lag_bytes", labels, float(p["lag_bytes"])
             if p["lag_messages_estimate"] is not None:
                 yield "lag_messages_estimate", labels, float(p["lag_messages_estimate"])
-        for (topic, partition) in list(self.halted):
-            yield "partition_halted", (("topic", topic), ("partition", str(partition))), 1.0
+        for (halted_topic, halted_partition) in list(self.halted):
+            yield "partition_halted", (("topic", halted_topic), ("partition", str(halted_partition))), 1.0
 
     def document(self) -> dict[str, Any]:
         """The status document (JSON-able)."""
@@ -126,7 +126,7 @@ class MirrorMetrics:
                 "partitions": self.partitions()}
 
 
-def write_status_file(path: str | Path, document: dict) -> None:
+def write_status_file(path: str | Path, document: dict[str, Any]) -> None:
     """Replace the status file atomically (readers never see half a document)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from broker.cli.client_cmds import DEFAULT_ZK
 from broker.cli.zk_args import add_zk_args, zk_target
@@ -21,8 +21,13 @@ from broker.common.acl import (
 from broker.common.errors import ConfigError
 from broker.common.zk_connect import validate_zk_connect
 
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+    from broker.coordination.acl_store import AclStore
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``acl add|remove|list`` on the main parser's subparsers."""
     acl = sub.add_parser("acl", help="add, remove or list ACLs (who may do what)",
                          description="Manage the cluster's ACLs (docs/security.md). They take "
@@ -84,7 +89,8 @@ def acls_from_args(args: argparse.Namespace) -> list[Acl]:
     return [make_acl(args.principal, op, resource, args.allow) for op in args.operation]
 
 
-def _store(args: argparse.Namespace):  # -> AclStore, and the client to close
+def _store(args: argparse.Namespace) -> tuple[AclStore, KazooClient]:
+    """The ACL store, and the client to close."""
     from broker.coordination import zk
     from broker.coordination.acl_store import AclStore
 
@@ -179,7 +185,7 @@ def _secure_groups(store: Any, client: Any, changed: list[Acl]) -> None:
 def _close(client: object) -> None:
     from broker.coordination import zk
 
-    zk.close(client)  # type: ignore[arg-type]
+    zk.close(client)
 
 
 __all__ = ["acls_from_args", "add_parser", "format_acl"]

@@ -28,7 +28,7 @@ CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``certs ca`` and ``certs issue``."""
     p = sub.add_parser("certs", help="create a private CA and issue TLS certificates",
                        description="Create a private CA and issue broker and client "
@@ -62,9 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _certs() -> Any:
-    """:mod:`broker.cli.certs`, which needs the optional ``cryptography`` package."""
+    """:mod:`broker.common.certs`, which needs the optional ``cryptography`` package."""
     try:
-        from broker.cli import certs
+        from broker.common import certs
     except ImportError:
         raise LogferryError("certs needs the cryptography package: "
                             "pip install 'logferry[certs]'") from None

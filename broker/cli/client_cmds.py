@@ -9,7 +9,7 @@ import re
 import sys
 import time
 from itertools import islice
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from broker.cli import reassign_cmd
 from broker.cli.render import check_format, render, render_json
@@ -21,10 +21,13 @@ from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
 
+if TYPE_CHECKING:
+    from broker.client import BrokerInfo, GroupConsumer, Message, PartitionInfo
+
 DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the broker, topic, produce and consume commands."""
     p = sub.add_parser("broker", help="run a broker (or: broker decommission ID)",
                        description="Run one broker until SIGTERM; `broker decommission ID` "
@@ -128,7 +131,7 @@ def _cluster_args(parser: argparse.ArgumentParser) -> None:
     add_zk_args(parser)
 
 
-def cluster_kwargs(args: argparse.Namespace) -> dict:
+def cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``zk=`` or ``brokers=`` keyword for the client classes, and ``tls=`` when the TLS
     options ask for it, from the common options."""
     tls = tls_from_args(args)
@@ -215,14 +218,14 @@ def topic_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(config: dict) -> str:
+def _settings(config: dict[str, Any]) -> str:
     """Per-topic overrides as ``k=v`` pairs, or what applies without them."""
     if not config:
         return "the brokers' defaults"
     return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
-def _print_partitions(topics: dict, brokers: dict) -> None:
+def _print_partitions(topics: dict[str, dict[int, PartitionInfo]], brokers: dict[int, BrokerInfo]) -> None:
     """One line per partition: leader (and its address), replicas, ISR."""
     print(f"{'TOPIC':<20} {'PARTITION':>9}  {'LEADER':>6}  {'ADDRESS':<21} {'REPLICAS':<12} ISR")
     for topic, parts in topics.items():
@@ -317,7 +320,7 @@ def consume_cmd(args: argparse.Namespace) -> int:
         start = Last(args.tail)
     if args.group:
         try:
-            from broker.client import GroupConsumer  # type: ignore[attr-defined]
+            from broker.client import GroupConsumer
         except ImportError:
             raise ConfigError("--group needs consumer groups, which this build lacks") from None
         messages = _group_messages(GroupConsumer, args)
@@ -337,7 +340,7 @@ def consume_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simple_messages(args: argparse.Namespace, start) -> Iterator:
+def _simple_messages(args: argparse.Namespace, start: int | str | dt.datetime | Last) -> Iterator[Message]:
     from broker.client import SimpleConsumer
 
     consumer = SimpleConsumer(**cluster_kwargs(args))
@@ -349,7 +352,7 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
         offsets: dict[int, int] = {}
         for p in partitions:
             if isinstance(start, Last):
-                offsets[p], skips[p] = tail_start(consumer, args.topic, p, start.count)
+                offsets[p], skips[p] = tail_start(consumer, args.topic, p, start.messages)
             else:
                 offsets[p], skips[p] = consumer.resolve_position(args.topic, p, start)
         if len(partitions) == 1:
@@ -379,7 +382,7 @@ def _simple_messages(args: argparse.Namespace, start) -> Iterator:
         consumer.close()
 
 
-def _group_messages(group_cls, args: argparse.Namespace) -> Iterator:
+def _group_messages(group_cls: type[GroupConsumer], args: argparse.Namespace) -> Iterator[Message]:
     # A group resumes from its committed offsets; --from sets where a new group starts.
     if args.start not in ("earliest", "latest") or getattr(args, "tail", None) is not None:
         raise ConfigError("--group takes --from earliest or latest (where a new group starts); "

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.cli.client_cmds import _cluster_args, cluster_kwargs, parse_start
+from broker.cli.tail import Last
 from broker.common.errors import AuthorizationError, ConfigError
 from broker.common.names import validate_topic_name
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from broker.client import GroupAdmin
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``group list|describe|seek|delete`` on the main parser's subparsers."""
     group = sub.add_parser("group", help="list, describe, seek or delete consumer groups",
                            description="Inspect and administer consumer groups (docs/groups.md).")
@@ -116,7 +117,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 
 def list_cmd(args: argparse.Namespace) -> int:
     with _admin(args, brokers=False) as admin:
-        rows = []
+        rows: list[list[Any]] = []
         for group in admin.groups():
             try:
                 members = admin.members(group)
@@ -195,6 +196,9 @@ def describe_cmd(args: argparse.Namespace) -> int:
 def seek_cmd(args: argparse.Namespace) -> int:
     validate_topic_name(args.topic)
     to = parse_start(args.to)
+    if isinstance(to, Last):  # --to=-5: parse_start's "last N messages", a consume start
+        raise ConfigError(f"--to {args.to}: give earliest, latest, an offset or a time "
+                          "(-N, the last N messages, is for consume --from)")
     with _admin(args) as admin:
         moved = admin.seek(args.group, args.topic, to, args.partition, force=args.force)
     rows = []

@@ -138,7 +138,7 @@ def extra_providing(module: str) -> str | None:
     return None
 
 
-def _unavailable(sub: argparse._SubParsersAction, command: str, problem: str) -> None:
+def _unavailable(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str, problem: str) -> None:
     """Keep ``command`` listed; running it prints ``problem`` and exits 1."""
     # No option prefix: whatever follows (--config, --help, ...) is taken, not parsed.
     p = sub.add_parser(command, help="(unavailable: run it to see why)", add_help=False,

@@ -34,7 +34,7 @@ from broker.coordination.reassignment import (
 DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``reassign generate|execute|verify|cancel``."""
     top = sub.add_parser("reassign", help="move partitions' replicas between brokers",
                          description="Plan, run, watch and cancel a partition reassignment "
@@ -307,7 +307,8 @@ def _watch(client: Any, wait: float, plan: Plan | None) -> int:
 def zk_no_node() -> type[Exception]:
     from kazoo.exceptions import NoNodeError
 
-    return NoNodeError
+    error: type[Exception] = NoNodeError  # kazoo is untyped: Any to mypy
+    return error
 
 
 def _check_result(client: Any, plan: Plan | None) -> int:

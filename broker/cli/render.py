@@ -63,8 +63,8 @@ def render(fmt: str, message: Any, raw: bool = False) -> str:
     value is its ``line``."""
     value = message.value
     record = None if raw or not isinstance(value, bytes) else agent_record(value)
-    shown = record["line"] if record is not None else (
-        _text(value) if isinstance(value, bytes) else str(value))
+    shown: str = record["line"] if record is not None else (
+        value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
     if fmt == "{value}":
         return shown
     fields = message._asdict()

@@ -16,9 +16,10 @@ from typing import Any, NamedTuple
 
 
 class Last(NamedTuple):
-    """``--from -N`` / ``--tail N``: start at the last ``count`` messages of each partition."""
+    """``--from -N`` / ``--tail N``: start at the last ``messages`` messages of each partition."""
 
-    count: int
+    messages: int
+    """How many (not ``count``: that name is tuple's own method)."""
 
 
 class TailStart(NamedTuple):

@@ -114,7 +114,7 @@ def _make_server_cert(directory: Path, port: int) -> tuple[Path, Path, Path]:
     if cert.is_file() and key.is_file() and ca.is_file():
         return cert, key, ca
     try:
-        from broker.cli import certs
+        from broker.common import certs
     except ImportError:
         raise ConfigError("--tls without --tls-cert makes a certificate, which needs the "
                           "'certs' extra (pip install 'logferry[certs]')") from None

@@ -11,7 +11,7 @@ from broker.client.audit import (
     AGENT_STAGE, LANDED_STAGE, MIRROR_STAGE, STAGE_ORDER, AuditLedger, AuditRecord, WindowCounts,
     batch_timestamp, stage_rank, window_of,
 )
-from broker.client.heartbeat import AGENTS_TOPIC, AgentHeartbeat
+from broker.client.heartbeat import AGENTS_TOPIC, AgentHeartbeat, file_entries
 from broker.client.batches import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -57,5 +57,5 @@ __all__ = [
     "ClusterState", "Observation", "PartitionStatus", "STATUS_SEVERITY", "StatusWindows",
     "group_status", "partition_status",
     "AGENTS_TOPIC", "AgentHeartbeat", "AuditLedger", "LANDED_STAGE", "MIRROR_STAGE", "STAGE_ORDER",
-    "batch_timestamp", "stage_rank",
+    "batch_timestamp", "stage_rank", "file_entries",
 ]

@@ -15,6 +15,9 @@ What common owns, one module per concept:
   the authorizer's decision, sans IO.
 - ``commands``: what every ``logferry`` command shares: exit codes, the one-line
   error format, default log levels.
+- ``certs``: a private CA and the certificates it issues, for a test or demo
+  deployment (``logferry certs``, :mod:`broker.testing.security`); needs the ``certs``
+  extra (``cryptography``), so it is imported only where a certificate is made.
 
 It depends on the standard library and well-kept libraries only, never on the rest
 of ``broker``. agent, mirror, hadoop_loader and demo may import it besides

@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, MutableMapping
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -31,6 +32,7 @@ from kazoo.exceptions import (
 )
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from broker.common.metrics import Labels
 from broker.coordination import zk
 from broker.coordination.partition_state import PartitionState, elect, initial_state
 from broker.replication.reassigner import PASS_INTERVAL_S, Reassigner
@@ -45,14 +47,15 @@ class Controller:
     """Competes for the controller role and, while holding it, keeps leaders elected."""
 
     def __init__(self, client: KazooClient, broker_id: int, *, unclean_election: bool = False,
-                 auto_rebalance_interval_s: float = 0.0, elections: dict | None = None):
+                 auto_rebalance_interval_s: float = 0.0,
+                 elections: MutableMapping[Labels, float] | None = None):
         self.client = client
         self.broker_id = broker_id
         self.unclean_election = unclean_election
         self.auto_rebalance_interval_s = auto_rebalance_interval_s
         self.active = False
         self._stopping = False
-        self.elections: dict = elections if elections is not None else {(): 0}
+        self.elections: MutableMapping[Labels, float] = elections if elections is not None else {(): 0}
         """Counter of leader changes this broker made as controller (a metric)."""
         self.offline_partitions = 0
         """Partitions without a leader at the end of the last pass."""
@@ -105,7 +108,7 @@ class Controller:
             self._events.put(_ELECT)
         return True
 
-    def _watcher(self, event: str, generation: int):
+    def _watcher(self, event: str, generation: int) -> Callable[..., bool]:
         def changed(*_args: object) -> bool:
             if not self.active or generation != self._generation:
                 return False
@@ -253,6 +256,7 @@ class Controller:
                 shutting: frozenset[int] = frozenset()) -> PartitionState | None:
         path = zk.partition_state_path(topic, partition)
         for _ in range(10):  # lost races with the leader's own ISR writes: read again
+            state: PartitionState | None
             try:
                 raw, stat = self.client.get(path)
                 state = PartitionState.decode(raw, stat.version)
@@ -268,19 +272,19 @@ class Controller:
                              new.leader)
                     return new
                 continue
-            new = elect(state, replicas, live, unclean=self.unclean_election,
-                        preferred=preferred, shutting=shutting)
-            if new is None:
+            elected = elect(state, replicas, live, unclean=self.unclean_election,
+                            preferred=preferred, shutting=shutting)
+            if elected is None:
                 return state
-            if self._write(path, new, stat.version):
-                if new.leader != state.leader or new.leader_epoch != state.leader_epoch:
+            if self._write(path, elected, stat.version):
+                if elected.leader != state.leader or elected.leader_epoch != state.leader_epoch:
                     self.elections[()] += 1
                     log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic, partition,
-                             state.leader, new.leader, new.leader_epoch, list(new.isr))
+                             state.leader, elected.leader, elected.leader_epoch, list(elected.isr))
                 else:
                     log.info("%s-%d: isr %s -> %s (dead replicas left)", topic, partition,
-                             list(state.isr), list(new.isr))
-                return new
+                             list(state.isr), list(elected.isr))
+                return elected
         return None
 
     def _create_state(self, topic: str, partition: int, state: PartitionState) -> bool | None:
@@ -308,7 +312,7 @@ class Controller:
         return self._committed(tx.commit())
 
     @staticmethod
-    def _committed(results: list) -> bool:
+    def _committed(results: list[object]) -> bool:
         """True if a transaction went through; False if it lost a race; raises
         _NotController if the controller epoch moved on."""
         if isinstance(results[0], (BadVersionError, NoNodeError)):

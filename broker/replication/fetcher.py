@@ -24,7 +24,7 @@ from broker.coordination.registry import ClusterView
 from broker.net import transport
 from broker.net.sasl_client import authenticate_stream
 from broker.replication.roles import Replica
-from broker.replication.services import ReplicationConfig
+from broker.replication.services import ReplicationConfig, ReplicationServices
 from broker.replication.throttle import Throttle
 from broker.wire import protocol
 from broker.wire.fetch import (
@@ -46,6 +46,7 @@ class FetchHost(Protocol):
 
     me: int
     config: ReplicationConfig
+    services: ReplicationServices
     view: ClusterView
     throttle: Throttle
 
@@ -63,7 +64,7 @@ class ReplicaFetcher:
         self.leader = leader
         self.partitions: dict[tuple[str, int], Replica] = {}
         self._changed = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._corr = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
@@ -138,7 +139,7 @@ class ReplicaFetcher:
             await asyncio.sleep(retry.next_delay())
 
     async def _fetch_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          config) -> None:
+                          config: ReplicationConfig) -> None:
         decoder = protocol.FrameDecoder(max_frame_bytes=1 << 31)
         loop = asyncio.get_running_loop()
         manager = self.manager

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError, StorageError
+from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError, ProtocolError, StorageError
 from broker.replication.reconcile import matching_prefix
 from broker.replication.roles import FOLLOWER, Replica
 from broker.replication.services import ReplicationServices
@@ -56,6 +56,9 @@ class FollowerApplier:
         if code:
             self._fetch_error(replica, offset, code, message, start, leo, now)
             return
+        if hw is None or leo is None:  # a leader's answer without an error carries both
+            raise ProtocolError(f"{replica.key[0]}-{replica.key[1]}: the leader's fetch answer "
+                                "has no error, yet no high watermark or log end")
         if replica.reconcile_at is not None:
             self._reconcile(replica, offset, data, leo)
             return
@@ -74,7 +77,7 @@ class FollowerApplier:
             replica.retry_at = now + 1.0
         plog.set_high_watermark(min(hw, plog.end_offset))
 
-    def _fetch_error(self, replica: Replica, offset: int, code: int, message: str,
+    def _fetch_error(self, replica: Replica, offset: int, code: int, message: str | None,
                      start: int | None, leo: int | None, now: float) -> None:
         plog = replica.plog
         name = f"{replica.key[0]}-{replica.key[1]}"

@@ -78,7 +78,7 @@ class ReplicaManager:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopped = threading.Event()
         self._checkpoint: dict[str, int] = {}
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.lease = WriteLease(services, self.stopped)
         self.fencing = Fencing(self)
         self.leader = LeaderSide(self)
@@ -308,7 +308,7 @@ class ReplicaManager:
                       if r.role == LEADER and r.tracker is not None
                       and len(r.tracker.isr) < len(r.replicas))
 
-    def role_counts(self) -> Counter:
+    def role_counts(self) -> Counter[str]:
         """Number of hosted partitions per role."""
         return Counter(r.role for r in self.replicas.values())
 

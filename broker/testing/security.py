@@ -36,7 +36,7 @@ def make_pki(directory: Path, hosts: Iterable[str] = ("127.0.0.1", "localhost"),
              name: str = "broker") -> Pki:
     """A private CA (``ca.pem``; its key is not kept) and one broker certificate for
     ``hosts`` (key mode 0600) in ``directory``."""
-    from broker.cli import certs
+    from broker.common import certs
 
     directory.mkdir(parents=True, exist_ok=True)
     ca = certs.make_ca("logferry demo CA")

@@ -1,6 +1,6 @@
 """SASL SCRAM on the Kafka listener, driven by Kafka clients nobody here wrote
 (confluent-kafka/librdkafka, kafka-python, aiokafka, Debian's kcat) against real
-brokers, a real ZooKeeper and certificates made by ``broker.cli.certs`` (``logferry
+brokers, a real ZooKeeper and certificates made by ``broker.common.certs`` (``logferry
 certs``).
 
 Users are the native listener's (``logferry user create``); the Kafka listener is a

@@ -1,6 +1,6 @@
 """TLS on the broker's data port, against real handshakes with generated certificates.
 
-Brokers run with a ``[tls]`` section (certificates from ``broker.cli.certs``); clients,
+Brokers run with a ``[tls]`` section (certificates from ``broker.common.certs``); clients,
 followers fetching from their leaders and the command line talk TLS; the wrong kinds of
 client (plaintext on a TLS port, TLS on a plaintext port, an untrusted CA, a wrong host
 name, a client that never finishes its handshake) get a clear one-line error quickly

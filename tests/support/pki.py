@@ -1,4 +1,4 @@
-"""A throwaway private CA for TLS tests, made with ``broker.cli.certs`` (no openssl
+"""A throwaway private CA for TLS tests, made with ``broker.common.certs`` (no openssl
 command needed): a CA, a broker certificate for 127.0.0.1 and localhost, a client
 certificate, and a second CA that nobody trusts.
 
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from broker.cli import certs
+from broker.common import certs
 
 
 class Pki(NamedTuple):

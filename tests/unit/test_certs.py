@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from broker.cli import certs
+from broker.common import certs
 from broker.cli.main import main
 from broker.common.errors import ConfigError
 

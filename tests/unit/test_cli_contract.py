@@ -180,8 +180,9 @@ def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.Monkey
     assert_error(run("produce", "t", "--acks", "2"), 2, "produce", "--acks")
     lines = tmp_path / "lines"
     lines.write_text("one\ntwo\n")
-    monkeypatch.setattr("sys.stdin", lines.open())
-    assert_error(run("produce", "t", "--brokers", closed()), 1, "produce", "cannot connect")
+    with lines.open() as stdin:  # closed here, not left to the garbage collector
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert_error(run("produce", "t", "--brokers", closed()), 1, "produce", "cannot connect")
 
 
 def test_consume(run: Callable[..., tuple[int, str]]) -> None:
@@ -205,6 +206,8 @@ def test_group(run: Callable[..., tuple[int, str]], short_zk_timeout: None) -> N
     assert_error(run("group", "list", "--brokers", closed()), 2, "group list", "--zk")
     assert_error(run("group", "seek", "g", "--topic", "../x", "--to", "earliest",
                      "--zk", closed() + "/x"), 2, "group seek", "invalid topic name")
+    assert_error(run("group", "seek", "g", "--topic", "t", "--to=-5", "--zk", closed() + "/x"),
+                 2, "group seek", "for consume --from")
     assert_error(run("group", "list", "--zk", closed() + "/x"), 1, "group list", "ZooKeeper")
 
 

@@ -3,7 +3,7 @@
 The examples name certificates and password files under /etc/logferry, as a real
 deployment would; the loaders read those files at load (a missing one stops the process
 at start), so each test copies etc/secured/ to a temporary directory, makes the files the
-README's commands would make (a CA and certificates with ``broker.cli.certs``, password
+README's commands would make (a CA and certificates with ``broker.common.certs``, password
 files of mode 0600) and rewrites /etc/logferry/ to point there.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_config as load_agent_config
-from broker.cli import certs
+from broker.common import certs
 from broker.server.config import config_warnings, load_broker_config
 from hadoop_loader.config import load_config as load_loader_config
 from mirror.config import load_config as load_mirror_config

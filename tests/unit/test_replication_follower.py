@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
 
 from broker.common.errors import OffsetOutOfRangeError, UnknownError
 from broker.replication.follower import FollowerApplier
@@ -24,6 +27,17 @@ def _batch(value: bytes) -> bytes:
     return records.encode_batch([value] * 3, None, 1_700_000_000_000)
 
 
+_opened: list[PartitionLog] = []
+"""The logs a test opened, closed after it (their segment files with them)."""
+
+
+@pytest.fixture(autouse=True)
+def _close_logs() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def _follower(tmp_path) -> tuple[FollowerApplier, Replica, list, Counter]:
     copied: list = []
     truncated: Counter = Counter()
@@ -34,6 +48,7 @@ def _follower(tmp_path) -> tuple[FollowerApplier, Replica, list, Counter]:
         truncated_bytes=truncated, wake_consumers=lambda key: None,
         wake_fetchers=lambda key: None, replicated_in=lambda *args: copied.append(args))
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
+    _opened.append(plog)
     replica = Replica(("t", 0), plog)
     replica.replicas = [1, 2]
     replica.role = FOLLOWER

@@ -3,6 +3,8 @@ how acks=all answers wait for the in-sync replicas (with a real partition log)."
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import pytest
 
 from broker.common.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
@@ -42,8 +44,20 @@ def test_no_session_yet_means_no_leading():
     assert role_for(PartitionState(ME, 4, (1, 2), SESSION), ME, 0) == (OFFLINE, ME)
 
 
+_opened: list[PartitionLog] = []
+"""The logs a test opened, closed after it (their segment files with them)."""
+
+
+@pytest.fixture(autouse=True)
+def _close_logs() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def _replica(tmp_path, isr=(1, 2), min_insync=2) -> Replica:
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
+    _opened.append(plog)
     replica = Replica(("t", 0), plog)
     replica.replicas = [1, 2]
     replica.min_insync = min_insync
