@@ -12,7 +12,7 @@ from broker.common.config import dumps
 from broker.coordination import zk as zkmod
 from broker.testing.localrun import free_port
 from tests.console.browser import ConsoleProcess, open_browser
-from tests.integration.test_listeners import listener_cluster, pki, start_all  # noqa: F401
+from tests.integration.test_listeners import listener_cluster, start_all  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

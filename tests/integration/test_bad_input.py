@@ -27,6 +27,7 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedApiError,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +92,8 @@ def busy_cluster(broker_cluster):
 
     thread = threading.Thread(target=background, daemon=True)
     thread.start()
-    time.sleep(0.5)
+    # the topic exists (auto-created) and is being written before any test begins
+    wait_until(lambda: stats["sent"] > 0 or stats["errors"], timeout=30, what="the first send")
     yield cluster, stats
     before = stats["sent"]
     time.sleep(0.5)

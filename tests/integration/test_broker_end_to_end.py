@@ -286,6 +286,9 @@ def test_offsets_for_time(broker_cluster):
             SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         for i in range(10):
             producer.send("times", [b"t%d" % i], partition=0, timestamp=1_000_000 + i * 1000).wait(10)
+        # acknowledged is not yet visible: wait for the fsync that shows all ten
+        wait_until(lambda: len(list(consumer.messages("times", 0))) == 10, 10,
+                   "the ten messages to become visible")
         offset = consumer.offset_for_time("times", 0, 1_000_000 + 5 * 1000)
         first = next(iter(consumer.messages("times", 0, start=offset)))
         assert first.value == b"t5"

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
+from broker.common.errors import UnknownTopicOrPartitionError
 from broker.testing.localrun import free_port
 from tests.support.ack_drop import AckDropProxy
 from tests.support.metrics import samples, scrape
@@ -89,7 +90,8 @@ def test_a_retry_after_a_leader_change_leaves_one_copy(broker_cluster):
     topic = "idem-rf2"
     with Admin(brokers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, replication_factor=2, min_insync_replicas=1)
-        wait_until(lambda: len(admin.describe_partitions(topic)[0].isr) == 2, 30, "both in sync")
+        wait_until(lambda: len(admin.describe_partitions(topic)[0].isr) == 2, 30, "both in sync",
+                   ignore=(UnknownTopicOrPartitionError,))  # until the metadata reaches it
         leader_id = admin.describe_partitions(topic)[0].leader
     leader = next(b for b in cluster.brokers if b.id == leader_id)
     survivor = next(b for b in cluster.brokers if b.id != leader_id)

@@ -305,7 +305,8 @@ def test_zookeeper_requiring_client_certificates_takes_ours_and_refuses_none(tmp
         assert server.secure_hosts is not None
         mutual = ZkSecurity(tls=TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert,
                                           key_file=pki.client_key))
-        client = zkmod.connect(server.secure_hosts + "/m", create=True, security=mutual)
+        # a fresh JVM on a busy machine: its first TLS handshake may take seconds
+        client = zkmod.connect(server.secure_hosts + "/m", create=True, security=mutual, timeout=30)
         zkmod.close(client)
         with pytest.raises(ZooKeeperError, match="over TLS"):
             zkmod.connect(server.secure_hosts + "/m", create=False, timeout=2,
