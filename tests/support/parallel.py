@@ -10,7 +10,9 @@ ZooKeeper (and Spark, when its tests need one).
 - ``-n auto`` means :data:`WORKERS_PER_CPU` workers per CPU (at least
   :data:`MIN_WORKERS`); ``LOGFERRY_TEST_WORKERS=N`` overrides it.
 - The tests marked ``slow`` are handed out first, so that the longest ones do not start
-  last and set the length of the whole run.
+  last and set the length of the whole run; and one at a time (``--maxschedchunk 1``):
+  xdist's default hands each worker a quarter of its share at once, which put every
+  slow test on the first worker, one after the other.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         except ValueError:
             raise pytest.UsageError(f"{ENV_WORKERS}={wanted!r}: give a number of workers (0: no xdist)")
     return max(MIN_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hand out tests one at a time unless the command line says otherwise."""
+    if hasattr(config.option, "maxschedchunk") and config.option.maxschedchunk is None:
+        config.option.maxschedchunk = 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
