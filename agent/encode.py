@@ -93,9 +93,9 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
     if not cut and ptimes is None and parsed is None:
         head = bytes((0x80 | base,)) + body
         return [head + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line
-                for offset, line in zip(offsets, lines)]
+                for offset, line in zip(offsets, lines, strict=True)]
     values: list[bytes] = []
-    for index, (offset, line) in enumerate(zip(offsets, lines)):
+    for index, (offset, line) in enumerate(zip(offsets, lines, strict=True)):
         extra = b""
         fields = base
         if parsed is not None:

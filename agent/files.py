@@ -30,6 +30,7 @@ from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint, new_file_id
 from agent.lines import LineSplitter, Lines
 from agent.multiline import MultilineJoiner
 from agent.acks import AckTracker
+import contextlib
 
 
 class Outgoing(NamedTuple):
@@ -122,10 +123,8 @@ class TailedFile:
     def close(self) -> None:
         """Close the handle (state is kept; a later open resumes at ``pos``)."""
         if self.fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.mtime_ns = os.fstat(self.fd).st_mtime_ns
-            except OSError:
-                pass
             try:
                 os.close(self.fd)
             finally:
@@ -228,7 +227,7 @@ class TailedFile:
         if not lines.lines:
             return None
         texts = encode.valid_utf8(lines.lines, whole)
-        replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines))
+        replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines, strict=True))
         if time_ms != self._prefix_time:
             self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self._static,
                                                file_id=self.file_id)

@@ -73,7 +73,7 @@ class MultilineJoiner:
         continues = self._continues
         parts = self._parts
         pieces = batch.cut
-        for index, (line, offset) in enumerate(zip(batch.lines, batch.offsets)):
+        for index, (line, offset) in enumerate(zip(batch.lines, batch.offsets, strict=True)):
             # A piece of a cut line is always followed by its rest, which must not be
             # mistaken for the start of a new message: treat it as a continuation.
             if parts and (self._cut or continues(line)):

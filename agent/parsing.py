@@ -26,11 +26,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import msgpack
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 """A field value: what a ``fields`` map may hold."""
 
 _FIELDS_KEY = b"\xa6fields"

@@ -26,6 +26,7 @@ identity rules live in :mod:`agent.identity`; acknowledgement order in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -216,10 +217,8 @@ class Agent:
     def _close_resources(self) -> None:
         self.inventory.close()
         if self.producer is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing; nothing left to save
                 self.producer.close(timeout=1.0)
-            except Exception:  # noqa: BLE001 - closing; nothing left to save
-                pass
         if self._server is not None:
             self._server.close()
         self._store.unlock()

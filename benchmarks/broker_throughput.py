@@ -97,7 +97,7 @@ def consume(cluster: LocalCluster, topic: str, expected: int) -> float:
         wait_for_last_flush(consumer, topic)
         t0 = time.perf_counter()
         count = 0
-        for message in consumer.messages(topic, 0, "earliest"):
+        for _message in consumer.messages(topic, 0, "earliest"):
             count += 1
         elapsed = time.perf_counter() - t0
     if count < expected:
@@ -197,11 +197,11 @@ def run_cases(clusters: dict[str, LocalCluster], n: int, runs: int, wanted: list
                 continue
             topic = f"bench-{case.split()[1]}-{case.split()[2]}-{run}".replace("(", "").replace("=", "")
             for mode, cluster in order:
-                timed(run, mode, case, cluster, lambda c: fn(c, topic))
+                timed(run, mode, case, cluster, lambda c, fn=fn, topic=topic: fn(c, topic))
             if case == "produce batch 50 (acks=0)":
                 for mode, cluster in order:
                     timed(run, mode, "consume (1 MiB fetches)", cluster,
-                          lambda c: consume(c, topic, n))
+                          lambda c, topic=topic: consume(c, topic, n))
     return results
 
 

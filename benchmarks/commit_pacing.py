@@ -81,7 +81,7 @@ async def measure(rate: int, seconds: float, fsync_s: float, request_s: float) -
     pool.shutdown()
     logs.close()
     latencies, j = [], 0
-    for at, end in zip(sent, ends):
+    for at, end in zip(sent, ends, strict=True):
         while woken[j][1] < end:
             j += 1
         latencies.append((woken[j][0] - at) * 1e3)

@@ -164,7 +164,7 @@ def main() -> int:
 
     sizes: dict[tuple[str, int], int] = {}
     cpu: dict[str, tuple[list[float], list[float], list[float]]] = {c: ([], [], []) for c in codecs}
-    for run in range(args.runs):
+    for _run in range(args.runs):
         for codec in codecs:
             for bb in (64 << 10, args.batch_bytes):
                 size, comp, decomp, mirror = offline(sample, bb, codec)

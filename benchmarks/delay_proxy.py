@@ -70,10 +70,8 @@ def _pipe(src: socket.socket, dst: socket.socket, delay: float) -> None:
         pass  # a side went away
     finally:
         for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(how)
-            except OSError:
-                pass
 
 
 def _delayed(src: socket.socket, dst: socket.socket, delay: float) -> None:
@@ -314,7 +312,7 @@ class DelayProxy:
         if not line or line[0] != "ready":
             self.__exit__()
             raise RuntimeError(f"delay proxy did not start: {line}")
-        self.ports = {t: int(p) for t, p in zip(self.targets, line[1:])}
+        self.ports = {t: int(p) for t, p in zip(self.targets, line[1:], strict=True)}
         return self
 
     @property
@@ -344,10 +342,8 @@ def main() -> int:
     for route in args.route:
         listen, host, port = route.split(":")
         routes.append((int(listen), host, int(port)))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         _serve(routes, args.delay_ms / 1000)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -207,7 +207,7 @@ def throughput_run(zk: str, client, workdir: Path, k: int, run: int, n: int) -> 
             m.close()
 
     def crossing(x: float) -> float:
-        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:], strict=False):
             if c1 >= x:
                 return t0 + (t1 - t0) * ((x - c0) / (c1 - c0) if c1 > c0 else 1.0)
         return samples[-1][0]

@@ -6,6 +6,7 @@ Everything binds 127.0.0.1 on free ports and lives under one directory; leaving 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,8 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         for broker in self.brokers:
-            try:
+            with contextlib.suppress(RuntimeError):  # it was killed after ignoring SIGTERM; keep stopping the rest
                 broker.stop()
-            except RuntimeError:
-                pass  # it was killed after ignoring SIGTERM; keep stopping the rest
         self.zookeeper.stop()
 
 

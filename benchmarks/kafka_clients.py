@@ -196,10 +196,10 @@ def main() -> None:
             for name, produce, consume in clients:
                 topic = f"bench-{name}-{run}"
                 admin.create_topic(topic, partitions=1)
-                measure(f"{name} producer", run, lambda: produce(topic))
+                measure(f"{name} producer", run, lambda produce=produce, topic=topic: produce(topic))
                 with SimpleConsumer(brokers=cluster.bootstrap) as probe:
                     wait_for_last_flush(probe, topic)
-                measure(f"{name} consumer", run, lambda: consume(topic))
+                measure(f"{name} consumer", run, lambda consume=consume, topic=topic: consume(topic))
         admin.close()
     print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs "
           "(msgs/s, broker CPU us/msg):")

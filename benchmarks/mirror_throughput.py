@@ -208,7 +208,7 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
     while sum(mirror.metrics.bytes.values()) < total and thread.is_alive():
         time.sleep(0.002)
     elapsed = time.perf_counter() - start
-    cpu = tuple(b - a for a, b in zip(cpu, cpu_now()))
+    cpu = tuple(b - a for a, b in zip(cpu, cpu_now(), strict=True))
     with SimpleConsumer(zk=target_zk) as copy:
         deadline = time.monotonic() + 30
         while ends(copy) != wanted:

@@ -131,7 +131,7 @@ def compare(args: argparse.Namespace) -> int:
     first in odd rounds, B first in even ones), each a fresh ``--runs 1`` process of
     this script under the checkout's own interpreter."""
     sides = {"A": args.vs.resolve(), "B": args.checkout.resolve()}
-    for side, checkout in sides.items():
+    for checkout in sides.values():
         if not (checkout / ".venv" / "bin" / "python").exists():
             raise SystemExit(f"producer_send: {checkout}/.venv/bin/python does not exist "
                              "(run `make venv` there)")

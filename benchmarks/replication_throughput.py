@@ -160,7 +160,7 @@ def count_messages(cluster: LocalCluster, topic: str, partitions: dict[int, list
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=4 << 20) as consumer:
         for p in sorted(partitions):
             # the visible end (flushed and high watermark) reaches the log's end shortly
-            wait_until(lambda: consumer.offsets(topic, p).end >= sizes[p], timeout,
+            wait_until(lambda p=p: consumer.offsets(topic, p).end >= sizes[p], timeout,
                        f"visible end {sizes[p]:,} of {topic}-{p}")
             for _ in consumer.messages(topic, p, "earliest"):
                 count += 1

@@ -58,7 +58,7 @@ def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[li
     before = [cpu_seconds(p) for p in pids]
     t0 = time.monotonic()
     time.sleep(2.0)
-    idle = [sum(cpu_seconds(p)) - sum(b) for p, b in zip(pids, before)]
+    idle = [sum(cpu_seconds(p)) - sum(b) for p, b in zip(pids, before, strict=True)]
     idle_s = time.monotonic() - t0
     count = int(rate * seconds)
     with ConsumerProcess(cluster.zk_connect, topic, count) as consumer:
@@ -69,7 +69,7 @@ def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[li
         after = [cpu_seconds(p) for p in pids]
         _, raw = consumer.result()
     per_broker = []
-    for (m0, o0), (m1, o1), quiet in zip(before, after, idle):
+    for (m0, o0), (m1, o1), quiet in zip(before, after, idle, strict=True):
         idle_part = quiet / idle_s * elapsed / 2  # split evenly: it is small
         per_broker.append(((m1 - m0 - idle_part) / count * 1e6,
                            (o1 - o0 - idle_part) / count * 1e6))

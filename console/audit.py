@@ -125,7 +125,7 @@ def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[s
                     target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"],
                                                "cluster": name}
     rows = []
-    for (topic, start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+    for (_topic, _start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         row["stages"] = tier_completeness(row["stages"])
         rows.append(row)
     return rows

@@ -23,10 +23,7 @@ class Rates:
         """Record ``value`` of ``key`` at ``now`` (seconds); return its rate (0 at first)."""
         last = self._last.get(key)
         self._last[key] = (value, now)
-        if last is None or now <= last[1] or value < last[0]:
-            rate = 0.0
-        else:
-            rate = (value - last[0]) / (now - last[1])
+        rate = 0.0 if last is None or now <= last[1] or value < last[0] else (value - last[0]) / (now - last[1])
         self._rate[key] = rate
         return rate
 

@@ -36,6 +36,7 @@ from console.config import ConsoleConfig
 from console.landed import LakeReader, merge_tiers
 from console.messages import browse, parse_start, tail
 from console.metrics import console_metrics
+import contextlib
 
 log = logging.getLogger("logferry.console")
 
@@ -114,10 +115,8 @@ async def _start_polling(app: web.Application) -> Any:
     task = asyncio.create_task(_poll_loop(app))
     yield
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     await asyncio.gather(*(asyncio.to_thread(p.close) for p in app[POLLERS].values()))
 
 

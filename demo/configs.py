@@ -19,9 +19,10 @@ from typing import Any, Mapping
 from broker.common.config import dumps, read
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def find_examples(root: Path = ROOT, package_dir: Path = Path(__file__).resolve().parent) -> Path:
+def find_examples(root: Path = ROOT, package_dir: Path = PACKAGE_DIR) -> Path:
     """Where the example configs are: the checkout's ``etc/`` or the wheel's copy.
 
     In a source checkout (``root`` holds ``pyproject.toml`` and ``etc/``) the demo

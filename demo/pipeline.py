@@ -20,6 +20,7 @@ from demo.processes import BrokerChild, Child, DemoError, Supervisor, display_na
 from demo.security import DemoSecurity
 from broker.common.errors import TopicExistsError
 from broker.testing.localrun import free_port
+import contextlib
 
 
 def say(text: str) -> None:
@@ -116,10 +117,8 @@ class Pipeline:
         factor = int(broker.get("default_replication_factor", 1))
         with Admin(zk=self.zk_as("admin", "live"), **self.client("admin", "live")) as admin:
             for topic in [*self.topics, self.audit_topic]:
-                try:
+                with contextlib.suppress(TopicExistsError):
                     admin.create_topic(topic, partitions)
-                except TopicExistsError:
-                    pass
         say(f"live topics: {', '.join(self.topics)} and {self.audit_topic} "
             f"({partitions} partitions each, replication factor {factor})")
 

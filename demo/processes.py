@@ -15,6 +15,7 @@ once, :func:`exit_message` says what it means for its cluster, and
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -34,10 +35,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    try:
+    with contextlib.suppress(Exception):  # not Linux: the demo's own cleanup still stops it
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except Exception:  # noqa: BLE001 - not Linux: the demo's own cleanup still stops it
-        pass
 
 
 class DemoError(LogferryError):

@@ -19,6 +19,7 @@ from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
 from hadoop_loader.errors import Gap, OffsetStateError, RetentionGapError, source_errors
 from hadoop_loader.options import Endpoint
 from hadoop_loader.planning import Chunk
+import contextlib
 
 _consumers: dict[Endpoint, SimpleConsumer] = {}
 _lock = threading.Lock()
@@ -42,10 +43,8 @@ def consumer_for(endpoint: Endpoint) -> SimpleConsumer:
 def _close_consumers() -> None:
     with _lock:
         for consumer in _consumers.values():
-            try:
+            with contextlib.suppress(Exception):
                 consumer.close()
-            except Exception:
-                pass
         _consumers.clear()
 
 

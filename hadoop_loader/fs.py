@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader.errors import StateError
+import contextlib
 
 
 class FileInfo(NamedTuple):
@@ -118,10 +119,8 @@ class LocalFileSystem:
         for dirpath, _, files in os.walk(root):
             for name in files:
                 full = os.path.join(dirpath, name)
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     out.append(FileInfo(self.uri(full), os.path.getsize(full)))
-                except FileNotFoundError:
-                    pass
         return sorted(out)
 
     def size(self, uri: str) -> int | None:
@@ -167,10 +166,8 @@ class LocalFileSystem:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
 
 def _fsync_dir(directory: str) -> None:

@@ -55,9 +55,10 @@ def ranges_to_keep(manifests: Iterable[object], since_ms: int) -> list[IdentityR
     the walk stops at the first older one), merged."""
     found: list[IdentityRange] = []
     for m in manifests:
-        if getattr(m, "committed_ms") < since_ms:
+        # getattr, not m.committed_ms: the manifests are typed `object` here
+        if getattr(m, "committed_ms") < since_ms:  # noqa: B009
             break
-        found.extend(getattr(m, "identities"))
+        found.extend(getattr(m, "identities"))  # noqa: B009
     return merge_ranges(found)
 
 

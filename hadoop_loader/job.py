@@ -235,10 +235,10 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     if plan.chunks:
         spark = session.get()
         clock.lap("spark")
-        with spark_errors("the Spark job writing run %d" % sequence):
+        with spark_errors(f"the Spark job writing run {sequence}"):
             _write(config, spark, fs, store, sequence, plan, executors, data_uri, earlier)
         clock.lap("write")
-        with spark_errors("the Spark job counting run %d" % sequence):
+        with spark_errors(f"the Spark job counting run {sequence}"):
             files, counts, identities = _count(spark, fs, data_uri, config.dedup.enabled)
         clock.lap("count")
     else:

@@ -63,11 +63,11 @@ class DriverPlanner:
             if self.endpoint.brokers is not None:
                 self._executor_endpoint = self.endpoint
             else:
-                with source_errors(f"listing brokers registered at {self.endpoint.zk}"):
-                    with Admin(zk=self.endpoint.zk, tls=self.endpoint.tls,
-                               sasl=self.endpoint.credentials(),
-                               listener=self.endpoint.listener) as admin:
-                        brokers = admin.brokers()
+                with (source_errors(f"listing brokers registered at {self.endpoint.zk}"),
+                      Admin(zk=self.endpoint.zk, tls=self.endpoint.tls,
+                            sasl=self.endpoint.credentials(),
+                            listener=self.endpoint.listener) as admin):
+                    brokers = admin.brokers()
                 addresses = tuple(f"{b.host}:{b.port}" for b in brokers.values())
                 if not addresses:
                     raise OffsetStateError(f"no broker is registered at {self.endpoint.zk}")

@@ -45,6 +45,7 @@ from broker.client import (
     batch_timestamp, window_of,
 )
 from broker.common.errors import LogferryError, TopicExistsError, UnknownTopicOrPartitionError
+import contextlib
 
 log = logging.getLogger("logferry.mirror.audit")
 
@@ -103,7 +104,7 @@ class MirrorAudit:
         with self._lock:
             self.ledger.sent(topic, window, batch.count)
         state = [len(futures), True]  # sends left, all appended so far
-        for p, future in zip(partitions, futures):
+        for p, future in zip(partitions, futures, strict=True):
             future.add_callback(partial(self._done, topic, window, batch.count, state,
                                         self._floors.get((topic, p), -1)))
 
@@ -156,10 +157,8 @@ class MirrorAudit:
         try:
             self.admin.describe_topic(self.topic)
         except UnknownTopicOrPartitionError:
-            try:
+            with contextlib.suppress(TopicExistsError):
                 self.admin.create_topic(self.topic, partitions=1)
-            except TopicExistsError:
-                pass
         self._topic_ready = True
 
     def start(self) -> None:
@@ -189,10 +188,8 @@ class MirrorAudit:
         if self.target is not None:
             self.target.close()
         if self.owns_producer:
-            try:
+            with contextlib.suppress(LogferryError):
                 self.producer.close(timeout)
-            except LogferryError:
-                pass
         if self.admin is not None and self.owns_producer:
             self.admin.close()
 

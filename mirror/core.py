@@ -39,6 +39,7 @@ from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.lifecycle import MirrorLoop
 from mirror.routing import Router
+import contextlib
 
 log = logging.getLogger("logferry.mirror")
 
@@ -90,10 +91,8 @@ class Mirror(MirrorLoop):
 
     def _close_target(self) -> None:
         if self._producer is not None:
-            try:
+            with contextlib.suppress(LogferryError):
                 self._producer.close(timeout=5)
-            except LogferryError:
-                pass
             self._producer = None
 
     # -- the pipeline ------------------------------------------------------------------------
@@ -222,10 +221,9 @@ class Mirror(MirrorLoop):
             assert self._consumer is not None
             for tp in held:
                 offset = self._rewind.pop(tp)
-                try:
+                # revoked: its new owner starts at the committed position
+                with contextlib.suppress(PartitionNotOwnedError):
                     self._consumer.seek(tp[0], tp[1], offset)
-                except PartitionNotOwnedError:
-                    pass  # revoked: its new owner starts at the committed position
             for tp in self._consumer.assignment():
                 if tp[0] == topic:
                     self._consumer.resume(*tp)

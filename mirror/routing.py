@@ -42,7 +42,7 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
     groups: dict[int, tuple[list[bytes | None], list[bytes], list[int]]] = {}
-    for key, value, ts in zip(keys, batch.values, stamps):
+    for key, value, ts in zip(keys, batch.values, stamps, strict=True):
         p = zlib.crc32(key) % target_count if key is not None else source_partition % target_count
         ks, vs, tss = groups.setdefault(p, ([], [], []))
         ks.append(key)

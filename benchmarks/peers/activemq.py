@@ -34,6 +34,7 @@ from peers.base import (
     free_port, port_open, wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
+import contextlib
 
 HERE = Path(__file__).resolve().parent
 HOME = Path("/usr/share/activemq")
@@ -152,10 +153,8 @@ class ActiveMQ(System):
     def stop(self) -> None:
         """Disconnect, then SIGTERM the JVM (its shutdown hook closes KahaDB)."""
         if self.conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.conn.disconnect()
-            except Exception:
-                pass
             self.conn = None
         if self.server is not None:
             self.server.stop(grace=30)

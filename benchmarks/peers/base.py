@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+import contextlib
 
 PAYLOAD_SIZE = 200
 """Message size of the paper's experiment (section 5): 200 bytes."""
@@ -131,7 +132,7 @@ class System(abc.ABC):
         when the system does not keep destinations apart; the harness takes the
         difference around a case)."""
 
-    def drop(self, dest: str) -> None:
+    def drop(self, dest: str) -> None:  # noqa: B027 - a hook: a no-op where the system cannot free a destination
         """Free what ``dest`` holds, when the system can (untimed housekeeping)."""
 
     @abc.abstractmethod
@@ -164,7 +165,7 @@ class Server:
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        self._log = open(log_path, "ab")  # noqa: SIM115 - the process's log while it runs; closed in stop()
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env=env, cwd=cwd, start_new_session=True)
@@ -189,20 +190,16 @@ class Server:
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM the process group, wait up to ``grace`` seconds, then SIGKILL it."""
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout=wait)
                 break
             except subprocess.TimeoutExpired:
                 continue
         # The leader may be gone while children of its group still run: finish them.
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self._log.close()
 
 
@@ -248,10 +245,8 @@ def disk_bytes(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # a file removed while we walk
                 total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:  # a file removed while we walk
-                pass
     return total
 
 

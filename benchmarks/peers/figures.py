@@ -55,7 +55,7 @@ def _bars(results: Results, title: str, cases: tuple[str, ...], path: Path) -> N
         bars = ax.bar(xs, heights, width * 0.95, label=system,
                       color=COLORS.get(system, "#888888"),
                       yerr=[low, high], capsize=3, ecolor="#333333")
-        for bar, value, above in zip(bars, heights, high):
+        for bar, value, above in zip(bars, heights, high, strict=True):
             ax.annotate(f"{value:,.0f}", (bar.get_x() + bar.get_width() / 2, value + above),
                         xytext=(0, 3), textcoords="offset points", ha="center",
                         va="bottom", fontsize=8)

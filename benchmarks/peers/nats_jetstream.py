@@ -38,6 +38,7 @@ from peers.base import (
     free_port, port_open, wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
+import contextlib
 
 BINARY = Path("/usr/sbin/nats-server")
 START_TIMEOUT = 30.0
@@ -111,10 +112,8 @@ class NatsJetStream(System):
     def stop(self) -> None:
         """Close the connection and the loop, then SIGTERM the server."""
         if self.nc is not None and self.loop is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._run(self.nc.close(), 10)
-            except Exception:
-                pass
         self.nc = self.js = None
         if self.loop is not None:
             self.loop.close()
@@ -228,10 +227,8 @@ class NatsLatency:
 
                 await js.subscribe(dest, cb=on_message, ordered_consumer=True)
                 ready()
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):  # the parent reports how many arrived
                     await asyncio.wait_for(done.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass  # the parent reports how many arrived
             finally:
                 await nc.close()
 

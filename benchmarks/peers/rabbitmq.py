@@ -31,6 +31,7 @@ from peers.base import (
     free_port, port_open, wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
+import contextlib
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = Path("/usr/lib/rabbitmq/bin")
@@ -103,17 +104,13 @@ class RabbitMQ(System):
         """Close the connection, ``rabbitmqctl stop``, then make sure the node's process
         group and our epmd are gone."""
         if self.conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.conn.close()
-            except Exception:
-                pass
             self.conn = None
         if self.server is not None:
             if self.server.alive():
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                     self._ctl("stop", timeout=60)
-                except (subprocess.TimeoutExpired, OSError):
-                    pass
             self.server.stop()
             self.server = None
         if self.epmd is not None:

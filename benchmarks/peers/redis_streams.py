@@ -32,6 +32,7 @@ from peers.base import (
     free_port, port_open, wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
+import contextlib
 
 BINARY = Path("/usr/bin/redis-server")
 FIELD = b"v"
@@ -84,10 +85,8 @@ class RedisStreams(System):
     def stop(self) -> None:
         """Close the client, then SIGTERM the server (it fsyncs the AOF and exits)."""
         if self.client is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.client.close()
-            except Exception:
-                pass
             self.client = None
         if self.server is not None:
             self.server.stop(grace=20)

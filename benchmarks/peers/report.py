@@ -131,10 +131,10 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) if a == "l" else c.rjust(w)
-                                 for c, w, a in zip(cells, widths, align)) + " |"
+                                 for c, w, a in zip(cells, widths, align, strict=True)) + " |"
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                          for w, a in zip(widths, align)) + "|"
+                          for w, a in zip(widths, align, strict=True)) + "|"
     return [line(header), rule, *(line(r) for r in rows)]
 
 

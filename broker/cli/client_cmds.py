@@ -20,6 +20,7 @@ from broker.common import topic_config
 from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
+import contextlib
 
 if TYPE_CHECKING:
     from broker.client import BrokerInfo, GroupConsumer, Message, PartitionInfo
@@ -282,10 +283,8 @@ def _line_chunks(stream: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
 
 
 def _close_quietly(producer: Any, timeout: float) -> None:
-    try:
+    with contextlib.suppress(LogferryError):
         producer.close(timeout)
-    except LogferryError:
-        pass
 
 
 def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime | Last:
@@ -330,10 +329,8 @@ def consume_cmd(args: argparse.Namespace) -> int:
     fmt = args.format
     raw = getattr(args, "raw", False)
     as_json = getattr(args, "output", "text") == "json"
-    count = 0
-    for message in messages:
+    for count, message in enumerate(messages, 1):
         out.write((render_json(message, raw) if as_json else render(fmt, message, raw)) + "\n")
-        count += 1
         if args.count is not None and count >= args.count:
             break
     out.flush()
@@ -390,7 +387,9 @@ def _group_messages(group_cls: type[GroupConsumer], args: argparse.Namespace) ->
     consumer = group_cls(group=args.group, topics=[args.topic], start=args.start,
                          **cluster_kwargs(args))
     try:
-        for message in consumer:
+        # not `yield from`: that would also close the consumer when this generator is
+        # closed, before the finally below closes it
+        for message in consumer:  # noqa: UP028
             yield message
     finally:
         consumer.close()

@@ -14,6 +14,7 @@ otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import importlib.util
 import logging
@@ -81,11 +82,9 @@ def _verbose_everywhere(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     """Accept ``-v`` after the command too (``logferry consume -v ...``), counted with the
     one before it."""
     for parser in set(sub.choices.values()):
-        try:
+        with contextlib.suppress(argparse.ArgumentError, ValueError):  # taken, or an unavailable command
             parser.add_argument("-v", "--verbose", action="count", dest="verbose_after",
                                 default=argparse.SUPPRESS, help="log more (-vv: everything)")
-        except (argparse.ArgumentError, ValueError):  # taken, or an unavailable command
-            pass
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _verbose_everywhere(action)

@@ -13,6 +13,7 @@ one after another land one after another (or the later ones mismatch).
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import threading
 import time
@@ -181,10 +182,8 @@ class Appender:
             late = [rid for rid, held in self._inflight.items() if held[0] <= now]
             entries = [self._inflight.pop(rid) for rid in late]
         for _, _, parts, on_done, conn in entries:
-            try:
+            with contextlib.suppress(Exception):
                 conn.close()  # type: ignore[attr-defined]
-            except Exception:
-                pass
             self._fail(parts, on_done, RequestTimedOutError(
                 f"no answer to an append_at within {self.request_timeout:.0f}s"))
         return len(entries)

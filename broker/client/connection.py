@@ -37,6 +37,7 @@ from broker.common.errors import (
     RequestTimedOutError,
     error_for_code,
 )
+import contextlib
 
 log = logging.getLogger("logferry.client")
 
@@ -260,20 +261,16 @@ class Connection:
         if not self.closed:
             self.closed = True
             self._close_reason = error
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.close()
-            except OSError:
-                pass
         pending, self._pending = self._pending, {}
         for future in pending.values():
             future._finish(None, error)
 
     def close(self) -> None:
         """Close the socket; pending requests fail."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._fail(BrokerNotAvailableError(f"connection to {self.address} was closed"))
 
     @property

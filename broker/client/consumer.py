@@ -82,8 +82,17 @@ def messages_of(topic: str, partition: int, batch: Batch) -> Iterator[Message]:
     """The messages of a decoded batch, built column-wise."""
     n = len(batch.values)
     keys = batch.keys if batch.keys is not None else repeat(None, n)
-    return map(Message._make_fast, repeat(topic, n), repeat(partition, n),  # type: ignore[attr-defined]
-               repeat(batch.offset, n), range(n), keys, batch.values, batch.timestamps)
+    # the type: ignore on its argument's own line, where `ruff format` keeps it
+    return map(
+        Message._make_fast,  # type: ignore[attr-defined]
+        repeat(topic, n),
+        repeat(partition, n),
+        repeat(batch.offset, n),
+        range(n),
+        keys,
+        batch.values,
+        batch.timestamps,
+    )
 
 
 Message._make_fast = lambda *fields: tuple.__new__(Message, fields)  # type: ignore[attr-defined]
@@ -155,7 +164,7 @@ class SimpleConsumer:
                 future = None
             batches.append((address, pairs, future))
         out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
-        for address, pairs, future in batches:
+        for _address, pairs, future in batches:
             try:
                 if future is None:
                     raise BrokerNotAvailableError("no connection to the leader")
@@ -165,7 +174,7 @@ class SimpleConsumer:
             except LogferryError:
                 out.update(self._offset_infos_one_by_one(pairs))
                 continue
-            for pair, item in zip(pairs, items):
+            for pair, item in zip(pairs, items, strict=True):
                 if isinstance(item, dict) and "err" not in item:
                     out[pair] = item
                 else:

@@ -99,7 +99,8 @@ def complete_many(futures: Iterable[DeliveryFuture], offsets: Iterable[int] | No
                     if future._waiter is not None or future._callbacks is not None:
                         woken.append(future)
         else:
-            pairs = zip(futures, offsets) if offsets is not None else ((f, None) for f in futures)
+            # zip without strict=: one offset per future by construction; per batch on the delivery path
+            pairs = zip(futures, offsets) if offsets is not None else ((f, None) for f in futures)  # noqa: B905
             for future, offset in pairs:
                 if not future._done:
                     future.offset = offset

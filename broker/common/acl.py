@@ -29,7 +29,7 @@ from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.principal import Principal
 
 
-class Operation(str, Enum):
+class Operation(str, Enum):  # noqa: UP042 - StrEnum's str() and format() are the value, not Class.NAME
     """What a request does."""
 
     PRODUCE = "produce"
@@ -43,7 +43,7 @@ class Operation(str, Enum):
         return self.value
 
 
-class ResourceType(str, Enum):
+class ResourceType(str, Enum):  # noqa: UP042 - StrEnum's str() and format() are the value, not Class.NAME
     """What an ACL names; a request's resource is a TOPIC, a GROUP or the CLUSTER."""
 
     TOPIC = "topic"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, replace
-from typing import AbstractSet, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Mapping, Sequence
 
 NO_LEADER = -1
 

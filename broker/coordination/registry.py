@@ -41,6 +41,7 @@ from broker.common.errors import (
 from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
 from broker.common.names import validate_topic_name
 from broker.common.retry import Retry
+import contextlib
 
 log = logging.getLogger("logferry.registry")
 
@@ -417,10 +418,8 @@ class BrokerRegistry:
                                             initial_state(reps, live).encode(), makepath=True)
                    for p, reps in replicas.items()]
         for result in pending:
-            try:
+            with contextlib.suppress(NodeExistsError):
                 result.get(timeout=30)
-            except NodeExistsError:
-                pass
 
     def _read_topic(self, topic: str) -> tuple[bytes, Any]:
         validate_topic_name(topic)

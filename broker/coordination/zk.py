@@ -23,6 +23,7 @@ from broker.common.zk_connect import parse_zk_connect
 from broker.common.zk_security import ZkSecurity, security_of
 from broker.coordination.zk_acl import CONSUMERS as _CONSUMERS
 from broker.coordination.zk_acl import AclKazooClient, AclPolicy, is_open
+import contextlib
 
 log = logging.getLogger("logferry.zk")
 
@@ -259,12 +260,10 @@ def _record_granted_session_timeout(client: KazooClient) -> None:
 
     def connect_and_record(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        try:
+        with contextlib.suppress(TypeError, ValueError, IndexError):
             setattr(client, _GRANTED, float(result[0]) * 1.5 / 1000.0)
-        except (TypeError, ValueError, IndexError):
-            pass
         return result
-    setattr(handler, "_connect", connect_and_record)
+    setattr(handler, "_connect", connect_and_record)  # noqa: B010 - handler is `Any | None` to mypy
 
 
 def _start(client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float,

@@ -62,9 +62,15 @@ class TlsGate(asyncio.Protocol):
         app = self._app_factory()
         if getattr(app, "data_received_copies", False):
             app = ReusedBufferReader(app)  # type: ignore[arg-type]
-        tls = sslproto.SSLProtocol(loop, app, self._context, waiter,
-                                   server_side=True,
-                                   ssl_handshake_timeout=self._timeout)  # type: ignore[arg-type]  # seconds, a float (typeshed says int)
+        # the type: ignore on its argument's own line, where `ruff format` keeps it
+        tls = sslproto.SSLProtocol(
+            loop,
+            app,
+            self._context,
+            waiter,
+            server_side=True,
+            ssl_handshake_timeout=self._timeout,  # type: ignore[arg-type]  # seconds, a float (typeshed: int)
+        )
         self._counter.in_progress += 1
         waiter.add_done_callback(lambda done: self._finished(done, transport))
         transport.set_protocol(tls)

@@ -12,6 +12,7 @@ network IO, and records reach the wire in the order OpenSSL produced them.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -114,10 +115,8 @@ class TlsSocket:
                     raise ConnectionResetError("the peer closed the connection during "
                                                "the TLS handshake") from None
             except ssl.SSLError:
-                try:
+                with contextlib.suppress(OSError):
                     self._flush()  # tell the peer why (a TLS alert) before giving up
-                except OSError:
-                    pass
                 raise
 
     # -- IO ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from broker.common.metrics import Labels
 from broker.coordination import zk
 from broker.coordination.partition_state import PartitionState, elect, initial_state
 from broker.replication.reassigner import PASS_INTERVAL_S, Reassigner
+import contextlib
 
 log = logging.getLogger("logferry.controller")
 
@@ -147,10 +148,8 @@ class Controller:
                 elif self.active:
                     self._pass(preferred=event == _PREFERRED)
                     if event == _PREFERRED:
-                        try:
+                        with contextlib.suppress(NoNodeError):
                             self.client.delete(zk.PREFERRED_ELECTION)
-                        except NoNodeError:
-                            pass
             except _NotController:
                 log.warning("broker %d is no longer the controller", self.broker_id)
                 self.active = False

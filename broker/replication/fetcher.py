@@ -192,7 +192,8 @@ class ReplicaFetcher:
                 raise ProtocolError(f"leader answered error {header.get('err')}: "
                                     f"{header.get('msg')}")
             results = parse_fetch_answer(header, replica=True)
-            for (replica, epoch, offset, _, reserved), result, data in zip(
+            # zip without strict=: one result per part asked; a follower's per-fetch path
+            for (replica, epoch, offset, _, reserved), result, data in zip(  # noqa: B905
                     asked, results, payload_slices(results, frame.payload)):
                 if reserved:
                     throttle.spend(len(data) - reserved)  # settle the reservation

@@ -17,6 +17,7 @@ the controller) lives in :mod:`broker.replication`.
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 import faulthandler
 import io
@@ -258,10 +259,8 @@ class Broker:
             await loop.run_in_executor(None, AclStore(self._zk).watch, self.authorizer.set_acls)
 
         def view_changed(view: ClusterView) -> None:  # on kazoo's threads
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: this broker is gone, and so is its view
                 loop.call_soon_threadsafe(self._apply_view, view)
-            except RuntimeError:
-                pass  # the loop is closed: this broker is gone, and so is its view
 
         # Order matters: learn the cluster view, then listen, then register, so a client
         # that finds this broker in ZooKeeper can connect and gets complete answers.

@@ -24,6 +24,7 @@ from pathlib import Path
 from broker.wire import records
 from broker.common.errors import StorageError
 from broker.storage.segment import Segment, parse_segment_file_name
+import contextlib
 
 log = logging.getLogger("logferry.storage")
 
@@ -149,7 +150,5 @@ def _scan_segment(seg: Segment) -> records.ScanResult:
 
 def _discard(segment: Segment) -> None:
     segment.close()
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(segment.path)
-    except FileNotFoundError:
-        pass

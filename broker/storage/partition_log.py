@@ -52,6 +52,7 @@ from broker.storage import producer_snapshots
 from broker.storage.producer_state import Held, ProducerStateTable
 from broker.storage.segment import Segment, fsync_dir, now_ms
 from broker.common.names import partition_dir_name
+import contextlib
 
 log = logging.getLogger("logferry.storage")
 
@@ -752,7 +753,5 @@ def write_error(exc: OSError, what: str, log_dir: Path) -> StorageError:
 
 
 def _close_quietly(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from broker.wire.records import BATCH_HEADER, HEADER_SIZE
+import contextlib
 
 SUFFIX = ".log"
 _DIGITS = 20
@@ -114,7 +115,7 @@ class Segment:
         path = directory / segment_file_name(base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            reader = open(path, "rb", buffering=0)
+            reader = open(path, "rb", buffering=0)  # noqa: SIM115 - the segment's, closed by close()
         except BaseException:
             os.close(fd)
             raise
@@ -123,7 +124,7 @@ class Segment:
     @classmethod
     def open(cls, path: Path, base_offset: int) -> Segment:
         """Open an existing segment file for reading; see :meth:`open_for_append`."""
-        reader = open(path, "rb", buffering=0)
+        reader = open(path, "rb", buffering=0)  # noqa: SIM115 - the segment's, closed by close()
         try:
             st = os.fstat(reader.fileno())
         except BaseException:
@@ -233,10 +234,8 @@ class Segment:
     def delete(self) -> None:
         """Remove the file. The read file object stays open for fetches in flight."""
         self.seal()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"

@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Mapping
 
 from broker.common.errors import ZooKeeperError
+import contextlib
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -432,10 +433,8 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     if _proc_state(pid) in (None, "Z"):
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # ours (a detached start in this process)? reap it
-        except ChildProcessError:
-            pass
         return False
     return True
 
@@ -795,10 +794,8 @@ class LocalZooKeeper:
         tmp.replace(self.pid_path)  # atomic: a reader never sees a half-written pid
 
     def _remove_pidfile(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.pid_path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 __all__ = [

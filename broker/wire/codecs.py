@@ -148,10 +148,9 @@ def _unlz4(payload: bytes | memoryview, at: int) -> bytes:
     size = lz4.frame.get_frame_info(payload)["content_size"]
     if size > MAX_PAYLOAD_BYTES:
         raise _too_big(at, "lz4", size)
-    if size == 0:  # not stored (our producers always store it): bounded by max_length
-        out = _bounded(lz4.frame.LZ4FrameDecompressor(), payload, at, "lz4")
-    else:
-        out = lz4.frame.decompress(payload)
+    # size 0: not stored (our producers always store it): bounded by max_length
+    out = (_bounded(lz4.frame.LZ4FrameDecompressor(), payload, at, "lz4") if size == 0
+           else lz4.frame.decompress(payload))
     if not isinstance(out, bytes):
         out = bytes(out)
     if size and len(out) != size:

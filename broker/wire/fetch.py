@@ -11,7 +11,7 @@ each part's ``nbytes`` of log bytes, in order.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence, Union
+from typing import Any, NamedTuple, Sequence
 
 from broker.common.errors import InvalidRequestError
 from broker.wire.fields import ANSWER, as_int, as_list, as_number, header_of, shown
@@ -48,7 +48,7 @@ class ReplicaFetchPart(NamedTuple):
     """The leader epoch the follower follows; another epoch is refused (error 20)."""
 
 
-AnyFetchPart = Union[FetchPart, ReplicaFetchPart]
+AnyFetchPart = FetchPart | ReplicaFetchPart
 
 
 class FetchRequest(NamedTuple):
@@ -106,7 +106,7 @@ class ReplicaFetchAnswerPart(NamedTuple):
     """The leader's log end (nil when the leader hosts no such partition)."""
 
 
-AnyFetchAnswerPart = Union[FetchAnswerPart, ReplicaFetchAnswerPart]
+AnyFetchAnswerPart = FetchAnswerPart | ReplicaFetchAnswerPart
 
 
 def parse_fetch_request(header: dict[str, Any]) -> FetchRequest:

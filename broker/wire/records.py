@@ -155,10 +155,7 @@ def encode_batch(
         deltas = None
     else:
         base = timestamps[0]
-        if timestamps.count(base) == count:
-            deltas = None
-        else:
-            deltas = [t - base for t in timestamps]
+        deltas = None if timestamps.count(base) == count else [t - base for t in timestamps]
     return bytes(encode_batch_deltas(values, keys, base, deltas, codec, producer=producer))
 
 

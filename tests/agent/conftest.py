@@ -232,7 +232,7 @@ class AgentProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-            raise AssertionError(f"agent ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+            raise AssertionError(f"agent ignored SIGTERM for {timeout}s:\n{self.log_tail()}") from None
 
     def kill(self) -> None:
         """kill -9: no flush, no checkpoint."""
@@ -300,7 +300,7 @@ class NumberedLog:
 
     @staticmethod
     def line(number: int) -> str:
-        return "line %07d of the test log" % number
+        return f"line {number:07d} of the test log"
 
     def write(self, n: int) -> None:
         """Appends the next ``n`` lines."""

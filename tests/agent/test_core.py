@@ -47,7 +47,7 @@ def test_start_rule_and_feeding_line_by_line() -> None:
     joiner = MultilineJoiner(start=re.compile(rb"^\d{4}-"))
     got: list[bytes] = []
     batch = lines_of(b"2024-01 a", b"cont 1", b"cont 2", b"2024-02 b", b"2024-03 c")
-    for line, offset in zip(batch.lines, batch.offsets):
+    for line, offset in zip(batch.lines, batch.offsets, strict=True):
         got += joiner.feed(Lines([line], [offset], frozenset(), offset + len(line) + 1)).lines
     assert got == [b"2024-01 a\ncont 1\ncont 2", b"2024-02 b"]
 

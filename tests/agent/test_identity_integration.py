@@ -43,7 +43,7 @@ def landed_table(bootstrap: list[str], topic: str) -> sqlite3.Connection:
     columns = [f.column for f in agent_records.AGENT_FIELDS]
     db = sqlite3.connect(":memory:")
     db.execute(f"CREATE TABLE logs ({', '.join(columns)})")
-    rows = zip(*(array.to_pylist() for array in fields))
+    rows = zip(*(array.to_pylist() for array in fields), strict=True)
     db.executemany(f"INSERT INTO logs VALUES ({', '.join('?' * len(columns))})", rows)
     return db
 

@@ -435,7 +435,7 @@ def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_proces
             window = value["time"] - value["time"] % 1000
             counted[(topic, window)] = counted.get((topic, window), 0) + 1
     audited: dict[tuple[str, int], int] = {}
-    for _, message, record in consume(cluster.bootstrap, "_audit"):
+    for _, _message, record in consume(cluster.bootstrap, "_audit"):
         assert record["host"] == "it-host" and record["stage"] == "agent"
         assert record["window_end"] - record["window_start"] == 1000
         key = (record["topic"], record["window_start"])

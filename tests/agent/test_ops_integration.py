@@ -87,7 +87,7 @@ class Writer(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        handles = {p.name: open(p, "ab", buffering=0) for p in self.paths}
+        handles = {p.name: open(p, "ab", buffering=0) for p in self.paths}  # noqa: SIM115 - closed below
         try:
             while not self._halt.is_set():
                 for name, handle in handles.items():

@@ -84,7 +84,7 @@ def test_a_restart_skips_what_the_cluster_holds(tmp_path, run_agent, fake_produc
     wait_until(lambda: len(fake_producer.records("logs")) >= 100 - held_line - 1, 10, "sent")
     agent.stop()
     records = fake_producer.records("logs")
-    assert [r["line"] for r in records] == ["line %05d" % i for i in range(held_line + 1, 100)]
+    assert [r["line"] for r in records] == [f"line {i:05d}" for i in range(held_line + 1, 100)]
     assert {r["fid"] for r in records} == {42}
     assert asked == [(config.host, [resume.Wanted("logs", config.sources[0].key, 42)],
                       config.resume_max_bytes)]
@@ -104,5 +104,5 @@ def test_without_an_answer_it_re_sends_from_the_checkpoint(tmp_path, run_agent, 
     agent = run_agent(config)
     wait_until(lambda: len(fake_producer.records("logs")) >= 50, 10, "sent")
     agent.stop()
-    assert [r["line"] for r in fake_producer.records("logs")] == ["line %05d" % i for i in range(50)]
+    assert [r["line"] for r in fake_producer.records("logs")] == [f"line {i:05d}" for i in range(50)]
     assert {r["fid"] for r in fake_producer.records("logs")} == {42}   # same identity

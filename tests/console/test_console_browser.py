@@ -89,7 +89,7 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
             info = json.loads(cli("group", "describe", "dash", "--zk", zk, "--json"))
             want = {r["partition"]: (r["committed"], r["log_end"], r["lag_bytes"]) for r in info["partitions"]}
 
-            def group_matches():
+            def group_matches(page=page, want=want):
                 cells = page_cells(page, 'tr[data-group="dash"]', ["committed", "log_end", "lag_bytes"])
                 return {int(p): tuple(number(c) for c in v) for p, v in cells.items()} == want
             waiting.wait_until(group_matches, 5, "the page's group table equals group describe")
@@ -105,11 +105,11 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
                         producer.send("web", [b"POST /api %d" % i for i in range(300)], partition=p)
                     producer.flush(30)
                     time.sleep(0.3)
-            waiting.wait_until(lambda: any(number(v[0]) > 0 for v in page_cells(
+            waiting.wait_until(lambda page=page: any(number(v[0]) > 0 for v in page_cells(
                 page, '[data-partitions="web"] tr[data-topic]', ["bytes_in_s"]).values()),
                 5, "a rate above 0 on the page")
             page.click('#tabs button[data-view="groups"]')
-            waiting.wait_until(lambda: number(page.text_content(
+            waiting.wait_until(lambda page=page, lag_before=lag_before: number(page.text_content(
                 '[data-group-card="dash"] [data-field="group-lag"]')) > lag_before, 5, "the group's lag grows")
 
             # Killing a broker: its partitions turn under-replicated within 5 s.
@@ -117,7 +117,7 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
             victim = cluster.brokers[1]
             killed_at = time.monotonic()
             victim.kill()
-            waiting.wait_until(lambda: page.text_content('[data-summary="under_replicated"]') == "4",
+            waiting.wait_until(lambda page=page: page.text_content('[data-summary="under_replicated"]') == "4",
                                5, "4 under-replicated partitions on the page", interval=0.05)
             seen_after = time.monotonic() - killed_at
             assert page.text_content('[data-summary="brokers_up"]') == "1/2"

@@ -71,7 +71,7 @@ class MemberProcess:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise AssertionError(f"member {self.name} ignored SIGTERM:\n{self.log_tail()}")
+            raise AssertionError(f"member {self.name} ignored SIGTERM:\n{self.log_tail()}") from None
         assert code == 0, f"member {self.name} exited with {code}:\n{self.log_tail()}"
 
     def kill(self) -> float:
@@ -244,7 +244,7 @@ def assert_no_overlap(members: list[MemberProcess]) -> dict:
     intervals = ownership_intervals(members)
     for tp, spans in intervals.items():
         spans.sort()
-        for (s1, e1, m1), (s2, e2, m2) in zip(spans, spans[1:]):
+        for (_s1, e1, m1), (s2, _e2, m2) in zip(spans, spans[1:], strict=False):
             assert s2 >= e1, (f"{tp}: {m1} owned it until {e1:.3f} but {m2} claimed it at "
                               f"{s2:.3f} ({(e1 - s2) * 1000:.0f} ms overlap)")
     for record in all_records(members):

@@ -108,7 +108,7 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
     # Duplicates only in the killed member's uncommitted tail: for each of its partitions,
     # what it consumed and someone consumed again is a suffix of what it consumed.
     by_b = [r for r in b.records()]
-    for t, p in victims:
+    for _t, p in victims:
         mine = [r.value for r in by_b if r.partition == p]
         again = [v in duplicates for v in mine]
         if True in again:

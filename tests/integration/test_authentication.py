@@ -108,9 +108,9 @@ def test_wrong_password_or_unknown_user_is_one_clear_error(broker_cluster, pki: 
     cluster = secured_cluster(broker_cluster, pki, broker={"metrics_port": metrics_port})
     tls = TlsConfig(ca_file=pki.ca)
     started = time.monotonic()
-    with pytest.raises(AuthenticationError) as info:
-        with Admin(zk=zk_connect, tls=tls, sasl=SaslCredentials(user, password)) as admin:
-            admin.list_topics()
+    with (pytest.raises(AuthenticationError) as info,
+          Admin(zk=zk_connect, tls=tls, sasl=SaslCredentials(user, password)) as admin):
+        admin.list_topics()
     assert time.monotonic() - started < 5  # not retried
     message = str(info.value)
     assert "unknown user or wrong password" in message and "\n" not in message, message
@@ -126,9 +126,9 @@ def test_wrong_password_or_unknown_user_is_one_clear_error(broker_cluster, pki: 
 def test_a_request_before_authentication_is_refused(broker_cluster, pki: Pki,
                                                     zk_connect: str) -> None:
     cluster = secured_cluster(broker_cluster, pki)
-    with pytest.raises(AuthenticationRequiredError) as info:
-        with Admin(brokers=cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca)) as admin:
-            admin.list_topics()
+    with (pytest.raises(AuthenticationRequiredError) as info,
+          Admin(brokers=cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca)) as admin):
+        admin.list_topics()
     assert "requires authentication" in str(info.value)
 
 
@@ -217,10 +217,10 @@ def test_authenticated_principals_are_what_acls_decide_on(broker_cluster, pki: P
     with Admin(zk=zk_connect, tls=tls, sasl=SaslCredentials("admin", PASSWORD)) as admin:
         admin.create_topic("owned", 1, 1)
     produce_consume(zk_connect, tls, SaslCredentials("alice", PASSWORD), "owned", 5)
-    with pytest.raises(TopicAuthorizationFailedError, match="User:bob may not (describe|produce)"):
-        with Producer(zk=zk_connect, tls=tls, sasl=SaslCredentials("bob", PASSWORD),
-                      acks=1, linger_ms=0) as producer:
-            producer.send("owned", b"x", partition=0).wait(20)
+    with (pytest.raises(TopicAuthorizationFailedError, match="User:bob may not (describe|produce)"),
+          Producer(zk=zk_connect, tls=tls, sasl=SaslCredentials("bob", PASSWORD),
+                   acks=1, linger_ms=0) as producer):
+        producer.send("owned", b"x", partition=0).wait(20)
 
 
 def test_the_mirror_authenticates_to_both_clusters(broker_cluster, zookeeper, pki: Pki,

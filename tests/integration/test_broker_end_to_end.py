@@ -212,7 +212,7 @@ def test_retention_deletes_old_segments_and_their_offsets(broker_cluster):
     cluster = broker_cluster(1, broker={"retention_check_ms": 200},
                              log={"segment_bytes": 4096, "retention_bytes": 16384})
     with Producer(brokers=cluster.bootstrap) as producer:
-        for i in range(100):
+        for _i in range(100):
             producer.send("ret", [b"x" * 100 for _ in range(10)], partition=0).wait(10)
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         deadline = time.monotonic() + 15

@@ -116,9 +116,9 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
         GroupConsumer("dash", ["web"], zk=_as(zk, "intruder"), auto_commit_ms=0)
     message = str(refused.value)
     assert "User:intruder" in message and "consume" in message and "'dash'" in message
-    with GroupAdmin(_as(zk, "intruder"), brokers=False) as admin:
-        with pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not describe"):
-            admin.offsets("dash")
+    with (GroupAdmin(_as(zk, "intruder"), brokers=False) as admin,
+          pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not describe")):
+        admin.offsets("dash")
     with pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not consume group 'old'"):
         GroupConsumer("old", ["web"], zk=_as(zk, "intruder"), auto_commit_ms=0)
     # ... and by ZooKeeper when it writes with its own login

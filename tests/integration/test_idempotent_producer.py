@@ -95,28 +95,28 @@ def test_a_retry_after_a_leader_change_leaves_one_copy(broker_cluster):
         leader_id = admin.describe_partitions(topic)[0].leader
     leader = next(b for b in cluster.brokers if b.id == leader_id)
     survivor = next(b for b in cluster.brokers if b.id != leader_id)
-    with AckDropProxy(cluster.bootstrap) as proxy:
-        with Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                      retry_backoff_ms=50, delivery_timeout=90) as producer:
-            first = [b"a-%03d" % i for i in range(20)]
-            for v in first:
-                producer.send(topic, [v], partition=0)
-            producer.flush(30)
-            # acks=all: the follower holds the batches when their answer is dropped;
-            # every answer is dropped until the leader is gone, so the retry that
-            # succeeds is the one the new leader answers
-            proxy.drop_all()
-            lost = [b"b-%03d" % i for i in range(30)]
-            futures = [producer.send(topic, [v], partition=0) for v in lost]
-            assert proxy.dropped_event.wait(30), "the leader never answered"
-            leader.kill()  # kill -9 of the leader that appended
-            proxy.stop_dropping()
-            for future in futures:
-                future.wait(90)  # retried on the new leader, which holds them already
-            after = [b"c-%03d" % i for i in range(20)]
-            for v in after:
-                producer.send(topic, [v], partition=0)
-            producer.flush(60)
+    with (AckDropProxy(cluster.bootstrap) as proxy,
+          Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
+                   retry_backoff_ms=50, delivery_timeout=90) as producer):
+        first = [b"a-%03d" % i for i in range(20)]
+        for v in first:
+            producer.send(topic, [v], partition=0)
+        producer.flush(30)
+        # acks=all: the follower holds the batches when their answer is dropped;
+        # every answer is dropped until the leader is gone, so the retry that
+        # succeeds is the one the new leader answers
+        proxy.drop_all()
+        lost = [b"b-%03d" % i for i in range(30)]
+        futures = [producer.send(topic, [v], partition=0) for v in lost]
+        assert proxy.dropped_event.wait(30), "the leader never answered"
+        leader.kill()  # kill -9 of the leader that appended
+        proxy.stop_dropping()
+        for future in futures:
+            future.wait(90)  # retried on the new leader, which holds them already
+        after = [b"c-%03d" % i for i in range(20)]
+        for v in after:
+            producer.send(topic, [v], partition=0)
+        producer.flush(60)
     held = copies([survivor.address], topic, len(first + lost + after))
     assert sorted(held) == sorted(first + lost + after)
     assert set(held.values()) == {1}, {v: n for v, n in held.items() if n > 1}
@@ -131,29 +131,29 @@ def test_a_retry_after_a_broker_restart_leaves_one_copy(broker_cluster, how):
     topic = "idem-restart"
     with Admin(brokers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 1)
-    with AckDropProxy(cluster.bootstrap) as proxy:
-        with Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                      retry_backoff_ms=100, delivery_timeout=90) as producer:
-            first = [b"a-%03d" % i for i in range(200)]  # a few segments: snapshots on roll
-            for v in first:
-                producer.send(topic, [v], partition=0)
-            producer.flush(30)
-            proxy.drop_all()  # until the restart: the retry that counts meets rebuilt state
-            lost = [b"b-%03d" % i for i in range(30)]
-            futures = [producer.send(topic, [v], partition=0) for v in lost]
-            assert proxy.dropped_event.wait(30), "the broker never answered"
-            with SimpleConsumer(brokers=cluster.bootstrap) as consumer:  # durable first
-                wait_until(lambda: len(list(consumer.messages(topic, 0))) == 230, 30, "flushed")
-            if how == "stop":
-                broker.stop()
-            else:
-                broker.kill()
-            broker.start()
-            proxy.stop_dropping()
-            for future in futures:
-                future.wait(90)  # retried on the restarted broker, which rebuilt its state
-            producer.send(topic, [b"c-000"], partition=0)
-            producer.flush(60)
+    with (AckDropProxy(cluster.bootstrap) as proxy,
+          Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
+                   retry_backoff_ms=100, delivery_timeout=90) as producer):
+        first = [b"a-%03d" % i for i in range(200)]  # a few segments: snapshots on roll
+        for v in first:
+            producer.send(topic, [v], partition=0)
+        producer.flush(30)
+        proxy.drop_all()  # until the restart: the retry that counts meets rebuilt state
+        lost = [b"b-%03d" % i for i in range(30)]
+        futures = [producer.send(topic, [v], partition=0) for v in lost]
+        assert proxy.dropped_event.wait(30), "the broker never answered"
+        with SimpleConsumer(brokers=cluster.bootstrap) as consumer:  # durable first
+            wait_until(lambda: len(list(consumer.messages(topic, 0))) == 230, 30, "flushed")
+        if how == "stop":
+            broker.stop()
+        else:
+            broker.kill()
+        broker.start()
+        proxy.stop_dropping()
+        for future in futures:
+            future.wait(90)  # retried on the restarted broker, which rebuilt its state
+        producer.send(topic, [b"c-000"], partition=0)
+        producer.flush(60)
     held = copies(cluster.bootstrap, topic, len(first + lost) + 1)
     assert sorted(held) == sorted(first + lost + [b"c-000"])
     assert set(held.values()) == {1}, {v: n for v, n in held.items() if n > 1}

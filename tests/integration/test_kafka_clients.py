@@ -134,7 +134,7 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
                              consumer_timeout_ms=5000, auto_offset_reset="earliest")
     consumer.assign([KpTopicPartition("mixed", 0), KpTopicPartition("mixed", 1)])
-    got = [m for _, m in zip(range(2 * N), consumer)]
+    got = [m for _, m in zip(range(2 * N), consumer, strict=False)]
     consumer.close()
     values = [m.value for m in got]
     assert sorted(values) == sorted([f"native-{i}".encode() for i in range(N)]

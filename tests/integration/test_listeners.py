@@ -110,7 +110,7 @@ def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
     # every listener is registered; the old fields keep the default (first) listener
     client = zkmod.connect(zk_connect, create=False)
     try:
-        for process, ext in zip(cluster.brokers, external):
+        for process, ext in zip(cluster.brokers, external, strict=True):
             data = zkmod.decode(client.get(f"{zkmod.BROKER_IDS}/{process.id}")[0])
             assert (data["host"], data["port"]) == ("127.0.0.1", process.port)
             assert zkmod.registered_listeners(data) == {"local": ("127.0.0.1", process.port),

@@ -38,7 +38,7 @@ def test_offset_infos_ask_each_leader_once_and_agree_with_one_by_one(broker_clus
         address = consumer.cluster.broker_addresses()[leaders[0]]
         answer = consumer.cluster.connection(address).call(
             protocol.OFFSETS, {"many": [list(p) for p in pairs], "at": "latest"}, 10).header
-        for (topic, p), item in zip(pairs, answer["many"]):
+        for (topic, p), item in zip(pairs, answer["many"], strict=True):
             if leaders[p] == leaders[0]:
                 assert item["end"] == got[(topic, p)]["end"]
             else:

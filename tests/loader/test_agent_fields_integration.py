@@ -111,7 +111,7 @@ def test_static_and_parsed_fields_ship_count_and_land(spark, broker_cluster, tmp
     table = read_landed(out).to_pydict()
     assert sum(1 for u in table["unparsed"] if u) == failed
     rows = list(zip(table["file"], table["fields"], table["status"], table["tier"],
-                    table["unparsed"]))
+                    table["unparsed"], strict=True))
     statuses = [s for f, _, s, _, u in rows if f.endswith(".json") and not u]
     assert len(statuses) == 480 and set(statuses) == {200, 201, 202}
     edge = [(dict(m), s, t) for f, m, s, t, _ in rows if f.endswith("access.log")]

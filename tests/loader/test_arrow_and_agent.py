@@ -31,7 +31,7 @@ def test_columns_match_messages_across_batches_with_and_without_keys_and_deltas(
     expected = [m for b in batches for m in messages_of("logs", 3, b)]
     got = rb.to_pylist()
     assert len(got) == len(expected) == 6
-    for row, m in zip(got, expected):
+    for row, m in zip(got, expected, strict=True):
         assert (row["topic"], row["partition"], row["offset"], row["index"], row["key"],
                 row["value"]) == (m.topic, m.partition, m.offset, m.index, m.key, m.value)
         assert int(row["timestamp"].timestamp() * 1000) == m.timestamp
@@ -94,7 +94,7 @@ def test_agent_times_are_utc_timestamps_and_out_of_range_times_are_not_decoded()
     values = [agent_value(0, ptime=1_709_251_200_123), agent_value(1, time=1 << 62),
               agent_value(2, ptime=-(1 << 62)), agent_value(3, time=True)]
     fields, decoded, bad = agent_records.decode_values(values)
-    columns = dict(zip((f.column for f in agent_records.AGENT_FIELDS), fields))
+    columns = dict(zip((f.column for f in agent_records.AGENT_FIELDS), fields, strict=True))
     assert columns["read_time"].type == columns["parsed_time"].type == pa.timestamp("us", "UTC")
     assert decoded.to_pylist() == [True, False, False, False] and bad == 3
     assert columns["read_time"].to_pylist()[0] == utc_ms(1_700_000_000_000)

@@ -201,10 +201,10 @@ def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, 
     second = run_load(config, spark=spark)
     assert second.rows == 100 and second.duplicates == 300
     landed = read_landed(out).to_pydict()
-    keys = sorted(zip(landed["file_id"], landed["file_offset"]))
+    keys = sorted(zip(landed["file_id"], landed["file_offset"], strict=True))
     assert keys == [(FID, i * 100) for i in range(1600)]
     lines = sorted(landed["line"])
-    assert lines == sorted("line %06d of the app log" % i for i in range(1600))
+    assert lines == sorted(f"line {i:06d} of the app log" for i in range(1600))
 
     # dedup off: today's behaviour, every copy lands
     plain = loader_config(zk, tmp_path / "plain", [topic], source={"decode_agent_records": True})

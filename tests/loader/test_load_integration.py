@@ -41,7 +41,7 @@ def assert_landed_exactly(root: Path, sent: dict[str, dict[int, list[tuple[bytes
     cols = table.select(["topic", "partition", "offset", "index", "value", "timestamp",
                          "dt", "hr"]).to_pydict()
     rows = sorted(zip(cols["topic"], cols["partition"], cols["offset"], cols["index"],
-                      cols["value"], cols["timestamp"], cols["dt"], cols["hr"]))
+                      cols["value"], cols["timestamp"], cols["dt"], cols["hr"], strict=True))
     ids = [(t, p, o, i) for t, p, o, i, *_ in rows]
     assert len(ids) == len(set(ids)), "duplicate rows landed"
     expected_total = sum(len(v) for parts in sent.values() for v in parts.values())
@@ -238,7 +238,7 @@ def test_agent_records_land_decoded_through_the_hadoop_filesystem(spark, broker_
     table = read_landed(out).to_pydict()
     rows = {(t, o, i): (h, f, fo, line, d) for t, o, i, h, f, fo, line, d in zip(
         table["topic"], table["offset"], table["index"], table["host"], table["file"],
-        table["file_offset"], table["line"], table["decoded"])}
+        table["file_offset"], table["line"], table["decoded"], strict=True)}
     agent_rows = sorted((k, v) for k, v in rows.items() if k[0] == "agent-log")
     assert len(agent_rows) == 3_000
     (_, first), (_, bad) = agent_rows[0], agent_rows[10]

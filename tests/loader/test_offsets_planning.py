@@ -81,7 +81,7 @@ def test_chunks_are_contiguous_boundaries_covering_the_range(chunk_bytes):
     r = PartitionRange("t", 0, log.boundaries[3], log.boundaries[-1])
     chunks = plan_partition(r, chunk_bytes, log)
     assert chunks[0].start == r.start and chunks[-1].end == r.end
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         assert a.end == b.start
     for c in chunks:
         assert c.start in log.boundaries and c.end in log.boundaries

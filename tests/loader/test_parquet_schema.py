@@ -155,5 +155,5 @@ def test_raw_values_of_decoded_records_can_be_kept(spark, broker_cluster, tmp_pa
     table = read_landed(out)
     assert table.num_rows == N_AGENT + N_PLAIN
     rows = sorted(zip(table.column("topic").to_pylist(), table.column("offset").to_pylist(),
-                      table.column("index").to_pylist(), table.column("value").to_pylist()))
+                      table.column("index").to_pylist(), table.column("value").to_pylist(), strict=True))
     assert [v for t, _, _, v in rows if t == "agent-log"] == values

@@ -51,7 +51,7 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
         produce(source.zk_connect, topic, count, TOPICS[topic],
                 compression="gzip" if topic == "errors" else "none")
     for topic in TOPICS:
-        wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 90,
+        wait_for(lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 90,
                  f"{topic} to be mirrored")
     assert mirror.terminate() == 0  # SIGTERM: finish, commit, exit 0
     total = 0
@@ -98,7 +98,7 @@ def test_zstd_and_lz4_batches_are_copied_as_they_are(two_clusters, mirrors):
     for topic in ("zstd", "lz4"):
         produce(source.zk_connect, topic, 20_000, 2, compression=topic, size=200)
     for topic in ("zstd", "lz4"):
-        wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 60,
+        wait_for(lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 60,
                  f"{topic} to be mirrored")
         assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)  # byte for byte
         batches = read_batches(target.zk_connect, topic)
@@ -125,7 +125,7 @@ def test_mirror_compression_compresses_uncompressed_batches_only(two_clusters, m
     for p, batches in source_batches.items():
         copied = target_batches[p]
         assert len(copied) == len(batches)
-        for before, after in zip(batches, copied):  # same messages, same order, now zstd
+        for before, after in zip(batches, copied, strict=True):  # same messages, same order, now zstd
             old, new = decode_batch(before), decode_batch(after)
             assert new.codec == records.CODEC_ZSTD and old.codec == records.CODEC_NONE
             assert (new.values, new.keys, new.timestamps) == (old.values, old.keys, old.timestamps)

@@ -58,13 +58,13 @@ def test_kill_9_mid_stream_with_many_batches_in_flight_loses_nothing(two_cluster
     try:
         for _ in range(2):
             committed = sum(_offsets(source.zk_connect, "mirror").values())
-            wait_for(lambda: sum(_offsets(source.zk_connect, "mirror").values()) > committed, 60,
+            wait_for(lambda committed=committed: sum(_offsets(source.zk_connect, "mirror").values()) > committed, 60,
                      "a commit in the background while copying")
             member = mirror.status().get("consumer_id")
             mirror.kill()
             kills += 1
             mirror.start()
-            wait_for(lambda: mirror.status().get("consumer_id") not in (None, member), 60,
+            wait_for(lambda member=member: mirror.status().get("consumer_id") not in (None, member), 60,
                      "the restarted mirror to run")  # before any SIGTERM: its handler is set
     finally:
         done.set()

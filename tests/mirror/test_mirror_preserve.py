@@ -46,7 +46,7 @@ def test_kill_9_of_the_mirror_several_times_leaves_a_byte_identical_copy(two_clu
     kills = 0
     while producer.is_alive() or kills < 4:  # kill -9 mid-stream, again and again
         before = sum(ends(target.zk_connect, "events").values())
-        wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > before
+        wait_for(lambda before=before: sum(ends(target.zk_connect, "events").values()) > before
                  or not producer.is_alive(), 60, f"copying to go on before kill {kills}")
         mirror.kill()
         kills += 1

@@ -97,11 +97,11 @@ def test_rehash_keeps_keys_together_keyless_by_source_partition_and_codec():
     for p, data in out.items():
         [batch], _ = records.decode_batches(data, 0)
         assert batch.codec == records.CODEC_GZIP
-        for key, value, ts in zip(batch.keys, batch.values, batch.timestamps):
+        for key, value, ts in zip(batch.keys, batch.values, batch.timestamps, strict=True):
             expected = zlib.crc32(key) % 3 if key is not None else 5 % 3
             assert p == expected
             seen.append((key, value, ts))
-    assert sorted(seen, key=lambda m: m[2]) == list(zip(keys, values, range(1000, 1020)))
+    assert sorted(seen, key=lambda m: m[2]) == list(zip(keys, values, range(1000, 1020), strict=True))
 
 
 def test_compression_defaults_to_none_and_is_checked():

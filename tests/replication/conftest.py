@@ -12,6 +12,7 @@ import pytest
 
 from broker.client import Admin, GroupConsumer, PartitionInfo, Producer, SimpleConsumer
 from tests.support import waiting
+import contextlib
 
 # Short session and lag so failures are noticed in seconds.
 REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
@@ -82,10 +83,8 @@ class Load:
             future.add_callback(self._done_callback(p, values))
             futures.append(future)
             if len(futures) >= 100:  # bound the backlog: wait for the oldest
-                try:
+                with contextlib.suppress(Exception):
                     futures.pop(0).wait(150)
-                except Exception:
-                    pass
             time.sleep(0.001)
 
     def _done_callback(self, partition: int, values: list[bytes]):
@@ -141,7 +140,7 @@ def replica_bytes(broker, topic: str, partition: int) -> bytes:
 def assert_replicas_identical(cluster, topic: str, partitions: int) -> None:
     """Wait until every replica of every partition holds the same bytes."""
     for p in range(partitions):
-        def same() -> bool:
+        def same(p: int = p) -> bool:
             logs = [replica_bytes(b, topic, p) for b in cluster.brokers]
             return len(set(logs)) == 1 and len(logs[0]) > 0
         wait_until(same, 30, f"byte-identical replicas of {topic}-{p}")

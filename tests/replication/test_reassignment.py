@@ -106,13 +106,13 @@ def assert_replicas_identical(cluster, topic: str, partitions: int) -> dict[int,
     for p in range(partitions):
         holders = [broker_by_id(cluster, b) for b in parts[p].replicas]
 
-        def same() -> bool:
+        def same(p: int = p, holders: list = holders) -> bool:
             logs = [replica_bytes(b, topic, p) for b in holders]
             return len(set(logs)) == 1 and len(logs[0]) > 0
         wait_until(same, 30, f"byte-identical replicas of {topic}-{p} on {parts[p].replicas}")
         for broker in cluster.brokers:
             if broker.id not in parts[p].replicas:
-                wait_until(lambda: not (Path(broker.log_dir) / f"{topic}-{p}").exists(), 30,
+                wait_until(lambda broker=broker, p=p: not (Path(broker.log_dir) / f"{topic}-{p}").exists(), 30,
                            f"broker {broker.id} deleted its copy of {topic}-{p}")
     return {p: list(parts[p].replicas) for p in range(partitions)}
 

@@ -119,7 +119,7 @@ def test_rolling_restart_loses_nothing_and_surfaces_no_error(broker_cluster, con
             # acknowledgements of batches sent meanwhile, read once they settled
             settled = time.monotonic()
             before = load.acked_count()
-            wait_until(lambda: load.acked_count() > before + 200, 60, "acks after the restart")
+            wait_until(lambda before=before: load.acked_count() > before + 200, 60, "acks after the restart")
             retried = load.producer.metrics().get("retries", 0) - retries
             stop_phase = load.slowest(began - 0.2, restarted)
             start_phase = load.slowest(restarted, settled)

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import msgpack
+import contextlib
 
 _PREFIX = struct.Struct(">II")
 
@@ -32,10 +33,8 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
 
 def _close(*socks: socket.socket) -> None:
     for s in socks:
-        try:
+        with contextlib.suppress(OSError):
             s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         s.close()
 
 

@@ -35,7 +35,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         try:
             return max(0, int(wanted))
         except ValueError:
-            raise pytest.UsageError(f"{ENV_WORKERS}={wanted!r}: give a number of workers (0: no xdist)")
+            raise pytest.UsageError(f"{ENV_WORKERS}={wanted!r}: give a number of workers (0: no xdist)") from None
     return max(MIN_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from broker.testing.localrun import free_port
+import contextlib
 
 
 def spark_home() -> Path:
@@ -41,7 +42,7 @@ class Daemon:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path):
         self.name = name
         self.log = log
-        self._out = open(log, "wb")
+        self._out = open(log, "wb")  # noqa: SIM115 - the process's output while it runs; closed in stop()
         self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args],
                                      env=env, stdout=self._out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -62,10 +63,8 @@ class Daemon:
 
     def kill(self) -> None:
         """SIGKILL the daemon and every process of its group (a worker's executors)."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(10)
 
     def stop(self) -> None:
@@ -78,10 +77,8 @@ class Daemon:
             except ProcessLookupError:
                 pass
         else:  # the daemon is gone; its executors may not be
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self._out.close()
 
 
@@ -140,6 +137,6 @@ class StandaloneCluster:
                    "--conf", f"spark.pyspark.python={sys.executable}"]
         if py_files is not None:
             command += ["--py-files", str(py_files)]
-        out = open(log, "wb")
-        return subprocess.Popen(command + args, env=self.env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        with open(log, "wb") as out:  # the child has its own copy of the descriptor
+            return subprocess.Popen(command + args, env=self.env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)

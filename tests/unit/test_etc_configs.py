@@ -58,7 +58,7 @@ def test_every_example_config_loads_without_a_warning(caplog):
     load_agent_config(AGENT), load_mirror_config(MIRROR), load_loader_config(LOADER)
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not warned
-    for path, config in zip(BROKERS, brokers):
+    for path, config in zip(BROKERS, brokers, strict=True):
         assert config_warnings(config) == [], f"{path.relative_to(ETC)} would warn at start"
 
 

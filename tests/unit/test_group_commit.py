@@ -325,7 +325,7 @@ def test_the_real_syncfs_makes_a_round_durable(tmp_path: Path) -> None:
     pendings = [plog.prepare_flush(whole_fs=True) for plog in plogs]
     assert sync_round(pendings, fs_fd) == [None] * 10
     os.close(fs_fd)
-    for plog, pending in zip(plogs, pendings):
+    for plog, pending in zip(plogs, pendings, strict=True):
         plog.mark_flushed(pending.end)
         assert plog.visible_end == plog.end_offset
     logs.close()

@@ -231,7 +231,7 @@ def _old_librdkafka_client_final(mechanism: str, user: str, password: str,
     without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
     auth_message = f"{client_first[3:]},{server_first},{without_proof}"
     signature = hmac.new(stored_key, auth_message.encode(), digest).digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
     return f"{without_proof},p={base64.b64encode(proof).decode()}"
 
 

@@ -118,10 +118,9 @@ def test_metrics_over_tls(pki: Pki) -> None:
                                     context=client) as answer:
             assert answer.status == 200
         # a client that connects and never speaks does not hold up the next scrape
-        with socket.create_connection(("127.0.0.1", server.port)):
-            with urllib.request.urlopen(f"{server.url}/metrics", timeout=5,
-                                        context=client) as answer:
-                assert answer.status == 200
+        with (socket.create_connection(("127.0.0.1", server.port)),
+              urllib.request.urlopen(f"{server.url}/metrics", timeout=5, context=client) as answer):
+            assert answer.status == 200
         with pytest.raises(OSError):  # plain HTTP on the HTTPS port
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5).read()
     finally:

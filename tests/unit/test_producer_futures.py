@@ -18,7 +18,8 @@ def test_callbacks_race_with_completion_and_run_exactly_once():
     for _ in range(300):
         future = DeliveryFuture()
         calls = []
-        adder = threading.Thread(target=lambda: [future.add_callback(calls.append) for _ in range(5)])
+        adder = threading.Thread(
+            target=lambda future=future, calls=calls: [future.add_callback(calls.append) for _ in range(5)])
         adder.start()
         future._complete(None, StorageError("disk full"))
         adder.join()
@@ -40,7 +41,8 @@ def test_many_waiters_are_all_released_by_one_completion():
     for _ in range(50):
         future = DeliveryFuture()
         got = []
-        waiters = [threading.Thread(target=lambda: got.append(future.wait(10))) for _ in range(4)]
+        waiters = [threading.Thread(target=lambda got=got, future=future: got.append(future.wait(10)))
+                   for _ in range(4)]
         for w in waiters:
             w.start()
         future._complete(3)

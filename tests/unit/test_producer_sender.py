@@ -236,7 +236,7 @@ def test_no_direct_send_with_linger_or_without_a_direct_sender() -> None:
         now = [10.0]
         acc = Accumulator(linger=linger, batch_bytes=1 << 20, batch_messages=100,
                           buffer_bytes=1 << 20, block_timeout=0.0, max_request_bytes=1 << 20,
-                          clock=lambda: now[0])
+                          clock=lambda now=now: now[0])
         sent: list = []
         if direct:
             acc.direct = sent.append

@@ -64,7 +64,7 @@ def test_offsets_are_byte_positions_across_rolls(tmp_path: Path) -> None:
     batches = [batch(i) for i in range(20)]
     offsets = [plog.append(b, 3) for b in batches]
     expected = 0
-    for b, offset in zip(batches, offsets):
+    for b, offset in zip(batches, offsets, strict=True):
         assert offset == expected
         expected += len(b)
     assert plog.end_offset == expected == sum(map(len, batches))
@@ -73,7 +73,7 @@ def test_offsets_are_byte_positions_across_rolls(tmp_path: Path) -> None:
     assert len(segments) > 3
     assert [s.base_offset for s in segments] == [
         parse_segment_file_name(s.path.name) for s in segments]
-    for seg, following in zip(segments, segments[1:]):
+    for seg, following in zip(segments, segments[1:], strict=False):
         assert seg.end_offset == following.base_offset
         assert 0 < seg.size <= 300
         assert seg.base_offset in offsets

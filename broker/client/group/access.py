@@ -75,7 +75,7 @@ def check_group_access(client: Any, group: str, operation: Operation = Operation
         acl = decode_acl(top, NEW_GROUP_KEY)
         if acl is not None and operation is Operation.CONSUME and not perms_of(acl, me) & MEMBER:
             raise refusal(client, group, operation, "no ACL allows it (no ACL names the group, "
-                          "and the '*' group ACLs do not allow this principal)")
+                          "and the '*' group ACLs do not allow this principal)") from None
         if acl is None or operation is not Operation.CONSUME:
             return  # nothing to read yet, and nothing this reader will create
     if acl is None:

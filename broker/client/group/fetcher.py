@@ -307,7 +307,8 @@ class Fetcher:
                                      any(len(d) >= half for d in data),
                                      answered_at if answered_at is not None else time.monotonic(),
                                      future.first_byte_at, future.after_idle)
-        for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):
+        # zip without strict=: results may be shorter than parts (handled below); per fetch
+        for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):  # noqa: B905
             self._handle_part(ps, epoch, offset, result, part_data)
         if len(results) < len(request.parts):
             self._parts_failed(request.parts[len(results):], "broker answered fewer parts than asked")

@@ -96,7 +96,7 @@ from broker.common.retry import Retry
 log = logging.getLogger("logferry.group")
 
 
-class MemberState(str, enum.Enum):
+class MemberState(str, enum.Enum):  # noqa: UP042 - StrEnum's str() and format() are the value, not Class.NAME
     """Where a member stands (see the module docstring)."""
 
     REGISTERING = "REGISTERING"

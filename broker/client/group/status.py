@@ -82,7 +82,7 @@ def partition_status(window: Sequence[Observation], now_ms: int, current_lag: in
     if lag_now <= 0 or len(window) < 2:
         return PartitionStatus(OK, complete)
     first = window[0]
-    pairs = list(zip(window, window[1:]))
+    pairs = list(zip(window, window[1:], strict=False))
     if now_ms - newest.time_ms > newest.time_ms - first.time_ms:
         return PartitionStatus(STOP, complete)
     if any(o.lag <= 0 for o in window):

@@ -38,6 +38,7 @@ from broker.server.durability.sync_thread import SyncThread
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
 from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
+import contextlib
 
 log = logging.getLogger("logferry.broker")
 
@@ -280,7 +281,7 @@ class Flusher:
                 log.error("group commit round failed", exc_info=outcomes)
                 outcomes = [OSError(f"the fsync round failed: {outcomes!r}")
                             for _ in round_.prepared]
-            for (key, plog, pending), error in zip(round_.prepared, outcomes):
+            for (key, plog, pending), error in zip(round_.prepared, outcomes, strict=True):
                 if error is None:
                     self._published(key, plog, pending.end)
                 else:
@@ -320,10 +321,8 @@ class Flusher:
             thread.close()
         fds, self._fs_fds = list(self._fs_fds.values()), {}
         for fd in fds:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
     # -- the paper's policy ------------------------------------------------------------
 
@@ -434,10 +433,8 @@ class _Round:
     def run_sync(self) -> None:
         """On the log dir's thread: the round's fsyncs, then the loop is told."""
         outcomes = self._sync()
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the broker stopped meanwhile
             self.loop.call_soon_threadsafe(self.flusher._round_ended, self, outcomes)
-        except RuntimeError:  # the loop is closed: the broker stopped meanwhile
-            pass
 
 
 async def run_retention(logs: LogManager, interval_ms: int,

@@ -12,9 +12,9 @@ list of buffers that the connection hands to the socket with one gathering write
 
 from __future__ import annotations
 
-from typing import Iterable, Union
+from typing import Iterable
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 BIG = 16 * 1024
 """Buffers at least this long are kept by reference, smaller ones copied together."""

@@ -339,7 +339,8 @@ class KafkaService:
         data_cls = response_schema(Api.FETCH, v, "PartitionData")
         topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
         by_topic: dict[str, list[Any]] = {}
-        live_iter = iter(zip(answers, _pad(slices, len(answers))))
+        # zip without strict=: _pad makes the lengths equal; per fetch
+        live_iter = iter(zip(answers, _pad(slices, len(answers))))  # noqa: B905
         for i, part in enumerate(parts):
             data: bytes | Chunks = b""
             if i in early:

@@ -421,9 +421,15 @@ class BrokerConnection(asyncio.Protocol):
                     self._sent_from_queue(len(item.head))
                 for piece in item.slices:
                     if piece.count and tls:  # no sendfile under TLS: see tls_send
-                        await send_file_range(self.transport, piece.file,  # type: ignore[arg-type]
-                                              piece.position, piece.count,
-                                              self._wait_writable, head)
+                        # the type: ignore on its argument's own line, where `ruff format` keeps it
+                        await send_file_range(
+                            self.transport,  # type: ignore[arg-type]
+                            piece.file,
+                            piece.position,
+                            piece.count,
+                            self._wait_writable,
+                            head,
+                        )
                         self._sent_from_queue(len(head) + piece.count)
                         head = b""
                     elif piece.count:

@@ -8,6 +8,7 @@ loop never blocks on them.
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 from concurrent.futures import Executor
 from typing import Any, Callable
@@ -220,10 +221,8 @@ class AdminService:
         client = self.zk_client()
 
         def trigger() -> None:
-            try:
+            with contextlib.suppress(zk.NodeExistsError):  # already asked; the controller deletes it when done
                 client.create(zk.PREFERRED_ELECTION, b"{}", makepath=True)
-            except zk.NodeExistsError:
-                pass  # already asked; the controller deletes it when done
         await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
         responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
 
