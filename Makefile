@@ -32,10 +32,11 @@ $(STAMP): pyproject.toml scripts/make-venv.sh
 system-deps:
 	@scripts/install-system-deps.sh
 
-# The guard rails: style and real mistakes (ruff), types of the typed packages (mypy)
+# The guard rails: style, formatting and real mistakes (ruff), types of the typed packages (mypy)
 # and the architecture contracts (import-linter). Configured in pyproject.toml.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
