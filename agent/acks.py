@@ -99,8 +99,7 @@ class AckTracker:
     def add(self, chunk: Chunk) -> None:
         """Record a chunk just handed to the producer (in file order)."""
         if self._pending and chunk.start < self._pending[-1].end:
-            raise ValueError(f"chunk starts at {chunk.start}, before the previous end "
-                             f"{self._pending[-1].end}")
+            raise ValueError(f"chunk starts at {chunk.start}, before the previous end {self._pending[-1].end}")
         self._pending.append(chunk)
 
     def restart(self, offset: int) -> None:

@@ -82,8 +82,9 @@ def plan_files(config: AgentConfig) -> tuple[list[FilePlan], int]:
         if key in saved:
             plans.append(_resume(source.name, path, saved[key]))
         elif source.start_at == "end":
-            plans.append(FilePlan(source.name, path, st.st_size,
-                                  last_line_end(path, st.st_size), "end (start_at)", path))
+            plans.append(
+                FilePlan(source.name, path, st.st_size, last_line_end(path, st.st_size), "end (start_at)", path)
+            )
         else:
             plans.append(FilePlan(source.name, path, st.st_size, 0, "beginning", path))
     order = {s.name: i for i, s in enumerate(config.sources)}
@@ -99,12 +100,10 @@ def _resume(source: str, where: str, entry: Entry) -> FilePlan:
             head = handle.read(max(entry.fp_len, 1))
     except OSError as exc:
         return FilePlan(source, where, 0, 0, f"unreadable ({exc.strerror})", entry.path)
-    verdict = judge(entry.key, entry.fingerprint, entry.offset,
-                    Facts(entry.key, size, head))
+    verdict = judge(entry.key, entry.fingerprint, entry.offset, Facts(entry.key, size, head))
     if verdict is Verdict.SAME:
         return FilePlan(source, where, size, entry.offset, "checkpoint", entry.path)
-    return FilePlan(source, where, size, 0, f"beginning ({verdict.value} since the checkpoint)",
-                    entry.path)
+    return FilePlan(source, where, size, 0, f"beginning ({verdict.value} since the checkpoint)", entry.path)
 
 
 class TopicCheck(NamedTuple):
@@ -141,9 +140,14 @@ def check_cluster(config: AgentConfig, timeout: float = CLUSTER_TIMEOUT_S) -> Cl
     Raises ``broker.client.LogferryError`` (ZooKeeper or every broker unreachable)."""
     from broker.client import Admin, UnknownTopicOrPartitionError
 
-    admin = Admin(zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
-                  request_timeout=timeout, tls=config.tls, sasl=config.sasl,
-                  listener=config.listener)
+    admin = Admin(
+        zk=config.zk,
+        brokers=list(config.brokers) if config.brokers else None,
+        request_timeout=timeout,
+        tls=config.tls,
+        sasl=config.sasl,
+        listener=config.listener,
+    )
     try:
         brokers = {b: f"{i.host}:{i.port}" for b, i in admin.brokers().items()}
         auto_create = admin.auto_create_topics()
@@ -154,8 +158,7 @@ def check_cluster(config: AgentConfig, timeout: float = CLUSTER_TIMEOUT_S) -> Cl
             except UnknownTopicOrPartitionError:
                 topics.append(TopicCheck(name, 0, []))
                 continue
-            topics.append(TopicCheck(name, len(parts),
-                                     [p for p, info in parts.items() if info.leader < 0]))
+            topics.append(TopicCheck(name, len(parts), [p for p, info in parts.items() if info.leader < 0]))
         return ClusterCheck(brokers, topics, auto_create)
     finally:
         admin.close()
@@ -173,40 +176,47 @@ def human_bytes(size: int) -> str:
 
 def format_files(config: AgentConfig, plans: list[FilePlan], entries: int) -> list[str]:
     """Lines: the checkpoint, then each source and its files."""
-    lines = [f"checkpoint {config.checkpoint_path}: " +
-             (f"{entries} files" if entries else "none yet (files are read from their start, "
-              "or their end with start_at = \"end\")")]
+    lines = [
+        f"checkpoint {config.checkpoint_path}: "
+        + (
+            f"{entries} files"
+            if entries
+            else 'none yet (files are read from their start, or their end with start_at = "end")'
+        )
+    ]
     for source in config.sources:
         mine = [p for p in plans if p.source == source.name]
         patterns = ", ".join(source.patterns)
         excludes = f" excluding {', '.join(source.exclude)}" if source.exclude else ""
         what = "" if patterns == source.name and not excludes else f" ({patterns}{excludes})"
-        lines.append(f"source {source.name} -> topic {source.topic}{what}: "
-                     f"{_plural(len(mine), 'file')}")
+        lines.append(f"source {source.name} -> topic {source.topic}{what}: {_plural(len(mine), 'file')}")
         for plan in mine:
             rotated = f" (rotated from {plan.name})" if plan.name != plan.path else ""
-            lines.append(f"  {plan.path}{rotated}: {human_bytes(plan.size)}, starts at offset "
-                         f"{plan.start} ({plan.why})")
+            lines.append(
+                f"  {plan.path}{rotated}: {human_bytes(plan.size)}, starts at offset {plan.start} ({plan.why})"
+            )
     return lines
 
 
 def format_cluster(config: AgentConfig, found: ClusterCheck) -> list[str]:
     """Lines: the brokers, then each topic."""
     where = f"ZooKeeper {config.zk}" if config.zk else "brokers " + ", ".join(config.brokers or ())
-    lines = [f"cluster ({where}): {_plural(len(found.brokers), 'live broker')}: "
-             + ", ".join(f"{b} at {a}" for b, a in sorted(found.brokers.items()))]
+    lines = [
+        f"cluster ({where}): {_plural(len(found.brokers), 'live broker')}: "
+        + ", ".join(f"{b} at {a}" for b, a in sorted(found.brokers.items()))
+    ]
     for topic in found.topics:
         if not topic.partitions:
-            lines.append(f"  topic {topic.name}: does not exist yet; "
-                         f"{_when_created(topic.name, found.auto_create)}")
+            lines.append(f"  topic {topic.name}: does not exist yet; {_when_created(topic.name, found.auto_create)}")
         elif topic.leaderless:
-            lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}; "
-                         f"no leader right "
-                         f"now for partition(s) {', '.join(map(str, topic.leaderless))} "
-                         f"(their messages wait for one)")
+            lines.append(
+                f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}; "
+                f"no leader right "
+                f"now for partition(s) {', '.join(map(str, topic.leaderless))} "
+                f"(their messages wait for one)"
+            )
         else:
-            lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}, "
-                         f"all with a leader")
+            lines.append(f"  topic {topic.name}: {_plural(topic.partitions, 'partition')}, all with a leader")
     return lines
 
 
@@ -214,8 +224,10 @@ def _when_created(topic: str, auto_create: bool | None) -> str:
     if auto_create:
         return "the brokers create it at the agent's first send (auto_create_topics)"
     if auto_create is False:
-        return ("the brokers do not create topics (auto_create_topics = false): create it "
-                f"with `logferry topic create {topic}`")
+        return (
+            "the brokers do not create topics (auto_create_topics = false): create it "
+            f"with `logferry topic create {topic}`"
+        )
     return "the agent's first send creates it if the brokers allow auto_create_topics"
 
 
@@ -228,6 +240,9 @@ def cluster_problems(found: ClusterCheck) -> list[str]:
     brokers will not create."""
     if found.auto_create is not False:
         return []
-    return [f"topic {t.name} does not exist and the brokers do not create topics "
-            f"(auto_create_topics = false); create it with `logferry topic create {t.name}`"
-            for t in found.topics if not t.partitions]
+    return [
+        f"topic {t.name} does not exist and the brokers do not create topics "
+        f"(auto_create_topics = false); create it with `logferry topic create {t.name}`"
+        for t in found.topics
+        if not t.partitions
+    ]

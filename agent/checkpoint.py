@@ -27,9 +27,9 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 from agent.errors import CheckpointError
 from agent.identity import FileKey, Fingerprint
@@ -107,8 +107,10 @@ class CheckpointStore:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise CheckpointError(f"state_dir {self.state_dir} is in use by agent pid {holder}; "
-                                  f"stop it or give this agent its own state_dir") from None
+            raise CheckpointError(
+                f"state_dir {self.state_dir} is in use by agent pid {holder}; "
+                f"stop it or give this agent its own state_dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
@@ -130,20 +132,20 @@ class CheckpointStore:
         try:
             doc = json.loads(raw)
             if doc.get("version") not in READABLE_VERSIONS:
-                raise ValueError(f"version {doc.get('version')!r}, expected one of "
-                                 f"{READABLE_VERSIONS}")
+                raise ValueError(f"version {doc.get('version')!r}, expected one of {READABLE_VERSIONS}")
             entries = [Entry(**item) for item in doc["files"]]
             written = doc.get("written")
             self.written = float(written) if isinstance(written, (int, float)) else None
         except (ValueError, TypeError, KeyError) as exc:
-            raise CheckpointError(f"{self.path} is corrupt ({exc}); move it away to start "
-                                  f"over (files are then read again from their start)") from None
+            raise CheckpointError(
+                f"{self.path} is corrupt ({exc}); move it away to start "
+                f"over (files are then read again from their start)"
+            ) from None
         return {entry.key: entry for entry in entries}
 
     def save(self, entries: Iterable[Entry]) -> None:
         """Write every entry atomically and durably."""
-        doc = {"version": VERSION, "host": self.host, "written": time.time(),
-               "files": [asdict(e) for e in entries]}
+        doc = {"version": VERSION, "host": self.host, "written": time.time(), "files": [asdict(e) for e in entries]}
         try:
             write_atomically(self.path, json.dumps(doc, separators=(",", ":")).encode())
         except OSError as exc:

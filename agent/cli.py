@@ -31,6 +31,7 @@ import urllib.request
 from typing import Any
 
 from agent.config import AgentConfig, load_config
+from agent.errors import AgentError, ConfigError, StatusUnavailableError
 from broker.common.commands import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -39,7 +40,6 @@ from broker.common.commands import (
     LOG_FORMAT,
     report,
 )
-from agent.errors import AgentError, ConfigError, StatusUnavailableError
 
 STALE_AFTER_S = 10.0
 """A status file older than this (with no endpoint answering) means the agent is not running."""
@@ -48,31 +48,35 @@ STALE_AFTER_S = 10.0
 def register(subparsers: Any) -> None:
     """Add ``agent`` (run) and ``agent status`` to an argparse subparsers object."""
     parser = subparsers.add_parser(
-        "agent", help="tail log files and publish them to a broker cluster",
+        "agent",
+        help="tail log files and publish them to a broker cluster",
         description="Tail the log files named in the config and publish every line to the "
-                    "brokers; stop with SIGTERM or Ctrl-C (the checkpoint is written).")
-    parser.add_argument("--config", required=False, metavar="TOML",
-                        help="agent config file (see docs/agent.md and etc/agent.toml)")
+        "brokers; stop with SIGTERM or Ctrl-C (the checkpoint is written).",
+    )
+    parser.add_argument(
+        "--config", required=False, metavar="TOML", help="agent config file (see docs/agent.md and etc/agent.toml)"
+    )
     parser.set_defaults(func=run_command, handler=run_command)
     commands = parser.add_subparsers(dest="agent_command", metavar="{status,check}")
-    status = commands.add_parser("status", help="show a running agent's files, lag and counters",
-                                 description="Read the running agent's /status endpoint (or "
-                                             "its status file) and summarise it.")
-    status.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML",
-                        help="the running agent's config file")
+    status = commands.add_parser(
+        "status",
+        help="show a running agent's files, lag and counters",
+        description="Read the running agent's /status endpoint (or its status file) and summarise it.",
+    )
+    status.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML", help="the running agent's config file")
     status.add_argument("--json", action="store_true", help="print the raw status document")
     status.add_argument("--files", action="store_true", help="list every tailed file")
     status.set_defaults(func=status_command, handler=status_command, long_running=False)
     check = commands.add_parser(
-        "check", help="validate a config, list the files it matches, try the cluster",
+        "check",
+        help="validate a config, list the files it matches, try the cluster",
         description="Validate the config, list the files each source matches now and the "
-                    "offset the agent would start each at (its checkpoint is only read), "
-                    "and reach the cluster and look up the topics, as the agent would; "
-                    "ships nothing. Exit 0 ok, 1 cluster unreachable, 2 config error.")
-    check.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML",
-                       help="the agent config file to check")
-    check.add_argument("--no-cluster", action="store_true",
-                       help="do not contact the cluster (config and files only)")
+        "offset the agent would start each at (its checkpoint is only read), "
+        "and reach the cluster and look up the topics, as the agent would; "
+        "ships nothing. Exit 0 ok, 1 cluster unreachable, 2 config error.",
+    )
+    check.add_argument("--config", default=argparse.SUPPRESS, metavar="TOML", help="the agent config file to check")
+    check.add_argument("--no-cluster", action="store_true", help="do not contact the cluster (config and files only)")
     check.set_defaults(func=check_command, handler=check_command, long_running=False)
 
 
@@ -114,16 +118,17 @@ def run_command(args: argparse.Namespace) -> int:
 
 def check_command(args: argparse.Namespace) -> int:
     """Validate, list the files and their start offsets, try the cluster; ship nothing."""
-    from agent.check import (check_cluster, cluster_problems, format_cluster, format_files,
-                             plan_files)
+    from agent.check import check_cluster, cluster_problems, format_cluster, format_files, plan_files
 
     try:
         config = _config(args)
     except AgentError as exc:
         return report("agent check", exc, EXIT_USAGE)
     cluster = f"ZooKeeper {config.zk}" if config.zk else f"{len(config.brokers or ())} brokers"
-    print(f"config {args.config}: valid; host {config.host}, {len(config.sources)} source"
-          f"{'s' if len(config.sources) != 1 else ''}, state_dir {config.state_dir}, {cluster}")
+    print(
+        f"config {args.config}: valid; host {config.host}, {len(config.sources)} source"
+        f"{'s' if len(config.sources) != 1 else ''}, state_dir {config.state_dir}, {cluster}"
+    )
     try:
         plans, entries = plan_files(config)
     except AgentError as exc:
@@ -163,8 +168,7 @@ def read_status(config: AgentConfig) -> dict[str, Any]:
         urls.append(file_doc["metrics_url"])
     for url in urls:
         try:
-            with urllib.request.urlopen(f"{url}/status", timeout=3,
-                                        context=_status_context(config)) as response:
+            with urllib.request.urlopen(f"{url}/status", timeout=3, context=_status_context(config)) as response:
                 document: dict[str, Any] = json.loads(response.read())
                 return document
         except (urllib.error.URLError, OSError, ValueError):
@@ -172,7 +176,8 @@ def read_status(config: AgentConfig) -> dict[str, Any]:
     if file_doc is None:
         raise StatusUnavailableError(
             f"no agent status: nothing answers at {', '.join(urls) or '(no metrics port)'} "
-            f"and {config.status_path} does not exist; is the agent running with this config?")
+            f"and {config.status_path} does not exist; is the agent running with this config?"
+        )
     return file_doc
 
 
@@ -225,14 +230,17 @@ def format_status(doc: dict[str, Any], show_files: bool = False) -> str:
         f"{counters.get('reloads', 0)} ({counters.get('reload_failures', 0)} refused)",
     ]
     if doc.get("parse_failures"):
-        lines.append("parse failures: " + ", ".join(
-            f"{source} {count}" for source, count in doc["parse_failures"].items()))
+        lines.append(
+            "parse failures: " + ", ".join(f"{source} {count}" for source, count in doc["parse_failures"].items())
+        )
     if show_files:
         for entry in doc.get("files", []):
-            lines.append(f"  {entry['path']} (inode {entry['inode']}): offset {entry['offset']} "
-                         f"of {entry['size']}, lag {entry['lag']}"
-                         + (" [rotated]" if entry.get("rotated") else "")
-                         + (" [deleted]" if entry.get("deleted") else ""))
+            lines.append(
+                f"  {entry['path']} (inode {entry['inode']}): offset {entry['offset']} "
+                f"of {entry['size']}, lag {entry['lag']}"
+                + (" [rotated]" if entry.get("rotated") else "")
+                + (" [deleted]" if entry.get("deleted") else "")
+            )
     return "\n".join(lines)
 
 

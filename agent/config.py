@@ -19,8 +19,22 @@ from typing import Any
 
 from agent.errors import ConfigError
 from broker.common.config import (
-    BOOL, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_NUMBER, PORT, POSITIVE_INT, POSITIVE_NUMBER,
-    STR_LIST, TABLE, TABLE_LIST, Check, Validator, either, fields, one_of, read,
+    BOOL,
+    NONEMPTY_STR,
+    NONEMPTY_STR_LIST,
+    NONNEG_NUMBER,
+    PORT,
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    STR_LIST,
+    TABLE,
+    TABLE_LIST,
+    Check,
+    Validator,
+    either,
+    fields,
+    one_of,
+    read,
 )
 from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.sasl import SaslCredentials, sasl_section
@@ -157,38 +171,69 @@ class AgentConfig:
 STR_OR_LIST = either(NONEMPTY_STR, Check(NONEMPTY_STR_LIST.test, "list of strings"))
 
 TOP = fields(
-    ("state_dir",), {"state_dir": "where the checkpoint file lives"},
-    host=NONEMPTY_STR, state_dir=NONEMPTY_STR, max_inflight_bytes=POSITIVE_INT,
-    max_open_files=POSITIVE_INT, read_chunk_bytes=POSITIVE_INT, poll_interval_s=POSITIVE_NUMBER,
-    scan_interval_s=POSITIVE_NUMBER, checkpoint_interval_s=POSITIVE_NUMBER,
-    rotated_close_s=NONNEG_NUMBER, shutdown_timeout_s=POSITIVE_NUMBER,
-    fingerprint_bytes=POSITIVE_INT, watch=BOOL, log_level=NONEMPTY_STR,
-    resume_from_cluster=BOOL, resume_max_bytes=POSITIVE_INT,
-    cluster=TABLE, producer=TABLE, fields=TABLE, audit=TABLE, metrics=TABLE, tls=TABLE, sasl=TABLE,
+    ("state_dir",),
+    {"state_dir": "where the checkpoint file lives"},
+    host=NONEMPTY_STR,
+    state_dir=NONEMPTY_STR,
+    max_inflight_bytes=POSITIVE_INT,
+    max_open_files=POSITIVE_INT,
+    read_chunk_bytes=POSITIVE_INT,
+    poll_interval_s=POSITIVE_NUMBER,
+    scan_interval_s=POSITIVE_NUMBER,
+    checkpoint_interval_s=POSITIVE_NUMBER,
+    rotated_close_s=NONNEG_NUMBER,
+    shutdown_timeout_s=POSITIVE_NUMBER,
+    fingerprint_bytes=POSITIVE_INT,
+    watch=BOOL,
+    log_level=NONEMPTY_STR,
+    resume_from_cluster=BOOL,
+    resume_max_bytes=POSITIVE_INT,
+    cluster=TABLE,
+    producer=TABLE,
+    fields=TABLE,
+    audit=TABLE,
+    metrics=TABLE,
+    tls=TABLE,
+    sasl=TABLE,
     zookeeper=TABLE,
     sources=Check(TABLE_LIST.test, "an array of tables ([[sources]])"),
 )
 CLUSTER = fields(zk=NONEMPTY_STR, brokers=STR_LIST, listener=NONEMPTY_STR)
 PRODUCER = fields(
-    acks=Check(one_of(0, 1, "all").test, '1 or "all"'), linger_ms=NONNEG_NUMBER,
-    batch_bytes=POSITIVE_INT, batch_messages=POSITIVE_INT, compression=NONEMPTY_STR, delivery_timeout_s=POSITIVE_NUMBER,
-    request_timeout_s=POSITIVE_NUMBER, retry_backoff_ms=NONNEG_NUMBER,
+    acks=Check(one_of(0, 1, "all").test, '1 or "all"'),
+    linger_ms=NONNEG_NUMBER,
+    batch_bytes=POSITIVE_INT,
+    batch_messages=POSITIVE_INT,
+    compression=NONEMPTY_STR,
+    delivery_timeout_s=POSITIVE_NUMBER,
+    request_timeout_s=POSITIVE_NUMBER,
+    retry_backoff_ms=NONNEG_NUMBER,
 )
-AUDIT = fields(enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER,
-               agents_topic=NONEMPTY_STR, heartbeat_s=NONNEG_NUMBER)
+AUDIT = fields(
+    enabled=BOOL, topic=NONEMPTY_STR, window_s=POSITIVE_NUMBER, agents_topic=NONEMPTY_STR, heartbeat_s=NONNEG_NUMBER
+)
 METRICS = fields(port=PORT, bind=NONEMPTY_STR, tls=TABLE)
 SOURCE = fields(
-    ("pattern", "topic"), {"pattern": "every source needs one", "topic": "every source needs one"},
-    name=NONEMPTY_STR, pattern=STR_OR_LIST, exclude=STR_OR_LIST, topic=NONEMPTY_STR,
-    key=NONEMPTY_STR, start_at=NONEMPTY_STR, max_line_bytes=POSITIVE_INT,
-    partial_line_timeout_s=POSITIVE_NUMBER, idle_close_s=POSITIVE_NUMBER,
-    time_pattern=NONEMPTY_STR, time_format=NONEMPTY_STR, time_zone=NONEMPTY_STR, multiline=TABLE,
-    fields=TABLE, parse=TABLE,
+    ("pattern", "topic"),
+    {"pattern": "every source needs one", "topic": "every source needs one"},
+    name=NONEMPTY_STR,
+    pattern=STR_OR_LIST,
+    exclude=STR_OR_LIST,
+    topic=NONEMPTY_STR,
+    key=NONEMPTY_STR,
+    start_at=NONEMPTY_STR,
+    max_line_bytes=POSITIVE_INT,
+    partial_line_timeout_s=POSITIVE_NUMBER,
+    idle_close_s=POSITIVE_NUMBER,
+    time_pattern=NONEMPTY_STR,
+    time_format=NONEMPTY_STR,
+    time_zone=NONEMPTY_STR,
+    multiline=TABLE,
+    fields=TABLE,
+    parse=TABLE,
 )
-PARSE = fields(("format",), {"format": "'json' or 'regex'"},
-               format=one_of("json", "regex"), regex=NONEMPTY_STR)
-MULTILINE = fields(continuation=NONEMPTY_STR, start=NONEMPTY_STR, max_bytes=POSITIVE_INT,
-                   timeout_s=POSITIVE_NUMBER)
+PARSE = fields(("format",), {"format": "'json' or 'regex'"}, format=one_of("json", "regex"), regex=NONEMPTY_STR)
+MULTILINE = fields(continuation=NONEMPTY_STR, start=NONEMPTY_STR, max_bytes=POSITIVE_INT, timeout_s=POSITIVE_NUMBER)
 
 
 def _as_tuple(value: str | list[str] | None) -> tuple[str, ...]:
@@ -216,8 +261,7 @@ def _multiline(v: Validator, source: dict[str, Any], where: str) -> MultilineCon
     if ("continuation" in table) == ("start" in table):
         v.fail(where, "give exactly one of 'continuation' and 'start'")
     return MultilineConfig(
-        continuation=_regex(v, table["continuation"], f"{where}.continuation")
-        if "continuation" in table else None,
+        continuation=_regex(v, table["continuation"], f"{where}.continuation") if "continuation" in table else None,
         start=_regex(v, table["start"], f"{where}.start") if "start" in table else None,
         max_bytes=table.get("max_bytes", MiB),
         timeout_s=float(table.get("timeout_s", 2.0)),
@@ -245,13 +289,15 @@ def _parse_rule(v: Validator, source: dict[str, Any], where: str) -> ParseConfig
         v.fail(f"{where}.regex", "missing (required with format = 'regex')")
     regex = _regex(v, table["regex"], f"{where}.regex")
     if not regex.groupindex:
-        v.fail(f"{where}.regex", "needs at least one named group (?P<name>...): "
-               "the groups' names are the fields' names")
+        v.fail(
+            f"{where}.regex", "needs at least one named group (?P<name>...): the groups' names are the fields' names"
+        )
     return ParseConfig("regex", regex)
 
 
-def _source(v: Validator, table: dict[str, Any], index: int, host: str,
-            global_fields: dict[str, Scalar]) -> SourceConfig:
+def _source(
+    v: Validator, table: dict[str, Any], index: int, host: str, global_fields: dict[str, Scalar]
+) -> SourceConfig:
     where = f"sources[{index}]"
     v.check(table, SOURCE, where)
     patterns = _as_tuple(table["pattern"])
@@ -299,15 +345,17 @@ def _source(v: Validator, table: dict[str, Any], index: int, host: str,
     )
 
 
-def parse_config(data: dict[str, Any], base_dir: Path | None = None,
-                 file: str = "") -> AgentConfig:
+def parse_config(data: dict[str, Any], base_dir: Path | None = None, file: str = "") -> AgentConfig:
     """Validate a parsed TOML document and build the config.
 
     Relative paths are taken from ``base_dir`` (the config file's directory; default: the
     working directory); ``file`` names the document in errors.
     """
-    validator = Validator(file=file, error=ConfigError) if base_dir is None else \
-        Validator(file=file, base_dir=base_dir, error=ConfigError)
+    validator = (
+        Validator(file=file, error=ConfigError)
+        if base_dir is None
+        else Validator(file=file, base_dir=base_dir, error=ConfigError)
+    )
     return _parse(data, validator)
 
 
@@ -324,8 +372,7 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     host = data.get("host") or socket.gethostname()
     cluster = v.table(data, "cluster", CLUSTER)
     if ("zk" in cluster) == ("brokers" in cluster):
-        v.fail("cluster", "give exactly one of 'zk' (connect string with chroot) "
-               "and 'brokers' (list of host:port)")
+        v.fail("cluster", "give exactly one of 'zk' (connect string with chroot) and 'brokers' (list of host:port)")
     if "zk" in cluster:
         v.zk_connect("cluster.zk", cluster["zk"])
     for i, address in enumerate(cluster.get("brokers", [])):
@@ -336,8 +383,7 @@ def _parse(data: dict[str, Any], v: Validator) -> AgentConfig:
     if not data.get("sources"):
         v.fail("sources", "missing: add at least one [[sources]] table")
     global_fields = _fields(v, data["fields"], "fields") if "fields" in data else {}
-    sources = tuple(_source(v, t, i, host, global_fields)
-                    for i, t in enumerate(data["sources"]))
+    sources = tuple(_source(v, t, i, host, global_fields) for i, t in enumerate(data["sources"]))
     names = [s.name for s in sources]
     for i, name in enumerate(names):
         if names.index(name) != i:
@@ -404,9 +450,11 @@ def _check_limits(v: Validator, config: AgentConfig) -> None:
     for i, source in enumerate(config.sources):
         held = source.max_line_bytes + (source.multiline.max_bytes if source.multiline else 0)
         if held * 2 > config.max_inflight_bytes:
-            v.fail(f"sources[{i}].max_line_bytes",
-                   f"with multiline.max_bytes it may hold {held} bytes per file; "
-                   f"raise max_inflight_bytes to at least {held * 2}")
+            v.fail(
+                f"sources[{i}].max_line_bytes",
+                f"with multiline.max_bytes it may hold {held} bytes per file; "
+                f"raise max_inflight_bytes to at least {held * 2}",
+            )
     if config.read_chunk_bytes > config.max_inflight_bytes:
         v.fail("read_chunk_bytes", "must not exceed max_inflight_bytes")
     if config.audit.window_s < 1:

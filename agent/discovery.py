@@ -21,7 +21,8 @@ import os
 import re
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from agent.config import SourceConfig
 
@@ -54,13 +55,12 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
             out.append("[^/]")
             i += 1
         elif char == "[":
-            close = pattern.find("]", i + 2 if pattern.startswith("[!", i) or
-                                 pattern.startswith("[]", i) else i + 1)
+            close = pattern.find("]", i + 2 if pattern.startswith("[!", i) or pattern.startswith("[]", i) else i + 1)
             if close == -1:
                 out.append(re.escape(char))
                 i += 1
                 continue
-            body = pattern[i + 1:close]
+            body = pattern[i + 1 : close]
             if body.startswith("!"):
                 body = "^" + body[1:]
             out.append("[" + body.replace("\\", "\\\\") + "]")
@@ -87,8 +87,7 @@ class Matcher:
     """Which source (index) a path belongs to, if any."""
 
     def __init__(self, sources: Sequence[SourceConfig]):
-        self._rules = [([glob_regex(p) for p in s.patterns], [glob_regex(x) for x in s.exclude])
-                       for s in sources]
+        self._rules = [([glob_regex(p) for p in s.patterns], [glob_regex(x) for x in s.exclude]) for s in sources]
 
     def source_of(self, path: str) -> int | None:
         """Index of the first source matching ``path`` and not excluding it."""
@@ -174,8 +173,14 @@ class Watcher:
         """Watch roots that appeared since the last call (called at every rescan)."""
         if self._observer is None:
             return
-        from watchdog.events import (DirCreatedEvent, DirMovedEvent, FileCreatedEvent,
-                                     FileDeletedEvent, FileMovedEvent, FileSystemEventHandler)
+        from watchdog.events import (
+            DirCreatedEvent,
+            DirMovedEvent,
+            FileCreatedEvent,
+            FileDeletedEvent,
+            FileMovedEvent,
+            FileSystemEventHandler,
+        )
 
         watcher = self
 
@@ -188,9 +193,11 @@ class Watcher:
                 continue
             try:
                 self._scheduled[root] = self._observer.schedule(
-                    Handler(), root, recursive=recursive,
-                    event_filter=[FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
-                                  DirCreatedEvent, DirMovedEvent])
+                    Handler(),
+                    root,
+                    recursive=recursive,
+                    event_filter=[FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent],
+                )
             except OSError as exc:  # inotify watch limit, permissions
                 log.warning("cannot watch %s (%s); relying on rescans", root, exc)
 

@@ -35,13 +35,12 @@ import msgpack
 _BODY = struct.Struct(">8sQ6sI")
 _OFFSET_KEY = b"\xa6offset\xcf"
 _LINE_KEY = b"\xa4line\xdb"
-_PTIME_KEY = b"\xa5ptime\xd3"   # int 64: parsed times may precede 1970
+_PTIME_KEY = b"\xa5ptime\xd3"  # int 64: parsed times may precede 1970
 _PTIME = struct.Struct(">7sq")
 _CUT = b"\xa3cut\xc3"
 
 
-def chunk_prefix(time_ms: int, host: str, path: str, fields: bytes = b"", *,
-                 file_id: int | None = None) -> bytes:
+def chunk_prefix(time_ms: int, host: str, path: str, fields: bytes = b"", *, file_id: int | None = None) -> bytes:
     """The fields shared by a chunk, packed once.
 
     ``fields``: static fields from :func:`agent.parsing.pack_fields`, or empty;
@@ -78,10 +77,14 @@ def valid_utf8(lines: list[bytes], whole: bytes | None = None) -> list[bytes]:
     return fixed
 
 
-def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
-                  cut: frozenset[int] = frozenset(),
-                  ptimes: Sequence[int | None] | None = None,
-                  parsed: Sequence[tuple[int, bytes]] | None = None) -> list[bytes]:
+def encode_values(
+    prefix: bytes,
+    lines: Sequence[bytes],
+    offsets: Sequence[int],
+    cut: frozenset[int] = frozenset(),
+    ptimes: Sequence[int | None] | None = None,
+    parsed: Sequence[tuple[int, bytes]] | None = None,
+) -> list[bytes]:
     """Build one msgpack map per line; ``lines`` must be valid UTF-8 already.
 
     ``parsed``: per line, extra map entries (count, packed) from
@@ -92,8 +95,10 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
     body = prefix[1:]
     if not cut and ptimes is None and parsed is None:
         head = bytes((0x80 | base,)) + body
-        return [head + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line
-                for offset, line in zip(offsets, lines, strict=True)]
+        return [
+            head + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line
+            for offset, line in zip(offsets, lines, strict=True)
+        ]
     values: list[bytes] = []
     for index, (offset, line) in enumerate(zip(offsets, lines, strict=True)):
         extra = b""
@@ -109,8 +114,7 @@ def encode_values(prefix: bytes, lines: Sequence[bytes], offsets: Sequence[int],
         if index in cut:
             extra += _CUT
             fields += 1
-        values.append(bytes((0x80 | fields,)) + body
-                      + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line + extra)
+        values.append(bytes((0x80 | fields,)) + body + pack(_OFFSET_KEY, offset, _LINE_KEY, len(line)) + line + extra)
     return values
 
 

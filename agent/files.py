@@ -20,17 +20,17 @@ Offsets, all file offsets:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import NamedTuple
 
 from agent import encode, parsing
+from agent.acks import AckTracker
 from agent.config import SourceConfig
 from agent.identity import EMPTY, FileKey, Fingerprint, fingerprint, new_file_id
-from agent.lines import LineSplitter, Lines
+from agent.lines import Lines, LineSplitter
 from agent.multiline import MultilineJoiner
-from agent.acks import AckTracker
-import contextlib
 
 
 class Outgoing(NamedTuple):
@@ -51,9 +51,18 @@ class Outgoing(NamedTuple):
 class TailedFile:
     """State and IO for one file; see the module docstring."""
 
-    def __init__(self, key: FileKey, path: str, where: str, source: SourceConfig,
-                 source_index: int, host: str, offset: int = 0, fp: Fingerprint = EMPTY,
-                 file_id: int | None = None):
+    def __init__(
+        self,
+        key: FileKey,
+        path: str,
+        where: str,
+        source: SourceConfig,
+        source_index: int,
+        host: str,
+        offset: int = 0,
+        fp: Fingerprint = EMPTY,
+        file_id: int | None = None,
+    ):
         self.key = key
         self.path = path
         """The path the file was found under: what its messages carry in ``file``."""
@@ -165,13 +174,16 @@ class TailedFile:
         source = self.source
         self.splitter = LineSplitter(source.max_line_bytes, offset)
         rule = source.multiline
-        self.joiner = MultilineJoiner(rule.continuation, rule.start, rule.max_bytes) \
-            if rule is not None else None
-        self.parser = encode.TimeParser(source.time_pattern, source.time_format or "",
-                                        source.time_zone) if source.time_pattern else None
+        self.joiner = MultilineJoiner(rule.continuation, rule.start, rule.max_bytes) if rule is not None else None
+        self.parser = (
+            encode.TimeParser(source.time_pattern, source.time_format or "", source.time_zone)
+            if source.time_pattern
+            else None
+        )
         static = dict(source.fields)
-        self.fields = parsing.FieldParser(source.parse.format, source.parse.regex, static) \
-            if source.parse is not None else None
+        self.fields = (
+            parsing.FieldParser(source.parse.format, source.parse.regex, static) if source.parse is not None else None
+        )
         self._static = parsing.pack_fields(static) if static and self.fields is None else b""
 
     def set_source(self, source: SourceConfig, index: int) -> None:
@@ -202,8 +214,7 @@ class TailedFile:
         """Turn the bytes just read into messages; None when they complete none."""
         # The chunk may vouch for its lines' UTF-8 (one C-speed check) only if the bytes
         # held from earlier chunks, which start its first line, were clean too.
-        nothing_held = self.splitter.held_bytes == 0 and (self.joiner is None or
-                                                           self.joiner.held_bytes == 0)
+        nothing_held = self.splitter.held_bytes == 0 and (self.joiner is None or self.joiner.held_bytes == 0)
         fresh = nothing_held or self._held_ascii
         self._held_ascii = fresh and data.isascii()
         lines = self.splitter.feed(data)
@@ -217,9 +228,12 @@ class TailedFile:
         if self.joiner is not None:
             joined = self.joiner.feed(lines) if lines.lines else lines
             tail = self.joiner.flush(self.splitter.held_from)
-            lines = Lines(joined.lines + tail.lines, joined.offsets + tail.offsets,
-                          joined.cut | frozenset(i + len(joined.lines) for i in tail.cut),
-                          tail.end)
+            lines = Lines(
+                joined.lines + tail.lines,
+                joined.offsets + tail.offsets,
+                joined.cut | frozenset(i + len(joined.lines) for i in tail.cut),
+                tail.end,
+            )
         return self._outgoing(lines, time_ms, None)
 
     def _outgoing(self, lines: Lines, time_ms: int, whole: bytes | None) -> Outgoing | None:
@@ -229,17 +243,16 @@ class TailedFile:
         texts = encode.valid_utf8(lines.lines, whole)
         replaced = 0 if texts is lines.lines else sum(a is not b for a, b in zip(texts, lines.lines, strict=True))
         if time_ms != self._prefix_time:
-            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self._static,
-                                               file_id=self.file_id)
+            self._prefix = encode.chunk_prefix(time_ms, self.host, self.path, self._static, file_id=self.file_id)
             self._prefix_time = time_ms
         ptimes = self.parser.parse_all(texts) if self.parser is not None else None
         parsed, failed = self.fields.entries(texts) if self.fields is not None else (None, [])
-        values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes,
-                                      parsed)
+        values = encode.encode_values(self._prefix, texts, lines.offsets, lines.cut, ptimes, parsed)
         start = self.emitted
         self.emitted = lines.end
-        return Outgoing(values, lines.offsets, start, lines.end, sum(map(len, values)), time_ms,
-                        replaced, tuple(failed))
+        return Outgoing(
+            values, lines.offsets, start, lines.end, sum(map(len, values)), time_ms, replaced, tuple(failed)
+        )
 
     def trim(self, out: Outgoing, room: int) -> Outgoing | None:
         """Keep the leading messages of ``out`` that fit in ``room`` bytes; read the rest again.
@@ -259,9 +272,13 @@ class TailedFile:
         self.restart_at(resume)
         if keep == 0:
             return None
-        return out._replace(values=out.values[:keep], offsets=out.offsets[:keep], end=resume,
-                            nbytes=total,
-                            parse_failed=tuple(i for i in out.parse_failed if i < keep))
+        return out._replace(
+            values=out.values[:keep],
+            offsets=out.offsets[:keep],
+            end=resume,
+            nbytes=total,
+            parse_failed=tuple(i for i in out.parse_failed if i < keep),
+        )
 
     # -- state --------------------------------------------------------------------------
 
@@ -276,5 +293,4 @@ class TailedFile:
         return max(self.size - self.acks.acked, 0)
 
     def __repr__(self) -> str:
-        return (f"TailedFile({self.path!r}, ino={self.key.ino}, pos={self.pos}, "
-                f"acked={self.acks.acked}, fd={self.fd})")
+        return f"TailedFile({self.path!r}, ino={self.key.ino}, pos={self.pos}, acked={self.acks.acked}, fd={self.fd})"

@@ -11,6 +11,7 @@ import os
 
 from agent.identity import FileKey
 
+
 def inodes_in(directory: str) -> dict[tuple[int, int], str]:
     """(dev, ino) -> path for the regular files of one directory (one scandir)."""
     found: dict[tuple[int, int], str] = {}

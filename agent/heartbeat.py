@@ -14,10 +14,9 @@ import time
 from importlib import metadata
 from typing import Any
 
+from agent.metrics import Snapshot
 from broker.client import AgentHeartbeat, file_entries
 from broker.common.errors import LogferryError
-
-from agent.metrics import Snapshot
 
 log = logging.getLogger("logferry.agent")
 
@@ -40,19 +39,22 @@ class Heartbeats:
         self.sent = 0
         self._next = 0.0  # the first one goes out at the first status refresh
 
-    def record(self, snapshot: Snapshot, state: str | None = None,
-               now: float | None = None) -> AgentHeartbeat:
+    def record(self, snapshot: Snapshot, state: str | None = None, now: float | None = None) -> AgentHeartbeat:
         """The heartbeat for ``snapshot`` (``state`` overrides the snapshot's)."""
         now = time.time() if now is None else now
         return AgentHeartbeat(
-            host=self.host, version=self.version, pid=snapshot.pid,
-            started_ms=int(snapshot.started * 1000), time_ms=int(now * 1000),
-            interval_s=self.interval_s, state=state or snapshot.state,
+            host=self.host,
+            version=self.version,
+            pid=snapshot.pid,
+            started_ms=int(snapshot.started * 1000),
+            time_ms=int(now * 1000),
+            interval_s=self.interval_s,
+            state=state or snapshot.state,
             lag_bytes=int(snapshot.gauges.get("lag_bytes", 0)),
-            files=file_entries(snapshot.files))
+            files=file_entries(snapshot.files),
+        )
 
-    def maybe_publish(self, producer: Any, snapshot: Snapshot, state: str | None = None,
-                      force: bool = False) -> bool:
+    def maybe_publish(self, producer: Any, snapshot: Snapshot, state: str | None = None, force: bool = False) -> bool:
         """Send a heartbeat if one is due (or ``force``); True when one was handed over."""
         now = time.monotonic()
         if producer is None or not (force or now >= self._next):

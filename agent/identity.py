@@ -59,7 +59,7 @@ def matches(known: Fingerprint, head: bytes) -> bool:
         return True
     if len(head) < known.length:
         return False
-    return fingerprint(head[:known.length]) == known
+    return fingerprint(head[: known.length]) == known
 
 
 def new_file_id() -> int:

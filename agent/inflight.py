@@ -10,7 +10,8 @@ object, which also keeps the ``inflight_bytes_max`` and ``inflight_bytes_cap`` g
 
 from __future__ import annotations
 
-from typing import MutableMapping, Protocol
+from collections.abc import MutableMapping
+from typing import Protocol
 
 
 class Holder(Protocol):

@@ -26,11 +26,13 @@ import logging
 import os
 import stat as stat_module
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agent.checkpoint import Entry
 from agent.config import AgentConfig
-from agent.discovery import Matcher, Watcher, scan as scan_sources
+from agent.discovery import Matcher, Watcher
+from agent.discovery import scan as scan_sources
 from agent.files import TailedFile
 from agent.fsutil import find_inode, inodes_in, last_line_end
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge
@@ -162,14 +164,16 @@ class FileInventory:
             if moved is None or current is None or moved is current:
                 return
             earlier = current.waiting_for
-            moved.waiting_for = earlier if earlier is not None and earlier is not moved \
-                and not self.fully_read(earlier) else None
+            moved.waiting_for = (
+                earlier if earlier is not None and earlier is not moved and not self.fully_read(earlier) else None
+            )
             self._latest[src] = current
             if current.pos == 0 and not current.acks.in_flight:
                 current.waiting_for = moved
 
-    def _discover(self, path: str, index: int, initial: bool = False, tag: str | None = None,
-                  entry: Entry | None = None) -> TailedFile | None:
+    def _discover(
+        self, path: str, index: int, initial: bool = False, tag: str | None = None, entry: Entry | None = None
+    ) -> TailedFile | None:
         """Start tailing ``path`` (or recognise a file we already know); return the new file."""
         try:
             st = os.stat(path)
@@ -209,8 +213,7 @@ class FileInventory:
                 file_id = saved.fid  # the same generation: re-sent lines keep their id
         elif initial and source.start_at == "end":
             offset = last_line_end(path, st.st_size)
-        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp,
-                            file_id)
+        tailed = TailedFile(key, tag or path, path, source, index, self.config.host, offset, fp, file_id)
         tailed.size = st.st_size
         if not initial and self.watcher is not None:
             # The file at this path now may be a successor of one created and renamed
@@ -227,8 +230,13 @@ class FileInventory:
         self._by_path[path] = tailed
         self.ready[tailed] = None
         self.dirty = True
-        log.debug("tailing %s (inode %d) from offset %d%s", path, key.ino, offset,
-                  f" after {tailed.waiting_for.where}" if tailed.waiting_for else "")
+        log.debug(
+            "tailing %s (inode %d) from offset %d%s",
+            path,
+            key.ino,
+            offset,
+            f" after {tailed.waiting_for.where}" if tailed.waiting_for else "",
+        )
         return tailed
 
     def _resume_point(self, path: str, saved: Entry, size: int) -> tuple[int, Any, bool]:
@@ -282,8 +290,12 @@ class FileInventory:
         if tailed.where is not None:
             self._by_path[tailed.where] = tailed
         elif tailed.fd is None:
-            log.warning("%s (inode %d) was rotated while closed and is gone; bytes after "
-                        "offset %d may be unread", tailed.path, tailed.key.ino, tailed.pos)
+            log.warning(
+                "%s (inode %d) was rotated while closed and is gone; bytes after offset %d may be unread",
+                tailed.path,
+                tailed.key.ino,
+                tailed.pos,
+            )
             tailed.deleted = True
             self.forget(tailed)
             return
@@ -389,7 +401,7 @@ class FileInventory:
         if self.watcher is not None:
             self.watcher.set_sources(config.sources)
         kept = stopped = 0
-        for tailed in list(self.leaving):      # stopped by the reload before, matched again
+        for tailed in list(self.leaving):  # stopped by the reload before, matched again
             index = self._source_index(tailed)
             if index is not None:
                 self._come_back(tailed, index, tailed.where)
@@ -444,9 +456,12 @@ class FileInventory:
 
     def _leave(self, tailed: TailedFile) -> None:
         """Stop reading ``tailed`` (no source matches it any more); see :meth:`reload`."""
-        log.info("%s: no source matches it any more; stopping at offset %d (kept in the "
-                 "checkpoint)", tailed.path, tailed.emitted)
-        tailed.restart_at(tailed.emitted)   # drop a held partial line: it is re-read on resume
+        log.info(
+            "%s: no source matches it any more; stopping at offset %d (kept in the checkpoint)",
+            tailed.path,
+            tailed.emitted,
+        )
+        tailed.restart_at(tailed.emitted)  # drop a held partial line: it is re-read on resume
         self.inflight.hold(tailed, 0)
         self.ready.pop(tailed, None)
         if self.files.get(tailed.key) is tailed:
@@ -540,8 +555,7 @@ class FileInventory:
 
     def truncated(self, tailed: TailedFile, size: int) -> None:
         """``tailed`` shrank below the read position (copytruncate): read it from 0."""
-        log.info("%s: truncated (size %d < position %d); reading from the start",
-                 tailed.path, size, tailed.pos)
+        log.info("%s: truncated (size %d < position %d); reading from the start", tailed.path, size, tailed.pos)
         self.metrics.add("truncations")
         tailed.acks.restart(0)
         tailed.fp = EMPTY
@@ -591,7 +605,14 @@ class FileInventory:
 
     def entry(self, tailed: TailedFile) -> Entry:
         """``tailed``'s checkpoint entry: where it is and how far the brokers have it."""
-        return Entry(dev=tailed.key.dev, ino=tailed.key.ino, fp_len=tailed.fp.length,
-                     fp=tailed.fp.digest, path=tailed.path,
-                     where=tailed.where or tailed.path, offset=tailed.acks.acked,
-                     source=tailed.source.name, fid=tailed.file_id)
+        return Entry(
+            dev=tailed.key.dev,
+            ino=tailed.key.ino,
+            fp_len=tailed.fp.length,
+            fp=tailed.fp.digest,
+            path=tailed.path,
+            where=tailed.where or tailed.path,
+            offset=tailed.acks.acked,
+            source=tailed.source.name,
+            fid=tailed.file_id,
+        )

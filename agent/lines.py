@@ -102,8 +102,7 @@ class LineSplitter:
             end = base
         elif len(buf) <= limit or max(map(len, parts)) <= limit:
             # Fast path: offsets are running sums of (length + 1), all in C.
-            offsets = list(map(add, accumulate(map(len, parts), initial=base),
-                               range(len(parts) + 1)))
+            offsets = list(map(add, accumulate(map(len, parts), initial=base), range(len(parts) + 1)))
             end = offsets.pop()
             cut = _NO_CUT
             lines = parts
@@ -118,7 +117,7 @@ class LineSplitter:
             cut = cut | frozenset(range(first, first + len(pieces)))
             lines.extend(pieces)
             offsets.extend(piece_offsets)
-            tail = tail[held - end:]
+            tail = tail[held - end :]
             end = held
         self._pending = tail
         self._pending_offset = end
@@ -158,7 +157,7 @@ class LineSplitter:
                 while len(part) - start > limit:
                     size = utf8_cut(view[start:], limit)
                     cut.add(len(lines))
-                    lines.append(part[start:start + size])
+                    lines.append(part[start : start + size])
                     offsets.append(offset + start)
                     start += size
                 lines.append(part[start:])
@@ -186,7 +185,7 @@ class LineSplitter:
         start = 0
         while len(tail) - start > limit:
             size = utf8_cut(view[start:], limit)
-            pieces.append(tail[start:start + size])
+            pieces.append(tail[start : start + size])
             offsets.append(offset + start)
             start += size
         return pieces, offsets, offset + start

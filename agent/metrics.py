@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from broker.common.metrics import Labels, Metrics, MetricsServer, Sample
 
@@ -55,8 +56,9 @@ GAUGES: dict[str, str] = {
 }
 
 FILE_LAG = "Bytes of the file not yet acknowledged (size minus checkpoint)."
-PARSE_FAILURES = ("Lines of a source with parse rules that did not parse, shipped whole with "
-                  "unparsed = true (re-reads count again).")
+PARSE_FAILURES = (
+    "Lines of a source with parse rules that did not parse, shipped whole with unparsed = true (re-reads count again)."
+)
 
 
 class AgentCounters:
@@ -90,10 +92,18 @@ class Snapshot:
 
     def to_json(self) -> dict[str, Any]:
         """The /status document (also the status file)."""
-        return {"host": self.host, "pid": self.pid, "started": self.started,
-                "updated": self.updated, "state": self.state, "counters": self.counters,
-                "gauges": self.gauges, "files": self.files, "metrics_url": self.metrics_url,
-                "parse_failures": self.parse_failures}
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "started": self.started,
+            "updated": self.updated,
+            "state": self.state,
+            "counters": self.counters,
+            "gauges": self.gauges,
+            "files": self.files,
+            "metrics_url": self.metrics_url,
+            "parse_failures": self.parse_failures,
+        }
 
 
 def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
@@ -118,9 +128,11 @@ def registry(snapshot: Callable[[], Snapshot]) -> Metrics:
         for source, count in snap.parse_failures.items():
             yield "parse_failures_total", (*host, ("source", source)), count
 
-    metrics.source(sample, counters={**{f"{name}_total": text for name, text in COUNTERS.items()},
-                                     "parse_failures_total": PARSE_FAILURES},
-                   gauges={**GAUGES, "file_lag_bytes": FILE_LAG})
+    metrics.source(
+        sample,
+        counters={**{f"{name}_total": text for name, text in COUNTERS.items()}, "parse_failures_total": PARSE_FAILURES},
+        gauges={**GAUGES, "file_lag_bytes": FILE_LAG},
+    )
     return metrics
 
 
@@ -132,10 +144,13 @@ class StatusServer:
         """``ssl_context``: serve HTTPS (``[metrics.tls]``); None: HTTP."""
         self.snapshot = Snapshot()
         self._server = MetricsServer(
-            registry(lambda: self.snapshot), bind, port, name="agent-metrics",
+            registry(lambda: self.snapshot),
+            bind,
+            port,
+            name="agent-metrics",
             ssl_context=ssl_context,
-            routes={"/status": lambda: ("application/json",
-                                        json.dumps(self.snapshot.to_json()).encode())})
+            routes={"/status": lambda: ("application/json", json.dumps(self.snapshot.to_json()).encode())},
+        )
         self.port = self._server.port
         self.url = self._server.url
 

@@ -15,7 +15,7 @@ because a restart has to read those lines again to rebuild the message.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from agent.lines import Lines
 
@@ -27,8 +27,12 @@ class MultilineJoiner:
 
     __slots__ = ("_continues", "max_bytes", "_parts", "_size", "_offset", "_cut", "_end")
 
-    def __init__(self, continuation: re.Pattern[bytes] | None = None,
-                 start: re.Pattern[bytes] | None = None, max_bytes: int = 1024 * 1024):
+    def __init__(
+        self,
+        continuation: re.Pattern[bytes] | None = None,
+        start: re.Pattern[bytes] | None = None,
+        max_bytes: int = 1024 * 1024,
+    ):
         if (continuation is None) == (start is None):
             raise ValueError("give exactly one of continuation and start")
         self._continues: Callable[[bytes], bool]

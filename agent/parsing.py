@@ -59,8 +59,12 @@ def parse_json(line: bytes) -> dict[str, Scalar] | None:
     if not isinstance(doc, dict):
         return None
     for value in doc.values():
-        if value is not None and type(value) not in _SCALARS or type(value) is int \
-                and not _INT64[0] <= value < _INT64[1]:
+        if (
+            value is not None
+            and type(value) not in _SCALARS
+            or type(value) is int
+            and not _INT64[0] <= value < _INT64[1]
+        ):
             return {k: scalar(v) for k, v in doc.items()}
     return doc
 
@@ -70,8 +74,7 @@ def parse_regex(pattern: re.Pattern[bytes], line: bytes) -> dict[str, Scalar] | 
     found = pattern.search(line)
     if found is None:
         return None
-    return {name: text.decode("utf-8", "replace")
-            for name, text in found.groupdict().items() if text is not None}
+    return {name: text.decode("utf-8", "replace") for name, text in found.groupdict().items() if text is not None}
 
 
 def pack_fields(fields: Mapping[str, Scalar]) -> bytes:
@@ -89,8 +92,7 @@ class FieldParser:
 
     __slots__ = ("_parse", "_static", "_failed")
 
-    def __init__(self, format: str, regex: re.Pattern[bytes] | None = None,
-                 static: Mapping[str, Scalar] | None = None):
+    def __init__(self, format: str, regex: re.Pattern[bytes] | None = None, static: Mapping[str, Scalar] | None = None):
         if format == "json":
             self._parse = parse_json
         elif format == "regex":
@@ -102,8 +104,7 @@ class FieldParser:
             raise ValueError(f"unknown parse format {format!r}")
         self._static = dict(static or {})
         # A failed line: the static fields (if any) and the unparsed flag.
-        self._failed = ((2, pack_fields(self._static) + _UNPARSED) if self._static
-                        else (1, _UNPARSED))
+        self._failed = (2, pack_fields(self._static) + _UNPARSED) if self._static else (1, _UNPARSED)
 
     def entries(self, lines: Sequence[bytes]) -> tuple[list[tuple[int, bytes]], list[int]]:
         """Per line, (number of map entries, packed entries) to append to its record;

@@ -12,16 +12,22 @@ takes effect at the next start. The runtime applies the rest
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from agent.config import AgentConfig, SourceConfig
 
 RELOADABLE = frozenset({"sources"})
 """AgentConfig fields a reload applies; every other field needs a restart."""
 
-_KEY_NAMES = {"zk": "cluster.zk", "brokers": "cluster.brokers", "metrics_port": "metrics.port",
-              "metrics_bind": "metrics.bind", "metrics_tls": "metrics.tls",
-              "listener": "cluster.listener"}
+_KEY_NAMES = {
+    "zk": "cluster.zk",
+    "brokers": "cluster.brokers",
+    "metrics_port": "metrics.port",
+    "metrics_bind": "metrics.bind",
+    "metrics_tls": "metrics.tls",
+    "listener": "cluster.listener",
+}
 """AgentConfig field -> the key in the TOML file, where they differ."""
 
 
@@ -43,8 +49,7 @@ def restart_only_changes(old: AgentConfig, new: AgentConfig) -> list[str]:
 
 
 def _differing(before: Any, after: Any) -> list[str]:
-    return [f.name for f in dataclasses.fields(before)
-            if getattr(before, f.name) != getattr(after, f.name)]
+    return [f.name for f in dataclasses.fields(before) if getattr(before, f.name) != getattr(after, f.name)]
 
 
 class SourceChanges(NamedTuple):
@@ -59,9 +64,11 @@ class SourceChanges(NamedTuple):
 
     def describe(self) -> str:
         """``added web; removed old; changed app`` or ``no source changed``."""
-        parts = [f"{word} {', '.join(names)}" for word, names in
-                 (("added", self.added), ("removed", self.removed), ("changed", self.changed))
-                 if names]
+        parts = [
+            f"{word} {', '.join(names)}"
+            for word, names in (("added", self.added), ("removed", self.removed), ("changed", self.changed))
+            if names
+        ]
         return "; ".join(parts) or "no source changed"
 
 
@@ -72,7 +79,8 @@ def source_changes(old: Sequence[SourceConfig], new: Sequence[SourceConfig]) -> 
     return SourceChanges(
         added=[n for n in after if n not in before],
         removed=[n for n in before if n not in after],
-        changed=[n for n in after if n in before and after[n] != before[n]])
+        changed=[n for n in after if n in before and after[n] != before[n]],
+    )
 
 
 def apply_sources(running: AgentConfig, loaded: AgentConfig) -> AgentConfig:
@@ -89,7 +97,9 @@ def held_limit_problem(config: AgentConfig) -> str | None:
     for i, source in enumerate(config.sources):
         held = source.max_line_bytes + (source.multiline.max_bytes if source.multiline else 0)
         if held * 2 > config.max_inflight_bytes:
-            return (f"sources[{i}].max_line_bytes: with multiline.max_bytes it may hold "
-                    f"{held} bytes per file, more than half the running max_inflight_bytes "
-                    f"({config.max_inflight_bytes}); raise it and restart the agent")
+            return (
+                f"sources[{i}].max_line_bytes: with multiline.max_bytes it may hold "
+                f"{held} bytes per file, more than half the running max_inflight_bytes "
+                f"({config.max_inflight_bytes}); raise it and restart the agent"
+            )
     return None

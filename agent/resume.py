@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Any, Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -38,8 +39,7 @@ def fid_marker(fid: int) -> bytes:
     return b"\xa3fid" + packed
 
 
-def highest_offsets(values: Iterable[bytes], host: str,
-                    fids: Iterable[int]) -> dict[int, int]:
+def highest_offsets(values: Iterable[bytes], host: str, fids: Iterable[int]) -> dict[int, int]:
     """Per wanted ``fid``: the highest line offset among ``values`` of ``host``.
 
     ``values`` are message values as the agent encodes them (agent.encode); others
@@ -105,8 +105,9 @@ class Wanted(NamedTuple):
     fid: int
 
 
-def read_holdings(consumer: Any, host: str, wanted: Sequence[Wanted], since_ms: int,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> dict[int, int]:
+def read_holdings(
+    consumer: Any, host: str, wanted: Sequence[Wanted], since_ms: int, max_bytes: int = DEFAULT_MAX_BYTES
+) -> dict[int, int]:
     """Read the partitions of ``wanted`` from ``since_ms`` to their end; per fid, the
     highest line offset held there (fids not found are absent).
 
@@ -126,9 +127,14 @@ def read_holdings(consumer: Any, host: str, wanted: Sequence[Wanted], since_ms: 
         start = consumer.offset_for_time(topic, partition, since_ms)
         end = consumer.offsets(topic, partition).end
         if end - start > max_bytes:
-            log.warning("%s-%d: %d bytes since the checkpoint, more than resume_max_bytes "
-                        "(%d); not reading them (these files re-send from their checkpoint)",
-                        topic, partition, end - start, max_bytes)
+            log.warning(
+                "%s-%d: %d bytes since the checkpoint, more than resume_max_bytes "
+                "(%d); not reading them (these files re-send from their checkpoint)",
+                topic,
+                partition,
+                end - start,
+                max_bytes,
+            )
             continue
         offset = start
         while offset < end:
@@ -145,9 +151,20 @@ def read_holdings(consumer: Any, host: str, wanted: Sequence[Wanted], since_ms: 
 
 def describe(path: str, held: int, checkpoint: int) -> str:
     """The log line for one resumed file."""
-    return (f"{path}: the cluster holds lines up to offset {held}; resuming after it "
-            f"instead of re-sending from {checkpoint}")
+    return (
+        f"{path}: the cluster holds lines up to offset {held}; resuming after it "
+        f"instead of re-sending from {checkpoint}"
+    )
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "Skip", "Wanted", "describe", "fid_marker",
-           "highest_offsets", "partition_of", "read_holdings", "skip_held"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Skip",
+    "Wanted",
+    "describe",
+    "fid_marker",
+    "highest_offsets",
+    "partition_of",
+    "read_holdings",
+    "skip_held",
+]

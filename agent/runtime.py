@@ -33,17 +33,16 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
-from broker.common.errors import CorruptBatchError, MessageTooLargeError, MetricsError
-
+from agent import resume
+from agent.acks import Chunk
 from agent.audit import AuditLedger, AuditRecord, window_of
 from agent.checkpoint import CheckpointStore, write_atomically
 from agent.config import AgentConfig
-from agent.reload import (apply_sources, held_limit_problem, restart_only_changes,
-                          source_changes)
 from agent.errors import AgentError, CheckpointError, PublishError
 from agent.files import Outgoing, TailedFile
 from agent.heartbeat import Heartbeats
@@ -51,8 +50,8 @@ from agent.identity import Facts, FileKey, Verdict, judge
 from agent.inflight import InFlight
 from agent.inventory import FileInventory
 from agent.metrics import AgentCounters, Snapshot, StatusServer
-from agent import resume
-from agent.acks import Chunk
+from agent.reload import apply_sources, held_limit_problem, restart_only_changes, source_changes
+from broker.common.errors import CorruptBatchError, MessageTooLargeError, MetricsError
 from broker.common.retry import Retry
 from broker.common.tls import metrics_context
 
@@ -83,17 +82,26 @@ def make_producer(config: AgentConfig) -> Any:
     p = config.producer
     try:
         return Producer(
-            zk=config.zk, brokers=list(config.brokers) if config.brokers else None,
-            tls=config.tls, sasl=config.sasl, listener=config.listener,
-            acks=p.acks, linger_ms=p.linger_ms, batch_bytes=p.batch_bytes,
+            zk=config.zk,
+            brokers=list(config.brokers) if config.brokers else None,
+            tls=config.tls,
+            sasl=config.sasl,
+            listener=config.listener,
+            acks=p.acks,
+            linger_ms=p.linger_ms,
+            batch_bytes=p.batch_bytes,
             batch_messages=p.batch_messages,
             # The agent enforces its own cap before reading; the producer's buffer is
             # larger so that send() never blocks the loop.
             buffer_bytes=2 * config.max_inflight_bytes + 4 * config.read_chunk_bytes,
-            block_timeout=1.0, compression=p.compression,
-            delivery_timeout=p.delivery_timeout_s, request_timeout=p.request_timeout_s,
-            retry_backoff_ms=p.retry_backoff_ms, client_id=f"agent-{config.host}",
-            idempotence=True)  # acks 1 or all (0 is refused): a retry appends nothing twice
+            block_timeout=1.0,
+            compression=p.compression,
+            delivery_timeout=p.delivery_timeout_s,
+            request_timeout=p.request_timeout_s,
+            retry_backoff_ms=p.retry_backoff_ms,
+            client_id=f"agent-{config.host}",
+            idempotence=True,
+        )  # acks 1 or all (0 is refused): a retry appends nothing twice
     except LogferryError as exc:
         raise PublishError(f"cannot create the producer: {exc}") from None
 
@@ -101,8 +109,12 @@ def make_producer(config: AgentConfig) -> Any:
 class Agent:
     """Tails the configured files and publishes them; see the module docstring."""
 
-    def __init__(self, config: AgentConfig, producer_factory: ProducerFactory = make_producer,
-                 reload_config: ConfigLoader | None = None):
+    def __init__(
+        self,
+        config: AgentConfig,
+        producer_factory: ProducerFactory = make_producer,
+        reload_config: ConfigLoader | None = None,
+    ):
         self.config = config
         self._producer_factory = producer_factory
         self._reload_config = reload_config
@@ -115,11 +127,12 @@ class Agent:
         self._store = CheckpointStore(config.state_dir, config.host)
         self._ledger = AuditLedger(int(config.audit.window_s * 1000))
         a = config.audit
-        self._heartbeats = Heartbeats(a.agents_topic, a.heartbeat_s, config.host) \
-            if a.enabled and a.heartbeat_s > 0 else None
+        self._heartbeats = (
+            Heartbeats(a.agents_topic, a.heartbeat_s, config.host) if a.enabled and a.heartbeat_s > 0 else None
+        )
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._done: deque[TailedFile] = deque()       # files with a finished chunk
+        self._done: deque[TailedFile] = deque()  # files with a finished chunk
         self._audit_done: deque[tuple[Any, AuditRecord]] = deque()
         self._audit_backlog: list[AuditRecord] = []
         self._audit_pending = 0
@@ -133,7 +146,7 @@ class Agent:
         self._ack_timeout = p.delivery_timeout_s + p.request_timeout_s + 10.0
         """Longer than the producer can legitimately take to complete a future."""
         self._producer_stuck = False
-        self._quiet_until = 0.0       # rate limit for repeated warnings
+        self._quiet_until = 0.0  # rate limit for repeated warnings
         self._audit_retry_at = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -169,8 +182,9 @@ class Agent:
             self.producer = self._producer_factory(self.config)
             if self.config.metrics_port is not None:
                 try:
-                    self._server = StatusServer(self.config.metrics_bind, self.config.metrics_port,
-                                                metrics_context(self.config.metrics_tls))
+                    self._server = StatusServer(
+                        self.config.metrics_bind, self.config.metrics_port, metrics_context(self.config.metrics_tls)
+                    )
                 except MetricsError as exc:
                     raise AgentError(f"metrics.port: {exc}") from None
             if self.config.watch:
@@ -182,15 +196,20 @@ class Agent:
         except BaseException:
             self._close_resources()
             raise
-        log.info("agent %s started: %d files, %d sources, in-flight cap %d bytes",
-                 self.config.host, len(self.inventory.files), len(self.config.sources),
-                 self.config.max_inflight_bytes)
+        log.info(
+            "agent %s started: %d files, %d sources, in-flight cap %d bytes",
+            self.config.host,
+            len(self.inventory.files),
+            len(self.config.sources),
+            self.config.max_inflight_bytes,
+        )
         self._refresh_snapshot("running")
 
     def _shutdown(self) -> None:
         """SIGTERM path: stop reading, flush, wait for acks (bounded), checkpoint, audit."""
-        log.info("stopping: waiting up to %.0fs for %d bytes in flight",
-                 self.config.shutdown_timeout_s, self.inflight.bytes)
+        log.info(
+            "stopping: waiting up to %.0fs for %d bytes in flight", self.config.shutdown_timeout_s, self.inflight.bytes
+        )
         deadline = time.monotonic() + self.config.shutdown_timeout_s
         try:
             if self.producer is not None:
@@ -211,8 +230,7 @@ class Agent:
         finally:
             self._refresh_snapshot("stopped")
             self._close_resources()
-        log.info("stopped: checkpoint written, %d messages acknowledged",
-                 self.metrics.counters["messages_acked"])
+        log.info("stopped: checkpoint written, %d messages acknowledged", self.metrics.counters["messages_acked"])
 
     def _close_resources(self) -> None:
         self.inventory.close()
@@ -249,25 +267,36 @@ class Agent:
         wanted = [resume.Wanted(t.source.topic, t.source.key, t.file_id) for t in behind]
         started = time.monotonic()
         try:
-            with SimpleConsumer(self.config.zk, list(self.config.brokers or ()) or None,
-                                tls=self.config.tls, sasl=self.config.sasl,
-                                listener=self.config.listener, request_timeout=5.0, metadata_retries=1,
-                                client_id=f"agent-{self.config.host}-resume") as consumer:
-                held = resume.read_holdings(consumer, self.config.host, wanted, since_ms,
-                                            self.config.resume_max_bytes)
+            with SimpleConsumer(
+                self.config.zk,
+                list(self.config.brokers or ()) or None,
+                tls=self.config.tls,
+                sasl=self.config.sasl,
+                listener=self.config.listener,
+                request_timeout=5.0,
+                metadata_retries=1,
+                client_id=f"agent-{self.config.host}-resume",
+            ) as consumer:
+                held = resume.read_holdings(consumer, self.config.host, wanted, since_ms, self.config.resume_max_bytes)
         except (LogferryError, OSError) as exc:
-            log.warning("cannot learn what the cluster holds of %d files (%s); re-sending "
-                        "them from their checkpoint (duplicates keep their identity)",
-                        len(behind), exc)
+            log.warning(
+                "cannot learn what the cluster holds of %d files (%s); re-sending "
+                "them from their checkpoint (duplicates keep their identity)",
+                len(behind),
+                exc,
+            )
             return
         for tailed in behind:
             offset = held.get(tailed.file_id)
             if offset is not None and offset >= tailed.acks.acked:
                 tailed.held_by_cluster = (tailed.file_id, offset)
                 log.info("%s", resume.describe(tailed.path, offset, tailed.acks.acked))
-        log.info("looked for %d files behind their checkpoint in the cluster in %.2fs: "
-                 "%d found", len(behind), time.monotonic() - started,
-                 sum(t.held_by_cluster is not None for t in behind))
+        log.info(
+            "looked for %d files behind their checkpoint in the cluster in %.2fs: %d found",
+            len(behind),
+            time.monotonic() - started,
+            sum(t.held_by_cluster is not None for t in behind),
+        )
 
     def _skip_held(self, tailed: TailedFile, out: Outgoing) -> Outgoing | None:
         """Drop the leading messages of ``out`` the cluster holds; None if all are."""
@@ -286,9 +315,13 @@ class Agent:
         if keep == 0:
             return out
         values = out.values[keep:]
-        return out._replace(values=values, offsets=out.offsets[keep:], start=resume_at,
-                            nbytes=sum(map(len, values)),
-                            parse_failed=tuple(i - keep for i in out.parse_failed if i >= keep))
+        return out._replace(
+            values=values,
+            offsets=out.offsets[keep:],
+            start=resume_at,
+            nbytes=sum(map(len, values)),
+            parse_failed=tuple(i - keep for i in out.parse_failed if i >= keep),
+        )
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -354,9 +387,11 @@ class Agent:
             return
         fixed = restart_only_changes(self.config, loaded)
         if fixed:
-            log.warning("reload: %s changed; restart the agent to apply %s (it keeps the "
-                        "values it started with)", ", ".join(fixed),
-                        "it" if len(fixed) == 1 else "them")
+            log.warning(
+                "reload: %s changed; restart the agent to apply %s (it keeps the values it started with)",
+                ", ".join(fixed),
+                "it" if len(fixed) == 1 else "them",
+            )
         changes = source_changes(self.config.sources, loaded.sources)
         before = {s.name for s in self.config.sources}
         fresh = frozenset(i for i, s in enumerate(loaded.sources) if s.name not in before)
@@ -364,9 +399,13 @@ class Agent:
         files_before = len(self.inventory.files)
         kept, stopped = self.inventory.reload(self.config, fresh)
         self.metrics.add("reloads")
-        log.info("reloaded the config: %s; %d files kept (positions kept), %d stopped, %d new",
-                 changes.describe(), kept, stopped,
-                 max(len(self.inventory.files) - files_before + stopped, 0))
+        log.info(
+            "reloaded the config: %s; %d files kept (positions kept), %d stopped, %d new",
+            changes.describe(),
+            kept,
+            stopped,
+            max(len(self.inventory.files) - files_before + stopped, 0),
+        )
 
     # -- completions ---------------------------------------------------------------------
 
@@ -377,6 +416,7 @@ class Agent:
         def callback(_future: Any) -> None:  # runs in the producer's sender thread
             done.append(tailed)
             wake.set()
+
         return callback
 
     def _collect(self, expire_before: float | None = None) -> None:
@@ -390,9 +430,13 @@ class Agent:
             counters = self.metrics.counters
             if expire_before is not None and any(not c.completion.done() for c, _ in finished):
                 if not self._producer_stuck:
-                    log.error("%s: no acknowledgement within %.0fs; sending again from offset "
-                              "%d with a new producer (other files may follow)", tailed.path,
-                              self._ack_timeout, tailed.acks.acked)
+                    log.error(
+                        "%s: no acknowledgement within %.0fs; sending again from offset "
+                        "%d with a new producer (other files may follow)",
+                        tailed.path,
+                        self._ack_timeout,
+                        tailed.acks.acked,
+                    )
                 self._producer_stuck = True
             for chunk, ok in finished:
                 self.inflight.finished(chunk.nbytes)
@@ -429,6 +473,7 @@ class Agent:
             self.producer = old
             return
         self.metrics.add("errors")
+
         def close_old() -> None:
             try:
                 old.close(timeout=1.0)
@@ -449,8 +494,13 @@ class Agent:
         about_the_batch = isinstance(error, BATCH_REFUSALS)
         delay = REREAD_BACKOFF.delay(tailed.failures)
         if time.monotonic() >= self._quiet_until:
-            log.warning("%s: batch failed (%s); re-reading from offset %d in %.1fs (repeats "
-                        "muted for 10s)", tailed.path, error, offset, delay)
+            log.warning(
+                "%s: batch failed (%s); re-reading from offset %d in %.1fs (repeats muted for 10s)",
+                tailed.path,
+                error,
+                offset,
+                delay,
+            )
             self._quiet_until = time.monotonic() + 10.0
         if about_the_batch and tailed.failures >= 3 and tailed.fd is not None:
             self._skip_chunk(tailed, offset)
@@ -465,8 +515,14 @@ class Agent:
         out = tailed.feed(data, int(time.time() * 1000)) or tailed.flush_held(0)
         count = len(out.values) if out is not None else 0
         end = out.end if out is not None else offset + len(data)
-        log.error("%s: dropping %d messages at offsets %d-%d after %d non-retriable failures",
-                  tailed.path, count, offset, end, tailed.failures)
+        log.error(
+            "%s: dropping %d messages at offsets %d-%d after %d non-retriable failures",
+            tailed.path,
+            count,
+            offset,
+            end,
+            tailed.failures,
+        )
         self.metrics.add("messages_dropped", count)
         tailed.acks.acked = end
         tailed.failures = 0
@@ -543,8 +599,7 @@ class Agent:
             inventory.open_changed()
             inventory.rotated_away(tailed)
             return False
-        verdict = judge(tailed.key, tailed.fp, tailed.pos,
-                        Facts(tailed.key, st.st_size, tailed.head(tailed.fp.length)))
+        verdict = judge(tailed.key, tailed.fp, tailed.pos, Facts(tailed.key, st.st_size, tailed.head(tailed.fp.length)))
         if verdict in (Verdict.TRUNCATED, Verdict.REPLACED):
             if verdict is Verdict.REPLACED:
                 self.metrics.add("replaced_files")
@@ -554,9 +609,11 @@ class Agent:
 
     def _close_lru(self) -> bool:
         """Close the least recently used idle live file to free a handle."""
-        candidates = [t for t in self.inventory.files.values()
-                      if t.fd is not None and not t.draining and t.at_eof
-                      and t not in self.inventory.ready]
+        candidates = [
+            t
+            for t in self.inventory.files.values()
+            if t.fd is not None and not t.draining and t.at_eof and t not in self.inventory.ready
+        ]
         if not candidates:
             return False
         victim = min(candidates, key=lambda t: t.last_used)
@@ -581,8 +638,7 @@ class Agent:
             return False
         counters = self.metrics.counters
         counters["bytes_read"] += len(data)
-        if tailed.fp.length < self.config.fingerprint_bytes and tailed.pos - len(data) \
-                < self.config.fingerprint_bytes:
+        if tailed.fp.length < self.config.fingerprint_bytes and tailed.pos - len(data) < self.config.fingerprint_bytes:
             tailed.grow_fingerprint(self.config.fingerprint_bytes)
         before = tailed.splitter.lines_cut
         out = tailed.feed(data, _now_ms())
@@ -624,13 +680,16 @@ class Agent:
             self._write_checkpoint()
             tailed.file_id_saved = True  # on failure too (logged): no write per chunk
         try:
-            future = self.producer.send(source.topic, out.values, key=source.key,
-                                        timestamp=out.time_ms)
+            future = self.producer.send(source.topic, out.values, key=source.key, timestamp=out.time_ms)
         except LogferryError as exc:
             # Not queued (brokers unreachable, buffer full): read these bytes again later.
             if time.monotonic() >= self._quiet_until:
-                log.warning("%s: send failed (%s); reading offset %d again in 1s (repeats of "
-                            "this warning are muted for 10s)", tailed.path, exc, out.start)
+                log.warning(
+                    "%s: send failed (%s); reading offset %d again in 1s (repeats of this warning are muted for 10s)",
+                    tailed.path,
+                    exc,
+                    out.start,
+                )
                 self._quiet_until = time.monotonic() + 10.0
             self.metrics.add("errors")
             tailed.restart_at(out.start)
@@ -639,8 +698,7 @@ class Agent:
             self.inventory.ready[tailed] = None
             return
         window = window_of(out.time_ms, self._ledger.window_ms)
-        tailed.acks.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic,
-                                 window, time.monotonic()))
+        tailed.acks.add(Chunk(future, out.start, out.end, out.nbytes, count, source.topic, window, time.monotonic()))
         self.inflight.sent(out.nbytes)
         self._ledger.sent(source.topic, window, count)
         counters = self.metrics.counters
@@ -684,8 +742,7 @@ class Agent:
                     log.info("%s: deleted file shipped; closing it", tailed.path)
                     inventory.forget(tailed)
             elif tailed.rotated:
-                if quiet >= self.config.rotated_close_s and not tailed.held \
-                        and not tailed.acks.in_flight:
+                if quiet >= self.config.rotated_close_s and not tailed.held and not tailed.acks.in_flight:
                     tailed.close()
                     self.metrics.add("files_closed")
                     inventory.open_changed()
@@ -738,7 +795,7 @@ class Agent:
                 if time.monotonic() >= self._quiet_until:
                     log.warning("audit records not sent (%s); will retry", exc)
                     self._quiet_until = time.monotonic() + 10.0
-                self._audit_backlog.extend(records[records.index(record):])
+                self._audit_backlog.extend(records[records.index(record) :])
                 self._audit_retry_at = time.monotonic() + 2.0
                 break
             self._audit_pending += 1
@@ -754,26 +811,44 @@ class Agent:
         everything = self.inventory.everything()
         gauges["inflight_bytes"] = max(self.inflight.bytes, 0)
         gauges["tracked_files"] = len(everything)
-        gauges["held_deleted_files"] = sum(1 for t in everything
-                                           if t.draining and t.fd is not None and t.lag)
+        gauges["held_deleted_files"] = sum(1 for t in everything if t.draining and t.fd is not None and t.lag)
         gauges["lag_bytes"] = sum(t.lag for t in everything)
-        files = [{"path": t.path, "where": t.where, "inode": t.key.ino, "fid": t.file_id,
-                  "offset": t.acks.acked,
-                  "read": t.pos, "size": t.size, "lag": t.lag, "open": t.fd is not None,
-                  "rotated": t.rotated, "deleted": t.deleted, "ready": t in self.inventory.ready,
-                  "after": t.waiting_for.where if t.waiting_for is not None else None}
-                 for t in everything]
+        files = [
+            {
+                "path": t.path,
+                "where": t.where,
+                "inode": t.key.ino,
+                "fid": t.file_id,
+                "offset": t.acks.acked,
+                "read": t.pos,
+                "size": t.size,
+                "lag": t.lag,
+                "open": t.fd is not None,
+                "rotated": t.rotated,
+                "deleted": t.deleted,
+                "ready": t in self.inventory.ready,
+                "after": t.waiting_for.where if t.waiting_for is not None else None,
+            }
+            for t in everything
+        ]
         self.snapshot = Snapshot(
-            host=self.config.host, pid=os.getpid(), started=self._started, updated=time.time(),
-            state=state, counters=dict(self.metrics.counters), gauges=dict(gauges), files=files,
+            host=self.config.host,
+            pid=os.getpid(),
+            started=self._started,
+            updated=time.time(),
+            state=state,
+            counters=dict(self.metrics.counters),
+            gauges=dict(gauges),
+            files=files,
             metrics_url=self._server.url if self._server is not None else None,
-            parse_failures=dict(self.metrics.parse_failures))
+            parse_failures=dict(self.metrics.parse_failures),
+        )
         if self._server is not None:
             self._server.snapshot = self.snapshot
         try:
             import json
-            write_atomically(self.config.status_path,
-                             json.dumps(self.snapshot.to_json()).encode(), durable=False)
+
+            write_atomically(self.config.status_path, json.dumps(self.snapshot.to_json()).encode(), durable=False)
         except OSError as exc:
             log.debug("status file not written: %s", exc)
 

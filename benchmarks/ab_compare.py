@@ -31,10 +31,17 @@ RUN_LINE = re.compile(r"run \d+: (?P<case>.+?)\s+(?P<rate>[\d,]+) msgs/s")
 LATENCY_LINE = re.compile(
     r"run \d+: (?P<case>.+?)\s+end-to-end p50 (?P<p50>[\d.]+) p99 (?P<p99>[\d.]+) "
     r"p99\.9 (?P<p999>[\d.]+) max (?P<max>[\d.]+) ms; ack p50 (?P<ack50>[\d.]+) "
-    r"p99 (?P<ack99>[\d.]+) ms")
+    r"p99 (?P<ack99>[\d.]+) ms"
+)
 CPU_PART = re.compile(r"CPU ns/msg client\s+(?P<client>[\d,]+) broker\s+(?P<broker>[\d,]+)")
-LATENCY_FIGURES = (("p50", "e2e p50 ms"), ("p99", "e2e p99 ms"), ("p999", "e2e p99.9 ms"),
-                   ("max", "e2e max ms"), ("ack50", "ack p50 ms"), ("ack99", "ack p99 ms"))
+LATENCY_FIGURES = (
+    ("p50", "e2e p50 ms"),
+    ("p99", "e2e p99 ms"),
+    ("p999", "e2e p99.9 ms"),
+    ("max", "e2e max ms"),
+    ("ack50", "ack p50 ms"),
+    ("ack99", "ack p99 ms"),
+)
 
 
 def rates_of(output: str) -> dict[str, float]:
@@ -67,8 +74,9 @@ def run_once(checkout: Path, script: str, args: list[str], timeout: float) -> di
     cmd = [str(python), str(checkout / script), *args, "--runs", "1"]
     done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise SystemExit(f"ab_compare: {' '.join(cmd)} exited {done.returncode}:\n"
-                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise SystemExit(
+            f"ab_compare: {' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     rates = rates_of(done.stdout)
     if not rates:
         raise SystemExit(f"ab_compare: no 'run N: <case> <rate> msgs/s' lines from {cmd}")
@@ -95,12 +103,12 @@ def main() -> int:
             for case, rate in rates.items():
                 results[side].setdefault(case, []).append(rate)
             shown = ", ".join(f"{case} {rate:,.2f}" for case, rate in rates.items())
-            print(f"round {round_no}/{opts.rounds} {side} ({time.monotonic() - t0:.0f} s): {shown}",
-                  flush=True)
+            print(f"round {round_no}/{opts.rounds} {side} ({time.monotonic() - t0:.0f} s): {shown}", flush=True)
     print()
     print(f"A = {sides['A']}\nB = {sides['B']}\n{opts.script} {' '.join(opts.args)}")
-    print(f"{'case':<30} {'A':>12} {'B':>12} {'B/A':>6}   (medians of {opts.rounds}; "
-          "msgs/s, or ms where the case says)")
+    print(
+        f"{'case':<30} {'A':>12} {'B':>12} {'B/A':>6}   (medians of {opts.rounds}; msgs/s, or ms where the case says)"
+    )
     for case, a_rates in results["A"].items():
         b_rates = results["B"].get(case)
         a = statistics.median(a_rates)

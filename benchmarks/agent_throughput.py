@@ -55,12 +55,14 @@ def peak_rss_mib(pid: int) -> float:
 
 def make_lines(count: int) -> bytes:
     """``count`` distinct 200-byte lines (199 bytes + newline), log-like."""
-    filler = b"INFO  [worker-7] com.example.shop.CheckoutService: order placed items=3 " \
-             b"total=42.50 user=u-000000 session=abcdef0123456789 latency_ms=12 "
+    filler = (
+        b"INFO  [worker-7] com.example.shop.CheckoutService: order placed items=3 "
+        b"total=42.50 user=u-000000 session=abcdef0123456789 latency_ms=12 "
+    )
     out = []
     for i in range(count):
         head = b"2024-05-01 10:00:%02d,%03d seq=%09d " % (i // 1000 % 60, i % 1000, i)
-        out.append((head + filler)[:LINE_BYTES - 1].ljust(LINE_BYTES - 1, b"x"))
+        out.append((head + filler)[: LINE_BYTES - 1].ljust(LINE_BYTES - 1, b"x"))
     return b"\n".join(out) + b"\n"
 
 
@@ -70,7 +72,7 @@ def agent_config(workdir: Path, bootstrap: list[str], run: int) -> Path:
     brokers = ", ".join(f'"{b}"' for b in bootstrap)
     text = f"""
 host = "bench-host"
-state_dir = "{workdir / f'state-{run}'}"
+state_dir = "{workdir / f"state-{run}"}"
 poll_interval_s = 0.05
 checkpoint_interval_s = 1.0
 log_level = "WARNING"
@@ -99,12 +101,17 @@ def status(workdir: Path, run: int) -> dict[str, Any]:
         return {}
 
 
-def one_run(workdir: Path, bootstrap: list[str], run: int, data: bytes, lines: int,
-            timeout: float, broker_pids: list[int]) -> dict[str, float]:
+def one_run(
+    workdir: Path, bootstrap: list[str], run: int, data: bytes, lines: int, timeout: float, broker_pids: list[int]
+) -> dict[str, float]:
     config = agent_config(workdir, bootstrap, run)
     log_out = (workdir / f"agent-{run}.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "--config", str(config)],
-                            stdout=log_out, stderr=subprocess.STDOUT, cwd=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--config", str(config)],
+        stdout=log_out,
+        stderr=subprocess.STDOUT,
+        cwd=str(ROOT),
+    )
     log_out.close()
     try:
         deadline = time.monotonic() + 30
@@ -119,7 +126,7 @@ def one_run(workdir: Path, bootstrap: list[str], run: int, data: bytes, lines: i
         with open(path, "ab") as handle:
             step = 4 * 1024 * 1024
             for i in range(0, len(data), step):
-                handle.write(data[i:i + step])
+                handle.write(data[i : i + step])
                 handle.flush()
         written = time.perf_counter() - start
         deadline = time.monotonic() + timeout
@@ -128,8 +135,7 @@ def one_run(workdir: Path, bootstrap: list[str], run: int, data: bytes, lines: i
             if acked >= lines:
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"only {acked} of {lines} lines acknowledged; see "
-                                   f"{workdir}/agent-{run}.log")
+                raise RuntimeError(f"only {acked} of {lines} lines acknowledged; see {workdir}/agent-{run}.log")
             time.sleep(0.01)
         elapsed = time.perf_counter() - start
         cpu = cpu_seconds(proc.pid) - cpu0
@@ -139,9 +145,14 @@ def one_run(workdir: Path, bootstrap: list[str], run: int, data: bytes, lines: i
         proc.send_signal(signal.SIGTERM)
         _, code, usage = os.wait4(proc.pid, 0)
         proc.returncode = code
-    return {"elapsed": elapsed, "written": written, "cpu": cpu, "rss": rss,
-            "broker_cpu": broker_cpu,
-            "life_cpu": usage.ru_utime + usage.ru_stime}
+    return {
+        "elapsed": elapsed,
+        "written": written,
+        "cpu": cpu,
+        "rss": rss,
+        "broker_cpu": broker_cpu,
+        "life_cpu": usage.ru_utime + usage.ru_stime,
+    }
 
 
 def main() -> int:
@@ -157,15 +168,17 @@ def main() -> int:
         workdir = Path(tmp)
         with LocalCluster(workdir / "cluster", brokers=1) as cluster:
             for run in range(args.runs):
-                result = one_run(workdir, cluster.bootstrap, run, data, args.lines, args.timeout,
-                                 cluster.broker_pids())
+                result = one_run(workdir, cluster.bootstrap, run, data, args.lines, args.timeout, cluster.broker_pids())
                 results.append(result)
-                print(f"run {run + 1}: {args.lines / result['elapsed']:,.0f} lines/s, "
-                      f"{len(data) / result['elapsed'] / 1e6:.1f} MB/s, "
-                      f"{result['cpu'] / args.lines * 100_000:.2f} CPU s per 100k lines, "
-                      f"peak RSS {result['rss']:.0f} MiB, broker CPU {result['broker_cpu']:.2f}s "
-                      f"(append took {result['written']:.2f}s; "
-                      f"agent process CPU over its life {result['life_cpu']:.2f}s)", flush=True)
+                print(
+                    f"run {run + 1}: {args.lines / result['elapsed']:,.0f} lines/s, "
+                    f"{len(data) / result['elapsed'] / 1e6:.1f} MB/s, "
+                    f"{result['cpu'] / args.lines * 100_000:.2f} CPU s per 100k lines, "
+                    f"peak RSS {result['rss']:.0f} MiB, broker CPU {result['broker_cpu']:.2f}s "
+                    f"(append took {result['written']:.2f}s; "
+                    f"agent process CPU over its life {result['life_cpu']:.2f}s)",
+                    flush=True,
+                )
     elapsed = statistics.median(r["elapsed"] for r in results)
     cpu = statistics.median(r["cpu"] for r in results)
     mbs = len(data) / elapsed / 1e6

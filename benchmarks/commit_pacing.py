@@ -23,9 +23,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,9 +49,14 @@ async def measure(rate: int, seconds: float, fsync_s: float, request_s: float) -
     ends: list[int] = []
     woken: list[tuple[float, int]] = []
     pool = ThreadPoolExecutor(1)
-    flusher = Flusher(logs, 200, pool,
-                      lambda key: woken.append((time.perf_counter(), plog.visible_end)),
-                      lambda key: None, sync=fake_sync)
+    flusher = Flusher(
+        logs,
+        200,
+        pool,
+        lambda key: woken.append((time.perf_counter(), plog.visible_end)),
+        lambda key: None,
+        sync=fake_sync,
+    )
     loop = asyncio.get_running_loop()
     batch = records.encode_batch([b"x" * 200], None, 1)
     done = asyncio.Event()
@@ -93,20 +99,23 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=10_000, help="appends per second")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--fsync-ms", type=float, default=0.35, help="the fake fsync's time")
-    parser.add_argument("--request-ms", type=float, default=0.4,
-                        help="how often the loop is woken with the messages due (0: each)")
-    parser.add_argument("--checkout", type=Path, default=ROOT,
-                        help="measure the flusher of another checkout")
+    parser.add_argument(
+        "--request-ms", type=float, default=0.4, help="how often the loop is woken with the messages due (0: each)"
+    )
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="measure the flusher of another checkout")
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout.resolve()))
-    values = sorted(asyncio.run(measure(args.rate, args.seconds, args.fsync_ms / 1000,
-                                        args.request_ms / 1000)))
+    values = sorted(asyncio.run(measure(args.rate, args.seconds, args.fsync_ms / 1000, args.request_ms / 1000)))
     n = len(values)
-    shown = " ".join(f"{name} {values[min(n - 1, int(n * q))]:.3f}" for name, q in
-                     (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)))
-    print(f"{args.checkout.resolve()}: {args.rate:,} appends/s, fsync {args.fsync_ms:g} ms, "
-          f"a wake-up per {args.request_ms:g} ms: "
-          f"append to visible, ms: {shown} max {values[-1]:.3f}")
+    shown = " ".join(
+        f"{name} {values[min(n - 1, int(n * q))]:.3f}"
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999))
+    )
+    print(
+        f"{args.checkout.resolve()}: {args.rate:,} appends/s, fsync {args.fsync_ms:g} ms, "
+        f"a wake-up per {args.request_ms:g} ms: "
+        f"append to visible, ms: {shown} max {values[-1]:.3f}"
+    )
     return 0
 
 

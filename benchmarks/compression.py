@@ -39,7 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.encode import chunk_prefix, encode_values, valid_utf8  # noqa: E402
 from benchmarks.harness import LocalCluster, wait_for_last_flush  # noqa: E402
 from broker.client import (  # noqa: E402
-    CODECS, Producer, SimpleConsumer, compress_batch, decode_batch, encode_batch,
+    CODECS,
+    Producer,
+    SimpleConsumer,
+    compress_batch,
+    decode_batch,
+    encode_batch,
 )
 
 LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
@@ -63,8 +68,12 @@ def load_values(directory: Path, agent: bool = True) -> list[bytes]:
         for line in lines:
             offsets.append(pos)
             pos += len(line) + 1
-        prefix = chunk_prefix(1_700_000_000_000, "web-01.example.com", f"/var/log/{path.name}",
-                              file_id=0x1D2C_3B4A_5968_7F00 + len(values))
+        prefix = chunk_prefix(
+            1_700_000_000_000,
+            "web-01.example.com",
+            f"/var/log/{path.name}",
+            file_id=0x1D2C_3B4A_5968_7F00 + len(values),
+        )
         values.extend(encode_values(prefix, lines, offsets))
     return values
 
@@ -109,11 +118,16 @@ def offline(values: list[bytes], batch_bytes: int, codec: str) -> tuple[int, flo
     return sum(map(len, encoded)), t1 - t0, t2 - t1, t4 - t3
 
 
-def produce(cluster: LocalCluster, topic: str, values: list[bytes], codec: str,
-            batch_bytes: int) -> float:
-    chunks = [values[i:i + PER_SEND] for i in range(0, len(values), PER_SEND)]
-    with Producer(brokers=cluster.bootstrap, acks=1, linger_ms=20, batch_bytes=batch_bytes,
-                  compression=codec, buffer_bytes=256 << 20) as producer:
+def produce(cluster: LocalCluster, topic: str, values: list[bytes], codec: str, batch_bytes: int) -> float:
+    chunks = [values[i : i + PER_SEND] for i in range(0, len(values), PER_SEND)]
+    with Producer(
+        brokers=cluster.bootstrap,
+        acks=1,
+        linger_ms=20,
+        batch_bytes=batch_bytes,
+        compression=codec,
+        buffer_bytes=256 << 20,
+    ) as producer:
         producer.send(topic, b"warm", partition=0).wait(60)  # metadata, connection
         t0 = time.perf_counter()
         send = producer.send
@@ -143,12 +157,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--batch-bytes", type=int, default=1 << 20,
-                        help="producer batch_bytes (default 1 MiB, the agent's)")
+    parser.add_argument(
+        "--batch-bytes", type=int, default=1 << 20, help="producer batch_bytes (default 1 MiB, the agent's)"
+    )
     parser.add_argument("--codecs", default=",".join(CODEC_ORDER))
     parser.add_argument("--data", type=Path, default=LOGHUB, help="directory of *.log samples")
-    parser.add_argument("--values", choices=["agent", "lines"], default="agent",
-                        help="agent: each line as the agent's msgpack record (default); lines: bare lines")
+    parser.add_argument(
+        "--values",
+        choices=["agent", "lines"],
+        default="agent",
+        help="agent: each line as the agent's msgpack record (default); lines: bare lines",
+    )
     args = parser.parse_args()
     codecs = [c for c in args.codecs.split(",") if c]
     for c in codecs:
@@ -158,9 +177,12 @@ def main() -> int:
     values = repeat(sample, args.messages)
     n = len(values)
     mb = sum(map(len, values)) / 1e6
-    print(f"{len(sample):,} distinct messages from {args.data} (mean {mb * 1e6 / n:.0f} B), "
-          f"{n:,} messages = {mb:.1f} MB per run, batch_bytes {args.batch_bytes:,}, "
-          f"{args.runs} runs", flush=True)
+    print(
+        f"{len(sample):,} distinct messages from {args.data} (mean {mb * 1e6 / n:.0f} B), "
+        f"{n:,} messages = {mb:.1f} MB per run, batch_bytes {args.batch_bytes:,}, "
+        f"{args.runs} runs",
+        flush=True,
+    )
 
     sizes: dict[tuple[str, int], int] = {}
     cpu: dict[str, tuple[list[float], list[float], list[float]]] = {c: ([], [], []) for c in codecs}
@@ -178,8 +200,10 @@ def main() -> int:
     prod: dict[str, list[float]] = {c: [] for c in codecs}
     cons: dict[str, list[float]] = {c: [] for c in codecs}
     stored: dict[str, int] = {}
-    with tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp, \
-            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="logferry-bench-") as tmp,
+        LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster,
+    ):
         print(f"broker on {cluster.bootstrap[0]}", flush=True)
         produce(cluster, "warmup", values[:50_000], "none", args.batch_bytes)
         for run in range(args.runs):
@@ -189,32 +213,43 @@ def main() -> int:
                 prod[codec].append(seconds)
                 seconds_c, stored[codec] = consume(cluster, topic, n)
                 cons[codec].append(seconds_c)
-                print(f"  run {run + 1}: {codec:<5} produce {mb / seconds:7.1f} MB/s   "
-                      f"consume {mb / seconds_c:7.1f} MB/s   stored {stored[codec] / 1e6:6.1f} MB",
-                      flush=True)
+                print(
+                    f"  run {run + 1}: {codec:<5} produce {mb / seconds:7.1f} MB/s   "
+                    f"consume {mb / seconds_c:7.1f} MB/s   stored {stored[codec] / 1e6:6.1f} MB",
+                    flush=True,
+                )
 
     none_at = {bb: sizes.get(("none", bb)) or 0 for bb in (64 << 10, args.batch_bytes)}
     print()
-    print(f"{'codec':<6} {'ratio':>7} {'ratio':>7} {'encode':>7} {'decode':>7} {'mirror':>7} "
-          f"{'producer':>9} {'consumer':>9} {'producer':>9} {'consumer':>9} {'stored':>7}")
-    print(f"{'':<6} {'64 KiB':>7} {args.batch_bytes >> 10:>4} KiB {'MB/s':>7} {'MB/s':>7} {'MB/s':>7} "
-          f"{'median':>9} {'median':>9} {'best':>9} {'best':>9} {'MB':>7}")
+    print(
+        f"{'codec':<6} {'ratio':>7} {'ratio':>7} {'encode':>7} {'decode':>7} {'mirror':>7} "
+        f"{'producer':>9} {'consumer':>9} {'producer':>9} {'consumer':>9} {'stored':>7}"
+    )
+    print(
+        f"{'':<6} {'64 KiB':>7} {args.batch_bytes >> 10:>4} KiB {'MB/s':>7} {'MB/s':>7} {'MB/s':>7} "
+        f"{'median':>9} {'median':>9} {'best':>9} {'best':>9} {'MB':>7}"
+    )
     for codec in codecs:
-        ratios = [none_at[bb] / sizes[(codec, bb)] if none_at[bb] else float("nan")
-                  for bb in (64 << 10, args.batch_bytes)]
-        print(f"{codec:<6} {ratios[0]:>7.2f} {ratios[1]:>7.2f} "
-              f"{sample_mb / min(cpu[codec][0]):>7.0f} "
-              f"{sample_mb / min(cpu[codec][1]):>7.0f} "
-              f"{sample_mb / min(cpu[codec][2]):>7.0f} "
-              f"{mb / statistics.median(prod[codec]):>9.1f} {mb / statistics.median(cons[codec]):>9.1f} "
-              f"{mb / min(prod[codec]):>9.1f} {mb / min(cons[codec]):>9.1f} "
-              f"{stored[codec] / 1e6:>7.1f}")
-    print(f"\nratio: uncompressed / compressed batch bytes (exact, machine-independent).\n"
-          f"encode/decode: one thread building and reading batches, no I/O; mirror: one thread\n"
-          f"compressing uncompressed batches (compress_batch, mirror.compression), no I/O; all\n"
-          f"three MB/s of message bytes, best of {args.runs} runs.\n"
-          f"producer/consumer: MB/s of message bytes through the broker, median and best of\n"
-          f"{args.runs} runs; on a shared machine the best is the steadier figure.")
+        ratios = [
+            none_at[bb] / sizes[(codec, bb)] if none_at[bb] else float("nan") for bb in (64 << 10, args.batch_bytes)
+        ]
+        print(
+            f"{codec:<6} {ratios[0]:>7.2f} {ratios[1]:>7.2f} "
+            f"{sample_mb / min(cpu[codec][0]):>7.0f} "
+            f"{sample_mb / min(cpu[codec][1]):>7.0f} "
+            f"{sample_mb / min(cpu[codec][2]):>7.0f} "
+            f"{mb / statistics.median(prod[codec]):>9.1f} {mb / statistics.median(cons[codec]):>9.1f} "
+            f"{mb / min(prod[codec]):>9.1f} {mb / min(cons[codec]):>9.1f} "
+            f"{stored[codec] / 1e6:>7.1f}"
+        )
+    print(
+        f"\nratio: uncompressed / compressed batch bytes (exact, machine-independent).\n"
+        f"encode/decode: one thread building and reading batches, no I/O; mirror: one thread\n"
+        f"compressing uncompressed batches (compress_batch, mirror.compression), no I/O; all\n"
+        f"three MB/s of message bytes, best of {args.runs} runs.\n"
+        f"producer/consumer: MB/s of message bytes through the broker, median and best of\n"
+        f"{args.runs} runs; on a shared machine the best is the steadier figure."
+    )
     return 0
 
 

@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,8 +60,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tries", type=int, default=50, help="connections per run (default 50)")
     parser.add_argument("--runs", type=int, default=5, help="runs per case (default 5)")
-    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                        help=f"the user's PBKDF2 iterations (default {DEFAULT_ITERATIONS})")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help=f"the user's PBKDF2 iterations (default {DEFAULT_ITERATIONS})",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="logferry-connect-") as tmp:
         work = Path(tmp)
@@ -82,8 +86,7 @@ def main() -> int:
         try:
             zookeeper.wait_ready(30)
             client = zk.connect(connect, create=True)
-            CredentialStore(client).put("bench", make_credentials(PASSWORD, iterations=args.iterations),
-                                        replace=True)
+            CredentialStore(client).put("bench", make_credentials(PASSWORD, iterations=args.iterations), replace=True)
             zk.close(client)
             for broker in brokers.values():
                 broker.start()
@@ -93,12 +96,16 @@ def main() -> int:
                 port = brokers[name].port
                 sasl = SaslCredentials("bench", PASSWORD, mechanism) if mechanism else None
                 ctx = None if name == "plaintext" else context
-                return lambda: Connection("127.0.0.1", port, ssl_context=ctx,
-                                          server_hostname=hostname if ctx else None, sasl=sasl)
+                return lambda: Connection(
+                    "127.0.0.1", port, ssl_context=ctx, server_hostname=hostname if ctx else None, sasl=sasl
+                )
 
-            cases = {"plaintext": opener("plaintext"), "TLS": opener("TLS"),
-                     "TLS + SCRAM-SHA-256": opener("TLS+SCRAM", "SCRAM-SHA-256"),
-                     "TLS + SCRAM-SHA-512": opener("TLS+SCRAM", "SCRAM-SHA-512")}
+            cases = {
+                "plaintext": opener("plaintext"),
+                "TLS": opener("TLS"),
+                "TLS + SCRAM-SHA-256": opener("TLS+SCRAM", "SCRAM-SHA-256"),
+                "TLS + SCRAM-SHA-512": opener("TLS+SCRAM", "SCRAM-SHA-512"),
+            }
             for connect_once in cases.values():  # warm up: imports, first handshakes
                 timed(connect_once, 3)
             results: dict[str, list[float]] = {name: [] for name in cases}
@@ -110,8 +117,10 @@ def main() -> int:
                 if broker.proc is not None:
                     broker.stop()
             zookeeper.stop()
-    print(f"time to connect to a broker on 127.0.0.1 ({args.runs} runs x {args.tries} "
-          f"connections, PBKDF2 iterations {args.iterations}):")
+    print(
+        f"time to connect to a broker on 127.0.0.1 ({args.runs} runs x {args.tries} "
+        f"connections, PBKDF2 iterations {args.iterations}):"
+    )
     print(f"  {'case':<22} {'median ms':>10} {'p90 ms':>8}")
     for name, times in results.items():
         ordered = sorted(times)

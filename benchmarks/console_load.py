@@ -56,11 +56,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, GroupConsumer, Producer  # noqa: E402
 from broker.common.config import dumps  # noqa: E402
 from broker.testing.localrun import free_port  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 TOPIC = "console-bench"
@@ -116,10 +117,12 @@ class Load:
         self.stop = threading.Event()
         self.sent = 0
         """Messages handed to the producer so far (the load a window really got)."""
-        self.threads = [threading.Thread(target=self._produce, daemon=True),
-                        threading.Thread(target=self._consume, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for t in self.threads:
             t.start()
         return self
@@ -148,14 +151,17 @@ class Load:
                 consumer.poll(0.2, max_messages=5000)
 
 
-def start_console(zk: str, interval: float, checkout: Path | None = None
-                  ) -> tuple[subprocess.Popen[str], str]:
+def start_console(zk: str, interval: float, checkout: Path | None = None) -> tuple[subprocess.Popen[str], str]:
     """``logferry console`` over the cluster, from this checkout or ``checkout`` (its own
     .venv: the old code against the same brokers)."""
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
-    proc = subprocess.Popen([python, "-m", "broker", "console", "--zk", f"bench={zk}", "--port", "0",
-                             "--interval", str(interval)], stdout=subprocess.PIPE, text=True,
-                            stderr=subprocess.DEVNULL, cwd=checkout)
+    proc = subprocess.Popen(
+        [python, "-m", "broker", "console", "--zk", f"bench={zk}", "--port", "0", "--interval", str(interval)],
+        stdout=subprocess.PIPE,
+        text=True,
+        stderr=subprocess.DEVNULL,
+        cwd=checkout,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("console: "):
@@ -188,9 +194,20 @@ def render_times(url: str) -> dict[str, float]:
     profile = tempfile.mkdtemp(prefix="logferry-bench-chromium-")
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            profile, executable_path="/usr/bin/chromium", headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+            profile,
+            executable_path="/usr/bin/chromium",
+            headless=True,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = context.pages[0] if context.pages else context.new_page()
         page.goto(url)  # warm-up: the browser's own start is not the page's render
         page.wait_for_function("document.body.dataset.seq > 0", timeout=30_000)
@@ -208,8 +225,9 @@ def render_times(url: str) -> dict[str, float]:
     return out
 
 
-def window(proc: subprocess.Popen[str], pids: list[int], urls: list[str], seconds: float,
-           load: Load | None, running: bool) -> dict[str, float]:
+def window(
+    proc: subprocess.Popen[str], pids: list[int], urls: list[str], seconds: float, load: Load | None, running: bool
+) -> dict[str, float]:
     """One window with the console polling (``running``) or paused: the brokers' CPU and
     request-handling time (fractions of a core), the console's CPU, msgs/s produced."""
     proc.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
@@ -218,19 +236,31 @@ def window(proc: subprocess.Popen[str], pids: list[int], urls: list[str], second
     z0 = cpu_seconds(ZOOKEEPER_PIDS)
     cpu, served, rates = measure(pids, urls, seconds)
     wall = time.monotonic() - t0
-    return {"cpu": cpu, "served": served, "console": (cpu_seconds([proc.pid]) - c0) / wall,
-            "zookeeper": (cpu_seconds(ZOOKEEPER_PIDS) - z0) / wall,
-            "msgs_s": ((load.sent - m0) / wall) if load else 0.0,
-            **{f"req_s:{api}": n for api, n in rates.items()}}
+    return {
+        "cpu": cpu,
+        "served": served,
+        "console": (cpu_seconds([proc.pid]) - c0) / wall,
+        "zookeeper": (cpu_seconds(ZOOKEEPER_PIDS) - z0) / wall,
+        "msgs_s": ((load.sent - m0) / wall) if load else 0.0,
+        **{f"req_s:{api}": n for api, n in rates.items()},
+    }
 
 
-def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rounds: int,
-              seconds: float, load: Load | None, label: str) -> list[dict[str, dict[str, float]]]:
+def alternate(
+    proc: subprocess.Popen[str],
+    pids: list[int],
+    urls: list[str],
+    rounds: int,
+    seconds: float,
+    load: Load | None,
+    label: str,
+) -> list[dict[str, dict[str, float]]]:
     """``rounds`` windows with the console paused (SIGSTOP), each between two with it
     polling (with, without, with, ..., with): each pair compares a paused window with
     the mean of its two neighbours, which cancels a steady drift of the machine's load,
     and the console is never paused longer than one window (its ZooKeeper session
     outlives that)."""
+
     def mean(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
         return {k: (a.get(k, 0.0) + b.get(k, 0.0)) / 2 for k in a.keys() | b.keys()}
 
@@ -241,10 +271,12 @@ def alternate(proc: subprocess.Popen[str], pids: list[int], urls: list[str], rou
         after = window(proc, pids, urls, seconds, load, True)
         w, wo = mean(before, after), paused
         before = after
-        print(f"{label} pair {r + 1}: brokers {wo['cpu'] * 100:.1f}% of a core without the console, "
-              f"{w['cpu'] * 100:.1f}% with it ({(w['cpu'] - wo['cpu']) * 100:+.2f} points)"
-              + (f"; {wo['msgs_s']:.0f} and {w['msgs_s']:.0f} msgs/s produced" if load else ""),
-              flush=True)
+        print(
+            f"{label} pair {r + 1}: brokers {wo['cpu'] * 100:.1f}% of a core without the console, "
+            f"{w['cpu'] * 100:.1f}% with it ({(w['cpu'] - wo['cpu']) * 100:+.2f} points)"
+            + (f"; {wo['msgs_s']:.0f} and {w['msgs_s']:.0f} msgs/s produced" if load else ""),
+            flush=True,
+        )
         pairs.append({"with": w, "without": wo})
     return pairs
 
@@ -267,8 +299,7 @@ def print_requests(pairs: list[dict[str, dict[str, float]]], label: str) -> None
 def pin(pid: int, cpu: int) -> None:
     """Every thread of ``pid`` onto ``cpu`` (taskset -a: threads that exist now; new
     ones inherit it)."""
-    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True, stdout=subprocess.DEVNULL)
 
 
 BURNER = """
@@ -291,26 +322,46 @@ def start_burner(share: float) -> subprocess.Popen[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=500)
-    parser.add_argument("--seconds", type=float, default=6.0, help="each loaded measurement window "
-                        "(with the pause before it, shorter than the console's 10 s ZooKeeper session)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=6.0,
+        help="each loaded measurement window "
+        "(with the pause before it, shorter than the console's 10 s ZooKeeper session)",
+    )
     parser.add_argument("--rounds", type=int, default=10, help="without/with pairs under load")
     parser.add_argument("--idle-seconds", type=float, default=6.0, help="each idle measurement window")
     parser.add_argument("--idle-rounds", type=int, default=10, help="without/with pairs, no load")
     parser.add_argument("--rate", type=int, default=2000, help="messages per second produced")
     parser.add_argument("--interval", type=float, default=1.0, help="the console's polling interval")
     parser.add_argument("--no-render", action="store_true", help="skip the browser part")
-    parser.add_argument("--control", type=float, default=0.0, metavar="SHARE",
-                        help="instead of the console, alternate a process that only burns SHARE of "
-                        "one core (e.g. the console's own share): what contention alone costs the brokers")
-    parser.add_argument("--console-from", type=Path, metavar="DIR", help="run the console from "
-                        "another checkout (with its .venv), e.g. the old code, against the same brokers")
-    parser.add_argument("--pin", action="store_true", help="the brokers on CPU 0, everything else of "
-                        "the benchmark (console, load generator, ZooKeeper) on CPU 1, so the console "
-                        "does not take the brokers' core (needs 2 CPUs and taskset)")
+    parser.add_argument(
+        "--control",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="instead of the console, alternate a process that only burns SHARE of "
+        "one core (e.g. the console's own share): what contention alone costs the brokers",
+    )
+    parser.add_argument(
+        "--console-from",
+        type=Path,
+        metavar="DIR",
+        help="run the console from another checkout (with its .venv), e.g. the old code, against the same brokers",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the brokers on CPU 0, everything else of "
+        "the benchmark (console, load generator, ZooKeeper) on CPU 1, so the console "
+        "does not take the brokers' core (needs 2 CPUs and taskset)",
+    )
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="logferry-console-bench-") as tmp, \
-            metrics_on(LocalCluster(Path(tmp), brokers=2, broker={"default_replication_factor": 2})) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="logferry-console-bench-") as tmp,
+        metrics_on(LocalCluster(Path(tmp), brokers=2, broker={"default_replication_factor": 2})) as cluster,
+    ):
         zk = cluster.zk_connect
         urls = [f"http://127.0.0.1:{b.broker_settings['metrics_port']}/metrics" for b in cluster.brokers]
         with Admin(zk=zk) as admin:
@@ -318,10 +369,13 @@ def main() -> int:
         pids = cluster.broker_pids()
         if cluster.zookeeper._proc is not None:
             ZOOKEEPER_PIDS[:] = [cluster.zookeeper._proc.pid]
-        print(f"{args.partitions} partitions x 2 replicas on 2 brokers; console polling every "
-              f"{args.interval:g} s; {args.idle_rounds} pairs of {args.idle_seconds:g} s windows "
-              f"idle, then {args.rounds} pairs of {args.seconds:g} s with {args.rate} msgs/s "
-              "produced and consumed by one group", flush=True)
+        print(
+            f"{args.partitions} partitions x 2 replicas on 2 brokers; console polling every "
+            f"{args.interval:g} s; {args.idle_rounds} pairs of {args.idle_seconds:g} s windows "
+            f"idle, then {args.rounds} pairs of {args.seconds:g} s with {args.rate} msgs/s "
+            "produced and consumed by one group",
+            flush=True,
+        )
         renders: dict[str, float] = {}
         if args.control:
             proc, url = start_burner(args.control), ""
@@ -358,46 +412,61 @@ def main() -> int:
 
         idle_added = statistics.median(p["with"]["cpu"] - p["without"]["cpu"] for p in idle)
         idle_mean = statistics.mean(p["with"]["cpu"] - p["without"]["cpu"] for p in idle)
-        print(f"idle brokers: {median_of(idle, 'without', 'cpu') * 100:.2f}% of a core without the "
-              f"console, {median_of(idle, 'with', 'cpu') * 100:.2f}% with it: the console's polling "
-              f"costs {idle_added * 100:+.2f} points of a core (median of {args.idle_rounds} pairs; "
-              f"mean {idle_mean * 100:+.2f}: /proc counts 10 ms ticks, so one pair resolves "
-              f"{2 * 100 / TICK / args.idle_seconds:.2f} points)")
+        print(
+            f"idle brokers: {median_of(idle, 'without', 'cpu') * 100:.2f}% of a core without the "
+            f"console, {median_of(idle, 'with', 'cpu') * 100:.2f}% with it: the console's polling "
+            f"costs {idle_added * 100:+.2f} points of a core (median of {args.idle_rounds} pairs; "
+            f"mean {idle_mean * 100:+.2f}: /proc counts 10 ms ticks, so one pair resolves "
+            f"{2 * 100 / TICK / args.idle_seconds:.2f} points)"
+        )
         print_requests(idle, "idle")
         if not loaded:
             return 0
         base = median_of(loaded, "without", "cpu")
-        raw = statistics.median((p["with"]["cpu"] - p["without"]["cpu"]) / p["without"]["cpu"]
-                                for p in loaded)
+        raw = statistics.median((p["with"]["cpu"] - p["without"]["cpu"]) / p["without"]["cpu"] for p in loaded)
         per_msg = statistics.median(
             (p["with"]["cpu"] / p["with"]["msgs_s"]) / (p["without"]["cpu"] / p["without"]["msgs_s"]) - 1
-            for p in loaded)
+            for p in loaded
+        )
 
         def load_requests(side: dict[str, float]) -> float:
             return side.get("req_s:produce", 0.0) + side.get("req_s:fetch", 0.0)
 
         per_request = statistics.median(
             (p["with"]["cpu"] / load_requests(p["with"])) / (p["without"]["cpu"] / load_requests(p["without"])) - 1
-            for p in loaded)
-        print(f"loaded brokers: {base * 100:.1f}% of a core without the console, "
-              f"{median_of(loaded, 'with', 'cpu') * 100:.1f}% with it (medians of {args.rounds})")
+            for p in loaded
+        )
+        print(
+            f"loaded brokers: {base * 100:.1f}% of a core without the console, "
+            f"{median_of(loaded, 'with', 'cpu') * 100:.1f}% with it (medians of {args.rounds})"
+        )
         print("added by the console's polling, % of the loaded brokers' CPU:")
         print(f"  from the idle pairs (points / loaded CPU):  {idle_added / base * 100:+.1f}%")
         print(f"  loaded pairs, per message produced:         {per_msg * 100:+.1f}% (median)")
-        print(f"  loaded pairs, per produce + fetch request: {per_request * 100:+.1f}% (median; the load "
-              "generator's batching shifts with the CPU it gets, so its requests/s do too)")
-        print(f"  loaded pairs, raw:                          {raw * 100:+.1f}% (median; the load "
-              "generator shares the machine, so the raw windows swing with it)")
+        print(
+            f"  loaded pairs, per produce + fetch request: {per_request * 100:+.1f}% (median; the load "
+            "generator's batching shifts with the CPU it gets, so its requests/s do too)"
+        )
+        print(
+            f"  loaded pairs, raw:                          {raw * 100:+.1f}% (median; the load "
+            "generator shares the machine, so the raw windows swing with it)"
+        )
         print_requests(loaded, "loaded")
         handled = median_of(loaded, "with", "served") - median_of(loaded, "without", "served")
-        print(f"brokers' time handling offsets + metadata requests: "
-              f"{median_of(loaded, 'without', 'served') * 100:.2f}% of a core without the console, "
-              f"{median_of(loaded, 'with', 'served') * 100:.2f}% with it: {handled * 100:+.2f} points")
-        print(f"ZooKeeper: {median_of(loaded, 'without', 'zookeeper') * 100:.1f}% of a core without the "
-              f"console, {median_of(loaded, 'with', 'zookeeper') * 100:.1f}% with it")
-        print(f"the console process itself: {median_of(loaded, 'with', 'console') * 100:.1f}% of one "
-              f"core; one reading of the cluster took {snap['poll_ms']:.0f} ms; snapshot "
-              f"{len(json.dumps(snap)) / 1024:.0f} KiB of JSON")
+        print(
+            f"brokers' time handling offsets + metadata requests: "
+            f"{median_of(loaded, 'without', 'served') * 100:.2f}% of a core without the console, "
+            f"{median_of(loaded, 'with', 'served') * 100:.2f}% with it: {handled * 100:+.2f} points"
+        )
+        print(
+            f"ZooKeeper: {median_of(loaded, 'without', 'zookeeper') * 100:.1f}% of a core without the "
+            f"console, {median_of(loaded, 'with', 'zookeeper') * 100:.1f}% with it"
+        )
+        print(
+            f"the console process itself: {median_of(loaded, 'with', 'console') * 100:.1f}% of one "
+            f"core; one reading of the cluster took {snap['poll_ms']:.0f} ms; snapshot "
+            f"{len(json.dumps(snap)) / 1024:.0f} KiB of JSON"
+        )
         for name, ms in renders.items():
             print(f"page: {name}: {ms:.0f}")
     return 0

@@ -110,7 +110,7 @@ def _delayed(src: socket.socket, dst: socket.socket, delay: float) -> None:
                         break
                     ready.wait()
             try:
-                n = src.recv_into(view[at:at + min(free, CHUNK)])
+                n = src.recv_into(view[at : at + min(free, CHUNK)])
             except OSError:
                 n = 0
             with ready:
@@ -131,7 +131,7 @@ def _delayed(src: socket.socket, dst: socket.socket, delay: float) -> None:
             time.sleep(wait)
         if not n:
             return
-        dst.sendall(view[start:start + n])
+        dst.sendall(view[start : start + n])
         with ready:
             queue.popleft()
             ready.notify_all()
@@ -221,7 +221,7 @@ def _delayed_splice(src: socket.socket, dst: socket.socket, delay: float) -> Non
                 ready.notify_all()
     finally:
         if reader is not None:  # stop the reader (src's end wakes its poll) before the
-            with ready:         # pipes it splices into are closed
+            with ready:  # pipes it splices into are closed
                 closed = True
                 ready.notify_all()
             with contextlib.suppress(OSError):
@@ -262,8 +262,9 @@ def _connection(client: socket.socket, host: str, port: int, delay: float) -> No
         return
     for sock in (client, server):
         _nodelay(sock)
-    directions = [threading.Thread(target=_pipe, args=(a, b, delay), daemon=True)
-                  for a, b in ((client, server), (server, client))]
+    directions = [
+        threading.Thread(target=_pipe, args=(a, b, delay), daemon=True) for a, b in ((client, server), (server, client))
+    ]
     for thread in directions:
         thread.start()
     for thread in directions:
@@ -289,8 +290,7 @@ def _serve(routes: list[tuple[int, str, int]], delay: float) -> None:
                 continue
             sock, host, port = by_fd[fd]
             client, _ = sock.accept()
-            threading.Thread(target=_connection, args=(client, host, port, delay),
-                             daemon=True).start()
+            threading.Thread(target=_connection, args=(client, host, port, delay), daemon=True).start()
 
 
 class DelayProxy:
@@ -302,7 +302,7 @@ class DelayProxy:
         self.ports: dict[tuple[str, int], int] = {}
         self._proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "DelayProxy":
+    def __enter__(self) -> DelayProxy:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--delay-ms", str(self.delay_ms)]
         for host, port in self.targets:
             cmd += ["--route", f"0:{host}:{port}"]

@@ -22,7 +22,8 @@ import statistics
 import struct
 import time
 from array import array
-from typing import Any, AsyncIterator, Callable, Iterator, NamedTuple, Protocol
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, NamedTuple, Protocol
 
 STAMP = struct.Struct("<qq")  # sequence number, send time (monotonic ns)
 WARMUP_S = 1.0
@@ -116,15 +117,16 @@ def median_percentiles(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def counted(latencies: array, rate: float) -> list[int]:
     """The latencies after the warm-up second(s) of a run at ``rate`` msgs/s."""
-    return latencies[int(rate * WARMUP_S):].tolist()
+    return latencies[int(rate * WARMUP_S) :].tolist()
 
 
 class LatencyClient(Protocol):
     """What :func:`run_end_to_end` needs from a messaging system: picklable (the
     consumer side runs in a spawned process), holding only how to reach the server."""
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         """Connect and subscribe to ``dest``, call ``ready()``, then call ``on_value``
         for each message as it arrives until ``count`` arrived or ``timeout`` seconds
         passed."""
@@ -134,8 +136,7 @@ class LatencyClient(Protocol):
         system's low-latency settings; return once the server acknowledged them all."""
 
 
-def _consumer_main(client: LatencyClient, dest: str, count: int, ready: Any, out: Any,
-                   timeout: float) -> None:
+def _consumer_main(client: LatencyClient, dest: str, count: int, ready: Any, out: Any, timeout: float) -> None:
     recorder = LatencyRecorder(count)
     try:
         client.receive(dest, count, ready.set, recorder.record, timeout)
@@ -144,8 +145,9 @@ def _consumer_main(client: LatencyClient, dest: str, count: int, ready: Any, out
         out.send((recorder.seen, b"", f"{type(exc).__name__}: {exc}"))
 
 
-def run_end_to_end(client: LatencyClient, dest: str, rate: float, seconds: float,
-                   size: int, timeout: float) -> dict[str, float]:
+def run_end_to_end(
+    client: LatencyClient, dest: str, rate: float, seconds: float, size: int, timeout: float
+) -> dict[str, float]:
     """One run: a consumer process and this process producing ``rate`` msgs/s for
     ``seconds``; the percentiles of the end-to-end latency after the warm-up.
 
@@ -158,8 +160,7 @@ def run_end_to_end(client: LatencyClient, dest: str, rate: float, seconds: float
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     receive, send = ctx.Pipe(duplex=False)
-    consumer = ctx.Process(target=_consumer_main,
-                           args=(client, dest, count, ready, send, timeout), daemon=True)
+    consumer = ctx.Process(target=_consumer_main, args=(client, dest, count, ready, send, timeout), daemon=True)
     consumer.start()
     try:
         waited = time.monotonic() + READY_TIMEOUT
@@ -171,8 +172,7 @@ def run_end_to_end(client: LatencyClient, dest: str, rate: float, seconds: float
         if ready.is_set():
             client.produce(dest, StampedMessages(rate, count, size), timeout)
         if not receive.poll(timeout):
-            raise RuntimeError(f"{dest}: the consumer did not receive every message "
-                               f"within {timeout:.0f} s")
+            raise RuntimeError(f"{dest}: the consumer did not receive every message within {timeout:.0f} s")
         seen, raw, error = receive.recv()
     finally:
         consumer.join(10)

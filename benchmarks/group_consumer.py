@@ -82,8 +82,7 @@ def member_main(args: argparse.Namespace) -> int:
     for line in sys.stdin:
         command = line.strip()
         if command == "join":
-            consumer = GroupConsumer(args.group, [args.topic], zk=args.zk, consumer_id=args.name,
-                                     iter_timeout=0.05)
+            consumer = GroupConsumer(args.group, [args.topic], zk=args.zk, consumer_id=args.name, iter_timeout=0.05)
             threading.Thread(target=consume, daemon=True).start()
             if args.report:
                 threading.Thread(target=report, daemon=True).start()
@@ -92,8 +91,13 @@ def member_main(args: argparse.Namespace) -> int:
             go.set()
         elif command == "status":
             m = consumer.metrics() if consumer is not None else {}
-            say(status=True, state=m.get("state"), owned=len(m.get("partitions", {})),
-                count=counter["n"], last_rebalance_ms=m.get("last_rebalance_ms"))
+            say(
+                status=True,
+                state=m.get("state"),
+                owned=len(m.get("partitions", {})),
+                count=counter["n"],
+                last_rebalance_ms=m.get("last_rebalance_ms"),
+            )
         elif command == "close":
             closing.set()
             if consumer is not None:
@@ -110,10 +114,15 @@ class Member:
         self.name = name
         log = (workdir / f"member-{name}.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--member", "--zk", zk, "--group", group, "--topic", topic,
-             "--name", name] + (["--report"] if report else []),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=str(ROOT),
-            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            [sys.executable, __file__, "--member", "--zk", zk, "--group", group, "--topic", topic, "--name", name]
+            + (["--report"] if report else []),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=str(ROOT),
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         log.close()
         self.count = 0
         self.replies: queue.Queue = queue.Queue()
@@ -237,8 +246,7 @@ def rebalance_runs(zk: str, client, workdir: Path, runs: int, idle: bool) -> dic
         feeder.start()
     group = f"rb-{topic}"
     base = [Member(zk, group, topic, name, False, workdir) for name in ("a", "b")]
-    results: dict[str, list[float]] = {"join": [], "leave": [], "join (member's view)": [],
-                                       "leave (members' view)": []}
+    results: dict[str, list[float]] = {"join": [], "leave": [], "join (member's view)": [], "leave (members' view)": []}
     try:
         for m in base:
             m.ask("join")
@@ -266,8 +274,11 @@ def rebalance_runs(zk: str, client, workdir: Path, runs: int, idle: bool) -> dic
             time.sleep(0.3)
             views = [m.ask("status")["last_rebalance_ms"] or 0 for m in base]
             results["leave (members' view)"].append(max(views))
-            print(f"  {'idle' if idle else 'load'} run {run + 1}: join {results['join'][-1]:.0f} ms, "
-                  f"leave {results['leave'][-1]:.0f} ms", flush=True)
+            print(
+                f"  {'idle' if idle else 'load'} run {run + 1}: join {results['join'][-1]:.0f} ms, "
+                f"leave {results['leave'][-1]:.0f} ms",
+                flush=True,
+            )
             time.sleep(0.5)
     finally:
         stop.set()
@@ -300,34 +311,44 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     from benchmarks.harness import LocalCluster
-    from broker.coordination import zk as zkmod
     from broker.client import Admin
+    from broker.coordination import zk as zkmod
 
     logging.basicConfig(level=logging.WARNING)
     n = args.messages - args.messages % 50
     counts = [int(k) for k in args.members.split(",")]
-    with tempfile.TemporaryDirectory(prefix="logferry-groupbench-") as tmp, \
-            LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="logferry-groupbench-") as tmp,
+        LocalCluster(Path(tmp), log={"flush_messages": 50000, "flush_ms": 200}) as cluster,
+    ):
         workdir = Path(tmp)
         zk = cluster.zk_connect
         client = zkmod.connect(zk, create=False)
-        print(f"broker {cluster.bootstrap[0]}, ZooKeeper {zk}, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"broker {cluster.bootstrap[0]}, ZooKeeper {zk}, {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
         try:
             throughput: dict[int, list[tuple[float, float]]] = {}
             if not args.skip_throughput:
                 with Admin(zk=zk) as admin:
                     admin.create_topic("bench", PARTITIONS)
                 seconds = produce_backlog(zk, "bench", n)
-                print(f"backlog: {n:,} messages of {len(VALUE)} bytes in {PARTITIONS} partitions "
-                      f"({n / seconds:,.0f} msgs/s produced)", flush=True)
+                print(
+                    f"backlog: {n:,} messages of {len(VALUE)} bytes in {PARTITIONS} partitions "
+                    f"({n / seconds:,.0f} msgs/s produced)",
+                    flush=True,
+                )
                 time.sleep(1.0)  # let the last flush land
                 for k in counts:
                     for run in range(args.runs):
                         steady, overall = throughput_run(zk, client, workdir, k, run, n)
                         throughput.setdefault(k, []).append((steady, overall))
-                        print(f"  {k} member(s) run {run + 1}: {steady:,.0f} msgs/s steady, "
-                              f"{overall:,.0f} overall", flush=True)
+                        print(
+                            f"  {k} member(s) run {run + 1}: {steady:,.0f} msgs/s steady, {overall:,.0f} overall",
+                            flush=True,
+                        )
             rebalance: dict[str, dict[str, list[float]]] = {}
             if not args.skip_rebalance:
                 rebalance["under load"] = rebalance_runs(zk, client, workdir, args.rebalances, idle=False)
@@ -336,8 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             zkmod.close(client)
     print()
     if throughput:
-        print(f"{'members':<8} {'msgs/s (steady)':>16} {'MB/s':>7} {'msgs/s (overall)':>17}   "
-              f"median of {args.runs}")
+        print(f"{'members':<8} {'msgs/s (steady)':>16} {'MB/s':>7} {'msgs/s (overall)':>17}   median of {args.runs}")
         for k, values in throughput.items():
             steady = statistics.median(v[0] for v in values)
             overall = statistics.median(v[1] for v in values)
@@ -347,8 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rebalance, {mode} (ms, median of {args.rebalances}; min-max)")
         for case, values in results.items():
             if values:
-                print(f"  {case:<24} {statistics.median(values):>7.0f}   "
-                      f"({min(values):.0f}-{max(values):.0f})")
+                print(f"  {case:<24} {statistics.median(values):>7.0f}   ({min(values):.0f}-{max(values):.0f})")
     return 0
 
 

@@ -18,10 +18,17 @@ from broker.testing.zkserver import LocalZooKeeper
 class LocalCluster:
     """ZooKeeper plus ``brokers`` broker subprocesses for a benchmark run."""
 
-    def __init__(self, workdir: Path, brokers: int = 1, chroot: str = "/bench",
-                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-                 tls: dict[str, Any] | None = None, client_tls: Any = None,
-                 kafka: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        brokers: int = 1,
+        chroot: str = "/bench",
+        broker: dict[str, Any] | None = None,
+        log: dict[str, Any] | None = None,
+        tls: dict[str, Any] | None = None,
+        client_tls: Any = None,
+        kafka: dict[str, Any] | None = None,
+    ):
         """``tls``: each broker's ``[tls]`` table; ``client_tls``: what benchmark clients
         pass as ``tls=`` (a ``broker.common.tls.TlsConfig``), kept here for them."""
         self.workdir = workdir
@@ -30,9 +37,15 @@ class LocalCluster:
         self.zookeeper = LocalZooKeeper(workdir / "zookeeper", self.zk_port)
         self.zk_connect = f"127.0.0.1:{self.zk_port}{chroot}"
         self.brokers = [
-            BrokerProcess(i + 1, self.zk_connect, workdir,
-                          broker={"num_partitions": 1, **(broker or {})}, log=log, tls=tls,
-                          kafka=kafka)
+            BrokerProcess(
+                i + 1,
+                self.zk_connect,
+                workdir,
+                broker={"num_partitions": 1, **(broker or {})},
+                log=log,
+                tls=tls,
+                kafka=kafka,
+            )
             for i in range(brokers)
         ]
 
@@ -46,7 +59,7 @@ class LocalCluster:
     def broker_pids(self) -> list[int]:
         return [b.proc.pid for b in self.brokers if b.proc is not None]
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         try:
             self.zookeeper.start()
             self.zookeeper.wait_ready(30)
@@ -64,8 +77,9 @@ class LocalCluster:
         self.zookeeper.stop()
 
 
-def wait_for_last_flush(consumer: Any, topic: str, partition: int = 0, quiet_s: float = 0.5,
-                        limit_s: float = 120.0) -> int:
+def wait_for_last_flush(
+    consumer: Any, topic: str, partition: int = 0, quiet_s: float = 0.5, limit_s: float = 120.0
+) -> int:
     """Wait (untimed, before a timed read) until the partition's visible end has not
     moved for ``quiet_s``: consumers see flushed data only. Returns that end."""
     end, stable_since = -1, time.monotonic()

@@ -20,8 +20,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,8 +46,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rd_produce(bootstrap: str, topic: str, n: int) -> float:
-    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": 1,
-                           "queue.buffering.max.messages": 1_000_000})
+    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": 1, "queue.buffering.max.messages": 1_000_000})
     t0 = time.perf_counter()
     for _ in range(n):
         while True:
@@ -67,10 +66,16 @@ def rd_consume(bootstrap: str, topic: str, n: int) -> float:
     # default, however soon the application drains its queue (CONFIGURATION.md: "may
     # need to be decreased if ... the application is experiencing long (~1s) delays
     # between messages"). Against Apache Kafka as here: a client timer, not the broker.
-    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                           "enable.auto.commit": False, "fetch.max.bytes": 8 << 20,
-                           "max.partition.fetch.bytes": 4 << 20,
-                           "fetch.queue.backoff.ms": 10})
+    consumer = RdConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 8 << 20,
+            "max.partition.fetch.bytes": 4 << 20,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     t0 = time.perf_counter()
     # An assign() before the client has the topic's metadata starts the partition's
     # offset query on librdkafka's 500 ms retry timer ("no current leader for
@@ -99,8 +104,10 @@ def rd_consume(bootstrap: str, topic: str, n: int) -> float:
 
 def kp_produce(bootstrap: str, topic: str, n: int) -> float:
     from kafka import KafkaProducer
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
-                             batch_size=256 * 1024, enable_idempotence=False)
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024, enable_idempotence=False
+    )
     t0 = time.perf_counter()
     for _ in range(n):
         producer.send(topic, VALUE, partition=0)
@@ -113,9 +120,14 @@ def kp_produce(bootstrap: str, topic: str, n: int) -> float:
 def kp_consume(bootstrap: str, topic: str, n: int) -> float:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KpTopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
-                             fetch_max_bytes=8 << 20)
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 << 20,
+        fetch_max_bytes=8 << 20,
+    )
     consumer.assign([KpTopicPartition(topic, 0)])
     count = 0
     t0 = time.perf_counter()
@@ -153,24 +165,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--no-kafka-python", action="store_true",
-                        help="skip kafka-python (slow: pure Python)")
+    parser.add_argument("--no-kafka-python", action="store_true", help="skip kafka-python (slow: pure Python)")
     args = parser.parse_args()
     n = args.messages // 1000 * 1000
     results: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(Path(tmp), kafka={"listen": "127.0.0.1:0"}) as cluster:
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), kafka={"listen": "127.0.0.1:0"}) as cluster:
         bootstrap = cluster.brokers[0].kafka_address()
         admin = Admin(brokers=cluster.bootstrap)
         clients: list[tuple[str, Callable[[str], float], Callable[[str], float]]] = [
-            ("native", lambda t: native_produce(cluster, t, n),
-             lambda t: native_consume(cluster, t, n)),
-            ("confluent-kafka", lambda t: rd_produce(bootstrap, t, n),
-             lambda t: rd_consume(bootstrap, t, n)),
+            ("native", lambda t: native_produce(cluster, t, n), lambda t: native_consume(cluster, t, n)),
+            ("confluent-kafka", lambda t: rd_produce(bootstrap, t, n), lambda t: rd_consume(bootstrap, t, n)),
         ]
         if not args.no_kafka_python:
-            clients.append(("kafka-python", lambda t: kp_produce(bootstrap, t, n),
-                            lambda t: kp_consume(bootstrap, t, n)))
+            clients.append(
+                ("kafka-python", lambda t: kp_produce(bootstrap, t, n), lambda t: kp_consume(bootstrap, t, n))
+            )
         proc = cluster.brokers[0].proc
         assert proc is not None
         pid = proc.pid
@@ -183,9 +192,11 @@ def main() -> None:
             client = time.process_time() - mine
             results.setdefault(case, []).append(rate)
             cpu.setdefault(case, []).append(used / n * 1e6)
-            print(f"run {run}: {case} {rate:,.0f} msgs/s (broker CPU "
-                  f"{used / n * 1e6:.2f} us/msg, client CPU {client / n * 1e6:.2f} us/msg)",
-                  flush=True)
+            print(
+                f"run {run}: {case} {rate:,.0f} msgs/s (broker CPU "
+                f"{used / n * 1e6:.2f} us/msg, client CPU {client / n * 1e6:.2f} us/msg)",
+                flush=True,
+            )
             if case in STREAMING:
                 streaming = STREAMING.pop(case)
                 results.setdefault(f"{case} streaming", []).append(streaming)
@@ -201,11 +212,9 @@ def main() -> None:
                     wait_for_last_flush(probe, topic)
                 measure(f"{name} consumer", run, lambda consume=consume, topic=topic: consume(topic))
         admin.close()
-    print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs "
-          "(msgs/s, broker CPU us/msg):")
+    print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs (msgs/s, broker CPU us/msg):")
     for name, rates in results.items():
-        print(f"  {name:<26} {statistics.median(rates):>12,.0f} "
-              f"{statistics.median(cpu[name]):>8.2f}")
+        print(f"  {name:<26} {statistics.median(rates):>12,.0f} {statistics.median(cpu[name]):>8.2f}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.e2e import (  # noqa: E402
-    PERCENTILES, STAMP, WARMUP_S, LatencyRecorder, StampedMessages, counted, percentiles,
+    PERCENTILES,
+    STAMP,
+    WARMUP_S,
+    LatencyRecorder,
+    StampedMessages,
+    counted,
+    percentiles,
 )
 from benchmarks.harness import LocalCluster  # noqa: E402
 from broker.client import Admin, Producer, SimpleConsumer  # noqa: E402
@@ -66,8 +72,7 @@ def start_cluster(workdir: Path, brokers: int) -> LocalCluster:
     cluster = LocalCluster(workdir, brokers=0)
     for i in range(1, brokers + 1):
         broker, log = shipped_config(i)
-        cluster.brokers.append(BrokerProcess(i, cluster.zk_connect, workdir, broker=broker,
-                                             log=log))
+        cluster.brokers.append(BrokerProcess(i, cluster.zk_connect, workdir, broker=broker, log=log))
     return cluster.__enter__()
 
 
@@ -76,8 +81,7 @@ def create_topic(cluster: LocalCluster, topic: str, rf: int, visibility: str) ->
     the broker's own); waits until it has a leader and a full ISR."""
     config = {} if visibility == SHIPPED else {"visibility": visibility}
     with Admin(zk=cluster.zk_connect) as admin:
-        admin.create_topic(topic, 1, replication_factor=rf, min_insync_replicas=1,
-                           config=config)
+        admin.create_topic(topic, 1, replication_factor=rf, min_insync_replicas=1, config=config)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -98,8 +102,7 @@ def consume(zk: str, topic: str, count: int, ready: Any, out: Any) -> None:
     with SimpleConsumer(zk=zk, max_wait_ms=500) as consumer:
         start = consumer.offsets(topic, 0).end  # connected, metadata known
         ready.set()
-        for message in consumer.messages(topic, 0, start, follow=True, limit=count,
-                                         timeout=30):
+        for message in consumer.messages(topic, 0, start, follow=True, limit=count, timeout=30):
             recorder.record(message.value)
     out.send((recorder.seen, recorder.latencies.tobytes()))
 
@@ -116,8 +119,7 @@ def preload(zk: str, topic: str, count: int, size: int, batch_messages: int = 1)
         producer.flush(timeout=300)
 
 
-def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | str,
-            linger_ms: float) -> array:
+def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | str, linger_ms: float) -> array:
     """Send ``count`` messages at ``rate`` msgs/s; the acknowledgement latency of each."""
     acked = array("q", bytes(8 * count))
     clock = time.monotonic_ns
@@ -126,13 +128,14 @@ def produce(zk: str, topic: str, rate: int, count: int, size: int, acks: int | s
         send = producer.send
         for seq, sent, value in StampedMessages(rate, count, size):
             future = send(topic, value, partition=0)
-            future.add_callback(lambda f, seq=seq, sent=sent: acked.__setitem__(
-                seq, clock() - sent))
+            future.add_callback(lambda f, seq=seq, sent=sent: acked.__setitem__(seq, clock() - sent))
         producer.flush(timeout=120)
         stats = producer.metrics()
     if stats["messages_failed"] or stats["messages_acked"] != count:
-        raise RuntimeError(f"{topic}: {stats['messages_acked']:,} of {count:,} messages "
-                           f"acknowledged, {stats['messages_failed']:,} failed")
+        raise RuntimeError(
+            f"{topic}: {stats['messages_acked']:,} of {count:,} messages "
+            f"acknowledged, {stats['messages_failed']:,} failed"
+        )
     return acked
 
 
@@ -144,10 +147,9 @@ class ConsumerProcess:
         ctx = multiprocessing.get_context("spawn")
         self._ready = ctx.Event()
         self._receive, send = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(target=consume, args=(zk, topic, count, self._ready, send),
-                                    daemon=True)
+        self._process = ctx.Process(target=consume, args=(zk, topic, count, self._ready, send), daemon=True)
 
-    def __enter__(self) -> "ConsumerProcess":
+    def __enter__(self) -> ConsumerProcess:
         self._process.start()
         if not self._ready.wait(60):
             self.__exit__()
@@ -166,17 +168,16 @@ class ConsumerProcess:
             self._process.kill()
 
 
-def run_case(cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: int,
-             visibility: str, args: argparse.Namespace
-             ) -> tuple[dict[str, float], dict[str, float]]:
+def run_case(
+    cluster: LocalCluster, topic: str, rate: int, acks: int | str, rf: int, visibility: str, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float]]:
     """One run of one case: (end-to-end percentiles, acknowledgement percentiles)."""
     create_topic(cluster, topic, rf, visibility)
     if args.preload:
         preload(cluster.zk_connect, topic, args.preload, args.size, args.preload_batch)
     count = int(rate * args.duration)
     with ConsumerProcess(cluster.zk_connect, topic, count) as consumer:
-        acked = produce(cluster.zk_connect, topic, rate, count, args.size, acks,
-                        args.linger_ms)
+        acked = produce(cluster.zk_connect, topic, rate, count, args.size, acks, args.linger_ms)
         seen, raw = consumer.result()
     if seen != count:
         raise RuntimeError(f"{topic}: the consumer received {seen:,} of {count:,} messages")
@@ -207,16 +208,23 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=200, help="message bytes (>= 16)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--linger-ms", type=float, default=0.0,
-                        help="the producer's linger_ms (0: send at once)")
-    parser.add_argument("--preload", type=int, default=0,
-                        help="messages to put in each run's topic before measuring (latency "
-                             "must not grow with the data the broker holds)")
-    parser.add_argument("--visibility", default=SHIPPED,
-                        help="the topics' visibility setting, comma separated: shipped (the "
-                             "broker's, as etc/ ships it), flushed and/or written")
-    parser.add_argument("--preload-batch", type=int, default=1,
-                        help="messages per batch when preloading (1: the most batches)")
+    parser.add_argument("--linger-ms", type=float, default=0.0, help="the producer's linger_ms (0: send at once)")
+    parser.add_argument(
+        "--preload",
+        type=int,
+        default=0,
+        help="messages to put in each run's topic before measuring (latency "
+        "must not grow with the data the broker holds)",
+    )
+    parser.add_argument(
+        "--visibility",
+        default=SHIPPED,
+        help="the topics' visibility setting, comma separated: shipped (the "
+        "broker's, as etc/ ships it), flushed and/or written",
+    )
+    parser.add_argument(
+        "--preload-batch", type=int, default=1, help="messages per batch when preloading (1: the most batches)"
+    )
     args = parser.parse_args()
     if args.size < STAMP.size:
         parser.error(f"--size must be at least {STAMP.size}")
@@ -229,12 +237,19 @@ def main() -> int:
     for visibility in visibilities:
         if visibility not in (SHIPPED, "flushed", "written"):
             parser.error(f"--visibility {visibility!r}: use shipped, flushed or written")
-    cases = [(rate, acks, rf, v) for rf in rfs for acks in acks_list for rate in rates
-             for v in visibilities
-             if not (acks == "all" and rf == 1 and 1 in acks_list)]  # same as acks=1 there
+    cases = [
+        (rate, acks, rf, v)
+        for rf in rfs
+        for acks in acks_list
+        for rate in rates
+        for v in visibilities
+        if not (acks == "all" and rf == 1 and 1 in acks_list)
+    ]  # same as acks=1 there
     print(f"load average at start: {load_average()}")
-    print(f"{args.size}-byte messages, {args.duration:g}s per run ({WARMUP_S:g}s warm-up), "
-          f"linger_ms={args.linger_ms:g}, {args.preload:,} messages preloaded, brokers as etc/live/broker-N.toml ship")
+    print(
+        f"{args.size}-byte messages, {args.duration:g}s per run ({WARMUP_S:g}s warm-up), "
+        f"linger_ms={args.linger_ms:g}, {args.preload:,} messages preloaded, brokers as etc/live/broker-N.toml ship"
+    )
     results: dict[tuple, list[tuple[dict[str, float], dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="logferry-latency-") as tmp:
         cluster = start_cluster(Path(tmp), max(rfs))
@@ -244,16 +259,22 @@ def main() -> int:
                     topic = f"latency-{run}-{n}"
                     e2e, ack = run_case(cluster, topic, rate, acks, rf, visibility, args)
                     results.setdefault((rate, acks, rf, visibility), []).append((e2e, ack))
-                    print(f"run {run}: {label(rate, acks, rf, visibility)}  end-to-end p50 "
-                          f"{e2e['p50']:.2f} p99 {e2e['p99']:.2f} p99.9 {e2e['p99.9']:.2f} "
-                          f"max {e2e['max']:.2f} ms; ack p50 {ack['p50']:.2f} p99 "
-                          f"{ack['p99']:.2f} ms", flush=True)
+                    print(
+                        f"run {run}: {label(rate, acks, rf, visibility)}  end-to-end p50 "
+                        f"{e2e['p50']:.2f} p99 {e2e['p99']:.2f} p99.9 {e2e['p99.9']:.2f} "
+                        f"max {e2e['max']:.2f} ms; ack p50 {ack['p50']:.2f} p99 "
+                        f"{ack['p99']:.2f} ms",
+                        flush=True,
+                    )
         finally:
             cluster.__exit__(None, None, None)
-    print(f"\nmedian of {args.runs} runs, ms     |{'end to end':^32} |"
-          f"{'produce acknowledgement':^32}")
-    print(f"{'case':<36} |" + "".join(f"{p:>8}" for p, _ in PERCENTILES) * 1 + " |"
-          + "".join(f"{p:>8}" for p, _ in PERCENTILES))
+    print(f"\nmedian of {args.runs} runs, ms     |{'end to end':^32} |{'produce acknowledgement':^32}")
+    print(
+        f"{'case':<36} |"
+        + "".join(f"{p:>8}" for p, _ in PERCENTILES) * 1
+        + " |"
+        + "".join(f"{p:>8}" for p, _ in PERCENTILES)
+    )
     for case, runs in results.items():
         e2e = {p: statistics.median(r[0][p] for r in runs) for p, _ in PERCENTILES}
         ack = {p: statistics.median(r[1][p] for r in runs) for p, _ in PERCENTILES}

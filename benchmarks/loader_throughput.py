@@ -33,9 +33,11 @@ TOPIC = "bench-load"
 PARTITIONS = 4
 HOUR_MS = 3600 * 1000
 START_MS = 1_709_251_200_000  # 2024-03-01T00:00Z
-LINE = (b" INFO web-17 GET /api/v2/items?page=3 200 0.004s user=4411 "
-        b"agent=Mozilla/5.0 (X11; Linux x86_64) ref=https://example.org/start "
-        b"trace=7f3a9c2e")
+LINE = (
+    b" INFO web-17 GET /api/v2/items?page=3 200 0.004s user=4411 "
+    b"agent=Mozilla/5.0 (X11; Linux x86_64) ref=https://example.org/start "
+    b"trace=7f3a9c2e"
+)
 
 
 def value(i: int) -> bytes:
@@ -51,8 +53,9 @@ def produce(zk: str, n: int) -> float:
         per = 500
         for i in range(0, n, per):
             ts = START_MS + (i * 24 * HOUR_MS) // n
-            producer.send(TOPIC, [value(j) for j in range(i, min(i + per, n))],
-                          partition=(i // per) % PARTITIONS, timestamp=ts)
+            producer.send(
+                TOPIC, [value(j) for j in range(i, min(i + per, n))], partition=(i // per) % PARTITIONS, timestamp=ts
+            )
         producer.flush(timeout=300)
         failed = producer.metrics().get("messages_failed", 0)
     if failed:
@@ -93,11 +96,13 @@ def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, in
     from hadoop_loader.config import config_from_dict
     from hadoop_loader.job import run_load
 
-    config = config_from_dict({
-        "source": {"zk": zk, "topics": [TOPIC]},
-        "output": {"uri": out.as_uri(), "files_per_hour": files_per_hour},
-        "load": {"chunk_bytes": 32 << 20},
-    })
+    config = config_from_dict(
+        {
+            "source": {"zk": zk, "topics": [TOPIC]},
+            "output": {"uri": out.as_uri(), "files_per_hour": files_per_hour},
+            "load": {"chunk_bytes": 32 << 20},
+        }
+    )
     result = run_load(config, spark=spark)
     stats = result.topics[TOPIC]
     return result.rows, result.seconds, stats.parquet_bytes, stats.files, result.phases
@@ -107,10 +112,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--files-per-hour", type=int, nargs="*", default=[1, 1, 0],
-                        help="landing runs, in order, each into a fresh output (1 = one "
-                             "file per topic and hour, the default; 0 = no shuffle). The "
-                             "first run is the JVM's first job (cold, like a nightly run)")
+    parser.add_argument(
+        "--files-per-hour",
+        type=int,
+        nargs="*",
+        default=[1, 1, 0],
+        help="landing runs, in order, each into a fresh output (1 = one "
+        "file per topic and hour, the default; 0 = no shuffle). The "
+        "first run is the JVM's first job (cold, like a nightly run)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -124,32 +134,35 @@ def main() -> int:
             rows, seconds = consume_all(zk)
             assert rows == args.messages, rows
             ceiling = rows / seconds
-            print(f"ceiling  SimpleConsumer read:          {ceiling:>10,.0f} rows/s "
-                  f"({seconds:.2f} s)")
+            print(f"ceiling  SimpleConsumer read:          {ceiling:>10,.0f} rows/s ({seconds:.2f} s)")
 
             from pyspark.sql import SparkSession
+
             t0 = time.perf_counter()
-            spark = (SparkSession.builder.master(args.master).appName("loader-bench")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.driver.memory", "1g")
-                     .config("spark.sql.shuffle.partitions", "4")
-                     .getOrCreate())
+            spark = (
+                SparkSession.builder.master(args.master)
+                .appName("loader-bench")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.driver.memory", "1g")
+                .config("spark.sql.shuffle.partitions", "4")
+                .getOrCreate()
+            )
             spark.sparkContext.setLogLevel("ERROR")
-            print(f"Spark session start ({args.master}):       {time.perf_counter() - t0:.1f} s "
-                  "(not counted below)")
+            print(f"Spark session start ({args.master}):       {time.perf_counter() - t0:.1f} s (not counted below)")
             for n, variant in enumerate(args.files_per_hour):
                 out = workdir / f"wh-{n}"
                 landed, seconds, size, files, phases = land(spark, zk, out, variant)
                 assert landed == args.messages, landed
                 label = "cold" if n == 0 else "warm"
-                print(f"landed   files_per_hour={variant} ({label}):    {landed / seconds:>10,.0f} "
-                      f"rows/s ({seconds:.2f} s, {files} files, {size / 2**20:.0f} MiB "
-                      f"Parquet, {landed / seconds / ceiling:.0%} of ceiling)")
+                print(
+                    f"landed   files_per_hour={variant} ({label}):    {landed / seconds:>10,.0f} "
+                    f"rows/s ({seconds:.2f} s, {files} files, {size / 2**20:.0f} MiB "
+                    f"Parquet, {landed / seconds / ceiling:.0%} of ceiling)"
+                )
                 print("           steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
             spark.stop()
-    print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
-          f"on {os.cpu_count()} cores")
+    print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     return 0
 
 

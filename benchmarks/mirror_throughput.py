@@ -145,10 +145,15 @@ def process_cpu(pids: list[int]) -> float:
     return total
 
 
-def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
-                mirror_source_zk: str | None = None, mode: str = "produce",
-                window: int | None = None,
-                proxy_pid: int | None = None) -> tuple[float, int, int, tuple[float, ...], float]:
+def mirror_once(
+    source: LocalCluster,
+    target: LocalCluster,
+    group: str,
+    mirror_source_zk: str | None = None,
+    mode: str = "produce",
+    window: int | None = None,
+    proxy_pid: int | None = None,
+) -> tuple[float, int, int, tuple[float, ...], float]:
     """Seconds, messages, bytes, CPU seconds (mirror, source broker, target broker and,
     with ``proxy_pid``, the delay proxy) and the mean bytes per fetch request.
 
@@ -158,8 +163,9 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
     """
     source_zk, target_zk = source.zk_connect, target.zk_connect
     extra = {} if window is None else {"fetch_window_bytes": window}
-    config = MirrorConfig(source_zk=mirror_source_zk or source_zk, target_zk=target_zk,
-                          group=group, topics=(TOPIC,), mode=mode, **extra)
+    config = MirrorConfig(
+        source_zk=mirror_source_zk or source_zk, target_zk=target_zk, group=group, topics=(TOPIC,), mode=mode, **extra
+    )
     with SimpleConsumer(zk=source_zk) as reader:
         wanted = ends(reader)
     with Admin(zk=target_zk) as admin:  # a fresh target topic per run, created untimed
@@ -174,8 +180,7 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)  # the deletion is still under way
-    mirror: Mirror | PreservingMirror = (PreservingMirror(config) if mode == "preserve"
-                                         else Mirror(config))
+    mirror: Mirror | PreservingMirror = PreservingMirror(config) if mode == "preserve" else Mirror(config)
     mirror.start()
     thread = threading.Thread(target=mirror.run, name="bench-mirror")
     thread.start()
@@ -194,8 +199,7 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
         # query and a few source round trips per partition, then a seek that drops what
         # was fetched before it): the same once-per-start cost, so the clock starts after
         positions = mirror.positions
-        while thread.is_alive() and not all(positions.state((TOPIC, p)) == "copying"
-                                            for p in wanted):
+        while thread.is_alive() and not all(positions.state((TOPIC, p)) == "copying" for p in wanted):
             time.sleep(0.002)
     pids = [source.broker_pids(), target.broker_pids()]
     if proxy_pid is not None:
@@ -223,8 +227,15 @@ def mirror_once(source: LocalCluster, target: LocalCluster, group: str,
     return elapsed, messages, total, cpu, per_fetch
 
 
-def report(run: int, case: str, seconds: float, count: int, nbytes: int,
-           cpu: tuple[float, ...] | None = None, per_fetch: float = 0.0) -> tuple[float, float]:
+def report(
+    run: int,
+    case: str,
+    seconds: float,
+    count: int,
+    nbytes: int,
+    cpu: tuple[float, ...] | None = None,
+    per_fetch: float = 0.0,
+) -> tuple[float, float]:
     """Print one ``run N: <case> <rate> msgs/s`` line; returns (msgs/s, MB/s).
 
     ``cpu``: CPU seconds of the mirror's process, the source broker, the target
@@ -236,10 +247,14 @@ def report(run: int, case: str, seconds: float, count: int, nbytes: int,
     if cpu is not None:
         mirror_cpu, source_cpu, target_cpu, *proxy_cpu = (c / count * 1e6 for c in cpu)
         proxy = "".join(f", proxy {c:.2f}" for c in proxy_cpu)
-        extra = (f"; cpu s per M msgs: mirror {mirror_cpu:.2f}, source broker {source_cpu:.2f}, "
-                 f"target broker {target_cpu:.2f}{proxy}; {per_fetch / 2**20:.1f} MiB per fetch request")
-    print(f"run {run}: {case:<16} {rate:>12,.0f} msgs/s {mbs:8.1f} MB/s  "
-          f"({count:,} msgs in {seconds:.2f}s{extra})", flush=True)
+        extra = (
+            f"; cpu s per M msgs: mirror {mirror_cpu:.2f}, source broker {source_cpu:.2f}, "
+            f"target broker {target_cpu:.2f}{proxy}; {per_fetch / 2**20:.1f} MiB per fetch request"
+        )
+    print(
+        f"run {run}: {case:<16} {rate:>12,.0f} msgs/s {mbs:8.1f} MB/s  ({count:,} msgs in {seconds:.2f}s{extra})",
+        flush=True,
+    )
     return rate, mbs
 
 
@@ -250,15 +265,18 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--delay-ms", type=float, default=25.0,
-                        help="WAN case: delay per direction (0: no WAN case)")
-    parser.add_argument("--modes", default="produce,preserve",
-                        help="mirror modes to time side by side without delay")
-    parser.add_argument("--wan-modes", default="preserve,produce",
-                        help="mirror modes of the proxy cases (preserve is the default mode)")
-    parser.add_argument("--fetch-window-bytes", type=int, default=None,
-                        help="the mirror's fetch_window_bytes (default: the config's; 0: "
-                             "fixed fetch_max_bytes, as before the adaptive window)")
+    parser.add_argument("--delay-ms", type=float, default=25.0, help="WAN case: delay per direction (0: no WAN case)")
+    parser.add_argument("--modes", default="produce,preserve", help="mirror modes to time side by side without delay")
+    parser.add_argument(
+        "--wan-modes", default="preserve,produce", help="mirror modes of the proxy cases (preserve is the default mode)"
+    )
+    parser.add_argument(
+        "--fetch-window-bytes",
+        type=int,
+        default=None,
+        help="the mirror's fetch_window_bytes (default: the config's; 0: "
+        "fixed fetch_max_bytes, as before the adaptive window)",
+    )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     wan_modes = [m.strip() for m in args.wan_modes.split(",") if m.strip()]
@@ -268,15 +286,17 @@ def main() -> int:
     proxy0 = "proxy-0ms"
 
     def name(mode: str, case: str = "") -> str:
-        """"mirror [preserve] [case]": "mirror" alone is the re-producing mode (ab_compare.py)."""
+        """ "mirror [preserve] [case]": "mirror" alone is the re-producing mode (ab_compare.py)."""
         return " ".join(p for p in ("mirror", "" if mode == "produce" else mode, case) if p)
 
     with tempfile.TemporaryDirectory(prefix="logferry-mirror-bench-") as tmp:
         base = Path(tmp)
         log_settings = {"flush_messages": 100_000, "flush_ms": 50}
-        with LocalCluster(base / "source", chroot="/live", log=log_settings) as source, \
-                LocalCluster(base / "target", chroot="/analysis", log=log_settings) as target, \
-                contextlib.ExitStack() as stack:
+        with (
+            LocalCluster(base / "source", chroot="/live", log=log_settings) as source,
+            LocalCluster(base / "target", chroot="/analysis", log=log_settings) as target,
+            contextlib.ExitStack() as stack,
+        ):
             fill(source.zk_connect, args.messages, args.size, args.batch, args.partitions)
             proxied: dict[str, str] = {}  # case -> the mirror's source connect string
             proxy_pids: dict[str, int] = {}
@@ -289,47 +309,58 @@ def main() -> int:
                     proxy = stack.enter_context(DelayProxy([zk_address, broker_address], delay))
                     proxied[case] = f"127.0.0.1:{proxy.ports[zk_address]}/live"
                     proxy_pids[case] = proxy.pid
-                    stack.enter_context(routed_through(
-                        proxied[case], {broker_address: ("127.0.0.1", proxy.ports[broker_address])}))
+                    stack.enter_context(
+                        routed_through(proxied[case], {broker_address: ("127.0.0.1", proxy.ports[broker_address])})
+                    )
             for run in range(1, args.runs + 1):
                 seconds, count, nbytes = plain_consumer(source.zk_connect)
-                rates.setdefault("plain consumer", []).append(
-                    report(run, "plain consumer", seconds, count, nbytes))
+                rates.setdefault("plain consumer", []).append(report(run, "plain consumer", seconds, count, nbytes))
                 # alternate which mode goes first, so neither always runs on a warmer machine;
                 # "mirror" stays the re-producing mode's name (ab_compare.py)
-                for mode in (modes if run % 2 else modes[::-1]):
+                for mode in modes if run % 2 else modes[::-1]:
                     case = name(mode)
                     seconds, count, nbytes, cpu, per_fetch = mirror_once(
-                        source, target, f"bench-{mode}-{run}", mode=mode,
-                        window=args.fetch_window_bytes)
-                    rates.setdefault(case, []).append(
-                        report(run, case, seconds, count, nbytes, cpu, per_fetch))
-                for mode in (wan_modes if run % 2 else wan_modes[::-1]):
+                        source, target, f"bench-{mode}-{run}", mode=mode, window=args.fetch_window_bytes
+                    )
+                    rates.setdefault(case, []).append(report(run, case, seconds, count, nbytes, cpu, per_fetch))
+                for mode in wan_modes if run % 2 else wan_modes[::-1]:
                     for where, zk_connect in proxied.items():
                         case = name(mode, where)
                         seconds, count, nbytes, cpu, per_fetch = mirror_once(
-                            source, target, f"bench-{mode}-{where}-{run}", zk_connect, mode=mode,
-                            window=args.fetch_window_bytes, proxy_pid=proxy_pids[where])
-                        rates.setdefault(case, []).append(
-                            report(run, case, seconds, count, nbytes, cpu, per_fetch))
-    medians = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
-               for case, rs in rates.items()}
-    print(f"\n{args.messages:,} messages of {args.size} B, batches of {args.batch}, "
-          f"{args.partitions} partitions, median of {args.runs} run(s) (shared machine: provisional)")
+                            source,
+                            target,
+                            f"bench-{mode}-{where}-{run}",
+                            zk_connect,
+                            mode=mode,
+                            window=args.fetch_window_bytes,
+                            proxy_pid=proxy_pids[where],
+                        )
+                        rates.setdefault(case, []).append(report(run, case, seconds, count, nbytes, cpu, per_fetch))
+    medians = {
+        case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for case, rs in rates.items()
+    }
+    print(
+        f"\n{args.messages:,} messages of {args.size} B, batches of {args.batch}, "
+        f"{args.partitions} partitions, median of {args.runs} run(s) (shared machine: provisional)"
+    )
     consumer = medians["plain consumer"][0]
     for case, (msgs, mbs) in medians.items():
         line = f"{case + ':':<18} {msgs:>12,.0f} msgs/s {mbs:8.1f} MB/s"
         if case == "mirror":
             line += f"  = {100 * msgs / consumer:.0f}% of the consumer (target >= 80%)"
         elif case == "mirror preserve" and "mirror" in medians:
-            line += (f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the re-producing mirror "
-                     f"(target >= 90%), {100 * msgs / consumer:.0f}% of the consumer")
+            line += (
+                f"  = {100 * msgs / medians['mirror'][0]:.0f}% of the re-producing mirror "
+                f"(target >= 90%), {100 * msgs / consumer:.0f}% of the consumer"
+            )
         for mode in wan_modes:
             direct, through = medians.get(name(mode)), medians.get(name(mode, proxy0))
             if case == name(mode, wan) and direct and through:
-                line += (f"  = {100 * msgs / through[0]:.0f}% of it through the proxy "
-                         f"without delay (target >= 80%), {100 * msgs / direct[0]:.0f}% of the "
-                         "direct mirror")
+                line += (
+                    f"  = {100 * msgs / through[0]:.0f}% of it through the proxy "
+                    f"without delay (target >= 80%), {100 * msgs / direct[0]:.0f}% of the "
+                    "direct mirror"
+                )
             elif case == name(mode, proxy0) and direct:
                 line += f"  = {100 * msgs / direct[0]:.0f}% of the direct mirror (the proxy's cost)"
         print(line)

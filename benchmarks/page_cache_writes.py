@@ -30,7 +30,7 @@ def write_file(path: str, total: int, size: int) -> float:
         cpu0 = time.process_time()
         done = 0
         while done < total:
-            done += os.write(fd, buffer[:min(size, total - done)])
+            done += os.write(fd, buffer[: min(size, total - done)])
         return time.process_time() - cpu0
     finally:
         os.close(fd)
@@ -38,13 +38,16 @@ def write_file(path: str, total: int, size: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes-kib", default="256,1024,2048,4096",
-                        help="bytes per os.write to compare, in KiB (comma separated)")
-    parser.add_argument("--mib", type=int, default=84,
-                        help="MiB written per case and run (84: 400,000 messages of 200 B)")
+    parser.add_argument(
+        "--sizes-kib", default="256,1024,2048,4096", help="bytes per os.write to compare, in KiB (comma separated)"
+    )
+    parser.add_argument(
+        "--mib", type=int, default=84, help="MiB written per case and run (84: 400,000 messages of 200 B)"
+    )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--dir", default=tempfile.gettempdir(),
-                        help="where the files go (a directory on the filesystem to measure)")
+    parser.add_argument(
+        "--dir", default=tempfile.gettempdir(), help="where the files go (a directory on the filesystem to measure)"
+    )
     args = parser.parse_args()
     try:
         sizes = [int(s) * 1024 for s in args.sizes_kib.split(",") if s.strip()]
@@ -56,14 +59,14 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="logferry-page-cache-", dir=args.dir)
     results: dict[int, list[float]] = {}
     try:
-        print(f"{args.mib} MiB per case into new files under {workdir}, {args.runs} runs",
-              flush=True)
+        print(f"{args.mib} MiB per case into new files under {workdir}, {args.runs} runs", flush=True)
         for run in range(args.runs):
-            for size in sizes[::-1 if run % 2 else 1]:
+            for size in sizes[:: -1 if run % 2 else 1]:
                 seconds = write_file(os.path.join(workdir, f"{run}-{size}"), total, size)
                 results.setdefault(size, []).append(seconds / total * 1e9)
-                print(f"  run {run + 1}: writes of {size >> 10:>6} KiB "
-                      f"{seconds / total * 1e9:6.2f} ns/byte", flush=True)
+                print(
+                    f"  run {run + 1}: writes of {size >> 10:>6} KiB {seconds / total * 1e9:6.2f} ns/byte", flush=True
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()

@@ -35,8 +35,8 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -45,7 +45,14 @@ for _path in (HERE, REPO):  # the peers package lives next to this script; bench
         sys.path.insert(0, str(_path))
 
 from peers.base import (  # noqa: E402
-    PAYLOAD_SIZE, PER_ACK, CaseFailed, Deadline, PeerUnavailable, Stopwatch, System, make_payload,
+    PAYLOAD_SIZE,
+    PER_ACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Stopwatch,
+    System,
+    make_payload,
     settled,
 )
 from peers.report import CONSUME, PRODUCE_1, PRODUCE_50, Results, report_lines  # noqa: E402
@@ -70,39 +77,61 @@ def build_systems(names: list[str]) -> list[System]:
     from peers.redis_streams import RedisStreams
 
     known: dict[str, Callable[[], System]] = {
-        "logferry": Logferry, "rabbitmq": RabbitMQ, "activemq": ActiveMQ,
-        "nats": NatsJetStream, "redis": RedisStreams}
+        "logferry": Logferry,
+        "rabbitmq": RabbitMQ,
+        "activemq": ActiveMQ,
+        "nats": NatsJetStream,
+        "redis": RedisStreams,
+    }
     return [known[name]() for name in names]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="The Kafka paper's producer/consumer experiment: logferry, RabbitMQ, "
-                    "ActiveMQ, NATS JetStream and Redis Streams side by side on 127.0.0.1.")
-    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES,
-                        help=f"messages per case and run (default {DEFAULT_MESSAGES:,}; "
-                             "the paper used 10 million)")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="runs per case; the table shows the median (default 3)")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                        help="untimed messages per case before the first run "
-                             f"(default {DEFAULT_WARMUP:,}; the JVM needs them)")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
-    parser.add_argument("--latency-rate", type=int, default=DEFAULT_LATENCY_RATE,
-                        help="msgs/s of the end-to-end latency case "
-                             f"(default {DEFAULT_LATENCY_RATE:,})")
-    parser.add_argument("--latency-seconds", type=float, default=DEFAULT_LATENCY_SECONDS,
-                        help="seconds per latency run, the first not counted "
-                             f"(default {DEFAULT_LATENCY_SECONDS:g}; 0 skips the case)")
-    parser.add_argument("--results", type=Path, default=HERE / "results",
-                        help="results go to a timestamped folder under this one "
-                             "(default benchmarks/results)")
-    parser.add_argument("--docs", action="store_true",
-                        help="also copy the figures to docs/benchmarks-*.png for the README")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where servers keep their data during the run (default: "
-                             "the system's temp dir); always deleted afterwards")
+        "ActiveMQ, NATS JetStream and Redis Streams side by side on 127.0.0.1."
+    )
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=DEFAULT_MESSAGES,
+        help=f"messages per case and run (default {DEFAULT_MESSAGES:,}; the paper used 10 million)",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs per case; the table shows the median (default 3)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULT_WARMUP,
+        help=f"untimed messages per case before the first run (default {DEFAULT_WARMUP:,}; the JVM needs them)",
+    )
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument(
+        "--latency-rate",
+        type=int,
+        default=DEFAULT_LATENCY_RATE,
+        help=f"msgs/s of the end-to-end latency case (default {DEFAULT_LATENCY_RATE:,})",
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=DEFAULT_LATENCY_SECONDS,
+        help=f"seconds per latency run, the first not counted (default {DEFAULT_LATENCY_SECONDS:g}; 0 skips the case)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=HERE / "results",
+        help="results go to a timestamped folder under this one (default benchmarks/results)",
+    )
+    parser.add_argument(
+        "--docs", action="store_true", help="also copy the figures to docs/benchmarks-*.png for the README"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where servers keep their data during the run (default: the system's temp dir); always deleted afterwards",
+    )
     args = parser.parse_args(argv)
     names = [n.strip().lower() for n in args.systems.split(",") if n.strip()]
     unknown = set(names) - set(SYSTEMS)
@@ -111,8 +140,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.messages < PER_ACK or args.runs < 1 or args.warmup < 0:
         parser.error(f"--messages must be >= {PER_ACK}, --runs >= 1, --warmup >= 0")
     if args.latency_seconds and (args.latency_seconds <= WARMUP_S or args.latency_rate < 1):
-        parser.error(f"--latency-seconds must be 0 or above {WARMUP_S:g}, "
-                     "--latency-rate at least 1")
+        parser.error(f"--latency-seconds must be 0 or above {WARMUP_S:g}, --latency-rate at least 1")
     args.system_names = names
     return args
 
@@ -129,8 +157,7 @@ def deferred_signals() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM while servers are being stopped, so that cleanup is not
     cut short; a signal that arrived meanwhile is raised afterwards."""
     pending: list[int] = []
-    previous = {sig: signal.signal(sig, lambda s, _f: pending.append(s))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda s, _f: pending.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -162,13 +189,11 @@ def timed_case(system: System, case: str, dest: str, count: int, label: str) -> 
         if got != count:
             raise CaseFailed(f"{system.name} consumer read {got} messages, expected {count}")
     seconds = clock.seconds
-    say(f"  {label:<8} {case:<26} {count:>10,} msgs {seconds:8.2f} s "
-        f"{count / seconds:>12,.0f} msgs/s")
+    say(f"  {label:<8} {case:<26} {count:>10,} msgs {seconds:8.2f} s {count / seconds:>12,.0f} msgs/s")
     return seconds
 
 
-def produce_and_measure(system: System, case: str, dest: str, count: int, label: str,
-                        results: Results | None) -> None:
+def produce_and_measure(system: System, case: str, dest: str, count: int, label: str, results: Results | None) -> None:
     """A producer case plus the bytes on disk it added, per message."""
     before = system.storage_bytes(dest)
     seconds = timed_case(system, case, dest, count, label)
@@ -178,24 +203,30 @@ def produce_and_measure(system: System, case: str, dest: str, count: int, label:
         results.add_storage(system.name, case, (after - before) / count)
 
 
-def latency_case(name: str, client: object, dest: str, args: argparse.Namespace,
-                 label: str, results: Results) -> None:
+def latency_case(name: str, client: object, dest: str, args: argparse.Namespace, label: str, results: Results) -> None:
     """One end-to-end latency run (bounded: the consumer process is always ended),
     recorded under ``name`` (a system, or a system with another setting)."""
     try:
-        points = run_end_to_end(client, dest, args.latency_rate,
-                                args.latency_seconds, PAYLOAD_SIZE,
-                                timeout=args.latency_seconds + LATENCY_SLACK)
+        points = run_end_to_end(
+            client,
+            dest,
+            args.latency_rate,
+            args.latency_seconds,
+            PAYLOAD_SIZE,
+            timeout=args.latency_seconds + LATENCY_SLACK,
+        )
     except RuntimeError as exc:
         raise CaseFailed(f"{name} latency: {exc}") from None
     results.add_latency(name, points)
     shown = "end-to-end latency" if name == results.systems[-1] else name
-    say(f"  {label:<8} {shown:<26} {args.latency_rate:>10,} msgs/s "
-        + " ".join(f"{p} {value:.2f}" for p, value in points.items()) + " ms")
+    say(
+        f"  {label:<8} {shown:<26} {args.latency_rate:>10,} msgs/s "
+        + " ".join(f"{p} {value:.2f}" for p, value in points.items())
+        + " ms"
+    )
 
 
-def run_system(system: System, workdir: Path, args: argparse.Namespace,
-               results: Results) -> None:
+def run_system(system: System, workdir: Path, args: argparse.Namespace, results: Results) -> None:
     """Install, start, warm up, run every case ``--runs`` times, always stop."""
     say(f"\n== {system.name}")
     try:
@@ -208,8 +239,7 @@ def run_system(system: System, workdir: Path, args: argparse.Namespace,
     try:
         began = time.monotonic()
         system.start(workdir)
-        say(f"  started in {time.monotonic() - began:.1f} s (load average "
-            f"{os.getloadavg()[0]:.2f})")
+        say(f"  started in {time.monotonic() - began:.1f} s (load average {os.getloadavg()[0]:.2f})")
         if args.warmup:
             warm = max(args.warmup, PER_ACK)
             produce_and_measure(system, PRODUCE_1, "warmup-b1", warm, "warm-up", None)
@@ -222,8 +252,7 @@ def run_system(system: System, workdir: Path, args: argparse.Namespace,
             one, fifty = f"bench-r{run}-b1", f"bench-r{run}-b50"
             produce_and_measure(system, PRODUCE_1, one, args.messages, label, results)
             produce_and_measure(system, PRODUCE_50, fifty, args.messages, label, results)
-            results.add_time(system.name, CONSUME,
-                             timed_case(system, CONSUME, fifty, args.messages, label))
+            results.add_time(system.name, CONSUME, timed_case(system, CONSUME, fifty, args.messages, label))
             system.drop(one)
             system.drop(fifty)
         if args.latency_seconds:
@@ -252,14 +281,18 @@ def write_outputs(results: Results, args: argparse.Namespace, lines: list[str]) 
     out = args.results / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     data = results.to_json()
-    data["environment"] = {"python": platform.python_version(), "machine": platform.machine(),
-                           "cpus": os.cpu_count(), "load_average_end": os.getloadavg(),
-                           "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    data["environment"] = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average_end": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     (out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     try:
-        from peers.install import ensure_python_module
         from peers.figures import draw
+        from peers.install import ensure_python_module
 
         ensure_python_module("matplotlib")
         figures = draw(results, out)
@@ -278,11 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    results = Results(messages=args.messages, runs=args.runs,
-                      latency_rate=args.latency_rate, latency_seconds=args.latency_seconds)
-    say(f"paper experiment: {args.messages:,} messages x {args.runs} run(s), warm-up "
+    results = Results(
+        messages=args.messages, runs=args.runs, latency_rate=args.latency_rate, latency_seconds=args.latency_seconds
+    )
+    say(
+        f"paper experiment: {args.messages:,} messages x {args.runs} run(s), warm-up "
         f"{args.warmup:,}; systems: {', '.join(args.system_names)}; "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="logferry-paper-", dir=args.workdir))
@@ -297,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if os.getloadavg()[0] > 1.0:
-        results.notes.append(f"load average {os.getloadavg()[0]:.2f} at the end on "
-                             f"{os.cpu_count()} CPUs: other work shared the machine")
+        results.notes.append(
+            f"load average {os.getloadavg()[0]:.2f} at the end on {os.cpu_count()} CPUs: other work shared the machine"
+        )
     lines = report_lines(results)
     say("\n" + "\n".join(lines))
     out = write_outputs(results, args, lines)

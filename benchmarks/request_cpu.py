@@ -52,6 +52,7 @@ def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[li
     """Per broker (loop us/msg, other threads us/msg), and the end-to-end percentiles."""
     from benchmarks.e2e import counted, percentiles
     from benchmarks.latency import SHIPPED, ConsumerProcess, create_topic, produce
+
     create_topic(cluster, topic, rf, SHIPPED)
     pids = cluster.broker_pids()
     time.sleep(0.5)
@@ -71,8 +72,7 @@ def one_run(cluster, topic: str, rate: int, seconds: float, rf: int) -> tuple[li
     per_broker = []
     for (m0, o0), (m1, o1), quiet in zip(before, after, idle, strict=True):
         idle_part = quiet / idle_s * elapsed / 2  # split evenly: it is small
-        per_broker.append(((m1 - m0 - idle_part) / count * 1e6,
-                           (o1 - o0 - idle_part) / count * 1e6))
+        per_broker.append(((m1 - m0 - idle_part) / count * 1e6, (o1 - o0 - idle_part) / count * 1e6))
     latencies = array("q")
     latencies.frombytes(raw)
     return per_broker, percentiles(counted(latencies, rate))
@@ -84,12 +84,17 @@ def main() -> int:
     parser.add_argument("--rf", type=int, default=1, help="replication factor (brokers)")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per run")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--checkout", type=Path, default=ROOT,
-                        help="measure the brokers of another checkout (one that has "
-                             "benchmarks/latency.py), e.g. the code before a change")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=ROOT,
+        help="measure the brokers of another checkout (one that has "
+        "benchmarks/latency.py), e.g. the code before a change",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout.resolve()))
     from benchmarks.latency import load_average, start_cluster
+
     print(f"brokers of {args.checkout.resolve()}")
     print(f"load average at start: {load_average()}")
     runs = []
@@ -97,20 +102,26 @@ def main() -> int:
         cluster = start_cluster(Path(tmp), args.rf)
         try:
             for run in range(1, args.runs + 1):
-                per_broker, e2e = one_run(cluster, f"cpu-{run}", args.rate, args.duration,
-                                          args.rf)
+                per_broker, e2e = one_run(cluster, f"cpu-{run}", args.rate, args.duration, args.rf)
                 runs.append(per_broker)
-                cells = "; ".join(f"broker {i + 1} {m + o:.0f} us (loop {m:.0f}, other "
-                                  f"threads {o:.0f})" for i, (m, o) in enumerate(per_broker))
-                print(f"run {run}: {args.rate:,} msgs/s RF {args.rf}: CPU per message {cells}; "
-                      f"end-to-end p50 {e2e['p50']:.2f} p99 {e2e['p99']:.2f} ms", flush=True)
+                cells = "; ".join(
+                    f"broker {i + 1} {m + o:.0f} us (loop {m:.0f}, other threads {o:.0f})"
+                    for i, (m, o) in enumerate(per_broker)
+                )
+                print(
+                    f"run {run}: {args.rate:,} msgs/s RF {args.rf}: CPU per message {cells}; "
+                    f"end-to-end p50 {e2e['p50']:.2f} p99 {e2e['p99']:.2f} ms",
+                    flush=True,
+                )
         finally:
             cluster.__exit__(None, None, None)
     for i in range(args.rf):
         loop = statistics.median(r[i][0] for r in runs)
         other = statistics.median(r[i][1] for r in runs)
-        print(f"median of {args.runs}: broker {i + 1}: {loop + other:.0f} us of CPU per message "
-              f"(event loop {loop:.0f}, other threads {other:.0f})")
+        print(
+            f"median of {args.runs}: broker {i + 1}: {loop + other:.0f} us of CPU per message "
+            f"(event loop {loop:.0f}, other threads {other:.0f})"
+        )
     print(f"load average at end: {load_average()}")
     return 0
 

@@ -24,14 +24,16 @@ HERE = Path(__file__).resolve().parent
 
 # name -> (script, arguments for a full run, arguments for --quick)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
-    "paper": ("paper_experiment.py", [], ["--messages", "20000", "--runs", "1",
-                                           "--warmup", "5000", "--latency-seconds", "3"]),
+    "paper": (
+        "paper_experiment.py",
+        [],
+        ["--messages", "20000", "--runs", "1", "--warmup", "5000", "--latency-seconds", "3"],
+    ),
     "broker": ("broker_throughput.py", [], ["--messages", "100000", "--runs", "1"]),
     "replication": ("replication_throughput.py", [], ["--messages", "50000", "--runs", "1"]),
     "latency": ("latency.py", [], ["--duration", "3", "--runs", "1"]),
     "agent": ("agent_throughput.py", [], ["--lines", "100000", "--runs", "1"]),
-    "groups": ("group_consumer.py", [], ["--messages", "100000", "--runs", "1",
-                                         "--rebalances", "2"]),
+    "groups": ("group_consumer.py", [], ["--messages", "100000", "--runs", "1", "--rebalances", "2"]),
     "mirror": ("mirror_throughput.py", [], ["--messages", "100000"]),
     "compression": ("compression.py", [], ["--messages", "50000", "--runs", "1"]),
     "loader": ("loader_throughput.py", [], ["--messages", "100000"]),
@@ -40,17 +42,19 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes and one run each: checks that every benchmark "
-                             "works, the figures are rough")
-    parser.add_argument("--only", default=",".join(BENCHMARKS),
-                        help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and one run each: checks that every benchmark works, the figures are rough",
+    )
+    parser.add_argument(
+        "--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of: {', '.join(BENCHMARKS)}"
+    )
     args = parser.parse_args(argv)
     args.selected = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in args.selected if name not in BENCHMARKS]
     if unknown:
-        parser.error(f"--only: unknown benchmark {', '.join(unknown)} "
-                     f"(known: {', '.join(BENCHMARKS)})")
+        parser.error(f"--only: unknown benchmark {', '.join(unknown)} (known: {', '.join(BENCHMARKS)})")
     return args
 
 
@@ -61,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(args.selected, 1):
             script, full, quick = BENCHMARKS[name]
             command = [sys.executable, str(HERE / script), *(quick if args.quick else full)]
-            print(f"\n=== [{i}/{len(args.selected)}] {name}: {' '.join(command[1:])}",
-                  flush=True)
+            print(f"\n=== [{i}/{len(args.selected)}] {name}: {' '.join(command[1:])}", flush=True)
             began = time.monotonic()
             code = subprocess.run(command, cwd=HERE.parent).returncode
             results.append((name, code, time.monotonic() - began))

@@ -54,12 +54,21 @@ class AgentsReader:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         agents = []
         for host, beat in sorted(self.latest.items()):
-            agents.append({
-                "host": host, "version": beat.version, "state": beat.state, "pid": beat.pid,
-                "time_ms": beat.time_ms, "age_s": round(max(now_ms - beat.time_ms, 0) / 1000, 1),
-                "interval_s": beat.interval_s, "lag_bytes": beat.lag_bytes,
-                "stale": beat.state != "stopped" and beat.stale(now_ms),
-                "files": list(beat.files[:FILES_SHOWN]), "file_count": len(beat.files)})
+            agents.append(
+                {
+                    "host": host,
+                    "version": beat.version,
+                    "state": beat.state,
+                    "pid": beat.pid,
+                    "time_ms": beat.time_ms,
+                    "age_s": round(max(now_ms - beat.time_ms, 0) / 1000, 1),
+                    "interval_s": beat.interval_s,
+                    "lag_bytes": beat.lag_bytes,
+                    "stale": beat.state != "stopped" and beat.stale(now_ms),
+                    "files": list(beat.files[:FILES_SHOWN]),
+                    "file_count": len(beat.files),
+                }
+            )
         return {"topic": self.topic, "agents": agents}
 
 

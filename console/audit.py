@@ -23,7 +23,12 @@ from __future__ import annotations
 from typing import Any
 
 from broker.client import (
-    AGENT_STAGE, AuditRecord, LogferryError, SimpleConsumer, messages_of, stage_rank,
+    AGENT_STAGE,
+    AuditRecord,
+    LogferryError,
+    SimpleConsumer,
+    messages_of,
+    stage_rank,
 )
 
 MIRROR_SUFFIX = ".mirror"
@@ -51,9 +56,16 @@ class AuditTally:
     def add(self, record: AuditRecord) -> None:
         """Count one record."""
         key = (record.topic, record.window_start)
-        window = self.windows.setdefault(key, {"topic": record.topic, "window_start": record.window_start,
-                                               "window_end": record.window_end, "stages": {},
-                                               "hosts": set()})
+        window = self.windows.setdefault(
+            key,
+            {
+                "topic": record.topic,
+                "window_start": record.window_start,
+                "window_end": record.window_end,
+                "stages": {},
+                "hosts": set(),
+            },
+        )
         stage = window["stages"].setdefault(record.stage, {"sent": 0, "acked": 0})
         stage["sent"] += record.sent
         stage["acked"] += record.acked
@@ -69,7 +81,7 @@ class AuditTally:
 
     def _trim(self, topic: str) -> None:
         keys = sorted(k for k in self.windows if k[0] == topic)
-        for key in keys[:-self.max_windows]:
+        for key in keys[: -self.max_windows]:
             del self.windows[key]
 
     def rows(self) -> list[dict[str, Any]]:
@@ -78,8 +90,15 @@ class AuditTally:
         out = []
         for (topic, start), w in sorted(self.windows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
             stages = tier_completeness({name: dict(counts) for name, counts in w["stages"].items()})
-            out.append({"topic": topic, "window_start": start, "window_end": w["window_end"],
-                        "hosts": len(w["hosts"]), "stages": stages})
+            out.append(
+                {
+                    "topic": topic,
+                    "window_start": start,
+                    "window_end": w["window_end"],
+                    "hosts": len(w["hosts"]),
+                    "stages": stages,
+                }
+            )
         return out
 
 
@@ -118,12 +137,18 @@ def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[s
     for name, view in views:
         for row in (view or {}).get("rows", []):
             key = (row["topic"], row["window_start"])
-            target = merged.setdefault(key, {"topic": row["topic"], "window_start": row["window_start"],
-                                             "window_end": row["window_end"], "stages": {}})
+            target = merged.setdefault(
+                key,
+                {
+                    "topic": row["topic"],
+                    "window_start": row["window_start"],
+                    "window_end": row["window_end"],
+                    "stages": {},
+                },
+            )
             for stage, counts in row["stages"].items():
                 if home[stage] == name:
-                    target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"],
-                                               "cluster": name}
+                    target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"], "cluster": name}
     rows = []
     for (_topic, _start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         row["stages"] = tier_completeness(row["stages"])

@@ -15,31 +15,43 @@ import signal
 import sys
 from typing import Any
 
-from broker.common.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
 from broker.common.commands import EXIT_INTERRUPTED, EXIT_OK
 from broker.common.errors import ConfigError
+from broker.common.tls_args import add_sasl_args, add_tls_args, sasl_from_args, tls_from_args
 from console.config import DEFAULT_PORT, ConsoleConfig, from_zk, load_config
 
 
 def register(subparsers: Any) -> None:
     """Add ``console`` to an argparse subparsers object."""
     parser = subparsers.add_parser(
-        "console", help="serve a live web console of one or more clusters",
+        "console",
+        help="serve a live web console of one or more clusters",
         description="Serve a web page that shows brokers, topics, consumer groups (with "
-                    "Burrow-style status) and messages of the given clusters, live. Read-only.")
-    parser.add_argument("--config", metavar="TOML", help="console config: [console] and one "
-                        "[[cluster]] per cluster (docs/console.md)")
-    parser.add_argument("--zk", action="append", metavar="[NAME=]CONNECT",
-                        help="a cluster's ZooKeeper connect string with chroot (repeatable; "
-                             "instead of --config)")
-    parser.add_argument("--lake", action="append", metavar="[CLUSTER=]PATH", default=[],
-                        help="a lake the loader lands into (its output.path, read-only), for "
-                             "the landed tier; loaded from CLUSTER (default: the last "
-                             "cluster); repeatable, with --zk")
+        "Burrow-style status) and messages of the given clusters, live. Read-only.",
+    )
+    parser.add_argument(
+        "--config", metavar="TOML", help="console config: [console] and one [[cluster]] per cluster (docs/console.md)"
+    )
+    parser.add_argument(
+        "--zk",
+        action="append",
+        metavar="[NAME=]CONNECT",
+        help="a cluster's ZooKeeper connect string with chroot (repeatable; instead of --config)",
+    )
+    parser.add_argument(
+        "--lake",
+        action="append",
+        metavar="[CLUSTER=]PATH",
+        default=[],
+        help="a lake the loader lands into (its output.path, read-only), for "
+        "the landed tier; loaded from CLUSTER (default: the last "
+        "cluster); repeatable, with --zk",
+    )
     parser.add_argument("--host", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
-    parser.add_argument("--interval", type=float, metavar="SECONDS",
-                        help="how often each cluster is read (default 1, at most 2)")
+    parser.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="how often each cluster is read (default 1, at most 2)"
+    )
     add_tls_args(parser)
     add_sasl_args(parser)
     parser.set_defaults(func=run_command)
@@ -58,8 +70,10 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
         if lakes:
             raise ConfigError("--lake goes with --zk; with --config name each lake in [[lake]]")
         if tls is not None or sasl is not None:
-            raise ConfigError("--tls-*/--sasl-* go with --zk; with --config give each "
-                              "[[cluster]] its own [cluster.tls] and [cluster.sasl]")
+            raise ConfigError(
+                "--tls-*/--sasl-* go with --zk; with --config give each "
+                "[[cluster]] its own [cluster.tls] and [cluster.sasl]"
+            )
         config = load_config(args.config)
     elif args.zk:
         config = from_zk(args.zk, tls=tls, sasl=sasl, lakes=lakes)
@@ -72,8 +86,7 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
         raise ConfigError(f"--port {port}: must be 0-65535")
     if not 0 < interval <= 2:
         raise ConfigError(f"--interval {interval}: must be above 0 and at most 2")
-    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic,
-                         lakes=config.lakes)
+    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic, lakes=config.lakes)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -86,6 +99,7 @@ def run_command(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
         def on_signal(signum: int) -> None:
             signals.append(signum)
             stop.set()

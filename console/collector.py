@@ -58,22 +58,23 @@ class ClusterPoller:
         self._listeners: dict[int, list[dict[str, Any]]] = {}
         self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.history = History(SERIES)
-        self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False,
-                                     "error": "not read yet"}
+        self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False, "error": "not read yet"}
 
     # -- clients ---------------------------------------------------------------------------
 
     def _connect(self) -> None:
         if self._admin is None:
-            self._admin = Admin(zk=self.config.zk_connect, request_timeout=self.request_timeout,
-                                **self._security)
+            self._admin = Admin(zk=self.config.zk_connect, request_timeout=self.request_timeout, **self._security)
         if self._consumer is None:
-            self._consumer = SimpleConsumer(zk=self.config.zk_connect,
-                                            request_timeout=self.request_timeout,
-                                            metadata_retries=1, max_wait_ms=0, **self._security)
+            self._consumer = SimpleConsumer(
+                zk=self.config.zk_connect,
+                request_timeout=self.request_timeout,
+                metadata_retries=1,
+                max_wait_ms=0,
+                **self._security,
+            )
         if self._groups is None:
-            self._groups = GroupAdmin(self.config.zk_connect, brokers=False, cache_owners=True,
-                                      **self._security)
+            self._groups = GroupAdmin(self.config.zk_connect, brokers=False, cache_owners=True, **self._security)
 
     @property
     def _security(self) -> dict[str, Any]:
@@ -114,8 +115,13 @@ class ClusterPoller:
             # machine suspended) is shown and the clients are made anew next time
             log.warning("cluster %s: %s", self.config.name, exc or type(exc).__name__)
             self.close()
-            snapshot = {"name": self.config.name, "zk": self.config.zk_connect, "ok": False,
-                        "error": str(exc) or type(exc).__name__, "history": self.history.as_dict()}
+            snapshot = {
+                "name": self.config.name,
+                "zk": self.config.zk_connect,
+                "ok": False,
+                "error": str(exc) or type(exc).__name__,
+                "history": self.history.as_dict(),
+            }
         self.last = snapshot
         return snapshot
 
@@ -135,11 +141,18 @@ class ClusterPoller:
             size = 0
             for p, info in parts.items():
                 row: dict[str, Any] = {
-                    "partition": p, "leader": info.leader, "replicas": info.replicas,
-                    "isr": info.isr, "offline": info.leader < 0,
+                    "partition": p,
+                    "leader": info.leader,
+                    "replicas": info.replicas,
+                    "isr": info.isr,
+                    "offline": info.leader < 0,
                     "under_replicated": info.under_replicated,
-                    "log_start": None, "log_end": None, "size": None,
-                    "bytes_in_s": 0.0, "msgs_in_s": 0.0}
+                    "log_start": None,
+                    "log_end": None,
+                    "size": None,
+                    "bytes_in_s": 0.0,
+                    "msgs_in_s": 0.0,
+                }
                 offline += row["offline"]
                 under += row["under_replicated"]
                 got = ranges.get((name, p))
@@ -158,9 +171,16 @@ class ClusterPoller:
                 rows.append(row)
             totals["bytes_in_s"] += t_in
             totals["msgs_in_s"] += t_msgs
-            topics.append({"name": name, "partitions": rows, "bytes_in_s": round(t_in, 1),
-                           "msgs_in_s": round(t_msgs, 1), "size": size,
-                           "config": state.configs.get(name, {})})
+            topics.append(
+                {
+                    "name": name,
+                    "partitions": rows,
+                    "bytes_in_s": round(t_in, 1),
+                    "msgs_in_s": round(t_msgs, 1),
+                    "size": size,
+                    "config": state.configs.get(name, {}),
+                }
+            )
 
         groups, bytes_out = self._read_groups(ranges, now)
         audit_parts = sorted(state.topics.get(self._audit.topic, {}))
@@ -171,8 +191,7 @@ class ClusterPoller:
         agent_parts = sorted(state.topics.get(self._agents.topic, {}))
         agents = read_agents(self._agents, self._consumer, agent_parts) if agent_parts else None
         live = state.brokers
-        known = sorted(set(live) | {b for parts in state.topics.values()
-                                    for i in parts.values() for b in i.replicas})
+        known = sorted(set(live) | {b for parts in state.topics.values() for i in parts.values() for b in i.replicas})
         leaders: dict[int, int] = {}
         for parts in state.topics.values():
             for info in parts.values():
@@ -181,25 +200,52 @@ class ClusterPoller:
         brokers = []
         for b in known:
             where = live.get(b)
-            brokers.append({"id": b, "up": where is not None, "controller": b == state.controller,
-                            "host": where.host if where else None, "port": where.port if where else None,
-                            "rack": where.rack if where else "",
-                            "datacenter": where.datacenter if where else "",
-                            "leaders": leaders.get(b, 0),
-                            "listeners": listeners.get(b, []) if where else []})
+            brokers.append(
+                {
+                    "id": b,
+                    "up": where is not None,
+                    "controller": b == state.controller,
+                    "host": where.host if where else None,
+                    "port": where.port if where else None,
+                    "rack": where.rack if where else "",
+                    "datacenter": where.datacenter if where else "",
+                    "leaders": leaders.get(b, 0),
+                    "listeners": listeners.get(b, []) if where else [],
+                }
+            )
         time_ms = int(now * 1000)
-        summary = {"brokers_up": len(live), "brokers": len(known), "controller": state.controller,
-                   "topics": len(topics), "partitions": len(pairs), "offline": offline,
-                   "under_replicated": under, "bytes_in_s": round(totals["bytes_in_s"], 1),
-                   "msgs_in_s": round(totals["msgs_in_s"], 1), "bytes_out_s": round(bytes_out, 1),
-                   "groups_not_ok": sum(1 for g in groups if g["status"] != "OK")}
+        summary = {
+            "brokers_up": len(live),
+            "brokers": len(known),
+            "controller": state.controller,
+            "topics": len(topics),
+            "partitions": len(pairs),
+            "offline": offline,
+            "under_replicated": under,
+            "bytes_in_s": round(totals["bytes_in_s"], 1),
+            "msgs_in_s": round(totals["msgs_in_s"], 1),
+            "bytes_out_s": round(bytes_out, 1),
+            "groups_not_ok": sum(1 for g in groups if g["status"] != "OK"),
+        }
         self.history.add(time_ms, **summary)
-        self._rates.forget({("in", t, p) for t, p in pairs}
-                           | {("out", g["name"], r["topic"], r["partition"])
-                              for g in groups for r in g["partitions"]})
-        return {"name": self.config.name, "zk": self.config.zk_connect, "ok": True, "error": None,
-                "time_ms": time_ms, "summary": summary, "brokers": brokers, "topics": topics,
-                "groups": groups, "audit": audit, "agents": agents, "history": self.history.as_dict()}
+        self._rates.forget(
+            {("in", t, p) for t, p in pairs}
+            | {("out", g["name"], r["topic"], r["partition"]) for g in groups for r in g["partitions"]}
+        )
+        return {
+            "name": self.config.name,
+            "zk": self.config.zk_connect,
+            "ok": True,
+            "error": None,
+            "time_ms": time_ms,
+            "summary": summary,
+            "brokers": brokers,
+            "topics": topics,
+            "groups": groups,
+            "audit": audit,
+            "agents": agents,
+            "history": self.history.as_dict(),
+        }
 
     def _read_listeners(self, live: frozenset[int], now: float) -> dict[int, list[dict[str, Any]]]:
         """Each live broker's listeners from its registration (name, protocol, address,
@@ -214,10 +260,18 @@ class ClusterPoller:
         except (LogferryError, OSError) as exc:
             log.warning("cluster %s: reading broker registrations: %s", self.config.name, exc)
             return self._listeners
-        self._listeners = {b: [{"name": lst.name, "protocol": lst.protocol,
-                                "address": f"{lst.host}:{lst.port}", "security": lst.security}
-                               for lst in found_listeners]
-                           for b, found_listeners in found.items()}
+        self._listeners = {
+            b: [
+                {
+                    "name": lst.name,
+                    "protocol": lst.protocol,
+                    "address": f"{lst.host}:{lst.port}",
+                    "security": lst.security,
+                }
+                for lst in found_listeners
+            ]
+            for b, found_listeners in found.items()
+        }
         self._listeners_key = (live, now)
         return self._listeners
 
@@ -229,20 +283,34 @@ class ClusterPoller:
             try:
                 info = self._groups.describe(name, self._windows, ranges)
             except LogferryError as exc:
-                groups.append({"name": name, "status": "OK", "error": str(exc), "members": {},
-                               "partitions": [], "lag_bytes": 0, "lag_messages": 0})
+                groups.append(
+                    {
+                        "name": name,
+                        "status": "OK",
+                        "error": str(exc),
+                        "members": {},
+                        "partitions": [],
+                        "lag_bytes": 0,
+                        "lag_messages": 0,
+                    }
+                )
                 continue
             g_out = 0.0
             for row in info["partitions"]:
                 if row["committed"] is not None:
-                    g_out += self._rates.update(("out", name, row["topic"], row["partition"]),
-                                                row["committed"], now)
+                    g_out += self._rates.update(("out", name, row["topic"], row["partition"]), row["committed"], now)
             bytes_out += g_out
-            groups.append({
-                "name": name, "status": info["status"], "members": info["members"],
-                "partitions": info["partitions"], "bytes_out_s": round(g_out, 1),
-                "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
-                "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"])})
+            groups.append(
+                {
+                    "name": name,
+                    "status": info["status"],
+                    "members": info["members"],
+                    "partitions": info["partitions"],
+                    "bytes_out_s": round(g_out, 1),
+                    "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
+                    "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
+                }
+            )
         return groups, bytes_out
 
 

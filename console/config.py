@@ -37,9 +37,10 @@ is enough, since the console never writes.
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from broker.common.config import (
     NONEMPTY_STR,
@@ -55,8 +56,8 @@ from broker.common.config import (
 from broker.common.errors import ConfigError
 from broker.common.names import validate_topic_name
 from broker.common.sasl import SaslCredentials, sasl_section
-from broker.common.zk_security import with_security, zookeeper_section
 from broker.common.tls import TlsConfig, tls_section
+from broker.common.zk_security import with_security, zookeeper_section
 
 DEFAULT_PORT = 8300
 MAX_INTERVAL_S = 2.0
@@ -104,11 +105,23 @@ class ConsoleConfig:
 _SECTIONS = {
     "console": fields(host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING),
 }
-_LAKE = fields(("path",), {"path": "the loader's output.path (a local directory)"},
-               path=NONEMPTY_STR, cluster=NONEMPTY_STR, timezone=NONEMPTY_STR, name=NONEMPTY_STR)
-_CLUSTER = fields(("name", "zk_connect"), {"zk_connect": "where the cluster registers"},
-                  name=NONEMPTY_STR, zk_connect=NONEMPTY_STR, tls=TABLE, sasl=TABLE,
-                  zookeeper=TABLE)
+_LAKE = fields(
+    ("path",),
+    {"path": "the loader's output.path (a local directory)"},
+    path=NONEMPTY_STR,
+    cluster=NONEMPTY_STR,
+    timezone=NONEMPTY_STR,
+    name=NONEMPTY_STR,
+)
+_CLUSTER = fields(
+    ("name", "zk_connect"),
+    {"zk_connect": "where the cluster registers"},
+    name=NONEMPTY_STR,
+    zk_connect=NONEMPTY_STR,
+    tls=TABLE,
+    sasl=TABLE,
+    zookeeper=TABLE,
+)
 
 
 def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> ConsoleConfig:
@@ -127,16 +140,19 @@ def parse_config(doc: dict[str, Any], validator: Validator | None = None) -> Con
         where = f"cluster[{i}]"
         table = v.check(raw, _CLUSTER, where)
         connect = v.zk_connect(f"{where}.zk_connect", table["zk_connect"])
-        clusters.append(ClusterConfig(table["name"],  # [cluster.zookeeper]: its ZooKeeper login
-                                      with_security(connect, zookeeper_section(v, table, where=where)),
-                                      tls=tls_section(v, table, where=where),
-                                      sasl=sasl_section(v, table, where=where)))
+        clusters.append(
+            ClusterConfig(
+                table["name"],  # [cluster.zookeeper]: its ZooKeeper login
+                with_security(connect, zookeeper_section(v, table, where=where)),
+                tls=tls_section(v, table, where=where),
+                sasl=sasl_section(v, table, where=where),
+            )
+        )
     lakes = [v.check(raw, _LAKE, f"lake[{i}]") for i, raw in enumerate(lakes_raw)]
     return _finish(v, clusters, console, lakes)
 
 
-def _lakes(v: Validator, clusters: Sequence[ClusterConfig],
-           tables: Sequence[dict[str, Any]]) -> tuple[LakeConfig, ...]:
+def _lakes(v: Validator, clusters: Sequence[ClusterConfig], tables: Sequence[dict[str, Any]]) -> tuple[LakeConfig, ...]:
     """Checked lakes: a known cluster (default: the last one, the analysis cluster) and
     time zone; names default to ``lake``, ``lake2``..."""
     out = []
@@ -149,15 +165,19 @@ def _lakes(v: Validator, clusters: Sequence[ClusterConfig],
         try:
             zoneinfo.ZoneInfo(timezone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            v.fail(f"lake[{i}].timezone", f"{timezone!r} is not a known time zone (the "
-                   "loader's load.timezone, such as UTC or Europe/Paris)")
-        out.append(LakeConfig(table["path"], cluster, timezone,
-                              table.get("name") or ("lake" if i == 0 else f"lake{i + 1}")))
+            v.fail(
+                f"lake[{i}].timezone",
+                f"{timezone!r} is not a known time zone (the loader's load.timezone, such as UTC or Europe/Paris)",
+            )
+        out.append(
+            LakeConfig(table["path"], cluster, timezone, table.get("name") or ("lake" if i == 0 else f"lake{i + 1}"))
+        )
     return tuple(out)
 
 
-def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, Any],
-            lakes: Sequence[dict[str, Any]] = ()) -> ConsoleConfig:
+def _finish(
+    v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, Any], lakes: Sequence[dict[str, Any]] = ()
+) -> ConsoleConfig:
     if not clusters:
         v.fail("cluster", "missing: name at least one cluster ([[cluster]] or --zk)")
     names = [c.name for c in clusters]
@@ -172,9 +192,14 @@ def _finish(v: Validator, clusters: Sequence[ClusterConfig], console: dict[str, 
         validate_topic_name(audit)
     except ConfigError as exc:
         v.fail("console.audit_topic", str(exc))
-    return ConsoleConfig(tuple(clusters), console.get("host", "127.0.0.1"),
-                         console.get("port", DEFAULT_PORT), interval, audit,
-                         lakes=_lakes(v, clusters, lakes))
+    return ConsoleConfig(
+        tuple(clusters),
+        console.get("host", "127.0.0.1"),
+        console.get("port", DEFAULT_PORT),
+        interval,
+        audit,
+        lakes=_lakes(v, clusters, lakes),
+    )
 
 
 def load_config(path: str | Path) -> ConsoleConfig:
@@ -183,9 +208,15 @@ def load_config(path: str | Path) -> ConsoleConfig:
     return parse_config(doc, validator)
 
 
-def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-            interval_s: float = 1.0, tls: TlsConfig | None = None,
-            sasl: SaslCredentials | None = None, lakes: Sequence[str] = ()) -> ConsoleConfig:
+def from_zk(
+    zk: Sequence[str],
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    interval_s: float = 1.0,
+    tls: TlsConfig | None = None,
+    sasl: SaslCredentials | None = None,
+    lakes: Sequence[str] = (),
+) -> ConsoleConfig:
     """Settings from ``--zk`` options: ``NAME=CONNECT`` or a bare connect string (named
     after its chroot's last part, ``live`` for ``.../logferry/live``). ``tls`` and
     ``sasl`` (from ``--tls-*``/``--sasl-*``) apply to every cluster named. ``lakes``
@@ -205,10 +236,8 @@ def from_zk(zk: Sequence[str], host: str = "127.0.0.1", port: int = DEFAULT_PORT
     lake_tables = []
     for item in lakes:
         cluster, sep, path = item.partition("=")
-        lake_tables.append({"cluster": cluster, "path": path} if sep and "/" not in cluster
-                           else {"path": item})
-    return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s},
-                   lake_tables)
+        lake_tables.append({"cluster": cluster, "path": path} if sep and "/" not in cluster else {"path": item})
+    return _finish(v, clusters, {"host": host, "port": port, "interval_s": interval_s}, lake_tables)
 
 
 __all__ = ["ClusterConfig", "ConsoleConfig", "LakeConfig", "DEFAULT_PORT", "from_zk", "load_config", "parse_config"]

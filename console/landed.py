@@ -25,8 +25,9 @@ import datetime as dt
 import json
 import os
 import zoneinfo
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from broker.client import LANDED_STAGE, stage_rank
 
@@ -38,7 +39,7 @@ MAX_HOURS = 48
 
 def lake_path(path: str) -> Path:
     """A lake location from the config as a local directory (``file://`` stripped)."""
-    return Path(path[len("file://"):] if path.startswith("file://") else path)
+    return Path(path[len("file://") :] if path.startswith("file://") else path)
 
 
 def hour_key(ms: int, tz: dt.tzinfo) -> str:
@@ -67,8 +68,7 @@ class LakeReader:
         """Read manifests committed since the last poll (errors are kept in :attr:`error`)."""
         directory = self.path / MANIFESTS
         try:
-            names = sorted(n for n in os.listdir(directory)
-                           if n.endswith(".json") and n not in self._read)
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and n not in self._read)
         except FileNotFoundError:
             self.error = None if self.path.is_dir() else f"{self.path} does not exist"
             return
@@ -112,32 +112,51 @@ class LakeReader:
         out = []
         for topic in sorted(topics):
             for hour in sorted((h for t, h in keys if t == topic), reverse=True)[:MAX_HOURS]:
-                out.append(landed_row(topic, hour, self.landed.get((topic, hour), 0),
-                                      self.duplicates.get((topic, hour), 0),
-                                      before.get((topic, hour), {})))
+                out.append(
+                    landed_row(
+                        topic,
+                        hour,
+                        self.landed.get((topic, hour), 0),
+                        self.duplicates.get((topic, hour), 0),
+                        before.get((topic, hour), {}),
+                    )
+                )
         return out
 
     def view(self, tiers: dict[tuple[str, int], dict[str, int]]) -> dict[str, Any]:
         """The page's landed view of this lake."""
-        return {"name": self.name, "path": str(self.path), "cluster": self.cluster,
-                "timezone": self.timezone, "runs": self.runs,
-                "last_committed_ms": self.last_committed_ms or None, "error": self.error,
-                "rows": self.rows(tiers)}
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "cluster": self.cluster,
+            "timezone": self.timezone,
+            "runs": self.runs,
+            "last_committed_ms": self.last_committed_ms or None,
+            "error": self.error,
+            "rows": self.rows(tiers),
+        }
 
 
-def landed_row(topic: str, hour: str, landed: int, duplicates: int,
-               before: dict[str, int]) -> dict[str, Any]:
+def landed_row(topic: str, hour: str, landed: int, duplicates: int, before: dict[str, int]) -> dict[str, Any]:
     """One hour: landed (+ duplicates) against the last tier of ``before`` (sans IO)."""
     earlier = [s for s in sorted(before, key=stage_rank) if stage_rank(s) < stage_rank(LANDED_STAGE)]
     of = earlier[-1] if earlier else None
     expected = before[of] if of is not None else None
     pct = round(100.0 * (landed + duplicates) / expected, 2) if expected else None
-    return {"topic": topic, "hour": hour, "landed": landed, "duplicates": duplicates,
-            "of": of, "expected": expected, "complete_pct": pct}
+    return {
+        "topic": topic,
+        "hour": hour,
+        "landed": landed,
+        "duplicates": duplicates,
+        "of": of,
+        "expected": expected,
+        "complete_pct": pct,
+    }
 
 
-def merge_tiers(tallies: Iterable[tuple[str, dict[tuple[str, int], dict[str, int]]]]
-                ) -> dict[tuple[str, int], dict[str, int]]:
+def merge_tiers(
+    tallies: Iterable[tuple[str, dict[tuple[str, int], dict[str, int]]]],
+) -> dict[tuple[str, int], dict[str, int]]:
     """Each stage's acked per (topic, window) from the first cluster that has it (live
     first), as :func:`console.audit.pipeline_rows` joins the clusters."""
     home: dict[str, str] = {}

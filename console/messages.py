@@ -28,8 +28,11 @@ def page_record(value: bytes | None) -> dict[str, Any] | None:
     record = agent_record(value)
     if record is None:
         return None
-    return {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
-            for k, v in record.items() if isinstance(k, str)}
+    return {
+        k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+        for k, v in record.items()
+        if isinstance(k, str)
+    }
 
 
 def _text(data: bytes | None) -> str | None:
@@ -42,7 +45,7 @@ def _text(data: bytes | None) -> str | None:
 def parse_start(offset: str | None, time_ms: str | None) -> int | str | dt.datetime:
     """The start of a browse: ``earliest``/``latest``/a byte offset, or a time in ms."""
     if time_ms not in (None, ""):
-        return dt.datetime.fromtimestamp(int(time_ms) / 1000, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(int(time_ms) / 1000, tz=dt.UTC)
     if offset in (None, "", "earliest", "latest"):
         return offset or "earliest"
     value = int(offset)
@@ -54,14 +57,19 @@ def parse_start(offset: str | None, time_ms: str | None) -> int | str | dt.datet
 def message_row(topic: str, partition: int, message: Any) -> dict[str, Any]:
     """One message as the page shows it."""
     record = page_record(message.value)
-    return {"offset": message.offset, "index": message.index, "timestamp": message.timestamp,
-            "key": _text(message.key),
-            "value": record["line"] if record else _text(message.value),
-            "record": {k: v for k, v in record.items() if k != "line"} if record else None}
+    return {
+        "offset": message.offset,
+        "index": message.index,
+        "timestamp": message.timestamp,
+        "key": _text(message.key),
+        "value": record["line"] if record else _text(message.value),
+        "record": {k: v for k, v in record.items() if k != "line"} if record else None,
+    }
 
 
-def browse(consumer: SimpleConsumer, topic: str, partition: int, start: int | str | dt.datetime,
-           limit: int = 50) -> dict[str, Any]:
+def browse(
+    consumer: SimpleConsumer, topic: str, partition: int, start: int | str | dt.datetime, limit: int = 50
+) -> dict[str, Any]:
     """Up to ``limit`` messages from ``start``; ``next`` is the offset to continue from."""
     limit = max(1, min(limit, MAX_LIMIT))
     offset, skip = consumer.resolve_position(topic, partition, start)
@@ -84,8 +92,15 @@ def browse(consumer: SimpleConsumer, topic: str, partition: int, start: int | st
                 break
         else:
             next_offset = result.next_offset
-    return {"topic": topic, "partition": partition, "start": offset, "next": next_offset,
-            "log_start": log_range.start, "log_end": log_range.end, "messages": rows}
+    return {
+        "topic": topic,
+        "partition": partition,
+        "start": offset,
+        "next": next_offset,
+        "log_start": log_range.start,
+        "log_end": log_range.end,
+        "messages": rows,
+    }
 
 
 def tail(consumer: SimpleConsumer, topic: str, partition: int, offset: int) -> tuple[list[dict[str, Any]], int]:

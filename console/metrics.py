@@ -12,7 +12,8 @@ rules, and whether each cluster answered the console. Names (prefix
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from broker.client import STATUS_SEVERITY
 from broker.common.metrics import Metrics, Sample

@@ -9,7 +9,7 @@ no rate for that interval rather than a negative one.
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 
 class Rates:

@@ -20,6 +20,7 @@ event loop only serves. Everything is read-only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -36,7 +37,6 @@ from console.config import ConsoleConfig
 from console.landed import LakeReader, merge_tiers
 from console.messages import browse, parse_start, tail
 from console.metrics import console_metrics
-import contextlib
 
 log = logging.getLogger("logferry.console")
 
@@ -59,14 +59,24 @@ def snapshot(app: web.Application) -> dict[str, Any]:
     """The latest reading of every cluster, in config order."""
     state = app[STATE]
     clusters = [p.last for p in app[POLLERS].values()]
-    return {"time_ms": state["time_ms"], "seq": state["seq"], "poll_ms": state["poll_ms"],
-            "interval_s": app[CONFIG].interval_s,
-            "clusters": clusters,
-            "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
-            "landed": state.get("landed", []),
-            # agents publish to the live cluster (a mirror's copies elsewhere come later)
-            "agents": next(({**c["agents"], "cluster": c["name"]} for c in clusters
-                            if c and c.get("agents") and c["agents"]["agents"]), None)}
+    return {
+        "time_ms": state["time_ms"],
+        "seq": state["seq"],
+        "poll_ms": state["poll_ms"],
+        "interval_s": app[CONFIG].interval_s,
+        "clusters": clusters,
+        "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
+        "landed": state.get("landed", []),
+        # agents publish to the live cluster (a mirror's copies elsewhere come later)
+        "agents": next(
+            (
+                {**c["agents"], "cluster": c["name"]}
+                for c in clusters
+                if c and c.get("agents") and c["agents"]["agents"]
+            ),
+            None,
+        ),
+    }
 
 
 async def _poll_loop(app: web.Application) -> None:
@@ -106,7 +116,7 @@ def _read_lakes(app: web.Application) -> list[dict[str, Any]]:
         # the clusters up to the one the loader reads: its tier is the one before "landed"
         upto = next(i for i, (name, _) in enumerate(pollers) if name == lake.cluster)
         lake.poll()
-        views.append(lake.view(merge_tiers((n, p.audit_totals) for n, p in pollers[:upto + 1])))
+        views.append(lake.view(merge_tiers((n, p.audit_totals) for n, p in pollers[: upto + 1])))
     return views
 
 
@@ -132,8 +142,9 @@ async def api_snapshot(request: web.Request) -> web.Response:
 
 
 async def _sse_start(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
     await response.prepare(request)
     return response
 
@@ -151,7 +162,7 @@ async def api_events(request: web.Request) -> web.StreamResponse:
             async with state["changed"]:
                 try:
                     await asyncio.wait_for(state["changed"].wait(), KEEPALIVE_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await response.write(b": keepalive\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
         pass
@@ -212,8 +223,9 @@ async def api_tail(request: web.Request) -> web.StreamResponse:
 
 async def metrics(request: web.Request) -> web.Response:
     registry = request.app[METRICS]
-    return web.Response(body=registry.render().encode(),
-                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    return web.Response(
+        body=registry.render().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+    )
 
 
 def make_app(config: ConsoleConfig) -> web.Application:
@@ -221,8 +233,7 @@ def make_app(config: ConsoleConfig) -> web.Application:
     app = web.Application()
     app[CONFIG] = config
     app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
-    app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone)
-                  for lake in config.lakes]
+    app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone) for lake in config.lakes]
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0, "landed": []}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
     app.cleanup_ctx.append(_start_polling)
@@ -246,8 +257,12 @@ async def serve(config: ConsoleConfig, stop: asyncio.Event, started: Any = None)
     sockets = getattr(site._server, "sockets", None) or []
     port = int(sockets[0].getsockname()[1]) if sockets else config.port
     url = f"http://{config.host}:{port}/"
-    log.info("console serving %s at %s (clusters: %s)", url, config.host,
-             ", ".join(f"{c.name}={c.zk_connect}" for c in config.clusters))
+    log.info(
+        "console serving %s at %s (clusters: %s)",
+        url,
+        config.host,
+        ", ".join(f"{c.name}={c.zk_connect}" for c in config.clusters),
+    )
     if started is not None:
         started(url)
     try:

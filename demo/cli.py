@@ -21,32 +21,64 @@ import importlib.util
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``demo`` command."""
     p = sub.add_parser(
-        "demo", help="run the whole pipeline of the paper on this machine and report",
-        description=__doc__.split("\n\n")[1].replace("\n", " "))
-    p.add_argument("--seconds", type=float, default=45.0,
-                   help="how long the hosts write (default 45)")
-    p.add_argument("--rate", type=float, default=2000.0,
-                   help="log records per second over all hosts (default 2000)")
+        "demo",
+        help="run the whole pipeline of the paper on this machine and report",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument("--seconds", type=float, default=45.0, help="how long the hosts write (default 45)")
+    p.add_argument("--rate", type=float, default=2000.0, help="log records per second over all hosts (default 2000)")
     p.add_argument("--hosts", type=int, default=2, help="simulated web hosts (default 2)")
-    p.add_argument("--rotate-every", type=float, default=None, metavar="SECONDS",
-                   help="rotate every log file this often (default: a third of --seconds)")
-    p.add_argument("--audit-window", type=float, default=5.0, metavar="SECONDS",
-                   help="the agents' audit window (default 5; etc/agent.toml says 60)")
-    p.add_argument("--drain-timeout", type=float, default=90.0, metavar="SECONDS",
-                   help="how long each stage may take to catch up after the hosts stop")
-    p.add_argument("--loader-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="how long the Spark landing job may take (default 300)")
-    p.add_argument("--workdir", default=".logferry/demo",
-                   help="where configs, data, logs and Parquet go (wiped at start)")
-    p.add_argument("--keep-running", action="store_true",
-                   help="after the report, keep the pipeline flowing (hosts write, agents ship, "
-                        "the mirror copies) until Ctrl-C, survive a broker's death, and print "
-                        "what to try: commands, broker pids, metrics URLs")
-    p.add_argument("--keep-rate", type=float, default=20.0, metavar="RECORDS_PER_S",
-                   help="with --keep-running: records per second over all hosts (default 20)")
-    p.add_argument("--insecure", action="store_true",
-                   help="plaintext, no authentication, no ACLs (default: TLS + SCRAM + ACLs, "
-                        "each component its own principal; see etc/secured/)")
+    p.add_argument(
+        "--rotate-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="rotate every log file this often (default: a third of --seconds)",
+    )
+    p.add_argument(
+        "--audit-window",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="the agents' audit window (default 5; etc/agent.toml says 60)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="how long each stage may take to catch up after the hosts stop",
+    )
+    p.add_argument(
+        "--loader-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long the Spark landing job may take (default 300)",
+    )
+    p.add_argument(
+        "--workdir", default=".logferry/demo", help="where configs, data, logs and Parquet go (wiped at start)"
+    )
+    p.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="after the report, keep the pipeline flowing (hosts write, agents ship, "
+        "the mirror copies) until Ctrl-C, survive a broker's death, and print "
+        "what to try: commands, broker pids, metrics URLs",
+    )
+    p.add_argument(
+        "--keep-rate",
+        type=float,
+        default=20.0,
+        metavar="RECORDS_PER_S",
+        help="with --keep-running: records per second over all hosts (default 20)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, no authentication, no ACLs (default: TLS + SCRAM + ACLs, "
+        "each component its own principal; see etc/secured/)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -64,8 +96,9 @@ def _run(args: argparse.Namespace) -> int:
 
     missing = missing_modules()
     if missing:  # say so before starting anything, not when the agents die
-        raise DemoError(f"the demo runs every component and this install lacks {', '.join(missing)}: "
-                        "pip install 'logferry[all]'")
+        raise DemoError(
+            f"the demo runs every component and this install lacks {', '.join(missing)}: pip install 'logferry[all]'"
+        )
     from demo.run import run
 
     return run(args)

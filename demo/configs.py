@@ -13,8 +13,9 @@ Every such change is a visible line in :func:`agent_config`, :func:`mirror_confi
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from broker.common.config import dumps, read
 
@@ -56,8 +57,10 @@ def write(path: Path, doc: Mapping[str, Any], source: Path) -> Path:
         origin = Path("etc") / source.relative_to(ETC)
     except ValueError:
         origin = source
-    path.write_text(f"# Written by `logferry demo` from {origin}: ports, paths and the\n"
-                    f"# ZooKeeper address rewritten for this machine.\n" + dumps(doc))
+    path.write_text(
+        f"# Written by `logferry demo` from {origin}: ports, paths and the\n"
+        f"# ZooKeeper address rewritten for this machine.\n" + dumps(doc)
+    )
     return path
 
 
@@ -102,8 +105,15 @@ def agent_topics(doc: Mapping[str, Any]) -> list[str]:
     return topics
 
 
-def agent_config(template: Mapping[str, Any], host: str, root: Path, state_dir: Path,
-                 zk: str, audit_window_s: float, metrics_port: int | None = None) -> dict[str, Any]:
+def agent_config(
+    template: Mapping[str, Any],
+    host: str,
+    root: Path,
+    state_dir: Path,
+    zk: str,
+    audit_window_s: float,
+    metrics_port: int | None = None,
+) -> dict[str, Any]:
     """One simulated host's agent: its name, state dir, and its files under ``root``.
 
     A host's files live under ``root`` as if it were the host's ``/``: the example's
@@ -175,8 +185,9 @@ DEFAULT_MIRROR: dict[str, Any] = {
 """Used only while etc/mirror.toml does not exist."""
 
 
-def mirror_config(template: Mapping[str, Any], live_zk: str, analysis_zk: str,
-                  status_file: Path, metrics_port: int = 0) -> dict[str, Any]:
+def mirror_config(
+    template: Mapping[str, Any], live_zk: str, analysis_zk: str, status_file: Path, metrics_port: int = 0
+) -> dict[str, Any]:
     """The mirror from the live cluster to the analysis cluster on this machine
     (its metrics on 127.0.0.1:``metrics_port``; 0: off)."""
     doc = copy.deepcopy(dict(template))
@@ -192,8 +203,7 @@ def loader_template() -> Path:
     return ETC / "loader.toml"
 
 
-def loader_config(template: Mapping[str, Any], zk: str, output: Path,
-                  topics: list[str]) -> dict[str, Any]:
+def loader_config(template: Mapping[str, Any], zk: str, output: Path, topics: list[str]) -> dict[str, Any]:
     """The landing job reading ``zk`` and writing Parquet under ``output``."""
     doc = copy.deepcopy(dict(template))
     source = doc.setdefault("source", {})

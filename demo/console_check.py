@@ -41,8 +41,12 @@ def console_status(url: str, timeout_s: float = 20.0) -> str:
         if time.monotonic() >= deadline:
             break
         time.sleep(0.5)
-    parts = [f"{c.get('name')} ok ({len(c.get('topics', []))} topics)" if c.get("ok")
-             else f"{c.get('name')} FAILED ({c.get('error')})" for c in clusters]
+    parts = [
+        f"{c.get('name')} ok ({len(c.get('topics', []))} topics)"
+        if c.get("ok")
+        else f"{c.get('name')} FAILED ({c.get('error')})"
+        for c in clusters
+    ]
     if clusters and all(c.get("ok") for c in clusters):
         return f"console: serving {url}: {', '.join(parts)}"
     return f"console: NOT serving {url} properly: {', '.join(parts) or problem}"

@@ -9,9 +9,10 @@ decoded with the client library like any consumer would.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from broker.client import AuditRecord
 from broker.common.errors import LogferryError
@@ -60,8 +61,7 @@ class ClusterCounter:
     def values(self, topic: str) -> Iterable[bytes]:
         """Every message value of ``topic`` from the start (for the audit topic)."""
         for partition in self._partitions(topic):
-            for message in self.consumer.messages(topic, partition, start="earliest",
-                                                  follow=False):
+            for message in self.consumer.messages(topic, partition, start="earliest", follow=False):
                 yield message.value
 
     def close(self) -> None:
@@ -99,9 +99,11 @@ def parquet_files(root: Path) -> dict[str, list[Path]]:
     files: dict[str, list[Path]] = {}
     for topic_dir in sorted(root.glob("topic=*")):
         topic = topic_dir.name.split("=", 1)[1]
-        files[topic] = sorted(p for p in topic_dir.rglob("*.parquet")
-                              if not any(part.startswith(("_", ".")) for part in
-                                         p.relative_to(topic_dir).parts))
+        files[topic] = sorted(
+            p
+            for p in topic_dir.rglob("*.parquet")
+            if not any(part.startswith(("_", ".")) for part in p.relative_to(topic_dir).parts)
+        )
     return files
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 GROUP = "dashboards"
 
@@ -36,9 +37,15 @@ class Dashboard(threading.Thread):
         from broker.client import GroupConsumer
 
         try:
-            with GroupConsumer(GROUP, topics=self.topics, zk=self.zk, start="earliest",
-                               auto_commit_ms=1000, consumer_id="demo-dashboard",
-                               **self.client) as consumer:
+            with GroupConsumer(
+                GROUP,
+                topics=self.topics,
+                zk=self.zk,
+                start="earliest",
+                auto_commit_ms=1000,
+                consumer_id="demo-dashboard",
+                **self.client,
+            ) as consumer:
                 self.ready.set()
                 while not self.stop_event.is_set():
                     for message in consumer.poll(timeout=0.5):

@@ -37,24 +37,39 @@ _FALLBACK_APP = [
     b"WARN [pool-2-thread-1] com.example.shop.InventoryClient: slow response (812 ms)",
     b"INFO [main] org.apache.catalina.core.StandardService: Starting service [Tomcat]",
 ]
-_PATHS = ["/", "/search?q=kafka", "/product/%d", "/cart", "/checkout", "/api/v1/items/%d",
-          "/static/app.%d.js", "/login", "/profile/%d", "/feed?page=%d"]
-_AGENTS = ["Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0",
-           "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_2) AppleWebKit/605.1.15 Safari/605.1.15",
-           "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/120.0 Safari/537.36",
-           "curl/7.88.1", "Googlebot/2.1 (+http://www.google.com/bot.html)"]
+_PATHS = [
+    "/",
+    "/search?q=kafka",
+    "/product/%d",
+    "/cart",
+    "/checkout",
+    "/api/v1/items/%d",
+    "/static/app.%d.js",
+    "/login",
+    "/profile/%d",
+    "/feed?page=%d",
+]
+_AGENTS = [
+    "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_2) AppleWebKit/605.1.15 Safari/605.1.15",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/120.0 Safari/537.36",
+    "curl/7.88.1",
+    "Googlebot/2.1 (+http://www.google.com/bot.html)",
+]
 _EXCEPTIONS = [
     ("java.lang.IllegalStateException", "connection pool exhausted (max 64)"),
     ("java.net.SocketTimeoutException", "Read timed out"),
-    ("java.lang.NullPointerException", "Cannot invoke \"Order.getItems()\" because \"order\" is null"),
+    ("java.lang.NullPointerException", 'Cannot invoke "Order.getItems()" because "order" is null'),
     ("org.apache.hadoop.ipc.RemoteException", "File does not exist: /user/web/part-00017"),
 ]
-_FRAMES = ["com.example.shop.CheckoutController.placeOrder(CheckoutController.java:%d)",
-           "com.example.shop.OrderService.submit(OrderService.java:%d)",
-           "com.example.db.Pool.borrow(Pool.java:%d)",
-           "org.springframework.web.servlet.FrameworkServlet.service(FrameworkServlet.java:%d)",
-           "org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:%d)",
-           "java.base/java.lang.Thread.run(Thread.java:%d)"]
+_FRAMES = [
+    "com.example.shop.CheckoutController.placeOrder(CheckoutController.java:%d)",
+    "com.example.shop.OrderService.submit(OrderService.java:%d)",
+    "com.example.db.Pool.borrow(Pool.java:%d)",
+    "org.springframework.web.servlet.FrameworkServlet.service(FrameworkServlet.java:%d)",
+    "org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:%d)",
+    "java.base/java.lang.Thread.run(Thread.java:%d)",
+]
 
 
 def app_vocabulary() -> list[bytes]:
@@ -123,9 +138,19 @@ class WebHost(threading.Thread):
     never renames onto a rotated file the agent may still be reading.
     """
 
-    def __init__(self, name: str, root: Path, sources: list[SourceSpec], rate: float,
-                 seconds: float, rotate_s: float, stop: threading.Event, seed: int,
-                 vocabulary: list[bytes], rotated: int = 0):
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        sources: list[SourceSpec],
+        rate: float,
+        seconds: float,
+        rotate_s: float,
+        stop: threading.Event,
+        seed: int,
+        vocabulary: list[bytes],
+        rotated: int = 0,
+    ):
         super().__init__(name=f"host-{name}", daemon=True)
         self.host = name
         self.root = root
@@ -154,9 +179,11 @@ class WebHost(threading.Thread):
         size = 0 if status == 304 else rng.randint(200, 48000)
         stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now))
         method = "POST" if path in ("/checkout", "/login") else "GET"
-        return (f"10.{self._ip_base}.{rng.randint(0, 255)}.{rng.randint(1, 254)} - - [{stamp}] "
-                f'"{method} {path} HTTP/1.1" {status} {size} "https://shop.example.com/" '
-                f'"{rng.choice(_AGENTS)}" {rng.random() * 0.3:.3f}\n').encode()
+        return (
+            f"10.{self._ip_base}.{rng.randint(0, 255)}.{rng.randint(1, 254)} - - [{stamp}] "
+            f'"{method} {path} HTTP/1.1" {status} {size} "https://shop.example.com/" '
+            f'"{rng.choice(_AGENTS)}" {rng.random() * 0.3:.3f}\n'
+        ).encode()
 
     def app_record(self, now: float) -> tuple[bytes, int]:
         """One application log record and its number of lines."""
@@ -164,11 +191,14 @@ class WebHost(threading.Thread):
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now * 1000) % 1000:03d}"
         if rng.random() < 0.03:
             exc, message = rng.choice(_EXCEPTIONS)
-            lines = [f"{stamp} ERROR [http-nio-8080-exec-{rng.randint(1, 16)}] "
-                     f"com.example.shop.CheckoutController: request failed".encode(),
-                     f"{exc}: {message}".encode()]
-            lines += [f"\tat {frame % rng.randint(20, 900)}".encode()
-                      for frame in rng.sample(_FRAMES, rng.randint(3, 6))]
+            lines = [
+                f"{stamp} ERROR [http-nio-8080-exec-{rng.randint(1, 16)}] "
+                f"com.example.shop.CheckoutController: request failed".encode(),
+                f"{exc}: {message}".encode(),
+            ]
+            lines += [
+                f"\tat {frame % rng.randint(20, 900)}".encode() for frame in rng.sample(_FRAMES, rng.randint(3, 6))
+            ]
             if rng.random() < 0.5:
                 lines.append(b"Caused by: java.io.IOException: Broken pipe")
                 lines.append(b"\tat java.base/sun.nio.ch.SocketDispatcher.write0(Native Method)")
@@ -196,8 +226,7 @@ class WebHost(threading.Thread):
         """
         for spec in self.sources:
             if spec.topic not in self.files:
-                self.files[spec.topic] = LogFile(self.root / spec.path.lstrip("/"),
-                                                 self.rotations)
+                self.files[spec.topic] = LogFile(self.root / spec.path.lstrip("/"), self.rotations)
 
     def _run(self) -> None:
         self.prepare()
@@ -269,5 +298,7 @@ def check_multiline(doc: dict[str, Any], host: WebHost) -> None:
             cont = re.compile(rule["continuation"].encode())
             ok = not cont.search(first) and all(cont.search(line) for line in rest)
         if not ok:
-            raise ValueError(f"the agent's multiline rule of source {source.get('name')!r} does "
-                             "not join the demo's stack traces into one record")
+            raise ValueError(
+                f"the agent's multiline rule of source {source.get('name')!r} does "
+                "not join the demo's stack traces into one record"
+            )

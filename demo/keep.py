@@ -40,8 +40,7 @@ ROTATE_S = 120.0
 class KeepRunning:
     """The phase after the report: restart the flow, print how to explore, watch."""
 
-    def __init__(self, pipeline: Pipeline, writers: list[WebHost], stop: threading.Event,
-                 rate: float, command: str):
+    def __init__(self, pipeline: Pipeline, writers: list[WebHost], stop: threading.Event, rate: float, command: str):
         self.pipeline = pipeline
         self.previous = writers
         self.stop = stop
@@ -61,9 +60,18 @@ class KeepRunning:
         p.restart_agents()
         per_host = self.rate / max(len(self.previous), 1)
         for old in self.previous:
-            writer = WebHost(old.host, old.root, old.sources, per_host, math.inf, ROTATE_S,
-                             self.stop, seed=old.rng.randrange(1 << 30),
-                             vocabulary=old.vocabulary, rotated=old.rotations)
+            writer = WebHost(
+                old.host,
+                old.root,
+                old.sources,
+                per_host,
+                math.inf,
+                ROTATE_S,
+                self.stop,
+                seed=old.rng.randrange(1 << 30),
+                vocabulary=old.vocabulary,
+                rotated=old.rotations,
+            )
             writer.start()
             self.writers.append(writer)
         if p.dashboard is not None and p.dashboard.is_alive():
@@ -80,16 +88,19 @@ class KeepRunning:
         lines = [
             f"--keep-running: the hosts keep writing ({self.rate:g} records/s from the loghub "
             "samples), the agents ship, the mirror copies, the dashboard group reads.",
-            "Try, in another terminal:", "",
+            "Try, in another terminal:",
+            "",
             f"  export LOGFERRY_ZK={p.live_zk}      # the live cluster",
         ]
         if security is not None:  # TLS + SCRAM as the read-only User:reader
             for name, dc in (("LIVE_AUTH", "live"), ("ANALYSIS_AUTH", "analysis")):
                 table = security.sasl_table("reader", dc)
                 zk_login = security.zookeeper_table("reader", dc)
-                lines.append(f"  export {name}=\"--tls-ca {security.pki.ca} --sasl-user reader "
-                             f"--sasl-password-file {table['password_file']} --zk-user reader "
-                             f"--zk-password-file {zk_login['password_file']}\"")
+                lines.append(
+                    f'  export {name}="--tls-ca {security.pki.ca} --sasl-user reader '
+                    f"--sasl-password-file {table['password_file']} --zk-user reader "
+                    f'--zk-password-file {zk_login["password_file"]}"'
+                )
         lines += [
             f"  {lf} topic list{live}",
             f"  {lf} topic describe {topic}{live}           # leaders and in-sync replicas",
@@ -99,8 +110,11 @@ class KeepRunning:
         ]
         if p.mirror is not None:
             lines.append(f"  {lf} group describe {p.mirror_group}{live}    # the mirror's positions")
-        lines += ["", "Watch a failover: kill a live broker, `topic describe` again (the other "
-                  "replica leads), and the --follow above goes on:"]
+        lines += [
+            "",
+            "Watch a failover: kill a live broker, `topic describe` again (the other "
+            "replica leads), and the --follow above goes on:",
+        ]
         for dc, children in p.brokers.items():
             for b in children:
                 lines.append(f"  kill -9 {b.pid!s:<8}   # {dc} broker {b.broker_id} ({b.address})")
@@ -114,10 +128,12 @@ class KeepRunning:
             lines.append(f"  {'mirror':<20} {p.mirror_metrics}/metrics")
         if getattr(p, "console_url", ""):
             lines += ["", f"Web console (both clusters, live): {p.console_url}"]
-        restart = ("type r and Enter, or " if self.interactive else "") + \
-            f"kill -USR1 {os.getpid()}"
-        lines += ["", f"A process that exits is reported and the rest keep running; to start it "
-                  f"again: {restart}.", "Press Ctrl-C to stop everything."]
+        restart = ("type r and Enter, or " if self.interactive else "") + f"kill -USR1 {os.getpid()}"
+        lines += [
+            "",
+            f"A process that exits is reported and the rest keep running; to start it again: {restart}.",
+            "Press Ctrl-C to stop everything.",
+        ]
         return "\n".join(lines)
 
     # -- watch ---------------------------------------------------------------------------------
@@ -139,8 +155,10 @@ class KeepRunning:
             child.start()
             if isinstance(child, BrokerChild):
                 self.waiting.append(child)
-                say(f"restarted {display_name(child)} (pid {child.pid}); it rejoins its cluster "
-                    "when ZooKeeper has expired its old session")
+                say(
+                    f"restarted {display_name(child)} (pid {child.pid}); it rejoins its cluster "
+                    "when ZooKeeper has expired its old session"
+                )
             else:
                 say(f"restarted {display_name(child)} (pid {child.pid})")
 
@@ -153,13 +171,13 @@ class KeepRunning:
     def status_line(self) -> str:
         p = self.pipeline
         written = sum(c.records for w in self.writers for c in w.counts.values())
-        up = "; ".join(f"{dc} brokers up: "
-                       + (", ".join(str(b.broker_id) for b in bs if b.running()) or "none")
-                       for dc, bs in p.brokers.items())
+        up = "; ".join(
+            f"{dc} brokers up: " + (", ".join(str(b.broker_id) for b in bs if b.running()) or "none")
+            for dc, bs in p.brokers.items()
+        )
         rates = p.dashboard.rates() if p.dashboard is not None else {}
         shown = ", ".join(f"{t} {r:,.1f}/s" for t, r in rates.items())
-        return f"still running: hosts wrote {written:,} records since the report | {up} | " \
-               f"dashboard reads {shown}"
+        return f"still running: hosts wrote {written:,} records since the report | {up} | dashboard reads {shown}"
 
     def _read_stdin(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a line on a terminal; ``r`` asks for a restart."""
@@ -176,8 +194,10 @@ class KeepRunning:
 
     def watch(self) -> None:
         """Until KeyboardInterrupt (Ctrl-C, or SIGTERM through the caller's handler)."""
+
         def on_usr1(signum: int, frame: Any) -> None:
             self.restart_requested.set()
+
         previous = signal.signal(signal.SIGUSR1, on_usr1)
         try:
             next_status = time.monotonic() + STATUS_S
@@ -199,8 +219,7 @@ class KeepRunning:
             signal.signal(signal.SIGUSR1, previous)
 
 
-def keep_running(pipeline: Pipeline, writers: list[WebHost], stop: threading.Event,
-                 rate: float, command: str) -> None:
+def keep_running(pipeline: Pipeline, writers: list[WebHost], stop: threading.Event, rate: float, command: str) -> None:
     """The whole phase; returns when the user presses Ctrl-C (or sends SIGTERM)."""
     phase = KeepRunning(pipeline, writers, stop, rate, command)
     # Killing a broker is the point here: the demo's one line says so, instead of the

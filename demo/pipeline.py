@@ -8,19 +8,19 @@ here, so neither imports the other's module for it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from broker.common.errors import TopicExistsError
+from broker.testing.localrun import free_port
 from demo import configs
 from demo.dashboard import GROUP, Dashboard
 from demo.processes import BrokerChild, Child, DemoError, Supervisor, display_name, exit_message
 from demo.security import DemoSecurity
-from broker.common.errors import TopicExistsError
-from broker.testing.localrun import free_port
-import contextlib
 
 
 def say(text: str) -> None:
@@ -82,18 +82,28 @@ class Pipeline:
         if not getattr(self.args, "insecure", False):
             template = configs.mirror_template()  # its group gets the mirror's group ACL
             if template.exists():
-                self.mirror_group = configs.load(template).get("mirror", {}).get(
-                    "group", self.mirror_group)
+                self.mirror_group = configs.load(template).get("mirror", {}).get("group", self.mirror_group)
             self.security = DemoSecurity(self.workdir)
-            self.security.setup({"live": self.live_zk, "analysis": self.analysis_zk},
-                                [*self.topics, self.audit_topic], GROUP, self.mirror_group)
+            self.security.setup(
+                {"live": self.live_zk, "analysis": self.analysis_zk},
+                [*self.topics, self.audit_topic],
+                GROUP,
+                self.mirror_group,
+            )
             say(f"security: {self.security.summary()}")
         for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk)):
             for template in configs.broker_templates(dc):
                 broker_id, broker, log = configs.broker_settings(template)
-                child = BrokerChild(f"{dc}-{template.stem}", broker_id, zk, self.workdir,
-                                    broker, log, datacenter=dc, sections=(
-                                        self.security.broker_sections(dc) if self.security else None))
+                child = BrokerChild(
+                    f"{dc}-{template.stem}",
+                    broker_id,
+                    zk,
+                    self.workdir,
+                    broker,
+                    log,
+                    datacenter=dc,
+                    sections=(self.security.broker_sections(dc) if self.security else None),
+                )
                 self.sup.add(child)
                 self.brokers[dc].append(child)
         for dc, children in self.brokers.items():
@@ -101,13 +111,17 @@ class Pipeline:
                 raise DemoError(f"no broker configs in etc/{dc}/")
             for child in children:
                 child.wait_ready(60.0)
-                say(f"{dc} broker {child.name} on {child.address} "
+                say(
+                    f"{dc} broker {child.name} on {child.address} "
                     f"(from etc/{dc}/{child.name.split('-', 1)[1]}.toml; pid {child.pid}, "
-                    f"metrics {child.metrics_url})")
+                    f"metrics {child.metrics_url})"
+                )
         if self.security is not None:
             changed = self.security.secure_zookeeper()
-            say(f"ZooKeeper ACLs set as the owner on both clusters ({changed} znodes changed): "
-                "each group's offsets writable only by its principal")
+            say(
+                f"ZooKeeper ACLs set as the owner on both clusters ({changed} znodes changed): "
+                "each group's offsets writable only by its principal"
+            )
 
     def create_topics(self) -> None:
         from broker.client import Admin
@@ -119,8 +133,10 @@ class Pipeline:
             for topic in [*self.topics, self.audit_topic]:
                 with contextlib.suppress(TopicExistsError):
                     admin.create_topic(topic, partitions)
-        say(f"live topics: {', '.join(self.topics)} and {self.audit_topic} "
-            f"({partitions} partitions each, replication factor {factor})")
+        say(
+            f"live topics: {', '.join(self.topics)} and {self.audit_topic} "
+            f"({partitions} partitions each, replication factor {factor})"
+        )
 
     def start_mirror(self) -> None:
         if not (configs.ROOT / "mirror" / "cli.py").exists():
@@ -134,40 +150,47 @@ class Pipeline:
         else:
             doc = configs.DEFAULT_MIRROR
             origin = Path("<built-in mirror config>")
-            self.notes.append("etc/mirror.toml does not exist yet: the demo used a built-in "
-                              "mirror config (every topic)")
+            self.notes.append(
+                "etc/mirror.toml does not exist yet: the demo used a built-in mirror config (every topic)"
+            )
         port = free_port()
-        doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk,
-                                    self.workdir / "mirror" / "status.json", port)
+        doc = configs.mirror_config(doc, self.live_zk, self.analysis_zk, self.workdir / "mirror" / "status.json", port)
         doc.setdefault("mirror", {})["audit_window_s"] = self.args.audit_window  # as the agents'
         doc.setdefault("source", {}).update(self.sections("mirror", "live"))
         doc.setdefault("target", {}).update(self.sections("mirror", "analysis"))
         self.mirror_metrics = f"http://127.0.0.1:{port}"
         self.mirror_group = doc.get("mirror", {}).get("group", "logferry-mirror")
         path = configs.write(self.workdir / "config" / "mirror.toml", doc, origin)
-        self.mirror = self.sup.add(Child.logferry("mirror", ["mirror", "--config", str(path)],
-                                                  self.workdir / "logs" / "mirror.log"))
+        self.mirror = self.sup.add(
+            Child.logferry("mirror", ["mirror", "--config", str(path)], self.workdir / "logs" / "mirror.log")
+        )
         time.sleep(1.0)
         if not self.mirror.running():
             raise DemoError(f"the mirror exited at start:\n{self.mirror.log_tail()}")
-        say(f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid}, "
-            f"metrics {self.mirror_metrics}/metrics)")
+        say(
+            f"mirror: {configs.LIVE_CHROOT} -> {configs.ANALYSIS_CHROOT} (pid {self.mirror.pid}, "
+            f"metrics {self.mirror_metrics}/metrics)"
+        )
 
     def start_console(self) -> None:
         """The web console over both clusters (docs/console.md), if its extra is installed;
         secured, it reads as the read-only User:reader (TLS + SCRAM, per [[cluster]])."""
         import importlib.util
+
         if importlib.util.find_spec("aiohttp") is None:
             say("console: not started (install it with: pip install 'logferry[console]')")
             return
         port = free_port()
-        clusters = [{"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
-                    for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))]
+        clusters = [
+            {"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
+            for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))
+        ]
         doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
-        path = configs.write(self.workdir / "config" / "console.toml", doc,
-                             configs.ETC / "console.toml")
-        self.sup.add(Child.logferry("console", ["console", "--config", str(path)],
-                                    self.workdir / "logs" / "console.log"), watched=False)
+        path = configs.write(self.workdir / "config" / "console.toml", doc, configs.ETC / "console.toml")
+        self.sup.add(
+            Child.logferry("console", ["console", "--config", str(path)], self.workdir / "logs" / "console.log"),
+            watched=False,
+        )
         self.console_url = f"http://127.0.0.1:{port}/"
         who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
         say(f"console: {self.console_url} (live and analysis clusters{who})")
@@ -177,19 +200,22 @@ class Pipeline:
             root = self.workdir / "hosts" / host
             state = self.workdir / "agents" / host
             port = free_port()
-            doc = configs.agent_config(self.agent_doc, host, root, state, self.live_zk,
-                                       self.args.audit_window, port)
+            doc = configs.agent_config(self.agent_doc, host, root, state, self.live_zk, self.args.audit_window, port)
             doc.update(self.sections("agent", "live"))
             self.agent_metrics[host] = f"http://127.0.0.1:{port}"
-            path = configs.write(self.workdir / "config" / f"agent-{host}.toml", doc,
-                                 configs.agent_template())
-            child = self.sup.add(Child.logferry(f"agent {host}", ["agent", "--config", str(path)],
-                                                self.workdir / "logs" / f"agent-{host}.log"))
+            path = configs.write(self.workdir / "config" / f"agent-{host}.toml", doc, configs.agent_template())
+            child = self.sup.add(
+                Child.logferry(
+                    f"agent {host}", ["agent", "--config", str(path)], self.workdir / "logs" / f"agent-{host}.log"
+                )
+            )
             self.agents.append((host, child, state / "status.json"))
         self._wait_agents()
         for host, child, _ in self.agents:
-            say(f"agent {host} tails {root_hint(self.agent_doc)} under hosts/{host} (pid {child.pid}, "
-                f"metrics {self.agent_metrics[host]}/metrics)")
+            say(
+                f"agent {host} tails {root_hint(self.agent_doc)} under hosts/{host} (pid {child.pid}, "
+                f"metrics {self.agent_metrics[host]}/metrics)"
+            )
 
     def _wait_agents(self) -> None:
         for _, child, status in self.agents:
@@ -212,8 +238,7 @@ class Pipeline:
         for child in self.sup.exits():
             if isinstance(child, BrokerChild):
                 survivors = [b.broker_id for b in self.brokers[child.datacenter] if b.running()]
-                text = exit_message(display_name(child), child.pid, child.returncode(),
-                                    child.datacenter, survivors)
+                text = exit_message(display_name(child), child.pid, child.returncode(), child.datacenter, survivors)
             else:
                 text = exit_message(child.name, child.pid, child.returncode())
             out.append((child, f"{text} (log {child.log_path})"))
@@ -237,8 +262,7 @@ class Pipeline:
 
 
 def root_hint(doc: dict[str, Any]) -> str:
-    return ", ".join(s["pattern"] if isinstance(s["pattern"], str) else s["pattern"][0]
-                     for s in doc.get("sources", []))
+    return ", ".join(s["pattern"] if isinstance(s["pattern"], str) else s["pattern"][0] for s in doc.get("sources", []))
 
 
 def read_status(path: Path) -> dict[str, Any]:

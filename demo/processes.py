@@ -23,11 +23,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from broker.common.errors import LogferryError
 from broker.common.config import dumps
+from broker.common.errors import LogferryError
 from broker.testing.localrun import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,11 +59,11 @@ class Child:
         self._log_start = 0
 
     @classmethod
-    def logferry(cls, name: str, args: list[str], log_path: Path) -> "Child":
+    def logferry(cls, name: str, args: list[str], log_path: Path) -> Child:
         """``python -m broker <args>``: the ``logferry`` command with this interpreter."""
         return cls(name, [sys.executable, "-m", "broker", *args], log_path)
 
-    def start(self) -> "Child":
+    def start(self) -> Child:
         """Start the process (again, after it died: same argv, its log appended to).
 
         Call from the main thread: ``PR_SET_PDEATHSIG`` fires when the *thread* that
@@ -73,9 +74,15 @@ class Child:
         self.watched, self.exit_seen = True, False
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=str(ROOT), env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                start_new_session=True, preexec_fn=_die_with_parent)
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=str(ROOT),
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.started_at = time.monotonic()
         return self
 
@@ -120,11 +127,12 @@ class Child:
             if ready():
                 return
             if not self.running():
-                raise DemoError(f"{self.name} exited (code {self.returncode()}) before {what}; "
-                                f"its log {self.log_path}:\n{self.log_tail()}")
+                raise DemoError(
+                    f"{self.name} exited (code {self.returncode()}) before {what}; "
+                    f"its log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.1)
-        raise DemoError(f"{self.name}: no {what} within {timeout:.0f}s; its log {self.log_path}:\n"
-                        f"{self.log_tail()}")
+        raise DemoError(f"{self.name}: no {what} within {timeout:.0f}s; its log {self.log_path}:\n{self.log_tail()}")
 
     def wait(self, timeout: float) -> int | None:
         """Wait for the child to exit by itself; None if it is still running after ``timeout``."""
@@ -145,8 +153,7 @@ class Child:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                print(f"[demo] {self.name} ignored SIGTERM for {timeout:.0f}s: killing it",
-                      flush=True)
+                print(f"[demo] {self.name} ignored SIGTERM for {timeout:.0f}s: killing it", flush=True)
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
@@ -155,9 +162,17 @@ class Child:
 class BrokerChild(Child):
     """A broker started from an example config's settings, on a free port."""
 
-    def __init__(self, name: str, broker_id: int, zk: str, workdir: Path,
-                 broker: Mapping[str, Any], log: Mapping[str, Any], datacenter: str = "",
-                 sections: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        broker_id: int,
+        zk: str,
+        workdir: Path,
+        broker: Mapping[str, Any],
+        log: Mapping[str, Any],
+        datacenter: str = "",
+        sections: Mapping[str, Any] | None = None,
+    ):
         """``sections``: more tables of its config (``[tls]``, ``[auth]``, ... when secured)."""
         self.broker_id = broker_id
         self.datacenter = datacenter
@@ -166,15 +181,24 @@ class BrokerChild(Child):
         self.metrics_port = free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.data_dir = workdir / "data" / name
-        settings = {**broker, "id": broker_id, "host": "127.0.0.1", "port": self.port,
-                    "log_dirs": [str(self.data_dir)], "zk_connect": zk,
-                    "metrics_port": self.metrics_port}
+        settings = {
+            **broker,
+            "id": broker_id,
+            "host": "127.0.0.1",
+            "port": self.port,
+            "log_dirs": [str(self.data_dir)],
+            "zk_connect": zk,
+            "metrics_port": self.metrics_port,
+        }
         self.config_path = workdir / "config" / f"{name}.toml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(dumps({"broker": settings, "log": dict(log), **(sections or {})}))
         self.config_path.chmod(0o600)
-        super().__init__(name, [sys.executable, "-m", "broker", "broker", "--config",
-                                str(self.config_path)], workdir / "logs" / f"{name}.log")
+        super().__init__(
+            name,
+            [sys.executable, "-m", "broker", "broker", "--config", str(self.config_path)],
+            workdir / "logs" / f"{name}.log",
+        )
 
     def ready(self) -> bool:
         """This run of the broker logged "listening on" and its port accepts connections."""
@@ -233,8 +257,7 @@ class Supervisor:
         """Watched children that exited since the last call, each reported once."""
         out = []
         for child in self.children:
-            if child.watched and not child.exit_seen and child.proc is not None \
-                    and not child.running():
+            if child.watched and not child.exit_seen and child.proc is not None and not child.running():
                 child.exit_seen = True
                 out.append(child)
         return out
@@ -263,8 +286,9 @@ def describe_code(code: int | None) -> str:
     return f"code {code}"
 
 
-def exit_message(name: str, pid: int | None, code: int | None, cluster: str | None = None,
-                 survivors: list[int] | None = None) -> str:
+def exit_message(
+    name: str, pid: int | None, code: int | None, cluster: str | None = None, survivors: list[int] | None = None
+) -> str:
     """What the demo says when a child it expected to run exited.
 
     For a broker (``cluster`` and the ids of the ``survivors`` given) it says whether its
@@ -275,8 +299,7 @@ def exit_message(name: str, pid: int | None, code: int | None, cluster: str | No
     if cluster is None:
         return head
     if not survivors:
-        return (f"{head}; the {cluster} cluster has no broker left: its clients retry "
-                "until one is back")
+        return f"{head}; the {cluster} cluster has no broker left: its clients retry until one is back"
     ids = ", ".join(str(i) for i in sorted(survivors))
     noun = "broker" if len(survivors) == 1 else "brokers"
     return f"{head}; the {cluster} cluster continues with {noun} {ids}"

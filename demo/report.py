@@ -43,9 +43,13 @@ class Tally:
         return None if counts is None else sum(counts.get(t, 0) for t in self.topics)
 
 
-STAGES = (("written", "written by hosts"), ("audit_acked", "shipped (audit)"),
-          ("live", "live cluster"), ("analysis", "analysis cluster"),
-          ("parquet", "Parquet rows"))
+STAGES = (
+    ("written", "written by hosts"),
+    ("audit_acked", "shipped (audit)"),
+    ("live", "live cluster"),
+    ("analysis", "analysis cluster"),
+    ("parquet", "Parquet rows"),
+)
 
 
 def completeness(tally: Tally) -> dict[str, float | None]:
@@ -68,12 +72,12 @@ def problems(tally: Tally) -> list[str]:
             want, got = tally.written.get(topic, 0), counts.get(topic, 0)
             if got != want:
                 kind = "duplicates (at-least-once redelivery)" if got > want else "missing"
-                found.append(f"{topic}: {label} has {got:,}, the hosts wrote {want:,} "
-                             f"({abs(got - want):,} {kind})")
+                found.append(f"{topic}: {label} has {got:,}, the hosts wrote {want:,} ({abs(got - want):,} {kind})")
     total_written = tally.total(tally.written) or 0
     if tally.agents_acked is not None and tally.agents_acked != total_written:
-        found.append(f"agents' counters say {tally.agents_acked:,} messages acknowledged, "
-                     f"the hosts wrote {total_written:,}")
+        found.append(
+            f"agents' counters say {tally.agents_acked:,} messages acknowledged, the hosts wrote {total_written:,}"
+        )
     if tally.parquet is None:
         found.append("the loader landed nothing (see its log)")
     for topic, value in completeness(tally).items():
@@ -100,8 +104,15 @@ def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
     """The report as text."""
     cols = [label for name, label in STAGES]
     width = max(16, *(len(t) for t in tally.topics))
-    lines = ["", "=" * 78, "logferry demo: report", "=" * 78, "",
-             "Messages per stage (a stack trace is one record: the agent joins its lines):", ""]
+    lines = [
+        "",
+        "=" * 78,
+        "logferry demo: report",
+        "=" * 78,
+        "",
+        "Messages per stage (a stack trace is one record: the agent joins its lines):",
+        "",
+    ]
     head = f"{'topic':<{width}} {'lines':>9} " + " ".join(f"{c:>16}" for c in cols)
     lines.append(head)
     lines.append("-" * len(head))
@@ -109,33 +120,41 @@ def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
         name = "total" if topic is None else topic
         lcount = sum(tally.lines.values()) if topic is None else tally.lines.get(topic, 0)
         row = f"{name:<{width}} {lcount:>9,} " + " ".join(
-            f"{_cell(getattr(tally, n), topic, tally):>16}" for n, _ in STAGES)
+            f"{_cell(getattr(tally, n), topic, tally):>16}" for n, _ in STAGES
+        )
         lines.append(row)
     lines.append("")
     if tally.agents_acked is not None:
-        lines.append(f"agents' own counters ({', '.join(tally.hosts)}): "
-                     f"{tally.agents_acked:,} messages acknowledged by the live cluster")
+        lines.append(
+            f"agents' own counters ({', '.join(tally.hosts)}): "
+            f"{tally.agents_acked:,} messages acknowledged by the live cluster"
+        )
     if tally.dashboard:
-        lines.append(f"dashboard consumer group (live cluster): "
-                     f"{tally.total(tally.dashboard):,} messages read")
+        lines.append(f"dashboard consumer group (live cluster): {tally.total(tally.dashboard):,} messages read")
     if tally.audit_records:
-        lines.append("audit topic records: " + ", ".join(
-            f"{k} {v:,}" for k, v in tally.audit_records.items()))
+        lines.append("audit topic records: " + ", ".join(f"{k} {v:,}" for k, v in tally.audit_records.items()))
     lines.append(f"log rotations while the agents tailed: {tally.rotations} per file per host")
     lines += ["", "Audit (paper, section 5): rows landed / messages the agents counted as acked:"]
     for topic, value in completeness(tally).items():
         shown = "no audit records" if value is None else f"{value:.2%}"
-        lines.append(f"  {topic:<{width}} {(tally.parquet or {}).get(topic, 0):>10,} / "
-                     f"{tally.audit_acked.get(topic, 0):>10,}  complete: {shown}")
-    lines += ["", "Throughput per stage (the hosts set the pace; each later stage kept up "
-              "with it: see benchmarks for capacity):"]
+        lines.append(
+            f"  {topic:<{width}} {(tally.parquet or {}).get(topic, 0):>10,} / "
+            f"{tally.audit_acked.get(topic, 0):>10,}  complete: {shown}"
+        )
+    lines += [
+        "",
+        "Throughput per stage (the hosts set the pace; each later stage kept up with it: see benchmarks for capacity):",
+    ]
     for stage, count, seconds, peak in tally.throughput:
         extra = f"  (peak {peak:,.0f}/s over a progress interval)" if peak else ""
-        lines.append(f"  {stage:<44} {count:>9,} in {seconds:6.1f}s = "
-                     f"{count / max(seconds, 1e-9):>8,.0f}/s{extra}")
-    lines += ["", f"Parquet files: {output_uri}",
-              "  " + ", ".join(f"topic={t}: {n} file(s)" for t, n in tally.parquet_files.items()),
-              f"Read them with Spark:  {python} {query_path}", ""]
+        lines.append(f"  {stage:<44} {count:>9,} in {seconds:6.1f}s = {count / max(seconds, 1e-9):>8,.0f}/s{extra}")
+    lines += [
+        "",
+        f"Parquet files: {output_uri}",
+        "  " + ", ".join(f"topic={t}: {n} file(s)" for t, n in tally.parquet_files.items()),
+        f"Read them with Spark:  {python} {query_path}",
+        "",
+    ]
     for note in tally.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

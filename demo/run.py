@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker.common.errors import ConfigError, LogferryError
 from demo import configs
 from demo.console_check import console_status
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
@@ -36,7 +37,6 @@ from demo.keep import keep_running
 from demo.pipeline import Pipeline, read_status, say
 from demo.processes import Child, DemoError
 from demo.report import Tally, problems, render
-from broker.common.errors import ConfigError, LogferryError
 
 MARKER = ".logferry-demo"
 PROGRESS_S = 2.0
@@ -46,16 +46,17 @@ def _prepare_workdir(workdir: Path) -> None:
     """Start from an empty workdir; refuse to wipe a directory the demo did not make."""
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / MARKER).exists():
-            raise ConfigError(f"{workdir} is not empty and was not made by the demo; "
-                              "choose another --workdir")
+            raise ConfigError(f"{workdir} is not empty and was not made by the demo; choose another --workdir")
         pidfile = workdir / "zookeeper" / "zookeeper.pid"
         if pidfile.exists():
             try:
                 pid = int(pidfile.read_text().strip())
                 import os
+
                 os.kill(pid, 0)
-                raise ConfigError(f"a demo still runs in {workdir} (ZooKeeper pid {pid}); "
-                                  "stop it (Ctrl-C in its terminal) first")
+                raise ConfigError(
+                    f"a demo still runs in {workdir} (ZooKeeper pid {pid}); stop it (Ctrl-C in its terminal) first"
+                )
             except (ValueError, ProcessLookupError, PermissionError):
                 pass
         shutil.rmtree(workdir)
@@ -63,8 +64,9 @@ def _prepare_workdir(workdir: Path) -> None:
     (workdir / MARKER).write_text("made by `logferry demo`; wiped by its next run\n")
 
 
-def _wait_counts(counter: ClusterCounter, want: dict[str, int], timeout: float,
-                 extra: dict[str, int] | None = None) -> bool:
+def _wait_counts(
+    counter: ClusterCounter, want: dict[str, int], timeout: float, extra: dict[str, int] | None = None
+) -> bool:
     """Poll a cluster until it holds at least ``want`` per topic (and ``extra``)."""
     deadline = time.monotonic() + timeout
     goal = {**want, **(extra or {})}
@@ -77,8 +79,7 @@ def _wait_counts(counter: ClusterCounter, want: dict[str, int], timeout: float,
         time.sleep(0.5)
 
 
-def _settled(counter: ClusterCounter, topic: str, quiet_s: float = 1.5,
-             timeout: float = 20.0) -> int:
+def _settled(counter: ClusterCounter, topic: str, quiet_s: float = 1.5, timeout: float = 20.0) -> int:
     """The count of ``topic`` once it stopped changing for ``quiet_s`` (acked is not yet
     visible: consumers see what the broker flushed, after its flush_ms)."""
     deadline = time.monotonic() + timeout
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
+
     previous = signal.signal(signal.SIGTERM, on_term)
     logging.getLogger("logferry.group").setLevel(logging.WARNING)  # the dashboard's joins/leaves
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -134,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
             for issue in issues:
                 say(f"while stopping: {issue}")
             say("stopped every process it started")
-            mode = ("secured: TLS+SCRAM, ACLs" if pipeline.security is not None
-                    else "plaintext, no authentication")
+            mode = "secured: TLS+SCRAM, ACLs" if pipeline.security is not None else "plaintext, no authentication"
             say(f"ran in {time.monotonic() - started:.1f}s ({mode})")
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -143,25 +144,38 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
-         stop_hosts: threading.Event) -> int:
+def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts: threading.Event) -> int:
     hosts = [f"web-{i + 1}" for i in range(args.hosts)]
     specs = sources_from_agent_config(pipeline.agent_doc)
     vocabulary = app_vocabulary()
     rotate_s = args.rotate_every or max(args.seconds / 3, 2.0)
-    writers = [WebHost(h, workdir / "hosts" / h, specs, args.rate / len(hosts), args.seconds,
-                       rotate_s, stop_hosts, seed=i + 1, vocabulary=vocabulary)
-               for i, h in enumerate(hosts)]
+    writers = [
+        WebHost(
+            h,
+            workdir / "hosts" / h,
+            specs,
+            args.rate / len(hosts),
+            args.seconds,
+            rotate_s,
+            stop_hosts,
+            seed=i + 1,
+            vocabulary=vocabulary,
+        )
+        for i, h in enumerate(hosts)
+    ]
     check_multiline(pipeline.agent_doc, writers[0])
-    say(f"plan: {len(hosts)} hosts x {args.rate / len(hosts):,.0f} records/s for "
-        f"{args.seconds:.0f}s, rotating every {rotate_s:.0f}s; workdir {workdir}")
+    say(
+        f"plan: {len(hosts)} hosts x {args.rate / len(hosts):,.0f} records/s for "
+        f"{args.seconds:.0f}s, rotating every {rotate_s:.0f}s; workdir {workdir}"
+    )
 
     pipeline.start_clusters()
     pipeline.create_topics()
     pipeline.start_mirror()
     pipeline.start_console()
-    dashboard = pipeline.dashboard = Dashboard(pipeline.zk_as("dashboard", "live"), pipeline.topics,
-                                               pipeline.client("dashboard", "live"))
+    dashboard = pipeline.dashboard = Dashboard(
+        pipeline.zk_as("dashboard", "live"), pipeline.topics, pipeline.client("dashboard", "live")
+    )
     dashboard.start()
     dashboard.ready.wait(30)
     say(f"dashboard: consumer group '{GROUP}' on the live cluster")
@@ -170,11 +184,12 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     pipeline.start_agents(hosts)
 
     topics = pipeline.topics
-    live = ClusterCounter(pipeline.zk_as("reader", "live"), topics,
-                          pipeline.client("reader", "live"))
-    analysis = (ClusterCounter(pipeline.zk_as("reader", "analysis"), topics,
-                                pipeline.client("reader", "analysis"))
-                if pipeline.mirror else None)
+    live = ClusterCounter(pipeline.zk_as("reader", "live"), topics, pipeline.client("reader", "live"))
+    analysis = (
+        ClusterCounter(pipeline.zk_as("reader", "analysis"), topics, pipeline.client("reader", "analysis"))
+        if pipeline.mirror
+        else None
+    )
     counters = [live] + ([analysis] if analysis else [])
     tally = Tally(topics=topics, hosts=hosts)
     peaks: dict[str, float] = {}
@@ -190,11 +205,12 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
             rate = (value - last.get(name, 0)) / interval
             peaks[name] = max(peaks.get(name, 0.0), rate)
             last[name] = value
-        acked = sum(int(read_status(s).get("counters", {}).get("messages_acked", 0))
-                    for _, _, s in pipeline.agents)
-        print(f"[{elapsed:5.1f}s] written {written:,} | agents acked {acked:,} | live {in_live:,} "
-              f"| analysis {in_analysis:,} | dashboard: {_fmt_rates(dashboard.rates())}",
-              flush=True)
+        acked = sum(int(read_status(s).get("counters", {}).get("messages_acked", 0)) for _, _, s in pipeline.agents)
+        print(
+            f"[{elapsed:5.1f}s] written {written:,} | agents acked {acked:,} | live {in_live:,} "
+            f"| analysis {in_analysis:,} | dashboard: {_fmt_rates(dashboard.rates())}",
+            flush=True,
+        )
 
     t0 = time.monotonic()
     for writer in writers:
@@ -213,8 +229,10 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     tally.written = written
     tally.lines = {t: sum(w.counts[t].lines for w in writers) for t in topics}
     tally.rotations = writers[0].rotations
-    say(f"hosts stopped writing: {sum(written.values()):,} records "
-        f"({sum(tally.lines.values()):,} lines) in {t_written:.1f}s; draining")
+    say(
+        f"hosts stopped writing: {sum(written.values()):,} records "
+        f"({sum(tally.lines.values()):,} lines) in {t_written:.1f}s; draining"
+    )
 
     # Drain: the live cluster holds every record (multiline records wait for their timeout).
     if not _wait_counts(live, written, args.drain_timeout):
@@ -222,21 +240,26 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     t_live = time.monotonic() - t0
     sample(t_live, max(time.monotonic() - previous, 1e-3))
     tally.agents_acked = pipeline.stop_agents()
-    live_audit = ClusterCounter(pipeline.zk_as("reader", "live"), [pipeline.audit_topic],
-                                pipeline.client("reader", "live"))
+    live_audit = ClusterCounter(
+        pipeline.zk_as("reader", "live"), [pipeline.audit_topic], pipeline.client("reader", "live")
+    )
     counters.append(live_audit)
     tally.audit_records["live"] = _settled(live_audit, pipeline.audit_topic)
-    say(f"agents stopped: {tally.agents_acked:,} messages acknowledged, "
-        f"{tally.audit_records['live']} audit records in the live cluster")
+    say(
+        f"agents stopped: {tally.agents_acked:,} messages acknowledged, "
+        f"{tally.audit_records['live']} audit records in the live cluster"
+    )
 
     t_analysis = None
     audit_source = live_audit
     if analysis is not None:
-        analysis_audit = ClusterCounter(pipeline.zk_as("reader", "analysis"), [pipeline.audit_topic],
-                                        pipeline.client("reader", "analysis"))
+        analysis_audit = ClusterCounter(
+            pipeline.zk_as("reader", "analysis"), [pipeline.audit_topic], pipeline.client("reader", "analysis")
+        )
         counters.append(analysis_audit)
         ok = _wait_counts(analysis, written, args.drain_timeout) and _wait_counts(
-            analysis_audit, {pipeline.audit_topic: tally.audit_records["live"]}, args.drain_timeout)
+            analysis_audit, {pipeline.audit_topic: tally.audit_records["live"]}, args.drain_timeout
+        )
         if not ok:
             say(f"the analysis cluster did not receive everything within {args.drain_timeout:.0f}s")
         t_analysis = time.monotonic() - t0
@@ -249,8 +272,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         say(console_status(pipeline.console_url))
 
     deadline = time.monotonic() + 15
-    while any(dashboard.counts.get(t, 0) < n for t, n in written.items()) \
-            and time.monotonic() < deadline:
+    while any(dashboard.counts.get(t, 0) < n for t, n in written.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
     t_dashboard = time.monotonic() - t0
     tally.dashboard = dict(dashboard.counts)
@@ -264,8 +286,10 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     loader_doc = configs.load(configs.loader_template())
     wanted = loader_doc.get("source", {}).get("topics", [])
     if sorted(wanted) != sorted(topics):
-        tally.notes.append(f"etc/loader.toml lands topics {wanted} but etc/agent.toml publishes "
-                           f"{topics}: the demo lands the agent's topics")
+        tally.notes.append(
+            f"etc/loader.toml lands topics {wanted} but etc/agent.toml publishes "
+            f"{topics}: the demo lands the agent's topics"
+        )
     source_zk = pipeline.analysis_zk if analysis is not None else pipeline.live_zk
     doc = configs.loader_config(loader_doc, source_zk, output, topics)
     sections = pipeline.sections("loader", "analysis" if analysis is not None else "live")
@@ -273,17 +297,19 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         doc.setdefault("source", {})["zookeeper"] = sections.pop("zookeeper")
     doc.update(sections)
     loader_cfg = configs.write(workdir / "config" / "loader.toml", doc, configs.loader_template())
-    say(f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk):]} as Parquet "
-        f"(Spark local mode; the JVM takes a while to start)")
-    loader = pipeline.sup.add(Child.logferry("loader", ["load", "--config", str(loader_cfg)],
-                                             workdir / "logs" / "loader.log"), watched=False)
+    say(
+        f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk) :]} as Parquet "
+        f"(Spark local mode; the JVM takes a while to start)"
+    )
+    loader = pipeline.sup.add(
+        Child.logferry("loader", ["load", "--config", str(loader_cfg)], workdir / "logs" / "loader.log"), watched=False
+    )
     started = time.monotonic()
     code = loader.wait(args.loader_timeout)
     loader_s = time.monotonic() - started
     if code is None:
         loader.stop(10)
-        raise DemoError(f"the loader did not finish within {args.loader_timeout:.0f}s; "
-                        f"log {loader.log_path}")
+        raise DemoError(f"the loader did not finish within {args.loader_timeout:.0f}s; log {loader.log_path}")
     print(_loader_summary(loader.log_text()), flush=True)
     if code != 0:
         tally.notes.append(f"the loader exited with {code}: see {loader.log_path}")
@@ -298,8 +324,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
         ("dashboard reads them from the live cluster", total, t_dashboard, None),
     ]
     if t_analysis is not None:
-        tally.throughput.append(("mirror copies to the analysis cluster", total, t_analysis,
-                                 peaks.get("analysis")))
+        tally.throughput.append(("mirror copies to the analysis cluster", total, t_analysis, peaks.get("analysis")))
     landed = sum((tally.parquet or {}).values())
     tally.throughput.append(("loader lands Parquet (Spark start included)", landed, loader_s, None))
     tally.notes += pipeline.notes
@@ -307,8 +332,11 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
     query = _write_query(workdir, output, topics)
     text = render(tally, output.as_uri(), str(query), _python())
     found = problems(tally)
-    text += "\n" + ("RESULT: OK: every stage holds exactly what the hosts wrote; audit 100% complete"
-                    if not found else "RESULT: MISMATCH\n" + "\n".join(f"  - {p}" for p in found))
+    text += "\n" + (
+        "RESULT: OK: every stage holds exactly what the hosts wrote; audit 100% complete"
+        if not found
+        else "RESULT: MISMATCH\n" + "\n".join(f"  - {p}" for p in found)
+    )
     print(text, flush=True)
     (workdir / "report.txt").write_text(text + "\n")
     for counter in counters:
@@ -321,11 +349,14 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline,
 def _loader_summary(log: str, limit: int = 40) -> str:
     """The loader's own summary and audit table (its stdout), without Spark's chatter."""
     lines = log.splitlines()
-    start = next((i for i, line in enumerate(lines)
-                  if re.match(r"^(run \d+ committed|nothing new to land|recovery:)", line)), None)
+    start = next(
+        (i for i, line in enumerate(lines) if re.match(r"^(run \d+ committed|nothing new to land|recovery:)", line)),
+        None,
+    )
     if start is None:
         return "  | (no summary from the loader; last lines of its log:)\n" + "\n".join(
-            "  | " + line for line in lines[-10:])
+            "  | " + line for line in lines[-10:]
+        )
     shown = [line for line in lines[start:] if not re.match(r"^\d{4}-\d\d-\d\d \d\d:", line)]
     return "\n".join("  | " + line for line in shown[:limit])
 
@@ -369,5 +400,10 @@ access = spark.read.parquet(f"{{root}}/topic={access}")
 def _command() -> str:
     """How the user runs logferry here: the venv's script, the one on PATH, or ``-m``."""
     beside = Path(sys.executable).parent / "logferry"
-    return (_python().replace("python", "logferry") if beside.exists()
-            else "logferry" if shutil.which("logferry") else f"{_python()} -m broker")
+    return (
+        _python().replace("python", "logferry")
+        if beside.exists()
+        else "logferry"
+        if shutil.which("logferry")
+        else f"{_python()} -m broker"
+    )

@@ -38,12 +38,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from broker.client import AGENTS_TOPIC
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.common.zk_security import ZkSecurity, ZkTarget, digest_id
-from broker.client import AGENTS_TOPIC
-from broker.testing.security import (Pki, add_acls, create_users, make_chroot, make_pki,
-                                     password_file, secure_zookeeper)
+from broker.testing.security import Pki, add_acls, create_users, make_chroot, make_pki, password_file, secure_zookeeper
 
 MECHANISM = "SCRAM-SHA-512"
 LIVE_USERS = ("broker", "admin", "agent", "mirror", "dashboard", "reader")
@@ -53,8 +52,7 @@ MIRROR_AUDIT_TOPIC = "_audit.mirror"
 SUPER_USERS = ["User:broker", "User:admin"]
 ZK_OWNER = "logferry"
 """The ZooKeeper login of the brokers and of the demo's admin work (the cluster's owner)."""
-ZK_LOGINS = {"live": ("agent", "mirror", "dashboard", "reader"),
-             "analysis": ("mirror", "loader", "reader")}
+ZK_LOGINS = {"live": ("agent", "mirror", "dashboard", "reader"), "analysis": ("mirror", "loader", "reader")}
 """The other ZooKeeper logins per cluster: each component under its principal's name."""
 ZK_CONSUMERS = {"live": ("mirror", "dashboard", "reader"), "analysis": ("reader",)}
 """The logins that touch consumer groups (the brokers' ``consumer_ids``); the group ACLs
@@ -65,29 +63,37 @@ def grants(topics: list[str]) -> dict[str, list[tuple[str, str, str]]]:
     """The topic ACLs of each cluster (datacenter -> (principal, operation, topic))."""
     live, analysis = [], []
     for topic in topics:
-        live += [("User:agent", "produce", topic), ("User:mirror", "consume", topic),
-                 ("User:dashboard", "consume", topic), ("User:reader", "consume", topic)]
+        live += [
+            ("User:agent", "produce", topic),
+            ("User:mirror", "consume", topic),
+            ("User:dashboard", "consume", topic),
+            ("User:reader", "consume", topic),
+        ]
         analysis += [("User:mirror", op, topic) for op in ("produce", "create", "alter")]
         analysis += [("User:loader", "consume", topic), ("User:reader", "consume", topic)]
     # the agents' heartbeats (the console's agents view) and the mirror's own audit counts
     # (the console's and the loader's mirror tier)
-    live += [("User:agent", "produce", AGENTS_TOPIC), ("User:agent", "create", AGENTS_TOPIC),
-             ("User:dashboard", "consume", AGENTS_TOPIC), ("User:reader", "consume", AGENTS_TOPIC)]
-    analysis += [("User:mirror", "produce", MIRROR_AUDIT_TOPIC),
-                 ("User:mirror", "create", MIRROR_AUDIT_TOPIC),
-                 ("User:loader", "consume", MIRROR_AUDIT_TOPIC),
-                 ("User:reader", "consume", MIRROR_AUDIT_TOPIC)]
+    live += [
+        ("User:agent", "produce", AGENTS_TOPIC),
+        ("User:agent", "create", AGENTS_TOPIC),
+        ("User:dashboard", "consume", AGENTS_TOPIC),
+        ("User:reader", "consume", AGENTS_TOPIC),
+    ]
+    analysis += [
+        ("User:mirror", "produce", MIRROR_AUDIT_TOPIC),
+        ("User:mirror", "create", MIRROR_AUDIT_TOPIC),
+        ("User:loader", "consume", MIRROR_AUDIT_TOPIC),
+        ("User:reader", "consume", MIRROR_AUDIT_TOPIC),
+    ]
     return {"live": live, "analysis": analysis}
 
 
-def group_grants(datacenter: str, dashboard_group: str,
-                 mirror_group: str) -> list[tuple[str, str, str]]:
+def group_grants(datacenter: str, dashboard_group: str, mirror_group: str) -> list[tuple[str, str, str]]:
     """The group ACLs of one cluster (principal, operation, group): each consumer its own
     group, the read-only reader (the console's group views) describes them all."""
     grants = [("User:reader", "describe", "*")]
     if datacenter == "live":
-        grants += [("User:dashboard", "consume", dashboard_group),
-                   ("User:mirror", "consume", mirror_group)]
+        grants += [("User:dashboard", "consume", dashboard_group), ("User:mirror", "consume", mirror_group)]
     return grants
 
 
@@ -104,8 +110,9 @@ class DemoSecurity:
         self.acl_count = 0
         self.zk_clusters: dict[str, str] = {}
 
-    def setup(self, clusters: dict[str, str], topics: list[str], group: str,
-              mirror_group: str = "logferry-mirror") -> None:
+    def setup(
+        self, clusters: dict[str, str], topics: list[str], group: str, mirror_group: str = "logferry-mirror"
+    ) -> None:
         """Create every user (random passwords, one file per user and cluster) and every
         ACL in each cluster (datacenter -> ZooKeeper connect string with chroot)."""
         users = {"live": LIVE_USERS, "analysis": ANALYSIS_USERS}
@@ -137,14 +144,15 @@ class DemoSecurity:
 
     def consumer_ids(self, datacenter: str) -> list[str]:
         """The digest ids of the cluster's group logins (the brokers' ``consumer_ids``)."""
-        return [digest_id(login, self.zk_passwords[(login, datacenter)][1])
-                for login in ZK_CONSUMERS[datacenter]]
+        return [digest_id(login, self.zk_passwords[(login, datacenter)][1]) for login in ZK_CONSUMERS[datacenter]]
 
     def zk_owner(self, datacenter: str) -> ZkTarget:
         """The cluster's connect string logged in as its owner (admin work)."""
         _, password = self.zk_passwords[(ZK_OWNER, datacenter)]
-        return ZkTarget(self.zk_clusters[datacenter], ZkSecurity(
-            user=ZK_OWNER, password=password, consumer_ids=tuple(self.consumer_ids(datacenter))))
+        return ZkTarget(
+            self.zk_clusters[datacenter],
+            ZkSecurity(user=ZK_OWNER, password=password, consumer_ids=tuple(self.consumer_ids(datacenter))),
+        )
 
     def zk_as(self, user: str, datacenter: str) -> ZkTarget:
         """The cluster's connect string logged in as ``user`` (a client of the demo's own)."""
@@ -160,24 +168,30 @@ class DemoSecurity:
         """One line for the demo's output."""
         users = len(self.passwords)
         logins = len(self.zk_passwords)
-        return (f"TLS+SCRAM ({MECHANISM}) with ACLs: CA {self.pki.ca}; {users} users with random "
-                f"passwords in {self.secrets} (mode 600); {self.acl_count} ACLs; brokers require "
-                f"authentication, super users {', '.join(SUPER_USERS)}; ZooKeeper: {logins} "
-                f"digest logins (owner {ZK_OWNER!r}, one per component), group offsets "
-                "writable only by the group's principal")
+        return (
+            f"TLS+SCRAM ({MECHANISM}) with ACLs: CA {self.pki.ca}; {users} users with random "
+            f"passwords in {self.secrets} (mode 600); {self.acl_count} ACLs; brokers require "
+            f"authentication, super users {', '.join(SUPER_USERS)}; ZooKeeper: {logins} "
+            f"digest logins (owner {ZK_OWNER!r}, one per component), group offsets "
+            "writable only by the group's principal"
+        )
 
     # -- config sections ---------------------------------------------------------------
 
     def broker_sections(self, datacenter: str) -> dict[str, Any]:
         """``[tls]``, ``[auth]``, ``[sasl]`` (toward leaders) and ``[authorizer]``."""
-        return {"tls": {"enabled": True, "ca_file": str(self.pki.ca),
-                        "cert_file": str(self.pki.broker_cert),
-                        "key_file": str(self.pki.broker_key)},
-                "auth": {"required": True},
-                "sasl": self.sasl_table("broker", datacenter),
-                "authorizer": {"enabled": True, "super_users": list(SUPER_USERS)},
-                "zookeeper": {**self.zookeeper_table(ZK_OWNER, datacenter),
-                              "consumer_ids": self.consumer_ids(datacenter)}}
+        return {
+            "tls": {
+                "enabled": True,
+                "ca_file": str(self.pki.ca),
+                "cert_file": str(self.pki.broker_cert),
+                "key_file": str(self.pki.broker_key),
+            },
+            "auth": {"required": True},
+            "sasl": self.sasl_table("broker", datacenter),
+            "authorizer": {"enabled": True, "super_users": list(SUPER_USERS)},
+            "zookeeper": {**self.zookeeper_table(ZK_OWNER, datacenter), "consumer_ids": self.consumer_ids(datacenter)},
+        }
 
     def tls_table(self) -> dict[str, Any]:
         return {"enabled": True, "ca_file": str(self.pki.ca)}
@@ -188,14 +202,16 @@ class DemoSecurity:
 
     def client_sections(self, user: str, datacenter: str) -> dict[str, Any]:
         """``[tls]``, ``[sasl]`` and ``[zookeeper]`` of a component's config."""
-        return {"tls": self.tls_table(), "sasl": self.sasl_table(user, datacenter),
-                "zookeeper": self.zookeeper_table(user, datacenter)}
+        return {
+            "tls": self.tls_table(),
+            "sasl": self.sasl_table(user, datacenter),
+            "zookeeper": self.zookeeper_table(user, datacenter),
+        }
 
     def client(self, user: str, datacenter: str) -> dict[str, Any]:
         """``tls=`` and ``sasl=`` for a client the demo runs in its own process."""
         _, password = self.passwords[(user, datacenter)]
-        return {"tls": TlsConfig(ca_file=self.pki.ca),
-                "sasl": SaslCredentials(user, password, MECHANISM)}
+        return {"tls": TlsConfig(ca_file=self.pki.ca), "sasl": SaslCredentials(user, password, MECHANISM)}
 
 
 __all__ = ["DemoSecurity", "ZK_CONSUMERS", "ZK_LOGINS", "ZK_OWNER", "grants", "group_grants"]

@@ -19,7 +19,8 @@ for that fetch only.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import msgpack
 import pyarrow as pa
@@ -61,8 +62,9 @@ AGENT_FIELDS: tuple[AgentField, ...] = (
     AgentField("read_time", "time", TIMESTAMP, T.TimestampType(), (int,)),
     AgentField("parsed_time", "ptime", TIMESTAMP, T.TimestampType(), (int,)),
     AgentField("cut", "cut", pa.bool_(), T.BooleanType(), (bool,)),
-    AgentField("fields", "fields", pa.map_(pa.string(), pa.string()),
-               T.MapType(T.StringType(), T.StringType()), (dict,)),
+    AgentField(
+        "fields", "fields", pa.map_(pa.string(), pa.string()), T.MapType(T.StringType(), T.StringType()), (dict,)
+    ),
     AgentField("unparsed", "unparsed", pa.bool_(), T.BooleanType(), (bool,)),
 )
 """The agent record's fields, in column order: ``file_offset`` is the line's byte offset in
@@ -76,8 +78,7 @@ record's static and parsed fields as text (see :mod:`hadoop_loader.field_columns
 DECODED_COLUMN = "decoded"
 """Boolean column: true when the value decoded as an agent record."""
 
-_STRUCT = pa.struct([pa.field(f.key, _MILLIS if f.arrow_type == TIMESTAMP else f.arrow_type)
-                     for f in AGENT_FIELDS])
+_STRUCT = pa.struct([pa.field(f.key, _MILLIS if f.arrow_type == TIMESTAMP else f.arrow_type) for f in AGENT_FIELDS])
 """What msgpack gives: times as integer milliseconds (cast to :data:`TIMESTAMP` after)."""
 _unpackb = msgpack.unpackb
 

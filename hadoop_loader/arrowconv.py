@@ -13,15 +13,14 @@ batch by batch); a unit test holds the two together.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain, repeat
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import types as T
 
 from broker.client import Batch
-
 from hadoop_loader import agent_records
 
 BASE_COLUMNS: list[tuple[str, T.DataType]] = [
@@ -47,8 +46,9 @@ BASE_FIELDS = [
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
 ]
-AGENT_ARROW_FIELDS = ([pa.field(f.column, f.arrow_type) for f in agent_records.AGENT_FIELDS]
-                      + [pa.field(agent_records.DECODED_COLUMN, pa.bool_())])
+AGENT_ARROW_FIELDS = [pa.field(f.column, f.arrow_type) for f in agent_records.AGENT_FIELDS] + [
+    pa.field(agent_records.DECODED_COLUMN, pa.bool_())
+]
 
 
 def spark_schema(with_agent_columns: bool) -> T.StructType:
@@ -73,8 +73,7 @@ class Converted:
         """Values that did not decode as agent records (0 when not decoding)."""
 
 
-def to_record_batch(topic: str, partition: int, batches: Sequence[Batch],
-                    decode: bool | None) -> Converted:
+def to_record_batch(topic: str, partition: int, batches: Sequence[Batch], decode: bool | None) -> Converted:
     """One record batch holding every message of ``batches`` (non-empty, in order).
 
     ``decode``: True decodes values as agent records, False fills the agent columns with
@@ -87,12 +86,13 @@ def to_record_batch(topic: str, partition: int, batches: Sequence[Batch],
 
     offsets = np.repeat(np.fromiter((b.offset for b in batches), np.int64, len(batches)), counts)
     index = (np.arange(n, dtype=np.int64) - np.repeat(firsts, counts)).astype(np.int32)
-    bases = np.repeat(np.fromiter((b.base_timestamp for b in batches), np.int64, len(batches)),
-                      counts)
+    bases = np.repeat(np.fromiter((b.base_timestamp for b in batches), np.int64, len(batches)), counts)
     if any(b.deltas is not None for b in batches):
-        deltas = np.fromiter(chain.from_iterable(
-            b.deltas if b.deltas is not None else repeat(0, len(b.values)) for b in batches),
-            np.int64, n)
+        deltas = np.fromiter(
+            chain.from_iterable(b.deltas if b.deltas is not None else repeat(0, len(b.values)) for b in batches),
+            np.int64,
+            n,
+        )
         millis = bases + deltas
     else:
         millis = bases
@@ -106,9 +106,10 @@ def to_record_batch(topic: str, partition: int, batches: Sequence[Batch],
     if all(b.keys is None for b in batches):
         keys = pa.nulls(n, pa.binary())
     else:
-        keys = pa.array(list(chain.from_iterable(
-            b.keys if b.keys is not None else repeat(None, len(b.values)) for b in batches)),
-            pa.binary())
+        keys = pa.array(
+            list(chain.from_iterable(b.keys if b.keys is not None else repeat(None, len(b.values)) for b in batches)),
+            pa.binary(),
+        )
 
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), n),

@@ -41,8 +41,9 @@ import datetime as dt
 import json
 import logging
 import zoneinfo
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import msgpack
 
@@ -90,10 +91,18 @@ class HourAudit:
         return self.counts.extra
 
     def to_json(self) -> dict[str, Any]:
-        return {"tier": self.tier, "topic": self.topic, "hour": self.hour,
-                "expected": self.expected, "landed": self.landed,
-                "duplicates": self.duplicates, "missing": self.missing, "extra": self.extra,
-                "completeness": self.completeness, "judged": self.judged}
+        return {
+            "tier": self.tier,
+            "topic": self.topic,
+            "hour": self.hour,
+            "expected": self.expected,
+            "landed": self.landed,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "extra": self.extra,
+            "completeness": self.completeness,
+            "judged": self.judged,
+        }
 
 
 @dataclass
@@ -119,23 +128,26 @@ class AuditReport:
         key = (hour.topic, hour.hour)
         for stage in sorted(self.tiers, key=stage_rank):
             count = self.tiers[stage].get(key)
-            out.append((stage, count, None if not out or count is None
-                        else WindowCounts(previous, count).completeness))
+            out.append((stage, count, None if not out or count is None else WindowCounts(previous, count).completeness))
             if count is not None:
                 previous = count
         arrived = hour.counts.arrived
-        out.append((LANDED_STAGE, arrived,
-                    WindowCounts(previous, arrived).completeness if out else None))
+        out.append((LANDED_STAGE, arrived, WindowCounts(previous, arrived).completeness if out else None))
         return out
 
     def to_json(self) -> bytes:
         """The report as JSON (the loader keeps it under ``_logferry/audit/``)."""
-        data = {"format": "logferry-audit/1", "records": self.records,
-                "skipped": self.skipped, "threshold": self.threshold,
-                "missing_topic": self.missing_topic,
-                "hours": [{**h.to_json(), "tiers": [
-                    {"stage": st, "count": n, "completeness": c} for st, n, c in self.chain(h)]}
-                    for h in self.hours]}
+        data = {
+            "format": "logferry-audit/1",
+            "records": self.records,
+            "skipped": self.skipped,
+            "threshold": self.threshold,
+            "missing_topic": self.missing_topic,
+            "hours": [
+                {**h.to_json(), "tiers": [{"stage": st, "count": n, "completeness": c} for st, n, c in self.chain(h)]}
+                for h in self.hours
+            ],
+        }
         return (json.dumps(data, indent=1) + "\n").encode()
 
     def failing(self, threshold: float | None = None) -> list[HourAudit]:
@@ -143,8 +155,7 @@ class AuditReport:
         limit = self.threshold if threshold is None else threshold
         if limit is None:
             return []
-        return [h for h in self.hours if h.judged and h.expected
-                and (h.completeness or 0.0) < limit]
+        return [h for h in self.hours if h.judged and h.expected and (h.completeness or 0.0) < limit]
 
 
 def hour_key(ms: int, tz: dt.tzinfo) -> str:
@@ -158,8 +169,9 @@ def hour_end_ms(key: str, tz: dt.tzinfo) -> int:
     return int(start.timestamp() * 1000) + HOUR_MS
 
 
-def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str,
-                    tz: dt.tzinfo) -> tuple[dict[tuple[str, str], int], int, int]:
+def expected_counts(
+    records: Iterable[Mapping[str, Any]], stage: str, count: str, tz: dt.tzinfo
+) -> tuple[dict[tuple[str, str], int], int, int]:
     """Sum audit records per (topic, hour of window start).
 
     Returns ``(expected, used, skipped)``; records of another stage or malformed ones
@@ -182,8 +194,9 @@ def expected_counts(records: Iterable[Mapping[str, Any]], stage: str, count: str
     return expected, used, skipped
 
 
-def stage_counts(records: Iterable[Mapping[str, Any]], count: str, tz: dt.tzinfo
-                 ) -> dict[str, dict[tuple[str, str], int]]:
+def stage_counts(
+    records: Iterable[Mapping[str, Any]], count: str, tz: dt.tzinfo
+) -> dict[str, dict[tuple[str, str], int]]:
     """Every stage's records summed per (topic, hour of window start): ``{stage: counts}``."""
     out: dict[str, dict[tuple[str, str], int]] = {}
     for r in records:
@@ -197,23 +210,35 @@ def stage_counts(records: Iterable[Mapping[str, Any]], count: str, tz: dt.tzinfo
     return out
 
 
-def compare(expected: Mapping[tuple[str, str], int], landed: Mapping[tuple[str, str], int],
-            topics: Iterable[str], since_ms: int, judge_before_ms: int, tz: dt.tzinfo,
-            threshold: float | None = None,
-            duplicates: Mapping[tuple[str, str], int] | None = None,
-            tier: str = "agent") -> AuditReport:
+def compare(
+    expected: Mapping[tuple[str, str], int],
+    landed: Mapping[tuple[str, str], int],
+    topics: Iterable[str],
+    since_ms: int,
+    judge_before_ms: int,
+    tz: dt.tzinfo,
+    threshold: float | None = None,
+    duplicates: Mapping[tuple[str, str], int] | None = None,
+    tier: str = "agent",
+) -> AuditReport:
     """Completeness of every hour of ``topics`` from ``since_ms`` that has any count."""
     wanted = set(topics)
     first = hour_key(since_ms, tz)
     dups = duplicates or {}
-    keys = sorted(k for k in set(expected) | set(landed) | set(dups)
-                  if k[0] in wanted and k[1] >= first)
+    keys = sorted(k for k in set(expected) | set(landed) | set(dups) if k[0] in wanted and k[1] >= first)
     report = AuditReport(threshold=threshold)
     for topic, hour in keys:
-        report.hours.append(HourAudit(
-            topic, hour, expected.get((topic, hour)), landed.get((topic, hour), 0),
-            judged=hour_end_ms(hour, tz) <= judge_before_ms,
-            duplicates=dups.get((topic, hour), 0), tier=tier))
+        report.hours.append(
+            HourAudit(
+                topic,
+                hour,
+                expected.get((topic, hour)),
+                landed.get((topic, hour), 0),
+                judged=hour_end_ms(hour, tz) <= judge_before_ms,
+                duplicates=dups.get((topic, hour), 0),
+                tier=tier,
+            )
+        )
     return report
 
 
@@ -246,8 +271,7 @@ def duplicate_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str,
     return out
 
 
-def read_audit_records(consumer: Any, topic: str, since_ms: int
-                       ) -> tuple[list[dict[str, Any]], int] | None:
+def read_audit_records(consumer: Any, topic: str, since_ms: int) -> tuple[list[dict[str, Any]], int] | None:
     """Every audit record published since ``since_ms`` (driver side; the topic is small).
 
     Records are published after their window ends, so anything published before
@@ -283,8 +307,9 @@ def read_audit_records(consumer: Any, topic: str, since_ms: int
     return records, bad
 
 
-def audit_after_load(config: Any, store: Any, started: float,
-                     landed: Mapping[tuple[str, str], int] | None = None) -> AuditReport:
+def audit_after_load(
+    config: Any, store: Any, started: float, landed: Mapping[tuple[str, str], int] | None = None
+) -> AuditReport:
     """The audit step of a run: read the audit topic and compare with ``landed`` (rows
     really in the lake per topic and hour, from the verification; the manifests' counts
     when None) and the duplicates the manifests record."""
@@ -296,10 +321,13 @@ def audit_after_load(config: Any, store: Any, started: float,
     since_ms = (started_ms - a.lookback_hours * HOUR_MS) // HOUR_MS * HOUR_MS
     try:
         with source_errors("connecting to the cluster for the audit"):
-            consumer = SimpleConsumer(zk=config.source.zk,
-                                      brokers=list(config.source.brokers) if config.source.brokers else None,
-                                      tls=config.tls, sasl=config.sasl_credentials(),
-                                      listener=config.source.listener)
+            consumer = SimpleConsumer(
+                zk=config.source.zk,
+                brokers=list(config.source.brokers) if config.source.brokers else None,
+                tls=config.tls,
+                sasl=config.sasl_credentials(),
+                listener=config.source.listener,
+            )
         try:
             found = read_audit_records(consumer, a.topic, since_ms)
             # a mirror's own counts go to <topic>.mirror (mirror/audit.py): more tiers
@@ -309,16 +337,25 @@ def audit_after_load(config: Any, store: Any, started: float,
     except SourceError as exc:
         raise AuditError(f"audit: {exc}") from exc
     if found is None:
-        log.warning("audit: topic %r does not exist yet (no agent has published audit "
-                    "records): nothing to audit", a.topic)
+        log.warning(
+            "audit: topic %r does not exist yet (no agent has published audit records): nothing to audit", a.topic
+        )
     records, bad = found if found is not None else ([], 0)
     expected, used, skipped = expected_counts(records, a.stage, a.count, tz)
     if landed is None:
         landed = landed_counts(store.newest_first(), since_ms)
     duplicates = duplicate_counts(store.newest_first(), since_ms)
-    report = compare(expected, landed, config.source.topics, since_ms,
-                     started_ms - a.settle_minutes * 60 * 1000, tz, a.require_complete,
-                     duplicates, a.stage)
+    report = compare(
+        expected,
+        landed,
+        config.source.topics,
+        since_ms,
+        started_ms - a.settle_minutes * 60 * 1000,
+        tz,
+        a.require_complete,
+        duplicates,
+        a.stage,
+    )
     report.records, report.skipped = used, skipped + bad
     report.tiers = stage_counts(records + (mirror_found[0] if mirror_found else []), a.count, tz)
     report.missing_topic = a.topic if found is None else None
@@ -331,5 +368,4 @@ def require_complete(report: AuditReport, threshold: float) -> None:
     if failing:
         worst = ", ".join(f"{h.topic} {h.hour} {h.completeness:.2%}" for h in failing[:5])
         more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
-        raise IncompleteError(f"{len(failing)} audited hour(s) below {threshold:.2%} complete: "
-                              f"{worst}{more}")
+        raise IncompleteError(f"{len(failing)} audited hour(s) below {threshold:.2%} complete: {worst}{more}")

@@ -17,7 +17,6 @@ broker offers one, this is the honest way.
 from __future__ import annotations
 
 from broker.client import MAX_BATCH_BYTES, FetchResult, SimpleConsumer
-
 from hadoop_loader.errors import SourceError, source_errors
 
 
@@ -69,9 +68,7 @@ class FetchBoundaryFinder:
                 self.bytes_walked += end - start
                 return end
             if start >= result.visible_end:
-                raise SourceError(f"{topic}/{partition}: no batch at {start}, the visible end "
-                                  f"is {result.visible_end}")
+                raise SourceError(f"{topic}/{partition}: no batch at {start}, the visible end is {result.visible_end}")
             if want >= MAX_BATCH_BYTES + 64:
-                raise SourceError(f"{topic}/{partition}: no whole batch at {start} within "
-                                  f"{want} bytes")
+                raise SourceError(f"{topic}/{partition}: no whole batch at {start} within {want} bytes")
             want = min(want * 4, MAX_BATCH_BYTES + 64)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from broker.common.commands import EXIT_INTERRUPTED, report, setup_logging
 from hadoop_loader.errors import LoaderError
@@ -27,20 +27,27 @@ log = logging.getLogger("logferry.loader")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``load`` command to the ``logferry`` command line."""
     parser = subparsers.add_parser(
-        "load", help="land topics into Parquet (exactly once), then audit",
+        "load",
+        help="land topics into Parquet (exactly once), then audit",
         description="Land the configured topics from the brokers into Parquet files "
-                    "partitioned by topic and event hour, exactly once, and compare the "
-                    "landed counts with the audit topic.")
+        "partitioned by topic and event hour, exactly once, and compare the "
+        "landed counts with the audit topic.",
+    )
     parser.add_argument("--config", required=True, help="loader TOML file (etc/loader.toml)")
-    parser.add_argument("--master", help="Spark master URL (default: local[*], or "
-                        "spark-submit's)")
-    parser.add_argument("--require-complete", type=_fraction, metavar="FRACTION",
-                        help="exit 3 if a settled audited hour is below this completeness "
-                        "(e.g. 0.999); implies the audit")
+    parser.add_argument("--master", help="Spark master URL (default: local[*], or spark-submit's)")
+    parser.add_argument(
+        "--require-complete",
+        type=_fraction,
+        metavar="FRACTION",
+        help="exit 3 if a settled audited hour is below this completeness (e.g. 0.999); implies the audit",
+    )
     parser.add_argument("--no-audit", action="store_true", help="skip the audit this run")
-    parser.add_argument("--repair", action="store_true",
-                        help="land files the verification finds missing or damaged again "
-                        "from the cluster (while it still holds their offsets), then the run")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="land files the verification finds missing or damaged again "
+        "from the cluster (while it still holds their offsets), then the run",
+    )
     parser.set_defaults(func=run)
 
 
@@ -75,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print_summary(result, sys.stdout)
         if result.audit_error is not None:
             sys.stdout.flush()
-            return report("load", f"audit failed: {result.audit_error}",
-                          result.audit_error.exit_code)
+            return report("load", f"audit failed: {result.audit_error}", result.audit_error.exit_code)
         if result.audit is not None:
             print_audit(result.audit, sys.stdout)
         sys.stdout.flush()
@@ -96,15 +102,17 @@ def lake_problem(result: object) -> None:
     if lake is None or not lake.damaged:
         return
     repair = getattr(result, "repair", None)
-    left = [d for d in lake.damaged
-            if repair is None or not any(g.origin == d.origin and g.directory == d.directory
-                                         for g in repair.repaired)]
+    left = [
+        d
+        for d in lake.damaged
+        if repair is None or not any(g.origin == d.origin and g.directory == d.directory for g in repair.repaired)
+    ]
     if not left:
         return
-    hint = ("; they cannot be repaired (see above)" if repair is not None
-            else "; `logferry load --repair` lands them again")
-    raise LakeDamagedError(f"{len(left)} landed file(s) missing or damaged, first "
-                           f"{left[0].describe()}{hint}")
+    hint = (
+        "; they cannot be repaired (see above)" if repair is not None else "; `logferry load --repair` lands them again"
+    )
+    raise LakeDamagedError(f"{len(left)} landed file(s) missing or damaged, first {left[0].describe()}{hint}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,17 +16,32 @@ from typing import Any
 from urllib.parse import urlparse
 
 from broker.common.config import (
-    BOOL, NONEMPTY_STR, NONNEG_INT, NONNEG_NUMBER, POSITIVE_INT, STR_LIST, TABLE, Check, Validator,
-    fields, format_error, one_of, read,
+    BOOL,
+    NONEMPTY_STR,
+    NONNEG_INT,
+    NONNEG_NUMBER,
+    POSITIVE_INT,
+    STR_LIST,
+    TABLE,
+    Check,
+    Validator,
+    fields,
+    format_error,
+    one_of,
+    read,
 )
-from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.errors import ConfigError
+from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.sasl import (
-    DEFAULT_MECHANISM, SASL_FIELDS, SaslCredentials, password_from_env, read_password_file, sasl_from_table,
+    DEFAULT_MECHANISM,
+    SASL_FIELDS,
+    SaslCredentials,
+    password_from_env,
+    read_password_file,
+    sasl_from_table,
 )
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
 from broker.common.zk_security import with_security, zookeeper_section
-
 from hadoop_loader.errors import LoaderConfigError
 
 MiB = 1024 * 1024
@@ -182,30 +197,51 @@ class LoaderConfig:
 
 SECTIONS = {
     "source": fields(
-        ("topics",), zk=NONEMPTY_STR, brokers=STR_LIST, listener=NONEMPTY_STR, topics=STR_LIST, zookeeper=TABLE,
-        decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v),
-                                   "true, false or a list of topics"),
-        field_columns=TABLE),
+        ("topics",),
+        zk=NONEMPTY_STR,
+        brokers=STR_LIST,
+        listener=NONEMPTY_STR,
+        topics=STR_LIST,
+        zookeeper=TABLE,
+        decode_agent_records=Check(lambda v: BOOL.test(v) or STR_LIST.test(v), "true, false or a list of topics"),
+        field_columns=TABLE,
+    ),
     "output": fields(
-        ("uri",), uri=NONEMPTY_STR, filesystem=one_of("auto", "local", "hadoop"),
-        max_records_per_file=POSITIVE_INT, files_per_hour=NONNEG_INT,
+        ("uri",),
+        uri=NONEMPTY_STR,
+        filesystem=one_of("auto", "local", "hadoop"),
+        max_records_per_file=POSITIVE_INT,
+        files_per_hour=NONNEG_INT,
         compression=one_of("snappy", "zstd", "gzip", "lz4", "none"),
-        drop_decoded_values=BOOL),
+        drop_decoded_values=BOOL,
+    ),
     "load": fields(
-        max_bytes_per_partition=POSITIVE_INT, chunk_bytes=POSITIVE_INT, fetch_bytes=POSITIVE_INT,
-        on_retention_gap=one_of("fail", "skip"), first_run=one_of("earliest", "latest"),
-        timezone=NONEMPTY_STR),
+        max_bytes_per_partition=POSITIVE_INT,
+        chunk_bytes=POSITIVE_INT,
+        fetch_bytes=POSITIVE_INT,
+        on_retention_gap=one_of("fail", "skip"),
+        first_run=one_of("earliest", "latest"),
+        timezone=NONEMPTY_STR,
+    ),
     "audit": fields(
-        enabled=BOOL, topic=NONEMPTY_STR, stage=NONEMPTY_STR, count=one_of("sent", "acked"),
-        lookback_hours=POSITIVE_INT, settle_minutes=NONNEG_INT,
-        require_complete=Check(lambda v: NONNEG_NUMBER.test(v) and v <= 1,
-                               "a number between 0 and 1")),
+        enabled=BOOL,
+        topic=NONEMPTY_STR,
+        stage=NONEMPTY_STR,
+        count=one_of("sent", "acked"),
+        lookback_hours=POSITIVE_INT,
+        settle_minutes=NONNEG_INT,
+        require_complete=Check(lambda v: NONNEG_NUMBER.test(v) and v <= 1, "a number between 0 and 1"),
+    ),
     "dedup": fields(enabled=BOOL, keep_hours=POSITIVE_INT),
     "spark": fields(
-        master=NONEMPTY_STR, app_name=NONEMPTY_STR, driver_memory=NONEMPTY_STR,
-        conf=Check(lambda v: isinstance(v, dict)
-                   and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
-                   "a table of strings")),
+        master=NONEMPTY_STR,
+        app_name=NONEMPTY_STR,
+        driver_memory=NONEMPTY_STR,
+        conf=Check(
+            lambda v: isinstance(v, dict) and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
+            "a table of strings",
+        ),
+    ),
     "tls": TLS_FIELDS,
     "sasl": SASL_FIELDS,
 }
@@ -223,15 +259,17 @@ def load_config(path: str | Path) -> LoaderConfig:
     return _build(data, validator)
 
 
-def config_from_dict(data: dict[str, Any], source: str = "",
-                     base_dir: Path | None = None) -> LoaderConfig:
+def config_from_dict(data: dict[str, Any], source: str = "", base_dir: Path | None = None) -> LoaderConfig:
     """Validate a parsed config (a dict shaped like the TOML file).
 
     ``source`` names it in errors; a plain relative ``output.uri`` is taken from
     ``base_dir`` (default: the working directory).
     """
-    validator = Validator(file=source, error=config_error) if base_dir is None else \
-        Validator(file=source, base_dir=base_dir, error=config_error)
+    validator = (
+        Validator(file=source, error=config_error)
+        if base_dir is None
+        else Validator(file=source, base_dir=base_dir, error=config_error)
+    )
     return _build(data, validator)
 
 
@@ -252,14 +290,20 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
 
 def _sasl(v: Validator, table: dict[str, Any]) -> SaslSource | None:
     if "password" in table:
-        v.fail("sasl.password", "the loader's executors read the password themselves: "
-               "give password_file (the same path on every host) or password_env")
+        v.fail(
+            "sasl.password",
+            "the loader's executors read the password themselves: "
+            "give password_file (the same path on every host) or password_env",
+        )
     if sasl_from_table(v, table, "sasl") is None:  # checks it, and reads the password now
         return None
     password_file = table.get("password_file")
-    return SaslSource(table["username"], table.get("mechanism", DEFAULT_MECHANISM),
-                      str(v.path(password_file)) if password_file else None,
-                      table.get("password_env"))
+    return SaslSource(
+        table["username"],
+        table.get("mechanism", DEFAULT_MECHANISM),
+        str(v.path(password_file)) if password_file else None,
+        table.get("password_env"),
+    )
 
 
 def check_topic_name(name: str, where: str, file: str = "") -> None:
@@ -270,8 +314,10 @@ def check_topic_name(name: str, where: str, file: str = "") -> None:
 
 def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
     if ("zk" in s) == ("brokers" in s):
-        v.fail("source", "set exactly one of source.zk (ZooKeeper connect string with "
-               "chroot) or source.brokers (list of host:port)")
+        v.fail(
+            "source",
+            "set exactly one of source.zk (ZooKeeper connect string with chroot) or source.brokers (list of host:port)",
+        )
     if "zk" in s:
         v.zk_connect("source.zk", s["zk"])
     if "brokers" in s:
@@ -296,34 +342,34 @@ def _source(v: Validator, s: dict[str, Any]) -> SourceConfig:
     else:
         stray = sorted(set(decode) - set(topics))
         if stray:
-            v.fail("source.decode_agent_records", f"names {stray[0]!r}, which is not in "
-                   "source.topics")
+            v.fail("source.decode_agent_records", f"names {stray[0]!r}, which is not in source.topics")
         decoded = frozenset(decode)
     columns = _field_columns(v, s.get("field_columns", {}), decoded)
     security = zookeeper_section(v, s, where="source")
     if security is not None and "zk" not in s:
         v.fail("source.zookeeper", "set only with source.zk (source.brokers reaches no ZooKeeper)")
-    return SourceConfig(topics=topics, listener=s.get("listener"),
-                        zk=with_security(s["zk"], security) if "zk" in s else None,
-                        brokers=tuple(s["brokers"]) if "brokers" in s else None,
-                        decode_agent_records=decoded, field_columns=columns)
+    return SourceConfig(
+        topics=topics,
+        listener=s.get("listener"),
+        zk=with_security(s["zk"], security) if "zk" in s else None,
+        brokers=tuple(s["brokers"]) if "brokers" in s else None,
+        decode_agent_records=decoded,
+        field_columns=columns,
+    )
 
 
-def _field_columns(v: Validator, table: dict[str, Any], decoded: frozenset[str]
-                   ) -> dict[str, str]:
+def _field_columns(v: Validator, table: dict[str, Any], decoded: frozenset[str]) -> dict[str, str]:
     """``source.field_columns``: field name -> type; each a new column of that name."""
     from hadoop_loader.arrowconv import spark_schema
     from hadoop_loader.field_columns import TYPES
 
     if table and not decoded:
-        v.fail("source.field_columns", "needs source.decode_agent_records (fields come from "
-               "decoded agent records)")
+        v.fail("source.field_columns", "needs source.decode_agent_records (fields come from decoded agent records)")
     taken = set(spark_schema(True).fieldNames()) | {"dt", "hr"}
     for name, kind in table.items():
         where = f"source.field_columns.{name}"
         if not _IDENTIFIER.fullmatch(name):
-            v.fail(where, "a column name must be letters, digits and _ (not starting "
-                   "with a digit)")
+            v.fail(where, "a column name must be letters, digits and _ (not starting with a digit)")
         if name in taken:
             v.fail(where, f"{name!r} is already a column; the field stays in fields[{name!r}]")
         if kind not in TYPES:
@@ -347,12 +393,10 @@ def normalize_uri(value: str, base_dir: Path | None, where: str, file: str = "")
         if not path.is_absolute():
             path = (base_dir or Path.cwd()) / path
         return path.resolve().as_uri()
-    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost")
-                                    or not parsed.path.startswith("/")):
+    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
         raise config_error(where, f"must be file:///absolute/path, got {value!r}", file)
     if parsed.path.rstrip("/") == "":
-        raise config_error(where, "must name a directory below the filesystem root, "
-                           f"got {value!r}", file)
+        raise config_error(where, f"must name a directory below the filesystem root, got {value!r}", file)
     if parsed.scheme == "file":
         return "file://" + parsed.path.rstrip("/")
     return value.rstrip("/")
@@ -364,18 +408,21 @@ def _load(v: Validator, d: dict[str, Any]) -> LoadConfig:
         v.fail("load.chunk_bytes", f"must be at least 65536 (64 KiB), got {config.chunk_bytes}")
     try:
         import zoneinfo
+
         zoneinfo.ZoneInfo(config.timezone)
     except Exception:
-        v.fail("load.timezone", f"{config.timezone!r} is not a known time zone "
-               "(e.g. 'UTC', 'America/Los_Angeles')")
+        v.fail("load.timezone", f"{config.timezone!r} is not a known time zone (e.g. 'UTC', 'America/Los_Angeles')")
     return config
 
 
 def _dedup(v: Validator, d: dict[str, Any], source: dict[str, Any]) -> DedupConfig:
     config = DedupConfig(**d)
     if config.enabled and source.get("decode_agent_records", False) in (False, []):
-        v.fail("dedup.enabled", "needs source.decode_agent_records (a record's identity "
-               "is in the decoded agent record: host, file_id, file_offset)")
+        v.fail(
+            "dedup.enabled",
+            "needs source.decode_agent_records (a record's identity "
+            "is in the decoded agent record: host, file_id, file_offset)",
+        )
     return config
 
 

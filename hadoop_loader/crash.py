@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 ENV = "LOGFERRY_LOADER_CRASH_AT"
 CRASH_EXIT = 86

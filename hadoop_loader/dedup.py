@@ -35,30 +35,38 @@ def mark_duplicates(spark: Any, df: Any, earlier: list[IdentityRange]) -> Any:
     from pyspark.sql import types as T
 
     ident = F.col("file_id").isNotNull() & F.col("file_offset").isNotNull()
-    keys = [F.col("topic"), ident.alias("_i"),
-            F.when(ident, F.col("host")).alias("_h"),
-            F.when(ident, F.col("file_id")).otherwise(F.col("partition").cast("long")).alias("_f"),
-            F.when(ident, F.col("file_offset")).otherwise(F.col("offset")).alias("_o"),
-            F.when(ident, F.lit(-1)).otherwise(F.col("index")).alias("_x")]
+    keys = [
+        F.col("topic"),
+        ident.alias("_i"),
+        F.when(ident, F.col("host")).alias("_h"),
+        F.when(ident, F.col("file_id")).otherwise(F.col("partition").cast("long")).alias("_f"),
+        F.when(ident, F.col("file_offset")).otherwise(F.col("offset")).alias("_o"),
+        F.when(ident, F.lit(-1)).otherwise(F.col("index")).alias("_x"),
+    ]
     order = Window.partitionBy(*keys).orderBy("partition", "offset", "index")
     marked = df.withColumn("_copy", F.row_number().over(order) > 1)
     if earlier:
-        schema = T.StructType([T.StructField("_rt", T.StringType(), False),
-                               T.StructField("_rh", T.StringType(), True),
-                               T.StructField("_rf", T.LongType(), False),
-                               T.StructField("_lo", T.LongType(), False),
-                               T.StructField("_hi", T.LongType(), False)])
-        table = spark.createDataFrame([tuple(r) for r in earlier], schema) \
-            .withColumn("_seen", F.lit(True))
-        condition = ((F.col("topic") == F.col("_rt")) & F.col("host").eqNullSafe(F.col("_rh"))
-                     & (F.col("file_id") == F.col("_rf"))
-                     & F.col("file_offset").between(F.col("_lo"), F.col("_hi")))
+        schema = T.StructType(
+            [
+                T.StructField("_rt", T.StringType(), False),
+                T.StructField("_rh", T.StringType(), True),
+                T.StructField("_rf", T.LongType(), False),
+                T.StructField("_lo", T.LongType(), False),
+                T.StructField("_hi", T.LongType(), False),
+            ]
+        )
+        table = spark.createDataFrame([tuple(r) for r in earlier], schema).withColumn("_seen", F.lit(True))
+        condition = (
+            (F.col("topic") == F.col("_rt"))
+            & F.col("host").eqNullSafe(F.col("_rh"))
+            & (F.col("file_id") == F.col("_rf"))
+            & F.col("file_offset").between(F.col("_lo"), F.col("_hi"))
+        )
         marked = marked.join(F.broadcast(table), condition, "left")
         seen = F.coalesce(F.col("_seen"), F.lit(False))
     else:
         seen = F.lit(False)
-    return marked.select(*[F.col(c) for c in df.columns],
-                         (F.col("_copy") | seen).alias(DUPLICATE_COLUMN))
+    return marked.select(*[F.col(c) for c in df.columns], (F.col("_copy") | seen).alias(DUPLICATE_COLUMN))
 
 
 def identity_ranges(staged: Any) -> list[IdentityRange]:
@@ -66,10 +74,14 @@ def identity_ranges(staged: Any) -> list[IdentityRange]:
     and file id (a small aggregate collected to the driver)."""
     from pyspark.sql import functions as F
 
-    rows = (staged.where((F.col(DUPLICATE_COLUMN) == F.lit("false"))
-                         & F.col("file_id").isNotNull() & F.col("file_offset").isNotNull())
-            .groupBy("topic", "partition", "host", "file_id")
-            .agg(F.min("file_offset").alias("lo"), F.max("file_offset").alias("hi"))
-            .collect())
-    return sorted(IdentityRange(r["topic"], r["host"], int(r["file_id"]), int(r["lo"]),
-                                int(r["hi"])) for r in rows)
+    rows = (
+        staged.where(
+            (F.col(DUPLICATE_COLUMN) == F.lit("false"))
+            & F.col("file_id").isNotNull()
+            & F.col("file_offset").isNotNull()
+        )
+        .groupBy("topic", "partition", "host", "file_id")
+        .agg(F.min("file_offset").alias("lo"), F.max("file_offset").alias("hi"))
+        .collect()
+    )
+    return sorted(IdentityRange(r["topic"], r["host"], int(r["file_id"]), int(r["lo"]), int(r["hi"])) for r in rows)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class LoaderError(Exception):
@@ -46,7 +47,7 @@ class SourceError(LoaderError):
 class RetentionGapError(LoaderError):
     """Offsets to be read were deleted by the broker's retention before they were landed."""
 
-    def __init__(self, message: str, gaps: list["Gap"] | None = None):
+    def __init__(self, message: str, gaps: list[Gap] | None = None):
         super().__init__(message)
         self.gaps = gaps or []
 
@@ -105,12 +106,13 @@ class Gap:
 
     def describe(self) -> str:
         """One line naming the partition and the missing range."""
-        return (f"{self.topic}/{self.partition}: offsets [{self.start}, {self.end}) "
-                f"({self.bytes} bytes) were deleted by retention")
+        return (
+            f"{self.topic}/{self.partition}: offsets [{self.start}, {self.end}) "
+            f"({self.bytes} bytes) were deleted by retention"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition,
-                "start": self.start, "end": self.end}
+        return {"topic": self.topic, "partition": self.partition, "start": self.start, "end": self.end}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Gap) and self.to_json() == other.to_json()

@@ -10,16 +10,15 @@ addresses by the driver and never open ZooKeeper sessions of their own.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from broker.client import Batch, FetchResult, SimpleConsumer
 from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError
-
 from hadoop_loader.errors import Gap, OffsetStateError, RetentionGapError, source_errors
 from hadoop_loader.options import Endpoint
 from hadoop_loader.planning import Chunk
-import contextlib
 
 _consumers: dict[Endpoint, SimpleConsumer] = {}
 _lock = threading.Lock()
@@ -31,10 +30,13 @@ def consumer_for(endpoint: Endpoint) -> SimpleConsumer:
         consumer = _consumers.get(endpoint)
         if consumer is None:
             with source_errors("connecting to the brokers"):
-                consumer = SimpleConsumer(zk=endpoint.zk,
-                                          brokers=list(endpoint.brokers) if endpoint.brokers else None,
-                                          tls=endpoint.tls, sasl=endpoint.credentials(),
-                                          listener=endpoint.listener)
+                consumer = SimpleConsumer(
+                    zk=endpoint.zk,
+                    brokers=list(endpoint.brokers) if endpoint.brokers else None,
+                    tls=endpoint.tls,
+                    sasl=endpoint.credentials(),
+                    listener=endpoint.listener,
+                )
             _consumers[endpoint] = consumer
         return consumer
 
@@ -61,15 +63,19 @@ def read_chunk(consumer: SimpleConsumer, chunk: Chunk, fetch_bytes: int) -> Iter
             if result.visible_end <= pos:
                 raise OffsetStateError(
                     f"{topic}/{partition}: the visible end fell to {result.visible_end} "
-                    f"while reading [{chunk.start}, {chunk.end}); the log was truncated")
+                    f"while reading [{chunk.start}, {chunk.end}); the log was truncated"
+                )
             result = _fetch(consumer, chunk, pos, chunk.end - pos)
             if result.next_offset == pos:
-                raise OffsetStateError(f"{topic}/{partition}: no whole batch between {pos} and "
-                                       f"the chunk end {chunk.end}; the plan is not at a "
-                                       "batch boundary")
+                raise OffsetStateError(
+                    f"{topic}/{partition}: no whole batch between {pos} and "
+                    f"the chunk end {chunk.end}; the plan is not at a "
+                    "batch boundary"
+                )
         if result.next_offset > chunk.end:
-            raise OffsetStateError(f"{topic}/{partition}: a batch crosses the chunk end "
-                                   f"{chunk.end}; that offset is not a batch boundary")
+            raise OffsetStateError(
+                f"{topic}/{partition}: a batch crosses the chunk end {chunk.end}; that offset is not a batch boundary"
+            )
         pos = result.next_offset
         yield result.batches
 
@@ -83,9 +89,11 @@ def _fetch(consumer: SimpleConsumer, chunk: Chunk, pos: int, want: int) -> Fetch
         cause = exc.__cause__
         if isinstance(cause, OffsetOutOfRangeError) and cause.start is not None and pos < cause.start:
             gap = Gap(chunk.topic, chunk.partition, pos, cause.start)
-            raise RetentionGapError(f"retention gap while reading: {gap.describe()} after the "
-                                    "run was planned; rerun the job", [gap]) from None
+            raise RetentionGapError(
+                f"retention gap while reading: {gap.describe()} after the run was planned; rerun the job", [gap]
+            ) from None
         if isinstance(cause, InvalidOffsetError):
-            raise OffsetStateError(f"{where}: {cause}; offsets given to the loader must be "
-                                   "batch boundaries (Batch.offset / next_offset)") from None
+            raise OffsetStateError(
+                f"{where}: {cause}; offsets given to the loader must be batch boundaries (Batch.offset / next_offset)"
+            ) from None
         raise

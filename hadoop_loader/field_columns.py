@@ -15,8 +15,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TYPES = {"string": "string", "long": "bigint", "int": "int", "double": "double",
-         "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
+TYPES = {
+    "string": "string",
+    "long": "bigint",
+    "int": "int",
+    "double": "double",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "date": "date",
+}
 """``source.field_columns`` types -> the Spark SQL type each column is cast to."""
 
 

@@ -16,13 +16,13 @@ What the protocol relies on:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader.errors import StateError
-import contextlib
 
 
 class FileInfo(NamedTuple):
@@ -84,7 +84,7 @@ def relative(base: str, uri: str) -> str:
     prefix = base.rstrip("/") + "/"
     if not uri.startswith(prefix):
         raise StateError(f"{uri} is not below {base}")
-    return uri[len(prefix):]
+    return uri[len(prefix) :]
 
 
 class LocalFileSystem:
@@ -212,8 +212,7 @@ class HadoopFileSystem:
         it = fs.listFiles(path, True)
         while it.hasNext():
             status = it.next()
-            out.append(FileInfo(_qualified_to(uri, str(status.getPath().toString())),
-                                int(status.getLen())))
+            out.append(FileInfo(_qualified_to(uri, str(status.getPath().toString())), int(status.getLen())))
         return sorted(out)
 
     def size(self, uri: str) -> int | None:
@@ -236,8 +235,7 @@ class HadoopFileSystem:
         try:
             stream.seek(offset)
             available = max(0, int(fs.getFileStatus(path).getLen()) - offset)
-            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(
-                stream, min(length, available)))
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, min(length, available)))
         finally:
             stream.close()
 
@@ -264,8 +262,7 @@ class HadoopFileSystem:
         if parent is not None:
             fs.mkdirs(parent)
         if not fs.rename(s, d):
-            raise StateError(f"rename {src} -> {dst} failed (source missing or destination "
-                             "exists)")
+            raise StateError(f"rename {src} -> {dst} failed (source missing or destination exists)")
 
     def delete(self, uri: str) -> None:
         fs, path = self._fs(uri)
@@ -275,9 +272,8 @@ class HadoopFileSystem:
 def _qualified_to(listed_root: str, qualified: str) -> str:
     """Hadoop qualifies listed paths (``file:/x`` for ``file:///x``); map them back to the
     form of the URI that was listed so :func:`relative` works."""
-    if qualified.startswith("file:/") and not qualified.startswith("file:///") \
-            and listed_root.startswith("file:///"):
-        return "file://" + qualified[len("file:"):]
+    if qualified.startswith("file:/") and not qualified.startswith("file:///") and listed_root.startswith("file:///"):
+        return "file://" + qualified[len("file:") :]
     return qualified
 
 

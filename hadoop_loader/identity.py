@@ -17,7 +17,8 @@ partition per run) and is how late a copy can arrive and still be recognised.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 
 class IdentityRange(NamedTuple):
@@ -38,8 +39,7 @@ def merge_ranges(ranges: Iterable[IdentityRange]) -> list[IdentityRange]:
     """
     out: list[IdentityRange] = []
     key = None
-    for r in sorted(ranges, key=lambda r: (r.topic, r.host or "", r.host is None, r.file_id,
-                                           r.lo, r.hi)):
+    for r in sorted(ranges, key=lambda r: (r.topic, r.host or "", r.host is None, r.file_id, r.lo, r.hi)):
         this = (r.topic, r.host, r.file_id)
         if out and this == key and r.lo <= out[-1].hi:
             last = out[-1]
@@ -62,9 +62,7 @@ def ranges_to_keep(manifests: Iterable[object], since_ms: int) -> list[IdentityR
     return merge_ranges(found)
 
 
-def is_landed(ranges: list[IdentityRange], topic: str, host: str | None, file_id: int,
-              offset: int) -> bool:
+def is_landed(ranges: list[IdentityRange], topic: str, host: str | None, file_id: int, offset: int) -> bool:
     """Whether a record's identity falls in one of ``ranges`` (the rule the Spark job
     applies as a join; here for tests and small checks)."""
-    return any(r.topic == topic and r.host == host and r.file_id == file_id
-               and r.lo <= offset <= r.hi for r in ranges)
+    return any(r.topic == topic and r.host == host and r.file_id == file_id and r.lo <= offset <= r.hi for r in ranges)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash
@@ -116,15 +117,14 @@ class _Session:
     def get(self) -> Any:
         if self._spark is None:
             from hadoop_loader.spark_session import build_session
-            self._spark = build_session(self._config.spark, self._master,
-                                        self._config.load.timezone)
+
+            self._spark = build_session(self._config.spark, self._master, self._config.load.timezone)
         self._spark.conf.set("spark.sql.session.timeZone", self._config.load.timezone)
         self._spark.dataSource.register(LogferryDataSource)
         return self._spark
 
 
-def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
-             repair: bool = False) -> LoadResult:
+def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None, repair: bool = False) -> LoadResult:
     """Run one landing job; reuses ``spark`` when given (tests), else builds a session.
 
     ``repair``: first land again the files the verification found missing or damaged
@@ -132,8 +132,9 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     """
     started = time.time()
     session = _Session(config, spark, master)
-    if config.output.filesystem == "hadoop" or (config.output.filesystem == "auto"
-                                                and not config.output.uri.startswith("file:")):
+    if config.output.filesystem == "hadoop" or (
+        config.output.filesystem == "auto" and not config.output.uri.startswith("file:")
+    ):
         fs = filesystem_for(config.output.uri, config.output.filesystem, session.get())
     else:
         fs = filesystem_for(config.output.uri, config.output.filesystem)
@@ -146,6 +147,7 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
         store.release_lock()
     if config.audit.enabled:
         from hadoop_loader.audit import audit_after_load
+
         try:
             result.audit = audit_after_load(config, store, started, _landed_now(result))
         except LoaderError as exc:  # the landing stands; report the audit's failure
@@ -156,8 +158,10 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     return result
 
 
-_PUBLISH_HOOKS: PublishHooks = {"on_moved": lambda n: crash.crash_point("during-publish"),
-                                "before_cleanup": lambda: crash.crash_point("after-publish")}
+_PUBLISH_HOOKS: PublishHooks = {
+    "on_moved": lambda n: crash.crash_point("during-publish"),
+    "before_cleanup": lambda: crash.crash_point("after-publish"),
+}
 """Crash points inside publishing, for a run's own publish and for recovery's."""
 
 
@@ -185,8 +189,9 @@ def _keep_audit(fs: FileSystem, store: LandingStore, report: Any, started: float
         log.warning("could not keep the audit report at %s: %s", uri, exc)
 
 
-def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore,
-                started: float, repair: bool = False) -> LoadResult:
+def _run_locked(
+    config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore, started: float, repair: bool = False
+) -> LoadResult:
     clock = _Clock()
     recovery = store.recover(**_PUBLISH_HOOKS)
     clock.lap("recover")
@@ -199,8 +204,7 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
         log.error("landed file damaged: %s", damage.describe())
     repaired = None
     if repair and lake.damaged:
-        repaired = repair_lake(config, session, fs, store, manifests, lake.damaged,
-                               _PUBLISH_HOOKS)
+        repaired = repair_lake(config, session, fs, store, manifests, lake.damaged, _PUBLISH_HOOKS)
         clock.lap("repair")
     previous = store.latest()
     sequence = (previous.sequence if previous else 0) + 1
@@ -210,14 +214,27 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     first = EARLIEST if config.load.first_run == "earliest" else LATEST
     with DriverPlanner(endpoint) as planner:
         plan = planner.plan_ranges(
-            source.topics, OffsetSpec(first, {t: landed.get(t, {}) for t in source.topics}),
-            None, config.load.on_retention_gap == "skip", config.load.chunk_bytes,
-            config.load.max_bytes_per_partition)
+            source.topics,
+            OffsetSpec(first, {t: landed.get(t, {}) for t in source.topics}),
+            None,
+            config.load.on_retention_gap == "skip",
+            config.load.chunk_bytes,
+            config.load.max_bytes_per_partition,
+        )
         executors = planner.executor_endpoint()
     clock.lap("plan")
-    result = LoadResult(None, recovery, {t: TopicStats() for t in source.topics}, plan.gaps,
-                        0.0, plan.walked_bytes, phases=clock.phases, lake=lake,
-                        dedup=config.dedup.enabled, repair=repaired)
+    result = LoadResult(
+        None,
+        recovery,
+        {t: TopicStats() for t in source.topics},
+        plan.gaps,
+        0.0,
+        plan.walked_bytes,
+        phases=clock.phases,
+        lake=lake,
+        dedup=config.dedup.enabled,
+        repair=repaired,
+    )
     earlier: list[IdentityRange] = []
     if config.dedup.enabled:
         keep_since = int(started * 1000) - config.dedup.keep_hours * 3600 * 1000
@@ -271,18 +288,28 @@ def _run_locked(config: LoaderConfig, session: _Session, fs: FileSystem, store: 
     return result
 
 
-def _write(config: LoaderConfig, spark: Any, fs: FileSystem, store: LandingStore, sequence: int,
-           plan: RangePlan, executors: Endpoint, data_uri: str, earlier: list[IdentityRange]) -> None:
+def _write(
+    config: LoaderConfig,
+    spark: Any,
+    fs: FileSystem,
+    store: LandingStore,
+    sequence: int,
+    plan: RangePlan,
+    executors: Endpoint,
+    data_uri: str,
+    earlier: list[IdentityRange],
+) -> None:
     """One Spark job: read the chunks, write Parquet by topic and hour into staging."""
-    df = landed_rows(config, spark, plan.chunks, executors,
-                     earlier if config.dedup.enabled else None)
-    crash.watch_for("during-write", lambda: any(
-        f.uri.endswith(".parquet") for f in fs.list_files(store.staging_dir(sequence))))
+    df = landed_rows(config, spark, plan.chunks, executors, earlier if config.dedup.enabled else None)
+    crash.watch_for(
+        "during-write", lambda: any(f.uri.endswith(".parquet") for f in fs.list_files(store.staging_dir(sequence)))
+    )
     write_parquet(config, spark, df, data_uri)
 
 
-def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
-           ) -> tuple[list[tuple[str, int]], StagedCounts, list[IdentityRange]]:
+def _count(
+    spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
+) -> tuple[list[tuple[str, int]], StagedCounts, list[IdentityRange]]:
     """List the staged Parquet files and count their rows per file, partition and hour.
 
     Returns ``(files, counts, identities)``: files as (path relative to ``data_uri``,
@@ -291,9 +318,13 @@ def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
     """
     from pyspark.sql import functions as F
 
-    files = [(relative(data_uri, f.uri), f.size) for f in fs.list_files(data_uri)
-             if f.uri.endswith(".parquet") and "/_" not in relative(data_uri, f.uri)
-             and not relative(data_uri, f.uri).startswith("_")]
+    files = [
+        (relative(data_uri, f.uri), f.size)
+        for f in fs.list_files(data_uri)
+        if f.uri.endswith(".parquet")
+        and "/_" not in relative(data_uri, f.uri)
+        and not relative(data_uri, f.uri).startswith("_")
+    ]
     if not files:
         return [], {}, []
     key = "spark.sql.sources.partitionColumnTypeInference.enabled"
@@ -302,12 +333,17 @@ def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
     try:
         staged = spark.read.option("basePath", data_uri).parquet(data_uri)
         has_decoded = "decoded" in staged.columns
-        bad = (F.sum(F.when(F.col("decoded") == F.lit(False), 1).otherwise(0)) if has_decoded
-               else F.lit(0))
-        rows = (staged.groupBy(F.input_file_name().alias("file"), "topic", "partition", "dt", "hr")
-                .agg(F.count(F.lit(1)).alias("rows"), F.min("offset").alias("lo"),
-                     F.max("offset").alias("hi"), bad.alias("bad"))
-                .collect())
+        bad = F.sum(F.when(F.col("decoded") == F.lit(False), 1).otherwise(0)) if has_decoded else F.lit(0)
+        rows = (
+            staged.groupBy(F.input_file_name().alias("file"), "topic", "partition", "dt", "hr")
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.min("offset").alias("lo"),
+                F.max("offset").alias("hi"),
+                bad.alias("bad"),
+            )
+            .collect()
+        )
         identities = identity_ranges(staged) if dedup and "file_id" in staged.columns else []
     finally:
         spark.conf.set(key, old)
@@ -317,9 +353,13 @@ def _count(spark: Any, fs: FileSystem, data_uri: str, dedup: bool = False
         path = _path_of(r["file"])
         if not path.startswith(base):
             raise StateError(f"Spark read {r['file']}, which is not below {data_uri}")
-        rel = path[len(base):]
+        rel = path[len(base) :]
         counts[(rel, r["topic"], int(r["partition"]), r["dt"], r["hr"])] = (
-            int(r["rows"]), int(r["lo"]), int(r["hi"]), int(r["bad"]))
+            int(r["rows"]),
+            int(r["lo"]),
+            int(r["hi"]),
+            int(r["bad"]),
+        )
     return files, counts, identities
 
 
@@ -330,17 +370,26 @@ def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[Pa
     or when new partitions start at ``latest`` (that starting point must be recorded, or
     the next run would start at the then latest and skip what came in between).
     """
+
     def moves(r: PartitionRange) -> bool:
         before = landed.get(r.topic, {}).get(r.partition)
         if before is None:
             return r.end > r.start or first == LATEST
         return before != r.end
+
     return moves
 
 
-def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Manifest | None,
-              plan: RangePlan, files: list[tuple[str, int]], counts: StagedCounts,
-              moves: Callable[[PartitionRange], bool]) -> Manifest:
+def _manifest(
+    config: LoaderConfig,
+    sequence: int,
+    started: float,
+    previous: Manifest | None,
+    plan: RangePlan,
+    files: list[tuple[str, int]],
+    counts: StagedCounts,
+    moves: Callable[[PartitionRange], bool],
+) -> Manifest:
     """Build the run's manifest from the plan and the staged counts, checking them."""
     per_file: dict[str, int] = {}
     per_partition: dict[tuple[str, int], list[int]] = {}
@@ -365,20 +414,22 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
     for key, r in sorted(planned.items()):
         rows, lo, hi = per_partition.pop(key, [0, r.start, r.start])
         if r.end > r.start and (rows == 0 or lo < r.start or hi >= r.end):
-            raise StateError(f"run {sequence}: staged data of {r.topic}/{r.partition} does not "
-                             f"match the planned range [{r.start}, {r.end}) ({rows} rows, "
-                             f"offsets {lo}..{hi}); nothing was committed")
+            raise StateError(
+                f"run {sequence}: staged data of {r.topic}/{r.partition} does not "
+                f"match the planned range [{r.start}, {r.end}) ({rows} rows, "
+                f"offsets {lo}..{hi}); nothing was committed"
+            )
         dups = dup_partition.get(key, 0)
         ranges.append(RangeEntry(r.topic, r.partition, r.start, r.end, rows - dups, dups))
     if per_partition:
         stray = sorted(per_partition)[0]
-        raise StateError(f"run {sequence}: staged data holds {stray[0]}/{stray[1]}, which was "
-                         "not planned; nothing was committed")
+        raise StateError(
+            f"run {sequence}: staged data holds {stray[0]}/{stray[1]}, which was not planned; nothing was committed"
+        )
     entries = []
     for rel, size in sorted(files):
         if rel not in per_file:
-            raise StateError(f"run {sequence}: staged file {rel} was not counted; nothing was "
-                             "committed")
+            raise StateError(f"run {sequence}: staged file {rel} was not counted; nothing was committed")
         if _is_duplicates(rel):
             continue  # counted, never published
         entries.append(FileEntry(final_path(rel, sequence), rel, size, per_file[rel]))
@@ -393,9 +444,10 @@ def _manifest(config: LoaderConfig, sequence: int, started: float, previous: Man
         ranges=[r for r in ranges if moves(PartitionRange(r.topic, r.partition, r.start, r.end))],
         files=entries,
         hours=hours,
-        offsets=next_offsets(previous.offsets if previous else {},
-                             [r for r in ranges
-                              if moves(PartitionRange(r.topic, r.partition, r.start, r.end))]),
+        offsets=next_offsets(
+            previous.offsets if previous else {},
+            [r for r in ranges if moves(PartitionRange(r.topic, r.partition, r.start, r.end))],
+        ),
         gaps=plan.gaps,
         undecodable=undecodable,
         duplicates=dup_hours,
@@ -439,6 +491,8 @@ def _topic_of(path: str) -> str:
 
 def landed_files(fs: FileSystem, root: str) -> list[str]:
     """Published Parquet files under ``root`` (outside ``_logferry``), relative paths."""
-    return sorted(relative(root, f.uri) for f in fs.list_files(root)
-                  if f.uri.endswith(".parquet") and f"/{STATE_DIR}/" not in f.uri)
-
+    return sorted(
+        relative(root, f.uri)
+        for f in fs.list_files(root)
+        if f.uri.endswith(".parquet") and f"/{STATE_DIR}/" not in f.uri
+    )

@@ -42,11 +42,11 @@ def landed_frame(df: Any, drop_decoded_values: bool) -> Any:
     for name in df.columns:
         if name == "key":
             columns.append(text.alias("key"))
-            columns.append(F.when(raw_key.isNotNull() & text.isNull(), raw_key)
-                           .alias(KEY_BYTES_COLUMN))
+            columns.append(F.when(raw_key.isNotNull() & text.isNull(), raw_key).alias(KEY_BYTES_COLUMN))
         elif name == "value" and drop_decoded_values and DECODED_COLUMN in df.columns:
-            columns.append(F.when(F.col(DECODED_COLUMN), F.lit(None).cast("binary"))
-                           .otherwise(F.col("value")).alias("value"))
+            columns.append(
+                F.when(F.col(DECODED_COLUMN), F.lit(None).cast("binary")).otherwise(F.col("value")).alias("value")
+            )
         else:
             columns.append(F.col(name))
     return df.select(*columns)

@@ -60,13 +60,13 @@ class Repair:
     rows: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"origin": self.origin, "directory": self.directory,
-                "replaced": list(self.replaced), "rows": self.rows}
+        return {"origin": self.origin, "directory": self.directory, "replaced": list(self.replaced), "rows": self.rows}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Repair":
-        return cls(int(data["origin"]), str(data["directory"]),
-                   tuple(str(p) for p in data["replaced"]), int(data["rows"]))
+    def from_json(cls, data: dict[str, Any]) -> Repair:
+        return cls(
+            int(data["origin"]), str(data["directory"]), tuple(str(p) for p in data["replaced"]), int(data["rows"])
+        )
 
 
 @dataclass
@@ -108,13 +108,10 @@ class Manifest:
             "started_ms": self.started_ms,
             "committed_ms": self.committed_ms,
             "source": self.source,
-            "ranges": [{k: v for k, v in r.__dict__.items() if k != "duplicates" or v}
-                       for r in self.ranges],
-            "files": [{k: v for k, v in f.__dict__.items() if k != "origin" or v is not None}
-                      for f in self.files],
+            "ranges": [{k: v for k, v in r.__dict__.items() if k != "duplicates" or v} for r in self.ranges],
+            "files": [{k: v for k, v in f.__dict__.items() if k != "origin" or v is not None} for f in self.files],
             "hours": self.hours,
-            "offsets": {t: {str(p): o for p, o in sorted(ps.items())}
-                        for t, ps in sorted(self.offsets.items())},
+            "offsets": {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.offsets.items())},
             "gaps": [g.to_json() for g in self.gaps],
             "undecodable": self.undecodable,
         }
@@ -127,7 +124,7 @@ class Manifest:
         return (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> "Manifest":
+    def from_json(cls, raw: bytes, where: str) -> Manifest:
         """Parse a manifest; a malformed one is a :class:`StateError` naming ``where``."""
         try:
             data: dict[str, Any] = json.loads(raw)
@@ -140,27 +137,27 @@ class Manifest:
                 committed_ms=int(data["committed_ms"]),
                 source=str(data["source"]),
                 ranges=[RangeEntry(**r) for r in data["ranges"]],
-                files=[FileEntry(**{k: v for k, v in f.items() if k != "origin" or v is not None})
-                       for f in data["files"]],
+                files=[
+                    FileEntry(**{k: v for k, v in f.items() if k != "origin" or v is not None}) for f in data["files"]
+                ],
                 hours={t: {h: int(n) for h, n in hs.items()} for t, hs in data["hours"].items()},
-                offsets={t: {int(p): int(o) for p, o in ps.items()}
-                         for t, ps in data["offsets"].items()},
+                offsets={t: {int(p): int(o) for p, o in ps.items()} for t, ps in data["offsets"].items()},
                 gaps=[Gap(**g) for g in data.get("gaps", [])],
                 undecodable=int(data.get("undecodable", 0)),
-                duplicates={t: {h: int(n) for h, n in hs.items()}
-                            for t, hs in data.get("duplicates", {}).items()},
-                identities=[IdentityRange(str(t), None if h is None else str(h), int(f),
-                                          int(lo), int(hi))
-                            for t, h, f, lo, hi in data.get("identities", [])],
+                duplicates={t: {h: int(n) for h, n in hs.items()} for t, hs in data.get("duplicates", {}).items()},
+                identities=[
+                    IdentityRange(str(t), None if h is None else str(h), int(f), int(lo), int(hi))
+                    for t, h, f, lo, hi in data.get("identities", [])
+                ],
                 repairs=[Repair.from_json(r) for r in data.get("repairs", [])],
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise StateError(f"manifest {where} is malformed ({exc}); it was written by "
-                             "another program or edited by hand") from None
+            raise StateError(
+                f"manifest {where} is malformed ({exc}); it was written by another program or edited by hand"
+            ) from None
 
 
-def next_offsets(previous: dict[str, dict[int, int]],
-                 ranges: list[RangeEntry]) -> dict[str, dict[int, int]]:
+def next_offsets(previous: dict[str, dict[int, int]], ranges: list[RangeEntry]) -> dict[str, dict[int, int]]:
     """The offsets after a run: the previous map with each landed range's end applied."""
     out = {t: dict(ps) for t, ps in previous.items()}
     for r in ranges:

@@ -10,8 +10,9 @@ earliest and ``-1`` latest, and a partition left out takes the option's default.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from hadoop_loader.errors import Gap, LoaderConfigError, OffsetStateError, RetentionGapError
 
@@ -33,8 +34,7 @@ class PartitionRange(NamedTuple):
         return self.end - self.start
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition,
-                "start": self.start, "end": self.end}
+        return {"topic": self.topic, "partition": self.partition, "start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class OffsetSpec:
 
     def to_json(self) -> str:
         """The option text that parses back into this spec (defaults are lost)."""
-        return json.dumps({t: {str(p): o for p, o in ps.items()}
-                           for t, ps in self.explicit.items()}, sort_keys=True)
+        return json.dumps({t: {str(p): o for p, o in ps.items()} for t, ps in self.explicit.items()}, sort_keys=True)
 
 
 def parse_offset_spec(text: str | None, option: str, default: int) -> OffsetSpec:
@@ -69,26 +68,28 @@ def parse_offset_spec(text: str | None, option: str, default: int) -> OffsetSpec
         data = json.loads(value)
     except json.JSONDecodeError:
         raise LoaderConfigError(
-            f"option {option} must be 'earliest', 'latest' or JSON like "
-            f'{{"topic": {{"0": 1234}}}}, got {text!r}') from None
+            f"option {option} must be 'earliest', 'latest' or JSON like {{\"topic\": {{\"0\": 1234}}}}, got {text!r}"
+        ) from None
     if not isinstance(data, dict):
         raise LoaderConfigError(f"option {option}: the JSON must be an object of topics")
     explicit: dict[str, dict[int, int]] = {}
     for topic, parts in data.items():
         if not isinstance(parts, dict):
-            raise LoaderConfigError(f"option {option}: topic {topic!r} must map partitions "
-                                    "to offsets")
+            raise LoaderConfigError(f"option {option}: topic {topic!r} must map partitions to offsets")
         explicit[topic] = {}
         for p, offset in parts.items():
             try:
                 partition = int(p)
             except ValueError:
-                raise LoaderConfigError(f"option {option}: partition {p!r} of topic {topic!r} "
-                                        "is not a number") from None
+                raise LoaderConfigError(
+                    f"option {option}: partition {p!r} of topic {topic!r} is not a number"
+                ) from None
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
-                raise LoaderConfigError(f"option {option}: offset of {topic}/{partition} must be "
-                                        f"an offset >= 0, -2 (earliest) or -1 (latest), "
-                                        f"got {offset!r}")
+                raise LoaderConfigError(
+                    f"option {option}: offset of {topic}/{partition} must be "
+                    f"an offset >= 0, -2 (earliest) or -1 (latest), "
+                    f"got {offset!r}"
+                )
             explicit[topic][partition] = offset
     return OffsetSpec(default, explicit)
 
@@ -102,8 +103,9 @@ def resolve(asked: int, log_start: int, log_end: int) -> int:
     return asked
 
 
-def check_start(topic: str, partition: int, start: int, log_start: int, log_end: int,
-                skip_gaps: bool) -> tuple[int, Gap | None]:
+def check_start(
+    topic: str, partition: int, start: int, log_start: int, log_end: int, skip_gaps: bool
+) -> tuple[int, Gap | None]:
     """Validate where reading starts against what the partition retains.
 
     Returns the start to use and the gap skipped, if any. A start before the first
@@ -116,13 +118,16 @@ def check_start(topic: str, partition: int, start: int, log_start: int, log_end:
         raise OffsetStateError(
             f"{topic}/{partition}: starting offset {start} is beyond the partition's visible "
             f"end {log_end}; the log was truncated or these offsets belong to another "
-            "cluster. Check the source cluster; to start over, set the offsets explicitly.")
+            "cluster. Check the source cluster; to start over, set the offsets explicitly."
+        )
     if start < log_start:
         gap = Gap(topic, partition, start, log_start)
         if not skip_gaps:
             raise RetentionGapError(
                 f"retention gap: {gap.describe()} before they were read; rerun with "
                 "on_retention_gap = 'skip' (option onRetentionGap=skip) to continue from "
-                f"offset {log_start} and record the gap", [gap])
+                f"offset {log_start} and record the gap",
+                [gap],
+            )
         return log_start, gap
     return start, None

@@ -7,8 +7,8 @@ Option names are case-insensitive (Spark's convention); a wrong value raises
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from broker.common.config import Validator
 from broker.common.errors import ConfigError
@@ -68,15 +68,38 @@ class SourceOptions:
 
 
 KNOWN = {
-    "zk", "brokers", "topics", "startingoffsets", "endingoffsets", "maxbytesperpartition",
-    "fetchbytes", "decodeagentrecords", "onretentiongap", "maxbytespertrigger", "chunks",
-    "path", "listener", "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname",
-    "tlsverifyhostname", "saslusername", "saslmechanism", "saslpasswordfile",
+    "zk",
+    "brokers",
+    "topics",
+    "startingoffsets",
+    "endingoffsets",
+    "maxbytesperpartition",
+    "fetchbytes",
+    "decodeagentrecords",
+    "onretentiongap",
+    "maxbytespertrigger",
+    "chunks",
+    "path",
+    "listener",
+    "tls",
+    "tlscafile",
+    "tlscertfile",
+    "tlskeyfile",
+    "tlsserverhostname",
+    "tlsverifyhostname",
+    "saslusername",
+    "saslmechanism",
+    "saslpasswordfile",
     "saslpasswordenv",
 }
 
-TLS_OPTIONS = {"ca_file": "tlsCaFile", "cert_file": "tlsCertFile", "key_file": "tlsKeyFile",
-               "server_hostname": "tlsServerHostname", "verify_hostname": "tlsVerifyHostname"}
+TLS_OPTIONS = {
+    "ca_file": "tlsCaFile",
+    "cert_file": "tlsCertFile",
+    "key_file": "tlsKeyFile",
+    "server_hostname": "tlsServerHostname",
+    "verify_hostname": "tlsVerifyHostname",
+}
 """``[tls]`` key -> data source option (the loader passes its section on to executors)."""
 
 
@@ -92,8 +115,12 @@ def tls_options(tls: TlsConfig | None) -> dict[str, str]:
     return options
 
 
-SASL_OPTIONS = {"username": "saslUsername", "mechanism": "saslMechanism",
-                "password_file": "saslPasswordFile", "password_env": "saslPasswordEnv"}
+SASL_OPTIONS = {
+    "username": "saslUsername",
+    "mechanism": "saslMechanism",
+    "password_file": "saslPasswordFile",
+    "password_env": "saslPasswordEnv",
+}
 """``[sasl]`` key -> data source option (no password: see :class:`SaslSource`)."""
 
 
@@ -111,19 +138,17 @@ def _parse_sasl(options: dict[str, str]) -> SaslSource | None:
     if "username" not in given:
         raise LoaderConfigError("option saslUsername is missing (SASL options were given)")
     if ("password_file" in given) == ("password_env" in given):
-        raise LoaderConfigError("give exactly one of the options saslPasswordFile and "
-                                "saslPasswordEnv")
+        raise LoaderConfigError("give exactly one of the options saslPasswordFile and saslPasswordEnv")
     mechanism = given.get("mechanism", DEFAULT_MECHANISM)
     if mechanism not in MECHANISMS:
-        raise LoaderConfigError(f"option saslMechanism must be one of {', '.join(MECHANISMS)}, "
-                                f"got {mechanism!r}")
-    return SaslSource(given["username"], mechanism, given.get("password_file"),
-                      given.get("password_env"))
+        raise LoaderConfigError(f"option saslMechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    return SaslSource(given["username"], mechanism, given.get("password_file"), given.get("password_env"))
 
 
 def _parse_tls(options: dict[str, str]) -> TlsConfig | None:
-    table: dict[str, object] = {k: options[v.lower()] for k, v in TLS_OPTIONS.items()
-                                if v.lower() in options and k != "verify_hostname"}
+    table: dict[str, object] = {
+        k: options[v.lower()] for k, v in TLS_OPTIONS.items() if v.lower() in options and k != "verify_hostname"
+    }
     verify = options.get("tlsverifyhostname", "true").lower()
     if verify not in ("true", "false"):
         raise LoaderConfigError(f"option tlsVerifyHostname must be true or false, got {verify!r}")
@@ -145,15 +170,18 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     options = {str(k).lower(): str(v) for k, v in raw.items()}
     unknown = sorted(set(options) - KNOWN)
     if unknown:
-        raise LoaderConfigError(f"unknown logferry option {unknown[0]!r}; known options: "
-                                "zk, brokers, topics, startingOffsets, endingOffsets, "
-                                "maxBytesPerPartition, fetchBytes, decodeAgentRecords, "
-                                "onRetentionGap, maxBytesPerTrigger")
+        raise LoaderConfigError(
+            f"unknown logferry option {unknown[0]!r}; known options: "
+            "zk, brokers, topics, startingOffsets, endingOffsets, "
+            "maxBytesPerPartition, fetchBytes, decodeAgentRecords, "
+            "onRetentionGap, maxBytesPerTrigger"
+        )
     zk = options.get("zk") or None
     brokers = tuple(b.strip() for b in options.get("brokers", "").split(",") if b.strip()) or None
     if (zk is None) == (brokers is None):
-        raise LoaderConfigError("give exactly one of the options zk (ZooKeeper connect string "
-                                "with chroot) or brokers (host:port,host:port)")
+        raise LoaderConfigError(
+            "give exactly one of the options zk (ZooKeeper connect string with chroot) or brokers (host:port,host:port)"
+        )
     if zk is not None:
         try:
             validate_zk_connect(zk)
@@ -173,8 +201,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         decode = frozenset(t.strip() for t in decode_text.split(",") if t.strip())
         stray = sorted(decode - set(topics))
         if stray:
-            raise LoaderConfigError(f"option decodeAgentRecords names {stray[0]!r}, which is "
-                                    "not in the option topics")
+            raise LoaderConfigError(f"option decodeAgentRecords names {stray[0]!r}, which is not in the option topics")
         agent_columns = True
     gap = options.get("onretentiongap", "fail").lower()
     if gap not in ("fail", "skip"):
@@ -184,23 +211,21 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         try:
             chunks = tuple(Chunk.from_json(c) for c in json.loads(options["chunks"]))
         except (ValueError, TypeError) as exc:
-            raise LoaderConfigError(f"option chunks is not a list of [topic, partition, "
-                                    f"start, end]: {exc}") from None
+            raise LoaderConfigError(f"option chunks is not a list of [topic, partition, start, end]: {exc}") from None
     trigger = options.get("maxbytespertrigger")
     return SourceOptions(
-        endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options),
-                          options.get("listener") or None),
+        endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options), options.get("listener") or None),
         topics=topics,
         starting=parse_offset_spec(options.get("startingoffsets"), "startingOffsets", EARLIEST),
         ending=parse_offset_spec(options.get("endingoffsets"), "endingOffsets", LATEST),
-        max_bytes_per_partition=_positive(options, "maxbytesperpartition", "maxBytesPerPartition",
-                                          64 * MiB),
+        max_bytes_per_partition=_positive(options, "maxbytesperpartition", "maxBytesPerPartition", 64 * MiB),
         fetch_bytes=_positive(options, "fetchbytes", "fetchBytes", 8 * MiB),
         decode=decode,
         agent_columns=agent_columns,
         skip_gaps=gap == "skip",
-        max_bytes_per_trigger=(None if trigger is None else
-                               _positive(options, "maxbytespertrigger", "maxBytesPerTrigger", 0)),
+        max_bytes_per_trigger=(
+            None if trigger is None else _positive(options, "maxbytespertrigger", "maxBytesPerTrigger", 0)
+        ),
         chunks=chunks,
     )
 

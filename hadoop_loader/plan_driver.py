@@ -8,15 +8,18 @@ executors connect to brokers directly without ZooKeeper sessions of their own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from broker.client import Admin, SimpleConsumer
 from broker.common.errors import UnknownTopicOrPartitionError
-
 from hadoop_loader.boundaries import FetchBoundaryFinder
 from hadoop_loader.errors import (
-    Gap, LoaderConfigError, OffsetStateError, SourceError, source_errors,
+    Gap,
+    LoaderConfigError,
+    OffsetStateError,
+    SourceError,
+    source_errors,
 )
 from hadoop_loader.offsets import OffsetSpec, PartitionRange, check_start, resolve
 from hadoop_loader.options import Endpoint
@@ -43,15 +46,19 @@ class DriverPlanner:
         self.endpoint = endpoint
         with source_errors("connecting to the cluster"):
             self.consumer = SimpleConsumer(
-                zk=endpoint.zk, brokers=list(endpoint.brokers) if endpoint.brokers else None,
-                tls=endpoint.tls, sasl=endpoint.credentials(), listener=endpoint.listener)
+                zk=endpoint.zk,
+                brokers=list(endpoint.brokers) if endpoint.brokers else None,
+                tls=endpoint.tls,
+                sasl=endpoint.credentials(),
+                listener=endpoint.listener,
+            )
         self.finder = FetchBoundaryFinder(self.consumer, step_bytes=walk_step_bytes)
         self._executor_endpoint: Endpoint | None = None
 
     def close(self) -> None:
         self.consumer.close()
 
-    def __enter__(self) -> "DriverPlanner":
+    def __enter__(self) -> DriverPlanner:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -63,17 +70,21 @@ class DriverPlanner:
             if self.endpoint.brokers is not None:
                 self._executor_endpoint = self.endpoint
             else:
-                with (source_errors(f"listing brokers registered at {self.endpoint.zk}"),
-                      Admin(zk=self.endpoint.zk, tls=self.endpoint.tls,
-                            sasl=self.endpoint.credentials(),
-                            listener=self.endpoint.listener) as admin):
+                with (
+                    source_errors(f"listing brokers registered at {self.endpoint.zk}"),
+                    Admin(
+                        zk=self.endpoint.zk,
+                        tls=self.endpoint.tls,
+                        sasl=self.endpoint.credentials(),
+                        listener=self.endpoint.listener,
+                    ) as admin,
+                ):
                     brokers = admin.brokers()
                 addresses = tuple(f"{b.host}:{b.port}" for b in brokers.values())
                 if not addresses:
                     raise OffsetStateError(f"no broker is registered at {self.endpoint.zk}")
                 # the addresses are those of the listener the Admin used
-                self._executor_endpoint = Endpoint(None, addresses, self.endpoint.tls,
-                                                   self.endpoint.sasl)
+                self._executor_endpoint = Endpoint(None, addresses, self.endpoint.tls, self.endpoint.sasl)
         return self._executor_endpoint
 
     def partitions(self, topic: str) -> list[int]:
@@ -83,8 +94,7 @@ class DriverPlanner:
                 return self.consumer.partitions(topic)
         except SourceError as exc:
             if isinstance(exc.__cause__, UnknownTopicOrPartitionError):
-                raise LoaderConfigError(f"topic {topic!r} does not exist in the cluster "
-                                        f"({self._where()})") from None
+                raise LoaderConfigError(f"topic {topic!r} does not exist in the cluster ({self._where()})") from None
             raise
 
     def log_range(self, topic: str, partition: int) -> tuple[int, int]:
@@ -97,8 +107,15 @@ class DriverPlanner:
         """topic -> partition -> (log start, visible end), read now."""
         return {t: {p: self.log_range(t, p) for p in self.partitions(t)} for t in topics}
 
-    def plan_ranges(self, topics: Iterable[str], starting: OffsetSpec, ending: OffsetSpec | None,
-                    skip_gaps: bool, chunk_bytes: int, cap_bytes: int | None = None) -> RangePlan:
+    def plan_ranges(
+        self,
+        topics: Iterable[str],
+        starting: OffsetSpec,
+        ending: OffsetSpec | None,
+        skip_gaps: bool,
+        chunk_bytes: int,
+        cap_bytes: int | None = None,
+    ) -> RangePlan:
         """Resolve start/end per partition, check them, and cut chunks.
 
         ``starting`` comes from the data source options, or from the landing job's last
@@ -111,8 +128,9 @@ class DriverPlanner:
             for partition in self.partitions(topic):
                 log_start, log_end = self.log_range(topic, partition)
                 asked = starting.for_partition(topic, partition)
-                start, gap = check_start(topic, partition, resolve(asked, log_start, log_end),
-                                         log_start, log_end, skip_gaps)
+                start, gap = check_start(
+                    topic, partition, resolve(asked, log_start, log_end), log_start, log_end, skip_gaps
+                )
                 if gap is not None:
                     gaps.append(gap)
                 end = log_end
@@ -120,11 +138,12 @@ class DriverPlanner:
                     end = resolve(ending.for_partition(topic, partition), log_start, log_end)
                     if end > log_end:
                         raise LoaderConfigError(
-                            f"option endingOffsets: {topic}/{partition} ends at {end}, beyond "
-                            f"the visible end {log_end}")
+                            f"option endingOffsets: {topic}/{partition} ends at {end}, beyond the visible end {log_end}"
+                        )
                 if end < start:
-                    raise LoaderConfigError(f"{topic}/{partition}: the ending offset {end} is "
-                                            f"before the starting offset {start}")
+                    raise LoaderConfigError(
+                        f"{topic}/{partition}: the ending offset {end} is before the starting offset {start}"
+                    )
                 ranges.append(PartitionRange(topic, partition, start, end))
         before = self.finder.bytes_walked
         chunks = plan(ranges, chunk_bytes, self.finder, cap_bytes)

@@ -20,7 +20,8 @@ fake log.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple, Protocol
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Protocol
 
 from hadoop_loader.offsets import PartitionRange
 
@@ -45,7 +46,7 @@ class Chunk(NamedTuple):
         return [self.topic, self.partition, self.start, self.end]
 
     @classmethod
-    def from_json(cls, value: list[Any]) -> "Chunk":
+    def from_json(cls, value: list[Any]) -> Chunk:
         topic, partition, start, end = value
         return cls(str(topic), int(partition), int(start), int(end))
 
@@ -62,8 +63,9 @@ class BoundaryFinder(Protocol):
         ...
 
 
-def plan_partition(r: PartitionRange, chunk_bytes: int, finder: BoundaryFinder,
-                   cap_bytes: int | None = None) -> list[Chunk]:
+def plan_partition(
+    r: PartitionRange, chunk_bytes: int, finder: BoundaryFinder, cap_bytes: int | None = None
+) -> list[Chunk]:
     """Cut ``r`` into chunks of at most about ``chunk_bytes``, stopping near ``cap_bytes``.
 
     Chunks are contiguous: each starts where the previous one ends, the first at
@@ -81,8 +83,7 @@ def plan_partition(r: PartitionRange, chunk_bytes: int, finder: BoundaryFinder,
         else:
             end = finder.boundary_within(r.topic, r.partition, pos, min(chunk_bytes, stop - pos))
             if end <= pos:
-                raise ValueError(f"boundary finder went backwards at {r.topic}/{r.partition} "
-                                 f"offset {pos}")
+                raise ValueError(f"boundary finder went backwards at {r.topic}/{r.partition} offset {pos}")
             if end > stop and chunks:
                 break  # the next batch would cross the cap: it waits for the next run
             end = min(end, r.end)
@@ -91,8 +92,9 @@ def plan_partition(r: PartitionRange, chunk_bytes: int, finder: BoundaryFinder,
     return chunks
 
 
-def plan(ranges: Iterable[PartitionRange], chunk_bytes: int, finder: BoundaryFinder,
-         cap_bytes: int | None = None) -> list[Chunk]:
+def plan(
+    ranges: Iterable[PartitionRange], chunk_bytes: int, finder: BoundaryFinder, cap_bytes: int | None = None
+) -> list[Chunk]:
     """Chunks of every non-empty range, in the order of ``ranges``."""
     chunks: list[Chunk] = []
     for r in ranges:
@@ -134,8 +136,9 @@ def ranges_of(chunks: Iterable[Chunk]) -> list[PartitionRange]:
         key = (c.topic, c.partition)
         if key in merged:
             if merged[key][1] != c.start:
-                raise ValueError(f"chunks of {c.topic}/{c.partition} are not contiguous at "
-                                 f"{merged[key][1]} / {c.start}")
+                raise ValueError(
+                    f"chunks of {c.topic}/{c.partition} are not contiguous at {merged[key][1]} / {c.start}"
+                )
             merged[key][1] = c.end
         else:
             merged[key] = [c.start, c.end]

@@ -81,25 +81,32 @@ class RepairResult:
 
 def groups_of(damaged: list[Damage]) -> list[Group]:
     """The groups holding damaged files, sorted (sans-IO)."""
-    return sorted({Group(d.origin, d.directory) for d in damaged},
-                  key=lambda g: (g.origin, g.directory))
+    return sorted({Group(d.origin, d.directory) for d in damaged}, key=lambda g: (g.origin, g.directory))
 
 
-def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: LandingStore,
-                manifests: list[Manifest], damaged: list[Damage],
-                hooks: PublishHooks) -> RepairResult:
+def repair_lake(
+    config: LoaderConfig,
+    session: Any,
+    fs: FileSystem,
+    store: LandingStore,
+    manifests: list[Manifest],
+    damaged: list[Damage],
+    hooks: PublishHooks,
+) -> RepairResult:
     """Land the groups of ``damaged`` again and commit them as one repair run."""
     result = RepairResult()
     by_seq = {m.sequence: m for m in manifests}
     current = expected_files(manifests)
     found = {d.path: d for d in damaged}
     groups = groups_of(damaged)
-    members = {g: [e for e in current if e.origin == g.origin
-                   and e.entry.path.rpartition("/")[0] == g.directory] for g in groups}
+    members = {
+        g: [e for e in current if e.origin == g.origin and e.entry.path.rpartition("/")[0] == g.directory]
+        for g in groups
+    }
     for g, files in members.items():
         result.counted_before[g] = sum(
-            (found[e.entry.path].found_rows or 0) if e.entry.path in found else e.entry.rows
-            for e in files)
+            (found[e.entry.path].found_rows or 0) if e.entry.path in found else e.entry.rows for e in files
+        )
     previous = store.latest()
     assert previous is not None  # damaged files come from committed manifests
     sequence = previous.sequence + 1
@@ -117,8 +124,7 @@ def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: Landi
         if not wanted:
             return result
         executors = planner.executor_endpoint()
-        chunks = {key: plan(_ranges(by_seq[key[0]], key[1]), config.load.chunk_bytes,
-                            planner.finder) for key in wanted}
+        chunks = {key: plan(_ranges(by_seq[key[0]], key[1]), config.load.chunk_bytes, planner.finder) for key in wanted}
     data_uri = store.begin(sequence)
     spark = session.get()
     entries: list[FileEntry] = []
@@ -126,35 +132,43 @@ def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: Landi
     for (origin, topic), gs in sorted(wanted.items()):
         sub = join(data_uri, f"origin={origin}")
         with spark_errors(f"the Spark job repairing run {origin}'s {topic}"):
-            _land_again(config, spark, manifests, by_seq[origin], topic, gs, chunks[(origin, topic)],
-                        executors, sub)
+            _land_again(config, spark, manifests, by_seq[origin], topic, gs, chunks[(origin, topic)], executors, sub)
         staged = _staged_rows(fs, data_uri, sub)
         for g in gs:
-            mine = [(rel, size, rows) for rel, size, rows in staged
-                    if rel.rpartition("/")[0] == f"origin={origin}/{g.directory}"]
+            mine = [
+                (rel, size, rows)
+                for rel, size, rows in staged
+                if rel.rpartition("/")[0] == f"origin={origin}/{g.directory}"
+            ]
             rows = sum(r for _, _, r in mine)
             expected = sum(e.entry.rows for e in members[g])
             if rows != expected:
-                result.failed[g] = (f"reading run {origin}'s ranges again gave {rows:,} rows for "
-                                    f"this hour, its manifest says {expected:,} (was the config "
-                                    "changed since? columns, time zone, dedup); left as it is")
+                result.failed[g] = (
+                    f"reading run {origin}'s ranges again gave {rows:,} rows for "
+                    f"this hour, its manifest says {expected:,} (was the config "
+                    "changed since? columns, time zone, dedup); left as it is"
+                )
                 for rel, _, _ in mine:
                     fs.delete(join(data_uri, rel))
                 continue
             for rel, size, n in mine:
                 name = rel.rpartition("/")[2]
-                entries.append(FileEntry(f"{g.directory}/r{sequence:08d}-o{origin}-{name}", rel,
-                                         size, n, origin))
-            repairs.append(Repair(origin, g.directory, tuple(e.entry.path for e in members[g]),
-                                  rows))
+                entries.append(FileEntry(f"{g.directory}/r{sequence:08d}-o{origin}-{name}", rel, size, n, origin))
+            repairs.append(Repair(origin, g.directory, tuple(e.entry.path for e in members[g]), rows))
             result.repaired[g] = rows
     if not repairs:
         store.cleanup(sequence)
         return result
-    manifest = Manifest(sequence=sequence, run_id=uuid.uuid4().hex,
-                        started_ms=int(time.time() * 1000), committed_ms=int(time.time() * 1000),
-                        source=previous.source, offsets=previous.offsets, files=entries,
-                        repairs=repairs)
+    manifest = Manifest(
+        sequence=sequence,
+        run_id=uuid.uuid4().hex,
+        started_ms=int(time.time() * 1000),
+        committed_ms=int(time.time() * 1000),
+        source=previous.source,
+        offsets=previous.offsets,
+        files=entries,
+        repairs=repairs,
+    )
     store.commit(manifest)
     store.publish(manifest, hooks["on_moved"])
     hooks["before_cleanup"]()
@@ -166,12 +180,14 @@ def repair_lake(config: LoaderConfig, session: Any, fs: FileSystem, store: Landi
 
 
 def _ranges(origin: Manifest, topic: str) -> list[PartitionRange]:
-    return [PartitionRange(r.topic, r.partition, r.start, r.end) for r in origin.ranges
-            if r.topic == topic and r.end > r.start]
+    return [
+        PartitionRange(r.topic, r.partition, r.start, r.end)
+        for r in origin.ranges
+        if r.topic == topic and r.end > r.start
+    ]
 
 
-def _unrepairable(planner: DriverPlanner, config: LoaderConfig, origin: Manifest | None,
-                  topic: str) -> str | None:
+def _unrepairable(planner: DriverPlanner, config: LoaderConfig, origin: Manifest | None, topic: str) -> str | None:
     """Why a group of ``topic`` from run ``origin`` cannot be landed again, or None."""
     if origin is None:
         return "its run's manifest is gone"
@@ -186,25 +202,36 @@ def _unrepairable(planner: DriverPlanner, config: LoaderConfig, origin: Manifest
         except LoaderError as exc:
             return f"the cluster cannot say what it holds of {r.topic}/{r.partition}: {exc}"
         if r.start < start:
-            return (f"retention removed the data: {r.topic}/{r.partition} offsets "
-                    f"[{r.start}, {min(r.end, start)}) are deleted (the first retained offset "
-                    f"is {start}); these rows cannot be landed again")
+            return (
+                f"retention removed the data: {r.topic}/{r.partition} offsets "
+                f"[{r.start}, {min(r.end, start)}) are deleted (the first retained offset "
+                f"is {start}); these rows cannot be landed again"
+            )
         if r.end > end:
-            return (f"{r.topic}/{r.partition} ends at {end} in the cluster, before the "
-                    f"landed offset {r.end} (another cluster, or its log was truncated)")
+            return (
+                f"{r.topic}/{r.partition} ends at {end} in the cluster, before the "
+                f"landed offset {r.end} (another cluster, or its log was truncated)"
+            )
     return None
 
 
-def _land_again(config: LoaderConfig, spark: Any, manifests: list[Manifest], origin: Manifest,
-                topic: str, groups: list[Group], chunks: list[Chunk], executors: Endpoint,
-                data_uri: str) -> None:
+def _land_again(
+    config: LoaderConfig,
+    spark: Any,
+    manifests: list[Manifest],
+    origin: Manifest,
+    topic: str,
+    groups: list[Group],
+    chunks: list[Chunk],
+    executors: Endpoint,
+    data_uri: str,
+) -> None:
     """Read run ``origin``'s ranges of ``topic`` again and write the groups' hours."""
     from pyspark.sql import functions as F
 
     earlier = None
     if config.dedup.enabled:
-        before = [m for m in sorted(manifests, key=lambda m: -m.sequence)
-                  if m.sequence < origin.sequence]
+        before = [m for m in sorted(manifests, key=lambda m: -m.sequence) if m.sequence < origin.sequence]
         earlier = ranges_to_keep(before, origin.started_ms - config.dedup.keep_hours * HOUR_MS)
     df = landed_rows(config, spark, chunks, executors, earlier)
     hours = [topic_hour(g.directory + "/x")[1] for g in groups]

@@ -25,7 +25,8 @@ object, not in state set on the reader while planning.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -35,7 +36,10 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
@@ -58,8 +62,7 @@ text -> offset."""
 class SplitPartition(InputPartition):
     """One input partition (one task): chunks packed up to ``maxBytesPerPartition``."""
 
-    def __init__(self, chunks: Sequence[Chunk], endpoint: Endpoint,
-                 decode: dict[str, bool | None], fetch_bytes: int):
+    def __init__(self, chunks: Sequence[Chunk], endpoint: Endpoint, decode: dict[str, bool | None], fetch_bytes: int):
         super().__init__([c.to_json() for c in chunks])
         self.chunks = list(chunks)
         self.endpoint = endpoint
@@ -83,9 +86,15 @@ def read_partition(partition: SplitPartition) -> Iterator[pa.RecordBatch]:
             rows += converted.batch.num_rows
             yield converted.batch
         if undecodable:
-            log.warning("%s/%s [%d, %d): %d of %d values are not agent records; kept raw "
-                        "with decoded = false", chunk.topic, chunk.partition, chunk.start,
-                        chunk.end, undecodable, rows)
+            log.warning(
+                "%s/%s [%d, %d): %d of %d values are not agent records; kept raw with decoded = false",
+                chunk.topic,
+                chunk.partition,
+                chunk.start,
+                chunk.end,
+                undecodable,
+                rows,
+            )
 
 
 def _decode_flag(options: SourceOptions, topic: str) -> bool | None:
@@ -94,12 +103,13 @@ def _decode_flag(options: SourceOptions, topic: str) -> bool | None:
     return topic in options.decode
 
 
-def to_partitions(options: SourceOptions, chunks: Sequence[Chunk],
-                  endpoint: Endpoint) -> list[InputPartition]:
+def to_partitions(options: SourceOptions, chunks: Sequence[Chunk], endpoint: Endpoint) -> list[InputPartition]:
     """Input partitions for ``chunks``, packed up to ``maxBytesPerPartition`` each."""
     decode = {t: _decode_flag(options, t) for t in options.topics}
-    return [SplitPartition(split, endpoint, decode, options.fetch_bytes)
-            for split in pack(chunks, options.max_bytes_per_partition)]
+    return [
+        SplitPartition(split, endpoint, decode, options.fetch_bytes)
+        for split in pack(chunks, options.max_bytes_per_partition)
+    ]
 
 
 class LogferryDataSource(DataSource):
@@ -141,8 +151,9 @@ class LogferryReader(DataSourceReader):
             endpoint = planner.executor_endpoint()
             if options.chunks is not None:
                 return list(options.chunks), endpoint
-            result = planner.plan_ranges(options.topics, options.starting, options.ending,
-                                         options.skip_gaps, options.max_bytes_per_partition)
+            result = planner.plan_ranges(
+                options.topics, options.starting, options.ending, options.skip_gaps, options.max_bytes_per_partition
+            )
             for gap in result.gaps:
                 log.warning("skipping a retention gap: %s", gap.describe())
             return result.chunks, endpoint
@@ -187,9 +198,9 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planner
 
     def initialOffset(self) -> SparkOffsets:
-        plan_ = self.planner.plan_ranges(self.options.topics, self.options.starting,
-                                         OffsetSpec(LATEST), self.options.skip_gaps,
-                                         1 << 62)
+        plan_ = self.planner.plan_ranges(
+            self.options.topics, self.options.starting, OffsetSpec(LATEST), self.options.skip_gaps, 1 << 62
+        )
         for gap in plan_.gaps:
             log.warning("skipping a retention gap: %s", gap.describe())
         return _to_offsets({(r.topic, r.partition): r.start for r in plan_.ranges})
@@ -236,8 +247,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first < log_start:
                 if not self.options.skip_gaps:
                     check_start(topic, partition, first, log_start, end_offset, False)
-                log.warning("skipping a retention gap: %s/%s [%d, %d)", topic, partition,
-                            first, log_start)
+                log.warning("skipping a retention gap: %s/%s [%d, %d)", topic, partition, first, log_start)
                 first = log_start
             if end_offset > first:
                 ranges.append(PartitionRange(topic, partition, first, end_offset))
@@ -265,5 +275,4 @@ def _to_offsets(offsets: dict[tuple[str, int], int]) -> SparkOffsets:
 
 
 def _from_offsets(offsets: SparkOffsets | None) -> dict[tuple[str, int], int]:
-    return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items()
-            for p, o in parts.items()}
+    return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items() for p, o in parts.items()}

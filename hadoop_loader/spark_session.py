@@ -16,8 +16,7 @@ from typing import Any
 from hadoop_loader.config import SparkConfig
 
 
-def build_session(config: SparkConfig, master: str | None = None,
-                  timezone: str = "UTC") -> Any:
+def build_session(config: SparkConfig, master: str | None = None, timezone: str = "UTC") -> Any:
     """Get or create the SparkSession for a load run."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -35,8 +35,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, TypedDict
+from typing import Any, TypedDict
 
 from hadoop_loader.errors import CommitConflictError, StateError
 from hadoop_loader.fs import FileSystem, join
@@ -72,8 +73,9 @@ class Recovery:
     def describe(self) -> str:
         parts = []
         if self.rolled_forward:
-            parts.append(f"completed publishing of committed run(s) {self.rolled_forward} "
-                         f"({self.files_moved} file(s) moved)")
+            parts.append(
+                f"completed publishing of committed run(s) {self.rolled_forward} ({self.files_moved} file(s) moved)"
+            )
         if self.discarded:
             parts.append(f"discarded uncommitted run(s) {self.discarded}")
         return "; ".join(parts) or "nothing to recover"
@@ -113,9 +115,11 @@ class LandingStore:
                 return
             except FileExistsError:
                 holder = self._lock_holder()
-        raise StateError(f"another load job holds {self.lock_uri} (host {holder.get('host')}, "
-                         f"pid {holder.get('pid')}); wait for it, or delete that file if the "
-                         "job is known to be dead")
+        raise StateError(
+            f"another load job holds {self.lock_uri} (host {holder.get('host')}, "
+            f"pid {holder.get('pid')}); wait for it, or delete that file if the "
+            "job is known to be dead"
+        )
 
     def _lock_holder(self) -> dict[str, Any]:
         try:
@@ -166,8 +170,7 @@ class LandingStore:
     def begin(self, sequence: int) -> str:
         """A fresh staging data directory for run ``sequence`` (call after :meth:`recover`)."""
         if self.fs.exists(self.manifest_uri(sequence)):
-            raise CommitConflictError(f"run {sequence} is already committed; another job "
-                                      "ran concurrently")
+            raise CommitConflictError(f"run {sequence} is already committed; another job ran concurrently")
         self.fs.delete(self.staging_dir(sequence))
         self.fs.mkdirs(self.staging_dir(sequence))
         return self.staging_data(sequence)
@@ -178,15 +181,16 @@ class LandingStore:
         if previous and previous[-1] != manifest.sequence - 1:
             raise CommitConflictError(
                 f"cannot commit run {manifest.sequence}: the last committed run is "
-                f"{previous[-1]}; another job ran concurrently and this run was discarded")
+                f"{previous[-1]}; another job ran concurrently and this run was discarded"
+            )
         try:
             self.fs.create_new(self.manifest_uri(manifest.sequence), manifest.to_json())
         except FileExistsError:
-            raise CommitConflictError(f"run {manifest.sequence} was committed by another job; "
-                                      "this run was discarded") from None
+            raise CommitConflictError(
+                f"run {manifest.sequence} was committed by another job; this run was discarded"
+            ) from None
 
-    def publish(self, manifest: Manifest,
-                after_each: Callable[[int], None] | None = None) -> int:
+    def publish(self, manifest: Manifest, after_each: Callable[[int], None] | None = None) -> int:
         """Move a committed run's staged files into place; idempotent. Returns files moved."""
         staged_root = self.staging_data(manifest.sequence)
         moved = 0
@@ -196,17 +200,18 @@ class LandingStore:
             size = self.fs.size(final)
             if size is None:
                 if self.fs.size(staged) is None:
-                    raise StateError(f"run {manifest.sequence}: file {f.path} is neither staged "
-                                     f"({staged}) nor published; the output was changed by "
-                                     "hand. Restore it or remove the run's manifest knowingly.")
+                    raise StateError(
+                        f"run {manifest.sequence}: file {f.path} is neither staged "
+                        f"({staged}) nor published; the output was changed by "
+                        "hand. Restore it or remove the run's manifest knowingly."
+                    )
                 self.fs.rename(staged, final)
                 moved += 1
                 if after_each is not None:
                     after_each(moved)
                 size = self.fs.size(final)
             if size != f.size:
-                raise StateError(f"run {manifest.sequence}: {final} has {size} bytes, the "
-                                 f"manifest says {f.size}")
+                raise StateError(f"run {manifest.sequence}: {final} has {size} bytes, the manifest says {f.size}")
         for repair in manifest.repairs:  # a repair run: its files replace these
             for path in repair.replaced:
                 self.fs.delete(join(self.root, path))
@@ -215,8 +220,9 @@ class LandingStore:
     def cleanup(self, sequence: int) -> None:
         self.fs.delete(self.staging_dir(sequence))
 
-    def recover(self, on_moved: Callable[[int], None] | None = None,
-                before_cleanup: Callable[[], None] | None = None) -> Recovery:
+    def recover(
+        self, on_moved: Callable[[int], None] | None = None, before_cleanup: Callable[[], None] | None = None
+    ) -> Recovery:
         """Roll committed runs forward and discard uncommitted ones (under the lock).
 
         ``on_moved`` and ``before_cleanup`` are called as in a run's own publishing (the

@@ -19,8 +19,8 @@ manifests in, facts out); :func:`verify_lake` does the I/O.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 from urllib.parse import unquote
 
 from hadoop_loader.fs import FileSystem, join
@@ -81,8 +81,10 @@ def expected_files(manifests: Iterable[Manifest]) -> list[Expected]:
     replaced, sorted by path."""
     ordered = sorted(manifests, key=lambda m: m.sequence)
     replaced = {p for m in ordered for r in m.repairs for p in r.replaced}
-    return sorted((Expected(m.sequence, f) for m in ordered for f in m.files
-                   if f.path not in replaced), key=lambda e: e.entry.path)
+    return sorted(
+        (Expected(m.sequence, f) for m in ordered for f in m.files if f.path not in replaced),
+        key=lambda e: e.entry.path,
+    )
 
 
 def directory_of(path: str) -> str:
@@ -117,22 +119,24 @@ class Damage:
 
     def describe(self) -> str:
         """One line: path, run, what was expected and what was found."""
-        found = ("missing" if self.found_size is None else
-                 f"found {self.found_size:,} bytes, "
-                 + ("no readable footer" if self.found_rows is None
-                    else f"{self.found_rows:,} rows"))
-        return (f"{self.path} (run {self.run}): expected {self.expected_size:,} bytes, "
-                f"{self.expected_rows:,} rows; {found}: {self.reason}")
+        found = (
+            "missing"
+            if self.found_size is None
+            else f"found {self.found_size:,} bytes, "
+            + ("no readable footer" if self.found_rows is None else f"{self.found_rows:,} rows")
+        )
+        return (
+            f"{self.path} (run {self.run}): expected {self.expected_size:,} bytes, "
+            f"{self.expected_rows:,} rows; {found}: {self.reason}"
+        )
 
 
-def judge(expected: Expected, found_size: int | None,
-          read: Callable[[int, int], bytes]) -> tuple[int, Damage | None]:
+def judge(expected: Expected, found_size: int | None, read: Callable[[int, int], bytes]) -> tuple[int, Damage | None]:
     """Rows really in one file, and its :class:`Damage` if it does not match."""
     e = expected.entry
 
     def damage(rows: int | None, reason: str) -> Damage:
-        return Damage(expected.run, e.path, expected.origin, e.size, found_size, e.rows,
-                      rows, reason)
+        return Damage(expected.run, e.path, expected.origin, e.size, found_size, e.rows, rows, reason)
 
     if found_size is None:
         return 0, damage(None, "the file is gone")

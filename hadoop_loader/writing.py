@@ -25,28 +25,33 @@ NO_DICTIONARY = ("value", "key", "line", "offset", "file_offset", "read_time", "
 """Columns (nearly) unique per row: Parquet dictionary encoding only costs time there."""
 
 
-def landed_rows(config: LoaderConfig, spark: Any, chunks: list[Chunk], executors: Endpoint,
-                earlier: list[IdentityRange] | None) -> Any:
+def landed_rows(
+    config: LoaderConfig, spark: Any, chunks: list[Chunk], executors: Endpoint, earlier: list[IdentityRange] | None
+) -> Any:
     """The frame a run writes: the chunks read through the data source, shaped as landed
     columns, with ``dt``/``hr`` and, when ``earlier`` is not None (dedup on), the
     ``duplicate`` mark (:mod:`hadoop_loader.dedup`). A repair builds the same frame."""
     from pyspark.sql import functions as F
 
     decoded = sorted(config.source.decode_agent_records)
-    reader = (spark.read.format(FORMAT)
-              .option("brokers", ",".join(executors.brokers or ()))
-              .option("topics", ",".join(config.source.topics))
-              .option("chunks", json.dumps([c.to_json() for c in chunks]))
-              .option("fetchBytes", str(config.load.fetch_bytes))
-              .option("maxBytesPerPartition", str(config.load.chunk_bytes))
-              .option("decodeAgentRecords", ",".join(decoded) if decoded else "false")
-              .options(**tls_options(config.tls), **sasl_options(config.sasl)))
-    df = landed_frame(field_columns.promote(reader.load(), config.source.field_columns),
-                      config.output.drop_decoded_values)
+    reader = (
+        spark.read.format(FORMAT)
+        .option("brokers", ",".join(executors.brokers or ()))
+        .option("topics", ",".join(config.source.topics))
+        .option("chunks", json.dumps([c.to_json() for c in chunks]))
+        .option("fetchBytes", str(config.load.fetch_bytes))
+        .option("maxBytesPerPartition", str(config.load.chunk_bytes))
+        .option("decodeAgentRecords", ",".join(decoded) if decoded else "false")
+        .options(**tls_options(config.tls), **sasl_options(config.sasl))
+    )
+    df = landed_frame(
+        field_columns.promote(reader.load(), config.source.field_columns), config.output.drop_decoded_values
+    )
     if earlier is not None:
         df = mark_duplicates(spark, df, earlier)
-    return (df.withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd"))
-            .withColumn("hr", F.date_format("timestamp", "HH")))
+    return df.withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd")).withColumn(
+        "hr", F.date_format("timestamp", "HH")
+    )
 
 
 def write_parquet(config: LoaderConfig, spark: Any, df: Any, data_uri: str) -> None:
@@ -63,12 +68,13 @@ def write_parquet(config: LoaderConfig, spark: Any, df: Any, data_uri: str) -> N
     # first (Spark's default for partitioned writes); rows arrive nearly in time order.
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
     configure_writes(spark)
-    columns = ["topic", "dt", "hr"] + ([DUPLICATE_COLUMN] if DUPLICATE_COLUMN in df.columns
-                                       else [])
-    writer = (df.write.partitionBy(*columns)
-              .option("maxRecordsPerFile", config.output.max_records_per_file)
-              .option("compression", config.output.compression)
-              .mode("errorifexists"))
+    columns = ["topic", "dt", "hr"] + ([DUPLICATE_COLUMN] if DUPLICATE_COLUMN in df.columns else [])
+    writer = (
+        df.write.partitionBy(*columns)
+        .option("maxRecordsPerFile", config.output.max_records_per_file)
+        .option("compression", config.output.compression)
+        .mode("errorifexists")
+    )
     for column in NO_DICTIONARY:  # unique per row: dictionary pages are built, then dropped
         writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
     writer.parquet(data_uri)

@@ -34,18 +34,27 @@ the producer's threads, publishing runs on a timer thread; one lock guards the l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from broker.client import (
-    AGENTS_TOPIC, MIRROR_STAGE, Admin, AuditLedger, DeliveryFuture, Producer, RawBatch, SimpleConsumer,
-    batch_timestamp, window_of,
+    AGENTS_TOPIC,
+    MIRROR_STAGE,
+    Admin,
+    AuditLedger,
+    DeliveryFuture,
+    Producer,
+    RawBatch,
+    SimpleConsumer,
+    batch_timestamp,
+    window_of,
 )
 from broker.common.errors import LogferryError, TopicExistsError, UnknownTopicOrPartitionError
-import contextlib
 
 log = logging.getLogger("logferry.mirror.audit")
 
@@ -53,9 +62,16 @@ log = logging.getLogger("logferry.mirror.audit")
 class MirrorAudit:
     """Counts copied batches per (topic, window) and publishes due records to the target."""
 
-    def __init__(self, producer: Producer, host: str, topic: str = "_audit.mirror",
-                 window_s: float = 60.0, admin: Admin | None = None,
-                 clock: Callable[[], float] = time.time, target: SimpleConsumer | None = None):
+    def __init__(
+        self,
+        producer: Producer,
+        host: str,
+        topic: str = "_audit.mirror",
+        window_s: float = 60.0,
+        admin: Admin | None = None,
+        clock: Callable[[], float] = time.time,
+        target: SimpleConsumer | None = None,
+    ):
         self.producer = producer
         self.host = host
         self.topic = topic
@@ -94,8 +110,7 @@ class MirrorAudit:
                     log.debug("mirror audit: end of %s-%d not read: %s", topic, p, exc)
                     self._floors[(topic, p)] = -1
 
-    def copied(self, topic: str, batch: RawBatch, partitions: Sequence[int],
-               futures: Sequence[DeliveryFuture]) -> None:
+    def copied(self, topic: str, batch: RawBatch, partitions: Sequence[int], futures: Sequence[DeliveryFuture]) -> None:
         """One source batch went to target ``partitions`` as ``futures`` (more than one
         if re-hashed)."""
         if topic in self.not_data or not futures:
@@ -105,11 +120,11 @@ class MirrorAudit:
             self.ledger.sent(topic, window, batch.count)
         state = [len(futures), True]  # sends left, all appended so far
         for p, future in zip(partitions, futures, strict=True):
-            future.add_callback(partial(self._done, topic, window, batch.count, state,
-                                        self._floors.get((topic, p), -1)))
+            future.add_callback(
+                partial(self._done, topic, window, batch.count, state, self._floors.get((topic, p), -1))
+            )
 
-    def _done(self, topic: str, window: int, count: int, state: list[Any], floor: int,
-              future: DeliveryFuture) -> None:
+    def _done(self, topic: str, window: int, count: int, state: list[Any], floor: int, future: DeliveryFuture) -> None:
         with self._lock:
             state[0] -= 1
             if future.exception() is not None or (future.offset or 0) < floor:
@@ -194,11 +209,16 @@ class MirrorAudit:
             self.admin.close()
 
     @classmethod
-    def for_preserve(cls, config: Any, host: str) -> "MirrorAudit":
+    def for_preserve(cls, config: Any, host: str) -> MirrorAudit:
         """The audit of a preserve-mode mirror, which has no producer of its own: one for
         the records (and an Admin to create the audit topic), closed with the audit."""
-        producer = Producer(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl,
-                            linger_ms=0, client_id=f"mirror-audit-{config.group}")
+        producer = Producer(
+            zk=config.target_zk,
+            tls=config.target_tls,
+            sasl=config.target_sasl,
+            linger_ms=0,
+            client_id=f"mirror-audit-{config.group}",
+        )
         admin = Admin(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl)
         audit = cls(producer, host, config.audit_topic, config.audit_window_s, admin)
         audit.owns_producer = True

@@ -40,9 +40,11 @@ STALE_AFTER_S = 10.0
 def register(subparsers: Any) -> None:
     """Add ``mirror`` (run) and ``mirror status`` to an argparse subparsers object."""
     parser = subparsers.add_parser(
-        "mirror", help="copy topics from a source cluster to a target cluster",
+        "mirror",
+        help="copy topics from a source cluster to a target cluster",
         description="Copy batches of the configured topics from the source cluster to the "
-                    "target, as a member of the mirror consumer group; stop with SIGTERM.")
+        "target, as a member of the mirror consumer group; stop with SIGTERM.",
+    )
     parser.add_argument("--config", metavar="TOML", help="mirror config (see docs/mirror.md)")
     parser.set_defaults(func=run_command)
     commands = parser.add_subparsers(dest="mirror_command", metavar="{status}")
@@ -63,13 +65,13 @@ def run_command(args: argparse.Namespace) -> int:
     """Run the mirror in the foreground until SIGTERM/SIGINT."""
     from mirror.core import Mirror
     from mirror.preserve import PreservingMirror
+
     try:
         config = _config(args)
     except MirrorConfigError as exc:
         return report("mirror", exc, EXIT_USAGE)
     try:
-        mirror: Mirror | PreservingMirror = (PreservingMirror(config) if config.mode == "preserve"
-                                             else Mirror(config))
+        mirror: Mirror | PreservingMirror = PreservingMirror(config) if config.mode == "preserve" else Mirror(config)
         mirror.start()
     except MirrorConfigError as exc:
         return report("mirror", exc, EXIT_USAGE)
@@ -78,6 +80,7 @@ def run_command(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         signals.append(signum)
         mirror.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     code = mirror.run()
@@ -93,8 +96,7 @@ def group_status(config: MirrorConfig) -> dict[str, Any]:
     :func:`broker.client.group_lag` (the same formula as ``logferry group describe``;
     a partition never committed counts from its log start).
     """
-    with GroupAdmin(config.source_zk, tls=config.source_tls,
-                    sasl=config.source_sasl) as admin:
+    with GroupAdmin(config.source_zk, tls=config.source_tls, sasl=config.source_sasl) as admin:
         if not admin.brokers_reachable:
             raise LogferryError(f"no source broker reachable at {config.source_zk}")
         rows = admin.lag(config.group, [t for t in admin.topics() if config.matches(t)])
@@ -103,13 +105,21 @@ def group_status(config: MirrorConfig) -> dict[str, Any]:
         if row.get("error"):
             raise LogferryError(f"{row['topic']}-{row['partition']}: {row['error']}")
         partitions[f"{row['topic']}-{row['partition']}"] = {
-            "owner": row["owner"], "committed": row["committed"],
-            "log_start": row["log_start"], "log_end": row["log_end"],
-            "lag_bytes": row["lag_bytes"], "lag_messages_estimate": row["lag_messages"],
-            "gap": row["gap"]}
-    return {"group": config.group, "source": config.source_zk, "target": config.target_zk,
-            "lag_bytes": sum(p["lag_bytes"] or 0 for p in partitions.values()),
-            "partitions": partitions}
+            "owner": row["owner"],
+            "committed": row["committed"],
+            "log_start": row["log_start"],
+            "log_end": row["log_end"],
+            "lag_bytes": row["lag_bytes"],
+            "lag_messages_estimate": row["lag_messages"],
+            "gap": row["gap"],
+        }
+    return {
+        "group": config.group,
+        "source": config.source_zk,
+        "target": config.target_zk,
+        "lag_bytes": sum(p["lag_bytes"] or 0 for p in partitions.values()),
+        "partitions": partitions,
+    }
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -127,21 +137,23 @@ def status_command(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print(json.dumps(doc, indent=1, sort_keys=True))
         return 0
-    print(f"mirror group {doc['group']}: {doc['source']} -> {doc['target']}, "
-          f"lag {doc['lag_bytes']} bytes")
-    print(f"{'partition':<32} {'owner':<28} {'committed':>12} {'end':>12} {'lag bytes':>12} "
-          f"{'~lag msgs':>10}")
+    print(f"mirror group {doc['group']}: {doc['source']} -> {doc['target']}, lag {doc['lag_bytes']} bytes")
+    print(f"{'partition':<32} {'owner':<28} {'committed':>12} {'end':>12} {'lag bytes':>12} {'~lag msgs':>10}")
     for name, p in doc["partitions"].items():
         flag = "  GAP: resume offset deleted by retention" if p["gap"] else ""
-        print(f"{name:<32} {(p['owner'] or '-')[:28]:<28} {str(p['committed']):>12} "
-              f"{p['log_end']:>12} {p['lag_bytes']:>12} {str(p['lag_messages_estimate']):>10}{flag}")
+        print(
+            f"{name:<32} {(p['owner'] or '-')[:28]:<28} {str(p['committed']):>12} "
+            f"{p['log_end']:>12} {p['lag_bytes']:>12} {str(p['lag_messages_estimate']):>10}{flag}"
+        )
     if process is not None:
         state = "running" if process["running"] else "NOT RUNNING (stale status file)"
-        print(f"this process (pid {process.get('pid')}): {state}, "
-              f"{process.get('messages_per_second', 0):.0f} msgs/s, "
-              f"{process.get('bytes_per_second', 0) / 1e6:.2f} MB/s, "
-              f"{process.get('messages_total', 0):.0f} messages copied, halted: "
-              f"{', '.join(process.get('halted') or {}) or 'none'}")
+        print(
+            f"this process (pid {process.get('pid')}): {state}, "
+            f"{process.get('messages_per_second', 0):.0f} msgs/s, "
+            f"{process.get('bytes_per_second', 0) / 1e6:.2f} MB/s, "
+            f"{process.get('messages_total', 0):.0f} messages copied, halted: "
+            f"{', '.join(process.get('halted') or {}) or 'none'}"
+        )
     return 0
 
 

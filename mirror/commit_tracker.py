@@ -70,8 +70,9 @@ class CommitTracker:
         """Batches in flight (sent, not yet released by :meth:`advance`)."""
         return len(self._batches)
 
-    def add(self, tp: TopicPartition, offset: int, next_offset: int, messages: int = 0,
-            nbytes: int = 0, sends: int = 1) -> int:
+    def add(
+        self, tp: TopicPartition, offset: int, next_offset: int, messages: int = 0, nbytes: int = 0, sends: int = 1
+    ) -> int:
         """Record a source batch handed to the producer as ``sends`` target batches; its id.
 
         Batches of one partition must be added in log order (the consumer hands them so).

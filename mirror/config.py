@@ -20,13 +20,23 @@ from typing import Any
 
 from broker.client import AGENTS_TOPIC
 from broker.common.config import (
-    NONNEG_INT, PORT, POSITIVE_INT, POSITIVE_NUMBER, STR_LIST, STRING, TABLE, Check, Validator, fields,
-    one_of, read,
+    NONNEG_INT,
+    PORT,
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    STR_LIST,
+    STRING,
+    TABLE,
+    Check,
+    Validator,
+    fields,
+    one_of,
+    read,
 )
+from broker.common.names import NAME_RULE, is_valid_name
 from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
 from broker.common.zk_security import with_security, zookeeper_section
-from broker.common.names import NAME_RULE, is_valid_name
 from mirror.errors import MirrorConfigError
 
 ON_GAP = ("stop", "skip")
@@ -157,20 +167,42 @@ def load_config(path: str | Path) -> MirrorConfig:
 
 SECTIONS = {
     "source": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE, listener=STRING),
-    "target": fields(zk_connect=STRING, tls=TABLE, sasl=TABLE, zookeeper=TABLE, acks=Check(one_of(1, "all").test, (
-        '1 or "all" (the mirror commits source offsets only after the target acknowledged)')),
-        listener=STRING),
+    "target": fields(
+        zk_connect=STRING,
+        tls=TABLE,
+        sasl=TABLE,
+        zookeeper=TABLE,
+        acks=Check(
+            one_of(1, "all").test, ('1 or "all" (the mirror commits source offsets only after the target acknowledged)')
+        ),
+        listener=STRING,
+    ),
     "mirror": fields(
-        group=STRING, topics=STR_LIST, pattern=STRING, exclude=STR_LIST, on_gap=STRING,
-        start=STRING, consumer_id=STRING, fetch_max_bytes=POSITIVE_INT,
-        poll_max_bytes=POSITIVE_INT, max_inflight_bytes=POSITIVE_INT, queue_bytes=POSITIVE_INT,
-        fetch_requests_per_broker=POSITIVE_INT, fetch_window_bytes=NONNEG_INT,
+        group=STRING,
+        topics=STR_LIST,
+        pattern=STRING,
+        exclude=STR_LIST,
+        on_gap=STRING,
+        start=STRING,
+        consumer_id=STRING,
+        fetch_max_bytes=POSITIVE_INT,
+        poll_max_bytes=POSITIVE_INT,
+        max_inflight_bytes=POSITIVE_INT,
+        queue_bytes=POSITIVE_INT,
+        fetch_requests_per_broker=POSITIVE_INT,
+        fetch_window_bytes=NONNEG_INT,
         max_request_bytes=POSITIVE_INT,
         commit_interval_ms=POSITIVE_INT,
-        session_timeout_s=POSITIVE_NUMBER, delivery_timeout_s=POSITIVE_NUMBER,
-        shutdown_timeout_s=POSITIVE_NUMBER, refused_retry_s=POSITIVE_NUMBER,
-        compression=STRING, mode=STRING,
-        request_timeout_s=POSITIVE_NUMBER, audit_topic=STRING, audit_window_s=POSITIVE_NUMBER),
+        session_timeout_s=POSITIVE_NUMBER,
+        delivery_timeout_s=POSITIVE_NUMBER,
+        shutdown_timeout_s=POSITIVE_NUMBER,
+        refused_retry_s=POSITIVE_NUMBER,
+        compression=STRING,
+        mode=STRING,
+        request_timeout_s=POSITIVE_NUMBER,
+        audit_topic=STRING,
+        audit_window_s=POSITIVE_NUMBER,
+    ),
     "metrics": fields(port=PORT, host=STRING, status_file=STRING, tls=TABLE),
 }
 """Every table and key of the mirror's config (docs/mirror.md lists the defaults)."""
@@ -188,12 +220,13 @@ def _regex(v: Validator, key: str, value: str) -> str:
 def _zk(v: Validator, section: str, table: dict[str, Any]) -> str:
     value = table.get("zk_connect")
     if not value:
-        v.fail(f"{section}.zk_connect", "required: a ZooKeeper connect string with the "
-               "cluster's chroot, e.g. 127.0.0.1:2181/logferry/live")
+        v.fail(
+            f"{section}.zk_connect",
+            "required: a ZooKeeper connect string with the cluster's chroot, e.g. 127.0.0.1:2181/logferry/live",
+        )
     v.zk_connect(f"{section}.zk_connect", value)
     if "/" not in value:
-        v.fail(f"{section}.zk_connect", f"{value!r} needs a chroot (host:port/path): each "
-               "cluster lives under its own")
+        v.fail(f"{section}.zk_connect", f"{value!r} needs a chroot (host:port/path): each cluster lives under its own")
     # [source.zookeeper] / [target.zookeeper]: the login and TLS travel with the string
     return with_security(value, zookeeper_section(v, table, where=section))
 
@@ -204,8 +237,11 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> MirrorConfig
     ``path`` is the file it came from: errors name it and a relative ``status_file`` is
     taken from its directory (without it, from the working directory).
     """
-    validator = Validator(error=MirrorConfigError) if path is None else Validator(
-        file=str(path), base_dir=path.parent.absolute(), error=MirrorConfigError)
+    validator = (
+        Validator(error=MirrorConfigError)
+        if path is None
+        else Validator(file=str(path), base_dir=path.parent.absolute(), error=MirrorConfigError)
+    )
     return _parse(data, validator, path)
 
 
@@ -222,8 +258,7 @@ def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfi
     topics = tuple(m.get("topics", ()))
     pattern = m.get("pattern")
     if bool(topics) == (pattern is not None):
-        v.fail("mirror.topics", "give exactly one of mirror.topics (a list) or mirror.pattern "
-               "(a regex)")
+        v.fail("mirror.topics", "give exactly one of mirror.topics (a list) or mirror.pattern (a regex)")
     if pattern is not None:
         _regex(v, "mirror.pattern", pattern)
     exclude = tuple(_regex(v, "mirror.exclude", e) for e in m.get("exclude", ()))
@@ -235,9 +270,12 @@ def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfi
         v.fail("mirror.start", f"must be 'earliest' or 'latest', not {start!r}")
     window = m.get("fetch_window_bytes", FETCH_WINDOW_BYTES)
     if window > MAX_FETCH_WINDOW_BYTES:
-        v.fail("mirror.fetch_window_bytes", f"{window} is more than one fetch answer may carry "
-               f"({MAX_FETCH_WINDOW_BYTES} bytes, the client's frame limit); 128 MiB covers "
-               "50 ms at 2 GB/s")
+        v.fail(
+            "mirror.fetch_window_bytes",
+            f"{window} is more than one fetch answer may carry "
+            f"({MAX_FETCH_WINDOW_BYTES} bytes, the client's frame limit); 128 MiB covers "
+            "50 ms at 2 GB/s",
+        )
     compression = m.get("compression", "none")
     if compression not in COMPRESSION:
         v.fail("mirror.compression", f"must be one of {', '.join(COMPRESSION)}, not {compression!r}")
@@ -247,19 +285,31 @@ def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfi
     if mode not in MODES:
         v.fail("mirror.mode", f"must be 'preserve' or 'produce', not {mode!r}")
     if mode == "preserve" and compression != "none":
-        v.fail("mirror.compression", f"{compression!r} re-encodes batches, so the target "
-               "cannot be a byte-identical copy: set mirror.mode = \"produce\" with it, or "
-               "compression = \"none\"")
+        v.fail(
+            "mirror.compression",
+            f"{compression!r} re-encodes batches, so the target "
+            'cannot be a byte-identical copy: set mirror.mode = "produce" with it, or '
+            'compression = "none"',
+        )
     mt = tables["metrics"]
     status_file = mt.get("status_file") or None
     if status_file is not None:
         status_file = str(v.path(status_file))
     return MirrorConfig(
-        source_zk=source, target_zk=target, target_acks=acks, group=group, topics=topics,
-        pattern=pattern, exclude=exclude, on_gap=on_gap, start=start,
+        source_zk=source,
+        target_zk=target,
+        target_acks=acks,
+        group=group,
+        topics=topics,
+        pattern=pattern,
+        exclude=exclude,
+        on_gap=on_gap,
+        start=start,
         consumer_id=m.get("consumer_id") or None,
-        metrics_port=mt.get("port", 0), metrics_host=mt.get("host", "127.0.0.1"),
-        status_file=status_file, source_path=path,
+        metrics_port=mt.get("port", 0),
+        metrics_host=mt.get("host", "127.0.0.1"),
+        status_file=status_file,
+        source_path=path,
         fetch_max_bytes=m.get("fetch_max_bytes", 4 * 1024 * 1024),
         poll_max_bytes=m.get("poll_max_bytes", 8 * 1024 * 1024),
         max_inflight_bytes=m.get("max_inflight_bytes", 32 * 1024 * 1024),
@@ -270,9 +320,11 @@ def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfi
         commit_interval_ms=m.get("commit_interval_ms", 1000),
         session_timeout_s=float(m.get("session_timeout_s", 6.0)),
         delivery_timeout_s=float(m.get("delivery_timeout_s", 3600.0)),
-        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)), compression=compression,
+        shutdown_timeout_s=float(m.get("shutdown_timeout_s", 30.0)),
+        compression=compression,
         refused_retry_s=float(m.get("refused_retry_s", 30.0)),
-        mode=mode, request_timeout_s=float(m.get("request_timeout_s", 30.0)),
+        mode=mode,
+        request_timeout_s=float(m.get("request_timeout_s", 30.0)),
         audit_topic=m.get("audit_topic", "_audit.mirror"),
         audit_window_s=float(m.get("audit_window_s", 60.0)),
         source_tls=tls_section(v, tables["source"], where="source"),
@@ -281,7 +333,8 @@ def _parse(data: dict[str, Any], v: Validator, path: Path | None) -> MirrorConfi
         target_sasl=sasl_section(v, tables["target"], where="target"),
         source_listener=tables["source"].get("listener") or None,
         target_listener=tables["target"].get("listener") or None,
-        metrics_tls=tls_section(v, mt, where="metrics", server=True))
+        metrics_tls=tls_section(v, mt, where="metrics", server=True),
+    )
 
 
 __all__ = ["MirrorConfig", "load_config", "parse_config"]

@@ -24,13 +24,13 @@ and releases its partitions, and ``run`` returns 0.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
 from functools import partial
 
-from broker.client import (CODECS, DeliveryFuture, PartitionNotOwnedError, Producer, RawBatch,
-                           SimpleConsumer)
+from broker.client import CODECS, DeliveryFuture, PartitionNotOwnedError, Producer, RawBatch, SimpleConsumer
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.common.retry import Retry
 from mirror.audit import MirrorAudit
@@ -39,7 +39,6 @@ from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.lifecycle import MirrorLoop
 from mirror.routing import Router
-import contextlib
 
 log = logging.getLogger("logferry.mirror")
 
@@ -65,26 +64,35 @@ class Mirror(MirrorLoop):
     def _connect(self) -> None:
         cfg = self.config
         assert self._source is not None and self._admin is not None
-        self._producer = Producer(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                  listener=cfg.target_listener,
-                                  linger_ms=0,
-                                  # idempotent: retried copies are dropped
-                                  acks=cfg.target_acks, idempotence=True,
-                                  buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes),
-                                                   64 * 1024 * 1024),
-                                  delivery_timeout=cfg.delivery_timeout_s,
-                                  max_request_bytes=cfg.max_request_bytes,
-                                  client_id=f"mirror-{cfg.group}")
-        self._router = Router(self._source, self._admin, on_rehash=self._count_rehash,
-                              codec=CODECS[cfg.compression])
+        self._producer = Producer(
+            zk=cfg.target_zk,
+            tls=cfg.target_tls,
+            sasl=cfg.target_sasl,
+            listener=cfg.target_listener,
+            linger_ms=0,
+            # idempotent: retried copies are dropped
+            acks=cfg.target_acks,
+            idempotence=True,
+            buffer_bytes=max(2 * (cfg.max_inflight_bytes + cfg.poll_max_bytes), 64 * 1024 * 1024),
+            delivery_timeout=cfg.delivery_timeout_s,
+            max_request_bytes=cfg.max_request_bytes,
+            client_id=f"mirror-{cfg.group}",
+        )
+        self._router = Router(self._source, self._admin, on_rehash=self._count_rehash, codec=CODECS[cfg.compression])
 
     def _make_audit(self, member: str) -> MirrorAudit:
         cfg = self.config
         assert self._producer is not None
-        return MirrorAudit(self._producer, member, cfg.audit_topic, cfg.audit_window_s,
-                           self._admin, target=SimpleConsumer(
-                               zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                               listener=cfg.target_listener))
+        return MirrorAudit(
+            self._producer,
+            member,
+            cfg.audit_topic,
+            cfg.audit_window_s,
+            self._admin,
+            target=SimpleConsumer(
+                zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl, listener=cfg.target_listener
+            ),
+        )
 
     def _inflight_bytes(self) -> int:
         return self._tracker.inflight_bytes
@@ -101,8 +109,7 @@ class Mirror(MirrorLoop):
         """Hand polled batches to the producer; each is tracked until the target acknowledges."""
         assert self._producer is not None
         for (topic, partition), batch in batches:
-            if topic in self.refusals.topics and (self.refusals.halted(topic)
-                                                  or topic in self._resuming):
+            if topic in self.refusals.topics and (self.refusals.halted(topic) or topic in self._resuming):
                 self._hold((topic, partition), batch.offset)
                 continue
             try:
@@ -111,8 +118,9 @@ class Mirror(MirrorLoop):
                 self._refuse(topic, exc)
                 self._hold((topic, partition), batch.offset)
                 continue
-            batch_id = self._tracker.add((topic, partition), batch.offset, batch.next_offset,
-                                         batch.count, len(batch.raw), sends=len(routes))
+            batch_id = self._tracker.add(
+                (topic, partition), batch.offset, batch.next_offset, batch.count, len(batch.raw), sends=len(routes)
+            )
             if self._audit is not None:
                 self._audit.before_send(topic, [tp for tp, _ in routes])
             futures = [self._producer.send_raw(topic, tp, data) for tp, data in routes]
@@ -163,7 +171,8 @@ class Mirror(MirrorLoop):
             _, batch = failures[0]
             raise DeliveryFailedError(
                 f"the target refused a batch of {batch.tp[0]}-{batch.tp[1]} at offset {batch.offset} "
-                f"({batch.error}); source positions from there on were not committed")
+                f"({batch.error}); source positions from there on were not committed"
+            )
 
     def _drain(self) -> None:
         """Stopping: wait (bounded) for the batches in flight, so their positions commit."""
@@ -172,15 +181,16 @@ class Mirror(MirrorLoop):
         if not len(tracker):
             return
         timeout = self.config.shutdown_timeout_s
-        log.info("mirror: stopping; waiting up to %.0fs for %d in-flight batches", timeout,
-                 len(tracker))
+        log.info("mirror: stopping; waiting up to %.0fs for %d in-flight batches", timeout, len(tracker))
         deadline = time.monotonic() + timeout
         while len(tracker) and time.monotonic() < deadline:
             self._wake.wait(min(0.2, max(deadline - time.monotonic(), 0)))
             self._settle()
         if len(tracker):
-            log.warning("mirror: the target did not acknowledge %d batches in time; they "
-                        "will be copied again by the next run", len(tracker))
+            log.warning(
+                "mirror: the target did not acknowledge %d batches in time; they will be copied again by the next run",
+                len(tracker),
+            )
 
     def _route(self, topic: str, partition: int, batch: RawBatch) -> list[tuple[int, bytes | memoryview]]:
         """Target partitions and bytes for a batch; waits (bounded) while the target is away.
@@ -240,16 +250,29 @@ class Mirror(MirrorLoop):
         self.metrics.gaps[(("topic", topic), ("partition", str(partition)))] += 1
         if self.config.on_gap == "skip":
             self.metrics.gap_bytes[(("topic", topic), ("partition", str(partition)))] += lost
-            log.warning("MIRROR GAP SKIPPED: %s-%d: offsets %d..%d were deleted by retention before "
-                        "being copied; %d bytes lost, resuming at %d (on_gap=skip)", topic,
-                        partition, offset, log_start, lost, log_start)
+            log.warning(
+                "MIRROR GAP SKIPPED: %s-%d: offsets %d..%d were deleted by retention before "
+                "being copied; %d bytes lost, resuming at %d (on_gap=skip)",
+                topic,
+                partition,
+                offset,
+                log_start,
+                lost,
+                log_start,
+            )
             return True
-        self.metrics.halted[(topic, partition)] = {"offset": offset, "log_start": log_start,
-                                                   "bytes_deleted": lost}
-        log.error("MIRROR PARTITION STOPPED: %s-%d: resume offset %d was deleted by retention "
-                  "(the log now starts at %d, %d bytes never copied). Nothing is skipped: "
-                  "set on_gap = \"skip\" or `logferry group seek` the mirror group past it, then "
-                  "restart.", topic, partition, offset, log_start, lost)
+        self.metrics.halted[(topic, partition)] = {"offset": offset, "log_start": log_start, "bytes_deleted": lost}
+        log.error(
+            "MIRROR PARTITION STOPPED: %s-%d: resume offset %d was deleted by retention "
+            "(the log now starts at %d, %d bytes never copied). Nothing is skipped: "
+            'set on_gap = "skip" or `logferry group seek` the mirror group past it, then '
+            "restart.",
+            topic,
+            partition,
+            offset,
+            log_start,
+            lost,
+        )
         return False
 
 

@@ -25,8 +25,7 @@ def grow_target(target: Admin, topic: str, target_n: int, source_n: int) -> int:
         return target_n
     try:
         grown = len(target.create_partitions(topic, source_n))
-        log.info("grew target topic %r from %d to %d partitions (as the source)", topic,
-                 target_n, grown)
+        log.info("grew target topic %r from %d to %d partitions (as the source)", topic, target_n, grown)
         return grown
     except InvalidPartitionsError:  # another mirror process grew it meanwhile
         return len(target.describe_topic(topic))

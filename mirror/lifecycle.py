@@ -63,25 +63,41 @@ class MirrorLoop:
         keep_receive_buffers()  # large fetch answers reuse heap memory (mirror/memory.py)
         if cfg.metrics_port:  # first: a taken port fails before anything connects
             try:
-                self._server = MetricsServer(self.metrics.registry, cfg.metrics_host,
-                                             cfg.metrics_port, name="mirror-metrics",
-                                             ssl_context=metrics_context(cfg.metrics_tls))
+                self._server = MetricsServer(
+                    self.metrics.registry,
+                    cfg.metrics_host,
+                    cfg.metrics_port,
+                    name="mirror-metrics",
+                    ssl_context=metrics_context(cfg.metrics_tls),
+                )
             except MetricsError as exc:
                 raise MirrorError(f"metrics.port: {exc}") from None
         try:
-            self._source = SimpleConsumer(zk=cfg.source_zk, tls=cfg.source_tls,
-                                          sasl=cfg.source_sasl, listener=cfg.source_listener)
-            self._admin = Admin(zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                listener=cfg.target_listener)
+            self._source = SimpleConsumer(
+                zk=cfg.source_zk, tls=cfg.source_tls, sasl=cfg.source_sasl, listener=cfg.source_listener
+            )
+            self._admin = Admin(
+                zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl, listener=cfg.target_listener
+            )
             self._connect()
             self._consumer = GroupConsumer(
-                cfg.group, pattern=cfg.topic_regex(), zk=cfg.source_zk, start=cfg.start,
-                auto_commit_ms=cfg.commit_interval_ms, session_timeout=cfg.session_timeout_s,
-                max_bytes=cfg.fetch_max_bytes, queue_bytes=cfg.queue_bytes,
-                consumer_id=cfg.consumer_id, raw_batches=True, on_gap=self._on_gap,
+                cfg.group,
+                pattern=cfg.topic_regex(),
+                zk=cfg.source_zk,
+                start=cfg.start,
+                auto_commit_ms=cfg.commit_interval_ms,
+                session_timeout=cfg.session_timeout_s,
+                max_bytes=cfg.fetch_max_bytes,
+                queue_bytes=cfg.queue_bytes,
+                consumer_id=cfg.consumer_id,
+                raw_batches=True,
+                on_gap=self._on_gap,
                 fetch_requests_per_broker=cfg.fetch_requests_per_broker,
-                fetch_window_bytes=cfg.fetch_window_bytes, tls=cfg.source_tls,
-                sasl=cfg.source_sasl, listener=cfg.source_listener)
+                fetch_window_bytes=cfg.fetch_window_bytes,
+                tls=cfg.source_tls,
+                sasl=cfg.source_sasl,
+                listener=cfg.source_listener,
+            )
         except LogferryError as exc:
             self._close_clients()
             if isinstance(exc, MirrorError):
@@ -91,9 +107,15 @@ class MirrorLoop:
         if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
             self._audit = self._make_audit(self._consumer.consumer_id)
             self._audit.start()
-        log.info("mirror %s%s: %s -> %s, topics %s, member %s", cfg.group,
-                 f" ({self.mode})" if self.mode else "", cfg.source_zk, cfg.target_zk,
-                 cfg.topic_regex(), self._consumer.consumer_id)
+        log.info(
+            "mirror %s%s: %s -> %s, topics %s, member %s",
+            cfg.group,
+            f" ({self.mode})" if self.mode else "",
+            cfg.source_zk,
+            cfg.target_zk,
+            cfg.topic_regex(),
+            self._consumer.consumer_id,
+        )
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish what is in flight and return (signal-safe)."""
@@ -114,9 +136,11 @@ class MirrorLoop:
                 inflight = self._inflight_bytes()
                 room = limit - inflight
                 if room > 0:
-                    batches = consumer.poll_batches(BUSY_POLL_S if inflight else POLL_TIMEOUT_S,
-                                                    min(self.config.poll_max_bytes, room),
-                                                    acknowledge=False)
+                    batches = consumer.poll_batches(
+                        BUSY_POLL_S if inflight else POLL_TIMEOUT_S,
+                        min(self.config.poll_max_bytes, room),
+                        acknowledge=False,
+                    )
                     if batches:
                         self._send(batches)
                 else:
@@ -177,10 +201,15 @@ class MirrorLoop:
         only, stop fetching it, retry it in ``refused_retry_s``. True if it was news."""
         news = self.refusals.refuse(topic, str(error), time.monotonic())
         if news:
-            log.error("MIRROR TOPIC REFUSED: %s (%s). Only %r is halted; the other topics "
-                      "go on; it is tried again every %.0fs, so `logferry acl add` resumes "
-                      "it without a restart.", error, type(error).__name__, topic,
-                      self.refusals.retry_s)
+            log.error(
+                "MIRROR TOPIC REFUSED: %s (%s). Only %r is halted; the other topics "
+                "go on; it is tried again every %.0fs, so `logferry acl add` resumes "
+                "it without a restart.",
+                error,
+                type(error).__name__,
+                topic,
+                self.refusals.retry_s,
+            )
         else:
             log.debug("mirror: %r still refused: %s", topic, error)
         self.metrics.refused[(("topic", topic),)] += 1

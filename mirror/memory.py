@@ -37,8 +37,7 @@ def keep_receive_buffers() -> bool:
         return False  # not glibc
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    accepted = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    accepted = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     if not accepted:
         log.debug("mirror: the allocator refused the buffer thresholds")
     return accepted

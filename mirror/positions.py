@@ -119,8 +119,9 @@ class Positions:
         if part is not None and part.state == REFUSED:
             part.state = RESYNC
 
-    def accept(self, tp: TopicPartition, offset: int, next_offset: int, messages: int,
-               nbytes: int) -> tuple[int, bool] | None:
+    def accept(
+        self, tp: TopicPartition, offset: int, next_offset: int, messages: int, nbytes: int
+    ) -> tuple[int, bool] | None:
         """A polled batch: ``(generation, start flag)`` if it is to be sent now, None if
         it is stale or the partition is not copying."""
         part = self.parts.get(tp)
@@ -132,8 +133,7 @@ class Positions:
         start, part.start_at_expect = part.start_at_expect, False
         return part.generation, start
 
-    def outcome(self, tp: TopicPartition, generation: int, offset: int,
-                ok: bool) -> Acked | None:
+    def outcome(self, tp: TopicPartition, generation: int, offset: int, ok: bool) -> Acked | None:
         """The target's answer to the append of the batch at ``offset``.
 
         Success: the batch is copied (returned; appends of a partition land in order).

@@ -31,11 +31,16 @@ from collections import deque
 from typing import Any
 
 from broker.client import (
-    Appender, AppendAtPart, PartitionNotOwnedError,
+    AppendAtPart,
+    Appender,
+    PartitionNotOwnedError,
     RawBatch,
 )
 from broker.common.errors import (
-    AuthorizationError, InvalidOffsetError, LogferryError, OffsetMismatchError,
+    AuthorizationError,
+    InvalidOffsetError,
+    LogferryError,
+    OffsetMismatchError,
     OffsetOutOfRangeError,
 )
 from mirror.audit import MirrorAudit
@@ -54,7 +59,6 @@ ASSIGNMENT_EVERY_S = 0.5
 SOURCE_CATCH_UP_S = 15.0
 """How long a target that ends past the source's visible end waits for the source (a
 source leader change) before it counts as diverged."""
-
 
 
 class PreservingMirror(MirrorLoop):
@@ -78,11 +82,15 @@ class PreservingMirror(MirrorLoop):
     def _connect(self) -> None:
         cfg = self.config
         assert self._source is not None and self._admin is not None
-        self._appender = Appender(cfg.target_zk, acks=cfg.target_acks,
-                                  request_timeout=cfg.request_timeout_s,
-                                  max_request_bytes=cfg.max_request_bytes,
-                                  tls=cfg.target_tls, sasl=cfg.target_sasl,
-                                  listener=cfg.target_listener)
+        self._appender = Appender(
+            cfg.target_zk,
+            acks=cfg.target_acks,
+            request_timeout=cfg.request_timeout_s,
+            max_request_bytes=cfg.max_request_bytes,
+            tls=cfg.target_tls,
+            sasl=cfg.target_sasl,
+            listener=cfg.target_listener,
+        )
         self._router = Router(self._source, self._admin)
 
     def _make_audit(self, member: str) -> MirrorAudit:
@@ -128,8 +136,7 @@ class PreservingMirror(MirrorLoop):
             if tp not in positions.parts:
                 positions.track(tp)
                 self._resync(tp)
-            accepted = positions.accept(tp, batch.offset, batch.next_offset, batch.count,
-                                        len(batch.raw))
+            accepted = positions.accept(tp, batch.offset, batch.next_offset, batch.count, len(batch.raw))
             if accepted is None:
                 continue  # stale (fetched before the seek to the target's end) or halted
             generation, start_flag = accepted
@@ -151,11 +158,9 @@ class PreservingMirror(MirrorLoop):
                 sent[id(part)] = (generation, [b.offset for b in raws])
                 parts.append(part)
         if parts:
-            self._appender.send(parts, lambda part, error, answer: self._on_done(
-                part, *sent[id(part)], error))
+            self._appender.send(parts, lambda part, error, answer: self._on_done(part, *sent[id(part)], error))
 
-    def _on_done(self, part: AppendAtPart, generation: int, offsets: list[int],
-                 error: LogferryError | None) -> None:
+    def _on_done(self, part: AppendAtPart, generation: int, offsets: list[int], error: LogferryError | None) -> None:
         """Reader thread: queue the outcome (for each batch of the part) for the copy loop."""
         self._events.append(("done", (part.topic, part.partition), generation, offsets, error))
         self._wake.set()
@@ -171,26 +176,44 @@ class PreservingMirror(MirrorLoop):
             event = events.popleft()
             if event[0] == "gap":
                 _, tp, offset, log_start = event
-                self._diverged(tp, f"the source's log now starts at {log_start}, past the "
-                                   f"mirror's position {offset}: retention on the source deleted "
-                                   f"{log_start - offset} bytes before they were copied")
+                self._diverged(
+                    tp,
+                    f"the source's log now starts at {log_start}, past the "
+                    f"mirror's position {offset}: retention on the source deleted "
+                    f"{log_start - offset} bytes before they were copied",
+                )
                 continue
             _, tp, generation, offsets, error = event
-            if isinstance(error, AuthorizationError) and positions.parts.get(tp) is not None \
-                    and generation == positions.parts[tp].generation:
+            if (
+                isinstance(error, AuthorizationError)
+                and positions.parts.get(tp) is not None
+                and generation == positions.parts[tp].generation
+            ):
                 self._refuse_topic(tp[0], error)  # that topic only; the loop goes on
-            if error is not None and not error.retriable \
-                    and not isinstance(error, OffsetMismatchError) \
-                    and positions.parts.get(tp) is not None \
-                    and generation == positions.parts[tp].generation:
+            if (
+                error is not None
+                and not error.retriable
+                and not isinstance(error, OffsetMismatchError)
+                and positions.parts.get(tp) is not None
+                and generation == positions.parts[tp].generation
+            ):
                 raise DeliveryFailedError(
                     f"the target refused the batches of {tp[0]}-{tp[1]} from offset "
                     f"{offsets[0]} for good ({type(error).__name__}: {error}); nothing after "
-                    "them was copied")
-            if error is not None and positions.parts.get(tp) is not None \
-                    and generation == positions.parts[tp].generation:
-                log.info("mirror: %s-%d: append at %d failed (%s); resuming from the target's "
-                         "log end", tp[0], tp[1], offsets[0], error)
+                    "them was copied"
+                )
+            if (
+                error is not None
+                and positions.parts.get(tp) is not None
+                and generation == positions.parts[tp].generation
+            ):
+                log.info(
+                    "mirror: %s-%d: append at %d failed (%s); resuming from the target's log end",
+                    tp[0],
+                    tp[1],
+                    offsets[0],
+                    error,
+                )
             for offset in offsets:  # a failure sends the partition to resync at the first
                 if self._audit is not None:
                     self._audit.appended(tp, offset, error is None)
@@ -256,15 +279,13 @@ class PreservingMirror(MirrorLoop):
             self._refuse_topic(topic, exc)
             return
         except LogferryError as exc:
-            raise MirrorError(f"cannot learn where {topic}-{partition} ends on the target "
-                              f"within {deadline:.0f}s: {exc}") from exc
-        target = TargetEnd(answer.start, answer.end, answer.last, answer.last_len,
-                           answer.last_crc)
-        plan = plan_resume(target, source.start, source.end, self.config.start,
-                           self.config.on_gap)
+            raise MirrorError(
+                f"cannot learn where {topic}-{partition} ends on the target within {deadline:.0f}s: {exc}"
+            ) from exc
+        target = TargetEnd(answer.start, answer.end, answer.last, answer.last_len, answer.last_crc)
+        plan = plan_resume(target, source.start, source.end, self.config.start, self.config.on_gap)
         waited = 0.0
-        while plan.diverged and target.end > source.end and waited < SOURCE_CATCH_UP_S \
-                and not self.stopping.is_set():
+        while plan.diverged and target.end > source.end and waited < SOURCE_CATCH_UP_S and not self.stopping.is_set():
             # A new source leader's visible end may trail its predecessor's for a moment:
             # give it time before calling the target ahead of the source.
             time.sleep(0.5)
@@ -273,8 +294,7 @@ class PreservingMirror(MirrorLoop):
                 source = self._source.offsets(topic, partition)
             except LogferryError:
                 continue
-            plan = plan_resume(target, source.start, source.end, self.config.start,
-                               self.config.on_gap)
+            plan = plan_resume(target, source.start, source.end, self.config.start, self.config.on_gap)
         problem = plan.diverged
         if problem is None and plan.verify_last:
             problem = batch_differs(target, self._source_batch(topic, partition, target.last))
@@ -289,8 +309,13 @@ class PreservingMirror(MirrorLoop):
             self.positions.forget(tp)
             return
         self.positions.resynced(tp, plan.position, plan.start_flag)
-        log.info("mirror: %s-%d resumes at the target's end %d%s", topic, partition,
-                 plan.position, " (an empty target starting there)" if plan.start_flag else "")
+        log.info(
+            "mirror: %s-%d resumes at the target's end %d%s",
+            topic,
+            partition,
+            plan.position,
+            " (an empty target starting there)" if plan.start_flag else "",
+        )
 
     def _source_batch(self, topic: str, partition: int, offset: int) -> bytes | None:
         assert self._source is not None
@@ -304,8 +329,10 @@ class PreservingMirror(MirrorLoop):
 
     def _not_a_boundary(self, topic: str, partition: int, offset: int) -> str | None:
         if self._source_batch(topic, partition, offset) is None:
-            return (f"the target ends at {offset}, which is no batch boundary of the source: "
-                    "the target was written by someone else")
+            return (
+                f"the target ends at {offset}, which is no batch boundary of the source: "
+                "the target was written by someone else"
+            )
         return None
 
     def _check_topic(self, topic: str, partition: int) -> str | None:
@@ -323,10 +350,12 @@ class PreservingMirror(MirrorLoop):
             raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
         problem = None
         if source_n != target_n:
-            problem = (f"target topic {topic!r} has {target_n} partitions and the source "
-                       f"{source_n}: an offset-preserving copy needs the same count (give the "
-                       f"target topic {source_n} partitions, or set mode = \"produce\" to "
-                       "re-hash)")
+            problem = (
+                f"target topic {topic!r} has {target_n} partitions and the source "
+                f"{source_n}: an offset-preserving copy needs the same count (give the "
+                f'target topic {source_n} partitions, or set mode = "produce" to '
+                "re-hash)"
+            )
         self._checked_topics[topic] = (problem, source_n)
         return problem
 
@@ -343,9 +372,14 @@ class PreservingMirror(MirrorLoop):
         self.positions.halt(tp, reason)
         self.metrics.diverged[(("topic", tp[0]), ("partition", str(tp[1])))] += 1
         self.metrics.halted[tp] = {"diverged": reason}
-        log.error("MIRROR PARTITION DIVERGED: %s-%d: %s. Nothing was spliced; the partition "
-                  "stops until the target is repaired (delete and recreate the target topic to "
-                  "copy it again) and the mirror restarts.", tp[0], tp[1], reason)
+        log.error(
+            "MIRROR PARTITION DIVERGED: %s-%d: %s. Nothing was spliced; the partition "
+            "stops until the target is repaired (delete and recreate the target topic to "
+            "copy it again) and the mirror restarts.",
+            tp[0],
+            tp[1],
+            reason,
+        )
 
     def _on_gap(self, topic: str, partition: int, offset: int, log_start: int) -> bool:
         """Fetcher thread: the source deleted the position the target ends at."""

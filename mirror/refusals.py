@@ -88,8 +88,10 @@ class Refusals:
 
     def document(self) -> dict[str, dict[str, object]]:
         """For the status file: topic -> state, reason, refusals, since."""
-        return {t: {"state": r.state, "reason": r.reason, "refusals": r.attempts,
-                    "since": r.since} for t, r in sorted(self.topics.items())}
+        return {
+            t: {"state": r.state, "reason": r.reason, "refusals": r.attempts, "since": r.since}
+            for t, r in sorted(self.topics.items())
+        }
 
     def __len__(self) -> int:
         return len(self.topics)

@@ -47,8 +47,9 @@ class Plan(NamedTuple):
     """Why the partition must stop (then the other fields do not matter)."""
 
 
-def plan_resume(target: TargetEnd, source_start: int, source_end: int, start: str = "earliest",
-                on_gap: str = "stop") -> Plan:
+def plan_resume(
+    target: TargetEnd, source_start: int, source_end: int, start: str = "earliest", on_gap: str = "stop"
+) -> Plan:
     """Decide where to resume; see the module docstring."""
     if target.end == target.start:  # empty
         if target.end == 0:
@@ -58,11 +59,9 @@ def plan_resume(target: TargetEnd, source_start: int, source_end: int, start: st
             return Plan(target.end, False, False, target.end < source_end, None)
         if target.end < source_start and on_gap == "skip":
             return Plan(source_start, True, False, False, None)
-        return Plan(target.end, False, False, False, _outside(target.end, source_start,
-                                                              source_end, empty=True))
+        return Plan(target.end, False, False, False, _outside(target.end, source_start, source_end, empty=True))
     if not source_start <= target.end <= source_end:
-        return Plan(target.end, False, False, False, _outside(target.end, source_start,
-                                                              source_end, empty=False))
+        return Plan(target.end, False, False, False, _outside(target.end, source_start, source_end, empty=False))
     if target.last >= source_start:
         return Plan(target.end, False, True, False, None)
     return Plan(target.end, False, False, target.end < source_end, None)
@@ -70,23 +69,32 @@ def plan_resume(target: TargetEnd, source_start: int, source_end: int, start: st
 
 def _outside(end: int, source_start: int, source_end: int, empty: bool) -> str:
     if end < source_start:
-        return (f"the target ends at {end} but the source's log now starts at {source_start}: "
-                f"retention on the source deleted {source_start - end} bytes the target never "
-                "got" + (" (on_gap = \"skip\" restarts an empty target there)" if empty else ""))
-    return (f"the target ends at {end}, past the source's end {source_end}: the target holds "
-            "bytes the source does not have (written by someone else, or the source lost them)")
+        return (
+            f"the target ends at {end} but the source's log now starts at {source_start}: "
+            f"retention on the source deleted {source_start - end} bytes the target never "
+            "got" + (' (on_gap = "skip" restarts an empty target there)' if empty else "")
+        )
+    return (
+        f"the target ends at {end}, past the source's end {source_end}: the target holds "
+        "bytes the source does not have (written by someone else, or the source lost them)"
+    )
 
 
 def batch_differs(target: TargetEnd, source_batch: bytes | memoryview | None) -> str | None:
     """Why the source's batch at ``target.last`` is not the target's last batch (None: same)."""
     import zlib
+
     if source_batch is None:
-        return (f"offset {target.last} (the target's last batch) is no batch of the source: the "
-                "target was written by someone else")
+        return (
+            f"offset {target.last} (the target's last batch) is no batch of the source: the "
+            "target was written by someone else"
+        )
     if len(source_batch) != target.last_len or zlib.crc32(source_batch) != target.last_crc:
-        return (f"the target's last batch at offset {target.last} ({target.last_len} bytes) "
-                f"differs from the source's batch there ({len(source_batch)} bytes): the target "
-                "was written by someone else")
+        return (
+            f"the target's last batch at offset {target.last} ({target.last_len} bytes) "
+            f"differs from the source's batch there ({len(source_batch)} bytes): the target "
+            "was written by someone else"
+        )
     return None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from broker.client import CODEC_NONE, CODECS, Admin, SimpleConsumer, compress_batch, decode_batch, encode_batch
 from broker.common.errors import TopicExistsError, UnknownTopicOrPartitionError
@@ -29,16 +29,16 @@ RECHECK_S = 30.0
 """Partition counts are looked up again after this long (sources may grow)."""
 
 
-def rehash(batch_bytes: bytes | memoryview, source_partition: int,
-           target_count: int, codec: int = CODEC_NONE) -> dict[int, bytes]:
+def rehash(
+    batch_bytes: bytes | memoryview, source_partition: int, target_count: int, codec: int = CODEC_NONE
+) -> dict[int, bytes]:
     """Split one batch into one re-encoded batch per target partition (the fallback).
 
     The parts keep the batch's codec; an uncompressed batch's parts get ``codec``, and
     so do those of a Kafka producer's snappy batch (logferry batches have no snappy).
     """
     batch = decode_batch(batch_bytes)
-    codec = batch.codec if batch.codec in CODECS.values() and batch.codec != CODEC_NONE \
-        else codec
+    codec = batch.codec if batch.codec in CODECS.values() and batch.codec != CODEC_NONE else codec
     keys = batch.keys or [None] * len(batch.values)
     stamps = batch.timestamps
     groups: dict[int, tuple[list[bytes | None], list[bytes], list[int]]] = {}
@@ -48,15 +48,22 @@ def rehash(batch_bytes: bytes | memoryview, source_partition: int,
         ks.append(key)
         vs.append(value)
         tss.append(ts)
-    return {p: encode_batch(vs, ks if any(k is not None for k in ks) else None, tss, codec)
-            for p, (ks, vs, tss) in groups.items()}
+    return {
+        p: encode_batch(vs, ks if any(k is not None for k in ks) else None, tss, codec)
+        for p, (ks, vs, tss) in groups.items()
+    }
 
 
 class Router:
     """Knows (and creates) target topics; maps each source batch to target batches."""
 
-    def __init__(self, source: SimpleConsumer, target: Admin,
-                 on_rehash: Callable[[str], None] | None = None, codec: int = CODEC_NONE):
+    def __init__(
+        self,
+        source: SimpleConsumer,
+        target: Admin,
+        on_rehash: Callable[[str], None] | None = None,
+        codec: int = CODEC_NONE,
+    ):
         self.source = source
         self.target = target
         self.on_rehash = on_rehash
@@ -76,17 +83,21 @@ class Router:
         source_n = max(source_n, partition + 1)
         target_n = self._target_count(topic, source_n)
         if target_n < source_n and (cached is None or cached[1] >= cached[0]):
-            log.error("MIRROR PARTITIONS NOT PRESERVED: target topic %r has %d partitions, the "
-                      "source has %d; its messages are re-hashed by key (order kept per key only). "
-                      "Give the target topic %d partitions to keep partitions.",
-                      topic, target_n, source_n, source_n)
+            log.error(
+                "MIRROR PARTITIONS NOT PRESERVED: target topic %r has %d partitions, the "
+                "source has %d; its messages are re-hashed by key (order kept per key only). "
+                "Give the target topic %d partitions to keep partitions.",
+                topic,
+                target_n,
+                source_n,
+                source_n,
+            )
         self._counts[topic] = (source_n, target_n, now)
         return source_n, target_n
 
     def _target_count(self, topic: str, source_n: int) -> int:
         try:
-            return grow_target(self.target, topic, len(self.target.describe_topic(topic)),
-                               source_n)
+            return grow_target(self.target, topic, len(self.target.describe_topic(topic)), source_n)
         except UnknownTopicOrPartitionError:
             pass
         try:
@@ -96,8 +107,7 @@ class Router:
         except TopicExistsError:  # another mirror process was quicker
             return len(self.target.describe_topic(topic))
 
-    def route(self, topic: str, partition: int,
-              raw: memoryview | bytes) -> list[tuple[int, bytes | memoryview]]:
+    def route(self, topic: str, partition: int, raw: memoryview | bytes) -> list[tuple[int, bytes | memoryview]]:
         """``[(target partition, batch bytes)]`` for one source batch."""
         source_n, target_n = self.counts(topic, partition)
         if target_n >= source_n:

@@ -14,8 +14,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from broker.common.metrics import Labels, Metrics
 
@@ -31,31 +32,38 @@ class MirrorMetrics:
         self.messages = self.registry.counter("messages_total", "Messages copied, acknowledged by the target")
         self.bytes = self.registry.counter("bytes_total", "Batch bytes copied, acknowledged by the target")
         self.batches = self.registry.counter("batches_total", "Batches copied as they are")
-        self.rehashed = self.registry.counter("rehashed_batches_total",
-                                              "Batches decoded and re-hashed (target has fewer partitions)")
-        self.gap_bytes = self.registry.counter("gap_bytes_skipped_total",
-                                               "Source bytes deleted by retention before being copied (on_gap=skip)")
+        self.rehashed = self.registry.counter(
+            "rehashed_batches_total", "Batches decoded and re-hashed (target has fewer partitions)"
+        )
+        self.gap_bytes = self.registry.counter(
+            "gap_bytes_skipped_total", "Source bytes deleted by retention before being copied (on_gap=skip)"
+        )
         self.gaps = self.registry.counter("gaps_total", "Resume offsets found deleted by retention")
         self.diverged = self.registry.counter(
-            "diverged_total", "Partitions stopped because the target is no copy of the source "
-            "(offset-preserving mode)")
+            "diverged_total", "Partitions stopped because the target is no copy of the source (offset-preserving mode)"
+        )
         self.refused = self.registry.counter(
-            "refused_total", "Times the target refused a topic for want of an ACL (the topic "
-            "halts alone and is retried every refused_retry_s)")
+            "refused_total",
+            "Times the target refused a topic for want of an ACL (the topic "
+            "halts alone and is retried every refused_retry_s)",
+        )
         self.halted: dict[tuple[str, int], dict[str, Any]] = {}
         self.consumer_metrics = consumer_metrics
         self._samples: deque[tuple[float, float, float]] = deque()
         self._lock = threading.Lock()
         self.started = time.time()
-        self.registry.gauge_source(self._gauges, {
-            "lag_bytes": "Bytes between the mirror's position and the source's visible end",
-            "lag_messages_estimate": "Lag in messages, estimated from copied bytes per message",
-            "messages_per_second": f"Copy rate over the last {WINDOW_S:g} s",
-            "bytes_per_second": f"Copy rate over the last {WINDOW_S:g} s",
-            "partition_halted": "1 when a partition stopped (a retention gap with on_gap=stop, or "
-                                "a diverged target)",
-            "partitions_owned": "Source partitions this process copies now",
-        })
+        self.registry.gauge_source(
+            self._gauges,
+            {
+                "lag_bytes": "Bytes between the mirror's position and the source's visible end",
+                "lag_messages_estimate": "Lag in messages, estimated from copied bytes per message",
+                "messages_per_second": f"Copy rate over the last {WINDOW_S:g} s",
+                "bytes_per_second": f"Copy rate over the last {WINDOW_S:g} s",
+                "partition_halted": "1 when a partition stopped (a retention gap with on_gap=stop, or "
+                "a diverged target)",
+                "partitions_owned": "Source partitions this process copies now",
+            },
+        )
 
     def record(self, topic: str, batches: int, messages: int, nbytes: int) -> None:
         """Count batches the target acknowledged."""
@@ -91,11 +99,14 @@ class MirrorMetrics:
             label = (("topic", topic),)
             copied_bytes, copied_msgs = self.bytes.get(label, 0.0), self.messages.get(label, 0.0)
             lag = p.get("lag_bytes")
-            estimate = (lag * copied_msgs / copied_bytes if lag is not None and copied_bytes
-                        else None)
-            out[name] = {"position": p.get("position"), "log_end": p.get("log_end"),
-                         "lag_bytes": lag, "lag_messages_estimate": estimate,
-                         "active": p.get("active")}
+            estimate = lag * copied_msgs / copied_bytes if lag is not None and copied_bytes else None
+            out[name] = {
+                "position": p.get("position"),
+                "log_end": p.get("log_end"),
+                "lag_bytes": lag,
+                "lag_messages_estimate": estimate,
+                "active": p.get("active"),
+            }
         return out
 
     def _gauges(self) -> Iterable[tuple[str, Labels, float]]:
@@ -111,19 +122,24 @@ class MirrorMetrics:
                 yield "lag_bytes", labels, float(p["lag_bytes"])
             if p["lag_messages_estimate"] is not None:
                 yield "lag_messages_estimate", labels, float(p["lag_messages_estimate"])
-        for (halted_topic, halted_partition) in list(self.halted):
+        for halted_topic, halted_partition in list(self.halted):
             yield "partition_halted", (("topic", halted_topic), ("partition", str(halted_partition))), 1.0
 
     def document(self) -> dict[str, Any]:
         """The status document (JSON-able)."""
         msgs, nbytes = self.rates()
-        return {"pid": os.getpid(), "time": time.time(), "started": self.started,
-                "messages_total": sum(self.messages.values()),
-                "bytes_total": sum(self.bytes.values()),
-                "messages_per_second": msgs, "bytes_per_second": nbytes,
-                "gap_bytes_skipped": sum(self.gap_bytes.values()),
-                "halted": {f"{t}-{p}": v for (t, p), v in self.halted.items()},
-                "partitions": self.partitions()}
+        return {
+            "pid": os.getpid(),
+            "time": time.time(),
+            "started": self.started,
+            "messages_total": sum(self.messages.values()),
+            "bytes_total": sum(self.bytes.values()),
+            "messages_per_second": msgs,
+            "bytes_per_second": nbytes,
+            "gap_bytes_skipped": sum(self.gap_bytes.values()),
+            "halted": {f"{t}-{p}": v for (t, p), v in self.halted.items()},
+            "partitions": self.partitions(),
+        }
 
 
 def write_status_file(path: str | Path, document: dict[str, Any]) -> None:

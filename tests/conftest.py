@@ -9,8 +9,8 @@ reports, and printing the logs of the servers a failed test used.
 from __future__ import annotations
 
 import sys
+from collections.abc import Generator
 from pathlib import Path
-from typing import Generator
 
 import pytest
 

@@ -21,20 +21,30 @@ Case semantics (see docs/benchmarks.md):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from peers.base import (
-    LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
-    free_port, port_open, wait_until,
+    LOOPBACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Server,
+    Stopwatch,
+    System,
+    disk_bytes,
+    free_port,
+    port_open,
+    wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
-import contextlib
 
 HERE = Path(__file__).resolve().parent
 HOME = Path("/usr/share/activemq")
@@ -128,23 +138,29 @@ class ActiveMQ(System):
             folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         argv = [
-            "java", f"-Xms{HEAP}", f"-Xmx{HEAP}",
+            "java",
+            f"-Xms{HEAP}",
+            f"-Xmx{HEAP}",
             "--add-opens=java.base/java.lang=ALL-UNNAMED",
             "--add-opens=java.base/java.util=ALL-UNNAMED",
             "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
             "--add-opens=java.base/java.io=ALL-UNNAMED",
             "--add-opens=java.base/java.net=ALL-UNNAMED",
             "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-            f"-Dactivemq.home={HOME}", f"-Dactivemq.base={workdir}",
-            f"-Dactivemq.conf={HERE}", f"-Dactivemq.data={self.data}",
+            f"-Dactivemq.home={HOME}",
+            f"-Dactivemq.base={workdir}",
+            f"-Dactivemq.conf={HERE}",
+            f"-Dactivemq.data={self.data}",
             f"-Djava.io.tmpdir={tmp}",
             f"-Dlog4j.configuration=file:{HERE / 'log4j.properties'}",
             f"-Dbench.stomp.port={self.port}",
-            "-jar", str(JAR), "start", f"xbean:file:{HERE / 'activemq.xml'}",
+            "-jar",
+            str(JAR),
+            "start",
+            f"xbean:file:{HERE / 'activemq.xml'}",
         ]
         self.server = Server("activemq", argv, workdir / "server.log", cwd=workdir)
-        wait_until(lambda: port_open(self.port), START_TIMEOUT, "ActiveMQ STOMP listener",
-                   self.server)
+        wait_until(lambda: port_open(self.port), START_TIMEOUT, "ActiveMQ STOMP listener", self.server)
         self.conn = self._connect()
 
     def _connect(self) -> Any:
@@ -168,8 +184,7 @@ class ActiveMQ(System):
         if self.listener.error:
             raise CaseFailed(f"ActiveMQ: {self.listener.error}")
 
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """``count - 1`` SENDs without receipt, then one SEND with a receipt."""
         send, destination = self.conn.send, f"/queue/{dest}"
         headers = {"persistent": "true"}
@@ -184,8 +199,9 @@ class ActiveMQ(System):
         self._wait_receipt(event, "the last message", deadline)
         clock.stop()
 
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """BEGIN, ``per_ack`` SENDs, COMMIT with a receipt; wait for it; repeat."""
         send, destination = self.conn.send, f"/queue/{dest}"
         sent = 0
@@ -210,8 +226,7 @@ class ActiveMQ(System):
         listener.all_in.clear()
         sub = f"s{next(self._ids)}"
         clock.start()
-        self.conn.subscribe(f"/queue/{dest}", sub, ack="auto",
-                            headers={"activemq.prefetchSize": str(PREFETCH)})
+        self.conn.subscribe(f"/queue/{dest}", sub, ack="auto", headers={"activemq.prefetchSize": str(PREFETCH)})
         listener.all_in.wait(max(deadline.remaining(), 0.1))
         clock.stop()
         got = listener.count
@@ -219,8 +234,7 @@ class ActiveMQ(System):
         if listener.error:
             raise CaseFailed(f"ActiveMQ: {listener.error}")
         if got < count:
-            raise CaseFailed(f"ActiveMQ consumer got {got} of {count} messages within "
-                             f"{deadline.seconds:.0f} s")
+            raise CaseFailed(f"ActiveMQ consumer got {got} of {count} messages within {deadline.seconds:.0f} s")
         return got
 
     def storage_bytes(self, dest: str) -> int:
@@ -230,7 +244,7 @@ class ActiveMQ(System):
             raise PeerUnavailable("ActiveMQ is not started")
         return disk_bytes(self.data / "kahadb")
 
-    def latency_client(self) -> "ActiveMQLatency":
+    def latency_client(self) -> ActiveMQLatency:
         """The STOMP port; see the module docstring for the settings."""
         return ActiveMQLatency(self.port)
 
@@ -239,8 +253,7 @@ def _connect(port: int, listener: Any) -> Any:
     """A STOMP 1.2 connection with TCP_NODELAY and ``listener`` attached."""
     import stomp
 
-    conn = stomp.Connection12([(LOOPBACK, port)], auto_decode=False,
-                              try_loopback_connect=False)
+    conn = stomp.Connection12([(LOOPBACK, port)], auto_decode=False, try_loopback_connect=False)
     conn.set_listener("bench", listener)
     conn.connect(wait=True)
     conn.transport.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -265,16 +278,21 @@ class ActiveMQLatency:
 
     port: int
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         listener = _Forward(on_value)
         listener.target = count
         conn = _connect(self.port, listener)
         try:
             receipt = "subscribed"
             event = listener.expect(receipt)
-            conn.subscribe(f"/queue/{dest}", "lat", ack="auto",
-                           headers={"activemq.prefetchSize": str(PREFETCH), "receipt": receipt})
+            conn.subscribe(
+                f"/queue/{dest}",
+                "lat",
+                ack="auto",
+                headers={"activemq.prefetchSize": str(PREFETCH), "receipt": receipt},
+            )
             event.wait(30)
             ready()
             listener.all_in.wait(timeout)
@@ -296,7 +314,6 @@ class ActiveMQLatency:
                     headers = {"persistent": "true", "receipt": "last"}
                 send(destination, message.value, headers=headers)
             if not event.wait(timeout) or listener.error:
-                raise CaseFailed(f"ActiveMQ: no receipt after the last message "
-                                 f"({listener.error or 'timeout'})")
+                raise CaseFailed(f"ActiveMQ: no receipt after the last message ({listener.error or 'timeout'})")
         finally:
             conn.disconnect()

@@ -10,6 +10,7 @@ defines it (see ``docs/benchmarks.md``), and never earlier.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import random
 import signal
@@ -17,9 +18,9 @@ import socket
 import string
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
-import contextlib
+from typing import Any
 
 PAYLOAD_SIZE = 200
 """Message size of the paper's experiment (section 5): 200 bytes."""
@@ -108,14 +109,14 @@ class System(abc.ABC):
         """Start the server(s) on 127.0.0.1 with data under ``workdir``; wait until ready."""
 
     @abc.abstractmethod
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """Send ``count`` messages one per call without acks; stop the clock once the
         broker confirmed the last one (so it holds all of them)."""
 
     @abc.abstractmethod
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """Send ``count`` messages in groups of ``per_ack``, waiting for the broker's
         acknowledgement of each group before sending the next."""
 
@@ -160,15 +161,22 @@ class Server:
     stopped as one process group, by id, and do not receive the terminal's Ctrl-C
     before the harness has had a chance to stop them in order."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path,
-                 env: dict[str, str] | None = None, cwd: Path | None = None):
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ):
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")  # noqa: SIM115 - the process's log while it runs; closed in stop()
         self.proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env=env, cwd=cwd, start_new_session=True)
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -210,15 +218,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until(probe: Callable[[], bool], timeout: float, what: str,
-               server: Server | None = None, interval: float = 0.2) -> None:
+def wait_until(
+    probe: Callable[[], bool], timeout: float, what: str, server: Server | None = None, interval: float = 0.2
+) -> None:
     """Call ``probe`` until it returns True; raise :class:`PeerUnavailable` after
     ``timeout`` seconds or as soon as ``server`` died (with its last log lines)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if server is not None and not server.alive():
-            raise PeerUnavailable(f"{what}: the server exited (code {server.proc.returncode})"
-                                  f"; last log lines:\n{server.log_tail()}")
+            raise PeerUnavailable(
+                f"{what}: the server exited (code {server.proc.returncode}); last log lines:\n{server.log_tail()}"
+            )
         try:
             if probe():
                 return

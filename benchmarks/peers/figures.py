@@ -12,8 +12,13 @@ from pathlib import Path
 
 from peers.report import CONSUME, PRODUCE_1, PRODUCE_50, Results, throughput_rows
 
-COLORS = {"logferry": "#1b7837", "RabbitMQ": "#f1a340", "ActiveMQ": "#5e3c99",
-          "NATS JetStream": "#2166ac", "Redis Streams": "#b2182b"}
+COLORS = {
+    "logferry": "#1b7837",
+    "RabbitMQ": "#f1a340",
+    "ActiveMQ": "#5e3c99",
+    "NATS JetStream": "#2166ac",
+    "Redis Streams": "#b2182b",
+}
 
 
 def draw(results: Results, out_dir: Path) -> list[Path]:
@@ -27,8 +32,9 @@ def draw(results: Results, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, title, cases in (
-            ("producer.png", "Producer performance (200 B messages)", (PRODUCE_1, PRODUCE_50)),
-            ("consumer.png", "Consumer performance (200 B messages)", (CONSUME,))):
+        ("producer.png", "Producer performance (200 B messages)", (PRODUCE_1, PRODUCE_50)),
+        ("consumer.png", "Consumer performance (200 B messages)", (CONSUME,)),
+    ):
         path = out_dir / name
         _bars(results, title, cases, path)
         paths.append(path)
@@ -52,18 +58,30 @@ def _bars(results: Results, title: str, cases: tuple[str, ...], path: Path) -> N
             heights.append(row.rate)
             low.append(row.rate - row.low)
             high.append(row.high - row.rate)
-        bars = ax.bar(xs, heights, width * 0.95, label=system,
-                      color=COLORS.get(system, "#888888"),
-                      yerr=[low, high], capsize=3, ecolor="#333333")
+        bars = ax.bar(
+            xs,
+            heights,
+            width * 0.95,
+            label=system,
+            color=COLORS.get(system, "#888888"),
+            yerr=[low, high],
+            capsize=3,
+            ecolor="#333333",
+        )
         for bar, value, above in zip(bars, heights, high, strict=True):
-            ax.annotate(f"{value:,.0f}", (bar.get_x() + bar.get_width() / 2, value + above),
-                        xytext=(0, 3), textcoords="offset points", ha="center",
-                        va="bottom", fontsize=8)
+            ax.annotate(
+                f"{value:,.0f}",
+                (bar.get_x() + bar.get_width() / 2, value + above),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     ax.set_xticks(range(len(cases)), [c.replace(", ", "\n", 1) for c in cases])
     ax.set_ylabel("messages per second (median of runs)")
     ax.set_yscale("log")
-    ax.set_title(f"{title}\n{results.messages:,} messages per run, {results.runs} run(s)",
-                 fontsize=10)
+    ax.set_title(f"{title}\n{results.messages:,} messages per run, {results.runs} run(s)", fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()

@@ -20,8 +20,7 @@ from peers.base import PeerUnavailable
 REPO = Path(__file__).resolve().parents[2]
 
 # import name of each distribution of the bench extra
-IMPORT_NAMES = {"pika": "pika", "stomp.py": "stomp", "matplotlib": "matplotlib",
-                "nats-py": "nats", "redis": "redis"}
+IMPORT_NAMES = {"pika": "pika", "stomp.py": "stomp", "matplotlib": "matplotlib", "nats-py": "nats", "redis": "redis"}
 
 APT_TIMEOUT = 900.0
 PIP_TIMEOUT = 600.0
@@ -50,14 +49,19 @@ def ensure_python_module(dist: str) -> None:
     spec = next((r for r in bench_requirements() if _dist_name(r) == dist), dist)
     print(f"[install] pip install {spec!r} into {sys.prefix}", flush=True)
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", spec],
-                              capture_output=True, text=True, timeout=PIP_TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", spec],
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         raise PeerUnavailable(f"pip install {spec} took more than {PIP_TIMEOUT:.0f} s") from None
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-        raise PeerUnavailable(f"pip install {spec} failed:\n{tail}\n"
-                              f"Install it yourself: {sys.executable} -m pip install '{spec}'")
+        raise PeerUnavailable(
+            f"pip install {spec} failed:\n{tail}\nInstall it yourself: {sys.executable} -m pip install '{spec}'"
+        )
     importlib.invalidate_caches()
     if importlib.util.find_spec(module) is None:
         raise PeerUnavailable(f"{spec} installed but '{module}' still cannot be imported")
@@ -75,11 +79,14 @@ def ensure_apt_package(package: str, probe: Path) -> None:
         return
     command = f"apt-get install -y --no-install-recommends {package}"
     if shutil.which("apt-get") is None:
-        raise PeerUnavailable(f"{package} is not installed and this is not a Debian-like "
-                              f"system (no apt-get); install {package} by hand")
+        raise PeerUnavailable(
+            f"{package} is not installed and this is not a Debian-like system (no apt-get); install {package} by hand"
+        )
     if os.geteuid() != 0:
-        raise PeerUnavailable(f"{package} is not installed and installing it needs root: "
-                              f"run 'sudo {command}' (or scripts/install-bench-deps.sh as root)")
+        raise PeerUnavailable(
+            f"{package} is not installed and installing it needs root: "
+            f"run 'sudo {command}' (or scripts/install-bench-deps.sh as root)"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for attempt in ("install", "update+install"):
         if attempt == "update+install":
@@ -90,14 +97,13 @@ def ensure_apt_package(package: str, probe: Path) -> None:
         if done.returncode == 0 and probe.exists():
             return
     tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-    raise PeerUnavailable(f"could not install {package} ({command} exited "
-                          f"{done.returncode}):\n{tail}")
+    raise PeerUnavailable(f"could not install {package} ({command} exited {done.returncode}):\n{tail}")
 
 
 def _run(argv: list[str], env: dict[str, str], package: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, env=env, capture_output=True, text=True,
-                              timeout=APT_TIMEOUT, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
-        raise PeerUnavailable(f"installing {package}: '{' '.join(argv)}' took more than "
-                              f"{APT_TIMEOUT:.0f} s") from None
+        raise PeerUnavailable(f"installing {package}: '{' '.join(argv)}' took more than {APT_TIMEOUT:.0f} s") from None

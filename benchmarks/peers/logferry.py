@@ -30,13 +30,22 @@ import contextlib
 import shutil
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 from peers.base import (
-    LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, free_port,
-    port_open, wait_until,
+    LOOPBACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Server,
+    Stopwatch,
+    System,
+    free_port,
+    port_open,
+    wait_until,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -65,8 +74,9 @@ class Logferry(System):
             import broker.client  # noqa: F401
             from broker.testing.zkserver import INSTALL_HINT, discover_install
         except ImportError as exc:
-            raise PeerUnavailable(f"logferry is not importable here ({exc}); run from the "
-                                  f"repository's virtualenv: .venv/bin/python") from None
+            raise PeerUnavailable(
+                f"logferry is not importable here ({exc}); run from the repository's virtualenv: .venv/bin/python"
+            ) from None
         try:
             discover_install()
         except Exception as exc:
@@ -91,15 +101,27 @@ class Logferry(System):
         self.log_dir = workdir / "logs"
         config = workdir / "broker.toml"
         text = (HERE / "logferry-broker.toml").read_text()
-        for key, value in {"PORT": str(self.port), "LOG_DIR": str(self.log_dir),
-                           "ZK_CONNECT": self.zookeeper.hosts + CHROOT}.items():
+        for key, value in {
+            "PORT": str(self.port),
+            "LOG_DIR": str(self.log_dir),
+            "ZK_CONNECT": self.zookeeper.hosts + CHROOT,
+        }.items():
             text = text.replace(f"@{key}@", value)
         config.write_text(text)
-        self.server = Server("logferry", [*_broker_command(), "broker", "--config", str(config)],
-                             workdir / "broker.log", env=None, cwd=workdir)
+        self.server = Server(
+            "logferry",
+            [*_broker_command(), "broker", "--config", str(config)],
+            workdir / "broker.log",
+            env=None,
+            cwd=workdir,
+        )
         log_path = self.server.log_path
-        wait_until(lambda: "listening on" in log_path.read_text(errors="replace")
-                   and port_open(self.port), START_TIMEOUT, "logferry broker", self.server)
+        wait_until(
+            lambda: "listening on" in log_path.read_text(errors="replace") and port_open(self.port),
+            START_TIMEOUT,
+            "logferry broker",
+            self.server,
+        )
 
     @staticmethod
     def _create_chroot(hosts: str) -> None:
@@ -141,8 +163,7 @@ class Logferry(System):
             raise
         producer.close(timeout=30)
 
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """One unacknowledged batch per message; only the last message is acked."""
         with self._producer(acks=0, batch_messages=1, linger_ms=0) as producer:
             producer.partitions(dest)  # creates the topic, untimed
@@ -177,11 +198,14 @@ class Logferry(System):
             time.sleep(0.5)  # anything arriving late would be flushed and visible by now
             log_end = consumer.offsets(dest, 0).end
         if len(after_last.batches) != 1 or log_end != after_last.next_offset:
-            raise CaseFailed(f"logferry: acked message at {last} is not the last batch "
-                             f"(log end {log_end}, batch end {after_last.next_offset})")
+            raise CaseFailed(
+                f"logferry: acked message at {last} is not the last batch "
+                f"(log end {log_end}, batch end {after_last.next_offset})"
+            )
 
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """``send(topic, list_of_50).wait()`` until ``count`` messages are acked."""
         with self._producer(acks=1, batch_messages=per_ack, linger_ms=0) as producer:
             producer.partitions(dest)
@@ -190,7 +214,7 @@ class Logferry(System):
             sent = 0
             clock.start()
             while sent < count:
-                values = group if count - sent >= per_ack else group[:count - sent]
+                values = group if count - sent >= per_ack else group[: count - sent]
                 _wait(send(dest, values), deadline)
                 sent += len(values)
                 if sent % (CHECK_EVERY * per_ack) == 0:
@@ -230,14 +254,13 @@ class Logferry(System):
     def drop(self, dest: str) -> None:
         """Nothing: the run's log directory is removed at the end."""
 
-    def latency_client(self) -> "LogferryLatency":
+    def latency_client(self) -> LogferryLatency:
         """The broker's address; see the module docstring for the settings."""
         return LogferryLatency(self.address)
 
     def latency_variants(self) -> list[tuple[str, Any]]:
         """The default (visible once fsynced) and ``visibility = "written"``."""
-        return [(self.name, self.latency_client()),
-                (WRITTEN, LogferryLatency(self.address, visibility="written"))]
+        return [(self.name, self.latency_client()), (WRITTEN, LogferryLatency(self.address, visibility="written"))]
 
 
 WRITTEN = "logferry (visibility=written)"
@@ -252,8 +275,9 @@ class LogferryLatency:
     visibility: str | None = None
     """The topic's ``visibility`` setting (None: the broker's, "flushed")."""
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         from broker.client import Admin, Producer, SimpleConsumer
 
         if self.visibility is not None:
@@ -264,8 +288,7 @@ class LogferryLatency:
         with SimpleConsumer(brokers=[self.address], max_wait_ms=500) as consumer:
             consumer.offsets(dest, 0)  # connected, metadata known
             ready()
-            for message in consumer.messages(dest, 0, 0, follow=True, limit=count,
-                                             timeout=timeout):
+            for message in consumer.messages(dest, 0, 0, follow=True, limit=count, timeout=timeout):
                 on_value(message.value)
 
     def produce(self, dest: str, messages: Any, timeout: float) -> None:
@@ -279,8 +302,10 @@ class LogferryLatency:
             producer.flush(timeout=timeout)
             stats = producer.metrics()
         if stats["messages_failed"] or stats["messages_acked"] != messages.count:
-            raise CaseFailed(f"logferry: {stats['messages_acked']:,} of {messages.count:,} "
-                             f"messages acknowledged, {stats['messages_failed']:,} failed")
+            raise CaseFailed(
+                f"logferry: {stats['messages_acked']:,} of {messages.count:,} "
+                f"messages acknowledged, {stats['messages_failed']:,} failed"
+            )
 
 
 def _wait(future: Any, deadline: Deadline) -> int | None:

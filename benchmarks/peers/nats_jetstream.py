@@ -28,17 +28,27 @@ Case semantics (see docs/benchmarks.md), each the client's documented fast path:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from peers.base import (
-    LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
-    free_port, port_open, wait_until,
+    LOOPBACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Server,
+    Stopwatch,
+    System,
+    disk_bytes,
+    free_port,
+    port_open,
+    wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
-import contextlib
 
 BINARY = Path("/usr/sbin/nats-server")
 START_TIMEOUT = 30.0
@@ -92,9 +102,12 @@ class NatsJetStream(System):
         self.store = workdir / "store"
         self.store.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.server = Server("nats", [str(BINARY), "-a", LOOPBACK, "-p", str(self.port),
-                                      "-js", "-sd", str(self.store)],
-                             workdir / "server.log", cwd=workdir)
+        self.server = Server(
+            "nats",
+            [str(BINARY), "-a", LOOPBACK, "-p", str(self.port), "-js", "-sd", str(self.store)],
+            workdir / "server.log",
+            cwd=workdir,
+        )
         wait_until(lambda: port_open(self.port), START_TIMEOUT, "nats-server", self.server)
         self.loop = asyncio.new_event_loop()
         self.nc = self._run(_connect(self.port), START_TIMEOUT)
@@ -106,7 +119,7 @@ class NatsJetStream(System):
             raise PeerUnavailable("NATS JetStream is not started")
         try:
             return self.loop.run_until_complete(asyncio.wait_for(coro, max(seconds, 0.1)))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise CaseFailed(f"NATS JetStream: no answer within {seconds:.0f} s") from None
 
     def stop(self) -> None:
@@ -124,9 +137,9 @@ class NatsJetStream(System):
 
     # --- cases -------------------------------------------------------------------------
 
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """``count - 1`` core publishes, then one acknowledged JetStream publish."""
+
         async def case() -> int:
             await _add_stream(self.js, dest)
             publish = self.nc.publish
@@ -143,9 +156,11 @@ class NatsJetStream(System):
         if last != count:
             raise CaseFailed(f"NATS JetStream stored {last} messages, expected {count}")
 
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """Groups of ``per_ack`` asynchronous publishes, each group's acks awaited."""
+
         async def case() -> None:
             await _add_stream(self.js, dest)
             publish = self.js.publish_async
@@ -164,6 +179,7 @@ class NatsJetStream(System):
 
     def consume(self, dest: str, count: int, clock: Stopwatch, deadline: Deadline) -> int:
         """An ordered push consumer from the stream's start; count every message."""
+
         async def case() -> int:
             done = asyncio.Event()
             got = 0
@@ -178,9 +194,10 @@ class NatsJetStream(System):
             sub = await self.js.subscribe(dest, cb=on_message, ordered_consumer=True)
             try:
                 await asyncio.wait_for(done.wait(), max(deadline.remaining(), 0.1))
-            except asyncio.TimeoutError:
-                raise CaseFailed(f"NATS JetStream consumer got {got} of {count} messages "
-                                 f"within {deadline.seconds:.0f} s") from None
+            except TimeoutError:
+                raise CaseFailed(
+                    f"NATS JetStream consumer got {got} of {count} messages within {deadline.seconds:.0f} s"
+                ) from None
             clock.stop()
             await sub.unsubscribe()
             return got
@@ -197,7 +214,7 @@ class NatsJetStream(System):
         """Delete the stream and its messages."""
         self._run(self.js.delete_stream(dest), 60)
 
-    def latency_client(self) -> "NatsLatency":
+    def latency_client(self) -> NatsLatency:
         """The server's port; see the module docstring for the settings."""
         return NatsLatency(self.port)
 
@@ -208,8 +225,9 @@ class NatsLatency:
 
     port: int
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         async def main() -> None:
             nc = await _connect(self.port)
             try:
@@ -240,8 +258,7 @@ class NatsLatency:
             try:
                 js = nc.jetstream(timeout=ACK_TIMEOUT)
                 await _add_stream(js, dest)
-                acks = [await js.publish_async(dest, message.value)
-                        async for message in messages.paced()]
+                acks = [await js.publish_async(dest, message.value) async for message in messages.paced()]
                 await asyncio.wait_for(asyncio.gather(*acks), timeout)
             finally:
                 await nc.close()

@@ -19,19 +19,29 @@ Case semantics (see docs/benchmarks.md):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from peers.base import (
-    LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
-    free_port, port_open, wait_until,
+    LOOPBACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Server,
+    Stopwatch,
+    System,
+    disk_bytes,
+    free_port,
+    port_open,
+    wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
-import contextlib
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = Path("/usr/lib/rabbitmq/bin")
@@ -70,9 +80,14 @@ class RabbitMQ(System):
             folder.mkdir(parents=True, exist_ok=True)
         self.port, epmd_port, dist_port = free_port(), free_port(), free_port()
         self.node = f"logferry-bench-{os.getpid()}@localhost"
-        fields = {"NODENAME": self.node, "AMQP_PORT": str(self.port),
-                  "DIST_PORT": str(dist_port), "EPMD_PORT": str(epmd_port),
-                  "DATA": str(self.data), "CONF": str(conf)}
+        fields = {
+            "NODENAME": self.node,
+            "AMQP_PORT": str(self.port),
+            "DIST_PORT": str(dist_port),
+            "EPMD_PORT": str(epmd_port),
+            "DATA": str(self.data),
+            "CONF": str(conf),
+        }
         for name in ("rabbitmq-env.conf", "rabbitmq.conf"):
             text = (HERE / name).read_text()
             for key, value in fields.items():
@@ -80,25 +95,35 @@ class RabbitMQ(System):
             (conf / name).write_text(text)
         (conf / "enabled_plugins").write_text("[].\n")  # no management plugin: less CPU
         # HOME holds the Erlang cookie shared by the node and rabbitmqctl.
-        self.env = dict(os.environ, HOME=str(home),
-                        RABBITMQ_CONF_ENV_FILE=str(conf / "rabbitmq-env.conf"))
+        self.env = dict(os.environ, HOME=str(home), RABBITMQ_CONF_ENV_FILE=str(conf / "rabbitmq-env.conf"))
         # Our own epmd, in the foreground, so that we stop exactly the one we started.
-        self.epmd = Server("epmd", [str(EPMD), "-address", LOOPBACK, "-port", str(epmd_port)],
-                           workdir / "epmd.log", env=self.env)
+        self.epmd = Server(
+            "epmd", [str(EPMD), "-address", LOOPBACK, "-port", str(epmd_port)], workdir / "epmd.log", env=self.env
+        )
         wait_until(lambda: port_open(epmd_port), 10, "epmd", self.epmd)
-        self.server = Server("rabbitmq", [str(SCRIPTS / "rabbitmq-server")],
-                             workdir / "server.log", env=self.env, cwd=workdir)
-        wait_until(lambda: self._ctl("await_startup", timeout=30).returncode == 0,
-                   START_TIMEOUT, "RabbitMQ", self.server, interval=1.0)
+        self.server = Server(
+            "rabbitmq", [str(SCRIPTS / "rabbitmq-server")], workdir / "server.log", env=self.env, cwd=workdir
+        )
+        wait_until(
+            lambda: self._ctl("await_startup", timeout=30).returncode == 0,
+            START_TIMEOUT,
+            "RabbitMQ",
+            self.server,
+            interval=1.0,
+        )
         wait_until(lambda: port_open(self.port), 30, "RabbitMQ AMQP listener", self.server)
-        params = pika.ConnectionParameters(host=LOOPBACK, port=self.port, heartbeat=600,
-                                           blocked_connection_timeout=300)
+        params = pika.ConnectionParameters(host=LOOPBACK, port=self.port, heartbeat=600, blocked_connection_timeout=300)
         self.conn = pika.BlockingConnection(params)
 
     def _ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([str(SCRIPTS / "rabbitmqctl"), "-n", self.node, *args],
-                              env=self.env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [str(SCRIPTS / "rabbitmqctl"), "-n", self.node, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     def stop(self) -> None:
         """Close the connection, ``rabbitmqctl stop``, then make sure the node's process
@@ -127,10 +152,10 @@ class RabbitMQ(System):
     @staticmethod
     def _persistent() -> Any:
         import pika
+
         return pika.BasicProperties(delivery_mode=2)
 
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """``count - 1`` unconfirmed publishes, then one confirmed publish."""
         channel = self._channel(dest)
         props, publish = self._persistent(), channel.basic_publish
@@ -144,8 +169,9 @@ class RabbitMQ(System):
         clock.stop()
         channel.close()
 
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """One transaction per ``per_ack`` publishes; each commit waits for the broker."""
         channel = self._channel(dest)
         channel.tx_select()
@@ -175,8 +201,7 @@ class RabbitMQ(System):
         tag = channel.basic_consume(dest, on_message, auto_ack=True)
         while got < count:
             if not deadline.remaining():
-                raise CaseFailed(f"RabbitMQ consumer got {got} of {count} messages "
-                                 f"within {deadline.seconds:.0f} s")
+                raise CaseFailed(f"RabbitMQ consumer got {got} of {count} messages within {deadline.seconds:.0f} s")
             self.conn.process_data_events(time_limit=min(0.5, deadline.remaining()))
         clock.stop()
         channel.basic_cancel(tag)
@@ -196,7 +221,7 @@ class RabbitMQ(System):
         channel.queue_delete(queue=dest)
         channel.close()
 
-    def latency_client(self) -> "RabbitMQLatency":
+    def latency_client(self) -> RabbitMQLatency:
         """The node's AMQP port; see the module docstring for the settings."""
         return RabbitMQLatency(self.port)
 
@@ -210,11 +235,13 @@ class RabbitMQLatency:
     def _connect(self) -> Any:
         import pika
 
-        return pika.BlockingConnection(pika.ConnectionParameters(
-            host=LOOPBACK, port=self.port, heartbeat=600, blocked_connection_timeout=300))
+        return pika.BlockingConnection(
+            pika.ConnectionParameters(host=LOOPBACK, port=self.port, heartbeat=600, blocked_connection_timeout=300)
+        )
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         conn = self._connect()
         try:
             channel = conn.channel()

@@ -23,21 +23,31 @@ Case semantics (see docs/benchmarks.md), each the client's documented fast path:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from peers.base import (
-    LOOPBACK, CaseFailed, Deadline, PeerUnavailable, Server, Stopwatch, System, disk_bytes,
-    free_port, port_open, wait_until,
+    LOOPBACK,
+    CaseFailed,
+    Deadline,
+    PeerUnavailable,
+    Server,
+    Stopwatch,
+    System,
+    disk_bytes,
+    free_port,
+    port_open,
+    wait_until,
 )
 from peers.install import ensure_apt_package, ensure_python_module
-import contextlib
 
 BINARY = Path("/usr/bin/redis-server")
 FIELD = b"v"
 PIPELINE = 1000  # XADDs per round trip in the batch-1 case
-RANGE = 1000     # entries per XRANGE / XREAD
+RANGE = 1000  # entries per XRANGE / XREAD
 START_TIMEOUT = 30.0
 BLOCK_MS = 500
 
@@ -71,16 +81,33 @@ class RedisStreams(System):
         self.data = workdir / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        argv = [str(BINARY), "--port", str(self.port), "--bind", LOOPBACK,
-                "--protected-mode", "yes", "--daemonize", "no", "--logfile", "",
-                "--dir", str(self.data), "--save", "",
-                "--appendonly", "yes", "--appendfsync", "everysec",
-                "--auto-aof-rewrite-percentage", "0"]
+        argv = [
+            str(BINARY),
+            "--port",
+            str(self.port),
+            "--bind",
+            LOOPBACK,
+            "--protected-mode",
+            "yes",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            "--dir",
+            str(self.data),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--auto-aof-rewrite-percentage",
+            "0",
+        ]
         self.server = Server("redis", argv, workdir / "server.log", cwd=workdir)
         wait_until(lambda: port_open(self.port), START_TIMEOUT, "redis-server", self.server)
         self.client = _client(self.port)
-        wait_until(lambda: bool(self.client.ping()), START_TIMEOUT, "redis-server PING",
-                   self.server)
+        wait_until(lambda: bool(self.client.ping()), START_TIMEOUT, "redis-server PING", self.server)
 
     def stop(self) -> None:
         """Close the client, then SIGTERM the server (it fsyncs the AOF and exits)."""
@@ -102,8 +129,7 @@ class RedisStreams(System):
             command("XADD", dest, "*", FIELD, payload)
         pipe.execute()
 
-    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch,
-                       deadline: Deadline) -> None:
+    def produce_batch1(self, dest: str, payload: bytes, count: int, clock: Stopwatch, deadline: Deadline) -> None:
         """Pipelined XADDs, 1000 per round trip; no per-message wait."""
         sent = 0
         clock.start()
@@ -115,8 +141,9 @@ class RedisStreams(System):
         clock.stop()
         self._check_length(dest, count)
 
-    def produce_per_ack(self, dest: str, payload: bytes, count: int, per_ack: int,
-                        clock: Stopwatch, deadline: Deadline) -> None:
+    def produce_per_ack(
+        self, dest: str, payload: bytes, count: int, per_ack: int, clock: Stopwatch, deadline: Deadline
+    ) -> None:
         """A pipeline of ``per_ack`` XADDs per round trip."""
         sent = 0
         clock.start()
@@ -161,7 +188,7 @@ class RedisStreams(System):
         """Delete the stream's key."""
         self.client.delete(dest)
 
-    def latency_client(self) -> "RedisLatency":
+    def latency_client(self) -> RedisLatency:
         """The server's port; see the module docstring for the settings."""
         return RedisLatency(self.port)
 
@@ -172,8 +199,9 @@ class RedisLatency:
 
     port: int
 
-    def receive(self, dest: str, count: int, ready: Callable[[], None],
-                on_value: Callable[[bytes], None], timeout: float) -> None:
+    def receive(
+        self, dest: str, count: int, ready: Callable[[], None], on_value: Callable[[bytes], None], timeout: float
+    ) -> None:
         import time
 
         client = _client(self.port)

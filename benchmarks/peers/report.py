@@ -81,17 +81,22 @@ class Results:
     def to_json(self) -> dict:
         """Raw samples and the summary, for results.json."""
         return {
-            "messages": self.messages, "runs": self.runs, "payload_bytes": PAYLOAD_SIZE,
-            "systems": self.systems, "skipped": self.skipped, "failed": self.failed,
+            "messages": self.messages,
+            "runs": self.runs,
+            "payload_bytes": PAYLOAD_SIZE,
+            "systems": self.systems,
+            "skipped": self.skipped,
+            "failed": self.failed,
             "notes": self.notes,
-            "seconds": [{"system": s, "case": c, "samples": v}
-                        for (s, c), v in self.seconds.items()],
-            "storage_bytes_per_message": [{"system": s, "case": c, "samples": v}
-                                          for (s, c), v in self.storage.items()],
+            "seconds": [{"system": s, "case": c, "samples": v} for (s, c), v in self.seconds.items()],
+            "storage_bytes_per_message": [{"system": s, "case": c, "samples": v} for (s, c), v in self.storage.items()],
             "summary": [row._asdict() for row in throughput_rows(self)],
-            "latency": {"rate_msgs_per_s": self.latency_rate, "seconds": self.latency_seconds,
-                        "samples_ms": self.latency,
-                        "median_ms": {s: self.latency_ms(s) for s in self.latency}},
+            "latency": {
+                "rate_msgs_per_s": self.latency_rate,
+                "seconds": self.latency_seconds,
+                "samples_ms": self.latency,
+                "median_ms": {s: self.latency_ms(s) for s in self.latency},
+            },
         }
 
 
@@ -108,9 +113,17 @@ class Row:
         self.runs = len(samples)
 
     def _asdict(self) -> dict:
-        return {"system": self.system, "case": self.case, "messages": self.messages,
-                "seconds": self.seconds, "msgs_per_s": self.rate, "mb_per_s": self.mb_per_s,
-                "runs": self.runs, "msgs_per_s_min": self.low, "msgs_per_s_max": self.high}
+        return {
+            "system": self.system,
+            "case": self.case,
+            "messages": self.messages,
+            "seconds": self.seconds,
+            "msgs_per_s": self.rate,
+            "mb_per_s": self.mb_per_s,
+            "runs": self.runs,
+            "msgs_per_s_min": self.low,
+            "msgs_per_s_max": self.high,
+        }
 
 
 def throughput_rows(results: Results) -> list[Row]:
@@ -126,25 +139,38 @@ def throughput_rows(results: Results) -> list[Row]:
 
 def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
     """A GitHub-markdown table (also readable as plain text). ``align``: l or r per column."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if a == "l" else c.rjust(w)
-                                 for c, w, a in zip(cells, widths, align, strict=True)) + " |"
+        return (
+            "| "
+            + " | ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align, strict=True))
+            + " |"
+        )
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                          for w, a in zip(widths, align, strict=True)) + "|"
+    rule = (
+        "|"
+        + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align, strict=True))
+        + "|"
+    )
     return [line(header), rule, *(line(r) for r in rows)]
 
 
 def throughput_table(results: Results) -> list[str]:
     """system, case, messages, seconds, msgs/s, MB/s (median), and the runs' spread."""
-    body = [[r.system, r.case, f"{r.messages:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}",
-             f"{r.mb_per_s:.2f}", f"{r.low:,.0f}-{r.high:,.0f} ({r.runs})"]
-            for r in throughput_rows(results)]
-    return _table(["system", "case", "messages", "seconds", "msgs/s", "MB/s",
-                   "msgs/s min-max (runs)"], body, "llrrrrr")
+    body = [
+        [
+            r.system,
+            r.case,
+            f"{r.messages:,}",
+            f"{r.seconds:.2f}",
+            f"{r.rate:,.0f}",
+            f"{r.mb_per_s:.2f}",
+            f"{r.low:,.0f}-{r.high:,.0f} ({r.runs})",
+        ]
+        for r in throughput_rows(results)
+    ]
+    return _table(["system", "case", "messages", "seconds", "msgs/s", "MB/s", "msgs/s min-max (runs)"], body, "llrrrrr")
 
 
 def target(case: str, peer: str) -> tuple[float, str]:
@@ -180,8 +206,7 @@ def latency_table(results: Results) -> list[str]:
     for system in results.latency:  # the systems, and any with another setting
         points = results.latency_ms(system)
         if points is not None:
-            body.append([system, *(f"{points[p]:.2f}" for p in LATENCY_POINTS),
-                         str(len(results.latency[system]))])
+            body.append([system, *(f"{points[p]:.2f}" for p in LATENCY_POINTS), str(len(results.latency[system]))])
     lines = _table(["system", *(f"{p} ms" for p in LATENCY_POINTS), "runs"], body, "lrrrrr")
     verdict = latency_verdict(results)
     if verdict:
@@ -204,8 +229,10 @@ def latency_verdict(results: Results) -> str:
             continue
         ratio = mine["p99"] / measured[best] if measured[best] > 0 else float("inf")
         met = "met" if ratio <= LATENCY_TARGET else "not met"
-        lines.append(f"{row} p99 {mine['p99']:.2f} ms = {ratio:.2f}x the best peer's ({best}, "
-                     f"{measured[best]:.2f} ms); target <= {LATENCY_TARGET:.0f}x: {met}")
+        lines.append(
+            f"{row} p99 {mine['p99']:.2f} ms = {ratio:.2f}x the best peer's ({best}, "
+            f"{measured[best]:.2f} ms); target <= {LATENCY_TARGET:.0f}x: {met}"
+        )
     return "\n".join(lines)
 
 
@@ -219,8 +246,7 @@ def storage_table(results: Results) -> list[str]:
             if not samples:
                 continue
             per_message = statistics.median(samples)
-            body.append([system, f"data of '{case}'", f"{per_message:.1f}",
-                         f"{per_message - PAYLOAD_SIZE:.1f}"])
+            body.append([system, f"data of '{case}'", f"{per_message:.1f}", f"{per_message - PAYLOAD_SIZE:.1f}"])
     for name, overhead in PAPER_OVERHEAD.items():
         body.append([name, "paper, section 5", f"{PAYLOAD_SIZE + overhead}", f"{overhead}"])
     return _table(["system", "written by", "bytes/msg on disk", "overhead/msg"], body, "llrr")
@@ -228,15 +254,30 @@ def storage_table(results: Results) -> list[str]:
 
 def report_lines(results: Results) -> list[str]:
     """The whole report: the three tables and what was skipped or failed."""
-    lines = [f"{results.messages:,} messages of {PAYLOAD_SIZE} B per case, median of "
-             f"{results.runs} run(s)", "", "Throughput", "", *throughput_table(results),
-             "", "logferry / peer (median msgs/s)", "", *ratio_table(results),
-             "", "Storage", "", *storage_table(results)]
+    lines = [
+        f"{results.messages:,} messages of {PAYLOAD_SIZE} B per case, median of {results.runs} run(s)",
+        "",
+        "Throughput",
+        "",
+        *throughput_table(results),
+        "",
+        "logferry / peer (median msgs/s)",
+        "",
+        *ratio_table(results),
+        "",
+        "Storage",
+        "",
+        *storage_table(results),
+    ]
     if results.latency:
-        lines += ["", f"End-to-end latency: {results.latency_rate:,.0f} msgs/s for "
-                      f"{results.latency_seconds:g} s per run (first second not counted), "
-                      "producer and consumer in separate processes", "",
-                  *latency_table(results)]
+        lines += [
+            "",
+            f"End-to-end latency: {results.latency_rate:,.0f} msgs/s for "
+            f"{results.latency_seconds:g} s per run (first second not counted), "
+            "producer and consumer in separate processes",
+            "",
+            *latency_table(results),
+        ]
     for system, why in results.skipped.items():
         lines += ["", f"skipped {system}: {why}"]
     for system, why in results.failed.items():

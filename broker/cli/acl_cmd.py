@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from broker.cli.client_cmds import DEFAULT_ZK
 from broker.cli.zk_args import add_zk_args, zk_target
 from broker.common.acl import (
-    CLUSTER, Acl, Operation, Resource, ResourceType, make_acl, parse_principal,
+    CLUSTER,
+    Acl,
+    Operation,
+    Resource,
+    ResourceType,
+    make_acl,
+    parse_principal,
 )
 from broker.common.errors import ConfigError
 from broker.common.zk_connect import validate_zk_connect
@@ -29,28 +36,44 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``acl add|remove|list`` on the main parser's subparsers."""
-    acl = sub.add_parser("acl", help="add, remove or list ACLs (who may do what)",
-                         description="Manage the cluster's ACLs (docs/security.md). They take "
-                                     "effect on brokers with [authorizer] enabled = true.")
+    acl = sub.add_parser(
+        "acl",
+        help="add, remove or list ACLs (who may do what)",
+        description="Manage the cluster's ACLs (docs/security.md). They take "
+        "effect on brokers with [authorizer] enabled = true.",
+    )
     asub = acl.add_subparsers(dest="acl_command", metavar="ACTION")
     asub.required = True
-    for name, helptext in (("add", "allow or deny an operation to a principal"),
-                           ("remove", "remove an ACL (the same options as it was added with)")):
+    for name, helptext in (
+        ("add", "allow or deny an operation to a principal"),
+        ("remove", "remove an ACL (the same options as it was added with)"),
+    ):
         p = asub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
         _zk_arg(p)
-        p.add_argument("--principal", required=True,
-                       help="User:<name> (a SCRAM user or a certificate subject), or '*' for everyone")
-        p.add_argument("--operation", required=True, action="append",
-                       help=f"one of {', '.join(o.value for o in Operation)} (repeatable)")
+        p.add_argument(
+            "--principal",
+            required=True,
+            help="User:<name> (a SCRAM user or a certificate subject), or '*' for everyone",
+        )
+        p.add_argument(
+            "--operation",
+            required=True,
+            action="append",
+            help=f"one of {', '.join(o.value for o in Operation)} (repeatable)",
+        )
         _resource_args(p, required=True)
         verdict = p.add_mutually_exclusive_group(required=True)
         verdict.add_argument("--allow", dest="allow", action="store_true", help="allow it")
-        verdict.add_argument("--deny", dest="allow", action="store_false",
-                             help="deny it (a deny wins over every allow)")
+        verdict.add_argument(
+            "--deny", dest="allow", action="store_false", help="deny it (a deny wins over every allow)"
+        )
         p.set_defaults(func=add_cmd if name == "add" else remove_cmd)
-    p = asub.add_parser("list", help="list ACLs (optionally those of a principal or resource)",
-                        description="List the ACLs, one per line; the filters keep those of a "
-                                    "principal and those that apply to a resource.")
+    p = asub.add_parser(
+        "list",
+        help="list ACLs (optionally those of a principal or resource)",
+        description="List the ACLs, one per line; the filters keep those of a "
+        "principal and those that apply to a resource.",
+    )
     _zk_arg(p)
     p.add_argument("--principal", help="only this principal's ACLs (and those of '*')")
     _resource_args(p, required=False)
@@ -58,8 +81,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _zk_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--zk", default=None,
-                        help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
+    parser.add_argument(
+        "--zk", default=None, help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})"
+    )
     add_zk_args(parser)
 
 
@@ -68,8 +92,9 @@ def _resource_args(parser: argparse.ArgumentParser, required: bool) -> None:
     resource.add_argument("--topic", metavar="NAME", help="a topic ('*': every topic)")
     resource.add_argument("--topic-prefix", metavar="PREFIX", help="every topic whose name starts so")
     resource.add_argument("--group", metavar="NAME", help="a consumer group ('*': every group)")
-    resource.add_argument("--cluster", action="store_true",
-                          help="the cluster (alter: replicate between brokers, elect leaders)")
+    resource.add_argument(
+        "--cluster", action="store_true", help="the cluster (alter: replicate between brokers, elect leaders)"
+    )
 
 
 def _resource(args: argparse.Namespace) -> Resource | None:
@@ -145,8 +170,11 @@ def _filtered(acls: list[Acl], principal: str | None, resource: Resource | None)
     for acl in acls:
         if principal is not None and acl.principal not in (principal, "*"):
             continue
-        if resource is not None and acl.resource != resource and not (
-                resource.type is not ResourceType.TOPIC_PREFIX and acl.resource.matches(resource)):
+        if (
+            resource is not None
+            and acl.resource != resource
+            and not (resource.type is not ResourceType.TOPIC_PREFIX and acl.resource.matches(resource))
+        ):
             continue
         yield acl
 
@@ -172,8 +200,10 @@ def _secure_groups(store: Any, client: Any, changed: list[Acl]) -> None:
 
     if not isinstance(client, AclKazooClient):
         if group_mode(changed):
-            print("note: no ZooKeeper login (--zk-user): group ACLs are enforced in "
-                  "ZooKeeper only on a cluster with logins (docs/security.md)")
+            print(
+                "note: no ZooKeeper login (--zk-user): group ACLs are enforced in "
+                "ZooKeeper only on a cluster with logins (docs/security.md)"
+            )
         return
     acls = store.all()
     if not group_mode(acls) and not group_mode(changed):

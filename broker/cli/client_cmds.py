@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import re
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from broker.cli import reassign_cmd
 from broker.cli.render import check_format, render, render_json
@@ -20,7 +22,6 @@ from broker.common import topic_config
 from broker.common.errors import ConfigError, LogferryError, TopicExistsError
 from broker.common.names import validate_topic_name
 from broker.common.zk_connect import validate_zk_connect
-import contextlib
 
 if TYPE_CHECKING:
     from broker.client import BrokerInfo, GroupConsumer, Message, PartitionInfo
@@ -30,9 +31,12 @@ DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the broker, topic, produce and consume commands."""
-    p = sub.add_parser("broker", help="run a broker (or: broker decommission ID)",
-                       description="Run one broker until SIGTERM; `broker decommission ID` "
-                                   "moves every replica off broker ID (docs/operations.md).")
+    p = sub.add_parser(
+        "broker",
+        help="run a broker (or: broker decommission ID)",
+        description="Run one broker until SIGTERM; `broker decommission ID` "
+        "moves every replica off broker ID (docs/operations.md).",
+    )
     p.add_argument("--config", help="broker TOML file (see etc/live/broker-1.toml)")
     reassign_cmd.add_decommission_args(p)
     p.set_defaults(func=run_broker_cmd)
@@ -40,93 +44,147 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topic = sub.add_parser("topic", help="create, list, describe or delete topics")
     tsub = topic.add_subparsers(dest="topic_command", metavar="ACTION")
     tsub.required = True
-    for name, helptext in (("create", "create a topic"), ("list", "list topics"),
-                           ("describe", "show each partition's leader, replicas and ISR"),
-                           ("delete", "delete a topic and its data"),
-                           ("alter", "change a topic's settings or add partitions"),
-                           ("elect-leaders", "move leadership back to preferred replicas")):
+    for name, helptext in (
+        ("create", "create a topic"),
+        ("list", "list topics"),
+        ("describe", "show each partition's leader, replicas and ISR"),
+        ("delete", "delete a topic and its data"),
+        ("alter", "change a topic's settings or add partitions"),
+        ("elect-leaders", "move leadership back to preferred replicas"),
+    ):
         tp = tsub.add_parser(name, help=helptext)
         _cluster_args(tp)
         if name in ("create", "describe", "delete", "alter"):
             tp.add_argument("name", help="topic name")
         if name in ("create", "alter"):
-            tp.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                            help="a per-topic setting, repeatable: "
-                                 f"{', '.join(topic_config.KEYS)} (docs/operations.md)")
+            tp.add_argument(
+                "--config",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help=f"a per-topic setting, repeatable: {', '.join(topic_config.KEYS)} (docs/operations.md)",
+            )
         if name == "alter":
-            tp.add_argument("--delete-config", action="append", default=[], metavar="KEY",
-                            help="remove a per-topic setting (back to the brokers' own), "
-                                 "repeatable")
-            tp.add_argument("--partitions", type=int, default=None, metavar="N",
-                            help="grow the topic to N partitions (never fewer; keyed "
-                                 "messages move to other partitions)")
+            tp.add_argument(
+                "--delete-config",
+                action="append",
+                default=[],
+                metavar="KEY",
+                help="remove a per-topic setting (back to the brokers' own), repeatable",
+            )
+            tp.add_argument(
+                "--partitions",
+                type=int,
+                default=None,
+                metavar="N",
+                help="grow the topic to N partitions (never fewer; keyed messages move to other partitions)",
+            )
         if name == "create":
-            tp.add_argument("-p", "--partitions", type=int, default=0,
-                            help="partition count (default: the broker's num_partitions)")
-            tp.add_argument("-r", "--replication-factor", type=int, default=0,
-                            help="replicas per partition (default: the broker's "
-                                 "default_replication_factor)")
-            tp.add_argument("--min-insync", type=int, default=0,
-                            help="in-sync replicas an acks=all produce needs (default: the "
-                                 "broker's min_insync_replicas)")
-            tp.add_argument("--if-not-exists", action="store_true",
-                            help="succeed without changing anything if the topic exists")
+            tp.add_argument(
+                "-p", "--partitions", type=int, default=0, help="partition count (default: the broker's num_partitions)"
+            )
+            tp.add_argument(
+                "-r",
+                "--replication-factor",
+                type=int,
+                default=0,
+                help="replicas per partition (default: the broker's default_replication_factor)",
+            )
+            tp.add_argument(
+                "--min-insync",
+                type=int,
+                default=0,
+                help="in-sync replicas an acks=all produce needs (default: the broker's min_insync_replicas)",
+            )
+            tp.add_argument(
+                "--if-not-exists", action="store_true", help="succeed without changing anything if the topic exists"
+            )
         if name == "list":
-            tp.add_argument("--under-replicated", action="store_true",
-                            help="only partitions with a replica out of sync or no leader")
+            tp.add_argument(
+                "--under-replicated",
+                action="store_true",
+                help="only partitions with a replica out of sync or no leader",
+            )
         tp.set_defaults(func=topic_cmd, action=name)
 
-    p = sub.add_parser("produce", help="publish lines from stdin",
-                       description="Publish each line of stdin as one message.")
+    p = sub.add_parser(
+        "produce", help="publish lines from stdin", description="Publish each line of stdin as one message."
+    )
     _cluster_args(p)
     p.add_argument("topic")
     p.add_argument("-k", "--key", help="message key (same partition for every line)")
     p.add_argument("-p", "--partition", type=int, help="explicit partition")
-    p.add_argument("--compression", choices=["none", "gzip", "lz4", "zstd"], default="none",
-                   help="batch codec (default none; docs/protocol.md compares them)")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="1",
-                   help="0: no answer, 1: the leader appended (default), all: every "
-                        "in-sync replica has it")
-    p.add_argument("--delivery-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="give up on a message not acknowledged after this long (default 120); "
-                        "any message not delivered makes the command exit 1")
+    p.add_argument(
+        "--compression",
+        choices=["none", "gzip", "lz4", "zstd"],
+        default="none",
+        help="batch codec (default none; docs/protocol.md compares them)",
+    )
+    p.add_argument(
+        "--acks",
+        choices=["0", "1", "all"],
+        default="1",
+        help="0: no answer, 1: the leader appended (default), all: every in-sync replica has it",
+    )
+    p.add_argument(
+        "--delivery-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up on a message not acknowledged after this long (default 120); "
+        "any message not delivered makes the command exit 1",
+    )
     p.set_defaults(func=produce_cmd)
 
-    p = sub.add_parser("consume", help="print messages of a topic",
-                       description="Print message values, one per line.")
+    p = sub.add_parser("consume", help="print messages of a topic", description="Print message values, one per line.")
     _cluster_args(p)
     p.add_argument("topic")
     p.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
-    p.add_argument("--from", dest="start", default="earliest",
-                   help="earliest, latest, a byte OFFSET, -N (the last N messages of each "
-                        "partition), or a TIME: ISO 8601 (2026-11-21T10:00) or how long ago "
-                        "(15m, 2h, 1d)")
-    p.add_argument("--tail", type=int, metavar="N",
-                   help="start at the last N messages of each partition (= --from -N)")
+    p.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        help="earliest, latest, a byte OFFSET, -N (the last N messages of each "
+        "partition), or a TIME: ISO 8601 (2026-11-21T10:00) or how long ago "
+        "(15m, 2h, 1d)",
+    )
+    p.add_argument("--tail", type=int, metavar="N", help="start at the last N messages of each partition (= --from -N)")
     p.add_argument("-n", "--count", type=int, help="stop after N messages")
     p.add_argument("-f", "--follow", action="store_true", help="wait for new messages")
     p.add_argument("--group", help="consume as a member of this consumer group")
-    p.add_argument("--format", default="{value}",
-                   help="output template: {topic} {partition} {offset} {index} {key} "
-                        "{value} {timestamp} {fields} (default: {value}); an agent record's "
-                        "{value} is its line, {fields} its fields as k=v pairs")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text",
-                   help="text: one --format line per message (default); json: one JSON "
-                        "object per message, agent records decoded under \"record\"")
-    p.add_argument("--raw", action="store_true",
-                   help="do not decode agent records: print the value bytes as stored")
+    p.add_argument(
+        "--format",
+        default="{value}",
+        help="output template: {topic} {partition} {offset} {index} {key} "
+        "{value} {timestamp} {fields} (default: {value}); an agent record's "
+        "{value} is its line, {fields} its fields as k=v pairs",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="text: one --format line per message (default); json: one JSON "
+        'object per message, agent records decoded under "record"',
+    )
+    p.add_argument("--raw", action="store_true", help="do not decode agent records: print the value bytes as stored")
     p.set_defaults(func=consume_cmd)
 
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--zk", default=None,
-                       help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
+    group.add_argument(
+        "--zk", default=None, help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})"
+    )
     group.add_argument("--brokers", default=None, help="comma-separated host:port list instead of --zk")
-    parser.add_argument("--listener", metavar="NAME", default=None,
-                        help="the brokers' named listener to reach them on, from their "
-                             "ZooKeeper registrations (default: the default listener; "
-                             "docs/security.md#listeners)")
+    parser.add_argument(
+        "--listener",
+        metavar="NAME",
+        default=None,
+        help="the brokers' named listener to reach them on, from their "
+        "ZooKeeper registrations (default: the default listener; "
+        "docs/security.md#listeners)",
+    )
     add_tls_args(parser)
     add_sasl_args(parser)
     add_zk_args(parser)
@@ -153,8 +211,8 @@ def cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_broker_cmd(args: argparse.Namespace) -> int:
-    from broker.server.config import load_broker_config
     from broker.server.broker import run_broker
+    from broker.server.config import load_broker_config
 
     if args.action == "decommission":
         return reassign_cmd.decommission_cmd(args)
@@ -178,17 +236,16 @@ def topic_cmd(args: argparse.Namespace) -> int:
     with Admin(**cluster_kwargs(args)) as admin:
         if args.action == "create":
             try:
-                assignment = admin.create_topic(args.name, args.partitions,
-                                                args.replication_factor, args.min_insync,
-                                                config)
+                assignment = admin.create_topic(
+                    args.name, args.partitions, args.replication_factor, args.min_insync, config
+                )
             except TopicExistsError:
                 if not args.if_not_exists:
                     raise
                 print(f"topic {args.name} exists; nothing changed (--if-not-exists)")
                 return 0
             rf = len(next(iter(assignment.values())))
-            print(f"created topic {args.name} with {len(assignment)} partitions, "
-                  f"replication factor {rf}")
+            print(f"created topic {args.name} with {len(assignment)} partitions, replication factor {rf}")
         elif args.action == "alter":
             if config or args.delete_config:
                 now = admin.alter_topic(args.name, config, args.delete_config)
@@ -207,8 +264,7 @@ def topic_cmd(args: argparse.Namespace) -> int:
                 print(name)
         elif args.action == "describe":
             parts = admin.describe_partitions(args.name)
-            print(f"topic {args.name}: {len(parts)} partitions; settings: "
-                  f"{_settings(admin.topic_config(args.name))}")
+            print(f"topic {args.name}: {len(parts)} partitions; settings: {_settings(admin.topic_config(args.name))}")
             _print_partitions({args.name: parts}, admin.brokers())
         elif args.action == "elect-leaders":
             controller = admin.elect_preferred_leaders()
@@ -236,14 +292,13 @@ def _print_partitions(topics: dict[str, dict[int, PartitionInfo]], brokers: dict
             replicas = ",".join(map(str, info.replicas))
             isr = ",".join(map(str, info.isr))
             flag = "  under-replicated" if info.under_replicated else ""
-            print(f"{topic:<20} {partition:>9}  {info.leader:>6}  {address:<21} {replicas:<12} "
-                  f"{isr}{flag}")
+            print(f"{topic:<20} {partition:>9}  {info.leader:>6}  {address:<21} {replicas:<12} {isr}{flag}")
 
 
 def produce_cmd(args: argparse.Namespace) -> int:
     """Publish stdin's lines; exit 1 saying how many were not delivered, and why, if any."""
-    from broker.client import Producer
     from broker.cli.delivery import DeliveryTally
+    from broker.client import Producer
 
     validate_topic_name(args.topic)
     key = args.key.encode() if args.key is not None else None
@@ -251,12 +306,12 @@ def produce_cmd(args: argparse.Namespace) -> int:
     if args.delivery_timeout <= 0:
         raise ConfigError("--delivery-timeout must be positive")
     tally = DeliveryTally()
-    producer = Producer(**cluster_kwargs(args), acks=acks, compression=args.compression,
-                        delivery_timeout=args.delivery_timeout)
+    producer = Producer(
+        **cluster_kwargs(args), acks=acks, compression=args.compression, delivery_timeout=args.delivery_timeout
+    )
     try:
         for chunk in _line_chunks(sys.stdin.buffer, 1000):
-            tally.sent(len(chunk), producer.send(args.topic, chunk, key=key,
-                                                 partition=args.partition))
+            tally.sent(len(chunk), producer.send(args.topic, chunk, key=key, partition=args.partition))
     except KeyboardInterrupt:
         _close_quietly(producer, timeout=5.0)
         raise
@@ -300,12 +355,13 @@ def parse_start(text: str, now: float | None = None) -> int | str | dt.datetime 
     match = re.fullmatch(r"-?(\d+)([smhd])", text)  # "15m" = "-15m": 15 minutes ago
     if match:
         seconds = int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-        return dt.datetime.fromtimestamp((now or time.time()) - seconds, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp((now or time.time()) - seconds, tz=dt.UTC)
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise ConfigError(f"--from {text!r}: use earliest, latest, an offset, an ISO time "
-                          "or a relative time like -15m") from None
+        raise ConfigError(
+            f"--from {text!r}: use earliest, latest, an offset, an ISO time or a relative time like -15m"
+        ) from None
     return when if when.tzinfo else when.astimezone()
 
 
@@ -355,8 +411,9 @@ def _simple_messages(args: argparse.Namespace, start: int | str | dt.datetime | 
         if len(partitions) == 1:
             p = partitions[0]
             limit = None if args.count is None else args.count + skips[p]
-            yield from islice(consumer.messages(args.topic, p, offsets[p], follow=args.follow,
-                                                limit=limit), skips[p], None)
+            yield from islice(
+                consumer.messages(args.topic, p, offsets[p], follow=args.follow, limit=limit), skips[p], None
+            )
             return
         while True:
             got = 0
@@ -364,6 +421,7 @@ def _simple_messages(args: argparse.Namespace, start: int | str | dt.datetime | 
                 result = consumer.fetch(args.topic, p, offsets[p], max_wait_ms=0)
                 for batch in result.batches:
                     from broker.client import messages_of
+
                     for message in messages_of(args.topic, p, batch):
                         got += 1
                         if skips[p]:
@@ -382,10 +440,11 @@ def _simple_messages(args: argparse.Namespace, start: int | str | dt.datetime | 
 def _group_messages(group_cls: type[GroupConsumer], args: argparse.Namespace) -> Iterator[Message]:
     # A group resumes from its committed offsets; --from sets where a new group starts.
     if args.start not in ("earliest", "latest") or getattr(args, "tail", None) is not None:
-        raise ConfigError("--group takes --from earliest or latest (where a new group starts); "
-                          "use `logferry group seek` to move a group to an offset or time")
-    consumer = group_cls(group=args.group, topics=[args.topic], start=args.start,
-                         **cluster_kwargs(args))
+        raise ConfigError(
+            "--group takes --from earliest or latest (where a new group starts); "
+            "use `logferry group seek` to move a group to an offset or time"
+        )
+    consumer = group_cls(group=args.group, topics=[args.topic], start=args.start, **cluster_kwargs(args))
     try:
         # not `yield from`: that would also close the consumer when this generator is
         # closed, before the finally below closes it
@@ -393,4 +452,3 @@ def _group_messages(group_cls: type[GroupConsumer], args: argparse.Namespace) ->
             yield message
     finally:
         consumer.close()
-

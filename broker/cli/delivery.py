@@ -65,8 +65,7 @@ class DeliveryTally:
         why = f": {error}" if error is not None else ""
         if missing == 0:  # everything queued arrived, but reading or queueing more failed
             raise NotDeliveredError(f"stopped after {self.queued} messages to {topic}{why}")
-        raise NotDeliveredError(f"{missing} of {self.queued} messages to {topic} were not "
-                                f"delivered{why}")
+        raise NotDeliveredError(f"{missing} of {self.queued} messages to {topic} were not delivered{why}")
 
 
 __all__ = ["DeliveryTally", "NotDeliveredError"]

@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``group list|describe|seek|delete`` on the main parser's subparsers."""
-    group = sub.add_parser("group", help="list, describe, seek or delete consumer groups",
-                           description="Inspect and administer consumer groups (docs/groups.md).")
+    group = sub.add_parser(
+        "group",
+        help="list, describe, seek or delete consumer groups",
+        description="Inspect and administer consumer groups (docs/groups.md).",
+    )
     gsub = group.add_subparsers(dest="group_command", metavar="ACTION")
     gsub.required = True
 
@@ -40,24 +43,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _cluster_args(p)
     p.add_argument("group")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    p.add_argument("--window", type=float, default=0.0, metavar="SECONDS",
-                   help="read the group once a second for this long and judge its status "
-                        "(Burrow's rules, docs/groups.md) from the commits seen; default 0: "
-                        "one reading, which judges nothing (OK)")
+    p.add_argument(
+        "--window",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="read the group once a second for this long and judge its status "
+        "(Burrow's rules, docs/groups.md) from the commits seen; default 0: "
+        "one reading, which judges nothing (OK)",
+    )
     p.set_defaults(func=describe_cmd)
 
     p = gsub.add_parser("seek", help="set a group's committed offsets of a topic")
     _cluster_args(p)
     p.add_argument("group")
     p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int, action="append",
-                   help="only this partition (repeatable; default: all)")
-    p.add_argument("--to", required=True,
-                   help="earliest, latest, a byte OFFSET, or a TIME: ISO 8601 (2026-11-21T10:00) "
-                        "or relative (--to=-15m, -2h, -1d; note the =)")
-    p.add_argument("--force", action="store_true",
-                   help="even while members are registered (they overwrite it at their next "
-                        "commit unless they restart or rebalance first)")
+    p.add_argument("--partition", type=int, action="append", help="only this partition (repeatable; default: all)")
+    p.add_argument(
+        "--to",
+        required=True,
+        help="earliest, latest, a byte OFFSET, or a TIME: ISO 8601 (2026-11-21T10:00) "
+        "or relative (--to=-15m, -2h, -1d; note the =)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="even while members are registered (they overwrite it at their next "
+        "commit unless they restart or rebalance first)",
+    )
     p.set_defaults(func=seek_cmd)
 
     p = gsub.add_parser("delete", help="delete a group's members, owners and offsets")
@@ -66,28 +79,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--force", action="store_true", help="even while members are registered")
     p.set_defaults(func=delete_cmd)
 
-    p = gsub.add_parser("copy-offsets", help="copy a group's committed offsets to another "
-                        "cluster (one mirrored with mode = \"preserve\": same offsets)")
+    p = gsub.add_parser(
+        "copy-offsets",
+        help='copy a group\'s committed offsets to another cluster (one mirrored with mode = "preserve": same offsets)',
+    )
     p.add_argument("--from-zk", required=True, help="source cluster's ZooKeeper (with chroot)")
     p.add_argument("--to-zk", required=True, help="target cluster's ZooKeeper (with chroot)")
     p.add_argument("--group", required=True)
     p.add_argument("--topic", action="append", help="only this topic (repeatable; default: all)")
-    p.add_argument("--force", action="store_true",
-                   help="even while members of the group are registered on the target")
+    p.add_argument("--force", action="store_true", help="even while members of the group are registered on the target")
     p.set_defaults(func=copy_offsets_cmd)
 
 
 # -- plumbing -------------------------------------------------------------------------------
 
 
-def _admin(args: argparse.Namespace, brokers: bool = True) -> "GroupAdmin":
+def _admin(args: argparse.Namespace, brokers: bool = True) -> GroupAdmin:
     from broker.client import GroupAdmin
 
     where = cluster_kwargs(args)
     if "zk" not in where:
         raise ConfigError("consumer groups live in ZooKeeper: use --zk (not --brokers)")
-    return GroupAdmin(where["zk"], brokers=brokers, tls=where.get("tls"), sasl=where.get("sasl"),
-                      listener=where.get("listener"))
+    return GroupAdmin(
+        where["zk"], brokers=brokers, tls=where.get("tls"), sasl=where.get("sasl"), listener=where.get("listener")
+    )
 
 
 def _fmt_time(ms: int) -> str:
@@ -133,7 +148,7 @@ def list_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(admin: "GroupAdmin", group: str, window_s: float = 0.0) -> dict[str, Any]:
+def describe(admin: GroupAdmin, group: str, window_s: float = 0.0) -> dict[str, Any]:
     """Everything ``describe`` shows, as plain data (see :meth:`GroupAdmin.describe`),
     the status judged over readings once a second for ``window_s`` seconds."""
     from broker.client import StatusWindows
@@ -164,8 +179,16 @@ def describe_cmd(args: argparse.Namespace) -> int:
         for cid, data in members.items():
             subscription = sorted((data.get("subscription") or {}).items())
             sub = data.get("pattern") or ",".join(f"{t}({n})" for t, n in subscription)
-            rows.append([cid, sub or "-", data.get("start", "-"), data.get("host", "-"),
-                         data.get("pid", "-"), _fmt_time(data.get("registered_ms", 0))])
+            rows.append(
+                [
+                    cid,
+                    sub or "-",
+                    data.get("start", "-"),
+                    data.get("host", "-"),
+                    data.get("pid", "-"),
+                    _fmt_time(data.get("registered_ms", 0)),
+                ]
+            )
         print(_table(rows, ["MEMBER", "SUBSCRIPTION", "START", "HOST", "PID", "SINCE"]))
         print()
     rows = []
@@ -174,16 +197,38 @@ def describe_cmd(args: argparse.Namespace) -> int:
         lag_b, lag_m = r["lag_bytes"], r["lag_messages"]
         total_bytes += lag_b or 0
         total_msgs += lag_m or 0
-        rows.append([r["topic"], r["partition"], r["owner"] or "-",
-                     "-" if r["committed"] is None else r["committed"],
-                     "-" if r["skip"] is None else r["skip"],
-                     "?" if r["log_end"] is None else r["log_end"],
-                     "-" if lag_b is None else lag_b,
-                     "-" if lag_m is None else f"~{lag_m}",
-                     r["status"], _fmt_time(r["committed_at_ms"] or 0)])
+        rows.append(
+            [
+                r["topic"],
+                r["partition"],
+                r["owner"] or "-",
+                "-" if r["committed"] is None else r["committed"],
+                "-" if r["skip"] is None else r["skip"],
+                "?" if r["log_end"] is None else r["log_end"],
+                "-" if lag_b is None else lag_b,
+                "-" if lag_m is None else f"~{lag_m}",
+                r["status"],
+                _fmt_time(r["committed_at_ms"] or 0),
+            ]
+        )
     if rows:
-        print(_table(rows, ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "SKIP", "LOG-END",
-                            "LAG-BYTES", "LAG-MSGS", "STATUS", "LAST-COMMIT"]))
+        print(
+            _table(
+                rows,
+                [
+                    "TOPIC",
+                    "PARTITION",
+                    "OWNER",
+                    "COMMITTED",
+                    "SKIP",
+                    "LOG-END",
+                    "LAG-BYTES",
+                    "LAG-MSGS",
+                    "STATUS",
+                    "LAST-COMMIT",
+                ],
+            )
+        )
         print(f"total lag: {total_bytes} bytes, ~{total_msgs} messages")
     else:
         print("no partitions (nothing subscribed or committed yet)")
@@ -197,8 +242,10 @@ def seek_cmd(args: argparse.Namespace) -> int:
     validate_topic_name(args.topic)
     to = parse_start(args.to)
     if isinstance(to, Last):  # --to=-5: parse_start's "last N messages", a consume start
-        raise ConfigError(f"--to {args.to}: give earliest, latest, an offset or a time "
-                          "(-N, the last N messages, is for consume --from)")
+        raise ConfigError(
+            f"--to {args.to}: give earliest, latest, an offset or a time "
+            "(-N, the last N messages, is for consume --from)"
+        )
     with _admin(args) as admin:
         moved = admin.seek(args.group, args.topic, to, args.partition, force=args.force)
     rows = []
@@ -229,12 +276,20 @@ def copy_offsets_cmd(args: argparse.Namespace) -> int:
     for (topic, p), (committed, end) in copied.items():
         late = end is not None and committed.offset > end
         behind += late
-        rows.append([topic, p, f"{committed.offset}+{committed.skip}", "-" if end is None else end,
-                     "NOT COPIED YET" if late else ""])
+        rows.append(
+            [
+                topic,
+                p,
+                f"{committed.offset}+{committed.skip}",
+                "-" if end is None else end,
+                "NOT COPIED YET" if late else "",
+            ]
+        )
     print(_table(rows, ["TOPIC", "PARTITION", "OFFSET", "TARGET END", ""]))
-    print(f"group {args.group}: {len(rows)} position(s) copied to {target}"
-          + (f"; {behind} lie past the target's end (the mirror has not copied them yet)"
-             if behind else ""))
+    print(
+        f"group {args.group}: {len(rows)} position(s) copied to {target}"
+        + (f"; {behind} lie past the target's end (the mirror has not copied them yet)" if behind else "")
+    )
     return 0
 
 

@@ -14,21 +14,20 @@ otherwise).
 
 from __future__ import annotations
 
-import contextlib
 import argparse
+import contextlib
 import importlib.util
 import logging
 import os
 import re
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, distribution, entry_points
-from typing import Sequence
 
 from kazoo.exceptions import NoAuthError
 
 from broker import __version__
-from broker.cli import (acl_cmd, certs_cmd, client_cmds, group_cmd, reassign_cmd, user_cmd,
-                        zk_cmd)
+from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, reassign_cmd, user_cmd, zk_cmd
 from broker.common.commands import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -50,11 +49,15 @@ __all__ = ["LOG_FORMAT", "build_parser", "command_label", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, plugins included."""
     parser = argparse.ArgumentParser(
-        prog="logferry",
-        description="A log transport in the design of LinkedIn's Kafka (NetDB 2011).")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log more: -v one level (INFO for short commands, DEBUG for "
-                             "services), -vv everything")
+        prog="logferry", description="A log transport in the design of LinkedIn's Kafka (NetDB 2011)."
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log more: -v one level (INFO for short commands, DEBUG for services), -vv everything",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -78,13 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _verbose_everywhere(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _verbose_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Accept ``-v`` after the command too (``logferry consume -v ...``), counted with the
     one before it."""
     for parser in set(sub.choices.values()):
         with contextlib.suppress(argparse.ArgumentError, ValueError):  # taken, or an unavailable command
-            parser.add_argument("-v", "--verbose", action="count", dest="verbose_after",
-                                default=argparse.SUPPRESS, help="log more (-vv: everything)")
+            parser.add_argument(
+                "-v",
+                "--verbose",
+                action="count",
+                dest="verbose_after",
+                default=argparse.SUPPRESS,
+                help="log more (-vv: everything)",
+            )
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _verbose_everywhere(action)
@@ -140,12 +149,12 @@ def extra_providing(module: str) -> str | None:
 def _unavailable(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str, problem: str) -> None:
     """Keep ``command`` listed; running it prints ``problem`` and exits 1."""
     # No option prefix: whatever follows (--config, --help, ...) is taken, not parsed.
-    p = sub.add_parser(command, help="(unavailable: run it to see why)", add_help=False,
-                       prefix_chars="\0")
+    p = sub.add_parser(command, help="(unavailable: run it to see why)", add_help=False, prefix_chars="\0")
     p.add_argument("rest", nargs="*")
 
     def fail(_args: argparse.Namespace) -> int:
         return report(command, problem, EXIT_FAILURE)
+
     p.set_defaults(func=fail)
 
 
@@ -166,8 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(label, exc, exit_code_for(exc))
     except NoAuthError:  # a secured ZooKeeper (docs/security.md, "ZooKeeper")
         log.debug("%s failed", label, exc_info=True)
-        return report(label, "ZooKeeper refused access (NoAuth): log in as an identity "
-                      "allowed there (--zk-user with --zk-password-file)", EXIT_FAILURE)
+        return report(
+            label,
+            "ZooKeeper refused access (NoAuth): log in as an identity "
+            "allowed there (--zk-user with --zk-password-file)",
+            EXIT_FAILURE,
+        )
     except ModuleNotFoundError as exc:  # an extra that this command needs is missing
         log.debug("import failed", exc_info=True)
         return report(label, plugin_problem(args.command, exc), EXIT_FAILURE)

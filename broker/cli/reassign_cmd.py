@@ -36,17 +36,24 @@ DEFAULT_ZK = "127.0.0.1:2181/logferry/live"
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``reassign generate|execute|verify|cancel``."""
-    top = sub.add_parser("reassign", help="move partitions' replicas between brokers",
-                         description="Plan, run, watch and cancel a partition reassignment "
-                                     "(docs/operations.md).")
+    top = sub.add_parser(
+        "reassign",
+        help="move partitions' replicas between brokers",
+        description="Plan, run, watch and cancel a partition reassignment (docs/operations.md).",
+    )
     rsub = top.add_subparsers(dest="reassign_command", metavar="ACTION")
     rsub.required = True
     p = rsub.add_parser("generate", help="print a plan spreading topics over brokers (JSON)")
     _zk_arg(p)
     p.add_argument("--topics", required=True, help="comma-separated topic names")
     p.add_argument("--brokers", required=True, help="comma-separated broker ids to use")
-    p.add_argument("--replication-factor", type=int, default=None, metavar="N",
-                   help="replicas per partition (default: each partition's own)")
+    p.add_argument(
+        "--replication-factor",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replicas per partition (default: each partition's own)",
+    )
     p.set_defaults(func=generate_cmd)
     p = rsub.add_parser("execute", help="start a plan (one reassignment at a time)")
     _zk_arg(p)
@@ -56,8 +63,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = rsub.add_parser("verify", help="progress per partition; exit 0 once done")
     _zk_arg(p)
     p.add_argument("--plan", default=None, help="also check the result against this plan")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="print progress every second until done, at most this long")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="print progress every second until done, at most this long",
+    )
     p.set_defaults(func=verify_cmd)
     p = rsub.add_parser("cancel", help="move the partitions not done back where they were")
     _zk_arg(p)
@@ -65,27 +77,43 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _zk_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--zk", default=None, help="ZooKeeper connect string with chroot "
-                                              f"(default: $LOGFERRY_ZK or {DEFAULT_ZK})")
+    p.add_argument(
+        "--zk", default=None, help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})"
+    )
 
 
 def _throttle_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--throttle", type=int, required=True, metavar="BYTES_PER_S",
-                   help="bytes/s each broker may copy for the new replicas (all together)")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="then print progress every second until done, at most this long")
+    p.add_argument(
+        "--throttle",
+        type=int,
+        required=True,
+        metavar="BYTES_PER_S",
+        help="bytes/s each broker may copy for the new replicas (all together)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="then print progress every second until done, at most this long",
+    )
 
 
 def add_decommission_args(p: argparse.ArgumentParser) -> None:
     """``logferry broker decommission ID`` rides on the ``broker`` command's parser."""
-    p.add_argument("action", nargs="?", choices=["decommission"],
-                   help="decommission: move every replica off broker ID")
+    p.add_argument("action", nargs="?", choices=["decommission"], help="decommission: move every replica off broker ID")
     p.add_argument("broker_id", nargs="?", type=int, metavar="ID")
     _zk_arg(p)
-    p.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S",
-                   help="(decommission) bytes/s each broker may copy")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="(decommission) print progress until done, at most this long")
+    p.add_argument(
+        "--throttle", type=int, default=None, metavar="BYTES_PER_S", help="(decommission) bytes/s each broker may copy"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="(decommission) print progress until done, at most this long",
+    )
 
 
 # -- reading the cluster -------------------------------------------------------------
@@ -138,8 +166,7 @@ def _ids(text: str) -> list[int]:
     try:
         return sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise ConfigError(f"--brokers {text!r}: give comma-separated broker ids, e.g. 1,2,3") \
-            from None
+        raise ConfigError(f"--brokers {text!r}: give comma-separated broker ids, e.g. 1,2,3") from None
 
 
 # -- the commands ----------------------------------------------------------------------
@@ -156,8 +183,9 @@ def generate_cmd(args: argparse.Namespace) -> int:
         zk.close(client)
     unknown = sorted(set(wanted) - set(racks))
     if unknown:
-        raise ReassignmentError(f"--brokers names broker(s) {unknown}, which are not "
-                                f"registered (registered: {sorted(racks)})")
+        raise ReassignmentError(
+            f"--brokers names broker(s) {unknown}, which are not registered (registered: {sorted(racks)})"
+        )
     missing = [t for t in topics if t not in assignments]
     if missing:
         raise ReassignmentError(f"no such topic(s): {', '.join(missing)}")
@@ -171,8 +199,10 @@ def generate_cmd(args: argparse.Namespace) -> int:
     plan = generate(current, {b: racks[b] for b in wanted}, args.replication_factor, load)
     moved = sum(len(set(r) - set(current[k])) for k, r in plan.items())
     print(plan_to_json(plan))
-    print(f"# {len(plan)} partitions, {moved} replicas to copy; current assignment:\n"
-          f"{plan_to_json(current)}", file=sys.stderr)
+    print(
+        f"# {len(plan)} partitions, {moved} replicas to copy; current assignment:\n{plan_to_json(current)}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -182,8 +212,9 @@ def _start(client: Any, plan: Plan, throttle: int) -> None:
     assignments = _assignments(client)
     check_plan(plan, assignments, _brokers(client))
     if client.exists(zk.REASSIGN_PARTITIONS) is not None:
-        raise ReassignmentError("a reassignment is already under way; wait for it "
-                                "(`logferry reassign verify`) or cancel it first")
+        raise ReassignmentError(
+            "a reassignment is already under way; wait for it (`logferry reassign verify`) or cancel it first"
+        )
     for (topic, partition), replicas in sorted(plan.items()):
         raw, _ = client.get(zk.topic_path(topic))
         needed = zk.read_topic_config(raw).get("min_insync_replicas", 1)
@@ -191,14 +222,15 @@ def _start(client: Any, plan: Plan, throttle: int) -> None:
             raise ReassignmentError(
                 f"the plan gives {topic}-{partition} {len(replicas)} replicas but the topic's "
                 f"min_insync_replicas is {needed}: acks=all writes would all be refused; "
-                "lower it first (topic alter)")
+                "lower it first (topic alter)"
+            )
     original = {k: assignments[k[0]][k[1]] for k in plan}
     try:
-        client.create(zk.REASSIGN_PARTITIONS, encode_job(plan, original, throttle),
-                      makepath=True)
+        client.create(zk.REASSIGN_PARTITIONS, encode_job(plan, original, throttle), makepath=True)
     except zk.NodeExistsError:
-        raise ReassignmentError("a reassignment is already under way; wait for it "
-                                "(`logferry reassign verify`) or cancel it first") from None
+        raise ReassignmentError(
+            "a reassignment is already under way; wait for it (`logferry reassign verify`) or cancel it first"
+        ) from None
 
 
 def execute_cmd(args: argparse.Namespace) -> int:
@@ -228,18 +260,21 @@ def decommission_cmd(args: argparse.Namespace) -> int:
         racks = _brokers(client)
         assignments = _assignments(client)
         if args.broker_id not in racks and not any(
-                args.broker_id in r for parts in assignments.values() for r in parts.values()):
-            raise ReassignmentError(f"broker {args.broker_id} is not registered and holds no "
-                                    f"partition (registered: {sorted(racks)})")
+            args.broker_id in r for parts in assignments.values() for r in parts.values()
+        ):
+            raise ReassignmentError(
+                f"broker {args.broker_id} is not registered and holds no partition (registered: {sorted(racks)})"
+            )
         current = {(t, p): r for t, parts in assignments.items() for p, r in parts.items()}
-        plan = decommission(args.broker_id, current,
-                            _states(client, [k for k, r in current.items()
-                                             if args.broker_id in r]),
-                            {b: rk for b, rk in racks.items()})
+        plan = decommission(
+            args.broker_id,
+            current,
+            _states(client, [k for k, r in current.items() if args.broker_id in r]),
+            {b: rk for b, rk in racks.items()},
+        )
         print(plan_to_json(plan))
         _start(client, plan, args.throttle)
-        print(f"started moving {len(plan)} partitions off broker {args.broker_id} "
-              f"(throttle {args.throttle} bytes/s)")
+        print(f"started moving {len(plan)} partitions off broker {args.broker_id} (throttle {args.throttle} bytes/s)")
         return _watch(client, args.wait, None) if args.wait > 0 else 0
     finally:
         zk.close(client)
@@ -274,8 +309,7 @@ def _progress_lines(client: Any, job: Job) -> tuple[list[str], int]:
                 parts.append(f"{b} {end}/{leader_end} bytes ({pct:.0f}%)")
             else:
                 parts.append(f"{b} starting")
-        lines.append(f"{name}: {current} -> {target}, leader "
-                     f"{state.leader if state else -1}: {', '.join(parts)}")
+        lines.append(f"{name}: {current} -> {target}, leader {state.leader if state else -1}: {', '.join(parts)}")
     return lines, pending
 
 
@@ -294,8 +328,10 @@ def _watch(client: Any, wait: float, plan: Plan | None) -> int:
             print("no reassignment under way")
             return _check_result(client, plan)
         lines, pending = _progress_lines(client, job)
-        print(f"reassignment{' (cancelled)' if job.cancelled else ''}: {pending} of "
-              f"{len(job.targets)} partitions moving, throttle {job.throttle} bytes/s")
+        print(
+            f"reassignment{' (cancelled)' if job.cancelled else ''}: {pending} of "
+            f"{len(job.targets)} partitions moving, throttle {job.throttle} bytes/s"
+        )
         for line in lines:
             print(f"  {line}")
         sys.stdout.flush()
@@ -315,8 +351,9 @@ def _check_result(client: Any, plan: Plan | None) -> int:
     if plan is None:
         return 0
     assignments = _assignments(client)
-    wrong = {k: assignments.get(k[0], {}).get(k[1]) for k, r in plan.items()
-             if assignments.get(k[0], {}).get(k[1]) != r}
+    wrong = {
+        k: assignments.get(k[0], {}).get(k[1]) for k, r in plan.items() if assignments.get(k[0], {}).get(k[1]) != r
+    }
     for (t, p), r in sorted(wrong.items()):
         print(f"  {t}-{p}: replicas {r}, the plan says {plan[(t, p)]}")
     if wrong:
@@ -356,19 +393,26 @@ def cancel_cmd(args: argparse.Namespace) -> int:
             if job is None:
                 raise ZooKeeperError(f"{zk.REASSIGN_PARTITIONS} is malformed")
             assignments = _assignments(client)
-            back = {k: job.original[k] for k, t in job.targets.items()
-                    if assignments.get(k[0], {}).get(k[1]) not in (None, t)}
+            back = {
+                k: job.original[k]
+                for k, t in job.targets.items()
+                if assignments.get(k[0], {}).get(k[1]) not in (None, t)
+            }
             if not back:
                 print("every partition is already done; nothing to cancel")
                 return 0
             try:
-                client.set(zk.REASSIGN_PARTITIONS,
-                           encode_job(back, job.original, job.throttle, cancelled=True),
-                           version=stat.version)
+                client.set(
+                    zk.REASSIGN_PARTITIONS,
+                    encode_job(back, job.original, job.throttle, cancelled=True),
+                    version=stat.version,
+                )
             except (BadVersionError, NoNodeError):
                 continue
-            print(f"cancelled: {len(back)} partitions go back to their original replicas; "
-                  f"{len(job.targets) - len(back)} stay moved")
+            print(
+                f"cancelled: {len(back)} partitions go back to their original replicas; "
+                f"{len(job.targets) - len(back)} stay moved"
+            )
             return 0
         raise ZooKeeperError("the reassignment kept changing; try again")
     finally:

@@ -25,8 +25,7 @@ FIELDS = ("topic", "partition", "offset", "index", "key", "value", "timestamp", 
 """What a template may use: :class:`broker.client.Message`'s fields, then an agent
 record's ``fields`` (empty for other values)."""
 
-_SAMPLE = {"topic": "t", "partition": 0, "offset": 0, "index": 0, "key": "", "value": "",
-           "timestamp": 0, "fields": ""}
+_SAMPLE = {"topic": "t", "partition": 0, "offset": 0, "index": 0, "key": "", "value": "", "timestamp": 0, "fields": ""}
 
 
 def available() -> str:
@@ -39,11 +38,11 @@ def check_format(fmt: str) -> None:
     try:
         fmt.format(**_SAMPLE)
     except KeyError as exc:
-        raise ConfigError(f"--format {fmt!r}: unknown field {{{exc.args[0]}}}; "
-                          f"available: {available()}") from None
+        raise ConfigError(f"--format {fmt!r}: unknown field {{{exc.args[0]}}}; available: {available()}") from None
     except IndexError:
-        raise ConfigError(f"--format {fmt!r}: name each field ({{}} and {{0}} are not "
-                          f"supported); available: {available()}") from None
+        raise ConfigError(
+            f"--format {fmt!r}: name each field ({{}} and {{0}} are not supported); available: {available()}"
+        ) from None
     except (ValueError, AttributeError, TypeError) as exc:
         raise ConfigError(f"--format {fmt!r}: {exc}; available: {available()}") from None
 
@@ -63,8 +62,11 @@ def render(fmt: str, message: Any, raw: bool = False) -> str:
     value is its ``line``."""
     value = message.value
     record = None if raw or not isinstance(value, bytes) else agent_record(value)
-    shown: str = record["line"] if record is not None else (
-        value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+    shown: str = (
+        record["line"]
+        if record is not None
+        else (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+    )
     if fmt == "{value}":
         return shown
     fields = message._asdict()
@@ -104,15 +106,19 @@ def render_json(message: Any, raw: bool = False) -> str:
     value and timestamp. Key and value are text when they are UTF-8, else base64 under
     ``key_b64``/``value_b64``. Unless ``raw``, an agent record is decoded: its fields
     go under ``record`` and ``value`` is its ``line``."""
-    out: dict[str, Any] = {"topic": message.topic, "partition": message.partition,
-                           "offset": message.offset, "index": message.index}
+    out: dict[str, Any] = {
+        "topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "index": message.index,
+    }
     _put_bytes(out, "key", message.key)
     record = None if raw else agent_record(message.value)
     if record is not None:
         out["value"] = record["line"]
-        out["record"] = {name: (base64.b64encode(v).decode("ascii")
-                                if isinstance(v, bytes) else v)
-                         for name, v in record.items()}
+        out["record"] = {
+            name: (base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v) for name, v in record.items()
+        }
     else:
         _put_bytes(out, "value", message.value)
     out["timestamp"] = message.timestamp
@@ -126,5 +132,4 @@ def _jsonable(obj: object) -> object:
     return repr(obj)
 
 
-__all__ = ["AGENT_FIELDS", "FIELDS", "agent_record", "available", "check_format", "render",
-           "render_json"]
+__all__ = ["AGENT_FIELDS", "FIELDS", "agent_record", "available", "check_format", "render", "render_json"]

@@ -46,8 +46,7 @@ def count_messages(consumer: Any, topic: str, partition: int, offset: int, end: 
     return count
 
 
-def tail_start(consumer: Any, topic: str, partition: int, last: int,
-               now_ms: int | None = None) -> TailStart:
+def tail_start(consumer: Any, topic: str, partition: int, last: int, now_ms: int | None = None) -> TailStart:
     """The start of the last ``last`` messages of the partition (all of them if fewer)."""
     bounds = consumer.offsets(topic, partition)
     if last <= 0 or bounds.start >= bounds.end:
@@ -56,8 +55,11 @@ def tail_start(consumer: Any, topic: str, partition: int, last: int,
     window = _FIRST_WINDOW_MS
     while True:
         ts = now - window
-        candidate = bounds.start if ts <= 0 else max(
-            bounds.start, min(consumer.offset_for_time(topic, partition, ts), bounds.end))
+        candidate = (
+            bounds.start
+            if ts <= 0
+            else max(bounds.start, min(consumer.offset_for_time(topic, partition, ts), bounds.end))
+        )
         count = count_messages(consumer, topic, partition, candidate, bounds.end)
         if count >= last or candidate <= bounds.start:
             return TailStart(candidate, max(0, count - last))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from broker.cli.client_cmds import DEFAULT_ZK
 from broker.cli.zk_args import add_zk_args, zk_target
@@ -28,27 +29,31 @@ from broker.coordination.credentials import (
 )
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``user`` and its actions."""
     user = subparsers.add_parser(
-        "user", help="manage SCRAM users (credentials stored hashed in ZooKeeper)",
-        description="Create, delete or list the SASL SCRAM users of a cluster.")
+        "user",
+        help="manage SCRAM users (credentials stored hashed in ZooKeeper)",
+        description="Create, delete or list the SASL SCRAM users of a cluster.",
+    )
     actions = user.add_subparsers(dest="user_command", metavar="ACTION")
     actions.required = True
 
     create = actions.add_parser("create", help="create a user (or replace its password)")
     create.add_argument("name")
     source = create.add_mutually_exclusive_group(required=True)
-    source.add_argument("--password-file", metavar="FILE",
-                        help="read the password from FILE (its first line)")
-    source.add_argument("--password-env", metavar="NAME",
-                        help="read the password from environment variable NAME")
-    create.add_argument("--mechanism", action="append", choices=MECHANISMS,
-                        help="store credentials for this mechanism (repeat; default: both)")
-    create.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                        help=f"PBKDF2 iterations (default: {DEFAULT_ITERATIONS})")
-    create.add_argument("--replace", action="store_true",
-                        help="replace the credentials of an existing user")
+    source.add_argument("--password-file", metavar="FILE", help="read the password from FILE (its first line)")
+    source.add_argument("--password-env", metavar="NAME", help="read the password from environment variable NAME")
+    create.add_argument(
+        "--mechanism",
+        action="append",
+        choices=MECHANISMS,
+        help="store credentials for this mechanism (repeat; default: both)",
+    )
+    create.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, help=f"PBKDF2 iterations (default: {DEFAULT_ITERATIONS})"
+    )
+    create.add_argument("--replace", action="store_true", help="replace the credentials of an existing user")
     create.set_defaults(func=create_cmd)
 
     delete = actions.add_parser("delete", help="delete a user")
@@ -59,9 +64,9 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     listing.set_defaults(func=list_cmd)
 
     for action in (create, delete, listing):
-        action.add_argument("--zk", default=None,
-                            help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK "
-                                 f"or {DEFAULT_ZK})")
+        action.add_argument(
+            "--zk", default=None, help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})"
+        )
         add_zk_args(action)  # /config/users is the ZooKeeper owner's (docs/security.md)
 
 
@@ -88,8 +93,7 @@ def create_cmd(args: argparse.Namespace) -> int:
             raise ConfigError(f"user {name!r} exists (add --replace to change its password)")
     finally:
         zk.close(client)
-    print(f"user {name} {'updated' if args.replace else 'created'} "
-          f"({', '.join(sorted(credentials))})")
+    print(f"user {name} {'updated' if args.replace else 'created'} ({', '.join(sorted(credentials))})")
     return 0
 
 

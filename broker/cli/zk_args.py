@@ -20,25 +20,27 @@ from broker.common.config import Validator
 from broker.common.errors import ConfigError
 from broker.common.zk_security import ZkSecurity, with_security, zookeeper_from_table
 
-OPTIONS = {"user": "--zk-user", "password_file": "--zk-password-file",
-           "password_env": "--zk-password-env"}
+OPTIONS = {"user": "--zk-user", "password_file": "--zk-password-file", "password_env": "--zk-password-env"}
 TLS_OPTIONS = {"ca_file": "--zk-tls-ca", "cert_file": "--zk-tls-cert", "key_file": "--zk-tls-key"}
-ENV = {"--zk-user": "LOGFERRY_ZK_USER", "--zk-password-file": "LOGFERRY_ZK_PASSWORD_FILE",
-       "--zk-tls-ca": "LOGFERRY_ZK_TLS_CA"}
+ENV = {
+    "--zk-user": "LOGFERRY_ZK_USER",
+    "--zk-password-file": "LOGFERRY_ZK_PASSWORD_FILE",
+    "--zk-tls-ca": "LOGFERRY_ZK_TLS_CA",
+}
 """Environment variables that stand in for options not given."""
 
 
 def add_zk_args(parser: argparse.ArgumentParser) -> None:
     """Add the ZooKeeper login and TLS options to a command's parser."""
     group = parser.add_argument_group("ZooKeeper login and TLS (docs/security.md)")
-    group.add_argument("--zk-user", metavar="NAME",
-                       help="log in to ZooKeeper as this digest user (with a password option)")
-    group.add_argument("--zk-password-file", metavar="FILE",
-                       help="the ZooKeeper password: the first line of FILE")
-    group.add_argument("--zk-password-env", metavar="VAR",
-                       help="the ZooKeeper password: the environment variable VAR")
-    group.add_argument("--zk-tls", action="store_true",
-                       help="TLS to ZooKeeper, trusting the system's CAs (implied by --zk-tls-ca)")
+    group.add_argument(
+        "--zk-user", metavar="NAME", help="log in to ZooKeeper as this digest user (with a password option)"
+    )
+    group.add_argument("--zk-password-file", metavar="FILE", help="the ZooKeeper password: the first line of FILE")
+    group.add_argument("--zk-password-env", metavar="VAR", help="the ZooKeeper password: the environment variable VAR")
+    group.add_argument(
+        "--zk-tls", action="store_true", help="TLS to ZooKeeper, trusting the system's CAs (implied by --zk-tls-ca)"
+    )
     group.add_argument("--zk-tls-ca", metavar="FILE", help="CA certificate (PEM) ZooKeeper's is checked against")
     group.add_argument("--zk-tls-cert", metavar="FILE", help="client certificate (PEM) for ZooKeeper")
     group.add_argument("--zk-tls-key", metavar="FILE", help="the client certificate's key (PEM)")
@@ -59,10 +61,8 @@ def _error(key: str, problem: str, file: str) -> ConfigError:
 
 def zk_security_from_args(args: argparse.Namespace) -> ZkSecurity | None:
     """The options as a :class:`ZkSecurity` (None when none is given)."""
-    table: dict[str, object] = {key: v for key, option in OPTIONS.items()
-                                if (v := _value(args, option)) is not None}
-    tls: dict[str, object] = {key: v for key, option in TLS_OPTIONS.items()
-                              if (v := _value(args, option)) is not None}
+    table: dict[str, object] = {key: v for key, option in OPTIONS.items() if (v := _value(args, option)) is not None}
+    tls: dict[str, object] = {key: v for key, option in TLS_OPTIONS.items() if (v := _value(args, option)) is not None}
     if tls or getattr(args, "zk_tls", False):
         table["tls"] = {**tls, "enabled": True}
     return zookeeper_from_table(Validator(error=_error), table, where="")

@@ -12,13 +12,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from broker.common.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, report
 from broker.common.errors import ConfigError, ZooKeeperError
 from broker.testing.zkserver import (
-    LocalZooKeeper, ServerTls, ZooKeeperNotInstalledError, ZooKeeperStartError,
+    LocalZooKeeper,
+    ServerTls,
+    ZooKeeperNotInstalledError,
+    ZooKeeperStartError,
 )
 
 DEFAULT_SECURE_PORT = 2281
@@ -31,7 +34,7 @@ EXIT_NOT_RUNNING = 3
 """``zk status`` when ZooKeeper is not running (the LSB convention for service status)."""
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register ``zk`` and its ``start``, ``stop`` and ``status`` actions.
 
     Each action's handler is stored as ``func`` (takes the Namespace, returns the
@@ -55,8 +58,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
             "--port",
             type=_port,
             default=None,
-            help="client port on 127.0.0.1 (default: the port in the data dir's zoo.cfg, "
-            f"else {DEFAULT_PORT})",
+            help=f"client port on 127.0.0.1 (default: the port in the data dir's zoo.cfg, else {DEFAULT_PORT})",
         )
         action.add_argument(
             "--data-dir",
@@ -65,8 +67,9 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
             help=f"where its state, log and pidfile live (default: ./{DEFAULT_DATA_DIR})",
         )
         if name == "start":
-            action.add_argument("--timeout", type=float, default=30.0,
-                                help="seconds to wait until it serves (default: 30)")
+            action.add_argument(
+                "--timeout", type=float, default=30.0, help="seconds to wait until it serves (default: 30)"
+            )
             _add_tls_args(action)
         action.set_defaults(func=handler)
     from broker.cli import zk_secure_cmd
@@ -77,17 +80,27 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def _add_tls_args(action: argparse.ArgumentParser) -> None:
     group = action.add_argument_group("TLS (docs/security.md, 'ZooKeeper')")
-    group.add_argument("--tls", action="store_true",
-                       help="also listen with TLS on --secure-port (Netty); without --tls-cert "
-                            "a CA and a certificate for 127.0.0.1 are made in DATA_DIR/tls")
-    group.add_argument("--secure-port", type=_port, default=None,
-                       help=f"the TLS port (secureClientPort; default {DEFAULT_SECURE_PORT})")
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        help="also listen with TLS on --secure-port (Netty); without --tls-cert "
+        "a CA and a certificate for 127.0.0.1 are made in DATA_DIR/tls",
+    )
+    group.add_argument(
+        "--secure-port",
+        type=_port,
+        default=None,
+        help=f"the TLS port (secureClientPort; default {DEFAULT_SECURE_PORT})",
+    )
     group.add_argument("--tls-cert", type=Path, metavar="FILE", help="the server's certificate (PEM)")
     group.add_argument("--tls-key", type=Path, metavar="FILE", help="its key (PEM, unencrypted)")
-    group.add_argument("--tls-ca", type=Path, metavar="FILE",
-                       help="CA that client certificates are checked against")
-    group.add_argument("--tls-client-auth", choices=("none", "optional", "required"),
-                       default="none", help="ask clients for a certificate (default: none)")
+    group.add_argument("--tls-ca", type=Path, metavar="FILE", help="CA that client certificates are checked against")
+    group.add_argument(
+        "--tls-client-auth",
+        choices=("none", "optional", "required"),
+        default="none",
+        help="ask clients for a certificate (default: none)",
+    )
 
 
 def _server_tls(args: argparse.Namespace) -> ServerTls | None:
@@ -101,9 +114,13 @@ def _server_tls(args: argparse.Namespace) -> ServerTls | None:
         cert, key, made_ca = _make_server_cert(args.data_dir / "tls", args.port or DEFAULT_PORT)
         ca = ca or made_ca
     try:
-        return ServerTls(args.secure_port or DEFAULT_SECURE_PORT, Path(cert).resolve(),
-                         Path(key).resolve(), Path(ca).resolve() if ca else None,
-                         args.tls_client_auth)
+        return ServerTls(
+            args.secure_port or DEFAULT_SECURE_PORT,
+            Path(cert).resolve(),
+            Path(key).resolve(),
+            Path(ca).resolve() if ca else None,
+            args.tls_client_auth,
+        )
     except ZooKeeperError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -116,8 +133,10 @@ def _make_server_cert(directory: Path, port: int) -> tuple[Path, Path, Path]:
     try:
         from broker.common import certs
     except ImportError:
-        raise ConfigError("--tls without --tls-cert makes a certificate, which needs the "
-                          "'certs' extra (pip install 'logferry[certs]')") from None
+        raise ConfigError(
+            "--tls without --tls-cert makes a certificate, which needs the "
+            "'certs' extra (pip install 'logferry[certs]')"
+        ) from None
     made = certs.make_ca("logferry local ZooKeeper CA")
     issued = certs.issue(made.cert_pem, made.key_pem, "zookeeper", ["127.0.0.1", "localhost"])
     directory.mkdir(parents=True, exist_ok=True)
@@ -153,8 +172,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     if pid is not None:
         print(f"ZooKeeper already running: pid {pid}, {existing.hosts}, data dir {existing.data_dir}")
         if args.port is not None and args.port != existing.port:
-            _error("start", f"it listens on port {existing.port}, not {args.port}; "
-                   f"run `logferry zk stop --data-dir {data_dir}` first to change the port")
+            _error(
+                "start",
+                f"it listens on port {existing.port}, not {args.port}; "
+                f"run `logferry zk stop --data-dir {data_dir}` first to change the port",
+            )
             return EXIT_USAGE
         return EXIT_OK
     # Without --port, a data dir started before keeps its port (from its zoo.cfg).
@@ -170,8 +192,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     except (ZooKeeperError, OSError) as exc:
         _error("start", str(exc).splitlines()[0])
         return EXIT_FAILED
-    print(f"ZooKeeper started: pid {server.pid}, {server.hosts}, data dir {server.data_dir}, "
-          f"log {server.log_path}")
+    print(f"ZooKeeper started: pid {server.pid}, {server.hosts}, data dir {server.data_dir}, log {server.log_path}")
     if server.tls is not None:
         ca = f", CA {server.tls.ca_file}" if server.tls.ca_file else ""
         print(f"TLS: {server.secure_hosts} (connect with --zk-tls-ca or [zookeeper.tls]{ca})")

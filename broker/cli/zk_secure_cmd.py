@@ -26,29 +26,38 @@ from broker.common.zk_connect import validate_zk_connect
 from broker.common.zk_security import ZkSecurity, digest_id
 
 
-def add_actions(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_actions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``zk secure`` and ``zk digest`` under ``zk``."""
     secure = actions.add_parser(
-        "secure", help="put ZooKeeper ACLs on every znode of a cluster (idempotent)",
+        "secure",
+        help="put ZooKeeper ACLs on every znode of a cluster (idempotent)",
         description="Log in as the cluster's owner (--zk-user, the identity of its brokers "
-                    "and admins) and set the ACLs of docs/security.md 'ZooKeeper' on every "
-                    "znode under the chroot.")
-    secure.add_argument("--zk", default=None,
-                        help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})")
-    secure.add_argument("--consumer-id", action="append", default=[], metavar="USER:HASH",
-                        help="a digest id (from `zk digest`) given read and write on /consumers "
-                             "(repeat; without one, only the owner may touch /consumers)")
+        "and admins) and set the ACLs of docs/security.md 'ZooKeeper' on every "
+        "znode under the chroot.",
+    )
+    secure.add_argument(
+        "--zk", default=None, help=f"ZooKeeper connect string with chroot (default: $LOGFERRY_ZK or {DEFAULT_ZK})"
+    )
+    secure.add_argument(
+        "--consumer-id",
+        action="append",
+        default=[],
+        metavar="USER:HASH",
+        help="a digest id (from `zk digest`) given read and write on /consumers "
+        "(repeat; without one, only the owner may touch /consumers)",
+    )
     add_zk_args(secure)
     secure.set_defaults(func=secure_cmd)
 
     digest = actions.add_parser(
-        "digest", help="print the ZooKeeper digest id (user:hash) of a user and password",
+        "digest",
+        help="print the ZooKeeper digest id (user:hash) of a user and password",
         description="Print USER:HASH, the id a ZooKeeper digest ACL names, for "
-                    "[zookeeper] consumer_ids and `zk secure --consumer-id`.")
+        "[zookeeper] consumer_ids and `zk secure --consumer-id`.",
+    )
     digest.add_argument("--user", required=True, help="the digest user name")
     source = digest.add_mutually_exclusive_group(required=True)
-    source.add_argument("--password-file", type=Path, metavar="FILE",
-                        help="the password: the first line of FILE")
+    source.add_argument("--password-file", type=Path, metavar="FILE", help="the password: the first line of FILE")
     source.add_argument("--password-env", metavar="VAR", help="the password: environment variable VAR")
     digest.set_defaults(func=digest_cmd)
 
@@ -72,15 +81,18 @@ def digest_cmd(args: argparse.Namespace) -> int:
 def _owner_security(args: argparse.Namespace) -> ZkSecurity:
     security = zk_security_from_args(args)
     if security is None or not security.authenticated:
-        raise ConfigError("--zk-user: missing (zk secure logs in as the cluster's owner: "
-                          "--zk-user with --zk-password-file or --zk-password-env)")
+        raise ConfigError(
+            "--zk-user: missing (zk secure logs in as the cluster's owner: "
+            "--zk-user with --zk-password-file or --zk-password-env)"
+        )
     from broker.common.config import Validator
     from broker.common.zk_security import zookeeper_from_table
 
     if args.consumer_id:  # checked as the config's consumer_ids are
         zookeeper_from_table(Validator(), {"consumer_ids": args.consumer_id}, where="--consumer-id")
-    return ZkSecurity(user=security.user, password=security.password, tls=security.tls,
-                      consumer_ids=tuple(args.consumer_id))
+    return ZkSecurity(
+        user=security.user, password=security.password, tls=security.tls, consumer_ids=tuple(args.consumer_id)
+    )
 
 
 def _secure(client: Any, security: ZkSecurity) -> tuple[int, int]:
@@ -112,17 +124,22 @@ def secure_cmd(args: argparse.Namespace) -> int:
         # adoption): this command is what sets it.
         seen, changed = _secure(client, security)
     except NoAuthError:
-        report("zk secure", f"ZooKeeper refused to change an ACL at {where}: a znode is "
-               f"secured by another identity than {security.user!r} (log in as the "
-               "cluster's owner)")
+        report(
+            "zk secure",
+            f"ZooKeeper refused to change an ACL at {where}: a znode is "
+            f"secured by another identity than {security.user!r} (log in as the "
+            "cluster's owner)",
+        )
         return EXIT_FAILURE
     except KazooException as exc:
         report("zk secure", f"ZooKeeper at {where} failed: {exc!r}")
         return EXIT_FAILURE
     finally:
         zk.close(client)
-    print(f"secured {where}: {seen} znodes, {changed} changed, owner {security.user}, "
-          f"{len(security.consumer_ids)} consumer id(s)")
+    print(
+        f"secured {where}: {seen} znodes, {changed} changed, owner {security.user}, "
+        f"{len(security.consumer_ids)} consumer id(s)"
+    )
     return EXIT_OK
 
 

@@ -45,9 +45,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from broker.client.buffers import BufferPool
 from broker.client.delivery import DeliveryFuture
@@ -68,8 +69,22 @@ class ProducerBatch:
     the producer's fast path stamps a message with one float comparison.
     """
 
-    __slots__ = ("values", "keys", "ts_runs", "ts_start", "ts_end", "nbytes",
-                 "created", "future", "encoded", "buffer", "raw", "count", "room", "granted")
+    __slots__ = (
+        "values",
+        "keys",
+        "ts_runs",
+        "ts_start",
+        "ts_end",
+        "nbytes",
+        "created",
+        "future",
+        "encoded",
+        "buffer",
+        "raw",
+        "count",
+        "room",
+        "granted",
+    )
 
     def __init__(self, now: float):
         self.values: list[bytes] = []
@@ -123,8 +138,9 @@ class ProducerBatch:
         # zip without strict=: equal by construction; per batch on the producer path, strict= adds a keyword call
         return zip(self.ts_runs[1::2], (end - at for at, end in zip(starts, ends)))  # noqa: B905
 
-    def encode(self, codec: int, pool: BufferPool | None = None,
-               producer: tuple[int, int, int] | None = None) -> bytes | memoryview:
+    def encode(
+        self, codec: int, pool: BufferPool | None = None, producer: tuple[int, int, int] | None = None
+    ) -> bytes | memoryview:
         """The batch's stored bytes, encoding it on first use (a large one into a buffer
         of ``pool``, which the accumulator gives back when the batch is finished).
         ``producer`` = ``(producer_id, epoch, base_sequence)`` of an idempotent producer:
@@ -136,9 +152,9 @@ class ProducerBatch:
                 deltas = []
                 for ms, n in self._runs():
                     deltas += [ms - base] * n  # list repetition: C speed
-            encoded = records.encode_batch_deltas(self.values, self.keys, base, deltas, codec,
-                                                  pool.take if pool is not None else None,
-                                                  producer)
+            encoded = records.encode_batch_deltas(
+                self.values, self.keys, base, deltas, codec, pool.take if pool is not None else None, producer
+            )
             if type(encoded) is memoryview:
                 self.buffer = encoded.obj  # type: ignore[assignment]  # a pooled bytearray
                 self.encoded = encoded
@@ -196,9 +212,17 @@ _nbytes_of = attrgetter("nbytes")
 class Accumulator:
     """Per-partition queues of batches between ``send`` and the sender thread."""
 
-    def __init__(self, *, linger: float, batch_bytes: int, batch_messages: int,
-                 buffer_bytes: int, block_timeout: float, max_request_bytes: int,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        linger: float,
+        batch_bytes: int,
+        batch_messages: int,
+        buffer_bytes: int,
+        block_timeout: float,
+        max_request_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.linger = linger
         self.batch_bytes = batch_bytes
         self.batch_messages = batch_messages
@@ -207,9 +231,9 @@ class Accumulator:
         self.max_request_bytes = max_request_bytes
         self.clock = clock
         self.lock = threading.Lock()
-        self._wake = threading.Condition(self.lock)    # the sender waits for work
-        self._space = threading.Condition(self.lock)   # append() waits for buffer space
-        self._idle = threading.Condition(self.lock)    # flush() waits for nothing unfinished
+        self._wake = threading.Condition(self.lock)  # the sender waits for work
+        self._space = threading.Condition(self.lock)  # append() waits for buffer space
+        self._idle = threading.Condition(self.lock)  # flush() waits for nothing unfinished
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.buffers = BufferPool(keep_bytes=min(max_request_bytes, buffer_bytes))
         """Buffers large batches are encoded into, given back in :meth:`_release`: up
@@ -243,19 +267,18 @@ class Accumulator:
     @property
     def buffered(self) -> int:
         """Bytes of unfinished batches (what ``buffer_bytes`` bounds)."""
-        return self._committed - sum(b.room for parts in self._open.values()
-                                     for b in parts.values())
+        return self._committed - sum(b.room for parts in self._open.values() for b in parts.values())
 
     @property
     def open(self) -> dict[TopicPartition, ProducerBatch]:
         """The open batches by (topic, partition): a snapshot, for inspection."""
-        return {(topic, partition): batch for topic, parts in self._open.items()
-                for partition, batch in parts.items()}
+        return {(topic, partition): batch for topic, parts in self._open.items() for partition, batch in parts.items()}
 
     # -- the producer's side ---------------------------------------------------------------
 
-    def append(self, tp: TopicPartition, values: list[bytes], nbytes: int, key: bytes | None,
-               timestamp: int) -> DeliveryFuture:
+    def append(
+        self, tp: TopicPartition, values: list[bytes], nbytes: int, key: bytes | None, timestamp: int
+    ) -> DeliveryFuture:
         """Add messages to ``tp``'s newest batch (opening batches as they fill).
 
         Returns the future of the batch holding the last message. Blocks while the
@@ -284,7 +307,7 @@ class Accumulator:
                     batch = self._new_batch(tp, queue, now)
                     ready = True
                     continue
-                take = values[start:start + room] if (start or room < n) else values
+                take = values[start : start + room] if (start or room < n) else values
                 taken = len(take)
                 if key is not None and batch.keys is None:
                     batch.keys = [None] * len(batch.values)
@@ -309,8 +332,9 @@ class Accumulator:
             self.direct(drained)  # type: ignore[misc]  # _direct_ok: set
         return future
 
-    def _append_one(self, topic: str, partition: int, batch: ProducerBatch, value: bytes,
-                    now: float) -> DeliveryFuture | None:
+    def _append_one(
+        self, topic: str, partition: int, batch: ProducerBatch, value: bytes, now: float
+    ) -> DeliveryFuture | None:
         """The fast path's message when its batch has no room (lock held): every check
         made exactly, and a new grant. None: the message needs :meth:`append`."""
         if batch.keys is not None:
@@ -376,8 +400,7 @@ class Accumulator:
                 while self.unfinished and self.fatal is None:
                     remaining = None if deadline is None else deadline - self.clock()
                     if remaining is not None and remaining <= 0:
-                        raise RequestTimedOutError(
-                            f"flush timed out with {self.unfinished} batches unacknowledged")
+                        raise RequestTimedOutError(f"flush timed out with {self.unfinished} batches unacknowledged")
                     self._idle.wait(remaining if remaining is not None else 1.0)
             finally:
                 self._flushing -= 1
@@ -446,8 +469,7 @@ class Accumulator:
                     self._settle(batch)
         return self._committed + nbytes <= self.buffer_bytes or self._committed == 0
 
-    def _new_batch(self, tp: TopicPartition, queue: deque[ProducerBatch],
-                   now: float) -> ProducerBatch:
+    def _new_batch(self, tp: TopicPartition, queue: deque[ProducerBatch], now: float) -> ProducerBatch:
         batch = ProducerBatch(now)
         queue.append(batch)
         self._close_open(tp)
@@ -468,7 +490,8 @@ class Accumulator:
                 raise BufferFullError(
                     f"producer buffer full ({self._committed} of {self.buffer_bytes} bytes) "
                     f"for {self.block_timeout}s: the brokers are down or slower than the "
-                    f"producer")
+                    f"producer"
+                )
             self._notify_sender(force=True)
             self._space.wait(remaining)
 
@@ -482,10 +505,16 @@ class Accumulator:
         """Whether the appending thread may send the ready batches itself (lock held):
         linger 0, a direct sender, the sender thread idle and waiting, nothing in
         flight or backing off, not flushing, closed or dead."""
-        return (self._sender_waiting and self._notify_each and self.direct is not None
-                and not self._in_flight
-                and not self._retry_at and not self._flushing and not self.closed
-                and self.fatal is None)
+        return (
+            self._sender_waiting
+            and self._notify_each
+            and self.direct is not None
+            and not self._in_flight
+            and not self._retry_at
+            and not self._flushing
+            and not self.closed
+            and self.fatal is None
+        )
 
     def _notify_sender(self, force: bool = False) -> None:
         if self._sender_waiting or force:
@@ -514,10 +543,16 @@ class Accumulator:
             age = now - first.created
             # An open batch's nbytes lags its fast appends, but those never take it to
             # batch_bytes (its grant stops below): the checks hold before settling.
-            if (len(queue) > 1 or age >= self.linger or self._flushing or self.closed
-                    or first.raw or first.encoded is not None
-                    or len(first.values) >= self.batch_messages
-                    or first.nbytes >= self.batch_bytes):
+            if (
+                len(queue) > 1
+                or age >= self.linger
+                or self._flushing
+                or self.closed
+                or first.raw
+                or first.encoded is not None
+                or len(first.values) >= self.batch_messages
+                or first.nbytes >= self.batch_bytes
+            ):
                 if queue[-1].granted:
                     self._settle(queue[-1])  # the open batch: sizes exact before taking
                 drained[tp] = self._take(queue)
@@ -644,15 +679,24 @@ class Accumulator:
 class SendFunction(Protocol):
     """The signature of ``Producer.send`` (what :func:`fast_send` builds)."""
 
-    def __call__(self, topic: str, messages: Any, key: bytes | None = None,
-                 partition: int | None = None,
-                 timestamp: int | None = None) -> DeliveryFuture: ...
+    def __call__(
+        self,
+        topic: str,
+        messages: Any,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> DeliveryFuture: ...
 
 
-def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: SendFunction,
-              clock: Callable[[], float] = time.time,
-              encode_single: Callable[[bytes, int], bytes] | None = None,
-              partition_counts: dict[str, int] | None = None) -> SendFunction:
+def fast_send(
+    acc: Accumulator,
+    choose: Callable[[str], int | None],
+    general: SendFunction,
+    clock: Callable[[], float] = time.time,
+    encode_single: Callable[[bytes, int], bytes] | None = None,
+    partition_counts: dict[str, int] | None = None,
+) -> SendFunction:
     """``Producer.send`` with its common case done here, in one Python call.
 
     The common case: one keyless message (bytes, or a list of one) stamped now
@@ -685,11 +729,13 @@ def fast_send(acc: Accumulator, choose: Callable[[str], int | None], general: Se
     batch_messages = acc.batch_messages
     append_one = acc._append_one
     counts = partition_counts if partition_counts is not None else {}  # the same dict
-    one_message = (_one_message_send(acc, choose, clock, encode_single, counts)
-                   if encode_single is not None else _general_only)
+    one_message = (
+        _one_message_send(acc, choose, clock, encode_single, counts) if encode_single is not None else _general_only
+    )
 
-    def send(topic: str, messages: Any, key: bytes | None = None,
-             partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
+    def send(
+        topic: str, messages: Any, key: bytes | None = None, partition: int | None = None, timestamp: int | None = None
+    ) -> DeliveryFuture:
         if key is None and timestamp is None:
             if type(messages) is list:
                 value = messages[0] if len(messages) == 1 else None
@@ -737,10 +783,13 @@ def _general_only(topic: str, value: bytes, partition: int | None) -> None:
     return None
 
 
-def _one_message_send(acc: Accumulator, choose: Callable[[str], int | None],
-                      clock: Callable[[], float], encode_single: Callable[[bytes, int], bytes],
-                      partition_counts: dict[str, int]
-                      ) -> Callable[[str, bytes, int | None], DeliveryFuture | None]:
+def _one_message_send(
+    acc: Accumulator,
+    choose: Callable[[str], int | None],
+    clock: Callable[[], float],
+    encode_single: Callable[[bytes, int], bytes],
+    partition_counts: dict[str, int],
+) -> Callable[[str, bytes, int | None], DeliveryFuture | None]:
     """:func:`fast_send`'s path for one-message batches: ``(topic, value, partition)``
     to the queued :class:`EncodedOne` (the future), or None for the general path. Its
     own closure, so the general fast path does not pay for its variables."""
@@ -788,8 +837,12 @@ def _one_message_send(acc: Accumulator, choose: Callable[[str], int | None],
         batch.encoded = encode_single(value, ms)
         acquire()
         try:
-            if (acc.closed or acc.fatal is not None or topic in open_
-                    or (acc._committed + nbytes > buffer_bytes and not acc._space_for(nbytes))):
+            if (
+                acc.closed
+                or acc.fatal is not None
+                or topic in open_
+                or (acc._committed + nbytes > buffer_bytes and not acc._space_for(nbytes))
+            ):
                 return None
             topic_queues = topics_get(topic)
             queue = topic_queues.get(partition) if topic_queues is not None else None

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import ssl
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
-from broker.common import topic_config
-from broker.wire import protocol
-from broker.wire.metadata import parse_metadata_answer
-from broker.wire.topics import parse_alter_topic_answer, parse_create_partitions_answer
 from broker.client.cluster import Cluster
-from broker.coordination import zk
+from broker.common import topic_config
 from broker.common.errors import error_for_code
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
+from broker.coordination import zk
+from broker.wire import protocol
+from broker.wire.metadata import parse_metadata_answer
+from broker.wire.topics import parse_alter_topic_answer, parse_create_partitions_answer
 
 
 class BrokerInfo(NamedTuple):
@@ -68,16 +69,27 @@ class ClusterState(NamedTuple):
 class Admin:
     """Create, delete, list and describe topics; list brokers; elect preferred leaders."""
 
-    def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+    def __init__(
+        self,
+        zk: str | None = None,
+        brokers: Sequence[str] | None = None,
+        request_timeout: float = 30.0,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+    ):
         """``tls``: TLS settings or a client context for the broker connections;
         ``sasl``: credentials to authenticate them with."""
         self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl, listener)
 
-    def create_topic(self, name: str, partitions: int = 0, replication_factor: int = 0,
-                     min_insync_replicas: int = 0,
-                     config: Mapping[str, Any] | None = None) -> dict[int, list[int]]:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 0,
+        replication_factor: int = 0,
+        min_insync_replicas: int = 0,
+        config: Mapping[str, Any] | None = None,
+    ) -> dict[int, list[int]]:
         """Create ``name``; returns each partition's replicas (the first leads).
 
         0 for ``partitions`` or ``replication_factor`` takes the broker's default; 0
@@ -86,21 +98,28 @@ class Admin:
         first (InvalidTopicConfigError naming the key) and again by the broker.
         """
         checked = topic_config.validate(config or {})
-        frame = self.cluster.call_any(protocol.CREATE_TOPIC, {
-            "topic": name, "partitions": partitions, "replication_factor": replication_factor,
-            "min_insync_replicas": min_insync_replicas, "config": checked})
+        frame = self.cluster.call_any(
+            protocol.CREATE_TOPIC,
+            {
+                "topic": name,
+                "partitions": partitions,
+                "replication_factor": replication_factor,
+                "min_insync_replicas": min_insync_replicas,
+                "config": checked,
+            },
+        )
         return {int(p): [int(b) for b in r] for p, r in frame.header["partitions"].items()}
 
-    def alter_topic(self, name: str, settings: Mapping[str, Any] | None = None,
-                    delete: Sequence[str] = ()) -> dict[str, Any]:
+    def alter_topic(
+        self, name: str, settings: Mapping[str, Any] | None = None, delete: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """Set and remove ``name``'s per-topic settings (removed ones fall back to the
         brokers' own); returns the settings now in force. Brokers apply them without a
         restart, within a moment (their ZooKeeper watch)."""
         checked = topic_config.validate(settings or {})
         for key in delete:
             topic_config.check_key(key)
-        frame = self.cluster.call_any(protocol.ALTER_TOPIC, {
-            "topic": name, "set": checked, "delete": list(delete)})
+        frame = self.cluster.call_any(protocol.ALTER_TOPIC, {"topic": name, "set": checked, "delete": list(delete)})
         return parse_alter_topic_answer(frame.header).config
 
     def create_partitions(self, name: str, partitions: int) -> dict[int, list[int]]:
@@ -108,8 +127,7 @@ class Admin:
         InvalidPartitionsError); returns the whole assignment. Keyed messages map to
         partitions by ``hash(key) % count``, so most keys move to another partition
         from then on (docs/operations.md)."""
-        frame = self.cluster.call_any(protocol.CREATE_PARTITIONS, {
-            "topic": name, "partitions": partitions})
+        frame = self.cluster.call_any(protocol.CREATE_PARTITIONS, {"topic": name, "partitions": partitions})
         self.cluster.forget(name)
         return parse_create_partitions_answer(frame.header).partitions
 
@@ -118,8 +136,7 @@ class Admin:
         answer = parse_metadata_answer(self.cluster.refresh([name]))
         info = answer.topics.get(name)
         if info is None or info.error:
-            raise error_for_code(info.error if info else 6,
-                                 (info.message if info else "") or f"unknown topic {name!r}")
+            raise error_for_code(info.error if info else 6, (info.message if info else "") or f"unknown topic {name!r}")
         return dict(info.config)
 
     def delete_topic(self, name: str) -> None:
@@ -142,15 +159,15 @@ class Admin:
 
     def describe_all(self, names: Sequence[str] | None = None) -> dict[str, dict[int, PartitionInfo]]:
         """Every topic (or ``names``) -> partition -> leader, replicas and ISR."""
-        answer = parse_metadata_answer(
-            self.cluster.refresh(list(names) if names is not None else None))
+        answer = parse_metadata_answer(self.cluster.refresh(list(names) if names is not None else None))
         out: dict[str, dict[int, PartitionInfo]] = {}
         for topic, info in sorted(answer.topics.items()):
             if info.error:
                 raise error_for_code(info.error, info.message or "")
             out[topic] = {
                 p: PartitionInfo(leader, info.replicas[p], info.isr[p], info.epochs.get(p, -1))
-                for p, leader in sorted(info.partitions.items())}
+                for p, leader in sorted(info.partitions.items())
+            }
         return out
 
     def under_replicated(self) -> dict[str, dict[int, PartitionInfo]]:
@@ -182,31 +199,32 @@ class Admin:
         for topic, info in sorted(answer.topics.items()):
             if info.error:
                 continue
-            topics[topic] = {p: PartitionInfo(leader, info.replicas[p], info.isr[p],
-                                              info.epochs.get(p, -1))
-                             for p, leader in sorted(info.partitions.items())}
+            topics[topic] = {
+                p: PartitionInfo(leader, info.replicas[p], info.isr[p], info.epochs.get(p, -1))
+                for p, leader in sorted(info.partitions.items())
+            }
             configs[topic] = dict(info.config or {})
-        brokers = {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
-                   for b, a in sorted(answer.brokers.items())}
+        brokers = {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack) for b, a in sorted(answer.brokers.items())}
         return ClusterState(brokers, answer.controller, topics, configs)
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers by id."""
         answer = parse_metadata_answer(self.cluster.refresh([]))
-        return {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack)
-                for b, a in sorted(answer.brokers.items())}
+        return {b: BrokerInfo(a.host, a.port, a.datacenter, a.rack) for b, a in sorted(answer.brokers.items())}
 
     def listeners(self) -> dict[int, list[ListenerInfo]]:
         """Every live broker's listeners, from the brokers' registrations in ZooKeeper
         (read-only; needs ``zk``)."""
-        return {b: [ListenerInfo(*e) for e in zk.registered_endpoints(data)]
-                for b, data in self.cluster.registrations().items()}
+        return {
+            b: [ListenerInfo(*e) for e in zk.registered_endpoints(data)]
+            for b, data in self.cluster.registrations().items()
+        }
 
     def close(self) -> None:
         """Close connections and the ZooKeeper session."""
         self.cluster.close()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,8 +16,7 @@ import msgpack
 AGENT_RECORD_FIELDS = ("time", "host", "file", "offset", "line")
 """The fields every agent record has."""
 
-_TYPES: tuple[tuple[str, type], ...] = (
-    ("time", int), ("host", str), ("file", str), ("offset", int), ("line", str))
+_TYPES: tuple[tuple[str, type], ...] = (("time", int), ("host", str), ("file", str), ("offset", int), ("line", str))
 
 
 def agent_record(value: bytes | None) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ import contextlib
 import ssl
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
@@ -33,7 +33,11 @@ from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
 from broker.wire import protocol
 from broker.wire.append_at import (
-    QUERY, AppendAtAnswerPart, AppendAtPart, encode_append_at_request, parse_append_at_answer,
+    QUERY,
+    AppendAtAnswerPart,
+    AppendAtPart,
+    encode_append_at_request,
+    parse_append_at_answer,
 )
 
 OnDone = Callable[[AppendAtPart, "LogferryError | None", "AppendAtAnswerPart | None"], None]
@@ -55,10 +59,17 @@ def part_error(answer: AppendAtAnswerPart) -> LogferryError | None:
 class Appender:
     """Conditional appends to a cluster's partition leaders; see the module docstring."""
 
-    def __init__(self, zk: str, *, acks: int | str = 1, request_timeout: float = 30.0,
-                 max_request_bytes: int = 1024 * 1024,
-                 tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+    def __init__(
+        self,
+        zk: str,
+        *,
+        acks: int | str = 1,
+        request_timeout: float = 30.0,
+        max_request_bytes: int = 1024 * 1024,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+    ):
         """``tls``/``sasl``: how to reach and authenticate with the brokers (as every client)."""
         if acks not in ACKS:
             raise ValueError(f"acks must be 1 or 'all', not {acks!r}")
@@ -67,8 +78,7 @@ class Appender:
         self.max_request_bytes = max_request_bytes
         self.cluster = Cluster(zk, None, request_timeout, tls, sasl, listener)
         self._lock = threading.Lock()
-        self._inflight: dict[int, tuple[float, ResponseFuture, list[AppendAtPart], OnDone,
-                                        object]] = {}
+        self._inflight: dict[int, tuple[float, ResponseFuture, list[AppendAtPart], OnDone, object]] = {}
         self._ids = 0
 
     # -- where a log ends --------------------------------------------------------------
@@ -83,8 +93,11 @@ class Appender:
         while True:
             try:
                 conn = self.cluster.connection(self.cluster.leader_address(topic, partition))
-                frame = conn.call(protocol.APPEND_AT, encode_append_at_request(
-                    1, [AppendAtPart(topic, partition, QUERY, b"")]), self.request_timeout)
+                frame = conn.call(
+                    protocol.APPEND_AT,
+                    encode_append_at_request(1, [AppendAtPart(topic, partition, QUERY, b"")]),
+                    self.request_timeout,
+                )
                 answers = parse_append_at_answer(frame.header)
                 if len(answers) != 1:
                     raise ProtocolError(f"broker answered {len(answers)} parts to one query")
@@ -129,22 +142,25 @@ class Appender:
             rid = self._ids
         try:
             conn = self.cluster.connection(address)
-            future = conn.request(protocol.APPEND_AT, encode_append_at_request(self.acks, parts),
-                                  [p.data for p in parts],
-                                  callback=lambda f: self._answered(rid, f))
+            future = conn.request(
+                protocol.APPEND_AT,
+                encode_append_at_request(self.acks, parts),
+                [p.data for p in parts],
+                callback=lambda f: self._answered(rid, f),
+            )
         except LogferryError as exc:
             self._fail(parts, on_done, exc)
             return
         assert future is not None
         with self._lock:
             if not future.done():
-                self._inflight[rid] = (time.monotonic() + self.request_timeout, future, parts,
-                                       on_done, conn)
+                self._inflight[rid] = (time.monotonic() + self.request_timeout, future, parts, on_done, conn)
                 return
         self._answered(rid, future, (parts, on_done))
 
-    def _answered(self, rid: int, future: ResponseFuture,
-                  entry: tuple[list[AppendAtPart], OnDone] | None = None) -> None:
+    def _answered(
+        self, rid: int, future: ResponseFuture, entry: tuple[list[AppendAtPart], OnDone] | None = None
+    ) -> None:
         with self._lock:
             held = self._inflight.pop(rid, None)
         if held is not None:
@@ -184,8 +200,9 @@ class Appender:
         for _, _, parts, on_done, conn in entries:
             with contextlib.suppress(Exception):
                 conn.close()  # type: ignore[attr-defined]
-            self._fail(parts, on_done, RequestTimedOutError(
-                f"no answer to an append_at within {self.request_timeout:.0f}s"))
+            self._fail(
+                parts, on_done, RequestTimedOutError(f"no answer to an append_at within {self.request_timeout:.0f}s")
+            )
         return len(entries)
 
     @property

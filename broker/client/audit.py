@@ -17,7 +17,8 @@ window's record is due.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -75,9 +76,15 @@ class AuditRecord(NamedTuple):
 
     def to_map(self, host: str | None = None) -> dict[str, object]:
         """The map published on the audit topic; ``host`` overrides the record's own."""
-        return {"host": self.host if host is None else host, "topic": self.topic,
-                "window_start": self.window_start, "window_end": self.window_end,
-                "sent": self.sent, "acked": self.acked, "stage": self.stage}
+        return {
+            "host": self.host if host is None else host,
+            "topic": self.topic,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "sent": self.sent,
+            "acked": self.acked,
+            "stage": self.stage,
+        }
 
     def encode(self, host: str | None = None) -> bytes:
         """The message value: :meth:`to_map` as msgpack."""
@@ -85,7 +92,7 @@ class AuditRecord(NamedTuple):
         return packed
 
     @classmethod
-    def from_map(cls, record: Mapping[str, Any]) -> "AuditRecord":
+    def from_map(cls, record: Mapping[str, Any]) -> AuditRecord:
         """Validate a decoded map; ValueError names what is wrong.
 
         ``host`` defaults to ``""`` and ``stage`` to ``"agent"`` (the first records
@@ -106,7 +113,7 @@ class AuditRecord(NamedTuple):
         return cls(topic, start, end, sent, acked, host, stage)
 
     @classmethod
-    def decode(cls, value: bytes) -> "AuditRecord | None":
+    def decode(cls, value: bytes) -> AuditRecord | None:
         """Parse a message value; None when it is not an audit record."""
         try:
             return cls.from_map(msgpack.unpackb(value, raw=False))
@@ -199,8 +206,7 @@ class AuditLedger:
         for (topic, window), (sent, acked, unfinished) in list(self._counts.items()):
             if final or (unfinished == 0 and window + self.window_ms <= now_ms):
                 del self._counts[(topic, window)]
-                ready.append(AuditRecord(topic, window, window + self.window_ms, sent, acked,
-                                         stage=self.stage))
+                ready.append(AuditRecord(topic, window, window + self.window_ms, sent, acked, stage=self.stage))
         ready.sort(key=lambda r: (r.window_start, r.topic))
         return ready
 
@@ -209,5 +215,15 @@ class AuditLedger:
         return len(self._counts)
 
 
-__all__ = ["AGENT_STAGE", "AuditLedger", "AuditRecord", "LANDED_STAGE", "MIRROR_STAGE",
-           "STAGE_ORDER", "WindowCounts", "batch_timestamp", "stage_rank", "window_of"]
+__all__ = [
+    "AGENT_STAGE",
+    "AuditLedger",
+    "AuditRecord",
+    "LANDED_STAGE",
+    "MIRROR_STAGE",
+    "STAGE_ORDER",
+    "WindowCounts",
+    "batch_timestamp",
+    "stage_rank",
+    "window_of",
+]

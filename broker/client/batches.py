@@ -33,10 +33,22 @@ def decode_batch(raw: bytes | bytearray | memoryview, offset: int = 0) -> Batch:
     """
     batches, used = decode_batches(raw, offset)
     if len(batches) != 1 or used != len(raw):
-        raise CorruptBatchError(f"expected one whole batch at offset {offset}, got "
-                                f"{len(batches)} batch(es) covering {used} of {len(raw)} bytes")
+        raise CorruptBatchError(
+            f"expected one whole batch at offset {offset}, got "
+            f"{len(batches)} batch(es) covering {used} of {len(raw)} bytes"
+        )
     return batches[0]
 
 
-__all__ = ["Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD", "MAX_BATCH_BYTES",
-           "compress_batch", "decode_batch", "encode_batch"]
+__all__ = [
+    "Batch",
+    "CODECS",
+    "CODEC_GZIP",
+    "CODEC_LZ4",
+    "CODEC_NONE",
+    "CODEC_ZSTD",
+    "MAX_BATCH_BYTES",
+    "compress_batch",
+    "decode_batch",
+    "encode_batch",
+]

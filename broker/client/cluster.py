@@ -12,17 +12,12 @@ import logging
 import random
 import ssl
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kazoo.exceptions import KazooException, NoNodeError
 
-from broker.wire import protocol
-from broker.wire.metadata import parse_metadata_answer
-
-from broker.coordination import zk
 from broker.client.connection import Connection
-from broker.common.sasl import SaslCredentials
-from broker.common.tls import TlsConfig, client_tls
 from broker.common.errors import (
     BrokerNotAvailableError,
     ConfigError,
@@ -32,6 +27,11 @@ from broker.common.errors import (
     ZooKeeperError,
     error_for_code,
 )
+from broker.common.sasl import SaslCredentials
+from broker.common.tls import TlsConfig, client_tls
+from broker.coordination import zk
+from broker.wire import protocol
+from broker.wire.metadata import parse_metadata_answer
 
 log = logging.getLogger("logferry.client")
 
@@ -47,9 +47,15 @@ def parse_address(address: str) -> tuple[str, int]:
 class Cluster:
     """Broker discovery, topic metadata and a connection per broker."""
 
-    def __init__(self, zk_connect: str | None = None, brokers: Sequence[str] | None = None,
-                 request_timeout: float = 30.0, tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+    def __init__(
+        self,
+        zk_connect: str | None = None,
+        brokers: Sequence[str] | None = None,
+        request_timeout: float = 30.0,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+    ):
         """``tls``: TLS settings (or a ready client context) for every broker connection;
         ``None`` is plaintext. The context is built once here, so a bad file fails now.
         ``sasl``: credentials each connection authenticates with (None: none).
@@ -58,8 +64,9 @@ class Cluster:
         ``host``/``port`` (the default listener). With ``brokers`` the addresses given
         are the listener, and the brokers answer with the others on the same one."""
         if (zk_connect is None) == (brokers is None):
-            raise ConfigError("give exactly one of zk (a ZooKeeper connect string with "
-                              "chroot) or brokers (a list of host:port)")
+            raise ConfigError(
+                "give exactly one of zk (a ZooKeeper connect string with chroot) or brokers (a list of host:port)"
+            )
         self.request_timeout = request_timeout
         self._sasl = sasl
         self._ssl_context, self._server_hostname = client_tls(tls)
@@ -95,11 +102,13 @@ class Cluster:
             raise BrokerNotAvailableError(
                 f"no broker registered in ZooKeeper at {self._zk_connect} has a listener "
                 f"named {self.listener!r}; check the listener name against the brokers' "
-                "[[listeners]]")
+                "[[listeners]]"
+            )
         if not addresses:
             raise BrokerNotAvailableError(
                 f"no broker is registered in ZooKeeper at {self._zk_connect}; start one "
-                "with `logferry broker --config ...`")
+                "with `logferry broker --config ...`"
+            )
         return addresses
 
     def refresh(self, topics: Sequence[str] | None = None, create: bool = False) -> dict[str, Any]:
@@ -110,8 +119,10 @@ class Cluster:
         for address in addresses:
             try:
                 frame = self.connection(address).call(
-                    protocol.METADATA, {"topics": list(topics) if topics is not None else None,
-                                        "create": create}, self.request_timeout)
+                    protocol.METADATA,
+                    {"topics": list(topics) if topics is not None else None, "create": create},
+                    self.request_timeout,
+                )
             except BrokerNotAvailableError as exc:
                 last = exc
                 continue
@@ -153,19 +164,18 @@ class Cluster:
         assignment = self.partitions_for(topic)
         if partition not in assignment:
             raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
+                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}"
+            )
         broker_id = assignment[partition]
         if broker_id < 0:  # election under way, or every in-sync replica is down
             self.forget(topic)
-            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader "
-                                          "right now; retrying")
+            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right now; retrying")
         address = self._brokers.get(broker_id)
         if address is None:
             self.refresh([topic])
             address = self._brokers.get(self._topics.get(topic, {}).get(partition, -1))
             if address is None:
-                raise BrokerNotAvailableError(
-                    f"broker {broker_id} hosting {topic}-{partition} is not alive")
+                raise BrokerNotAvailableError(f"broker {broker_id} hosting {topic}-{partition} is not alive")
         return address
 
     def open_connection(self, topic: str, partition: int) -> Connection | None:
@@ -188,8 +198,10 @@ class Cluster:
         Needs ZooKeeper (``zk``): a cluster reached through ``brokers`` raises
         :class:`ConfigError`."""
         if self._zk is None:
-            raise ConfigError("broker registrations are read from ZooKeeper: connect with zk= "
-                              "(a connect string with chroot), not brokers=")
+            raise ConfigError(
+                "broker registrations are read from ZooKeeper: connect with zk= "
+                "(a connect string with chroot), not brokers="
+            )
         out: dict[int, dict[str, Any]] = {}
         try:
             for child in self._zk.get_children(zk.BROKER_IDS):
@@ -199,8 +211,9 @@ class Cluster:
                 except (NoNodeError, ValueError):
                     continue  # gone since listed, or not a broker's node
         except KazooException as exc:
-            raise ZooKeeperError(f"reading the broker registrations at {self._zk_connect}: "
-                                 f"{exc!r}; is ZooKeeper reachable?") from exc
+            raise ZooKeeperError(
+                f"reading the broker registrations at {self._zk_connect}: {exc!r}; is ZooKeeper reachable?"
+            ) from exc
         return dict(sorted(out.items()))
 
     # -- connections ------------------------------------------------------------------
@@ -213,9 +226,13 @@ class Cluster:
             conn = self._connections.get(address)
             if conn is not None and not conn.closed:
                 return conn
-        conn = Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
-                          ssl_context=self._ssl_context, server_hostname=self._server_hostname,
-                          sasl=self._sasl)
+        conn = Connection(
+            *address,
+            connect_timeout=min(self.request_timeout, 10.0),
+            ssl_context=self._ssl_context,
+            server_hostname=self._server_hostname,
+            sasl=self._sasl,
+        )
         with self._lock:
             old = self._connections.get(address)
             if old is not None and not old.closed:
@@ -229,9 +246,14 @@ class Cluster:
         it), without a reader thread: the waiting thread reads its answers itself."""
         if self._closed:
             raise BrokerNotAvailableError("client is closed")
-        return Connection(*address, connect_timeout=min(self.request_timeout, 10.0),
-                          ssl_context=self._ssl_context, server_hostname=self._server_hostname,
-                          sasl=self._sasl, reader_thread=False)
+        return Connection(
+            *address,
+            connect_timeout=min(self.request_timeout, 10.0),
+            ssl_context=self._ssl_context,
+            server_hostname=self._server_hostname,
+            sasl=self._sasl,
+            reader_thread=False,
+        )
 
     def call_any(self, api: int, fields: dict[str, Any]) -> protocol.Frame:
         """Send a request to any reachable broker (admin apis)."""

@@ -16,6 +16,7 @@ meant for a connection one thread uses at a time, such as a following consumer's
 from __future__ import annotations
 
 import _thread
+import contextlib
 import itertools
 import logging
 import select
@@ -23,21 +24,21 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Sequence, cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from broker.common.sasl import SaslCredentials
-from broker.net import socket_errors, transport
-from broker.net.sasl_client import authenticate_socket
-from broker.net.tls_socket import TlsSocket
-from broker.wire import protocol
-from broker.wire.apis import connection_error
 from broker.common.errors import (
     BrokerNotAvailableError,
     LogferryError,
     RequestTimedOutError,
     error_for_code,
 )
-import contextlib
+from broker.common.sasl import SaslCredentials
+from broker.net import socket_errors, transport
+from broker.net.sasl_client import authenticate_socket
+from broker.net.tls_socket import TlsSocket
+from broker.wire import protocol
+from broker.wire.apis import connection_error
 
 log = logging.getLogger("logferry.client")
 
@@ -50,15 +51,14 @@ starts with them was not queued behind another answer (see ResponseFuture.after_
 class ResponseFuture:
     """The eventual response frame of one request (or its error)."""
 
-    __slots__ = ("_lock", "frame", "error", "callback", "first_byte_at", "after_idle",
-                 "connection")
+    __slots__ = ("_lock", "frame", "error", "callback", "first_byte_at", "after_idle", "connection")
 
-    def __init__(self, connection: "Connection | None" = None) -> None:
+    def __init__(self, connection: Connection | None = None) -> None:
         self._lock = _thread.allocate_lock()
         self._lock.acquire()
         self.frame: protocol.Frame | None = None
         self.error: LogferryError | None = None
-        self.callback: Callable[["ResponseFuture"], None] | None = None
+        self.callback: Callable[[ResponseFuture], None] | None = None
         self.first_byte_at = 0.0
         """``time.monotonic()`` when the response's first bytes were read (0: none yet)."""
         self.after_idle = False
@@ -102,26 +102,33 @@ class ResponseFuture:
 class Connection:
     """One TCP connection to a broker, shared by the threads of a client."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float = 10.0,
-                 max_frame_bytes: int = 512 * 1024 * 1024,
-                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None,
-                 sasl: SaslCredentials | None = None, reader_thread: bool = True):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        connect_timeout: float = 10.0,
+        max_frame_bytes: int = 512 * 1024 * 1024,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        sasl: SaslCredentials | None = None,
+        reader_thread: bool = True,
+    ):
         """Connect (TLS with ``ssl_context``, verifying ``server_hostname`` or ``host``),
         then authenticate with ``sasl`` (AuthenticationError when refused).
         ``reader_thread`` False: responses are read by the threads waiting for them
         (see the module docstring); plaintext only (under TLS a reader thread runs)."""
         self.address = f"{host}:{port}"
         self._tls = ssl_context is not None
-        self._sock = transport.connect(host, port, timeout=connect_timeout,
-                                       ssl_context=ssl_context, server_hostname=server_hostname)
+        self._sock = transport.connect(
+            host, port, timeout=connect_timeout, ssl_context=ssl_context, server_hostname=server_hostname
+        )
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._pending: dict[int, ResponseFuture] = {}
         self._decoder = protocol.FrameDecoder(max_frame_bytes)
         if sasl is not None:
             try:
-                authenticate_socket(self._sock, self._decoder, sasl, self.address,
-                                    connect_timeout, self._ids)
+                authenticate_socket(self._sock, self._decoder, sasl, self.address, connect_timeout, self._ids)
             except BaseException:
                 self._sock.close()
                 raise
@@ -135,13 +142,17 @@ class Connection:
         # Plain sockets only: a TLS stream may hold decrypted bytes no poll would show.
         self._inline = not reader_thread and type(self._sock) is socket.socket
         if not self._inline:
-            self._reader = threading.Thread(target=self._read_loop, daemon=True,
-                                            name=f"logferry-reader-{self.address}")
+            self._reader = threading.Thread(target=self._read_loop, daemon=True, name=f"logferry-reader-{self.address}")
             self._reader.start()
 
-    def request(self, api: int, fields: dict[str, Any], payload: Sequence[bytes | memoryview] = (),
-                expect_response: bool = True,
-                callback: Callable[[ResponseFuture], None] | None = None) -> ResponseFuture | None:
+    def request(
+        self,
+        api: int,
+        fields: dict[str, Any],
+        payload: Sequence[bytes | memoryview] = (),
+        expect_response: bool = True,
+        callback: Callable[[ResponseFuture], None] | None = None,
+    ) -> ResponseFuture | None:
         """Send one request; return its future, or None when no response will come.
 
         ``callback`` runs in the reader thread when the response (or a connection
@@ -149,14 +160,12 @@ class Connection:
         response can never miss it.
         """
         size = sum(map(len, payload))
-        future = (ResponseFuture(self if self._inline else None) if expect_response
-                  else None)
+        future = ResponseFuture(self if self._inline else None) if expect_response else None
         if future is not None:
             future.callback = callback
         with self._send_lock:
             if self.closed:
-                raise self._close_reason or BrokerNotAvailableError(
-                    f"connection to {self.address} is closed")
+                raise self._close_reason or BrokerNotAvailableError(f"connection to {self.address} is closed")
             corr = next(self._ids)
             head = protocol.encode_request(api, corr, fields, size)
             if future is not None:
@@ -179,8 +188,7 @@ class Connection:
                 raise self._close_reason from None  # type: ignore[misc]
             if self.closed and future is not None and self._pending.pop(corr, None):
                 # The reader failed between our check and our registration.
-                raise self._close_reason or BrokerNotAvailableError(
-                    f"connection to {self.address} is closed")
+                raise self._close_reason or BrokerNotAvailableError(f"connection to {self.address} is closed")
         return future
 
     def call(self, api: int, fields: dict[str, Any], timeout: float = 30.0) -> protocol.Frame:
@@ -213,8 +221,11 @@ class Connection:
         if first and socket_errors.looks_like_tls(view[:n]):
             raise socket_errors.tls_expected_error(self.address)
         if n == 0 and first:  # closed before its first answer: say what may be why
-            raise (socket_errors.tls_rejected_error(self.address) if self._tls
-                   else socket_errors.tls_expected_error(self.address, answered=False))
+            raise (
+                socket_errors.tls_rejected_error(self.address)
+                if self._tls
+                else socket_errors.tls_expected_error(self.address, answered=False)
+            )
         if n == 0:
             raise ConnectionResetError("broker closed the connection")
         decoder.feed(view[:n])
@@ -296,7 +307,7 @@ def _send_parts(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
     views = [memoryview(p) for p in parts]
     i = 0
     while i < len(views):
-        sent = sock.sendmsg(views[i:i + IOV_MAX])
+        sent = sock.sendmsg(views[i : i + IOV_MAX])
         while i < len(views) and sent >= len(views[i]):  # drop what was written
             sent -= len(views[i])
             i += 1

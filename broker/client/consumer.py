@@ -10,17 +10,17 @@ from __future__ import annotations
 import datetime as _dt
 import ssl
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from broker.wire import protocol, records
 from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
 from broker.common.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
-    LogferryError,
     LeaderNotAvailableError,
+    LogferryError,
     NotLeaderError,
     OffsetOutOfRangeError,
     ProtocolError,
@@ -30,14 +30,14 @@ from broker.common.errors import (
 from broker.common.retry import Retry
 from broker.common.sasl import SaslCredentials
 from broker.common.tls import TlsConfig
+from broker.wire import protocol, records
 from broker.wire.fetch import FetchPart, encode_fetch_request, parse_fetch_answer
 from broker.wire.records import Batch
 
-
 # Answers that mean "ask the partition's current leader": metadata is refreshed and
 # the request retried.
-_ROUTING_ERRORS = (NotLeaderError.code, LeaderNotAvailableError.code,
-                   UnknownTopicOrPartitionError.code)
+_ROUTING_ERRORS = (NotLeaderError.code, LeaderNotAvailableError.code, UnknownTopicOrPartitionError.code)
+
 
 class Message(NamedTuple):
     """One consumed message."""
@@ -101,11 +101,21 @@ Message._make_fast = lambda *fields: tuple.__new__(Message, fields)  # type: ign
 class SimpleConsumer:
     """Reads partitions by offset; see docs/client.md."""
 
-    def __init__(self, zk: str | None = None, brokers: Sequence[str] | None = None, *,
-                 max_bytes: int = 1024 * 1024, max_wait_ms: int = 500, min_bytes: int = 1,
-                 request_timeout: float = 30.0, client_id: str = "", metadata_retries: int = 5,
-                 tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+    def __init__(
+        self,
+        zk: str | None = None,
+        brokers: Sequence[str] | None = None,
+        *,
+        max_bytes: int = 1024 * 1024,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        request_timeout: float = 30.0,
+        client_id: str = "",
+        metadata_retries: int = 5,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+    ):
         """``tls``: TLS settings or a client context for the broker connections;
         ``sasl``: credentials to authenticate them with."""
         self.cluster = Cluster(zk, brokers, request_timeout, tls, sasl, listener)
@@ -128,17 +138,18 @@ class SimpleConsumer:
 
     def offsets(self, topic: str, partition: int) -> OffsetRange:
         """The partition's retained range: first offset and visible end."""
-        header = self._call(topic, partition, protocol.OFFSETS,
-                            {"topic": topic, "partition": partition, "at": "latest"})
+        header = self._call(
+            topic, partition, protocol.OFFSETS, {"topic": topic, "partition": partition, "at": "latest"}
+        )
         return OffsetRange(header["start"], header["end"])
 
     def offset_info(self, topic: str, partition: int) -> dict[str, Any]:
         """Range plus the broker's average stored bytes per message (for lag estimates)."""
-        return self._call(topic, partition, protocol.OFFSETS,
-                          {"topic": topic, "partition": partition, "at": "latest"})
+        return self._call(topic, partition, protocol.OFFSETS, {"topic": topic, "partition": partition, "at": "latest"})
 
-    def offset_infos(self, partitions: Iterable[tuple[str, int]]
-                     ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
+    def offset_infos(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
         """:meth:`offset_info` of many partitions at once: one request per leader
         (``many``, :mod:`broker.wire.offsets`), all in flight together, so a dashboard
         reading hundreds of partitions a second costs each broker one request. A
@@ -151,15 +162,15 @@ class SimpleConsumer:
         alone: list[tuple[str, int]] = []
         for topic, partition in partitions:
             try:
-                by_leader.setdefault(self.cluster.leader_address(topic, partition), []).append(
-                    (topic, partition))
+                by_leader.setdefault(self.cluster.leader_address(topic, partition), []).append((topic, partition))
             except LogferryError:
                 alone.append((topic, partition))
         batches: list[tuple[tuple[str, int], list[tuple[str, int]], Any]] = []
         for address, pairs in by_leader.items():
             try:
                 future = self.cluster.connection(address).request(
-                    protocol.OFFSETS, {"many": [list(pair) for pair in pairs], "at": "latest"})
+                    protocol.OFFSETS, {"many": [list(pair) for pair in pairs], "at": "latest"}
+                )
             except LogferryError:
                 future = None
             batches.append((address, pairs, future))
@@ -182,16 +193,16 @@ class SimpleConsumer:
         out.update(self._offset_infos_one_by_one(alone))
         return out
 
-    def _offset_infos_one_by_one(self, partitions: Iterable[tuple[str, int]]
-                                 ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
+    def _offset_infos_one_by_one(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:
         """:meth:`offset_infos` the old way: one pipelined request per partition."""
         pending: list[tuple[tuple[str, int], Any]] = []
         out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
         for topic, partition in partitions:
             try:
                 connection = self.cluster.connection(self.cluster.leader_address(topic, partition))
-                future = connection.request(protocol.OFFSETS, {"topic": topic, "partition": partition,
-                                                               "at": "latest"})
+                future = connection.request(protocol.OFFSETS, {"topic": topic, "partition": partition, "at": "latest"})
             except LogferryError:
                 future = None
             pending.append(((topic, partition), future))
@@ -209,8 +220,9 @@ class SimpleConsumer:
 
     def offset_for_time(self, topic: str, partition: int, ts_ms: int) -> int:
         """The last batch boundary at or before ``ts_ms``."""
-        header = self._call(topic, partition, protocol.OFFSETS,
-                            {"topic": topic, "partition": partition, "at": int(ts_ms)})
+        header = self._call(
+            topic, partition, protocol.OFFSETS, {"topic": topic, "partition": partition, "at": int(ts_ms)}
+        )
         offset: int = header["offset"]
         return offset
 
@@ -236,15 +248,13 @@ class SimpleConsumer:
             skip += 1
         return (batch.next_offset, 0) if skip >= len(batch) else (offset, skip)
 
-    def resolve_position(self, topic: str, partition: int,
-                         start: int | str | _dt.datetime) -> tuple[int, int]:
+    def resolve_position(self, topic: str, partition: int, start: int | str | _dt.datetime) -> tuple[int, int]:
         """Like :meth:`resolve_start`, as ``(offset, skip)``: a time start is exact to the message."""
         if isinstance(start, _dt.datetime):
             return self.position_for_time(topic, partition, int(start.timestamp() * 1000))
         return self.resolve_start(topic, partition, start), 0
 
-    def resolve_start(self, topic: str, partition: int,
-                      start: int | str | _dt.datetime) -> int:
+    def resolve_start(self, topic: str, partition: int, start: int | str | _dt.datetime) -> int:
         """Turn ``"earliest"``, ``"latest"``, an offset or a datetime into an offset.
 
         A datetime gives the boundary of the batch holding that time, which may start
@@ -262,18 +272,26 @@ class SimpleConsumer:
 
     # -- fetching -----------------------------------------------------------------------
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None,
-              max_wait_ms: int = 0, keep_raw: bool = False, min_bytes: int | None = None) -> FetchResult:
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int | None = None,
+        max_wait_ms: int = 0,
+        keep_raw: bool = False,
+        min_bytes: int | None = None,
+    ) -> FetchResult:
         """Fetch whole batches from ``offset``; long-polls up to ``max_wait_ms`` when empty."""
         fields = encode_fetch_request(
-            [FetchPart(topic, partition, offset, max_bytes or self.max_bytes)],
-            max_wait_ms, min_bytes or self.min_bytes)
-        frame = self._request(topic, partition, protocol.FETCH, fields,
-                              timeout=self.request_timeout + max_wait_ms / 1000)
+            [FetchPart(topic, partition, offset, max_bytes or self.max_bytes)], max_wait_ms, min_bytes or self.min_bytes
+        )
+        frame = self._request(
+            topic, partition, protocol.FETCH, fields, timeout=self.request_timeout + max_wait_ms / 1000
+        )
         return self._fetch_result(frame, offset, keep_raw)
 
-    def _fetch_result(self, frame: protocol.Frame, offset: int,
-                      keep_raw: bool = False) -> FetchResult:
+    def _fetch_result(self, frame: protocol.Frame, offset: int, keep_raw: bool = False) -> FetchResult:
         """The batches of a fetch answer for one partition; its error raised."""
         parts = parse_fetch_answer(frame.header)
         if len(parts) != 1:
@@ -284,13 +302,18 @@ class SimpleConsumer:
             if isinstance(error, OffsetOutOfRangeError):
                 error.start, error.end = part.start, part.visible_end
             raise error
-        batches, used = records.decode_batches(frame.payload[:part.nbytes], offset,
-                                               keep_raw=keep_raw)
+        batches, used = records.decode_batches(frame.payload[: part.nbytes], offset, keep_raw=keep_raw)
         return FetchResult(batches, offset + used, part.visible_end)
 
-    def messages(self, topic: str, partition: int, start: int | str | _dt.datetime = "earliest",
-                 follow: bool = False, limit: int | None = None,
-                 timeout: float | None = None) -> Iterator[Message]:
+    def messages(
+        self,
+        topic: str,
+        partition: int,
+        start: int | str | _dt.datetime = "earliest",
+        follow: bool = False,
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Message]:
         """Iterate messages in order from ``start``.
 
         Without ``follow`` it stops at the visible end; with it, it long-polls for new
@@ -308,9 +331,16 @@ class SimpleConsumer:
         poll = _OwnPoll(self, topic, partition) if follow else None  # connects at first use
         return self._messages(topic, partition, start, follow, limit, timeout, poll)
 
-    def _messages(self, topic: str, partition: int, start: int | str | _dt.datetime,
-                  follow: bool, limit: int | None, timeout: float | None,
-                  poll: "_OwnPoll | None") -> Iterator[Message]:
+    def _messages(
+        self,
+        topic: str,
+        partition: int,
+        start: int | str | _dt.datetime,
+        follow: bool,
+        limit: int | None,
+        timeout: float | None,
+        poll: _OwnPoll | None,
+    ) -> Iterator[Message]:
         try:
             offset, skip = self.resolve_position(topic, partition, start)
             seen = -skip
@@ -359,16 +389,14 @@ class SimpleConsumer:
         previous answer, so that the broker's read (and, under TLS, its encryption and
         the client's decryption) overlaps with the caller's work instead of adding to
         it. One attempt at the known leader; None if it cannot be sent."""
-        fields = encode_fetch_request([FetchPart(topic, partition, offset, self.max_bytes)],
-                                      0, self.min_bytes)
+        fields = encode_fetch_request([FetchPart(topic, partition, offset, self.max_bytes)], 0, self.min_bytes)
         try:
             address = self.cluster.leader_address(topic, partition)
             return self.cluster.connection(address).request(protocol.FETCH, fields)
         except LogferryError:
             return None
 
-    def _fetched_ahead(self, ahead: ResponseFuture, topic: str, partition: int,
-                       offset: int) -> FetchResult:
+    def _fetched_ahead(self, ahead: ResponseFuture, topic: str, partition: int, offset: int) -> FetchResult:
         """The answer of a fetch sent ahead; if it failed in any way, the same fetch
         again the ordinary way (with its retries, and its errors raised)."""
         try:
@@ -378,22 +406,19 @@ class SimpleConsumer:
 
     # -- plumbing -----------------------------------------------------------------------
 
-    def _own_fetch(self, conn: Any, topic: str, partition: int, offset: int,
-                   max_wait_ms: int) -> FetchResult:
+    def _own_fetch(self, conn: Any, topic: str, partition: int, offset: int, max_wait_ms: int) -> FetchResult:
         """:meth:`fetch` over ``conn`` (a connection without a reader thread), one
         attempt; raises what it gets."""
-        fields = encode_fetch_request([FetchPart(topic, partition, offset, self.max_bytes)],
-                                      max_wait_ms, self.min_bytes)
-        frame = conn.call(protocol.FETCH, fields,
-                          timeout=self.request_timeout + max_wait_ms / 1000)
+        fields = encode_fetch_request(
+            [FetchPart(topic, partition, offset, self.max_bytes)], max_wait_ms, self.min_bytes
+        )
+        frame = conn.call(protocol.FETCH, fields, timeout=self.request_timeout + max_wait_ms / 1000)
         return self._fetch_result(frame, offset)
 
-    def _call(self, topic: str, partition: int, api: int,
-              fields: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, topic: str, partition: int, api: int, fields: dict[str, Any]) -> dict[str, Any]:
         return self._request(topic, partition, api, fields, self.request_timeout).header
 
-    def _request(self, topic: str, partition: int, api: int, fields: dict[str, Any],
-                 timeout: float) -> protocol.Frame:
+    def _request(self, topic: str, partition: int, api: int, fields: dict[str, Any], timeout: float) -> protocol.Frame:
         """Send to the partition's leader, refreshing metadata on routing errors.
 
         Retries at least ``metadata_retries`` times and for up to ``request_timeout``
@@ -429,7 +454,7 @@ class SimpleConsumer:
         """Close connections and the ZooKeeper session."""
         self.cluster.close()
 
-    def __enter__(self) -> "SimpleConsumer":
+    def __enter__(self) -> SimpleConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -454,8 +479,7 @@ class _OwnPoll:
             if self.conn is None or self.conn.closed:
                 address = consumer.cluster.leader_address(self.topic, self.partition)
                 self.conn = consumer.cluster.own_connection(address)
-            return consumer._own_fetch(self.conn, self.topic, self.partition, offset,
-                                       max_wait_ms)
+            return consumer._own_fetch(self.conn, self.topic, self.partition, offset, max_wait_ms)
         except LogferryError:
             self.close()
             return consumer.fetch(self.topic, self.partition, offset, max_wait_ms=max_wait_ms)

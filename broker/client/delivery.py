@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import _thread
 import logging
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from broker.common.errors import LogferryError, RequestTimedOutError
 
@@ -42,7 +42,7 @@ class DeliveryFuture:
     _done: bool = False
     offset: int | None = None
     _error: LogferryError | None = None
-    _callbacks: list[Callable[["DeliveryFuture"], None]] | None = None
+    _callbacks: list[Callable[[DeliveryFuture], None]] | None = None
 
     def _complete(self, offset: int | None, error: LogferryError | None = None) -> None:
         """Record the outcome (first call wins) and run the callbacks, in this thread."""
@@ -74,7 +74,7 @@ class DeliveryFuture:
             raise self._error
         return self.offset
 
-    def add_callback(self, fn: Callable[["DeliveryFuture"], None]) -> None:
+    def add_callback(self, fn: Callable[[DeliveryFuture], None]) -> None:
         """Call ``fn(self)`` when done (at once if already done)."""
         with _registry:
             if not self._done:
@@ -85,8 +85,9 @@ class DeliveryFuture:
         fn(self)  # already done: exactly once, here
 
 
-def complete_many(futures: Iterable[DeliveryFuture], offsets: Iterable[int] | None = None,
-                  error: LogferryError | None = None) -> None:
+def complete_many(
+    futures: Iterable[DeliveryFuture], offsets: Iterable[int] | None = None, error: LogferryError | None = None
+) -> None:
     """Complete ``futures`` as :meth:`DeliveryFuture._complete` would, one by one, with
     ``offsets`` (one per future; None: no offsets) or ``error``, under one hold of the
     registry lock; waiters and callbacks run afterwards, in this thread."""

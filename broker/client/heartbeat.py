@@ -16,7 +16,8 @@ This module is the schema both sides share (no IO).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -46,17 +47,24 @@ class AgentHeartbeat(NamedTuple):
         return packed
 
     @classmethod
-    def decode(cls, value: bytes) -> "AgentHeartbeat | None":
+    def decode(cls, value: bytes) -> AgentHeartbeat | None:
         """Parse a message value; None when it is not a heartbeat."""
         try:
             m = msgpack.unpackb(value, raw=False)
             if not isinstance(m, Mapping) or not isinstance(m.get("host"), str):
                 return None
             files = tuple(dict(f) for f in m.get("files") or () if isinstance(f, Mapping))
-            return cls(m["host"], str(m.get("version", "")), int(m.get("pid", 0)),
-                       int(m.get("started_ms", 0)), int(m["time_ms"]),
-                       float(m.get("interval_s", 10.0)), str(m.get("state", "")),
-                       int(m.get("lag_bytes", 0)), files)
+            return cls(
+                m["host"],
+                str(m.get("version", "")),
+                int(m.get("pid", 0)),
+                int(m.get("started_ms", 0)),
+                int(m["time_ms"]),
+                float(m.get("interval_s", 10.0)),
+                str(m.get("state", "")),
+                int(m.get("lag_bytes", 0)),
+                files,
+            )
         except (KeyError, ValueError, TypeError, msgpack.UnpackException):
             return None
 
@@ -69,8 +77,14 @@ def file_entries(files: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ..
     """The heartbeat's file list from an agent's status files: path, lag, offset, size,
     the most lagging first, at most :data:`MAX_FILES`."""
     rows: list[dict[str, Any]] = [
-        {"path": str(f.get("path", "")), "lag": int(f.get("lag") or 0),
-         "offset": int(f.get("offset") or 0), "size": int(f.get("size") or 0)} for f in files]
+        {
+            "path": str(f.get("path", "")),
+            "lag": int(f.get("lag") or 0),
+            "offset": int(f.get("offset") or 0),
+            "size": int(f.get("size") or 0),
+        }
+        for f in files
+    ]
     rows.sort(key=lambda f: (-int(f["lag"]), str(f["path"])))
     return tuple(rows[:MAX_FILES])
 

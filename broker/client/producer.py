@@ -25,7 +25,7 @@ import ssl
 import threading
 import time
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 from broker.client.accumulator import Accumulator, fast_send
 from broker.client.cluster import Cluster
@@ -77,11 +77,11 @@ class Producer:
         if idempotence is None:  # on where it is safe, as in Kafka 3+: with acks=all
             idempotence = acks == -1
         elif idempotence and acks == 0:
-            raise ConfigError("idempotence needs acks 1 or 'all': with acks=0 the producer "
-                              "learns nothing it could retry")
+            raise ConfigError(
+                "idempotence needs acks 1 or 'all': with acks=0 the producer learns nothing it could retry"
+            )
         if compression not in records.CODECS:
-            raise ConfigError(f"compression must be one of {', '.join(records.CODECS)}, "
-                              f"not {compression!r}")
+            raise ConfigError(f"compression must be one of {', '.join(records.CODECS)}, not {compression!r}")
         if partitioner not in ("round_robin", "random"):
             raise ConfigError("partitioner must be 'round_robin' or 'random'")
         if batch_messages < 1 or batch_bytes < 1 or buffer_bytes < 1:
@@ -113,26 +113,41 @@ class Producer:
         self.metadata_max_age_s = metadata_max_age_s
         """How often the known topics' partition counts are read again (0: never)."""
         self._accumulator = Accumulator(
-            linger=self.linger, batch_bytes=batch_bytes, batch_messages=batch_messages,
-            buffer_bytes=buffer_bytes, block_timeout=block_timeout,
-            max_request_bytes=max_request_bytes)
-        single = (records.encode_single if batch_messages == 1 and not idempotence
-                  and self.codec == records.CODEC_NONE else None)
+            linger=self.linger,
+            batch_bytes=batch_bytes,
+            batch_messages=batch_messages,
+            buffer_bytes=buffer_bytes,
+            block_timeout=block_timeout,
+            max_request_bytes=max_request_bytes,
+        )
+        single = (
+            records.encode_single
+            if batch_messages == 1 and not idempotence and self.codec == records.CODEC_NONE
+            else None
+        )
         self.send = fast_send(  # type: ignore[method-assign]  # the fast send(), see below
-            self._accumulator, self._known_partition, self._send, encode_single=single,
-            partition_counts=self._partition_counts)
+            self._accumulator,
+            self._known_partition,
+            self._send,
+            encode_single=single,
+            partition_counts=self._partition_counts,
+        )
         self._sender = Sender(
-            self._accumulator, self.cluster, acks=acks, codec=self.codec,
-            request_timeout=request_timeout, max_request_bytes=max_request_bytes,
+            self._accumulator,
+            self.cluster,
+            acks=acks,
+            codec=self.codec,
+            request_timeout=request_timeout,
+            max_request_bytes=max_request_bytes,
             retry=RetryPolicy(retries, self.retry_backoff, delivery_timeout),
-            on_unknown_topic=self._forget_partition_count, idempotent=idempotence)
+            on_unknown_topic=self._forget_partition_count,
+            idempotent=idempotence,
+        )
         self._set_direct()
-        self._sender_thread = threading.Thread(target=self._sender.run, name="logferry-sender",
-                                               daemon=True)
+        self._sender_thread = threading.Thread(target=self._sender.run, name="logferry-sender", daemon=True)
         self._sender_thread.start()
         if metadata_max_age_s > 0:
-            threading.Thread(target=self._watch_partition_counts, name="logferry-metadata",
-                             daemon=True).start()
+            threading.Thread(target=self._watch_partition_counts, name="logferry-metadata", daemon=True).start()
 
     # -- the public api -----------------------------------------------------------------
 
@@ -154,11 +169,18 @@ class Producer:
         broker. acks 0 keeps every write on the sender thread (the batch-1 throughput
         case), and so does an idempotent producer (its producer id comes first)."""
         sender = self._sender
-        self._accumulator.direct = (sender.send_direct if self.linger <= 0 and sender.acks != 0
-                                    and sender.sequences is None else None)
+        self._accumulator.direct = (
+            sender.send_direct if self.linger <= 0 and sender.acks != 0 and sender.sequences is None else None
+        )
 
-    def send(self, topic: str, messages: Values, key: bytes | None = None,
-             partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
+    def send(
+        self,
+        topic: str,
+        messages: Values,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> DeliveryFuture:
         """Queue one message or a list of them for ``topic``.
 
         Blocks only while the buffer is full (up to ``block_timeout``, then raises
@@ -174,8 +196,14 @@ class Producer:
     # message to a partition whose open batch has room) in one Python call and hands
     # everything else to ``_send``, with the same results.
 
-    def _send(self, topic: str, messages: Values, key: bytes | None = None,
-              partition: int | None = None, timestamp: int | None = None) -> DeliveryFuture:
+    def _send(
+        self,
+        topic: str,
+        messages: Values,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> DeliveryFuture:
         """``send``'s general path: any messages, key, partition and timestamp."""
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             values: list[bytes] = [messages]  # type: ignore[list-item]  # any bytes-like packs
@@ -194,8 +222,7 @@ class Producer:
         if partition is None:
             partition = self._choose_partition(topic, key, count)
         elif not 0 <= partition < count:
-            raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
         return self._accumulator.append((topic, partition), values, nbytes, key, timestamp)
 
     def send_raw(self, topic: str, partition: int, batch: bytes | memoryview) -> DeliveryFuture:
@@ -244,7 +271,7 @@ class Producer:
         """Partition numbers of ``topic`` (the broker creates it if allowed)."""
         return sorted(self.cluster.partitions_for(topic, create=True))
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -311,4 +338,3 @@ def _checked_acks(acks: int | str) -> int:
 
 
 __all__ = ["DeliveryFuture", "Producer"]
-

@@ -18,9 +18,10 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Iterable
 from itertools import accumulate
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from broker.client.accumulator import Accumulator, Drained, ProducerBatch, TopicPartition
 from broker.client.cluster import Cluster
@@ -50,8 +51,16 @@ Part = tuple[TopicPartition, list[ProducerBatch]]
 EXPIRE_CHECK_S = 0.5
 """How often, at most, unanswered requests are looked for while batches keep coming."""
 
-STAT_NAMES = ("messages_sent", "bytes_sent", "batches_sent", "messages_acked",
-              "batches_failed", "messages_failed", "retries", "requests")
+STAT_NAMES = (
+    "messages_sent",
+    "bytes_sent",
+    "batches_sent",
+    "messages_acked",
+    "batches_failed",
+    "messages_failed",
+    "retries",
+    "requests",
+)
 
 
 class RetryPolicy:
@@ -64,15 +73,20 @@ class RetryPolicy:
     (uniform in its upper half) so producers that failed together do not retry together.
     """
 
-    def __init__(self, retries: int | None, backoff: float, delivery_timeout: float,
-                 max_backoff: float = 5.0, rng: Callable[[], float] = random.random):
+    def __init__(
+        self,
+        retries: int | None,
+        backoff: float,
+        delivery_timeout: float,
+        max_backoff: float = 5.0,
+        rng: Callable[[], float] = random.random,
+    ):
         self.retries = retries
         self.backoff = backoff
         self.delivery_timeout = delivery_timeout
         self.max_backoff = max_backoff
         first = max(backoff, 0.0)
-        self._backoff = Retry(initial=first, maximum=min(first * 2 ** 6, max_backoff),
-                              jitter=0.5, rng=rng)
+        self._backoff = Retry(initial=first, maximum=min(first * 2**6, max_backoff), jitter=0.5, rng=rng)
 
     def should_retry(self, error: LogferryError, attempts: int, age: float, closing: bool) -> bool:
         """``attempts`` counts this failure; ``age`` is the oldest batch's age in seconds."""
@@ -85,8 +99,9 @@ class RetryPolicy:
         return self._backoff.delay(attempts)
 
 
-def plan_requests(parts: list[tuple[TopicPartition, list[ProducerBatch], int]],
-                  max_request_bytes: int) -> list[list[Part]]:
+def plan_requests(
+    parts: list[tuple[TopicPartition, list[ProducerBatch], int]], max_request_bytes: int
+) -> list[list[Part]]:
     """Split one broker's parts into requests of at most ``max_request_bytes``.
 
     ``parts`` are ``(tp, batches, encoded size)``. A partition's batches stay in one
@@ -110,10 +125,20 @@ def plan_requests(parts: list[tuple[TopicPartition, list[ProducerBatch], int]],
 class Sender:
     """Moves batches from the accumulator to the brokers; run :meth:`run` in a thread."""
 
-    def __init__(self, accumulator: Accumulator, cluster: Cluster, *, acks: int, codec: int,
-                 request_timeout: float, max_request_bytes: int, retry: RetryPolicy,
-                 on_unknown_topic: Callable[[str], None] = lambda topic: None,
-                 clock: Callable[[], float] = time.monotonic, idempotent: bool = False):
+    def __init__(
+        self,
+        accumulator: Accumulator,
+        cluster: Cluster,
+        *,
+        acks: int,
+        codec: int,
+        request_timeout: float,
+        max_request_bytes: int,
+        retry: RetryPolicy,
+        on_unknown_topic: Callable[[str], None] = lambda topic: None,
+        clock: Callable[[], float] = time.monotonic,
+        idempotent: bool = False,
+    ):
         self.accumulator = accumulator
         self.cluster = cluster
         self.acks = acks
@@ -182,21 +207,20 @@ class Sender:
         Closing fails every request pending on them, which retries their batches.
         """
         with self._lock:
-            expired = [(key, conn) for key, (sent_at, conn) in self._sent.items()
-                       if now - sent_at > self.request_timeout]
+            expired = [
+                (key, conn) for key, (sent_at, conn) in self._sent.items() if now - sent_at > self.request_timeout
+            ]
             for key, _ in expired:
                 del self._sent[key]
         for _, conn in expired:
-            log.warning("no answer from %s within %.0fs; reconnecting", conn.address,
-                        self.request_timeout)
+            log.warning("no answer from %s within %.0fs; reconnecting", conn.address, self.request_timeout)
             threading.Thread(target=conn.close, daemon=True).start()
 
     def send(self, drained: Drained) -> None:
         """Encode the drained batches and send one request per broker (split by size)."""
         by_broker: dict[tuple[str, int], list[tuple[TopicPartition, list[ProducerBatch], int]]] = {}
         codec = self.codec
-        if self.sequences is not None and self.sequences.needs_id \
-                and not self._init_producer_id(drained):
+        if self.sequences is not None and self.sequences.needs_id and not self._init_producer_id(drained):
             return
         sequences = self.sequences
         for tp, batches in drained.items():
@@ -228,9 +252,11 @@ class Sender:
         except UnsupportedApiError:
             # A broker from before idempotence (a cluster being upgraded): send plain
             # batches, which every broker reads, rather than fail every send.
-            log.warning("the brokers do not give out producer ids (api %d): this producer "
-                        "sends without idempotence; retries may duplicate",
-                        protocol.INIT_PRODUCER_ID)
+            log.warning(
+                "the brokers do not give out producer ids (api %d): this producer "
+                "sends without idempotence; retries may duplicate",
+                protocol.INIT_PRODUCER_ID,
+            )
             self.sequences = None
             return True
         except LogferryError as exc:
@@ -257,9 +283,13 @@ class Sender:
             fields["copies"] = copies
         try:
             conn = self.cluster.connection(address)
-            future = conn.request(protocol.PRODUCE, fields,
-                                  payload, expect_response=self.acks != 0,
-                                  callback=lambda f: self._on_response(f, parts))
+            future = conn.request(
+                protocol.PRODUCE,
+                fields,
+                payload,
+                expect_response=self.acks != 0,
+                callback=lambda f: self._on_response(f, parts),
+            )
         except LogferryError as exc:
             for tp, batches in parts:
                 self.retry_or_fail(tp, batches, exc)
@@ -294,8 +324,9 @@ class Sender:
         for tp, batches in parts:
             result = results.get(tp)
             if result is None:
-                self.retry_or_fail(tp, batches, BrokerNotAvailableError(
-                    f"broker answered no result for {tp[0]}-{tp[1]}"))
+                self.retry_or_fail(
+                    tp, batches, BrokerNotAvailableError(f"broker answered no result for {tp[0]}-{tp[1]}")
+                )
             elif result.error:
                 self.retry_or_fail(tp, batches, error_for_code(result.error, result.message or ""))
             else:
@@ -323,14 +354,12 @@ class Sender:
                 stats["messages_acked"] += messages
         self.accumulator.done(tp, batches)
 
-    def retry_or_fail(self, tp: TopicPartition, batches: list[ProducerBatch],
-                      error: LogferryError) -> None:
+    def retry_or_fail(self, tp: TopicPartition, batches: list[ProducerBatch], error: LogferryError) -> None:
         """Back off and retry the partition, or fail it (and its queued batches) for good."""
         now = self.clock()
         with self._lock:
             attempts = self._attempts.get(tp, 0) + 1
-            retry = self.retry.should_retry(error, attempts, now - batches[0].created,
-                                            self.accumulator.closed)
+            retry = self.retry.should_retry(error, attempts, now - batches[0].created, self.accumulator.closed)
             if retry:
                 self._attempts[tp] = attempts
                 self._stats["retries"] += 1
@@ -344,8 +373,7 @@ class Sender:
             self.cluster.forget(tp[0])
             return
         sequences = self.sequences
-        numbered = sequences is not None and any(b.encoded is not None and not b.raw
-                                                 for b in batches)
+        numbered = sequences is not None and any(b.encoded is not None and not b.raw for b in batches)
         failed = self.accumulator.fail(tp, batches)  # frees pooled bytes: looked at first
         if sequences is not None and numbered:
             # Numbered batches failed: whether the partition holds them is unknown, so
@@ -361,8 +389,7 @@ class Sender:
             # a refusal by ACL is the caller's to report (its futures carry it; the mirror
             # logs one line per refused topic), not a line per partition and retry here
             level = logging.DEBUG if isinstance(error, AuthorizationError) else logging.ERROR
-            log.log(level, "giving up on %d batches for %s-%d: %s", len(failed), tp[0], tp[1],
-                    error)
+            log.log(level, "giving up on %d batches for %s-%d: %s", len(failed), tp[0], tp[1], error)
         _fail_futures(failed, error)
 
 

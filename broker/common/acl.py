@@ -20,8 +20,9 @@ The rules (Kafka's, reduced to what logferry serves):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 from broker.common.errors import ConfigError
@@ -80,7 +81,7 @@ class Resource(NamedTuple):
     def __str__(self) -> str:
         return str(self.type) if self.type is ResourceType.CLUSTER else f"{self.type} {self.name!r}"
 
-    def matches(self, wanted: "Resource") -> bool:
+    def matches(self, wanted: Resource) -> bool:
         """Whether an ACL on this resource applies to a request on ``wanted``."""
         kind = self.type
         if kind is ResourceType.TOPIC_PREFIX:
@@ -114,8 +115,10 @@ def validate_resource(resource: Resource) -> Resource:
             raise ConfigError(f"the cluster resource has no name (got {name!r})")
     elif kind is ResourceType.TOPIC_PREFIX:
         if not _PREFIX_RE.fullmatch(name):
-            raise ConfigError(f"invalid topic prefix {name!r}: use 1-249 characters from "
-                              "A-Z a-z 0-9 . _ - (for every topic, use the topic '*')")
+            raise ConfigError(
+                f"invalid topic prefix {name!r}: use 1-249 characters from "
+                "A-Z a-z 0-9 . _ - (for every topic, use the topic '*')"
+            )
     elif name != WILDCARD and not is_valid_name(name):
         raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}, or '*' for every {kind}")
     return resource
@@ -130,8 +133,10 @@ def parse_principal(text: str) -> str:
     except ValueError as exc:
         raise ConfigError(f"{exc}, or '*' for everyone") from None
     if principal.kind != "User":
-        raise ConfigError(f"unknown principal type {principal.kind!r} in {text!r}: write "
-                          f"'User:{principal.name}' (principals are 'User:<name>' or '*')")
+        raise ConfigError(
+            f"unknown principal type {principal.kind!r} in {text!r}: write "
+            f"'User:{principal.name}' (principals are 'User:<name>' or '*')"
+        )
     return str(principal)
 
 
@@ -140,8 +145,7 @@ def parse_operation(text: str) -> Operation:
     try:
         return Operation(text.lower())
     except ValueError:
-        raise ConfigError(f"unknown operation {text!r}: use one of "
-                          f"{', '.join(o.value for o in Operation)}") from None
+        raise ConfigError(f"unknown operation {text!r}: use one of {', '.join(o.value for o in Operation)}") from None
 
 
 class Acl(NamedTuple):
@@ -160,20 +164,26 @@ class Acl(NamedTuple):
     def key(self) -> str:
         """The ACL as one znode name: its four fields percent-encoded, joined by commas
         (``allow,User%3Aalice,produce,topic,web-logs``); :func:`acl_from_key` reads it."""
-        fields = ("allow" if self.allow else "deny", self.principal, self.operation.value,
-                  self.resource.type.value, self.resource.name)
+        fields = (
+            "allow" if self.allow else "deny",
+            self.principal,
+            self.operation.value,
+            self.resource.type.value,
+            self.resource.name,
+        )
         return ",".join(quote(f, safe="") for f in fields)
 
 
-def make_acl(principal: str, operation: str | Operation, resource: Resource,
-             allow: bool = True) -> Acl:
+def make_acl(principal: str, operation: str | Operation, resource: Resource, allow: bool = True) -> Acl:
     """A validated ACL; ConfigError (naming the bad part) for nonsense."""
     op = operation if isinstance(operation, Operation) else parse_operation(operation)
     validate_resource(resource)
     allowed = OPERATIONS_BY_RESOURCE[resource.type]
     if op not in allowed:
-        raise ConfigError(f"operation {op} does not apply to the {resource.type} (use one of "
-                          f"{', '.join(sorted(o.value for o in allowed))})")
+        raise ConfigError(
+            f"operation {op} does not apply to the {resource.type} (use one of "
+            f"{', '.join(sorted(o.value for o in allowed))})"
+        )
     return Acl(parse_principal(principal), op, resource, allow)
 
 
@@ -220,8 +230,7 @@ class AclSet:
     def __len__(self) -> int:
         return len(self.acls)
 
-    def authorize(self, principal: Principal | str, operation: Operation,
-                  resource: Resource) -> Decision:
+    def authorize(self, principal: Principal | str, operation: Operation, resource: Resource) -> Decision:
         """May ``principal`` do ``operation`` on ``resource`` (a topic, group or the cluster)?"""
         who = str(principal)
         key = (who, operation, resource)
@@ -243,8 +252,7 @@ class AclSet:
             if not acl.allow:
                 if acl.operation is operation:
                     return Decision(False, f"denied by ACL '{acl}'")
-            elif allowed_by is None and (acl.operation is operation
-                                         or operation is Operation.DESCRIBE):
+            elif allowed_by is None and (acl.operation is operation or operation is Operation.DESCRIBE):
                 allowed_by = acl
         if allowed_by is not None:
             return Decision(True, f"allowed by ACL '{allowed_by}'")
@@ -252,7 +260,22 @@ class AclSet:
 
 
 __all__ = [
-    "Acl", "AclSet", "CLUSTER", "Decision", "NO_ACL", "OPERATIONS_BY_RESOURCE", "Operation",
-    "Resource", "ResourceType", "SUPERUSER", "WILDCARD", "acl_from_key", "group", "make_acl",
-    "parse_operation", "parse_principal", "topic", "validate_resource",
+    "Acl",
+    "AclSet",
+    "CLUSTER",
+    "Decision",
+    "NO_ACL",
+    "OPERATIONS_BY_RESOURCE",
+    "Operation",
+    "Resource",
+    "ResourceType",
+    "SUPERUSER",
+    "WILDCARD",
+    "acl_from_key",
+    "group",
+    "make_acl",
+    "parse_operation",
+    "parse_principal",
+    "topic",
+    "validate_resource",
 ]

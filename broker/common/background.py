@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 log = logging.getLogger("logferry.broker")
 
@@ -56,9 +57,14 @@ class BackgroundTasks:
         name = task.get_name()
         self.crashed.append((name, exc))
         stops = f"; {self.what} stops (exit code 1)" if self.on_crash is not None else ""
-        log.error("background task %r crashed: %s: %s%s. This is a bug: report it with "
-                  "this line and the traceback below", name, type(exc).__name__, exc, stops,
-                  exc_info=exc)
+        log.error(
+            "background task %r crashed: %s: %s%s. This is a bug: report it with this line and the traceback below",
+            name,
+            type(exc).__name__,
+            exc,
+            stops,
+            exc_info=exc,
+        )
         if self.on_crash is not None:
             self.on_crash(name, exc)
 

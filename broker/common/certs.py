@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -31,8 +32,10 @@ CERT_DAYS = 825
 but the habit is right."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_DNS = re.compile(r"(?=.{1,253}$)(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
-                  r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_DNS = re.compile(
+    r"(?=.{1,253}$)(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+    r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+)
 
 
 class Issued(NamedTuple):
@@ -45,8 +48,10 @@ class Issued(NamedTuple):
 def check_name(name: str) -> str:
     """A certificate's name (its subject CN and its file name): ``broker-1``, ``mirror``."""
     if not _NAME.fullmatch(name):
-        raise ConfigError(f"--name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
-                          "starting with a letter or digit (it becomes a file name)")
+        raise ConfigError(
+            f"--name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (it becomes a file name)"
+        )
     return name
 
 
@@ -66,7 +71,7 @@ def alt_names(hosts: Sequence[str]) -> list[x509.GeneralName]:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -74,8 +79,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def make_ca(common_name: str = "logferry private CA", days: int = CA_DAYS) -> Issued:
@@ -83,24 +89,39 @@ def make_ca(common_name: str = "logferry private CA", days: int = CA_DAYS) -> Is
     if days < 1:
         raise ConfigError(f"--days {days}: must be at least 1")
     key = _key()
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "logferry"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "logferry"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
     now = _now()
-    cert = (x509.CertificateBuilder()
-            .subject_name(subject).issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))  # clocks differ a little
-            .not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))  # clocks differ a little
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
@@ -110,8 +131,7 @@ def load_ca(cert_pem: bytes, key_pem: bytes) -> tuple[x509.Certificate, ec.Ellip
         cert = x509.load_pem_x509_certificate(cert_pem)
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"the CA files are not a PEM certificate and an unencrypted PEM "
-                          f"key ({exc})") from None
+        raise ConfigError(f"the CA files are not a PEM certificate and an unencrypted PEM key ({exc})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ConfigError("the CA key is not an EC key (make one with `logferry certs ca`)")
     if cert.public_key() != key.public_key():
@@ -125,8 +145,7 @@ def load_ca(cert_pem: bytes, key_pem: bytes) -> tuple[x509.Certificate, ec.Ellip
     return cert, key
 
 
-def issue(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: Sequence[str] = (),
-          days: int = CERT_DAYS) -> Issued:
+def issue(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: Sequence[str] = (), days: int = CERT_DAYS) -> Issued:
     """A certificate for ``name`` signed by the CA, good for a TLS server and client.
 
     ``hosts`` become its subject alternative names (what a client checks against the
@@ -139,33 +158,46 @@ def issue(ca_cert_pem: bytes, ca_key_pem: bytes, name: str, hosts: Sequence[str]
     ca_cert, ca_key = load_ca(ca_cert_pem, ca_key_pem)
     key = _key()
     now = _now()
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([
-                   x509.NameAttribute(NameOID.ORGANIZATION_NAME, "logferry"),
-                   x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-               .issuer_name(ca_cert.subject)
-               .public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5))
-               .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                            key_cert_sign=False, crl_sign=False,
-                                            content_commitment=False, data_encipherment=False,
-                                            key_agreement=False, encipher_only=False,
-                                            decipher_only=False), critical=True)
-               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                     ExtendedKeyUsageOID.CLIENT_AUTH]),
-                              critical=False)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                              critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_key.public_key()), critical=False))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "logferry"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, name),
+                ]
+            )
+        )
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-__all__ = ["CA_DAYS", "CERT_DAYS", "Issued", "alt_names", "check_name", "issue", "load_ca",
-           "make_ca"]
+__all__ = ["CA_DAYS", "CERT_DAYS", "Issued", "alt_names", "check_name", "issue", "load_ca", "make_ca"]

@@ -35,9 +35,13 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InvalidTopicError,
-                                                  InvalidTopicConfigError,
-                                                  InvalidPartitionsError, ReassignmentError)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    InvalidTopicError,
+    InvalidTopicConfigError,
+    InvalidPartitionsError,
+    ReassignmentError,
+)
 """Broker-package errors that mean the user asked for something wrong (exit 2)."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
@@ -53,8 +57,7 @@ def error_line(command: str, message: object) -> str:
     return f"logferry {command}: error: {text[0] if text else 'failed'}"
 
 
-def report(command: str, message: object, code: int = EXIT_FAILURE,
-           stream: TextIO | None = None) -> int:
+def report(command: str, message: object, code: int = EXIT_FAILURE, stream: TextIO | None = None) -> int:
     """Print :func:`error_line` on stderr (or ``stream``) and return ``code``."""
     print(error_line(command, message), file=stream or sys.stderr, flush=True)
     return code
@@ -81,5 +84,15 @@ def setup_logging(verbosity: int = 0, long_running: bool = True) -> None:
     logging.getLogger("kazoo").setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
 
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "LOG_FORMAT",
-           "error_line", "exit_code_for", "log_level", "report", "setup_logging"]
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "LOG_FORMAT",
+    "error_line",
+    "exit_code_for",
+    "log_level",
+    "report",
+    "setup_logging",
+]

@@ -28,9 +28,10 @@ import difflib
 import os
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import tomli_w
 
@@ -85,20 +86,20 @@ PORT = Check(lambda v: _is_int(v) and 0 <= v <= 65535, "a port number 0-65535")
 TABLE = Check(lambda v: isinstance(v, dict), "a table")
 STR_LIST = Check(_is_str_list, "a list of non-empty strings")
 NONEMPTY_STR_LIST = Check(lambda v: _is_str_list(v) and len(v) > 0, "a non-empty list of strings")
-TABLE_LIST = Check(lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v),
-                   "an array of tables")
+TABLE_LIST = Check(lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "an array of tables")
 
 
 def one_of(*choices: Any) -> Check:
     """A value equal to one of ``choices`` (of the same type: ``true`` is not ``1``)."""
-    return Check(lambda v: any(type(v) is type(c) and v == c for c in choices),
-                 " or ".join(repr(c) if isinstance(c, str) else str(c) for c in choices))
+    return Check(
+        lambda v: any(type(v) is type(c) and v == c for c in choices),
+        " or ".join(repr(c) if isinstance(c, str) else str(c) for c in choices),
+    )
 
 
 def either(first: Check, second: Check) -> Check:
     """A value that passes ``first`` or ``second``."""
-    return Check(lambda v: first.test(v) or second.test(v),
-                 f"{first.expected} or {second.expected}")
+    return Check(lambda v: first.test(v) or second.test(v), f"{first.expected} or {second.expected}")
 
 
 class Field(NamedTuple):
@@ -114,8 +115,9 @@ Fields = Mapping[str, Field]
 """A table's declared keys. Defaults live in the component's config dataclasses."""
 
 
-def fields(required: tuple[str, ...] = (), why: Mapping[str, str] | None = None, /,
-           **checks: Check) -> dict[str, Field]:
+def fields(
+    required: tuple[str, ...] = (), why: Mapping[str, str] | None = None, /, **checks: Check
+) -> dict[str, Field]:
     """Declare a table: ``fields(("id",), id=NONNEG_INT, host=NONEMPTY_STR)``.
 
     ``required`` names the keys that must be given, ``why`` what a missing one is for.
@@ -124,8 +126,7 @@ def fields(required: tuple[str, ...] = (), why: Mapping[str, str] | None = None,
     unknown = (set(required) | set(why)) - set(checks)
     if unknown:
         raise ValueError(f"required keys without a check: {sorted(unknown)}")
-    return {key: Field(check, key in required, why.get(key, ""))
-            for key, check in checks.items()}
+    return {key: Field(check, key in required, why.get(key, "")) for key, check in checks.items()}
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -165,12 +166,12 @@ class Validator:
                 self.fail(name, f"must be {spec.check.expected}, got {value!r}")
         for key, spec in declared.items():
             if spec.required and key not in table:
-                self.fail(f"{where}.{key}" if where else key,
-                          f"missing ({spec.why or 'required'})")
+                self.fail(f"{where}.{key}" if where else key, f"missing ({spec.why or 'required'})")
         return dict(table)
 
-    def table(self, parent: Mapping[str, Any], name: str, declared: Fields, where: str = "",
-              required: bool = False) -> dict[str, Any]:
+    def table(
+        self, parent: Mapping[str, Any], name: str, declared: Fields, where: str = "", required: bool = False
+    ) -> dict[str, Any]:
         """The checked sub-table ``name`` of ``parent`` ({} when absent and not required)."""
         key = f"{where}.{name}" if where else name
         if name not in parent:
@@ -182,14 +183,14 @@ class Validator:
             self.fail(key, f"must be a table ([{key}]), got {value!r}")
         return self.check(value, declared, key)
 
-    def sections(self, doc: Mapping[str, Any], declared: Mapping[str, Fields],
-                 required: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    def sections(
+        self, doc: Mapping[str, Any], declared: Mapping[str, Fields], required: tuple[str, ...] = ()
+    ) -> dict[str, dict[str, Any]]:
         """A document made only of tables: each table checked, unknown tables refused."""
         for name in doc:
             if name not in declared:
                 self.fail(name, "unknown table" + _hint(name, list(declared)))
-        return {name: self.table(doc, name, keys, required=name in required)
-                for name, keys in declared.items()}
+        return {name: self.table(doc, name, keys, required=name in required) for name, keys in declared.items()}
 
     def zk_connect(self, key: str, value: str) -> str:
         """A ZooKeeper connect string, checked by :mod:`broker.common.zk_connect`."""
@@ -211,8 +212,9 @@ _REFERENCE = re.compile(r"\$(?:(?P<dollar>\$)|\{(?P<body>[^}]*)\}|(?P<open>\{))"
 _VARIABLE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
 
 
-def expand_env(doc: Mapping[str, Any], env: Mapping[str, str], file: str = "",
-               error: ErrorFactory = config_error) -> dict[str, Any]:
+def expand_env(
+    doc: Mapping[str, Any], env: Mapping[str, str], file: str = "", error: ErrorFactory = config_error
+) -> dict[str, Any]:
     """``doc`` with ``${VAR}`` and ``${VAR:-default}`` in its string values taken from ``env``.
 
     Why after parsing: a value from the environment can never break the TOML syntax
@@ -224,6 +226,7 @@ def expand_env(doc: Mapping[str, Any], env: Mapping[str, str], file: str = "",
     ``${VAR}`` with ``VAR`` unset, or a malformed ``${...}``, raises ``error`` naming the
     key (``sources[0].pattern``) and the variable.
     """
+
     def expand(value: Any, key: str) -> Any:
         if isinstance(value, str):
             return _REFERENCE.sub(lambda match: _replace(match, key), value)
@@ -241,23 +244,26 @@ def expand_env(doc: Mapping[str, Any], env: Mapping[str, str], file: str = "",
             raise error(key, "'${' without a closing '}' (write '$$' for a literal '$')", file)
         variable = _VARIABLE.fullmatch(body)
         if variable is None:
-            raise error(key, f"'${{{body}}}' is not '${{NAME}}' or '${{NAME:-default}}' "
-                        "(write '$$' for a literal '$')", file)
+            raise error(
+                key, f"'${{{body}}}' is not '${{NAME}}' or '${{NAME:-default}}' (write '$$' for a literal '$')", file
+            )
         name, default = variable.group("name"), variable.group("default")
         value = env.get(name)
         if default is not None:
             return value if value else default
         if value is None:
-            raise error(key, f"environment variable {name} is not set "
-                        f"(set it, or give a default: ${{{name}:-value}})", file)
+            raise error(
+                key, f"environment variable {name} is not set (set it, or give a default: ${{{name}:-value}})", file
+            )
         return value
 
     expanded: dict[str, Any] = expand(dict(doc), "")
     return expanded
 
 
-def read(path: str | Path, error: ErrorFactory = config_error,
-         env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Validator]:
+def read(
+    path: str | Path, error: ErrorFactory = config_error, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], Validator]:
     """Parse a TOML config file; return the document and the validator for its tables.
 
     ``${VAR}`` and ``${VAR:-default}`` in string values come from ``env`` (the process
@@ -289,8 +295,30 @@ def dumps(doc: Mapping[str, Any]) -> str:
 
 
 __all__ = [
-    "BOOL", "Check", "ErrorFactory", "Field", "Fields", "INTEGER", "NONEMPTY_STR",
-    "NONEMPTY_STR_LIST", "NONNEG_INT", "NONNEG_NUMBER", "PORT", "POSITIVE_INT",
-    "POSITIVE_NUMBER", "STRING", "STR_LIST", "TABLE", "TABLE_LIST", "Validator", "config_error",
-    "dumps", "either", "expand_env", "fields", "format_error", "one_of", "read",
+    "BOOL",
+    "Check",
+    "ErrorFactory",
+    "Field",
+    "Fields",
+    "INTEGER",
+    "NONEMPTY_STR",
+    "NONEMPTY_STR_LIST",
+    "NONNEG_INT",
+    "NONNEG_NUMBER",
+    "PORT",
+    "POSITIVE_INT",
+    "POSITIVE_NUMBER",
+    "STRING",
+    "STR_LIST",
+    "TABLE",
+    "TABLE_LIST",
+    "Validator",
+    "config_error",
+    "dumps",
+    "either",
+    "expand_env",
+    "fields",
+    "format_error",
+    "one_of",
+    "read",
 ]

@@ -25,8 +25,9 @@ import socket
 import ssl
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
@@ -66,8 +67,9 @@ class Metrics:
         self._declare(name, "counter", help_text)
         return self._counters.setdefault(name, defaultdict(int))
 
-    def source(self, fn: Callable[[], Iterable[Sample]], *,
-               counters: Mapping[str, str] = {}, gauges: Mapping[str, str] = {}) -> None:
+    def source(
+        self, fn: Callable[[], Iterable[Sample]], *, counters: Mapping[str, str] = {}, gauges: Mapping[str, str] = {}
+    ) -> None:
         """Register ``fn``, called on every scrape, that yields ``(name, labels, value)``
         for the families declared here (name -> help text) by kind."""
         for name, help_text in counters.items():
@@ -76,8 +78,7 @@ class Metrics:
             self._declare(name, "gauge", help_text)
         self._sources.append(fn)
 
-    def gauge_source(self, fn: Callable[[], Iterable[Sample]],
-                     help_texts: Mapping[str, str]) -> None:
+    def gauge_source(self, fn: Callable[[], Iterable[Sample]], help_texts: Mapping[str, str]) -> None:
         """Register a function that yields ``(name, labels, value)`` gauges on each scrape."""
         self.source(fn, gauges=help_texts)
 
@@ -108,8 +109,9 @@ class Metrics:
         for name in sorted(self._kinds.keys() | series.keys()):
             full = f"{self.prefix}_{name}"
             kind = self._kinds.get(name, "gauge")
-            family = Metric(full.removesuffix("_total") if kind == "counter" else full,
-                            self._help.get(name, name), kind)
+            family = Metric(
+                full.removesuffix("_total") if kind == "counter" else full, self._help.get(name, name), kind
+            )
             for labels, value in sorted(series.get(name, {}).items()):
                 family.add_sample(full, dict(labels), value)
             families.append(family)
@@ -187,10 +189,17 @@ class MetricsServer:
     :func:`broker.common.tls.server_context`) serves ``https://`` instead.
     """
 
-    def __init__(self, metrics: Metrics, host: str, port: int, *,
-                 routes: Mapping[str, Route] | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None, name: str = "metrics",
-                 ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        *,
+        routes: Mapping[str, Route] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        name: str = "metrics",
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         app = make_wsgi_app(_registry(metrics if loop is None else _OnLoop(metrics, loop)))
         routes = dict(routes or {})
 
@@ -198,8 +207,7 @@ class MetricsServer:
             path = environ.get("PATH_INFO", "/")
             if path in routes:
                 kind, body = routes[path]()
-                start_response("200 OK", [("Content-Type", kind),
-                                          ("Content-Length", str(len(body)))])
+                start_response("200 OK", [("Content-Type", kind), ("Content-Length", str(len(body)))])
                 return [body]
             if routes and path != "/metrics":
                 body = f"try {' or '.join(['/metrics', *routes])}\n".encode()
@@ -209,20 +217,17 @@ class MetricsServer:
             return answer
 
         try:
-            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                        flags=socket.AI_PASSIVE)[0][0]
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
             server_class = type("MetricsHTTPServer", (_Server,), {"address_family": family})
             self._httpd = server_class((host, port), _QuietHandler)
         except OSError as exc:
-            raise MetricsError(f"cannot serve metrics on {host}:{port} "
-                               f"({exc.strerror or exc})") from None
+            raise MetricsError(f"cannot serve metrics on {host}:{port} ({exc.strerror or exc})") from None
         self._httpd.set_app(dispatch)
         self._httpd.ssl_context = ssl_context
         self.host = host
         self.port: int = self._httpd.server_address[1]
         self.url = f"{'https' if ssl_context else 'http'}://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
-                                        name=name, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,), name=name, daemon=True)
         self._thread.start()
         log.info("metrics served on %s/metrics", self.url)
 

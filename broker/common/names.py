@@ -25,8 +25,7 @@ MAX_NAME_LENGTH = 249
 """Longest topic name, group name or consumer id."""
 NAME_PATTERN = rf"[A-Za-z0-9._-]{{1,{MAX_NAME_LENGTH}}}"
 """The rule as a regular expression (matched whole), for documentation and messages."""
-NAME_RULE = (f"1-{MAX_NAME_LENGTH} characters from A-Z a-z 0-9 . _ - "
-             "(and not '.' or '..')")
+NAME_RULE = f"1-{MAX_NAME_LENGTH} characters from A-Z a-z 0-9 . _ - (and not '.' or '..')"
 """The rule in words, for error messages."""
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -35,8 +34,7 @@ _RESERVED = (".", "..")
 
 def is_valid_name(name: object) -> TypeGuard[str]:
     """True if ``name`` is a legal topic name, group name or consumer id."""
-    return (isinstance(name, str) and _NAME_RE.fullmatch(name) is not None
-            and name not in _RESERVED)
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None and name not in _RESERVED
 
 
 def _shown(name: object) -> str:
@@ -59,8 +57,7 @@ def validate_group_name(name: object, what: str = "group name") -> str:
     """Return ``name`` if it is a legal group name (or consumer id: say so in ``what``),
     else raise ConfigError."""
     if not is_valid_name(name):
-        raise ConfigError(f"{what} {_shown(name)} must be {NAME_RULE} "
-                          "(it names a ZooKeeper node)")
+        raise ConfigError(f"{what} {_shown(name)} must be {NAME_RULE} (it names a ZooKeeper node)")
     return name
 
 

@@ -24,7 +24,7 @@ class Principal(NamedTuple):
         return f"{self.kind}:{self.name}"
 
     @classmethod
-    def parse(cls, text: str) -> "Principal":
+    def parse(cls, text: str) -> Principal:
         """``User:alice`` -> Principal("User", "alice"); ValueError names the form."""
         kind, sep, name = text.partition(":")
         if not sep or not kind or not name:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 
 class RateLimitedLog:
@@ -20,9 +20,13 @@ class RateLimitedLog:
 
     __slots__ = ("logger", "interval_s", "muted", "clock", "_last", "_suppressed")
 
-    def __init__(self, logger: logging.Logger, interval_s: float,
-                 muted: str = "more since the last line",
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float,
+        muted: str = "more since the last line",
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.logger = logger
         self.interval_s = interval_s
         self.muted = muted

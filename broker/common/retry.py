@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from broker.common.errors import ConfigError
 
@@ -38,12 +38,19 @@ __all__ = ["Retry"]
 class Retry:
     """Exponential backoff with jitter, optional limits and injectable time (see module)."""
 
-    def __init__(self, initial: float = 0.1, maximum: float = 2.0, multiplier: float = 2.0,
-                 jitter: float = 0.0, *, max_tries: int | None = None,
-                 deadline: float | None = None,
-                 sleep: Callable[[float], object] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic,
-                 rng: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        initial: float = 0.1,
+        maximum: float = 2.0,
+        multiplier: float = 2.0,
+        jitter: float = 0.0,
+        *,
+        max_tries: int | None = None,
+        deadline: float | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
         """
         :param initial: delay after the first failure (seconds).
         :param maximum: cap on any delay (seconds), before jitter.
@@ -59,8 +66,7 @@ class Retry:
         :param rng: uniform random numbers in [0, 1) for the jitter.
         """
         if initial < 0 or maximum < 0:
-            raise ConfigError(f"backoff delays must not be negative (initial={initial}, "
-                             f"maximum={maximum})")
+            raise ConfigError(f"backoff delays must not be negative (initial={initial}, maximum={maximum})")
         if multiplier < 1:
             raise ConfigError(f"backoff multiplier must be at least 1, not {multiplier}")
         if not 0 <= jitter <= 1:
@@ -82,9 +88,11 @@ class Retry:
         """Clock reading when the current sequence started."""
 
     def __repr__(self) -> str:
-        return (f"Retry(initial={self.initial}, maximum={self.maximum}, "
-                f"multiplier={self.multiplier}, jitter={self.jitter}, "
-                f"max_tries={self.max_tries}, deadline={self.deadline})")
+        return (
+            f"Retry(initial={self.initial}, maximum={self.maximum}, "
+            f"multiplier={self.multiplier}, jitter={self.jitter}, "
+            f"max_tries={self.max_tries}, deadline={self.deadline})"
+        )
 
     # -- the policy ---------------------------------------------------------------------
 

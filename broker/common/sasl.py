@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from broker.common.config import NONEMPTY_STR, Validator, fields, one_of
 from broker.common.errors import ConfigError
@@ -65,8 +66,7 @@ class SaslCredentials:
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
-            raise ConfigError(f"SASL mechanism {self.mechanism!r} is not one of "
-                              f"{', '.join(MECHANISMS)}")
+            raise ConfigError(f"SASL mechanism {self.mechanism!r} is not one of {', '.join(MECHANISMS)}")
         if not self.username:
             raise ConfigError("a SASL user name must not be empty")
         if not self.password:
@@ -110,21 +110,24 @@ def secret_file_warning(path: str | Path) -> str | None:
         return None
     if not mode & (stat.S_IRWXG | stat.S_IRWXO):
         return None
-    return (f"{path} holds a secret but its mode is {stat.filemode(mode)} (group or others "
-            f"may read it): run chmod 600 {path}")
+    return (
+        f"{path} holds a secret but its mode is {stat.filemode(mode)} (group or others "
+        f"may read it): run chmod 600 {path}"
+    )
 
 
-def sasl_section(validator: Validator, parent: Mapping[str, Any], name: str = "sasl",
-                 where: str = "") -> SaslCredentials | None:
+def sasl_section(
+    validator: Validator, parent: Mapping[str, Any], name: str = "sasl", where: str = ""
+) -> SaslCredentials | None:
     """The checked ``[name]`` table of ``parent`` as credentials (``None`` when absent)."""
     key = f"{where}.{name}" if where else name
     table = validator.table(parent, name, SASL_FIELDS, where)
     return sasl_from_table(validator, table, key)
 
 
-def sasl_from_table(validator: Validator, table: Mapping[str, Any],
-                    where: str = "sasl") -> SaslCredentials | None:
+def sasl_from_table(validator: Validator, table: Mapping[str, Any], where: str = "sasl") -> SaslCredentials | None:
     """A checked ``[sasl]`` table (see :data:`SASL_FIELDS`) as :class:`SaslCredentials`."""
+
     def name(k: str) -> str:
         return f"{where}.{k}" if where else k
 
@@ -134,8 +137,10 @@ def sasl_from_table(validator: Validator, table: Mapping[str, Any],
         validator.fail(name("username"), "missing (the user to authenticate as)")
     given = [k for k in PASSWORD_SOURCES if k in table]
     if len(given) != 1:
-        validator.fail(name("password_file"), "give exactly one of password_file, "
-                       f"password_env and password (got {', '.join(given) or 'none'})")
+        validator.fail(
+            name("password_file"),
+            f"give exactly one of password_file, password_env and password (got {', '.join(given) or 'none'})",
+        )
     source = given[0]
     try:
         if source == "password_file":
@@ -147,12 +152,19 @@ def sasl_from_table(validator: Validator, table: Mapping[str, Any],
             warning = secret_file_warning(validator.file) if validator.file else None
             if warning:
                 log.warning("%s", warning)
-        return SaslCredentials(table["username"], password,
-                               table.get("mechanism", DEFAULT_MECHANISM))
+        return SaslCredentials(table["username"], password, table.get("mechanism", DEFAULT_MECHANISM))
     except ConfigError as exc:
         validator.fail(name(source), str(exc))
 
 
-__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "SASL_FIELDS", "SaslCredentials",
-           "password_from_env", "read_password_file", "sasl_from_table", "sasl_section",
-           "secret_file_warning"]
+__all__ = [
+    "DEFAULT_MECHANISM",
+    "MECHANISMS",
+    "SASL_FIELDS",
+    "SaslCredentials",
+    "password_from_env",
+    "read_password_file",
+    "sasl_from_table",
+    "sasl_section",
+    "secret_file_warning",
+]

@@ -29,12 +29,20 @@ Why here, in broker.common: the agent, mirror and loader may import only
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from broker.common.config import (
-    BOOL, NONEMPTY_STR, POSITIVE_NUMBER, ErrorFactory, Validator, config_error, fields, one_of,
+    BOOL,
+    NONEMPTY_STR,
+    POSITIVE_NUMBER,
+    ErrorFactory,
+    Validator,
+    config_error,
+    fields,
+    one_of,
 )
 
 ClientAuth = Literal["none", "optional", "required"]
@@ -81,8 +89,9 @@ class TlsConfig:
         return self.error(f"{self.where}.{key}" if self.where else key, problem, self.file)
 
 
-def tls_section(validator: Validator, parent: Mapping[str, Any], name: str = "tls",
-                where: str = "", server: bool = False) -> TlsConfig | None:
+def tls_section(
+    validator: Validator, parent: Mapping[str, Any], name: str = "tls", where: str = "", server: bool = False
+) -> TlsConfig | None:
     """The checked ``[name]`` table of ``parent`` as a :class:`TlsConfig` (``None``: off).
 
     ``server`` is True for a broker (its listener needs ``cert_file`` and ``key_file``
@@ -95,39 +104,48 @@ def tls_section(validator: Validator, parent: Mapping[str, Any], name: str = "tl
     return tls_from_table(validator, table, key, server)
 
 
-def tls_from_table(validator: Validator, table: Mapping[str, Any], where: str = "tls",
-                   server: bool = False) -> TlsConfig | None:
+def tls_from_table(
+    validator: Validator, table: Mapping[str, Any], where: str = "tls", server: bool = False
+) -> TlsConfig | None:
     """A checked ``[tls]`` table (see :data:`TLS_FIELDS`) as a :class:`TlsConfig`."""
+
     def name(k: str) -> str:
         return f"{where}.{k}" if where else k
 
     if not server:
         for k in SERVER_ONLY:
             if k in table:
-                validator.fail(name(k), "only a broker's [tls] takes this (it sets the "
-                               "broker's listener)")
+                validator.fail(name(k), "only a broker's [tls] takes this (it sets the broker's listener)")
     if not table.get("enabled", False):
         return None
-    paths = {k: validator.path(table[k]) for k in ("ca_file", "cert_file", "key_file")
-             if k in table}
+    paths = {k: validator.path(table[k]) for k in ("ca_file", "cert_file", "key_file") if k in table}
     if ("cert_file" in paths) != ("key_file" in paths):
         missing = "key_file" if "cert_file" in paths else "cert_file"
         validator.fail(name(missing), "missing (cert_file and key_file go together)")
     if server and "cert_file" not in paths:
-        validator.fail(name("cert_file"), "missing (a broker with TLS enabled needs its "
-                       "certificate and key: make them with `logferry certs issue`)")
+        validator.fail(
+            name("cert_file"),
+            "missing (a broker with TLS enabled needs its certificate and key: make them with `logferry certs issue`)",
+        )
     client_auth = table.get("client_auth", "none")
     if client_auth != "none" and "ca_file" not in paths:
-        validator.fail(name("ca_file"), f"missing (client_auth = {client_auth!r} verifies "
-                       "client certificates against this CA)")
+        validator.fail(
+            name("ca_file"), f"missing (client_auth = {client_auth!r} verifies client certificates against this CA)"
+        )
     for k, path in paths.items():
         _check_readable(validator, name(k), path)
     config = TlsConfig(
-        ca_file=paths.get("ca_file"), cert_file=paths.get("cert_file"),
-        key_file=paths.get("key_file"), verify_hostname=table.get("verify_hostname", True),
-        server_hostname=table.get("server_hostname"), client_auth=client_auth,
+        ca_file=paths.get("ca_file"),
+        cert_file=paths.get("cert_file"),
+        key_file=paths.get("key_file"),
+        verify_hostname=table.get("verify_hostname", True),
+        server_hostname=table.get("server_hostname"),
+        client_auth=client_auth,
         handshake_timeout_s=table.get("handshake_timeout_s", DEFAULT_HANDSHAKE_TIMEOUT_S),
-        where=where, file=validator.file, error=validator.error)
+        where=where,
+        file=validator.file,
+        error=validator.error,
+    )
     if server:
         server_context(config)
     client_context(config)  # a broker's followers use it too: check it the same way
@@ -159,8 +177,7 @@ def server_context(config: TlsConfig) -> ssl.SSLContext:
     _load_chain(context, config)
     if config.client_auth != "none":
         _load_ca(context, config)
-        context.verify_mode = (ssl.CERT_REQUIRED if config.client_auth == "required"
-                               else ssl.CERT_OPTIONAL)
+        context.verify_mode = ssl.CERT_REQUIRED if config.client_auth == "required" else ssl.CERT_OPTIONAL
     return context
 
 
@@ -202,17 +219,19 @@ def _load_ca(context: ssl.SSLContext, config: TlsConfig) -> None:
     try:
         context.load_verify_locations(cafile=config.ca_file)
     except (ssl.SSLError, OSError) as exc:
-        raise config._fail("ca_file", f"{config.ca_file}: not a PEM CA certificate "
-                           f"({_reason(exc)})") from None
+        raise config._fail("ca_file", f"{config.ca_file}: not a PEM CA certificate ({_reason(exc)})") from None
 
 
 def _load_chain(context: ssl.SSLContext, config: TlsConfig) -> None:
     try:
         context.load_cert_chain(config.cert_file, config.key_file)  # type: ignore[arg-type]
     except (ssl.SSLError, OSError) as exc:
-        raise config._fail("cert_file", f"{config.cert_file} with key {config.key_file}: "
-                           f"not a PEM certificate and its unencrypted key, or they do not "
-                           f"match ({_reason(exc)})") from None
+        raise config._fail(
+            "cert_file",
+            f"{config.cert_file} with key {config.key_file}: "
+            f"not a PEM certificate and its unencrypted key, or they do not "
+            f"match ({_reason(exc)})",
+        ) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -223,6 +242,15 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "SERVER_ONLY", "TLS_FIELDS", "TlsConfig",
-           "client_context", "client_tls", "metrics_context", "server_context",
-           "tls_from_table", "tls_section"]
+__all__ = [
+    "DEFAULT_HANDSHAKE_TIMEOUT_S",
+    "SERVER_ONLY",
+    "TLS_FIELDS",
+    "TlsConfig",
+    "client_context",
+    "client_tls",
+    "metrics_context",
+    "server_context",
+    "tls_from_table",
+    "tls_section",
+]

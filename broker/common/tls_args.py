@@ -27,26 +27,35 @@ from broker.common.errors import ConfigError
 from broker.common.sasl import DEFAULT_MECHANISM, MECHANISMS, SaslCredentials, sasl_from_table
 from broker.common.tls import TlsConfig, tls_from_table
 
-OPTIONS = {"ca_file": "--tls-ca", "cert_file": "--tls-cert", "key_file": "--tls-key",
-           "server_hostname": "--tls-server-hostname"}
+OPTIONS = {
+    "ca_file": "--tls-ca",
+    "cert_file": "--tls-cert",
+    "key_file": "--tls-key",
+    "server_hostname": "--tls-server-hostname",
+}
 """``[tls]`` key -> option."""
 
 
 def add_tls_args(parser: argparse.ArgumentParser) -> None:
     """Add the TLS options to a command's parser."""
     group = parser.add_argument_group("TLS (docs/security.md)")
-    group.add_argument("--tls", action="store_true",
-                       help="connect with TLS, trusting the system's CAs (implied by --tls-ca)")
+    group.add_argument(
+        "--tls", action="store_true", help="connect with TLS, trusting the system's CAs (implied by --tls-ca)"
+    )
     group.add_argument("--tls-ca", metavar="FILE", help="CA certificate (PEM) to trust")
-    group.add_argument("--tls-cert", metavar="FILE",
-                       help="client certificate (PEM) for mutual TLS, with --tls-key")
+    group.add_argument("--tls-cert", metavar="FILE", help="client certificate (PEM) for mutual TLS, with --tls-key")
     group.add_argument("--tls-key", metavar="FILE", help="the client certificate's key (PEM)")
-    group.add_argument("--tls-server-hostname", metavar="NAME",
-                       help="check the brokers' certificates against NAME, not the address")
+    group.add_argument(
+        "--tls-server-hostname", metavar="NAME", help="check the brokers' certificates against NAME, not the address"
+    )
 
 
-SASL_OPTIONS = {"username": "--sasl-user", "password_file": "--sasl-password-file",
-                "password_env": "--sasl-password-env", "mechanism": "--sasl-mechanism"}
+SASL_OPTIONS = {
+    "username": "--sasl-user",
+    "password_file": "--sasl-password-file",
+    "password_env": "--sasl-password-env",
+    "mechanism": "--sasl-mechanism",
+}
 """``[sasl]`` key -> option."""
 
 
@@ -54,12 +63,11 @@ def add_sasl_args(parser: argparse.ArgumentParser) -> None:
     """Add the SASL options to a command's parser."""
     group = parser.add_argument_group("SASL SCRAM (docs/security.md)")
     group.add_argument("--sasl-user", metavar="NAME", help="authenticate as this user")
-    group.add_argument("--sasl-password-file", metavar="FILE",
-                       help="read the password from FILE (its first line)")
-    group.add_argument("--sasl-password-env", metavar="NAME",
-                       help="read the password from environment variable NAME")
-    group.add_argument("--sasl-mechanism", choices=MECHANISMS, default=None,
-                       help=f"SCRAM mechanism (default: {DEFAULT_MECHANISM})")
+    group.add_argument("--sasl-password-file", metavar="FILE", help="read the password from FILE (its first line)")
+    group.add_argument("--sasl-password-env", metavar="NAME", help="read the password from environment variable NAME")
+    group.add_argument(
+        "--sasl-mechanism", choices=MECHANISMS, default=None, help=f"SCRAM mechanism (default: {DEFAULT_MECHANISM})"
+    )
 
 
 def _sasl_error(key: str, problem: str, file: str) -> ConfigError:
@@ -69,16 +77,16 @@ def _sasl_error(key: str, problem: str, file: str) -> ConfigError:
 
 def sasl_from_args(args: argparse.Namespace) -> SaslCredentials | None:
     """The options as :class:`SaslCredentials` (``None`` when none is given)."""
-    table = {key: getattr(args, option[2:].replace("-", "_"), None)
-             for key, option in SASL_OPTIONS.items()}
+    table = {key: getattr(args, option[2:].replace("-", "_"), None) for key, option in SASL_OPTIONS.items()}
     table = {k: v for k, v in table.items() if v}
     if not table:
         return None
     if "username" not in table:
         raise ConfigError("--sasl-user: missing (the password options need a user name)")
     if "password_file" not in table and "password_env" not in table:
-        raise ConfigError("--sasl-password-file or --sasl-password-env: give one (a "
-                          "password is never taken from the command line)")
+        raise ConfigError(
+            "--sasl-password-file or --sasl-password-env: give one (a password is never taken from the command line)"
+        )
     return sasl_from_table(Validator(error=_sasl_error), table, where="")
 
 
@@ -89,9 +97,11 @@ def _error(key: str, problem: str, file: str) -> ConfigError:
 
 def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
     """The options as a :class:`TlsConfig` (``None`` when none is given)."""
-    table: dict[str, object] = {key: getattr(args, option[2:].replace("-", "_"))
-                                for key, option in OPTIONS.items()
-                                if getattr(args, option[2:].replace("-", "_"), None)}
+    table: dict[str, object] = {
+        key: getattr(args, option[2:].replace("-", "_"))
+        for key, option in OPTIONS.items()
+        if getattr(args, option[2:].replace("-", "_"), None)
+    }
     if not table and not getattr(args, "tls", False):
         return None
     table["enabled"] = True

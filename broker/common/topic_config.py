@@ -29,7 +29,8 @@ Every error is a :class:`~broker.common.errors.InvalidTopicConfigError` naming t
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from broker.common.errors import InvalidTopicConfigError
 
@@ -50,22 +51,21 @@ def _integer(minimum: int, what: str) -> Callable[[str, Any], int]:
                 value = int(value.strip())
             except ValueError:
                 raise InvalidTopicConfigError(
-                    f"topic setting {key}: {value!r} is not an integer ({what})",
-                    key=key) from None
+                    f"topic setting {key}: {value!r} is not an integer ({what})", key=key
+                ) from None
         if type(value) is not int or value < minimum:
-            raise InvalidTopicConfigError(f"topic setting {key}: {value!r} is not {what}",
-                                          key=key)
+            raise InvalidTopicConfigError(f"topic setting {key}: {value!r} is not {what}", key=key)
         return value
+
     return check
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
     def check(key: str, value: Any) -> str:
         if not isinstance(value, str) or value.strip().lower() not in choices:
-            raise InvalidTopicConfigError(
-                f"topic setting {key}: {value!r} is not one of {', '.join(choices)}",
-                key=key)
+            raise InvalidTopicConfigError(f"topic setting {key}: {value!r} is not one of {', '.join(choices)}", key=key)
         return value.strip().lower()
+
     return check
 
 
@@ -87,8 +87,8 @@ def check_key(key: Any) -> str:
     """``key`` if it is a per-topic setting; InvalidTopicConfigError naming the known ones."""
     if not isinstance(key, str) or key not in CHECKS:
         raise InvalidTopicConfigError(
-            f"unknown topic setting {key!r}; the settings are {', '.join(KEYS)}",
-            key=str(key))
+            f"unknown topic setting {key!r}; the settings are {', '.join(KEYS)}", key=str(key)
+        )
     return key
 
 
@@ -104,8 +104,9 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise InvalidTopicConfigError(f"--config {pair!r}: write it as key=value, e.g. "
-                                          "retention_ms=3600000", key=key)
+            raise InvalidTopicConfigError(
+                f"--config {pair!r}: write it as key=value, e.g. retention_ms=3600000", key=key
+            )
         check_key(key)
         out[key] = CHECKS[key](key, value)
     return out
@@ -119,11 +120,11 @@ def check_min_insync(config: Mapping[str, Any], replication_factor: int) -> None
         raise InvalidTopicConfigError(
             f"topic setting min_insync_replicas: {value} is more than the replication "
             f"factor ({replication_factor}); acks=all would refuse every write",
-            key="min_insync_replicas")
+            key="min_insync_replicas",
+        )
 
 
-def altered(current: Mapping[str, Any], set_: Mapping[str, Any],
-            delete: Iterable[str]) -> dict[str, Any]:
+def altered(current: Mapping[str, Any], set_: Mapping[str, Any], delete: Iterable[str]) -> dict[str, Any]:
     """``current`` with ``set_`` applied and ``delete`` removed (both checked)."""
     new = dict(current)
     new.update(validate(set_))
@@ -132,5 +133,13 @@ def altered(current: Mapping[str, Any], set_: Mapping[str, Any],
     return new
 
 
-__all__ = ["CHECKS", "COMPRESSION_CHOICES", "KEYS", "altered", "check_key",
-           "check_min_insync", "parse_pairs", "validate"]
+__all__ = [
+    "CHECKS",
+    "COMPRESSION_CHOICES",
+    "KEYS",
+    "altered",
+    "check_key",
+    "check_min_insync",
+    "parse_pairs",
+    "validate",
+]

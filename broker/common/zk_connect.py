@@ -43,13 +43,11 @@ class ZkConnect(NamedTuple):
     @property
     def hosts(self) -> str:
         """The server list as kazoo takes it, without the chroot."""
-        return ",".join(f"[{s.host}]:{s.port}" if ":" in s.host else f"{s.host}:{s.port}"
-                        for s in self.servers)
+        return ",".join(f"[{s.host}]:{s.port}" if ":" in s.host else f"{s.host}:{s.port}" for s in self.servers)
 
 
 def _bad(value: str, problem: str) -> ConfigError:
-    return ConfigError(f"ZooKeeper connect string {value!r}: {problem} "
-                       f"(expected {FORMAT}, e.g. {EXAMPLE})")
+    return ConfigError(f"ZooKeeper connect string {value!r}: {problem} (expected {FORMAT}, e.g. {EXAMPLE})")
 
 
 def parse_zk_connect(value: object) -> ZkConnect:
@@ -112,8 +110,7 @@ def _parse_server(value: str, part: str) -> ZkAddress:
 
 def _parse_chroot(value: str, chroot: str) -> str:
     if chroot == "/":
-        raise _bad(value, "has a trailing '/' and no chroot (drop the '/', or name the "
-                   "cluster's chroot)")
+        raise _bad(value, "has a trailing '/' and no chroot (drop the '/', or name the cluster's chroot)")
     if chroot.endswith("/"):
         raise _bad(value, f"chroot {chroot!r} ends with '/'")
     for segment in chroot[1:].split("/"):
@@ -128,5 +125,4 @@ def _parse_chroot(value: str, chroot: str) -> str:
     return chroot
 
 
-__all__ = ["EXAMPLE", "FORMAT", "ZkAddress", "ZkConnect", "parse_zk_connect",
-           "validate_zk_connect"]
+__all__ = ["EXAMPLE", "FORMAT", "ZkAddress", "ZkConnect", "parse_zk_connect", "validate_zk_connect"]

@@ -32,9 +32,10 @@ import base64
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from broker.common.config import NONEMPTY_STR, STR_LIST, TABLE, Validator, fields
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
@@ -96,7 +97,7 @@ class ZkTarget(str):
 
     security: ZkSecurity | None
 
-    def __new__(cls, connect: str, security: ZkSecurity | None = None) -> "ZkTarget":
+    def __new__(cls, connect: str, security: ZkSecurity | None = None) -> ZkTarget:
         target = super().__new__(cls, connect)
         target.security = security
         return target
@@ -115,21 +116,28 @@ def with_security(connect: str, security: ZkSecurity | None) -> str:
     return connect if security is None else ZkTarget(connect, security)
 
 
-def zookeeper_section(validator: Validator, parent: Mapping[str, Any], name: str = "zookeeper",
-                      where: str = "", env: Mapping[str, str] | None = None) -> ZkSecurity | None:
+def zookeeper_section(
+    validator: Validator,
+    parent: Mapping[str, Any],
+    name: str = "zookeeper",
+    where: str = "",
+    env: Mapping[str, str] | None = None,
+) -> ZkSecurity | None:
     """The checked ``[name]`` table of ``parent`` as a :class:`ZkSecurity` (None: absent)."""
     key = f"{where}.{name}" if where else name
     table = validator.table(parent, name, ZOOKEEPER_FIELDS, where)
     return zookeeper_from_table(validator, table, key, env)
 
 
-def zookeeper_from_table(validator: Validator, table: Mapping[str, Any], where: str = "zookeeper",
-                         env: Mapping[str, str] | None = None) -> ZkSecurity | None:
+def zookeeper_from_table(
+    validator: Validator, table: Mapping[str, Any], where: str = "zookeeper", env: Mapping[str, str] | None = None
+) -> ZkSecurity | None:
     """A checked ``[zookeeper]`` table as a :class:`ZkSecurity`; None when it sets nothing.
 
     The password is read here, so a missing file or an unset variable stops the process
     at start naming the key.
     """
+
     def name(k: str) -> str:
         return f"{where}.{k}" if where else k
 
@@ -137,38 +145,43 @@ def zookeeper_from_table(validator: Validator, table: Mapping[str, Any], where: 
         return None
     user = table.get("user")
     if user is not None and not _USER.fullmatch(user):
-        validator.fail(name("user"), f"{user!r} is not a ZooKeeper digest user name "
-                       "(letters, digits, '.', '_', '@', '-')")
+        validator.fail(
+            name("user"), f"{user!r} is not a ZooKeeper digest user name (letters, digits, '.', '_', '@', '-')"
+        )
     sources = [k for k in ("password_file", "password_env") if k in table]
     if len(sources) > 1:
         validator.fail(name("password_env"), "give password_file or password_env, not both")
     if (user is None) != (not sources):
         missing = "user" if user is None else "password_file"
-        validator.fail(name(missing), "missing (user and a password_file or password_env "
-                       "go together)")
+        validator.fail(name(missing), "missing (user and a password_file or password_env go together)")
     password = None
     if sources:
-        password = _read_password(validator, name(sources[0]), sources[0], table[sources[0]],
-                                  os.environ if env is None else env)
+        password = _read_password(
+            validator, name(sources[0]), sources[0], table[sources[0]], os.environ if env is None else env
+        )
     for i, value in enumerate(table.get("consumer_ids", ())):
         if not _DIGEST_ID.fullmatch(value):
-            validator.fail(f"{name('consumer_ids')}[{i}]", f"{value!r} is not a digest id "
-                           "user:hash (print one with `logferry zk digest --user NAME "
-                           "--password-file FILE`)")
+            validator.fail(
+                f"{name('consumer_ids')}[{i}]",
+                f"{value!r} is not a digest id "
+                "user:hash (print one with `logferry zk digest --user NAME "
+                "--password-file FILE`)",
+            )
     tls = None
     if "tls" in table:
         tls_table = validator.check(table["tls"], TLS_FIELDS, name("tls"))
         if "server_hostname" in tls_table:
-            validator.fail(name("tls.server_hostname"), "not supported toward ZooKeeper (kazoo "
-                           "checks the certificate against the host dialled: put that name "
-                           "in the connect string)")
+            validator.fail(
+                name("tls.server_hostname"),
+                "not supported toward ZooKeeper (kazoo "
+                "checks the certificate against the host dialled: put that name "
+                "in the connect string)",
+            )
         tls = tls_from_table(validator, tls_table, name("tls"))
-    return ZkSecurity(user=user, password=password, tls=tls,
-                      consumer_ids=tuple(table.get("consumer_ids", ())))
+    return ZkSecurity(user=user, password=password, tls=tls, consumer_ids=tuple(table.get("consumer_ids", ())))
 
 
-def _read_password(validator: Validator, key: str, source: str, value: str,
-                   env: Mapping[str, str]) -> str:
+def _read_password(validator: Validator, key: str, source: str, value: str, env: Mapping[str, str]) -> str:
     if source == "password_env":
         password = env.get(value)
         if not password:
@@ -187,5 +200,13 @@ def _read_password(validator: Validator, key: str, source: str, value: str,
     return password
 
 
-__all__ = ["ZOOKEEPER_FIELDS", "ZkSecurity", "ZkTarget", "digest_id", "security_of",
-           "with_security", "zookeeper_from_table", "zookeeper_section"]
+__all__ = [
+    "ZOOKEEPER_FIELDS",
+    "ZkSecurity",
+    "ZkTarget",
+    "digest_id",
+    "security_of",
+    "with_security",
+    "zookeeper_from_table",
+    "zookeeper_section",
+]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
@@ -90,6 +91,7 @@ class AclStore:
                 return False  # ends the kazoo watch
             on_change(read_acls(names or []))
             return True
+
         ChildrenWatch(self.client, ACLS, changed)
         return stopped.set
 

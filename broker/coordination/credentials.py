@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from scramp import ScramMechanism
 
 from broker.common.errors import ConfigError
@@ -49,8 +50,7 @@ def validate_user_name(name: object) -> str:
     """A user name: 1-128 characters from A-Z a-z 0-9 . _ @ - (a znode name, and no
     SCRAM escaping surprises); ConfigError otherwise."""
     if not isinstance(name, str) or not _USER_RE.fullmatch(name) or name in (".", ".."):
-        raise ConfigError(f"user name {name!r} must be 1-128 characters from "
-                          "A-Z a-z 0-9 . _ @ -")
+        raise ConfigError(f"user name {name!r} must be 1-128 characters from A-Z a-z 0-9 . _ @ -")
     return name
 
 
@@ -59,24 +59,34 @@ def user_path(name: str) -> str:
     return f"{USERS}/{validate_user_name(name)}"
 
 
-def make_credentials(password: str, mechanisms: tuple[str, ...] = MECHANISMS,
-                     iterations: int = DEFAULT_ITERATIONS) -> dict[str, ScramCredential]:
+def make_credentials(
+    password: str, mechanisms: tuple[str, ...] = MECHANISMS, iterations: int = DEFAULT_ITERATIONS
+) -> dict[str, ScramCredential]:
     """Salt and hash ``password`` for each mechanism (a fresh random salt each)."""
     if not 4096 <= iterations <= MAX_ITERATIONS:
         raise ConfigError(f"iterations must be from 4096 to {MAX_ITERATIONS}, got {iterations}")
     out = {}
     for mechanism in mechanisms:
         salt, stored_key, server_key, rounds = ScramMechanism(mechanism).make_auth_info(
-            password, iteration_count=iterations)
+            password, iteration_count=iterations
+        )
         out[mechanism] = ScramCredential(salt, stored_key, server_key, rounds)
     return out
 
 
 def encode_credentials(credentials: Mapping[str, ScramCredential]) -> bytes:
     """A user znode's payload."""
-    return zk.encode({mechanism: {"salt": _b64(c.salt), "stored_key": _b64(c.stored_key),
-                                  "server_key": _b64(c.server_key), "iterations": c.iterations}
-                      for mechanism, c in credentials.items()})
+    return zk.encode(
+        {
+            mechanism: {
+                "salt": _b64(c.salt),
+                "stored_key": _b64(c.stored_key),
+                "server_key": _b64(c.server_key),
+                "iterations": c.iterations,
+            }
+            for mechanism, c in credentials.items()
+        }
+    )
 
 
 def decode_credentials(raw: bytes | None) -> dict[str, ScramCredential]:
@@ -91,7 +101,8 @@ def decode_credentials(raw: bytes | None) -> dict[str, ScramCredential]:
                 base64.b64decode(entry["salt"], validate=True),
                 base64.b64decode(entry["stored_key"], validate=True),
                 base64.b64decode(entry["server_key"], validate=True),
-                int(entry["iterations"]))
+                int(entry["iterations"]),
+            )
         except (KeyError, TypeError, ValueError):
             continue
     return out
@@ -107,8 +118,7 @@ class CredentialStore:
     def __init__(self, client: Any):
         self.client = client
 
-    def put(self, name: str, credentials: Mapping[str, ScramCredential],
-            replace: bool = False) -> bool:
+    def put(self, name: str, credentials: Mapping[str, ScramCredential], replace: bool = False) -> bool:
         """Write a user's credentials; returns False when the user exists and not
         ``replace``."""
         path = user_path(name)
@@ -154,6 +164,14 @@ class CredentialStore:
         return out
 
 
-__all__ = ["CredentialStore", "DEFAULT_ITERATIONS", "ScramCredential", "USERS",
-           "decode_credentials", "encode_credentials", "make_credentials", "user_path",
-           "validate_user_name"]
+__all__ = [
+    "CredentialStore",
+    "DEFAULT_ITERATIONS",
+    "ScramCredential",
+    "USERS",
+    "decode_credentials",
+    "encode_credentials",
+    "make_credentials",
+    "user_path",
+    "validate_user_name",
+]

@@ -33,9 +33,10 @@ before. :func:`group_zk_acl` and friends are pure (unit tested); :func:`apply_gr
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import ACL, Id, Permissions
 
 from broker.common.acl import WILDCARD, Acl, AclSet, Operation, ResourceType, group
@@ -75,8 +76,7 @@ def _perms(acl_set: AclSet, consumer_id: str, name: str) -> int:
     return 0
 
 
-def group_zk_acl(name: str, acls: Iterable[Acl], owner: str,
-                 consumer_ids: Sequence[str]) -> list[ACL]:
+def group_zk_acl(name: str, acls: Iterable[Acl], owner: str, consumer_ids: Sequence[str]) -> list[ACL]:
     """The ZooKeeper ACL of group ``name``'s znodes (the module's rules)."""
     acl_set = AclSet(acls)
     out = [digest_acl(owner)]
@@ -107,14 +107,12 @@ def consumers_zk_acl(acls: Iterable[Acl], owner: str, consumer_ids: Sequence[str
 
 def named_groups(acls: Iterable[Acl]) -> set[str]:
     """The groups an ACL names (not ``'*'``): their nodes are the owner's to create."""
-    return {a.resource.name for a in acls
-            if a.resource.type is ResourceType.GROUP and a.resource.name != WILDCARD}
+    return {a.resource.name for a in acls if a.resource.type is ResourceType.GROUP and a.resource.name != WILDCARD}
 
 
 def encode_acl(acl: Sequence[ACL], key: str = DATA_KEY) -> bytes:
     """A group node's data: ``{"zk_acl": [[perms, scheme, id], ...]}``."""
-    return json.dumps({key: [[int(a.perms), a.id.scheme, a.id.id] for a in acl]},
-                      sort_keys=True).encode()
+    return json.dumps({key: [[int(a.perms), a.id.scheme, a.id.id] for a in acl]}, sort_keys=True).encode()
 
 
 def decode_acl(raw: bytes | None, key: str = DATA_KEY) -> list[ACL] | None:
@@ -180,8 +178,9 @@ def _set_data(client: Any, path: str, data: bytes) -> bool:
     return True
 
 
-def apply_group_acls(client: Any, owner: str, acls: Sequence[Acl],
-                     consumer_ids: Sequence[str] | None = None) -> tuple[int, int]:
+def apply_group_acls(
+    client: Any, owner: str, acls: Sequence[Acl], consumer_ids: Sequence[str] | None = None
+) -> tuple[int, int]:
     """Give every group's znodes (and ``/consumers``) the ACL ``acls`` derive for them.
 
     Run as the owner (``logferry acl add|remove``, ``logferry zk secure``): it needs ADMIN
@@ -200,8 +199,7 @@ def apply_group_acls(client: Any, owner: str, acls: Sequence[Acl],
     if sorted(map(_key, current)) != sorted(map(_key, top)):
         client.set_acls(CONSUMERS, top)
         changed += 1
-    changed += _set_data(client, CONSUMERS,
-                         encode_acl(new_group_zk_acl(acls, owner, ids), NEW_GROUP_KEY))
+    changed += _set_data(client, CONSUMERS, encode_acl(new_group_zk_acl(acls, owner, ids), NEW_GROUP_KEY))
     seen += 1
     for name in sorted(named_groups(acls)):
         try:
@@ -252,6 +250,21 @@ def _leave_group_mode(client: Any, owner: str, ids: Sequence[str]) -> tuple[int,
     return seen, changed + set_
 
 
-__all__ = ["DATA_KEY", "MEMBER", "NEW_GROUP_KEY", "READER", "apply_group_acls",
-           "consumer_ids_on", "consumers_zk_acl", "decode_acl", "encode_acl", "group_mode",
-           "group_zk_acl", "named_groups", "new_group_zk_acl", "perms_of", "principal_of", "secure_cluster"]
+__all__ = [
+    "DATA_KEY",
+    "MEMBER",
+    "NEW_GROUP_KEY",
+    "READER",
+    "apply_group_acls",
+    "consumer_ids_on",
+    "consumers_zk_acl",
+    "decode_acl",
+    "encode_acl",
+    "group_mode",
+    "group_zk_acl",
+    "named_groups",
+    "new_group_zk_acl",
+    "perms_of",
+    "principal_of",
+    "secure_cluster",
+]

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 NO_LEADER = -1
 
@@ -38,27 +38,37 @@ class PartitionState:
     created: int = 0
     """Creation zxid of that znode: tells a re-created topic's state from an old one."""
 
-    def older_than(self, other: "PartitionState") -> bool:
+    def older_than(self, other: PartitionState) -> bool:
         """True if this was read from the same znode as ``other`` but before it."""
-        return (self.created == other.created and 0 <= self.version < other.version)
+        return self.created == other.created and 0 <= self.version < other.version
 
     def encode(self) -> bytes:
         """The znode payload (JSON, readable with zkCli)."""
-        return json.dumps({"leader": self.leader, "leader_epoch": self.leader_epoch,
-                           "isr": list(self.isr), "leader_session": self.leader_session},
-                          sort_keys=True).encode()
+        return json.dumps(
+            {
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "leader_session": self.leader_session,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
-    def decode(cls, raw: bytes | None, version: int = -1,
-               created: int = 0) -> "PartitionState | None":
+    def decode(cls, raw: bytes | None, version: int = -1, created: int = 0) -> PartitionState | None:
         """Parse a state znode's payload; None if it is blank or malformed."""
         if not raw:
             return None
         try:
             data = json.loads(raw)
-            return cls(int(data["leader"]), int(data["leader_epoch"]),
-                       tuple(int(b) for b in data["isr"]),
-                       int(data.get("leader_session", 0)), version, created)
+            return cls(
+                int(data["leader"]),
+                int(data["leader_epoch"]),
+                tuple(int(b) for b in data["isr"]),
+                int(data.get("leader_session", 0)),
+                version,
+                created,
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -74,9 +84,15 @@ def initial_state(replicas: Sequence[int], live: Mapping[int, int]) -> Partition
     return PartitionState(isr[0], 0, isr, live[isr[0]])
 
 
-def elect(state: PartitionState, replicas: Sequence[int], live: Mapping[int, int], *,
-          unclean: bool = False, preferred: bool = False,
-          shutting: AbstractSet[int] = frozenset()) -> PartitionState | None:
+def elect(
+    state: PartitionState,
+    replicas: Sequence[int],
+    live: Mapping[int, int],
+    *,
+    unclean: bool = False,
+    preferred: bool = False,
+    shutting: AbstractSet[int] = frozenset(),
+) -> PartitionState | None:
     """The controller's decision for one partition; None when nothing changes.
 
     ``live`` maps each live broker id to its session. A leader whose session is not
@@ -115,8 +131,13 @@ def elect(state: PartitionState, replicas: Sequence[int], live: Mapping[int, int
         others = [r for r in staying if r != state.leader]
         if others:
             return PartitionState(others[0], state.leader_epoch + 1, live_isr, live[others[0]])
-    elif (preferred and replicas and replicas[0] != state.leader and replicas[0] in live_isr
-            and replicas[0] not in shutting):
+    elif (
+        preferred
+        and replicas
+        and replicas[0] != state.leader
+        and replicas[0] in live_isr
+        and replicas[0] not in shutting
+    ):
         return PartitionState(replicas[0], state.leader_epoch + 1, live_isr, live[replicas[0]])
     if live_isr != state.isr:
         return replace(state, isr=live_isr, version=-1)
@@ -126,12 +147,12 @@ def elect(state: PartitionState, replicas: Sequence[int], live: Mapping[int, int
 def leads_movable(state: PartitionState | None, me: int, live: AbstractSet[int]) -> bool:
     """True if ``me`` leads the partition and another live in-sync replica could take
     over: what a broker in a controlled shutdown waits to see gone."""
-    return (state is not None and state.leader == me
-            and any(r != me and r in live for r in state.isr))
+    return state is not None and state.leader == me and any(r != me and r in live for r in state.isr)
 
 
-def assign_replicas(topic: str, partitions: int, replication_factor: int,
-                    brokers: Mapping[int, str]) -> dict[int, list[int]]:
+def assign_replicas(
+    topic: str, partitions: int, replication_factor: int, brokers: Mapping[int, str]
+) -> dict[int, list[int]]:
     """Place each partition's replicas on distinct brokers, spread over racks.
 
     ``brokers`` maps broker id -> rack ("" when undeclared). Brokers are ordered so that
@@ -149,8 +170,10 @@ def assign_replicas(topic: str, partitions: int, replication_factor: int,
     if not brokers:
         raise ValueError("no live broker to place partitions on")
     if replication_factor > len(brokers):
-        raise ValueError(f"replication factor {replication_factor} needs {replication_factor} "
-                         f"live brokers, only {len(brokers)} are registered")
+        raise ValueError(
+            f"replication factor {replication_factor} needs {replication_factor} "
+            f"live brokers, only {len(brokers)} are registered"
+        )
     by_rack: dict[str, list[int]] = {}
     for broker_id in sorted(brokers):
         by_rack.setdefault(brokers[broker_id], []).append(broker_id)
@@ -160,9 +183,7 @@ def assign_replicas(topic: str, partitions: int, replication_factor: int,
         ordered += [r[i] for r in racks if i < len(r)]
     n = len(ordered)
     start = zlib.crc32(topic.encode()) % n
-    return {p: [ordered[(start + p + k) % n] for k in range(replication_factor)]
-            for p in range(partitions)}
+    return {p: [ordered[(start + p + k) % n] for k in range(replication_factor)] for p in range(partitions)}
 
 
-__all__ = ["NO_LEADER", "PartitionState", "assign_replicas", "elect", "initial_state",
-           "leads_movable"]
+__all__ = ["NO_LEADER", "PartitionState", "assign_replicas", "elect", "initial_state", "leads_movable"]

@@ -18,7 +18,7 @@ import random
 import threading
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError, NodeExistsError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from broker.common.errors import ZooKeeperError
 from broker.coordination import zk
@@ -46,23 +46,24 @@ def claim_block(client: Any, size: int = BLOCK_SIZE) -> tuple[int, int]:
             except NoNodeError:
                 start = first_id()
                 try:
-                    client.create(PRODUCER_ID_BLOCK, zk.encode({"next": start + size}),
-                                  makepath=True)
+                    client.create(PRODUCER_ID_BLOCK, zk.encode({"next": start + size}), makepath=True)
                     return start, start + size
                 except NodeExistsError:
                     continue  # another broker made it first
             start = int(zk.decode(raw)["next"])
             try:
-                client.set(PRODUCER_ID_BLOCK, zk.encode({"next": start + size}),
-                           version=stat.version)
+                client.set(PRODUCER_ID_BLOCK, zk.encode({"next": start + size}), version=stat.version)
                 return start, start + size
             except BadVersionError:
                 continue  # another broker claimed this block: read again
     except (KazooException, KeyError, ValueError, TypeError) as exc:
-        raise ZooKeeperError(f"cannot claim a block of producer ids in ZooKeeper "
-                             f"({PRODUCER_ID_BLOCK}): {exc!r}") from None
-    raise ZooKeeperError(f"cannot claim a block of producer ids: {_MAX_TRIES} conditional "
-                         f"writes of {PRODUCER_ID_BLOCK} lost to other brokers")
+        raise ZooKeeperError(
+            f"cannot claim a block of producer ids in ZooKeeper ({PRODUCER_ID_BLOCK}): {exc!r}"
+        ) from None
+    raise ZooKeeperError(
+        f"cannot claim a block of producer ids: {_MAX_TRIES} conditional "
+        f"writes of {PRODUCER_ID_BLOCK} lost to other brokers"
+    )
 
 
 class ProducerIdAllocator:

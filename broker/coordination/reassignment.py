@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from broker.common.errors import ReassignmentError
 from broker.coordination.partition_state import PartitionState
@@ -44,9 +45,13 @@ fetches for that partition (follower side) until the key goes."""
 
 def plan_to_json(plan: Mapping[PartitionKey, Sequence[int]]) -> str:
     """The plan file's text (Kafka's shape: ``{"version": 1, "partitions": [...]}``)."""
-    return json.dumps({"version": 1, "partitions": [
-        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(plan.items())
-    ]}, indent=1)
+    return json.dumps(
+        {
+            "version": 1,
+            "partitions": [{"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(plan.items())],
+        },
+        indent=1,
+    )
 
 
 def plan_from_json(text: str) -> Plan:
@@ -70,9 +75,11 @@ def plan_from_json(text: str) -> Plan:
     return plan
 
 
-def check_plan(plan: Mapping[PartitionKey, Sequence[int]],
-               assignments: Mapping[str, Mapping[int, Sequence[int]]],
-               brokers: Iterable[int]) -> None:
+def check_plan(
+    plan: Mapping[PartitionKey, Sequence[int]],
+    assignments: Mapping[str, Mapping[int, Sequence[int]]],
+    brokers: Iterable[int],
+) -> None:
     """Refuse a plan naming unknown topics, partitions or brokers, a replica twice, no
     replica, or more replicas than there are brokers (ReassignmentError)."""
     live = set(brokers)
@@ -82,8 +89,8 @@ def check_plan(plan: Mapping[PartitionKey, Sequence[int]],
             raise ReassignmentError(f"the plan names topic {topic!r}, which does not exist")
         if partition not in assignments[topic]:
             raise ReassignmentError(
-                f"the plan names partition {name}; topic {topic!r} has partitions "
-                f"0-{len(assignments[topic]) - 1}")
+                f"the plan names partition {name}; topic {topic!r} has partitions 0-{len(assignments[topic]) - 1}"
+            )
         if not replicas:
             raise ReassignmentError(f"the plan gives {name} no replica")
         if len(set(replicas)) != len(replicas):
@@ -91,17 +98,21 @@ def check_plan(plan: Mapping[PartitionKey, Sequence[int]],
         if len(replicas) > len(live):
             raise ReassignmentError(
                 f"the plan gives {name} {len(replicas)} replicas; only {len(live)} brokers "
-                f"are registered ({sorted(live)})")
+                f"are registered ({sorted(live)})"
+            )
         unknown = sorted(set(replicas) - live)
         if unknown:
             raise ReassignmentError(
-                f"the plan puts {name} on broker(s) {unknown}, which are not registered "
-                f"(registered: {sorted(live)})")
+                f"the plan puts {name} on broker(s) {unknown}, which are not registered (registered: {sorted(live)})"
+            )
 
 
-def generate(current: Mapping[PartitionKey, Sequence[int]], brokers: Mapping[int, str],
-             replication_factor: int | None = None,
-             load: Mapping[int, int] | None = None) -> Plan:
+def generate(
+    current: Mapping[PartitionKey, Sequence[int]],
+    brokers: Mapping[int, str],
+    replication_factor: int | None = None,
+    load: Mapping[int, int] | None = None,
+) -> Plan:
     """Spread ``current``'s partitions over ``brokers`` (id -> rack), moving little.
 
     Each partition keeps the replicas it has on the chosen brokers while that broker
@@ -121,7 +132,8 @@ def generate(current: Mapping[PartitionKey, Sequence[int]], brokers: Mapping[int
         if rf > len(ids):
             raise ReassignmentError(
                 f"replication factor {rf} for {key[0]}-{key[1]} needs {rf} brokers; the plan "
-                f"may use only {len(ids)} ({ids})")
+                f"may use only {len(ids)} ({ids})"
+            )
     keys = sorted(current)
     rfs = {k: replication_factor or len(current[k]) for k in keys}
     cap = math.ceil(sum(rfs.values()) / len(ids))
@@ -138,16 +150,18 @@ def generate(current: Mapping[PartitionKey, Sequence[int]], brokers: Mapping[int
     for k in keys:  # fill the rest
         while len(chosen[k]) < rfs[k]:
             racks = {brokers[b] for b in chosen[k]}
-            b = min((b for b in ids if b not in chosen[k]),
-                    key=lambda b: (brokers[b] in racks, held[b] >= cap, held[b],
-                                   extra.get(b, 0), b))
+            b = min(
+                (b for b in ids if b not in chosen[k]),
+                key=lambda b: (brokers[b] in racks, held[b] >= cap, held[b], extra.get(b, 0), b),
+            )
             chosen[k].append(b)
             held[b] += 1
     return _choose_leaders(current, chosen, ids)
 
 
-def _choose_leaders(current: Mapping[PartitionKey, Sequence[int]],
-                    chosen: Mapping[PartitionKey, list[int]], ids: Sequence[int]) -> Plan:
+def _choose_leaders(
+    current: Mapping[PartitionKey, Sequence[int]], chosen: Mapping[PartitionKey, list[int]], ids: Sequence[int]
+) -> Plan:
     keys = sorted(chosen)
     cap = math.ceil(len(keys) / len(ids))
     floor = len(keys) // len(ids)
@@ -181,9 +195,12 @@ def _choose_leaders(current: Mapping[PartitionKey, Sequence[int]],
     return {k: [leader[k], *[b for b in chosen[k] if b != leader[k]]] for k in keys}
 
 
-def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
-                 states: Mapping[PartitionKey, PartitionState | None],
-                 brokers: Mapping[int, str]) -> Plan:
+def decommission(
+    broker: int,
+    current: Mapping[PartitionKey, Sequence[int]],
+    states: Mapping[PartitionKey, PartitionState | None],
+    brokers: Mapping[int, str],
+) -> Plan:
     """A plan moving every replica off ``broker`` (onto the registered ``brokers``,
     id -> rack): each replica of it goes to the least loaded broker not holding the
     partition, one on the same rack first; a partition it led is then led by its next
@@ -192,8 +209,9 @@ def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
     in-sync replica (the copies could only come from it)."""
     others = {b: r for b, r in brokers.items() if b != broker}
     if not others:
-        raise ReassignmentError(f"broker {broker} is the only broker of the cluster; "
-                                  "there is nowhere to move its partitions")
+        raise ReassignmentError(
+            f"broker {broker} is the only broker of the cluster; there is nowhere to move its partitions"
+        )
     load = {b: 0 for b in others}
     for reps in current.values():
         for b in reps:
@@ -201,12 +219,12 @@ def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
                 load[b] += 1
     for k, reps in sorted(current.items()):
         state = states.get(k)
-        if broker in reps and len(reps) > 1 and state is not None \
-                and tuple(state.isr) == (broker,):
+        if broker in reps and len(reps) > 1 and state is not None and tuple(state.isr) == (broker,):
             raise ReassignmentError(
                 f"cannot decommission broker {broker}: it is the only in-sync replica of "
                 f"{k[0]}-{k[1]} (isr {list(state.isr)}); wait until the other replicas "
-                "catch up")
+                "catch up"
+            )
     plan: Plan = {}
     rack = brokers.get(broker, "")
     for k, reps in sorted(current.items()):
@@ -218,12 +236,12 @@ def decommission(broker: int, current: Mapping[PartitionKey, Sequence[int]],
             raise ReassignmentError(
                 f"cannot decommission broker {broker}: {name} has {len(reps)} replicas "
                 f"and only {len(others)} other brokers are registered ({sorted(others)}); "
-                "lower its replication factor first (reassign) or add a broker")
+                "lower its replication factor first (reassign) or add a broker"
+            )
         target = min(free, key=lambda b: (others[b] != rack, load[b], b))
         load[target] += 1
         rest = [b for b in reps if b != broker]
-        plan[k] = [*rest, target] if reps[0] == broker else \
-            [target if b == broker else b for b in reps]
+        plan[k] = [*rest, target] if reps[0] == broker else [target if b == broker else b for b in reps]
     if not plan:
         raise ReassignmentError(f"broker {broker} holds no partition; nothing to move")
     return plan
@@ -245,8 +263,9 @@ class Step:
     state: PartitionState | None = None
 
 
-def next_step(current: Sequence[int], target: Sequence[int], state: PartitionState | None,
-              live: Mapping[int, int]) -> Step:
+def next_step(
+    current: Sequence[int], target: Sequence[int], state: PartitionState | None, live: Mapping[int, int]
+) -> Step:
     """The next step moving a partition from ``current`` replicas to ``target``
     (see the module docstring); ``live`` maps live broker ids to their sessions."""
     if list(current) == list(target):
@@ -262,11 +281,9 @@ def next_step(current: Sequence[int], target: Sequence[int], state: PartitionSta
     if wanted is None:
         return Step("wait")
     if state.leader not in target or (state.leader != target[0] and wanted == target[0]):
-        return Step("lead", state=PartitionState(wanted, state.leader_epoch + 1, state.isr,
-                                                 live[wanted]))
+        return Step("lead", state=PartitionState(wanted, state.leader_epoch + 1, state.isr, live[wanted]))
     isr = tuple(b for b in state.isr if b in target)
-    return Step("narrow", tuple(target),
-                PartitionState(state.leader, state.leader_epoch, isr, state.leader_session))
+    return Step("narrow", tuple(target), PartitionState(state.leader, state.leader_epoch, isr, state.leader_session))
 
 
 def adding(current: Sequence[int], original: Sequence[int]) -> list[int]:
@@ -279,15 +296,25 @@ def progress(leader_end: int, replica_ends: Mapping[int, int]) -> dict[int, tupl
     return {b: (min(end, leader_end), leader_end) for b, end in sorted(replica_ends.items())}
 
 
-def encode_job(plan: Mapping[PartitionKey, Sequence[int]],
-               original: Mapping[PartitionKey, Sequence[int]], throttle: int,
-               cancelled: bool = False) -> bytes:
+def encode_job(
+    plan: Mapping[PartitionKey, Sequence[int]],
+    original: Mapping[PartitionKey, Sequence[int]],
+    throttle: int,
+    cancelled: bool = False,
+) -> bytes:
     """``/admin/reassign_partitions``'s payload."""
-    return json.dumps({"version": 1, "throttle_bytes_per_s": throttle, "cancelled": cancelled,
-                       "partitions": [{"topic": t, "partition": p, "replicas": list(r),
-                                       "original": list(original[(t, p)])}
-                                      for (t, p), r in sorted(plan.items())]},
-                      sort_keys=True).encode()
+    return json.dumps(
+        {
+            "version": 1,
+            "throttle_bytes_per_s": throttle,
+            "cancelled": cancelled,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(r), "original": list(original[(t, p)])}
+                for (t, p), r in sorted(plan.items())
+            ],
+        },
+        sort_keys=True,
+    ).encode()
 
 
 @dataclass(frozen=True)
@@ -311,8 +338,7 @@ def decode_job(raw: bytes | None) -> Job | None:
             key = (str(e["topic"]), int(e["partition"]))
             targets[key] = [int(b) for b in e["replicas"]]
             original[key] = [int(b) for b in e["original"]]
-        return Job(targets, original, int(data["throttle_bytes_per_s"]),
-                   bool(data.get("cancelled", False)))
+        return Job(targets, original, int(data["throttle_bytes_per_s"]), bool(data.get("cancelled", False)))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -320,11 +346,26 @@ def decode_job(raw: bytes | None) -> Job | None:
 def check_throttle(value: int) -> int:
     """A throttle is a positive number of bytes per second."""
     if value <= 0:
-        raise ReassignmentError(f"--throttle {value}: give a positive number of bytes "
-                                  "per second (e.g. 10000000 for 10 MB/s)")
+        raise ReassignmentError(
+            f"--throttle {value}: give a positive number of bytes per second (e.g. 10000000 for 10 MB/s)"
+        )
     return value
 
 
-__all__ = ["Job", "Plan", "Step", "THROTTLE_KEY", "adding", "check_plan", "check_throttle",
-           "decode_job", "decommission", "encode_job", "generate", "next_step",
-           "plan_from_json", "plan_to_json", "progress"]
+__all__ = [
+    "Job",
+    "Plan",
+    "Step",
+    "THROTTLE_KEY",
+    "adding",
+    "check_plan",
+    "check_throttle",
+    "decode_job",
+    "decommission",
+    "encode_job",
+    "generate",
+    "next_step",
+    "plan_from_json",
+    "plan_to_json",
+    "progress",
+]

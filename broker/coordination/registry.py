@@ -11,25 +11,26 @@ broker registers again, retrying while the old node still lingers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
-    NoNodeError,
     NodeExistsError,
+    NoNodeError,
     NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
 )
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from broker.coordination import zk
 from broker.common import topic_config
 from broker.common.errors import (
     InvalidPartitionsError,
@@ -38,10 +39,10 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     ZooKeeperError,
 )
-from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
 from broker.common.names import validate_topic_name
 from broker.common.retry import Retry
-import contextlib
+from broker.coordination import zk
+from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
 
 log = logging.getLogger("logferry.registry")
 
@@ -100,8 +101,7 @@ class ClusterView:
 class BrokerRegistry:
     """Registers one broker and keeps a live view of the cluster for it."""
 
-    def __init__(self, client: KazooClient, broker_id: int, info: BrokerInfo,
-                 on_change: Callable[[ClusterView], None]):
+    def __init__(self, client: KazooClient, broker_id: int, info: BrokerInfo, on_change: Callable[[ClusterView], None]):
         self.client = client
         self.broker_id = broker_id
         self.info = info
@@ -126,23 +126,31 @@ class BrokerRegistry:
     def register(self, timeout: float = 30.0) -> None:
         """Create the ephemeral broker node, waiting out a stale one from an old session."""
         path = zk.broker_path(self.broker_id)
-        data = zk.encode({"host": self.info.host, "port": self.info.port,
-                          "datacenter": self.info.datacenter, "rack": self.info.rack,
-                          **({"kafka": [self.info.kafka_host, self.info.kafka_port]}
-                             if self.info.kafka_port else {}),
-                          "listeners": {name: [host, port]
-                                        for name, host, port in self.info.listeners},
-                          **({"endpoints": [
-                              {"name": name, "protocol": protocol, "host": host, "port": port,
-                               "security": security}
-                              for name, protocol, host, port, security in self.info.endpoints]}
-                             if self.info.endpoints else {})})
+        data = zk.encode(
+            {
+                "host": self.info.host,
+                "port": self.info.port,
+                "datacenter": self.info.datacenter,
+                "rack": self.info.rack,
+                **({"kafka": [self.info.kafka_host, self.info.kafka_port]} if self.info.kafka_port else {}),
+                "listeners": {name: [host, port] for name, host, port in self.info.listeners},
+                **(
+                    {
+                        "endpoints": [
+                            {"name": name, "protocol": protocol, "host": host, "port": port, "security": security}
+                            for name, protocol, host, port, security in self.info.endpoints
+                        ]
+                    }
+                    if self.info.endpoints
+                    else {}
+                ),
+            }
+        )
         retry = Retry(initial=0.1, maximum=2.0, deadline=timeout)
         with self._registering:
             while not self._stopped.is_set():
                 try:
-                    _, stat = self.client.create(path, data, ephemeral=True, makepath=True,
-                                                 include_data=True)
+                    _, stat = self.client.create(path, data, ephemeral=True, makepath=True, include_data=True)
                     self.session = stat.czxid
                     log.info("registered broker %d at %s", self.broker_id, path)
                     self._publish()
@@ -169,9 +177,9 @@ class BrokerRegistry:
                     if retry.expired:
                         raise ZooKeeperError(
                             f"could not register broker {self.broker_id} with ZooKeeper "
-                            f"within {timeout:.0f}s ({type(exc).__name__})") from None
-                    log.info("registration interrupted (%s); trying again",
-                             type(exc).__name__)
+                            f"within {timeout:.0f}s ({type(exc).__name__})"
+                        ) from None
+                    log.info("registration interrupted (%s); trying again", type(exc).__name__)
                     retry.sleep()
 
     def deregister(self, timeout: float = 5.0) -> None:
@@ -181,8 +189,7 @@ class BrokerRegistry:
         (a live broker with the same id, which made this one's start fail) is kept."""
         self._stopped.set()
         if not self.client.connected:
-            log.warning("not connected to ZooKeeper: this broker's registration goes when "
-                        "its session expires")
+            log.warning("not connected to ZooKeeper: this broker's registration goes when its session expires")
             return
         path = zk.broker_path(self.broker_id)
         try:
@@ -193,8 +200,10 @@ class BrokerRegistry:
         except NoNodeError:
             pass
         except Exception as exc:
-            log.warning("could not remove this broker's registration (%s); it goes when "
-                        "its ZooKeeper session expires", type(exc).__name__)
+            log.warning(
+                "could not remove this broker's registration (%s); it goes when its ZooKeeper session expires",
+                type(exc).__name__,
+            )
 
     def _state_listener(self, state: str) -> None:
         if self._stopped.is_set():
@@ -220,8 +229,7 @@ class BrokerRegistry:
                 return
             except Exception as exc:
                 delay = retry.next_delay()
-                log.warning("could not register again after session loss (%s); trying "
-                            "again in %.0fs", exc, delay)
+                log.warning("could not register again after session loss (%s); trying again in %.0fs", exc, delay)
                 self._stopped.wait(delay)
 
     # -- watching -------------------------------------------------------------------
@@ -240,8 +248,7 @@ class BrokerRegistry:
         ChildrenWatch(self.client, zk.BROKER_TOPICS, self._topics_changed)
         DataWatch(self.client, zk.CONTROLLER, self._controller_changed)
 
-    def _controller_changed(self, data: bytes | None, stat: object,
-                            event: object = None) -> bool:
+    def _controller_changed(self, data: bytes | None, stat: object, event: object = None) -> bool:
         # kazoo's DataWatch calls func(data, stat, event) and, on a TypeError, calls
         # func(data, stat) again: every watcher takes the event, so a TypeError raised
         # inside one is never mistaken for a signature mismatch (and the call repeated).
@@ -264,14 +271,14 @@ class BrokerRegistry:
             try:
                 raw, _ = self.client.get(f"{zk.BROKER_IDS}/{child}")
                 data = zk.decode(raw)
-                brokers[int(child)] = BrokerInfo(str(data.get("host", "")),
-                                                 int(data.get("port", 0)),
-                                                 str(data.get("datacenter", "")),
-                                                 str(data.get("rack", "")),
-                                                 *_kafka_address(data),
-                                                 listeners=tuple(
-                                                     (name, *address) for name, address
-                                                     in zk.registered_listeners(data).items()))
+                brokers[int(child)] = BrokerInfo(
+                    str(data.get("host", "")),
+                    int(data.get("port", 0)),
+                    str(data.get("datacenter", "")),
+                    str(data.get("rack", "")),
+                    *_kafka_address(data),
+                    listeners=tuple((name, *address) for name, address in zk.registered_listeners(data).items()),
+                )
             except (NoNodeError, ValueError):
                 continue
         with self._lock:
@@ -308,15 +315,14 @@ class BrokerRegistry:
                     self._topics[topic] = zk.read_assignment(data)
                     self._configs[topic] = zk.read_topic_config(data)
                     self._topic_ids[topic] = int(getattr(stat, "czxid", 0))
-                    new_partitions = [p for p in self._topics[topic]
-                                      if (topic, p) not in self._watched_states]
+                    new_partitions = [p for p in self._topics[topic] if (topic, p) not in self._watched_states]
                     self._watched_states.update((topic, p) for p in new_partitions)
                     stop = False
             for partition in new_partitions:
-                DataWatch(self.client, zk.partition_state_path(topic, partition),
-                          self._state_watcher(topic, partition))
+                DataWatch(self.client, zk.partition_state_path(topic, partition), self._state_watcher(topic, partition))
             self._publish()
             return not stop
+
         return watcher
 
     def _state_watcher(self, topic: str, partition: int) -> Callable[..., bool]:
@@ -330,14 +336,14 @@ class BrokerRegistry:
                     self._states.pop(key, None)
                     self._watched_states.discard(key)
                     return False
-                state = PartitionState.decode(data, getattr(stat, "version", -1),
-                                              getattr(stat, "czxid", 0))
+                state = PartitionState.decode(data, getattr(stat, "version", -1), getattr(stat, "czxid", 0))
                 if state is None:
                     self._states.pop(key, None)
                 else:
                     self._states[key] = state
             self._publish()
             return True
+
         return watcher
 
     def _forget_topic(self, topic: str) -> None:
@@ -354,11 +360,15 @@ class BrokerRegistry:
     def view(self) -> ClusterView:
         """The current snapshot."""
         with self._lock:
-            return ClusterView(dict(self._brokers),
-                               {t: dict(a) for t, a in self._topics.items()},
-                               {t: dict(c) for t, c in self._configs.items()},
-                               dict(self._states), self._controller, self.session,
-                               dict(self._topic_ids))
+            return ClusterView(
+                dict(self._brokers),
+                {t: dict(a) for t, a in self._topics.items()},
+                {t: dict(c) for t, c in self._configs.items()},
+                dict(self._states),
+                self._controller,
+                self.session,
+                dict(self._topic_ids),
+            )
 
     def read_state(self, topic: str, partition: int) -> PartitionState | None:
         """Read one partition's state from ZooKeeper now (blocking)."""
@@ -383,9 +393,14 @@ class BrokerRegistry:
             live[int(child)] = stat.czxid
         return racks, live
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1,
-                     min_insync_replicas: int | None = None,
-                     config: dict[str, Any] | None = None) -> dict[int, list[int]]:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int = 1,
+        min_insync_replicas: int | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> dict[int, list[int]]:
         """Place a new topic's replicas on the live brokers and record it with its
         settings (checked, :mod:`broker.common.topic_config`) and the initial state of
         every partition (the first live replica leads)."""
@@ -400,23 +415,29 @@ class BrokerRegistry:
         except ValueError as exc:
             raise InvalidRequestError(f"cannot create topic {topic!r}: {exc}") from None
         try:
-            self.client.create(zk.topic_path(topic), zk.encode_topic(replicas, config),
-                               makepath=True)
+            self.client.create(zk.topic_path(topic), zk.encode_topic(replicas, config), makepath=True)
         except NodeExistsError:
             raise TopicExistsError(f"topic {topic!r} already exists") from None
         self._create_states(topic, {p: replicas[p] for p in sorted(replicas)}, live)
-        log.info("created topic %s with %d partitions, replication factor %d: %s%s", topic,
-                 partitions, replication_factor, replicas,
-                 f", settings {config}" if config else "")
+        log.info(
+            "created topic %s with %d partitions, replication factor %d: %s%s",
+            topic,
+            partitions,
+            replication_factor,
+            replicas,
+            f", settings {config}" if config else "",
+        )
         return replicas
 
-    def _create_states(self, topic: str, replicas: dict[int, list[int]],
-                       live: dict[int, int]) -> None:
+    def _create_states(self, topic: str, replicas: dict[int, list[int]], live: dict[int, int]) -> None:
         # The states go in after the assignment (pipelined); the controller fills in any
         # state missing after a crash here, and may beat us to some: that is fine.
-        pending = [self.client.create_async(zk.partition_state_path(topic, p),
-                                            initial_state(reps, live).encode(), makepath=True)
-                   for p, reps in replicas.items()]
+        pending = [
+            self.client.create_async(
+                zk.partition_state_path(topic, p), initial_state(reps, live).encode(), makepath=True
+            )
+            for p, reps in replicas.items()
+        ]
         for result in pending:
             with contextlib.suppress(NodeExistsError):
                 result.get(timeout=30)
@@ -429,8 +450,7 @@ class BrokerRegistry:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist") from None
         return raw, stat
 
-    def alter_topic_config(self, topic: str, set_: dict[str, Any],
-                           delete: list[str]) -> dict[str, Any]:
+    def alter_topic_config(self, topic: str, set_: dict[str, Any], delete: list[str]) -> dict[str, Any]:
         """Set and remove per-topic settings (a conditional write: a concurrent change
         is read again, never overwritten); returns the settings now in force. Every
         broker's watch on the topic node applies them."""
@@ -441,14 +461,12 @@ class BrokerRegistry:
             rf = min((len(r) for r in replicas.values()), default=1)
             topic_config.check_min_insync(config, rf)
             try:
-                self.client.set(zk.topic_path(topic), zk.encode_topic(replicas, config),
-                                version=stat.version)
+                self.client.set(zk.topic_path(topic), zk.encode_topic(replicas, config), version=stat.version)
             except BadVersionError:
                 continue
             log.info("topic %s settings now %s", topic, config)
             return config
-        raise ZooKeeperError(f"topic {topic!r} keeps changing while its settings are "
-                             "altered; try again")
+        raise ZooKeeperError(f"topic {topic!r} keeps changing while its settings are altered; try again")
 
     def create_partitions(self, topic: str, partitions: int) -> dict[int, list[int]]:
         """Grow ``topic`` to ``partitions`` partitions, placing the new ones as creation
@@ -461,31 +479,28 @@ class BrokerRegistry:
             if partitions < len(current):
                 raise InvalidPartitionsError(
                     f"topic {topic!r} has {len(current)} partitions; partitions cannot be "
-                    f"removed (asked for {partitions}); nothing changed")
+                    f"removed (asked for {partitions}); nothing changed"
+                )
             if partitions == len(current):
-                raise InvalidPartitionsError(
-                    f"topic {topic!r} already has {partitions} partitions; nothing changed")
+                raise InvalidPartitionsError(f"topic {topic!r} already has {partitions} partitions; nothing changed")
             rf = len(current[0]) if current else 1
             racks, live = self._live_brokers()
             try:
                 placed = assign_replicas(topic, partitions, rf, racks)
             except ValueError as exc:
-                raise InvalidPartitionsError(f"cannot add partitions to {topic!r}: {exc}") \
-                    from None
+                raise InvalidPartitionsError(f"cannot add partitions to {topic!r}: {exc}") from None
             new = {p: placed[p] for p in range(len(current), partitions)}
             assignment = {**current, **new}
             try:
-                self.client.set(zk.topic_path(topic),
-                                zk.encode_topic(assignment, zk.read_topic_config(raw)),
-                                version=stat.version)
+                self.client.set(
+                    zk.topic_path(topic), zk.encode_topic(assignment, zk.read_topic_config(raw)), version=stat.version
+                )
             except BadVersionError:
                 continue
             self._create_states(topic, new, live)
-            log.info("topic %s grew from %d to %d partitions: %s", topic, len(current),
-                     partitions, new)
+            log.info("topic %s grew from %d to %d partitions: %s", topic, len(current), partitions, new)
             return assignment
-        raise ZooKeeperError(f"topic {topic!r} keeps changing while partitions are added; "
-                             "try again")
+        raise ZooKeeperError(f"topic {topic!r} keeps changing while partitions are added; try again")
 
     def delete_topic(self, topic: str) -> None:
         """Remove a topic's registry node; every broker then deletes its partitions."""
@@ -498,8 +513,9 @@ class BrokerRegistry:
                 break
             except NotEmptyError:  # a state znode written meanwhile: delete again
                 if attempt == 4:
-                    raise ZooKeeperError(f"topic {topic!r} keeps getting new znodes while "
-                                         "being deleted; try again") from None
+                    raise ZooKeeperError(
+                        f"topic {topic!r} keeps getting new znodes while being deleted; try again"
+                    ) from None
                 time.sleep(0.1)
         log.info("deleted topic %s", topic)
 

@@ -9,9 +9,11 @@ follow the paper's layout (see DESIGN.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -23,7 +25,6 @@ from broker.common.zk_connect import parse_zk_connect
 from broker.common.zk_security import ZkSecurity, security_of
 from broker.coordination.zk_acl import CONSUMERS as _CONSUMERS
 from broker.coordination.zk_acl import AclKazooClient, AclPolicy, is_open
-import contextlib
 
 log = logging.getLogger("logferry.zk")
 
@@ -74,8 +75,14 @@ CONNECT_TIMEOUT_S = 5.0
 in milliseconds, so a connect string that points nowhere fails within seconds."""
 
 
-def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEOUT_S,
-            session_timeout: float = 10.0, security: ZkSecurity | None = None) -> KazooClient:
+def connect(
+    connect_string: str,
+    *,
+    create: bool,
+    timeout: float = CONNECT_TIMEOUT_S,
+    session_timeout: float = 10.0,
+    security: ZkSecurity | None = None,
+) -> KazooClient:
     """Start a kazoo client on ``connect_string`` (the one place that makes clients).
 
     ``create=True`` (a broker joining its cluster) creates the chroot and the registry
@@ -102,8 +109,7 @@ def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEO
     # after ZooKeeper comes back, a client must reattach before its session expires.
     retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3)
     logger = _ConnectQuietLogger()
-    client = _client(security, hosts=connect_string, timeout=session_timeout,
-                     connection_retry=retry, logger=logger)
+    client = _client(security, hosts=connect_string, timeout=session_timeout, connection_retry=retry, logger=logger)
     _record_granted_session_timeout(client)
     _start(client, logger, connect_string, timeout, security)
     if isinstance(client, AclKazooClient) and not create:
@@ -119,14 +125,17 @@ def connect(connect_string: str, *, create: bool, timeout: float = CONNECT_TIMEO
 def _warn_if_open(client: AclKazooClient, where: str) -> None:
     """A broker with a login on a cluster whose znodes were made without: say what to run."""
     try:
-        open_paths = [p for p in ("/", CONSUMERS, BROKER_TOPICS, BROKER_IDS)
-                      if is_open(client.get_acls(p)[0])]
+        open_paths = [p for p in ("/", CONSUMERS, BROKER_TOPICS, BROKER_IDS) if is_open(client.get_acls(p)[0])]
     except KazooException:
         return
     if open_paths:
-        log.warning("ZooKeeper znodes %s at %s are writable by anyone (made before this "
-                    "cluster had ZooKeeper logins): run `logferry zk secure` "
-                    "(docs/security.md, 'ZooKeeper')", ", ".join(open_paths), where)
+        log.warning(
+            "ZooKeeper znodes %s at %s are writable by anyone (made before this "
+            "cluster had ZooKeeper logins): run `logferry zk secure` "
+            "(docs/security.md, 'ZooKeeper')",
+            ", ".join(open_paths),
+            where,
+        )
 
 
 def _client(security: ZkSecurity | None, **kwargs: Any) -> KazooClient:
@@ -135,10 +144,14 @@ def _client(security: ZkSecurity | None, **kwargs: Any) -> KazooClient:
         return KazooClient(**kwargs)
     if security.tls is not None:
         tls = security.tls
-        kwargs.update(use_ssl=True, verify_certs=True, check_hostname=tls.verify_hostname,
-                      ca=str(tls.ca_file) if tls.ca_file else None,
-                      certfile=str(tls.cert_file) if tls.cert_file else None,
-                      keyfile=str(tls.key_file) if tls.key_file else None)
+        kwargs.update(
+            use_ssl=True,
+            verify_certs=True,
+            check_hostname=tls.verify_hostname,
+            ca=str(tls.ca_file) if tls.ca_file else None,
+            certfile=str(tls.cert_file) if tls.cert_file else None,
+            keyfile=str(tls.key_file) if tls.key_file else None,
+        )
     if not security.authenticated:
         return KazooClient(**kwargs)
     kwargs["auth_data"] = [("digest", f"{security.user}:{security.password}")]
@@ -161,8 +174,9 @@ def _adopt_consumers_acl(client: AclKazooClient) -> None:
     client.acl_policy = AclPolicy(policy.owner, policy.consumer_ids, tuple(acl))
 
 
-def _check_cluster(hosts: str, chroot: str, connect_string: str, create: bool,
-                   timeout: float, security: ZkSecurity | None = None) -> None:
+def _check_cluster(
+    hosts: str, chroot: str, connect_string: str, create: bool, timeout: float, security: ZkSecurity | None = None
+) -> None:
     """Create the chroot (``create``), or make sure a cluster lives there (not ``create``).
 
     kazoo neither creates a chroot nor tells a missing one from an empty one, so a
@@ -180,10 +194,10 @@ def _check_cluster(hosts: str, chroot: str, connect_string: str, create: bool,
         elif bootstrap.exists(chroot + BROKER_IDS) is None:
             raise ZooKeeperError(
                 f"no logferry cluster at {connect_string} (no broker ever registered under "
-                f"{chroot or '/'}; check the chroot{_clusters_nearby(bootstrap, chroot)})")
+                f"{chroot or '/'}; check the chroot{_clusters_nearby(bootstrap, chroot)})"
+            )
     except KazooException as exc:
-        raise ZooKeeperError(f"ZooKeeper at {hosts} failed while looking up {chroot or '/'}: "
-                             f"{exc!r}") from None
+        raise ZooKeeperError(f"ZooKeeper at {hosts} failed while looking up {chroot or '/'}: {exc!r}") from None
     finally:
         close(bootstrap)
 
@@ -203,8 +217,7 @@ def _clusters_nearby(client: KazooClient, chroot: str) -> str:
         prefix = base.rstrip("/")
         try:
             children = sorted(client.get_children(base))[:_NEARBY_LIMIT]
-            found += [f"{prefix}/{c}" for c in children
-                      if client.exists(f"{prefix}/{c}{BROKER_IDS}") is not None]
+            found += [f"{prefix}/{c}" for c in children if client.exists(f"{prefix}/{c}{BROKER_IDS}") is not None]
         except KazooException:
             continue
     return f"; clusters nearby: {', '.join(found)}" if found else ""
@@ -263,23 +276,26 @@ def _record_granted_session_timeout(client: KazooClient) -> None:
         with contextlib.suppress(TypeError, ValueError, IndexError):
             setattr(client, _GRANTED, float(result[0]) * 1.5 / 1000.0)
         return result
+
     setattr(handler, "_connect", connect_and_record)  # noqa: B010 - handler is `Any | None` to mypy
 
 
-def _start(client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float,
-           security: ZkSecurity | None = None) -> None:
+def _start(
+    client: KazooClient, logger: _ConnectQuietLogger, where: str, timeout: float, security: ZkSecurity | None = None
+) -> None:
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, KazooException, OSError) as exc:
         close(client)
         tls = security is not None and security.tls is not None
-        hint = ("; over TLS: is it ZooKeeper's secureClientPort, and does ca_file trust its "
-                "certificate?" if tls else "; a TLS port (secureClientPort) needs "
-                "[zookeeper.tls] or --zk-tls-ca")
+        hint = (
+            "; over TLS: is it ZooKeeper's secureClientPort, and does ca_file trust its certificate?"
+            if tls
+            else "; a TLS port (secureClientPort) needs [zookeeper.tls] or --zk-tls-ca"
+        )
         raise ZooKeeperError(
             f"cannot reach ZooKeeper at {where} within {timeout:g}s ({exc}); check the "
-            "host and port (is the server running? `logferry zk start` starts a local one)"
-            + hint
+            "host and port (is the server running? `logferry zk start` starts a local one)" + hint
         ) from None
     logger.connecting = False
 
@@ -340,11 +356,29 @@ def read_topic_config(raw: bytes | None) -> dict[str, Any]:
 
 
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CONNECT_TIMEOUT_S", "CONSUMERS", "CONTROLLER", "CONTROLLER_EPOCH",
-    "NodeExistsError", "PREFERRED_ELECTION", "REASSIGN_PARTITIONS", "CONTROLLED_SHUTDOWN", "controlled_shutdown_path",
-    "broker_path", "close", "connect", "decode",
-    "encode", "encode_topic", "granted_session_timeout", "partition_state_path",
-    "read_assignment", "read_topic_config", "split_connect", "topic_path",
+    "BROKER_IDS",
+    "BROKER_TOPICS",
+    "CONNECT_TIMEOUT_S",
+    "CONSUMERS",
+    "CONTROLLER",
+    "CONTROLLER_EPOCH",
+    "NodeExistsError",
+    "PREFERRED_ELECTION",
+    "REASSIGN_PARTITIONS",
+    "CONTROLLED_SHUTDOWN",
+    "controlled_shutdown_path",
+    "broker_path",
+    "close",
+    "connect",
+    "decode",
+    "encode",
+    "encode_topic",
+    "granted_session_timeout",
+    "partition_state_path",
+    "read_assignment",
+    "read_topic_config",
+    "split_connect",
+    "topic_path",
 ]
 
 
@@ -359,8 +393,15 @@ def registered_endpoints(data: Mapping[str, Any]) -> list[tuple[str, str, str, i
     if isinstance(raw, list):
         for item in raw:
             try:
-                out.append((str(item["name"]), str(item["protocol"]), str(item["host"]),
-                            int(item["port"]), str(item.get("security", ""))))
+                out.append(
+                    (
+                        str(item["name"]),
+                        str(item["protocol"]),
+                        str(item["host"]),
+                        int(item["port"]),
+                        str(item.get("security", "")),
+                    )
+                )
             except (KeyError, TypeError, ValueError):
                 continue
         return out

@@ -25,8 +25,9 @@ caller gives none.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.security import ACL, Id, Permissions
@@ -73,15 +74,16 @@ class AclPolicy:
     def acls_for(self, path: str) -> list[ACL]:
         """The ACL list of the znode at ``path`` (relative to the chroot)."""
         if self.group_acls and path.startswith(CONSUMERS + "/"):
-            name = path[len(CONSUMERS) + 1:].partition("/")[0]
+            name = path[len(CONSUMERS) + 1 :].partition("/")[0]
             acl = self.group_acls.get(name)
             if acl is not None:
                 return list(acl)
         return acls_for(path, self.owner, self.consumer_ids, self.consumers_acl)
 
 
-def acls_for(path: str, owner: str, consumer_ids: Sequence[str] = (),
-             consumers_acl: Sequence[ACL] | None = None) -> list[ACL]:
+def acls_for(
+    path: str, owner: str, consumer_ids: Sequence[str] = (), consumers_acl: Sequence[ACL] | None = None
+) -> list[ACL]:
     """The ACL list of the znode at ``path`` (relative to the chroot); see the module."""
     path = "/" + path.strip("/") if path not in ("", "/") else "/"
     mine = digest_acl(owner)
@@ -101,14 +103,14 @@ def is_open(acl: Sequence[ACL]) -> bool:
 
 
 class _AclTransaction(TransactionRequest):  # type: ignore[misc]
-    def __init__(self, client: "AclKazooClient") -> None:
+    def __init__(self, client: AclKazooClient) -> None:
         super().__init__(client)
         self._policy = client.acl_policy
 
-    def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
-               sequence: bool = False) -> None:
-        super().create(path, value, acl if acl is not None else self._policy.acls_for(path),
-                       ephemeral, sequence)
+    def create(
+        self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False, sequence: bool = False
+    ) -> None:
+        super().create(path, value, acl if acl is not None else self._policy.acls_for(path), ephemeral, sequence)
 
 
 class AclKazooClient(KazooClient):  # type: ignore[misc]
@@ -119,8 +121,7 @@ class AclKazooClient(KazooClient):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.acl_policy = acl_policy
 
-    def create_async(self, path: str, value: bytes = b"", acl: Any = None,
-                     *args: Any, **kwargs: Any) -> Any:
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args: Any, **kwargs: Any) -> Any:
         if acl is None:
             acl = self.acl_policy.acls_for(path.rstrip("/") or "/")
         return super().create_async(path, value, acl, *args, **kwargs)
@@ -129,8 +130,7 @@ class AclKazooClient(KazooClient):  # type: ignore[misc]
         return _AclTransaction(self)
 
 
-def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/",
-               skip: str | None = None) -> tuple[int, int]:
+def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/", skip: str | None = None) -> tuple[int, int]:
     """Set the policy's ACL on ``root`` and every znode below it (``logferry zk secure``).
 
     Idempotent: a znode that already carries its ACL is left alone. Returns
@@ -158,8 +158,7 @@ def apply_acls(client: KazooClient, policy: AclPolicy, root: str = "/",
         except NoNodeError:
             continue  # gone meanwhile (an ephemeral)
         base = path.rstrip("/")
-        pending.extend(f"{base}/{c}" for c in children
-                       if not (base == "" and c == "zookeeper"))
+        pending.extend(f"{base}/{c}" for c in children if not (base == "" and c == "zookeeper"))
     return seen, changed
 
 
@@ -167,5 +166,15 @@ def _acl_key(acl: ACL) -> tuple[int, str, str]:
     return (int(acl.perms), str(acl.id.scheme), str(acl.id.id))
 
 
-__all__ = ["AclKazooClient", "apply_acls", "AclPolicy", "CONSUMERS", "PUBLIC_TREES", "WORLD_READ",
-           "acls_for", "digest_acl", "is_open", "is_public"]
+__all__ = [
+    "AclKazooClient",
+    "apply_acls",
+    "AclPolicy",
+    "CONSUMERS",
+    "PUBLIC_TREES",
+    "WORLD_READ",
+    "acls_for",
+    "digest_acl",
+    "is_open",
+    "is_public",
+]

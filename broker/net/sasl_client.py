@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import Any, Generator
+from collections.abc import Generator
+from typing import Any
 
 from scramp import ScramClient, ScramException
 
@@ -44,20 +45,23 @@ def conversation(credentials: SaslCredentials, address: str = "broker") -> Conve
     offered = sasl.parse_handshake_answer(answer).mechanisms
     if mechanism not in offered:  # the broker answers error 31 first; a belt and braces check
         raise UnsupportedSaslMechanismError(
-            f"{address} does not offer {mechanism} (it offers {', '.join(offered) or 'none'})")
+            f"{address} does not offer {mechanism} (it offers {', '.join(offered) or 'none'})"
+        )
     try:
         client = ScramClient([mechanism], credentials.username, credentials.password)
         first = client.get_client_first()
     except ScramException as exc:
-        raise AuthenticationError(f"cannot authenticate as {credentials.username!r}: "
-                                  f"{exc.args[0] if exc.args else exc}") from None
+        raise AuthenticationError(
+            f"cannot authenticate as {credentials.username!r}: {exc.args[0] if exc.args else exc}"
+        ) from None
     answer = yield protocol.SASL_AUTHENTICATE, sasl.encode_authenticate_request(first.encode())
     try:
         client.set_server_first(_text(sasl.parse_authenticate_answer(answer).token))
         final = client.get_client_final()
     except ScramException as exc:
-        raise AuthenticationError(f"{address} sent a SCRAM message logferry cannot use "
-                                  f"({exc.args[0] if exc.args else exc})") from None
+        raise AuthenticationError(
+            f"{address} sent a SCRAM message logferry cannot use ({exc.args[0] if exc.args else exc})"
+        ) from None
     answer = yield protocol.SASL_AUTHENTICATE, sasl.encode_authenticate_request(final.encode())
     try:
         client.set_server_final(_text(sasl.parse_authenticate_answer(answer).token))
@@ -65,7 +69,8 @@ def conversation(credentials: SaslCredentials, address: str = "broker") -> Conve
         raise AuthenticationError(
             f"{address} could not prove that it knows user {credentials.username!r}'s "
             "credentials (its SCRAM signature is wrong): it may not be the broker it claims "
-            "to be") from None
+            "to be"
+        ) from None
 
 
 def _text(token: bytes) -> str:
@@ -85,9 +90,14 @@ def answer_error(header: Any, address: str, username: str) -> LogferryError | No
     return error
 
 
-def authenticate_socket(sock: BlockingStream, decoder: protocol.FrameDecoder,
-                        credentials: SaslCredentials, address: str, timeout: float | None,
-                        ids: "itertools.count[int]") -> None:
+def authenticate_socket(
+    sock: BlockingStream,
+    decoder: protocol.FrameDecoder,
+    credentials: SaslCredentials,
+    address: str,
+    timeout: float | None,
+    ids: itertools.count[int],
+) -> None:
     """Run the exchange on a freshly connected blocking socket, each answer awaited
     before the next request; ``timeout`` bounds the whole exchange."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -109,8 +119,7 @@ def authenticate_socket(sock: BlockingStream, decoder: protocol.FrameDecoder,
                 if first and socket_errors.looks_like_tls(view[:n]):
                     raise socket_errors.tls_expected_error(address)
                 if n == 0:
-                    raise BrokerNotAvailableError(
-                        f"{address} closed the connection during authentication")
+                    raise BrokerNotAvailableError(f"{address} closed the connection during authentication")
                 first = False
                 decoder.feed(view[:n])
                 frame = decoder.next_frame()
@@ -118,24 +127,28 @@ def authenticate_socket(sock: BlockingStream, decoder: protocol.FrameDecoder,
             if error is not None:
                 raise error
             if frame.header.get("id") != corr:
-                raise ProtocolError(f"{address} answered request {frame.header.get('id')} "
-                                    f"during authentication, not {corr}")
+                raise ProtocolError(
+                    f"{address} answered request {frame.header.get('id')} during authentication, not {corr}"
+                )
             try:
                 request = steps.send(frame.header)
             except StopIteration:
                 return
     except TimeoutError:
-        raise BrokerNotAvailableError(f"{address} did not finish authentication within "
-                                      f"{timeout:.1f}s") from None
+        raise BrokerNotAvailableError(f"{address} did not finish authentication within {timeout:.1f}s") from None
     except OSError as exc:
         raise socket_errors.lost_error(exc, address, during="failed") from None
     finally:
         sock.settimeout(None)
 
 
-async def authenticate_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                              credentials: SaslCredentials, address: str,
-                              timeout: float = 10.0) -> None:
+async def authenticate_stream(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    credentials: SaslCredentials,
+    address: str,
+    timeout: float = 10.0,
+) -> None:
     """Run the exchange on a freshly opened asyncio stream (a follower to its leader)."""
     decoder = protocol.FrameDecoder()
     steps = conversation(credentials, address)
@@ -149,8 +162,7 @@ async def authenticate_stream(reader: asyncio.StreamReader, writer: asyncio.Stre
             while frame is None:
                 chunk = await reader.read(65536)
                 if not chunk:
-                    raise BrokerNotAvailableError(
-                        f"{address} closed the connection during authentication")
+                    raise BrokerNotAvailableError(f"{address} closed the connection during authentication")
                 decoder.feed(chunk)
                 frame = decoder.next_frame()
             error = answer_error(frame.header, address, credentials.username)

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import ssl
 from asyncio import sslproto
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("logferry.net")
 
@@ -40,8 +40,14 @@ class HandshakeCounter:
 class TlsGate(asyncio.Protocol):
     """The first protocol of an accepted TCP connection on a TLS listener."""
 
-    def __init__(self, app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext,
-                 timeout: float | None, admit: Admit | None, counter: HandshakeCounter):
+    def __init__(
+        self,
+        app_factory: Callable[[], asyncio.BaseProtocol],
+        context: ssl.SSLContext,
+        timeout: float | None,
+        admit: Admit | None,
+        counter: HandshakeCounter,
+    ):
         self._app_factory = app_factory
         self._context = context
         self._timeout = timeout
@@ -76,7 +82,7 @@ class TlsGate(asyncio.Protocol):
         transport.set_protocol(tls)
         tls.connection_made(transport)
 
-    def _finished(self, waiter: "asyncio.Future[None]", transport: asyncio.Transport) -> None:
+    def _finished(self, waiter: asyncio.Future[None], transport: asyncio.Transport) -> None:
         self._counter.in_progress -= 1
         exc = None if waiter.cancelled() else waiter.exception()
         if exc is not None:  # the TLS layer has closed it; asyncio would log it, we say little
@@ -139,8 +145,9 @@ class ReusedBufferReader(asyncio.BufferedProtocol):
         self.app.resume_writing()
 
 
-def gate_factory(app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext,
-                 timeout: float | None, admit: Admit | None) -> Callable[[], TlsGate]:
+def gate_factory(
+    app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext, timeout: float | None, admit: Admit | None
+) -> Callable[[], TlsGate]:
     """The listener's protocol factory: one gate per accepted connection, one counter
     for the listener."""
     counter = HandshakeCounter()

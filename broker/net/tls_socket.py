@@ -16,7 +16,8 @@ import contextlib
 import socket
 import ssl
 import threading
-from typing import Any, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 RECV_CHUNK = 256 * 1024
 
@@ -92,8 +93,7 @@ class TlsSocket:
         self._sock = sock
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False,
-                                     server_hostname=server_hostname)
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname)
         self._tls_lock = threading.Lock()  # guards the SSLObject and both BIOs
         self._recv_buffer = bytearray(RECV_CHUNK)  # only the reading thread uses it
         self._recv_view = memoryview(self._recv_buffer)
@@ -112,8 +112,7 @@ class TlsSocket:
             except ssl.SSLWantReadError:
                 self._flush()
                 if not self._feed():
-                    raise ConnectionResetError("the peer closed the connection during "
-                                               "the TLS handshake") from None
+                    raise ConnectionResetError("the peer closed the connection during the TLS handshake") from None
             except ssl.SSLError:
                 with contextlib.suppress(OSError):
                     self._flush()  # tell the peer why (a TLS alert) before giving up
@@ -127,7 +126,7 @@ class TlsSocket:
         view = memoryview(data).cast("B")
         with self._send_lock:  # inline: one-message requests come this way
             for start in range(0, len(view), WRITE_BYTES):
-                self._encrypt_and_send(view[start:start + WRITE_BYTES])
+                self._encrypt_and_send(view[start : start + WRITE_BYTES])
 
     def sendall_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
         """Encrypt and write ``parts`` (a request's header and its batches) as one stream.
@@ -154,7 +153,7 @@ class TlsSocket:
                             view = view[room:]
                             continue
                         take = min(len(view), room - filled)
-                        stage[filled:filled + take] = view[:take]
+                        stage[filled : filled + take] = view[:take]
                         filled += take
                         view = view[take:]
                         if filled == room:
@@ -170,7 +169,7 @@ class TlsSocket:
         caller holds the send lock)."""
         with self._tls_lock:
             while chunk:
-                chunk = chunk[self._tls.write(chunk):]
+                chunk = chunk[self._tls.write(chunk) :]
             out = self._outgoing.read()
         if out:
             self._sock.sendall(out)
@@ -250,8 +249,7 @@ class TlsSocket:
         return self._tls.version()
 
 
-def wrap_client(sock: socket.socket, context: ssl.SSLContext,
-                server_hostname: str | None) -> TlsSocket:
+def wrap_client(sock: socket.socket, context: ssl.SSLContext, server_hostname: str | None) -> TlsSocket:
     """Run a client handshake over the connected ``sock`` and return the TLS socket.
 
     Raises ``ssl.SSLError`` (verification, protocol) or ``OSError`` (the socket broke or

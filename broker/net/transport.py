@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from broker.net import socket_errors
 from broker.net.tls_accept import Admit, gate_factory
@@ -37,9 +38,16 @@ class BlockingStream(Protocol):
     def close(self) -> None: ...
 
 
-def connect(host: str, port: int, *, timeout: float | None = 10.0,
-            io_timeout: float | None = None, ssl_context: ssl.SSLContext | None = None,
-            server_hostname: str | None = None, peer: str = "broker") -> BlockingStream:
+def connect(
+    host: str,
+    port: int,
+    *,
+    timeout: float | None = 10.0,
+    io_timeout: float | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    peer: str = "broker",
+) -> BlockingStream:
     """Open a blocking TCP connection to ``host:port`` (with TCP_NODELAY).
 
     ``timeout`` bounds the connect and the TLS handshake; afterwards the socket's
@@ -66,10 +74,16 @@ def connect(host: str, port: int, *, timeout: float | None = 10.0,
         raise socket_errors.connect_error(exc, host, port, timeout, peer, hostname) from None
 
 
-async def open_stream(host: str, port: int, *, timeout: float | None = 10.0,
-                      ssl_context: ssl.SSLContext | None = None,
-                      server_hostname: str | None = None, peer: str = "broker",
-                      limit: int = 2 ** 16) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_stream(
+    host: str,
+    port: int,
+    *,
+    timeout: float | None = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    peer: str = "broker",
+    limit: int = 2**16,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Open an asyncio stream to ``host:port``; ``timeout`` bounds connect and handshake.
 
     Uses ``asyncio.timeout``, not ``wait_for``: in Python 3.11, ``wait_for`` can lose a
@@ -80,17 +94,22 @@ async def open_stream(host: str, port: int, *, timeout: float | None = 10.0,
     hostname = _server_hostname(host, ssl_context, server_hostname)
     try:
         async with asyncio.timeout(timeout):
-            return await asyncio.open_connection(host, port, ssl=ssl_context,
-                                                 server_hostname=hostname, limit=limit)
+            return await asyncio.open_connection(host, port, ssl=ssl_context, server_hostname=hostname, limit=limit)
     except (OSError, TimeoutError) as exc:  # asyncio.TimeoutError is TimeoutError in 3.11
         raise socket_errors.connect_error(exc, host, port, timeout, peer, hostname) from None
 
 
-async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str,
-                       port: int, *, ssl_context: ssl.SSLContext | None = None,
-                       ssl_handshake_timeout: float | None = None,
-                       backlog: int = 1024, start_serving: bool = True,
-                       admit: Admit | None = None) -> asyncio.Server:
+async def start_server(
+    protocol_factory: Callable[[], asyncio.BaseProtocol],
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    ssl_handshake_timeout: float | None = None,
+    backlog: int = 1024,
+    start_serving: bool = True,
+    admit: Admit | None = None,
+) -> asyncio.Server:
     """Listen on ``host:port`` and serve each connection with a new protocol object.
 
     With ``ssl_context`` (a server context holding the certificate chain) every
@@ -106,12 +125,11 @@ async def start_server(protocol_factory: Callable[[], asyncio.BaseProtocol], hos
     """
     loop = asyncio.get_running_loop()
     if ssl_context is not None:
-        protocol_factory = gate_factory(protocol_factory, ssl_context,
-                                        ssl_handshake_timeout, admit)
+        protocol_factory = gate_factory(protocol_factory, ssl_context, ssl_handshake_timeout, admit)
     try:
-        return await loop.create_server(protocol_factory, host, port,
-                                        reuse_address=True, backlog=backlog,
-                                        start_serving=start_serving)
+        return await loop.create_server(
+            protocol_factory, host, port, reuse_address=True, backlog=backlog, start_serving=start_serving
+        )
     except OSError as exc:
         raise socket_errors.listen_error(exc, host, port) from None
 
@@ -126,8 +144,7 @@ async def start_serving(server: asyncio.Server, host: str, port: int) -> None:
         raise socket_errors.listen_error(exc, host, port) from None
 
 
-def _server_hostname(host: str, ssl_context: ssl.SSLContext | None,
-                     server_hostname: str | None) -> str | None:
+def _server_hostname(host: str, ssl_context: ssl.SSLContext | None, server_hostname: str | None) -> str | None:
     """The name to verify the server's certificate against: only with TLS."""
     if ssl_context is None:
         if server_hostname is not None:

@@ -36,7 +36,8 @@ def check_min_insync(replica: Replica) -> None:
         raise NotEnoughReplicasError(
             f"partition {topic}-{partition} has {len(isr)} in-sync replicas {list(isr)}, "
             f"fewer than min_insync_replicas={replica.min_insync}: acks=all is refused "
-            "(nothing was written)")
+            "(nothing was written)"
+        )
 
 
 def wait(replica: Replica, end: int, pending: Any, index: int, timeout_ms: int) -> bool:
@@ -80,11 +81,15 @@ def expire(replica: Replica, now: float, timeout_ms: int) -> None:
     for item in replica.pending_acks:
         if item[3] <= now:
             isr = list(replica.tracker.isr) if replica.tracker else []
-            item[1].part_done(item[2], NotEnoughReplicasAfterAppendError(
-                f"{replica.key[0]}-{replica.key[1]}: the in-sync replicas {isr} did not "
-                f"all confirm the batch within {timeout_ms} ms "
-                f"(min_insync_replicas={replica.min_insync}); it was appended by the "
-                "leader and may or may not be kept"))
+            item[1].part_done(
+                item[2],
+                NotEnoughReplicasAfterAppendError(
+                    f"{replica.key[0]}-{replica.key[1]}: the in-sync replicas {isr} did not "
+                    f"all confirm the batch within {timeout_ms} ms "
+                    f"(min_insync_replicas={replica.min_insync}); it was appended by the "
+                    "leader and may or may not be kept"
+                ),
+            )
         else:
             keep.append(item)
     replica.pending_acks = keep
@@ -94,9 +99,13 @@ def fail(replica: Replica, error: LogferryError, me: int) -> None:
     """Fail every waiting batch: broker ``me`` no longer leads (``error`` says why)."""
     pending, replica.pending_acks = replica.pending_acks, []
     for _, waiting, index, _ in pending:
-        waiting.part_done(index, NotEnoughReplicasAfterAppendError(
-            f"{error}; the batch was appended by broker {me} but not confirmed by "
-            "every in-sync replica: it may or may not be kept"))
+        waiting.part_done(
+            index,
+            NotEnoughReplicasAfterAppendError(
+                f"{error}; the batch was appended by broker {me} but not confirmed by "
+                "every in-sync replica: it may or may not be kept"
+            ),
+        )
 
 
 __all__ = ["acked", "acked_end", "check_min_insync", "expire", "fail", "release", "wait"]

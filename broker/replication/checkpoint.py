@@ -35,8 +35,7 @@ def read_checkpoint(log_dir: Path) -> dict[str, int]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable %s (%s): followers compare from the log start",
-                    path, exc)
+        log.warning("ignoring unreadable %s (%s): followers compare from the log start", path, exc)
         return {}
     if not isinstance(data, dict):
         return {}
@@ -69,8 +68,7 @@ async def checkpoint_replicas(replicas: Iterable[Replica], pool: Executor) -> No
         try:
             await loop.run_in_executor(pool, write_checkpoint, log_dir, marks)
         except OSError as exc:
-            log.warning("cannot write the high-watermark checkpoint in %s: %s",
-                        log_dir, exc)
+            log.warning("cannot write the high-watermark checkpoint in %s: %s", log_dir, exc)
 
 
 __all__ = ["FILE_NAME", "checkpoint_replicas", "read_checkpoint", "write_checkpoint"]

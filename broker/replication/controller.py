@@ -16,6 +16,7 @@ this module is the IO around it, on one thread fed by a queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -36,7 +37,6 @@ from broker.common.metrics import Labels
 from broker.coordination import zk
 from broker.coordination.partition_state import PartitionState, elect, initial_state
 from broker.replication.reassigner import PASS_INTERVAL_S, Reassigner
-import contextlib
 
 log = logging.getLogger("logferry.controller")
 
@@ -47,9 +47,15 @@ _SHUTDOWN, _REASSIGN = "shutdown", "reassign"
 class Controller:
     """Competes for the controller role and, while holding it, keeps leaders elected."""
 
-    def __init__(self, client: KazooClient, broker_id: int, *, unclean_election: bool = False,
-                 auto_rebalance_interval_s: float = 0.0,
-                 elections: MutableMapping[Labels, float] | None = None):
+    def __init__(
+        self,
+        client: KazooClient,
+        broker_id: int,
+        *,
+        unclean_election: bool = False,
+        auto_rebalance_interval_s: float = 0.0,
+        elections: MutableMapping[Labels, float] | None = None,
+    ):
         self.client = client
         self.broker_id = broker_id
         self.unclean_election = unclean_election
@@ -84,8 +90,7 @@ class Controller:
             try:
                 _, stat = self.client.get_async(zk.CONTROLLER).get(timeout=5.0)
                 if stat.ephemeralOwner == self.client.client_id[0]:
-                    self.client.delete_async(zk.CONTROLLER,
-                                             version=stat.version).get(timeout=5.0)
+                    self.client.delete_async(zk.CONTROLLER, version=stat.version).get(timeout=5.0)
             except Exception:
                 log.debug("could not delete %s", zk.CONTROLLER, exc_info=True)
 
@@ -101,8 +106,9 @@ class Controller:
             self._events.put(_ELECT)
         return False
 
-    def _controller_node_changed(self, data: bytes | None, stat: object,
-                                 event: object = None) -> bool:  # DataWatch passes event
+    def _controller_node_changed(
+        self, data: bytes | None, stat: object, event: object = None
+    ) -> bool:  # DataWatch passes event
         if self._stopping:
             return False
         if data is None:
@@ -115,6 +121,7 @@ class Controller:
                 return False
             self._events.put(event)
             return True
+
         return changed
 
     # -- the controller thread --------------------------------------------------------
@@ -131,8 +138,7 @@ class Controller:
             try:
                 event = self._events.get(timeout=timeout)
             except queue.Empty:
-                if reassigning and (self.auto_rebalance_interval_s <= 0
-                                    or time.monotonic() < next_rebalance):
+                if reassigning and (self.auto_rebalance_interval_s <= 0 or time.monotonic() < next_rebalance):
                     event = _REASSIGN
                 else:
                     event = _PREFERRED
@@ -160,8 +166,7 @@ class Controller:
 
     def _try_to_become_controller(self) -> None:
         try:
-            self.client.create(zk.CONTROLLER, zk.encode({"broker_id": self.broker_id}),
-                               ephemeral=True)
+            self.client.create(zk.CONTROLLER, zk.encode({"broker_id": self.broker_id}), ephemeral=True)
         except NodeExistsError:
             # Ours if an earlier attempt created it and then failed (its answer lost, or
             # the connection dropped before the takeover below finished): nobody else
@@ -172,8 +177,9 @@ class Controller:
                 return  # gone again: the watch on it queues another attempt
             if stat.ephemeralOwner != self.client.client_id[0]:
                 return
-            log.info("broker %d finds its own %s from an interrupted attempt; taking "
-                     "office", self.broker_id, zk.CONTROLLER)
+            log.info(
+                "broker %d finds its own %s from an interrupted attempt; taking office", self.broker_id, zk.CONTROLLER
+            )
         self.client.ensure_path(zk.CONTROLLER_EPOCH)
         stat = self.client.set(zk.CONTROLLER_EPOCH, b"")
         self._epoch_version = stat.version
@@ -192,6 +198,7 @@ class Controller:
             if stat is not None:
                 self._events.put(_PREFERRED)
             return True
+
         DataWatch(self.client, zk.PREFERRED_ELECTION, trigger)
 
         def reassign(data: bytes | None, stat: object, event: object = None) -> bool:
@@ -200,6 +207,7 @@ class Controller:
             if stat is not None:
                 self._events.put(_REASSIGN)
             return True
+
         DataWatch(self.client, zk.REASSIGN_PARTITIONS, reassign)
 
     def _live_brokers(self) -> tuple[dict[int, int], dict[int, int]]:
@@ -246,13 +254,18 @@ class Controller:
                 if state is not None and state.leader == -1:
                     offline += 1
         if offline and offline != self.offline_partitions:
-            log.warning("%d partitions have no leader: every in-sync replica is down",
-                        offline)
+            log.warning("%d partitions have no leader: every in-sync replica is down", offline)
         self.offline_partitions = offline
 
-    def _settle(self, topic: str, partition: int, replicas: list[int], live: dict[int, int],
-                preferred: bool,
-                shutting: frozenset[int] = frozenset()) -> PartitionState | None:
+    def _settle(
+        self,
+        topic: str,
+        partition: int,
+        replicas: list[int],
+        live: dict[int, int],
+        preferred: bool,
+        shutting: frozenset[int] = frozenset(),
+    ) -> PartitionState | None:
         path = zk.partition_state_path(topic, partition)
         for _ in range(10):  # lost races with the leader's own ISR writes: read again
             state: PartitionState | None
@@ -267,22 +280,30 @@ class Controller:
                 if created is None:
                     return None  # the topic is being deleted
                 if created:
-                    log.info("%s-%d: created missing state, leader %d", topic, partition,
-                             new.leader)
+                    log.info("%s-%d: created missing state, leader %d", topic, partition, new.leader)
                     return new
                 continue
-            elected = elect(state, replicas, live, unclean=self.unclean_election,
-                            preferred=preferred, shutting=shutting)
+            elected = elect(
+                state, replicas, live, unclean=self.unclean_election, preferred=preferred, shutting=shutting
+            )
             if elected is None:
                 return state
             if self._write(path, elected, stat.version):
                 if elected.leader != state.leader or elected.leader_epoch != state.leader_epoch:
                     self.elections[()] += 1
-                    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic, partition,
-                             state.leader, elected.leader, elected.leader_epoch, list(elected.isr))
+                    log.info(
+                        "%s-%d: leader %d -> %d (epoch %d), isr %s",
+                        topic,
+                        partition,
+                        state.leader,
+                        elected.leader,
+                        elected.leader_epoch,
+                        list(elected.isr),
+                    )
                 else:
-                    log.info("%s-%d: isr %s -> %s (dead replicas left)", topic, partition,
-                             list(state.isr), list(elected.isr))
+                    log.info(
+                        "%s-%d: isr %s -> %s (dead replicas left)", topic, partition, list(state.isr), list(elected.isr)
+                    )
                 return elected
         return None
 
@@ -316,12 +337,10 @@ class Controller:
         _NotController if the controller epoch moved on."""
         if isinstance(results[0], (BadVersionError, NoNodeError)):
             raise _NotController()
-        failures = [r for r in results[1:] if isinstance(r, Exception)
-                    and not isinstance(r, RolledBackError)]
+        failures = [r for r in results[1:] if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if not failures:
             return True
-        if all(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError, RuntimeInconsistency))
-               for r in failures):
+        if all(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError, RuntimeInconsistency)) for r in failures):
             return False
         raise failures[0]
 

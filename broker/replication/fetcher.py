@@ -52,8 +52,9 @@ class FetchHost(Protocol):
 
     def fetch_position(self, replica: Replica) -> int: ...
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int,
-                   result: ReplicaFetchAnswerPart, data: memoryview) -> None: ...
+    def on_fetched(
+        self, replica: Replica, epoch: int, offset: int, result: ReplicaFetchAnswerPart, data: memoryview
+    ) -> None: ...
 
 
 class ReplicaFetcher:
@@ -116,30 +117,44 @@ class ReplicaFetcher:
             host, port = address
             try:
                 reader, self._writer = await transport.open_stream(
-                    host, port, timeout=5.0, peer=f"leader broker {self.leader}",
+                    host,
+                    port,
+                    timeout=5.0,
+                    peer=f"leader broker {self.leader}",
                     ssl_context=services.leader_ssl_context,
-                    server_hostname=services.leader_server_hostname)
+                    server_hostname=services.leader_server_hostname,
+                )
                 if services.leader_sasl is not None:
-                    await authenticate_stream(reader, self._writer, services.leader_sasl,
-                                              f"leader broker {self.leader}")
+                    await authenticate_stream(
+                        reader, self._writer, services.leader_sasl, f"leader broker {self.leader}"
+                    )
                 retry.reset()  # connected: the next failure starts the backoff afresh
                 self._timed_out = False
                 await self._fetch_loop(reader, self._writer, config)
             except asyncio.CancelledError:
                 raise
-            except (OSError, asyncio.TimeoutError, LogferryError, ConnectionError) as exc:
+            except (TimeoutError, OSError, LogferryError, ConnectionError) as exc:
                 # refused credentials stay refused until an operator acts: say so, once a minute
-                loud = isinstance(exc, AuthenticationError) and not self._stopping \
+                loud = (
+                    isinstance(exc, AuthenticationError)
+                    and not self._stopping
                     and self._auth_warnings.allow() is not None
-                log.log(logging.WARNING if loud else logging.INFO,
-                        "replica fetch from broker %d (%s:%d) failed: %s; retrying",
-                        self.leader, host, port, exc or type(exc).__name__)
+                )
+                log.log(
+                    logging.WARNING if loud else logging.INFO,
+                    "replica fetch from broker %d (%s:%d) failed: %s; retrying",
+                    self.leader,
+                    host,
+                    port,
+                    exc or type(exc).__name__,
+                )
             finally:
                 self._close()
             await asyncio.sleep(retry.next_delay())
 
-    async def _fetch_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          config: ReplicationConfig) -> None:
+    async def _fetch_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, config: ReplicationConfig
+    ) -> None:
         decoder = protocol.FrameDecoder(max_frame_bytes=1 << 31)
         loop = asyncio.get_running_loop()
         manager = self.manager
@@ -161,8 +176,7 @@ class ReplicaFetcher:
                     reserved = max_bytes
                     throttle.spend(reserved)  # reserved: other fetches see it gone
                 reconciling |= replica.reconcile_at is not None
-                asked.append((replica, replica.epoch, manager.fetch_position(replica),
-                              max_bytes, reserved))
+                asked.append((replica, replica.epoch, manager.fetch_position(replica), max_bytes, reserved))
             if not asked:
                 await asyncio.sleep(throttle.delay(rate) if held_back else 0.05)
                 continue
@@ -170,17 +184,27 @@ class ReplicaFetcher:
             if held_back:
                 wait_ms = min(wait_ms, int(throttle.delay(rate) * 1000) + 1)
             corr = next(self._corr)
-            writer.write(protocol.encode_request(protocol.FETCH, corr, encode_fetch_request(
-                [ReplicaFetchPart(r.key[0], r.key[1], offset, max_bytes, epoch)
-                 for r, epoch, offset, max_bytes, _ in asked],
-                wait_ms, 1, replica=manager.me)))
+            writer.write(
+                protocol.encode_request(
+                    protocol.FETCH,
+                    corr,
+                    encode_fetch_request(
+                        [
+                            ReplicaFetchPart(r.key[0], r.key[1], offset, max_bytes, epoch)
+                            for r, epoch, offset, max_bytes, _ in asked
+                        ],
+                        wait_ms,
+                        1,
+                        replica=manager.me,
+                    ),
+                )
+            )
             await writer.drain()
             # A leader that does not answer within the long poll plus a grace period
             # is taken for dead: a timer handle aborts the connection (cheaper per
             # fetch than asyncio.timeout, whose cancellation machinery costs about a
             # tenth of a follower's CPU at one small fetch per append).
-            overdue = loop.call_later(wait_ms / 1000 + RESPONSE_GRACE_S,
-                                      self._overdue, writer)
+            overdue = loop.call_later(wait_ms / 1000 + RESPONSE_GRACE_S, self._overdue, writer)
             try:
                 frame = await self._read_frame(reader, decoder)
             finally:
@@ -189,12 +213,12 @@ class ReplicaFetcher:
             if header.get("id") != corr:
                 raise ProtocolError(f"response id {header.get('id')} != request id {corr}")
             if header.get("err"):
-                raise ProtocolError(f"leader answered error {header.get('err')}: "
-                                    f"{header.get('msg')}")
+                raise ProtocolError(f"leader answered error {header.get('err')}: {header.get('msg')}")
             results = parse_fetch_answer(header, replica=True)
             # zip without strict=: one result per part asked; a follower's per-fetch path
             for (replica, epoch, offset, _, reserved), result, data in zip(  # noqa: B905
-                    asked, results, payload_slices(results, frame.payload)):
+                asked, results, payload_slices(results, frame.payload)
+            ):
                 if reserved:
                     throttle.spend(len(data) - reserved)  # settle the reservation
                 replica.leader_end = result.log_end
@@ -206,8 +230,7 @@ class ReplicaFetcher:
         self._timed_out = True
         writer.transport.abort()
 
-    async def _read_frame(self, reader: asyncio.StreamReader,
-                          decoder: protocol.FrameDecoder) -> protocol.Frame:
+    async def _read_frame(self, reader: asyncio.StreamReader, decoder: protocol.FrameDecoder) -> protocol.Frame:
         while True:
             frame = decoder.next_frame()
             if frame is not None:
@@ -219,8 +242,9 @@ class ReplicaFetcher:
             if not chunk:
                 if self._timed_out:
                     self._timed_out = False
-                    raise TimeoutError(f"leader broker {self.leader} did not answer a fetch "
-                                       f"within its wait plus {RESPONSE_GRACE_S:g}s")
+                    raise TimeoutError(
+                        f"leader broker {self.leader} did not answer a fetch within its wait plus {RESPONSE_GRACE_S:g}s"
+                    )
                 raise ConnectionError("the leader closed the connection")
             decoder.feed(chunk)
 

@@ -40,61 +40,83 @@ class FollowerApplier:
     @staticmethod
     def fetch_position(replica: Replica) -> int:
         """Where the next fetch for ``replica`` starts."""
-        return replica.reconcile_at if replica.reconcile_at is not None \
-            else replica.plog.end_offset
+        return replica.reconcile_at if replica.reconcile_at is not None else replica.plog.end_offset
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int,
-                   result: ReplicaFetchAnswerPart, data: memoryview) -> None:
+    def on_fetched(
+        self, replica: Replica, epoch: int, offset: int, result: ReplicaFetchAnswerPart, data: memoryview
+    ) -> None:
         """Apply one partition's part of a replica fetch response."""
-        if replica.role != FOLLOWER or replica.epoch != epoch \
-                or self.fetch_position(replica) != offset:
+        if replica.role != FOLLOWER or replica.epoch != epoch or self.fetch_position(replica) != offset:
             return  # the role or the log moved on while the fetch was out
         plog = replica.plog
-        code, message, start, hw, leo = (result.error, result.message, result.start,
-                                         result.visible_end, result.log_end)
+        code, message, start, hw, leo = (result.error, result.message, result.start, result.visible_end, result.log_end)
         now = time.monotonic()
         if code:
             self._fetch_error(replica, offset, code, message, start, leo, now)
             return
         if hw is None or leo is None:  # a leader's answer without an error carries both
-            raise ProtocolError(f"{replica.key[0]}-{replica.key[1]}: the leader's fetch answer "
-                                "has no error, yet no high watermark or log end")
+            raise ProtocolError(
+                f"{replica.key[0]}-{replica.key[1]}: the leader's fetch answer "
+                "has no error, yet no high watermark or log end"
+            )
         if replica.reconcile_at is not None:
             self._reconcile(replica, offset, data, leo)
             return
         scan = records.scan(data)
         if scan.valid_bytes:
             try:
-                plog.append(data[:scan.valid_bytes], scan.messages, scan.producers)
+                plog.append(data[: scan.valid_bytes], scan.messages, scan.producers)
             except StorageError as exc:
                 log.error("%s-%d: follower cannot append: %s", *replica.key, exc)
                 replica.retry_at = now + 1.0
                 return
             self.services.replicated_in(replica.key, scan.valid_bytes, scan.messages)
         elif scan.error and not scan.error.startswith("torn"):
-            log.error("%s-%d: leader sent a bad batch at offset %d (%s); retrying in 1s",
-                      *replica.key, offset, scan.error)
+            log.error(
+                "%s-%d: leader sent a bad batch at offset %d (%s); retrying in 1s", *replica.key, offset, scan.error
+            )
             replica.retry_at = now + 1.0
         plog.set_high_watermark(min(hw, plog.end_offset))
 
-    def _fetch_error(self, replica: Replica, offset: int, code: int, message: str | None,
-                     start: int | None, leo: int | None, now: float) -> None:
+    def _fetch_error(
+        self,
+        replica: Replica,
+        offset: int,
+        code: int,
+        message: str | None,
+        start: int | None,
+        leo: int | None,
+        now: float,
+    ) -> None:
         plog = replica.plog
         name = f"{replica.key[0]}-{replica.key[1]}"
         if code == OffsetOutOfRangeError.code and start is not None and offset < start:
-            log.warning("%s: the leader's log starts at %d, past this follower's end %d "
-                        "(retention deleted it there): restarting the log empty", name,
-                        start, offset)
+            log.warning(
+                "%s: the leader's log starts at %d, past this follower's end %d "
+                "(retention deleted it there): restarting the log empty",
+                name,
+                start,
+                offset,
+            )
             plog.restart_at(start)
             replica.reconcile_at = None
         elif code == OffsetOutOfRangeError.code and leo is not None and offset > leo:
             replica.reconcile_at = plog.batch_start_at_or_before(leo)
-            log.warning("%s: this follower is ahead of its leader (%d > %d): comparing from "
-                        "%d", name, offset, leo, replica.reconcile_at)
+            log.warning(
+                "%s: this follower is ahead of its leader (%d > %d): comparing from %d",
+                name,
+                offset,
+                leo,
+                replica.reconcile_at,
+            )
         elif code == InvalidOffsetError.code:
             back = plog.batch_start_at_or_before(max(offset - 1, plog.start_offset))
-            log.warning("%s: offset %d is no batch boundary on the leader: the logs differ "
-                        "before it; comparing from %d", name, offset, back)
+            log.warning(
+                "%s: offset %d is no batch boundary on the leader: the logs differ before it; comparing from %d",
+                name,
+                offset,
+                back,
+            )
             replica.reconcile_at = back if back < offset else None
             if back >= offset:
                 plog.truncate_to(back)
@@ -112,12 +134,15 @@ class FollowerApplier:
             if at < plog.end_offset:
                 cut = plog.truncate_to(at)
                 self.services.truncated_bytes[()] += cut
-                log.warning("%s-%d: log agrees with the leader up to %d only; cut the %d "
-                            "bytes after it that the leader does not have", *replica.key,
-                            at, cut)
+                log.warning(
+                    "%s-%d: log agrees with the leader up to %d only; cut the %d "
+                    "bytes after it that the leader does not have",
+                    *replica.key,
+                    at,
+                    cut,
+                )
             else:
-                log.info("%s-%d: log agrees with the leader up to %d; fetching from there",
-                         *replica.key, at)
+                log.info("%s-%d: log agrees with the leader up to %d; fetching from there", *replica.key, at)
         else:
             replica.reconcile_at = at
 

@@ -31,8 +31,8 @@ Times are plain floats (seconds, monotonic) passed in by the caller.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 
 @dataclass
@@ -48,8 +48,7 @@ class FollowerProgress:
 class LeaderTracker:
     """Followers' progress, the ISR and the high watermark of a partition this broker leads."""
 
-    def __init__(self, me: int, replicas: Sequence[int], isr: Iterable[int],
-                 high_watermark: int, now: float):
+    def __init__(self, me: int, replicas: Sequence[int], isr: Iterable[int], high_watermark: int, now: float):
         self.me = me
         self.isr: tuple[int, ...] = tuple(isr)
         """The committed ISR: as last written to or read from ZooKeeper."""
@@ -63,9 +62,9 @@ class LeaderTracker:
         # A follower not heard from yet is assumed to hold the high watermark (every
         # ISR member does) and to have been caught up now: it has ``lag`` to fetch. It
         # has not fetched in this epoch, so it cannot join before it does.
-        self.followers = {r: FollowerProgress(high_watermark, now, float("-inf"),
-                                              high_watermark)
-                          for r in replicas if r != me}
+        self.followers = {
+            r: FollowerProgress(high_watermark, now, float("-inf"), high_watermark) for r in replicas if r != me
+        }
 
     def ack_set(self) -> set[int]:
         """Every replica an acks=all batch must reach (see the module docstring)."""
@@ -148,8 +147,9 @@ class LeaderTracker:
                 progress.last_fetch_at = float("-inf")
         self.isr = isr
         self.joining -= set(isr)
-        if self.proposal is not None and (version > self.proposal_base or (
-                read_after_write and version >= self.proposal_base)):
+        if self.proposal is not None and (
+            version > self.proposal_base or (read_after_write and version >= self.proposal_base)
+        ):
             self.proposal = None
 
     def set_replicas(self, replicas: Sequence[int], now: float) -> None:

@@ -38,12 +38,12 @@ from broker.common.errors import (
     StaleEpochError,
 )
 from broker.coordination import zk
+from broker.coordination.partition_state import PartitionState
 from broker.replication import acks
 from broker.replication.isr import LeaderTracker
 from broker.replication.lease import Fencing, WriteLease
 from broker.replication.roles import LEADER, OFFLINE, Replica
 from broker.replication.services import PartitionKey, ReplicationServices
-from broker.coordination.partition_state import PartitionState
 from broker.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logferry.replication")
@@ -89,37 +89,38 @@ class LeaderSide:
                 return replica.plog
             if not self.host.fencing.fenced and self.host.lease.valid():
                 return replica.plog
-            raise NotLeaderError(f"broker {me} cannot confirm with ZooKeeper that it "
-                                 f"still leads {topic}-{partition} (connection lost or "
-                                 "lease expired); retry")
+            raise NotLeaderError(
+                f"broker {me} cannot confirm with ZooKeeper that it "
+                f"still leads {topic}-{partition} (connection lost or "
+                "lease expired); retry"
+            )
         state = replica.state
         if state is None or state.leader < 0 or replica.role == OFFLINE:
-            raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right "
-                                          "now (election under way or every in-sync replica "
-                                          "is down)")
-        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {state.leader}, "
-                             f"not broker {me}")
+            raise LeaderNotAvailableError(
+                f"partition {topic}-{partition} has no leader right "
+                "now (election under way or every in-sync replica "
+                "is down)"
+            )
+        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {state.leader}, not broker {me}")
 
     def check_replica_fetch(self, topic: str, partition: int, epoch: int) -> Replica:
         """Validate a follower's fetch: we lead the partition in the epoch it names."""
         replica = self.host.replicas.get((topic, partition))
         if replica is None or replica.role != LEADER:
             leader = replica.state.leader if replica is not None and replica.state else -1
-            raise NotLeaderError(f"broker {self.host.me} does not lead {topic}-{partition} "
-                                 f"(leader: {leader})")
+            raise NotLeaderError(f"broker {self.host.me} does not lead {topic}-{partition} (leader: {leader})")
         if epoch != replica.epoch:
             if epoch > replica.epoch:  # a newer leader exists: we are stale, find out now
                 self.refresh_state(replica)
-            raise StaleEpochError(f"{topic}-{partition}: follower names leader epoch {epoch}, "
-                                  f"this leader has epoch {replica.epoch}")
+            raise StaleEpochError(
+                f"{topic}-{partition}: follower names leader epoch {epoch}, this leader has epoch {replica.epoch}"
+            )
         return replica
 
     def record_replica_fetch(self, replica: Replica, follower: int, offset: int) -> None:
         """A follower fetched at ``offset``: it has everything below."""
         tracker = replica.tracker
-        if tracker is not None and tracker.record_fetch(follower, offset,
-                                                        replica.plog.end_offset,
-                                                        time.monotonic()):
+        if tracker is not None and tracker.record_fetch(follower, offset, replica.plog.end_offset, time.monotonic()):
             self.update_high_watermark(replica)
 
     def on_publishable(self, key: PartitionKey) -> None:
@@ -136,8 +137,7 @@ class LeaderSide:
         plog = replica.plog
         if tracker is None:
             return
-        if replica.replicated and tracker.advance_high_watermark(plog.end_offset,
-                                                                 plog.publishable_end):
+        if replica.replicated and tracker.advance_high_watermark(plog.end_offset, plog.publishable_end):
             plog.set_high_watermark(tracker.high_watermark)
             self.host.services.wake_consumers(replica.key)
         acks.release(replica)
@@ -160,21 +160,24 @@ class LeaderSide:
             try:
                 state = registry.read_state(*replica.key)
             except Exception:
-                loop.call_soon_threadsafe(loop.call_later, 0.5, self.refresh_state,
-                                          replica, settles)
+                loop.call_soon_threadsafe(loop.call_later, 0.5, self.refresh_state, replica, settles)
                 return
             loop.call_soon_threadsafe(self._apply_read_state, replica, state, settles)
+
         loop.run_in_executor(self.host.services.admin_pool, read)
 
-    def _apply_read_state(self, replica: Replica, state: PartitionState | None,
-                          settles: LeaderTracker | None) -> None:
+    def _apply_read_state(self, replica: Replica, state: PartitionState | None, settles: LeaderTracker | None) -> None:
         if self.host.replicas.get(replica.key) is not replica or state is None:
             return  # forgotten meanwhile, or the topic is being deleted
         if replica.state is not None and state.older_than(replica.state):
             return  # a newer state was adopted meanwhile (it settled any write too)
         tracker = replica.tracker
-        if settles is not None and tracker is settles and state.leader == self.host.me \
-                and state.leader_epoch == replica.epoch:
+        if (
+            settles is not None
+            and tracker is settles
+            and state.leader == self.host.me
+            and state.leader_epoch == replica.epoch
+        ):
             replica.state = state
             tracker.adopt(state.isr, state.version, read_after_write=True)
             self.update_high_watermark(replica)
@@ -204,10 +207,10 @@ class LeaderSide:
             except Exception as exc:  # refused, or connection trouble
                 result = exc
             loop.call_soon_threadsafe(self._isr_written, replica, tracker, old_isr, result)
+
         loop.run_in_executor(self.host.services.admin_pool, write)
 
-    def _isr_written(self, replica: Replica, tracker: LeaderTracker,
-                     old_isr: tuple[int, ...], result: Any) -> None:
+    def _isr_written(self, replica: Replica, tracker: LeaderTracker, old_isr: tuple[int, ...], result: Any) -> None:
         name = f"{replica.key[0]}-{replica.key[1]}"
         services = self.host.services
         if replica.tracker is not tracker:
@@ -218,24 +221,30 @@ class LeaderSide:
                 tracker.adopt(result.isr, result.version)
             if len(result.isr) < len(old_isr):
                 services.isr_changes[(("direction", "shrink"),)] += 1
-                log.warning("%s: isr shrank %s -> %s (followers behind for more than %d ms)",
-                            name, list(old_isr), list(result.isr),
-                            services.config.replica_lag_time_max_ms)
+                log.warning(
+                    "%s: isr shrank %s -> %s (followers behind for more than %d ms)",
+                    name,
+                    list(old_isr),
+                    list(result.isr),
+                    services.config.replica_lag_time_max_ms,
+                )
             else:
                 services.isr_changes[(("direction", "grow"),)] += 1
-                log.info("%s: isr grew %s -> %s (caught up)", name, list(old_isr),
-                         list(result.isr))
+                log.info("%s: isr grew %s -> %s (caught up)", name, list(old_isr), list(result.isr))
             self.update_high_watermark(replica)
         else:
             # Refused (the state changed) or unknown (connection trouble): the proposed
             # members keep counting for acks until a read made after the write settles it.
             if isinstance(result, (BadVersionError, NoNodeError)):
-                log.info("%s: isr write lost a race (state changed); reading the state "
-                         "again", name)
+                log.info("%s: isr write lost a race (state changed); reading the state again", name)
             else:
-                log.warning("%s: could not write the isr to ZooKeeper (%s%s); reading the "
-                            "state to learn whether it was written", name,
-                            type(result).__name__, f": {result}" if str(result) else "")
+                log.warning(
+                    "%s: could not write the isr to ZooKeeper (%s%s); reading the "
+                    "state to learn whether it was written",
+                    name,
+                    type(result).__name__,
+                    f": {result}" if str(result) else "",
+                )
             self.refresh_state(replica, settles=tracker)
 
 

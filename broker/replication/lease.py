@@ -32,9 +32,9 @@ from typing import Protocol
 from kazoo.client import KazooState
 
 from broker.coordination import zk
+from broker.coordination.partition_state import PartitionState
 from broker.replication.roles import LEADER, Replica
 from broker.replication.services import PartitionKey, ReplicationServices
-from broker.coordination.partition_state import PartitionState
 
 log = logging.getLogger("logferry.replication")
 
@@ -132,8 +132,12 @@ class Fencing:
         """The connection is suspended or lost: refuse writes from now on."""
         if not self.fenced:
             leading = sum(1 for r in self.host.replicas.values() if r.role == LEADER)
-            log.warning("ZooKeeper connection %s: refusing writes to the %d partitions this "
-                        "broker leads until it can confirm its leadership", state.lower(), leading)
+            log.warning(
+                "ZooKeeper connection %s: refusing writes to the %d partitions this "
+                "broker leads until it can confirm its leadership",
+                state.lower(),
+                leading,
+            )
         self.fenced = True
         self._fences += 1
 
@@ -154,10 +158,10 @@ class Fencing:
                 log.warning("could not read partition states after reconnecting: %s", exc)
                 return
             loop.call_soon_threadsafe(self._unfence, states, fences)
+
         loop.run_in_executor(self.host.services.admin_pool, read)
 
-    def _unfence(self, states: dict[PartitionKey, PartitionState | None],
-                 fences: int) -> None:
+    def _unfence(self, states: dict[PartitionKey, PartitionState | None], fences: int) -> None:
         if fences != self._fences:
             return  # suspended again since the check began: the next reconnect checks anew
         self.host.reconfirm(states)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.common.errors import LogferryError, NotLeaderError
 from broker.common.names import partition_dir_name
+from broker.coordination.partition_state import PartitionState
 from broker.coordination.reassignment import THROTTLE_KEY
 from broker.coordination.registry import ClusterView
 from broker.replication import acks, progress
@@ -49,7 +50,6 @@ from broker.replication.roles import (
 )
 from broker.replication.services import PartitionKey, ReplicationServices
 from broker.replication.throttle import Throttle
-from broker.coordination.partition_state import PartitionState
 from broker.wire.fetch import ReplicaFetchAnswerPart
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class ReplicaManager:
         for log_dir in self.config.log_dirs:
             self._checkpoint.update(read_checkpoint(log_dir))
 
-    def start(self, loop: asyncio.AbstractEventLoop, zk_client: KazooClient,
-              registry: BrokerRegistry) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, zk_client: KazooClient, registry: BrokerRegistry) -> None:
         """Start the ISR upkeep loop and watch the ZooKeeper connection (the server
         calls this once connected and registered)."""
         self.services.zk = zk_client
@@ -138,8 +137,8 @@ class ReplicaManager:
                 rows = progress.copying(self.replicas.values())
                 if rows and self.services.zk is not None:
                     asyncio.get_running_loop().run_in_executor(
-                        self.services.admin_pool, progress.publish, self.services.zk, self.me,
-                        rows)
+                        self.services.admin_pool, progress.publish, self.services.zk, self.me, rows
+                    )
             if now >= next_checkpoint:
                 next_checkpoint = now + CHECKPOINT_INTERVAL_S
                 await checkpoint_replicas(self.replicas.values(), self.services.fsync_pool)
@@ -166,16 +165,16 @@ class ReplicaManager:
                     if len(replicas) > 1:
                         hw = plog.start_offset if checkpoint is None else checkpoint
                         plog.set_high_watermark(min(max(hw, plog.start_offset), plog.end_offset))
-                if replica.tracker is not None and replica.replicas \
-                        and set(replica.replicas) != set(replicas):
+                if replica.tracker is not None and replica.replicas and set(replica.replicas) != set(replicas):
                     replica.tracker.set_replicas(replicas, time.monotonic())
                 replica.replicas = list(replicas)
                 replica.throttle = reassign_throttle(config, partition, self.me)
                 # A topic's own setting (checked against its replication factor when it
                 # was created) wins; the broker default is capped at the replica count,
                 # so a default of 2 does not refuse every acks=all write to a topic of 1.
-                replica.min_insync = int(config.get(
-                    "min_insync_replicas", min(self.config.min_insync_replicas, len(replicas))))
+                replica.min_insync = int(
+                    config.get("min_insync_replicas", min(self.config.min_insync_replicas, len(replicas)))
+                )
                 self.transition(replica, view.states.get(key))
         for key in [k for k in self.replicas if k[0] not in view.topics]:
             replica = self.replicas.pop(key)
@@ -191,27 +190,29 @@ class ReplicaManager:
         if same_term(replica, state, role):
             assert old is not None and state is not None
             replica.state = state
-            if role == LEADER and replica.tracker is not None \
-                    and (state.version, state.created) != (old.version, old.created):
+            if (
+                role == LEADER
+                and replica.tracker is not None
+                and (state.version, state.created) != (old.version, old.created)
+            ):
                 # The controller may have dropped a dead follower; a newer version also
                 # settles an ISR write of ours whose outcome was unknown.
                 replica.tracker.adopt(state.isr, state.version)
                 self.leader.update_high_watermark(replica)
             return
-        self._leave_role(replica, NotLeaderError(
-            f"partition {replica.key[0]}-{replica.key[1]} changed leader"))
+        self._leave_role(replica, NotLeaderError(f"partition {replica.key[0]}-{replica.key[1]} changed leader"))
         replica.state = state
         replica.role = role
         name = f"{replica.key[0]}-{replica.key[1]}"
         if role == LEADER:
             assert state is not None
             plog = replica.plog
-            replica.tracker = LeaderTracker(self.me, replica.replicas, state.isr,
-                                            plog.visible_end, time.monotonic())
+            replica.tracker = LeaderTracker(self.me, replica.replicas, state.isr, plog.visible_end, time.monotonic())
             if replica.replicated:
                 plog.set_high_watermark(replica.tracker.high_watermark)
-            log.info("%s: leader in epoch %d, isr %s, log end %d", name, state.leader_epoch,
-                     list(state.isr), plog.end_offset)
+            log.info(
+                "%s: leader in epoch %d, isr %s, log end %d", name, state.leader_epoch, list(state.isr), plog.end_offset
+            )
             self.leader.update_high_watermark(replica)
         elif role == FOLLOWER:
             assert state is not None
@@ -224,12 +225,20 @@ class ReplicaManager:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(self, leader)
                 fetcher.start(self.services.background)
             fetcher.add(replica)
-            log.info("%s: following broker %d in epoch %d from offset %d%s", name, leader,
-                     state.leader_epoch, plog.end_offset,
-                     f" (comparing from {mark})" if replica.reconcile_at is not None else "")
+            log.info(
+                "%s: following broker %d in epoch %d from offset %d%s",
+                name,
+                leader,
+                state.leader_epoch,
+                plog.end_offset,
+                f" (comparing from {mark})" if replica.reconcile_at is not None else "",
+            )
         elif state is not None and state.leader == self.me:
-            log.info("%s: ZooKeeper names this broker leader in an earlier session; waiting "
-                     "for the controller to elect again", name)
+            log.info(
+                "%s: ZooKeeper names this broker leader in an earlier session; waiting "
+                "for the controller to elect again",
+                name,
+            )
 
     def reconfirm(self, states: Mapping[PartitionKey, PartitionState | None]) -> None:
         """After a reconnect (see :class:`.lease.Fencing`): take the current session
@@ -245,8 +254,7 @@ class ReplicaManager:
         """Drop a replica whose log is about to be deleted (and its checkpointed mark)."""
         replica = self.replicas.pop(key, None)
         if replica is not None:
-            self._leave_role(replica, NotLeaderError(
-                f"partition {key[0]}-{key[1]} belongs to a deleted topic"))
+            self._leave_role(replica, NotLeaderError(f"partition {key[0]}-{key[1]} belongs to a deleted topic"))
         self._checkpoint.pop(partition_dir_name(*key), None)
 
     def _leave_role(self, replica: Replica, error: LogferryError) -> None:
@@ -270,11 +278,9 @@ class ReplicaManager:
         """Refuse an acks=all produce before appending when too few replicas are in sync."""
         acks.check_min_insync(self.replicas[(topic, partition)])
 
-    def wait_for_replicas(self, topic: str, partition: int, end: int, pending: Any,
-                          index: int) -> bool:
+    def wait_for_replicas(self, topic: str, partition: int, end: int, pending: Any, index: int) -> bool:
         """Hold an acks=all answer until the ISR has ``end``; False if it already has."""
-        return acks.wait(self.replicas[(topic, partition)], end, pending, index,
-                         self.config.acks_all_timeout_ms)
+        return acks.wait(self.replicas[(topic, partition)], end, pending, index, self.config.acks_all_timeout_ms)
 
     def check_replica_fetch(self, topic: str, partition: int, epoch: int) -> Replica:
         """Validate a follower's fetch: we lead the partition in the epoch it names."""
@@ -295,8 +301,9 @@ class ReplicaManager:
         """Where the next fetch for ``replica`` starts."""
         return self.follower.fetch_position(replica)
 
-    def on_fetched(self, replica: Replica, epoch: int, offset: int,
-                   result: ReplicaFetchAnswerPart, data: memoryview) -> None:
+    def on_fetched(
+        self, replica: Replica, epoch: int, offset: int, result: ReplicaFetchAnswerPart, data: memoryview
+    ) -> None:
         """Apply one partition's part of a replica fetch response."""
         self.follower.on_fetched(replica, epoch, offset, result, data)
 
@@ -304,9 +311,11 @@ class ReplicaManager:
 
     def under_replicated(self) -> list[PartitionKey]:
         """Partitions this broker leads whose ISR is smaller than their replica list."""
-        return sorted(k for k, r in self.replicas.items()
-                      if r.role == LEADER and r.tracker is not None
-                      and len(r.tracker.isr) < len(r.replicas))
+        return sorted(
+            k
+            for k, r in self.replicas.items()
+            if r.role == LEADER and r.tracker is not None and len(r.tracker.isr) < len(r.replicas)
+        )
 
     def role_counts(self) -> Counter[str]:
         """Number of hosted partitions per role."""

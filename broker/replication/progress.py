@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoNodeError
 
@@ -33,8 +34,7 @@ def progress_path(topic: str, partition: int, broker: int) -> str:
 
 def copying(replicas: Iterable[Replica]) -> list[tuple[tuple[str, int], int, int]]:
     """(key, local end, leader end) of every throttled follower (loop thread)."""
-    return [(r.key, r.plog.end_offset, r.leader_end) for r in replicas
-            if r.throttle > 0 and r.role == FOLLOWER]
+    return [(r.key, r.plog.end_offset, r.leader_end) for r in replicas if r.throttle > 0 and r.role == FOLLOWER]
 
 
 def publish(client: KazooClient, me: int, rows: list[tuple[tuple[str, int], int, int]]) -> None:
@@ -64,8 +64,7 @@ def read_progress(client: KazooClient) -> dict[tuple[str, int, int], tuple[int, 
         try:
             raw, _ = client.get(f"{PROGRESS}/{child}")
             data = json.loads(raw)
-            out[(topic, int(partition), int(broker))] = (int(data["end"]),
-                                                         int(data["leader_end"]))
+            out[(topic, int(partition), int(broker))] = (int(data["end"]), int(data["leader_end"]))
         except (NoNodeError, ValueError, KeyError, TypeError):
             continue
     return out

@@ -31,7 +31,6 @@ from broker.coordination.reassignment import (
     decode_job,
     next_step,
 )
-
 from broker.replication.progress import PROGRESS
 
 if TYPE_CHECKING:
@@ -63,13 +62,16 @@ class Reassigner:
             return
         job = decode_job(raw)
         if job is None:
-            log.error("%s is malformed; deleting it (nothing was moved by it)",
-                      zk.REASSIGN_PARTITIONS)
+            log.error("%s is malformed; deleting it (nothing was moved by it)", zk.REASSIGN_PARTITIONS)
             self._delete(stat.version)
             return
         if not self.running:
-            log.info("reassignment of %d partitions under way (throttle %d bytes/s)%s",
-                     len(job.targets), job.throttle, " (cancelled)" if job.cancelled else "")
+            log.info(
+                "reassignment of %d partitions under way (throttle %d bytes/s)%s",
+                len(job.targets),
+                job.throttle,
+                " (cancelled)" if job.cancelled else "",
+            )
         self.running = True
         live, _ = self.controller._live_brokers()
         by_topic: dict[str, list[int]] = {}
@@ -90,8 +92,7 @@ class Reassigner:
         except Exception:  # changed meanwhile (cancel): the next pass reads it again
             log.debug("could not delete %s", zk.REASSIGN_PARTITIONS, exc_info=True)
 
-    def _topic_pass(self, job: Job, topic: str, partitions: list[int],
-                    live: dict[int, int]) -> int:
+    def _topic_pass(self, job: Job, topic: str, partitions: list[int], live: dict[int, int]) -> int:
         """Advance one topic's partitions; the number not done yet."""
         for _ in range(10):
             try:
@@ -118,25 +119,34 @@ class Reassigner:
                 remaining += 1
                 if step.kind == "widen":
                     new_assignment[p] = list(step.replicas)
-                    log.info("%s-%d: replicas %s -> %s (new ones catch up)", topic, p,
-                             current, list(step.replicas))
+                    log.info("%s-%d: replicas %s -> %s (new ones catch up)", topic, p, current, list(step.replicas))
                 elif step.kind == "lead":
                     assert step.state is not None
-                    if not self.controller._write(zk.partition_state_path(topic, p),
-                                                  step.state, version):
+                    if not self.controller._write(zk.partition_state_path(topic, p), step.state, version):
                         raced = True
                         break
                     self.controller.elections[()] += 1
-                    log.info("%s-%d: leader %d -> %d (epoch %d) for the reassignment", topic,
-                             p, state.leader if state else -1, step.state.leader,
-                             step.state.leader_epoch)
+                    log.info(
+                        "%s-%d: leader %d -> %d (epoch %d) for the reassignment",
+                        topic,
+                        p,
+                        state.leader if state else -1,
+                        step.state.leader,
+                        step.state.leader_epoch,
+                    )
                     continue
                 elif step.kind == "narrow":
                     assert step.state is not None
                     new_assignment[p] = list(step.replicas)
                     states.append((p, step.state, version))
-                    log.info("%s-%d: replicas %s -> %s, isr %s (done)", topic, p, current,
-                             list(step.replicas), list(step.state.isr))
+                    log.info(
+                        "%s-%d: replicas %s -> %s, isr %s (done)",
+                        topic,
+                        p,
+                        current,
+                        list(step.replicas),
+                        list(step.state.isr),
+                    )
                     continue
                 added = adding(new_assignment[p], job.original[key])
                 if added:
@@ -152,8 +162,7 @@ class Reassigner:
                 return remaining
             tx = self.client.transaction()
             tx.check(zk.CONTROLLER_EPOCH, self.controller._epoch_version)
-            tx.set_data(zk.topic_path(topic), zk.encode_topic(new_assignment, new_config),
-                        version=tstat.version)
+            tx.set_data(zk.topic_path(topic), zk.encode_topic(new_assignment, new_config), version=tstat.version)
             for p, state, version in states:
                 tx.set_data(zk.partition_state_path(topic, p), state.encode(), version=version)
             if self.controller._committed(tx.commit()):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.replication.isr import LeaderTracker
 from broker.coordination.partition_state import PartitionState
+from broker.replication.isr import LeaderTracker
 from broker.storage.partition_log import PartitionLog
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
@@ -83,8 +83,13 @@ def same_term(replica: Replica, state: PartitionState | None, role: str) -> bool
     """True when ``state`` keeps ``replica`` in its role under the same leader and
     epoch (only the ISR or the znode version may differ)."""
     old = replica.state
-    return (old is not None and state is not None and role == replica.role
-            and old.leader_epoch == state.leader_epoch and old.leader == state.leader)
+    return (
+        old is not None
+        and state is not None
+        and role == replica.role
+        and old.leader_epoch == state.leader_epoch
+        and old.leader == state.leader
+    )
 
 
 __all__ = ["FOLLOWER", "LEADER", "OFFLINE", "Replica", "role_for", "same_term"]

@@ -12,7 +12,6 @@ the layers point one way (replication <- server).
 from __future__ import annotations
 
 import ssl
-
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field

@@ -17,16 +17,17 @@ the controller) lives in :mod:`broker.replication`.
 
 from __future__ import annotations
 
-import contextlib
 import asyncio
+import contextlib
 import faulthandler
 import io
 import logging
 import resource
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from broker.common.background import BackgroundTasks
 from broker.common.errors import ConfigError, ListenError, LogferryError, StorageError, ZooKeeperError
@@ -39,30 +40,32 @@ from broker.coordination.registry import BrokerInfo, BrokerRegistry, ClusterView
 from broker.replication.controller import Controller
 from broker.replication.manager import ReplicaManager
 from broker.replication.services import ReplicationServices
-from broker.server.services.admin import AdminService
-from broker.server.security.authentication import Authenticator
-from broker.server.security.authorizer import Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import BrokerConfig, config_warnings, effective_listeners
-from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
-from broker.server.listening import Listening
 from broker.server.controlled_shutdown import hand_over_leadership
-from broker.server.native.connection import (
-    ACCEPT_BURST, BrokerConnection, close_stalled, fd_limit_warning,
-)
-from broker.server.native.dispatch import Dispatcher
-from broker.server.services.fetch import FetchService
 from broker.server.durability.flusher import Flusher, run_retention
 from broker.server.gc_pause import freeze_startup_objects
-from broker.server.services.produce import ProduceService
+from broker.server.listeners import KAFKA, LOGFERRY, ListenerConfig
+from broker.server.listening import Listening
+from broker.server.native.connection import (
+    ACCEPT_BURST,
+    BrokerConnection,
+    close_stalled,
+    fd_limit_warning,
+)
+from broker.server.native.dispatch import Dispatcher
 from broker.server.request_budget import RequestBudget
+from broker.server.security.authentication import Authenticator
+from broker.server.security.authorizer import Authorizer
+from broker.server.services.admin import AdminService
+from broker.server.services.fetch import FetchService
+from broker.server.services.produce import ProduceService
 from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logferry.broker")
-
 
 
 def kafka_front_end() -> Any:
@@ -72,8 +75,9 @@ def kafka_front_end() -> Any:
     try:
         from broker.server.kafka import front_end
     except ImportError as exc:
-        raise ConfigError(f"[kafka] needs the Kafka protocol libraries ({exc.name} is not "
-                          "installed): pip install 'logferry[kafka]'") from None
+        raise ConfigError(
+            f"[kafka] needs the Kafka protocol libraries ({exc.name} is not installed): pip install 'logferry[kafka]'"
+        ) from None
     return front_end
 
 
@@ -93,12 +97,16 @@ class Broker:
         self._metrics_server: MetricsServer | None = None
         self._fsync_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._admin_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zk-admin")
-        self.stats = BrokerMetrics(self.metrics, self.logs, self.connections,
-                                   lambda: self.replication, lambda: self.controller,
-                                   self.request_budget)
+        self.stats = BrokerMetrics(
+            self.metrics,
+            self.logs,
+            self.connections,
+            lambda: self.replication,
+            lambda: self.controller,
+            self.request_budget,
+        )
         self.controller: Controller | None = None
-        self.background = BackgroundTasks(self._background_crashed,
-                                          f"broker {config.broker_id}")
+        self.background = BackgroundTasks(self._background_crashed, f"broker {config.broker_id}")
         """Every long-lived task of this broker: a crash stops it with exit code 1."""
         self._background: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
@@ -112,37 +120,54 @@ class Broker:
         """Topic -> codec of its ``compression`` setting (topic_settings.codec_for)."""
         self._logs_loaded = False
         self._replication_started = False
-        self.listeners = [Listening(listener, self._authenticator(listener))
-                          for listener in effective_listeners(config)
-                          if listener.protocol == LOGFERRY]
+        self.listeners = [
+            Listening(listener, self._authenticator(listener))
+            for listener in effective_listeners(config)
+            if listener.protocol == LOGFERRY
+        ]
         """The logferry listeners, default first."""
-        self.kafka_listening = next((Listening(listener, self._authenticator(listener))
-                                     for listener in effective_listeners(config)
-                                     if listener.protocol == KAFKA), None)
+        self.kafka_listening = next(
+            (
+                Listening(listener, self._authenticator(listener))
+                for listener in effective_listeners(config)
+                if listener.protocol == KAFKA
+            ),
+            None,
+        )
         """The Kafka listener, or None."""
         self.authenticator = self.listeners[0].authenticator
         """The default listener's (None: it offers no SASL)."""
-        inter = next(lst for lst in self.listeners
-                     if lst.config.name == config.inter_broker_listener)
+        inter = next(lst for lst in self.listeners if lst.config.name == config.inter_broker_listener)
         # A follower speaks to its leaders' inter-broker listener with that listener's
         # own TLS settings (its CA, and its certificate for mutual TLS).
         leader_ssl_context, leader_server_hostname = client_tls(inter.config.tls)
-        self.replication = ReplicaManager(ReplicationServices(
-            config=config, logs=self.logs, admin_pool=self._admin_pool,
-            fsync_pool=self._fsync_pool, isr_changes=self.stats.isr_changes,
-            truncated_bytes=self.stats.truncated_bytes, wake_consumers=self.wake_consumers,
-            wake_fetchers=self.wake_fetchers, replicated_in=self.replicated_in,
-            leader_ssl_context=leader_ssl_context,
-            leader_server_hostname=leader_server_hostname, leader_sasl=config.sasl,
-            leader_listener=config.inter_broker_listener, background=self.background))
+        self.replication = ReplicaManager(
+            ReplicationServices(
+                config=config,
+                logs=self.logs,
+                admin_pool=self._admin_pool,
+                fsync_pool=self._fsync_pool,
+                isr_changes=self.stats.isr_changes,
+                truncated_bytes=self.stats.truncated_bytes,
+                wake_consumers=self.wake_consumers,
+                wake_fetchers=self.wake_fetchers,
+                replicated_in=self.replicated_in,
+                leader_ssl_context=leader_ssl_context,
+                leader_server_hostname=leader_server_hostname,
+                leader_sasl=config.sasl,
+                leader_listener=config.inter_broker_listener,
+                background=self.background,
+            )
+        )
         self._wire_services()
 
     def _authenticator(self, listener: ListenerConfig) -> Authenticator | None:
         """The SASL side of one listener (None: it offers none)."""
         if listener.auth is None:
             return None
-        return Authenticator(listener.auth, self._read_credentials,
-                             self.stats.authentication_failures, tls=listener.tls is not None)
+        return Authenticator(
+            listener.auth, self._read_credentials, self.stats.authentication_failures, tls=listener.tls is not None
+        )
 
     def _connection_factory(self, listening: Listening) -> Callable[[], BrokerConnection]:
         return lambda: BrokerConnection(self, listening.authenticator, listening.name)
@@ -159,6 +184,7 @@ class Broker:
 
     async def _read_credentials(self, user: str) -> dict[str, ScramCredential] | None:
         """A user's SCRAM credentials from ZooKeeper (None: no such user)."""
+
         def read() -> dict[str, ScramCredential] | None:
             if self._zk is None:
                 raise ZooKeeperError("not connected to ZooKeeper yet")
@@ -166,34 +192,64 @@ class Broker:
                 return CredentialStore(self._zk).get(user)
             except Exception as exc:
                 raise ZooKeeperError(f"cannot read credentials from ZooKeeper: {exc}") from None
+
         return await asyncio.get_running_loop().run_in_executor(self._admin_pool, read)
 
     def _wire_services(self) -> None:
         """Build the request handlers, each given only what it uses."""
+
         def shutting_down() -> bool:
             return self.shutting_down
 
         router = PartitionRouter(self.config.broker_id, self.replication, lambda: self.view)
-        self.authorizer = Authorizer(self.config.authorizer, self.config.broker_id,
-                                     self.stats.authorization_denied)
-        self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down,
-                                  self.authorizer)
-        self.flusher = Flusher(self.logs, self.config.log.flush_ms, self._fsync_pool,
-                               self.fetch.wake_consumers, self.replication.on_publishable,
-                               background=self.background)
-        produce = ProduceService(router, self.replication, self.logs, self.flusher, self.fetch,
-                                 self.stats, self.config.log.flush_messages == 1, shutting_down,
-                                 authorizer=self.authorizer,
-                                 topic_codecs=lambda: self._topic_codecs)
-        admin = AdminService(self.config, router, lambda: self.view, lambda: self.registry,
-                             lambda: self._zk, self._admin_pool, shutting_down, self.authorizer)
+        self.authorizer = Authorizer(self.config.authorizer, self.config.broker_id, self.stats.authorization_denied)
+        self.fetch = FetchService(router, self.replication, self.logs, self.stats, shutting_down, self.authorizer)
+        self.flusher = Flusher(
+            self.logs,
+            self.config.log.flush_ms,
+            self._fsync_pool,
+            self.fetch.wake_consumers,
+            self.replication.on_publishable,
+            background=self.background,
+        )
+        produce = ProduceService(
+            router,
+            self.replication,
+            self.logs,
+            self.flusher,
+            self.fetch,
+            self.stats,
+            self.config.log.flush_messages == 1,
+            shutting_down,
+            authorizer=self.authorizer,
+            topic_codecs=lambda: self._topic_codecs,
+        )
+        admin = AdminService(
+            self.config,
+            router,
+            lambda: self.view,
+            lambda: self.registry,
+            lambda: self._zk,
+            self._admin_pool,
+            shutting_down,
+            self.authorizer,
+        )
         self.dispatcher = Dispatcher(produce, self.fetch, admin)
         self.kafka: Any = None
         """The Kafka front end (:class:`~broker.server.kafka.front_end.KafkaFrontEnd`)."""
         if self.kafka_listening is not None:  # its libraries are the `kafka` extra
             self.kafka = kafka_front_end().build(
-                self.config, router, produce, self.fetch, admin, lambda: self.view,
-                self.logs, lambda: self._zk, self._admin_pool, self.count_request)
+                self.config,
+                router,
+                produce,
+                self.fetch,
+                admin,
+                lambda: self.view,
+                self.logs,
+                lambda: self._zk,
+                self._admin_pool,
+                self.count_request,
+            )
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -227,33 +283,50 @@ class Broker:
         # Bound, not yet listening: connections are refused until the cluster view is
         # known, so a client never gets "unknown topic" for a topic not yet heard of.
         for listening in self.listeners:
-            await listening.bind(self._connection_factory(listening), ACCEPT_BURST,
-                                 admit=self._admit_handshake)
+            await listening.bind(self._connection_factory(listening), ACCEPT_BURST, admit=self._admit_handshake)
         if self.kafka_listening is not None:
             await self.kafka_listening.bind(
-                self.kafka.connection_factory(self.kafka_listening.authenticator), ACCEPT_BURST)
+                self.kafka.connection_factory(self.kafka_listening.authenticator), ACCEPT_BURST
+            )
         if self.config.metrics_port:
             self._metrics_server = MetricsServer(
-                self.metrics, self.config.host, self.config.metrics_port, loop=loop,
-                name="broker-metrics", ssl_context=(server_context(self.config.metrics_tls)
-                                                    if self.config.metrics_tls else None))
+                self.metrics,
+                self.config.host,
+                self.config.metrics_port,
+                loop=loop,
+                name="broker-metrics",
+                ssl_context=(server_context(self.config.metrics_tls) if self.config.metrics_tls else None),
+            )
         started = time.monotonic()
         await loop.run_in_executor(None, self.logs.load)
         self._logs_loaded = True
         self.replication.load_checkpoints()
-        log.info("loaded %d partitions from %s in %.2fs", len(list(self.logs.logs())),
-                 ", ".join(map(str, self.config.log_dirs)), time.monotonic() - started)
+        log.info(
+            "loaded %d partitions from %s in %.2fs",
+            len(list(self.logs.logs())),
+            ", ".join(map(str, self.config.log_dirs)),
+            time.monotonic() - started,
+        )
         self._zk = await loop.run_in_executor(
-            None, lambda: zk.connect(self.config.zk_connect, create=True,
-                                     timeout=self.config.zk_connect_timeout_s,
-                                     session_timeout=self.config.zk_session_timeout_s))
+            None,
+            lambda: zk.connect(
+                self.config.zk_connect,
+                create=True,
+                timeout=self.config.zk_connect_timeout_s,
+                session_timeout=self.config.zk_session_timeout_s,
+            ),
+        )
         granted = zk.granted_session_timeout(self._zk)
         if granted is not None and abs(granted - self.config.zk_session_timeout_s) > 0.01:
-            log.warning("ZooKeeper granted a session timeout of %.1fs, not the %.1fs of "
-                        "zk_session_timeout_s (the server's minSessionTimeout/"
-                        "maxSessionTimeout): a dead broker is noticed after %.1fs, and "
-                        "leaders' write leases follow the shorter of the two", granted,
-                        self.config.zk_session_timeout_s, granted)
+            log.warning(
+                "ZooKeeper granted a session timeout of %.1fs, not the %.1fs of "
+                "zk_session_timeout_s (the server's minSessionTimeout/"
+                "maxSessionTimeout): a dead broker is noticed after %.1fs, and "
+                "leaders' write leases follow the shorter of the two",
+                granted,
+                self.config.zk_session_timeout_s,
+                granted,
+            )
 
         if self.authorizer.enabled:  # the ACLs in force before the first request is read
             await loop.run_in_executor(None, AclStore(self._zk).watch, self.authorizer.set_acls)
@@ -265,13 +338,18 @@ class Broker:
         # Order matters: learn the cluster view, then listen, then register, so a client
         # that finds this broker in ZooKeeper can connect and gets complete answers.
         self.registry = BrokerRegistry(
-            self._zk, self.config.broker_id,
-            BrokerInfo(*self.listeners[0].address, self.config.datacenter,
-                       self.config.rack, *(self.kafka_address or ("", 0)),
-                       listeners=tuple((lst.config.name, *lst.address)
-                                       for lst in self.listeners),
-                       endpoints=self._endpoints()),
-            view_changed)
+            self._zk,
+            self.config.broker_id,
+            BrokerInfo(
+                *self.listeners[0].address,
+                self.config.datacenter,
+                self.config.rack,
+                *(self.kafka_address or ("", 0)),
+                listeners=tuple((lst.config.name, *lst.address) for lst in self.listeners),
+                endpoints=self._endpoints(),
+            ),
+            view_changed,
+        )
         await loop.run_in_executor(None, self.registry.watch)
         self.replication.start(loop, self._zk, self.registry)
         self._replication_started = True
@@ -280,34 +358,41 @@ class Broker:
             await listening.start_serving()
         await loop.run_in_executor(None, self.registry.register)
         self.controller = Controller(
-            self._zk, self.config.broker_id,
+            self._zk,
+            self.config.broker_id,
             unclean_election=self.config.unclean_leader_election,
             auto_rebalance_interval_s=self.config.leader_rebalance_interval_s,
-            elections=self.stats.leader_elections)
+            elections=self.stats.leader_elections,
+        )
         self.controller.start()
         start = self.background.start
         self._background = [
             start(self.flusher.run(), "flusher"),
-            start(run_retention(self.logs, self.config.retention_check_ms,
-                                self.stats.segments_deleted), "retention"),
+            start(run_retention(self.logs, self.config.retention_check_ms, self.stats.segments_deleted), "retention"),
             start(self._close_stalled_connections(), "stalled-connections"),
         ]
         if self.kafka is not None:
-            self._background.extend(start(run(), name)
-                                    for name, run in self.kafka.background().items())
-        fd_warning = fd_limit_warning(self.config.max_connections,
-                                      resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            self._background.extend(start(run(), name) for name, run in self.kafka.background().items())
+        fd_warning = fd_limit_warning(self.config.max_connections, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         for warning in [*config_warnings(self.config), *filter(None, [fd_warning])]:
             log.warning("%s", warning)
         if self.kafka_address is not None:
-            log.info("broker %d speaks Kafka on %s:%d", self.config.broker_id,
-                     *self.kafka_address)
+            log.info("broker %d speaks Kafka on %s:%d", self.config.broker_id, *self.kafka_address)
         for listening in self.listeners[1:]:
-            log.info("broker %d listener %s on %s:%d (%s)", self.config.broker_id,
-                     listening.config.name, *listening.address, listening.security)
-        log.info("broker %d listening on %s:%d (datacenter %s, zk %s)", self.config.broker_id,
-                 *self.listeners[0].address, self.config.datacenter,
-                 self.config.zk_connect)
+            log.info(
+                "broker %d listener %s on %s:%d (%s)",
+                self.config.broker_id,
+                listening.config.name,
+                *listening.address,
+                listening.security,
+            )
+        log.info(
+            "broker %d listening on %s:%d (datacenter %s, zk %s)",
+            self.config.broker_id,
+            *self.listeners[0].address,
+            self.config.datacenter,
+            self.config.zk_connect,
+        )
 
     async def _abandon_start(self) -> None:
         """Undo what a failed :meth:`start` did so far, quietly (the caller reports the
@@ -405,21 +490,28 @@ class Broker:
         flush."""
         log.info("broker %d stopping", self.config.broker_id)
         if self.config.controlled_shutdown and self._zk is not None and not self.shutting_down:
-            await hand_over_leadership(self.config.broker_id, self._zk, lambda: self.view,
-                                       self._admin_pool,
-                                       self.config.controlled_shutdown_timeout_s)
+            await hand_over_leadership(
+                self.config.broker_id,
+                self._zk,
+                lambda: self.view,
+                self._admin_pool,
+                self.config.controlled_shutdown_timeout_s,
+            )
         self.shutting_down = True
         for listening in self._all_listening:
             listening.close()
         self.fetch.release_all()  # long polls answer with what they have
         pending = [t for c in [*self.connections, *self.kafka_connections] for t in c.tasks]
         if pending:
-            log.info("stop: answering %d in-flight requests (up to %.0fs)", len(pending),
-                     self.config.shutdown_timeout_s)
+            log.info(
+                "stop: answering %d in-flight requests (up to %.0fs)", len(pending), self.config.shutdown_timeout_s
+            )
             _, late = await asyncio.wait(pending, timeout=self.config.shutdown_timeout_s)
             if late:
-                log.warning("stop: %d requests still running after shutdown_timeout_s; "
-                            "their connections are closed unanswered", len(late))
+                log.warning(
+                    "stop: %d requests still running after shutdown_timeout_s; their connections are closed unanswered",
+                    len(late),
+                )
         if self.controller is not None:
             log.info("stop: handing back the controller role")
             await asyncio.get_running_loop().run_in_executor(None, self.controller.stop)
@@ -446,8 +538,11 @@ class Broker:
         self._fsync_pool.shutdown(wait=True)
         self._admin_pool.shutdown(wait=False)
         if self.background.crashed:
-            log.error("broker %d stopped because background task %r crashed (exit code 1)",
-                      self.config.broker_id, self.background.crashed[0][0])
+            log.error(
+                "broker %d stopped because background task %r crashed (exit code 1)",
+                self.config.broker_id,
+                self.background.crashed[0][0],
+            )
         else:
             log.info("broker %d stopped cleanly", self.config.broker_id)
 
@@ -462,8 +557,7 @@ class Broker:
     def _endpoints(self) -> tuple[tuple[str, str, str, int, str], ...]:
         """Every bound listener as the registration shows it: (name, protocol, host,
         port, security), the Kafka one last."""
-        return tuple((lst.config.name, lst.config.protocol, *lst.address, lst.security)
-                     for lst in self._all_listening)
+        return tuple((lst.config.name, lst.config.protocol, *lst.address, lst.security) for lst in self._all_listening)
 
     @property
     def kafka_address(self) -> tuple[str, int] | None:
@@ -494,9 +588,11 @@ class Broker:
                     plog = self.logs.create(topic, partition)
                     log.info("hosting %s-%d (replicas %s)", topic, partition, replicas)
                 if plog.config != log_config:  # a topic setting changed: no restart needed
-                    log.info("%s: log settings %s", plog.name,
-                             {k: overrides[k] for k in LOG_KEYS if k in overrides}
-                             or "the broker's")
+                    log.info(
+                        "%s: log settings %s",
+                        plog.name,
+                        {k: overrides[k] for k in LOG_KEYS if k in overrides} or "the broker's",
+                    )
                     plog.config = log_config
                 if topic_id and plog.topic_id not in (None, topic_id):
                     plog = self._replace_earlier_topics_log(topic, partition, plog)
@@ -525,14 +621,17 @@ class Broker:
         self.view = view
         self.replication.apply(view)
 
-    def _replace_earlier_topics_log(self, topic: str, partition: int,
-                                    plog: PartitionLog) -> PartitionLog | None:
+    def _replace_earlier_topics_log(self, topic: str, partition: int, plog: PartitionLog) -> PartitionLog | None:
         """The topic was deleted and created again while this broker was away (or
         between two views): the log on disk is the earlier topic's. Delete it and
         start the partition empty; None (not hosted) if it cannot be deleted."""
-        log.warning("%s-%d: the log on disk belongs to an earlier topic of this name "
-                    "(deleted and created again meanwhile); deleting its %d bytes", topic,
-                    partition, plog.size_bytes)
+        log.warning(
+            "%s-%d: the log on disk belongs to an earlier topic of this name "
+            "(deleted and created again meanwhile); deleting its %d bytes",
+            topic,
+            partition,
+            plog.size_bytes,
+        )
         self.replication.forget((topic, partition))
         try:
             self.logs.remove(topic, partition)

@@ -8,7 +8,8 @@ The names are documented in ``docs/operations.md``.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 from broker.common.metrics import Labels, Metrics, Sample
 from broker.replication.manager import LEADER
@@ -44,9 +45,15 @@ class BrokerMetrics:
     (or replaced) after the metrics are declared.
     """
 
-    def __init__(self, metrics: Metrics, logs: LogManager, connections: Collection[Any],
-                 replication: Callable[[], Any], controller: Callable[[], Any],
-                 request_budget: Any = None):
+    def __init__(
+        self,
+        metrics: Metrics,
+        logs: LogManager,
+        connections: Collection[Any],
+        replication: Callable[[], Any],
+        controller: Callable[[], Any],
+        request_budget: Any = None,
+    ):
         m = self.registry = metrics
         self.bytes_in = PartitionCounter(m.counter("bytes_in_total", "Bytes appended per partition"))
         self.messages_in = PartitionCounter(m.counter("messages_in_total", "Messages appended per partition"))
@@ -57,32 +64,39 @@ class BrokerMetrics:
         self.request_seconds = m.counter("request_seconds_total", "Time spent handling requests per api")
         self.produce_errors = m.counter("produce_errors_total", "Rejected message sets by error")
         self.produce_disk_full = m.counter(
-            "produce_disk_full_total", "Message sets refused because their log dir was full")
+            "produce_disk_full_total", "Message sets refused because their log dir was full"
+        )
         self.authentication_failures = m.counter(
-            "authentication_failures_total", "Failed SASL authentications per mechanism")
+            "authentication_failures_total", "Failed SASL authentications per mechanism"
+        )
         self.authorization_denied = m.counter(
-            "authorization_denied_total", "Requests (or parts) the authorizer refused, by "
-            "operation and resource type")
-        self.produce_duplicates = PartitionCounter(m.counter(
-            "produce_duplicates_total", "Idempotent producers' batches already held, not appended again"))
-        self.isr_changes = m.counter("isr_changes_total",
-                                     "ISR changes this broker wrote as leader, by direction")
+            "authorization_denied_total", "Requests (or parts) the authorizer refused, by operation and resource type"
+        )
+        self.produce_duplicates = PartitionCounter(
+            m.counter("produce_duplicates_total", "Idempotent producers' batches already held, not appended again")
+        )
+        self.isr_changes = m.counter("isr_changes_total", "ISR changes this broker wrote as leader, by direction")
         self.truncated_bytes = m.counter(
-            "truncated_bytes_total", "Bytes a returning follower cut because its leader lacked them")
-        self.leader_elections = m.counter("leader_elections_total",
-                                          "Leader changes this broker made as controller")
-        self.replica_bytes_in = PartitionCounter(m.counter(
-            "replica_bytes_in_total", "Bytes a follower copied from its leader per partition"))
-        self.replica_bytes_out = PartitionCounter(m.counter(
-            "replica_bytes_out_total", "Bytes sent to followers per partition"))
+            "truncated_bytes_total", "Bytes a returning follower cut because its leader lacked them"
+        )
+        self.leader_elections = m.counter("leader_elections_total", "Leader changes this broker made as controller")
+        self.replica_bytes_in = PartitionCounter(
+            m.counter("replica_bytes_in_total", "Bytes a follower copied from its leader per partition")
+        )
+        self.replica_bytes_out = PartitionCounter(
+            m.counter("replica_bytes_out_total", "Bytes sent to followers per partition")
+        )
         self.connections_refused = m.counter(
-            "connections_refused_total", "Connections closed at once: max_connections were open")
+            "connections_refused_total", "Connections closed at once: max_connections were open"
+        )
         self.connections_timed_out = m.counter(
-            "connections_timed_out_total",
-            "Connections closed for owing a request past incomplete_request_timeout_ms")
+            "connections_timed_out_total", "Connections closed for owing a request past incomplete_request_timeout_ms"
+        )
         self.read_holds = m.counter(
-            "connection_read_holds_total", "Times the broker stopped reading a connection, by "
-            "reason (budget: max_queued_request_bytes; unsent: answers not read)")
+            "connection_read_holds_total",
+            "Times the broker stopped reading a connection, by "
+            "reason (budget: max_queued_request_bytes; unsent: answers not read)",
+        )
 
         def gauges() -> Iterator[Sample]:
             for (topic, partition), plog in logs.logs():
@@ -115,22 +129,25 @@ class BrokerMetrics:
             if active is not None and active.active:
                 yield "offline_partitions", (), active.offline_partitions
 
-        m.gauge_source(gauges, {
-            "log_end_offset": "Log end offset (bytes) per partition",
-            "log_visible_end": "Visible end (high watermark) per partition",
-            "log_start_offset": "First retained offset per partition",
-            "log_size_bytes": "Bytes on disk per partition",
-            "messages_out_estimate": "Messages sent to fetchers (bytes out / average message size)",
-            "open_connections": "Open client connections",
-            "connections_held": "Connections the broker stopped reading (budget or unsent answers)",
-            "queued_request_bytes": "Bytes reserved for requests being read or handled",
-            "partitions": "Hosted partitions per role (leader, follower, offline)",
-            "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",
-            "isr_size": "In-sync replicas per led partition",
-            "replica_max_lag_bytes": "Bytes the slowest follower is behind, per led partition",
-            "controller_active": "1 on the broker that is the controller",
-            "offline_partitions": "Partitions without a leader (controller only)",
-        })
+        m.gauge_source(
+            gauges,
+            {
+                "log_end_offset": "Log end offset (bytes) per partition",
+                "log_visible_end": "Visible end (high watermark) per partition",
+                "log_start_offset": "First retained offset per partition",
+                "log_size_bytes": "Bytes on disk per partition",
+                "messages_out_estimate": "Messages sent to fetchers (bytes out / average message size)",
+                "open_connections": "Open client connections",
+                "connections_held": "Connections the broker stopped reading (budget or unsent answers)",
+                "queued_request_bytes": "Bytes reserved for requests being read or handled",
+                "partitions": "Hosted partitions per role (leader, follower, offline)",
+                "under_replicated_partitions": "Led partitions whose ISR is smaller than the replica list",
+                "isr_size": "In-sync replicas per led partition",
+                "replica_max_lag_bytes": "Bytes the slowest follower is behind, per led partition",
+                "controller_active": "1 on the broker that is the controller",
+                "offline_partitions": "Partitions without a leader (controller only)",
+            },
+        )
 
     def count_request(self, api: str, seconds: float, error: bool = False) -> None:
         """Record one handled request."""

@@ -15,19 +15,36 @@ from pathlib import Path
 from typing import Any
 
 from broker.common.config import (
-    BOOL, INTEGER, TABLE, NONEMPTY_STR, NONEMPTY_STR_LIST, NONNEG_INT, NONNEG_NUMBER, PORT,
-    POSITIVE_INT, POSITIVE_NUMBER, Check, Validator, fields, one_of, read,
+    BOOL,
+    INTEGER,
+    NONEMPTY_STR,
+    NONEMPTY_STR_LIST,
+    NONNEG_INT,
+    NONNEG_NUMBER,
+    PORT,
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    TABLE,
+    Check,
+    Validator,
+    fields,
+    one_of,
+    read,
 )
 from broker.common.sasl import SASL_FIELDS, SaslCredentials, sasl_from_table
 from broker.common.tls import TLS_FIELDS, TlsConfig, tls_from_table
-from broker.server.security.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
+from broker.common.topic_config import VISIBILITY_CHOICES as VISIBILITIES
 from broker.common.zk_security import ZOOKEEPER_FIELDS, with_security, zookeeper_from_table
-from broker.server.security.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.server.listeners import (
-    DEFAULT_LISTENER, KAFKA, ListenerConfig, check_inter_broker, default_listener,
+    DEFAULT_LISTENER,
+    KAFKA,
+    ListenerConfig,
+    check_inter_broker,
+    default_listener,
     listeners_from_list,
 )
-from broker.common.topic_config import VISIBILITY_CHOICES as VISIBILITIES
+from broker.server.security.authentication import AUTH_FIELDS, AuthConfig, auth_from_table, auth_warnings
+from broker.server.security.authorizer import AUTHORIZER_FIELDS, AuthorizerConfig, authorizer_from_table
 from broker.storage.config import LogConfig
 
 
@@ -134,24 +151,35 @@ LOG_FIELDS = fields(
     visibility=one_of(*VISIBILITIES),
     retention_hours=POSITIVE_NUMBER,
     retention_ms=POSITIVE_INT,
-    retention_bytes=Check(lambda v: INTEGER.test(v) and v >= -1,
-                          "an integer >= 0, or -1 for unlimited"),
+    retention_bytes=Check(lambda v: INTEGER.test(v) and v >= -1, "an integer >= 0, or -1 for unlimited"),
 )
 """The ``[log]`` table: :class:`~broker.storage.config.LogConfig` plus ``retention_hours``."""
 
 KAFKA_FIELDS = fields(
-    listen=Check(lambda v: (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 65535)
-                 or (isinstance(v, str) and _parse_listen(v, "") is not None),
-                 'a port (0-65535) or "host:port"'),
+    listen=Check(
+        lambda v: (
+            (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 65535)
+            or (isinstance(v, str) and _parse_listen(v, "") is not None)
+        ),
+        'a port (0-65535) or "host:port"',
+    ),
 )
 """The ``[kafka]`` table: the Kafka-protocol listener (docs/kafka.md)."""
 
 METRICS_FIELDS = fields(tls=TABLE)
 """The ``[metrics]`` table: ``[metrics.tls]`` (the ``[tls]`` keys) serves HTTPS."""
 
-SECTIONS = {"broker": BROKER_FIELDS, "log": LOG_FIELDS, "tls": TLS_FIELDS, "auth": AUTH_FIELDS,
-            "metrics": METRICS_FIELDS, "sasl": SASL_FIELDS, "authorizer": AUTHORIZER_FIELDS,
-            "zookeeper": ZOOKEEPER_FIELDS, "kafka": KAFKA_FIELDS}
+SECTIONS = {
+    "broker": BROKER_FIELDS,
+    "log": LOG_FIELDS,
+    "tls": TLS_FIELDS,
+    "auth": AUTH_FIELDS,
+    "metrics": METRICS_FIELDS,
+    "sasl": SASL_FIELDS,
+    "authorizer": AUTHORIZER_FIELDS,
+    "zookeeper": ZOOKEEPER_FIELDS,
+    "kafka": KAFKA_FIELDS,
+}
 
 
 def _parse_listen(value: str | int, host: str) -> tuple[str, int] | None:
@@ -187,12 +215,10 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
         return _build_with_listeners(data, tables, listener_tables, validator)
     broker, log = tables["broker"], tables["log"]
     tls = tls_from_table(validator, tables["tls"], "tls", server=True)
-    auth = auth_from_table(validator, tables["auth"], tls is not None,
-                           tls.client_auth if tls else "none")
+    auth = auth_from_table(validator, tables["auth"], tls is not None, tls.client_auth if tls else "none")
     sasl = sasl_from_table(validator, tables["sasl"], "sasl")
     if "retention_hours" in log and "retention_ms" in log:
-        validator.fail("log.retention_hours", "set log.retention_hours or log.retention_ms, "
-                       "not both")
+        validator.fail("log.retention_hours", "set log.retention_hours or log.retention_ms, not both")
     log_kwargs = {k: v for k, v in log.items() if k != "retention_hours"}
     if "retention_hours" in log:
         log_kwargs["retention_ms"] = int(log["retention_hours"] * 3600 * 1000)
@@ -203,57 +229,77 @@ def _build(data: dict[str, Any], validator: Validator) -> BrokerConfig:
     # [zookeeper]: the login and TLS travel with the connect string (a ZkTarget).
     zk_connect = with_security(zk_connect, zookeeper_from_table(validator, tables["zookeeper"]))
     listen = tables["kafka"].get("listen")
-    kafka_listen = None if listen is None else _parse_listen(listen, broker.get("host",
-                                                                                 "127.0.0.1"))
+    kafka_listen = None if listen is None else _parse_listen(listen, broker.get("host", "127.0.0.1"))
     if kafka_listen is not None and auth is not None and auth.required:
-        validator.fail("kafka.listen", "[kafka] listen is a plaintext listener with no "
-                       "SASL, which would bypass auth.required: declare [[listeners]] instead, "
-                       'the Kafka one with protocol = "kafka" and its own tls and auth '
-                       "tables (docs/kafka.md)")
+        validator.fail(
+            "kafka.listen",
+            "[kafka] listen is a plaintext listener with no "
+            "SASL, which would bypass auth.required: declare [[listeners]] instead, "
+            'the Kafka one with protocol = "kafka" and its own tls and auth '
+            "tables (docs/kafka.md)",
+        )
     if broker.get("inter_broker_listener", DEFAULT_LISTENER) != DEFAULT_LISTENER:
-        validator.fail("broker.inter_broker_listener", "without [[listeners]] the only "
-                       f"listener is {DEFAULT_LISTENER!r}: define [[listeners]] or remove it")
-    config = BrokerConfig(broker_id=broker_id, zk_connect=zk_connect, log_dirs=dirs,
-                          log=LogConfig(**log_kwargs), tls=tls, auth=auth, sasl=sasl,
-                          authorizer=authorizer_from_table(validator, tables["authorizer"]),
-                          kafka_listen=kafka_listen,
-                          metrics_tls=metrics_tls_from(validator, tables["metrics"]),
-                          **broker)
+        validator.fail(
+            "broker.inter_broker_listener",
+            f"without [[listeners]] the only listener is {DEFAULT_LISTENER!r}: define [[listeners]] or remove it",
+        )
+    config = BrokerConfig(
+        broker_id=broker_id,
+        zk_connect=zk_connect,
+        log_dirs=dirs,
+        log=LogConfig(**log_kwargs),
+        tls=tls,
+        auth=auth,
+        sasl=sasl,
+        authorizer=authorizer_from_table(validator, tables["authorizer"]),
+        kafka_listen=kafka_listen,
+        metrics_tls=metrics_tls_from(validator, tables["metrics"]),
+        **broker,
+    )
     return replace(config, listeners=effective_listeners(config))
 
 
-def _build_with_listeners(data: dict[str, Any], tables: dict[str, dict[str, Any]],
-                          listener_tables: Any, validator: Validator) -> BrokerConfig:
+def _build_with_listeners(
+    data: dict[str, Any], tables: dict[str, dict[str, Any]], listener_tables: Any, validator: Validator
+) -> BrokerConfig:
     """A config with ``[[listeners]]``: the listeners carry the addresses and security,
     so the older single-listener keys are refused rather than half-applied."""
     for section in ("tls", "auth", "kafka"):
         if section in data:
-            validator.fail(section, f"with [[listeners]], put {section} settings in the "
-                           f"listeners (listeners.{section}) instead" if section != "kafka"
-                           else 'with [[listeners]], add a listener with protocol = "kafka" '
-                           "instead of [kafka]")
+            validator.fail(
+                section,
+                f"with [[listeners]], put {section} settings in the listeners (listeners.{section}) instead"
+                if section != "kafka"
+                else 'with [[listeners]], add a listener with protocol = "kafka" instead of [kafka]',
+            )
     for key in ("host", "port"):
         if key in tables["broker"]:
-            validator.fail(f"broker.{key}", f"with [[listeners]], each listener has its own "
-                           f"{key}: remove broker.{key}")
+            validator.fail(f"broker.{key}", f"with [[listeners]], each listener has its own {key}: remove broker.{key}")
     listeners = listeners_from_list(validator, listener_tables)
-    inter = check_inter_broker(validator, listeners, tables["broker"].pop(
-        "inter_broker_listener", None))
+    inter = check_inter_broker(validator, listeners, tables["broker"].pop("inter_broker_listener", None))
     main = default_listener(listeners)
     inter_auth = next(lst.auth for lst in listeners if lst.name == inter)
     if "username" in tables["sasl"] and inter_auth is None:
-        validator.fail("sasl", f"the inter-broker listener {inter!r} offers no SASL (it has "
-                       "no listeners.auth): remove [sasl] or name a listener with auth in "
-                       "broker.inter_broker_listener")
+        validator.fail(
+            "sasl",
+            f"the inter-broker listener {inter!r} offers no SASL (it has "
+            "no listeners.auth): remove [sasl] or name a listener with auth in "
+            "broker.inter_broker_listener",
+        )
     kafka = next((listener for listener in listeners if listener.protocol == KAFKA), None)
     # The default listener also fills the single-listener fields, so code that reads
     # config.host/port/tls/auth (metrics' host, say) sees the default listener.
     broker = {k: v for k, v in data.get("broker", {}).items() if k != "inter_broker_listener"}
     plain = {**data, "broker": {**broker, "host": main.host, "port": main.port}}
     config = _build(plain, validator)
-    return replace(config, tls=main.tls, auth=main.auth,
-                   kafka_listen=(kafka.host, kafka.port) if kafka else None,
-                   listeners=listeners, inter_broker_listener=inter)
+    return replace(
+        config,
+        tls=main.tls,
+        auth=main.auth,
+        kafka_listen=(kafka.host, kafka.port) if kafka else None,
+        listeners=listeners,
+        inter_broker_listener=inter,
+    )
 
 
 def metrics_tls_from(validator: Validator, metrics: dict[str, Any]) -> TlsConfig | None:
@@ -267,8 +313,7 @@ def effective_listeners(config: BrokerConfig) -> tuple[ListenerConfig, ...]:
     single-listener keys describe (``default``, and ``kafka`` for ``[kafka] listen``)."""
     if config.listeners:
         return config.listeners
-    listeners = [ListenerConfig(DEFAULT_LISTENER, config.host, config.port, tls=config.tls,
-                                auth=config.auth)]
+    listeners = [ListenerConfig(DEFAULT_LISTENER, config.host, config.port, tls=config.tls, auth=config.auth)]
     if config.kafka_listen is not None:
         listeners.append(ListenerConfig(KAFKA, *config.kafka_listen, protocol=KAFKA))
     return tuple(listeners)
@@ -285,24 +330,26 @@ def config_warnings(config: BrokerConfig) -> list[str]:
     """
     warnings = []
     kafka = next((lst for lst in effective_listeners(config) if lst.protocol == KAFKA), None)
-    if config.kafka_listen is not None and config.tls is not None \
-            and kafka is not None and kafka.tls is None:
+    if config.kafka_listen is not None and config.tls is not None and kafka is not None and kafka.tls is None:
         warnings.append(
             f"[kafka] listen {config.kafka_listen[0]}:{config.kafka_listen[1]} is plaintext "
             "while [tls] protects the native port: Kafka clients' data crosses the network "
-            "in clear (docs/kafka.md)")
+            "in clear (docs/kafka.md)"
+        )
     if config.acks_all_timeout_ms <= config.replica_lag_time_max_ms:
         warnings.append(
             f"acks_all_timeout_ms ({config.acks_all_timeout_ms}) is not longer than "
             f"replica_lag_time_max_ms ({config.replica_lag_time_max_ms}): acks=all produces "
             "may time out while a dead follower is still in the ISR, and the producer's "
-            "retries may store them twice")
+            "retries may store them twice"
+        )
     if config.max_queued_request_bytes < config.max_request_bytes:
         warnings.append(
             f"max_queued_request_bytes ({config.max_queued_request_bytes}) is smaller than "
             f"max_request_bytes ({config.max_request_bytes}): a request larger than the "
-            "budget is read only while no other request is")
-    warnings += auth_warnings(config.auth, config.tls is not None,
-                              config.tls.client_auth if config.tls else "none",
-                              config.sasl is not None)
+            "budget is read only while no other request is"
+        )
+    warnings += auth_warnings(
+        config.auth, config.tls is not None, config.tls.client_auth if config.tls else "none", config.sasl is not None
+    )
     return warnings

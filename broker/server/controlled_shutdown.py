@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Any
 
 from broker.coordination import zk
 from broker.coordination.partition_state import leads_movable
@@ -33,20 +34,19 @@ def movable_leadership(view: ClusterView, me: int) -> list[tuple[str, int]]:
     return sorted(key for key, state in view.states.items() if leads_movable(state, me, live))
 
 
-async def hand_over_leadership(me: int, client: Any, view: Callable[[], ClusterView],
-                               pool: Executor, timeout: float) -> list[tuple[str, int]]:
+async def hand_over_leadership(
+    me: int, client: Any, view: Callable[[], ClusterView], pool: Executor, timeout: float
+) -> list[tuple[str, int]]:
     """Ask the controller to move ``me``'s leadership and wait (at most ``timeout`` s)
     until the view shows it done; returns the partitions still led (logged)."""
     started = time.monotonic()
     remaining = movable_leadership(view(), me)
     if not remaining:
         return []
-    log.info("controlled shutdown: asking the controller to move the leadership of %d "
-             "partitions", len(remaining))
+    log.info("controlled shutdown: asking the controller to move the leadership of %d partitions", len(remaining))
 
     if not client.connected:
-        log.warning("controlled shutdown: not connected to ZooKeeper; stopping without "
-                    "moving leadership first")
+        log.warning("controlled shutdown: not connected to ZooKeeper; stopping without moving leadership first")
         return remaining
 
     def ask() -> None:
@@ -57,23 +57,27 @@ async def hand_over_leadership(me: int, client: Any, view: Callable[[], ClusterV
             client.create_async(path, b"", ephemeral=True).get(timeout=min(timeout, 5.0))
         except zk.NodeExistsError:
             pass  # asked already (a second signal)
+
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(pool, ask)
     except Exception as exc:  # ZooKeeper went away: stop the ordinary way
-        log.warning("controlled shutdown: could not ask the controller (%s); stopping "
-                    "without moving leadership first", exc)
+        log.warning(
+            "controlled shutdown: could not ask the controller (%s); stopping without moving leadership first", exc
+        )
         return remaining
     while remaining and time.monotonic() - started < timeout and client.connected:
         await asyncio.sleep(0.01)
         remaining = movable_leadership(view(), me)
     if remaining:
-        log.warning("controlled shutdown: %d partitions still led here after %.1fs (%s); "
-                    "stopping anyway", len(remaining), time.monotonic() - started,
-                    ", ".join(f"{t}-{p}" for t, p in remaining[:10]))
+        log.warning(
+            "controlled shutdown: %d partitions still led here after %.1fs (%s); stopping anyway",
+            len(remaining),
+            time.monotonic() - started,
+            ", ".join(f"{t}-{p}" for t, p in remaining[:10]),
+        )
     else:
-        log.info("controlled shutdown: leadership moved in %.3fs",
-                 time.monotonic() - started)
+        log.info("controlled shutdown: leadership moved in %.3fs", time.monotonic() - started)
     return remaining
 
 

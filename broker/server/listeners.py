@@ -60,8 +60,7 @@ class ListenerConfig:
 def listeners_from_list(validator: Validator, tables: Any) -> tuple[ListenerConfig, ...]:
     """The checked ``[[listeners]]`` array: names unique and valid, ports not shared,
     at least one ``logferry`` listener and at most one ``kafka`` one."""
-    if not isinstance(tables, list) or not tables \
-            or not all(isinstance(t, dict) for t in tables):
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         validator.fail("listeners", "must be a non-empty array of tables ([[listeners]])")
     listeners: list[ListenerConfig] = []
     seen: dict[str, int] = {}
@@ -77,36 +76,43 @@ def listeners_from_list(validator: Validator, tables: Any) -> tuple[ListenerConf
         checked = validator.check(table, LISTENER_FIELDS, where)
         name = checked["name"]
         if not _NAME.fullmatch(name):
-            validator.fail(f"{where}.name", f"{name!r} is not a listener name: use letters, "
-                           "digits, '_' and '-' (like external, local, replication)")
+            validator.fail(
+                f"{where}.name",
+                f"{name!r} is not a listener name: use letters, "
+                "digits, '_' and '-' (like external, local, replication)",
+            )
         if name in seen:
-            validator.fail(f"{where}.name", f"duplicate listener name {name!r} (also "
-                           f"listeners[{seen[name]}]); each listener needs its own name")
+            validator.fail(
+                f"{where}.name",
+                f"duplicate listener name {name!r} (also listeners[{seen[name]}]); each listener needs its own name",
+            )
         seen[name] = index
         port = checked["port"]
         if port and port in ports:
-            validator.fail(f"{where}.port", f"port {port} is already listener "
-                           f"{ports[port]!r}'s; give each listener its own port")
+            validator.fail(
+                f"{where}.port", f"port {port} is already listener {ports[port]!r}'s; give each listener its own port"
+            )
         ports[port] = name
-        tls = tls_from_table(validator, validator.check(tls_table, TLS_FIELDS, f"{where}.tls"),
-                             f"{where}.tls", server=True)
+        tls = tls_from_table(
+            validator, validator.check(tls_table, TLS_FIELDS, f"{where}.tls"), f"{where}.tls", server=True
+        )
         protocol = checked.get("protocol", LOGFERRY)
-        auth = auth_from_table(validator, validator.check(auth_table, AUTH_FIELDS,
-                                                          f"{where}.auth"),
-                               tls is not None, tls.client_auth if tls else "none")
-        listeners.append(ListenerConfig(name, checked.get("host", "127.0.0.1"), port,
-                                        protocol, tls, auth))
+        auth = auth_from_table(
+            validator,
+            validator.check(auth_table, AUTH_FIELDS, f"{where}.auth"),
+            tls is not None,
+            tls.client_auth if tls else "none",
+        )
+        listeners.append(ListenerConfig(name, checked.get("host", "127.0.0.1"), port, protocol, tls, auth))
     if not any(listener.protocol == LOGFERRY for listener in listeners):
         validator.fail("listeners", 'needs at least one listener with protocol = "logferry"')
     kafka = [i for i, listener in enumerate(listeners) if listener.protocol == KAFKA]
     if len(kafka) > 1:
-        validator.fail(f"listeners[{kafka[1]}].protocol", "only one kafka listener is "
-                       "supported")
+        validator.fail(f"listeners[{kafka[1]}].protocol", "only one kafka listener is supported")
     return tuple(listeners)
 
 
-def check_inter_broker(validator: Validator, listeners: tuple[ListenerConfig, ...],
-                       name: str | None) -> str:
+def check_inter_broker(validator: Validator, listeners: tuple[ListenerConfig, ...], name: str | None) -> str:
     """The inter-broker listener's name: ``name`` if it is a logferry listener, else
     the default listener's."""
     if name is None:
@@ -114,13 +120,13 @@ def check_inter_broker(validator: Validator, listeners: tuple[ListenerConfig, ..
     for listener in listeners:
         if listener.name == name:
             if listener.protocol != LOGFERRY:
-                validator.fail("broker.inter_broker_listener",
-                               f"listener {name!r} speaks {listener.protocol}; followers "
-                               "fetch over a logferry listener")
+                validator.fail(
+                    "broker.inter_broker_listener",
+                    f"listener {name!r} speaks {listener.protocol}; followers fetch over a logferry listener",
+                )
             return name
     known = ", ".join(repr(listener.name) for listener in listeners)
-    validator.fail("broker.inter_broker_listener",
-                   f"no listener is named {name!r} (listeners: {known})")
+    validator.fail("broker.inter_broker_listener", f"no listener is named {name!r} (listeners: {known})")
 
 
 def default_listener(listeners: tuple[ListenerConfig, ...]) -> ListenerConfig:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from broker.common.tls import server_context
 from broker.net import transport
 from broker.net.tls_accept import Admit
-from broker.server.security.authentication import Authenticator
 from broker.server.listeners import ListenerConfig
+from broker.server.security.authentication import Authenticator
 
 
 def security_of(config: ListenerConfig) -> str:
@@ -43,15 +43,20 @@ class Listening:
         """How connections here are secured, for the start log."""
         return security_of(self.config)
 
-    async def bind(self, factory: Callable[[], asyncio.BaseProtocol], backlog: int,
-                   admit: Admit | None = None) -> None:
+    async def bind(self, factory: Callable[[], asyncio.BaseProtocol], backlog: int, admit: Admit | None = None) -> None:
         """Bind the address without accepting yet (``backlog``: the listen queue;
         ``admit``: asked before a TLS handshake, see :func:`broker.net.transport.start_server`)."""
         tls = self.config.tls
         self.server = await transport.start_server(
-            factory, self.config.host, self.config.port, backlog=backlog,
-            start_serving=False, ssl_context=self.ssl_context,
-            ssl_handshake_timeout=tls.handshake_timeout_s if tls else None, admit=admit)
+            factory,
+            self.config.host,
+            self.config.port,
+            backlog=backlog,
+            start_serving=False,
+            ssl_context=self.ssl_context,
+            ssl_handshake_timeout=tls.handshake_timeout_s if tls else None,
+            admit=admit,
+        )
         sockets = self.server.sockets
         if sockets:
             self.address = (self.config.host, sockets[0].getsockname()[1])

@@ -26,7 +26,7 @@ request)``, plus what whole requests in the background hold beyond it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 Grant = Callable[[int], None]
 """Called with the reserved size once a waiter's reservation is made for it."""
@@ -91,8 +91,7 @@ class RequestBudget:
             return
         self.reserved -= nbytes
         if self.reserved < 0:
-            raise AssertionError(f"released more request bytes than were reserved "
-                                 f"({self.reserved} left)")
+            raise AssertionError(f"released more request bytes than were reserved ({self.reserved} left)")
         if self._waiters:
             self._grant_waiters()
 

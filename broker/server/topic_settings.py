@@ -8,8 +8,9 @@ a restart (the next append, roll or retention pass uses it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from broker.common.topic_config import CHECKS
 from broker.storage.config import LogConfig
@@ -47,7 +48,7 @@ def compress_message_set(chunk: bytes | memoryview, codec: int) -> bytes | memor
     pos = 0
     while pos < len(view):
         length = batch_length_at(view, pos)
-        batch = view[pos:pos + length]
+        batch = view[pos : pos + length]
         packed = compress_batch(batch, codec)
         changed = changed or packed is not batch
         parts.append(packed)

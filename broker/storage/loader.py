@@ -15,16 +15,16 @@ the log is then cut at the break, since everything after it was never flushed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.wire import records
 from broker.common.errors import StorageError
 from broker.storage.segment import Segment, parse_segment_file_name
-import contextlib
+from broker.wire import records
 
 log = logging.getLogger("logferry.storage")
 
@@ -105,12 +105,18 @@ def _check_contiguous(segments: list[Segment], name: str, recover: bool) -> None
                 f"broker. Restore them, or remove {CLEAN_SHUTDOWN_MARKER} from the log dir "
                 f"to let recovery cut this log at offset {seg.base_offset + seg.size}."
             )
-        for dropped in segments[i + 1:]:
-            log.warning("recovery of %s: deleted segment %s (%d bytes): it follows a %s "
-                        "in the offsets after %s, so it was never flushed",
-                        name, dropped.path, dropped.size, kind, seg.path)
+        for dropped in segments[i + 1 :]:
+            log.warning(
+                "recovery of %s: deleted segment %s (%d bytes): it follows a %s "
+                "in the offsets after %s, so it was never flushed",
+                name,
+                dropped.path,
+                dropped.size,
+                kind,
+                seg.path,
+            )
             _discard(dropped)
-        del segments[i + 1:]
+        del segments[i + 1 :]
         return
 
 
@@ -129,9 +135,15 @@ def _recover_tail(segments: list[Segment], name: str) -> tuple[int, int]:
         if result.error is None:
             return messages, nbytes
         cut = seg.size - result.valid_bytes
-        log.warning("recovery of %s: truncated segment %s at byte %d (offset %d), "
-                    "cutting %d bytes: %s", name, seg.path, result.valid_bytes,
-                    seg.base_offset + result.valid_bytes, cut, result.error)
+        log.warning(
+            "recovery of %s: truncated segment %s at byte %d (offset %d), cutting %d bytes: %s",
+            name,
+            seg.path,
+            result.valid_bytes,
+            seg.base_offset + result.valid_bytes,
+            cut,
+            result.error,
+        )
         seg.truncate(result.valid_bytes)
         if seg.size or len(segments) == 1:
             return messages, nbytes

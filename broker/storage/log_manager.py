@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from broker.common.errors import ConfigError, StorageError
+from broker.common.names import parse_partition_dir_name, partition_dir_name
 from broker.storage.config import LogConfig
 from broker.storage.loader import CLEAN_SHUTDOWN_MARKER
 from broker.storage.partition_log import DELETED_SUFFIX, PartitionLog
 from broker.storage.segment import fsync_dir
-from broker.common.names import parse_partition_dir_name, partition_dir_name
 
 log = logging.getLogger("logferry.storage")
 
@@ -57,14 +57,16 @@ class LogManager:
                 if key in self._logs:
                     raise StorageError(
                         f"partition {partition_dir_name(*key)} is in two log dirs: "
-                        f"{self._dir_of[key]} and {log_dir}; remove the stale copy")
+                        f"{self._dir_of[key]} and {log_dir}; remove the stale copy"
+                    )
                 self._logs[key] = PartitionLog(path, key[0], key[1], self.config, recover)
                 self._dir_of[key] = log_dir
                 if recover and log_dir not in recovered:
                     recovered.append(log_dir)
         if recovered:
-            log.info("recovered logs in %s (no clean-shutdown marker); syncing them to disk",
-                     ", ".join(map(str, recovered)))
+            log.info(
+                "recovered logs in %s (no clean-shutdown marker); syncing them to disk", ", ".join(map(str, recovered))
+            )
             # Bytes that survived a process crash may sit only in the page cache; they
             # are visible at once, so make them durable first.
             os.sync()
@@ -96,8 +98,9 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         log_dir = min(self.log_dirs, key=counts.__getitem__)
-        plog = PartitionLog(log_dir / partition_dir_name(topic, partition), topic, partition,
-                            self.config, recover=False)
+        plog = PartitionLog(
+            log_dir / partition_dir_name(topic, partition), topic, partition, self.config, recover=False
+        )
         self._logs[key] = plog
         self._dir_of[key] = log_dir
         return plog
@@ -156,11 +159,11 @@ class LogManager:
             try:
                 log_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise ConfigError(f"log dir {log_dir} does not exist and cannot be "
-                                  f"created: {exc}") from exc
+                raise ConfigError(f"log dir {log_dir} does not exist and cannot be created: {exc}") from exc
             if not log_dir.is_dir() or not os.access(log_dir, os.W_OK | os.X_OK):
-                raise ConfigError(f"log dir {log_dir} is not a writable directory: fix "
-                                  f"its permissions or choose another in log_dirs")
+                raise ConfigError(
+                    f"log dir {log_dir} is not a writable directory: fix its permissions or choose another in log_dirs"
+                )
         self._dirs_ready = True
 
 

@@ -27,6 +27,7 @@ a worker thread too.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -34,10 +35,10 @@ import shutil
 import uuid
 import zlib
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, NamedTuple
+from typing import BinaryIO, NamedTuple
 
-from broker.wire import records
 from broker.common.errors import (
     CorruptBatchError,
     DiskFullError,
@@ -45,14 +46,14 @@ from broker.common.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MIN_LENGTH
+from broker.common.names import partition_dir_name
+from broker.storage import producer_snapshots
 from broker.storage.config import VISIBILITY_WRITTEN, LogConfig
 from broker.storage.loader import load_segments
-from broker.storage import producer_snapshots
 from broker.storage.producer_state import Held, ProducerStateTable
 from broker.storage.segment import Segment, fsync_dir, now_ms
-from broker.common.names import partition_dir_name
-import contextlib
+from broker.wire import records
+from broker.wire.records import BATCH_HEADER, CRC_START, HEADER_SIZE, LENGTH_SIZE, MIN_LENGTH
 
 log = logging.getLogger("logferry.storage")
 
@@ -88,8 +89,7 @@ class PendingFlush:
 
     __slots__ = ("end", "_fds", "_dirs", "_on_error")
 
-    def __init__(self, end: int, fds: list[int], dirs: list[Path],
-                 on_error: Callable[[OSError], None]):
+    def __init__(self, end: int, fds: list[int], dirs: list[Path], on_error: Callable[[OSError], None]):
         self.end = end
         """The log end when the flush was prepared: visible once :meth:`run` returned."""
         self._fds = fds
@@ -148,8 +148,7 @@ class PartitionLog:
     runs one ``sync`` after recovering).
     """
 
-    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
-                 recover: bool):
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, recover: bool):
         self.directory = Path(directory)
         self.topic = topic
         self.partition = partition
@@ -161,8 +160,7 @@ class PartitionLog:
             self.directory.mkdir(parents=True, exist_ok=True)
             loaded = load_segments(self.directory, self.name, recover)
         except OSError as exc:
-            raise StorageError(f"cannot open partition {self.name} in {self.directory}: "
-                               f"{exc}") from exc
+            raise StorageError(f"cannot open partition {self.name} in {self.directory}: {exc}") from exc
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._end = self._segments[-1].end_offset
@@ -184,7 +182,8 @@ class PartitionLog:
         self._failure: str | None = None
         self._topic_id = self._read_topic_id()
         self.producers: ProducerStateTable = producer_snapshots.load_state(
-            self.directory, self.name, self._segments, clean=not recover)
+            self.directory, self.name, self._segments, clean=not recover
+        )
         """Idempotent producers' last batches here (:mod:`broker.storage.producer_state`)."""
 
     # -- offsets and sizes ----------------------------------------------------------------
@@ -262,8 +261,7 @@ class PartitionLog:
             if self.directory not in self._dirty_dirs:
                 self._dirty_dirs.append(self.directory)
         except OSError as exc:
-            raise StorageError(f"cannot record the topic id of {self.name} in "
-                               f"{self.directory}: {exc}") from exc
+            raise StorageError(f"cannot record the topic id of {self.name} in {self.directory}: {exc}") from exc
 
     @property
     def size_bytes(self) -> int:
@@ -289,8 +287,9 @@ class PartitionLog:
 
     # -- appending and flushing -----------------------------------------------------------
 
-    def append(self, message_set: bytes | memoryview, messages: int,
-               producers: list[records.ProducerInfo] | None = None) -> int:
+    def append(
+        self, message_set: bytes | memoryview, messages: int, producers: list[records.ProducerInfo] | None = None
+    ) -> int:
         """Append whole, already validated batches; returns the offset of their first byte.
 
         ``producers``: the set's magic 2 batches (:attr:`records.ScanResult.producers`),
@@ -307,21 +306,23 @@ class PartitionLog:
         size = len(message_set)
         now = now_ms()
         seg = self._segments[-1]
-        if seg.size and (seg.size + size > self.config.segment_bytes
-                         or now - seg.created_ms > self.config.segment_ms):
+        if seg.size and (seg.size + size > self.config.segment_bytes or now - seg.created_ms > self.config.segment_ms):
             seg = self._roll()
         offset = self._end
         try:
             seg.append(message_set)
         except OSError as exc:
             if seg.damaged:
-                self._failure = (f"partition {self.name} no longer accepts writes: a failed "
-                                 f"write left a partial batch at the end of {seg.path} "
-                                 f"({exc}); restart the broker to recover the log")
+                self._failure = (
+                    f"partition {self.name} no longer accepts writes: a failed "
+                    f"write left a partial batch at the end of {seg.path} "
+                    f"({exc}); restart the broker to recover the log"
+                )
                 log.error("%s", self._failure)
                 raise StorageError(self._failure) from exc  # freeing space is no cure
-            raise write_error(exc, f"cannot append {size} bytes to partition {self.name} "
-                                   f"({seg.path})", self.directory.parent) from exc
+            raise write_error(
+                exc, f"cannot append {size} bytes to partition {self.name} ({seg.path})", self.directory.parent
+            ) from exc
         self._end = offset + size
         if not self.unflushed_bytes:
             self._oldest_unflushed_ms = now
@@ -335,8 +336,7 @@ class PartitionLog:
             self.producers.record(producers, offset)
         return offset
 
-    def check_producers(self, producers: list[records.ProducerInfo],
-                        strict: bool = True) -> Held | None:
+    def check_producers(self, producers: list[records.ProducerInfo], strict: bool = True) -> Held | None:
         """Before appending a produced set: None to append it, or which of its leading
         batches the log holds already (a producer's retry); OutOfOrderSequenceError or
         ProducerFencedError to refuse it (see :meth:`ProducerStateTable.check`; not
@@ -346,8 +346,8 @@ class PartitionLog:
     def flush_due(self, now_ms: int) -> bool:
         """True when ``flush_messages`` are unflushed or the oldest has waited ``flush_ms``."""
         return self.unflushed_messages >= self.config.flush_messages or (
-            self.unflushed_bytes > 0
-            and now_ms - self._oldest_unflushed_ms >= self.config.flush_ms)
+            self.unflushed_bytes > 0 and now_ms - self._oldest_unflushed_ms >= self.config.flush_ms
+        )
 
     @property
     def unflushed_files(self) -> int:
@@ -384,8 +384,10 @@ class PartitionLog:
         # Runs in the fsync thread. After a failed fsync the kernel may already have
         # dropped the unwritten pages, so a retry could "succeed" over lost data: stop
         # writing and leave the tail to the next start's recovery (no clean marker).
-        self._failure = (f"partition {self.name} no longer accepts writes: fsync failed "
-                         f"({exc}); restart the broker to recover the log")
+        self._failure = (
+            f"partition {self.name} no longer accepts writes: fsync failed "
+            f"({exc}); restart the broker to recover the log"
+        )
         log.error("%s", self._failure)
 
     def mark_flushed(self, end: int) -> None:
@@ -423,7 +425,10 @@ class PartitionLog:
         if not start <= offset <= self._end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for partition {self.name}: the valid "
-                f"range is [{start}, {self.visible_end}]", start, self.visible_end)
+                f"range is [{start}, {self.visible_end}]",
+                start,
+                self.visible_end,
+            )
         seg = self._segments[bisect_right(self._bases, offset) - 1]
         pos = offset - seg.base_offset
         if offset >= visible:
@@ -437,8 +442,7 @@ class PartitionLog:
             if length > len(head):
                 head = seg.read(pos, length)
         except OSError as exc:
-            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at "
-                               f"offset {offset}: {exc}") from exc
+            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at offset {offset}: {exc}") from exc
         self._check_first_batch(head, length, offset)
         return FileSlice(seg.reader, pos, max(length, min(max_bytes, available)), offset)
 
@@ -455,13 +459,16 @@ class PartitionLog:
             elif not MIN_LENGTH[magic] <= length <= records.MAX_BATCH_BYTES:
                 problem = f"no batch header there (length field {length})"
             elif LENGTH_SIZE + length > available:
-                problem = (f"a batch there would need {LENGTH_SIZE + length} bytes but its "
-                           f"segment has {available} readable bytes left")
+                problem = (
+                    f"a batch there would need {LENGTH_SIZE + length} bytes but its "
+                    f"segment has {available} readable bytes left"
+                )
         if problem is not None:
             raise InvalidOffsetError(
                 f"offset {offset} is not the start of a batch in partition {self.name}: "
                 f"{problem}. Fetch from an offset a produce, offsets or fetch response "
-                f"gave you.")
+                f"gave you."
+            )
         return LENGTH_SIZE + length
 
     def _check_first_batch(self, head: bytes, length: int, offset: int) -> None:
@@ -469,11 +476,14 @@ class PartitionLog:
         if result.error is None:
             return
         if zlib.crc32(memoryview(head)[CRC_START:length]) == _unpack_header(head)[2]:
-            raise InvalidOffsetError(f"offset {offset} is not the start of a batch in "
-                                     f"partition {self.name}: {result.error}")
-        raise CorruptBatchError(f"the batch at offset {offset} of partition {self.name} "
-                                f"fails its CRC: the log is damaged there (or {offset} is "
-                                f"not the start of a batch)")
+            raise InvalidOffsetError(
+                f"offset {offset} is not the start of a batch in partition {self.name}: {result.error}"
+            )
+        raise CorruptBatchError(
+            f"the batch at offset {offset} of partition {self.name} "
+            f"fails its CRC: the log is damaged there (or {offset} is "
+            f"not the start of a batch)"
+        )
 
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of the log from ``offset`` (within one segment, below the
@@ -485,8 +495,7 @@ class PartitionLog:
         try:
             return seg.read(offset - seg.base_offset, n)
         except OSError as exc:
-            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at "
-                               f"offset {offset}: {exc}") from exc
+            raise StorageError(f"cannot read partition {self.name} ({seg.path}) at offset {offset}: {exc}") from exc
 
     def batch_start_at_or_before(self, offset: int) -> int:
         """The start of the last batch beginning at or before ``offset`` (the log start
@@ -527,8 +536,10 @@ class PartitionLog:
             self._segments = [Segment.create(self.directory, offset)]
             fsync_dir(self.directory)
         except OSError as exc:
-            self._failure = (f"partition {self.name} no longer accepts writes: restarting "
-                             f"it at offset {offset} failed ({exc}); restart the broker")
+            self._failure = (
+                f"partition {self.name} no longer accepts writes: restarting "
+                f"it at offset {offset} failed ({exc}); restart the broker"
+            )
             raise StorageError(self._failure) from exc
         self._bases = [offset]
         self._dirty = []
@@ -563,8 +574,10 @@ class PartitionLog:
                 last.fsync()
             fsync_dir(self.directory)
         except OSError as exc:
-            self._failure = (f"partition {self.name} no longer accepts writes: truncating "
-                             f"to offset {offset} failed ({exc}); restart the broker")
+            self._failure = (
+                f"partition {self.name} no longer accepts writes: truncating "
+                f"to offset {offset} failed ({exc}); restart the broker"
+            )
             log.error("%s", self._failure)
             raise StorageError(self._failure) from exc
         self._bases = [s.base_offset for s in self._segments]
@@ -623,7 +636,8 @@ class PartitionLog:
                 if magic not in MIN_LENGTH or length < MIN_LENGTH[magic]:
                     raise CorruptBatchError(
                         f"malformed batch header at offset {seg.base_offset + pos + i} of "
-                        f"partition {self.name} ({seg.path})")
+                        f"partition {self.name} ({seg.path})"
+                    )
                 if base_ts > ts_ms:
                     return last
                 last = seg.base_offset + pos + i
@@ -644,8 +658,9 @@ class PartitionLog:
         try:
             new = Segment.create(self.directory, self._end)
         except OSError as exc:
-            raise write_error(exc, f"cannot roll partition {self.name} to a new segment in "
-                                   f"{self.directory}", self.directory.parent) from exc
+            raise write_error(
+                exc, f"cannot roll partition {self.name} to a new segment in {self.directory}", self.directory.parent
+            ) from exc
         if not self._dirty or self._dirty[-1] is not old:
             old.seal()  # fully flushed; otherwise prepare_flush seals it
         self._segments.append(new)
@@ -653,8 +668,7 @@ class PartitionLog:
         self._dirty_dirs.append(self.directory)
         if self.producers.producers:
             producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
-        log.info("%s: rolled to segment %s after %d bytes", self.name, new.path.name,
-                 old.size)
+        log.info("%s: rolled to segment %s after %d bytes", self.name, new.path.name, old.size)
         return new
 
     def enforce_retention(self, now_ms: int) -> list[Path]:
@@ -674,14 +688,18 @@ class PartitionLog:
                 age = now_ms - self._segments[0].last_modified_ms
                 if age <= cfg.retention_ms:
                     break
-                deleted.append(self._delete_first(f"not modified for {age / 3.6e6:.1f} h, "
-                                                  f"retention is {cfg.retention_ms / 3.6e6:g} h"))
+                deleted.append(
+                    self._delete_first(
+                        f"not modified for {age / 3.6e6:.1f} h, retention is {cfg.retention_ms / 3.6e6:g} h"
+                    )
+                )
         except OSError as exc:
             raise StorageError(f"retention on partition {self.name} failed: {exc}") from exc
         if cfg.retention_bytes >= 0:
             while len(self._segments) > 1 and self.size_bytes > cfg.retention_bytes:
-                deleted.append(self._delete_first(f"log holds {self.size_bytes} bytes, "
-                                                  f"retention is {cfg.retention_bytes}"))
+                deleted.append(
+                    self._delete_first(f"log holds {self.size_bytes} bytes, retention is {cfg.retention_bytes}")
+                )
         if deleted:
             self.producers.expire_before(self._bases[0])
         return deleted
@@ -695,9 +713,16 @@ class PartitionLog:
             seg.delete()
         except OSError as exc:
             log.error("%s: could not delete segment %s: %s", self.name, seg.path, exc)
-        log.info("%s: deleted segment %s (offsets %d-%d, %d bytes): %s; log now starts at "
-                 "%d", self.name, seg.path.name, seg.base_offset, seg.end_offset, seg.size,
-                 reason, self._bases[0])
+        log.info(
+            "%s: deleted segment %s (offsets %d-%d, %d bytes): %s; log now starts at %d",
+            self.name,
+            seg.path.name,
+            seg.base_offset,
+            seg.end_offset,
+            seg.size,
+            reason,
+            self._bases[0],
+        )
         return seg.path
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -721,20 +746,17 @@ class PartitionLog:
         """
         for seg in self._segments:
             seg.seal()  # read files stay open until the last fetch drops them
-        doomed = self.directory.with_name(
-            f"{self.directory.name}.{uuid.uuid4().hex[:12]}{DELETED_SUFFIX}")
+        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex[:12]}{DELETED_SUFFIX}")
         try:
             os.rename(self.directory, doomed)
             fsync_dir(self.directory.parent)
             shutil.rmtree(doomed)
         except OSError as exc:
-            raise StorageError(f"cannot delete partition {self.name} in {self.directory}: "
-                               f"{exc}") from exc
+            raise StorageError(f"cannot delete partition {self.name} in {self.directory}: {exc}") from exc
         log.info("%s: deleted the partition's log (%s)", self.name, self.directory)
 
     def __repr__(self) -> str:
-        return (f"PartitionLog({self.name}, start={self.start_offset}, "
-                f"flushed={self._flushed_end}, end={self._end})")
+        return f"PartitionLog({self.name}, start={self.start_offset}, flushed={self._flushed_end}, end={self._end})"
 
 
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -747,8 +769,7 @@ def write_error(exc: OSError, what: str, log_dir: Path) -> StorageError:
     written and freeing space is the cure), :class:`StorageError` otherwise."""
     reason = exc.strerror or str(exc)
     if exc.errno in NO_SPACE_ERRNOS:
-        return DiskFullError(f"log dir {log_dir} is full: {what}: {reason}",
-                             log_dir=str(log_dir))
+        return DiskFullError(f"log dir {log_dir} is full: {what}: {reason}", log_dir=str(log_dir))
     return StorageError(f"{what}: {exc}")
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from broker.common.errors import CorruptBatchError
 from broker.storage.producer_state import ProducerStateTable
@@ -55,7 +55,7 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
-                stem = entry.name[:-len(SUFFIX)]
+                stem = entry.name[: -len(SUFFIX)]
                 if entry.name.endswith(SUFFIX) and len(stem) == 20 and stem.isdigit():
                     found.append((int(stem), Path(entry.path)))
     except OSError:
@@ -88,8 +88,7 @@ def drop_snapshots_after(directory: Path, offset: int) -> None:
                 log.warning("could not delete producer state snapshot %s: %s", path, exc)
 
 
-def load_state(directory: Path, name: str, segments: Sequence[Segment],
-               clean: bool = False) -> ProducerStateTable:
+def load_state(directory: Path, name: str, segments: Sequence[Segment], clean: bool = False) -> ProducerStateTable:
     """The producer state of a log made of ``segments``: the newest snapshot inside the
     log plus a walk of the batch headers after it; ``clean`` (the log was closed
     cleanly): none without a snapshot (see the module docstring)."""
@@ -110,8 +109,14 @@ def load_state(directory: Path, name: str, segments: Sequence[Segment],
     walked = walk_segments(table, segments, walk_from)
     table.expire_before(start)
     if table.producers:
-        log.info("%s: producer state of %d producers rebuilt from offset %d (%d bytes walked) "
-                 "in %.3fs", name, len(table), walk_from, walked, time.monotonic() - started)
+        log.info(
+            "%s: producer state of %d producers rebuilt from offset %d (%d bytes walked) in %.3fs",
+            name,
+            len(table),
+            walk_from,
+            walked,
+            time.monotonic() - started,
+        )
     return table
 
 
@@ -128,8 +133,7 @@ def walk_segments(table: ProducerStateTable, segments: Sequence[Segment], start:
             try:
                 infos, used = records.walk_producers(chunk)
             except CorruptBatchError as exc:
-                log.warning("%s: producer state walk stopped at offset %d: %s", table.name,
-                            seg.base_offset + pos, exc)
+                log.warning("%s: producer state walk stopped at offset %d: %s", table.name, seg.base_offset + pos, exc)
                 return walked
             if used == 0:  # a header cut by the end of the segment (recovery cuts these)
                 break
@@ -139,5 +143,4 @@ def walk_segments(table: ProducerStateTable, segments: Sequence[Segment], start:
     return walked
 
 
-__all__ = ["drop_snapshots_after", "list_snapshots", "load_state", "snapshot_name",
-           "walk_segments", "write_snapshot"]
+__all__ = ["drop_snapshots_after", "list_snapshots", "load_state", "snapshot_name", "walk_segments", "write_snapshot"]

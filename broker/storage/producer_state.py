@@ -25,7 +25,8 @@ does no IO. Work is per batch, never per message.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import msgpack
 
@@ -82,8 +83,7 @@ class ProducerStateTable:
     def __len__(self) -> int:
         return len(self.producers)
 
-    def check(self, infos: Sequence[ProducerInfo], base_offset: int,
-              strict: bool = True) -> Held | None:
+    def check(self, infos: Sequence[ProducerInfo], base_offset: int, strict: bool = True) -> Held | None:
         """Decide on a produced message set whose magic 2 batches are ``infos``.
 
         Returns None to append it all, or :class:`Held` when its first batches are
@@ -114,11 +114,16 @@ class ProducerStateTable:
             seen = pending.get(pid)
             if seen is not None:
                 epoch, prev = seen
-                if not (info.epoch == epoch and info.base_sequence == (prev + 1) % SEQUENCE_MODULUS
-                        or info.epoch > epoch and info.base_sequence == 0):
+                if not (
+                    info.epoch == epoch
+                    and info.base_sequence == (prev + 1) % SEQUENCE_MODULUS
+                    or info.epoch > epoch
+                    and info.base_sequence == 0
+                ):
                     raise OutOfOrderSequenceError(
                         f"producer {pid}'s batches in one message set to partition {self.name} "
-                        f"are not consecutive; nothing was appended")
+                        f"are not consecutive; nothing was appended"
+                    )
             else:
                 entry = self.producers.get(pid)
                 if entry is not None:
@@ -129,10 +134,14 @@ class ProducerStateTable:
                             raise OutOfOrderSequenceError(
                                 f"a message set to partition {self.name} holds a batch of "
                                 f"producer {pid} that the log already has after batches it "
-                                f"does not have; nothing was appended")
-                        held = Held(at if held is None else held.offset, info.position + info.size,
-                                    (0 if held is None else held.messages) + info.count,
-                                    (0 if held is None else held.batches) + 1)
+                                f"does not have; nothing was appended"
+                            )
+                        held = Held(
+                            at if held is None else held.offset,
+                            info.position + info.size,
+                            (0 if held is None else held.messages) + info.count,
+                            (0 if held is None else held.batches) + 1,
+                        )
                         continue
             leading = False
             pending[pid] = (info.epoch, last_sequence(info.base_sequence, info.count))
@@ -144,16 +153,21 @@ class ProducerStateTable:
         for info in infos:
             entry = self.producers.get(info.producer_id)
             at = None
-            if entry is not None and info.epoch == entry.epoch and \
-                    info.position == (0 if held is None else held.nbytes):
+            if (
+                entry is not None
+                and info.epoch == entry.epoch
+                and info.position == (0 if held is None else held.nbytes)
+            ):
                 last = last_sequence(info.base_sequence, info.count)
-                at = next((b.offset for b in entry.batches
-                           if b.first == info.base_sequence and b.last == last), None)
+                at = next((b.offset for b in entry.batches if b.first == info.base_sequence and b.last == last), None)
             if at is None:
                 break
-            held = Held(at if held is None else held.offset, info.position + info.size,
-                        (0 if held is None else held.messages) + info.count,
-                        (0 if held is None else held.batches) + 1)
+            held = Held(
+                at if held is None else held.offset,
+                info.position + info.size,
+                (0 if held is None else held.messages) + info.count,
+                (0 if held is None else held.batches) + 1,
+            )
         return held
 
     def _check_one(self, entry: ProducerEntry, info: ProducerInfo, base_offset: int) -> int | None:
@@ -164,12 +178,14 @@ class ProducerStateTable:
             raise ProducerFencedError(
                 f"producer {pid} epoch {info.epoch} is fenced in partition {self.name}: "
                 f"epoch {entry.epoch} already wrote there; this producer was replaced and "
-                f"must stop (or start over with a new producer id)")
+                f"must stop (or start over with a new producer id)"
+            )
         if info.epoch > entry.epoch:
             if info.base_sequence != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} starts epoch {info.epoch} in partition {self.name} at "
-                    f"sequence {info.base_sequence}, not 0; nothing was appended")
+                    f"sequence {info.base_sequence}, not 0; nothing was appended"
+                )
             return None
         last = last_sequence(info.base_sequence, info.count)
         for batch in entry.batches:
@@ -181,7 +197,8 @@ class ProducerStateTable:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {info.epoch} sent sequence {info.base_sequence} to "
                     f"partition {self.name} at offset {base_offset}, which expects {expected}: "
-                    f"a batch before it is missing; nothing was appended")
+                    f"a batch before it is missing; nothing was appended"
+                )
         return None
 
     def record(self, infos: Iterable[ProducerInfo], base_offset: int) -> None:
@@ -198,9 +215,11 @@ class ProducerStateTable:
                 entry = producers[pid] = ProducerEntry(info.epoch)
             elif info.epoch < entry.epoch:
                 continue  # a fenced writer's batch (copied from elsewhere): not its state
-            entry.batches.append(BatchMeta(info.base_sequence,
-                                           last_sequence(info.base_sequence, info.count),
-                                           base_offset + info.position))
+            entry.batches.append(
+                BatchMeta(
+                    info.base_sequence, last_sequence(info.base_sequence, info.count), base_offset + info.position
+                )
+            )
 
     def expire_before(self, offset: int) -> int:
         """Forget producers whose newest batch lies before ``offset`` (retention deleted
@@ -223,15 +242,18 @@ class ProducerStateTable:
 
     def to_bytes(self, offset: int) -> bytes:
         """A snapshot of the table valid for the log up to ``offset``."""
-        data: bytes = msgpack.packb({
-            "v": SNAPSHOT_VERSION, "offset": offset,
-            "producers": [[pid, e.epoch, [list(b) for b in e.batches]]
-                          for pid, e in self.producers.items()],
-        }, use_bin_type=True)
+        data: bytes = msgpack.packb(
+            {
+                "v": SNAPSHOT_VERSION,
+                "offset": offset,
+                "producers": [[pid, e.epoch, [list(b) for b in e.batches]] for pid, e in self.producers.items()],
+            },
+            use_bin_type=True,
+        )
         return data
 
     @classmethod
-    def from_bytes(cls, data: bytes, name: str = "") -> tuple["ProducerStateTable", int]:
+    def from_bytes(cls, data: bytes, name: str = "") -> tuple[ProducerStateTable, int]:
         """The table and offset of a snapshot; ValueError if it is not one."""
         try:
             snap = msgpack.unpackb(data, raw=False, strict_map_key=False)
@@ -264,9 +286,7 @@ class Held(NamedTuple):
     def rest(self, message_set: memoryview, producers: list[ProducerInfo]) -> tuple[memoryview, list[ProducerInfo]]:
         """The part of the set to append, and its batches' producer fields."""
         cut = self.nbytes
-        return message_set[cut:], [p._replace(position=p.position - cut)
-                                   for p in producers[self.batches:]]
+        return message_set[cut:], [p._replace(position=p.position - cut) for p in producers[self.batches :]]
 
 
-__all__ = ["BatchMeta", "Held", "ProducerEntry", "ProducerStateTable", "REMEMBERED_BATCHES",
-           "last_sequence"]
+__all__ = ["BatchMeta", "Held", "ProducerEntry", "ProducerStateTable", "REMEMBERED_BATCHES", "last_sequence"]

@@ -19,13 +19,13 @@ Two handles per file, for two different users:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 from typing import BinaryIO
 
 from broker.wire.records import BATCH_HEADER, HEADER_SIZE
-import contextlib
 
 SUFFIX = ".log"
 _DIGITS = 20
@@ -90,11 +90,9 @@ def fsync_dir(directory: Path) -> None:
 class Segment:
     """One open segment file; see the module docstring for its two handles."""
 
-    __slots__ = ("base_offset", "path", "size", "created_ms", "reader", "damaged", "_fd",
-                 "_first_ts")
+    __slots__ = ("base_offset", "path", "size", "created_ms", "reader", "damaged", "_fd", "_first_ts")
 
-    def __init__(self, path: Path, base_offset: int, reader: BinaryIO, size: int,
-                 created_ms: int, fd: int = -1):
+    def __init__(self, path: Path, base_offset: int, reader: BinaryIO, size: int, created_ms: int, fd: int = -1):
         self.base_offset = base_offset
         """Logical offset of the file's first byte."""
         self.path = path
@@ -168,15 +166,14 @@ class Segment:
         written = 0
         try:
             while written < total:
-                written += os.write(self._fd, view[written:written + WRITE_PIECE_BYTES])
+                written += os.write(self._fd, view[written : written + WRITE_PIECE_BYTES])
         except OSError as exc:
             if written:
                 try:
                     os.ftruncate(self._fd, self.size)
                 except OSError as cut:
                     self.damaged = True
-                    exc.add_note(f"cutting {self.path} back to {self.size} bytes "
-                                 f"also failed: {cut}")
+                    exc.add_note(f"cutting {self.path} back to {self.size} bytes also failed: {cut}")
             raise
         finally:
             view.release()
@@ -239,4 +236,3 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"
-

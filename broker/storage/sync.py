@@ -23,8 +23,8 @@ import ctypes
 import os
 import platform
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from broker.storage.partition_log import PendingFlush
 
@@ -55,8 +55,9 @@ def _find_syncfs() -> Callable[[int], int] | None:
 SYNCFS = _find_syncfs()
 
 
-def sync_round(pendings: Sequence[PendingFlush], fs_fd: int | None = None,
-               syncfs: Callable[[int], int] | None = SYNCFS) -> list[OSError | None]:
+def sync_round(
+    pendings: Sequence[PendingFlush], fs_fd: int | None = None, syncfs: Callable[[int], int] | None = SYNCFS
+) -> list[OSError | None]:
     """Make every captured flush durable (blocking: call it in a worker thread); the
     outcome of each, None for success. One failed fsync does not stop the others.
 

@@ -13,8 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from broker.common.config import dumps
 
@@ -42,10 +43,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 class BrokerProcess:
     """One broker subprocess with a fixed id, port and log dir across restarts."""
 
-    def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
-                 broker: Mapping[str, Any] | None = None, log: Mapping[str, Any] | None = None,
-                 name: str | None = None, tls: Mapping[str, Any] | None = None,
-                 kafka: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        broker_id: int,
+        zk_connect: str,
+        workdir: Path,
+        broker: Mapping[str, Any] | None = None,
+        log: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        tls: Mapping[str, Any] | None = None,
+        kafka: Mapping[str, Any] | None = None,
+    ):
         """``tls``: the broker's ``[tls]`` table (docs/configuration.md); none: plaintext.
         ``kafka``: its ``[kafka]`` table (docs/kafka.md); none: no Kafka listener."""
         self.id = broker_id
@@ -56,9 +64,14 @@ class BrokerProcess:
         self.log_dir = workdir / f"{self.name}-data"
         self.log_file = workdir / f"{self.name}.log"
         self.config_file = workdir / f"{self.name}.toml"
-        self.broker_settings = {"id": broker_id, "host": "127.0.0.1", "port": self.port,
-                                "log_dirs": [str(self.log_dir)], "zk_connect": zk_connect,
-                                **(broker or {})}
+        self.broker_settings = {
+            "id": broker_id,
+            "host": "127.0.0.1",
+            "port": self.port,
+            "log_dirs": [str(self.log_dir)],
+            "zk_connect": zk_connect,
+            **(broker or {}),
+        }
         self.log_settings = dict(log or {})
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -82,14 +95,18 @@ class BrokerProcess:
                 return line.rsplit("speaks Kafka on ", 1)[1].strip()
         raise RuntimeError(f"{self.name} has no Kafka listener:\n{self.log_tail()}")
 
-    def start(self, wait: bool = True) -> "BrokerProcess":
+    def start(self, wait: bool = True) -> BrokerProcess:
         """Start the process; with ``wait``, return once it accepts connections."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         with self.log_file.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "broker", "broker", "--config", str(self.config_file)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
-                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=str(ROOT),
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
         if wait:
             self.wait_ready()
         return self
@@ -125,8 +142,7 @@ class BrokerProcess:
             time.sleep(0.5)
             self.proc.kill()
             self.proc.wait(5)
-            raise RuntimeError(f"{self.name} ignored SIGTERM for {timeout}s:\n"
-                               f"{self.log_tail(200)}") from None
+            raise RuntimeError(f"{self.name} ignored SIGTERM for {timeout}s:\n{self.log_tail(200)}") from None
 
     def kill(self) -> None:
         """kill -9: no flush, no deregistration."""
@@ -144,7 +160,7 @@ class BrokerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
 
-    def restart(self) -> "BrokerProcess":
+    def restart(self) -> BrokerProcess:
         """Clean stop, then start with the same id, port and data."""
         self.stop()
         return self.start()

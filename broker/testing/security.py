@@ -9,9 +9,9 @@ well under a second. Needs the ``certs`` extra (``cryptography``).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from broker.common.acl import Resource, ResourceType, make_acl
 from broker.coordination import zk
@@ -32,8 +32,7 @@ class Pki:
     broker_key: Path
 
 
-def make_pki(directory: Path, hosts: Iterable[str] = ("127.0.0.1", "localhost"),
-             name: str = "broker") -> Pki:
+def make_pki(directory: Path, hosts: Iterable[str] = ("127.0.0.1", "localhost"), name: str = "broker") -> Pki:
     """A private CA (``ca.pem``; its key is not kept) and one broker certificate for
     ``hosts`` (key mode 0600) in ``directory``."""
     from broker.common import certs
@@ -60,8 +59,7 @@ def password_file(directory: Path, name: str) -> tuple[Path, str]:
     return path, password
 
 
-def create_users(zk_connect: str, users: dict[str, str],
-                 iterations: int = TEST_ITERATIONS) -> None:
+def create_users(zk_connect: str, users: dict[str, str], iterations: int = TEST_ITERATIONS) -> None:
     """Store SCRAM credentials (both mechanisms) for each ``name: password`` in the
     cluster at ``zk_connect`` (its chroot created if missing), replacing old ones."""
     client = zk.connect(zk_connect, create=True)
@@ -119,5 +117,14 @@ def secure_zookeeper(owner: str) -> int:
         zk.close(client)
 
 
-__all__ = ["Grant", "Pki", "TEST_ITERATIONS", "add_acls", "create_users", "make_chroot",
-           "make_pki", "password_file", "secure_zookeeper"]
+__all__ = [
+    "Grant",
+    "Pki",
+    "TEST_ITERATIONS",
+    "add_acls",
+    "create_users",
+    "make_chroot",
+    "make_pki",
+    "password_file",
+    "secure_zookeeper",
+]

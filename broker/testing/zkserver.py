@@ -22,6 +22,7 @@ without Java; the class is a thin process wrapper around them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -30,13 +31,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping
 
 from broker.common.errors import ZooKeeperError
-import contextlib
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -152,16 +152,12 @@ def find_java(env: Mapping[str, str] | None = None) -> Path:
 def java_major_version(java: Path) -> int:
     """Run ``java -version`` once per executable and return its major version."""
     try:
-        result = subprocess.run(
-            [str(java), "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
+        result = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ZooKeeperNotInstalledError(f"cannot run {java} -version ({exc}); {INSTALL_HINT}") from None
     major = parse_java_major(result.stderr + result.stdout)
     if major is None:
-        raise ZooKeeperNotInstalledError(
-            f"cannot tell the version of {java} from `java -version`; {INSTALL_HINT}"
-        )
+        raise ZooKeeperNotInstalledError(f"cannot tell the version of {java} from `java -version`; {INSTALL_HINT}")
     return major
 
 
@@ -175,9 +171,7 @@ def find_classpath(java_dir: Path = DEBIAN_JAVA_DIR) -> tuple[Path, ...]:
     return tuple(java_dir / name for name in ZOOKEEPER_JARS)
 
 
-def discover_install(
-    java_dir: Path = DEBIAN_JAVA_DIR, env: Mapping[str, str] | None = None
-) -> ZooKeeperInstall:
+def discover_install(java_dir: Path = DEBIAN_JAVA_DIR, env: Mapping[str, str] | None = None) -> ZooKeeperInstall:
     """Find Java (>= :data:`MIN_JAVA_MAJOR`) and the jars, or say what to install."""
     classpath = find_classpath(java_dir)
     java = find_java(env)
@@ -215,14 +209,13 @@ class ServerTls:
 
     def __post_init__(self) -> None:
         if self.client_auth not in CLIENT_AUTH:
-            raise ZooKeeperError(f"client_auth {self.client_auth!r}: must be one of "
-                                 f"{', '.join(CLIENT_AUTH)}")
+            raise ZooKeeperError(f"client_auth {self.client_auth!r}: must be one of {', '.join(CLIENT_AUTH)}")
         if self.client_auth != "none" and self.ca_file is None:
-            raise ZooKeeperError(f"client_auth {self.client_auth!r} needs a CA file to check "
-                                 "client certificates against")
+            raise ZooKeeperError(
+                f"client_auth {self.client_auth!r} needs a CA file to check client certificates against"
+            )
         if not 0 < self.secure_port < 65536:
-            raise ZooKeeperError(f"ZooKeeper secure port {self.secure_port} is out of range "
-                                 "(1-65535)")
+            raise ZooKeeperError(f"ZooKeeper secure port {self.secure_port} is out of range (1-65535)")
 
     def zoo_cfg_lines(self, data_dir: Path, host: str = "127.0.0.1") -> list[str]:
         """The zoo.cfg lines (the keystore is written to ``data_dir`` by :meth:`write_keystore`)."""
@@ -248,8 +241,7 @@ class ServerTls:
         except OSError as exc:
             raise ZooKeeperError(f"cannot read the ZooKeeper TLS key or certificate: {exc}") from None
         if b"PRIVATE KEY" not in key or b"CERTIFICATE" not in cert:
-            raise ZooKeeperError(f"{self.key_file} and {self.cert_file} must be a PEM key and a "
-                                 "PEM certificate")
+            raise ZooKeeperError(f"{self.key_file} and {self.cert_file} must be a PEM key and a PEM certificate")
         path = data_dir / KEYSTORE_NAME
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
@@ -261,9 +253,7 @@ def _check_path_for_properties(path: Path) -> None:
     """zoo.cfg and log4j.properties are Java properties: no backslash, no newline."""
     text = str(path)
     if "\\" in text or "\n" in text or "\r" in text:
-        raise ZooKeeperError(
-            f"unusable ZooKeeper data dir {text!r}: pick a path without backslashes or newlines"
-        )
+        raise ZooKeeperError(f"unusable ZooKeeper data dir {text!r}: pick a path without backslashes or newlines")
 
 
 def render_zoo_cfg(
@@ -274,7 +264,7 @@ def render_zoo_cfg(
     tick_ms: int = 500,
     max_session_timeout_ms: int = 60_000,
     force_sync: bool = True,
-    tls: "ServerTls | None" = None,
+    tls: ServerTls | None = None,
 ) -> str:
     """The standalone server's ``zoo.cfg``.
 
@@ -489,7 +479,7 @@ class LocalZooKeeper:
         """How long the last :meth:`start` took until the server answered."""
 
     @classmethod
-    def from_data_dir(cls, data_dir: Path, port: int | None = None) -> "LocalZooKeeper":
+    def from_data_dir(cls, data_dir: Path, port: int | None = None) -> LocalZooKeeper:
         """A handle on the server of ``data_dir``, port read from its zoo.cfg if not given.
 
         Used by ``logferry zk stop|status`` to find a server started by another process.
@@ -645,9 +635,9 @@ class LocalZooKeeper:
         if missing:
             raise ZooKeeperNotInstalledError(
                 f"Netty jars for ZooKeeper's TLS port missing from {self.java_dir}: "
-                f"{', '.join(missing)}; {INSTALL_HINT}")
-        return os.pathsep.join([install.classpath_arg,
-                                *(str(self.java_dir / j) for j in NETTY_TLS_JARS)])
+                f"{', '.join(missing)}; {INSTALL_HINT}"
+            )
+        return os.pathsep.join([install.classpath_arg, *(str(self.java_dir / j) for j in NETTY_TLS_JARS)])
 
     def start(self, timeout: float = 30.0, *, detach: bool = False) -> None:
         """Start the server and return once it serves; on failure nothing is left running.
@@ -656,15 +646,11 @@ class LocalZooKeeper:
         process); the pidfile is written either way.
         """
         if self.is_running():
-            raise ZooKeeperError(
-                f"ZooKeeper already runs for {self.data_dir} (pid {self.pid}); stop it first"
-            )
+            raise ZooKeeperError(f"ZooKeeper already runs for {self.data_dir} (pid {self.pid}); stop it first")
         install = self._install or discover_install(self.java_dir)
         for port in (self.port, self.tls.secure_port if self.tls else None):
             if port is not None and not port_is_free(self.host, port):
-                raise ZooKeeperStartError(
-                    f"port {port} on {self.host} is already in use; choose another port"
-                )
+                raise ZooKeeperStartError(f"port {port} on {self.host} is already in use; choose another port")
         self.write_config()
         began = time.monotonic()
         with self.out_path.open("ab") as out:
@@ -702,8 +688,9 @@ class LocalZooKeeper:
                     self.log_tail(40),
                 )
             if self._proc is None and not self.is_running():
-                raise ZooKeeperStartError(f"ZooKeeper for {self.data_dir} is not running", self.log_path,
-                                          self.log_tail(40))
+                raise ZooKeeperStartError(
+                    f"ZooKeeper for {self.data_dir} is not running", self.log_path, self.log_tail(40)
+                )
             if self.is_serving():
                 return
             remaining = deadline - time.monotonic()
@@ -729,7 +716,7 @@ class LocalZooKeeper:
         self.stop()
         self.start(timeout)
 
-    def __enter__(self) -> "LocalZooKeeper":
+    def __enter__(self) -> LocalZooKeeper:
         self.start()
         return self
 

@@ -16,7 +16,8 @@ a code-4 answer to a request of its own is an InvalidRequestError, one with a ni
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from broker.common.errors import (
     LogferryError,
@@ -68,8 +69,7 @@ def parse_request_head(header: dict[str, Any]) -> RequestHead:
     version = header["v"]
     if api not in protocol.SUPPORTED_VERSIONS or version not in protocol.SUPPORTED_VERSIONS[api]:
         served = {protocol.API_NAMES[a]: sorted(v) for a, v in protocol.SUPPORTED_VERSIONS.items()}
-        err = UnsupportedApiError(f"unsupported api {api} version {version}; this broker "
-                                  f"serves {served}")
+        err = UnsupportedApiError(f"unsupported api {api} version {version}; this broker serves {served}")
         err.correlation_id = corr  # type: ignore[attr-defined]
         raise err
     return RequestHead(api, version, corr)
@@ -123,8 +123,7 @@ def response_error(head: ResponseHead) -> LogferryError | None:
     if not head.error:
         return None
     if head.error == ProtocolError.code and head.correlation_id is None:
-        return ProtocolError(head.message or "the broker could not read a frame on this "
-                             "connection and closed it")
+        return ProtocolError(head.message or "the broker could not read a frame on this connection and closed it")
     return error_for_code(head.error, head.message)
 
 
@@ -135,8 +134,7 @@ def connection_error(header: Any) -> LogferryError:
         head = parse_response_head(header)
     except ProtocolError as exc:
         return exc
-    return response_error(head) or ProtocolError(
-        "the broker answered a request this connection did not send")
+    return response_error(head) or ProtocolError("the broker answered a request this connection did not send")
 
 
 __all__ = [

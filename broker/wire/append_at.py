@@ -26,7 +26,8 @@ for produce.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from broker.common.errors import InvalidRequestError
 from broker.wire.fields import ANSWER, as_int, as_list, header_of, shown
@@ -93,30 +94,54 @@ def parse_append_at_request(header: dict[str, Any], payload: memoryview) -> Appe
     size = len(payload)
     for part in parts:
         if type(part) is not list or len(part) != 5:
-            return AppendAtRequest(acks, out, RejectedPart(None, None, InvalidRequestError(
-                "each append_at part must be [topic, partition, expect, nbytes, start]")))
+            return AppendAtRequest(
+                acks,
+                out,
+                RejectedPart(
+                    None,
+                    None,
+                    InvalidRequestError("each append_at part must be [topic, partition, expect, nbytes, start]"),
+                ),
+            )
         topic, partition, expect, nbytes, start = part
         if type(topic) is not str or type(partition) is not int:
-            return AppendAtRequest(acks, out, RejectedPart(topic, partition, InvalidRequestError(
-                "topic must be a string and partition an integer")))
-        if type(expect) is not int or expect < QUERY or type(nbytes) is not int \
-                or type(start) is not bool:
-            return AppendAtRequest(acks, out, RejectedPart(topic, partition, InvalidRequestError(
-                "expect must be an offset (or -1: a query), nbytes an integer and start a "
-                "boolean")))
+            return AppendAtRequest(
+                acks,
+                out,
+                RejectedPart(topic, partition, InvalidRequestError("topic must be a string and partition an integer")),
+            )
+        if type(expect) is not int or expect < QUERY or type(nbytes) is not int or type(start) is not bool:
+            return AppendAtRequest(
+                acks,
+                out,
+                RejectedPart(
+                    topic,
+                    partition,
+                    InvalidRequestError(
+                        "expect must be an offset (or -1: a query), nbytes an integer and start a boolean"
+                    ),
+                ),
+            )
         if nbytes < 0 or pos + nbytes > size or (expect == QUERY and nbytes):
-            return AppendAtRequest(acks, out, RejectedPart(topic, partition, InvalidRequestError(
-                f"part claims {nbytes} bytes but the payload has {size - pos} left (a query "
-                "carries none)")))
-        out.append(AppendAtPart(topic, partition, expect, payload[pos:pos + nbytes], start))
+            return AppendAtRequest(
+                acks,
+                out,
+                RejectedPart(
+                    topic,
+                    partition,
+                    InvalidRequestError(
+                        f"part claims {nbytes} bytes but the payload has {size - pos} left (a query carries none)"
+                    ),
+                ),
+            )
+        out.append(AppendAtPart(topic, partition, expect, payload[pos : pos + nbytes], start))
         pos += nbytes
     return AppendAtRequest(acks, out, None)
 
 
 def encode_append_at_request(acks: int, parts: Sequence[AppendAtPart]) -> dict[str, Any]:
     """The header fields of a request; the payload is the parts' ``data``, in order."""
-    return {"acks": acks, "parts": [[p.topic, p.partition, p.expect, len(p.data), p.start]
-                                    for p in parts]}
+    return {"acks": acks, "parts": [[p.topic, p.partition, p.expect, len(p.data), p.start] for p in parts]}
 
 
 def encode_append_at_answer(parts: Sequence[AppendAtAnswerPart]) -> dict[str, Any]:
@@ -130,16 +155,23 @@ def parse_append_at_answer(header: dict[str, Any]) -> list[AppendAtAnswerPart]:
     out = []
     for part in raw:
         if type(part) is not list or len(part) != 9:
-            raise ANSWER(f"an append_at answer part must be [topic, partition, err, start, end, "
-                         f"last, last_len, last_crc, msg], got {shown(part)}")
+            raise ANSWER(
+                f"an append_at answer part must be [topic, partition, err, start, end, "
+                f"last, last_len, last_crc, msg], got {shown(part)}"
+            )
         topic, partition, err, start, end, last, last_len, last_crc, message = part
-        for value, what in ((err, "err"), (start, "start"), (end, "end"), (last, "last"),
-                            (last_len, "last_len"), (last_crc, "last_crc")):
+        for value, what in (
+            (err, "err"),
+            (start, "start"),
+            (end, "end"),
+            (last, "last"),
+            (last_len, "last_len"),
+            (last_crc, "last_crc"),
+        ):
             as_int(value, f"append_at answer {what!r}", ANSWER)
         if message is not None and type(message) is not str:
             raise ANSWER(f"append_at answer 'msg' must be a string or nil, got {shown(message)}")
-        out.append(AppendAtAnswerPart(topic, partition, err, start, end, last, last_len,
-                                      last_crc, message))
+        out.append(AppendAtAnswerPart(topic, partition, err, start, end, last, last_len, last_crc, message))
     return out
 
 

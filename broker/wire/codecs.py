@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import lz4.frame
 import zstandard
@@ -85,7 +85,9 @@ def _zstd(data: bytes) -> bytes:
 
 
 _COMPRESS: dict[int, Callable[[bytes], bytes]] = {
-    CODEC_GZIP: _gzip, CODEC_LZ4: _lz4, CODEC_ZSTD: _zstd,
+    CODEC_GZIP: _gzip,
+    CODEC_LZ4: _lz4,
+    CODEC_ZSTD: _zstd,
 }
 
 
@@ -121,15 +123,16 @@ def decompress(codec: int, payload: bytes | memoryview, at: int) -> bytes | memo
     except CorruptBatchError:
         raise
     except Exception as exc:  # zstd.ZstdError, lz4's RuntimeError, zlib.error, ...
-        raise CorruptBatchError(
-            f"batch at offset {at} does not decompress ({codec_name(codec)}): {exc}") from None
-    raise CorruptBatchError(f"unknown compression codec {codec} in batch at offset {at} "
-                            f"(this version reads {', '.join(CODECS)})")
+        raise CorruptBatchError(f"batch at offset {at} does not decompress ({codec_name(codec)}): {exc}") from None
+    raise CorruptBatchError(
+        f"unknown compression codec {codec} in batch at offset {at} (this version reads {', '.join(CODECS)})"
+    )
 
 
 def _too_big(at: int, codec: str, size: int) -> CorruptBatchError:
-    return CorruptBatchError(f"batch at offset {at} would decompress ({codec}) to {size} bytes, "
-                             f"over the {MAX_PAYLOAD_BYTES}-byte limit")
+    return CorruptBatchError(
+        f"batch at offset {at} would decompress ({codec}) to {size} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit"
+    )
 
 
 def _unzstd(payload: bytes | memoryview, at: int) -> bytes:
@@ -139,8 +142,7 @@ def _unzstd(payload: bytes | memoryview, at: int) -> bytes:
     # size -1: not stored (our producers always store it); bounded by max_output_size
     out: bytes = _zstd_decompressor().decompress(payload, max_output_size=MAX_PAYLOAD_BYTES)
     if size >= 0 and len(out) != size:
-        raise CorruptBatchError(f"batch at offset {at} decompresses (zstd) to {len(out)} bytes, "
-                                f"its frame says {size}")
+        raise CorruptBatchError(f"batch at offset {at} decompresses (zstd) to {len(out)} bytes, its frame says {size}")
     return out
 
 
@@ -149,18 +151,15 @@ def _unlz4(payload: bytes | memoryview, at: int) -> bytes:
     if size > MAX_PAYLOAD_BYTES:
         raise _too_big(at, "lz4", size)
     # size 0: not stored (our producers always store it): bounded by max_length
-    out = (_bounded(lz4.frame.LZ4FrameDecompressor(), payload, at, "lz4") if size == 0
-           else lz4.frame.decompress(payload))
+    out = _bounded(lz4.frame.LZ4FrameDecompressor(), payload, at, "lz4") if size == 0 else lz4.frame.decompress(payload)
     if not isinstance(out, bytes):
         out = bytes(out)
     if size and len(out) != size:
-        raise CorruptBatchError(f"batch at offset {at} decompresses (lz4) to {len(out)} bytes, "
-                                f"its frame says {size}")
+        raise CorruptBatchError(f"batch at offset {at} decompresses (lz4) to {len(out)} bytes, its frame says {size}")
     return out
 
 
-def _bounded(decompressor: lz4.frame.LZ4FrameDecompressor, payload: bytes | memoryview,
-             at: int, codec: str) -> bytes:
+def _bounded(decompressor: lz4.frame.LZ4FrameDecompressor, payload: bytes | memoryview, at: int, codec: str) -> bytes:
     out = decompressor.decompress(payload, max_length=MAX_PAYLOAD_BYTES + 1)
     if len(out) > MAX_PAYLOAD_BYTES:
         raise _too_big(at, codec, len(out))
@@ -180,6 +179,15 @@ def _gunzip(payload: bytes | memoryview, at: int) -> bytes:
 
 
 __all__ = [
-    "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_MASK", "CODEC_NAMES", "CODEC_NONE", "CODEC_ZSTD",
-    "MAX_PAYLOAD_BYTES", "codec_name", "compress", "decompress",
+    "CODECS",
+    "CODEC_GZIP",
+    "CODEC_LZ4",
+    "CODEC_MASK",
+    "CODEC_NAMES",
+    "CODEC_NONE",
+    "CODEC_ZSTD",
+    "MAX_PAYLOAD_BYTES",
+    "codec_name",
+    "compress",
+    "decompress",
 ]

@@ -11,7 +11,8 @@ each part's ``nbytes`` of log bytes, in order.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from broker.common.errors import InvalidRequestError
 from broker.wire.fields import ANSWER, as_int, as_list, as_number, header_of, shown
@@ -123,18 +124,24 @@ def parse_fetch_request(header: dict[str, Any]) -> FetchRequest:
     make = FetchPart._make if replica is None else ReplicaFetchPart._make
     typed: list[AnyFetchPart] = []
     for part in parts:
-        if (type(part) is not list or len(part) != size or type(part[0]) is not str
-                or not all(type(x) is int for x in part[1:])):
+        if (
+            type(part) is not list
+            or len(part) != size
+            or type(part[0]) is not str
+            or not all(type(x) is int for x in part[1:])
+        ):
             raise InvalidRequestError(
-                "each fetch part must be [topic, partition, offset, max_bytes]" if size == 4
-                else "each replica fetch part must be [topic, partition, offset, "
-                     "max_bytes, leader_epoch]")
+                "each fetch part must be [topic, partition, offset, max_bytes]"
+                if size == 4
+                else "each replica fetch part must be [topic, partition, offset, max_bytes, leader_epoch]"
+            )
         typed.append(make(part))
     return FetchRequest(typed, min(max(max_wait, 0), MAX_WAIT_MS), max(min_bytes, 1), replica)
 
 
-def encode_fetch_request(parts: Sequence[AnyFetchPart], max_wait_ms: int, min_bytes: int,
-                         replica: int | None = None) -> dict[str, Any]:
+def encode_fetch_request(
+    parts: Sequence[AnyFetchPart], max_wait_ms: int, min_bytes: int, replica: int | None = None
+) -> dict[str, Any]:
     """The header fields of a fetch request (a follower's when ``replica`` is given)."""
     fields: dict[str, Any] = {} if replica is None else {"replica": replica}
     fields["max_wait_ms"] = max_wait_ms
@@ -168,8 +175,7 @@ def _check_answer_part(part: list[Any]) -> None:
     as_int(err, "fetch answer 'err'", ANSWER)
     if message is not None and type(message) is not str:
         raise ANSWER(f"fetch answer 'msg' must be a string or nil, got {shown(message)}")
-    for name, value in (("start", start), ("visible_end", end),
-                        *((("log_end", part[7]),) if len(part) == 8 else ())):
+    for name, value in (("start", start), ("visible_end", end), *((("log_end", part[7]),) if len(part) == 8 else ())):
         if value is not None and type(value) is not int:
             raise ANSWER(f"fetch answer '{name}' must be an integer or nil, got {shown(value)}")
     if type(nbytes) is not int or nbytes < 0:
@@ -186,8 +192,7 @@ def payload_slices(parts: Sequence[AnyFetchAnswerPart], payload: memoryview) -> 
     for part in parts:
         end = pos + part.nbytes
         if end > len(payload):
-            raise ANSWER(f"fetch answer parts claim {end} payload bytes, the frame has "
-                         f"{len(payload)}")
+            raise ANSWER(f"fetch answer parts claim {end} payload bytes, the frame has {len(payload)}")
         out.append(payload[pos:end])
         pos = end
     return out

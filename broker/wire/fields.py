@@ -14,7 +14,8 @@ and ``1`` apart, and a peer that sends ``true`` for a partition number has a bug
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from broker.common.errors import InvalidRequestError, LogferryError, ProtocolError
 

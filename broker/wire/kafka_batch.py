@@ -75,8 +75,7 @@ class Records(NamedTuple):
 def records_of(view: memoryview, at: int = 0) -> Records:
     """The records of the whole Kafka batch ``view`` (its header already checked by
     the caller): decompressed, then decoded. ``at`` names its position in messages."""
-    (_, _, _, _, _, attributes, _, base_ts, max_ts, _, _, _, count) = \
-        KAFKA_HEADER.unpack_from(view, 0)
+    (_, _, _, _, _, attributes, _, base_ts, max_ts, _, _, _, count) = KAFKA_HEADER.unpack_from(view, 0)
     body: bytes | memoryview = view[KAFKA_HEADER_SIZE:]
     codec = attributes & COMPRESSION_MASK
     if codec != COMPRESSION_NONE:
@@ -97,19 +96,18 @@ def decompress(codec: int, body: bytes | memoryview, at: int) -> bytes | memoryv
         except ImportError:
             raise ConfigError(
                 f"record batch at byte {at} is snappy-compressed (a Kafka producer's); "
-                "reading it needs cramjam: pip install 'logferry[kafka]'") from None
+                "reading it needs cramjam: pip install 'logferry[kafka]'"
+            ) from None
         try:
             raw = bytes(body)
             if raw.startswith(_XERIAL_MAGIC):
                 return _unxerial(raw, cramjam)
             return bytes(cramjam.snappy.decompress_raw(raw))
         except Exception as exc:  # cramjam raises its own error types
-            raise CorruptBatchError(f"record batch at byte {at}: snappy data does not "
-                                    f"decompress: {exc}") from None
+            raise CorruptBatchError(f"record batch at byte {at}: snappy data does not decompress: {exc}") from None
     if codec in (COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD):
         return codecs.decompress(codec, body, at)
-    raise CorruptBatchError(f"record batch at byte {at} uses compression codec {codec}; "
-                            f"known: {COMPRESSION_NAMES}")
+    raise CorruptBatchError(f"record batch at byte {at} uses compression codec {codec}; known: {COMPRESSION_NAMES}")
 
 
 def _unxerial(raw: bytes, cramjam: Any) -> bytes:
@@ -119,7 +117,7 @@ def _unxerial(raw: bytes, cramjam: Any) -> bytes:
     while pos < len(raw):
         (size,) = struct.unpack_from(">i", raw, pos)
         pos += 4
-        out += cramjam.snappy.decompress_raw(raw[pos:pos + size])
+        out += cramjam.snappy.decompress_raw(raw[pos : pos + size])
         pos += size
     return bytes(out)
 
@@ -200,7 +198,7 @@ def decode_records(view: memoryview, count: int, base_ts: int, at: int) -> Recor
                 size, pos = read_varint(buf, pos)
                 if size < 0 or pos + size > stop:
                     raise CorruptBatchError("record key runs past its record")
-                key = buf[pos:pos + size]
+                key = buf[pos : pos + size]
                 pos += size
             b = buf[pos]
             if b < 0x80:
@@ -218,7 +216,7 @@ def decode_records(view: memoryview, count: int, base_ts: int, at: int) -> Recor
             else:
                 if pos + size > stop:
                     raise CorruptBatchError("record value runs past its record")
-                value = buf[pos:pos + size]
+                value = buf[pos : pos + size]
                 pos += size
             if buf[pos] == 0 and pos + 1 == stop:  # no headers: the common case
                 pos = stop
@@ -242,13 +240,11 @@ def decode_records(view: memoryview, count: int, base_ts: int, at: int) -> Recor
             add_value(value)
             add_delta(offset_delta)
     except IndexError:
-        raise CorruptBatchError(f"record batch at byte {at}: a record runs past the "
-                                "batch's end") from None
+        raise CorruptBatchError(f"record batch at byte {at}: a record runs past the batch's end") from None
     except CorruptBatchError as exc:
         raise CorruptBatchError(f"record batch at byte {at}: {exc}") from None
     if pos != end:
-        raise CorruptBatchError(f"record batch at byte {at}: {end - pos} bytes follow its "
-                                f"{count} records")
+        raise CorruptBatchError(f"record batch at byte {at}: {end - pos} bytes follow its {count} records")
     return out
 
 
@@ -258,12 +254,27 @@ def _read_bytes(buf: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
         return None, pos
     if pos + size > stop:
         raise CorruptBatchError("record field runs past its record")
-    return buf[pos:pos + size], pos + size
+    return buf[pos : pos + size], pos + size
 
 
 __all__ = [
-    "BASE_OFFSET", "COMPRESSION_NAMES", "CONTROL", "CRC_AT", "KAFKA_CRC_START", "KAFKA_HEADER",
-    "KAFKA_HEADER_SIZE", "KAFKA_MAGIC", "LAST_OFFSET_DELTA", "LAST_OFFSET_DELTA_AT",
-    "LOG_OVERHEAD", "PRODUCER_AT", "Records", "TIMESTAMP_LOG_APPEND", "TRANSACTIONAL",
-    "decode_records", "decompress", "read_varint", "records_of",
+    "BASE_OFFSET",
+    "COMPRESSION_NAMES",
+    "CONTROL",
+    "CRC_AT",
+    "KAFKA_CRC_START",
+    "KAFKA_HEADER",
+    "KAFKA_HEADER_SIZE",
+    "KAFKA_MAGIC",
+    "LAST_OFFSET_DELTA",
+    "LAST_OFFSET_DELTA_AT",
+    "LOG_OVERHEAD",
+    "PRODUCER_AT",
+    "Records",
+    "TIMESTAMP_LOG_APPEND",
+    "TRANSACTIONAL",
+    "decode_records",
+    "decompress",
+    "read_varint",
+    "records_of",
 ]

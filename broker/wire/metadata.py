@@ -9,7 +9,8 @@ broker creates unknown topics asked for with ``create``; absent from older broke
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from broker.common.errors import InvalidRequestError
 from broker.wire.fields import ANSWER, as_int, as_map, header_of, shown
@@ -78,8 +79,7 @@ def topic_error(code: int, message: str) -> TopicMetadata:
 def parse_metadata_request(header: dict[str, Any]) -> MetadataRequest:
     """Check a metadata request (InvalidRequestError)."""
     wanted = header_of(header).get("topics")
-    if wanted is not None and not (type(wanted) is list
-                                   and all(type(t) is str for t in wanted)):
+    if wanted is not None and not (type(wanted) is list and all(type(t) is str for t in wanted)):
         raise InvalidRequestError("metadata 'topics' must be a list of names or nil")
     return MetadataRequest(wanted, bool(header.get("create", False)))
 
@@ -96,10 +96,19 @@ def encode_metadata_answer(answer: MetadataAnswer) -> dict[str, Any]:
         if info.error:
             topics[name] = {"err": info.error, "msg": info.message}
         else:
-            topics[name] = {"err": 0, "partitions": info.partitions, "replicas": info.replicas,
-                            "isr": info.isr, "epochs": info.epochs, "config": info.config}
-    fields = {"brokers": {b: list(a) for b, a in answer.brokers.items()}, "topics": topics,
-              "controller": answer.controller}
+            topics[name] = {
+                "err": 0,
+                "partitions": info.partitions,
+                "replicas": info.replicas,
+                "isr": info.isr,
+                "epochs": info.epochs,
+                "config": info.config,
+            }
+    fields = {
+        "brokers": {b: list(a) for b, a in answer.brokers.items()},
+        "topics": topics,
+        "controller": answer.controller,
+    }
     if answer.auto_create is not None:
         fields["auto_create"] = answer.auto_create
     return fields
@@ -114,10 +123,14 @@ def parse_metadata_answer(header: dict[str, Any]) -> MetadataAnswer:
     header = header_of(header, ANSWER)
     brokers = {}
     for b, entry in as_map(header.get("brokers", {}), "metadata 'brokers'", ANSWER).items():
-        if (type(entry) is not list or not 2 <= len(entry) <= 4 or type(entry[0]) is not str
-                or type(entry[1]) is not int or not all(type(x) is str for x in entry[2:])):
-            raise ANSWER(f"a metadata broker entry must be [host, port, datacenter, rack], "
-                         f"got {shown(entry)}")
+        if (
+            type(entry) is not list
+            or not 2 <= len(entry) <= 4
+            or type(entry[0]) is not str
+            or type(entry[1]) is not int
+            or not all(type(x) is str for x in entry[2:])
+        ):
+            raise ANSWER(f"a metadata broker entry must be [host, port, datacenter, rack], got {shown(entry)}")
         brokers[as_int(b, "a broker id", ANSWER)] = BrokerAddress(*entry)
     topics = {}
     for name, info in as_map(header.get("topics", {}), "metadata 'topics'", ANSWER).items():
@@ -128,9 +141,9 @@ def parse_metadata_answer(header: dict[str, Any]) -> MetadataAnswer:
     auto_create = header.get("auto_create")
     if auto_create is not None and type(auto_create) is not bool:
         raise ANSWER(f"metadata 'auto_create' must be a boolean, got {shown(auto_create)}")
-    return MetadataAnswer(brokers, topics,
-                          as_int(-1 if controller is None else controller,
-                                 "metadata 'controller'", ANSWER), auto_create)
+    return MetadataAnswer(
+        brokers, topics, as_int(-1 if controller is None else controller, "metadata 'controller'", ANSWER), auto_create
+    )
 
 
 def _topic(name: str, info: dict[str, Any]) -> TopicMetadata:
@@ -144,30 +157,33 @@ def _topic(name: str, info: dict[str, Any]) -> TopicMetadata:
     epochs = info.get("epochs")
     config = as_map(info.get("config", {}), f"metadata 'config' of topic {name!r}", ANSWER)
     return TopicMetadata(
-        0, None, {p: leader for p, leader in leaders.items()},
+        0,
+        None,
+        {p: leader for p, leader in leaders.items()},
         {p: _ids(replicas, p, leader, name, "replicas") for p, leader in leaders.items()},
         {p: _ids(isr, p, leader, name, "isr") for p, leader in leaders.items()},
         _int_map(epochs, name, "epochs") if epochs is not None else {p: -1 for p in leaders},
-        config)
+        config,
+    )
 
 
 def _int_map(value: Any, topic: str, field: str) -> dict[int, int]:
     mapping = as_map(value, f"metadata '{field}' of topic {topic!r}", ANSWER)
     for key, item in mapping.items():
         if type(key) is not int or type(item) is not int:
-            raise ANSWER(f"metadata '{field}' of topic {topic!r} must map partitions to "
-                         f"integers, got {shown(key)}: {shown(item)}")
+            raise ANSWER(
+                f"metadata '{field}' of topic {topic!r} must map partitions to "
+                f"integers, got {shown(key)}: {shown(item)}"
+            )
     return mapping
 
 
 def _ids(mapping: Any, partition: int, leader: int, topic: str, field: str) -> list[int]:
     if mapping is None:
         return [leader]
-    ids = as_map(mapping, f"metadata '{field}' of topic {topic!r}", ANSWER).get(partition,
-                                                                                [leader])
+    ids = as_map(mapping, f"metadata '{field}' of topic {topic!r}", ANSWER).get(partition, [leader])
     if type(ids) is not list or not all(type(b) is int for b in ids):
-        raise ANSWER(f"metadata '{field}' of topic {topic!r} must list broker ids, "
-                     f"got {shown(ids)}")
+        raise ANSWER(f"metadata '{field}' of topic {topic!r} must list broker ids, got {shown(ids)}")
     return ids
 
 

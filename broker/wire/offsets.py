@@ -67,12 +67,10 @@ def parse_offsets_request(header: dict[str, Any]) -> OffsetsRequest:
 
 def _parse_many(many: Any, at: Any) -> OffsetsRequest:
     if type(many) is not list or len(many) > MAX_MANY:
-        raise InvalidRequestError(f"offsets 'many' must be a list of at most {MAX_MANY} "
-                                  "[topic, partition] pairs")
+        raise InvalidRequestError(f"offsets 'many' must be a list of at most {MAX_MANY} [topic, partition] pairs")
     pairs = []
     for item in many:
-        if type(item) is not list or len(item) != 2 or type(item[0]) is not str \
-                or type(item[1]) is not int:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not int:
             raise InvalidRequestError("offsets 'many' items must be [topic, partition] pairs")
         validate_topic_name(item[0])
         pairs.append((item[0], item[1]))
@@ -90,8 +88,12 @@ def encode_offsets_request(request: OffsetsRequest) -> dict[str, Any]:
 
 def encode_offsets_answer(answer: OffsetsAnswer) -> dict[str, Any]:
     """The header fields of an offsets answer."""
-    return {"offset": answer.offset, "start": answer.start, "end": answer.end,
-            "avg_message_bytes": answer.avg_message_bytes}
+    return {
+        "offset": answer.offset,
+        "start": answer.start,
+        "end": answer.end,
+        "avg_message_bytes": answer.avg_message_bytes,
+    }
 
 
 def parse_offsets_answer(header: dict[str, Any]) -> OffsetsAnswer:
@@ -100,10 +102,12 @@ def parse_offsets_answer(header: dict[str, Any]) -> OffsetsAnswer:
     avg = header.get("avg_message_bytes")
     if avg is not None and type(avg) not in (int, float):
         raise ANSWER(f"offsets answer 'avg_message_bytes' must be a number, got {shown(avg)}")
-    return OffsetsAnswer(as_int(header.get("offset"), "offsets answer 'offset'", ANSWER),
-                         as_int(header.get("start"), "offsets answer 'start'", ANSWER),
-                         as_int(header.get("end"), "offsets answer 'end'", ANSWER),
-                         avg)
+    return OffsetsAnswer(
+        as_int(header.get("offset"), "offsets answer 'offset'", ANSWER),
+        as_int(header.get("start"), "offsets answer 'start'", ANSWER),
+        as_int(header.get("end"), "offsets answer 'end'", ANSWER),
+        avg,
+    )
 
 
 __all__ = [

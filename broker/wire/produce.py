@@ -16,7 +16,8 @@ malformed one is answered with error 4, and the rest are not looked at. That is 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from broker.common.errors import InvalidRequestError
 from broker.wire.fields import ANSWER, as_int, as_list, as_opt_int, header_of, shown
@@ -107,22 +108,37 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
     size = len(payload)
     for part in parts:
         if type(part) is not list or len(part) != 3 or type(part[2]) is not int:
-            return ProduceRequest(acks, sets, RejectedPart(None, None, InvalidRequestError(
-                "each produce part must be [topic, partition, nbytes]")), copies)
+            return ProduceRequest(
+                acks,
+                sets,
+                RejectedPart(None, None, InvalidRequestError("each produce part must be [topic, partition, nbytes]")),
+                copies,
+            )
         topic, partition, nbytes = part
         if nbytes < 0 or pos + nbytes > size:
-            return ProduceRequest(acks, sets, RejectedPart(topic, partition, InvalidRequestError(
-                f"part claims {nbytes} bytes but the payload has {size - pos} left")), copies)
+            return ProduceRequest(
+                acks,
+                sets,
+                RejectedPart(
+                    topic,
+                    partition,
+                    InvalidRequestError(f"part claims {nbytes} bytes but the payload has {size - pos} left"),
+                ),
+                copies,
+            )
         if type(topic) is not str or type(partition) is not int:
-            return ProduceRequest(acks, sets, RejectedPart(topic, partition, InvalidRequestError(
-                "topic must be a string and partition an integer")), copies)
-        sets.append(MessageSet(topic, partition, payload[pos:pos + nbytes]))
+            return ProduceRequest(
+                acks,
+                sets,
+                RejectedPart(topic, partition, InvalidRequestError("topic must be a string and partition an integer")),
+                copies,
+            )
+        sets.append(MessageSet(topic, partition, payload[pos : pos + nbytes]))
         pos += nbytes
     return ProduceRequest(acks, sets, None, copies)
 
 
-def encode_produce_request(acks: int, parts: Sequence[ProducePart],
-                           copies: Sequence[int] = ()) -> dict[str, Any]:
+def encode_produce_request(acks: int, parts: Sequence[ProducePart], copies: Sequence[int] = ()) -> dict[str, Any]:
     """The header fields of a produce request; the payload is the parts' message sets.
     ``copies``: indexes of parts made of copied batches (see :attr:`ProduceRequest.copies`)."""
     fields: dict[str, Any] = {"acks": acks, "parts": [[p.topic, p.partition, p.nbytes] for p in parts]}
@@ -142,8 +158,7 @@ def parse_produce_answer(header: dict[str, Any]) -> list[ProduceAnswerPart]:
     out = []
     for part in raw:
         if type(part) is not list or len(part) != 5:
-            raise ANSWER(f"a produce answer part must be [topic, partition, err, "
-                         f"base_offset, msg], got {shown(part)}")
+            raise ANSWER(f"a produce answer part must be [topic, partition, err, base_offset, msg], got {shown(part)}")
         topic, partition, err, base, message = part
         as_int(err, "produce answer 'err'", ANSWER)
         as_opt_int(base, "produce answer 'base_offset'", ANSWER)

@@ -49,5 +49,10 @@ def parse_init_producer_id_answer(header: dict[str, Any]) -> InitProducerIdAnswe
     return InitProducerIdAnswer(pid, epoch)
 
 
-__all__ = ["InitProducerIdAnswer", "InitProducerIdRequest", "encode_init_producer_id_answer",
-           "parse_init_producer_id_answer", "parse_init_producer_id_request"]
+__all__ = [
+    "InitProducerIdAnswer",
+    "InitProducerIdRequest",
+    "encode_init_producer_id_answer",
+    "parse_init_producer_id_answer",
+    "parse_init_producer_id_request",
+]

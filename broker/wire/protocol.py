@@ -97,18 +97,14 @@ def encode_frame(header: dict[str, Any], payload_len: int = 0) -> bytes:
     return _prefix_pack(4 + len(head) + payload_len, len(head)) + head
 
 
-def encode_request(
-    api: int, correlation_id: int, fields: dict[str, Any], payload_len: int = 0
-) -> bytes:
+def encode_request(api: int, correlation_id: int, fields: dict[str, Any], payload_len: int = 0) -> bytes:
     """Encode a request header for ``api`` (prefix included); payload follows."""
     header = {"api": api, "v": CURRENT_VERSION, "id": correlation_id}
     header.update(fields)
     return encode_frame(header, payload_len)
 
 
-def encode_response(
-    correlation_id: int | None, fields: dict[str, Any] | None = None, payload_len: int = 0
-) -> bytes:
+def encode_response(correlation_id: int | None, fields: dict[str, Any] | None = None, payload_len: int = 0) -> bytes:
     """Encode a successful response header (``err`` 0) plus ``fields``."""
     header: dict[str, Any] = {"id": correlation_id, "err": 0}
     if fields:
@@ -163,13 +159,9 @@ class FrameDecoder:
             return None
         size, header_len = _prefix_unpack_from(buf, pos)
         if size > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"frame of {size} bytes exceeds max.request.bytes ({self.max_frame_bytes})"
-            )
+            raise FrameTooLargeError(f"frame of {size} bytes exceeds max.request.bytes ({self.max_frame_bytes})")
         if header_len + 4 > size:
-            raise ProtocolError(
-                f"frame header length {header_len} does not fit in a frame of {size} bytes"
-            )
+            raise ProtocolError(f"frame header length {header_len} does not fit in a frame of {size} bytes")
         if available < SIZE_FIELD + size:
             return None
         start = pos + PREFIX_SIZE

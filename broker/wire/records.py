@@ -54,8 +54,9 @@ import mmap
 import struct
 import threading
 import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import NamedTuple
 
 import msgpack
 
@@ -91,8 +92,11 @@ MAGIC_KAFKA = 3
 """A Kafka record batch v2 behind the 22-byte header (see the module docstring)."""
 KAFKA_AT = HEADER_SIZE
 """Where the Kafka batch starts in a stored magic 3 batch."""
-MIN_LENGTH = {MAGIC: HEADER_SIZE - LENGTH_SIZE, MAGIC_V2: HEADER_SIZE_V2 - LENGTH_SIZE,
-              MAGIC_KAFKA: HEADER_SIZE - LENGTH_SIZE + kafka_batch.KAFKA_HEADER_SIZE}
+MIN_LENGTH = {
+    MAGIC: HEADER_SIZE - LENGTH_SIZE,
+    MAGIC_V2: HEADER_SIZE_V2 - LENGTH_SIZE,
+    MAGIC_KAFKA: HEADER_SIZE - LENGTH_SIZE + kafka_batch.KAFKA_HEADER_SIZE,
+}
 """Smallest legal length field per magic (a batch with an empty payload)."""
 NO_PRODUCER = -1
 """producer_id of a magic 2 batch written without an id."""
@@ -210,8 +214,7 @@ def encode_batch_deltas(
     if producer is None:
         _header_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC, 0, codec, count, base)
     else:
-        _header_v2_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC_V2, 0, codec, count, base,
-                             *producer)
+        _header_v2_pack_into(buf, 0, len(buf) - LENGTH_SIZE, MAGIC_V2, 0, codec, count, base, *producer)
     struct.pack_into(">I", buf, 5, _crc32(memoryview(buf)[CRC_START:]))
     return buf if count >= SMALL_BATCH and codec == CODEC_NONE else bytes(buf)
 
@@ -232,8 +235,7 @@ def encode_single(value: bytes, ms: int) -> bytes:
     cached = _single_cache  # one tuple, replaced whole: safe from any thread
     if cached[0] != ms or cached[1] != size:
         cached = _set_single_cache(ms, size)
-    return cached[4](cached[5], MAGIC, _crc32(b"\xc0", _crc32(value, cached[3])), cached[2],
-                     value, 0xC0)
+    return cached[4](cached[5], MAGIC, _crc32(b"\xc0", _crc32(value, cached[3])), cached[2], value, 0xC0)
 
 
 def _set_single_cache(ms: int, size: int) -> _SingleTemplate:
@@ -293,8 +295,7 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
     if len(view) < HEADER_SIZE:
         raise CorruptBatchError(f"not a batch: {len(view)} bytes, a header needs {HEADER_SIZE}")
     length, magic, crc, attributes, count, base = _header_unpack_from(view, 0)
-    if magic not in MIN_LENGTH or length < MIN_LENGTH[magic] \
-            or LENGTH_SIZE + length != len(view):
+    if magic not in MIN_LENGTH or length < MIN_LENGTH[magic] or LENGTH_SIZE + length != len(view):
         raise CorruptBatchError("not one whole batch: malformed header or length")
     if _crc32(view[CRC_START:]) != crc:
         raise CorruptBatchError("batch fails its CRC")
@@ -325,8 +326,7 @@ class ScanResult:
     """The producer fields of the valid magic 2 batches, in order; None when there is none."""
 
 
-def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
-         end: int | None = None) -> ScanResult:
+def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0, end: int | None = None) -> ScanResult:
     """Walk the batches in ``buf[start:end]`` checking headers and CRCs.
 
     Stops at the first batch that is torn (runs past ``end``), malformed or corrupt,
@@ -349,9 +349,14 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
         # The common batch (magic 1, whole and sound) in one test; any doubt takes the
         # checks below, which say what is wrong. Per batch (a producer of one-message
         # batches sends thousands per request): few steps.
-        if (magic == MAGIC and 18 <= length <= MAX_BATCH_BYTES and count and stop <= end
-                and attributes in CODEC_NAMES
-                and _crc32(view[pos + CRC_START:stop]) == crc):
+        if (
+            magic == MAGIC
+            and 18 <= length <= MAX_BATCH_BYTES
+            and count
+            and stop <= end
+            and attributes in CODEC_NAMES
+            and _crc32(view[pos + CRC_START : stop]) == crc
+        ):
             pos = stop
             batches += 1
             messages += count
@@ -369,8 +374,10 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
             error = f"malformed batch header at byte {pos}"
             break
         if attributes not in CODEC_NAMES:
-            error = (f"malformed batch header at byte {pos}: unknown compression codec "
-                     f"{attributes} (known: {', '.join(f'{n} {c}' for n, c in CODECS.items())})")
+            error = (
+                f"malformed batch header at byte {pos}: unknown compression codec "
+                f"{attributes} (known: {', '.join(f'{n} {c}' for n, c in CODECS.items())})"
+            )
             break
         stop = pos + LENGTH_SIZE + length
         if stop > end:
@@ -403,8 +410,7 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
 def _kafka_problem(view: memoryview, pos: int, length: int, count: int) -> str | None:
     """What is wrong with the Kafka header of the magic 3 batch at ``pos`` (its length
     and CRC checked already), or None: per batch, one unpack."""
-    (_, klength, _, kmagic, _, kattributes, _, _, _, _, _, _, kcount) = \
-        _kafka_unpack_from(view, pos + KAFKA_AT)
+    (_, klength, _, kmagic, _, kattributes, _, _, _, _, _, _, kcount) = _kafka_unpack_from(view, pos + KAFKA_AT)
     if kmagic != kafka_batch.KAFKA_MAGIC:
         return f"record batch magic {kmagic}, not 2"
     if kafka_batch.LOG_OVERHEAD + klength != length - (KAFKA_AT - LENGTH_SIZE):
@@ -477,9 +483,7 @@ class Batch:
         return [base + d for d in self.deltas]
 
 
-def decode_batches(
-    buf: bytes | bytearray | memoryview, offset: int, keep_raw: bool = False
-) -> tuple[list[Batch], int]:
+def decode_batches(buf: bytes | bytearray | memoryview, offset: int, keep_raw: bool = False) -> tuple[list[Batch], int]:
     """Decode every whole batch in ``buf``, the log bytes starting at ``offset``.
 
     Returns the batches and the number of bytes they cover; a partial batch at the end
@@ -506,12 +510,12 @@ def decode_batches(
             pos = stop
             continue
         payload: bytes | memoryview = view[pos + LENGTH_SIZE + least : stop]
-        producer = (NO_PRODUCER, -1, -1) if magic == MAGIC else \
-            _producer_unpack_from(view, pos + HEADER_SIZE)
+        producer = (NO_PRODUCER, -1, -1) if magic == MAGIC else _producer_unpack_from(view, pos + HEADER_SIZE)
         codec = attributes & _CODEC_MASK
         if attributes != codec:
-            raise CorruptBatchError(f"malformed batch header at offset {offset + pos}: "
-                                    f"attribute bits {attributes:#04x} are not a codec")
+            raise CorruptBatchError(
+                f"malformed batch header at offset {offset + pos}: attribute bits {attributes:#04x} are not a codec"
+            )
         if codec != CODEC_NONE:
             payload = decompress(codec, payload, offset + pos)  # CorruptBatchError if not
         try:
@@ -520,14 +524,10 @@ def decode_batches(
             keys, values, deltas, *more = columns
             headers = more[0] if len(more) == 1 else None
         except Exception as exc:  # msgpack raises several types for bad input
-            raise CorruptBatchError(
-                f"batch at offset {offset + pos} has an undecodable payload: {exc}"
-            ) from None
+            raise CorruptBatchError(f"batch at offset {offset + pos} has an undecodable payload: {exc}") from None
         _check_columns(keys, values, deltas, count, offset + pos)
-        if len(more) > 1 or (headers is not None and (type(headers) is not list
-                                                      or len(headers) != count)):
-            raise CorruptBatchError(f"batch at offset {offset + pos} has a 'headers' column "
-                                    f"that is not {count} items")
+        if len(more) > 1 or (headers is not None and (type(headers) is not list or len(headers) != count)):
+            raise CorruptBatchError(f"batch at offset {offset + pos} has a 'headers' column that is not {count} items")
         batches.append(
             Batch(
                 offset + pos,
@@ -554,16 +554,14 @@ def _decode_kafka(view: memoryview, offset: int, count: int, keep_raw: bool) -> 
     :attr:`Batch.headers`. Per message work, on the client only."""
     problem = _kafka_problem(view, 0, len(view) - LENGTH_SIZE, count)
     if problem is not None:
-        raise CorruptBatchError(f"batch at offset {offset} is a malformed Kafka batch: "
-                                f"{problem}")
+        raise CorruptBatchError(f"batch at offset {offset} is a malformed Kafka batch: {problem}")
     (_, _, _, _, _, attributes, _, _, _, pid, epoch, seq, _) = _kafka_unpack_from(view, KAFKA_AT)
     try:
         columns = kafka_batch.records_of(view[KAFKA_AT:], offset)
     except CorruptBatchError as exc:
         raise CorruptBatchError(f"batch at offset {offset}: {exc}") from None
     if len(columns.values) != count:
-        raise CorruptBatchError(f"batch at offset {offset} claims {count} messages, holds "
-                                f"{len(columns.values)}")
+        raise CorruptBatchError(f"batch at offset {offset} claims {count} messages, holds {len(columns.values)}")
     keys: list[bytes | None] | None = columns.keys
     if keys is not None and keys.count(None) == count:
         keys = None
@@ -574,10 +572,20 @@ def _decode_kafka(view: memoryview, offset: int, count: int, keep_raw: bool) -> 
     headers: list[list[list[bytes | None]] | None] | None = None
     if any(columns.headers):
         headers = [[[k, v] for k, v in hs] if hs else None for hs in columns.headers]
-    return Batch(offset, offset + len(view), keys, values, base, deltas,
-                 attributes & kafka_batch.COMPRESSION_MASK, view if keep_raw else None,
-                 pid, epoch if pid != NO_PRODUCER else -1, seq if pid != NO_PRODUCER else -1,
-                 headers)
+    return Batch(
+        offset,
+        offset + len(view),
+        keys,
+        values,
+        base,
+        deltas,
+        attributes & kafka_batch.COMPRESSION_MASK,
+        view if keep_raw else None,
+        pid,
+        epoch if pid != NO_PRODUCER else -1,
+        seq if pid != NO_PRODUCER else -1,
+        headers,
+    )
 
 
 def _check_columns(keys: object, values: object, deltas: object, count: int, at: int) -> None:
@@ -590,11 +598,9 @@ def _check_columns(keys: object, values: object, deltas: object, count: int, at:
         held = len(values) if type(values) is list else type(values).__name__
         raise CorruptBatchError(f"batch at offset {at} claims {count} messages, holds {held}")
     if keys is not None and (type(keys) is not list or len(keys) != count):
-        raise CorruptBatchError(f"batch at offset {at} has a 'keys' column that is not "
-                                f"{count} items")
+        raise CorruptBatchError(f"batch at offset {at} has a 'keys' column that is not {count} items")
     if deltas is not None and (type(deltas) is not list or len(deltas) != count):
-        raise CorruptBatchError(f"batch at offset {at} has a 'deltas' column that is not "
-                                f"{count} items")
+        raise CorruptBatchError(f"batch at offset {at} has a 'deltas' column that is not {count} items")
 
 
 def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
@@ -667,10 +673,37 @@ def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int,
 
 
 __all__ = [
-    "BATCH_HEADER", "BATCH_HEADER_V2", "Batch", "CODECS", "CODEC_GZIP", "CODEC_LZ4", "CODEC_NONE", "CODEC_ZSTD",
-    "CRC_START", "HEADER_SIZE", "HEADER_SIZE_V2", "LENGTH_SIZE", "KAFKA_AT", "MAGIC", "MAGIC_KAFKA", "MAGIC_V2",
-    "MAX_BATCH_BYTES", "MIN_LENGTH", "NO_PRODUCER", "PRODUCER_FIELDS", "SEQUENCE_MODULUS", "ProducerInfo", "ScanResult",
-    "batch_length_at", "compress_batch", "count_messages", "decode_batches", "encode_batch", "encode_batch_deltas",
+    "BATCH_HEADER",
+    "BATCH_HEADER_V2",
+    "Batch",
+    "CODECS",
+    "CODEC_GZIP",
+    "CODEC_LZ4",
+    "CODEC_NONE",
+    "CODEC_ZSTD",
+    "CRC_START",
+    "HEADER_SIZE",
+    "HEADER_SIZE_V2",
+    "LENGTH_SIZE",
+    "KAFKA_AT",
+    "MAGIC",
+    "MAGIC_KAFKA",
+    "MAGIC_V2",
+    "MAX_BATCH_BYTES",
+    "MIN_LENGTH",
+    "NO_PRODUCER",
+    "PRODUCER_FIELDS",
+    "SEQUENCE_MODULUS",
+    "ProducerInfo",
+    "ScanResult",
+    "batch_length_at",
+    "compress_batch",
+    "count_messages",
+    "decode_batches",
+    "encode_batch",
+    "encode_batch_deltas",
     "iter_raw_batches",
-    "scan", "validate_message_set", "walk_producers",
+    "scan",
+    "validate_message_set",
+    "walk_producers",
 ]

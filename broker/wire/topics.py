@@ -101,9 +101,11 @@ def parse_create_topic_request(header: dict[str, Any]) -> CreateTopicRequest:
         raise InvalidRequestError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
     rf = header.get("replication_factor") or 0
     if type(rf) is not int or not 0 <= rf <= MAX_REPLICATION_FACTOR:
-        raise InvalidRequestError(f"replication_factor must be an integer from 1 to "
-                                  f"{MAX_REPLICATION_FACTOR} (0: the broker's "
-                                  "default_replication_factor)")
+        raise InvalidRequestError(
+            f"replication_factor must be an integer from 1 to "
+            f"{MAX_REPLICATION_FACTOR} (0: the broker's "
+            "default_replication_factor)"
+        )
     min_isr = header.get("min_insync_replicas") or None
     if min_isr is not None and (type(min_isr) is not int or min_isr < 1):
         raise InvalidRequestError("min_insync_replicas must be a positive integer")
@@ -113,9 +115,12 @@ def parse_create_topic_request(header: dict[str, Any]) -> CreateTopicRequest:
 
 def encode_create_topic_request(request: CreateTopicRequest) -> dict[str, Any]:
     """The header fields of a create_topic request (None min ISR is sent as 0)."""
-    fields = {"topic": request.topic, "partitions": request.partitions,
-              "replication_factor": request.replication_factor,
-              "min_insync_replicas": request.min_insync_replicas or 0}
+    fields = {
+        "topic": request.topic,
+        "partitions": request.partitions,
+        "replication_factor": request.replication_factor,
+        "min_insync_replicas": request.min_insync_replicas or 0,
+    }
     if request.config:
         fields["config"] = dict(request.config)
     return fields
@@ -127,8 +132,7 @@ def parse_alter_topic_request(header: dict[str, Any]) -> AlterTopicRequest:
     delete = header.get("delete") or []
     if type(delete) is not list:
         raise InvalidRequestError("delete must be a list of topic setting names")
-    request = AlterTopicRequest(topic, _config_field(header, "set"),
-                                [topic_config.check_key(k) for k in delete])
+    request = AlterTopicRequest(topic, _config_field(header, "set"), [topic_config.check_key(k) for k in delete])
     if not request.set and not request.delete:
         raise InvalidRequestError("alter_topic needs settings to set or delete")
     return request
@@ -141,8 +145,7 @@ def encode_alter_topic_request(request: AlterTopicRequest) -> dict[str, Any]:
 
 def parse_alter_topic_answer(header: dict[str, Any]) -> AlterTopicAnswer:
     """An alter_topic answer: the settings now in force."""
-    return AlterTopicAnswer(dict(as_map(header_of(header, ANSWER).get("config", {}),
-                                        "alter_topic 'config'", ANSWER)))
+    return AlterTopicAnswer(dict(as_map(header_of(header, ANSWER).get("config", {}), "alter_topic 'config'", ANSWER)))
 
 
 def parse_create_partitions_request(header: dict[str, Any]) -> CreatePartitionsRequest:
@@ -177,10 +180,8 @@ def parse_create_partitions_answer(header: dict[str, Any]) -> CreatePartitionsAn
 def _assignment(header: dict[str, Any], api: str) -> dict[int, list[int]]:
     raw = as_map(header_of(header, ANSWER).get("partitions"), f"{api} 'partitions'", ANSWER)
     for p, replicas in raw.items():
-        if (type(p) is not int or type(replicas) is not list
-                or not all(type(b) is int for b in replicas)):
-            raise ANSWER(f"{api} 'partitions' must map partitions to broker ids, "
-                         f"got {shown(p)}: {shown(replicas)}")
+        if type(p) is not int or type(replicas) is not list or not all(type(b) is int for b in replicas):
+            raise ANSWER(f"{api} 'partitions' must map partitions to broker ids, got {shown(p)}: {shown(replicas)}")
     return raw
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import msgpack
 import pytest
 
 from agent.config import AgentConfig, parse_config
-from broker.common.config import dumps
 from agent.runtime import Agent
+from broker.common.config import dumps
 from tests.support import waiting
 
 
@@ -66,8 +67,14 @@ class FakeProducer:
         self.error_factory: Callable[[], BaseException] = lambda: _retriable()
         self.pending: list[tuple[str, list[bytes], FakeFuture]] = []
 
-    def send(self, topic: str, values: Any, key: bytes | None = None,
-             partition: int | None = None, timestamp: int | None = None) -> FakeFuture:
+    def send(
+        self,
+        topic: str,
+        values: Any,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> FakeFuture:
         vals = [values] if isinstance(values, bytes) else list(values)
         future = FakeFuture()
         with self.lock:
@@ -117,15 +124,17 @@ def _retriable() -> BaseException:
     return BrokerNotAvailableError("fake: broker down")
 
 
-def agent_config(tmp_path: Path, sources: list[dict[str, Any]] | None = None,
-                 **top: Any) -> AgentConfig:
+def agent_config(tmp_path: Path, sources: list[dict[str, Any]] | None = None, **top: Any) -> AgentConfig:
     """A fast-polling config over ``tmp_path/logs`` publishing to topic ``logs``."""
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     doc: dict[str, Any] = {
-        "host": "test-host", "state_dir": str(tmp_path / "state"),
+        "host": "test-host",
+        "state_dir": str(tmp_path / "state"),
         "cluster": {"brokers": ["127.0.0.1:1"]},
-        "poll_interval_s": 0.02, "scan_interval_s": 0.2, "checkpoint_interval_s": 0.1,
+        "poll_interval_s": 0.02,
+        "scan_interval_s": 0.2,
+        "checkpoint_interval_s": 0.1,
         "rotated_close_s": 0.3,
         "sources": sources or [{"pattern": f"{logs}/*.log", "topic": "logs"}],
     }
@@ -151,7 +160,7 @@ class RunningAgent:
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
-    def start(self) -> "RunningAgent":
+    def start(self) -> RunningAgent:
         self.thread.start()
         return self
 
@@ -205,7 +214,7 @@ class AgentProcess:
         self.config_file.write_text(dumps(doc))
         self.proc: Any = None
 
-    def start(self) -> "AgentProcess":
+    def start(self) -> AgentProcess:
         import os
         import subprocess
         import sys
@@ -213,11 +222,14 @@ class AgentProcess:
         out = self.log_file.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "agent", "--config", str(self.config_file)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(REPO),
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         out.close()
-        wait_until(lambda: self.status().get("state") == "running" or self.proc.poll() is not None,
-                   30, "agent start")
+        wait_until(lambda: self.status().get("state") == "running" or self.proc.poll() is not None, 30, "agent start")
         assert self.proc.poll() is None, f"agent exited at start:\n{self.log_tail()}"
         return self
 
@@ -280,8 +292,13 @@ def agent_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Ca
         workdir.mkdir()
         process = AgentProcess(workdir, doc)
         made.append(process)
-        register_log_source(request.config, f"agent-{len(made)}", process,
-                            fixture="agent_process", title=f"agent log ({process.log_file})")
+        register_log_source(
+            request.config,
+            f"agent-{len(made)}",
+            process,
+            fixture="agent_process",
+            title=f"agent log ({process.log_file})",
+        )
         return process
 
     yield make

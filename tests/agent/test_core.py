@@ -7,13 +7,12 @@ import re
 import msgpack
 import pytest
 
+from agent.acks import AckTracker, Chunk
 from agent.audit import AuditLedger, window_of
 from agent.encode import TimeParser, chunk_prefix, encode_values, valid_utf8
 from agent.identity import EMPTY, Facts, FileKey, Verdict, fingerprint, judge, matches
-from agent.lines import LineSplitter, Lines
+from agent.lines import Lines, LineSplitter
 from agent.multiline import MultilineJoiner
-from agent.acks import Chunk, AckTracker
-
 from tests.agent.conftest import FakeFuture
 
 # -- multiline ---------------------------------------------------------------------------
@@ -33,8 +32,9 @@ JAVA = re.compile(rb"^(\s|Caused by)")
 
 def test_java_stack_trace_joins_into_one_message() -> None:
     joiner = MultilineJoiner(continuation=JAVA)
-    out = joiner.feed(lines_of(b"ERROR boom: java.lang.X", b"\tat a.b(C.java:1)",
-                               b"Caused by: y", b"\t... 3 more", b"INFO next"))
+    out = joiner.feed(
+        lines_of(b"ERROR boom: java.lang.X", b"\tat a.b(C.java:1)", b"Caused by: y", b"\t... 3 more", b"INFO next")
+    )
     assert out.lines == [b"ERROR boom: java.lang.X\n\tat a.b(C.java:1)\nCaused by: y\n\t... 3 more"]
     assert out.offsets == [0]
     # "INFO next" is held (a continuation may follow): the checkpoint stops before it.
@@ -88,15 +88,18 @@ def test_fingerprint_grows_and_matches_prefix() -> None:
     assert matches(EMPTY, b"anything") and fingerprint(b"") == EMPTY
 
 
-@pytest.mark.parametrize("facts,offset,verdict", [
-    (Facts(KEY, 100, b"hello world"), 50, Verdict.SAME),
-    (Facts(FileKey(1, 43), 100, b"hello world"), 50, Verdict.OTHER),
-    (Facts(FileKey(2, 42), 100, b"hello world"), 50, Verdict.OTHER),
-    (Facts(KEY, 10, b"hello world"), 50, Verdict.TRUNCATED),
-    (Facts(KEY, 0, b""), 50, Verdict.TRUNCATED),
-    (Facts(KEY, 100, b"HELLO WORLD"), 50, Verdict.REPLACED),   # inode reuse
-    (Facts(KEY, 100, b"hel"), 50, Verdict.REPLACED),
-])
+@pytest.mark.parametrize(
+    "facts,offset,verdict",
+    [
+        (Facts(KEY, 100, b"hello world"), 50, Verdict.SAME),
+        (Facts(FileKey(1, 43), 100, b"hello world"), 50, Verdict.OTHER),
+        (Facts(FileKey(2, 42), 100, b"hello world"), 50, Verdict.OTHER),
+        (Facts(KEY, 10, b"hello world"), 50, Verdict.TRUNCATED),
+        (Facts(KEY, 0, b""), 50, Verdict.TRUNCATED),
+        (Facts(KEY, 100, b"HELLO WORLD"), 50, Verdict.REPLACED),  # inode reuse
+        (Facts(KEY, 100, b"hel"), 50, Verdict.REPLACED),
+    ],
+)
 def test_judge(facts: Facts, offset: int, verdict: Verdict) -> None:
     assert judge(KEY, fingerprint(b"hello world"), offset, facts) is verdict
 
@@ -174,14 +177,20 @@ def test_audit_window_due_only_when_ended_and_settled() -> None:
     ledger.sent("t", window, 10)
     ledger.sent("t", window, 5)
     ledger.finished("t", window, 10, ok=True)
-    assert ledger.due(window + 61_000) == []          # one chunk still unsettled
+    assert ledger.due(window + 61_000) == []  # one chunk still unsettled
     ledger.finished("t", window, 5, ok=False)
-    assert ledger.due(window + 30_000) == []          # window not over
+    assert ledger.due(window + 30_000) == []  # window not over
     [record] = ledger.due(window + 60_000)
     assert (record.sent, record.acked) == (15, 10)
-    assert record.to_map("h") == {"host": "h", "topic": "t", "window_start": window,
-                                  "window_end": window + 60_000, "sent": 15, "acked": 10,
-                                  "stage": "agent"}
+    assert record.to_map("h") == {
+        "host": "h",
+        "topic": "t",
+        "window_start": window,
+        "window_end": window + 60_000,
+        "sent": 15,
+        "acked": 10,
+        "stage": "agent",
+    }
     assert ledger.open_windows() == 0
 
 
@@ -199,17 +208,14 @@ def test_values_decode_to_the_documented_map() -> None:
     prefix = chunk_prefix(1_700_000_000_123, "web-1", "/var/log/app.log")
     values = encode_values(prefix, [b"hello", "h\u00e9".encode()], [0, 6])
     assert [msgpack.unpackb(v) for v in values] == [
-        {"time": 1_700_000_000_123, "host": "web-1", "file": "/var/log/app.log", "offset": 0,
-         "line": "hello"},
-        {"time": 1_700_000_000_123, "host": "web-1", "file": "/var/log/app.log", "offset": 6,
-         "line": "h\u00e9"},
+        {"time": 1_700_000_000_123, "host": "web-1", "file": "/var/log/app.log", "offset": 0, "line": "hello"},
+        {"time": 1_700_000_000_123, "host": "web-1", "file": "/var/log/app.log", "offset": 6, "line": "h\u00e9"},
     ]
 
 
 def test_values_with_parsed_time_and_cut_flag() -> None:
     prefix = chunk_prefix(5, "h", "/f")
-    values = encode_values(prefix, [b"a", b"b", b"c"], [0, 2, 4], cut=frozenset({1}),
-                           ptimes=[-1000, None, 7])
+    values = encode_values(prefix, [b"a", b"b", b"c"], [0, 2, 4], cut=frozenset({1}), ptimes=[-1000, None, 7])
     decoded = [msgpack.unpackb(v) for v in values]
     assert decoded[0]["ptime"] == -1000 and "cut" not in decoded[0]
     assert decoded[1]["cut"] is True and "ptime" not in decoded[1]
@@ -225,8 +231,7 @@ def test_invalid_utf8_is_replaced_only_where_needed() -> None:
 
 
 def test_time_parser_formats_zones_and_cache() -> None:
-    parser = TimeParser(re.compile(rb"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"),
-                        "%Y-%m-%d %H:%M:%S", "UTC")
+    parser = TimeParser(re.compile(rb"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"), "%Y-%m-%d %H:%M:%S", "UTC")
     assert parser.parse(b"2024-01-02 03:04:05 x") == 1704164645000
     assert parser.parse(b"2024-01-02 03:04:05 y") == 1704164645000  # cached
     assert parser.parse(b"no time here") is None
@@ -242,8 +247,8 @@ def test_invalid_utf8_held_across_chunks_is_still_replaced() -> None:
 
     source = SourceConfig(name="s", patterns=("/x",), topic="t", key=b"h")
     tailed = TailedFile(FileKey(1, 1), "/x", "/x", source, 0, "h")
-    assert tailed.feed(b"abc\xff", 1) is None          # held, not ASCII
-    out = tailed.feed(b"def\nok\n", 1)                 # an ASCII chunk completes it
+    assert tailed.feed(b"abc\xff", 1) is None  # held, not ASCII
+    out = tailed.feed(b"def\nok\n", 1)  # an ASCII chunk completes it
     assert out is not None
     assert [msgpack.unpackb(v)["line"] for v in out.values] == ["abc\ufffddef", "ok"]
     assert out.utf8_replaced == 1
@@ -254,8 +259,7 @@ def test_invalid_utf8_held_across_chunks_is_still_replaced() -> None:
 def test_time_format_without_year_gets_this_year() -> None:
     from datetime import datetime
 
-    parser = TimeParser(re.compile(rb"^(?P<time>\w{3} [ \d]\d \d\d:\d\d:\d\d)"),
-                        "%b %d %H:%M:%S", "UTC")
+    parser = TimeParser(re.compile(rb"^(?P<time>\w{3} [ \d]\d \d\d:\d\d:\d\d)"), "%b %d %H:%M:%S", "UTC")
     millis = parser.parse(b"Dec 10 06:55:46 LabSZ sshd[24200]: reverse mapping")
     assert millis is not None
     assert datetime.utcfromtimestamp(millis / 1000).year == datetime.now().year

@@ -46,19 +46,18 @@ def test_new_file_ids_are_distinct_positive_int64() -> None:
 def test_values_carry_the_file_id_in_every_path_of_the_encoder() -> None:
     prefix = chunk_prefix(5, "h", "/f", file_id=1 << 62)
     fast = [msgpack.unpackb(v) for v in encode_values(prefix, [b"a", b"b"], [0, 2])]
-    assert fast == [{"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 0, "line": "a"},
-                    {"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 2, "line": "b"}]
-    slow = [msgpack.unpackb(v) for v in encode_values(prefix, [b"a", b"b"], [0, 2],
-                                                      cut=frozenset({0}), ptimes=[9, 10])]
-    assert [(r["fid"], r.get("cut"), r["ptime"]) for r in slow] == [(1 << 62, True, 9),
-                                                                    (1 << 62, None, 10)]
+    assert fast == [
+        {"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 0, "line": "a"},
+        {"time": 5, "host": "h", "file": "/f", "fid": 1 << 62, "offset": 2, "line": "b"},
+    ]
+    slow = [msgpack.unpackb(v) for v in encode_values(prefix, [b"a", b"b"], [0, 2], cut=frozenset({0}), ptimes=[9, 10])]
+    assert [(r["fid"], r.get("cut"), r["ptime"]) for r in slow] == [(1 << 62, True, 9), (1 << 62, None, 10)]
 
 
 def test_a_prefix_without_file_id_encodes_the_old_record() -> None:
     """What agents before the field sent (the loader must read it with a null file_id)."""
     value = encode_values(chunk_prefix(5, "h", "/f"), [b"a"], [0])[0]
-    assert msgpack.unpackb(value) == {"time": 5, "host": "h", "file": "/f", "offset": 0,
-                                      "line": "a"}
+    assert msgpack.unpackb(value) == {"time": 5, "host": "h", "file": "/f", "offset": 0, "line": "a"}
 
 
 def test_the_prefix_header_counts_its_entries() -> None:
@@ -77,9 +76,14 @@ def test_checkpoint_keeps_the_file_id_and_reads_version_1(tmp_path: Path) -> Non
     entry = Entry(1, 2, 3, "abc", "/p", "/p.1", 77, "src", fid=123)
     store.save([entry])
     assert store.load() == {entry.key: entry}
-    old = {"version": 1, "host": "h", "written": 1.0,
-           "files": [{"dev": 1, "ino": 2, "fp_len": 3, "fp": "abc", "path": "/p",
-                      "where": "/p", "offset": 7, "source": "src"}]}
+    old = {
+        "version": 1,
+        "host": "h",
+        "written": 1.0,
+        "files": [
+            {"dev": 1, "ino": 2, "fp_len": 3, "fp": "abc", "path": "/p", "where": "/p", "offset": 7, "source": "src"}
+        ],
+    }
     store.path.write_text(json.dumps(old))
     assert [e.fid for e in store.load().values()] == [None]
     store.unlock()
@@ -88,8 +92,7 @@ def test_checkpoint_keeps_the_file_id_and_reads_version_1(tmp_path: Path) -> Non
 # -- the runtime -----------------------------------------------------------------------------
 
 
-def test_rotations_give_each_file_generation_its_own_id(tmp_path: Path, run_agent,
-                                                        fake_producer) -> None:
+def test_rotations_give_each_file_generation_its_own_id(tmp_path: Path, run_agent, fake_producer) -> None:
     """Rename rotation and copytruncate restart offsets under one path: new ids."""
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
@@ -116,8 +119,7 @@ def test_rotations_give_each_file_generation_its_own_id(tmp_path: Path, run_agen
     assert len({(r["host"], r["fid"], r["offset"]) for r in got}) == 30
 
 
-def test_lines_sent_again_after_a_restart_keep_their_id(tmp_path: Path, run_agent,
-                                                        fake_producer) -> None:
+def test_lines_sent_again_after_a_restart_keep_their_id(tmp_path: Path, run_agent, fake_producer) -> None:
     """Sent, never acknowledged, agent stopped: the restart re-sends under the same id,
     because the id was checkpointed before the first line carrying it was sent."""
     log = tmp_path / "logs" / "app.log"
@@ -143,8 +145,7 @@ def test_lines_sent_again_after_a_restart_keep_their_id(tmp_path: Path, run_agen
     assert [(r["fid"], r["offset"]) for r in resent[:10]] == [(r["fid"], r["offset"]) for r in sent]
 
 
-def test_a_file_changed_while_the_agent_was_down_gets_a_new_id(tmp_path: Path, run_agent,
-                                                               fake_producer) -> None:
+def test_a_file_changed_while_the_agent_was_down_gets_a_new_id(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
     config = agent_config(tmp_path)
@@ -161,5 +162,4 @@ def test_a_file_changed_while_the_agent_was_down_gets_a_new_id(tmp_path: Path, r
     (old,) = {r["fid"] for r in records(fake_producer)}
     (new,) = {r["fid"] for r in records(again)}
     assert old != new
-    assert [e["fid"] for e in json.loads((config.state_dir / "checkpoint.json").read_text())
-            ["files"]] == [new]
+    assert [e["fid"] for e in json.loads((config.state_dir / "checkpoint.json").read_text())["files"]] == [new]

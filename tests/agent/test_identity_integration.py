@@ -48,21 +48,19 @@ def landed_table(bootstrap: list[str], topic: str) -> sqlite3.Connection:
     return db
 
 
-def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent_process,
-                                                           tmp_path: Path) -> None:
+def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent_process, tmp_path: Path) -> None:
     cluster = broker_cluster(1)
     # No periodic checkpoint: a kill -9 then re-sends everything acknowledged since the
     # last checkpoint write (the agent writes one for each new file it meets), when the
     # agent does not look up what the cluster holds (test_resume_integration.py does).
-    doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0,
-                   resume_from_cluster=False)
+    doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0, resume_from_cluster=False)
     numbered = NumberedLog(tmp_path / "logs" / "app.log")
     log, write = numbered.path, numbered.write
 
     agent = agent_process(doc).start()
     write(2000)
     _wait_shipped(agent, acked=numbered.written)
-    os.rename(log, log.with_name("app.log.1"))       # rename rotation (not matched by *.log)
+    os.rename(log, log.with_name("app.log.1"))  # rename rotation (not matched by *.log)
     write(2000)
     _wait_shipped(agent, acked=numbered.written)
     shutil.copyfile(log, log.with_name("app.log.copy"))  # copytruncate, after a quiet moment
@@ -70,9 +68,9 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     wait_until(lambda: agent.counter("truncations") >= 1, 30, "truncation seen")
     write(2000)
     _wait_shipped(agent, acked=numbered.written)
-    agent.kill()                                      # acked since the last checkpoint: sent again
+    agent.kill()  # acked since the last checkpoint: sent again
     write(500)
-    os.rename(log, log.with_name("app.log.2"))       # rotated while the agent is down
+    os.rename(log, log.with_name("app.log.2"))  # rotated while the agent is down
     write(1500)
     restarted = agent_process(doc).start()
     write(500)
@@ -97,8 +95,9 @@ def test_dedup_on_file_id_removes_exactly_the_resent_lines(broker_cluster, agent
     assert sorted(kept) == sorted(all_lines)
     assert db.execute(count_duplicates).fetchone()[0] == records - numbered.written
 
-    old_advice = db.execute("SELECT count(*) FROM (SELECT DISTINCT host, file, file_offset "
-                            "FROM logs)").fetchone()[0]
-    assert old_advice < numbered.written   # de-duplicating on the path deletes real lines
-    print(f"lines written {numbered.written}, records {records} ({records - numbered.written} sent again), "
-          f"kept by the recipe {len(kept)}, by (host, file, file_offset) {old_advice}")
+    old_advice = db.execute("SELECT count(*) FROM (SELECT DISTINCT host, file, file_offset FROM logs)").fetchone()[0]
+    assert old_advice < numbered.written  # de-duplicating on the path deletes real lines
+    print(
+        f"lines written {numbered.written}, records {records} ({records - numbered.written} sent again), "
+        f"kept by the recipe {len(kept)}, by (host, file, file_offset) {old_advice}"
+    )

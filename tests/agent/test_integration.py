@@ -38,9 +38,14 @@ def base_doc(tmp_path: Path, bootstrap: list[str], **extra: Any) -> dict[str, An
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     doc: dict[str, Any] = {
-        "host": "it-host", "state_dir": str(tmp_path / "state"),
-        "poll_interval_s": 0.05, "scan_interval_s": 1.0, "checkpoint_interval_s": 0.2,
-        "rotated_close_s": 1.0, "shutdown_timeout_s": 20.0, "log_level": "INFO",
+        "host": "it-host",
+        "state_dir": str(tmp_path / "state"),
+        "poll_interval_s": 0.05,
+        "scan_interval_s": 1.0,
+        "checkpoint_interval_s": 0.2,
+        "rotated_close_s": 1.0,
+        "shutdown_timeout_s": 20.0,
+        "log_level": "INFO",
         "cluster": {"brokers": bootstrap},
         "producer": {"linger_ms": 5, "delivery_timeout_s": 10.0, "request_timeout_s": 5.0},
         "audit": {"window_s": 2},
@@ -64,7 +69,6 @@ def test_lines_arrive_once_and_sigterm_exits_zero(broker_cluster, agent_process,
     assert [v["offset"] for _, _, v in got][:2] == [0, len(lines[0]) + 1]
 
 
-
 def test_ctrl_c_stops_cleanly_and_exits_130(broker_cluster, agent_process, tmp_path):
     """Ctrl-C is SIGTERM's clean stop (every acked line checkpointed), with the exit code
     of every logferry command after Ctrl-C."""
@@ -78,6 +82,7 @@ def test_ctrl_c_stops_cleanly_and_exits_130(broker_cluster, agent_process, tmp_p
     agent.proc.send_signal(signal.SIGINT)
     assert agent.proc.wait(60) == 130, agent.log_tail()
     assert "Traceback" not in agent.log_tail()
+
 
 def _line(gen: int, seq: int, sample: list[bytes]) -> bytes:
     return b"g%03d s%07d %s" % (gen, seq, sample[seq % len(sample)][:150])
@@ -101,20 +106,25 @@ def _wait_shipped(agent, timeout: float = 60.0, acked: int | None = None) -> Non
         gauges = status.get("gauges", {})
         if acked is not None and status.get("counters", {}).get("messages_acked", 0) < acked:
             return False
-        return (status.get("updated", 0) > since and gauges.get("lag_bytes", 1) == 0
-                and gauges.get("inflight_bytes", 1) == 0 and gauges.get("tracked_files", 0) > 0)
+        return (
+            status.get("updated", 0) > since
+            and gauges.get("lag_bytes", 1) == 0
+            and gauges.get("inflight_bytes", 1) == 0
+            and gauges.get("tracked_files", 0) > 0
+        )
+
     try:
         wait_until(done, timeout, "agent caught up")
     except AssertionError as exc:
         status = agent.status()
         lagging = [f for f in status.get("files", []) if f["lag"]][:5]
         print(json.dumps(status.get("files"), indent=1))
-        raise AssertionError(f"{exc}; counters {status.get('counters')}, gauges "
-                             f"{status.get('gauges')}, lagging files {lagging}") from None
+        raise AssertionError(
+            f"{exc}; counters {status.get('counters')}, gauges {status.get('gauges')}, lagging files {lagging}"
+        ) from None
 
 
-def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, agent_process,
-                                                             tmp_path):
+def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, agent_process, tmp_path):
     """Rotate by rename every 20,000 lines, copytruncate once: every line once, in order."""
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap)
@@ -136,8 +146,7 @@ def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, age
             os.truncate(log, 0)
             gen += 1  # same inode, new content: number it as another file
         with open(log, "ab") as handle:
-            handle.write(b"\n".join(_line(gen, s, sample) for s in range(start, start + batch))
-                         + b"\n")
+            handle.write(b"\n".join(_line(gen, s, sample) for s in range(start, start + batch)) + b"\n")
         time.sleep(0.002)
     _wait_shipped(agent, 120, acked=total)
     assert agent.terminate() == 0
@@ -178,7 +187,7 @@ def test_kill_9_then_restart_loses_nothing(broker_cluster, agent_process, tmp_pa
     agent.kill()
     acked_before = agent.counter("messages_acked")
     write(5000, 0)
-    os.rename(log, log.with_name("app.log.1"))   # rotated while the agent is down
+    os.rename(log, log.with_name("app.log.1"))  # rotated while the agent is down
     write(5000, 1)
     restarted = agent_process(doc).start()
     for _ in range(10):
@@ -199,8 +208,7 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     """Stop the broker for 10 s while lines keep coming: nothing lost, in flight <= cap."""
     cluster = broker_cluster(1)
     cap = 2 * 1024 * 1024
-    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=cap,
-                   read_chunk_bytes=256 * 1024)
+    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=cap, read_chunk_bytes=256 * 1024)
     doc["producer"] = {"linger_ms": 5, "delivery_timeout_s": 60.0, "request_timeout_s": 5.0}
     agent = agent_process(doc).start()
     sample = sample_lines()
@@ -212,8 +220,7 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     # clean stop takes) and for 4 s after the restart; bounded at 60 s in all.
     began = time.monotonic()
     deadline = began + 60
-    while time.monotonic() < deadline and (restarted_at is None
-                                           or time.monotonic() - restarted_at < 4):
+    while time.monotonic() < deadline and (restarted_at is None or time.monotonic() - restarted_at < 4):
         with open(log, "ab") as handle:
             handle.write(b"\n".join(_line(0, s, sample) for s in range(seq, seq + 500)) + b"\n")
         seq += 500
@@ -222,8 +229,7 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
         if stopped_at is None and elapsed > 2:
             broker.stop()
             stopped_at = time.monotonic()
-        if stopped_at is not None and restarted_at is None and \
-                time.monotonic() - stopped_at >= 10:
+        if stopped_at is not None and restarted_at is None and time.monotonic() - stopped_at >= 10:
             broker.start()
             restarted_at = time.monotonic()
     assert restarted_at is not None
@@ -240,8 +246,7 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     assert first_seen == sorted(first_seen)
 
 
-def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_process, tmp_path,
-                                                       request):
+def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_process, tmp_path, request):
     """A deleted file's inode reused by a new file: read from 0, in all three situations.
 
     1. The agent had the file open: it drains the deleted file, closes it (freeing the
@@ -304,12 +309,12 @@ def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_pro
             except OSError:
                 continue
         return True
+
     wait_until(released, 20, "deleted file closed")
     write("SECOND", 300, inode)  # longer: resuming at the old offset would skip its start
     _wait_shipped(agent, acked=400)
     # 2: closed while idle, then replaced by a file of the very same size.
-    wait_until(lambda: agent.status()["gauges"]["open_files"] == 0 and released(), 20,
-               "idle file closed")
+    wait_until(lambda: agent.status()["gauges"]["open_files"] == 0 and released(), 20, "idle file closed")
     inode = path.stat().st_ino
     replace("THIRD!", 300)
     _wait_shipped(agent, acked=700)
@@ -325,12 +330,10 @@ def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_pro
     lines = [v["line"] for _, _, v in consume(cluster.bootstrap, "app")]
     assert lines == expected
     if not reused:
-        pytest.skip("content checked, but the file system never reused the inode: "
-                    "the reuse paths were not exercised")
+        pytest.skip("content checked, but the file system never reused the inode: the reuse paths were not exercised")
 
 
-def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluster, agent_process,
-                                                                   tmp_path):
+def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluster, agent_process, tmp_path):
     """The awkward inputs, each to its own topic, in one agent run."""
     cluster = broker_cluster(1)
     logs = tmp_path / "logs"
@@ -338,25 +341,29 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     for d in ("java", "odd", "big"):
         (logs / d).mkdir(parents=True)
     many.mkdir()
-    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=64 * 1024 * 1024,
-                   max_open_files=64)
+    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=64 * 1024 * 1024, max_open_files=64)
     doc["sources"] = [
-        {"name": "java", "pattern": f"{logs}/java/*.log", "topic": "java",
-         "multiline": {"start": r"^\d{4}-\d\d-\d\d ", "timeout_s": 0.5}},
-        {"name": "odd", "pattern": f"{logs}/odd/*.log", "topic": "odd",
-         "partial_line_timeout_s": 0.5},
-        {"name": "big", "pattern": f"{logs}/big/*.log", "topic": "big",
-         "max_line_bytes": 1024 * 1024},
+        {
+            "name": "java",
+            "pattern": f"{logs}/java/*.log",
+            "topic": "java",
+            "multiline": {"start": r"^\d{4}-\d\d-\d\d ", "timeout_s": 0.5},
+        },
+        {"name": "odd", "pattern": f"{logs}/odd/*.log", "topic": "odd", "partial_line_timeout_s": 0.5},
+        {"name": "big", "pattern": f"{logs}/big/*.log", "topic": "big", "max_line_bytes": 1024 * 1024},
         {"name": "many", "pattern": f"{many}/**/*.log", "topic": "many"},
     ]
-    trace = ("2024-05-01 10:00:00 ERROR request failed\n"
-             "java.lang.IllegalStateException: boom\n"
-             "\tat com.example.Foo.bar(Foo.java:42)\n"
-             "\tat com.example.Main.main(Main.java:7)\n"
-             "Caused by: java.io.IOException: disk\n"
-             "\t... 2 more\n")
+    trace = (
+        "2024-05-01 10:00:00 ERROR request failed\n"
+        "java.lang.IllegalStateException: boom\n"
+        "\tat com.example.Foo.bar(Foo.java:42)\n"
+        "\tat com.example.Main.main(Main.java:7)\n"
+        "Caused by: java.io.IOException: disk\n"
+        "\t... 2 more\n"
+    )
     (logs / "java" / "app.log").write_text(
-        "2024-05-01 09:59:59 INFO starting\n" + trace + "2024-05-01 10:00:01 INFO next\n")
+        "2024-05-01 09:59:59 INFO starting\n" + trace + "2024-05-01 10:00:01 INFO next\n"
+    )
     (logs / "odd" / "partial.log").write_bytes(b"complete line\nno newline at the end")
     rng = __import__("random").Random(4)
     garbage = bytes(rng.randrange(256) for _ in range(200_000))
@@ -366,8 +373,7 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     for i in range(1000):
         sub = many / f"d{i % 10}"
         sub.mkdir(exist_ok=True)
-        (sub / f"f{i:04d}.log").write_bytes(b"".join(b"file %04d line %d\n" % (i, j)
-                                                    for j in range(3)))
+        (sub / f"f{i:04d}.log").write_bytes(b"".join(b"file %04d line %d\n" % (i, j) for j in range(3)))
     agent = agent_process(doc).start()
     garbage_parts = len(garbage.split(b"\n"))  # the last part has no newline: flushed
     expected_total = 3 + 2 + garbage_parts + 12 + 3000
@@ -377,8 +383,7 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     assert agent.terminate() == 0
 
     java = [v["line"] for _, _, v in consume(cluster.bootstrap, "java")]
-    assert java == ["2024-05-01 09:59:59 INFO starting", trace.rstrip("\n"),
-                    "2024-05-01 10:00:01 INFO next"]
+    assert java == ["2024-05-01 09:59:59 INFO starting", trace.rstrip("\n"), "2024-05-01 10:00:01 INFO next"]
 
     odd = consume(cluster.bootstrap, "odd")
     partial = [v["line"] for _, _, v in odd if v["file"].endswith("partial.log")]
@@ -386,8 +391,7 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     junk = [v for _, _, v in odd if v["file"].endswith("garbage.log")]
     assert len(junk) == garbage_parts
     # A line ending in "\r\n" loses the "\r" too (CRLF files).
-    assert [v["line"] for v in junk] == [p.removesuffix(b"\r").decode("utf-8", "replace")
-                                         for p in garbage.split(b"\n")]
+    assert [v["line"] for v in junk] == [p.removesuffix(b"\r").decode("utf-8", "replace") for p in garbage.split(b"\n")]
     assert [v["offset"] for v in junk][:2] == [0, len(garbage.split(b"\n")[0]) + 1]
 
     big = [v for _, _, v in consume(cluster.bootstrap, "big")]
@@ -412,16 +416,14 @@ def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_proces
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap)
     doc["audit"] = {"window_s": 1}
-    doc["sources"].append({"name": "other", "pattern": f"{tmp_path}/logs/*.txt",
-                           "topic": "other"})
+    doc["sources"].append({"name": "other", "pattern": f"{tmp_path}/logs/*.txt", "topic": "other"})
     agent = agent_process(doc).start()
     sample = sample_lines()
     written = 0
     deadline = time.monotonic() + 4.5  # spans several 1 s windows
     while time.monotonic() < deadline:
         with open(tmp_path / "logs" / "app.log", "ab") as handle:
-            handle.write(b"\n".join(sample[(written + i) % len(sample)] for i in range(300))
-                         + b"\n")
+            handle.write(b"\n".join(sample[(written + i) % len(sample)] for i in range(300)) + b"\n")
         with open(tmp_path / "logs" / "x.txt", "ab") as handle:
             handle.write(b"other line\n" * 50)
         written += 300

@@ -14,7 +14,7 @@ def feed_all(splitter: LineSplitter, data: bytes, step: int) -> tuple[list[bytes
     offsets: list[int] = []
     cut: set[int] = set()
     for i in range(0, len(data), step):
-        out = splitter.feed(data[i:i + step])
+        out = splitter.feed(data[i : i + step])
         cut |= {len(lines) + c for c in out.cut}
         lines += out.lines
         offsets += out.offsets
@@ -80,7 +80,7 @@ def test_ten_megabyte_line_is_bounded() -> None:
     total = 0
     pieces = 0
     for i in range(0, len(big), 1024 * 1024 - 3):
-        out = splitter.feed(big[i:i + 1024 * 1024 - 3])
+        out = splitter.feed(big[i : i + 1024 * 1024 - 3])
         pieces += len(out.lines)
         total += sum(map(len, out.lines))
         assert splitter.held_bytes <= 1024 * 1024
@@ -100,7 +100,7 @@ def test_random_chunking_matches_reference() -> None:
     position = 0
     while position < len(data):
         step = rng.randrange(1, 100)
-        got += splitter.feed(data[position:position + step]).lines
+        got += splitter.feed(data[position : position + step]).lines
         position += step
     expected = [line[:-1] if line.endswith(b"\r") else line for line in lines]
     assert got == expected

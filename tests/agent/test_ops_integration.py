@@ -27,9 +27,14 @@ pytestmark = pytest.mark.integration
 
 
 def run_check(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent", "check", "--config", str(config),
-                           *extra], capture_output=True, text=True, cwd=REPO, timeout=60,
-                          env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "check", "--config", str(config), *extra],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env=dict(os.environ),
+    )
 
 
 def test_check_against_a_real_cluster_ships_nothing(broker_cluster, tmp_path: Path) -> None:
@@ -49,32 +54,33 @@ def test_check_against_a_real_cluster_ships_nothing(broker_cluster, tmp_path: Pa
     out = result.stdout
     assert f"{tmp_path}/logs/a.log: 4.9 KiB, starts at offset 0 (beginning)" in out
     assert f"source web -> topic web ({tmp_path}/logs/*.txt): 0 files" in out
-    assert f"cluster (ZooKeeper {cluster.zk_connect}): 1 live broker: 1 at " \
-           f"{cluster.bootstrap[0]}" in out
+    assert f"cluster (ZooKeeper {cluster.zk_connect}): 1 live broker: 1 at {cluster.bootstrap[0]}" in out
     assert "  topic app: 2 partitions, all with a leader" in out
-    assert "  topic web: does not exist yet; the brokers create it at the agent's first " \
-           "send (auto_create_topics)" in out
+    assert (
+        "  topic web: does not exist yet; the brokers create it at the agent's first send (auto_create_topics)" in out
+    )
     assert "  topic _audit: does not exist yet" in out
     assert out.rstrip().endswith("ok: the agent can start with this config")
     with Admin(zk=cluster.zk_connect) as admin:
-        assert admin.list_topics() == ["app"]              # nothing created
-    assert not Path(doc["state_dir"]).exists()              # no checkpoint, no lock
+        assert admin.list_topics() == ["app"]  # nothing created
+    assert not Path(doc["state_dir"]).exists()  # no checkpoint, no lock
 
 
-def test_check_fails_for_a_missing_topic_the_brokers_will_not_create(
-        broker_cluster, tmp_path: Path) -> None:
+def test_check_fails_for_a_missing_topic_the_brokers_will_not_create(broker_cluster, tmp_path: Path) -> None:
     cluster = broker_cluster(1, broker={"auto_create_topics": False})
     doc = base_doc(tmp_path, cluster.bootstrap, audit={"enabled": False})
     config = tmp_path / "agent.toml"
     config.write_text(dumps(doc))
     result = run_check(config)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "  topic app: does not exist yet; the brokers do not create topics " \
-           "(auto_create_topics = false): create it with `logferry topic create app`" \
-           in result.stdout
+    assert (
+        "  topic app: does not exist yet; the brokers do not create topics "
+        "(auto_create_topics = false): create it with `logferry topic create app`" in result.stdout
+    )
     assert result.stderr.strip().splitlines()[-1] == (
         "logferry agent check: error: topic app does not exist and the brokers do not create "
-        "topics (auto_create_topics = false); create it with `logferry topic create app`")
+        "topics (auto_create_topics = false); create it with `logferry topic create app`"
+    )
 
 
 class Writer(threading.Thread):
@@ -92,8 +98,7 @@ class Writer(threading.Thread):
             while not self._halt.is_set():
                 for name, handle in handles.items():
                     n = self.written[name]
-                    handle.write(b"".join(b"%s %06d\n" % (name.encode(), i)
-                                          for i in range(n, n + 20)))
+                    handle.write(b"".join(b"%s %06d\n" % (name.encode(), i) for i in range(n, n + 20)))
                     self.written[name] = n + 20
                 time.sleep(0.01)
         finally:
@@ -108,7 +113,7 @@ class Writer(threading.Thread):
 
 def lines_by_file(got: list[Any]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for _, _, value in got:   # one partition per topic (key = host): the order sent
+    for _, _, value in got:  # one partition per topic (key = host): the order sent
         out.setdefault(os.path.basename(value["file"]), []).append(value["line"])
     return out
 
@@ -121,8 +126,10 @@ def test_sighup_reload_while_writing(broker_cluster, agent_process, tmp_path: Pa
     cluster = broker_cluster(1)
     logs = tmp_path / "logs"
     doc = base_doc(tmp_path, cluster.bootstrap)
-    doc["sources"] = [{"name": "keep", "pattern": f"{logs}/keep*.log", "topic": "app"},
-                      {"name": "drop", "pattern": f"{logs}/drop.log", "topic": "old"}]
+    doc["sources"] = [
+        {"name": "keep", "pattern": f"{logs}/keep*.log", "topic": "app"},
+        {"name": "drop", "pattern": f"{logs}/drop.log", "topic": "old"},
+    ]
     logs.mkdir(exist_ok=True)
     files = [logs / "keep1.log", logs / "keep2.log", logs / "drop.log", logs / "new.txt"]
     for path in files:
@@ -133,32 +140,35 @@ def test_sighup_reload_while_writing(broker_cluster, agent_process, tmp_path: Pa
     wait_until(lambda: agent.counter("messages_acked") >= 2000, 30, "shipping")
 
     # Reload while the writer runs: drop removed, a new source added, keep unchanged.
-    doc["sources"] = [{"name": "keep", "pattern": f"{logs}/keep*.log", "topic": "app"},
-                      {"name": "new", "pattern": f"{logs}/*.txt", "topic": "new"}]
+    doc["sources"] = [
+        {"name": "keep", "pattern": f"{logs}/keep*.log", "topic": "app"},
+        {"name": "new", "pattern": f"{logs}/*.txt", "topic": "new"},
+    ]
     agent.config_file.write_text(dumps(doc))
     agent.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: agent.counter("reloads") == 1, 15, "reload")
     time.sleep(1.0)
 
     # An invalid file on SIGHUP: logged, the running config stays, the agent runs on.
-    agent.config_file.write_text(dumps({**doc, "sources": [{"pattern": "relative/*.log",
-                                                             "topic": "app"}]}))
+    agent.config_file.write_text(dumps({**doc, "sources": [{"pattern": "relative/*.log", "topic": "app"}]}))
     agent.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: agent.counter("reload_failures") == 1, 15, "failed reload")
     time.sleep(1.0)
     assert agent.running()
     written = writer.stop()
     total = written["keep1.log"] + written["keep2.log"] + written["new.txt"]
-    wait_until(lambda: len(consume(cluster.bootstrap, "app")) +
-               len(consume(cluster.bootstrap, "new")) >= total, 60, "every kept line")
+    wait_until(
+        lambda: len(consume(cluster.bootstrap, "app")) + len(consume(cluster.bootstrap, "new")) >= total,
+        60,
+        "every kept line",
+    )
     assert agent.running()
     assert agent.terminate() == 0
 
     kept = lines_by_file(consume(cluster.bootstrap, "app"))
     assert kept["keep1.log"] == numbered("keep1.log", written["keep1.log"])
     assert kept["keep2.log"] == numbered("keep2.log", written["keep2.log"])
-    assert lines_by_file(consume(cluster.bootstrap, "new"))["new.txt"] == \
-        numbered("new.txt", written["new.txt"])
+    assert lines_by_file(consume(cluster.bootstrap, "new"))["new.txt"] == numbered("new.txt", written["new.txt"])
     dropped = lines_by_file(consume(cluster.bootstrap, "old"))["drop.log"]
     assert 0 < len(dropped) < written["drop.log"]
     assert dropped == numbered("drop.log", len(dropped))

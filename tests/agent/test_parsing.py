@@ -18,28 +18,35 @@ from agent.parsing import FieldParser, pack_fields, parse_json, parse_regex, sca
 from broker.common.config import dumps
 from tests.agent.test_config_cli import minimal
 
-ACCESS = re.compile(rb'^(?P<ip>\S+) "(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3})'
-                    rb'(?: (?P<ms>\d+)ms)?')
+ACCESS = re.compile(
+    rb'^(?P<ip>\S+) "(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3})'
+    rb"(?: (?P<ms>\d+)ms)?"
+)
 
 
 # -- parsing a line ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("line,fields", [
-    (b'{"level": "INFO", "n": 3, "ok": true, "x": 1.5, "gone": null}',
-     {"level": "INFO", "n": 3, "ok": True, "x": 1.5, "gone": None}),
-    (b'{"user": {"id": 7, "tags": ["a"]}, "ids": [1, 2]}',
-     {"user": '{"id":7,"tags":["a"]}', "ids": "[1,2]"}),
-    (b'{"big": 123456789012345678901234567890}', {"big": "123456789012345678901234567890"}),
-    ('{"name": "Jos\u00e9"}'.encode(), {"name": "Jos\u00e9"}),
-    (b"{}", {}),
-])
+@pytest.mark.parametrize(
+    "line,fields",
+    [
+        (
+            b'{"level": "INFO", "n": 3, "ok": true, "x": 1.5, "gone": null}',
+            {"level": "INFO", "n": 3, "ok": True, "x": 1.5, "gone": None},
+        ),
+        (b'{"user": {"id": 7, "tags": ["a"]}, "ids": [1, 2]}', {"user": '{"id":7,"tags":["a"]}', "ids": "[1,2]"}),
+        (b'{"big": 123456789012345678901234567890}', {"big": "123456789012345678901234567890"}),
+        ('{"name": "Jos\u00e9"}'.encode(), {"name": "Jos\u00e9"}),
+        (b"{}", {}),
+    ],
+)
 def test_json_object_lines_become_scalar_fields(line: bytes, fields: dict[str, Any]) -> None:
     assert parse_json(line) == fields
 
 
-@pytest.mark.parametrize("line", [b"[1, 2]", b'"text"', b"42", b"null", b"{not json",
-                                  b"", b"plain text line", b'{"a": 1} trailing'])
+@pytest.mark.parametrize(
+    "line", [b"[1, 2]", b'"text"', b"42", b"null", b"{not json", b"", b"plain text line", b'{"a": 1} trailing']
+)
 def test_non_object_or_invalid_json_does_not_parse(line: bytes) -> None:
     assert parse_json(line) is None
 
@@ -51,22 +58,26 @@ def test_scalar_keeps_scalars() -> None:
 
 def test_regex_named_groups_become_string_fields() -> None:
     line = b'10.0.0.1 "GET /a?b=1" 200 17ms'
-    assert parse_regex(ACCESS, line) == {"ip": "10.0.0.1", "method": "GET",
-                                         "path": "/a?b=1", "status": "200", "ms": "17"}
+    assert parse_regex(ACCESS, line) == {
+        "ip": "10.0.0.1",
+        "method": "GET",
+        "path": "/a?b=1",
+        "status": "200",
+        "ms": "17",
+    }
     # a group that did not take part is left out; no match at all is None
-    assert parse_regex(ACCESS, b'h "PUT /" 500') == {"ip": "h", "method": "PUT", "path": "/",
-                                                      "status": "500"}
+    assert parse_regex(ACCESS, b'h "PUT /" 500') == {"ip": "h", "method": "PUT", "path": "/", "status": "500"}
     assert parse_regex(ACCESS, b"garbage") is None
 
 
 # -- records -----------------------------------------------------------------------------
 
 
-def _records(prefix: bytes, lines: list[bytes], parser: FieldParser | None = None,
-             **kw: Any) -> tuple[list[dict[str, Any]], list[int]]:
+def _records(
+    prefix: bytes, lines: list[bytes], parser: FieldParser | None = None, **kw: Any
+) -> tuple[list[dict[str, Any]], list[int]]:
     parsed, failed = parser.entries(lines) if parser else (None, [])
-    values = encode_values(prefix, lines, [i * 100 for i in range(len(lines))],
-                           parsed=parsed, **kw)
+    values = encode_values(prefix, lines, [i * 100 for i in range(len(lines))], parsed=parsed, **kw)
     return [msgpack.unpackb(v) for v in values], failed
 
 
@@ -74,10 +85,24 @@ def test_static_fields_go_into_the_prefix() -> None:
     prefix = chunk_prefix(5, "h", "/f", pack_fields({"env": "prod", "shard": 3}))
     records, _ = _records(prefix, [b"a", b"b"], cut=frozenset({1}), ptimes=[7, None])
     assert records == [
-        {"time": 5, "host": "h", "file": "/f", "offset": 0, "line": "a", "ptime": 7,
-         "fields": {"env": "prod", "shard": 3}},
-        {"time": 5, "host": "h", "file": "/f", "offset": 100, "line": "b", "cut": True,
-         "fields": {"env": "prod", "shard": 3}},
+        {
+            "time": 5,
+            "host": "h",
+            "file": "/f",
+            "offset": 0,
+            "line": "a",
+            "ptime": 7,
+            "fields": {"env": "prod", "shard": 3},
+        },
+        {
+            "time": 5,
+            "host": "h",
+            "file": "/f",
+            "offset": 100,
+            "line": "b",
+            "cut": True,
+            "fields": {"env": "prod", "shard": 3},
+        },
     ]
 
 
@@ -99,8 +124,7 @@ def test_parsing_without_static_fields() -> None:
     lines = [b'1.2.3.4 "GET /" 200 3ms', b"no match"]
     records, failed = _records(chunk_prefix(5, "h", "/f"), lines, parser, ptimes=[9, 10])
     assert failed == [1]
-    assert records[0]["fields"] == {"ip": "1.2.3.4", "method": "GET", "path": "/",
-                                    "status": "200", "ms": "3"}
+    assert records[0]["fields"] == {"ip": "1.2.3.4", "method": "GET", "path": "/", "status": "200", "ms": "3"}
     assert records[0]["ptime"] == 9 and "unparsed" not in records[0]
     assert "fields" not in records[1] and records[1]["unparsed"] is True
     assert records[1]["ptime"] == 10
@@ -121,10 +145,17 @@ def _source(**extra: Any) -> dict[str, Any]:
 
 
 def test_global_fields_are_extended_and_overridden_per_source() -> None:
-    config = parse_config(minimal(fields={"env": "prod", "service": "web"}, sources=[
-        _source(name="a"), _source(name="b", fields={"service": "api", "tier": 2}),
-        _source(name="c", parse={"format": "regex", "regex": "(?P<word>\\w+)"}),
-        _source(name="d", parse={"format": "json"})]))
+    config = parse_config(
+        minimal(
+            fields={"env": "prod", "service": "web"},
+            sources=[
+                _source(name="a"),
+                _source(name="b", fields={"service": "api", "tier": 2}),
+                _source(name="c", parse={"format": "regex", "regex": "(?P<word>\\w+)"}),
+                _source(name="d", parse={"format": "json"}),
+            ],
+        )
+    )
     a, b, c, d = config.sources
     assert dict(a.fields) == {"env": "prod", "service": "web"} and a.parse is None
     assert dict(b.fields) == {"env": "prod", "service": "api", "tier": 2}
@@ -134,37 +165,50 @@ def test_global_fields_are_extended_and_overridden_per_source() -> None:
     assert parse_config(minimal()).sources[0].fields == ()
 
 
-@pytest.mark.parametrize("change,key,words", [
-    ({"fields": {"env": ["a"]}}, "fields.env", "string, number or boolean"),
-    ({"fields": "env=prod"}, "fields", "a table"),
-    ({"sources": [_source(fields={"when": {"a": 1}})]}, "sources[0].fields.when",
-     "string, number or boolean"),
-    ({"sources": [_source(parse={})]}, "sources[0].parse.format", "missing"),
-    ({"sources": [_source(parse={"format": "xml"})]}, "sources[0].parse.format",
-     "'json' or 'regex'"),
-    ({"sources": [_source(parse={"format": "regex"})]}, "sources[0].parse.regex", "missing"),
-    ({"sources": [_source(parse={"format": "regex", "regex": "(unclosed"})]},
-     "sources[0].parse.regex", "not a valid regular expression"),
-    ({"sources": [_source(parse={"format": "regex", "regex": "(\\d+) (\\w+)"})]},
-     "sources[0].parse.regex", "named group"),
-    ({"sources": [_source(parse={"format": "json", "regex": "(?P<a>x)"})]},
-     "sources[0].parse.regex", "only 'regex'"),
-    ({"sources": [_source(parse={"format": "json", "fields": ["a"]})]},
-     "sources[0].parse.fields", "unknown key"),
-])
-def test_field_and_parse_errors_name_the_key(change: dict[str, Any], key: str,
-                                             words: str) -> None:
+@pytest.mark.parametrize(
+    "change,key,words",
+    [
+        ({"fields": {"env": ["a"]}}, "fields.env", "string, number or boolean"),
+        ({"fields": "env=prod"}, "fields", "a table"),
+        ({"sources": [_source(fields={"when": {"a": 1}})]}, "sources[0].fields.when", "string, number or boolean"),
+        ({"sources": [_source(parse={})]}, "sources[0].parse.format", "missing"),
+        ({"sources": [_source(parse={"format": "xml"})]}, "sources[0].parse.format", "'json' or 'regex'"),
+        ({"sources": [_source(parse={"format": "regex"})]}, "sources[0].parse.regex", "missing"),
+        (
+            {"sources": [_source(parse={"format": "regex", "regex": "(unclosed"})]},
+            "sources[0].parse.regex",
+            "not a valid regular expression",
+        ),
+        (
+            {"sources": [_source(parse={"format": "regex", "regex": "(\\d+) (\\w+)"})]},
+            "sources[0].parse.regex",
+            "named group",
+        ),
+        (
+            {"sources": [_source(parse={"format": "json", "regex": "(?P<a>x)"})]},
+            "sources[0].parse.regex",
+            "only 'regex'",
+        ),
+        ({"sources": [_source(parse={"format": "json", "fields": ["a"]})]}, "sources[0].parse.fields", "unknown key"),
+    ],
+)
+def test_field_and_parse_errors_name_the_key(change: dict[str, Any], key: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(minimal(**change))
     assert info.value.key == key
     assert str(info.value).startswith(f"{key}: ") and words in str(info.value)
 
 
-def test_cli_bad_parse_regex_exits_2_naming_the_key(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bad_parse_regex_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "a.toml"
-    config.write_text(dumps(minimal(state_dir=str(tmp_path / "s"), sources=[
-        _source(), _source(name="x", parse={"format": "regex", "regex": "\\d+"})])))
+    config.write_text(
+        dumps(
+            minimal(
+                state_dir=str(tmp_path / "s"),
+                sources=[_source(), _source(name="x", parse={"format": "regex", "regex": "\\d+"})],
+            )
+        )
+    )
     assert main(["--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -188,19 +232,27 @@ def test_parse_failures_are_a_per_source_counter() -> None:
 # -- the runtime, in-process with the fake producer ------------------------------------
 
 
-def test_runtime_ships_every_line_and_counts_failures_per_source(tmp_path: Path, run_agent,
-                                                                 fake_producer) -> None:
+def test_runtime_ships_every_line_and_counts_failures_per_source(tmp_path: Path, run_agent, fake_producer) -> None:
     from tests.agent.conftest import agent_config, wait_until
 
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.json").write_bytes(b'{"n": 1}\nbroken\n{"n": 3}\n')
     (logs / "a.txt").write_bytes(b'1.2.3.4 "GET /" 200\nnope\n')
-    config = agent_config(tmp_path, fields={"env": "prod"}, sources=[
-        {"name": "j", "pattern": f"{logs}/*.json", "topic": "logs",
-         "parse": {"format": "json"}},
-        {"name": "r", "pattern": f"{logs}/*.txt", "topic": "logs", "fields": {"env": "qa"},
-         "parse": {"format": "regex", "regex": ACCESS.pattern.decode()}}])
+    config = agent_config(
+        tmp_path,
+        fields={"env": "prod"},
+        sources=[
+            {"name": "j", "pattern": f"{logs}/*.json", "topic": "logs", "parse": {"format": "json"}},
+            {
+                "name": "r",
+                "pattern": f"{logs}/*.txt",
+                "topic": "logs",
+                "fields": {"env": "qa"},
+                "parse": {"format": "regex", "regex": ACCESS.pattern.decode()},
+            },
+        ],
+    )
     agent = run_agent(config)
     wait_until(lambda: len(fake_producer.records("logs")) == 5)
     by_line = {r["line"]: r for r in fake_producer.records("logs")}
@@ -212,16 +264,24 @@ def test_runtime_ships_every_line_and_counts_failures_per_source(tmp_path: Path,
     agent.stop()
 
 
-def test_a_multiline_message_is_parsed_after_joining(tmp_path: Path, run_agent,
-                                                     fake_producer) -> None:
+def test_a_multiline_message_is_parsed_after_joining(tmp_path: Path, run_agent, fake_producer) -> None:
     from tests.agent.conftest import agent_config, wait_until
 
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.log").write_bytes(b'{\n  "a": 1,\n  "b": [2]\n}\n{"c": true}\n')
-    config = agent_config(tmp_path, sources=[
-        {"name": "j", "pattern": f"{logs}/*.log", "topic": "logs",
-         "parse": {"format": "json"}, "multiline": {"start": "^\\{", "timeout_s": 0.05}}])
+    config = agent_config(
+        tmp_path,
+        sources=[
+            {
+                "name": "j",
+                "pattern": f"{logs}/*.log",
+                "topic": "logs",
+                "parse": {"format": "json"},
+                "multiline": {"start": "^\\{", "timeout_s": 0.05},
+            }
+        ],
+    )
     agent = run_agent(config)
     wait_until(lambda: len(fake_producer.records("logs")) == 2)
     records = fake_producer.records("logs")
@@ -235,7 +295,12 @@ def test_status_text_lists_parse_failures_per_source() -> None:
 
     from agent.cli import format_status
 
-    doc = {"host": "h", "pid": 1, "state": "running", "updated": time.time(),
-           "parse_failures": {"json": 3, "access": 0}}
+    doc = {
+        "host": "h",
+        "pid": 1,
+        "state": "running",
+        "updated": time.time(),
+        "parse_failures": {"json": 3, "access": 0},
+    }
     assert "parse failures: json 3, access 0" in format_status(doc)
     assert "parse failures" not in format_status({**doc, "parse_failures": {}})

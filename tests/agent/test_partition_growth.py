@@ -19,8 +19,7 @@ from tests.agent.test_integration import base_doc
 pytestmark = pytest.mark.integration
 
 
-def test_an_agent_sends_to_new_partitions_and_every_line_arrives(broker_cluster, agent_process,
-                                                                  tmp_path):
+def test_an_agent_sends_to_new_partitions_and_every_line_arrives(broker_cluster, agent_process, tmp_path):
     cluster = broker_cluster(1)
     host = next(f"web-{i}" for i in range(100) if zlib.crc32(f"web-{i}".encode()) % 4 >= 2)
     moved_to = zlib.crc32(host.encode()) % 4
@@ -37,7 +36,7 @@ def test_an_agent_sends_to_new_partitions_and_every_line_arrives(broker_cluster,
     grown_at = time.time()
     with log_file.open("ab") as out:
         for i in range(1000, 4000, 100):  # 3000 more lines over about 6 s
-            out.write(b"\n".join(lines[i:i + 100]) + b"\n")
+            out.write(b"\n".join(lines[i : i + 100]) + b"\n")
             out.flush()
             time.sleep(0.2)
     wait_until(lambda: agent.counter("messages_acked") >= len(lines), 60, "every line acked")
@@ -47,5 +46,7 @@ def test_an_agent_sends_to_new_partitions_and_every_line_arrives(broker_cluster,
     partitions = {p for p, _, _ in got}
     assert partitions == {zlib.crc32(host.encode()) % 2, moved_to}, partitions
     first_moved = min(v["time"] for p, _, v in got if p == moved_to)
-    print(f"agent's host {host} moved to partition {moved_to}; first line read for it "
-          f"{first_moved / 1000 - grown_at:.1f} s after the growth (metadata_max_age_s 5)")
+    print(
+        f"agent's host {host} moved to partition {moved_to}; first line read for it "
+        f"{first_moved / 1000 - grown_at:.1f} s after the growth (metadata_max_age_s 5)"
+    )

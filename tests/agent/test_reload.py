@@ -7,18 +7,26 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from agent.check import (ClusterCheck, TopicCheck, cluster_problems, format_cluster,
-                         format_files, human_bytes, plan_files, topics_of)
+from agent.check import (
+    ClusterCheck,
+    TopicCheck,
+    cluster_problems,
+    format_cluster,
+    format_files,
+    human_bytes,
+    plan_files,
+    topics_of,
+)
 from agent.checkpoint import CheckpointStore
 from agent.config import AgentConfig
 from agent.errors import ConfigError
-from agent.reload import (apply_sources, held_limit_problem, restart_only_changes,
-                          source_changes)
+from agent.reload import apply_sources, held_limit_problem, restart_only_changes, source_changes
 from agent.runtime import Agent
 from tests.agent.conftest import FakeProducer, agent_config, wait_until
 
@@ -51,8 +59,7 @@ class Reloadable:
         self.config = config
         self.error: Exception | None = None
         self.producer = producer
-        self.agent = Agent(config, producer_factory=lambda _c: producer,
-                           reload_config=self._load)
+        self.agent = Agent(config, producer_factory=lambda _c: producer, reload_config=self._load)
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -73,8 +80,7 @@ class Reloadable:
         if config is not None:
             self.config = config
         self.agent.reload()
-        wait_until(lambda: self.counter("reloads") + self.counter("reload_failures") > before,
-                   5, "reload applied")
+        wait_until(lambda: self.counter("reloads") + self.counter("reload_failures") > before, 5, "reload applied")
 
     def counter(self, name: str) -> int:
         return self.agent.metrics.counters[name]
@@ -107,62 +113,59 @@ def source(tmp_path: Path, name: str, glob: str, topic: str = "logs", **extra: A
 
 
 def test_reload_keeps_positions_stops_removed_and_adds_new_sources(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     keep, drop, new = logs / "keep.log", logs / "drop.log", logs / "new.txt"
     keep.write_bytes(lines("k", 100))
     drop.write_bytes(lines("d", 100))
     new.write_bytes(lines("n", 50))
-    first = agent_config(tmp_path, [source(tmp_path, "keep", "keep.log"),
-                                    source(tmp_path, "drop", "drop.log")])
+    first = agent_config(tmp_path, [source(tmp_path, "keep", "keep.log"), source(tmp_path, "drop", "drop.log")])
     agent = start(first)
     wait_until(lambda: len(fake_producer.records("logs")) == 200)
-    append(keep, b"k 00100\nk 001")                       # a partial line is held
-    wait_until(lambda: agent.agent.inventory.files and
-               all(t.at_eof for t in agent.agent.inventory.files.values()), 5, "read")
-    second = agent_config(tmp_path, [source(tmp_path, "keep", "keep.log", topic="logs"),
-                                     source(tmp_path, "new", "*.txt", topic="other")])
+    append(keep, b"k 00100\nk 001")  # a partial line is held
+    wait_until(
+        lambda: agent.agent.inventory.files and all(t.at_eof for t in agent.agent.inventory.files.values()), 5, "read"
+    )
+    second = agent_config(
+        tmp_path, [source(tmp_path, "keep", "keep.log", topic="logs"), source(tmp_path, "new", "*.txt", topic="other")]
+    )
     agent.reload(second)
     append(keep, b"01\n" + lines("k", 50, 102))
-    append(drop, lines("d", 10, 100))                     # no source: not shipped
+    append(drop, lines("d", 10, 100))  # no source: not shipped
     append(new, lines("n", 5, 50))
-    wait_until(lambda: len(by_file(fake_producer, "logs").get("keep.log", [])) == 152, 5,
-               "kept file")
+    wait_until(lambda: len(by_file(fake_producer, "logs").get("keep.log", [])) == 152, 5, "kept file")
     wait_until(lambda: len(fake_producer.records("other")) == 55, 5, "new source")
     files = by_file(fake_producer, "logs")
-    assert files["keep.log"] == expected("k", 152)        # once each, in order, none lost
-    assert files["drop.log"] == expected("d", 100)        # stopped at the reload
+    assert files["keep.log"] == expected("k", 152)  # once each, in order, none lost
+    assert files["drop.log"] == expected("d", 100)  # stopped at the reload
     assert by_file(fake_producer, "other")["new.txt"] == expected("n", 55)
     assert agent.counter("reloads") == 1
     wait_until(lambda: not agent.agent.inventory.leaving, 5, "stopped file dormant")
     # The stopped file's position stays in the checkpoint: adding it back resumes there.
-    third = agent_config(tmp_path, [source(tmp_path, "keep", "keep.log"),
-                                    source(tmp_path, "drop", "drop.log")])
+    third = agent_config(tmp_path, [source(tmp_path, "keep", "keep.log"), source(tmp_path, "drop", "drop.log")])
     agent.reload(third)
     wait_until(lambda: len(by_file(fake_producer, "logs")["drop.log"]) == 110, 5, "resumed")
     assert by_file(fake_producer, "logs")["drop.log"] == expected("d", 110)
     agent.stop()
     saved = CheckpointStore(first.state_dir, "test-host").load()
-    assert sorted(os.path.basename(e.where) for e in saved.values()) == [
-        "drop.log", "keep.log", "new.txt"]
+    assert sorted(os.path.basename(e.where) for e in saved.values()) == ["drop.log", "keep.log", "new.txt"]
 
 
 def test_invalid_config_on_reload_keeps_the_running_one(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer, caplog: pytest.LogCaptureFixture
+) -> None:
     log = tmp_path / "logs" / "app.log"
     (tmp_path / "logs").mkdir()
     log.write_bytes(lines("a", 10))
     agent = start(agent_config(tmp_path))
     wait_until(lambda: len(fake_producer.records("logs")) == 10)
-    agent.error = ConfigError("sources[0].pattern", "'x' must be an absolute glob pattern",
-                              "agent.toml")
+    agent.error = ConfigError("sources[0].pattern", "'x' must be an absolute glob pattern", "agent.toml")
     with caplog.at_level("ERROR", logger="logferry.agent"):
         agent.reload()
     assert agent.counter("reload_failures") == 1 and agent.counter("reloads") == 0
-    assert "reload failed, still running with the previous config: agent.toml: " \
-           "sources[0].pattern" in caplog.text
+    assert "reload failed, still running with the previous config: agent.toml: sources[0].pattern" in caplog.text
     append(log, lines("a", 10, 10))
     wait_until(lambda: len(fake_producer.records("logs")) == 20)
     assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 20)
@@ -171,29 +174,29 @@ def test_invalid_config_on_reload_keeps_the_running_one(
 
 
 def test_changed_line_rules_apply_from_the_next_message(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(b"one\n  two\nthree\n")
     agent = start(agent_config(tmp_path, [source(tmp_path, "app", "*.log")]))
     wait_until(lambda: len(fake_producer.records("logs")) == 3)
-    agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.log",
-                                                multiline={"continuation": "^ "})]))
+    agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.log", multiline={"continuation": "^ "})]))
     append(log, b"four\n  five\nsix\n")
     wait_until(lambda: len(fake_producer.records("logs")) == 5, 5, "joined")
-    assert [r["line"] for r in fake_producer.records("logs")] == [
-        "one", "  two", "three", "four\n  five", "six"]
+    assert [r["line"] for r in fake_producer.records("logs")] == ["one", "  two", "three", "four\n  five", "six"]
     agent.stop()
 
 
 def test_restart_only_settings_are_named_and_not_applied(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "logs").mkdir()
     first = agent_config(tmp_path)
     agent = start(first)
-    changed = agent_config(tmp_path, state_dir=str(tmp_path / "elsewhere"),
-                           cluster={"brokers": ["127.0.0.1:2"]}, producer={"linger_ms": 1})
+    changed = agent_config(
+        tmp_path, state_dir=str(tmp_path / "elsewhere"), cluster={"brokers": ["127.0.0.1:2"]}, producer={"linger_ms": 1}
+    )
     with caplog.at_level("WARNING", logger="logferry.agent"):
         agent.reload(changed)
     assert "reload: state_dir, cluster.brokers, producer.linger_ms changed" in caplog.text
@@ -204,12 +207,16 @@ def test_restart_only_settings_are_named_and_not_applied(
 
 # -- the pure parts ---------------------------------------------------------------------
 
+
 def test_restart_only_changes_and_source_changes(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     a = agent_config(tmp_path, [source(tmp_path, "a", "a.log"), source(tmp_path, "b", "b.log")])
-    b = agent_config(tmp_path, [source(tmp_path, "a", "a.log", topic="t2"),
-                                source(tmp_path, "c", "c.log")],
-                     metrics={"port": 9999}, audit={"window_s": 5})
+    b = agent_config(
+        tmp_path,
+        [source(tmp_path, "a", "a.log", topic="t2"), source(tmp_path, "c", "c.log")],
+        metrics={"port": 9999},
+        audit={"window_s": 5},
+    )
     assert restart_only_changes(a, b) == ["metrics.port", "audit.window_s"]
     assert restart_only_changes(a, apply_sources(a, b)) == []
     changes = source_changes(a.sources, b.sources)
@@ -221,8 +228,12 @@ def test_restart_only_changes_and_source_changes(tmp_path: Path) -> None:
 
 def test_held_limit_is_checked_against_the_running_cap(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
-    small = agent_config(tmp_path, max_inflight_bytes=1 << 20, read_chunk_bytes=1 << 16,
-                         sources=[source(tmp_path, "a", "*.log", max_line_bytes=1 << 16)])
+    small = agent_config(
+        tmp_path,
+        max_inflight_bytes=1 << 20,
+        read_chunk_bytes=1 << 16,
+        sources=[source(tmp_path, "a", "*.log", max_line_bytes=1 << 16)],
+    )
     big = dataclasses.replace(small.sources[0], max_line_bytes=1 << 20)
     assert held_limit_problem(small) is None
     problem = held_limit_problem(dataclasses.replace(small, sources=(big,)))
@@ -235,13 +246,16 @@ def test_plan_files_uses_the_checkpoint_start_at_and_identity(tmp_path: Path) ->
     (logs / "a.log").write_bytes(lines("a", 10))
     (logs / "b.log").write_bytes(lines("b", 10) + b"partial")
     (logs / "c.txt").write_bytes(lines("c", 3))
-    config = agent_config(tmp_path, [source(tmp_path, "app", "*.log"),
-                                     source(tmp_path, "txt", "*.txt", start_at="end")])
+    config = agent_config(
+        tmp_path, [source(tmp_path, "app", "*.log"), source(tmp_path, "txt", "*.txt", start_at="end")]
+    )
     plans, entries = plan_files(config)
     assert entries == 0
     assert [(p.source, os.path.basename(p.path), p.start, p.why) for p in plans] == [
-        ("app", "a.log", 0, "beginning"), ("app", "b.log", 0, "beginning"),
-        ("txt", "c.txt", 24, "end (start_at)")]
+        ("app", "a.log", 0, "beginning"),
+        ("app", "b.log", 0, "beginning"),
+        ("txt", "c.txt", 24, "end (start_at)"),
+    ]
     # A checkpoint: a.log half read and then rotated to a.log.1 (not matched); b.log
     # replaced by another file since (same inode, other first bytes).
     producer = FakeProducer()
@@ -267,12 +281,12 @@ def test_plan_files_uses_the_checkpoint_start_at_and_identity(tmp_path: Path) ->
 
 
 def test_human_bytes() -> None:
-    assert [human_bytes(n) for n in (0, 1023, 1536, 3 << 20)] == [
-        "0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
+    assert [human_bytes(n) for n in (0, 1023, 1536, 3 << 20)] == ["0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
 
 
 def test_file_stopped_with_chunks_in_flight_goes_dormant_once_they_are_acked(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     log = logs / "app.log"
@@ -285,7 +299,7 @@ def test_file_stopped_with_chunks_in_flight_goes_dormant_once_they_are_acked(
     wait_until(lambda: fake_producer.pending, 5, "a chunk in flight")
     agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.none")]))
     assert len(agent.agent.inventory.leaving) == 1
-    append(log, lines("a", 10, 20))                       # not read: no source matches
+    append(log, lines("a", 10, 20))  # not read: no source matches
     fake_producer.release()
     wait_until(lambda: not agent.agent.inventory.leaving, 5, "dormant")
     assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 20)
@@ -296,7 +310,8 @@ def test_file_stopped_with_chunks_in_flight_goes_dormant_once_they_are_acked(
 
 
 def test_a_source_in_a_new_directory_is_watched_after_the_reload(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     (tmp_path / "logs").mkdir()
     other = tmp_path / "other"
     other.mkdir()
@@ -304,13 +319,15 @@ def test_a_source_in_a_new_directory_is_watched_after_the_reload(
     first = agent_config(tmp_path, [source(tmp_path, "a", "*.log")], scan_interval_s=600)
     agent = start(first)
     wait_until(lambda: len(fake_producer.records("logs")) == 5)
-    second = agent_config(tmp_path, [source(tmp_path, "a", "*.log"),
-                                     {"name": "b", "pattern": f"{other}/*.log", "topic": "b"}],
-                          scan_interval_s=600)
+    second = agent_config(
+        tmp_path,
+        [source(tmp_path, "a", "*.log"), {"name": "b", "pattern": f"{other}/*.log", "topic": "b"}],
+        scan_interval_s=600,
+    )
     agent.reload(second)
-    (other / "b.log").write_bytes(lines("b", 7))     # found by watchdog: no rescan for 600 s
+    (other / "b.log").write_bytes(lines("b", 7))  # found by watchdog: no rescan for 600 s
     wait_until(lambda: len(fake_producer.records("b")) == 7, 5, "new directory watched")
-    agent.reload(first)                              # and unwatched again: nothing breaks
+    agent.reload(first)  # and unwatched again: nothing breaks
     (other / "c.log").write_bytes(lines("c", 3))
     append(tmp_path / "logs" / "a.log", lines("a", 5, 5))
     wait_until(lambda: len(fake_producer.records("logs")) == 10)
@@ -327,10 +344,9 @@ def test_cluster_report_and_problems(tmp_path: Path) -> None:
     assert text == [
         "cluster (ZooKeeper zk1:2181/logferry/live): 2 live brokers: 1 at h1:9092, 2 at h2:9093",
         "  topic logs: 4 partitions, all with a leader",
-        "  topic web: 2 partitions; no leader right now for partition(s) 1 (their messages "
-        "wait for one)",
-        "  topic _audit: does not exist yet; the brokers create it at the agent's first send "
-        "(auto_create_topics)"]
+        "  topic web: 2 partitions; no leader right now for partition(s) 1 (their messages wait for one)",
+        "  topic _audit: does not exist yet; the brokers create it at the agent's first send (auto_create_topics)",
+    ]
     assert cluster_problems(found) == []
     assert cluster_problems(found._replace(auto_create=None)) == []
     (problem,) = cluster_problems(found._replace(auto_create=False))
@@ -338,7 +354,8 @@ def test_cluster_report_and_problems(tmp_path: Path) -> None:
 
 
 def test_removed_then_added_back_before_its_acks_came_in(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     """Two reloads within one acknowledgement: the file goes on as the same file."""
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "app.log"
@@ -362,7 +379,8 @@ def test_removed_then_added_back_before_its_acks_came_in(
 
 
 def test_a_file_rotated_while_its_source_was_removed_is_finished_when_it_comes_back(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
@@ -372,19 +390,17 @@ def test_a_file_rotated_while_its_source_was_removed_is_finished_when_it_comes_b
     agent.reload(agent_config(tmp_path, [source(tmp_path, "other", "*.none")]))
     wait_until(lambda: not agent.agent.inventory.leaving, 5, "dormant")
     append(log, lines("a", 5, 10))
-    os.rename(log, log.with_name("app.log.1"))          # no pattern matches the new name
+    os.rename(log, log.with_name("app.log.1"))  # no pattern matches the new name
     log.write_bytes(lines("b", 3))
-    time.sleep(0.5)                 # the watchdog events are seen (and ignored) before the reload
+    time.sleep(0.5)  # the watchdog events are seen (and ignored) before the reload
     agent.reload(config)
     wait_until(lambda: len(fake_producer.records("logs")) >= 18, 5, "finished, then the new")
     time.sleep(0.3)
-    assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15) + \
-        expected("b", 3)
+    assert [r["line"] for r in fake_producer.records("logs")] == expected("a", 15) + expected("b", 3)
     agent.stop()
 
 
-def test_a_renamed_source_resumes_its_files_at_the_next_start(
-        tmp_path: Path, run_agent, fake_producer) -> None:
+def test_a_renamed_source_resumes_its_files_at_the_next_start(tmp_path: Path, run_agent, fake_producer) -> None:
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
@@ -400,15 +416,16 @@ def test_a_renamed_source_resumes_its_files_at_the_next_start(
 
 
 def test_changed_fields_and_parse_rule_apply_from_the_next_message(
-        tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer) -> None:
+    tmp_path: Path, start: Callable[[AgentConfig], Reloadable], fake_producer
+) -> None:
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(b'{"a": 1}\n')
-    agent = start(agent_config(tmp_path, [source(tmp_path, "app", "*.log",
-                                                 fields={"env": "old"})]))
+    agent = start(agent_config(tmp_path, [source(tmp_path, "app", "*.log", fields={"env": "old"})]))
     wait_until(lambda: len(fake_producer.records("logs")) == 1)
-    agent.reload(agent_config(tmp_path, [source(tmp_path, "app", "*.log", fields={"env": "new"},
-                                                parse={"format": "json"})]))
+    agent.reload(
+        agent_config(tmp_path, [source(tmp_path, "app", "*.log", fields={"env": "new"}, parse={"format": "json"})])
+    )
     append(log, b'{"a": 2}\n')
     wait_until(lambda: len(fake_producer.records("logs")) == 2)
     first, second = fake_producer.records("logs")

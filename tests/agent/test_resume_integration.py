@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_kill_9_after_acks_before_the_checkpoint_sends_nothing_twice(
-        broker_cluster, agent_process, tmp_path: Path) -> None:
+    broker_cluster, agent_process, tmp_path: Path
+) -> None:
     cluster = broker_cluster(1)
     doc = base_doc(tmp_path, cluster.bootstrap, checkpoint_interval_s=600.0)
     numbered = NumberedLog(tmp_path / "logs" / "app.log")
@@ -32,9 +33,9 @@ def test_kill_9_after_acks_before_the_checkpoint_sends_nothing_twice(
     write(3000)
     _wait_shipped(agent, acked=numbered.written)
     held = len(consume(cluster.bootstrap, "app"))
-    assert held == numbered.written                     # acknowledged, on the broker ...
+    assert held == numbered.written  # acknowledged, on the broker ...
     checkpoint = (agent.state_dir / "checkpoint.json").read_text()
-    assert '"offset":0' in checkpoint          # ... and not in the checkpoint
+    assert '"offset":0' in checkpoint  # ... and not in the checkpoint
     agent.kill()
     write(500)
     os.rename(log, log.with_name("app.log.1"))  # rotated while the agent is down
@@ -49,10 +50,12 @@ def test_kill_9_after_acks_before_the_checkpoint_sends_nothing_twice(
     expected = numbered.expected()
     duplicates = len(lines) - len(set(lines))
     missing = len(set(expected) - set(lines))
-    print(f"written {numbered.written}, in the topic {len(lines)}, duplicates {duplicates}, "
-          f"missing {missing}, skipped at restart {skipped}")
+    print(
+        f"written {numbered.written}, in the topic {len(lines)}, duplicates {duplicates}, "
+        f"missing {missing}, skipped at restart {skipped}"
+    )
     assert (duplicates, missing) == (0, 0)
-    assert lines == expected                   # in order (one key: one partition)
+    assert lines == expected  # in order (one key: one partition)
     assert skipped == 3000
     log_text = restarted.log_file.read_text()
     assert "the cluster holds lines up to offset" in log_text, log_text[-3000:]

@@ -9,7 +9,6 @@ import urllib.request
 from pathlib import Path
 
 import msgpack
-
 import pytest
 
 from tests.agent.conftest import FakeProducer, agent_config, wait_until
@@ -37,7 +36,7 @@ def test_rename_rotation_finishes_old_file_first(tmp_path: Path, run_agent, fake
     wait_until(lambda: len(got(fake_producer)) == 100)
     with open(log, "ab") as handle:
         handle.write(lines("a", 50, 100))
-    os.rename(log, log.with_name("app.log.1"))   # not matched by *.log: only the handle
+    os.rename(log, log.with_name("app.log.1"))  # not matched by *.log: only the handle
     log.write_bytes(lines("b", 30))
     wait_until(lambda: len(got(fake_producer)) == 180)
     assert got(fake_producer) == [f"a {i:05d}" for i in range(150)] + [f"b {i:05d}" for i in range(30)]
@@ -61,12 +60,13 @@ def test_copytruncate_restarts_at_zero(tmp_path: Path, run_agent, fake_producer)
 
 
 def test_truncated_and_rewritten_past_position_is_caught_by_fingerprint(
-        tmp_path: Path, run_agent, fake_producer) -> None:
+    tmp_path: Path, run_agent, fake_producer
+) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
     agent = run_agent(agent_config(tmp_path))
     wait_until(lambda: len(got(fake_producer)) == 10)
-    with open(log, "r+b") as handle:      # same inode, new content, longer than before
+    with open(log, "r+b") as handle:  # same inode, new content, longer than before
         handle.truncate(0)
         handle.write(lines("B", 20))
     wait_until(lambda: len(got(fake_producer)) == 30)
@@ -74,8 +74,7 @@ def test_truncated_and_rewritten_past_position_is_caught_by_fingerprint(
     agent.stop()
 
 
-def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_agent,
-                                                           fake_producer) -> None:
+def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
     fake_producer.hold = True
@@ -84,8 +83,11 @@ def test_deleted_file_is_drained_then_closed_and_forgotten(tmp_path: Path, run_a
     log.unlink()
     fake_producer.release()
     inventory = agent.agent.inventory
-    wait_until(lambda: agent.agent.metrics.gauges["open_files"] == 0
-               and not inventory.files and not inventory.draining, 5, "closed")
+    wait_until(
+        lambda: agent.agent.metrics.gauges["open_files"] == 0 and not inventory.files and not inventory.draining,
+        5,
+        "closed",
+    )
     agent.stop()
     state = json.loads((tmp_path / "state" / "checkpoint.json").read_text())
     assert state["files"] == []
@@ -96,9 +98,14 @@ def test_backpressure_caps_in_flight_and_resumes(tmp_path: Path, run_agent, fake
     log.write_bytes(lines("x" * 150, 20_000))  # about 3.2 MB
     cap = 512 * 1024
     fake_producer.hold = True
-    agent = run_agent(agent_config(tmp_path, max_inflight_bytes=cap, read_chunk_bytes=64 * 1024,
-                                   sources=[{"pattern": f"{tmp_path}/logs/*.log", "topic": "logs",
-                                             "max_line_bytes": 4096}]))
+    agent = run_agent(
+        agent_config(
+            tmp_path,
+            max_inflight_bytes=cap,
+            read_chunk_bytes=64 * 1024,
+            sources=[{"pattern": f"{tmp_path}/logs/*.log", "topic": "logs", "max_line_bytes": 4096}],
+        )
+    )
     wait_until(lambda: agent.agent.metrics.counters["backpressure_waits"] > 0)
     sent = agent.agent.metrics.counters["messages_sent"]
     assert 0 < sent < 20_000
@@ -110,8 +117,7 @@ def test_backpressure_caps_in_flight_and_resumes(tmp_path: Path, run_agent, fake
     agent.stop()
 
 
-def test_failed_batch_is_sent_again_from_the_checkpoint(tmp_path: Path, run_agent,
-                                                        fake_producer) -> None:
+def test_failed_batch_is_sent_again_from_the_checkpoint(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     fake_producer.fail_next = 1
     log.write_bytes(lines("a", 5))
@@ -123,15 +129,15 @@ def test_failed_batch_is_sent_again_from_the_checkpoint(tmp_path: Path, run_agen
     agent.stop()
 
 
-def test_a_refused_acl_keeps_the_lines_until_it_is_granted(tmp_path: Path, run_agent,
-                                                           fake_producer) -> None:
+def test_a_refused_acl_keeps_the_lines_until_it_is_granted(tmp_path: Path, run_agent, fake_producer) -> None:
     """Three refusals of the same chunk by the authorizer drop nothing: an operator
     grants the ACL and the lines follow (only a corrupt or too-large batch is dropped)."""
     from broker.common.errors import TopicAuthorizationFailedError
 
     log = tmp_path / "logs" / "app.log"
     fake_producer.error_factory = lambda: TopicAuthorizationFailedError(
-        "User:ANONYMOUS may not produce to topic 'logs'")
+        "User:ANONYMOUS may not produce to topic 'logs'"
+    )
     fake_producer.fail_topic = "logs"  # a heartbeat must not take one of the refusals
     fake_producer.fail_next = 3
     log.write_bytes(lines("a", 5))
@@ -144,7 +150,8 @@ def test_a_refused_acl_keeps_the_lines_until_it_is_granted(tmp_path: Path, run_a
 
 
 def test_a_batch_refused_three_times_as_too_large_is_dropped_and_counted(
-        tmp_path: Path, run_agent, fake_producer) -> None:
+    tmp_path: Path, run_agent, fake_producer
+) -> None:
     from broker.common.errors import MessageTooLargeError
 
     log = tmp_path / "logs" / "app.log"
@@ -162,7 +169,8 @@ def test_a_batch_refused_three_times_as_too_large_is_dropped_and_counted(
 
 
 def test_restart_resumes_from_checkpoint_and_new_file_with_reused_identity(
-        tmp_path: Path, run_agent, fake_producer) -> None:
+    tmp_path: Path, run_agent, fake_producer
+) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
     config = agent_config(tmp_path)
@@ -187,8 +195,7 @@ def test_restart_resumes_from_checkpoint_and_new_file_with_reused_identity(
     assert got(third_producer)[0] == "Z 00000"
 
 
-def test_rotation_while_stopped_is_finished_from_its_new_name(tmp_path: Path, run_agent,
-                                                               fake_producer) -> None:
+def test_rotation_while_stopped_is_finished_from_its_new_name(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(lines("a", 10))
     config = agent_config(tmp_path)
@@ -212,8 +219,9 @@ def test_rotation_while_stopped_is_finished_from_its_new_name(tmp_path: Path, ru
 def test_partial_line_waits_for_timeout(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(b"one\ntw")
-    config = agent_config(tmp_path, sources=[{"pattern": f"{tmp_path}/logs/*.log",
-                                              "topic": "logs", "partial_line_timeout_s": 0.5}])
+    config = agent_config(
+        tmp_path, sources=[{"pattern": f"{tmp_path}/logs/*.log", "topic": "logs", "partial_line_timeout_s": 0.5}]
+    )
     agent = run_agent(config)
     wait_until(lambda: got(fake_producer) == ["one"])
     with open(log, "ab") as handle:
@@ -225,8 +233,7 @@ def test_partial_line_waits_for_timeout(tmp_path: Path, run_agent, fake_producer
 def test_start_at_end_skips_existing_lines_only(tmp_path: Path, run_agent, fake_producer) -> None:
     log = tmp_path / "logs" / "app.log"
     log.write_bytes(b"old 1\nold 2\npartial")
-    config = agent_config(tmp_path, sources=[{"pattern": f"{tmp_path}/logs/*.log",
-                                              "topic": "logs", "start_at": "end"}])
+    config = agent_config(tmp_path, sources=[{"pattern": f"{tmp_path}/logs/*.log", "topic": "logs", "start_at": "end"}])
     agent = run_agent(config)
     wait_until(lambda: agent.agent.snapshot.state == "running", 5, "agent started")
     with open(log, "ab") as handle:
@@ -256,8 +263,9 @@ def test_metrics_endpoint_status_file_and_audit(tmp_path: Path, run_agent, fake_
     config = agent_config(tmp_path, metrics={"port": 0}, audit={"window_s": 1})
     agent = run_agent(config)
     wait_until(lambda: len(got(fake_producer)) == 7)
-    wait_until(lambda: json.loads((tmp_path / "state" / "status.json").read_text())
-               ["counters"]["messages_acked"] == 7, 5)
+    wait_until(
+        lambda: json.loads((tmp_path / "state" / "status.json").read_text())["counters"]["messages_acked"] == 7, 5
+    )
     url = json.loads((tmp_path / "state" / "status.json").read_text())["metrics_url"]
     text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
     assert 'logferry_agent_messages_acked_total{host="test-host"} 7' in text
@@ -269,6 +277,5 @@ def test_metrics_endpoint_status_file_and_audit(tmp_path: Path, run_agent, fake_
     agent.stop()
     audit = fake_producer.records("_audit")
     assert sum(r["acked"] for r in audit) == 7 and all(r["stage"] == "agent" for r in audit)
-    values = [msgpack.unpackb(v) for topic, vals, _key, _future in fake_producer.sent
-              for v in vals if topic == "logs"]
+    values = [msgpack.unpackb(v) for topic, vals, _key, _future in fake_producer.sent for v in vals if topic == "logs"]
     assert values and {r["host"] for r in audit} == {"test-host"}

@@ -17,14 +17,19 @@ from tests.support.pki import make_pki
 pytestmark = pytest.mark.integration
 
 
-def test_the_agent_publishes_over_mutual_tls(broker_cluster, agent_process,
-                                             tmp_path: Path) -> None:
+def test_the_agent_publishes_over_mutual_tls(broker_cluster, agent_process, tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
-    cluster = broker_cluster(1, tls={"enabled": True, "cert_file": str(pki.broker_cert),
-                                     "key_file": str(pki.broker_key), "ca_file": str(pki.ca),
-                                     "client_auth": "required"})
-    tls = {"enabled": True, "ca_file": str(pki.ca), "cert_file": str(pki.client_cert),
-           "key_file": str(pki.client_key)}
+    cluster = broker_cluster(
+        1,
+        tls={
+            "enabled": True,
+            "cert_file": str(pki.broker_cert),
+            "key_file": str(pki.broker_key),
+            "ca_file": str(pki.ca),
+            "client_auth": "required",
+        },
+    )
+    tls = {"enabled": True, "ca_file": str(pki.ca), "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
     doc = base_doc(tmp_path, cluster.bootstrap, tls=tls)
     lines = [f"line {i}".encode() for i in range(2000)]
     (tmp_path / "logs" / "a.log").write_bytes(b"\n".join(lines) + b"\n")
@@ -35,6 +40,5 @@ def test_the_agent_publishes_over_mutual_tls(broker_cluster, agent_process,
     got = []
     with SimpleConsumer(brokers=cluster.bootstrap, tls=client) as consumer:
         for partition in consumer.partitions("app"):
-            got += [msgpack.unpackb(m.value)["line"].encode()
-                    for m in consumer.messages("app", partition, "earliest")]
+            got += [msgpack.unpackb(m.value)["line"].encode() for m in consumer.messages("app", partition, "earliest")]
     assert sorted(got) == sorted(lines)

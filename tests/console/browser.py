@@ -10,21 +10,32 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 CHROMIUM = os.environ.get("LOGFERRY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def require_chromium() -> str:
     """The Chromium binary, or a failure that says how to install it (never a silent skip)."""
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: the console's browser tests need Debian's chromium "
-                    "(scripts/install-system-deps.sh installs it: apt-get install chromium)")
+        pytest.fail(
+            f"{CHROMIUM} is missing: the console's browser tests need Debian's chromium "
+            "(scripts/install-system-deps.sh installs it: apt-get install chromium)"
+        )
     return CHROMIUM
 
 
@@ -71,8 +82,12 @@ def open_browser() -> Iterator[tuple[Any, list[str]]]:
     try:
         with sync_playwright() as pw:
             context = pw.chromium.launch_persistent_context(
-                profile, executable_path=executable, headless=True, args=CHROMIUM_ARGS,
-                viewport={"width": 1400, "height": 900})
+                profile,
+                executable_path=executable,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1400, "height": 900},
+            )
             page = context.pages[0] if context.pages else context.new_page()
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -20,9 +20,13 @@ from tests.support.cli import logferry
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = {"zk_session_timeout_s": 2.0, "replica_lag_time_max_ms": 1000,
-            "leader_rebalance_interval_s": 0, "default_replication_factor": 2,
-            "min_insync_replicas": 1}
+SETTINGS = {
+    "zk_session_timeout_s": 2.0,
+    "replica_lag_time_max_ms": 1000,
+    "leader_rebalance_interval_s": 0,
+    "default_replication_factor": 2,
+    "min_insync_replicas": 1,
+}
 
 
 def cli(*argv: str) -> str:
@@ -41,9 +45,12 @@ def topic_describe(zk: str, topic: str) -> dict[int, tuple[int, str, str]]:
 
 
 def page_cells(page, selector: str, fields: list[str]) -> dict[int, list[str]]:
-    return page.eval_on_selector_all(selector, """(rows, fields) => Object.fromEntries(rows.map(r =>
+    return page.eval_on_selector_all(
+        selector,
+        """(rows, fields) => Object.fromEntries(rows.map(r =>
         [r.dataset.partition, fields.map(f => r.querySelector(`[data-field="${f}"]`).textContent)]))""",
-                                     fields)
+        fields,
+    )
 
 
 def number(text: str) -> int:
@@ -92,9 +99,15 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
             def group_matches(page=page, want=want):
                 cells = page_cells(page, 'tr[data-group="dash"]', ["committed", "log_end", "lag_bytes"])
                 return {int(p): tuple(number(c) for c in v) for p, v in cells.items()} == want
+
             waiting.wait_until(group_matches, 5, "the page's group table equals group describe")
             assert page.text_content('[data-group-card="dash"] [data-field="group-status"]') in (
-                "OK", "WARN", "STOP", "STALL", "REWIND")
+                "OK",
+                "WARN",
+                "STOP",
+                "STALL",
+                "REWIND",
+            )
             lag_before = number(page.text_content('[data-group-card="dash"] [data-field="group-lag"]'))
 
             # Producing moves the topic's rate and the group's lag.
@@ -105,20 +118,34 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
                         producer.send("web", [b"POST /api %d" % i for i in range(300)], partition=p)
                     producer.flush(30)
                     time.sleep(0.3)
-            waiting.wait_until(lambda page=page: any(number(v[0]) > 0 for v in page_cells(
-                page, '[data-partitions="web"] tr[data-topic]', ["bytes_in_s"]).values()),
-                5, "a rate above 0 on the page")
+            waiting.wait_until(
+                lambda page=page: any(
+                    number(v[0]) > 0
+                    for v in page_cells(page, '[data-partitions="web"] tr[data-topic]', ["bytes_in_s"]).values()
+                ),
+                5,
+                "a rate above 0 on the page",
+            )
             page.click('#tabs button[data-view="groups"]')
-            waiting.wait_until(lambda page=page, lag_before=lag_before: number(page.text_content(
-                '[data-group-card="dash"] [data-field="group-lag"]')) > lag_before, 5, "the group's lag grows")
+            waiting.wait_until(
+                lambda page=page, lag_before=lag_before: (
+                    number(page.text_content('[data-group-card="dash"] [data-field="group-lag"]')) > lag_before
+                ),
+                5,
+                "the group's lag grows",
+            )
 
             # Killing a broker: its partitions turn under-replicated within 5 s.
             page.click('#tabs button[data-view="clusters"]')
             victim = cluster.brokers[1]
             killed_at = time.monotonic()
             victim.kill()
-            waiting.wait_until(lambda page=page: page.text_content('[data-summary="under_replicated"]') == "4",
-                               5, "4 under-replicated partitions on the page", interval=0.05)
+            waiting.wait_until(
+                lambda page=page: page.text_content('[data-summary="under_replicated"]') == "4",
+                5,
+                "4 under-replicated partitions on the page",
+                interval=0.05,
+            )
             seen_after = time.monotonic() - killed_at
             assert page.text_content('[data-summary="brokers_up"]') == "1/2"
             page.click('#tabs button[data-view="topics"]')
@@ -141,9 +168,11 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
     """Also: a cluster that is not there is shown as unreachable, beside one that is."""
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
-    audit = [AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
-             AuditRecord("logs", 60_000, 120_000, 10, 9, "web-2"),
-             AuditRecord("logs", 60_000, 120_000, 0, 29, "", "mirror")]
+    audit = [
+        AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
+        AuditRecord("logs", 60_000, 120_000, 10, 9, "web-2"),
+        AuditRecord("logs", 60_000, 120_000, 0, 29, "", "mirror"),
+    ]
     with Producer(zk=zk, linger_ms=2) as producer:
         producer.send("logs", [b"line %d" % i for i in range(30)], partition=0)
         producer.send("_audit", [r.encode() for r in audit], partition=0)

@@ -53,18 +53,23 @@ def ends(zk: str, topic: str) -> list[tuple[int, int]]:
 # ruff: noqa: F811
 @pytest.mark.timeout(420)
 def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_tiers(
-        two_clusters, mirrors, agent_process, spark, tmp_path: Path):
+    two_clusters, mirrors, agent_process, spark, tmp_path: Path
+):
     live, analysis = two_clusters(source_broker={"retention_check_ms": 200})
     logs = tmp_path / "logs"
     logs.mkdir()
     log = logs / "a.log"
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(LINES)))
     agent_doc = {
-        "host": "web-1", "state_dir": str(tmp_path / "state"), "poll_interval_s": 0.05,
-        "shutdown_timeout_s": 20.0, "cluster": {"zk": live.zk_connect},
+        "host": "web-1",
+        "state_dir": str(tmp_path / "state"),
+        "poll_interval_s": 0.05,
+        "shutdown_timeout_s": 20.0,
+        "cluster": {"zk": live.zk_connect},
         "producer": {"linger_ms": 5},
         "audit": {"window_s": 3600},  # hour windows: the loader's grain; sent at the stop
-        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}]}
+        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}],
+    }
     agent = agent_process(agent_doc).start()
     wait_until(lambda: agent.counter("messages_acked") >= LINES, 60, "agent acks")
     assert agent.terminate() == 0
@@ -76,17 +81,21 @@ def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_ti
     lake = tmp_path / "lake"
     run_load(loader_config(analysis.zk_connect, lake, ["app"]), spark=spark)
 
-    console = ConsoleProcess(f"live={live.zk_connect}", f"analysis={analysis.zk_connect}",
-                             interval=0.5, extra=["--lake", f"analysis={lake}"])
+    console = ConsoleProcess(
+        f"live={live.zk_connect}", f"analysis={analysis.zk_connect}", interval=0.5, extra=["--lake", f"analysis={lake}"]
+    )
     try:
         for page, errors in open_browser():
             page.goto(console.url + "?view=audit")
 
             def drained(page=page) -> bool:
                 rows, landed = page.evaluate(PIPELINE), page.evaluate(LANDED)
-                return (sum(number(r["agent"]) for r in rows) == LINES
-                        and sum(number(r["mirror"]) for r in rows) == LINES
-                        and sum(number(r["landed"]) for r in landed) == LINES)
+                return (
+                    sum(number(r["agent"]) for r in rows) == LINES
+                    and sum(number(r["mirror"]) for r in rows) == LINES
+                    and sum(number(r["landed"]) for r in landed) == LINES
+                )
+
             wait_until(drained, 20, "every tier's counts on the page")
             for row in page.evaluate(PIPELINE):
                 assert row["agent%"] == "100.00%" and row["mirror%"] == "100.00%", row
@@ -102,17 +111,22 @@ def test_audit_view_100_percent_when_drained_and_below_after_deleting_between_ti
             assert agent.terminate() == 0
             with Admin(zk=live.zk_connect) as admin:
                 admin.alter_topic("app", {"segment_ms": 1, "retention_ms": 1})
+
             def deleted() -> bool:
                 ranges = ends(live.zk_connect, "app")
                 return all(start == end for start, end in ranges) and any(end for _, end in ranges)
+
             wait_until(deleted, 30, "retention to delete every message of app on the live cluster")
             mirror = mirrors("m2", live, analysis, audit_window_s=3600, on_gap="skip")
             wait_for(lambda mirror=mirror: mirror.status().get("gap_bytes_skipped"), 30, "the mirror to skip the gap")
             assert mirror.terminate() == 0
             assert topic_messages(analysis.zk_connect, "app") == LINES
 
-            wait_until(lambda page=page: sum(number(r["agent"]) for r in page.evaluate(PIPELINE)) == LINES + DELETED,
-                       20, "the agents' later counts on the page")
+            wait_until(
+                lambda page=page: sum(number(r["agent"]) for r in page.evaluate(PIPELINE)) == LINES + DELETED,
+                20,
+                "the agents' later counts on the page",
+            )
             rows = page.evaluate(PIPELINE)
             assert sum(number(r["mirror"]) for r in rows) == LINES
             short = [r for r in rows if r["mirror%"] != "100.00%"]

@@ -23,8 +23,11 @@ def wait_text(page, selector: str, expected: str, timeout_ms: int = 15_000) -> N
     """Wait until ``selector``'s text is ``expected``: the page shows each new reading
     (a heartbeat, an audit record becoming visible one fsync after its ack) when it
     comes, so a first render may still hold an earlier one."""
-    page.wait_for_function("([sel, want]) => document.querySelector(sel)?.textContent === want",
-                           arg=[selector, expected], timeout=timeout_ms)
+    page.wait_for_function(
+        "([sel, want]) => document.querySelector(sel)?.textContent === want",
+        arg=[selector, expected],
+        timeout=timeout_ms,
+    )
     assert page.text_content(selector) == expected
 
 
@@ -35,20 +38,30 @@ def test_agents_and_pipeline_views(broker_cluster, zookeeper, agent_process, tmp
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.log").write_bytes(b"".join(b"line %d\n" % i for i in range(100)))
-    agent = agent_process({
-        "host": "web-7", "state_dir": str(tmp_path / "state"), "poll_interval_s": 0.05,
-        "cluster": {"zk": live.zk_connect}, "producer": {"linger_ms": 5},
-        "audit": {"window_s": 3600, "heartbeat_s": 1},
-        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}]}).start()
+    agent = agent_process(
+        {
+            "host": "web-7",
+            "state_dir": str(tmp_path / "state"),
+            "poll_interval_s": 0.05,
+            "cluster": {"zk": live.zk_connect},
+            "producer": {"linger_ms": 5},
+            "audit": {"window_s": 3600, "heartbeat_s": 1},
+            "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}],
+        }
+    ).start()
     wait_until(lambda: agent.counter("messages_acked") >= 100, 30, "agent acks")
     with Producer(zk=live.zk_connect) as producer:  # what another agent counted
         producer.send("_audit", [AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode()])
         producer.flush(30)
     with Producer(zk=analysis.zk_connect) as producer:  # the agents' copy (twice), the mirror's
-        producer.send("_audit", [AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode(),
-                                 AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode()])
-        producer.send("_audit.mirror",
-                      [AuditRecord("web", 60_000, 120_000, 60, 60, "m-1", "mirror").encode()])
+        producer.send(
+            "_audit",
+            [
+                AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode(),
+                AuditRecord("web", 60_000, 120_000, 50, 40, "web-1").encode(),
+            ],
+        )
+        producer.send("_audit.mirror", [AuditRecord("web", 60_000, 120_000, 60, 60, "m-1", "mirror").encode()])
         producer.flush(30)
     console = ConsoleProcess(f"live={live.zk_connect}", f"analysis={analysis.zk_connect}")
     try:
@@ -70,7 +83,9 @@ def test_agents_and_pipeline_views(broker_cluster, zookeeper, agent_process, tmp
             agent.kill()  # no heartbeat for 3 intervals: stale
             page.wait_for_function(
                 """() => document.querySelector('#agents [data-agent="web-7"] [data-agent-state]')
-                   ?.textContent === "STALE" """, timeout=15_000)
+                   ?.textContent === "STALE" """,
+                timeout=15_000,
+            )
             assert errors == [], errors
     finally:
         assert console.stop() == 0, "".join(console.stderr)

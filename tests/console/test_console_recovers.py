@@ -32,9 +32,11 @@ def test_polling_survives_an_expired_zookeeper_session(broker_cluster):
         time.sleep(15)  # longer than the console's ZooKeeper session (10 s)
         console.proc.send_signal(signal.SIGCONT)
         before = snapshot(console.url)["seq"]
-        waiting.wait_until(lambda: snapshot(console.url)["seq"] >= before + 4
-                           and snapshot(console.url)["clusters"][0]["ok"], 20,
-                           "readings to go on, the cluster read again")
+        waiting.wait_until(
+            lambda: snapshot(console.url)["seq"] >= before + 4 and snapshot(console.url)["clusters"][0]["ok"],
+            20,
+            "readings to go on, the cluster read again",
+        )
     finally:
         console.proc.send_signal(signal.SIGCONT)
         assert console.stop() == 0, "".join(console.stderr)

@@ -21,8 +21,9 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import pytest
 
@@ -55,9 +56,14 @@ class MemberProcess:
         self.killed_at: float | None = None
         log = self.log_path.open("ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), *argv, "--name", name,
-                                      "--out", str(out)], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, str(MEMBER_SCRIPT), *argv, "--name", name, "--out", str(out)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(ROOT),
+        )
         log.close()
 
     def running(self) -> bool:
@@ -93,8 +99,11 @@ class MemberProcess:
         for line in path.read_text().splitlines():
             parts = line.split()
             if len(parts) == 6:
-                out.append(Record(self.name, parts[0], int(parts[1]), int(parts[2]), int(parts[3]),
-                                  int(parts[4]), float(parts[5])))
+                out.append(
+                    Record(
+                        self.name, parts[0], int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), float(parts[5])
+                    )
+                )
         return out
 
     def events(self) -> list[list[str]]:
@@ -136,13 +145,39 @@ def group_members(tmp_path: Path, request) -> Iterator[Callable[..., MemberProce
     out.mkdir()
     started: list[MemberProcess] = []
 
-    def start(name: str, *, zk: str, group: str, topics: list[str], api: str = "iter",
-              start: str = "earliest", session_timeout: float = 4.0, auto_commit_ms: int = 1000,
-              streams: int = 1, max_bytes: int = 256 * 1024) -> MemberProcess:
-        argv = ["--zk", zk, "--group", group, "--topics", ",".join(topics), "--api", api,
-                "--start", start, "--session-timeout", str(session_timeout),
-                "--auto-commit-ms", str(auto_commit_ms), "--streams", str(streams),
-                "--max-bytes", str(max_bytes)]
+    def start(
+        name: str,
+        *,
+        zk: str,
+        group: str,
+        topics: list[str],
+        api: str = "iter",
+        start: str = "earliest",
+        session_timeout: float = 4.0,
+        auto_commit_ms: int = 1000,
+        streams: int = 1,
+        max_bytes: int = 256 * 1024,
+    ) -> MemberProcess:
+        argv = [
+            "--zk",
+            zk,
+            "--group",
+            group,
+            "--topics",
+            ",".join(topics),
+            "--api",
+            api,
+            "--start",
+            start,
+            "--session-timeout",
+            str(session_timeout),
+            "--auto-commit-ms",
+            str(auto_commit_ms),
+            "--streams",
+            str(streams),
+            "--max-bytes",
+            str(max_bytes),
+        ]
         member = MemberProcess(name, out, argv)
         started.append(member)
         return member
@@ -170,8 +205,9 @@ def create_topic(zk: str, topic: str, partitions: int) -> None:
         admin.create_topic(topic, partitions)
 
 
-def produce(where: str | list[str], topic: str, values: range, partitions: int, chunk: int = 500,
-            pause: float = 0.0) -> None:
+def produce(
+    where: str | list[str], topic: str, values: range, partitions: int, chunk: int = 500, pause: float = 0.0
+) -> None:
     """Send ``b"%d" % v`` for each value, value ``v`` to partition ``v % partitions``.
 
     ``where`` is a ZooKeeper connect string, or a list of brokers (to produce while
@@ -213,8 +249,7 @@ def assert_consumed_all(records: list[Record], expected: range, allow_duplicates
     assert not unexpected, f"consumed values never produced: {sorted(unexpected)[:10]}"
     duplicates = Counter({v: c - 1 for v, c in counts.items() if c > 1})
     if not allow_duplicates:
-        assert not duplicates, (f"{len(duplicates)} messages consumed more than once, e.g. "
-                                f"{sorted(duplicates)[:10]}")
+        assert not duplicates, f"{len(duplicates)} messages consumed more than once, e.g. {sorted(duplicates)[:10]}"
     return duplicates
 
 
@@ -245,10 +280,13 @@ def assert_no_overlap(members: list[MemberProcess]) -> dict:
     for tp, spans in intervals.items():
         spans.sort()
         for (_s1, e1, m1), (s2, _e2, m2) in zip(spans, spans[1:], strict=False):
-            assert s2 >= e1, (f"{tp}: {m1} owned it until {e1:.3f} but {m2} claimed it at "
-                              f"{s2:.3f} ({(e1 - s2) * 1000:.0f} ms overlap)")
+            assert s2 >= e1, (
+                f"{tp}: {m1} owned it until {e1:.3f} but {m2} claimed it at "
+                f"{s2:.3f} ({(e1 - s2) * 1000:.0f} ms overlap)"
+            )
     for record in all_records(members):
         spans = intervals.get((record.topic, record.partition), [])
         assert any(m == record.member and s <= record.time <= e for s, e, m in spans), (
-            f"{record.member} consumed {record} outside its ownership of that partition")
+            f"{record.member} consumed {record} outside its ownership of that partition"
+        )
     return intervals

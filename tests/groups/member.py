@@ -59,8 +59,9 @@ def main() -> int:
     parser.add_argument("--max-bytes", type=int, default=256 * 1024)
     args = parser.parse_args()
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     out = Path(args.out)
     records = Recorder(out / f"{args.name}.records")
@@ -80,13 +81,23 @@ def main() -> int:
 
     topics = args.topics.split(",")
     consumer = GroupConsumer(
-        args.group, topics if args.api != "streams" else None, zk=args.zk, start=args.start,
-        session_timeout=args.session_timeout, auto_commit_ms=args.auto_commit_ms,
-        consumer_id=args.name, num_streams=args.streams, max_bytes=args.max_bytes,
-        iter_timeout=0.2, on_assign=on_assign, on_revoke=on_revoke)
+        args.group,
+        topics if args.api != "streams" else None,
+        zk=args.zk,
+        start=args.start,
+        session_timeout=args.session_timeout,
+        auto_commit_ms=args.auto_commit_ms,
+        consumer_id=args.name,
+        num_streams=args.streams,
+        max_bytes=args.max_bytes,
+        iter_timeout=0.2,
+        on_assign=on_assign,
+        on_revoke=on_revoke,
+    )
 
     def expire(*_):
         from tests.support.zookeeper import expire_session
+
         threading.Thread(target=expire_session, args=(consumer._zk,), daemon=True).start()
 
     signal.signal(signal.SIGUSR1, expire)

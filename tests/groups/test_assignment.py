@@ -73,8 +73,7 @@ def test_properties_on_random_groups(strategy):
             chosen = rng.sample(sorted(topics), rng.randint(1, len(topics)))
             members[f"m{m:02d}"] = {t: rng.randint(1, 3) for t in chosen}
         result = assign(strategy, topics, members)
-        subscribed = {(t, p) for t, ps in topics.items() for p in ps
-                      if any(t in s for s in members.values())}
+        subscribed = {(t, p) for t, ps in topics.items() for p in ps if any(t in s for s in members.values())}
         assert set(result) == subscribed  # every subscribed partition exactly once
         for (topic, _), (member, stream) in result.items():
             assert stream < members[member][topic]  # only to threads subscribed to it
@@ -87,8 +86,9 @@ def test_properties_on_random_groups(strategy):
                 counts = Counter(th for (t, _), th in result.items() if t == topic)
                 threads = sum(s.get(topic, 0) for s in members.values())
                 if parts and threads:
-                    full = [counts.get(th, 0) for th in
-                            [(m, i) for m, s in members.items() for i in range(s.get(topic, 0))]]
+                    full = [
+                        counts.get(th, 0) for th in [(m, i) for m, s in members.items() for i in range(s.get(topic, 0))]
+                    ]
                     assert max(full) - min(full) <= 1  # balanced within one partition
 
 

@@ -35,11 +35,15 @@ def _drain(consumer: GroupConsumer, expect: int, timeout: float = 20.0) -> list:
 
 def _ready(consumer: GroupConsumer, partitions: int) -> None:
     """Wait until the consumer owns ``partitions`` and knows where each starts."""
+
     def settled():
         m = consumer.metrics()
-        return (len(consumer.assignment()) == partitions and m["state"] == "STABLE"
-                and all(p["position"] is not None and p["committed"] is not None
-                        for p in m["partitions"].values()))
+        return (
+            len(consumer.assignment()) == partitions
+            and m["state"] == "STABLE"
+            and all(p["position"] is not None and p["committed"] is not None for p in m["partitions"].values())
+        )
+
     wait_for(settled, 20, "the consumer to settle")
 
 
@@ -79,7 +83,7 @@ def test_seek_by_offset_and_by_time(broker_cluster):
     for p in range(2):
         _send(zk, "ts", [[b"old-%d-%d" % (p, i) for i in range(5)] for _ in range(3)], partition=p)
     time.sleep(0.05)
-    boundary = dt.datetime.now(dt.timezone.utc)
+    boundary = dt.datetime.now(dt.UTC)
     time.sleep(0.05)
     for p in range(2):
         _send(zk, "ts", [[b"new-%d-%d" % (p, i) for i in range(5)] for _ in range(2)], partition=p)
@@ -87,8 +91,9 @@ def test_seek_by_offset_and_by_time(broker_cluster):
     assert len(_drain(consumer, 50)) == 50
     assert len(consumer.seek_all(boundary)) == 2
     again = _drain(consumer, 20)
-    assert sorted(m.value for m in again) == sorted(b"new-%d-%d" % (p, i) for p in range(2)
-                                                   for i in range(5) for _ in range(2))
+    assert sorted(m.value for m in again) == sorted(
+        b"new-%d-%d" % (p, i) for p in range(2) for i in range(5) for _ in range(2)
+    )
     assert _drain(consumer, 1, 0.5) == []
     # By offset: the second batch of partition 1 (batches are whole, so take its offset).
     with SimpleConsumer(zk=zk) as simple:
@@ -111,8 +116,9 @@ def test_new_group_at_latest_sees_only_new_messages(broker_cluster):
         _send(zk, "late", [[b"before"] * 10], partition=p)
     # acknowledged is not yet visible (the flush makes it so): "latest" is the visible end
     with SimpleConsumer(zk=zk) as simple:
-        wait_for(lambda: all(simple.offsets("late", p).end > 0 for p in range(3)), 20,
-                 "the first messages to become visible")
+        wait_for(
+            lambda: all(simple.offsets("late", p).end > 0 for p in range(3)), 20, "the first messages to become visible"
+        )
     with GroupConsumer("fresh", ["late"], zk=zk, start="latest") as consumer:
         _ready(consumer, 3)  # start positions resolved and pinned in ZooKeeper
         for p in range(3):

@@ -85,7 +85,6 @@ def test_list_describe_seek_delete(broker_cluster, capsys):
         run(["list", "--brokers", cluster.bootstrap[0]])
 
 
-
 def test_describe_window_judges_a_group_that_stops_committing(broker_cluster):
     """Over ``--window``, a member commits twice and then stops while data waits: STOP, by
     Burrow's rule (silent longer than the window's commits span)."""

@@ -85,8 +85,10 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
     create_topic(zk, "k9", 6)
     total = 60_000
     session = 3.0
-    members = [group_members(n, zk=zk, group="g", topics=["k9"], session_timeout=session,
-                             auto_commit_ms=300) for n in ("A", "B", "C")]
+    members = [
+        group_members(n, zk=zk, group="g", topics=["k9"], session_timeout=session, auto_commit_ms=300)
+        for n in ("A", "B", "C")
+    ]
     a, b, c = members
     wait_for(lambda: all(len(m.owned()) == 2 for m in members), 60, "a balanced group")
     producer = _background(produce, zk, "k9", range(total), 6, 100, 0.1)  # ~6,000 msg/s
@@ -97,8 +99,11 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
     wait_for(lambda: len(a.owned()) + len(c.owned()) == 6, session + 10, "B's partitions to move")
     # The wait above bounds the move by the session timeout plus slack; how long it
     # takes is a figure of benchmarks/group_consumer.py, not an assertion here.
-    assert any(e[0] == "assign" and (e[1], int(e[2])) in victims and float(e[3]) > killed_at
-               for m in (a, c) for e in m.events()), "no survivor was assigned B's partitions"
+    assert any(
+        e[0] == "assign" and (e[1], int(e[2])) in victims and float(e[3]) > killed_at
+        for m in (a, c)
+        for e in m.events()
+    ), "no survivor was assigned B's partitions"
     _join(producer)
     wait_for(lambda: len(consumed_values(members)) >= total, 60, "all messages consumed", interval=0.5)
     a.stop()
@@ -132,8 +137,7 @@ def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(broker_clu
     wait_for(lambda: len(a.owned()) == 4 and len(b.owned()) == 4, 60, "A and B to share")
     wait_for(lambda: len(a.records()) > 2000, 60, "consumption")
     c = group_members("C", zk=zk, group="g", topics=["jl"])
-    wait_for(lambda: len(c.owned()) >= 2 and len(a.owned()) + len(b.owned()) + len(c.owned()) == 8,
-             30, "C to join")
+    wait_for(lambda: len(c.owned()) >= 2 and len(a.owned()) + len(b.owned()) + len(c.owned()) == 8, 30, "C to join")
     a.stop()  # a clean leave mid-stream
     wait_for(lambda: len(b.owned()) + len(c.owned()) == 8, 30, "A's partitions to move")
     _join(producer)
@@ -153,8 +157,12 @@ def test_two_groups_each_receive_everything(broker_cluster, group_members):
     produce(zk, "shared", range(total), 4)
     g1 = [group_members(n, zk=zk, group="one", topics=["shared"]) for n in ("A", "B")]
     g2 = [group_members("C", zk=zk, group="two", topics=["shared"], api="poll")]
-    wait_for(lambda: len(consumed_values(g1)) >= total and len(consumed_values(g2)) >= total,
-             60, "both groups to consume everything", interval=0.5)
+    wait_for(
+        lambda: len(consumed_values(g1)) >= total and len(consumed_values(g2)) >= total,
+        60,
+        "both groups to consume everything",
+        interval=0.5,
+    )
     for m in g1 + g2:
         m.stop()
     assert_consumed_all(all_records(g1), range(total))
@@ -167,8 +175,7 @@ def test_broker_restart_during_consumption(broker_cluster, group_members):
     zk = cluster.zk_connect
     create_topic(zk, "br", 8)
     produce(zk, "br", range(0, 40_000), 8)
-    members = [group_members(n, zk=zk, group="g", topics=["br"], max_bytes=16 * 1024)
-               for n in ("A", "B")]
+    members = [group_members(n, zk=zk, group="g", topics=["br"], max_bytes=16 * 1024) for n in ("A", "B")]
     wait_for(lambda: len(consumed_values(members)) > 5_000, 60, "consumption")
     cluster.brokers[0].restart()
     produce(zk, "br", range(40_000, 80_000), 8)
@@ -185,8 +192,7 @@ def test_zookeeper_down_for_10s_during_consumption(broker_cluster, group_members
     zk = cluster.zk_connect
     create_topic(zk, "zkd", 4)
     produce(zk, "zkd", range(0, 20_000), 4)
-    members = [group_members(n, zk=zk, group="g", topics=["zkd"], session_timeout=6.0)
-               for n in ("A", "B")]
+    members = [group_members(n, zk=zk, group="g", topics=["zkd"], session_timeout=6.0) for n in ("A", "B")]
     wait_for(lambda: all(len(m.owned()) == 2 for m in members), 60, "a balanced group")
     wait_for(lambda: len(consumed_values(members)) >= 20_000, 60, "first half consumed", interval=0.5)
     zookeeper.stop()

@@ -12,8 +12,7 @@ from tests.groups.conftest import create_topic
 pytestmark = pytest.mark.integration
 
 
-def _wait_owners(admin: GroupAdmin, want: set[str], members: list[GroupConsumer],
-                 timeout: float = 30.0) -> dict:
+def _wait_owners(admin: GroupAdmin, want: set[str], members: list[GroupConsumer], timeout: float = 30.0) -> dict:
     """The cached owners once every partition is owned by exactly the members ``want``
     (the members poll meanwhile, so a rebalance under way goes on)."""
     deadline = time.monotonic() + timeout

@@ -13,7 +13,13 @@ import pytest
 from broker.client.consumer import Message
 from broker.client.group.offsets import Committed
 from broker.client.group.streams import (
-    Chunk, ConsumerClosedError, GroupState, PartitionState, RawBatch, Reader, StreamQueue,
+    Chunk,
+    ConsumerClosedError,
+    GroupState,
+    PartitionState,
+    RawBatch,
+    Reader,
+    StreamQueue,
 )
 from broker.common.errors import ConfigError
 from broker.common.names import validate_group_name

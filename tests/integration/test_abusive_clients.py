@@ -9,6 +9,7 @@ asserted against a generous bound only: the machine is shared.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -24,7 +25,6 @@ from broker.wire import protocol, records
 from tests.support.memory import RssSampler, rss_bytes
 from tests.support.metrics import samples, scrape, value
 from tests.support.waiting import wait_until
-import contextlib
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,7 @@ class WellBehaved:
     """A producer and a consumer in a thread: send one message, wait for its answer,
     fetch until it is read back in order; records each round trip's latency."""
 
-    def __init__(self, bootstrap: list[str], topic: str = "good", limit: int = 100_000,
-                 **client: Any):
+    def __init__(self, bootstrap: list[str], topic: str = "good", limit: int = 100_000, **client: Any):
         self.bootstrap = bootstrap
         self.client = client
         """Extra client options (``tls=``, ``sasl=``) for its producer and consumer."""
@@ -53,15 +52,17 @@ class WellBehaved:
         self._thread = threading.Thread(target=self._run, daemon=True, name="well-behaved")
         self._ready = threading.Event()
 
-    def start(self) -> "WellBehaved":
+    def start(self) -> WellBehaved:
         self._thread.start()
         assert self._ready.wait(30), f"well-behaved client did not start: {self.errors}"
         return self
 
     def _run(self) -> None:
         try:
-            with Producer(brokers=self.bootstrap, linger_ms=0, **self.client) as producer, \
-                    SimpleConsumer(brokers=self.bootstrap, **self.client) as consumer:
+            with (
+                Producer(brokers=self.bootstrap, linger_ms=0, **self.client) as producer,
+                SimpleConsumer(brokers=self.bootstrap, **self.client) as consumer,
+            ):
                 offset = 0
                 sent = 0
                 while not self._stop.is_set() and sent < self.limit:
@@ -119,7 +120,7 @@ def _send_some(socks: dict[socket.socket, memoryview], seconds: float) -> int:
         progress = False
         for sock, rest in list(socks.items()):
             try:
-                n = sock.send(rest[:256 * 1024])
+                n = sock.send(rest[: 256 * 1024])
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError:
@@ -146,9 +147,14 @@ def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
     """16 connections each send most of a 16 MiB frame and stop; before the request
     budget this took the broker from 33 MB to 295 MB."""
     metrics_port = free_port()
-    cluster = broker_cluster(1, broker={"max_queued_request_bytes": 40 * MiB,
-                                        "incomplete_request_timeout_ms": 60_000,
-                                        "metrics_port": metrics_port})
+    cluster = broker_cluster(
+        1,
+        broker={
+            "max_queued_request_bytes": 40 * MiB,
+            "incomplete_request_timeout_ms": 60_000,
+            "metrics_port": metrics_port,
+        },
+    )
     pid = cluster.brokers[0].proc.pid
     good = WellBehaved(cluster.bootstrap).start()
     time.sleep(1.0)
@@ -156,8 +162,7 @@ def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
     sampler = RssSampler(pid)
     start = len(good.latencies)
     frame_size = 16 * MiB
-    header = {"api": protocol.PRODUCE, "v": 1, "id": 1, "acks": 1,
-              "parts": [["bad", 0, frame_size - 200]]}
+    header = {"api": protocol.PRODUCE, "v": 1, "id": 1, "acks": 1, "parts": [["bad", 0, frame_size - 200]]}
     prefix = protocol.encode_frame(header, frame_size - 200)
     part = prefix + bytes(12 * MiB)  # most of the frame, never the end
     attackers = [_connect(cluster.bootstrap[0]) for _ in range(16)]
@@ -166,9 +171,11 @@ def test_half_sent_big_frames_do_not_grow_memory(broker_cluster):
         time.sleep(3.0)  # let the broker read what it will
         peak = sampler.stop()
         p99 = good.check(start, at_least=5)
-        print(f"\nhalf-sent frames: {sent / MiB:.0f} MiB sent by 16 attackers; broker RSS "
-              f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; well-behaved "
-              f"client p99 {p99 * 1000:.0f} ms over {len(good.latencies) - start} round trips")
+        print(
+            f"\nhalf-sent frames: {sent / MiB:.0f} MiB sent by 16 attackers; broker RSS "
+            f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB; well-behaved "
+            f"client p99 {p99 * 1000:.0f} ms over {len(good.latencies) - start} round trips"
+        )
         counted = samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
         assert value(counted, "logferry_queued_request_bytes") <= 40 * MiB
         assert value(counted, "logferry_connection_read_holds_total", reason="budget") >= 1
@@ -203,11 +210,18 @@ def test_a_client_that_never_reads_its_answers_is_paused(broker_cluster):
     requests = bytearray()
     for corr in range(3000):
         if corr % 3 == 0:
-            requests += protocol.encode_request(protocol.PRODUCE, corr, {
-                "acks": 1, "parts": [["flood-00-" + "x" * 100, 1, len(batch)]]}, len(batch)) + batch
+            requests += (
+                protocol.encode_request(
+                    protocol.PRODUCE, corr, {"acks": 1, "parts": [["flood-00-" + "x" * 100, 1, len(batch)]]}, len(batch)
+                )
+                + batch
+            )
         elif corr % 3 == 1:  # an empty partition: answered at once, without sendfile
-            requests += protocol.encode_request(protocol.FETCH, corr, {
-                "max_wait_ms": 0, "min_bytes": 0, "parts": [["flood-01-" + "x" * 100, 3, 0, MiB]]})
+            requests += protocol.encode_request(
+                protocol.FETCH,
+                corr,
+                {"max_wait_ms": 0, "min_bytes": 0, "parts": [["flood-01-" + "x" * 100, 3, 0, MiB]]},
+            )
         else:
             requests += protocol.encode_request(protocol.METADATA, corr, {"topics": None})
     attacker = _connect(cluster.bootstrap[0])
@@ -219,10 +233,12 @@ def test_a_client_that_never_reads_its_answers_is_paused(broker_cluster):
         time.sleep(2.0)
         peak = sampler.stop()
         p99 = good.check(start, at_least=5)
-        print(f"\nnever-reading pipeliner: {sent / MiB:.1f} MiB of requests taken by the "
-              f"kernel and broker; broker RSS {baseline / MiB:.0f} MiB before, peak "
-              f"{peak / MiB:.0f} MiB; well-behaved client p99 {p99 * 1000:.0f} ms over "
-              f"{len(good.latencies) - start} round trips")
+        print(
+            f"\nnever-reading pipeliner: {sent / MiB:.1f} MiB of requests taken by the "
+            f"kernel and broker; broker RSS {baseline / MiB:.0f} MiB before, peak "
+            f"{peak / MiB:.0f} MiB; well-behaved client p99 {p99 * 1000:.0f} ms over "
+            f"{len(good.latencies) - start} round trips"
+        )
         assert sent < 40 * len(requests), "the broker kept reading a client that never reads"
         assert peak - baseline < 80 * MiB, (baseline, peak)
         assert p99 < 5.0
@@ -241,8 +257,10 @@ def test_idle_connections_are_dropped_and_capped(broker_cluster):
     metrics_port = free_port()
     # A timeout long enough that "refused at once" (below) cannot be its work, even when
     # the broker is slow to accept on a busy machine.
-    cluster = broker_cluster(1, broker={"max_connections": 300, "metrics_port": metrics_port,
-                                        "incomplete_request_timeout_ms": IDLE_TIMEOUT_MS})
+    cluster = broker_cluster(
+        1,
+        broker={"max_connections": 300, "metrics_port": metrics_port, "incomplete_request_timeout_ms": IDLE_TIMEOUT_MS},
+    )
     broker = cluster.brokers[0]
     pid = broker.proc.pid
     good = WellBehaved(cluster.bootstrap).start()  # connected before the flood
@@ -286,10 +304,12 @@ def test_idle_connections_are_dropped_and_capped(broker_cluster):
         wait_until(all_closed, timeout=15, what="idle connections dropped")
         dropped_after = time.monotonic() - opened
         p99 = good.check(start, at_least=5)
-        print(f"\n1,000 idle connections: {refused} refused at once, the rest dropped within "
-              f"{dropped_after:.1f}s (timeout {IDLE_TIMEOUT_MS / 1000:.0f}s); broker fds {baseline_fds} before, "
-              f"{settled_fds} once the refused were closed (peak {peak_fds}, one accept burst); "
-              f"well-behaved client p99 {p99 * 1000:.0f} ms")
+        print(
+            f"\n1,000 idle connections: {refused} refused at once, the rest dropped within "
+            f"{dropped_after:.1f}s (timeout {IDLE_TIMEOUT_MS / 1000:.0f}s); broker fds {baseline_fds} before, "
+            f"{settled_fds} once the refused were closed (peak {peak_fds}, one accept burst); "
+            f"well-behaved client p99 {p99 * 1000:.0f} ms"
+        )
         assert dropped_after < 10
         # asyncio accepts a burst (up to the listen backlog) before the refused are closed
         assert settled_fds - baseline_fds <= 300 + 20

@@ -73,10 +73,11 @@ class Guesser:
         self.resumed = 0
         self.unexpected: list[str] = []
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
-                                          name=f"guesser-{i}") for i in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True, name=f"guesser-{i}") for i in range(threads)
+        ]
 
-    def start(self) -> "Guesser":
+    def start(self) -> Guesser:
         for thread in self._threads:
             thread.start()
         return self
@@ -99,9 +100,10 @@ class Guesser:
         while (n := self._take()) is not None:
             user = "alice" if n % 2 else f"guess-{index}-{n}"  # a real user, or made-up ones
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=30) as raw, \
-                        self.context.wrap_socket(raw, server_hostname="127.0.0.1",
-                                                 session=session) as sock:
+                with (
+                    socket.create_connection(("127.0.0.1", self.port), timeout=30) as raw,
+                    self.context.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as sock,
+                ):
                     refused = self._guess(sock, user)
                     if sock.session_reused:
                         with self._lock:
@@ -121,13 +123,13 @@ class Guesser:
         """One SCRAM-SHA-256 exchange with a random proof; True if it was refused (code 30)."""
         decoder = protocol.FrameDecoder()
         nonce = base64.b64encode(os.urandom(18)).decode()
-        sock.sendall(protocol.encode_request(protocol.SASL_HANDSHAKE, 1,
-                                             sasl.encode_handshake_request("SCRAM-SHA-256")))
+        sock.sendall(
+            protocol.encode_request(protocol.SASL_HANDSHAKE, 1, sasl.encode_handshake_request("SCRAM-SHA-256"))
+        )
         if _frame(sock, decoder) is None:
             return False
         first = f"n,,n={user},r={nonce}".encode()
-        sock.sendall(protocol.encode_request(protocol.SASL_AUTHENTICATE, 2,
-                                             sasl.encode_authenticate_request(first)))
+        sock.sendall(protocol.encode_request(protocol.SASL_AUTHENTICATE, 2, sasl.encode_authenticate_request(first)))
         answer = _frame(sock, decoder)
         if answer is None:
             return False
@@ -135,23 +137,26 @@ class Guesser:
         server_nonce = dict(part.split("=", 1) for part in server_first.split(","))["r"]
         proof = base64.b64encode(os.urandom(32)).decode()
         final = f"c=biws,r={server_nonce},p={proof}".encode()
-        sock.sendall(protocol.encode_request(protocol.SASL_AUTHENTICATE, 3,
-                                             sasl.encode_authenticate_request(final)))
+        sock.sendall(protocol.encode_request(protocol.SASL_AUTHENTICATE, 3, sasl.encode_authenticate_request(final)))
         answer = _frame(sock, decoder)
         return answer is not None and answer.header.get("err") == 30
 
 
 @pytest.mark.slow
-def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: Pki,
-                                                           zk_connect: str, tmp_path: Path):
+def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path):
     create_user(zk_connect, tmp_path, "alice")
     metrics_port = free_port()
-    cluster = secured_cluster(broker_cluster, pki, broker={"metrics_port": metrics_port},
-                              auth={"required": True, "mechanisms": ["SCRAM-SHA-256"]})
+    cluster = secured_cluster(
+        broker_cluster,
+        pki,
+        broker={"metrics_port": metrics_port},
+        auth={"required": True, "mechanisms": ["SCRAM-SHA-256"]},
+    )
     broker = cluster.brokers[0]
     pid = broker.proc.pid
-    good = WellBehaved(cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca),
-                       sasl=SaslCredentials("alice", PASSWORD, "SCRAM-SHA-256")).start()
+    good = WellBehaved(
+        cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca), sasl=SaslCredentials("alice", PASSWORD, "SCRAM-SHA-256")
+    ).start()
     time.sleep(1.0)
     since = len(good.latencies)
     baseline = rss_bytes(pid)
@@ -169,15 +174,20 @@ def test_an_authentication_storm_leaves_the_broker_serving(broker_cluster, pki: 
         good.stop()
     log_lines = broker.log_text().splitlines()[log_before:]
     failed_lines = [line for line in log_lines if "authentication failed" in line]
-    counted = value(samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics")),
-                    "logferry_authentication_failures_total", mechanism="SCRAM-SHA-256")
+    counted = value(
+        samples(scrape(f"http://127.0.0.1:{metrics_port}/metrics")),
+        "logferry_authentication_failures_total",
+        mechanism="SCRAM-SHA-256",
+    )
     settled = rss_bytes(pid)
-    print(f"\n{STORM:,} failed authentications from {THREADS} threads in {elapsed:.1f}s "
-          f"({STORM / elapsed:,.0f}/s, {guesser.resumed:,} TLS sessions resumed); broker RSS "
-          f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB, {settled / MiB:.0f} MiB "
-          f"after; authenticated client: "
-          f"{round_trips} round trips, p99 {p99 * 1000:.0f} ms; {len(log_lines)} log lines "
-          f"({len(failed_lines)} about failures); metric {counted:,.0f}")
+    print(
+        f"\n{STORM:,} failed authentications from {THREADS} threads in {elapsed:.1f}s "
+        f"({STORM / elapsed:,.0f}/s, {guesser.resumed:,} TLS sessions resumed); broker RSS "
+        f"{baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB, {settled / MiB:.0f} MiB "
+        f"after; authenticated client: "
+        f"{round_trips} round trips, p99 {p99 * 1000:.0f} ms; {len(log_lines)} log lines "
+        f"({len(failed_lines)} about failures); metric {counted:,.0f}"
+    )
     assert not guesser.unexpected[:5], guesser.unexpected[:5]
     assert guesser.refused == STORM
     assert counted >= STORM
@@ -194,8 +204,11 @@ def test_a_thousand_silent_tls_connections_do_not_exhaust_descriptors(broker_clu
     drops the rest after handshake_timeout_s and
     keeps serving a TLS client (test_abusive_clients covers the plaintext port)."""
     metrics_port = free_port()
-    cluster = broker_cluster(1, broker={"max_connections": 300, "metrics_port": metrics_port},
-                             tls=broker_tls(pki, handshake_timeout_s=HANDSHAKE_S))
+    cluster = broker_cluster(
+        1,
+        broker={"max_connections": 300, "metrics_port": metrics_port},
+        tls=broker_tls(pki, handshake_timeout_s=HANDSHAKE_S),
+    )
     broker = cluster.brokers[0]
     pid = broker.proc.pid
     good = WellBehaved(cluster.bootstrap, tls=TlsConfig(ca_file=pki.ca)).start()
@@ -233,8 +246,9 @@ def test_a_thousand_silent_tls_connections_do_not_exhaust_descriptors(broker_clu
             all_dropped()
             return 1000 - len(remaining) >= 650 and open_fds(pid) - baseline_fds <= 300 + 20
 
-        wait_until(settled, timeout=HANDSHAKE_S - 1,
-                   what="the connections over max_connections refused (fds back under 320)")
+        wait_until(
+            settled, timeout=HANDSHAKE_S - 1, what="the connections over max_connections refused (fds back under 320)"
+        )
         settled_after = time.monotonic() - opened
         settled_fds = open_fds(pid)
         refused = 1000 - len(remaining)
@@ -245,10 +259,12 @@ def test_a_thousand_silent_tls_connections_do_not_exhaust_descriptors(broker_clu
         for sock in silent:
             sock.close()
         good.stop()
-    print(f"\n1,000 silent TLS connections: {refused} refused within {settled_after:.1f}s, all "
-          f"dropped within {dropped_after:.1f}s (handshake timeout {HANDSHAKE_S:g}s); broker "
-          f"fds {baseline_fds} before, {settled_fds} then (peak {peak_fds}: asyncio accepts a "
-          f"burst before the refused are closed); TLS client p99 {p99 * 1000:.0f} ms")
+    print(
+        f"\n1,000 silent TLS connections: {refused} refused within {settled_after:.1f}s, all "
+        f"dropped within {dropped_after:.1f}s (handshake timeout {HANDSHAKE_S:g}s); broker "
+        f"fds {baseline_fds} before, {settled_fds} then (peak {peak_fds}: asyncio accepts a "
+        f"burst before the refused are closed); TLS client p99 {p99 * 1000:.0f} ms"
+    )
     assert dropped_after < HANDSHAKE_S + 10
     assert p99 < 5.0
     assert "Traceback" not in broker.log_text()

@@ -28,16 +28,19 @@ sys.exit(main(["broker", "--config", sys.argv[1]]))
 """
 
 
-def test_a_crashed_background_task_stops_the_broker_with_exit_code_1(
-        zk_connect: str, tmp_path: Path) -> None:
+def test_a_crashed_background_task_stops_the_broker_with_exit_code_1(zk_connect: str, tmp_path: Path) -> None:
     broker = BrokerProcess(1, zk_connect, tmp_path)  # writes the config; not started
     launcher = tmp_path / "crashing_broker.py"
     launcher.write_text(LAUNCHER)
     root = Path(__file__).resolve().parents[2]
     with broker.log_file.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, str(launcher), str(broker.config_file)],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=str(root))
+        proc = subprocess.Popen(
+            [sys.executable, str(launcher), str(broker.config_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(root),
+        )
     try:
         code = proc.wait(60)
     finally:

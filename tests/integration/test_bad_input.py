@@ -10,9 +10,6 @@ import time
 import msgpack
 import pytest
 
-from broker.wire import protocol, records
-from broker.wire.fetch import parse_fetch_answer
-from broker.wire.produce import parse_produce_answer
 from broker.client import Producer, SimpleConsumer
 from broker.common.errors import (
     CorruptBatchError,
@@ -27,6 +24,9 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedApiError,
 )
+from broker.wire import protocol, records
+from broker.wire.fetch import parse_fetch_answer
+from broker.wire.produce import parse_produce_answer
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -77,12 +77,13 @@ def busy_cluster(broker_cluster):
 
     def background():
         try:
-            with Producer(brokers=cluster.bootstrap, linger_ms=1) as producer, \
-                    SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+            with (
+                Producer(brokers=cluster.bootstrap, linger_ms=1) as producer,
+                SimpleConsumer(brokers=cluster.bootstrap) as consumer,
+            ):
                 offset = 0
                 while not stop.is_set() and stats["sent"] < 2_000_000:
-                    producer.send("good", [b"ok-%d" % (stats["sent"] + i) for i in range(10)],
-                                  partition=0).wait(10)
+                    producer.send("good", [b"ok-%d" % (stats["sent"] + i) for i in range(10)], partition=0).wait(10)
                     stats["sent"] += 10
                     result = consumer.fetch("good", 0, offset, max_wait_ms=100)
                     stats["read"] += sum(len(b) for b in result.batches)
@@ -133,11 +134,14 @@ def test_frame_over_max_request_bytes(busy_cluster):
     assert client.closed_by_broker()
 
 
-@pytest.mark.parametrize("garbage", [
-    b"\x00\x00\x00\x08\x00\x00\x00\x04\xc1\xc1\xc1\xc1",  # invalid msgpack header
-    b"\x00\x00\x00\x06\x00\x00\x00\x02\x93\x01",            # header is not a map
-    b"\x00\x00\x00\x04\x00\x00\x00\x09",                    # header longer than frame
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00\x00\x08\x00\x00\x00\x04\xc1\xc1\xc1\xc1",  # invalid msgpack header
+        b"\x00\x00\x00\x06\x00\x00\x00\x02\x93\x01",  # header is not a map
+        b"\x00\x00\x00\x04\x00\x00\x00\x09",  # header longer than frame
+    ],
+)
 def test_undecodable_frames_close_the_connection_with_an_error(busy_cluster, garbage):
     cluster, _ = busy_cluster
     client = RawClient(cluster.bootstrap[0])
@@ -173,11 +177,15 @@ def test_missing_fields_and_bad_types(busy_cluster):
 def test_fetch_waits_that_are_not_numbers_are_invalid_requests(busy_cluster):
     cluster, _ = busy_cluster
     client = RawClient(cluster.bootstrap[0])
-    bad = [("max_wait_ms", {"ms": 5}), ("max_wait_ms", [5]), ("min_bytes", {}),
-           ("min_bytes", [1, 2]), ("max_wait_ms", "5")]
+    bad = [
+        ("max_wait_ms", {"ms": 5}),
+        ("max_wait_ms", [5]),
+        ("min_bytes", {}),
+        ("min_bytes", [1, 2]),
+        ("max_wait_ms", "5"),
+    ]
     for corr, (field, value) in enumerate(bad, 1):
-        client.send(_frame({"api": protocol.FETCH, "v": 1, "id": corr, field: value,
-                            "parts": [["good", 0, 0, 1024]]}))
+        client.send(_frame({"api": protocol.FETCH, "v": 1, "id": corr, field: value, "parts": [["good", 0, 0, 1024]]}))
         assert field in _answered(client, InvalidRequestError, corr=corr)["msg"]
     client.close()
     assert "Traceback" not in cluster.logs()
@@ -188,8 +196,7 @@ def test_crc_mismatch_is_rejected_and_nothing_is_appended(busy_cluster):
     batch = bytearray(records.encode_batch([b"a", b"b"], None, 1))
     batch[-1] ^= 0xFF
     client = RawClient(cluster.bootstrap[0])
-    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": [["good", 1, len(batch)]]},
-                       bytes(batch)))
+    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": [["good", 1, len(batch)]]}, bytes(batch)))
     header = client.response()
     assert header["err"] == 0
     (result,) = parse_produce_answer(header)
@@ -202,14 +209,22 @@ def test_unknown_topic_partition_and_invalid_names(busy_cluster):
     cluster, _ = busy_cluster
     batch = records.encode_batch([b"a"], None, 1)
     client = RawClient(cluster.bootstrap[0])
-    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1,
-                        "parts": [["no-such-topic", 0, len(batch)], ["good", 99, len(batch)],
-                                  ["../../etc", 0, len(batch)]]}, batch * 3))
+    client.send(
+        _frame(
+            {
+                "api": 0,
+                "v": 1,
+                "id": 1,
+                "acks": 1,
+                "parts": [["no-such-topic", 0, len(batch)], ["good", 99, len(batch)], ["../../etc", 0, len(batch)]],
+            },
+            batch * 3,
+        )
+    )
     header = client.response()
     results = parse_produce_answer(header)
     codes = [r.error for r in results]
-    assert codes == [UnknownTopicOrPartitionError.code, UnknownTopicOrPartitionError.code,
-                     InvalidTopicError.code]
+    assert codes == [UnknownTopicOrPartitionError.code, UnknownTopicOrPartitionError.code, InvalidTopicError.code]
     assert "partitions 0-3" in results[1].message
     client.send(_frame({"api": protocol.OFFSETS, "v": 1, "id": 2, "topic": "..", "partition": 0}))
     _answered(client, InvalidTopicError, corr=2)
@@ -274,8 +289,7 @@ def test_bad_replication_requests(busy_cluster):
     _answered(client, InvalidRequestError, corr=6)
     # acks=-1 (all) on a topic with one replica: the leader alone is the ISR.
     batch = records.encode_batch([b"all"], None, 1)
-    client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1,
-                        "parts": [["good", 2, len(batch)]]}, batch))
+    client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1, "parts": [["good", 2, len(batch)]]}, batch))
     header = client.response()
     assert header["id"] == 7 and parse_produce_answer(header)[0].error == 0
     client.close()

@@ -9,9 +9,9 @@ import zlib
 
 import pytest
 
-from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.errors import CorruptBatchError, OffsetOutOfRangeError, RequestTimedOutError
+from broker.wire import records
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -97,7 +97,7 @@ def test_every_codec_round_trips_through_a_broker_in_order(broker_cluster):
         sent = [_value(i) + b" GET /index.html 200" for i in range(n)]
         with Producer(brokers=cluster.bootstrap, compression=name, linger_ms=5) as producer:
             for start in range(0, n, 700):
-                producer.send(topic, sent[start:start + 700], partition=0)
+                producer.send(topic, sent[start : start + 700], partition=0)
             producer.flush(timeout=60)
             assert producer.metrics()["messages_acked"] == n
         with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
@@ -113,7 +113,7 @@ def test_every_codec_round_trips_through_a_broker_in_order(broker_cluster):
 def test_broker_refuses_a_batch_with_an_unknown_codec_and_keeps_serving(broker_cluster):
     cluster = broker_cluster(1)
     good = records.encode_batch([b"a", b"b"], None, 1)
-    body = bytearray(good[records.CRC_START:])
+    body = bytearray(good[records.CRC_START :])
     body[0] = 5  # codec id 5: no such codec
     bad = good[:5] + struct.pack(">I", zlib.crc32(body)) + bytes(body)
     with Producer(brokers=cluster.bootstrap, retries=0) as producer:
@@ -137,7 +137,8 @@ def test_broker_restart_between_produce_and_consume_loses_nothing(broker_cluster
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
         got = _consume_all(consumer, "restart", 200 * 50)
     assert sorted(v for vals in got.values() for v in vals) == sorted(
-        b"%d-%d" % (i, j) for i in range(200) for j in range(50))
+        b"%d-%d" % (i, j) for i in range(200) for j in range(50)
+    )
     for p, vals in got.items():
         firsts = [int(v.split(b"-")[0]) for v in vals]
         assert firsts == sorted(firsts), f"partition {p} out of order"
@@ -209,8 +210,9 @@ def test_flipped_byte_is_never_delivered(broker_cluster):
 
 
 def test_retention_deletes_old_segments_and_their_offsets(broker_cluster):
-    cluster = broker_cluster(1, broker={"retention_check_ms": 200},
-                             log={"segment_bytes": 4096, "retention_bytes": 16384})
+    cluster = broker_cluster(
+        1, broker={"retention_check_ms": 200}, log={"segment_bytes": 4096, "retention_bytes": 16384}
+    )
     with Producer(brokers=cluster.bootstrap) as producer:
         for _i in range(100):
             producer.send("ret", [b"x" * 100 for _ in range(10)], partition=0).wait(10)
@@ -239,8 +241,10 @@ def test_long_poll_is_answered_by_a_produce(broker_cluster):
     """
     max_wait_s = 60.0
     cluster = broker_cluster(1, log={"flush_messages": 1})
-    with Producer(brokers=cluster.bootstrap, linger_ms=0) as producer, \
-            SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+    with (
+        Producer(brokers=cluster.bootstrap, linger_ms=0) as producer,
+        SimpleConsumer(brokers=cluster.bootstrap) as consumer,
+    ):
         producer.send("poll", b"first", partition=0).wait(10)
         end = consumer.offsets("poll", 0).end
         result: dict = {}
@@ -267,8 +271,7 @@ def test_long_poll_is_answered_by_a_produce(broker_cluster):
 
 def test_fetch_at_end_without_wait_returns_empty_immediately(broker_cluster):
     cluster = broker_cluster(1)
-    with Producer(brokers=cluster.bootstrap) as producer, \
-            SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+    with Producer(brokers=cluster.bootstrap) as producer, SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         producer.send("empty", b"x", partition=0).wait(10)
         # acknowledged is not yet visible: wait for the fsync that makes it so, or the
         # fetch below would (rightly) return it
@@ -282,13 +285,11 @@ def test_fetch_at_end_without_wait_returns_empty_immediately(broker_cluster):
 
 def test_offsets_for_time(broker_cluster):
     cluster = broker_cluster(1)
-    with Producer(brokers=cluster.bootstrap) as producer, \
-            SimpleConsumer(brokers=cluster.bootstrap) as consumer:
+    with Producer(brokers=cluster.bootstrap) as producer, SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         for i in range(10):
             producer.send("times", [b"t%d" % i], partition=0, timestamp=1_000_000 + i * 1000).wait(10)
         # acknowledged is not yet visible: wait for the fsync that shows all ten
-        wait_until(lambda: len(list(consumer.messages("times", 0))) == 10, 10,
-                   "the ten messages to become visible")
+        wait_until(lambda: len(list(consumer.messages("times", 0))) == 10, 10, "the ten messages to become visible")
         offset = consumer.offset_for_time("times", 0, 1_000_000 + 5 * 1000)
         first = next(iter(consumer.messages("times", 0, start=offset)))
         assert first.value == b"t5"
@@ -313,16 +314,16 @@ def test_a_full_buffer_drains_in_requests_under_the_brokers_limit(broker_cluster
     """A backlog far larger than max_request_bytes is split, never refused as a whole."""
     cluster = broker_cluster(1, broker={"max_request_bytes": 1 << 20})
     values = [b"%06d" % i + b"y" * 200 for i in range(50_000)]  # ~10 MB queued at once
-    with Producer(brokers=cluster.bootstrap, max_request_bytes=512 * 1024, linger_ms=50,
-                  batch_bytes=64 * 1024) as producer:
+    with Producer(
+        brokers=cluster.bootstrap, max_request_bytes=512 * 1024, linger_ms=50, batch_bytes=64 * 1024
+    ) as producer:
         for i in range(0, len(values), 1000):
-            producer.send("backlog", values[i:i + 1000], partition=0)
+            producer.send("backlog", values[i : i + 1000], partition=0)
         producer.flush(60)
         assert producer.metrics()["messages_acked"] == len(values)
         assert producer.metrics()["requests"] > 20
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        got = [m.value for m in consumer.messages("backlog", 0, follow=True, timeout=1.0,
-                                                  limit=len(values))]
+        got = [m.value for m in consumer.messages("backlog", 0, follow=True, timeout=1.0, limit=len(values))]
     assert got == values
 
 
@@ -333,8 +334,7 @@ def test_a_producer_queues_through_an_outage_of_every_broker(broker_cluster):
     broker = cluster.brokers[0]
     with Admin(zk=cluster.zk_connect) as admin:
         admin.create_topic("outage", 2)
-    with Producer(zk=cluster.zk_connect, acks=1, delivery_timeout=60,
-                  retry_backoff_ms=50) as producer:
+    with Producer(zk=cluster.zk_connect, acks=1, delivery_timeout=60, retry_backoff_ms=50) as producer:
         producer.send("outage", [b"before"], partition=0).wait(30)
         broker.stop()
         futures = [producer.send("outage", [b"down-%d" % i]) for i in range(50)]
@@ -344,7 +344,7 @@ def test_a_producer_queues_through_an_outage_of_every_broker(broker_cluster):
         for future in futures:
             future.wait(60)
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
-        values = [m.value for p in (0, 1)
-                  for m in consumer.messages("outage", p, follow=True, timeout=1.0)]
-    assert sorted(values) == sorted([b"before"] + [b"down-%d" % i for i in range(50)]
-                                    + [b"after-retry-%d" % i for i in range(50)])
+        values = [m.value for p in (0, 1) for m in consumer.messages("outage", p, follow=True, timeout=1.0)]
+    assert sorted(values) == sorted(
+        [b"before"] + [b"down-%d" % i for i in range(50)] + [b"after-retry-%d" % i for i in range(50)]
+    )

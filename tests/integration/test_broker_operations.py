@@ -10,12 +10,12 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from broker.coordination import zk
 from broker.client import Producer, SimpleConsumer
+from broker.coordination import zk
+from tests.support.cli import logferry
 from tests.support.metrics import promtool_check, samples, scrape, value
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
-from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
 
@@ -99,15 +99,19 @@ def test_command_line_round_trip(broker_cluster):
     assert bad_from.stderr.startswith("logferry consume: error: ")
     deleted = _cli("topic", "delete", "cli-topic", zk=zk)
     assert deleted.returncode == 0
-    wait_until(lambda: not any((b.log_dir / f"cli-topic-{p}").exists()
-                          for b in cluster.brokers for p in range(3)), 10, "partition dirs deleted")
+    wait_until(
+        lambda: not any((b.log_dir / f"cli-topic-{p}").exists() for b in cluster.brokers for p in range(3)),
+        10,
+        "partition dirs deleted",
+    )
 
 
 def test_bad_config_is_one_line(tmp_path):
     config = tmp_path / "broker.toml"
     config.write_text('[broker]\nid = 1\nport = 99999\nlog_dirs = ["x"]\nzk_connect = "127.0.0.1:1/x"\n')
-    proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2  # a config error: exit 2, like every command
     assert f"{config}: broker.port: must be a port number" in proc.stderr
     assert proc.stderr.startswith("logferry broker: error: ")
@@ -117,10 +121,12 @@ def test_bad_config_is_one_line(tmp_path):
 def test_unreachable_zookeeper_is_a_clear_error(tmp_path):
     port = free_port()
     config = tmp_path / "broker.toml"
-    config.write_text(f'[broker]\nid = 1\nport = {free_port()}\nlog_dirs = ["{tmp_path / "d"}"]\n'
-                      f'zk_connect = "127.0.0.1:{port}/x"\n')
-    proc = subprocess.run([sys.executable, "-m", "broker", "broker", "--config", str(config)],
-                          capture_output=True, text=True, timeout=60)
+    config.write_text(
+        f'[broker]\nid = 1\nport = {free_port()}\nlog_dirs = ["{tmp_path / "d"}"]\nzk_connect = "127.0.0.1:{port}/x"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1
     assert "cannot reach ZooKeeper" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("logferry broker: error: ")

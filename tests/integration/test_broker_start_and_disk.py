@@ -11,8 +11,8 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -36,13 +36,13 @@ def _listen(port: int) -> socket.socket:
 
 def _error_lines(text: str) -> list[str]:
     """Logged errors and the command's own error line (``logferry broker: error: ...``)."""
-    return [line for line in text.splitlines()
-            if "ERROR" in line or line.startswith("logferry broker: error: ")]
+    return [line for line in text.splitlines() if "ERROR" in line or line.startswith("logferry broker: error: ")]
 
 
 @pytest.mark.parametrize("taken", ["metrics", "data"])
 def test_a_start_on_a_taken_port_fails_in_one_line_and_leaves_nothing_behind(
-        zk_connect: str, zk_client: KazooClient, tmp_path: Path, taken: str) -> None:
+    zk_connect: str, zk_client: KazooClient, tmp_path: Path, taken: str
+) -> None:
     metrics_port = free_port()
     broker = BrokerProcess(1, zk_connect, tmp_path, broker={"metrics_port": metrics_port})
     holder = _listen(metrics_port if taken == "metrics" else broker.port)
@@ -71,7 +71,8 @@ def test_a_start_on_a_taken_port_fails_in_one_line_and_leaves_nothing_behind(
 
 @pytest.mark.slow
 def test_a_start_refused_by_zookeeper_closes_its_session_and_keeps_the_live_broker(
-        zk_connect: str, zk_client: KazooClient, tmp_path: Path) -> None:
+    zk_connect: str, zk_client: KazooClient, tmp_path: Path
+) -> None:
     """A second broker with a live broker's id gives up (after its 30 s registration
     timeout): it must not delete the live broker's node, and must close its session."""
     live = BrokerProcess(1, zk_connect, tmp_path / "live").start()
@@ -94,7 +95,8 @@ def test_a_start_refused_by_zookeeper_closes_its_session_and_keeps_the_live_brok
 
 
 def test_sigterm_during_the_start_stops_it_at_once_and_cleanly(
-        zk_connect: str, zk_client: KazooClient, tmp_path: Path) -> None:
+    zk_connect: str, zk_client: KazooClient, tmp_path: Path
+) -> None:
     """A stop signal while the start waits (here: for another process's registration of
     the same id, up to 30 s) ends it at once, exit 0, nothing left behind."""
     live = BrokerProcess(1, zk_connect, tmp_path / "live").start()
@@ -122,15 +124,17 @@ def test_sigterm_during_the_start_stops_it_at_once_and_cleanly(
 def small_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs: a real file system that fills up (needs root to mount)."""
     if os.geteuid() != 0:
-        pytest.skip("filling a real small file system needs a tmpfs mount, which needs "
-                    "root; the unit tests in tests/unit/test_disk_full.py cover the rest")
+        pytest.skip(
+            "filling a real small file system needs a tmpfs mount, which needs "
+            "root; the unit tests in tests/unit/test_disk_full.py cover the rest"
+        )
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}): a container "
-                    "without CAP_SYS_ADMIN?")
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}): a container without CAP_SYS_ADMIN?")
     try:
         yield mount
     finally:
@@ -151,11 +155,13 @@ def _fill(directory: Path) -> Path:
 
 
 def test_a_full_log_dir_fails_produce_at_once_and_is_logged_and_counted(
-        zk_connect: str, tmp_path: Path, small_filesystem: Path) -> None:
+    zk_connect: str, tmp_path: Path, small_filesystem: Path
+) -> None:
     log_dir = small_filesystem / "data"
     metrics_port = free_port()
-    broker = BrokerProcess(1, zk_connect, tmp_path / "w",
-                           broker={"metrics_port": metrics_port, "log_dirs": [str(log_dir)]})
+    broker = BrokerProcess(
+        1, zk_connect, tmp_path / "w", broker={"metrics_port": metrics_port, "log_dirs": [str(log_dir)]}
+    )
     broker.start()
     try:
         with Producer(brokers=[broker.address], linger_ms=0) as producer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+
 from tests.support.cli import logferry
 
 pytestmark = pytest.mark.integration
@@ -23,8 +24,9 @@ def test_produce_that_cannot_deliver_says_how_many_and_exits_1(broker_cluster):
     produced = _cli("produce", "small", "--delivery-timeout", "3", zk=zk, stdin=lines)
     assert produced.returncode == 1, produced.stderr
     last = produced.stderr.strip().splitlines()[-1]
-    assert last.startswith("logferry produce: error: 200 of 200 messages to small were not "
-                           "delivered: "), produced.stderr
+    assert last.startswith("logferry produce: error: 200 of 200 messages to small were not delivered: "), (
+        produced.stderr
+    )
     assert "produced 200" not in produced.stderr and "Traceback" not in produced.stderr
     # and what fits is delivered, and said so
     ok = _cli("produce", "small", zk=zk, stdin="short\n")

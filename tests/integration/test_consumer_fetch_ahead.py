@@ -23,7 +23,7 @@ def _produce(zk: str, topic: str) -> list[bytes]:
         admin.create_topic(topic, 1)
     with Producer(zk=zk, acks=1) as producer:
         for i in range(BATCHES):  # one batch each: waited for before the next
-            producer.send(topic, sent[i * PER_BATCH:(i + 1) * PER_BATCH], partition=0).wait(30)
+            producer.send(topic, sent[i * PER_BATCH : (i + 1) * PER_BATCH], partition=0).wait(30)
     return sent
 
 
@@ -34,8 +34,7 @@ def test_many_fetches_deliver_every_message_once_in_order(broker_cluster):
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192) as consumer:
         got = [m.value for m in consumer.messages("ahead", 0, "earliest")]
         assert got == sent
-        assert [m.value for m in consumer.messages("ahead", 0, "earliest", limit=777)] \
-            == sent[:777]
+        assert [m.value for m in consumer.messages("ahead", 0, "earliest", limit=777)] == sent[:777]
 
 
 def test_a_failed_fetch_ahead_is_made_again(broker_cluster):
@@ -46,7 +45,7 @@ def test_a_failed_fetch_ahead_is_made_again(broker_cluster):
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192) as consumer:
         result = consumer._fetched_ahead(lost, "ahead-failed", 0, 0)
     got = [value for batch in result.batches for value in batch.values]
-    assert got and got == sent[:len(got)]
+    assert got and got == sent[: len(got)]
 
 
 def test_a_restart_while_reading_loses_and_repeats_nothing(broker_cluster):
@@ -62,8 +61,7 @@ def test_a_restart_while_reading_loses_and_repeats_nothing(broker_cluster):
     assert got == sent
 
 
-def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_thread(
-        broker_cluster):
+def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_thread(broker_cluster):
     import threading
     import time
 
@@ -78,13 +76,15 @@ def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_threa
         with Producer(zk=cluster.zk_connect, acks=1, linger_ms=0) as producer:
             producer.send("ahead-follow", b"late", partition=0).wait(30)
         assert next(follow).value == b"late"  # a long poll's answer, read by this thread
-        assert sum(t.name.startswith("logferry-reader")
-                   for t in threading.enumerate()) == readers  # no reader for its own
+        assert (
+            sum(t.name.startswith("logferry-reader") for t in threading.enumerate()) == readers
+        )  # no reader for its own
         own = follow.gi_frame.f_locals["poll"].conn  # type: ignore[union-attr]
         assert own is not None and not own.closed
         follow.close()
         assert own.closed  # closed with the iteration
         started = time.monotonic()
-        assert list(consumer.messages("ahead-follow", 0, "latest", follow=True,
-                                      timeout=0.3)) == []  # still ends after timeout
+        assert (
+            list(consumer.messages("ahead-follow", 0, "latest", follow=True, timeout=0.3)) == []
+        )  # still ends after timeout
         assert time.monotonic() - started < 10

@@ -20,8 +20,7 @@ def _wait_active(controller: Controller, expected: bool, timeout: float = 10.0) 
     wait_until(lambda: controller.active == expected, timeout, f"controller.active == {expected}")
 
 
-def test_a_controller_finishes_taking_office_when_it_finds_its_own_node(zk_client,
-                                                                        monkeypatch):
+def test_a_controller_finishes_taking_office_when_it_finds_its_own_node(zk_client, monkeypatch):
     # The first attempt creates /controller, then the connection drops before it bumped
     # the controller epoch. The node blocks every other broker, so the retry must find
     # it is its own and take office, or the cluster has no controller at all.

@@ -44,8 +44,11 @@ def _read(sock: socket.socket, n: int) -> bytes:
 def test_bytes_cross_both_ways_intact_and_in_order(delay_ms: float) -> None:
     server, port = _echo_server()
     data = random.Random(1).randbytes(24 * 1024 * 1024)  # more than a pipe or a read holds
-    with server, DelayProxy([("127.0.0.1", port)], delay_ms) as proxy, \
-            socket.create_connection(("127.0.0.1", proxy.ports[("127.0.0.1", port)])) as sock:
+    with (
+        server,
+        DelayProxy([("127.0.0.1", port)], delay_ms) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.ports[("127.0.0.1", port)])) as sock,
+    ):
         writer = threading.Thread(target=sock.sendall, args=(data,))
         writer.start()
         assert _read(sock, len(data)) == data
@@ -54,8 +57,11 @@ def test_bytes_cross_both_ways_intact_and_in_order(delay_ms: float) -> None:
 
 def test_each_byte_is_late_by_the_delay_each_way() -> None:
     server, port = _echo_server()
-    with server, DelayProxy([("127.0.0.1", port)], 30.0) as proxy, \
-            socket.create_connection(("127.0.0.1", proxy.ports[("127.0.0.1", port)])) as sock:
+    with (
+        server,
+        DelayProxy([("127.0.0.1", port)], 30.0) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.ports[("127.0.0.1", port)])) as sock,
+    ):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for size in (1, 100_000, 1):  # a small write after a large one waits no longer
             start = time.monotonic()
@@ -72,8 +78,7 @@ def test_both_delayed_relays_keep_order_and_delay(relay: str) -> None:
     near, proxy_in = socket.socketpair()
     proxy_out, far = socket.socketpair()
     data = random.Random(2).randbytes(8 * 1024 * 1024)
-    thread = threading.Thread(target=getattr(delay_proxy, relay), args=(proxy_in, proxy_out, 0.02),
-                              daemon=True)
+    thread = threading.Thread(target=getattr(delay_proxy, relay), args=(proxy_in, proxy_out, 0.02), daemon=True)
     thread.start()
     start = time.monotonic()
     sender = threading.Thread(target=lambda: (near.sendall(data), near.shutdown(socket.SHUT_WR)))

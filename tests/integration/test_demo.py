@@ -21,9 +21,27 @@ def _ints(row: str) -> list[int]:
 def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     workdir = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "demo", "--seconds", "6", "--rate", "400",
-         "--rotate-every", "2", "--audit-window", "2", "--workdir", str(workdir)],
-        capture_output=True, text=True, timeout=320, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "demo",
+            "--seconds",
+            "6",
+            "--rate",
+            "400",
+            "--rotate-every",
+            "2",
+            "--audit-window",
+            "2",
+            "--workdir",
+            str(workdir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=320,
+        stdin=subprocess.DEVNULL,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
 
@@ -67,8 +85,7 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     assert not [p.name for p in secrets if p.read_text().strip() in every_log]
 
     # Its web console served the page and read both clusters as User:reader.
-    assert re.search(r"^\[demo\] console: serving http://127\.0\.0\.1:\d+/: live ok .*analysis ok", out,
-                     re.M), out
+    assert re.search(r"^\[demo\] console: serving http://127\.0\.0\.1:\d+/: live ok .*analysis ok", out, re.M), out
 
     assert "stopped every process it started" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
@@ -77,8 +94,13 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
 
 def test_demo_refuses_a_workdir_it_did_not_make(tmp_path):
     (tmp_path / "precious.txt").write_text("keep me")
-    proc = subprocess.run([sys.executable, "-m", "broker", "demo", "--workdir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "demo", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode != 0
     assert "not made by the demo" in proc.stderr
     assert (tmp_path / "precious.txt").read_text() == "keep me"

@@ -17,16 +17,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
-def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subprocess.Popen,
-              out: Path) -> object:
+def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subprocess.Popen, out: Path) -> object:
     """Poll ``check`` until truthy; fail with the demo's output if it exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -34,8 +33,7 @@ def _wait_for(what: str, check: Callable[[], object], timeout: float, proc: subp
         if value:
             return value
         if proc.poll() is not None:
-            pytest.fail(f"the demo exited ({proc.returncode}) waiting for {what}:\n"
-                        f"{out.read_text()[-6000:]}")
+            pytest.fail(f"the demo exited ({proc.returncode}) waiting for {what}:\n{out.read_text()[-6000:]}")
         time.sleep(0.5)
     pytest.fail(f"no {what} within {timeout:.0f}s:\n{out.read_text()[-6000:]}")
 
@@ -46,8 +44,11 @@ def _follow(zk: str, topic: str, path: Path, auth: list[str]) -> subprocess.Pope
     out = path.open("wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "broker", "consume", topic, "--from", "latest", "--follow",
-             "--zk", zk, *auth], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [sys.executable, "-m", "broker", "consume", topic, "--from", "latest", "--follow", "--zk", zk, *auth],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         out.close()
 
@@ -78,10 +79,29 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
     started = time.monotonic()
     with out.open("wb") as sink:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "broker", "demo", "--seconds", "6", "--rate", "400",
-             "--rotate-every", "2", "--audit-window", "2", "--keep-running", "--keep-rate", "40",
-             "--workdir", str(workdir)],
-            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "demo",
+                "--seconds",
+                "6",
+                "--rate",
+                "400",
+                "--rotate-every",
+                "2",
+                "--audit-window",
+                "2",
+                "--keep-running",
+                "--keep-rate",
+                "40",
+                "--workdir",
+                str(workdir),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     consumers: list[subprocess.Popen] = []
     try:
         _wait_for("keep-running guide", lambda: "Press Ctrl-C" in out.read_text(), 360, demo, out)
@@ -91,11 +111,9 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
         auth = re.search(r'export LIVE_AUTH="([^"]+)"', text)
         assert auth, "the secured demo's guide exports the reader's TLS and SCRAM options"
         auth_args = auth.group(1).split()
-        brokers = {int(m.group(2)): int(m.group(1)) for m in
-                   re.finditer(r"kill -9 (\d+)\s+# live broker (\d+)", text)}
+        brokers = {int(m.group(2)): int(m.group(1)) for m in re.finditer(r"kill -9 (\d+)\s+# live broker (\d+)", text)}
         assert len(brokers) >= 2, text
-        metrics = dict(re.findall(r"^  (live broker \d|agent web-1|mirror)\s+(http://\S+/metrics)",
-                                  text, re.M))
+        metrics = dict(re.findall(r"^  (live broker \d|agent web-1|mirror)\s+(http://\S+/metrics)", text, re.M))
         assert {"live broker 1", "agent web-1", "mirror"} <= set(metrics), text
         print(f"demo up with --keep-running after {time.monotonic() - started:.0f}s")
 
@@ -107,9 +125,17 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
         # A broker dies: the demo says so and stays up, the rest keeps flowing.
         victim, survivor = max(brokers), min(brokers)
         os.kill(brokers[victim], signal.SIGKILL)
-        _wait_for("the broker's death reported", lambda: re.search(
-            rf"live broker {victim} \(pid {brokers[victim]}\) exited with code -9 \(SIGKILL\); "
-            rf"the live cluster continues with broker {survivor}", out.read_text()), 30, demo, out)
+        _wait_for(
+            "the broker's death reported",
+            lambda: re.search(
+                rf"live broker {victim} \(pid {brokers[victim]}\) exited with code -9 \(SIGKILL\); "
+                rf"the live cluster continues with broker {survivor}",
+                out.read_text(),
+            ),
+            30,
+            demo,
+            out,
+        )
         after = tmp_path / "after.out"
         consumers.append(_follow(zk, "app-logs", after, auth_args))
         assert _grows(after, 120), f"nothing arrived after the broker died:\n{after.read_text()}"
@@ -127,8 +153,7 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
 
         # SIGUSR1 starts the dead broker again.
         demo.send_signal(signal.SIGUSR1)
-        _wait_for("the broker back", lambda: f"live broker {victim} is back" in out.read_text(),
-                  90, demo, out)
+        _wait_for("the broker back", lambda: f"live broker {victim} is back" in out.read_text(), 90, demo, out)
     finally:
         for consumer in consumers:
             consumer.terminate()

@@ -40,14 +40,13 @@ from tests.loader.conftest import loader_command, read_landed, write_loader_toml
 from tests.mirror.conftest import mirrors  # noqa: F401 - a fixture
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exactly_once,
-              pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exactly_once, pytest.mark.timeout(420)]
 
 LINES = 20_000
 ROTATE_EVERY = 5_000
 RATE = 500
 """Lines per second written (about 40 s of writing)."""
-HOST = "it-host"   # base_doc's host: the key, so all lines go to one partition
+HOST = "it-host"  # base_doc's host: the key, so all lines go to one partition
 
 
 def line_text(i: int) -> str:
@@ -71,8 +70,7 @@ class Writer(threading.Thread):
             while self.written < LINES:
                 n = min(step, LINES - self.written)
                 with open(self.log, "ab") as handle:
-                    handle.write("".join(line_text(self.written + i) + "\n"
-                                         for i in range(n)).encode())
+                    handle.write("".join(line_text(self.written + i) + "\n" for i in range(n)).encode())
                 self.written += n
                 if self.written % ROTATE_EVERY == 0 and self.written < LINES:
                     os.rename(self.log, self.log.with_name(f"app.log.{self.written // ROTATE_EVERY}"))
@@ -87,8 +85,15 @@ def start_load(config: Path, log: Path) -> subprocess.Popen:
     """``python -m hadoop_loader load`` in its own process group (its Spark JVM with it)."""
     argv, env = loader_command(config)
     with log.open("ab") as out:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -116,7 +121,8 @@ def layout(bootstrap: list[str]) -> dict[int, tuple[int, int]]:
 # an inline noqa on the signature, which the formatter moves off the line it is for).
 # ruff: noqa: F811
 def test_every_line_lands_once_under_kill_9_of_every_process(
-        zookeeper, broker_cluster, agent_process, mirrors, tmp_path: Path) -> None:
+    zookeeper, broker_cluster, agent_process, mirrors, tmp_path: Path
+) -> None:
     live = broker_cluster(2, zk=zookeeper.new_chroot())
     analysis = broker_cluster(1, zk=zookeeper.new_chroot())
     with Admin(zk=live.zk_connect) as admin:
@@ -125,10 +131,13 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
         admin.create_topic("app", partitions=2)
     partition = zlib.crc32(HOST.encode()) % 2
 
-    doc = base_doc(tmp_path, live.bootstrap, checkpoint_interval_s=3.0,
-                   producer={"acks": "all", "linger_ms": 5, "delivery_timeout_s": 30.0,
-                             "request_timeout_s": 5.0},
-                   audit={"enabled": False})
+    doc = base_doc(
+        tmp_path,
+        live.bootstrap,
+        checkpoint_interval_s=3.0,
+        producer={"acks": "all", "linger_ms": 5, "delivery_timeout_s": 30.0, "request_timeout_s": 5.0},
+        audit={"enabled": False},
+    )
     agent = agent_process(doc).start()
     # The fixture's default is the re-producing mirror (mode "produce", at least once: a
     # kill -9 re-copies everything after the last committed source position); this test
@@ -136,11 +145,17 @@ def test_every_line_lands_once_under_kill_9_of_every_process(
     mirror = mirrors("m", live, analysis, topics=["app"], mode="preserve")
     out = tmp_path / "lake"
     config = tmp_path / "loader.toml"
-    write_loader_toml(config, analysis.zk_connect, out, ["app"],
-                      source="decode_agent_records = true", extra="""
+    write_loader_toml(
+        config,
+        analysis.zk_connect,
+        out,
+        ["app"],
+        source="decode_agent_records = true",
+        extra="""
 [dedup]
 enabled = true
-""")
+""",
+    )
     load_log = tmp_path / "load.log"
 
     writer = Writer(tmp_path / "logs" / "app.log")
@@ -150,8 +165,12 @@ enabled = true
     def at(seconds: float) -> None:
         time.sleep(max(t0 + seconds - time.monotonic(), 0))
 
-    wait_until(lambda: mirror.status().get("mode") == "preserve", 60,
-               "the mirror to report mode preserve in its status file", interval=0.5)
+    wait_until(
+        lambda: mirror.status().get("mode") == "preserve",
+        60,
+        "the mirror to report mode preserve in its status file",
+        interval=0.5,
+    )
     kills: list[str] = []
     at(6)
     agent.kill()
@@ -198,15 +217,20 @@ enabled = true
 
     def mirrored() -> bool:
         return len({(f, o) for f, o, _ in identities(analysis.bootstrap)}) >= LINES
+
     wait_until(mirrored, 90, "the analysis topic to hold every line", interval=1.0)
     analysis_records = identities(analysis.bootstrap)
     copies = Counter((fid, offset) for fid, offset, _ in analysis_records)
     analysis_duplicates = sum(n - 1 for n in copies.values())
 
-    final = subprocess.run([sys.executable, "-m", "hadoop_loader", "load", "--config", str(config)],
-                           cwd=REPO, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
-                                              PYSPARK_PYTHON=sys.executable),
-                           capture_output=True, text=True, timeout=240)
+    final = subprocess.run(
+        [sys.executable, "-m", "hadoop_loader", "load", "--config", str(config)],
+        cwd=REPO,
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert final.returncode == 0, f"{final.stdout}\n{final.stderr[-4000:]}"
     table = read_landed(out)
     assert table is not None
@@ -215,11 +239,13 @@ enabled = true
     lines = {r["line"] for r in rows}
     duplicated_rows = sum(n - 1 for n in landed.values())
     missing = len(set(expected) - lines)
-    print(f"kills: {', '.join(kills)}; lines skipped by the restarted agents as already held: "
-          f"{skipped}; written {LINES}; live topic {len(live_records)} records "
-          f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
-          f"({analysis_duplicates} duplicates before the loader's dedup); Parquet {len(rows)} "
-          f"rows, {duplicated_rows} duplicated, {missing} missing")
+    print(
+        f"kills: {', '.join(kills)}; lines skipped by the restarted agents as already held: "
+        f"{skipped}; written {LINES}; live topic {len(live_records)} records "
+        f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
+        f"({analysis_duplicates} duplicates before the loader's dedup); Parquet {len(rows)} "
+        f"rows, {duplicated_rows} duplicated, {missing} missing"
+    )
     live_layout, analysis_layout = layout(live.bootstrap), layout(analysis.bootstrap)
     print(f"per partition (records, end): live {live_layout}, analysis {analysis_layout}")
     if analysis_duplicates:

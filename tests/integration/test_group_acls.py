@@ -28,8 +28,12 @@ from tests.support.cli import logferry
 pytestmark = pytest.mark.integration
 
 OWNER, OWNER_PW = "logferry", "owner-secret"
-LOGINS = {"mirror": "mirror-secret", "loader": "loader-secret", "intruder": "intruder-secret",
-          **{f"m{i}": f"m{i}-secret" for i in range(8)}}
+LOGINS = {
+    "mirror": "mirror-secret",
+    "loader": "loader-secret",
+    "intruder": "intruder-secret",
+    **{f"m{i}": f"m{i}-secret" for i in range(8)},
+}
 """The three logins of the story test, and one per case of the matrix."""
 OFFSET = "/consumers/{}/offsets/web/0"
 
@@ -42,9 +46,19 @@ def secured(broker_cluster, zk_connect: str, tmp_path: Path):
     zk = zk_connect + "/groups"
     cluster = broker_cluster(0, zk=zk)
     process = cluster.add({"num_partitions": 1}, start=False)
-    process.config_file.write_text(process.config_file.read_text() + "\n" + dumps({"zookeeper": {
-        "user": OWNER, "password_file": str(owner_file),
-        "consumer_ids": [digest_id(u, p) for u, p in LOGINS.items()]}}))
+    process.config_file.write_text(
+        process.config_file.read_text()
+        + "\n"
+        + dumps(
+            {
+                "zookeeper": {
+                    "user": OWNER,
+                    "password_file": str(owner_file),
+                    "consumer_ids": [digest_id(u, p) for u, p in LOGINS.items()],
+                }
+            }
+        )
+    )
     process.start()
     with Producer(zk=zk, acks=1, linger_ms=0) as producer:
         for future in [producer.send("web", v, partition=0) for v in (b"m1", b"m2", b"m3")]:
@@ -57,8 +71,7 @@ def _as(zk: str, login: str) -> ZkTarget:
 
 
 def _kazoo(zk: str, login: str, password: str | None = None) -> KazooClient:
-    client = KazooClient(hosts=zk, timeout=10.0, auth_data=[
-        ("digest", f"{login}:{password or LOGINS[login]}")])
+    client = KazooClient(hosts=zk, timeout=10.0, auth_data=[("digest", f"{login}:{password or LOGINS[login]}")])
     client.start(timeout=15)
     return client
 
@@ -72,8 +85,23 @@ _cli = logferry
 
 
 def _acl(zk: str, owner_file: Path, verb: str, principal: str, operation: str, group: str) -> str:
-    done = _cli("acl", verb, "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file),
-                "--principal", principal, "--operation", operation, "--group", group, "--allow")
+    done = _cli(
+        "acl",
+        verb,
+        "--zk",
+        zk,
+        "--zk-user",
+        OWNER,
+        "--zk-password-file",
+        str(owner_file),
+        "--principal",
+        principal,
+        "--operation",
+        operation,
+        "--group",
+        group,
+        "--allow",
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -116,8 +144,10 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
         GroupConsumer("dash", ["web"], zk=_as(zk, "intruder"), auto_commit_ms=0)
     message = str(refused.value)
     assert "User:intruder" in message and "consume" in message and "'dash'" in message
-    with (GroupAdmin(_as(zk, "intruder"), brokers=False) as admin,
-          pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not describe")):
+    with (
+        GroupAdmin(_as(zk, "intruder"), brokers=False) as admin,
+        pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not describe"),
+    ):
         admin.offsets("dash")
     with pytest.raises(GroupAuthorizationFailedError, match="User:intruder may not consume group 'old'"):
         GroupConsumer("old", ["web"], zk=_as(zk, "intruder"), auto_commit_ms=0)
@@ -137,12 +167,27 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
         _close(intruder)
 
     # `group list` as the intruder: every group listed, only what it may describe described
-    listed = _cli("group", "list", "--zk", zk, "--zk-user", "intruder", "--zk-password-env", "PW",
-                  env={"PW": LOGINS["intruder"]})
+    listed = _cli(
+        "group", "list", "--zk", zk, "--zk-user", "intruder", "--zk-password-env", "PW", env={"PW": LOGINS["intruder"]}
+    )
     assert listed.returncode == 0, listed.stderr
     assert "(no describe ACL)" in listed.stdout and "dash" in listed.stdout
-    seek = _cli("group", "seek", "dash", "--topic", "web", "--to", "earliest", "--zk", zk,
-                "--zk-user", "intruder", "--zk-password-env", "PW", env={"PW": LOGINS["intruder"]})
+    seek = _cli(
+        "group",
+        "seek",
+        "dash",
+        "--topic",
+        "web",
+        "--to",
+        "earliest",
+        "--zk",
+        zk,
+        "--zk-user",
+        "intruder",
+        "--zk-password-env",
+        "PW",
+        env={"PW": LOGINS["intruder"]},
+    )
     assert seek.returncode != 0 and "User:intruder may not consume group 'dash'" in seek.stderr
     assert len(seek.stderr.strip().splitlines()) == 1, seek.stderr
 
@@ -157,8 +202,7 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
         with pytest.raises(NoAuthError):
             loader.set(OFFSET.format("dash"), b"0")
         with pytest.raises(NoAuthError):  # no member may change the group's ACL
-            loader.set_acls(OFFSET.format("dash"),
-                            [digest_acl(digest_id("loader", LOGINS["loader"]))])
+            loader.set_acls(OFFSET.format("dash"), [digest_acl(digest_id("loader", LOGINS["loader"]))])
     finally:
         _close(loader)
 
@@ -171,8 +215,7 @@ def test_group_acls_decide_who_reads_and_writes_each_groups_offsets(secured) -> 
         _close(owner)
 
     # revoking takes effect on existing znodes, and on a member that is running
-    running = GroupConsumer("dash", ["web"], zk=_as(zk, "mirror"), auto_commit_ms=0,
-                            iter_timeout=10.0)
+    running = GroupConsumer("dash", ["web"], zk=_as(zk, "mirror"), auto_commit_ms=0, iter_timeout=10.0)
     try:
         with Producer(zk=zk, acks=1, linger_ms=0) as producer:
             producer.send("web", b"m4", partition=0).wait(20)
@@ -214,8 +257,7 @@ def test_zk_secure_derives_group_acls_and_is_idempotent(secured) -> None:
     assert _consume_and_commit(zk, "intruder", "dash") == [b"m1", b"m2", b"m3"]
     _acl(zk, owner_file, "add", "User:mirror", "consume", "dash")
     ids = [a for u, p in LOGINS.items() for a in ("--consumer-id", digest_id(u, p))]
-    args = ("zk", "secure", "--zk", zk, "--zk-user", OWNER, "--zk-password-file",
-            str(owner_file), *ids)
+    args = ("zk", "secure", "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file), *ids)
     first = _cli(*args)
     assert first.returncode == 0, first.stderr
     second = _cli(*args)
@@ -237,8 +279,12 @@ def test_zk_secure_derives_group_acls_and_is_idempotent(secured) -> None:
         _close(intruder)
 
 
-MATRIX = [(op, allowed, resource) for op in ("consume", "describe") for allowed in (True, False)
-          for resource in ("group", "*")]
+MATRIX = [
+    (op, allowed, resource)
+    for op in ("consume", "describe")
+    for allowed in (True, False)
+    for resource in ("group", "*")
+]
 
 
 def test_the_group_acl_matrix_holds_in_zookeeper(secured) -> None:
@@ -275,15 +321,15 @@ def test_the_group_acl_matrix_holds_in_zookeeper(secured) -> None:
         if may_consume:
             assert _consume_and_commit(zk, login, name) == [b"m1", b"m2", b"m3"], case
         else:
-            with pytest.raises(GroupAuthorizationFailedError,
-                               match=f"User:{login} may not consume group '{name}'"):
+            with pytest.raises(GroupAuthorizationFailedError, match=f"User:{login} may not consume group '{name}'"):
                 GroupConsumer(name, ["web"], zk=_as(zk, login), auto_commit_ms=0)
         with GroupAdmin(_as(zk, login), brokers=False) as admin:
             if may_describe:
                 assert ("web", 0) in admin.offsets(name), case
             else:
-                with pytest.raises(GroupAuthorizationFailedError,
-                                   match=f"User:{login} may not describe group '{name}'"):
+                with pytest.raises(
+                    GroupAuthorizationFailedError, match=f"User:{login} may not describe group '{name}'"
+                ):
                     admin.offsets(name)
         direct = _kazoo(zk, login)
         try:

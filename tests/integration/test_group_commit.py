@@ -16,8 +16,7 @@ NO_TIMER = {"flush_ms": 600_000, "flush_messages": 10_000_000}
 """The paper's timer set so far off that only group commit can make data visible."""
 
 
-def _follow(cluster, topic: str, count: int, seen: list[tuple[int, bytes]],
-            stop: threading.Event) -> None:
+def _follow(cluster, topic: str, count: int, seen: list[tuple[int, bytes]], stop: threading.Event) -> None:
     """Follow partition 0 from offset 0, recording (batch offset, value) until stopped.
 
     The topic must exist first (``cluster.create_topic``): an error ends the following."""
@@ -103,4 +102,4 @@ def test_what_a_consumer_saw_survives_a_kill_9(broker_cluster):
             for batch in result.batches:
                 after.extend((batch.offset, value) for value in batch.values)
             offset = result.next_offset
-    assert after[:len(seen)] == seen, "a message a consumer saw was taken back by the crash"
+    assert after[: len(seen)] == seen, "a message a consumer saw was taken back by the crash"

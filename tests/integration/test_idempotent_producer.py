@@ -32,6 +32,7 @@ def copies(brokers: list[str], topic: str, expected: int, partition: int = 0) ->
         with SimpleConsumer(brokers=brokers, request_timeout=10) as consumer:
             held = Counter(m.value for m in consumer.messages(topic, partition))
         return sum(held.values()) >= expected
+
     wait_until(visible, 30, f"{expected} messages visible in {topic}")
     return held
 
@@ -46,12 +47,12 @@ def add_brokers(cluster, n: int, log: dict | None = None, **settings) -> None:
 def duplicates(broker) -> float:
     """Batches ``broker`` recognised as already held since it started."""
     text = scrape(f"http://127.0.0.1:{broker.metrics_port}/metrics")
-    return sum(v for (name, _), v in samples(text).items()
-               if name == "logferry_produce_duplicates_total")
+    return sum(v for (name, _), v in samples(text).items() if name == "logferry_produce_duplicates_total")
 
 
-def send_through_a_lost_ack(proxy: AckDropProxy, producer: Producer, topic: str, tag: bytes,
-                            n: int = 50) -> list[bytes]:
+def send_through_a_lost_ack(
+    proxy: AckDropProxy, producer: Producer, topic: str, tag: bytes, n: int = 50
+) -> list[bytes]:
     """Send ``n`` values (several batches in one request) with the answer dropped once."""
     values = [tag + b"-%03d" % i for i in range(n)]
     proxy.drop_next()
@@ -69,13 +70,15 @@ def test_a_retry_after_a_lost_ack_leaves_one_copy(broker_cluster):
         admin.create_topic("idem", 1)
         admin.create_topic("plain", 1)
     with AckDropProxy(cluster.bootstrap) as proxy:
-        with Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                      retry_backoff_ms=20) as producer:
+        with Producer(
+            brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10, retry_backoff_ms=20
+        ) as producer:
             assert producer.idempotence  # the default with acks=all
             values = send_through_a_lost_ack(proxy, producer, "idem", b"i")
         # the control: the same lost ack without idempotence appends the batches twice
-        with Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                      retry_backoff_ms=20, idempotence=False) as plain:
+        with Producer(
+            brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10, retry_backoff_ms=20, idempotence=False
+        ) as plain:
             plain_values = send_through_a_lost_ack(proxy, plain, "plain", b"p")
     held = copies(cluster.bootstrap, "idem", len(values))
     assert sorted(held) == values and set(held.values()) == {1}
@@ -85,19 +88,30 @@ def test_a_retry_after_a_lost_ack_leaves_one_copy(broker_cluster):
 
 def test_a_retry_after_a_leader_change_leaves_one_copy(broker_cluster):
     cluster = broker_cluster(0)
-    add_brokers(cluster, 2, zk_session_timeout_s=3.0, replica_lag_time_max_ms=1500,
-                leader_rebalance_interval_s=0)
+    add_brokers(cluster, 2, zk_session_timeout_s=3.0, replica_lag_time_max_ms=1500, leader_rebalance_interval_s=0)
     topic = "idem-rf2"
     with Admin(brokers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, replication_factor=2, min_insync_replicas=1)
-        wait_until(lambda: len(admin.describe_partitions(topic)[0].isr) == 2, 30, "both in sync",
-                   ignore=(UnknownTopicOrPartitionError,))  # until the metadata reaches it
+        wait_until(
+            lambda: len(admin.describe_partitions(topic)[0].isr) == 2,
+            30,
+            "both in sync",
+            ignore=(UnknownTopicOrPartitionError,),
+        )  # until the metadata reaches it
         leader_id = admin.describe_partitions(topic)[0].leader
     leader = next(b for b in cluster.brokers if b.id == leader_id)
     survivor = next(b for b in cluster.brokers if b.id != leader_id)
-    with (AckDropProxy(cluster.bootstrap) as proxy,
-          Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                   retry_backoff_ms=50, delivery_timeout=90) as producer):
+    with (
+        AckDropProxy(cluster.bootstrap) as proxy,
+        Producer(
+            brokers=proxy.addresses,
+            acks="all",
+            linger_ms=20,
+            batch_messages=10,
+            retry_backoff_ms=50,
+            delivery_timeout=90,
+        ) as producer,
+    ):
         first = [b"a-%03d" % i for i in range(20)]
         for v in first:
             producer.send(topic, [v], partition=0)
@@ -131,9 +145,17 @@ def test_a_retry_after_a_broker_restart_leaves_one_copy(broker_cluster, how):
     topic = "idem-restart"
     with Admin(brokers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 1)
-    with (AckDropProxy(cluster.bootstrap) as proxy,
-          Producer(brokers=proxy.addresses, acks="all", linger_ms=20, batch_messages=10,
-                   retry_backoff_ms=100, delivery_timeout=90) as producer):
+    with (
+        AckDropProxy(cluster.bootstrap) as proxy,
+        Producer(
+            brokers=proxy.addresses,
+            acks="all",
+            linger_ms=20,
+            batch_messages=10,
+            retry_backoff_ms=100,
+            delivery_timeout=90,
+        ) as producer,
+    ):
         first = [b"a-%03d" % i for i in range(200)]  # a few segments: snapshots on roll
         for v in first:
             producer.send(topic, [v], partition=0)

@@ -27,10 +27,10 @@ def create_topic(cluster: KafkaCluster, topic: str, partitions: int, rf: int = 1
     cluster.create_topic(topic, partitions, rf)
 
 
-def rd_consume(bootstrap: str, topic: str, partitions: int, count: int,
-               timeout: float = 30.0) -> list[Any]:
-    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                           "enable.auto.commit": False, "api.version.request": True})
+def rd_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 30.0) -> list[Any]:
+    consumer = RdConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, "api.version.request": True}
+    )
     try:
         consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])  # earliest
         out: list[Any] = []
@@ -49,14 +49,20 @@ def rd_consume(bootstrap: str, topic: str, partitions: int, count: int,
 def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "rd", 3)
-    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                           "linger.ms": 5, "compression.type": "none"})
+    producer = RdProducer(
+        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "none"}
+    )
     errors: list[Any] = []
     for i in range(N):
-        producer.produce("rd", value=f"v{i}".encode(), key=f"k{i % 7}".encode(),
-                         partition=i % 3, headers=[("h", f"{i}".encode()), ("n", None)],
-                         timestamp=1_700_000_000_000 + i,
-                         on_delivery=lambda err, msg: err and errors.append(err))
+        producer.produce(
+            "rd",
+            value=f"v{i}".encode(),
+            key=f"k{i % 7}".encode(),
+            partition=i % 3,
+            headers=[("h", f"{i}".encode()), ("n", None)],
+            timestamp=1_700_000_000_000 + i,
+            on_delivery=lambda err, msg: err and errors.append(err),
+        )
     assert producer.flush(30) == 0
     assert not errors
     got = rd_consume(cluster.bootstrap, "rd", 3, N)
@@ -76,15 +82,14 @@ def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -
 
 
 @pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
-def test_librdkafka_compressed_batches_read_by_native_consumer(kafka_cluster: Any,
-                                                               compression: str) -> None:
+def test_librdkafka_compressed_batches_read_by_native_consumer(kafka_cluster: Any, compression: str) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "zipped", 1)
-    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": 1,
-                           "compression.type": compression, "linger.ms": 20})
+    producer = RdProducer(
+        {"bootstrap.servers": cluster.bootstrap, "acks": 1, "compression.type": compression, "linger.ms": 20}
+    )
     for i in range(N):
-        producer.produce("zipped", value=b"x" * 100 + str(i).encode(), key=b"key",
-                         headers={"i": str(i).encode()})
+        producer.produce("zipped", value=b"x" * 100 + str(i).encode(), key=b"key", headers={"i": str(i).encode()})
     assert producer.flush(30) == 0
     consumer = SimpleConsumer(brokers=cluster.native)
     try:
@@ -113,8 +118,7 @@ def consumer_batches(cluster: KafkaCluster, topic: str) -> list[Any]:
         consumer.close()
 
 
-def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
-        kafka_cluster: Any) -> None:
+def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "mixed", 2)
     native = Producer(brokers=cluster.native, acks="all")
@@ -123,22 +127,25 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
     native.flush(30)
     native.close()
 
-    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5,
-                       enable_idempotence=False)
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5, enable_idempotence=False)
     for i in range(N):
-        kp.send("mixed", value=f"kafka-{i}".encode(), key=b"kp", partition=i % 2,
-                headers=[("src", b"kafka-python")])
+        kp.send("mixed", value=f"kafka-{i}".encode(), key=b"kp", partition=i % 2, headers=[("src", b"kafka-python")])
     kp.flush(30)
     kp.close()
 
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=5000, auto_offset_reset="earliest")
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+        auto_offset_reset="earliest",
+    )
     consumer.assign([KpTopicPartition("mixed", 0), KpTopicPartition("mixed", 1)])
     got = [m for _, m in zip(range(2 * N), consumer, strict=False)]
     consumer.close()
     values = [m.value for m in got]
-    assert sorted(values) == sorted([f"native-{i}".encode() for i in range(N)]
-                                    + [f"kafka-{i}".encode() for i in range(N)])
+    assert sorted(values) == sorted(
+        [f"native-{i}".encode() for i in range(N)] + [f"kafka-{i}".encode() for i in range(N)]
+    )
     for p in (0, 1):
         mine = [m for m in got if m.partition == p]
         native_part = [int(m.value.split(b"-")[1]) for m in mine if m.value.startswith(b"native")]
@@ -146,8 +153,7 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
         assert native_part == sorted(native_part) and kafka_part == sorted(kafka_part)
         assert [m.offset for m in mine] == sorted(m.offset for m in mine)
     assert all(m.key == b"agent" for m in got if m.value.startswith(b"native"))
-    assert all(list(m.headers) == [("src", b"kafka-python")]
-               for m in got if m.value.startswith(b"kafka"))
+    assert all(list(m.headers) == [("src", b"kafka-python")] for m in got if m.value.startswith(b"kafka"))
 
     reader = SimpleConsumer(brokers=cluster.native)
     try:
@@ -165,8 +171,7 @@ def test_list_offsets_by_time_and_resume_mid_batch(kafka_cluster: Any) -> None:
     for i in range(100):
         producer.produce("timed", value=str(i).encode(), partition=0, timestamp=base + i * 10)
     assert producer.flush(30) == 0
-    consumer = RdConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused",
-                           "enable.auto.commit": False})
+    consumer = RdConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused", "enable.auto.commit": False})
     try:
         deadline = time.monotonic() + 20
         offset = -1
@@ -250,7 +255,7 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
         sock.sendall(_frame(4242, 0, 1))
         assert _closed(sock)
     # oversized and negative frame sizes: closed
-    for size in (2 ** 31 - 1, -5):
+    for size in (2**31 - 1, -5):
         with socket.create_connection(addr, timeout=5) as sock:
             sock.sendall(struct.pack(">i", size) + b"\0" * 16)
             assert _closed(sock)
@@ -262,9 +267,16 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
     good = _record_batch_bytes()
     bad = bytearray(good)
     bad[-1] ^= 0xFF
-    body = (struct.pack(">hhi", -1, 1, 5000) + struct.pack(">i", 1) + struct.pack(">h", 4)
-            + b"safe" + struct.pack(">i", 1) + struct.pack(">i", 0)
-            + struct.pack(">i", len(bad)) + bytes(bad))
+    body = (
+        struct.pack(">hhi", -1, 1, 5000)
+        + struct.pack(">i", 1)
+        + struct.pack(">h", 4)
+        + b"safe"
+        + struct.pack(">i", 1)
+        + struct.pack(">i", 0)
+        + struct.pack(">i", len(bad))
+        + bytes(bad)
+    )
     with socket.create_connection(addr, timeout=5) as sock:
         sock.sendall(_frame(0, 3, 11, body))
         answer = _read_frame(sock)
@@ -282,20 +294,27 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
 
 def _record_batch_bytes() -> bytes:
     from broker.server.kafka.record_batch import encode_record_batch
+
     return bytes(encode_record_batch(0, 0, 1_700_000_000_000, None, None, [b"payload"]))
 
 
 def rd_group_consumer(bootstrap: str, group: str, topic: str, **extra: Any) -> Any:
-    consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                           "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                           **extra})
+    consumer = RdConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            **extra,
+        }
+    )
     consumer.subscribe([topic])
     return consumer
 
 
-def test_librdkafka_group_shares_partitions_and_commits_are_honoured(
-        kafka_cluster: Any, zk_client: Any) -> None:
+def test_librdkafka_group_shares_partitions_and_commits_are_honoured(kafka_cluster: Any, zk_client: Any) -> None:
     cluster = kafka_cluster(2)
     create_topic(cluster, "grp", 4)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
@@ -324,14 +343,20 @@ def test_librdkafka_group_shares_partitions_and_commits_are_honoured(
     for i in range(N, N + 8):
         producer.produce("grp", value=str(i).encode(), partition=i % 4)
     assert producer.flush(30) == 0
-    consumer = KafkaConsumer("grp", bootstrap_servers=cluster.bootstrap, group_id="g1",
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             consumer_timeout_ms=8000)
+    consumer = KafkaConsumer(
+        "grp",
+        bootstrap_servers=cluster.bootstrap,
+        group_id="g1",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=8000,
+    )
     later = sorted(int(m.value) for m in consumer)
     consumer.close()
     assert later == list(range(N, N + 8))
     # and where a native consumer of the group would resume: (batch offset, skip)
     import json
+
     for p in range(4):
         path = f"/consumers/g1/offsets/grp/{p}"
         if zk_client.exists(path):
@@ -378,13 +403,13 @@ def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> Non
 def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
+
     cluster = kafka_cluster(1)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         admin.create_topics([NewTopic("made-by-kafka", num_partitions=3, replication_factor=1)])
         with pytest.raises(TopicAlreadyExistsError):
-            admin.create_topics([NewTopic("made-by-kafka", num_partitions=3,
-                                          replication_factor=1)])
+            admin.create_topics([NewTopic("made-by-kafka", num_partitions=3, replication_factor=1)])
         native = Admin(brokers=cluster.native)
         try:
             assert len(native.describe_topic("made-by-kafka")) == 3
@@ -399,8 +424,7 @@ def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) ->
         admin.close()
 
 
-def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(
-        kafka_cluster: Any) -> None:
+def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
     create_topic(cluster, "failover", 1, rf=3)
     admin = Admin(brokers=cluster.native)
@@ -417,12 +441,17 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(
         else:
             failed.append(err)
 
-    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                           "linger.ms": 5, "message.timeout.ms": 60000,
-                           "retry.backoff.ms": 200})
+    producer = RdProducer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 200,
+        }
+    )
     for i in range(2000):
-        producer.produce("failover", value=str(i).encode(), partition=0,
-                         on_delivery=delivered)
+        producer.produce("failover", value=str(i).encode(), partition=0, on_delivery=delivered)
         if i == 1000:
             producer.flush(30)
             next(b for b in cluster.brokers if b.id == leader).kill()
@@ -439,8 +468,7 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(
 def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "idem", 1)
-    rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
-                     "linger.ms": 5})
+    rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for i in range(N):
         rd.produce("idem", value=f"rd-{i}".encode(), partition=0)
     assert rd.flush(30) == 0
@@ -455,8 +483,7 @@ def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_clust
         batches = consumer_batches(cluster, "idem")
     finally:
         reader.close()
-    assert [m.value for m in got] == ([f"rd-{i}".encode() for i in range(N)]
-                                      + [f"kp-{i}".encode() for i in range(N)])
+    assert [m.value for m in got] == ([f"rd-{i}".encode() for i in range(N)] + [f"kp-{i}".encode() for i in range(N)])
     assert all(b.producer_id >= 0 for b in batches)
     assert len({b.producer_id for b in batches}) == 2
 
@@ -465,20 +492,21 @@ def test_list_and_describe_groups_with_kafka_python_admin(kafka_cluster: Any) ->
     """ListGroups and DescribeGroups as an admin client sees them: the live group with
     its members and their assignments, and a group with only commits left as Empty."""
     from kafka.admin import KafkaAdminClient
+
     cluster = kafka_cluster(2)
     create_topic(cluster, "described", 4)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
     for i in range(40):
         producer.produce("described", value=str(i).encode(), partition=i % 4)
     assert producer.flush(30) == 0
-    consumers = [rd_group_consumer(cluster.bootstrap, "watched", "described",
-                                   **{"client.id": f"member-{i}"}) for i in range(2)]
+    consumers = [
+        rd_group_consumer(cluster.bootstrap, "watched", "described", **{"client.id": f"member-{i}"}) for i in range(2)
+    ]
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         seen: set[int] = set()
         deadline = time.monotonic() + 60
-        while (len(seen) < 40 or any(not c.assignment() for c in consumers)) \
-                and time.monotonic() < deadline:
+        while (len(seen) < 40 or any(not c.assignment() for c in consumers)) and time.monotonic() < deadline:
             for consumer in consumers:
                 msg = consumer.poll(0.2)
                 if msg is not None and msg.error() is None:

@@ -19,14 +19,15 @@ pytestmark = pytest.mark.integration
 def test_admin_clients_describe_topic_and_broker_configs(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1, min_insync_replicas=1)
     with Admin(brokers=cluster.native) as admin:
-        admin.create_topic("described", 2, 1, config={"retention_ms": 60_000,
-                                                      "compression": "zstd"})
+        admin.create_topic("described", 2, 1, config={"retention_ms": 60_000, "compression": "zstd"})
         admin.create_topic("defaults", 1, 1)
 
     client = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    asked = [ConfigResource(ConfigResource.Type.TOPIC, "described"),
-             ConfigResource(ConfigResource.Type.TOPIC, "defaults"),
-             ConfigResource(ConfigResource.Type.BROKER, "1")]
+    asked = [
+        ConfigResource(ConfigResource.Type.TOPIC, "described"),
+        ConfigResource(ConfigResource.Type.TOPIC, "defaults"),
+        ConfigResource(ConfigResource.Type.BROKER, "1"),
+    ]
     futures = client.describe_configs(asked, request_timeout=20)
     described, defaults, broker = (futures[r].result(timeout=30) for r in asked)
     assert described["retention.ms"].value == "60000"
@@ -58,6 +59,7 @@ def test_admin_clients_describe_topic_and_broker_configs(kafka_cluster: Any) -> 
 
     from kafka.admin import ConfigResource as KpResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
+
     kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         answers = kp.describe_configs([KpResource(ConfigResourceType.TOPIC, "described")])

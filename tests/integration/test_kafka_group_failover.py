@@ -24,7 +24,7 @@ PARTITIONS = 12
 PER_PHASE = 600
 COMMIT_EVERY = 20
 
-CONSUMER = r'''
+CONSUMER = r"""
 import os, sys
 from confluent_kafka import Consumer, KafkaException
 bootstrap, group, topic, stop_file, every = sys.argv[1:6]
@@ -54,15 +54,14 @@ if uncommitted:
         print("COMMIT-REFUSED", exc, flush=True)
 consumer.close()
 print("CLOSED", flush=True)
-'''
+"""
 
 
 class ConsumerProcess:
     """One group member in its own process; its stdout lines are collected."""
 
     def __init__(self, script: Path, args: list[str]):
-        self.proc = subprocess.Popen([sys.executable, str(script), *args],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
         self.values: list[int] = []
         self.assignments: list[list[int]] = []
         self.closed = False
@@ -99,8 +98,7 @@ def _wait(what: str, condition: Any, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def test_three_librdkafka_consumers_one_killed_the_rest_take_over(
-        kafka_cluster: Any, tmp_path: Path) -> None:
+def test_three_librdkafka_consumers_one_killed_the_rest_take_over(kafka_cluster: Any, tmp_path: Path) -> None:
     cluster = kafka_cluster(2)
     create_topic(cluster, "shared", PARTITIONS)
     script = tmp_path / "member.py"
@@ -108,13 +106,19 @@ def test_three_librdkafka_consumers_one_killed_the_rest_take_over(
     stop = tmp_path / "stop"
     _produce(cluster.bootstrap, "shared", range(PER_PHASE))
 
-    members = [ConsumerProcess(script, [cluster.bootstrap, "trio", "shared", str(stop),
-                                        str(COMMIT_EVERY)]) for _ in range(3)]
+    members = [
+        ConsumerProcess(script, [cluster.bootstrap, "trio", "shared", str(stop), str(COMMIT_EVERY)]) for _ in range(3)
+    ]
     try:
         # all three share the 12 partitions and each has read some of its own
-        _wait("3 members with 4 partitions each and messages read", lambda: all(
-            m.assignments and len(m.assignments[-1]) == 4 and m.values for m in members)
-            and sorted(p for m in members for p in m.assignments[-1]) == list(range(12)), 60)
+        _wait(
+            "3 members with 4 partitions each and messages read",
+            lambda: (
+                all(m.assignments and len(m.assignments[-1]) == 4 and m.values for m in members)
+                and sorted(p for m in members for p in m.assignments[-1]) == list(range(12))
+            ),
+            60,
+        )
         victim, survivors = members[0], members[1:]
         victim.proc.send_signal(signal.SIGKILL)
         victim.wait(10)
@@ -123,11 +127,14 @@ def test_three_librdkafka_consumers_one_killed_the_rest_take_over(
         # the survivors take every partition over and read everything (again, for
         # what the victim read but had not committed)
         everything = set(range(2 * PER_PHASE))
-        _wait("the survivors to own the 12 partitions", lambda: sorted(
-            p for m in survivors for p in (m.assignments[-1] if m.assignments else []))
-            == list(range(12)), 60)
-        _wait("every message read", lambda: everything <= set(
-            v for m in members for v in m.values), 60)
+        _wait(
+            "the survivors to own the 12 partitions",
+            lambda: (
+                sorted(p for m in survivors for p in (m.assignments[-1] if m.assignments else [])) == list(range(12))
+            ),
+            60,
+        )
+        _wait("every message read", lambda: everything <= set(v for m in members for v in m.values), 60)
     finally:
         stop.touch()
         for member in members:
@@ -138,9 +145,11 @@ def test_three_librdkafka_consumers_one_killed_the_rest_take_over(
     assert all(m.closed for m in survivors)
     received = [v for m in members for v in m.values]
     duplicates = len(received) - len(set(received))
-    print(f"3 consumers, 12 partitions, one SIGKILLed (it owned {killed_partitions}): "
-          f"{len(received)} received for {len(everything)} produced, {duplicates} duplicates "
-          f"(the victim read {len(victim.values)}, committing every {COMMIT_EVERY})")
+    print(
+        f"3 consumers, 12 partitions, one SIGKILLed (it owned {killed_partitions}): "
+        f"{len(received)} received for {len(everything)} produced, {duplicates} duplicates "
+        f"(the victim read {len(victim.values)}, committing every {COMMIT_EVERY})"
+    )
     assert set(received) == everything
     # at-least-once, bounded: a member commits every COMMIT_EVERY messages, so each
     # assignment it loses (a rebalance, or the kill) hands fewer than that on again

@@ -29,12 +29,23 @@ pytestmark = pytest.mark.integration
 def produce(bootstrap: str, topic: str, values: range, per_request: int = 0) -> None:
     """Produce ``values`` to partition 0 with acks=all; every one acknowledged.
     ``per_request``: flush after that many, so each lands in its own batch."""
-    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                           "message.timeout.ms": 60000, "retry.backoff.ms": 200})
+    producer = RdProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 200,
+        }
+    )
     failed: list[Any] = []
     for i in values:
-        producer.produce(topic, value=b"%06d-" % i + b"x" * 180, partition=0,
-                         on_delivery=lambda err, _msg: err and failed.append(err))
+        producer.produce(
+            topic,
+            value=b"%06d-" % i + b"x" * 180,
+            partition=0,
+            on_delivery=lambda err, _msg: err and failed.append(err),
+        )
         if per_request and (i + 1) % per_request == 0:
             assert producer.flush(60) == 0
     assert producer.flush(60) == 0 and not failed, failed
@@ -44,8 +55,7 @@ def value_of(msg: Any) -> int:
     return int(msg.value()[:6])
 
 
-def consume(consumer: Any, count: int, timeout: float = 60,
-            commit_last: bool = False) -> list[int]:
+def consume(consumer: Any, count: int, timeout: float = 60, commit_last: bool = False) -> list[int]:
     """Up to ``count`` values (errors fail the test); with ``commit_last`` the last
     message's position is committed synchronously (a mid-batch position)."""
     got: list[int] = []
@@ -56,8 +66,11 @@ def consume(consumer: Any, count: int, timeout: float = 60,
             continue
         if msg.error() is not None:
             if msg.error().retriable() or msg.error().code() in (
-                    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE):
+                KafkaError._TRANSPORT,
+                KafkaError._ALL_BROKERS_DOWN,
+                KafkaError.NOT_COORDINATOR,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+            ):
                 continue  # a broker just went away: the client recovers by itself
             raise AssertionError(msg.error())
         got.append(value_of(msg))
@@ -80,8 +93,7 @@ def leader_of(native: list[str], topic: str, timeout: float = 30) -> int:
 
 
 @pytest.mark.parametrize("how", ["kill -9", "controlled shutdown"])
-def test_committed_position_survives_a_leader_change(kafka_cluster: Any,
-                                                     how: str) -> None:
+def test_committed_position_survives_a_leader_change(kafka_cluster: Any, how: str) -> None:
     cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
     create_topic(cluster, "moving", 1, rf=3)
     leader = leader_of(cluster.native, "moving")
@@ -119,8 +131,7 @@ def test_committed_position_survives_a_leader_change(kafka_cluster: Any,
     assert rest == list(range(120, 400)), (rest[:5], len(rest))
 
 
-def test_committed_position_survives_retention_and_below_the_log_start_resets(
-        kafka_cluster: Any) -> None:
+def test_committed_position_survives_retention_and_below_the_log_start_resets(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1, retention_check_ms=200)
     with Admin(brokers=cluster.native) as admin:
         admin.create_topic("aging", 1, 1, config={"segment_bytes": 1024})
@@ -128,8 +139,7 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(
     segments = [p for p in cluster.brokers[0].segment_files() if p.parent.name == "aging-0"]
     assert len(segments) >= 25, "a batch per segment"
     # one group commits late in the log, another early
-    for group, count in (("late", 250), ("early", 50), ("early-latest", 50),
-                         ("early-error", 50)):
+    for group, count in (("late", 250), ("early", 50), ("early-latest", 50), ("early-error", 50)):
         consumer = rd_group_consumer(cluster.bootstrap, group, "aging")
         try:
             assert consume(consumer, count, commit_last=True) == list(range(count))
@@ -176,9 +186,12 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(
         if part.get("0", {}).get("fetch_state") == "active":
             fetching_at.append(part["0"]["next_offset"])
 
-    consumer = rd_group_consumer(cluster.bootstrap, "early-latest", "aging",
-                                 **{"auto.offset.reset": "latest", "stats_cb": stats,
-                                    "statistics.interval.ms": 200})
+    consumer = rd_group_consumer(
+        cluster.bootstrap,
+        "early-latest",
+        "aging",
+        **{"auto.offset.reset": "latest", "stats_cb": stats, "statistics.interval.ms": 200},
+    )
     try:
         deadline = time.monotonic() + 30  # until the reset put it at the end
         while time.monotonic() < deadline and high not in fetching_at:
@@ -189,8 +202,7 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(
     finally:
         consumer.close()
 
-    consumer = rd_group_consumer(cluster.bootstrap, "early-error", "aging",
-                                 **{"auto.offset.reset": "error"})
+    consumer = rd_group_consumer(cluster.bootstrap, "early-error", "aging", **{"auto.offset.reset": "error"})
     try:
         deadline = time.monotonic() + 30
         error = None

@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka import Producer as RdProducer
-from confluent_kafka import TopicPartition
 
 from broker.client import Admin, Producer, SaslCredentials, SimpleConsumer
 from broker.common.config import dumps
@@ -58,12 +57,16 @@ class SaslBroker:
     def native(self) -> list[str]:
         return [self.process.address]
 
-    def rd(self, user: str, password: str = PASSWORD, mechanism: str = "SCRAM-SHA-256",
-           **extra: Any) -> dict[str, Any]:
+    def rd(self, user: str, password: str = PASSWORD, mechanism: str = "SCRAM-SHA-256", **extra: Any) -> dict[str, Any]:
         """librdkafka settings for ``user``."""
-        settings = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security,
-                    "sasl.mechanisms": mechanism, "sasl.username": user,
-                    "sasl.password": password, **extra}
+        settings = {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": self.security,
+            "sasl.mechanisms": mechanism,
+            "sasl.username": user,
+            "sasl.password": password,
+            **extra,
+        }
         if self.security == "SASL_SSL":
             settings["ssl.ca.location"] = str(self.pki.ca)
         return settings
@@ -72,23 +75,23 @@ class SaslBroker:
         return Admin(brokers=self.native, sasl=SaslCredentials(user, PASSWORD))
 
 
-def sasl_broker(broker_cluster: Any, pki: Pki, security: str = "SASL_SSL",
-                authorizer: dict[str, Any] | None = None) -> SaslBroker:
+def sasl_broker(
+    broker_cluster: Any, pki: Pki, security: str = "SASL_SSL", authorizer: dict[str, Any] | None = None
+) -> SaslBroker:
     cluster = broker_cluster(0)
     process = cluster.add({"num_partitions": 1}, start=False)
     doc = tomllib.loads(process.config_file.read_text())
     doc["broker"].pop("host")
     doc["broker"].pop("port")
-    kafka: dict[str, Any] = {"name": "kafka", "port": free_port(), "protocol": "kafka",
-                             "auth": {"required": True}}
+    kafka: dict[str, Any] = {"name": "kafka", "port": free_port(), "protocol": "kafka", "auth": {"required": True}}
     if security == "SASL_SSL":
         kafka["tls"] = broker_tls(pki)
     else:  # SASL_PLAINTEXT: SCRAM proofs in clear must be asked for
         kafka["auth"]["allow_plaintext"] = True
     doc["listeners"] = [
-        {"name": "local", "port": process.port,
-         "auth": {"required": False, "allow_plaintext": True}},
-        kafka]
+        {"name": "local", "port": process.port, "auth": {"required": False, "allow_plaintext": True}},
+        kafka,
+    ]
     if authorizer is not None:
         doc["authorizer"] = authorizer
     process.config_file.write_text(dumps(doc))
@@ -97,27 +100,30 @@ def sasl_broker(broker_cluster: Any, pki: Pki, security: str = "SASL_SSL",
     return SaslBroker(process, security, pki)
 
 
-def rd_produce(settings: dict[str, Any], topic: str, n: int,
-               timeout: float = 30) -> list[Any]:
+def rd_produce(settings: dict[str, Any], topic: str, n: int, timeout: float = 30) -> list[Any]:
     """Produce ``n`` keyed messages with a header; the delivery errors (None: acked)."""
     errors: list[Any] = []
-    producer = RdProducer({**settings, "acks": "all", "linger.ms": 5,
-                           "message.timeout.ms": int(timeout * 1000)})
+    producer = RdProducer({**settings, "acks": "all", "linger.ms": 5, "message.timeout.ms": int(timeout * 1000)})
     for i in range(n):
-        producer.produce(topic, key=f"k{i % 7}".encode(), value=f"v{i}".encode(),
-                         headers=[("n", str(i).encode())], partition=0,
-                         on_delivery=lambda err, _msg: errors.append(err))
+        producer.produce(
+            topic,
+            key=f"k{i % 7}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("n", str(i).encode())],
+            partition=0,
+            on_delivery=lambda err, _msg: errors.append(err),
+        )
         producer.poll(0)
     producer.flush(timeout + 10)
     return errors
 
 
-def rd_group_consume(settings: dict[str, Any], topic: str, group: str, n: int,
-                     timeout: float = 30) -> tuple[list[Any], list[Any]]:
+def rd_group_consume(
+    settings: dict[str, Any], topic: str, group: str, n: int, timeout: float = 30
+) -> tuple[list[Any], list[Any]]:
     """Consume up to ``n`` messages as a member of ``group``, committing; (messages,
     errors)."""
-    consumer = RdConsumer({**settings, "group.id": group, "auto.offset.reset": "earliest",
-                           "enable.auto.commit": False})
+    consumer = RdConsumer({**settings, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
     got: list[Any] = []
     errors: list[Any] = []
     try:
@@ -141,8 +147,9 @@ def rd_group_consume(settings: dict[str, Any], topic: str, group: str, n: int,
 
 
 @pytest.mark.parametrize("security", ["SASL_SSL", "SASL_PLAINTEXT"])
-def test_librdkafka_produces_and_consumes_with_scram(broker_cluster, pki: Pki, zk_connect: str,
-                                                     tmp_path: Path, security: str) -> None:
+def test_librdkafka_produces_and_consumes_with_scram(
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path, security: str
+) -> None:
     create_user(zk_connect, tmp_path, "alice")
     create_user(zk_connect, tmp_path, "admin")
     broker = sasl_broker(broker_cluster, pki, security)
@@ -172,11 +179,9 @@ def test_librdkafka_produces_and_consumes_with_scram(broker_cluster, pki: Pki, z
 def _failed_login(settings: dict[str, Any]) -> str:
     """The error librdkafka reports for a login that fails."""
     errors: list[Any] = []
-    producer = RdProducer({**settings, "error_cb": errors.append,
-                           "reconnect.backoff.ms": 2000})
+    producer = RdProducer({**settings, "error_cb": errors.append, "reconnect.backoff.ms": 2000})
     deadline = time.monotonic() + 20
-    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) \
-            and time.monotonic() < deadline:
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
         producer.poll(0.2)
     auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
     assert auth, f"no authentication error reported: {errors}"
@@ -184,26 +189,33 @@ def _failed_login(settings: dict[str, Any]) -> str:
 
 
 @pytest.mark.slow
-def test_wrong_password_and_unknown_user_fail_alike(broker_cluster, pki: Pki, zk_connect: str,
-                                                    tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_wrong_password_and_unknown_user_fail_alike(
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     create_user(zk_connect, tmp_path, "carol")
     broker = sasl_broker(broker_cluster, pki)
     wrong = _failed_login(broker.rd("carol", "not the password"))
     unknown = _failed_login(broker.rd("nobody", "not the password"))
     for text in (wrong, unknown):
-        assert "SASL_AUTHENTICATION_FAILED" in text or "Authentication failed" in text \
-            or "authentication failed" in text, text
+        assert (
+            "SASL_AUTHENTICATION_FAILED" in text or "Authentication failed" in text or "authentication failed" in text
+        ), text
         assert "unknown user or wrong password" in text, text
     # the same sentence for both: which part was wrong is not told
     assert wrong.split(" for ")[0] == unknown.split(" for ")[0]
 
     from kafka import KafkaProducer
+
     with pytest.raises(Exception) as failed:
-        KafkaProducer(bootstrap_servers=broker.bootstrap, security_protocol="SASL_SSL",
-                      ssl_cafile=str(pki.ca), sasl_mechanism="SCRAM-SHA-512",
-                      sasl_plain_username="carol", sasl_plain_password="nope",
-                      max_block_ms=5000).close()
+        KafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            security_protocol="SASL_SSL",
+            ssl_cafile=str(pki.ca),
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="carol",
+            sasl_plain_password="nope",
+            max_block_ms=5000,
+        ).close()
     # kafka-python retries until max_block_ms and says why in its log
     assert "Unable to bootstrap" in str(failed.value)
     assert "SaslAuthenticationFailedError" in caplog.text
@@ -217,9 +229,9 @@ def test_wrong_password_and_unknown_user_fail_alike(broker_cluster, pki: Pki, zk
     assert rd_produce(broker.rd("carol"), "after", 3) == [None] * 3
 
 
-def test_requests_before_authentication_close_the_connection(broker_cluster, pki: Pki,
-                                                             zk_connect: str,
-                                                             tmp_path: Path) -> None:
+def test_requests_before_authentication_close_the_connection(
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path
+) -> None:
     create_user(zk_connect, tmp_path, "admin")
     broker = sasl_broker(broker_cluster, pki, "SASL_PLAINTEXT")
     host, port = broker.bootstrap.rsplit(":", 1)
@@ -248,17 +260,17 @@ def test_requests_before_authentication_close_the_connection(broker_cluster, pki
     assert rd_produce(broker.rd("admin"), "fine", 2) == [None, None]
 
 
-def test_acls_decide_on_the_scram_principal_with_kafka_codes(broker_cluster, pki: Pki,
-                                                             zk_connect: str,
-                                                             tmp_path: Path) -> None:
+def test_acls_decide_on_the_scram_principal_with_kafka_codes(
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path
+) -> None:
     for name in ("admin", "alice", "bob"):
         create_user(zk_connect, tmp_path, name)
-    broker = sasl_broker(broker_cluster, pki,
-                         authorizer={"enabled": True, "super_users": ["User:admin"]})
-    for args in (("--operation", "produce", "--operation", "consume", "--topic", "owned"),
-                 ("--operation", "consume", "--group", "alice-group")):
-        done = logferry("acl", "add", "--zk", zk_connect, "--principal", "User:alice",
-                        *args, "--allow")
+    broker = sasl_broker(broker_cluster, pki, authorizer={"enabled": True, "super_users": ["User:admin"]})
+    for args in (
+        ("--operation", "produce", "--operation", "consume", "--topic", "owned"),
+        ("--operation", "consume", "--group", "alice-group"),
+    ):
+        done = logferry("acl", "add", "--zk", zk_connect, "--principal", "User:alice", *args, "--allow")
         assert done.returncode == 0, done.stderr
     with broker.admin() as admin:
         admin.create_topic("owned", 1, 1)
@@ -283,8 +295,7 @@ def test_acls_decide_on_the_scram_principal_with_kafka_codes(broker_cluster, pki
     assert "Traceback" not in broker.process.log_text()
 
 
-def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_connect: str,
-                                                   tmp_path: Path) -> None:
+def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path) -> None:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KpTopicPartition
 
@@ -294,9 +305,14 @@ def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_
     with broker.admin() as admin:
         for topic in ("kp", "aio"):
             admin.create_topic(topic, 1, 1)
-    common = {"bootstrap_servers": broker.bootstrap, "security_protocol": "SASL_SSL",
-              "ssl_cafile": str(pki.ca), "sasl_mechanism": "SCRAM-SHA-512",
-              "sasl_plain_username": "dave", "sasl_plain_password": PASSWORD}
+    common = {
+        "bootstrap_servers": broker.bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(pki.ca),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "dave",
+        "sasl_plain_password": PASSWORD,
+    }
 
     producer = KafkaProducer(**common, acks="all")
     for i in range(N):
@@ -313,10 +329,15 @@ def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_
     async def aio() -> list[bytes]:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
         from aiokafka.helpers import create_ssl_context
-        settings = {"bootstrap_servers": broker.bootstrap, "security_protocol": "SASL_SSL",
-                    "ssl_context": create_ssl_context(cafile=str(pki.ca)),
-                    "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "dave",
-                    "sasl_plain_password": PASSWORD}
+
+        settings = {
+            "bootstrap_servers": broker.bootstrap,
+            "security_protocol": "SASL_SSL",
+            "ssl_context": create_ssl_context(cafile=str(pki.ca)),
+            "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "dave",
+            "sasl_plain_password": PASSWORD,
+        }
         producer = AIOKafkaProducer(**settings, acks="all")
         await producer.start()
         try:
@@ -325,8 +346,9 @@ def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer("aio", **settings, auto_offset_reset="earliest",
-                                    group_id="aio-group", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            "aio", **settings, auto_offset_reset="earliest", group_id="aio-group", enable_auto_commit=False
+        )
         await consumer.start()
         out: list[bytes] = []
         try:
@@ -344,26 +366,39 @@ def test_kafka_python_aiokafka_and_kcat_with_scram(broker_cluster, pki: Pki, zk_
     kcat = shutil.which("kcat")
     if kcat is None:
         pytest.fail("kcat is not installed: run scripts/install-system-deps.sh as root")
-    sasl_args = ["-b", broker.bootstrap, "-X", "security.protocol=SASL_SSL",
-                 "-X", f"ssl.ca.location={pki.ca}", "-X", "sasl.mechanisms=SCRAM-SHA-256",
-                 "-X", "sasl.username=dave", "-X", f"sasl.password={PASSWORD}"]
-    listed = subprocess.run([kcat, *sasl_args, "-L", "-J"], capture_output=True, text=True,
-                            timeout=60)
+    sasl_args = [
+        "-b",
+        broker.bootstrap,
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        f"ssl.ca.location={pki.ca}",
+        "-X",
+        "sasl.mechanisms=SCRAM-SHA-256",
+        "-X",
+        "sasl.username=dave",
+        "-X",
+        f"sasl.password={PASSWORD}",
+    ]
+    listed = subprocess.run([kcat, *sasl_args, "-L", "-J"], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     meta = json.loads(listed.stdout)
     assert {t["topic"] for t in meta["topics"]} >= {"kp", "aio"}
-    read = subprocess.run([kcat, *sasl_args, "-C", "-t", "kp", "-o", "beginning", "-e", "-q"],
-                          capture_output=True, text=True, timeout=60)
+    read = subprocess.run(
+        [kcat, *sasl_args, "-C", "-t", "kp", "-o", "beginning", "-e", "-q"], capture_output=True, text=True, timeout=60
+    )
     assert read.returncode == 0, read.stderr
     assert read.stdout.split() == [f"p{i}" for i in range(N)]
-    bad = subprocess.run([kcat, *sasl_args[:-2], "-X", "sasl.password=wrong", "-L",
-                          "-m", "5"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [kcat, *sasl_args[:-2], "-X", "sasl.password=wrong", "-L", "-m", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "unknown user or wrong password" in bad.stderr, bad.stderr
     # native clients on the other listener are untouched by all this
-    with Producer(brokers=broker.native, sasl=SaslCredentials("dave", PASSWORD),
-                  acks=1) as native:
+    with Producer(brokers=broker.native, sasl=SaslCredentials("dave", PASSWORD), acks=1) as native:
         native.send("kp", b"native", partition=0).wait(10)
-    with SimpleConsumer(brokers=broker.native,
-                        sasl=SaslCredentials("dave", PASSWORD)) as native_consumer:
+    with SimpleConsumer(brokers=broker.native, sasl=SaslCredentials("dave", PASSWORD)) as native_consumer:
         tail = [m.value for m in native_consumer.messages("kp", 0, "earliest", limit=N + 1)]
     assert tail[-1] == b"native" and len(tail) == N + 1

@@ -25,17 +25,20 @@ N = 200
 
 
 def _rd_produce(bootstrap: str, tag: str, **config: Any) -> None:
-    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                           **config})
+    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **config})
     for i in range(N):
-        producer.produce("cross", value=f"{tag}-{i}".encode(), key=f"k{i % 3}".encode(),
-                         partition=0, headers=[("src", tag.encode()), ("i", str(i).encode())],
-                         timestamp=1_700_000_000_000 + i)
+        producer.produce(
+            "cross",
+            value=f"{tag}-{i}".encode(),
+            key=f"k{i % 3}".encode(),
+            partition=0,
+            headers=[("src", tag.encode()), ("i", str(i).encode())],
+            timestamp=1_700_000_000_000 + i,
+        )
     assert producer.flush(30) == 0
 
 
-def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
-        kafka_cluster: Any) -> None:
+def test_kafka_and_native_batches_share_a_partition_and_both_read_all(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     create_topic(cluster, "cross", 1)
     _rd_produce(cluster.bootstrap, "rd")  # stored as it came: magic 3
@@ -49,10 +52,8 @@ def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
         idempotent.send("cross", [f"idem-{i}".encode()], partition=0)
     idempotent.flush(30)
     idempotent.close()
-    _rd_produce(cluster.bootstrap, "gz", **{"compression.type": "gzip",
-                                            "enable.idempotence": True})
-    expected = [f"{tag}-{i}".encode() for tag in ("rd", "native", "idem", "gz")
-                for i in range(N)]
+    _rd_produce(cluster.bootstrap, "gz", **{"compression.type": "gzip", "enable.idempotence": True})
+    expected = [f"{tag}-{i}".encode() for tag in ("rd", "native", "idem", "gz") for i in range(N)]
 
     # the partition's one segment holds all three stored formats
     batches = consumer_batches(cluster, "cross")
@@ -63,7 +64,7 @@ def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
     pos = 0
     while pos < len(raw_log):
         positions.append(raw_log[pos + 4])
-        pos += 4 + int.from_bytes(raw_log[pos:pos + 4], "big")
+        pos += 4 + int.from_bytes(raw_log[pos : pos + 4], "big")
     assert set(positions) == {1, 2, 3}, positions
 
     # logferry's consumer: values in order, keys, headers and timestamps of Kafka records
@@ -74,12 +75,11 @@ def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
         reader.close()
     assert [m.value for m in got] == expected
     assert [m.key for m in got[:N]] == [f"k{i % 3}".encode() for i in range(N)]
-    assert all(m.key == b"agent" for m in got[N:2 * N])
+    assert all(m.key == b"agent" for m in got[N : 2 * N])
     headers = [h for b in batches for h in (b.headers or [None] * len(b))]
     assert headers[:N] == [[[b"src", b"rd"], [b"i", str(i).encode()]] for i in range(N)]
-    assert headers[N:3 * N] == [None] * (2 * N)
-    assert [t for b in batches for t in b.timestamps][:N] == \
-        [1_700_000_000_000 + i for i in range(N)]
+    assert headers[N : 3 * N] == [None] * (2 * N)
+    assert [t for b in batches for t in b.timestamps][:N] == [1_700_000_000_000 + i for i in range(N)]
 
     # librdkafka and kafka-python: everything in order, offsets growing, keys and headers
     for messages in (rd_consume(cluster.bootstrap, "cross", 1, 4 * N), _kp_consume(cluster)):
@@ -87,15 +87,18 @@ def test_kafka_and_native_batches_share_a_partition_and_both_read_all(
         assert values == expected
         offsets = [_offset(m) for m in messages]
         assert offsets == sorted(set(offsets))
-        assert [_key(m) for m in messages[N:2 * N]] == [b"agent"] * N
+        assert [_key(m) for m in messages[N : 2 * N]] == [b"agent"] * N
         assert [_key(m) for m in messages[:N]] == [f"k{i % 3}".encode() for i in range(N)]
-        assert [_headers(m) for m in messages[3 * N:]] == \
-            [[("src", b"gz"), ("i", str(i).encode())] for i in range(N)]
+        assert [_headers(m) for m in messages[3 * N :]] == [[("src", b"gz"), ("i", str(i).encode())] for i in range(N)]
 
 
 def _kp_consume(cluster: Any) -> list[Any]:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=5000, auto_offset_reset="earliest")
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+        auto_offset_reset="earliest",
+    )
     consumer.assign([KpTopicPartition("cross", 0)])
     deadline = time.monotonic() + 30
     out: list[Any] = []

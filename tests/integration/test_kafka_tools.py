@@ -24,10 +24,10 @@ def kcat(*args: str, stdin: str | None = None, timeout: float = 60) -> str:
     """Run kcat; fail (not skip) when it is missing: the install script provides it."""
     path = shutil.which("kcat")
     if path is None:
-        pytest.fail("kcat is not installed: run scripts/install-system-deps.sh as root "
-                    "(it installs Debian's `kcat` package)")
-    result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True,
-                            timeout=timeout)
+        pytest.fail(
+            "kcat is not installed: run scripts/install-system-deps.sh as root (it installs Debian's `kcat` package)"
+        )
+    result = subprocess.run([path, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"kcat {' '.join(args)} failed: {result.stderr}"
     return result.stdout
 
@@ -53,10 +53,8 @@ def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None
     create_topic(cluster, "kc", 2)
     for p in range(2):
         lines = "".join(f"k{i % 5}|v{i}\n" for i in range(N) if i % 2 == p)
-        kcat("-b", cluster.bootstrap, "-P", "-t", "kc", "-p", str(p), "-K", "|",
-             "-X", "acks=all", stdin=lines)
-    out = kcat("-b", cluster.bootstrap, "-C", "-t", "kc", "-o", "beginning", "-e", "-J",
-               "-q")
+        kcat("-b", cluster.bootstrap, "-P", "-t", "kc", "-p", str(p), "-K", "|", "-X", "acks=all", stdin=lines)
+    out = kcat("-b", cluster.bootstrap, "-C", "-t", "kc", "-o", "beginning", "-e", "-J", "-q")
     got = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert len(got) == N
     for p in range(2):
@@ -77,13 +75,19 @@ def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
         await producer.start()
         try:
             for i in range(N):
-                await producer.send("aio", value=f"v{i}".encode(), key=f"k{i % 7}".encode(),
-                                    partition=i % 3, headers=[("h", str(i).encode())])
+                await producer.send(
+                    "aio",
+                    value=f"v{i}".encode(),
+                    key=f"k{i % 7}".encode(),
+                    partition=i % 3,
+                    headers=[("h", str(i).encode())],
+                )
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap,
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        )
         await consumer.start()
         try:
             consumer.assign([TopicPartition("aio", p) for p in range(3)])

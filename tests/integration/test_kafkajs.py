@@ -59,24 +59,30 @@ const kafka = new Kafka({ clientId: 'kafkajs-test', brokers: bootstrap.split(','
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed: run scripts/install-system-deps.sh as root "
-                    "(it installs Node.js and npm)")
+        pytest.fail(
+            f"{name} is not installed: run scripts/install-system-deps.sh as root (it installs Node.js and npm)"
+        )
     return path
 
 
-def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any,
-                                                    tmp_path: Path) -> None:
+def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any, tmp_path: Path) -> None:
     node, npm = _tool("node"), _tool("npm")
     app = tmp_path / "kafkajs-app"
     app.mkdir()
-    install = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefer-offline",
-                              KAFKAJS], cwd=app, capture_output=True, text=True, timeout=180)
+    install = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", KAFKAJS],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert install.returncode == 0, f"npm install {KAFKAJS} failed: {install.stderr}"
     (app / "run.js").write_text(SCRIPT)
     cluster = kafka_cluster(1)
     create_topic(cluster, "js", 2)
-    result = subprocess.run([node, "run.js", cluster.bootstrap, "js", str(N)], cwd=app,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [node, "run.js", cluster.bootstrap, "js", str(N)], cwd=app, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, f"kafkajs failed: {result.stderr}"
     got = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(got) == N
@@ -84,7 +90,6 @@ def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any,
         mine = [m for m in got if m["partition"] == p]
         values = [int(m["value"][1:]) for m in mine]
         assert values == [i for i in range(N) if i % 2 == p], f"partition {p} out of order"
-        assert all(m["key"] == f"k{int(m['value'][1:]) % 5}" and m["h"] == m["value"][1:]
-                   for m in mine)
+        assert all(m["key"] == f"k{int(m['value'][1:]) % 5}" and m["h"] == m["value"][1:] for m in mine)
         offsets = [int(m["offset"]) for m in mine]
         assert offsets == sorted(set(offsets))

@@ -29,8 +29,9 @@ from tests.support.pki import Pki
 pytestmark = pytest.mark.integration
 
 
-def listener_cluster(broker_cluster: Any, pki: Pki, n: int, inter: str,
-                     metrics: dict[str, Any] | None = None) -> tuple[Any, list[int]]:
+def listener_cluster(
+    broker_cluster: Any, pki: Pki, n: int, inter: str, metrics: dict[str, Any] | None = None
+) -> tuple[Any, list[int]]:
     """``n`` brokers, each with ``local`` (plaintext, default) and ``external`` (TLS,
     SCRAM required) listeners; followers fetch over ``inter``. Returns the cluster and
     each broker's external port."""
@@ -46,12 +47,16 @@ def listener_cluster(broker_cluster: Any, pki: Pki, n: int, inter: str,
         external_ports.append(external)
         doc["listeners"] = [
             {"name": "local", "host": "127.0.0.1", "port": process.port},
-            {"name": "external", "host": "127.0.0.1", "port": external,
-             "tls": broker_tls(pki), "auth": {"required": True}},
+            {
+                "name": "external",
+                "host": "127.0.0.1",
+                "port": external,
+                "tls": broker_tls(pki),
+                "auth": {"required": True},
+            },
         ]
         if inter == "external":  # the followers authenticate to the external listener
-            doc["sasl"] = {"username": "broker",
-                           "password_env": "LOGFERRY_TEST_BROKER_PASSWORD"}
+            doc["sasl"] = {"username": "broker", "password_env": "LOGFERRY_TEST_BROKER_PASSWORD"}
         if metrics:
             doc["metrics"] = metrics
             doc["broker"]["metrics_port"] = free_port()
@@ -99,8 +104,8 @@ def wait_for(predicate: Any, timeout: float = 20.0) -> bool:
 
 
 def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
-        broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     create_user(zk_connect, tmp_path, "broker")
     create_user(zk_connect, tmp_path, "alice")
     cluster, external = listener_cluster(broker_cluster, pki, 2, inter="external")
@@ -113,8 +118,10 @@ def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
         for process, ext in zip(cluster.brokers, external, strict=True):
             data = zkmod.decode(client.get(f"{zkmod.BROKER_IDS}/{process.id}")[0])
             assert (data["host"], data["port"]) == ("127.0.0.1", process.port)
-            assert zkmod.registered_listeners(data) == {"local": ("127.0.0.1", process.port),
-                                                        "external": ("127.0.0.1", ext)}
+            assert zkmod.registered_listeners(data) == {
+                "local": ("127.0.0.1", process.port),
+                "external": ("127.0.0.1", ext),
+            }
     finally:
         zkmod.close(client)
 
@@ -126,8 +133,7 @@ def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
     with Producer(zk=zk_connect, acks="all", linger_ms=2) as producer:
         producer.send("both", b"local", partition=0).wait(20)
     # another host: TLS + SCRAM on the external listener, sent to external addresses
-    with Producer(zk=zk_connect, tls=tls, sasl=alice, listener="external", acks="all",
-                  linger_ms=2) as producer:
+    with Producer(zk=zk_connect, tls=tls, sasl=alice, listener="external", acks="all", linger_ms=2) as producer:
         producer.send("both", b"external", partition=0).wait(20)
         assert {a[1] for a in producer.cluster.broker_addresses().values()} == set(external)
     with SimpleConsumer(zk=zk_connect, tls=tls, sasl=alice, listener="external") as consumer:
@@ -145,43 +151,52 @@ def test_each_listener_serves_its_clients_and_followers_use_the_chosen_one(
 
     # a plaintext client on the external listener: the one-line TLS error, at once
     started = time.monotonic()
-    with pytest.raises(BrokerNotAvailableError) as info:
-        with Admin(zk=zk_connect, listener="external") as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerNotAvailableError) as info, Admin(zk=zk_connect, listener="external") as admin:
+        admin.list_topics()
     assert time.monotonic() - started < 2.0
     assert "expects TLS" in str(info.value) and "\n" not in str(info.value), info.value
     # the command line picks a listener too
-    listed = logferry("topic", "list", "--zk", zk_connect, "--listener", "external",
-                      "--tls-ca", str(pki.ca), "--sasl-user", "alice", "--sasl-password-file",
-                      str(tmp_path / "alice.password"))
+    listed = logferry(
+        "topic",
+        "list",
+        "--zk",
+        zk_connect,
+        "--listener",
+        "external",
+        "--tls-ca",
+        str(pki.ca),
+        "--sasl-user",
+        "alice",
+        "--sasl-password-file",
+        str(tmp_path / "alice.password"),
+    )
     assert listed.returncode == 0 and "both" in listed.stdout, listed.stderr
     refused = logferry("topic", "list", "--zk", zk_connect, "--listener", "external")
     assert refused.returncode != 0 and "expects TLS" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     # a listener no broker has: one line naming it
-    with pytest.raises(BrokerNotAvailableError, match="'nosuch'"):
-        with Admin(zk=zk_connect, listener="nosuch") as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerNotAvailableError, match="'nosuch'"), Admin(zk=zk_connect, listener="nosuch") as admin:
+        admin.list_topics()
 
 
 def test_followers_replicate_over_the_plaintext_listener_and_metrics_are_https(
-        broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster, external = listener_cluster(broker_cluster, pki, 2, inter="local",
-                                         metrics={"tls": broker_tls(pki)})
+    broker_cluster, pki: Pki, zk_connect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, external = listener_cluster(broker_cluster, pki, 2, inter="local", metrics={"tls": broker_tls(pki)})
     start_all(cluster, monkeypatch)
     curl = shutil.which("curl")
     assert curl, "curl is missing: scripts/install-system-deps.sh installs it"
     doc = tomllib.loads(cluster.brokers[0].config_file.read_text())
     url = f"https://127.0.0.1:{doc['broker']['metrics_port']}/metrics"
-    done = subprocess.run([curl, "-sS", "--max-time", "10", "--cacert", str(pki.ca), url],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [curl, "-sS", "--max-time", "10", "--cacert", str(pki.ca), url], capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0 and "logferry_" in done.stdout, done.stderr
-    plain = subprocess.run([curl, "-sS", "--max-time", "10", url.replace("https", "http")],
-                           capture_output=True, text=True, timeout=30)
+    plain = subprocess.run(
+        [curl, "-sS", "--max-time", "10", url.replace("https", "http")], capture_output=True, text=True, timeout=30
+    )
     assert plain.returncode != 0  # no metrics over plain HTTP on that port
-    untrusted = subprocess.run([curl, "-sS", "--max-time", "10", url],
-                               capture_output=True, text=True, timeout=30)
+    untrusted = subprocess.run([curl, "-sS", "--max-time", "10", url], capture_output=True, text=True, timeout=30)
     assert untrusted.returncode != 0  # the certificate is checked, as ever
     assert "Traceback" not in cluster.brokers[0].log_text()
     with Admin(zk=zk_connect) as admin:
@@ -197,29 +212,32 @@ def test_followers_replicate_over_the_plaintext_listener_and_metrics_are_https(
     assert external[cluster.brokers.index(leader_process)] not in remote_ports(follower.proc.pid)
 
 
-def test_a_kafka_listener_with_tls_serves_librdkafka_over_ssl(
-        broker_cluster, pki: Pki, zk_connect: str) -> None:
+def test_a_kafka_listener_with_tls_serves_librdkafka_over_ssl(broker_cluster, pki: Pki, zk_connect: str) -> None:
     import confluent_kafka  # the dev extra, as in test_kafka_clients
+
     cluster = broker_cluster(0)
     process = cluster.add(start=False)
     doc = tomllib.loads(process.config_file.read_text())
     doc["broker"].pop("host")
     doc["broker"].pop("port")
     kafka_port = free_port()
-    doc["listeners"] = [{"name": "local", "port": process.port},
-                        {"name": "kafka", "port": kafka_port, "protocol": "kafka",
-                         "tls": broker_tls(pki)}]
+    doc["listeners"] = [
+        {"name": "local", "port": process.port},
+        {"name": "kafka", "port": kafka_port, "protocol": "kafka", "tls": broker_tls(pki)},
+    ]
     process.config_file.write_text(dumps(doc))
     process.start()
     with Admin(zk=zk_connect) as admin:
         admin.create_topic("kafka-tls", 1, 1)
-    ssl_settings = {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "security.protocol": "SSL",
-                    "ssl.ca.location": str(pki.ca)}
+    ssl_settings = {
+        "bootstrap.servers": f"127.0.0.1:{kafka_port}",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+    }
     producer = confluent_kafka.Producer({**ssl_settings, "acks": "all"})
     producer.produce("kafka-tls", b"over tls", partition=0)
     assert producer.flush(20) == 0
-    consumer = confluent_kafka.Consumer({**ssl_settings, "group.id": "unused",
-                                         "enable.auto.commit": False})
+    consumer = confluent_kafka.Consumer({**ssl_settings, "group.id": "unused", "enable.auto.commit": False})
     try:
         consumer.assign([confluent_kafka.TopicPartition("kafka-tls", 0, -2)])
         deadline, got = time.monotonic() + 20, None

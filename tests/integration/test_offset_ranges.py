@@ -28,16 +28,20 @@ def test_offset_infos_ask_each_leader_once_and_agree_with_one_by_one(broker_clus
         got = consumer.offset_infos(pairs + [("ranges", 9)])
         for pair in pairs:
             one = consumer.offset_info(*pair)
-            assert {k: got[pair][k] for k in ("start", "end", "avg_message_bytes")} == \
-                {k: one[k] for k in ("start", "end", "avg_message_bytes")}
+            assert {k: got[pair][k] for k in ("start", "end", "avg_message_bytes")} == {
+                k: one[k] for k in ("start", "end", "avg_message_bytes")
+            }
             assert got[pair]["end"] > 0
         assert isinstance(got[("ranges", 9)], LogferryError)
 
         # one broker asked for every partition: the ones it leads answered, the others errors
         leaders = consumer.cluster.partitions_for("ranges")
         address = consumer.cluster.broker_addresses()[leaders[0]]
-        answer = consumer.cluster.connection(address).call(
-            protocol.OFFSETS, {"many": [list(p) for p in pairs], "at": "latest"}, 10).header
+        answer = (
+            consumer.cluster.connection(address)
+            .call(protocol.OFFSETS, {"many": [list(p) for p in pairs], "at": "latest"}, 10)
+            .header
+        )
         for (topic, p), item in zip(pairs, answer["many"], strict=True):
             if leaders[p] == leaders[0]:
                 assert item["end"] == got[(topic, p)]["end"]

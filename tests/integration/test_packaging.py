@@ -25,25 +25,44 @@ import pytest
 pytestmark = pytest.mark.integration  # about 5 s: builds, makes a venv, runs it
 
 ROOT = Path(__file__).resolve().parents[2]
-NOT_SOURCES = (".git", ".venv", ".logferry", "__pycache__", "*.pyc", ".*_cache", "build", "dist",
-               "*.egg-info", "spark-warehouse", "metastore_db", "results")
-BASE = {"msgpack": "msgpack", "kazoo": "kazoo", "prometheus-client": "prometheus_client",
-        "tomli-w": "tomli_w", "zstandard": "zstandard", "lz4": "lz4", "scramp": "scramp",
-        "isal": "isal"}
+NOT_SOURCES = (
+    ".git",
+    ".venv",
+    ".logferry",
+    "__pycache__",
+    "*.pyc",
+    ".*_cache",
+    "build",
+    "dist",
+    "*.egg-info",
+    "spark-warehouse",
+    "metastore_db",
+    "results",
+)
+BASE = {
+    "msgpack": "msgpack",
+    "kazoo": "kazoo",
+    "prometheus-client": "prometheus_client",
+    "tomli-w": "tomli_w",
+    "zstandard": "zstandard",
+    "lz4": "lz4",
+    "scramp": "scramp",
+    "isal": "isal",
+}
 """The base requirements (distribution: import name). A new one is a decision: every
 machine that runs any part of logferry downloads it. (scramp: SASL SCRAM on every
 client and broker; pure Python, with asn1crypto. isal: ISA-L's CRC-32, a 0.3 MB wheel,
 about 10x zlib's on every batch a producer encodes and a broker checks.)"""
 BASE_TRANSITIVE = ("asn1crypto",)
 """Import names the base requirements themselves need."""
-OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography", "kio", "crc32c",
-            "cramjam"}
+OPTIONAL = {"pyspark", "pyarrow", "numpy", "watchdog", "cryptography", "kio", "crc32c", "cramjam"}
 STEP_TIMEOUT = 240
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL
+    )
     assert result.returncode == 0, f"{argv} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
 
@@ -66,10 +85,24 @@ def _venv_with(wheel: Path, work: Path, borrowed: Path) -> tuple[Path, dict[str,
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], work)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-          "--no-index", str(wheel)], work)
-    fresh_site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                           work).stdout.strip())
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        work,
+    )
+    fresh_site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], work).stdout.strip()
+    )
     # After the fresh site-packages on sys.path: the wheel's packages win over this tree's.
     (fresh_site / "borrowed-dependencies.pth").write_text(f"{borrowed}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -102,8 +135,7 @@ def test_version_and_every_command_from_the_installed_wheel(installed):
     version = _run([str(logferry), "--version"], python.parent, env)
     assert version.stdout.strip() == "logferry 0.1.0"
     helped = _run([str(logferry), "--help"], python.parent, env)
-    for command in ("broker", "topic", "produce", "consume", "zk", "group",
-                    "agent", "mirror", "load", "demo"):
+    for command in ("broker", "topic", "produce", "consume", "zk", "group", "agent", "mirror", "load", "demo"):
         assert f"    {command} " in helped.stdout, helped.stdout
     assert "unavailable" not in helped.stderr + helped.stdout, helped.stderr
 
@@ -122,7 +154,8 @@ def test_the_demo_reads_the_example_configs_carried_by_the_wheel(installed):
         "  'analysis': [str(p) for p in configs.broker_templates('analysis')],\n"
         "  'others': [str(f()) for f in (configs.agent_template, configs.mirror_template,\n"
         "                                configs.loader_template)],\n"
-        "}))\n")
+        "}))\n"
+    )
     found = json.loads(_run([str(python), "-c", probe], python.parent, env).stdout)
     site = python.parents[1]
     for key in ("demo", "broker", "etc"):
@@ -139,8 +172,11 @@ def test_optional_dependencies_are_extras_not_requirements(installed):
     python, env = installed
     probe = "import importlib.metadata as m, json; print(json.dumps(m.requires('logferry')))"
     requires = json.loads(_run([str(python), "-c", probe], python.parent, env).stdout)
-    base = {r.split(";")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
-            for r in requires if "extra ==" not in r}
+    base = {
+        r.split(";")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
+        for r in requires
+        if "extra ==" not in r
+    }
     assert base == set(BASE), requires
     for name in OPTIONAL:
         assert any(r.lower().startswith(name) and "extra ==" in r for r in requires), (name, requires)
@@ -148,11 +184,21 @@ def test_optional_dependencies_are_extras_not_requirements(installed):
 
 def test_the_base_install_is_broker_client_and_cli_without_spark(base_installed):
     python, env = base_installed
-    absent = _run([str(python), "-c", "import importlib.util as u; print([m for m in "
-                   f"{sorted(OPTIONAL)!r} if u.find_spec(m)])"], python.parent, env)
+    absent = _run(
+        [str(python), "-c", f"import importlib.util as u; print([m for m in {sorted(OPTIONAL)!r} if u.find_spec(m)])"],
+        python.parent,
+        env,
+    )
     assert absent.stdout.strip() == "[]", "the base venv must not see the optional packages"
-    _run([str(python), "-c", "import broker.client, broker.server.broker, broker.cli.main, "
-          "broker.testing.zkserver, mirror.core"], python.parent, env)
+    _run(
+        [
+            str(python),
+            "-c",
+            "import broker.client, broker.server.broker, broker.cli.main, broker.testing.zkserver, mirror.core",
+        ],
+        python.parent,
+        env,
+    )
     logferry = python.parent / "logferry"
     assert _run([str(logferry), "--version"], python.parent, env).stdout.strip() == "logferry 0.1.0"
     helped = _run([str(logferry), "--help"], python.parent, env)
@@ -162,19 +208,38 @@ def test_the_base_install_is_broker_client_and_cli_without_spark(base_installed)
     # at load (here) or when run.
     for line in helped.stderr.splitlines():
         assert line.startswith("logferry: warning: command '") and "pip install 'logferry[" in line, line
-    run = subprocess.run([str(logferry), "load", "--config", "loader.toml"], cwd=python.parent, env=env,
-                         capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    run = subprocess.run(
+        [str(logferry), "load", "--config", "loader.toml"],
+        cwd=python.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "pip install 'logferry[loader]'" in run.stderr.splitlines()[-1], run.stderr
     assert "Traceback" not in run.stderr
-    certs = subprocess.run([str(logferry), "certs", "ca", "--out", str(python.parents[1] / "ca")],
-                           cwd=python.parent, env=env, capture_output=True, text=True,
-                           timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    certs = subprocess.run(
+        [str(logferry), "certs", "ca", "--out", str(python.parents[1] / "ca")],
+        cwd=python.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert certs.returncode == 1 and "pip install 'logferry[certs]'" in certs.stderr, certs.stderr
     assert "Traceback" not in certs.stderr and not (python.parents[1] / "ca").exists()
-    demo = subprocess.run([str(logferry), "demo", "--workdir", str(python.parents[1] / "demo")],
-                          cwd=python.parent, env=env, capture_output=True, text=True,
-                          timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+    demo = subprocess.run(
+        [str(logferry), "demo", "--workdir", str(python.parents[1] / "demo")],
+        cwd=python.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert demo.returncode == 1 and demo.stdout == "", demo.stdout + demo.stderr
     assert demo.stderr.strip().endswith("pip install 'logferry[all]'"), demo.stderr
     assert not (python.parents[1] / "demo").exists(), "the demo started before checking its extras"

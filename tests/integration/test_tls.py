@@ -18,22 +18,31 @@ import pytest
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.errors import BrokerNotAvailableError, TlsHandshakeError
 from broker.common.tls import TlsConfig
-from tests.support.pki import Pki
 from tests.support.cli import logferry
+from tests.support.pki import Pki
 
 pytestmark = pytest.mark.integration
 
 
 def broker_tls(pki: Pki, **extra: object) -> dict[str, object]:
-    return {"enabled": True, "ca_file": str(pki.ca), "cert_file": str(pki.broker_cert),
-            "key_file": str(pki.broker_key), **extra}
+    return {
+        "enabled": True,
+        "ca_file": str(pki.ca),
+        "cert_file": str(pki.broker_cert),
+        "key_file": str(pki.broker_key),
+        **extra,
+    }
 
 
 def _noisy_lines(log: str) -> list[str]:
     """Broker log lines above DEBUG that mention TLS or SSL or a traceback."""
-    return [line for line in log.splitlines()
-            if any(w in line for w in ("SSL", "ssl", "TLS", "Traceback", "handshake"))
-            and " DEBUG " not in line and "listening on" not in line]
+    return [
+        line
+        for line in log.splitlines()
+        if any(w in line for w in ("SSL", "ssl", "TLS", "Traceback", "handshake"))
+        and " DEBUG " not in line
+        and "listening on" not in line
+    ]
 
 
 def _produce_consume(zk: str, tls: TlsConfig, topic: str, n: int) -> None:
@@ -45,8 +54,7 @@ def _produce_consume(zk: str, tls: TlsConfig, topic: str, n: int) -> None:
     with SimpleConsumer(zk=zk, tls=tls) as consumer:
         # an acknowledgement confirms the append, not visibility (docs/client.md): wait
         # for the fsync that makes the messages visible
-        values = [m.value for m in consumer.messages(topic, 0, "earliest", follow=True,
-                                                      limit=n, timeout=10)]
+        values = [m.value for m in consumer.messages(topic, 0, "earliest", follow=True, limit=n, timeout=10)]
     assert values == [f"m{i:05d}".encode() for i in range(n)]
 
 
@@ -71,21 +79,20 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(broker_cluster, pki: 
     with_cert = TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
     _produce_consume(cluster.zk_connect, with_cert, "mtls", 10)
     started = time.monotonic()
-    with pytest.raises(BrokerNotAvailableError) as info:
-        with Admin(zk=cluster.zk_connect, tls=TlsConfig(ca_file=pki.ca),
-                   request_timeout=5) as admin:
-            admin.list_topics()
+    with (
+        pytest.raises(BrokerNotAvailableError) as info,
+        Admin(zk=cluster.zk_connect, tls=TlsConfig(ca_file=pki.ca), request_timeout=5) as admin,
+    ):
+        admin.list_topics()
     assert time.monotonic() - started < 5
     assert "\n" not in str(info.value) and "certificate" in str(info.value).lower()
 
 
-def test_a_plaintext_client_on_a_tls_port_fails_fast_with_one_line(broker_cluster,
-                                                                   pki: Pki) -> None:
+def test_a_plaintext_client_on_a_tls_port_fails_fast_with_one_line(broker_cluster, pki: Pki) -> None:
     cluster = broker_cluster(1, tls=broker_tls(pki))
     started = time.monotonic()
-    with pytest.raises(BrokerNotAvailableError) as info:
-        with Admin(brokers=cluster.bootstrap) as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerNotAvailableError) as info, Admin(brokers=cluster.bootstrap) as admin:
+        admin.list_topics()
     assert time.monotonic() - started < 1.0
     message = str(info.value)
     assert "expects TLS" in message and "\n" not in message, message
@@ -96,27 +103,27 @@ def test_a_plaintext_client_on_a_tls_port_fails_fast_with_one_line(broker_cluste
 def test_a_tls_client_on_a_plaintext_port_fails_fast_with_one_line(broker_cluster) -> None:
     cluster = broker_cluster(1)
     started = time.monotonic()
-    with pytest.raises(BrokerNotAvailableError) as info:
-        with Admin(brokers=cluster.bootstrap, tls=TlsConfig()) as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerNotAvailableError) as info, Admin(brokers=cluster.bootstrap, tls=TlsConfig()) as admin:
+        admin.list_topics()
     assert time.monotonic() - started < 1.0
     message = str(info.value)
     assert "TLS" in message and "\n" not in message, message
     with Admin(brokers=cluster.bootstrap) as admin:  # plaintext clients still served
         admin.create_topic("plain", 1, 1)
     log = cluster.brokers[0].log_text()
-    assert not [line for line in log.splitlines()
-                if "closing connection" in line and " DEBUG " not in line], log
+    assert not [line for line in log.splitlines() if "closing connection" in line and " DEBUG " not in line], log
 
 
 @pytest.mark.parametrize("case", ["untrusted CA", "wrong host name"])
 def test_verification_failures_are_clear(broker_cluster, pki: Pki, case: str) -> None:
     cluster = broker_cluster(1, tls=broker_tls(pki))
-    tls = (TlsConfig(ca_file=pki.other_ca) if case == "untrusted CA"
-           else TlsConfig(ca_file=pki.ca, server_hostname="not-the-broker.example"))
-    with pytest.raises(TlsHandshakeError) as info:
-        with Admin(brokers=cluster.bootstrap, tls=tls) as admin:
-            admin.list_topics()
+    tls = (
+        TlsConfig(ca_file=pki.other_ca)
+        if case == "untrusted CA"
+        else TlsConfig(ca_file=pki.ca, server_hostname="not-the-broker.example")
+    )
+    with pytest.raises(TlsHandshakeError) as info, Admin(brokers=cluster.bootstrap, tls=tls) as admin:
+        admin.list_topics()
     message = str(info.value)
     assert "certificate did not verify" in message and "\n" not in message, message
     if case == "wrong host name":
@@ -157,28 +164,35 @@ def test_cli_produce_and_consume_over_tls(broker_cluster, pki: Pki) -> None:
     assert "--tls-ca: " in missing.stderr and "nope.pem: no such file" in missing.stderr
 
 
-def test_the_mirror_crosses_clusters_over_tls(broker_cluster, zookeeper, pki: Pki,
-                                              tmp_path: Path) -> None:
+def test_the_mirror_crosses_clusters_over_tls(broker_cluster, zookeeper, pki: Pki, tmp_path: Path) -> None:
     from tests.mirror.conftest import MirrorProcess
 
     source = broker_cluster(1, tls=broker_tls(pki), zk=zookeeper.new_chroot())
-    target = broker_cluster(1, tls=broker_tls(pki, client_auth="required"),
-                            zk=zookeeper.new_chroot())
+    target = broker_cluster(1, tls=broker_tls(pki, client_auth="required"), zk=zookeeper.new_chroot())
     client_tls = {"enabled": True, "ca_file": str(pki.ca)}
     with Admin(zk=source.zk_connect, tls=TlsConfig(ca_file=pki.ca)) as admin:
         admin.create_topic("crossing", 1, 1)
-    mirror = MirrorProcess(tmp_path, "m", {
-        "source": {"zk_connect": source.zk_connect, "tls": client_tls},
-        "target": {"zk_connect": target.zk_connect,
-                   "tls": {**client_tls, "cert_file": str(pki.client_cert),
-                           "key_file": str(pki.client_key)}},
-        "mirror": {"topics": ["crossing"], "commit_interval_ms": 300,
-                   "session_timeout_s": 4.0, "shutdown_timeout_s": 20.0},
-        "metrics": {}}).start()
+    mirror = MirrorProcess(
+        tmp_path,
+        "m",
+        {
+            "source": {"zk_connect": source.zk_connect, "tls": client_tls},
+            "target": {
+                "zk_connect": target.zk_connect,
+                "tls": {**client_tls, "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)},
+            },
+            "mirror": {
+                "topics": ["crossing"],
+                "commit_interval_ms": 300,
+                "session_timeout_s": 4.0,
+                "shutdown_timeout_s": 20.0,
+            },
+            "metrics": {},
+        },
+    ).start()
     try:
         _produce_consume(source.zk_connect, TlsConfig(ca_file=pki.ca), "crossing", 500)
-        target_tls = TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert,
-                               key_file=pki.client_key)
+        target_tls = TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
         deadline = time.monotonic() + 60
         values: list[bytes] = []
         while len(values) < 500:
@@ -187,8 +201,7 @@ def test_the_mirror_crosses_clusters_over_tls(broker_cluster, zookeeper, pki: Pk
             time.sleep(0.5)
             try:
                 with SimpleConsumer(zk=target.zk_connect, tls=target_tls) as consumer:
-                    values = [m.value for m in consumer.messages("crossing", 0, "earliest",
-                                                                 limit=500, follow=False)]
+                    values = [m.value for m in consumer.messages("crossing", 0, "earliest", limit=500, follow=False)]
             except BrokerNotAvailableError:
                 continue  # the topic is not there yet
             except Exception as exc:  # noqa: BLE001 - unknown topic until the mirror makes it
@@ -213,8 +226,7 @@ def test_a_tls_client_that_never_reads_its_fetches_is_bounded(broker_cluster, pk
 
     MiB = 1 << 20
 
-    cluster = broker_cluster(1, tls=broker_tls(pki),
-                             broker={"max_unsent_bytes_per_connection": 4 * MiB})
+    cluster = broker_cluster(1, tls=broker_tls(pki), broker={"max_unsent_bytes_per_connection": 4 * MiB})
     pid = cluster.brokers[0].proc.pid
     tls = TlsConfig(ca_file=pki.ca)
     with Producer(zk=cluster.zk_connect, tls=tls, acks=1, linger_ms=5) as producer:
@@ -230,13 +242,15 @@ def test_a_tls_client_that_never_reads_its_fetches_is_bounded(broker_cluster, pk
     attacker = context.wrap_socket(raw, server_hostname="127.0.0.1")
     try:
         for corr in range(200):  # 200 fetches of up to 1 MiB each, never read
-            attacker.sendall(protocol.encode_request(protocol.FETCH, corr, {
-                "max_wait_ms": 0, "min_bytes": 0, "parts": [["bulk", 0, 0, MiB]]}))
+            attacker.sendall(
+                protocol.encode_request(
+                    protocol.FETCH, corr, {"max_wait_ms": 0, "min_bytes": 0, "parts": [["bulk", 0, 0, MiB]]}
+                )
+            )
         time.sleep(3.0)
         _produce_consume(cluster.zk_connect, tls, "meanwhile", 20)
         peak = sampler.stop()
-        print(f"\nnever-reading TLS fetcher: broker RSS {baseline / MiB:.0f} MiB before, "
-              f"peak {peak / MiB:.0f} MiB")
+        print(f"\nnever-reading TLS fetcher: broker RSS {baseline / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB")
         assert peak - baseline < 60 * MiB, (baseline, peak)
     finally:
         attacker.close()

@@ -15,8 +15,8 @@ import pytest
 from broker.client import Admin, GroupConsumer, Producer
 from broker.common.errors import InvalidTopicConfigError
 from broker.wire import protocol
-from tests.support.waiting import wait_until
 from tests.support.cli import logferry
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +27,18 @@ _cli = logferry
 def test_settings_at_creation_and_retention_lowered_without_a_restart(broker_cluster):
     cluster = broker_cluster(1, broker={"retention_check_ms": 200})
     zk = cluster.zk_connect
-    created = _cli("topic", "create", "small-segs", "-p", "1", "--config", "segment_bytes=1024",
-                   "--config", "compression=zstd", zk=zk)
+    created = _cli(
+        "topic",
+        "create",
+        "small-segs",
+        "-p",
+        "1",
+        "--config",
+        "segment_bytes=1024",
+        "--config",
+        "compression=zstd",
+        zk=zk,
+    )
     assert created.returncode == 0, created.stderr
     again = _cli("topic", "create", "small-segs", "-p", "1", "--if-not-exists", zk=zk)
     assert again.returncode == 0 and "nothing changed" in again.stdout, again.stderr
@@ -51,23 +61,25 @@ def test_settings_at_creation_and_retention_lowered_without_a_restart(broker_clu
     def trimmed() -> bool:
         left = [p for p in broker.segment_files() if p.parent.name == "small-segs-0"]
         return 0 < len(left) <= 4
+
     wait_until(trimmed, 15, "retention_bytes applied without a restart")
     assert broker.is_running() and broker.log_text().count("listening on") == 1
 
     removed = _cli("topic", "alter", "small-segs", "--delete-config", "compression", zk=zk)
     assert removed.returncode == 0 and "compression" not in removed.stdout.split("settings:")[1]
     with Admin(zk=zk) as admin:
-        assert admin.topic_config("small-segs") == {"segment_bytes": 1024,
-                                                     "retention_bytes": 2048}
+        assert admin.topic_config("small-segs") == {"segment_bytes": 1024, "retention_bytes": 2048}
 
 
 def test_bad_settings_are_refused_naming_the_key_and_change_nothing(broker_cluster):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
-    for args, key in ((["--config", "retention_ms=soon"], "retention_ms"),
-                      (["--config", "retention_hourz=3"], "retention_hourz"),
-                      (["--config", "compression=snappy"], "compression"),
-                      (["--config", "min_insync_replicas=2"], "min_insync_replicas")):
+    for args, key in (
+        (["--config", "retention_ms=soon"], "retention_ms"),
+        (["--config", "retention_hourz=3"], "retention_hourz"),
+        (["--config", "compression=snappy"], "compression"),
+        (["--config", "min_insync_replicas=2"], "min_insync_replicas"),
+    ):
         out = _cli("topic", "create", "refused", "-p", "1", *args, zk=zk)
         assert out.returncode == 2 and key in out.stderr, (args, out.stderr)
     with Admin(zk=zk) as admin:
@@ -75,8 +87,7 @@ def test_bad_settings_are_refused_naming_the_key_and_change_nothing(broker_clust
         admin.create_topic("kept", 1, config={"retention_ms": 60_000})
         # the broker checks too: a request that skips the client's check is refused
         with pytest.raises(InvalidTopicConfigError, match="segment_bytes"):
-            admin.cluster.call_any(protocol.ALTER_TOPIC, {"topic": "kept",
-                                                          "set": {"segment_bytes": 5}})
+            admin.cluster.call_any(protocol.ALTER_TOPIC, {"topic": "kept", "set": {"segment_bytes": 5}})
         with pytest.raises(InvalidTopicConfigError, match="bogus"):
             admin.alter_topic("kept", delete=["bogus"])
         assert admin.topic_config("kept") == {"retention_ms": 60_000}
@@ -107,6 +118,7 @@ def test_partitions_grow_under_a_producer_and_a_group_and_never_shrink(broker_cl
                     acked.update(values)
                 else:
                     failed.append(f.exception())
+
             future.add_callback(done)
             time.sleep(0.005)
 
@@ -118,8 +130,7 @@ def test_partitions_grow_under_a_producer_and_a_group_and_never_shrink(broker_cl
             for message in consumer.poll(timeout=0.3):
                 received.setdefault(message.partition, set()).add(message.value)
 
-    threads = [threading.Thread(target=produce, daemon=True),
-               threading.Thread(target=consume, daemon=True)]
+    threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
     for t in threads:
         t.start()
     try:
@@ -130,8 +141,7 @@ def test_partitions_grow_under_a_producer_and_a_group_and_never_shrink(broker_cl
             parts = admin.describe_partitions(topic)
         assert sorted(parts) == [0, 1, 2, 3]
         assert all(len(set(parts[p].replicas)) == 2 for p in (2, 3))
-        wait_until(lambda: {2, 3} <= set(received), 30,
-                   "the group consuming the new partitions")
+        wait_until(lambda: {2, 3} <= set(received), 30, "the group consuming the new partitions")
         shrink = _cli("topic", "alter", topic, "--partitions", "3", zk=zk)
         assert shrink.returncode == 2 and "cannot be removed" in shrink.stderr, shrink.stderr
         time.sleep(1)
@@ -147,6 +157,7 @@ def test_partitions_grow_under_a_producer_and_a_group_and_never_shrink(broker_cl
         for message in consumer.poll(timeout=0.3):
             received.setdefault(message.partition, set()).add(message.value)
         return acked <= set().union(*received.values())
+
     try:
         wait_until(all_arrived, 30, "every acknowledged message consumed")
     finally:

@@ -72,8 +72,7 @@ def test_a_topic_setting_chooses_visibility_per_topic(broker_cluster):
     cluster.create_topic("safe")
     with Producer(brokers=cluster.bootstrap, linger_ms=0, acks=1) as producer:
         for topic in ("fast", "safe"):
-            producer.send(topic, [b"%s-%d" % (topic.encode(), i) for i in range(10)],
-                          partition=0).wait(10)
+            producer.send(topic, [b"%s-%d" % (topic.encode(), i) for i in range(10)], partition=0).wait(10)
     assert [v for _, v in _read(cluster, "fast", 10, 10)] == [b"fast-%d" % i for i in range(10)]
     assert _read(cluster, "safe", 10, 1.5) == []  # appended and acknowledged, not fsynced
     with Admin(brokers=cluster.bootstrap) as admin:  # switched while running: visible now

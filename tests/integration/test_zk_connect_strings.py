@@ -21,21 +21,25 @@ from kazoo.client import KazooClient
 
 from broker.common.errors import ZooKeeperError
 from broker.coordination import zk
-from tests.support.ports import free_port
 from tests.support.cli import logferry
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
-READ_ONLY = (["topic", "list"], ["topic", "describe", "t"], ["consume", "t"],
-             ["group", "list"], ["group", "describe", "g"])
+READ_ONLY = (
+    ["topic", "list"],
+    ["topic", "describe", "t"],
+    ["consume", "t"],
+    ["group", "list"],
+    ["group", "describe", "g"],
+)
 
 
 _logferry = logferry
 
 
 @pytest.mark.parametrize("create", [False, True])
-def test_nothing_listening_fails_fast_in_one_error(create: bool,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_nothing_listening_fails_fast_in_one_error(create: bool, caplog: pytest.LogCaptureFixture) -> None:
     where = f"127.0.0.1:{free_port()}/logferry/live"
     # threads of clients other tests left running log too; only this client's count
     others = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
@@ -45,8 +49,7 @@ def test_nothing_listening_fails_fast_in_one_error(create: bool,
     assert time.monotonic() - started < 5.0
     assert str(info.value).startswith(f"cannot reach ZooKeeper at {where} within 1s")
     assert "check the host and port" in str(info.value)
-    chatter = [r.getMessage() for r in caplog.records
-               if r.name.startswith("kazoo") and r.thread not in others]
+    chatter = [r.getMessage() for r in caplog.records if r.name.startswith("kazoo") and r.thread not in others]
     assert chatter == []
 
 

@@ -39,20 +39,24 @@ def _secrets(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _zookeeper_table(owner_file: Path, **extra: object) -> dict[str, object]:
-    return {"user": OWNER, "password_file": str(owner_file),
-            "consumer_ids": [digest_id(CONSUMERS, CONSUMERS_PW)], **extra}
+    return {
+        "user": OWNER,
+        "password_file": str(owner_file),
+        "consumer_ids": [digest_id(CONSUMERS, CONSUMERS_PW)],
+        **extra,
+    }
 
 
 def _start(cluster, table: dict[str, object], **broker: object):
     process = cluster.add({"num_partitions": 1, **broker}, start=False)
-    process.config_file.write_text(process.config_file.read_text() + "\n"
-                                   + dumps({"zookeeper": table}))
+    process.config_file.write_text(process.config_file.read_text() + "\n" + dumps({"zookeeper": table}))
     return process.start()
 
 
 def _kazoo(connect: str, auth: tuple[str, str] | None = None, **kwargs: object) -> KazooClient:
-    client = KazooClient(hosts=connect, timeout=10.0, **kwargs,
-                         auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None)
+    client = KazooClient(
+        hosts=connect, timeout=10.0, **kwargs, auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None
+    )
     client.start(timeout=15)
     return client
 
@@ -68,12 +72,12 @@ def _produce(zk: str, topic: str, values: list[bytes], **kwargs: object) -> None
 
 def _consume(zk: str, topic: str, n: int, **kwargs: object) -> list[bytes]:
     with SimpleConsumer(zk=zk, **kwargs) as consumer:
-        return [m.value for m in consumer.messages(topic, 0, "earliest", follow=True,
-                                                    limit=n, timeout=15)]
+        return [m.value for m in consumer.messages(topic, 0, "earliest", follow=True, limit=n, timeout=15)]
 
 
 def test_secured_cluster_world_reads_public_znodes_and_writes_none(
-        broker_cluster, zk_connect: str, tmp_path: Path) -> None:
+    broker_cluster, zk_connect: str, tmp_path: Path
+) -> None:
     owner_file, _ = _secrets(tmp_path)
     zk = zk_connect + "/secured"  # created by the broker, so with its ACL
     cluster = broker_cluster(0, zk=zk)
@@ -83,9 +87,23 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
     _produce(zk, "web", [b"a"], acks="all")
     _produce(zk, "web", [b"b"])
     assert _consume(zk, "web", 2) == [b"a", b"b"]
-    added = _cli("acl", "add", "--zk", zk, "--zk-user", OWNER, "--zk-password-file",
-                 str(owner_file), "--principal", "User:mirror", "--operation", "consume",
-                 "--topic", "web", "--allow")
+    added = _cli(
+        "acl",
+        "add",
+        "--zk",
+        zk,
+        "--zk-user",
+        OWNER,
+        "--zk-password-file",
+        str(owner_file),
+        "--principal",
+        "User:mirror",
+        "--operation",
+        "consume",
+        "--topic",
+        "web",
+        "--allow",
+    )
     assert added.returncode == 0, added.stderr
 
     anon = _kazoo(zk)
@@ -122,8 +140,19 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
         admin.close()
     listed = _cli("acl", "list", "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file))
     assert listed.returncode == 0 and "User:mirror" in listed.stdout, listed.stderr
-    user = _cli("user", "create", "alice", "--password-file", str(owner_file), "--zk", zk,
-                "--zk-user", OWNER, "--zk-password-file", str(owner_file))
+    user = _cli(
+        "user",
+        "create",
+        "alice",
+        "--password-file",
+        str(owner_file),
+        "--zk",
+        zk,
+        "--zk-user",
+        OWNER,
+        "--zk-password-file",
+        str(owner_file),
+    )
     assert user.returncode == 0, user.stderr
     credentials = _kazoo(zk)
     try:  # SCRAM credentials (/config/users) are the owner's only
@@ -140,7 +169,8 @@ def test_secured_cluster_world_reads_public_znodes_and_writes_none(
 
 
 def test_group_offsets_are_written_by_the_consumers_identity_only(
-        broker_cluster, zk_connect: str, tmp_path: Path) -> None:
+    broker_cluster, zk_connect: str, tmp_path: Path
+) -> None:
     owner_file, _ = _secrets(tmp_path)
     zk = zk_connect + "/secured"
     cluster = broker_cluster(0, zk=zk)
@@ -169,23 +199,33 @@ def test_group_offsets_are_written_by_the_consumers_identity_only(
         raw, _ = member.get(offset_path)
         assert raw
         acl, _ = member.get_acls(offset_path)
-        assert sorted(a.id.id for a in acl) == sorted(
-            [digest_id(OWNER, OWNER_PW), digest_id(CONSUMERS, CONSUMERS_PW)])
+        assert sorted(a.id.id for a in acl) == sorted([digest_id(OWNER, OWNER_PW), digest_id(CONSUMERS, CONSUMERS_PW)])
     finally:
         member.stop()
         member.close()
 
 
 def test_zk_secure_puts_acls_on_an_existing_cluster_and_is_idempotent(
-        broker_cluster, zk_connect: str, tmp_path: Path) -> None:
+    broker_cluster, zk_connect: str, tmp_path: Path
+) -> None:
     owner_file, _ = _secrets(tmp_path)
     zk = zk_connect
     cluster = broker_cluster(1, zk=zk)  # no [zookeeper]: every znode open
     _produce(zk, "web", [b"before"])
     cluster.brokers[0].stop()
 
-    args = ("zk", "secure", "--zk", zk, "--zk-user", OWNER, "--zk-password-file", str(owner_file),
-            "--consumer-id", digest_id(CONSUMERS, CONSUMERS_PW))
+    args = (
+        "zk",
+        "secure",
+        "--zk",
+        zk,
+        "--zk-user",
+        OWNER,
+        "--zk-password-file",
+        str(owner_file),
+        "--consumer-id",
+        digest_id(CONSUMERS, CONSUMERS_PW),
+    )
     first = _cli(*args)
     assert first.returncode == 0, first.stderr
     assert " 0 changed" not in first.stdout
@@ -206,8 +246,9 @@ def test_zk_secure_puts_acls_on_an_existing_cluster_and_is_idempotent(
 
     # the brokers come back with the owner's login and serve as before
     restarted = cluster.brokers[0]
-    restarted.config_file.write_text(restarted.config_file.read_text() + "\n"
-                                     + dumps({"zookeeper": _zookeeper_table(owner_file)}))
+    restarted.config_file.write_text(
+        restarted.config_file.read_text() + "\n" + dumps({"zookeeper": _zookeeper_table(owner_file)})
+    )
     restarted.start()
     _produce(zk, "web", [b"after"])
     assert _consume(zk, "web", 2) == [b"before", b"after"]
@@ -248,8 +289,7 @@ def test_zk_start_tls_serves_a_secure_port_with_a_certificate_it_made(tmp_path: 
 
     data_dir, port, secure_port = tmp_path / "zk", free_port(), free_port()
     common = ("--data-dir", str(data_dir))
-    started = _cli("zk", "start", *common, "--port", str(port), "--tls",
-                   "--secure-port", str(secure_port), timeout=120)
+    started = _cli("zk", "start", *common, "--port", str(port), "--tls", "--secure-port", str(secure_port), timeout=120)
     try:
         assert started.returncode == 0, started.stderr
         assert f"TLS: 127.0.0.1:{secure_port}" in started.stdout
@@ -257,8 +297,7 @@ def test_zk_start_tls_serves_a_secure_port_with_a_certificate_it_made(tmp_path: 
         assert (data_dir / "tls" / "zookeeper.key").stat().st_mode & 0o777 == 0o600
         status = _cli("zk", "status", *common)
         assert status.returncode == 0 and f"TLS address: 127.0.0.1:{secure_port}" in status.stdout
-        client = _kazoo(f"127.0.0.1:{secure_port}", use_ssl=True, ca=str(ca), verify_certs=True,
-                        check_hostname=True)
+        client = _kazoo(f"127.0.0.1:{secure_port}", use_ssl=True, ca=str(ca), verify_certs=True, check_hostname=True)
         try:
             assert "zookeeper" in client.get_children("/")
         finally:
@@ -272,8 +311,7 @@ def test_zk_start_tls_serves_a_secure_port_with_a_certificate_it_made(tmp_path: 
 def test_a_secured_session_gives_each_znode_its_acl_in_transactions_too(zk_connect: str) -> None:
     from broker.coordination import zk as zkmod
 
-    security = ZkSecurity(user=OWNER, password=OWNER_PW,
-                          consumer_ids=(digest_id(CONSUMERS, CONSUMERS_PW),))
+    security = ZkSecurity(user=OWNER, password=OWNER_PW, consumer_ids=(digest_id(CONSUMERS, CONSUMERS_PW),))
     client = zkmod.connect(zk_connect + "/tx", create=True, security=security)
     try:
         tx = client.transaction()
@@ -299,17 +337,18 @@ def test_zookeeper_requiring_client_certificates_takes_ours_and_refuses_none(tmp
     from tests.support.zookeeper import start_session_zookeeper
 
     pki = make_pki(tmp_path / "pki")
-    server = start_session_zookeeper(tmp_path, ServerTls(1, pki.broker_cert, pki.broker_key,
-                                                         pki.ca, client_auth="required"))
+    server = start_session_zookeeper(
+        tmp_path, ServerTls(1, pki.broker_cert, pki.broker_key, pki.ca, client_auth="required")
+    )
     try:
         assert server.secure_hosts is not None
-        mutual = ZkSecurity(tls=TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert,
-                                          key_file=pki.client_key))
+        mutual = ZkSecurity(tls=TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key))
         # a fresh JVM on a busy machine: its first TLS handshake may take seconds
         client = zkmod.connect(server.secure_hosts + "/m", create=True, security=mutual, timeout=30)
         zkmod.close(client)
         with pytest.raises(ZooKeeperError, match="over TLS"):
-            zkmod.connect(server.secure_hosts + "/m", create=False, timeout=2,
-                          security=ZkSecurity(tls=TlsConfig(ca_file=pki.ca)))
+            zkmod.connect(
+                server.secure_hosts + "/m", create=False, timeout=2, security=ZkSecurity(tls=TlsConfig(ca_file=pki.ca))
+            )
     finally:
         server.stop()

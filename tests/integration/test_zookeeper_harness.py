@@ -12,8 +12,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from tests.support.waiting import wait_until
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 from tests.support.zookeeper import ZooKeeperHarness, expire_session
 
 pytestmark = pytest.mark.integration
@@ -144,8 +144,14 @@ def test_a_test_that_leaves_zookeeper_stopped_does_not_break_the_next(pytester):
 
 def _zk_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``logferry zk ...`` in a separate process, as a user would run it."""
-    return subprocess.run([sys.executable, "-m", "broker.cli.zk_cmd", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli.zk_cmd", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_zk_command_runs_a_daemon_found_by_later_commands(tmp_path):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
@@ -33,23 +34,36 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("logferry-loader-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "768m")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.python.filterPushdown.enabled", "true")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("logferry-loader-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "768m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
-def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hours: int = 3,
-            value_bytes: int = 40, per_send: int = 250, create: bool = True,
-            batch_bytes: int = 256 * 1024) -> dict[int, list[tuple[bytes, int]]]:
+def produce(
+    zk: str,
+    topic: str,
+    partitions: int,
+    n: int,
+    *,
+    start: int = 0,
+    hours: int = 3,
+    value_bytes: int = 40,
+    per_send: int = 250,
+    create: bool = True,
+    batch_bytes: int = 256 * 1024,
+) -> dict[int, list[tuple[bytes, int]]]:
     """Send ``n`` messages round-robin over ``partitions`` with event times spread over
     ``hours`` hours from BASE_HOUR_MS; returns partition -> [(value, timestamp)] in order."""
     if create:
@@ -63,8 +77,7 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
             count = min(per_send, start + n - i)
             p = (i // per_send) % partitions
             ts = BASE_HOUR_MS + (i * hours * HOUR_MS) // max(start + n, 1) % (hours * HOUR_MS)
-            values = [(b"%s-%08d-" % (topic.encode(), j)).ljust(value_bytes, b"v")
-                      for j in range(i, i + count)]
+            values = [(b"%s-%08d-" % (topic.encode(), j)).ljust(value_bytes, b"v") for j in range(i, i + count)]
             producer.send(topic, values, partition=p, timestamp=ts)
             sent[p].extend((v, ts) for v in values)
             i += count
@@ -75,8 +88,7 @@ def produce(zk: str, topic: str, partitions: int, n: int, *, start: int = 0, hou
     return sent
 
 
-def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0,
-                 tls: Any = None) -> None:
+def wait_visible(zk: str, topic: str, quiet: float = 0.2, timeout: float = 30.0, tls: Any = None) -> None:
     """Acks come at append, visibility at flush: wait until the visible ends stop moving
     (the test brokers flush every 20 ms). ``tls``: the client's TLS settings."""
     with SimpleConsumer(zk=zk, tls=tls) as consumer:
@@ -119,8 +131,7 @@ driver_memory = "512m"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def write_loader_toml(path: Path, zk: str, out: Path, topics: list[str], *, source: str = "",
-                      extra: str = "") -> Path:
+def write_loader_toml(path: Path, zk: str, out: Path, topics: list[str], *, source: str = "", extra: str = "") -> Path:
     """A loader config file for ``python -m hadoop_loader load`` runs in tests: source
     (plus the ``source`` lines), output, small chunks, then ``extra`` (more TOML
     sections), then the test Spark setup."""
@@ -150,10 +161,8 @@ def read_landed(root: Path):
     """Every published row, read with pyarrow (skips _logferry), hive partitions as strings."""
     import pyarrow as pa
 
-    part = ds.partitioning(pa.schema([("topic", pa.string()), ("dt", pa.string()),
-                                      ("hr", pa.string())]), flavor="hive")
+    part = ds.partitioning(pa.schema([("topic", pa.string()), ("dt", pa.string()), ("hr", pa.string())]), flavor="hive")
     files = [str(p) for p in root.rglob("*.parquet") if "_logferry" not in p.parts]
     if not files:
         return None
-    return ds.dataset(files, format="parquet", partitioning=part,
-                      partition_base_dir=str(root)).to_table()
+    return ds.dataset(files, format="parquet", partitioning=part, partition_base_dir=str(root)).to_table()

@@ -10,8 +10,9 @@ from broker.wire.records import decode_batches, encode_batch
 class FakePartitionLog:
     """Batches of one partition, encoded exactly as the broker stores them."""
 
-    def __init__(self, batches: list[list[bytes]], base_offset: int = 0,
-                 keys: bool = False, ts0: int = 1_700_000_000_000):
+    def __init__(
+        self, batches: list[list[bytes]], base_offset: int = 0, keys: bool = False, ts0: int = 1_700_000_000_000
+    ):
         self.base = base_offset
         self.boundaries = [base_offset]
         parts = []
@@ -50,5 +51,5 @@ class FakeConsumer:
         if offset not in log.boundaries:
             raise InvalidOffsetError(f"{offset} is not a batch boundary")
         rel = offset - log.base
-        batches, used = decode_batches(log.buf[rel:rel + (max_bytes or 1 << 20)], offset)
+        batches, used = decode_batches(log.buf[rel : rel + (max_bytes or 1 << 20)], offset)
         return FetchResult(batches, offset + used, log.end)

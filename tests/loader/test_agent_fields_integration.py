@@ -24,14 +24,15 @@ def _files(logs: Path) -> tuple[int, int, int]:
     json_lines = []
     for i in range(600):
         if i % 10 == 3:
-            json_lines.append(b"not json %d" % i)           # invalid
+            json_lines.append(b"not json %d" % i)  # invalid
         elif i % 10 == 7:
-            json_lines.append(b"[%d]" % i)                  # JSON, not an object
+            json_lines.append(b"[%d]" % i)  # JSON, not an object
         else:
-            json_lines.append(json.dumps({"status": 200 + i % 3, "i": i, "env": "dev",
-                                          "user": {"id": i}}).encode())
-    access = [b'10.0.0.%d "GET /p/%d" %d' % (i % 250, i, 200 + (i % 2) * 304)
-              if i % 4 else b"garbage %d" % i for i in range(400)]
+            json_lines.append(json.dumps({"status": 200 + i % 3, "i": i, "env": "dev", "user": {"id": i}}).encode())
+    access = [
+        b'10.0.0.%d "GET /p/%d" %d' % (i % 250, i, 200 + (i % 2) * 304) if i % 4 else b"garbage %d" % i
+        for i in range(400)
+    ]
     plain = [b"plain line %d" % i for i in range(300)]
     (logs / "app.json").write_bytes(b"\n".join(json_lines) + b"\n")
     (logs / "access.log").write_bytes(b"\n".join(access) + b"\n")
@@ -49,18 +50,26 @@ def test_static_and_parsed_fields_ship_count_and_land(spark, broker_cluster, tmp
     logs.mkdir()
     total, parsed, failed = _files(logs)
     doc = {
-        "host": "it-host", "state_dir": str(tmp_path / "state"), "poll_interval_s": 0.05,
-        "scan_interval_s": 1.0, "checkpoint_interval_s": 0.2, "shutdown_timeout_s": 20.0,
-        "cluster": {"brokers": cluster.bootstrap}, "metrics": {"port": 0},
+        "host": "it-host",
+        "state_dir": str(tmp_path / "state"),
+        "poll_interval_s": 0.05,
+        "scan_interval_s": 1.0,
+        "checkpoint_interval_s": 0.2,
+        "shutdown_timeout_s": 20.0,
+        "cluster": {"brokers": cluster.bootstrap},
+        "metrics": {"port": 0},
         "producer": {"linger_ms": 5, "delivery_timeout_s": 10.0, "request_timeout_s": 5.0},
         "audit": {"enabled": False},
         "fields": {"env": "prod", "service": "web"},
         "sources": [
-            {"name": "json", "pattern": f"{logs}/*.json", "topic": "app",
-             "parse": {"format": "json"}},
-            {"name": "access", "pattern": f"{logs}/*.log", "topic": "app",
-             "fields": {"service": "edge", "tier": 1},
-             "parse": {"format": "regex", "regex": ACCESS}},
+            {"name": "json", "pattern": f"{logs}/*.json", "topic": "app", "parse": {"format": "json"}},
+            {
+                "name": "access",
+                "pattern": f"{logs}/*.log",
+                "topic": "app",
+                "fields": {"service": "edge", "tier": 1},
+                "parse": {"format": "regex", "regex": ACCESS},
+            },
             {"name": "plain", "pattern": f"{logs}/*.txt", "topic": "app"},
         ],
     }
@@ -96,22 +105,29 @@ def test_static_and_parsed_fields_ship_count_and_land(spark, broker_cluster, tmp
     assert isinstance(first["status"], int)
     bad = next(r for r in by_file["app.json"] if r.get("unparsed"))
     assert bad["fields"] == {"env": "prod", "service": "web"} and bad["line"].startswith("not json")
-    assert ok_access[0]["fields"] == {"ip": "10.0.0.1", "method": "GET", "path": "/p/1",
-                                      "status": "504", "env": "prod", "service": "edge",
-                                      "tier": 1}
-    assert all(r["fields"] == {"env": "prod", "service": "web"} and "unparsed" not in r
-               for r in by_file["plain.txt"])
+    assert ok_access[0]["fields"] == {
+        "ip": "10.0.0.1",
+        "method": "GET",
+        "path": "/p/1",
+        "status": "504",
+        "env": "prod",
+        "service": "edge",
+        "tier": 1,
+    }
+    assert all(r["fields"] == {"env": "prod", "service": "web"} and "unparsed" not in r for r in by_file["plain.txt"])
 
     out = tmp_path / "wh"
-    config = loader_config(cluster.zk_connect, out, ["app"],
-                           source={"decode_agent_records": True,
-                                   "field_columns": {"status": "long", "tier": "int"}})
+    config = loader_config(
+        cluster.zk_connect,
+        out,
+        ["app"],
+        source={"decode_agent_records": True, "field_columns": {"status": "long", "tier": "int"}},
+    )
     result = run_load(config, spark=spark)
     assert result.rows == total and result.undecodable == 0
     table = read_landed(out).to_pydict()
     assert sum(1 for u in table["unparsed"] if u) == failed
-    rows = list(zip(table["file"], table["fields"], table["status"], table["tier"],
-                    table["unparsed"], strict=True))
+    rows = list(zip(table["file"], table["fields"], table["status"], table["tier"], table["unparsed"], strict=True))
     statuses = [s for f, _, s, _, u in rows if f.endswith(".json") and not u]
     assert len(statuses) == 480 and set(statuses) == {200, 201, 202}
     edge = [(dict(m), s, t) for f, m, s, t, _ in rows if f.endswith("access.log")]

@@ -8,14 +8,15 @@ from hadoop_loader.arrowconv import arrow_schema, to_record_batch
 
 
 def test_file_id_column_from_new_records_and_null_from_old_ones():
-    new = encode_values(chunk_prefix(1_700_000_000_000, "web-1", "/var/log/app.log",
-                                     file_id=1 << 62),
-                        [b"a", b"b"], [0, 2])
-    old = encode_values(chunk_prefix(1_700_000_000_000, "web-1", "/var/log/app.log"),
-                        [b"c"], [4])
-    wrong = encode_values(chunk_prefix(1_700_000_000_000, "web-1", "/f",
-                                       file_id="not an int"),  # type: ignore[arg-type]
-                          [b"d"], [6])
+    new = encode_values(
+        chunk_prefix(1_700_000_000_000, "web-1", "/var/log/app.log", file_id=1 << 62), [b"a", b"b"], [0, 2]
+    )
+    old = encode_values(chunk_prefix(1_700_000_000_000, "web-1", "/var/log/app.log"), [b"c"], [4])
+    wrong = encode_values(
+        chunk_prefix(1_700_000_000_000, "web-1", "/f", file_id="not an int"),  # type: ignore[arg-type]
+        [b"d"],
+        [6],
+    )
     batches, _ = decode_batches(encode_batch(new + old + wrong, None, 1), 0)
     converted = to_record_batch("app", 0, batches, True)
     rows = converted.batch.to_pylist()

@@ -13,7 +13,6 @@ from broker.client import CODECS, messages_of
 from broker.wire.records import decode_batches, encode_batch
 from hadoop_loader import agent_records
 from hadoop_loader.arrowconv import arrow_schema, spark_schema, to_record_batch
-
 from tests.loader.fakes import FakePartitionLog
 
 
@@ -23,17 +22,25 @@ def test_arrow_schema_is_what_spark_expects(agent):
 
 
 def test_columns_match_messages_across_batches_with_and_without_keys_and_deltas():
-    parts = [encode_batch([b"a", b"bb", b"ccc"], None, 1000),
-             encode_batch([b"d", b"e"], [b"k1", None], [2000, 2005]),
-             encode_batch([b"f" * 300], None, [3000])]
+    parts = [
+        encode_batch([b"a", b"bb", b"ccc"], None, 1000),
+        encode_batch([b"d", b"e"], [b"k1", None], [2000, 2005]),
+        encode_batch([b"f" * 300], None, [3000]),
+    ]
     batches, _ = decode_batches(b"".join(parts), 500)
     rb = to_record_batch("logs", 3, batches, None).batch
     expected = [m for b in batches for m in messages_of("logs", 3, b)]
     got = rb.to_pylist()
     assert len(got) == len(expected) == 6
     for row, m in zip(got, expected, strict=True):
-        assert (row["topic"], row["partition"], row["offset"], row["index"], row["key"],
-                row["value"]) == (m.topic, m.partition, m.offset, m.index, m.key, m.value)
+        assert (row["topic"], row["partition"], row["offset"], row["index"], row["key"], row["value"]) == (
+            m.topic,
+            m.partition,
+            m.offset,
+            m.index,
+            m.key,
+            m.value,
+        )
         assert int(row["timestamp"].timestamp() * 1000) == m.timestamp
     assert rb.schema.equals(arrow_schema(False))
 
@@ -48,20 +55,30 @@ def test_one_batch_of_many_messages():
 
 
 def utc_ms(ms: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
 
 
 def agent_value(i: int, **extra) -> bytes:
-    record = {"time": 1_700_000_000_000 + i, "host": "web-1", "file": "/var/log/app.log",
-              "offset": i * 100, "line": f"line {i}"}
+    record = {
+        "time": 1_700_000_000_000 + i,
+        "host": "web-1",
+        "file": "/var/log/app.log",
+        "offset": i * 100,
+        "line": f"line {i}",
+    }
     record.update(extra)
     return msgpack.packb(record)
 
 
 def test_agent_records_decode_and_bad_values_are_kept_raw_and_counted():
-    values = [agent_value(0), b"\xc1 not msgpack", msgpack.packb([1, 2]),
-              agent_value(3, ptime=5, cut=True), msgpack.packb({"host": 7, "line": "x"}),
-              agent_value(5, extra_field="ignored")]
+    values = [
+        agent_value(0),
+        b"\xc1 not msgpack",
+        msgpack.packb([1, 2]),
+        agent_value(3, ptime=5, cut=True),
+        msgpack.packb({"host": 7, "line": "x"}),
+        agent_value(5, extra_field="ignored"),
+    ]
     batches, _ = decode_batches(encode_batch(values, None, 1), 0)
     converted = to_record_batch("app", 0, batches, True)
     rows = converted.batch.to_pylist()
@@ -91,8 +108,12 @@ def test_decode_values_fast_path_counts():
 
 
 def test_agent_times_are_utc_timestamps_and_out_of_range_times_are_not_decoded():
-    values = [agent_value(0, ptime=1_709_251_200_123), agent_value(1, time=1 << 62),
-              agent_value(2, ptime=-(1 << 62)), agent_value(3, time=True)]
+    values = [
+        agent_value(0, ptime=1_709_251_200_123),
+        agent_value(1, time=1 << 62),
+        agent_value(2, ptime=-(1 << 62)),
+        agent_value(3, time=True),
+    ]
     fields, decoded, bad = agent_records.decode_values(values)
     columns = dict(zip((f.column for f in agent_records.AGENT_FIELDS), fields, strict=True))
     assert columns["read_time"].type == columns["parsed_time"].type == pa.timestamp("us", "UTC")
@@ -105,8 +126,10 @@ def test_agent_times_are_utc_timestamps_and_out_of_range_times_are_not_decoded()
 @pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd"])
 def test_the_reader_lands_the_same_rows_from_every_codec(codec):
     values = [agent_value(i) for i in range(300)]
-    parts = [encode_batch(values[:200], None, 1000, CODECS[codec]),
-             encode_batch(values[200:], [b"web-1"] * 100, 2000, CODECS[codec])]
+    parts = [
+        encode_batch(values[:200], None, 1000, CODECS[codec]),
+        encode_batch(values[200:], [b"web-1"] * 100, 2000, CODECS[codec]),
+    ]
     batches, _ = decode_batches(b"".join(parts), 0)
     rows = to_record_batch("app", 0, batches, True).batch.to_pylist()
     assert [r["value"] for r in rows] == values

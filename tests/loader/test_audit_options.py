@@ -7,29 +7,49 @@ import datetime as dt
 import pytest
 
 from hadoop_loader.audit import (
-    HOUR_MS, compare, expected_counts, hour_key, landed_counts, require_complete,
+    HOUR_MS,
+    compare,
+    expected_counts,
+    hour_key,
+    landed_counts,
+    require_complete,
 )
 from hadoop_loader.errors import IncompleteError, LoaderConfigError
 from hadoop_loader.manifest import Manifest
 from hadoop_loader.options import parse_options
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 H0 = 1_700_000_000_000 // HOUR_MS * HOUR_MS  # an hour start
 
 
 def rec(topic, start, sent, acked, host="h1", stage="agent", window=60_000):
-    return {"host": host, "topic": topic, "window_start": start, "window_end": start + window,
-            "sent": sent, "acked": acked, "stage": stage}
+    return {
+        "host": host,
+        "topic": topic,
+        "window_start": start,
+        "window_end": start + window,
+        "sent": sent,
+        "acked": acked,
+        "stage": stage,
+    }
 
 
 def test_expected_counts_sum_windows_of_an_hour_over_hosts():
-    records = [rec("a", H0, 10, 9), rec("a", H0 + 60_000, 5, 5, host="h2"),
-               rec("a", H0 + HOUR_MS, 7, 7), rec("b", H0, 1, 1),
-               rec("a", H0, 100, 100, stage="mirror"), {"junk": 1},
-               dict(rec("a", H0, 1, 1), window_start="x")]
+    records = [
+        rec("a", H0, 10, 9),
+        rec("a", H0 + 60_000, 5, 5, host="h2"),
+        rec("a", H0 + HOUR_MS, 7, 7),
+        rec("b", H0, 1, 1),
+        rec("a", H0, 100, 100, stage="mirror"),
+        {"junk": 1},
+        dict(rec("a", H0, 1, 1), window_start="x"),
+    ]
     expected, used, skipped = expected_counts(records, "agent", "acked", UTC)
-    assert expected == {("a", hour_key(H0, UTC)): 14, ("a", hour_key(H0 + HOUR_MS, UTC)): 7,
-                        ("b", hour_key(H0, UTC)): 1}
+    assert expected == {
+        ("a", hour_key(H0, UTC)): 14,
+        ("a", hour_key(H0 + HOUR_MS, UTC)): 7,
+        ("b", hour_key(H0, UTC)): 1,
+    }
     assert used == 4 and skipped == 3
 
 
@@ -57,29 +77,40 @@ def test_hour_keys_follow_the_time_zone():
 def test_landed_counts_stop_at_old_manifests():
     def m(seq, committed, hours):
         return Manifest(seq, "r", 0, committed, "zk", hours={"a": hours})
+
     newest_first = [m(3, 300, {"x": 1}), m(2, 200, {"x": 2, "y": 4}), m(1, 100, {"x": 100})]
     assert landed_counts(newest_first, 150) == {("a", "x"): 3, ("a", "y"): 4}
 
 
 def test_options_parse():
-    o = parse_options({"zk": "h:1/c", "topics": "a, b", "startingOffsets": "latest",
-                       "maxBytesPerPartition": "1048576", "decodeAgentRecords": "b"})
+    o = parse_options(
+        {
+            "zk": "h:1/c",
+            "topics": "a, b",
+            "startingOffsets": "latest",
+            "maxBytesPerPartition": "1048576",
+            "decodeAgentRecords": "b",
+        }
+    )
     assert o.topics == ("a", "b") and o.decode == {"b"} and o.agent_columns
     assert o.max_bytes_per_partition == 1 << 20
     o = parse_options({"BROKERS": "h:1,h:2", "topics": "a", "decodeAgentRecords": "true"})
     assert o.endpoint.brokers == ("h:1", "h:2") and o.decode == {"a"}
 
 
-@pytest.mark.parametrize("options, name", [
-    ({"topics": "a"}, "zk"),
-    ({"zk": "h:1/c"}, "topics"),
-    ({"zk": "h:1/c", "topics": "a", "maxBytesPerPartition": "0"}, "maxBytesPerPartition"),
-    ({"zk": "h:1/c", "topics": "a", "onRetentionGap": "maybe"}, "onRetentionGap"),
-    ({"zk": "h:1/c", "topics": "a", "decodeAgentRecords": "z"}, "decodeAgentRecords"),
-    ({"zk": "h:1/c", "topics": "a", "endingOffsets": "{"}, "endingOffsets"),
-    ({"zk": "h:1/c", "topics": "a", "colour": "red"}, "colour"),
-    ({"zk": "h:1/c", "topics": "a/b"}, "topics"),
-])
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"topics": "a"}, "zk"),
+        ({"zk": "h:1/c"}, "topics"),
+        ({"zk": "h:1/c", "topics": "a", "maxBytesPerPartition": "0"}, "maxBytesPerPartition"),
+        ({"zk": "h:1/c", "topics": "a", "onRetentionGap": "maybe"}, "onRetentionGap"),
+        ({"zk": "h:1/c", "topics": "a", "decodeAgentRecords": "z"}, "decodeAgentRecords"),
+        ({"zk": "h:1/c", "topics": "a", "endingOffsets": "{"}, "endingOffsets"),
+        ({"zk": "h:1/c", "topics": "a", "colour": "red"}, "colour"),
+        ({"zk": "h:1/c", "topics": "a/b"}, "topics"),
+    ],
+)
 def test_bad_options_name_the_option(options, name):
     with pytest.raises(LoaderConfigError, match=name):
         parse_options(options)
@@ -88,11 +119,13 @@ def test_bad_options_name_the_option(options, name):
 def test_executor_errors_come_back_as_loader_errors():
     from hadoop_loader.errors import RetentionGapError, SparkJobError, error_from_spark
 
-    text = ("Job aborted due to stage failure: Task 3 failed ...\n"
-            "  File \"/work/main/hadoop_loader/fetching.py\", line 88, in _fetch\n"
-            "hadoop_loader.errors.RetentionGapError: retention gap while reading: a/0: offsets "
-            "[0, 100) (100 bytes) were deleted by retention after the run was planned; rerun\n"
-            "\tat org.apache.spark.api.python...")
+    text = (
+        "Job aborted due to stage failure: Task 3 failed ...\n"
+        '  File "/work/main/hadoop_loader/fetching.py", line 88, in _fetch\n'
+        "hadoop_loader.errors.RetentionGapError: retention gap while reading: a/0: offsets "
+        "[0, 100) (100 bytes) were deleted by retention after the run was planned; rerun\n"
+        "\tat org.apache.spark.api.python..."
+    )
     error = error_from_spark("the Spark job writing run 3", text)
     assert isinstance(error, RetentionGapError)
     assert str(error).startswith("retention gap while reading: a/0: offsets [0, 100)")

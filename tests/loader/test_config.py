@@ -13,8 +13,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def minimal(**sections):
-    data = {"source": {"zk": "127.0.0.1:2181/logferry/analysis", "topics": ["a", "b"]},
-            "output": {"uri": "file:///tmp/wh"}}
+    data = {
+        "source": {"zk": "127.0.0.1:2181/logferry/analysis", "topics": ["a", "b"]},
+        "output": {"uri": "file:///tmp/wh"},
+    }
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
     return data
@@ -52,31 +54,33 @@ def test_decode_agent_records_true_means_every_topic():
 
 
 def test_spark_conf_values_become_strings():
-    config = config_from_dict(minimal(spark={"conf": {"spark.sql.shuffle.partitions": 4,
-                                                      "spark.ui.enabled": False}}))
+    config = config_from_dict(minimal(spark={"conf": {"spark.sql.shuffle.partitions": 4, "spark.ui.enabled": False}}))
     assert config.spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
 
 
-@pytest.mark.parametrize("sections, key", [
-    ({"load": {"chunk_bytes": 0}}, "load.chunk_bytes"),
-    ({"load": {"chunk_bytes": 1000}}, "load.chunk_bytes"),
-    ({"load": {"max_bytes_per_partition": "1G"}}, "load.max_bytes_per_partition"),
-    ({"load": {"on_retention_gap": "ignore"}}, "load.on_retention_gap"),
-    ({"load": {"timezone": "Mars/Olympus"}}, "load.timezone"),
-    ({"load": {"bogus": 1}}, "load.bogus"),
-    ({"audit": {"require_complete": 1.5}}, "audit.require_complete"),
-    ({"audit": {"count": "received"}}, "audit.count"),
-    ({"output": {"uri": "file://host/x"}}, "output.uri"),
-    ({"output": {"uri": "hdfs://nn:8020/"}}, "output.uri"),
-    ({"output": {"filesystem": "s3"}}, "output.filesystem"),
-    ({"output": {"drop_decoded_values": "yes"}}, "output.drop_decoded_values"),
-    ({"source": {"topics": []}}, "source.topics"),
-    ({"source": {"topics": ["ok", "../etc"]}}, "source.topics"),
-    ({"source": {"topics": ["a", "a"]}}, "source.topics"),
-    ({"source": {"brokers": ["h:1"]}}, "source.zk"),
-    ({"source": {"decode_agent_records": ["zzz"]}}, "source.decode_agent_records"),
-    ({"spark": {"master": ""}}, "spark.master"),
-])
+@pytest.mark.parametrize(
+    "sections, key",
+    [
+        ({"load": {"chunk_bytes": 0}}, "load.chunk_bytes"),
+        ({"load": {"chunk_bytes": 1000}}, "load.chunk_bytes"),
+        ({"load": {"max_bytes_per_partition": "1G"}}, "load.max_bytes_per_partition"),
+        ({"load": {"on_retention_gap": "ignore"}}, "load.on_retention_gap"),
+        ({"load": {"timezone": "Mars/Olympus"}}, "load.timezone"),
+        ({"load": {"bogus": 1}}, "load.bogus"),
+        ({"audit": {"require_complete": 1.5}}, "audit.require_complete"),
+        ({"audit": {"count": "received"}}, "audit.count"),
+        ({"output": {"uri": "file://host/x"}}, "output.uri"),
+        ({"output": {"uri": "hdfs://nn:8020/"}}, "output.uri"),
+        ({"output": {"filesystem": "s3"}}, "output.filesystem"),
+        ({"output": {"drop_decoded_values": "yes"}}, "output.drop_decoded_values"),
+        ({"source": {"topics": []}}, "source.topics"),
+        ({"source": {"topics": ["ok", "../etc"]}}, "source.topics"),
+        ({"source": {"topics": ["a", "a"]}}, "source.topics"),
+        ({"source": {"brokers": ["h:1"]}}, "source.zk"),
+        ({"source": {"decode_agent_records": ["zzz"]}}, "source.decode_agent_records"),
+        ({"spark": {"master": ""}}, "spark.master"),
+    ],
+)
 def test_errors_name_the_key(sections, key):
     with pytest.raises(LoaderConfigError) as info:
         config_from_dict(minimal(**sections))

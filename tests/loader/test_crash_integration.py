@@ -20,12 +20,15 @@ from hadoop_loader.crash import CRASH_EXIT, ENV
 from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.job import run_load
 from hadoop_loader.store import LandingStore
-
 from tests.loader.conftest import REPO, loader_command, loader_config, produce, write_loader_toml
 from tests.loader.test_load_integration import assert_landed_exactly, merge
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow,
-              pytest.mark.timeout(600)]  # five Spark jobs in their own processes
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]  # five Spark jobs in their own processes
+
 
 def crashing_run(config: Path, point: str) -> subprocess.CompletedProcess:
     argv, env = loader_command(config)
@@ -48,19 +51,23 @@ def test_crash_at_each_step_then_rerun_lands_exactly_once(spark, broker_cluster,
     produced = {"crash-a": 0, "crash-b": 0}
 
     def more(n: int) -> None:
-        batch = {"crash-a": produce(zk, "crash-a", 3, n, start=produced["crash-a"], hours=2),
-                 "crash-b": produce(zk, "crash-b", 1, n // 2, start=produced["crash-b"])}
+        batch = {
+            "crash-a": produce(zk, "crash-a", 3, n, start=produced["crash-a"], hours=2),
+            "crash-b": produce(zk, "crash-b", 1, n // 2, start=produced["crash-b"]),
+        }
         produced["crash-a"] += n
         produced["crash-b"] += n // 2
         merge(sent, batch)
 
     def crash(point: str) -> None:
         import time
+
         t = time.monotonic()
         result = crashing_run(config_file, point)
         print(f"{point}: {time.monotonic() - t:.1f}s")
         assert result.returncode == CRASH_EXIT, (
-            f"{point}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}")
+            f"{point}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}"
+        )
         assert f"injected crash at {point}" in result.stderr
 
     more(40_000)

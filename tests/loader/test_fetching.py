@@ -9,13 +9,11 @@ from hadoop_loader.errors import OffsetStateError, RetentionGapError
 from hadoop_loader.fetching import read_chunk
 from hadoop_loader.offsets import PartitionRange
 from hadoop_loader.planning import Chunk, plan_partition
-
 from tests.loader.fakes import FakeConsumer, FakePartitionLog
 
 
 def make_log(n_batches=40, base=0):
-    batches = [[b"m%05d-%03d" % (b, i) + b"x" * (i % 17) for i in range(1 + (b * 13) % 50)]
-               for b in range(n_batches)]
+    batches = [[b"m%05d-%03d" % (b, i) + b"x" * (i % 17) for i in range(1 + (b * 13) % 50)] for b in range(n_batches)]
     batches[7] = [b"y" * 5000] * 30  # one batch much larger than the fetch size
     return FakePartitionLog(batches, base_offset=base), batches
 

@@ -21,12 +21,17 @@ from agent.encode import chunk_prefix, encode_values
 from broker.client import Admin, Producer
 from hadoop_loader import cli
 from hadoop_loader.audit import hour_key
+from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.job import run_load
 from hadoop_loader.store import LandingStore
-from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.summary import print_audit, print_summary
 from tests.loader.conftest import (
-    BASE_HOUR_MS, HOUR_MS, loader_config, produce, read_landed, wait_visible,
+    BASE_HOUR_MS,
+    HOUR_MS,
+    loader_config,
+    produce,
+    read_landed,
+    wait_visible,
 )
 from tests.loader.test_load_integration import assert_landed_exactly, audit_records
 
@@ -40,7 +45,8 @@ def landed_files(out: Path) -> dict[str, Path]:
 
 
 def write_config(path: Path, zk: str, out: Path, topics: list[str], extra: str = "") -> Path:
-    path.write_text(f"""
+    path.write_text(
+        f"""
 [source]
 zk = "{zk}"
 topics = {topics!r}
@@ -53,21 +59,22 @@ lookback_hours = {24 * 365 * 10}
 [spark]
 master = "local[2]"
 {extra}
-""".replace("'", '"'))
+""".replace("'", '"')
+    )
     return path
 
 
 @pytest.mark.slow
-def test_deleted_and_truncated_files_are_reported_then_repaired(spark, broker_cluster, tmp_path,
-                                                                capsys):
+def test_deleted_and_truncated_files_are_reported_then_repaired(spark, broker_cluster, tmp_path, capsys):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
     sent = {"lake-a": produce(zk, "lake-a", 2, 6_000, hours=3)}
     with Producer(zk=zk) as producer:
         producer.send("_audit", audit_records(sent), partition=0).wait(30)
     out = tmp_path / "wh"
-    config = loader_config(zk, out, ["lake-a"], audit={"enabled": True, "settle_minutes": 0,
-                                                        "lookback_hours": 24 * 365 * 10})
+    config = loader_config(
+        zk, out, ["lake-a"], audit={"enabled": True, "settle_minutes": 0, "lookback_hours": 24 * 365 * 10}
+    )
     first = run_load(config, spark=spark)
     assert first.rows == 6_000 and first.lake is not None and first.lake.files == 0
     files = landed_files(out)
@@ -136,22 +143,32 @@ def agent_values(first: int, last: int, time_ms: int, host: str = "web-1") -> li
     """Agent records of lines ``first``..``last`` - 1 of one file generation."""
     lines = [b"line %06d of the app log" % i for i in range(first, last)]
     offsets = [i * 100 for i in range(first, last)]
-    return encode_values(chunk_prefix(time_ms, host, "/var/log/app.log", file_id=FID),
-                         lines, offsets)
+    return encode_values(chunk_prefix(time_ms, host, "/var/log/app.log", file_id=FID), lines, offsets)
 
 
 def send(zk: str, topic: str, partition: int, values: list[bytes], ts: int) -> None:
     with Producer(zk=zk, linger_ms=5) as producer:
         for i in range(0, len(values), 200):
-            producer.send(topic, values[i:i + 200], partition=partition, timestamp=ts)
+            producer.send(topic, values[i : i + 200], partition=partition, timestamp=ts)
         producer.flush(timeout=60)
 
 
 def agent_audit(topic: str, counts: dict[int, int]) -> list[bytes]:
     """What the agent would publish: acked messages per 10-minute window."""
-    return [msgpack.packb({"host": "web-1", "topic": topic, "window_start": w,
-                           "window_end": w + 600_000, "sent": n, "acked": n, "stage": "agent"})
-            for w, n in sorted(counts.items())]
+    return [
+        msgpack.packb(
+            {
+                "host": "web-1",
+                "topic": topic,
+                "window_start": w,
+                "window_end": w + 600_000,
+                "sent": n,
+                "acked": n,
+                "stage": "agent",
+            }
+        )
+        for w, n in sorted(counts.items())
+    ]
 
 
 @pytest.mark.slow
@@ -169,26 +186,26 @@ def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, 
     send(zk, topic, 1, agent_values(700, 800, t1), t1)
     wait_visible(zk, topic)
     with Producer(zk=zk) as producer:
-        producer.send("_audit", agent_audit(topic, {t0 - t0 % 600_000: 1000,
-                                                    t1 - t1 % 600_000: 1000}),
-                      partition=0).wait(30)
+        producer.send(
+            "_audit", agent_audit(topic, {t0 - t0 % 600_000: 1000, t1 - t1 % 600_000: 1000}), partition=0
+        ).wait(30)
     audit = {"enabled": True, "settle_minutes": 0, "lookback_hours": 24 * 365 * 10}
     out = tmp_path / "wh"
-    config = loader_config(zk, out, [topic], source={"decode_agent_records": True},
-                           dedup={"enabled": True}, audit=audit)
+    config = loader_config(
+        zk, out, [topic], source={"decode_agent_records": True}, dedup={"enabled": True}, audit=audit
+    )
     first = run_load(config, spark=spark)
     assert first.rows == 1_500 and first.duplicates == 600
     assert first.topics[topic].duplicates == 600
     text = io.StringIO()
     print_summary(first, text)
     assert f"{topic}: 1,500 rows" in text.getvalue() and "600 duplicate(s) dropped" in text.getvalue()
-    h0, h1 = hour_key(t0, dt.timezone.utc), hour_key(t1, dt.timezone.utc)
+    h0, h1 = hour_key(t0, dt.UTC), hour_key(t1, dt.UTC)
     by_hour = {h.hour: h for h in first.audit.hours}
     assert (by_hour[h0].landed, by_hour[h0].duplicates, by_hour[h0].missing) == (1000, 0, 0)
     # the agent counted its 1,000 sends of hour 1 (500 copies among them); 100 more copies
     # came from elsewhere: nothing missing, 100 beyond the agent's count
-    assert (by_hour[h1].landed, by_hour[h1].duplicates, by_hour[h1].missing,
-            by_hour[h1].extra) == (500, 600, 0, 100)
+    assert (by_hour[h1].landed, by_hour[h1].duplicates, by_hour[h1].missing, by_hour[h1].extra) == (500, 600, 0, 100)
     table = io.StringIO()
     print_audit(first.audit, table)
     assert "duplicates" in table.getvalue() and "missing" in table.getvalue()

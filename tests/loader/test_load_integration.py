@@ -15,12 +15,11 @@ import pytest
 
 from broker.client import Producer, SimpleConsumer
 from hadoop_loader import cli
-from hadoop_loader.errors import IncompleteError, RetentionGapError
 from hadoop_loader.audit import require_complete
+from hadoop_loader.errors import IncompleteError, RetentionGapError
+from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.job import run_load
 from hadoop_loader.store import LandingStore
-from hadoop_loader.fs import LocalFileSystem
-
 from tests.loader.conftest import BASE_HOUR_MS, loader_config, produce, read_landed
 
 pytestmark = pytest.mark.integration
@@ -29,7 +28,7 @@ TOPICS = {"land-a": 4, "land-b": 2, "land-c": 1}
 
 
 def hour_of(ts_ms: int) -> tuple[str, str]:
-    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC)
     return t.strftime("%Y-%m-%d"), t.strftime("%H")
 
 
@@ -38,10 +37,20 @@ def assert_landed_exactly(root: Path, sent: dict[str, dict[int, list[tuple[bytes
     each in the directory of its event hour, no duplicates."""
     table = read_landed(root)
     assert table is not None
-    cols = table.select(["topic", "partition", "offset", "index", "value", "timestamp",
-                         "dt", "hr"]).to_pydict()
-    rows = sorted(zip(cols["topic"], cols["partition"], cols["offset"], cols["index"],
-                      cols["value"], cols["timestamp"], cols["dt"], cols["hr"], strict=True))
+    cols = table.select(["topic", "partition", "offset", "index", "value", "timestamp", "dt", "hr"]).to_pydict()
+    rows = sorted(
+        zip(
+            cols["topic"],
+            cols["partition"],
+            cols["offset"],
+            cols["index"],
+            cols["value"],
+            cols["timestamp"],
+            cols["dt"],
+            cols["hr"],
+            strict=True,
+        )
+    )
     ids = [(t, p, o, i) for t, p, o, i, *_ in rows]
     assert len(ids) == len(set(ids)), "duplicate rows landed"
     expected_total = sum(len(v) for parts in sent.values() for v in parts.values())
@@ -75,9 +84,19 @@ def audit_records(sent, short_topic: str | None = None):
         expected = n
         if topic == short_topic:  # its first window: 10 acked messages never landed
             expected, short_topic = n + 10, None
-        out.append(msgpack.packb({"host": "web-1", "topic": topic, "window_start": window,
-                                  "window_end": window + 600_000, "sent": expected,
-                                  "acked": expected, "stage": "agent"}))
+        out.append(
+            msgpack.packb(
+                {
+                    "host": "web-1",
+                    "topic": topic,
+                    "window_start": window,
+                    "window_end": window + 600_000,
+                    "sent": expected,
+                    "acked": expected,
+                    "stage": "agent",
+                }
+            )
+        )
     return out
 
 
@@ -85,23 +104,24 @@ def audit_records(sent, short_topic: str | None = None):
 def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cluster, tmp_path):
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
-    sent = {"land-a": produce(zk, "land-a", 4, 100_000, hours=5),
-            "land-b": produce(zk, "land-b", 2, 60_000, hours=3),
-            "land-c": produce(zk, "land-c", 1, 40_000, hours=2)}
+    sent = {
+        "land-a": produce(zk, "land-a", 4, 100_000, hours=5),
+        "land-b": produce(zk, "land-b", 2, 60_000, hours=3),
+        "land-c": produce(zk, "land-c", 1, 40_000, hours=2),
+    }
     with Producer(zk=zk) as producer:
         producer.send("_audit", audit_records(sent, short_topic="land-b"), partition=0).wait(30)
     out = tmp_path / "wh"
-    config = loader_config(zk, out, list(TOPICS), audit={"enabled": True, "settle_minutes": 0,
-                                  "lookback_hours": 24 * 365 * 10})
+    config = loader_config(
+        zk, out, list(TOPICS), audit={"enabled": True, "settle_minutes": 0, "lookback_hours": 24 * 365 * 10}
+    )
 
     first = run_load(config, spark=spark)
     assert first.sequence == 1 and first.rows == 200_000
-    assert {t: s.rows for t, s in first.topics.items()} == {"land-a": 100_000, "land-b": 60_000,
-                                                            "land-c": 40_000}
+    assert {t: s.rows for t, s in first.topics.items()} == {"land-a": 100_000, "land-b": 60_000, "land-c": 40_000}
     assert_landed_exactly(out, sent)
     # partitioned by topic and event hour; one file per topic and hour (the default)
-    dirs = sorted({p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet")
-                   if "_logferry" not in p.parts})
+    dirs = sorted({p.parent.relative_to(out).as_posix() for p in out.rglob("*.parquet") if "_logferry" not in p.parts})
     assert dirs[0] == "topic=land-a/dt=2024-03-01/hr=00"
     assert len(dirs) == 5 + 3 + 2
     assert sum(s.files for s in first.topics.values()) == 10
@@ -114,23 +134,23 @@ def test_200k_messages_on_3_topics_land_once_then_only_new_ones(spark, broker_cl
     with pytest.raises(IncompleteError, match="land-b 2024-03-01T00"):
         require_complete(report, 0.9999)
 
-    more = {"land-a": produce(zk, "land-a", 4, 3_000, start=100_000, hours=1),
-            "land-c": produce(zk, "land-c", 1, 1_000, start=40_000, hours=1)}
+    more = {
+        "land-a": produce(zk, "land-a", 4, 3_000, start=100_000, hours=1),
+        "land-c": produce(zk, "land-c", 1, 1_000, start=40_000, hours=1),
+    }
     merge(sent, more)
     second = run_load(config, spark=spark)
     assert second.sequence == 2 and second.rows == 4_000
     assert second.topics["land-b"].rows == 0
     for r in second.topics["land-a"].ranges:
-        assert r.start == next(x.end for x in first.topics["land-a"].ranges
-                               if x.partition == r.partition)
+        assert r.start == next(x.end for x in first.topics["land-a"].ranges if x.partition == r.partition)
     assert_landed_exactly(out, sent)
 
     third = run_load(config, spark=spark)
     assert third.sequence is None and third.rows == 0
     store = LandingStore(LocalFileSystem(), out.as_uri())
     assert store.committed() == [1, 2]
-    assert store.latest().offsets["land-b"] == {
-        r.partition: r.end for r in first.topics["land-b"].ranges}
+    assert store.latest().offsets["land-b"] == {r.partition: r.end for r in first.topics["land-b"].ranges}
 
 
 def test_cli_prints_a_summary(spark, broker_cluster, tmp_path, capsys):
@@ -142,7 +162,7 @@ def test_cli_prints_a_summary(spark, broker_cluster, tmp_path, capsys):
 zk = "{cluster.zk_connect}"
 topics = ["cli-topic"]
 [output]
-uri = "{(tmp_path / 'wh').as_uri()}"
+uri = "{(tmp_path / "wh").as_uri()}"
 [spark]
 master = "local[2]"
 """)
@@ -157,8 +177,9 @@ master = "local[2]"
     assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 0
     captured = capsys.readouterr()
     assert "run 2 committed: 1,000 rows" in captured.out
-    assert ("audit: topic '_audit' does not exist yet (no agent has published audit "
-            "records): nothing to audit") in captured.out
+    assert (
+        "audit: topic '_audit' does not exist yet (no agent has published audit records): nothing to audit"
+    ) in captured.out
     assert "error" not in captured.err
     assert cli.main(["load", "--config", str(config_file), "--require-complete", "0.99"]) == 0
     captured = capsys.readouterr()
@@ -174,7 +195,7 @@ def test_cli_exits_1_when_the_cluster_is_unreachable(tmp_path, capsys):
 brokers = ["127.0.0.1:1"]
 topics = ["cli-topic"]
 [output]
-uri = "{(tmp_path / 'wh').as_uri()}"
+uri = "{(tmp_path / "wh").as_uri()}"
 [audit]
 enabled = true
 """)
@@ -184,8 +205,9 @@ enabled = true
 
 
 def test_retention_gap_is_named_or_skipped_with_a_report(spark, broker_cluster, tmp_path):
-    cluster = broker_cluster(1, broker={"retention_check_ms": 100},
-                             log={"segment_bytes": 64 * 1024, "retention_bytes": 200 * 1024})
+    cluster = broker_cluster(
+        1, broker={"retention_check_ms": 100}, log={"segment_bytes": 64 * 1024, "retention_bytes": 200 * 1024}
+    )
     zk = cluster.zk_connect
     produce(zk, "ret", 1, 500, value_bytes=100)
     out = tmp_path / "wh"
@@ -230,15 +252,30 @@ def test_agent_records_land_decoded_through_the_hadoop_filesystem(spark, broker_
         producer.send("agent-log", values, partition=0, timestamp=BASE_HOUR_MS + 5_000).wait(30)
     produce(zk, "plain-log", 1, 500)
     out = tmp_path / "wh"
-    config = loader_config(zk, out, ["agent-log", "plain-log"],
-                           source={"decode_agent_records": ["agent-log"]},
-                           output={"filesystem": "hadoop"})
+    config = loader_config(
+        zk,
+        out,
+        ["agent-log", "plain-log"],
+        source={"decode_agent_records": ["agent-log"]},
+        output={"filesystem": "hadoop"},
+    )
     result = run_load(config, spark=spark)
     assert result.rows == 3_500 and result.undecodable == 1
     table = read_landed(out).to_pydict()
-    rows = {(t, o, i): (h, f, fo, line, d) for t, o, i, h, f, fo, line, d in zip(
-        table["topic"], table["offset"], table["index"], table["host"], table["file"],
-        table["file_offset"], table["line"], table["decoded"], strict=True)}
+    rows = {
+        (t, o, i): (h, f, fo, line, d)
+        for t, o, i, h, f, fo, line, d in zip(
+            table["topic"],
+            table["offset"],
+            table["index"],
+            table["host"],
+            table["file"],
+            table["file_offset"],
+            table["line"],
+            table["decoded"],
+            strict=True,
+        )
+    }
     agent_rows = sorted((k, v) for k, v in rows.items() if k[0] == "agent-log")
     assert len(agent_rows) == 3_000
     (_, first), (_, bad) = agent_rows[0], agent_rows[10]
@@ -260,13 +297,11 @@ def test_first_run_latest_records_where_it_starts(spark, broker_cluster, tmp_pat
     later = produce(zk, "late", 2, 300, start=1_000)
     second = run_load(config, spark=spark)
     assert second.rows == 300
-    assert sorted(read_landed(out).column("value").to_pylist()) == sorted(
-        v for msgs in later.values() for v, _ in msgs)
+    assert sorted(read_landed(out).column("value").to_pylist()) == sorted(v for msgs in later.values() for v, _ in msgs)
     assert run_load(config, spark=spark).sequence is None
 
 
-def test_partitions_added_between_runs_are_landed_from_their_start(spark, broker_cluster,
-                                                                     tmp_path):
+def test_partitions_added_between_runs_are_landed_from_their_start(spark, broker_cluster, tmp_path):
     """A topic grown from 2 to 4 partitions (`logferry topic alter --partitions`): the next
     run lands the new partitions from their first message, the old ones from where the
     last run stopped; every message once."""

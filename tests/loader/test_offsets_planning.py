@@ -8,7 +8,12 @@ import pytest
 
 from hadoop_loader.errors import LoaderConfigError, OffsetStateError, RetentionGapError
 from hadoop_loader.offsets import (
-    EARLIEST, LATEST, PartitionRange, check_start, parse_offset_spec, resolve,
+    EARLIEST,
+    LATEST,
+    PartitionRange,
+    check_start,
+    parse_offset_spec,
+    resolve,
 )
 from hadoop_loader.planning import Chunk, pack, plan, plan_partition, ranges_of
 
@@ -47,8 +52,9 @@ def test_parse_offset_spec():
     assert spec.for_partition("b", 0) == LATEST
 
 
-@pytest.mark.parametrize("text", ["soon", "[1]", '{"a": [1]}', '{"a": {"x": 1}}',
-                                  '{"a": {"0": -3}}', '{"a": {"0": "1"}}'])
+@pytest.mark.parametrize(
+    "text", ["soon", "[1]", '{"a": [1]}', '{"a": {"x": 1}}', '{"a": {"0": -3}}', '{"a": {"0": "1"}}']
+)
 def test_bad_offset_specs_name_the_option(text):
     with pytest.raises(LoaderConfigError, match="startingOffsets"):
         parse_offset_spec(text, "startingOffsets", EARLIEST)
@@ -123,10 +129,20 @@ def test_chunk_json_round_trip():
 
 
 def test_pack_groups_small_chunks_and_keeps_big_ones_alone():
-    chunks = [Chunk("b", 0, 0, 100), Chunk("a", 1, 0, 30), Chunk("a", 0, 0, 30),
-              Chunk("a", 2, 0, 30), Chunk("a", 3, 0, 30), Chunk("c", 0, 0, 500)]
+    chunks = [
+        Chunk("b", 0, 0, 100),
+        Chunk("a", 1, 0, 30),
+        Chunk("a", 0, 0, 30),
+        Chunk("a", 2, 0, 30),
+        Chunk("a", 3, 0, 30),
+        Chunk("c", 0, 0, 500),
+    ]
     splits = pack(chunks, 100)
-    assert splits == [[Chunk("a", 0, 0, 30), Chunk("a", 1, 0, 30), Chunk("a", 2, 0, 30)],
-                      [Chunk("a", 3, 0, 30)], [Chunk("b", 0, 0, 100)], [Chunk("c", 0, 0, 500)]]
+    assert splits == [
+        [Chunk("a", 0, 0, 30), Chunk("a", 1, 0, 30), Chunk("a", 2, 0, 30)],
+        [Chunk("a", 3, 0, 30)],
+        [Chunk("b", 0, 0, 100)],
+        [Chunk("c", 0, 0, 500)],
+    ]
     assert sorted(c for s in splits for c in s) == sorted(chunks)
     assert pack([], 100) == []

@@ -36,16 +36,16 @@ def ship_packages(target: Path) -> Path:
 
 def executor_logs(work: Path, worker: int) -> str:
     """What the executors started by one worker wrote to stderr so far."""
-    return "".join(p.read_text(errors="replace")
-                   for p in (work / f"worker-{worker}").glob("app-*/*/stderr"))
+    return "".join(p.read_text(errors="replace") for p in (work / f"worker-{worker}").glob("app-*/*/stderr"))
 
 
 def wait_for(check, timeout: float, what: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if proc.poll() is not None:
-            raise AssertionError(f"spark-submit exited ({proc.returncode}) before {what}:\n"
-                                 f"{log.read_text(errors='replace')[-4000:]}")
+            raise AssertionError(
+                f"spark-submit exited ({proc.returncode}) before {what}:\n{log.read_text(errors='replace')[-4000:]}"
+            )
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {timeout:.0f}s")
         time.sleep(0.1)
@@ -54,11 +54,14 @@ def wait_for(check, timeout: float, what: str, proc: subprocess.Popen, log: Path
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # four JVMs start; about 90 s on a quiet machine, 260 s loaded
 def test_the_loader_lands_exactly_once_on_a_standalone_cluster_that_loses_a_worker(
-        broker_cluster, tmp_path: Path) -> None:
+    broker_cluster, tmp_path: Path
+) -> None:
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
-    sent = {"sa-a": produce(zk, "sa-a", 4, 60_000, hours=4, value_bytes=120),
-            "sa-b": produce(zk, "sa-b", 2, 20_000, hours=2, value_bytes=120)}
+    sent = {
+        "sa-a": produce(zk, "sa-a", 4, 60_000, hours=4, value_bytes=120),
+        "sa-b": produce(zk, "sa-b", 2, 20_000, hours=2, value_bytes=120),
+    }
     out = tmp_path / "wh"
     config = tmp_path / "loader.toml"
     config.write_text(f"""
@@ -75,13 +78,18 @@ fetch_bytes = 131072
     work = tmp_path / "spark"
     with StandaloneCluster(work, workers=2) as spark:
         log = tmp_path / "submit.log"
-        submit = spark.submit([str(REPO / "hadoop_loader" / "__main__.py"), "load",
-                               "--config", str(config)], log, py_files=shipped)
+        submit = spark.submit(
+            [str(REPO / "hadoop_loader" / "__main__.py"), "load", "--config", str(config)], log, py_files=shipped
+        )
         try:
             # both workers' executors run tasks; then one worker dies mid-job
-            wait_for(lambda: "Running task" in executor_logs(work, 0)
-                     and "Running task" in executor_logs(work, 1), 240,
-                     "tasks running on both workers", submit, log)
+            wait_for(
+                lambda: "Running task" in executor_logs(work, 0) and "Running task" in executor_logs(work, 1),
+                240,
+                "tasks running on both workers",
+                submit,
+                log,
+            )
             spark.workers[1].kill()
             code = submit.wait(420)
         finally:
@@ -92,7 +100,6 @@ fetch_bytes = 131072
         assert code == 0, driver[-4000:]
         assert "run 1 committed: 80,000 rows" in driver, driver[-4000:]
         # the job really lost an executor while it ran, and finished on the other worker
-        assert "Lost executor" in driver or "Executor lost" in driver \
-            or "ExecutorLostFailure" in driver, driver[-4000:]
+        assert "Lost executor" in driver or "Executor lost" in driver or "ExecutorLostFailure" in driver, driver[-4000:]
         assert "Running task" in executor_logs(work, 0)
     assert_landed_exactly(out, sent)

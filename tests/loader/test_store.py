@@ -21,8 +21,9 @@ def store(tmp_path):
     return s
 
 
-def stage_run(store: LandingStore, sequence: int, files: dict[str, bytes],
-              previous: Manifest | None = None) -> Manifest:
+def stage_run(
+    store: LandingStore, sequence: int, files: dict[str, bytes], previous: Manifest | None = None
+) -> Manifest:
     """Stage files as Spark would, and build the run's manifest."""
     data = store.begin(sequence)
     entries = []
@@ -31,22 +32,42 @@ def stage_run(store: LandingStore, sequence: int, files: dict[str, bytes],
         directory, _, name = rel.rpartition("/")
         entries.append(FileEntry(f"{directory}/r{sequence}-{name}", rel, len(content), 1))
     ranges = [RangeEntry("a", 0, sequence * 100, sequence * 100 + 100, len(files))]
-    return Manifest(sequence, f"run{sequence}", 1, 2, "zk", ranges, entries,
-                    {"a": {"2024-01-01T00": len(files)}},
-                    next_offsets(previous.offsets if previous else {}, ranges),
-                    [Gap("a", 1, 0, 10)], 0)
+    return Manifest(
+        sequence,
+        f"run{sequence}",
+        1,
+        2,
+        "zk",
+        ranges,
+        entries,
+        {"a": {"2024-01-01T00": len(files)}},
+        next_offsets(previous.offsets if previous else {}, ranges),
+        [Gap("a", 1, 0, 10)],
+        0,
+    )
 
 
 def published(store: LandingStore) -> list[str]:
     root = store.fs.path(store.root)
-    return sorted(f.uri[len("file://" + root) + 1:] for f in store.fs.list_files(store.root)
-                  if "/_logferry/" not in f.uri)
+    return sorted(
+        f.uri[len("file://" + root) + 1 :] for f in store.fs.list_files(store.root) if "/_logferry/" not in f.uri
+    )
 
 
 def test_manifest_round_trip_and_malformed_manifest():
-    m = Manifest(3, "r", 1, 2, "zk", [RangeEntry("a", 0, 0, 10, 5)],
-                 [FileEntry("topic=a/x.parquet", "topic=a/x.parquet", 10, 5)],
-                 {"a": {"2024-01-01T00": 5}}, {"a": {0: 10}}, [Gap("a", 0, 0, 1)], 2)
+    m = Manifest(
+        3,
+        "r",
+        1,
+        2,
+        "zk",
+        [RangeEntry("a", 0, 0, 10, 5)],
+        [FileEntry("topic=a/x.parquet", "topic=a/x.parquet", 10, 5)],
+        {"a": {"2024-01-01T00": 5}},
+        {"a": {0: 10}},
+        [Gap("a", 0, 0, 1)],
+        2,
+    )
     back = Manifest.from_json(m.to_json(), "m")
     assert back == m
     with pytest.raises(StateError, match="manifest bad.json is malformed"):
@@ -69,8 +90,7 @@ def test_recover_discards_uncommitted_and_rolls_committed_forward(store):
     m1 = stage_run(store, 1, {"topic=a/f1.parquet": b"1", "topic=a/f2.parquet": b"22"})
     store.commit(m1)
     # crash during publish: one file moved, one still staged
-    store.fs.rename(join(store.staging_data(1), "topic=a/f1.parquet"),
-                    join(store.root, "topic=a/r1-f1.parquet"))
+    store.fs.rename(join(store.staging_data(1), "topic=a/f1.parquet"), join(store.root, "topic=a/r1-f1.parquet"))
     stage_run(store, 2, {"topic=a/g.parquet": b"333"}, m1)  # never committed
     report = store.recover()
     assert report.rolled_forward == [1] and report.discarded == [2] and report.files_moved == 1
@@ -112,15 +132,19 @@ def test_lock_is_exclusive_and_taken_over_from_a_dead_process(store):
     with pytest.raises(StateError, match="another load job holds"):
         LandingStore(store.fs, store.root).acquire_lock()
     store.release_lock()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     store.fs.delete(store.lock_uri)
     import socket
-    store.fs.create_new(store.lock_uri, json.dumps(
-        {"host": socket.gethostname(), "pid": int(dead), "since_ms": 0}).encode())
+
+    store.fs.create_new(
+        store.lock_uri, json.dumps({"host": socket.gethostname(), "pid": int(dead), "since_ms": 0}).encode()
+    )
     store.acquire_lock()  # the holder is gone: taken over
     holder = json.loads(store.fs.read_bytes(store.lock_uri))
     import os
+
     assert holder["pid"] == os.getpid()
     store.release_lock()
 

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 @pytest.mark.slow
 def test_spark_reads_a_tls_cluster(spark, broker_cluster, tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
-    cluster = broker_cluster(1, tls={"enabled": True, "cert_file": str(pki.broker_cert),
-                                     "key_file": str(pki.broker_key)})
+    cluster = broker_cluster(
+        1, tls={"enabled": True, "cert_file": str(pki.broker_cert), "key_file": str(pki.broker_key)}
+    )
     tls = TlsConfig(ca_file=pki.ca)
     with Producer(zk=cluster.zk_connect, tls=tls, acks=1) as producer:
         for i in range(3000):
@@ -29,8 +30,13 @@ def test_spark_reads_a_tls_cluster(spark, broker_cluster, tmp_path: Path) -> Non
         producer.flush()
     wait_visible(cluster.zk_connect, "secure-src", tls=tls)
     register(spark)
-    df = (spark.read.format("logferry").option("zk", cluster.zk_connect)
-          .option("topics", "secure-src").options(**tls_options(tls)).load())
+    df = (
+        spark.read.format("logferry")
+        .option("zk", cluster.zk_connect)
+        .option("topics", "secure-src")
+        .options(**tls_options(tls))
+        .load()
+    )
     values = sorted(r["value"] for r in df.select("value").collect())
     assert values == sorted(f"v{i:05d}".encode() for i in range(3000))
 
@@ -53,19 +59,20 @@ def test_the_loader_lands_from_a_scram_cluster(spark, broker_cluster, tmp_path: 
     tls = TlsConfig(ca_file=pki.ca)
     from broker.common.sasl import SaslCredentials
 
-    with Producer(zk=cluster.zk_connect, tls=tls, sasl=SaslCredentials("loader", PASSWORD),
-                  acks=1) as producer:
+    with Producer(zk=cluster.zk_connect, tls=tls, sasl=SaslCredentials("loader", PASSWORD), acks=1) as producer:
         for i in range(2000):
             producer.send("scram-src", f"v{i:05d}".encode(), partition=i % 2)
         producer.flush()
     secret = tmp_path / "loader.password"
     secret.write_text(PASSWORD + "\n")
     secret.chmod(0o600)
-    data = {"source": {"zk": cluster.zk_connect, "topics": ["scram-src"]},
-            "output": {"uri": (tmp_path / "wh").as_uri()},
-            "spark": {"master": "local[2]"},
-            "tls": {"enabled": True, "ca_file": str(pki.ca)},
-            "sasl": {"username": "loader", "password_file": str(secret)}}
+    data = {
+        "source": {"zk": cluster.zk_connect, "topics": ["scram-src"]},
+        "output": {"uri": (tmp_path / "wh").as_uri()},
+        "spark": {"master": "local[2]"},
+        "tls": {"enabled": True, "ca_file": str(pki.ca)},
+        "sasl": {"username": "loader", "password_file": str(secret)},
+    }
     config = config_from_dict(data)
     assert PASSWORD not in repr(config)
     result = run_load(config, spark=spark)
@@ -75,8 +82,7 @@ def test_the_loader_lands_from_a_scram_cluster(spark, broker_cluster, tmp_path: 
 
     secret.write_text("not the password\n")
     with pytest.raises(LoaderError) as failed:
-        run_load(config_from_dict({**data, "output": {"uri": (tmp_path / "wh2").as_uri()}}),
-                 spark=spark)
+        run_load(config_from_dict({**data, "output": {"uri": (tmp_path / "wh2").as_uri()}}), spark=spark)
     assert "authentication failed" in str(failed.value).lower()
     assert "\n" not in str(failed.value) and "not the password" not in str(failed.value)
     with pytest.raises(LoaderError, match="sasl.password"):

@@ -15,14 +15,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
-from broker.wire import records
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.config import dumps
+from broker.wire import records
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,12 +46,17 @@ class MirrorProcess:
         self.log_file = workdir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "MirrorProcess":
+    def start(self) -> MirrorProcess:
         log = self.log_file.open("ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "mirror", "--config",
-                                      str(self.config_file)], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, cwd=str(ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "mirror", "--config", str(self.config_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(ROOT),
+        )
         log.close()
         return self
 
@@ -85,10 +90,12 @@ class MirrorProcess:
 @pytest.fixture
 def two_clusters(broker_cluster, zookeeper):
     """Factory: ``two_clusters(source_broker={...}, source_log={...}) -> (source, target)``."""
+
     def make(source_broker: dict | None = None, source_log: dict | None = None):
         source = broker_cluster(1, broker=source_broker, log=source_log, zk=zookeeper.new_chroot())
         target = broker_cluster(1, zk=zookeeper.new_chroot())
         return source, target
+
     return make
 
 
@@ -98,17 +105,27 @@ def mirrors(tmp_path: Path, request) -> Iterator[Callable[..., MirrorProcess]]:
     (started); ``metrics`` is the ``[metrics]`` table (the status file is added)."""
     started: list[MirrorProcess] = []
 
-    def start(name: str, source, target, start: bool = True, metrics: dict | None = None,
-              **mirror_keys) -> MirrorProcess:
+    def start(
+        name: str, source, target, start: bool = True, metrics: dict | None = None, **mirror_keys
+    ) -> MirrorProcess:
         # The tests written for the re-producing mirror say so; test_mirror_preserve.py
         # passes mode="preserve" (the config's default).
-        mirror = {"group": "mirror", "commit_interval_ms": 300, "session_timeout_s": 4.0,
-                  "shutdown_timeout_s": 20.0, "mode": "produce", **mirror_keys}
+        mirror = {
+            "group": "mirror",
+            "commit_interval_ms": 300,
+            "session_timeout_s": 4.0,
+            "shutdown_timeout_s": 20.0,
+            "mode": "produce",
+            **mirror_keys,
+        }
         if "topics" not in mirror and "pattern" not in mirror:
             mirror["pattern"] = ".*"
-        config = {"source": {"zk_connect": source.zk_connect},
-                  "target": {"zk_connect": target.zk_connect}, "mirror": mirror,
-                  "metrics": dict(metrics or {})}
+        config = {
+            "source": {"zk_connect": source.zk_connect},
+            "target": {"zk_connect": target.zk_connect},
+            "mirror": mirror,
+            "metrics": dict(metrics or {}),
+        }
         process = MirrorProcess(tmp_path, name, config)
         started.append(process)
         return process.start() if start else process
@@ -122,16 +139,27 @@ def mirrors(tmp_path: Path, request) -> Iterator[Callable[..., MirrorProcess]]:
             process.kill()
 
 
-def produce(zk: str, topic: str, count: int, partitions: int = 4, *, tag: str = "",
-            compression: str = "none", batch: int = 500, size: int = 100) -> None:
+def produce(
+    zk: str,
+    topic: str,
+    count: int,
+    partitions: int = 4,
+    *,
+    tag: str = "",
+    compression: str = "none",
+    batch: int = 500,
+    size: int = 100,
+) -> None:
     """Send ``count`` unique values (``<topic>/<tag>/<i>`` padded to ``size``) in batches."""
     pad = b"." * size
     with Producer(zk=zk, linger_ms=5, compression=compression, batch_messages=batch) as producer:
         prefix = f"{topic}/{tag}/".encode()
         futures = []
         for start in range(0, count, batch):
-            values = [(prefix + b"%d" % i + pad)[:size] if size > len(prefix) + 12
-                      else prefix + b"%d" % i for i in range(start, min(start + batch, count))]
+            values = [
+                (prefix + b"%d" % i + pad)[:size] if size > len(prefix) + 12 else prefix + b"%d" % i
+                for i in range(start, min(start + batch, count))
+            ]
             futures.append(producer.send(topic, values, partition=(start // batch) % partitions))
         producer.flush(60)
         for future in futures:

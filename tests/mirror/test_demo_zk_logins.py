@@ -42,8 +42,7 @@ def _broker(cluster, security: DemoSecurity, datacenter: str):
 
 
 def _kazoo(zk: str, security: DemoSecurity | None, login: str = "", dc: str = "live") -> KazooClient:
-    auth = [] if security is None else [
-        ("digest", f"{login}:{security.zk_passwords[(login, dc)][1]}")]
+    auth = [] if security is None else [("digest", f"{login}:{security.zk_passwords[(login, dc)][1]}")]
     client = KazooClient(hosts=zk, timeout=10.0, auth_data=auth)
     client.start(timeout=15)
     return client
@@ -55,12 +54,12 @@ def _offsets(owner: KazooClient, group: str) -> dict[str, bytes]:
 
 
 def test_demo_groups_offsets_are_writable_only_by_their_principal(
-        broker_cluster, zookeeper, mirrors, tmp_path: Path) -> None:
+    broker_cluster, zookeeper, mirrors, tmp_path: Path
+) -> None:
     base = zookeeper.new_chroot()  # both clusters under one parent, as in the demo
     live_zk, analysis_zk = base + "/live", base + "/analysis"
     security = DemoSecurity(tmp_path / "demo")
-    security.setup({"live": live_zk, "analysis": analysis_zk}, ["web", "_audit"], GROUP,
-                   MIRROR_GROUP)
+    security.setup({"live": live_zk, "analysis": analysis_zk}, ["web", "_audit"], GROUP, MIRROR_GROUP)
     live = broker_cluster(0, zk=live_zk)
     target = broker_cluster(0, zk=analysis_zk)
     _broker(live, security, "live")
@@ -68,14 +67,14 @@ def test_demo_groups_offsets_are_writable_only_by_their_principal(
     assert security.secure_zookeeper() >= 0
     with Admin(zk=security.zk_owner("live"), **security.client("admin", "live")) as admin:
         admin.create_topic("web", 2)
-    with Producer(zk=security.zk_as("agent", "live"), acks=1, linger_ms=5,
-                  **security.client("agent", "live")) as producer:
+    with Producer(
+        zk=security.zk_as("agent", "live"), acks=1, linger_ms=5, **security.client("agent", "live")
+    ) as producer:
         for future in [producer.send("web", b"m%d" % i) for i in range(N)]:
             future.wait(30)
 
     # the demo's dashboard (User:dashboard) reads everything and commits its group
-    dashboard = Dashboard(security.zk_as("dashboard", "live"), ["web"],
-                          security.client("dashboard", "live"))
+    dashboard = Dashboard(security.zk_as("dashboard", "live"), ["web"], security.client("dashboard", "live"))
     dashboard.start()
     wait_for(lambda: dashboard.counts.get("web", 0) >= N, 60, "the dashboard to read all")
     dashboard.stop()
@@ -88,8 +87,7 @@ def test_demo_groups_offsets_are_writable_only_by_their_principal(
     config["target"].update(security.client_sections("mirror", "analysis"))
     mirror.config_file.write_text(dumps(config))
     mirror.start()
-    counter = ClusterCounter(security.zk_as("reader", "analysis"), ["web"],
-                             security.client("reader", "analysis"))
+    counter = ClusterCounter(security.zk_as("reader", "analysis"), ["web"], security.client("reader", "analysis"))
     try:
         wait_for(lambda: counter.update()["web"] >= N, 90, "the mirror to copy all")
         assert counter.update()["web"] == N
@@ -100,12 +98,19 @@ def test_demo_groups_offsets_are_writable_only_by_their_principal(
     owner = _kazoo(live_zk, security, ZK_OWNER)
     try:
         committed = {g: _offsets(owner, g) for g in (GROUP, MIRROR_GROUP)}
-        assert all(len(v) == 2 and all(json.loads(o)["offset"] > 0 for o in v.values())
-                   for v in committed.values()), committed
+        assert all(len(v) == 2 and all(json.loads(o)["offset"] > 0 for o in v.values()) for v in committed.values()), (
+            committed
+        )
 
         # nobody else may write a group's offsets, even straight into ZooKeeper
-        refused = [("mirror", GROUP), ("dashboard", MIRROR_GROUP), ("reader", GROUP),
-                   ("reader", MIRROR_GROUP), ("agent", GROUP), ("agent", MIRROR_GROUP)]
+        refused = [
+            ("mirror", GROUP),
+            ("dashboard", MIRROR_GROUP),
+            ("reader", GROUP),
+            ("reader", MIRROR_GROUP),
+            ("agent", GROUP),
+            ("agent", MIRROR_GROUP),
+        ]
         for login, group in refused:
             intruder = _kazoo(live_zk, security, login)
             try:
@@ -135,8 +140,13 @@ def test_demo_groups_offsets_are_writable_only_by_their_principal(
             reader.stop()
             reader.close()
         with pytest.raises(GroupAuthorizationFailedError, match="User:mirror may not consume"):
-            GroupConsumer(GROUP, ["web"], zk=security.zk_as("mirror", "live"), auto_commit_ms=0,
-                          **security.client("mirror", "live"))
+            GroupConsumer(
+                GROUP,
+                ["web"],
+                zk=security.zk_as("mirror", "live"),
+                auto_commit_ms=0,
+                **security.client("mirror", "live"),
+            )
         assert {g: _offsets(owner, g) for g in (GROUP, MIRROR_GROUP)} == committed
     finally:
         owner.stop()

@@ -46,35 +46,42 @@ def _audit_view(zk: str) -> dict:
 
 def _pipeline(source, target, topic: str) -> dict:
     """The one row of ``topic`` in the pipeline: all its messages fall in one hour-long window."""
-    rows = [r for r in pipeline_rows([("live", _audit_view(source.zk_connect)),
-                                      ("analysis", _audit_view(target.zk_connect))])
-            if r["topic"] == topic]
+    rows = [
+        r
+        for r in pipeline_rows([("live", _audit_view(source.zk_connect)), ("analysis", _audit_view(target.zk_connect))])
+        if r["topic"] == topic
+    ]
     assert len(rows) == 1, rows
     return rows[0]["stages"]
 
 
 @pytest.mark.slow
 def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
-        two_clusters, mirrors, agent_process, tmp_path: Path):
+    two_clusters, mirrors, agent_process, tmp_path: Path
+):
     source, target = two_clusters()
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.log").write_bytes(b"".join(b"line %d\n" % i for i in range(LINES)))
-    agent = agent_process({
-        "host": "web-1", "state_dir": str(tmp_path / "state"), "poll_interval_s": 0.05,
-        "shutdown_timeout_s": 20.0, "cluster": {"zk": source.zk_connect},
-        "producer": {"linger_ms": 5},
-        "audit": {"window_s": 3600},  # one window: the final records come at the stop
-        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}]}).start()
+    agent = agent_process(
+        {
+            "host": "web-1",
+            "state_dir": str(tmp_path / "state"),
+            "poll_interval_s": 0.05,
+            "shutdown_timeout_s": 20.0,
+            "cluster": {"zk": source.zk_connect},
+            "producer": {"linger_ms": 5},
+            "audit": {"window_s": 3600},  # one window: the final records come at the stop
+            "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}],
+        }
+    ).start()
     wait_until(lambda: agent.counter("messages_acked") >= LINES, 60, "agent acks")
     assert agent.terminate() == 0
     (window,) = [r["window_start"] for r in _audit_view(source.zk_connect)["rows"]]
     # a producer without idempotence (an older agent, say) and its agent-stage record
     with Producer(zk=source.zk_connect, idempotence=False, acks=1) as producer:
-        producer.send("plain", [b"p%d" % i for i in range(PLAIN)], partition=0,
-                      timestamp=window + 1000)
-        producer.send("_audit", [AuditRecord("plain", window, window + 3600_000, PLAIN, PLAIN,
-                                             "old-agent").encode()])
+        producer.send("plain", [b"p%d" % i for i in range(PLAIN)], partition=0, timestamp=window + 1000)
+        producer.send("_audit", [AuditRecord("plain", window, window + 3600_000, PLAIN, PLAIN, "old-agent").encode()])
         producer.flush(30)
 
     def copy(name: str, group: str, mode: str = "preserve", expect_new: bool = True) -> None:
@@ -88,19 +95,30 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
         if mode == "produce":  # acknowledged copies, the ones the target dropped included
             wait_for(lambda: process.status().get("messages_total", 0) >= total, 60, f"{name} copied")
         elif expect_new:
-            wait_for(lambda: all(topic_messages(target.zk_connect, t) >= topic_messages(source.zk_connect, t)
-                                 for t in topics), 60, f"{name} copied")
+            wait_for(
+                lambda: all(
+                    topic_messages(target.zk_connect, t) >= topic_messages(source.zk_connect, t) for t in topics
+                ),
+                60,
+                f"{name} copied",
+            )
         else:
-            wait_for(lambda: len(process.status().get("partitions", {})) == partitions, 60,
-                     f"{name} owns every partition")
+            wait_for(
+                lambda: len(process.status().get("partitions", {})) == partitions, 60, f"{name} owns every partition"
+            )
             time.sleep(3)  # resumed at the target's end: nothing to copy
         assert process.terminate() == 0  # publishes its last window
 
     copy("m1", "mirror")
     stages = _pipeline(source, target, "app")
     assert stages["agent"]["acked"] == LINES and stages["agent"]["cluster"] == "live"
-    assert stages["mirror"] == {"sent": LINES, "acked": LINES, "cluster": "analysis",
-                                "complete_pct": 100.0, "of": "agent"}
+    assert stages["mirror"] == {
+        "sent": LINES,
+        "acked": LINES,
+        "cluster": "analysis",
+        "complete_pct": 100.0,
+        "of": "agent",
+    }
     assert _pipeline(source, target, "plain")["mirror"]["complete_pct"] == 100.0
 
     # a preserving mirror of another group resumes from the target's end: nothing twice
@@ -120,8 +138,7 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
     # the agents counted 1,000 messages more than the live cluster holds (deleted between
     # the tiers): the mirror's tier is short
     with Producer(zk=source.zk_connect) as producer:
-        producer.send("_audit", [AuditRecord("app", window, window + 3600_000, 1000, 1000,
-                                             "web-2").encode()])
+        producer.send("_audit", [AuditRecord("app", window, window + 3600_000, 1000, 1000, "web-2").encode()])
         producer.flush(30)
     stages = _pipeline(source, target, "app")
     assert stages["agent"]["acked"] == LINES + 1000

@@ -16,19 +16,24 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("mode", ["produce", "preserve"])
-def test_target_topic_grows_with_its_source_and_partitions_are_kept(two_clusters, mirrors,
-                                                                    mode: str):
+def test_target_topic_grows_with_its_source_and_partitions_are_kept(two_clusters, mirrors, mode: str):
     source, target = two_clusters()
     create(source.zk_connect, "grows", 2)
     mirror = mirrors("m1", source, target, topics=["grows"], mode=mode)
     produce(source.zk_connect, "grows", 2_000, 2, tag="before")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "grows", exact=True), 60,
-             "the first 2 partitions mirrored")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "grows", exact=True),
+        60,
+        "the first 2 partitions mirrored",
+    )
     with Admin(zk=source.zk_connect) as admin:
         assert len(admin.create_partitions("grows", 4)) == 4
     produce(source.zk_connect, "grows", 4_000, 4, tag="after")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "grows", exact=True), 60,
-             "all 4 partitions mirrored byte for byte, in place")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "grows", exact=True),
+        60,
+        "all 4 partitions mirrored byte for byte, in place",
+    )
     assert sorted(ends(target.zk_connect, "grows")) == [0, 1, 2, 3]
     assert mirror.terminate() == 0
     log = mirror.log_file.read_text(errors="replace")

@@ -9,11 +9,9 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from broker.wire import records
 from broker.client import decode_batch
 from broker.client.group.offsets import Committed, read_offsets, read_owners, write_offsets
-from tests.support.metrics import promtool_check, samples, scrape, value
-from tests.support.ports import free_port
+from broker.wire import records
 from tests.mirror.conftest import (
     assert_mirrored,
     create,
@@ -25,6 +23,8 @@ from tests.mirror.conftest import (
     wait_for,
 )
 from tests.support.cli import logferry
+from tests.support.metrics import promtool_check, samples, scrape, value
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +48,13 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
     mirror = mirrors("m1", source, target, topics=list(TOPICS))
     counts = {"clicks": 250_000, "views": 150_000, "errors": 100_000}
     for topic, count in counts.items():
-        produce(source.zk_connect, topic, count, TOPICS[topic],
-                compression="gzip" if topic == "errors" else "none")
+        produce(source.zk_connect, topic, count, TOPICS[topic], compression="gzip" if topic == "errors" else "none")
     for topic in TOPICS:
-        wait_for(lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 90,
-                 f"{topic} to be mirrored")
+        wait_for(
+            lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True),
+            90,
+            f"{topic} to be mirrored",
+        )
     assert mirror.terminate() == 0  # SIGTERM: finish, commit, exit 0
     total = 0
     for topic, n in TOPICS.items():
@@ -80,8 +82,7 @@ def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
     create(source.zk_connect, "zipped", 2)
     mirror = mirrors("m1", source, target, topics=["zipped"])
     produce(source.zk_connect, "zipped", 20_000, 2, compression="gzip", size=200)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60,
-             "zipped to be mirrored")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60, "zipped to be mirrored")
     batches = read_batches(target.zk_connect, "zipped")
     codecs = {records.BATCH_HEADER.unpack_from(b)[3] & 3 for bs in batches.values() for b in bs}
     assert codecs == {records.CODEC_GZIP}
@@ -98,8 +99,11 @@ def test_zstd_and_lz4_batches_are_copied_as_they_are(two_clusters, mirrors):
     for topic in ("zstd", "lz4"):
         produce(source.zk_connect, topic, 20_000, 2, compression=topic, size=200)
     for topic in ("zstd", "lz4"):
-        wait_for(lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True), 60,
-                 f"{topic} to be mirrored")
+        wait_for(
+            lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True),
+            60,
+            f"{topic} to be mirrored",
+        )
         assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)  # byte for byte
         batches = read_batches(target.zk_connect, topic)
         attributes = {records.BATCH_HEADER.unpack_from(b)[3] for bs in batches.values() for b in bs}
@@ -115,13 +119,17 @@ def test_mirror_compression_compresses_uncompressed_batches_only(two_clusters, m
     mirror = mirrors("m1", source, target, topics=["plain", "zipped"], compression="zstd")
     produce(source.zk_connect, "plain", 20_000, 2, size=200)
     produce(source.zk_connect, "zipped", 5_000, 2, compression="gzip", size=200)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60,
-             "zipped to be mirrored as it is")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True),
+        60,
+        "zipped to be mirrored as it is",
+    )
     src_ends = ends(source.zk_connect, "plain")
-    wait_for(lambda: message_count(read_batches(target.zk_connect, "plain")) == 20_000, 60,
-             "plain to be mirrored")
-    source_batches, target_batches = (read_batches(source.zk_connect, "plain"),
-                                      read_batches(target.zk_connect, "plain"))
+    wait_for(lambda: message_count(read_batches(target.zk_connect, "plain")) == 20_000, 60, "plain to be mirrored")
+    source_batches, target_batches = (
+        read_batches(source.zk_connect, "plain"),
+        read_batches(target.zk_connect, "plain"),
+    )
     for p, batches in source_batches.items():
         copied = target_batches[p]
         assert len(copied) == len(batches)
@@ -139,10 +147,14 @@ def test_metrics_endpoint_counts_what_was_copied_and_passes_promtool(two_cluster
     port = free_port()
     mirror = mirrors("m1", source, target, topics=["scraped"], metrics={"port": port})
     produce(source.zk_connect, "scraped", 1_000, 2)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "scraped", exact=True), 60,
-             "scraped to be mirrored")
-    text = wait_for(lambda: _scrape_when(port, "logferry_mirror_messages_total", topic="scraped",
-                                         equals=1_000), 20, "the copy counted")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "scraped", exact=True), 60, "scraped to be mirrored"
+    )
+    text = wait_for(
+        lambda: _scrape_when(port, "logferry_mirror_messages_total", topic="scraped", equals=1_000),
+        20,
+        "the copy counted",
+    )
     parsed = samples(text)
     assert value(parsed, "logferry_mirror_partitions_owned") == 2
     assert "# TYPE logferry_mirror_gaps_total counter" in text
@@ -164,6 +176,7 @@ def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(tw
     source, target = two_clusters()
     create(source.zk_connect, "events", 4)
     mirror = mirrors("m1", source, target, topics=["events"], poll_max_bytes=256 * 1024)
+
     def keep_producing() -> None:
         for round_ in range(12):
             produce(source.zk_connect, "events", 5_000, 4, tag=f"a{round_}")
@@ -176,22 +189,31 @@ def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(tw
     assert producer.is_alive()
     mirror.start()
     producer.join(60)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
-             "events after a kill -9 and restart")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False),
+        90,
+        "events after a kill -9 and restart",
+    )
 
     target.brokers[0].stop()  # target cluster down for 10 s while data keeps coming
     produce(source.zk_connect, "events", 40_000, 4, tag="b")
     time.sleep(10)
     assert mirror.alive()
     target.brokers[0].start()
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
-             "events after the target came back")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False),
+        90,
+        "events after the target came back",
+    )
 
     source.brokers[0].stop()  # source broker restarted
     source.brokers[0].start()
     produce(source.zk_connect, "events", 40_000, 4, tag="c")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False), 90,
-             "events after the source restarted")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "events", exact=False),
+        90,
+        "events after the source restarted",
+    )
     assert mirror.terminate() == 0
     assert_mirrored(source.zk_connect, target.zk_connect, "events", exact=False)
     assert message_count(read_batches(source.zk_connect, "events")) == 140_000
@@ -202,15 +224,17 @@ def test_new_topic_matching_the_pattern_is_copied_without_restart_others_are_not
     create(source.zk_connect, "logs-web", 2)
     mirror = mirrors("m1", source, target, pattern="logs-.*", exclude=["logs-private.*"])
     produce(source.zk_connect, "logs-web", 1_000, 2)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-web", exact=True), 60,
-             "logs-web")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-web", exact=True), 60, "logs-web")
     create(source.zk_connect, "logs-new", 3)  # created after the mirror started
     create(source.zk_connect, "metrics", 1)  # outside the pattern
     create(source.zk_connect, "logs-private", 1)  # excluded
     for topic, n in (("logs-new", 3), ("metrics", 1), ("logs-private", 1)):
         produce(source.zk_connect, topic, 2_000, n)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-new", exact=True), 60,
-             "logs-new (created after the start)")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "logs-new", exact=True),
+        60,
+        "logs-new (created after the start)",
+    )
     assert len(ends(target.zk_connect, "logs-new")) == 3
     time.sleep(2)
     assert mirror.terminate() == 0
@@ -233,27 +257,28 @@ def test_two_mirrors_share_partitions_and_one_takes_over_after_a_kill(two_cluste
             client.stop()
             client.close()
 
-    wait_for(lambda: len(owners()) == 6 and len(set(owners().values())) == 2, 60,
-             "both mirrors to own partitions")
+    wait_for(lambda: len(owners()) == 6 and len(set(owners().values())) == 2, 60, "both mirrors to own partitions")
     produce(source.zk_connect, "shared", 30_000, 6, tag="a")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=True), 60,
-             "shared by two mirrors")
-    wait_for(lambda: first.status().get("messages_total", 0) > 0
-             and second.status().get("messages_total", 0) > 0, 10,
-             "both mirrors to report copies (status files are rewritten every 2 s)")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=True), 60, "shared by two mirrors")
+    wait_for(
+        lambda: first.status().get("messages_total", 0) > 0 and second.status().get("messages_total", 0) > 0,
+        10,
+        "both mirrors to report copies (status files are rewritten every 2 s)",
+    )
     first.kill()
     produce(source.zk_connect, "shared", 30_000, 6, tag="b")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=False), 60,
-             "the survivor to take over")
-    wait_for(lambda: set(owners().values()) == {second.status().get("consumer_id")}, 30,
-             "m2 to own everything")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=False), 60, "the survivor to take over"
+    )
+    wait_for(lambda: set(owners().values()) == {second.status().get("consumer_id")}, 30, "m2 to own everything")
     assert second.terminate() == 0
 
 
 @pytest.mark.parametrize("on_gap", ["stop", "skip"])
 def test_resume_offset_deleted_by_retention_stops_or_skips_loudly(two_clusters, mirrors, on_gap):
-    source, target = two_clusters(source_broker={"retention_check_ms": 200},
-                                  source_log={"segment_bytes": 20_000, "retention_bytes": 40_000})
+    source, target = two_clusters(
+        source_broker={"retention_check_ms": 200}, source_log={"segment_bytes": 20_000, "retention_bytes": 40_000}
+    )
     create(source.zk_connect, "old", 1)
     for round_ in range(8):  # one produce request per round, so segments roll
         produce(source.zk_connect, "old", 500, 1, batch=50, tag=str(round_))
@@ -275,13 +300,20 @@ def test_resume_offset_deleted_by_retention_stops_or_skips_loudly(two_clusters, 
     else:
         wait_for(lambda: mirror.status().get("gap_bytes_skipped"), 30, "the skip")
         assert mirror.status()["gap_bytes_skipped"] == _log_start(source.zk_connect, "old")
-        wait_for(lambda: message_count(read_batches(target.zk_connect, "old")) ==
-                 message_count(read_batches(source.zk_connect, "old")), 30, "the rest copied")
+        wait_for(
+            lambda: (
+                message_count(read_batches(target.zk_connect, "old"))
+                == message_count(read_batches(source.zk_connect, "old"))
+            ),
+            30,
+            "the rest copied",
+        )
         assert "MIRROR GAP SKIPPED" in mirror.log_tail(200)
     assert mirror.terminate() == 0
 
 
 def _log_start(zk: str, topic: str) -> int:
     from broker.client import SimpleConsumer
+
     with SimpleConsumer(zk=zk) as consumer:
         return consumer.offsets(topic, 0).start

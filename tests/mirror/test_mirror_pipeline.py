@@ -15,6 +15,7 @@ pytestmark = pytest.mark.integration
 
 MIN_ROUNDS, PER_ROUND, PARTITIONS = 16, 5_000, 4
 
+
 def restarts(source: list[bytes], target: list[bytes]) -> int:
     """How often ``target`` goes back to an earlier source batch; fails on anything else.
 
@@ -39,16 +40,22 @@ def test_kill_9_mid_stream_with_many_batches_in_flight_loses_nothing(two_cluster
     source, target = two_clusters()
     create(source.zk_connect, "piped", PARTITIONS)
     # small polls and fetches, a window of many of them: lots of batches in flight at a kill
-    mirror = mirrors("m1", source, target, topics=["piped"], fetch_max_bytes=64 * 1024,
-                     poll_max_bytes=32 * 1024, max_inflight_bytes=1024 * 1024)
+    mirror = mirrors(
+        "m1",
+        source,
+        target,
+        topics=["piped"],
+        fetch_max_bytes=64 * 1024,
+        poll_max_bytes=32 * 1024,
+        max_inflight_bytes=1024 * 1024,
+    )
 
     done = threading.Event()
     rounds: list[int] = []
 
     def keep_producing() -> None:  # until both kills are over, and at least MIN_ROUNDS
         while not done.is_set() or len(rounds) < MIN_ROUNDS:
-            produce(source.zk_connect, "piped", PER_ROUND, PARTITIONS, tag=f"r{len(rounds)}",
-                    batch=100)
+            produce(source.zk_connect, "piped", PER_ROUND, PARTITIONS, tag=f"r{len(rounds)}", batch=100)
             rounds.append(1)
             time.sleep(0.1)
 
@@ -58,21 +65,30 @@ def test_kill_9_mid_stream_with_many_batches_in_flight_loses_nothing(two_cluster
     try:
         for _ in range(2):
             committed = sum(_offsets(source.zk_connect, "mirror").values())
-            wait_for(lambda committed=committed: sum(_offsets(source.zk_connect, "mirror").values()) > committed, 60,
-                     "a commit in the background while copying")
+            wait_for(
+                lambda committed=committed: sum(_offsets(source.zk_connect, "mirror").values()) > committed,
+                60,
+                "a commit in the background while copying",
+            )
             member = mirror.status().get("consumer_id")
             mirror.kill()
             kills += 1
             mirror.start()
-            wait_for(lambda member=member: mirror.status().get("consumer_id") not in (None, member), 60,
-                     "the restarted mirror to run")  # before any SIGTERM: its handler is set
+            wait_for(
+                lambda member=member: mirror.status().get("consumer_id") not in (None, member),
+                60,
+                "the restarted mirror to run",
+            )  # before any SIGTERM: its handler is set
     finally:
         done.set()
         producer.join(120)
     assert not producer.is_alive()
     produced = len(rounds) * PER_ROUND
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "piped", exact=False), 120,
-             "every source batch on the target after two kill -9")
+    wait_for(
+        lambda: mirrored(source.zk_connect, target.zk_connect, "piped", exact=False),
+        120,
+        "every source batch on the target after two kill -9",
+    )
     assert mirror.terminate() == 0
 
     source_batches = read_batches(source.zk_connect, "piped")

@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.wire import records
 from broker.client.group.fetcher import raw_batches
 from broker.common.errors import CorruptBatchError
+from broker.wire import records
 from mirror.config import load_config, parse_config
 from mirror.errors import MirrorConfigError, MirrorError
 from mirror.routing import rehash
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"},
-        "mirror": {"topics": ["a"]}}
+BASE = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"}, "mirror": {"topics": ["a"]}}
 
 
 def _with(section: str, **keys) -> dict:
@@ -32,33 +31,43 @@ def test_example_config_loads():
 
 def test_pipeline_defaults_and_the_example_agree():
     config, defaults = load_config(ROOT / "etc" / "mirror.toml"), parse_config(BASE)
-    for key in ("fetch_max_bytes", "fetch_requests_per_broker", "queue_bytes", "poll_max_bytes",
-                "max_inflight_bytes", "max_request_bytes", "fetch_window_bytes"):
+    for key in (
+        "fetch_max_bytes",
+        "fetch_requests_per_broker",
+        "queue_bytes",
+        "poll_max_bytes",
+        "max_inflight_bytes",
+        "max_request_bytes",
+        "fetch_window_bytes",
+    ):
         assert getattr(config, key) == getattr(defaults, key), key
     assert defaults.queue_bytes >= 2 * 4 * defaults.fetch_max_bytes  # 4 partitions in flight, twice
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"target": BASE["target"], "mirror": BASE["mirror"]}, "source"),
-    (_with("source", zk_connect="h:1"), "source.zk_connect"),
-    (_with("target", zk_connect="h:1/live"), "target.zk_connect"),
-    (_with("mirror", pattern="x"), "mirror.topics"),
-    ({**BASE, "mirror": {}}, "mirror.topics"),
-    ({**BASE, "mirror": {"pattern": "("}}, "mirror.pattern"),
-    (_with("mirror", exclude=["["]), "mirror.exclude"),
-    (_with("mirror", on_gap="ignore"), "mirror.on_gap"),
-    (_with("mirror", poll_max_bytes=0), "mirror.poll_max_bytes"),
-    (_with("mirror", max_inflight_bytes=0), "mirror.max_inflight_bytes"),
-    (_with("mirror", fetch_requests_per_broker=0), "mirror.fetch_requests_per_broker"),
-    (_with("mirror", fetch_window_bytes=-1), "mirror.fetch_window_bytes"),
-    (_with("mirror", fetch_window_bytes=1 << 30), "mirror.fetch_window_bytes"),
-    (_with("mirror", max_request_bytes=0), "mirror.max_request_bytes"),
-    (_with("mirror", session_timeout_s="6"), "mirror.session_timeout_s"),
-    (_with("mirror", group="a/b"), "mirror.group"),
-    (_with("mirror", colour="red"), "mirror.colour"),
-    (_with("metrics", port=70000), "metrics.port"),
-    ({**BASE, "extra": {}}, "extra"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"target": BASE["target"], "mirror": BASE["mirror"]}, "source"),
+        (_with("source", zk_connect="h:1"), "source.zk_connect"),
+        (_with("target", zk_connect="h:1/live"), "target.zk_connect"),
+        (_with("mirror", pattern="x"), "mirror.topics"),
+        ({**BASE, "mirror": {}}, "mirror.topics"),
+        ({**BASE, "mirror": {"pattern": "("}}, "mirror.pattern"),
+        (_with("mirror", exclude=["["]), "mirror.exclude"),
+        (_with("mirror", on_gap="ignore"), "mirror.on_gap"),
+        (_with("mirror", poll_max_bytes=0), "mirror.poll_max_bytes"),
+        (_with("mirror", max_inflight_bytes=0), "mirror.max_inflight_bytes"),
+        (_with("mirror", fetch_requests_per_broker=0), "mirror.fetch_requests_per_broker"),
+        (_with("mirror", fetch_window_bytes=-1), "mirror.fetch_window_bytes"),
+        (_with("mirror", fetch_window_bytes=1 << 30), "mirror.fetch_window_bytes"),
+        (_with("mirror", max_request_bytes=0), "mirror.max_request_bytes"),
+        (_with("mirror", session_timeout_s="6"), "mirror.session_timeout_s"),
+        (_with("mirror", group="a/b"), "mirror.group"),
+        (_with("mirror", colour="red"), "mirror.colour"),
+        (_with("metrics", port=70000), "metrics.port"),
+        ({**BASE, "extra": {}}, "extra"),
+    ],
+)
 def test_config_errors_name_the_key(data, key):
     with pytest.raises(MirrorConfigError) as info:
         parse_config(data)
@@ -130,7 +139,9 @@ def test_raw_batches_keep_bytes_count_messages_and_leave_a_torn_tail():
     got, used = raw_batches(data, 100)
     assert used == len(one) + len(two)
     assert [(b.offset, b.next_offset, b.count, bytes(b.raw)) for b in got] == [
-        (100, 100 + len(one), 2, one), (100 + len(one), 100 + used, 1, two)]
+        (100, 100 + len(one), 2, one),
+        (100 + len(one), 100 + used, 1, two),
+    ]
     corrupt = bytearray(one + two)
     corrupt[-1] ^= 0xFF
     with pytest.raises(CorruptBatchError, match=f"offset {100 + len(one)}"):

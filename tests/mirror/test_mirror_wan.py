@@ -21,7 +21,13 @@ from mirror.config import MirrorConfig
 from mirror.core import Mirror
 from mirror.preserve import PreservingMirror
 from tests.mirror.conftest import (
-    assert_mirrored, create, ends, message_count, produce, read_batches, wait_for,
+    assert_mirrored,
+    create,
+    ends,
+    message_count,
+    produce,
+    read_batches,
+    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -50,8 +56,11 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
     source, target = two_clusters()
     create(source.zk_connect, "wan", PARTITIONS)
     produce(source.zk_connect, "wan", MESSAGES, PARTITIONS, tag="w", batch=100)
-    wait_for(lambda: message_count(read_batches(source.zk_connect, "wan")) == MESSAGES, 30,
-             "the source to hold every message")
+    wait_for(
+        lambda: message_count(read_batches(source.zk_connect, "wan")) == MESSAGES,
+        30,
+        "the source to hold every message",
+    )
     zk_hostport, _, chroot = source.zk_connect.partition("/")
     zk_host, _, zk_port = zk_hostport.rpartition(":")
     broker_host, _, broker_port = source.brokers[0].address.rpartition(":")
@@ -59,19 +68,28 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
     with contextlib.ExitStack() as stack:
         proxy = stack.enter_context(DelayProxy([zk_address, broker_address], DELAY_S * 1000))
         via_proxy = f"127.0.0.1:{proxy.ports[zk_address]}/{chroot}"
-        stack.enter_context(routed_through(
-            via_proxy, {broker_address: ("127.0.0.1", proxy.ports[broker_address])}))
-        config = MirrorConfig(source_zk=via_proxy, target_zk=target.zk_connect, group="wan",
-                              topics=("wan",), mode=mode, fetch_max_bytes=BASE,
-                              commit_interval_ms=300, audit_topic="")
+        stack.enter_context(routed_through(via_proxy, {broker_address: ("127.0.0.1", proxy.ports[broker_address])}))
+        config = MirrorConfig(
+            source_zk=via_proxy,
+            target_zk=target.zk_connect,
+            group="wan",
+            topics=("wan",),
+            mode=mode,
+            fetch_max_bytes=BASE,
+            commit_interval_ms=300,
+            audit_topic="",
+        )
         mirror = PreservingMirror(config) if mode == "preserve" else Mirror(config)
         mirror.start()
         thread = threading.Thread(target=mirror.run, name="wan-mirror")
         thread.start()
         try:
             wanted = ends(source.zk_connect, "wan")
-            wait_for(lambda: ends(target.zk_connect, "wan") == wanted or not thread.is_alive(),
-                     120, "the target to reach the source's ends")
+            wait_for(
+                lambda: ends(target.zk_connect, "wan") == wanted or not thread.is_alive(),
+                120,
+                "the target to reach the source's ends",
+            )
             assert thread.is_alive(), "the mirror stopped"
             assert mirror._consumer is not None
             stats = mirror._consumer.metrics()

@@ -18,16 +18,25 @@ from tests.mirror.conftest import create, mirrored, produce, wait_for
 pytestmark = pytest.mark.integration
 
 
-def test_mirror_commits_source_offsets_as_a_consumer_id(broker_cluster, zookeeper, mirrors,
-                                                         tmp_path: Path) -> None:
+def test_mirror_commits_source_offsets_as_a_consumer_id(broker_cluster, zookeeper, mirrors, tmp_path: Path) -> None:
     owner_pw, consumers_pw = tmp_path / "owner.pw", tmp_path / "consumers.pw"
     owner_pw.write_text("owner-secret\n")
     consumers_pw.write_text("consumers-secret\n")
     source = broker_cluster(0, zk=zookeeper.new_chroot() + "/secured")
     broker = source.add(start=False)
-    broker.config_file.write_text(broker.config_file.read_text() + "\n" + dumps({"zookeeper": {
-        "user": "logferry", "password_file": str(owner_pw),
-        "consumer_ids": [digest_id("consumers", "consumers-secret")]}}))
+    broker.config_file.write_text(
+        broker.config_file.read_text()
+        + "\n"
+        + dumps(
+            {
+                "zookeeper": {
+                    "user": "logferry",
+                    "password_file": str(owner_pw),
+                    "consumer_ids": [digest_id("consumers", "consumers-secret")],
+                }
+            }
+        )
+    )
     broker.start()
     target = broker_cluster(1, zk=zookeeper.new_chroot())
     create(source.zk_connect, "web", 2)
@@ -38,8 +47,7 @@ def test_mirror_commits_source_offsets_as_a_consumer_id(broker_cluster, zookeepe
     config["source"]["zookeeper"] = {"user": "consumers", "password_file": str(consumers_pw)}
     mirror.config_file.write_text(dumps(config))
     mirror.start()
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "web", exact=True), 60,
-             "web to be mirrored")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "web", exact=True), 60, "web to be mirrored")
     assert mirror.terminate() == 0
 
     anon = KazooClient(hosts=source.zk_connect)
@@ -52,8 +60,7 @@ def test_mirror_commits_source_offsets_as_a_consumer_id(broker_cluster, zookeepe
     finally:
         anon.stop()
         anon.close()
-    member = KazooClient(hosts=source.zk_connect,
-                         auth_data=[("digest", "consumers:consumers-secret")])
+    member = KazooClient(hosts=source.zk_connect, auth_data=[("digest", "consumers:consumers-secret")])
     member.start(15)
     try:
         assert sorted(member.get_children("/consumers/mirror/offsets/web")) == ["0", "1"]

@@ -103,15 +103,14 @@ def test_preserve_is_the_default_mode_and_compression_needs_produce():
 
     from mirror.config import parse_config
     from mirror.errors import MirrorConfigError
-    base = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"},
-            "mirror": {"topics": ["t"]}}
+
+    base = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"}, "mirror": {"topics": ["t"]}}
     assert parse_config(base).mode == "preserve"
     assert parse_config({**base, "mirror": {"topics": ["t"], "mode": "produce"}}).mode == "produce"
     zstd = {**base, "mirror": {"topics": ["t"], "compression": "zstd"}}
     assert parse_config(zstd).mode == "produce"  # compression re-encodes: not a copy
     with pytest.raises(MirrorConfigError) as info:
-        parse_config({**base, "mirror": {"topics": ["t"], "compression": "zstd",
-                                         "mode": "preserve"}})
+        parse_config({**base, "mirror": {"topics": ["t"], "compression": "zstd", "mode": "preserve"}})
     assert info.value.key == "mirror.compression"
     with pytest.raises(MirrorConfigError):
         parse_config({**base, "mirror": {"topics": ["t"], "mode": "exact"}})

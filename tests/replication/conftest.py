@@ -4,6 +4,7 @@ count (every acknowledged message readable in order, byte-identical replicas).""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -12,12 +13,16 @@ import pytest
 
 from broker.client import Admin, GroupConsumer, PartitionInfo, Producer, SimpleConsumer
 from tests.support import waiting
-import contextlib
 
 # Short session and lag so failures are noticed in seconds.
-REPLICATED = {"zk_session_timeout_s": 3.0, "replica_lag_time_max_ms": 1500,
-              "leader_rebalance_interval_s": 0, "acks_all_timeout_ms": 5000,
-              "default_replication_factor": 3, "min_insync_replicas": 2}
+REPLICATED = {
+    "zk_session_timeout_s": 3.0,
+    "replica_lag_time_max_ms": 1500,
+    "leader_rebalance_interval_s": 0,
+    "acks_all_timeout_ms": 5000,
+    "default_replication_factor": 3,
+    "min_insync_replicas": 2,
+}
 
 
 wait_until = functools.partial(waiting.wait_until, interval=0.1, ignore=(Exception,))
@@ -52,15 +57,16 @@ class Load:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self.producer = Producer(zk=cluster.zk_connect, acks="all", linger_ms=2,
-                                 delivery_timeout=120, retry_backoff_ms=50)
+        self.producer = Producer(
+            zk=cluster.zk_connect, acks="all", linger_ms=2, delivery_timeout=120, retry_backoff_ms=50
+        )
 
     @property
     def acked_count(self) -> int:
         with self._lock:
             return sum(len(a) for a in self.acked.values())
 
-    def start(self) -> "Load":
+    def start(self) -> Load:
         self._thread.start()
         return self
 
@@ -95,6 +101,7 @@ class Load:
                     self.acked[partition].update(values)
                 else:
                     self.failed.append(error)
+
         return done
 
     def wait_for_acks(self, more: int, timeout: float, what: str) -> None:
@@ -104,6 +111,7 @@ class Load:
             if self.crashed is not None:
                 pytest.fail(f"the producing thread died: {self.crashed!r}")
             return self.acked_count >= target
+
         wait_until(acked, timeout, what)
 
     def stop(self) -> None:
@@ -115,16 +123,14 @@ class Load:
 
 def read_partitions(cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
-        return {p: [m.value for m in consumer.messages(topic, p, follow=True, timeout=2.0)]
-                for p in range(partitions)}
+        return {p: [m.value for m in consumer.messages(topic, p, follow=True, timeout=2.0)] for p in range(partitions)}
 
 
 def assert_every_ack_readable_in_order(load: Load, consumed: dict[int, list[bytes]]) -> None:
     for p, values in consumed.items():
         acked = load.acked[p]
         missing = acked - set(values)
-        assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost, " \
-                            f"e.g. {sorted(missing)[:3]}"
+        assert not missing, f"partition {p}: {len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:3]}"
         first_seen: dict[bytes, int] = {}
         for i, v in enumerate(values):
             first_seen.setdefault(v, i)
@@ -140,15 +146,18 @@ def replica_bytes(broker, topic: str, partition: int) -> bytes:
 def assert_replicas_identical(cluster, topic: str, partitions: int) -> None:
     """Wait until every replica of every partition holds the same bytes."""
     for p in range(partitions):
+
         def same(p: int = p) -> bool:
             logs = [replica_bytes(b, topic, p) for b in cluster.brokers]
             return len(set(logs)) == 1 and len(logs[0]) > 0
+
         wait_until(same, 30, f"byte-identical replicas of {topic}-{p}")
 
 
 def full_isr(cluster, topic: str):
     """A predicate: every running broker reports every replica in sync (each broker is
     asked: one just resumed from SIGSTOP still holds its old view for a moment)."""
+
     def check() -> bool:
         for broker in cluster.brokers:
             if not broker.is_running():
@@ -158,6 +167,7 @@ def full_isr(cluster, topic: str):
             if not all(len(i.isr) == len(i.replicas) and i.leader >= 0 for i in parts.values()):
                 return False
         return True
+
     return check
 
 
@@ -167,8 +177,7 @@ class GroupReader:
     def __init__(self, cluster, topic: str):
         self.values: dict[int, list[bytes]] = {}
         self._stop = threading.Event()
-        self._consumer = GroupConsumer("dashboard", [topic], zk=cluster.zk_connect,
-                                       start="earliest")
+        self._consumer = GroupConsumer("dashboard", [topic], zk=cluster.zk_connect, start="earliest")
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

@@ -82,8 +82,11 @@ def test_mixed_random_failures_lose_no_acknowledged_message(broker_cluster):
     finally:
         load.stop()
         try:
-            wait_until(lambda: reader.distinct() >= load.acked_count, 90,
-                       "the group consumer to read every acknowledged message")
+            wait_until(
+                lambda: reader.distinct() >= load.acked_count,
+                90,
+                "the group consumer to read every acknowledged message",
+            )
         finally:
             reader.close()
     sent = sum(len(s) for s in load.sent.values())

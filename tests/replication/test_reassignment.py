@@ -44,8 +44,7 @@ def cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 def prefill(cluster, topic: str, partitions: int, per_partition: int) -> None:
     """``per_partition`` bytes of 1 KiB messages in every partition (acks=all)."""
-    with Producer(zk=cluster.zk_connect, acks="all", linger_ms=5,
-                  batch_bytes=32 * 1024) as producer:
+    with Producer(zk=cluster.zk_connect, acks="all", linger_ms=5, batch_bytes=32 * 1024) as producer:
         for p in range(partitions):
             for i in range(per_partition // 1024):
                 producer.send(topic, [b"%d:fill:%06d:" % (p, i) + b"x" * 1000], partition=p)
@@ -68,8 +67,7 @@ class CopyMeter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), {b.id: log_dir_bytes(b, self.topic)
-                                                    for b in self.brokers}))
+            self.samples.append((time.monotonic(), {b.id: log_dir_bytes(b, self.topic) for b in self.brokers}))
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -80,8 +78,9 @@ class CopyMeter:
         """Bytes/s of the copy (from the first sample that grew to the first holding
         90% of the last one: after that only the producer's trickle arrives), and
         that time."""
-        grew = [i for i in range(1, len(self.samples))
-                if self.samples[i][1][broker_id] > self.samples[i - 1][1][broker_id]]
+        grew = [
+            i for i in range(1, len(self.samples)) if self.samples[i][1][broker_id] > self.samples[i - 1][1][broker_id]
+        ]
         if not grew:
             return 0.0, 0.0
         final = self.samples[-1][1][broker_id]
@@ -93,7 +92,7 @@ class CopyMeter:
         """The highest bytes/s over any ``window`` seconds."""
         best = 0.0
         for i, (t0, s0) in enumerate(self.samples):
-            for t1, s1 in self.samples[i + 1:]:
+            for t1, s1 in self.samples[i + 1 :]:
                 if t1 - t0 >= window:
                     best = max(best, (s1[broker_id] - s0[broker_id]) / (t1 - t0))
                     break
@@ -109,11 +108,15 @@ def assert_replicas_identical(cluster, topic: str, partitions: int) -> dict[int,
         def same(p: int = p, holders: list = holders) -> bool:
             logs = [replica_bytes(b, topic, p) for b in holders]
             return len(set(logs)) == 1 and len(logs[0]) > 0
+
         wait_until(same, 30, f"byte-identical replicas of {topic}-{p} on {parts[p].replicas}")
         for broker in cluster.brokers:
             if broker.id not in parts[p].replicas:
-                wait_until(lambda broker=broker, p=p: not (Path(broker.log_dir) / f"{topic}-{p}").exists(), 30,
-                           f"broker {broker.id} deleted its copy of {topic}-{p}")
+                wait_until(
+                    lambda broker=broker, p=p: not (Path(broker.log_dir) / f"{topic}-{p}").exists(),
+                    30,
+                    f"broker {broker.id} deleted its copy of {topic}-{p}",
+                )
     return {p: list(parts[p].replicas) for p in range(partitions)}
 
 
@@ -135,8 +138,7 @@ def test_grow_two_brokers_to_four_throttled_under_load(broker_cluster, tmp_path)
     assert Counter(e["replicas"][0] for e in plan) == {1: 1, 2: 1, 3: 1, 4: 1}
     meter = CopyMeter(new, topic)
     started = time.monotonic()
-    run = cli(cluster, "reassign", "execute", "--plan", str(plan_file), "--throttle",
-              str(THROTTLE), "--wait", "150")
+    run = cli(cluster, "reassign", "execute", "--plan", str(plan_file), "--throttle", str(THROTTLE), "--wait", "150")
     took = time.monotonic() - started
     meter.stop()
     print(run.stdout[-3000:])
@@ -147,9 +149,11 @@ def test_grow_two_brokers_to_four_throttled_under_load(broker_cluster, tmp_path)
     for broker in new:
         rate, seconds = meter.average_rate(broker.id)
         peak = meter.peak_rate(broker.id)
-        print(f"broker {broker.id}: copied {log_dir_bytes(broker, topic)} bytes at "
-              f"{rate:.0f} bytes/s over {seconds:.1f} s (peak {peak:.0f} over 2 s) against "
-              f"a throttle of {THROTTLE} bytes/s (whole move {took:.1f} s)")
+        print(
+            f"broker {broker.id}: copied {log_dir_bytes(broker, topic)} bytes at "
+            f"{rate:.0f} bytes/s over {seconds:.1f} s (peak {peak:.0f} over 2 s) against "
+            f"a throttle of {THROTTLE} bytes/s (whole move {took:.1f} s)"
+        )
         assert rate <= THROTTLE * 1.15, f"broker {broker.id} copied {rate:.0f} bytes/s"
     verify = cli(cluster, "reassign", "verify", "--plan", str(plan_file))
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -159,8 +163,7 @@ def test_grow_two_brokers_to_four_throttled_under_load(broker_cluster, tmp_path)
     assert leaders == {1: 1, 2: 1, 3: 1, 4: 1}, leaders
     consumed = read_partitions(cluster, topic, partitions)
     assert_every_ack_readable_in_order(load, consumed)
-    print(f"{load.acked_count} acknowledged messages, none lost; {len(load.failed)} "
-          "produce errors")
+    print(f"{load.acked_count} acknowledged messages, none lost; {len(load.failed)} produce errors")
 
 
 @pytest.mark.slow
@@ -176,11 +179,18 @@ def test_kill9_mid_copy_the_move_finishes(broker_cluster, tmp_path, victim):
     load = Load(cluster, topic, partitions).start()
     load.wait_for_acks(300, 60, "acks before the reassignment")
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": p, "replicas": [3, 4] if p == 0 else [4, 3]}
-        for p in range(partitions)]}))
-    run = cli(cluster, "reassign", "execute", "--plan", str(plan_file), "--throttle",
-              str(THROTTLE))
+    plan_file.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": topic, "partition": p, "replicas": [3, 4] if p == 0 else [4, 3]}
+                    for p in range(partitions)
+                ],
+            }
+        )
+    )
+    run = cli(cluster, "reassign", "execute", "--plan", str(plan_file), "--throttle", str(THROTTLE))
     assert run.returncode == 0, run.stderr
     copying = lambda: log_dir_bytes(broker_by_id(cluster, 3), topic) > 100_000  # noqa: E731
     wait_until(copying, 60, "broker 3 copying")
@@ -219,8 +229,9 @@ def test_decommission_empties_the_broker(broker_cluster):
     with Admin(zk=cluster.zk_connect) as admin:
         parts = admin.describe_partitions(topic)
     assert all(3 not in i.replicas and len(i.replicas) == 2 for i in parts.values()), parts
-    wait_until(lambda: not list(Path(broker_by_id(cluster, 3).log_dir).glob(f"{topic}-*")),
-               30, "broker 3 holds no partition")
+    wait_until(
+        lambda: not list(Path(broker_by_id(cluster, 3).log_dir).glob(f"{topic}-*")), 30, "broker 3 holds no partition"
+    )
     assert_replicas_identical(cluster, topic, partitions)
 
 
@@ -247,32 +258,75 @@ def test_bad_input_is_refused_and_changes_nothing(broker_cluster, tmp_path):
         assert words in result.stderr, result.stderr
         assert _assignment(cluster, topic) == before
 
-    refused(cli(cluster, "reassign", "execute", "--throttle", "1000", "--plan",
-                plan([{"topic": topic, "partition": 0, "replicas": [1, 9]}])),
-            "not registered")
-    refused(cli(cluster, "reassign", "execute", "--throttle", "1000", "--plan",
-                plan([{"topic": topic, "partition": 7, "replicas": [1, 2]}])),
-            "partition fixed-7")
-    refused(cli(cluster, "reassign", "generate", "--topics", topic, "--brokers", "1,2",
-                "--replication-factor", "3"), "needs 3 brokers")
-    refused(cli(cluster, "reassign", "generate", "--topics", topic, "--brokers", "1,5"),
-            "not registered")
-    refused(cli(cluster, "reassign", "execute", "--throttle", "0", "--plan",
-                plan([{"topic": topic, "partition": 0, "replicas": [2, 3]}])), "positive")
-    refused(cli(cluster, "broker", "decommission", "9", "--throttle", "1000"),
-            "not registered")
+    refused(
+        cli(
+            cluster,
+            "reassign",
+            "execute",
+            "--throttle",
+            "1000",
+            "--plan",
+            plan([{"topic": topic, "partition": 0, "replicas": [1, 9]}]),
+        ),
+        "not registered",
+    )
+    refused(
+        cli(
+            cluster,
+            "reassign",
+            "execute",
+            "--throttle",
+            "1000",
+            "--plan",
+            plan([{"topic": topic, "partition": 7, "replicas": [1, 2]}]),
+        ),
+        "partition fixed-7",
+    )
+    refused(
+        cli(cluster, "reassign", "generate", "--topics", topic, "--brokers", "1,2", "--replication-factor", "3"),
+        "needs 3 brokers",
+    )
+    refused(cli(cluster, "reassign", "generate", "--topics", topic, "--brokers", "1,5"), "not registered")
+    refused(
+        cli(
+            cluster,
+            "reassign",
+            "execute",
+            "--throttle",
+            "0",
+            "--plan",
+            plan([{"topic": topic, "partition": 0, "replicas": [2, 3]}]),
+        ),
+        "positive",
+    )
+    refused(cli(cluster, "broker", "decommission", "9", "--throttle", "1000"), "not registered")
     with Admin(zk=cluster.zk_connect) as admin:
         admin.create_topic("strict", 1, replication_factor=2, min_insync_replicas=2)
-    refused(cli(cluster, "reassign", "execute", "--throttle", "1000", "--plan",
-                plan([{"topic": "strict", "partition": 0, "replicas": [1]}])),
-            "min_insync_replicas is 2")
+    refused(
+        cli(
+            cluster,
+            "reassign",
+            "execute",
+            "--throttle",
+            "1000",
+            "--plan",
+            plan([{"topic": "strict", "partition": 0, "replicas": [1]}]),
+        ),
+        "min_insync_replicas is 2",
+    )
     # one at a time: a slow move runs, a second is refused, cancel puts it back
-    slow = {"topic": topic, "partition": 0,
-            "replicas": [b for b in (1, 2, 3) if b not in before[0]] + [before[0][0]]}
+    slow = {"topic": topic, "partition": 0, "replicas": [b for b in (1, 2, 3) if b not in before[0]] + [before[0][0]]}
     first = cli(cluster, "reassign", "execute", "--throttle", "20000", "--plan", plan([slow]))
     assert first.returncode == 0, first.stderr
-    refused_second = cli(cluster, "reassign", "execute", "--throttle", "1000", "--plan",
-                         plan([{"topic": topic, "partition": 1, "replicas": [1, 2, 3]}]))
+    refused_second = cli(
+        cluster,
+        "reassign",
+        "execute",
+        "--throttle",
+        "1000",
+        "--plan",
+        plan([{"topic": topic, "partition": 1, "replicas": [1, 2, 3]}]),
+    )
     assert refused_second.returncode == 2 and "already under way" in refused_second.stderr
     assert _assignment(cluster, topic)[1] == before[1]
     cancel = cli(cluster, "reassign", "cancel")
@@ -283,8 +337,11 @@ def test_bad_input_is_refused_and_changes_nothing(broker_cluster, tmp_path):
     # the only in-sync replica of a replicated partition cannot be decommissioned
     lonely, other = before[2][0], before[2][1]
     broker_by_id(cluster, other).kill()
-    wait_until(lambda: describe(cluster, topic, avoid=broker_by_id(cluster, other))[2].isr
-               == [lonely], 30, f"isr of {topic}-2 down to broker {lonely}")
+    wait_until(
+        lambda: describe(cluster, topic, avoid=broker_by_id(cluster, other))[2].isr == [lonely],
+        30,
+        f"isr of {topic}-2 down to broker {lonely}",
+    )
     result = cli(cluster, "broker", "decommission", str(lonely), "--throttle", "1000")
     refused(result, "only in-sync replica")
     assert "no reassignment under way" in cli(cluster, "reassign", "verify").stdout

@@ -14,13 +14,12 @@ import time
 
 import pytest
 
-from broker.wire import protocol, records
-from broker.wire.produce import parse_produce_answer
 from broker.client import Admin, NotEnoughReplicasError, Producer, SimpleConsumer
 from broker.client.connection import Connection
 from broker.common.errors import LeaderNotAvailableError, NotLeaderError
 from broker.testing.localrun import free_port
-from tests.support.metrics import samples, scrape
+from broker.wire import protocol, records
+from broker.wire.produce import parse_produce_answer
 from tests.replication.conftest import (
     REPLICATED,
     GroupReader,
@@ -35,9 +34,9 @@ from tests.replication.conftest import (
     wait_until,
 )
 from tests.support.cli import logferry
+from tests.support.metrics import samples, scrape
 
 pytestmark = pytest.mark.integration
-
 
 
 def test_kill_9_of_the_leader_keeps_every_acknowledged_message(broker_cluster):
@@ -77,15 +76,17 @@ def test_two_of_three_down_refuses_acks_all_and_keeps_committed_data(broker_clus
     committed = [b"committed-%05d" % i for i in range(2000)]
     with Producer(zk=cluster.zk_connect, acks="all") as producer:
         for i in range(0, len(committed), 100):
-            producer.send(topic, committed[i:i + 100], partition=0).wait(30)
+            producer.send(topic, committed[i : i + 100], partition=0).wait(30)
     leader = describe(cluster, topic)[0].leader
     survivor = next(b for b in cluster.brokers if b.id != leader)
     for broker in cluster.brokers:
         if broker is not survivor:
             broker.kill()
-    wait_until(lambda: describe(cluster, topic)[0].isr == [survivor.id]
-               and describe(cluster, topic)[0].leader == survivor.id, 30,
-               "the survivor alone in the ISR, leading")
+    wait_until(
+        lambda: describe(cluster, topic)[0].isr == [survivor.id] and describe(cluster, topic)[0].leader == survivor.id,
+        30,
+        "the survivor alone in the ISR, leading",
+    )
     with Producer(zk=cluster.zk_connect, acks="all", delivery_timeout=4) as producer:
         future = producer.send(topic, [b"refused"], partition=0)
         with pytest.raises(NotEnoughReplicasError, match="min_insync_replicas=2"):
@@ -117,8 +118,11 @@ def test_paused_follower_leaves_the_isr_and_rejoins(broker_cluster):
         leader = broker_by_id(cluster, info.leader)
         follower.pause()
         try:
-            wait_until(lambda: follower.id not in describe(cluster, topic, follower)[0].isr, 8,
-                       "the paused follower out of the ISR")
+            wait_until(
+                lambda: follower.id not in describe(cluster, topic, follower)[0].isr,
+                8,
+                "the paused follower out of the ISR",
+            )
             load.wait_for_acks(1000, 30, "acks=all with two in sync while paused")
         finally:
             follower.resume()
@@ -157,8 +161,11 @@ def test_random_broker_kills_lose_nothing(broker_cluster):
         load.stop()
         try:
             # The live reader catches up with everything acknowledged (bounded).
-            wait_until(lambda: reader.distinct() >= load.acked_count, 60,
-                       "the group consumer to read every acknowledged message")
+            wait_until(
+                lambda: reader.distinct() >= load.acked_count,
+                60,
+                "the group consumer to read every acknowledged message",
+            )
         finally:
             reader.close()
     assert not load.failed, f"deliveries failed (seed {seed}): {load.failed[:3]}"
@@ -177,8 +184,7 @@ def _produce_one(address: str, topic: str, value: bytes) -> int:
     batch = records.encode_batch([value], None, int(time.time() * 1000))
     conn = Connection(host, int(port), connect_timeout=2)
     try:
-        frame = conn.request(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]},
-                             [batch]).result(5)
+        frame = conn.request(protocol.PRODUCE, {"acks": 1, "parts": [[topic, 0, len(batch)]]}, [batch]).result(5)
         return parse_produce_answer(frame.header)[0].error
     finally:
         conn.close()
@@ -196,9 +202,11 @@ def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
     # the controller elects another leader while the old one still believes it leads.
     old.pause()
     try:
-        new_id = wait_until(lambda: (lambda i: i.leader if i.leader not in (old.id, -1)
-                                     else None)(describe(cluster, topic, old)[0]), 30,
-                            "a new leader")
+        new_id = wait_until(
+            lambda: (lambda i: i.leader if i.leader not in (old.id, -1) else None)(describe(cluster, topic, old)[0]),
+            30,
+            "a new leader",
+        )
     finally:
         old.resume()
     new = broker_by_id(cluster, new_id)
@@ -246,16 +254,22 @@ def test_cli_shows_replicas_lists_under_replicated_and_elects_preferred_leaders(
     preferred = describe(cluster, "shown")[0].replicas[0]
     victim = broker_by_id(cluster, preferred)
     victim.kill()
-    wait_until(lambda: all(victim.id not in i.isr for i in describe(cluster, "shown").values()),
-               30, "the killed broker out of every ISR")
+    wait_until(
+        lambda: all(victim.id not in i.isr for i in describe(cluster, "shown").values()),
+        30,
+        "the killed broker out of every ISR",
+    )
     listed = _cli(cluster, "topic", "list", "--under-replicated")
     assert listed.count("under-replicated") == 3  # every partition has a replica there
     assert describe(cluster, "shown")[0].leader != preferred
     victim.start()
     wait_until(full_isr(cluster, "shown"), 40, "the broker back in every ISR")
     assert "elect preferred leaders" in _cli(cluster, "topic", "elect-leaders")
-    wait_until(lambda: all(i.leader == i.replicas[0] for i in describe(cluster, "shown").values()),
-               30, "every partition led by its preferred replica")
+    wait_until(
+        lambda: all(i.leader == i.replicas[0] for i in describe(cluster, "shown").values()),
+        30,
+        "every partition led by its preferred replica",
+    )
 
 
 def _metrics(broker) -> dict[str, float]:
@@ -292,8 +306,11 @@ def test_metrics_show_roles_under_replication_and_the_controller(broker_cluster)
     assert _metrics(follower)['partitions{role="follower"}'] == 1
     assert _metrics(follower)['replica_bytes_in_total{topic="watched",partition="0"}'] > 0
     follower.kill()
-    wait_until(lambda: _metrics(leader)["under_replicated_partitions"] == 1, 30,
-               "the leader to report the partition under-replicated")
+    wait_until(
+        lambda: _metrics(leader)["under_replicated_partitions"] == 1,
+        30,
+        "the leader to report the partition under-replicated",
+    )
     assert _metrics(leader)['isr_size{topic="watched",partition="0"}'] == 2
 
 
@@ -306,13 +323,18 @@ def test_deleting_a_replicated_topic_removes_every_replica_and_allows_recreation
                 producer.send("doomed", [b"old"] * 100, partition=p).wait(30)
         assert all(len(list(b.log_dir.glob("doomed-*"))) == 3 for b in cluster.brokers)
         admin.delete_topic("doomed")
-        wait_until(lambda: not any(list(b.log_dir.glob("doomed-*")) for b in cluster.brokers),
-                   30, "every replica's directory removed")
+        wait_until(
+            lambda: not any(list(b.log_dir.glob("doomed-*")) for b in cluster.brokers),
+            30,
+            "every replica's directory removed",
+        )
         assert "doomed" not in admin.list_topics()
         admin.create_topic("doomed", 2, replication_factor=2)
-    wait_until(lambda: all(i.leader >= 0 and len(i.isr) == 2
-                           for i in describe(cluster, "doomed").values()), 30,
-               "the new topic's partitions led and in sync")
+    wait_until(
+        lambda: all(i.leader >= 0 and len(i.isr) == 2 for i in describe(cluster, "doomed").values()),
+        30,
+        "the new topic's partitions led and in sync",
+    )
     with Producer(zk=cluster.zk_connect, acks="all") as producer:
         producer.send("doomed", [b"new"], partition=1).wait(30)
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
@@ -332,15 +354,17 @@ def test_a_topic_recreated_while_a_replica_was_down_does_not_adopt_its_old_log(b
         # would simply append the new topic's bytes to the old ones.
         with Producer(zk=cluster.zk_connect, acks="all") as producer:
             for b in range(30):
-                producer.send(topic, [b"old-%05d" % (b * 10 + i) for i in range(10)],
-                              partition=0).wait(30)
+                producer.send(topic, [b"old-%05d" % (b * 10 + i) for i in range(10)], partition=0).wait(30)
         leader = describe(cluster, topic)[0].leader
         away = next(b for b in cluster.brokers if b.id != leader)
         # Its high-watermark checkpoint (written every 5 s) records the old topic's
         # mark: below it a returning follower takes its log as agreed with the leader.
         checkpoint = away.log_dir / "replication-offset-checkpoint"
-        wait_until(lambda: json.loads(checkpoint.read_text()).get(f"{topic}-0", 0) > 0, 30,
-                   "the old topic's high watermark in the checkpoint")
+        wait_until(
+            lambda: json.loads(checkpoint.read_text()).get(f"{topic}-0", 0) > 0,
+            30,
+            "the old topic's high watermark in the checkpoint",
+        )
         away.kill()
         admin.delete_topic(topic)
         replicas = admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
@@ -348,7 +372,7 @@ def test_a_topic_recreated_while_a_replica_was_down_does_not_adopt_its_old_log(b
     new = [b"new-%05d" % i for i in range(600)]
     with Producer(zk=cluster.zk_connect, acks="all") as producer:
         for b in range(60):
-            producer.send(topic, new[b * 10:(b + 1) * 10], partition=0).wait(60)
+            producer.send(topic, new[b * 10 : (b + 1) * 10], partition=0).wait(60)
     away.start()
     wait_until(full_isr(cluster, topic), 60, "the returning broker back in the ISR")
     assert "belongs to an earlier topic of this name" in away.log_text()
@@ -368,16 +392,14 @@ def test_a_returning_replica_cuts_the_tail_its_new_leader_never_had(broker_clust
         producer.send(topic, committed, partition=0).wait(30)
     old = broker_by_id(cluster, describe(cluster, topic)[0].leader)
     old.kill()
-    wait_until(lambda: describe(cluster, topic, old)[0].leader not in (old.id, -1), 30,
-               "a new leader")
+    wait_until(lambda: describe(cluster, topic, old)[0].leader not in (old.id, -1), 30, "a new leader")
     later = [b"later-%d" % i for i in range(50)]
     with Producer(zk=cluster.zk_connect, acks="all") as producer:
         producer.send(topic, later, partition=0).wait(30)
     # The dead leader's log gets a valid batch the others never saw, where the new
     # leader has other bytes: what an acks=1 write that never reached a follower leaves.
     segment = max((old.log_dir / f"{topic}-0").glob("*.log"))
-    phantom = records.encode_batch([b"phantom-%d" % i for i in range(30)], None,
-                                   int(time.time() * 1000))
+    phantom = records.encode_batch([b"phantom-%d" % i for i in range(30)], None, int(time.time() * 1000))
     with segment.open("ab") as f:
         f.write(phantom)
     old.start()

@@ -41,11 +41,10 @@ class TimedLoad:
         self.latencies: list[tuple[float, float]] = []  # (sent at, seconds to the ack)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.producer = Producer(zk=zk, acks="all", linger_ms=1, retry_backoff_ms=20,
-                                 delivery_timeout=120)
+        self.producer = Producer(zk=zk, acks="all", linger_ms=1, retry_backoff_ms=20, delivery_timeout=120)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "TimedLoad":
+    def start(self) -> TimedLoad:
         self._thread.start()
         return self
 
@@ -71,6 +70,7 @@ class TimedLoad:
                     self.latencies.append((started, took))
                 else:
                     self.failed.append(error)
+
         return done
 
     def acked_count(self) -> int:
@@ -79,8 +79,7 @@ class TimedLoad:
 
     def slowest(self, since: float, until: float) -> float:
         with self._lock:
-            return max((took for at, took in self.latencies if since <= at <= until),
-                       default=0.0)
+            return max((took for at, took in self.latencies if since <= at <= until), default=0.0)
 
     def stop(self) -> None:
         self._stop.set()
@@ -105,8 +104,10 @@ def test_rolling_restart_loses_nothing_and_surfaces_no_error(broker_cluster, con
         wait_until(lambda: load.acked_count() > 1000, 60, "acks before the roll")
         quiet_from = time.monotonic()
         time.sleep(2)
-        print(f"before the roll: slowest acknowledgement over 2 s "
-              f"{load.slowest(quiet_from, time.monotonic()) * 1000:.0f} ms")
+        print(
+            f"before the roll: slowest acknowledgement over 2 s "
+            f"{load.slowest(quiet_from, time.monotonic()) * 1000:.0f} ms"
+        )
         for broker in cluster.brokers:
             retries = load.producer.metrics().get("retries", 0)
             began = time.monotonic()
@@ -124,29 +125,39 @@ def test_rolling_restart_loses_nothing_and_surfaces_no_error(broker_cluster, con
             stop_phase = load.slowest(began - 0.2, restarted)
             start_phase = load.slowest(restarted, settled)
             stops.append((broker.id, max(stop_phase, start_phase)))
-            print(f"broker {broker.id}: SIGTERM to exit {stopped - began:.2f}s; slowest "
-                  f"acks=all acknowledgement around its stop {stop_phase * 1000:.0f} ms, "
-                  f"around its restart {start_phase * 1000:.0f} ms; {retried} produce "
-                  "requests retried by the producer")
+            print(
+                f"broker {broker.id}: SIGTERM to exit {stopped - began:.2f}s; slowest "
+                f"acks=all acknowledgement around its stop {stop_phase * 1000:.0f} ms, "
+                f"around its restart {start_phase * 1000:.0f} ms; {retried} produce "
+                "requests retried by the producer"
+            )
     finally:
         load.stop()
     slowest = max(s for _, s in stops)
     mode = "controlled shutdown" if controlled else "controlled shutdown off"
-    print(f"rolling restart of 3 brokers ({mode}): {load.acked_count()} messages "
-          f"acknowledged, slowest acknowledgement during the roll {slowest * 1000:.0f} ms "
-          f"(per broker: {', '.join(f'{b}: {s * 1000:.0f} ms' for b, s in stops)})")
+    print(
+        f"rolling restart of 3 brokers ({mode}): {load.acked_count()} messages "
+        f"acknowledged, slowest acknowledgement during the roll {slowest * 1000:.0f} ms "
+        f"(per broker: {', '.join(f'{b}: {s * 1000:.0f} ms' for b, s in stops)})"
+    )
     assert not load.failed, f"produce errors surfaced to the application: {load.failed[:3]}"
     consumed = read_partitions(cluster, topic, partitions)
     assert_every_ack_readable_in_order(load, consumed)  # type: ignore[arg-type]
     acked = set().union(*load.acked.values())
     try:
-        wait_until(lambda: acked <= set().union(*map(set, list(reader.values.values()) or [[]])),
-                   60, "the group read every acknowledged message")
+        wait_until(
+            lambda: acked <= set().union(*map(set, list(reader.values.values()) or [[]])),
+            60,
+            "the group read every acknowledged message",
+        )
     finally:
         reader.close()
     for broker in cluster.brokers:
-        print("\n".join(line for line in broker.log_text().splitlines()
-                        if "controlled shutdown" in line or "stop:" in line))
+        print(
+            "\n".join(
+                line for line in broker.log_text().splitlines() if "controlled shutdown" in line or "stop:" in line
+            )
+        )
     if controlled:
         for broker in cluster.brokers:
             assert "controlled shutdown: leadership moved" in broker.log_text()

@@ -38,8 +38,9 @@ class _Registered:
 _LOG_SOURCES = pytest.StashKey[dict[str, _Registered]]()
 
 
-def register_log_source(config: pytest.Config, key: str, source: LogSource, *, fixture: str,
-                        title: str | None = None) -> None:
+def register_log_source(
+    config: pytest.Config, key: str, source: LogSource, *, fixture: str, title: str | None = None
+) -> None:
     """Print ``source``'s log tail when a test that uses ``fixture`` fails.
 
     ``key`` identifies the source (registering a key again replaces it); ``title``

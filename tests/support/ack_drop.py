@@ -10,13 +10,13 @@ talking through it, as it would to brokers behind a flaky network.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
 from typing import Any
 
 import msgpack
-import contextlib
 
 _PREFIX = struct.Struct(">II")
 
@@ -56,8 +56,7 @@ class AckDropProxy:
             listener = socket.create_server(("127.0.0.1", 0))
             self._listeners.append(listener)
             self._map[(host, int(port))] = listener.getsockname()[:2]
-            threading.Thread(target=self._accept, args=(listener, (host, int(port))),
-                             daemon=True).start()
+            threading.Thread(target=self._accept, args=(listener, (host, int(port))), daemon=True).start()
 
     @property
     def addresses(self) -> list[str]:
@@ -83,7 +82,7 @@ class AckDropProxy:
         for s in self._listeners + self._socks:
             _close(s)
 
-    def __enter__(self) -> "AckDropProxy":
+    def __enter__(self) -> AckDropProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -123,8 +122,7 @@ class AckDropProxy:
                 rest = _recv_exactly(upstream, size - 4)
                 if rest is None:
                     break
-                header: dict[str, Any] = msgpack.unpackb(rest[:header_len], raw=False,
-                                                         strict_map_key=False)
+                header: dict[str, Any] = msgpack.unpackb(rest[:header_len], raw=False, strict_map_key=False)
                 if "parts" in header and self._take_drop():
                     break  # appended by the broker, never acknowledged: cut the connection
                 if isinstance(header.get("brokers"), dict):

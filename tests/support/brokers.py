@@ -10,8 +10,9 @@ listener on every broker (docs/kafka.md), seen through :class:`KafkaCluster`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,12 +26,25 @@ TEST_LOG_SETTINGS = {"flush_messages": 10000, "flush_ms": 20}
 class BrokerProcess(_BrokerProcess):
     """A broker process with the test suite's defaults (4 partitions, 20 ms flushes)."""
 
-    def __init__(self, broker_id: int, zk_connect: str, workdir: Path,
-                 broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-                 tls: dict[str, Any] | None = None, kafka: dict[str, Any] | None = None):
-        super().__init__(broker_id, zk_connect, workdir,
-                         broker={**TEST_BROKER_SETTINGS, **(broker or {})},
-                         log={**TEST_LOG_SETTINGS, **(log or {})}, tls=tls, kafka=kafka)
+    def __init__(
+        self,
+        broker_id: int,
+        zk_connect: str,
+        workdir: Path,
+        broker: dict[str, Any] | None = None,
+        log: dict[str, Any] | None = None,
+        tls: dict[str, Any] | None = None,
+        kafka: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            broker_id,
+            zk_connect,
+            workdir,
+            broker={**TEST_BROKER_SETTINGS, **(broker or {})},
+            log={**TEST_LOG_SETTINGS, **(log or {})},
+            tls=tls,
+            kafka=kafka,
+        )
 
 
 class Cluster:
@@ -41,11 +55,15 @@ class Cluster:
         self.workdir = workdir
         self.brokers: list[BrokerProcess] = []
 
-    def add(self, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-            start: bool = True, tls: dict[str, Any] | None = None,
-            kafka: dict[str, Any] | None = None) -> BrokerProcess:
-        process = BrokerProcess(len(self.brokers) + 1, self.zk_connect, self.workdir, broker, log,
-                                tls, kafka)
+    def add(
+        self,
+        broker: dict[str, Any] | None = None,
+        log: dict[str, Any] | None = None,
+        start: bool = True,
+        tls: dict[str, Any] | None = None,
+        kafka: dict[str, Any] | None = None,
+    ) -> BrokerProcess:
+        process = BrokerProcess(len(self.brokers) + 1, self.zk_connect, self.workdir, broker, log, tls, kafka)
         self.brokers.append(process)
         if start:
             process.start()
@@ -55,14 +73,18 @@ class Cluster:
     def bootstrap(self) -> list[str]:
         return [b.address for b in self.brokers]
 
-    def create_topic(self, topic: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None, timeout: float = 20.0,
-                     replication_factor: int = 0) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int = 1,
+        config: dict[str, Any] | None = None,
+        timeout: float = 20.0,
+        replication_factor: int = 0,
+    ) -> None:
         """Create ``topic`` and return once its partition 0 has a leader (a consumer that
         follows it from the start would otherwise stop at its first error)."""
         with Admin(brokers=self.bootstrap) as admin:
-            admin.create_topic(topic, partitions=partitions, config=config,
-                               replication_factor=replication_factor)
+            admin.create_topic(topic, partitions=partitions, config=config, replication_factor=replication_factor)
         with SimpleConsumer(brokers=self.bootstrap) as consumer:
             deadline = time.monotonic() + timeout
             while True:  # the leader is elected just after the topic is created
@@ -91,9 +113,14 @@ def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
     stopped after. ``tls`` is each broker's ``[tls]`` table."""
     clusters: list[Cluster] = []
 
-    def start(n: int = 1, broker: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
-              zk: str | None = None, tls: dict[str, Any] | None = None,
-              kafka: dict[str, Any] | None = None) -> Cluster:
+    def start(
+        n: int = 1,
+        broker: dict[str, Any] | None = None,
+        log: dict[str, Any] | None = None,
+        zk: str | None = None,
+        tls: dict[str, Any] | None = None,
+        kafka: dict[str, Any] | None = None,
+    ) -> Cluster:
         cluster = Cluster(zk or zk_connect, tmp_path / f"cluster-{len(clusters)}")
         cluster.workdir.mkdir(parents=True, exist_ok=True)
         clusters.append(cluster)

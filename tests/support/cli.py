@@ -34,9 +34,14 @@ LONG_RUNNING = frozenset({"broker", "agent", "mirror", "demo", "console", "load"
 __all__ = ["logferry"]
 
 
-def logferry(*args: str, zk: str | None = None, stdin: str | None = None,
-             env: Mapping[str, str] | None = None, timeout: float = 60.0,
-             as_process: bool = False) -> subprocess.CompletedProcess[str]:
+def logferry(
+    *args: str,
+    zk: str | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    as_process: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run ``logferry *args`` and return its exit code, stdout and stderr.
 
     ``zk`` sets ``LOGFERRY_ZK`` (the default ``--zk``); ``env`` adds to the environment;
@@ -48,13 +53,18 @@ def logferry(*args: str, zk: str | None = None, stdin: str | None = None,
         extra["LOGFERRY_ZK"] = zk
     if as_process or (args and args[0] in LONG_RUNNING):
         return subprocess.run(
-            [sys.executable, "-m", "broker", *args], input=stdin or "", text=True,
-            capture_output=True, timeout=timeout, cwd=str(ROOT), env={**os.environ, **extra})
+            [sys.executable, "-m", "broker", *args],
+            input=stdin or "",
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+            cwd=str(ROOT),
+            env={**os.environ, **extra},
+        )
     return _in_process(list(args), stdin or "", extra)
 
 
-def _in_process(argv: list[str], stdin: str,
-                env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def _in_process(argv: list[str], stdin: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     """``main(argv)`` with private standard streams, environment and root logging."""
     from broker.cli.main import main
 
@@ -90,5 +100,8 @@ def _in_process(argv: list[str], stdin: str,
             else:
                 os.environ[name] = value
     return subprocess.CompletedProcess(
-        ["logferry", *argv], code, out_bytes.getvalue().decode("utf-8", "replace"),
-        err_bytes.getvalue().decode("utf-8", "replace"))
+        ["logferry", *argv],
+        code,
+        out_bytes.getvalue().decode("utf-8", "replace"),
+        err_bytes.getvalue().decode("utf-8", "replace"),
+    )

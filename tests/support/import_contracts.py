@@ -32,8 +32,7 @@ def declared_all(package: str) -> list[str]:
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read(), spec.origin)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             return [str(name) for name in ast.literal_eval(node.value)]
     raise ValueError(f"{spec.origin} has no literal __all__")
 
@@ -74,11 +73,9 @@ class FaceContract(Contract):
         violations = []
         for importer in sorted(importers):
             for imported in sorted(graph.find_modules_directly_imported_by(importer) & behind):
-                lines = [d["line_number"] for d in graph.get_import_details(importer=importer,
-                                                                           imported=imported)]
+                lines = [d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported)]
                 violations.append((importer, imported, lines))
-        return ContractCheck(kept=not violations, warnings=None,
-                             metadata={"face": face.name, "violations": violations})
+        return ContractCheck(kept=not violations, warnings=None, metadata={"face": face.name, "violations": violations})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
         face = check.metadata["face"]
@@ -88,5 +85,7 @@ class FaceContract(Contract):
         output.new_line()
         guidance = cast("str | None", self.broken_contract_guidance)
         contract_utils.render_broken_contract_guidance(
-            guidance or f"Import the name from {face}; if {face}.__all__ lacks it, export it there "
-            "(documented) rather than reaching past the face.")
+            guidance
+            or f"Import the name from {face}; if {face}.__all__ lacks it, export it there "
+            "(documented) rather than reaching past the face."
+        )

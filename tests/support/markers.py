@@ -16,19 +16,26 @@ The fix is always the same: ``pytestmark = pytest.mark.integration`` in the modu
 from __future__ import annotations
 
 import subprocess
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-PROCESS_FIXTURES = frozenset({
-    "zookeeper", "zk_connect", "zk_client",   # tests/support/zookeeper.py: a ZooKeeper JVM
-    "tls_zookeeper",                          # tests/support/zookeeper.py: one with TLS
-    "broker_cluster", "kafka_cluster",        # tests/support/brokers.py: broker processes
-    "spark",                                  # tests/loader/conftest.py: a Spark JVM
-    "agent_process",                          # tests/agent/conftest.py: python -m agent
-    "group_members",                          # tests/groups/conftest.py: member processes
-    "mirrors", "two_clusters",                # tests/mirror/conftest.py
-})
+PROCESS_FIXTURES = frozenset(
+    {
+        "zookeeper",
+        "zk_connect",
+        "zk_client",  # tests/support/zookeeper.py: a ZooKeeper JVM
+        "tls_zookeeper",  # tests/support/zookeeper.py: one with TLS
+        "broker_cluster",
+        "kafka_cluster",  # tests/support/brokers.py: broker processes
+        "spark",  # tests/loader/conftest.py: a Spark JVM
+        "agent_process",  # tests/agent/conftest.py: python -m agent
+        "group_members",  # tests/groups/conftest.py: member processes
+        "mirrors",
+        "two_clusters",  # tests/mirror/conftest.py
+    }
+)
 """Fixtures that start processes, directly or through another fixture of this set."""
 
 FIX = "mark it: `pytestmark = pytest.mark.integration` in its module or `@pytest.mark.integration` on it"
@@ -50,13 +57,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail an unmarked test that uses a process fixture before any fixture starts."""
     used = unmarked_process_fixtures(item)
     if used:
-        pytest.fail(f"{item.nodeid} uses {', '.join(used)}, which start processes, but is not "
-                    f"marked integration: {FIX}", pytrace=False)
+        pytest.fail(
+            f"{item.nodeid} uses {', '.join(used)}, which start processes, but is not marked integration: {FIX}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)
-def _no_subprocess_outside_integration(request: pytest.FixtureRequest,
-                                       monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_subprocess_outside_integration(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """In an unmarked test, starting a subprocess fails the test with the fix."""
     if is_integration(request.node):
         yield
@@ -64,8 +74,7 @@ def _no_subprocess_outside_integration(request: pytest.FixtureRequest,
     nodeid = request.node.nodeid
 
     def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
-        pytest.fail(f"{nodeid} starts a subprocess ({args!r}) but is not marked integration: {FIX}",
-                    pytrace=False)
+        pytest.fail(f"{nodeid} starts a subprocess ({args!r}) but is not marked integration: {FIX}", pytrace=False)
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
     yield

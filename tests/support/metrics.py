@@ -13,8 +13,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-PROMTOOL_MISSING = ("promtool is not installed (Debian package `prometheus`; "
-                    "`make system-deps` installs it)")
+PROMTOOL_MISSING = "promtool is not installed (Debian package `prometheus`; `make system-deps` installs it)"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -27,8 +26,11 @@ def scrape(url: str) -> str:
 
 def samples(text: str) -> Samples:
     """Every sample in a Prometheus text exposition: ``(name, labels) -> value``."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(parsed: Samples, name: str, **labels: str) -> float | None:
@@ -41,7 +43,6 @@ def promtool_check(text: str) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip(PROMTOOL_MISSING)
-    result = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
-                            capture_output=True, timeout=60)
+    result = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     problems = (result.stdout + result.stderr).decode().strip()
     assert result.returncode == 0 and not problems, f"promtool check metrics: {problems}"

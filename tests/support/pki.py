@@ -38,17 +38,31 @@ def make_pki(directory: Path) -> Pki:
     broker = certs.issue(ca.cert_pem, ca.key_pem, "broker", ["127.0.0.1", "localhost"])
     client = certs.issue(ca.cert_pem, ca.key_pem, "client", [])
     stranger = certs.issue(other.cert_pem, other.key_pem, "stranger", ["127.0.0.1"])
-    files = {"ca.pem": ca.cert_pem, "broker.pem": broker.cert_pem, "broker.key": broker.key_pem,
-             "client.pem": client.cert_pem, "client.key": client.key_pem,
-             "other-ca.pem": other.cert_pem, "stranger.pem": stranger.cert_pem,
-             "stranger.key": stranger.key_pem}
+    files = {
+        "ca.pem": ca.cert_pem,
+        "broker.pem": broker.cert_pem,
+        "broker.key": broker.key_pem,
+        "client.pem": client.cert_pem,
+        "client.key": client.key_pem,
+        "other-ca.pem": other.cert_pem,
+        "stranger.pem": stranger.cert_pem,
+        "stranger.key": stranger.key_pem,
+    }
     for name, data in files.items():
         (directory / name).write_bytes(data)
         if name.endswith(".key"):
             (directory / name).chmod(0o600)
     d = directory
-    return Pki(d / "ca.pem", d / "broker.pem", d / "broker.key", d / "client.pem",
-               d / "client.key", d / "other-ca.pem", d / "stranger.pem", d / "stranger.key")
+    return Pki(
+        d / "ca.pem",
+        d / "broker.pem",
+        d / "broker.key",
+        d / "client.pem",
+        d / "client.key",
+        d / "other-ca.pem",
+        d / "stranger.pem",
+        d / "stranger.key",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ group so that a test can kill a worker together with the executor JVM it started
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,7 +17,6 @@ import time
 from pathlib import Path
 
 from broker.testing.localrun import free_port
-import contextlib
 
 
 def spark_home() -> Path:
@@ -30,10 +30,16 @@ def spark_env(work: Path) -> dict[str, str]:
     """The environment for spark-class and spark-submit: loopback, this interpreter
     for Python workers, logs and pid files inside ``work``."""
     home = spark_home()
-    return dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-                SPARK_LOG_DIR=str(work / "logs"), SPARK_PID_DIR=str(work),
-                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                SPARK_NO_DAEMONIZE="1")
+    return dict(
+        os.environ,
+        SPARK_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOG_DIR=str(work / "logs"),
+        SPARK_PID_DIR=str(work),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_NO_DAEMONIZE="1",
+    )
 
 
 class Daemon:
@@ -43,9 +49,13 @@ class Daemon:
         self.name = name
         self.log = log
         self._out = open(log, "wb")  # noqa: SIM115 - the process's output while it runs; closed in stop()
-        self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args],
-                                     env=env, stdout=self._out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -54,11 +64,9 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while needle not in self.text():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n"
-                                   f"{self.text()[-3000:]}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.text()[-3000:]}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name}: no {needle!r} within {timeout:.0f}s:\n"
-                                   f"{self.text()[-3000:]}")
+                raise TimeoutError(f"{self.name}: no {needle!r} within {timeout:.0f}s:\n{self.text()[-3000:]}")
             time.sleep(0.2)
 
     def kill(self) -> None:
@@ -96,21 +104,47 @@ class StandaloneCluster:
         self.workers: list[Daemon] = []
         self._count, self._cores, self._memory = workers, cores, memory
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> StandaloneCluster:
         try:
-            self.master = Daemon("master", [
-                "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                "--port", str(self.port), "--webui-port", str(free_port())],
-                self.env, self.work / "master.out")
+            self.master = Daemon(
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(free_port()),
+                ],
+                self.env,
+                self.work / "master.out",
+            )
             self.master.wait_for("I have been elected leader", 90)
             for i in range(self._count):
                 work_dir = self.work / f"worker-{i}"
                 work_dir.mkdir(exist_ok=True)
-                self.workers.append(Daemon(f"worker {i}", [
-                    "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                    "--cores", str(self._cores), "--memory", self._memory,
-                    "--webui-port", str(free_port()), "--work-dir", str(work_dir)],
-                    self.env, self.work / f"worker-{i}.out"))
+                self.workers.append(
+                    Daemon(
+                        f"worker {i}",
+                        [
+                            "org.apache.spark.deploy.worker.Worker",
+                            self.url,
+                            "--host",
+                            "127.0.0.1",
+                            "--cores",
+                            str(self._cores),
+                            "--memory",
+                            self._memory,
+                            "--webui-port",
+                            str(free_port()),
+                            "--work-dir",
+                            str(work_dir),
+                        ],
+                        self.env,
+                        self.work / f"worker-{i}.out",
+                    )
+                )
             for worker in self.workers:
                 worker.wait_for("Successfully registered with master", 90)
         except BaseException:
@@ -127,16 +161,26 @@ class StandaloneCluster:
         if self.master is not None:
             self.master.stop()
 
-    def submit(self, args: list[str], log: Path, py_files: Path | None = None,
-               timeout: float = 600) -> subprocess.Popen:
+    def submit(
+        self, args: list[str], log: Path, py_files: Path | None = None, timeout: float = 600
+    ) -> subprocess.Popen:
         """Start ``spark-submit --master <this cluster> ...`` (the caller waits)."""
-        command = [str(spark_home() / "bin" / "spark-submit"), "--master", self.url,
-                   "--conf", "spark.ui.enabled=false",
-                   "--conf", "spark.executor.memory=512m",
-                   "--conf", "spark.task.maxFailures=8",
-                   "--conf", f"spark.pyspark.python={sys.executable}"]
+        command = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            self.url,
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.task.maxFailures=8",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+        ]
         if py_files is not None:
             command += ["--py-files", str(py_files)]
         with open(log, "wb") as out:  # the child has its own copy of the descriptor
-            return subprocess.Popen(command + args, env=self.env, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                command + args, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )

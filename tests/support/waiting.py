@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -26,8 +27,14 @@ __all__ = ["wait_until", "wait_until_async"]
 class _Poll:
     """The bookkeeping of one wait: deadline, last value, the failure message."""
 
-    def __init__(self, predicate: Callable[[], object], timeout: float, what: str,
-                 interval: float, ignore: tuple[type[BaseException], ...]) -> None:
+    def __init__(
+        self,
+        predicate: Callable[[], object],
+        timeout: float,
+        what: str,
+        interval: float,
+        ignore: tuple[type[BaseException], ...],
+    ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, not {interval}")
         self.predicate = predicate
@@ -56,8 +63,14 @@ class _Poll:
         return min(self.interval, remaining)
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition", *,
-               interval: float = 0.05, ignore: tuple[type[BaseException], ...] = ()) -> T:
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.05,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> T:
     """Poll ``predicate`` every ``interval`` s until it returns something truthy; return it.
 
     Raise AssertionError naming ``what`` after ``timeout`` s. Exceptions of the types in
@@ -69,13 +82,17 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
     return poll.last  # type: ignore[return-value]
 
 
-async def wait_until_async(predicate: Callable[[], T], timeout: float = 10.0,
-                           what: str = "condition", *, interval: float = 0.01,
-                           ignore: tuple[type[BaseException], ...] = ()) -> T:
+async def wait_until_async(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.01,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> T:
     """:func:`wait_until` for code on an event loop: pauses with ``asyncio.sleep`` so
     the tasks that make the condition true keep running."""
     poll = _Poll(predicate, timeout, what, interval, ignore)
     while not poll.check():
         await asyncio.sleep(poll.pause())
     return poll.last  # type: ignore[return-value]
-

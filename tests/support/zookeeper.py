@@ -25,8 +25,8 @@ import dataclasses
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -140,9 +140,7 @@ def start_session_zookeeper(base_dir: Path, tls: ServerTls | None = None) -> Loc
 
 
 @pytest.fixture(scope="session")
-def zookeeper(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ZooKeeperHarness]:
+def zookeeper(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperHarness]:
     """The session's one real ZooKeeper (see the module docstring)."""
     server = start_session_zookeeper(tmp_path_factory.mktemp("zookeeper"))
     atexit.register(server.kill)  # if pytest dies before teardown, leave no JVM behind
@@ -151,8 +149,9 @@ def zookeeper(
     request.config.stash[_SUMMARY] = (
         f"ZooKeeper: {server.hosts}, started in {server.last_start_seconds:.2f}s, log {server.log_path}"
     )
-    register_log_source(request.config, "zookeeper", server, fixture="zookeeper",
-                        title=f"ZooKeeper log {server.log_path}")
+    register_log_source(
+        request.config, "zookeeper", server, fixture="zookeeper", title=f"ZooKeeper log {server.log_path}"
+    )
     try:
         yield harness
     finally:

@@ -8,12 +8,17 @@ import datetime as dt
 import msgpack
 
 from broker.client import (
-    MIRROR_STAGE, AuditLedger, AuditRecord, DeliveryFuture, RawBatch, batch_timestamp,
+    MIRROR_STAGE,
+    AuditLedger,
+    AuditRecord,
+    DeliveryFuture,
+    RawBatch,
+    batch_timestamp,
     encode_batch,
 )
 from broker.common.errors import LogferryError
 from console.audit import AuditTally, pipeline_rows, tier_completeness
-from hadoop_loader.audit import HourAudit, AuditReport, stage_counts
+from hadoop_loader.audit import AuditReport, HourAudit, stage_counts
 from mirror.audit import MirrorAudit
 
 
@@ -67,9 +72,13 @@ def test_mirror_audit_counts_batches_once_every_send_is_acknowledged():
 
 
 def test_tiers_are_judged_against_the_tier_before_them():
-    stages = tier_completeness({"landed": {"sent": 0, "acked": 90},
-                                "mirror": {"sent": 110, "acked": 110},
-                                "agent": {"sent": 100, "acked": 100}})
+    stages = tier_completeness(
+        {
+            "landed": {"sent": 0, "acked": 90},
+            "mirror": {"sent": 110, "acked": 110},
+            "agent": {"sent": 100, "acked": 100},
+        }
+    )
     assert list(stages) == ["agent", "mirror", "landed"]
     assert stages["mirror"]["complete_pct"] == 110.0 and stages["mirror"]["of"] == "agent"
     assert stages["landed"]["complete_pct"] == 81.82
@@ -81,17 +90,20 @@ def test_pipeline_takes_each_stage_from_the_first_cluster_that_has_it():
     analysis.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))  # the mirror's copy
     analysis.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))  # copied twice
     analysis.add(AuditRecord("app", 0, 60_000, 200, 200, "m-1", "mirror"))
-    (row,) = pipeline_rows([("live", {"rows": live.rows()}), ("analysis", {"rows": analysis.rows()}),
-                            ("gone", None)])
+    (row,) = pipeline_rows([("live", {"rows": live.rows()}), ("analysis", {"rows": analysis.rows()}), ("gone", None)])
     assert row["stages"]["agent"]["acked"] == 100 and row["stages"]["agent"]["cluster"] == "live"
     assert row["stages"]["mirror"]["complete_pct"] == 200.0  # the duplicates show
 
 
 def test_loader_chain_ends_with_landed_against_the_mirror():
-    tz = dt.timezone.utc
-    records = [msgpack.unpackb(r.encode()) for r in (
-        AuditRecord("app", 0, 60_000, 100, 100, "web-1"),
-        AuditRecord("app", 0, 60_000, 120, 120, "m-1", "mirror"))]
+    tz = dt.UTC
+    records = [
+        msgpack.unpackb(r.encode())
+        for r in (
+            AuditRecord("app", 0, 60_000, 100, 100, "web-1"),
+            AuditRecord("app", 0, 60_000, 120, 120, "m-1", "mirror"),
+        )
+    ]
     report = AuditReport(tiers=stage_counts(records, "acked", tz))
     hour = HourAudit("app", "1970-01-01T00", 100, 114, True, duplicates=6)
     assert report.chain(hour) == [("agent", 100, None), ("mirror", 120, 1.2), ("landed", 120, 1.0)]
@@ -103,18 +115,24 @@ class _Target:  # the target partitions' ends, as SimpleConsumer.offsets reports
 
     def offsets(self, topic, partition):
         from broker.client import OffsetRange
+
         return OffsetRange(0, self.ends[(topic, partition)])
 
 
 def test_mirror_audit_does_not_count_copies_the_target_held_already():
     producer = _Producer()
-    audit = MirrorAudit(producer, "m", window_s=60, clock=lambda: 1000.0,  # type: ignore[arg-type]
-                        target=_Target({("logs", 0): 500}))  # type: ignore[arg-type]
+    audit = MirrorAudit(
+        producer,
+        "m",
+        window_s=60,
+        clock=lambda: 1000.0,  # type: ignore[arg-type]
+        target=_Target({("logs", 0): 500}),
+    )  # type: ignore[arg-type]
     audit.before_send("logs", [0])
     held, fresh = DeliveryFuture(), DeliveryFuture()
     audit.copied("logs", _batch(7, 1000), [0], [held])
     audit.copied("logs", _batch(3, 1000), [0], [fresh])
-    held._complete(120)   # dropped as a duplicate: answered where the batch lies
+    held._complete(120)  # dropped as a duplicate: answered where the batch lies
     fresh._complete(500)  # appended at the end
     audit.publish_due(final=True)
     record = AuditRecord.decode(producer.sent[0][1][0])
@@ -128,10 +146,14 @@ def test_heartbeats_list_files_by_lag_and_go_stale_after_three_intervals():
     from console.agents import AgentsReader
 
     beats = Heartbeats("_agents", 10.0, "web-1")
-    snap = Snapshot(host="web-1", pid=7, started=100.0, state="running",
-                    gauges={"lag_bytes": 30},
-                    files=[{"path": "/a", "lag": 0, "offset": 5, "size": 5},
-                           {"path": "/b", "lag": 30, "offset": 1, "size": 31}])
+    snap = Snapshot(
+        host="web-1",
+        pid=7,
+        started=100.0,
+        state="running",
+        gauges={"lag_bytes": 30},
+        files=[{"path": "/a", "lag": 0, "offset": 5, "size": 5}, {"path": "/b", "lag": 30, "offset": 1, "size": 31}],
+    )
     beat = AgentHeartbeat.decode(beats.record(snap, now=1000.0).encode())
     assert beat is not None and beat.time_ms == 1_000_000 and beat.lag_bytes == 30
     assert [f["path"] for f in beat.files] == ["/b", "/a"]
@@ -183,7 +205,7 @@ def test_mirror_audit_in_preserve_mode_counts_appends_that_succeeded():
     audit.appending(("_audit", 0), first)  # a copy of the agents' records: not data
     audit.appended(("logs", 0), 0, True)
     audit.appended(("logs", 0), 100, False)  # mismatched: resent later, counted then
-    audit.appended(("logs", 0), 100, True)   # not pending any more: ignored
+    audit.appended(("logs", 0), 100, True)  # not pending any more: ignored
     audit.publish_due(final=True)
     record = AuditRecord.decode(producer.sent[0][1][0])
     assert (record.sent, record.acked) == (10, 4)

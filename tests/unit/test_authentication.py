@@ -47,17 +47,16 @@ from broker.wire.apis import RequestHead, parse_request_head
 
 
 def test_sasl_parts_round_trip() -> None:
-    assert sasl.parse_handshake_request(sasl.encode_handshake_request("SCRAM-SHA-256")) \
-        == sasl.SaslHandshakeRequest("SCRAM-SHA-256")
+    assert sasl.parse_handshake_request(sasl.encode_handshake_request("SCRAM-SHA-256")) == sasl.SaslHandshakeRequest(
+        "SCRAM-SHA-256"
+    )
     answer = sasl.SaslHandshakeAnswer(["SCRAM-SHA-256", "SCRAM-SHA-512"])
     assert sasl.parse_handshake_answer(sasl.encode_handshake_answer(answer)) == answer
-    assert sasl.parse_authenticate_request(sasl.encode_authenticate_request(b"n,,n=a,r=x")) \
-        .token == b"n,,n=a,r=x"
+    assert sasl.parse_authenticate_request(sasl.encode_authenticate_request(b"n,,n=a,r=x")).token == b"n,,n=a,r=x"
     assert sasl.parse_authenticate_answer({"token": b"v=abc"}).token == b"v=abc"
 
 
-@pytest.mark.parametrize("header", [{}, {"mechanism": 3}, {"mechanism": ""},
-                                    {"mechanism": "x" * 65}])
+@pytest.mark.parametrize("header", [{}, {"mechanism": 3}, {"mechanism": ""}, {"mechanism": "x" * 65}])
 def test_bad_handshake_requests_are_refused(header: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequestError):
         sasl.parse_handshake_request(header)
@@ -74,8 +73,7 @@ def test_bad_tokens_are_refused(header: dict[str, Any]) -> None:
 def test_sasl_apis_are_served_and_codes_map_back() -> None:
     head = parse_request_head({"api": protocol.SASL_HANDSHAKE, "v": 1, "id": 7})
     assert head.name == "sasl_handshake"
-    for cls in (AuthenticationError, UnsupportedSaslMechanismError, IllegalSaslStateError,
-                AuthenticationRequiredError):
+    for cls in (AuthenticationError, UnsupportedSaslMechanismError, IllegalSaslStateError, AuthenticationRequiredError):
         assert 30 <= cls.code <= 34
         error = error_for_code(cls.code, "m")
         assert type(error) is cls and not error.retriable
@@ -113,8 +111,7 @@ def _answer(raw: bytes) -> dict[str, Any]:
 class Harness:
     """Runs requests through a ConnectionAuth and returns each answer's header."""
 
-    def __init__(self, users: dict[str, str], config: AuthConfig | None = None,
-                 peercert: dict[str, Any] | None = None):
+    def __init__(self, users: dict[str, str], config: AuthConfig | None = None, peercert: dict[str, Any] | None = None):
         self.stored = {name: make_credentials(pw, iterations=4096) for name, pw in users.items()}
         self.lookups: list[str] = []
         self.failures: dict[Any, float] = {}
@@ -124,9 +121,9 @@ class Harness:
             return self.stored.get(user)
 
         from collections import defaultdict
+
         self.failures = defaultdict(int)
-        self.authenticator = Authenticator(config or AuthConfig(required=True), lookup,
-                                           self.failures, tls=True)
+        self.authenticator = Authenticator(config or AuthConfig(required=True), lookup, self.failures, tls=True)
         self.channel = FakeChannel()
         self.auth = ConnectionAuth(self.authenticator, self.channel, peercert)
         self.ids = 0
@@ -135,8 +132,7 @@ class Harness:
         self.ids += 1
         header = {"api": api, "v": 1, "id": self.ids, **fields}
         head = parse_request_head(header)
-        responder = Responder(self.channel, head.correlation_id, head.name,
-                              lambda *_: None)
+        responder = Responder(self.channel, head.correlation_id, head.name, lambda *_: None)
         admitted = self.auth.admit(head, protocol.Frame(header, memoryview(b"")), responder)
         while self.channel.tasks:
             await asyncio.gather(*self.channel.tasks)
@@ -232,8 +228,9 @@ def test_a_broker_without_sasl_says_so() -> None:
     auth = ConnectionAuth(None, channel)
     header = {"api": protocol.SASL_HANDSHAKE, "v": 1, "id": 1, "mechanism": "SCRAM-SHA-512"}
     head = RequestHead(protocol.SASL_HANDSHAKE, 1, 1)
-    assert not auth.admit(head, protocol.Frame(header, memoryview(b"")),
-                          Responder(channel, 1, head.name, lambda *_: None))
+    assert not auth.admit(
+        head, protocol.Frame(header, memoryview(b"")), Responder(channel, 1, head.name, lambda *_: None)
+    )
     answer = _answer(channel.sent[0])
     assert answer["err"] == UnsupportedSaslMechanismError.code
     assert "offers no SASL" in answer["msg"]
@@ -306,8 +303,7 @@ def test_certificate_subject_is_the_principal() -> None:
 # -- configuration -------------------------------------------------------------------------------
 
 
-def test_sasl_section_sources(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                              caplog: pytest.LogCaptureFixture) -> None:
+def test_sasl_section_sources(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
     secret.chmod(0o600)
@@ -316,8 +312,10 @@ def test_sasl_section_sources(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
     assert creds == SaslCredentials("a", "from-file")
     assert "from-file" not in repr(creds)
     monkeypatch.setenv("PW_VAR", "from-env")
-    assert sasl_from_table(v, {"username": "a", "password_env": "PW_VAR",
-                               "mechanism": "SCRAM-SHA-256"}).password == "from-env"
+    assert (
+        sasl_from_table(v, {"username": "a", "password_env": "PW_VAR", "mechanism": "SCRAM-SHA-256"}).password
+        == "from-env"
+    )
     assert sasl_from_table(v, {}) is None
     with pytest.raises(ConfigError, match="exactly one"):
         sasl_from_table(v, {"username": "a"})
@@ -357,21 +355,35 @@ def test_agent_and_mirror_take_a_sasl_section(monkeypatch: pytest.MonkeyPatch) -
     from mirror.errors import MirrorConfigError
 
     monkeypatch.setenv("AGENT_PW", "agent-secret")
-    agent = agent_config({"state_dir": "/tmp/x", "cluster": {"brokers": ["127.0.0.1:9092"]},
-                          "sources": [{"pattern": "/var/log/*.log", "topic": "app"}],
-                          "sasl": {"username": "agent", "password_env": "AGENT_PW"}})
+    agent = agent_config(
+        {
+            "state_dir": "/tmp/x",
+            "cluster": {"brokers": ["127.0.0.1:9092"]},
+            "sources": [{"pattern": "/var/log/*.log", "topic": "app"}],
+            "sasl": {"username": "agent", "password_env": "AGENT_PW"},
+        }
+    )
     assert agent.sasl == SaslCredentials("agent", "agent-secret")
-    mirror = mirror_config({
-        "source": {"zk_connect": "h:1/live",
-                   "sasl": {"username": "mirror", "password_env": "AGENT_PW",
-                            "mechanism": "SCRAM-SHA-256"}},
-        "target": {"zk_connect": "h:1/analysis"}, "mirror": {"topics": ["t"]}})
+    mirror = mirror_config(
+        {
+            "source": {
+                "zk_connect": "h:1/live",
+                "sasl": {"username": "mirror", "password_env": "AGENT_PW", "mechanism": "SCRAM-SHA-256"},
+            },
+            "target": {"zk_connect": "h:1/analysis"},
+            "mirror": {"topics": ["t"]},
+        }
+    )
     assert mirror.source_sasl == SaslCredentials("mirror", "agent-secret", "SCRAM-SHA-256")
     assert mirror.target_sasl is None
     with pytest.raises(MirrorConfigError, match="target.sasl"):
-        mirror_config({"source": {"zk_connect": "h:1/live"},
-                       "target": {"zk_connect": "h:1/analysis", "sasl": {"username": "m"}},
-                       "mirror": {"topics": ["t"]}})
+        mirror_config(
+            {
+                "source": {"zk_connect": "h:1/live"},
+                "target": {"zk_connect": "h:1/analysis", "sasl": {"username": "m"}},
+                "mirror": {"topics": ["t"]},
+            }
+        )
 
 
 def test_an_unauthenticated_connection_is_overdue_after_the_timeout() -> None:
@@ -403,12 +415,12 @@ def test_cli_sasl_options(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Non
     secret = tmp_path / "pw"
     secret.write_text("pw-from-file\n")
     secret.chmod(0o600)
-    creds = sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-file",
-                                              str(secret)]))
+    creds = sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-file", str(secret)]))
     assert creds == SaslCredentials("u", "pw-from-file")
     monkeypatch.setenv("CLI_PW", "pw-from-env")
-    creds = sasl_from_args(parser.parse_args(["--sasl-user", "u", "--sasl-password-env", "CLI_PW",
-                                              "--sasl-mechanism", "SCRAM-SHA-256"]))
+    creds = sasl_from_args(
+        parser.parse_args(["--sasl-user", "u", "--sasl-password-env", "CLI_PW", "--sasl-mechanism", "SCRAM-SHA-256"])
+    )
     assert creds == SaslCredentials("u", "pw-from-env", "SCRAM-SHA-256")
     with pytest.raises(ConfigError, match="never taken from the command line"):
         sasl_from_args(parser.parse_args(["--sasl-user", "u"]))

@@ -23,12 +23,12 @@ from broker.common.metrics import Metrics
 from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
-from broker.server.services.admin import AdminService
-from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import broker_config_from_dict
-from broker.server.services.fetch import FetchService
 from broker.server.durability.flusher import Flusher
+from broker.server.security.authorizer import Authorizer, AuthorizerConfig
+from broker.server.services.admin import AdminService
+from broker.server.services.fetch import FetchService
 from broker.server.services.produce import ProduceService
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
@@ -53,30 +53,46 @@ class Setup:
             self.logs.create(name, 0)
         view = ClusterView(
             topics={"web-a": {0: [1]}, "secret": {0: [1]}},
-            states={(t, 0): PartitionState(leader=1, leader_epoch=1, isr=(1,))
-                    for t in ("web-a", "secret")})
+            states={(t, 0): PartitionState(leader=1, leader_epoch=1, isr=(1,)) for t in ("web-a", "secret")},
+        )
         replication = SimpleNamespace(
             leader_log=lambda topic, partition, for_write=False: self.logs.get(topic, partition),
             check_acks_all=lambda topic, partition: None,
-            wait_for_replicas=lambda *args: False, on_publishable=lambda key: None,
-            role_counts=lambda: {}, under_replicated=lambda: [], replicas={})
+            wait_for_replicas=lambda *args: False,
+            on_publishable=lambda key: None,
+            role_counts=lambda: {},
+            under_replicated=lambda: [],
+            replicas={},
+        )
         self.metrics = BrokerMetrics(Metrics(), self.logs, set(), lambda: replication, lambda: None)
-        self.authorizer = Authorizer(AuthorizerConfig(True, tuple(super_users)), 7,
-                                     self.metrics.authorization_denied)
+        self.authorizer = Authorizer(AuthorizerConfig(True, tuple(super_users)), 7, self.metrics.authorization_denied)
         self.authorizer.set_acls(acls)
         router = PartitionRouter(1, replication, lambda: view)
-        self.fetch = FetchService(router, replication, self.logs, self.metrics, lambda: False,
-                                  self.authorizer)
+        self.fetch = FetchService(router, replication, self.logs, self.metrics, lambda: False, self.authorizer)
         self.pool = ThreadPoolExecutor(1)
-        flusher = Flusher(self.logs, 60_000, self.pool, self.fetch.wake_consumers,
-                          replication.on_publishable)
-        self.produce = ProduceService(router, replication, self.logs, flusher, self.fetch,
-                                      self.metrics, False, lambda: False,
-                                      authorizer=self.authorizer)
-        config = SimpleNamespace(auto_create_topics=True, num_partitions=1, broker_id=7,
-                                 default_replication_factor=1)
-        self.admin = AdminService(config, router, lambda: view, lambda: None, lambda: None,  # type: ignore[arg-type]
-                                  self.pool, lambda: False, self.authorizer)
+        flusher = Flusher(self.logs, 60_000, self.pool, self.fetch.wake_consumers, replication.on_publishable)
+        self.produce = ProduceService(
+            router,
+            replication,
+            self.logs,
+            flusher,
+            self.fetch,
+            self.metrics,
+            False,
+            lambda: False,
+            authorizer=self.authorizer,
+        )
+        config = SimpleNamespace(auto_create_topics=True, num_partitions=1, broker_id=7, default_replication_factor=1)
+        self.admin = AdminService(
+            config,
+            router,
+            lambda: view,
+            lambda: None,
+            lambda: None,  # type: ignore[arg-type]
+            self.pool,
+            lambda: False,
+            self.authorizer,
+        )
 
     def close(self):
         self.pool.shutdown()
@@ -104,6 +120,7 @@ def setup(tmp_path):
     def make(acls, super_users=()):
         made.append(Setup(tmp_path / str(len(made)), acls, super_users))
         return made[-1]
+
     yield make
     for s in made:
         s.close()
@@ -117,8 +134,7 @@ def test_produce_needs_produce_on_the_topic_and_a_refusal_appends_nothing(setup)
     ok, refused = parse_produce_answer(_answer(channel).header)
     assert (ok.error, ok.base_offset) == (0, 0)
     assert refused.error == TopicAuthorizationFailedError.code
-    assert refused.message.startswith("User:mirror may not produce on topic 'secret' (broker 7: "
-                                      "no ACL allows it")
+    assert refused.message.startswith("User:mirror may not produce on topic 'secret' (broker 7: no ACL allows it")
     assert isinstance(error_for_code(refused.error, refused.message), TopicAuthorizationFailedError)
     assert not error_for_code(refused.error).retriable
     assert s.logs.get("secret", 0).end_offset == 0
@@ -131,11 +147,11 @@ def test_produce_needs_produce_on_the_topic_and_a_refusal_appends_nothing(setup)
 
 
 def test_fetch_needs_consume_per_part_and_answers_a_refusal_at_once(setup) -> None:
-    s = setup([make_acl("*", "consume", topic("*")),
-               make_acl("*", "consume", topic("secret"), allow=False)])
+    s = setup([make_acl("*", "consume", topic("*")), make_acl("*", "consume", topic("secret"), allow=False)])
     channel, responder = _responder(ANONYMOUS)
-    request = FetchRequest([FetchPart("web-a", 0, 0, 1000), FetchPart("secret", 0, 0, 1000)],
-                           max_wait_ms=30_000, min_bytes=1, replica=None)
+    request = FetchRequest(
+        [FetchPart("web-a", 0, 0, 1000), FetchPart("secret", 0, 0, 1000)], max_wait_ms=30_000, min_bytes=1, replica=None
+    )
     asyncio.run(asyncio.wait_for(s.fetch.handle(request, responder), 5))  # no long poll
     allowed, refused = parse_fetch_answer(_answer(channel).header)
     assert allowed.error == 0
@@ -154,7 +170,8 @@ def test_a_follower_fetch_needs_alter_on_the_cluster(setup) -> None:
     s.authorizer.set_acls([make_acl("User:replicator", "alter", CLUSTER)])
     for principal in (Principal("User", "broker"), Principal("User", "replicator")):
         s.fetch.replication.check_replica_fetch = lambda *a: (_ for _ in ()).throw(
-            TopicAuthorizationFailedError("reached the replica reader"))
+            TopicAuthorizationFailedError("reached the replica reader")
+        )
         channel, responder = _responder(principal)
         asyncio.run(s.fetch.handle(request, responder))
         (part,) = parse_fetch_answer(_answer(channel).header, replica=True)
@@ -178,16 +195,21 @@ def test_metadata_lists_only_describable_topics_and_refuses_named_ones(setup) ->
     assert "may not create on topic 'web-new'" in topics["web-new"].message
 
 
-@pytest.mark.parametrize("call, request_, operation, kind", [
-    ("offsets", OffsetsRequest("secret", 0, "latest"), "describe", "topic"),
-    ("create_topic", CreateTopicRequest("secret2", 1, 1, None), "create", "topic"),
-    ("delete_topic", DeleteTopicRequest("secret"), "delete", "topic"),
-    ("elect_leaders", ElectLeadersRequest(), "alter", "cluster"),
-])
+@pytest.mark.parametrize(
+    "call, request_, operation, kind",
+    [
+        ("offsets", OffsetsRequest("secret", 0, "latest"), "describe", "topic"),
+        ("create_topic", CreateTopicRequest("secret2", 1, 1, None), "create", "topic"),
+        ("delete_topic", DeleteTopicRequest("secret"), "delete", "topic"),
+        ("elect_leaders", ElectLeadersRequest(), "alter", "cluster"),
+    ],
+)
 def test_admin_apis_need_their_operation(setup, call, request_, operation, kind) -> None:
     s = setup([make_acl("User:mirror", "produce", topic("web-a"))])
-    with pytest.raises((TopicAuthorizationFailedError, ClusterAuthorizationFailedError),
-                       match=f"User:mirror may not {operation} on {kind}"):
+    with pytest.raises(
+        (TopicAuthorizationFailedError, ClusterAuthorizationFailedError),
+        match=f"User:mirror may not {operation} on {kind}",
+    ):
         asyncio.run(getattr(s.admin, call)(request_, _responder(MIRROR)[1]))
     assert s.denied(operation, kind) == 1
 
@@ -241,12 +263,13 @@ def test_off_allows_everything_without_looking_at_acls() -> None:
 def test_the_authorizer_table_of_the_broker_config() -> None:
     base = {"broker": {"id": 1, "zk_connect": "127.0.0.1:2181/x", "log_dirs": ["/tmp/d"]}}
     assert broker_config_from_dict(base).authorizer == AuthorizerConfig(False, ())
-    config = broker_config_from_dict({**base, "authorizer": {"enabled": True,
-                                                             "super_users": ["User:admin"]}})
+    config = broker_config_from_dict({**base, "authorizer": {"enabled": True, "super_users": ["User:admin"]}})
     assert config.authorizer == AuthorizerConfig(True, ("User:admin",))
-    for table, message in (({"super_users": ["admin"]}, r"super_users\[0\]: a principal is written"),
-                           ({"super_users": ["Group:x"]}, "principals are 'User:<name>'"),
-                           ({"enable": True}, "did you mean 'enabled'"),
-                           ({"enabled": "yes"}, "must be true or false")):
+    for table, message in (
+        ({"super_users": ["admin"]}, r"super_users\[0\]: a principal is written"),
+        ({"super_users": ["Group:x"]}, "principals are 'User:<name>'"),
+        ({"enable": True}, "did you mean 'enabled'"),
+        ({"enabled": "yes"}, "must be true or false"),
+    ):
         with pytest.raises(ConfigError, match=message):
             broker_config_from_dict({**base, "authorizer": table})

@@ -12,7 +12,12 @@ from types import ModuleType
 import pytest
 
 from benchmarks.e2e import (
-    STAMP, LatencyRecorder, StampedMessages, counted, median_percentiles, percentiles,
+    STAMP,
+    LatencyRecorder,
+    StampedMessages,
+    counted,
+    median_percentiles,
+    percentiles,
 )
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -30,9 +35,11 @@ def test_percentiles_refuse_an_empty_run() -> None:
 
 
 def test_median_percentiles_take_each_point_apart() -> None:
-    runs = [{"p50": 1.0, "p99": 9.0, "p99.9": 10.0, "max": 30.0},
-            {"p50": 3.0, "p99": 5.0, "p99.9": 20.0, "max": 10.0},
-            {"p50": 2.0, "p99": 7.0, "p99.9": 15.0, "max": 20.0}]
+    runs = [
+        {"p50": 1.0, "p99": 9.0, "p99.9": 10.0, "max": 30.0},
+        {"p50": 3.0, "p99": 5.0, "p99.9": 20.0, "max": 10.0},
+        {"p50": 2.0, "p99": 7.0, "p99.9": 15.0, "max": 20.0},
+    ]
     assert median_percentiles(runs) == {"p50": 2.0, "p99": 7.0, "p99.9": 15.0, "max": 20.0}
 
 
@@ -89,26 +96,25 @@ def _results(report: ModuleType, rates: dict[str, float], p99: dict[str, float])
         for case in report.CASES:
             results.add_time(system, case, 1000 / rate)
     for system, value in p99.items():
-        results.add_latency(system, {"p50": value / 2, "p99": value, "p99.9": value * 2,
-                                     "max": value * 3})
+        results.add_latency(system, {"p50": value / 2, "p99": value, "p99.9": value * 2, "max": value * 3})
     return results
 
 
-def test_ratio_targets_are_multiples_for_paper_peers_and_ahead_for_modern(
-        report: ModuleType) -> None:
-    results = _results(report, {"logferry": 100_000, "RabbitMQ": 10_000,
-                                "NATS JetStream": 100_000}, {})
+def test_ratio_targets_are_multiples_for_paper_peers_and_ahead_for_modern(report: ModuleType) -> None:
+    results = _results(report, {"logferry": 100_000, "RabbitMQ": 10_000, "NATS JetStream": 100_000}, {})
     rows = "\n".join(report.ratio_table(results))
     consume = [line for line in rows.splitlines() if report.CONSUME in line]
     assert any("RabbitMQ" in line and "10.00x" in line and "yes" in line for line in consume)
     # equal is not ahead
-    assert any("NATS JetStream" in line and "1.00x" in line and line.rstrip(" |").endswith("no")
-               for line in consume)
+    assert any("NATS JetStream" in line and "1.00x" in line and line.rstrip(" |").endswith("no") for line in consume)
 
 
 def test_latency_verdict_compares_with_the_best_peer(report: ModuleType) -> None:
-    results = _results(report, {"logferry": 1, "Redis Streams": 1, "ActiveMQ": 1},
-                       {"logferry": 3.0, "Redis Streams": 1.0, "ActiveMQ": 40.0})
+    results = _results(
+        report,
+        {"logferry": 1, "Redis Streams": 1, "ActiveMQ": 1},
+        {"logferry": 3.0, "Redis Streams": 1.0, "ActiveMQ": 40.0},
+    )
     verdict = report.latency_verdict(results)
     assert "3.00x the best peer's (Redis Streams" in verdict and verdict.endswith("not met")
     results.latency["logferry"] = [{"p50": 1.0, "p99": 2.0, "p99.9": 3.0, "max": 4.0}]
@@ -117,8 +123,7 @@ def test_latency_verdict_compares_with_the_best_peer(report: ModuleType) -> None
 
 
 def test_latency_verdict_has_a_line_per_logferry_setting(report: ModuleType) -> None:
-    results = _results(report, {"logferry": 1, "Redis Streams": 1},
-                       {"logferry": 3.0, "Redis Streams": 1.0})
+    results = _results(report, {"logferry": 1, "Redis Streams": 1}, {"logferry": 3.0, "Redis Streams": 1.0})
     written = "logferry (visibility=written)"
     results.add_latency(written, {"p50": 0.5, "p99": 1.5, "p99.9": 3.0, "max": 4.0})
     mine, other = report.latency_verdict(results).splitlines()
@@ -132,10 +137,12 @@ def test_latency_verdict_has_a_line_per_logferry_setting(report: ModuleType) -> 
 def test_ab_compare_reads_latency_lines_as_one_case_per_percentile() -> None:
     from benchmarks.ab_compare import rates_of
 
-    out = ("run 1: 10,000 msgs/s acks=1   RF 1  end-to-end p50 1.54 p99 3.17 p99.9 5.44 "
-           "max 7.02 ms; ack p50 0.44 p99 1.19 ms\n"
-           "  run 1: produce batch 1 (acks=0)          122,974 msgs/s   CPU ns/msg client 7,000 "
-           "broker   900\n")
+    out = (
+        "run 1: 10,000 msgs/s acks=1   RF 1  end-to-end p50 1.54 p99 3.17 p99.9 5.44 "
+        "max 7.02 ms; ack p50 0.44 p99 1.19 ms\n"
+        "  run 1: produce batch 1 (acks=0)          122,974 msgs/s   CPU ns/msg client 7,000 "
+        "broker   900\n"
+    )
     got = rates_of(out)
     assert got["10,000 msgs/s acks=1 RF 1 e2e p99 ms"] == 3.17
     assert got["10,000 msgs/s acks=1 RF 1 e2e p99.9 ms"] == 5.44

@@ -24,8 +24,13 @@ def _held_port() -> socket.socket:
 
 
 def _config(tmp_path: Path, port: int, metrics_port: int) -> BrokerConfig:
-    return BrokerConfig(broker_id=1, zk_connect="127.0.0.1:1/nowhere",
-                        log_dirs=(tmp_path / "data",), port=port, metrics_port=metrics_port)
+    return BrokerConfig(
+        broker_id=1,
+        zk_connect="127.0.0.1:1/nowhere",
+        log_dirs=(tmp_path / "data",),
+        port=port,
+        metrics_port=metrics_port,
+    )
 
 
 @pytest.mark.parametrize("taken, error", [("metrics", MetricsError), ("data", ListenError)])

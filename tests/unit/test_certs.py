@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from broker.common import certs
 from broker.cli.main import main
+from broker.common import certs
 from broker.common.errors import ConfigError
 
 
@@ -32,8 +32,7 @@ def test_the_ca_is_a_ca_and_signs_leaf_certificates_with_sans(ca: certs.Issued) 
     cert.verify_directly_issued_by(ca_cert)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
-    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1"),
-                                                        ipaddress.ip_address("::1")]
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
     assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert ca_cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
 
@@ -78,8 +77,25 @@ def _mode(path: Path) -> int:
 def test_certs_ca_and_issue_write_files_with_private_keys_0600(tmp_path: Path) -> None:
     ca_dir, out = tmp_path / "ca", tmp_path / "out"
     assert main(["certs", "ca", "--out", str(ca_dir)]) == 0
-    assert main(["certs", "issue", "--ca", str(ca_dir), "--name", "broker-1", "--host",
-                 "127.0.0.1", "--host", "localhost", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "certs",
+                "issue",
+                "--ca",
+                str(ca_dir),
+                "--name",
+                "broker-1",
+                "--host",
+                "127.0.0.1",
+                "--host",
+                "localhost",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert _mode(ca_dir / "ca.key") == 0o600
     assert _mode(out / "broker-1.key") == 0o600
     assert _mode(out / "broker-1.pem") == 0o644
@@ -87,8 +103,7 @@ def test_certs_ca_and_issue_write_files_with_private_keys_0600(tmp_path: Path) -
     assert "CN=broker-1" in cert.subject.rfc4514_string()
 
 
-def test_certs_refuses_to_overwrite_without_force(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_certs_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["certs", "ca", "--out", str(tmp_path)]) == 0
     before = (tmp_path / "ca.key").read_bytes()
     assert main(["certs", "ca", "--out", str(tmp_path)]) == 2
@@ -99,17 +114,18 @@ def test_certs_refuses_to_overwrite_without_force(tmp_path: Path,
 
 
 def test_certs_issue_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["certs", "issue", "--ca", str(tmp_path / "none"), "--name", "b",
-                 "--out", str(tmp_path)]) == 2
+    assert main(["certs", "issue", "--ca", str(tmp_path / "none"), "--name", "b", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("logferry certs issue: error: ") and "logferry certs ca" in err
-    assert main(["certs", "issue", "--ca", str(tmp_path), "--name", "b", "--host", "no way",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(["certs", "issue", "--ca", str(tmp_path), "--name", "b", "--host", "no way", "--out", str(tmp_path)]) == 2
+    )
     assert "--host 'no way'" in capsys.readouterr().err
 
 
 def test_a_directory_that_cannot_be_made_is_a_runtime_failure(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "file").write_text("not a directory")
     assert main(["certs", "ca", "--out", str(tmp_path / "file" / "ca")]) == 1
     assert capsys.readouterr().err.startswith("logferry certs ca: error: ")

@@ -10,8 +10,9 @@ connect timeout shortened so the tests stay fast), a path under a regular file.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -45,9 +46,17 @@ def test_exit_codes_by_error_kind() -> None:
     assert commands.EXIT_INTERRUPTED == 130
 
 
-@pytest.mark.parametrize("verbosity, long_running, level", [
-    (0, False, logging.WARNING), (1, False, logging.INFO), (2, False, logging.DEBUG),
-    (0, True, logging.INFO), (1, True, logging.DEBUG), (5, True, logging.DEBUG)])
+@pytest.mark.parametrize(
+    "verbosity, long_running, level",
+    [
+        (0, False, logging.WARNING),
+        (1, False, logging.INFO),
+        (2, False, logging.DEBUG),
+        (0, True, logging.INFO),
+        (1, True, logging.DEBUG),
+        (5, True, logging.DEBUG),
+    ],
+)
 def test_log_level(verbosity: int, long_running: bool, level: int) -> None:
     assert commands.log_level(verbosity, long_running) == level
 
@@ -71,8 +80,7 @@ def test_format_names_the_unknown_field_and_the_available_ones() -> None:
 def test_render_decodes_key_and_value() -> None:
     message = Message("t", 1, 100, 2, b"k", b"v\xff", 5)
     assert render("{value}", message) == "v\ufffd"
-    assert render("{topic}/{partition}@{offset}.{index} {key}={value} {timestamp}", message) == \
-        "t/1@100.2 k=v\ufffd 5"
+    assert render("{topic}/{partition}@{offset}.{index} {key}={value} {timestamp}", message) == "t/1@100.2 k=v\ufffd 5"
 
 
 # -- delivery accounting ----------------------------------------------------------------------
@@ -97,8 +105,7 @@ def test_tally_counts_what_was_not_delivered_and_names_the_first_error() -> None
     late._complete(None, BrokerNotAvailableError("later"))
     with pytest.raises(NotDeliveredError) as caught:
         tally.outcome(1000, "t")
-    assert str(caught.value) == ("2000 of 3000 messages to t were not delivered: "
-                                 "No space left on device")
+    assert str(caught.value) == ("2000 of 3000 messages to t were not delivered: No space left on device")
     assert commands.exit_code_for(caught.value) == 1
 
 
@@ -138,6 +145,7 @@ def short_zk_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def connect(*args: Any, **kwargs: Any) -> Any:
         return real(*args, **{**kwargs, "timeout": 0.5})
+
     monkeypatch.setattr(zk, "connect", connect)
 
 
@@ -149,6 +157,7 @@ def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
         except SystemExit as exc:  # argparse's usage errors
             code = int(exc.code or 0)
         return code, capsys.readouterr().err
+
     return run_cli
 
 
@@ -167,16 +176,15 @@ def assert_error(result: tuple[int, str], code: int, command: str, *words: str) 
 
 
 def test_topic(run: Callable[..., tuple[int, str]]) -> None:
-    assert_error(run("topic", "create", "../evil", "--brokers", closed()), 2, "topic create",
-                 "invalid topic name")
+    assert_error(run("topic", "create", "../evil", "--brokers", closed()), 2, "topic create", "invalid topic name")
     assert_error(run("topic", "frobnicate"), 2, "topic", "invalid choice")
     assert_error(run("topic", "list", "--brokers", closed()), 1, "topic list", "cannot connect")
 
 
-def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.MonkeyPatch,
-                 tmp_path: Path) -> None:
-    assert_error(run("produce", "t", "--delivery-timeout", "0", "--brokers", closed()), 2,
-                 "produce", "--delivery-timeout")
+def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert_error(
+        run("produce", "t", "--delivery-timeout", "0", "--brokers", closed()), 2, "produce", "--delivery-timeout"
+    )
     assert_error(run("produce", "t", "--acks", "2"), 2, "produce", "--acks")
     lines = tmp_path / "lines"
     lines.write_text("one\ntwo\n")
@@ -186,10 +194,14 @@ def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.Monkey
 
 
 def test_consume(run: Callable[..., tuple[int, str]]) -> None:
-    assert_error(run("consume", "t", "--format", "{nope}", "--brokers", closed()), 2, "consume",
-                 "unknown field {nope}", "{timestamp}")
-    assert_error(run("consume", "t", "--from", "yesterday", "--brokers", closed()), 2, "consume",
-                 "--from")
+    assert_error(
+        run("consume", "t", "--format", "{nope}", "--brokers", closed()),
+        2,
+        "consume",
+        "unknown field {nope}",
+        "{timestamp}",
+    )
+    assert_error(run("consume", "t", "--from", "yesterday", "--brokers", closed()), 2, "consume", "--from")
     assert_error(run("consume", "t", "--brokers", closed()), 1, "consume", "cannot connect")
 
 
@@ -204,10 +216,18 @@ def test_consume_logs_at_warning_unless_verbose(run: Callable[..., tuple[int, st
 
 def test_group(run: Callable[..., tuple[int, str]], short_zk_timeout: None) -> None:
     assert_error(run("group", "list", "--brokers", closed()), 2, "group list", "--zk")
-    assert_error(run("group", "seek", "g", "--topic", "../x", "--to", "earliest",
-                     "--zk", closed() + "/x"), 2, "group seek", "invalid topic name")
-    assert_error(run("group", "seek", "g", "--topic", "t", "--to=-5", "--zk", closed() + "/x"),
-                 2, "group seek", "for consume --from")
+    assert_error(
+        run("group", "seek", "g", "--topic", "../x", "--to", "earliest", "--zk", closed() + "/x"),
+        2,
+        "group seek",
+        "invalid topic name",
+    )
+    assert_error(
+        run("group", "seek", "g", "--topic", "t", "--to=-5", "--zk", closed() + "/x"),
+        2,
+        "group seek",
+        "for consume --from",
+    )
     assert_error(run("group", "list", "--zk", closed() + "/x"), 1, "group list", "ZooKeeper")
 
 
@@ -216,15 +236,18 @@ def test_zk(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
     assert_error(run("zk", "start", "--port", "0"), 2, "zk start", "out of range")
     a_file = tmp_path / "file"
     a_file.write_text("")
-    assert_error(run("zk", "start", "--data-dir", str(a_file / "zk"), "--port", str(free_port())),
-                 1, "zk start", "Not a directory")
+    assert_error(
+        run("zk", "start", "--data-dir", str(a_file / "zk"), "--port", str(free_port())),
+        1,
+        "zk start",
+        "Not a directory",
+    )
 
 
 def test_broker_config_error(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
     """(Its run-time failure, ZooKeeper not there, is test_broker_operations'
     test_unreachable_zookeeper_is_a_clear_error: a broker needs its own process.)"""
-    assert_error(run("broker", "--config", str(tmp_path / "missing.toml")), 2, "broker",
-                 "no such config file")
+    assert_error(run("broker", "--config", str(tmp_path / "missing.toml")), 2, "broker", "no such config file")
     assert logging.getLogger().level == logging.INFO  # a service keeps its INFO lines
 
 
@@ -232,32 +255,34 @@ def test_agent(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
     pytest.importorskip("watchdog")
     assert_error(run("agent"), 2, "agent", "--config")
     config = tmp_path / "agent.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[cluster]\nbrokers = ["{closed()}"]\n'
-                      f'[[sources]]\npattern = "{tmp_path}/*.log"\ntopic = "t"\n')
-    assert_error(run("agent", "status", "--config", str(config)), 1, "agent status",
-                 "is the agent running")
-    assert_error(run("agent", "check", "--config", str(config)), 1, "agent check",
-                 "cluster not reachable")
-    assert_error(run("agent", "check", "--config", str(tmp_path / "missing.toml")), 2,
-                 "agent check", "no such config file")
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\n[cluster]\nbrokers = ["{closed()}"]\n'
+        f'[[sources]]\npattern = "{tmp_path}/*.log"\ntopic = "t"\n'
+    )
+    assert_error(run("agent", "status", "--config", str(config)), 1, "agent status", "is the agent running")
+    assert_error(run("agent", "check", "--config", str(config)), 1, "agent check", "cluster not reachable")
+    assert_error(
+        run("agent", "check", "--config", str(tmp_path / "missing.toml")), 2, "agent check", "no such config file"
+    )
 
 
 def test_mirror(run: Callable[..., tuple[int, str]], tmp_path: Path, short_zk_timeout: None) -> None:
     assert_error(run("mirror"), 2, "mirror", "--config")
     config = tmp_path / "mirror.toml"
-    config.write_text(f'[source]\nzk_connect = "{closed()}/a"\n[target]\nzk_connect = '
-                      f'"{closed()}/b"\n[mirror]\ngroup = "m"\ntopics = ["t"]\n')
-    assert_error(run("mirror", "status", "--config", str(config)), 1, "mirror status",
-                 "ZooKeeper")
+    config.write_text(
+        f'[source]\nzk_connect = "{closed()}/a"\n[target]\nzk_connect = '
+        f'"{closed()}/b"\n[mirror]\ngroup = "m"\ntopics = ["t"]\n'
+    )
+    assert_error(run("mirror", "status", "--config", str(config)), 1, "mirror status", "ZooKeeper")
 
 
 def test_load(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
-    assert_error(run("load", "--config", str(tmp_path / "missing.toml")), 2, "load",
-                 "no such config file")
+    assert_error(run("load", "--config", str(tmp_path / "missing.toml")), 2, "load", "no such config file")
     config = tmp_path / "loader.toml"
-    config.write_text(f'[source]\nbrokers = ["{closed()}"]\ntopics = ["t"]\n[output]\n'
-                      f'uri = "{(tmp_path / "wh").as_uri()}"\n')
+    config.write_text(
+        f'[source]\nbrokers = ["{closed()}"]\ntopics = ["t"]\n[output]\nuri = "{(tmp_path / "wh").as_uri()}"\n'
+    )
     assert_error(run("load", "--config", str(config), "--no-audit"), 1, "load", "cannot connect")
 
 
@@ -266,8 +291,7 @@ def test_demo(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
 
     if missing_modules():
         pytest.skip("the demo needs every extra")
-    assert_error(run("demo", "--seconds", "0", "--workdir", str(tmp_path / "d")), 2, "demo",
-                 "--seconds")
+    assert_error(run("demo", "--seconds", "0", "--workdir", str(tmp_path / "d")), 2, "demo", "--seconds")
     a_file = tmp_path / "file"
     a_file.write_text("")
     assert_error(run("demo", "--workdir", str(a_file / "demo")), 1, "demo", "Not a directory")

@@ -24,12 +24,18 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.version() == "0.1.0"
 
 
-@pytest.mark.parametrize("module, extra", [
-    ("pyspark", "loader"), ("pyspark.sql.datasource", "loader"), ("pyarrow.parquet", "loader"),
-    ("numpy", "loader"), ("watchdog.observers", "agent"),
-    ("msgpack", None),           # a base requirement: no extra provides it
-    ("no_such_module", None),
-])
+@pytest.mark.parametrize(
+    "module, extra",
+    [
+        ("pyspark", "loader"),
+        ("pyspark.sql.datasource", "loader"),
+        ("pyarrow.parquet", "loader"),
+        ("numpy", "loader"),
+        ("watchdog.observers", "agent"),
+        ("msgpack", None),  # a base requirement: no extra provides it
+        ("no_such_module", None),
+    ],
+)
 def test_the_extra_providing_a_module_comes_from_the_metadata(module: str, extra: str | None) -> None:
     assert cli.extra_providing(module) == extra
 
@@ -41,13 +47,15 @@ PLUGINS = {
     "fine": (
         "def register(sub):\n"
         "    p = sub.add_parser('fine', help='a working plugin')\n"
-        "    p.set_defaults(func=lambda args: 0)\n"),
+        "    p.set_defaults(func=lambda args: 0)\n"
+    ),
     "late": (
         "def register(sub):\n"
         "    p = sub.add_parser('late', help='imports its extra only when run')\n"
         "    def run(args):\n"
         "        raise ModuleNotFoundError(\"No module named 'watchdog'\", name='watchdog')\n"
-        "    p.set_defaults(func=run)\n"),
+        "    p.set_defaults(func=run)\n"
+    ),
 }
 
 
@@ -57,8 +65,10 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, text in PLUGINS.items():
         (tmp_path / f"logferry_test_plugin_{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    points = [EntryPoint(name=name, value=f"logferry_test_plugin_{name}:register",
-                         group="logferry.commands") for name in PLUGINS]
+    points = [
+        EntryPoint(name=name, value=f"logferry_test_plugin_{name}:register", group="logferry.commands")
+        for name in PLUGINS
+    ]
     monkeypatch.setattr(cli, "entry_points", lambda group: points if group == "logferry.commands" else [])
 
 

@@ -45,8 +45,11 @@ def test_without_a_reader_thread_the_waiting_thread_reads_and_completes_others()
     server = Scripted([[], [2, 1]])  # answer 2 then 1, after the second request
     conn = Connection("127.0.0.1", server.port, reader_thread=False)
     try:
-        readers = [t for t in threading.enumerate() if t.name.startswith("logferry-reader")
-                   and server.port and f":{server.port}" in t.name]
+        readers = [
+            t
+            for t in threading.enumerate()
+            if t.name.startswith("logferry-reader") and server.port and f":{server.port}" in t.name
+        ]
         assert readers == []
         first = conn.request(protocol.METADATA, {})
         second = conn.request(protocol.METADATA, {})

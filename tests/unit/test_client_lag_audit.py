@@ -6,7 +6,13 @@ import msgpack
 import pytest
 
 from broker.client import (
-    CODEC_GZIP, AuditRecord, CorruptBatchError, Lag, decode_batch, encode_batch, group_lag,
+    CODEC_GZIP,
+    AuditRecord,
+    CorruptBatchError,
+    Lag,
+    decode_batch,
+    encode_batch,
+    group_lag,
     window_of,
 )
 
@@ -43,9 +49,15 @@ def test_committed_below_log_start_is_not_clamped_to_it() -> None:
 def test_audit_record_round_trip_and_schema() -> None:
     record = AuditRecord("t", 60_000, 120_000, 5, 4)
     value = record.encode(host="web-1")
-    assert msgpack.unpackb(value) == {"host": "web-1", "topic": "t", "window_start": 60_000,
-                                      "window_end": 120_000, "sent": 5, "acked": 4,
-                                      "stage": "agent"}
+    assert msgpack.unpackb(value) == {
+        "host": "web-1",
+        "topic": "t",
+        "window_start": 60_000,
+        "window_end": 120_000,
+        "sent": 5,
+        "acked": 4,
+        "stage": "agent",
+    }
     assert AuditRecord.decode(value) == record._replace(host="web-1")
     assert record.to_map("h")["host"] == "h" and record._replace(host="x").to_map()["host"] == "x"
 
@@ -53,8 +65,7 @@ def test_audit_record_round_trip_and_schema() -> None:
 def test_audit_record_defaults_and_rejects() -> None:
     bare = {"topic": "t", "window_start": 0, "window_end": 1, "sent": 1, "acked": 1}
     assert AuditRecord.from_map(bare) == AuditRecord("t", 0, 1, 1, 1, "", "agent")
-    for bad in ({"junk": 1}, {**bare, "window_start": "x"}, {**bare, "sent": True},
-                {**bare, "topic": 3}, [1, 2]):
+    for bad in ({"junk": 1}, {**bare, "window_start": "x"}, {**bare, "sent": True}, {**bare, "topic": 3}, [1, 2]):
         with pytest.raises(ValueError):
             AuditRecord.from_map(bad)  # type: ignore[arg-type]
     assert AuditRecord.decode(b"\xc1") is None
@@ -69,7 +80,11 @@ def test_decode_batch_takes_exactly_one_whole_batch() -> None:
     raw = encode_batch([b"a", b"b"], [b"k", None], [5, 6], CODEC_GZIP)
     batch = decode_batch(raw, 100)
     assert (batch.offset, batch.next_offset, batch.values, batch.codec) == (
-        100, 100 + len(raw), [b"a", b"b"], CODEC_GZIP)
+        100,
+        100 + len(raw),
+        [b"a", b"b"],
+        CODEC_GZIP,
+    )
     with pytest.raises(CorruptBatchError):
         decode_batch(raw + raw)
     with pytest.raises(CorruptBatchError):

@@ -13,8 +13,11 @@ from broker.wire import codecs, records
 
 ALL = sorted(codecs.CODECS.values())
 COMPRESSED = [c for c in ALL if c != codecs.CODEC_NONE]
-LOG_LINES = [f"2026-11-24 20:{i % 60:02d}:00 INFO [main] o.a.h.Server: request {i} served in "
-             f"{i % 97} ms from 10.0.{i % 7}.{i % 13}".encode() for i in range(400)]
+LOG_LINES = [
+    f"2026-11-24 20:{i % 60:02d}:00 INFO [main] o.a.h.Server: request {i} served in "
+    f"{i % 97} ms from 10.0.{i % 7}.{i % 13}".encode()
+    for i in range(400)
+]
 
 
 def _with_crc(attributes: int, count: int, payload: bytes) -> bytes:
@@ -63,8 +66,9 @@ def test_corrupt_compressed_payload_is_a_corrupt_batch_error(codec, damage):
     elif damage == "empty":
         payload = b""
     else:  # a good frame of another codec under this codec's id
-        payload = codecs.compress(codecs.CODEC_GZIP if codec != codecs.CODEC_GZIP
-                                  else codecs.CODEC_ZSTD, b"\x93\xc0\x91\xc4\x01a\xc0")
+        payload = codecs.compress(
+            codecs.CODEC_GZIP if codec != codecs.CODEC_GZIP else codecs.CODEC_ZSTD, b"\x93\xc0\x91\xc4\x01a\xc0"
+        )
     batch = _with_crc(codec, 20, payload)  # CRC fine: the codec must catch it
     with pytest.raises(CorruptBatchError, match="offset 500"):
         records.decode_batches(batch, 500)

@@ -33,8 +33,7 @@ def test_answers_carry_their_first_byte_time_and_whether_they_followed_idle_time
             conn.sendall(protocol.encode_response(ids[0], {"n": 0}))
             time.sleep(0.05)
             # two answers in one write: the second's first bytes come right behind the first
-            conn.sendall(protocol.encode_response(ids[1], {"n": 1})
-                         + protocol.encode_response(ids[2], {"n": 2}))
+            conn.sendall(protocol.encode_response(ids[1], {"n": 1}) + protocol.encode_response(ids[2], {"n": 2}))
             conn.recv(1)  # until the client closes
 
     thread = threading.Thread(target=broker, daemon=True)

@@ -66,12 +66,18 @@ class Dispatcher:
 
 def _broker(budget: int = 1000, max_unsent: int = 100, max_connections: int = 10):
     return SimpleNamespace(
-        config=SimpleNamespace(max_request_bytes=1 << 20, max_unsent_bytes_per_connection=max_unsent,
-                               max_connections=max_connections),
-        request_budget=RequestBudget(budget), connections=set(), dispatcher=Dispatcher(),
-        stats=SimpleNamespace(connections_refused=defaultdict(int),
-                              connections_timed_out=defaultdict(int), read_holds=defaultdict(int)),
-        count_request=lambda *args, **kwargs: None, authenticator=None)
+        config=SimpleNamespace(
+            max_request_bytes=1 << 20, max_unsent_bytes_per_connection=max_unsent, max_connections=max_connections
+        ),
+        request_budget=RequestBudget(budget),
+        connections=set(),
+        dispatcher=Dispatcher(),
+        stats=SimpleNamespace(
+            connections_refused=defaultdict(int), connections_timed_out=defaultdict(int), read_holds=defaultdict(int)
+        ),
+        count_request=lambda *args, **kwargs: None,
+        authenticator=None,
+    )
 
 
 def _connect(broker) -> tuple[BrokerConnection, Transport]:
@@ -82,8 +88,7 @@ def _connect(broker) -> tuple[BrokerConnection, Transport]:
 
 
 def _produce(corr: int, payload: int) -> bytes:
-    return protocol.encode_request(protocol.PRODUCE, corr, {"acks": 1, "parts": []},
-                                   payload) + bytes(payload)
+    return protocol.encode_request(protocol.PRODUCE, corr, {"acks": 1, "parts": []}, payload) + bytes(payload)
 
 
 def test_a_frame_waits_for_the_budget_without_reading_then_resumes():

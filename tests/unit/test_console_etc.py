@@ -27,8 +27,7 @@ def exported() -> set[str]:
     """Every metric name the broker, agent, mirror and console declare (samples included)."""
     names = {f"logferry_agent_{n}_total" for n in AGENT_COUNTERS} | {f"logferry_agent_{n}" for n in AGENT_GAUGES}
     names |= {f"logferry_console_{n}" for n in CONSOLE_GAUGES}
-    for prefix, source in (("logferry_", "broker/server/broker_metrics.py"),
-                           ("logferry_mirror_", "mirror/status.py")):
+    for prefix, source in (("logferry_", "broker/server/broker_metrics.py"), ("logferry_mirror_", "mirror/status.py")):
         text = (ROOT / source).read_text()
         names |= {prefix + n for n in re.findall(r'"([a-z_]+)"', text)}
     return names
@@ -48,10 +47,11 @@ def test_console_example_config_loads():
 def test_alert_rules_pass_promtool():
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.fail("promtool is missing: Debian's `prometheus` package provides it "
-                    "(scripts/install-system-deps.sh installs it)")
-    done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True,
-                          timeout=60)
+        pytest.fail(
+            "promtool is missing: Debian's `prometheus` package provides it "
+            "(scripts/install-system-deps.sh installs it)"
+        )
+    done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 

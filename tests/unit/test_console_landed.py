@@ -6,36 +6,61 @@ import json
 
 import pytest
 
+from broker.client import AuditRecord
 from broker.common.errors import ConfigError
 from console.audit import AuditTally
 from console.config import from_zk, parse_config
 from console.landed import LakeReader, landed_row, merge_tiers
-from broker.client import AuditRecord
 
 HOUR = 3600_000
 T0 = 1_709_251_200_000  # 2024-03-01T00:00Z
 
 
 def manifest(hours: dict, duplicates: dict | None = None, committed: int = T0) -> dict:
-    return {"format": "logferry-manifest/1", "sequence": 1, "committed_ms": committed,
-            "hours": hours, **({"duplicates": duplicates} if duplicates else {})}
+    return {
+        "format": "logferry-manifest/1",
+        "sequence": 1,
+        "committed_ms": committed,
+        "hours": hours,
+        **({"duplicates": duplicates} if duplicates else {}),
+    }
 
 
 def test_manifests_add_up_and_hours_compare_with_the_last_tier_before_landed():
     lake = LakeReader("lake", "file:///nowhere", "analysis")
     lake.add(manifest({"app": {"2024-03-01T00": 70}}))
-    lake.add(manifest({"app": {"2024-03-01T00": 20, "2024-03-01T01": 5}},
-                      {"app": {"2024-03-01T00": 10}}, committed=T0 + HOUR))
-    tiers = {("app", T0): {"agent": 60, "mirror": 60},  # two windows of hour 00
-             ("app", T0 + 1800_000): {"agent": 40, "mirror": 40},
-             ("app", T0 + HOUR): {"agent": 10, "mirror": 8},
-             ("other", T0): {"agent": 5}}  # not landed in this lake: not shown
+    lake.add(
+        manifest(
+            {"app": {"2024-03-01T00": 20, "2024-03-01T01": 5}}, {"app": {"2024-03-01T00": 10}}, committed=T0 + HOUR
+        )
+    )
+    tiers = {
+        ("app", T0): {"agent": 60, "mirror": 60},  # two windows of hour 00
+        ("app", T0 + 1800_000): {"agent": 40, "mirror": 40},
+        ("app", T0 + HOUR): {"agent": 10, "mirror": 8},
+        ("other", T0): {"agent": 5},
+    }  # not landed in this lake: not shown
     rows = lake.rows(tiers)
     assert rows == [
-        {"topic": "app", "hour": "2024-03-01T01", "landed": 5, "duplicates": 0, "of": "mirror",
-         "expected": 8, "complete_pct": 62.5},
-        {"topic": "app", "hour": "2024-03-01T00", "landed": 90, "duplicates": 10, "of": "mirror",
-         "expected": 100, "complete_pct": 100.0}]
+        {
+            "topic": "app",
+            "hour": "2024-03-01T01",
+            "landed": 5,
+            "duplicates": 0,
+            "of": "mirror",
+            "expected": 8,
+            "complete_pct": 62.5,
+        },
+        {
+            "topic": "app",
+            "hour": "2024-03-01T00",
+            "landed": 90,
+            "duplicates": 10,
+            "of": "mirror",
+            "expected": 100,
+            "complete_pct": 100.0,
+        },
+    ]
     assert (lake.runs, lake.last_committed_ms) == (2, T0 + HOUR)
 
 
@@ -82,26 +107,36 @@ def test_tiers_come_from_the_cluster_each_stage_publishes_to():
     analysis.add(AuditRecord("app", T0, T0 + HOUR, 10, 10, "web-1"))  # copied twice
     analysis.add(AuditRecord("app", T0, T0 + HOUR, 10, 9, "m", "mirror"))
     assert merge_tiers([("live", live.totals), ("analysis", analysis.totals)]) == {
-        ("app", T0): {"agent": 10, "mirror": 9}}
+        ("app", T0): {"agent": 10, "mirror": 9}
+    }
 
 
 def test_lake_settings():
-    config = parse_config({"cluster": [{"name": "live", "zk_connect": "zk:2181/l"},
-                                       {"name": "analysis", "zk_connect": "zk:2181/a"}],
-                           "lake": [{"path": "/data/lake"},
-                                    {"path": "/data/b", "cluster": "live", "timezone": "Europe/Paris",
-                                     "name": "b"}]})
+    config = parse_config(
+        {
+            "cluster": [{"name": "live", "zk_connect": "zk:2181/l"}, {"name": "analysis", "zk_connect": "zk:2181/a"}],
+            "lake": [
+                {"path": "/data/lake"},
+                {"path": "/data/b", "cluster": "live", "timezone": "Europe/Paris", "name": "b"},
+            ],
+        }
+    )
     assert [(lk.name, lk.path, lk.cluster, lk.timezone) for lk in config.lakes] == [
-        ("lake", "/data/lake", "analysis", "UTC"), ("b", "/data/b", "live", "Europe/Paris")]
+        ("lake", "/data/lake", "analysis", "UTC"),
+        ("b", "/data/b", "live", "Europe/Paris"),
+    ]
     zk = from_zk(["live=zk:2181/l", "analysis=zk:2181/a"], lakes=["/data/x", "live=/data/y"])
     assert [(lk.path, lk.cluster) for lk in zk.lakes] == [("/data/x", "analysis"), ("/data/y", "live")]
 
 
-@pytest.mark.parametrize("lake, error", [
-    ({"path": "/x", "cluster": "nope"}, "lake[0].cluster"),
-    ({"path": "/x", "timezone": "Mars/Olympus"}, "lake[0].timezone"),
-    ({"cluster": "live"}, "lake[0].path"),
-])
+@pytest.mark.parametrize(
+    "lake, error",
+    [
+        ({"path": "/x", "cluster": "nope"}, "lake[0].cluster"),
+        ({"path": "/x", "timezone": "Mars/Olympus"}, "lake[0].timezone"),
+        ({"cluster": "live"}, "lake[0].path"),
+    ],
+)
 def test_lake_errors_name_the_key(lake, error):
     with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
         parse_config({"cluster": [{"name": "live", "zk_connect": "zk:2181/l"}], "lake": [lake]})

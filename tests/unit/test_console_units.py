@@ -17,21 +17,29 @@ from console.rates import History, Rates
 
 
 def test_config_from_toml_tables():
-    config = parse_config({"console": {"port": 0, "interval_s": 0.5},
-                           "cluster": [{"name": "live", "zk_connect": "zk:2181/logferry/live"},
-                                       {"name": "analysis", "zk_connect": "zk:2181/logferry/analysis"}]})
+    config = parse_config(
+        {
+            "console": {"port": 0, "interval_s": 0.5},
+            "cluster": [
+                {"name": "live", "zk_connect": "zk:2181/logferry/live"},
+                {"name": "analysis", "zk_connect": "zk:2181/logferry/analysis"},
+            ],
+        }
+    )
     assert [c.name for c in config.clusters] == ["live", "analysis"]
     assert (config.host, config.port, config.interval_s) == ("127.0.0.1", 0, 0.5)
 
 
-@pytest.mark.parametrize("doc, error", [
-    ({}, "cluster: missing"),
-    ({"cluster": [{"name": "a"}]}, "cluster[0].zk_connect: missing"),
-    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}, {"name": "a", "zk_connect": "zk:2181/y"}]},
-     "a twice"),
-    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"interval_s": 5}}, "at most 2"),
-    ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"prot": 1}}, "did you mean 'port'"),
-])
+@pytest.mark.parametrize(
+    "doc, error",
+    [
+        ({}, "cluster: missing"),
+        ({"cluster": [{"name": "a"}]}, "cluster[0].zk_connect: missing"),
+        ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}, {"name": "a", "zk_connect": "zk:2181/y"}]}, "a twice"),
+        ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"interval_s": 5}}, "at most 2"),
+        ({"cluster": [{"name": "a", "zk_connect": "zk:2181/x"}], "console": {"prot": 1}}, "did you mean 'port'"),
+    ],
+)
 def test_config_errors_name_the_key(doc, error):
     with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
         parse_config(doc)
@@ -40,7 +48,9 @@ def test_config_errors_name_the_key(doc, error):
 def test_zk_options_name_clusters_by_chroot_or_prefix():
     config = from_zk(["127.0.0.1:2181/logferry/live", "dc2=127.0.0.1:2181/logferry/analysis"])
     assert [(c.name, c.zk_connect) for c in config.clusters] == [
-        ("live", "127.0.0.1:2181/logferry/live"), ("dc2", "127.0.0.1:2181/logferry/analysis")]
+        ("live", "127.0.0.1:2181/logferry/live"),
+        ("dc2", "127.0.0.1:2181/logferry/analysis"),
+    ]
 
 
 def test_cli_overrides_and_refusals():
@@ -83,16 +93,21 @@ def test_browse_start():
     assert parse_start(None, None) == "earliest"
     assert parse_start("latest", None) == "latest"
     assert parse_start("1234", None) == 1234
-    assert parse_start("9", "1700000000000") == dt.datetime.fromtimestamp(1_700_000_000, tz=dt.timezone.utc)
+    assert parse_start("9", "1700000000000") == dt.datetime.fromtimestamp(1_700_000_000, tz=dt.UTC)
     with pytest.raises(ValueError):
         parse_start("-1", None)
 
 
 def test_console_metrics_from_readings():
-    readings = [{"name": "live", "ok": True,
-                 "summary": {"brokers_up": 2, "under_replicated": 3, "offline": 1},
-                 "groups": [{"name": "dash", "status": "STOP", "lag_bytes": 42}]},
-                {"name": "analysis", "ok": False}]
+    readings = [
+        {
+            "name": "live",
+            "ok": True,
+            "summary": {"brokers_up": 2, "under_replicated": 3, "offline": 1},
+            "groups": [{"name": "dash", "status": "STOP", "lag_bytes": 42}],
+        },
+        {"name": "analysis", "ok": False},
+    ]
     text = console_metrics(lambda: readings).render()
     assert 'logferry_console_group_status{cluster="live",group="dash"} 4.0' in text
     assert 'logferry_console_under_replicated_partitions{cluster="live"} 3.0' in text

@@ -21,14 +21,18 @@ def _msg(value: bytes, key: bytes | None = None) -> Message:
     return Message("t", 1, 42, 3, key, value, 1700000000000)
 
 
-AGENT_VALUE = encode_values(chunk_prefix(1700000000123, "web-1", "/var/log/app.log"),
-                            [b"GET / 200"], [977])[0]
+AGENT_VALUE = encode_values(chunk_prefix(1700000000123, "web-1", "/var/log/app.log"), [b"GET / 200"], [977])[0]
 
 
 def test_agent_record_is_decoded_and_other_values_are_not():
     record = agent_record(AGENT_VALUE)
-    assert record == {"time": 1700000000123, "host": "web-1", "file": "/var/log/app.log",
-                      "offset": 977, "line": "GET / 200"}
+    assert record == {
+        "time": 1700000000123,
+        "host": "web-1",
+        "file": "/var/log/app.log",
+        "offset": 977,
+        "line": "GET / 200",
+    }
     assert agent_record(b"plain text") is None
     assert agent_record(msgpack.packb({"line": "x"})) is None  # not the agent's shape
     assert agent_record(b"\x85\xff") is None  # a map header then garbage
@@ -44,8 +48,15 @@ def test_text_output_shows_the_line_of_an_agent_record_unless_raw():
 
 def test_json_output_has_every_field_and_decodes_agent_records():
     line = json.loads(render_json(_msg(b"hello", b"k")))
-    assert line == {"topic": "t", "partition": 1, "offset": 42, "index": 3, "key": "k",
-                    "value": "hello", "timestamp": 1700000000000}
+    assert line == {
+        "topic": "t",
+        "partition": 1,
+        "offset": 42,
+        "index": 3,
+        "key": "k",
+        "value": "hello",
+        "timestamp": 1700000000000,
+    }
     agent = json.loads(render_json(_msg(AGENT_VALUE)))
     assert agent["key"] is None and agent["value"] == "GET / 200"
     assert agent["record"]["host"] == "web-1" and agent["record"]["offset"] == 977
@@ -105,8 +116,7 @@ def test_json_output_shows_an_agent_records_fields():
 
     lines = [b'{"level": "WARN", "n": 2}', b"not json"]
     parsed, _ = FieldParser("json", static={"env": "prod"}).entries(lines)
-    values = encode_values(chunk_prefix(1700000000123, "web-1", "/f"), lines, [0, 26],
-                           parsed=parsed)
+    values = encode_values(chunk_prefix(1700000000123, "web-1", "/f"), lines, [0, 26], parsed=parsed)
     good, bad = (json.loads(render_json(_msg(v)))["record"] for v in values)
     assert good["fields"] == {"level": "WARN", "n": 2, "env": "prod"}
     assert bad["fields"] == {"env": "prod"} and bad["unparsed"] is True
@@ -116,9 +126,11 @@ def test_json_output_shows_an_agent_records_fields():
 def test_text_output_fields_as_name_value_pairs():
     from agent.parsing import pack_fields
 
-    value = encode_values(chunk_prefix(1, "h", "/f", pack_fields(
-        {"env": "prod", "n": 3, "ok": True, "msg": "two words", "nil": None})), [b"x"], [0])[0]
-    assert render("{fields} | {value}", _msg(value)) == \
-        'env=prod n=3 ok=true msg="two words" nil=null | x'
+    value = encode_values(
+        chunk_prefix(1, "h", "/f", pack_fields({"env": "prod", "n": 3, "ok": True, "msg": "two words", "nil": None})),
+        [b"x"],
+        [0],
+    )[0]
+    assert render("{fields} | {value}", _msg(value)) == 'env=prod n=3 ok=true msg="two words" nil=null | x'
     assert render("{fields}|{value}", _msg(AGENT_VALUE)) == "|GET / 200"
     assert render("{fields}|{value}", _msg(b"plain")) == "|plain"

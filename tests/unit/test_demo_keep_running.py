@@ -18,10 +18,12 @@ from demo.processes import describe_code, exit_message
 
 def test_a_killed_broker_names_the_brokers_its_cluster_continues_with() -> None:
     text = exit_message("live broker 2", 4711, -9, "live", [3, 1])
-    assert text == ("live broker 2 (pid 4711) exited with code -9 (SIGKILL); "
-                    "the live cluster continues with brokers 1, 3")
+    assert text == (
+        "live broker 2 (pid 4711) exited with code -9 (SIGKILL); the live cluster continues with brokers 1, 3"
+    )
     assert exit_message("live broker 2", 1, 1, "live", [1]).endswith(
-        "exited with code 1; the live cluster continues with broker 1")
+        "exited with code 1; the live cluster continues with broker 1"
+    )
 
 
 def test_the_last_broker_of_a_cluster_says_its_clients_wait() -> None:
@@ -38,13 +40,14 @@ def test_other_processes_and_odd_codes() -> None:
 
 def test_agents_and_the_mirror_get_the_metrics_port_the_demo_chose(tmp_path: Path) -> None:
     template = configs.load(configs.agent_template())
-    doc = configs.agent_config(template, "web-1", tmp_path / "h", tmp_path / "s",
-                               "127.0.0.1:2181/x", 5.0, metrics_port=41234)
+    doc = configs.agent_config(
+        template, "web-1", tmp_path / "h", tmp_path / "s", "127.0.0.1:2181/x", 5.0, metrics_port=41234
+    )
     assert doc["metrics"] == {"port": 41234, "bind": "127.0.0.1"}
-    assert "metrics" not in configs.agent_config(template, "web-1", tmp_path / "h",
-                                                 tmp_path / "s", "127.0.0.1:2181/x", 5.0)
-    mirror = configs.mirror_config(configs.load(configs.mirror_template()), "a", "b",
-                                   tmp_path / "status.json", 41235)
+    assert "metrics" not in configs.agent_config(
+        template, "web-1", tmp_path / "h", tmp_path / "s", "127.0.0.1:2181/x", 5.0
+    )
+    mirror = configs.mirror_config(configs.load(configs.mirror_template()), "a", "b", tmp_path / "status.json", 41235)
     assert mirror["metrics"]["port"] == 41235 and mirror["metrics"]["host"] == "127.0.0.1"
 
 
@@ -72,8 +75,9 @@ def test_rotation_continues_the_numbering_of_an_earlier_writer(tmp_path: Path) -
 def test_a_writer_without_end_writes_until_stopped(tmp_path: Path) -> None:
     specs = sources_from_agent_config(configs.load(configs.agent_template()))
     stop = threading.Event()
-    host = WebHost("web-1", tmp_path, specs, 200.0, float("inf"), 3600.0, stop, seed=1,
-                   vocabulary=app_vocabulary(), rotated=4)
+    host = WebHost(
+        "web-1", tmp_path, specs, 200.0, float("inf"), 3600.0, stop, seed=1, vocabulary=app_vocabulary(), rotated=4
+    )
     host.start()
     try:
         deadline = time.monotonic() + 10
@@ -94,13 +98,21 @@ def test_the_guide_lists_commands_pids_and_metrics_urls(tmp_path: Path) -> None:
     from demo.keep import KeepRunning
     from demo.processes import BrokerChild
 
-    brokers = {dc: [BrokerChild(f"{dc}-broker-{i}", i, "zk", tmp_path, {}, {}, datacenter=dc)
-                    for i in ids] for dc, ids in (("live", (1, 2)), ("analysis", (1,)))}
+    brokers = {
+        dc: [BrokerChild(f"{dc}-broker-{i}", i, "zk", tmp_path, {}, {}, datacenter=dc) for i in ids]
+        for dc, ids in (("live", (1, 2)), ("analysis", (1,)))
+    }
     pipeline = SimpleNamespace(
-        live_zk="127.0.0.1:1/logferry/live", analysis_zk="127.0.0.1:1/logferry/analysis",
-        topics=["app-logs", "access-logs"], mirror=object(), mirror_group="mirror-analysis",
-        brokers=brokers, agent_metrics={"web-1": "http://127.0.0.1:9"},
-        mirror_metrics="http://127.0.0.1:8", dashboard=None)
+        live_zk="127.0.0.1:1/logferry/live",
+        analysis_zk="127.0.0.1:1/logferry/analysis",
+        topics=["app-logs", "access-logs"],
+        mirror=object(),
+        mirror_group="mirror-analysis",
+        brokers=brokers,
+        agent_metrics={"web-1": "http://127.0.0.1:9"},
+        mirror_metrics="http://127.0.0.1:8",
+        dashboard=None,
+    )
     phase = KeepRunning(pipeline, [], threading.Event(), 20.0, "logferry")  # type: ignore[arg-type]
     text = phase.guide()
     assert "export LOGFERRY_ZK=127.0.0.1:1/logferry/live" in text
@@ -114,7 +126,6 @@ def test_the_guide_lists_commands_pids_and_metrics_urls(tmp_path: Path) -> None:
 
 
 def test_r_and_enter_on_the_terminal_asks_for_a_restart(monkeypatch, tmp_path: Path) -> None:
-    import io
     import os
     import sys
     from types import SimpleNamespace
@@ -122,10 +133,15 @@ def test_r_and_enter_on_the_terminal_asks_for_a_restart(monkeypatch, tmp_path: P
     from demo.keep import KeepRunning
 
     read_fd, write_fd = os.pipe()
-    with io.open(read_fd, "r") as stdin:
+    with open(read_fd) as stdin:
         monkeypatch.setattr(sys, "stdin", stdin)
-        phase = KeepRunning(SimpleNamespace(), [], threading.Event(), 20.0,  # type: ignore[arg-type]
-                            "logferry")
+        phase = KeepRunning(
+            SimpleNamespace(),
+            [],
+            threading.Event(),
+            20.0,  # type: ignore[arg-type]
+            "logferry",
+        )
         phase.interactive = True  # a pipe stands in for the terminal
         os.write(write_fd, b"r\n")
         phase._read_stdin(1.0)

@@ -31,8 +31,7 @@ def _no_space() -> OSError:
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
 def test_no_space_is_a_disk_full_error_naming_the_log_dir(code):
-    error = write_error(OSError(code, os.strerror(code)), "cannot append 10 bytes to t-0",
-                        Path("/data/a"))
+    error = write_error(OSError(code, os.strerror(code)), "cannot append 10 bytes to t-0", Path("/data/a"))
     assert isinstance(error, DiskFullError) and isinstance(error, StorageError)
     assert error.log_dir == "/data/a" and error.code == 21 and not error.retriable
     assert str(error) == f"log dir /data/a is full: cannot append 10 bytes to t-0: {os.strerror(code)}"
@@ -76,8 +75,9 @@ def test_reporter_counts_every_refusal_and_logs_once_per_partition_and_interval(
         reporter.refused("t", 1, error)
         now[0] = 61.0
         reporter.refused("t", 0, error)
-    assert messages[0] == ("disk full on broker 7 (log dir /d/a): cannot append 5 bytes to "
-                           "partition t-0 (f): No space left on device")
+    assert messages[0] == (
+        "disk full on broker 7 (log dir /d/a): cannot append 5 bytes to partition t-0 (f): No space left on device"
+    )
     assert counter[(("log_dir", "/d/a"),)] == 1002
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3, lines
@@ -119,8 +119,7 @@ async def _produce_on_a_full_disk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "write", full)
     channel = Channel()
-    head, frame = _request(protocol.PRODUCE, 1, {"acks": 1, "parts": [["t", 0, len(batch)]]},
-                           batch)
+    head, frame = _request(protocol.PRODUCE, 1, {"acks": 1, "parts": [["t", 0, len(batch)]]}, batch)
     dispatcher.handle_produce(head, frame, Responder(channel, 1, head.name, metrics.count_request))
     monkeypatch.undo()
     (answer,) = channel.frames()

@@ -32,8 +32,11 @@ ZK_LOG4J = ETC / "zookeeper" / "log4j.properties"
 CRON = sorted(p for p in (ETC / "cron").glob("*") if p.is_file())
 SYSTEMD = sorted(p for p in (ETC / "systemd").glob("*") if p.is_file())  # test_systemd_units.py
 # test_console_etc.py: the console config, the Prometheus alert rules, the Grafana dashboard.
-CONSOLE = [ETC / "console.toml", ETC / "prometheus" / "logferry-alerts.yml",
-           ETC / "grafana" / "logferry-dashboard.json"]
+CONSOLE = [
+    ETC / "console.toml",
+    ETC / "prometheus" / "logferry-alerts.yml",
+    ETC / "grafana" / "logferry-dashboard.json",
+]
 SECURED = {p for p in (ETC / "secured").rglob("*") if p.is_file()}  # test_etc_secured.py
 CHECKED = {*BROKERS, AGENT, MIRROR, LOADER, ZOO_CFG, ZK_LOG4J, *CRON, *SYSTEMD, *CONSOLE, *SECURED}
 
@@ -86,8 +89,12 @@ def test_agent_joins_java_stack_traces_into_one_message():
     source = next(s for s in load_agent_config(AGENT).sources if s.multiline)
     start = source.multiline.start
     assert start.search(b"2026-01-05 12:00:00,123 ERROR [main] com.example.Shop: failed")
-    for continuation in (b"java.lang.IllegalStateException: boom",
-                         b"\tat com.example.Shop.run(Shop.java:42)", b"Caused by: x", b"\t... 3 more"):
+    for continuation in (
+        b"java.lang.IllegalStateException: boom",
+        b"\tat com.example.Shop.run(Shop.java:42)",
+        b"Caused by: x",
+        b"\t... 3 more",
+    ):
         assert not start.search(continuation)
 
 
@@ -120,10 +127,14 @@ def test_zookeeper_config_is_a_standalone_server_on_loopback():
 # Where the example and what `logferry zk start` writes may differ, and why (the comment
 # at the top of etc/zookeeper/zoo.cfg says the same).
 ZK_START_ONLY: dict[str, str] = {}
-ZOO_CFG_ONLY = {"initLimit": "ensemble only: a standalone server ignores it",
-                "syncLimit": "ensemble only: a standalone server ignores it"}
-ZOO_CFG_DIFFERENT = {"dataDir": "the --data-dir of `logferry zk start`",
-                     "tickTime": "500 ms there, so tests can ask for 1 s sessions"}
+ZOO_CFG_ONLY = {
+    "initLimit": "ensemble only: a standalone server ignores it",
+    "syncLimit": "ensemble only: a standalone server ignores it",
+}
+ZOO_CFG_DIFFERENT = {
+    "dataDir": "the --data-dir of `logferry zk start`",
+    "tickTime": "500 ms there, so tests can ask for 1 s sessions",
+}
 
 
 def test_zoo_cfg_has_the_settings_logferry_zk_start_writes(tmp_path):
@@ -141,9 +152,11 @@ def test_zoo_cfg_has_the_settings_logferry_zk_start_writes(tmp_path):
 
 @pytest.mark.parametrize("path", CRON, ids=lambda p: p.name)
 def test_cron_entries_run_logferry(path):
-    entries = [line for line in path.read_text().splitlines()
-               if line.strip() and not line.lstrip().startswith("#")
-               and not re.match(r"^\s*[A-Z_]+=", line)]
+    entries = [
+        line
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#") and not re.match(r"^\s*[A-Z_]+=", line)
+    ]
     assert entries, f"{path.name} has no cron entry"
     for line in entries:
         fields = line.split()

@@ -24,10 +24,21 @@ from mirror.config import load_config as load_mirror_config
 
 SECURED = Path(__file__).resolve().parents[2] / "etc" / "secured"
 BROKERS = ["live/broker-1.toml", "live/broker-2.toml", "analysis/broker-1.toml"]
-PASSWORDS = ["broker", "agent", "mirror-live", "mirror-analysis", "loader",
-             # ZooKeeper logins (README step 2)
-             "zk-logferry-live", "zk-logferry-analysis", "zk-agent", "zk-mirror-live",
-             "zk-mirror-analysis", "zk-loader", "zk-dashboard-live"]
+PASSWORDS = [
+    "broker",
+    "agent",
+    "mirror-live",
+    "mirror-analysis",
+    "loader",
+    # ZooKeeper logins (README step 2)
+    "zk-logferry-live",
+    "zk-logferry-analysis",
+    "zk-agent",
+    "zk-mirror-live",
+    "zk-mirror-analysis",
+    "zk-loader",
+    "zk-dashboard-live",
+]
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +112,17 @@ def test_every_secured_config_logs_in_to_zookeeper_as_its_own_principal(deployed
         zk = security_of(load_broker_config(deployed / name).zk_connect)
         assert zk is not None and zk.authenticated and zk.user == "logferry", name
         assert {i.partition(":")[0] for i in zk.consumer_ids} == (
-            {"mirror", "dashboard"} if name.startswith("live") else set())
+            {"mirror", "dashboard"} if name.startswith("live") else set()
+        )
     agent = load_agent_config(deployed / "agent.toml")
     mirror = load_mirror_config(deployed / "mirror.toml")
     loader = load_loader_config(deployed / "loader.toml")
-    logins = {"agent": security_of(agent.zk), "mirror source": security_of(mirror.source_zk),
-              "mirror target": security_of(mirror.target_zk), "loader": security_of(loader.source.zk)}
+    logins = {
+        "agent": security_of(agent.zk),
+        "mirror source": security_of(mirror.source_zk),
+        "mirror target": security_of(mirror.target_zk),
+        "loader": security_of(loader.source.zk),
+    }
     for who, security in logins.items():
         assert security is not None and security.authenticated, who
         assert security.user == who.split()[0], who
@@ -125,8 +141,9 @@ def test_readme_grants_each_principal_what_its_config_needs():
     consumes the live topics and produces the analysis ones; the loader and the
     dashboards only consume."""
     text = (SECURED / "README.md").read_text()
-    grants = re.findall(r"acl add .*?--principal (User:\S+)\s+((?:--operation \S+\s+)+)--topic (\S+)",
-                        text.replace("\\\n", " "))
+    grants = re.findall(
+        r"acl add .*?--principal (User:\S+)\s+((?:--operation \S+\s+)+)--topic (\S+)", text.replace("\\\n", " ")
+    )
     loop = re.search(r"for t in ([^;]+); do", text)
     assert loop, "the README grants ACLs in a `for t in TOPICS; do` loop"
     loop_topics = loop.group(1).split()

@@ -18,9 +18,16 @@ from broker.client.group.window import MAX_ANSWER_BYTES, FetchWindow
 MiB = 1024 * 1024
 
 
-def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: float,
-             seconds: float = 6.0, backlog: bool = True, sizes: list[int] | None = None,
-             start: float = 0.0) -> float:
+def simulate(
+    window: FetchWindow,
+    partitions: int,
+    bandwidth: float,
+    latency: float,
+    seconds: float = 6.0,
+    backlog: bool = True,
+    sizes: list[int] | None = None,
+    start: float = 0.0,
+) -> float:
     """Bytes/s the partitions move together over the last third of ``seconds`` (the clock
     starting at ``start``); the sizes asked then go to ``sizes``."""
     link_free = start
@@ -35,8 +42,7 @@ def simulate(window: FetchWindow, partitions: int, bandwidth: float, latency: fl
         start = max(ready, link_free)
         idle = ready >= link_free  # its first bytes did not wait behind another answer
         link_free = start + got / bandwidth
-        heapq.heappush(answers, (link_free + latency / 2, i, ticket, got,
-                                 start + latency / 2, idle))
+        heapq.heappush(answers, (link_free + latency / 2, i, ticket, got, start + latency / 2, idle))
 
     for i in range(partitions):
         send(start, i)

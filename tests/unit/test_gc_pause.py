@@ -13,8 +13,7 @@ from broker.storage.partition_log import PartitionLog
 from broker.wire import records
 
 
-def test_appending_and_flushing_batches_keeps_no_python_objects_per_batch(
-        tmp_path: Path) -> None:
+def test_appending_and_flushing_batches_keeps_no_python_objects_per_batch(tmp_path: Path) -> None:
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=64 * 1024), False)
     data = records.encode_batch([b"x" * 200], None, 1_000)
 

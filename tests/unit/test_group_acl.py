@@ -14,8 +14,18 @@ from broker.common.acl import Operation, group, make_acl, topic
 from broker.common.errors import GroupAuthorizationFailedError
 from broker.common.zk_security import digest_id
 from broker.coordination.group_acl import (
-    MEMBER, NEW_GROUP_KEY, READER, consumers_zk_acl, decode_acl, encode_acl, group_mode,
-    group_zk_acl, named_groups, new_group_zk_acl, perms_of, principal_of,
+    MEMBER,
+    NEW_GROUP_KEY,
+    READER,
+    consumers_zk_acl,
+    decode_acl,
+    encode_acl,
+    group_mode,
+    group_zk_acl,
+    named_groups,
+    new_group_zk_acl,
+    perms_of,
+    principal_of,
 )
 from broker.coordination.zk_acl import AclKazooClient, AclPolicy, digest_acl
 
@@ -61,8 +71,7 @@ def test_star_principal_counts_for_every_consumer_login() -> None:
 
 
 def test_consumers_node_lists_for_all_and_lets_only_every_group_consumers_create() -> None:
-    acls = [make_acl("User:mirror", "consume", group("*")), make_acl("User:loader", "consume",
-                                                                      group("land"))]
+    acls = [make_acl("User:mirror", "consume", group("*")), make_acl("User:loader", "consume", group("land"))]
     top = consumers_zk_acl(acls, OWNER, IDS)
     assert _perms(top, OWNER) == Permissions.ALL
     assert _perms(top, MIRROR) == READER | Permissions.CREATE
@@ -131,11 +140,14 @@ def test_access_allowed_remembers_the_groups_acl_for_creates() -> None:
     assert perms_of(client.acl_policy.acls_for("/consumers/g/offsets/t/0"), MIRROR) == MEMBER
 
 
-@pytest.mark.parametrize("nodes, operation", [
-    ({"/consumers/g": NoAuthError()}, Operation.DESCRIBE),
-    ({"/consumers/g": _published(("mirror", "describe"))}, Operation.CONSUME),
-    ({"/consumers": encode_acl(new_group_zk_acl([], OWNER, IDS), NEW_GROUP_KEY)}, Operation.CONSUME),
-])
+@pytest.mark.parametrize(
+    "nodes, operation",
+    [
+        ({"/consumers/g": NoAuthError()}, Operation.DESCRIBE),
+        ({"/consumers/g": _published(("mirror", "describe"))}, Operation.CONSUME),
+        ({"/consumers": encode_acl(new_group_zk_acl([], OWNER, IDS), NEW_GROUP_KEY)}, Operation.CONSUME),
+    ],
+)
 def test_access_refused_names_principal_operation_and_group(nodes, operation) -> None:
     with pytest.raises(GroupAuthorizationFailedError) as refused:
         check_group_access(_Client(MIRROR, nodes), "g", operation)

@@ -7,16 +7,23 @@ import asyncio
 import ctypes
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 
 from broker.server.durability.flusher import Flusher
 from broker.server.durability.group_commit import (
-    INLINE_IDLE_FACTOR, INLINE_MAX_FSYNC_S, LOOP_SHARE, MIN_PAUSE_S, MIN_ROUND_PERIOD_S,
-    CommitQueue, FsyncTimes, inline_round, next_round_pause,
+    INLINE_IDLE_FACTOR,
+    INLINE_MAX_FSYNC_S,
+    LOOP_SHARE,
+    MIN_PAUSE_S,
+    MIN_ROUND_PERIOD_S,
+    CommitQueue,
+    FsyncTimes,
+    inline_round,
+    next_round_pause,
 )
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
@@ -24,8 +31,8 @@ from broker.storage.partition_log import PendingFlush
 from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
 from broker.wire import records
 
-
 # -- CommitQueue (no I/O) ---------------------------------------------------------------
+
 
 def test_the_first_add_starts_a_round_and_later_adds_wait_for_the_next() -> None:
     queue: CommitQueue[str, int] = CommitQueue()
@@ -52,6 +59,7 @@ def test_a_round_with_nothing_added_meanwhile_leaves_the_queue_idle() -> None:
 
 # -- the flusher with a blocking fsync --------------------------------------------------
 
+
 class BlockingSync:
     """Runs the real fsyncs, but only once the test lets the round go."""
 
@@ -60,8 +68,7 @@ class BlockingSync:
         self.entered = threading.Semaphore(0)
         self.release = threading.Semaphore(0)
 
-    def __call__(self, pendings: Sequence[PendingFlush],
-                 fs_fd: int | None = None) -> list[OSError | None]:
+    def __call__(self, pendings: Sequence[PendingFlush], fs_fd: int | None = None) -> list[OSError | None]:
         self.calls.append(len(pendings))
         self.entered.release()
         assert self.release.acquire(timeout=10), "the test never released the fsync"
@@ -135,8 +142,7 @@ async def _consumers_see_only_fsynced_bytes(tmp_path: Path) -> None:
     logs.close()
 
 
-def test_consumers_see_only_fsynced_bytes_and_one_round_covers_what_came_meanwhile(
-        tmp_path: Path) -> None:
+def test_consumers_see_only_fsynced_bytes_and_one_round_covers_what_came_meanwhile(tmp_path: Path) -> None:
     asyncio.run(_consumers_see_only_fsynced_bytes(tmp_path))
 
 
@@ -178,8 +184,7 @@ async def _flush_and_acks(tmp_path: Path) -> None:
     logs.close()
 
 
-def test_held_acks_and_flush_wait_for_the_round_that_covers_their_bytes(
-        tmp_path: Path) -> None:
+def test_held_acks_and_flush_wait_for_the_round_that_covers_their_bytes(tmp_path: Path) -> None:
     asyncio.run(_flush_and_acks(tmp_path))
 
 
@@ -231,8 +236,7 @@ def test_without_group_commit_the_paper_timer_decides(tmp_path: Path) -> None:
 
 
 async def _written_visibility_fsyncs_by_the_paper_policy(tmp_path: Path) -> None:
-    logs = LogManager([tmp_path], LogConfig(visibility="written", flush_messages=3,
-                                            flush_ms=600_000))
+    logs = LogManager([tmp_path], LogConfig(visibility="written", flush_messages=3, flush_ms=600_000))
     logs.load()
     plog = logs.create("t", 0)
     sync = BlockingSync()
@@ -258,12 +262,12 @@ async def _written_visibility_fsyncs_by_the_paper_policy(tmp_path: Path) -> None
     logs.close()
 
 
-def test_a_log_visible_on_write_fsyncs_by_the_paper_policy_under_group_commit(
-        tmp_path: Path) -> None:
+def test_a_log_visible_on_write_fsyncs_by_the_paper_policy_under_group_commit(tmp_path: Path) -> None:
     asyncio.run(_written_visibility_fsyncs_by_the_paper_policy(tmp_path))
 
 
 # -- one syncfs for a round of many files ------------------------------------------------
+
 
 def _many_logs(tmp_path: Path, n: int) -> tuple[LogManager, list]:
     logs = LogManager([tmp_path], LogConfig())
@@ -362,6 +366,7 @@ def test_rounds_of_many_partitions_sync_the_log_dir_at_once(tmp_path: Path) -> N
 
 # -- where rounds run --------------------------------------------------------------------
 
+
 async def _rounds_on_the_log_dirs_thread(tmp_path: Path) -> None:
     logs = LogManager([tmp_path], LogConfig())
     logs.load()
@@ -397,6 +402,7 @@ def test_a_log_dirs_rounds_run_on_its_own_thread_until_close(tmp_path: Path) -> 
 
 # -- next_round_pause (no I/O) ------------------------------------------------------------
 
+
 def test_a_cheap_round_that_outlasted_the_period_is_followed_at_once() -> None:
     # one partition: 25 us of loop CPU, its fsync kept it 0.45 ms: the old pause of 9x
     # the CPU after the end (0.225 ms, a loop timer) is gone
@@ -414,10 +420,8 @@ def test_a_fast_round_waits_for_the_rest_of_the_period() -> None:
 def test_an_expensive_round_keeps_the_loop_share_bound() -> None:
     # 100 partitions: 1 ms of loop CPU; rounds take at most a tenth of the loop
     cpu = 0.001
-    assert next_round_pause(started=10.0, now=10.002, cpu=cpu) == pytest.approx(
-        cpu * (LOOP_SHARE - 1))
-    assert next_round_pause(started=10.0, now=10.0011, cpu=cpu) == pytest.approx(
-        cpu * (LOOP_SHARE - 1))
+    assert next_round_pause(started=10.0, now=10.002, cpu=cpu) == pytest.approx(cpu * (LOOP_SHARE - 1))
+    assert next_round_pause(started=10.0, now=10.0011, cpu=cpu) == pytest.approx(cpu * (LOOP_SHARE - 1))
     # several partitions (60 us): paused after the end as before, more per round
     assert next_round_pause(started=10.0, now=10.002, cpu=0.00006) == pytest.approx(0.00054)
     assert MIN_PAUSE_S > 0
@@ -462,12 +466,12 @@ async def loop_turn() -> None:
     await asyncio.sleep(0)
 
 
-def test_start_rounds_starts_the_due_round_at_once_and_the_fallback_does_not_repeat_it(
-        tmp_path: Path) -> None:
+def test_start_rounds_starts_the_due_round_at_once_and_the_fallback_does_not_repeat_it(tmp_path: Path) -> None:
     asyncio.run(_start_rounds_starts_the_fsync_before_the_loop_turns(tmp_path))
 
 
 # -- rounds on the event loop (an idle log dir) ----------------------------------------
+
 
 def test_only_a_one_file_round_of_an_idle_quick_log_dir_fsyncs_on_the_loop() -> None:
     times = FsyncTimes()
@@ -532,13 +536,11 @@ async def _an_idle_log_dirs_round_runs_on_the_loop(tmp_path: Path) -> None:
     logs.close()
 
 
-def test_an_idle_log_dirs_round_fsyncs_on_the_loop_and_a_busy_ones_on_its_thread(
-        tmp_path: Path) -> None:
+def test_an_idle_log_dirs_round_fsyncs_on_the_loop_and_a_busy_ones_on_its_thread(tmp_path: Path) -> None:
     asyncio.run(_an_idle_log_dirs_round_runs_on_the_loop(tmp_path))
 
 
 def test_a_tests_own_sync_never_runs_on_the_loop(tmp_path: Path) -> None:
     logs = LogManager([tmp_path], LogConfig())
-    flusher = Flusher(logs, 200, ThreadPoolExecutor(1), lambda key: None, lambda key: None,
-                      sync=BlockingSync())
+    flusher = Flusher(logs, 200, ThreadPoolExecutor(1), lambda key: None, lambda key: None, sync=BlockingSync())
     assert not flusher.inline

@@ -30,8 +30,9 @@ PID = 7 << 32
 
 
 def v2(seq: int, n: int = 3, pid: int = PID, epoch: int = 0, codec: int = 0, tag: int = 0) -> bytes:
-    return records.encode_batch([b"%d-%d-%d" % (tag, seq, j) for j in range(n)], None, 1_000,
-                                codec, producer=(pid, epoch, seq))
+    return records.encode_batch(
+        [b"%d-%d-%d" % (tag, seq, j) for j in range(n)], None, 1_000, codec, producer=(pid, epoch, seq)
+    )
 
 
 def infos(data: bytes) -> list[records.ProducerInfo]:
@@ -41,6 +42,7 @@ def infos(data: bytes) -> list[records.ProducerInfo]:
 
 
 # -- the format ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("codec", [records.CODEC_NONE, records.CODEC_GZIP, records.CODEC_ZSTD])
 @pytest.mark.parametrize("n", [1, 200])  # the small-batch and the reused-packer paths
@@ -77,12 +79,13 @@ def test_magic_2_fields_are_covered_by_the_crc_and_kept_by_compression() -> None
 
 def test_a_magic_2_header_shorter_than_its_fields_is_malformed() -> None:
     good = v2(0, 1)
-    bad = bytearray(good[:records.HEADER_SIZE])
+    bad = bytearray(good[: records.HEADER_SIZE])
     bad[0:4] = (records.HEADER_SIZE - 4).to_bytes(4, "big")
     assert "malformed" in (records.scan(bytes(bad)).error or "")
 
 
 # -- the partition's state -------------------------------------------------------------
+
 
 def test_next_batches_append_and_a_retry_is_held_at_its_first_offset() -> None:
     table = ProducerStateTable("t-0")
@@ -147,6 +150,7 @@ def test_copied_batches_are_deduplicated_but_never_refused() -> None:
 
 def test_produce_requests_name_their_copied_parts() -> None:
     from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_request
+
     fields = encode_produce_request(1, [ProducePart("t", 0, 0), ProducePart("t", 1, 0)], [1])
     assert parse_produce_request({**fields, "id": 1}, memoryview(b"")).copies == {1}
     assert parse_produce_request({"acks": 1, "parts": []}, memoryview(b"")).copies == frozenset()
@@ -191,6 +195,7 @@ def test_snapshot_round_trip_truncation_and_expiry() -> None:
 
 
 # -- the log: rebuilt on load, kept across truncation ---------------------------------
+
 
 def open_log(path: Path, recover: bool = False, **config: int) -> PartitionLog:
     return PartitionLog(path / "t-0", "t", 0, LogConfig(**config), recover)
@@ -240,8 +245,7 @@ def test_a_stale_snapshot_past_the_log_end_is_ignored(tmp_path: Path) -> None:
     again.close()
 
 
-def test_a_clean_start_without_a_snapshot_walks_nothing(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_clean_start_without_a_snapshot_walks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plog = open_log(tmp_path)
     end = len(records.encode_batch([b"plain"], None, 1))
     append(plog, records.encode_batch([b"plain"], None, 1))  # no idempotent producer: no snapshot
@@ -253,6 +257,7 @@ def test_a_clean_start_without_a_snapshot_walks_nothing(tmp_path: Path,
     def spy(table, segments, start):
         walked_from.append(start)
         return real(table, segments, start)
+
     monkeypatch.setattr(producer_snapshots, "walk_segments", spy)
     open_log(tmp_path).close()
     open_log(tmp_path, recover=True).close()
@@ -261,6 +266,7 @@ def test_a_clean_start_without_a_snapshot_walks_nothing(tmp_path: Path,
 
 def test_the_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from broker.storage import producer_state
+
     monkeypatch.setattr(producer_state, "MAX_PRODUCERS", 3)
     table = ProducerStateTable("t-0")
     for i in range(5):
@@ -278,6 +284,7 @@ def test_truncation_forgets_the_cut_batches(tmp_path: Path) -> None:
 
 
 # -- the client: numbering, retries, resets --------------------------------------------
+
 
 class FakeConnection:
     address = ("h", 1)
@@ -312,12 +319,27 @@ class FakeCluster:
 
 def setup_sender():
     now = [10.0]
-    acc = Accumulator(linger=0.0, batch_bytes=1 << 20, batch_messages=2, buffer_bytes=1 << 20,
-                      block_timeout=0.0, max_request_bytes=1 << 20, clock=lambda: now[0])
+    acc = Accumulator(
+        linger=0.0,
+        batch_bytes=1 << 20,
+        batch_messages=2,
+        buffer_bytes=1 << 20,
+        block_timeout=0.0,
+        max_request_bytes=1 << 20,
+        clock=lambda: now[0],
+    )
     cluster = FakeCluster()
-    sender = Sender(acc, cluster, acks=-1, codec=records.CODEC_NONE, request_timeout=30.0,
-                    max_request_bytes=1 << 20, retry=RetryPolicy(None, 0.1, 120.0, rng=lambda: 0.0),
-                    clock=lambda: now[0], idempotent=True)
+    sender = Sender(
+        acc,
+        cluster,
+        acks=-1,
+        codec=records.CODEC_NONE,
+        request_timeout=30.0,
+        max_request_bytes=1 << 20,
+        retry=RetryPolicy(None, 0.1, 120.0, rng=lambda: 0.0),
+        clock=lambda: now[0],
+        idempotent=True,
+    )
     return acc, cluster, sender, now
 
 
@@ -384,6 +406,7 @@ def test_a_broker_without_producer_ids_gets_plain_batches() -> None:
 
     def unsupported(api, fields):
         raise error_for_code(2, "unsupported api 12")
+
     cluster.call_any = unsupported
     acc.append(("t", 0), [b"a"], 1, None, 5)
     sender.send(acc.ready(now[0])[0])

@@ -13,8 +13,7 @@ def graph_of(imports: dict[str, list[str]]) -> grimp.ImportGraph:
     for importer, imported in imports.items():
         graph.add_module(importer)
         for module in imported:
-            graph.add_import(importer=importer, imported=module, line_number=1,
-                             line_contents=f"import {module}")
+            graph.add_import(importer=importer, imported=module, line_number=1, line_contents=f"import {module}")
     return graph
 
 
@@ -23,16 +22,26 @@ def test_declared_all_reads_what_the_package_exports() -> None:
 
 
 def test_every_submodule_is_behind_the_face_of_broker_client() -> None:
-    graph = graph_of({"broker.client": [], "broker.client.heartbeat": [], "broker.client.group": [],
-                      "broker.client.group.lag": []})
+    graph = graph_of(
+        {"broker.client": [], "broker.client.heartbeat": [], "broker.client.group": [], "broker.client.group.lag": []}
+    )
     assert behind_the_face(graph, "broker.client") == {
-        "broker.client.heartbeat", "broker.client.group", "broker.client.group.lag"}
+        "broker.client.heartbeat",
+        "broker.client.group",
+        "broker.client.group.lag",
+    }
 
 
 def test_a_contract_names_each_import_past_the_face() -> None:
-    graph = graph_of({"broker.client": [], "broker.client.heartbeat": [],
-                      "agent": [], "agent.heartbeat": ["broker.client.heartbeat", "broker.client"],
-                      "mirror": ["broker.client"]})
+    graph = graph_of(
+        {
+            "broker.client": [],
+            "broker.client.heartbeat": [],
+            "agent": [],
+            "agent.heartbeat": ["broker.client.heartbeat", "broker.client"],
+            "mirror": ["broker.client"],
+        }
+    )
     contract = FaceContract("face", {}, {"face": "broker.client", "source_modules": ["agent", "mirror"]})
     check = contract.check(graph, verbose=False)
     assert not check.kept

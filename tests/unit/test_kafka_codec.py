@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import struct
@@ -18,6 +19,7 @@ from kio.schema.request_header.v2 import RequestHeader
 from kio.serial import entity_writer
 
 from broker.common.errors import CorruptBatchError, FrameTooLargeError, InvalidRequestError
+from broker.server.config import broker_config_from_dict
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.record_batch import (
     CRC_START,
@@ -26,13 +28,11 @@ from broker.server.kafka.record_batch import (
     encode_record_batch,
 )
 from broker.server.kafka.varint import varint_size, write_varint
-from broker.server.config import broker_config_from_dict
 from broker.wire import records
 from broker.wire.kafka_batch import read_varint
-import contextlib
 
 
-@given(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1))
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
 def test_varint_roundtrip(value: int) -> None:
     out = bytearray()
     write_varint(out, value)
@@ -45,10 +45,12 @@ def test_varint_torn_is_corrupt() -> None:
         read_varint(b"\x80\x80", 0)
 
 
-record = st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=50),
-                   st.lists(st.tuples(st.binary(min_size=1, max_size=5),
-                                      st.none() | st.binary(max_size=5)), max_size=3),
-                   st.integers(min_value=0, max_value=10 ** 6))
+record = st.tuples(
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=50),
+    st.lists(st.tuples(st.binary(min_size=1, max_size=5), st.none() | st.binary(max_size=5)), max_size=3),
+    st.integers(min_value=0, max_value=10**6),
+)
 
 
 @settings(max_examples=50, deadline=None, derandomize=True, database=None)
@@ -84,8 +86,9 @@ def test_bad_crc_torn_and_wrong_magic_are_corrupt() -> None:
 
 
 def _compressed(codec: int, compress_body) -> bytes:  # type: ignore[no-untyped-def]
-    raw = encode_record_batch(0, 2, 1000, [1000, 1001, 1002], [b"k", None, b"k"],
-                              [b"a" * 50, b"b", None], [[(b"h", b"1")], [], []])
+    raw = encode_record_batch(
+        0, 2, 1000, [1000, 1001, 1002], [b"k", None, b"k"], [b"a" * 50, b"b", None], [[(b"h", b"1")], [], []]
+    )
     body = compress_body(bytes(raw[HEADER_SIZE:]))
     out = bytearray(raw[:HEADER_SIZE]) + body
     struct.pack_into(">i", out, 8, len(out) - 12)
@@ -99,13 +102,16 @@ def _xerial(data: bytes) -> bytes:
     return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
 
 
-@pytest.mark.parametrize("codec, compress_body", [
-    (1, gzip.compress),
-    (2, lambda b: bytes(cramjam.snappy.compress_raw(b))),
-    (2, _xerial),
-    (3, lz4.frame.compress),
-    (4, zstandard.ZstdCompressor().compress),
-])
+@pytest.mark.parametrize(
+    "codec, compress_body",
+    [
+        (1, gzip.compress),
+        (2, lambda b: bytes(cramjam.snappy.compress_raw(b))),
+        (2, _xerial),
+        (3, lz4.frame.compress),
+        (4, zstandard.ZstdCompressor().compress),
+    ],
+)
 def test_compressed_batches_decode(codec: int, compress_body) -> None:  # type: ignore[no-untyped-def]
     (batch,) = decode_record_batches(_compressed(codec, compress_body))
     assert batch.values == [b"a" * 50, b"b", None]
@@ -125,8 +131,7 @@ def test_unknown_codec_is_corrupt() -> None:
 
 
 def test_conversion_roundtrip_and_offset_mapping() -> None:
-    kafka = encode_record_batch(0, 1, 5000, [5000, 5007], [b"a", None], [b"x", b"y"],
-                                [[(b"trace", b"t1")], []])
+    kafka = encode_record_batch(0, 1, 5000, [5000, 5007], [b"a", None], [b"x", b"y"], [[(b"trace", b"t1")], []])
     first = bytes(convert.store_batches(bytes(kafka)))
     assert first
     plain = records.encode_batch([b"p"] * 3, None, 7000)  # what an agent writes
@@ -155,16 +160,15 @@ def test_control_batches_are_not_stored() -> None:
 
 def _request(api: int, version: int, body_entity, header_version: int = 2) -> bytes:  # type: ignore[no-untyped-def]
     out = io.BytesIO()
-    entity_writer(RequestHeader)(out, RequestHeader(request_api_key=api,
-                                                    request_api_version=version,
-                                                    correlation_id=42, client_id="c"))
+    entity_writer(RequestHeader)(
+        out, RequestHeader(request_api_key=api, request_api_version=version, correlation_id=42, client_id="c")
+    )
     entity_writer(type(body_entity))(out, body_entity)
     return out.getvalue()
 
 
 def test_parse_api_versions_and_answer() -> None:
-    frame = _request(18, 3, ApiVersionsRequest(client_software_name="t",
-                                               client_software_version="1"))
+    frame = _request(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     req = protocol.parse_request(frame)
     assert isinstance(req, protocol.Request) and req.correlation_id == 42
     answer = protocol.encode_response(18, 3, 42, protocol.api_versions_response(3))
@@ -173,8 +177,7 @@ def test_parse_api_versions_and_answer() -> None:
 
 
 def test_unsupported_versions_and_unknown_apis() -> None:
-    assert protocol.parse_request(struct.pack(">hhi", 26, 0, 5) + b"\xff\xff") == \
-        protocol.Unsupported(26, 0, 5)
+    assert protocol.parse_request(struct.pack(">hhi", 26, 0, 5) + b"\xff\xff") == protocol.Unsupported(26, 0, 5)
     answer = protocol.unsupported_response(26, 0, 5)  # EndTxn v0: throttle, error
     assert answer is not None and struct.unpack_from(">iiih", answer)[1:] == (5, 0, 35)
     answer = protocol.unsupported_response(18, 77, 6)  # ApiVersions from the future: v0
@@ -183,8 +186,7 @@ def test_unsupported_versions_and_unknown_apis() -> None:
 
 
 def test_malformed_bodies_and_frames() -> None:
-    frame = _request(18, 3, ApiVersionsRequest(client_software_name="t",
-                                               client_software_version="1"))
+    frame = _request(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     with pytest.raises(InvalidRequestError):
         protocol.parse_request(frame[:-3])
     with pytest.raises(InvalidRequestError):
@@ -214,6 +216,7 @@ def test_fuzzed_frames_parse_or_fail_cleanly(api: int, version: int, junk: bytes
 
 def test_every_served_version_has_a_schema() -> None:
     from kio.index import load_request_schema, load_response_schema
+
     for api, (lo, hi) in protocol.SUPPORTED.items():
         for version in range(lo, hi + 1):
             load_request_schema(api, version)
@@ -223,15 +226,12 @@ def test_every_served_version_has_a_schema() -> None:
 def test_kafka_listen_config() -> None:
     base = {"broker": {"id": 1, "log_dirs": ["/tmp/x"], "zk_connect": "127.0.0.1:2181"}}
     assert broker_config_from_dict(base).kafka_listen is None
-    assert broker_config_from_dict({**base, "kafka": {"listen": 9093}}).kafka_listen == \
-        ("127.0.0.1", 9093)
-    assert broker_config_from_dict({**base, "kafka": {"listen": "0.0.0.0:0"}}).kafka_listen == \
-        ("0.0.0.0", 0)
+    assert broker_config_from_dict({**base, "kafka": {"listen": 9093}}).kafka_listen == ("127.0.0.1", 9093)
+    assert broker_config_from_dict({**base, "kafka": {"listen": "0.0.0.0:0"}}).kafka_listen == ("0.0.0.0", 0)
     with pytest.raises(Exception, match="listen"):
         broker_config_from_dict({**base, "kafka": {"listen": "nope"}})
     with pytest.raises(Exception, match="no SASL"):
-        broker_config_from_dict({**base, "kafka": {"listen": 0},
-                                 "auth": {"required": True, "allow_plaintext": True}})
+        broker_config_from_dict({**base, "kafka": {"listen": 0}, "auth": {"required": True, "allow_plaintext": True}})
 
 
 @pytest.mark.parametrize("headers", [None, [[(b"h", b"v")], []]])

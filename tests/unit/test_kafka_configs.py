@@ -15,10 +15,8 @@ from kio.schema.errors import ErrorCode
 from broker.common.acl import Operation, make_acl, topic
 from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
-from broker.server.kafka import protocol
-from broker.server.kafka.protocol import Api
-from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.server.config import BrokerConfig
+from broker.server.kafka import protocol
 from broker.server.kafka.configs import (
     DEFAULT_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
@@ -27,10 +25,17 @@ from broker.server.kafka.configs import (
     broker_entries,
     topic_entries,
 )
+from broker.server.kafka.protocol import Api
+from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.storage.config import LogConfig
 
-CONFIG = BrokerConfig(broker_id=3, zk_connect="zk:2181/x", log_dirs=(Path("/data/a"),),
-                      log=LogConfig(retention_ms=3_600_000), min_insync_replicas=2)
+CONFIG = BrokerConfig(
+    broker_id=3,
+    zk_connect="zk:2181/x",
+    log_dirs=(Path("/data/a"),),
+    log=LogConfig(retention_ms=3_600_000),
+    min_insync_replicas=2,
+)
 
 
 def by_name(entries: Any) -> dict[str, Any]:
@@ -39,19 +44,16 @@ def by_name(entries: Any) -> dict[str, Any]:
 
 def test_a_topics_own_settings_win_over_the_brokers() -> None:
     entries = by_name(topic_entries(CONFIG, {"segment_bytes": 4096, "compression": "zstd"}))
-    assert (entries["segment.bytes"].value, entries["segment.bytes"].source) == \
-        ("4096", DYNAMIC_TOPIC_CONFIG)
+    assert (entries["segment.bytes"].value, entries["segment.bytes"].source) == ("4096", DYNAMIC_TOPIC_CONFIG)
     assert entries["segment.bytes"].synonyms == (
         ("segment.bytes", "4096", DYNAMIC_TOPIC_CONFIG),
-        ("log.segment.bytes", str(1 << 30), DEFAULT_CONFIG))
+        ("log.segment.bytes", str(1 << 30), DEFAULT_CONFIG),
+    )
     assert entries["compression.type"].value == "zstd"
     # the broker's [log] retention_ms differs from logferry's default: a static broker config
-    assert (entries["retention.ms"].value, entries["retention.ms"].source) == \
-        ("3600000", STATIC_BROKER_CONFIG)
-    assert (entries["min.insync.replicas"].value,
-            entries["min.insync.replicas"].source) == ("2", STATIC_BROKER_CONFIG)
-    assert (entries["retention.bytes"].value, entries["retention.bytes"].source) == \
-        ("-1", DEFAULT_CONFIG)
+    assert (entries["retention.ms"].value, entries["retention.ms"].source) == ("3600000", STATIC_BROKER_CONFIG)
+    assert (entries["min.insync.replicas"].value, entries["min.insync.replicas"].source) == ("2", STATIC_BROKER_CONFIG)
+    assert (entries["retention.bytes"].value, entries["retention.bytes"].source) == ("-1", DEFAULT_CONFIG)
     assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].read_only
     assert not entries["retention.ms"].read_only  # `logferry topic alter` changes it
     assert entries["flush.ms"].read_only  # broker-wide here
@@ -65,8 +67,7 @@ def test_broker_entries_are_the_brokers_own_and_hold_no_secret() -> None:
     assert entries["log.retention.ms"].source == STATIC_BROKER_CONFIG
     assert entries["num.partitions"].source == DEFAULT_CONFIG
     assert all(e.read_only for e in entries.values())
-    assert not any("zk" in e.name or "zookeeper" in e.name or "password" in e.name
-                   for e in entries.values())
+    assert not any("zk" in e.name or "zookeeper" in e.name or "password" in e.name for e in entries.values())
 
 
 class Channel:
@@ -74,14 +75,15 @@ class Channel:
         self.principal = Principal("User", name)
 
 
-def ask(service: KafkaConfigs, version: int, resources: list[tuple[int, str, Any]],
-        channel: Any = None, **flags: Any) -> Any:
+def ask(
+    service: KafkaConfigs, version: int, resources: list[tuple[int, str, Any]], channel: Any = None, **flags: Any
+) -> Any:
     schema = load_request_schema(Api.DESCRIBE_CONFIGS, version)
-    resource_cls = getattr(__import__(schema.__module__, fromlist=["x"]),
-                           "DescribeConfigsResource")
-    body = schema(resources=tuple(resource_cls(resource_type=t, resource_name=n,
-                                               configuration_keys=k)
-                                  for t, n, k in resources), **flags)
+    resource_cls = __import__(schema.__module__, fromlist=["x"]).DescribeConfigsResource
+    body = schema(
+        resources=tuple(resource_cls(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources),
+        **flags,
+    )
     request = protocol.Request(Api.DESCRIBE_CONFIGS, version, 1, "t", body)
     answer = asyncio.run(service.describe_configs(request, channel or Channel()))
     protocol.encode_response(Api.DESCRIBE_CONFIGS, version, 1, answer)  # it encodes
@@ -89,10 +91,8 @@ def ask(service: KafkaConfigs, version: int, resources: list[tuple[int, str, Any
 
 
 def service(authorizer: Authorizer | None = None) -> KafkaConfigs:
-    view = ClusterView(topics={"logs": {0: [3]}, "plain": {0: [3]}},
-                       configs={"logs": {"retention_ms": 60_000}})
-    return KafkaConfigs(CONFIG, lambda: view,
-                        authorizer or Authorizer(AuthorizerConfig()))
+    view = ClusterView(topics={"logs": {0: [3]}, "plain": {0: [3]}}, configs={"logs": {"retention_ms": 60_000}})
+    return KafkaConfigs(CONFIG, lambda: view, authorizer or Authorizer(AuthorizerConfig()))
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
@@ -100,9 +100,19 @@ def test_every_version_answers_topics_and_brokers(version: int) -> None:
     flags = {"include_synonyms": True} if version >= 1 else {}
     if version >= 3:
         flags["include_documentation"] = True
-    answer = ask(service(), version, [(2, "logs", None), (2, "plain", ("retention.ms",)),
-                                      (4, "3", None), (2, "nope", None), (4, "9", None),
-                                      (8, "3", None)], **flags)
+    answer = ask(
+        service(),
+        version,
+        [
+            (2, "logs", None),
+            (2, "plain", ("retention.ms",)),
+            (4, "3", None),
+            (2, "nope", None),
+            (4, "9", None),
+            (8, "3", None),
+        ],
+        **flags,
+    )
     logs, plain, broker, nope, other, logger = answer.results
     assert logs.error_code == ErrorCode.none
     retention = next(c for c in logs.configs if c.name == "retention.ms")
@@ -111,8 +121,7 @@ def test_every_version_answers_topics_and_brokers(version: int) -> None:
     if version >= 3:
         assert retention.documentation
     assert [(c.name, c.value) for c in plain.configs] == [("retention.ms", "3600000")]
-    assert broker.error_code == ErrorCode.none and \
-        any(c.name == "broker.id" and c.value == "3" for c in broker.configs)
+    assert broker.error_code == ErrorCode.none and any(c.name == "broker.id" and c.value == "3" for c in broker.configs)
     assert nope.error_code == ErrorCode.unknown_topic_or_partition and not nope.configs
     assert other.error_code == ErrorCode.invalid_request and "broker 3" in other.error_message
     assert logger.error_code == ErrorCode.invalid_request
@@ -126,8 +135,7 @@ def test_synonyms_only_when_asked() -> None:
 def test_refusals_are_kafkas_authorization_codes() -> None:
     authorizer = Authorizer(AuthorizerConfig(enabled=True), 3, defaultdict(int))
     authorizer.set_acls([make_acl("User:alice", Operation.CONSUME, topic("logs"))])
-    answer = ask(service(authorizer), 4, [(2, "logs", None), (2, "plain", None),
-                                          (4, "3", None)])
+    answer = ask(service(authorizer), 4, [(2, "logs", None), (2, "plain", None), (4, "3", None)])
     allowed, denied, broker = answer.results
     assert allowed.error_code == ErrorCode.none and allowed.configs
     assert denied.error_code == ErrorCode.topic_authorization_failed and not denied.configs

@@ -15,10 +15,10 @@ from datetime import timedelta
 from kio.schema.errors import ErrorCode
 
 from broker.server.kafka import convert, protocol
-from broker.server.kafka.chunks import BIG, ChunkWriter, Chunks, total
+from broker.server.kafka.chunks import BIG, Chunks, ChunkWriter, total
+from broker.server.kafka.connection import _writev
 from broker.server.kafka.protocol import Api, make, response_schema
 from broker.server.kafka.record_batch import decode_record_batches, encode_record_batch
-from broker.server.kafka.connection import _writev
 from broker.wire import records
 
 
@@ -40,8 +40,7 @@ def test_serve_chunks_gives_a_buffer_per_whole_batch() -> None:
     assert used == len(log) - 30  # the cut batch is left for the next fetch
     assert len(chunks.parts) == 4  # one buffer per batch, none for the cut one
     batches = decode_record_batches(bytes(chunks))
-    assert [b.values for b in batches] == [[b"x" * 300] * 100, [b"p"] * 3, [b"y", b"z"],
-                                           [b"x" * 300] * 100]
+    assert [b.values for b in batches] == [[b"x" * 300] * 100, [b"p"] * 3, [b"y", b"z"], [b"x" * 300] * 100]
     assert [b.base_offset for b in batches][0] == 5000
     assert batches[-1].base_offset + batches[-1].last_offset_delta + 1 == 5000 + used
 
@@ -71,22 +70,32 @@ def test_chunk_writer_keeps_big_buffers_by_reference() -> None:
 def _fetch_body(records_value: object, version: int) -> object:
     data_cls = response_schema(Api.FETCH, version, "PartitionData")
     topic_cls = response_schema(Api.FETCH, version, "FetchableTopicResponse")
-    part = make(data_cls, partition_index=0, error_code=ErrorCode.none, high_watermark=9,
-                last_stable_offset=9, log_start_offset=0, aborted_transactions=(),
-                preferred_read_replica=-1, records=records_value)
-    return make(response_schema(Api.FETCH, version), throttle_time=timedelta(0),
-                error_code=ErrorCode.none, session_id=0,
-                responses=(make(topic_cls, topic="t", partitions=(part,)),))
+    part = make(
+        data_cls,
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=9,
+        last_stable_offset=9,
+        log_start_offset=0,
+        aborted_transactions=(),
+        preferred_read_replica=-1,
+        records=records_value,
+    )
+    return make(
+        response_schema(Api.FETCH, version),
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=(make(topic_cls, topic="t", partitions=(part,)),),
+    )
 
 
 def test_fetch_response_parts_equal_the_joined_frame_at_every_version() -> None:
     log = _log()
     for version in (4, 7, 11, 12):  # non-flexible and flexible (compact) encodings
         chunks, _ = convert.serve_chunks(bytearray(log), 5000)
-        joined = protocol.encode_response(Api.FETCH, version, 42, _fetch_body(bytes(chunks),
-                                                                             version))
-        parts = protocol.encode_response_parts(Api.FETCH, version, 42,
-                                               _fetch_body(chunks, version))
+        joined = protocol.encode_response(Api.FETCH, version, 42, _fetch_body(bytes(chunks), version))
+        parts = protocol.encode_response_parts(Api.FETCH, version, 42, _fetch_body(chunks, version))
         assert b"".join(bytes(p) for p in parts) == joined, version
         assert struct.unpack_from(">i", joined)[0] == len(joined) - 4
 
@@ -96,8 +105,7 @@ def test_writev_sends_what_the_socket_takes_and_cuts_the_rest() -> None:
     try:
         a.setblocking(False)
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        parts: list[bytes | bytearray | memoryview] = [b"h" * 10] + [bytes([i]) * 50_000
-                                                                     for i in range(40)]
+        parts: list[bytes | bytearray | memoryview] = [b"h" * 10] + [bytes([i]) * 50_000 for i in range(40)]
         expected = b"".join(bytes(p) for p in parts)
         start = _writev(a.fileno(), parts)
         assert 0 <= start < len(parts)  # the small buffer fills up

@@ -13,9 +13,17 @@ from broker.server.kafka.groups import GroupCoordinator
 
 async def _two_members_stable(coordinator: GroupCoordinator) -> tuple[str, str]:
     async def join(client: str, host: str) -> str:
-        result = await coordinator.join("g", "", client, "consumer", [("range", b"meta-" +
-                                         client.encode())], 10.0, 10.0,
-                                         require_known_member=False, client_host=host)
+        result = await coordinator.join(
+            "g",
+            "",
+            client,
+            "consumer",
+            [("range", b"meta-" + client.encode())],
+            10.0,
+            10.0,
+            require_known_member=False,
+            client_host=host,
+        )
         assert result.error == ErrorCode.none
         return result.member_id
 
@@ -23,8 +31,8 @@ async def _two_members_stable(coordinator: GroupCoordinator) -> tuple[str, str]:
     leader = coordinator.groups["g"].leader
     other = b if leader == a else a
     results = await asyncio.gather(
-        coordinator.sync("g", 1, leader, {a: b"as-a", b: b"as-b"}),
-        coordinator.sync("g", 1, other, {}))
+        coordinator.sync("g", 1, leader, {a: b"as-a", b: b"as-b"}), coordinator.sync("g", 1, other, {})
+    )
     assert [r[0] for r in results] == [ErrorCode.none, ErrorCode.none]
     return a, b
 
@@ -59,8 +67,7 @@ def test_listing_has_every_group_without_members() -> None:
         coordinator = GroupCoordinator()
         await _two_members_stable(coordinator)
         listing = coordinator.listing()
-        assert [(g.group_id, g.state, g.protocol_type, g.members) for g in listing] == [
-            ("g", "Stable", "consumer", [])]
+        assert [(g.group_id, g.state, g.protocol_type, g.members) for g in listing] == [("g", "Stable", "consumer", [])]
         # the listing is a copy: the group keeps its members
         view = coordinator.describe("g")
         assert view is not None and len(view.members) == 2

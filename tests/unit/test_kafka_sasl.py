@@ -18,8 +18,8 @@ from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.credentials import make_credentials
 from broker.server.kafka import protocol
 from broker.server.kafka.protocol import Api
-from broker.server.security.authentication import AuthConfig, Authenticator
 from broker.server.kafka.sasl import KafkaSasl
+from broker.server.security.authentication import AuthConfig, Authenticator
 
 PASSWORD = "correct horse battery staple"
 
@@ -42,18 +42,23 @@ def decode(api: int, version: int, frame: bytes) -> Any:
 
 
 class Harness:
-    def __init__(self, users: dict[str, str] | None = None, config: AuthConfig | None = None,
-                 with_sasl: bool = True, peercert: dict[str, Any] | None = None,
-                 timeout_s: float = 0.0):
-        stored = {name: make_credentials(pw, iterations=4096)
-                  for name, pw in (users or {}).items()}
+    def __init__(
+        self,
+        users: dict[str, str] | None = None,
+        config: AuthConfig | None = None,
+        with_sasl: bool = True,
+        peercert: dict[str, Any] | None = None,
+        timeout_s: float = 0.0,
+    ):
+        stored = {name: make_credentials(pw, iterations=4096) for name, pw in (users or {}).items()}
 
         async def lookup(user: str) -> Any:
             return stored.get(user)
 
         self.failures: defaultdict[Any, int] = defaultdict(int)
-        self.authenticator = Authenticator(config or AuthConfig(required=True), lookup,
-                                           self.failures, tls=True) if with_sasl else None
+        self.authenticator = (
+            Authenticator(config or AuthConfig(required=True), lookup, self.failures, tls=True) if with_sasl else None
+        )
         self.channel = FakeChannel()
         self.sasl = KafkaSasl(self.authenticator, self.channel, peercert, timeout_s)
         self.corr = 0
@@ -61,24 +66,22 @@ class Harness:
     async def send(self, api: int, version: int, **fields: Any) -> tuple[Any, bool]:
         self.corr += 1
         body = load_request_schema(api, version)(**fields)
-        frame, close = await self.sasl.handle(protocol.Request(api, version, self.corr,
-                                                               "test", body))
+        frame, close = await self.sasl.handle(protocol.Request(api, version, self.corr, "test", body))
         return decode(api, version, frame), close
 
-    async def login(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256",
-                    version: int = 2) -> tuple[Any, bool]:
+    async def login(
+        self, user: str, password: str, mechanism: str = "SCRAM-SHA-256", version: int = 2
+    ) -> tuple[Any, bool]:
         """The exchange as librdkafka runs it; the last answer and its close flag."""
         answer, close = await self.send(Api.SASL_HANDSHAKE, 1, mechanism=mechanism)
         assert answer.error_code == ErrorCode.none and not close
         assert mechanism in answer.mechanisms
         client = ScramClient([mechanism], user, password)
-        answer, close = await self.send(Api.SASL_AUTHENTICATE, version,
-                                        auth_bytes=client.get_client_first().encode())
+        answer, close = await self.send(Api.SASL_AUTHENTICATE, version, auth_bytes=client.get_client_first().encode())
         if answer.error_code != ErrorCode.none:
             return answer, close
         client.set_server_first(answer.auth_bytes.decode())
-        answer, close = await self.send(Api.SASL_AUTHENTICATE, version,
-                                        auth_bytes=client.get_client_final().encode())
+        answer, close = await self.send(Api.SASL_AUTHENTICATE, version, auth_bytes=client.get_client_final().encode())
         if answer.error_code == ErrorCode.none:
             client.set_server_final(answer.auth_bytes.decode())  # the broker's proof
         return answer, close
@@ -97,6 +100,7 @@ def test_a_right_password_authenticates_kafka_clients(mechanism: str, version: i
         assert h.sasl.authenticated and h.channel.principal == Principal("User", "alice")
         assert h.sasl.admits(Api.METADATA) and h.sasl.admits(Api.PRODUCE)
         assert not h.failures and not h.channel.closed
+
     asyncio.run(run())
 
 
@@ -109,13 +113,13 @@ def test_wrong_password_and_unknown_user_fail_alike() -> None:
     async def run() -> None:
         wrong, close_wrong, h_wrong = await attempt({"bob": PASSWORD})
         unknown, close_unknown, h_unknown = await attempt({"alice": PASSWORD})
-        for answer, close, h in ((wrong, close_wrong, h_wrong),
-                                 (unknown, close_unknown, h_unknown)):
+        for answer, close, h in ((wrong, close_wrong, h_wrong), (unknown, close_unknown, h_unknown)):
             assert answer.error_code == ErrorCode.sasl_authentication_failed  # 58
             assert close and not h.sasl.authenticated and h.channel.principal == ANONYMOUS
             assert h.failures == {(("mechanism", "SCRAM-SHA-256"),): 1}
             assert "unknown user or wrong password" in answer.error_message
         assert wrong.error_message == unknown.error_message  # no hint which part was wrong
+
     asyncio.run(run())
 
 
@@ -128,6 +132,7 @@ def test_malformed_tokens_fail_as_authentication_failures() -> None:
         # and after a failure, nothing more: the state is final
         answer, close = await h.send(Api.SASL_AUTHENTICATE, 2, auth_bytes=b"n,,n=a,r=x")
         assert answer.error_code == ErrorCode.illegal_sasl_state and close
+
     asyncio.run(run())
 
 
@@ -143,13 +148,13 @@ def test_before_authentication_only_api_versions_and_sasl_pass() -> None:
         offered = Harness({"alice": PASSWORD}, AuthConfig(required=False))
         assert offered.sasl.admits(Api.METADATA)  # offered, not required: anonymous passes
         assert offered.channel.principal == ANONYMOUS
+
     asyncio.run(run())
 
 
 def test_unsupported_mechanism_and_out_of_order_requests() -> None:
     async def run() -> None:
-        h = Harness({"alice": PASSWORD}, AuthConfig(mechanisms=("SCRAM-SHA-512",),
-                                                    required=True))
+        h = Harness({"alice": PASSWORD}, AuthConfig(mechanisms=("SCRAM-SHA-512",), required=True))
         answer, close = await h.send(Api.SASL_HANDSHAKE, 1, mechanism="PLAIN")
         assert answer.error_code == ErrorCode.unsupported_sasl_mechanism and close
         assert answer.mechanisms == ("SCRAM-SHA-512",)
@@ -160,6 +165,7 @@ def test_unsupported_mechanism_and_out_of_order_requests() -> None:
         await done.login("alice", PASSWORD)
         answer, close = await done.send(Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-256")
         assert answer.error_code == ErrorCode.illegal_sasl_state and close
+
     asyncio.run(run())
 
 
@@ -170,6 +176,7 @@ def test_a_listener_without_sasl_offers_no_mechanism_and_admits_everyone() -> No
         answer, close = await h.send(Api.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-256")
         assert answer.error_code == ErrorCode.unsupported_sasl_mechanism and close
         assert answer.mechanisms == ()
+
     asyncio.run(run())
 
 
@@ -184,18 +191,19 @@ def test_an_unauthenticated_connection_is_closed_after_the_timeout() -> None:
         stopped.sasl.stop()  # the connection went away first
         await asyncio.sleep(0.1)
         assert not stopped.channel.closed
+
     asyncio.run(run())
 
 
 def test_a_client_certificate_authenticates_as_its_subject() -> None:
     async def run() -> None:
-        cert = {"subject": ((("organizationName", "logferry"),),
-                            (("commonName", "kafka-client"),))}
+        cert = {"subject": ((("organizationName", "logferry"),), (("commonName", "kafka-client"),))}
         h = Harness({}, peercert=cert, timeout_s=0.05)
         assert h.sasl.authenticated and h.sasl.admits(Api.PRODUCE)
         assert h.channel.principal == Principal("User", "CN=kafka-client,O=logferry")
         await asyncio.sleep(0.1)
         assert not h.channel.closed
+
     asyncio.run(run())
 
 
@@ -210,22 +218,22 @@ def test_a_v0_handshake_is_refused_unframed_tokens_are_not_served() -> None:
         answer, close = await h.send(Api.SASL_HANDSHAKE, 0, mechanism="SCRAM-SHA-256")
         assert answer.error_code == ErrorCode.unsupported_version and close
         assert not h.sasl.authenticated
+
     asyncio.run(run())
 
 
-def _old_librdkafka_client_final(mechanism: str, user: str, password: str,
-                                 client_first: str, server_first: str) -> str:
+def _old_librdkafka_client_final(mechanism: str, user: str, password: str, client_first: str, server_first: str) -> str:
     """The client-final message of librdkafka before 2.6.1, which repeats the client
     nonce (``r=<client nonce><server nonce>``, the server nonce already starting with
     the client's); the proof is computed over the message as sent, as it does."""
     import base64
     import hashlib
     import hmac
+
     digest = hashlib.sha512 if mechanism.endswith("512") else hashlib.sha256
     attrs = dict(a.split("=", 1) for a in server_first.split(","))
     client_nonce = client_first.split("r=", 1)[1]
-    salted = hashlib.pbkdf2_hmac(digest().name, password.encode(),
-                                 base64.b64decode(attrs["s"]), int(attrs["i"]))
+    salted = hashlib.pbkdf2_hmac(digest().name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
     client_key = hmac.new(salted, b"Client Key", digest).digest()
     stored_key = digest(client_key).digest()
     without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
@@ -242,8 +250,7 @@ def test_old_librdkafka_repeating_the_client_nonce_is_accepted(mechanism: str) -
         await h.send(Api.SASL_HANDSHAKE, 1, mechanism=mechanism)
         client_first = "n,,n=kcat,r=abcdefghijklmnop"
         answer, _ = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=client_first.encode())
-        final = _old_librdkafka_client_final(mechanism, "kcat", password, client_first,
-                                             answer.auth_bytes.decode())
+        final = _old_librdkafka_client_final(mechanism, "kcat", password, client_first, answer.auth_bytes.decode())
         answer, close = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=final.encode())
         return answer.error_code, close, h.sasl.authenticated
 
@@ -260,8 +267,10 @@ def test_a_nonce_without_the_servers_part_still_fails() -> None:
         answer, _ = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=client_first.encode())
         server_first = answer.auth_bytes.decode()
         forged = server_first.replace("r=abcdefghijklmnop", "r=abcdefghijklmnopXXXX", 1)
-        final = _old_librdkafka_client_final("SCRAM-SHA-256", "kcat", PASSWORD, client_first,
-                                             forged)  # a nonce the server never sent
+        final = _old_librdkafka_client_final(
+            "SCRAM-SHA-256", "kcat", PASSWORD, client_first, forged
+        )  # a nonce the server never sent
         answer, close = await h.send(Api.SASL_AUTHENTICATE, 0, auth_bytes=final.encode())
         return answer.error_code, close
+
     assert asyncio.run(run()) == (ErrorCode.sasl_authentication_failed, True)

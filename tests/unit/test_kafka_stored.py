@@ -21,12 +21,16 @@ from broker.wire import kafka_batch, records
 from broker.wire.codecs import CODEC_LZ4
 
 
-def _kafka(values: list[bytes | None], keys: list[bytes | None] | None = None,
-           headers: list[list[tuple[bytes, bytes | None]] | None] | None = None,
-           base_ts: int = 1000, stamps: list[int] | None = None,
-           producer: tuple[int, int, int] | None = None, attributes: int = 0) -> bytes:
-    raw = bytearray(encode_record_batch(0, len(values) - 1, base_ts, stamps, keys, values,
-                                        headers))
+def _kafka(
+    values: list[bytes | None],
+    keys: list[bytes | None] | None = None,
+    headers: list[list[tuple[bytes, bytes | None]] | None] | None = None,
+    base_ts: int = 1000,
+    stamps: list[int] | None = None,
+    producer: tuple[int, int, int] | None = None,
+    attributes: int = 0,
+) -> bytes:
+    raw = bytearray(encode_record_batch(0, len(values) - 1, base_ts, stamps, keys, values, headers))
     if producer is not None:
         struct.pack_into(">qhi", raw, 43, *producer)
     if attributes:
@@ -61,15 +65,14 @@ def test_stored_batch_has_logferry_header_and_spans_its_bytes() -> None:
     assert records.count_messages(stored) == (1, 3)
     # the Kafka batch behind it is the client's, but for last_offset_delta (and so the
     # CRC32C): it spans the stored batch's bytes
-    (inner,) = decode_record_batches(stored[records.KAFKA_AT:])
+    (inner,) = decode_record_batches(stored[records.KAFKA_AT :])
     assert inner.last_offset_delta == len(stored) - 1
     assert inner.values == [b"a", None, b"c"] and inner.timestamps == [1000, 1003, 1001]
-    assert stored[records.KAFKA_AT + 61:] == kafka[61:]  # records untouched
+    assert stored[records.KAFKA_AT + 61 :] == kafka[61:]  # records untouched
 
 
 def test_logferry_clients_decode_keys_values_timestamps_headers() -> None:
-    kafka = _kafka([b"a", None], [b"k", None], [[(b"h", b"1"), (b"n", None)], None],
-                   stamps=[1000, 1007])
+    kafka = _kafka([b"a", None], [b"k", None], [[(b"h", b"1"), (b"n", None)], None], stamps=[1000, 1007])
     stored = convert.store_batches(kafka)
     (batch,), used = records.decode_batches(stored, 500, keep_raw=True)
     assert used == len(stored)
@@ -98,8 +101,14 @@ def test_idempotent_producer_fields_are_read_from_the_kafka_header() -> None:
     plain = records.encode_batch([b"p"], None, 5)
     log = plain + stored
     (info,) = records.scan(log).producers or []
-    assert (info.position, info.producer_id, info.epoch, info.base_sequence, info.count,
-            info.size) == (len(plain), 77, 3, 1000, 2, len(stored))
+    assert (info.position, info.producer_id, info.epoch, info.base_sequence, info.count, info.size) == (
+        len(plain),
+        77,
+        3,
+        1000,
+        2,
+        len(stored),
+    )
     walked, end = records.walk_producers(log)
     assert end == len(log) and walked == [info]
     _, batch = records.decode_batches(log, 0)[0]
@@ -107,8 +116,9 @@ def test_idempotent_producer_fields_are_read_from_the_kafka_header() -> None:
 
 
 def test_serve_mixes_stored_and_converted_batches_with_byte_offsets() -> None:
-    first = bytes(convert.store_batches(_kafka([b"x", b"y"], [b"a", None],
-                                               [[(b"t", b"1")], None], stamps=[5000, 5007])))
+    first = bytes(
+        convert.store_batches(_kafka([b"x", b"y"], [b"a", None], [[(b"t", b"1")], None], stamps=[5000, 5007]))
+    )
     agent = records.encode_batch([b"p"] * 3, None, 7000)
     idem = records.encode_batch([b"q"], [b"k"], 8000, producer=(5, 0, 0))
     log = first + agent + idem + first[:30]  # a batch cut by the read's size
@@ -123,7 +133,7 @@ def test_serve_mixes_stored_and_converted_batches_with_byte_offsets() -> None:
     assert k1.headers == [[(b"t", b"1")], []] and k1.timestamps == [5000, 5007]
     assert k2.values == [b"p"] * 3 and k3.values == [b"q"] and k3.keys == [b"k"]
     # the stored Kafka batch went out as it is stored, bar its base offset
-    assert bytes(out)[8:len(first) - records.KAFKA_AT] == first[records.KAFKA_AT + 8:]
+    assert bytes(out)[8 : len(first) - records.KAFKA_AT] == first[records.KAFKA_AT + 8 :]
 
 
 def test_corrupt_or_inconsistent_stored_batches_are_refused() -> None:
@@ -156,8 +166,7 @@ def test_produce_side_checks_and_drops() -> None:
 
 
 def test_log_append_time_batches_get_the_brokers_clock() -> None:
-    stored = convert.store_batches(_kafka([b"a", b"b"], stamps=[1, 2],
-                                          attributes=kafka_batch.TIMESTAMP_LOG_APPEND))
+    stored = convert.store_batches(_kafka([b"a", b"b"], stamps=[1, 2], attributes=kafka_batch.TIMESTAMP_LOG_APPEND))
     (batch,), _ = records.decode_batches(stored, 0)
     assert batch.timestamps[0] == batch.timestamps[1] > 1_600_000_000_000
     assert records.BATCH_HEADER.unpack_from(stored)[5] == batch.timestamps[0]
@@ -173,8 +182,8 @@ def test_mirror_rehash_splits_a_kafka_snappy_batch_into_logferry_batches() -> No
     import cramjam
 
     from mirror.routing import rehash
-    plain = bytearray(encode_record_batch(0, 3, 1000, None, [b"a", b"b", b"a", None],
-                                          [b"1", b"2", b"3", b"4"]))
+
+    plain = bytearray(encode_record_batch(0, 3, 1000, None, [b"a", b"b", b"a", None], [b"1", b"2", b"3", b"4"]))
     raw = plain[:61] + bytes(cramjam.snappy.compress_raw(bytes(plain[61:])))
     struct.pack_into(">i", raw, 8, len(raw) - 12)
     struct.pack_into(">h", raw, 21, kafka_batch.COMPRESSION_SNAPPY)
@@ -192,8 +201,7 @@ def test_partition_log_recovers_and_looks_up_stored_kafka_batches(tmp_path) -> N
 
     directory = tmp_path / "t-0"
     plog = PartitionLog(directory, "t", 0, LogConfig(), recover=False)
-    kafka = [bytes(convert.store_batches(_kafka([b"v%d" % i] * 3, base_ts=1000 * (i + 1))))
-             for i in range(3)]
+    kafka = [bytes(convert.store_batches(_kafka([b"v%d" % i] * 3, base_ts=1000 * (i + 1)))) for i in range(3)]
     agent = records.encode_batch([b"a"], None, 1500)
     offsets = []
     for data in (kafka[0], agent, kafka[1], kafka[2]):
@@ -210,8 +218,7 @@ def test_partition_log_recovers_and_looks_up_stored_kafka_batches(tmp_path) -> N
         assert plog.offset_for_time(1700) == offsets[1]
         assert plog.offset_for_time(2500) == offsets[2]
         assert plog.batch_start_at_or_before(offsets[2] + 2) == offsets[2]
-        (first,), _ = records.decode_batches(plog.read_bytes(offsets[2], len(kafka[1])),
-                                             offsets[2])
+        (first,), _ = records.decode_batches(plog.read_bytes(offsets[2], len(kafka[1])), offsets[2])
         assert first.values == [b"v1"] * 3 and first.base_timestamp == 2000
     finally:
         plog.close()

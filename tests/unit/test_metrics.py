@@ -4,8 +4,8 @@ component's families (broker, agent, mirror) through ``promtool check metrics``.
 from __future__ import annotations
 
 import asyncio
-import re
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -27,9 +27,10 @@ def _broker_like() -> Metrics:
     bytes_in[(("topic", "logs"), ("partition", "0"))] += 123_456_789
     metrics.counter("request_seconds_total", "Time handling requests")[(("api", "fetch"),)] += 0.25
     metrics.counter("produce_errors_total", "Rejected message sets by error")
-    metrics.gauge_source(lambda: [("open_connections", (), 3)],
-                         {"open_connections": "Open client connections",
-                          "offline_partitions": "Partitions without a leader"})
+    metrics.gauge_source(
+        lambda: [("open_connections", (), 3)],
+        {"open_connections": "Open client connections", "offline_partitions": "Partitions without a leader"},
+    )
     return metrics
 
 
@@ -64,12 +65,12 @@ def test_declared_families_render_without_series_and_names_follow_the_rules() ->
 
 
 def test_server_answers_metrics_and_routes_and_a_taken_port_is_one_line() -> None:
-    server = MetricsServer(_broker_like(), "127.0.0.1", 0,
-                           routes={"/status": lambda: ("application/json", b'{"ok": 1}')})
+    server = MetricsServer(
+        _broker_like(), "127.0.0.1", 0, routes={"/status": lambda: ("application/json", b'{"ok": 1}')}
+    )
     try:
         text = scrape(f"{server.url}/metrics")
-        assert value(samples(text), "logferry_bytes_in_total", topic="logs", partition="0") \
-            == 123_456_789
+        assert value(samples(text), "logferry_bytes_in_total", topic="logs", partition="0") == 123_456_789
         assert json.loads(scrape(f"{server.url}/status")) == {"ok": 1}
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{server.url}/other", timeout=5)
@@ -77,8 +78,7 @@ def test_server_answers_metrics_and_routes_and_a_taken_port_is_one_line() -> Non
         with pytest.raises(MetricsError) as taken:
             MetricsServer(Metrics(), "127.0.0.1", server.port)
         assert isinstance(taken.value, ListenError)
-        assert str(taken.value) == (f"cannot serve metrics on 127.0.0.1:{server.port} "
-                                    "(Address already in use)")
+        assert str(taken.value) == (f"cannot serve metrics on 127.0.0.1:{server.port} (Address already in use)")
     finally:
         server.close()
 
@@ -94,14 +94,12 @@ def test_without_routes_every_path_answers_the_metrics() -> None:
 def test_an_asyncio_owner_is_read_on_its_own_loop() -> None:
     seen: list[threading.Thread] = []
     metrics = Metrics()
-    metrics.gauge_source(lambda: seen.append(threading.current_thread()) or [("up", (), 1)],
-                         {"up": "1 while serving"})
+    metrics.gauge_source(lambda: seen.append(threading.current_thread()) or [("up", (), 1)], {"up": "1 while serving"})
 
     async def main() -> str:
         server = MetricsServer(metrics, "127.0.0.1", 0, loop=asyncio.get_running_loop())
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                None, scrape, f"{server.url}/metrics")
+            return await asyncio.get_running_loop().run_in_executor(None, scrape, f"{server.url}/metrics")
         finally:
             server.close()
 
@@ -112,15 +110,17 @@ def test_an_asyncio_owner_is_read_on_its_own_loop() -> None:
 
 @pytest.mark.integration  # runs promtool as a process
 def test_agent_families_from_a_snapshot_pass_promtool() -> None:
-    snapshot = Snapshot(host='web-1 "a"', counters={name: 7 for name in COUNTERS},
-                        gauges={name: 3 for name in GAUGES},
-                        files=[{"path": "/var/log/app.log", "inode": 42, "lag": 10}])
+    snapshot = Snapshot(
+        host='web-1 "a"',
+        counters={name: 7 for name in COUNTERS},
+        gauges={name: 3 for name in GAUGES},
+        files=[{"path": "/var/log/app.log", "inode": 42, "lag": 10}],
+    )
     text = agent_registry(lambda: snapshot).render()
     parsed = samples(text)
     assert value(parsed, "logferry_agent_messages_acked_total", host='web-1 "a"') == 7
     assert value(parsed, "logferry_agent_lag_bytes", host='web-1 "a"') == 3
-    assert value(parsed, "logferry_agent_file_lag_bytes", host='web-1 "a"',
-                 file="/var/log/app.log", inode="42") == 10
+    assert value(parsed, "logferry_agent_file_lag_bytes", host='web-1 "a"', file="/var/log/app.log", inode="42") == 10
     promtool_check(text)
 
 
@@ -128,8 +128,7 @@ def test_agent_status_server_serves_metrics_and_status() -> None:
     server = StatusServer("127.0.0.1", 0)
     try:
         server.snapshot = Snapshot(host="h", state="running", counters={"errors": 2})
-        assert value(samples(scrape(f"{server.url}/metrics")),
-                     "logferry_agent_errors_total", host="h") == 2
+        assert value(samples(scrape(f"{server.url}/metrics")), "logferry_agent_errors_total", host="h") == 2
         assert json.loads(scrape(f"{server.url}/status"))["state"] == "running"
     finally:
         server.close()
@@ -137,8 +136,9 @@ def test_agent_status_server_serves_metrics_and_status() -> None:
 
 @pytest.mark.integration  # runs promtool as a process
 def test_mirror_families_pass_promtool() -> None:
-    mirror = MirrorMetrics(lambda: {"partitions": {"logs-0": {"position": 10, "log_end": 30,
-                                                              "lag_bytes": 20, "active": True}}})
+    mirror = MirrorMetrics(
+        lambda: {"partitions": {"logs-0": {"position": 10, "log_end": 30, "lag_bytes": 20, "active": True}}}
+    )
     mirror.record("logs", batches=2, messages=5, nbytes=100)
     mirror.gaps[(("topic", "logs"), ("partition", "0"))] += 1
     mirror.halted[("logs", 1)] = {"offset": 0}
@@ -188,8 +188,11 @@ def test_docs_list_every_family_with_its_type_and_labels(tmp_path: Path) -> None
     mirror.record("t", 1, 1, 1)
     mirror.gaps[(("topic", "t"), ("partition", "0"))] += 1
     mirror.halted[("t", 0)] = {}
-    rendered = {**_families(broker.metrics), **_families(agent_registry(lambda: snapshot)),
-                **_families(mirror.registry)}
+    rendered = {
+        **_families(broker.metrics),
+        **_families(agent_registry(lambda: snapshot)),
+        **_families(mirror.registry),
+    }
     documented = _documented()
     assert sorted(rendered) == sorted(documented)
     for name, (kind, labels) in rendered.items():

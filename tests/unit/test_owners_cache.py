@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
@@ -33,7 +34,7 @@ class FakeZk:
             raise NoNodeError()
         if watch is not None:
             self.watches.setdefault(path, []).append(watch)
-        return sorted({n[len(prefix):].split("/")[0] for n in self.nodes if n.startswith(prefix)})
+        return sorted({n[len(prefix) :].split("/")[0] for n in self.nodes if n.startswith(prefix)})
 
     def get_async(self, path: str) -> _Result:
         self.gets += 1

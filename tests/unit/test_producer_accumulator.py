@@ -19,8 +19,14 @@ class Clock:
 
 
 def make(clock: Clock, **overrides) -> Accumulator:
-    settings = dict(linger=0.25, batch_bytes=1000, batch_messages=3, buffer_bytes=10_000,
-                    block_timeout=0.0, max_request_bytes=10_000)
+    settings = dict(
+        linger=0.25,
+        batch_bytes=1000,
+        batch_messages=3,
+        buffer_bytes=10_000,
+        block_timeout=0.0,
+        max_request_bytes=10_000,
+    )
     settings.update(overrides)
     return Accumulator(clock=clock, **settings)
 

@@ -30,8 +30,14 @@ class Clock:
 
 
 def make(clock: Clock | None = None, **overrides) -> Accumulator:
-    settings = dict(linger=0.25, batch_bytes=1000, batch_messages=3, buffer_bytes=10_000,
-                    block_timeout=0.0, max_request_bytes=10_000)
+    settings = dict(
+        linger=0.25,
+        batch_bytes=1000,
+        batch_messages=3,
+        buffer_bytes=10_000,
+        block_timeout=0.0,
+        max_request_bytes=10_000,
+    )
     settings.update(overrides)
     return Accumulator(clock=clock or Clock(), **settings)
 
@@ -139,8 +145,7 @@ def test_failure_and_abort_close_the_open_batch() -> None:
 
 
 def test_fast_appends_from_many_threads_lose_nothing() -> None:
-    acc = make(batch_messages=50, buffer_bytes=1 << 30, batch_bytes=1 << 20,
-               max_request_bytes=1 << 30)
+    acc = make(batch_messages=50, buffer_bytes=1 << 30, batch_bytes=1 << 20, max_request_bytes=1 << 30)
     per_thread = 2000
 
     def produce(n: int) -> None:
@@ -155,8 +160,7 @@ def test_fast_appends_from_many_threads_lose_nothing() -> None:
     for thread in threads:
         thread.join()
     acc._flushing = 1
-    values = [v for batches in acc.ready(acc.clock())[0].values() for b in batches
-              for v in b.values]
+    values = [v for batches in acc.ready(acc.clock())[0].values() for b in batches for v in b.values]
     assert len(values) == 4 * per_thread
     for n in range(4):  # each thread's messages in its order
         mine = [v for v in values if v.startswith(b"%d-" % n)]
@@ -216,8 +220,14 @@ def test_fast_sends_racing_a_draining_sender_lose_nothing_and_free_everything() 
     the sender does, through a buffer far smaller than what they send: the bound holds,
     every message arrives once, each thread's in its order, and when all is done no byte
     stays counted (grants settled, space freed)."""
-    acc = Accumulator(linger=0.0005, batch_bytes=600, batch_messages=40, buffer_bytes=20_000,
-                      block_timeout=10.0, max_request_bytes=5_000)
+    acc = Accumulator(
+        linger=0.0005,
+        batch_bytes=600,
+        batch_messages=40,
+        buffer_bytes=20_000,
+        block_timeout=10.0,
+        max_request_bytes=5_000,
+    )
     general = []
 
     def general_path(topic, messages, key=None, partition=None, timestamp=None):
@@ -278,10 +288,10 @@ def test_each_message_keeps_its_own_millisecond() -> None:
     acc = make(batch_messages=10)
     base = int(T0 * 1000)
     acc.append(TP, [b"a", b"b"], 2, None, base)
-    fast_append(acc, TP, b"c", T0 + 0.0015)   # 1 ms later
-    fast_append(acc, TP, b"d", T0 + 0.0051)   # 5 ms later
-    fast_append(acc, TP, b"e", T0 + 0.0004)   # the wall clock stepped back: kept
-    acc.append(TP, [b"f"], 1, None, 7)          # an explicit timestamp
+    fast_append(acc, TP, b"c", T0 + 0.0015)  # 1 ms later
+    fast_append(acc, TP, b"d", T0 + 0.0051)  # 5 ms later
+    fast_append(acc, TP, b"e", T0 + 0.0004)  # the wall clock stepped back: kept
+    acc.append(TP, [b"f"], 1, None, 7)  # an explicit timestamp
     fast_append(acc, TP, b"g", T0 + 0.0004)
     batch = acc.open[TP]
     expected = [base, base, base + 1, base + 5, base, 7, base]
@@ -305,8 +315,7 @@ def test_stamp_merges_equal_runs() -> None:
 @pytest.mark.parametrize("codec", [records.CODEC_NONE, records.CODEC_GZIP])
 @pytest.mark.parametrize("deltas", [None, [0, 3, 3]])
 @pytest.mark.parametrize("repeat", [1, records.SMALL_BATCH])  # both ways of packing
-def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | None,
-                                             repeat: int) -> None:
+def test_encode_batch_deltas_is_encode_batch(codec: int, deltas: list[int] | None, repeat: int) -> None:
     values, keys = [b"a", b"bb", b"c"] * repeat, [None, b"k", None] * repeat
     deltas = deltas and deltas * repeat
     timestamps = [100 + d for d in (deltas or [0, 0, 0] * repeat)]
@@ -328,8 +337,7 @@ def test_encode_batch_deltas_from_many_threads() -> None:
     def encode(n: int) -> None:
         for i in range(200):
             values = [b"%d-%d" % (n, i)] * records.SMALL_BATCH
-            [out], _ = records.decode_batches(
-                bytes(records.encode_batch_deltas(values, None, i, None)), 0)
+            [out], _ = records.decode_batches(bytes(records.encode_batch_deltas(values, None, i, None)), 0)
             results[n] += out.values == values and out.base_timestamp == i
 
     results = [0] * 4
@@ -428,8 +436,9 @@ def test_buffer_pool_keeps_a_request_of_default_batches() -> None:
 def test_large_batches_are_encoded_into_pooled_buffers_given_back_when_done() -> None:
     clock = Clock()
     many = records.SMALL_BATCH
-    acc = make(clock, linger=0.0, batch_messages=many, batch_bytes=1 << 20,
-               buffer_bytes=1 << 20, max_request_bytes=1 << 20)
+    acc = make(
+        clock, linger=0.0, batch_messages=many, batch_bytes=1 << 20, buffer_bytes=1 << 20, max_request_bytes=1 << 20
+    )
     acc.append(TP, [b"a" * 50] * many, 50 * many, None, 5)
     [first] = acc.ready(clock.now)[0][TP]
     encoded = bytes(first.encode(records.CODEC_NONE, acc.buffers))
@@ -469,12 +478,12 @@ def test_producer_send_takes_the_fast_path_with_the_general_paths_checks() -> No
     producer = Producer(brokers=["127.0.0.1:9"], linger_ms=60_000, retries=0)
     try:
         producer._partition_counts["t"] = 2
-        first = producer.send("t", b"a", partition=0)      # opens the batch: general path
-        assert producer.send("t", b"b", partition=0) is first          # fast: bytes
-        assert producer.send("t", [b"c"], partition=0) is first        # fast: a list of one
+        first = producer.send("t", b"a", partition=0)  # opens the batch: general path
+        assert producer.send("t", b"b", partition=0) is first  # fast: bytes
+        assert producer.send("t", [b"c"], partition=0) is first  # fast: a list of one
         assert producer.send("t", [b"d", b"e"], partition=0) is first  # general: several
         assert producer.send("t", b"f", key=b"k", partition=0) is first  # general: a key
-        assert producer.send("t", b"g", partition=0) is first          # keyed batch: general
+        assert producer.send("t", b"g", partition=0) is first  # keyed batch: general
         for bad in (2, -1):
             with pytest.raises(UnknownTopicOrPartitionError, match="partitions 0-1"):
                 producer.send("t", b"x", partition=bad)
@@ -542,8 +551,9 @@ def test_encode_single_is_encode_batch_deltas_of_one_message(size: int, ms: int)
 
 def single_send(acc: Accumulator, general=lambda *args: None):
     """``send`` as a Producer with batch_messages=1 builds it (encode_single given)."""
-    return fast_send(acc, lambda topic: 0, general, clock=lambda: T0,
-                     encode_single=records.encode_single, partition_counts={"t": 2})
+    return fast_send(
+        acc, lambda topic: 0, general, clock=lambda: T0, encode_single=records.encode_single, partition_counts={"t": 2}
+    )
 
 
 def test_one_message_batches_are_queued_encoded_in_order_each_with_its_future() -> None:
@@ -590,7 +600,7 @@ def test_one_message_batches_keep_order_with_appended_and_raw_batches_and_retrie
     acc.retry(TP, first[:2], at=acc.clock())  # back to the front, as a failed send does
     acc._in_flight.discard(TP)
     again = acc.ready(acc.clock())[0][TP]
-    assert [decoded(b).values[0] for b in again] == [b"1", b"2", b"3", b"4"][:len(again)]
+    assert [decoded(b).values[0] for b in again] == [b"1", b"2", b"3", b"4"][: len(again)]
 
 
 def test_producer_uses_one_message_batches_only_where_they_are_the_same_bytes() -> None:
@@ -601,8 +611,7 @@ def test_producer_uses_one_message_batches_only_where_they_are_the_same_bytes() 
     def single(**options) -> bool:
         """Whether the producer's send() encodes one-message batches itself (looked up
         in its closure: the sender thread may take a queued batch at any moment)."""
-        producer = Producer(brokers=["127.0.0.1:9"], retries=0, metadata_max_age_s=0,
-                            **options)
+        producer = Producer(brokers=["127.0.0.1:9"], retries=0, metadata_max_age_s=0, **options)
         try:
             encoder = inspect.getclosurevars(producer.send).nonlocals["encode_single"]
             return encoder is records.encode_single
@@ -631,8 +640,9 @@ def test_producer_with_one_message_batches_checks_topics_and_partitions() -> Non
     from broker.common.errors import LogferryError, UnknownTopicOrPartitionError
 
     # Nothing listens on port 9: learning a new topic's partitions fails loudly.
-    producer = Producer(brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0,
-                        metadata_max_age_s=0, request_timeout=2)
+    producer = Producer(
+        brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0, metadata_max_age_s=0, request_timeout=2
+    )
     try:
         producer._partition_counts["t"] = 2
         with pytest.raises(UnknownTopicOrPartitionError, match="partitions 0-1"):
@@ -688,8 +698,15 @@ def test_producer_sends_one_message_batches_to_partitions_it_learned_after_it_wa
     from broker.client import Producer
     from broker.client.accumulator import EncodedOne
 
-    producer = Producer(brokers=["127.0.0.1:9"], batch_messages=1, acks=0, retries=0,
-                        metadata_max_age_s=0, request_timeout=2, linger_ms=60_000)
+    producer = Producer(
+        brokers=["127.0.0.1:9"],
+        batch_messages=1,
+        acks=0,
+        retries=0,
+        metadata_max_age_s=0,
+        request_timeout=2,
+        linger_ms=60_000,
+    )
     try:
         producer._partition_counts["t"] = 2  # learned now: the fast path reads the same dict
         futures = [producer.send("t", b"x", partition=1), producer.send("t", b"y")]

@@ -19,7 +19,8 @@ def test_callbacks_race_with_completion_and_run_exactly_once():
         future = DeliveryFuture()
         calls = []
         adder = threading.Thread(
-            target=lambda future=future, calls=calls: [future.add_callback(calls.append) for _ in range(5)])
+            target=lambda future=future, calls=calls: [future.add_callback(calls.append) for _ in range(5)]
+        )
         adder.start()
         future._complete(None, StorageError("disk full"))
         adder.join()
@@ -41,8 +42,9 @@ def test_many_waiters_are_all_released_by_one_completion():
     for _ in range(50):
         future = DeliveryFuture()
         got = []
-        waiters = [threading.Thread(target=lambda got=got, future=future: got.append(future.wait(10)))
-                   for _ in range(4)]
+        waiters = [
+            threading.Thread(target=lambda got=got, future=future: got.append(future.wait(10))) for _ in range(4)
+        ]
         for w in waiters:
             w.start()
         future._complete(3)

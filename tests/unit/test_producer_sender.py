@@ -9,7 +9,10 @@ import pytest
 from broker.client.accumulator import Accumulator, ProducerBatch
 from broker.client.sender import RetryPolicy, Sender, plan_requests
 from broker.common.errors import (
-    BrokerNotAvailableError, CorruptBatchError, NotLeaderError, UnknownTopicOrPartitionError,
+    BrokerNotAvailableError,
+    CorruptBatchError,
+    NotLeaderError,
+    UnknownTopicOrPartitionError,
 )
 from broker.wire import protocol, records
 
@@ -53,14 +56,28 @@ def answer(request, parts=None, err=0, error=None) -> None:
 
 def setup(acks: int = 1, retries: int | None = None):
     now = [10.0]
-    acc = Accumulator(linger=0.0, batch_bytes=1 << 20, batch_messages=100, buffer_bytes=1 << 20,
-                      block_timeout=0.0, max_request_bytes=1 << 20, clock=lambda: now[0])
+    acc = Accumulator(
+        linger=0.0,
+        batch_bytes=1 << 20,
+        batch_messages=100,
+        buffer_bytes=1 << 20,
+        block_timeout=0.0,
+        max_request_bytes=1 << 20,
+        clock=lambda: now[0],
+    )
     cluster = FakeCluster()
     unknown: list[str] = []
-    sender = Sender(acc, cluster, acks=acks, codec=records.CODEC_NONE, request_timeout=30.0,
-                    max_request_bytes=1 << 20,
-                    retry=RetryPolicy(retries, 0.1, 120.0, rng=lambda: 0.0),
-                    on_unknown_topic=unknown.append, clock=lambda: now[0])
+    sender = Sender(
+        acc,
+        cluster,
+        acks=acks,
+        codec=records.CODEC_NONE,
+        request_timeout=30.0,
+        max_request_bytes=1 << 20,
+        retry=RetryPolicy(retries, 0.1, 120.0, rng=lambda: 0.0),
+        on_unknown_topic=unknown.append,
+        clock=lambda: now[0],
+    )
     return acc, cluster, sender, now, unknown
 
 
@@ -162,8 +179,14 @@ def test_one_message_batches_go_in_one_request_and_each_future_gets_its_own_offs
 
     acc, cluster, sender, now, _ = setup()
     acc.batch_messages = 1  # as a Producer(batch_messages=1) builds it
-    send = fast_send(acc, lambda topic: 0, lambda *args: None, clock=lambda: 1_700_000_000.0,
-                     encode_single=records.encode_single, partition_counts={"t": 1})
+    send = fast_send(
+        acc,
+        lambda topic: 0,
+        lambda *args: None,
+        clock=lambda: 1_700_000_000.0,
+        encode_single=records.encode_single,
+        partition_counts={"t": 1},
+    )
     futures = [send("t", b"x" * n) for n in (1, 20, 300)]
     sender.send(acc.ready(now[0])[0])
     [request] = cluster.conn.requests
@@ -177,6 +200,7 @@ def test_one_message_batches_go_in_one_request_and_each_future_gets_its_own_offs
 
 
 # -- direct sends (linger 0: the appending thread writes when the sender is idle) -------
+
 
 class OpenCluster(FakeCluster):
     """A FakeCluster whose leaders are cached and connected (or not)."""
@@ -213,8 +237,7 @@ def idle_sender(acc: Accumulator):
     raise AssertionError("the sender never waited")
 
 
-def test_an_idle_producer_sends_from_the_appending_thread_and_keeps_one_request_in_flight(
-        ) -> None:
+def test_an_idle_producer_sends_from_the_appending_thread_and_keeps_one_request_in_flight() -> None:
     acc, cluster, sender, now = direct_setup()
     thread, drained = idle_sender(acc)
     first = acc.append(TP, [b"a"], 1, None, 5)
@@ -234,9 +257,15 @@ def test_an_idle_producer_sends_from_the_appending_thread_and_keeps_one_request_
 def test_no_direct_send_with_linger_or_without_a_direct_sender() -> None:
     for linger, direct in ((0.01, True), (0.0, False)):
         now = [10.0]
-        acc = Accumulator(linger=linger, batch_bytes=1 << 20, batch_messages=100,
-                          buffer_bytes=1 << 20, block_timeout=0.0, max_request_bytes=1 << 20,
-                          clock=lambda now=now: now[0])
+        acc = Accumulator(
+            linger=linger,
+            batch_bytes=1 << 20,
+            batch_messages=100,
+            buffer_bytes=1 << 20,
+            block_timeout=0.0,
+            max_request_bytes=1 << 20,
+            clock=lambda now=now: now[0],
+        )
         sent: list = []
         if direct:
             acc.direct = sent.append
@@ -263,9 +292,13 @@ def test_a_direct_send_that_needs_the_network_is_given_back_to_the_sender() -> N
 def test_the_producer_sends_directly_only_with_linger_0_acks_and_no_idempotence() -> None:
     from broker.client import Producer
 
-    cases = [({"linger_ms": 0}, True), ({"linger_ms": 0, "acks": 0}, False),
-             ({"linger_ms": 0, "acks": "all"}, False), ({}, False),
-             ({"linger_ms": 0, "acks": "all", "idempotence": False}, True)]
+    cases = [
+        ({"linger_ms": 0}, True),
+        ({"linger_ms": 0, "acks": 0}, False),
+        ({"linger_ms": 0, "acks": "all"}, False),
+        ({}, False),
+        ({"linger_ms": 0, "acks": "all", "idempotence": False}, True),
+    ]
     for options, direct in cases:
         producer = Producer(brokers=["127.0.0.1:1"], metadata_max_age_s=0, **options)
         try:

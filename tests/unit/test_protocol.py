@@ -6,16 +6,17 @@ import struct
 import msgpack
 import pytest
 
-from broker.wire import protocol
 from broker.common.errors import FrameTooLargeError, InvalidRequestError, ProtocolError
+from broker.wire import protocol
 
 
 def _requests():
     frames = []
     for i in range(20):
         payload = bytes(random.Random(i).randrange(256) for _ in range(i * 7))
-        head = protocol.encode_request(protocol.PRODUCE, i, {"acks": 1, "parts": [["t", 0, len(payload)]]},
-                                       payload_len=len(payload))
+        head = protocol.encode_request(
+            protocol.PRODUCE, i, {"acks": 1, "parts": [["t", 0, len(payload)]]}, payload_len=len(payload)
+        )
         frames.append((head + payload, i, payload))
     return frames
 
@@ -45,7 +46,7 @@ def test_one_byte_at_a_time():
     decoder = protocol.FrameDecoder()
     got = []
     for i in range(len(stream)):
-        decoder.feed(stream[i:i + 1])
+        decoder.feed(stream[i : i + 1])
         got.extend(_drain(decoder))
     assert [f.header["id"] for f in got] == list(range(20))
     assert [bytes(f.payload) for f in got] == [p for _, _, p in frames]
@@ -60,7 +61,7 @@ def test_random_chunking_is_equivalent():
     pos = 0
     while pos < len(stream):
         step = rng.randrange(1, 50)
-        decoder.feed(stream[pos:pos + step])
+        decoder.feed(stream[pos : pos + step])
         pos += step
         got.extend(_drain(decoder))
     assert len(got) == 20

@@ -124,8 +124,7 @@ def test_next_step_walks_widen_wait_lead_narrow():
     live = {1: 11, 2: 12, 3: 13, 4: 14}
     step = next_step([1, 2], [3, 4], PartitionState(1, 5, (1, 2), 11), live)
     assert step.kind == "widen" and step.replicas == (1, 2, 3, 4)
-    assert next_step([1, 2, 3, 4], [3, 4], PartitionState(1, 5, (1, 2, 3), 11),
-                     live).kind == "wait"
+    assert next_step([1, 2, 3, 4], [3, 4], PartitionState(1, 5, (1, 2, 3), 11), live).kind == "wait"
     step = next_step([1, 2, 3, 4], [3, 4], PartitionState(1, 5, (1, 2, 3, 4), 11), live)
     assert step.kind == "lead" and step.state is not None
     assert (step.state.leader, step.state.leader_epoch, step.state.leader_session) == (3, 6, 13)

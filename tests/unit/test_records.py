@@ -4,8 +4,8 @@ import zlib
 
 import pytest
 
-from broker.wire import records
 from broker.common.errors import CorruptBatchError
+from broker.wire import records
 
 
 def _batch(n=5, keys=None, ts=1_700_000_000_000, codec=records.CODEC_NONE):
@@ -100,7 +100,7 @@ def test_decode_raises_on_corrupt_batch_naming_its_offset():
 def test_crc_covers_attributes_and_payload():
     _, data = _batch(2)
     length, magic, crc, attributes, count, base = records.BATCH_HEADER.unpack_from(data)
-    assert crc == zlib.crc32(data[records.CRC_START:])
+    assert crc == zlib.crc32(data[records.CRC_START :])
     assert length == len(data) - 4 and magic == 1 and count == 2
 
 

@@ -13,16 +13,15 @@ from types import SimpleNamespace
 
 from broker.common.background import BackgroundTasks
 from broker.coordination.registry import BrokerInfo
-from broker.wire import protocol
-from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.throttle import Throttle
+from broker.wire import protocol
+from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_request
 
 STOPS = 300
 
 
-async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
-                                     set[asyncio.StreamWriter]]:
+async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int], set[asyncio.StreamWriter]]:
     """A leader that answers each replica fetch with an empty part at once."""
     answered = [0]
     connections: set[asyncio.StreamWriter] = set()
@@ -35,10 +34,8 @@ async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
                 decoder.feed(chunk)
                 while (frame := decoder.next_frame()) is not None:
                     request = parse_fetch_request(frame.header)
-                    parts = [ReplicaFetchAnswerPart(p.topic, p.partition, 0, None, 0, 0, 0, 0)
-                             for p in request.parts]
-                    writer.write(protocol.encode_response(frame.header["id"],
-                                                          encode_fetch_answer(parts)))
+                    parts = [ReplicaFetchAnswerPart(p.topic, p.partition, 0, None, 0, 0, 0, 0) for p in request.parts]
+                    writer.write(protocol.encode_response(frame.header["id"], encode_fetch_answer(parts)))
                     answered[0] += 1
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -53,18 +50,24 @@ async def _instant_leader() -> tuple[asyncio.AbstractServer, int, list[int],
 def _manager(port: int) -> SimpleNamespace:
     config = SimpleNamespace(replica_fetch_wait_max_ms=0, replica_fetch_max_bytes=1 << 20)
     view = SimpleNamespace(brokers={1: BrokerInfo("127.0.0.1", port)})
-    services = SimpleNamespace(leader_ssl_context=None, leader_server_hostname=None,
-                               leader_sasl=None, leader_listener="default")
-    return SimpleNamespace(config=config, me=2, view=view, services=services,
-                           throttle=Throttle(), fetch_position=lambda replica: 0,
-                           on_fetched=lambda *args: None)
+    services = SimpleNamespace(
+        leader_ssl_context=None, leader_server_hostname=None, leader_sasl=None, leader_listener="default"
+    )
+    return SimpleNamespace(
+        config=config,
+        me=2,
+        view=view,
+        services=services,
+        throttle=Throttle(),
+        fetch_position=lambda replica: 0,
+        on_fetched=lambda *args: None,
+    )
 
 
 async def _start_and_stop_many_times() -> tuple[int, int]:
     server, port, answered, connections = await _instant_leader()
     manager = _manager(port)
-    replica = SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0, reconcile_at=None,
-                              throttle=0, leader_end=0)
+    replica = SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0, reconcile_at=None, throttle=0, leader_end=0)
     missed = 0
     lost: asyncio.Future | None = None
     try:

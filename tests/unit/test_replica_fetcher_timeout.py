@@ -32,8 +32,16 @@ async def _silent_leader_scenario() -> tuple[int, int]:
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     fetcher = ReplicaFetcher(_manager(port), leader=1)  # type: ignore[arg-type]
-    fetcher.add(SimpleNamespace(key=("t", 0), epoch=0, retry_at=0.0,  # type: ignore[arg-type]
-                                reconcile_at=None, throttle=0, leader_end=0))
+    fetcher.add(
+        SimpleNamespace(
+            key=("t", 0),
+            epoch=0,
+            retry_at=0.0,  # type: ignore[arg-type]
+            reconcile_at=None,
+            throttle=0,
+            leader_end=0,
+        )
+    )
     fetcher.start(BackgroundTasks())
     try:
         async with asyncio.timeout(10):
@@ -47,7 +55,8 @@ async def _silent_leader_scenario() -> tuple[int, int]:
 
 
 def test_a_leader_that_never_answers_is_dropped_and_reconnected(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(fetcher_module, "RESPONSE_GRACE_S", 0.1)
     with caplog.at_level(logging.INFO, logger="logferry.replication"):
         connections, requests = asyncio.run(_silent_leader_scenario())

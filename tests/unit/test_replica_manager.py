@@ -16,13 +16,13 @@ from types import SimpleNamespace
 
 from kazoo.exceptions import ConnectionLossException
 
-from broker.wire import records
+from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
 from broker.replication.manager import LEADER, ReplicaManager
 from broker.replication.services import ReplicationServices
-from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
+from broker.wire import records
 from tests.support.waiting import wait_until_async
 
 KEY = ("t", 0)
@@ -67,18 +67,31 @@ class FakeZooKeeper:
 
 def _services(tmp_path, zk: FakeZooKeeper) -> ReplicationServices:
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
-    config = SimpleNamespace(broker_id=1, min_insync_replicas=2, replica_lag_time_max_ms=400,
-                             acks_all_timeout_ms=5000, log_dirs=[tmp_path],
-                             zk_session_timeout_s=10.0)
+    config = SimpleNamespace(
+        broker_id=1,
+        min_insync_replicas=2,
+        replica_lag_time_max_ms=400,
+        acks_all_timeout_ms=5000,
+        log_dirs=[tmp_path],
+        zk_session_timeout_s=10.0,
+    )
     pool = ThreadPoolExecutor(1)
     return ReplicationServices(
-        config=config, zk=zk,  # type: ignore[arg-type]
-        registry=SimpleNamespace(read_state=zk.read_state,  # type: ignore[arg-type]
-                                 session=SESSION),
+        config=config,
+        zk=zk,  # type: ignore[arg-type]
+        registry=SimpleNamespace(
+            read_state=zk.read_state,  # type: ignore[arg-type]
+            session=SESSION,
+        ),
         logs=SimpleNamespace(get=lambda topic, partition: plog),  # type: ignore[arg-type]
-        admin_pool=pool, fsync_pool=pool, isr_changes=Counter(), truncated_bytes=Counter(),
-        wake_fetchers=lambda key: None, wake_consumers=lambda key: None,
-        replicated_in=lambda *args: None)
+        admin_pool=pool,
+        fsync_pool=pool,
+        isr_changes=Counter(),
+        truncated_bytes=Counter(),
+        wake_fetchers=lambda key: None,
+        wake_consumers=lambda key: None,
+        replicated_in=lambda *args: None,
+    )
 
 
 def _view(state: PartitionState) -> ClusterView:
@@ -114,8 +127,7 @@ def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path)
     async def scenario() -> None:
         zk = FakeZooKeeper()
         stale = zk.state
-        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
-            tmp_path, zk)
+        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(tmp_path, zk)
         try:
             await wait_until_async(lambda: replica.state.version == 6, 5.0, "the isr write")
             assert replica.tracker.isr == (1, 2, 3)
@@ -126,6 +138,7 @@ def test_a_view_read_before_the_leaders_own_isr_write_does_not_undo_it(tmp_path)
             upkeep.cancel()
             fetching.cancel()
             services.admin_pool.shutdown()
+
     asyncio.run(scenario())
 
 
@@ -134,8 +147,7 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
         zk = FakeZooKeeper()
         zk.set_errors = [ConnectionLossException()]  # the first write never lands
         zk.read_errors = [ConnectionLossException()]  # nor does the first read
-        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(
-            tmp_path, zk)
+        manager, replica, upkeep, services, fetching = await _leader_with_a_follower_catching_up(tmp_path, zk)
         try:
             await wait_until_async(lambda: zk.sets == 1, 5.0, "the first isr write")
             tracker = replica.tracker
@@ -152,6 +164,7 @@ def test_an_isr_write_whose_answer_was_lost_is_settled_by_a_read(tmp_path):
             upkeep.cancel()
             fetching.cancel()
             services.admin_pool.shutdown()
+
     asyncio.run(scenario())
 
 
@@ -171,6 +184,7 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
             reading.set()
             release.wait(5)
             return real_read(topic, partition)
+
         services.registry.read_state = slow_read  # type: ignore[union-attr]
         answers = []
         fencing = manager.fencing
@@ -189,4 +203,5 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
         finally:
             release.set()
             services.admin_pool.shutdown()
+
     asyncio.run(scenario())

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from broker.wire import records
-from broker.replication.isr import LeaderTracker
-from broker.replication.reconcile import matching_prefix
 from broker.coordination.partition_state import (
     NO_LEADER,
     PartitionState,
@@ -14,11 +11,15 @@ from broker.coordination.partition_state import (
     elect,
     initial_state,
 )
+from broker.replication.isr import LeaderTracker
+from broker.replication.reconcile import matching_prefix
+from broker.wire import records
 
 LIVE = {1: 101, 2: 102, 3: 103}  # broker id -> session
 
 
 # -- state and election -----------------------------------------------------------------
+
 
 def test_state_round_trips_through_its_znode_payload() -> None:
     state = PartitionState(2, 7, (2, 3), 102)
@@ -95,6 +96,7 @@ def test_placement_refuses_impossible_requests() -> None:
 
 
 # -- the leader's bookkeeping -----------------------------------------------------------
+
 
 def test_high_watermark_is_the_smallest_isr_end_capped_by_the_publishable_end() -> None:
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2, 3), high_watermark=100, now=0.0)
@@ -218,6 +220,7 @@ def test_lag_bytes_per_follower() -> None:
 
 # -- reconcile --------------------------------------------------------------------------
 
+
 def batch(*values: bytes) -> bytes:
     return records.encode_batch(list(values), None, 1_700_000_000_000)
 
@@ -245,7 +248,7 @@ def test_a_local_batch_of_another_size_is_divergence() -> None:
 
 def test_a_leader_slice_cut_inside_a_batch_is_not_yet_a_verdict() -> None:
     a, b = batch(b"a"), batch(b"b" * 50)
-    assert matching_prefix((a + b)[:len(a) + 10], a + b) == (len(a), False)
+    assert matching_prefix((a + b)[: len(a) + 10], a + b) == (len(a), False)
 
 
 def test_a_follower_the_controller_dropped_must_fetch_again_to_rejoin() -> None:
@@ -271,11 +274,16 @@ def test_matching_prefix_finds_the_first_difference_in_random_logs() -> None:
     """Random shared prefixes, random divergent tails, random cuts of the leader's data:
     the reported match is always the last shared batch boundary, never beyond."""
     import random
+
     rng = random.Random(20261122)
     for _ in range(300):
+
         def batches(tag: str, n: int) -> list[bytes]:
-            return [batch(*[b"%s-%d-%d" % (tag.encode(), i, j) * rng.randint(1, 4)
-                             for j in range(rng.randint(1, 5))]) for i in range(n)]
+            return [
+                batch(*[b"%s-%d-%d" % (tag.encode(), i, j) * rng.randint(1, 4) for j in range(rng.randint(1, 5))])
+                for i in range(n)
+            ]
+
         shared = b"".join(batches("s", rng.randint(0, 5)))
         leader_tail = b"".join(batches("L", rng.randint(0, 4)))
         local_tail = b"".join(batches("F", rng.randint(0, 4)))

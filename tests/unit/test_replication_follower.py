@@ -5,16 +5,16 @@ and the errors that move the fetch position."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Iterator
 
 import pytest
 
 from broker.common.errors import OffsetOutOfRangeError, UnknownError
+from broker.coordination.partition_state import PartitionState
 from broker.replication.follower import FollowerApplier
 from broker.replication.roles import FOLLOWER, Replica
 from broker.replication.services import ReplicationServices
-from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
@@ -43,10 +43,16 @@ def _follower(tmp_path) -> tuple[FollowerApplier, Replica, list, Counter]:
     truncated: Counter = Counter()
     unused = SimpleNamespace()
     services = ReplicationServices(
-        config=unused, logs=unused, admin_pool=unused,  # type: ignore[arg-type]
-        fsync_pool=unused, isr_changes=Counter(),  # type: ignore[arg-type]
-        truncated_bytes=truncated, wake_consumers=lambda key: None,
-        wake_fetchers=lambda key: None, replicated_in=lambda *args: copied.append(args))
+        config=unused,
+        logs=unused,
+        admin_pool=unused,  # type: ignore[arg-type]
+        fsync_pool=unused,
+        isr_changes=Counter(),  # type: ignore[arg-type]
+        truncated_bytes=truncated,
+        wake_consumers=lambda key: None,
+        wake_fetchers=lambda key: None,
+        replicated_in=lambda *args: copied.append(args),
+    )
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
     _opened.append(plog)
     replica = Replica(("t", 0), plog)
@@ -56,16 +62,16 @@ def _follower(tmp_path) -> tuple[FollowerApplier, Replica, list, Counter]:
     return FollowerApplier(services), replica, copied, truncated
 
 
-def _answer(code: int = 0, start: int = 0, hw: int = 0, data: bytes = b"", leo: int = 0,
-            message: str = "") -> ReplicaFetchAnswerPart:
+def _answer(
+    code: int = 0, start: int = 0, hw: int = 0, data: bytes = b"", leo: int = 0, message: str = ""
+) -> ReplicaFetchAnswerPart:
     return ReplicaFetchAnswerPart("t", 0, code, message, start, hw, len(data), leo)
 
 
 def test_fetched_batches_are_appended_as_they_are(tmp_path):
     applier, replica, copied, _ = _follower(tmp_path)
     data = _batch(b"a") + _batch(b"b")
-    applier.on_fetched(replica, EPOCH, 0, _answer(hw=len(data) - 1, data=data, leo=len(data)),
-                       memoryview(data))
+    applier.on_fetched(replica, EPOCH, 0, _answer(hw=len(data) - 1, data=data, leo=len(data)), memoryview(data))
     assert replica.plog.read_bytes(0, len(data)) == data
     assert copied == [(("t", 0), len(data), 6)]
     replica.plog.flush()
@@ -76,8 +82,7 @@ def test_fetched_batches_are_appended_as_they_are(tmp_path):
 def test_an_answer_from_another_epoch_or_offset_is_ignored(tmp_path):
     applier, replica, copied, _ = _follower(tmp_path)
     data = _batch(b"a")
-    applier.on_fetched(replica, EPOCH - 1, 0, _answer(data=data, leo=len(data)),
-                       memoryview(data))
+    applier.on_fetched(replica, EPOCH - 1, 0, _answer(data=data, leo=len(data)), memoryview(data))
     applier.on_fetched(replica, EPOCH, 7, _answer(data=data, leo=len(data)), memoryview(data))
     assert replica.plog.end_offset == 0 and copied == []
 
@@ -88,8 +93,7 @@ def test_a_diverged_tail_is_cut_where_the_leader_differs(tmp_path):
     replica.plog.append(common + mine, 6)
     replica.reconcile_at = 0
     leader = common + theirs
-    applier.on_fetched(replica, EPOCH, 0, _answer(data=leader, leo=len(leader)),
-                       memoryview(leader))
+    applier.on_fetched(replica, EPOCH, 0, _answer(data=leader, leo=len(leader)), memoryview(leader))
     assert replica.plog.end_offset == len(common)
     assert truncated[()] == len(mine)
     assert replica.reconcile_at is None and copied == []
@@ -97,14 +101,14 @@ def test_a_diverged_tail_is_cut_where_the_leader_differs(tmp_path):
 
 def test_a_leader_whose_log_starts_past_ours_restarts_the_log_there(tmp_path):
     applier, replica, _, _ = _follower(tmp_path)
-    applier.on_fetched(replica, EPOCH, 0, _answer(code=OffsetOutOfRangeError.code,
-                                                  start=5000, leo=9000), memoryview(b""))
+    applier.on_fetched(
+        replica, EPOCH, 0, _answer(code=OffsetOutOfRangeError.code, start=5000, leo=9000), memoryview(b"")
+    )
     assert replica.plog.start_offset == replica.plog.end_offset == 5000
     assert applier.fetch_position(replica) == 5000
 
 
 def test_other_errors_retry_after_a_pause(tmp_path):
     applier, replica, _, _ = _follower(tmp_path)
-    applier.on_fetched(replica, EPOCH, 0, _answer(code=UnknownError.code, message="boom"),
-                       memoryview(b""))
+    applier.on_fetched(replica, EPOCH, 0, _answer(code=UnknownError.code, message="boom"), memoryview(b""))
     assert replica.retry_at > 0 and replica.plog.end_offset == 0

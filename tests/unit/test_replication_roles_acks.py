@@ -3,15 +3,15 @@ how acks=all answers wait for the in-sync replicas (with a real partition log)."
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from broker.common.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from broker.coordination.partition_state import PartitionState
 from broker.replication import acks
 from broker.replication.isr import LeaderTracker
 from broker.replication.roles import FOLLOWER, LEADER, OFFLINE, Replica, role_for, same_term
-from broker.coordination.partition_state import PartitionState
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
@@ -29,13 +29,16 @@ class Waiting:
         self.done[index] = error
 
 
-@pytest.mark.parametrize("state, role, leader", [
-    (None, OFFLINE, -1),
-    (PartitionState(-1, 4, (1,)), OFFLINE, -1),
-    (PartitionState(ME, 4, (1, 2), SESSION), LEADER, ME),
-    (PartitionState(ME, 4, (1, 2), SESSION - 1), OFFLINE, ME),  # elected in an older session
-    (PartitionState(2, 4, (1, 2), 55), FOLLOWER, 2),
-])
+@pytest.mark.parametrize(
+    "state, role, leader",
+    [
+        (None, OFFLINE, -1),
+        (PartitionState(-1, 4, (1,)), OFFLINE, -1),
+        (PartitionState(ME, 4, (1, 2), SESSION), LEADER, ME),
+        (PartitionState(ME, 4, (1, 2), SESSION - 1), OFFLINE, ME),  # elected in an older session
+        (PartitionState(2, 4, (1, 2), 55), FOLLOWER, 2),
+    ],
+)
 def test_the_role_a_state_gives(state, role, leader):
     assert role_for(state, ME, SESSION) == (role, leader)
 

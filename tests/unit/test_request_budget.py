@@ -89,6 +89,7 @@ def test_releasing_more_than_reserved_is_a_bug():
 
 def test_a_bound_method_waiter_can_be_cancelled():
     """A connection waits with ``self._granted``: a new bound-method object each time."""
+
     class Conn:
         def granted(self, n: int) -> None:
             raise AssertionError("cancelled waiter granted")

@@ -102,11 +102,17 @@ def test_an_event_wait_makes_the_sleep_interruptible():
     assert retry.sleep() == 60.0  # returns at once: the event is set
 
 
-@pytest.mark.parametrize("kwargs, says", [
-    ({"initial": -1.0}, "negative"), ({"maximum": -0.5}, "negative"),
-    ({"multiplier": 0.5}, "multiplier"), ({"jitter": 1.5}, "jitter"),
-    ({"jitter": -0.1}, "jitter"), ({"max_tries": 0}, "max_tries"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"initial": -1.0}, "negative"),
+        ({"maximum": -0.5}, "negative"),
+        ({"multiplier": 0.5}, "multiplier"),
+        ({"jitter": 1.5}, "jitter"),
+        ({"jitter": -0.1}, "jitter"),
+        ({"max_tries": 0}, "max_tries"),
+    ],
+)
 def test_nonsense_settings_are_refused_with_the_setting_named(kwargs, says):
     with pytest.raises(ConfigError, match=says):
         Retry(**kwargs)

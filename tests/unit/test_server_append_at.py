@@ -18,8 +18,7 @@ def call(dispatcher, metrics, parts, corr=1):
     fields = encode_append_at_request(1, parts)
     head, frame = _request(protocol.APPEND_AT, corr, fields, b"".join(bytes(p.data) for p in parts))
     assert dispatcher.is_synchronous(head)
-    dispatcher.handle_produce(head, frame, Responder(channel, corr, head.name,
-                                                     metrics.count_request))
+    dispatcher.handle_produce(head, frame, Responder(channel, corr, head.name, metrics.count_request))
     (answer,) = channel.frames()
     return parse_append_at_answer(answer.header)
 
@@ -30,8 +29,9 @@ async def _append_at_the_end_only(tmp_path):
     b = records.encode_batch([b"c"], None, 2)
     (q,) = call(dispatcher, metrics, [AppendAtPart("t", 0, QUERY, b"")])
     assert (q.error, q.start, q.end, q.last) == (0, 0, 0, -1)
-    ok, again, wrong = call(dispatcher, metrics, [
-        AppendAtPart("t", 0, 0, a), AppendAtPart("t", 0, 0, a), AppendAtPart("t", 0, 999, b)])
+    ok, again, wrong = call(
+        dispatcher, metrics, [AppendAtPart("t", 0, 0, a), AppendAtPart("t", 0, 0, a), AppendAtPart("t", 0, 999, b)]
+    )
     assert (ok.error, ok.end) == (0, len(a))
     assert (again.error, again.end) == (OffsetMismatchError.code, len(a))  # a repeat: refused
     assert wrong.error == OffsetMismatchError.code and "ends at offset" in wrong.message
@@ -76,8 +76,7 @@ async def _idempotent_batches(tmp_path):
     # is refused (the copy may start anywhere), and the producer state records it
     first = records.encode_batch([b"a", b"b"], None, 1, producer=(7, 0, 40))
     second = records.encode_batch([b"c"], None, 2, producer=(7, 0, 42))
-    ok, ok2 = call(dispatcher, metrics, [AppendAtPart("t", 0, 0, first),
-                                         AppendAtPart("t", 0, len(first), second)])
+    ok, ok2 = call(dispatcher, metrics, [AppendAtPart("t", 0, 0, first), AppendAtPart("t", 0, len(first), second)])
     assert (ok.error, ok2.error) == (0, 0)
     assert 7 in logs.get("t", 0).producers.producers
     pool.shutdown()

@@ -13,16 +13,16 @@ import msgpack
 
 from broker.common.errors import CorruptBatchError, InvalidRequestError, NotLeaderError
 from broker.common.metrics import Metrics
-from broker.coordination.registry import ClusterView
+from broker.common.principal import ANONYMOUS
 from broker.coordination.partition_state import PartitionState
+from broker.coordination.registry import ClusterView
 from broker.server.broker_metrics import BrokerMetrics
+from broker.server.durability.flusher import Flusher
 from broker.server.native.dispatch import Dispatcher
 from broker.server.services.fetch import FetchService
-from broker.server.durability.flusher import Flusher
 from broker.server.services.produce import ProduceService
 from broker.server.services.responder import FileReply, Responder
 from broker.server.services.routing import PartitionRouter
-from broker.common.principal import ANONYMOUS
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.wire import apis, protocol, records
@@ -62,34 +62,50 @@ class Channel:
 
 
 def _services(tmp_path, flush_messages: int, visibility: str = "flushed"):
-    logs = LogManager([tmp_path], LogConfig(flush_messages=flush_messages, flush_ms=60_000,
-                                            visibility=visibility))
+    logs = LogManager([tmp_path], LogConfig(flush_messages=flush_messages, flush_ms=60_000, visibility=visibility))
     logs.load()
     logs.create("t", 0)
-    view = ClusterView(topics={"t": {0: [1], 1: [2]}},
-                       states={("t", 1): PartitionState(leader=2, leader_epoch=1, isr=(2,))})
+    view = ClusterView(
+        topics={"t": {0: [1], 1: [2]}}, states={("t", 1): PartitionState(leader=2, leader_epoch=1, isr=(2,))}
+    )
     replication = SimpleNamespace(
         leader_log=lambda topic, partition, for_write=False: logs.get(topic, partition),
         check_acks_all=lambda topic, partition: None,
-        wait_for_replicas=lambda *args: False, on_publishable=lambda key: None,
-        role_counts=lambda: {}, under_replicated=lambda: [], replicas={})
+        wait_for_replicas=lambda *args: False,
+        on_publishable=lambda key: None,
+        role_counts=lambda: {},
+        under_replicated=lambda: [],
+        replicas={},
+    )
     metrics = BrokerMetrics(Metrics(), logs, set(), lambda: replication, lambda: None)
     router = PartitionRouter(1, replication, lambda: view)
     fetch = FetchService(router, replication, logs, metrics, lambda: False)
     pool = ThreadPoolExecutor(1)
     flusher = Flusher(logs, 60_000, pool, fetch.wake_consumers, replication.on_publishable)
-    produce = ProduceService(router, replication, logs, flusher, fetch, metrics,
-                             flush_messages == 1, lambda: False)
-    dispatcher = Dispatcher(produce, fetch, SimpleNamespace(
-        offsets=None, metadata=None, create_topic=None, delete_topic=None, elect_leaders=None,
-        alter_topic=None, create_partitions=None, init_producer_id=None))
+    produce = ProduceService(router, replication, logs, flusher, fetch, metrics, flush_messages == 1, lambda: False)
+    dispatcher = Dispatcher(
+        produce,
+        fetch,
+        SimpleNamespace(
+            offsets=None,
+            metadata=None,
+            create_topic=None,
+            delete_topic=None,
+            elect_leaders=None,
+            alter_topic=None,
+            create_partitions=None,
+            init_producer_id=None,
+        ),
+    )
     return dispatcher, metrics, logs, pool
 
 
 def _request(api: int, corr: int, fields: dict, payload: bytes = b"") -> tuple:
     head = apis.parse_request_head({"api": api, "v": 1, "id": corr, **fields})
-    return head, protocol.Frame(msgpack.unpackb(msgpack.packb(
-        {"api": api, "v": 1, "id": corr, **fields}), strict_map_key=False), memoryview(payload))
+    return head, protocol.Frame(
+        msgpack.unpackb(msgpack.packb({"api": api, "v": 1, "id": corr, **fields}), strict_map_key=False),
+        memoryview(payload),
+    )
 
 
 async def _produce_then_fetch(tmp_path):
@@ -98,9 +114,12 @@ async def _produce_then_fetch(tmp_path):
     bad = bytearray(good)
     bad[-1] ^= 0xFF
     channel = Channel()
-    head, frame = _request(protocol.PRODUCE, 1, {"acks": 1, "parts": [
-        ["t", 0, len(good)], ["t", 0, len(bad)], ["t", 1, len(good)], ["t", "x", 1]]},
-        good + bytes(bad) + good + b"z")
+    head, frame = _request(
+        protocol.PRODUCE,
+        1,
+        {"acks": 1, "parts": [["t", 0, len(good)], ["t", 0, len(bad)], ["t", 1, len(good)], ["t", "x", 1]]},
+        good + bytes(bad) + good + b"z",
+    )
     dispatcher.handle_produce(head, frame, Responder(channel, 1, head.name, metrics.count_request))
     assert channel.sent == []  # flush_messages = 1: answered after the fsync
     for _ in range(200):
@@ -110,8 +129,11 @@ async def _produce_then_fetch(tmp_path):
     (answer,) = channel.frames()
     parts = parse_produce_answer(answer.header)
     assert [(p.error, p.base_offset) for p in parts] == [
-        (0, 0), (CorruptBatchError.code, -1), (NotLeaderError.code, -1),
-        (InvalidRequestError.code, -1)]
+        (0, 0),
+        (CorruptBatchError.code, -1),
+        (NotLeaderError.code, -1),
+        (InvalidRequestError.code, -1),
+    ]
     assert "CRC" in parts[1].message and parts[3].partition == "x"
     assert logs.get("t", 0).visible_end == len(good)
     rendered = metrics.registry.render()  # per-error labels render (they used to crash)
@@ -150,12 +172,12 @@ async def _long_poll_is_woken_by_a_flush(tmp_path):
     fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
     head, frame = _request(protocol.FETCH, 1, fields)
     polling = asyncio.ensure_future(
-        dispatcher.handle(head, frame, Responder(channel, 1, head.name, metrics.count_request)))
+        dispatcher.handle(head, frame, Responder(channel, 1, head.name, metrics.count_request))
+    )
     await asyncio.sleep(0.05)
     assert not polling.done() and channel.sent == []
     batch = records.encode_batch([b"late"], None, 1)
-    head, frame = _request(protocol.PRODUCE, 2, {"acks": 0, "parts": [["t", 0, len(batch)]]},
-                           batch)
+    head, frame = _request(protocol.PRODUCE, 2, {"acks": 0, "parts": [["t", 0, len(batch)]]}, batch)
     produced = Channel()
     dispatcher.handle_produce(head, frame, Responder(produced, 2, head.name, metrics.count_request))
     assert produced.sent == [] and not produced.closed  # acks 0: no answer
@@ -179,7 +201,8 @@ async def _wake_answers_at_once(tmp_path):
     fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
     head, frame = _request(protocol.FETCH, 1, fields)
     polling = asyncio.ensure_future(
-        dispatcher.handle(head, frame, Responder(channel, 1, head.name, metrics.count_request)))
+        dispatcher.handle(head, frame, Responder(channel, 1, head.name, metrics.count_request))
+    )
     await asyncio.sleep(0.05)
     plog = logs.get("t", 0)
     batch = records.encode_batch([b"now"], None, 1)
@@ -223,23 +246,23 @@ class FlushedEndAtAnswer(Channel):
 
 
 async def _written_visibility_answers_before_the_fsync(tmp_path):
-    dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=10_000,
-                                                visibility="written")
+    dispatcher, metrics, logs, pool = _services(tmp_path, flush_messages=10_000, visibility="written")
     plog = logs.get("t", 0)
     order: list[str] = []
     consumer = FlushedEndAtAnswer(plog, "consumer", order)
     fields = encode_fetch_request([FetchPart("t", 0, 0, 1 << 20)], 5_000, 1)
     head, frame = _request(protocol.FETCH, 1, fields)
     polling = asyncio.ensure_future(
-        dispatcher.handle(head, frame, Responder(consumer, 1, head.name, metrics.count_request)))
+        dispatcher.handle(head, frame, Responder(consumer, 1, head.name, metrics.count_request))
+    )
     await asyncio.sleep(0.05)
     assert consumer.sent == []
     batches = [records.encode_batch([b"m%d" % i], None, 1) for i in range(3)]
     producer = FlushedEndAtAnswer(plog, "producer", order)
-    head, frame = _request(protocol.PRODUCE, 2, {"acks": 1, "parts": [
-        ["t", 0, len(b)] for b in batches]}, b"".join(batches))
-    dispatcher.handle_produce(head, frame, Responder(producer, 2, head.name,
-                                                     metrics.count_request))
+    head, frame = _request(
+        protocol.PRODUCE, 2, {"acks": 1, "parts": [["t", 0, len(b)] for b in batches]}, b"".join(batches)
+    )
+    dispatcher.handle_produce(head, frame, Responder(producer, 2, head.name, metrics.count_request))
     # Within the produce handler, no await: the consumer's answer first, then the
     # producer's, both before any fsync published anything.
     assert order == ["consumer", "producer"]

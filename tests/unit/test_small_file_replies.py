@@ -30,9 +30,9 @@ def test_a_small_file_reply_is_one_write_of_head_and_log_bytes(tmp_path: Path) -
         conn, transport = _connect()
         data = bytes(range(256)) * 40
         with _segment(tmp_path, data) as f:
-            conn.send(FileReply(b"HEAD", [FileSlice(f, 100, 300, 100),
-                                          FileSlice(f, 0, 0, 0),
-                                          FileSlice(f, 2000, 50, 2000)]))
+            conn.send(
+                FileReply(b"HEAD", [FileSlice(f, 100, 300, 100), FileSlice(f, 0, 0, 0), FileSlice(f, 2000, 50, 2000)])
+            )
             # written during send: no task, no sendfile, nothing queued
             assert transport.written == [b"HEAD" + data[100:400] + data[2000:2050]]
             assert not conn.tasks and not conn._queue and not conn._sending
@@ -53,8 +53,7 @@ def test_a_large_file_reply_is_left_to_sendfile(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_a_file_reply_that_cannot_be_read_whole_closes_instead_of_a_short_frame(
-        tmp_path: Path) -> None:
+def test_a_file_reply_that_cannot_be_read_whole_closes_instead_of_a_short_frame(tmp_path: Path) -> None:
     async def scenario() -> None:
         conn, transport = _connect()
         with _segment(tmp_path, bytes(100)) as f:  # shorter than the slice (truncated)
@@ -78,5 +77,3 @@ def test_a_small_reply_after_a_queued_one_keeps_its_place(tmp_path: Path) -> Non
         assert conn._queued_bytes == 0
 
     asyncio.run(scenario())
-
-

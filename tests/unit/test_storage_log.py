@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from broker.wire import records
 from broker.common.errors import (
     CorruptBatchError,
     InvalidOffsetError,
@@ -18,6 +17,7 @@ from broker.common.errors import (
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.storage.segment import parse_segment_file_name, segment_file_name
+from broker.wire import records
 
 
 def batch(i: int, n: int = 3, ts: int = 1_000, size: int = 20) -> bytes:
@@ -71,8 +71,7 @@ def test_offsets_are_byte_positions_across_rolls(tmp_path: Path) -> None:
     # several segments, each named by the offset of its first byte, each within bounds
     segments = plog.segments
     assert len(segments) > 3
-    assert [s.base_offset for s in segments] == [
-        parse_segment_file_name(s.path.name) for s in segments]
+    assert [s.base_offset for s in segments] == [parse_segment_file_name(s.path.name) for s in segments]
     for seg, following in zip(segments, segments[1:], strict=False):
         assert seg.end_offset == following.base_offset
         assert 0 < seg.size <= 300
@@ -98,8 +97,7 @@ def test_read_slice_at_every_batch_boundary(tmp_path: Path) -> None:
         assert big.count == seg.end_offset - offset  # never crosses a segment boundary
         if offset in bases:  # an offset equal to a segment's end is the next segment's
             assert big.position == 0
-        decoded, used = records.decode_batches(
-            os.pread(big.file.fileno(), big.count, big.position), offset)
+        decoded, used = records.decode_batches(os.pread(big.file.fileno(), big.count, big.position), offset)
         assert used == big.count and decoded[0].offset == offset
     assert plog.read_slice(plog.visible_end, 100).count == 0
     plog.close()
@@ -273,6 +271,7 @@ def test_delete_removes_the_directory_but_open_slices_still_read(tmp_path: Path)
 
 
 # -- what replication needs: a capped visible end, truncation, byte comparison ---------
+
 
 def test_high_watermark_caps_the_visible_end(tmp_path: Path) -> None:
     plog = open_log(tmp_path)

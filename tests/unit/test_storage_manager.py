@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.wire import records
 from broker.common.errors import ConfigError, StorageError
 from broker.storage.config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.segment import segment_file_name
+from broker.wire import records
 
 MARKER = ".clean_shutdown"
 
@@ -53,7 +53,8 @@ def test_new_partitions_go_to_the_least_used_log_dir(tmp_path: Path) -> None:
 
 
 def test_reload_after_clean_close_keeps_data_and_skips_recovery(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     logs = manager(a, b)
     for p in range(2):
@@ -117,8 +118,7 @@ def test_leftovers_and_duplicates(tmp_path: Path) -> None:
         manager(a, b)
 
 
-def test_failed_fsync_stops_writes_and_withholds_the_marker(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_failed_fsync_stops_writes_and_withholds_the_marker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     logs = manager(a, b)
     failing, healthy = logs.create("t", 0), logs.create("t", 1)
@@ -126,9 +126,8 @@ def test_failed_fsync_stops_writes_and_withholds_the_marker(
     healthy.append(batch(0), 3)
     pending = failing.prepare_flush()
     os.close(pending._fds[0])  # the fsync will fail with EBADF, as a dying disk would fail it
-    with caplog.at_level(logging.ERROR, logger="logferry.storage"):
-        with pytest.raises(OSError):
-            pending.run()
+    with caplog.at_level(logging.ERROR, logger="logferry.storage"), pytest.raises(OSError):
+        pending.run()
     assert failing.needs_recovery and "fsync failed" in caplog.text
     assert failing.visible_end == 0
     with pytest.raises(StorageError, match="restart the broker"):

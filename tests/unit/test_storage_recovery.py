@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.wire import records
 from broker.common.errors import StorageError
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.storage.segment import segment_file_name
+from broker.wire import records
 
 
 def batch(i: int, n: int = 3, size: int = 20) -> bytes:
@@ -46,14 +46,19 @@ def damage(path: Path, data: bytes, at: int | None = None) -> None:
         f.write(data)
 
 
-@pytest.mark.parametrize("junk, reason", [
-    (batch(99)[:30], "torn batch"),
-    (batch(99)[:10], "torn batch header"),
-    (b"\x00" * 4096, "bad magic byte 0"),
-    (b"\x00\x00\x01\x00\x01" + b"\x05" * 500, "malformed batch header"),
-], ids=["half-batch", "half-header", "zeros", "garbage"])
-def test_torn_or_garbage_tail_is_cut_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                junk: bytes, reason: str) -> None:
+@pytest.mark.parametrize(
+    "junk, reason",
+    [
+        (batch(99)[:30], "torn batch"),
+        (batch(99)[:10], "torn batch header"),
+        (b"\x00" * 4096, "bad magic byte 0"),
+        (b"\x00\x00\x01\x00\x01" + b"\x05" * 500, "malformed batch header"),
+    ],
+    ids=["half-batch", "half-header", "zeros", "garbage"],
+)
+def test_torn_or_garbage_tail_is_cut_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, junk: bytes, reason: str
+) -> None:
     directory = tmp_path / "t-0"
     batches, _ = write_log(directory, 5)
     good = len(b"".join(batches))
@@ -65,16 +70,14 @@ def test_torn_or_garbage_tail_is_cut_and_logged(tmp_path: Path, caplog: pytest.L
     assert os.path.getsize(directory / segment_file_name(0)) == good
     [record] = [r for r in caplog.records if "truncated" in r.getMessage()]
     message = record.getMessage()
-    for part in ("t-0", segment_file_name(0), f"at byte {good}", f"cutting {len(junk)} bytes",
-                 reason):
+    for part in ("t-0", segment_file_name(0), f"at byte {good}", f"cutting {len(junk)} bytes", reason):
         assert part in message
     assert record.name == "logferry.storage"
     assert plog.append(batch(5), 3) == good  # appends continue where the good data ends
     plog.close()
 
 
-def test_flipped_byte_cuts_that_batch_and_everything_after(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_flipped_byte_cuts_that_batch_and_everything_after(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     directory = tmp_path / "t-0"
     batches, _ = write_log(directory, 6)
     bad_at = len(b"".join(batches[:3]))
@@ -111,8 +114,7 @@ def test_only_the_last_segment_is_scanned(tmp_path: Path) -> None:
     again.close()
 
 
-def test_empty_trailing_segment_is_dropped_after_a_crash(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_empty_trailing_segment_is_dropped_after_a_crash(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     directory = tmp_path / "t-0"
     batches, _ = write_log(directory, 3)
     end = len(b"".join(batches))
@@ -140,8 +142,7 @@ def test_a_cut_that_empties_the_last_segment_checks_the_one_before(tmp_path: Pat
     again.close()
 
 
-def test_a_break_between_segments_cuts_the_log_there(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_break_between_segments_cuts_the_log_there(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     directory = tmp_path / "t-0"
     batches, plog = write_log(directory, 8, segment_bytes=300)
     segments = plog.segments
@@ -155,6 +156,6 @@ def test_a_break_between_segments_cuts_the_log_there(
     kept = segments[1].end_offset - segments[1].base_offset
     assert [s.base_offset for s in again.segments] == [0, segments[1].base_offset]
     assert again.end_offset < segments[1].base_offset + kept
-    assert contents(again) == b"".join(batches)[:again.end_offset]
+    assert contents(again) == b"".join(batches)[: again.end_offset]
     assert "gap" in caplog.text and segments[2].path.name in caplog.text
     again.close()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.wire import records
 from broker.common.errors import OffsetOutOfRangeError
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.storage.segment import now_ms
+from broker.wire import records
 
 HOUR = 3600 * 1000
 
@@ -36,8 +36,7 @@ def age(path: Path, hours: float) -> None:
     os.utime(path, (when, when))
 
 
-def test_old_segments_are_deleted_from_the_start(tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_old_segments_are_deleted_from_the_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     plog = filled_log(tmp_path, retention_ms=10 * HOUR)
     segments = plog.segments
     assert len(segments) >= 4

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -13,8 +13,7 @@ from broker.storage import segment as segment_module
 from broker.storage.segment import WRITE_PIECE_BYTES, Segment
 
 
-def spy_on_writes(monkeypatch: pytest.MonkeyPatch,
-                  fail_at: int | None = None) -> list[int]:
+def spy_on_writes(monkeypatch: pytest.MonkeyPatch, fail_at: int | None = None) -> list[int]:
     """Record the size of every ``os.write``; the call numbered ``fail_at`` (from 0)
     fails with ENOSPC instead."""
     sizes: list[int] = []
@@ -31,8 +30,7 @@ def spy_on_writes(monkeypatch: pytest.MonkeyPatch,
     return sizes
 
 
-def test_a_large_append_is_written_in_pieces_and_lands_whole(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_append_is_written_in_pieces_and_lands_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Large writes fill large page-cache folios, which cost up to ten times as much
     per byte on a VM that reports free memory to its host (WRITE_PIECE_BYTES)."""
     seg = Segment.create(tmp_path, 0)
@@ -47,8 +45,7 @@ def test_a_large_append_is_written_in_pieces_and_lands_whole(
     assert (tmp_path / seg.path.name).read_bytes() == small + data + small
 
 
-def test_an_append_that_fails_midway_leaves_none_of_its_pieces(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_append_that_fails_midway_leaves_none_of_its_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seg = Segment.create(tmp_path, 0)
     seg.append(b"kept" * 25)
     spy_on_writes(monkeypatch, fail_at=2)  # two pieces written, the third fails

@@ -17,6 +17,7 @@ def test_calls_run_in_order_on_one_thread_and_a_failing_one_does_not_stop_it() -
     def call(n: int):
         def run() -> None:
             seen.append((n, threading.current_thread().name))
+
         return run
 
     def boom() -> None:

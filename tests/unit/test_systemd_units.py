@@ -33,10 +33,15 @@ LOGFERRY_SERVICES = [u for u in SERVICES if u.name != "logferry-zookeeper.servic
 
 INSTALLED_CONFIG_DIR = "/etc/logferry/"
 LOGFERRY = "/opt/logferry/venv/bin/logferry"
-LOADERS = {"broker": load_broker_config, "agent": load_agent_config,
-           "mirror": load_mirror_config, "load": load_loader_config}
-BROKER_IDS = sorted(int(m.group(1)) for p in ETC.glob("*/broker-*.toml")
-                    if (m := re.fullmatch(r"broker-(\d+)\.toml", p.name)))
+LOADERS = {
+    "broker": load_broker_config,
+    "agent": load_agent_config,
+    "mirror": load_mirror_config,
+    "load": load_loader_config,
+}
+BROKER_IDS = sorted(
+    int(m.group(1)) for p in ETC.glob("*/broker-*.toml") if (m := re.fullmatch(r"broker-(\d+)\.toml", p.name))
+)
 
 
 def parse_unit(path: Path) -> configparser.ConfigParser:
@@ -63,8 +68,13 @@ def instances(path: Path) -> list[str]:
 
 def test_the_documented_units_are_there():
     assert {u.name for u in UNITS} == {
-        "logferry-zookeeper.service", "logferry-broker@.service", "logferry-agent.service",
-        "logferry-mirror.service", "logferry-load.service", "logferry-load.timer"}
+        "logferry-zookeeper.service",
+        "logferry-broker@.service",
+        "logferry-agent.service",
+        "logferry-mirror.service",
+        "logferry-load.service",
+        "logferry-load.timer",
+    }
     assert BROKER_IDS
 
 
@@ -115,8 +125,7 @@ def test_zookeeper_unit_runs_what_zk_start_runs_on_the_shipped_zoo_cfg():
     assert classpath == [str(DEBIAN_JAVA_DIR / jar) for jar in ZOOKEEPER_JARS]
     assert argv[-2:] == [MAIN_CLASS, "/etc/logferry/zookeeper/zoo.cfg"]
     assert shipped_example(argv[-1]) == [ETC / "zookeeper" / "zoo.cfg"]
-    (log4j,) = [a.removeprefix("-Dlog4j.configuration=file:") for a in argv
-                if a.startswith("-Dlog4j.configuration=")]
+    (log4j,) = [a.removeprefix("-Dlog4j.configuration=file:") for a in argv if a.startswith("-Dlog4j.configuration=")]
     assert shipped_example(log4j) == [ETC / "zookeeper" / "log4j.properties"]
     # the state directory systemd creates for the server's user is zoo.cfg's dataDir
     data_dir = read_cfg(ETC / "zookeeper" / "zoo.cfg")["dataDir"]
@@ -135,8 +144,7 @@ def test_timer_starts_the_nightly_load_when_cron_would():
     service = SYSTEMD / timer["Timer"]["Unit"]
     assert service.is_file() and parse_unit(service)["Service"]["Type"] == "oneshot"
     hour, minute = re.fullmatch(r"\*-\*-\* (\d\d):(\d\d):00", timer["Timer"]["OnCalendar"]).groups()
-    (cron,) = [line.split() for line in (ETC / "cron" / "logferry-load").read_text().splitlines()
-               if line[:1].isdigit()]
+    (cron,) = [line.split() for line in (ETC / "cron" / "logferry-load").read_text().splitlines() if line[:1].isdigit()]
     assert (int(minute), int(hour)) == (int(cron[0]), int(cron[1]))
     # and the same command line
     load = shlex.split(parse_unit(service)["Service"]["ExecStart"])

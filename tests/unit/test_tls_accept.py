@@ -45,11 +45,11 @@ def test_the_protocol_is_made_before_the_first_request_and_echoes(contexts) -> N
     events: list[str] = []
 
     async def main() -> None:
-        server = await transport.start_server(lambda: Recorder(events), "127.0.0.1", 0,
-                                              ssl_context=server_ctx, ssl_handshake_timeout=5)
+        server = await transport.start_server(
+            lambda: Recorder(events), "127.0.0.1", 0, ssl_context=server_ctx, ssl_handshake_timeout=5
+        )
         port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
-                                                       server_hostname="127.0.0.1")
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname="127.0.0.1")
         writer.write(b"hello")  # right after the handshake, as a SASL client does
         assert await reader.readexactly(5) == b"hello"
         writer.close()
@@ -69,9 +69,9 @@ def test_a_refused_connection_is_closed_before_any_handshake(contexts) -> None:
         return len(asked) == 1  # the first is taken, the rest refused
 
     async def main() -> tuple[bytes, bytes]:
-        server = await transport.start_server(lambda: Recorder(made), "127.0.0.1", 0,
-                                              ssl_context=server_ctx, ssl_handshake_timeout=5,
-                                              admit=admit)
+        server = await transport.start_server(
+            lambda: Recorder(made), "127.0.0.1", 0, ssl_context=server_ctx, ssl_handshake_timeout=5, admit=admit
+        )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         first = socket.create_connection(("127.0.0.1", port))  # never speaks: in its handshake
@@ -82,7 +82,7 @@ def test_a_refused_connection_is_closed_before_any_handshake(contexts) -> None:
         refused = await asyncio.wait_for(loop.sock_recv(second, 1), 5)
         try:
             waiting = await asyncio.wait_for(loop.sock_recv(first, 1), 0.3)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             waiting = b"still open"
         first.close()
         second.close()
@@ -100,7 +100,7 @@ class Collector(asyncio.Protocol):
 
     data_received_copies = True
 
-    def __init__(self, done: "asyncio.Future[bytes]", size: int):
+    def __init__(self, done: asyncio.Future[bytes], size: int):
         self.done = done
         self.size = size
         self.received = bytearray()
@@ -131,13 +131,11 @@ def test_a_protocol_that_copies_is_given_views_of_a_reused_buffer(contexts, copi
             seen.append(collector)
             return collector
 
-        server = await transport.start_server(factory, "127.0.0.1", 0,
-                                              ssl_context=server_ctx, ssl_handshake_timeout=5)
+        server = await transport.start_server(factory, "127.0.0.1", 0, ssl_context=server_ctx, ssl_handshake_timeout=5)
         port = server.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
-                                                  server_hostname="127.0.0.1")
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname="127.0.0.1")
         for start in range(0, len(payload), 100_000):
-            writer.write(payload[start:start + 100_000])
+            writer.write(payload[start : start + 100_000])
         await writer.drain()
         received = await asyncio.wait_for(done, 10)
         writer.close()

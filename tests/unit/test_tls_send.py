@@ -21,8 +21,14 @@ def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, 
     return server, client_context(TlsConfig(ca_file=pki.ca))
 
 
-def serve_range(contexts: tuple[ssl.SSLContext, ssl.SSLContext], segment: Path, position: int,
-                count: int, prefix: bytes, chunk_bytes: int) -> tuple[bytes, int, int]:
+def serve_range(
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+    segment: Path,
+    position: int,
+    count: int,
+    prefix: bytes,
+    chunk_bytes: int,
+) -> tuple[bytes, int, int]:
     """Send the range to a TLS client over 127.0.0.1; what the client read, how often
     the sender waited for ``writable``, and the shared file's position afterwards."""
     server_ctx, client_ctx = contexts
@@ -42,15 +48,23 @@ def serve_range(contexts: tuple[ssl.SSLContext, ssl.SSLContext], segment: Path, 
                     loop.create_task(self.send(transport))  # type: ignore[arg-type]
 
                 async def send(self, transport: asyncio.WriteTransport) -> None:
-                    await send_file_range(transport, shared, position, count,  # type: ignore[arg-type]
-                                          writable, prefix, chunk_bytes)
+                    await send_file_range(
+                        transport,
+                        shared,
+                        position,
+                        count,  # type: ignore[arg-type]
+                        writable,
+                        prefix,
+                        chunk_bytes,
+                    )
                     transport.close()
                     sent.set_result(shared.tell())
 
             server = await loop.create_server(Sender, "127.0.0.1", 0, ssl=server_ctx)
             port = server.sockets[0].getsockname()[1]
             reader, writer = await asyncio.open_connection(
-                "127.0.0.1", port, ssl=client_ctx, server_hostname="127.0.0.1")
+                "127.0.0.1", port, ssl=client_ctx, server_hostname="127.0.0.1"
+            )
             data = await asyncio.wait_for(reader.read(), 10)
             writer.close()
             server.close()
@@ -61,18 +75,18 @@ def serve_range(contexts: tuple[ssl.SSLContext, ssl.SSLContext], segment: Path, 
 
 
 def test_a_range_of_several_pieces_arrives_whole_after_the_head(
-        tmp_path: Path, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    tmp_path: Path, contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
     segment = tmp_path / "00000000000000000000.log"
     segment.write_bytes(bytes(range(251)) * 4000)  # 1,004,000 bytes, no record multiple
     count = 1_004_000 - 333
     data, waits, tell = serve_range(contexts, segment, 111, count, b"HEAD", 65_536)
-    assert data == b"HEAD" + segment.read_bytes()[111:111 + count]
+    assert data == b"HEAD" + segment.read_bytes()[111 : 111 + count]
     assert waits == -(-count // 65_536)  # checked before every piece
     assert tell == 7  # the segment's shared reader was not moved
 
 
-def test_an_empty_range_sends_the_head_alone(
-        tmp_path: Path, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+def test_an_empty_range_sends_the_head_alone(tmp_path: Path, contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     segment = tmp_path / "00000000000000000000.log"
     segment.write_bytes(b"x" * 100)
     data, waits, _ = serve_range(contexts, segment, 100, 0, b"HEAD", 65_536)

@@ -24,25 +24,39 @@ LIVE = {1: 101, 2: 102, 3: 103}
 
 # -- per-topic settings ----------------------------------------------------------------
 
+
 def test_pairs_are_read_typed_and_checked() -> None:
-    assert topic_config.parse_pairs(["retention_ms=60000", "compression= ZSTD ",
-                                     "retention_bytes=-1", "min_insync_replicas=2",
-                                     "visibility=Written"]) == {
-        "retention_ms": 60000, "compression": "zstd", "retention_bytes": -1,
-        "min_insync_replicas": 2, "visibility": "written"}
+    assert topic_config.parse_pairs(
+        [
+            "retention_ms=60000",
+            "compression= ZSTD ",
+            "retention_bytes=-1",
+            "min_insync_replicas=2",
+            "visibility=Written",
+        ]
+    ) == {
+        "retention_ms": 60000,
+        "compression": "zstd",
+        "retention_bytes": -1,
+        "min_insync_replicas": 2,
+        "visibility": "written",
+    }
 
 
-@pytest.mark.parametrize("pair, key, words", [
-    ("retention_hours=3", "retention_hours", "unknown topic setting"),
-    ("retention_ms=soon", "retention_ms", "not an integer"),
-    ("retention_ms=0", "retention_ms", "positive number of milliseconds"),
-    ("retention_bytes=-2", "retention_bytes", "-1 for unlimited"),
-    ("segment_bytes=10", "segment_bytes", ">= 1024"),
-    ("compression=snappy", "compression", "producer, none, gzip, lz4, zstd"),
-    ("visibility=soon", "visibility", "flushed, written"),
-    ("min_insync_replicas=0", "min_insync_replicas", "positive integer"),
-    ("retention_ms", "retention_ms", "key=value"),
-])
+@pytest.mark.parametrize(
+    "pair, key, words",
+    [
+        ("retention_hours=3", "retention_hours", "unknown topic setting"),
+        ("retention_ms=soon", "retention_ms", "not an integer"),
+        ("retention_ms=0", "retention_ms", "positive number of milliseconds"),
+        ("retention_bytes=-2", "retention_bytes", "-1 for unlimited"),
+        ("segment_bytes=10", "segment_bytes", ">= 1024"),
+        ("compression=snappy", "compression", "producer, none, gzip, lz4, zstd"),
+        ("visibility=soon", "visibility", "flushed, written"),
+        ("min_insync_replicas=0", "min_insync_replicas", "positive integer"),
+        ("retention_ms", "retention_ms", "key=value"),
+    ],
+)
 def test_a_bad_pair_is_refused_naming_its_key(pair: str, key: str, words: str) -> None:
     with pytest.raises(InvalidTopicConfigError, match=words) as caught:
         topic_config.parse_pairs([pair])
@@ -57,8 +71,7 @@ def test_errors_travel_as_codes_50_and_51_and_are_invalid_requests() -> None:
 
 
 def test_altered_sets_then_deletes_and_min_insync_is_bounded_by_the_replicas() -> None:
-    now = topic_config.altered({"retention_ms": 5, "segment_ms": 9},
-                               {"retention_ms": "7"}, ["segment_ms"])
+    now = topic_config.altered({"retention_ms": 5, "segment_ms": 9}, {"retention_ms": "7"}, ["segment_ms"])
     assert now == {"retention_ms": 7}
     with pytest.raises(InvalidTopicConfigError, match="bogus"):
         topic_config.altered({}, {}, ["bogus"])
@@ -71,8 +84,7 @@ def test_overrides_replace_the_brokers_log_settings_and_nothing_else() -> None:
     base = LogConfig(flush_ms=7)
     assert log_config_for(base, {}) is base
     assert log_config_for(base, {"compression": "zstd"}) is base
-    mine = log_config_for(base, {"retention_ms": 1000, "segment_bytes": 4096,
-                                 "min_insync_replicas": 2})
+    mine = log_config_for(base, {"retention_ms": 1000, "segment_bytes": 4096, "min_insync_replicas": 2})
     assert (mine.retention_ms, mine.segment_bytes, mine.flush_ms) == (1000, 4096, 7)
     assert mine.segment_ms == base.segment_ms and mine.visibility == "flushed"
     assert log_config_for(base, {"visibility": "written"}).visibility == "written"
@@ -96,10 +108,10 @@ def test_compression_policy_compresses_plain_batches_and_keeps_compressed_ones()
 
 # -- wire -------------------------------------------------------------------------------
 
+
 def test_alter_and_create_partitions_requests_parse_and_refuse_bad_input() -> None:
     assert protocol.API_NAMES[7] == "alter_topic" and protocol.API_NAMES[8] == "create_partitions"
-    request = topics.parse_alter_topic_request(
-        {"topic": "t", "set": {"retention_ms": 10}, "delete": ["compression"]})
+    request = topics.parse_alter_topic_request({"topic": "t", "set": {"retention_ms": 10}, "delete": ["compression"]})
     assert request == topics.AlterTopicRequest("t", {"retention_ms": 10}, ["compression"])
     assert topics.parse_alter_topic_request(topics.encode_alter_topic_request(request)) == request
     with pytest.raises(InvalidTopicConfigError, match="segment_bytes"):
@@ -111,15 +123,18 @@ def test_alter_and_create_partitions_requests_parse_and_refuse_bad_input() -> No
     with pytest.raises(InvalidPartitionsError):
         topics.parse_create_partitions_request({"topic": "t", "partitions": 0})
     created = topics.parse_create_topic_request(
-        {"topic": "t", "config": {"retention_ms": "5"}, "min_insync_replicas": 2})
+        {"topic": "t", "config": {"retention_ms": "5"}, "min_insync_replicas": 2}
+    )
     assert created.config == {"retention_ms": 5} and created.min_insync_replicas == 2
     head = apis.parse_request_head({"api": protocol.CREATE_PARTITIONS, "v": 1, "id": 3})
     assert head.name == "create_partitions"
-    assert topics.parse_create_partitions_answer({"id": 3, "err": 0, "partitions": {0: [1]}}) \
-        == topics.CreatePartitionsAnswer({0: [1]})
+    assert topics.parse_create_partitions_answer(
+        {"id": 3, "err": 0, "partitions": {0: [1]}}
+    ) == topics.CreatePartitionsAnswer({0: [1]})
 
 
 # -- controlled shutdown ---------------------------------------------------------------
+
 
 def test_a_shutting_down_leader_hands_over_to_the_first_other_in_sync_replica() -> None:
     state = PartitionState(1, 4, (1, 2, 3), 101)
@@ -148,14 +163,19 @@ def test_a_broker_waits_only_for_leadership_that_can_move() -> None:
     assert not leads_movable(PartitionState(1, 0, (1, 2), 101), 1, {1})
     assert not leads_movable(PartitionState(2, 0, (1, 2), 102), 1, {1, 2})
     assert not leads_movable(None, 1, {1})
-    view = ClusterView(brokers={1: BrokerInfo("h", 1), 2: BrokerInfo("h", 2)},
-                       states={("t", 0): PartitionState(1, 0, (1, 2)),
-                               ("t", 1): PartitionState(2, 0, (1, 2)),
-                               ("u", 0): PartitionState(1, 0, (1,))})
+    view = ClusterView(
+        brokers={1: BrokerInfo("h", 1), 2: BrokerInfo("h", 2)},
+        states={
+            ("t", 0): PartitionState(1, 0, (1, 2)),
+            ("t", 1): PartitionState(2, 0, (1, 2)),
+            ("u", 0): PartitionState(1, 0, (1,)),
+        },
+    )
     assert movable_leadership(view, 1) == [("t", 0)]
 
 
 # -- producers notice growth -----------------------------------------------------------
+
 
 def test_a_producer_adopts_a_grown_partition_count_and_never_a_smaller_one() -> None:
     import threading
@@ -168,7 +188,8 @@ def test_a_producer_adopts_a_grown_partition_count_and_never_a_smaller_one() -> 
     producer._partition_counts.update({"grown": 2, "shrunk": 3})
     producer.cluster.refresh = lambda topics: {}  # type: ignore[method-assign]
     producer.cluster.cached_partitions = (  # type: ignore[method-assign]
-        lambda topic: dict.fromkeys(range(counts[topic]), 1))
+        lambda topic: dict.fromkeys(range(counts[topic]), 1)
+    )
     producer.metadata_max_age_s = 0.01
     watcher = threading.Thread(target=producer._watch_partition_counts, daemon=True)
     watcher.start()

@@ -18,8 +18,7 @@ def test_legal_names(name):
     assert validate_topic_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "../etc", "a/b", "a b", "ü", "A" * 250,
-                                  "x\x00", None, 5])
+@pytest.mark.parametrize("name", ["", ".", "..", "../etc", "a/b", "a b", "ü", "A" * 250, "x\x00", None, 5])
 def test_illegal_names(name):
     with pytest.raises(InvalidTopicError):
         validate_topic_name(name)
@@ -62,14 +61,22 @@ def test_every_config_applies_the_one_rule(name):
     from mirror.config import parse_config as mirror_config
     from mirror.errors import MirrorConfigError
 
-    agent = {"state_dir": "/tmp/x", "cluster": {"brokers": ["127.0.0.1:9092"]},
-             "sources": [{"pattern": "/var/log/*.log", "topic": name}]}
-    mirror = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:1/analysis"},
-              "mirror": {"topics": ["a"], "group": name}}
+    agent = {
+        "state_dir": "/tmp/x",
+        "cluster": {"brokers": ["127.0.0.1:9092"]},
+        "sources": [{"pattern": "/var/log/*.log", "topic": name}],
+    }
+    mirror = {
+        "source": {"zk_connect": "h:1/live"},
+        "target": {"zk_connect": "h:1/analysis"},
+        "mirror": {"topics": ["a"], "group": name},
+    }
     loader = {"source": {"zk": "h:1/analysis", "topics": [name]}, "output": {"uri": "file:///tmp/x"}}
-    checks = [(lambda: agent_config(agent), AgentConfigError, "not a valid topic name"),
-              (lambda: loader_config(loader), LoaderConfigError, "not a valid topic name"),
-              (lambda: mirror_config(mirror), MirrorConfigError, "mirror.group")]
+    checks = [
+        (lambda: agent_config(agent), AgentConfigError, "not a valid topic name"),
+        (lambda: loader_config(loader), LoaderConfigError, "not a valid topic name"),
+        (lambda: mirror_config(mirror), MirrorConfigError, "mirror.group"),
+    ]
     for check, error, says in checks:
         if is_valid_name(name):
             check()

@@ -16,8 +16,8 @@ import socket
 import ssl
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -32,14 +32,33 @@ from broker.wire import protocol
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     """A self-signed certificate for localhost and 127.0.0.1, valid for a day."""
     if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate "
-                    "(Debian: apt-get install openssl)")
+        pytest.skip("the openssl command is needed to make a test certificate (Debian: apt-get install openssl)")
     cert, key = directory / f"{name}.pem", directory / f"{name}.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-days", "1", "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert),
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True, capture_output=True, timeout=60)
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -96,27 +115,30 @@ class FrameEcho(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.decoder.feed(data)
         while (frame := self.decoder.next_frame()) is not None:
-            self.transport.write(protocol.encode_response(  # type: ignore[attr-defined]
-                frame.header["id"], {"echo": frame.header.get("echo")}))
+            self.transport.write(
+                protocol.encode_response(  # type: ignore[attr-defined]
+                    frame.header["id"], {"echo": frame.header.get("echo")}
+                )
+            )
 
 
 class ThreadServer:
     """A transport.start_server listener on 127.0.0.1, served by a loop in a thread."""
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol],
-                 ssl_context: ssl.SSLContext | None):
+    def __init__(self, factory: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.server = asyncio.run_coroutine_threadsafe(
-            transport.start_server(factory, "127.0.0.1", 0, ssl_context=ssl_context),
-            self.loop).result(10)
+            transport.start_server(factory, "127.0.0.1", 0, ssl_context=ssl_context), self.loop
+        ).result(10)
         self.port: int = self.server.sockets[0].getsockname()[1]
 
     def close(self) -> None:
         async def stop() -> None:
             self.server.close()
             await self.server.wait_closed()
+
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -178,10 +200,10 @@ def test_plaintext_is_the_default_for_every_style(plain_echo: ThreadServer) -> N
 
 
 def test_tls_blocking_client_handshakes_and_carries_bytes(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext
+) -> None:
     Echo.seen_tls.clear()
-    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5,
-                               ssl_context=client_context)
+    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context)
     try:
         assert stream.version() in ("TLSv1.2", "TLSv1.3")  # type: ignore[attr-defined]
         subject = dict(x[0] for x in stream.getpeercert()["subject"])  # type: ignore[attr-defined]
@@ -195,10 +217,10 @@ def test_tls_blocking_client_handshakes_and_carries_bytes(
 
 
 def test_tls_blocking_client_is_safe_with_one_reader_and_many_writers(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext
+) -> None:
     """The client connection's pattern: a reader thread in recv while writers send."""
-    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5,
-                               ssl_context=client_context)
+    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context)
     writers, messages, message = 4, 300, b"0123456789abcdef" * 64
     total = writers * messages * len(message)
     received: list[bytes] = []
@@ -229,8 +251,7 @@ class CountingSocket(socket.socket):
         super().sendall(data, flags)
 
 
-def counted_tls_stream(port: int, context: ssl.SSLContext
-                       ) -> tuple[CountingSocket, tls_socket.TlsSocket]:
+def counted_tls_stream(port: int, context: ssl.SSLContext) -> tuple[CountingSocket, tls_socket.TlsSocket]:
     """A TLS client on 127.0.0.1:``port`` over a socket that counts its ``sendall``s."""
     sock = CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
     sock.settimeout(10)
@@ -239,7 +260,8 @@ def counted_tls_stream(port: int, context: ssl.SSLContext
 
 
 def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext
+) -> None:
     """A request goes out in one encryption and one socket write per WRITE_BYTES: each
     gives the GIL up, and a sender thread that does so per small piece falls behind a
     busy application thread (broker/net/tls_socket.py)."""
@@ -257,8 +279,8 @@ def test_a_large_tls_write_is_encrypted_and_sent_in_few_large_pieces(
 
 
 def test_tls_sendall_parts_stages_a_request_whole_and_reuses_the_stage(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request's header and batches go out as one stream without a fresh joined
     buffer: copied into a kept staging buffer as large as the request, encrypted and
     written at once; the next request of that size reuses the buffer; the bytes arrive
@@ -288,8 +310,8 @@ def test_tls_sendall_parts_stages_a_request_whole_and_reuses_the_stage(
 
 
 def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request above WRITE_BYTES: every socket write but the last carries exactly
     WRITE_BYTES of plaintext, small parts gathered, a part of a whole piece or more
     encrypted where it is; the stage kept is one piece, not the request's size."""
@@ -313,11 +335,11 @@ def test_tls_sendall_parts_above_write_bytes_goes_in_full_pieces(
 
 
 def test_tls_sendall_parts_from_several_threads_keeps_each_request_whole(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext
+) -> None:
     """Writers on one connection never interleave inside a request (the send lock
     covers staging, encryption and the socket write), and each reuses a stage."""
-    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5,
-                               ssl_context=client_context)
+    stream = transport.connect("127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context)
     assert isinstance(stream, tls_socket.TlsSocket)
     writers, requests = 4, 20
     size = tls_socket.MIN_STAGE_BYTES + 4096  # every request grows a stage
@@ -330,9 +352,10 @@ def test_tls_sendall_parts_from_several_threads_keeps_each_request_whole(
     received: list[bytes] = []
     reader = threading.Thread(target=lambda: received.append(_recv_exactly(stream, total)))
     reader.start()
-    threads = [threading.Thread(target=lambda w=w: [stream.sendall_parts(request(w))
-                                                   for _ in range(requests)])
-               for w in range(writers)]
+    threads = [
+        threading.Thread(target=lambda w=w: [stream.sendall_parts(request(w)) for _ in range(requests)])
+        for w in range(writers)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -342,14 +365,14 @@ def test_tls_sendall_parts_from_several_threads_keeps_each_request_whole(
     assert received and len(received[0]) == total
     data = received[0]
     for start in range(0, total, size):  # each request is one writer's bytes only
-        assert data[start:start + size] == data[start:start + 1] * size
+        assert data[start : start + size] == data[start : start + 1] * size
 
 
 def test_tls_asyncio_stream_handshakes_and_carries_bytes(
-        tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, client_context: ssl.SSLContext
+) -> None:
     async def exchange() -> tuple[str, bytes]:
-        reader, writer = await transport.open_stream("127.0.0.1", tls_echo.port, timeout=5,
-                                                     ssl_context=client_context)
+        reader, writer = await transport.open_stream("127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context)
         version = writer.get_extra_info("ssl_object").version()
         writer.write(b"replica fetch" * 1000)
         data = await reader.readexactly(13 * 1000)
@@ -363,12 +386,12 @@ def test_tls_asyncio_stream_handshakes_and_carries_bytes(
 
 
 def test_tls_client_connection_talks_frames_over_tls(
-        server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
+    server_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> None:
     """The client library's Connection, routed through the transport, over TLS."""
     server = ThreadServer(FrameEcho, server_context)
     try:
-        conn = Connection("127.0.0.1", server.port, connect_timeout=5,
-                          ssl_context=client_context)
+        conn = Connection("127.0.0.1", server.port, connect_timeout=5, ssl_context=client_context)
         try:
             futures = [conn.request(protocol.METADATA, {"echo": i}) for i in range(200)]
             answers = [f.result(10).header["echo"] for f in futures]  # type: ignore[union-attr]
@@ -380,7 +403,8 @@ def test_tls_client_connection_talks_frames_over_tls(
 
 
 def test_tls_listener_sends_log_bytes_with_sendfile(
-        tmp_path: Path, server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
+    tmp_path: Path, server_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> None:
     """A fetch answer is a loop.sendfile of segment bytes; over TLS it must fall back to
     reading and encrypting them (the broker passes fallback=True)."""
     segment = tmp_path / "00000000000000000000.log"
@@ -393,14 +417,17 @@ def test_tls_listener_sends_log_bytes_with_sendfile(
         async def send(self, transport_: asyncio.BaseTransport) -> None:
             with open(segment, "rb") as file:
                 await asyncio.get_running_loop().sendfile(
-                    transport_, file, 100, segment.stat().st_size - 200,  # type: ignore[arg-type]
-                    fallback=True)
+                    transport_,
+                    file,
+                    100,
+                    segment.stat().st_size - 200,  # type: ignore[arg-type]
+                    fallback=True,
+                )
             transport_.close()
 
     server = ThreadServer(SendSegment, server_context)
     try:
-        stream = transport.connect("127.0.0.1", server.port, timeout=5,
-                                   ssl_context=client_context)
+        stream = transport.connect("127.0.0.1", server.port, timeout=5, ssl_context=client_context)
         data = _recv_exactly(stream, segment.stat().st_size - 200)
         stream.close()
     finally:
@@ -412,11 +439,10 @@ def test_tls_listener_sends_log_bytes_with_sendfile(
 
 
 def test_failed_verification_is_a_clear_error_in_the_blocking_client(
-        tls_echo: ThreadServer, untrusting_context: ssl.SSLContext,
-        client_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, untrusting_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> None:
     with pytest.raises(TlsHandshakeError) as caught:
-        transport.connect("127.0.0.1", tls_echo.port, timeout=5,
-                          ssl_context=untrusting_context)
+        transport.connect("127.0.0.1", tls_echo.port, timeout=5, ssl_context=untrusting_context)
     message = str(caught.value)
     assert f"127.0.0.1:{tls_echo.port}" in message
     assert "certificate did not verify" in message and "CA file" in message
@@ -430,20 +456,22 @@ def test_failed_verification_is_a_clear_error_in_the_blocking_client(
     stream.close()
 
 
-def test_a_name_mismatch_is_a_clear_error(tls_echo: ThreadServer,
-                                          client_context: ssl.SSLContext) -> None:
+def test_a_name_mismatch_is_a_clear_error(tls_echo: ThreadServer, client_context: ssl.SSLContext) -> None:
     with pytest.raises(TlsHandshakeError) as caught:
-        transport.connect("127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context,
-                          server_hostname="broker.example.org")
+        transport.connect(
+            "127.0.0.1", tls_echo.port, timeout=5, ssl_context=client_context, server_hostname="broker.example.org"
+        )
     assert "broker.example.org" in str(caught.value)
     assert "mismatch" in str(caught.value).lower()
 
 
 def test_failed_verification_is_a_clear_error_in_the_asyncio_stream(
-        tls_echo: ThreadServer, untrusting_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, untrusting_context: ssl.SSLContext
+) -> None:
     async def attempt() -> None:
-        await transport.open_stream("127.0.0.1", tls_echo.port, timeout=5,
-                                    ssl_context=untrusting_context, peer="leader broker 1")
+        await transport.open_stream(
+            "127.0.0.1", tls_echo.port, timeout=5, ssl_context=untrusting_context, peer="leader broker 1"
+        )
 
     with pytest.raises(TlsHandshakeError) as caught:
         asyncio.run(attempt())
@@ -453,10 +481,10 @@ def test_failed_verification_is_a_clear_error_in_the_asyncio_stream(
 
 
 def test_failed_verification_in_the_client_connection(
-        tls_echo: ThreadServer, untrusting_context: ssl.SSLContext) -> None:
+    tls_echo: ThreadServer, untrusting_context: ssl.SSLContext
+) -> None:
     with pytest.raises(TlsHandshakeError, match=f"127.0.0.1:{tls_echo.port}"):
-        Connection("127.0.0.1", tls_echo.port, connect_timeout=5,
-                   ssl_context=untrusting_context)
+        Connection("127.0.0.1", tls_echo.port, connect_timeout=5, ssl_context=untrusting_context)
 
 
 def test_server_hostname_needs_tls() -> None:
@@ -475,8 +503,7 @@ def _closed_port() -> int:
 
 def test_connection_refused_names_the_address_in_both_client_styles() -> None:
     port = _closed_port()
-    with pytest.raises(BrokerNotAvailableError,
-                       match=f"127.0.0.1:{port}: connection refused; is the broker running"):
+    with pytest.raises(BrokerNotAvailableError, match=f"127.0.0.1:{port}: connection refused; is the broker running"):
         transport.connect("127.0.0.1", port, timeout=5)
 
     async def attempt() -> None:
@@ -494,28 +521,39 @@ def test_a_taken_port_is_a_listen_error(plain_echo: ThreadServer) -> None:
         asyncio.run(attempt())
 
 
-@pytest.mark.parametrize(("exc", "expected"), [
-    (socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
-     "cannot connect to broker nohost:9092: host 'nohost' not found (Name or service not known)"),
-    (TimeoutError("timed out"), "cannot connect to broker nohost:9092: no answer within 2s"),
-    (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
-     "connection refused; is the broker running and listening on port 9092?"),
-    (ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
-     "the connection was reset while opening it"),
-    (OSError(errno.EHOSTUNREACH, "No route to host"),
-     "No route to host; check the network route to nohost"),
-])
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (
+            socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            "cannot connect to broker nohost:9092: host 'nohost' not found (Name or service not known)",
+        ),
+        (TimeoutError("timed out"), "cannot connect to broker nohost:9092: no answer within 2s"),
+        (
+            ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+            "connection refused; is the broker running and listening on port 9092?",
+        ),
+        (
+            ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
+            "the connection was reset while opening it",
+        ),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "No route to host; check the network route to nohost"),
+    ],
+)
 def test_connect_errors_are_mapped_with_what_to_check(exc: OSError, expected: str) -> None:
     error = socket_errors.connect_error(exc, "nohost", 9092, timeout=2.0)
     assert isinstance(error, BrokerNotAvailableError)
     assert expected in str(error)
 
 
-@pytest.mark.parametrize(("err", "expected"), [
-    (errno.EADDRINUSE, "already in use"),
-    (errno.EADDRNOTAVAIL, "not an address of this machine"),
-    (errno.EACCES, "permission denied"),
-])
+@pytest.mark.parametrize(
+    ("err", "expected"),
+    [
+        (errno.EADDRINUSE, "already in use"),
+        (errno.EADDRNOTAVAIL, "not an address of this machine"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
 def test_listen_errors_say_what_to_change(err: int, expected: str) -> None:
     error = socket_errors.listen_error(OSError(err, "x"), "10.1.2.3", 80)
     assert str(error).startswith("cannot listen on 10.1.2.3:80: ")
@@ -523,6 +561,5 @@ def test_listen_errors_say_what_to_change(err: int, expected: str) -> None:
 
 
 def test_a_broken_connection_keeps_its_message() -> None:
-    error = socket_errors.lost_error(ConnectionResetError(errno.ECONNRESET, "Connection reset"),
-                                     "h:1", during="failed")
+    error = socket_errors.lost_error(ConnectionResetError(errno.ECONNRESET, "Connection reset"), "h:1", during="failed")
     assert str(error) == "connection to broker h:1 failed: Connection reset"

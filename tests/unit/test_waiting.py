@@ -38,8 +38,13 @@ def test_ignored_errors_mean_not_yet_and_others_propagate():
 
     assert wait_until(flaky, 5, "the broker", interval=0.001, ignore=(ConnectionError,))
     with pytest.raises(AssertionError, match="ConnectionError"):
-        wait_until(lambda: (_ for _ in ()).throw(ConnectionError("down")), 0.03, "never",
-                   interval=0.01, ignore=(ConnectionError,))
+        wait_until(
+            lambda: (_ for _ in ()).throw(ConnectionError("down")),
+            0.03,
+            "never",
+            interval=0.01,
+            ignore=(ConnectionError,),
+        )
     with pytest.raises(KeyError):
         wait_until(lambda: {}["missing"], 5, "a key", interval=0.001)
 
@@ -47,8 +52,7 @@ def test_ignored_errors_mean_not_yet_and_others_propagate():
 def test_the_predicate_is_asked_once_more_at_the_deadline():
     # a long interval: the only other check is the one at the deadline
     calls = []
-    assert wait_until(lambda: calls.append(1) or len(calls) == 2, 0.05, "the second look",
-                      interval=10)
+    assert wait_until(lambda: calls.append(1) or len(calls) == 2, 0.05, "the second look", interval=10)
     assert len(calls) == 2
 
 

@@ -42,15 +42,21 @@ def test_broker_connect_timeout_is_configurable() -> None:
 
 
 def test_agent_config() -> None:
-    doc = {"state_dir": "/tmp/x", "cluster": {"zk": "h:2181,h2/x"},
-           "sources": [{"pattern": "/var/log/*.log", "topic": "app"}]}
+    doc = {
+        "state_dir": "/tmp/x",
+        "cluster": {"zk": "h:2181,h2/x"},
+        "sources": [{"pattern": "/var/log/*.log", "topic": "app"}],
+    }
     with pytest.raises(AgentConfigError, match="cluster.zk: .*'h2' has no port"):
         agent_config(doc)
 
 
 def test_mirror_config() -> None:
-    doc = {"source": {"zk_connect": "h:1/live"}, "target": {"zk_connect": "h:99999/analysis"},
-           "mirror": {"group": "m", "topics": ["a"]}}
+    doc = {
+        "source": {"zk_connect": "h:1/live"},
+        "target": {"zk_connect": "h:99999/analysis"},
+        "mirror": {"group": "m", "topics": ["a"]},
+    }
     with pytest.raises(MirrorConfigError, match="target.zk_connect: .*port 99999 .* out of range"):
         mirror_config(doc)
 
@@ -91,4 +97,5 @@ def test_kazoo_is_quiet_while_connecting_and_heard_after(caplog: pytest.LogCaptu
         logger.warning("Connection dropped: %s", "after")
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
         ("kazoo.client", "ERROR", "kept: an error"),
-        ("kazoo.client", "WARNING", "Connection dropped: after")]
+        ("kazoo.client", "WARNING", "Connection dropped: after"),
+    ]

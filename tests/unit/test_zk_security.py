@@ -15,7 +15,12 @@ from broker.cli.zk_args import add_zk_args, zk_security_from_args, zk_target
 from broker.common.config import Validator
 from broker.common.errors import ConfigError, ZooKeeperError
 from broker.common.zk_security import (
-    ZkSecurity, ZkTarget, digest_id, security_of, with_security, zookeeper_from_table,
+    ZkSecurity,
+    ZkTarget,
+    digest_id,
+    security_of,
+    with_security,
+    zookeeper_from_table,
 )
 from broker.coordination.zk_acl import WORLD_READ, AclPolicy, acls_for, digest_acl, is_open, is_public
 from broker.server.config import broker_config_from_dict
@@ -29,16 +34,37 @@ def test_digest_id_is_zookeepers() -> None:
     assert digest_id("logferry", "s3cret") == make_digest_acl_credential("logferry", "s3cret")
 
 
-@pytest.mark.parametrize("path", ["/", "", "/brokers", "/brokers/ids", "/brokers/ids/3",
-                                  "/brokers/topics/web", "/brokers/topics/web/partitions/0/state"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "",
+        "/brokers",
+        "/brokers/ids",
+        "/brokers/ids/3",
+        "/brokers/topics/web",
+        "/brokers/topics/web/partitions/0/state",
+    ],
+)
 def test_public_paths_are_world_readable_and_owned(path: str) -> None:
     assert acls_for(path, OWNER) == [WORLD_READ, digest_acl(OWNER)]
     assert not is_open(acls_for(path, OWNER))
 
 
-@pytest.mark.parametrize("path", ["/acls", "/acls/allow|User:x|produce|topic|t",
-                                  "/controller", "/controller_epoch", "/admin/preferred_replica_election",
-                                  "/config/users/alice", "/brokersX", "/brokers/idsX", "/anything/new"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/acls",
+        "/acls/allow|User:x|produce|topic|t",
+        "/controller",
+        "/controller_epoch",
+        "/admin/preferred_replica_election",
+        "/config/users/alice",
+        "/brokersX",
+        "/brokers/idsX",
+        "/anything/new",
+    ],
+)
 def test_everything_else_is_the_owners_only(path: str) -> None:
     assert acls_for(path, OWNER) == [digest_acl(OWNER)]
     assert not is_public(path)
@@ -77,8 +103,7 @@ def test_section_reads_the_password_from_a_file_or_the_environment(tmp_path: Pat
     secret = tmp_path / "zk.password"
     secret.write_text("s3cret\n")
     v = Validator(base_dir=tmp_path)
-    got = zookeeper_from_table(v, {"user": "logferry", "password_file": "zk.password",
-                                   "consumer_ids": [CONSUMER]})
+    got = zookeeper_from_table(v, {"user": "logferry", "password_file": "zk.password", "consumer_ids": [CONSUMER]})
     assert got == ZkSecurity("logferry", "s3cret", None, (CONSUMER,))
     assert got is not None and got.digest_id == OWNER and got.authenticated
     got = zookeeper_from_table(v, {"user": "logferry", "password_env": "ZKPW"}, env={"ZKPW": "s3cret"})
@@ -86,15 +111,18 @@ def test_section_reads_the_password_from_a_file_or_the_environment(tmp_path: Pat
     assert zookeeper_from_table(v, {}) is None
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"user": "u"}, "zookeeper.password_file: missing"),
-    ({"password_file": "f"}, "zookeeper.user: missing"),
-    ({"user": "u", "password_file": "f", "password_env": "E"}, "not both"),
-    ({"user": "u", "password_file": "nope"}, "no such file"),
-    ({"user": "u", "password_env": "UNSET_X"}, "UNSET_X is not set"),
-    ({"user": "a b", "password_env": "E"}, "not a ZooKeeper digest user name"),
-    ({"consumer_ids": ["consumers:short"]}, "zookeeper.consumer_ids[0]"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"user": "u"}, "zookeeper.password_file: missing"),
+        ({"password_file": "f"}, "zookeeper.user: missing"),
+        ({"user": "u", "password_file": "f", "password_env": "E"}, "not both"),
+        ({"user": "u", "password_file": "nope"}, "no such file"),
+        ({"user": "u", "password_env": "UNSET_X"}, "UNSET_X is not set"),
+        ({"user": "a b", "password_env": "E"}, "not a ZooKeeper digest user name"),
+        ({"consumer_ids": ["consumers:short"]}, "zookeeper.consumer_ids[0]"),
+    ],
+)
 def test_section_errors_name_the_key(tmp_path: Path, table: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         zookeeper_from_table(Validator(base_dir=tmp_path), table, env={"E": "x"})
@@ -102,16 +130,22 @@ def test_section_errors_name_the_key(tmp_path: Path, table: dict, message: str) 
 
 def test_broker_config_takes_a_zookeeper_section(tmp_path: Path) -> None:
     (tmp_path / "pw").write_text("s3cret")
-    config = broker_config_from_dict({
-        "broker": {"id": 1, "log_dirs": [str(tmp_path)], "zk_connect": "127.0.0.1:2181/c"},
-        "zookeeper": {"user": "logferry", "password_file": str(tmp_path / "pw")}})
+    config = broker_config_from_dict(
+        {
+            "broker": {"id": 1, "log_dirs": [str(tmp_path)], "zk_connect": "127.0.0.1:2181/c"},
+            "zookeeper": {"user": "logferry", "password_file": str(tmp_path / "pw")},
+        }
+    )
     assert config.zk_connect == "127.0.0.1:2181/c"
     security = security_of(config.zk_connect)
     assert security is not None and security.user == "logferry"
     with pytest.raises(ConfigError, match="zookeeper.pasword_file: unknown key"):
-        broker_config_from_dict({
-            "broker": {"id": 1, "log_dirs": [str(tmp_path)], "zk_connect": "127.0.0.1:2181/c"},
-            "zookeeper": {"user": "logferry", "pasword_file": "pw"}})
+        broker_config_from_dict(
+            {
+                "broker": {"id": 1, "log_dirs": [str(tmp_path)], "zk_connect": "127.0.0.1:2181/c"},
+                "zookeeper": {"user": "logferry", "pasword_file": "pw"},
+            }
+        )
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -142,14 +176,21 @@ def test_zoo_cfg_with_tls_uses_netty_and_a_pem_keystore(tmp_path: Path) -> None:
     tls = ServerTls(2281, tmp_path / "zk.pem", tmp_path / "zk.key", tmp_path / "ca.pem", "required")
     text = render_zoo_cfg(tmp_path, 2181, tls=tls)
     lines = set(text.splitlines())
-    assert {"clientPort=2181", "secureClientPort=2281", "secureClientPortAddress=127.0.0.1",
-            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
-            f"ssl.keyStore.location={tmp_path / 'zk-keystore.pem'}", "ssl.keyStore.type=PEM",
-            f"ssl.trustStore.location={tmp_path / 'ca.pem'}", "ssl.trustStore.type=PEM",
-            "ssl.clientAuth=need"} <= lines
+    assert {
+        "clientPort=2181",
+        "secureClientPort=2281",
+        "secureClientPortAddress=127.0.0.1",
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+        f"ssl.keyStore.location={tmp_path / 'zk-keystore.pem'}",
+        "ssl.keyStore.type=PEM",
+        f"ssl.trustStore.location={tmp_path / 'ca.pem'}",
+        "ssl.trustStore.type=PEM",
+        "ssl.clientAuth=need",
+    } <= lines
     assert "secureClientPort" not in render_zoo_cfg(tmp_path, 2181)
-    assert "ssl.clientAuth=none" in render_zoo_cfg(tmp_path, 2181, tls=ServerTls(
-        2281, tmp_path / "zk.pem", tmp_path / "zk.key"))
+    assert "ssl.clientAuth=none" in render_zoo_cfg(
+        tmp_path, 2181, tls=ServerTls(2281, tmp_path / "zk.pem", tmp_path / "zk.key")
+    )
 
 
 def test_server_tls_checks_and_writes_the_keystore(tmp_path: Path) -> None:
@@ -167,8 +208,9 @@ def test_server_tls_checks_and_writes_the_keystore(tmp_path: Path) -> None:
 def test_server_hostname_is_refused_toward_zookeeper(tmp_path: Path) -> None:
     (tmp_path / "ca.pem").write_text("x")
     with pytest.raises(ConfigError, match="zookeeper.tls.server_hostname: not supported"):
-        zookeeper_from_table(Validator(base_dir=tmp_path), {"tls": {
-            "enabled": True, "ca_file": "ca.pem", "server_hostname": "zk"}})
+        zookeeper_from_table(
+            Validator(base_dir=tmp_path), {"tls": {"enabled": True, "ca_file": "ca.pem", "server_hostname": "zk"}}
+        )
 
 
 def test_agent_mirror_and_loader_configs_carry_their_zookeeper_section(tmp_path: Path) -> None:
@@ -178,15 +220,28 @@ def test_agent_mirror_and_loader_configs_carry_their_zookeeper_section(tmp_path:
 
     (tmp_path / "pw").write_text("s3cret\n")
     login = {"user": "consumers", "password_file": str(tmp_path / "pw")}
-    agent = agent_config({"state_dir": str(tmp_path), "cluster": {"zk": "h:1/live"},
-                          "zookeeper": login, "sources": [{"pattern": str(tmp_path / "a.log"),
-                                                           "topic": "web"}]})
+    agent = agent_config(
+        {
+            "state_dir": str(tmp_path),
+            "cluster": {"zk": "h:1/live"},
+            "zookeeper": login,
+            "sources": [{"pattern": str(tmp_path / "a.log"), "topic": "web"}],
+        }
+    )
     assert security_of(agent.zk) == ZkSecurity("consumers", "s3cret")
-    mirror = mirror_config({"source": {"zk_connect": "h:1/live", "zookeeper": login},
-                            "target": {"zk_connect": "h:1/analysis"},
-                            "mirror": {"topics": ["web"]}})
+    mirror = mirror_config(
+        {
+            "source": {"zk_connect": "h:1/live", "zookeeper": login},
+            "target": {"zk_connect": "h:1/analysis"},
+            "mirror": {"topics": ["web"]},
+        }
+    )
     assert security_of(mirror.source_zk) == ZkSecurity("consumers", "s3cret")
     assert security_of(mirror.target_zk) is None
-    loader = loader_config({"source": {"zk": "h:1/analysis", "topics": ["web"], "zookeeper": login},
-                            "output": {"uri": str(tmp_path / "lake")}})
+    loader = loader_config(
+        {
+            "source": {"zk": "h:1/analysis", "topics": ["web"], "zookeeper": login},
+            "output": {"uri": str(tmp_path / "lake")},
+        }
+    )
     assert security_of(loader.source.zk) == ZkSecurity("consumers", "s3cret")

@@ -10,9 +10,9 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
 
 import pytest
 
@@ -39,8 +39,8 @@ from broker.testing.zkserver import (
     tail_lines,
 )
 from tests.support import failure_log_sections, register_log_source, unregister_log_source
-from tests.support.waiting import wait_until
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 def _executable(path: Path, script: str) -> Path:
@@ -247,7 +247,10 @@ def test_log_tail_joins_the_log_and_jvm_output(tmp_path):
     assert server.log_tail(3) == "line 97\nline 98\nline 99"
     server.out_path.write_text("hs_err\n")
     assert server.log_tail(2).splitlines() == [
-        "line 98", "line 99", "--- zookeeper.out (JVM stdout/stderr) ---", "hs_err"
+        "line 98",
+        "line 99",
+        "--- zookeeper.out (JVM stdout/stderr) ---",
+        "hs_err",
     ]
 
 
@@ -304,8 +307,10 @@ def test_nobody_listening_is_an_oserror_and_not_serving(tmp_path):
 
 
 def test_parse_srvr():
-    text = ("Zookeeper version: 3.8.0-x, built on 2023-01-01 00:00 UTC\nLatency min/avg/max: 0/0.1/3\n"
-            "Connections: 4\nMode: standalone\nNode count: 12\n")
+    text = (
+        "Zookeeper version: 3.8.0-x, built on 2023-01-01 00:00 UTC\nLatency min/avg/max: 0/0.1/3\n"
+        "Connections: 4\nMode: standalone\nNode count: 12\n"
+    )
     fields = parse_srvr(text)
     assert fields["Mode"] == "standalone"
     assert fields["Node count"] == "12"
@@ -330,9 +335,7 @@ def test_cli_options_and_defaults():
     assert args.func is zk_cmd.cmd_status and args.port == 2182 and args.data_dir == Path("/tmp/x")
 
 
-@pytest.mark.parametrize(
-    "argv", [["zk"], ["zk", "start", "--port", "http"], ["zk", "stop", "--port", "70000"]]
-)
+@pytest.mark.parametrize("argv", [["zk"], ["zk", "start", "--port", "http"], ["zk", "stop", "--port", "70000"]])
 def test_cli_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as info:
         _parse(argv)

@@ -25,6 +25,20 @@ from broker.client.group.status import (
 )
 from broker.client.group.streams import ConsumerClosedError, MessageStream, RawBatch
 
-__all__ = ["Committed", "ConsumerClosedError", "GroupAdmin", "GroupConsumer", "Lag", "Member",
-           "MessageStream", "Observation", "PartitionNotOwnedError", "PartitionStatus", "RawBatch",
-           "StatusWindows", "group_lag", "group_status", "partition_status"]
+__all__ = [
+    "Committed",
+    "ConsumerClosedError",
+    "GroupAdmin",
+    "GroupConsumer",
+    "Lag",
+    "Member",
+    "MessageStream",
+    "Observation",
+    "PartitionNotOwnedError",
+    "PartitionStatus",
+    "RawBatch",
+    "StatusWindows",
+    "group_lag",
+    "group_status",
+    "partition_status",
+]

@@ -20,8 +20,9 @@ cluster is no group at all, and ZooKeeper refuses it there by itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
@@ -49,7 +50,8 @@ def refusal(client: Any, group: str, operation: Operation, why: str) -> GroupAut
     how = f"ZooKeeper login {login!r}" if login else "a client without a ZooKeeper login"
     return GroupAuthorizationFailedError(
         f"{who} may not {operation} group {group!r} ({how}: {why}; an operator can run "
-        f"`logferry acl add --principal {who} --operation {operation} --group {group}`)")
+        f"`logferry acl add --principal {who} --operation {operation} --group {group}`)"
+    )
 
 
 def check_group_access(client: Any, group: str, operation: Operation = Operation.CONSUME) -> None:
@@ -68,14 +70,17 @@ def check_group_access(client: Any, group: str, operation: Operation = Operation
         try:
             top, _ = client.get(zk.CONSUMERS)
         except NoAuthError:
-            raise refusal(client, group, operation,
-                          f"ZooKeeper refused to read {zk.CONSUMERS}") from None
+            raise refusal(client, group, operation, f"ZooKeeper refused to read {zk.CONSUMERS}") from None
         except NoNodeError:
             return
         acl = decode_acl(top, NEW_GROUP_KEY)
         if acl is not None and operation is Operation.CONSUME and not perms_of(acl, me) & MEMBER:
-            raise refusal(client, group, operation, "no ACL allows it (no ACL names the group, "
-                          "and the '*' group ACLs do not allow this principal)") from None
+            raise refusal(
+                client,
+                group,
+                operation,
+                "no ACL allows it (no ACL names the group, and the '*' group ACLs do not allow this principal)",
+            ) from None
         if acl is None or operation is not Operation.CONSUME:
             return  # nothing to read yet, and nothing this reader will create
     if acl is None:
@@ -94,6 +99,7 @@ def _follow(client: AclKazooClient, group: str, path: str) -> None:
     """Keep the remembered ACL current while the client lives: the owner re-publishes it
     on every ACL change, and a long-lived member must not create znodes with a stale one
     (a revoked login in it)."""
+
     def changed(data: bytes | None, _stat: object) -> None:
         acl = decode_acl(data)
         if acl is not None:
@@ -102,16 +108,13 @@ def _follow(client: AclKazooClient, group: str, path: str) -> None:
     DataWatch(client, path, changed)
 
 
-
-
 @contextmanager
 def group_refusals(client: Any, group: str, operation: Operation) -> Iterator[None]:
     """Turn ZooKeeper's NoAuth inside the block into the group's authorization error."""
     try:
         yield
     except NoAuthError:
-        raise refusal(client, group, operation,
-                      f"ZooKeeper refused it under {zk.CONSUMERS}/{group}") from None
+        raise refusal(client, group, operation, f"ZooKeeper refused it under {zk.CONSUMERS}/{group}") from None
 
 
 __all__ = ["check_group_access", "group_refusals", "refusal"]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ssl
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
@@ -44,13 +45,19 @@ class GroupAdmin:
     whole view: its partitions carry an ``error`` instead of log ends and lag.
     """
 
-    def __init__(self, zk: str, *, brokers: bool = True, request_timeout: float = 5.0,
-                 tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None,
-                 cache_owners: bool = False):
+    def __init__(
+        self,
+        zk: str,
+        *,
+        brokers: bool = True,
+        request_timeout: float = 5.0,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+        cache_owners: bool = False,
+    ):
         if not zk:
-            raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string "
-                              "with chroot)")
+            raise ConfigError("consumer groups live in ZooKeeper: pass zk= (a connect string with chroot)")
         self.zk_connect = zk
         self._zk = zkmod.connect(zk, create=False)
         self._owners = OwnersCache(self._zk) if cache_owners else None
@@ -59,8 +66,9 @@ class GroupAdmin:
         self._simple: SimpleConsumer | None = None
         if brokers:
             try:
-                self._simple = SimpleConsumer(zk=zk, request_timeout=request_timeout,
-                                              metadata_retries=1, tls=tls, sasl=sasl, listener=listener)
+                self._simple = SimpleConsumer(
+                    zk=zk, request_timeout=request_timeout, metadata_retries=1, tls=tls, sasl=sasl, listener=listener
+                )
             except LogferryError:
                 self._simple = None
 
@@ -73,7 +81,7 @@ class GroupAdmin:
             self._simple = None
         zkmod.close(self._zk)
 
-    def __enter__(self) -> "GroupAdmin":
+    def __enter__(self) -> GroupAdmin:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -98,8 +106,9 @@ class GroupAdmin:
     def require(self, group: str) -> None:
         """Raise ConfigError naming the cluster when the group does not exist."""
         if not self.exists(group):
-            raise ConfigError(f"no consumer group {group!r} at {self.zk_connect} "
-                              "(`logferry group list` shows the groups)")
+            raise ConfigError(
+                f"no consumer group {group!r} at {self.zk_connect} (`logferry group list` shows the groups)"
+            )
 
     def members(self, group: str) -> dict[str, Member]:
         """Registered members by consumer id."""
@@ -135,10 +144,14 @@ class GroupAdmin:
 
     # -- lag ---------------------------------------------------------------------------------
 
-    def lag(self, group: str, topics: Iterable[str],
-            offsets: Mapping[TopicPartition, Committed] | None = None,
-            owners: Mapping[TopicPartition, str] | None = None,
-            log_ranges: Mapping[TopicPartition, Any] | None = None) -> list[dict[str, Any]]:
+    def lag(
+        self,
+        group: str,
+        topics: Iterable[str],
+        offsets: Mapping[TopicPartition, Committed] | None = None,
+        owners: Mapping[TopicPartition, str] | None = None,
+        log_ranges: Mapping[TopicPartition, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """One row per partition of ``topics``: owner, committed position, log range, lag.
 
         Row keys: ``topic, partition, owner, committed, skip, committed_at_ms, log_start,
@@ -157,25 +170,30 @@ class GroupAdmin:
             try:
                 numbers = self.partitions(topic)
             except ConfigError:  # topic deleted: show what the group still records
-                numbers = sorted({p for t, p in offsets if t == topic}
-                                 | {p for t, p in owners if t == topic})
+                numbers = sorted({p for t, p in offsets if t == topic} | {p for t, p in owners if t == topic})
             wanted += [(topic, p) for p in numbers]
         ranges: dict[TopicPartition, Any] = dict(log_ranges or {})
         missing = [tp for tp in wanted if tp not in ranges]
         if missing and self._simple is not None:
             ranges.update(self._simple.offset_infos(missing))
-        return [self._row(t, p, offsets.get((t, p)), owners.get((t, p)), ranges.get((t, p)))
-                for t, p in wanted]
+        return [self._row(t, p, offsets.get((t, p)), owners.get((t, p)), ranges.get((t, p))) for t, p in wanted]
 
-    def _row(self, topic: str, partition: int, committed: Committed | None,
-             owner: str | None, info: Any = None) -> dict[str, Any]:
+    def _row(
+        self, topic: str, partition: int, committed: Committed | None, owner: str | None, info: Any = None
+    ) -> dict[str, Any]:
         row: dict[str, Any] = {
-            "topic": topic, "partition": partition, "owner": owner,
+            "topic": topic,
+            "partition": partition,
+            "owner": owner,
             "committed": committed.offset if committed else None,
             "skip": committed.skip if committed else None,
             "committed_at_ms": committed.time if committed else None,
-            "log_start": None, "log_end": None, "lag_bytes": None, "lag_messages": None,
-            "gap": False}
+            "log_start": None,
+            "log_end": None,
+            "lag_bytes": None,
+            "lag_messages": None,
+            "gap": False,
+        }
         if info is None:
             if self._simple is None:  # brokers=False, or none answered: ZooKeeper's view only
                 return row
@@ -187,15 +205,17 @@ class GroupAdmin:
             row["error"] = str(info)
             return row
         row["log_start"], row["log_end"] = info["start"], info["end"]
-        lag = group_lag(info["end"], committed[:2] if committed else None, info["start"],
-                        float(info.get("avg_message_bytes") or 0))
+        lag = group_lag(
+            info["end"], committed[:2] if committed else None, info["start"], float(info.get("avg_message_bytes") or 0)
+        )
         if lag is not None:
             row["lag_bytes"], row["lag_messages"] = lag.bytes, lag.messages
         row["gap"] = committed is not None and committed.offset < info["start"]
         return row
 
-    def describe(self, group: str, windows: StatusWindows | None = None,
-                 log_ranges: Mapping[TopicPartition, Any] | None = None) -> dict[str, Any]:
+    def describe(
+        self, group: str, windows: StatusWindows | None = None, log_ranges: Mapping[TopicPartition, Any] | None = None
+    ) -> dict[str, Any]:
         """Members and, per partition the group subscribes to, owns or committed, its lag
         and status.
 
@@ -217,8 +237,7 @@ class GroupAdmin:
         info["status"] = group_status(r["status"] for r in info["partitions"])
         return info
 
-    def _describe(self, group: str,
-                  log_ranges: Mapping[TopicPartition, Any] | None) -> dict[str, Any]:
+    def _describe(self, group: str, log_ranges: Mapping[TopicPartition, Any] | None) -> dict[str, Any]:
         members = self.members(group)
         offsets = self.offsets(group)
         owners = self.owners(group)
@@ -226,22 +245,26 @@ class GroupAdmin:
         topics = {t for t, _ in offsets} | {t for t, _ in owners}
         for member in members.values():
             topics |= set(resolve_subscription(Subscription.from_json(member.data), all_topics))
-        return {"group": group,
-                "members": {cid: {**m.data, "registered_ms": m.ctime_ms}
-                            for cid, m in sorted(members.items())},
-                "partitions": self.lag(group, topics, offsets, owners, log_ranges)}
+        return {
+            "group": group,
+            "members": {cid: {**m.data, "registered_ms": m.ctime_ms} for cid, m in sorted(members.items())},
+            "partitions": self.lag(group, topics, offsets, owners, log_ranges),
+        }
 
     # -- writing -----------------------------------------------------------------------------
 
     def _refuse_while_active(self, group: str, force: bool, action: str) -> None:
         members = self.members(group)
         if members and not force:
-            raise ConfigError(f"group {group!r} has {len(members)} active member(s) "
-                              f"({', '.join(sorted(members))}); stop them before you {action}, "
-                              "or force it (--force)")
+            raise ConfigError(
+                f"group {group!r} has {len(members)} active member(s) "
+                f"({', '.join(sorted(members))}); stop them before you {action}, "
+                "or force it (--force)"
+            )
 
-    def seek(self, group: str, topic: str, to: StartAt, partitions: Iterable[int] | None = None,
-             force: bool = False) -> dict[TopicPartition, tuple[Committed | None, Committed]]:
+    def seek(
+        self, group: str, topic: str, to: StartAt, partitions: Iterable[int] | None = None, force: bool = False
+    ) -> dict[TopicPartition, tuple[Committed | None, Committed]]:
         """Set the group's committed positions of ``topic`` (all partitions by default).
 
         ``to`` is ``"earliest"``, ``"latest"``, a byte offset or a datetime (the first
@@ -266,8 +289,9 @@ class GroupAdmin:
             reg.write_offsets(self._zk, group, positions)
         return {tp: (before.get(tp), new) for tp, new in sorted(positions.items())}
 
-    def copy_offsets(self, group: str, to: "GroupAdmin", topics: Iterable[str] | None = None,
-                     force: bool = False) -> dict[TopicPartition, tuple[Committed, int | None]]:
+    def copy_offsets(
+        self, group: str, to: GroupAdmin, topics: Iterable[str] | None = None, force: bool = False
+    ) -> dict[TopicPartition, tuple[Committed, int | None]]:
         """Write this cluster's committed positions of ``group`` into cluster ``to``.
 
         For clusters joined by the offset-preserving mirror (``mode = "preserve"``): an

@@ -38,7 +38,8 @@ thread exists, and give a thread nothing of a topic it does not subscribe to.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 TopicPartition = tuple[str, int]
 """``(topic, partition)``."""
@@ -60,11 +61,14 @@ class Subscription(NamedTuple):
 
     def to_json(self) -> dict[str, object]:
         """The fields stored in the member's ``ids`` znode."""
-        return {"subscription": dict(self.topics) if self.topics is not None else None,
-                "pattern": self.pattern, "streams": self.streams}
+        return {
+            "subscription": dict(self.topics) if self.topics is not None else None,
+            "pattern": self.pattern,
+            "streams": self.streams,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> "Subscription":
+    def from_json(cls, data: Mapping[str, object]) -> Subscription:
         """Parse what :meth:`to_json` wrote; malformed fields give an empty subscription."""
         topics = data.get("subscription")
         pattern = data.get("pattern")
@@ -116,8 +120,7 @@ def threads_per_topic(subscriptions: Mapping[str, Mapping[str, int]]) -> dict[st
     return out
 
 
-def range_assign(partitions: Mapping[str, Iterable[int]],
-                 subscriptions: Mapping[str, Mapping[str, int]]) -> Assignment:
+def range_assign(partitions: Mapping[str, Iterable[int]], subscriptions: Mapping[str, Mapping[str, int]]) -> Assignment:
     """The paper's range assignment (see the module docstring).
 
     ``partitions`` maps each topic to its partition numbers; ``subscriptions`` maps
@@ -132,14 +135,15 @@ def range_assign(partitions: Mapping[str, Iterable[int]],
         start = 0
         for k, thread in enumerate(threads):
             count = share + (1 if k < extra else 0)
-            for p in parts[start:start + count]:
+            for p in parts[start : start + count]:
                 result[(topic, p)] = thread
             start += count
     return result
 
 
-def roundrobin_assign(partitions: Mapping[str, Iterable[int]],
-                      subscriptions: Mapping[str, Mapping[str, int]]) -> Assignment:
+def roundrobin_assign(
+    partitions: Mapping[str, Iterable[int]], subscriptions: Mapping[str, Mapping[str, int]]
+) -> Assignment:
     """Deal sorted partitions to sorted threads in turn (see the module docstring)."""
     by_topic = threads_per_topic(subscriptions)
     every = sorted({t for threads in by_topic.values() for t in threads}, key=thread_sort_key)
@@ -167,8 +171,9 @@ ASSIGNORS: dict[str, Callable[[Mapping[str, Iterable[int]], Mapping[str, Mapping
 }
 
 
-def assign(strategy: str, partitions: Mapping[str, Iterable[int]],
-           subscriptions: Mapping[str, Mapping[str, int]]) -> Assignment:
+def assign(
+    strategy: str, partitions: Mapping[str, Iterable[int]], subscriptions: Mapping[str, Mapping[str, int]]
+) -> Assignment:
     """Run the named strategy (``range`` or ``roundrobin``)."""
     try:
         assignor = ASSIGNORS[strategy]
@@ -215,7 +220,20 @@ def diff(current: Mapping[TopicPartition, int], target: Mapping[TopicPartition, 
 
 
 __all__ = [
-    "ASSIGNORS", "Assignment", "Changes", "STRATEGIES", "Subscription", "Thread", "TopicPartition",
-    "assign", "diff", "group_strategy", "member_share", "range_assign", "resolve_subscription",
-    "roundrobin_assign", "thread_sort_key", "threads_per_topic",
+    "ASSIGNORS",
+    "Assignment",
+    "Changes",
+    "STRATEGIES",
+    "Subscription",
+    "Thread",
+    "TopicPartition",
+    "assign",
+    "diff",
+    "group_strategy",
+    "member_share",
+    "range_assign",
+    "resolve_subscription",
+    "roundrobin_assign",
+    "thread_sort_key",
+    "threads_per_topic",
 ]

@@ -22,14 +22,14 @@ import socket
 import ssl
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Callable, Iterator, Sequence, TypedDict
+from typing import Any, TypedDict
 
+from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.access import check_group_access
 from broker.client.group.assignment import STRATEGIES, Subscription, TopicPartition
-from broker.client.consumer import Message, SimpleConsumer
 from broker.client.group.fetcher import Fetcher
-from broker.client.group.window import FetchWindow
 from broker.client.group.lag import group_lag
 from broker.client.group.rebalance import Coordinator, MemberState, connect
 from broker.client.group.streams import (
@@ -40,6 +40,7 @@ from broker.client.group.streams import (
     Reader,
     StreamQueue,
 )
+from broker.client.group.window import FetchWindow
 from broker.common.acl import Operation
 from broker.common.errors import AuthorizationError, ConfigError, LogferryError
 from broker.common.names import validate_group_name
@@ -91,23 +92,39 @@ class GroupConsumer:
     committed (at-least-once, nothing skipped).
     """
 
-    def __init__(self, group: str, topics: Sequence[str] | None = None, pattern: str | None = None,
-                 *, zk: str | None = None, brokers: Sequence[str] | None = None,
-                 start: str = "earliest", auto_commit_ms: int = 5000, session_timeout: float = 6.0,
-                 max_bytes: int = 1024 * 1024, max_wait_ms: int = 500,
-                 consumer_id: str | None = None, num_streams: int = 1, strategy: str = "range",
-                 queue_bytes: int = 4 * 1024 * 1024, iter_timeout: float | None = None,
-                 request_timeout: float = 30.0,
-                 on_assign: Callable[[list[TopicPartition]], None] | None = None,
-                 on_revoke: Callable[[list[TopicPartition]], None] | None = None,
-                 raw_batches: bool = False,
-                 on_gap: Callable[[str, int, int, int], bool] | None = None,
-                 fetch_requests_per_broker: int = 1, fetch_window_bytes: int = 0,
-                 tls: TlsConfig | ssl.SSLContext | None = None,
-                 sasl: SaslCredentials | None = None, listener: str | None = None):
+    def __init__(
+        self,
+        group: str,
+        topics: Sequence[str] | None = None,
+        pattern: str | None = None,
+        *,
+        zk: str | None = None,
+        brokers: Sequence[str] | None = None,
+        start: str = "earliest",
+        auto_commit_ms: int = 5000,
+        session_timeout: float = 6.0,
+        max_bytes: int = 1024 * 1024,
+        max_wait_ms: int = 500,
+        consumer_id: str | None = None,
+        num_streams: int = 1,
+        strategy: str = "range",
+        queue_bytes: int = 4 * 1024 * 1024,
+        iter_timeout: float | None = None,
+        request_timeout: float = 30.0,
+        on_assign: Callable[[list[TopicPartition]], None] | None = None,
+        on_revoke: Callable[[list[TopicPartition]], None] | None = None,
+        raw_batches: bool = False,
+        on_gap: Callable[[str, int, int, int], bool] | None = None,
+        fetch_requests_per_broker: int = 1,
+        fetch_window_bytes: int = 0,
+        tls: TlsConfig | ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        listener: str | None = None,
+    ):
         if brokers is not None or zk is None:
-            raise ConfigError("consumer groups coordinate through ZooKeeper: pass zk= (a connect "
-                              "string with chroot), not brokers=")
+            raise ConfigError(
+                "consumer groups coordinate through ZooKeeper: pass zk= (a connect string with chroot), not brokers="
+            )
         validate_group_name(group)
         if topics is not None and pattern is not None:
             raise ConfigError("subscribe with topics= or pattern=, not both")
@@ -117,11 +134,19 @@ class GroupConsumer:
             raise ConfigError(f"start must be 'earliest' or 'latest', not {start!r}")
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
-        if (num_streams < 1 or max_bytes < 1 or queue_bytes < 1 or session_timeout <= 0
-                or fetch_requests_per_broker < 1 or fetch_window_bytes < 0):
-            raise ConfigError("num_streams, max_bytes, queue_bytes, session_timeout and "
-                              "fetch_requests_per_broker must be positive (fetch_window_bytes "
-                              "not negative)")
+        if (
+            num_streams < 1
+            or max_bytes < 1
+            or queue_bytes < 1
+            or session_timeout <= 0
+            or fetch_requests_per_broker < 1
+            or fetch_window_bytes < 0
+        ):
+            raise ConfigError(
+                "num_streams, max_bytes, queue_bytes, session_timeout and "
+                "fetch_requests_per_broker must be positive (fetch_window_bytes "
+                "not negative)"
+            )
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -135,12 +160,23 @@ class GroupConsumer:
         self.num_streams = num_streams
         self._zk_connect = zk
         self._settings = _CoordinatorSettings(
-            strategy=strategy, session_timeout=session_timeout, max_bytes=max_bytes,
-            on_assign=on_assign, on_revoke=on_revoke)
+            strategy=strategy,
+            session_timeout=session_timeout,
+            max_bytes=max_bytes,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+        )
         self._iter_timeout = iter_timeout
         self._state = GroupState(queue_bytes)
-        self._simple = SimpleConsumer(zk=zk, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                                      request_timeout=request_timeout, tls=tls, sasl=sasl, listener=listener)
+        self._simple = SimpleConsumer(
+            zk=zk,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            request_timeout=request_timeout,
+            tls=tls,
+            sasl=sasl,
+            listener=listener,
+        )
         try:
             self._zk = connect(zk, session_timeout)
         except BaseException:
@@ -157,11 +193,18 @@ class GroupConsumer:
         self._commit_now = threading.Event()
         self.raw_batches = raw_batches
         """Deliver undecoded batches through :meth:`poll_batches` instead of messages."""
-        self._fetcher = Fetcher(self._state, self._simple, start, max_wait_ms, request_timeout,
-                                on_resolved=self._commit_now.set, raw_batches=raw_batches,
-                                on_gap=on_gap, requests_per_broker=fetch_requests_per_broker,
-                                window=FetchWindow(max_bytes, fetch_window_bytes)
-                                if fetch_window_bytes else None)
+        self._fetcher = Fetcher(
+            self._state,
+            self._simple,
+            start,
+            max_wait_ms,
+            request_timeout,
+            on_resolved=self._commit_now.set,
+            raw_batches=raw_batches,
+            on_gap=on_gap,
+            requests_per_broker=fetch_requests_per_broker,
+            window=FetchWindow(max_bytes, fetch_window_bytes) if fetch_window_bytes else None,
+        )
         self._coordinator: Coordinator | None = None
         self._committer: threading.Thread | None = None
         self._queues: list[StreamQueue] = []
@@ -185,8 +228,10 @@ class GroupConsumer:
         without ``topics``/``pattern``, and only once.
         """
         if self._coordinator is not None:
-            raise ConfigError("this consumer is already subscribed; create a GroupConsumer without "
-                              "topics= or pattern= to use create_message_streams")
+            raise ConfigError(
+                "this consumer is already subscribed; create a GroupConsumer without "
+                "topics= or pattern= to use create_message_streams"
+            )
         if not topic_count or not all(isinstance(n, int) and n > 0 for n in topic_count.values()):
             raise ConfigError("create_message_streams needs {topic: streams} with streams >= 1")
         out: dict[str, list[MessageStream]] = {}
@@ -204,16 +249,25 @@ class GroupConsumer:
             self._queues = [StreamQueue(i) for i in range(self.num_streams)]
         settings = self._settings
         self._coordinator = Coordinator(
-            client=self._zk, group=self.group, consumer_id=self.consumer_id,
-            subscription=subscription, start=self.start, strategy=settings["strategy"],
-            state=self._state, fetcher=self._fetcher,
+            client=self._zk,
+            group=self.group,
+            consumer_id=self.consumer_id,
+            subscription=subscription,
+            start=self.start,
+            strategy=settings["strategy"],
+            state=self._state,
+            fetcher=self._fetcher,
             stream_for=self._shared_queue if shared else self._topic_queue,
-            max_bytes=settings["max_bytes"], session_timeout=settings["session_timeout"],
-            on_assign=settings["on_assign"], on_revoke=settings["on_revoke"])
+            max_bytes=settings["max_bytes"],
+            session_timeout=settings["session_timeout"],
+            on_assign=settings["on_assign"],
+            on_revoke=settings["on_revoke"],
+        )
         self._fetcher.start()
         self._coordinator.start()
-        self._committer = threading.Thread(target=self._commit_loop, daemon=True,
-                                           name=f"logferry-group-commit-{self.group}")
+        self._committer = threading.Thread(
+            target=self._commit_loop, daemon=True, name=f"logferry-group-commit-{self.group}"
+        )
         self._committer.start()
 
     def _shared_queue(self, topic: str, index: int) -> StreamQueue:
@@ -237,21 +291,20 @@ class GroupConsumer:
 
     def _use(self, how: str) -> None:
         if self._coordinator is None:
-            raise ConfigError("subscribe first: GroupConsumer(topics=...|pattern=...) or "
-                              "create_message_streams()")
+            raise ConfigError("subscribe first: GroupConsumer(topics=...|pattern=...) or create_message_streams()")
         if self._mode == "paper":
-            raise ConfigError("this consumer delivers through the streams create_message_streams "
-                              "returned; read those")
+            raise ConfigError("this consumer delivers through the streams create_message_streams returned; read those")
         if self._mode is not None and self._mode != how:
-            raise ConfigError("read either through streams() or by iterating/polling the "
-                              "consumer, not both")
+            raise ConfigError("read either through streams() or by iterating/polling the consumer, not both")
         self._mode = how
 
     def _main_reader(self, raw: bool = False) -> Reader:
         if raw != self.raw_batches:
-            raise ConfigError("a consumer created with raw_batches=True is read with poll_batches() "
-                              "only; without it, read messages" if self.raw_batches else
-                              "poll_batches() needs GroupConsumer(..., raw_batches=True)")
+            raise ConfigError(
+                "a consumer created with raw_batches=True is read with poll_batches() only; without it, read messages"
+                if self.raw_batches
+                else "poll_batches() needs GroupConsumer(..., raw_batches=True)"
+            )
         if self._reader is None:
             self._use("consumer")
             self._reader = Reader(self._state, self._queues, self._iter_timeout)
@@ -269,8 +322,9 @@ class GroupConsumer:
         """Ready messages (waiting up to ``timeout`` s); acknowledges the previous poll's."""
         return self._main_reader().poll(timeout, max_messages)
 
-    def poll_batches(self, timeout: float = 1.0, max_bytes: int = 8 * 1024 * 1024,
-                     acknowledge: bool = True) -> list[tuple[TopicPartition, RawBatch]]:
+    def poll_batches(
+        self, timeout: float = 1.0, max_bytes: int = 8 * 1024 * 1024, acknowledge: bool = True
+    ) -> list[tuple[TopicPartition, RawBatch]]:
         """Raw mode: ready ``((topic, partition), RawBatch)`` pairs, about ``max_bytes`` worth.
 
         Batches are CRC-checked, never decoded. Like :meth:`poll`, this call acknowledges
@@ -315,7 +369,8 @@ class GroupConsumer:
         if ps is None or not ps.active:
             raise PartitionNotOwnedError(
                 f"{topic}-{partition} is not assigned to {self.consumer_id} (it owns "
-                f"{self.assignment()}); seek it on its owner or use `logferry group seek`")
+                f"{self.assignment()}); seek it on its owner or use `logferry group seek`"
+            )
         position = resolve_position(self._simple, topic, partition, to)
         with state.lock:
             if state.partitions.get((topic, partition)) is not ps or not ps.active:
@@ -324,8 +379,7 @@ class GroupConsumer:
             assert self._coordinator is not None
             self._coordinator.start_partition(ps, ps.stream_index, position)
             state.fetch_wake.notify_all()
-        log.info("group %s: %s-%d seeks to %s = position %s", self.group, topic, partition, to,
-                 position)
+        log.info("group %s: %s-%d seeks to %s = position %s", self.group, topic, partition, to, position)
         self._commit_now.set()
         return position[0]
 
@@ -372,18 +426,26 @@ class GroupConsumer:
             for (topic, p), ps in sorted(state.partitions.items()):
                 lag = group_lag(ps.log_end, ps.committed, ps.log_start, ps.avg_message_bytes)
                 partitions[f"{topic}-{p}"] = {
-                    "stream": ps.stream_index, "active": ps.active, "position": ps.position,
-                    "committed": ps.committed, "fetch_offset": ps.fetch_offset,
+                    "stream": ps.stream_index,
+                    "active": ps.active,
+                    "position": ps.position,
+                    "committed": ps.committed,
+                    "fetch_offset": ps.fetch_offset,
                     "log_end": ps.log_end if ps.log_end >= 0 else None,
                     "lag_bytes": lag.bytes if lag else None,
-                    "lag_messages": lag.messages if lag else None}
+                    "lag_messages": lag.messages if lag else None,
+                }
             queued = sum(q.nbytes for q in self._queues)
             delivered = state.delivered
         out: dict[str, Any] = {
-            "group": self.group, "consumer_id": self.consumer_id,
+            "group": self.group,
+            "consumer_id": self.consumer_id,
             "state": coordinator.member_state.value if coordinator else "UNSUBSCRIBED",
-            "partitions": partitions, "queued_bytes": queued,
-            "messages_delivered": delivered, "fetch_requests_outstanding": self._fetcher.outstanding()}
+            "partitions": partitions,
+            "queued_bytes": queued,
+            "messages_delivered": delivered,
+            "fetch_requests_outstanding": self._fetcher.outstanding(),
+        }
         out.update(self._fetcher.stats)
         if coordinator is not None:
             out.update(coordinator.stats)
@@ -453,15 +515,17 @@ class GroupConsumer:
                 self._coordinator.leave()
             else:
                 from broker.coordination import zk as _zk
+
                 _zk.close(self._zk)
         finally:
             self._simple.close()
 
-    def __enter__(self) -> "GroupConsumer":
+    def __enter__(self) -> GroupConsumer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close(processed=exc_type is None)
 
     def __repr__(self) -> str:

@@ -50,8 +50,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
+from broker.client.connection import Connection, ResponseFuture
+from broker.client.consumer import Message, SimpleConsumer, messages_of
+from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
+from broker.client.group.window import MAX_ANSWER_BYTES, FetchWindow, Ticket
+from broker.common.errors import (
+    CorruptBatchError,
+    LeaderNotAvailableError,
+    LogferryError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from broker.common.retry import Retry
 from broker.wire import protocol, records
 from broker.wire.fetch import (
     FetchAnswerPart,
@@ -60,20 +75,6 @@ from broker.wire.fetch import (
     parse_fetch_answer,
     payload_slices,
 )
-from broker.client.connection import Connection, ResponseFuture
-from broker.client.consumer import Message, SimpleConsumer, messages_of
-from broker.client.group.streams import Chunk, GroupState, PartitionState, RawBatch
-from broker.client.group.window import MAX_ANSWER_BYTES, FetchWindow, Ticket
-from broker.common.errors import (
-    CorruptBatchError,
-    LogferryError,
-    LeaderNotAvailableError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    UnknownTopicOrPartitionError,
-    error_for_code,
-)
-from broker.common.retry import Retry
 
 log = logging.getLogger("logferry.group.fetcher")
 
@@ -100,11 +101,19 @@ class _Request(NamedTuple):
 class Fetcher:
     """Fetches owned partitions into their stream queues (module docstring)."""
 
-    def __init__(self, state: GroupState, simple: SimpleConsumer, start_policy: str,
-                 max_wait_ms: int, request_timeout: float,
-                 on_resolved: Callable[[], None] | None = None, raw_batches: bool = False,
-                 on_gap: Callable[[str, int, int, int], bool] | None = None,
-                 requests_per_broker: int = 1, window: FetchWindow | None = None):
+    def __init__(
+        self,
+        state: GroupState,
+        simple: SimpleConsumer,
+        start_policy: str,
+        max_wait_ms: int,
+        request_timeout: float,
+        on_resolved: Callable[[], None] | None = None,
+        raw_batches: bool = False,
+        on_gap: Callable[[str, int, int, int], bool] | None = None,
+        requests_per_broker: int = 1,
+        window: FetchWindow | None = None,
+    ):
         self.state = state
         self.window = window
         """Adapts the bytes asked per partition to each broker's rate x latency (or None)."""
@@ -123,8 +132,13 @@ class Fetcher:
         """(broker address, slot) -> its outstanding request."""
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="logferry-group-fetcher", daemon=True)
-        self.stats = {"fetch_requests": 0, "fetch_errors": 0, "bytes_fetched": 0,
-                      "messages_fetched": 0, "offset_resets": 0}
+        self.stats = {
+            "fetch_requests": 0,
+            "fetch_errors": 0,
+            "bytes_fetched": 0,
+            "messages_fetched": 0,
+            "offset_resets": 0,
+        }
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -176,8 +190,7 @@ class Fetcher:
                 done = [r for r in self._inflight.values() if r.future.done() or now >= r.deadline]
                 for request in done:
                     del self._inflight[request.address, request.slot]
-                ready = [] if state.paused else [ps for ps in state.partitions.values()
-                                                 if self._fetchable(ps, now)]
+                ready = [] if state.paused else [ps for ps in state.partitions.values() if self._fetchable(ps, now)]
             for request in done:
                 self._complete(request)
             sent = self._send_ready(ready) if ready else False
@@ -189,8 +202,7 @@ class Fetcher:
                 state.fetch_wake.wait(self._idle_timeout())
 
     def _fetchable(self, ps: PartitionState, now: float) -> bool:
-        return (ps.active and not ps.in_flight and ps.retry_at <= now
-                and ps.stream.nbytes < self.state.queue_bytes)
+        return ps.active and not ps.in_flight and ps.retry_at <= now and ps.stream.nbytes < self.state.queue_bytes
 
     def _idle_timeout(self) -> float:
         """Sleep until the earliest backoff ends or a request times out (lock held)."""
@@ -224,10 +236,9 @@ class Fetcher:
             by_address.setdefault(address, []).append(ps)
         sent = False
         for address, states in by_address.items():
-            free = [slot for slot in range(self.requests_per_broker)
-                    if (address, slot) not in self._inflight]
-            for i, slot in enumerate(free[:len(states)]):  # the ready ones, shared out
-                sent = self._send(address, states[i::min(len(free), len(states))], slot) or sent
+            free = [slot for slot in range(self.requests_per_broker) if (address, slot) not in self._inflight]
+            for i, slot in enumerate(free[: len(states)]):  # the ready ones, shared out
+                sent = self._send(address, states[i :: min(len(free), len(states))], slot) or sent
         return sent
 
     def _send(self, address: tuple[str, int], states: list[PartitionState], slot: int = 0) -> bool:
@@ -238,18 +249,15 @@ class Fetcher:
             now = time.monotonic()
             size = 0
             if window is not None:
-                fetched = sum(1 for ps in self.state.partitions.values()
-                              if ps.active and ps.address == address)
+                fetched = sum(1 for ps in self.state.partitions.values() if ps.active and ps.address == address)
                 # the request's partitions share one answer's bound (window.MAX_ANSWER_BYTES)
-                size = min(window.size(address, fetched),
-                           max(window.base, MAX_ANSWER_BYTES // max(len(states), 1)))
+                size = min(window.size(address, fetched), max(window.base, MAX_ANSWER_BYTES // max(len(states), 1)))
             for ps in states:
                 if not self._fetchable(ps, now) or ps.fetch_offset is None:
                     continue  # stopped or re-targeted while we resolved addresses
                 ps.in_flight = True
                 parts.append((ps, ps.epoch, ps.fetch_offset))
-                fields_parts.append(FetchPart(ps.topic, ps.partition, ps.fetch_offset,
-                                              max(ps.max_bytes, size)))
+                fields_parts.append(FetchPart(ps.topic, ps.partition, ps.fetch_offset, max(ps.max_bytes, size)))
         if not parts:
             return False
         fields = encode_fetch_request(fields_parts, self.max_wait_ms, 1)
@@ -266,8 +274,7 @@ class Fetcher:
         deadline = now + self.max_wait_ms / 1000 + self.request_timeout
         with self.state.lock:
             ticket = window.sent(address, now, size) if window is not None else None
-            self._inflight[address, slot] = _Request(address, slot, connection, future, parts,
-                                                     deadline, ticket)
+            self._inflight[address, slot] = _Request(address, slot, connection, future, parts, deadline, ticket)
         self.stats["fetch_requests"] += 1
         future.callback = self._on_response
         return True
@@ -290,8 +297,9 @@ class Fetcher:
                     self.window.forget(request.address)
             request.connection.close()  # a hung broker: start afresh next time
             waited = self.max_wait_ms / 1000 + self.request_timeout
-            self._parts_failed(request.parts, f"no fetch response from {request.connection.address} "
-                               f"within {waited:.0f}s")
+            self._parts_failed(
+                request.parts, f"no fetch response from {request.connection.address} within {waited:.0f}s"
+            )
             return
         try:
             frame = future.result(0)
@@ -303,22 +311,26 @@ class Fetcher:
         if self.window is not None and request.ticket is not None:
             with self.state.lock:
                 half = request.ticket.asked // 2
-                self.window.answered(request.ticket, sum(len(d) for d in data),
-                                     any(len(d) >= half for d in data),
-                                     answered_at if answered_at is not None else time.monotonic(),
-                                     future.first_byte_at, future.after_idle)
+                self.window.answered(
+                    request.ticket,
+                    sum(len(d) for d in data),
+                    any(len(d) >= half for d in data),
+                    answered_at if answered_at is not None else time.monotonic(),
+                    future.first_byte_at,
+                    future.after_idle,
+                )
         # zip without strict=: results may be shorter than parts (handled below); per fetch
         for (ps, epoch, offset), result, part_data in zip(request.parts, results, data):  # noqa: B905
             self._handle_part(ps, epoch, offset, result, part_data)
         if len(results) < len(request.parts):
-            self._parts_failed(request.parts[len(results):], "broker answered fewer parts than asked")
+            self._parts_failed(request.parts[len(results) :], "broker answered fewer parts than asked")
 
-    def _handle_part(self, ps: PartitionState, epoch: int, offset: int,
-                     result: FetchAnswerPart, data: memoryview) -> None:
+    def _handle_part(
+        self, ps: PartitionState, epoch: int, offset: int, result: FetchAnswerPart, data: memoryview
+    ) -> None:
         start, end = result.start, result.visible_end
         if result.error:
-            self._part_error(ps, epoch, offset, error_for_code(result.error, result.message or ""),
-                             start, end)
+            self._part_error(ps, epoch, offset, error_for_code(result.error, result.message or ""), start, end)
             return
         with self.state.lock:
             stale = ps.epoch != epoch or ps.fetch_offset != offset
@@ -326,18 +338,23 @@ class Fetcher:
             self._finish(ps, epoch)
             return
         try:
-            batches, used = (raw_batches(data, offset) if self.raw_batches
-                             else records.decode_batches(data, offset))
+            batches, used = raw_batches(data, offset) if self.raw_batches else records.decode_batches(data, offset)
         except CorruptBatchError as exc:
-            log.error("%s-%d: corrupt data fetched at offset %d (%s); retrying", ps.topic,
-                      ps.partition, offset, exc)
+            log.error("%s-%d: corrupt data fetched at offset %d (%s); retrying", ps.topic, ps.partition, offset, exc)
             self._part_failed(ps, epoch, str(exc))
             return
         if not batches and len(data) >= records.LENGTH_SIZE:
             needed = records.batch_length_at(data)
             grown = min(max(needed, ps.max_bytes * 2), records.MAX_BATCH_BYTES + records.LENGTH_SIZE)
-            log.info("%s-%d: batch at offset %d needs %d bytes, more than the fetch size %d; "
-                     "fetching %d bytes", ps.topic, ps.partition, offset, needed, ps.max_bytes, grown)
+            log.info(
+                "%s-%d: batch at offset %d needs %d bytes, more than the fetch size %d; fetching %d bytes",
+                ps.topic,
+                ps.partition,
+                offset,
+                needed,
+                ps.max_bytes,
+                grown,
+            )
             with self.state.lock:
                 ps.max_bytes = grown
         chunks = self._chunks(ps, epoch, offset, batches)
@@ -362,11 +379,13 @@ class Fetcher:
         if used:
             self.stats["bytes_fetched"] += used
             # The batches are RawBatch exactly when self.raw_batches (see the decode above).
-            self.stats["messages_fetched"] += sum(b.count if isinstance(b, RawBatch) else len(b.values)
-                                                  for b in batches)
+            self.stats["messages_fetched"] += sum(
+                b.count if isinstance(b, RawBatch) else len(b.values) for b in batches
+            )
 
-    def _chunks(self, ps: PartitionState, epoch: int, offset: int,
-                batches: Sequence[RawBatch] | Sequence[records.Batch]) -> list[Chunk]:
+    def _chunks(
+        self, ps: PartitionState, epoch: int, offset: int, batches: Sequence[RawBatch] | Sequence[records.Batch]
+    ) -> list[Chunk]:
         skip_at = ps.skip_at
         chunks = []
         for batch in batches:
@@ -382,8 +401,9 @@ class Fetcher:
                 messages = list(messages_of(ps.topic, ps.partition, batch))
             if start >= len(messages):
                 start = len(messages)  # all processed: nothing to deliver, position moves on
-            chunks.append(Chunk(ps, epoch, batch.offset, batch.next_offset, messages, start,
-                                batch.next_offset - batch.offset))
+            chunks.append(
+                Chunk(ps, epoch, batch.offset, batch.next_offset, messages, start, batch.next_offset - batch.offset)
+            )
         if batches and skip_at is not None:
             with self.state.lock:
                 if ps.epoch == epoch and ps.skip_at == skip_at:
@@ -399,11 +419,17 @@ class Fetcher:
 
     # -- errors ------------------------------------------------------------------------------
 
-    def _part_error(self, ps: PartitionState, epoch: int, offset: int, error: LogferryError,
-                    start: int | None, end: int | None) -> None:
+    def _part_error(
+        self, ps: PartitionState, epoch: int, offset: int, error: LogferryError, start: int | None, end: int | None
+    ) -> None:
         if isinstance(error, OffsetOutOfRangeError) and (start is None or end is None):
-            log.warning("%s-%d: offset %d is out of range; resolving %s again", ps.topic,
-                        ps.partition, offset, self.start_policy)
+            log.warning(
+                "%s-%d: offset %d is out of range; resolving %s again",
+                ps.topic,
+                ps.partition,
+                offset,
+                self.start_policy,
+            )
             with self.state.lock:
                 ps.in_flight = False
                 if ps.epoch == epoch and ps.fetch_offset == offset:
@@ -413,10 +439,15 @@ class Fetcher:
             return
         if isinstance(error, OffsetOutOfRangeError):
             assert start is not None and end is not None
-            if offset < start and self.on_gap is not None and not self.on_gap(ps.topic, ps.partition,
-                                                                              offset, start):
-                log.error("%s-%d: offset %d was deleted by retention (log starts at %d); the "
-                          "partition is halted, nothing skipped", ps.topic, ps.partition, offset, start)
+            if offset < start and self.on_gap is not None and not self.on_gap(ps.topic, ps.partition, offset, start):
+                log.error(
+                    "%s-%d: offset %d was deleted by retention (log starts at %d); the "
+                    "partition is halted, nothing skipped",
+                    ps.topic,
+                    ps.partition,
+                    offset,
+                    start,
+                )
                 with self.state.lock:
                     ps.in_flight = False
                     if ps.epoch == epoch:
@@ -429,9 +460,16 @@ class Fetcher:
                 target, why = end, "below the log start (deleted by retention); start=latest"
             else:
                 target, why = start, "below the log start (deleted by retention); start=earliest"
-            log.warning("%s-%d: offset %d is out of range [%d, %d]: %s, offset %d. Messages were "
-                        "skipped or will repeat.", ps.topic, ps.partition, offset, start, end, why,
-                        target)
+            log.warning(
+                "%s-%d: offset %d is out of range [%d, %d]: %s, offset %d. Messages were skipped or will repeat.",
+                ps.topic,
+                ps.partition,
+                offset,
+                start,
+                end,
+                why,
+                target,
+            )
             self.stats["offset_resets"] += 1
             with self.state.lock:
                 ps.in_flight = False
@@ -442,8 +480,7 @@ class Fetcher:
                         ps.position = (target, 0)
                 self._notify_idle()
             return
-        if isinstance(error, (NotLeaderError, LeaderNotAvailableError,
-                              UnknownTopicOrPartitionError)):
+        if isinstance(error, (NotLeaderError, LeaderNotAvailableError, UnknownTopicOrPartitionError)):
             self.cluster.forget(ps.topic)
         self._part_failed(ps, epoch, str(error))
 
@@ -465,8 +502,7 @@ class Fetcher:
             self._notify_idle()
         if failures:
             level = logging.WARNING if failures in (1, 10) or failures % 50 == 0 else logging.DEBUG
-            log.log(level, "fetching %s-%d failed (%d in a row): %s", ps.topic, ps.partition,
-                    failures, why)
+            log.log(level, "fetching %s-%d failed (%d in a row): %s", ps.topic, ps.partition, failures, why)
 
     def _finish(self, ps: PartitionState, epoch: int) -> None:
         with self.state.lock:
@@ -494,8 +530,9 @@ class Fetcher:
                     ps.fetch_offset = offset
                     ps.position = (offset, 0)
                     resolved = True
-            log.info("%s-%d: no committed offset, starting at %s = %d", ps.topic, ps.partition,
-                     self.start_policy, offset)
+            log.info(
+                "%s-%d: no committed offset, starting at %s = %d", ps.topic, ps.partition, self.start_policy, offset
+            )
         if resolved and self.on_resolved is not None:
             self.on_resolved()
 
@@ -514,11 +551,14 @@ def raw_batches(data: memoryview, offset: int) -> tuple[list[RawBatch], int]:
     if checked.error is not None and rest >= records.HEADER_SIZE:
         length, magic = records.BATCH_HEADER.unpack_from(data, checked.valid_bytes)[:2]
         whole = records.LENGTH_SIZE + length <= rest  # complete yet invalid: not just cut off
-        if whole or magic not in records.MIN_LENGTH \
-                or not records.MIN_LENGTH[magic] <= length <= records.MAX_BATCH_BYTES:
+        if (
+            whole
+            or magic not in records.MIN_LENGTH
+            or not records.MIN_LENGTH[magic] <= length <= records.MAX_BATCH_BYTES
+        ):
             raise CorruptBatchError(f"batch at offset {offset + checked.valid_bytes}: {checked.error}")
     out = []
-    for pos, raw in records.iter_raw_batches(data[:checked.valid_bytes]):
+    for pos, raw in records.iter_raw_batches(data[: checked.valid_bytes]):
         count = records.BATCH_HEADER.unpack_from(raw)[4]
         out.append(RawBatch(offset + pos, offset + pos + len(raw), count, raw))
     return out, checked.valid_bytes

@@ -43,8 +43,9 @@ class Lag(NamedTuple):
     """Estimated messages still to consume; None when no average size is known."""
 
 
-def group_lag(visible_end: int, committed: Position | None, log_start: int | None = None,
-              avg_message_bytes: float = 0.0) -> Lag | None:
+def group_lag(
+    visible_end: int, committed: Position | None, log_start: int | None = None, avg_message_bytes: float = 0.0
+) -> Lag | None:
     """The lag of one partition (rules in the module docstring).
 
     Returns None when it cannot be known: no commit and no known log start, or an

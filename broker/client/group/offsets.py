@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeGuard
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeGuard
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
@@ -82,11 +83,10 @@ class Committed(NamedTuple):
 
     def encode(self) -> bytes:
         """JSON, readable with zkCli."""
-        return json.dumps({"offset": self.offset, "skip": self.skip, "time": self.time},
-                          sort_keys=True).encode()
+        return json.dumps({"offset": self.offset, "skip": self.skip, "time": self.time}, sort_keys=True).encode()
 
     @classmethod
-    def decode(cls, raw: bytes | None) -> "Committed | None":
+    def decode(cls, raw: bytes | None) -> Committed | None:
         """Parse a znode's data; None when it is empty or malformed.
 
         A bare integer (the paper's format, or a hand-written value) is accepted as an
@@ -108,7 +108,7 @@ class Committed(NamedTuple):
         return cls(offset, skip, when)
 
     @classmethod
-    def now(cls, offset: int, skip: int = 0) -> "Committed":
+    def now(cls, offset: int, skip: int = 0) -> Committed:
         """A position stamped with the current wall-clock time."""
         return cls(offset, skip, int(time.time() * 1000))
 
@@ -136,8 +136,7 @@ def list_groups(client: KazooClient) -> list[str]:
         return []
 
 
-def read_members(client: KazooClient, group: str,
-                 watch: Callable[[object], None] | None = None) -> dict[str, Member]:
+def read_members(client: KazooClient, group: str, watch: Callable[[object], None] | None = None) -> dict[str, Member]:
     """Registered members by id (a member vanishing mid-read is skipped).
 
     ``watch`` (a kazoo watch function) is set on the ``ids`` children, so the caller
@@ -159,9 +158,12 @@ def read_members(client: KazooClient, group: str,
     return members
 
 
-def _read_partition_nodes(client: KazooClient, topic_dir: Callable[[str | None], str],
-                          node_path: Callable[[str, int], str],
-                          topics: Iterable[str] | None) -> dict[TopicPartition, bytes]:
+def _read_partition_nodes(
+    client: KazooClient,
+    topic_dir: Callable[[str | None], str],
+    node_path: Callable[[str, int], str],
+    topics: Iterable[str] | None,
+) -> dict[TopicPartition, bytes]:
     """Raw data of ``<topic_dir(topic)>/<partition>`` nodes, fetched asynchronously.
 
     ``topic_dir(None)`` is the parent of the per-topic directories; nodes that vanish
@@ -177,8 +179,7 @@ def _read_partition_nodes(client: KazooClient, topic_dir: Callable[[str | None],
             children = client.get_children(topic_dir(topic))
         except NoNodeError:
             continue
-        asyncs = [(int(c), client.get_async(node_path(topic, int(c))))
-                  for c in children if c.isdigit()]
+        asyncs = [(int(c), client.get_async(node_path(topic, int(c)))) for c in children if c.isdigit()]
         for p, result in asyncs:
             try:
                 raw, _ = result.get()
@@ -188,21 +189,17 @@ def _read_partition_nodes(client: KazooClient, topic_dir: Callable[[str | None],
     return out
 
 
-def read_owners(client: KazooClient, group: str,
-                topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
+def read_owners(client: KazooClient, group: str, topics: Iterable[str] | None = None) -> dict[TopicPartition, str]:
     """``{(topic, partition): owner consumer id}`` of the given (default: all) topics."""
-    raw = _read_partition_nodes(
-        client, lambda t: owners_path(group, t),
-        lambda t, p: owner_path(group, t, p), topics)
+    raw = _read_partition_nodes(client, lambda t: owners_path(group, t), lambda t, p: owner_path(group, t, p), topics)
     return {tp: data.decode("utf-8", "replace") for tp, data in raw.items()}
 
 
-def read_offsets(client: KazooClient, group: str,
-                 topics: Iterable[str] | None = None) -> dict[TopicPartition, Committed]:
+def read_offsets(
+    client: KazooClient, group: str, topics: Iterable[str] | None = None
+) -> dict[TopicPartition, Committed]:
     """Committed positions of the given (default: all) topics of a group."""
-    raw = _read_partition_nodes(
-        client, lambda t: offsets_path(group, t),
-        lambda t, p: offset_path(group, t, p), topics)
+    raw = _read_partition_nodes(client, lambda t: offsets_path(group, t), lambda t, p: offset_path(group, t, p), topics)
     out: dict[TopicPartition, Committed] = {}
     for tp, data in raw.items():
         committed = Committed.decode(data)
@@ -220,8 +217,7 @@ def read_offset(client: KazooClient, group: str, topic: str, partition: int) -> 
     return Committed.decode(raw)
 
 
-def write_offsets(client: KazooClient, group: str,
-                  positions: Mapping[TopicPartition, Committed]) -> None:
+def write_offsets(client: KazooClient, group: str, positions: Mapping[TopicPartition, Committed]) -> None:
     """Write positions unconditionally, creating znodes as needed (administration only).
 
     Members commit through the coordinator, which guards each write with its
@@ -256,7 +252,21 @@ def delete_group(client: KazooClient, group: str) -> bool:
 
 
 __all__ = [
-    "Committed", "Member", "TopicPartition", "delete_group", "group_path", "ids_path",
-    "list_groups", "member_path", "offset_path", "offsets_path", "owner_path", "owners_path",
-    "read_members", "read_offset", "read_offsets", "read_owners", "write_offsets",
+    "Committed",
+    "Member",
+    "TopicPartition",
+    "delete_group",
+    "group_path",
+    "ids_path",
+    "list_groups",
+    "member_path",
+    "offset_path",
+    "offsets_path",
+    "owner_path",
+    "owners_path",
+    "read_members",
+    "read_offset",
+    "read_offsets",
+    "read_owners",
+    "write_offsets",
 ]

@@ -14,7 +14,7 @@ watch lost with an expired session must not freeze the view).
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -29,8 +29,7 @@ MAX_AGE_S = 60.0
 class OwnersCache:
     """Owners per (topic, partition) of groups, re-read only after a change (watches)."""
 
-    def __init__(self, client: KazooClient, max_age_s: float = MAX_AGE_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, client: KazooClient, max_age_s: float = MAX_AGE_S, clock: Callable[[], float] = time.monotonic):
         self._zk = client
         self.max_age_s = max_age_s
         self._clock = clock
@@ -57,6 +56,7 @@ class OwnersCache:
     def _watch(self, key: tuple[str, str | None]) -> Callable[[WatchedEvent], None]:
         def fired(event: WatchedEvent) -> None:
             self._stale.add(key)
+
         return fired
 
     def _topic_list(self, group: str) -> list[str]:
@@ -85,8 +85,7 @@ class OwnersCache:
         except NoNodeError:
             self._owners.pop(key, None)
             return {}
-        asyncs = [(int(c), self._zk.get_async(owner_path(group, topic, int(c))))
-                  for c in children if c.isdigit()]
+        asyncs = [(int(c), self._zk.get_async(owner_path(group, topic, int(c)))) for c in children if c.isdigit()]
         owners: dict[int, str] = {}
         for partition, result in asyncs:
             try:

@@ -68,13 +68,13 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Iterable, TypedDict
+from collections.abc import Callable, Iterable
+from typing import TypedDict
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.coordination import zk
 from broker.client.group import offsets as reg
 from broker.client.group.access import refusal
 from broker.client.group.assignment import (
@@ -92,6 +92,7 @@ from broker.client.group.streams import GroupState, PartitionState, StreamQueue
 from broker.common.acl import Operation
 from broker.common.errors import ZooKeeperError
 from broker.common.retry import Retry
+from broker.coordination import zk
 
 log = logging.getLogger("logferry.group")
 
@@ -133,23 +134,34 @@ class _Restart(Exception):
     """A newer event (or the session's end) interrupts the cycle."""
 
 
-def connect(connect_string: str, session_timeout: float,
-            timeout: float = zk.CONNECT_TIMEOUT_S) -> KazooClient:
+def connect(connect_string: str, session_timeout: float, timeout: float = zk.CONNECT_TIMEOUT_S) -> KazooClient:
     """A started kazoo client for one member of a group of an existing cluster."""
-    return zk.connect(connect_string, create=False, timeout=timeout,
-                      session_timeout=session_timeout)
+    return zk.connect(connect_string, create=False, timeout=timeout, session_timeout=session_timeout)
 
 
 class Coordinator:
     """One member's registration, rebalancing and commits (module docstring)."""
 
-    def __init__(self, *, client: KazooClient, group: str, consumer_id: str,
-                 subscription: Subscription, start: str, strategy: str, state: GroupState,
-                 fetcher: Fetcher, stream_for: Callable[[str, int], StreamQueue], max_bytes: int,
-                 session_timeout: float,
-                 on_assign: Callable[[list[TopicPartition]], None] | None = None,
-                 on_revoke: Callable[[list[TopicPartition]], None] | None = None,
-                 debounce: float = 0.1, debounce_max: float = 1.0, release_timeout: float = 2.0):
+    def __init__(
+        self,
+        *,
+        client: KazooClient,
+        group: str,
+        consumer_id: str,
+        subscription: Subscription,
+        start: str,
+        strategy: str,
+        state: GroupState,
+        fetcher: Fetcher,
+        stream_for: Callable[[str, int], StreamQueue],
+        max_bytes: int,
+        session_timeout: float,
+        on_assign: Callable[[list[TopicPartition]], None] | None = None,
+        on_revoke: Callable[[list[TopicPartition]], None] | None = None,
+        debounce: float = 0.1,
+        debounce_max: float = 1.0,
+        release_timeout: float = 2.0,
+    ):
         self.zk = client
         self.group = group
         self.consumer_id = consumer_id
@@ -170,9 +182,16 @@ class Coordinator:
         self.waiting_for: dict[TopicPartition, str] = {}
         """Partitions this member should own but another still holds: ``{tp: owner}``."""
         self.stats: RebalanceStats = {
-            "rebalances": 0, "last_rebalance_ms": None, "rebalance_ms": [],
-            "claim_retries": 0, "sessions_lost": 0, "commits": 0,
-            "commit_failures": 0, "partitions_revoked": 0, "partitions_gained": 0}
+            "rebalances": 0,
+            "last_rebalance_ms": None,
+            "rebalance_ms": [],
+            "claim_retries": 0,
+            "sessions_lost": 0,
+            "commits": 0,
+            "commit_failures": 0,
+            "partitions_revoked": 0,
+            "partitions_gained": 0,
+        }
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._trigger_at: float | None = None
@@ -216,11 +235,13 @@ class Coordinator:
                 self._commit_states(states)
                 self._delete_owners(states, also=[reg.member_path(self.group, self.consumer_id)])
             else:
-                log.warning("group %s: closing without ZooKeeper; %d partitions are released when "
-                            "the session times out", self.group, len(tps))
+                log.warning(
+                    "group %s: closing without ZooKeeper; %d partitions are released when the session times out",
+                    self.group,
+                    len(tps),
+                )
         except KazooException as exc:
-            log.warning("group %s: could not release cleanly (%s); the session timeout will",
-                        self.group, exc)
+            log.warning("group %s: could not release cleanly (%s); the session timeout will", self.group, exc)
         finally:
             with state.lock:
                 state.release(states)
@@ -249,8 +270,7 @@ class Coordinator:
             with state.lock:
                 state.paused = True
                 state.invalidate_readers()
-            log.warning("group %s: ZooKeeper connection lost; fetching paused, ownership kept",
-                        self.group)
+            log.warning("group %s: ZooKeeper connection lost; fetching paused, ownership kept", self.group)
             self._post("suspended")
         elif session_state == KazooState.LOST:
             with state.lock:
@@ -337,13 +357,15 @@ class Coordinator:
                 continue
             except NoAuthError:
                 # the group's ACL changed under a running member: it may no longer consume
-                self.state.fail(refusal(self.zk, self.group, Operation.CONSUME,
-                                        "ZooKeeper refused its registration or ownership"))
+                self.state.fail(
+                    refusal(self.zk, self.group, Operation.CONSUME, "ZooKeeper refused its registration or ownership")
+                )
                 return
             except KazooException as exc:
                 delay = self._retry_backoff.next_delay()
-                log.warning("group %s: rebalance interrupted by ZooKeeper (%r); retrying in %.1fs",
-                            self.group, exc, delay)
+                log.warning(
+                    "group %s: rebalance interrupted by ZooKeeper (%r); retrying in %.1fs", self.group, exc, delay
+                )
                 self._retry_at = time.monotonic() + delay
 
     def _set_state(self, new: MemberState) -> None:
@@ -359,8 +381,11 @@ class Coordinator:
         self.waiting_for = {}
         self._set_state(MemberState.LOST)
         tps = sorted(ps.tp for ps in dropped)
-        log.warning("group %s: ZooKeeper session expired; dropped %d partitions and their queued "
-                    "batches, rejoining", self.group, len(tps))
+        log.warning(
+            "group %s: ZooKeeper session expired; dropped %d partitions and their queued batches, rejoining",
+            self.group,
+            len(tps),
+        )
         if tps:
             self._call_hook(self.on_revoke, tps)
 
@@ -397,9 +422,15 @@ class Coordinator:
 
     def registration(self) -> dict[str, object]:
         """What this member writes into its ``ids`` znode."""
-        return {"version": 1, **self.subscription.to_json(), "start": self.start_policy,
-                "strategy": self.strategy, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": int(time.time() * 1000)}
+        return {
+            "version": 1,
+            **self.subscription.to_json(),
+            "start": self.start_policy,
+            "strategy": self.strategy,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": int(time.time() * 1000),
+        }
 
     def _register(self) -> None:
         path = reg.member_path(self.group, self.consumer_id)
@@ -420,14 +451,21 @@ class Coordinator:
                     break
                 if time.monotonic() - warned > 5:
                     warned = time.monotonic()
-                    log.warning("group %s: consumer id %s is registered by another session (an "
-                                "earlier run not yet timed out, or a duplicate id); waiting",
-                                self.group, self.consumer_id)
+                    log.warning(
+                        "group %s: consumer id %s is registered by another session (an "
+                        "earlier run not yet timed out, or a duplicate id); waiting",
+                        self.group,
+                        self.consumer_id,
+                    )
                 # Rebalance triggers stay pending for the cycle after registration.
                 self._wait_event(backoff.next_delay(), interrupt=STOPS)
         self._need_register = False
-        log.info("group %s: registered %s (%s)", self.group, self.consumer_id,
-                 self.subscription.pattern or sorted((self.subscription.topics or {}).items()))
+        log.info(
+            "group %s: registered %s (%s)",
+            self.group,
+            self.consumer_id,
+            self.subscription.pattern or sorted((self.subscription.topics or {}).items()),
+        )
 
     # -- one rebalance cycle ---------------------------------------------------------------------
 
@@ -439,8 +477,9 @@ class Coordinator:
         client.get_children(zk.BROKER_IDS, watch=self._on_brokers)
         if self.consumer_id not in members:
             return None
-        subscriptions = {cid: resolve_subscription(Subscription.from_json(m.data), topics)
-                         for cid, m in members.items()}
+        subscriptions = {
+            cid: resolve_subscription(Subscription.from_json(m.data), topics) for cid, m in members.items()
+        }
         wanted = sorted({t for s in subscriptions.values() for t in s})
         asyncs = [(t, client.get_async(zk.topic_path(t), watch=self._on_topics)) for t in wanted]
         partitions: dict[str, list[int]] = {}
@@ -453,8 +492,11 @@ class Coordinator:
         strategies = {cid: str(m.data.get("strategy", "range")) for cid, m in members.items()}
         strategy = group_strategy(strategies)
         if strategy != self.strategy:
-            log.warning("group %s: members disagree on the assignment strategy; using %r, the "
-                        "first member's", self.group, strategy)
+            log.warning(
+                "group %s: members disagree on the assignment strategy; using %r, the first member's",
+                self.group,
+                strategy,
+            )
         result = assign(strategy, partitions, subscriptions)
         return member_share(result, self.consumer_id)
 
@@ -462,15 +504,15 @@ class Coordinator:
         self._set_state(MemberState.REBALANCING)
         target = self._read_target()
         if target is None:
-            log.warning("group %s: %s is not registered (deleted by hand?); registering again",
-                        self.group, self.consumer_id)
+            log.warning(
+                "group %s: %s is not registered (deleted by hand?); registering again", self.group, self.consumer_id
+            )
             self._need_register = True
             self._post("register")
             raise _Restart()
         with self.state.lock:
             generation = self.state.generation
-            current = {tp: (ps.stream_index if ps.active else -1)
-                       for tp, ps in self.state.partitions.items()}
+            current = {tp: (ps.stream_index if ps.active else -1) for tp, ps in self.state.partitions.items()}
         changes = diff(current, target)
         if changes.revoked:
             self._release(changes.revoked)
@@ -490,9 +532,16 @@ class Coordinator:
         self.stats["partitions_revoked"] += len(changes.revoked)
         self.stats["partitions_gained"] += len(changes.gained)
         if changes.revoked or changes.gained or changes.moved:
-            log.info("group %s: %s rebalanced in %.0f ms: owns %d partitions (-%d +%d, %d moved)",
-                     self.group, self.consumer_id, elapsed_ms, len(target), len(changes.revoked),
-                     len(changes.gained), len(changes.moved))
+            log.info(
+                "group %s: %s rebalanced in %.0f ms: owns %d partitions (-%d +%d, %d moved)",
+                self.group,
+                self.consumer_id,
+                elapsed_ms,
+                len(target),
+                len(changes.revoked),
+                len(changes.gained),
+                len(changes.moved),
+            )
 
     def _release(self, tps: list[TopicPartition]) -> None:
         state = self.state
@@ -500,9 +549,13 @@ class Coordinator:
             states = [state.partitions[tp] for tp in tps if tp in state.partitions]
             state.stop(states)
         if not state.wait_idle(states, self.release_timeout):
-            log.warning("group %s: %s not acknowledged or still being fetched after %.1fs; "
-                        "releasing anyway (the next owner may deliver the held message again)",
-                        self.group, [f"{t}-{p}" for t, p in tps], self.release_timeout)
+            log.warning(
+                "group %s: %s not acknowledged or still being fetched after %.1fs; "
+                "releasing anyway (the next owner may deliver the held message again)",
+                self.group,
+                [f"{t}-{p}" for t, p in tps],
+                self.release_timeout,
+            )
         with state.lock:
             for ps in states:
                 ps.epoch = 0  # positions are final: later acknowledgements are ignored
@@ -523,8 +576,7 @@ class Coordinator:
                 self.start_partition(ps, target[ps.tp], ps.committed if ps.position is None else ps.position)
             state.fetch_wake.notify_all()
 
-    def start_partition(self, ps: PartitionState, stream_index: int,
-                         position: tuple[int, int] | None) -> None:
+    def start_partition(self, ps: PartitionState, stream_index: int, position: tuple[int, int] | None) -> None:
         """(Re)start fetching ``ps`` from ``position`` on its stream (lock held)."""
         ps.epoch = self.state.next_epoch()
         ps.stream_index = stream_index
@@ -536,8 +588,7 @@ class Coordinator:
         ps.retry_at = 0.0
         ps.active = True
 
-    def _claim(self, tps: list[TopicPartition], target: dict[TopicPartition, int],
-               generation: int) -> None:
+    def _claim(self, tps: list[TopicPartition], target: dict[TopicPartition, int], generation: int) -> None:
         pending = list(tps)
         backoff = Retry(initial=0.05, maximum=2.0, jitter=0.5)  # members claiming one znode spread out
         since = time.monotonic()
@@ -559,10 +610,12 @@ class Coordinator:
             now = time.monotonic()
             if now - logged > 5:
                 logged = now
-                log.warning("group %s: still waiting after %.0fs for %s to be released",
-                            self.group, now - since,
-                            ", ".join(f"{t}-{p} (held by {self.waiting_for.get((t, p))})"
-                                      for t, p in pending[:8]))
+                log.warning(
+                    "group %s: still waiting after %.0fs for %s to be released",
+                    self.group,
+                    now - since,
+                    ", ".join(f"{t}-{p} (held by {self.waiting_for.get((t, p))})" for t, p in pending[:8]),
+                )
             self.stats["claim_retries"] += 1
             self._wait_event(backoff.next_delay())
 
@@ -585,8 +638,7 @@ class Coordinator:
                 return (raw or b"?").decode("utf-8", "replace")
         return "?"
 
-    def _activate(self, tps: list[TopicPartition], target: dict[TopicPartition, int],
-                  generation: int) -> None:
+    def _activate(self, tps: list[TopicPartition], target: dict[TopicPartition, int], generation: int) -> None:
         """Read committed offsets of freshly claimed partitions and start fetching them."""
         asyncs = [(tp, self.zk.get_async(reg.offset_path(self.group, *tp))) for tp in tps]
         committed: dict[TopicPartition, Committed | None] = {}
@@ -602,8 +654,9 @@ class Coordinator:
         with state.lock:
             lost = state.generation != generation
             for tp in tps if not lost else ():
-                ps = PartitionState(tp[0], tp[1], self.stream_for(tp[0], target[tp]), target[tp],
-                                    0, generation, self.max_bytes)
+                ps = PartitionState(
+                    tp[0], tp[1], self.stream_for(tp[0], target[tp]), target[tp], 0, generation, self.max_bytes
+                )
                 c = committed[tp]
                 position = (c.offset, c.skip) if c is not None else None
                 ps.committed = position
@@ -634,13 +687,13 @@ class Coordinator:
         with self.state.lock:
             states = list(self.state.partitions.values())
         if self.zk.state != KazooState.CONNECTED:
-            raise ZooKeeperError("not connected to ZooKeeper; positions are kept and committed "
-                                 "once the connection is back")
+            raise ZooKeeperError(
+                "not connected to ZooKeeper; positions are kept and committed once the connection is back"
+            )
         try:
             return self._commit_states(states)
         except NoAuthError:
-            raise refusal(self.zk, self.group, Operation.CONSUME,
-                          "ZooKeeper refused the commit") from None
+            raise refusal(self.zk, self.group, Operation.CONSUME, "ZooKeeper refused the commit") from None
         except KazooException as exc:
             raise ZooKeeperError(f"commit failed: {exc!r}") from None
 
@@ -655,9 +708,11 @@ class Coordinator:
         with self._commit_lock:
             with state.lock:
                 state.materialize()
-                todo = [(ps, ps.position) for ps in states
-                        if ps.position is not None and ps.position != ps.committed
-                        and ps.generation == state.generation]
+                todo = [
+                    (ps, ps.position)
+                    for ps in states
+                    if ps.position is not None and ps.position != ps.committed and ps.generation == state.generation
+                ]
                 # Queued to kazoo under the lock: see the module docstring.
                 asyncs = []
                 for ps, pos in todo:
@@ -674,15 +729,14 @@ class Coordinator:
                             if ps.generation != state.generation:
                                 continue
                             retry = self.zk.create_async(
-                                reg.offset_path(self.group, ps.topic, ps.partition),
-                                record.encode(), makepath=True)
+                                reg.offset_path(self.group, ps.topic, ps.partition), record.encode(), makepath=True
+                            )
                         retry.get(timeout=self.session_timeout)
                 except (KazooException, KazooTimeoutError) as exc:
                     self.stats["commit_failures"] += 1
                     if strict or isinstance(exc, NoAuthError):
                         raise  # a refusal is not retried: commit() names it
-                    log.warning("group %s: commit of %s-%d failed: %r", self.group, ps.topic,
-                                ps.partition, exc)
+                    log.warning("group %s: commit of %s-%d failed: %r", self.group, ps.topic, ps.partition, exc)
                     continue
                 with state.lock:
                     ps.committed = pos
@@ -692,8 +746,7 @@ class Coordinator:
 
     # -- introspection -----------------------------------------------------------------------------
 
-    def _call_hook(self, hook: Callable[[list[TopicPartition]], None] | None,
-                   tps: list[TopicPartition]) -> None:
+    def _call_hook(self, hook: Callable[[list[TopicPartition]], None] | None, tps: list[TopicPartition]) -> None:
         if hook is None or not tps:
             return
         try:

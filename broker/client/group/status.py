@@ -31,7 +31,8 @@ status is the worst of its partitions': OK < WARN < REWIND < STALL < STOP.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 OK = "OK"
 WARN = "WARN"
@@ -66,8 +67,9 @@ class PartitionStatus(NamedTuple):
     """How full the window is, 0..1 (observations / window size)."""
 
 
-def partition_status(window: Sequence[Observation], now_ms: int, current_lag: int | None = None,
-                     size: int = DEFAULT_WINDOW) -> PartitionStatus:
+def partition_status(
+    window: Sequence[Observation], now_ms: int, current_lag: int | None = None, size: int = DEFAULT_WINDOW
+) -> PartitionStatus:
     """Judge one partition's window of commits (oldest first), as of ``now_ms``.
 
     ``current_lag`` is the lag right now (log end moved since the newest commit); when
@@ -119,7 +121,7 @@ class StatusWindows:
         if window and window[-1].time_ms == time_ms and window[-1].offset == offset:
             return
         window.append(Observation(offset, lag, time_ms))
-        del window[:-self.size]
+        del window[: -self.size]
 
     def window(self, key: object) -> list[Observation]:
         """The observations of ``key``, oldest first."""
@@ -136,5 +138,17 @@ class StatusWindows:
             del self._windows[key]
 
 
-__all__ = ["DEFAULT_WINDOW", "OK", "Observation", "PartitionStatus", "REWIND", "SEVERITY", "STALL",
-           "STOP", "StatusWindows", "WARN", "group_status", "partition_status"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "OK",
+    "Observation",
+    "PartitionStatus",
+    "REWIND",
+    "SEVERITY",
+    "STALL",
+    "STOP",
+    "StatusWindows",
+    "WARN",
+    "group_status",
+    "partition_status",
+]

@@ -28,7 +28,8 @@ import itertools
 import threading
 import time
 from collections import deque
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from broker.client.consumer import Message
 from broker.common.errors import LogferryError
@@ -62,13 +63,39 @@ class ConsumerClosedError(LogferryError):
 class PartitionState:
     """One owned partition: where fetching stands and what the application processed."""
 
-    __slots__ = ("topic", "partition", "stream", "stream_index", "epoch", "active", "generation",
-                 "position", "committed", "fetch_offset", "skip_at", "in_flight", "retry_at",
-                 "failures", "max_bytes", "address", "log_start", "log_end", "avg_message_bytes",
-                 "fetched_messages")
+    __slots__ = (
+        "topic",
+        "partition",
+        "stream",
+        "stream_index",
+        "epoch",
+        "active",
+        "generation",
+        "position",
+        "committed",
+        "fetch_offset",
+        "skip_at",
+        "in_flight",
+        "retry_at",
+        "failures",
+        "max_bytes",
+        "address",
+        "log_start",
+        "log_end",
+        "avg_message_bytes",
+        "fetched_messages",
+    )
 
-    def __init__(self, topic: str, partition: int, stream: "StreamQueue", stream_index: int,
-                 epoch: int, generation: int, max_bytes: int):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        stream: StreamQueue,
+        stream_index: int,
+        epoch: int,
+        generation: int,
+        max_bytes: int,
+    ):
         self.topic = topic
         self.partition = partition
         self.stream = stream
@@ -109,8 +136,10 @@ class PartitionState:
         return self.topic, self.partition
 
     def __repr__(self) -> str:
-        return (f"PartitionState({self.topic}-{self.partition}, epoch={self.epoch}, "
-                f"active={self.active}, position={self.position}, fetch={self.fetch_offset})")
+        return (
+            f"PartitionState({self.topic}-{self.partition}, epoch={self.epoch}, "
+            f"active={self.active}, position={self.position}, fetch={self.fetch_offset})"
+        )
 
 
 class Chunk:
@@ -118,8 +147,16 @@ class Chunk:
 
     __slots__ = ("state", "epoch", "offset", "next_offset", "messages", "start", "nbytes")
 
-    def __init__(self, state: PartitionState, epoch: int, offset: int, next_offset: int,
-                 messages: list[Message], start: int, nbytes: int):
+    def __init__(
+        self,
+        state: PartitionState,
+        epoch: int,
+        offset: int,
+        next_offset: int,
+        messages: list[Message],
+        start: int,
+        nbytes: int,
+    ):
         self.state = state
         self.epoch = epoch
         self.offset = offset
@@ -461,8 +498,9 @@ class Reader:
                     return out
                 state.data_ready.wait(remaining)
 
-    def poll_batches(self, timeout: float = 0.0, max_bytes: int = 8 * 1024 * 1024,
-                     acknowledge: bool = True) -> list[tuple[TopicPartition, RawBatch]]:
+    def poll_batches(
+        self, timeout: float = 0.0, max_bytes: int = 8 * 1024 * 1024, acknowledge: bool = True
+    ) -> list[tuple[TopicPartition, RawBatch]]:
         """Ready raw batches (consumer in raw mode), up to about ``max_bytes`` of them.
 
         Same contract as :meth:`poll`, one batch per item: waits up to ``timeout`` s for
@@ -489,7 +527,7 @@ class Reader:
                         if chunk is None:
                             break
                         tp = chunk.state.tp
-                        for batch in self._msgs[self._index:self._n]:
+                        for batch in self._msgs[self._index : self._n]:
                             out.append((tp, batch))  # type: ignore[arg-type]
                         nbytes += chunk.nbytes
                         self._index = self._n
@@ -548,5 +586,15 @@ class MessageStream(Reader):
         return f"MessageStream(index={self.queue.index}, topics={list(self.topics)})"
 
 
-__all__ = ["Chunk", "ConsumerClosedError", "GroupState", "MessageStream", "PartitionState",
-           "Position", "RawBatch", "Reader", "StreamQueue", "TopicPartition"]
+__all__ = [
+    "Chunk",
+    "ConsumerClosedError",
+    "GroupState",
+    "MessageStream",
+    "PartitionState",
+    "Position",
+    "RawBatch",
+    "Reader",
+    "StreamQueue",
+    "TopicPartition",
+]

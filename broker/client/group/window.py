@@ -36,8 +36,8 @@ under its lock with ``time.monotonic()`` times.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable
 
 GAIN = 2.0
 """Bytes in flight per broker over the measured BDP: headroom for the answers' own
@@ -118,8 +118,9 @@ class FetchWindow:
             state = self._brokers[broker] = _Broker()
         return Ticket(broker, now, self.base if asked is None else asked, state.delivered)
 
-    def answered(self, ticket: Ticket, nbytes: int, full: bool, now: float,
-                 first_byte_at: float = 0.0, after_idle: bool = False) -> None:
+    def answered(
+        self, ticket: Ticket, nbytes: int, full: bool, now: float, first_byte_at: float = 0.0, after_idle: bool = False
+    ) -> None:
         """The fetch of ``ticket`` was answered with ``nbytes`` at ``now``.
 
         ``full``: some partition of it came back with as much as it asked (a backlog);
@@ -141,8 +142,7 @@ class FetchWindow:
         state = self._brokers.get(broker)
         if state is None:
             return 0.0, self.base
-        return (max(state.rates) if state.rates else 0.0,
-                self.size(broker, state.partitions))
+        return (max(state.rates) if state.rates else 0.0, self.size(broker, state.partitions))
 
     def latency(self, broker: Hashable) -> float | None:
         """The latency estimate of ``broker`` in seconds (None before its first sample)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from broker.common.errors import DiskFullError
 from broker.common.metrics import Labels
@@ -27,21 +27,31 @@ REPORT_INTERVAL_S = 60.0
 class DiskFullReporter:
     """What the broker does when an append meets a full log dir."""
 
-    def __init__(self, broker_id: int, counter: defaultdict[Labels, float],
-                 interval_s: float = REPORT_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        broker_id: int,
+        counter: defaultdict[Labels, float],
+        interval_s: float = REPORT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.broker_id = broker_id
         self.counter = counter
-        self.limiter = RateLimitedLog(log, interval_s, "more refused since the last report",
-                                      clock)
+        self.limiter = RateLimitedLog(log, interval_s, "more refused since the last report", clock)
 
     def refused(self, topic: str, partition: int, error: DiskFullError) -> str:
         """Count and (rate-limited) log one refused message set; returns the message
         for the produce answer: ``disk full on broker N (log dir X): ...``."""
         self.counter[(("log_dir", error.log_dir),)] += 1
-        self.limiter.log(logging.ERROR, "%s-%d: produce refused, %s; free space there "
-                         "(retention_hours, retention_bytes) or move partitions to another "
-                         "log dir", topic, partition, error, key=(topic, partition))
+        self.limiter.log(
+            logging.ERROR,
+            "%s-%d: produce refused, %s; free space there "
+            "(retention_hours, retention_bytes) or move partitions to another "
+            "log dir",
+            topic,
+            partition,
+            error,
+            key=(topic, partition),
+        )
         detail = str(error).removeprefix(f"log dir {error.log_dir} is full: ")
         return f"disk full on broker {self.broker_id} (log dir {error.log_dir}): {detail}"
 

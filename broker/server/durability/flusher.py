@@ -23,12 +23,14 @@ the broker's only deletion: whole segments, by age or size.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Callable, Hashable, Protocol, Sequence
+from typing import Protocol
 
 from broker.common.background import BackgroundTasks
 from broker.common.errors import LogferryError, StorageError
@@ -38,7 +40,6 @@ from broker.server.durability.sync_thread import SyncThread
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog, PendingFlush
 from broker.storage.sync import SYNCFS, SYNCFS_MIN_FILES, open_fs_fd, sync_round
-import contextlib
 
 log = logging.getLogger("logferry.broker")
 
@@ -60,10 +61,18 @@ def now_ms() -> int:
 class Flusher:
     """fsyncs partitions by the flush policy and reports each flushed end."""
 
-    def __init__(self, logs: LogManager, flush_ms: int, fsync_pool: Executor,
-                 wake_consumers: Callable[[Key], None], on_flushed: Callable[[Key], None],
-                 group_commit: bool | None = None, sync: SyncAll = sync_round,
-                 inline: bool | None = None, background: BackgroundTasks | None = None):
+    def __init__(
+        self,
+        logs: LogManager,
+        flush_ms: int,
+        fsync_pool: Executor,
+        wake_consumers: Callable[[Key], None],
+        on_flushed: Callable[[Key], None],
+        group_commit: bool | None = None,
+        sync: SyncAll = sync_round,
+        inline: bool | None = None,
+        background: BackgroundTasks | None = None,
+    ):
         """After an fsync moved a partition's visible end: ``wake_consumers(key)``,
         then the held produce answers, then ``on_flushed(key)`` (replication).
         ``group_commit`` None: as the logs' config says. ``sync`` runs a round's
@@ -119,8 +128,7 @@ class Flusher:
         else:
             self.schedule(key, plog)
 
-    def ack_after_flush(self, key: Key, plog: PartitionLog, waiter: FlushWaiter,
-                        index: int) -> None:
+    def ack_after_flush(self, key: Key, plog: PartitionLog, waiter: FlushWaiter, index: int) -> None:
         """Settle ``waiter``'s part ``index`` once everything appended so far is fsynced."""
         self._ack_after_flush.setdefault(key, []).append((plog.end_offset, waiter, index))
         if self.group_commit:
@@ -184,8 +192,8 @@ class Flusher:
             return False
         times = self._fsync_times.get(group)
         return times is not None and inline_round(
-            times, asyncio.get_running_loop().time(),
-            sum(plog.unflushed_files for plog in queue.pending()))
+            times, asyncio.get_running_loop().time(), sum(plog.unflushed_files for plog in queue.pending())
+        )
 
     def _start_due(self, group: Hashable) -> None:
         """The fallback of :meth:`start_rounds` for ``group``: start its round unless
@@ -208,8 +216,7 @@ class Flusher:
     # At one produce per round (a lightly loaded broker) this is the per-request cost
     # of group commit, so it avoids a task, a coroutine and chained futures per round.
 
-    def _start_round(self, group: Hashable, queue: CommitQueue[Key, PartitionLog],
-                     may_inline: bool = False) -> None:
+    def _start_round(self, group: Hashable, queue: CommitQueue[Key, PartitionLog], may_inline: bool = False) -> None:
         """Take what is queued for ``group`` and start its fsyncs on its thread (or, if
         ``may_inline`` and :meth:`_inline_ok`, run them here and end the round)."""
         loop = asyncio.get_running_loop()
@@ -221,8 +228,7 @@ class Flusher:
         try:
             prepared = self._prepare_round(group, batch)
             if prepared is not None:
-                round_ = _Round(self, loop, group, queue, prepared, ended, started,
-                                time.thread_time() - cpu_started)
+                round_ = _Round(self, loop, group, queue, prepared, ended, started, time.thread_time() - cpu_started)
                 if inline and round_.fs_fd is None:
                     round_.run_inline()
                 else:
@@ -244,21 +250,20 @@ class Flusher:
             thread = self._threads[group] = SyncThread(f"group-commit {group}")
         return thread
 
-    def _prepare_round(self, group: Hashable, batch: dict[Key, PartitionLog]
-                       ) -> tuple[list[tuple[Key, PartitionLog, PendingFlush]], int | None] | None:
+    def _prepare_round(
+        self, group: Hashable, batch: dict[Key, PartitionLog]
+    ) -> tuple[list[tuple[Key, PartitionLog, PendingFlush]], int | None] | None:
         """Capture each partition's flush: many files go to one syncfs of the log dir's
         file system (once its descriptor exists: from the dir's second round on), few to
         an fsync each. None: nothing to sync."""
         fs_fd = self._fs_fds.get(group) if isinstance(group, Path) else None
-        if fs_fd is not None and (sum(p.unflushed_files for p in batch.values())
-                                  < SYNCFS_MIN_FILES):
+        if fs_fd is not None and (sum(p.unflushed_files for p in batch.values()) < SYNCFS_MIN_FILES):
             fs_fd = None
         elif isinstance(group, Path) and group not in self._fs_fds and SYNCFS is not None:
             try:  # before this round's fsyncs: later writeback errors reach syncfs
                 self._fs_fds[group] = open_fs_fd(group)
             except OSError as exc:
-                log.warning("cannot open log dir %s for syncfs (%s); fsyncing each file",
-                            group, exc)
+                log.warning("cannot open log dir %s for syncfs (%s); fsyncing each file", group, exc)
         prepared: list[tuple[Key, PartitionLog, PendingFlush]] = []
         for key, plog in batch.items():
             try:
@@ -268,8 +273,7 @@ class Flusher:
                 self._fail_acks(key, exc)
         return (prepared, fs_fd) if prepared else None
 
-    def _round_ended(self, round_: "_Round", outcomes: list[OSError | None] | BaseException
-                     ) -> None:
+    def _round_ended(self, round_: _Round, outcomes: list[OSError | None] | BaseException) -> None:
         """Back on the loop after a round's fsyncs: publish, then the next round."""
         cpu_started = time.thread_time()
         times = self._fsync_times.get(round_.group)
@@ -279,23 +283,27 @@ class Flusher:
         try:
             if isinstance(outcomes, BaseException):
                 log.error("group commit round failed", exc_info=outcomes)
-                outcomes = [OSError(f"the fsync round failed: {outcomes!r}")
-                            for _ in round_.prepared]
+                outcomes = [OSError(f"the fsync round failed: {outcomes!r}") for _ in round_.prepared]
             for (key, plog, pending), error in zip(round_.prepared, outcomes, strict=True):
                 if error is None:
                     self._published(key, plog, pending.end)
                 else:
                     log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
-                    self._fail_acks(key, StorageError(
-                        f"fsync of partition {key[0]}-{key[1]} failed: {error}"))
+                    self._fail_acks(key, StorageError(f"fsync of partition {key[0]}-{key[1]} failed: {error}"))
         except Exception:  # never leave the queue marked running for ever
             log.exception("group commit round failed")
-        self._next_round_or_idle(round_.group, round_.queue, round_.ended, round_.started,
-                                 round_.cpu + time.thread_time() - cpu_started)
+        self._next_round_or_idle(
+            round_.group, round_.queue, round_.ended, round_.started, round_.cpu + time.thread_time() - cpu_started
+        )
 
-    def _next_round_or_idle(self, group: Hashable, queue: CommitQueue[Key, PartitionLog],
-                            ended: asyncio.Future[None] | None, started: float,
-                            cpu: float) -> None:
+    def _next_round_or_idle(
+        self,
+        group: Hashable,
+        queue: CommitQueue[Key, PartitionLog],
+        ended: asyncio.Future[None] | None,
+        started: float,
+        cpu: float,
+    ) -> None:
         """A round ended: settle its waiters; start the next one if partitions were
         added meanwhile, after the pause :func:`~broker.server.durability.group_commit.next_round_pause`
         says (at most one round per 0.5 ms, and at most a tenth of the event loop's
@@ -340,14 +348,14 @@ class Flusher:
             while True:
                 pending = plog.prepare_flush()
                 (error,) = await asyncio.get_running_loop().run_in_executor(
-                    self.fsync_pool, self._sync, [pending], None)
+                    self.fsync_pool, self._sync, [pending], None
+                )
                 if error is not None:
                     log.error("fsync of %s-%d failed: %s", key[0], key[1], error)
                     return
                 self._published(key, plog, pending.end)
                 # flush.messages=1 acks that arrived during this fsync need one more pass
-                if not any(item[0] > plog.flushed_end
-                           for item in self._ack_after_flush.get(key, ())):
+                if not any(item[0] > plog.flushed_end for item in self._ack_after_flush.get(key, ())):
                     break
         finally:
             self._flushing.discard(key)
@@ -397,13 +405,19 @@ class _Round:
     """One group-commit round between :meth:`Flusher._start_round` and
     :meth:`Flusher._round_ended`."""
 
-    __slots__ = ("flusher", "loop", "group", "queue", "prepared", "fs_fd", "ended",
-                 "started", "cpu", "sync_s")
+    __slots__ = ("flusher", "loop", "group", "queue", "prepared", "fs_fd", "ended", "started", "cpu", "sync_s")
 
-    def __init__(self, flusher: Flusher, loop: asyncio.AbstractEventLoop, group: Hashable,
-                 queue: CommitQueue[Key, PartitionLog],
-                 prepared: tuple[list[tuple[Key, PartitionLog, PendingFlush]], int | None],
-                 ended: asyncio.Future[None] | None, started: float, cpu: float):
+    def __init__(
+        self,
+        flusher: Flusher,
+        loop: asyncio.AbstractEventLoop,
+        group: Hashable,
+        queue: CommitQueue[Key, PartitionLog],
+        prepared: tuple[list[tuple[Key, PartitionLog, PendingFlush]], int | None],
+        ended: asyncio.Future[None] | None,
+        started: float,
+        cpu: float,
+    ):
         self.flusher = flusher
         self.loop = loop
         self.group = group
@@ -437,8 +451,7 @@ class _Round:
             self.loop.call_soon_threadsafe(self.flusher._round_ended, self, outcomes)
 
 
-async def run_retention(logs: LogManager, interval_ms: int,
-                        segments_deleted: PartitionCounter) -> None:
+async def run_retention(logs: LogManager, interval_ms: int, segments_deleted: PartitionCounter) -> None:
     """Roll segments by age and delete those past retention, for ever (a background
     task); a partition that fails is logged and tried again next round."""
     interval = interval_ms / 1000

@@ -14,7 +14,8 @@ second, at most a tenth of the event loop). No I/O here:
 
 from __future__ import annotations
 
-from typing import Generic, Hashable, TypeVar
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -125,8 +126,7 @@ class FsyncTimes:
     def ended(self, fsync_s: float, now: float) -> None:
         """A round ended ``now``; its fsyncs took ``fsync_s``."""
         previous = self.fsync_s
-        self.fsync_s = fsync_s if previous is None else (
-            previous + EWMA_WEIGHT * (fsync_s - previous))
+        self.fsync_s = fsync_s if previous is None else (previous + EWMA_WEIGHT * (fsync_s - previous))
         self.last_end = now
 
 
@@ -142,11 +142,24 @@ def inline_round(times: FsyncTimes, now: float, files: int) -> bool:
     dir idle since its last round for :data:`INLINE_IDLE_FACTOR` fsyncs. A busy log dir
     (rounds back to back, or appends soon after a round) keeps its thread, as before."""
     fsync_s = times.fsync_s
-    return (fsync_s is not None and files <= INLINE_MAX_FILES
-            and fsync_s <= INLINE_MAX_FSYNC_S
-            and now - times.last_end >= INLINE_IDLE_FACTOR * fsync_s)
+    return (
+        fsync_s is not None
+        and files <= INLINE_MAX_FILES
+        and fsync_s <= INLINE_MAX_FSYNC_S
+        and now - times.last_end >= INLINE_IDLE_FACTOR * fsync_s
+    )
 
 
-__all__ = ["CHEAP_ROUND_CPU_S", "CommitQueue", "FsyncTimes", "INLINE_IDLE_FACTOR",
-           "INLINE_MAX_FILES", "INLINE_MAX_FSYNC_S", "LOOP_SHARE", "MIN_PAUSE_S",
-           "MIN_ROUND_PERIOD_S", "inline_round", "next_round_pause"]
+__all__ = [
+    "CHEAP_ROUND_CPU_S",
+    "CommitQueue",
+    "FsyncTimes",
+    "INLINE_IDLE_FACTOR",
+    "INLINE_MAX_FILES",
+    "INLINE_MAX_FSYNC_S",
+    "LOOP_SHARE",
+    "MIN_PAUSE_S",
+    "MIN_ROUND_PERIOD_S",
+    "inline_round",
+    "next_round_pause",
+]

@@ -12,7 +12,7 @@ list of buffers that the connection hands to the socket with one gathering write
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 Buffer = bytes | bytearray | memoryview
 

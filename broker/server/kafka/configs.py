@@ -35,19 +35,20 @@ for a broker (CLUSTER_AUTHORIZATION_FAILED), as for Metadata.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.common.errors import LogferryError, UnknownTopicOrPartitionError
 from broker.coordination.registry import ClusterView
+from broker.server.config import BrokerConfig
 from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.server.security.authorizer import Authorizer
-from broker.server.config import BrokerConfig
 from broker.storage.config import LogConfig
 
 TOPIC, BROKER = 2, 4
@@ -85,36 +86,99 @@ def _broker_source(value: Any, default: Any) -> int:
 
 # (Kafka topic name, logferry topic key or None, broker-level Kafka name, type, doc,
 #  broker value, logferry default)
-def _topic_table(config: BrokerConfig) -> list[tuple[str, str | None, str | None, int, str,
-                                                       Any, Any]]:
+def _topic_table(config: BrokerConfig) -> list[tuple[str, str | None, str | None, int, str, Any, Any]]:
     log, d_log, d_broker = config.log, _LOG_DEFAULTS, _BROKER_DEFAULTS
     return [
-        ("cleanup.policy", None, None, LIST,
-         "delete: whole segments past retention go; logferry never compacts", "delete",
-         "delete"),
-        ("compression.type", "compression", None, STRING,
-         "codec the leader stores uncompressed batches with (producer: as sent)", "producer",
-         "producer"),
-        ("retention.ms", "retention_ms", "log.retention.ms", LONG,
-         "delete segments not modified for longer", log.retention_ms, d_log.retention_ms),
-        ("retention.bytes", "retention_bytes", "log.retention.bytes", LONG,
-         "delete the oldest segments beyond this size (-1: unlimited)", log.retention_bytes,
-         d_log.retention_bytes),
-        ("segment.bytes", "segment_bytes", "log.segment.bytes", INT,
-         "roll a new segment at this size", log.segment_bytes, d_log.segment_bytes),
-        ("segment.ms", "segment_ms", "log.roll.ms", LONG,
-         "roll a non-empty segment older than this", log.segment_ms, d_log.segment_ms),
-        ("min.insync.replicas", "min_insync_replicas", "min.insync.replicas", INT,
-         "in-sync replicas an acks=all produce needs", config.min_insync_replicas,
-         d_broker.min_insync_replicas),
-        ("max.message.bytes", None, "message.max.bytes", INT,
-         "largest request the broker reads (max_request_bytes)", config.max_request_bytes,
-         d_broker.max_request_bytes),
-        ("flush.messages", None, "log.flush.interval.messages", LONG,
-         "fsync after this many messages (broker-wide [log] flush_messages)",
-         log.flush_messages, d_log.flush_messages),
-        ("flush.ms", None, "log.flush.interval.ms", LONG,
-         "fsync after this long (broker-wide [log] flush_ms)", log.flush_ms, d_log.flush_ms),
+        (
+            "cleanup.policy",
+            None,
+            None,
+            LIST,
+            "delete: whole segments past retention go; logferry never compacts",
+            "delete",
+            "delete",
+        ),
+        (
+            "compression.type",
+            "compression",
+            None,
+            STRING,
+            "codec the leader stores uncompressed batches with (producer: as sent)",
+            "producer",
+            "producer",
+        ),
+        (
+            "retention.ms",
+            "retention_ms",
+            "log.retention.ms",
+            LONG,
+            "delete segments not modified for longer",
+            log.retention_ms,
+            d_log.retention_ms,
+        ),
+        (
+            "retention.bytes",
+            "retention_bytes",
+            "log.retention.bytes",
+            LONG,
+            "delete the oldest segments beyond this size (-1: unlimited)",
+            log.retention_bytes,
+            d_log.retention_bytes,
+        ),
+        (
+            "segment.bytes",
+            "segment_bytes",
+            "log.segment.bytes",
+            INT,
+            "roll a new segment at this size",
+            log.segment_bytes,
+            d_log.segment_bytes,
+        ),
+        (
+            "segment.ms",
+            "segment_ms",
+            "log.roll.ms",
+            LONG,
+            "roll a non-empty segment older than this",
+            log.segment_ms,
+            d_log.segment_ms,
+        ),
+        (
+            "min.insync.replicas",
+            "min_insync_replicas",
+            "min.insync.replicas",
+            INT,
+            "in-sync replicas an acks=all produce needs",
+            config.min_insync_replicas,
+            d_broker.min_insync_replicas,
+        ),
+        (
+            "max.message.bytes",
+            None,
+            "message.max.bytes",
+            INT,
+            "largest request the broker reads (max_request_bytes)",
+            config.max_request_bytes,
+            d_broker.max_request_bytes,
+        ),
+        (
+            "flush.messages",
+            None,
+            "log.flush.interval.messages",
+            LONG,
+            "fsync after this many messages (broker-wide [log] flush_messages)",
+            log.flush_messages,
+            d_log.flush_messages,
+        ),
+        (
+            "flush.ms",
+            None,
+            "log.flush.interval.ms",
+            LONG,
+            "fsync after this long (broker-wide [log] flush_ms)",
+            log.flush_ms,
+            d_log.flush_ms,
+        ),
     ]
 
 
@@ -131,8 +195,7 @@ def topic_entries(config: BrokerConfig, overrides: Mapping[str, Any]) -> list[Co
             value, source = _text(broker_value), fallback
         if broker_name is not None:
             synonyms.append((broker_name, _text(broker_value), fallback))
-        entries.append(ConfigEntry(name, value, source, key is None, kind, doc,
-                                   tuple(synonyms)))
+        entries.append(ConfigEntry(name, value, source, key is None, kind, doc, tuple(synonyms)))
     return entries
 
 
@@ -143,42 +206,78 @@ def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
         ("broker.id", config.broker_id, None, INT, "this broker's id"),
         ("broker.rack", config.rack or None, None, STRING, "its rack"),
         ("log.dirs", ",".join(map(str, config.log_dirs)), None, STRING, "its log directories"),
-        ("num.partitions", config.num_partitions, d_broker.num_partitions, INT,
-         "partitions of an auto-created topic"),
-        ("default.replication.factor", config.default_replication_factor,
-         d_broker.default_replication_factor, INT, "replicas of a new topic"),
-        ("min.insync.replicas", config.min_insync_replicas, d_broker.min_insync_replicas, INT,
-         "in-sync replicas an acks=all produce needs"),
-        ("auto.create.topics.enable", config.auto_create_topics, d_broker.auto_create_topics,
-         BOOLEAN, "create a topic on first use"),
-        ("unclean.leader.election.enable", config.unclean_leader_election,
-         d_broker.unclean_leader_election, BOOLEAN, "elect an out-of-sync replica"),
-        ("message.max.bytes", config.max_request_bytes, d_broker.max_request_bytes, INT,
-         "largest request the broker reads"),
-        ("log.retention.ms", log.retention_ms, d_log.retention_ms, LONG,
-         "delete segments not modified for longer"),
-        ("log.retention.bytes", log.retention_bytes, d_log.retention_bytes, LONG,
-         "delete the oldest segments beyond this size"),
-        ("log.segment.bytes", log.segment_bytes, d_log.segment_bytes, INT,
-         "roll a new segment at this size"),
-        ("log.roll.ms", log.segment_ms, d_log.segment_ms, LONG,
-         "roll a non-empty segment older than this"),
-        ("log.flush.interval.messages", log.flush_messages, d_log.flush_messages, LONG,
-         "fsync after this many messages"),
-        ("log.flush.interval.ms", log.flush_ms, d_log.flush_ms, LONG,
-         "fsync after this long"),
+        ("num.partitions", config.num_partitions, d_broker.num_partitions, INT, "partitions of an auto-created topic"),
+        (
+            "default.replication.factor",
+            config.default_replication_factor,
+            d_broker.default_replication_factor,
+            INT,
+            "replicas of a new topic",
+        ),
+        (
+            "min.insync.replicas",
+            config.min_insync_replicas,
+            d_broker.min_insync_replicas,
+            INT,
+            "in-sync replicas an acks=all produce needs",
+        ),
+        (
+            "auto.create.topics.enable",
+            config.auto_create_topics,
+            d_broker.auto_create_topics,
+            BOOLEAN,
+            "create a topic on first use",
+        ),
+        (
+            "unclean.leader.election.enable",
+            config.unclean_leader_election,
+            d_broker.unclean_leader_election,
+            BOOLEAN,
+            "elect an out-of-sync replica",
+        ),
+        (
+            "message.max.bytes",
+            config.max_request_bytes,
+            d_broker.max_request_bytes,
+            INT,
+            "largest request the broker reads",
+        ),
+        ("log.retention.ms", log.retention_ms, d_log.retention_ms, LONG, "delete segments not modified for longer"),
+        (
+            "log.retention.bytes",
+            log.retention_bytes,
+            d_log.retention_bytes,
+            LONG,
+            "delete the oldest segments beyond this size",
+        ),
+        ("log.segment.bytes", log.segment_bytes, d_log.segment_bytes, INT, "roll a new segment at this size"),
+        ("log.roll.ms", log.segment_ms, d_log.segment_ms, LONG, "roll a non-empty segment older than this"),
+        (
+            "log.flush.interval.messages",
+            log.flush_messages,
+            d_log.flush_messages,
+            LONG,
+            "fsync after this many messages",
+        ),
+        ("log.flush.interval.ms", log.flush_ms, d_log.flush_ms, LONG, "fsync after this long"),
     ]
-    return [ConfigEntry(name, None if value is None else _text(value),
-                        STATIC_BROKER_CONFIG if default is None
-                        else _broker_source(value, default), True, kind, doc)
-            for name, value, default, kind, doc in rows]
+    return [
+        ConfigEntry(
+            name,
+            None if value is None else _text(value),
+            STATIC_BROKER_CONFIG if default is None else _broker_source(value, default),
+            True,
+            kind,
+            doc,
+        )
+        for name, value, default, kind, doc in rows
+    ]
 
 
 class KafkaConfigs:
     """Answers DescribeConfigs from the cluster view and the broker's config."""
 
-    def __init__(self, config: BrokerConfig, view: Callable[[], ClusterView],
-                 authorizer: Authorizer):
+    def __init__(self, config: BrokerConfig, view: Callable[[], ClusterView], authorizer: Authorizer):
         self.config = config
         self.view = view
         self.authorizer = authorizer
@@ -196,8 +295,7 @@ class KafkaConfigs:
         for resource in body.resources:
             error, message, entries = ErrorCode.none, None, []
             try:
-                entries = self._entries(channel, int(resource.resource_type),
-                                        resource.resource_name)
+                entries = self._entries(channel, int(resource.resource_type), resource.resource_name)
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
             except _Refused as exc:
@@ -205,19 +303,35 @@ class KafkaConfigs:
             keys = resource.configuration_keys
             if keys:
                 entries = [e for e in entries if e.name in keys]
-            results.append(make(
-                result_cls, error_code=error, error_message=message,
-                resource_type=resource.resource_type, resource_name=resource.resource_name,
-                configs=tuple(make(
-                    entry_cls, name=e.name, value=e.value, read_only=e.read_only,
-                    config_source=e.source, is_default=e.source == DEFAULT_CONFIG,
-                    is_sensitive=False, config_type=e.type,
-                    documentation=e.doc if docs_on else None,
-                    synonyms=tuple(make(synonym_cls, name=n, value=val, source=src)
-                                   for n, val, src in e.synonyms) if synonyms_on else ())
-                    for e in entries)))
-        return make(response_schema(Api.DESCRIBE_CONFIGS, v), throttle_time=timedelta(0),
-                    results=tuple(results))
+            results.append(
+                make(
+                    result_cls,
+                    error_code=error,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=tuple(
+                        make(
+                            entry_cls,
+                            name=e.name,
+                            value=e.value,
+                            read_only=e.read_only,
+                            config_source=e.source,
+                            is_default=e.source == DEFAULT_CONFIG,
+                            is_sensitive=False,
+                            config_type=e.type,
+                            documentation=e.doc if docs_on else None,
+                            synonyms=tuple(
+                                make(synonym_cls, name=n, value=val, source=src) for n, val, src in e.synonyms
+                            )
+                            if synonyms_on
+                            else (),
+                        )
+                        for e in entries
+                    ),
+                )
+            )
+        return make(response_schema(Api.DESCRIBE_CONFIGS, v), throttle_time=timedelta(0), results=tuple(results))
 
     def _entries(self, channel: Any, kind: int, name: str) -> list[ConfigEntry]:
         if kind == TOPIC:
@@ -231,8 +345,10 @@ class KafkaConfigs:
             if name == "":
                 return []  # the cluster-wide dynamic defaults: logferry has none
             if name != str(self.config.broker_id):
-                raise _Refused(f"this is broker {self.config.broker_id}, not {name!r}: ask "
-                               "the broker itself for its configs (as Kafka requires)")
+                raise _Refused(
+                    f"this is broker {self.config.broker_id}, not {name!r}: ask "
+                    "the broker itself for its configs (as Kafka requires)"
+                )
             return broker_entries(self.config)
         raise _Refused(f"resource type {kind} is not described here (topics: 2, brokers: 4)")
 

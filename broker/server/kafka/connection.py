@@ -31,8 +31,8 @@ from broker.server.kafka.sasl import SASL_APIS, KafkaSasl
 from broker.server.kafka.service import _Channel
 
 if TYPE_CHECKING:
-    from broker.server.security.authentication import Authenticator
     from broker.server.kafka.service import KafkaService
+    from broker.server.security.authentication import Authenticator
 
 log = logging.getLogger("logferry.kafka")
 
@@ -58,9 +58,14 @@ class _Slot:
 class KafkaConnection(asyncio.Protocol):
     """The broker's end of one Kafka client's TCP connection."""
 
-    def __init__(self, service: "KafkaService", max_request_bytes: int,
-                 connections: set["KafkaConnection"],
-                 authenticator: "Authenticator | None" = None, auth_timeout_s: float = 0.0):
+    def __init__(
+        self,
+        service: KafkaService,
+        max_request_bytes: int,
+        connections: set[KafkaConnection],
+        authenticator: Authenticator | None = None,
+        auth_timeout_s: float = 0.0,
+    ):
         self.service = service
         self.decoder = protocol.FrameDecoder(max_request_bytes)
         self.connections = connections
@@ -86,8 +91,9 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._channel = _Channel(self.peer, self.principal, self.close)
-        self.sasl = KafkaSasl(self._authenticator, self._channel,
-                              transport.get_extra_info("peercert"), self._auth_timeout_s)
+        self.sasl = KafkaSasl(
+            self._authenticator, self._channel, transport.get_extra_info("peercert"), self._auth_timeout_s
+        )
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -159,8 +165,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(parsed, protocol.Unsupported):
             answer = protocol.unsupported_response(*parsed)
             if answer is None:
-                self._fatal(f"api {parsed.api_key} v{parsed.version} is not a Kafka api "
-                            "version this broker knows")
+                self._fatal(f"api {parsed.api_key} v{parsed.version} is not a Kafka api version this broker knows")
                 return
             log.debug("%s: unsupported api %d v%d", self.peer, parsed.api_key, parsed.version)
             self._complete(slot, answer)
@@ -180,8 +185,7 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
             return
         except Exception:
-            log.exception("Kafka api %d v%d from %s failed", request.api_key,
-                          request.version, self.peer)
+            log.exception("Kafka api %d v%d from %s failed", request.api_key, request.version, self.peer)
             self.close()
             return
         self._complete(slot, answer)
@@ -193,8 +197,7 @@ class KafkaConnection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("Kafka SASL api %d v%d from %s failed", request.api_key,
-                          request.version, self.peer)
+            log.exception("Kafka SASL api %d v%d from %s failed", request.api_key, request.version, self.peer)
             self.close()
             return
         self.principal = self._channel.principal
@@ -223,8 +226,7 @@ class KafkaConnection(asyncio.Protocol):
         socket takes without joining them first; the rest goes to the transport's buffer
         (copied there, as any unsent bytes are). TLS copies in its own layer anyway."""
         start = 0
-        if (self._fd >= 0 and not transport.is_closing()
-                and transport.get_write_buffer_size() == 0):
+        if self._fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
             start = _writev(self._fd, parts)
         for part in parts[start:]:
             transport.write(part)
@@ -247,7 +249,7 @@ def _writev(fd: int, parts: list[Buffer]) -> int:
     i = 0
     while i < len(parts):
         try:
-            sent = os.writev(fd, parts[i:i + IOV_MAX])
+            sent = os.writev(fd, parts[i : i + IOV_MAX])
         except (BlockingIOError, InterruptedError):
             break
         except OSError:  # the transport's own write then meets the error and closes

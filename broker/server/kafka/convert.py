@@ -50,9 +50,11 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
         if attributes & kb.CONTROL or count == 0:
             continue
         if attributes & kb.COMPRESSION_MASK not in kb.COMPRESSION_NAMES:
-            raise CorruptBatchError(f"record batch at byte {pos} uses compression codec "
-                                    f"{attributes & kb.COMPRESSION_MASK}; known: "
-                                    f"{kb.COMPRESSION_NAMES}")
+            raise CorruptBatchError(
+                f"record batch at byte {pos} uses compression codec "
+                f"{attributes & kb.COMPRESSION_MASK}; known: "
+                f"{kb.COMPRESSION_NAMES}"
+            )
         batch = bytearray(view)
         size = records.KAFKA_AT + len(batch)
         kb.BASE_OFFSET.pack_into(batch, 0, 0)
@@ -63,9 +65,8 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
             _TIMESTAMPS.pack_into(batch, 27, base_ts, base_ts)
         set_crc(batch)
         head = bytearray(records.KAFKA_AT)
-        records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE,
-                                       records.MAGIC_KAFKA, 0, 0, count, base_ts)
-        crc = records.batch_crc32(batch, records.batch_crc32(memoryview(head)[records.CRC_START:]))
+        records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE, records.MAGIC_KAFKA, 0, 0, count, base_ts)
+        crc = records.batch_crc32(batch, records.batch_crc32(memoryview(head)[records.CRC_START :]))
         struct.pack_into(">I", head, 5, crc)
         out += head
         out += batch
@@ -93,7 +94,7 @@ def serve_chunks(raw: bytearray, offset: int) -> tuple[Chunks, int]:
             break
         if magic == records.MAGIC_KAFKA:
             kb.BASE_OFFSET.pack_into(raw, pos + records.KAFKA_AT, offset + pos)
-            out.append(view[pos + records.KAFKA_AT:stop])
+            out.append(view[pos + records.KAFKA_AT : stop])
         else:
             batches, used = records.decode_batches(view[pos:stop], offset + pos)
             if used != stop - pos:
@@ -114,9 +115,15 @@ def to_kafka(batch: records.Batch, skip_before: int = 0) -> bytearray:
     if headers is not None:
         kheaders = [[(bytes(h[0] or b""), h[1]) for h in hs] if hs else None for hs in headers]
     timestamps = batch.timestamps if batch.deltas is not None else None
-    return encode_record_batch(batch.offset, batch.next_offset - batch.offset - 1,
-                               batch.base_timestamp, timestamps, batch.keys,
-                               list(batch.values), kheaders)
+    return encode_record_batch(
+        batch.offset,
+        batch.next_offset - batch.offset - 1,
+        batch.base_timestamp,
+        timestamps,
+        batch.keys,
+        list(batch.values),
+        kheaders,
+    )
 
 
 def record_offset(batch_offset: int, index: int) -> int:

@@ -11,9 +11,10 @@ Kafka listener is configured.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
@@ -40,11 +41,11 @@ class KafkaFrontEnd:
     """An unauthenticated connection is closed after this long where SASL is required."""
     connections: set[KafkaConnection] = field(default_factory=set)
 
-    def connection_factory(self, authenticator: Authenticator | None
-                           ) -> Callable[[], asyncio.BaseProtocol]:
+    def connection_factory(self, authenticator: Authenticator | None) -> Callable[[], asyncio.BaseProtocol]:
         """What the listener makes for each accepted connection."""
-        return lambda: KafkaConnection(self.service, self.max_request_bytes, self.connections,
-                                       authenticator, self.auth_timeout_s)
+        return lambda: KafkaConnection(
+            self.service, self.max_request_bytes, self.connections, authenticator, self.auth_timeout_s
+        )
 
     def background(self) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
         """The long-lived tasks the broker runs for this front end: name -> coroutine
@@ -52,16 +53,22 @@ class KafkaFrontEnd:
         return {"kafka-group-expiry": self.groups.run_expiry}
 
 
-def build(config: BrokerConfig, router: PartitionRouter, produce: ProduceService,
-          fetch: FetchService, admin: AdminService, view: Callable[[], ClusterView],
-          logs: LogManager, zk_client: Callable[[], Any], admin_pool: Executor,
-          count_request: CountRequest) -> KafkaFrontEnd:
+def build(
+    config: BrokerConfig,
+    router: PartitionRouter,
+    produce: ProduceService,
+    fetch: FetchService,
+    admin: AdminService,
+    view: Callable[[], ClusterView],
+    logs: LogManager,
+    zk_client: Callable[[], Any],
+    admin_pool: Executor,
+    count_request: CountRequest,
+) -> KafkaFrontEnd:
     """The Kafka front end over the broker's services."""
-    groups = KafkaGroupService(config.broker_id, view, logs, zk_client, admin_pool,
-                               admin.authorizer)
+    groups = KafkaGroupService(config.broker_id, view, logs, zk_client, admin_pool, admin.authorizer)
     service = KafkaService(config, router, produce, fetch, admin, view, count_request, groups)
-    return KafkaFrontEnd(service, groups, config.max_request_bytes,
-                         config.incomplete_request_timeout_ms / 1000)
+    return KafkaFrontEnd(service, groups, config.max_request_bytes, config.incomplete_request_timeout_ms / 1000)
 
 
 __all__ = ["KafkaFrontEnd", "build"]

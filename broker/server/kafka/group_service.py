@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any, Callable, Coroutine, Sequence
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -31,8 +32,8 @@ from broker.common.errors import AuthorizationError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
 from broker.server.kafka.errors import kafka_error
-from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.server.kafka.groups import GroupCoordinator, coordinator_for
+from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.storage.log_manager import LogManager
 from broker.wire import records
 
@@ -47,8 +48,15 @@ def _offset_path(group: str, topic: str, partition: int, kafka: bool = False) ->
 class KafkaGroupService:
     """Answers the group apis; the coordinator of a group is chosen by its id."""
 
-    def __init__(self, broker_id: int, view: Callable[[], ClusterView], logs: LogManager,
-                 zk_client: Callable[[], Any], pool: Any, authorizer: Any = None):
+    def __init__(
+        self,
+        broker_id: int,
+        view: Callable[[], ClusterView],
+        logs: LogManager,
+        zk_client: Callable[[], Any],
+        pool: Any,
+        authorizer: Any = None,
+    ):
         self.broker_id = broker_id
         self.authorizer = authorizer
         """The broker's authorizer (None: allow all): ``consume`` on the group for
@@ -80,8 +88,7 @@ class KafkaGroupService:
             await asyncio.sleep(0.5)
             self.coordinator.expire(time.monotonic())
 
-    def _denied(self, channel: Any, operation: Operation, group: str,
-                topics: Sequence[str] = ()) -> ErrorCode | None:
+    def _denied(self, channel: Any, operation: Operation, group: str, topics: Sequence[str] = ()) -> ErrorCode | None:
         """The Kafka error code when the principal may not do this, else None."""
         if self.authorizer is None:
             return None
@@ -109,20 +116,36 @@ class KafkaGroupService:
         body = request.body
         schema = response_schema(Api.FIND_COORDINATOR, request.version)
         if getattr(body, "key_type", 0) != 0:
-            return make(schema, throttle_time=_NO_TIME,
-                        error_code=ErrorCode.coordinator_not_available,
-                        error_message="only group coordinators (no transactions)",
-                        node_id=-1, host="", port=-1)
+            return make(
+                schema,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.coordinator_not_available,
+                error_message="only group coordinators (no transactions)",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
         node = self._coordinator_id(body.key)
         info = self.view().brokers.get(node)
         if info is None or not info.kafka_port:
-            return make(schema, throttle_time=_NO_TIME,
-                        error_code=ErrorCode.coordinator_not_available,
-                        error_message="no live broker speaks Kafka", node_id=-1, host="",
-                        port=-1)
-        return make(schema, throttle_time=_NO_TIME, error_code=ErrorCode.none,
-                    error_message=None, node_id=node, host=info.kafka_host or info.host,
-                    port=info.kafka_port)
+            return make(
+                schema,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.coordinator_not_available,
+                error_message="no live broker speaks Kafka",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        return make(
+            schema,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            error_message=None,
+            node_id=node,
+            host=info.kafka_host or info.host,
+            port=info.kafka_port,
+        )
 
     # -- membership ----------------------------------------------------------------------
 
@@ -132,35 +155,57 @@ class KafkaGroupService:
         schema = response_schema(Api.JOIN_GROUP, v)
         member_cls = response_schema(Api.JOIN_GROUP, v, "JoinGroupResponseMember")
 
-        def answer(error: ErrorCode, generation: int = -1, protocol: str | None = None,
-                   leader: str = "", member_id: str = "",
-                   members: list[tuple[str, bytes]] | None = None) -> Any:
-            return make(schema, throttle_time=_NO_TIME, error_code=error,
-                        generation_id=generation, protocol_type=body.protocol_type,
-                        protocol_name=protocol if v >= 7 else (protocol or ""),
-                        leader=leader, member_id=member_id,
-                        members=tuple(make(member_cls, member_id=m, group_instance_id=None,
-                                           metadata=meta) for m, meta in members or []))
+        def answer(
+            error: ErrorCode,
+            generation: int = -1,
+            protocol: str | None = None,
+            leader: str = "",
+            member_id: str = "",
+            members: list[tuple[str, bytes]] | None = None,
+        ) -> Any:
+            return make(
+                schema,
+                throttle_time=_NO_TIME,
+                error_code=error,
+                generation_id=generation,
+                protocol_type=body.protocol_type,
+                protocol_name=protocol if v >= 7 else (protocol or ""),
+                leader=leader,
+                member_id=member_id,
+                members=tuple(
+                    make(member_cls, member_id=m, group_instance_id=None, metadata=meta) for m, meta in members or []
+                ),
+            )
 
         if self._not_coordinator(body.group_id):
             return answer(ErrorCode.not_coordinator, member_id=body.member_id)
         denied = self._denied(channel, Operation.CONSUME, body.group_id)
         if denied is not None:
             return answer(denied, member_id=body.member_id)
-        native = await self._zk(lambda: self.zk_client().get_children(
-            f"{zk.CONSUMERS}/{body.group_id}/ids") if self.zk_client().exists(
-            f"{zk.CONSUMERS}/{body.group_id}/ids") else [])
+        native = await self._zk(
+            lambda: (
+                self.zk_client().get_children(f"{zk.CONSUMERS}/{body.group_id}/ids")
+                if self.zk_client().exists(f"{zk.CONSUMERS}/{body.group_id}/ids")
+                else []
+            )
+        )
         if native:
             return answer(ErrorCode.inconsistent_group_protocol, member_id=body.member_id)
         session = body.session_timeout.total_seconds()
         rebalance = getattr(body, "rebalance_timeout", None)
         rebalance_s = rebalance.total_seconds() if rebalance is not None else session
         result = await self.coordinator.join(
-            body.group_id, body.member_id, request.client_id or "", body.protocol_type,
-            [(p.name, p.metadata) for p in body.protocols], session, rebalance_s,
-            require_known_member=v >= 4, client_host=channel.peer.rpartition(":")[0])
-        return answer(result.error, result.generation, result.protocol, result.leader,
-                      result.member_id, result.members)
+            body.group_id,
+            body.member_id,
+            request.client_id or "",
+            body.protocol_type,
+            [(p.name, p.metadata) for p in body.protocols],
+            session,
+            rebalance_s,
+            require_known_member=v >= 4,
+            client_host=channel.peer.rpartition(":")[0],
+        )
+        return answer(result.error, result.generation, result.protocol, result.leader, result.member_id, result.members)
 
     async def sync_group(self, request: Request, channel: Any) -> Any:
         body = request.body
@@ -172,20 +217,27 @@ class KafkaGroupService:
             error, assignment = denied, b""
         else:
             error, assignment = await self.coordinator.sync(
-                body.group_id, body.generation_id, body.member_id,
-                {a.member_id: a.assignment for a in body.assignments})
+                body.group_id, body.generation_id, body.member_id, {a.member_id: a.assignment for a in body.assignments}
+            )
         group = self.coordinator.groups.get(body.group_id)
-        return make(schema, throttle_time=_NO_TIME, error_code=error,
-                    protocol_type=group.protocol_type if group else None,
-                    protocol_name=group.protocol if group else None, assignment=assignment)
+        return make(
+            schema,
+            throttle_time=_NO_TIME,
+            error_code=error,
+            protocol_type=group.protocol_type if group else None,
+            protocol_name=group.protocol if group else None,
+            assignment=assignment,
+        )
 
     async def heartbeat(self, request: Request, channel: Any) -> Any:
         body = request.body
-        error = (ErrorCode.not_coordinator if self._not_coordinator(body.group_id) else
-                 self._denied(channel, Operation.CONSUME, body.group_id) or
-                 self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id))
-        return make(response_schema(Api.HEARTBEAT, request.version), throttle_time=_NO_TIME,
-                    error_code=error)
+        error = (
+            ErrorCode.not_coordinator
+            if self._not_coordinator(body.group_id)
+            else self._denied(channel, Operation.CONSUME, body.group_id)
+            or self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
+        )
+        return make(response_schema(Api.HEARTBEAT, request.version), throttle_time=_NO_TIME, error_code=error)
 
     async def leave_group(self, request: Request, channel: Any) -> Any:
         body = request.body
@@ -204,10 +256,14 @@ class KafkaGroupService:
                 results.append((member_id, self.coordinator.leave(body.group_id, member_id)))
             if v < 3 and results:
                 top = results[0][1]
-        return make(response_schema(Api.LEAVE_GROUP, v), throttle_time=_NO_TIME,
-                    error_code=top,
-                    members=tuple(make(member_cls, member_id=m, group_instance_id=None,
-                                       error_code=e) for m, e in results) if member_cls else ())
+        return make(
+            response_schema(Api.LEAVE_GROUP, v),
+            throttle_time=_NO_TIME,
+            error_code=top,
+            members=tuple(make(member_cls, member_id=m, group_instance_id=None, error_code=e) for m, e in results)
+            if member_cls
+            else (),
+        )
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -216,39 +272,52 @@ class KafkaGroupService:
         v = request.version
         part_cls = response_schema(Api.OFFSET_COMMIT, v, "OffsetCommitResponsePartition")
         topic_cls = response_schema(Api.OFFSET_COMMIT, v, "OffsetCommitResponseTopic")
-        generation = getattr(body, "generation_id_or_member_epoch",
-                             getattr(body, "generation_id", -1))
+        generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
         if self._not_coordinator(body.group_id):
             error: ErrorCode | None = ErrorCode.not_coordinator
         else:
-            error = (self._denied(channel, Operation.CONSUME, body.group_id,
-                                  [t.name for t in body.topics])
-                     or self.coordinator.check_commit(body.group_id, generation,
-                                                      body.member_id))
+            error = self._denied(
+                channel, Operation.CONSUME, body.group_id, [t.name for t in body.topics]
+            ) or self.coordinator.check_commit(body.group_id, generation, body.member_id)
         writes: list[tuple[str, bytes]] = []
         now = int(time.time() * 1000)
         if error is None:
             for topic in body.topics:
                 for part in topic.partitions:
                     k = part.committed_offset
-                    writes.append((_offset_path(body.group_id, topic.name,
-                                                part.partition_index, kafka=True),
-                                   json.dumps({"offset": k, "time": now}).encode()))
+                    writes.append(
+                        (
+                            _offset_path(body.group_id, topic.name, part.partition_index, kafka=True),
+                            json.dumps({"offset": k, "time": now}).encode(),
+                        )
+                    )
                     native = self._native_position(topic.name, part.partition_index, k)
                     if native is not None:
-                        writes.append((_offset_path(body.group_id, topic.name,
-                                                    part.partition_index),
-                                       json.dumps({"offset": native[0], "skip": native[1],
-                                                   "time": now}).encode()))
+                        writes.append(
+                            (
+                                _offset_path(body.group_id, topic.name, part.partition_index),
+                                json.dumps({"offset": native[0], "skip": native[1], "time": now}).encode(),
+                            )
+                        )
             try:
                 await self._zk(lambda: _write_all(self.zk_client(), writes))
             except Exception:
                 error = ErrorCode.coordinator_not_available
         code = error or ErrorCode.none
-        return make(response_schema(Api.OFFSET_COMMIT, v), throttle_time=_NO_TIME,
-                    topics=tuple(make(topic_cls, name=t.name, partitions=tuple(
-                        make(part_cls, partition_index=p.partition_index, error_code=code)
-                        for p in t.partitions)) for t in body.topics))
+        return make(
+            response_schema(Api.OFFSET_COMMIT, v),
+            throttle_time=_NO_TIME,
+            topics=tuple(
+                make(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(part_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                    ),
+                )
+                for t in body.topics
+            ),
+        )
 
     def _native_position(self, topic: str, partition: int, k: int) -> tuple[int, int] | None:
         """``(batch offset, messages to skip)`` for Kafka offset ``k`` from this broker's
@@ -277,8 +346,12 @@ class KafkaGroupService:
             wanted = {t.name: list(t.partition_indexes) for t in body.topics}
         denied = self._denied(channel, Operation.DESCRIBE, body.group_id)
         if self._not_coordinator(body.group_id) or denied is not None:
-            return make(response_schema(Api.OFFSET_FETCH, v), throttle_time=_NO_TIME,
-                        error_code=denied or ErrorCode.not_coordinator, topics=())
+            return make(
+                response_schema(Api.OFFSET_FETCH, v),
+                throttle_time=_NO_TIME,
+                error_code=denied or ErrorCode.not_coordinator,
+                topics=(),
+            )
         positions = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
         topics = []
         for topic, parts in wanted.items():
@@ -287,13 +360,24 @@ class KafkaGroupService:
                 offset = positions.get((topic, p), -1)
                 if body.topics is None and offset < 0:
                     continue
-                out.append(make(part_cls, partition_index=p, committed_offset=offset,
-                                committed_leader_epoch=-1, metadata="",
-                                error_code=ErrorCode.none))
+                out.append(
+                    make(
+                        part_cls,
+                        partition_index=p,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=ErrorCode.none,
+                    )
+                )
             if out or body.topics is not None:
                 topics.append(make(topic_cls, name=topic, partitions=tuple(out)))
-        return make(response_schema(Api.OFFSET_FETCH, v), throttle_time=_NO_TIME,
-                    error_code=ErrorCode.none, topics=tuple(topics))
+        return make(
+            response_schema(Api.OFFSET_FETCH, v),
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            topics=tuple(topics),
+        )
 
     # -- DescribeGroups, ListGroups ------------------------------------------------------
 
@@ -302,9 +386,11 @@ class KafkaGroupService:
         client = self.zk_client()
         if client.exists(zk.CONSUMERS) is None:
             return set()
-        return {g for g in client.get_children(zk.CONSUMERS)
-                if client.exists(f"{zk.CONSUMERS}/{g}/offsets")
-                or client.exists(f"{zk.CONSUMERS}/{g}/kafka_offsets")}
+        return {
+            g
+            for g in client.get_children(zk.CONSUMERS)
+            if client.exists(f"{zk.CONSUMERS}/{g}/offsets") or client.exists(f"{zk.CONSUMERS}/{g}/kafka_offsets")
+        }
 
     async def describe_groups(self, request: Request, channel: Any) -> Any:
         """Each group's state and members, from this coordinator's memory. A group it
@@ -317,25 +403,49 @@ class KafkaGroupService:
         committed = await self._zk(self._committed_groups)
         out = []
         for group_id in request.body.groups:
-            error = (ErrorCode.not_coordinator if self._not_coordinator(group_id)
-                     else self._denied(channel, Operation.DESCRIBE, group_id))
+            error = (
+                ErrorCode.not_coordinator
+                if self._not_coordinator(group_id)
+                else self._denied(channel, Operation.DESCRIBE, group_id)
+            )
             view = self.coordinator.describe(group_id) if error is None else None
             if view is None:
                 state = "Empty" if error is None and group_id in committed else "Dead"
-                out.append(make(group_cls, error_code=error or ErrorCode.none,
-                                group_id=group_id, group_state=state, protocol_type="",
-                                protocol_data="", members=()))
+                out.append(
+                    make(
+                        group_cls,
+                        error_code=error or ErrorCode.none,
+                        group_id=group_id,
+                        group_state=state,
+                        protocol_type="",
+                        protocol_data="",
+                        members=(),
+                    )
+                )
                 continue
-            out.append(make(group_cls, error_code=ErrorCode.none, group_id=group_id,
-                            group_state=view.state, protocol_type=view.protocol_type,
-                            protocol_data=view.protocol, members=tuple(
-                                make(member_cls, member_id=m.member_id, group_instance_id=None,
-                                     client_id=m.client_id, client_host=m.client_host,
-                                     member_metadata=m.metadata,
-                                     member_assignment=m.assignment)
-                                for m in view.members)))
-        return make(response_schema(Api.DESCRIBE_GROUPS, v), throttle_time=_NO_TIME,
-                    groups=tuple(out))
+            out.append(
+                make(
+                    group_cls,
+                    error_code=ErrorCode.none,
+                    group_id=group_id,
+                    group_state=view.state,
+                    protocol_type=view.protocol_type,
+                    protocol_data=view.protocol,
+                    members=tuple(
+                        make(
+                            member_cls,
+                            member_id=m.member_id,
+                            group_instance_id=None,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in view.members
+                    ),
+                )
+            )
+        return make(response_schema(Api.DESCRIBE_GROUPS, v), throttle_time=_NO_TIME, groups=tuple(out))
 
     async def list_groups(self, request: Request, channel: Any) -> Any:
         """The groups this broker coordinates (admin clients ask every broker): those
@@ -346,24 +456,23 @@ class KafkaGroupService:
         listed_cls = response_schema(Api.LIST_GROUPS, v, "ListedGroup")
         committed = await self._zk(self._committed_groups)
         known = {g.group_id: g for g in self.coordinator.listing()}
-        kafka_commits = await self._zk(lambda: {g for g in committed if self.zk_client().exists(
-            f"{zk.CONSUMERS}/{g}/kafka_offsets")})
+        kafka_commits = await self._zk(
+            lambda: {g for g in committed if self.zk_client().exists(f"{zk.CONSUMERS}/{g}/kafka_offsets")}
+        )
         wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
         out = []
         for group_id in sorted(set(known) | committed):
-            if self._not_coordinator(group_id) or self._denied(
-                    channel, Operation.DESCRIBE, group_id) is not None:
+            if self._not_coordinator(group_id) or self._denied(channel, Operation.DESCRIBE, group_id) is not None:
                 continue
             view = known.get(group_id)
             state = view.state if view else "Empty"
-            protocol_type = (view.protocol_type if view else
-                             "consumer" if group_id in kafka_commits else "")
+            protocol_type = view.protocol_type if view else "consumer" if group_id in kafka_commits else ""
             if wanted and state.lower() not in wanted:
                 continue
-            out.append(make(listed_cls, group_id=group_id, protocol_type=protocol_type,
-                            group_state=state))
-        return make(response_schema(Api.LIST_GROUPS, v), throttle_time=_NO_TIME,
-                    error_code=ErrorCode.none, groups=tuple(out))
+            out.append(make(listed_cls, group_id=group_id, protocol_type=protocol_type, group_state=state))
+        return make(
+            response_schema(Api.LIST_GROUPS, v), throttle_time=_NO_TIME, error_code=ErrorCode.none, groups=tuple(out)
+        )
 
 
 def _write_all(client: Any, writes: list[tuple[str, bytes]]) -> None:

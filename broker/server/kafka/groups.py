@@ -64,8 +64,12 @@ class _Member:
     client_host: str = ""
 
 
-KAFKA_STATES = {"empty": "Empty", "preparing": "PreparingRebalance",
-                "syncing": "CompletingRebalance", "stable": "Stable"}
+KAFKA_STATES = {
+    "empty": "Empty",
+    "preparing": "PreparingRebalance",
+    "syncing": "CompletingRebalance",
+    "stable": "Stable",
+}
 """Our group states by the names Kafka's DescribeGroups and ListGroups answer."""
 
 
@@ -121,9 +125,18 @@ class GroupCoordinator:
 
     # -- JoinGroup ---------------------------------------------------------------------
 
-    async def join(self, group_id: str, member_id: str, client_id: str, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], session_s: float, rebalance_s: float,
-                   require_known_member: bool, client_host: str = "") -> JoinResult:
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_s: float,
+        rebalance_s: float,
+        require_known_member: bool,
+        client_host: str = "",
+    ) -> JoinResult:
         """Join (or rejoin) and wait for the rebalance to complete."""
         group = self._group(group_id)
         if group.members and group.protocol_type != protocol_type:
@@ -141,20 +154,17 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         member = group.members.get(member_id)
         if member is None:
-            member = group.members[member_id] = _Member(member_id, protocols, session_s,
-                                                        rebalance_s, 0.0)
+            member = group.members[member_id] = _Member(member_id, protocols, session_s, rebalance_s, 0.0)
         member.protocols, member.session_s, member.rebalance_s = protocols, session_s, rebalance_s
         member.client_id, member.client_host = client_id, client_host
         member.deadline = time.monotonic() + session_s
         if member.join is not None and not member.join.done():
-            member.join.set_result(JoinResult(ErrorCode.rebalance_in_progress,
-                                              member_id=member_id))
+            member.join.set_result(JoinResult(ErrorCode.rebalance_in_progress, member_id=member_id))
         member.join = loop.create_future()
         group.protocol_type = protocol_type
         future = member.join
         self._begin_rebalance(group)
-        if all(m.join is not None and not m.join.done() for m in group.members.values()) \
-                and group.generation > 0:
+        if all(m.join is not None and not m.join.done() for m in group.members.values()) and group.generation > 0:
             self._complete_join(group)
         return await future
 
@@ -167,8 +177,7 @@ class GroupCoordinator:
         first = group.state == "empty" or group.generation == 0
         group.state = "preparing"
         loop = asyncio.get_running_loop()
-        wait = INITIAL_REBALANCE_DELAY_S if first else max(
-            (m.rebalance_s for m in group.members.values()), default=1.0)
+        wait = INITIAL_REBALANCE_DELAY_S if first else max((m.rebalance_s for m in group.members.values()), default=1.0)
         if group.timer is not None:
             group.timer.cancel()
         group.timer = loop.call_later(wait, self._rebalance_deadline, group)
@@ -178,8 +187,7 @@ class GroupCoordinator:
         group.timer = None
         if group.state != "preparing":
             return
-        for member_id in [m.id for m in group.members.values()
-                          if m.join is None or m.join.done()]:
+        for member_id in [m.id for m in group.members.values() if m.join is None or m.join.done()]:
             self._remove(group, member_id)
         if group.members:
             self._complete_join(group)
@@ -195,15 +203,22 @@ class GroupCoordinator:
             group.leader = next(iter(group.members))
         group.protocol = _common_protocol(group, group.members[group.leader].protocols)
         group.state = "syncing"
-        members = [(m.id, dict(m.protocols).get(group.protocol or "", b""))
-                   for m in group.members.values()]
+        members = [(m.id, dict(m.protocols).get(group.protocol or "", b"")) for m in group.members.values()]
         now = time.monotonic()
         for member in group.members.values():
             member.deadline = now + member.session_s
             if member.join is not None and not member.join.done():
-                member.join.set_result(JoinResult(
-                    ErrorCode.none, group.generation, group.protocol_type, group.protocol,
-                    group.leader, member.id, members if member.id == group.leader else []))
+                member.join.set_result(
+                    JoinResult(
+                        ErrorCode.none,
+                        group.generation,
+                        group.protocol_type,
+                        group.protocol,
+                        group.leader,
+                        member.id,
+                        members if member.id == group.leader else [],
+                    )
+                )
             member.join = None
 
     # -- DescribeGroups, ListGroups -------------------------------------------------------
@@ -215,11 +230,19 @@ class GroupCoordinator:
             return None
         state = "empty" if not group.members else group.state
         protocol = group.protocol or ""
-        members = [MemberView(m.id, m.client_id, m.client_host, dict(m.protocols).get(protocol, b""),
-                              m.assignment if group.state == "stable" else b"")
-                   for m in group.members.values()]
-        return GroupView(group.id, KAFKA_STATES[state], group.protocol_type or "",
-                         protocol if state != "empty" else "", members)
+        members = [
+            MemberView(
+                m.id,
+                m.client_id,
+                m.client_host,
+                dict(m.protocols).get(protocol, b""),
+                m.assignment if group.state == "stable" else b"",
+            )
+            for m in group.members.values()
+        ]
+        return GroupView(
+            group.id, KAFKA_STATES[state], group.protocol_type or "", protocol if state != "empty" else "", members
+        )
 
     def listing(self) -> list[GroupView]:
         """Every group this coordinator knows, without members, sorted by id."""
@@ -233,8 +256,9 @@ class GroupCoordinator:
 
     # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------
 
-    async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+    async def sync(
+        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+    ) -> tuple[ErrorCode, bytes]:
         """The member's assignment once the leader has sent them all."""
         group = self.groups.get(group_id)
         error = self._check(group, generation, member_id)
@@ -291,8 +315,7 @@ class GroupCoordinator:
     def expire(self, now: float) -> None:
         """Remove members whose session passed without a heartbeat (called periodically)."""
         for group in list(self.groups.values()):
-            gone = [m.id for m in group.members.values()
-                    if m.deadline < now and (m.join is None or m.join.done())]
+            gone = [m.id for m in group.members.values() if m.deadline < now and (m.join is None or m.join.done())]
             for member_id in gone:
                 self._remove(group, member_id)
             if gone:
@@ -306,8 +329,7 @@ class GroupCoordinator:
             group.state = "empty"
             group.leader = ""
             return
-        if group.state == "preparing" and all(m.join is not None and not m.join.done()
-                                              for m in group.members.values()):
+        if group.state == "preparing" and all(m.join is not None and not m.join.done() for m in group.members.values()):
             self._complete_join(group)
         else:
             self._begin_rebalance(group)
@@ -322,8 +344,7 @@ class GroupCoordinator:
             member.sync.set_result((ErrorCode.unknown_member_id, b""))
 
     @staticmethod
-    def _check(group: _Group | None, generation: int, member_id: str,
-               commit: bool = False) -> ErrorCode | None:
+    def _check(group: _Group | None, generation: int, member_id: str, commit: bool = False) -> ErrorCode | None:
         if group is None or member_id not in group.members:
             return ErrorCode.unknown_member_id
         if group.state == "preparing":
@@ -341,5 +362,4 @@ def _common_protocol(group: _Group, preferred: list[tuple[str, bytes]]) -> str |
     return None
 
 
-__all__ = ["GroupCoordinator", "GroupView", "JoinResult", "KAFKA_STATES", "MemberView",
-           "coordinator_for"]
+__all__ = ["GroupCoordinator", "GroupView", "JoinResult", "KAFKA_STATES", "MemberView", "coordinator_for"]

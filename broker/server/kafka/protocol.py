@@ -124,16 +124,17 @@ class FrameDecoder:
             return None
         (size,) = _SIZE.unpack_from(buf, 0)
         if size < _HEAD.size + 2 or size > self.max_bytes:
-            raise FrameTooLargeError(f"Kafka frame of {size} bytes: allowed are "
-                                     f"{_HEAD.size + 2} to {self.max_bytes} (max_request_bytes)")
+            raise FrameTooLargeError(
+                f"Kafka frame of {size} bytes: allowed are {_HEAD.size + 2} to {self.max_bytes} (max_request_bytes)"
+            )
         if len(buf) < 4 + size:
             return None
         if len(buf) == 4 + size:  # the common case: the buffer holds this frame only
             frame = bytes(memoryview(buf)[4:])
             buf.clear()
             return frame
-        frame = bytes(buf[4:4 + size])
-        del buf[:4 + size]
+        frame = bytes(buf[4 : 4 + size])
+        del buf[: 4 + size]
         return frame
 
     @property
@@ -165,11 +166,13 @@ def parse_request(frame: bytes) -> Request | Unsupported:
         header, used = entity_reader(schema.__header_schema__)(frame, 0)
         body, size = entity_reader(schema)(frame, used)
     except Exception as exc:  # kio raises several types for malformed input
-        raise InvalidRequestError(f"malformed Kafka request (api {key} v{version}, "
-                                  f"correlation id {corr}): {exc}") from None
+        raise InvalidRequestError(
+            f"malformed Kafka request (api {key} v{version}, correlation id {corr}): {exc}"
+        ) from None
     if used + size != len(frame):
-        raise InvalidRequestError(f"Kafka request api {key} v{version} has "
-                                  f"{len(frame) - used - size} bytes past its body")
+        raise InvalidRequestError(
+            f"Kafka request api {key} v{version} has {len(frame) - used - size} bytes past its body"
+        )
     return Request(key, version, corr, header.client_id, body)
 
 
@@ -188,8 +191,7 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     return result
 
 
-def encode_response_parts(api_key: int, version: int, correlation_id: int,
-                          body: Any) -> list[Buffer]:
+def encode_response_parts(api_key: int, version: int, correlation_id: int, body: Any) -> list[Buffer]:
     """The whole response frame as a list of buffers: like :func:`encode_response`, but
     a large field value (a fetch's records, a :class:`~broker.server.kafka.chunks.Chunks`) is
     kept by reference, not copied into the frame (:mod:`broker.server.kafka.chunks`)."""
@@ -233,8 +235,7 @@ def unsupported_response(api_key: int, version: int, correlation_id: int) -> byt
     connection closes.
     """
     if api_key == Api.API_VERSIONS:
-        return encode_response(api_key, 0, correlation_id,
-                               api_versions_response(0, UNSUPPORTED_VERSION))
+        return encode_response(api_key, 0, correlation_id, api_versions_response(0, UNSUPPORTED_VERSION))
     try:
         schema = load_response_schema(api_key, version)
         body = _empty(schema)
@@ -277,14 +278,23 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
     """The ApiVersions answer: every api served with its version range."""
     schema = response_schema(Api.API_VERSIONS, version)
     entry = response_schema(Api.API_VERSIONS, version, "ApiVersion")
-    keys = tuple(make(entry, api_key=k, min_version=lo, max_version=hi)
-                 for k, (lo, hi) in sorted(SUPPORTED.items()))
+    keys = tuple(make(entry, api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(SUPPORTED.items()))
     return make(schema, error_code=error, api_keys=keys, throttle_time=timedelta(0))
 
 
 __all__ = [
-    "Api", "FrameDecoder", "Request", "SUPPORTED", "UNSUPPORTED_VERSION", "Unsupported",
-    "api_versions_response", "encode_response", "encode_response_parts", "make",
-    "parse_request", "peek_head",
-    "response_schema", "unsupported_response",
+    "Api",
+    "FrameDecoder",
+    "Request",
+    "SUPPORTED",
+    "UNSUPPORTED_VERSION",
+    "Unsupported",
+    "api_versions_response",
+    "encode_response",
+    "encode_response_parts",
+    "make",
+    "parse_request",
+    "peek_head",
+    "response_schema",
+    "unsupported_response",
 ]

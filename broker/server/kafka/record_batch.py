@@ -11,8 +11,8 @@ accelerated); codecs from :mod:`broker.wire.kafka_batch`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import crc32c as _crc32c_mod
 
@@ -83,12 +83,27 @@ def decode_record_batches(buf: bytes | memoryview) -> list[KafkaBatch]:
     batch is torn, not magic 2, fails its CRC32C or holds malformed records."""
     out: list[KafkaBatch] = []
     for pos, batch in iter_checked(buf):
-        (base_offset, _, _, _, _, attributes, last_delta, base_ts, max_ts,
-         pid, pepoch, base_seq, _) = _unpack_header(batch, 0)
+        (base_offset, _, _, _, _, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, _) = _unpack_header(
+            batch, 0
+        )
         records = records_of(batch, pos)
-        out.append(KafkaBatch(base_offset, attributes, base_ts, max_ts, pid, pepoch,
-                              base_seq, last_delta, records.timestamps, records.keys,
-                              records.values, records.headers, records.offset_deltas))
+        out.append(
+            KafkaBatch(
+                base_offset,
+                attributes,
+                base_ts,
+                max_ts,
+                pid,
+                pepoch,
+                base_seq,
+                last_delta,
+                records.timestamps,
+                records.keys,
+                records.values,
+                records.headers,
+                records.offset_deltas,
+            )
+        )
     return out
 
 
@@ -101,18 +116,20 @@ def iter_checked(buf: bytes | memoryview) -> Iterator[tuple[int, memoryview]]:
     pos = 0
     while pos < end:
         if end - pos < HEADER_SIZE:
-            raise CorruptBatchError(f"record batch header torn at byte {pos} "
-                                    f"({end - pos} bytes left, {HEADER_SIZE} needed)")
-        (_, length, _, magic, crc, _, last_delta, _, _, _, _, _, count) = \
-            _unpack_header(view, pos)
+            raise CorruptBatchError(
+                f"record batch header torn at byte {pos} ({end - pos} bytes left, {HEADER_SIZE} needed)"
+            )
+        (_, length, _, magic, crc, _, last_delta, _, _, _, _, _, count) = _unpack_header(view, pos)
         if magic != MAGIC:
-            raise CorruptBatchError(f"record batch at byte {pos} has magic {magic}: only "
-                                    "record batches v2 (magic 2) are accepted")
+            raise CorruptBatchError(
+                f"record batch at byte {pos} has magic {magic}: only record batches v2 (magic 2) are accepted"
+            )
         stop = pos + LOG_OVERHEAD + length
         if length < HEADER_SIZE - LOG_OVERHEAD or stop > end:
-            raise CorruptBatchError(f"record batch at byte {pos} claims {length} bytes; "
-                                    f"{end - pos - LOG_OVERHEAD} follow")
-        if _crc32c(view[pos + CRC_START:stop]) != crc:
+            raise CorruptBatchError(
+                f"record batch at byte {pos} claims {length} bytes; {end - pos - LOG_OVERHEAD} follow"
+            )
+        if _crc32c(view[pos + CRC_START : stop]) != crc:
             raise CorruptBatchError(f"record batch at byte {pos} fails its CRC32C")
         if count < 0 or last_delta < 0:
             raise CorruptBatchError(f"record batch at byte {pos} has a negative count")
@@ -148,11 +165,16 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def encode_record_batch(base_offset: int, last_offset_delta: int, base_timestamp: int,
-                        timestamps: list[int] | None, keys: list[bytes | None] | None,
-                        values: list[bytes | None],
-                        headers: list[list[Header] | None] | None = None,
-                        max_timestamp: int | None = None) -> bytearray:
+def encode_record_batch(
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    timestamps: list[int] | None,
+    keys: list[bytes | None] | None,
+    values: list[bytes | None],
+    headers: list[list[Header] | None] | None = None,
+    max_timestamp: int | None = None,
+) -> bytearray:
     """One uncompressed record batch v2 whose records have offsets ``base_offset + i``.
 
     ``last_offset_delta`` may exceed ``len(values) - 1`` (offsets the batch spans but
@@ -171,8 +193,11 @@ def encode_record_batch(base_offset: int, last_offset_delta: int, base_timestamp
         ts_delta = timestamps[i] - base_timestamp if timestamps is not None else 0
         key = keys[i] if keys is not None else None
         hdrs = headers[i] if headers is not None else None
-        head = zero + (table[ts_delta] if 0 <= ts_delta < 16384 else varint(ts_delta)) \
+        head = (
+            zero
+            + (table[ts_delta] if 0 <= ts_delta < 16384 else varint(ts_delta))
             + (table[i] if i < 16384 else varint(i))
+        )
         if key is None:
             head += _NULL
         else:
@@ -204,16 +229,45 @@ def encode_record_batch(base_offset: int, last_offset_delta: int, base_timestamp
     out = bytearray(b"".join(parts))
     if max_timestamp is None:
         max_timestamp = max(timestamps) if timestamps else base_timestamp
-    _pack_header_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, -1, MAGIC, 0, 0,
-                      last_offset_delta, base_timestamp, max_timestamp, -1, -1, -1,
-                      len(values))
+    _pack_header_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        -1,
+        MAGIC,
+        0,
+        0,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        -1,
+        -1,
+        -1,
+        len(values),
+    )
     struct.pack_into(">I", out, 17, _crc32c(memoryview(out)[CRC_START:]))
     return out
 
 
 __all__ = [
-    "BATCH_HEADER", "COMPRESSION_GZIP", "COMPRESSION_LZ4", "COMPRESSION_NAMES",
-    "COMPRESSION_NONE", "COMPRESSION_SNAPPY", "COMPRESSION_ZSTD", "CONTROL", "HEADER_SIZE",
-    "KafkaBatch", "LOG_OVERHEAD", "MAGIC", "TIMESTAMP_LOG_APPEND", "TRANSACTIONAL",
-    "decode_record_batches", "decompress", "encode_record_batch", "iter_checked", "set_crc",
+    "BATCH_HEADER",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NAMES",
+    "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_ZSTD",
+    "CONTROL",
+    "HEADER_SIZE",
+    "KafkaBatch",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "TIMESTAMP_LOG_APPEND",
+    "TRANSACTIONAL",
+    "decode_record_batches",
+    "decompress",
+    "encode_record_batch",
+    "iter_checked",
+    "set_crc",
 ]

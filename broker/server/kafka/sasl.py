@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -52,6 +53,7 @@ SASL_APIS = frozenset({Api.SASL_HANDSHAKE, Api.SASL_AUTHENTICATE})
 PRE_AUTH_APIS = SASL_APIS | {Api.API_VERSIONS}
 """What a client may send on a listener that requires authentication before it has."""
 
+
 class SaslChannel(Protocol):
     """What SASL needs of a Kafka connection: who it is and how to end it."""
 
@@ -70,8 +72,13 @@ class KafkaSasl:
 
     __slots__ = ("session", "channel", "_timer")
 
-    def __init__(self, authenticator: Authenticator | None, channel: SaslChannel,
-                 peercert: Mapping[str, Any] | None = None, timeout_s: float = 0.0):
+    def __init__(
+        self,
+        authenticator: Authenticator | None,
+        channel: SaslChannel,
+        peercert: Mapping[str, Any] | None = None,
+        timeout_s: float = 0.0,
+    ):
         self.channel = channel
         self.session = ScramSession(authenticator, channel.peer, peercert)
         self._timer: asyncio.TimerHandle | None = None
@@ -99,9 +106,11 @@ class KafkaSasl:
             return not session.in_exchange
         if api_key == Api.API_VERSIONS and session.state == SaslState.START:
             return True
-        _refusals.warning("closing Kafka connection from %s: api %d before SASL "
-                          "authentication, which this listener requires", self.channel.peer,
-                          api_key)
+        _refusals.warning(
+            "closing Kafka connection from %s: api %d before SASL authentication, which this listener requires",
+            self.channel.peer,
+            api_key,
+        )
         return False
 
     def stop(self) -> None:
@@ -113,8 +122,11 @@ class KafkaSasl:
     def _expire(self) -> None:
         self._timer = None
         if not self.session.authenticated:
-            _refusals.warning("closing Kafka connection from %s: not authenticated within the "
-                              "timeout (incomplete_request_timeout_ms)", self.channel.peer)
+            _refusals.warning(
+                "closing Kafka connection from %s: not authenticated within the "
+                "timeout (incomplete_request_timeout_ms)",
+                self.channel.peer,
+            )
             self.channel.close()
 
     # -- the two apis ---------------------------------------------------------------------
@@ -126,8 +138,7 @@ class KafkaSasl:
             body, close = self._handshake(request.version, request.body.mechanism)
         else:
             body, close = await self._authenticate(request.version, request.body.auth_bytes)
-        return encode_response(request.api_key, request.version, request.correlation_id,
-                               body), close
+        return encode_response(request.api_key, request.version, request.correlation_id, body), close
 
     def _handshake(self, version: int, mechanism: str) -> tuple[Any, bool]:
         session = self.session
@@ -135,21 +146,24 @@ class KafkaSasl:
         schema = response_schema(Api.SASL_HANDSHAKE, version)
         if version == 0:  # unframed tokens would follow: clients since Kafka 1.0 use v1
             session.state = SaslState.FAILED
-            log.info("Kafka client %s: SaslHandshake v0 (unframed SASL tokens) is not "
-                     "served; the client needs SaslAuthenticate (Kafka 1.0's protocol)",
-                     self.channel.peer)
-            return make(schema, error_code=ErrorCode.unsupported_version,
-                        mechanisms=offered), True
+            log.info(
+                "Kafka client %s: SaslHandshake v0 (unframed SASL tokens) is not "
+                "served; the client needs SaslAuthenticate (Kafka 1.0's protocol)",
+                self.channel.peer,
+            )
+            return make(schema, error_code=ErrorCode.unsupported_version, mechanisms=offered), True
         try:
             session.handshake(mechanism)
         except IllegalSaslStateError:
-            return make(schema, error_code=ErrorCode.illegal_sasl_state,
-                        mechanisms=offered), True
+            return make(schema, error_code=ErrorCode.illegal_sasl_state, mechanisms=offered), True
         except UnsupportedSaslMechanismError:  # also: a listener that offers no SASL at all
-            log.info("Kafka client %s asked for SASL mechanism %r; this listener offers %s",
-                     self.channel.peer, mechanism[:64], ", ".join(offered) or "none")
-            return make(schema, error_code=ErrorCode.unsupported_sasl_mechanism,
-                        mechanisms=offered), True
+            log.info(
+                "Kafka client %s asked for SASL mechanism %r; this listener offers %s",
+                self.channel.peer,
+                mechanism[:64],
+                ", ".join(offered) or "none",
+            )
+            return make(schema, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=offered), True
         return make(schema, error_code=ErrorCode.none, mechanisms=offered), False
 
     async def _authenticate(self, version: int, token: bytes) -> tuple[Any, bool]:
@@ -157,8 +171,7 @@ class KafkaSasl:
         session = self.session
 
         def answer(code: ErrorCode, message: str | None, data: bytes = b"") -> Any:
-            return make(schema, error_code=code, error_message=message, auth_bytes=data,
-                        session_lifetime=timedelta(0))
+            return make(schema, error_code=code, error_message=message, auth_bytes=data, session_lifetime=timedelta(0))
 
         try:
             if session.state == SaslState.HANDSHAKEN:
@@ -171,10 +184,12 @@ class KafkaSasl:
             return answer(ErrorCode.sasl_authentication_failed, str(exc)), True
         except LogferryError as exc:  # ZooKeeper unreachable: not the client's fault
             log.warning("Kafka client %s: cannot check credentials: %s", self.channel.peer, exc)
-            return answer(ErrorCode.unknown_server_error,
-                          f"the broker cannot check credentials now ({exc}); retry"), True
+            return answer(
+                ErrorCode.unknown_server_error, f"the broker cannot check credentials now ({exc}); retry"
+            ), True
         self.stop()
         self.channel.principal = session.principal
         return answer(ErrorCode.none, None, data), False
+
 
 __all__ = ["KafkaSasl", "PRE_AUTH_APIS", "SASL_APIS", "SaslChannel"]

@@ -18,25 +18,28 @@ import asyncio
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.common.acl import Operation
+from broker.common.acl import topic as topic_resource
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from broker.common.acl import Operation
-from broker.common.acl import topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination.registry import ClusterView
-from broker.server.kafka import convert
+from broker.server.config import BrokerConfig
+from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
+from broker.server.kafka.configs import KafkaConfigs
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
-from broker.server.kafka import protocol
+from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.protocol import (
     Api,
     Request,
@@ -47,10 +50,7 @@ from broker.server.kafka.protocol import (
     response_schema,
 )
 from broker.server.services.admin import AdminService
-from broker.server.config import BrokerConfig
 from broker.server.services.fetch import FetchService
-from broker.server.kafka.configs import KafkaConfigs
-from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.services.produce import ProduceService
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
@@ -72,8 +72,7 @@ class _Outcome:
 
     __slots__ = ("fields", "slices", "error")
 
-    def __init__(self, fields: Any = None, slices: Any = None,
-                 error: LogferryError | None = None):
+    def __init__(self, fields: Any = None, slices: Any = None, error: LogferryError | None = None):
         self.fields = fields
         self.slices = slices
         self.error = error
@@ -124,11 +123,17 @@ class CapturingResponder(Responder):
 class KafkaService:
     """Answers Kafka requests with the broker's services."""
 
-    def __init__(self, config: BrokerConfig, router: PartitionRouter,
-                 produce: ProduceService, fetch: FetchService, admin: AdminService,
-                 view: Callable[[], ClusterView],
-                 count: Callable[[str, float, bool], None],
-                 groups: KafkaGroupService | None = None):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        router: PartitionRouter,
+        produce: ProduceService,
+        fetch: FetchService,
+        admin: AdminService,
+        view: Callable[[], ClusterView],
+        count: Callable[[str, float, bool], None],
+        groups: KafkaGroupService | None = None,
+    ):
         self.config = config
         self.router = router
         self.produce_service = produce
@@ -154,20 +159,17 @@ class KafkaService:
         if groups is not None:
             self._handlers.update(groups.handlers())
 
-    async def handle(self, request: Request,
-                     channel: _Channel) -> bytes | list[Buffer] | None:
+    async def handle(self, request: Request, channel: _Channel) -> bytes | list[Buffer] | None:
         """The response frame for ``request`` (None: no response, acks=0); a fetch's
         as a list of buffers, its log bytes not copied (:mod:`broker.server.kafka.chunks`)."""
         handler = self._handlers.get(Api(request.api_key))
         if handler is None:
-            return protocol.unsupported_response(request.api_key, request.version,
-                                                 request.correlation_id)
+            return protocol.unsupported_response(request.api_key, request.version, request.correlation_id)
         body = await handler(request, channel)
         if body is None:
             return None
         if request.api_key == Api.FETCH:
-            return encode_response_parts(request.api_key, request.version,
-                                         request.correlation_id, body)
+            return encode_response_parts(request.api_key, request.version, request.correlation_id, body)
         return encode_response(request.api_key, request.version, request.correlation_id, body)
 
     # -- ApiVersions, Metadata -------------------------------------------------------
@@ -191,52 +193,82 @@ class KafkaService:
         topics = []
         principal, authorizer = channel.principal, self.admin.authorizer
         if asked is None:  # every topic the principal may describe, as native Metadata
-            asked = [t for t in sorted(view.topics)
-                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+            asked = [
+                t for t in sorted(view.topics) if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))
+            ]
         for name in asked:
             try:  # before existence: a refusal does not tell whether the topic exists
                 authorizer.check_topic(principal, Operation.DESCRIBE, name)
             except LogferryError as exc:
-                topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
-                                   topic_id=uuid.UUID(int=0), partitions=()))
+                topics.append(
+                    make(topic_cls, error_code=kafka_error(exc), name=name, topic_id=uuid.UUID(int=0), partitions=())
+                )
                 continue
             if name not in view.topics and allow and self.config.auto_create_topics:
                 try:
                     validate_topic_name(name)
                     authorizer.check_topic(principal, Operation.CREATE, name)
-                    await self.admin.create_in_zk(name, self.config.num_partitions,
-                                                  exists_ok=True)
+                    await self.admin.create_in_zk(name, self.config.num_partitions, exists_ok=True)
                 except LogferryError as exc:
-                    topics.append(make(topic_cls, error_code=kafka_error(exc), name=name,
-                                       topic_id=uuid.UUID(int=0), partitions=()))
+                    topics.append(
+                        make(
+                            topic_cls, error_code=kafka_error(exc), name=name, topic_id=uuid.UUID(int=0), partitions=()
+                        )
+                    )
                     continue
                 view = self.view()
             assignment = view.topics.get(name)
             if assignment is None:
-                topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition,
-                                   name=name, topic_id=uuid.UUID(int=0), partitions=()))
+                topics.append(
+                    make(
+                        topic_cls,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        partitions=(),
+                    )
+                )
                 continue
             parts = []
             for p, replicas in sorted(assignment.items()):
                 state = view.states.get((name, p))
                 leader = state.leader if state is not None else -1
                 live_leader = leader in view.brokers and view.brokers[leader].kafka_port
-                parts.append(make(
-                    part_cls,
-                    error_code=ErrorCode.none if live_leader else ErrorCode.leader_not_available,
-                    partition_index=p, leader_id=leader if live_leader else -1,
-                    leader_epoch=state.leader_epoch if state is not None else -1,
-                    replica_nodes=tuple(replicas),
-                    isr_nodes=tuple(state.isr) if state is not None else (),
-                    offline_replicas=tuple(r for r in replicas if r not in view.brokers)))
-            topics.append(make(topic_cls, error_code=ErrorCode.none, name=name,
-                               topic_id=_topic_uuid(view.topic_ids.get(name, 0)),
-                               is_internal=False, partitions=tuple(parts)))
-        brokers = tuple(make(broker_cls, node_id=b, host=info.kafka_host or info.host,
-                             port=info.kafka_port, rack=info.rack or None)
-                        for b, info in sorted(view.brokers.items()) if info.kafka_port)
-        return make(schema, throttle_time=_NO_TIME, brokers=brokers, cluster_id=CLUSTER_ID,
-                     controller_id=view.controller, topics=tuple(topics))
+                parts.append(
+                    make(
+                        part_cls,
+                        error_code=ErrorCode.none if live_leader else ErrorCode.leader_not_available,
+                        partition_index=p,
+                        leader_id=leader if live_leader else -1,
+                        leader_epoch=state.leader_epoch if state is not None else -1,
+                        replica_nodes=tuple(replicas),
+                        isr_nodes=tuple(state.isr) if state is not None else (),
+                        offline_replicas=tuple(r for r in replicas if r not in view.brokers),
+                    )
+                )
+            topics.append(
+                make(
+                    topic_cls,
+                    error_code=ErrorCode.none,
+                    name=name,
+                    topic_id=_topic_uuid(view.topic_ids.get(name, 0)),
+                    is_internal=False,
+                    partitions=tuple(parts),
+                )
+            )
+        brokers = tuple(
+            make(broker_cls, node_id=b, host=info.kafka_host or info.host, port=info.kafka_port, rack=info.rack or None)
+            for b, info in sorted(view.brokers.items())
+            if info.kafka_port
+        )
+        return make(
+            schema,
+            throttle_time=_NO_TIME,
+            brokers=brokers,
+            cluster_id=CLUSTER_ID,
+            controller_id=view.controller,
+            topics=tuple(topics),
+        )
 
     # -- Produce -----------------------------------------------------------------------
 
@@ -251,8 +283,14 @@ class KafkaService:
             for part in topic.partition_data:
                 try:
                     if acks not in (0, 1, -1):
-                        order.append((topic.name, part.index, ErrorCode.invalid_required_acks,
-                                      f"acks must be 0, 1 or -1, not {acks}"))
+                        order.append(
+                            (
+                                topic.name,
+                                part.index,
+                                ErrorCode.invalid_required_acks,
+                                f"acks must be 0, 1 or -1, not {acks}",
+                            )
+                        )
                         continue
                     converted = convert.store_batches(part.records or b"")
                     if not converted:
@@ -272,8 +310,7 @@ class KafkaService:
                 code = kafka_error(outcome.error)
                 results = [(code, -1, str(outcome.error))] * len(sets)
             else:
-                results = [(kafka_error_of_code(p.error), p.base_offset, p.message)
-                           for p in outcome.fields["parts"]]
+                results = [(kafka_error_of_code(p.error), p.base_offset, p.message) for p in outcome.fields["parts"]]
         elif acks == 0:
             return None
         v = request.version
@@ -286,13 +323,22 @@ class KafkaService:
                 error, base, message = next(it)
             else:
                 base = -1
-            by_topic.setdefault(name, []).append(make(
-                partition_cls, index=index, error_code=error, base_offset=base,
-                log_start_offset=-1, record_errors=(),
-                error_message=message if error != ErrorCode.none else None))
-        return make(response_schema(Api.PRODUCE, v), throttle_time=_NO_TIME,
-                    responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps))
-                                    for n, ps in by_topic.items()))
+            by_topic.setdefault(name, []).append(
+                make(
+                    partition_cls,
+                    index=index,
+                    error_code=error,
+                    base_offset=base,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=message if error != ErrorCode.none else None,
+                )
+            )
+        return make(
+            response_schema(Api.PRODUCE, v),
+            throttle_time=_NO_TIME,
+            responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps)) for n, ps in by_topic.items()),
+        )
 
     # -- Fetch -------------------------------------------------------------------------
 
@@ -311,21 +357,18 @@ class KafkaService:
                 except LogferryError as exc:
                     start = getattr(exc, "start", None)
                     end = getattr(exc, "end", None)
-                    early[index] = (kafka_error(exc), -1 if end is None else end,
-                                    -1 if start is None else start)
-                parts.append(FetchPart(topic.topic, part.partition, offset,
-                                       max(part.partition_max_bytes, 1)))
+                    early[index] = (kafka_error(exc), -1 if end is None else end, -1 if start is None else start)
+                parts.append(FetchPart(topic.topic, part.partition, offset, max(part.partition_max_bytes, 1)))
                 skip.append(part.fetch_offset)
         wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
-        live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts)
-                                                    if i not in early]
+        live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts) if i not in early]
         answers: list[Any] = []
         slices: list[Any] = []
         if live:
             responder = CapturingResponder(channel, "kafka_fetch", self.count)
             await self.fetch_service.handle(
-                FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None),
-                responder)
+                FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None), responder
+            )
             outcome = await responder.future
             if outcome.error is not None:
                 code = kafka_error(outcome.error)
@@ -356,14 +399,26 @@ class KafkaService:
                         self.boundaries.add(part.topic, part.partition, served_end)
                     except LogferryError as exc:
                         error, data = kafka_error(exc), b""
-            by_topic.setdefault(part.topic, []).append(make(
-                data_cls, partition_index=part.partition, error_code=error,
-                high_watermark=hw, last_stable_offset=hw, log_start_offset=start,
-                aborted_transactions=(), preferred_read_replica=-1, records=data))
-        return make(response_schema(Api.FETCH, v), throttle_time=_NO_TIME,
-                    error_code=ErrorCode.none, session_id=0,
-                    responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps))
-                                    for t, ps in by_topic.items()))
+            by_topic.setdefault(part.topic, []).append(
+                make(
+                    data_cls,
+                    partition_index=part.partition,
+                    error_code=error,
+                    high_watermark=hw,
+                    last_stable_offset=hw,
+                    log_start_offset=start,
+                    aborted_transactions=(),
+                    preferred_read_replica=-1,
+                    records=data,
+                )
+            )
+        return make(
+            response_schema(Api.FETCH, v),
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
 
     def _batch_start(self, topic: str, partition: int, offset: int) -> int:
         """The logferry batch offset to read for Kafka offset ``offset``: the batch
@@ -378,8 +433,7 @@ class KafkaService:
             return offset
         head = plog.read_bytes(start, records.HEADER_SIZE)
         if len(head) < records.HEADER_SIZE:
-            raise OffsetOutOfRangeError(f"offset {offset} is not readable", plog.start_offset,
-                                        plog.visible_end)
+            raise OffsetOutOfRangeError(f"offset {offset} is not readable", plog.start_offset, plog.visible_end)
         length, _, _, _, count, _ = records.BATCH_HEADER.unpack_from(head)
         if offset >= start + count:  # past its last record: the next batch
             after: int = start + records.LENGTH_SIZE + length
@@ -395,9 +449,13 @@ class KafkaService:
         Transactional producers are refused (no transactions here)."""
         schema = response_schema(Api.INIT_PRODUCER_ID, request.version)
         if request.body.transactional_id is not None:
-            return make(schema, throttle_time=_NO_TIME,
-                        error_code=ErrorCode.transactional_id_authorization_failed,
-                        producer_id=-1, producer_epoch=-1)
+            return make(
+                schema,
+                throttle_time=_NO_TIME,
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         responder = CapturingResponder(channel, "kafka_init_producer_id", self.count)
         try:
             await self.admin.init_producer_id(InitProducerIdRequest(), responder)
@@ -405,11 +463,16 @@ class KafkaService:
             responder.fail(exc)
         outcome = await responder.future
         if outcome.error is not None:
-            return make(schema, throttle_time=_NO_TIME, error_code=kafka_error(outcome.error),
-                        producer_id=-1, producer_epoch=-1)
-        return make(schema, throttle_time=_NO_TIME, error_code=ErrorCode.none,
-                    producer_id=outcome.fields["producer_id"],
-                    producer_epoch=outcome.fields["epoch"])
+            return make(
+                schema, throttle_time=_NO_TIME, error_code=kafka_error(outcome.error), producer_id=-1, producer_epoch=-1
+            )
+        return make(
+            schema,
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            producer_id=outcome.fields["producer_id"],
+            producer_epoch=outcome.fields["epoch"],
+        )
 
     # -- CreateTopics, DeleteTopics ------------------------------------------------------
 
@@ -425,31 +488,37 @@ class KafkaService:
             error, message = ErrorCode.none, None
             try:
                 validate_topic_name(topic.name)
-                self.admin.authorizer.check_topic(channel.principal, Operation.CREATE,
-                                                  topic.name)
+                self.admin.authorizer.check_topic(channel.principal, Operation.CREATE, topic.name)
                 if topic.assignments or topic.configs:
                     error = ErrorCode.invalid_request
-                    message = ("manual replica assignments and topic configs are not taken "
-                               "through Kafka's CreateTopics; use `logferry topic create`")
+                    message = (
+                        "manual replica assignments and topic configs are not taken "
+                        "through Kafka's CreateTopics; use `logferry topic create`"
+                    )
                 elif topic.name in self.view().topics:
                     error, message = ErrorCode.topic_already_exists, "topic exists"
                 elif not getattr(body, "validate_only", False):
                     await self.admin.create_in_zk(
                         topic.name,
-                        topic.num_partitions if topic.num_partitions > 0
-                        else self.config.num_partitions,
-                        max(topic.replication_factor, 0))
+                        topic.num_partitions if topic.num_partitions > 0 else self.config.num_partitions,
+                        max(topic.replication_factor, 0),
+                    )
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
             assignment = self.view().topics.get(topic.name, {})
-            results.append(make(
-                result_cls, name=topic.name, error_code=error, error_message=message,
-                topic_config_error_code=0,
-                num_partitions=len(assignment) if assignment else -1,
-                replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
-                configs=None))
-        return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME,
-                    topics=tuple(results))
+            results.append(
+                make(
+                    result_cls,
+                    name=topic.name,
+                    error_code=error,
+                    error_message=message,
+                    topic_config_error_code=0,
+                    num_partitions=len(assignment) if assignment else -1,
+                    replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
+                    configs=None,
+                )
+            )
+        return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME, topics=tuple(results))
 
     async def delete_topics(self, request: Request, channel: _Channel) -> Any:
         """Delete topics in ZooKeeper (each broker drops its logs when it sees that)."""
@@ -467,10 +536,8 @@ class KafkaService:
                 await loop.run_in_executor(self.admin.admin_pool, registry.delete_topic, name)
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
-            results.append(make(result_cls, name=name, error_code=error,
-                                error_message=message))
-        return make(response_schema(Api.DELETE_TOPICS, v), throttle_time=_NO_TIME,
-                    responses=tuple(results))
+            results.append(make(result_cls, name=name, error_code=error, error_message=message))
+        return make(response_schema(Api.DELETE_TOPICS, v), throttle_time=_NO_TIME, responses=tuple(results))
 
     # -- ListOffsets -------------------------------------------------------------------
 
@@ -486,29 +553,39 @@ class KafkaService:
             for part in topic.partitions:
                 ts = part.timestamp
                 try:
-                    self.admin.authorizer.check_topic(channel.principal, Operation.DESCRIBE,
-                                                      topic.name)
+                    self.admin.authorizer.check_topic(channel.principal, Operation.DESCRIBE, topic.name)
                     plog = self.router.leader_log(topic.name, part.partition_index)
                     if ts == LATEST:
                         found, at = plog.visible_end, -1
                     elif ts == EARLIEST:
                         found, at = plog.start_offset, -1
                     elif ts < 0:
-                        raise UnknownTopicOrPartitionError(f"ListOffsets timestamp {ts} is "
-                                                           "not supported")
+                        raise UnknownTopicOrPartitionError(f"ListOffsets timestamp {ts} is not supported")
                     else:
-                        found, at = await loop.run_in_executor(
-                            None, _offset_for_time, plog, ts)
-                    parts.append(make(part_cls, partition_index=part.partition_index,
-                                      error_code=ErrorCode.none, timestamp=at, offset=found,
-                                      leader_epoch=-1))
+                        found, at = await loop.run_in_executor(None, _offset_for_time, plog, ts)
+                    parts.append(
+                        make(
+                            part_cls,
+                            partition_index=part.partition_index,
+                            error_code=ErrorCode.none,
+                            timestamp=at,
+                            offset=found,
+                            leader_epoch=-1,
+                        )
+                    )
                 except LogferryError as exc:
-                    parts.append(make(part_cls, partition_index=part.partition_index,
-                                      error_code=kafka_error(exc), timestamp=-1, offset=-1,
-                                      leader_epoch=-1))
+                    parts.append(
+                        make(
+                            part_cls,
+                            partition_index=part.partition_index,
+                            error_code=kafka_error(exc),
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
             topics.append(make(topic_cls, name=topic.name, partitions=tuple(parts)))
-        return make(response_schema(Api.LIST_OFFSETS, v), throttle_time=_NO_TIME,
-                    topics=tuple(topics))
+        return make(response_schema(Api.LIST_OFFSETS, v), throttle_time=_NO_TIME, topics=tuple(topics))
 
 
 def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:

@@ -27,7 +27,8 @@ import os
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, MutableMapping, Protocol, cast
+from collections.abc import Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from broker.common.errors import (
     FrameTooLargeError,
@@ -40,9 +41,9 @@ from broker.common.principal import ANONYMOUS, Principal
 from broker.common.ratelimit import RateLimitedLog
 from broker.net import socket_errors
 from broker.server.listeners import DEFAULT_LISTENER
-from broker.server.services.responder import FileReply, Responder
 from broker.server.native.sasl import ConnectionAuth
 from broker.server.native.tls_send import send_file_range
+from broker.server.services.responder import FileReply, Responder
 from broker.wire import protocol
 from broker.wire.apis import parse_request_head
 
@@ -88,13 +89,13 @@ class ConnectionHost(Protocol):
     @property
     def config(self) -> ConnectionLimits: ...
     @property
-    def request_budget(self) -> "RequestBudget": ...
+    def request_budget(self) -> RequestBudget: ...
     @property
-    def connections(self) -> "set[BrokerConnection]": ...
+    def connections(self) -> set[BrokerConnection]: ...
     @property
     def stats(self) -> ConnectionCounters: ...
     @property
-    def dispatcher(self) -> "Dispatcher": ...
+    def dispatcher(self) -> Dispatcher: ...
 
     def count_request(self, api: str, seconds: float, error: bool = False) -> None: ...
 
@@ -106,8 +107,9 @@ class BrokerConnection(asyncio.Protocol):
     """``data_received`` copies the bytes into the decoder at once: under TLS it may be
     given a view of a reused buffer (broker/net/tls_accept.py)."""
 
-    def __init__(self, broker: ConnectionHost, authenticator: "Authenticator | None" = None,
-                 listener_name: str = DEFAULT_LISTENER):
+    def __init__(
+        self, broker: ConnectionHost, authenticator: Authenticator | None = None, listener_name: str = DEFAULT_LISTENER
+    ):
         """``authenticator``, ``listener_name``: the SASL side and the name of the
         listener it arrived on."""
         self.broker = broker
@@ -159,16 +161,16 @@ class BrokerConnection(asyncio.Protocol):
         if len(connections) >= self.broker.config.max_connections:
             self._closed = True
             self.broker.stats.connections_refused[()] += 1
-            _refusals.warning("refusing connections: %d are open (max_connections); latest "
-                           "from %s", len(connections), self.peer)
+            _refusals.warning(
+                "refusing connections: %d are open (max_connections); latest from %s", len(connections), self.peer
+            )
             tr.abort()
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tr.set_write_buffer_limits(high=self._max_unsent)
-        self.auth = ConnectionAuth(self.authenticator, self,
-                                   transport.get_extra_info("peercert"))
+        self.auth = ConnectionAuth(self.authenticator, self, transport.get_extra_info("peercert"))
         connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -243,8 +245,11 @@ class BrokerConnection(asyncio.Protocol):
     def peer_speaks_tls(self, data: bytes | memoryview) -> bool:
         """A TLS client on this plaintext port: close at once, saying so only at DEBUG
         (the client's handshake fails with its own clear error)."""
-        if self.transport is None or self.transport.get_extra_info("sslcontext") is not None \
-                or not socket_errors.looks_like_tls(data):
+        if (
+            self.transport is None
+            or self.transport.get_extra_info("sslcontext") is not None
+            or not socket_errors.looks_like_tls(data)
+        ):
             return False
         log.debug("closing connection from %s: it speaks TLS on a plaintext port", self.peer)
         self.close()
@@ -266,8 +271,9 @@ class BrokerConnection(asyncio.Protocol):
     def _update_backlog(self) -> None:
         """Recompute :attr:`_backlogged` after answers were queued or sent or a request
         started or ended; resume reading if it cleared."""
-        self._backlogged = (self._write_paused or self._queued_bytes > self._max_unsent
-                            or len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS)
+        self._backlogged = (
+            self._write_paused or self._queued_bytes > self._max_unsent or len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS
+        )
         if self.held:
             self._maybe_resume()
 
@@ -289,8 +295,13 @@ class BrokerConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _maybe_resume(self) -> None:
-        if (self.held and not self._resume_scheduled and not self._closed
-                and not self._waiting_budget and not self._backlogged):
+        if (
+            self.held
+            and not self._resume_scheduled
+            and not self._closed
+            and not self._waiting_budget
+            and not self._backlogged
+        ):
             self._resume_scheduled = True
             asyncio.get_running_loop().call_soon(self._resume)
 
@@ -319,8 +330,7 @@ class BrokerConnection(asyncio.Protocol):
         mid-frame): abort, since a client that does not send may not read either."""
         if self._closed or self.transport is None:
             return
-        log.info("closing connection from %s: no complete request within "
-                 "incomplete_request_timeout_ms", self.peer)
+        log.info("closing connection from %s: no complete request within incomplete_request_timeout_ms", self.peer)
         self.broker.stats.connections_timed_out[()] += 1
         self._closed = True
         self.transport.abort()
@@ -335,8 +345,7 @@ class BrokerConnection(asyncio.Protocol):
         except UnsupportedApiError as exc:
             self._budget.release(reserved)  # release(0) does nothing
             self.broker.count_request("unknown", 0.0, error=True)
-            self.send(protocol.encode_error(getattr(exc, "correlation_id", None), exc.code,
-                                            str(exc)))
+            self.send(protocol.encode_error(getattr(exc, "correlation_id", None), exc.code, str(exc)))
             return
         except InvalidRequestError as exc:
             self._budget.release(reserved)
@@ -357,8 +366,7 @@ class BrokerConnection(asyncio.Protocol):
             if not reserved:  # arrived whole; it lives as long as its task
                 reserved = len(frame.payload.obj)  # type: ignore[arg-type]
                 self._budget.take(reserved)
-            task = asyncio.get_running_loop().create_task(
-                dispatcher.handle(head, frame, responder))
+            task = asyncio.get_running_loop().create_task(dispatcher.handle(head, frame, responder))
             self.tasks.add(task)
             task.add_done_callback(functools.partial(self._request_done, reserved))
             if len(self.tasks) >= MAX_IN_FLIGHT_REQUESTS:
@@ -438,8 +446,7 @@ class BrokerConnection(asyncio.Protocol):
                         self._in_sendfile = True
                         assert self.transport is not None  # not closed: checked above
                         try:
-                            await loop.sendfile(self.transport, piece.file, piece.position,
-                                                piece.count, fallback=True)
+                            await loop.sendfile(self.transport, piece.file, piece.position, piece.count, fallback=True)
                         finally:
                             self._in_sendfile = False
                             self._apply_reading()
@@ -467,8 +474,7 @@ class BrokerConnection(asyncio.Protocol):
                         raise OSError(f"read {len(data)} of {piece.count} bytes")
                     parts.append(data)
         except (OSError, ValueError) as exc:  # ValueError: the segment was closed
-            log.info("connection to %s closed: cannot read its answer from the log: %s",
-                     self.peer, exc)
+            log.info("connection to %s closed: cannot read its answer from the log: %s", self.peer, exc)
             self.close()
             return
         self.transport.write(b"".join(parts))  # type: ignore[union-attr]
@@ -507,8 +513,7 @@ _refusals = RateLimitedLog(log, 10.0, "more refused since the last line")
 """A flood of refused connections must not flood the log."""
 
 
-def close_stalled(connections: Iterable[BrokerConnection], now: float,
-                  timeout_s: float) -> int:
+def close_stalled(connections: Iterable[BrokerConnection], now: float, timeout_s: float) -> int:
     """Close the connections that have owed a request for over ``timeout_s`` (a
     client that opened and never spoke, or stopped in the middle of a frame); those
     the broker itself stopped reading from are not the client's fault and are kept.
@@ -516,8 +521,9 @@ def close_stalled(connections: Iterable[BrokerConnection], now: float,
     closed = 0
     for conn in list(connections):
         since = conn.stalled_since
-        if (since is not None and not conn.held and now - since > timeout_s) or \
-                (conn.auth is not None and conn.auth.overdue(now, timeout_s)):
+        if (since is not None and not conn.held and now - since > timeout_s) or (
+            conn.auth is not None and conn.auth.overdue(now, timeout_s)
+        ):
             conn.close_stalled()
             closed += 1
     return closed
@@ -534,7 +540,9 @@ def fd_limit_warning(max_connections: int, open_files_limit: int) -> str | None:
     needed = max_connections + ACCEPT_BURST + 100  # the broker's own files and sockets
     if open_files_limit < 0 or open_files_limit >= needed:
         return None
-    return (f"max_connections ({max_connections}) plus an accept burst ({ACCEPT_BURST}) "
-            f"and the broker's own files need about {needed} descriptors, more than the "
-            f"open-file limit ({open_files_limit}, ulimit -n): raise the limit "
-            "(LimitNOFILE= in systemd) or lower max_connections")
+    return (
+        f"max_connections ({max_connections}) plus an accept burst ({ACCEPT_BURST}) "
+        f"and the broker's own files need about {needed} descriptors, more than the "
+        f"open-file limit ({open_files_limit}, ulimit -n): raise the limit "
+        "(LimitNOFILE= in systemd) or lower max_connections"
+    )

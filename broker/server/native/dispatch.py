@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from broker.common.errors import LogferryError, UnknownError
 from broker.server.services.admin import AdminService
@@ -51,8 +52,7 @@ class Dispatcher:
         """Produce and append-at are handled as they arrive; the rest run as tasks."""
         return head.api == protocol.PRODUCE or head.api == protocol.APPEND_AT
 
-    def handle_produce(self, head: RequestHead, frame: protocol.Frame,
-                       responder: Responder) -> None:
+    def handle_produce(self, head: RequestHead, frame: protocol.Frame, responder: Responder) -> None:
         """Parse and run a produce (or append-at) request now."""
         try:
             request = parse_request(head, frame)
@@ -64,8 +64,7 @@ class Dispatcher:
         else:
             self.produce.handle(request, responder)
 
-    async def handle(self, head: RequestHead, frame: protocol.Frame,
-                     responder: Responder) -> None:
+    async def handle(self, head: RequestHead, frame: protocol.Frame, responder: Responder) -> None:
         """Parse and run any other request; every outcome is answered."""
         responder.started = time.perf_counter()  # timed from when the task runs
         try:

@@ -10,7 +10,8 @@ closes), and sets ``connection.principal`` from the session.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from broker.common.errors import AuthenticationRequiredError, LogferryError
 from broker.common.principal import Principal
@@ -45,8 +46,9 @@ class ConnectionAuth:
 
     __slots__ = ("session", "channel")
 
-    def __init__(self, authenticator: Authenticator | None, channel: AuthChannel,
-                 peercert: Mapping[str, Any] | None = None):
+    def __init__(
+        self, authenticator: Authenticator | None, channel: AuthChannel, peercert: Mapping[str, Any] | None = None
+    ):
         self.channel = channel
         self.session = ScramSession(authenticator, channel.peer, peercert)
         if self.session.authenticated:
@@ -78,9 +80,12 @@ class ConnectionAuth:
         session = self.session
         if session.authenticated or not session.required:
             return True
-        responder.fail(AuthenticationRequiredError(
-            f"this broker requires authentication before {head.name} requests (SASL "
-            "SCRAM, or a client certificate): give the client credentials"))
+        responder.fail(
+            AuthenticationRequiredError(
+                f"this broker requires authentication before {head.name} requests (SASL "
+                "SCRAM, or a client certificate): give the client credentials"
+            )
+        )
         self.channel.close()
         return False
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Awaitable, BinaryIO, Callable
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO
 
 CHUNK_BYTES = 256 * 1024
 """Bytes read and encrypted per step: 16 TLS records of 16 KiB. Large enough that the
@@ -36,9 +37,15 @@ per-step cost (a ``pread``, a ``send``, a few Python calls) is small next to the
 encryption, small enough that the client starts decrypting early."""
 
 
-async def send_file_range(transport: asyncio.WriteTransport, file: BinaryIO, position: int,
-                          count: int, writable: Callable[[], Awaitable[None]],
-                          prefix: bytes = b"", chunk_bytes: int = CHUNK_BYTES) -> None:
+async def send_file_range(
+    transport: asyncio.WriteTransport,
+    file: BinaryIO,
+    position: int,
+    count: int,
+    writable: Callable[[], Awaitable[None]],
+    prefix: bytes = b"",
+    chunk_bytes: int = CHUNK_BYTES,
+) -> None:
     """Write ``prefix`` (a response's head, sent with the first piece so both leave in
     one ``send``) and then ``count`` bytes of ``file`` from ``position`` to a TLS
     ``transport``, each piece once ``writable()`` returns (writing is not paused)."""
@@ -52,8 +59,7 @@ async def send_file_range(transport: asyncio.WriteTransport, file: BinaryIO, pos
             size = min(chunk_bytes, count - done)
             data = os.pread(fd, size, position + done)
             if len(data) != size:
-                raise OSError(f"segment shorter than expected: read {done + len(data)} "
-                              f"of {count} bytes")
+                raise OSError(f"segment shorter than expected: read {done + len(data)} of {count} bytes")
             if prefix:
                 transport.writelines((prefix, data))
                 prefix = b""

@@ -32,8 +32,9 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from broker.common.config import BOOL, NONNEG_NUMBER, Check, Validator, fields
 from broker.common.errors import AuthenticationError
@@ -45,8 +46,10 @@ from broker.coordination.credentials import DEFAULT_ITERATIONS, ScramCredential
 log = logging.getLogger("logferry.auth")
 
 AUTH_FIELDS = fields(
-    mechanisms=Check(lambda v: isinstance(v, list) and all(m in MECHANISMS for m in v),
-                     f"a list of SASL mechanisms from {list(MECHANISMS)}"),
+    mechanisms=Check(
+        lambda v: isinstance(v, list) and all(m in MECHANISMS for m in v),
+        f"a list of SASL mechanisms from {list(MECHANISMS)}",
+    ),
     required=BOOL,
     allow_plaintext=BOOL,
     credential_cache_s=NONNEG_NUMBER,
@@ -64,8 +67,9 @@ class AuthConfig:
     credential_cache_s: float = 10.0
 
 
-def auth_from_table(validator: Validator, table: Mapping[str, Any], tls_on: bool,
-                    client_auth: str) -> AuthConfig | None:
+def auth_from_table(
+    validator: Validator, table: Mapping[str, Any], tls_on: bool, client_auth: str
+) -> AuthConfig | None:
     """A checked ``[auth]`` table as an :class:`AuthConfig` (None when absent).
 
     Refuses settings that cannot work: authentication required with nothing to
@@ -73,40 +77,58 @@ def auth_from_table(validator: Validator, table: Mapping[str, Any], tls_on: bool
     ``allow_plaintext`` says so."""
     if not table:
         return None
-    config = AuthConfig(mechanisms=tuple(table.get("mechanisms", MECHANISMS)),
-                        required=table.get("required", False),
-                        allow_plaintext=table.get("allow_plaintext", False),
-                        credential_cache_s=float(table.get("credential_cache_s", 10.0)))
+    config = AuthConfig(
+        mechanisms=tuple(table.get("mechanisms", MECHANISMS)),
+        required=table.get("required", False),
+        allow_plaintext=table.get("allow_plaintext", False),
+        credential_cache_s=float(table.get("credential_cache_s", 10.0)),
+    )
     if config.mechanisms and not tls_on and not config.allow_plaintext:
-        validator.fail("auth.mechanisms", "SASL needs TLS ([tls] enabled = true); set "
-                       "auth.allow_plaintext = true to offer it on a plaintext port anyway "
-                       "(anyone on the network then sees who logs in)")
+        validator.fail(
+            "auth.mechanisms",
+            "SASL needs TLS ([tls] enabled = true); set "
+            "auth.allow_plaintext = true to offer it on a plaintext port anyway "
+            "(anyone on the network then sees who logs in)",
+        )
     if config.required and not config.mechanisms and client_auth != "required":
-        validator.fail("auth.required", "nothing to authenticate with: list auth.mechanisms "
-                       "or set tls.client_auth = \"required\"")
+        validator.fail(
+            "auth.required", 'nothing to authenticate with: list auth.mechanisms or set tls.client_auth = "required"'
+        )
     return config
 
 
-def auth_warnings(config: AuthConfig | None, tls_on: bool, client_auth: str = "none",
-                  has_credentials: bool = False) -> list[str]:
+def auth_warnings(
+    config: AuthConfig | None, tls_on: bool, client_auth: str = "none", has_credentials: bool = False
+) -> list[str]:
     """Valid but unwise settings, one sentence each (logged at start)."""
     warnings = []
     if config is not None and config.mechanisms and not tls_on:
-        warnings.append("auth.allow_plaintext: SASL is offered on a plaintext port: user names "
-                        "and SCRAM exchanges cross the network in clear (enable [tls])")
-    if config is not None and config.required and not has_credentials \
-            and client_auth != "required":
-        warnings.append("auth.required is on but this broker has no [sasl] credentials: as a "
-                        "follower it cannot fetch from leaders that require authentication "
-                        "(add a [sasl] section with a user made by `logferry user create`)")
+        warnings.append(
+            "auth.allow_plaintext: SASL is offered on a plaintext port: user names "
+            "and SCRAM exchanges cross the network in clear (enable [tls])"
+        )
+    if config is not None and config.required and not has_credentials and client_auth != "required":
+        warnings.append(
+            "auth.required is on but this broker has no [sasl] credentials: as a "
+            "follower it cannot fetch from leaders that require authentication "
+            "(add a [sasl] section with a user made by `logferry user create`)"
+        )
     return warnings
 
 
 # -- certificates -------------------------------------------------------------------------
 
-_SHORT_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-                "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-                "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID"}
+_SHORT_NAMES = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
 
 
 def certificate_principal(peercert: Mapping[str, Any] | None) -> Principal | None:
@@ -151,19 +173,18 @@ class Authenticator:
     MAX_CACHED_USERS = 10_000
     FAILURE_LOG_INTERVAL_S = 10.0
 
-    def __init__(self, config: AuthConfig, lookup: CredentialLookup,
-                 failures: Any, tls: bool, client_auth: str = "none"):
+    def __init__(
+        self, config: AuthConfig, lookup: CredentialLookup, failures: Any, tls: bool, client_auth: str = "none"
+    ):
         self.config = config
         self.tls = tls
         self.client_auth = client_auth
         self._lookup = lookup
-        self._cache: OrderedDict[str, tuple[float, Mapping[str, ScramCredential] | None]] = \
-            OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, Mapping[str, ScramCredential] | None]] = OrderedDict()
         self.failures = failures
         """Counter: labels (("mechanism", m),) -> failed authentications."""
         self._secret = secrets.token_bytes(32)
-        self._failure_log = RateLimitedLog(log, self.FAILURE_LOG_INTERVAL_S,
-                                           "more failures since the last line")
+        self._failure_log = RateLimitedLog(log, self.FAILURE_LOG_INTERVAL_S, "more failures since the last line")
 
     async def credentials(self, user: str) -> Mapping[str, ScramCredential] | None:
         """The user's credentials (None: unknown), from the cache when fresh."""
@@ -190,9 +211,7 @@ class Authenticator:
     def failed(self, peer: str, mechanism: str, user: str) -> None:
         """Count a failed authentication; log it, at most once per interval."""
         self.failures[(("mechanism", mechanism),)] += 1
-        self._failure_log.warning("authentication failed: %s as %r with %s", peer, user[:128],
-                                  mechanism)
-
+        self._failure_log.warning("authentication failed: %s as %r with %s", peer, user[:128], mechanism)
 
 
 MAX_ANNOUNCED = 1000
@@ -210,5 +229,13 @@ def announce(principal: Principal, peer: str, how: str) -> None:
         log.debug("%s authenticated as %s by %s", peer, principal, how)
 
 
-__all__ = ["AUTH_FIELDS", "AuthConfig", "Authenticator", "announce",
-           "auth_from_table", "auth_warnings", "certificate_principal", "scram_username"]
+__all__ = [
+    "AUTH_FIELDS",
+    "AuthConfig",
+    "Authenticator",
+    "announce",
+    "auth_from_table",
+    "auth_warnings",
+    "certificate_principal",
+    "scram_username",
+]

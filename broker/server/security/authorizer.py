@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from broker.common.acl import CLUSTER, Acl, AclSet, Operation, Resource, ResourceType, topic
 from broker.common.config import BOOL, STR_LIST, Validator, fields
@@ -68,8 +69,7 @@ def authorizer_from_table(validator: Validator, table: Mapping[str, Any]) -> Aut
         except ValueError as exc:
             validator.fail(f"authorizer.super_users[{i}]", str(exc))
         if principal.kind != "User":
-            validator.fail(f"authorizer.super_users[{i}]",
-                           f"principals are 'User:<name>', got {text!r}")
+            validator.fail(f"authorizer.super_users[{i}]", f"principals are 'User:<name>', got {text!r}")
         users.append(str(principal))
     return AuthorizerConfig(enabled=table.get("enabled", False), super_users=tuple(users))
 
@@ -87,15 +87,19 @@ class Authorizer:
     ``denied`` is the metric counter (labels ``operation``, ``resource_type``).
     """
 
-    def __init__(self, config: AuthorizerConfig, broker_id: int = 0,
-                 denied: Any = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: AuthorizerConfig,
+        broker_id: int = 0,
+        denied: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.enabled = config.enabled
         self.super_users = frozenset(config.super_users)
         self.broker_id = broker_id
         self.acls = AclSet((), self.super_users)
         self.denied = denied if denied is not None else defaultdict(int)
-        self._denials_log = RateLimitedLog(log, LOG_INTERVAL_S,
-                                           "more denials of it since the last report", clock)
+        self._denials_log = RateLimitedLog(log, LOG_INTERVAL_S, "more denials of it since the last report", clock)
 
     def set_acls(self, acls: Iterable[Acl]) -> None:
         """Replace the ACLs (from the ZooKeeper watch's thread: one assignment, atomic)."""
@@ -115,11 +119,18 @@ class Authorizer:
         if decision.allowed:
             return
         self.denied[(("operation", operation.value), ("resource_type", resource.type.value))] += 1
-        self._denials_log.warning("authorizer: denied %s %s on %s: %s", principal, operation,
-                                  resource, decision.reason, key=(str(principal), operation))
+        self._denials_log.warning(
+            "authorizer: denied %s %s on %s: %s",
+            principal,
+            operation,
+            resource,
+            decision.reason,
+            key=(str(principal), operation),
+        )
         raise _ERRORS[resource.type](
             f"{principal} may not {operation} on {resource} (broker {self.broker_id}: "
-            f"{decision.reason}; an operator can allow it with `logferry acl add`)")
+            f"{decision.reason}; an operator can allow it with `logferry acl add`)"
+        )
 
     def check_topic(self, principal: Principal, operation: Operation, name: str) -> None:
         """:meth:`check` on a topic."""
@@ -136,5 +147,11 @@ ALLOW_ALL = Authorizer(AuthorizerConfig())
 """The authorizer of a broker without ``[authorizer] enabled``: allows everything."""
 
 
-__all__ = ["ALLOW_ALL", "AUTHORIZER_FIELDS", "Authorizer", "AuthorizerConfig", "LOG_INTERVAL_S",
-           "authorizer_from_table"]
+__all__ = [
+    "ALLOW_ALL",
+    "AUTHORIZER_FIELDS",
+    "Authorizer",
+    "AuthorizerConfig",
+    "LOG_INTERVAL_S",
+    "authorizer_from_table",
+]

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
@@ -59,12 +60,25 @@ class SaslState(enum.Enum):
 class ScramSession:
     """One connection's authentication: a certificate's principal, or one SCRAM exchange."""
 
-    __slots__ = ("authenticator", "peer", "principal", "authenticated", "started",
-                 "state", "mechanism", "user", "_server")
+    __slots__ = (
+        "authenticator",
+        "peer",
+        "principal",
+        "authenticated",
+        "started",
+        "state",
+        "mechanism",
+        "user",
+        "_server",
+    )
 
-    def __init__(self, authenticator: Authenticator | None, peer: str,
-                 peercert: Mapping[str, Any] | None = None,
-                 clock_now: float | None = None):
+    def __init__(
+        self,
+        authenticator: Authenticator | None,
+        peer: str,
+        peercert: Mapping[str, Any] | None = None,
+        clock_now: float | None = None,
+    ):
         self.authenticator = authenticator
         self.peer = peer
         self.principal: Principal = ANONYMOUS
@@ -107,15 +121,21 @@ class ScramSession:
         IllegalSaslStateError (not the first step) or UnsupportedSaslMechanismError."""
         offered = self.offered
         if self.state != SaslState.START:
-            raise self._failed(IllegalSaslStateError(
-                "a SASL handshake is allowed once per connection, before any exchange"))
+            raise self._failed(
+                IllegalSaslStateError("a SASL handshake is allowed once per connection, before any exchange")
+            )
         if not offered:
-            raise self._failed(UnsupportedSaslMechanismError(
-                "this broker offers no SASL mechanism (no [auth] mechanisms in its config)"))
+            raise self._failed(
+                UnsupportedSaslMechanismError(
+                    "this broker offers no SASL mechanism (no [auth] mechanisms in its config)"
+                )
+            )
         if mechanism not in offered:
-            raise self._failed(UnsupportedSaslMechanismError(
-                f"SASL mechanism {mechanism[:64]!r} is not enabled; this broker offers "
-                f"{', '.join(offered)}"))
+            raise self._failed(
+                UnsupportedSaslMechanismError(
+                    f"SASL mechanism {mechanism[:64]!r} is not enabled; this broker offers {', '.join(offered)}"
+                )
+            )
         self.mechanism = mechanism
         self.state = SaslState.HANDSHAKEN
         return offered
@@ -142,8 +162,8 @@ class ScramSession:
         credential = (found or {}).get(mechanism) or authenticator.decoy(mechanism, self.user)
         try:
             self._server = ScramMechanism(mechanism).make_server(
-                lambda _name: (credential.salt, credential.stored_key, credential.server_key,
-                               credential.iterations))
+                lambda _name: (credential.salt, credential.stored_key, credential.server_key, credential.iterations)
+            )
             self._server.set_client_first(client_first)
             server_first = str(self._server.get_server_first()).encode("utf-8")
         except ScramException:
@@ -173,23 +193,28 @@ class ScramSession:
 
     def _failure(self) -> AuthenticationError:
         """The one error of a failed exchange: it says no more than SCRAM does."""
-        return AuthenticationError(f"authentication failed: unknown user or wrong password "
-                                   f"for {self.user[:128]!r} with {self.mechanism}")
+        return AuthenticationError(
+            f"authentication failed: unknown user or wrong password for {self.user[:128]!r} with {self.mechanism}"
+        )
 
     def _failed(self, exc: LogferryError) -> LogferryError:
         """End the exchange; count (and log, rate-limited) a failed authentication."""
         self.state = SaslState.FAILED
         self._server = None
-        if self.authenticator is not None and isinstance(exc, AuthenticationError) \
-                and not isinstance(exc, (IllegalSaslStateError, UnsupportedSaslMechanismError)) \
-                and self.mechanism:
+        if (
+            self.authenticator is not None
+            and isinstance(exc, AuthenticationError)
+            and not isinstance(exc, (IllegalSaslStateError, UnsupportedSaslMechanismError))
+            and self.mechanism
+        ):
             self.authenticator.failed(self.peer, self.mechanism, self.user)
         return exc
 
 
 def _out_of_order() -> IllegalSaslStateError:
-    return IllegalSaslStateError("SaslAuthenticate out of order: a handshake comes first, one "
-                                 "exchange per connection, each answer awaited")
+    return IllegalSaslStateError(
+        "SaslAuthenticate out of order: a handshake comes first, one exchange per connection, each answer awaited"
+    )
 
 
 def _accept_repeated_client_nonce(server: Any, client_final: str) -> None:

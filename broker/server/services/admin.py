@@ -8,24 +8,26 @@ loop never blocks on them.
 
 from __future__ import annotations
 
-import contextlib
 import asyncio
+import contextlib
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Any
 
+from broker.common.acl import Operation
+from broker.common.acl import topic as topic_resource
 from broker.common.errors import (
     BrokerShuttingDownError,
     LogferryError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker.common.acl import Operation, topic as topic_resource
 from broker.common.names import validate_topic_name
 from broker.coordination import zk
 from broker.coordination.producer_ids import ProducerIdAllocator
 from broker.coordination.registry import BrokerRegistry, ClusterView
-from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.config import BrokerConfig
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
 from broker.wire.metadata import (
@@ -67,10 +69,17 @@ class AdminService:
     view on every change and opens its ZooKeeper session after this is built.
     """
 
-    def __init__(self, config: BrokerConfig, router: PartitionRouter,
-                 view: Callable[[], ClusterView], registry: Callable[[], BrokerRegistry | None],
-                 zk_client: Callable[[], Any], admin_pool: Executor,
-                 shutting_down: Callable[[], bool], authorizer: Authorizer = ALLOW_ALL):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        router: PartitionRouter,
+        view: Callable[[], ClusterView],
+        registry: Callable[[], BrokerRegistry | None],
+        zk_client: Callable[[], Any],
+        admin_pool: Executor,
+        shutting_down: Callable[[], bool],
+        authorizer: Authorizer = ALLOW_ALL,
+    ):
         self.config = config
         self.authorizer = authorizer
         self.router = router
@@ -90,14 +99,14 @@ class AdminService:
         plog = self.router.leader_log(request.topic, request.partition)
         at = request.at
         if isinstance(at, int):
-            offset = await asyncio.get_running_loop().run_in_executor(
-                self.admin_pool, plog.offset_for_time, at)
+            offset = await asyncio.get_running_loop().run_in_executor(self.admin_pool, plog.offset_for_time, at)
         elif at == EARLIEST:
             offset = plog.start_offset
         else:  # LATEST; parse_offsets_request allows nothing else
             offset = plog.visible_end
-        responder.answer(encode_offsets_answer(OffsetsAnswer(
-            offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes)))
+        responder.answer(
+            encode_offsets_answer(OffsetsAnswer(offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes))
+        )
 
     def _ranges(self, pairs: tuple[tuple[str, int], ...], responder: Responder) -> dict[str, Any]:
         """The ranges of many partitions (``many``): one item per pair, an error item for
@@ -116,8 +125,9 @@ class AdminService:
                 if error is not None:
                     raise error
                 plog = self.router.leader_log(topic, partition)
-                items.append({"start": plog.start_offset, "end": plog.visible_end,
-                              "avg_message_bytes": plog.avg_message_bytes})
+                items.append(
+                    {"start": plog.start_offset, "end": plog.visible_end, "avg_message_bytes": plog.avg_message_bytes}
+                )
             except LogferryError as exc:
                 items.append({"err": exc.code, "msg": str(exc)})
         return {"many": items}
@@ -131,8 +141,9 @@ class AdminService:
         principal, authorizer = responder.principal, self.authorizer
         asked = request.topics
         if asked is None:
-            asked = [t for t in sorted(view.topics)
-                     if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))]
+            asked = [
+                t for t in sorted(view.topics) if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))
+            ]
         for topic in asked:
             try:  # before existence: a refusal does not tell whether the topic exists
                 authorizer.check_topic(principal, Operation.DESCRIBE, topic)
@@ -150,51 +161,65 @@ class AdminService:
                 view = self.view()
             assignment = view.topics.get(topic)
             if assignment is None:
-                topics[topic] = topic_error(UnknownTopicOrPartitionError.code,
-                                            f"unknown topic {topic!r}")
+                topics[topic] = topic_error(UnknownTopicOrPartitionError.code, f"unknown topic {topic!r}")
                 continue
             # "partitions" maps each partition to its leader (-1: none right now), as
             # before replication; "replicas" and "isr" say the rest.
             states = {p: view.states.get((topic, p)) for p in assignment}
             topics[topic] = TopicMetadata(
-                0, None,
+                0,
+                None,
                 {p: s.leader if s else -1 for p, s in states.items()},
                 assignment,
                 {p: list(s.isr) if s else [] for p, s in states.items()},
                 {p: s.leader_epoch if s else -1 for p, s in states.items()},
-                view.configs.get(topic, {}))
+                view.configs.get(topic, {}),
+            )
         # The addresses of the listener the request came on (as Kafka does): a client
         # of the external listener is sent to the other brokers' external listeners.
         # A broker without that listener is left out (a rolling change of listeners).
-        brokers = {b: BrokerAddress(*address, i.datacenter, i.rack)
-                   for b, i in view.brokers.items()
-                   if (address := i.address(responder.listener)) is not None}
-        responder.answer(encode_metadata_answer(MetadataAnswer(
-            brokers, topics, view.controller, self.config.auto_create_topics)))
+        brokers = {
+            b: BrokerAddress(*address, i.datacenter, i.rack)
+            for b, i in view.brokers.items()
+            if (address := i.address(responder.listener)) is not None
+        }
+        responder.answer(
+            encode_metadata_answer(MetadataAnswer(brokers, topics, view.controller, self.config.auto_create_topics))
+        )
 
     async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
         """Create a topic in ZooKeeper; answer once this broker has seen it."""
         self.authorizer.check_topic(responder.principal, Operation.CREATE, request.topic)
         assignment = await self.create_in_zk(
-            request.topic, request.partitions or self.config.num_partitions,
-            request.replication_factor, request.min_insync_replicas, config=request.config)
+            request.topic,
+            request.partitions or self.config.num_partitions,
+            request.replication_factor,
+            request.min_insync_replicas,
+            config=request.config,
+        )
         responder.answer(encode_create_topic_answer(CreateTopicAnswer(assignment)))
 
     async def alter_topic(self, request: AlterTopicRequest, responder: Responder) -> None:
         """Change a topic's settings in ZooKeeper; every broker's watch applies them."""
         self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
         config = await asyncio.get_running_loop().run_in_executor(
-            self.admin_pool, self.registry().alter_topic_config,  # type: ignore[union-attr]
-            request.topic, request.set, request.delete)
+            self.admin_pool,
+            self.registry().alter_topic_config,  # type: ignore[union-attr]
+            request.topic,
+            request.set,
+            request.delete,
+        )
         responder.answer({"config": config})
 
-    async def create_partitions(self, request: CreatePartitionsRequest,
-                                responder: Responder) -> None:
+    async def create_partitions(self, request: CreatePartitionsRequest, responder: Responder) -> None:
         """Grow a topic; answer once this broker has seen every new partition's state."""
         self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
         assignment = await asyncio.get_running_loop().run_in_executor(
-            self.admin_pool, self.registry().create_partitions,  # type: ignore[union-attr]
-            request.topic, request.partitions)
+            self.admin_pool,
+            self.registry().create_partitions,  # type: ignore[union-attr]
+            request.topic,
+            request.partitions,
+        )
         await self._await_seen(request.topic, len(assignment))
         responder.answer({"partitions": assignment})
 
@@ -211,8 +236,7 @@ class AdminService:
     async def delete_topic(self, request: DeleteTopicRequest, responder: Responder) -> None:
         """Delete a topic in ZooKeeper (each broker drops its logs when it sees that)."""
         self.authorizer.check_topic(responder.principal, Operation.DELETE, request.topic)
-        await asyncio.get_running_loop().run_in_executor(
-            self.admin_pool, self.registry().delete_topic, request.topic)  # type: ignore[union-attr]
+        await asyncio.get_running_loop().run_in_executor(self.admin_pool, self.registry().delete_topic, request.topic)  # type: ignore[union-attr]
         responder.answer({})
 
     async def elect_leaders(self, request: ElectLeadersRequest, responder: Responder) -> None:
@@ -223,42 +247,53 @@ class AdminService:
         def trigger() -> None:
             with contextlib.suppress(zk.NodeExistsError):  # already asked; the controller deletes it when done
                 client.create(zk.PREFERRED_ELECTION, b"{}", makepath=True)
+
         await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
         responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
 
-    async def init_producer_id(self, request: InitProducerIdRequest,
-                               responder: Responder) -> None:
+    async def init_producer_id(self, request: InitProducerIdRequest, responder: Responder) -> None:
         """A new idempotent producer's id (from this broker's block, claimed in ZooKeeper)."""
         if self._producer_ids is None:
             self._producer_ids = ProducerIdAllocator(self.zk_client())
-        pid = await asyncio.get_running_loop().run_in_executor(
-            self.admin_pool, self._producer_ids.next_id)
+        pid = await asyncio.get_running_loop().run_in_executor(self.admin_pool, self._producer_ids.next_id)
         responder.answer(encode_init_producer_id_answer(InitProducerIdAnswer(pid, 0)))
 
-    async def create_in_zk(self, topic: str, partitions: int, replication_factor: int = 0,
-                           min_insync_replicas: int | None = None,
-                           exists_ok: bool = False,
-                           config: dict[str, Any] | None = None) -> dict[int, list[int]]:
+    async def create_in_zk(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int = 0,
+        min_insync_replicas: int | None = None,
+        exists_ok: bool = False,
+        config: dict[str, Any] | None = None,
+    ) -> dict[int, list[int]]:
         """Create a topic (replication factor 0: the broker's default, capped at the live
         brokers) and wait, bounded, until this broker's own watch has seen it and every
         partition has a state. ``exists_ok``: another client's auto-create won the race."""
         loop = asyncio.get_running_loop()
-        rf = replication_factor or min(self.config.default_replication_factor,
-                                       max(len(self.view().brokers), 1))
+        rf = replication_factor or min(self.config.default_replication_factor, max(len(self.view().brokers), 1))
         assignment: dict[int, list[int]] | None
         try:
             assignment = await loop.run_in_executor(
-                self.admin_pool, self.registry().create_topic,  # type: ignore[union-attr]
-                topic, partitions, rf, min_insync_replicas, config)
+                self.admin_pool,
+                self.registry().create_topic,  # type: ignore[union-attr]
+                topic,
+                partitions,
+                rf,
+                min_insync_replicas,
+                config,
+            )
         except TopicExistsError:
             if not exists_ok:
                 raise
             assignment = None
         for _ in range(250):
             if self.shutting_down():  # the view no longer moves: answer now, not in 5 s
-                raise BrokerShuttingDownError(f"topic {topic!r} was created, but broker "
-                                              f"{self.config.broker_id} is shutting down; "
-                                              "retry with another broker")
+                raise BrokerShuttingDownError(
+                    f"topic {topic!r} was created, but broker "
+                    f"{self.config.broker_id} is shutting down; "
+                    "retry with another broker"
+                )
             view = self.view()
             seen = view.topics.get(topic)
             if seen is not None and all((topic, p) in view.states for p in seen):

@@ -31,7 +31,11 @@ from broker.server.services.responder import Responder
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
 from broker.wire.append_at import (
-    QUERY, AppendAtAnswerPart, AppendAtPart, AppendAtRequest, encode_append_at_answer,
+    QUERY,
+    AppendAtAnswerPart,
+    AppendAtPart,
+    AppendAtRequest,
+    encode_append_at_answer,
 )
 
 
@@ -63,8 +67,7 @@ class AppendAtService:
                     results.append(_query_answer(topic, partition, plog))
                     continue
                 self._append(part, plog, acks)
-                results.append(AppendAtAnswerPart(topic, partition, 0, plog.start_offset,
-                                                  plog.end_offset))
+                results.append(AppendAtAnswerPart(topic, partition, 0, plog.start_offset, plog.end_offset))
                 if acks == -1:
                     replica_waits.append((topic, partition, plog.end_offset, len(results) - 1))
                 if p.flush_each:
@@ -74,18 +77,26 @@ class AppendAtService:
             except LogferryError as exc:
                 failed = True
                 p.metrics.produce_errors[(("error", type(exc).__name__),)] += 1
-                message = (p.disk_full.refused(topic, partition, exc)
-                           if isinstance(exc, DiskFullError) else str(exc))
+                message = p.disk_full.refused(topic, partition, exc) if isinstance(exc, DiskFullError) else str(exc)
                 start, end = getattr(exc, "start", None), getattr(exc, "end", None)
-                results.append(AppendAtAnswerPart(
-                    topic, partition, exc.code, -1 if start is None else start,
-                    -1 if end is None else end, message=message))
+                results.append(
+                    AppendAtAnswerPart(
+                        topic,
+                        partition,
+                        exc.code,
+                        -1 if start is None else start,
+                        -1 if end is None else end,
+                        message=message,
+                    )
+                )
         rejected = request.rejected
         if rejected is not None:
             failed = True
-            results.append(AppendAtAnswerPart(rejected.topic, rejected.partition,
-                                              rejected.error.code, -1, -1,
-                                              message=str(rejected.error)))
+            results.append(
+                AppendAtAnswerPart(
+                    rejected.topic, rejected.partition, rejected.error.code, -1, -1, message=str(rejected.error)
+                )
+            )
         if acks == 0:
             responder.count(failed)
             if failed:  # acks=0 cannot report errors: closing tells the client
@@ -121,7 +132,9 @@ class AppendAtService:
                 raise OffsetMismatchError(
                     f"{topic}-{partition} ends at offset {end}, not {expect}: nothing "
                     f"appended (the log starts at {plog.start_offset})",
-                    start=plog.start_offset, end=end)
+                    start=plog.start_offset,
+                    end=end,
+                )
         if not len(part.data):
             return
         # Recorded, not checked (as a follower records its leader's appends): the exact
@@ -139,8 +152,9 @@ def _query_answer(topic: str, partition: int, plog: PartitionLog) -> AppendAtAns
     if last is None:
         return AppendAtAnswerPart(topic, partition, 0, plog.start_offset, plog.end_offset)
     offset, data = last
-    return AppendAtAnswerPart(topic, partition, 0, plog.start_offset, plog.end_offset,
-                              offset, len(data), zlib.crc32(data))
+    return AppendAtAnswerPart(
+        topic, partition, 0, plog.start_offset, plog.end_offset, offset, len(data), zlib.crc32(data)
+    )
 
 
 __all__ = ["AppendAtService"]

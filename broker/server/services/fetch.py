@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from broker.common.errors import LogferryError
 from broker.common.acl import Operation
+from broker.common.errors import LogferryError
 from broker.common.principal import Principal
-from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
 from broker.storage.log_manager import LogManager
@@ -40,9 +41,15 @@ log = logging.getLogger("logferry.broker")
 class FetchService:
     """Answers fetches and keeps the long polls waiting for data."""
 
-    def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
-                 metrics: BrokerMetrics, shutting_down: Callable[[], bool],
-                 authorizer: Authorizer = ALLOW_ALL):
+    def __init__(
+        self,
+        router: PartitionRouter,
+        replication: Any,
+        logs: LogManager,
+        metrics: BrokerMetrics,
+        shutting_down: Callable[[], bool],
+        authorizer: Authorizer = ALLOW_ALL,
+    ):
         self.router = router
         self.replication = replication
         self.logs = logs
@@ -92,10 +99,10 @@ class FetchService:
         if polled is not None:  # else the wake-up answered already
             self._answer(request, responder, *polled)
 
-    def _answer(self, request: FetchRequest, responder: Responder, results: list[Any],
-                slices: list[Any], total: int) -> None:
-        counter = (self.metrics.bytes_out if request.replica is None
-                   else self.metrics.replica_bytes_out)
+    def _answer(
+        self, request: FetchRequest, responder: Responder, results: list[Any], slices: list[Any], total: int
+    ) -> None:
+        counter = self.metrics.bytes_out if request.replica is None else self.metrics.replica_bytes_out
         # zip without strict=: one slice per part by construction; per fetch
         for part, piece in zip(request.parts, slices):  # noqa: B905
             if piece is not None and piece.count:
@@ -104,12 +111,16 @@ class FetchService:
 
     def _ready(self, request: FetchRequest, results: list[Any], total: int) -> bool:
         """Whether an answer of ``total`` bytes (and these results) goes out now."""
-        return (total >= request.min_bytes or self.shutting_down()
-                or any(r.error for r in results))
+        return total >= request.min_bytes or self.shutting_down() or any(r.error for r in results)
 
-    async def _poll(self, read: Read, waiters: dict[Key, list[Any]], requests: list[Any],
-                    request: FetchRequest, responder: Responder
-                    ) -> tuple[list[Any], list[Any], int] | None:
+    async def _poll(
+        self,
+        read: Read,
+        waiters: dict[Key, list[Any]],
+        requests: list[Any],
+        request: FetchRequest,
+        responder: Responder,
+    ) -> tuple[list[Any], list[Any], int] | None:
         """Read until there is enough or the time is up; None: a consumer's wake-up
         read and answered it (:class:`_LongPoll`)."""
         loop = asyncio.get_running_loop()
@@ -149,15 +160,15 @@ class FetchService:
                 self.authorizer.check_topic(principal, Operation.CONSUME, topic)
                 plog = self.router.leader_log(topic, partition)
                 piece = plog.read_slice(offset, max(max_bytes, 1))
-                results.append(FetchAnswerPart(topic, partition, 0, None, plog.start_offset,
-                                               plog.visible_end, piece.count))
+                results.append(
+                    FetchAnswerPart(topic, partition, 0, None, plog.start_offset, plog.visible_end, piece.count)
+                )
                 slices.append(piece)
                 total += piece.count
             except LogferryError as exc:
                 start = getattr(exc, "start", None)
                 end = getattr(exc, "end", None)
-                results.append(FetchAnswerPart(topic, partition, exc.code, str(exc), start,
-                                               end, 0))
+                results.append(FetchAnswerPart(topic, partition, exc.code, str(exc), start, end, 0))
                 slices.append(None)
         return results, slices, total
 
@@ -179,19 +190,30 @@ class FetchService:
                         recorded.add((topic, partition))
                         replication.record_replica_fetch(replica, follower, offset)
                     piece = plog.read_slice(offset, max(max_bytes, 1), upto=plog.end_offset)
-                    results.append(ReplicaFetchAnswerPart(
-                        topic, partition, 0, None, plog.start_offset, plog.visible_end,
-                        piece.count, plog.end_offset))
+                    results.append(
+                        ReplicaFetchAnswerPart(
+                            topic, partition, 0, None, plog.start_offset, plog.visible_end, piece.count, plog.end_offset
+                        )
+                    )
                     slices.append(piece)
                     total += piece.count
                 except LogferryError as exc:
                     plog = self.logs.get(topic, partition)
-                    results.append(ReplicaFetchAnswerPart(
-                        topic, partition, exc.code, str(exc), getattr(exc, "start", None),
-                        getattr(exc, "end", None), 0,
-                        plog.end_offset if plog is not None else None))
+                    results.append(
+                        ReplicaFetchAnswerPart(
+                            topic,
+                            partition,
+                            exc.code,
+                            str(exc),
+                            getattr(exc, "start", None),
+                            getattr(exc, "end", None),
+                            0,
+                            plog.end_offset if plog is not None else None,
+                        )
+                    )
                     slices.append(None)
             return results, slices, total
+
         return read
 
 
@@ -206,8 +228,14 @@ class _LongPoll:
 
     __slots__ = ("service", "read", "request", "responder", "future", "answered")
 
-    def __init__(self, service: FetchService, read: Read, request: FetchRequest,
-                 responder: Responder, future: asyncio.Future[None]):
+    def __init__(
+        self,
+        service: FetchService,
+        read: Read,
+        request: FetchRequest,
+        responder: Responder,
+        future: asyncio.Future[None],
+    ):
         self.service = service
         self.read = read
         self.request = request

@@ -11,20 +11,21 @@ connection's appends keep their order.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from broker.common.acl import Operation
 from broker.common.errors import (
     BrokerShuttingDownError,
     DiskFullError,
     InvalidRequestError,
     LogferryError,
 )
-from broker.common.acl import Operation
-from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.durability.disk_full import DiskFullReporter
-from broker.server.services.fetch import FetchService
 from broker.server.durability.flusher import Flusher
+from broker.server.security.authorizer import ALLOW_ALL, Authorizer
+from broker.server.services.fetch import FetchService
 from broker.server.services.responder import Responder
 from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import compress_message_set
@@ -38,12 +39,20 @@ log = logging.getLogger("logferry.broker")
 class ProduceService:
     """Appends produced message sets to the partitions this broker leads."""
 
-    def __init__(self, router: PartitionRouter, replication: Any, logs: LogManager,
-                 flusher: Flusher, fetch: FetchService, metrics: BrokerMetrics,
-                 flush_each: bool, shutting_down: Callable[[], bool],
-                 disk_full: DiskFullReporter | None = None,
-                 authorizer: Authorizer = ALLOW_ALL,
-                 topic_codecs: Callable[[], dict[str, int]] | None = None):
+    def __init__(
+        self,
+        router: PartitionRouter,
+        replication: Any,
+        logs: LogManager,
+        flusher: Flusher,
+        fetch: FetchService,
+        metrics: BrokerMetrics,
+        flush_each: bool,
+        shutting_down: Callable[[], bool],
+        disk_full: DiskFullReporter | None = None,
+        authorizer: Authorizer = ALLOW_ALL,
+        topic_codecs: Callable[[], dict[str, int]] | None = None,
+    ):
         self.router = router
         self.replication = replication
         self.logs = logs
@@ -53,8 +62,7 @@ class ProduceService:
         self.flush_each = flush_each
         """``flush_messages = 1``: answer only after the appended bytes are fsynced."""
         self.shutting_down = shutting_down
-        self.disk_full = disk_full or DiskFullReporter(router.broker_id,
-                                                       metrics.produce_disk_full)
+        self.disk_full = disk_full or DiskFullReporter(router.broker_id, metrics.produce_disk_full)
         """Logs (rate-limited) and counts appends refused for a full log dir."""
         self.authorizer = authorizer
         self.topic_codecs = topic_codecs or dict
@@ -76,8 +84,7 @@ class ProduceService:
         finally:
             self.flusher.start_rounds(on_loop=not woke_followers and not written)
 
-    def _handle(self, request: ProduceRequest, responder: Responder,
-                written: list[tuple[str, int]]) -> bool:
+    def _handle(self, request: ProduceRequest, responder: Responder, written: list[tuple[str, int]]) -> bool:
         """:meth:`handle`'s work; True if it woke followers' long polls. Adds to
         ``written`` the partitions appended to whose bytes are visible on write."""
         woke = False
@@ -114,8 +121,9 @@ class ProduceService:
                     held = plog.check_producers(producers, strict=index not in copies)
                     if held is not None:
                         if held.nbytes == len(chunk):
-                            self._duplicate(topic, partition, held.offset, len(chunk), acks,
-                                            results, waits, replica_waits)
+                            self._duplicate(
+                                topic, partition, held.offset, len(chunk), acks, results, waits, replica_waits
+                            )
                             continue
                         chunk, producers = held.rest(chunk, producers)
                         messages -= held.messages
@@ -128,8 +136,7 @@ class ProduceService:
                     woke = True
                 if plog.visible_on_write:
                     written.append(key)
-                results.append(ProduceAnswerPart(topic, partition, 0,
-                                                 base if held is None else held.offset, None))
+                results.append(ProduceAnswerPart(topic, partition, 0, base if held is None else held.offset, None))
                 if acks == -1:
                     replica_waits.append((topic, partition, plog.end_offset, len(results) - 1))
                 if self.flush_each:
@@ -139,8 +146,7 @@ class ProduceService:
             except LogferryError as exc:
                 failed = True
                 metrics.produce_errors[(("error", type(exc).__name__),)] += 1
-                message = (self.disk_full.refused(topic, partition, exc)
-                           if isinstance(exc, DiskFullError) else str(exc))
+                message = self.disk_full.refused(topic, partition, exc) if isinstance(exc, DiskFullError) else str(exc)
                 results.append(ProduceAnswerPart(topic, partition, exc.code, -1, message))
         for key in written:  # visible now: the consumers' answers go before the producer's
             self.fetch.wake_consumers(key)
@@ -153,13 +159,13 @@ class ProduceService:
         if rejected is not None:
             failed = True
             metrics.produce_errors[(("error", InvalidRequestError.__name__),)] += 1
-            results.append(ProduceAnswerPart(rejected.topic, rejected.partition,
-                                             rejected.error.code, -1, str(rejected.error)))
+            results.append(
+                ProduceAnswerPart(rejected.topic, rejected.partition, rejected.error.code, -1, str(rejected.error))
+            )
         if acks == 0:
             responder.count(failed)
             if failed:  # the client cannot see errors with acks=0: tell it by closing
-                log.warning("closing acks=0 producer %s after a failed produce: %s",
-                            responder.peer, results)
+                log.warning("closing acks=0 producer %s after a failed produce: %s", responder.peer, results)
                 responder.close_connection()
             return woke
         if not waits and not replica_waits:
@@ -179,15 +185,22 @@ class ProduceService:
         pending.part_done(None)  # the handler's own hold: answers now if nothing waits
         return woke
 
-    def _duplicate(self, topic: str, partition: int, offset: int, nbytes: int, acks: int,
-                   results: list[ProduceAnswerPart], waits: list[tuple[str, int, int]],
-                   replica_waits: list[tuple[str, int, int, int]]) -> None:
+    def _duplicate(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        nbytes: int,
+        acks: int,
+        results: list[ProduceAnswerPart],
+        waits: list[tuple[str, int, int]],
+        replica_waits: list[tuple[str, int, int, int]],
+    ) -> None:
         """A retried set the log holds already at ``offset``: answer as if it had been
         appended now (same offset), once it is as safe as its acks ask (replicated,
         fsynced), so a retry's answer promises what the first answer would have."""
         self.metrics.produce_duplicates[(topic, partition)] += 1
-        log.debug("%s-%d: duplicate batch from an idempotent producer, held at offset %d",
-                  topic, partition, offset)
+        log.debug("%s-%d: duplicate batch from an idempotent producer, held at offset %d", topic, partition, offset)
         results.append(ProduceAnswerPart(topic, partition, 0, offset, None))
         if acks == -1:
             replica_waits.append((topic, partition, offset + nbytes, len(results) - 1))
@@ -205,8 +218,12 @@ class PendingProduce:
 
     __slots__ = ("responder", "results", "left", "encode")
 
-    def __init__(self, responder: Responder, results: list[Any],
-                 encode: Callable[[list[Any]], dict[str, Any]] = encode_produce_answer):
+    def __init__(
+        self,
+        responder: Responder,
+        results: list[Any],
+        encode: Callable[[list[Any]], dict[str, Any]] = encode_produce_answer,
+    ):
         self.responder = responder
         self.results = results
         """Answer parts (produce's, or append-at's: both have ``error`` and ``message``)."""
@@ -217,10 +234,11 @@ class PendingProduce:
         """One awaited event happened (``error``: it failed for part ``index``)."""
         if error is not None and index is not None and not self.results[index].error:
             part = self.results[index]
-            self.results[index] = (part._replace(error=error.code, message=str(error))
-                                   if not hasattr(part, "base_offset") else
-                                   part._replace(error=error.code, base_offset=-1,
-                                                 message=str(error)))
+            self.results[index] = (
+                part._replace(error=error.code, message=str(error))
+                if not hasattr(part, "base_offset")
+                else part._replace(error=error.code, base_offset=-1, message=str(error))
+            )
         self.left -= 1
         if self.left == 0:
             failed = any(r.error for r in self.results)

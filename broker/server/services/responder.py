@@ -9,7 +9,8 @@ answered. Handlers stay free of IO: they get a typed request and a responder.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from broker.common.errors import LogferryError
 from broker.common.principal import Principal
@@ -45,8 +46,9 @@ class Responder:
 
     __slots__ = ("_channel", "correlation_id", "api", "started", "_count")
 
-    def __init__(self, channel: ReplyChannel, correlation_id: int, api: str,
-                 count: CountRequest, started: float | None = None):
+    def __init__(
+        self, channel: ReplyChannel, correlation_id: int, api: str, count: CountRequest, started: float | None = None
+    ):
         self._channel = channel
         self.correlation_id = correlation_id
         self.api = api
@@ -75,13 +77,11 @@ class Responder:
         self.count(error)
         self._channel.send(protocol.encode_response(self.correlation_id, fields))
 
-    def answer_with_files(self, fields: dict[str, Any], slices: Sequence[Any],
-                          nbytes: int) -> None:
+    def answer_with_files(self, fields: dict[str, Any], slices: Sequence[Any], nbytes: int) -> None:
         """Send an answer whose payload is ``nbytes`` of log bytes from ``slices``."""
         head = protocol.encode_response(self.correlation_id, fields, payload_len=nbytes)
         self.count(False)
-        self._channel.send(FileReply(head, [s for s in slices if s is not None])
-                           if nbytes else head)
+        self._channel.send(FileReply(head, [s for s in slices if s is not None]) if nbytes else head)
 
     def fail(self, exc: LogferryError) -> None:
         """Answer that the request failed as a whole."""

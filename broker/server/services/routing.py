@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from broker.common.errors import (
     InvalidRequestError,
@@ -38,12 +39,12 @@ class PartitionRouter:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
         if partition not in assignment:
             raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}")
+                f"topic {topic!r} has partitions 0-{len(assignment) - 1}, not {partition}"
+            )
         leader = view.leader(topic, partition)
         if leader < 0:
             raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader right now")
-        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {leader}, "
-                             f"not broker {self.broker_id}")
+        raise NotLeaderError(f"partition {topic}-{partition} is led by broker {leader}, not broker {self.broker_id}")
 
 
 __all__ = ["PartitionRouter"]
