@@ -1,11 +1,11 @@
 """Running the suite in parallel (pytest-xdist) without making any test weaker.
 
-A pytest plugin (listed in ``tests/conftest.py``). The integration tests spend most of
+A pytest plugin (listed in ``tests/conftest.py``). The integration tests spend much of
 their time waiting (for a ZooKeeper session to expire, a broker to start, a Spark job in
-another process), so ``make test`` runs them on several workers (``-n auto``) even on
-two cores. Every test is already independent of the others: each gets free ports, its
-own ZooKeeper chroot, its own ``tmp_path``; each worker starts its own session
-ZooKeeper (and Spark, when its tests need one).
+another process), so ``make test`` runs them on several workers (``-n auto``). Every test
+is already independent of the others: each gets free ports, its own ZooKeeper chroot,
+its own ``tmp_path``; each worker starts its own session ZooKeeper (and Spark, when its
+tests need one).
 
 - ``-n auto`` means :data:`WORKERS_PER_CPU` workers per CPU (at least
   :data:`MIN_WORKERS`); ``LOGFERRY_TEST_WORKERS=N`` overrides it.
@@ -21,10 +21,13 @@ import os
 
 import pytest
 
-WORKERS_PER_CPU = 2
-"""Workers per CPU: one waits on a process while the other computes."""
-MIN_WORKERS = 4
-"""Even on one or two CPUs: most of a test's time is waiting, not work."""
+WORKERS_PER_CPU = 1
+"""Workers per CPU. Two per CPU (four on two cores) ran the suite no faster: the slow
+tests (Spark jobs, the demo, kill -9 scenarios, an authentication storm) are work, not
+waiting, and four at once pushed the load to 12 and the waits they bound past their
+deadlines."""
+MIN_WORKERS = 2
+"""Even on one CPU: much of a test's time is waiting."""
 ENV_WORKERS = "LOGFERRY_TEST_WORKERS"
 
 
