@@ -178,13 +178,16 @@ def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(tw
     mirror = mirrors("m1", source, target, topics=["events"], poll_max_bytes=256 * 1024)
 
     def keep_producing() -> None:
-        for round_ in range(12):
+        for round_ in range(1, 12):
             produce(source.zk_connect, "events", 5_000, 4, tag=f"a{round_}")
             time.sleep(0.2)
 
+    produce(source.zk_connect, "events", 5_000, 4, tag="a0")
+    wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > 0, 60, "copying to begin")
+    # the other rounds start only now: a mirror slow to start (a busy machine) must not
+    # find them all written before the kill
     producer = threading.Thread(target=keep_producing)
     producer.start()
-    wait_for(lambda: sum(ends(target.zk_connect, "events").values()) > 0, 60, "copying to begin")
     mirror.kill()  # kill -9 mid-way: data is still coming in
     assert producer.is_alive()
     mirror.start()
