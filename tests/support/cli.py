@@ -75,7 +75,7 @@ def _in_process(argv: list[str], stdin: str, env: Mapping[str, str]) -> subproce
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     saved_env = {name: os.environ.get(name) for name in env}
     root = logging.getLogger()
-    saved_logging = root.handlers[:], root.level
+    saved_handlers, saved_level = root.handlers[:], root.level
     kazoo_level = logging.getLogger("kazoo").level
     root.handlers = []  # so the command's logging.basicConfig writes to its own stderr
     os.environ.update(env)
@@ -91,8 +91,8 @@ def _in_process(argv: list[str], stdin: str, env: Mapping[str, str]) -> subproce
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         for handler in root.handlers:
             handler.close()
-        root.handlers, _ = saved_logging
-        root.setLevel(saved_logging[1])
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)
         logging.getLogger("kazoo").setLevel(kazoo_level)
         for name, value in saved_env.items():
             if value is None:
