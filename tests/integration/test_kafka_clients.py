@@ -23,10 +23,6 @@ pytestmark = pytest.mark.integration
 N = 300
 
 
-def create_topic(cluster: KafkaCluster, topic: str, partitions: int, rf: int = 1) -> None:
-    cluster.create_topic(topic, partitions, rf)
-
-
 def rd_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 30.0) -> list[Any]:
     consumer = RdConsumer(
         {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, "api.version.request": True}
@@ -48,7 +44,7 @@ def rd_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout:
 
 def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "rd", 3)
+    cluster.create_topic("rd", 3)
     producer = RdProducer(
         {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "none"}
     )
@@ -84,7 +80,7 @@ def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -
 @pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
 def test_librdkafka_compressed_batches_read_by_native_consumer(kafka_cluster: Any, compression: str) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "zipped", 1)
+    cluster.create_topic("zipped", 1)
     producer = RdProducer(
         {"bootstrap.servers": cluster.bootstrap, "acks": 1, "compression.type": compression, "linger.ms": 20}
     )
@@ -120,7 +116,7 @@ def consumer_batches(cluster: KafkaCluster, topic: str) -> list[Any]:
 
 def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "mixed", 2)
+    cluster.create_topic("mixed", 2)
     native = Producer(brokers=cluster.native, acks="all")
     for i in range(N):
         native.send("mixed", [f"native-{i}".encode()], key=b"agent", partition=i % 2)
@@ -165,7 +161,7 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_
 
 def test_list_offsets_by_time_and_resume_mid_batch(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "timed", 1)
+    cluster.create_topic("timed", 1)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
     base = 1_700_000_000_000
     for i in range(100):
@@ -235,7 +231,7 @@ def _closed(sock: socket.socket) -> bool:
 
 def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "safe", 1)
+    cluster.create_topic("safe", 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
     # EndTxn (26) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
@@ -316,7 +312,7 @@ def rd_group_consumer(bootstrap: str, group: str, topic: str, **extra: Any) -> A
 
 def test_librdkafka_group_shares_partitions_and_commits_are_honoured(kafka_cluster: Any, zk_client: Any) -> None:
     cluster = kafka_cluster(2)
-    create_topic(cluster, "grp", 4)
+    cluster.create_topic("grp", 4)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
     for i in range(N):
         producer.produce("grp", value=str(i).encode(), partition=i % 4)
@@ -366,7 +362,7 @@ def test_librdkafka_group_shares_partitions_and_commits_are_honoured(kafka_clust
 
 def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "durable", 1)
+    cluster.create_topic("durable", 1)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20})
     for i in range(40):
         producer.produce("durable", value=str(i).encode(), partition=0)
@@ -426,7 +422,7 @@ def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) ->
 
 def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
-    create_topic(cluster, "failover", 1, rf=3)
+    cluster.create_topic("failover", 1, rf=3)
     admin = Admin(brokers=cluster.native)
     try:
         leader = admin.describe_topic("failover")[0]
@@ -467,7 +463,7 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(kaf
 
 def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "idem", 1)
+    cluster.create_topic("idem", 1)
     rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for i in range(N):
         rd.produce("idem", value=f"rd-{i}".encode(), partition=0)
@@ -494,7 +490,7 @@ def test_list_and_describe_groups_with_kafka_python_admin(kafka_cluster: Any) ->
     from kafka.admin import KafkaAdminClient
 
     cluster = kafka_cluster(2)
-    create_topic(cluster, "described", 4)
+    cluster.create_topic("described", 4)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
     for i in range(40):
         producer.produce("described", value=str(i).encode(), partition=i % 4)

@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer as RdProducer
 
-from tests.integration.test_kafka_clients import create_topic
-
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 12
@@ -100,7 +98,7 @@ def _wait(what: str, condition: Any, timeout: float) -> None:
 
 def test_three_librdkafka_consumers_one_killed_the_rest_take_over(kafka_cluster: Any, tmp_path: Path) -> None:
     cluster = kafka_cluster(2)
-    create_topic(cluster, "shared", PARTITIONS)
+    cluster.create_topic("shared", PARTITIONS)
     script = tmp_path / "member.py"
     script.write_text(CONSUMER)
     stop = tmp_path / "stop"

@@ -21,7 +21,7 @@ from confluent_kafka import Producer as RdProducer
 
 from broker.client import Admin
 from broker.server.kafka.groups import coordinator_for
-from tests.integration.test_kafka_clients import create_topic, rd_group_consumer
+from tests.integration.test_kafka_clients import rd_group_consumer
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +95,7 @@ def leader_of(native: list[str], topic: str, timeout: float = 30) -> int:
 @pytest.mark.parametrize("how", ["kill -9", "controlled shutdown"])
 def test_committed_position_survives_a_leader_change(kafka_cluster: Any, how: str) -> None:
     cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2)
-    create_topic(cluster, "moving", 1, rf=3)
+    cluster.create_topic("moving", 1, rf=3)
     leader = leader_of(cluster.native, "moving")
     # a group whose coordinator is that broker too: both the partition's leader and
     # the group's coordinator change under the client

@@ -15,7 +15,6 @@ from kafka import TopicPartition as KpTopicPartition
 from broker.client import Producer, SimpleConsumer
 from tests.integration.test_kafka_clients import (
     consumer_batches,
-    create_topic,
     rd_consume,
 )
 
@@ -40,7 +39,7 @@ def _rd_produce(bootstrap: str, tag: str, **config: Any) -> None:
 
 def test_kafka_and_native_batches_share_a_partition_and_both_read_all(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "cross", 1)
+    cluster.create_topic("cross", 1)
     _rd_produce(cluster.bootstrap, "rd")  # stored as it came: magic 3
     native = Producer(brokers=cluster.native, acks=1, idempotence=False)  # magic 1
     for i in range(N):

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.integration.test_kafka_clients import create_topic
-
 pytestmark = pytest.mark.integration
 
 N = 300
@@ -34,7 +32,7 @@ def kcat(*args: str, stdin: str | None = None, timeout: float = 60) -> str:
 
 def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(2)
-    create_topic(cluster, "listed", 3, rf=2)
+    cluster.create_topic("listed", 3, rf=2)
     meta = json.loads(kcat("-b", cluster.bootstrap, "-L", "-J"))
     brokers = {b["id"]: b["name"] for b in meta["brokers"]}
     assert brokers == {i + 1: b.kafka_address() for i, b in enumerate(cluster.brokers)}
@@ -50,7 +48,7 @@ def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:
 
 def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "kc", 2)
+    cluster.create_topic("kc", 2)
     for p in range(2):
         lines = "".join(f"k{i % 5}|v{i}\n" for i in range(N) if i % 2 == p)
         kcat("-b", cluster.bootstrap, "-P", "-t", "kc", "-p", str(p), "-K", "|", "-X", "acks=all", stdin=lines)
@@ -68,7 +66,7 @@ def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None
 
 def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
-    create_topic(cluster, "aio", 3)
+    cluster.create_topic("aio", 3)
 
     async def run() -> list[Any]:
         producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")

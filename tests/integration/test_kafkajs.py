@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_kafka_clients import create_topic
-
 pytestmark = pytest.mark.integration
 
 KAFKAJS = "kafkajs@2.2.4"
@@ -79,7 +77,7 @@ def test_kafkajs_produces_and_consumes_n_in_a_group(kafka_cluster: Any, tmp_path
     assert install.returncode == 0, f"npm install {KAFKAJS} failed: {install.stderr}"
     (app / "run.js").write_text(SCRIPT)
     cluster = kafka_cluster(1)
-    create_topic(cluster, "js", 2)
+    cluster.create_topic("js", 2)
     result = subprocess.run(
         [node, "run.js", cluster.bootstrap, "js", str(N)], cwd=app, capture_output=True, text=True, timeout=120
     )
