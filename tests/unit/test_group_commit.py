@@ -4,6 +4,7 @@ that blocks, to show that consumers never see bytes before their fsync returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import threading
@@ -264,6 +265,49 @@ async def _written_visibility_fsyncs_by_the_paper_policy(tmp_path: Path) -> None
 
 def test_a_log_visible_on_write_fsyncs_by_the_paper_policy_under_group_commit(tmp_path: Path) -> None:
     asyncio.run(_written_visibility_fsyncs_by_the_paper_policy(tmp_path))
+
+
+class CountingLogs:
+    """A LogManager seen through ``logs()``: counts how often the flusher's loop looks."""
+
+    def __init__(self, logs: LogManager):
+        self.inner, self.config, self.looks = logs, logs.config, 0
+
+    def logs(self):
+        self.looks += 1
+        return self.inner.logs()
+
+    def log_dir_of(self, topic: str, partition: int):
+        return self.inner.log_dir_of(topic, partition)
+
+
+async def _idle_loop(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], LogConfig(group_commit=False, flush_ms=20))
+    logs.load()
+    plog = logs.create("t", 0)
+    counting = CountingLogs(logs)
+    pool = ThreadPoolExecutor(1)
+    flusher = Flusher(counting, 20, pool, lambda key: None, lambda key: None)  # type: ignore[arg-type]
+    task = asyncio.create_task(flusher.run())
+    await asyncio.sleep(0.5)
+    idle_looks = counting.looks
+    assert idle_looks <= 2, f"an idle flusher looked {idle_looks} times in 0.5 s"
+    plog.append(records.encode_batch([b"a"], None, 1), 1)
+    flusher.appended(("t", 0), plog)
+    await _until(lambda: plog.visible_end == plog.end_offset, "the timer's flush after the append")
+    busy_looks = counting.looks - idle_looks
+    assert busy_looks >= 2, "the append woke the loop, which looked every tick until the flush was due"
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    pool.shutdown()
+    logs.close()
+
+
+def test_an_idle_flusher_sleeps_until_an_append_wakes_it(tmp_path: Path) -> None:
+    """With nothing unflushed the timer loop does not tick every flush_ms / 4 (200 times
+    a second at 20 ms); the first append wakes it and the flush comes on time."""
+    asyncio.run(_idle_loop(tmp_path))
 
 
 # -- one syncfs for a round of many files ------------------------------------------------
