@@ -3,7 +3,9 @@
 A :class:`Responder` is made per request by the connection. It knows the request's
 correlation id and api, writes the answer (or the error) through the connection's
 ordered writer, and counts the request in the broker's metrics once, when it is
-answered. Handlers stay free of IO: they get a typed request and a responder.
+answered. It writes logferry's native answers: the native front end answers the
+typed results of :mod:`broker.server.services.results` through it, and the apis not yet
+typed (append_at, offsets, topic administration) still answer through it directly.
 """
 
 from __future__ import annotations
