@@ -23,7 +23,6 @@ from broker.server.services.results import (
     FetchResult,
     MetadataQuery,
     MetadataResult,
-    ProduceResult,
 )
 from broker.server.services.admin import AdminService
 from broker.server.services.append_at import AppendAtService
@@ -41,7 +40,7 @@ from broker.wire.metadata import (
     encode_metadata_answer,
     topic_error,
 )
-from broker.wire.produce import ProduceRequest, encode_produce_answer
+from broker.wire.produce import ProduceRequest
 from broker.wire.producer_id import (
     InitProducerIdAnswer,
     InitProducerIdRequest,
@@ -94,19 +93,9 @@ class Dispatcher:
     def run_produce(self, request: ProduceRequest, responder: Responder) -> None:
         """Append through the produce service; answer its result (acks=0: count it,
         and close the connection if a part failed, the only signal acks=0 has)."""
-        acks = request.acks
-
-        def reply(result: ProduceResult) -> None:
-            if acks == 0:
-                responder.count(result.failed)
-                if result.failed:
-                    log.warning("closing acks=0 producer %s after a failed produce: %s",
-                                responder.peer, result.parts)
-                    responder.close_connection()
-            else:
-                responder.answer(encode_produce_answer(result.parts), error=result.failed)
         try:
-            self.produce.produce(request, responder.principal, reply)
+            self.produce.produce(request, responder.principal, responder.acks0_produce
+                                 if request.acks == 0 else responder.answer_produce)
         except LogferryError as exc:
             responder.fail(exc)
 

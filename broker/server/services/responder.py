@@ -10,12 +10,17 @@ typed (append_at, offsets, topic administration) still answer through it directl
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from broker.common.errors import LogferryError
 from broker.common.principal import Principal
+from broker.server.services.results import ProduceResult
 from broker.wire import protocol
+from broker.wire.produce import encode_produce_answer
+
+log = logging.getLogger("logferry.broker")
 
 
 class FileReply(NamedTuple):
@@ -84,6 +89,20 @@ class Responder:
         self.count(False)
         self._channel.send(FileReply(head, [s for s in slices if s is not None])
                            if nbytes else head)
+
+    def answer_produce(self, result: ProduceResult) -> None:
+        """Send a produce's result (a bound method is the produce service's reply: no
+        closure per request)."""
+        self.answer(encode_produce_answer(result.parts), error=result.failed)
+
+    def acks0_produce(self, result: ProduceResult) -> None:
+        """Take an acks=0 produce's result: count it, and close the connection if a part
+        failed (the client sees no answer; closing is the only signal it gets)."""
+        self.count(result.failed)
+        if result.failed:
+            log.warning("closing acks=0 producer %s after a failed produce: %s",
+                        self.peer, result.parts)
+            self.close_connection()
 
     def fail(self, exc: LogferryError) -> None:
         """Answer that the request failed as a whole."""
