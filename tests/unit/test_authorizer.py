@@ -26,6 +26,7 @@ from broker.coordination.registry import ClusterView
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.config import broker_config_from_dict
 from broker.server.durability.flusher import Flusher
+from broker.server.native.dispatch import Dispatcher
 from broker.server.security.authorizer import Authorizer, AuthorizerConfig
 from broker.server.services.admin import AdminService
 from broker.server.services.fetch import FetchService
@@ -93,6 +94,7 @@ class Setup:
             lambda: False,
             self.authorizer,
         )
+        self.native = Dispatcher(self.produce, self.fetch, self.admin)
 
     def close(self):
         self.pool.shutdown()
@@ -130,7 +132,7 @@ def test_produce_needs_produce_on_the_topic_and_a_refusal_appends_nothing(setup)
     s = setup([make_acl("User:mirror", "produce", Resource(ResourceType.TOPIC_PREFIX, "web-"))])
     batch = records.encode_batch([b"m"], None, 1)
     channel, responder = _responder(MIRROR)
-    s.produce.handle(ProduceRequest(1, [("web-a", 0, batch), ("secret", 0, batch)], None), responder)
+    s.native.run_produce(ProduceRequest(1, [("web-a", 0, batch), ("secret", 0, batch)], None), responder)
     ok, refused = parse_produce_answer(_answer(channel).header)
     assert (ok.error, ok.base_offset) == (0, 0)
     assert refused.error == TopicAuthorizationFailedError.code
@@ -141,7 +143,7 @@ def test_produce_needs_produce_on_the_topic_and_a_refusal_appends_nothing(setup)
     assert s.denied("produce", "topic") == 1
     # the same principal may consume nothing: produce does not imply consume
     channel, responder = _responder(MIRROR)
-    asyncio.run(s.fetch.handle(FetchRequest([FetchPart("web-a", 0, 0, 1000)], 0, 1, None), responder))
+    asyncio.run(s.native.handle_fetch(FetchRequest([FetchPart("web-a", 0, 0, 1000)], 0, 1, None), responder))
     (part,) = parse_fetch_answer(_answer(channel).header)
     assert part.error == TopicAuthorizationFailedError.code and "may not consume" in part.message
 
@@ -152,7 +154,7 @@ def test_fetch_needs_consume_per_part_and_answers_a_refusal_at_once(setup) -> No
     request = FetchRequest(
         [FetchPart("web-a", 0, 0, 1000), FetchPart("secret", 0, 0, 1000)], max_wait_ms=30_000, min_bytes=1, replica=None
     )
-    asyncio.run(asyncio.wait_for(s.fetch.handle(request, responder), 5))  # no long poll
+    asyncio.run(asyncio.wait_for(s.native.handle_fetch(request, responder), 5))  # no long poll
     allowed, refused = parse_fetch_answer(_answer(channel).header)
     assert allowed.error == 0
     assert refused.error == TopicAuthorizationFailedError.code
@@ -165,7 +167,7 @@ def test_a_follower_fetch_needs_alter_on_the_cluster(setup) -> None:
     s = setup([make_acl("*", "consume", topic("*"))], super_users=["User:broker"])
     request = FetchRequest([ReplicaFetchPart("web-a", 0, 0, 1000, 1)], 0, 1, replica=2)
     with pytest.raises(ClusterAuthorizationFailedError, match="User:ANONYMOUS may not alter on cluster"):
-        asyncio.run(s.fetch.handle(request, _responder(ANONYMOUS)[1]))
+        asyncio.run(s.native.handle_fetch(request, _responder(ANONYMOUS)[1]))
     assert s.denied("alter", "cluster") == 1
     s.authorizer.set_acls([make_acl("User:replicator", "alter", CLUSTER)])
     for principal in (Principal("User", "broker"), Principal("User", "replicator")):
@@ -173,7 +175,7 @@ def test_a_follower_fetch_needs_alter_on_the_cluster(setup) -> None:
             TopicAuthorizationFailedError("reached the replica reader")
         )
         channel, responder = _responder(principal)
-        asyncio.run(s.fetch.handle(request, responder))
+        asyncio.run(s.native.handle_fetch(request, responder))
         (part,) = parse_fetch_answer(_answer(channel).header, replica=True)
         assert "reached the replica reader" in part.message
 
@@ -181,11 +183,11 @@ def test_a_follower_fetch_needs_alter_on_the_cluster(setup) -> None:
 def test_metadata_lists_only_describable_topics_and_refuses_named_ones(setup) -> None:
     s = setup([make_acl("User:mirror", "consume", Resource(ResourceType.TOPIC_PREFIX, "web-"))])
     channel, responder = _responder(MIRROR)
-    asyncio.run(s.admin.metadata(MetadataRequest(None, False), responder))
+    asyncio.run(s.native.handle_metadata(MetadataRequest(None, False), responder))
     assert sorted(parse_metadata_answer(_answer(channel).header).topics) == ["web-a"]
     assert s.denied("describe", "topic") == 0  # listing hides, it does not count denials
     channel, responder = _responder(MIRROR)
-    asyncio.run(s.admin.metadata(MetadataRequest(["secret", "nosuch", "web-new"], True), responder))
+    asyncio.run(s.native.handle_metadata(MetadataRequest(["secret", "nosuch", "web-new"], True), responder))
     topics = parse_metadata_answer(_answer(channel).header).topics
     # refused before existence is looked at: "nosuch" is not told apart from "secret"
     assert topics["secret"].error == topics["nosuch"].error == TopicAuthorizationFailedError.code
@@ -230,7 +232,7 @@ def test_acl_changes_apply_to_the_next_request(setup) -> None:
     for acls in ([], [make_acl("*", "produce", topic("web-a"))], []):
         s.authorizer.set_acls(acls)
         channel, responder = _responder(ANONYMOUS)
-        s.produce.handle(ProduceRequest(1, [("web-a", 0, batch)], None), responder)
+        s.native.run_produce(ProduceRequest(1, [("web-a", 0, batch)], None), responder)
         results.append(parse_produce_answer(_answer(channel).header)[0].error)
     assert results == [TopicAuthorizationFailedError.code, 0, TopicAuthorizationFailedError.code]
 

@@ -6,10 +6,12 @@ batch as it arrived (a magic 3 batch, per-batch work only: :func:`convert.store_
 and hands the message sets to :class:`ProduceService`
 (the same validation, append, flush and acks=all replication path as native
 produces); Fetch asks :class:`FetchService` (the same long poll and visible end) and
-serves the batches it read as record batches v2 (Kafka producers' as stored, agents'
-and native producers' converted); ListOffsets and Metadata
-read the partition logs and the cluster view as the admin service does. Offsets follow
-the mapping of :mod:`broker.server.kafka.convert` (docs/kafka.md).
+serves the batches of its file slices as record batches v2 (Kafka producers' as stored,
+agents' and native producers' converted); Metadata and InitProducerId render the admin
+service's typed results. Each service returns a typed result
+(:mod:`broker.server.services.results`) that this module encodes with kio; nothing here
+decodes a native answer. ListOffsets reads the partition logs. Offsets follow the
+mapping of :mod:`broker.server.kafka.convert` (docs/kafka.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -25,7 +28,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
-from broker.common.acl import topic as topic_resource
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
@@ -52,12 +54,11 @@ from broker.server.kafka.protocol import (
 from broker.server.services.admin import AdminService
 from broker.server.services.fetch import FetchService
 from broker.server.services.produce import ProduceService
-from broker.server.services.responder import Responder
+from broker.server.services.results import FetchResult, MetadataQuery, ProduceResult
 from broker.server.services.routing import PartitionRouter
 from broker.wire import records
 from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest, ReplicaFetchPart
 from broker.wire.produce import MessageSet, ProduceRequest
-from broker.wire.producer_id import InitProducerIdRequest
 
 log = logging.getLogger("logferry.kafka")
 
@@ -67,57 +68,17 @@ LATEST, EARLIEST = -1, -2
 _NO_TIME = timedelta(0)
 
 
-class _Outcome:
-    """What a service answered through a :class:`CapturingResponder`."""
-
-    __slots__ = ("fields", "slices", "error")
-
-    def __init__(self, fields: Any = None, slices: Any = None, error: LogferryError | None = None):
-        self.fields = fields
-        self.slices = slices
-        self.error = error
-
-
 class _Channel:
-    """The reply channel a captured responder stands on: nothing is written to it."""
+    """What a Kafka request's handlers see of its connection: the peer, the principal,
+    and a way to close it (the only signal an acks=0 producer gets of a failure)."""
 
     def __init__(self, peer: str, principal: Any, close: Callable[[], None]):
         self.peer = peer
         self.principal = principal
         self._close = close
 
-    def send(self, item: Any) -> None:  # pragma: no cover - answers are captured
-        raise AssertionError("a captured responder never sends")
-
     def close(self) -> None:
         self._close()
-
-
-class CapturingResponder(Responder):
-    """A responder whose answer becomes a future's result instead of a logferry frame,
-    so the Kafka listener can call the native services and encode Kafka's answer."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, channel: _Channel, api: str, count: Callable[[str, float, bool], None]):
-        super().__init__(channel, 0, api, count)
-        self.future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
-
-    def _settle(self, outcome: _Outcome) -> None:
-        if not self.future.done():
-            self.future.set_result(outcome)
-
-    def answer(self, fields: dict[str, Any] | None = None, error: bool = False) -> None:
-        self.count(error)
-        self._settle(_Outcome(fields))
-
-    def answer_with_files(self, fields: dict[str, Any], slices: Any, nbytes: int) -> None:
-        self.count(False)
-        self._settle(_Outcome(fields, slices))
-
-    def fail(self, exc: LogferryError) -> None:
-        self.count(True)
-        self._settle(_Outcome(error=exc))
 
 
 class KafkaService:
@@ -180,93 +141,65 @@ class KafkaService:
 
     async def metadata(self, request: Request, channel: _Channel) -> Any:
         """Every live broker's Kafka address and the topics asked for (auto-created
-        when the client allows it and the broker does)."""
+        when the client allows it and the broker does), as the admin service's
+        :class:`~broker.server.services.results.MetadataResult` says."""
         v = request.version
         body = request.body
-        view = self.view()
         asked = None if body.topics is None else [t.name for t in body.topics]
         allow = getattr(body, "allow_auto_topic_creation", True)
+        result = await self.admin.metadata(MetadataQuery(asked, allow, kafka=True), channel.principal)
         schema = response_schema(Api.METADATA, v)
         broker_cls = response_schema(Api.METADATA, v, "MetadataResponseBroker")
         topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
         part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
+        live = {b.broker_id for b in result.brokers}
         topics = []
-        principal, authorizer = channel.principal, self.admin.authorizer
-        if asked is None:  # every topic the principal may describe, as native Metadata
-            asked = [
-                t for t in sorted(view.topics) if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))
-            ]
-        for name in asked:
-            try:  # before existence: a refusal does not tell whether the topic exists
-                authorizer.check_topic(principal, Operation.DESCRIBE, name)
-            except LogferryError as exc:
-                topics.append(
-                    make(topic_cls, error_code=kafka_error(exc), name=name, topic_id=uuid.UUID(int=0), partitions=())
-                )
-                continue
-            if name not in view.topics and allow and self.config.auto_create_topics:
-                try:
-                    validate_topic_name(name)
-                    authorizer.check_topic(principal, Operation.CREATE, name)
-                    await self.admin.create_in_zk(name, self.config.num_partitions, exists_ok=True)
-                except LogferryError as exc:
-                    topics.append(
-                        make(
-                            topic_cls, error_code=kafka_error(exc), name=name, topic_id=uuid.UUID(int=0), partitions=()
-                        )
-                    )
-                    continue
-                view = self.view()
-            assignment = view.topics.get(name)
-            if assignment is None:
+        for topic in result.topics:
+            if topic.error is not None:
                 topics.append(
                     make(
                         topic_cls,
-                        error_code=ErrorCode.unknown_topic_or_partition,
-                        name=name,
+                        error_code=kafka_error(topic.error),
+                        name=topic.name,
                         topic_id=uuid.UUID(int=0),
                         partitions=(),
                     )
                 )
                 continue
             parts = []
-            for p, replicas in sorted(assignment.items()):
-                state = view.states.get((name, p))
-                leader = state.leader if state is not None else -1
-                live_leader = leader in view.brokers and view.brokers[leader].kafka_port
+            for p in topic.partitions:
+                live_leader = p.leader in live
                 parts.append(
                     make(
                         part_cls,
                         error_code=ErrorCode.none if live_leader else ErrorCode.leader_not_available,
-                        partition_index=p,
-                        leader_id=leader if live_leader else -1,
-                        leader_epoch=state.leader_epoch if state is not None else -1,
-                        replica_nodes=tuple(replicas),
-                        isr_nodes=tuple(state.isr) if state is not None else (),
-                        offline_replicas=tuple(r for r in replicas if r not in view.brokers),
+                        partition_index=p.partition,
+                        leader_id=p.leader if live_leader else -1,
+                        leader_epoch=p.leader_epoch,
+                        replica_nodes=tuple(p.replicas),
+                        isr_nodes=tuple(p.isr),
+                        offline_replicas=tuple(p.offline),
                     )
                 )
             topics.append(
                 make(
                     topic_cls,
                     error_code=ErrorCode.none,
-                    name=name,
-                    topic_id=_topic_uuid(view.topic_ids.get(name, 0)),
+                    name=topic.name,
+                    topic_id=_topic_uuid(topic.topic_id),
                     is_internal=False,
                     partitions=tuple(parts),
                 )
             )
         brokers = tuple(
-            make(broker_cls, node_id=b, host=info.kafka_host or info.host, port=info.kafka_port, rack=info.rack or None)
-            for b, info in sorted(view.brokers.items())
-            if info.kafka_port
+            make(broker_cls, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack or None) for b in result.brokers
         )
         return make(
             schema,
             throttle_time=_NO_TIME,
             brokers=brokers,
             cluster_id=CLUSTER_ID,
-            controller_id=view.controller,
+            controller_id=result.controller,
             topics=tuple(topics),
         )
 
@@ -301,16 +234,32 @@ class KafkaService:
                     order.append((topic.name, part.index, kafka_error(exc), str(exc)))
         results: list[tuple[int, int, str | None]] = []
         if sets:
-            responder = CapturingResponder(channel, "kafka_produce", self.count)
-            self.produce_service.handle(ProduceRequest(acks, sets, None), responder)
-            if acks == 0:
-                return None
-            outcome = await responder.future
-            if outcome.error is not None:
-                code = kafka_error(outcome.error)
-                results = [(code, -1, str(outcome.error))] * len(sets)
+            started = time.perf_counter()
+            future: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
+
+            def reply(result: ProduceResult) -> None:
+                self.count("kafka_produce", time.perf_counter() - started, result.failed)
+                if acks != 0:
+                    if not future.done():  # cancelled: the connection went away meanwhile
+                        future.set_result(result)
+                elif result.failed:  # acks=0 cannot report errors: closing tells the client
+                    log.warning(
+                        "closing acks=0 Kafka producer %s after a failed produce: %s", channel.peer, result.parts
+                    )
+                    channel.close()
+
+            try:
+                self.produce_service.produce(ProduceRequest(acks, sets, None), channel.principal, reply)
+            except LogferryError as exc:
+                self.count("kafka_produce", time.perf_counter() - started, True)
+                if acks == 0:
+                    return None
+                results = [(kafka_error(exc), -1, str(exc))] * len(sets)
             else:
-                results = [(kafka_error_of_code(p.error), p.base_offset, p.message) for p in outcome.fields["parts"]]
+                if acks == 0:
+                    return None
+                produced = await future
+                results = [(kafka_error_of_code(p.error), p.base_offset, p.message) for p in produced.parts]
         elif acks == 0:
             return None
         v = request.version
@@ -365,19 +314,24 @@ class KafkaService:
         answers: list[Any] = []
         slices: list[Any] = []
         if live:
-            responder = CapturingResponder(channel, "kafka_fetch", self.count)
-            await self.fetch_service.handle(
-                FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None), responder
-            )
-            outcome = await responder.future
-            if outcome.error is not None:
-                code = kafka_error(outcome.error)
+            started = time.perf_counter()
+            got: list[FetchResult] = []  # the service delivers before its call returns
+            try:
+                await self.fetch_service.fetch(
+                    FetchRequest(live, wait_ms if not early else 0, max(body.min_bytes, 1), None),
+                    channel.principal,
+                    got.append,
+                )
+            except LogferryError as exc:
+                self.count("kafka_fetch", time.perf_counter() - started, True)
+                code = kafka_error(exc)
                 answers = [None] * len(live)
                 for i in range(len(parts)):
                     early.setdefault(i, (code, -1, -1))
             else:
-                answers = list(outcome.fields["parts"])
-                slices = list(outcome.slices or [])
+                self.count("kafka_fetch", time.perf_counter() - started, False)
+                answers = list(got[0].parts)
+                slices = list(got[0].slices)
         v = request.version
         data_cls = response_schema(Api.FETCH, v, "PartitionData")
         topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
@@ -456,22 +410,19 @@ class KafkaService:
                 producer_id=-1,
                 producer_epoch=-1,
             )
-        responder = CapturingResponder(channel, "kafka_init_producer_id", self.count)
+        started = time.perf_counter()
         try:
-            await self.admin.init_producer_id(InitProducerIdRequest(), responder)
+            result = await self.admin.init_producer_id()
         except LogferryError as exc:
-            responder.fail(exc)
-        outcome = await responder.future
-        if outcome.error is not None:
-            return make(
-                schema, throttle_time=_NO_TIME, error_code=kafka_error(outcome.error), producer_id=-1, producer_epoch=-1
-            )
+            self.count("kafka_init_producer_id", time.perf_counter() - started, True)
+            return make(schema, throttle_time=_NO_TIME, error_code=kafka_error(exc), producer_id=-1, producer_epoch=-1)
+        self.count("kafka_init_producer_id", time.perf_counter() - started, False)
         return make(
             schema,
             throttle_time=_NO_TIME,
             error_code=ErrorCode.none,
-            producer_id=outcome.fields["producer_id"],
-            producer_epoch=outcome.fields["epoch"],
+            producer_id=result.producer_id,
+            producer_epoch=result.epoch,
         )
 
     # -- CreateTopics, DeleteTopics ------------------------------------------------------
@@ -648,4 +599,4 @@ def _topic_uuid(topic_id: int) -> uuid.UUID:
     return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
 
 
-__all__ = ["CapturingResponder", "KafkaService"]
+__all__ = ["KafkaService"]

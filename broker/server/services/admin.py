@@ -1,9 +1,10 @@
 """The administrative apis: offsets, metadata, create_topic, delete_topic, elect_leaders,
 alter_topic, create_partitions and init_producer_id.
 
-Each handler gets a typed request (already checked by :mod:`broker.wire`) and a
-responder. ZooKeeper calls run in the broker's small admin thread pool so the event
-loop never blocks on them.
+Each handler gets a typed request (already checked by :mod:`broker.wire`). Metadata and
+init_producer_id return a typed result (:mod:`broker.server.services.results`) that
+each front end renders; the others still answer through a responder. ZooKeeper calls
+run in the broker's small admin thread pool so the event loop never blocks on them.
 """
 
 from __future__ import annotations
@@ -23,31 +24,27 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker.common.names import validate_topic_name
+from broker.common.principal import Principal
 from broker.coordination import zk
 from broker.coordination.producer_ids import ProducerIdAllocator
 from broker.coordination.registry import BrokerRegistry, ClusterView
 from broker.server.config import BrokerConfig
 from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.services.responder import Responder
-from broker.server.services.routing import PartitionRouter
-from broker.wire.metadata import (
-    BrokerAddress,
-    MetadataAnswer,
-    MetadataRequest,
-    TopicMetadata,
-    encode_metadata_answer,
-    topic_error,
+from broker.server.services.results import (
+    BrokerNode,
+    MetadataQuery,
+    MetadataResult,
+    PartitionMetadata,
+    ProducerIdResult,
+    TopicResult,
 )
+from broker.server.services.routing import PartitionRouter
 from broker.wire.offsets import (
     EARLIEST,
     OffsetsAnswer,
     OffsetsRequest,
     encode_offsets_answer,
-)
-from broker.wire.producer_id import (
-    InitProducerIdAnswer,
-    InitProducerIdRequest,
-    encode_init_producer_id_answer,
 )
 from broker.wire.topics import (
     AlterTopicRequest,
@@ -132,14 +129,14 @@ class AdminService:
                 items.append({"err": exc.code, "msg": str(exc)})
         return {"many": items}
 
-    async def metadata(self, request: MetadataRequest, responder: Responder) -> None:
+    async def metadata(self, query: MetadataQuery, principal: Principal) -> MetadataResult:
         """The brokers, and the topics asked for (auto-created if allowed); all topics
-        are those the principal may describe."""
-        create = request.create and self.config.auto_create_topics
+        are those the principal may describe. Computed here once for every front end."""
+        create = query.create and self.config.auto_create_topics
         view = self.view()
-        topics: dict[str, TopicMetadata] = {}
-        principal, authorizer = responder.principal, self.authorizer
-        asked = request.topics
+        topics: list[TopicResult] = []
+        authorizer = self.authorizer
+        asked = query.topics
         if asked is None:
             asked = [
                 t for t in sorted(view.topics) if authorizer.allowed(principal, Operation.DESCRIBE, topic_resource(t))
@@ -148,7 +145,7 @@ class AdminService:
             try:  # before existence: a refusal does not tell whether the topic exists
                 authorizer.check_topic(principal, Operation.DESCRIBE, topic)
             except LogferryError as exc:
-                topics[topic] = topic_error(exc.code, str(exc))
+                topics.append(TopicResult(topic, exc, [], {}, 0))
                 continue
             if topic not in view.topics and create:
                 try:
@@ -156,36 +153,40 @@ class AdminService:
                     authorizer.check_topic(principal, Operation.CREATE, topic)
                     await self.create_in_zk(topic, self.config.num_partitions, exists_ok=True)
                 except LogferryError as exc:
-                    topics[topic] = topic_error(exc.code, str(exc))
+                    topics.append(TopicResult(topic, exc, [], {}, 0))
                     continue
                 view = self.view()
             assignment = view.topics.get(topic)
             if assignment is None:
-                topics[topic] = topic_error(UnknownTopicOrPartitionError.code, f"unknown topic {topic!r}")
+                topics.append(TopicResult(topic, UnknownTopicOrPartitionError(f"unknown topic {topic!r}"), [], {}, 0))
                 continue
-            # "partitions" maps each partition to its leader (-1: none right now), as
-            # before replication; "replicas" and "isr" say the rest.
-            states = {p: view.states.get((topic, p)) for p in assignment}
-            topics[topic] = TopicMetadata(
-                0,
-                None,
-                {p: s.leader if s else -1 for p, s in states.items()},
-                assignment,
-                {p: list(s.isr) if s else [] for p, s in states.items()},
-                {p: s.leader_epoch if s else -1 for p, s in states.items()},
-                view.configs.get(topic, {}),
-            )
+            parts = []
+            for p, replicas in sorted(assignment.items()):
+                s = view.states.get((topic, p))
+                parts.append(
+                    PartitionMetadata(
+                        p,
+                        s.leader if s else -1,
+                        s.leader_epoch if s else -1,
+                        replicas,
+                        list(s.isr) if s else [],
+                        [r for r in replicas if r not in view.brokers],
+                    )
+                )
+            topics.append(TopicResult(topic, None, parts, view.configs.get(topic, {}), view.topic_ids.get(topic, 0)))
         # The addresses of the listener the request came on (as Kafka does): a client
         # of the external listener is sent to the other brokers' external listeners.
         # A broker without that listener is left out (a rolling change of listeners).
-        brokers = {
-            b: BrokerAddress(*address, i.datacenter, i.rack)
-            for b, i in view.brokers.items()
-            if (address := i.address(responder.listener)) is not None
-        }
-        responder.answer(
-            encode_metadata_answer(MetadataAnswer(brokers, topics, view.controller, self.config.auto_create_topics))
-        )
+        brokers = []
+        for b, info in sorted(view.brokers.items()):
+            address = (
+                ((info.kafka_host or info.host, info.kafka_port) if info.kafka_port else None)
+                if query.kafka
+                else info.address(query.listener)
+            )
+            if address is not None:
+                brokers.append(BrokerNode(b, *address, info.datacenter, info.rack))
+        return MetadataResult(brokers, topics, view.controller, self.config.auto_create_topics)
 
     async def create_topic(self, request: CreateTopicRequest, responder: Responder) -> None:
         """Create a topic in ZooKeeper; answer once this broker has seen it."""
@@ -251,12 +252,12 @@ class AdminService:
         await asyncio.get_running_loop().run_in_executor(self.admin_pool, trigger)
         responder.answer(encode_elect_leaders_answer(ElectLeadersAnswer(self.view().controller)))
 
-    async def init_producer_id(self, request: InitProducerIdRequest, responder: Responder) -> None:
+    async def init_producer_id(self) -> ProducerIdResult:
         """A new idempotent producer's id (from this broker's block, claimed in ZooKeeper)."""
         if self._producer_ids is None:
             self._producer_ids = ProducerIdAllocator(self.zk_client())
         pid = await asyncio.get_running_loop().run_in_executor(self.admin_pool, self._producer_ids.next_id)
-        responder.answer(encode_init_producer_id_answer(InitProducerIdAnswer(pid, 0)))
+        return ProducerIdResult(pid, 0)
 
     async def create_in_zk(
         self,

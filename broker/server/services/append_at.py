@@ -105,7 +105,9 @@ class AppendAtService:
         if not waits and not replica_waits:
             responder.answer(encode_append_at_answer(results), error=failed)
             return
-        pending = PendingProduce(responder, results, encode_append_at_answer)
+        pending = PendingProduce(
+            results, lambda parts, failed: responder.answer(encode_append_at_answer(parts), error=failed)
+        )
         for topic, partition, end, index in replica_waits:
             if p.replication.wait_for_replicas(topic, partition, end, pending, index):
                 pending.left += 1

@@ -5,8 +5,9 @@ Python) and answers at once when ``min_bytes`` are there, when a part failed, or
 ``max_wait_ms`` has passed. Otherwise it waits: a consumer's fetch until a flush (or a
 follower's progress) moves a visible end, a follower's fetch until an append moves
 a log end. A consumer's long poll is answered by the wake-up itself when the new bytes
-are enough (:class:`_LongPoll`), not a loop turn later by its task. The handler gets a
-typed request and a responder, never the connection.
+are enough (:class:`_LongPoll`), not a loop turn later by its task. The service gets a
+typed request and delivers a typed :class:`FetchResult` (its file slices, no wire
+format) to the front end's reply, never seeing the connection.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from broker.common.errors import LogferryError
 from broker.common.principal import Principal
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.security.authorizer import ALLOW_ALL, Authorizer
-from broker.server.services.responder import Responder
+from broker.server.services.results import FetchReply, FetchResult
 from broker.server.services.routing import PartitionRouter
 from broker.storage.log_manager import LogManager
 from broker.wire.fetch import (
@@ -30,7 +31,6 @@ from broker.wire.fetch import (
     FetchRequest,
     ReplicaFetchAnswerPart,
     ReplicaFetchPart,
-    encode_fetch_answer,
 )
 
 Key = tuple[str, int]
@@ -85,41 +85,37 @@ class FetchService:
 
     # -- the api ---------------------------------------------------------------------
 
-    async def handle(self, request: FetchRequest, responder: Responder) -> None:
-        """Read the parts, long-poll while too little is readable, then answer."""
+    async def fetch(self, request: FetchRequest, principal: Principal, reply: FetchReply) -> None:
+        """Read the parts, long-poll while too little is readable, then deliver the
+        result to ``reply`` (once). Raises a :class:`LogferryError` that refuses the
+        whole request (a follower's fetch without the right to replicate)."""
         requests = request.parts
         read: Read
-        principal = responder.principal
         if request.replica is None:
             read, waiters = lambda parts: self._read_slices(parts, principal), self.waiters
         else:  # a follower: only brokers may replicate (and move the ISR)
             self.authorizer.check_cluster(principal, Operation.ALTER)
             read, waiters = self._replica_reader(request.replica), self.append_waiters
-        polled = await self._poll(read, waiters, requests, request, responder)
+        polled = await self._poll(read, waiters, requests, request, reply)
         if polled is not None:  # else the wake-up answered already
-            self._answer(request, responder, *polled)
+            self._answer(request, reply, *polled)
 
     def _answer(
-        self, request: FetchRequest, responder: Responder, results: list[Any], slices: list[Any], total: int
+        self, request: FetchRequest, reply: FetchReply, results: list[Any], slices: list[Any], total: int
     ) -> None:
         counter = self.metrics.bytes_out if request.replica is None else self.metrics.replica_bytes_out
         # zip without strict=: one slice per part by construction; per fetch
         for part, piece in zip(request.parts, slices):  # noqa: B905
             if piece is not None and piece.count:
                 counter[(part.topic, part.partition)] += piece.count
-        responder.answer_with_files(encode_fetch_answer(results), slices, total)
+        reply(FetchResult(results, slices, total))
 
     def _ready(self, request: FetchRequest, results: list[Any], total: int) -> bool:
         """Whether an answer of ``total`` bytes (and these results) goes out now."""
         return total >= request.min_bytes or self.shutting_down() or any(r.error for r in results)
 
     async def _poll(
-        self,
-        read: Read,
-        waiters: dict[Key, list[Any]],
-        requests: list[Any],
-        request: FetchRequest,
-        responder: Responder,
+        self, read: Read, waiters: dict[Key, list[Any]], requests: list[Any], request: FetchRequest, reply: FetchReply
     ) -> tuple[list[Any], list[Any], int] | None:
         """Read until there is enough or the time is up; None: a consumer's wake-up
         read and answered it (:class:`_LongPoll`)."""
@@ -135,7 +131,7 @@ class FetchService:
             future = loop.create_future()
             waiter: Any = future
             if waiters is self.waiters:
-                waiter = _LongPoll(self, read, request, responder, future)
+                waiter = _LongPoll(self, read, request, reply, future)
             keys = [(part.topic, part.partition) for part in requests]
             for key in keys:
                 waiters.setdefault(key, []).append(waiter)
@@ -226,20 +222,15 @@ class _LongPoll:
     every long poll did before. The answer goes out in the loop turn of the flush,
     not one turn later: about 25 us at one message per round, traced."""
 
-    __slots__ = ("service", "read", "request", "responder", "future", "answered")
+    __slots__ = ("service", "read", "request", "reply", "future", "answered")
 
     def __init__(
-        self,
-        service: FetchService,
-        read: Read,
-        request: FetchRequest,
-        responder: Responder,
-        future: asyncio.Future[None],
+        self, service: FetchService, read: Read, request: FetchRequest, reply: FetchReply, future: asyncio.Future[None]
     ):
         self.service = service
         self.read = read
         self.request = request
-        self.responder = responder
+        self.reply = reply
         self.future = future
         self.answered = False
 
@@ -256,7 +247,7 @@ class _LongPoll:
         try:
             results, slices, total = self.read(self.request.parts)
             if service._ready(self.request, results, total):
-                service._answer(self.request, self.responder, results, slices, total)
+                service._answer(self.request, self.reply, results, slices, total)
                 self.answered = True
         except Exception:  # the task reads again and answers (or fails) as always
             log.exception("answering a long poll on wake-up failed")

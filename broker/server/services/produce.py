@@ -3,9 +3,10 @@
 Per part: find the led log, check the batches' CRCs (zlib, in C; no per-message
 work), refuse acks=all when too few replicas are in sync, append, wake the followers'
 long polls. The answer goes out at once (acks 1), after the fsync
-(``flush_messages = 1``), after every in-sync replica has the bytes (acks -1, all),
-or never (acks 0). The handler runs synchronously as frames arrive, so one
-connection's appends keep their order.
+(``flush_messages = 1``) or after every in-sync replica has the bytes (acks -1, all):
+the service delivers a typed :class:`ProduceResult` (no wire format) to the front end
+that asked, which answers in its protocol (or not at all, acks 0). The service runs
+synchronously as frames arrive, so one connection's appends keep their order.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ from broker.common.errors import (
     InvalidRequestError,
     LogferryError,
 )
+from broker.common.principal import Principal
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.durability.disk_full import DiskFullReporter
 from broker.server.durability.flusher import Flusher
 from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.services.fetch import FetchService
-from broker.server.services.responder import Responder
+from broker.server.services.results import ProduceReply, ProduceResult
 from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import compress_message_set
 from broker.storage.log_manager import LogManager
 from broker.wire import records
-from broker.wire.produce import ProduceAnswerPart, ProduceRequest, encode_produce_answer
+from broker.wire.produce import ProduceAnswerPart, ProduceRequest
 
 log = logging.getLogger("logferry.broker")
 
@@ -68,9 +70,11 @@ class ProduceService:
         self.topic_codecs = topic_codecs or dict
         """Topic -> codec of its ``compression`` setting, for the topics that have one."""
 
-    def handle(self, request: ProduceRequest, responder: Responder) -> None:
-        """Append each message set; answer now, after fsync, after the in-sync
-        replicas have it (acks=all, -1), or never (acks=0). The commit round of the
+    def produce(self, request: ProduceRequest, principal: Principal, reply: ProduceReply) -> None:
+        """Append each message set; deliver the result to ``reply`` now, after fsync,
+        or after the in-sync replicas have it (acks=all, -1); with acks=0 at once (the
+        front end answers nothing). Raises a :class:`LogferryError` that refuses the
+        whole request (the broker is shutting down). The commit round of the
         appended bytes starts before the answer is written, unless it fsyncs on the
         event loop (an idle log dir): then right after it, unless followers were
         woken (their fetches must not wait for that fsync: then on its thread).
@@ -80,17 +84,18 @@ class ProduceService:
         woke_followers = False
         written: list[tuple[str, int]] = []
         try:
-            woke_followers = self._handle(request, responder, written)
+            woke_followers = self._produce(request, principal, reply, written)
         finally:
             self.flusher.start_rounds(on_loop=not woke_followers and not written)
 
-    def _handle(self, request: ProduceRequest, responder: Responder, written: list[tuple[str, int]]) -> bool:
-        """:meth:`handle`'s work; True if it woke followers' long polls. Adds to
+    def _produce(
+        self, request: ProduceRequest, principal: Principal, reply: ProduceReply, written: list[tuple[str, int]]
+    ) -> bool:
+        """:meth:`produce`'s work; True if it woke followers' long polls. Adds to
         ``written`` the partitions appended to whose bytes are visible on write."""
         woke = False
         if self.shutting_down():
-            responder.fail(BrokerShuttingDownError("broker is shutting down"))
-            return woke
+            raise BrokerShuttingDownError("broker is shutting down")
         acks = request.acks
         metrics = self.metrics
         replication = self.replication
@@ -99,7 +104,6 @@ class ProduceService:
         waits: list[tuple[str, int, int]] = []
         replica_waits: list[tuple[str, int, int, int]] = []
         failed = False
-        principal = responder.principal
         codecs = self.topic_codecs()
         copies = request.copies
         for index, (topic, partition, chunk) in enumerate(request.sets):
@@ -162,16 +166,10 @@ class ProduceService:
             results.append(
                 ProduceAnswerPart(rejected.topic, rejected.partition, rejected.error.code, -1, str(rejected.error))
             )
-        if acks == 0:
-            responder.count(failed)
-            if failed:  # the client cannot see errors with acks=0: tell it by closing
-                log.warning("closing acks=0 producer %s after a failed produce: %s", responder.peer, results)
-                responder.close_connection()
+        if acks == 0 or (not waits and not replica_waits):
+            reply(ProduceResult(results, failed))
             return woke
-        if not waits and not replica_waits:
-            responder.answer(encode_produce_answer(results), error=failed)
-            return woke
-        pending = PendingProduce(responder, results)
+        pending = PendingProduce(results, lambda parts, failed: reply(ProduceResult(parts, failed)))
         for topic, partition, end, index in replica_waits:
             if replication.wait_for_replicas(topic, partition, end, pending, index):
                 pending.left += 1
@@ -209,26 +207,20 @@ class ProduceService:
 
 
 class PendingProduce:
-    """A produce answer waiting for fsyncs (flush.messages = 1) and for replicas (acks=all).
+    """A produce result waiting for fsyncs (flush.messages = 1) and for replicas (acks=all).
 
     ``left`` counts the awaited events plus one hold for the handler itself; each
     :meth:`part_done` settles one, recording an error on that part if given, and the
-    last one sends the answer.
+    last one calls ``done(results, failed)``.
     """
 
-    __slots__ = ("responder", "results", "left", "encode")
+    __slots__ = ("results", "left", "done")
 
-    def __init__(
-        self,
-        responder: Responder,
-        results: list[Any],
-        encode: Callable[[list[Any]], dict[str, Any]] = encode_produce_answer,
-    ):
-        self.responder = responder
+    def __init__(self, results: list[Any], done: Callable[[list[Any], bool], None]):
         self.results = results
         """Answer parts (produce's, or append-at's: both have ``error`` and ``message``)."""
         self.left = 1
-        self.encode = encode
+        self.done = done
 
     def part_done(self, index: int | None, error: LogferryError | None = None) -> None:
         """One awaited event happened (``error``: it failed for part ``index``)."""
@@ -241,8 +233,7 @@ class PendingProduce:
             )
         self.left -= 1
         if self.left == 0:
-            failed = any(r.error for r in self.results)
-            self.responder.answer(self.encode(self.results), error=failed)
+            self.done(self.results, any(r.error for r in self.results))
 
 
 __all__ = ["PendingProduce", "ProduceService"]

@@ -3,18 +3,25 @@
 A :class:`Responder` is made per request by the connection. It knows the request's
 correlation id and api, writes the answer (or the error) through the connection's
 ordered writer, and counts the request in the broker's metrics once, when it is
-answered. Handlers stay free of IO: they get a typed request and a responder.
+answered. It writes logferry's native answers: the native front end answers the
+typed results of :mod:`broker.server.services.results` through it, and the apis not yet
+typed (append_at, offsets, topic administration) still answer through it directly.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from broker.common.errors import LogferryError
 from broker.common.principal import Principal
+from broker.server.services.results import ProduceResult
 from broker.wire import protocol
+from broker.wire.produce import encode_produce_answer
+
+log = logging.getLogger("logferry.broker")
 
 
 class FileReply(NamedTuple):
@@ -82,6 +89,19 @@ class Responder:
         head = protocol.encode_response(self.correlation_id, fields, payload_len=nbytes)
         self.count(False)
         self._channel.send(FileReply(head, [s for s in slices if s is not None]) if nbytes else head)
+
+    def answer_produce(self, result: ProduceResult) -> None:
+        """Send a produce's result (a bound method is the produce service's reply: no
+        closure per request)."""
+        self.answer(encode_produce_answer(result.parts), error=result.failed)
+
+    def acks0_produce(self, result: ProduceResult) -> None:
+        """Take an acks=0 produce's result: count it, and close the connection if a part
+        failed (the client sees no answer; closing is the only signal it gets)."""
+        self.count(result.failed)
+        if result.failed:
+            log.warning("closing acks=0 producer %s after a failed produce: %s", self.peer, result.parts)
+            self.close_connection()
 
     def fail(self, exc: LogferryError) -> None:
         """Answer that the request failed as a whole."""
