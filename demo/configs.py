@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.common.config import dumps, read
+from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -225,4 +226,5 @@ def loader_config(template: Mapping[str, Any], zk: str, output: Path, topics: li
     conf["spark.sql.shuffle.partitions"] = "2"
     conf["spark.ui.enabled"] = "false"
     conf["spark.ui.showConsoleProgress"] = "false"
+    conf["spark.driver.extraJavaOptions"] = QUICK_JVM_OPTIONS_LINE  # loads of seconds: C1 is enough
     return doc

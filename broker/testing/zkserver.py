@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 
 from broker.common.errors import ZooKeeperError
+from broker.testing.jvm import QUICK_JVM_OPTIONS
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -611,12 +612,13 @@ class LocalZooKeeper:
         (self.data_dir / LOG4J_NAME).write_text(render_log4j_properties(self.log_path))
 
     def command(self, install: ZooKeeperInstall) -> list[str]:
-        """The JVM command line (small serial-GC heap: a test server holds little)."""
+        """The JVM command line (a small heap, C1 and the serial GC: a test server holds
+        little and lives minutes, :mod:`broker.testing.jvm`)."""
         return [
             str(install.java),
             "-Xms16m",
             f"-Xmx{self.heap_mb}m",
-            "-XX:+UseSerialGC",
+            *QUICK_JVM_OPTIONS,
             "-XX:-UsePerfData",
             "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j.configuration={(self.data_dir / LOG4J_NAME).as_uri()}",

@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
+from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
 from hadoop_loader.config import LoaderConfig, config_from_dict
 from tests.support.waiting import wait_until
 
@@ -44,6 +45,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS_LINE)  # half the JVM's CPU
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -115,7 +117,7 @@ def loader_config(zk: str, out: Path, topics: list[str], **sections: dict) -> Lo
     return config_from_dict(data)
 
 
-SPARK_TEST_SECTIONS = """
+SPARK_TEST_SECTIONS = f"""
 [spark]
 master = "local[2]"
 driver_memory = "512m"
@@ -124,7 +126,7 @@ driver_memory = "512m"
 "spark.ui.showConsoleProgress" = "false"
 "spark.sql.shuffle.partitions" = "2"
 # short-lived test JVMs: C1 only and the serial GC halve the start-up on 2 busy cores
-"spark.driver.extraJavaOptions" = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"spark.driver.extraJavaOptions" = "{QUICK_JVM_OPTIONS_LINE}"
 """
 """The ``[spark]`` sections of a loader TOML for tests that run ``logferry load`` itself."""
 

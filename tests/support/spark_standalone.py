@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
 from broker.testing.localrun import free_port
 
 
@@ -39,6 +40,7 @@ def spark_env(work: Path) -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_NO_DAEMONIZE="1",
+        SPARK_DAEMON_JAVA_OPTS=QUICK_JVM_OPTIONS_LINE,
     )
 
 
@@ -173,6 +175,10 @@ class StandaloneCluster:
             "spark.ui.enabled=false",
             "--conf",
             "spark.executor.memory=512m",
+            "--conf",
+            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTIONS_LINE}",
+            "--conf",
+            f"spark.executor.extraJavaOptions={QUICK_JVM_OPTIONS_LINE}",
             "--conf",
             "spark.task.maxFailures=8",
             "--conf",
