@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import struct
 from collections.abc import Iterator
 from datetime import timedelta
@@ -27,7 +28,12 @@ from kio.schema.produce.v9.request import PartitionProduceData, TopicProduceData
 from kio.schema.request_header.v2 import RequestHeader
 from kio.serial import entity_writer
 
+from broker.common.errors import ConfigError
+from broker.common.ratelimit import RateLimitedLog
+from broker.server.config import broker_config_from_dict
+from broker.server.kafka import connection as kafka_connection
 from broker.server.kafka import protocol
+from broker.server.kafka.configs import broker_entries, topic_entries
 from broker.server.kafka.connection import KafkaConnection
 from broker.server.kafka.protocol import Api
 from broker.server.kafka.record_batch import encode_record_batch
@@ -196,3 +202,80 @@ def test_trailing_bytes_after_any_body_are_ignored_and_the_connection_stays(brok
     frames = [_framed(LIBRDKAFKA_ALL_TOPICS_V12 + b"junk"), _framed(WELL_FORMED_ALL_TOPICS_V12)]
     got, transport = asyncio.run(_exchange(_service(broker), frames, 2))
     assert len(got) == 2 and not transport.closed
+
+
+# -- a record batch over max_message_bytes ---------------------------------------------------
+
+
+def test_a_batch_over_max_message_bytes_gets_message_too_large_and_the_connection_stays(broker) -> None:
+    big, small = _batch(5000), _batch(10)
+    requests = [_framed(_produce(1, {"web-a": big, "secret": small})), _framed(_produce(2, {"web-a": small}))]
+    (first, second), transport = asyncio.run(_exchange(_service(broker, max_message_bytes=4096), requests, 2))
+    errors = _produce_errors(first)
+    code, message = errors["web-a"]
+    assert code == ErrorCode.message_too_large == 10
+    assert message is not None and f"{len(big)} bytes" in message and "max_message_bytes (4096)" in message
+    assert errors["secret"] == (ErrorCode.none, None)  # the request's other partition is appended
+    assert _produce_errors(second) == {"web-a": (ErrorCode.none, None)}  # same connection, next request
+    assert not transport.closed
+    # each log holds one small batch: nothing of the refused one was appended
+    assert broker.logs.get("web-a", 0).end_offset == broker.logs.get("secret", 0).end_offset > 0
+
+
+def test_max_message_bytes_counts_the_whole_batch_as_kafka_does(broker) -> None:
+    batch = _batch(300)  # its size includes the 12-byte base offset and length
+    for limit, expected in ((len(batch), ErrorCode.none), (len(batch) - 1, ErrorCode.message_too_large)):
+        (frame,), _ = asyncio.run(_exchange(_service(broker, limit), [_framed(_produce(1, {"web-a": batch}))], 1))
+        assert _produce_errors(frame)["web-a"][0] == expected, limit
+
+
+def test_only_a_frame_over_max_request_bytes_closes_the_connection(broker) -> None:
+    request = _framed(_produce(1, {"web-a": _batch(5000)}))
+    got, transport = asyncio.run(_exchange(_service(broker), [request], 1, max_request_bytes=len(request) - 5))
+    assert got == [] and transport.closed
+    got, transport = asyncio.run(_exchange(_service(broker), [request], 1, max_request_bytes=len(request) - 4))
+    assert len(got) == 1 and not transport.closed
+
+
+def test_closes_for_oversized_frames_are_logged_at_a_bounded_rate(
+    broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue counted 317 warnings in a minute from one retrying client; the same
+    317 closes spread over a minute now write 6 lines, each counting the muted ones."""
+    now = [0.0]
+    limiter = RateLimitedLog(
+        logging.getLogger("logferry.kafka"), 10.0, "more connections closed so since the last line", lambda: now[0]
+    )
+    monkeypatch.setattr(kafka_connection, "_closes", limiter)
+    oversized = struct.pack(">i", 2000) + b"\0" * 8
+    service = _service(broker)
+
+    async def attempts() -> None:
+        for i in range(317):
+            now[0] = i * 60.0 / 317
+            transport = MemoryTransport()
+            conn = KafkaConnection(service, 1000, set())
+            conn.connection_made(transport)  # type: ignore[arg-type]
+            conn.data_received(oversized)
+            assert transport.closed and not transport.out
+
+    with caplog.at_level(logging.WARNING, logger="logferry.kafka"):
+        asyncio.run(attempts())
+    lines = [r.getMessage() for r in caplog.records if "closing Kafka connection" in r.getMessage()]
+    assert len(lines) == 6
+    assert "Kafka frame of 2000 bytes" in lines[0] and "max_request_bytes" in lines[0]
+    muted = sum(int(line.rsplit("(", 1)[1].split()[0]) for line in lines[1:])
+    assert muted == 317 - 6 - limiter._suppressed.get("frame size", 0)
+
+
+def test_the_two_limits_are_configured_and_described_under_kafkas_names() -> None:
+    base = {"broker": {"id": 1, "log_dirs": ["/tmp/x"], "zk_connect": "127.0.0.1:2181"}}
+    defaults = broker_config_from_dict(base)
+    assert (defaults.max_request_bytes, defaults.max_message_bytes) == (100 * 1024 * 1024, 1048588)  # Kafka's
+    config = broker_config_from_dict({"broker": {**base["broker"], "max_message_bytes": 4096}})
+    described = {e.name: e.value for e in broker_entries(config)}
+    assert described["message.max.bytes"] == "4096"
+    assert described["socket.request.max.bytes"] == str(100 * 1024 * 1024)
+    assert {e.name: e.value for e in topic_entries(config, {})}["max.message.bytes"] == "4096"
+    with pytest.raises(ConfigError, match="max_message_bytes"):
+        broker_config_from_dict({"broker": {**base["broker"], "max_message_bytes": 0}})
