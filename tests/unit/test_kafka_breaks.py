@@ -279,3 +279,12 @@ def test_the_two_limits_are_configured_and_described_under_kafkas_names() -> Non
     assert {e.name: e.value for e in topic_entries(config, {})}["max.message.bytes"] == "4096"
     with pytest.raises(ConfigError, match="max_message_bytes"):
         broker_config_from_dict({"broker": {**base["broker"], "max_message_bytes": 0}})
+
+
+def test_an_acks_0_batch_over_the_limit_closes_the_connection_as_kafka_does(broker) -> None:
+    """acks=0 gets no answer to carry MESSAGE_TOO_LARGE: Kafka appends what passed and
+    closes the connection, the only signal such a producer gets."""
+    request = _framed(_produce(1, {"web-a": _batch(5000), "secret": _batch(10)}, acks=0))
+    got, transport = asyncio.run(_exchange(_service(broker, max_message_bytes=4096), [request], 1))
+    assert got == [] and transport.closed
+    assert broker.logs.get("web-a", 0).end_offset == 0 and broker.logs.get("secret", 0).end_offset > 0

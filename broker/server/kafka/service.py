@@ -249,6 +249,11 @@ class KafkaService:
                     order.append((topic.name, part.index, kafka_error(exc), str(exc)))
                 except LogferryError as exc:
                     order.append((topic.name, part.index, kafka_error(exc), str(exc)))
+        if acks == 0 and any(error is not None for _, _, error, _ in order):
+            # acks=0 gets no answer to carry the error: as Kafka does, the partitions
+            # that passed are appended and the connection is closed, which is the only
+            # thing such a producer notices.
+            channel.close()
         results: list[tuple[int, int, str | None]] = []
         if sets:
             started = time.perf_counter()
