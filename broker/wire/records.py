@@ -33,9 +33,9 @@ The payload is columnar so whole batches encode and decode in one msgpack call:
 ``keys`` is nil when no message has a key, else a list of bytes-or-nil; ``values`` is a
 list of bytes; ``deltas`` is nil when every message has ``base_timestamp``, else a list
 of millisecond offsets from it; an optional fourth column ``headers`` holds per message
-its record headers as ``[key, value]`` pairs, or nil. A 200-byte value costs 2 bytes of msgpack header, and a
-delta under 128 ms one byte, so an uncompressed batch of 50 such messages carries about
-3.5 bytes of overhead per message, header included.
+its record headers as ``[key, value]`` pairs, or nil. A 200-byte value costs 2 bytes
+of msgpack header, and a delta under 128 ms one byte, so an uncompressed batch of 50
+such messages carries about 3.5 bytes of overhead per message, header included.
 
 Magic 3 (:data:`MAGIC_KAFKA`) is a Kafka producer's record batch v2 stored as it arrived
 (:mod:`broker.wire.kafka_batch`, docs/kafka.md), behind the same 22-byte header: ``crc``

@@ -174,7 +174,7 @@ def parse_request(frame: bytes) -> Request | Unsupported:
     # on that: for "every topic" it writes Metadata v9+'s compact topic array as the
     # 4 bytes it reserved (00 00 00 00), not as the 1-byte varint 00, so the request
     # reads as topics = null (every topic), the next fields from the 3 spare zero
-    # bytes, and ends 3 bytes early (tests/unit/test_kafka_codec.py holds those bytes).
+    # bytes, and ends 3 bytes early (tests/unit/test_kafka_breaks.py holds those bytes).
     return Request(key, version, corr, header.client_id, body)
 
 
