@@ -115,6 +115,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-k", "--key", help="message key (same partition for every line)")
     p.add_argument("-p", "--partition", type=int, help="explicit partition")
     p.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a record header on every message (repeatable, kept in order; Kafka consumers "
+        "see it, `consume --output json` shows it)",
+    )
+    p.add_argument(
         "--compression",
         choices=["none", "gzip", "lz4", "zstd"],
         default="none",
@@ -165,7 +173,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=["text", "json"],
         default="text",
         help="text: one --format line per message (default); json: one JSON "
-        'object per message, agent records decoded under "record"',
+        'object per message, agent records decoded under "record", record headers '
+        'under "headers"',
     )
     p.add_argument("--raw", action="store_true", help="do not decode agent records: print the value bytes as stored")
     p.set_defaults(func=consume_cmd)
@@ -302,6 +311,7 @@ def produce_cmd(args: argparse.Namespace) -> int:
 
     validate_topic_name(args.topic)
     key = args.key.encode() if args.key is not None else None
+    headers = parse_headers(getattr(args, "header", None))
     acks = "all" if args.acks == "all" else int(args.acks)
     if args.delivery_timeout <= 0:
         raise ConfigError("--delivery-timeout must be positive")
@@ -311,7 +321,11 @@ def produce_cmd(args: argparse.Namespace) -> int:
     )
     try:
         for chunk in _line_chunks(sys.stdin.buffer, 1000):
-            tally.sent(len(chunk), producer.send(args.topic, chunk, key=key, partition=args.partition))
+            if headers:
+                future = _send_with_headers(producer, args.topic, chunk, key, args.partition, headers)
+            else:
+                future = producer.send(args.topic, chunk, key=key, partition=args.partition)
+            tally.sent(len(chunk), future)
     except KeyboardInterrupt:
         _close_quietly(producer, timeout=5.0)
         raise
@@ -323,6 +337,39 @@ def produce_cmd(args: argparse.Namespace) -> int:
         tally.failed(exc)
     print(tally.outcome(producer.metrics()["messages_sent"], args.topic), file=sys.stderr)
     return 0
+
+
+def parse_headers(items: Iterable[str] | None) -> list[list[bytes]]:
+    """``--header KEY=VALUE`` arguments as ``[key, value]`` pairs of UTF-8 bytes, in
+    order (a key may repeat, as in Kafka); the value is everything after the first
+    ``=`` and may be empty. ConfigError for an item without ``=`` or with an empty key."""
+    headers = []
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--header {item!r}: give KEY=VALUE (a non-empty key, then =, then the value)")
+        headers.append([key.encode(), value.encode()])
+    return headers
+
+
+def _send_with_headers(
+    producer: Any, topic: str, values: list[bytes], key: bytes | None, partition: int | None, headers: list[list[bytes]]
+) -> Any:
+    """Queue ``values`` as one batch whose every message carries ``headers``.
+
+    The producer's ``send`` has no headers, so the batch is encoded here with the
+    payload's headers column and queued with ``send_raw``, to the partition ``send``
+    would have picked (a key keeps its partition)."""
+    from broker.common.errors import UnknownTopicOrPartitionError
+    from broker.wire import records
+
+    if partition is None:
+        partition = producer.partition_for(topic, key)
+    elif partition not in producer.partitions(topic):
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+    keys = [key] * len(values) if key is not None else None
+    batch = records.encode_batch(values, keys, int(time.time() * 1000), producer.codec, headers=[headers] * len(values))
+    return producer.send_raw(topic, partition, batch)
 
 
 def _line_chunks(stream: Iterable[bytes], size: int) -> Iterator[list[bytes]]:

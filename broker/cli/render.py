@@ -101,11 +101,28 @@ def _put_bytes(out: dict[str, Any], name: str, data: bytes | None) -> None:
         out[name + "_b64"] = base64.b64encode(data).decode("ascii")
 
 
+def _header_json(header: Any) -> dict[str, Any]:
+    """One record header as ``{"key": ..., "value": ...}``, each text when it is UTF-8,
+    else base64 under ``key_b64``/``value_b64`` (as a message's key and value); a null
+    value is ``null``."""
+    key, value = header
+    out: dict[str, Any] = {}
+    for name, data in (("key", key), ("value", value)):
+        if isinstance(data, str):
+            out[name] = data
+        else:
+            _put_bytes(out, name, None if data is None else bytes(data))
+    return out
+
+
 def render_json(message: Any, raw: bool = False) -> str:
     """One JSON object (one line) for ``message``: topic, partition, offset, index, key,
-    value and timestamp. Key and value are text when they are UTF-8, else base64 under
-    ``key_b64``/``value_b64``. Unless ``raw``, an agent record is decoded: its fields
-    go under ``record`` and ``value`` is its ``line``."""
+    value, timestamp and headers. Key and value are text when they are UTF-8, else
+    base64 under ``key_b64``/``value_b64``. ``headers`` is a list, in order, of
+    ``{"key": ..., "value": ...}`` objects with the same rule (``[]`` when the message
+    has none): a list, not a map, because Kafka allows a key more than once. Unless
+    ``raw``, an agent record is decoded: its fields go under ``record`` and ``value`` is
+    its ``line``."""
     out: dict[str, Any] = {
         "topic": message.topic,
         "partition": message.partition,
@@ -122,6 +139,7 @@ def render_json(message: Any, raw: bool = False) -> str:
     else:
         _put_bytes(out, "value", message.value)
     out["timestamp"] = message.timestamp
+    out["headers"] = [_header_json(header) for header in getattr(message, "headers", None) or ()]
     return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
 
 

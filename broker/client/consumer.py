@@ -56,6 +56,10 @@ class Message(NamedTuple):
     """The payload."""
     timestamp: int
     """Milliseconds since the epoch, set by the producer."""
+    headers: list[list[bytes | None]] | None = None
+    """Record headers as ``[key, value]`` pairs in order (value None for a null one),
+    or None when the message has none. Kafka producers write them, and so does
+    ``logferry produce --header``; logferry's own producers do not."""
 
 
 class OffsetRange(NamedTuple):
@@ -82,6 +86,7 @@ def messages_of(topic: str, partition: int, batch: Batch) -> Iterator[Message]:
     """The messages of a decoded batch, built column-wise."""
     n = len(batch.values)
     keys = batch.keys if batch.keys is not None else repeat(None, n)
+    headers = batch.headers if batch.headers is not None else repeat(None, n)
     # the type: ignore on its argument's own line, where `ruff format` keeps it
     return map(
         Message._make_fast,  # type: ignore[attr-defined]
@@ -92,6 +97,7 @@ def messages_of(topic: str, partition: int, batch: Batch) -> Iterator[Message]:
         keys,
         batch.values,
         batch.timestamps,
+        headers,
     )
 
 

@@ -235,6 +235,16 @@ class Producer:
         _, count = records.count_messages(data)
         return self._accumulator.append_raw((topic, partition), data, count)
 
+    def partition_for(self, topic: str, key: bytes | None = None) -> int:
+        """The partition :meth:`send` would pick for a message with ``key`` (its hash;
+        without a key, the partitioner's next choice): where a caller that encodes its
+        own batches for :meth:`send_raw` sends them, so a key keeps its partition."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = len(self.cluster.partitions_for(topic, create=True))
+            self._partition_counts[topic] = count
+        return self._choose_partition(topic, key, count)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed."""
         self._accumulator.flush(timeout)

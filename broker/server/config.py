@@ -59,6 +59,12 @@ class BrokerConfig:
     port: int = 9092
     datacenter: str = "default"
     max_request_bytes: int = 100 * 1024 * 1024
+    """The largest request frame read (Kafka's ``socket.request.max.bytes``): a larger
+    one closes the connection, on either listener, since the stream cannot be read on."""
+    max_message_bytes: int = 1024 * 1024 + 12
+    """The largest record batch a Kafka producer may append (Kafka's
+    ``message.max.bytes``, same default): a larger one is refused with
+    MESSAGE_TOO_LARGE for its partition and the connection stays open."""
     max_queued_request_bytes: int = 100 * 1024 * 1024
     max_unsent_bytes_per_connection: int = 8 * 1024 * 1024
     incomplete_request_timeout_ms: int = 30_000
@@ -118,6 +124,7 @@ BROKER_FIELDS = fields(
     zk_session_timeout_s=POSITIVE_NUMBER,
     zk_connect_timeout_s=POSITIVE_NUMBER,
     max_request_bytes=POSITIVE_INT,
+    max_message_bytes=POSITIVE_INT,
     max_queued_request_bytes=POSITIVE_INT,
     max_unsent_bytes_per_connection=POSITIVE_INT,
     incomplete_request_timeout_ms=POSITIVE_INT,

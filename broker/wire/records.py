@@ -13,7 +13,7 @@ Layout (big-endian), declared once in :data:`BATCH_HEADER`::
                          :mod:`broker.wire.codecs`); bits 3-7 zero
     count           u32  number of messages in the batch
     base_timestamp  i64  milliseconds since the epoch of the batch's first message
-    payload         msgpack array [keys, values, deltas], compressed by the codec
+    payload         msgpack array [keys, values, deltas(, headers)], compressed by the codec
 
 Magic 2 (:data:`BATCH_HEADER_V2`) inserts the idempotent producer's identity between
 ``base_timestamp`` and the payload, covered by the CRC like the rest::
@@ -32,9 +32,10 @@ The broker reads these fields per batch (one struct unpack), never per message.
 The payload is columnar so whole batches encode and decode in one msgpack call:
 ``keys`` is nil when no message has a key, else a list of bytes-or-nil; ``values`` is a
 list of bytes; ``deltas`` is nil when every message has ``base_timestamp``, else a list
-of millisecond offsets from it. A 200-byte value costs 2 bytes of msgpack header, and a
-delta under 128 ms one byte, so an uncompressed batch of 50 such messages carries about
-3.5 bytes of overhead per message, header included.
+of millisecond offsets from it; an optional fourth column ``headers`` holds per message
+its record headers as ``[key, value]`` pairs, or nil. A 200-byte value costs 2 bytes
+of msgpack header, and a delta under 128 ms one byte, so an uncompressed batch of 50
+such messages carries about 3.5 bytes of overhead per message, header included.
 
 Magic 3 (:data:`MAGIC_KAFKA`) is a Kafka producer's record batch v2 stored as it arrived
 (:mod:`broker.wire.kafka_batch`, docs/kafka.md), behind the same 22-byte header: ``crc``
@@ -144,12 +145,15 @@ def encode_batch(
     timestamps: Sequence[int] | int,
     codec: int = CODEC_NONE,
     producer: tuple[int, int, int] | None = None,
+    headers: Sequence[Sequence[Sequence[bytes | None]] | None] | None = None,
 ) -> bytes:
     """Encode one batch of messages.
 
     ``timestamps`` is either one millisecond timestamp shared by every message or a
     sequence with one per message; ``keys`` is None when no message has a key.
     ``producer`` is ``(producer_id, epoch, base_sequence)`` for a magic 2 batch.
+    ``headers``, per message its record headers (``[[key, value], ...]`` or None), adds
+    the payload's fourth column (:attr:`Batch.headers`); None leaves it out.
     """
     count = len(values)
     if count == 0:
@@ -160,7 +164,9 @@ def encode_batch(
     else:
         base = timestamps[0]
         deltas = None if timestamps.count(base) == count else [t - base for t in timestamps]
-    return bytes(encode_batch_deltas(values, keys, base, deltas, codec, producer=producer))
+    if headers is not None and len(headers) != count:
+        raise ValueError(f"headers has {len(headers)} items for {count} messages")
+    return bytes(encode_batch_deltas(values, keys, base, deltas, codec, producer=producer, headers=headers))
 
 
 def encode_batch_deltas(
@@ -171,6 +177,7 @@ def encode_batch_deltas(
     codec: int = CODEC_NONE,
     buffer_for: Callable[[int], bytearray] | None = None,
     producer: tuple[int, int, int] | None = None,
+    headers: Sequence[Sequence[Sequence[bytes | None]] | None] | None = None,
 ) -> bytes | bytearray | memoryview:
     """Encode one batch whose timestamps are given as stored: the header's ``base`` and
     the payload's ``deltas`` (None: every message has ``base``).
@@ -182,7 +189,8 @@ def encode_batch_deltas(
     were joined in new buffers. ``buffer_for(n)``, if given, supplies a reused bytearray
     of at least ``n`` bytes to copy into (the result is then a view of it). Small
     batches are made the plain way, as bytes. ``producer``, ``(producer_id, epoch,
-    base_sequence)``, makes a magic 2 batch (an idempotent producer's).
+    base_sequence)``, makes a magic 2 batch (an idempotent producer's). ``headers``
+    (see :func:`encode_batch`) adds the fourth column.
     """
     count = len(values)
     if count == 0:
@@ -193,7 +201,7 @@ def encode_batch_deltas(
         packer.reset()
         # exactly header_size bytes, overwritten below
         packer.pack(_HEADER_ROOM if producer is None else _HEADER_ROOM_V2)
-        packer.pack([keys, values, deltas])
+        packer.pack([keys, values, deltas] if headers is None else [keys, values, deltas, headers])
         buf: bytearray | memoryview
         with packer.getbuffer() as packed:
             size = len(packed)
@@ -206,7 +214,7 @@ def encode_batch_deltas(
                 buf[:] = packed
         packer.reset()
     else:
-        payload = _pack([keys, values, deltas])
+        payload = _pack([keys, values, deltas] if headers is None else [keys, values, deltas, headers])
         if codec != CODEC_NONE:
             payload = compress(codec, payload)  # ValueError for an unknown codec
         buf = bytearray(header_size)  # room for the header, packed below
@@ -468,8 +476,9 @@ class Batch:
     base_sequence: int = -1
     """Sequence number of the first message (magic 2), else -1."""
     headers: list[list[list[bytes | None]] | None] | None = None
-    """Per message its Kafka record headers (``[[key, value], ...]`` or None), or None
-    when no message has any: only batches a Kafka producer wrote carry them."""
+    """Per message its record headers (``[[key, value], ...]`` or None), or None when
+    no message has any: batches a Kafka producer wrote carry them, and those
+    ``logferry produce --header`` writes (:func:`encode_batch`'s ``headers``)."""
 
     def __len__(self) -> int:
         return len(self.values)

@@ -24,7 +24,7 @@ from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
 from broker.server.broker_metrics import BrokerMetrics
-from broker.server.config import broker_config_from_dict
+from broker.server.config import BrokerConfig, broker_config_from_dict
 from broker.server.durability.flusher import Flusher
 from broker.server.native.dispatch import Dispatcher
 from broker.server.security.authorizer import Authorizer, AuthorizerConfig
@@ -83,7 +83,13 @@ class Setup:
             lambda: False,
             authorizer=self.authorizer,
         )
-        config = SimpleNamespace(auto_create_topics=True, num_partitions=1, broker_id=7, default_replication_factor=1)
+        config = SimpleNamespace(
+            auto_create_topics=True,
+            num_partitions=1,
+            broker_id=7,
+            default_replication_factor=1,
+            max_message_bytes=BrokerConfig.max_message_bytes,
+        )
         self.admin = AdminService(
             config,
             router,

@@ -186,6 +186,9 @@ def test_produce(run: Callable[..., tuple[int, str]], monkeypatch: pytest.Monkey
         run("produce", "t", "--delivery-timeout", "0", "--brokers", closed()), 2, "produce", "--delivery-timeout"
     )
     assert_error(run("produce", "t", "--acks", "2"), 2, "produce", "--acks")
+    assert_error(
+        run("produce", "t", "--header", "novalue", "--brokers", closed()), 2, "produce", "--header", "KEY=VALUE"
+    )
     lines = tmp_path / "lines"
     lines.write_text("one\ntwo\n")
     with lines.open() as stdin:  # closed here, not left to the garbage collector

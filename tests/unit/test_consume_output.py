@@ -56,6 +56,7 @@ def test_json_output_has_every_field_and_decodes_agent_records():
         "key": "k",
         "value": "hello",
         "timestamp": 1700000000000,
+        "headers": [],
     }
     agent = json.loads(render_json(_msg(AGENT_VALUE)))
     assert agent["key"] is None and agent["value"] == "GET / 200"

@@ -17,7 +17,7 @@ Kafka name               logferry setting        source when not the topic's own
 ``min.insync.replicas``  ``min_insync_replicas`` ``min.insync.replicas`` (``[broker]``)
 ``compression.type``     ``compression``         ``producer`` (Kafka's name and default)
 ``cleanup.policy``       —                       ``delete``: logferry never compacts
-``max.message.bytes``    —                       ``max_request_bytes`` (``[broker]``)
+``max.message.bytes``    —                       ``max_message_bytes`` (``[broker]``)
 ``flush.messages``/``ms`` —                      ``[log] flush_messages``/``flush_ms``
 =======================  ======================  =====================================
 
@@ -157,9 +157,9 @@ def _topic_table(config: BrokerConfig) -> list[tuple[str, str | None, str | None
             None,
             "message.max.bytes",
             INT,
-            "largest request the broker reads (max_request_bytes)",
-            config.max_request_bytes,
-            d_broker.max_request_bytes,
+            "largest record batch a producer may append (max_message_bytes)",
+            config.max_message_bytes,
+            d_broker.max_message_bytes,
         ),
         (
             "flush.messages",
@@ -237,10 +237,17 @@ def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
         ),
         (
             "message.max.bytes",
+            config.max_message_bytes,
+            d_broker.max_message_bytes,
+            INT,
+            "largest record batch a producer may append",
+        ),
+        (
+            "socket.request.max.bytes",
             config.max_request_bytes,
             d_broker.max_request_bytes,
             INT,
-            "largest request the broker reads",
+            "largest request the broker reads; a larger one closes the connection",
         ),
         ("log.retention.ms", log.retention_ms, d_log.retention_ms, LONG, "delete segments not modified for longer"),
         (

@@ -6,8 +6,11 @@ starts synchronously so one connection's appends keep their order. Kafka clients
 expect responses in request order, so each request holds a slot in a queue and a
 response is written once every earlier one is.
 
-Bad input never takes the broker down: a frame over ``max_request_bytes`` (or below
-the smallest header) or a body that does not match its schema closes the connection;
+Bad input never takes the broker down: a frame over ``max_request_bytes`` (Kafka's
+``socket.request.max.bytes``; or below the smallest header) or a body that does not
+match its schema closes the connection, with a warning rate-limited per kind (a record
+batch over ``max_message_bytes`` is not bad input: its partition gets
+MESSAGE_TOO_LARGE and the connection stays open);
 an api or version not served gets Kafka's UNSUPPORTED_VERSION answer (closing only
 when no Kafka release defines that api version). Reading stops while too many
 requests are in flight or the client does not read its answers. SASL requests, and
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.common.errors import FrameTooLargeError, InvalidRequestError, LogferryError
 from broker.common.principal import ANONYMOUS, Principal
+from broker.common.ratelimit import RateLimitedLog
 from broker.server.kafka import protocol
 from broker.server.kafka.chunks import Buffer
 from broker.server.kafka.sasl import SASL_APIS, KafkaSasl
@@ -42,6 +46,9 @@ SASL_CLOSE_DELAY_S = 0.1
 """How long after a failed SASL answer the connection closes (Kafka's
 ``connection.failed.authentication.delay.ms`` is 100 ms too)."""
 
+
+_closes = RateLimitedLog(log, 10.0, "more connections closed so since the last line")
+"""One line per kind of bad input every 10 s (the muted ones are counted in the next)."""
 
 IOV_MAX = 1024
 """Buffers per ``writev`` (Linux's limit)."""
@@ -128,7 +135,7 @@ class KafkaConnection(asyncio.Protocol):
             try:
                 frame = self.decoder.next_frame()
             except FrameTooLargeError as exc:
-                self._fatal(str(exc))
+                self._fatal(str(exc), "frame size")
                 return
             if frame is None:
                 break
@@ -155,7 +162,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             parsed = protocol.parse_request(frame)
         except InvalidRequestError as exc:
-            self._fatal(str(exc))
+            self._fatal(str(exc), "malformed request")
             return
         if self.sasl is not None and not self.sasl.admits(parsed.api_key):
             self.close()  # before authentication (kafka/sasl.py logs it, rate-limited)
@@ -165,7 +172,8 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(parsed, protocol.Unsupported):
             answer = protocol.unsupported_response(*parsed)
             if answer is None:
-                self._fatal(f"api {parsed.api_key} v{parsed.version} is not a Kafka api version this broker knows")
+                why = f"api {parsed.api_key} v{parsed.version} is not a Kafka api version this broker knows"
+                self._fatal(why, "unknown api")
                 return
             log.debug("%s: unsupported api %d v%d", self.peer, parsed.api_key, parsed.version)
             self._complete(slot, answer)
@@ -231,8 +239,11 @@ class KafkaConnection(asyncio.Protocol):
         for part in parts[start:]:
             transport.write(part)
 
-    def _fatal(self, why: str) -> None:
-        log.warning("closing Kafka connection from %s: %s", self.peer, why)
+    def _fatal(self, why: str, kind: str) -> None:
+        """Close the connection for bad input, saying why in at most one line per
+        ``kind`` every few seconds: a client that reconnects and sends the same
+        frame again (an oversized one, say) must not write a line per attempt."""
+        _closes.warning("closing Kafka connection from %s: %s", self.peer, why, key=kind)
         self.close()
 
     def close(self) -> None:

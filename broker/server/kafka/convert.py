@@ -32,10 +32,11 @@ _TIMESTAMPS = struct.Struct(">qq")  # base_timestamp, max_timestamp at byte 27
 _LEADER_EPOCH = struct.Struct(">i")  # partition_leader_epoch at byte 12, outside the CRC32C
 
 
-def store_batches(buf: bytes | memoryview) -> bytearray:
+def store_batches(buf: bytes | memoryview, max_batch_bytes: int | None = None) -> bytearray:
     """The magic 3 batches that store the record batches of a produce request's
     ``records`` field, in order; empty when it holds no data record (transaction
-    markers and empty batches are dropped).
+    markers and empty batches are dropped). MessageTooLargeError when a batch is
+    longer than ``max_batch_bytes`` (the broker's ``max_message_bytes``).
 
     Per batch: the CRC32C is checked (CorruptBatchError if a batch is torn, not magic 2,
     fails it, or names an unknown codec), ``last_offset_delta`` is set to the stored
@@ -45,7 +46,7 @@ def store_batches(buf: bytes | memoryview) -> bytearray:
     log-append-time batch gets the broker's clock as its timestamps, as Kafka does.
     """
     out = bytearray()
-    for pos, view in iter_checked(buf):
+    for pos, view in iter_checked(buf, max_batch_bytes):
         (_, _, _, _, _, attributes, _, base_ts, _, _, _, _, count) = _kafka_unpack(view, 0)
         if attributes & kb.CONTROL or count == 0:
             continue

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import crc32c as _crc32c_mod
 
-from broker.common.errors import CorruptBatchError
+from broker.common.errors import CorruptBatchError, MessageTooLargeError
 from broker.server.kafka.varint import write_varint
 from broker.wire.kafka_batch import (
     COMPRESSION_GZIP,
@@ -107,10 +107,13 @@ def decode_record_batches(buf: bytes | memoryview) -> list[KafkaBatch]:
     return out
 
 
-def iter_checked(buf: bytes | memoryview) -> Iterator[tuple[int, memoryview]]:
+def iter_checked(buf: bytes | memoryview, max_batch_bytes: int | None = None) -> Iterator[tuple[int, memoryview]]:
     """``(position, bytes)`` of each record batch in ``buf``, its header and CRC32C
     checked (per batch: no record is read); CorruptBatchError if one is torn, not
-    magic 2, fails its CRC32C or claims a negative count."""
+    magic 2, fails its CRC32C or claims a negative count; MessageTooLargeError if one
+    is longer than ``max_batch_bytes`` (Kafka's ``message.max.bytes``, which counts the
+    whole batch, its 12-byte offset and length included, and is checked before the
+    CRC32C as Kafka does)."""
     view = memoryview(buf)
     end = len(view)
     pos = 0
@@ -128,6 +131,11 @@ def iter_checked(buf: bytes | memoryview) -> Iterator[tuple[int, memoryview]]:
         if length < HEADER_SIZE - LOG_OVERHEAD or stop > end:
             raise CorruptBatchError(
                 f"record batch at byte {pos} claims {length} bytes; {end - pos - LOG_OVERHEAD} follow"
+            )
+        if max_batch_bytes is not None and stop - pos > max_batch_bytes:
+            raise MessageTooLargeError(
+                f"record batch of {stop - pos} bytes is over the broker's max_message_bytes "
+                f"({max_batch_bytes}): send smaller batches or raise [broker] max_message_bytes"
             )
         if _crc32c(view[pos + CRC_START : stop]) != crc:
             raise CorruptBatchError(f"record batch at byte {pos} fails its CRC32C")

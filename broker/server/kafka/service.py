@@ -31,10 +31,12 @@ from broker.common.acl import Operation
 from broker.common.errors import (
     CorruptBatchError,
     LogferryError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from broker.common.names import validate_topic_name
+from broker.common.ratelimit import RateLimitedLog
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
@@ -61,6 +63,8 @@ from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest, ReplicaFetch
 from broker.wire.produce import MessageSet, ProduceRequest
 
 log = logging.getLogger("logferry.kafka")
+_refusals = RateLimitedLog(log, 10.0, "more refused since the last line")
+"""A producer retrying an oversized batch in a loop must not flood the log."""
 
 CLUSTER_ID = "logferry"
 LATEST, EARLIEST = -1, -2
@@ -96,6 +100,9 @@ class KafkaService:
         groups: KafkaGroupService | None = None,
     ):
         self.config = config
+        self.max_message_bytes = config.max_message_bytes
+        """A record batch longer than this gets MESSAGE_TOO_LARGE (Kafka's
+        ``message.max.bytes``; frames over ``max_request_bytes`` never get here)."""
         self.router = router
         self.produce_service = produce
         self.fetch_service = fetch
@@ -225,13 +232,28 @@ class KafkaService:
                             )
                         )
                         continue
-                    converted = convert.store_batches(part.records or b"")
+                    converted = convert.store_batches(part.records or b"", self.max_message_bytes)
                     if not converted:
                         raise CorruptBatchError("the produce request holds no data record")
                     sets.append(MessageSet(topic.name, part.index, memoryview(converted)))
                     order.append((topic.name, part.index, None, None))
+                except MessageTooLargeError as exc:
+                    _refusals.warning(
+                        "Kafka produce from %s to %s-%d refused: %s",
+                        channel.peer,
+                        topic.name,
+                        part.index,
+                        exc,
+                        key="message_too_large",
+                    )
+                    order.append((topic.name, part.index, kafka_error(exc), str(exc)))
                 except LogferryError as exc:
                     order.append((topic.name, part.index, kafka_error(exc), str(exc)))
+        if acks == 0 and any(error is not None for _, _, error, _ in order):
+            # acks=0 gets no answer to carry the error: as Kafka does, the partitions
+            # that passed are appended and the connection is closed, which is the only
+            # thing such a producer notices.
+            channel.close()
         results: list[tuple[int, int, str | None]] = []
         if sets:
             started = time.perf_counter()
