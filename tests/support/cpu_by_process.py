@@ -1,0 +1,121 @@
+"""Where a command's CPU goes, by kind of process: run it, sample ``/proc`` each second.
+
+``getrusage`` sees only the children a process waited for, and a test run's JVMs
+(Spark's, ZooKeeper's) are often not waited for, so ``time make test`` and
+``tests/support/cost.py`` undercount them. This samples every process on the machine
+once a second while the command runs, keeps each one's last CPU time, and sums them by
+kind (broker, Spark driver JVM, Spark's Python workers, ZooKeeper, the pytest workers,
+...). Processes that live less than a second are missed, and so is a process's last
+second; processes that were running before the command started are left out.
+
+    .venv/bin/python -m tests.support.cpu_by_process make test
+
+prints one line per kind, the total, the command's wall time and its exit status, and
+exits with the command's status. Another job on the machine shows up in the figures
+(as ``other``): measure on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ZooKeeper JVM", ("java", "zookeeper")),
+    ("Spark standalone daemon JVM", ("java", "deploy.master")),
+    ("Spark standalone daemon JVM", ("java", "deploy.worker")),
+    ("Spark executor JVM", ("java", "CoarseGrainedExecutorBackend")),
+    ("Spark driver JVM", ("java", "spark")),
+    ("other JVM", ("java",)),
+    ("Spark Python worker", ("pyspark.daemon",)),
+    ("Spark Python worker", ("pyspark.worker",)),
+    ("broker", ("-m broker broker",)),
+    ("mirror", ("-m broker mirror",)),
+    ("agent", ("-m broker agent",)),
+    ("loader (own process)", ("hadoop_loader",)),
+    ("pytest worker", ("exec(eval(sys.stdin.readline()))",)),
+    ("pytest", ("pytest",)),
+    ("other logferry command", ("-m broker",)),
+    ("other logferry command", ("logferry",)),
+    ("chromium", ("chrom",)),
+    ("node (kafkajs)", ("node",)),
+    ("lint", ("mypy",)),
+    ("lint", ("ruff",)),
+    ("lint", ("lint-imports",)),
+    ("other Python", ("python",)),
+)
+"""The first kind whose words all appear in a process's command line names it."""
+
+
+def kind_of(command: str) -> str:
+    """The kind of a process, from its command line."""
+    for kind, words in KINDS:
+        if all(word in command for word in words):
+            return kind
+    return "other"
+
+
+def _stat(pid: str) -> tuple[tuple[int, int], float] | None:
+    """``((pid, start time), cpu seconds)`` of a process, None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(pid), int(fields[19])), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]]) -> None:
+    """Record each process's CPU so far and its latest command line (a fork shows its
+    parent's until it execs)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        stat = _stat(pid)
+        if stat is None or stat[0] in before:
+            continue
+        key, cpu = stat
+        command = _command(key[0])
+        entry = seen.setdefault(key, [cpu, command])
+        entry[0] = max(entry[0], cpu)
+        if command:
+            entry[1] = command
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m tests.support.cpu_by_process COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    before = {stat[0] for pid in os.listdir("/proc") if pid.isdigit() and (stat := _stat(pid)) is not None}
+    seen: dict[tuple[int, int], list] = {}
+    started = time.monotonic()
+    process = subprocess.Popen(argv)
+    while process.poll() is None:
+        sample(seen, before)
+        time.sleep(1.0)
+    wall = time.monotonic() - started
+    by_kind: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for cpu, command in seen.values():
+        by_kind[kind_of(command)] += cpu
+        count[kind_of(command)] += 1
+    for kind, cpu in by_kind.most_common():
+        print(f"{cpu:8.0f} s CPU  {count[kind]:5d} processes  {kind}")
+    print(f"{sum(by_kind.values()):8.0f} s CPU in all, {wall:.0f} s wall, exit status {process.returncode}")
+    return process.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
