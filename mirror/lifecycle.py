@@ -81,8 +81,12 @@ class MirrorLoop:
             self._source = SimpleConsumer(
                 zk=cfg.source_zk, tls=cfg.source_tls, sasl=cfg.source_sasl, listener=cfg.source_listener
             )
-            self._admin = Admin(
-                zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl, listener=cfg.target_listener
+            self._admin = Admin(  # a frozen target: its topic requests fail after request_timeout_s
+                zk=cfg.target_zk,
+                request_timeout=cfg.request_timeout_s,
+                tls=cfg.target_tls,
+                sasl=cfg.target_sasl,
+                listener=cfg.target_listener,
             )
             self._connect()
             self._consumer = GroupConsumer(
