@@ -86,6 +86,10 @@ class Cluster:
         if self._zk is None:
             return list(self._static) + list(self._brokers.values())
         addresses = []
+        if not self._zk.connected:  # kazoo would queue the read until it reconnects: fail now
+            raise ZooKeeperError(
+                f"no connection to ZooKeeper at {self._zk_connect} (reconnecting); is ZooKeeper reachable?"
+            )
         try:
             children = self._zk.get_children(zk.BROKER_IDS)
         except KazooException as exc:  # ZooKeeper away: retriable, as its error says

@@ -12,17 +12,27 @@ from broker.common.errors import ZooKeeperError
 
 
 class _AwayZooKeeper:
-    def __init__(self, error: Exception):
+    def __init__(self, error: Exception, connected: bool = True):
         self.error = error
+        self.connected = connected
 
     def get_children(self, path: str) -> list[str]:
         raise self.error
 
 
-@pytest.mark.parametrize("error", [ConnectionLoss(), SessionExpiredError()], ids=lambda e: type(e).__name__)
-def test_listing_brokers_while_zookeeper_is_away_raises_a_retriable_zookeeper_error(error: Exception) -> None:
+@pytest.mark.parametrize(
+    "away",
+    [
+        _AwayZooKeeper(ConnectionLoss()),  # dropped while the read was pending
+        _AwayZooKeeper(SessionExpiredError()),
+        # dropped before: kazoo would queue the read until it reconnects, blocking the caller
+        _AwayZooKeeper(AssertionError("not read while disconnected"), connected=False),
+    ],
+    ids=["connection-loss", "session-expired", "disconnected"],
+)
+def test_listing_brokers_while_zookeeper_is_away_raises_a_retriable_zookeeper_error(away: _AwayZooKeeper) -> None:
     cluster = Cluster.__new__(Cluster)  # no session: the kazoo client is the fake
-    cluster._zk = _AwayZooKeeper(error)  # type: ignore[assignment]
+    cluster._zk = away  # type: ignore[assignment]
     cluster._zk_connect = "127.0.0.1:2181/analysis"
     cluster.listener = None
     with pytest.raises(ZooKeeperError) as info:
