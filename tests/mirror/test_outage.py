@@ -283,3 +283,17 @@ def test_produce_mode_waits_out_the_target_while_routing_and_resumes() -> None:
     with pytest.raises(MirrorError, match="cannot prepare target topic '_audit': bad name"):
         router.errors = [InvalidTopicError("bad name")]
         mirror._route("_audit", 1, batch)  # type: ignore[arg-type]
+
+
+def test_produce_mode_stopped_during_an_outage_sends_and_tracks_nothing_more() -> None:
+    """SIGTERM while a batch waits for its target topic: the batches from there on are
+    neither sent nor tracked, so no position past them is committed (the next run copies
+    them); the loop returns instead of exiting with an error."""
+    mirror = Mirror(CONFIG)
+    mirror._router = FakeRouter([BrokerNotAvailableError(NO_BROKER)] * 100)  # type: ignore[assignment]
+    mirror._producer = SimpleNamespace(send_raw=lambda *a: pytest.fail("nothing is sent"))  # type: ignore[assignment]
+    mirror.outage = TargetOutage(CONFIG.delivery_timeout_s, initial_s=0.01, maximum_s=0.02)
+    mirror.stop()
+    batch = SimpleNamespace(offset=0, next_offset=100, count=5, raw=b"x" * 100)
+    mirror._send([(("_audit", 0), batch), (("_audit", 1), batch)])  # type: ignore[list-item]
+    assert len(mirror._tracker) == 0 and mirror.outage.away
