@@ -25,7 +25,8 @@ pass in::
                               └──failed() again: the backoff doubles, up to its cap
 
 While AWAY the loops make one probe per backoff interval (:meth:`TargetOutage.may_try`)
-rather than one per partition, log loudly but at most once per ``log_every_s``, and
+rather than one per partition, log loudly (an ERROR line when an outage begins, a
+WARNING when it ends) but at most one line of each kind per ``log_every_s``, and
 expose the outage (metrics ``target_unavailable_seconds``, ``target_outages_total``,
 ``target_errors_total{step}``). Once the outage has lasted ``give_up_s`` (the config's
 ``delivery_timeout_s``) :meth:`TargetOutage.failed` raises
@@ -85,6 +86,9 @@ class TargetOutage:
         self.logger = logger
         self.retry = Retry(initial=initial_s, maximum=maximum_s, jitter=0.25, clock=clock)
         self._still = RateLimitedLog(logger, log_every_s, muted="more failed attempts since the last line", clock=clock)
+        self._edges = RateLimitedLog(logger, log_every_s, muted="more since the last line", clock=clock)
+        """Outages beginning and ending: one line each per ``log_every_s`` too (a target
+        that flaps, or is only partly away, would otherwise log a pair per probe)."""
         self.away_since: float | None = None
         """Clock reading when the current outage began (None: reachable)."""
         self.next_try = 0.0
@@ -129,7 +133,8 @@ class TargetOutage:
             self.away_since = now
             self.outages += 1
             self.retry.reset()
-            self.logger.error(
+            self._edges.log(
+                logging.ERROR,
                 "MIRROR TARGET UNAVAILABLE: %s (%s). Nothing is lost: the copy waits and "
                 "retries (every %g-%gs) for up to %gs (delivery_timeout_s), and resumes "
                 "by itself once the target answers.",
@@ -138,6 +143,7 @@ class TargetOutage:
                 self.retry.initial,
                 self.retry.maximum,
                 self.give_up_s,
+                key="unavailable",
             )
         else:
             self._still.warning(
@@ -166,10 +172,11 @@ class TargetOutage:
         self.next_try = 0.0
         self.last_outage_s = lasted
         self.retry.reset()
-        self.logger.warning(
+        self._edges.warning(
             "MIRROR TARGET BACK after %.1fs unavailable (%d failed attempts in all so far); copying resumes",
             lasted,
             sum(self.errors.values()),
+            key="back",
         )
         return lasted
 

@@ -123,6 +123,24 @@ def test_an_outage_backs_off_boundedly_logs_loudly_but_rarely_and_ends_at_the_fi
     assert outage.outages == 2 and outage.document()["last_error"] == "query end: no response"
 
 
+def test_a_flapping_target_logs_one_line_of_each_kind_per_interval(caplog) -> None:
+    clock = Clock()
+    outage = TargetOutage(3600.0, clock=clock, log_every_s=10.0)
+    caplog.set_level(logging.INFO, logger="logferry.mirror")
+    for _ in range(8):  # away and back every second (a partly reachable target)
+        outage.failed("query end", RequestTimedOutError("no response"))
+        clock.now += 0.5
+        outage.ok()
+        clock.now += 0.5
+    assert outage.outages == 8
+    assert sum("MIRROR TARGET UNAVAILABLE" in r.message for r in caplog.records) == 1
+    assert sum("MIRROR TARGET BACK" in r.message for r in caplog.records) == 1
+    clock.now += 10.0
+    outage.failed("query end", RequestTimedOutError("no response"))
+    last = [r.message for r in caplog.records if "MIRROR TARGET UNAVAILABLE" in r.message]
+    assert len(last) == 2 and "(7 more since the last line)" in last[-1]
+
+
 def test_an_outage_longer_than_delivery_timeout_stops_with_one_clear_line() -> None:
     clock = Clock()
     outage = TargetOutage(60.0, clock=clock)
