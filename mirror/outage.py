@@ -133,6 +133,7 @@ class TargetOutage:
             self.away_since = now
             self.outages += 1
             self.retry.reset()
+            self._still.allow()  # the first "still unavailable" line comes log_every_s after this one
             self._edges.log(
                 logging.ERROR,
                 "MIRROR TARGET UNAVAILABLE: %s (%s). Nothing is lost: the copy waits and "
