@@ -69,7 +69,8 @@ class MirrorConfig:
     partition counts); a crash copies the uncommitted tail again."""
     request_timeout_s: float = 30.0
     """preserve mode: an append unanswered this long (a stalled target) is given up and
-    the partition resumes from the target's log end."""
+    the partition resumes from the target's log end. Both modes: a request about target
+    topics (metadata, creation) unanswered this long counts as the target away."""
     group: str = "logferry-mirror"
     """Consumer group on the source; mirror processes sharing it share the partitions."""
     topics: tuple[str, ...] = ()

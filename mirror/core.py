@@ -13,9 +13,11 @@ A source batch counts as processed only once the target acknowledged it *and* ev
 earlier batch of its partition (:class:`mirror.commit_tracker.CommitTracker`), so the
 group commits (in the background, every ``commit_interval_ms``) only source positions
 whose data the target already holds. A crash anywhere repeats at most the uncommitted
-tail; nothing is skipped. The producer retries a batch while the target is down
-(``delivery_timeout_s``); a batch refused for good stops the mirror, committing only
-the positions before it (exit 1, resume later).
+tail; nothing is skipped. While the target is away (mirror/outage.py) the producer
+retries each batch by itself, preparing a new target topic waits with a bounded
+backoff, and the outage is logged and measured; past ``delivery_timeout_s`` of outage,
+or on a batch refused for good, the mirror stops, committing only the positions before
+it (exit 1, resume later).
 
 Stopping (SIGTERM): no more polls; the batches in flight are waited for (bounded by
 ``shutdown_timeout_s``), the acknowledged ones count as processed, the group commits
@@ -31,16 +33,24 @@ from collections import deque
 from functools import partial
 
 from broker.client import CODECS, DeliveryFuture, PartitionNotOwnedError, Producer, RawBatch, SimpleConsumer
-from broker.common.errors import AuthorizationError, LogferryError
-from broker.common.retry import Retry
+from broker.common.errors import AuthorizationError, LogferryError, RequestTimedOutError
 from mirror.audit import MirrorAudit
 from mirror.commit_tracker import CommitTracker
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.lifecycle import MirrorLoop
+from mirror.outage import TargetUnavailableError, is_transient
 from mirror.routing import Router
 
 log = logging.getLogger("logferry.mirror")
+
+NO_ACK_S = 10.0
+"""Batches in flight and no acknowledgement from the target for this long: the target
+counts as unavailable (the producer goes on retrying each batch by itself)."""
+
+
+class _StopSending(Exception):
+    """:meth:`Mirror.stop` while a batch waited for the target: send nothing more."""
 
 
 class Mirror(MirrorLoop):
@@ -58,6 +68,8 @@ class Mirror(MirrorLoop):
         from there when the topic is retried)."""
         self._resuming: set[str] = set()
         """Refused topics due for a retry, waiting for their batches in flight to settle."""
+        self._progress_at = time.monotonic()
+        """When the target last acknowledged a batch, or nothing was in flight."""
 
     # -- lifecycle (mirror/lifecycle.py) -----------------------------------------------------
 
@@ -108,6 +120,15 @@ class Mirror(MirrorLoop):
     def _send(self, batches: list[tuple[tuple[str, int], RawBatch]]) -> None:
         """Hand polled batches to the producer; each is tracked until the target acknowledges."""
         assert self._producer is not None
+        try:
+            self._send_each(batches)
+        except _StopSending:
+            # stopped while the target was away: the batches from here on were never
+            # sent nor tracked, so nothing is committed past them; the next run copies them
+            log.info("mirror: stopping while the target is unavailable; unsent batches are left to the next run")
+
+    def _send_each(self, batches: list[tuple[tuple[str, int], RawBatch]]) -> None:
+        assert self._producer is not None
         for (topic, partition), batch in batches:
             if topic in self.refusals.topics and (self.refusals.halted(topic) or topic in self._resuming):
                 self._hold((topic, partition), batch.offset)
@@ -139,12 +160,15 @@ class Mirror(MirrorLoop):
         self._wake.clear()
         tracker = self._tracker
         outcomes = self._outcomes
+        acked = False
         while outcomes:
             batch_id, error = outcomes.popleft()
             if error is None:
                 tracker.acked(batch_id)
+                acked = True
             else:
                 tracker.failed(batch_id, error)
+        self._watch_target(acked)
         refused = [(i, b) for i, b in tracker.failures() if isinstance(b.error, AuthorizationError)]
         for batch_id, batch in refused:  # that topic only: copy it again from there later
             first = tracker.discard_from(batch_id)
@@ -169,9 +193,34 @@ class Mirror(MirrorLoop):
         failures = tracker.failures()
         if failures:
             _, batch = failures[0]
+            if batch.error is not None and is_transient(batch.error):  # retried for delivery_timeout_s
+                raise TargetUnavailableError(
+                    f"the target did not take a batch of {batch.tp[0]}-{batch.tp[1]} at offset "
+                    f"{batch.offset} within delivery_timeout_s ({self.config.delivery_timeout_s:g}s): "
+                    f"{batch.error}; source positions from there on were not committed"
+                )
             raise DeliveryFailedError(
                 f"the target refused a batch of {batch.tp[0]}-{batch.tp[1]} at offset {batch.offset} "
                 f"({batch.error}); source positions from there on were not committed"
+            )
+
+    def _watch_target(self, acked: bool) -> None:
+        """Produce mode's view of an outage (the producer retries each batch by itself):
+        the target counts as away once batches waited ``NO_ACK_S`` without any
+        acknowledgement, and as back at the next acknowledgement."""
+        now = time.monotonic()
+        if acked or not len(self._tracker):
+            self._progress_at = now
+            if acked:
+                self.outage.ok()
+            return
+        waited = now - self._progress_at
+        if waited >= NO_ACK_S and self.outage.may_try(now):
+            self.outage.failed(
+                "produce",
+                RequestTimedOutError(
+                    f"no acknowledgement from the target for {waited:.0f}s, {len(self._tracker)} batches in flight"
+                ),
             )
 
     def _drain(self) -> None:
@@ -193,23 +242,30 @@ class Mirror(MirrorLoop):
             )
 
     def _route(self, topic: str, partition: int, batch: RawBatch) -> list[tuple[int, bytes | memoryview]]:
-        """Target partitions and bytes for a batch; waits (bounded) while the target is away.
+        """Target partitions and bytes for a batch; waits while the target is away.
 
         Looking up or creating the target topic needs a live target broker; the batch is
-        not acknowledged yet, so waiting here loses nothing.
+        not acknowledged yet, so waiting here loses nothing. The waits follow
+        :attr:`outage` (bounded backoff; it gives up after ``delivery_timeout_s``);
+        :meth:`stop` ends them with :class:`_StopSending`.
         """
-        retry = Retry(initial=0.1, maximum=2.0, deadline=self.config.delivery_timeout_s)
+        failed = False
         while True:
             try:
-                return self._router.route(topic, partition, batch.raw)
+                routes = self._router.route(topic, partition, batch.raw)
             except AuthorizationError:
                 raise  # not a target away: that topic is refused (_send)
-            except LogferryError as exc:
-                # stopping: give up once the waits grew past a second (0.1+0.2+0.4+0.8 s)
-                if retry.expired or (self.stopping.is_set() and retry.failures >= 4):
+            except (LogferryError, OSError) as exc:
+                if not is_transient(exc):
                     raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
-                log.warning("mirror: target topic %r not reachable yet (%s); retrying", topic, exc)
-                retry.sleep()
+                failed = True
+                self._wait_for_target(self.outage.failed("prepare topic", exc))
+                if self.stopping.is_set():
+                    raise _StopSending from exc
+                continue
+            if failed:  # the router asked the target again, and it answered
+                self.outage.ok()
+            return routes
 
     # -- topics refused for want of an ACL (mirror/refusals.py) ------------------------------
 

@@ -22,6 +22,7 @@ from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 from mirror.memory import keep_receive_buffers
+from mirror.outage import TargetOutage
 from mirror.refusals import Refusals
 from mirror.status import MirrorMetrics, write_status_file
 
@@ -54,6 +55,10 @@ class MirrorLoop:
         self._audit: MirrorAudit | None = None
         self.refusals = Refusals(config.refused_retry_s)
         """Topics the target refused for want of an ACL (each halted alone, retried)."""
+        self.outage = TargetOutage(config.delivery_timeout_s)
+        """Whether the target cluster answers, and when to try it again (mirror/outage.py)."""
+        self.metrics.outage = self.outage
+        self._last_status = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -76,8 +81,12 @@ class MirrorLoop:
             self._source = SimpleConsumer(
                 zk=cfg.source_zk, tls=cfg.source_tls, sasl=cfg.source_sasl, listener=cfg.source_listener
             )
-            self._admin = Admin(
-                zk=cfg.target_zk, tls=cfg.target_tls, sasl=cfg.target_sasl, listener=cfg.target_listener
+            self._admin = Admin(  # a frozen target: its topic requests fail after request_timeout_s
+                zk=cfg.target_zk,
+                request_timeout=cfg.request_timeout_s,
+                tls=cfg.target_tls,
+                sasl=cfg.target_sasl,
+                listener=cfg.target_listener,
             )
             self._connect()
             self._consumer = GroupConsumer(
@@ -127,7 +136,6 @@ class MirrorLoop:
         assert self._consumer is not None, "start() first"
         consumer = self._consumer
         limit = self.config.max_inflight_bytes
-        last_status = 0.0
         try:
             while not self.stopping.is_set():
                 self._settle()
@@ -145,14 +153,29 @@ class MirrorLoop:
                         self._send(batches)
                 else:
                     self._wake.wait(0.2)  # the window is full: wait for acknowledgements
-                self.metrics.tick()
-                if self.config.status_file and now - last_status >= STATUS_EVERY_S:
-                    last_status = now
-                    self._write_status()
+                self._keep_status(now)
             self._drain()
         finally:
             self.close()
         return 0
+
+    def _keep_status(self, now: float) -> None:
+        """Take a throughput sample; rewrite the status file when it is due."""
+        self.metrics.tick()
+        if self.config.status_file and now - self._last_status >= STATUS_EVERY_S:
+            self._last_status = now
+            self._write_status()
+
+    def _wait_for_target(self, seconds: float) -> None:
+        """Wait out the target's backoff (up to ``seconds``) in the copy loop's thread,
+        keeping the status file fresh; returns early on :meth:`stop`."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            self._keep_status(now)
+            self.stopping.wait(min(deadline - now, 0.5))
 
     def close(self) -> None:
         """Commit the acknowledged positions, leave the group, disconnect."""

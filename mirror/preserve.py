@@ -13,8 +13,10 @@ own log end, not a committed source position:
 A killed, restarted or stalled mirror, a lost answer or a target leader change copies
 nothing twice: an append that fails for any reason sends its partition back to the
 query (:mod:`mirror.positions`), and the appends behind it in the pipeline mismatch
-and are dropped. A target that is no copy of its source (written by someone else, a
-batch that differs, retention on one side only) stops that partition, loudly (log,
+and are dropped. While the target is away, the partitions waiting for that query are
+paused and one of them asks per backoff interval (:mod:`mirror.outage`); the first
+answer resumes them all. A target that is no copy of its source (written by someone
+else, a batch that differs, retention on one side only) stops that partition, loudly (log,
 ``mirror status``, metric ``logferry_mirror_diverged_total``); nothing is spliced.
 
 The group still commits source positions (what the target acknowledged), but only so
@@ -47,6 +49,7 @@ from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import DeliveryFailedError, MirrorError
 from mirror.lifecycle import MirrorLoop, TopicPartition
+from mirror.outage import is_transient
 from mirror.positions import HALTED, Positions
 from mirror.resume import TargetEnd, batch_differs, plan_resume
 from mirror.routing import Router
@@ -55,6 +58,10 @@ log = logging.getLogger("logferry.mirror")
 
 ASSIGNMENT_EVERY_S = 0.5
 """How often revoked partitions are forgotten (new ones are noticed by their batches)."""
+
+PROBE_S = 2.0
+"""How long one ask for a target partition's end retries by itself (a leader election)
+before the target counts as away (then mirror/outage.py paces the next tries)."""
 
 SOURCE_CATCH_UP_S = 15.0
 """How long a target that ends past the source's visible end waits for the source (a
@@ -263,25 +270,37 @@ class PreservingMirror(MirrorLoop):
             self.positions.refuse(tp)
             self._consumer.pause(topic, partition)
             return
+        if not self.outage.may_try():  # the target is away: one probe per backoff interval
+            self._consumer.pause(topic, partition)  # fetched again by the seek below, later
+            return
+        step = "prepare topic"
         try:
             problem = self._check_topic(topic, partition)
+            if problem is None:
+                step = "query end"
+                answer = self._appender.query(topic, partition, deadline_s=min(PROBE_S, self.config.delivery_timeout_s))
         except AuthorizationError as exc:
             self._refuse_topic(topic, exc)
             return
+        except (LogferryError, OSError) as exc:
+            if not is_transient(exc):
+                what = (
+                    f"cannot prepare target topic {topic!r}"
+                    if step == "prepare topic"
+                    else f"cannot learn where {topic}-{partition} ends on the target"
+                )
+                raise MirrorError(f"{what}: {exc}") from exc
+            self.outage.failed(step, exc)  # raises once the outage outlasts delivery_timeout_s
+            self._consumer.pause(topic, partition)  # stays in resync; tried again after the backoff
+            return
+        self.outage.ok()
         if problem is not None:
             self._diverged(tp, problem)
             return
-        deadline = self.config.delivery_timeout_s
         try:
-            answer = self._appender.query(topic, partition, deadline_s=deadline)
             source = self._source.offsets(topic, partition)
-        except AuthorizationError as exc:
-            self._refuse_topic(topic, exc)
-            return
         except LogferryError as exc:
-            raise MirrorError(
-                f"cannot learn where {topic}-{partition} ends on the target within {deadline:.0f}s: {exc}"
-            ) from exc
+            raise MirrorError(f"cannot learn where {topic}-{partition} ends on the source: {exc}") from exc
         target = TargetEnd(answer.start, answer.end, answer.last, answer.last_len, answer.last_crc)
         plan = plan_resume(target, source.start, source.end, self.config.start, self.config.on_gap)
         waited = 0.0
@@ -342,12 +361,8 @@ class PreservingMirror(MirrorLoop):
         if checked is not None and partition < checked[1]:
             return checked[0]
         assert self._router is not None
-        try:
-            source_n, target_n = self._router.counts(topic, partition)
-        except AuthorizationError:
-            raise  # that topic only (_resync)
-        except LogferryError as exc:
-            raise MirrorError(f"cannot prepare target topic {topic!r}: {exc}") from exc
+        # errors go to _resync: an ACL refusal halts the topic, an outage waits
+        source_n, target_n = self._router.counts(topic, partition)
         problem = None
         if source_n != target_n:
             problem = (

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from broker.common.metrics import Labels, Metrics
+from broker.common.metrics import Labels, Metrics, Sample
+from mirror.outage import TargetOutage
 
 WINDOW_S = 10.0
 """Throughput is averaged over this many seconds."""
@@ -49,6 +50,16 @@ class MirrorMetrics:
         )
         self.halted: dict[tuple[str, int], dict[str, Any]] = {}
         self.consumer_metrics = consumer_metrics
+        self.outage: TargetOutage | None = None
+        """The copy loop's view of the target cluster (mirror/outage.py), sampled on scrape."""
+        self.registry.source(
+            self._outage_samples,
+            counters={
+                "target_outages_total": "Times the target cluster became unreachable (the copy waits and retries)",
+                "target_errors_total": "Attempts to reach the target that failed transiently, by step",
+            },
+            gauges={"target_unavailable_seconds": "Seconds since the target became unreachable (0 while it answers)"},
+        )
         self._samples: deque[tuple[float, float, float]] = deque()
         self._lock = threading.Lock()
         self.started = time.time()
@@ -125,6 +136,14 @@ class MirrorMetrics:
         for halted_topic, halted_partition in list(self.halted):
             yield "partition_halted", (("topic", halted_topic), ("partition", str(halted_partition))), 1.0
 
+    def _outage_samples(self) -> Iterable[Sample]:
+        outage = self.outage
+        yield "target_unavailable_seconds", (), outage.unavailable_s() if outage is not None else 0.0
+        yield "target_outages_total", (), float(outage.outages) if outage is not None else 0.0
+        if outage is not None:
+            for step, count in list(outage.errors.items()):
+                yield "target_errors_total", (("step", step),), float(count)
+
     def document(self) -> dict[str, Any]:
         """The status document (JSON-able)."""
         msgs, nbytes = self.rates()
@@ -139,6 +158,7 @@ class MirrorMetrics:
             "gap_bytes_skipped": sum(self.gap_bytes.values()),
             "halted": {f"{t}-{p}": v for (t, p), v in self.halted.items()},
             "partitions": self.partitions(),
+            "target": self.outage.document() if self.outage is not None else {},
         }
 
 

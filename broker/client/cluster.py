@@ -86,7 +86,17 @@ class Cluster:
         if self._zk is None:
             return list(self._static) + list(self._brokers.values())
         addresses = []
-        for child in self._zk.get_children(zk.BROKER_IDS):
+        if not self._zk.connected:  # kazoo would queue the read until it reconnects: fail now
+            raise ZooKeeperError(
+                f"no connection to ZooKeeper at {self._zk_connect} (reconnecting); is ZooKeeper reachable?"
+            )
+        try:
+            children = self._zk.get_children(zk.BROKER_IDS)
+        except KazooException as exc:  # ZooKeeper away: retriable, as its error says
+            raise ZooKeeperError(
+                f"listing the brokers at {self._zk_connect}: {exc!r}; is ZooKeeper reachable?"
+            ) from exc
+        for child in children:
             try:
                 raw, _ = self._zk.get(f"{zk.BROKER_IDS}/{child}")
             except Exception:

@@ -263,3 +263,23 @@ def topic_messages(zk: str, topic: str) -> int:
                     break
                 pos = result.next_offset
         return total
+
+
+def values_by_partition(zk: str, topic: str) -> dict[int, list[bytes]]:
+    """Every message value of ``topic``, per partition, in log order (decoded)."""
+    from broker.client import messages_of
+
+    out: dict[int, list[bytes]] = {}
+    with SimpleConsumer(zk=zk, max_bytes=4 << 20) as consumer:
+        for p in consumer.partitions(topic):
+            offset, end = consumer.offsets(topic, p)
+            values: list[bytes] = []
+            while offset < end:
+                result = consumer.fetch(topic, p, offset)
+                for batch in result.batches:
+                    values.extend(m.value for m in messages_of(topic, p, batch))
+                if result.next_offset == offset:
+                    break
+                offset = result.next_offset
+            out[p] = values
+    return out
