@@ -86,7 +86,10 @@ class Cluster:
         if self._zk is None:
             return list(self._static) + list(self._brokers.values())
         addresses = []
-        if not self._zk.connected:  # kazoo would queue the read until it reconnects: fail now
+        if not self._zk.connected:  # kazoo would queue the read until it reconnects
+            known = list(self._brokers.values())
+            if known:  # ZooKeeper only finds the brokers; those the last metadata named still serve
+                return known
             raise ZooKeeperError(
                 f"no connection to ZooKeeper at {self._zk_connect} (reconnecting); is ZooKeeper reachable?"
             )
