@@ -16,7 +16,6 @@ import pytest
 
 from benchmarks.delay_proxy import DelayProxy
 from benchmarks.mirror_throughput import routed_through
-from broker.client import SimpleConsumer, messages_of
 from mirror.config import MirrorConfig
 from mirror.core import Mirror
 from mirror.preserve import PreservingMirror
@@ -27,6 +26,7 @@ from tests.mirror.conftest import (
     message_count,
     produce,
     read_batches,
+    values_by_partition,
     wait_for,
 )
 
@@ -34,21 +34,6 @@ pytestmark = pytest.mark.integration
 
 MESSAGES, PARTITIONS, DELAY_S = 40_000, 4, 0.010
 BASE = 64 * 1024
-
-
-def _values(zk: str, topic: str) -> dict[int, list[bytes]]:
-    out: dict[int, list[bytes]] = {}
-    with SimpleConsumer(zk=zk, max_bytes=4 << 20) as consumer:
-        for p in consumer.partitions(topic):
-            offset, end = consumer.offsets(topic, p)
-            values: list[bytes] = []
-            while offset < end:
-                result = consumer.fetch(topic, p, offset)
-                for batch in result.batches:
-                    values.extend(m.value for m in messages_of(topic, p, batch))
-                offset = result.next_offset
-            out[p] = values
-    return out
 
 
 @pytest.mark.parametrize("mode", ["preserve", "produce"])
@@ -101,6 +86,6 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
     assert stats["bytes_fetched"] / stats["fetch_requests"] > BASE
     assert ends(target.zk_connect, "wan") == wanted
     assert_mirrored(source.zk_connect, target.zk_connect, "wan", exact=True)
-    sent, copied = _values(source.zk_connect, "wan"), _values(target.zk_connect, "wan")
+    sent, copied = values_by_partition(source.zk_connect, "wan"), values_by_partition(target.zk_connect, "wan")
     assert sum(len(v) for v in copied.values()) == MESSAGES  # sent N, received N
     assert copied == sent  # the same values, in the same order, in each partition
