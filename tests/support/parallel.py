@@ -7,7 +7,7 @@ is already independent of the others: each gets free ports, its own ZooKeeper ch
 its own ``tmp_path``; each worker starts its own session ZooKeeper (and Spark, when its
 tests need one).
 
-- ``-n auto`` means :data:`WORKERS_PER_CPU` workers per CPU (at least
+- ``-n auto`` means one worker per CPU plus :data:`EXTRA_WORKERS` (at least
   :data:`MIN_WORKERS`); ``LOGFERRY_TEST_WORKERS=N`` overrides it.
 - The tests marked ``slow`` are handed out first, so that the longest ones do not start
   last and set the length of the whole run; and one at a time (``--maxschedchunk 1``):
@@ -21,10 +21,13 @@ import os
 
 import pytest
 
-WORKERS_PER_CPU = 1
-"""Workers per CPU. Two per CPU (four on two cores) ran the suite no faster: the slow
-tests (Spark jobs, the demo, kill -9 scenarios, an authentication storm) are work, not
-waiting, and four at once pushed the load to 12 and the waits they bound past their
+EXTRA_WORKERS = 1
+"""Workers beyond one per CPU. The slow tests hold whole scenarios of fixed length (a
+broker down 10 s, a ZooKeeper session left to expire, lines written at a steady rate)
+during which their worker's CPU is mostly idle: with one worker per CPU the two cores
+of this project's machine were busy 70% of a run. Measured with ``make test`` on those
+two cores: 19.5 minutes on two workers, 15.7 on three. Four (two per CPU, before the
+suite's CPU was cut) pushed the load to 12 and the waits the tests bound past their
 deadlines."""
 MIN_WORKERS = 2
 """Even on one CPU: much of a test's time is waiting."""
@@ -39,7 +42,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
             return max(0, int(wanted))
         except ValueError:
             raise pytest.UsageError(f"{ENV_WORKERS}={wanted!r}: give a number of workers (0: no xdist)") from None
-    return max(MIN_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+    return max(MIN_WORKERS, (os.cpu_count() or 1) + EXTRA_WORKERS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
