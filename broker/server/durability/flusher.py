@@ -374,8 +374,8 @@ class Flusher:
 
         While some partition holds unflushed bytes it looks every quarter of
         ``flush_ms``; while none does it sleeps until :meth:`appended` wakes it (or
-        :data:`IDLE_SCAN_S` passed). An idle broker with ``flush_ms = 20`` so wakes a
-        few times a second, not 200 times (3.5% of a core, measured, for nothing)."""
+        :data:`IDLE_SCAN_S` passed). An idle broker with ``flush_ms = 20`` so wakes once
+        a second, not 200 times (3.5% of a core, measured, for nothing)."""
         tick = min(max(self.flush_ms / 4000, 0.005), 0.1)
         while True:
             self._appended.clear()
