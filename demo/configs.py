@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.common.config import dumps, read
-from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
+from broker.testing.jvm import spark_java_options_line
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -226,5 +226,5 @@ def loader_config(template: Mapping[str, Any], zk: str, output: Path, topics: li
     conf["spark.sql.shuffle.partitions"] = "2"
     conf["spark.ui.enabled"] = "false"
     conf["spark.ui.showConsoleProgress"] = "false"
-    conf["spark.driver.extraJavaOptions"] = QUICK_JVM_OPTIONS_LINE  # loads of seconds: C1 is enough
+    conf["spark.driver.extraJavaOptions"] = spark_java_options_line()  # loads of seconds: C1, class archive
     return doc

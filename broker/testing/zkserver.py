@@ -26,7 +26,6 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 
 from broker.common.errors import ZooKeeperError
-from broker.testing.jvm import QUICK_JVM_OPTIONS
+from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -135,18 +134,12 @@ def parse_java_major(text: str) -> int | None:
 
 def find_java(env: Mapping[str, str] | None = None) -> Path:
     """The ``java`` to run: ``$JAVA_HOME/bin/java`` when set, else the one on PATH."""
-    env = os.environ if env is None else env
-    java_home = env.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("java", path=env.get("PATH"))
+    found = java_executable(env)
     if found is None:
         raise ZooKeeperNotInstalledError(
             f"no Java runtime found (no `java` on PATH, JAVA_HOME unset or empty); {INSTALL_HINT}"
         )
-    return Path(found)
+    return found
 
 
 @functools.lru_cache(maxsize=8)

@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
+from broker.testing.jvm import spark_java_options_line
 from hadoop_loader.config import LoaderConfig, config_from_dict
 from tests.support.waiting import wait_until
 
@@ -45,7 +45,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.extraJavaOptions", QUICK_JVM_OPTIONS_LINE)  # half the JVM's CPU
+        .config("spark.driver.extraJavaOptions", spark_java_options_line())  # C1, serial GC, class archive
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -125,8 +125,8 @@ driver_memory = "512m"
 "spark.ui.enabled" = "false"
 "spark.ui.showConsoleProgress" = "false"
 "spark.sql.shuffle.partitions" = "2"
-# short-lived test JVMs: C1 only and the serial GC halve the start-up on 2 busy cores
-"spark.driver.extraJavaOptions" = "{QUICK_JVM_OPTIONS_LINE}"
+# short-lived test JVMs: C1 only, the serial GC and the class archive (broker.testing.jvm)
+"spark.driver.extraJavaOptions" = "{spark_java_options_line()}"
 """
 """The ``[spark]`` sections of a loader TOML for tests that run ``logferry load`` itself."""
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from broker.testing.jvm import QUICK_JVM_OPTIONS_LINE
+from broker.testing.jvm import spark_java_options_line
 from broker.testing.localrun import free_port
 
 
@@ -40,7 +40,7 @@ def spark_env(work: Path) -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_NO_DAEMONIZE="1",
-        SPARK_DAEMON_JAVA_OPTS=QUICK_JVM_OPTIONS_LINE,
+        SPARK_DAEMON_JAVA_OPTS=spark_java_options_line(),
     )
 
 
@@ -176,9 +176,9 @@ class StandaloneCluster:
             "--conf",
             "spark.executor.memory=512m",
             "--conf",
-            f"spark.driver.extraJavaOptions={QUICK_JVM_OPTIONS_LINE}",
+            f"spark.driver.extraJavaOptions={spark_java_options_line()}",
             "--conf",
-            f"spark.executor.extraJavaOptions={QUICK_JVM_OPTIONS_LINE}",
+            f"spark.executor.extraJavaOptions={spark_java_options_line()}",
             "--conf",
             "spark.task.maxFailures=8",
             "--conf",
