@@ -203,7 +203,9 @@ class ApacheKafka:
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            raise PeerUnavailable(f"Apache Kafka: formatting {self.data} took more than {FORMAT_TIMEOUT:.0f} s") from None
+            raise PeerUnavailable(
+                f"Apache Kafka: formatting {self.data} took more than {FORMAT_TIMEOUT:.0f} s"
+            ) from None
         if formatted.returncode != 0:
             tail = "\n".join((formatted.stdout + formatted.stderr).strip().splitlines()[-10:])
             raise PeerUnavailable(f"Apache Kafka: formatting {self.data} failed:\n{tail}")
