@@ -111,7 +111,8 @@ def unavailable_reason() -> str | None:
 
 def cluster_id() -> str:
     """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (the
-    form ``kafka-storage.sh random-uuid`` prints)."""
+    form ``kafka-storage.sh random-uuid`` prints). It may start with "-": pass it as
+    ``--cluster-id=<id>``, never as a separate argument."""
     return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
@@ -196,7 +197,7 @@ class ApacheKafka:
         java = self._java(workdir)
         try:
             formatted = subprocess.run(
-                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)],
+                [*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id()}", "--config", str(config)],
                 capture_output=True,
                 text=True,
                 timeout=FORMAT_TIMEOUT,
