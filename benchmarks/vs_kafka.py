@@ -52,7 +52,7 @@ for _path in (HERE, REPO):  # the peers package lives next to this script; bench
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from peers.apache_kafka import HEAP, ApacheKafka  # noqa: E402
+from peers.apache_kafka import HEAP, ApacheKafka, unavailable_reason  # noqa: E402
 from peers.base import CaseFailed, PeerUnavailable  # noqa: E402
 
 from benchmarks.harness import LocalCluster  # noqa: E402
@@ -271,7 +271,13 @@ def run_case(side: Side, case: str, topic: str, n: int) -> Outcome:
     return Outcome(seconds, counted, broker_cpu, client_cpu)
 
 
-def run_round(sides: list[Side], n: int, label: str, results: dict[tuple[str, str], list[Outcome]] | None) -> None:
+def run_round(
+    sides: list[Side],
+    n: int,
+    label: str,
+    results: dict[tuple[str, str], list[Outcome]] | None,
+    report: Callable[[str], None] = say,
+) -> None:
     """Every case on every side; each case on both sides back to back."""
     prefix = label.replace(" ", "")  # "run 1" -> topics run1-acks-1, run1-acks-all
     for case in CASES:
@@ -282,7 +288,7 @@ def run_round(sides: list[Side], n: int, label: str, results: dict[tuple[str, st
             if results is None:
                 continue
             results.setdefault((side.name, case), []).append(outcome)
-            say(
+            report(
                 f"{label}: {side.name} {case} {n / outcome.seconds:,.0f} msgs/s "
                 f"(broker CPU {outcome.broker_cpu / n * 1e6:.2f} us/msg, client CPU "
                 f"{outcome.client_cpu / n * 1e6:.2f} us/msg; counted {outcome.counted:,})"
@@ -295,10 +301,10 @@ def run(
     """The warm-up, then ``rounds`` rounds, the first system swapped every round."""
     results: dict[tuple[str, str], list[Outcome]] = {}
     if warmup:
-        run_round(sides, warmup, "warmup", None)
+        run_round(sides, warmup, "warmup", None, report)
     for number in range(1, rounds + 1):
         order = sides if number % 2 else sides[::-1]
-        run_round(order, n, f"run {number}", results)
+        run_round(order, n, f"run {number}", results, report)
     return results
 
 
@@ -334,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--messages and --rounds must be at least 1, --warmup at least 0")
+    reason = unavailable_reason()
+    if reason is not None:
+        say(reason)
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     say(
         f"vs_kafka: {args.messages:,} messages x {args.rounds} round(s), warm-up {args.warmup:,}; "
