@@ -6,10 +6,13 @@ starts it) on 127.0.0.1, both for the whole run, and times the same librdkafka
 (confluent-kafka) cases on each:
 
   producer acks=1     N values of 200 bytes into a fresh one-partition topic, librdkafka's
-                      default linger (5 ms) and batching, until flush() returns
+                      default linger (5 ms) and batching, from the first produce() until
+                      flush() returns (the client connects and learns the partition's
+                      leader before the clock starts)
   producer acks=all   the same with acks=all (one replica on each side)
-  consumer            the acks=all topic read back from offset 0 until N arrived
-                      (assign, no group; the settings of benchmarks/kafka_clients.py)
+  consumer            the acks=all topic read back from its start until N arrived
+                      (assign, no group; the settings of benchmarks/kafka_clients.py),
+                      from assign() on (metadata first, untimed)
 
 Each case runs on both systems back to back, and the system that goes first swaps every
 round, so that both see the same machine over the same minutes. Every case is checked,
@@ -191,8 +194,25 @@ def count_messages(side: Side, topic: str, at_least: int, timeout: float) -> int
         consumer.close()
 
 
+def wait_for_leader(client: Producer | Consumer, side: Side, topic: str, timeout: float) -> None:
+    """Until the client's metadata names a leader for the partition (untimed): a topic
+    is created a moment before its case, and a client that starts without its leader
+    waits on librdkafka's metadata retry timer, inside the clock, for as long as the
+    broker takes to spread the new topic (Kafka's controller does this asynchronously)."""
+    give_up = time.monotonic() + timeout
+    while True:
+        meta = client.list_topics(topic, timeout=10).topics.get(topic)
+        partition = None if meta is None or meta.error is not None else meta.partitions.get(0)
+        if partition is not None and partition.leader >= 0:
+            return
+        if time.monotonic() > give_up:
+            raise CaseFailed(f"{side.name} {topic}: no leader after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def produce(side: Side, topic: str, n: int, acks: str, timeout: float) -> float:
-    """Send ``n`` values, one ``produce`` call each; the seconds until all are acked."""
+    """Send ``n`` values, one ``produce`` call each; the seconds until all are acked
+    (the client's start-up, connection and metadata, is left out on both systems)."""
     # queue.buffering.max.messages: as benchmarks/kafka_clients.py, so that the loop
     # rarely waits for room; linger and batch size are librdkafka's defaults.
     producer = Producer({"bootstrap.servers": side.bootstrap, "acks": acks, "queue.buffering.max.messages": 1_000_000})
@@ -200,6 +220,7 @@ def produce(side: Side, topic: str, n: int, acks: str, timeout: float) -> float:
     send, poll = producer.produce, producer.poll
     left = n
     try:
+        wait_for_leader(producer, side, topic, timeout)
         t0 = time.perf_counter()
         for i in range(n):
             while True:
@@ -238,9 +259,11 @@ def consume(side: Side, topic: str, n: int, timeout: float) -> tuple[float, int]
     )
     try:
         count = 0
+        # Untimed, as for the producer; assign() without the metadata would also start
+        # the partition's offset query on a 500 ms retry timer (benchmarks/kafka_clients.py).
+        wait_for_leader(consumer, side, topic, timeout)
         t0 = time.perf_counter()
         give_up = t0 + timeout
-        consumer.list_topics(topic, timeout=10)
         consumer.assign([TopicPartition(topic, 0, -2)])
         while count < n and time.perf_counter() < give_up:
             for msg in consumer.consume(10_000, 0.5):
