@@ -2,7 +2,10 @@
 # Install what benchmarks/paper_experiment.py compares logferry against: Debian's
 # rabbitmq-server and activemq (the paper's peers), nats-server and redis-server (modern
 # peers), and the `bench` extra of pyproject.toml (pika, stomp.py, nats-py,
-# redis[hiredis], matplotlib) into the project's virtualenv.
+# redis[hiredis], matplotlib) into the project's virtualenv; and for benchmarks/vs_kafka.py
+# Apache Kafka's jars from Maven Central (benchmarks/peers/apache-kafka/pom.xml, resolved
+# with Debian's maven, which brings a Java along) into benchmarks/.cache/ (git-ignored;
+# LOGFERRY_BENCH_CACHE=/elsewhere to keep them outside the clone).
 #
 # The experiment installs whatever is missing by itself; this script is for doing it
 # ahead of time (CI images, machines where the run itself must not touch apt).
@@ -16,10 +19,10 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
-PACKAGES=(rabbitmq-server activemq nats-server redis-server)
+PACKAGES=(rabbitmq-server activemq nats-server redis-server maven)
 # A file each package ships: present means installed (dpkg may list removed ones).
 PROBES=(/usr/lib/rabbitmq/bin/rabbitmq-server /usr/share/activemq/bin/activemq.jar
-        /usr/sbin/nats-server /usr/bin/redis-server)
+        /usr/sbin/nats-server /usr/bin/redis-server /usr/bin/mvn)
 status=0
 
 missing=()
@@ -59,4 +62,31 @@ with open(sys.argv[1], "rb") as fh:
 EOF
 )
 "$PYTHON" -m pip install --quiet "${requirements[@]}"
+
+# Apache Kafka: every jar the broker and its tools need, resolved once into a folder named
+# after the version; the .resolved marker is written last, so a cut-off download is
+# redone, never half used.
+POM=$REPO/benchmarks/peers/apache-kafka/pom.xml
+KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")
+CACHE=${LOGFERRY_BENCH_CACHE:-$REPO/benchmarks/.cache}
+JARS=$CACHE/apache-kafka-$KAFKA_VERSION
+if [[ -e "$JARS/.resolved" ]]; then
+    :
+elif ! command -v mvn >/dev/null 2>&1; then
+    echo "install-bench-deps: no mvn, so no Apache Kafka jars; run as root: apt-get install -y maven, then this script again" >&2
+    status=1
+else
+    echo "install-bench-deps: resolving Apache Kafka $KAFKA_VERSION into $JARS" >&2
+    mkdir -p "$CACHE"
+    partial=$(mktemp -d "$CACHE/.apache-kafka-$KAFKA_VERSION.XXXXXX")
+    if timeout 900 mvn -B -q -f "$POM" dependency:copy-dependencies -DoutputDirectory="$partial" </dev/null; then
+        echo "$KAFKA_VERSION" >"$partial/.resolved"
+        rm -rf "$JARS"
+        mv "$partial" "$JARS"
+    else
+        rm -rf "$partial"
+        echo "install-bench-deps: mvn could not resolve $POM; benchmarks/vs_kafka.py will skip Apache Kafka" >&2
+        status=1
+    fi
+fi
 exit "$status"

@@ -1,0 +1,42 @@
+"""The Apache Kafka peer's pure parts (benchmarks/peers/apache_kafka.py): its version
+is the pom's, its config binds loopback only in KRaft combined mode, its cluster ids
+have Kafka's form. No JVM is started."""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from benchmarks import vs_kafka
+
+# vs_kafka put benchmarks/ on sys.path and imported the peer as ``peers.apache_kafka``.
+apache_kafka: ModuleType = sys.modules[vs_kafka.ApacheKafka.__module__]
+
+
+def test_the_version_is_the_poms() -> None:
+    pom = apache_kafka.POM.read_text()
+    match = re.search(r"<kafka.version>(.+)</kafka.version>", pom)
+    assert match is not None
+    assert match[1] == apache_kafka.KAFKA_VERSION
+    assert apache_kafka.jar_dir().name == f"apache-kafka-{apache_kafka.KAFKA_VERSION}"
+
+
+def test_the_node_is_kraft_combined_on_loopback_only(tmp_path: Path) -> None:
+    text = apache_kafka.server_properties(9092, 9093, tmp_path / "data")
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["log.dirs"] == str(tmp_path / "data")
+    # Kafka's default durability: no flush interval set anywhere.
+    assert not any(key.startswith("log.flush") for key in props)
+
+
+def test_cluster_ids_are_16_bytes_in_url_safe_base64() -> None:
+    for _ in range(50):
+        cid = apache_kafka.cluster_id()
+        assert len(cid) == 22
+        assert len(base64.urlsafe_b64decode(cid + "==")) == 16
