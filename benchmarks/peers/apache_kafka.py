@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import base64
 import os
-import re
-import shutil
 import subprocess
 from pathlib import Path
 
 from peers.base import LOOPBACK, PeerUnavailable, Server, disk_bytes, free_port, port_open, wait_until
+
+from broker.testing.jvm import java_executable, java_major
 
 KAFKA_VERSION = "4.4.0"
 """Keep in step with ``kafka.version`` in apache-kafka/pom.xml."""
@@ -75,34 +75,13 @@ def jar_dir() -> Path:
     return Path(root) / f"apache-kafka-{KAFKA_VERSION}"
 
 
-def java_binary() -> str | None:
-    """``$JAVA_HOME/bin/java`` if set and present, else the ``java`` on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
-        return str(Path(home) / "bin" / "java")
-    return shutil.which("java")
-
-
-def java_major(java: str) -> int:
-    """The major version of ``java`` ("17.0.15" -> 17, "1.8.0_292" -> 8), 0 if unknown."""
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
-    if match is None:
-        return 0
-    major = int(match[1])
-    return int(match[2] or 0) if major == 1 else major
-
-
 def unavailable_reason() -> str | None:
     """One line saying why Apache Kafka cannot run here and what to run, or None."""
-    java = java_binary()
+    java = java_executable()
     if java is None:
         return f"Apache Kafka skipped: no java; {INSTALL_HINT}"
     major = java_major(java)
-    if major < MIN_JAVA:
+    if major is None or major < MIN_JAVA:
         return f"Apache Kafka skipped: {java} is Java {major or '?'}, Kafka 4 needs {MIN_JAVA}+; {INSTALL_HINT}"
     if not (jar_dir() / RESOLVED).exists():
         return f"Apache Kafka skipped: its {KAFKA_VERSION} jars are not in {jar_dir()}; {INSTALL_HINT}"
@@ -169,11 +148,11 @@ class ApacheKafka:
             raise PeerUnavailable(reason)
 
     def _java(self, workdir: Path) -> list[str]:
-        java = java_binary()
+        java = java_executable()
         if java is None:
             raise PeerUnavailable(f"Apache Kafka: no java; {INSTALL_HINT}")
         return [
-            java,
+            str(java),
             *JVM_OPTIONS,
             f"-Djava.io.tmpdir={workdir / 'tmp'}",  # where snappy and zstd unpack their native code
             f"-Dkafka.logs.dir={workdir}",

@@ -21,10 +21,13 @@ A long-running production JVM wants the defaults: C2's code pays off over hours.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -51,6 +54,31 @@ def java_executable(env: Mapping[str, str] | None = None) -> Path | None:
             return candidate
     found = shutil.which("java", path=env.get("PATH"))
     return None if found is None else Path(found)
+
+
+_JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+def parse_java_major(text: str) -> int | None:
+    """Major version from ``java -version`` output (``"1.8.0_292"`` is 8), or None."""
+    match = _JAVA_VERSION_RE.search(text)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    if major == 1 and match.group(2) is not None:  # the pre-Java-9 scheme: 1.<major>
+        major = int(match.group(2))
+    return major
+
+
+@functools.lru_cache(maxsize=8)
+def java_major(java: Path) -> int | None:
+    """Run ``java -version`` once per executable: its major version, or None when it
+    cannot run or says something else."""
+    try:
+        result = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_java_major(result.stderr + result.stdout)
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -115,6 +143,8 @@ __all__ = [
     "QUICK_JVM_OPTIONS_LINE",
     "cache_dir",
     "java_executable",
+    "java_major",
+    "parse_java_major",
     "spark_archive_path",
     "spark_jars_dir",
     "spark_java_options",

@@ -23,9 +23,7 @@ without Java; the class is a thin process wrapper around them.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -36,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from broker.common.errors import ZooKeeperError
-from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable
+from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable, java_major, parse_java_major
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -118,20 +116,6 @@ class ZooKeeperInstall:
         return os.pathsep.join(str(p) for p in self.classpath)
 
 
-_JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
-
-
-def parse_java_major(text: str) -> int | None:
-    """Major version from ``java -version`` output (``"1.8.0_292"`` is 8), or None."""
-    match = _JAVA_VERSION_RE.search(text)
-    if match is None:
-        return None
-    major = int(match.group(1))
-    if major == 1 and match.group(2) is not None:  # the pre-Java-9 scheme: 1.<major>
-        major = int(match.group(2))
-    return major
-
-
 def find_java(env: Mapping[str, str] | None = None) -> Path:
     """The ``java`` to run: ``$JAVA_HOME/bin/java`` when set, else the one on PATH."""
     found = java_executable(env)
@@ -142,16 +126,11 @@ def find_java(env: Mapping[str, str] | None = None) -> Path:
     return found
 
 
-@functools.lru_cache(maxsize=8)
 def java_major_version(java: Path) -> int:
-    """Run ``java -version`` once per executable and return its major version."""
-    try:
-        result = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ZooKeeperNotInstalledError(f"cannot run {java} -version ({exc}); {INSTALL_HINT}") from None
-    major = parse_java_major(result.stderr + result.stdout)
+    """The major version of ``java`` (run once per executable)."""
+    major = java_major(java)
     if major is None:
-        raise ZooKeeperNotInstalledError(f"cannot tell the version of {java} from `java -version`; {INSTALL_HINT}")
+        raise ZooKeeperNotInstalledError(f"cannot run {java} -version or tell its version from it; {INSTALL_HINT}")
     return major
 
 
