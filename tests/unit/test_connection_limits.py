@@ -5,10 +5,14 @@ whether the connection reads; a stand-in dispatcher records the requests it gets
 from __future__ import annotations
 
 import asyncio
+import logging
+import struct
 import time
 from collections import defaultdict
 from types import SimpleNamespace
 
+from broker.common.ratelimit import RateLimitedLog
+from broker.server.native import connection as native_connection
 from broker.server.native.connection import BrokerConnection, close_stalled, fd_limit_warning
 from broker.server.request_budget import RequestBudget
 from broker.wire import protocol
@@ -209,3 +213,32 @@ def test_warns_when_max_connections_cannot_fit_in_the_open_file_limit():
     assert fd_limit_warning(4096, -1) is None  # RLIM_INFINITY
     warning = fd_limit_warning(4096, 1024)
     assert warning is not None and "max_connections (4096)" in warning and "1024" in warning
+
+
+def test_closes_for_oversized_frames_are_logged_at_a_bounded_rate(monkeypatch, caplog):
+    """A client that reconnects and sends the same oversized frame 317 times in a minute
+    (the Kafka listener's case in issue 35) writes 6 lines, each counting the muted ones;
+    every attempt is still answered with the error and closed."""
+    now = [0.0]
+    limiter = RateLimitedLog(
+        logging.getLogger("logferry.connection"), 10.0, "more connections closed so since the last line", lambda: now[0]
+    )
+    monkeypatch.setattr(native_connection, "_closes", limiter)
+    broker = _broker()
+    oversized = struct.pack(">I", broker.config.max_request_bytes + 1) + b"\0" * 8
+
+    async def attempts() -> None:
+        for i in range(317):
+            now[0] = i * 60.0 / 317
+            conn, transport = _connect(broker)
+            conn.data_received(oversized)
+            assert transport.aborted and transport.written, i  # answered, then closed
+            conn.connection_lost(None)
+
+    with caplog.at_level(logging.WARNING, logger="logferry.connection"):
+        asyncio.run(attempts())
+    lines = [r.getMessage() for r in caplog.records if "closing connection from" in r.getMessage()]
+    assert len(lines) == 6
+    assert "frame of 1048577 bytes exceeds" in lines[0], lines[0]
+    muted = sum(int(line.rsplit("(", 1)[1].split()[0]) for line in lines[1:])
+    assert muted == 317 - 6 - limiter._suppressed.get("FrameTooLargeError", 0)

@@ -379,8 +379,10 @@ class BrokerConnection(asyncio.Protocol):
             self._update_backlog()
 
     def _fatal(self, exc: LogferryError, corr: int | None = None) -> None:
-        """Answer a frame that cannot be processed, then close: the stream is lost."""
-        log.warning("closing connection from %s: %s", self.peer, exc)
+        """Answer a frame that cannot be processed, then close: the stream is lost. At
+        most one line per kind of error every few seconds: a client that reconnects and
+        sends the same oversized frame again must not write a line per attempt."""
+        _closes.warning("closing connection from %s: %s", self.peer, exc, key=type(exc).__name__)
         self.broker.count_request("invalid", 0.0, error=True)
         self.send(protocol.encode_error(corr, exc.code, str(exc)))
         self.close()
@@ -510,6 +512,7 @@ with sendfile: below it, a sendfile's setup costs more than the copy it saves.""
 
 
 _refusals = RateLimitedLog(log, 10.0, "more refused since the last line")
+_closes = RateLimitedLog(log, 10.0, "more connections closed so since the last line")
 """A flood of refused connections must not flood the log."""
 
 
