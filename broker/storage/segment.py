@@ -12,14 +12,15 @@ Two handles per file, for two different users:
   flushed, so old segments cost one descriptor, not two;
 * a read file object (unbuffered ``'rb'``), used for ``os.pread`` and handed to
   ``loop.sendfile`` by the server. It is never closed on :meth:`Segment.delete`: a
-  fetch in flight may still be sending from it, and CPython closes it when the last
-  reference goes away. Reads never use the file object's position (pread and the
-  native sendfile both take explicit offsets).
+  fetch in flight may still be sending from it, and it closes itself when the last
+  reference goes away (:class:`SegmentFile`). Reads never use the file object's
+  position (pread and the native sendfile both take explicit offsets).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 from pathlib import Path
@@ -28,6 +29,17 @@ from typing import BinaryIO
 from broker.wire.records import BATCH_HEADER, HEADER_SIZE
 
 SUFFIX = ".log"
+
+
+class SegmentFile(io.FileIO):
+    """A segment's read file: shared by the segment and the fetches sending from it,
+    closed by whichever lets go last. A plain file would close then too, but with a
+    ResourceWarning for what is here the intended ownership."""
+
+    def __del__(self) -> None:
+        self.close()
+
+
 _DIGITS = 20
 
 WRITE_PIECE_BYTES = 256 * 1024
@@ -113,7 +125,7 @@ class Segment:
         path = directory / segment_file_name(base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            reader = open(path, "rb", buffering=0)  # noqa: SIM115 - the segment's, closed by close()
+            reader = SegmentFile(path, "rb")
         except BaseException:
             os.close(fd)
             raise
@@ -122,7 +134,7 @@ class Segment:
     @classmethod
     def open(cls, path: Path, base_offset: int) -> Segment:
         """Open an existing segment file for reading; see :meth:`open_for_append`."""
-        reader = open(path, "rb", buffering=0)  # noqa: SIM115 - the segment's, closed by close()
+        reader = SegmentFile(path, "rb")
         try:
             st = os.fstat(reader.fileno())
         except BaseException:
