@@ -5,7 +5,7 @@ second it also publishes a :class:`Snapshot` (counters, gauges, per-file lag) by
 replacing one reference, which the HTTP thread and the status file read. A reader
 may see a snapshot up to a second old, never a torn one.
 
-Endpoints (``[metrics] port``, served by :class:`broker.common.metrics.MetricsServer`):
+Endpoints (``[metrics] port``, served by :class:`broker.common.metrics_server.MetricsServer`):
 ``/metrics`` Prometheus text, ``/status`` the snapshot as JSON (what ``logferry agent
 status`` prints); other paths answer 404.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.common.metrics import Labels, Metrics, MetricsServer, Sample
+from broker.common.metrics import Labels, Metrics, Sample
 
 COUNTERS: dict[str, str] = {
     "lines_read": "Lines (and pieces of cut lines) split out of files.",
@@ -142,6 +142,9 @@ class StatusServer:
 
     def __init__(self, bind: str, port: int, ssl_context: ssl.SSLContext | None = None):
         """``ssl_context``: serve HTTPS (``[metrics.tls]``); None: HTTP."""
+        # prometheus_client and an HTTP server cost ~50 ms of start: only an agent with a metrics port imports them
+        from broker.common.metrics_server import MetricsServer
+
         self.snapshot = Snapshot()
         self._server = MetricsServer(
             registry(lambda: self.snapshot),

@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.client import Admin, GroupConsumer, RawBatch, SimpleConsumer
 from broker.common.errors import LogferryError, MetricsError
-from broker.common.metrics import MetricsServer
 from broker.common.tls import metrics_context
 from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
@@ -25,6 +24,9 @@ from mirror.memory import keep_receive_buffers
 from mirror.outage import TargetOutage
 from mirror.refusals import Refusals
 from mirror.status import MirrorMetrics, write_status_file
+
+if TYPE_CHECKING:
+    from broker.common.metrics_server import MetricsServer
 
 log = logging.getLogger("logferry.mirror")
 
@@ -67,6 +69,9 @@ class MirrorLoop:
         cfg = self.config
         keep_receive_buffers()  # large fetch answers reuse heap memory (mirror/memory.py)
         if cfg.metrics_port:  # first: a taken port fails before anything connects
+            # prometheus_client and an HTTP server cost ~50 ms of start: only a mirror with a metrics port imports them
+            from broker.common.metrics_server import MetricsServer
+
             try:
                 self._server = MetricsServer(
                     self.metrics.registry,

@@ -1,4 +1,4 @@
-"""The mirror's metrics (served by :class:`broker.common.metrics.MetricsServer`) and
+"""The mirror's metrics (served by :class:`broker.common.metrics_server.MetricsServer`) and
 status (a JSON document, ``mirror status``).
 
 Counters are updated by the copy loop only; gauges (lag, throughput, halted partitions)

@@ -8,7 +8,8 @@ What common owns, one module per concept:
   partition directory names built from them.
 - ``retry``: exponential backoff (:class:`~broker.common.retry.Retry`) with jitter,
   optional max tries and deadline, and injectable sleep and clock.
-- ``metrics``: counters and gauges and their Prometheus endpoint.
+- ``metrics``: counters and gauges, rendered for Prometheus; ``metrics_server`` their
+  HTTP endpoint (imported only by a process that serves one: it costs ~50 ms of start).
 - ``config``: loading and validating TOML configuration files.
 - ``zk_connect``: the ZooKeeper connect string rule, ``host:port[,...][/chroot]``.
 - ``acl``: access control lists (principal, operation, resource, allow or deny) and

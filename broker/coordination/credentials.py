@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from scramp import ScramMechanism
 
 from broker.common.errors import ConfigError
 from broker.common.sasl import MECHANISMS
@@ -63,6 +62,9 @@ def make_credentials(
     password: str, mechanisms: tuple[str, ...] = MECHANISMS, iterations: int = DEFAULT_ITERATIONS
 ) -> dict[str, ScramCredential]:
     """Salt and hash ``password`` for each mechanism (a fresh random salt each)."""
+    # scramp (and asn1crypto) costs ~35 ms of start: only `logferry user` and tests make credentials
+    from scramp import ScramMechanism
+
     if not 4096 <= iterations <= MAX_ITERATIONS:
         raise ConfigError(f"iterations must be from 4096 to {MAX_ITERATIONS}, got {iterations}")
     out = {}

@@ -18,8 +18,6 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from scramp import ScramClient, ScramException
-
 from broker.common.errors import (
     AuthenticationError,
     BrokerNotAvailableError,
@@ -40,6 +38,9 @@ Conversation = Generator[Request, dict[str, Any], None]
 def conversation(credentials: SaslCredentials, address: str = "broker") -> Conversation:
     """Yield the requests of one SCRAM exchange; send back each answer's header (an
     error answer must be raised by the driver, see :func:`answer_error`)."""
+    # scramp (and asn1crypto) costs ~35 ms of start: only a process that authenticates imports it
+    from scramp import ScramClient, ScramException
+
     mechanism = credentials.mechanism
     answer = yield protocol.SASL_HANDSHAKE, sasl.encode_handshake_request(mechanism)
     offered = sasl.parse_handshake_answer(answer).mechanisms

@@ -27,11 +27,11 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.common.background import BackgroundTasks
 from broker.common.errors import ConfigError, ListenError, LogferryError, StorageError, ZooKeeperError
-from broker.common.metrics import Metrics, MetricsServer
+from broker.common.metrics import Metrics
 from broker.common.tls import client_tls, server_context
 from broker.coordination import zk
 from broker.coordination.acl_store import AclStore
@@ -64,6 +64,9 @@ from broker.server.services.routing import PartitionRouter
 from broker.server.topic_settings import LOG_KEYS, codec_for, log_config_for
 from broker.storage.log_manager import LogManager
 from broker.storage.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from broker.common.metrics_server import MetricsServer
 
 log = logging.getLogger("logferry.broker")
 
@@ -289,6 +292,9 @@ class Broker:
                 self.kafka.connection_factory(self.kafka_listening.authenticator), ACCEPT_BURST
             )
         if self.config.metrics_port:
+            # prometheus_client and an HTTP server cost ~50 ms of start: only a broker with a metrics port imports them
+            from broker.common.metrics_server import MetricsServer
+
             self._metrics_server = MetricsServer(
                 self.metrics,
                 self.config.host,

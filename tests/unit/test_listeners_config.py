@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from broker.common.errors import ConfigError
-from broker.common.metrics import Metrics, MetricsServer
+from broker.common.metrics import Metrics
+from broker.common.metrics_server import MetricsServer
 from broker.common.tls import TlsConfig, server_context
 from broker.coordination.registry import BrokerInfo
 from broker.coordination.zk import registered_listeners

@@ -16,7 +16,8 @@ import pytest
 from agent.metrics import COUNTERS, GAUGES, Snapshot, StatusServer
 from agent.metrics import registry as agent_registry
 from broker.common.errors import ListenError, MetricsError
-from broker.common.metrics import Metrics, MetricsServer
+from broker.common.metrics import Metrics
+from broker.common.metrics_server import MetricsServer
 from mirror.status import MirrorMetrics
 from tests.support.metrics import promtool_check, samples, scrape, value
 

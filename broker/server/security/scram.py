@@ -29,8 +29,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from scramp import ScramException, ScramMechanism
-
 from broker.common.errors import (
     AuthenticationError,
     IllegalSaslStateError,
@@ -160,6 +158,9 @@ class ScramSession:
             raise self._failed(exc) from None
         mechanism = self.mechanism
         credential = (found or {}).get(mechanism) or authenticator.decoy(mechanism, self.user)
+        # scramp (and asn1crypto) costs ~35 ms of start: a broker imports it at its first SCRAM exchange
+        from scramp import ScramException, ScramMechanism
+
         try:
             self._server = ScramMechanism(mechanism).make_server(
                 lambda _name: (credential.salt, credential.stored_key, credential.server_key, credential.iterations)
@@ -178,6 +179,8 @@ class ScramSession:
         server, self._server = self._server, None
         if self.state != SaslState.FINAL or server is None:
             raise self._failed(_out_of_order())
+        from scramp import ScramException  # already imported by first(), which made the server
+
         try:
             client_final = token.decode("utf-8")
             _accept_repeated_client_nonce(server, client_final)
