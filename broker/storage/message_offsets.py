@@ -208,9 +208,7 @@ def message_at(seg: Segment, pos: int, name: str) -> int:
     start_pos, start_message = index.floor_by_position(pos)
     found, message = _walk(seg, start_pos, start_message, pos, _NO_LIMIT)
     if found != pos:
-        raise InvalidOffsetError(
-            f"offset {seg.base_offset + pos} is not the start of a batch in partition {name}"
-        )
+        raise InvalidOffsetError(f"offset {seg.base_offset + pos} is not the start of a batch in partition {name}")
     return index.base_message + message
 
 

@@ -44,6 +44,7 @@ segment's bytes; its ``base_message`` still counts, since it never changes for a
 
 from __future__ import annotations
 
+import mmap
 import struct
 import sys
 import zlib
@@ -229,7 +230,7 @@ class BatchWalkError(ValueError):
 
 
 def walk(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     at: int,
     pos: int,
     message: int,
@@ -260,7 +261,7 @@ def walk(
 
 
 def index_batches(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     index: OffsetIndex,
     end: int,
 ) -> str | None:
@@ -291,9 +292,7 @@ def index_batches(
     return problem
 
 
-def chain_bases(
-    anchors: list[int | None], counts: list[int], first_byte: int
-) -> tuple[list[int], int | None]:
+def chain_bases(anchors: list[int | None], counts: list[int], first_byte: int) -> tuple[list[int], int | None]:
     """Each segment's first message offset, from the segments' message counts and what
     their index headers say (``anchors``, None where unknown).
 

@@ -2,9 +2,11 @@
 
 Offsets count bytes across the whole partition: a segment is named by the offset of
 its first byte, a batch's offset is where its first byte lies, and the next batch
-starts at ``offset + len(batch)``. There is no per-message index: the sorted list of
-segment base offsets *is* the index, searched with bisect, and a fetch is a byte range
-of one segment file handed to ``sendfile``.
+starts at ``offset + len(batch)``. The sorted list of segment base offsets finds an
+offset's segment by bisect, and a fetch is a byte range of one segment file handed to
+``sendfile``. Message offsets (one per message, for Kafka clients) live beside them in
+a sparse index per segment (:mod:`broker.storage.offset_index`), kept by
+:meth:`PartitionLog.append` from the batch counts it is given.
 
 Three ends, in order ``start_offset <= visible_end <= end_offset``:
 
@@ -164,7 +166,8 @@ class PartitionLog:
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         try:
-            message_offsets.load_indexes(self.directory, self._segments, self.name)
+            if not loaded.created:  # a new log's empty index needs no file yet: 0 from byte 0
+                message_offsets.load_indexes(self.directory, self._segments, self.name)
         except (OSError, StorageError) as exc:
             for seg in self._segments:
                 seg.close()
