@@ -2,7 +2,8 @@
 
 Modules, from the bottom up: :mod:`~broker.storage.config` (settings),
 :mod:`~broker.storage.segment` (one file), :mod:`~broker.storage.loader` (opening and
-crash recovery), :mod:`~broker.storage.partition_log` (one partition: append, flush,
+crash recovery), :mod:`~broker.storage.offset_index` and
+:mod:`~broker.storage.message_offsets` (message offsets: a sparse index per segment), :mod:`~broker.storage.partition_log` (one partition: append, flush,
 fetch slices, retention) and :mod:`~broker.storage.log_manager` (all partitions of a
 broker across its log dirs).
 """
