@@ -255,3 +255,26 @@ def test_stray_index_files_are_removed(tmp_path: Path, caplog: pytest.LogCapture
         open_log(directory).close()
     assert index_files(directory) == ["00000000000000000000.index"]
     assert not (directory / "00000000000000000000.index.tmp").exists()
+
+
+def test_replicas_with_other_segment_boundaries_agree(tmp_path: Path) -> None:
+    # A leader and a follower hold the same bytes, appended in other groupings (a
+    # follower appends what each fetch brought) and rolled at other sizes.
+    leader = open_log(tmp_path / "leader" / "t-0", segment_bytes=1500)
+    batches = fill(leader, 150)
+    follower = open_log(tmp_path / "follower" / "t-0", segment_bytes=5000)
+    starts = [o for o, _, _ in batches] + [leader.end_offset]
+    offset = 0
+    while offset < leader.end_offset:  # what replica fetches of up to 2000 bytes bring
+        piece = leader.read_bytes(offset, 2000)
+        cut = max(o for o in starts if o <= offset + len(piece))
+        count = sum(c for o, _, c in batches if offset <= o < cut)
+        assert follower.append(piece[: cut - offset], count) == offset
+        offset = cut
+    assert [s.base_offset for s in leader.segments] != [s.base_offset for s in follower.segments]
+    check(follower, batches)
+    leader.close()
+    follower.close()
+    again = open_log(tmp_path / "follower" / "t-0", recover=True, segment_bytes=5000)
+    check(again, batches)
+    again.close()
