@@ -139,7 +139,7 @@ def load_indexes(directory: Path, segments: list[Segment], name: str) -> None:
             save_quietly(seg, name)
     if rebuilt:
         log.info("%s: rebuilt the message offset index of %d segment(s)", name, rebuilt)
-    _remove_orphans(directory, {s.base_offset for s in segments}, name)
+    remove_orphans(directory, {s.base_offset for s in segments}, name)
 
 
 def _read(seg: Segment, name: str) -> tuple[OffsetIndex | None, int | None]:
@@ -167,7 +167,8 @@ def _read(seg: Segment, name: str) -> tuple[OffsetIndex | None, int | None]:
         return None, header.base_message
 
 
-def _remove_orphans(directory: Path, bases: set[int], name: str) -> None:
+def remove_orphans(directory: Path, bases: set[int], name: str) -> None:
+    """Delete the index files (and temporary ones) of segments not in ``bases``."""
     with os.scandir(directory) as entries:
         for entry in entries:
             if entry.name.endswith(SUFFIX + ".tmp"):

@@ -166,7 +166,9 @@ class PartitionLog:
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         try:
-            if not loaded.created:  # a new log's empty index needs no file yet: 0 from byte 0
+            if loaded.created:  # its empty index needs no file yet (0 from byte 0); no stale one
+                message_offsets.remove_orphans(self.directory, set(), self.name)
+            else:
                 message_offsets.load_indexes(self.directory, self._segments, self.name)
         except (OSError, StorageError) as exc:
             for seg in self._segments:

@@ -278,3 +278,22 @@ def test_replicas_with_other_segment_boundaries_agree(tmp_path: Path) -> None:
     again = open_log(tmp_path / "follower" / "t-0", recover=True, segment_bytes=5000)
     check(again, batches)
     again.close()
+
+
+def test_a_new_log_ignores_a_stale_index_of_its_first_segment(tmp_path: Path) -> None:
+    # Left by a crash between unlinking a segment and its index: the next log there
+    # must not take its first message offset from it.
+    directory = tmp_path / "t-0"
+    plog = open_log(directory)
+    plog.restart_at(0, message=500)
+    plog.close()
+    (directory / "00000000000000000000.log").unlink()
+    fresh = open_log(directory)
+    assert fresh.start_message == 0
+    assert index_files(directory) == []  # the stale one is gone
+    fill(fresh, 3)
+    again = open_log(directory, recover=True)  # a kill -9 before any index was written
+    assert again.start_message == 0
+    assert again.end_message == fresh.end_message
+    again.close()
+    fresh.close()
