@@ -2,9 +2,11 @@
 
 Offsets count bytes across the whole partition: a segment is named by the offset of
 its first byte, a batch's offset is where its first byte lies, and the next batch
-starts at ``offset + len(batch)``. There is no per-message index: the sorted list of
-segment base offsets *is* the index, searched with bisect, and a fetch is a byte range
-of one segment file handed to ``sendfile``.
+starts at ``offset + len(batch)``. The sorted list of segment base offsets finds an
+offset's segment by bisect, and a fetch is a byte range of one segment file handed to
+``sendfile``. Message offsets (one per message, for Kafka clients) live beside them in
+a sparse index per segment (:mod:`broker.storage.offset_index`), kept by
+:meth:`PartitionLog.append` from the batch counts it is given.
 
 Three ends, in order ``start_offset <= visible_end <= end_offset``:
 
@@ -47,7 +49,7 @@ from broker.common.errors import (
     StorageError,
 )
 from broker.common.names import partition_dir_name
-from broker.storage import producer_snapshots
+from broker.storage import message_offsets, producer_snapshots
 from broker.storage.config import VISIBILITY_WRITTEN, LogConfig
 from broker.storage.loader import load_segments
 from broker.storage.producer_state import Held, ProducerStateTable
@@ -163,6 +165,16 @@ class PartitionLog:
             raise StorageError(f"cannot open partition {self.name} in {self.directory}: {exc}") from exc
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
+        try:
+            if loaded.created:  # its empty index needs no file yet (0 from byte 0); no stale one
+                message_offsets.remove_orphans(self.directory, set(), self.name)
+            else:
+                message_offsets.load_indexes(self.directory, self._segments, self.name)
+        except (OSError, StorageError) as exc:
+            for seg in self._segments:
+                seg.close()
+            raise StorageError(f"cannot index partition {self.name} in {self.directory}: {exc}") from exc
+        self._msg_bases = [s.index.base_message for s in self._segments]
         self._end = self._segments[-1].end_offset
         self._flushed_end = self._end
         self._hw_cap: int | None = None
@@ -197,6 +209,17 @@ class PartitionLog:
     def end_offset(self) -> int:
         """Offset just after the last appended byte: where the next append goes."""
         return self._end
+
+    @property
+    def start_message(self) -> int:
+        """Message offset of the first retained message (see
+        :mod:`broker.storage.offset_index`)."""
+        return self._segments[0].index.base_message
+
+    @property
+    def end_message(self) -> int:
+        """Message offset the next appended message gets."""
+        return self._segments[-1].index.end_message
 
     @property
     def config(self) -> LogConfig:
@@ -324,6 +347,7 @@ class PartitionLog:
                 exc, f"cannot append {size} bytes to partition {self.name} ({seg.path})", self.directory.parent
             ) from exc
         self._end = offset + size
+        seg.index.note_append(size, messages)
         if not self.unflushed_bytes:
             self._oldest_unflushed_ms = now
         self.unflushed_messages += messages
@@ -497,6 +521,48 @@ class PartitionLog:
         except OSError as exc:
             raise StorageError(f"cannot read partition {self.name} ({seg.path}) at offset {offset}: {exc}") from exc
 
+    # -- message offsets (offset_index) ----------------------------------------------------
+
+    def message_offset_at(self, offset: int) -> int:
+        """Message offset of the batch starting at byte ``offset`` (``end_message`` at
+        the log end). OffsetOutOfRangeError outside the log, InvalidOffsetError if no
+        batch starts there. Walks at most an index interval of batch headers."""
+        if offset == self._end:
+            return self.end_message
+        start = self._bases[0]
+        if not start <= offset < self._end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for partition {self.name}: the valid range is [{start}, {self._end}]",
+                start,
+                self._end,
+            )
+        seg = self._segments[bisect_right(self._bases, offset) - 1]
+        return message_offsets.message_at(seg, offset - seg.base_offset, self.name)
+
+    def batch_for_message(self, message: int) -> tuple[int, int]:
+        """(byte offset of the batch holding message offset ``message``, how many of that
+        batch's messages come before it); ``(end_offset, 0)`` for ``end_message``.
+        OffsetOutOfRangeError (its start and end in message offsets) outside the log."""
+        end = self.end_message
+        if message == end:
+            return self._end, 0
+        start = self._segments[0].index.base_message
+        if not start <= message < end:
+            raise OffsetOutOfRangeError(
+                f"message offset {message} is out of range for partition {self.name}: "
+                f"the valid range is [{start}, {end}]",
+                start,
+                end,
+            )
+        seg = self._segments[bisect_right(self._msg_bases, message) - 1]
+        pos, skip = message_offsets.find_message(seg, message - seg.index.base_message)
+        return seg.base_offset + pos, skip
+
+    @property
+    def visible_end_message(self) -> int:
+        """Message offset at :attr:`visible_end` (the high watermark in messages)."""
+        return self.message_offset_at(self.visible_end)
+
     def batch_start_at_or_before(self, offset: int) -> int:
         """The start of the last batch beginning at or before ``offset`` (the log start
         if there is none); walks the headers of one segment."""
@@ -525,15 +591,19 @@ class PartitionLog:
         offset = self.batch_start_at_or_before(self._end - 1)
         return offset, self.read_bytes(offset, self._end - offset)
 
-    def restart_at(self, offset: int) -> None:
+    def restart_at(self, offset: int, message: int | None = None) -> None:
         """Drop the whole log and continue empty at ``offset`` (a follower whose leader's
-        log starts past this one's end: retention there deleted what it still needs)."""
+        log starts past this one's end: retention there deleted what it still needs).
+
+        ``message``: the message offset the log continues at (the leader's at
+        ``offset``); None: ``offset`` itself, as for a log whose count is unknown (see
+        :func:`broker.storage.offset_index.chain_bases`)."""
         if self._failure is not None:
             raise StorageError(self._failure)
         try:
             for seg in self._segments:
                 seg.delete()
-            self._segments = [Segment.create(self.directory, offset)]
+            self._segments = [self._create_first(offset, offset if message is None else message)]
             fsync_dir(self.directory)
         except OSError as exc:
             self._failure = (
@@ -542,6 +612,7 @@ class PartitionLog:
             )
             raise StorageError(self._failure) from exc
         self._bases = [offset]
+        self._msg_bases = [self._segments[0].index.base_message]
         self._dirty = []
         self._end = self._flushed_end = offset
         self.producers = ProducerStateTable(self.name)
@@ -562,9 +633,11 @@ class PartitionLog:
         cut = self._end - offset
         try:
             if offset <= self._bases[0]:
+                # The same first message at the log start; below it the count is unknown.
+                message = self.start_message if offset == self._bases[0] else offset
                 for seg in self._segments:
                     seg.delete()
-                self._segments = [Segment.create(self.directory, offset)]
+                self._segments = [self._create_first(offset, message)]
             else:
                 while self._segments[-1].base_offset >= offset:
                     self._segments.pop().delete()
@@ -572,6 +645,8 @@ class PartitionLog:
                 last.truncate(offset - last.base_offset)
                 last.open_for_append()
                 last.fsync()
+                message_offsets.cut(last, last.size)
+                message_offsets.save(last, fsync=True)  # never an old index over new bytes
             fsync_dir(self.directory)
         except OSError as exc:
             self._failure = (
@@ -581,6 +656,7 @@ class PartitionLog:
             log.error("%s", self._failure)
             raise StorageError(self._failure) from exc
         self._bases = [s.base_offset for s in self._segments]
+        self._msg_bases = [s.index.base_message for s in self._segments]
         self.producers.truncate_to(offset)
         producer_snapshots.drop_snapshots_after(self.directory, offset)
         live = set(map(id, self._segments))
@@ -647,6 +723,14 @@ class PartitionLog:
 
     # -- rolling and retention ------------------------------------------------------------
 
+    def _create_first(self, offset: int, message: int) -> Segment:
+        """A new, empty first segment at byte ``offset`` whose first message is
+        ``message``, its index header fsynced (it is the only record of ``message``)."""
+        seg = Segment.create(self.directory, offset)
+        seg.index.base_message = message
+        message_offsets.save(seg, fsync=True)
+        return seg
+
     def maybe_roll(self, now_ms: int) -> None:
         """Roll the active segment if it is non-empty and older than ``segment_ms``."""
         active = self._segments[-1]
@@ -663,8 +747,12 @@ class PartitionLog:
             ) from exc
         if not self._dirty or self._dirty[-1] is not old:
             old.seal()  # fully flushed; otherwise prepare_flush seals it
+        new.index.base_message = old.index.end_message
+        message_offsets.save_quietly(old, self.name)
+        message_offsets.save_quietly(new, self.name)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        self._msg_bases.append(new.index.base_message)
         self._dirty_dirs.append(self.directory)
         if self.producers.producers:
             producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
@@ -696,17 +784,25 @@ class PartitionLog:
         except OSError as exc:
             raise StorageError(f"retention on partition {self.name} failed: {exc}") from exc
         if cfg.retention_bytes >= 0:
-            while len(self._segments) > 1 and self.size_bytes > cfg.retention_bytes:
-                deleted.append(
-                    self._delete_first(f"log holds {self.size_bytes} bytes, retention is {cfg.retention_bytes}")
-                )
+            try:
+                while len(self._segments) > 1 and self.size_bytes > cfg.retention_bytes:
+                    deleted.append(
+                        self._delete_first(f"log holds {self.size_bytes} bytes, retention is {cfg.retention_bytes}")
+                    )
+            except OSError as exc:
+                raise StorageError(f"retention on partition {self.name} failed: {exc}") from exc
         if deleted:
             self.producers.expire_before(self._bases[0])
         return deleted
 
     def _delete_first(self, reason: str) -> Path:
+        # The next segment's index header becomes the only record of how many messages
+        # came before it: durable before the segment goes (raises OSError: kept then).
+        message_offsets.save(self._segments[1], fsync=True)
+        fsync_dir(self.directory)
         seg = self._segments.pop(0)
         del self._bases[0]
+        del self._msg_bases[0]
         self._dirty = [s for s in self._dirty if s is not seg]
         self._flushed_end = max(self._flushed_end, self._bases[0])
         try:
@@ -734,6 +830,9 @@ class PartitionLog:
                 self.flush()
                 if self.producers.producers:
                     producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
+                for seg in self._segments:
+                    if seg.index.saved_size != seg.index.size:
+                        message_offsets.save_quietly(seg, self.name)
         finally:
             for seg in self._segments:
                 seg.close()

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from broker.storage.offset_index import SUFFIX as INDEX_SUFFIX
+from broker.storage.offset_index import OffsetIndex
 from broker.wire.records import BATCH_HEADER, HEADER_SIZE
 
 SUFFIX = ".log"
@@ -102,7 +104,7 @@ def fsync_dir(directory: Path) -> None:
 class Segment:
     """One open segment file; see the module docstring for its two handles."""
 
-    __slots__ = ("base_offset", "path", "size", "created_ms", "reader", "damaged", "_fd", "_first_ts")
+    __slots__ = ("base_offset", "path", "size", "created_ms", "reader", "damaged", "index", "_fd", "_first_ts")
 
     def __init__(self, path: Path, base_offset: int, reader: BinaryIO, size: int, created_ms: int, fd: int = -1):
         self.base_offset = base_offset
@@ -116,6 +118,9 @@ class Segment:
         """Unbuffered read file object, for pread and sendfile."""
         self.damaged = False
         """True once a failed append could not be undone: the file has a bad tail."""
+        self.index = OffsetIndex(base_offset, 0)
+        """Its message offsets (:mod:`broker.storage.offset_index`); the partition log
+        loads or sets it (first message 0 until then)."""
         self._fd = fd
         self._first_ts: int | None = None
 
@@ -241,10 +246,13 @@ class Segment:
         self.reader.close()
 
     def delete(self) -> None:
-        """Remove the file. The read file object stays open for fetches in flight."""
+        """Remove the file and its index. The read file object stays open for fetches in
+        flight."""
         self.seal()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path.with_suffix(INDEX_SUFFIX))
 
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"

@@ -99,7 +99,10 @@ def test_clean_open_does_not_scan(tmp_path: Path, caplog: pytest.LogCaptureFixtu
         plog = reopen(directory, recover=False)
     assert plog.end_offset == len(b"".join(batches)) + 4  # trusted as it is
     assert plog.avg_message_bytes is None
-    assert caplog.records == []
+    # No CRC scan; only the message offset index notices that the file grew behind the
+    # broker's back (its walk of batch headers stops at the junk).
+    assert [r.getMessage() for r in caplog.records if "message offset" not in r.getMessage()] == []
+    assert plog.end_message == 9
     plog.close()
 
 
@@ -124,7 +127,7 @@ def test_empty_trailing_segment_is_dropped_after_a_crash(tmp_path: Path, caplog:
     assert [s.base_offset for s in plog.segments] == [0]
     assert plog.end_offset == end
     assert "removed empty trailing segment" in caplog.text
-    assert sorted(p.name for p in directory.iterdir()) == [segment_file_name(0)]
+    assert sorted(p.name for p in directory.iterdir()) == ["00000000000000000000.index", segment_file_name(0)]
     plog.close()
 
 
