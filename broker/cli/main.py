@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, distribution, entry_points
+from typing import Any
 
 from kazoo.exceptions import NoAuthError
 
@@ -46,8 +46,12 @@ SHORT_LIVED = ("topic", "produce", "consume", "group", "zk", "certs", "acl", "us
 __all__ = ["LOG_FORMAT", "build_parser", "command_label", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, plugins included."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every built-in command, and the plugins' commands unless
+    ``command`` is a built-in one (then none) or a plugin's (then that one). A broker,
+    `topic` or `consume` process thus starts without reading the installed
+    distributions' entry points or importing the agent's, mirror's and loader's command
+    lines, and a broken plugin warns only where it is asked for or listed."""
     parser = argparse.ArgumentParser(
         prog="logferry", description="A log transport in the design of LinkedIn's Kafka (NetDB 2011)."
     )
@@ -58,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="log more: -v one level (INFO for short commands, DEBUG for services), -vv everything",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     client_cmds.register(sub)
@@ -68,17 +72,47 @@ def build_parser() -> argparse.ArgumentParser:
     acl_cmd.add_parser(sub)
     user_cmd.add_parser(sub)
     reassign_cmd.add_parser(sub)
-    for ep in sorted(entry_points(group="logferry.commands"), key=lambda e: e.name):
+    if command is None or command not in sub.choices:
+        _add_plugins(sub, command)
+    for name in SHORT_LIVED:
+        sub.choices[name].set_defaults(long_running=False)
+    _verbose_everywhere(sub)
+    return parser
+
+
+def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str | None) -> None:
+    """The ``logferry.commands`` entry points: the one named ``command`` if there is
+    one, else all (for the list in --help and in a usage error)."""
+    found = plugin_entry_points()
+    wanted = [ep for ep in found if ep.name == command] or found
+    for ep in wanted:
         try:
             ep.load()(sub)
         except Exception as exc:  # a broken plugin must not break the other commands
             problem = plugin_problem(ep.name, exc)
             print(f"logferry: warning: {problem}", file=sys.stderr)
             _unavailable(sub, ep.name, problem)
-    for name in SHORT_LIVED:
-        sub.choices[name].set_defaults(long_running=False)
-    _verbose_everywhere(sub)
-    return parser
+
+
+def plugin_entry_points() -> list[Any]:
+    """The installed ``logferry.commands`` entry points, by name."""
+    from importlib.metadata import entry_points  # about 30 ms: only when a plugin may be meant
+
+    return sorted(entry_points(group="logferry.commands"), key=lambda e: e.name)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(f"{parser.prog} {version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def command_in(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top-level
+    options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _verbose_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,6 +145,8 @@ def command_label(args: argparse.Namespace) -> str:
 
 def version() -> str:
     """The installed distribution's version (the package's own in a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
     try:
         return distribution("logferry").version
     except PackageNotFoundError:
@@ -133,6 +169,8 @@ def plugin_problem(command: str, exc: BaseException) -> str:
 
 def extra_providing(module: str) -> str | None:
     """The extra of this distribution whose requirements include ``module``'s package."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
     top = module.partition(".")[0].lower().replace("_", "-")
     try:
         requires = distribution("logferry").requires or []
@@ -160,9 +198,10 @@ def _unavailable(sub: argparse._SubParsersAction[argparse.ArgumentParser], comma
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``logferry`` console script; returns the exit code."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_in(words))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     verbosity = args.verbose + getattr(args, "verbose_after", 0)

@@ -69,7 +69,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         EntryPoint(name=name, value=f"logferry_test_plugin_{name}:register", group="logferry.commands")
         for name in PLUGINS
     ]
-    monkeypatch.setattr(cli, "entry_points", lambda group: points if group == "logferry.commands" else [])
+    monkeypatch.setattr(cli, "plugin_entry_points", lambda: points)
 
 
 def test_a_plugin_that_fails_to_import_is_reported_with_the_fix(plugins, capsys) -> None:
@@ -103,3 +103,32 @@ def test_a_missing_extra_at_run_time_is_one_line_not_a_traceback(plugins, capsys
     assert err[-1].startswith("logferry late: error: command 'late' is unavailable")
     assert "pip install 'logferry[agent]'" in err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+def test_a_built_in_command_loads_no_plugin(plugins, capsys) -> None:
+    """A broker or `topic` process neither reads entry points nor imports the plugins'
+    command lines: the broken plugins above stay silent."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["topic", "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit):  # not a choice: the plugin was never loaded
+        cli.build_parser("broker").parse_args(["needs_spark"])
+    assert "invalid choice: 'needs_spark'" in capsys.readouterr().err
+
+
+def test_a_plugin_command_loads_only_its_plugin(plugins, capsys) -> None:
+    assert cli.main(["fine"]) == 0
+    assert capsys.readouterr().err == ""  # the three broken plugins were not loaded
+    parser = cli.build_parser("fine")
+    assert parser.parse_args(["fine"]).command == "fine" and parser.parse_args(["topic", "list"]).command == "topic"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["late"])
+
+
+def test_version_is_printed_on_stdout(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("logferry ") and out.strip() == f"logferry {cli.version()}"
