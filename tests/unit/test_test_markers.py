@@ -15,6 +15,11 @@ import pytest
 pytest_plugins = ["tests.support.markers"]
 
 
+def pytest_configure(config):
+    # registered as the project's pyproject.toml does: unknown marks are errors
+    config.addinivalue_line("markers", "integration: starts processes")
+
+
 @pytest.fixture
 def zookeeper():
     return "a stand-in: the check must fail the test before this is even set up"
