@@ -5,12 +5,19 @@ Each broker runs as ``python -m broker broker --config <toml>`` on a free port o
 ``broker_cluster`` fixture starts as many as a test asks for and always stops them;
 a failed test prints each broker's log tail. ``kafka_cluster`` is the same with a Kafka
 listener on every broker (docs/kafka.md), seen through :class:`KafkaCluster`.
+
+``module_cluster`` is one broker shared by the tests of a module, for tests that only
+create, produce to and consume their own topics and groups (named with ``unique_name``):
+each broker start costs about half a second of CPU, and most tests need nothing else.
+A test that stops, kills, pauses or reconfigures a broker, or asserts on what a whole
+broker holds (its topics, its metrics, its log), keeps its own ``broker_cluster``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,8 @@ import pytest
 
 from broker.client import Admin, SimpleConsumer
 from broker.testing.localrun import BrokerProcess as _BrokerProcess
+from tests.support import register_log_source, unregister_log_source
+from tests.support.zookeeper import ZooKeeperHarness
 
 TEST_BROKER_SETTINGS = {"datacenter": "test", "num_partitions": 4, "zk_session_timeout_s": 6.0}
 TEST_LOG_SETTINGS = {"flush_messages": 10000, "flush_ms": 20}
@@ -134,6 +143,75 @@ def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
         if failed is not None and failed.failed:
             print(cluster.logs())
         cluster.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The keywords of :meth:`Cluster.add` (``broker``, ``log``, ``tls``, ``kafka``) the
+    module's shared broker starts with: none by default. A module that needs other
+    settings for all its tests overrides this fixture (module scope)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def _module_brokers(
+    zookeeper: ZooKeeperHarness,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    module_cluster_options: dict[str, Any],
+) -> Iterator[Cluster]:
+    """The module's one broker, in a ZooKeeper chroot of the module; stopped when the
+    module's last test is done (on a pytest-xdist worker: when that worker moves on to
+    another module), failed or not."""
+    zookeeper.ensure_running()
+    cluster = Cluster(zookeeper.new_chroot(), tmp_path_factory.mktemp("module-cluster"))
+    keys: list[str] = []
+    try:
+        broker = cluster.add(**module_cluster_options)
+        keys.append(f"module-cluster-{broker.name}")
+        register_log_source(
+            request.config,
+            keys[-1],
+            broker,
+            fixture="module_cluster",
+            title=f"shared {broker.name} log {broker.log_file} (every test of the module)",
+        )
+        yield cluster
+    finally:
+        for key in keys:
+            unregister_log_source(request.config, key)
+        cluster.stop_all()
+
+
+@pytest.fixture
+def module_cluster(_module_brokers: Cluster) -> Iterator[Cluster]:
+    """The :class:`Cluster` of one default broker shared by this module's tests (see the
+    module docstring); name topics and groups with ``unique_name``. A test that leaves
+    the broker down gets an error in its teardown; the next test gets a broker again."""
+    for broker in _module_brokers.brokers:
+        if not broker.is_running():  # a previous test's teardown has reported it
+            broker.start()
+    yield _module_brokers
+    down = [b for b in _module_brokers.brokers if not b.is_running()]
+    if down:
+        pytest.fail(
+            "the module's shared broker is down after this test (shared brokers are for "
+            f"tests that leave them running):\n{_module_brokers.logs()}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("orders") -> "orders-1a2b3c4d"``: ``base`` with a suffix of this
+    test alone (a hash of its node id, so the same on every run), for the topics and
+    groups of a test on a shared broker (``module_cluster``)."""
+    suffix = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+
+    def name(base: str) -> str:
+        return f"{base}-{suffix}"
+
+    return name
 
 
 class KafkaCluster:
