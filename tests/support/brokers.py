@@ -30,6 +30,8 @@ from tests.support.zookeeper import ZooKeeperHarness
 
 TEST_BROKER_SETTINGS = {"datacenter": "test", "num_partitions": 4, "zk_session_timeout_s": 6.0}
 TEST_LOG_SETTINGS = {"flush_messages": 10000, "flush_ms": 20}
+KAFKA_LISTENER = {"listen": "127.0.0.1:0"}
+"""The ``[kafka]`` table of a test broker with a Kafka listener (on a free port)."""
 
 
 class BrokerProcess(_BrokerProcess):
@@ -248,6 +250,6 @@ def kafka_cluster(broker_cluster) -> Any:
     Kafka listener on a free port; all stopped after (by ``broker_cluster``)."""
 
     def start(n: int = 1, **broker: Any) -> KafkaCluster:
-        return KafkaCluster(broker_cluster(n, broker=broker, kafka={"listen": "127.0.0.1:0"}))
+        return KafkaCluster(broker_cluster(n, broker=broker, kafka=KAFKA_LISTENER))
 
     return start
