@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,50 @@ def module_cluster_options() -> dict[str, Any]:
     return {}
 
 
+@contextmanager
+def shared_cluster(
+    request: pytest.FixtureRequest,
+    zookeeper: ZooKeeperHarness,
+    tmp_path_factory: pytest.TempPathFactory,
+    fixture: str,
+    name: str = "module-cluster",
+    **options: Any,
+) -> Iterator[Cluster]:
+    """One broker (``options``: :meth:`Cluster.add`'s keywords) in a ZooKeeper chroot of
+    its own, for the tests of a module: stopped on leaving, failed or not. Its log is
+    shown under a failed test that used ``fixture``, the per-test fixture handing it out
+    (which wraps each test in :func:`kept_running`)."""
+    zookeeper.ensure_running()
+    cluster = Cluster(zookeeper.new_chroot(), tmp_path_factory.mktemp(name))
+    key = f"shared-{cluster.workdir.name}"
+    try:
+        broker = cluster.add(**options)
+        title = f"shared {broker.name} log {broker.log_file} (every test of the module)"
+        register_log_source(request.config, key, broker, fixture=fixture, title=title)
+        yield cluster
+    finally:
+        unregister_log_source(request.config, key)
+        cluster.stop_all()
+
+
+@contextmanager
+def kept_running(*clusters: Cluster) -> Iterator[None]:
+    """Around one test on shared clusters: fail it (in its teardown) if it leaves a broker
+    down, and start again a broker an earlier test left down (that test was failed)."""
+    for cluster in clusters:
+        for broker in cluster.brokers:
+            if not broker.is_running():
+                broker.start()
+    yield
+    down = [(c, b) for c in clusters for b in c.brokers if not b.is_running()]
+    if down:
+        pytest.fail(
+            "a shared broker is down after this test (shared brokers are for tests that "
+            "leave them running):\n" + "\n".join(c.logs() for c, _ in down),
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="module")
 def _module_brokers(
     zookeeper: ZooKeeperHarness,
@@ -162,45 +207,19 @@ def _module_brokers(
     request: pytest.FixtureRequest,
     module_cluster_options: dict[str, Any],
 ) -> Iterator[Cluster]:
-    """The module's one broker, in a ZooKeeper chroot of the module; stopped when the
-    module's last test is done (on a pytest-xdist worker: when that worker moves on to
-    another module), failed or not."""
-    zookeeper.ensure_running()
-    cluster = Cluster(zookeeper.new_chroot(), tmp_path_factory.mktemp("module-cluster"))
-    keys: list[str] = []
-    try:
-        broker = cluster.add(**module_cluster_options)
-        keys.append(f"module-cluster-{broker.name}")
-        register_log_source(
-            request.config,
-            keys[-1],
-            broker,
-            fixture="module_cluster",
-            title=f"shared {broker.name} log {broker.log_file} (every test of the module)",
-        )
+    """The module's one broker; stopped when the module's last test is done (on a
+    pytest-xdist worker: when that worker moves on to another module)."""
+    with shared_cluster(request, zookeeper, tmp_path_factory, "module_cluster", **module_cluster_options) as cluster:
         yield cluster
-    finally:
-        for key in keys:
-            unregister_log_source(request.config, key)
-        cluster.stop_all()
 
 
 @pytest.fixture
 def module_cluster(_module_brokers: Cluster) -> Iterator[Cluster]:
-    """The :class:`Cluster` of one default broker shared by this module's tests (see the
-    module docstring); name topics and groups with ``unique_name``. A test that leaves
-    the broker down gets an error in its teardown; the next test gets a broker again."""
-    for broker in _module_brokers.brokers:
-        if not broker.is_running():  # a previous test's teardown has reported it
-            broker.start()
-    yield _module_brokers
-    down = [b for b in _module_brokers.brokers if not b.is_running()]
-    if down:
-        pytest.fail(
-            "the module's shared broker is down after this test (shared brokers are for "
-            f"tests that leave them running):\n{_module_brokers.logs()}",
-            pytrace=False,
-        )
+    """The :class:`Cluster` of one broker shared by this module's tests (see the module
+    docstring); name topics and groups with ``unique_name``. A test that leaves the
+    broker down gets an error in its teardown; the next test gets a broker again."""
+    with kept_running(_module_brokers):
+        yield _module_brokers
 
 
 @pytest.fixture
