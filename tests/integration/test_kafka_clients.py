@@ -1,7 +1,7 @@
 """Kafka clients nobody here wrote (kafka-python; confluent-kafka, i.e. librdkafka)
 against real brokers with a Kafka listener and a real ZooKeeper (docs/kafka.md).
 
-The tests that use only their own topics share the module's broker (``shared_kafka``);
+The tests that use only their own topics share the module's broker (``module_kafka_cluster``);
 those that need several brokers, restart one or run a group keep their own."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from broker.client import Admin, Producer, SimpleConsumer
-from tests.support.brokers import KAFKA_LISTENER, Cluster, KafkaCluster
+from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +29,6 @@ pytestmark = pytest.mark.integration
 def module_cluster_options() -> dict[str, Any]:
     """The broker the module's tests share speaks Kafka too, as ``kafka_cluster(1)``'s."""
     return {"kafka": KAFKA_LISTENER}
-
-
-@pytest.fixture
-def shared_kafka(module_cluster: Cluster) -> KafkaCluster:
-    """The module's shared broker (``module_cluster``) seen as a :class:`KafkaCluster`,
-    for the tests that use only their own topics (named with ``unique_name``)."""
-    return KafkaCluster(module_cluster)
 
 
 N = 300
@@ -61,9 +54,9 @@ def rd_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout:
 
 
 def test_librdkafka_produce_and_consume_keys_headers_order(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str]
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     rd = unique_name("rd")
     cluster.create_topic(rd, 3)
     producer = RdProducer(
@@ -100,9 +93,9 @@ def test_librdkafka_produce_and_consume_keys_headers_order(
 
 @pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
 def test_librdkafka_compressed_batches_read_by_native_consumer(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str], compression: str
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str], compression: str
 ) -> None:
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     zipped = unique_name("zipped")
     cluster.create_topic(zipped, 1)
     producer = RdProducer(
@@ -139,9 +132,9 @@ def consumer_batches(cluster: KafkaCluster, topic: str) -> list[Any]:
 
 
 def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str]
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     mixed = unique_name("mixed")
     cluster.create_topic(mixed, 2)
     native = Producer(brokers=cluster.native, acks="all")
@@ -187,9 +180,9 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
 
 
 def test_list_offsets_by_time_and_resume_mid_batch(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str]
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     timed = unique_name("timed")
     cluster.create_topic(timed, 1)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
@@ -259,8 +252,10 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
-def test_unsupported_apis_and_malformed_frames(shared_kafka: KafkaCluster, unique_name: Callable[[str], str]) -> None:
-    cluster = shared_kafka
+def test_unsupported_apis_and_malformed_frames(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
     safe = unique_name("safe")
     cluster.create_topic(safe, 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
@@ -428,12 +423,12 @@ def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> Non
 
 
 def test_create_and_delete_topics_with_kafka_python_admin(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str]
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     made = unique_name("made-by-kafka")
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
@@ -496,9 +491,9 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(kaf
 
 
 def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(
-    shared_kafka: KafkaCluster, unique_name: Callable[[str], str]
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    cluster = shared_kafka
+    cluster = module_kafka_cluster
     idem = unique_name("idem")
     cluster.create_topic(idem, 1)
     rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})

@@ -264,6 +264,14 @@ class KafkaCluster:
 
 
 @pytest.fixture
+def module_kafka_cluster(module_cluster: Cluster) -> KafkaCluster:
+    """The module's shared broker (``module_cluster``) as a :class:`KafkaCluster`. Its
+    module gives it a Kafka listener: ``module_cluster_options`` returning
+    ``{"kafka": KAFKA_LISTENER}``."""
+    return KafkaCluster(module_cluster)
+
+
+@pytest.fixture
 def kafka_cluster(broker_cluster) -> Any:
     """Factory: ``kafka_cluster(n=1, **broker_settings) -> KafkaCluster``, brokers with a
     Kafka listener on a free port; all stopped after (by ``broker_cluster``)."""
