@@ -191,11 +191,11 @@ def kept_running(*clusters: Cluster) -> Iterator[None]:
             if not broker.is_running():
                 broker.start()
     yield
-    down = [(c, b) for c in clusters for b in c.brokers if not b.is_running()]
+    down = [c for c in clusters if not all(b.is_running() for b in c.brokers)]
     if down:
         pytest.fail(
             "a shared broker is down after this test (shared brokers are for tests that "
-            "leave them running):\n" + "\n".join(c.logs() for c, _ in down),
+            "leave them running):\n" + "\n".join(c.logs() for c in down),
             pytrace=False,
         )
 
