@@ -115,8 +115,10 @@ def _kept_busy(cluster: Cluster, good: str) -> Iterator[Busy]:
 
     thread = threading.Thread(target=background, daemon=True)
     thread.start()
-    # the topic exists (auto-created) and is being written before any test begins
-    wait_until(lambda: stats["sent"] > 0 or stats["errors"], timeout=30, what="the first send")
+    # the topic exists (auto-created), is being written and shows its first batch before
+    # any test begins (an acknowledged batch is visible only once flushed: a fetch inside
+    # it until then is answered empty, not refused as off a batch boundary)
+    wait_until(lambda: stats["read"] > 0 or stats["errors"], timeout=30, what="the first batch read back")
     yield Busy(cluster, stats, good)
     before = stats["sent"]
     time.sleep(0.5)
