@@ -3,6 +3,10 @@
 Each test writes real files, runs ``python -m agent`` and reads the topic back with
 ``SimpleConsumer``; the assertions are counts (every line exactly once, or at least
 once across a kill -9) and order per file.
+
+The tests share the module's broker (``module_cluster``), each with topics of its own
+(its lines' topic and its audit topic, named with ``unique_name``); the one that stops
+the broker for 10 s starts a broker of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ def sample_lines() -> list[bytes]:
     return lines or [b"2024-01-01 00:00:00 INFO synthetic line %d" % i for i in range(2000)]
 
 
-def base_doc(tmp_path: Path, bootstrap: list[str], **extra: Any) -> dict[str, Any]:
+def base_doc(
+    tmp_path: Path, bootstrap: list[str], topic: str = "app", audit_topic: str = "_audit", **extra: Any
+) -> dict[str, Any]:
+    """The agent's config: files ``logs/*.log`` to ``topic``, audit records to ``audit_topic``."""
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     doc: dict[str, Any] = {
@@ -48,34 +55,34 @@ def base_doc(tmp_path: Path, bootstrap: list[str], **extra: Any) -> dict[str, An
         "log_level": "INFO",
         "cluster": {"brokers": bootstrap},
         "producer": {"linger_ms": 5, "delivery_timeout_s": 10.0, "request_timeout_s": 5.0},
-        "audit": {"window_s": 2},
-        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": "app"}],
+        "audit": {"window_s": 2, "topic": audit_topic},
+        "sources": [{"name": "app", "pattern": f"{logs}/*.log", "topic": topic}],
     }
     doc.update(extra)
     return doc
 
 
-def test_lines_arrive_once_and_sigterm_exits_zero(broker_cluster, agent_process, tmp_path):
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
+def test_lines_arrive_once_and_sigterm_exits_zero(module_cluster, unique_name, agent_process, tmp_path):
+    cluster, app = module_cluster, unique_name("app")
+    doc = base_doc(tmp_path, cluster.bootstrap, app, unique_name("_audit"))
     lines = sample_lines()[:5000]
     (tmp_path / "logs" / "a.log").write_bytes(b"\n".join(lines) + b"\n")
     agent = agent_process(doc).start()
     wait_until(lambda: agent.counter("messages_acked") >= len(lines), 30, "acks")
     assert agent.terminate() == 0
-    got = consume(cluster.bootstrap, "app")
+    got = consume(cluster.bootstrap, app)
     assert [v["line"].encode() for _, _, v in got] == lines
     assert {v["host"] for _, _, v in got} == {"it-host"}
     assert [v["offset"] for _, _, v in got][:2] == [0, len(lines[0]) + 1]
 
 
-def test_ctrl_c_stops_cleanly_and_exits_130(broker_cluster, agent_process, tmp_path):
+def test_ctrl_c_stops_cleanly_and_exits_130(module_cluster, unique_name, agent_process, tmp_path):
     """Ctrl-C is SIGTERM's clean stop (every acked line checkpointed), with the exit code
     of every logferry command after Ctrl-C."""
     import signal
 
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
+    cluster = module_cluster
+    doc = base_doc(tmp_path, cluster.bootstrap, unique_name("app"), unique_name("_audit"))
     (tmp_path / "logs" / "a.log").write_bytes(b"one\ntwo\n")
     agent = agent_process(doc).start()
     wait_until(lambda: agent.counter("messages_acked") >= 2, 30, "acks")
@@ -124,10 +131,10 @@ def _wait_shipped(agent, timeout: float = 60.0, acked: int | None = None) -> Non
         ) from None
 
 
-def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, agent_process, tmp_path):
+def test_200k_lines_with_rename_rotations_and_a_copytruncate(module_cluster, unique_name, agent_process, tmp_path):
     """Rotate by rename every 20,000 lines, copytruncate once: every line once, in order."""
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
+    cluster, app = module_cluster, unique_name("app")
+    doc = base_doc(tmp_path, cluster.bootstrap, app, unique_name("_audit"))
     agent = agent_process(doc).start()
     sample = sample_lines()
     log = tmp_path / "logs" / "app.log"
@@ -150,7 +157,7 @@ def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, age
         time.sleep(0.002)
     _wait_shipped(agent, 120, acked=total)
     assert agent.terminate() == 0
-    messages = consume(cluster.bootstrap, "app")
+    messages = consume(cluster.bootstrap, app)
     partitions = {p for p, _, _ in messages}
     got = [_parse(v) for _, _, v in messages]
     seqs = [seq for _, seq in got]
@@ -165,10 +172,10 @@ def test_200k_lines_with_rename_rotations_and_a_copytruncate(broker_cluster, age
     assert agent.status()["counters"]["rotations"] >= 9
 
 
-def test_kill_9_then_restart_loses_nothing(broker_cluster, agent_process, tmp_path):
+def test_kill_9_then_restart_loses_nothing(module_cluster, unique_name, agent_process, tmp_path):
     """kill -9 mid-stream; rotate while the agent is dead; restart: every line arrives."""
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
+    cluster, app = module_cluster, unique_name("app")
+    doc = base_doc(tmp_path, cluster.bootstrap, app, unique_name("_audit"))
     sample = sample_lines()
     log = tmp_path / "logs" / "app.log"
     agent = agent_process(doc).start()
@@ -194,7 +201,7 @@ def test_kill_9_then_restart_loses_nothing(broker_cluster, agent_process, tmp_pa
         write(1000, 1)
     _wait_shipped(restarted, 60)
     assert restarted.terminate() == 0
-    got = [_parse(v)[1] for _, _, v in consume(cluster.bootstrap, "app")]
+    got = [_parse(v)[1] for _, _, v in consume(cluster.bootstrap, app)]
     assert set(got) == set(range(seq)), f"missing: {sorted(set(range(seq)) - set(got))[:10]}"
     duplicates = len(got) - seq
     # Only lines sent but not yet checkpointed when the agent died come twice.
@@ -246,7 +253,7 @@ def test_brokers_stopped_10s_memory_stays_under_cap(broker_cluster, agent_proces
     assert first_seen == sorted(first_seen)
 
 
-def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_process, tmp_path, request):
+def test_inode_reuse_reads_the_new_file_from_its_start(module_cluster, unique_name, agent_process, tmp_path, request):
     """A deleted file's inode reused by a new file: read from 0, in all three situations.
 
     1. The agent had the file open: it drains the deleted file, closes it (freeing the
@@ -258,8 +265,8 @@ def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_pro
     # ext4 hands a freed inode out again only within the second it was freed (later
     # it counts as "recently deleted" for a minute): new files are created the moment
     # the old one is let go of, early in a second.
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
+    cluster, app = module_cluster, unique_name("app")
+    doc = base_doc(tmp_path, cluster.bootstrap, app)
     doc["sources"][0]["idle_close_s"] = 0.5
     doc["audit"] = {"enabled": False}  # no audit topic created (files, inodes) mid-test
     # The agent's own state files (temp + rename) would grab the freed inode first:
@@ -327,31 +334,40 @@ def test_inode_reuse_reads_the_new_file_from_its_start(broker_cluster, agent_pro
     assert restarted.terminate() == 0
     # Every file's every line, once and in order, whether or not an inode came back:
     # checked first, so a file system that never reuses inodes still tests the content.
-    lines = [v["line"] for _, _, v in consume(cluster.bootstrap, "app")]
+    lines = [v["line"] for _, _, v in consume(cluster.bootstrap, app)]
     assert lines == expected
     if not reused:
         pytest.skip("content checked, but the file system never reused the inode: the reuse paths were not exercised")
 
 
-def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluster, agent_process, tmp_path):
+def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(
+    module_cluster, unique_name, agent_process, tmp_path
+):
     """The awkward inputs, each to its own topic, in one agent run."""
-    cluster = broker_cluster(1)
+    cluster = module_cluster
+    topics = {name: unique_name(name) for name in ("java", "odd", "big", "many")}
     logs = tmp_path / "logs"
     many = tmp_path / "many"
     for d in ("java", "odd", "big"):
         (logs / d).mkdir(parents=True)
     many.mkdir()
-    doc = base_doc(tmp_path, cluster.bootstrap, max_inflight_bytes=64 * 1024 * 1024, max_open_files=64)
+    doc = base_doc(
+        tmp_path,
+        cluster.bootstrap,
+        audit_topic=unique_name("_audit"),
+        max_inflight_bytes=64 * 1024 * 1024,
+        max_open_files=64,
+    )
     doc["sources"] = [
         {
             "name": "java",
             "pattern": f"{logs}/java/*.log",
-            "topic": "java",
+            "topic": topics["java"],
             "multiline": {"start": r"^\d{4}-\d\d-\d\d ", "timeout_s": 0.5},
         },
-        {"name": "odd", "pattern": f"{logs}/odd/*.log", "topic": "odd", "partial_line_timeout_s": 0.5},
-        {"name": "big", "pattern": f"{logs}/big/*.log", "topic": "big", "max_line_bytes": 1024 * 1024},
-        {"name": "many", "pattern": f"{many}/**/*.log", "topic": "many"},
+        {"name": "odd", "pattern": f"{logs}/odd/*.log", "topic": topics["odd"], "partial_line_timeout_s": 0.5},
+        {"name": "big", "pattern": f"{logs}/big/*.log", "topic": topics["big"], "max_line_bytes": 1024 * 1024},
+        {"name": "many", "pattern": f"{many}/**/*.log", "topic": topics["many"]},
     ]
     trace = (
         "2024-05-01 10:00:00 ERROR request failed\n"
@@ -382,10 +398,10 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     assert status["gauges"]["open_files"] <= 64
     assert agent.terminate() == 0
 
-    java = [v["line"] for _, _, v in consume(cluster.bootstrap, "java")]
+    java = [v["line"] for _, _, v in consume(cluster.bootstrap, topics["java"])]
     assert java == ["2024-05-01 09:59:59 INFO starting", trace.rstrip("\n"), "2024-05-01 10:00:01 INFO next"]
 
-    odd = consume(cluster.bootstrap, "odd")
+    odd = consume(cluster.bootstrap, topics["odd"])
     partial = [v["line"] for _, _, v in odd if v["file"].endswith("partial.log")]
     assert partial == ["complete line", "no newline at the end"]
     junk = [v for _, _, v in odd if v["file"].endswith("garbage.log")]
@@ -394,7 +410,7 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     assert [v["line"] for v in junk] == [p.removesuffix(b"\r").decode("utf-8", "replace") for p in garbage.split(b"\n")]
     assert [v["offset"] for v in junk][:2] == [0, len(garbage.split(b"\n")[0]) + 1]
 
-    big = [v for _, _, v in consume(cluster.bootstrap, "big")]
+    big = [v for _, _, v in consume(cluster.bootstrap, topics["big"])]
     assert big[0]["line"] == "before" and big[-1]["line"] == "after"
     pieces = big[1:-1]
     assert len(pieces) == 10
@@ -403,7 +419,7 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
     assert status["counters"]["lines_cut"] == 1
 
     files: dict[str, list[str]] = {}
-    for _, _, v in consume(cluster.bootstrap, "many"):
+    for _, _, v in consume(cluster.bootstrap, topics["many"]):
         files.setdefault(v["file"], []).append(v["line"])
     assert len(files) == 1000
     for path, lines in files.items():
@@ -411,12 +427,13 @@ def test_stack_trace_partial_line_huge_line_garbage_and_1000_files(broker_cluste
         assert lines == [f"file {number:04d} line {j}" for j in range(3)]
 
 
-def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_process, tmp_path):
+def test_audit_counts_equal_topic_counts_per_window(module_cluster, unique_name, agent_process, tmp_path):
     """Each window's acked count in _audit equals the messages whose time read is in it."""
-    cluster = broker_cluster(1)
-    doc = base_doc(tmp_path, cluster.bootstrap)
-    doc["audit"] = {"window_s": 1}
-    doc["sources"].append({"name": "other", "pattern": f"{tmp_path}/logs/*.txt", "topic": "other"})
+    cluster = module_cluster
+    app, other, audit = unique_name("app"), unique_name("other"), unique_name("_audit")
+    doc = base_doc(tmp_path, cluster.bootstrap, app, audit)
+    doc["audit"] = {"window_s": 1, "topic": audit}
+    doc["sources"].append({"name": "other", "pattern": f"{tmp_path}/logs/*.txt", "topic": other})
     agent = agent_process(doc).start()
     sample = sample_lines()
     written = 0
@@ -431,13 +448,13 @@ def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_proces
     _wait_shipped(agent, 60)
     assert agent.terminate() == 0
     counted: dict[tuple[str, int], int] = {}
-    for topic in ("app", "other"):
+    for topic in (app, other):
         for _, message, value in consume(cluster.bootstrap, topic):
             assert message.timestamp == value["time"]
             window = value["time"] - value["time"] % 1000
             counted[(topic, window)] = counted.get((topic, window), 0) + 1
     audited: dict[tuple[str, int], int] = {}
-    for _, _message, record in consume(cluster.bootstrap, "_audit"):
+    for _, _message, record in consume(cluster.bootstrap, audit):
         assert record["host"] == "it-host" and record["stage"] == "agent"
         assert record["window_end"] - record["window_start"] == 1000
         key = (record["topic"], record["window_start"])
@@ -445,4 +462,4 @@ def test_audit_counts_equal_topic_counts_per_window(broker_cluster, agent_proces
         assert record["sent"] >= record["acked"]
     assert len(counted) >= 4
     assert audited == counted
-    assert sum(v for (t, _), v in counted.items() if t == "app") == written
+    assert sum(v for (t, _), v in counted.items() if t == app) == written

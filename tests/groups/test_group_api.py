@@ -47,21 +47,21 @@ def _ready(consumer: GroupConsumer, partitions: int) -> None:
     wait_for(settled, 20, "the consumer to settle")
 
 
-def test_position_moves_on_the_next_call_and_a_handover_mid_batch_repeats_nothing(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "one", 1)
-    _send(zk, "one", [[b"m%d" % i for i in range(10)]])  # one batch of ten
-    first = GroupConsumer("g", ["one"], zk=zk, auto_commit_ms=0)
+def test_position_moves_on_the_next_call_and_a_handover_mid_batch_repeats_nothing(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    one, g = unique_name("one"), unique_name("g")
+    create_topic(zk, one, 1)
+    _send(zk, one, [[b"m%d" % i for i in range(10)]])  # one batch of ten
+    first = GroupConsumer(g, [one], zk=zk, auto_commit_ms=0)
     taken = [next(first).value for _ in range(3)]
     assert taken == [b"m0", b"m1", b"m2"]
     first.close(processed=False)  # m2 was handed out but not processed: it comes again
-    second = GroupConsumer("g", ["one"], zk=zk, auto_commit_ms=0)
+    second = GroupConsumer(g, [one], zk=zk, auto_commit_ms=0)
     assert [next(second).value for _ in range(2)] == [b"m2", b"m3"]
     second.close()  # processed: the position is (batch offset, skip 4)
-    [(_, committed)] = _offsets(zk, "g").items()
+    [(_, committed)] = _offsets(zk, g).items()
     assert (committed.offset, committed.skip) == (0, 4)
-    third = GroupConsumer("g", ["one"], zk=zk, iter_timeout=1.0)
+    third = GroupConsumer(g, [one], zk=zk, iter_timeout=1.0)
     assert [m.value for m in third] == [b"m%d" % i for i in range(4, 10)]
     third.close()
 
@@ -76,18 +76,18 @@ def _offsets(zk: str, group: str) -> dict:
         client.close()
 
 
-def test_seek_by_offset_and_by_time(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "ts", 2)
+def test_seek_by_offset_and_by_time(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    ts = unique_name("ts")
+    create_topic(zk, ts, 2)
     for p in range(2):
-        _send(zk, "ts", [[b"old-%d-%d" % (p, i) for i in range(5)] for _ in range(3)], partition=p)
+        _send(zk, ts, [[b"old-%d-%d" % (p, i) for i in range(5)] for _ in range(3)], partition=p)
     time.sleep(0.05)
     boundary = dt.datetime.now(dt.UTC)
     time.sleep(0.05)
     for p in range(2):
-        _send(zk, "ts", [[b"new-%d-%d" % (p, i) for i in range(5)] for _ in range(2)], partition=p)
-    consumer = GroupConsumer("g", ["ts"], zk=zk)
+        _send(zk, ts, [[b"new-%d-%d" % (p, i) for i in range(5)] for _ in range(2)], partition=p)
+    consumer = GroupConsumer(unique_name("g"), [ts], zk=zk)
     assert len(_drain(consumer, 50)) == 50
     assert len(consumer.seek_all(boundary)) == 2
     again = _drain(consumer, 20)
@@ -97,49 +97,49 @@ def test_seek_by_offset_and_by_time(broker_cluster):
     assert _drain(consumer, 1, 0.5) == []
     # By offset: the second batch of partition 1 (batches are whole, so take its offset).
     with SimpleConsumer(zk=zk) as simple:
-        offsets = [b.offset for b in simple.fetch("ts", 1, 0).batches]
-    assert consumer.seek("ts", 1, offsets[1]) == offsets[1]
+        offsets = [b.offset for b in simple.fetch(ts, 1, 0).batches]
+    assert consumer.seek(ts, 1, offsets[1]) == offsets[1]
     tail = _drain(consumer, 20)
     assert [m.value for m in tail][:5] == [b"old-1-%d" % i for i in range(5)]
     assert len(tail) == 20  # batches 2-5 of partition 1
-    assert consumer.seek("ts", 0, "latest") >= 0 and _drain(consumer, 1, 1.0) == []
+    assert consumer.seek(ts, 0, "latest") >= 0 and _drain(consumer, 1, 1.0) == []
     with pytest.raises(PartitionNotOwnedError):
-        consumer.seek("ts", 7, "earliest")
+        consumer.seek(ts, 7, "earliest")
     consumer.close()
 
 
-def test_new_group_at_latest_sees_only_new_messages(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "late", 3)
+def test_new_group_at_latest_sees_only_new_messages(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    late = unique_name("late")
+    create_topic(zk, late, 3)
     for p in range(3):
-        _send(zk, "late", [[b"before"] * 10], partition=p)
+        _send(zk, late, [[b"before"] * 10], partition=p)
     # acknowledged is not yet visible (the flush makes it so): "latest" is the visible end
     with SimpleConsumer(zk=zk) as simple:
         wait_for(
-            lambda: all(simple.offsets("late", p).end > 0 for p in range(3)), 20, "the first messages to become visible"
+            lambda: all(simple.offsets(late, p).end > 0 for p in range(3)), 20, "the first messages to become visible"
         )
-    with GroupConsumer("fresh", ["late"], zk=zk, start="latest") as consumer:
+    with GroupConsumer(unique_name("fresh"), [late], zk=zk, start="latest") as consumer:
         _ready(consumer, 3)  # start positions resolved and pinned in ZooKeeper
         for p in range(3):
-            _send(zk, "late", [[b"after-%d" % p] * 5], partition=p)
+            _send(zk, late, [[b"after-%d" % p] * 5], partition=p)
         got = _drain(consumer, 15)
         assert sorted(m.value for m in got) == sorted([b"after-%d" % p for p in range(3)] * 5)
         assert _drain(consumer, 1, 0.5) == []
     # An old group at earliest still sees everything.
-    with GroupConsumer("old", ["late"], zk=zk, iter_timeout=1.0) as old:
+    with GroupConsumer(unique_name("old"), [late], zk=zk, iter_timeout=1.0) as old:
         assert len(list(old)) == 45
 
 
-def test_paper_streams_share_partitions_and_each_thread_reads_its_own(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "fan", 4)
+def test_paper_streams_share_partitions_and_each_thread_reads_its_own(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    fan = unique_name("fan")
+    create_topic(zk, fan, 4)
     with Producer(zk=zk) as producer:
         for i in range(4000):
-            producer.send("fan", b"%d" % i, partition=i % 4)
-    consumer = GroupConsumer("g", zk=zk, iter_timeout=1.5)
-    streams = consumer.create_message_streams({"fan": 2})["fan"]
+            producer.send(fan, b"%d" % i, partition=i % 4)
+    consumer = GroupConsumer(unique_name("g"), zk=zk, iter_timeout=1.5)
+    streams = consumer.create_message_streams({fan: 2})[fan]
     assert len(streams) == 2
     seen: list[list] = [[], []]
 
@@ -159,47 +159,48 @@ def test_paper_streams_share_partitions_and_each_thread_reads_its_own(broker_clu
     consumer.close()
 
 
-def test_pattern_subscription_picks_up_new_topics(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "logs.web", 2)
-    create_topic(zk, "metrics", 2)
-    _send(zk, "logs.web", [[b"web"] * 3])
-    _send(zk, "metrics", [[b"metric"] * 3])
-    consumer = GroupConsumer("g", pattern=r"logs\..*", zk=zk)
+def test_pattern_subscription_picks_up_new_topics(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    web, metrics, db = unique_name("logs.web"), unique_name("metrics"), unique_name("logs.db")
+    create_topic(zk, web, 2)
+    create_topic(zk, metrics, 2)
+    _send(zk, web, [[b"web"] * 3])
+    _send(zk, metrics, [[b"metric"] * 3])
+    # this test's logs.* topics only: the broker is shared with the module's other tests
+    consumer = GroupConsumer(unique_name("g"), pattern=unique_name(r"logs\..*"), zk=zk)
     assert [m.value for m in _drain(consumer, 3)] == [b"web"] * 3
-    create_topic(zk, "logs.db", 2)
-    _send(zk, "logs.db", [[b"db"] * 4], partition=1)
+    create_topic(zk, db, 2)
+    _send(zk, db, [[b"db"] * 4], partition=1)
     got = _drain(consumer, 4)
-    assert [(m.topic, m.value) for m in got] == [("logs.db", b"db")] * 4
-    assert ("logs.db", 1) in consumer.assignment() and ("metrics", 0) not in consumer.assignment()
+    assert [(m.topic, m.value) for m in got] == [(db, b"db")] * 4
+    assert (db, 1) in consumer.assignment() and (metrics, 0) not in consumer.assignment()
     consumer.close()
 
 
-def test_batch_larger_than_max_bytes_is_fetched_anyway(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "big", 1)
-    _send(zk, "big", [[b"x" * 1000] * 50])  # one 50 kB batch
-    with GroupConsumer("g", ["big"], zk=zk, max_bytes=1024) as consumer:
+def test_batch_larger_than_max_bytes_is_fetched_anyway(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    big = unique_name("big")
+    create_topic(zk, big, 1)
+    _send(zk, big, [[b"x" * 1000] * 50])  # one 50 kB batch
+    with GroupConsumer(unique_name("g"), [big], zk=zk, max_bytes=1024) as consumer:
         assert len(_drain(consumer, 50)) == 50
 
 
-def test_committed_offset_past_the_log_end_resets_to_the_end(broker_cluster, caplog):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "trunc", 1)
-    _send(zk, "trunc", [[b"old"] * 5])
+def test_committed_offset_past_the_log_end_resets_to_the_end(module_cluster, unique_name, caplog):
+    zk = module_cluster.zk_connect
+    trunc, g = unique_name("trunc"), unique_name("g")
+    create_topic(zk, trunc, 1)
+    _send(zk, trunc, [[b"old"] * 5])
     client = KazooClient(hosts=zk)
     client.start(10)
     try:
-        write_offsets(client, "g", {("trunc", 0): Committed.now(10**9)})
+        write_offsets(client, g, {(trunc, 0): Committed.now(10**9)})
     finally:
         client.stop()
         client.close()
-    with GroupConsumer("g", ["trunc"], zk=zk) as consumer:
+    with GroupConsumer(g, [trunc], zk=zk) as consumer:
         wait_for(lambda: consumer.metrics()["offset_resets"] >= 1, 20, "the reset")
-        _send(zk, "trunc", [[b"new"] * 3])
+        _send(zk, trunc, [[b"new"] * 3])
         assert [m.value for m in _drain(consumer, 3)] == [b"new"] * 3
     assert "out of range" in caplog.text
 
@@ -217,14 +218,14 @@ def test_configuration_errors_say_what_to_do():
         GroupConsumer("g", ["t"], zk="127.0.0.1:1/x", start="middle")
 
 
-def test_duplicate_consumer_id_waits_for_the_first_to_leave(broker_cluster, caplog):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "dup", 2)
-    _send(zk, "dup", [[b"x"] * 5])
-    first = GroupConsumer("g", ["dup"], zk=zk, consumer_id="same")
+def test_duplicate_consumer_id_waits_for_the_first_to_leave(module_cluster, unique_name, caplog):
+    zk = module_cluster.zk_connect
+    dup, g = unique_name("dup"), unique_name("g")
+    create_topic(zk, dup, 2)
+    _send(zk, dup, [[b"x"] * 5])
+    first = GroupConsumer(g, [dup], zk=zk, consumer_id="same")
     _ready(first, 2)
-    second = GroupConsumer("g", ["dup"], zk=zk, consumer_id="same")
+    second = GroupConsumer(g, [dup], zk=zk, consumer_id="same")
     wait_for(lambda: "registered by another session" in caplog.text, 10, "the warning")
     assert second.state == "REGISTERING" and second.assignment() == []
     first.close()
@@ -232,11 +233,11 @@ def test_duplicate_consumer_id_waits_for_the_first_to_leave(broker_cluster, capl
     second.close()
 
 
-def test_num_streams_share_partitions_through_streams(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "two", 4)
-    with GroupConsumer("g", ["two"], zk=zk, num_streams=2, iter_timeout=1.0) as consumer:
+def test_num_streams_share_partitions_through_streams(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    two = unique_name("two")
+    create_topic(zk, two, 4)
+    with GroupConsumer(unique_name("g"), [two], zk=zk, num_streams=2, iter_timeout=1.0) as consumer:
         streams = consumer.streams()
         assert len(streams) == 2
         with pytest.raises(ConfigError, match="not both"):
@@ -245,14 +246,14 @@ def test_num_streams_share_partitions_through_streams(broker_cluster):
         assert {p["stream"] for p in consumer.metrics()["partitions"].values()} == {0, 1}
 
 
-def test_a_join_storm_converges_in_few_rebalances(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "storm", 12)
+def test_a_join_storm_converges_in_few_rebalances(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    storm, g = unique_name("storm"), unique_name("g")
+    create_topic(zk, storm, 12)
     members = []
     try:
         for i in range(5):  # five members join within a few milliseconds of each other
-            members.append(GroupConsumer("g", ["storm"], zk=zk, consumer_id=f"m{i}"))
+            members.append(GroupConsumer(g, [storm], zk=zk, consumer_id=f"m{i}"))
 
         def balanced():
             shares = [len(m.assignment()) for m in members]
@@ -262,23 +263,23 @@ def test_a_join_storm_converges_in_few_rebalances(broker_cluster):
         rebalances = [m.metrics()["rebalances"] for m in members]
         assert max(rebalances) <= 4, rebalances  # debounced: not one per join per member
         owned = [tp for m in members for tp in m.assignment()]
-        assert sorted(owned) == [("storm", p) for p in range(12)]
+        assert sorted(owned) == [(storm, p) for p in range(12)]
     finally:
         for m in members:
             m.close()
 
 
-def test_deleted_topic_is_released_and_the_rest_keeps_flowing(broker_cluster):
+def test_deleted_topic_is_released_and_the_rest_keeps_flowing(module_cluster, unique_name):
     from broker.client import Admin
 
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "keep", 1)
-    create_topic(zk, "drop", 1)
-    with GroupConsumer("g", ["keep", "drop"], zk=zk) as consumer:
+    zk = module_cluster.zk_connect
+    keep, drop = unique_name("keep"), unique_name("drop")
+    create_topic(zk, keep, 1)
+    create_topic(zk, drop, 1)
+    with GroupConsumer(unique_name("g"), [keep, drop], zk=zk) as consumer:
         wait_for(lambda: len(consumer.assignment()) == 2, 20, "both topics assigned")
         with Admin(zk=zk) as admin:
-            admin.delete_topic("drop")
-        wait_for(lambda: consumer.assignment() == [("keep", 0)], 20, "the deleted topic released")
-        _send(zk, "keep", [[b"still"] * 3])
+            admin.delete_topic(drop)
+        wait_for(lambda: consumer.assignment() == [(keep, 0)], 20, "the deleted topic released")
+        _send(zk, keep, [[b"still"] * 3])
         assert [m.value for m in _drain(consumer, 3)] == [b"still"] * 3

@@ -3,6 +3,8 @@
 Each test produces numbered messages (value ``v`` to partition ``v % P``), runs members
 of ``tests/groups/member.py`` and checks what they recorded: every message consumed,
 duplicates only where a crash allows them, and ownership intervals that never overlap.
+The tests that leave the broker and ZooKeeper running share the module's broker
+(``module_cluster``), each with its own topic and groups.
 """
 
 from __future__ import annotations
@@ -79,19 +81,19 @@ def test_three_members_twelve_partitions_300k_messages_exactly_once(broker_clust
 
 
 @pytest.mark.slow
-def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_members):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "k9", 6)
+def test_kill_9_moves_partitions_within_session_timeout(module_cluster, unique_name, group_members):
+    zk = module_cluster.zk_connect
+    k9, group = unique_name("k9"), unique_name("g")
+    create_topic(zk, k9, 6)
     total = 60_000
     session = 3.0
     members = [
-        group_members(n, zk=zk, group="g", topics=["k9"], session_timeout=session, auto_commit_ms=300)
+        group_members(n, zk=zk, group=group, topics=[k9], session_timeout=session, auto_commit_ms=300)
         for n in ("A", "B", "C")
     ]
     a, b, c = members
     wait_for(lambda: all(len(m.owned()) == 2 for m in members), 60, "a balanced group")
-    producer = _background(produce, zk, "k9", range(total), 6, 100, 0.1)  # ~6,000 msg/s
+    producer = _background(produce, zk, k9, range(total), 6, 100, 0.1)  # ~6,000 msg/s
     wait_for(lambda: len(b.records()) > 3000, 60, "B to consume")
     time.sleep(1.0)  # a few auto-commits of B's
     victims = b.owned()
@@ -126,17 +128,17 @@ def test_kill_9_moves_partitions_within_session_timeout(broker_cluster, group_me
 
 
 @pytest.mark.slow
-def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(broker_cluster, group_members):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "jl", 8)
+def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(module_cluster, unique_name, group_members):
+    zk = module_cluster.zk_connect
+    jl, group = unique_name("jl"), unique_name("g")
+    create_topic(zk, jl, 8)
     total = 80_000
-    producer = _background(produce, zk, "jl", range(total), 8, 200, 0.05)
-    a = group_members("A", zk=zk, group="g", topics=["jl"])
-    b = group_members("B", zk=zk, group="g", topics=["jl"])
+    producer = _background(produce, zk, jl, range(total), 8, 200, 0.05)
+    a = group_members("A", zk=zk, group=group, topics=[jl])
+    b = group_members("B", zk=zk, group=group, topics=[jl])
     wait_for(lambda: len(a.owned()) == 4 and len(b.owned()) == 4, 60, "A and B to share")
     wait_for(lambda: len(a.records()) > 2000, 60, "consumption")
-    c = group_members("C", zk=zk, group="g", topics=["jl"])
+    c = group_members("C", zk=zk, group=group, topics=[jl])
     wait_for(lambda: len(c.owned()) >= 2 and len(a.owned()) + len(b.owned()) + len(c.owned()) == 8, 30, "C to join")
     a.stop()  # a clean leave mid-stream
     wait_for(lambda: len(b.owned()) + len(c.owned()) == 8, 30, "A's partitions to move")
@@ -149,14 +151,14 @@ def test_member_joins_and_one_leaves_cleanly_nothing_lost_or_repeated(broker_clu
     assert_no_overlap(members)
 
 
-def test_two_groups_each_receive_everything(broker_cluster, group_members):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "shared", 4)
+def test_two_groups_each_receive_everything(module_cluster, unique_name, group_members):
+    zk = module_cluster.zk_connect
+    shared = unique_name("shared")
+    create_topic(zk, shared, 4)
     total = 20_000
-    produce(zk, "shared", range(total), 4)
-    g1 = [group_members(n, zk=zk, group="one", topics=["shared"]) for n in ("A", "B")]
-    g2 = [group_members("C", zk=zk, group="two", topics=["shared"], api="poll")]
+    produce(zk, shared, range(total), 4)
+    g1 = [group_members(n, zk=zk, group=unique_name("one"), topics=[shared]) for n in ("A", "B")]
+    g2 = [group_members("C", zk=zk, group=unique_name("two"), topics=[shared], api="poll")]
     wait_for(
         lambda: len(consumed_values(g1)) >= total and len(consumed_values(g2)) >= total,
         60,
@@ -212,13 +214,13 @@ def test_zookeeper_down_for_10s_during_consumption(broker_cluster, group_members
         assert not duplicates, "sessions survived, yet messages were repeated"
 
 
-def test_expired_session_rejoins_and_loses_nothing(broker_cluster, group_members):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    create_topic(zk, "exp", 4)
+def test_expired_session_rejoins_and_loses_nothing(module_cluster, unique_name, group_members):
+    zk = module_cluster.zk_connect
+    exp, group = unique_name("exp"), unique_name("g")
+    create_topic(zk, exp, 4)
     total = 40_000
-    producer = _background(produce, zk, "exp", range(total), 4, 200, 0.05)
-    a, b = members = [group_members(n, zk=zk, group="g", topics=["exp"]) for n in ("A", "B")]
+    producer = _background(produce, zk, exp, range(total), 4, 200, 0.05)
+    a, b = members = [group_members(n, zk=zk, group=group, topics=[exp]) for n in ("A", "B")]
     wait_for(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, 60, "a balanced group")
     wait_for(lambda: len(a.records()) > 1000, 60, "A to consume")
     a.expire_session()

@@ -1,4 +1,8 @@
-"""Every kind of bad input gets its error while another client keeps working."""
+"""Every kind of bad input gets its error while another client keeps working.
+
+The tests share the module's broker (``module_cluster``), each with its own topics; the
+one that reads the broker's log for tracebacks starts a broker of its own, so that the
+log holds only what its own bad input caused."""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import msgpack
 import pytest
@@ -27,6 +34,7 @@ from broker.common.errors import (
 from broker.wire import protocol, records
 from broker.wire.fetch import parse_fetch_answer
 from broker.wire.produce import parse_produce_answer
+from tests.support.brokers import Cluster
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -68,10 +76,24 @@ def _frame(header: dict, payload: bytes = b"") -> bytes:
     return protocol.encode_frame(header, len(payload)) + payload
 
 
-@pytest.fixture
-def busy_cluster(broker_cluster):
-    """A broker plus a second client that keeps producing and consuming throughout."""
-    cluster = broker_cluster(1, broker={"max_request_bytes": 1 << 20})
+BROKER = {"max_request_bytes": 1 << 20}
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    return {"broker": BROKER}
+
+
+class Busy(NamedTuple):
+    cluster: Cluster
+    stats: dict[str, Any]
+    good: str
+    """The topic the well-behaved client writes and reads."""
+
+
+@contextmanager
+def _kept_busy(cluster: Cluster, good: str) -> Iterator[Busy]:
+    """A second client keeps producing to and consuming ``good`` throughout."""
     stop = threading.Event()
     stats = {"sent": 0, "read": 0, "errors": []}
 
@@ -83,9 +105,9 @@ def busy_cluster(broker_cluster):
             ):
                 offset = 0
                 while not stop.is_set() and stats["sent"] < 2_000_000:
-                    producer.send("good", [b"ok-%d" % (stats["sent"] + i) for i in range(10)], partition=0).wait(10)
+                    producer.send(good, [b"ok-%d" % (stats["sent"] + i) for i in range(10)], partition=0).wait(10)
                     stats["sent"] += 10
-                    result = consumer.fetch("good", 0, offset, max_wait_ms=100)
+                    result = consumer.fetch(good, 0, offset, max_wait_ms=100)
                     stats["read"] += sum(len(b) for b in result.batches)
                     offset = result.next_offset
         except Exception as exc:  # recorded and asserted on by the test
@@ -93,9 +115,11 @@ def busy_cluster(broker_cluster):
 
     thread = threading.Thread(target=background, daemon=True)
     thread.start()
-    # the topic exists (auto-created) and is being written before any test begins
-    wait_until(lambda: stats["sent"] > 0 or stats["errors"], timeout=30, what="the first send")
-    yield cluster, stats
+    # the topic exists (auto-created), is being written and shows its first batch before
+    # any test begins (an acknowledged batch is visible only once flushed: a fetch inside
+    # it until then is answered empty, not refused as off a batch boundary)
+    wait_until(lambda: stats["read"] > 0 or stats["errors"], timeout=30, what="the first batch read back")
+    yield Busy(cluster, stats, good)
     before = stats["sent"]
     time.sleep(0.5)
     stop.set()
@@ -103,6 +127,21 @@ def busy_cluster(broker_cluster):
     assert not stats["errors"], stats["errors"]
     assert stats["sent"] > before, "the well-behaved client stalled"
     assert cluster.brokers[0].is_running(), cluster.logs()
+
+
+@pytest.fixture
+def busy_cluster(module_cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Busy]:
+    """The module's broker plus a second client that keeps producing and consuming
+    throughout, on a topic of this test."""
+    with _kept_busy(module_cluster, unique_name("good")) as busy:
+        yield busy
+
+
+@pytest.fixture
+def busy_own_broker(broker_cluster: Any, unique_name: Callable[[str], str]) -> Iterator[Busy]:
+    """As ``busy_cluster``, on a broker of this test alone (its log is this test's)."""
+    with _kept_busy(broker_cluster(1, broker=BROKER), unique_name("good")) as busy:
+        yield busy
 
 
 def _answered(client: RawClient, error: type, corr=1) -> dict:
@@ -115,7 +154,7 @@ def _answered(client: RawClient, error: type, corr=1) -> dict:
 
 
 def test_unknown_api_and_version(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     client = RawClient(cluster.bootstrap[0])
     client.send(_frame({"api": 99, "v": 1, "id": 1}))
     _answered(client, UnsupportedApiError)
@@ -125,7 +164,7 @@ def test_unknown_api_and_version(busy_cluster):
 
 
 def test_frame_over_max_request_bytes(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     client = RawClient(cluster.bootstrap[0])
     client.send(struct.pack(">II", 5 << 20, 10))
     header = client.response()
@@ -143,7 +182,7 @@ def test_frame_over_max_request_bytes(busy_cluster):
     ],
 )
 def test_undecodable_frames_close_the_connection_with_an_error(busy_cluster, garbage):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     client = RawClient(cluster.bootstrap[0])
     client.send(garbage)
     header = client.response()
@@ -152,7 +191,7 @@ def test_undecodable_frames_close_the_connection_with_an_error(busy_cluster, gar
 
 
 def test_garbage_bytes_and_mid_frame_disconnect(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     client = RawClient(cluster.bootstrap[0])
     client.send(bytes(range(256)) * 4)
     header = client.response()
@@ -165,7 +204,7 @@ def test_garbage_bytes_and_mid_frame_disconnect(busy_cluster):
 
 
 def test_missing_fields_and_bad_types(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     client = RawClient(cluster.bootstrap[0])
     client.send(_frame({"api": protocol.FETCH, "v": 1, "id": 1, "parts": "nope"}))
     _answered(client, InvalidRequestError)
@@ -174,8 +213,8 @@ def test_missing_fields_and_bad_types(busy_cluster):
     client.close()
 
 
-def test_fetch_waits_that_are_not_numbers_are_invalid_requests(busy_cluster):
-    cluster, _ = busy_cluster
+def test_fetch_waits_that_are_not_numbers_are_invalid_requests(busy_own_broker):
+    cluster, _, good = busy_own_broker
     client = RawClient(cluster.bootstrap[0])
     bad = [
         ("max_wait_ms", {"ms": 5}),
@@ -185,28 +224,28 @@ def test_fetch_waits_that_are_not_numbers_are_invalid_requests(busy_cluster):
         ("max_wait_ms", "5"),
     ]
     for corr, (field, value) in enumerate(bad, 1):
-        client.send(_frame({"api": protocol.FETCH, "v": 1, "id": corr, field: value, "parts": [["good", 0, 0, 1024]]}))
+        client.send(_frame({"api": protocol.FETCH, "v": 1, "id": corr, field: value, "parts": [[good, 0, 0, 1024]]}))
         assert field in _answered(client, InvalidRequestError, corr=corr)["msg"]
     client.close()
     assert "Traceback" not in cluster.logs()
 
 
 def test_crc_mismatch_is_rejected_and_nothing_is_appended(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster, _, good = busy_cluster
     batch = bytearray(records.encode_batch([b"a", b"b"], None, 1))
     batch[-1] ^= 0xFF
     client = RawClient(cluster.bootstrap[0])
-    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": [["good", 1, len(batch)]]}, bytes(batch)))
+    client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 1, "parts": [[good, 1, len(batch)]]}, bytes(batch)))
     header = client.response()
     assert header["err"] == 0
     (result,) = parse_produce_answer(header)
     assert result.error == CorruptBatchError.code and "CRC" in result.message
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        assert consumer.offsets("good", 1).end == 0
+        assert consumer.offsets(good, 1).end == 0
 
 
-def test_unknown_topic_partition_and_invalid_names(busy_cluster):
-    cluster, _ = busy_cluster
+def test_unknown_topic_partition_and_invalid_names(busy_cluster, unique_name):
+    cluster, _, good = busy_cluster
     batch = records.encode_batch([b"a"], None, 1)
     client = RawClient(cluster.bootstrap[0])
     client.send(
@@ -216,7 +255,11 @@ def test_unknown_topic_partition_and_invalid_names(busy_cluster):
                 "v": 1,
                 "id": 1,
                 "acks": 1,
-                "parts": [["no-such-topic", 0, len(batch)], ["good", 99, len(batch)], ["../../etc", 0, len(batch)]],
+                "parts": [
+                    [unique_name("no-such-topic"), 0, len(batch)],
+                    [good, 99, len(batch)],
+                    ["../../etc", 0, len(batch)],
+                ],
             },
             batch * 3,
         )
@@ -235,19 +278,19 @@ def test_unknown_topic_partition_and_invalid_names(busy_cluster):
 
 
 def test_offsets_out_of_range_and_off_boundary(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster, _, good = busy_cluster
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        start, end = consumer.offsets("good", 0)
+        start, end = consumer.offsets(good, 0)
         with pytest.raises(OffsetOutOfRangeError) as info:
-            consumer.fetch("good", 0, end + 10_000)
+            consumer.fetch(good, 0, end + 10_000)
         assert f"[{start}, " in str(info.value)
         assert info.value.end is not None and info.value.end >= end
         with pytest.raises(InvalidOffsetError):
-            consumer.fetch("good", 0, 3)
+            consumer.fetch(good, 0, 3)
 
 
 def test_acks_zero_producer_with_errors_is_disconnected(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster = busy_cluster.cluster
     batch = records.encode_batch([b"a"], None, 1)
     client = RawClient(cluster.bootstrap[0])
     client.send(_frame({"api": 0, "v": 1, "id": 1, "acks": 0, "parts": [["nope!", 0, len(batch)]]}, batch))
@@ -255,30 +298,31 @@ def test_acks_zero_producer_with_errors_is_disconnected(busy_cluster):
 
 
 def test_msgpack_payload_types_are_checked(busy_cluster):
-    cluster, _ = busy_cluster
+    cluster, _, good = busy_cluster
     client = RawClient(cluster.bootstrap[0])
-    head = msgpack.packb({"api": 1, "v": 1, "id": 5, "parts": [["good", "zero", 0, 100]]})
+    head = msgpack.packb({"api": 1, "v": 1, "id": 5, "parts": [[good, "zero", 0, 100]]})
     client.send(struct.pack(">II", 4 + len(head), len(head)) + head)
     _answered(client, InvalidRequestError, corr=5)
     client.close()
 
 
-def test_bad_replication_requests(busy_cluster):
-    cluster, _ = busy_cluster
+def test_bad_replication_requests(busy_cluster, unique_name):
+    cluster, _, good = busy_cluster
     client = RawClient(cluster.bootstrap[0])
     fetch = {"api": protocol.FETCH, "v": 1, "max_wait_ms": 0}
     # A replica fetch names the leader epoch in every part.
-    client.send(_frame({**fetch, "id": 1, "replica": 7, "parts": [["good", 0, 0, 1024]]}))
+    client.send(_frame({**fetch, "id": 1, "replica": 7, "parts": [[good, 0, 0, 1024]]}))
     assert "leader_epoch" in _answered(client, InvalidRequestError)["msg"]
     client.send(_frame({**fetch, "id": 2, "replica": "seven", "parts": []}))
     _answered(client, InvalidRequestError, corr=2)
-    client.send(_frame({**fetch, "id": 3, "replica": 7, "parts": [["good", 0, 0, 1024, 99]]}))
+    client.send(_frame({**fetch, "id": 3, "replica": 7, "parts": [[good, 0, 0, 1024, 99]]}))
     header = client.response()
     (stale,) = parse_fetch_answer(header, replica=True)
     assert header["err"] == 0 and stale.error == StaleEpochError.code
     assert "epoch 99" in stale.message
     # Topics cannot have more replicas than live brokers, nor a min ISR above that.
-    create = {"api": protocol.CREATE_TOPIC, "v": 1, "topic": "wide", "partitions": 1}
+    wide = unique_name("wide")
+    create = {"api": protocol.CREATE_TOPIC, "v": 1, "topic": wide, "partitions": 1}
     client.send(_frame({**create, "id": 4, "replication_factor": 3}))
     assert "needs 3 live brokers, only 1" in _answered(client, InvalidRequestError, corr=4)["msg"]
     client.send(_frame({**create, "id": 5, "replication_factor": 1, "min_insync_replicas": 2}))
@@ -289,9 +333,9 @@ def test_bad_replication_requests(busy_cluster):
     _answered(client, InvalidRequestError, corr=6)
     # acks=-1 (all) on a topic with one replica: the leader alone is the ISR.
     batch = records.encode_batch([b"all"], None, 1)
-    client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1, "parts": [["good", 2, len(batch)]]}, batch))
+    client.send(_frame({"api": 0, "v": 1, "id": 7, "acks": -1, "parts": [[good, 2, len(batch)]]}, batch))
     header = client.response()
     assert header["id"] == 7 and parse_produce_answer(header)[0].error == 0
     client.close()
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        assert "wide" not in consumer.topics()  # nothing half-created
+        assert wide not in consumer.topics()  # nothing half-created

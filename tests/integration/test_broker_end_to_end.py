@@ -1,4 +1,7 @@
-"""Producing and consuming through real broker processes: counts, order, restarts, crashes."""
+"""Producing and consuming through real broker processes: counts, order, restarts, crashes.
+
+Tests that only use their own topics share the module's broker (``module_cluster``);
+those that stop, kill, pause or reconfigure a broker start their own."""
 
 from __future__ import annotations
 
@@ -70,30 +73,31 @@ def test_100k_messages_over_4_partitions_arrive_once_in_order(broker_cluster):
         assert got[p] == sent[p], f"partition {p} differs"
 
 
-def test_lists_keys_and_gzip_round_trip(broker_cluster):
-    cluster = broker_cluster(1)
+def test_lists_keys_and_gzip_round_trip(module_cluster, unique_name):
+    cluster = module_cluster
+    keyed = unique_name("keyed")
     with Producer(brokers=cluster.bootstrap, compression="gzip") as producer:
         values = [b"line %d" % i for i in range(5000)]
-        producer.send("keyed", values, key=b"host-a").wait(30)
-        producer.send("keyed", [b"other"], key=b"host-b").wait(30)
+        producer.send(keyed, values, key=b"host-a").wait(30)
+        producer.send(keyed, [b"other"], key=b"host-b").wait(30)
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         found = {}
-        for p in consumer.partitions("keyed"):
-            for m in consumer.messages("keyed", p, follow=True, timeout=1.0):
+        for p in consumer.partitions(keyed):
+            for m in consumer.messages(keyed, p, follow=True, timeout=1.0):
                 found.setdefault(m.key, []).append(m.value)
                 assert m.timestamp > 1_600_000_000_000
         batches = []
-        for p in consumer.partitions("keyed"):
-            batches += consumer.fetch("keyed", p, consumer.offsets("keyed", p).start).batches
+        for p in consumer.partitions(keyed):
+            batches += consumer.fetch(keyed, p, consumer.offsets(keyed, p).start).batches
     assert found[b"host-a"] == values and found[b"host-b"] == [b"other"]
     assert all(b.codec == records.CODEC_GZIP for b in batches)
 
 
-def test_every_codec_round_trips_through_a_broker_in_order(broker_cluster):
-    cluster = broker_cluster(1)
+def test_every_codec_round_trips_through_a_broker_in_order(module_cluster, unique_name):
+    cluster = module_cluster
     n = 20_000
     for name, codec in records.CODECS.items():
-        topic = f"codec-{name}"
+        topic = unique_name(f"codec-{name}")
         sent = [_value(i) + b" GET /index.html 200" for i in range(n)]
         with Producer(brokers=cluster.bootstrap, compression=name, linger_ms=5) as producer:
             for start in range(0, n, 700):
@@ -110,19 +114,20 @@ def test_every_codec_round_trips_through_a_broker_in_order(broker_cluster):
             assert stored < sum(map(len, sent)) / 3, f"{name}: {stored} bytes stored"
 
 
-def test_broker_refuses_a_batch_with_an_unknown_codec_and_keeps_serving(broker_cluster):
-    cluster = broker_cluster(1)
+def test_broker_refuses_a_batch_with_an_unknown_codec_and_keeps_serving(module_cluster, unique_name):
+    cluster = module_cluster
+    codecs = unique_name("codecs")
     good = records.encode_batch([b"a", b"b"], None, 1)
     body = bytearray(good[records.CRC_START :])
     body[0] = 5  # codec id 5: no such codec
     bad = good[:5] + struct.pack(">I", zlib.crc32(body)) + bytes(body)
     with Producer(brokers=cluster.bootstrap, retries=0) as producer:
-        producer.send("codecs", b"first", partition=0).wait(30)
+        producer.send(codecs, b"first", partition=0).wait(30)
         with pytest.raises(CorruptBatchError, match="unknown compression codec 5"):
-            producer.send_raw("codecs", 0, bad).wait(30)
-        producer.send("codecs", b"after", partition=0).wait(30)
+            producer.send_raw(codecs, 0, bad).wait(30)
+        producer.send(codecs, b"after", partition=0).wait(30)
     with SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        assert _consume_all(consumer, "codecs", 2)[0] == [b"first", b"after"]
+        assert _consume_all(consumer, codecs, 2)[0] == [b"first", b"after"]
 
 
 def test_broker_restart_between_produce_and_consume_loses_nothing(broker_cluster):
@@ -269,31 +274,33 @@ def test_long_poll_is_answered_by_a_produce(broker_cluster):
         assert result["returned"] - result["t0"] < max_wait_s, "answered by its timer, not by the produce"
 
 
-def test_fetch_at_end_without_wait_returns_empty_immediately(broker_cluster):
-    cluster = broker_cluster(1)
+def test_fetch_at_end_without_wait_returns_empty_immediately(module_cluster, unique_name):
+    cluster = module_cluster
+    empty = unique_name("empty")
     with Producer(brokers=cluster.bootstrap) as producer, SimpleConsumer(brokers=cluster.bootstrap) as consumer:
-        producer.send("empty", b"x", partition=0).wait(10)
+        producer.send(empty, b"x", partition=0).wait(10)
         # acknowledged is not yet visible: wait for the fsync that makes it so, or the
         # fetch below would (rightly) return it
-        wait_until(lambda: consumer.offsets("empty", 0).end > 0, 10, "the message to become visible")
-        end = consumer.offsets("empty", 0).end
+        wait_until(lambda: consumer.offsets(empty, 0).end > 0, 10, "the message to become visible")
+        end = consumer.offsets(empty, 0).end
         # Nothing is produced until this returns: a broker that waited for data would
         # answer only at the client's request timeout, with an error.
-        result = consumer.fetch("empty", 0, end)
+        result = consumer.fetch(empty, 0, end)
         assert result.batches == [] and result.next_offset == end
 
 
-def test_offsets_for_time(broker_cluster):
-    cluster = broker_cluster(1)
+def test_offsets_for_time(module_cluster, unique_name):
+    cluster = module_cluster
+    times = unique_name("times")
     with Producer(brokers=cluster.bootstrap) as producer, SimpleConsumer(brokers=cluster.bootstrap) as consumer:
         for i in range(10):
-            producer.send("times", [b"t%d" % i], partition=0, timestamp=1_000_000 + i * 1000).wait(10)
+            producer.send(times, [b"t%d" % i], partition=0, timestamp=1_000_000 + i * 1000).wait(10)
         # acknowledged is not yet visible: wait for the fsync that shows all ten
-        wait_until(lambda: len(list(consumer.messages("times", 0))) == 10, 10, "the ten messages to become visible")
-        offset = consumer.offset_for_time("times", 0, 1_000_000 + 5 * 1000)
-        first = next(iter(consumer.messages("times", 0, start=offset)))
+        wait_until(lambda: len(list(consumer.messages(times, 0))) == 10, 10, "the ten messages to become visible")
+        offset = consumer.offset_for_time(times, 0, 1_000_000 + 5 * 1000)
+        first = next(iter(consumer.messages(times, 0, start=offset)))
         assert first.value == b"t5"
-        assert consumer.offset_for_time("times", 0, 0) == 0
+        assert consumer.offset_for_time(times, 0, 0) == 0
 
 
 def test_unacknowledged_fetch_timeout_is_reported(broker_cluster):

@@ -1,5 +1,6 @@
 """The CLI against real brokers: a produce that could not deliver says so and exits 1;
-a group consume prints messages, not the group's INFO rebalance lines."""
+a group consume prints messages, not the group's INFO rebalance lines. The tests that
+use only their own topics and groups share the module's broker (``module_cluster``)."""
 
 from __future__ import annotations
 
@@ -34,29 +35,29 @@ def test_produce_that_cannot_deliver_says_how_many_and_exits_1(broker_cluster):
 
 
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
-def test_produce_with_a_codec_then_consume_in_order(broker_cluster, codec):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    assert _cli("topic", "create", "packed", "-p", "1", zk=zk).returncode == 0
+def test_produce_with_a_codec_then_consume_in_order(module_cluster, unique_name, codec):
+    zk = module_cluster.zk_connect
+    packed = unique_name("packed")
+    assert _cli("topic", "create", packed, "-p", "1", zk=zk).returncode == 0
     lines = [f"2026-11-24 line {i} GET /index.html 200" for i in range(500)]
-    produced = _cli("produce", "packed", "--compression", codec, zk=zk, stdin="\n".join(lines) + "\n")
+    produced = _cli("produce", packed, "--compression", codec, zk=zk, stdin="\n".join(lines) + "\n")
     assert produced.returncode == 0, produced.stderr
-    consumed = _cli("consume", "packed", "-n", "500", zk=zk)
+    consumed = _cli("consume", packed, "-n", "500", zk=zk)
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == lines
 
 
-def test_group_consume_prints_messages_without_info_logs(broker_cluster):
-    cluster = broker_cluster(1)
-    zk = cluster.zk_connect
-    assert _cli("topic", "create", "quiet", "-p", "2", zk=zk).returncode == 0
+def test_group_consume_prints_messages_without_info_logs(module_cluster, unique_name):
+    zk = module_cluster.zk_connect
+    quiet = unique_name("quiet")
+    assert _cli("topic", "create", quiet, "-p", "2", zk=zk).returncode == 0
     lines = [f"line {i}" for i in range(20)]
-    assert _cli("produce", "quiet", zk=zk, stdin="\n".join(lines) + "\n").returncode == 0
-    consumed = _cli("consume", "quiet", "--group", "g", "-n", "20", zk=zk)
+    assert _cli("produce", quiet, zk=zk, stdin="\n".join(lines) + "\n").returncode == 0
+    consumed = _cli("consume", quiet, "--group", unique_name("g"), "-n", "20", zk=zk)
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(consumed.stdout.splitlines()) == sorted(lines)
     assert " INFO " not in consumed.stderr, consumed.stderr  # WARNING by default
-    verbose = _cli("consume", "quiet", "--group", "h", "-n", "20", "-v", zk=zk)
+    verbose = _cli("consume", quiet, "--group", unique_name("h"), "-n", "20", "-v", zk=zk)
     assert verbose.returncode == 0 and " INFO " in verbose.stderr, verbose.stderr
 
 

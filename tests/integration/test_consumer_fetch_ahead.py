@@ -1,9 +1,14 @@
 """SimpleConsumer.messages() sends the next fetch while the caller iterates the current
 one: every message still arrives once and in order, a limit stops it, a fetch sent
 ahead that failed is made again the ordinary way, and a broker restart in the middle
-of the iteration loses and repeats nothing."""
+of the iteration loses and repeats nothing.
+
+The tests that only read their own topic share the module's broker (``module_cluster``,
+started as every broker here: each message flushed, so each batch is visible at once)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -15,6 +20,12 @@ pytestmark = pytest.mark.integration
 
 BATCHES = 200
 PER_BATCH = 50
+FLUSH_EACH_MESSAGE = {"flush_messages": 1}
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    return {"log": FLUSH_EACH_MESSAGE}
 
 
 def _produce(zk: str, topic: str) -> list[bytes]:
@@ -27,29 +38,31 @@ def _produce(zk: str, topic: str) -> list[bytes]:
     return sent
 
 
-def test_many_fetches_deliver_every_message_once_in_order(broker_cluster):
-    cluster = broker_cluster(1, log={"flush_messages": 1})
-    sent = _produce(cluster.zk_connect, "ahead")
+def test_many_fetches_deliver_every_message_once_in_order(module_cluster, unique_name):
+    cluster = module_cluster
+    ahead = unique_name("ahead")
+    sent = _produce(cluster.zk_connect, ahead)
     # about 8 KiB per fetch: some 100 fetches, each answered while the previous is read
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192) as consumer:
-        got = [m.value for m in consumer.messages("ahead", 0, "earliest")]
+        got = [m.value for m in consumer.messages(ahead, 0, "earliest")]
         assert got == sent
-        assert [m.value for m in consumer.messages("ahead", 0, "earliest", limit=777)] == sent[:777]
+        assert [m.value for m in consumer.messages(ahead, 0, "earliest", limit=777)] == sent[:777]
 
 
-def test_a_failed_fetch_ahead_is_made_again(broker_cluster):
-    cluster = broker_cluster(1, log={"flush_messages": 1})
-    sent = _produce(cluster.zk_connect, "ahead-failed")
+def test_a_failed_fetch_ahead_is_made_again(module_cluster, unique_name):
+    cluster = module_cluster
+    topic = unique_name("ahead-failed")
+    sent = _produce(cluster.zk_connect, topic)
     lost = ResponseFuture()
     lost._finish(None, BrokerNotAvailableError("connection to 127.0.0.1:1 was lost"))
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192) as consumer:
-        result = consumer._fetched_ahead(lost, "ahead-failed", 0, 0)
+        result = consumer._fetched_ahead(lost, topic, 0, 0)
     got = [value for batch in result.batches for value in batch.values]
     assert got and got == sent[: len(got)]
 
 
 def test_a_restart_while_reading_loses_and_repeats_nothing(broker_cluster):
-    cluster = broker_cluster(1, log={"flush_messages": 1})
+    cluster = broker_cluster(1, log=FLUSH_EACH_MESSAGE)
     sent = _produce(cluster.zk_connect, "ahead-restart")
     got: list[bytes] = []
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192) as consumer:
@@ -61,20 +74,21 @@ def test_a_restart_while_reading_loses_and_repeats_nothing(broker_cluster):
     assert got == sent
 
 
-def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_thread(broker_cluster):
+def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_thread(module_cluster, unique_name):
     import threading
     import time
 
-    cluster = broker_cluster(1, log={"flush_messages": 1})
-    sent = _produce(cluster.zk_connect, "ahead-follow")
+    cluster = module_cluster
+    topic = unique_name("ahead-follow")
+    sent = _produce(cluster.zk_connect, topic)
     with SimpleConsumer(zk=cluster.zk_connect, max_bytes=8192, max_wait_ms=200) as consumer:
-        consumer.offsets("ahead-follow", 0)  # the pooled connection (and its reader)
+        consumer.offsets(topic, 0)  # the pooled connection (and its reader)
         readers = sum(t.name.startswith("logferry-reader") for t in threading.enumerate())
-        follow = consumer.messages("ahead-follow", 0, "earliest", follow=True, timeout=1.0)
+        follow = consumer.messages(topic, 0, "earliest", follow=True, timeout=1.0)
         got = [next(follow).value for _ in range(len(sent))]
         assert got == sent
         with Producer(zk=cluster.zk_connect, acks=1, linger_ms=0) as producer:
-            producer.send("ahead-follow", b"late", partition=0).wait(30)
+            producer.send(topic, b"late", partition=0).wait(30)
         assert next(follow).value == b"late"  # a long poll's answer, read by this thread
         assert (
             sum(t.name.startswith("logferry-reader") for t in threading.enumerate()) == readers
@@ -84,7 +98,5 @@ def test_a_following_iterator_long_polls_on_its_own_connection_read_by_its_threa
         follow.close()
         assert own.closed  # closed with the iteration
         started = time.monotonic()
-        assert (
-            list(consumer.messages("ahead-follow", 0, "latest", follow=True, timeout=0.3)) == []
-        )  # still ends after timeout
+        assert list(consumer.messages(topic, 0, "latest", follow=True, timeout=0.3)) == []  # still ends after timeout
         assert time.monotonic() - started < 10

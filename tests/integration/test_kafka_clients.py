@@ -1,11 +1,15 @@
 """Kafka clients nobody here wrote (kafka-python; confluent-kafka, i.e. librdkafka)
-against real brokers with a Kafka listener and a real ZooKeeper (docs/kafka.md)."""
+against real brokers with a Kafka listener and a real ZooKeeper (docs/kafka.md).
+
+The tests that use only their own topics share the module's broker (``module_kafka_cluster``);
+those that need several brokers, restart one or run a group keep their own."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,9 +20,16 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
 from broker.client import Admin, Producer, SimpleConsumer
-from tests.support.brokers import KafkaCluster
+from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The broker the module's tests share speaks Kafka too, as ``kafka_cluster(1)``'s."""
+    return {"kafka": KAFKA_LISTENER}
+
 
 N = 300
 
@@ -42,16 +53,19 @@ def rd_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout:
         consumer.close()
 
 
-def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("rd", 3)
+def test_librdkafka_produce_and_consume_keys_headers_order(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    rd = unique_name("rd")
+    cluster.create_topic(rd, 3)
     producer = RdProducer(
         {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "none"}
     )
     errors: list[Any] = []
     for i in range(N):
         producer.produce(
-            "rd",
+            rd,
             value=f"v{i}".encode(),
             key=f"k{i % 7}".encode(),
             partition=i % 3,
@@ -61,7 +75,7 @@ def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -
         )
     assert producer.flush(30) == 0
     assert not errors
-    got = rd_consume(cluster.bootstrap, "rd", 3, N)
+    got = rd_consume(cluster.bootstrap, rd, 3, N)
     assert len(got) == N
     by_partition: dict[int, list[int]] = {}
     for msg in got:
@@ -78,23 +92,26 @@ def test_librdkafka_produce_and_consume_keys_headers_order(kafka_cluster: Any) -
 
 
 @pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
-def test_librdkafka_compressed_batches_read_by_native_consumer(kafka_cluster: Any, compression: str) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("zipped", 1)
+def test_librdkafka_compressed_batches_read_by_native_consumer(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str], compression: str
+) -> None:
+    cluster = module_kafka_cluster
+    zipped = unique_name("zipped")
+    cluster.create_topic(zipped, 1)
     producer = RdProducer(
         {"bootstrap.servers": cluster.bootstrap, "acks": 1, "compression.type": compression, "linger.ms": 20}
     )
     for i in range(N):
-        producer.produce("zipped", value=b"x" * 100 + str(i).encode(), key=b"key", headers={"i": str(i).encode()})
+        producer.produce(zipped, value=b"x" * 100 + str(i).encode(), key=b"key", headers={"i": str(i).encode()})
     assert producer.flush(30) == 0
     consumer = SimpleConsumer(brokers=cluster.native)
     try:
-        got = list(consumer.messages("zipped", 0, follow=True, limit=N, timeout=10))
+        got = list(consumer.messages(zipped, 0, follow=True, limit=N, timeout=10))
     finally:
         consumer.close()
     assert [m.value for m in got] == [b"x" * 100 + str(i).encode() for i in range(N)]
     assert all(m.key == b"key" for m in got)
-    native_batches = consumer_batches(cluster, "zipped")
+    native_batches = consumer_batches(cluster, zipped)
     headers = [h for b in native_batches for h in b.headers]
     assert headers == [[[b"i", str(i).encode()]] for i in range(N)]
 
@@ -114,18 +131,21 @@ def consumer_batches(cluster: KafkaCluster, topic: str) -> list[Any]:
         consumer.close()
 
 
-def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("mixed", 2)
+def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    mixed = unique_name("mixed")
+    cluster.create_topic(mixed, 2)
     native = Producer(brokers=cluster.native, acks="all")
     for i in range(N):
-        native.send("mixed", [f"native-{i}".encode()], key=b"agent", partition=i % 2)
+        native.send(mixed, [f"native-{i}".encode()], key=b"agent", partition=i % 2)
     native.flush(30)
     native.close()
 
     kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5, enable_idempotence=False)
     for i in range(N):
-        kp.send("mixed", value=f"kafka-{i}".encode(), key=b"kp", partition=i % 2, headers=[("src", b"kafka-python")])
+        kp.send(mixed, value=f"kafka-{i}".encode(), key=b"kp", partition=i % 2, headers=[("src", b"kafka-python")])
     kp.flush(30)
     kp.close()
 
@@ -135,7 +155,7 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_
         consumer_timeout_ms=5000,
         auto_offset_reset="earliest",
     )
-    consumer.assign([KpTopicPartition("mixed", 0), KpTopicPartition("mixed", 1)])
+    consumer.assign([KpTopicPartition(mixed, 0), KpTopicPartition(mixed, 1)])
     got = [m for _, m in zip(range(2 * N), consumer, strict=False)]
     consumer.close()
     values = [m.value for m in got]
@@ -153,33 +173,36 @@ def test_kafka_python_reads_what_the_native_producer_wrote_and_vice_versa(kafka_
 
     reader = SimpleConsumer(brokers=cluster.native)
     try:
-        native_got = [m for p in (0, 1) for m in reader.messages("mixed", p)]
+        native_got = [m for p in (0, 1) for m in reader.messages(mixed, p)]
     finally:
         reader.close()
     assert sorted(m.value for m in native_got) == sorted(values)
 
 
-def test_list_offsets_by_time_and_resume_mid_batch(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("timed", 1)
+def test_list_offsets_by_time_and_resume_mid_batch(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    timed = unique_name("timed")
+    cluster.create_topic(timed, 1)
     producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
     base = 1_700_000_000_000
     for i in range(100):
-        producer.produce("timed", value=str(i).encode(), partition=0, timestamp=base + i * 10)
+        producer.produce(timed, value=str(i).encode(), partition=0, timestamp=base + i * 10)
     assert producer.flush(30) == 0
     consumer = RdConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unused", "enable.auto.commit": False})
     try:
         deadline = time.monotonic() + 20
         offset = -1
         while offset < 0 and time.monotonic() < deadline:  # visible once flushed
-            found = consumer.offsets_for_times([TopicPartition("timed", 0, base + 455)], 10)
+            found = consumer.offsets_for_times([TopicPartition(timed, 0, base + 455)], 10)
             offset = found[0].offset
             if offset < 0:
                 time.sleep(0.05)
         assert offset >= 0
-        low, high = consumer.get_watermark_offsets(TopicPartition("timed", 0), 10)
+        low, high = consumer.get_watermark_offsets(TopicPartition(timed, 0), 10)
         assert low == 0 and high > offset
-        consumer.assign([TopicPartition("timed", 0, offset)])
+        consumer.assign([TopicPartition(timed, 0, offset)])
         first = None
         deadline = time.monotonic() + 20
         while first is None and time.monotonic() < deadline:
@@ -229,9 +252,12 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
-def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("safe", 1)
+def test_unsupported_apis_and_malformed_frames(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    safe = unique_name("safe")
+    cluster.create_topic(safe, 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
     # EndTxn (26) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
@@ -266,8 +292,8 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
     body = (
         struct.pack(">hhi", -1, 1, 5000)
         + struct.pack(">i", 1)
-        + struct.pack(">h", 4)
-        + b"safe"
+        + struct.pack(">h", len(safe))
+        + safe.encode()
         + struct.pack(">i", 1)
         + struct.pack(">i", 0)
         + struct.pack(">i", len(bad))
@@ -281,10 +307,10 @@ def test_unsupported_apis_and_malformed_frames(kafka_cluster: Any) -> None:
         assert struct.pack(">ih", 0, 2) in answer  # partition 0, CORRUPT_MESSAGE
     # the native protocol and Kafka clients still work
     native = Producer(brokers=cluster.native)
-    native.send("safe", [b"still here"], partition=0)
+    native.send(safe, [b"still here"], partition=0)
     native.flush(10)
     native.close()
-    got = rd_consume(cluster.bootstrap, "safe", 1, 1)
+    got = rd_consume(cluster.bootstrap, safe, 1, 1)
     assert [m.value() for m in got] == [b"still here"]
 
 
@@ -396,26 +422,29 @@ def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> Non
     assert rest == list(range(15, 40))
 
 
-def test_create_and_delete_topics_with_kafka_python_admin(kafka_cluster: Any) -> None:
+def test_create_and_delete_topics_with_kafka_python_admin(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    cluster = kafka_cluster(1)
+    cluster = module_kafka_cluster
+    made = unique_name("made-by-kafka")
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
-        admin.create_topics([NewTopic("made-by-kafka", num_partitions=3, replication_factor=1)])
+        admin.create_topics([NewTopic(made, num_partitions=3, replication_factor=1)])
         with pytest.raises(TopicAlreadyExistsError):
-            admin.create_topics([NewTopic("made-by-kafka", num_partitions=3, replication_factor=1)])
+            admin.create_topics([NewTopic(made, num_partitions=3, replication_factor=1)])
         native = Admin(brokers=cluster.native)
         try:
-            assert len(native.describe_topic("made-by-kafka")) == 3
+            assert len(native.describe_topic(made)) == 3
         finally:
             native.close()
-        admin.delete_topics(["made-by-kafka"])
+        admin.delete_topics([made])
         deadline = time.monotonic() + 10
-        while "made-by-kafka" in admin.list_topics() and time.monotonic() < deadline:
+        while made in admin.list_topics() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert "made-by-kafka" not in admin.list_topics()
+        assert made not in admin.list_topics()
     finally:
         admin.close()
 
@@ -461,22 +490,25 @@ def test_leader_kill_under_librdkafka_acks_all_loses_no_acknowledged_message(kaf
     assert set(acked) <= values, f"lost {sorted(set(acked) - values)[:10]}"
 
 
-def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("idem", 1)
+def test_idempotent_kafka_producers_are_stored_as_idempotent_batches(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    idem = unique_name("idem")
+    cluster.create_topic(idem, 1)
     rd = RdProducer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for i in range(N):
-        rd.produce("idem", value=f"rd-{i}".encode(), partition=0)
+        rd.produce(idem, value=f"rd-{i}".encode(), partition=0)
     assert rd.flush(30) == 0
     kp = KafkaProducer(bootstrap_servers=cluster.bootstrap)  # idempotence on by default
     for i in range(N):
-        kp.send("idem", value=f"kp-{i}".encode(), partition=0)
+        kp.send(idem, value=f"kp-{i}".encode(), partition=0)
     kp.flush(30)
     kp.close()
     reader = SimpleConsumer(brokers=cluster.native)
     try:
-        got = list(reader.messages("idem", 0, follow=True, limit=2 * N, timeout=10))
-        batches = consumer_batches(cluster, "idem")
+        got = list(reader.messages(idem, 0, follow=True, limit=2 * N, timeout=10))
+        batches = consumer_batches(cluster, idem)
     finally:
         reader.close()
     assert [m.value for m in got] == ([f"rd-{i}".encode() for i in range(N)] + [f"kp-{i}".encode() for i in range(N)])

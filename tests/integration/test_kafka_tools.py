@@ -1,6 +1,8 @@
 """More Kafka clients nobody here wrote against the Kafka listener: Debian's `kcat`
 (librdkafka's command line; scripts/install-system-deps.sh installs it) and `aiokafka`
-(its own pure-Python protocol implementation, the dev extra)."""
+(its own pure-Python protocol implementation, the dev extra).
+
+The one-broker tests share the module's broker (``module_kafka_cluster``), each with its own topic."""
 
 from __future__ import annotations
 
@@ -8,12 +10,22 @@ import asyncio
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
+
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The broker the module's tests share speaks Kafka too, as ``kafka_cluster(1)``'s."""
+    return {"kafka": KAFKA_LISTENER}
+
 
 N = 300
 
@@ -46,13 +58,16 @@ def test_kcat_lists_the_cluster(kafka_cluster: Any) -> None:
     assert "2 brokers:" in text and 'topic "listed" with 3 partitions:' in text
 
 
-def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("kc", 2)
+def test_kcat_produces_and_consumes_n_keyed_messages(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    kc = unique_name("kc")
+    cluster.create_topic(kc, 2)
     for p in range(2):
         lines = "".join(f"k{i % 5}|v{i}\n" for i in range(N) if i % 2 == p)
-        kcat("-b", cluster.bootstrap, "-P", "-t", "kc", "-p", str(p), "-K", "|", "-X", "acks=all", stdin=lines)
-    out = kcat("-b", cluster.bootstrap, "-C", "-t", "kc", "-o", "beginning", "-e", "-J", "-q")
+        kcat("-b", cluster.bootstrap, "-P", "-t", kc, "-p", str(p), "-K", "|", "-X", "acks=all", stdin=lines)
+    out = kcat("-b", cluster.bootstrap, "-C", "-t", kc, "-o", "beginning", "-e", "-J", "-q")
     got = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert len(got) == N
     for p in range(2):
@@ -64,9 +79,12 @@ def test_kcat_produces_and_consumes_n_keyed_messages(kafka_cluster: Any) -> None
         assert offsets == sorted(set(offsets))
 
 
-def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
-    cluster = kafka_cluster(1)
-    cluster.create_topic("aio", 3)
+def test_aiokafka_produces_and_consumes_n_in_order(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    aio = unique_name("aio")
+    cluster.create_topic(aio, 3)
 
     async def run() -> list[Any]:
         producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
@@ -74,7 +92,7 @@ def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
         try:
             for i in range(N):
                 await producer.send(
-                    "aio",
+                    aio,
                     value=f"v{i}".encode(),
                     key=f"k{i % 7}".encode(),
                     partition=i % 3,
@@ -88,7 +106,7 @@ def test_aiokafka_produces_and_consumes_n_in_order(kafka_cluster: Any) -> None:
         )
         await consumer.start()
         try:
-            consumer.assign([TopicPartition("aio", p) for p in range(3)])
+            consumer.assign([TopicPartition(aio, p) for p in range(3)])
             out: list[Any] = []
             async with asyncio.timeout(60):
                 while len(out) < N:

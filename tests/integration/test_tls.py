@@ -5,13 +5,18 @@ followers fetching from their leaders and the command line talk TLS; the wrong k
 client (plaintext on a TLS port, TLS on a plaintext port, an untrusted CA, a wrong host
 name, a client that never finishes its handshake) get a clear one-line error quickly
 while the broker keeps serving everyone else and logs nothing above DEBUG about them.
+
+The tests that neither read a broker's log nor need other TLS settings share the
+module's TLS broker (``module_cluster``), each with its own topics.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +37,12 @@ def broker_tls(pki: Pki, **extra: object) -> dict[str, object]:
         "key_file": str(pki.broker_key),
         **extra,
     }
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options(pki: Pki) -> dict[str, Any]:
+    """The module's shared broker speaks TLS, with ``broker_tls(pki)``."""
+    return {"tls": broker_tls(pki)}
 
 
 def _noisy_lines(log: str) -> list[str]:
@@ -115,8 +126,8 @@ def test_a_tls_client_on_a_plaintext_port_fails_fast_with_one_line(broker_cluste
 
 
 @pytest.mark.parametrize("case", ["untrusted CA", "wrong host name"])
-def test_verification_failures_are_clear(broker_cluster, pki: Pki, case: str) -> None:
-    cluster = broker_cluster(1, tls=broker_tls(pki))
+def test_verification_failures_are_clear(module_cluster, pki: Pki, case: str) -> None:
+    cluster = module_cluster
     tls = (
         TlsConfig(ca_file=pki.other_ca)
         if case == "untrusted CA"
@@ -145,14 +156,15 @@ def test_a_client_that_never_speaks_is_dropped(broker_cluster, pki: Pki) -> None
 _cli = logferry
 
 
-def test_cli_produce_and_consume_over_tls(broker_cluster, pki: Pki) -> None:
-    zk = broker_cluster(1, tls=broker_tls(pki)).zk_connect
+def test_cli_produce_and_consume_over_tls(module_cluster, unique_name: Callable[[str], str], pki: Pki) -> None:
+    zk = module_cluster.zk_connect
+    topic = unique_name("cli-tls")
     tls = ["--tls-ca", str(pki.ca)]
-    assert _cli("topic", "create", "cli-tls", "-p", "1", *tls, zk=zk).returncode == 0
+    assert _cli("topic", "create", topic, "-p", "1", *tls, zk=zk).returncode == 0
     lines = "".join(f"line {i}\n" for i in range(100))
-    produced = _cli("produce", "cli-tls", *tls, zk=zk, stdin=lines)
+    produced = _cli("produce", topic, *tls, zk=zk, stdin=lines)
     assert produced.returncode == 0, produced.stderr
-    consumed = _cli("consume", "cli-tls", "-n", "100", *tls, zk=zk)
+    consumed = _cli("consume", topic, "-n", "100", *tls, zk=zk)
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout == lines
     untrusted = _cli("topic", "list", "--tls-ca", str(pki.other_ca), zk=zk)

@@ -5,6 +5,10 @@ processes. Mirrors run as ``python -m broker mirror --config FILE`` subprocesses
 tests can SIGTERM or kill -9 them); each writes a status file the tests read.
 Comparisons work on stored batch bytes: a batch copied byte for byte has the same
 messages, in the same order, under the same codec.
+
+``two_clusters`` starts a source and a target for one test; ``module_two_clusters`` is
+a source and a target shared by a module's tests that leave both brokers running, each
+test with topics and a mirror group of its own (``unique_name``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import pytest
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.config import dumps
 from broker.wire import records
+from tests.support.brokers import Cluster, kept_running, shared_cluster
 from tests.support.waiting import wait_until
+from tests.support.zookeeper import ZooKeeperHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,6 +103,26 @@ def two_clusters(broker_cluster, zookeeper):
         return source, target
 
     return make
+
+
+@pytest.fixture(scope="module")
+def _module_source_and_target(
+    request: pytest.FixtureRequest, zookeeper: ZooKeeperHarness, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, Cluster]]:
+    with (
+        shared_cluster(request, zookeeper, tmp_path_factory, "module_two_clusters", "module-source") as source,
+        shared_cluster(request, zookeeper, tmp_path_factory, "module_two_clusters", "module-target") as target,
+    ):
+        yield source, target
+
+
+@pytest.fixture
+def module_two_clusters(_module_source_and_target: tuple[Cluster, Cluster]) -> Iterator[tuple[Cluster, Cluster]]:
+    """``(source, target)``, what ``two_clusters()`` starts, shared by the module's tests:
+    name topics and the mirror's group with ``unique_name``, and a mirror's pattern too,
+    so that it matches none of the other tests' topics."""
+    with kept_running(*_module_source_and_target):
+        yield _module_source_and_target
 
 
 @pytest.fixture

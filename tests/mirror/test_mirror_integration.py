@@ -1,4 +1,8 @@
-"""The mirror between two real clusters: copy, crashes, new topics, sharing, gzip, gaps."""
+"""The mirror between two real clusters: copy, crashes, new topics, sharing, gzip, gaps.
+
+The tests that leave the brokers running share the module's source and target
+(``module_two_clusters``), each with its own topics and mirror group; those that stop
+a broker or need other broker settings start their own (``two_clusters``)."""
 
 from __future__ import annotations
 
@@ -41,15 +45,18 @@ def _offsets(zk: str, group: str) -> dict:
         client.close()
 
 
-def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two_clusters, mirrors):
-    source, target = two_clusters()
-    for topic, n in TOPICS.items():
+def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    topics = {unique_name(topic): n for topic, n in TOPICS.items()}
+    for topic, n in topics.items():
         create(source.zk_connect, topic, n)
-    mirror = mirrors("m1", source, target, topics=list(TOPICS))
-    counts = {"clicks": 250_000, "views": 150_000, "errors": 100_000}
+    group = unique_name("mirror")
+    mirror = mirrors("m1", source, target, topics=list(topics), group=group)
+    counts = {unique_name("clicks"): 250_000, unique_name("views"): 150_000, unique_name("errors"): 100_000}
     for topic, count in counts.items():
-        produce(source.zk_connect, topic, count, TOPICS[topic], compression="gzip" if topic == "errors" else "none")
-    for topic in TOPICS:
+        compression = "gzip" if topic == unique_name("errors") else "none"
+        produce(source.zk_connect, topic, count, topics[topic], compression=compression)
+    for topic in topics:
         wait_for(
             lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True),
             90,
@@ -57,7 +64,7 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
         )
     assert mirror.terminate() == 0  # SIGTERM: finish, commit, exit 0
     total = 0
-    for topic, n in TOPICS.items():
+    for topic, n in topics.items():
         assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)
         batches = read_batches(target.zk_connect, topic)
         assert len(batches) == n  # created with the source's partition count
@@ -65,8 +72,8 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
         total += message_count(batches)
     assert total == 500_000
     # Committed source positions are the source ends: a restart copies nothing again.
-    committed = _offsets(source.zk_connect, "mirror")
-    for topic in TOPICS:
+    committed = _offsets(source.zk_connect, group)
+    for topic in topics:
         for p, end in ends(source.zk_connect, topic).items():
             assert committed[(topic, p)] == end
     status = mirror.status()
@@ -74,16 +81,17 @@ def test_500k_messages_on_3_topics_arrive_once_byte_equal_in_partition_order(two
     out = logferry("mirror", "status", "--config", str(mirror.config_file), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["lag_bytes"] == 0 and len(doc["partitions"]) == sum(TOPICS.values())
+    assert doc["lag_bytes"] == 0 and len(doc["partitions"]) == sum(topics.values())
 
 
-def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
-    source, target = two_clusters()
-    create(source.zk_connect, "zipped", 2)
-    mirror = mirrors("m1", source, target, topics=["zipped"])
-    produce(source.zk_connect, "zipped", 20_000, 2, compression="gzip", size=200)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True), 60, "zipped to be mirrored")
-    batches = read_batches(target.zk_connect, "zipped")
+def test_gzip_batches_arrive_as_gzip_batches(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    zipped = unique_name("zipped")
+    create(source.zk_connect, zipped, 2)
+    mirror = mirrors("m1", source, target, topics=[zipped], group=unique_name("mirror"))
+    produce(source.zk_connect, zipped, 20_000, 2, compression="gzip", size=200)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, zipped, exact=True), 60, "zipped to be mirrored")
+    batches = read_batches(target.zk_connect, zipped)
     codecs = {records.BATCH_HEADER.unpack_from(b)[3] & 3 for bs in batches.values() for b in bs}
     assert codecs == {records.CODEC_GZIP}
     stored = sum(len(b) for bs in batches.values() for b in bs)
@@ -91,14 +99,15 @@ def test_gzip_batches_arrive_as_gzip_batches(two_clusters, mirrors):
     assert mirror.terminate() == 0
 
 
-def test_zstd_and_lz4_batches_are_copied_as_they_are(two_clusters, mirrors):
-    source, target = two_clusters()
-    for topic in ("zstd", "lz4"):
+def test_zstd_and_lz4_batches_are_copied_as_they_are(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    codec_of = {unique_name(codec): codec for codec in ("zstd", "lz4")}
+    for topic in codec_of:
         create(source.zk_connect, topic, 2)
-    mirror = mirrors("m1", source, target, topics=["zstd", "lz4"])  # default config
-    for topic in ("zstd", "lz4"):
-        produce(source.zk_connect, topic, 20_000, 2, compression=topic, size=200)
-    for topic in ("zstd", "lz4"):
+    mirror = mirrors("m1", source, target, topics=list(codec_of), group=unique_name("mirror"))  # default config
+    for topic, codec in codec_of.items():
+        produce(source.zk_connect, topic, 20_000, 2, compression=codec, size=200)
+    for topic, codec in codec_of.items():
         wait_for(
             lambda topic=topic: mirrored(source.zk_connect, target.zk_connect, topic, exact=True),
             60,
@@ -107,28 +116,29 @@ def test_zstd_and_lz4_batches_are_copied_as_they_are(two_clusters, mirrors):
         assert_mirrored(source.zk_connect, target.zk_connect, topic, exact=True)  # byte for byte
         batches = read_batches(target.zk_connect, topic)
         attributes = {records.BATCH_HEADER.unpack_from(b)[3] for bs in batches.values() for b in bs}
-        assert attributes == {records.CODECS[topic]}
+        assert attributes == {records.CODECS[codec]}
         assert message_count(batches) == 20_000
     assert mirror.terminate() == 0
 
 
-def test_mirror_compression_compresses_uncompressed_batches_only(two_clusters, mirrors):
-    source, target = two_clusters()
-    create(source.zk_connect, "plain", 2)
-    create(source.zk_connect, "zipped", 2)
-    mirror = mirrors("m1", source, target, topics=["plain", "zipped"], compression="zstd")
-    produce(source.zk_connect, "plain", 20_000, 2, size=200)
-    produce(source.zk_connect, "zipped", 5_000, 2, compression="gzip", size=200)
+def test_mirror_compression_compresses_uncompressed_batches_only(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    plain, zipped = unique_name("plain"), unique_name("zipped")
+    create(source.zk_connect, plain, 2)
+    create(source.zk_connect, zipped, 2)
+    mirror = mirrors("m1", source, target, topics=[plain, zipped], compression="zstd", group=unique_name("mirror"))
+    produce(source.zk_connect, plain, 20_000, 2, size=200)
+    produce(source.zk_connect, zipped, 5_000, 2, compression="gzip", size=200)
     wait_for(
-        lambda: mirrored(source.zk_connect, target.zk_connect, "zipped", exact=True),
+        lambda: mirrored(source.zk_connect, target.zk_connect, zipped, exact=True),
         60,
         "zipped to be mirrored as it is",
     )
-    src_ends = ends(source.zk_connect, "plain")
-    wait_for(lambda: message_count(read_batches(target.zk_connect, "plain")) == 20_000, 60, "plain to be mirrored")
+    src_ends = ends(source.zk_connect, plain)
+    wait_for(lambda: message_count(read_batches(target.zk_connect, plain)) == 20_000, 60, "plain to be mirrored")
     source_batches, target_batches = (
-        read_batches(source.zk_connect, "plain"),
-        read_batches(target.zk_connect, "plain"),
+        read_batches(source.zk_connect, plain),
+        read_batches(target.zk_connect, plain),
     )
     for p, batches in source_batches.items():
         copied = target_batches[p]
@@ -137,21 +147,20 @@ def test_mirror_compression_compresses_uncompressed_batches_only(two_clusters, m
             old, new = decode_batch(before), decode_batch(after)
             assert new.codec == records.CODEC_ZSTD and old.codec == records.CODEC_NONE
             assert (new.values, new.keys, new.timestamps) == (old.values, old.keys, old.timestamps)
-    assert sum(ends(target.zk_connect, "plain").values()) < sum(src_ends.values()) / 3
+    assert sum(ends(target.zk_connect, plain).values()) < sum(src_ends.values()) / 3
     assert mirror.terminate() == 0
 
 
-def test_metrics_endpoint_counts_what_was_copied_and_passes_promtool(two_clusters, mirrors):
-    source, target = two_clusters()
-    create(source.zk_connect, "scraped", 2)
+def test_metrics_endpoint_counts_what_was_copied_and_passes_promtool(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    scraped = unique_name("scraped")
+    create(source.zk_connect, scraped, 2)
     port = free_port()
-    mirror = mirrors("m1", source, target, topics=["scraped"], metrics={"port": port})
-    produce(source.zk_connect, "scraped", 1_000, 2)
-    wait_for(
-        lambda: mirrored(source.zk_connect, target.zk_connect, "scraped", exact=True), 60, "scraped to be mirrored"
-    )
+    mirror = mirrors("m1", source, target, topics=[scraped], metrics={"port": port}, group=unique_name("mirror"))
+    produce(source.zk_connect, scraped, 1_000, 2)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, scraped, exact=True), 60, "scraped to be mirrored")
     text = wait_for(
-        lambda: _scrape_when(port, "logferry_mirror_messages_total", topic="scraped", equals=1_000),
+        lambda: _scrape_when(port, "logferry_mirror_messages_total", topic=scraped, equals=1_000),
         20,
         "the copy counted",
     )
@@ -222,56 +231,68 @@ def test_kill_9_of_the_mirror_target_down_10s_and_source_restart_lose_nothing(tw
     assert message_count(read_batches(source.zk_connect, "events")) == 140_000
 
 
-def test_new_topic_matching_the_pattern_is_copied_without_restart_others_are_not(two_clusters, mirrors):
-    source, target = two_clusters()
-    create(source.zk_connect, "logs-web", 2)
-    mirror = mirrors("m1", source, target, pattern="logs-.*", exclude=["logs-private.*"])
-    produce(source.zk_connect, "logs-web", 1_000, 2)
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "logs-web", exact=True), 60, "logs-web")
-    create(source.zk_connect, "logs-new", 3)  # created after the mirror started
-    create(source.zk_connect, "metrics", 1)  # outside the pattern
-    create(source.zk_connect, "logs-private", 1)  # excluded
-    for topic, n in (("logs-new", 3), ("metrics", 1), ("logs-private", 1)):
+def test_new_topic_matching_the_pattern_is_copied_without_restart_others_are_not(
+    module_two_clusters, unique_name, mirrors
+):
+    source, target = module_two_clusters
+    web, new, metrics, private = (unique_name(t) for t in ("logs-web", "logs-new", "metrics", "logs-private"))
+    create(source.zk_connect, web, 2)
+    # pattern and exclusion made of this test's names: the source is shared with other tests
+    mirror = mirrors(
+        "m1",
+        source,
+        target,
+        pattern=unique_name("logs-.*"),
+        exclude=[unique_name("logs-private.*")],
+        group=unique_name("mirror"),
+    )
+    produce(source.zk_connect, web, 1_000, 2)
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, web, exact=True), 60, "logs-web")
+    create(source.zk_connect, new, 3)  # created after the mirror started
+    create(source.zk_connect, metrics, 1)  # outside the pattern
+    create(source.zk_connect, private, 1)  # excluded
+    for topic, n in ((new, 3), (metrics, 1), (private, 1)):
         produce(source.zk_connect, topic, 2_000, n)
     wait_for(
-        lambda: mirrored(source.zk_connect, target.zk_connect, "logs-new", exact=True),
+        lambda: mirrored(source.zk_connect, target.zk_connect, new, exact=True),
         60,
         "logs-new (created after the start)",
     )
-    assert len(ends(target.zk_connect, "logs-new")) == 3
+    assert len(ends(target.zk_connect, new)) == 3
     time.sleep(2)
     assert mirror.terminate() == 0
-    assert ends(target.zk_connect, "metrics") == {}
-    assert ends(target.zk_connect, "logs-private") == {}
+    assert ends(target.zk_connect, metrics) == {}
+    assert ends(target.zk_connect, private) == {}
 
 
-def test_two_mirrors_share_partitions_and_one_takes_over_after_a_kill(two_clusters, mirrors):
-    source, target = two_clusters()
-    create(source.zk_connect, "shared", 6)
-    first = mirrors("m1", source, target, topics=["shared"])
-    second = mirrors("m2", source, target, topics=["shared"])
+def test_two_mirrors_share_partitions_and_one_takes_over_after_a_kill(module_two_clusters, unique_name, mirrors):
+    source, target = module_two_clusters
+    shared, group = unique_name("shared"), unique_name("mirror")
+    create(source.zk_connect, shared, 6)
+    first = mirrors("m1", source, target, topics=[shared], group=group)
+    second = mirrors("m2", source, target, topics=[shared], group=group)
 
     def owners() -> dict:
         client = KazooClient(hosts=source.zk_connect)
         client.start(10)
         try:
-            return read_owners(client, "mirror")
+            return read_owners(client, group)
         finally:
             client.stop()
             client.close()
 
     wait_for(lambda: len(owners()) == 6 and len(set(owners().values())) == 2, 60, "both mirrors to own partitions")
-    produce(source.zk_connect, "shared", 30_000, 6, tag="a")
-    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=True), 60, "shared by two mirrors")
+    produce(source.zk_connect, shared, 30_000, 6, tag="a")
+    wait_for(lambda: mirrored(source.zk_connect, target.zk_connect, shared, exact=True), 60, "shared by two mirrors")
     wait_for(
         lambda: first.status().get("messages_total", 0) > 0 and second.status().get("messages_total", 0) > 0,
         10,
         "both mirrors to report copies (status files are rewritten every 2 s)",
     )
     first.kill()
-    produce(source.zk_connect, "shared", 30_000, 6, tag="b")
+    produce(source.zk_connect, shared, 30_000, 6, tag="b")
     wait_for(
-        lambda: mirrored(source.zk_connect, target.zk_connect, "shared", exact=False), 60, "the survivor to take over"
+        lambda: mirrored(source.zk_connect, target.zk_connect, shared, exact=False), 60, "the survivor to take over"
     )
     wait_for(lambda: set(owners().values()) == {second.status().get("consumer_id")}, 30, "m2 to own everything")
     assert second.terminate() == 0

@@ -4,7 +4,9 @@ The source cluster is reached through :mod:`benchmarks.delay_proxy` (real socket
 direction delayed), as the WAN benchmark does: the mirror runs in this process because
 its source clients are routed to the proxy by the benchmark's address map (brokers have
 no "advertised address" setting). The fetch window starts at a small ``fetch_max_bytes``
-so that it has to grow with the measured latency x bandwidth while copying.
+so that it has to grow with the measured latency x bandwidth while copying. Both modes
+share the module's source and target (``module_two_clusters``), each with its own topic
+and mirror group.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ BASE = 64 * 1024
 
 
 @pytest.mark.parametrize("mode", ["preserve", "produce"])
-def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
-    source, target = two_clusters()
-    create(source.zk_connect, "wan", PARTITIONS)
-    produce(source.zk_connect, "wan", MESSAGES, PARTITIONS, tag="w", batch=100)
+def test_a_delayed_source_is_copied_whole_and_in_order(module_two_clusters, unique_name, mode):
+    source, target = module_two_clusters
+    wan = unique_name("wan")
+    create(source.zk_connect, wan, PARTITIONS)
+    produce(source.zk_connect, wan, MESSAGES, PARTITIONS, tag="w", batch=100)
     wait_for(
-        lambda: message_count(read_batches(source.zk_connect, "wan")) == MESSAGES,
+        lambda: message_count(read_batches(source.zk_connect, wan)) == MESSAGES,
         30,
         "the source to hold every message",
     )
@@ -57,8 +60,8 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
         config = MirrorConfig(
             source_zk=via_proxy,
             target_zk=target.zk_connect,
-            group="wan",
-            topics=("wan",),
+            group=unique_name("wan"),
+            topics=(wan,),
             mode=mode,
             fetch_max_bytes=BASE,
             commit_interval_ms=300,
@@ -69,9 +72,9 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
         thread = threading.Thread(target=mirror.run, name="wan-mirror")
         thread.start()
         try:
-            wanted = ends(source.zk_connect, "wan")
+            wanted = ends(source.zk_connect, wan)
             wait_for(
-                lambda: ends(target.zk_connect, "wan") == wanted or not thread.is_alive(),
+                lambda: ends(target.zk_connect, wan) == wanted or not thread.is_alive(),
                 120,
                 "the target to reach the source's ends",
             )
@@ -84,8 +87,8 @@ def test_a_delayed_source_is_copied_whole_and_in_order(two_clusters, mode):
     assert not thread.is_alive()
     # the window grew past the base: fewer, larger fetches than fetch_max_bytes allows
     assert stats["bytes_fetched"] / stats["fetch_requests"] > BASE
-    assert ends(target.zk_connect, "wan") == wanted
-    assert_mirrored(source.zk_connect, target.zk_connect, "wan", exact=True)
-    sent, copied = values_by_partition(source.zk_connect, "wan"), values_by_partition(target.zk_connect, "wan")
+    assert ends(target.zk_connect, wan) == wanted
+    assert_mirrored(source.zk_connect, target.zk_connect, wan, exact=True)
+    sent, copied = values_by_partition(source.zk_connect, wan), values_by_partition(target.zk_connect, wan)
     assert sum(len(v) for v in copied.values()) == MESSAGES  # sent N, received N
     assert copied == sent  # the same values, in the same order, in each partition

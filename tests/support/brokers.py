@@ -5,12 +5,20 @@ Each broker runs as ``python -m broker broker --config <toml>`` on a free port o
 ``broker_cluster`` fixture starts as many as a test asks for and always stops them;
 a failed test prints each broker's log tail. ``kafka_cluster`` is the same with a Kafka
 listener on every broker (docs/kafka.md), seen through :class:`KafkaCluster`.
+
+``module_cluster`` is one broker shared by the tests of a module, for tests that only
+create, produce to and consume their own topics and groups (named with ``unique_name``):
+each broker start costs about half a second of CPU, and most tests need nothing else.
+A test that stops, kills, pauses or reconfigures a broker, or asserts on what a whole
+broker holds (its topics, its metrics, its log), keeps its own ``broker_cluster``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +26,13 @@ import pytest
 
 from broker.client import Admin, SimpleConsumer
 from broker.testing.localrun import BrokerProcess as _BrokerProcess
+from tests.support import register_log_source, unregister_log_source
+from tests.support.zookeeper import ZooKeeperHarness
 
 TEST_BROKER_SETTINGS = {"datacenter": "test", "num_partitions": 4, "zk_session_timeout_s": 6.0}
 TEST_LOG_SETTINGS = {"flush_messages": 10000, "flush_ms": 20}
+KAFKA_LISTENER = {"listen": "127.0.0.1:0"}
+"""The ``[kafka]`` table of a test broker with a Kafka listener (on a free port)."""
 
 
 class BrokerProcess(_BrokerProcess):
@@ -136,6 +148,93 @@ def broker_cluster(zk_connect: str, tmp_path: Path, request) -> Iterator:
         cluster.stop_all()
 
 
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The keywords of :meth:`Cluster.add` (``broker``, ``log``, ``tls``, ``kafka``) the
+    module's shared broker starts with: none by default. A module that needs other
+    settings for all its tests overrides this fixture (module scope)."""
+    return {}
+
+
+@contextmanager
+def shared_cluster(
+    request: pytest.FixtureRequest,
+    zookeeper: ZooKeeperHarness,
+    tmp_path_factory: pytest.TempPathFactory,
+    fixture: str,
+    name: str = "module-cluster",
+    **options: Any,
+) -> Iterator[Cluster]:
+    """One broker (``options``: :meth:`Cluster.add`'s keywords) in a ZooKeeper chroot of
+    its own, for the tests of a module: stopped on leaving, failed or not. Its log is
+    shown under a failed test that used ``fixture``, the per-test fixture handing it out
+    (which wraps each test in :func:`kept_running`)."""
+    zookeeper.ensure_running()
+    cluster = Cluster(zookeeper.new_chroot(), tmp_path_factory.mktemp(name))
+    key = f"shared-{cluster.workdir.name}"
+    try:
+        broker = cluster.add(**options)
+        title = f"shared {broker.name} log {broker.log_file} (every test of the module)"
+        register_log_source(request.config, key, broker, fixture=fixture, title=title)
+        yield cluster
+    finally:
+        unregister_log_source(request.config, key)
+        cluster.stop_all()
+
+
+@contextmanager
+def kept_running(*clusters: Cluster) -> Iterator[None]:
+    """Around one test on shared clusters: fail it (in its teardown) if it leaves a broker
+    down, and start again a broker an earlier test left down (that test was failed)."""
+    for cluster in clusters:
+        for broker in cluster.brokers:
+            if not broker.is_running():
+                broker.start()
+    yield
+    down = [c for c in clusters if not all(b.is_running() for b in c.brokers)]
+    if down:
+        pytest.fail(
+            "a shared broker is down after this test (shared brokers are for tests that "
+            "leave them running):\n" + "\n".join(c.logs() for c in down),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def _module_brokers(
+    zookeeper: ZooKeeperHarness,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    module_cluster_options: dict[str, Any],
+) -> Iterator[Cluster]:
+    """The module's one broker; stopped when the module's last test is done (on a
+    pytest-xdist worker: when that worker moves on to another module)."""
+    with shared_cluster(request, zookeeper, tmp_path_factory, "module_cluster", **module_cluster_options) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def module_cluster(_module_brokers: Cluster) -> Iterator[Cluster]:
+    """The :class:`Cluster` of one broker shared by this module's tests (see the module
+    docstring); name topics and groups with ``unique_name``. A test that leaves the
+    broker down gets an error in its teardown; the next test gets a broker again."""
+    with kept_running(_module_brokers):
+        yield _module_brokers
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("orders") -> "orders-1a2b3c4d"``: ``base`` with a suffix of this
+    test alone (a hash of its node id, so the same on every run), for the topics and
+    groups of a test on a shared broker (``module_cluster``)."""
+    suffix = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+
+    def name(base: str) -> str:
+        return f"{base}-{suffix}"
+
+    return name
+
+
 class KafkaCluster:
     """A :class:`Cluster` whose brokers also listen for Kafka clients: ``bootstrap`` is
     the Kafka clients' ``bootstrap.servers``, ``native`` the native clients' list."""
@@ -165,11 +264,19 @@ class KafkaCluster:
 
 
 @pytest.fixture
+def module_kafka_cluster(module_cluster: Cluster) -> KafkaCluster:
+    """The module's shared broker (``module_cluster``) as a :class:`KafkaCluster`. Its
+    module gives it a Kafka listener: ``module_cluster_options`` returning
+    ``{"kafka": KAFKA_LISTENER}``."""
+    return KafkaCluster(module_cluster)
+
+
+@pytest.fixture
 def kafka_cluster(broker_cluster) -> Any:
     """Factory: ``kafka_cluster(n=1, **broker_settings) -> KafkaCluster``, brokers with a
     Kafka listener on a free port; all stopped after (by ``broker_cluster``)."""
 
     def start(n: int = 1, **broker: Any) -> KafkaCluster:
-        return KafkaCluster(broker_cluster(n, broker=broker, kafka={"listen": "127.0.0.1:0"}))
+        return KafkaCluster(broker_cluster(n, broker=broker, kafka=KAFKA_LISTENER))
 
     return start

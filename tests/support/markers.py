@@ -28,12 +28,15 @@ PROCESS_FIXTURES = frozenset(
         "zk_client",  # tests/support/zookeeper.py: a ZooKeeper JVM
         "tls_zookeeper",  # tests/support/zookeeper.py: one with TLS
         "broker_cluster",
-        "kafka_cluster",  # tests/support/brokers.py: broker processes
+        "kafka_cluster",
+        "module_cluster",
+        "module_kafka_cluster",  # tests/support/brokers.py: broker processes
         "spark",  # tests/loader/conftest.py: a Spark JVM
         "agent_process",  # tests/agent/conftest.py: python -m agent
         "group_members",  # tests/groups/conftest.py: member processes
         "mirrors",
-        "two_clusters",  # tests/mirror/conftest.py
+        "two_clusters",
+        "module_two_clusters",  # tests/mirror/conftest.py
     }
 )
 """Fixtures that start processes, directly or through another fixture of this set."""
