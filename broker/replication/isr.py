@@ -15,10 +15,15 @@ lower than before (a follower that lost an unflushed tail and came back).
   (what consumers see) is the replicated end capped by the leader's flushed end, and
   it never moves back.
 * **Joining**: a follower outside the ack set joins when a fetch of its reaches the
-  replicated end. That is checked at the fetch, when no acknowledgement can slip in
-  between, and from then on the follower counts for acks; so when ZooKeeper names
-  it, it holds every acknowledged batch. (Comparing with the high watermark instead
-  would be wrong here: it lags the replicated end by the leader's unflushed bytes.)
+  replicated end, and the leader's log end at the start of its epoch (Kafka's rule
+  since KAFKA-7128: whatever the leader held when it was elected may have been
+  acknowledged in an earlier epoch, and the ISR members' ends are not known yet, only
+  assumed to be the high watermark, which a leader restarted after kill -9 knows only
+  up to its flushed end). That is checked at the fetch, when no acknowledgement can
+  slip in between, and from then on the follower counts for acks; so when ZooKeeper
+  names it, it holds every acknowledged batch. (Comparing with the high watermark
+  instead would be wrong here: it lags the replicated end by the leader's unflushed
+  bytes.)
 * **Leaving**: a committed member leaves when it has not been caught up for ``lag``
   seconds. "Caught up" follows Kafka's rule: a fetch at or past the leader's end *as
   of the previous fetch* proves the follower was caught up at the time of that
@@ -48,8 +53,18 @@ class FollowerProgress:
 class LeaderTracker:
     """Followers' progress, the ISR and the high watermark of a partition this broker leads."""
 
-    def __init__(self, me: int, replicas: Sequence[int], isr: Iterable[int], high_watermark: int, now: float):
+    def __init__(
+        self,
+        me: int,
+        replicas: Sequence[int],
+        isr: Iterable[int],
+        high_watermark: int,
+        now: float,
+        epoch_start: int = 0,
+    ):
         self.me = me
+        self.epoch_start = epoch_start
+        """The leader's log end when it became leader: no follower joins below it."""
         self.isr: tuple[int, ...] = tuple(isr)
         """The committed ISR: as last written to or read from ZooKeeper."""
         self.joining: set[int] = set()
@@ -87,7 +102,7 @@ class LeaderTracker:
         progress.last_fetch_leader_end = leader_end
         grew = offset > progress.leo
         progress.leo = offset
-        if follower not in self.ack_set() and offset >= self.replicated_end(leader_end):
+        if follower not in self.ack_set() and offset >= max(self.replicated_end(leader_end), self.epoch_start):
             self.joining.add(follower)  # from now on acks wait for it too
             progress.caught_up_at = now
         return grew

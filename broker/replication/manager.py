@@ -207,7 +207,9 @@ class ReplicaManager:
         if role == LEADER:
             assert state is not None
             plog = replica.plog
-            replica.tracker = LeaderTracker(self.me, replica.replicas, state.isr, plog.visible_end, time.monotonic())
+            replica.tracker = LeaderTracker(
+                self.me, replica.replicas, state.isr, plog.visible_end, time.monotonic(), epoch_start=plog.end_offset
+            )
             if replica.replicated:
                 plog.set_high_watermark(replica.tracker.high_watermark)
             log.info(

@@ -159,6 +159,23 @@ def test_a_follower_joins_only_holding_every_acknowledged_batch() -> None:
     assert tracker.proposed_isr(now=0.5, lag=1.0) == (1, 2, 3)
 
 
+def test_a_restarted_leader_admits_no_follower_short_of_its_log_end_at_election() -> None:
+    # The case of test_kill9_mid_copy_the_move_finishes[controller]: leader 1 is killed
+    # -9 while new replica 3 copies, comes back and is elected again. It knows its high
+    # watermark only up to its flushed end (67,241), and assumes its in-sync follower 2
+    # holds that much until 2 fetches. Replica 3, at 100,844 of 828,364 bytes, was past
+    # that assumed end: it joined the ISR, the reassignment made it leader, and the
+    # other replicas truncated acknowledged messages to its end.
+    tracker = LeaderTracker(1, [1, 2, 3, 4], (1, 2), high_watermark=67_241, now=0.0, epoch_start=828_364)
+    assert tracker.replicated_end(828_364) == 67_241  # 2 has not fetched in this epoch yet
+    tracker.record_fetch(3, 100_844, 828_364, now=0.1)
+    assert 3 not in tracker.ack_set()
+    assert tracker.proposed_isr(now=0.2, lag=1.0) is None
+    tracker.record_fetch(2, 828_364, 828_364, now=0.3)
+    tracker.record_fetch(3, 828_364, 828_364, now=0.4)  # now it holds everything
+    assert tracker.proposed_isr(now=0.5, lag=1.0) == (1, 2, 3)
+
+
 def test_a_joining_follower_counts_for_acks_before_zookeeper_names_it() -> None:
     tracker = LeaderTracker(1, [1, 2, 3], (1, 2), high_watermark=0, now=0.0)
     tracker.record_fetch(2, 1000, 1000, now=0.1)
