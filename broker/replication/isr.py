@@ -15,8 +15,8 @@ lower than before (a follower that lost an unflushed tail and came back).
   (what consumers see) is the replicated end capped by the leader's flushed end, and
   it never moves back.
 * **Joining**: a follower outside the ack set joins when a fetch of its reaches the
-  replicated end, and the leader's log end at the start of its epoch (Kafka's rule
-  since KAFKA-7128: whatever the leader held when it was elected may have been
+  replicated end, and the leader's log end at the start of its epoch (Kafka's rule in
+  ``Partition.isFollowerInSync``: whatever the leader held when it was elected may have been
   acknowledged in an earlier epoch, and the ISR members' ends are not known yet, only
   assumed to be the high watermark, which a leader restarted after kill -9 knows only
   up to its flushed end). That is checked at the fetch, when no acknowledgement can
