@@ -27,7 +27,9 @@ def _produce(bootstrap: str, first: int, n: int) -> int:
     with Producer(brokers=bootstrap) as producer:
         for i in range(first, first + n):
             count = 1 + i % 7
-            producer.send("mo", [b"mo-%d-%d-" % (i, j) + b"y" * 60 for j in range(count)], partition=0).wait(10)
+            # 60 s: after a kill -9 the restarted broker leads again only once ZooKeeper
+            # has expired the killed process's session (6 s), later on a busy machine
+            producer.send("mo", [b"mo-%d-%d-" % (i, j) + b"y" * 60 for j in range(count)], partition=0).wait(60)
             sent += count
     return sent
 
