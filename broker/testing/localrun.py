@@ -3,6 +3,8 @@
 One place knows how to write a broker's TOML file, pick a free port on 127.0.0.1,
 start ``python -m broker broker --config ...``, wait until it serves, and stop it
 with SIGTERM (or kill -9 it on purpose). Nothing here is used by a deployed broker.
+The test suite starts its brokers from a fork server (:mod:`broker.testing.prefork`):
+the same program in a process of its own, without importing it again each time.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from broker.common.config import dumps
+from broker.testing.prefork import ChildProcess, start_module
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
@@ -73,7 +75,7 @@ class BrokerProcess:
             **(broker or {}),
         }
         self.log_settings = dict(log or {})
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ChildProcess | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         self.tls_settings = dict(tls or {})
         doc: dict[str, Any] = {"broker": self.broker_settings, "log": self.log_settings}
@@ -99,14 +101,8 @@ class BrokerProcess:
         """Start the process; with ``wait``, return once it accepts connections."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         with self.log_file.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "broker", "--config", str(self.config_file)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=str(ROOT),
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            )
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = start_module("broker", ["broker", "--config", str(self.config_file)], out, env, ROOT)
         if wait:
             self.wait_ready()
         return self

@@ -216,19 +216,12 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         import os
-        import subprocess
-        import sys
 
-        out = self.log_file.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", "--config", str(self.config_file)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=str(REPO),
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        out.close()
+        from broker.testing import prefork
+
+        with self.log_file.open("ab") as out:  # from the worker's fork server (broker.testing.prefork)
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = prefork.start_module("agent", ["--config", str(self.config_file)], out, env, REPO)
         wait_until(lambda: self.status().get("state") == "running" or self.proc.poll() is not None, 30, "agent start")
         assert self.proc.poll() is None, f"agent exited at start:\n{self.log_tail()}"
         return self

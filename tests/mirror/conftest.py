@@ -17,8 +17,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.common.config import dumps
+from broker.testing import prefork
 from broker.wire import records
 from tests.support.brokers import Cluster, kept_running, shared_cluster
 from tests.support.waiting import wait_until
@@ -50,20 +49,12 @@ class MirrorProcess:
         self.config_file = workdir / f"{name}.toml"
         self.config_file.write_text(dumps(config))
         self.log_file = workdir / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc: prefork.ChildProcess | None = None
 
     def start(self) -> MirrorProcess:
-        log = self.log_file.open("ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "mirror", "--config", str(self.config_file)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=str(ROOT),
-        )
-        log.close()
+        with self.log_file.open("ab") as log:  # from the worker's fork server (broker.testing.prefork)
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = prefork.start_module("broker", ["mirror", "--config", str(self.config_file)], log, env, ROOT)
         return self
 
     def status(self) -> dict:

@@ -16,6 +16,7 @@ broker holds (its topics, its metrics, its log), keeps its own ``broker_cluster`
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from broker.client import Admin, SimpleConsumer
+from broker.testing import prefork
 from broker.testing.localrun import BrokerProcess as _BrokerProcess
 from tests.support import register_log_source, unregister_log_source
 from tests.support.zookeeper import ZooKeeperHarness
@@ -117,6 +119,23 @@ class Cluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- broker {b.id} ({b.log_file}) ---\n{b.log_tail(60)}" for b in self.brokers)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[prefork.ForkServer]:
+    """This worker's fork server: brokers start from it (:mod:`broker.testing.prefork`),
+    about 0.3 s of CPU fewer each; it starts with the first broker.
+    ``LOGFERRY_TEST_PREFORK=0``: exec every broker instead."""
+    server = prefork.ForkServer(tmp_path_factory.mktemp("prefork"))
+    if os.environ.get("LOGFERRY_TEST_PREFORK", "1") == "0":
+        yield server
+        return
+    prefork.install(server)
+    try:
+        yield server
+    finally:
+        prefork.install(None)
+        server.stop()
 
 
 @pytest.fixture
