@@ -10,8 +10,9 @@ second; processes that were running before the command started are left out.
 
     .venv/bin/python -m tests.support.cpu_by_process make test
 
-prints one line per kind, the total, the command's wall time and its exit status, and
-exits with the command's status. Another job on the machine shows up in the figures
+prints one line per kind, the total, the command's wall time and its exit status, the
+share of the machine's CPUs busy in each 30 s (where the run waits), and exits with the
+command's status. Another job on the machine shows up in the figures
 (as ``other``): measure on a quiet machine.
 """
 
@@ -39,6 +40,7 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mirror", ("-m broker mirror",)),
     ("agent", ("-m broker agent",)),
     ("loader (own process)", ("hadoop_loader",)),
+    ("fork server", ("broker.testing.prefork",)),
     ("pytest worker", ("exec(eval(sys.stdin.readline()))",)),
     ("pytest", ("pytest",)),
     ("other logferry command", ("-m broker",)),
@@ -71,8 +73,15 @@ def _stat(pid: str) -> tuple[tuple[int, int], float] | None:
 
 
 def _command(pid: int) -> str:
+    """Its command line; for a child of a fork server (``broker.testing.prefork``), which
+    shows the server's, the command it runs (``lf-broker`` in its name: ``-m broker broker``)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        command = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        if "broker.testing.prefork" in command:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            if name.startswith("lf-"):
+                return f"python -m broker {name[3:]} (forked)"
+        return command
     except OSError:
         return ""
 
@@ -94,6 +103,22 @@ def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]]) -> N
             entry[1] = command
 
 
+PERIOD_S = 30.0
+"""How often the whole machine's busy share is taken (from /proc/stat): where a run idles."""
+
+
+def _machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _share(first: tuple[int, int], second: tuple[int, int]) -> float:
+    total = second[1] - first[1]
+    return 100.0 * (second[0] - first[0]) / total if total else 0.0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m tests.support.cpu_by_process COMMAND [ARGS...]", file=sys.stderr)
@@ -101,10 +126,14 @@ def main(argv: list[str]) -> int:
     before = {stat[0] for pid in os.listdir("/proc") if pid.isdigit() and (stat := _stat(pid)) is not None}
     seen: dict[tuple[int, int], list] = {}
     started = time.monotonic()
+    busy = [_machine_busy()]
     process = subprocess.Popen(argv)
     while process.poll() is None:
         sample(seen, before)
         time.sleep(1.0)
+        if time.monotonic() - started >= PERIOD_S * len(busy):
+            busy.append(_machine_busy())
+    busy.append(_machine_busy())
     wall = time.monotonic() - started
     by_kind: Counter[str] = Counter()
     count: Counter[str] = Counter()
@@ -114,6 +143,8 @@ def main(argv: list[str]) -> int:
     for kind, cpu in by_kind.most_common():
         print(f"{cpu:8.0f} s CPU  {count[kind]:5d} processes  {kind}")
     print(f"{sum(by_kind.values()):8.0f} s CPU in all, {wall:.0f} s wall, exit status {process.returncode}")
+    shares = [_share(a, b) for a, b in zip(busy, busy[1:], strict=False)]
+    print(f"the machine's CPUs busy, each {PERIOD_S:.0f} s (%): " + " ".join(f"{share:.0f}" for share in shares))
     return process.returncode
 
 

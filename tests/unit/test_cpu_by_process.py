@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cpu_by_process import kind_of
+from tests.support.cpu_by_process import _share, kind_of
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,9 @@ from tests.support.cpu_by_process import kind_of
         (".venv/bin/python -m pyspark.daemon pyspark.sql.worker.create_data_source", "Spark Python worker"),
         (".venv/bin/python -m broker broker --config b.toml", "broker"),
         (".venv/bin/python -m broker mirror --config m.toml", "mirror"),
+        ("python -m broker broker (forked)", "broker"),  # a fork server's child, named by its comm
+        ("python -m broker agent (forked)", "agent"),
+        (".venv/bin/python -u -m broker.testing.prefork /tmp/p/prefork.sock broker.cli.main", "fork server"),
         (".venv/bin/python -m broker topic create t", "other logferry command"),
         (".venv/bin/python -m hadoop_loader load --config l.toml", "loader (own process)"),
         (".venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest worker"),
@@ -28,3 +31,8 @@ from tests.support.cpu_by_process import kind_of
 )
 def test_each_process_is_summed_under_its_kind(command: str, kind: str) -> None:
     assert kind_of(command) == kind
+
+
+def test_the_busy_share_is_of_all_cpus_between_two_readings() -> None:
+    assert _share((100, 1000), (250, 1200)) == 75.0
+    assert _share((100, 1000), (100, 1000)) == 0.0
