@@ -488,7 +488,10 @@ class KafkaService:
                     topic_config_error_code=0,
                     num_partitions=len(assignment) if assignment else -1,
                     replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
-                    configs=None,
+                    # Empty, not null: Kafka's Java Admin (v5+) reads the list of every
+                    # created topic (a NullPointerException in createTopics and
+                    # kafka-topics --create otherwise); Kafka lists the topic's configs.
+                    configs=(),
                 )
             )
         return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME, topics=tuple(results))
