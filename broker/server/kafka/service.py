@@ -44,6 +44,7 @@ from broker.server.kafka.chunks import Buffer, Chunks
 from broker.server.kafka.configs import KafkaConfigs
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_service import KafkaGroupService
+from broker.server.kafka.partitions import KafkaPartitions
 from broker.server.kafka.protocol import (
     Api,
     Request,
@@ -118,8 +119,12 @@ class KafkaService:
             Api.CREATE_TOPICS: self.create_topics,
             Api.DELETE_TOPICS: self.delete_topics,
             Api.INIT_PRODUCER_ID: self.init_producer_id,
-            Api.DESCRIBE_CONFIGS: KafkaConfigs(config, view, admin.authorizer).describe_configs,
         }
+        configs = KafkaConfigs(config, view, admin.authorizer, admin.alter_topic_config)
+        self._handlers[Api.DESCRIBE_CONFIGS] = configs.describe_configs
+        self._handlers[Api.INCREMENTAL_ALTER_CONFIGS] = configs.incremental_alter_configs
+        partitions = KafkaPartitions(admin.grow_topic, view, admin.authorizer)
+        self._handlers[Api.CREATE_PARTITIONS] = partitions.create_partitions
         self.groups = groups
         self.boundaries = Boundaries()
         """Batch offsets recently served or appended: where Kafka consumers fetch next,
