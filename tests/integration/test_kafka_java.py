@@ -12,7 +12,7 @@ a byte position; these tests assert what holds under both meanings (the offsets 
 consumer sees are the producer's, committed == end after a full read, lag 0 then and
 > 0 after more produce). Comments say where the meaning matters.
 
-What logferry does not serve yet is an ``xfail(strict=True)`` test that does the real
+What logferry does not serve yet is an ``xfail(strict=True, raises=NotServed)`` test that does the real
 thing: it starts passing, and so failing, the day the api is served.
 """
 
@@ -317,8 +317,7 @@ def _group_with_commits(java: JavaDriver, cluster: KafkaCluster, topic: str, gro
     java.ok("alter_group_offsets", group=group, topic=topic, offsets={"0": 0, "1": 0})
 
 
-@not_served("CreatePartitions (37) is not served (native: Admin.create_partitions)")
-def test_admin_create_partitions(
+def test_admin_create_partitions_and_kafka_topics_alter(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("jxp")
@@ -326,9 +325,15 @@ def test_admin_create_partitions(
     java.ok("create_partitions", topic=topic, count=3)
     with Admin(brokers=module_kafka_cluster.native) as admin:
         assert sorted(admin.describe_topic(topic)) == [0, 1, 2]
+        altered = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--alter", "--topic", topic, "--partitions", "5")
+        assert altered["exit"] == 0, altered
+        assert sorted(admin.describe_topic(topic)) == [0, 1, 2, 3, 4]
+    fewer = java.call("create_partitions", topic=topic, count=4)
+    assert fewer["error"] == "org.apache.kafka.common.errors.InvalidPartitionsException", fewer
+    described = java.ok("describe_topics", topics=[topic])["topics"][topic]
+    assert sorted(d["partition"] for d in described) == [0, 1, 2, 3, 4]
 
 
-@not_served("IncrementalAlterConfigs (44) is not served (native: logferry topic alter)")
 def test_admin_incremental_alter_configs_and_kafka_configs_alter(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -337,12 +342,29 @@ def test_admin_incremental_alter_configs_and_kafka_configs_alter(
     java.ok("incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "7200000"})
     altered = java.tool(
         KAFKA_CONFIGS, *BOOTSTRAP, "--alter", "--entity-type", "topics", "--entity-name", topic,
-        "--add-config", "retention.bytes=1000000",
+        "--add-config", "retention.bytes=1000000,compression.type=zstd",
     )  # fmt: skip
     assert altered["exit"] == 0, altered
+    expected = {"retention_ms": 7_200_000, "retention_bytes": 1_000_000, "compression": "zstd"}
     with Admin(brokers=module_kafka_cluster.native) as admin:
-        config = admin.topic_config(topic)
-    assert (config.get("retention_ms"), config.get("retention_bytes")) == (7_200_000, 1_000_000)
+        wait_until(lambda: admin.topic_config(topic) == expected, 10, f"{topic}'s settings {expected}")
+        removed = java.tool(
+            KAFKA_CONFIGS, *BOOTSTRAP, "--alter", "--entity-type", "topics", "--entity-name", topic,
+            "--delete-config", "compression.type",
+        )  # fmt: skip
+        assert removed["exit"] == 0, removed
+        wait_until(lambda: "compression" not in admin.topic_config(topic), 10, "compression removed")
+    shown = java.ok("describe_configs", type="topic", name=topic)["configs"]
+    assert shown["retention.bytes"] == {"value": "1000000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert shown["compression.type"]["source"] == "DEFAULT_CONFIG"
+
+    # What logferry has no setting for is refused, and nothing of that request changes.
+    refused = java.call(
+        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "cleanup.policy": "compact"}
+    )
+    assert refused["error"] == "org.apache.kafka.common.errors.InvalidConfigurationException", refused
+    assert "cleanup.policy" in refused["message"]
+    assert java.ok("describe_configs", type="topic", name=topic)["configs"]["retention.ms"]["value"] == "7200000"
 
 
 @not_served("DeleteRecords (21) is not served")
