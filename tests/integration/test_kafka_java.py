@@ -56,8 +56,8 @@ def module_cluster_options() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def _driver(_module_brokers: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaDriver]:
-    """The module's one JVM, on the module's broker; skipped with the reason when Java 17,
-    javac or Kafka's jars are missing (``make kafka-jars`` says why it could not get them)."""
+    """The module's one JVM, on the module's broker; skipped with the reason when Java 17
+    or Kafka's jars are missing (``make kafka-jars`` says why it could not get them)."""
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)

@@ -3,7 +3,8 @@
 A tool invocation as its own JVM (what ``kafka-topics.sh`` does) costs 1-3 s of CPU;
 the driver runs every client and tool of a test module in one JVM, one JSON command per
 line in, one JSON answer per line out. Its classes are compiled once per version of
-its source (javac, into :func:`broker.testing.jvm.cache_dir`); its classpath is Apache
+its source (the JVM's own ``jdk.compiler`` module, so a JRE will do, into
+:func:`broker.testing.jvm.cache_dir`); its classpath is Apache
 Kafka's jars (:mod:`broker.testing.kafka_jars`); its JVM options are the suite's
 (:data:`broker.testing.jvm.QUICK_JVM_OPTIONS`: C1 only, serial GC).
 """
@@ -35,15 +36,13 @@ READY_TIMEOUT = 60.0
 
 
 def unavailable_reason() -> str | None:
-    """One line saying why the driver cannot run here (no Java 17, no javac, no jars), or None."""
+    """One line saying why the driver cannot run here (no Java 17, no jars), or None."""
     java = java_executable()
     if java is None:
         return "no java: run scripts/install-system-deps.sh"
     major = java_major(java)
     if major is None or major < MIN_JAVA:
         return f"{java} is Java {major or '?'}; Kafka {kafka_jars.KAFKA_VERSION}'s tools need {MIN_JAVA}+"
-    if not (java.parent / "javac").exists():
-        return f"no javac next to {java}: install a JDK (Debian's maven brings openjdk-17-jdk-headless)"
     if not kafka_jars.resolved():
         return kafka_jars.missing_reason()
     return None
@@ -59,9 +58,12 @@ def compiled_classes() -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # workers may compile at once
-    javac = [str(java.parent / "javac"), *(f"-J{option}" for option in QUICK_JVM_OPTIONS)]
+    # javac as a module of the JVM itself: Debian's JRE (no javac command) has it too.
+    # It does not expand the launcher's "dir/*" classpath form: every jar by name.
+    jars = ":".join(str(jar) for jar in sorted(kafka_jars.jar_dir().glob("*.jar")))
+    javac = [str(java), *QUICK_JVM_OPTIONS, "-m", "jdk.compiler/com.sun.tools.javac.Main"]
     result = subprocess.run(
-        [*javac, "-nowarn", "-d", str(partial), "-cp", kafka_jars.classpath(), str(SOURCE)],
+        [*javac, "-nowarn", "-d", str(partial), "-cp", jars, str(SOURCE)],
         capture_output=True,
         text=True,
         timeout=COMPILE_TIMEOUT,
