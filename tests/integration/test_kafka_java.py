@@ -397,3 +397,46 @@ def test_admin_delete_consumer_group_offsets(
     _group_with_commits(java, module_kafka_cluster, topic, group)
     java.ok("delete_group_offsets", group=group, topic=topic, partitions=[0])
     assert committed(java, group, topic) == {1: 0}
+
+
+def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group, member = unique_name("jm"), unique_name("jmg"), unique_name("member")
+    cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    java.ok("start_consumer", name=member, topic=topic, group=group)
+    try:
+
+        def stable() -> dict[str, Any] | None:
+            described: dict[str, Any] = java.ok("describe_groups", groups=[group])["groups"][group]
+            return described if described["state"] == "Stable" and described["members"] else None
+
+        described = wait_until(stable, 30, f"{group} stable with its member")
+        assert [(m["client_id"], sorted(m["partitions"])) for m in described["members"]] == [
+            (member, [f"{topic}:0", f"{topic}:1"])
+        ]
+        wait_until(lambda: committed(java, group, topic) == latest(java, topic, 2), 30, f"{group} caught up")
+
+        shown = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group)
+        assert shown["exit"] == 0, shown
+        rows = [r for r in table(shown["stdout"]) if r["GROUP"] == group]
+        assert sorted(int(r["PARTITION"]) for r in rows) == [0, 1]
+        for row in rows:
+            assert (row["LAG"], row["CLIENT-ID"]) == ("0", member)
+            assert row["CONSUMER-ID"].startswith(member) and row["HOST"].lstrip("/") == "127.0.0.1"
+        members = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group, "--members")
+        assert [(r["CLIENT-ID"], r["#PARTITIONS"]) for r in table(members["stdout"])] == [(member, "2")]
+
+        # Kafka's tool refuses to move the offsets of a group with live members.
+        reset = java.tool(
+            KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--reset-offsets", "--group", group, "--topic", topic,
+            "--to-earliest", "--execute",
+        )  # fmt: skip
+        assert "can only be reset if the group" in reset["stdout"] + reset["stderr"], reset
+        assert committed(java, group, topic) == latest(java, topic, 2)
+    finally:
+        consumed = java.ok("stop_consumer", name=member)["records"]
+    assert consumed == N
+    assert java.ok("describe_groups", groups=[group])["groups"][group]["state"] == "Empty"

@@ -5,7 +5,9 @@
 // started once per test module (tests/support/kafka_java.py) and reads one command per
 // line on stdin, a JSON object {"op": ..., ...}; it answers each with one JSON line on
 // stdout: {"ok": true, ...} or {"ok": false, "error": "<exception class>", "message": ...}
-// (the cause of an ExecutionException, so the test sees what the client saw).
+// (the cause of an ExecutionException, so the test sees what the client saw). Commands
+// run one at a time, except group members started with "start_consumer", which poll in
+// threads of their own until "stop_consumer".
 //
 // Tools run in this JVM through their main classes with System.in/out/err redirected
 // and Kafka's Exit procedure replaced (they call Exit.exit when done): the answer
@@ -38,6 +40,8 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -150,6 +154,8 @@ public final class KafkaJavaDriver {
             case "produce" -> produce(c, out);
             case "consume_group" -> consumeGroup(c, out);
             case "transactional" -> transactional(c, out);
+            case "start_consumer" -> startConsumer(c);
+            case "stop_consumer" -> out.put("records", stopConsumer(c.path("name").asText()));
             case "tool" -> tool(c, out);
             case "create_topics" -> {
                 List<NewTopic> topics = new ArrayList<>();
@@ -333,6 +339,55 @@ public final class KafkaJavaDriver {
             }
             consumer.commitSync(Duration.ofSeconds(15));
         }
+    }
+
+    /** A group member polling in a thread of its own until "stop_consumer" (to be seen
+     * as a live member by describe commands meanwhile); its records are counted. */
+    private static final class Member {
+        final Thread thread;
+        final AtomicBoolean running = new AtomicBoolean(true);
+        final AtomicLong records = new AtomicLong();
+        volatile Throwable failure;
+
+        Member(Properties props, String topic) {
+            thread = new Thread(() -> {
+                try (KafkaConsumer<String, String> consumer =
+                        new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer())) {
+                    consumer.subscribe(List.of(topic));
+                    while (running.get()) {
+                        records.addAndGet(consumer.poll(Duration.ofMillis(100)).count());
+                        consumer.commitSync();
+                    }
+                } catch (Throwable e) {
+                    failure = e;
+                }
+            });
+            thread.setDaemon(true);
+            thread.start();
+        }
+    }
+
+    private static final Map<String, Member> MEMBERS = new HashMap<>();
+
+    private static void startConsumer(JsonNode c) {
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, c.path("group").asText());
+        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, c.path("name").asText());
+        MEMBERS.put(c.path("name").asText(), new Member(props, c.path("topic").asText()));
+    }
+
+    private static long stopConsumer(String name) throws Exception {
+        Member member = MEMBERS.remove(name);
+        member.running.set(false);
+        member.thread.join(30000);
+        if (member.failure != null) {
+            throw new ExecutionException(member.failure);
+        }
+        return member.records.get();
     }
 
     /** A transactional KafkaProducer's initTransactions(): what it gets, and how fast. */

@@ -110,7 +110,8 @@ class JavaDriver:
         """The JVM's CPU (user and system) once closed."""
         self._lines: queue.Queue[str | None] = queue.Queue()
         assert self.process.stdout is not None
-        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
+        self._reader.start()
         ready = self._next(READY_TIMEOUT)
         assert ready.get("ready"), ready
 
@@ -167,6 +168,9 @@ class JavaDriver:
                 self.process.wait()
                 break
             time.sleep(0.05)
+        self._reader.join(timeout=5)  # it reads to the end the JVM's exit closed
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         self._stderr.write(f"\nkafka_java: the driver JVM used {self.cpu_seconds:.2f} s of CPU\n".encode())
         self._stderr.close()
         return self.cpu_seconds
