@@ -440,3 +440,14 @@ def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
         consumed = java.ok("stop_consumer", name=member)["records"]
     assert consumed == N
     assert java.ok("describe_groups", groups=[group])["groups"][group]["state"] == "Empty"
+
+
+@not_served("ConsumerGroupHeartbeat (68), the consumer protocol of KIP-848, is not served: only the classic one")
+def test_a_consumer_with_the_kip_848_group_protocol(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("j848")
+    module_kafka_cluster.create_topic(topic, 1)
+    java.ok("produce", topic=topic, partitions=1, count=10)
+    got = java.ok("consume_group", topic=topic, group=unique_name("j848g"), count=10, protocol="consumer")
+    assert len(got["records"]) == 10

@@ -315,13 +315,14 @@ public final class KafkaJavaDriver {
         out.put("sent", sent.size());
     }
 
-    /** A KafkaConsumer in group "group" (classic protocol, earliest, manual commits):
-     * subscribes, polls until "count" records or "timeout_ms", commits, closes. */
+    /** A KafkaConsumer in group "group" ("protocol": classic unless asked, earliest,
+     * manual commits): subscribes, polls until "count" records or "timeout_ms", commits,
+     * closes. */
     private static void consumeGroup(JsonNode c, ObjectNode out) {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, c.path("group").asText());
-        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, c.path("protocol").asText("classic"));
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         props.put(ConsumerConfig.CLIENT_ID_CONFIG, c.path("client_id").asText("java-driver"));
