@@ -1,19 +1,22 @@
 """Kafka's own Java clients and command-line tools (Apache Kafka 4.4.0 from Maven Central,
 ``make kafka-jars``) against a logferry broker's Kafka listener (docs/kafka.md).
 
-Everything runs in ONE JVM for the whole module (tests/support/kafka_java.py): the
-idempotent KafkaProducer, a KafkaConsumer in a group (classic protocol), the Admin
-client, and the tools' main classes in process (kafka-topics is TopicCommand,
-kafka-consumer-groups ConsumerGroupCommand, ...). A JVM per tool call would cost 1-3 s
-of CPU each. The tests share the module's broker, each with its own topics and groups.
+Everything runs in ONE JVM for the module (per xdist worker, like the module's shared
+broker; tests/support/kafka_java.py): the idempotent KafkaProducer, KafkaConsumers in a
+group (classic protocol), the Admin client, and the tools' main classes in process
+(kafka-topics is TopicCommand, kafka-consumer-groups ConsumerGroupCommand, ...). A JVM
+per tool call would cost 1-3 s of CPU each. The tests share the module's broker, each
+with its own topics and groups, and none stops it (its Kafka port would change under
+the JVM's clients).
 
 Offsets: until the listener counts messages (docs/kafka.md, Offsets), a Kafka offset is
 a byte position; these tests assert what holds under both meanings (the offsets a
 consumer sees are the producer's, committed == end after a full read, lag 0 then and
 > 0 after more produce). Comments say where the meaning matters.
 
-What logferry does not serve yet is an ``xfail(strict=True, raises=NotServed)`` test that does the real
-thing: it starts passing, and so failing, the day the api is served.
+What logferry does not serve yet is an ``xfail(strict=True, raises=NotServed)`` test
+that does the real thing: it fails only with the client's UnsupportedVersionException,
+and starts passing, and so failing, the day the api is served.
 """
 
 from __future__ import annotations
