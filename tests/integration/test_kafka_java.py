@@ -243,6 +243,26 @@ def test_kafka_topics_creates_lists_describes_and_deletes(
         wait_until(lambda: topic not in admin.list_topics(), 20, f"{topic} deleted")
 
 
+def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic, refused = unique_name("jtc"), unique_name("jtc-compact")
+    created = java.tool(
+        KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", topic, "--partitions", "2",
+        "--config", "retention.ms=3600000", "--config", "compression.type=lz4",
+    )  # fmt: skip
+    assert created["exit"] == 0, created
+    with Admin(brokers=module_kafka_cluster.native) as admin:
+        assert admin.topic_config(topic) == {"retention_ms": 3_600_000, "compression": "lz4"}
+        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        compact = java.tool(
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "cleanup.policy=compact"
+        )
+        assert compact["exit"] != 0
+        assert "'cleanup.policy' cannot be set on logferry" in compact["stdout"], compact
+        assert refused not in admin.list_topics()
+
+
 def test_console_producer_consumer_and_get_offsets(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:

@@ -13,6 +13,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation, make_acl, topic
+from broker.common.errors import InvalidTopicConfigError
 from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
@@ -23,6 +24,7 @@ from broker.server.kafka.configs import (
     STATIC_BROKER_CONFIG,
     KafkaConfigs,
     broker_entries,
+    logferry_topic_config,
     topic_entries,
 )
 from broker.server.kafka.protocol import Api
@@ -223,3 +225,13 @@ def test_incremental_alter_configs_validate_only_checks_and_changes_nothing() ->
     assert unknown.error_code == ErrorCode.unknown_topic_or_partition
     assert done == []
     assert protocol.SUPPORTED[Api.INCREMENTAL_ALTER_CONFIGS] == (0, 1)
+
+
+def test_a_new_topics_kafka_configs_become_logferry_settings() -> None:
+    assert logferry_topic_config(CONFIG, [("retention.ms", "60000"), ("compression.type", "lz4")]) == {
+        "retention_ms": "60000",
+        "compression": "lz4",
+    }
+    for name in ("cleanup.policy", "max.message.bytes", "no.such.config"):
+        with pytest.raises(InvalidTopicConfigError, match=name):
+            logferry_topic_config(CONFIG, [(name, "x")])

@@ -43,7 +43,7 @@ change it, as for ``logferry topic alter``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -303,6 +303,23 @@ def alterable_names(config: BrokerConfig) -> dict[str, str]:
     return {name: key for name, key, *_ in _topic_table(config) if key is not None}
 
 
+def logferry_key(config: BrokerConfig, name: str) -> str:
+    """The logferry topic setting of Kafka's topic config ``name``; InvalidTopicConfigError
+    (Kafka's INVALID_CONFIG) for a name logferry has no setting for, or a read-only one."""
+    names = alterable_names(config)
+    if name not in names:
+        raise InvalidTopicConfigError(
+            f"{name!r} cannot be set on logferry; these can: {', '.join(sorted(names))}", key=name
+        )
+    return names[name]
+
+
+def logferry_topic_config(config: BrokerConfig, entries: Iterable[tuple[str, str | None]]) -> dict[str, Any]:
+    """A new topic's settings from Kafka's ``(name, value)`` configs (CreateTopics),
+    under logferry's keys, unchecked (the registry checks them as for any create)."""
+    return {logferry_key(config, name): value for name, value in entries}
+
+
 class KafkaConfigs:
     """Answers DescribeConfigs from the cluster view and the broker's config, and
     IncrementalAlterConfigs through the admin's topic settings."""
@@ -352,16 +369,10 @@ class KafkaConfigs:
                 "only topic configs change here; a logferry broker's settings are its config file's "
                 f"(resource type {int(resource.resource_type)})"
             )
-        names = alterable_names(self.config)
         set_: dict[str, Any] = {}
         delete: list[str] = []
         for entry in resource.configs:
-            key = names.get(entry.name)
-            if key is None:
-                raise InvalidTopicConfigError(
-                    f"{entry.name!r} cannot be changed on logferry; these can: {', '.join(sorted(names))}",
-                    key=entry.name,
-                )
+            key = logferry_key(self.config, entry.name)
             if int(entry.config_operation) == SET:
                 set_[key] = entry.value
             elif int(entry.config_operation) == DELETE:
@@ -458,4 +469,12 @@ class _Refused(Exception):
     """A resource this broker does not describe: INVALID_REQUEST for it alone."""
 
 
-__all__ = ["ConfigEntry", "KafkaConfigs", "alterable_names", "broker_entries", "topic_entries"]
+__all__ = [
+    "ConfigEntry",
+    "KafkaConfigs",
+    "alterable_names",
+    "broker_entries",
+    "logferry_key",
+    "logferry_topic_config",
+    "topic_entries",
+]

@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.common import topic_config
 from broker.common.acl import Operation
 from broker.common.errors import (
     CorruptBatchError,
@@ -41,7 +42,7 @@ from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
-from broker.server.kafka.configs import KafkaConfigs
+from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.partitions import KafkaPartitions
@@ -456,8 +457,10 @@ class KafkaService:
 
     async def create_topics(self, request: Request, channel: _Channel) -> Any:
         """Create topics in ZooKeeper as the native create does (-1: the broker's
-        default partitions and replication factor). Manual replica assignments and
-        per-topic configs are refused (INVALID_REQUEST), not silently dropped."""
+        default partitions and replication factor), with the configs that have a
+        logferry topic setting (``kafka-topics --create --config retention.ms=...``;
+        another is INVALID_CONFIG). Manual replica assignments are refused
+        (INVALID_REQUEST), not silently dropped."""
         v = request.version
         result_cls = response_schema(Api.CREATE_TOPICS, v, "CreatableTopicResult")
         body = request.body
@@ -467,19 +470,23 @@ class KafkaService:
             try:
                 validate_topic_name(topic.name)
                 self.admin.authorizer.check_topic(channel.principal, Operation.CREATE, topic.name)
-                if topic.assignments or topic.configs:
+                settings = logferry_topic_config(self.config, ((c.name, c.value) for c in topic.configs))
+                if topic.assignments:
                     error = ErrorCode.invalid_request
                     message = (
-                        "manual replica assignments and topic configs are not taken "
-                        "through Kafka's CreateTopics; use `logferry topic create`"
+                        "manual replica assignments are not taken through Kafka's CreateTopics; "
+                        "logferry places replicas itself"
                     )
                 elif topic.name in self.view().topics:
                     error, message = ErrorCode.topic_already_exists, "topic exists"
-                elif not getattr(body, "validate_only", False):
+                elif getattr(body, "validate_only", False):
+                    topic_config.validate(settings)
+                else:
                     await self.admin.create_in_zk(
                         topic.name,
                         topic.num_partitions if topic.num_partitions > 0 else self.config.num_partitions,
                         max(topic.replication_factor, 0),
+                        config=settings or None,
                     )
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
