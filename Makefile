@@ -5,7 +5,7 @@
 #   make lint                                 ruff, mypy and the import contracts (pyproject.toml)
 #   make demo [DEMO_ARGS=...]                 the end-to-end demo
 #   make bench [BENCH_ARGS=--quick]           benchmarks/run_all.py: every benchmark, in turn
-#   make venv | system-deps | class-archive | clean | distclean
+#   make venv | system-deps | class-archive | kafka-jars | clean | distclean
 #
 # `venv` reinstalls only when pyproject.toml changes (stamp file inside .venv);
 # `system-deps` installs Java and Debian's ZooKeeper if missing (root), or says how.
@@ -27,7 +27,7 @@ BENCH_ARGS ?=
 # 17.6 s of CPU, 4.5 s with it). Measured on this project's 2-core machine.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv system-deps class-archive lint test test-unit demo bench clean distclean
+.PHONY: help venv system-deps class-archive kafka-jars lint test test-unit demo bench clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -46,6 +46,13 @@ system-deps:
 class-archive: venv system-deps
 	@$(VENV)/bin/python -m broker.testing.class_archive
 
+# Apache Kafka's jars from Maven Central (scripts/install-kafka-jars.sh) into
+# benchmarks/.cache/ (git-ignored): the Java clients and tools tests/integration/
+# test_kafka_java.py runs against the Kafka listener. No mvn run when they are there;
+# without Maven Central it says so in one line and those tests skip with that line.
+kafka-jars:
+	@scripts/install-kafka-jars.sh
+
 # The guard rails: style, formatting and real mistakes (ruff), types of the typed packages (mypy)
 # and the architecture contracts (import-linter). Configured in pyproject.toml.
 lint: venv
@@ -55,7 +62,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 # On several workers (pytest-xdist, tests/support/parallel.py); PYTEST_ARGS="-n 0" for one.
-test: venv system-deps lint class-archive
+test: venv system-deps lint class-archive kafka-jars
 	$(VENV)/bin/pytest -n auto $(PYTEST_ARGS)
 
 # Tests marked `integration` start processes (ZooKeeper, brokers, Spark, subprocesses);

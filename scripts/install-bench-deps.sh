@@ -3,9 +3,10 @@
 # rabbitmq-server and activemq (the paper's peers), nats-server and redis-server (modern
 # peers), and the `bench` extra of pyproject.toml (pika, stomp.py, nats-py,
 # redis[hiredis], matplotlib) into the project's virtualenv; and for benchmarks/vs_kafka.py
-# Apache Kafka's jars from Maven Central (benchmarks/peers/apache-kafka/pom.xml, resolved
-# with Debian's maven, which brings a Java along) into benchmarks/.cache/ (git-ignored;
-# LOGFERRY_BENCH_CACHE=/elsewhere to keep them outside the clone).
+# Apache Kafka's jars from Maven Central (scripts/install-kafka-jars.sh: Debian's maven,
+# which brings a Java along, resolves benchmarks/peers/apache-kafka/pom.xml into
+# benchmarks/.cache/, git-ignored; LOGFERRY_BENCH_CACHE=/elsewhere to keep them outside
+# the clone).
 #
 # The experiment installs whatever is missing by itself; this script is for doing it
 # ahead of time (CI images, machines where the run itself must not touch apt).
@@ -63,30 +64,7 @@ EOF
 )
 "$PYTHON" -m pip install --quiet "${requirements[@]}"
 
-# Apache Kafka: every jar the broker and its tools need, resolved once into a folder named
-# after the version; the .resolved marker is written last, so a cut-off download is
-# redone, never half used.
-POM=$REPO/benchmarks/peers/apache-kafka/pom.xml
-KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")
-CACHE=${LOGFERRY_BENCH_CACHE:-$REPO/benchmarks/.cache}
-JARS=$CACHE/apache-kafka-$KAFKA_VERSION
-if [[ -e "$JARS/.resolved" ]]; then
-    :
-elif ! command -v mvn >/dev/null 2>&1; then
-    echo "install-bench-deps: no mvn, so no Apache Kafka jars; run as root: apt-get install -y maven, then this script again" >&2
-    status=1
-else
-    echo "install-bench-deps: resolving Apache Kafka $KAFKA_VERSION into $JARS" >&2
-    mkdir -p "$CACHE"
-    partial=$(mktemp -d "$CACHE/.apache-kafka-$KAFKA_VERSION.XXXXXX")
-    if timeout 900 mvn -B -q -f "$POM" dependency:copy-dependencies -DoutputDirectory="$partial" </dev/null; then
-        echo "$KAFKA_VERSION" >"$partial/.resolved"
-        rm -rf "$JARS"
-        mv "$partial" "$JARS"
-    else
-        rm -rf "$partial"
-        echo "install-bench-deps: mvn could not resolve $POM; benchmarks/vs_kafka.py will skip Apache Kafka" >&2
-        status=1
-    fi
-fi
+# Apache Kafka's jars (the broker and tools benchmarks/vs_kafka.py runs): the same
+# script `make test` runs for the Java clients' tests; quick when they are there.
+KAFKA_JARS_REQUIRED=1 "$REPO/scripts/install-kafka-jars.sh" || status=1
 exit "$status"

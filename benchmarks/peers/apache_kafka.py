@@ -2,7 +2,8 @@
 
 Jars: Apache Kafka 4.4.0 from Maven Central, resolved by ``apache-kafka/pom.xml`` next to
 this module into ``benchmarks/.cache/apache-kafka-4.4.0/`` (git-ignored; another folder
-with ``LOGFERRY_BENCH_CACHE``) by ``scripts/install-bench-deps.sh``. The classpath is
+with ``LOGFERRY_BENCH_CACHE``) by ``scripts/install-kafka-jars.sh`` (which
+``scripts/install-bench-deps.sh`` runs; :mod:`broker.testing.kafka_jars` says where). The classpath is
 every jar of that folder; nothing is downloaded while a benchmark runs. The module is
 not called ``kafka.py`` so that it can never shadow kafka-python's ``kafka`` package.
 
@@ -40,16 +41,10 @@ from pathlib import Path
 from peers.base import LOOPBACK, PeerUnavailable, Server, disk_bytes, free_port, port_open, wait_until
 
 from broker.testing.jvm import java_executable, java_major
-
-KAFKA_VERSION = "4.4.0"
-"""Keep in step with ``kafka.version`` in apache-kafka/pom.xml."""
+from broker.testing.kafka_jars import KAFKA_VERSION, RESOLVED, jar_dir
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-POM = HERE / "apache-kafka" / "pom.xml"
 LOG4J = HERE / "apache-kafka" / "log4j2.properties"
-RESOLVED = ".resolved"
-"""Marker file the install script writes into the jar folder once every jar is there."""
 
 HEAP = "1g"
 JVM_OPTIONS = (
@@ -66,13 +61,7 @@ START_TIMEOUT = 60.0
 FORMAT_TIMEOUT = 60.0
 STOP_GRACE = 30.0
 READY_LINE = "Kafka Server started"
-INSTALL_HINT = "run scripts/install-bench-deps.sh (Java 17+ and Maven, then the jars from Maven Central)"
-
-
-def jar_dir() -> Path:
-    """The folder of Apache Kafka's jars (filled by scripts/install-bench-deps.sh)."""
-    root = os.environ.get("LOGFERRY_BENCH_CACHE") or str(REPO / "benchmarks" / ".cache")
-    return Path(root) / f"apache-kafka-{KAFKA_VERSION}"
+INSTALL_HINT = "run scripts/install-kafka-jars.sh (Java 17+ and Maven, then the jars from Maven Central)"
 
 
 def unavailable_reason() -> str | None:

@@ -1,6 +1,7 @@
 """The Apache Kafka peer's pure parts (benchmarks/peers/apache_kafka.py): its version
-is the pom's, its config binds loopback only in KRaft combined mode, its cluster ids
-have Kafka's form. No JVM is started."""
+is the pom's (broker/testing/kafka_jars.py, where the jars are), its config binds
+loopback only in KRaft combined mode, its cluster ids have Kafka's form. No JVM is
+started."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 from types import ModuleType
 
 from benchmarks import vs_kafka
+from broker.testing import kafka_jars
 
 # vs_kafka put benchmarks/ on sys.path and imported the peer as ``peers.apache_kafka``.
 apache_kafka: ModuleType = sys.modules[vs_kafka.ApacheKafka.__module__]
 
 
 def test_the_version_is_the_poms() -> None:
-    pom = apache_kafka.POM.read_text()
+    pom = kafka_jars.POM.read_text()
     match = re.search(r"<kafka.version>(.+)</kafka.version>", pom)
     assert match is not None
     assert match[1] == apache_kafka.KAFKA_VERSION

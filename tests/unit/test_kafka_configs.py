@@ -13,6 +13,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation, make_acl, topic
+from broker.common.errors import InvalidTopicConfigError
 from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
@@ -23,6 +24,7 @@ from broker.server.kafka.configs import (
     STATIC_BROKER_CONFIG,
     KafkaConfigs,
     broker_entries,
+    logferry_topic_config,
     topic_entries,
 )
 from broker.server.kafka.protocol import Api
@@ -144,3 +146,92 @@ def test_refusals_are_kafkas_authorization_codes() -> None:
 
 def test_describe_configs_is_advertised() -> None:
     assert protocol.SUPPORTED[Api.DESCRIBE_CONFIGS] == (1, 4)
+
+
+def alter(
+    configs: KafkaConfigs,
+    version: int,
+    resources: list[tuple[int, str, list[tuple[str, int, str | None]]]],
+    **flags: Any,
+) -> Any:
+    schema = load_request_schema(Api.INCREMENTAL_ALTER_CONFIGS, version)
+    module = __import__(schema.__module__, fromlist=["x"])
+    body = schema(
+        resources=tuple(
+            module.AlterConfigsResource(
+                resource_type=t,
+                resource_name=n,
+                configs=tuple(module.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in entries),
+            )
+            for t, n, entries in resources
+        ),
+        validate_only=flags.get("validate_only", False),
+    )
+    request = protocol.Request(Api.INCREMENTAL_ALTER_CONFIGS, version, 1, "t", body)
+    answer = asyncio.run(configs.incremental_alter_configs(request, Channel()))
+    protocol.encode_response(Api.INCREMENTAL_ALTER_CONFIGS, version, 1, answer)  # it encodes
+    return answer
+
+
+def altering_service() -> tuple[KafkaConfigs, list[tuple[str, dict[str, Any], list[str]]]]:
+    """A KafkaConfigs whose admin records each change (topic, set, delete)."""
+    done: list[tuple[str, dict[str, Any], list[str]]] = []
+
+    async def alter_topic(principal: Principal, name: str, set_: dict[str, Any], delete: list[str]) -> dict[str, Any]:
+        done.append((name, set_, delete))
+        return set_
+
+    view = ClusterView(topics={"logs": {0: [3]}}, configs={"logs": {"retention_ms": 60_000}})
+    return KafkaConfigs(CONFIG, lambda: view, Authorizer(AuthorizerConfig()), alter_topic), done
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_incremental_alter_configs_sets_and_deletes_under_logferrys_names(version: int) -> None:
+    configs, done = altering_service()
+    answer = alter(configs, version, [(2, "logs", [("retention.ms", 0, "7200000"), ("compression.type", 1, None)])])
+    assert [r.error_code for r in answer.responses] == [ErrorCode.none]
+    assert done == [("logs", {"retention_ms": "7200000"}, ["compression"])]
+
+
+def test_incremental_alter_configs_refuses_what_logferry_has_no_setting_for() -> None:
+    configs, done = altering_service()
+    answer = alter(
+        configs,
+        1,
+        [
+            (2, "logs", [("retention.ms", 0, "1000"), ("cleanup.policy", 0, "compact")]),  # read-only here
+            (2, "logs", [("retention.ms", 2, "1000")]),  # APPEND: no list settings
+            (4, "3", [("log.retention.ms", 0, "1000")]),  # broker settings are static
+        ],
+    )
+    compact, append, broker = answer.responses
+    assert compact.error_code == ErrorCode.invalid_config and "cleanup.policy" in compact.error_message
+    assert append.error_code == ErrorCode.invalid_config
+    assert broker.error_code == ErrorCode.invalid_request
+    assert done == []  # nothing of a refused resource changes
+
+
+def test_incremental_alter_configs_validate_only_checks_and_changes_nothing() -> None:
+    configs, done = altering_service()
+    answer = alter(
+        configs,
+        1,
+        [(2, "logs", [("retention.ms", 0, "7200000")]), (2, "logs", [("segment.bytes", 0, "12")]), (2, "nope", [])],
+        validate_only=True,
+    )
+    ok, small, unknown = answer.responses
+    assert ok.error_code == ErrorCode.none
+    assert small.error_code == ErrorCode.invalid_config  # below the smallest segment
+    assert unknown.error_code == ErrorCode.unknown_topic_or_partition
+    assert done == []
+    assert protocol.SUPPORTED[Api.INCREMENTAL_ALTER_CONFIGS] == (0, 1)
+
+
+def test_a_new_topics_kafka_configs_become_logferry_settings() -> None:
+    assert logferry_topic_config(CONFIG, [("retention.ms", "60000"), ("compression.type", "lz4")]) == {
+        "retention_ms": "60000",
+        "compression": "lz4",
+    }
+    for name in ("cleanup.policy", "max.message.bytes", "no.such.config"):
+        with pytest.raises(InvalidTopicConfigError, match=name):
+            logferry_topic_config(CONFIG, [(name, "x")])

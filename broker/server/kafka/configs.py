@@ -26,24 +26,34 @@ STATIC_BROKER_CONFIG (4) for a broker setting that differs from logferry's defau
 DEFAULT_CONFIG (5) otherwise. ``read_only`` is true for what no ``logferry topic alter``
 changes. A broker resource must name the broker asked (Kafka's rule); its entries are
 the broker's own settings under Kafka's broker names. Nothing secret is listed.
-Changing configs (AlterConfigs, IncrementalAlterConfigs) is not served: use
-``logferry topic alter``.
+
+IncrementalAlterConfigs (Kafka api 44, v0-v1; ``kafka-configs --alter``, the Admin
+clients' ``incrementalAlterConfigs``) changes a topic's own settings as ``logferry topic
+alter`` does (the same admin path: ZooKeeper, every broker's watch): SET and DELETE of
+the names with a logferry setting in the table above; a read-only name, an unknown one,
+APPEND or SUBTRACT (no list settings here) get INVALID_CONFIG for their resource, and a
+broker resource INVALID_REQUEST (broker settings are static: its config file). Nothing
+of a refused resource is changed; ``validate_only`` checks and changes nothing. The
+older AlterConfigs (33, replace all) is not served.
 
 Authorization: ``describe`` on the topic (TOPIC_AUTHORIZATION_FAILED) or on the cluster
-for a broker (CLUSTER_AUTHORIZATION_FAILED), as for Metadata.
+for a broker (CLUSTER_AUTHORIZATION_FAILED), as for Metadata; ``alter`` on the topic to
+change it, as for ``logferry topic alter``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.common import topic_config
 from broker.common.acl import Operation
-from broker.common.errors import LogferryError, UnknownTopicOrPartitionError
+from broker.common.errors import InvalidTopicConfigError, LogferryError, UnknownTopicOrPartitionError
+from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
 from broker.server.kafka.errors import kafka_error
@@ -281,13 +291,108 @@ def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
     ]
 
 
-class KafkaConfigs:
-    """Answers DescribeConfigs from the cluster view and the broker's config."""
+SET, DELETE = 0, 1
+"""IncrementalAlterConfigs' operations served (APPEND 2 and SUBTRACT 3 are for lists)."""
 
-    def __init__(self, config: BrokerConfig, view: Callable[[], ClusterView], authorizer: Authorizer):
+AlterTopic = Callable[[Principal, str, dict[str, Any], list[str]], Awaitable[dict[str, Any]]]
+"""The admin's ``alter_topic_config(principal, topic, set, delete)``."""
+
+
+def alterable_names(config: BrokerConfig) -> dict[str, str]:
+    """Kafka topic config name -> logferry topic setting, for those a client may change."""
+    return {name: key for name, key, *_ in _topic_table(config) if key is not None}
+
+
+def logferry_key(config: BrokerConfig, name: str) -> str:
+    """The logferry topic setting of Kafka's topic config ``name``; InvalidTopicConfigError
+    (Kafka's INVALID_CONFIG) for a name logferry has no setting for, or a read-only one."""
+    names = alterable_names(config)
+    if name not in names:
+        raise InvalidTopicConfigError(
+            f"{name!r} cannot be set on logferry; these can: {', '.join(sorted(names))}", key=name
+        )
+    return names[name]
+
+
+def logferry_topic_config(config: BrokerConfig, entries: Iterable[tuple[str, str | None]]) -> dict[str, Any]:
+    """A new topic's settings from Kafka's ``(name, value)`` configs (CreateTopics),
+    under logferry's keys, unchecked (the registry checks them as for any create)."""
+    return {logferry_key(config, name): value for name, value in entries}
+
+
+class KafkaConfigs:
+    """Answers DescribeConfigs from the cluster view and the broker's config, and
+    IncrementalAlterConfigs through the admin's topic settings."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        view: Callable[[], ClusterView],
+        authorizer: Authorizer,
+        alter_topic: AlterTopic | None = None,
+    ):
         self.config = config
         self.view = view
         self.authorizer = authorizer
+        self.alter_topic = alter_topic
+
+    async def incremental_alter_configs(self, request: Request, channel: Any) -> Any:
+        """One response per resource: a topic's settings changed (or only checked, with
+        ``validate_only``), or the error that left it unchanged."""
+        v = request.version
+        result_cls = response_schema(Api.INCREMENTAL_ALTER_CONFIGS, v, "AlterConfigsResourceResponse")
+        results = []
+        for resource in request.body.resources:
+            error, message = ErrorCode.none, None
+            try:
+                await self._alter(channel.principal, resource, bool(request.body.validate_only))
+            except LogferryError as exc:
+                error, message = kafka_error(exc), str(exc)
+            except _Refused as exc:
+                error, message = ErrorCode.invalid_request, str(exc)
+            results.append(
+                make(
+                    result_cls,
+                    error_code=error,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+        return make(
+            response_schema(Api.INCREMENTAL_ALTER_CONFIGS, v), throttle_time=timedelta(0), responses=tuple(results)
+        )
+
+    async def _alter(self, principal: Principal, resource: Any, validate_only: bool) -> None:
+        if int(resource.resource_type) != TOPIC:
+            raise _Refused(
+                "only topic configs change here; a logferry broker's settings are its config file's "
+                f"(resource type {int(resource.resource_type)})"
+            )
+        set_: dict[str, Any] = {}
+        delete: list[str] = []
+        for entry in resource.configs:
+            key = logferry_key(self.config, entry.name)
+            if int(entry.config_operation) == SET:
+                set_[key] = entry.value
+            elif int(entry.config_operation) == DELETE:
+                delete.append(key)
+            else:
+                raise InvalidTopicConfigError(
+                    f"{entry.name}: operation {int(entry.config_operation)} (APPEND/SUBTRACT) is for list "
+                    "configs; logferry's topic settings are single values",
+                    key=entry.name,
+                )
+        name = resource.resource_name
+        if validate_only or self.alter_topic is None:
+            self.authorizer.check_topic(principal, Operation.ALTER, name)
+            if name not in self.view().topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            topic_config.altered(self.view().configs.get(name, {}), set_, delete)
+            if self.alter_topic is None:
+                raise _Refused("changing configs is not served by this listener")
+            return
+        await self.alter_topic(principal, name, set_, delete)
 
     async def describe_configs(self, request: Request, channel: Any) -> Any:
         """One result per resource asked for; the keys asked for, or all."""
@@ -364,4 +469,12 @@ class _Refused(Exception):
     """A resource this broker does not describe: INVALID_REQUEST for it alone."""
 
 
-__all__ = ["ConfigEntry", "KafkaConfigs", "broker_entries", "topic_entries"]
+__all__ = [
+    "ConfigEntry",
+    "KafkaConfigs",
+    "alterable_names",
+    "broker_entries",
+    "logferry_key",
+    "logferry_topic_config",
+    "topic_entries",
+]

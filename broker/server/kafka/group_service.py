@@ -116,11 +116,14 @@ class KafkaGroupService:
         body = request.body
         schema = response_schema(Api.FIND_COORDINATOR, request.version)
         if getattr(body, "key_type", 0) != 0:
+            # No transactions here: a non-retriable error, the one InitProducerId gives a
+            # transactional id. COORDINATOR_NOT_AVAILABLE (retriable) kept Kafka's Java
+            # producer asking until max.block.ms (60 s) in initTransactions().
             return make(
                 schema,
                 throttle_time=_NO_TIME,
-                error_code=ErrorCode.coordinator_not_available,
-                error_message="only group coordinators (no transactions)",
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                error_message="no transactions on logferry: only group coordinators",
                 node_id=-1,
                 host="",
                 port=-1,

@@ -49,6 +49,8 @@ class Api(IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -72,6 +74,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.SASL_HANDSHAKE: (0, 1),
     Api.SASL_AUTHENTICATE: (0, 2),
     Api.DESCRIBE_CONFIGS: (1, 4),
+    Api.CREATE_PARTITIONS: (0, 3),
+    Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up

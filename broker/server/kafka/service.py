@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.common import topic_config
 from broker.common.acl import Operation
 from broker.common.errors import (
     CorruptBatchError,
@@ -41,9 +42,10 @@ from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
-from broker.server.kafka.configs import KafkaConfigs
+from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_service import KafkaGroupService
+from broker.server.kafka.partitions import KafkaPartitions
 from broker.server.kafka.protocol import (
     Api,
     Request,
@@ -118,8 +120,12 @@ class KafkaService:
             Api.CREATE_TOPICS: self.create_topics,
             Api.DELETE_TOPICS: self.delete_topics,
             Api.INIT_PRODUCER_ID: self.init_producer_id,
-            Api.DESCRIBE_CONFIGS: KafkaConfigs(config, view, admin.authorizer).describe_configs,
         }
+        configs = KafkaConfigs(config, view, admin.authorizer, admin.alter_topic_config)
+        self._handlers[Api.DESCRIBE_CONFIGS] = configs.describe_configs
+        self._handlers[Api.INCREMENTAL_ALTER_CONFIGS] = configs.incremental_alter_configs
+        partitions = KafkaPartitions(admin.grow_topic, view, admin.authorizer)
+        self._handlers[Api.CREATE_PARTITIONS] = partitions.create_partitions
         self.groups = groups
         self.boundaries = Boundaries()
         """Batch offsets recently served or appended: where Kafka consumers fetch next,
@@ -451,8 +457,10 @@ class KafkaService:
 
     async def create_topics(self, request: Request, channel: _Channel) -> Any:
         """Create topics in ZooKeeper as the native create does (-1: the broker's
-        default partitions and replication factor). Manual replica assignments and
-        per-topic configs are refused (INVALID_REQUEST), not silently dropped."""
+        default partitions and replication factor), with the configs that have a
+        logferry topic setting (``kafka-topics --create --config retention.ms=...``;
+        another is INVALID_CONFIG). Manual replica assignments are refused
+        (INVALID_REQUEST), not silently dropped."""
         v = request.version
         result_cls = response_schema(Api.CREATE_TOPICS, v, "CreatableTopicResult")
         body = request.body
@@ -462,19 +470,23 @@ class KafkaService:
             try:
                 validate_topic_name(topic.name)
                 self.admin.authorizer.check_topic(channel.principal, Operation.CREATE, topic.name)
-                if topic.assignments or topic.configs:
+                settings = logferry_topic_config(self.config, ((c.name, c.value) for c in topic.configs))
+                if topic.assignments:
                     error = ErrorCode.invalid_request
                     message = (
-                        "manual replica assignments and topic configs are not taken "
-                        "through Kafka's CreateTopics; use `logferry topic create`"
+                        "manual replica assignments are not taken through Kafka's CreateTopics; "
+                        "logferry places replicas itself"
                     )
                 elif topic.name in self.view().topics:
                     error, message = ErrorCode.topic_already_exists, "topic exists"
-                elif not getattr(body, "validate_only", False):
+                elif getattr(body, "validate_only", False):
+                    topic_config.validate(settings)
+                else:
                     await self.admin.create_in_zk(
                         topic.name,
                         topic.num_partitions if topic.num_partitions > 0 else self.config.num_partitions,
                         max(topic.replication_factor, 0),
+                        config=settings or None,
                     )
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
@@ -488,7 +500,10 @@ class KafkaService:
                     topic_config_error_code=0,
                     num_partitions=len(assignment) if assignment else -1,
                     replication_factor=len(next(iter(assignment.values()))) if assignment else -1,
-                    configs=None,
+                    # Empty, not null: Kafka's Java Admin (v5+) reads the list of every
+                    # created topic (a NullPointerException in createTopics and
+                    # kafka-topics --create otherwise); Kafka lists the topic's configs.
+                    configs=(),
                 )
             )
         return make(response_schema(Api.CREATE_TOPICS, v), throttle_time=_NO_TIME, topics=tuple(results))

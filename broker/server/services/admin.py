@@ -202,27 +202,42 @@ class AdminService:
 
     async def alter_topic(self, request: AlterTopicRequest, responder: Responder) -> None:
         """Change a topic's settings in ZooKeeper; every broker's watch applies them."""
-        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
-        config = await asyncio.get_running_loop().run_in_executor(
+        config = await self.alter_topic_config(responder.principal, request.topic, request.set, request.delete)
+        responder.answer({"config": config})
+
+    async def alter_topic_config(
+        self, principal: Principal, topic: str, set_: dict[str, Any], delete: list[str]
+    ) -> dict[str, Any]:
+        """Set and remove ``topic``'s own settings (``alter`` on it); its new settings.
+        The native AlterTopic and Kafka's IncrementalAlterConfigs both come here."""
+        self.authorizer.check_topic(principal, Operation.ALTER, topic)
+        config: dict[str, Any] = await asyncio.get_running_loop().run_in_executor(
             self.admin_pool,
             self.registry().alter_topic_config,  # type: ignore[union-attr]
-            request.topic,
-            request.set,
-            request.delete,
+            topic,
+            set_,
+            delete,
         )
-        responder.answer({"config": config})
+        return config
 
     async def create_partitions(self, request: CreatePartitionsRequest, responder: Responder) -> None:
         """Grow a topic; answer once this broker has seen every new partition's state."""
-        self.authorizer.check_topic(responder.principal, Operation.ALTER, request.topic)
-        assignment = await asyncio.get_running_loop().run_in_executor(
+        assignment = await self.grow_topic(responder.principal, request.topic, request.partitions)
+        responder.answer({"partitions": assignment})
+
+    async def grow_topic(self, principal: Principal, topic: str, partitions: int) -> dict[int, list[int]]:
+        """Grow ``topic`` to ``partitions`` in all (``alter`` on it; never fewer:
+        InvalidPartitionsError); its whole assignment, once this broker has seen every
+        new partition's state. The native CreatePartitions and Kafka's come here."""
+        self.authorizer.check_topic(principal, Operation.ALTER, topic)
+        assignment: dict[int, list[int]] = await asyncio.get_running_loop().run_in_executor(
             self.admin_pool,
             self.registry().create_partitions,  # type: ignore[union-attr]
-            request.topic,
-            request.partitions,
+            topic,
+            partitions,
         )
-        await self._await_seen(request.topic, len(assignment))
-        responder.answer({"partitions": assignment})
+        await self._await_seen(topic, len(assignment))
+        return assignment
 
     async def _await_seen(self, topic: str, partitions: int) -> None:
         """Wait (up to 5 s) until this broker's view has ``partitions`` partitions of

@@ -1,0 +1,487 @@
+"""Kafka's own Java clients and command-line tools (Apache Kafka 4.4.0 from Maven Central,
+``make kafka-jars``) against a logferry broker's Kafka listener (docs/kafka.md).
+
+Everything runs in ONE JVM for the module (per xdist worker, like the module's shared
+broker; tests/support/kafka_java.py): the idempotent KafkaProducer, KafkaConsumers in a
+group (classic protocol), the Admin client, and the tools' main classes in process
+(kafka-topics is TopicCommand, kafka-consumer-groups ConsumerGroupCommand, ...). A JVM
+per tool call would cost 1-3 s of CPU each. The tests share the module's broker, each
+with its own topics and groups, and none stops it (its Kafka port would change under
+the JVM's clients).
+
+Offsets: until the listener counts messages (docs/kafka.md, Offsets), a Kafka offset is
+a byte position; these tests assert what holds under both meanings (the offsets a
+consumer sees are the producer's, committed == end after a full read, lag 0 then and
+> 0 after more produce). Comments say where the meaning matters.
+
+What logferry does not serve yet is an ``xfail(strict=True, raises=NotServed)`` test
+that does the real thing: it fails only with the client's UnsupportedVersionException,
+and starts passing, and so failing, the day the api is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from broker.client import Admin, SimpleConsumer
+from tests.support.brokers import KAFKA_LISTENER, Cluster, KafkaCluster
+from tests.support.kafka_java import JavaDriver, NotServed, unavailable_reason
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+N = 300
+
+TOOLS = "org.apache.kafka.tools."
+KAFKA_TOPICS = TOOLS + "TopicCommand"
+KAFKA_CONSUMER_GROUPS = TOOLS + "consumer.group.ConsumerGroupCommand"
+KAFKA_CONFIGS = TOOLS + "ConfigCommand"
+KAFKA_GET_OFFSETS = TOOLS + "GetOffsetShell"
+KAFKA_CONSOLE_PRODUCER = TOOLS + "ConsoleProducer"
+KAFKA_CONSOLE_CONSUMER = TOOLS + "consumer.ConsoleConsumer"
+BOOTSTRAP = ("--bootstrap-server", "{bootstrap}")  # the driver puts the listener's address in
+
+
+def not_served(reason: str) -> pytest.MarkDecorator:
+    """An api logferry does not serve: the test fails with the client's
+    UnsupportedVersionException, and only with it (any other failure is a failure)."""
+    return pytest.mark.xfail(raises=NotServed, strict=True, reason=reason)
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The broker the module's tests share speaks Kafka too."""
+    return {"kafka": KAFKA_LISTENER}
+
+
+@pytest.fixture(scope="module")
+def _driver(_module_brokers: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaDriver]:
+    """The module's one JVM, on the module's broker; skipped with the reason when Java 17
+    or Kafka's jars are missing (``make kafka-jars`` says why it could not get them)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    driver = JavaDriver(KafkaCluster(_module_brokers).bootstrap, tmp_path_factory.mktemp("java") / "driver.log")
+    yield driver
+    driver.close()
+
+
+@pytest.fixture
+def java(_driver: JavaDriver, module_kafka_cluster: KafkaCluster) -> JavaDriver:
+    """The driver, per test (``module_kafka_cluster`` checks the shared broker is up)."""
+    return _driver
+
+
+def native_ends(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's end as logferry's own client reports it (a byte offset)."""
+    with SimpleConsumer(brokers=cluster.native) as consumer:
+        return {p: consumer.offsets(topic, p).end for p in range(partitions)}
+
+
+def assert_kafka_end_is_logferrys(kafka_end: int, native_end: int, messages: int) -> None:
+    """A Kafka end offset is logferry's end of the same partition holding ``messages``
+    messages from offset 0: its byte end while the listener's offsets are byte positions,
+    its message count once they count messages (branch h-koff; then only the second)."""
+    assert kafka_end in (native_end, messages), (
+        f"Kafka end {kafka_end}: neither {native_end} bytes nor {messages} messages"
+    )
+
+
+def latest(java: JavaDriver, topic: str, partitions: int) -> dict[int, int]:
+    """Admin.listOffsets(latest) for each partition."""
+    answer = java.ok("list_offsets", topic=topic, partitions=list(range(partitions)), spec="latest")
+    return {int(p): o for p, o in answer["offsets"].items()}
+
+
+def committed(java: JavaDriver, group: str, topic: str) -> dict[int, int]:
+    """Admin.listConsumerGroupOffsets for ``topic``'s partitions."""
+    offsets = java.ok("group_offsets", group=group)["offsets"]
+    return {int(key.rsplit(":", 1)[1]): o for key, o in offsets.items() if key.rsplit(":", 1)[0] == topic}
+
+
+def table(stdout: str) -> list[dict[str, str]]:
+    """The rows of a tool's table (``GROUP TOPIC PARTITION ...``) as dicts by header."""
+    lines = [line.split() for line in stdout.splitlines() if line.strip()]
+    header = lines[0]
+    return [dict(zip(header, row, strict=False)) for row in lines[1:]]
+
+
+def test_idempotent_producer_and_group_consumer_count_and_order(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group = unique_name("jp"), unique_name("jg")
+    cluster.create_topic(topic, 3)
+    produced = java.ok("produce", topic=topic, partitions=3, count=N)
+    assert produced["sent"] == N
+    acked = {int(p): offsets for p, offsets in produced["offsets"].items()}
+    for p in range(3):
+        assert len(acked[p]) == N // 3
+        assert acked[p] == sorted(set(acked[p])), f"partition {p}: acked offsets not increasing"
+
+    got = java.ok("consume_group", topic=topic, group=group, count=N)["records"]
+    assert len(got) == N
+    for p in range(3):
+        mine = [r for r in got if r[0] == p]
+        assert [r[3] for r in mine] == [f"v{i}" for i in range(N) if i % 3 == p], f"partition {p} out of order"
+        assert [r[2] for r in mine] == [f"k{i}" for i in range(N) if i % 3 == p]
+        assert [r[1] for r in mine] == acked[p], "the consumer sees the offsets the producer was acked with"
+
+    # After a full read the group's commit is the end, whatever an offset counts; and
+    # Kafka's end is logferry's end, as its own client reports it.
+    ends, native = latest(java, topic, 3), native_ends(cluster, topic, 3)
+    assert committed(java, group, topic) == ends
+    for p in range(3):
+        assert_kafka_end_is_logferrys(ends[p], native[p], N // 3)
+
+
+def test_transactional_producer_fails_fast_and_clearly(java: JavaDriver, unique_name: Callable[[str], str]) -> None:
+    """No transactions on logferry: initTransactions() must fail at once with a
+    non-retriable error, not retry until max.block.ms (30 s here)."""
+    answer = java.call("transactional", transactional_id=unique_name("tx"), max_block_ms=30000)
+    assert not answer["ok"]
+    assert answer["error"] == "org.apache.kafka.common.errors.TransactionalIdAuthorizationException"
+    assert answer["ms"] < 5000
+
+
+def test_admin_topics_and_cluster_match_logferry(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("ja")
+    java.ok("create_topics", topics=[{"name": topic, "partitions": 2}])
+    with Admin(brokers=cluster.native) as admin:
+        native = wait_until(
+            lambda: (
+                (parts := admin.describe_partitions(topic)) and all(i.leader >= 0 for i in parts.values()) and parts
+            ),
+            20,
+            f"{topic}'s leaders",
+            ignore=(Exception,),
+        )
+        described = java.ok("describe_topics", topics=[topic])["topics"][topic]
+        assert {d["partition"]: (d["leader"], d["replicas"], d["isr"]) for d in described} == {
+            p: (i.leader, i.replicas, i.isr) for p, i in native.items()
+        }
+        assert topic in java.ok("list_topics")["topics"]
+        assert topic in admin.list_topics()
+
+        described_cluster = java.ok("describe_cluster")
+        nodes = {n["id"]: f"{n['host']}:{n['port']}" for n in described_cluster["nodes"]}
+        assert nodes == {b.id: b.kafka_address() for b in cluster.brokers}
+        assert described_cluster["controller"] in nodes
+
+        java.ok("delete_topics", topics=[topic])
+        wait_until(lambda: topic not in admin.list_topics(), 20, f"{topic} deleted")
+
+
+def test_admin_consumer_groups_list_describe_and_alter_offsets(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group = unique_name("jo"), unique_name("jog")
+    cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    assert len(java.ok("consume_group", topic=topic, group=group, count=N)["records"]) == N
+
+    listed = {g["group"]: g["state"] for g in java.ok("list_groups")["groups"]}
+    assert listed.get(group) == "Empty"  # its one consumer closed
+    described = java.ok("describe_groups", groups=[group])["groups"][group]
+    assert (described["state"], described["type"], described["members"]) == ("Empty", "Classic", [])
+    assert described["coordinator"] == cluster.brokers[0].id
+
+    # Back to the start (0 under both meanings of an offset): the group reads it all again.
+    earliest = java.ok("list_offsets", topic=topic, partitions=[0, 1], spec="earliest")["offsets"]
+    java.ok("alter_group_offsets", group=group, topic=topic, offsets=earliest)
+    assert committed(java, group, topic) == {int(p): o for p, o in earliest.items()} == {0: 0, 1: 0}
+    again = java.ok("consume_group", topic=topic, group=group, count=N)["records"]
+    assert sorted(r[3] for r in again) == sorted(f"v{i}" for i in range(N))
+
+
+def test_describe_configs_shows_logferry_topic_and_broker_settings(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("jc")
+    cluster.cluster.create_topic(topic, 1, config={"retention_ms": 3_600_000})
+    with Admin(brokers=cluster.native) as admin:
+        assert admin.topic_config(topic)["retention_ms"] == 3_600_000
+    configs = java.ok("describe_configs", type="topic", name=topic)["configs"]
+    assert configs["retention.ms"] == {"value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert configs["cleanup.policy"]["value"] == "delete"
+    broker = java.ok("describe_configs", type="broker", name=str(cluster.brokers[0].id))["configs"]
+    assert broker["broker.id"]["value"] == str(cluster.brokers[0].id)
+
+    shown = java.tool(KAFKA_CONFIGS, *BOOTSTRAP, "--describe", "--entity-type", "topics", "--entity-name", topic)
+    assert shown["exit"] == 0, shown
+    assert "retention.ms=3600000" in shown["stdout"]
+
+
+def test_kafka_topics_creates_lists_describes_and_deletes(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("jt")
+    created = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", topic, "--partitions", "3")
+    assert (created["exit"], created["stdout"].strip()) == (0, f"Created topic {topic}."), created
+    with Admin(brokers=cluster.native) as admin:
+        assert sorted(admin.describe_topic(topic)) == [0, 1, 2]
+        listed = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--list")
+        assert listed["exit"] == 0 and topic in listed["stdout"].split()
+        wait_until(lambda: all(i.leader >= 0 for i in admin.describe_partitions(topic).values()), 20, "leaders")
+        described = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--describe", "--topic", topic)
+        assert described["exit"] == 0, described
+        assert "PartitionCount: 3\tReplicationFactor: 1" in described["stdout"]
+        leader = cluster.brokers[0].id
+        for p in range(3):
+            assert f"Partition: {p}\tLeader: {leader}\tReplicas: {leader}\tIsr: {leader}" in described["stdout"]
+        deleted = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--delete", "--topic", topic)
+        assert deleted["exit"] == 0, deleted
+        wait_until(lambda: topic not in admin.list_topics(), 20, f"{topic} deleted")
+
+
+def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic, refused = unique_name("jtc"), unique_name("jtc-compact")
+    created = java.tool(
+        KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", topic, "--partitions", "2",
+        "--config", "retention.ms=3600000", "--config", "compression.type=lz4",
+    )  # fmt: skip
+    assert created["exit"] == 0, created
+    with Admin(brokers=module_kafka_cluster.native) as admin:
+        assert admin.topic_config(topic) == {"retention_ms": 3_600_000, "compression": "lz4"}
+        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        compact = java.tool(
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "cleanup.policy=compact"
+        )
+        assert compact["exit"] != 0
+        assert "'cleanup.policy' cannot be set on logferry" in compact["stdout"], compact
+        assert refused not in admin.list_topics()
+
+
+def test_console_producer_consumer_and_get_offsets(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("jcon")
+    cluster.create_topic(topic, 1)
+    lines = "".join(f"k{i}|line {i}\n" for i in range(N))
+    produced = java.tool(
+        KAFKA_CONSOLE_PRODUCER, *BOOTSTRAP, "--topic", topic,
+        "--reader-property", "parse.key=true", "--reader-property", "key.separator=|",
+        stdin=lines,
+    )  # fmt: skip
+    assert produced["exit"] == 0, produced
+    consumed = java.tool(
+        KAFKA_CONSOLE_CONSUMER, *BOOTSTRAP, "--topic", topic, "--from-beginning",
+        "--max-messages", str(N), "--timeout-ms", "20000",
+        "--formatter-property", "print.key=true", "--formatter-property", "key.separator=|",
+    )  # fmt: skip
+    assert consumed["exit"] == 0, consumed
+    assert consumed["stdout"] == lines
+    assert f"Processed a total of {N} messages" in consumed["stderr"]
+
+    offsets = java.tool(KAFKA_GET_OFFSETS, *BOOTSTRAP, "--topic", topic)
+    assert offsets["exit"] == 0, offsets
+    name, partition, end = offsets["stdout"].strip().rsplit(":", 2)
+    assert (name, partition) == (topic, "0")
+    assert_kafka_end_is_logferrys(int(end), native_ends(cluster, topic, 1)[0], N)
+    assert latest(java, topic, 1) == {0: int(end)}
+    first = java.tool(KAFKA_GET_OFFSETS, *BOOTSTRAP, "--topic", topic, "--time", "-2")
+    assert first["stdout"].split() == [f"{topic}:0:0"]
+
+
+def test_kafka_consumer_groups_describes_lag_and_resets_offsets(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group = unique_name("jcg"), unique_name("jcgg")
+    cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    assert len(java.ok("consume_group", topic=topic, group=group, count=N)["records"]) == N
+
+    def describe() -> dict[int, dict[str, str]]:
+        answer = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group)
+        assert answer["exit"] == 0, answer
+        assert f"Consumer group '{group}' has no active members." in answer["stderr"]
+        return {int(r["PARTITION"]): r for r in table(answer["stdout"]) if r["GROUP"] == group and r["TOPIC"] == topic}
+
+    # After a full read: current == log end, lag 0 (true whatever an offset counts).
+    rows = describe()
+    ends = latest(java, topic, 2)
+    assert sorted(rows) == [0, 1]
+    for p, row in rows.items():
+        assert (int(row["CURRENT-OFFSET"]), int(row["LOG-END-OFFSET"]), row["LAG"]) == (ends[p], ends[p], "0")
+
+    # More produced: lag > 0 on both. (In messages once offsets count messages, h-koff;
+    # in bytes of the log before: only "> 0" holds in both.)
+    java.ok("produce", topic=topic, partitions=2, count=N, start=N)
+    for p, row in describe().items():
+        assert int(row["LOG-END-OFFSET"]) > int(row["CURRENT-OFFSET"]) == ends[p]
+        assert int(row["LAG"]) == int(row["LOG-END-OFFSET"]) - int(row["CURRENT-OFFSET"]) > 0
+
+    listed = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--list")
+    assert listed["exit"] == 0 and group in listed["stdout"].split()
+
+    reset = java.tool(
+        KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--reset-offsets", "--group", group, "--topic", topic,
+        "--to-earliest", "--execute",
+    )  # fmt: skip
+    assert reset["exit"] == 0, reset
+    assert {int(r["PARTITION"]): r["NEW-OFFSET"] for r in table(reset["stdout"])} == {0: "0", 1: "0"}
+    assert committed(java, group, topic) == {0: 0, 1: 0}
+    for row in describe().values():
+        assert (row["CURRENT-OFFSET"], row["LAG"]) == ("0", row["LOG-END-OFFSET"])
+    again = java.ok("consume_group", topic=topic, group=group, count=2 * N)["records"]
+    assert sorted(r[3] for r in again) == sorted(f"v{i}" for i in range(2 * N))
+
+
+# -- Not served yet: each does the real thing and checks it with logferry's own client. --
+
+
+def _group_with_commits(java: JavaDriver, cluster: KafkaCluster, topic: str, group: str) -> None:
+    """``topic`` (2 partitions, N records) and ``group`` with commits at its start, without
+    a consumer's join (Admin.alterConsumerGroupOffsets on an unknown group)."""
+    cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    java.ok("alter_group_offsets", group=group, topic=topic, offsets={"0": 0, "1": 0})
+
+
+def test_admin_create_partitions_and_kafka_topics_alter(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("jxp")
+    module_kafka_cluster.create_topic(topic, 2)
+    java.ok("create_partitions", topic=topic, count=3)
+    with Admin(brokers=module_kafka_cluster.native) as admin:
+        assert sorted(admin.describe_topic(topic)) == [0, 1, 2]
+        altered = java.tool(KAFKA_TOPICS, *BOOTSTRAP, "--alter", "--topic", topic, "--partitions", "5")
+        assert altered["exit"] == 0, altered
+        assert sorted(admin.describe_topic(topic)) == [0, 1, 2, 3, 4]
+    fewer = java.call("create_partitions", topic=topic, count=4)
+    assert fewer["error"] == "org.apache.kafka.common.errors.InvalidPartitionsException", fewer
+    described = java.ok("describe_topics", topics=[topic])["topics"][topic]
+    assert sorted(d["partition"] for d in described) == [0, 1, 2, 3, 4]
+
+
+def test_admin_incremental_alter_configs_and_kafka_configs_alter(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("jxc")
+    module_kafka_cluster.create_topic(topic, 1)
+    java.ok("incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "7200000"})
+    altered = java.tool(
+        KAFKA_CONFIGS, *BOOTSTRAP, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "retention.bytes=1000000,compression.type=zstd",
+    )  # fmt: skip
+    assert altered["exit"] == 0, altered
+    expected = {"retention_ms": 7_200_000, "retention_bytes": 1_000_000, "compression": "zstd"}
+    with Admin(brokers=module_kafka_cluster.native) as admin:
+        wait_until(lambda: admin.topic_config(topic) == expected, 10, f"{topic}'s settings {expected}")
+        removed = java.tool(
+            KAFKA_CONFIGS, *BOOTSTRAP, "--alter", "--entity-type", "topics", "--entity-name", topic,
+            "--delete-config", "compression.type",
+        )  # fmt: skip
+        assert removed["exit"] == 0, removed
+        wait_until(lambda: "compression" not in admin.topic_config(topic), 10, "compression removed")
+    shown = java.ok("describe_configs", type="topic", name=topic)["configs"]
+    assert shown["retention.bytes"] == {"value": "1000000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert shown["compression.type"]["source"] == "DEFAULT_CONFIG"
+
+    # What logferry has no setting for is refused, and nothing of that request changes.
+    refused = java.call(
+        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "cleanup.policy": "compact"}
+    )
+    assert refused["error"] == "org.apache.kafka.common.errors.InvalidConfigurationException", refused
+    assert "cleanup.policy" in refused["message"]
+    assert java.ok("describe_configs", type="topic", name=topic)["configs"]["retention.ms"]["value"] == "7200000"
+
+
+@not_served("DeleteRecords (21) is not served")
+def test_admin_delete_records(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("jxr")
+    module_kafka_cluster.create_topic(topic, 1)
+    acked = java.ok("produce", topic=topic, partitions=1, count=N)["offsets"]["0"]
+    answer = java.ok("delete_records", topic=topic, before={"0": acked[N // 2]})
+    assert answer["low_watermarks"] == {"0": acked[N // 2]}
+    assert native_ends(module_kafka_cluster, topic, 1) != {0: 0}
+
+
+@not_served("DeleteGroups (42) is not served")
+def test_admin_delete_consumer_groups(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("jxg"), unique_name("jxgg")
+    _group_with_commits(java, module_kafka_cluster, topic, group)
+    java.ok("delete_groups", groups=[group])
+    assert group not in {g["group"] for g in java.ok("list_groups")["groups"]}
+
+
+@not_served("OffsetDelete (47) is not served")
+def test_admin_delete_consumer_group_offsets(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("jxo"), unique_name("jxog")
+    _group_with_commits(java, module_kafka_cluster, topic, group)
+    java.ok("delete_group_offsets", group=group, topic=topic, partitions=[0])
+    assert committed(java, group, topic) == {1: 0}
+
+
+def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group, member = unique_name("jm"), unique_name("jmg"), unique_name("member")
+    cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    java.ok("start_consumer", name=member, topic=topic, group=group)
+    try:
+
+        def stable() -> dict[str, Any] | None:
+            described: dict[str, Any] = java.ok("describe_groups", groups=[group])["groups"][group]
+            return described if described["state"] == "Stable" and described["members"] else None
+
+        described = wait_until(stable, 30, f"{group} stable with its member")
+        assert [(m["client_id"], sorted(m["partitions"])) for m in described["members"]] == [
+            (member, [f"{topic}:0", f"{topic}:1"])
+        ]
+        wait_until(lambda: committed(java, group, topic) == latest(java, topic, 2), 30, f"{group} caught up")
+
+        shown = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group)
+        assert shown["exit"] == 0, shown
+        rows = [r for r in table(shown["stdout"]) if r["GROUP"] == group]
+        assert sorted(int(r["PARTITION"]) for r in rows) == [0, 1]
+        for row in rows:
+            assert (row["LAG"], row["CLIENT-ID"]) == ("0", member)
+            assert row["CONSUMER-ID"].startswith(member) and row["HOST"].lstrip("/") == "127.0.0.1"
+        members = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group, "--members")
+        assert [(r["CLIENT-ID"], r["#PARTITIONS"]) for r in table(members["stdout"])] == [(member, "2")]
+
+        # Kafka's tool refuses to move the offsets of a group with live members.
+        reset = java.tool(
+            KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--reset-offsets", "--group", group, "--topic", topic,
+            "--to-earliest", "--execute",
+        )  # fmt: skip
+        assert "can only be reset if the group" in reset["stdout"] + reset["stderr"], reset
+        assert committed(java, group, topic) == latest(java, topic, 2)
+    finally:
+        consumed = java.ok("stop_consumer", name=member)["records"]
+    assert consumed == N
+    assert java.ok("describe_groups", groups=[group])["groups"][group]["state"] == "Empty"
+
+
+@not_served("ConsumerGroupHeartbeat (68), the consumer protocol of KIP-848, is not served: only the classic one")
+def test_a_consumer_with_the_kip_848_group_protocol(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("j848")
+    module_kafka_cluster.create_topic(topic, 1)
+    java.ok("produce", topic=topic, partitions=1, count=10)
+    got = java.ok("consume_group", topic=topic, group=unique_name("j848g"), count=10, protocol="consumer")
+    assert len(got["records"]) == 10
