@@ -12,8 +12,9 @@ second; processes that were running before the command started are left out.
 
 prints one line per kind, the total, the command's wall time and its exit status, the
 share of the machine's CPUs busy in each 30 s (where the run waits), and exits with the
-command's status. Another job on the machine shows up in the figures
-(as ``other``): measure on a quiet machine.
+command's status; ``LOGFERRY_CPU_DETAIL=FILE`` also writes every process to FILE.
+Another job on the machine shows up in the figures (as ``other``): measure on a quiet
+machine.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]]) -> N
             entry[1] = command
 
 
+DETAIL_ENV = "LOGFERRY_CPU_DETAIL"
+"""A file to write every process into (CPU, kind, command line; most CPU first)."""
 PERIOD_S = 30.0
 """How often the whole machine's busy share is taken (from /proc/stat): where a run idles."""
 
@@ -140,6 +143,11 @@ def main(argv: list[str]) -> int:
     for cpu, command in seen.values():
         by_kind[kind_of(command)] += cpu
         count[kind_of(command)] += 1
+    detail = os.environ.get(DETAIL_ENV)
+    if detail:
+        with open(detail, "w") as out:
+            for cpu, command in sorted(seen.values(), key=lambda entry: -entry[0]):
+                out.write(f"{cpu:.1f}\t{kind_of(command)}\t{command[:400]}\n")
     for kind, cpu in by_kind.most_common():
         print(f"{cpu:8.0f} s CPU  {count[kind]:5d} processes  {kind}")
     print(f"{sum(by_kind.values()):8.0f} s CPU in all, {wall:.0f} s wall, exit status {process.returncode}")
