@@ -312,7 +312,14 @@ def _start(connection: socket.socket, children: dict[int, socket.socket], server
         _send(connection, {"error": f"bad request: {exc}"})
         connection.close()
         return
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        _send(connection, {"error": f"fork failed: {exc}"})
+        connection.close()
+        return
     if pid == 0:
         _child(request, fds, server_parts, [connection, *children.values()])
     for fd in fds:
@@ -366,7 +373,6 @@ def _child(request: dict[str, Any], fds: list[int], server_parts: tuple[Any, ...
         module = request["module"]
         _name_process(module, request["args"])
         sys.argv = [module, *request["args"]]
-        gc.unfreeze()
         code = _run(module)
     except BaseException:
         traceback.print_exc()
