@@ -249,22 +249,32 @@ def install(server: ForkServer | None) -> None:
 
 
 def start_module(
-    module: str, args: Sequence[str], output: IO[bytes], env: Mapping[str, str], cwd: Path | str = ROOT
+    module: str,
+    args: Sequence[str],
+    output: IO[bytes],
+    env: Mapping[str, str],
+    cwd: Path | str = ROOT,
+    *,
+    stdin: IO[bytes] | None = None,
+    errors: IO[bytes] | None = None,
 ) -> ChildProcess:
-    """``python -m module args`` with stdin from /dev/null and stdout and stderr to
-    ``output``: forked from the installed fork server when it may be, else exec'd."""
+    """``python -m module args`` with stdout to ``output``, stderr to ``errors`` (none: to
+    ``output`` too) and stdin from ``stdin`` (none: /dev/null): forked from the installed
+    fork server when it may be, else exec'd."""
     server = _installed
-    if server is not None and server.can_fork(env, cwd):
-        with open(os.devnull, "rb") as null:
-            return server.spawn(module, args, null.fileno(), output.fileno(), output.fileno(), env, cwd)
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        cwd=str(cwd),
-        env=dict(env),
-    )
+    with open(os.devnull, "rb") as null:
+        source = stdin or null
+        if server is not None and server.can_fork(env, cwd):
+            fds = (source.fileno(), output.fileno(), (errors or output).fileno())
+            return server.spawn(module, args, *fds, env, cwd)
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=output,
+            stderr=errors or subprocess.STDOUT,
+            stdin=source,
+            cwd=str(cwd),
+            env=dict(env),
+        )
 
 
 # -- the server process ---------------------------------------------------------------------

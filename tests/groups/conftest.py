@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -28,9 +27,10 @@ from typing import NamedTuple
 import pytest
 
 from broker.client import Admin, Producer
+from broker.testing import prefork
 from tests.support.waiting import wait_until
 
-MEMBER_SCRIPT = Path(__file__).with_name("member.py")
+MEMBER_MODULE = "tests.groups.member"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -54,17 +54,10 @@ class MemberProcess:
         self.out = out
         self.log_path = out / f"{name}.log"
         self.killed_at: float | None = None
-        log = self.log_path.open("ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), *argv, "--name", name, "--out", str(out)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=str(ROOT),
-        )
-        log.close()
+        with self.log_path.open("ab") as log:  # from the worker's fork server (broker.testing.prefork)
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            args = [*argv, "--name", name, "--out", str(out)]
+            self.proc = prefork.start_module(MEMBER_MODULE, args, log, env, ROOT)
 
     def running(self) -> bool:
         return self.proc.poll() is None

@@ -23,8 +23,11 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from broker.testing import prefork
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,16 +55,36 @@ def logferry(
     if zk is not None:
         extra["LOGFERRY_ZK"] = zk
     if as_process or (args and args[0] in LONG_RUNNING):
-        return subprocess.run(
-            [sys.executable, "-m", "broker", *args],
-            input=stdin or "",
-            text=True,
-            capture_output=True,
-            timeout=timeout,
-            cwd=str(ROOT),
-            env={**os.environ, **extra},
-        )
+        return _as_process(list(args), stdin or "", {**os.environ, **extra}, timeout)
     return _in_process(list(args), stdin or "", extra)
+
+
+def _as_process(
+    argv: list[str], stdin: str, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m broker ARGV`` as :func:`subprocess.run` with ``capture_output`` would
+    run it, started by ``prefork.start_module`` (forked from the worker's fork server
+    when the environment allows)."""
+    with tempfile.TemporaryFile() as inp, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        inp.write(stdin.encode())
+        inp.seek(0)
+        child = prefork.start_module("broker", argv, out, env, ROOT, stdin=inp, errors=err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
+            raise subprocess.TimeoutExpired([sys.executable, "-m", "broker", *argv], timeout) from None
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            [sys.executable, "-m", "broker", *argv], code, _text(out.read()), _text(err.read())
+        )
+
+
+def _text(data: bytes) -> str:
+    """As ``text=True`` decodes: universal newlines."""
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _in_process(argv: list[str], stdin: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
