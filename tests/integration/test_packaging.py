@@ -38,6 +38,7 @@ NOT_SOURCES = (
     "spark-warehouse",
     "metastore_db",
     "results",
+    ".cache",  # benchmarks/.cache: Apache Kafka's jars (make kafka-jars), some 50 MB
 )
 BASE = {
     "msgpack": "msgpack",
