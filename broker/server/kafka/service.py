@@ -319,6 +319,15 @@ class KafkaService:
             responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps)) for n, ps in by_topic.items()),
         )
 
+    def _watermarks(self, plog: PartitionLog | None) -> tuple[int, int]:
+        """(high watermark, log start) in message offsets; -1s if they cannot be read."""
+        if plog is None:
+            return -1, -1
+        try:
+            return self.positions.high_watermark(plog), plog.start_message
+        except LogferryError:
+            return -1, -1
+
     def _log_ends(self, sets: list[MessageSet]) -> list[tuple[PartitionLog, int, int] | None]:
         """Per message set, its partition's log and the log's end (byte and message
         offsets) before the produce: the produce service appends on this loop turn, so
@@ -376,13 +385,8 @@ class KafkaService:
                     plog = self.router.leader_log(topic.topic, part.partition)
                     offset, skip = positions.locate(plog, message)
                     message -= skip
-                except OffsetOutOfRangeError as exc:
-                    assert plog is not None
-                    early[index] = (
-                        kafka_error(exc),
-                        positions.high_watermark(plog),
-                        plog.start_message,
-                    )
+                except OffsetOutOfRangeError as exc:  # the client resets from these
+                    early[index] = (kafka_error(exc), *self._watermarks(plog))
                 except LogferryError as exc:
                     early[index] = (kafka_error(exc), -1, -1)
                 parts.append(FetchPart(topic.topic, part.partition, offset, max(part.partition_max_bytes, 1)))
