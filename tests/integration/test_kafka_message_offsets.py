@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,7 +108,18 @@ def test_offsets_count_messages_and_kcat_reads_the_last_100(
     assert sorted(reported) == list(range(N, N + 5))
 
 
-def test_commits_and_lag_are_in_messages_and_survive_a_restart(kafka_cluster: Any) -> None:
+def batch_of(segment: Path, record: int) -> tuple[int, int]:
+    """(byte offset of the batch holding value ``record``, its index there), read from
+    the segment file (a topic whose values are 0, 1, 2, ... in order)."""
+    batches, _ = records.decode_batches(segment.read_bytes(), 0)
+    for batch in batches:
+        values = [int(bytes(v)[:6]) for v in batch.values]
+        if record in values:
+            return batch.offset, values.index(record)
+    raise AssertionError(f"record {record} not in {segment}")
+
+
+def test_commits_and_lag_are_in_messages_and_survive_a_restart(kafka_cluster: Any, zk_client: Any) -> None:
     cluster = kafka_cluster(1)
     cluster.create_topic("lagging", 1)
     produce_batches(cluster.bootstrap, "lagging", 0, N)
@@ -116,6 +128,14 @@ def test_commits_and_lag_are_in_messages_and_survive_a_restart(kafka_cluster: An
         assert consume(consumer, 405, commit_last=True) == list(range(405))
     finally:
         consumer.close()
+    # stored as a message offset, and for native consumers of the group as the batch
+    # holding record 405 and how many of its records come before it
+    kafka = json.loads(zk_client.get("/consumers/lag/kafka_offsets/lagging/0")[0])
+    assert (kafka["offset"], kafka["unit"]) == (405, "message")
+    native = json.loads(zk_client.get("/consumers/lag/offsets/lagging/0")[0])
+    (segment,) = sorted((cluster.brokers[0].log_dir / "lagging-0").glob("*.log"))
+    assert (native["offset"], native["skip"]) == batch_of(segment, 405)
+    assert native["skip"] == 405 - 366
 
     broker = cluster.brokers[0]
     before = broker.kafka_address()
@@ -171,17 +191,16 @@ def test_a_log_and_a_commit_from_before_message_offsets(kafka_cluster: Any, zk_c
     for index in log_dir.glob("*.index"):  # as a release before message offsets left it
         index.unlink()
     (segment,) = sorted(log_dir.glob("*.log"))
-    batches, _ = records.decode_batches(segment.read_bytes(), 0)
     # a Kafka commit of that release: the byte offset b + i of record 456 (i-th of the
     # batch at b)
-    first = 0
-    for batch in batches:
-        if first + len(batch) > 456:
-            old = batch.offset + 456 - first
-            break
-        first += len(batch)
+    at, index = batch_of(segment, 456)
+    old = at + index
     path = "/consumers/old/kafka_offsets/legacy/0"
     zk_client.create(path, json.dumps({"offset": old, "time": int(time.time() * 1000)}).encode(), makepath=True)
+    # and a native consumer's commit: (batch byte offset, records of it consumed)
+    at, skip = batch_of(segment, 789)
+    value = {"offset": at, "skip": skip, "time": int(time.time() * 1000)}
+    zk_client.create("/consumers/native/offsets/legacy/0", json.dumps(value).encode(), makepath=True)
 
     before = broker.kafka_address()
     broker.start()
@@ -196,5 +215,10 @@ def test_a_log_and_a_commit_from_before_message_offsets(kafka_cluster: Any, zk_c
     consumer = rd_group_consumer(cluster.bootstrap, "old", "legacy")
     try:  # the old commit, read as a message offset: the group resumes at record 456
         assert consume(consumer, N - 456) == list(range(456, N))
+    finally:
+        consumer.close()
+    consumer = rd_group_consumer(cluster.bootstrap, "native", "legacy")
+    try:  # the native commit, read as a message offset: the group resumes at record 789
+        assert consume(consumer, N - 789) == list(range(789, N))
     finally:
         consumer.close()
