@@ -7,7 +7,7 @@ the same minutes. Collects every ``run N: <case> <rate> msgs/s`` line the script
 the median of each side and B / A. ``latency.py``'s ``run N: <case>  end-to-end p50 X
 p99 Y p99.9 Z max W ms; ack p50 X p99 Y ms`` lines count too: one case per figure, in
 ms (lower is better there), and so do broker_throughput.py's broker and client CPU per
-message. A
+message (and kafka_clients.py's, given in us/msg). A
 checkout is a directory (for example a
 ``git worktree add --detach ../old <rev>`` with ``make venv`` run in it).
 
@@ -34,6 +34,8 @@ LATENCY_LINE = re.compile(
     r"p99 (?P<ack99>[\d.]+) ms"
 )
 CPU_PART = re.compile(r"CPU ns/msg client\s+(?P<client>[\d,]+) broker\s+(?P<broker>[\d,]+)")
+CPU_US_PART = re.compile(r"\(broker CPU (?P<broker>[\d.]+) us/msg, client CPU (?P<client>[\d.]+) us/msg\)")
+"""kafka_clients.py's form of the same figures."""
 LATENCY_FIGURES = (
     ("p50", "e2e p50 ms"),
     ("p99", "e2e p99 ms"),
@@ -63,6 +65,10 @@ def rates_of(output: str) -> dict[str, float]:
             if cpu:  # broker_throughput.py: steadier under load than msgs/s
                 rates[f"{case} broker CPU ns/msg"] = float(cpu["broker"].replace(",", ""))
                 rates[f"{case} client CPU ns/msg"] = float(cpu["client"].replace(",", ""))
+            cpu_us = CPU_US_PART.search(line, match.end())
+            if cpu_us:  # kafka_clients.py
+                rates[f"{case} broker CPU ns/msg"] = float(cpu_us["broker"]) * 1000
+                rates[f"{case} client CPU ns/msg"] = float(cpu_us["client"]) * 1000
     return rates
 
 

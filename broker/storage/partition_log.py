@@ -178,6 +178,10 @@ class PartitionLog:
         self._end = self._segments[-1].end_offset
         self._flushed_end = self._end
         self._hw_cap: int | None = None
+        self.generation = 0
+        """Counts the times bytes of this log were cut or replaced (truncation, restart):
+        a cache of (message offset, byte offset) pairs kept outside the log is stale once
+        it changes. Appends and retention leave every kept pair true."""
         self.messages_appended = loaded.scanned_messages
         """Messages appended since open, plus those recovery validated."""
         self.bytes_appended = loaded.scanned_bytes
@@ -613,6 +617,7 @@ class PartitionLog:
             raise StorageError(self._failure) from exc
         self._bases = [offset]
         self._msg_bases = [self._segments[0].index.base_message]
+        self.generation += 1
         self._dirty = []
         self._end = self._flushed_end = offset
         self.producers = ProducerStateTable(self.name)
@@ -657,6 +662,7 @@ class PartitionLog:
             raise StorageError(self._failure) from exc
         self._bases = [s.base_offset for s in self._segments]
         self._msg_bases = [s.index.base_message for s in self._segments]
+        self.generation += 1
         self.producers.truncate_to(offset)
         producer_snapshots.drop_snapshots_after(self.directory, offset)
         live = set(map(id, self._segments))

@@ -9,10 +9,8 @@ per tool call would cost 1-3 s of CPU each. The tests share the module's broker,
 with its own topics and groups, and none stops it (its Kafka port would change under
 the JVM's clients).
 
-Offsets: until the listener counts messages (docs/kafka.md, Offsets), a Kafka offset is
-a byte position; these tests assert what holds under both meanings (the offsets a
-consumer sees are the producer's, committed == end after a full read, lag 0 then and
-> 0 after more produce). Comments say where the meaning matters.
+Offsets: on the Kafka listener an offset counts messages (docs/kafka.md, Offsets), so
+a partition that holds n messages from its start ends at n, and lag is in messages.
 
 What logferry does not serve yet is an ``xfail(strict=True, raises=NotServed)`` test
 that does the real thing: it fails only with the client's UnsupportedVersionException,
@@ -81,15 +79,6 @@ def native_ends(cluster: KafkaCluster, topic: str, partitions: int) -> dict[int,
         return {p: consumer.offsets(topic, p).end for p in range(partitions)}
 
 
-def assert_kafka_end_is_logferrys(kafka_end: int, native_end: int, messages: int) -> None:
-    """A Kafka end offset is logferry's end of the same partition holding ``messages``
-    messages from offset 0: its byte end while the listener's offsets are byte positions,
-    its message count once they count messages (branch h-koff; then only the second)."""
-    assert kafka_end in (native_end, messages), (
-        f"Kafka end {kafka_end}: neither {native_end} bytes nor {messages} messages"
-    )
-
-
 def latest(java: JavaDriver, topic: str, partitions: int) -> dict[int, int]:
     """Admin.listOffsets(latest) for each partition."""
     answer = java.ok("list_offsets", topic=topic, partitions=list(range(partitions)), spec="latest")
@@ -119,8 +108,7 @@ def test_idempotent_producer_and_group_consumer_count_and_order(
     assert produced["sent"] == N
     acked = {int(p): offsets for p, offsets in produced["offsets"].items()}
     for p in range(3):
-        assert len(acked[p]) == N // 3
-        assert acked[p] == sorted(set(acked[p])), f"partition {p}: acked offsets not increasing"
+        assert acked[p] == list(range(N // 3)), f"partition {p}: acked offsets are not 0..{N // 3 - 1}"
 
     got = java.ok("consume_group", topic=topic, group=group, count=N)["records"]
     assert len(got) == N
@@ -130,12 +118,9 @@ def test_idempotent_producer_and_group_consumer_count_and_order(
         assert [r[2] for r in mine] == [f"k{i}" for i in range(N) if i % 3 == p]
         assert [r[1] for r in mine] == acked[p], "the consumer sees the offsets the producer was acked with"
 
-    # After a full read the group's commit is the end, whatever an offset counts; and
-    # Kafka's end is logferry's end, as its own client reports it.
-    ends, native = latest(java, topic, 3), native_ends(cluster, topic, 3)
-    assert committed(java, group, topic) == ends
-    for p in range(3):
-        assert_kafka_end_is_logferrys(ends[p], native[p], N // 3)
+    # After a full read the group's commit is the end: the partition's message count.
+    ends = latest(java, topic, 3)
+    assert committed(java, group, topic) == ends == {p: N // 3 for p in range(3)}
 
 
 def test_transactional_producer_fails_fast_and_clearly(java: JavaDriver, unique_name: Callable[[str], str]) -> None:
@@ -289,7 +274,7 @@ def test_console_producer_consumer_and_get_offsets(
     assert offsets["exit"] == 0, offsets
     name, partition, end = offsets["stdout"].strip().rsplit(":", 2)
     assert (name, partition) == (topic, "0")
-    assert_kafka_end_is_logferrys(int(end), native_ends(cluster, topic, 1)[0], N)
+    assert int(end) == N  # messages, not bytes
     assert latest(java, topic, 1) == {0: int(end)}
     first = java.tool(KAFKA_GET_OFFSETS, *BOOTSTRAP, "--topic", topic, "--time", "-2")
     assert first["stdout"].split() == [f"{topic}:0:0"]
@@ -310,19 +295,19 @@ def test_kafka_consumer_groups_describes_lag_and_resets_offsets(
         assert f"Consumer group '{group}' has no active members." in answer["stderr"]
         return {int(r["PARTITION"]): r for r in table(answer["stdout"]) if r["GROUP"] == group and r["TOPIC"] == topic}
 
-    # After a full read: current == log end, lag 0 (true whatever an offset counts).
+    # After a full read: current == log end == the partition's messages, lag 0.
     rows = describe()
     ends = latest(java, topic, 2)
     assert sorted(rows) == [0, 1]
+    assert ends == {0: N // 2, 1: N // 2}
     for p, row in rows.items():
         assert (int(row["CURRENT-OFFSET"]), int(row["LOG-END-OFFSET"]), row["LAG"]) == (ends[p], ends[p], "0")
 
-    # More produced: lag > 0 on both. (In messages once offsets count messages, h-koff;
-    # in bytes of the log before: only "> 0" holds in both.)
+    # N more produced, N / 2 a partition: the lag is that many messages.
     java.ok("produce", topic=topic, partitions=2, count=N, start=N)
     for p, row in describe().items():
-        assert int(row["LOG-END-OFFSET"]) > int(row["CURRENT-OFFSET"]) == ends[p]
-        assert int(row["LAG"]) == int(row["LOG-END-OFFSET"]) - int(row["CURRENT-OFFSET"]) > 0
+        assert int(row["CURRENT-OFFSET"]) == ends[p]
+        assert (int(row["LOG-END-OFFSET"]), int(row["LAG"])) == (N, N // 2)
 
     listed = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--list")
     assert listed["exit"] == 0 and group in listed["stdout"].split()

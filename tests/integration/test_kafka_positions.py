@@ -2,10 +2,11 @@
 librdkafka (confluent-kafka) against real brokers and a real ZooKeeper (docs/kafka.md,
 "Offsets").
 
-A record's Kafka offset is derived from bytes that never move (its batch's byte offset
-plus its index), so a committed position names the same record on every replica and
-after older segments are deleted; a position below the log start gets
-OFFSET_OUT_OF_RANGE and the client's ``auto.offset.reset``.
+A record's Kafka offset is its message offset, derived from the batch counts of bytes
+that never move and the same on every replica (docs/storage.md), so a committed
+position names the same record on every replica and after older segments are deleted;
+a position below the log start gets OFFSET_OUT_OF_RANGE and the client's
+``auto.offset.reset``.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(ka
         probe.close()
     assert low > 0, "retention deleted the oldest segments"
     assert 50 < first_kept <= 250, first_kept  # below "late", above "early"
+    assert low == first_kept  # the log start is the first kept record's message offset
 
     # segments below the committed position are gone: the group resumes exactly there
     consumer = rd_group_consumer(cluster.bootstrap, "late", "aging")
@@ -196,7 +198,7 @@ def test_committed_position_survives_retention_and_below_the_log_start_resets(ka
         deadline = time.monotonic() + 30  # until the reset put it at the end
         while time.monotonic() < deadline and high not in fetching_at:
             assert consume(consumer, 1, timeout=0.5) == []  # nothing old is served
-        assert high in fetching_at, fetching_at[-5:]
+        assert high in fetching_at and high == 300, fetching_at[-5:]
         produce(cluster.bootstrap, "aging", range(300, 305))
         assert consume(consumer, 5) == list(range(300, 305))
     finally:

@@ -151,3 +151,14 @@ def test_ab_compare_reads_latency_lines_as_one_case_per_percentile() -> None:
     assert got["produce batch 1 (acks=0) broker CPU ns/msg"] == 900
     assert got["produce batch 1 (acks=0) client CPU ns/msg"] == 7_000
     assert len(got) == 9
+
+
+def test_ab_compare_reads_kafka_clients_cpu_per_message() -> None:
+    from benchmarks.ab_compare import rates_of
+
+    got = rates_of("run 0: confluent-kafka consumer 370,219 msgs/s (broker CPU 0.30 us/msg, client CPU 1.55 us/msg)\n")
+    assert got == {
+        "confluent-kafka consumer": 370_219,
+        "confluent-kafka consumer broker CPU ns/msg": 300,
+        "confluent-kafka consumer client CPU ns/msg": 1550,
+    }

@@ -78,8 +78,8 @@ def test_produce_with_headers_sends_one_batch_whose_every_message_carries_them()
 def test_a_native_batch_with_headers_reaches_kafka_consumers_as_kafka_headers() -> None:
     batch = records.encode_batch([b"a", b"b"], None, 1_700_000_000_000, headers=[[[b"h", b"v"], [b"n", None]], None])
     (decoded,), _ = records.decode_batches(batch, 4096)
-    (kafka,) = decode_record_batches(bytes(to_kafka(decoded)))
-    assert kafka.base_offset == 4096
+    (kafka,) = decode_record_batches(bytes(to_kafka(decoded, 31)))
+    assert kafka.base_offset == 31 and kafka.last_offset_delta == 1
     assert kafka.values == [b"a", b"b"]
     assert kafka.headers == [[(b"h", b"v"), (b"n", None)], []]
 

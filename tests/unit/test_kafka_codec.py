@@ -138,13 +138,12 @@ def test_conversion_roundtrip_and_offset_mapping() -> None:
     log = first + plain
     batches, used = records.decode_batches(log, 1000)
     assert used == len(log)
-    out = b"".join(bytes(convert.to_kafka(b)) for b in batches)
+    out = bytes(convert.to_kafka(batches[0], 10)) + bytes(convert.to_kafka(batches[1], 12))
     k1, k2 = decode_record_batches(out)
-    # the i-th record of the batch at byte offset b has Kafka offset b + i, and the
-    # batch spans its bytes: clients continue at the next batch's byte offset
-    assert k1.base_offset == 1000 and k1.base_offset + k1.last_offset_delta + 1 == 1000 + len(first)
-    assert k2.base_offset == 1000 + len(first)
-    assert k2.base_offset + k2.last_offset_delta + 1 == 1000 + len(log)
+    # the record batch of a logferry batch whose first message offset is m says
+    # base_offset m and spans its count: clients continue at the next batch's first message
+    assert k1.base_offset == 10 and k1.base_offset + k1.last_offset_delta + 1 == 12
+    assert k2.base_offset == 12 and k2.base_offset + k2.last_offset_delta + 1 == 15
     assert k1.values == [b"x", b"y"] and k1.keys == [b"a", None]
     assert k1.headers == [[(b"trace", b"t1")], []] and k1.timestamps == [5000, 5007]
     assert k2.values == [b"p"] * 3 and k2.keys == [None] * 3 and k2.timestamps == [7000] * 3

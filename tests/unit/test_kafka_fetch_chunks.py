@@ -36,21 +36,23 @@ def _log() -> bytes:
 
 def test_serve_chunks_gives_a_buffer_per_whole_batch() -> None:
     log = _log()
-    chunks, used = convert.serve_chunks(bytearray(log), 5000)
+    chunks, used, next_message = convert.serve_chunks(bytearray(log), 5000, 40)
     assert used == len(log) - 30  # the cut batch is left for the next fetch
     assert len(chunks.parts) == 4  # one buffer per batch, none for the cut one
     batches = decode_record_batches(bytes(chunks))
     assert [b.values for b in batches] == [[b"x" * 300] * 100, [b"p"] * 3, [b"y", b"z"], [b"x" * 300] * 100]
-    assert [b.base_offset for b in batches][0] == 5000
-    assert batches[-1].base_offset + batches[-1].last_offset_delta + 1 == 5000 + used
+    # message offsets, contiguous across stored and converted batches
+    assert [b.base_offset for b in batches] == [40, 140, 143, 145]
+    assert [b.last_offset_delta for b in batches] == [99, 2, 1, 99]
+    assert next_message == 245 == batches[-1].base_offset + batches[-1].last_offset_delta + 1
 
 
 def test_serve_chunks_keeps_stored_batches_as_views_of_the_read_buffer() -> None:
     raw = bytearray(_stored([b"v"] * 10))
-    chunks, used = convert.serve_chunks(raw, 77)
+    chunks, used, _ = convert.serve_chunks(raw, 77, 12)
     (part,) = chunks.parts
     assert isinstance(part, memoryview) and part.obj is raw  # not copied
-    assert used == len(raw) and struct.unpack_from(">q", part, 0)[0] == 77
+    assert used == len(raw) and struct.unpack_from(">q", part, 0)[0] == 12
 
 
 def test_chunk_writer_keeps_big_buffers_by_reference() -> None:
@@ -93,7 +95,7 @@ def _fetch_body(records_value: object, version: int) -> object:
 def test_fetch_response_parts_equal_the_joined_frame_at_every_version() -> None:
     log = _log()
     for version in (4, 7, 11, 12):  # non-flexible and flexible (compact) encodings
-        chunks, _ = convert.serve_chunks(bytearray(log), 5000)
+        chunks, _, _ = convert.serve_chunks(bytearray(log), 5000, 0)
         joined = protocol.encode_response(Api.FETCH, version, 42, _fetch_body(bytes(chunks), version))
         parts = protocol.encode_response_parts(Api.FETCH, version, 42, _fetch_body(chunks, version))
         assert b"".join(bytes(p) for p in parts) == joined, version

@@ -49,7 +49,7 @@ def _gzipped(values: list[bytes]) -> bytes:
     return bytes(raw)
 
 
-def test_stored_batch_has_logferry_header_and_spans_its_bytes() -> None:
+def test_stored_batch_has_logferry_header_and_the_clients_batch_behind_it() -> None:
     kafka = _kafka([b"a", None, b"c"], [b"k", None, None], stamps=[1000, 1003, 1001])
     with_epoch = bytearray(kafka)
     struct.pack_into(">q", with_epoch, 0, 12345)  # base offset and leader epoch: no CRC
@@ -63,12 +63,36 @@ def test_stored_batch_has_logferry_header_and_spans_its_bytes() -> None:
     result = records.validate_message_set(stored)
     assert (result.batches, result.messages, result.producers) == (1, 3, None)
     assert records.count_messages(stored) == (1, 3)
-    # the Kafka batch behind it is the client's, but for last_offset_delta (and so the
-    # CRC32C): it spans the stored batch's bytes
+    # the Kafka batch behind it is the client's from its CRC32C on (the base offset and
+    # leader epoch lie outside it): last_offset_delta stays count - 1, no CRC recomputed
     (inner,) = decode_record_batches(stored[records.KAFKA_AT :])
-    assert inner.last_offset_delta == len(stored) - 1
+    assert inner.last_offset_delta == 2
     assert inner.values == [b"a", None, b"c"] and inner.timestamps == [1000, 1003, 1001]
-    assert stored[records.KAFKA_AT + 61 :] == kafka[61:]  # records untouched
+    assert stored[records.KAFKA_AT + kafka_batch.CRC_AT :] == kafka[kafka_batch.CRC_AT :]
+
+
+def test_a_last_offset_delta_other_than_count_minus_one_is_set_to_it() -> None:
+    odd = bytearray(_kafka([b"a", b"b", b"c"]))
+    kafka_batch.LAST_OFFSET_DELTA.pack_into(odd, kafka_batch.LAST_OFFSET_DELTA_AT, 40)
+    struct.pack_into(">I", odd, 17, crc32c.crc32c(bytes(odd[CRC_START:])))
+    stored = bytes(convert.store_batches(bytes(odd)))
+    (inner,) = decode_record_batches(stored[records.KAFKA_AT :])  # checks the CRC32C
+    assert inner.last_offset_delta == 2
+
+
+def test_a_batch_stored_before_message_offsets_is_served_with_its_count() -> None:
+    """Releases before message offsets stored ``last_offset_delta`` = the stored batch's
+    size - 1 (byte offsets); a fetch corrects it and the CRC32C, in the read buffer."""
+    stored = bytearray(convert.store_batches(_kafka([b"a", b"b", b"c"])))
+    at = records.KAFKA_AT
+    kafka_batch.LAST_OFFSET_DELTA.pack_into(stored, at + kafka_batch.LAST_OFFSET_DELTA_AT, len(stored) - 1)
+    struct.pack_into(">I", stored, at + 17, crc32c.crc32c(bytes(stored[at + CRC_START :])))
+    old = bytes(stored)
+    out, used, after = convert.serve_chunks(bytearray(old + old), 0, 500)
+    first, second = decode_record_batches(bytes(out))  # checks both CRC32Cs
+    assert (first.base_offset, first.last_offset_delta) == (500, 2)
+    assert (second.base_offset, second.last_offset_delta) == (503, 2)
+    assert used == 2 * len(old) and after == 506
 
 
 def test_logferry_clients_decode_keys_values_timestamps_headers() -> None:
@@ -115,20 +139,19 @@ def test_idempotent_producer_fields_are_read_from_the_kafka_header() -> None:
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (77, 3, 1000)
 
 
-def test_serve_mixes_stored_and_converted_batches_with_byte_offsets() -> None:
+def test_serve_mixes_stored_and_converted_batches_with_message_offsets() -> None:
     first = bytes(
         convert.store_batches(_kafka([b"x", b"y"], [b"a", None], [[(b"t", b"1")], None], stamps=[5000, 5007]))
     )
     agent = records.encode_batch([b"p"] * 3, None, 7000)
     idem = records.encode_batch([b"q"], [b"k"], 8000, producer=(5, 0, 0))
     log = first + agent + idem + first[:30]  # a batch cut by the read's size
-    out, used = convert.serve_chunks(bytearray(log), 1000)
+    out, used, after = convert.serve_chunks(bytearray(log), 1000, 70)
     assert used == len(first) + len(agent) + len(idem)
     k1, k2, k3 = decode_record_batches(bytes(out))
-    assert k1.base_offset == 1000 and k1.base_offset + k1.last_offset_delta + 1 == 1000 + len(first)
-    assert k2.base_offset == 1000 + len(first)
-    assert k3.base_offset == k2.base_offset + k2.last_offset_delta + 1
-    assert k3.base_offset + k3.last_offset_delta + 1 == 1000 + used
+    assert k1.base_offset == 70 and k1.base_offset + k1.last_offset_delta + 1 == 72
+    assert k2.base_offset == 72 and k2.base_offset + k2.last_offset_delta + 1 == 75
+    assert k3.base_offset == 75 and k3.base_offset + k3.last_offset_delta + 1 == 76 == after
     assert k1.values == [b"x", b"y"] and k1.keys == [b"a", None]
     assert k1.headers == [[(b"t", b"1")], []] and k1.timestamps == [5000, 5007]
     assert k2.values == [b"p"] * 3 and k3.values == [b"q"] and k3.keys == [b"k"]

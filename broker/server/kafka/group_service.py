@@ -6,10 +6,15 @@ the group's coordinator). Committed offsets are kept in ZooKeeper where native g
 keep theirs, ``/consumers/<group>/offsets/<topic>/<p>`` as ``{offset, skip, time}``
 (the batch's byte offset and the messages of it consumed), so a position committed by
 a Kafka client is where a native consumer of the group resumes and the other way
-round. A Kafka offset ``k`` becomes ``(b, k - b)`` with ``b`` the start of the batch
-holding it, found in this broker's copy of the partition; when this broker holds no
-copy, the exact Kafka offset is kept in ``/consumers/<group>/kafka_offsets/<topic>/<p>``
-only (native consumers do not see that one). OffsetFetch answers the newer of the two.
+round. A Kafka offset is a message offset (:mod:`broker.server.kafka.offsets`):
+``k`` becomes ``(b, skip)``, the batch holding message ``k`` and how many of its
+messages come before it, found in this broker's copy of the partition. The exact
+``k`` is also kept in ``/consumers/<group>/kafka_offsets/<topic>/<p>`` as ``{offset,
+unit: "message", time}``: the only record when this broker holds no copy (native
+consumers do not see that one). OffsetFetch answers the newer of the two, in message
+offsets; a commit there without ``unit`` was written before message offsets (a byte
+offset, the i-th message of the batch at byte ``b`` being ``b + i``) and is converted
+when read (:func:`committed_message`).
 A group with native members (``/consumers/<group>/ids`` has children) refuses Kafka
 joins with INCONSISTENT_GROUP_PROTOCOL: the two rebalance protocols would hand out the
 same partitions twice.
@@ -28,14 +33,14 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.common.acl import group as group_resource
-from broker.common.errors import AuthorizationError
+from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
+from broker.server.kafka.commits import MESSAGE_UNIT, Commit, committed_message, parse_commit
 from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.groups import GroupCoordinator, coordinator_for
 from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.storage.log_manager import LogManager
-from broker.wire import records
 
 _NO_TIME = timedelta(0)
 
@@ -291,7 +296,7 @@ class KafkaGroupService:
                     writes.append(
                         (
                             _offset_path(body.group_id, topic.name, part.partition_index, kafka=True),
-                            json.dumps({"offset": k, "time": now}).encode(),
+                            json.dumps({"offset": k, "unit": MESSAGE_UNIT, "time": now}).encode(),
                         )
                     )
                     native = self._native_position(topic.name, part.partition_index, k)
@@ -323,19 +328,15 @@ class KafkaGroupService:
         )
 
     def _native_position(self, topic: str, partition: int, k: int) -> tuple[int, int] | None:
-        """``(batch offset, messages to skip)`` for Kafka offset ``k`` from this broker's
-        copy of the partition; None without a copy (or ``k`` outside it)."""
+        """``(batch byte offset, messages of it to skip)`` for message offset ``k`` from
+        this broker's copy of the partition; None without a copy (or ``k`` outside it)."""
         plog = self.logs.get(topic, partition)
-        if plog is None or not plog.start_offset <= k <= plog.end_offset:
+        if plog is None:
             return None
-        if k == plog.end_offset:
-            return k, 0
-        start = plog.batch_start_at_or_before(k)
-        head = plog.read_bytes(start, records.HEADER_SIZE)
-        if len(head) < records.HEADER_SIZE:
+        try:
+            return plog.batch_for_message(k)
+        except LogferryError:
             return None
-        count = records.BATCH_HEADER.unpack_from(head)[4]
-        return start, min(k - start, count)
 
     async def offset_fetch(self, request: Request, channel: Any) -> Any:
         body = request.body
@@ -355,7 +356,8 @@ class KafkaGroupService:
                 error_code=denied or ErrorCode.not_coordinator,
                 topics=(),
             )
-        positions = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
+        stored = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
+        positions = {key: self._committed_message(key, commits) for key, commits in stored.items()}
         topics = []
         for topic, parts in wanted.items():
             out = []
@@ -381,6 +383,16 @@ class KafkaGroupService:
             error_code=ErrorCode.none,
             topics=tuple(topics),
         )
+
+    def _committed_message(self, key: tuple[str, int], commits: list[Commit]) -> int:
+        """The message offset a group resumes at: the newer of its native and Kafka
+        commits that this broker can read in messages (-1: none)."""
+        best: tuple[int, int] | None = None  # (time, message offset)
+        for commit in commits:
+            message = committed_message(commit, self.logs.get(*key))
+            if message is not None and (best is None or commit.time >= best[0]):
+                best = (commit.time, message)
+        return -1 if best is None else best[1]
 
     # -- DescribeGroups, ListGroups ------------------------------------------------------
 
@@ -489,24 +501,20 @@ def _write_all(client: Any, writes: list[tuple[str, bytes]]) -> None:
         client.set(path, data)
 
 
-def _read_all(client: Any, group: str, wanted: dict[str, list[int]]) -> dict[tuple[str, int], int]:
-    """The Kafka offset of each partition: the newer of the native and Kafka commits."""
-    out: dict[tuple[str, int], int] = {}
+def _read_all(client: Any, group: str, wanted: dict[str, list[int]]) -> dict[tuple[str, int], list[Commit]]:
+    """The commits (native and Kafka) of each wanted partition that has any."""
+    out: dict[tuple[str, int], list[Commit]] = {}
     for topic, parts in wanted.items():
         for p in parts:
-            best: tuple[int, int] | None = None  # (time, offset)
+            found = []
             for kafka in (False, True):
                 try:
                     raw, _ = client.get(_offset_path(group, topic, p, kafka))
-                    value = json.loads(raw)
-                    offset = int(value["offset"]) + (0 if kafka else int(value.get("skip", 0)))
-                    when = int(value.get("time", 0))
+                    found.append(parse_commit(json.loads(raw), kafka))
                 except Exception:  # absent or unreadable: no commit of that kind
                     continue
-                if best is None or when >= best[0]:
-                    best = (when, offset)
-            if best is not None:
-                out[(topic, p)] = best[1]
+            if found:
+                out[(topic, p)] = found
     return out
 
 

@@ -151,6 +151,12 @@ def set_crc(batch: bytearray) -> None:
     struct.pack_into(">I", batch, 17, _crc32c(memoryview(batch)[CRC_START:]))
 
 
+def set_crc_at(buf: bytearray, start: int, stop: int) -> None:
+    """:func:`set_crc` for the record batch at ``buf[start:stop]``, in place (a fetch
+    buffer holding several batches)."""
+    struct.pack_into(">I", buf, start + 17, _crc32c(memoryview(buf)[start + CRC_START : stop]))
+
+
 def _zigzag_table(limit: int) -> list[bytes]:
     out = []
     for n in range(limit):
@@ -278,4 +284,5 @@ __all__ = [
     "encode_record_batch",
     "iter_checked",
     "set_crc",
+    "set_crc_at",
 ]

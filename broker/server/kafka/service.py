@@ -11,7 +11,8 @@ agents' and native producers' converted); Metadata and InitProducerId render the
 service's typed results. Each service returns a typed result
 (:mod:`broker.server.services.results`) that this module encodes with kio; nothing here
 decodes a native answer. ListOffsets reads the partition logs. Offsets follow the
-mapping of :mod:`broker.server.kafka.convert` (docs/kafka.md).
+log's message offsets (:mod:`broker.server.kafka.offsets`, docs/kafka.md); logferry's
+own protocol keeps byte offsets.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from broker.server.kafka.chunks import Buffer, Chunks
 from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_service import KafkaGroupService
+from broker.server.kafka.offsets import Positions
 from broker.server.kafka.partitions import KafkaPartitions
 from broker.server.kafka.protocol import (
     Api,
@@ -60,6 +62,7 @@ from broker.server.services.fetch import FetchService
 from broker.server.services.produce import ProduceService
 from broker.server.services.results import FetchResult, MetadataQuery, ProduceResult
 from broker.server.services.routing import PartitionRouter
+from broker.storage.partition_log import PartitionLog
 from broker.wire import records
 from broker.wire.fetch import MAX_WAIT_MS, FetchPart, FetchRequest, ReplicaFetchPart
 from broker.wire.produce import MessageSet, ProduceRequest
@@ -127,9 +130,9 @@ class KafkaService:
         partitions = KafkaPartitions(admin.grow_topic, view, admin.authorizer)
         self._handlers[Api.CREATE_PARTITIONS] = partitions.create_partitions
         self.groups = groups
-        self.boundaries = Boundaries()
-        """Batch offsets recently served or appended: where Kafka consumers fetch next,
-        found without walking a segment's batch headers."""
+        self.positions = Positions()
+        """Batch starts recently served or appended, in message and byte offsets: where
+        Kafka consumers fetch next and the high watermark, found without reading the log."""
         if groups is not None:
             self._handlers.update(groups.handlers())
 
@@ -276,8 +279,10 @@ class KafkaService:
                     )
                     channel.close()
 
+            before = self._log_ends(sets)
             try:
                 self.produce_service.produce(ProduceRequest(acks, sets, None), channel.principal, reply)
+                self._note_appends(before)
             except LogferryError as exc:
                 self.count("kafka_produce", time.perf_counter() - started, True)
                 if acks == 0:
@@ -287,7 +292,10 @@ class KafkaService:
                 if acks == 0:
                     return None
                 produced = await future
-                results = [(kafka_error_of_code(p.error), p.base_offset, p.message) for p in produced.parts]
+                results = [
+                    (kafka_error_of_code(p.error), self._base_message(p.base_offset, ends), p.message)
+                    for p, ends in zip(produced.parts, before)  # noqa: B905 (a part per set)
+                ]
         elif acks == 0:
             return None
         v = request.version
@@ -317,26 +325,79 @@ class KafkaService:
             responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps)) for n, ps in by_topic.items()),
         )
 
+    def _watermarks(self, plog: PartitionLog | None) -> tuple[int, int]:
+        """(high watermark, log start) in message offsets; -1s if they cannot be read."""
+        if plog is None:
+            return -1, -1
+        try:
+            return self.positions.high_watermark(plog), plog.start_message
+        except LogferryError:
+            return -1, -1
+
+    def _log_ends(self, sets: list[MessageSet]) -> list[tuple[PartitionLog, int, int] | None]:
+        """Per message set, its partition's log and the log's end (byte and message
+        offsets) before the produce: the produce service appends on this loop turn, so
+        an answer at that byte offset is that message offset (no log read)."""
+        out: list[tuple[PartitionLog, int, int] | None] = []
+        for s in sets:
+            try:
+                plog = self.router.leader_log(s.topic, s.partition)
+            except LogferryError:
+                out.append(None)  # the produce service answers the error
+                continue
+            out.append((plog, plog.end_offset, plog.end_message))
+        return out
+
+    def _note_appends(self, before: list[tuple[PartitionLog, int, int] | None]) -> None:
+        """Remember where the appends ended: the next high watermarks, fetch offsets."""
+        for ends in before:
+            if ends is not None:
+                plog = ends[0]
+                self.positions.add(plog, plog.end_message, plog.end_offset)
+
+    def _base_message(self, base: int, ends: tuple[PartitionLog, int, int] | None) -> int:
+        """The message offset of a produce answer's byte offset ``base`` (-1 stays)."""
+        if base < 0 or ends is None:
+            return -1
+        plog, end, message = ends
+        if base == end:
+            return message
+        try:  # an idempotent producer's retry, held at an older offset
+            return self.positions.message_at(plog, base)
+        except LogferryError:
+            return -1
+
     # -- Fetch -------------------------------------------------------------------------
 
     async def fetch(self, request: Request, channel: _Channel) -> Any:
-        """Long-poll through the fetch service, then convert the batches read."""
+        """Long-poll through the fetch service, then serve the batches read.
+
+        Each fetch offset is a message offset: the byte offset of the batch holding it
+        is what the fetch service reads from (a client asking inside a batch gets the
+        whole batch and drops the records before its position itself, as with Kafka),
+        and every batch served carries its first message offset."""
         body = request.body
         parts: list[FetchPart] = []
-        skip: list[int] = []
+        logs: list[PartitionLog | None] = []
+        firsts: list[int] = []  # per part, the message offset of the batch read from
         early: dict[int, tuple[ErrorCode, int, int]] = {}
+        positions = self.positions
         for topic in body.topics:
             for part in topic.partitions:
                 index = len(parts)
-                offset = part.fetch_offset
+                offset = message = part.fetch_offset
+                plog = None
                 try:
-                    offset = self._batch_start(topic.topic, part.partition, offset)
+                    plog = self.router.leader_log(topic.topic, part.partition)
+                    offset, skip = positions.locate(plog, message)
+                    message -= skip
+                except OffsetOutOfRangeError as exc:  # the client resets from these
+                    early[index] = (kafka_error(exc), *self._watermarks(plog))
                 except LogferryError as exc:
-                    start = getattr(exc, "start", None)
-                    end = getattr(exc, "end", None)
-                    early[index] = (kafka_error(exc), -1 if end is None else end, -1 if start is None else start)
+                    early[index] = (kafka_error(exc), -1, -1)
                 parts.append(FetchPart(topic.topic, part.partition, offset, max(part.partition_max_bytes, 1)))
-                skip.append(part.fetch_offset)
+                logs.append(plog)
+                firsts.append(message)
         wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
         live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts) if i not in early]
         answers: list[Any] = []
@@ -373,14 +434,18 @@ class KafkaService:
             else:
                 answer, piece = next(live_iter)
                 error = kafka_error_of_code(answer.error)
-                hw = answer.visible_end if answer.visible_end is not None else -1
-                start = answer.start if answer.start is not None else -1
-                if error == ErrorCode.none and piece is not None and piece.count:
-                    try:
-                        data, served_end = _to_kafka_records(piece, skip[i])
-                        self.boundaries.add(part.topic, part.partition, served_end)
-                    except LogferryError as exc:
-                        error, data = kafka_error(exc), b""
+                plog = logs[i]
+                assert plog is not None
+                hw = start = -1
+                try:
+                    if error == ErrorCode.none and piece is not None and piece.count:
+                        first = firsts[i] if piece.offset == part.offset else positions.message_at(plog, piece.offset)
+                        data, served_end, next_message = _to_kafka_records(piece, first)
+                        positions.add(plog, next_message, served_end)
+                    if answer.visible_end is not None:
+                        hw, start = positions.high_watermark(plog), plog.start_message
+                except LogferryError as exc:
+                    error, data = kafka_error(exc), b""
             by_topic.setdefault(part.topic, []).append(
                 make(
                     data_cls,
@@ -401,26 +466,6 @@ class KafkaService:
             session_id=0,
             responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
-
-    def _batch_start(self, topic: str, partition: int, offset: int) -> int:
-        """The logferry batch offset to read for Kafka offset ``offset``: the batch
-        holding it, or the next batch when it lies past the batch's last record."""
-        plog = self.router.leader_log(topic, partition)
-        if offset >= plog.visible_end or offset <= plog.start_offset:
-            return offset  # the fetch service answers the end or the out-of-range error
-        if self.boundaries.known(topic, partition, offset):
-            return offset  # where a batch this listener served or appended ends
-        start = plog.batch_start_at_or_before(offset)
-        if start == offset:
-            return offset
-        head = plog.read_bytes(start, records.HEADER_SIZE)
-        if len(head) < records.HEADER_SIZE:
-            raise OffsetOutOfRangeError(f"offset {offset} is not readable", plog.start_offset, plog.visible_end)
-        length, _, _, _, count, _ = records.BATCH_HEADER.unpack_from(head)
-        if offset >= start + count:  # past its last record: the next batch
-            after: int = start + records.LENGTH_SIZE + length
-            return after
-        return start
 
     # -- InitProducerId ------------------------------------------------------------------
 
@@ -544,13 +589,14 @@ class KafkaService:
                     self.admin.authorizer.check_topic(channel.principal, Operation.DESCRIBE, topic.name)
                     plog = self.router.leader_log(topic.name, part.partition_index)
                     if ts == LATEST:
-                        found, at = plog.visible_end, -1
+                        found, at = self.positions.high_watermark(plog), -1
                     elif ts == EARLIEST:
-                        found, at = plog.start_offset, -1
+                        found, at = plog.start_message, -1
                     elif ts < 0:
                         raise UnknownTopicOrPartitionError(f"ListOffsets timestamp {ts} is not supported")
                     else:
-                        found, at = await loop.run_in_executor(None, _offset_for_time, plog, ts)
+                        batch, index, at = await loop.run_in_executor(None, _offset_for_time, plog, ts)
+                        found = -1 if batch < 0 else self.positions.message_at(plog, batch) + index
                     parts.append(
                         make(
                             part_cls,
@@ -576,9 +622,10 @@ class KafkaService:
         return make(response_schema(Api.LIST_OFFSETS, v), throttle_time=_NO_TIME, topics=tuple(topics))
 
 
-def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
-    """``(offset, timestamp)`` of the first record at or after ``ts``; ``(-1, -1)``
-    when every record is older (Kafka's answer). Runs in a worker thread."""
+def _offset_for_time(plog: Any, ts: int) -> tuple[int, int, int]:
+    """``(batch byte offset, index in the batch, timestamp)`` of the first record at or
+    after ``ts``; ``(-1, 0, -1)`` when every record is older (Kafka's answer). Runs in a
+    worker thread (the message offset is found back on the event loop)."""
     offset = plog.offset_for_time(ts)
     end = plog.visible_end
     while offset < end:
@@ -589,42 +636,23 @@ def _offset_for_time(plog: Any, ts: int) -> tuple[int, int]:
         for batch in batches:
             for i, t in enumerate(batch.timestamps):
                 if t >= ts:
-                    return convert.record_offset(batch.offset, i), t
+                    return batch.offset, i, t
             offset = batch.next_offset
-    return -1, -1
+    return -1, 0, -1
 
 
-def _to_kafka_records(piece: Any, skip_before: int) -> tuple[Chunks, int]:
-    """The record batches v2 for the batches in a file slice (Kafka producers' as
-    stored, the others converted: :func:`convert.serve_chunks`), and the offset of the
-    batch after the last one (where the client fetches next). The slice is read once
-    into a buffer the answer then points into (no further copy)."""
+def _to_kafka_records(piece: Any, message: int) -> tuple[Chunks, int, int]:
+    """The record batches v2 for the batches in a file slice whose first batch starts
+    with message offset ``message`` (Kafka producers' as stored, the others converted:
+    :func:`convert.serve_chunks`), the byte offset of the batch after the last one and
+    its message offset (where the client fetches next). The slice is read once into a
+    buffer the answer then points into (no further copy)."""
     raw = bytearray(piece.count)
     got = os.preadv(piece.file.fileno(), [raw], piece.position)
     if got != piece.count:  # truncated meanwhile: serve the whole batches read
         del raw[got:]
-    out, used = convert.serve_chunks(raw, piece.offset)
-    return out, piece.offset + used
-
-
-class Boundaries:
-    """Per partition, the last few hundred batch offsets a Kafka client will fetch at
-    next (ends of fetched ranges); anything else is looked up in the log."""
-
-    KEEP = 256
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, int], dict[int, None]] = {}
-
-    def add(self, topic: str, partition: int, offset: int) -> None:
-        seen = self._seen.setdefault((topic, partition), {})
-        seen[offset] = None
-        if len(seen) > self.KEEP:
-            del seen[next(iter(seen))]
-
-    def known(self, topic: str, partition: int, offset: int) -> bool:
-        seen = self._seen.get((topic, partition))
-        return seen is not None and offset in seen
+    out, used, next_message = convert.serve_chunks(raw, piece.offset, message)
+    return out, piece.offset + used, next_message
 
 
 def _pad(items: list[Any], n: int) -> list[Any]:
