@@ -61,9 +61,13 @@ PRELOAD = (
 )
 """What a broker (with a Kafka listener), a mirror and an agent import by the time they
 serve: the roots, each pulls in the rest. A module missing here is imported by the child."""
-UNREAD_AT_IMPORT = frozenset({"PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST"})
-"""Variables that may differ between the server and a child: the child's stdio is the
-server's (unbuffered already), and pytest names the running test in the other."""
+READ_AT_START = ("PYTHON", "LC_", "LANG", "LD_", "TZ", "MSGPACK_", "PROMETHEUS_")
+"""Prefixes of the environment variables the interpreter and the preloaded modules read as
+they start (encoding, locale, the dynamic loader, the time zone, msgpack's and
+prometheus_client's switches): a child whose values differ is exec'd. Every other
+variable is read, if at all, while the program runs, with the child's own environment;
+a fixture that sets ``SPARK_LOCAL_IP`` or pytest's ``PYTEST_CURRENT_TEST`` changes
+nothing here. (PYTHONUNBUFFERED aside: the server's stdio is unbuffered already.)"""
 START_TIMEOUT = 30.0
 _MAX_MESSAGE = 1 << 20
 _PR_SET_NAME = 15
@@ -157,13 +161,11 @@ class ForkServer:
 
     def can_fork(self, env: Mapping[str, str], cwd: Path | str) -> bool:
         """True if a child with this environment and working directory may be forked: the
-        same as the server's (what was imported may have read them), but for :data:`UNREAD_AT_IMPORT`.
+        same as the server's in what was read as it started (:data:`READ_AT_START`).
         The server starts (at the first spawn) with this process's environment of then."""
         if Path(cwd).resolve() != self.cwd.resolve():
             return False
-        mine = {k: v for k, v in (self._env or os.environ).items() if k not in UNREAD_AT_IMPORT}
-        theirs = {k: v for k, v in env.items() if k not in UNREAD_AT_IMPORT}
-        return mine == theirs
+        return _read_at_start(self._env or os.environ) == _read_at_start(env)
 
     def spawn(
         self,
@@ -237,6 +239,10 @@ class ForkServer:
                     raise ForkServerError(f"the fork server did not start:\n{tail}")
                 time.sleep(0.02)
             atexit.register(self.stop)
+
+
+def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(READ_AT_START) and k != "PYTHONUNBUFFERED"}
 
 
 _installed: ForkServer | None = None

@@ -88,15 +88,18 @@ def test_a_signalled_child_reports_the_signal(server, tmp_path, sig):
     assert child.poll() == -sig
 
 
-def test_start_module_execs_when_the_environment_differs(server, tmp_path):
+def test_start_module_execs_only_when_what_is_read_at_start_differs(server, tmp_path):
     prefork.install(server)
+    seed = str(int(os.environ.get("PYTHONHASHSEED", "0") or 0) + 1)
     try:
         with (tmp_path / "a.log").open("wb") as out:
             same = prefork.start_module(CHILD, ["exit", "0"], out, dict(os.environ), ROOT)
-            other = prefork.start_module(CHILD, ["exit", "0"], out, dict(os.environ, PREFORK_MARKER="x"), ROOT)
+            spark = prefork.start_module(CHILD, ["exit", "0"], out, dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"), ROOT)
+            other = prefork.start_module(CHILD, ["exit", "0"], out, dict(os.environ, PYTHONHASHSEED=seed), ROOT)
         assert isinstance(same, prefork.ForkedProcess)
-        assert isinstance(other, subprocess.Popen)
-        assert same.wait(30) == other.wait(30) == 0
+        assert isinstance(spark, prefork.ForkedProcess)  # read while it runs, from its own environment
+        assert isinstance(other, subprocess.Popen)  # the interpreter reads it as it starts
+        assert same.wait(30) == spark.wait(30) == other.wait(30) == 0
     finally:
         prefork.install(None)
 
