@@ -15,10 +15,6 @@ from typing import Any
 
 from hadoop_loader.config import SparkConfig
 
-SPARK_CONF = {"spark.python.daemon.module": "hadoop_loader.spark_daemon"}
-"""What every load's session is given (a config's ``[spark.conf]`` may say otherwise):
-Spark's Python daemon that imports its workers' modules once (:mod:`hadoop_loader.spark_daemon`)."""
-
 
 def build_session(config: SparkConfig, master: str | None = None, timezone: str = "UTC") -> Any:
     """Get or create the SparkSession for a load run."""
@@ -38,7 +34,7 @@ def build_session(config: SparkConfig, master: str | None = None, timezone: str 
     if sys.stderr.isatty() and "spark.ui.showConsoleProgress" not in config.conf:
         builder = builder.config("spark.ui.showConsoleProgress", "true")  # Spark's own bar
     builder = builder.config("spark.sql.session.timeZone", timezone)
-    for key, value in {**SPARK_CONF, **config.conf}.items():
+    for key, value in config.conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -20,7 +20,6 @@ import pytest
 from broker.client import Admin, Producer, SimpleConsumer
 from broker.testing.jvm import spark_java_options_line
 from hadoop_loader.config import LoaderConfig, config_from_dict
-from hadoop_loader.spark_session import SPARK_CONF
 from tests.support.waiting import wait_until
 
 HOUR_MS = 3600 * 1000
@@ -47,7 +46,6 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.extraJavaOptions", spark_java_options_line())  # C1, serial GC, class archive
-        .config(map=SPARK_CONF)  # the loader's own: its Python daemon imports the workers' modules once
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

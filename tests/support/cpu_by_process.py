@@ -37,7 +37,6 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("other JVM", ("java",)),
     ("Spark Python worker", ("pyspark.daemon",)),
     ("Spark Python worker", ("pyspark.worker",)),
-    ("Spark Python worker", ("hadoop_loader.spark_daemon",)),
     ("broker", ("-m broker broker",)),
     ("mirror", ("-m broker mirror",)),
     ("agent", ("-m broker agent",)),

@@ -18,7 +18,6 @@ from tests.support.cpu_by_process import _share, kind_of
         ("java -cp .../pyspark/jars/* org.apache.spark.deploy.master.Master", "Spark standalone daemon JVM"),
         ("java ... org.apache.spark.executor.CoarseGrainedExecutorBackend", "Spark executor JVM"),
         (".venv/bin/python -m pyspark.daemon pyspark.sql.worker.create_data_source", "Spark Python worker"),
-        (".venv/bin/python -m hadoop_loader.spark_daemon pyspark.worker", "Spark Python worker"),
         (".venv/bin/python -m broker broker --config b.toml", "broker"),
         (".venv/bin/python -m broker mirror --config m.toml", "mirror"),
         ("python -m broker broker (forked)", "broker"),  # a fork server's child, named by its comm
