@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -188,20 +189,30 @@ def create(zk: str, topic: str, partitions: int) -> None:
         admin.create_topic(topic, partitions=partitions)
 
 
+EMPTY_FETCHES = 20
+"""How many answers without a batch, below the end it was told, :func:`read_batches`
+takes before it fails (each after 50 ms): it must never return a partial log as whole."""
+
+
 def read_batches(zk: str, topic: str) -> dict[int, list[bytes]]:
-    """Every stored batch of every partition of ``topic``, as bytes, in log order."""
+    """Every stored batch of every partition of ``topic``, as bytes, in log order, up to
+    each partition's visible end when the read began."""
     out: dict[int, list[bytes]] = {}
     with SimpleConsumer(zk=zk, max_bytes=4 * 1024 * 1024) as consumer:
         for p in consumer.partitions(topic):
             end = consumer.offsets(topic, p).end
             offset = consumer.offsets(topic, p).start
             got: list[bytes] = []
+            empty = 0
             while offset < end:
                 result = consumer.fetch(topic, p, offset, keep_raw=True)
                 got.extend(bytes(b.raw) for b in result.batches)
-                if result.next_offset == offset:
-                    break
-                offset = result.next_offset
+                if result.next_offset > offset:
+                    offset, empty = result.next_offset, 0
+                    continue
+                empty += 1  # nothing below the end: a passing state, or a fault to name
+                assert empty < EMPTY_FETCHES, f"{topic}-{p}: {empty} fetches at {offset} (end {end}) returned nothing"
+                time.sleep(0.05)
             out[p] = got
     return out
 
