@@ -52,7 +52,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.common import topic_config
 from broker.common.acl import Operation
-from broker.common.errors import InvalidTopicConfigError, LogferryError, UnknownTopicOrPartitionError
+from broker.common.errors import (
+    InvalidRequestError,
+    InvalidTopicConfigError,
+    LogferryError,
+    UnknownTopicOrPartitionError,
+)
 from broker.common.principal import Principal
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
@@ -348,8 +353,6 @@ class KafkaConfigs:
                 await self._alter(channel.principal, resource, bool(request.body.validate_only))
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
-            except _Refused as exc:
-                error, message = ErrorCode.invalid_request, str(exc)
             results.append(
                 make(
                     result_cls,
@@ -365,7 +368,7 @@ class KafkaConfigs:
 
     async def _alter(self, principal: Principal, resource: Any, validate_only: bool) -> None:
         if int(resource.resource_type) != TOPIC:
-            raise _Refused(
+            raise InvalidRequestError(
                 "only topic configs change here; a logferry broker's settings are its config file's "
                 f"(resource type {int(resource.resource_type)})"
             )
@@ -390,7 +393,7 @@ class KafkaConfigs:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             topic_config.altered(self.view().configs.get(name, {}), set_, delete)
             if self.alter_topic is None:
-                raise _Refused("changing configs is not served by this listener")
+                raise InvalidRequestError("changing configs is not served by this listener")
             return
         await self.alter_topic(principal, name, set_, delete)
 
@@ -410,8 +413,6 @@ class KafkaConfigs:
                 entries = self._entries(channel, int(resource.resource_type), resource.resource_name)
             except LogferryError as exc:
                 error, message = kafka_error(exc), str(exc)
-            except _Refused as exc:
-                error, message = ErrorCode.invalid_request, str(exc)
             keys = resource.configuration_keys
             if keys:
                 entries = [e for e in entries if e.name in keys]
@@ -457,16 +458,12 @@ class KafkaConfigs:
             if name == "":
                 return []  # the cluster-wide dynamic defaults: logferry has none
             if name != str(self.config.broker_id):
-                raise _Refused(
+                raise InvalidRequestError(
                     f"this is broker {self.config.broker_id}, not {name!r}: ask "
                     "the broker itself for its configs (as Kafka requires)"
                 )
             return broker_entries(self.config)
-        raise _Refused(f"resource type {kind} is not described here (topics: 2, brokers: 4)")
-
-
-class _Refused(Exception):
-    """A resource this broker does not describe: INVALID_REQUEST for it alone."""
+        raise InvalidRequestError(f"resource type {kind} is not described here (topics: 2, brokers: 4)")
 
 
 __all__ = [
