@@ -140,6 +140,8 @@ def test_agent_and_mirror_tiers_at_100_then_duplicates_and_losses_show(
     with Producer(zk=source.zk_connect) as producer:
         producer.send("_audit", [AuditRecord("app", window, window + 3600_000, 1000, 1000, "web-2").encode()])
         producer.flush(30)
+    # acknowledged is not yet visible to a reader (the fsync publishes it): wait for it
+    wait_until(lambda: _pipeline(source, target, "app")["agent"]["acked"] == LINES + 1000, 30, "the audit record")
     stages = _pipeline(source, target, "app")
     assert stages["agent"]["acked"] == LINES + 1000
     assert stages["mirror"]["complete_pct"] == round(100.0 * LINES / (LINES + 1000), 2)
