@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from broker.testing.localrun import DEFAULT_PORT
-from broker.testing.network import Host, Network, remove_leftovers
+from broker.testing.network import Host, Network, NetworkError, remove_leftovers
 from broker.testing.zkserver import LocalZooKeeper
 from tests.support.brokers import BrokerProcess
 
@@ -84,7 +84,10 @@ class TestNetwork(Network):
 
     def close(self) -> None:
         """Stop the brokers and ZooKeepers, then delete the namespaces (see :class:`Network`)."""
-        self.heal()  # a cut broker still stops cleanly: SIGTERM needs no network, its ZooKeeper does
+        try:
+            self.heal()  # a cut broker stops cleanly: SIGTERM needs no network, its ZooKeeper does
+        except NetworkError as exc:  # tear down all the same
+            print(f"test network: could not heal before stopping: {exc}")
         for broker in self.brokers:
             try:
                 broker.stop(timeout=10.0)
