@@ -8,6 +8,7 @@
 # and prints its output's tail (every run's whole output stays in /tmp/logferry-nemesis.*).
 #
 #   scripts/nemesis.sh [RUNS] [PYTEST_ARGS...]     RUNS: how many times (default 1)
+#   LOGFERRY_NEMESIS_FAULT_S=16 scripts/nemesis.sh  the fault held 16 s instead of 10
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -40,8 +40,9 @@ pytestmark = [
 
 TOPIC = "jepsen"
 PARTITIONS = 3
-FAULT_S = 10.0
-"""How long the leader is isolated: past its 6 s ZooKeeper session."""
+FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
+"""How long the leader is isolated: past its 6 s ZooKeeper session (10 s unless
+``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
 SETTINGS = {**REPLICATED, "zk_session_timeout_s": 6.0}
 """The replication tests' settings (RF 3, min ISR 2, 1.5 s replica lag) with the
 issue's 6 s ZooKeeper session."""
