@@ -46,13 +46,22 @@ def thread_namespace_fd() -> int:
 
 
 def thread_namespace() -> str:
-    """The calling thread's network namespace, as ``net:[inode]``."""
-    return os.readlink("/proc/thread-self/ns/net")
+    """The calling thread's network namespace, as ``net:[inode]`` ("" on a system
+    without network namespaces, where nothing here applies)."""
+    return _readlink("/proc/thread-self/ns/net")
 
 
 def process_namespace(pid: int) -> str:
-    """Process ``pid``'s (its main thread's) network namespace, as ``net:[inode]``."""
-    return os.readlink(f"/proc/{pid}/ns/net")
+    """Process ``pid``'s (its main thread's) network namespace, as ``net:[inode]``
+    ("" if it cannot be read)."""
+    return _readlink(f"/proc/{pid}/ns/net")
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 @contextlib.contextmanager
@@ -68,10 +77,10 @@ def inside(name: str) -> Iterator[None]:
 def at_home() -> Iterator[None]:
     """Run the block in the namespace the process was in when this module was imported
     (nothing to do, and no root needed, when the calling thread is there already)."""
-    if thread_namespace() == _HOME:
+    if _HOME_FD is None or thread_namespace() == _HOME:
         yield
         return
-    with _inside_path(_HOME_PATH, "the process's first network namespace is gone"):
+    with _inside_path(f"/proc/self/fd/{_HOME_FD}", "the process's first network namespace is gone"):
         yield
 
 
@@ -93,11 +102,11 @@ def _inside_path(path: str, missing: str) -> Iterator[None]:
         os.close(home)
 
 
-_HOME = os.readlink("/proc/thread-self/ns/net")
+_HOME = thread_namespace()
 """The namespace of the thread that imported this module: the process's own, as the
 suite imports it (through the fork server's module) before any test moves a thread."""
-_HOME_PATH = f"/proc/self/fd/{os.open('/proc/thread-self/ns/net', os.O_RDONLY | os.O_CLOEXEC)}"
-"""A path to a descriptor of it, held open for the process's life."""
+_HOME_FD = thread_namespace_fd() if _HOME else None
+"""A descriptor of it, held open for the process's life (None: no namespaces here)."""
 
 __all__ = [
     "NETNS_DIR",

@@ -189,7 +189,8 @@ class ForkServer:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # A caller thread in another network namespace than the server's (a host of the
         # test network) gets its child there: the child enters the namespace sent along.
-        namespace = None if netns.thread_namespace() == self._namespace else netns.thread_namespace_fd()
+        here = netns.thread_namespace()
+        namespace = None if here in ("", self._namespace) else netns.thread_namespace_fd()
         try:
             connection.settimeout(START_TIMEOUT)
             connection.connect(str(self.socket_path))
