@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.support.pki",
     "tests.support.zookeeper",
     "tests.support.brokers",
+    "tests.support.network",
 ]
 
 

@@ -9,6 +9,7 @@ the same program in a process of its own, without importing it again each time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from broker.common.config import dumps
+from broker.testing import netns
 from broker.testing.prefork import ChildProcess, start_module
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
+DEFAULT_PORT = 9092
+"""A broker's port on a host of its own (a network namespace): nothing else listens there."""
 _handed_out: set[int] = set()
 
 
@@ -55,12 +59,22 @@ class BrokerProcess:
         name: str | None = None,
         tls: Mapping[str, Any] | None = None,
         kafka: Mapping[str, Any] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        netns: str | None = None,
     ):
         """``tls``: the broker's ``[tls]`` table (docs/configuration.md); none: plaintext.
-        ``kafka``: its ``[kafka]`` table (docs/kafka.md); none: no Kafka listener."""
+        ``kafka``: its ``[kafka]`` table (docs/kafka.md); none: no Kafka listener.
+        ``netns``: the network namespace it runs in (a host of
+        :mod:`broker.testing.network`), where it binds and advertises ``host``
+        (that host's address) on ``port`` (default: 9092 in a namespace of its own,
+        else a free port)."""
         self.id = broker_id
         self.name = name or f"broker-{broker_id}"
-        self.port = free_port()
+        self.host = host
+        self.netns = netns
+        self.port = port if port is not None else (DEFAULT_PORT if netns else free_port(host))
         self.zk_connect = zk_connect
         self.workdir = workdir
         self.log_dir = workdir / f"{self.name}-data"
@@ -68,7 +82,7 @@ class BrokerProcess:
         self.config_file = workdir / f"{self.name}.toml"
         self.broker_settings = {
             "id": broker_id,
-            "host": "127.0.0.1",
+            "host": host,
             "port": self.port,
             "log_dirs": [str(self.log_dir)],
             "zk_connect": zk_connect,
@@ -87,7 +101,7 @@ class BrokerProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def kafka_address(self) -> str:
         """``host:port`` of the running broker's Kafka listener (from its log, so
@@ -100,12 +114,16 @@ class BrokerProcess:
     def start(self, wait: bool = True) -> BrokerProcess:
         """Start the process; with ``wait``, return once it accepts connections."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        with self.log_file.open("ab") as out:
+        with self.log_file.open("ab") as out, self._inside():
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             self.proc = start_module("broker", ["broker", "--config", str(self.config_file)], out, env, ROOT)
         if wait:
             self.wait_ready()
         return self
+
+    def _inside(self) -> contextlib.AbstractContextManager[None]:
+        """Its network namespace for the calling thread (nothing without one)."""
+        return contextlib.nullcontext() if self.netns is None else netns.inside(self.netns)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """Wait until the broker logged that it listens and its port accepts."""
@@ -115,7 +133,8 @@ class BrokerProcess:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             if "listening on" in self.log_text():
                 try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                    with self._inside():
+                        socket.create_connection((self.host, self.port), timeout=0.5).close()
                     return
                 except OSError:
                     pass

@@ -8,6 +8,9 @@ child sets up what ``exec`` would have (argv, environment, working directory, it
 stdout and stderr, default signal dispositions) and runs the module as ``python -m``
 would, in a process of its own: its own pid, sockets, files, signals and exit status.
 What a fork skips is the interpreter's start and the imports, nothing of the program.
+A child asked for by a thread inside a network namespace (:func:`broker.testing.netns.inside`,
+the hosts of :mod:`broker.testing.network`) enters that namespace before it runs, as an
+exec'd child of that thread would be there: one fork server serves every host.
 
 :class:`ForkedProcess` answers as much of :class:`subprocess.Popen` as the harnesses
 use (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``,
@@ -42,6 +45,8 @@ import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from broker.testing import netns
 
 ROOT = Path(__file__).resolve().parents[2]
 PRELOAD = (
@@ -157,6 +162,8 @@ class ForkServer:
         self.forked = 0
         self._env: dict[str, str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._namespace = ""
+        """The server's network namespace: a child asked for from another is moved there."""
         self._lock = threading.Lock()
 
     def can_fork(self, env: Mapping[str, str], cwd: Path | str) -> bool:
@@ -180,16 +187,24 @@ class ForkServer:
         """Run ``python -m module args`` in a forked child with these file descriptors."""
         self._ensure_started()
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # A caller thread in another network namespace than the server's (a host of the
+        # test network) gets its child there: the child enters the namespace sent along.
+        here = netns.thread_namespace()
+        namespace = None if here in ("", self._namespace) else netns.thread_namespace_fd()
         try:
             connection.settimeout(START_TIMEOUT)
             connection.connect(str(self.socket_path))
             request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd)}
-            socket.send_fds(connection, [json.dumps(request).encode()], [stdin, stdout, stderr])
+            fds = [stdin, stdout, stderr] if namespace is None else [stdin, stdout, stderr, namespace]
+            socket.send_fds(connection, [json.dumps(request).encode()], fds)
             answer = connection.recv(_MAX_MESSAGE)
             connection.settimeout(None)
         except OSError as exc:
             connection.close()
             raise ForkServerError(f"the fork server did not answer ({exc}); its log: {self.log_file}") from exc
+        finally:
+            if namespace is not None:
+                os.close(namespace)
         if not answer:
             connection.close()
             raise ForkServerError(f"the fork server closed the connection; its log: {self.log_file}")
@@ -223,7 +238,9 @@ class ForkServer:
             self.socket_path.parent.mkdir(parents=True, exist_ok=True)
             self.socket_path.unlink(missing_ok=True)
             self._env = dict(os.environ)
-            with self.log_file.open("ab") as log:
+            # in the process's own network namespace, whichever thread starts it: a server
+            # on a test host would die with the host's namespace
+            with self.log_file.open("ab") as log, netns.at_home():
                 self._proc = subprocess.Popen(
                     [sys.executable, "-u", "-m", __name__, str(self.socket_path), *self.preload],
                     stdin=subprocess.PIPE,
@@ -238,6 +255,7 @@ class ForkServer:
                     tail = self.log_file.read_text(errors="replace")[-2000:]
                     raise ForkServerError(f"the fork server did not start:\n{tail}")
                 time.sleep(0.02)
+            self._namespace = netns.process_namespace(self._proc.pid)
             atexit.register(self.stop)
 
 
@@ -322,7 +340,7 @@ def serve(socket_path: str, preload: Sequence[str]) -> None:
 
 def _start(connection: socket.socket, children: dict[int, socket.socket], server_parts: tuple[Any, ...]) -> None:
     try:
-        data, fds, _, _ = socket.recv_fds(connection, _MAX_MESSAGE, 3)
+        data, fds, _, _ = socket.recv_fds(connection, _MAX_MESSAGE, 4)
         request = json.loads(data)
     except (OSError, ValueError) as exc:
         _send(connection, {"error": f"bad request: {exc}"})
@@ -378,7 +396,9 @@ def _child(request: dict[str, Any], fds: list[int], server_parts: tuple[Any, ...
             connection.close()
         os.close(wake_r)
         os.close(wake_w)
-        for target, fd in enumerate(fds):
+        if len(fds) > 3:  # the asker's network namespace (ForkServer.spawn)
+            netns.setns(fds[3])
+        for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in set(fds):
             if fd > 2:

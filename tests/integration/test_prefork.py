@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from broker.testing import prefork
+from broker.testing.network import Network
+from tests.support.network import network_unavailable
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -60,6 +62,27 @@ def test_a_forked_child_gets_its_argv_cwd_environment_and_output(server, tmp_pat
     assert report["preloaded"] is True  # what the fork skipped importing
     assert report["name"] == "lf-tests.suppor"  # /proc/PID/comm keeps 15 bytes
     assert server.forked == forked + 1
+
+
+@pytest.mark.skipif(network_unavailable() is not None, reason=str(network_unavailable()))
+def test_a_child_asked_for_inside_a_network_namespace_runs_there_forked_or_exec_d(server, tmp_path):
+    """One fork server serves every host of the test network: the child enters the
+    asking thread's namespace (an exec'd child of that thread is there anyway)."""
+    with Network() as net:
+        net.switch("lan")
+        host = net.host("h", "lan")
+        with host.inside():
+            inside = os.readlink("/proc/thread-self/ns/net")
+            forked = server.forked
+            child, out = _run(server, tmp_path, "report")
+            execd = _exec(tmp_path, "report")
+        assert child.wait(30) == 0
+        assert server.forked == forked + 1
+        assert json.loads(out.read_text())["netns"] == inside
+        assert json.loads(execd.stdout)["netns"] == inside
+        child, out = _run(server, tmp_path, "report")  # asked for from outside: outside
+        assert child.wait(30) == 0
+        assert json.loads(out.read_text())["netns"] == os.readlink("/proc/self/ns/net") != inside
 
 
 @pytest.mark.parametrize(("args", "code"), [(("exit", "3"), 3), (("exit", "0"), 0), (("raise",), 1), (("nope",), 2)])

@@ -49,7 +49,9 @@ class BrokerProcess(_BrokerProcess):
         log: dict[str, Any] | None = None,
         tls: dict[str, Any] | None = None,
         kafka: dict[str, Any] | None = None,
+        **where: Any,
     ):
+        """``where``: ``host``, ``port`` and ``netns`` of :class:`broker.testing.localrun.BrokerProcess`."""
         super().__init__(
             broker_id,
             zk_connect,
@@ -58,6 +60,7 @@ class BrokerProcess(_BrokerProcess):
             log={**TEST_LOG_SETTINGS, **(log or {})},
             tls=tls,
             kafka=kafka,
+            **where,
         )
 
 

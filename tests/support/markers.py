@@ -37,6 +37,7 @@ PROCESS_FIXTURES = frozenset(
         "mirrors",
         "two_clusters",
         "module_two_clusters",  # tests/mirror/conftest.py
+        "test_network",  # tests/support/network.py: hosts, and the servers started on them
     }
 )
 """Fixtures that start processes, directly or through another fixture of this set."""

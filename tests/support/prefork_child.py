@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
                     "marker": os.environ.get("PREFORK_MARKER"),
                     "preloaded": "broker.server.broker" in sys.modules,
                     "name": Path(f"/proc/{os.getpid()}/comm").read_text().strip(),
+                    "netns": os.readlink(f"/proc/{os.getpid()}/ns/net"),
                 }
             )
         )

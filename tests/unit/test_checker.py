@@ -1,0 +1,44 @@
+"""The nemesis checker's rules (tests/support/checker.py), on made-up runs: each broken
+guarantee is found and counted, a sound run has no problem."""
+
+from __future__ import annotations
+
+from tests.support.checker import check, unavailable_s
+from tests.support.workload import Batch, value
+
+
+def _acked(partition: int, first: int, n: int, at: float) -> Batch:
+    return Batch(partition, range(first, first + n), sent_at=at - 0.01, done_at=at, outcome="acked")
+
+
+def _values(partition: int, seqs: list[int]) -> list[bytes]:
+    return [value(partition, s) for s in seqs]
+
+
+def test_a_sound_run_has_no_problem_and_counts_outcomes() -> None:
+    batches = [
+        _acked(0, 0, 2, 1.0),
+        Batch(0, range(2, 4), 1.1, 1.5, "failed", "RequestTimedOutError"),
+        _acked(0, 4, 2, 2.0),
+    ]
+    stored = {0: _values(0, [0, 1, 2, 3, 4, 5])}  # a failed batch may be stored: no loss, no problem
+    verdict = check(batches, stored, {0: [b"abc", b"abc", b"abc"]}, fault_at=0.0, until=3.0)
+    assert verdict.problems() == []
+    assert (verdict.acked, verdict.failed, verdict.unknown, verdict.stored) == (4, 2, 0, 6)
+
+
+def test_loss_duplicates_disorder_and_divergence_are_each_counted() -> None:
+    batches = [_acked(0, 0, 4, 1.0), _acked(1, 0, 2, 1.0)]
+    stored = {0: _values(0, [0, 2, 1, 2]), 1: _values(1, [0])}  # p0: 3 lost, 2 twice, 1 before 2; p1: 1 lost
+    replicas = {0: [b"ab", b"ab", b"ab"], 1: [b"ab", b"ax", b"ab"]}
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0)
+    assert (verdict.lost, verdict.duplicates, verdict.order_violations) == (2, 1, 1)
+    assert verdict.divergent == [1]
+    assert len(verdict.problems()) == 4
+
+
+def test_unavailability_is_the_longest_stretch_without_an_ack_from_the_fault_on() -> None:
+    batches = [_acked(0, i, 1, t) for i, t in enumerate([0.5, 1.0, 1.2, 9.0, 9.1])] + [_acked(1, 0, 1, 0.9)]
+    assert unavailable_s(batches, 0, fault_at=1.0, until=10.0) == 9.0 - 1.2
+    assert unavailable_s(batches, 1, fault_at=1.0, until=10.0) == 9.0  # nothing acked after the fault
+    assert unavailable_s(batches, 0, fault_at=9.2, until=10.0) == 10.0 - 9.2
