@@ -25,7 +25,7 @@ own-clients: what each system's own users get: on Apache Kafka ProducerPerforman
   ``Producer`` with its defaults, one send() per value, and ``SimpleConsumer.messages``
 
 latency: end-to-end latency p50/p99/p99.9/max at --latency-rates (1,000 and 10,000
-  msgs/s), librdkafka producer (linger 0, acks=1) and consumer in another process
+  msgs/s), librdkafka producer (linger 1 ms, acks=1) and consumer in another process
   (benchmarks/e2e.py's measurement, benchmarks/peers/kafka_latency.py's client), on
   Apache Kafka, on logferry with ``visibility = "written"`` (visible once appended,
   before the fsync, as Kafka) and on logferry as it ships (visible after its fsync)

@@ -3,7 +3,7 @@ same librdkafka client on both, at fixed rates.
 
 The measurement is benchmarks/e2e.py's (stamped messages at a fixed rate, a consumer in
 its own process, the first second not counted, p50/p99/p99.9/max), with
-benchmarks/peers/kafka_latency.py's client (producer linger 0, acks=1; consumer by
+benchmarks/peers/kafka_latency.py's client (producer linger 1 ms, acks=1; consumer by
 ``assign``). Each system states its rows (``Side.latency_variants``): Apache Kafka as it
 ships (acknowledged and visible once in the page cache, no fsync); logferry with
 ``visibility = "written"`` (the same: visible once appended, fsynced behind the
@@ -96,7 +96,7 @@ def _slug(text: str) -> str:
 def latency_table(results: LatencyResults, rounds: int) -> list[str]:
     """One row per system row and rate: the median of each percentile over the rounds."""
     lines = [
-        f"end-to-end latency, ms, librdkafka (linger 0, acks=1), median of {rounds} run(s)",
+        f"end-to-end latency, ms, librdkafka (linger 1 ms, acks=1), median of {rounds} run(s)",
         "| system | msgs/s | " + " | ".join(name for name, _ in PERCENTILES) + " |",
         "|---|---:|" + "---:|" * len(PERCENTILES),
     ]
