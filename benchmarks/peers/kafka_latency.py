@@ -4,10 +4,11 @@ against logferry's Kafka listener, so that only the broker differs.
 
 Settings, each side's documented low-latency ones with persistence on:
 
-- producer: ``linger.ms=1``, as the OpenMessaging Benchmark's Kafka driver sets it
-  (librdkafka's default is 5 ms; with 0 and its million requests in flight every
-  message is a request of its own, and at 10,000 msgs/s on this 2-core machine
-  the requests alone fell seconds behind on both brokers in a first try), ``acks``
+- producer: ``linger.ms=1``, as the OpenMessaging Benchmark's Kafka driver sets it for
+  latency (driver-kafka/kafka-latency.yaml)
+  (librdkafka's default is 5 ms; with 0, and a million requests allowed in flight,
+  every message can be a request of its own: at 10,000 msgs/s on the busy 2-core
+  machine both brokers fell seconds behind in a first try with 0), ``acks``
   as asked, ``socket.nagle.disable`` (TCP_NODELAY: librdkafka leaves Nagle's
   algorithm on by default, Kafka's Java client and logferry's client turn it off), one
   ``produce()`` per message, ``poll(0)`` after each to serve delivery reports; every
