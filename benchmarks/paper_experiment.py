@@ -1,5 +1,6 @@
 """Reproduce section 5 of the Kafka paper: logferry against RabbitMQ and ActiveMQ (the
-paper's peers) and NATS JetStream and Redis Streams (modern ones).
+paper's peers) and NATS JetStream, Redis Streams and Apache Kafka itself (modern ones;
+Apache Kafka from the jars scripts/install-kafka-jars.sh resolves, never installed here).
 
 One run installs what is missing (Debian's rabbitmq-server, activemq, nats-server and
 redis-server, the Python clients pika, stomp.py, nats-py and redis[hiredis],
@@ -65,12 +66,13 @@ MIN_RATE = 300.0  # msgs/s below which a case is declared stuck (bounds every ca
 DEFAULT_LATENCY_RATE = 1000
 DEFAULT_LATENCY_SECONDS = 10.0
 LATENCY_SLACK = 60.0  # seconds a latency run may take beyond its nominal duration
-SYSTEMS = ("logferry", "rabbitmq", "activemq", "nats", "redis")
+SYSTEMS = ("logferry", "rabbitmq", "activemq", "nats", "redis", "kafka")
 
 
 def build_systems(names: list[str]) -> list[System]:
     """The systems to run, in the order given."""
     from peers.activemq import ActiveMQ
+    from peers.apache_kafka_paper import ApacheKafkaPaper
     from peers.logferry import Logferry
     from peers.nats_jetstream import NatsJetStream
     from peers.rabbitmq import RabbitMQ
@@ -82,6 +84,7 @@ def build_systems(names: list[str]) -> list[System]:
         "activemq": ActiveMQ,
         "nats": NatsJetStream,
         "redis": RedisStreams,
+        "kafka": ApacheKafkaPaper,
     }
     return [known[name]() for name in names]
 
@@ -89,7 +92,7 @@ def build_systems(names: list[str]) -> list[System]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="The Kafka paper's producer/consumer experiment: logferry, RabbitMQ, "
-        "ActiveMQ, NATS JetStream and Redis Streams side by side on 127.0.0.1."
+        "ActiveMQ, NATS JetStream, Redis Streams and Apache Kafka side by side on 127.0.0.1."
     )
     parser.add_argument(
         "--messages",

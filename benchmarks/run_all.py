@@ -29,7 +29,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         [],
         ["--messages", "20000", "--runs", "1", "--warmup", "5000", "--latency-seconds", "3"],
     ),
-    "kafka": ("vs_kafka.py", [], ["--messages", "20000", "--rounds", "1", "--warmup", "5000"]),
+    "kafka": (
+        "vs_kafka.py",
+        [],
+        ["--messages", "20000", "--rounds", "1", "--warmup", "5000", "--latency-seconds", "3"],
+    ),
     "broker": ("broker_throughput.py", [], ["--messages", "100000", "--runs", "1"]),
     "replication": ("replication_throughput.py", [], ["--messages", "50000", "--runs", "1"]),
     "latency": ("latency.py", [], ["--duration", "3", "--runs", "1"]),

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from benchmarks import vs_kafka
 from broker.testing import kafka_jars
 
@@ -42,3 +44,21 @@ def test_cluster_ids_are_16_bytes_in_url_safe_base64() -> None:
         cid = apache_kafka.cluster_id()
         assert len(cid) == 22
         assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+
+
+def test_a_cluster_node_names_every_voter_and_keeps_kafkas_internal_replication(tmp_path: Path) -> None:
+    voters = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097"
+    text = apache_kafka.server_properties(9094, 9095, tmp_path / "data", node_id=2, voters=voters, nodes=3)
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == voters
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9095"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+
+
+def test_a_cluster_has_at_least_one_node_and_distinct_ports() -> None:
+    with pytest.raises(ValueError, match="at least 1 node, not 0"):
+        apache_kafka.ApacheKafka(nodes=0)
+    ports = apache_kafka.distinct_ports(6)
+    assert len(set(ports)) == 6
