@@ -59,6 +59,13 @@ class ClusterPoller:
         self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.history = History(SERIES)
         self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False, "error": "not read yet"}
+        """The latest attempt: a reading, or the error instead of one (the metrics')."""
+        self.good: dict[str, Any] | None = None
+        """The latest reading that succeeded (the page keeps showing it, marked stale)."""
+        self._seen_brokers: dict[int, dict[str, Any]] = {}
+        """Each broker's address, rack and datacenter when it was last seen up."""
+        self._down_since: dict[int, int] = {}
+        """Broker -> the first reading (ms) that found it not registered."""
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -107,6 +114,7 @@ class ClusterPoller:
 
     def poll(self) -> dict[str, Any]:
         """Read the cluster once; returns (and keeps as :attr:`last`) the page's view of it."""
+        started = time.time()
         try:
             self._connect()
             snapshot = self._read()
@@ -122,8 +130,33 @@ class ClusterPoller:
                 "error": str(exc) or type(exc).__name__,
                 "history": self.history.as_dict(),
             }
+        else:
+            snapshot["answered_ms"] = int(time.time() * 1000)
+            self.good = snapshot
+        snapshot["poll_ms"] = round((time.time() - started) * 1000, 1)
         self.last = snapshot
         return snapshot
+
+    def view(self, now_ms: int, stale_ms: float) -> dict[str, Any]:
+        """The page's view at ``now_ms``: the latest good reading with ``as_of_ms`` (when
+        it began), ``age_ms`` (since it was answered) and ``stale`` (no answer for more
+        than ``stale_ms``), and the
+        latest attempt's ``ok`` and ``error``; the error alone before any good reading."""
+        last = self.last
+        if self.good is None:
+            return {**last, "as_of_ms": None, "age_ms": None, "stale": True}
+        as_of = int(self.good["time_ms"])
+        age = max(now_ms - int(self.good["answered_ms"]), 0)
+        return {
+            **self.good,
+            "ok": last is self.good,
+            "error": last.get("error"),
+            "read": True,
+            "as_of_ms": as_of,
+            "age_ms": age,
+            "stale": age > stale_ms,
+            "history": self.history.as_dict(),
+        }
 
     def _read(self) -> dict[str, Any]:
         assert self._admin is not None and self._groups is not None and self._consumer is not None
@@ -197,22 +230,7 @@ class ClusterPoller:
             for info in parts.values():
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
         listeners = self._read_listeners(frozenset(live), now)
-        brokers = []
-        for b in known:
-            where = live.get(b)
-            brokers.append(
-                {
-                    "id": b,
-                    "up": where is not None,
-                    "controller": b == state.controller,
-                    "host": where.host if where else None,
-                    "port": where.port if where else None,
-                    "rack": where.rack if where else "",
-                    "datacenter": where.datacenter if where else "",
-                    "leaders": leaders.get(b, 0),
-                    "listeners": listeners.get(b, []) if where else [],
-                }
-            )
+        brokers = self._brokers(known, live, state.controller, leaders, listeners, int(now * 1000))
         time_ms = int(now * 1000)
         summary = {
             "brokers_up": len(live),
@@ -246,6 +264,46 @@ class ClusterPoller:
             "agents": agents,
             "history": self.history.as_dict(),
         }
+
+    def _brokers(
+        self,
+        known: list[int],
+        live: dict[int, Any],
+        controller: int | None,
+        leaders: dict[int, int],
+        listeners: dict[int, list[dict[str, Any]]],
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
+        """One row per broker, live or not; a broker that is not registered keeps the
+        address, rack and datacenter it had when last seen up, and says since when it is
+        down (``down_since_ms``: the first reading that missed it, ``None`` if it was
+        never seen up since the console started)."""
+        rows = []
+        for b in known:
+            where = live.get(b)
+            if where is not None:
+                self._down_since.pop(b, None)
+                seen = self._seen_brokers[b] = {
+                    "host": where.host,
+                    "port": where.port,
+                    "rack": where.rack,
+                    "datacenter": where.datacenter,
+                }
+            else:
+                self._down_since.setdefault(b, now_ms)
+                seen = self._seen_brokers.get(b, {"host": None, "port": None, "rack": "", "datacenter": ""})
+            rows.append(
+                {
+                    "id": b,
+                    "up": where is not None,
+                    "controller": b == controller,
+                    **seen,
+                    "down_since_ms": None if where else self._down_since[b] if b in self._seen_brokers else None,
+                    "leaders": leaders.get(b, 0),
+                    "listeners": listeners.get(b, []) if where else [],
+                }
+            )
+        return rows
 
     def _read_listeners(self, live: frozenset[int], now: float) -> dict[int, list[dict[str, Any]]]:
         """Each live broker's listeners from its registration (name, protocol, address,

@@ -5,15 +5,17 @@ Routes:
 - ``GET /``: the page (``static/index.html``, plain JS, no build step);
 - ``GET /api/snapshot``: every cluster's latest view as JSON;
 - (the snapshot's ``landed``: each configured lake's landed tier, :mod:`console.landed`)
-- ``GET /api/events``: server-sent events, one ``snapshot`` event per reading (about
-  once a second), so the page shows a change within 2 s;
+- ``GET /api/events``: server-sent events, one ``snapshot`` event per cluster reading
+  and at least one per interval, so the page shows a change within 2 s and a cluster
+  that stopped answering as stale;
 - ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
   messages from an offset or a time;
 - ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
   event per batch of new messages from the end of the partition;
 - ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
 
-The client library blocks, so each cluster's reading runs in a worker thread; the
+The client library blocks, so each cluster's reading runs in a worker thread, each
+cluster in a loop of its own: a cluster slow to answer never holds another's card. The
 event loop only serves. Everything is read-only.
 """
 
@@ -43,6 +45,8 @@ log = logging.getLogger("logferry.console")
 STATIC = Path(__file__).parent / "static"
 TAIL_INTERVAL_S = 0.5
 KEEPALIVE_S = 15.0
+STALE_INTERVALS = 2
+"""A cluster that has not answered for more than this many intervals is shown stale."""
 
 POLLERS = web.AppKey("pollers", dict)
 LAKES = web.AppKey("lakes", list)
@@ -58,7 +62,9 @@ def _dumps(obj: Any) -> str:
 def snapshot(app: web.Application) -> dict[str, Any]:
     """The latest reading of every cluster, in config order."""
     state = app[STATE]
-    clusters = [p.last for p in app[POLLERS].values()]
+    now_ms = int(time.time() * 1000)
+    stale_ms = STALE_INTERVALS * app[CONFIG].interval_s * 1000
+    clusters = [p.view(now_ms, stale_ms) for p in app[POLLERS].values()]
     return {
         "time_ms": state["time_ms"],
         "seq": state["seq"],
@@ -80,23 +86,54 @@ def snapshot(app: web.Application) -> dict[str, Any]:
 
 
 async def _poll_loop(app: web.Application) -> None:
+    """One loop per cluster (:func:`_cluster_loop`), one for the lakes, and a tick each
+    interval that re-sends the snapshot, so the page sees a cluster turn stale even
+    when no cluster answers."""
     pollers: dict[str, ClusterPoller] = app[POLLERS]
-    state = app[STATE]
+    tasks = [asyncio.create_task(_cluster_loop(app, p)) for p in pollers.values()]
+    if app[LAKES]:
+        tasks.append(asyncio.create_task(_lakes_loop(app)))
+    interval = app[CONFIG].interval_s
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            await _changed(app)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _cluster_loop(app: web.Application, poller: ClusterPoller) -> None:
+    """Read one cluster every interval, on its own: a cluster that is slow to answer (a
+    hung broker, a request left to time out) delays only its own card."""
     interval = app[CONFIG].interval_s
     while True:
         started = time.monotonic()
-        await asyncio.gather(*(asyncio.to_thread(_poll_one, p) for p in pollers.values()))
-        if app[LAKES]:
-            try:
-                state["landed"] = await asyncio.to_thread(_read_lakes, app)
-            except Exception:  # the next reading tries again; the loop must go on
-                log.exception("reading the lakes failed")
-        state["seq"] += 1
-        state["time_ms"] = int(time.time() * 1000)
-        state["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
-        async with state["changed"]:
-            state["changed"].notify_all()
+        await asyncio.to_thread(_poll_one, poller)
+        app[STATE]["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
+        await _changed(app)
         await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+async def _lakes_loop(app: web.Application) -> None:
+    interval = app[CONFIG].interval_s
+    while True:
+        started = time.monotonic()
+        try:
+            app[STATE]["landed"] = await asyncio.to_thread(_read_lakes, app)
+        except Exception:  # the next reading tries again; the loop must go on
+            log.exception("reading the lakes failed")
+        await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+async def _changed(app: web.Application) -> None:
+    """A new snapshot is due: count it and wake the event streams."""
+    state = app[STATE]
+    state["seq"] += 1
+    state["time_ms"] = int(time.time() * 1000)
+    async with state["changed"]:
+        state["changed"].notify_all()
 
 
 def _poll_one(poller: ClusterPoller) -> None:

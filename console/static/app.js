@@ -21,6 +21,33 @@ function bytes(v) {
   return (i ? v.toFixed(1) : v) + " " + units[i];
 }
 
+// One time zone on the whole page: UTC, said beside every time.
+const utcTime = (ms) => new Date(ms).toISOString().slice(11, 19) + " UTC";
+const utcDate = (ms) => new Date(ms).toISOString().slice(0, 19).replace("T", " ");
+const ago = (ms) => (ms < 10000 ? (ms / 1000).toFixed(1) : Math.round(ms / 1000)) + " s";
+
+function cardHead(c, title) {
+  // the cluster's name, the time its reading was taken, and a banner when it is stale
+  // (no answer for more than two intervals) or its last reading failed
+  const asOf = c.as_of_ms ? `<span class="mute" data-as-of="${c.as_of_ms}">as of ${utcTime(c.as_of_ms)}</span>` : "";
+  const banner = c.stale
+    ? `<p class="stale" data-stale="${esc(c.name)}">STALE: no answer from ${esc(c.name)} for ${ago(c.age_ms)}` +
+      `${c.error ? " (" + esc(c.error) + ")" : ""}; showing the reading as of ${utcTime(c.as_of_ms)}</p>`
+    : c.error ? `<p class="bad" data-failed="${esc(c.name)}">last reading failed: ${esc(c.error)}</p>` : "";
+  return `<div class="card${c.stale ? " is-stale" : ""}" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}${title} ` +
+    `<span class="mute">${esc(c.zk)}</span> ${asOf}</h2>${banner}`;
+}
+
+function unreachable(c) {
+  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
+    `<p class="bad">unreachable: ${esc(c.error)}</p></div>`;
+}
+
+function brokerState(b) {
+  if (b.up) return "up";
+  return b.down_since_ms ? `DOWN since ${utcTime(b.down_since_ms)}` : "DOWN";
+}
+
 function chart(values, label, unit) {
   const w = 200, h = 48, vals = values || [];
   const max = Math.max(1, ...vals);
@@ -40,20 +67,18 @@ function listenersList(listeners) {
 }
 
 function clusterCard(c) {
-  if (!c.ok) {
-    return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
-      `<p class="bad">unreachable: ${esc(c.error)}</p></div>`;
-  }
+  if (!c.read) return unreachable(c);
   const s = c.summary, h = c.history || {};
   const brokers = c.brokers.map((b) => `<tr data-broker="${b.id}"><td>${b.id}</td>` +
-    `<td class="${b.up ? "up" : "down"}">${b.up ? "up" : "DOWN"}</td><td>${b.controller ? "controller" : ""}</td>` +
-    `<td>${esc(b.host ? b.host + ":" + b.port : "-")}</td><td>${esc(b.rack || "-")}</td><td>${esc(b.datacenter || "-")}</td>` +
+    `<td class="${b.up ? "up" : "down"}" data-field="broker-state">${brokerState(b)}</td><td>${b.controller ? "controller" : ""}</td>` +
+    `<td data-field="broker-address">${esc(b.host ? b.host + ":" + b.port : "-")}</td><td data-field="broker-rack">${esc(b.rack || "-")}</td>` +
+    `<td data-field="broker-dc">${esc(b.datacenter || "-")}</td>` +
     `<td class="num">${b.leaders}</td><td>${listenersList(b.listeners)}</td></tr>`).join("");
   const bad = [];
   for (const t of c.topics) for (const p of t.partitions) if (p.offline || p.under_replicated) bad.push([t.name, p]);
   const badRows = bad.slice(0, 50).map(([t, p]) => `<tr class="${p.offline ? "offline" : "urp"}"><td>${esc(t)}</td><td class="num">${p.partition}</td>` +
     `<td class="num">${p.leader}</td><td>${p.replicas.join(",")}</td><td>${p.isr.join(",")}</td><td>${p.offline ? "offline" : "under-replicated"}</td></tr>`).join("");
-  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)} <span class="mute">${esc(c.zk)}</span></h2>` +
+  return cardHead(c, "") +
     `<div class="stats">` +
     `<div class="stat"><b data-summary="brokers_up">${s.brokers_up}/${s.brokers}</b><span>brokers up</span></div>` +
     `<div class="stat"><b data-summary="controller">${s.controller}</b><span>controller</span></div>` +
@@ -70,7 +95,7 @@ function clusterCard(c) {
 }
 
 function topicsCard(c) {
-  if (!c.ok) return clusterCard(c);
+  if (!c.read) return unreachable(c);
   const chosen = state.topic[c.name] && c.topics.find((t) => t.name === state.topic[c.name]) ? state.topic[c.name] : (c.topics[0] || {}).name;
   const list = c.topics.map((t) => {
     const urp = t.partitions.filter((p) => p.under_replicated).length;
@@ -89,13 +114,13 @@ function topicsCard(c) {
         `<td class="num">${bytes(p.size)}</td><td class="num" data-field="bytes_in_s">${rate(p.bytes_in_s)}</td><td class="num">${rate(p.msgs_in_s)}</td>` +
         `<td data-field="state">${p.offline ? "offline" : p.under_replicated ? "under-replicated" : p.error ? esc(p.error) : "ok"}</td></tr>`).join("") + `</table>`;
   }
-  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: topics</h2>` +
+  return cardHead(c, ": topics") +
     `<table><tr><th>topic</th><th class="num">partitions</th><th class="num">under-repl.</th><th class="num">size</th><th class="num">in</th><th class="num">msgs</th><th>config</th></tr>${list}</table>${parts}</div>`;
 }
 
 function groupsCard(c) {
-  if (!c.ok) return clusterCard(c);
-  if (!c.groups.length) return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: consumer groups</h2><p class="mute">no consumer groups</p></div>`;
+  if (!c.read) return unreachable(c);
+  if (!c.groups.length) return cardHead(c, ": consumer groups") + `<p class="mute">no consumer groups</p></div>`;
   const groups = c.groups.map((g) => {
     const members = Object.entries(g.members || {}).map(([id, m]) => `<li>${esc(id)} <span class="mute">${esc(m.host || "")} pid ${esc(m.pid || "-")}</span></li>`).join("");
     const rows = g.partitions.map((r) => `<tr data-group="${esc(g.name)}" data-topic="${esc(r.topic)}" data-partition="${r.partition}">` +
@@ -108,19 +133,19 @@ function groupsCard(c) {
       `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
       `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th>status</th></tr>${rows}</table></div>`;
   }).join("");
-  return `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: consumer groups</h2>${groups}</div>`;
+  return cardHead(c, ": consumer groups") + `${groups}</div>`;
 }
 
 function auditCard(c) {
-  if (!c.ok) return clusterCard(c);
+  if (!c.read) return unreachable(c);
   const a = c.audit;
-  const head = `<div class="card" data-cluster="${esc(c.name)}"><h2>${esc(c.name)}: audit</h2>`;
+  const head = cardHead(c, ": audit");
   if (!a) return head + `<p class="mute">no audit topic in this cluster</p></div>`;
   const stages = [...new Set(a.rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
   const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
   const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
   const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
-    `<td>${new Date(r.window_start).toISOString().slice(0, 19).replace("T", " ")}</td><td class="num">${r.hosts}</td>` +
+    `<td>${utcDate(r.window_start)}</td><td class="num">${r.hosts}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
@@ -142,7 +167,7 @@ function pipelineCard(rows) {
   const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
   const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
   const body = rows.slice(0, 200).map((r) => `<tr data-pipeline-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
-    `<td>${new Date(r.window_start).toISOString().slice(0, 19).replace("T", " ")}</td>` +
+    `<td>${utcDate(r.window_start)}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
@@ -162,7 +187,7 @@ function landedCard(lakes) {
   return lakes.map((l) => {
     const head = `<div class="card landed" data-lake="${esc(l.name)}"><h2>landed Parquet: ${esc(l.name)} <span class="mute">${esc(l.path)}</span></h2>` +
       `<p class="mute">from the loader's ${l.runs} committed run(s)` +
-      `${l.last_committed_ms ? ", last " + new Date(l.last_committed_ms).toISOString().slice(0, 19).replace("T", " ") + " UTC" : ""}; ` +
+      `${l.last_committed_ms ? ", last " + utcDate(l.last_committed_ms) + " UTC" : ""}; ` +
       `event hours in ${esc(l.timezone)}; against the tier before it on ${esc(l.cluster)}` +
       `${l.error ? "; <span class=bad>" + esc(l.error) + "</span>" : ""}</p>`;
     if (!l.rows.length) return head + `<p class="mute">nothing landed yet</p></div>`;
@@ -215,11 +240,11 @@ function show(view) {
 function messagesTable(page) {
   const rows = page.messages.map((m) => {
     const r = m.record;
-    const meta = r ? `${esc(r.host)} ${esc(r.file)}:${esc(r.offset)} ${new Date(r.time).toISOString()}` : "";
-    return `<tr><td class="num">${m.offset}+${m.index}</td><td>${new Date(m.timestamp).toISOString()}</td><td>${esc(m.key ?? "")}</td>` +
+    const meta = r ? `${esc(r.host)} ${esc(r.file)}:${esc(r.offset)} ${utcDate(r.time)}` : "";
+    return `<tr><td class="num">${m.offset}+${m.index}</td><td>${utcDate(m.timestamp)}</td><td>${esc(m.key ?? "")}</td>` +
       `<td class="mute">${meta}</td><td><pre>${esc(m.value)}</pre></td></tr>`;
   }).join("");
-  return `<table id="message-rows"><tr><th class="num">offset+i</th><th>timestamp</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
+  return `<table id="message-rows"><tr><th class="num">offset+i</th><th>timestamp (UTC)</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
 }
 
 async function browse(ev) {
@@ -227,7 +252,7 @@ async function browse(ev) {
   stopTail();
   const f = new FormData($("#browse"));
   const q = new URLSearchParams({ cluster: f.get("cluster"), topic: f.get("topic"), partition: f.get("partition") || "0", limit: f.get("limit") || "50" });
-  if (f.get("time")) q.set("time_ms", String(new Date(f.get("time")).getTime()));
+  if (f.get("time")) q.set("time_ms", String(new Date(f.get("time") + "Z").getTime())); // the box is read as UTC, like every time on the page
   else if (f.get("offset")) q.set("offset", f.get("offset"));
   const res = await fetch("/api/messages?" + q);
   const body = await res.json().catch(() => ({ error: res.statusText }));
@@ -259,7 +284,7 @@ function connect() {
   const events = new EventSource("/api/events");
   events.addEventListener("snapshot", (e) => {
     state.snap = JSON.parse(e.data);
-    $("#live").textContent = "live · " + new Date(state.snap.time_ms).toLocaleTimeString();
+    $("#live").textContent = "live · " + utcTime(state.snap.time_ms) + " · times in UTC";
     $("#error").textContent = "";
     render();
   });

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from types import SimpleNamespace
 
 import msgpack
 import pytest
 
 from broker.common.errors import ConfigError
 from console.cli import config_from_args
+from console.collector import ClusterPoller
 from console.config import from_zk, parse_config
 from console.messages import page_record, parse_start
 from console.metrics import console_metrics
@@ -136,3 +138,33 @@ def test_audit_tally_adds_hosts_and_judges_later_stages_against_the_agents():
     (row,) = tally.rows()
     assert row["hosts"] == 2
     assert row["stages"]["mirror"]["complete_pct"] == 110.0  # duplicates show above 100%
+
+
+def test_a_down_broker_keeps_what_it_was_and_a_silent_cluster_turns_stale():
+    poller = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    up = {1: SimpleNamespace(host="h1", port=9092, rack="r1", datacenter="dc1")}
+    rows = poller._brokers([1], up, 1, {1: 4}, {}, now_ms=1_000)
+    assert rows[0]["up"] and rows[0]["down_since_ms"] is None
+    rows = poller._brokers([1], {}, None, {}, {}, now_ms=2_000)
+    rows = poller._brokers([1], {}, None, {}, {}, now_ms=3_000)  # since the first reading that missed it
+    assert (rows[0]["host"], rows[0]["rack"], rows[0]["datacenter"], rows[0]["down_since_ms"]) == (
+        "h1",
+        "r1",
+        "dc1",
+        2_000,
+    )
+    never_seen = poller._brokers([2], {}, None, {}, {}, now_ms=3_000)[0]
+    assert (never_seen["host"], never_seen["down_since_ms"]) == (None, None)
+
+    assert poller.view(0, 2_000)["stale"] and not poller.view(0, 2_000).get("read")  # never read
+    poller.good = poller.last = {"name": "live", "ok": True, "error": None, "time_ms": 10_000, "answered_ms": 10_500}
+    assert not poller.view(12_500, 2_000)["stale"]
+    poller.last = {"name": "live", "ok": False, "error": "timed out"}
+    view = poller.view(12_501, 2_000)
+    assert (view["stale"], view["ok"], view["error"], view["as_of_ms"], view["read"]) == (
+        True,
+        False,
+        "timed out",
+        10_000,
+        True,
+    )
