@@ -6,10 +6,15 @@ partitions with leader, replicas and ISR), one pipelined OFFSETS request per par
 committed positions) with :class:`broker.client.GroupAdmin`. Everything else is
 derived here:
 
-- rates: bytes in per second are the growth of the visible ends (offsets are byte
-  offsets), messages in per second that growth over the broker's average stored
-  message size; bytes out per second are the growth of the groups' committed offsets
-  (what consumers consumed, as far as they committed it);
+- rates, over a trailing window of readings (:mod:`console.rates`): bytes in per second
+  are the growth of the visible ends (offsets are byte offsets), messages in per second
+  the growth of their message offsets, which the broker counts (``end_message``; from a
+  broker that reports none, the bytes' growth over its average stored message size,
+  marked as an estimate); bytes out per second are the growth of the groups' committed
+  offsets (what consumers consumed, as far as they committed it);
+- lag in messages counted where the committed offset is an end seen at a reading
+  (:class:`console.rates.MessagePositions`), else placed between two seen ends and marked
+  an estimate;
 - lag by the one formula (:func:`broker.client.group_lag`) and each group's status by
   Burrow's rules (:mod:`broker.client.group.status`) over the commits seen since the
   console started, through the same :meth:`GroupAdmin.describe` as ``logferry group
@@ -31,7 +36,7 @@ from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, Stat
 from console.agents import AgentsReader, read_agents
 from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
 from console.config import ClusterConfig
-from console.rates import History, Rates
+from console.rates import History, MessagePositions, Rates
 
 log = logging.getLogger("logferry.console")
 
@@ -54,6 +59,9 @@ class ClusterPoller:
         self._groups: GroupAdmin | None = None
         self._consumer: SimpleConsumer | None = None
         self._rates = Rates()
+        self._positions = MessagePositions()
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+        """(topic, partition) -> (byte end, message end) of this reading, for the lags."""
         self._windows = StatusWindows()
         self._listeners: dict[int, list[dict[str, Any]]] = {}
         self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
@@ -163,14 +171,20 @@ class ClusterPoller:
         now = time.time()
         state = self._admin.describe_cluster()
         pairs = [(t, p) for t, parts in state.topics.items() for p in parts]
+        asked = time.time()
         ranges = self._consumer.offset_infos(pairs)
+        read_at = (asked + time.time()) / 2  # when the ends were read, for their rates
 
         topics = []
         totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
+        counted = True
+        self._ends = {}
         offline = under = 0
         for name, parts in state.topics.items():
             rows = []
             t_in = t_msgs = 0.0
+            t_counted = True
+            window: tuple[float, float] | None = None
             size = 0
             for p, info in parts.items():
                 row: dict[str, Any] = {
@@ -185,6 +199,7 @@ class ClusterPoller:
                     "size": None,
                     "bytes_in_s": 0.0,
                     "msgs_in_s": 0.0,
+                    "msgs_counted": False,
                 }
                 offline += row["offline"]
                 under += row["under_replicated"]
@@ -192,24 +207,28 @@ class ClusterPoller:
                 if isinstance(got, dict):
                     start, end = int(got["start"]), int(got["end"])
                     row.update(log_start=start, log_end=end, size=end - start)
-                    rate = self._rates.update(("in", name, p), end, now)
-                    avg = float(got.get("avg_message_bytes") or 0)
+                    rate = self._rates.update(("in", name, p), end, read_at)
                     row["bytes_in_s"] = round(rate, 1)
-                    row["msgs_in_s"] = round(rate / avg, 1) if avg > 0 else 0.0
+                    row["msgs_in_s"], row["msgs_counted"] = self._message_rate(name, p, got, rate, read_at)
                     t_in += rate
                     t_msgs += row["msgs_in_s"]
+                    t_counted = t_counted and row["msgs_counted"]
+                    window = window or self._rates.window(("in", name, p))
                     size += end - start
                 elif got is not None:
                     row["error"] = str(got)
                 rows.append(row)
             totals["bytes_in_s"] += t_in
             totals["msgs_in_s"] += t_msgs
+            counted = counted and t_counted
             topics.append(
                 {
                     "name": name,
                     "partitions": rows,
                     "bytes_in_s": round(t_in, 1),
                     "msgs_in_s": round(t_msgs, 1),
+                    "msgs_counted": t_counted,
+                    "rate_window_ms": [int(window[0] * 1000), int(window[1] * 1000)] if window else None,
                     "size": size,
                     "config": state.configs.get(name, {}),
                 }
@@ -242,12 +261,15 @@ class ClusterPoller:
             "under_replicated": under,
             "bytes_in_s": round(totals["bytes_in_s"], 1),
             "msgs_in_s": round(totals["msgs_in_s"], 1),
+            "msgs_counted": counted,
             "bytes_out_s": round(bytes_out, 1),
             "groups_not_ok": sum(1 for g in groups if g["status"] != "OK"),
         }
         self.history.add(time_ms, **summary)
+        self._positions.forget(pairs)
         self._rates.forget(
             {("in", t, p) for t, p in pairs}
+            | {("msgs", t, p) for t, p in pairs}
             | {("out", g["name"], r["topic"], r["partition"]) for g in groups for r in g["partitions"]}
         )
         return {
@@ -264,6 +286,45 @@ class ClusterPoller:
             "agents": agents,
             "history": self.history.as_dict(),
         }
+
+    def _message_rate(
+        self, topic: str, partition: int, got: dict[str, Any], bytes_rate: float, now: float
+    ) -> tuple[float, bool]:
+        """(messages in per second, counted?): from the message offsets of the ends the
+        broker reported (exact), else, from a broker that reports none, the bytes' rate over
+        its average stored message size (an estimate, and the page says so)."""
+        end_message = got.get("end_message")
+        if isinstance(end_message, int):
+            end = int(got["end"])
+            self._positions.add((topic, partition), end, end_message)
+            self._ends[(topic, partition)] = (end, end_message)
+            return round(self._rates.update(("msgs", topic, partition), end_message, now), 1), True
+        avg = float(got.get("avg_message_bytes") or 0)
+        return (round(bytes_rate / avg, 1) if avg > 0 else 0.0), False
+
+    def _message_lag(self, row: dict[str, Any], start_message: int | None) -> bool:
+        """Replace ``row``'s estimated ``lag_messages`` by the count when it can be known
+        (the committed offset is the log end, or an end seen at an earlier reading, or
+        no commit and the log start); returns whether the figure is counted."""
+        ends = self._ends.get((row["topic"], row["partition"]))
+        if ends is None or row.get("lag_bytes") is None:
+            return False
+        end, end_message = ends
+        committed = row["committed"]
+        if committed is None:
+            if start_message is None:
+                return False
+            row["lag_messages"] = max(end_message - start_message, 0)
+            return True
+        if committed >= end:
+            row["lag_messages"] = 0
+            return True
+        found = self._positions.message_at((row["topic"], row["partition"]), committed)
+        if found is None:
+            return False
+        at, exact = found
+        row["lag_messages"] = max(end_message - at - (row.get("skip") or 0), 0)
+        return exact
 
     def _brokers(
         self,
@@ -355,6 +416,9 @@ class ClusterPoller:
                 continue
             g_out = 0.0
             for row in info["partitions"]:
+                got = ranges.get((row["topic"], row["partition"]))
+                start_message = got.get("start_message") if isinstance(got, dict) else None
+                row["lag_counted"] = self._message_lag(row, start_message)
                 if row["committed"] is not None:
                     g_out += self._rates.update(("out", name, row["topic"], row["partition"]), row["committed"], now)
             bytes_out += g_out
@@ -367,6 +431,7 @@ class ClusterPoller:
                     "bytes_out_s": round(g_out, 1),
                     "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
                     "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
+                    "lag_counted": all(r["lag_counted"] for r in info["partitions"]),
                 }
             )
         return groups, bytes_out

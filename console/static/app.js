@@ -8,12 +8,14 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const NUMBER = new Intl.NumberFormat("en-US"); // one formatter: toLocaleString per cell costs more than the rest of a render
 const num = (v) => (v === null || v === undefined ? "-" : NUMBER.format(v));
-function rate(v) {
-  if (!v) return "0";
-  const units = ["", "k", "M", "G"]; let i = 0;
-  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i++; }
-  return v.toFixed(v < 10 && i ? 1 : 0) + units[i];
+// One unit system: bytes in binary units (KiB, MiB), rates per second; counts plain.
+const RATE = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
+function msgRate(v, counted) {
+  // messages per second; "≈" when the broker gave no message counts (estimated from bytes)
+  return (counted === false && v ? "≈" : "") + RATE.format(v || 0) + " msg/s";
 }
+const byteRate = (v) => bytes(v || 0) + "/s";
+const estimated = (counted) => (counted === false ? ` title="estimated from bytes: this broker reports no message counts"` : "");
 function bytes(v) {
   if (v === null || v === undefined) return "-";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
@@ -48,12 +50,12 @@ function brokerState(b) {
   return b.down_since_ms ? `DOWN since ${utcTime(b.down_since_ms)}` : "DOWN";
 }
 
-function chart(values, label, unit) {
+function chart(values, label, format) {
   const w = 200, h = 48, vals = values || [];
   const max = Math.max(1, ...vals);
   const pts = vals.map((v, i) => `${(i / Math.max(vals.length - 1, 1)) * w},${h - 2 - (v / max) * (h - 6)}`).join(" ");
   const last = vals.length ? vals[vals.length - 1] : 0;
-  return `<div><span>${esc(label)}: <b data-metric="${esc(label)}">${rate(last)}${unit}</b></span>` +
+  return `<div><span>${esc(label)}: <b data-metric="${esc(label)}">${format(last)}</b></span>` +
     `<svg class="chart" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none">` +
     `<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="${pts}"/></svg></div>`;
 }
@@ -64,6 +66,12 @@ function listenersList(listeners) {
     `<b data-field="listener-name">${esc(l.name)}</b> <span data-field="listener-protocol">${esc(l.protocol)}</span> ` +
     `<span data-field="listener-address">${esc(l.address)}</span> ` +
     `<span class="mute" data-field="listener-security">${esc(l.security || "?")}</span></div>`).join("") || "-";
+}
+
+function topicConfig(config) {
+  // the topic's settings as key = value, or that it has none of its own
+  const entries = Object.entries(config || {});
+  return entries.length ? entries.map(([k, v]) => `${esc(k)} = ${esc(v)}`).join(", ") : "broker defaults";
 }
 
 function clusterCard(c) {
@@ -87,7 +95,7 @@ function clusterCard(c) {
     `<div class="stat"><b data-summary="offline" class="${s.offline ? "bad" : ""}">${s.offline}</b><span>offline</span></div>` +
     `<div class="stat"><b data-summary="under_replicated" class="${s.under_replicated ? "bad" : ""}">${s.under_replicated}</b><span>under-replicated</span></div>` +
     `<div class="stat"><b data-summary="groups_not_ok" class="${s.groups_not_ok ? "bad" : ""}">${s.groups_not_ok}</b><span>groups not OK</span></div>` +
-    `</div><div class="charts">${chart(h.bytes_in_s, "bytes in/s", "B")}${chart(h.msgs_in_s, "msgs in/s", "")}${chart(h.bytes_out_s, "bytes out/s (consumed)", "B")}</div>` +
+    `</div><div class="charts">${chart(h.bytes_in_s, "bytes in", byteRate)}${chart(h.msgs_in_s, "messages in", (v) => msgRate(v, s.msgs_counted))}${chart(h.bytes_out_s, "bytes consumed", byteRate)}</div>` +
     `<table><tr><th>broker</th><th>state</th><th>role</th><th>address</th><th>rack</th><th>dc</th><th class="num">leads</th><th>listeners</th></tr>${brokers}</table>` +
     (bad.length ? `<table><tr><th>topic</th><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th><th>state</th></tr>${badRows}</table>` +
       (bad.length > 50 ? `<p class="mute">and ${bad.length - 50} more</p>` : "") : `<p class="mute">every partition fully replicated</p>`) +
@@ -101,21 +109,25 @@ function topicsCard(c) {
     const urp = t.partitions.filter((p) => p.under_replicated).length;
     return `<tr data-topic-row="${esc(t.name)}" class="${urp ? "urp" : ""}"><td><a href="#" data-pick="${esc(c.name)}|${esc(t.name)}">${esc(t.name)}</a></td>` +
       `<td class="num">${t.partitions.length}</td><td class="num">${urp}</td><td class="num">${bytes(t.size)}</td>` +
-      `<td class="num">${rate(t.bytes_in_s)}B/s</td><td class="num">${rate(t.msgs_in_s)}/s</td><td class="mute">${esc(JSON.stringify(t.config || {}))}</td></tr>`;
+      `<td class="num" data-field="topic-bytes-in">${byteRate(t.bytes_in_s)}</td>` +
+      `<td class="num" data-field="topic-msgs-in" data-value="${t.msgs_in_s}" data-counted="${t.msgs_counted}"` +
+      ` data-window="${(t.rate_window_ms || []).join(",")}"${estimated(t.msgs_counted)}>${msgRate(t.msgs_in_s, t.msgs_counted)}</td>` +
+      `<td class="mute" data-field="topic-config">${topicConfig(t.config)}</td></tr>`;
   }).join("");
   const topic = c.topics.find((t) => t.name === chosen);
   let parts = "";
   if (topic) {
     parts = `<h2>${esc(topic.name)}</h2><table data-partitions="${esc(topic.name)}"><tr><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th>` +
-      `<th class="num">log start</th><th class="num">log end</th><th class="num">size</th><th class="num">bytes in/s</th><th class="num">msgs in/s</th><th>state</th></tr>` +
+      `<th class="num">log start</th><th class="num">log end</th><th class="num">size</th><th class="num">bytes in</th><th class="num">messages in</th><th>state</th></tr>` +
       topic.partitions.map((p) => `<tr data-topic="${esc(topic.name)}" data-partition="${p.partition}" class="${p.offline ? "offline" : p.under_replicated ? "urp" : ""}">` +
         `<td class="num">${p.partition}</td><td class="num" data-field="leader">${p.leader}</td><td data-field="replicas">${p.replicas.join(",")}</td>` +
         `<td data-field="isr">${p.isr.join(",")}</td><td class="num" data-field="log_start">${num(p.log_start)}</td><td class="num" data-field="log_end">${num(p.log_end)}</td>` +
-        `<td class="num">${bytes(p.size)}</td><td class="num" data-field="bytes_in_s">${rate(p.bytes_in_s)}</td><td class="num">${rate(p.msgs_in_s)}</td>` +
+        `<td class="num">${bytes(p.size)}</td><td class="num" data-field="bytes_in_s">${byteRate(p.bytes_in_s)}</td>` +
+        `<td class="num" data-field="msgs_in_s"${estimated(p.msgs_counted)}>${msgRate(p.msgs_in_s, p.msgs_counted)}</td>` +
         `<td data-field="state">${p.offline ? "offline" : p.under_replicated ? "under-replicated" : p.error ? esc(p.error) : "ok"}</td></tr>`).join("") + `</table>`;
   }
   return cardHead(c, ": topics") +
-    `<table><tr><th>topic</th><th class="num">partitions</th><th class="num">under-repl.</th><th class="num">size</th><th class="num">in</th><th class="num">msgs</th><th>config</th></tr>${list}</table>${parts}</div>`;
+    `<table><tr><th>topic</th><th class="num">partitions</th><th class="num">under-repl.</th><th class="num">size</th><th class="num">bytes in</th><th class="num">messages in</th><th>settings</th></tr>${list}</table>${parts}</div>`;
 }
 
 function groupsCard(c) {
@@ -126,10 +138,11 @@ function groupsCard(c) {
     const rows = g.partitions.map((r) => `<tr data-group="${esc(g.name)}" data-topic="${esc(r.topic)}" data-partition="${r.partition}">` +
       `<td>${esc(r.topic)}</td><td class="num">${r.partition}</td><td>${esc(r.owner || "-")}</td>` +
       `<td class="num" data-field="committed">${num(r.committed)}</td><td class="num" data-field="log_end">${num(r.log_end)}</td>` +
-      `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages">${r.lag_messages === null ? "-" : r.lag_messages ? "~" + num(r.lag_messages) : "0"}</td>` +
+      `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages"${r.lag_counted ? "" : ` title="estimated: the committed offset lies between two readings' ends"`}>` +
+      `${r.lag_messages === null ? "-" : r.lag_messages && !r.lag_counted ? "≈" + num(r.lag_messages) : num(r.lag_messages)}</td>` +
       `<td class="${r.status}" data-field="status">${r.status}</td></tr>`).join("");
     return `<div data-group-card="${esc(g.name)}"><h2>${esc(g.name)} <span class="${g.status}" data-field="group-status">${g.status}</span> ` +
-      `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, ~${num(g.lag_messages)} msgs, consumed ${rate(g.bytes_out_s)}B/s</span></h2>` +
+      `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, <span data-field="group-lag-messages">${g.lag_counted || !g.lag_messages ? "" : "≈"}${num(g.lag_messages)}</span> messages, consumed ${byteRate(g.bytes_out_s)}</span></h2>` +
       `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
       `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th>status</th></tr>${rows}</table></div>`;
   }).join("");

@@ -15,7 +15,7 @@ from console.collector import ClusterPoller
 from console.config import from_zk, parse_config
 from console.messages import page_record, parse_start
 from console.metrics import console_metrics
-from console.rates import History, Rates
+from console.rates import History, MessagePositions, Rates
 
 
 def test_config_from_toml_tables():
@@ -72,6 +72,28 @@ def test_rates_per_second_and_no_negative_rate():
     assert rates.update("k", 50, 13.0) == 0.0  # went backwards: re-created, no rate
     rates.forget([])
     assert rates.get("k") == 0.0
+
+
+def test_rates_over_a_trailing_window():
+    rates = Rates(window_s=5.0)
+    for t in range(10):  # 100 a second, and one reading late by 0.4 s
+        rates.update("k", 100 * t, t + (0.4 if t == 8 else 0.0))
+    assert rates.window("k") == (4.0, 9.0)  # the newest reading at least 5 s old, and the last
+    assert rates.get("k") == 100.0  # the late reading moved nothing
+
+
+def test_message_positions_count_lag_where_an_end_was_seen_and_estimate_between():
+    seen = MessagePositions()
+    seen.add("p", 1000, 10)
+    seen.add("p", 3000, 110)  # small messages after large ones
+    assert seen.message_at("p", 1000) == (10, True)
+    assert seen.message_at("p", 3000) == (110, True)
+    assert seen.message_at("p", 2000) == (60, False)  # between two seen ends: placed by bytes
+    assert seen.message_at("p", 500) is None and seen.message_at("q", 1000) is None
+    seen.add("p", 200, 2)  # re-created: the old ends mean nothing
+    assert seen.message_at("p", 1000) is None
+    seen.forget([])
+    assert seen.message_at("p", 200) is None
 
 
 def test_history_keeps_the_newest_points():
