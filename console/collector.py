@@ -49,9 +49,11 @@ once when the set of live brokers changes; they change only when a broker restar
 class ClusterPoller:
     """Reads one cluster; keeps what rates and statuses need between readings."""
 
-    def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
+    def __init__(
+        self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit", settle_s: float = 60.0
+    ):
         self.config = config
-        self._audit = AuditReader(audit_topic)
+        self._audit = AuditReader(audit_topic, settle_s=settle_s)
         self._mirror_audit = AuditReader(audit_topic + MIRROR_SUFFIX, self._audit.tally)
         self._agents = AgentsReader()
         self.request_timeout = request_timeout

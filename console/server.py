@@ -71,7 +71,10 @@ def snapshot(app: web.Application) -> dict[str, Any]:
         "poll_ms": state["poll_ms"],
         "interval_s": app[CONFIG].interval_s,
         "clusters": clusters,
-        "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
+        "pipeline": pipeline_rows(
+            [(c["name"], c.get("audit")) for c in clusters if c], now_ms, app[CONFIG].audit_settle_s
+        ),
+        "audit_settle_s": app[CONFIG].audit_settle_s,
         "landed": state.get("landed", []),
         # agents publish to the live cluster (a mirror's copies elsewhere come later)
         "agents": next(
@@ -269,7 +272,10 @@ def make_app(config: ConsoleConfig) -> web.Application:
     """The aiohttp application for ``config`` (polling starts with the app)."""
     app = web.Application()
     app[CONFIG] = config
-    app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
+    app[POLLERS] = {
+        c.name: ClusterPoller(c, audit_topic=config.audit_topic, settle_s=config.audit_settle_s)
+        for c in config.clusters
+    }
     app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone) for lake in config.lakes]
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0, "landed": []}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])

@@ -155,20 +155,28 @@ function auditCard(c) {
   const head = cardHead(c, ": audit");
   if (!a) return head + `<p class="mute">no audit topic in this cluster</p></div>`;
   const stages = [...new Set(a.rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
-  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
-  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
-  const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
-    `<td>${utcDate(r.window_start)}</td><td class="num">${r.hosts}</td>` +
+  const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}" data-window-state="${esc(r.state)}"><td>${esc(r.topic)}</td>` +
+    `<td>${utcDate(r.window_start)}</td><td class="mute">${esc(r.state)}</td><td class="num">${r.hosts}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
       const count = s === "agent" ? `${num(st.acked)} / ${num(st.sent)}` : num(st.acked);
-      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${cls(st.complete_pct)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${judged(st.complete_pct, r.state)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
   return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
-    (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
+    (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
 }
+
+// Audit windows: a percentage is coloured only once its window settled (every tier had
+// time to publish its count for it); an open or settling window's figure is shown plain.
+const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
+function judged(v, state) {
+  if (v === null || v === undefined) return "";
+  if (state && state !== "settled") return "mute";
+  return v < 100 ? "bad" : v > 100 ? "WARN" : "OK";
+}
+const settleText = () => `${(state.snap && state.snap.audit_settle_s) || 60} s after it ended`;
 
 function pipelineCard(rows) {
   // agent -> mirror -> landed across clusters: each stage from the cluster it publishes to
@@ -177,19 +185,18 @@ function pipelineCard(rows) {
   const stages = [...new Set(rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => rank(x) - rank(y) || x.localeCompare(y));
   const head = `<div class="card" id="pipeline"><h2>pipeline: completeness between tiers</h2>`;
   if (!rows.length) return head + `<p class="mute">no audit records yet</p></div>`;
-  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
-  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
-  const body = rows.slice(0, 200).map((r) => `<tr data-pipeline-topic="${esc(r.topic)}" data-window="${r.window_start}"><td>${esc(r.topic)}</td>` +
-    `<td>${utcDate(r.window_start)}</td>` +
+  const body = rows.slice(0, 200).map((r) => `<tr data-pipeline-topic="${esc(r.topic)}" data-window="${r.window_start}" data-window-state="${esc(r.state)}"><td>${esc(r.topic)}</td>` +
+    `<td>${utcDate(r.window_start)}</td><td class="mute">${esc(r.state)}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
       return `<td class="num" data-tier="${esc(s)}" title="${esc(st.cluster || "")}">${num(st.acked)}</td>` +
-        `<td class="num ${cls(st.complete_pct)}" data-tier-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+        `<td class="num ${judged(st.complete_pct, r.state)}" data-tier-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s, i) => `<th class="num">${esc(s)}</th><th class="num">${i ? "of " + esc(stages[i - 1]) : "acked / sent"}</th>`).join("");
-  return head + `<p class="mute">each stage's count from the cluster it publishes to; over 100% = copies that tier made</p>` +
-    `<table><tr><th>topic</th><th>window (UTC)</th>${header}</tr>${body}</table></div>`;
+  return head + `<p class="mute">each stage's count from the cluster it publishes to, every message in the window of its own time; ` +
+    `over 100% = copies that tier made; judged (amber, red) only once a window settled, ${esc(settleText())}</p>` +
+    `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th>${header}</tr>${body}</table></div>`;
 }
 
 function landedCard(lakes) {

@@ -19,7 +19,7 @@ from broker.client import (
 )
 from broker.common.errors import LogferryError
 from broker.wire.codecs import CODEC_GZIP
-from console.audit import AuditTally, pipeline_rows, tier_completeness
+from console.audit import AuditTally, pipeline_rows, tier_completeness, window_state
 from hadoop_loader.audit import AuditReport, HourAudit, stage_counts
 from mirror.audit import MirrorAudit
 
@@ -106,6 +106,19 @@ def test_tiers_are_judged_against_the_tier_before_them():
     assert list(stages) == ["agent", "mirror", "landed"]
     assert stages["mirror"]["complete_pct"] == 110.0 and stages["mirror"]["of"] == "agent"
     assert stages["landed"]["complete_pct"] == 81.82
+
+
+def test_a_window_is_judged_only_once_settled():
+    assert window_state(0, 60_000, 59_999, 30_000) == "open"
+    assert window_state(0, 60_000, 60_000, 30_000) == "settling"
+    assert window_state(0, 60_000, 119_999, 30_000) == "settling"  # at least one window length
+    assert window_state(0, 60_000, 120_000, 30_000) == "settled"
+    assert window_state(0, 1_000, 4_000, 3_000) == "settled"
+    tally = AuditTally(settle_s=3)
+    tally.add(AuditRecord("app", 0, 1_000, 10, 10, "web-1"))
+    assert [r["state"] for r in tally.rows(now_ms=2_000)] == ["settling"]
+    (row,) = pipeline_rows([("live", {"rows": tally.rows(now_ms=4_000)})], now_ms=4_000, settle_s=3)
+    assert row["state"] == "settled"
 
 
 def test_pipeline_takes_each_stage_from_the_first_cluster_that_has_it():
