@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from broker.common.errors import CorruptBatchError
-from broker.wire.records import BATCH_HEADER, message_timestamps
+from broker.wire.records import BATCH_HEADER, message_time_deltas
 
 AGENT_STAGE = "agent"
 """The stage the agent writes; a record without ``stage`` is the agent's."""
@@ -57,19 +57,23 @@ def batch_windows(raw: bytes | bytearray | memoryview, window_ms: int) -> list[t
     messages straddle a window boundary (a producer's batch holding lines read either
     side of it) adds to each window what the producing stage counted there: the tiers
     then agree window by window, not only over their sum. The keys and values are not
-    built (:func:`broker.wire.records.message_timestamps`); a batch that cannot be read
+    built (:func:`broker.wire.records.message_time_deltas`); a batch that cannot be read
     counts whole in its first message's window.
     """
     header = BATCH_HEADER.unpack_from(raw)
     count, base = int(header[4]), int(header[5])
+    first = window_of(base, window_ms)
     if count <= 1:
-        return [(window_of(base, window_ms), count)]
+        return [(first, count)]
     try:
-        stamps = message_timestamps(raw)
+        base, deltas = message_time_deltas(raw)
     except CorruptBatchError:
-        return [(window_of(base, window_ms), count)]
+        return [(first, count)]
+    if deltas is None or window_of(base + min(deltas), window_ms) == window_of(base + max(deltas), window_ms):
+        return [(window_of(base + (deltas[0] if deltas else 0), window_ms), count)]  # the usual case
     counts: dict[int, int] = {}
-    for ms in stamps:
+    for delta in deltas:  # a batch straddling a boundary: per message
+        ms = base + delta
         w = ms - ms % window_ms
         counts[w] = counts.get(w, 0) + 1
     return sorted(counts.items())

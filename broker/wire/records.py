@@ -636,8 +636,10 @@ def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
     return batches, messages
 
 
-def message_timestamps(raw: bytes | bytearray | memoryview) -> list[int]:
-    """One millisecond timestamp per message of the one whole stored batch ``raw``.
+def message_time_deltas(raw: bytes | bytearray | memoryview) -> tuple[int, list[int] | None]:
+    """``(base timestamp, deltas)`` of the one whole stored batch ``raw``: each message's
+    millisecond timestamp is base + its delta; ``deltas`` is None when every message has
+    the base.
 
     For a stage that counts messages by their own time (the mirror's audit): the keys
     and values columns are skipped, not built (msgpack's ``skip``, in C); a compressed
@@ -650,7 +652,8 @@ def message_timestamps(raw: bytes | bytearray | memoryview) -> list[int]:
     if least is None or length < least or len(view) < LENGTH_SIZE + length:
         raise CorruptBatchError("malformed or torn batch header")
     if magic == MAGIC_KAFKA:
-        return _decode_kafka(view[: LENGTH_SIZE + length], 0, count, False).timestamps
+        batch = _decode_kafka(view[: LENGTH_SIZE + length], 0, count, False)
+        return batch.base_timestamp, batch.deltas
     payload: bytes | memoryview = view[LENGTH_SIZE + least : LENGTH_SIZE + length]
     codec = attributes & _CODEC_MASK
     if codec != CODEC_NONE:
@@ -664,11 +667,9 @@ def message_timestamps(raw: bytes | bytearray | memoryview) -> list[int]:
         deltas = unpacker.unpack()
     except Exception as exc:  # msgpack raises several types for bad input
         raise CorruptBatchError(f"batch payload undecodable: {exc}") from None
-    if deltas is None:
-        return [base] * count
-    if type(deltas) is not list or len(deltas) != count:
+    if deltas is not None and (type(deltas) is not list or len(deltas) != count):
         raise CorruptBatchError(f"batch has a 'deltas' column that is not {count} items")
-    return [base + d for d in deltas]
+    return base, deltas
 
 
 def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerInfo], int]:
