@@ -181,7 +181,7 @@ class ClusterPoller:
         totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
         counted = True
         self._ends = {}
-        offline = under = 0
+        offline = under = not_preferred = 0
         for name, parts in state.topics.items():
             rows = []
             t_in = t_msgs = 0.0
@@ -205,6 +205,15 @@ class ClusterPoller:
                 }
                 offline += row["offline"]
                 under += row["under_replicated"]
+                # led by another replica while the preferred one (the first) is in sync:
+                # `logferry topic elect-leaders` would hand it back (a broker that came back)
+                row["not_preferred"] = bool(
+                    info.leader >= 0
+                    and info.replicas
+                    and info.leader != info.replicas[0]
+                    and info.replicas[0] in info.isr
+                )
+                not_preferred += row["not_preferred"]
                 got = ranges.get((name, p))
                 if isinstance(got, dict):
                     start, end = int(got["start"]), int(got["end"])
@@ -261,6 +270,7 @@ class ClusterPoller:
             "partitions": len(pairs),
             "offline": offline,
             "under_replicated": under,
+            "not_preferred": not_preferred,
             "bytes_in_s": round(totals["bytes_in_s"], 1),
             "msgs_in_s": round(totals["msgs_in_s"], 1),
             "msgs_counted": counted,

@@ -224,6 +224,23 @@ def _partition_args(request: web.Request) -> tuple[ClusterPoller, str, int]:
     return poller, topic, partition
 
 
+def _missing(poller: ClusterPoller, topic: str, partition: int) -> str | None:
+    """What is missing, named, when the cluster's latest reading has no such topic or
+    partition (the broker's own answer cannot tell a missing topic from one the console
+    may not describe); None when it is there, or nothing was read yet."""
+    good = poller.good
+    if good is None:
+        return None
+    topics = {t["name"]: t for t in good["topics"]}
+    found = topics.get(topic)
+    if found is None:
+        return f"topic {topic!r} does not exist in cluster {poller.config.name!r} (it has {len(topics)} topics)"
+    partitions = sorted(p["partition"] for p in found["partitions"])
+    if partition not in partitions:
+        return f"topic {topic!r} has no partition {partition}: its partitions are 0-{partitions[-1]}"
+    return None
+
+
 async def api_messages(request: web.Request) -> web.Response:
     poller, topic, partition = _partition_args(request)
     try:
@@ -231,6 +248,9 @@ async def api_messages(request: web.Request) -> web.Response:
         limit = int(request.query.get("limit", "50"))
     except ValueError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
+    missing = _missing(poller, topic, partition)
+    if missing:
+        return web.Response(status=404, text=_dumps({"error": missing}), content_type="application/json")
     try:
         page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit)
     except LogferryError as exc:

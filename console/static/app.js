@@ -95,7 +95,10 @@ function clusterCard(c) {
     `<div class="stat"><b data-summary="offline" class="${s.offline ? "bad" : ""}">${s.offline}</b><span>offline</span></div>` +
     `<div class="stat"><b data-summary="under_replicated" class="${s.under_replicated ? "bad" : ""}">${s.under_replicated}</b><span>under-replicated</span></div>` +
     `<div class="stat"><b data-summary="groups_not_ok" class="${s.groups_not_ok ? "bad" : ""}">${s.groups_not_ok}</b><span>groups not OK</span></div>` +
+    `<div class="stat"><b data-summary="not_preferred" class="${s.not_preferred ? "WARN" : ""}">${s.not_preferred || 0}</b><span>not on preferred leader</span></div>` +
     `</div><div class="charts">${chart(h.bytes_in_s, "bytes in", byteRate)}${chart(h.msgs_in_s, "messages in", (v) => msgRate(v, s.msgs_counted))}${chart(h.bytes_out_s, "bytes consumed", byteRate)}</div>` +
+    (s.not_preferred ? `<p class="WARN" data-imbalance>${s.not_preferred} partition(s) led by a replica other than their preferred one, which is in sync: ` +
+      `leadership is unbalanced. <code data-fix>logferry topic elect-leaders --zk ${esc(c.zk)}</code> hands it back.</p>` : "") +
     `<table><tr><th>broker</th><th>state</th><th>role</th><th>address</th><th>rack</th><th>dc</th><th class="num">leads</th><th>listeners</th></tr>${brokers}</table>` +
     (bad.length ? `<table><tr><th>topic</th><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>isr</th><th>state</th></tr>${badRows}</table>` +
       (bad.length > 50 ? `<p class="mute">and ${bad.length - 50} more</p>` : "") : `<p class="mute">every partition fully replicated</p>`) +

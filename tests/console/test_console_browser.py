@@ -165,7 +165,8 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(broker_cluster):
-    """Also: a cluster that is not there is shown as unreachable, beside one that is."""
+    """Also: a cluster that is not there is shown as unreachable, beside one that is, and
+    a topic that is not there is named as missing."""
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
     audit = [
@@ -198,6 +199,13 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
                 producer.send("logs", [b"tailed %d" % i for i in range(3)], partition=0)
                 producer.flush(30)
             page.wait_for_selector("text=tailed 2", timeout=5_000)
+            page.click("#tail")  # stop tailing
+            page.fill('#browse input[name="topic"]', "no-such-topic")
+            page.click('#browse button[type="submit"]')
+            page.wait_for_selector("#messages .bad")
+            assert "topic 'no-such-topic' does not exist in cluster 'live'" in page.text_content("#messages .bad")
+            # the browser logs the 404 itself as a console error: that one, and only it
+            assert [e for e in errors if "404 (Not Found)" in e] == [errors.pop()], errors
 
             page.click('#tabs button[data-view="audit"]')
             row = '[data-audit-topic="logs"][data-window="60000"]'

@@ -4,7 +4,8 @@ their timeout), then is killed (kill -9). The live card says it is stale within 
 intervals and which reading it shows, while the analysis card goes on updating; after the
 broker's ZooKeeper session expired the live card shows it DOWN, since when, with the
 address, rack and datacenter it had. Before, one poll waited for every cluster: both
-cards froze, and nothing said so."""
+cards froze, and nothing said so. Restarted, it leads nothing: the page flags the
+imbalance with the command that fixes it, until that command ran."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from broker.client import Admin
 from tests.console.browser import ConsoleProcess, open_browser
 from tests.support import waiting
+from tests.support.cli import logferry
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -99,6 +101,16 @@ def test_a_hung_then_killed_broker_stales_its_card_only(broker_cluster, zookeepe
             assert after["broker-state"].endswith(" UTC"), after
             page.wait_for_selector('[data-stale="live"]', state="detached", timeout=15_000)
             assert page.text_content('[data-cluster="live"] [data-summary="brokers_up"]') == "1/2"
+
+            # back in sync, it leads nothing: the page flags the imbalance with the command
+            # that fixes it, and the flag goes once that command ran
+            victim.start()
+            page.wait_for_selector('[data-cluster="live"] [data-imbalance]', timeout=20_000)
+            fix = page.text_content('[data-cluster="live"] [data-fix]') or ""
+            assert fix == f"logferry topic elect-leaders --zk {live.zk_connect}", fix
+            cli = logferry(*fix.split()[1:])
+            assert cli.returncode == 0, cli.stderr
+            page.wait_for_selector('[data-cluster="live"] [data-imbalance]', state="detached", timeout=20_000)
             assert errors == [], errors
             print(f"stale on the page {stale_after:.1f}s after the broker hung, DOWN {down_after:.1f}s after")
     finally:
