@@ -190,3 +190,14 @@ def test_a_down_broker_keeps_what_it_was_and_a_silent_cluster_turns_stale():
         10_000,
         True,
     )
+
+
+def test_a_missing_topic_or_partition_is_named():
+    from console.server import _missing
+
+    poller = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    assert _missing(poller, "web", 0) is None  # nothing read yet: the broker answers
+    poller.good = {"topics": [{"name": "web", "partitions": [{"partition": 0}, {"partition": 1}]}]}
+    assert _missing(poller, "web", 1) is None
+    assert _missing(poller, "nope", 0) == "topic 'nope' does not exist in cluster 'live' (it has 1 topics)"
+    assert _missing(poller, "web", 5) == "topic 'web' has no partition 5: its partitions are 0-1"
