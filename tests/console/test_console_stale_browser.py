@@ -9,6 +9,7 @@ imbalance with the command that fixes it, until that command ran."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -81,6 +82,9 @@ def test_a_hung_then_killed_broker_stales_its_card_only(broker_cluster, zookeepe
             )
             assert page.query_selector('[data-stale="live"]') is not None, "live answered while its broker hung"
             assert page.query_selector('[data-stale="analysis"]') is None
+            shot = os.environ.get("LOGFERRY_CONSOLE_STALE_SCREENSHOT")  # docs/images/console-stale.png
+            if shot:
+                page.screenshot(path=shot, clip={"x": 0, "y": 0, "width": 1400, "height": 400})
 
             victim.kill()  # kill -9 of the hung broker: its session expires, it is DOWN
             page.wait_for_function(
