@@ -81,7 +81,7 @@ function clusterCard(c) {
     `<td class="${b.up ? "up" : "down"}" data-field="broker-state">${brokerState(b)}</td><td>${b.controller ? "controller" : ""}</td>` +
     `<td data-field="broker-address">${esc(b.host ? b.host + ":" + b.port : "-")}</td><td data-field="broker-rack">${esc(b.rack || "-")}</td>` +
     `<td data-field="broker-dc">${esc(b.datacenter || "-")}</td>` +
-    `<td class="num">${b.leaders}</td><td>${listenersList(b.listeners)}</td></tr>`).join("");
+    `<td class="num">${b.leaders}</td><td class="listeners">${listenersList(b.listeners)}</td></tr>`).join("");
   const bad = [];
   for (const t of c.topics) for (const p of t.partitions) if (p.offline || p.under_replicated) bad.push([t.name, p]);
   const badRows = bad.slice(0, 50).map(([t, p]) => `<tr class="${p.offline ? "offline" : "urp"}"><td>${esc(t)}</td><td class="num">${p.partition}</td>` +
@@ -157,8 +157,9 @@ function auditCard(c) {
   const a = c.audit;
   const head = cardHead(c, ": audit");
   if (!a) return head + `<p class="mute">no audit topic in this cluster</p></div>`;
-  const stages = [...new Set(a.rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
-  const rows = a.rows.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}" data-window-state="${esc(r.state)}"><td>${esc(r.topic)}</td>` +
+  const shown = auditFilter(a.rows);
+  const stages = [...new Set(shown.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => (x === "agent" ? -1 : y === "agent" ? 1 : x.localeCompare(y)));
+  const rows = shown.slice(0, 200).map((r) => `<tr data-audit-topic="${esc(r.topic)}" data-window="${r.window_start}" data-window-state="${esc(r.state)}"><td>${esc(r.topic)}</td>` +
     `<td>${utcDate(r.window_start)}</td><td class="mute">${esc(r.state)}</td><td class="num">${r.hosts}</td>` +
     stages.map((s) => {
       const st = r.stages[s];
@@ -168,7 +169,7 @@ function auditCard(c) {
     }).join("") + `</tr>`).join("");
   const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
   return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
-    (a.rows.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">no audit records yet</p>`) + `</div>`;
+    (shown.length ? `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th><th class="num">hosts</th>${header}</tr>${rows}</table>` : `<p class="mute">${a.rows.length ? "no window matches the filter" : "no audit records yet"}</p>`) + `</div>`;
 }
 
 // Audit windows: a percentage is coloured only once its window settled (every tier had
@@ -181,13 +182,24 @@ function judged(v, state) {
 }
 const settleText = () => `${(state.snap && state.snap.audit_settle_s) || 60} s after it ended`;
 
-function pipelineCard(rows) {
+function auditFilter(rows) {
+  // the audit view's filter (a static form above it): topic substring, and settled
+  // windows outside 100% only
+  const f = new FormData($("#audit-filter"));
+  const topic = String(f.get("topic") || "").trim();
+  const problems = f.get("problems") === "on";
+  return rows.filter((r) => (!topic || r.topic.includes(topic)) &&
+    (!problems || (r.state === "settled" && Object.values(r.stages).some((st) => st.complete_pct !== null && st.complete_pct !== 100))));
+}
+
+function pipelineCard(all) {
+  const rows = auditFilter(all);
   // agent -> mirror -> landed across clusters: each stage from the cluster it publishes to
   const order = ["agent", "mirror", "landed"];
   const rank = (s) => (order.includes(s) ? order.indexOf(s) : order.length);
   const stages = [...new Set(rows.flatMap((r) => Object.keys(r.stages)))].sort((x, y) => rank(x) - rank(y) || x.localeCompare(y));
   const head = `<div class="card" id="pipeline"><h2>pipeline: completeness between tiers</h2>`;
-  if (!rows.length) return head + `<p class="mute">no audit records yet</p></div>`;
+  if (!rows.length) return head + `<p class="mute">${all.length ? "no window matches the filter" : "no audit records yet"}</p></div>`;
   const body = rows.slice(0, 200).map((r) => `<tr data-pipeline-topic="${esc(r.topic)}" data-window="${r.window_start}" data-window-state="${esc(r.state)}"><td>${esc(r.topic)}</td>` +
     `<td>${utcDate(r.window_start)}</td><td class="mute">${esc(r.state)}</td>` +
     stages.map((s) => {
@@ -243,7 +255,8 @@ function render() {
   const views = { clusters: clusterCard, topics: topicsCard, groups: groupsCard, audit: auditCard };
   const fn = views[state.view];
   const top = state.view === "audit" ? pipelineCard(snap.pipeline || []) + landedCard(snap.landed || []) + agentsCard(snap.agents) : "";
-  if (fn) $("#view-" + state.view).innerHTML = top + `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
+  const target = state.view === "audit" ? "#audit-content" : "#view-" + state.view; // the audit filter stays put
+  if (fn) $(target).innerHTML = top + `<div class="cols">${snap.clusters.map(fn).join("")}</div>`;
   const select = $("#browse select[name=cluster]");
   if (select.options.length !== snap.clusters.length) {
     select.innerHTML = snap.clusters.map((c) => `<option>${esc(c.name)}</option>`).join("");
@@ -321,6 +334,8 @@ document.addEventListener("click", (e) => {
   if (tab) show(tab.dataset.view);
 });
 $("#browse").addEventListener("submit", browse);
+$("#audit-filter").addEventListener("input", render);
+$("#audit-filter").addEventListener("submit", (e) => e.preventDefault());
 $("#tail").addEventListener("click", startTail);
 const initial = new URLSearchParams(location.search).get("view");
 if (initial) show(initial);

@@ -137,6 +137,14 @@ def test_no_settled_window_outside_100_after_a_leader_failover(
             outside = [r for r in rows if (r["agent_pct"], r["mirror_pct"]) != ("100.00%", "100.00%")]
             assert outside == [], outside
             assert all(r["mirror_class"].split()[-1] == "OK" for r in rows), rows
+            # the filter: by topic, and settled windows outside 100% only (none here)
+            page.fill('#audit-filter input[name="topic"]', "no-such")
+            page.wait_for_selector('#pipeline tr[data-pipeline-topic="app"]', state="detached")
+            page.fill('#audit-filter input[name="topic"]', "ap")
+            page.wait_for_selector('#pipeline tr[data-pipeline-topic="app"]')
+            page.check('#audit-filter input[name="problems"]')
+            page.wait_for_selector('#pipeline tr[data-pipeline-topic="app"]', state="detached")
+            assert "no window matches the filter" in (page.text_content("#pipeline") or "")
             assert errors == [], errors
             print(f"{len(rows)} settled windows at 100%, {total} lines; killed broker {leader}, the leader")
     finally:
