@@ -308,11 +308,22 @@ class ClusterPoller:
         end_message = got.get("end_message")
         if isinstance(end_message, int):
             end = int(got["end"])
-            self._positions.add((topic, partition), end, end_message)
+            self._positions.add((topic, partition), end, end_message, now)
             self._ends[(topic, partition)] = (end, end_message)
             return round(self._rates.update(("msgs", topic, partition), end_message, now), 1), True
         avg = float(got.get("avg_message_bytes") or 0)
         return (round(bytes_rate / avg, 1) if avg > 0 else 0.0), False
+
+    def _time_lag(self, row: dict[str, Any], now: float) -> None:
+        """``lag_s``: how long ago the oldest message the group has not consumed reached
+        the broker, from the ends seen at the readings (``lag_s_at_least`` when it came
+        before the oldest one kept); None without a commit or a reading."""
+        row["lag_s"], row["lag_s_at_least"] = None, False
+        if row["committed"] is None:
+            return
+        found = self._positions.behind_s((row["topic"], row["partition"]), row["committed"], now)
+        if found is not None:
+            row["lag_s"], row["lag_s_at_least"] = round(found[0], 1), not found[1]
 
     def _message_lag(self, row: dict[str, Any], start_message: int | None) -> bool:
         """Replace ``row``'s estimated ``lag_messages`` by the count when it can be known
@@ -431,6 +442,7 @@ class ClusterPoller:
                 got = ranges.get((row["topic"], row["partition"]))
                 start_message = got.get("start_message") if isinstance(got, dict) else None
                 row["lag_counted"] = self._message_lag(row, start_message)
+                self._time_lag(row, now)
                 if row["committed"] is not None:
                     g_out += self._rates.update(("out", name, row["topic"], row["partition"]), row["committed"], now)
             bytes_out += g_out
@@ -444,6 +456,7 @@ class ClusterPoller:
                     "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
                     "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
                     "lag_counted": all(r["lag_counted"] for r in info["partitions"]),
+                    "lag_s": max((r["lag_s"] for r in info["partitions"] if r["lag_s"] is not None), default=None),
                 }
             )
         return groups, bytes_out

@@ -67,19 +67,23 @@ class MessagePositions:
     reports, so a committed offset equal to an end seen earlier gives the lag exactly, and
     one between two seen ends is placed between their counts by its bytes: an estimate
     off by at most the messages of one interval, said so on the page.
+
+    Each pair keeps the time it was first seen, which gives the lag in time too
+    (:meth:`behind_s`): how long ago the oldest unread message reached the broker.
     """
 
     def __init__(self, size: int = 600) -> None:
         self.size = size
-        self._seen: dict[Hashable, deque[tuple[int, int]]] = {}
+        self._seen: dict[Hashable, deque[tuple[int, int, float]]] = {}
 
-    def add(self, key: Hashable, byte_end: int, message_end: int) -> None:
-        """Note that ``message_end`` messages lie before byte ``byte_end`` of ``key``."""
+    def add(self, key: Hashable, byte_end: int, message_end: int, now: float = 0.0) -> None:
+        """Note that ``message_end`` messages lie before byte ``byte_end`` of ``key``, an
+        end seen at ``now`` (seconds; kept only the first time this end is seen)."""
         seen = self._seen.get(key)
         if seen is None or (seen and byte_end < seen[-1][0]):  # re-created or truncated
             seen = self._seen[key] = deque(maxlen=self.size)
         if not seen or seen[-1][0] != byte_end:
-            seen.append((byte_end, message_end))
+            seen.append((byte_end, message_end, now))
 
     def message_at(self, key: Hashable, byte_offset: int) -> tuple[int, bool] | None:
         """(message offset at ``byte_offset``, exact?), or None when it lies before the
@@ -96,6 +100,22 @@ class MessagePositions:
                 return lo[1] + round((point[1] - lo[1]) * (byte_offset - lo[0]) / span), False
             lo = point
         return None  # past the last end seen
+
+    def behind_s(self, key: Hashable, byte_offset: int, now: float) -> tuple[float, bool] | None:
+        """(seconds since the message at ``byte_offset`` was first seen below an end,
+        within the history?): the age, by arrival, of the oldest unread message when
+        ``byte_offset`` is a committed position; too small by at most one interval. 0 at
+        the end; when it arrived before the oldest end kept, the age of that end and
+        False (at least that); None when nothing is known of ``key``."""
+        seen = self._seen.get(key)
+        if not seen:
+            return None
+        if byte_offset >= seen[-1][0]:
+            return 0.0, True
+        for point in seen:
+            if point[0] > byte_offset:
+                return max(now - point[2], 0.0), point is not seen[0]
+        return None  # unreachable: the last end is above byte_offset
 
     def forget(self, keep: Iterable[Hashable]) -> None:
         """Drop the keys not in ``keep``."""

@@ -68,6 +68,13 @@ function listenersList(listeners) {
     `<span class="mute" data-field="listener-security">${esc(l.security || "?")}</span></div>`).join("") || "-";
 }
 
+function lagTime(s, atLeast) {
+  // the age, by arrival, of the oldest message not consumed yet
+  if (s === null || s === undefined) return "-";
+  const text = s < 60 ? s.toFixed(s < 10 ? 1 : 0) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h";
+  return (atLeast ? "≥ " : "") + text;
+}
+
 function topicConfig(config) {
   // the topic's settings as key = value, or that it has none of its own
   const entries = Object.entries(config || {});
@@ -143,11 +150,12 @@ function groupsCard(c) {
       `<td class="num" data-field="committed">${num(r.committed)}</td><td class="num" data-field="log_end">${num(r.log_end)}</td>` +
       `<td class="num" data-field="lag_bytes">${num(r.lag_bytes)}</td><td class="num" data-field="lag_messages"${r.lag_counted ? "" : ` title="estimated: the committed offset lies between two readings' ends"`}>` +
       `${r.lag_messages === null ? "-" : r.lag_messages && !r.lag_counted ? "≈" + num(r.lag_messages) : num(r.lag_messages)}</td>` +
+      `<td class="num" data-field="lag_s" title="since the oldest unread message reached the broker (to within one interval)">${lagTime(r.lag_s, r.lag_s_at_least)}</td>` +
       `<td class="${r.status}" data-field="status">${r.status}</td></tr>`).join("");
     return `<div data-group-card="${esc(g.name)}"><h2>${esc(g.name)} <span class="${g.status}" data-field="group-status">${g.status}</span> ` +
-      `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, <span data-field="group-lag-messages">${g.lag_counted || !g.lag_messages ? "" : "≈"}${num(g.lag_messages)}</span> messages, consumed ${byteRate(g.bytes_out_s)}</span></h2>` +
+      `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, <span data-field="group-lag-messages">${g.lag_counted || !g.lag_messages ? "" : "≈"}${num(g.lag_messages)}</span> messages, <span data-field="group-lag-time">${lagTime(g.lag_s, false)}</span> behind, consumed ${byteRate(g.bytes_out_s)}</span></h2>` +
       `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
-      `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th>status</th></tr>${rows}</table></div>`;
+      `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th class="num">lag time</th><th>status</th></tr>${rows}</table></div>`;
   }).join("");
   return cardHead(c, ": consumer groups") + `${groups}</div>`;
 }

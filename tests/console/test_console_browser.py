@@ -134,6 +134,9 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
                 5,
                 "the group's lag grows",
             )
+            # and its lag in time: since the first message it has not consumed arrived
+            lag_time = page.text_content('[data-group-card="dash"] [data-field="group-lag-time"]') or ""
+            assert lag_time.endswith(" s") and lag_time != "0.0 s", lag_time
 
             # Killing a broker: its partitions turn under-replicated within 5 s.
             page.click('#tabs button[data-view="clusters"]')

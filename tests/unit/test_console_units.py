@@ -96,6 +96,19 @@ def test_message_positions_count_lag_where_an_end_was_seen_and_estimate_between(
     assert seen.message_at("p", 200) is None
 
 
+def test_time_lag_is_the_age_of_the_oldest_unread_message_by_arrival():
+    seen = MessagePositions()
+    seen.add("p", 1000, 10, now=100.0)
+    seen.add("p", 1000, 10, now=101.0)  # the same end: its first sighting stays
+    seen.add("p", 3000, 110, now=105.0)
+    seen.add("p", 4000, 150, now=109.0)
+    assert seen.behind_s("p", 4000, 110.0) == (0.0, True)  # consumed everything
+    assert seen.behind_s("p", 1000, 110.0) == (5.0, True)  # the bytes after 1000 came by 105
+    assert seen.behind_s("p", 3500, 110.0) == (1.0, True)
+    assert seen.behind_s("p", 500, 110.0) == (10.0, False)  # before the history: at least
+    assert seen.behind_s("q", 0, 110.0) is None
+
+
 def test_history_keeps_the_newest_points():
     history = History(["a"], size=2)
     for t in range(3):
