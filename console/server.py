@@ -8,8 +8,9 @@ Routes:
 - ``GET /api/events``: server-sent events, one ``snapshot`` event per cluster reading
   and at least one per interval, so the page shows a change within 2 s and a cluster
   that stopped answering as stale;
-- ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
-  messages from an offset or a time;
+- ``GET /api/messages?cluster=&topic=&partition=&offset=[&skip=]|time_ms=&limit=``: a
+  page of messages from an offset (``skip`` messages into its batch: the ``next`` and
+  ``next_skip`` of the page before) or a time;
 - ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
   event per batch of new messages from the end of the partition;
 - ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
@@ -246,13 +247,16 @@ async def api_messages(request: web.Request) -> web.Response:
     try:
         start = parse_start(request.query.get("offset"), request.query.get("time_ms"))
         limit = int(request.query.get("limit", "50"))
+        skip = int(request.query.get("skip", "0"))
+        if skip < 0:
+            raise ValueError("skip must be 0 or more")
     except ValueError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
     missing = _missing(poller, topic, partition)
     if missing:
         return web.Response(status=404, text=_dumps({"error": missing}), content_type="application/json")
     try:
-        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit)
+        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit, skip)
     except LogferryError as exc:
         return web.Response(status=502, text=_dumps({"error": str(exc)}), content_type="application/json")
     return web.Response(text=_dumps(page), content_type="application/json")

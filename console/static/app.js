@@ -269,6 +269,7 @@ function render() {
   if (select.options.length !== snap.clusters.length) {
     select.innerHTML = snap.clusters.map((c) => `<option>${esc(c.name)}</option>`).join("");
   }
+  topicChoices();
   state.renderMs = performance.now() - t0;
   document.body.dataset.seq = snap.seq;
   document.body.dataset.renderMs = state.renderMs.toFixed(1);
@@ -291,17 +292,32 @@ function messagesTable(page) {
   return `<table id="message-rows"><tr><th class="num">offset+i</th><th>timestamp (UTC)</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
 }
 
-async function browse(ev) {
+async function browse(ev, next) {
   ev.preventDefault();
   stopTail();
   const f = new FormData($("#browse"));
   const q = new URLSearchParams({ cluster: f.get("cluster"), topic: f.get("topic"), partition: f.get("partition") || "0", limit: f.get("limit") || "50" });
-  if (f.get("time")) q.set("time_ms", String(new Date(f.get("time") + "Z").getTime())); // the box is read as UTC, like every time on the page
+  if (next) { q.set("offset", String(next.next)); q.set("skip", String(next.next_skip || 0)); }
+  else if (f.get("time")) q.set("time_ms", String(new Date(f.get("time") + "Z").getTime())); // the box is read as UTC, like every time on the page
   else if (f.get("offset")) q.set("offset", f.get("offset"));
   const res = await fetch("/api/messages?" + q);
   const body = await res.json().catch(() => ({ error: res.statusText }));
   if (!res.ok) { $("#messages").innerHTML = `<p class="bad">${esc(body.error || res.statusText)}</p>`; return; }
-  $("#messages").innerHTML = `<p class="mute">log ${num(body.log_start)}..${num(body.log_end)}, from ${num(body.start)}, next ${num(body.next)}</p>` + messagesTable(body);
+  state.page = body;
+  const more = body.next < body.log_end;
+  $("#messages").innerHTML = `<p class="mute">log ${num(body.log_start)}..${num(body.log_end)}, from ${num(body.start)}, next ${num(body.next)}` +
+    `${body.next_skip ? "+" + body.next_skip : ""} ${more ? `<button type="button" id="next-page">Next page</button>` : "(the end)"}</p>` + messagesTable(body);
+}
+
+function topicChoices() {
+  // the topic box offers the chosen cluster's topics (a datalist: typing still works)
+  const cluster = (state.snap?.clusters || []).find((c) => c.name === $("#browse select[name=cluster]").value);
+  const names = (cluster?.topics || []).map((t) => t.name);
+  const list = $("#topic-names");
+  if (list.dataset.names !== names.join("\n")) {
+    list.dataset.names = names.join("\n");
+    list.innerHTML = names.map((n) => `<option value="${esc(n)}">`).join("");
+  }
 }
 
 function stopTail() {
@@ -338,6 +354,7 @@ function connect() {
 document.addEventListener("click", (e) => {
   const pick = e.target.closest("[data-pick]");
   if (pick) { e.preventDefault(); const [c, t] = pick.dataset.pick.split("|"); state.topic[c] = t; render(); }
+  if (e.target.id === "next-page" && state.page) browse(e, state.page);
   const tab = e.target.closest("#tabs button");
   if (tab) show(tab.dataset.view);
 });

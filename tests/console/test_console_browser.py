@@ -196,6 +196,17 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
             page.click('#browse button[type="submit"]')
             page.wait_for_selector("#message-rows tr:nth-child(11)")
             assert "line 0" in page.text_content("#message-rows tr:nth-child(2)")
+            # the next page goes on inside the same batch of 30: nothing skipped
+            page.click("#next-page")
+            page.wait_for_function(
+                "() => document.querySelector('#message-rows tr:nth-child(2)')?.textContent.includes('line 10')"
+            )
+            assert [
+                f"line {i}" in page.text_content(f"#message-rows tr:nth-child({i - 8})") for i in range(10, 20)
+            ] == [True] * 10
+            # the topic box offers the cluster's topics
+            topics = page.evaluate("[...document.querySelectorAll('#topic-names option')].map(o => o.value)")
+            assert "logs" in topics and "_audit" in topics, topics
             page.click("#tail")
             page.wait_for_timeout(800)
             with Producer(zk=zk, linger_ms=2) as producer:
