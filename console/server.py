@@ -90,18 +90,20 @@ def snapshot(app: web.Application) -> dict[str, Any]:
 
 
 async def _poll_loop(app: web.Application) -> None:
-    """One loop per cluster (:func:`_cluster_loop`), one for the lakes, and a tick each
-    interval that re-sends the snapshot, so the page sees a cluster turn stale even
-    when no cluster answers."""
+    """One loop per cluster (:func:`_cluster_loop`), one for the lakes, and a tick that
+    re-sends the snapshot when no cluster answered for an interval, so the page sees a
+    cluster turn stale even when none answers."""
     pollers: dict[str, ClusterPoller] = app[POLLERS]
     tasks = [asyncio.create_task(_cluster_loop(app, p)) for p in pollers.values()]
     if app[LAKES]:
         tasks.append(asyncio.create_task(_lakes_loop(app)))
     interval = app[CONFIG].interval_s
+    state = app[STATE]
     try:
         while True:
             await asyncio.sleep(interval)
-            await _changed(app)
+            if time.time() * 1000 - state["time_ms"] >= interval * 1000 * 0.9:
+                await _changed(app)  # no cluster answered for an interval: the ages still grow
     finally:
         for task in tasks:
             task.cancel()

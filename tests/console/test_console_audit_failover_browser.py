@@ -34,9 +34,9 @@ SETTINGS = {
     "min_insync_replicas": 1,
     "default_replication_factor": 2,  # the audit topics too: they outlive the killed broker
 }
-LOAD_S = 7.0
+LOAD_S = 5.0
 """Lines are written for this long, 5 every 20 ms; the leader dies a third of the way in."""
-SETTLE_S = 3.0
+SETTLE_S = 2.0
 
 
 class PacedWriter(threading.Thread):

@@ -70,7 +70,7 @@ def test_message_rate_is_counted_not_estimated(broker_cluster):
             cell = '[data-topic-row="clicks"] [data-field="topic-msgs-in"]'
             page.wait_for_selector(cell, timeout=15_000)
             paced.start()
-            time.sleep(7)  # the rate's window (5 s) holds only paced readings
+            time.sleep(6)  # the rate's window (5 s) holds only paced readings
             compared = []
             for _ in range(3):  # three successive readings
                 seq = int(page.evaluate("document.body.dataset.seq"))
