@@ -150,8 +150,8 @@ class ClusterPoller:
     def view(self, now_ms: int, stale_ms: float) -> dict[str, Any]:
         """The page's view at ``now_ms``: the latest good reading with ``as_of_ms`` (when
         it began), ``age_ms`` (since it was answered) and ``stale`` (no answer for more
-        than ``stale_ms``), and the
-        latest attempt's ``ok`` and ``error``; the error alone before any good reading."""
+        than ``stale_ms``), and the latest attempt's ``ok`` and ``error``; the error
+        alone before any good reading (``read`` missing: the page says unreachable)."""
         last = self.last
         if self.good is None:
             return {**last, "as_of_ms": None, "age_ms": None, "stale": True}
