@@ -81,7 +81,7 @@ def test_message_rate_is_counted_not_estimated(broker_cluster):
                 acked = paced.acked_at(end_ms / 1000) - paced.acked_at(start_ms / 1000)
                 expected = acked / ((end_ms - start_ms) / 1000)
                 compared.append((shown, round(expected, 1), acked))
-                assert expected > 100, compared  # the producer kept its pace
+                assert expected > 50, compared  # the producer kept a pace (about 200 msg/s on a quiet machine)
                 assert abs(shown - expected) <= 0.05 * expected, compared
             assert "msg/s" in (page.text_content(cell) or "")
             assert "≈" not in (page.text_content(cell) or "")
