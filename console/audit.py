@@ -9,7 +9,10 @@ cluster's audit topic, reading only what is new at each poll.
 
 Completeness of a stage is its count over the ``acked`` of the tier before it in pipeline
 order (agent -> mirror -> landed, :data:`broker.client.STAGE_ORDER`; the agent's own is
-acked / sent), shown as a percentage; over 100% means duplicates that tier made.
+acked / sent), shown as a percentage; over 100% means duplicates that tier made. Every
+tier counts a message in the window of its own timestamp (event time), so a failover or
+a slow tier moves nothing between windows; a window is judged only once it is settled
+(:func:`window_state`): while open or settling its figures are shown but not coloured.
 
 :func:`pipeline_rows` joins the clusters: each stage is read from the first cluster (in
 the console's order, live first) whose audit topic holds records of it, so the agents'
@@ -20,6 +23,7 @@ mirror's from the analysis cluster, where it publishes them.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from broker.client import (
@@ -40,13 +44,31 @@ TOTALS_MS = 72 * 3600 * 1000
 """Per-window totals are kept this long (the landed tier compares hours, :mod:`console.landed`)."""
 MAX_READ_BYTES = 4 * 1024 * 1024
 """At most this much of the audit topic is read per partition and poll."""
+SETTLE_S = 60.0
+"""A window is judged (amber, red) only once it ended at least this long ago (and at least
+one window length): by then every tier published its count for it."""
+
+OPEN, SETTLING, SETTLED = "open", "settling", "settled"
+
+
+def window_state(start_ms: int, end_ms: int, now_ms: int, settle_ms: float) -> str:
+    """``open`` while the window has not ended (its counts still grow), ``settling`` until
+    it ended ``settle_ms`` (at least one window length) ago, when a tier that is late
+    (a mirror behind, a producer retrying after a failover) may still add to it, then
+    ``settled``: only a settled window's completeness is a finding."""
+    if now_ms < end_ms:
+        return OPEN
+    if now_ms < end_ms + max(settle_ms, end_ms - start_ms):
+        return SETTLING
+    return SETTLED
 
 
 class AuditTally:
     """Sums of audit records per (topic, window) and stage (sans IO)."""
 
-    def __init__(self, max_windows: int = MAX_WINDOWS):
+    def __init__(self, max_windows: int = MAX_WINDOWS, settle_s: float = SETTLE_S):
         self.max_windows = max_windows
+        self.settle_ms = settle_s * 1000
         self.windows: dict[tuple[str, int], dict[str, Any]] = {}
         self.totals: dict[tuple[str, int], dict[str, int]] = {}
         """Acked per (topic, window_start) and stage over the last :data:`TOTALS_MS`
@@ -84,9 +106,11 @@ class AuditTally:
         for key in keys[: -self.max_windows]:
             del self.windows[key]
 
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per (topic, window), newest window first: counts per stage and each
-        stage's completeness against the tier before it (:func:`tier_completeness`)."""
+    def rows(self, now_ms: int | None = None) -> list[dict[str, Any]]:
+        """One row per (topic, window), newest window first: counts per stage, each
+        stage's completeness against the tier before it (:func:`tier_completeness`) and
+        the window's ``state`` at ``now_ms`` (:func:`window_state`)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         out = []
         for (topic, start), w in sorted(self.windows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
             stages = tier_completeness({name: dict(counts) for name, counts in w["stages"].items()})
@@ -97,6 +121,7 @@ class AuditTally:
                     "window_end": w["window_end"],
                     "hosts": len(w["hosts"]),
                     "stages": stages,
+                    "state": window_state(start, w["window_end"], now_ms, self.settle_ms),
                 }
             )
         return out
@@ -124,10 +149,14 @@ def tier_completeness(stages: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     return out
 
 
-def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+def pipeline_rows(
+    views: list[tuple[str, dict[str, Any] | None]], now_ms: int | None = None, settle_s: float = SETTLE_S
+) -> list[dict[str, Any]]:
     """The pipeline across clusters: per (topic, window), each stage's counts from the first
     cluster of ``views`` (``(cluster name, audit view)``, live first) that has records of
-    that stage, with completeness between consecutive tiers; ``cluster`` names the source."""
+    that stage, with completeness between consecutive tiers; ``cluster`` names the source;
+    ``state`` is the window's at ``now_ms`` (:func:`window_state`)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     home: dict[str, str] = {}
     for name, view in views:
         for row in (view or {}).get("rows", []):
@@ -150,8 +179,9 @@ def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[s
                 if home[stage] == name:
                     target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"], "cluster": name}
     rows = []
-    for (_topic, _start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+    for (_topic, start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         row["stages"] = tier_completeness(row["stages"])
+        row["state"] = window_state(start, row["window_end"], now_ms, settle_s * 1000)
         rows.append(row)
     return rows
 
@@ -159,9 +189,9 @@ def pipeline_rows(views: list[tuple[str, dict[str, Any] | None]]) -> list[dict[s
 class AuditReader:
     """Reads a cluster's audit topic from its start, a little more at each poll."""
 
-    def __init__(self, topic: str = "_audit", tally: AuditTally | None = None):
+    def __init__(self, topic: str = "_audit", tally: AuditTally | None = None, settle_s: float = SETTLE_S):
         self.topic = topic
-        self.tally = AuditTally() if tally is None else tally
+        self.tally = AuditTally(settle_s=settle_s) if tally is None else tally
         """Shared by the readers of one cluster's audit topics (``_audit``, ``_audit.mirror``)."""
         self.positions: dict[int, int] = {}
         self.skipped = 0
@@ -197,4 +227,13 @@ def read_audit(reader: AuditReader, consumer: SimpleConsumer, partitions: list[i
     return reader.view()
 
 
-__all__ = ["MIRROR_SUFFIX", "AuditReader", "AuditTally", "pipeline_rows", "read_audit", "tier_completeness"]
+__all__ = [
+    "MIRROR_SUFFIX",
+    "SETTLE_S",
+    "AuditReader",
+    "AuditTally",
+    "pipeline_rows",
+    "read_audit",
+    "tier_completeness",
+    "window_state",
+]

@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--interval", type=float, metavar="SECONDS", help="how often each cluster is read (default 1, at most 2)"
     )
+    parser.add_argument(
+        "--audit-settle",
+        type=float,
+        metavar="SECONDS",
+        help="judge an audit window (amber, red) only this long after it ended (default 60)",
+    )
     add_tls_args(parser)
     add_sasl_args(parser)
     parser.set_defaults(func=run_command)
@@ -86,7 +92,12 @@ def config_from_args(args: argparse.Namespace) -> ConsoleConfig:
         raise ConfigError(f"--port {port}: must be 0-65535")
     if not 0 < interval <= 2:
         raise ConfigError(f"--interval {interval}: must be above 0 and at most 2")
-    return ConsoleConfig(config.clusters, host, port, interval, config.audit_topic, lakes=config.lakes)
+    settle = config.audit_settle_s if getattr(args, "audit_settle", None) is None else args.audit_settle
+    if not settle > 0:
+        raise ConfigError(f"--audit-settle {settle}: must be above 0 seconds")
+    return ConsoleConfig(
+        config.clusters, host, port, interval, config.audit_topic, lakes=config.lakes, audit_settle_s=settle
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:

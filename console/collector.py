@@ -6,10 +6,15 @@ partitions with leader, replicas and ISR), one pipelined OFFSETS request per par
 committed positions) with :class:`broker.client.GroupAdmin`. Everything else is
 derived here:
 
-- rates: bytes in per second are the growth of the visible ends (offsets are byte
-  offsets), messages in per second that growth over the broker's average stored
-  message size; bytes out per second are the growth of the groups' committed offsets
-  (what consumers consumed, as far as they committed it);
+- rates, over a trailing window of readings (:mod:`console.rates`): bytes in per second
+  are the growth of the visible ends (offsets are byte offsets), messages in per second
+  the growth of their message offsets, which the broker counts (``end_message``; from a
+  broker that reports none, the bytes' growth over its average stored message size,
+  marked as an estimate); bytes out per second are the growth of the groups' committed
+  offsets (what consumers consumed, as far as they committed it);
+- lag in messages counted where the committed offset is an end seen at a reading
+  (:class:`console.rates.MessagePositions`), else placed between two seen ends and marked
+  an estimate;
 - lag by the one formula (:func:`broker.client.group_lag`) and each group's status by
   Burrow's rules (:mod:`broker.client.group.status`) over the commits seen since the
   console started, through the same :meth:`GroupAdmin.describe` as ``logferry group
@@ -31,7 +36,7 @@ from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, Stat
 from console.agents import AgentsReader, read_agents
 from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
 from console.config import ClusterConfig
-from console.rates import History, Rates
+from console.rates import History, MessagePositions, Rates
 
 log = logging.getLogger("logferry.console")
 
@@ -44,9 +49,11 @@ once when the set of live brokers changes; they change only when a broker restar
 class ClusterPoller:
     """Reads one cluster; keeps what rates and statuses need between readings."""
 
-    def __init__(self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit"):
+    def __init__(
+        self, config: ClusterConfig, request_timeout: float = 5.0, audit_topic: str = "_audit", settle_s: float = 60.0
+    ):
         self.config = config
-        self._audit = AuditReader(audit_topic)
+        self._audit = AuditReader(audit_topic, settle_s=settle_s)
         self._mirror_audit = AuditReader(audit_topic + MIRROR_SUFFIX, self._audit.tally)
         self._agents = AgentsReader()
         self.request_timeout = request_timeout
@@ -54,11 +61,21 @@ class ClusterPoller:
         self._groups: GroupAdmin | None = None
         self._consumer: SimpleConsumer | None = None
         self._rates = Rates()
+        self._positions = MessagePositions()
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+        """(topic, partition) -> (byte end, message end) of this reading, for the lags."""
         self._windows = StatusWindows()
         self._listeners: dict[int, list[dict[str, Any]]] = {}
         self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.history = History(SERIES)
         self.last: dict[str, Any] = {"name": config.name, "zk": config.zk_connect, "ok": False, "error": "not read yet"}
+        """The latest attempt: a reading, or the error instead of one (the metrics')."""
+        self.good: dict[str, Any] | None = None
+        """The latest reading that succeeded (the page keeps showing it, marked stale)."""
+        self._seen_brokers: dict[int, dict[str, Any]] = {}
+        """Each broker's address, rack and datacenter when it was last seen up."""
+        self._down_since: dict[int, int] = {}
+        """Broker -> the first reading (ms) that found it not registered."""
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -107,6 +124,7 @@ class ClusterPoller:
 
     def poll(self) -> dict[str, Any]:
         """Read the cluster once; returns (and keeps as :attr:`last`) the page's view of it."""
+        started = time.time()
         try:
             self._connect()
             snapshot = self._read()
@@ -122,22 +140,53 @@ class ClusterPoller:
                 "error": str(exc) or type(exc).__name__,
                 "history": self.history.as_dict(),
             }
+        else:
+            snapshot["answered_ms"] = int(time.time() * 1000)
+            self.good = snapshot
+        snapshot["poll_ms"] = round((time.time() - started) * 1000, 1)
         self.last = snapshot
         return snapshot
+
+    def view(self, now_ms: int, stale_ms: float) -> dict[str, Any]:
+        """The page's view at ``now_ms``: the latest good reading with ``as_of_ms`` (when
+        it began), ``age_ms`` (since it was answered) and ``stale`` (no answer for more
+        than ``stale_ms``), and the latest attempt's ``ok`` and ``error``; the error
+        alone before any good reading (``read`` missing: the page says unreachable)."""
+        last = self.last
+        if self.good is None:
+            return {**last, "as_of_ms": None, "age_ms": None, "stale": True}
+        as_of = int(self.good["time_ms"])
+        age = max(now_ms - int(self.good["answered_ms"]), 0)
+        return {
+            **self.good,
+            "ok": last is self.good,
+            "error": last.get("error"),
+            "read": True,
+            "as_of_ms": as_of,
+            "age_ms": age,
+            "stale": age > stale_ms,
+            "history": self.history.as_dict(),
+        }
 
     def _read(self) -> dict[str, Any]:
         assert self._admin is not None and self._groups is not None and self._consumer is not None
         now = time.time()
         state = self._admin.describe_cluster()
         pairs = [(t, p) for t, parts in state.topics.items() for p in parts]
+        asked = time.time()
         ranges = self._consumer.offset_infos(pairs)
+        read_at = (asked + time.time()) / 2  # when the ends were read, for their rates
 
         topics = []
         totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
-        offline = under = 0
+        counted = True
+        self._ends = {}
+        offline = under = not_preferred = 0
         for name, parts in state.topics.items():
             rows = []
             t_in = t_msgs = 0.0
+            t_counted = True
+            window: tuple[float, float] | None = None
             size = 0
             for p, info in parts.items():
                 row: dict[str, Any] = {
@@ -152,31 +201,45 @@ class ClusterPoller:
                     "size": None,
                     "bytes_in_s": 0.0,
                     "msgs_in_s": 0.0,
+                    "msgs_counted": False,
                 }
                 offline += row["offline"]
                 under += row["under_replicated"]
+                # led by another replica while the preferred one (the first) is in sync:
+                # `logferry topic elect-leaders` would hand it back (a broker that came back)
+                row["not_preferred"] = bool(
+                    info.leader >= 0
+                    and info.replicas
+                    and info.leader != info.replicas[0]
+                    and info.replicas[0] in info.isr
+                )
+                not_preferred += row["not_preferred"]
                 got = ranges.get((name, p))
                 if isinstance(got, dict):
                     start, end = int(got["start"]), int(got["end"])
                     row.update(log_start=start, log_end=end, size=end - start)
-                    rate = self._rates.update(("in", name, p), end, now)
-                    avg = float(got.get("avg_message_bytes") or 0)
+                    rate = self._rates.update(("in", name, p), end, read_at)
                     row["bytes_in_s"] = round(rate, 1)
-                    row["msgs_in_s"] = round(rate / avg, 1) if avg > 0 else 0.0
+                    row["msgs_in_s"], row["msgs_counted"] = self._message_rate(name, p, got, rate, read_at)
                     t_in += rate
                     t_msgs += row["msgs_in_s"]
+                    t_counted = t_counted and row["msgs_counted"]
+                    window = window or self._rates.window(("in", name, p))
                     size += end - start
                 elif got is not None:
                     row["error"] = str(got)
                 rows.append(row)
             totals["bytes_in_s"] += t_in
             totals["msgs_in_s"] += t_msgs
+            counted = counted and t_counted
             topics.append(
                 {
                     "name": name,
                     "partitions": rows,
                     "bytes_in_s": round(t_in, 1),
                     "msgs_in_s": round(t_msgs, 1),
+                    "msgs_counted": t_counted,
+                    "rate_window_ms": [int(window[0] * 1000), int(window[1] * 1000)] if window else None,
                     "size": size,
                     "config": state.configs.get(name, {}),
                 }
@@ -197,22 +260,7 @@ class ClusterPoller:
             for info in parts.values():
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
         listeners = self._read_listeners(frozenset(live), now)
-        brokers = []
-        for b in known:
-            where = live.get(b)
-            brokers.append(
-                {
-                    "id": b,
-                    "up": where is not None,
-                    "controller": b == state.controller,
-                    "host": where.host if where else None,
-                    "port": where.port if where else None,
-                    "rack": where.rack if where else "",
-                    "datacenter": where.datacenter if where else "",
-                    "leaders": leaders.get(b, 0),
-                    "listeners": listeners.get(b, []) if where else [],
-                }
-            )
+        brokers = self._brokers(known, live, state.controller, leaders, listeners, int(now * 1000))
         time_ms = int(now * 1000)
         summary = {
             "brokers_up": len(live),
@@ -222,14 +270,18 @@ class ClusterPoller:
             "partitions": len(pairs),
             "offline": offline,
             "under_replicated": under,
+            "not_preferred": not_preferred,
             "bytes_in_s": round(totals["bytes_in_s"], 1),
             "msgs_in_s": round(totals["msgs_in_s"], 1),
+            "msgs_counted": counted,
             "bytes_out_s": round(bytes_out, 1),
             "groups_not_ok": sum(1 for g in groups if g["status"] != "OK"),
         }
         self.history.add(time_ms, **summary)
+        self._positions.forget(pairs)
         self._rates.forget(
             {("in", t, p) for t, p in pairs}
+            | {("msgs", t, p) for t, p in pairs}
             | {("out", g["name"], r["topic"], r["partition"]) for g in groups for r in g["partitions"]}
         )
         return {
@@ -246,6 +298,96 @@ class ClusterPoller:
             "agents": agents,
             "history": self.history.as_dict(),
         }
+
+    def _message_rate(
+        self, topic: str, partition: int, got: dict[str, Any], bytes_rate: float, now: float
+    ) -> tuple[float, bool]:
+        """(messages in per second, counted?): from the message offsets of the ends the
+        broker reported (exact), else, from a broker that reports none, the bytes' rate over
+        its average stored message size (an estimate, and the page says so)."""
+        end_message = got.get("end_message")
+        if isinstance(end_message, int):
+            end = int(got["end"])
+            self._positions.add((topic, partition), end, end_message, now)
+            self._ends[(topic, partition)] = (end, end_message)
+            return round(self._rates.update(("msgs", topic, partition), end_message, now), 1), True
+        avg = float(got.get("avg_message_bytes") or 0)
+        return (round(bytes_rate / avg, 1) if avg > 0 else 0.0), False
+
+    def _time_lag(self, row: dict[str, Any], now: float) -> None:
+        """``lag_s``: how long ago the oldest message the group has not consumed reached
+        the broker, from the ends seen at the readings (``lag_s_at_least`` when it came
+        before the oldest one kept); None without a commit or a reading."""
+        row["lag_s"], row["lag_s_at_least"] = None, False
+        if row["committed"] is None:
+            return
+        found = self._positions.behind_s((row["topic"], row["partition"]), row["committed"], now)
+        if found is not None:
+            row["lag_s"], row["lag_s_at_least"] = round(found[0], 1), not found[1]
+
+    def _message_lag(self, row: dict[str, Any], start_message: int | None) -> bool:
+        """Replace ``row``'s estimated ``lag_messages`` by the count when it can be known
+        (the committed offset is the log end, or an end seen at an earlier reading, or
+        no commit and the log start); returns whether the figure is counted."""
+        ends = self._ends.get((row["topic"], row["partition"]))
+        if ends is None or row.get("lag_bytes") is None:
+            return False
+        end, end_message = ends
+        committed = row["committed"]
+        if committed is None:
+            if start_message is None:
+                return False
+            row["lag_messages"] = max(end_message - start_message, 0)
+            return True
+        if committed >= end:
+            row["lag_messages"] = 0
+            return True
+        found = self._positions.message_at((row["topic"], row["partition"]), committed)
+        if found is None:
+            return False
+        at, exact = found
+        row["lag_messages"] = max(end_message - at - (row.get("skip") or 0), 0)
+        return exact
+
+    def _brokers(
+        self,
+        known: list[int],
+        live: dict[int, Any],
+        controller: int | None,
+        leaders: dict[int, int],
+        listeners: dict[int, list[dict[str, Any]]],
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
+        """One row per broker, live or not; a broker that is not registered keeps the
+        address, rack and datacenter it had when last seen up, and says since when it is
+        down (``down_since_ms``: the first reading that missed it, ``None`` if it was
+        never seen up since the console started)."""
+        rows = []
+        for b in known:
+            where = live.get(b)
+            if where is not None:
+                self._down_since.pop(b, None)
+                seen = self._seen_brokers[b] = {
+                    "host": where.host,
+                    "port": where.port,
+                    "rack": where.rack,
+                    "datacenter": where.datacenter,
+                }
+            else:
+                self._down_since.setdefault(b, now_ms)
+                seen = self._seen_brokers.get(b, {"host": None, "port": None, "rack": "", "datacenter": ""})
+            rows.append(
+                {
+                    "id": b,
+                    "up": where is not None,
+                    "controller": b == controller,
+                    **seen,
+                    "down_since_ms": None if where else self._down_since[b] if b in self._seen_brokers else None,
+                    "leaders": leaders.get(b, 0),
+                    "listeners": listeners.get(b, []) if where else [],
+                }
+            )
+        return rows
 
     def _read_listeners(self, live: frozenset[int], now: float) -> dict[int, list[dict[str, Any]]]:
         """Each live broker's listeners from its registration (name, protocol, address,
@@ -297,6 +439,10 @@ class ClusterPoller:
                 continue
             g_out = 0.0
             for row in info["partitions"]:
+                got = ranges.get((row["topic"], row["partition"]))
+                start_message = got.get("start_message") if isinstance(got, dict) else None
+                row["lag_counted"] = self._message_lag(row, start_message)
+                self._time_lag(row, now)
                 if row["committed"] is not None:
                     g_out += self._rates.update(("out", name, row["topic"], row["partition"]), row["committed"], now)
             bytes_out += g_out
@@ -309,6 +455,8 @@ class ClusterPoller:
                     "bytes_out_s": round(g_out, 1),
                     "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
                     "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
+                    "lag_counted": all(r["lag_counted"] for r in info["partitions"]),
+                    "lag_s": max((r["lag_s"] for r in info["partitions"] if r["lag_s"] is not None), default=None),
                 }
             )
         return groups, bytes_out

@@ -6,6 +6,7 @@
     host = "127.0.0.1"      # bind address (default: loopback only)
     port = 8300             # 0 picks a free port (the log line names it)
     interval_s = 1.0        # how often each cluster is read (updates reach the page within 2 s)
+    audit_settle_s = 60     # an audit window is judged this long after it ended (and a window length)
 
     [[cluster]]
     name = "live"
@@ -100,10 +101,14 @@ class ConsoleConfig:
     audit_topic: str = "_audit"
     extra: dict[str, Any] = field(default_factory=dict)
     lakes: tuple[LakeConfig, ...] = ()
+    audit_settle_s: float = 60.0
+    """An audit window is coloured only this long after it ended (:mod:`console.audit`)."""
 
 
 _SECTIONS = {
-    "console": fields(host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING),
+    "console": fields(
+        host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING, audit_settle_s=POSITIVE_NUMBER
+    ),
 }
 _LAKE = fields(
     ("path",),
@@ -199,6 +204,7 @@ def _finish(
         interval,
         audit,
         lakes=_lakes(v, clusters, lakes),
+        audit_settle_s=float(console.get("audit_settle_s", 60.0)),
     )
 
 

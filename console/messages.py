@@ -68,35 +68,46 @@ def message_row(topic: str, partition: int, message: Any) -> dict[str, Any]:
 
 
 def browse(
-    consumer: SimpleConsumer, topic: str, partition: int, start: int | str | dt.datetime, limit: int = 50
+    consumer: SimpleConsumer,
+    topic: str,
+    partition: int,
+    start: int | str | dt.datetime,
+    limit: int = 50,
+    skip: int = 0,
 ) -> dict[str, Any]:
-    """Up to ``limit`` messages from ``start``; ``next`` is the offset to continue from."""
+    """Up to ``limit`` messages from ``start`` (a byte offset then skips ``skip`` messages
+    of its batch); ``next`` and ``next_skip`` say where the next page starts: inside the
+    last batch shown when the page ended in it, so paging loses no message."""
     limit = max(1, min(limit, MAX_LIMIT))
-    offset, skip = consumer.resolve_position(topic, partition, start)
+    offset, resolved_skip = consumer.resolve_position(topic, partition, start)
+    skip = skip if isinstance(start, int) else resolved_skip
     rows: list[dict[str, Any]] = []
     log_range = consumer.offsets(topic, partition)
-    next_offset = offset
+    next_offset, next_skip = offset, skip
     while len(rows) < limit and next_offset < log_range.end:
         result = consumer.fetch(topic, partition, next_offset)
         if not result.batches:
             break
         for batch in result.batches:
-            for message in messages_of(topic, partition, batch):
+            for i, message in enumerate(messages_of(topic, partition, batch)):
                 if skip:
                     skip -= 1
                     continue
-                if len(rows) < limit:
-                    rows.append(message_row(topic, partition, message))
+                rows.append(message_row(topic, partition, message))
+                if len(rows) >= limit:
+                    more = i + 1 < len(batch)
+                    next_offset, next_skip = (batch.offset, i + 1) if more else (batch.next_offset, 0)
+                    break
             if len(rows) >= limit:
-                next_offset = batch.next_offset
                 break
         else:
-            next_offset = result.next_offset
+            next_offset, next_skip = result.next_offset, 0
     return {
         "topic": topic,
         "partition": partition,
         "start": offset,
         "next": next_offset,
+        "next_skip": next_skip,
         "log_start": log_range.start,
         "log_end": log_range.end,
         "messages": rows,

@@ -5,7 +5,8 @@ rules, and whether each cluster answered the console. Names (prefix
 ``logferry_console_``), used by ``etc/prometheus/logferry-alerts.yml``:
 
 - ``cluster_up{cluster}``: 1 when the last reading of the cluster succeeded;
-- ``brokers_up{cluster}``, ``under_replicated_partitions{cluster}``, ``offline_partitions{cluster}``;
+- ``brokers_up{cluster}``, ``under_replicated_partitions{cluster}``, ``offline_partitions{cluster}``,
+  ``not_preferred_leader_partitions{cluster}``;
 - ``group_status{cluster, group}``: 0 OK, 1 WARN, 2 REWIND, 3 STALL, 4 STOP;
 - ``group_lag_bytes{cluster, group}``: the group's lag summed over its partitions.
 """
@@ -23,6 +24,8 @@ GAUGES = {
     "brokers_up": "Live brokers of the cluster",
     "under_replicated_partitions": "Partitions with a replica out of sync or no leader",
     "offline_partitions": "Partitions without a leader",
+    "not_preferred_leader_partitions": "Partitions led by a replica other than their in-sync preferred one "
+    "(logferry topic elect-leaders hands them back)",
     "group_status": "Consumer group status by Burrow's rules: 0 OK, 1 WARN, 2 REWIND, 3 STALL, 4 STOP",
     "group_lag_bytes": "Consumer group lag in bytes, summed over its partitions",
 }
@@ -42,6 +45,7 @@ def console_metrics(clusters: Callable[[], Iterable[dict[str, Any]]]) -> Metrics
             yield "brokers_up", name, summary["brokers_up"]
             yield "under_replicated_partitions", name, summary["under_replicated"]
             yield "offline_partitions", name, summary["offline"]
+            yield "not_preferred_leader_partitions", name, summary.get("not_preferred", 0)
             for g in c["groups"]:
                 labels = (("cluster", c["name"]), ("group", g["name"]))
                 yield "group_status", labels, STATUS_SEVERITY.get(g["status"], 0)

@@ -5,15 +5,18 @@ Routes:
 - ``GET /``: the page (``static/index.html``, plain JS, no build step);
 - ``GET /api/snapshot``: every cluster's latest view as JSON;
 - (the snapshot's ``landed``: each configured lake's landed tier, :mod:`console.landed`)
-- ``GET /api/events``: server-sent events, one ``snapshot`` event per reading (about
-  once a second), so the page shows a change within 2 s;
-- ``GET /api/messages?cluster=&topic=&partition=&offset=|time_ms=&limit=``: a page of
-  messages from an offset or a time;
+- ``GET /api/events``: server-sent events, one ``snapshot`` event per cluster reading
+  and at least one per interval, so the page shows a change within 2 s and a cluster
+  that stopped answering as stale;
+- ``GET /api/messages?cluster=&topic=&partition=&offset=[&skip=]|time_ms=&limit=``: a
+  page of messages from an offset (``skip`` messages into its batch: the ``next`` and
+  ``next_skip`` of the page before) or a time;
 - ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
   event per batch of new messages from the end of the partition;
 - ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
 
-The client library blocks, so each cluster's reading runs in a worker thread; the
+The client library blocks, so each cluster's reading runs in a worker thread, each
+cluster in a loop of its own: a cluster slow to answer never holds another's card. The
 event loop only serves. Everything is read-only.
 """
 
@@ -43,6 +46,8 @@ log = logging.getLogger("logferry.console")
 STATIC = Path(__file__).parent / "static"
 TAIL_INTERVAL_S = 0.5
 KEEPALIVE_S = 15.0
+STALE_INTERVALS = 2
+"""A cluster that has not answered for more than this many intervals is shown stale."""
 
 POLLERS = web.AppKey("pollers", dict)
 LAKES = web.AppKey("lakes", list)
@@ -58,14 +63,19 @@ def _dumps(obj: Any) -> str:
 def snapshot(app: web.Application) -> dict[str, Any]:
     """The latest reading of every cluster, in config order."""
     state = app[STATE]
-    clusters = [p.last for p in app[POLLERS].values()]
+    now_ms = int(time.time() * 1000)
+    stale_ms = STALE_INTERVALS * app[CONFIG].interval_s * 1000
+    clusters = [p.view(now_ms, stale_ms) for p in app[POLLERS].values()]
     return {
         "time_ms": state["time_ms"],
         "seq": state["seq"],
         "poll_ms": state["poll_ms"],
         "interval_s": app[CONFIG].interval_s,
         "clusters": clusters,
-        "pipeline": pipeline_rows([(c["name"], c.get("audit")) for c in clusters if c]),
+        "pipeline": pipeline_rows(
+            [(c["name"], c.get("audit")) for c in clusters if c], now_ms, app[CONFIG].audit_settle_s
+        ),
+        "audit_settle_s": app[CONFIG].audit_settle_s,
         "landed": state.get("landed", []),
         # agents publish to the live cluster (a mirror's copies elsewhere come later)
         "agents": next(
@@ -80,23 +90,56 @@ def snapshot(app: web.Application) -> dict[str, Any]:
 
 
 async def _poll_loop(app: web.Application) -> None:
+    """One loop per cluster (:func:`_cluster_loop`), one for the lakes, and a tick that
+    re-sends the snapshot when no cluster answered for an interval, so the page sees a
+    cluster turn stale even when none answers."""
     pollers: dict[str, ClusterPoller] = app[POLLERS]
+    tasks = [asyncio.create_task(_cluster_loop(app, p)) for p in pollers.values()]
+    if app[LAKES]:
+        tasks.append(asyncio.create_task(_lakes_loop(app)))
+    interval = app[CONFIG].interval_s
     state = app[STATE]
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            if time.time() * 1000 - state["time_ms"] >= interval * 1000 * 0.9:
+                await _changed(app)  # no cluster answered for an interval: the ages still grow
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _cluster_loop(app: web.Application, poller: ClusterPoller) -> None:
+    """Read one cluster every interval, on its own: a cluster that is slow to answer (a
+    hung broker, a request left to time out) delays only its own card."""
     interval = app[CONFIG].interval_s
     while True:
         started = time.monotonic()
-        await asyncio.gather(*(asyncio.to_thread(_poll_one, p) for p in pollers.values()))
-        if app[LAKES]:
-            try:
-                state["landed"] = await asyncio.to_thread(_read_lakes, app)
-            except Exception:  # the next reading tries again; the loop must go on
-                log.exception("reading the lakes failed")
-        state["seq"] += 1
-        state["time_ms"] = int(time.time() * 1000)
-        state["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
-        async with state["changed"]:
-            state["changed"].notify_all()
+        await asyncio.to_thread(_poll_one, poller)
+        app[STATE]["poll_ms"] = round((time.monotonic() - started) * 1000, 1)
+        await _changed(app)
         await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+async def _lakes_loop(app: web.Application) -> None:
+    interval = app[CONFIG].interval_s
+    while True:
+        started = time.monotonic()
+        try:
+            app[STATE]["landed"] = await asyncio.to_thread(_read_lakes, app)
+        except Exception:  # the next reading tries again; the loop must go on
+            log.exception("reading the lakes failed")
+        await asyncio.sleep(max(interval - (time.monotonic() - started), 0.05))
+
+
+async def _changed(app: web.Application) -> None:
+    """A new snapshot is due: count it and wake the event streams."""
+    state = app[STATE]
+    state["seq"] += 1
+    state["time_ms"] = int(time.time() * 1000)
+    async with state["changed"]:
+        state["changed"].notify_all()
 
 
 def _poll_one(poller: ClusterPoller) -> None:
@@ -184,15 +227,38 @@ def _partition_args(request: web.Request) -> tuple[ClusterPoller, str, int]:
     return poller, topic, partition
 
 
+def _missing(poller: ClusterPoller, topic: str, partition: int) -> str | None:
+    """What is missing, named, when the cluster's latest reading has no such topic or
+    partition (the broker's own answer cannot tell a missing topic from one the console
+    may not describe); None when it is there, or nothing was read yet."""
+    good = poller.good
+    if good is None:
+        return None
+    topics = {t["name"]: t for t in good["topics"]}
+    found = topics.get(topic)
+    if found is None:
+        return f"topic {topic!r} does not exist in cluster {poller.config.name!r} (it has {len(topics)} topics)"
+    partitions = sorted(p["partition"] for p in found["partitions"])
+    if partition not in partitions:
+        return f"topic {topic!r} has no partition {partition}: its partitions are 0-{partitions[-1]}"
+    return None
+
+
 async def api_messages(request: web.Request) -> web.Response:
     poller, topic, partition = _partition_args(request)
     try:
         start = parse_start(request.query.get("offset"), request.query.get("time_ms"))
         limit = int(request.query.get("limit", "50"))
+        skip = int(request.query.get("skip", "0"))
+        if skip < 0:
+            raise ValueError("skip must be 0 or more")
     except ValueError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
+    missing = _missing(poller, topic, partition)
+    if missing:
+        return web.Response(status=404, text=_dumps({"error": missing}), content_type="application/json")
     try:
-        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit)
+        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit, skip)
     except LogferryError as exc:
         return web.Response(status=502, text=_dumps({"error": str(exc)}), content_type="application/json")
     return web.Response(text=_dumps(page), content_type="application/json")
@@ -232,7 +298,10 @@ def make_app(config: ConsoleConfig) -> web.Application:
     """The aiohttp application for ``config`` (polling starts with the app)."""
     app = web.Application()
     app[CONFIG] = config
-    app[POLLERS] = {c.name: ClusterPoller(c, audit_topic=config.audit_topic) for c in config.clusters}
+    app[POLLERS] = {
+        c.name: ClusterPoller(c, audit_topic=config.audit_topic, settle_s=config.audit_settle_s)
+        for c in config.clusters
+    }
     app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone) for lake in config.lakes]
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0, "landed": []}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])

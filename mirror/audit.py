@@ -3,11 +3,13 @@
 The mirror publishes, to ``_audit.mirror`` on the target cluster (not ``_audit``, which is
 a copy of the source's, byte for byte in preserve mode), :class:`broker.client.AuditRecord`
 maps with ``stage = "mirror"``: per topic and window, ``sent`` messages it handed to the
-target producer and ``acked`` of them the target acknowledged. Counting is per batch, from
-the batch header (its message count, and its base timestamp for the window: the first
-message's), never per message: a batch whose messages straddle a window boundary counts
-whole in its first message's window, so two neighbouring windows can differ by one
-batch while their sum is exact.
+target producer and ``acked`` of them the target acknowledged. Each message counts in the
+window of its own timestamp (event time, :func:`broker.client.batch_windows`: the batch's
+timestamps are read, its keys and values skipped), as the agents count it: a batch whose
+messages straddle a window boundary adds to both windows, so the tiers agree window by
+window whenever the mirror copied what the agents acknowledged. Before, a batch counted
+whole in its first message's window, and neighbouring windows showed 120% and 80% where
+their sum was exact.
 
 What counts as written: a batch whose acknowledgement gives a target offset at or past the
 target partition's end when this process first sent to it (:meth:`MirrorAudit.before_send`
@@ -51,8 +53,7 @@ from broker.client import (
     Producer,
     RawBatch,
     SimpleConsumer,
-    batch_timestamp,
-    window_of,
+    batch_windows,
 )
 from broker.common.errors import LogferryError, TopicExistsError, UnknownTopicOrPartitionError
 
@@ -87,8 +88,8 @@ class MirrorAudit:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._topic_ready = False
-        self._appends: dict[tuple[tuple[str, int], int], tuple[int, int]] = {}
-        """Preserve mode: (source partition, offset) -> (window, messages) in flight."""
+        self._appends: dict[tuple[tuple[str, int], int], list[tuple[int, int]]] = {}
+        """Preserve mode: (source partition, offset) -> [(window, messages)] in flight."""
         self.owns_producer = False
         """True when :meth:`for_preserve` made the producer (closed with the audit)."""
         self._floors: dict[tuple[str, int], int] = {}
@@ -115,22 +116,24 @@ class MirrorAudit:
         if re-hashed)."""
         if topic in self.not_data or not futures:
             return
-        window = window_of(batch_timestamp(batch.raw), self.window_ms)
+        windows = batch_windows(batch.raw, self.window_ms)
         with self._lock:
-            self.ledger.sent(topic, window, batch.count)
+            for window, count in windows:
+                self.ledger.sent(topic, window, count)
         state = [len(futures), True]  # sends left, all appended so far
         for p, future in zip(partitions, futures, strict=True):
-            future.add_callback(
-                partial(self._done, topic, window, batch.count, state, self._floors.get((topic, p), -1))
-            )
+            future.add_callback(partial(self._done, topic, windows, state, self._floors.get((topic, p), -1)))
 
-    def _done(self, topic: str, window: int, count: int, state: list[Any], floor: int, future: DeliveryFuture) -> None:
+    def _done(
+        self, topic: str, windows: list[tuple[int, int]], state: list[Any], floor: int, future: DeliveryFuture
+    ) -> None:
         with self._lock:
             state[0] -= 1
             if future.exception() is not None or (future.offset or 0) < floor:
                 state[1] = False  # failed, or a copy the target held already
             if state[0] == 0:
-                self.ledger.finished(topic, window, count, state[1])
+                for window, count in windows:
+                    self.ledger.finished(topic, window, count, state[1])
 
     # -- counting in preserve mode (batches appended at their source offsets) -----------------
 
@@ -138,18 +141,19 @@ class MirrorAudit:
         """Preserve mode: ``batch`` goes to the target at its own offset (copy loop)."""
         if tp[0] in self.not_data:
             return
-        window = window_of(batch_timestamp(batch.raw), self.window_ms)
+        windows = batch_windows(batch.raw, self.window_ms)
         with self._lock:
-            self.ledger.sent(tp[0], window, batch.count)
-            self._appends[(tp, batch.offset)] = (window, batch.count)
+            for window, count in windows:
+                self.ledger.sent(tp[0], window, count)
+            self._appends[(tp, batch.offset)] = windows
 
     def appended(self, tp: tuple[str, int], offset: int, ok: bool) -> None:
         """Preserve mode: the append of the batch at ``offset`` ended (``ok``: appended;
         an append at an offset is never appended twice, so no copy is counted twice)."""
         with self._lock:
-            entry = self._appends.pop((tp, offset), None)
-            if entry is not None:
-                self.ledger.finished(tp[0], entry[0], entry[1], ok)
+            windows = self._appends.pop((tp, offset), None)
+            for window, count in windows or ():
+                self.ledger.finished(tp[0], window, count, ok)
 
     # -- publishing ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from broker.client.audit import (
     AuditRecord,
     WindowCounts,
     batch_timestamp,
+    batch_windows,
     stage_rank,
     window_of,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "MIRROR_STAGE",
     "STAGE_ORDER",
     "batch_timestamp",
+    "batch_windows",
     "stage_rank",
     "file_entries",
 ]

@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from broker.wire.records import BATCH_HEADER
+from broker.common.errors import CorruptBatchError
+from broker.wire.records import BATCH_HEADER, message_time_deltas
 
 AGENT_STAGE = "agent"
 """The stage the agent writes; a record without ``stage`` is the agent's."""
@@ -42,10 +43,40 @@ def stage_rank(stage: str) -> tuple[int, str]:
 def batch_timestamp(raw: bytes | bytearray | memoryview) -> int:
     """The base timestamp (ms) of a stored batch, read from its header (no decoding).
 
-    A stage that counts whole batches (the mirror) puts a batch's ``count`` messages in
-    the window of this timestamp, its first message's.
+    Not a window for the whole batch: its messages may straddle a window boundary
+    (:func:`batch_windows` counts each in its own).
     """
     return int(BATCH_HEADER.unpack_from(raw)[5])
+
+
+def batch_windows(raw: bytes | bytearray | memoryview, window_ms: int) -> list[tuple[int, int]]:
+    """``[(window start, messages)]`` of a stored batch, each message in the window of
+    its own timestamp (event time, as Chaperone buckets), oldest window first.
+
+    A stage that counts whole batches (the mirror) uses this so that a batch whose
+    messages straddle a window boundary (a producer's batch holding lines read either
+    side of it) adds to each window what the producing stage counted there: the tiers
+    then agree window by window, not only over their sum. The keys and values are not
+    built (:func:`broker.wire.records.message_time_deltas`); a batch that cannot be read
+    counts whole in its first message's window.
+    """
+    header = BATCH_HEADER.unpack_from(raw)
+    count, base = int(header[4]), int(header[5])
+    first = window_of(base, window_ms)
+    if count <= 1:
+        return [(first, count)]
+    try:
+        base, deltas = message_time_deltas(raw)
+    except CorruptBatchError:
+        return [(first, count)]
+    if deltas is None or window_of(base + min(deltas), window_ms) == window_of(base + max(deltas), window_ms):
+        return [(window_of(base + (deltas[0] if deltas else 0), window_ms), count)]  # the usual case
+    counts: dict[int, int] = {}
+    for delta in deltas:  # a batch straddling a boundary: per message
+        ms = base + delta
+        w = ms - ms % window_ms
+        counts[w] = counts.get(w, 0) + 1
+    return sorted(counts.items())
 
 
 def window_of(time_ms: int, window_ms: int) -> int:
@@ -224,6 +255,7 @@ __all__ = [
     "STAGE_ORDER",
     "WindowCounts",
     "batch_timestamp",
+    "batch_windows",
     "stage_rank",
     "window_of",
 ]

@@ -2,8 +2,12 @@
 
 A request may instead carry ``many``: a list of ``[topic, partition]`` pairs (with ``at``
 ``earliest`` or ``latest``), answered with one range per pair, in order, in the answer's
-``many`` (``{"start", "end", "avg_message_bytes"}``, or ``{"err", "msg"}`` for a pair
-this broker cannot answer). A dashboard reads every partition a broker leads with one
+``many`` (``{"start", "end", "avg_message_bytes", "start_message", "end_message"}``, or
+``{"err", "msg"}`` for a pair this broker cannot answer). ``start_message`` and
+``end_message`` are the message offsets (the count of messages before them,
+:mod:`broker.storage.offset_index`) at ``start`` and ``end``: a dashboard takes message
+rates from them instead of estimating from bytes; a broker before message offsets
+leaves them out. A dashboard reads every partition a broker leads with one
 request per tick instead of one per partition. An older broker refuses such a request
 (topic and partition missing): the client then asks partition by partition.
 """

@@ -636,6 +636,42 @@ def count_messages(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
     return batches, messages
 
 
+def message_time_deltas(raw: bytes | bytearray | memoryview) -> tuple[int, list[int] | None]:
+    """``(base timestamp, deltas)`` of the one whole stored batch ``raw``: each message's
+    millisecond timestamp is base + its delta; ``deltas`` is None when every message has
+    the base.
+
+    For a stage that counts messages by their own time (the mirror's audit): the keys
+    and values columns are skipped, not built (msgpack's ``skip``, in C); a compressed
+    batch is decompressed. No CRC check (bytes a fetch checked already).
+    :class:`CorruptBatchError` if the batch cannot be read.
+    """
+    view = memoryview(raw)
+    length, magic, _, attributes, count, base = _header_unpack_from(view, 0)
+    least = MIN_LENGTH.get(magic)
+    if least is None or length < least or len(view) < LENGTH_SIZE + length:
+        raise CorruptBatchError("malformed or torn batch header")
+    if magic == MAGIC_KAFKA:
+        batch = _decode_kafka(view[: LENGTH_SIZE + length], 0, count, False)
+        return batch.base_timestamp, batch.deltas
+    payload: bytes | memoryview = view[LENGTH_SIZE + least : LENGTH_SIZE + length]
+    codec = attributes & _CODEC_MASK
+    if codec != CODEC_NONE:
+        payload = decompress(codec, payload, 0)
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(payload)
+    try:
+        unpacker.read_array_header()
+        unpacker.skip()  # keys
+        unpacker.skip()  # values
+        deltas = unpacker.unpack()
+    except Exception as exc:  # msgpack raises several types for bad input
+        raise CorruptBatchError(f"batch payload undecodable: {exc}") from None
+    if deltas is not None and (type(deltas) is not list or len(deltas) != count):
+        raise CorruptBatchError(f"batch has a 'deltas' column that is not {count} items")
+    return base, deltas
+
+
 def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerInfo], int]:
     """The producer fields of the magic 2 batches whose headers lie in ``buf``.
 

@@ -134,6 +134,9 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
                 5,
                 "the group's lag grows",
             )
+            # and its lag in time: since the first message it has not consumed arrived
+            lag_time = page.text_content('[data-group-card="dash"] [data-field="group-lag-time"]') or ""
+            assert lag_time.endswith(" s") and lag_time != "0.0 s", lag_time
 
             # Killing a broker: its partitions turn under-replicated within 5 s.
             page.click('#tabs button[data-view="clusters"]')
@@ -165,7 +168,8 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(broker_cluster):
-    """Also: a cluster that is not there is shown as unreachable, beside one that is."""
+    """Also: a cluster that is not there is shown as unreachable, beside one that is, and
+    a topic that is not there is named as missing."""
     cluster = broker_cluster(1)
     zk = cluster.zk_connect
     audit = [
@@ -192,12 +196,30 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
             page.click('#browse button[type="submit"]')
             page.wait_for_selector("#message-rows tr:nth-child(11)")
             assert "line 0" in page.text_content("#message-rows tr:nth-child(2)")
+            # the next page goes on inside the same batch of 30: nothing skipped
+            page.click("#next-page")
+            page.wait_for_function(
+                "() => document.querySelector('#message-rows tr:nth-child(2)')?.textContent.includes('line 10')"
+            )
+            assert [
+                f"line {i}" in page.text_content(f"#message-rows tr:nth-child({i - 8})") for i in range(10, 20)
+            ] == [True] * 10
+            # the topic box offers the cluster's topics
+            topics = page.evaluate("[...document.querySelectorAll('#topic-names option')].map(o => o.value)")
+            assert "logs" in topics and "_audit" in topics, topics
             page.click("#tail")
             page.wait_for_timeout(800)
             with Producer(zk=zk, linger_ms=2) as producer:
                 producer.send("logs", [b"tailed %d" % i for i in range(3)], partition=0)
                 producer.flush(30)
             page.wait_for_selector("text=tailed 2", timeout=5_000)
+            page.click("#tail")  # stop tailing
+            page.fill('#browse input[name="topic"]', "no-such-topic")
+            page.click('#browse button[type="submit"]')
+            page.wait_for_selector("#messages .bad")
+            assert "topic 'no-such-topic' does not exist in cluster 'live'" in page.text_content("#messages .bad")
+            # the browser logs the 404 itself as a console error: that one, and only it
+            assert [e for e in errors if "404 (Not Found)" in e] == [errors.pop()], errors
 
             page.click('#tabs button[data-view="audit"]')
             row = '[data-audit-topic="logs"][data-window="60000"]'

@@ -32,6 +32,8 @@ def test_offset_infos_ask_each_leader_once_and_agree_with_one_by_one(broker_clus
                 k: one[k] for k in ("start", "end", "avg_message_bytes")
             }
             assert got[pair]["end"] > 0
+            # counted: the messages produced to the partition, 10 * (p + 1)
+            assert (got[pair]["start_message"], got[pair]["end_message"]) == (0, 10 * (pair[1] + 1))
         assert isinstance(got[("ranges", 9)], LogferryError)
 
         # one broker asked for every partition: the ones it leads answered, the others errors

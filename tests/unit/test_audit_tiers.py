@@ -14,10 +14,12 @@ from broker.client import (
     DeliveryFuture,
     RawBatch,
     batch_timestamp,
+    batch_windows,
     encode_batch,
 )
 from broker.common.errors import LogferryError
-from console.audit import AuditTally, pipeline_rows, tier_completeness
+from broker.wire.codecs import CODEC_GZIP
+from console.audit import AuditTally, pipeline_rows, tier_completeness, window_state
 from hadoop_loader.audit import AuditReport, HourAudit, stage_counts
 from mirror.audit import MirrorAudit
 
@@ -34,6 +36,28 @@ def test_ledger_stamps_its_stage_and_waits_for_unfinished_chunks():
 def test_batch_timestamp_reads_the_header_only():
     raw = encode_batch([b"a", b"b"], None, [1_700_000_000_123, 1_700_000_000_999])
     assert batch_timestamp(raw) == 1_700_000_000_123
+
+
+def test_batch_windows_count_each_message_in_its_own_window():
+    stamps = [59_990, 59_999, 60_000, 60_500, 121_000]
+    for codec in (0, CODEC_GZIP):
+        raw = encode_batch([b"v%d" % i for i in range(5)], [b"k"] * 5, stamps, codec=codec)
+        assert batch_windows(raw, 60_000) == [(0, 2), (60_000, 2), (120_000, 1)]
+    assert batch_windows(encode_batch([b"a", b"b"], None, 60_001), 60_000) == [(60_000, 2)]
+
+
+def test_mirror_audit_splits_a_batch_that_straddles_a_window_boundary():
+    # a producer's batch holding lines read either side of a boundary: before, it counted
+    # whole in its first message's window (one window over 100%, the next under)
+    producer = _Producer()
+    audit = MirrorAudit(producer, "mirror-1", window_s=60, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    raw = encode_batch([b"x"] * 10, None, [59_000] * 4 + [61_000] * 6)
+    done = DeliveryFuture()
+    audit.copied("logs", RawBatch(0, len(raw), 10, memoryview(raw)), [0], [done])
+    done._complete(0)
+    assert audit.publish_due() == 2
+    records = sorted(AuditRecord.decode(v) for _, values, _ in producer.sent for v in values)  # type: ignore[type-var]
+    assert [(r.window_start, r.sent, r.acked) for r in records] == [(0, 4, 4), (60_000, 6, 6)]
 
 
 class _Producer:  # records what the mirror's audit publishes (unit test stand-in)
@@ -82,6 +106,19 @@ def test_tiers_are_judged_against_the_tier_before_them():
     assert list(stages) == ["agent", "mirror", "landed"]
     assert stages["mirror"]["complete_pct"] == 110.0 and stages["mirror"]["of"] == "agent"
     assert stages["landed"]["complete_pct"] == 81.82
+
+
+def test_a_window_is_judged_only_once_settled():
+    assert window_state(0, 60_000, 59_999, 30_000) == "open"
+    assert window_state(0, 60_000, 60_000, 30_000) == "settling"
+    assert window_state(0, 60_000, 119_999, 30_000) == "settling"  # at least one window length
+    assert window_state(0, 60_000, 120_000, 30_000) == "settled"
+    assert window_state(0, 1_000, 4_000, 3_000) == "settled"
+    tally = AuditTally(settle_s=3)
+    tally.add(AuditRecord("app", 0, 1_000, 10, 10, "web-1"))
+    assert [r["state"] for r in tally.rows(now_ms=2_000)] == ["settling"]
+    (row,) = pipeline_rows([("live", {"rows": tally.rows(now_ms=4_000)})], now_ms=4_000, settle_s=3)
+    assert row["state"] == "settled"
 
 
 def test_pipeline_takes_each_stage_from_the_first_cluster_that_has_it():

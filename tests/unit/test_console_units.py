@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from types import SimpleNamespace
 
 import msgpack
 import pytest
 
 from broker.common.errors import ConfigError
 from console.cli import config_from_args
+from console.collector import ClusterPoller
 from console.config import from_zk, parse_config
 from console.messages import page_record, parse_start
 from console.metrics import console_metrics
-from console.rates import History, Rates
+from console.rates import History, MessagePositions, Rates
 
 
 def test_config_from_toml_tables():
@@ -70,6 +72,41 @@ def test_rates_per_second_and_no_negative_rate():
     assert rates.update("k", 50, 13.0) == 0.0  # went backwards: re-created, no rate
     rates.forget([])
     assert rates.get("k") == 0.0
+
+
+def test_rates_over_a_trailing_window():
+    rates = Rates(window_s=5.0)
+    for t in range(10):  # 100 a second, and one reading late by 0.4 s
+        rates.update("k", 100 * t, t + (0.4 if t == 8 else 0.0))
+    assert rates.window("k") == (4.0, 9.0)  # the newest reading at least 5 s old, and the last
+    assert rates.get("k") == 100.0  # the late reading moved nothing
+
+
+def test_message_positions_count_lag_where_an_end_was_seen_and_estimate_between():
+    seen = MessagePositions()
+    seen.add("p", 1000, 10)
+    seen.add("p", 3000, 110)  # small messages after large ones
+    assert seen.message_at("p", 1000) == (10, True)
+    assert seen.message_at("p", 3000) == (110, True)
+    assert seen.message_at("p", 2000) == (60, False)  # between two seen ends: placed by bytes
+    assert seen.message_at("p", 500) is None and seen.message_at("q", 1000) is None
+    seen.add("p", 200, 2)  # re-created: the old ends mean nothing
+    assert seen.message_at("p", 1000) is None
+    seen.forget([])
+    assert seen.message_at("p", 200) is None
+
+
+def test_time_lag_is_the_age_of_the_oldest_unread_message_by_arrival():
+    seen = MessagePositions()
+    seen.add("p", 1000, 10, now=100.0)
+    seen.add("p", 1000, 10, now=101.0)  # the same end: its first sighting stays
+    seen.add("p", 3000, 110, now=105.0)
+    seen.add("p", 4000, 150, now=109.0)
+    assert seen.behind_s("p", 4000, 110.0) == (0.0, True)  # consumed everything
+    assert seen.behind_s("p", 1000, 110.0) == (5.0, True)  # the bytes after 1000 came by 105
+    assert seen.behind_s("p", 3500, 110.0) == (1.0, True)
+    assert seen.behind_s("p", 500, 110.0) == (10.0, False)  # before the history: at least
+    assert seen.behind_s("q", 0, 110.0) is None
 
 
 def test_history_keeps_the_newest_points():
@@ -136,3 +173,44 @@ def test_audit_tally_adds_hosts_and_judges_later_stages_against_the_agents():
     (row,) = tally.rows()
     assert row["hosts"] == 2
     assert row["stages"]["mirror"]["complete_pct"] == 110.0  # duplicates show above 100%
+
+
+def test_a_down_broker_keeps_what_it_was_and_a_silent_cluster_turns_stale():
+    poller = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    up = {1: SimpleNamespace(host="h1", port=9092, rack="r1", datacenter="dc1")}
+    rows = poller._brokers([1], up, 1, {1: 4}, {}, now_ms=1_000)
+    assert rows[0]["up"] and rows[0]["down_since_ms"] is None
+    rows = poller._brokers([1], {}, None, {}, {}, now_ms=2_000)
+    rows = poller._brokers([1], {}, None, {}, {}, now_ms=3_000)  # since the first reading that missed it
+    assert (rows[0]["host"], rows[0]["rack"], rows[0]["datacenter"], rows[0]["down_since_ms"]) == (
+        "h1",
+        "r1",
+        "dc1",
+        2_000,
+    )
+    never_seen = poller._brokers([2], {}, None, {}, {}, now_ms=3_000)[0]
+    assert (never_seen["host"], never_seen["down_since_ms"]) == (None, None)
+
+    assert poller.view(0, 2_000)["stale"] and not poller.view(0, 2_000).get("read")  # never read
+    poller.good = poller.last = {"name": "live", "ok": True, "error": None, "time_ms": 10_000, "answered_ms": 10_500}
+    assert not poller.view(12_500, 2_000)["stale"]
+    poller.last = {"name": "live", "ok": False, "error": "timed out"}
+    view = poller.view(12_501, 2_000)
+    assert (view["stale"], view["ok"], view["error"], view["as_of_ms"], view["read"]) == (
+        True,
+        False,
+        "timed out",
+        10_000,
+        True,
+    )
+
+
+def test_a_missing_topic_or_partition_is_named():
+    from console.server import _missing
+
+    poller = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    assert _missing(poller, "web", 0) is None  # nothing read yet: the broker answers
+    poller.good = {"topics": [{"name": "web", "partitions": [{"partition": 0}, {"partition": 1}]}]}
+    assert _missing(poller, "web", 1) is None
+    assert _missing(poller, "nope", 0) == "topic 'nope' does not exist in cluster 'live' (it has 1 topics)"
+    assert _missing(poller, "web", 5) == "topic 'web' has no partition 5: its partitions are 0-1"
