@@ -188,7 +188,15 @@ class FetchService:
                     piece = plog.read_slice(offset, max(max_bytes, 1), upto=plog.end_offset)
                     results.append(
                         ReplicaFetchAnswerPart(
-                            topic, partition, 0, None, plog.start_offset, plog.visible_end, piece.count, plog.end_offset
+                            topic,
+                            partition,
+                            0,
+                            None,
+                            plog.start_offset,
+                            plog.visible_end,
+                            piece.count,
+                            plog.end_offset,
+                            plog.moved_start,
                         )
                     )
                     slices.append(piece)
@@ -205,6 +213,7 @@ class FetchService:
                             getattr(exc, "end", None),
                             0,
                             plog.end_offset if plog is not None else None,
+                            plog.moved_start if plog is not None else None,
                         )
                     )
                     slices.append(None)
