@@ -1,7 +1,7 @@
 """Kafka's DeleteRecords (confluent-kafka's ``AdminClient.delete_records``) on a
 replicated partition: the new log start holds on the follower, after a kill -9 of the
-leader, after that broker's restart and when it leads again (docs/kafka.md, "Deleting
-records"). Counted: the N - K messages from K on, each once and in order."""
+leader, after that broker's restart and when it leads again (docs/kafka.md, "Deleting records, groups and
+offsets"). Counted: the N - K messages from K on, each once and in order."""
 
 from __future__ import annotations
 

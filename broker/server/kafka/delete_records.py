@@ -8,7 +8,7 @@ wholly below it are deleted and what remains below it in the first segment is hi
 from fetches, ListOffsets and the native protocol alike (one log start for both), as
 Kafka's ``logStartOffset`` hides it. The start is recorded on disk before anything goes
 and the leader tells its followers in every replica fetch answer, so it holds after a
-restart and a leader change (docs/kafka.md, "Deleting records").
+restart and a leader change (docs/kafka.md, "Deleting records, groups and offsets").
 
 Per partition, as Kafka answers: the new low watermark (the log start, in message
 offsets); OFFSET_OUT_OF_RANGE for an offset past the high watermark (or below -1);
