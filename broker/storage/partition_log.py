@@ -795,10 +795,13 @@ class PartitionLog:
 
         Only whole segments from the start go, so ``start_offset`` moves forward and
         fetches below it get OffsetOutOfRangeError. The log keeps at least one segment;
-        an active segment past ``retention_ms`` is rolled first so that it can go.
+        an active segment past ``retention_ms`` is rolled first so that it can go. A log
+        whose ``cleanup_policy`` is ``compact`` is never deleted by retention.
         """
         cfg = self.config
         deleted: list[Path] = []
+        if cfg.cleanup_policy == "compact":
+            return deleted
         try:
             active = self._segments[-1]
             if active.size and now_ms - active.last_modified_ms > cfg.retention_ms:

@@ -235,7 +235,7 @@ def test_kafka_topics_creates_lists_describes_and_deletes(
 def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    topic, refused = unique_name("jtc"), unique_name("jtc-compact")
+    topic, compacted, refused = unique_name("jtc"), unique_name("jtc-compact"), unique_name("jtc-refused")
     created = java.tool(
         KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", topic, "--partitions", "2",
         "--config", "retention.ms=3600000", "--config", "compression.type=lz4",
@@ -243,12 +243,18 @@ def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
     assert created["exit"] == 0, created
     with Admin(brokers=module_kafka_cluster.native) as admin:
         assert admin.topic_config(topic) == {"retention_ms": 3_600_000, "compression": "lz4"}
-        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        # compact: never deleted by retention (what Kafka Connect asks of its state topics)
         compact = java.tool(
-            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "cleanup.policy=compact"
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", compacted, "--config", "cleanup.policy=compact"
         )
-        assert compact["exit"] != 0
-        assert "'cleanup.policy' cannot be set on logferry" in compact["stdout"], compact
+        assert compact["exit"] == 0, compact
+        assert admin.topic_config(compacted) == {"cleanup_policy": "compact"}
+        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        unknown = java.tool(
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "max.message.bytes=2000"
+        )
+        assert unknown["exit"] != 0
+        assert "'max.message.bytes' cannot be set on logferry" in unknown["stdout"], unknown
         assert refused not in admin.list_topics()
 
 
@@ -383,10 +389,10 @@ def test_admin_incremental_alter_configs_and_kafka_configs_alter(
 
     # What logferry has no setting for is refused, and nothing of that request changes.
     refused = java.call(
-        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "cleanup.policy": "compact"}
+        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "max.message.bytes": "2000"}
     )
     assert refused["error"] == "org.apache.kafka.common.errors.InvalidConfigurationException", refused
-    assert "cleanup.policy" in refused["message"]
+    assert "max.message.bytes" in refused["message"]
     assert java.ok("describe_configs", type="topic", name=topic)["configs"]["retention.ms"]["value"] == "7200000"
 
 

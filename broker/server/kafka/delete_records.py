@@ -13,7 +13,8 @@ restart and a leader change (docs/kafka.md, "Deleting records, groups and offset
 Per partition, as Kafka answers: the new low watermark (the log start, in message
 offsets); OFFSET_OUT_OF_RANGE for an offset past the high watermark (or below -1);
 NOT_LEADER_OR_FOLLOWER on a broker that does not lead it; an offset at or below the
-start changes nothing and answers the start. Unlike Kafka, the answer does not wait for
+start changes nothing and answers the start; a topic whose ``cleanup.policy`` is
+``compact`` POLICY_VIOLATION. Unlike Kafka, the answer does not wait for
 the followers: each moves its start at its next fetch. Authorization: ``delete`` on
 the topic.
 """
@@ -56,19 +57,21 @@ class KafkaDeleteRecords:
         for topic in request.body.topics:
             parts = []
             for part in topic.partitions:
-                error, low = ErrorCode.none, -1
                 try:
-                    low = self._delete(channel, topic.name, part.partition_index, part.offset)
+                    error, low = self._delete(channel, topic.name, part.partition_index, part.offset)
                 except LogferryError as exc:
-                    error = kafka_error(exc)
+                    error, low = kafka_error(exc), -1
                 parts.append(make(part_cls, partition_index=part.partition_index, low_watermark=low, error_code=error))
             topics.append(make(topic_cls, name=topic.name, partitions=tuple(parts)))
         return make(response_schema(Api.DELETE_RECORDS, v), throttle_time=timedelta(0), topics=tuple(topics))
 
-    def _delete(self, channel: Any, topic: str, partition: int, offset: int) -> int:
-        """The partition's log start after deleting the records before ``offset``."""
+    def _delete(self, channel: Any, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+        """(none, the partition's log start after deleting the records before
+        ``offset``), or POLICY_VIOLATION for a compact topic, as Kafka refuses it."""
         self.authorizer.check_topic(channel.principal, Operation.DELETE, topic)
         plog = self.leader_log(topic, partition)
+        if plog.config.cleanup_policy == "compact":
+            return ErrorCode.policy_violation, -1
         high = self.positions.high_watermark(plog)
         target = high if offset == HIGH_WATERMARK else offset
         if not 0 <= target <= high:
@@ -78,7 +81,7 @@ class KafkaDeleteRecords:
                 plog.start_message,
                 high,
             )
-        return plog.delete_records_before(target).message
+        return ErrorCode.none, plog.delete_records_before(target).message
 
 
 __all__ = ["HIGH_WATERMARK", "KafkaDeleteRecords"]
