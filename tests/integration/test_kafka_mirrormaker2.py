@@ -118,6 +118,7 @@ def read_mirrored(
         consumer.close()
 
 
+@pytest.mark.slow
 def test_mirrormaker2_copies_every_record_once_in_order(broker_cluster: Any, zookeeper: Any, tmp_path: Path) -> None:
     reason = unavailable_reason() or (
         None if kafka_jars.resolved(kafka_jars.MIRRORMAKER2) else kafka_jars.missing_reason(kafka_jars.MIRRORMAKER2)
