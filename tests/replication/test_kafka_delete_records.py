@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker.client import Admin
 from broker.storage.log_start import FILE_NAME
@@ -55,6 +55,7 @@ def test_deleted_records_stay_deleted_on_every_replica_after_kill_restart_and_le
         admin.create_topic(TOPIC, 1, 2, config={"segment_bytes": 8192})
     produce_batches(cluster.bootstrap, TOPIC, 0, N)
     wait_until(full_isr(cluster.cluster, TOPIC), 30, "both replicas in sync")
+    assert visible(cluster, TOPIC, N) == (0, N)  # past the high watermark DeleteRecords refuses
 
     admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept: its futures need it
     futures = admin_client.delete_records([TopicPartition(TOPIC, 0, K)])
@@ -82,18 +83,25 @@ def test_deleted_records_stay_deleted_on_every_replica_after_kill_restart_and_le
     assert watermarks_and_records(cluster) == ((K, N), expected, expected)
 
 
+def listed(admin: AdminClient, spec: OffsetSpec) -> int:
+    """ListOffsets of partition 0 through the admin client."""
+    tp = TopicPartition(TOPIC, 0)
+    return int(admin.list_offsets({tp: spec})[tp].result(30).offset)
+
+
 def test_bad_delete_records_requests_get_kafkas_errors(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     cluster.create_topic(TOPIC, 1)
     produce_batches(cluster.bootstrap, TOPIC, 0, 100)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: listed(admin, OffsetSpec.latest()) == 100, 20, "the 100 records visible")
     past = admin.delete_records([TopicPartition(TOPIC, 0, 101)])
     with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|out of range"):
         next(iter(past.values())).result(30)
     unknown = admin.delete_records([TopicPartition("no-such-topic", 0, 1)])
     with pytest.raises(Exception, match="UNKNOWN_TOPIC|No leaders found"):
         next(iter(unknown.values())).result(30)
-    assert visible(cluster, TOPIC, 100) == (0, 100)  # nothing deleted
+    assert listed(admin, OffsetSpec.earliest()) == 0  # nothing deleted
     whole = admin.delete_records([TopicPartition(TOPIC, 0, -1)])  # -1: up to the high watermark
     assert next(iter(whole.values())).result(30).low_watermark == 100
-    assert visible(cluster, TOPIC, 100) == (100, 100)
+    assert (listed(admin, OffsetSpec.earliest()), listed(admin, OffsetSpec.latest())) == (100, 100)
