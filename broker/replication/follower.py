@@ -55,7 +55,7 @@ class FollowerApplier:
         code, message, start, hw, leo = (result.error, result.message, result.start, result.visible_end, result.log_end)
         now = time.monotonic()
         if code:
-            self._fetch_error(replica, offset, code, message, start, leo, now, result.start_message)
+            self._fetch_error(replica, offset, code, message, start, leo, now, result)
             return
         if hw is None or leo is None:  # a leader's answer without an error carries both
             raise ProtocolError(
@@ -95,7 +95,7 @@ class FollowerApplier:
         start: int | None,
         leo: int | None,
         now: float,
-        start_message: int | None = None,
+        moved: ReplicaFetchAnswerPart | None = None,
     ) -> None:
         plog = replica.plog
         name = f"{replica.key[0]}-{replica.key[1]}"
@@ -107,7 +107,12 @@ class FollowerApplier:
                 start,
                 offset,
             )
-            plog.restart_at(start, start_message)
+            if moved is not None and moved.start_batch_message is not None:
+                # the leader's count at its start batch; its start inside that batch is
+                # taken from the next answer, once the batch is here
+                plog.restart_at(start, moved.start_batch_message)
+            else:
+                plog.restart_at(start)
             replica.reconcile_at = None
         elif code == OffsetOutOfRangeError.code and leo is not None and offset > leo:
             replica.reconcile_at = plog.batch_start_at_or_before(leo)

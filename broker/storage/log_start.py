@@ -7,9 +7,10 @@ segments wholly below it are deleted, and what remains below it in the first seg
 hidden (fetches, ListOffsets earliest, native offsets), as Kafka's ``logStartOffset``
 hides it, until retention deletes that segment too.
 
-Such a start is a pair (:class:`LogStart`): the byte offset of the batch that holds the
-first kept message, which is the start native clients see (they address batches), and
-that message's offset, which Kafka clients see. It is written before any segment goes
+Such a start (:class:`LogStart`) is the byte offset of the batch that holds the first
+kept message, which is the start native clients see (they address batches), that
+message's offset, which Kafka clients see, and the message offset of that batch's first
+message (what a replica that restarts its log empty there must count from). It is written before any segment goes
 (written, fsynced, renamed, the directory fsynced: a crash leaves the old start or the
 new one), so the start never moves back after a restart. A file that names no place in
 the log as loaded (a damaged file, a log cut shorter) is ignored with a warning: the
@@ -39,6 +40,8 @@ class LogStart(NamedTuple):
     """Byte offset of the batch holding the first kept message (a batch boundary)."""
     message: int
     """Message offset of the first kept message (may lie inside that batch)."""
+    batch_message: int
+    """Message offset of the first message of the batch at :attr:`offset` (<= :attr:`message`)."""
 
 
 def read_log_start(directory: Path, name: str) -> LogStart | None:
@@ -47,14 +50,14 @@ def read_log_start(directory: Path, name: str) -> LogStart | None:
     path = Path(directory) / FILE_NAME
     try:
         data = json.loads(path.read_text())
-        start = LogStart(int(data["offset"]), int(data["message"]))
+        start = LogStart(int(data["offset"]), int(data["message"]), int(data["batch_message"]))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError, KeyError) as exc:
         log.warning("%s: ignoring unreadable %s (%s): the log starts at its first segment", name, path, exc)
         return None
-    if start.offset < 0 or start.message < 0:
-        log.warning("%s: ignoring %s with a negative offset %s", name, path, start)
+    if not 0 <= start.batch_message <= start.message or start.offset < 0:
+        log.warning("%s: ignoring %s: not a log start %s", name, path, start)
         return None
     return start
 
@@ -65,7 +68,7 @@ def write_log_start(directory: Path, start: LogStart) -> None:
     path = Path(directory) / FILE_NAME
     tmp = path.with_name(FILE_NAME + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"offset": start.offset, "message": start.message}, f)
+        json.dump(start._asdict(), f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -233,12 +233,11 @@ class PartitionLog:
         return self._segments[0].index.base_message if start is None else start.message
 
     @property
-    def moved_start(self) -> int | None:
-        """The message offset the start was moved to inside the first segment
+    def moved_start(self) -> LogStart | None:
+        """The start when it was moved inside the first segment
         (:meth:`delete_records_before`), which a leader tells its followers; None when
         the first segment's first message starts the log."""
-        start = self._start
-        return None if start is None else start.message
+        return self._start
 
     @property
     def end_message(self) -> int:
@@ -839,11 +838,10 @@ class PartitionLog:
         holds after a restart. A ``message`` at or below the start changes nothing.
         Returns the log start. OffsetOutOfRangeError past :attr:`end_message`;
         StorageError if the start cannot be recorded (then nothing changed)."""
-        if message <= self.start_message:
-            return LogStart(self.start_offset, self.start_message)
-        offset, _ = self.batch_for_message(message)
-        self._move_start(LogStart(offset, message), "records deleted before it")
-        return LogStart(self.start_offset, self.start_message)
+        if message > self.start_message:
+            offset, skip = self.batch_for_message(message)
+            self._move_start(LogStart(offset, message, message - skip), "records deleted before it")
+        return self._start or LogStart(self.start_offset, self.start_message, self.start_message)
 
     def advance_start(self, offset: int, message: int) -> bool:
         """A follower takes its leader's start (byte offset ``offset`` of the batch
@@ -853,7 +851,10 @@ class PartitionLog:
             return False
         if message > self.end_message:
             return False
-        self._move_start(LogStart(offset, message), "the leader's log starts there")
+        batch_message = self.message_offset_at(offset)  # the same batches as the leader's
+        if not batch_message <= message:
+            return False
+        self._move_start(LogStart(offset, message, batch_message), "the leader's log starts there")
         return True
 
     def _move_start(self, start: LogStart, reason: str) -> None:

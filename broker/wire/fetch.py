@@ -88,7 +88,8 @@ class FetchAnswerPart(NamedTuple):
 
 class ReplicaFetchAnswerPart(NamedTuple):
     """The answer for one follower part: a consumer's seven fields plus ``log_end``, and
-    ``start_message`` when the leader's log starts inside a segment."""
+    ``start_message`` and ``start_batch_message`` when the leader's log starts inside a
+    segment."""
 
     topic: Any
     """The part's topic, echoed."""
@@ -111,6 +112,9 @@ class ReplicaFetchAnswerPart(NamedTuple):
     up to it (Kafka's DeleteRecords: ``start`` is then the batch holding it), so the
     follower hides the same records; absent (an 8-field part) otherwise, which is what
     brokers before it send and read."""
+    start_batch_message: int | None = None
+    """With ``start_message``: the message offset of the first message of the batch at
+    ``start``, where a follower that restarts its log empty at ``start`` counts from."""
 
 
 AnyFetchAnswerPart = FetchAnswerPart | ReplicaFetchAnswerPart
@@ -166,7 +170,7 @@ def parse_fetch_answer(header: dict[str, Any], replica: bool = False) -> list[An
     """The parts of a fetch answer (:class:`ReplicaFetchAnswerPart` when ``replica``);
     ProtocolError if the broker sent something else."""
     raw = as_list(header_of(header, ANSWER).get("parts", []), "fetch answer 'parts'", ANSWER)
-    sizes = (8, 9) if replica else (7,)
+    sizes = (8, 10) if replica else (7,)
     make = ReplicaFetchAnswerPart if replica else FetchAnswerPart
     out = []
     for part in raw:
@@ -182,7 +186,7 @@ def _check_answer_part(part: list[Any]) -> None:
     as_int(err, "fetch answer 'err'", ANSWER)
     if message is not None and type(message) is not str:
         raise ANSWER(f"fetch answer 'msg' must be a string or nil, got {shown(message)}")
-    extra = tuple(zip(("log_end", "start_message"), part[7:], strict=False))
+    extra = tuple(zip(("log_end", "start_message", "start_batch_message"), part[7:], strict=False))
     for name, value in (("start", start), ("visible_end", end), *extra):
         if value is not None and type(value) is not int:
             raise ANSWER(f"fetch answer '{name}' must be an integer or nil, got {shown(value)}")

@@ -38,11 +38,15 @@ def first_segment(broker: BrokerProcess) -> int:
     return min(int(p.stem) for p in (broker.log_dir / f"{TOPIC}-0").glob("*.log"))
 
 
-def watermarks_and_records(cluster: KafkaCluster) -> tuple[tuple[int, int], list[int], list[int]]:
-    """(low, high) as librdkafka sees them, then the offsets and the values read from
-    the earliest offset."""
-    low_high = visible(cluster, TOPIC, N)
-    got = rd_consume(cluster.bootstrap, TOPIC, 1, N - K, timeout=20)
+def watermarks_and_records(
+    cluster: KafkaCluster, start: int = K, end: int = N
+) -> tuple[tuple[int, int], list[int], list[int]]:
+    """(low, high) as librdkafka sees them once the high watermark is ``end``, then the
+    offsets and the values of the ``end - start`` records read from the earliest offset
+    (record i was produced as value i: offsets and values are equal when every replica
+    counts messages alike)."""
+    low_high = visible(cluster, TOPIC, end)
+    got = rd_consume(cluster.bootstrap, TOPIC, 1, end - start, timeout=20)
     return low_high, [m.offset() for m in got], [value_of(m) for m in got]
 
 
@@ -81,6 +85,26 @@ def test_deleted_records_stay_deleted_on_every_replica_after_kill_restart_and_le
     follower.stop()
     wait_until(lambda: describe(cluster.cluster, TOPIC, avoid=follower)[0].leader == leader.id, 30, "the old leader")
     assert watermarks_and_records(cluster) == ((K, N), expected, expected)
+
+    # A replica whose log ends before the leader's new start restarts its log empty there,
+    # counting from the first message of the leader's start batch, then hides the same
+    # records: after it leads, offset i is still record i.
+    more, k2 = 400, N + 151
+    produce_batches(cluster.bootstrap, TOPIC, N, more)
+    assert visible(cluster, TOPIC, N + more)[1] == N + more
+    admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap})  # the restarted broker's new port
+    futures = admin_client.delete_records([TopicPartition(TOPIC, 0, k2)])
+    assert [f.result(30).low_watermark for f in futures.values()] == [k2]
+    second = recorded_start(leader)
+    assert second is not None and second["message"] == k2
+    follower.start()
+    wait_until(lambda: recorded_start(follower) == second, 30, "the returning follower takes the leader's start")
+    assert "restarting the log empty" in follower.log_text()  # its end was before the start
+    wait_until(full_isr(cluster.cluster, TOPIC), 40, "the follower back in sync")
+    leader.stop()
+    wait_until(lambda: describe(cluster.cluster, TOPIC, avoid=leader)[0].leader == follower.id, 30, "the follower")
+    expected = list(range(k2, N + more))
+    assert watermarks_and_records(cluster, k2, N + more) == ((k2, N + more), expected, expected)
 
 
 def listed(admin: AdminClient, spec: OffsetSpec) -> int:

@@ -51,7 +51,7 @@ def test_a_start_inside_a_segment_hides_what_is_below_and_deletes_whole_segments
     assert segments > 4
     target = 30 * COUNT + 2  # the third message of batch 30
     start = plog.delete_records_before(target)
-    assert start == LogStart(offsets[30], target)
+    assert start == LogStart(offsets[30], target, 30 * COUNT)
     assert (plog.start_offset, plog.start_message) == (offsets[30], target)
     assert plog.segments[0].base_offset <= offsets[30] < plog.segments[0].end_offset
     assert len(plog.segments) < segments
