@@ -13,10 +13,12 @@ As Kafka answers, on the group's coordinator (NOT_COORDINATOR elsewhere):
   memory or native ones registered in ZooKeeper, gets NON_EMPTY_GROUP; a group unknown
   to both GROUP_ID_NOT_FOUND; otherwise every znode of the group goes (its commits of
   both kinds) and the coordinator forgets it.
-* OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; per partition,
-  GROUP_SUBSCRIBED_TO_TOPIC while a live member is subscribed to its topic (a Kafka
-  member's subscription from its join metadata, a native member's from its
-  registration), else its commits of both kinds are deleted.
+* OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; NON_EMPTY_GROUP for a group
+  with live Kafka members of another protocol than ``consumer`` (Kafka Connect's, say:
+  their topics cannot be told); per partition, GROUP_SUBSCRIBED_TO_TOPIC while a live
+  member is subscribed to its topic (a Kafka consumer's subscription from its join
+  metadata, a native member's from its registration), else its commits of both kinds
+  are deleted.
 
 Authorization: ``delete`` on the group (GROUP_AUTHORIZATION_FAILED), and for
 OffsetDelete ``consume`` on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions),
@@ -152,8 +154,10 @@ class KafkaGroupDeletion:
         if refused is not None:
             return answer(refused)
         kafka_view = self.groups.coordinator.describe(group)
+        if kafka_view is not None and kafka_view.members and kafka_view.protocol_type != "consumer":
+            return answer(ErrorCode.non_empty_group)  # its members' topics cannot be told
         subscribed: set[str] | None = set()
-        if kafka_view is not None and kafka_view.protocol_type == "consumer":
+        if kafka_view is not None:
             for member in kafka_view.members:
                 topics = subscribed_topics(member.metadata)
                 subscribed = None if topics is None or subscribed is None else subscribed | topics
