@@ -157,12 +157,10 @@ def test_mirrormaker2_copies_every_record_once_in_order(broker_cluster: Any, zoo
         print(log.read_text()[-20000:])
         raise
     finally:
-        mm2.terminate()
-        try:
-            mm2.wait(20)
-        except subprocess.TimeoutExpired:
-            mm2.kill()
-            mm2.wait()
+        # Killed, not stopped: a clean stop of its Connect worker takes seconds (its group
+        # close times out on a pending coordinator request), and nothing is checked after.
+        mm2.kill()
+        mm2.wait()
     counts = {p: len(v) for p, v in mirrored.items()}
     if mirrored != sent:
         print(log.read_text()[-20000:])
