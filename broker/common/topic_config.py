@@ -22,6 +22,12 @@ key                       meaning (the broker setting it overrides)
 ``visibility``            ``flushed`` (consumers read fsynced bytes only) or ``written``
                           (at once: survives a broker crash, not a power loss)
                           (``log.visibility``)
+``cleanup_policy``        ``delete`` (retention deletes old segments) or ``compact``:
+                          never deleted by retention. logferry never compacts, so a
+                          compact topic keeps every record, which holds what compaction
+                          promises its readers (the latest value of every key) at the
+                          cost of its disk (Kafka's ``cleanup.policy``, which Kafka
+                          Connect and MirrorMaker 2 require of their state topics)
 ========================  ====================================================
 
 Every error is a :class:`~broker.common.errors.InvalidTopicConfigError` naming the key.
@@ -36,6 +42,8 @@ from broker.common.errors import InvalidTopicConfigError
 
 COMPRESSION_CHOICES = ("producer", "none", "gzip", "lz4", "zstd")
 """``producer``: keep what the producer sent; a codec: compress uncompressed batches."""
+CLEANUP_POLICIES = ("delete", "compact")
+"""``delete``: retention applies; ``compact``: the log is never deleted by retention."""
 VISIBILITY_CHOICES = ("flushed", "written")
 """When consumers may read appended bytes; also the ``[log] visibility`` values
 (``broker.storage.config``)."""
@@ -77,6 +85,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "min_insync_replicas": _integer(1, "a positive integer"),
     "compression": _choice(COMPRESSION_CHOICES),
     "visibility": _choice(VISIBILITY_CHOICES),
+    "cleanup_policy": _choice(CLEANUP_POLICIES),
 }
 """Every per-topic key and the function that checks (and types) its value."""
 
@@ -135,6 +144,7 @@ def altered(current: Mapping[str, Any], set_: Mapping[str, Any], delete: Iterabl
 
 __all__ = [
     "CHECKS",
+    "CLEANUP_POLICIES",
     "COMPRESSION_CHOICES",
     "KEYS",
     "altered",

@@ -10,7 +10,10 @@ module decides what each partition's part of an answer means for the local log:
   what the leader does not have before it appends anything;
 * an error from the leader moves the fetch position: the leader's log starts past
   ours (retention), ends before ours (we are ahead), or does not have a batch
-  boundary where we fetch (the logs differ before it).
+  boundary where we fetch (the logs differ before it);
+* a leader whose log starts inside a segment (records deleted up to a message,
+  Kafka's DeleteRecords) says so in every answer, and the follower moves its own start
+  there, so the same records are hidden on every replica and after a leader change.
 
 Runs on the event loop; the only things it needs from the broker are the two hooks
 in :class:`.services.ReplicationServices` that count replicated and truncated bytes.
@@ -52,7 +55,7 @@ class FollowerApplier:
         code, message, start, hw, leo = (result.error, result.message, result.start, result.visible_end, result.log_end)
         now = time.monotonic()
         if code:
-            self._fetch_error(replica, offset, code, message, start, leo, now)
+            self._fetch_error(replica, offset, code, message, start, leo, now, result)
             return
         if hw is None or leo is None:  # a leader's answer without an error carries both
             raise ProtocolError(
@@ -77,6 +80,11 @@ class FollowerApplier:
             )
             replica.retry_at = now + 1.0
         plog.set_high_watermark(min(hw, plog.end_offset))
+        if result.start_message is not None and start is not None and result.start_message > plog.start_message:
+            try:
+                plog.advance_start(start, result.start_message)
+            except StorageError as exc:
+                log.error("%s-%d: follower cannot move its log start: %s", *replica.key, exc)
 
     def _fetch_error(
         self,
@@ -87,6 +95,7 @@ class FollowerApplier:
         start: int | None,
         leo: int | None,
         now: float,
+        moved: ReplicaFetchAnswerPart | None = None,
     ) -> None:
         plog = replica.plog
         name = f"{replica.key[0]}-{replica.key[1]}"
@@ -98,7 +107,12 @@ class FollowerApplier:
                 start,
                 offset,
             )
-            plog.restart_at(start)
+            if moved is not None and moved.start_batch_message is not None:
+                # the leader's count at its start batch; its start inside that batch is
+                # taken from the next answer, once the batch is here
+                plog.restart_at(start, moved.start_batch_message)
+            else:
+                plog.restart_at(start)
             replica.reconcile_at = None
         elif code == OffsetOutOfRangeError.code and leo is not None and offset > leo:
             replica.reconcile_at = plog.batch_start_at_or_before(leo)

@@ -17,7 +17,7 @@ from broker.storage.config import LogConfig
 from broker.wire.codecs import CODEC_NONE, CODECS
 from broker.wire.records import batch_length_at, compress_batch
 
-LOG_KEYS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "visibility")
+LOG_KEYS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "visibility", "cleanup_policy")
 """Per-topic keys that are fields of :class:`LogConfig`."""
 
 

@@ -40,6 +40,10 @@ class LogConfig:
     """Delete whole segments not modified for longer than this (ms)."""
     retention_bytes: int = -1
     """Delete the oldest segments while a partition is larger than this; -1 = unlimited."""
+    cleanup_policy: str = "delete"
+    """``delete``: retention (the two settings above) deletes old segments; ``compact``:
+    never (a topic's ``cleanup_policy``, Kafka's ``cleanup.policy``: logferry never
+    compacts, so such a log keeps every record)."""
     visibility: str = VISIBILITY_FLUSHED
     """When consumers may read appended bytes: :data:`VISIBILITY_FLUSHED` or
     :data:`VISIBILITY_WRITTEN` (a replicated partition also waits for its in-sync

@@ -10,7 +10,9 @@ a sparse index per segment (:mod:`broker.storage.offset_index`), kept by
 
 Three ends, in order ``start_offset <= visible_end <= end_offset``:
 
-* ``start_offset``: first retained byte; retention moves it forward a segment at a time.
+* ``start_offset``: first retained byte; retention moves it forward a segment at a time,
+  deleting records up to a message (Kafka's DeleteRecords) to the batch holding it
+  (:mod:`broker.storage.log_start`: what lies below it in the first segment is hidden).
 * ``visible_end``: the high watermark. Consumers read only below it. By default
   (``visibility = "flushed"``) it is the flushed end, so they never see a byte that a
   crash could take back; with ``visibility = "written"`` it is the log end, so they
@@ -52,6 +54,7 @@ from broker.common.names import partition_dir_name
 from broker.storage import message_offsets, producer_snapshots
 from broker.storage.config import VISIBILITY_WRITTEN, LogConfig
 from broker.storage.loader import load_segments
+from broker.storage.log_start import LogStart, read_log_start, remove_log_start, write_log_start
 from broker.storage.producer_state import Held, ProducerStateTable
 from broker.storage.segment import Segment, fsync_dir, now_ms
 from broker.wire import records
@@ -179,9 +182,13 @@ class PartitionLog:
         self._flushed_end = self._end
         self._hw_cap: int | None = None
         self.generation = 0
-        """Counts the times bytes of this log were cut or replaced (truncation, restart):
-        a cache of (message offset, byte offset) pairs kept outside the log is stale once
-        it changes. Appends and retention leave every kept pair true."""
+        """Counts the times bytes of this log were cut or replaced (truncation, restart)
+        or its start moved inside a segment (:meth:`delete_records_before`): a cache of
+        (message offset, byte offset) pairs kept outside the log is stale once it
+        changes. Appends and retention leave every kept pair true."""
+        self._start: LogStart | None = None
+        """The log start when it lies past the first segment's first message
+        (:mod:`broker.storage.log_start`); None: the first segment starts the log."""
         self.messages_appended = loaded.scanned_messages
         """Messages appended since open, plus those recovery validated."""
         self.bytes_appended = loaded.scanned_bytes
@@ -201,13 +208,16 @@ class PartitionLog:
             self.directory, self.name, self._segments, clean=not recover
         )
         """Idempotent producers' last batches here (:mod:`broker.storage.producer_state`)."""
+        self._load_start()
 
     # -- offsets and sizes ----------------------------------------------------------------
 
     @property
     def start_offset(self) -> int:
-        """Offset of the first retained byte (base offset of the first segment)."""
-        return self._bases[0]
+        """Offset of the first retained byte: the first segment's base offset, or the
+        batch holding :attr:`start_message` when records were deleted up to it."""
+        start = self._start
+        return self._bases[0] if start is None else start.offset
 
     @property
     def end_offset(self) -> int:
@@ -217,8 +227,17 @@ class PartitionLog:
     @property
     def start_message(self) -> int:
         """Message offset of the first retained message (see
-        :mod:`broker.storage.offset_index`)."""
-        return self._segments[0].index.base_message
+        :mod:`broker.storage.offset_index`); records deleted up to a message
+        (:meth:`delete_records_before`) move it there."""
+        start = self._start
+        return self._segments[0].index.base_message if start is None else start.message
+
+    @property
+    def moved_start(self) -> LogStart | None:
+        """The start when it was moved inside the first segment
+        (:meth:`delete_records_before`), which a leader tells its followers; None when
+        the first segment's first message starts the log."""
+        return self._start
 
     @property
     def end_message(self) -> int:
@@ -448,7 +467,7 @@ class PartitionLog:
         catches offsets that are not batch boundaries and never sends a corrupt batch
         first. The rest is sent unchecked: consumers verify every CRC.
         """
-        start = self._bases[0]
+        start = self.start_offset
         visible = self.visible_end if upto is None else min(upto, self._end)
         if not start <= offset <= self._end:
             raise OffsetOutOfRangeError(
@@ -533,7 +552,7 @@ class PartitionLog:
         batch starts there. Walks at most an index interval of batch headers."""
         if offset == self._end:
             return self.end_message
-        start = self._bases[0]
+        start = self.start_offset
         if not start <= offset < self._end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for partition {self.name}: the valid range is [{start}, {self._end}]",
@@ -550,7 +569,7 @@ class PartitionLog:
         end = self.end_message
         if message == end:
             return self._end, 0
-        start = self._segments[0].index.base_message
+        start = self.start_message
         if not start <= message < end:
             raise OffsetOutOfRangeError(
                 f"message offset {message} is out of range for partition {self.name}: "
@@ -571,8 +590,8 @@ class PartitionLog:
         """The start of the last batch beginning at or before ``offset`` (the log start
         if there is none); walks the headers of one segment."""
         offset = min(offset, self._end)
-        if offset <= self._bases[0]:
-            return self._bases[0]
+        if offset <= self.start_offset:
+            return self.start_offset
         seg = self._segments[bisect_right(self._bases, offset - 1) - 1]
         pos, last = 0, seg.base_offset
         limit = offset - seg.base_offset
@@ -590,7 +609,7 @@ class PartitionLog:
         """The offset and bytes of the log's last batch (None: the log is empty); what
         a mirror compares with its source's batch at that offset. Walks the headers of
         the segment that holds it."""
-        if self._end == self._bases[0]:
+        if self._end == self.start_offset:
             return None
         offset = self.batch_start_at_or_before(self._end - 1)
         return offset, self.read_bytes(offset, self._end - offset)
@@ -617,6 +636,7 @@ class PartitionLog:
             raise StorageError(self._failure) from exc
         self._bases = [offset]
         self._msg_bases = [self._segments[0].index.base_message]
+        self._forget_start()
         self.generation += 1
         self._dirty = []
         self._end = self._flushed_end = offset
@@ -636,10 +656,12 @@ class PartitionLog:
         if self._failure is not None:
             raise StorageError(self._failure)
         cut = self._end - offset
+        if self._start is not None and offset < self._start.offset:
+            self._forget_start()  # the leader does not have it: it tells the start again
         try:
             if offset <= self._bases[0]:
                 # The same first message at the log start; below it the count is unknown.
-                message = self.start_message if offset == self._bases[0] else offset
+                message = self._segments[0].index.base_message if offset == self._bases[0] else offset
                 for seg in self._segments:
                     seg.delete()
                 self._segments = [self._create_first(offset, message)]
@@ -677,7 +699,8 @@ class PartitionLog:
     def offset_for_time(self, ts_ms: int) -> int:
         """Offset of the last batch whose base timestamp is <= ``ts_ms``.
 
-        ``start_offset`` if every batch is later; ``visible_end`` if nothing is visible.
+        ``start_offset`` if every batch is later (or the last such batch lies below
+        it); ``visible_end`` if nothing is visible.
         The answer is the last such batch even when it is the last batch of the log:
         headers carry only a batch's first timestamp, so its later messages may still be
         at or after ``ts_ms``, and the client skips the earlier ones (see
@@ -696,9 +719,10 @@ class PartitionLog:
                     if first is not None and first <= ts_ms:
                         chosen = seg
                         break
+            start = self.start_offset
             if chosen is None:
-                return segments[0].base_offset
-            return self._walk_timestamps(chosen, ts_ms, visible)
+                return start
+            return max(self._walk_timestamps(chosen, ts_ms, visible), start)
         except (OSError, ValueError) as exc:  # ValueError: file closed by a shutdown
             raise StorageError(f"cannot search partition {self.name} by time: {exc}") from exc
 
@@ -770,10 +794,13 @@ class PartitionLog:
 
         Only whole segments from the start go, so ``start_offset`` moves forward and
         fetches below it get OffsetOutOfRangeError. The log keeps at least one segment;
-        an active segment past ``retention_ms`` is rolled first so that it can go.
+        an active segment past ``retention_ms`` is rolled first so that it can go. A log
+        whose ``cleanup_policy`` is ``compact`` is never deleted by retention.
         """
         cfg = self.config
         deleted: list[Path] = []
+        if cfg.cleanup_policy == "compact":
+            return deleted
         try:
             active = self._segments[-1]
             if active.size and now_ms - active.last_modified_ms > cfg.retention_ms:
@@ -799,7 +826,98 @@ class PartitionLog:
                 raise StorageError(f"retention on partition {self.name} failed: {exc}") from exc
         if deleted:
             self.producers.expire_before(self._bases[0])
+            self._check_start()
         return deleted
+
+    # -- deleting records up to a message (Kafka's DeleteRecords) ------------------------
+
+    def delete_records_before(self, message: int) -> LogStart:
+        """Start the log at message offset ``message``: every message below it is gone
+        for readers of either protocol, and the segments wholly below it are deleted.
+        The start is recorded durably first (:mod:`broker.storage.log_start`), so it
+        holds after a restart. A ``message`` at or below the start changes nothing.
+        Returns the log start. OffsetOutOfRangeError past :attr:`end_message`;
+        StorageError if the start cannot be recorded (then nothing changed)."""
+        if message > self.start_message:
+            offset, skip = self.batch_for_message(message)
+            self._move_start(LogStart(offset, message, message - skip), "records deleted before it")
+        return self._start or LogStart(self.start_offset, self.start_message, self.start_message)
+
+    def advance_start(self, offset: int, message: int) -> bool:
+        """A follower takes its leader's start (byte offset ``offset`` of the batch
+        holding message ``message``) when it is past its own and inside its log: the
+        same records are then gone on every replica. Returns whether it moved."""
+        if message <= self.start_message or not self.start_offset <= offset <= self._end:
+            return False
+        if message > self.end_message:
+            return False
+        batch_message = self.message_offset_at(offset)  # the same batches as the leader's
+        if not batch_message <= message:
+            return False
+        self._move_start(LogStart(offset, message, batch_message), "the leader's log starts there")
+        return True
+
+    def _move_start(self, start: LogStart, reason: str) -> None:
+        if self._failure is not None:
+            raise StorageError(self._failure)
+        try:
+            write_log_start(self.directory, start)
+        except OSError as exc:
+            what = f"cannot record the new start of partition {self.name}"
+            raise write_error(exc, what, self.directory.parent) from exc
+        self._start = start
+        self.generation += 1
+        log.info("%s: log now starts at message %d (byte %d): %s", self.name, start.message, start.offset, reason)
+        deleted = False
+        try:
+            while len(self._segments) > 1 and self._bases[1] <= start.offset:
+                self._delete_first(f"below the log start {start.message}")
+                deleted = True
+        except OSError as exc:  # the start holds; the next move or restart deletes them
+            log.error("%s: could not delete the segments below the log start: %s", self.name, exc)
+        if deleted:
+            self.producers.expire_before(self._bases[0])
+        self._check_start()
+
+    def _load_start(self) -> None:
+        """Take the recorded start if it names a batch of this log past its first
+        message; delete the segments wholly below it (a crash may have left them)."""
+        start = read_log_start(self.directory, self.name)
+        if start is None:
+            return
+        if not self._bases[0] <= start.offset <= self._end or not (
+            self._segments[0].index.base_message <= start.message <= self.end_message
+        ):
+            log.warning(
+                "%s: ignoring the recorded log start %s: the log holds bytes %d-%d, messages %d-%d",
+                self.name,
+                start,
+                self._bases[0],
+                self._end,
+                self._segments[0].index.base_message,
+                self.end_message,
+            )
+            remove_log_start(self.directory)
+            return
+        self._start = start
+        try:
+            while len(self._segments) > 1 and self._bases[1] <= start.offset:
+                self._delete_first(f"below the log start {start.message}")
+        except OSError as exc:
+            log.error("%s: could not delete the segments below the log start: %s", self.name, exc)
+        self._check_start()
+
+    def _check_start(self) -> None:
+        """Forget a recorded start that the first segment reached (retention deleted
+        up to it or past it)."""
+        start = self._start
+        if start is not None and start.message <= self._segments[0].index.base_message:
+            self._forget_start()
+
+    def _forget_start(self) -> None:
+        if self._start is not None:
+            self._start = None
+            remove_log_start(self.directory)
 
     def _delete_first(self, reason: str) -> Path:
         # The next segment's index header becomes the only record of how many messages

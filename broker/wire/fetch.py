@@ -87,7 +87,9 @@ class FetchAnswerPart(NamedTuple):
 
 
 class ReplicaFetchAnswerPart(NamedTuple):
-    """The answer for one follower part: a consumer's seven fields plus ``log_end``."""
+    """The answer for one follower part: a consumer's seven fields plus ``log_end``, and
+    ``start_message`` and ``start_batch_message`` when the leader's log starts inside a
+    segment."""
 
     topic: Any
     """The part's topic, echoed."""
@@ -105,6 +107,14 @@ class ReplicaFetchAnswerPart(NamedTuple):
     """How many log bytes of the payload belong to this part."""
     log_end: int | None
     """The leader's log end (nil when the leader hosts no such partition)."""
+    start_message: int | None = None
+    """The message offset of the leader's first kept message when records were deleted
+    up to it (Kafka's DeleteRecords: ``start`` is then the batch holding it), so the
+    follower hides the same records; absent (an 8-field part) otherwise, which is what
+    brokers before it send and read."""
+    start_batch_message: int | None = None
+    """With ``start_message``: the message offset of the first message of the batch at
+    ``start``, where a follower that restarts its log empty at ``start`` counts from."""
 
 
 AnyFetchAnswerPart = FetchAnswerPart | ReplicaFetchAnswerPart
@@ -151,22 +161,23 @@ def encode_fetch_request(
 
 
 def encode_fetch_answer(parts: Sequence[AnyFetchAnswerPart]) -> dict[str, Any]:
-    """The header fields of a fetch answer (NamedTuples pack as msgpack arrays)."""
-    return {"parts": parts}
+    """The header fields of a fetch answer (NamedTuples pack as msgpack arrays; a
+    follower's part without ``start_message`` as its first 8 fields)."""
+    return {"parts": [p[:8] if type(p) is ReplicaFetchAnswerPart and p.start_message is None else p for p in parts]}
 
 
 def parse_fetch_answer(header: dict[str, Any], replica: bool = False) -> list[Any]:
     """The parts of a fetch answer (:class:`ReplicaFetchAnswerPart` when ``replica``);
     ProtocolError if the broker sent something else."""
     raw = as_list(header_of(header, ANSWER).get("parts", []), "fetch answer 'parts'", ANSWER)
-    size = 8 if replica else 7
-    make = ReplicaFetchAnswerPart._make if replica else FetchAnswerPart._make
+    sizes = (8, 10) if replica else (7,)
+    make = ReplicaFetchAnswerPart if replica else FetchAnswerPart
     out = []
     for part in raw:
-        if type(part) is not list or len(part) != size:
-            raise ANSWER(f"a fetch answer part must have {size} fields, got {shown(part)}")
+        if type(part) is not list or len(part) not in sizes:
+            raise ANSWER(f"a fetch answer part must have {' or '.join(map(str, sizes))} fields, got {shown(part)}")
         _check_answer_part(part)
-        out.append(make(part))
+        out.append(make(*part))
     return out
 
 
@@ -175,7 +186,8 @@ def _check_answer_part(part: list[Any]) -> None:
     as_int(err, "fetch answer 'err'", ANSWER)
     if message is not None and type(message) is not str:
         raise ANSWER(f"fetch answer 'msg' must be a string or nil, got {shown(message)}")
-    for name, value in (("start", start), ("visible_end", end), *((("log_end", part[7]),) if len(part) == 8 else ())):
+    extra = tuple(zip(("log_end", "start_message", "start_batch_message"), part[7:], strict=False))
+    for name, value in (("start", start), ("visible_end", end), *extra):
         if value is not None and type(value) is not int:
             raise ANSWER(f"fetch answer '{name}' must be an integer or nil, got {shown(value)}")
     if type(nbytes) is not int or nbytes < 0:

@@ -19,12 +19,15 @@ and starts passing, and so failing, the day the api is served.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.client import Admin, SimpleConsumer
+from broker.common.errors import OffsetOutOfRangeError
 from tests.support.brokers import KAFKA_LISTENER, Cluster, KafkaCluster
 from tests.support.kafka_java import JavaDriver, NotServed, unavailable_reason
 from tests.support.waiting import wait_until
@@ -38,6 +41,7 @@ KAFKA_TOPICS = TOOLS + "TopicCommand"
 KAFKA_CONSUMER_GROUPS = TOOLS + "consumer.group.ConsumerGroupCommand"
 KAFKA_CONFIGS = TOOLS + "ConfigCommand"
 KAFKA_GET_OFFSETS = TOOLS + "GetOffsetShell"
+KAFKA_DELETE_RECORDS = TOOLS + "DeleteRecordsCommand"
 KAFKA_CONSOLE_PRODUCER = TOOLS + "ConsoleProducer"
 KAFKA_CONSOLE_CONSUMER = TOOLS + "consumer.ConsoleConsumer"
 BOOTSTRAP = ("--bootstrap-server", "{bootstrap}")  # the driver puts the listener's address in
@@ -231,7 +235,7 @@ def test_kafka_topics_creates_lists_describes_and_deletes(
 def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    topic, refused = unique_name("jtc"), unique_name("jtc-compact")
+    topic, compacted, refused = unique_name("jtc"), unique_name("jtc-compact"), unique_name("jtc-refused")
     created = java.tool(
         KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", topic, "--partitions", "2",
         "--config", "retention.ms=3600000", "--config", "compression.type=lz4",
@@ -239,12 +243,18 @@ def test_kafka_topics_create_with_configs_sets_logferrys_topic_settings(
     assert created["exit"] == 0, created
     with Admin(brokers=module_kafka_cluster.native) as admin:
         assert admin.topic_config(topic) == {"retention_ms": 3_600_000, "compression": "lz4"}
-        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        # compact: never deleted by retention (what Kafka Connect asks of its state topics)
         compact = java.tool(
-            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "cleanup.policy=compact"
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", compacted, "--config", "cleanup.policy=compact"
         )
-        assert compact["exit"] != 0
-        assert "'cleanup.policy' cannot be set on logferry" in compact["stdout"], compact
+        assert compact["exit"] == 0, compact
+        assert admin.topic_config(compacted) == {"cleanup_policy": "compact"}
+        # A config logferry has no setting for: the topic is not created, and the tool says why.
+        unknown = java.tool(
+            KAFKA_TOPICS, *BOOTSTRAP, "--create", "--topic", refused, "--config", "max.message.bytes=2000"
+        )
+        assert unknown["exit"] != 0
+        assert "'max.message.bytes' cannot be set on logferry" in unknown["stdout"], unknown
         assert refused not in admin.list_topics()
 
 
@@ -379,43 +389,101 @@ def test_admin_incremental_alter_configs_and_kafka_configs_alter(
 
     # What logferry has no setting for is refused, and nothing of that request changes.
     refused = java.call(
-        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "cleanup.policy": "compact"}
+        "incremental_alter_configs", type="topic", name=topic, set={"retention.ms": "1000", "max.message.bytes": "2000"}
     )
     assert refused["error"] == "org.apache.kafka.common.errors.InvalidConfigurationException", refused
-    assert "cleanup.policy" in refused["message"]
+    assert "max.message.bytes" in refused["message"]
     assert java.ok("describe_configs", type="topic", name=topic)["configs"]["retention.ms"]["value"] == "7200000"
 
 
-@not_served("DeleteRecords (21) is not served")
-def test_admin_delete_records(
-    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+def test_admin_delete_records_and_kafka_delete_records(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
+    cluster = module_kafka_cluster
     topic = unique_name("jxr")
-    module_kafka_cluster.create_topic(topic, 1)
-    acked = java.ok("produce", topic=topic, partitions=1, count=N)["offsets"]["0"]
-    answer = java.ok("delete_records", topic=topic, before={"0": acked[N // 2]})
-    assert answer["low_watermarks"] == {"0": acked[N // 2]}
-    assert native_ends(module_kafka_cluster, topic, 1) != {0: 0}
+    cluster.create_topic(topic, 1)
+    # two producers: a batch boundary at N // 2, so the log start is past the first byte
+    acked = java.ok("produce", topic=topic, partitions=1, count=N // 2)["offsets"]["0"]
+    acked += java.ok("produce", topic=topic, partitions=1, start=N // 2, count=N - N // 2)["offsets"]["0"]
+    assert acked == list(range(N))
+    # acked is not yet visible (flushed): past the high watermark DeleteRecords refuses
+    wait_until(lambda: latest(java, topic, 1) == {0: N}, 20, f"{topic} visible to its end")
+    half = N // 2 + 1  # the producer's batches are several records: most likely inside one
+    answer = java.ok("delete_records", topic=topic, before={"0": half})
+    assert answer["low_watermarks"] == {"0": half}
+    earliest = java.ok("list_offsets", topic=topic, partitions=[0], spec="earliest")["offsets"]
+    assert earliest == {"0": half}
+    read = java.ok("consume_group", topic=topic, group=unique_name("jxrg"), count=N - half)["records"]
+    assert [r[1] for r in read] == list(range(half, N))  # sent N, deleted half: the rest, in order
+    with SimpleConsumer(brokers=cluster.native) as consumer:  # one log start for both protocols
+        native = consumer.offsets(topic, 0)
+        assert 0 < native.start < native.end
+        with pytest.raises(OffsetOutOfRangeError):
+            consumer.fetch(topic, 0, 0)
+        first = consumer.fetch(topic, 0, native.start).batches[0]
+        kept = _native_messages(consumer, topic, native.start, native.end)
+        assert N - half <= kept < N - half + len(first.values)  # the first batch is served whole
+
+    # kafka-delete-records, to the high watermark (-1): nothing left to read
+    spec = tmp_path / "delete.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": -1}]}))
+    deleted = java.tool(KAFKA_DELETE_RECORDS, *BOOTSTRAP, "--offset-json-file", str(spec))
+    assert deleted["exit"] == 0, deleted
+    assert f"partition: {topic}-0\tlow_watermark: {N}" in deleted["stdout"], deleted
+    assert java.ok("list_offsets", topic=topic, partitions=[0], spec="earliest")["offsets"] == {"0": N}
+    assert latest(java, topic, 1) == {0: N}
+
+    past = java.call("delete_records", topic=topic, before={"0": N + 1})
+    assert past["error"] == "org.apache.kafka.common.errors.OffsetOutOfRangeException", past
 
 
-@not_served("DeleteGroups (42) is not served")
-def test_admin_delete_consumer_groups(
+def _native_messages(consumer: SimpleConsumer, topic: str, start: int, end: int) -> int:
+    """Messages logferry's own client reads from byte offset ``start`` to ``end``."""
+    count, offset = 0, start
+    for _ in range(1000):
+        if offset >= end:
+            break
+        result = consumer.fetch(topic, 0, offset)
+        count += sum(len(b.values) for b in result.batches)
+        offset = result.next_offset
+    return count
+
+
+def test_admin_delete_consumer_groups_and_kafka_consumer_groups_delete(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    topic, group = unique_name("jxg"), unique_name("jxgg")
+    topic, group, other = unique_name("jxg"), unique_name("jxgg"), unique_name("jxgt")
     _group_with_commits(java, module_kafka_cluster, topic, group)
+    java.ok("alter_group_offsets", group=other, topic=topic, offsets={"0": 5})
     java.ok("delete_groups", groups=[group])
-    assert group not in {g["group"] for g in java.ok("list_groups")["groups"]}
+    listed = {g["group"] for g in java.ok("list_groups")["groups"]}
+    assert group not in listed and other in listed
+    assert committed(java, group, topic) == {}
+    unknown = java.call("delete_groups", groups=[group])
+    assert unknown["error"] == "org.apache.kafka.common.errors.GroupIdNotFoundException", unknown
+
+    deleted = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--delete", "--group", other)
+    assert deleted["exit"] == 0, deleted
+    assert f"Deletion of requested consumer groups ('{other}') was successful." in deleted["stdout"], deleted
+    assert other not in {g["group"] for g in java.ok("list_groups")["groups"]}
 
 
-@not_served("OffsetDelete (47) is not served")
-def test_admin_delete_consumer_group_offsets(
+def test_admin_delete_consumer_group_offsets_and_kafka_consumer_groups_delete_offsets(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
     topic, group = unique_name("jxo"), unique_name("jxog")
     _group_with_commits(java, module_kafka_cluster, topic, group)
+    java.ok("alter_group_offsets", group=group, topic=topic, offsets={"0": 7, "1": 9})
     java.ok("delete_group_offsets", group=group, topic=topic, partitions=[0])
-    assert committed(java, group, topic) == {1: 0}
+    assert committed(java, group, topic) == {1: 9}
+    shown = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--delete-offsets", "--group", group, "--topic", f"{topic}:1")
+    assert shown["exit"] == 0, shown
+    first, rest = shown["stdout"].split("\n", 1)
+    assert first == f"Request succeeded for deleting offsets from group {group}.", shown
+    assert [(r["TOPIC"], r["PARTITION"], r["STATUS"]) for r in table(rest)] == [(topic, "1", "Successful")], shown
+    assert committed(java, group, topic) == {}
+    unknown = java.call("delete_group_offsets", group=unique_name("nogroup"), topic=topic, partitions=[0])
+    assert unknown["error"] == "org.apache.kafka.common.errors.GroupIdNotFoundException", unknown
 
 
 def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
@@ -455,10 +523,19 @@ def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
         )  # fmt: skip
         assert "can only be reset if the group" in reset["stdout"] + reset["stderr"], reset
         assert committed(java, group, topic) == latest(java, topic, 2)
+
+        # Nor may a live group, or its offsets of a topic a member subscribes to, be deleted.
+        refused = java.call("delete_groups", groups=[group])
+        assert refused["error"] == "org.apache.kafka.common.errors.GroupNotEmptyException", refused
+        refused = java.call("delete_group_offsets", group=group, topic=topic, partitions=[0])
+        assert refused["error"] == "org.apache.kafka.common.errors.GroupSubscribedToTopicException", refused
+        assert committed(java, group, topic) == latest(java, topic, 2)
     finally:
         consumed = java.ok("stop_consumer", name=member)["records"]
     assert consumed == N
     assert java.ok("describe_groups", groups=[group])["groups"][group]["state"] == "Empty"
+    java.ok("delete_groups", groups=[group])  # once it is empty
+    assert committed(java, group, topic) == {}
 
 
 @not_served("ConsumerGroupHeartbeat (68), the consumer protocol of KIP-848, is not served: only the classic one")

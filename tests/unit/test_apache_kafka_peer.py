@@ -28,6 +28,15 @@ def test_the_version_is_the_poms() -> None:
     assert apache_kafka.jar_dir().name == f"apache-kafka-{apache_kafka.KAFKA_VERSION}"
 
 
+def test_mirrormaker2s_version_is_its_poms() -> None:
+    """MirrorMaker 2's jars are a folder of their own, in the version of their own pom."""
+    pom = (kafka_jars.POM.parent / "mirrormaker2" / "pom.xml").read_text()
+    match = re.search(r"<kafka.version>(.+)</kafka.version>", pom)
+    assert match is not None
+    assert match[1] == kafka_jars.MIRRORMAKER2_VERSION
+    assert kafka_jars.jar_dir(kafka_jars.MIRRORMAKER2).name == f"apache-kafka-mirrormaker2-{match[1]}"
+
+
 def test_the_node_is_kraft_combined_on_loopback_only(tmp_path: Path) -> None:
     text = apache_kafka.server_properties(9092, 9093, tmp_path / "data")
     props = dict(line.split("=", 1) for line in text.splitlines())

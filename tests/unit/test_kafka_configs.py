@@ -56,7 +56,7 @@ def test_a_topics_own_settings_win_over_the_brokers() -> None:
     assert (entries["retention.ms"].value, entries["retention.ms"].source) == ("3600000", STATIC_BROKER_CONFIG)
     assert (entries["min.insync.replicas"].value, entries["min.insync.replicas"].source) == ("2", STATIC_BROKER_CONFIG)
     assert (entries["retention.bytes"].value, entries["retention.bytes"].source) == ("-1", DEFAULT_CONFIG)
-    assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].read_only
+    assert entries["cleanup.policy"].value == "delete" and not entries["cleanup.policy"].read_only
     assert not entries["retention.ms"].read_only  # `logferry topic alter` changes it
     assert entries["flush.ms"].read_only  # broker-wide here
 
@@ -199,13 +199,13 @@ def test_incremental_alter_configs_refuses_what_logferry_has_no_setting_for() ->
         configs,
         1,
         [
-            (2, "logs", [("retention.ms", 0, "1000"), ("cleanup.policy", 0, "compact")]),  # read-only here
+            (2, "logs", [("retention.ms", 0, "1000"), ("max.message.bytes", 0, "2000")]),  # read-only here
             (2, "logs", [("retention.ms", 2, "1000")]),  # APPEND: no list settings
             (4, "3", [("log.retention.ms", 0, "1000")]),  # broker settings are static
         ],
     )
     compact, append, broker = answer.responses
-    assert compact.error_code == ErrorCode.invalid_config and "cleanup.policy" in compact.error_message
+    assert compact.error_code == ErrorCode.invalid_config and "max.message.bytes" in compact.error_message
     assert append.error_code == ErrorCode.invalid_config
     assert broker.error_code == ErrorCode.invalid_request
     assert done == []  # nothing of a refused resource changes
@@ -228,10 +228,9 @@ def test_incremental_alter_configs_validate_only_checks_and_changes_nothing() ->
 
 
 def test_a_new_topics_kafka_configs_become_logferry_settings() -> None:
-    assert logferry_topic_config(CONFIG, [("retention.ms", "60000"), ("compression.type", "lz4")]) == {
-        "retention_ms": "60000",
-        "compression": "lz4",
-    }
-    for name in ("cleanup.policy", "max.message.bytes", "no.such.config"):
+    assert logferry_topic_config(
+        CONFIG, [("retention.ms", "60000"), ("compression.type", "lz4"), ("cleanup.policy", "compact")]
+    ) == {"retention_ms": "60000", "compression": "lz4", "cleanup_policy": "compact"}
+    for name in ("max.message.bytes", "no.such.config"):
         with pytest.raises(InvalidTopicConfigError, match=name):
             logferry_topic_config(CONFIG, [(name, "x")])

@@ -18,7 +18,7 @@ from broker.replication.services import ReplicationServices
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
 from broker.wire import records
-from broker.wire.fetch import ReplicaFetchAnswerPart
+from broker.wire.fetch import ReplicaFetchAnswerPart, encode_fetch_answer, parse_fetch_answer
 
 EPOCH = 4
 
@@ -112,3 +112,43 @@ def test_other_errors_retry_after_a_pause(tmp_path):
     applier, replica, _, _ = _follower(tmp_path)
     applier.on_fetched(replica, EPOCH, 0, _answer(code=UnknownError.code, message="boom"), memoryview(b""))
     assert replica.retry_at > 0 and replica.plog.end_offset == 0
+
+
+def test_a_leaders_start_inside_a_segment_moves_the_followers_start(tmp_path):
+    """Records deleted up to a message on the leader (Kafka's DeleteRecords): its
+    answers carry the start's message offset and the follower hides the same records."""
+    applier, replica, _, _ = _follower(tmp_path)
+    data = _batch(b"a") + _batch(b"b") + _batch(b"c")
+    second = len(_batch(b"a"))
+    answer = _answer(start=second, hw=len(data), data=data, leo=len(data))._replace(
+        start_message=4, start_batch_message=3
+    )
+    applier.on_fetched(replica, EPOCH, 0, answer, memoryview(data))
+    assert (replica.plog.start_offset, replica.plog.start_message) == (second, 4)
+    empty = _answer(start=second, hw=len(data), leo=len(data))._replace(start_message=2, start_batch_message=0)
+    applier.on_fetched(replica, EPOCH, len(data), empty, memoryview(b""))
+    assert replica.plog.start_message == 4  # behind its own start: kept
+
+
+def test_a_leader_whose_moved_start_is_past_ours_restarts_the_log_at_its_batch_then_its_message(tmp_path):
+    """The follower counts from the leader's start batch's first message (320), and
+    takes the start inside that batch (322) once the batch is appended."""
+    applier, replica, _, _ = _follower(tmp_path)
+    moved = {"start_message": 322, "start_batch_message": 320}
+    answer = _answer(code=OffsetOutOfRangeError.code, start=5000, leo=9000)._replace(**moved)
+    applier.on_fetched(replica, EPOCH, 0, answer, memoryview(b""))
+    plog = replica.plog
+    assert (plog.start_offset, plog.start_message, plog.end_message) == (5000, 320, 320)
+    data = _batch(b"a")
+    fetched = _answer(start=5000, hw=5000 + len(data), data=data, leo=5000 + len(data))._replace(**moved)
+    applier.on_fetched(replica, EPOCH, 5000, fetched, memoryview(data))
+    assert (plog.start_offset, plog.start_message, plog.end_message) == (5000, 322, 323)
+    assert plog.batch_for_message(322) == (5000, 2)
+
+
+def test_a_replica_answer_part_without_a_moved_start_keeps_the_eight_fields_older_brokers_read():
+    plain = ReplicaFetchAnswerPart("t", 0, 0, None, 0, 10, 0, 12)
+    moved = plain._replace(start_message=7, start_batch_message=5)
+    encoded = encode_fetch_answer([plain, moved])["parts"]
+    assert [len(p) for p in encoded] == [8, 10]
+    assert parse_fetch_answer({"parts": [list(p) for p in encoded]}, replica=True) == [plain, moved]

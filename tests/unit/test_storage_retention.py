@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def batch(i: int) -> bytes:
     return records.encode_batch([b"%d-" % i + b"x" * 40], None, 1000 + i)
 
 
-def filled_log(tmp_path: Path, count: int = 12, **config: int) -> PartitionLog:
+def filled_log(tmp_path: Path, count: int = 12, **config: Any) -> PartitionLog:
     config.setdefault("segment_bytes", 200)
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(**config), recover=False)
     for i in range(count):
@@ -86,6 +87,18 @@ def test_retention_never_leaves_the_log_without_a_segment(tmp_path: Path) -> Non
     plog = filled_log(tmp_path, retention_bytes=0)
     plog.enforce_retention(now_ms())
     assert len(plog.segments) == 1 and plog.segments[0].size > 0  # the active one stays
+    plog.close()
+
+
+def test_a_compact_log_is_never_deleted_by_retention(tmp_path: Path) -> None:
+    """cleanup_policy "compact" (Kafka's cleanup.policy): logferry never compacts, so
+    such a log keeps every record, past both retention limits."""
+    plog = filled_log(tmp_path, retention_ms=HOUR, retention_bytes=0, cleanup_policy="compact")
+    segments = plog.segments
+    for seg in segments:
+        age(seg.path, 2)
+    assert plog.enforce_retention(now_ms()) == []
+    assert plog.segments == segments and plog.start_offset == 0
     plog.close()
 
 

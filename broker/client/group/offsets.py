@@ -14,7 +14,8 @@ messages, so a clean handover in the middle of a batch repeats nothing, while th
 broker only ever sees batch boundaries. ``time`` (ms since the epoch) is when the
 position was committed; ``logferry group describe`` shows it.
 
-This module only names paths and reads or writes znodes: who may write what and when
+This module only names paths and reads or writes znodes (deleting a group is
+:func:`broker.coordination.group_nodes.delete_group`, shared with the Kafka listener): who may write what and when
 is the coordinator's business (:mod:`broker.client.group.rebalance`), and the command line
 (:mod:`broker.cli.group_cmd`) reads the same znodes through the same functions.
 """
@@ -27,16 +28,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeGuard
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.exceptions import NoNodeError
 
 from broker.coordination import zk
+from broker.coordination.group_nodes import delete_group, group_path
 
 TopicPartition = tuple[str, int]
-
-
-def group_path(group: str) -> str:
-    """Root of everything a group keeps in ZooKeeper."""
-    return f"{zk.CONSUMERS}/{group}"
 
 
 def ids_path(group: str) -> str:
@@ -232,23 +229,6 @@ def write_offsets(client: KazooClient, group: str, positions: Mapping[TopicParti
             result.get()
         except NoNodeError:
             client.create(path, committed.encode(), makepath=True)
-
-
-def delete_group(client: KazooClient, group: str) -> bool:
-    """Remove every znode of a group; False when it did not exist.
-
-    Retries when a member registers or commits while the tree is being removed.
-    """
-    for _ in range(10):
-        try:
-            client.delete(group_path(group), recursive=True)
-            return True
-        except NoNodeError:
-            return False
-        except NotEmptyError:
-            continue
-    client.delete(group_path(group), recursive=True)
-    return True
 
 
 __all__ = [

@@ -16,7 +16,8 @@ Kafka name               logferry setting        source when not the topic's own
 ``segment.ms``           ``segment_ms``          ``log.roll.ms``
 ``min.insync.replicas``  ``min_insync_replicas`` ``min.insync.replicas`` (``[broker]``)
 ``compression.type``     ``compression``         ``producer`` (Kafka's name and default)
-``cleanup.policy``       —                       ``delete``: logferry never compacts
+``cleanup.policy``       ``cleanup_policy``      ``delete``; ``compact``: never deleted by
+                                                 retention (logferry never compacts)
 ``max.message.bytes``    —                       ``max_message_bytes`` (``[broker]``)
 ``flush.messages``/``ms`` —                      ``[log] flush_messages``/``flush_ms``
 =======================  ======================  =====================================
@@ -106,10 +107,11 @@ def _topic_table(config: BrokerConfig) -> list[tuple[str, str | None, str | None
     return [
         (
             "cleanup.policy",
-            None,
+            "cleanup_policy",
             None,
             LIST,
-            "delete: whole segments past retention go; logferry never compacts",
+            "delete: whole segments past retention go; compact: never deleted by retention "
+            "(logferry never compacts: every record is kept)",
             "delete",
             "delete",
         ),

@@ -46,11 +46,14 @@ class Api(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -70,12 +73,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
+    Api.DELETE_RECORDS: (0, 2),
     Api.INIT_PRODUCER_ID: (0, 4),
     Api.SASL_HANDSHAKE: (0, 1),
     Api.SASL_AUTHENTICATE: (0, 2),
     Api.DESCRIBE_CONFIGS: (1, 4),
     Api.CREATE_PARTITIONS: (0, 3),
     Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    Api.DELETE_GROUPS: (0, 2),
+    Api.OFFSET_DELETE: (0, 0),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up

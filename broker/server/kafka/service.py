@@ -44,7 +44,9 @@ from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
 from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
+from broker.server.kafka.delete_records import KafkaDeleteRecords
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
+from broker.server.kafka.group_deletion import KafkaGroupDeletion
 from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.offsets import Positions
 from broker.server.kafka.partitions import KafkaPartitions
@@ -133,8 +135,11 @@ class KafkaService:
         self.positions = Positions()
         """Batch starts recently served or appended, in message and byte offsets: where
         Kafka consumers fetch next and the high watermark, found without reading the log."""
+        deleting = KafkaDeleteRecords(router.leader_log, self.positions, admin.authorizer)
+        self._handlers[Api.DELETE_RECORDS] = deleting.delete_records
         if groups is not None:
             self._handlers.update(groups.handlers())
+            self._handlers.update(KafkaGroupDeletion(groups).handlers())
 
     async def handle(self, request: Request, channel: _Channel) -> bytes | list[Buffer] | None:
         """The response frame for ``request`` (None: no response, acks=0); a fetch's
@@ -597,6 +602,7 @@ class KafkaService:
                     else:
                         batch, index, at = await loop.run_in_executor(None, _offset_for_time, plog, ts)
                         found = -1 if batch < 0 else self.positions.message_at(plog, batch) + index
+                        found = found if found < 0 else max(found, plog.start_message)
                     parts.append(
                         make(
                             part_cls,

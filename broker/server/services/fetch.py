@@ -25,6 +25,7 @@ from broker.server.security.authorizer import ALLOW_ALL, Authorizer
 from broker.server.services.results import FetchReply, FetchResult
 from broker.server.services.routing import PartitionRouter
 from broker.storage.log_manager import LogManager
+from broker.storage.partition_log import PartitionLog
 from broker.wire.fetch import (
     FetchAnswerPart,
     FetchPart,
@@ -188,7 +189,15 @@ class FetchService:
                     piece = plog.read_slice(offset, max(max_bytes, 1), upto=plog.end_offset)
                     results.append(
                         ReplicaFetchAnswerPart(
-                            topic, partition, 0, None, plog.start_offset, plog.visible_end, piece.count, plog.end_offset
+                            topic,
+                            partition,
+                            0,
+                            None,
+                            plog.start_offset,
+                            plog.visible_end,
+                            piece.count,
+                            plog.end_offset,
+                            *_moved(plog),
                         )
                     )
                     slices.append(piece)
@@ -205,6 +214,7 @@ class FetchService:
                             getattr(exc, "end", None),
                             0,
                             plog.end_offset if plog is not None else None,
+                            *_moved(plog),
                         )
                     )
                     slices.append(None)
@@ -252,6 +262,13 @@ class _LongPoll:
         except Exception:  # the task reads again and answers (or fails) as always
             log.exception("answering a long poll on wake-up failed")
         self.future.set_result(None)
+
+
+def _moved(plog: PartitionLog | None) -> tuple[int, int] | tuple[()]:
+    """A replica answer's last two fields when the leader's log start was moved inside a
+    segment (records deleted up to a message): its message, and its batch's first."""
+    start = None if plog is None else plog.moved_start
+    return () if start is None else (start.message, start.batch_message)
 
 
 def _time_up(waiter: asyncio.Future[None]) -> None:
