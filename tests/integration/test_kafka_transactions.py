@@ -1,0 +1,224 @@
+"""Kafka transactions on the Kafka listener (docs/kafka.md, "Transactions"; issue 35),
+with confluent-kafka's transactional producer and read_committed / read_uncommitted
+consumers against real brokers and a real ZooKeeper.
+
+Committed transactions are read by read_committed consumers, aborted ones are not
+(read_uncommitted sees both): counted. ``send_offsets_to_transaction`` makes a group's
+offsets visible on commit only. Two producers with one transactional.id: the older
+is fenced. A transaction left open past its timeout is aborted by the coordinator.
+The coordinator's state survives a kill -9 of its broker (3 brokers)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The broker the module's tests share speaks Kafka too."""
+    return {"kafka": KAFKA_LISTENER}
+
+
+_readers = itertools.count()
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
+    producer.init_transactions(20)
+    return producer
+
+
+def read_all(
+    bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, timeout: float = 20
+) -> list[bytes]:
+    """Every value of ``topic`` (``assign`` from the start), read with ``isolation``
+    until ``expect`` values came and a further 0.5 s brought none, or ``timeout``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{next(_readers)}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is None or msg.error() is not None:
+                if len(values) >= expect:
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > 0.5:
+                        break
+                continue
+            quiet_since = None
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_commit_and_abort_read_committed_and_uncommitted(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("txn")
+    cluster.create_topic(topic, 2)
+    producer = txn_producer(cluster.bootstrap, unique_name("tid"))
+    sent = {"committed": 0, "aborted": 0}
+    for round_ in range(3):
+        for outcome in ("committed", "aborted"):
+            producer.begin_transaction()
+            for i in range(50):
+                producer.produce(topic, value=f"{outcome}-{round_}-{i}".encode(), partition=i % 2)
+            if outcome == "committed":
+                producer.commit_transaction(20)
+            else:
+                producer.flush(20)  # the data is in the log before the abort
+                producer.abort_transaction(20)
+            sent[outcome] += 50
+    committed = read_all(cluster.bootstrap, topic, 2, "read_committed", sent["committed"])
+    everything = read_all(cluster.bootstrap, topic, 2, "read_uncommitted", 300)
+    print(f"sent {sent}; read_committed read {len(committed)}, read_uncommitted {len(everything)}")
+    assert sorted(committed) == sorted(f"committed-{r}-{i}".encode() for r in range(3) for i in range(50))
+    assert len(everything) == 300 and len(set(everything)) == 300
+
+
+def test_open_transaction_holds_back_read_committed(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Data after an open transaction's first batch waits for its end (the last stable
+    offset), even another producer's committed data; a plain producer's too."""
+    cluster = module_kafka_cluster
+    topic = unique_name("lso")
+    cluster.create_topic(topic, 1)
+    open_one = txn_producer(cluster.bootstrap, unique_name("open"))
+    open_one.begin_transaction()
+    open_one.produce(topic, value=b"open-0", partition=0)
+    open_one.flush(20)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(10):
+        plain.produce(topic, value=b"plain-%d" % i, partition=0)
+    assert plain.flush(20) == 0
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 0, timeout=3) == []
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 11)) == 11
+    open_one.commit_transaction(20)
+    after = read_all(cluster.bootstrap, topic, 1, "read_committed", 11)
+    assert sorted(after) == sorted([b"open-0", *(b"plain-%d" % i for i in range(10))])
+
+
+def test_send_offsets_to_transaction_visible_on_commit_only(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    source, sink, group = unique_name("src"), unique_name("sink"), unique_name("g")
+    cluster.create_topic(source, 1)
+    cluster.create_topic(sink, 1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(20):
+        plain.produce(source, value=b"%d" % i, partition=0)
+    assert plain.flush(20) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(source, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 20 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) == 20
+    producer = txn_producer(cluster.bootstrap, unique_name("rpw"))
+
+    def committed() -> int:
+        return consumer.committed([TopicPartition(source, 0)], timeout=10)[0].offset
+
+    # aborted: the group's offset stays where it was (none)
+    producer.begin_transaction()
+    for msg in got[:10]:
+        producer.produce(sink, value=msg.value(), partition=0)
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 10)], consumer.consumer_group_metadata(), 20)
+    assert committed() < 0  # not visible while the transaction is open
+    producer.abort_transaction(20)
+    assert committed() < 0
+    # committed: the offset and the output together
+    producer.begin_transaction()
+    for msg in got:
+        producer.produce(sink, value=msg.value(), partition=0)
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 20)], consumer.consumer_group_metadata(), 20)
+    producer.commit_transaction(20)
+    assert committed() == 20
+    consumer.close()
+    out = read_all(cluster.bootstrap, sink, 1, "read_committed", 20)
+    assert sorted(out) == sorted(b"%d" % i for i in range(20))
+
+
+def test_second_producer_fences_the_first(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, txn_id = unique_name("fence"), unique_name("tid")
+    cluster.create_topic(topic, 1)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie", partition=0)
+    old.flush(20)
+    new = txn_producer(cluster.bootstrap, txn_id)  # aborts old's open transaction, bumps the epoch
+    new.begin_transaction()
+    new.produce(topic, value=b"new", partition=0)
+    new.commit_transaction(20)
+    with pytest.raises(KafkaException) as caught:
+        old.produce(topic, value=b"zombie-2", partition=0)
+        old.commit_transaction(20)
+    error = caught.value.args[0]
+    print("the old producer got", error)
+    assert error.fatal() and error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"new"]
+
+
+def test_transaction_past_its_timeout_is_aborted(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("timeout")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, unique_name("slow"), **{"transaction.timeout.ms": 1500})
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"late-%d" % i, partition=0)
+    producer.flush(20)
+    time.sleep(3.5)  # the timeout itself is the scenario: 1.5 s, checked every second
+    with pytest.raises(KafkaException) as caught:
+        producer.commit_transaction(20)
+    print("commit after the timeout:", caught.value.args[0])
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    assert plain.flush(20) == 0
+    # the abort marker ended the transaction: what follows it is readable, its data never
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"after"]
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 6)) == 6
