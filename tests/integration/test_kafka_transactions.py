@@ -11,13 +11,17 @@ The coordinator's state survives a kill -9 of its broker (3 brokers)."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kazoo.client import KazooClient
 
+from broker.coordination.transactions import state_path
+from broker.server.kafka.groups import coordinator_for
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
@@ -222,3 +226,58 @@ def test_transaction_past_its_timeout_is_aborted(
     # the abort marker ended the transaction: what follows it is readable, its data never
     assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"after"]
     assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 6)) == 6
+
+
+def stored_state(zk_connect: str, txn_id: str) -> dict[str, Any]:
+    """The coordinator's state of ``txn_id`` as ZooKeeper holds it."""
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=10)
+    try:
+        raw, _ = client.get(state_path(txn_id))
+        value: dict[str, Any] = json.loads(raw)
+        return value
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -> None:
+    """3 brokers, a topic of 3 partitions (replicated on all three, so its leaders are
+    spread and markers go to other brokers too). A transaction is left open, the
+    coordinator of its id killed with -9: the new coordinator reads the id's state from
+    ZooKeeper, so a new producer of the id fences the old one, its open transaction is
+    aborted (markers into all 3 partitions) and its own commit is read exactly."""
+    cluster = kafka_cluster(
+        3, default_replication_factor=3, min_insync_replicas=2, replica_lag_time_max_ms=1500, zk_session_timeout_s=3.0
+    )
+    topic = "moving-txn"
+    cluster.create_topic(topic, 3, rf=3)
+    coordinator = 1
+    txn_id = next(f"t{i}" for i in range(1000) if coordinator_for(f"t{i}", [1, 2, 3]) == coordinator)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    old.begin_transaction()
+    for i in range(30):
+        old.produce(topic, value=b"open-%d" % i, partition=i % 3)
+    old.flush(20)
+    before = stored_state(cluster.zk_connect, txn_id)
+    assert before["state"] == "Ongoing" and len(before["partitions"]) == 3
+
+    next(b for b in cluster.brokers if b.id == coordinator).kill()
+    survivors = [b for b in cluster.brokers if b.id != coordinator]
+    bootstrap = ",".join(b.kafka_address() for b in survivors)
+    new = txn_producer(bootstrap, txn_id, **{"transaction.timeout.ms": 30000})
+    after_init = stored_state(cluster.zk_connect, txn_id)
+    assert after_init["producer_id"] == before["producer_id"]
+    assert after_init["epoch"] == before["epoch"] + 2  # +1 aborting the open one, +1 the new producer
+    new.begin_transaction()
+    for i in range(30):
+        new.produce(topic, value=b"new-%d" % i, partition=i % 3)
+    new.commit_transaction(30)
+    assert stored_state(cluster.zk_connect, txn_id)["state"] == "CompleteCommit"
+    committed = read_all(bootstrap, topic, 3, "read_committed", 30)
+    everything = read_all(bootstrap, topic, 3, "read_uncommitted", 60)
+    print(f"after the kill: read_committed {len(committed)}, read_uncommitted {len(everything)}")
+    assert sorted(committed) == sorted(b"new-%d" % i for i in range(30))
+    assert len(everything) == 60
+    with pytest.raises(KafkaException):
+        old.commit_transaction(10)  # the old producer is fenced wherever it turns
