@@ -36,6 +36,7 @@ from broker.common.acl import group as group_resource
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
+from broker.coordination.transactions import pending_for_group
 from broker.server.kafka.commits import MESSAGE_UNIT, Commit, committed_message, parse_commit
 from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.groups import GroupCoordinator, coordinator_for
@@ -361,6 +362,9 @@ class KafkaGroupService:
                 topics=(),
             )
         stored = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
+        unstable: set[tuple[str, int]] = set()
+        if getattr(body, "require_stable", False):  # read_committed consumers ask so
+            unstable = await self._zk(lambda: pending_for_group(self.zk_client(), body.group_id))
         positions = {key: self._committed_message(key, commits) for key, commits in stored.items()}
         topics = []
         for topic, parts in wanted.items():
@@ -373,10 +377,12 @@ class KafkaGroupService:
                     make(
                         part_cls,
                         partition_index=p,
-                        committed_offset=offset,
+                        committed_offset=-1 if (topic, p) in unstable else offset,
                         committed_leader_epoch=-1,
                         metadata="",
-                        error_code=ErrorCode.none,
+                        # a transaction that commits offsets here has not ended: the
+                        # client asks again (Kafka's answer to require_stable)
+                        error_code=ErrorCode.unstable_offset_commit if (topic, p) in unstable else ErrorCode.none,
                     )
                 )
             if out or body.topics is not None:

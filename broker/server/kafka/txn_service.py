@@ -163,6 +163,7 @@ class KafkaTxnService:
         its group offsets, store it Complete*; the new version. LogferryError if a
         marker or ZooKeeper write failed: the state stays Prepare* (retried)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
+        await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
         if meta.partitions:
             await self.markers.write(meta.partitions, meta.producer_id, meta.epoch, commit)
         if meta.groups or not commit:
@@ -356,6 +357,9 @@ class KafkaTxnService:
                     ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {body.group_id!r}"
                 )
             self._denied(channel.principal, Operation.CONSUME, sorted({t for t, _, _ in offsets}), body.group_id)
+            # first the count of ended transactions, then the state: if this one ends
+            # after we saw it Ongoing, the count moves and the write below fails
+            ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
             loaded = await self._load(body.transactional_id)
             if loaded is None:
                 raise TxnError(
@@ -371,7 +375,7 @@ class KafkaTxnService:
                 )
             await self._zk(
                 lambda: store.write_pending_offsets(
-                    self.zk_client(), body.transactional_id, body.group_id, meta.producer_id, meta.epoch, offsets
+                    self.zk_client(), body.transactional_id, body.group_id, meta.producer_id, meta.epoch, offsets, ends
                 )
             )
 
