@@ -260,11 +260,11 @@ def test_unsupported_apis_and_malformed_frames(
     cluster.create_topic(safe, 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
-    # EndTxn (26) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
+    # OffsetDelete (47) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
     with socket.create_connection(addr, timeout=5) as sock:
-        sock.sendall(_frame(26, 0, 7, struct.pack(">h", 1) + b"t" + struct.pack(">qh?", 1, 0, True)))
+        sock.sendall(_frame(47, 0, 7, struct.pack(">h", 1) + b"g" + struct.pack(">i", 0)))
         answer = _read_frame(sock)
-        assert struct.unpack_from(">iih", answer) == (7, 0, 35)
+        assert struct.unpack_from(">ihi", answer) == (7, 35, 0)
         # ApiVersions at a version from the future: v0 answer with error 35, then retry
         sock.sendall(_frame(18, 99, 8))
         answer = _read_frame(sock)

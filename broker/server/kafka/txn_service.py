@@ -19,7 +19,8 @@ and the state is CompleteCommit or CompleteAbort. The client is answered once th
 decision is stored; markers that cannot be written yet (a partition without a leader)
 are retried by :meth:`KafkaTxnService.run_expiry` every second, which also aborts
 transactions past their timeout (bumping the epoch, which fences their producer) and
-finishes those a dead coordinator left half way.
+finishes those a dead coordinator left half way (found by a full scan of the ids every
+:data:`FULL_SCAN_S`; between scans only the ids this broker knows to be due are read).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ _NO_TIME = timedelta(0)
 EXPIRY_INTERVAL_S = 1.0
 """How often the coordinator looks for transactions past their timeout and markers
 left unwritten."""
+FULL_SCAN_S = 30.0
+"""How often the expiry round reads every transactional id this broker coordinates from
+ZooKeeper; between scans it reads only the ids it knows to be Ongoing or unfinished."""
 MARKER_TIMEOUT_S = 10.0
 """How long an EndTxn waits for its markers before answering anyway (the decision is
 stored; the markers are retried in the background)."""
@@ -100,6 +104,10 @@ class KafkaTxnService:
         group whose offsets are committed (the rights a producer and a consumer need
         anyway)."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self._due: dict[str, int] = {}
+        """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
+        finish), for the ids this broker stored such a state for."""
+        self._next_scan = 0.0
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -138,7 +146,18 @@ class KafkaTxnService:
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
         value = meta.to_json()
         new: int = await self._zk(lambda: store.write_state(self.zk_client(), meta.transactional_id, value, version))
+        self._note(meta)
         return new
+
+    def _note(self, meta: TxnMetadata) -> None:
+        """Remember when the expiry round must look at the id (it reads ZooKeeper only
+        for these, and for every id at a full scan)."""
+        if meta.state is TxnState.ONGOING:
+            self._due[meta.transactional_id] = meta.started_ms + meta.timeout_ms
+        elif meta.state.preparing:
+            self._due[meta.transactional_id] = 0
+        else:
+            self._due.pop(meta.transactional_id, None)
 
     def _check(self, transactional_id: str, api: Api) -> None:
         """TxnError NOT_COORDINATOR unless this broker coordinates the id."""
@@ -413,16 +432,26 @@ class KafkaTxnService:
                 log.warning("transaction expiry round failed (next in %.0f s): %s", EXPIRY_INTERVAL_S, exc)
 
     async def expire_once(self) -> None:
-        """One round of :meth:`run_expiry`."""
-        ids = await self._zk(lambda: store.list_ids(self.zk_client()))
+        """One round of :meth:`run_expiry`: the ids due by what this broker stored; every
+        :data:`FULL_SCAN_S` (and first) every id it coordinates, read from ZooKeeper (ids
+        whose coordinator moved here, or whose state another broker wrote)."""
+        now = _now_ms()
+        if time.monotonic() >= self._next_scan:
+            self._next_scan = time.monotonic() + FULL_SCAN_S
+            ids = await self._zk(lambda: store.list_ids(self.zk_client()))
+        else:
+            ids = [txn_id for txn_id, due in self._due.items() if due <= now]
         for txn_id in ids:
             if self.coordinator_id(txn_id) != self.broker_id:
+                self._due.pop(txn_id, None)
                 continue
             async with self._lock(txn_id):
                 loaded = await self._load(txn_id)
                 if loaded is None:
+                    self._due.pop(txn_id, None)
                     continue
                 meta, version = loaded
+                self._note(meta)
                 try:
                     if meta.expired(_now_ms()):
                         log.info("transaction of %r passed its %d ms timeout: aborting", txn_id, meta.timeout_ms)
