@@ -182,10 +182,11 @@ class KafkaTxnService:
         its group offsets, store it Complete*; the new version. LogferryError if a
         marker or ZooKeeper write failed: the state stays Prepare* (retried)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
-        await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
+        if meta.groups:  # TxnOffsetCommit needs its group in the transaction: none without
+            await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
         if meta.partitions:
             await self.markers.write(meta.partitions, meta.producer_id, meta.epoch, commit)
-        if meta.groups or not commit:
+        if meta.groups:
             pending = await self._zk(lambda: store.read_pending_offsets(self.zk_client(), meta.transactional_id))
             if commit:
                 for group, offsets in pending.items():
