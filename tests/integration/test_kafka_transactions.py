@@ -1,15 +1,17 @@
 """Kafka transactions on the Kafka listener (docs/kafka.md, "Transactions"; issue 35),
-with confluent-kafka's transactional producer and read_committed / read_uncommitted
-consumers against real brokers and a real ZooKeeper.
+with confluent-kafka's transactional producer (and aiokafka's and kafka-python's) and
+read_committed / read_uncommitted consumers against real brokers and a real ZooKeeper.
 
 Committed transactions are read by read_committed consumers, aborted ones are not
 (read_uncommitted sees both): counted. ``send_offsets_to_transaction`` makes a group's
 offsets visible on commit only. Two producers with one transactional.id: the older
 is fenced. A transaction left open past its timeout is aborted by the coordinator.
-The coordinator's state survives a kill -9 of its broker (3 brokers)."""
+The coordinator's state survives a kill -9 of its broker (3 brokers). A
+read-process-write loop killed with -9 at random points leaves each input once."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import json
@@ -21,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
 from broker.coordination import transactions as store
@@ -387,3 +391,45 @@ def test_pending_offsets_of_an_ended_transaction_are_refused(zk_client: Any) -> 
     store.delete_pending_offsets(zk_client, "tid")
     assert store.read_pending_offsets(zk_client, "tid") == {}
     assert store.pending_for_group(zk_client, "g/1") == set()
+
+
+def test_aiokafka_and_kafka_python_transactional_producers(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """The other Python clients' transactional producers: each commits 10 records and
+    aborts 10; read_committed reads the 20 committed ones."""
+    cluster = module_kafka_cluster
+    topic = unique_name("pyclients")
+    cluster.create_topic(topic, 1)
+
+    async def with_aiokafka() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=unique_name("aio"))
+        await producer.start()  # InitProducerId through the transaction coordinator
+        try:
+            async with producer.transaction():
+                for i in range(10):
+                    await producer.send_and_wait(topic, b"aio-commit-%d" % i, partition=0)
+            await producer.begin_transaction()
+            for i in range(10):
+                await producer.send_and_wait(topic, b"aio-abort-%d" % i, partition=0)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(with_aiokafka(), 30))
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=unique_name("kp"))
+    try:
+        kp.init_transactions()
+        for outcome in ("commit", "abort"):
+            kp.begin_transaction()
+            for i in range(10):
+                kp.send(topic, b"kp-%s-%d" % (outcome.encode(), i), partition=0)
+            kp.flush(20)
+            kp.commit_transaction() if outcome == "commit" else kp.abort_transaction()
+    finally:
+        kp.close(5)
+    got = read_all(cluster.bootstrap, topic, 1, "read_committed", 20)
+    assert sorted(got) == sorted(
+        [*(b"aio-commit-%d" % i for i in range(10)), *(b"kp-commit-%d" % i for i in range(10))]
+    )
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 40)) == 40
