@@ -68,7 +68,7 @@ class FollowerApplier:
         scan = records.scan(data)
         if scan.valid_bytes:
             try:
-                plog.append(data[: scan.valid_bytes], scan.messages, scan.producers)
+                plog.append(data[: scan.valid_bytes], scan.messages, scan.producers, scan.txns)
             except StorageError as exc:
                 log.error("%s-%d: follower cannot append: %s", *replica.key, exc)
                 replica.retry_at = now + 1.0

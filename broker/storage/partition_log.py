@@ -334,13 +334,19 @@ class PartitionLog:
     # -- appending and flushing -----------------------------------------------------------
 
     def append(
-        self, message_set: bytes | memoryview, messages: int, producers: list[records.ProducerInfo] | None = None
+        self,
+        message_set: bytes | memoryview,
+        messages: int,
+        producers: list[records.ProducerInfo] | None = None,
+        txns: list[records.TxnInfo] | None = None,
     ) -> int:
         """Append whole, already validated batches; returns the offset of their first byte.
 
         ``producers``: the set's magic 2 batches (:attr:`records.ScanResult.producers`),
         recorded in :attr:`producers` once appended (the leader checked them first with
         :meth:`check_producers`; a follower records what its leader appended).
+        ``txns``: its transactional batches (:attr:`records.ScanResult.txns`), recorded
+        in the producer state's transaction index (open and aborted transactions).
 
         Rolls to a new segment first if the active one is non-empty and would outgrow
         ``segment_bytes`` or is older than ``segment_ms``. On a write error (disk full)
@@ -381,6 +387,8 @@ class PartitionLog:
             self._dirty.append(seg)
         if producers:
             self.producers.record(producers, offset)
+        if txns:
+            self.producers.record_txns(txns, offset)
         return offset
 
     def check_producers(self, producers: list[records.ProducerInfo], strict: bool = True) -> Held | None:
@@ -784,7 +792,7 @@ class PartitionLog:
         self._bases.append(new.base_offset)
         self._msg_bases.append(new.index.base_message)
         self._dirty_dirs.append(self.directory)
-        if self.producers.producers:
+        if self.producers.producers or self.producers.txns:
             producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
         log.info("%s: rolled to segment %s after %d bytes", self.name, new.path.name, old.size)
         return new
@@ -952,7 +960,7 @@ class PartitionLog:
         try:
             if self._failure is None:
                 self.flush()
-                if self.producers.producers:
+                if self.producers.producers or self.producers.txns:
                     producer_snapshots.write_snapshot(self.directory, self.producers, self._end)
                 for seg in self._segments:
                     if seg.index.saved_size != seg.index.size:

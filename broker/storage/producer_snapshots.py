@@ -108,7 +108,7 @@ def load_state(directory: Path, name: str, segments: Sequence[Segment], clean: b
             table = ProducerStateTable(name)
     walked = walk_segments(table, segments, walk_from)
     table.expire_before(start)
-    if table.producers:
+    if table.producers or table.txns:
         log.info(
             "%s: producer state of %d producers rebuilt from offset %d (%d bytes walked) in %.3fs",
             name,
@@ -130,14 +130,17 @@ def walk_segments(table: ProducerStateTable, segments: Sequence[Segment], start:
         pos = max(0, start - seg.base_offset)
         while pos < seg.size:
             chunk = seg.read(pos, min(_CHUNK, seg.size - pos))
+            txns: list[records.TxnInfo] = []
             try:
-                infos, used = records.walk_producers(chunk)
+                infos, used = records.walk_producers(chunk, txns)
             except CorruptBatchError as exc:
                 log.warning("%s: producer state walk stopped at offset %d: %s", table.name, seg.base_offset + pos, exc)
                 return walked
             if used == 0:  # a header cut by the end of the segment (recovery cuts these)
                 break
             table.record(infos, seg.base_offset + pos)
+            if txns:
+                table.record_txns(txns, seg.base_offset + pos)
             walked += min(used, len(chunk))
             pos += used
     return walked

@@ -31,7 +31,8 @@ from typing import NamedTuple
 import msgpack
 
 from broker.common.errors import OutOfOrderSequenceError, ProducerFencedError
-from broker.wire.records import NO_PRODUCER, SEQUENCE_MODULUS, ProducerInfo
+from broker.storage.txn_index import TxnIndex
+from broker.wire.records import NO_PRODUCER, SEQUENCE_MODULUS, TXN_DATA, ProducerInfo, TxnInfo
 
 REMEMBERED_BATCHES = 5
 """Batches remembered per producer: a retry of any of them is recognised (Kafka's 5)."""
@@ -79,6 +80,8 @@ class ProducerStateTable:
         self.name = name
         """The partition's name, for error messages."""
         self.producers: dict[int, ProducerEntry] = {}
+        self.txns = TxnIndex()
+        """Kafka transactions open and aborted here (:mod:`broker.storage.txn_index`)."""
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -221,16 +224,31 @@ class ProducerStateTable:
                 )
             )
 
+    def record_txns(self, txns: Iterable[TxnInfo], base_offset: int) -> None:
+        """Note the transactional batches of a set appended at ``base_offset``
+        (:attr:`txns`); a marker from a newer epoch fences the producer's older one here,
+        as Kafka's markers do (its next batch starts that epoch at sequence 0)."""
+        txns = list(txns)
+        self.txns.record(txns, base_offset)
+        for txn in txns:
+            if txn.control == TXN_DATA:
+                continue
+            entry = self.producers.get(txn.producer_id)
+            if entry is None or txn.epoch > entry.epoch:
+                self.producers[txn.producer_id] = ProducerEntry(txn.epoch)
+
     def expire_before(self, offset: int) -> int:
         """Forget producers whose newest batch lies before ``offset`` (retention deleted
         it, as Kafka does); returns how many were dropped."""
-        gone = [pid for pid, e in self.producers.items() if e.last_offset < offset]
+        self.txns.expire_before(offset)
+        gone = [pid for pid, e in self.producers.items() if e.last_offset < offset and pid not in self.txns.open]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
 
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or after ``offset`` (the log was cut there)."""
+        self.txns.truncate_to(offset)
         for pid in list(self.producers):
             entry = self.producers[pid]
             while entry.batches and entry.batches[-1].offset >= offset:
@@ -247,6 +265,7 @@ class ProducerStateTable:
                 "v": SNAPSHOT_VERSION,
                 "offset": offset,
                 "producers": [[pid, e.epoch, [list(b) for b in e.batches]] for pid, e in self.producers.items()],
+                "txns": self.txns.to_state(),
             },
             use_bin_type=True,
         )
@@ -264,6 +283,7 @@ class ProducerStateTable:
                 entry = table.producers[int(pid)] = ProducerEntry(int(epoch))
                 for first, last, at in batches:
                     entry.batches.append(BatchMeta(int(first), int(last), int(at)))
+            table.txns = TxnIndex.from_state(snap.get("txns"))
             return table, int(snap["offset"])
         except ValueError:
             raise

@@ -122,6 +122,28 @@ def _unxerial(raw: bytes, cramjam: Any) -> bytes:
     return bytes(out)
 
 
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+"""A control record's type (its key: version i16, type i16): a transaction's end."""
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+def control_type(batch: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The type of the control record in the control batch at ``pos`` (a Kafka record
+    batch v2 with the CONTROL attribute): :data:`CONTROL_COMMIT` or
+    :data:`CONTROL_ABORT` for a transaction marker. One record read, never
+    compressed (Kafka's rule). CorruptBatchError if it cannot be read."""
+    at = pos + KAFKA_HEADER_SIZE
+    _, at = read_varint(batch, at)  # record length
+    at += 1  # record attributes
+    _, at = read_varint(batch, at)  # timestamp delta
+    _, at = read_varint(batch, at)  # offset delta
+    key_length, at = read_varint(batch, at)
+    if key_length < _CONTROL_KEY.size or at + _CONTROL_KEY.size > len(batch):
+        raise CorruptBatchError(f"control record at byte {pos} has a key of {key_length} bytes, not a marker's 4")
+    _, kind = _CONTROL_KEY.unpack_from(batch, at)
+    return int(kind)
+
+
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """A zig-zag varint (Kafka's varint and varlong) at ``pos``: (value, next position).
 
@@ -258,9 +280,12 @@ def _read_bytes(buf: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
 
 
 __all__ = [
+    "control_type",
     "BASE_OFFSET",
     "COMPRESSION_NAMES",
     "CONTROL",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "CRC_AT",
     "KAFKA_CRC_START",
     "KAFKA_HEADER",

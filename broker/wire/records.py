@@ -318,6 +318,38 @@ def compress_batch(raw: bytes | bytearray | memoryview, codec: int) -> bytes | m
     return bytes(buf)
 
 
+class TxnInfo(NamedTuple):
+    """A transactional batch (a Kafka producer's, attribute TRANSACTIONAL) where it lies
+    in a message set: data of an open transaction, or the marker that ends it."""
+
+    position: int
+    """Byte position of the batch in the buffer that was scanned."""
+    producer_id: int
+    """The transactional producer's id."""
+    epoch: int
+    """Its epoch."""
+    control: int
+    """:data:`TXN_DATA` for data; :data:`kafka_batch.CONTROL_COMMIT` or
+    :data:`kafka_batch.CONTROL_ABORT` for a marker."""
+
+
+TXN_DATA = -1
+""":attr:`TxnInfo.control` of a transactional data batch."""
+_KAFKA_ATTRIBUTES = struct.Struct(">h")
+_KAFKA_ATTRIBUTES_AT = KAFKA_AT + 21
+
+
+def _txn_info(view: memoryview, pos: int, at: int, pid: int, epoch: int) -> TxnInfo | None:
+    """The TxnInfo of the magic 3 batch at ``pos`` (reported at position ``at``), or
+    None if it is not transactional. Per batch: one unpack (and, for a marker, the
+    one control record's key)."""
+    attributes = _KAFKA_ATTRIBUTES.unpack_from(view, pos + _KAFKA_ATTRIBUTES_AT)[0]
+    if not attributes & kafka_batch.TRANSACTIONAL:
+        return None
+    control = kafka_batch.control_type(view, pos + KAFKA_AT) if attributes & kafka_batch.CONTROL else TXN_DATA
+    return TxnInfo(at, pid, epoch, control)
+
+
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """What a walk over a buffer of batches found."""
@@ -331,7 +363,10 @@ class ScanResult:
     error: str | None
     """Why the walk stopped before the end of the buffer, or None if it reached it."""
     producers: list[ProducerInfo] | None = None
-    """The producer fields of the valid magic 2 batches, in order; None when there is none."""
+    """The producer fields of the valid magic 2 batches, in order; None when there is none.
+    Transaction markers are not among them (they carry no sequence)."""
+    txns: list[TxnInfo] | None = None
+    """The transactional batches (data and markers), in order; None when there is none."""
 
 
 def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0, end: int | None = None) -> ScanResult:
@@ -348,6 +383,7 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0, end: i
     batches = messages = 0
     error = None
     producers: list[ProducerInfo] | None = None
+    txns: list[TxnInfo] | None = None
     while pos < end:
         if end - pos < HEADER_SIZE:
             error = f"torn batch header at byte {pos} ({end - pos} bytes left)"
@@ -401,9 +437,19 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0, end: i
                 break
             pid, epoch, seq = _producer_unpack_from(view, pos + _KAFKA_PRODUCER_AT)
             if pid != NO_PRODUCER:
-                if producers is None:
-                    producers = []
-                producers.append(ProducerInfo(pos - start, pid, epoch, seq, count, stop - pos))
+                try:
+                    txn = _txn_info(view, pos, pos - start, pid, epoch)
+                except CorruptBatchError as exc:
+                    error = f"malformed Kafka batch at byte {pos}: {exc}"
+                    break
+                if txn is not None:
+                    if txns is None:
+                        txns = []
+                    txns.append(txn)
+                if txn is None or txn.control == TXN_DATA:
+                    if producers is None:
+                        producers = []
+                    producers.append(ProducerInfo(pos - start, pid, epoch, seq, count, stop - pos))
         elif magic == MAGIC_V2:
             if producers is None:
                 producers = []
@@ -412,7 +458,7 @@ def scan(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0, end: i
         pos = stop
         batches += 1
         messages += count
-    return ScanResult(pos - start, batches, messages, error, producers)
+    return ScanResult(pos - start, batches, messages, error, producers, txns)
 
 
 def _kafka_problem(view: memoryview, pos: int, length: int, count: int) -> str | None:
@@ -425,8 +471,8 @@ def _kafka_problem(view: memoryview, pos: int, length: int, count: int) -> str |
         return f"record batch length {klength} does not fill the stored batch"
     if kcount != count:
         return f"record count {kcount} is not the header's {count}"
-    if kattributes & kafka_batch.CONTROL:
-        return "a transaction marker"
+    if kattributes & kafka_batch.CONTROL and not kattributes & kafka_batch.TRANSACTIONAL:
+        return "a control batch that is not a transaction marker"
     return None
 
 
@@ -564,7 +610,11 @@ def _decode_kafka(view: memoryview, offset: int, count: int, keep_raw: bool) -> 
     problem = _kafka_problem(view, 0, len(view) - LENGTH_SIZE, count)
     if problem is not None:
         raise CorruptBatchError(f"batch at offset {offset} is a malformed Kafka batch: {problem}")
-    (_, _, _, _, _, attributes, _, _, _, pid, epoch, seq, _) = _kafka_unpack_from(view, KAFKA_AT)
+    (_, _, _, _, _, attributes, _, base_ts, _, pid, epoch, seq, _) = _kafka_unpack_from(view, KAFKA_AT)
+    if attributes & kafka_batch.CONTROL:
+        # a transaction marker: no message for the application (it takes one message
+        # offset on the Kafka listener, as in Kafka's log)
+        return Batch(offset, offset + len(view), None, [], base_ts, None, 0, view if keep_raw else None, pid, epoch, -1)
     try:
         columns = kafka_batch.records_of(view[KAFKA_AT:], offset)
     except CorruptBatchError as exc:
@@ -672,13 +722,17 @@ def message_time_deltas(raw: bytes | bytearray | memoryview) -> tuple[int, list[
     return base, deltas
 
 
-def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerInfo], int]:
+def walk_producers(
+    buf: bytes | bytearray | memoryview, txns: list[TxnInfo] | None = None
+) -> tuple[list[ProducerInfo], int]:
     """The producer fields of the magic 2 batches whose headers lie in ``buf``.
 
     Hops from header to header without reading payloads or checking CRCs (for bytes
     of the log, already checked: rebuilding producer state on load). Returns them and
     the position of the first header not wholly in ``buf`` (which may lie past its end:
     the next read starts there). CorruptBatchError for a header that cannot be one.
+    Transaction markers are not among them; with ``txns``, every transactional batch
+    (data and markers) is added to it.
     """
     view = memoryview(buf)
     end = len(view)
@@ -699,7 +753,14 @@ def walk_producers(buf: bytes | bytearray | memoryview) -> tuple[list[ProducerIn
                 break
             pid, epoch, seq = _producer_unpack_from(view, pos + _KAFKA_PRODUCER_AT)
             if pid != NO_PRODUCER:
-                out.append(ProducerInfo(pos, pid, epoch, seq, count, LENGTH_SIZE + length))
+                attributes = _KAFKA_ATTRIBUTES.unpack_from(view, pos + _KAFKA_ATTRIBUTES_AT)[0]
+                if attributes & kafka_batch.CONTROL and pos + LENGTH_SIZE + length > end:
+                    break  # a marker's record must be read: the next read starts here
+                txn = _txn_info(view, pos, pos, pid, epoch)
+                if txn is not None and txns is not None:
+                    txns.append(txn)
+                if txn is None or txn.control == TXN_DATA:
+                    out.append(ProducerInfo(pos, pid, epoch, seq, count, LENGTH_SIZE + length))
         pos += LENGTH_SIZE + length
     return out, pos
 
@@ -718,6 +779,8 @@ def iter_raw_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int,
 
 
 __all__ = [
+    "TXN_DATA",
+    "TxnInfo",
     "BATCH_HEADER",
     "BATCH_HEADER_V2",
     "Batch",

@@ -260,9 +260,10 @@ def test_unsupported_apis_and_malformed_frames(
     cluster.create_topic(safe, 1)
     host, port = cluster.brokers[0].kafka_address().rsplit(":", 1)
     addr = (host, int(port))
-    # EndTxn (26) v0: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
+    # DescribeAcls (29) v1: known to Kafka, not served here: UNSUPPORTED_VERSION (35)
     with socket.create_connection(addr, timeout=5) as sock:
-        sock.sendall(_frame(26, 0, 7, struct.pack(">h", 1) + b"t" + struct.pack(">qh?", 1, 0, True)))
+        any_acl = struct.pack(">bhb", 1, -1, 1) + struct.pack(">h", -1) * 2 + struct.pack(">bb", 1, 1)
+        sock.sendall(_frame(29, 1, 7, any_acl))
         answer = _read_frame(sock)
         assert struct.unpack_from(">iih", answer) == (7, 0, 35)
         # ApiVersions at a version from the future: v0 answer with error 35, then retry

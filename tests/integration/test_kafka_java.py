@@ -28,6 +28,7 @@ import pytest
 
 from broker.client import Admin, SimpleConsumer
 from broker.common.errors import OffsetOutOfRangeError
+from tests.integration.test_kafka_transactions import read_all
 from tests.support.brokers import KAFKA_LISTENER, Cluster, KafkaCluster
 from tests.support.kafka_java import JavaDriver, NotServed, unavailable_reason
 from tests.support.waiting import wait_until
@@ -127,13 +128,19 @@ def test_idempotent_producer_and_group_consumer_count_and_order(
     assert committed(java, group, topic) == ends == {p: N // 3 for p in range(3)}
 
 
-def test_transactional_producer_fails_fast_and_clearly(java: JavaDriver, unique_name: Callable[[str], str]) -> None:
-    """No transactions on logferry: initTransactions() must fail at once with a
-    non-retriable error, not retry until max.block.ms (30 s here)."""
-    answer = java.call("transactional", transactional_id=unique_name("tx"), max_block_ms=30000)
-    assert not answer["ok"]
-    assert answer["error"] == "org.apache.kafka.common.errors.TransactionalIdAuthorizationException"
-    assert answer["ms"] < 5000
+def test_transactional_producer_commits_and_aborts(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Kafka's own transactional KafkaProducer: two committed and one aborted transaction
+    of 20 records; a read_committed consumer (librdkafka) reads exactly the 40
+    committed ones, a read_uncommitted one all 60."""
+    topic = unique_name("jtx")
+    module_kafka_cluster.create_topic(topic, 1)
+    rounds = [{"records": 20, "commit": True}, {"records": 20, "commit": False}, {"records": 20, "commit": True}]
+    java.ok("transactional", transactional_id=unique_name("tx"), topic=topic, transactions=rounds)
+    committed = read_all(module_kafka_cluster.bootstrap, topic, 1, "read_committed", 40)
+    assert sorted(v.decode() for v in committed) == sorted(f"v{t}-{i}" for t in (0, 2) for i in range(20))
+    assert len(read_all(module_kafka_cluster.bootstrap, topic, 1, "read_uncommitted", 60)) == 60
 
 
 def test_admin_topics_and_cluster_match_logferry(

@@ -391,14 +391,31 @@ public final class KafkaJavaDriver {
         return member.records.get();
     }
 
-    /** A transactional KafkaProducer's initTransactions(): what it gets, and how fast. */
-    private static void transactional(JsonNode c, ObjectNode out) {
+    /**
+     * A transactional KafkaProducer: initTransactions(), then one transaction per entry of
+     * "transactions" ({"records": n, "commit": bool}), each sending "v<t>-<i>" to "topic"
+     * and committing or aborting.
+     */
+    private static void transactional(JsonNode c, ObjectNode out) throws Exception {
         Properties props = new Properties();
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, c.path("transactional_id").asText());
         props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, c.path("max_block_ms").asInt(10000));
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
             producer.initTransactions();
+            int t = 0;
+            for (JsonNode txn : c.path("transactions")) {
+                producer.beginTransaction();
+                for (int i = 0; i < txn.path("records").asInt(); i++) {
+                    producer.send(new ProducerRecord<>(c.path("topic").asText(), "v" + t + "-" + i)).get();
+                }
+                if (txn.path("commit").asBoolean()) {
+                    producer.commitTransaction();
+                } else {
+                    producer.abortTransaction();
+                }
+                t++;
+            }
         }
     }
 

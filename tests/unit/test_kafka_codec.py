@@ -176,9 +176,9 @@ def test_parse_api_versions_and_answer() -> None:
 
 
 def test_unsupported_versions_and_unknown_apis() -> None:
-    assert protocol.parse_request(struct.pack(">hhi", 26, 0, 5) + b"\xff\xff") == protocol.Unsupported(26, 0, 5)
-    answer = protocol.unsupported_response(26, 0, 5)  # EndTxn v0: throttle, error
-    assert answer is not None and struct.unpack_from(">iiih", answer)[1:] == (5, 0, 35)
+    assert protocol.parse_request(struct.pack(">hhi", 26, 5, 5) + b"\xff\xff\x00") == protocol.Unsupported(26, 5, 5)
+    answer = protocol.unsupported_response(26, 5, 5)  # EndTxn v5 (flexible): tags, throttle, error
+    assert answer is not None and struct.unpack_from(">iibih", answer)[1:] == (5, 0, 0, 35)
     answer = protocol.unsupported_response(18, 77, 6)  # ApiVersions from the future: v0
     assert answer is not None and struct.unpack_from(">iih", answer)[1:] == (6, 35)
     assert protocol.unsupported_response(4242, 0, 7) is None  # no Kafka api: close

@@ -58,7 +58,6 @@ def store_batches(buf: bytes | memoryview, max_batch_bytes: int | None = None) -
                 f"{kb.COMPRESSION_NAMES}"
             )
         batch = bytearray(view)
-        size = records.KAFKA_AT + len(batch)
         kb.BASE_OFFSET.pack_into(batch, 0, 0)
         _LEADER_EPOCH.pack_into(batch, 12, -1)  # no epoch, as converted batches said
         changed = last_delta != count - 1
@@ -70,13 +69,20 @@ def store_batches(buf: bytes | memoryview, max_batch_bytes: int | None = None) -
             changed = True
         if changed:
             set_crc(batch)
-        head = bytearray(records.KAFKA_AT)
-        records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE, records.MAGIC_KAFKA, 0, 0, count, base_ts)
-        crc = records.batch_crc32(batch, records.batch_crc32(memoryview(head)[records.CRC_START :]))
-        struct.pack_into(">I", head, 5, crc)
-        out += head
+        out += stored_header(batch, count, base_ts)
         out += batch
     return out
+
+
+def stored_header(batch: bytearray, count: int, base_ts: int) -> bytearray:
+    """logferry's 22-byte header that makes the record batch ``batch`` (its CRC32C set)
+    a magic 3 batch: length, magic 3, zlib CRC over the rest, count, base timestamp."""
+    size = records.KAFKA_AT + len(batch)
+    head = bytearray(records.KAFKA_AT)
+    records.BATCH_HEADER.pack_into(head, 0, size - records.LENGTH_SIZE, records.MAGIC_KAFKA, 0, 0, count, base_ts)
+    crc = records.batch_crc32(batch, records.batch_crc32(memoryview(head)[records.CRC_START :]))
+    struct.pack_into(">I", head, 5, crc)
+    return head
 
 
 def serve_chunks(raw: bytearray, offset: int, message: int) -> tuple[Chunks, int, int]:
@@ -142,4 +148,4 @@ def to_kafka(batch: records.Batch, message: int) -> bytearray:
     )
 
 
-__all__ = ["serve_chunks", "store_batches", "to_kafka"]
+__all__ = ["serve_chunks", "store_batches", "stored_header", "to_kafka"]

@@ -21,6 +21,8 @@ from broker.server.config import BrokerConfig
 from broker.server.kafka.connection import KafkaConnection
 from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.service import KafkaService
+from broker.server.kafka.txn_markers import TxnMarkerWriter
+from broker.server.kafka.txn_service import KafkaTxnService
 from broker.server.security.authentication import Authenticator
 from broker.server.services.admin import AdminService
 from broker.server.services.fetch import FetchService
@@ -36,6 +38,7 @@ class KafkaFrontEnd:
 
     service: KafkaService
     groups: KafkaGroupService
+    txns: KafkaTxnService
     max_request_bytes: int
     auth_timeout_s: float
     """An unauthenticated connection is closed after this long where SASL is required."""
@@ -50,7 +53,7 @@ class KafkaFrontEnd:
     def background(self) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
         """The long-lived tasks the broker runs for this front end: name -> coroutine
         function."""
-        return {"kafka-group-expiry": self.groups.run_expiry}
+        return {"kafka-group-expiry": self.groups.run_expiry, "kafka-txn-expiry": self.txns.run_expiry}
 
 
 def build(
@@ -67,8 +70,16 @@ def build(
 ) -> KafkaFrontEnd:
     """The Kafka front end over the broker's services."""
     groups = KafkaGroupService(config.broker_id, view, logs, zk_client, admin_pool, admin.authorizer)
-    service = KafkaService(config, router, produce, fetch, admin, view, count_request, groups)
-    return KafkaFrontEnd(service, groups, config.max_request_bytes, config.incomplete_request_timeout_ms / 1000)
+
+    async def producer_id() -> int:
+        return (await admin.init_producer_id()).producer_id
+
+    markers = TxnMarkerWriter(config.broker_id, view, produce, router.replication.services)
+    txns = KafkaTxnService(
+        config.broker_id, view, zk_client, admin_pool, producer_id, markers, groups, admin.authorizer
+    )
+    service = KafkaService(config, router, produce, fetch, admin, view, count_request, groups, txns)
+    return KafkaFrontEnd(service, groups, txns, config.max_request_bytes, config.incomplete_request_timeout_ms / 1000)
 
 
 __all__ = ["KafkaFrontEnd", "build"]

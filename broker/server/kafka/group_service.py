@@ -36,6 +36,7 @@ from broker.common.acl import group as group_resource
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
+from broker.coordination.transactions import pending_for_group
 from broker.server.kafka.commits import MESSAGE_UNIT, Commit, committed_message, parse_commit
 from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.groups import GroupCoordinator, coordinator_for
@@ -120,19 +121,18 @@ class KafkaGroupService:
     async def find_coordinator(self, request: Request, channel: Any) -> Any:
         body = request.body
         schema = response_schema(Api.FIND_COORDINATOR, request.version)
-        if getattr(body, "key_type", 0) != 0:
-            # No transactions here: a non-retriable error, the one InitProducerId gives a
-            # transactional id. COORDINATOR_NOT_AVAILABLE (retriable) kept Kafka's Java
-            # producer asking until max.block.ms (60 s) in initTransactions().
+        key_type = getattr(body, "key_type", 0)
+        if key_type not in (0, 1):
             return make(
                 schema,
                 throttle_time=_NO_TIME,
-                error_code=ErrorCode.transactional_id_authorization_failed,
-                error_message="no transactions on logferry: only group coordinators",
+                error_code=ErrorCode.invalid_request,
+                error_message=f"FindCoordinator key type {key_type}: only groups (0) and transactions (1)",
                 node_id=-1,
                 host="",
                 port=-1,
             )
+        # a transactional id's coordinator is chosen as a group's (txn_service.py)
         node = self._coordinator_id(body.key)
         info = self.view().brokers.get(node)
         if info is None or not info.kafka_port:
@@ -287,28 +287,10 @@ class KafkaGroupService:
             error = self._denied(
                 channel, Operation.CONSUME, body.group_id, [t.name for t in body.topics]
             ) or self.coordinator.check_commit(body.group_id, generation, body.member_id)
-        writes: list[tuple[str, bytes]] = []
-        now = int(time.time() * 1000)
         if error is None:
-            for topic in body.topics:
-                for part in topic.partitions:
-                    k = part.committed_offset
-                    writes.append(
-                        (
-                            _offset_path(body.group_id, topic.name, part.partition_index, kafka=True),
-                            json.dumps({"offset": k, "unit": MESSAGE_UNIT, "time": now}).encode(),
-                        )
-                    )
-                    native = self._native_position(topic.name, part.partition_index, k)
-                    if native is not None:
-                        writes.append(
-                            (
-                                _offset_path(body.group_id, topic.name, part.partition_index),
-                                json.dumps({"offset": native[0], "skip": native[1], "time": now}).encode(),
-                            )
-                        )
+            offsets = [(t.name, p.partition_index, p.committed_offset) for t in body.topics for p in t.partitions]
             try:
-                await self._zk(lambda: _write_all(self.zk_client(), writes))
+                await self.commit_offsets(body.group_id, offsets)
             except Exception:
                 error = ErrorCode.coordinator_not_available
         code = error or ErrorCode.none
@@ -326,6 +308,29 @@ class KafkaGroupService:
                 for t in body.topics
             ),
         )
+
+    async def commit_offsets(self, group: str, offsets: list[tuple[str, int, int]]) -> None:
+        """Write ``(topic, partition, message offset)`` as the group's committed offsets
+        (OffsetCommit, and a committed transaction's TxnOffsetCommit); raises what
+        ZooKeeper raised."""
+        writes: list[tuple[str, bytes]] = []
+        now = int(time.time() * 1000)
+        for topic, partition, k in offsets:
+            writes.append(
+                (
+                    _offset_path(group, topic, partition, kafka=True),
+                    json.dumps({"offset": k, "unit": MESSAGE_UNIT, "time": now}).encode(),
+                )
+            )
+            native = self._native_position(topic, partition, k)
+            if native is not None:
+                writes.append(
+                    (
+                        _offset_path(group, topic, partition),
+                        json.dumps({"offset": native[0], "skip": native[1], "time": now}).encode(),
+                    )
+                )
+        await self._zk(lambda: _write_all(self.zk_client(), writes))
 
     def _native_position(self, topic: str, partition: int, k: int) -> tuple[int, int] | None:
         """``(batch byte offset, messages of it to skip)`` for message offset ``k`` from
@@ -357,6 +362,9 @@ class KafkaGroupService:
                 topics=(),
             )
         stored = await self._zk(lambda: _read_all(self.zk_client(), body.group_id, wanted))
+        unstable: set[tuple[str, int]] = set()
+        if getattr(body, "require_stable", False):  # read_committed consumers ask so
+            unstable = await self._zk(lambda: pending_for_group(self.zk_client(), body.group_id))
         positions = {key: self._committed_message(key, commits) for key, commits in stored.items()}
         topics = []
         for topic, parts in wanted.items():
@@ -369,10 +377,12 @@ class KafkaGroupService:
                     make(
                         part_cls,
                         partition_index=p,
-                        committed_offset=offset,
+                        committed_offset=-1 if (topic, p) in unstable else offset,
                         committed_leader_epoch=-1,
                         metadata="",
-                        error_code=ErrorCode.none,
+                        # a transaction that commits offsets here has not ended: the
+                        # client asks again (Kafka's answer to require_stable)
+                        error_code=ErrorCode.unstable_offset_commit if (topic, p) in unstable else ErrorCode.none,
                     )
                 )
             if out or body.topics is not None:

@@ -48,6 +48,10 @@ class Api(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -75,6 +79,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.DELETE_TOPICS: (1, 5),
     Api.DELETE_RECORDS: (0, 2),
     Api.INIT_PRODUCER_ID: (0, 4),
+    Api.ADD_PARTITIONS_TO_TXN: (0, 3),
+    Api.ADD_OFFSETS_TO_TXN: (0, 3),
+    Api.END_TXN: (0, 4),
+    Api.TXN_OFFSET_COMMIT: (0, 3),
     Api.SASL_HANDSHAKE: (0, 1),
     Api.SASL_AUTHENTICATE: (0, 2),
     Api.DESCRIBE_CONFIGS: (1, 4),
@@ -86,7 +94,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
 to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up to v4
-(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). SaslHandshake
+(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). The transaction
+apis up to the versions before Kafka's transaction protocol v2 (KIP-890: an epoch bump
+per transaction; AddPartitionsToTxn v4+ is broker to broker), which clients use only
+when the broker advertises it. SaslHandshake
 0-1 as Kafka 3 lists it (librdkafka before 2.x looks for v0 in the range before it
 uses SASL at all), but a v0 handshake itself, after which the SASL tokens would travel
 without Kafka framing, is refused (:mod:`broker.server.kafka.sasl`)."""

@@ -59,6 +59,7 @@ from broker.server.kafka.protocol import (
     make,
     response_schema,
 )
+from broker.server.kafka.txn_service import KafkaTxnService
 from broker.server.services.admin import AdminService
 from broker.server.services.fetch import FetchService
 from broker.server.services.produce import ProduceService
@@ -77,6 +78,9 @@ CLUSTER_ID = "logferry"
 LATEST, EARLIEST = -1, -2
 """ListOffsets' special timestamps."""
 _NO_TIME = timedelta(0)
+READ_COMMITTED_WAIT_MS = 100
+"""How long a read_committed fetch that found only data past an open transaction waits
+before answering empty (at most its max_wait)."""
 
 
 class _Channel:
@@ -105,6 +109,7 @@ class KafkaService:
         view: Callable[[], ClusterView],
         count: Callable[[str, float, bool], None],
         groups: KafkaGroupService | None = None,
+        txns: KafkaTxnService | None = None,
     ):
         self.config = config
         self.max_message_bytes = config.max_message_bytes
@@ -140,6 +145,10 @@ class KafkaService:
         if groups is not None:
             self._handlers.update(groups.handlers())
             self._handlers.update(KafkaGroupDeletion(groups).handlers())
+        self.txns = txns
+        """The transaction coordinator (None: transactional producers are refused)."""
+        if txns is not None:
+            self._handlers.update(txns.handlers())
 
     async def handle(self, request: Request, channel: _Channel) -> bytes | list[Buffer] | None:
         """The response frame for ``request`` (None: no response, acks=0); a fetch's
@@ -403,6 +412,7 @@ class KafkaService:
                 parts.append(FetchPart(topic.topic, part.partition, offset, max(part.partition_max_bytes, 1)))
                 logs.append(plog)
                 firsts.append(message)
+        committed_only = getattr(body, "isolation_level", 0) == 1  # read_committed
         wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
         live: list[FetchPart | ReplicaFetchPart] = [p for i, p in enumerate(parts) if i not in early]
         answers: list[Any] = []
@@ -429,26 +439,41 @@ class KafkaService:
         v = request.version
         data_cls = response_schema(Api.FETCH, v, "PartitionData")
         topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
+        aborted_cls = response_schema(Api.FETCH, v, "AbortedTransaction")
         by_topic: dict[str, list[Any]] = {}
+        held_back = False  # read_committed data past an open transaction's start
         # zip without strict=: _pad makes the lengths equal; per fetch
         live_iter = iter(zip(answers, _pad(slices, len(answers))))  # noqa: B905
         for i, part in enumerate(parts):
             data: bytes | Chunks = b""
+            aborted: tuple[Any, ...] | None = None
             if i in early:
                 error, hw, start = early[i]
+                lso = hw
             else:
                 answer, piece = next(live_iter)
                 error = kafka_error_of_code(answer.error)
                 plog = logs[i]
                 assert plog is not None
-                hw = start = -1
+                hw = start = lso = -1
                 try:
+                    unstable = plog.producers.txns.first_unstable()
                     if error == ErrorCode.none and piece is not None and piece.count:
-                        first = firsts[i] if piece.offset == part.offset else positions.message_at(plog, piece.offset)
-                        data, served_end, next_message = _to_kafka_records(piece, first)
-                        positions.add(plog, next_message, served_end)
+                        limit = piece.count
+                        if committed_only and unstable is not None:
+                            limit = min(limit, unstable - piece.offset)
+                            held_back = held_back or limit < piece.count
+                        if limit > 0:
+                            first = (
+                                firsts[i] if piece.offset == part.offset else positions.message_at(plog, piece.offset)
+                            )
+                            data, served_end, next_message = _to_kafka_records(piece, first, limit)
+                            positions.add(plog, next_message, served_end)
+                            if committed_only:
+                                aborted = self._aborted(plog, piece.offset, served_end, aborted_cls)
                     if answer.visible_end is not None:
                         hw, start = positions.high_watermark(plog), plog.start_message
+                        lso = hw if unstable is None else min(hw, positions.message_at(plog, unstable))
                 except LogferryError as exc:
                     error, data = kafka_error(exc), b""
             by_topic.setdefault(part.topic, []).append(
@@ -457,13 +482,18 @@ class KafkaService:
                     partition_index=part.partition,
                     error_code=error,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=start,
-                    aborted_transactions=(),
+                    aborted_transactions=aborted if committed_only else (),
                     preferred_read_replica=-1,
                     records=data,
                 )
             )
+        if held_back and not any(p.records for ps in by_topic.values() for p in ps):
+            # Everything past an open transaction: the fetch service found data, so it did
+            # not wait. Wait a little here instead of letting the consumer spin (Kafka's
+            # delayed fetch waits on the last stable offset; this is coarser).
+            await asyncio.sleep(min(wait_ms, READ_COMMITTED_WAIT_MS) / 1000)
         return make(
             response_schema(Api.FETCH, v),
             throttle_time=_NO_TIME,
@@ -472,22 +502,41 @@ class KafkaService:
             responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
 
+    def _aborted(self, plog: PartitionLog, start: int, end: int, cls: Any) -> tuple[Any, ...]:
+        """The aborted transactions with data in bytes ``[start, end)`` of ``plog``, as
+        (producer id, first message offset): per transaction, never per message."""
+        return tuple(
+            make(cls, producer_id=a.producer_id, first_offset=self.positions.message_at(plog, a.first))
+            for a in plog.producers.txns.aborted_overlapping(start, end)
+        )
+
     # -- InitProducerId ------------------------------------------------------------------
 
     async def init_producer_id(self, request: Request, channel: _Channel) -> Any:
         """An idempotent producer's id, from the same ZooKeeper id blocks as native
         producers'; its batches are stored as magic 2 batches, so the leader drops
         retried ones and refuses sequence gaps as for native idempotent producers.
-        Transactional producers are refused (no transactions here)."""
+        A transactional id is the transaction coordinator's
+        (:meth:`KafkaTxnService.init_producer_id`)."""
         schema = response_schema(Api.INIT_PRODUCER_ID, request.version)
-        if request.body.transactional_id is not None:
-            return make(
-                schema,
-                throttle_time=_NO_TIME,
-                error_code=ErrorCode.transactional_id_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
+        body = request.body
+        if body.transactional_id is not None:
+            if self.txns is None:
+                return make(
+                    schema,
+                    throttle_time=_NO_TIME,
+                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            error, pid, epoch = await self.txns.init_producer_id(
+                request,
+                body.transactional_id,
+                int(body.transaction_timeout.total_seconds() * 1000),
+                getattr(body, "producer_id", -1),
+                getattr(body, "producer_epoch", -1),
             )
+            return make(schema, throttle_time=_NO_TIME, error_code=error, producer_id=pid, producer_epoch=epoch)
         started = time.perf_counter()
         try:
             result = await self.admin.init_producer_id()
@@ -595,6 +644,9 @@ class KafkaService:
                     plog = self.router.leader_log(topic.name, part.partition_index)
                     if ts == LATEST:
                         found, at = self.positions.high_watermark(plog), -1
+                        unstable = plog.producers.txns.first_unstable()
+                        if unstable is not None and getattr(request.body, "isolation_level", 0) == 1:
+                            found = min(found, self.positions.message_at(plog, unstable))
                     elif ts == EARLIEST:
                         found, at = plog.start_message, -1
                     elif ts < 0:
@@ -647,15 +699,16 @@ def _offset_for_time(plog: Any, ts: int) -> tuple[int, int, int]:
     return -1, 0, -1
 
 
-def _to_kafka_records(piece: Any, message: int) -> tuple[Chunks, int, int]:
+def _to_kafka_records(piece: Any, message: int, limit: int | None = None) -> tuple[Chunks, int, int]:
     """The record batches v2 for the batches in a file slice whose first batch starts
     with message offset ``message`` (Kafka producers' as stored, the others converted:
     :func:`convert.serve_chunks`), the byte offset of the batch after the last one and
     its message offset (where the client fetches next). The slice is read once into a
-    buffer the answer then points into (no further copy)."""
-    raw = bytearray(piece.count)
+    buffer the answer then points into (no further copy). ``limit``: read no more than
+    this many bytes (a read_committed fetch stops at the first open transaction)."""
+    raw = bytearray(piece.count if limit is None else min(piece.count, limit))
     got = os.preadv(piece.file.fileno(), [raw], piece.position)
-    if got != piece.count:  # truncated meanwhile: serve the whole batches read
+    if got != len(raw):  # truncated meanwhile: serve the whole batches read
         del raw[got:]
     out, used, next_message = convert.serve_chunks(raw, piece.offset, message)
     return out, piece.offset + used, next_message

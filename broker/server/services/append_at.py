@@ -141,7 +141,7 @@ class AppendAtService:
             return
         # Recorded, not checked (as a follower records its leader's appends): the exact
         # offset already excludes a repeat, and a copy may start anywhere in the source.
-        plog.append(part.data, scan.messages, scan.producers)
+        plog.append(part.data, scan.messages, scan.producers, scan.txns)
         key = (topic, partition)
         p.metrics.bytes_in[key] += len(part.data)
         p.metrics.messages_in[key] += scan.messages

@@ -37,6 +37,11 @@ from broker.wire.produce import ProduceAnswerPart, ProduceRequest
 
 log = logging.getLogger("logferry.broker")
 
+INTERNAL = Principal("Broker", "internal")
+"""The principal of the broker's own appends (transaction markers written by its
+transaction coordinator): not checked against ACLs. Never the principal of a
+connection (those are ``User:``)."""
+
 
 class ProduceService:
     """Appends produced message sets to the partitions this broker leads."""
@@ -108,7 +113,8 @@ class ProduceService:
         copies = request.copies
         for index, (topic, partition, chunk) in enumerate(request.sets):
             try:
-                self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
+                if principal is not INTERNAL:
+                    self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True)
                 scan = records.validate_message_set(chunk)
                 if codecs and topic in codecs:  # the topic's compression policy
@@ -119,6 +125,7 @@ class ProduceService:
                 if acks == -1:
                     replication.check_acks_all(topic, partition)
                 producers = scan.producers
+                txns = scan.txns
                 messages = scan.messages
                 held = None
                 if producers is not None:  # an idempotent producer's: already held?
@@ -131,7 +138,11 @@ class ProduceService:
                             continue
                         chunk, producers = held.rest(chunk, producers)
                         messages -= held.messages
-                base = plog.append(chunk, messages, producers)
+                        if txns:
+                            txns = [
+                                t._replace(position=t.position - held.nbytes) for t in txns if t.position >= held.nbytes
+                            ]
+                base = plog.append(chunk, messages, producers, txns)
                 key = (topic, partition)
                 metrics.bytes_in[key] += len(chunk)
                 metrics.messages_in[key] += messages
@@ -236,4 +247,4 @@ class PendingProduce:
             self.done(self.results, any(r.error for r in self.results))
 
 
-__all__ = ["PendingProduce", "ProduceService"]
+__all__ = ["INTERNAL", "PendingProduce", "ProduceService"]

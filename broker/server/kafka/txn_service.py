@@ -1,0 +1,467 @@
+"""Kafka's transaction coordinator: InitProducerId with a transactional id,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn (on the id's coordinator) and
+TxnOffsetCommit (on the group's coordinator).
+
+A transactional id's coordinator is chosen as a group's is
+(:func:`~broker.server.kafka.groups.coordinator_for` over the live Kafka-speaking
+brokers), so every broker answers FindCoordinator alike. Its state
+(:class:`~broker.server.kafka.txn_state.TxnMetadata`) lives in ZooKeeper
+(:mod:`broker.coordination.transactions`): each request reads it, applies a transition
+and writes it back conditionally before answering, so a coordinator killed with -9 or
+moved to another broker leaves nothing behind that the next one cannot read. Within
+a broker one lock per id orders the requests.
+
+Ending a transaction: the decision (PrepareCommit or PrepareAbort) is written to
+ZooKeeper first; then a COMMIT or ABORT marker goes into every partition of the
+transaction (:class:`~broker.server.kafka.txn_markers.TxnMarkerWriter`), the group
+offsets a commit carries become the groups' committed offsets (an abort drops them),
+and the state is CompleteCommit or CompleteAbort. The client is answered once the
+decision is stored; markers that cannot be written yet (a partition without a leader)
+are retried by :meth:`KafkaTxnService.run_expiry` every second, which also aborts
+transactions past their timeout (bumping the epoch, which fences their producer) and
+finishes those a dead coordinator left half way (found by a full scan of the ids every
+:data:`FULL_SCAN_S`; between scans only the ids this broker knows to be due are read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from broker.common.acl import Operation
+from broker.common.acl import group as group_resource
+from broker.common.errors import AuthorizationError, LogferryError
+from broker.coordination import transactions as store
+from broker.coordination.registry import ClusterView
+from broker.server.kafka.errors import kafka_error
+from broker.server.kafka.groups import coordinator_for
+from broker.server.kafka.protocol import Api, Request, make, response_schema
+from broker.server.kafka.txn_state import MAX_EPOCH, TxnError, TxnMetadata, TxnState, check_timeout
+
+log = logging.getLogger("logferry.kafka")
+_NO_TIME = timedelta(0)
+EXPIRY_INTERVAL_S = 1.0
+"""How often the coordinator looks for transactions past their timeout and markers
+left unwritten."""
+FULL_SCAN_S = 30.0
+"""How often the expiry round reads every transactional id this broker coordinates from
+ZooKeeper; between scans it reads only the ids it knows to be Ongoing or unfinished."""
+MARKER_TIMEOUT_S = 10.0
+"""How long an EndTxn waits for its markers before answering anyway (the decision is
+stored; the markers are retried in the background)."""
+_FENCED_SINCE = {Api.INIT_PRODUCER_ID: 4, Api.ADD_PARTITIONS_TO_TXN: 2, Api.ADD_OFFSETS_TO_TXN: 2, Api.END_TXN: 2}
+"""Versions from which PRODUCER_FENCED is sent; older clients get INVALID_PRODUCER_EPOCH
+(Kafka's own down-conversion: they do not know the newer code)."""
+
+
+class MarkerWriter(Protocol):
+    """Writes a transaction's markers (:mod:`broker.server.kafka.txn_markers`)."""
+
+    async def write(self, partitions: set[tuple[str, int]], producer_id: int, epoch: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker in each partition, replicated; a LogferryError if one
+        could not be written (the caller retries all: a marker written twice is harmless)."""
+
+
+class OffsetCommitter(Protocol):
+    """Writes a group's committed offsets as OffsetCommit does (the group service)."""
+
+    async def commit_offsets(self, group: str, offsets: list[tuple[str, int, int]]) -> None: ...
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class KafkaTxnService:
+    """Answers the transaction apis; coordinates the transactional ids that hash here."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        view: Callable[[], ClusterView],
+        zk_client: Callable[[], Any],
+        pool: Any,
+        allocate_producer_id: Callable[[], Awaitable[int]],
+        markers: MarkerWriter,
+        offsets: OffsetCommitter,
+        authorizer: Any = None,
+    ):
+        self.broker_id = broker_id
+        self.view = view
+        self.zk_client = zk_client
+        self.pool = pool
+        self.allocate_producer_id = allocate_producer_id
+        self.markers = markers
+        self.offsets = offsets
+        self.authorizer = authorizer
+        """None: allow all. Otherwise ``produce`` on each topic added, ``consume`` on a
+        group whose offsets are committed (the rights a producer and a consumer need
+        anyway)."""
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._due: dict[str, int] = {}
+        """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
+        finish), for the ids this broker stored such a state for."""
+        self._next_scan = 0.0
+
+    def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
+        """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
+        return {
+            Api.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+            Api.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+            Api.END_TXN: self.end_txn,
+            Api.TXN_OFFSET_COMMIT: self.txn_offset_commit,
+        }
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def coordinator_id(self, key: str) -> int:
+        """The broker that coordinates transactional id (or group) ``key``."""
+        view = self.view()
+        return coordinator_for(key, [b for b, i in view.brokers.items() if i.kafka_port])
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            if len(self._locks) > 10_000:  # forget idle ids' locks
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    async def _zk(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    async def _load(self, transactional_id: str) -> tuple[TxnMetadata, int] | None:
+        found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
+        if found is None:
+            return None
+        raw, version = found
+        return TxnMetadata.from_json(transactional_id, raw), version
+
+    async def _store(self, meta: TxnMetadata, version: int | None) -> int:
+        value = meta.to_json()
+        new: int = await self._zk(lambda: store.write_state(self.zk_client(), meta.transactional_id, value, version))
+        self._note(meta)
+        return new
+
+    def _note(self, meta: TxnMetadata) -> None:
+        """Remember when the expiry round must look at the id (it reads ZooKeeper only
+        for these, and for every id at a full scan)."""
+        if meta.state is TxnState.ONGOING:
+            self._due[meta.transactional_id] = meta.started_ms + meta.timeout_ms
+        elif meta.state.preparing:
+            self._due[meta.transactional_id] = 0
+        else:
+            self._due.pop(meta.transactional_id, None)
+
+    def _check(self, transactional_id: str, api: Api) -> None:
+        """TxnError NOT_COORDINATOR unless this broker coordinates the id."""
+        if self.coordinator_id(transactional_id) != self.broker_id:
+            raise TxnError(
+                ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {transactional_id!r}"
+            )
+
+    def _denied(self, principal: Any, operation: Operation, topics: list[str], group: str | None = None) -> None:
+        if self.authorizer is None:
+            return
+        try:
+            if group is not None:
+                self.authorizer.check(principal, operation, group_resource(group))
+            for topic in topics:
+                self.authorizer.check_topic(principal, operation, topic)
+        except AuthorizationError as exc:
+            raise TxnError(kafka_error(exc), str(exc)) from None
+
+    async def _finish(self, meta: TxnMetadata, version: int) -> int:
+        """Write the markers of a Prepare* transaction, publish (commit) or drop (abort)
+        its group offsets, store it Complete*; the new version. LogferryError if a
+        marker or ZooKeeper write failed: the state stays Prepare* (retried)."""
+        commit = meta.state is TxnState.PREPARE_COMMIT
+        if meta.groups:  # TxnOffsetCommit needs its group in the transaction: none without
+            await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
+        if meta.partitions:
+            await self.markers.write(meta.partitions, meta.producer_id, meta.epoch, commit)
+        if meta.groups:
+            pending = await self._zk(lambda: store.read_pending_offsets(self.zk_client(), meta.transactional_id))
+            if commit:
+                for group, offsets in pending.items():
+                    await self.offsets.commit_offsets(group, offsets)
+            if pending:
+                await self._zk(lambda: store.delete_pending_offsets(self.zk_client(), meta.transactional_id))
+        meta.complete(_now_ms())
+        return await self._store(meta, version)
+
+    @staticmethod
+    def _code(error: TxnError, api: Api, version: int) -> ErrorCode:
+        if error.code == ErrorCode.producer_fenced and version < _FENCED_SINCE.get(api, 0):
+            return ErrorCode.invalid_producer_epoch
+        return error.code
+
+    async def _guard(self, api: Api, version: int, work: Callable[[], Awaitable[None]]) -> tuple[ErrorCode, str | None]:
+        """Run ``work``; its error as Kafka's code and a message (ZooKeeper trouble and
+        a state changed under us are retriable: COORDINATOR_NOT_AVAILABLE)."""
+        try:
+            await work()
+        except TxnError as exc:
+            return self._code(exc, api, version), str(exc)
+        except store.StaleStateError as exc:
+            return ErrorCode.concurrent_transactions, str(exc)
+        except LogferryError as exc:
+            log.warning("transaction request %s failed: %s", api.name, exc)
+            return ErrorCode.coordinator_not_available, str(exc)
+        return ErrorCode.none, None
+
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, request: Request, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """InitProducerId with a transactional id: ``(error, producer id, epoch)``. A new
+        id gets a producer id from the cluster's id blocks at epoch 0; a known one its
+        producer id at the next epoch, which fences the previous producer. A
+        transaction it left Ongoing is aborted first (markers with the new epoch)."""
+        result: list[tuple[int, int]] = []
+
+        async def work() -> None:
+            self._check(transactional_id, Api.INIT_PRODUCER_ID)
+            check_timeout(timeout_ms)
+            now = _now_ms()
+            loaded = await self._load(transactional_id)
+            if loaded is None:
+                meta = TxnMetadata(transactional_id, await self.allocate_producer_id(), 0, timeout_ms, updated_ms=now)
+                await self._store(meta, None)
+                result.append((meta.producer_id, meta.epoch))
+                return
+            meta, version = loaded
+            if producer_id >= 0 and (producer_id, epoch) != (meta.producer_id, meta.epoch):
+                raise TxnError(
+                    ErrorCode.producer_fenced,
+                    f"producer {producer_id} epoch {epoch} is not the current one of {transactional_id!r} "
+                    f"({meta.producer_id} epoch {meta.epoch})",
+                )
+            if meta.state is TxnState.ONGOING:
+                meta.fence_and_abort(now)
+                version = await self._store(meta, version)
+            if meta.state.preparing:
+                version = await self._finish(meta, version)
+            if meta.epoch >= MAX_EPOCH:
+                meta.bump_epoch(await self.allocate_producer_id())
+            else:
+                meta.bump_epoch(None)
+            meta.state, meta.timeout_ms, meta.updated_ms = TxnState.EMPTY, timeout_ms, _now_ms()
+            await self._store(meta, version)
+            result.append((meta.producer_id, meta.epoch))
+
+        async with self._lock(transactional_id):
+            error, message = await self._guard(Api.INIT_PRODUCER_ID, request.version, work)
+        if error != ErrorCode.none:
+            log.info("InitProducerId for %r: %s (%s)", transactional_id, error.name, message)
+            return error, -1, -1
+        return ErrorCode.none, *result[0]
+
+    # -- AddPartitionsToTxn, AddOffsetsToTxn -----------------------------------------------
+
+    async def add_partitions_to_txn(self, request: Request, channel: Any) -> Any:
+        """Put partitions in the transaction (each gets a marker when it ends)."""
+        body = request.body
+        v = request.version
+        txn_id = body.v3_and_below_transactional_id
+        wanted = {(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions}
+        unknown: set[tuple[str, int]] = set()
+
+        async def work() -> None:
+            self._check(txn_id, Api.ADD_PARTITIONS_TO_TXN)
+            self._denied(channel.principal, Operation.PRODUCE, sorted({t for t, _ in wanted}))
+            topics = self.view().topics
+            unknown.update(k for k in wanted if k[1] not in topics.get(k[0], {}))
+            if unknown:
+                raise TxnError(ErrorCode.unknown_topic_or_partition, f"unknown partitions {sorted(unknown)}")
+            async with self._lock(txn_id):
+                loaded = await self._load(txn_id)
+                if loaded is None:
+                    raise TxnError(ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {txn_id!r}")
+                meta, version = loaded
+                meta.add(body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, _now_ms(), wanted, None)
+                await self._store(meta, version)
+
+        error, _ = await self._guard(Api.ADD_PARTITIONS_TO_TXN, v, work)
+        part_cls = response_schema(Api.ADD_PARTITIONS_TO_TXN, v, "AddPartitionsToTxnPartitionResult")
+        topic_cls = response_schema(Api.ADD_PARTITIONS_TO_TXN, v, "AddPartitionsToTxnTopicResult")
+
+        def code(key: tuple[str, int]) -> ErrorCode:
+            if error == ErrorCode.unknown_topic_or_partition:  # Kafka: the others were not tried
+                return error if key in unknown else ErrorCode.operation_not_attempted
+            return error
+
+        return make(
+            response_schema(Api.ADD_PARTITIONS_TO_TXN, v),
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.none,
+            results_by_topic_v3_and_below=tuple(
+                make(
+                    topic_cls,
+                    name=t.name,
+                    results_by_partition=tuple(
+                        make(part_cls, partition_index=p, partition_error_code=code((t.name, int(p))))
+                        for p in t.partitions
+                    ),
+                )
+                for t in body.v3_and_below_topics
+            ),
+        )
+
+    async def add_offsets_to_txn(self, request: Request, channel: Any) -> Any:
+        """Put a group's offsets in the transaction (TxnOffsetCommit sends them to the
+        group's coordinator; they become the group's on commit)."""
+        body = request.body
+
+        async def work() -> None:
+            self._check(body.transactional_id, Api.ADD_OFFSETS_TO_TXN)
+            self._denied(channel.principal, Operation.CONSUME, [], body.group_id)
+            async with self._lock(body.transactional_id):
+                loaded = await self._load(body.transactional_id)
+                if loaded is None:
+                    raise TxnError(
+                        ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {body.transactional_id!r}"
+                    )
+                meta, version = loaded
+                meta.add(body.producer_id, body.producer_epoch, _now_ms(), set(), body.group_id)
+                await self._store(meta, version)
+
+        error, _ = await self._guard(Api.ADD_OFFSETS_TO_TXN, request.version, work)
+        return make(response_schema(Api.ADD_OFFSETS_TO_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
+
+    # -- EndTxn ------------------------------------------------------------------------------
+
+    async def end_txn(self, request: Request, channel: Any) -> Any:
+        """Commit or abort: the decision stored, then the markers and group offsets
+        (waited for up to :data:`MARKER_TIMEOUT_S`; retried in the background after)."""
+        body = request.body
+        txn_id = body.transactional_id
+
+        async def work() -> None:
+            self._check(txn_id, Api.END_TXN)
+            async with self._lock(txn_id):
+                loaded = await self._load(txn_id)
+                if loaded is None:
+                    raise TxnError(ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {txn_id!r}")
+                meta, version = loaded
+                if not meta.end(body.producer_id, body.producer_epoch, body.committed, _now_ms()):
+                    return  # a retry of an end that completed
+                version = await self._store(meta, version)
+                try:
+                    await asyncio.wait_for(self._finish(meta, version), MARKER_TIMEOUT_S)
+                except (LogferryError, TimeoutError) as exc:
+                    log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
+
+        error, _ = await self._guard(Api.END_TXN, request.version, work)
+        return make(response_schema(Api.END_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
+
+    # -- TxnOffsetCommit ---------------------------------------------------------------------
+
+    async def txn_offset_commit(self, request: Request, channel: Any) -> Any:
+        """On the group's coordinator: keep the offsets beside the transaction's state
+        until it ends (:func:`broker.coordination.transactions.write_pending_offsets`)."""
+        body = request.body
+        v = request.version
+        offsets = [(t.name, int(p.partition_index), int(p.committed_offset)) for t in body.topics for p in t.partitions]
+
+        async def work() -> None:
+            if self.coordinator_id(body.group_id) != self.broker_id:
+                raise TxnError(
+                    ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {body.group_id!r}"
+                )
+            self._denied(channel.principal, Operation.CONSUME, sorted({t for t, _, _ in offsets}), body.group_id)
+            # first the count of ended transactions, then the state: if this one ends
+            # after we saw it Ongoing, the count moves and the write below fails
+            ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
+            loaded = await self._load(body.transactional_id)
+            if loaded is None:
+                raise TxnError(
+                    ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {body.transactional_id!r}"
+                )
+            meta, _ = loaded
+            meta.check_producer(body.producer_id, body.producer_epoch)
+            if meta.state is not TxnState.ONGOING or body.group_id not in meta.groups:
+                raise TxnError(
+                    ErrorCode.invalid_txn_state,
+                    f"group {body.group_id!r} is not in an ongoing transaction of {body.transactional_id!r} "
+                    f"(AddOffsetsToTxn first)",
+                )
+            await self._zk(
+                lambda: store.write_pending_offsets(
+                    self.zk_client(), body.transactional_id, body.group_id, meta.producer_id, meta.epoch, offsets, ends
+                )
+            )
+
+        error, _ = await self._guard(Api.TXN_OFFSET_COMMIT, v, work)
+        if error == ErrorCode.producer_fenced and v < 3:
+            error = ErrorCode.invalid_producer_epoch
+        part_cls = response_schema(Api.TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponsePartition")
+        topic_cls = response_schema(Api.TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponseTopic")
+        return make(
+            response_schema(Api.TXN_OFFSET_COMMIT, v),
+            throttle_time=_NO_TIME,
+            topics=tuple(
+                make(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(part_cls, partition_index=p.partition_index, error_code=error) for p in t.partitions
+                    ),
+                )
+                for t in body.topics
+            ),
+        )
+
+    # -- timeouts and unfinished markers -----------------------------------------------------
+
+    async def run_expiry(self) -> None:
+        """Every :data:`EXPIRY_INTERVAL_S` until cancelled: abort the transactions coordinated
+        here that passed their timeout, and finish those left Prepare* (markers that could
+        not be written, or a coordinator that died half way)."""
+        while True:
+            await asyncio.sleep(EXPIRY_INTERVAL_S)
+            try:
+                await self.expire_once()
+            except LogferryError as exc:
+                log.warning("transaction expiry round failed (next in %.0f s): %s", EXPIRY_INTERVAL_S, exc)
+
+    async def expire_once(self) -> None:
+        """One round of :meth:`run_expiry`: the ids due by what this broker stored; every
+        :data:`FULL_SCAN_S` (and first) every id it coordinates, read from ZooKeeper (ids
+        whose coordinator moved here, or whose state another broker wrote)."""
+        now = _now_ms()
+        if time.monotonic() >= self._next_scan:
+            self._next_scan = time.monotonic() + FULL_SCAN_S
+            ids = await self._zk(lambda: store.list_ids(self.zk_client()))
+        else:
+            ids = [txn_id for txn_id, due in self._due.items() if due <= now]
+        for txn_id in ids:
+            if self.coordinator_id(txn_id) != self.broker_id:
+                self._due.pop(txn_id, None)
+                continue
+            async with self._lock(txn_id):
+                loaded = await self._load(txn_id)
+                if loaded is None:
+                    self._due.pop(txn_id, None)
+                    continue
+                meta, version = loaded
+                self._note(meta)
+                try:
+                    if meta.expired(_now_ms()):
+                        log.info("transaction of %r passed its %d ms timeout: aborting", txn_id, meta.timeout_ms)
+                        meta.fence_and_abort(_now_ms())
+                        version = await self._store(meta, version)
+                    if meta.state.preparing:
+                        await self._finish(meta, version)
+                except (LogferryError, TimeoutError) as exc:
+                    log.warning("transaction of %r not finished yet (retried): %s", txn_id, exc)
+
+
+__all__ = ["KafkaTxnService", "MarkerWriter", "OffsetCommitter"]

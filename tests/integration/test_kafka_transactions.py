@@ -1,0 +1,435 @@
+"""Kafka transactions on the Kafka listener (docs/kafka.md, "Transactions"; issue 35),
+with confluent-kafka's transactional producer (and aiokafka's and kafka-python's) and
+read_committed / read_uncommitted consumers against real brokers and a real ZooKeeper.
+
+Committed transactions are read by read_committed consumers, aborted ones are not
+(read_uncommitted sees both): counted. ``send_offsets_to_transaction`` makes a group's
+offsets visible on commit only. Two producers with one transactional.id: the older
+is fenced. A transaction left open past its timeout is aborted by the coordinator.
+The coordinator's state survives a kill -9 of its broker (3 brokers). A
+read-process-write loop killed with -9 at random points leaves each input once."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka import KafkaProducer
+from kazoo.client import KazooClient
+
+from broker.coordination import transactions as store
+from broker.coordination.transactions import state_path
+from broker.server.kafka.groups import coordinator_for
+from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def module_cluster_options() -> dict[str, Any]:
+    """The broker the module's tests share speaks Kafka too."""
+    return {"kafka": KAFKA_LISTENER}
+
+
+_readers = itertools.count()
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
+    producer.init_transactions(20)
+    return producer
+
+
+def read_all(
+    bootstrap: str, topic: str, partitions: int, isolation: str, expect: int, timeout: float = 20
+) -> list[bytes]:
+    """Every value of ``topic`` (``assign`` from the start), read with ``isolation``
+    until ``expect`` values came and a further 0.5 s brought none, or ``timeout``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{next(_readers)}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is None or msg.error() is not None:
+                if len(values) >= expect:
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > 0.5:
+                        break
+                continue
+            quiet_since = None
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_commit_and_abort_read_committed_and_uncommitted(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("txn")
+    cluster.create_topic(topic, 2)
+    producer = txn_producer(cluster.bootstrap, unique_name("tid"))
+    sent = {"committed": 0, "aborted": 0}
+    for round_ in range(3):
+        for outcome in ("committed", "aborted"):
+            producer.begin_transaction()
+            for i in range(50):
+                producer.produce(topic, value=f"{outcome}-{round_}-{i}".encode(), partition=i % 2)
+            if outcome == "committed":
+                producer.commit_transaction(20)
+            else:
+                producer.flush(20)  # the data is in the log before the abort
+                producer.abort_transaction(20)
+            sent[outcome] += 50
+    committed = read_all(cluster.bootstrap, topic, 2, "read_committed", sent["committed"])
+    everything = read_all(cluster.bootstrap, topic, 2, "read_uncommitted", 300)
+    print(f"sent {sent}; read_committed read {len(committed)}, read_uncommitted {len(everything)}")
+    assert sorted(committed) == sorted(f"committed-{r}-{i}".encode() for r in range(3) for i in range(50))
+    assert len(everything) == 300 and len(set(everything)) == 300
+
+
+def test_open_transaction_holds_back_read_committed(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Data after an open transaction's first batch waits for its end (the last stable
+    offset), even another producer's committed data; a plain producer's too."""
+    cluster = module_kafka_cluster
+    topic = unique_name("lso")
+    cluster.create_topic(topic, 1)
+    open_one = txn_producer(cluster.bootstrap, unique_name("open"))
+    open_one.begin_transaction()
+    open_one.produce(topic, value=b"open-0", partition=0)
+    open_one.flush(20)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(10):
+        plain.produce(topic, value=b"plain-%d" % i, partition=0)
+    assert plain.flush(20) == 0
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 0, timeout=3) == []
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 11)) == 11
+    open_one.commit_transaction(20)
+    after = read_all(cluster.bootstrap, topic, 1, "read_committed", 11)
+    assert sorted(after) == sorted([b"open-0", *(b"plain-%d" % i for i in range(10))])
+
+
+def test_send_offsets_to_transaction_visible_on_commit_only(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    source, sink, group = unique_name("src"), unique_name("sink"), unique_name("g")
+    cluster.create_topic(source, 1)
+    cluster.create_topic(sink, 1)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(20):
+        plain.produce(source, value=b"%d" % i, partition=0)
+    assert plain.flush(20) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(source, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 20 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) == 20
+    producer = txn_producer(cluster.bootstrap, unique_name("rpw"))
+
+    # the group's committed offset as a read_uncommitted client asks (no require_stable)
+    lenient = Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "isolation.level": "read_uncommitted"}
+    )
+
+    def committed() -> int:
+        return lenient.committed([TopicPartition(source, 0)], timeout=10)[0].offset
+
+    # aborted: the group's offset stays where it was (none)
+    producer.begin_transaction()
+    for msg in got[:10]:
+        producer.produce(sink, value=msg.value(), partition=0)
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 10)], consumer.consumer_group_metadata(), 20)
+    assert committed() < 0  # not visible while the transaction is open
+    # a read_committed client asks for stable offsets: UNSTABLE_OFFSET_COMMIT, it asks
+    # again until the transaction ends (here: until its own timeout)
+    with pytest.raises(KafkaException, match="Timed out"):
+        consumer.committed([TopicPartition(source, 0)], timeout=1)
+    producer.abort_transaction(20)
+    assert committed() < 0
+    # committed: the offset and the output together
+    producer.begin_transaction()
+    for msg in got:
+        producer.produce(sink, value=msg.value(), partition=0)
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 20)], consumer.consumer_group_metadata(), 20)
+    producer.commit_transaction(20)
+    assert committed() == 20
+    assert consumer.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 20
+    consumer.close()
+    lenient.close()
+    out = read_all(cluster.bootstrap, sink, 1, "read_committed", 20)
+    assert sorted(out) == sorted(b"%d" % i for i in range(20))
+
+
+def test_second_producer_fences_the_first(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, txn_id = unique_name("fence"), unique_name("tid")
+    cluster.create_topic(topic, 1)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie", partition=0)
+    old.flush(20)
+    new = txn_producer(cluster.bootstrap, txn_id)  # aborts old's open transaction, bumps the epoch
+    new.begin_transaction()
+    new.produce(topic, value=b"new", partition=0)
+    new.commit_transaction(20)
+    with pytest.raises(KafkaException) as caught:
+        old.produce(topic, value=b"zombie-2", partition=0)
+        old.commit_transaction(20)
+    error = caught.value.args[0]
+    print("the old producer got", error)
+    assert error.fatal() and error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"new"]
+
+
+def test_transaction_past_its_timeout_is_aborted(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic = unique_name("timeout")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, unique_name("slow"), **{"transaction.timeout.ms": 1000})
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"late-%d" % i, partition=0)
+    producer.flush(20)
+    time.sleep(2.5)  # the timeout itself is the scenario: 1 s, checked every second
+    with pytest.raises(KafkaException) as caught:
+        producer.commit_transaction(20)
+    print("commit after the timeout:", caught.value.args[0])
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    assert plain.flush(20) == 0
+    # the abort marker ended the transaction: what follows it is readable, its data never
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"after"]
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 6)) == 6
+
+
+def stored_state(zk_connect: str, txn_id: str) -> dict[str, Any]:
+    """The coordinator's state of ``txn_id`` as ZooKeeper holds it."""
+    client = KazooClient(hosts=zk_connect)
+    client.start(timeout=10)
+    try:
+        raw, _ = client.get(state_path(txn_id))
+        value: dict[str, Any] = json.loads(raw)
+        return value
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -> None:
+    """3 brokers, a topic of 3 partitions (replicated on all three, so its leaders are
+    spread and markers go to other brokers too). A transaction is left open, the
+    coordinator of its id killed with -9: the new coordinator reads the id's state from
+    ZooKeeper, so a new producer of the id fences the old one, its open transaction is
+    aborted (markers into all 3 partitions) and its own commit is read exactly."""
+    cluster = kafka_cluster(
+        3, default_replication_factor=3, min_insync_replicas=2, replica_lag_time_max_ms=1500, zk_session_timeout_s=3.0
+    )
+    topic = "moving-txn"
+    cluster.create_topic(topic, 3, rf=3)
+    coordinator = 1
+    txn_id = next(f"t{i}" for i in range(1000) if coordinator_for(f"t{i}", [1, 2, 3]) == coordinator)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    old.begin_transaction()
+    for i in range(30):
+        old.produce(topic, value=b"open-%d" % i, partition=i % 3)
+    old.flush(20)
+    before = stored_state(cluster.zk_connect, txn_id)
+    assert before["state"] == "Ongoing" and len(before["partitions"]) == 3
+
+    next(b for b in cluster.brokers if b.id == coordinator).kill()
+    survivors = [b for b in cluster.brokers if b.id != coordinator]
+    bootstrap = ",".join(b.kafka_address() for b in survivors)
+    new = txn_producer(bootstrap, txn_id, **{"transaction.timeout.ms": 30000})
+    after_init = stored_state(cluster.zk_connect, txn_id)
+    assert after_init["producer_id"] == before["producer_id"]
+    assert after_init["epoch"] == before["epoch"] + 2  # +1 aborting the open one, +1 the new producer
+    new.begin_transaction()
+    for i in range(30):
+        new.produce(topic, value=b"new-%d" % i, partition=i % 3)
+    new.commit_transaction(30)
+    assert stored_state(cluster.zk_connect, txn_id)["state"] == "CompleteCommit"
+    committed = read_all(bootstrap, topic, 3, "read_committed", 30)
+    everything = read_all(bootstrap, topic, 3, "read_uncommitted", 60)
+    print(f"after the kill: read_committed {len(committed)}, read_uncommitted {len(everything)}")
+    assert sorted(committed) == sorted(b"new-%d" % i for i in range(30))
+    assert len(everything) == 60
+    with pytest.raises(KafkaException):
+        old.commit_transaction(10)  # the old producer is fenced wherever it turns
+
+
+LOOP = r"""
+import sys, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, source, sink, group, txn_id, partitions = sys.argv[1:7]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5})
+producer.init_transactions(30)  # first: it aborts what a killed predecessor left open
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+assigned = [TopicPartition(source, p) for p in range(int(partitions))]
+consumer.assign(assigned)  # at the group's committed offsets
+print("READY", flush=True)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    msgs = [m for m in consumer.consume(20, 0.2) if m.error() is None]
+    if not msgs:  # done once every partition's committed offset is its end
+        ends = [consumer.get_watermark_offsets(tp, timeout=5)[1] for tp in assigned]
+        if all(c.offset >= end for c, end in zip(consumer.committed(assigned, timeout=5), ends)):
+            break
+        continue
+    producer.begin_transaction()
+    for m in msgs:
+        producer.produce(sink, value=b"out-" + m.value(), partition=m.partition())
+    positions = consumer.position(consumer.assignment())
+    producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    print("COMMITTED", flush=True)
+else:
+    sys.exit("not done in 60 s")
+print("DONE", flush=True)
+"""
+
+
+def test_read_process_write_killed_at_random_points_leaves_each_input_once(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Any
+) -> None:
+    """Issue 35's exactly-once loop: a consume-transform-produce process with
+    confluent-kafka's transactions (output and input offsets in one transaction),
+    killed with -9 at random points 4 times and restarted; afterwards the output topic
+    holds each input exactly once as a read_committed consumer sees it."""
+    cluster = module_kafka_cluster
+    source, sink, group, txn_id = unique_name("in"), unique_name("out"), unique_name("g"), unique_name("loop")
+    cluster.create_topic(source, 3)
+    cluster.create_topic(sink, 3)
+    n = 900
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        plain.produce(source, value=b"%d" % i, partition=i % 3)
+    assert plain.flush(20) == 0
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    args = [sys.executable, str(script), cluster.bootstrap, source, sink, group, txn_id, "3"]
+    rng = random.Random(35)
+    for kill in range(4):
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+            proc.stdout.readline()  # once it committed a first transaction (or ended)
+            time.sleep(rng.uniform(0, 0.3))  # then at a random point of the loop
+        finally:
+            proc.kill()
+            proc.communicate(timeout=10)
+        print(f"kill {kill + 1}: the loop killed {proc.returncode}")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "DONE" in out
+    got = read_all(cluster.bootstrap, sink, 3, "read_committed", n)
+    uncommitted = read_all(cluster.bootstrap, sink, 3, "read_uncommitted", n)
+    print(f"inputs {n}; read_committed outputs {len(got)}, read_uncommitted {len(uncommitted)} (aborted included)")
+    duplicates = sorted(v for v, c in collections.Counter(got).items() if c > 1)
+    assert not duplicates, f"read twice: {duplicates}"
+    assert sorted(got) == sorted(b"out-%d" % i for i in range(n))
+
+
+def test_pending_offsets_of_an_ended_transaction_are_refused(zk_client: Any) -> None:
+    """A TxnOffsetCommit checked against an Ongoing transaction that ends before its
+    write lands (a killed producer's late request) leaves nothing behind: the write
+    fails, so no stale offset is published later nor keeps a group unstable."""
+    ends = store.end_count(zk_client, "tid")
+    store.write_pending_offsets(zk_client, "tid", "g/1", 5, 0, [("t", 0, 10), ("t", 1, 4)], ends)
+    store.write_pending_offsets(zk_client, "tid", "g/1", 5, 0, [("t", 0, 12)], ends)
+    assert store.read_pending_offsets(zk_client, "tid") == {"g/1": [("t", 0, 12), ("t", 1, 4)]}
+    assert store.pending_for_group(zk_client, "g/1") == {("t", 0), ("t", 1)}
+    store.mark_end(zk_client, "tid")  # the transaction ends: EndTxn, an abort, a timeout
+    with pytest.raises(store.StaleStateError):
+        store.write_pending_offsets(zk_client, "tid", "g/1", 5, 0, [("t", 2, 1)], ends)
+    store.delete_pending_offsets(zk_client, "tid")
+    assert store.read_pending_offsets(zk_client, "tid") == {}
+    assert store.pending_for_group(zk_client, "g/1") == set()
+
+
+def test_aiokafka_and_kafka_python_transactional_producers(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """The other Python clients' transactional producers: each commits 10 records and
+    aborts 10; read_committed reads the 20 committed ones."""
+    cluster = module_kafka_cluster
+    topic = unique_name("pyclients")
+    cluster.create_topic(topic, 1)
+
+    async def with_aiokafka() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=unique_name("aio"))
+        await producer.start()  # InitProducerId through the transaction coordinator
+        try:
+            async with producer.transaction():
+                for i in range(10):
+                    await producer.send_and_wait(topic, b"aio-commit-%d" % i, partition=0)
+            await producer.begin_transaction()
+            for i in range(10):
+                await producer.send_and_wait(topic, b"aio-abort-%d" % i, partition=0)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(with_aiokafka(), 30))
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id=unique_name("kp"))
+    try:
+        kp.init_transactions()
+        for outcome in ("commit", "abort"):
+            kp.begin_transaction()
+            for i in range(10):
+                kp.send(topic, b"kp-%s-%d" % (outcome.encode(), i), partition=0)
+            kp.flush(20)
+            kp.commit_transaction() if outcome == "commit" else kp.abort_transaction()
+    finally:
+        kp.close(5)
+    got = read_all(cluster.bootstrap, topic, 1, "read_committed", 20)
+    assert sorted(got) == sorted(
+        [*(b"aio-commit-%d" % i for i in range(10)), *(b"kp-commit-%d" % i for i in range(10))]
+    )
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 40)) == 40
