@@ -172,8 +172,9 @@ function auditCard(c) {
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
+      if (st.missing) return missingTier(s, st, r.state, "data-stage");
       const count = s === "agent" ? `${num(st.acked)} / ${num(st.sent)}` : num(st.acked);
-      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${judged(st.complete_pct, r.state)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${judged(st.complete_pct, r.state)}" data-stage-pct="${esc(s)}"${judgedAgainst(st)}>${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
   return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
@@ -188,6 +189,17 @@ function judged(v, state) {
   if (state && state !== "settled") return "mute";
   return v < 100 ? "bad" : v > 100 ? "WARN" : "OK";
 }
+function missingTier(stage, st, windowState, attr) {
+  // a tier that counts this topic published no count for this window: not 100%, missing;
+  // amber once settled when a later tier counted the window (its count is what is
+  // missing), red when none did (nothing after it confirms the messages)
+  const cls = windowState === "settled" ? (st.counted_after ? "WARN" : "bad") : "mute";
+  const why = `${stage} published no count for this window, though it counts this topic`;
+  return `<td class="num ${cls}" ${attr}="${esc(stage)}" data-missing title="${esc(why)}">missing</td>` +
+    `<td class="num mute" ${attr}-pct="${esc(stage)}">-</td>`;
+}
+const judgedAgainst = (st) => st.complete_pct === null && st.of ? ` title="no count of ${esc(st.of)} to judge it against"` : "";
+const outside = (st) => st.missing || (st.complete_pct !== null && st.complete_pct !== 100);
 const settleText = () => `${(state.snap && state.snap.audit_settle_s) || 60} s after it ended`;
 
 function auditFilter(rows) {
@@ -197,7 +209,7 @@ function auditFilter(rows) {
   const topic = String(f.get("topic") || "").trim();
   const problems = f.get("problems") === "on";
   return rows.filter((r) => (!topic || r.topic.includes(topic)) &&
-    (!problems || (r.state === "settled" && Object.values(r.stages).some((st) => st.complete_pct !== null && st.complete_pct !== 100))));
+    (!problems || (r.state === "settled" && Object.values(r.stages).some(outside))));
 }
 
 function pipelineCard(all) {
@@ -213,12 +225,13 @@ function pipelineCard(all) {
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
+      if (st.missing) return missingTier(s, st, r.state, "data-tier");
       return `<td class="num" data-tier="${esc(s)}" title="${esc(st.cluster || "")}">${num(st.acked)}</td>` +
-        `<td class="num ${judged(st.complete_pct, r.state)}" data-tier-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+        `<td class="num ${judged(st.complete_pct, r.state)}" data-tier-pct="${esc(s)}"${judgedAgainst(st)}>${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s, i) => `<th class="num">${esc(s)}</th><th class="num">${i ? "of " + esc(stages[i - 1]) : "acked / sent"}</th>`).join("");
   return head + `<p class="mute">each stage's count from the cluster it publishes to, every message in the window of its own time; ` +
-    `over 100% = copies that tier made; judged (amber, red) only once a window settled, ${esc(settleText())}</p>` +
+    `over 100% = copies that tier made; "missing" = a tier that counts the topic published nothing for the window; judged (amber, red) only once a window settled, ${esc(settleText())}</p>` +
     `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th>${header}</tr>${body}</table></div>`;
 }
 
