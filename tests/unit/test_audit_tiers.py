@@ -3,6 +3,7 @@ the console's pipeline view and the loader's chain of tiers."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import msgpack
@@ -232,6 +233,19 @@ def test_heartbeats_list_files_by_lag_and_go_stale_after_three_intervals():
     beat = AgentHeartbeat.decode(beats.record(snap, now=1000.0).encode())
     assert beat is not None and beat.time_ms == 1_000_000 and beat.lag_bytes == 30
     assert [f["path"] for f in beat.files] == ["/b", "/a"]
+    # a path rotated twice: three files, told apart by where each is now and its inode
+    rotated = [
+        {"path": "/app.log", "where": "/app.log", "inode": 30, "lag": 0, "rotated": False},
+        {"path": "/app.log", "where": "/app.log.1", "inode": 20, "lag": 0, "rotated": True},
+        {"path": "/app.log", "where": None, "inode": 10, "lag": 0, "rotated": True, "deleted": True},
+    ]
+    again = AgentHeartbeat.decode(beats.record(dataclasses.replace(snap, files=rotated), now=1000.0).encode())
+    assert again is not None
+    assert [(f["where"], f["inode"], f["rotated"], f["deleted"]) for f in again.files] == [
+        (None, 10, True, True),
+        ("/app.log.1", 20, True, False),
+        ("/app.log", 30, False, False),
+    ]
     assert AgentHeartbeat.decode(b"\x01") is None
     reader = AgentsReader()
     reader.add(beat)
