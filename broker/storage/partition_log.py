@@ -575,17 +575,18 @@ class PartitionLog:
         hundreds of partitions would walk up to an index interval of batch headers each
         time: the walk goes on from the previous answer's batch instead, when it is in the
         same segment and nothing was cut since (:attr:`generation`)."""
+        generation = self.generation  # read first: a cut during the walk leaves the hint stale-marked
         end = self.visible_end
         if end == self._end or end < self._bases[0]:
             return self.message_offset_at(end)
         seg = self._segments[bisect_right(self._bases, end) - 1]
         pos = end - seg.base_offset
         hint = self._visible_hint
-        near = (hint[2], hint[3]) if hint is not None and hint[0] == self.generation and hint[1] is seg else None
+        near = (hint[2], hint[3]) if hint is not None and hint[0] == generation and hint[1] is seg else None
         if near is not None and near[0] == pos:  # not moved since
             return seg.index.base_message + near[1]
         message = message_offsets.message_at(seg, pos, self.name, near)
-        self._visible_hint = (self.generation, seg, pos, message - seg.index.base_message)
+        self._visible_hint = (generation, seg, pos, message - seg.index.base_message)
         return message
 
     def batch_start_at_or_before(self, offset: int) -> int:
