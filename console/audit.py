@@ -24,6 +24,7 @@ mirror's from the analysis cluster, where it publishes them.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from broker.client import (
@@ -111,9 +112,14 @@ class AuditTally:
         stage's completeness against the tier before it (:func:`tier_completeness`) and
         the window's ``state`` at ``now_ms`` (:func:`window_state`)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        starts = tier_starts(
+            {"topic": t, "window_start": s, "stages": w["stages"]} for (t, s), w in self.windows.items()
+        )
         out = []
         for (topic, start), w in sorted(self.windows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-            stages = tier_completeness({name: dict(counts) for name, counts in w["stages"].items()})
+            stages = tier_completeness(
+                {name: dict(counts) for name, counts in w["stages"].items()}, expected_tiers(starts, topic, start)
+            )
             out.append(
                 {
                     "topic": topic,
@@ -131,22 +137,55 @@ def _pct(part: int, whole: int) -> float | None:
     return round(100.0 * part / whole, 2) if whole else None
 
 
-def tier_completeness(stages: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def tier_completeness(stages: dict[str, dict[str, Any]], expected: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
     """Order ``{stage: {"sent", "acked", ...}}`` by tier and add ``complete_pct``: the
-    agent's acked / sent, every later stage's acked over the previous present tier's acked
-    (None when that is 0), with ``of`` naming that tier."""
+    agent's acked / sent, every later stage's acked over the previous tier's acked (None
+    when that is 0), with ``of`` naming that tier.
+
+    A tier of ``expected`` that published nothing for the window is put in its place as
+    ``{"missing": True, "sent": None, "acked": None, "complete_pct": None}`` (with
+    ``counted_after``: whether a later tier counted the window), and the tier after it
+    is judged against nothing (``complete_pct`` None, ``of`` the missing tier): judged
+    against the tiers present only, an absent agent tier made the mirror look 100%.
+    """
+    names = sorted(set(stages) | set(expected), key=stage_rank)
     out: dict[str, dict[str, Any]] = {}
     previous: str | None = None
-    for name in sorted(stages, key=stage_rank):
+    for i, name in enumerate(names):
+        if name not in stages:
+            later = any(n in stages for n in names[i + 1 :])
+            out[name] = {"sent": None, "acked": None, "complete_pct": None, "missing": True, "counted_after": later}
+            if previous is not None:
+                out[name]["of"] = previous
+            previous = name
+            continue
         counts = stages[name]
         if name == AGENT_STAGE or previous is None:
             counts["complete_pct"] = _pct(counts["acked"], counts["sent"])
         else:
-            counts["complete_pct"] = _pct(counts["acked"], out[previous]["acked"])
+            base = out[previous]["acked"]
+            counts["complete_pct"] = _pct(counts["acked"], base) if base is not None else None
             counts["of"] = previous
         out[name] = counts
         previous = name
     return out
+
+
+def tier_starts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """(topic, stage) -> the first window the rows hold a count of that stage for: a
+    window from then on without that stage's count is missing one, an earlier one is
+    simply before what is kept (or before the tier existed)."""
+    starts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        for stage in row["stages"]:
+            key = (row["topic"], stage)
+            starts[key] = min(starts.get(key, row["window_start"]), row["window_start"])
+    return starts
+
+
+def expected_tiers(starts: dict[tuple[str, str], int], topic: str, window_start: int) -> list[str]:
+    """The stages that count ``topic`` from ``window_start`` or earlier (:func:`tier_starts`)."""
+    return [stage for (t, stage), first in starts.items() if t == topic and first <= window_start]
 
 
 def pipeline_rows(
@@ -160,8 +199,9 @@ def pipeline_rows(
     home: dict[str, str] = {}
     for name, view in views:
         for row in (view or {}).get("rows", []):
-            for stage in row["stages"]:
-                home.setdefault(stage, name)
+            for stage, counts in row["stages"].items():
+                if not counts.get("missing"):
+                    home.setdefault(stage, name)
     merged: dict[tuple[str, int], dict[str, Any]] = {}
     for name, view in views:
         for row in (view or {}).get("rows", []):
@@ -176,11 +216,12 @@ def pipeline_rows(
                 },
             )
             for stage, counts in row["stages"].items():
-                if home[stage] == name:
+                if home[stage] == name and not counts.get("missing"):
                     target["stages"][stage] = {"sent": counts["sent"], "acked": counts["acked"], "cluster": name}
+    starts = tier_starts(merged.values())
     rows = []
-    for (_topic, start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-        row["stages"] = tier_completeness(row["stages"])
+    for (topic, start), row in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        row["stages"] = tier_completeness(row["stages"], expected_tiers(starts, topic, start))
         row["state"] = window_state(start, row["window_end"], now_ms, settle_s * 1000)
         rows.append(row)
     return rows
@@ -232,8 +273,10 @@ __all__ = [
     "SETTLE_S",
     "AuditReader",
     "AuditTally",
+    "expected_tiers",
     "pipeline_rows",
     "read_audit",
     "tier_completeness",
+    "tier_starts",
     "window_state",
 ]

@@ -18,7 +18,7 @@ derived here:
 - lag by the one formula (:func:`broker.client.group_lag`) and each group's status by
   Burrow's rules (:mod:`broker.client.group.status`) over the commits seen since the
   console started, through the same :meth:`GroupAdmin.describe` as ``logferry group
-  describe``.
+  describe``; each group's last readings of lag and status (:mod:`console.lag_history`).
 
 Blocking (the client library is); the server runs it in a worker thread.
 """
@@ -36,6 +36,7 @@ from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, Stat
 from console.agents import AgentsReader, read_agents
 from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
 from console.config import ClusterConfig
+from console.lag_history import LagHistory, LagReading
 from console.rates import History, MessagePositions, Rates
 
 log = logging.getLogger("logferry.console")
@@ -65,6 +66,7 @@ class ClusterPoller:
         self._ends: dict[tuple[str, int], tuple[int, int]] = {}
         """(topic, partition) -> (byte end, message end) of this reading, for the lags."""
         self._windows = StatusWindows()
+        self._lag_history = LagHistory()
         self._listeners: dict[int, list[dict[str, Any]]] = {}
         self._listeners_key: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.history = History(SERIES)
@@ -446,19 +448,24 @@ class ClusterPoller:
                 if row["committed"] is not None:
                     g_out += self._rates.update(("out", name, row["topic"], row["partition"]), row["committed"], now)
             bytes_out += g_out
-            groups.append(
-                {
-                    "name": name,
-                    "status": info["status"],
-                    "members": info["members"],
-                    "partitions": info["partitions"],
-                    "bytes_out_s": round(g_out, 1),
-                    "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
-                    "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
-                    "lag_counted": all(r["lag_counted"] for r in info["partitions"]),
-                    "lag_s": max((r["lag_s"] for r in info["partitions"] if r["lag_s"] is not None), default=None),
-                }
+            group = {
+                "name": name,
+                "status": info["status"],
+                "members": info["members"],
+                "partitions": info["partitions"],
+                "bytes_out_s": round(g_out, 1),
+                "lag_bytes": sum(r["lag_bytes"] or 0 for r in info["partitions"]),
+                "lag_messages": sum(r["lag_messages"] or 0 for r in info["partitions"]),
+                "lag_counted": all(r["lag_counted"] for r in info["partitions"]),
+                "lag_s": max((r["lag_s"] for r in info["partitions"] if r["lag_s"] is not None), default=None),
+            }
+            self._lag_history.add(
+                name,
+                LagReading(int(now * 1000), group["lag_messages"], group["lag_bytes"], group["lag_s"], group["status"]),
             )
+            group["history"] = self._lag_history.view(name)
+            groups.append(group)
+        self._lag_history.forget(str(g["name"]) for g in groups)
         return groups, bytes_out
 
 

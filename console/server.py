@@ -8,9 +8,10 @@ Routes:
 - ``GET /api/events``: server-sent events, one ``snapshot`` event per cluster reading
   and at least one per interval, so the page shows a change within 2 s and a cluster
   that stopped answering as stale;
-- ``GET /api/messages?cluster=&topic=&partition=&offset=[&skip=]|time_ms=&limit=``: a
-  page of messages from an offset (``skip`` messages into its batch: the ``next`` and
-  ``next_skip`` of the page before) or a time;
+- ``GET /api/messages?cluster=&topic=&partition=&offset=[&skip=]|message=|time_ms=&limit=[&q=]``:
+  a page of messages from a byte offset (``skip`` messages into its batch: the ``next``
+  and ``next_skip`` of the page before), a message offset (Kafka's numbering) or a time;
+  with ``q`` only those whose key or text contains it, out of a bounded read;
 - ``GET /api/tail?cluster=&topic=&partition=``: server-sent events, one ``messages``
   event per batch of new messages from the end of the partition;
 - ``GET /metrics``: the console's Prometheus metrics (:mod:`console.metrics`).
@@ -247,7 +248,7 @@ def _missing(poller: ClusterPoller, topic: str, partition: int) -> str | None:
 async def api_messages(request: web.Request) -> web.Response:
     poller, topic, partition = _partition_args(request)
     try:
-        start = parse_start(request.query.get("offset"), request.query.get("time_ms"))
+        start = parse_start(request.query.get("offset"), request.query.get("time_ms"), request.query.get("message"))
         limit = int(request.query.get("limit", "50"))
         skip = int(request.query.get("skip", "0"))
         if skip < 0:
@@ -258,7 +259,10 @@ async def api_messages(request: web.Request) -> web.Response:
     if missing:
         return web.Response(status=404, text=_dumps({"error": missing}), content_type="application/json")
     try:
-        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit, skip)
+        query = request.query.get("q") or None
+        page = await asyncio.to_thread(browse, poller.consumer, topic, partition, start, limit, skip, query)
+    except ValueError as exc:  # a message offset asked of a broker without them
+        return web.Response(status=400, text=_dumps({"error": str(exc)}), content_type="application/json")
     except LogferryError as exc:
         return web.Response(status=502, text=_dumps({"error": str(exc)}), content_type="application/json")
     return web.Response(text=_dumps(page), content_type="application/json")
@@ -269,13 +273,14 @@ async def api_tail(request: web.Request) -> web.StreamResponse:
     consumer = poller.consumer
     try:
         offset = (await asyncio.to_thread(consumer.offsets, topic, partition)).end
+        message = await asyncio.to_thread(consumer.message_offset_at, topic, partition, offset)
     except LogferryError as exc:
         raise web.HTTPBadGateway(text=str(exc)) from None
     response = await _sse_start(request)
     try:
         while True:
             try:
-                rows, offset = await asyncio.to_thread(tail, consumer, topic, partition, offset)
+                rows, offset, message = await asyncio.to_thread(tail, consumer, topic, partition, offset, message)
             except LogferryError as exc:
                 await response.write(f"event: failure\ndata: {_dumps({'error': str(exc)})}\n\n".encode())
                 rows = []

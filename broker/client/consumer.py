@@ -153,6 +153,32 @@ class SimpleConsumer:
         """Range plus the broker's average stored bytes per message (for lag estimates)."""
         return self._call(topic, partition, protocol.OFFSETS, {"topic": topic, "partition": partition, "at": "latest"})
 
+    def message_offset_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """The message offset, as Kafka clients number messages, of the first message of
+        the batch starting at byte ``offset`` (the visible end: the next message's); None
+        from a broker older than message offsets. OffsetOutOfRangeError outside the
+        visible log, InvalidOffsetError when no batch starts there."""
+        fields = {"topic": topic, "partition": partition, "at": {"byte": offset}}
+        try:
+            header = self._call(topic, partition, protocol.OFFSETS, fields)
+        except InvalidRequestError:  # an older broker: 'at' not understood
+            return None
+        message = header.get("message")
+        return message if isinstance(message, int) else None
+
+    def position_of_message(self, topic: str, partition: int, message: int) -> tuple[int, int] | None:
+        """``(byte offset of the batch holding message offset ``message``, messages before
+        it in that batch)``: where a Kafka client's offset lies for this client; None from
+        a broker older than message offsets. OffsetOutOfRangeError outside the log."""
+        fields = {"topic": topic, "partition": partition, "at": {"message": message}}
+        try:
+            header = self._call(topic, partition, protocol.OFFSETS, fields)
+        except InvalidRequestError:
+            return None
+        if not isinstance(header.get("message"), int):
+            return None
+        return int(header["offset"]), int(header.get("skip") or 0)
+
     def offset_infos(
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], dict[str, Any] | LogferryError]:

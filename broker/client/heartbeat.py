@@ -6,7 +6,8 @@ to the agents topic::
 
     {"host": str, "version": str, "pid": int, "started_ms": int, "time_ms": int,
      "interval_s": float, "state": str, "lag_bytes": int,
-     "files": [{"path": str, "lag": int, "offset": int, "size": int}, ...]}
+     "files": [{"path": str, "lag": int, "offset": int, "size": int,
+                "where": str | None, "inode": int, "rotated": bool, "deleted": bool}, ...]}
 
 so a dashboard reads the fleet through the client library alone (the console reads the
 topic's last minutes). An agent whose newest heartbeat is older than
@@ -75,17 +76,23 @@ class AgentHeartbeat(NamedTuple):
 
 def file_entries(files: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
     """The heartbeat's file list from an agent's status files: path, lag, offset, size,
-    the most lagging first, at most :data:`MAX_FILES`."""
+    and what tells the files of one path apart once it rotated: ``where`` the file is now
+    (None: rotated somewhere unknown), its ``inode``, ``rotated`` and ``deleted``. The
+    most lagging first, at most :data:`MAX_FILES`."""
     rows: list[dict[str, Any]] = [
         {
             "path": str(f.get("path", "")),
             "lag": int(f.get("lag") or 0),
             "offset": int(f.get("offset") or 0),
             "size": int(f.get("size") or 0),
+            "where": None if f.get("where") is None else str(f.get("where")),
+            "inode": int(f.get("inode") or 0),
+            "rotated": bool(f.get("rotated")),
+            "deleted": bool(f.get("deleted")),
         }
         for f in files
     ]
-    rows.sort(key=lambda f: (-int(f["lag"]), str(f["path"])))
+    rows.sort(key=lambda f: (-int(f["lag"]), str(f["path"]), int(f["inode"])))
     return tuple(rows[:MAX_FILES])
 
 

@@ -191,7 +191,9 @@ def _walk(seg: Segment, pos: int, message: int, until_pos: int, until_message: i
     """:func:`broker.storage.offset_index.walk` over ``seg``'s bytes read in chunks."""
     try:
         while True:
-            buf = seg.read(pos, min(_WALK_CHUNK, seg.size - pos)) if pos < until_pos else b""
+            # no further than the last header a walk to until_pos may need
+            want = min(_WALK_CHUNK, seg.size - pos, until_pos - pos + HEAD_BYTES)
+            buf = seg.read(pos, want) if pos < until_pos else b""
             new_pos, new_message, done = walk(buf, pos, pos, message, until_pos, until_message)
             if done:
                 return new_pos, new_message
@@ -202,11 +204,18 @@ def _walk(seg: Segment, pos: int, message: int, until_pos: int, until_message: i
         raise StorageError(f"cannot walk the batches of {seg.path} from byte {pos}: {exc}") from exc
 
 
-def message_at(seg: Segment, pos: int, name: str) -> int:
+def message_at(seg: Segment, pos: int, name: str, hint: tuple[int, int] | None = None) -> int:
     """Message offset of the batch that starts at byte ``pos`` of ``seg`` (or of the
-    segment's end); InvalidOffsetError if no batch starts there."""
+    segment's end); InvalidOffsetError if no batch starts there.
+
+    ``hint``: a batch start known in ``seg`` (its byte position, its message offset
+    relative to the segment's first) at or before ``pos``; the walk starts there when it
+    is nearer than the index entry before ``pos`` (a high watermark read again a batch
+    later walks one batch, not up to an index interval)."""
     index = seg.index
     start_pos, start_message = index.floor_by_position(pos)
+    if hint is not None and start_pos < hint[0] <= pos:
+        start_pos, start_message = hint
     found, message = _walk(seg, start_pos, start_message, pos, _NO_LIMIT)
     if found != pos:
         raise InvalidOffsetError(f"offset {seg.base_offset + pos} is not the start of a batch in partition {name}")

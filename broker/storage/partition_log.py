@@ -181,6 +181,10 @@ class PartitionLog:
         self._end = self._segments[-1].end_offset
         self._flushed_end = self._end
         self._hw_cap: int | None = None
+        self._visible_hint: tuple[int, Segment, int, int] | None = None
+        """(generation, segment, byte position in it, message offset relative to its first)
+        of the last :attr:`visible_end_message` below the log end: the next one walks on
+        from there, the same segment and generation only."""
         self.generation = 0
         """Counts the times bytes of this log were cut or replaced (truncation, restart)
         or its start moved inside a segment (:meth:`delete_records_before`): a cache of
@@ -591,8 +595,26 @@ class PartitionLog:
 
     @property
     def visible_end_message(self) -> int:
-        """Message offset at :attr:`visible_end` (the high watermark in messages)."""
-        return self.message_offset_at(self.visible_end)
+        """Message offset at :attr:`visible_end` (the high watermark in messages).
+
+        At the log end it is :attr:`end_message` (no walk). Below it (a high watermark
+        waiting for a follower, an unflushed tail), a dashboard asking once a second for
+        hundreds of partitions would walk up to an index interval of batch headers each
+        time: the walk goes on from the previous answer's batch instead, when it is in the
+        same segment and nothing was cut since (:attr:`generation`)."""
+        generation = self.generation  # read first: a cut during the walk leaves the hint stale-marked
+        end = self.visible_end
+        if end == self._end or end < self._bases[0]:
+            return self.message_offset_at(end)
+        seg = self._segments[bisect_right(self._bases, end) - 1]
+        pos = end - seg.base_offset
+        hint = self._visible_hint
+        near = (hint[2], hint[3]) if hint is not None and hint[0] == generation and hint[1] is seg else None
+        if near is not None and near[0] == pos:  # not moved since
+            return seg.index.base_message + near[1]
+        message = message_offsets.message_at(seg, pos, self.name, near)
+        self._visible_hint = (generation, seg, pos, message - seg.index.base_message)
+        return message
 
     def batch_start_at_or_before(self, offset: int) -> int:
         """The start of the last batch beginning at or before ``offset`` (the log start

@@ -10,6 +10,13 @@ rates from them instead of estimating from bytes; a broker before message offset
 leaves them out. A dashboard reads every partition a broker leads with one
 request per tick instead of one per partition. An older broker refuses such a request
 (topic and partition missing): the client then asks partition by partition.
+
+``at`` may also translate between the two addressings of one log: ``{"byte": N}`` (N a
+batch boundary) answers ``offset`` N and ``message``, the message offset of that batch's
+first message, as Kafka clients number it; ``{"message": M}`` answers ``offset``, the
+byte offset of the batch holding message M, ``skip``, the messages before M in that batch,
+and ``message`` M. A dashboard shows native pages with the offsets Kafka clients see. An
+older broker refuses either (``at`` not understood): the client then has no message offsets.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ from broker.wire.fields import ANSWER, as_int, header_of, shown
 
 EARLIEST = "earliest"
 LATEST = "latest"
+BYTE = "byte"
+"""``at={"byte": N}``: the message offset of the batch starting at byte N."""
+MESSAGE = "message"
+"""``at={"message": M}``: the byte offset of the batch holding message M, and the skip."""
 MAX_MANY = 100_000
 """Pairs one ``many`` request may ask for."""
 
@@ -33,9 +44,10 @@ class OffsetsRequest(NamedTuple):
     """A legal topic name."""
     partition: int
     """Partition of that topic."""
-    at: str | int
-    """``"earliest"`` (the first offset), ``"latest"`` (the visible end) or a time in
-    milliseconds since the epoch (the last batch boundary at or before it)."""
+    at: str | int | tuple[str, int]
+    """``"earliest"`` (the first offset), ``"latest"`` (the visible end), a time in
+    milliseconds since the epoch (the last batch boundary at or before it), or
+    ``(BYTE, N)`` / ``(MESSAGE, M)`` (one addressing into the other)."""
     many: tuple[tuple[str, int], ...] | None = None
     """Partitions whose ranges are asked all at once (``topic``/``partition`` unused)."""
 
@@ -51,6 +63,10 @@ class OffsetsAnswer(NamedTuple):
     """The partition's visible end."""
     avg_message_bytes: float | None
     """Average stored bytes per message (for lag in messages); nil before any."""
+    message: int | None = None
+    """With ``at`` BYTE or MESSAGE: the message offset at ``offset`` (plus ``skip``)."""
+    skip: int | None = None
+    """With ``at`` MESSAGE: how many messages of the batch at ``offset`` come before it."""
 
 
 def parse_offsets_request(header: dict[str, Any]) -> OffsetsRequest:
@@ -64,9 +80,22 @@ def parse_offsets_request(header: dict[str, Any]) -> OffsetsRequest:
         raise InvalidRequestError("topic must be a string and partition an integer")
     validate_topic_name(topic)
     at = header.get("at", LATEST)
+    if type(at) is dict:
+        return OffsetsRequest(topic, partition, _parse_position(at))
     if at not in (EARLIEST, LATEST) and type(at) is not int:
-        raise InvalidRequestError("offsets 'at' must be 'earliest', 'latest' or a time in ms")
+        raise InvalidRequestError(
+            "offsets 'at' must be 'earliest', 'latest', a time in ms, {'byte': N} or {'message': M}"
+        )
     return OffsetsRequest(topic, partition, at)
+
+
+def _parse_position(at: dict[Any, Any]) -> tuple[str, int]:
+    if len(at) != 1:
+        raise InvalidRequestError("offsets 'at' as a map must be {'byte': N} or {'message': M}")
+    ((kind, value),) = at.items()
+    if kind not in (BYTE, MESSAGE) or type(value) is not int or value < 0:
+        raise InvalidRequestError("offsets 'at' as a map must be {'byte': N} or {'message': M}, N and M 0 or more")
+    return kind, value
 
 
 def _parse_many(many: Any, at: Any) -> OffsetsRequest:
@@ -87,17 +116,23 @@ def encode_offsets_request(request: OffsetsRequest) -> dict[str, Any]:
     """The header fields of an offsets request."""
     if request.many is not None:
         return {"many": [list(pair) for pair in request.many], "at": request.at}
-    return {"topic": request.topic, "partition": request.partition, "at": request.at}
+    at = {request.at[0]: request.at[1]} if isinstance(request.at, tuple) else request.at
+    return {"topic": request.topic, "partition": request.partition, "at": at}
 
 
 def encode_offsets_answer(answer: OffsetsAnswer) -> dict[str, Any]:
     """The header fields of an offsets answer."""
-    return {
+    fields: dict[str, Any] = {
         "offset": answer.offset,
         "start": answer.start,
         "end": answer.end,
         "avg_message_bytes": answer.avg_message_bytes,
     }
+    if answer.message is not None:
+        fields["message"] = answer.message
+    if answer.skip is not None:
+        fields["skip"] = answer.skip
+    return fields
 
 
 def parse_offsets_answer(header: dict[str, Any]) -> OffsetsAnswer:
@@ -111,11 +146,20 @@ def parse_offsets_answer(header: dict[str, Any]) -> OffsetsAnswer:
         as_int(header.get("start"), "offsets answer 'start'", ANSWER),
         as_int(header.get("end"), "offsets answer 'end'", ANSWER),
         avg,
+        _optional_int(header, "message"),
+        _optional_int(header, "skip"),
     )
 
 
+def _optional_int(header: dict[str, Any], key: str) -> int | None:
+    value = header.get(key)
+    return None if value is None else as_int(value, f"offsets answer {key!r}", ANSWER)
+
+
 __all__ = [
+    "BYTE",
     "EARLIEST",
+    "MESSAGE",
     "LATEST",
     "OffsetsAnswer",
     "OffsetsRequest",

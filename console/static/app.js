@@ -140,6 +140,24 @@ function topicsCard(c) {
     `<table><tr><th>topic</th><th class="num">partitions</th><th class="num">under-repl.</th><th class="num">size</th><th class="num">bytes in</th><th class="num">messages in</th><th>settings</th></tr>${list}</table>${parts}</div>`;
 }
 
+function lagHistory(g) {
+  // the group's last readings: a sparkline of its lag in messages (a dot per reading in
+  // its status's colour) and the newest few as a table, with since when the status holds
+  const h = g.history;
+  if (!h || !h.t.length) return "";
+  const w = 240, ht = 36, vals = h.lag_messages, n = vals.length, max = Math.max(1, ...vals);
+  const x = (i) => (i / Math.max(n - 1, 1)) * (w - 4) + 2, y = (v) => ht - 3 - (v / max) * (ht - 6);
+  const colour = { OK: "var(--ok)", WARN: "var(--warn)" };
+  const dots = vals.map((v, i) => `<circle cx="${x(i).toFixed(1)}" cy="${y(v).toFixed(1)}" r="1.6" fill="${colour[h.status[i]] || "var(--bad)"}"/>`).join("");
+  const line = vals.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  const rows = h.t.map((t, i) => i).slice(-5).reverse().map((i) => `<tr><td>${utcTime(h.t[i])}</td><td class="num">${num(h.lag_messages[i])}</td>` +
+    `<td class="num">${bytes(h.lag_bytes[i])}</td><td class="num">${lagTime(h.lag_s[i], false)}</td><td class="${h.status[i]}">${h.status[i]}</td></tr>`).join("");
+  return `<div class="lag-history" data-lag-history="${esc(g.name)}" data-points="${n}">` +
+    `<span class="mute">lag, last ${n} readings (max ${num(max)} msgs); ${esc(g.status)} since ${h.status_since_ms ? utcTime(h.status_since_ms) : "-"}</span>` +
+    `<svg class="spark" viewBox="0 0 ${w} ${ht}" width="${w}" height="${ht}"><polyline fill="none" stroke="#0969da" stroke-width="1" points="${line}"/>${dots}</svg>` +
+    `<table class="lag-readings"><tr><th>reading</th><th class="num">lag msgs</th><th class="num">lag bytes</th><th class="num">lag time</th><th>status</th></tr>${rows}</table></div>`;
+}
+
 function groupsCard(c) {
   if (!c.read) return unreachable(c);
   if (!c.groups.length) return cardHead(c, ": consumer groups") + `<p class="mute">no consumer groups</p></div>`;
@@ -154,7 +172,7 @@ function groupsCard(c) {
       `<td class="${r.status}" data-field="status">${r.status}</td></tr>`).join("");
     return `<div data-group-card="${esc(g.name)}"><h2>${esc(g.name)} <span class="${g.status}" data-field="group-status">${g.status}</span> ` +
       `<span class="mute">lag <span data-field="group-lag">${num(g.lag_bytes)}</span> bytes, <span data-field="group-lag-messages">${g.lag_counted || !g.lag_messages ? "" : "≈"}${num(g.lag_messages)}</span> messages, <span data-field="group-lag-time">${lagTime(g.lag_s, false)}</span> behind, consumed ${byteRate(g.bytes_out_s)}</span></h2>` +
-      `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
+      lagHistory(g) + `<ul>${members || "<li class=mute>no members</li>"}</ul>` +
       `<table><tr><th>topic</th><th class="num">partition</th><th>owner</th><th class="num">committed</th><th class="num">log end</th><th class="num">lag bytes</th><th class="num">lag msgs</th><th class="num">lag time</th><th>status</th></tr>${rows}</table></div>`;
   }).join("");
   return cardHead(c, ": consumer groups") + `${groups}</div>`;
@@ -172,8 +190,9 @@ function auditCard(c) {
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
+      if (st.missing) return missingTier(s, st, r.state, "data-stage");
       const count = s === "agent" ? `${num(st.acked)} / ${num(st.sent)}` : num(st.acked);
-      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${judged(st.complete_pct, r.state)}" data-stage-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+      return `<td class="num" data-stage="${esc(s)}">${count}</td><td class="num ${judged(st.complete_pct, r.state)}" data-stage-pct="${esc(s)}"${judgedAgainst(st)}>${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s) => `<th class="num">${esc(s)}${s === "agent" ? " acked / sent" : ""}</th><th class="num">complete</th>`).join("");
   return head + `<p class="mute">from ${esc(a.topic)}; later stages against the agents' acknowledged counts${a.error ? "; <span class=bad>" + esc(a.error) + "</span>" : ""}</p>` +
@@ -188,6 +207,17 @@ function judged(v, state) {
   if (state && state !== "settled") return "mute";
   return v < 100 ? "bad" : v > 100 ? "WARN" : "OK";
 }
+function missingTier(stage, st, windowState, attr) {
+  // a tier that counts this topic published no count for this window: not 100%, missing;
+  // amber once settled when a later tier counted the window (its count is what is
+  // missing), red when none did (nothing after it confirms the messages)
+  const cls = windowState === "settled" ? (st.counted_after ? "WARN" : "bad") : "mute";
+  const why = `${stage} published no count for this window, though it counts this topic`;
+  return `<td class="num ${cls}" ${attr}="${esc(stage)}" data-missing title="${esc(why)}">missing</td>` +
+    `<td class="num mute" ${attr}-pct="${esc(stage)}">-</td>`;
+}
+const judgedAgainst = (st) => st.complete_pct === null && st.of ? ` title="no count of ${esc(st.of)} to judge it against"` : "";
+const outside = (st) => st.missing || (st.complete_pct !== null && st.complete_pct !== 100);
 const settleText = () => `${(state.snap && state.snap.audit_settle_s) || 60} s after it ended`;
 
 function auditFilter(rows) {
@@ -197,7 +227,7 @@ function auditFilter(rows) {
   const topic = String(f.get("topic") || "").trim();
   const problems = f.get("problems") === "on";
   return rows.filter((r) => (!topic || r.topic.includes(topic)) &&
-    (!problems || (r.state === "settled" && Object.values(r.stages).some((st) => st.complete_pct !== null && st.complete_pct !== 100))));
+    (!problems || (r.state === "settled" && Object.values(r.stages).some(outside))));
 }
 
 function pipelineCard(all) {
@@ -213,12 +243,13 @@ function pipelineCard(all) {
     stages.map((s) => {
       const st = r.stages[s];
       if (!st) return `<td class="mute">-</td><td></td>`;
+      if (st.missing) return missingTier(s, st, r.state, "data-tier");
       return `<td class="num" data-tier="${esc(s)}" title="${esc(st.cluster || "")}">${num(st.acked)}</td>` +
-        `<td class="num ${judged(st.complete_pct, r.state)}" data-tier-pct="${esc(s)}">${pct(st.complete_pct)}</td>`;
+        `<td class="num ${judged(st.complete_pct, r.state)}" data-tier-pct="${esc(s)}"${judgedAgainst(st)}>${pct(st.complete_pct)}</td>`;
     }).join("") + `</tr>`).join("");
   const header = stages.map((s, i) => `<th class="num">${esc(s)}</th><th class="num">${i ? "of " + esc(stages[i - 1]) : "acked / sent"}</th>`).join("");
   return head + `<p class="mute">each stage's count from the cluster it publishes to, every message in the window of its own time; ` +
-    `over 100% = copies that tier made; judged (amber, red) only once a window settled, ${esc(settleText())}</p>` +
+    `over 100% = copies that tier made; "missing" = a tier that counts the topic published nothing for the window; judged (amber, red) only once a window settled, ${esc(settleText())}</p>` +
     `<table><tr><th>topic</th><th>window (UTC)</th><th>window</th>${header}</tr>${body}</table></div>`;
 }
 
@@ -243,6 +274,16 @@ function landedCard(lakes) {
   }).join("");
 }
 
+function agentFile(f) {
+  // one tailed file; the files of one path after rotations told apart: where each is now
+  // (app.log.1, or unknown), its inode, rotated or deleted (older agents send only the path)
+  const now = f.where && f.where !== f.path ? ` now ${esc(f.where)}` : f.where === null && f.rotated ? " now unknown" : "";
+  const tags = [f.rotated ? "rotated" : "", f.deleted ? "deleted" : ""].filter(Boolean).join(", ");
+  return `<div data-agent-file="${esc(f.path)}" data-inode="${esc(f.inode ?? "")}">${esc(f.path)}` +
+    `<span data-field="file-now">${now}</span>${tags ? ` <b data-field="file-state">(${tags})</b>` : ""} ` +
+    `<span class="mute">${f.inode ? "inode " + esc(f.inode) + ", " : ""}lag ${num(f.lag)}</span></div>`;
+}
+
 function agentsCard(a) {
   // the agents' heartbeats (_agents): files, lag, last heartbeat; stale after 3 intervals
   const head = `<div class="card" id="agents"><h2>agents</h2>`;
@@ -250,7 +291,7 @@ function agentsCard(a) {
   const rows = a.agents.map((g) => `<tr data-agent="${esc(g.host)}" class="${g.stale ? "bad" : ""}"><td>${esc(g.host)}</td>` +
     `<td>${esc(g.version)}</td><td data-agent-state>${g.stale ? "STALE" : esc(g.state)}</td>` +
     `<td class="num" data-agent-age>${g.age_s}s</td><td class="num" data-agent-lag>${num(g.lag_bytes)}</td>` +
-    `<td>${g.files.map((f) => `<div data-agent-file="${esc(f.path)}">${esc(f.path)} <span class="mute">lag ${num(f.lag)}</span></div>`).join("")}` +
+    `<td>${g.files.map(agentFile).join("")}` +
     `${g.file_count > g.files.length ? `<div class="mute">and ${g.file_count - g.files.length} more</div>` : ""}</td></tr>`).join("");
   return head + `<p class="mute">from ${esc(a.topic)} on ${esc(a.cluster)}; stale = no heartbeat for 3 intervals</p>` +
     `<table><tr><th>host</th><th>version</th><th>state</th><th class="num">last heartbeat</th><th class="num">lag bytes</th><th>files (lag bytes)</th></tr>${rows}</table></div>`;
@@ -283,13 +324,18 @@ function show(view) {
 }
 
 function messagesTable(page) {
+  // the offset as Kafka clients see it (one per message), and the native position
+  // (batch byte offset + index in the batch) that native consumers commit
   const rows = page.messages.map((m) => {
     const r = m.record;
     const meta = r ? `${esc(r.host)} ${esc(r.file)}:${esc(r.offset)} ${utcDate(r.time)}` : "";
-    return `<tr><td class="num">${m.offset}+${m.index}</td><td>${utcDate(m.timestamp)}</td><td>${esc(m.key ?? "")}</td>` +
+    return `<tr data-message-offset="${m.message_offset ?? ""}"><td class="num" data-field="offset">${m.message_offset === null || m.message_offset === undefined ? "-" : num(m.message_offset)}</td>` +
+      `<td class="num mute" data-field="position">${m.offset}+${m.index}</td><td>${utcDate(m.timestamp)}</td><td data-field="key">${esc(m.key ?? "")}</td>` +
       `<td class="mute">${meta}</td><td><pre>${esc(m.value)}</pre></td></tr>`;
   }).join("");
-  return `<table id="message-rows"><tr><th class="num">offset+i</th><th>timestamp (UTC)</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
+  return `<table id="message-rows"><tr><th class="num" title="as Kafka clients see it: one per message">offset</th>` +
+    `<th class="num" title="the native position: the batch's byte offset + the message's index in it">byte offset+i</th>` +
+    `<th>timestamp (UTC)</th><th>key</th><th>agent record</th><th>value</th></tr>${rows}</table>`;
 }
 
 async function browse(ev, next) {
@@ -297,16 +343,21 @@ async function browse(ev, next) {
   stopTail();
   const f = new FormData($("#browse"));
   const q = new URLSearchParams({ cluster: f.get("cluster"), topic: f.get("topic"), partition: f.get("partition") || "0", limit: f.get("limit") || "50" });
+  if (f.get("q")) q.set("q", f.get("q"));
   if (next) { q.set("offset", String(next.next)); q.set("skip", String(next.next_skip || 0)); }
   else if (f.get("time")) q.set("time_ms", String(new Date(f.get("time") + "Z").getTime())); // the box is read as UTC, like every time on the page
-  else if (f.get("offset")) q.set("offset", f.get("offset"));
+  else if (f.get("offset")) q.set(f.get("offset_kind") === "byte" || !/^[0-9]+$/.test(f.get("offset")) ? "offset" : "message", f.get("offset"));
   const res = await fetch("/api/messages?" + q);
   const body = await res.json().catch(() => ({ error: res.statusText }));
   if (!res.ok) { $("#messages").innerHTML = `<p class="bad">${esc(body.error || res.statusText)}</p>`; return; }
   state.page = body;
   const more = body.next < body.log_end;
-  $("#messages").innerHTML = `<p class="mute">log ${num(body.log_start)}..${num(body.log_end)}, from ${num(body.start)}, next ${num(body.next)}` +
-    `${body.next_skip ? "+" + body.next_skip : ""} ${more ? `<button type="button" id="next-page">Next page</button>` : "(the end)"}</p>` + messagesTable(body);
+  const at = (m, b, skip) => (m === null || m === undefined ? "" : `offset ${num(m)}, `) + `byte ${num(b)}${skip ? "+" + skip : ""}`;
+  const searched = body.query ? `<p class="mute" data-searched>searched ${num(body.scanned)} message(s) from ${at(body.start_message, body.start)} ` +
+    `to ${at(body.next_message, body.next, body.next_skip)} (at most ${num(body.scan_limit)} a page) for "${esc(body.query)}": ` +
+    `<span data-field="matches">${num(body.messages.length)}</span> found; ${more ? "Next page searches on" : "the end of the log"}</p>` : "";
+  $("#messages").innerHTML = `<p class="mute">log ${num(body.log_start)}..${num(body.log_end)} (bytes), from ${at(body.start_message, body.start)}, next ${at(body.next_message, body.next, body.next_skip)}` +
+    ` ${more ? `<button type="button" id="next-page">Next page</button>` : "(the end)"}</p>` + searched + messagesTable(body);
 }
 
 function topicChoices() {

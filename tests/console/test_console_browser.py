@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import Admin, AuditRecord, GroupConsumer, Producer
+from broker.client import Admin, AgentHeartbeat, AuditRecord, GroupConsumer, Producer, file_entries
 from tests.console.browser import ConsoleProcess, open_browser
 from tests.support import waiting
 from tests.support.cli import logferry
@@ -137,6 +137,11 @@ def test_console_in_a_browser(broker_cluster, tmp_path):
             # and its lag in time: since the first message it has not consumed arrived
             lag_time = page.text_content('[data-group-card="dash"] [data-field="group-lag-time"]') or ""
             assert lag_time.endswith(" s") and lag_time != "0.0 s", lag_time
+            # and its short history: a reading per poll, the newest first in the table
+            history = '[data-lag-history="dash"]'
+            assert int(page.get_attribute(history, "data-points") or 0) >= 2
+            newest = page.eval_on_selector_all(f"{history} table tr", "rows => rows[1].innerText.split('\\t')")
+            assert number(newest[1]) > 0 and newest[0].endswith(" UTC"), newest
 
             # Killing a broker: its partitions turn under-replicated within 5 s.
             page.click('#tabs button[data-view="clusters"]')
@@ -176,10 +181,19 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
         AuditRecord("logs", 60_000, 120_000, 20, 20, "web-1"),
         AuditRecord("logs", 60_000, 120_000, 10, 9, "web-2"),
         AuditRecord("logs", 60_000, 120_000, 0, 29, "", "mirror"),
+        AuditRecord("logs", 120_000, 180_000, 0, 12, "", "mirror"),  # the agents' count never came
     ]
     with Producer(zk=zk, linger_ms=2) as producer:
         producer.send("logs", [b"line %d" % i for i in range(30)], partition=0)
         producer.send("_audit", [r.encode() for r in audit], partition=0)
+        # one host's log rotated twice: three files of one path, told apart on the page
+        rotated = [
+            {"path": "/var/log/app.log", "where": "/var/log/app.log", "inode": 30, "lag": 5},
+            {"path": "/var/log/app.log", "where": "/var/log/app.log.1", "inode": 20, "lag": 0, "rotated": True},
+            {"path": "/var/log/app.log", "where": None, "inode": 10, "lag": 0, "rotated": True, "deleted": True},
+        ]
+        beat = AgentHeartbeat("web-1", "1", 7, 0, int(time.time() * 1000), 10.0, "running", 5, file_entries(rotated))
+        producer.send("_agents", beat.encode(), key=b"web-1", partition=0)
         producer.flush(30)
     missing = zk.rsplit("/", 1)[0] + "/no-cluster-here"  # a chroot nobody registered
     console = ConsoleProcess(f"live={zk}", f"gone={missing}")
@@ -196,6 +210,11 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
             page.click('#browse button[type="submit"]')
             page.wait_for_selector("#message-rows tr:nth-child(11)")
             assert "line 0" in page.text_content("#message-rows tr:nth-child(2)")
+            # offsets as Kafka clients see them: one per message
+            offsets = page.eval_on_selector_all(
+                "#message-rows [data-field=offset]", "cells => cells.map(c => c.textContent)"
+            )
+            assert offsets == [str(i) for i in range(10)], offsets
             # the next page goes on inside the same batch of 30: nothing skipped
             page.click("#next-page")
             page.wait_for_function(
@@ -207,6 +226,18 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
             # the topic box offers the cluster's topics
             topics = page.evaluate("[...document.querySelectorAll('#topic-names option')].map(o => o.value)")
             assert "logs" in topics and "_audit" in topics, topics
+            # from a Kafka offset, searching the text: bounded by what the page reads, said so
+            page.fill('#browse input[name="offset"]', "12")
+            page.fill('#browse input[name="q"]', "LINE 2")
+            page.click('#browse button[type="submit"]')
+            page.wait_for_selector("[data-searched]")
+            found = page.eval_on_selector_all(
+                "#message-rows tr[data-message-offset]", "rows => rows.map(r => r.dataset.messageOffset)"
+            )
+            assert found == [str(i) for i in range(20, 30)], found
+            assert "searched 18 message(s) from offset 12" in page.text_content("[data-searched]")
+            page.fill('#browse input[name="offset"]', "")
+            page.fill('#browse input[name="q"]', "")
             page.click("#tail")
             page.wait_for_timeout(800)
             with Producer(zk=zk, linger_ms=2) as producer:
@@ -227,6 +258,20 @@ def test_messages_view_browses_and_tails_and_the_audit_view_sums_the_records(bro
             assert page.text_content(f'{row} [data-stage="agent"]') == "29 / 30"
             assert page.text_content(f'{row} [data-stage-pct="agent"]') == "96.67%"
             assert page.text_content(f'{row} [data-stage-pct="mirror"]') == "100.00%"
+            # a window the agents published nothing for: their tier missing (amber: a later
+            # tier counted it), the mirror judged against nothing, not 100%
+            gap = '[data-pipeline-topic="logs"][data-window="120000"]'
+            assert page.text_content(f'{gap} [data-tier="agent"]') == "missing"
+            assert "WARN" in page.get_attribute(f'{gap} [data-tier="agent"]', "class")
+            assert page.text_content(f'{gap} [data-tier-pct="mirror"]') == "-"
+            files = page.eval_on_selector_all(
+                '[data-agent="web-1"] [data-agent-file]', "fs => fs.map(f => f.textContent.replace(/\\s+/g, ' '))"
+            )
+            assert files == [
+                "/var/log/app.log inode 30, lag 5",
+                "/var/log/app.log now unknown (rotated, deleted) inode 10, lag 0",
+                "/var/log/app.log now /var/log/app.log.1 (rotated) inode 20, lag 0",
+            ], files
             assert errors == [], errors
     finally:
         assert console.stop() == 0, "".join(console.stderr)

@@ -3,6 +3,7 @@ the console's pipeline view and the loader's chain of tiers."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import msgpack
@@ -132,6 +133,44 @@ def test_pipeline_takes_each_stage_from_the_first_cluster_that_has_it():
     assert row["stages"]["mirror"]["complete_pct"] == 200.0  # the duplicates show
 
 
+def test_a_tier_missing_from_a_window_is_marked_missing_not_judged_past():
+    # the agents' count of the second window never arrived; the mirror's did: judged
+    # against the tiers present only, the mirror read 100% (its own acked / sent)
+    live, analysis = AuditTally(), AuditTally()
+    live.add(AuditRecord("app", 0, 60_000, 100, 100, "web-1"))
+    for start in (0, 60_000):
+        analysis.add(AuditRecord("app", start, start + 60_000, 100, 100, "m-1", "mirror"))
+    views = [("live", {"rows": live.rows()}), ("analysis", {"rows": analysis.rows()})]
+    newer, older = pipeline_rows(views, now_ms=10**9)
+    assert older["stages"]["mirror"]["complete_pct"] == 100.0 and "missing" not in older["stages"]["agent"]
+    agent, mirror = newer["stages"]["agent"], newer["stages"]["mirror"]
+    assert agent == {"sent": None, "acked": None, "complete_pct": None, "missing": True, "counted_after": True}
+    assert mirror["complete_pct"] is None and mirror["of"] == "agent"
+    assert list(newer["stages"]) == ["agent", "mirror"]
+
+
+def test_a_later_tier_missing_has_nothing_after_it_and_early_windows_expect_nothing():
+    tally = AuditTally()
+    tally.add(AuditRecord("app", 0, 60_000, 10, 10, "web-1"))  # before the mirror counted
+    for start in (60_000, 120_000):
+        tally.add(AuditRecord("app", start, start + 60_000, 10, 10, "web-1"))
+    tally.add(AuditRecord("app", 60_000, 120_000, 10, 10, "m-1", "mirror"))
+    tally.add(AuditRecord("other", 120_000, 180_000, 5, 5, "web-1"))  # never mirrored
+    rows = {(r["topic"], r["window_start"]): r["stages"] for r in tally.rows(now_ms=10**9)}
+    assert rows[("app", 120_000)]["mirror"]["missing"] and not rows[("app", 120_000)]["mirror"]["counted_after"]
+    assert rows[("app", 120_000)]["mirror"]["of"] == "agent"
+    assert "mirror" not in rows[("app", 0)]  # the mirror's first count is later: nothing expected
+    assert rows[("app", 60_000)]["mirror"]["complete_pct"] == 100.0
+    assert list(rows[("other", 120_000)]) == ["agent"]
+    # the pipeline takes the per-cluster rows' missing markers for nothing
+    (row,) = [
+        r
+        for r in pipeline_rows([("live", {"rows": tally.rows(now_ms=10**9)})])
+        if r["window_start"] == 120_000 and r["topic"] == "app"
+    ]
+    assert row["stages"]["mirror"]["missing"] and row["stages"]["agent"]["acked"] == 10
+
+
 def test_loader_chain_ends_with_landed_against_the_mirror():
     tz = dt.UTC
     records = [
@@ -194,6 +233,19 @@ def test_heartbeats_list_files_by_lag_and_go_stale_after_three_intervals():
     beat = AgentHeartbeat.decode(beats.record(snap, now=1000.0).encode())
     assert beat is not None and beat.time_ms == 1_000_000 and beat.lag_bytes == 30
     assert [f["path"] for f in beat.files] == ["/b", "/a"]
+    # a path rotated twice: three files, told apart by where each is now and its inode
+    rotated = [
+        {"path": "/app.log", "where": "/app.log", "inode": 30, "lag": 0, "rotated": False},
+        {"path": "/app.log", "where": "/app.log.1", "inode": 20, "lag": 0, "rotated": True},
+        {"path": "/app.log", "where": None, "inode": 10, "lag": 0, "rotated": True, "deleted": True},
+    ]
+    again = AgentHeartbeat.decode(beats.record(dataclasses.replace(snap, files=rotated), now=1000.0).encode())
+    assert again is not None
+    assert [(f["where"], f["inode"], f["rotated"], f["deleted"]) for f in again.files] == [
+        (None, 10, True, True),
+        ("/app.log.1", 20, True, False),
+        ("/app.log", 30, False, False),
+    ]
     assert AgentHeartbeat.decode(b"\x01") is None
     reader = AgentsReader()
     reader.add(beat)

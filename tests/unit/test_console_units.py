@@ -13,7 +13,7 @@ from broker.common.errors import ConfigError
 from console.cli import config_from_args
 from console.collector import ClusterPoller
 from console.config import from_zk, parse_config
-from console.messages import page_record, parse_start
+from console.messages import MessageStart, page_record, parse_start
 from console.metrics import console_metrics
 from console.rates import History, MessagePositions, Rates
 
@@ -133,6 +133,12 @@ def test_browse_start():
     assert parse_start("9", "1700000000000") == dt.datetime.fromtimestamp(1_700_000_000, tz=dt.UTC)
     with pytest.raises(ValueError):
         parse_start("-1", None)
+    # a message offset, as Kafka clients number messages; a time still wins
+    assert parse_start(None, None, "17") == MessageStart(17)
+    assert parse_start(None, "1700000000000", "17") == dt.datetime.fromtimestamp(1_700_000_000, tz=dt.UTC)
+    for bad in ("-1", "x"):
+        with pytest.raises(ValueError):
+            parse_start(None, None, bad)
 
 
 def test_console_metrics_from_readings():

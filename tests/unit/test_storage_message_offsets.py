@@ -101,6 +101,32 @@ def test_the_visible_end_in_messages_follows_the_flush(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_the_visible_end_in_messages_walks_on_from_the_last_answer(tmp_path: Path) -> None:
+    # a high watermark one batch behind a growing log, read after every append, across
+    # rolls and a truncation: each answer the walk from the index would give
+    plog = open_log(tmp_path / "t-0", segment_bytes=3000)
+    batches = fill(plog, 40)
+    plog.flush()  # visible once flushed; the high watermark caps it below
+    for i in range(40, 160):
+        if i == 100:
+            at, message, _ = batches[90]
+            plog.truncate_to(at)  # the hint of the old tail must not survive the cut
+            batches = batches[:90] + fill(plog, 12, first=1000)  # other batches past it
+        before = plog.end_offset
+        batches += fill(plog, 1, first=i)
+        plog.flush()
+        plog.set_high_watermark(before)
+        assert plog.visible_end_message == batches[-1][1] == plog.message_offset_at(before)
+        assert plog.visible_end_message == batches[-1][1]  # asked again, not moved
+        if i % 7 == 0:  # now and then one further back than the last answer: from the index
+            plog.set_high_watermark(batches[-3][0])
+            assert plog.visible_end_message == batches[-3][1]
+    assert len(plog.segments) > 3
+    plog.set_high_watermark(None)
+    assert plog.visible_end_message == plog.end_message
+    plog.close()
+
+
 @pytest.mark.parametrize("damage", ["missing", "garbage", "flipped", "stale"])
 def test_a_missing_or_bad_index_is_rebuilt_from_the_segment(tmp_path: Path, damage: str) -> None:
     directory = tmp_path / "t-0"

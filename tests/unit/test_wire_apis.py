@@ -227,9 +227,29 @@ def test_offsets_request():
         assert offsets.parse_offsets_request(fields) == request
 
 
+def test_offsets_request_translating_byte_and_message_offsets():
+    for kind, value in ((offsets.BYTE, 4096), (offsets.MESSAGE, 0)):
+        request = offsets.OffsetsRequest("t", 0, (kind, value))
+        fields = offsets.encode_offsets_request(request)
+        assert fields == {"topic": "t", "partition": 0, "at": {kind: value}}
+        assert offsets.parse_offsets_request(fields) == request
+    answer = offsets.OffsetsAnswer(10, 0, 20, None, 7, 2)
+    fields = offsets.encode_offsets_answer(answer)
+    assert (fields["message"], fields["skip"]) == (7, 2)
+    assert offsets.parse_offsets_answer(fields) == answer
+    assert "message" not in offsets.encode_offsets_answer(offsets.OffsetsAnswer(10, 0, 20, None))
+    with pytest.raises(ProtocolError):
+        offsets.parse_offsets_answer({**fields, "message": "7"})
+
+
 @pytest.mark.parametrize(
     "fields, error",
     [
+        ({"topic": "t", "partition": 0, "at": {"byte": -1}}, InvalidRequestError),
+        ({"topic": "t", "partition": 0, "at": {"byte": "1"}}, InvalidRequestError),
+        ({"topic": "t", "partition": 0, "at": {"time": 1}}, InvalidRequestError),
+        ({"topic": "t", "partition": 0, "at": {"byte": 1, "message": 1}}, InvalidRequestError),
+        ({"topic": "t", "partition": 0, "at": {}}, InvalidRequestError),
         ({"topic": "..", "partition": 0}, InvalidTopicError),
         ({"topic": "a/b", "partition": 0}, InvalidTopicError),
         ({"topic": 5, "partition": 0}, InvalidRequestError),

@@ -20,6 +20,7 @@ from broker.common.acl import topic as topic_resource
 from broker.common.errors import (
     BrokerShuttingDownError,
     LogferryError,
+    OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -40,7 +41,9 @@ from broker.server.services.results import (
     TopicResult,
 )
 from broker.server.services.routing import PartitionRouter
+from broker.storage.partition_log import PartitionLog
 from broker.wire.offsets import (
+    BYTE,
     EARLIEST,
     OffsetsAnswer,
     OffsetsRequest,
@@ -95,6 +98,10 @@ class AdminService:
         self.authorizer.check_topic(responder.principal, Operation.DESCRIBE, request.topic)
         plog = self.router.leader_log(request.topic, request.partition)
         at = request.at
+        if isinstance(at, tuple):  # one addressing into the other (reads index files)
+            answer = await asyncio.get_running_loop().run_in_executor(self.admin_pool, _translate, plog, at)
+            responder.answer(encode_offsets_answer(answer))
+            return
         if isinstance(at, int):
             offset = await asyncio.get_running_loop().run_in_executor(self.admin_pool, plog.offset_for_time, at)
         elif at == EARLIEST:
@@ -326,6 +333,32 @@ class AdminService:
         if assignment is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} is being created; retry")
         return assignment
+
+
+def _translate(plog: PartitionLog, at: tuple[str, int]) -> OffsetsAnswer:
+    """``at`` (BYTE, N) or (MESSAGE, M) in the other addressing, within the visible log
+    (OffsetOutOfRangeError past the visible end, InvalidOffsetError for a byte offset
+    no batch starts at)."""
+    kind, value = at
+    if kind == BYTE:
+        offset, skip = value, None
+        if offset > plog.visible_end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is past the visible end {plog.visible_end} of partition {plog.name}",
+                plog.start_offset,
+                plog.visible_end,
+            )
+        message = plog.message_offset_at(offset)
+    else:
+        message = value
+        offset, skip = plog.batch_for_message(message)
+        if offset > plog.visible_end or (offset == plog.visible_end and skip):
+            raise OffsetOutOfRangeError(
+                f"message offset {message} is past the visible end of partition {plog.name}",
+                plog.start_offset,
+                plog.visible_end,
+            )
+    return OffsetsAnswer(offset, plog.start_offset, plog.visible_end, plog.avg_message_bytes, message, skip)
 
 
 __all__ = ["AdminService"]
