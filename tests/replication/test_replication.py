@@ -195,20 +195,32 @@ def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
     topic = "zombie"
     with Admin(zk=cluster.zk_connect) as admin:
         admin.create_topic(topic, 1, replication_factor=3, min_insync_replicas=2)
-    with Producer(zk=cluster.zk_connect, acks="all") as producer:
-        producer.send(topic, [b"before-%d" % i for i in range(500)], partition=0).wait(30)
-    old = broker_by_id(cluster, describe(cluster, topic)[0].leader)
-    # Freeze the leader past its session timeout: ZooKeeper expires the session and
-    # the controller elects another leader while the old one still believes it leads.
-    old.pause()
+    producer = Producer(zk=cluster.zk_connect, acks="all", request_timeout=30)
     try:
-        new_id = wait_until(
-            lambda: (lambda i: i.leader if i.leader not in (old.id, -1) else None)(describe(cluster, topic, old)[0]),
-            30,
-            "a new leader",
-        )
+        producer.send(topic, [b"before-%d" % i for i in range(500)], partition=0).wait(30)
+        old = broker_by_id(cluster, describe(cluster, topic)[0].leader)
+        # Freeze the leader past its session timeout: ZooKeeper expires the session and
+        # the controller elects another leader while the old one still believes it leads.
+        old.pause()
+        try:
+            # Sent to the frozen leader, whose kernel takes the bytes and never answers:
+            # the producer must give the request up for the new leader once it is
+            # elected (3 s session), not wait for its 30 s request timeout.
+            frozen_at = time.monotonic()
+            during = producer.send(topic, [b"during-%d" % i for i in range(100)], partition=0)
+            during.wait(20)
+            print(f"acknowledged {time.monotonic() - frozen_at:.1f}s after the leader froze")
+            new_id = wait_until(
+                lambda: (lambda i: i.leader if i.leader not in (old.id, -1) else None)(
+                    describe(cluster, topic, old)[0]
+                ),
+                30,
+                "a new leader",
+            )
+        finally:
+            old.resume()
     finally:
-        old.resume()
+        producer.close()
     new = broker_by_id(cluster, new_id)
     accepted_by_old = []
     accepted = []
@@ -232,7 +244,8 @@ def test_leader_whose_session_expired_accepts_no_write(broker_cluster):
     wait_until(full_isr(cluster, topic), 40, "the old leader back in the ISR")
     with SimpleConsumer(zk=cluster.zk_connect) as consumer:
         values = [m.value for m in consumer.messages(topic, 0, follow=True, timeout=1.0)]
-    assert values[:500] == [b"before-%d" % i for i in range(500)]
+    assert values[:600] == [b"before-%d" % i for i in range(500)] + [b"during-%d" % i for i in range(100)]
+    assert len(set(values)) == len(values)  # the retried batch stored once
     assert set(accepted) <= set(values)
     assert_replicas_identical(cluster, topic, 1)
 
