@@ -166,8 +166,39 @@ class Fencing:
             return  # suspended again since the check began: the next reconnect checks anew
         self.host.reconfirm(states)
         if self.fenced:
-            log.info("ZooKeeper connection back: leadership confirmed, writes accepted again")
+            log_reconfirmed(states, self.host.replicas)
         self.fenced = False
+
+
+def log_reconfirmed(
+    states: Mapping[PartitionKey, PartitionState | None], replicas: Mapping[PartitionKey, Replica]
+) -> None:
+    """Say what the check after a reconnect found for the partitions it checked (those
+    the broker led): which it still leads, and which not. A reconnect after an expired
+    session finds none (the states name the old session, or another leader): saying
+    "leadership confirmed" then, as it once did, told operators the opposite of the truth."""
+    kept = sorted(k for k in states if (r := replicas.get(k)) is not None and r.role == LEADER)
+    lost = sorted(k for k in states if k not in kept)
+    if kept:
+        log.info(
+            "ZooKeeper connection back: still leading %s; writes to them accepted again",
+            _names(kept),
+        )
+    if lost:
+        log.warning(
+            "ZooKeeper connection back, but this broker no longer leads %s (another leader "
+            "was elected, or its session expired and the controller must elect again): "
+            "writes to them stay refused",
+            _names(lost),
+        )
+    if not states:
+        log.info("ZooKeeper connection back (this broker led no partition)")
+
+
+def _names(keys: list[PartitionKey], most: int = 5) -> str:
+    """``t-0, t-1 and 3 more``: partitions for a log line, at most ``most`` named."""
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:most])
+    return shown if len(keys) <= most else f"{shown} and {len(keys) - most} more"
 
 
 __all__ = ["Fencing", "FencingHost", "WriteLease", "lease_clock"]
