@@ -6,7 +6,8 @@
 # for `make test`: they run when LOGFERRY_NEMESIS=1, which this script sets. Needs root.
 # Each nemesis prints its verdict line (acknowledged, lost, duplicates, order, divergent
 # replicas, seconds unavailable per partition); the script stops at the first failure
-# and prints its output's tail (every run's whole output stays in /tmp/logferry-nemesis.*).
+# and prints its output's tail (every run's whole output, and the brokers' logs of each
+# nemesis, stay in /tmp/logferry-nemesis.*).
 #
 #   scripts/nemesis.sh [RUNS] [PYTEST_ARGS...]     RUNS: how many times (default 1)
 #   scripts/nemesis.sh 3 -k zookeeper              only the nemeses whose name has "zookeeper"
@@ -21,7 +22,8 @@ cd "$REPO"
 LOGS=$(mktemp -d /tmp/logferry-nemesis.XXXXXX)
 for run in $(seq "$RUNS"); do
     log="$LOGS/run-$run.log"
-    if LOGFERRY_NEMESIS=1 "$PYTHON" -m pytest -n 0 -p no:cacheprovider -q -s \
+    mkdir -p "$LOGS/run-$run"
+    if LOGFERRY_NEMESIS=1 LOGFERRY_NEMESIS_LOGS="$LOGS/run-$run" "$PYTHON" -m pytest -n 0 -p no:cacheprovider -q -s \
         tests/replication/test_nemesis_*.py "$@" >"$log" 2>&1; then
         grep -E '^verdict: ' "$log" | sed "s/^verdict: /run $run: /" || echo "run $run: no verdict line"
     else

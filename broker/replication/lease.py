@@ -1,9 +1,11 @@
 """The leader's right to take writes: fencing on connection trouble, and a lease.
 
-A leader accepts writes only while it can be sure its ZooKeeper session is alive,
-because a new leader is elected only after that session expires:
+A leader accepts acks 0 and 1 writes only while it can be sure its ZooKeeper session
+is alive, because a new leader is elected only after that session expires (acks=all
+writes go on meanwhile: they cannot be confirmed by a leader that was replaced, see
+:meth:`.leader.LeaderSide.leader_log`):
 
-* while the connection is suspended or lost it refuses every produce (*fenced*,
+* while the connection is suspended or lost it refuses those writes (*fenced*,
   :class:`Fencing`); kazoo declares a connection gone after two thirds of the
   session timeout without an answer, and ZooKeeper expires the session only after
   the whole timeout, so the old leader stops before a new one is chosen. Once the
@@ -133,8 +135,10 @@ class Fencing:
         if not self.fenced:
             leading = sum(1 for r in self.host.replicas.values() if r.role == LEADER)
             log.warning(
-                "ZooKeeper connection %s: refusing writes to the %d partitions this "
-                "broker leads until it can confirm its leadership",
+                "ZooKeeper connection %s: refusing acks 0 and 1 writes to the %d "
+                "partitions this broker leads until it can confirm its leadership "
+                "(acks=all writes go on: they need every in-sync replica, and the ISR "
+                "changes only through ZooKeeper)",
                 state.lower(),
                 leading,
             )
@@ -187,8 +191,7 @@ def log_reconfirmed(
     if lost:
         log.warning(
             "ZooKeeper connection back, but this broker no longer leads %s (another leader "
-            "was elected, or its session expired and the controller must elect again): "
-            "writes to them stay refused",
+            "was elected, or its session expired and the controller must elect again)",
             _names(lost),
         )
     if not states:

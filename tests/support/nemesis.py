@@ -14,9 +14,12 @@ partition acknowledges again, reads what the cluster holds and returns the check
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from broker.client import Admin, SimpleConsumer
 from broker.testing.network import Host
@@ -146,8 +149,21 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str], hold_s: f
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
     verdict = check(workload.batches, stored, replicas, fault_at, until)
     print(f"\nverdict: {name} {hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal")
-    print(f"the servers' logs: {net.workdir}")
+    keep_logs(net, name)
     return verdict
+
+
+def keep_logs(net: TestNetwork, name: str) -> None:
+    """Copy the brokers' logs to ``$LOGFERRY_NEMESIS_LOGS/<name>-<broker>.log`` when that
+    is set (``scripts/nemesis.sh`` sets it to its output directory): pytest deletes its
+    temporary directories a few runs later, and the logs say why a run paused."""
+    keep = os.environ.get("LOGFERRY_NEMESIS_LOGS")
+    if not keep:
+        return
+    stem = "-".join(name.lower().split())
+    for broker in net.brokers:
+        if broker.log_file.exists():
+            shutil.copy(broker.log_file, Path(keep) / f"{stem}-{broker.name}.log")
 
 
 def assert_sound(verdict: Verdict) -> None:

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from kazoo.exceptions import ConnectionLossException
 
-from broker.common.errors import LeaderNotAvailableError
+from broker.common.errors import LeaderNotAvailableError, NotLeaderError
 from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
 from broker.replication.manager import LEADER, OFFLINE, ReplicaManager
@@ -243,6 +243,38 @@ def test_a_reconnect_says_which_partitions_it_still_leads_and_after_an_expired_s
             assert "earlier session" in caplog.text
             assert "no longer leads t-0" in caplog.text
             assert "still leading" not in caplog.text and "confirmed" not in caplog.text
+        finally:
+            services.admin_pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_fenced_leader_refuses_acks_1_writes_and_takes_acks_all_ones(tmp_path):
+    """ZooKeeper away (the nemesis "ZooKeeper cut from every broker"): the leader's ISR
+    cannot change, so acks=all writes, which every in-sync replica must confirm, go on
+    (Kafka's rule); acks 0 and 1 writes, which a replaced leader would acknowledge and
+    lose, are refused until the leadership is confirmed again."""
+
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        services = _services(tmp_path, zk)
+        manager = ReplicaManager(services)
+        manager.loop = asyncio.get_running_loop()
+        manager.lease.until = float("inf")
+        manager.apply(_view(zk.state))
+        replica = manager.replicas[KEY]
+        try:
+            manager.fencing.fence("SUSPENDED")
+            with pytest.raises(NotLeaderError, match="cannot confirm with ZooKeeper"):
+                manager.leader_log("t", 0, for_write=True)
+            assert manager.leader_log("t", 0, for_write=True, acks_all=True) is replica.plog
+            manager.lease.until = 0.0  # and with the lease run out (a paused process)
+            assert manager.leader_log("t", 0, for_write=True, acks_all=True) is replica.plog
+            assert manager.leader_log("t", 0, for_write=False) is replica.plog  # reads go on
+            # Replaced meanwhile (a new epoch under another leader): acks=all refused too.
+            manager.apply(_view(PartitionState(2, 4, (2, 3), 55, version=7, created=CREATED)))
+            with pytest.raises(NotLeaderError, match="led by broker 2"):
+                manager.leader_log("t", 0, for_write=True, acks_all=True)
         finally:
             services.admin_pool.shutdown()
 
