@@ -56,6 +56,8 @@ Address = tuple[str, int]
 class PendingRequest(NamedTuple):
     """A produce request sent and not yet answered."""
 
+    key: int
+    """The sender's key for it (its response future's id)."""
     sent_at: float
     """The sender's clock when it was written."""
     connection: Any

@@ -31,7 +31,7 @@ from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
 from broker.client.delivery import complete_many
 from broker.client.idempotence import ProducerSequences
-from broker.client.leader_check import Address, LeaderCheck, PendingRequest
+from broker.client.leader_check import CHECK_AFTER_S, Address, LeaderCheck, PendingRequest
 from broker.common.errors import (
     AuthorizationError,
     BrokerNotAvailableError,
@@ -156,7 +156,9 @@ class Sender:
         self.sequences = ProducerSequences() if idempotent else None
         """The idempotent producer's id and sequences (:mod:`.idempotence`); None: off."""
         self._lock = threading.Lock()  # guards the fields below; never held across IO
-        self._sent: dict[int, PendingRequest] = {}  # by id(future)
+        self._sent: dict[int, tuple[float, Any, Address, list[Part]]] = {}
+        """Requests unanswered: id(future) -> (sent at, connection, address, parts); a
+        plain tuple, made per request (a PendingRequest only for the leader check)."""
         self.leader_check = LeaderCheck(cluster, self._leader_moved, clock)
         self._attempts: dict[TopicPartition, int] = {}
         self._stats = dict.fromkeys(STAT_NAMES, 0)
@@ -212,24 +214,28 @@ class Sender:
         Closing fails every request pending on them, which retries their batches.
         """
         with self._lock:
-            expired = [(key, r.connection) for key, r in self._sent.items() if now - r.sent_at > self.request_timeout]
+            expired = [(key, r[1]) for key, r in self._sent.items() if now - r[0] > self.request_timeout]
             for key, _ in expired:
                 del self._sent[key]
-            pending = list(self._sent.values())
+            waiting = [
+                PendingRequest(key, sent_at, conn, address, [tp for tp, _ in parts])
+                for key, (sent_at, conn, address, parts) in self._sent.items()
+                if now - sent_at > CHECK_AFTER_S
+            ]
         for _, conn in expired:
             log.warning("no answer from %s within %.0fs; reconnecting", conn.address, self.request_timeout)
             threading.Thread(target=conn.close, daemon=True).start()
-        if pending:
-            self.leader_check.poll(pending, now)
+        if waiting:
+            self.leader_check.poll(waiting, now)
 
     def _leader_moved(self, request: PendingRequest, tp: TopicPartition, leader: Address) -> None:
         """A waiting request's partition is led elsewhere now (:mod:`.leader_check`):
         close its connection, failing (and so retrying) what is pending on it."""
         conn = request.connection
         with self._lock:
-            if not any(r is request for r in self._sent.values()):
+            if request.key not in self._sent:
                 return  # answered meanwhile, or its connection already closed
-            for key in [key for key, r in self._sent.items() if r.connection is conn]:
+            for key in [key for key, r in self._sent.items() if r[1] is conn]:
                 del self._sent[key]
         conn.close()
 
@@ -314,7 +320,7 @@ class Sender:
         with self._lock:
             self._stats["requests"] += 1
             if future is not None and not future.done():
-                self._sent[id(future)] = PendingRequest(self.clock(), conn, address, [tp for tp, _ in parts])
+                self._sent[id(future)] = (self.clock(), conn, address, parts)
         if future is None:  # acks=0: written to the socket is all we learn
             for tp, batches in parts:
                 self.delivered(tp, batches, None)

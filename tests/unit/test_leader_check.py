@@ -20,7 +20,7 @@ OLD, NEW = ("10.0.0.1", 9092), ("10.0.0.2", 9092)
 
 
 def pending(sent_at: float, address=OLD, partitions=(("t", 0),), connection: Any = None) -> PendingRequest:
-    return PendingRequest(sent_at, connection, address, list(partitions))
+    return PendingRequest(id(partitions), sent_at, connection, address, list(partitions))
 
 
 def test_a_request_moves_when_one_of_its_partitions_is_led_elsewhere() -> None:
