@@ -2,7 +2,8 @@
 the wait for recovery, and the checker's verdict.
 
 :func:`three_brokers` builds the cluster the nemeses share on the test network: a
-ZooKeeper host, three broker hosts and a client host on one switch, replication factor
+ZooKeeper host (or three, an ensemble), three broker hosts and a client host on one
+switch, replication factor
 3, min in-sync replicas 2, ZooKeeper session 6 s (the issue's), a topic of 3 partitions
 with every replica in sync. :func:`run_nemesis` runs the workload
 (tests/support/workload.py) on the client host, lets the fault do its work for a
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from broker.client import Admin, SimpleConsumer
 from broker.testing.network import Host
+from broker.testing.zkserver import LocalZooKeeper
 from tests.replication.conftest import REPLICATED
 from tests.support.brokers import BrokerProcess
 from tests.support.checker import Verdict, check, read_partition
@@ -43,6 +45,8 @@ class Cluster:
 
     net: TestNetwork
     zk_connect: str
+    zookeepers: list[LocalZooKeeper]
+    """Its ZooKeeper servers: one, or an ensemble's members on hosts zk1, zk2, ..."""
     client: Host
     """The host the workload and the checks' clients run on."""
     by_id: dict[int, BrokerProcess]
@@ -53,15 +57,19 @@ class Cluster:
             return admin.describe_partitions(TOPIC)[partition].leader
 
 
-def three_brokers(net: TestNetwork) -> Cluster:
-    """Hosts ``zk``, ``b1``-``b3`` and ``client`` on switch ``lan``, a ZooKeeper and three
-    brokers started, topic :data:`TOPIC` created with every replica in sync."""
+def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
+    """Hosts ``zk`` (or ``zk1``... for an ``ensemble`` of that many members), ``b1``-``b3``
+    and ``client`` on switch ``lan``, ZooKeeper and three brokers started, topic
+    :data:`TOPIC` created with every replica in sync."""
     net.switch("lan")
-    zk = net.zookeeper(net.host("zk", "lan"))
-    zk_connect = f"{zk.hosts}/nemesis"
+    if ensemble:
+        zookeepers = net.zookeeper_ensemble([net.host(f"zk{i}", "lan") for i in range(1, ensemble + 1)])
+    else:
+        zookeepers = [net.zookeeper(net.host("zk", "lan"))]
+    zk_connect = ",".join(z.hosts for z in zookeepers) + "/nemesis"
     for i in (1, 2, 3):
         net.broker(net.host(f"b{i}", "lan"), i, zk_connect, broker=SETTINGS)
-    cluster = Cluster(net, zk_connect, net.host("client", "lan"), {b.id: b for b in net.brokers})
+    cluster = Cluster(net, zk_connect, zookeepers, net.host("client", "lan"), {b.id: b for b in net.brokers})
     with cluster.client.inside():
         with Admin(zk=zk_connect) as admin:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
