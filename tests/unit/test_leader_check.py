@@ -10,7 +10,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from broker.client.accumulator import Accumulator
+from broker.client.cluster import Cluster
 from broker.client.leader_check import CHECK_AFTER_S, CHECK_EVERY_S, LeaderCheck, PendingRequest, moved_requests
 from broker.client.sender import RetryPolicy, Sender
 from broker.common.errors import BrokerNotAvailableError, RequestTimedOutError
@@ -161,3 +164,40 @@ def test_the_sender_retries_a_waiting_batch_on_the_new_leader_with_the_same_byte
     callback(retry_future)
     assert future.wait(0) == 4096
     assert sender.metrics()["retries"] == 1 and sender.metrics()["batches_failed"] == 0
+
+
+class ScriptedConnection:
+    """Answers a metadata request with ``answer`` or raises ``error``; records the ask."""
+
+    def __init__(self, address, asked: list, answer=None, error: Exception | None = None) -> None:
+        self.address, self.asked, self.answer, self.error = address, asked, answer, error
+
+    def call(self, api, fields, timeout):
+        self.asked.append((self.address, timeout))
+        if self.error is not None:
+            raise self.error
+        return SimpleNamespace(header=self.answer)
+
+
+def test_the_look_up_skips_the_silent_brokers_and_moves_on_from_one_that_times_out() -> None:
+    third = ("10.0.0.3", 9092)
+    cluster = Cluster(brokers=["10.0.0.1:9092", "10.0.0.2:9092", "10.0.0.3:9092"])
+    asked: list = []
+    answer = {"brokers": {2: ["10.0.0.2", 9092]}, "topics": {"t": {"partitions": {0: 2}}}}
+    conns = {
+        OLD: ScriptedConnection(OLD, asked, answer),
+        NEW: ScriptedConnection(NEW, asked, answer),
+        third: ScriptedConnection(third, asked, error=RequestTimedOutError("no response within 3.0s")),
+    }
+    cluster.connection = conns.__getitem__  # type: ignore[method-assign]
+    for _ in range(5):  # whichever order the shuffle picks
+        asked.clear()
+        cluster.refresh(["t"], avoid={OLD}, timeout=3.0)
+        assert OLD not in [a for a, _ in asked] and asked[-1] == (NEW, 3.0)
+        assert cluster.cached_leader_address("t", 0) == NEW
+    # Without a timeout of its own a refresh keeps its old rule: a timeout is an error.
+    conns[NEW].error = RequestTimedOutError("no response within 30.0s")
+    with pytest.raises(RequestTimedOutError):
+        cluster.refresh(["t"], avoid={OLD, third})
+    with pytest.raises(BrokerNotAvailableError, match="which were skipped"):
+        cluster.refresh(["t"], avoid={OLD, NEW, third}, timeout=3.0)
