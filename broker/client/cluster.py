@@ -12,7 +12,7 @@ import logging
 import random
 import ssl
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kazoo.exceptions import KazooException, NoNodeError
@@ -23,6 +23,7 @@ from broker.common.errors import (
     ConfigError,
     LeaderNotAvailableError,
     LogferryError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     ZooKeeperError,
     error_for_code,
@@ -124,19 +125,32 @@ class Cluster:
             )
         return addresses
 
-    def refresh(self, topics: Sequence[str] | None = None, create: bool = False) -> dict[str, Any]:
-        """Ask a broker for metadata of ``topics`` (all when None); returns its answer."""
-        addresses = self._bootstrap_addresses()
+    def refresh(
+        self,
+        topics: Sequence[str] | None = None,
+        create: bool = False,
+        avoid: Iterable[tuple[str, int]] = (),
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Ask a broker for metadata of ``topics`` (all when None); returns its answer.
+
+        ``avoid``: brokers not to ask (the producer's leader check skips those keeping
+        its requests waiting); ``timeout``: seconds each broker gets, after which the
+        next is asked (None: ``request_timeout``, and a broker that times out ends
+        the refresh)."""
+        skip = set(avoid)
+        addresses = [a for a in self._bootstrap_addresses() if a not in skip]
         random.shuffle(addresses)
         last: LogferryError | None = None
+        retriable = (BrokerNotAvailableError,) if timeout is None else (BrokerNotAvailableError, RequestTimedOutError)
         for address in addresses:
             try:
                 frame = self.connection(address).call(
                     protocol.METADATA,
                     {"topics": list(topics) if topics is not None else None, "create": create},
-                    self.request_timeout,
+                    self.request_timeout if timeout is None else timeout,
                 )
-            except BrokerNotAvailableError as exc:
+            except retriable as exc:
                 last = exc
                 continue
             header = frame.header
@@ -149,7 +163,9 @@ class Cluster:
                     else:
                         self._topics[topic] = dict(info.partitions)
             return header
-        raise last or BrokerNotAvailableError("no broker reachable")
+        raise last or BrokerNotAvailableError(
+            "no broker reachable" if not skip else f"no broker to ask but {sorted(skip)}, which were skipped"
+        )
 
     def partitions_for(self, topic: str, create: bool = False) -> dict[int, int]:
         """Partition -> leader broker id (-1: none right now) for ``topic``, fetching
@@ -166,6 +182,12 @@ class Cluster:
     def cached_partitions(self, topic: str) -> dict[int, int]:
         """Partition -> leader of ``topic`` as of the last refresh ({} if not known)."""
         return dict(self._topics.get(topic, {}))
+
+    def cached_leader_address(self, topic: str, partition: int) -> tuple[str, int] | None:
+        """The address of the partition's leader as of the last refresh (None: not
+        known, or no leader right now); no network."""
+        broker_id = self._topics.get(topic, {}).get(partition, -1)
+        return self._brokers.get(broker_id) if broker_id >= 0 else None
 
     def forget(self, topic: str) -> None:
         """Drop cached metadata of a topic (after a not-leader error, say)."""

@@ -9,7 +9,10 @@ threads, which complete the batches' futures or hand the batches back to the
 accumulator for a retry, as the :class:`RetryPolicy` decides.
 
 A request unanswered for ``request_timeout`` closes its connection, which fails every
-request pending on it, so their batches are retried on a fresh connection.
+request pending on it, so their batches are retried on a fresh connection. Sooner than
+that, a request unanswered for a second has its partitions' leaders looked up again
+(:mod:`.leader_check`): where another broker leads now, its connection is closed the
+same way and its batches go to the new leader.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from broker.client.cluster import Cluster
 from broker.client.connection import ResponseFuture
 from broker.client.delivery import complete_many
 from broker.client.idempotence import ProducerSequences
+from broker.client.leader_check import CHECK_AFTER_S, Address, LeaderCheck, PendingRequest
 from broker.common.errors import (
     AuthorizationError,
     BrokerNotAvailableError,
@@ -152,7 +156,10 @@ class Sender:
         self.sequences = ProducerSequences() if idempotent else None
         """The idempotent producer's id and sequences (:mod:`.idempotence`); None: off."""
         self._lock = threading.Lock()  # guards the fields below; never held across IO
-        self._sent: dict[int, tuple[float, Any]] = {}  # id(future) -> (sent at, connection)
+        self._sent: dict[int, tuple[float, Any, Address, list[Part]]] = {}
+        """Requests unanswered: id(future) -> (sent at, connection, address, parts); a
+        plain tuple, made per request (a PendingRequest only for the leader check)."""
+        self.leader_check = LeaderCheck(cluster, self._leader_moved, clock)
         self._attempts: dict[TopicPartition, int] = {}
         self._stats = dict.fromkeys(STAT_NAMES, 0)
 
@@ -207,14 +214,30 @@ class Sender:
         Closing fails every request pending on them, which retries their batches.
         """
         with self._lock:
-            expired = [
-                (key, conn) for key, (sent_at, conn) in self._sent.items() if now - sent_at > self.request_timeout
-            ]
+            expired = [(key, r[1]) for key, r in self._sent.items() if now - r[0] > self.request_timeout]
             for key, _ in expired:
                 del self._sent[key]
+            waiting = [
+                PendingRequest(key, sent_at, conn, address, [tp for tp, _ in parts])
+                for key, (sent_at, conn, address, parts) in self._sent.items()
+                if now - sent_at > CHECK_AFTER_S
+            ]
         for _, conn in expired:
             log.warning("no answer from %s within %.0fs; reconnecting", conn.address, self.request_timeout)
             threading.Thread(target=conn.close, daemon=True).start()
+        if waiting:
+            self.leader_check.poll(waiting, now)
+
+    def _leader_moved(self, request: PendingRequest, tp: TopicPartition, leader: Address) -> None:
+        """A waiting request's partition is led elsewhere now (:mod:`.leader_check`):
+        close its connection, failing (and so retrying) what is pending on it."""
+        conn = request.connection
+        with self._lock:
+            if request.key not in self._sent:
+                return  # answered meanwhile, or its connection already closed
+            for key in [key for key, r in self._sent.items() if r[1] is conn]:
+                del self._sent[key]
+        conn.close()
 
     def send(self, drained: Drained) -> None:
         """Encode the drained batches and send one request per broker (split by size)."""
@@ -297,7 +320,7 @@ class Sender:
         with self._lock:
             self._stats["requests"] += 1
             if future is not None and not future.done():
-                self._sent[id(future)] = (self.clock(), conn)
+                self._sent[id(future)] = (self.clock(), conn, address, parts)
         if future is None:  # acks=0: written to the socket is all we learn
             for tp, batches in parts:
                 self.delivered(tp, batches, None)

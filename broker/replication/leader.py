@@ -3,7 +3,8 @@
 While this broker leads a partition it
 
 * answers produce and fetch requests for it (:meth:`LeaderSide.leader_log`), taking
-  writes only while it is not fenced and its lease runs (:mod:`.lease`);
+  acks 0 and 1 writes only while it is not fenced and its lease runs (:mod:`.lease`),
+  acks=all writes also while ZooKeeper is away (Kafka's rule, see the method);
 * checks each follower's fetch against its leader epoch and records how far the
   follower has got (:meth:`LeaderSide.check_replica_fetch`,
   :meth:`LeaderSide.record_replica_fetch`): the sans-IO bookkeeping is
@@ -72,11 +73,27 @@ class LeaderSide:
     def __init__(self, host: LeaderHost):
         self.host = host
 
-    def leader_log(self, topic: str, partition: int, for_write: bool) -> PartitionLog | None:
+    def leader_log(self, topic: str, partition: int, for_write: bool, acks_all: bool = False) -> PartitionLog | None:
         """The log if this broker leads the partition; raises if another one does.
 
         None when the partition is not replicated here at all (the caller reports
         an unknown topic or partition).
+
+        A write (``for_write``) to a replicated partition needs the leader's ZooKeeper
+        connection and lease (:mod:`.lease`), unless it is acks=all (``acks_all``):
+        Kafka's rule, which keeps a partition writable while ZooKeeper is away and
+        every in-sync replica is up. It is safe because such a write is answered only
+        once every replica in this leader's ISR has fetched it, and that ISR can only
+        shrink through ZooKeeper (a write there that succeeded, or a read showing it
+        did: the members of a write whose outcome is unknown keep counting). A new
+        leader is elected only through ZooKeeper too, from the ISR written there,
+        which is never larger than the one this leader counts; so the new leader was
+        one of the replicas whose fetch confirmed every write acknowledged here, and
+        from the moment it leads it fetches from this leader no more: a leader whose
+        session expired while another was elected (a zombie) can append, but never
+        confirm, and what it appended alone is cut when it follows. Acks 0 and 1
+        writes have no such check, so a zombie would acknowledge and lose them: they
+        stay refused while the leadership is in doubt.
         """
         replica = self.host.replicas.get((topic, partition))
         if replica is None:
@@ -85,14 +102,14 @@ class LeaderSide:
         if replica.role == LEADER:
             # A partition without other replicas cannot get a second leader (only its
             # one replica may ever lead it), so it keeps taking writes without ZooKeeper.
-            if not for_write or not replica.replicated:
+            if not for_write or not replica.replicated or acks_all:
                 return replica.plog
             if not self.host.fencing.fenced and self.host.lease.valid():
                 return replica.plog
             raise NotLeaderError(
                 f"broker {me} cannot confirm with ZooKeeper that it "
                 f"still leads {topic}-{partition} (connection lost or "
-                "lease expired); retry"
+                "lease expired); retry, or write with acks=all, which it takes meanwhile"
             )
         state = replica.state
         if state is None or state.leader < 0 or replica.role == OFFLINE:

@@ -1,9 +1,11 @@
 """The leader's right to take writes: fencing on connection trouble, and a lease.
 
-A leader accepts writes only while it can be sure its ZooKeeper session is alive,
-because a new leader is elected only after that session expires:
+A leader accepts acks 0 and 1 writes only while it can be sure its ZooKeeper session
+is alive, because a new leader is elected only after that session expires (acks=all
+writes go on meanwhile: they cannot be confirmed by a leader that was replaced, see
+:meth:`.leader.LeaderSide.leader_log`):
 
-* while the connection is suspended or lost it refuses every produce (*fenced*,
+* while the connection is suspended or lost it refuses those writes (*fenced*,
   :class:`Fencing`); kazoo declares a connection gone after two thirds of the
   session timeout without an answer, and ZooKeeper expires the session only after
   the whole timeout, so the old leader stops before a new one is chosen. Once the
@@ -133,8 +135,10 @@ class Fencing:
         if not self.fenced:
             leading = sum(1 for r in self.host.replicas.values() if r.role == LEADER)
             log.warning(
-                "ZooKeeper connection %s: refusing writes to the %d partitions this "
-                "broker leads until it can confirm its leadership",
+                "ZooKeeper connection %s: refusing acks 0 and 1 writes to the %d "
+                "partitions this broker leads until it can confirm its leadership "
+                "(acks=all writes go on: they need every in-sync replica, and the ISR "
+                "changes only through ZooKeeper)",
                 state.lower(),
                 leading,
             )
@@ -166,8 +170,38 @@ class Fencing:
             return  # suspended again since the check began: the next reconnect checks anew
         self.host.reconfirm(states)
         if self.fenced:
-            log.info("ZooKeeper connection back: leadership confirmed, writes accepted again")
+            log_reconfirmed(states, self.host.replicas)
         self.fenced = False
+
+
+def log_reconfirmed(
+    states: Mapping[PartitionKey, PartitionState | None], replicas: Mapping[PartitionKey, Replica]
+) -> None:
+    """Say what the check after a reconnect found for the partitions it checked (those
+    the broker led): which it still leads, and which not. A reconnect after an expired
+    session finds none (the states name the old session, or another leader): saying
+    "leadership confirmed" then, as it once did, told operators the opposite of the truth."""
+    kept = sorted(k for k in states if (r := replicas.get(k)) is not None and r.role == LEADER)
+    lost = sorted(k for k in states if k not in kept)
+    if kept:
+        log.info(
+            "ZooKeeper connection back: still leading %s; writes to them accepted again",
+            _names(kept),
+        )
+    if lost:
+        log.warning(
+            "ZooKeeper connection back, but this broker no longer leads %s (another leader "
+            "was elected, or its session expired and the controller must elect again)",
+            _names(lost),
+        )
+    if not states:
+        log.info("ZooKeeper connection back (this broker led no partition)")
+
+
+def _names(keys: list[PartitionKey], most: int = 5) -> str:
+    """``t-0, t-1 and 3 more``: partitions for a log line, at most ``most`` named."""
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:most])
+    return shown if len(keys) <= most else f"{shown} and {len(keys) - most} more"
 
 
 __all__ = ["Fencing", "FencingHost", "WriteLease", "lease_clock"]

@@ -272,9 +272,9 @@ class ReplicaManager:
 
     # -- what the server calls --------------------------------------------------------
 
-    def leader_log(self, topic: str, partition: int, for_write: bool) -> PartitionLog | None:
+    def leader_log(self, topic: str, partition: int, for_write: bool, acks_all: bool = False) -> PartitionLog | None:
         """See :meth:`.leader.LeaderSide.leader_log`."""
-        return self.leader.leader_log(topic, partition, for_write)
+        return self.leader.leader_log(topic, partition, for_write, acks_all)
 
     def check_acks_all(self, topic: str, partition: int) -> None:
         """Refuse an acks=all produce before appending when too few replicas are in sync."""

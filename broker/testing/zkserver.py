@@ -28,7 +28,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -238,8 +238,16 @@ def render_zoo_cfg(
     max_session_timeout_ms: int = 60_000,
     force_sync: bool = True,
     tls: ServerTls | None = None,
+    peers: Sequence[tuple[int, str]] = (),
 ) -> str:
-    """The standalone server's ``zoo.cfg``.
+    """The server's ``zoo.cfg``: standalone, or with ``peers`` a member of an ensemble.
+
+    ``peers`` lists every member of the ensemble (this server included) as ``(myid,
+    host)``; each gets a ``server.<myid>=<host>:2888:3888`` line (quorum and election
+    ports: members run on hosts of their own, so the ports are ZooKeeper's defaults)
+    and the ensemble's limits, ``initLimit`` 10 and ``syncLimit`` 5 ticks (5 s and
+    2.5 s at the 500 ms tick: a member that lags its leader longer drops out of the
+    quorum). Its ``myid`` file is the caller's (:class:`LocalZooKeeper` writes it).
 
     With ``tls``, the server also listens on ``tls.secure_port`` (TLS only), through
     the Netty connection factory (the NIO one cannot do TLS), with its key and
@@ -282,6 +290,9 @@ def render_zoo_cfg(
     ]
     if tls is not None:
         lines += tls.zoo_cfg_lines(data_dir, host)
+    if peers:
+        lines += ["initLimit=10", "syncLimit=5"]
+        lines += [f"server.{myid}={peer}:2888:3888" for myid, peer in sorted(peers)]
     return "\n".join(lines) + "\n"
 
 
@@ -435,8 +446,15 @@ class LocalZooKeeper:
         java_dir: Path = DEBIAN_JAVA_DIR,
         install: ZooKeeperInstall | None = None,
         tls: ServerTls | None = None,
+        peers: Sequence[tuple[int, str]] = (),
+        myid: int = 0,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
+        if peers and (myid, host) not in peers:
+            raise ZooKeeperError(f"an ensemble member's peers must include itself ({myid}, {host!r}): {list(peers)}")
+        self.peers = tuple(peers)
+        """Every member of its ensemble as (myid, host), itself included; () standalone."""
+        self.myid = myid
         self.tls = tls
         """TLS on a secure port besides the plaintext one (None: plaintext only)."""
         self.port = port
@@ -577,8 +595,11 @@ class LocalZooKeeper:
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 force_sync=self.force_sync,
                 tls=self.tls,
+                peers=self.peers,
             )
         )
+        if self.peers:
+            (self.data_dir / "myid").write_text(f"{self.myid}\n")
         if self.tls is not None:
             self.tls.write_keystore(self.data_dir)
         (self.data_dir / LOG4J_NAME).write_text(render_log4j_properties(self.log_path))
@@ -613,11 +634,14 @@ class LocalZooKeeper:
             )
         return os.pathsep.join([install.classpath_arg, *(str(self.java_dir / j) for j in NETTY_TLS_JARS)])
 
-    def start(self, timeout: float = 30.0, *, detach: bool = False) -> None:
+    def start(self, timeout: float = 30.0, *, detach: bool = False, wait: bool = True) -> None:
         """Start the server and return once it serves; on failure nothing is left running.
 
         ``detach=True`` starts it in a new session (no terminal signals, survives this
-        process); the pidfile is written either way.
+        process); the pidfile is written either way. ``wait=False`` returns once the
+        JVM is spawned: an ensemble member serves only once a quorum of its peers runs,
+        so an ensemble is started member by member, then waited for
+        (:meth:`wait_ready`).
         """
         if self.is_running():
             raise ZooKeeperError(f"ZooKeeper already runs for {self.data_dir} (pid {self.pid}); stop it first")
@@ -637,6 +661,8 @@ class LocalZooKeeper:
                 start_new_session=detach,
             )
         self._write_pidfile(self._proc.pid)
+        if not wait:
+            return
         try:
             self.wait_ready(timeout)
         except BaseException:

@@ -60,6 +60,25 @@ class TestNetwork(Network):
             server.start()
         return server
 
+    def zookeeper_ensemble(self, hosts: list[Host], timeout: float = 60.0) -> list[LocalZooKeeper]:
+        """A ZooKeeper ensemble, one member per host (``myid`` 1, 2, ... in order), each
+        at ``<address>:2181``; returns once every member serves (a quorum formed and each
+        joined it). Their connect string: ``",".join(z.hosts for z in servers)``."""
+        peers = [(i, host.address) for i, host in enumerate(hosts, 1)]
+        servers = []
+        for (myid, _), host in zip(peers, hosts, strict=True):
+            server = LocalZooKeeper(
+                self.workdir / f"zk-{host.name}", ZK_PORT, host.address, force_sync=False, peers=peers, myid=myid
+            )
+            self.zookeepers.append(server)
+            with host.inside():  # no member serves before a quorum runs: start all, then wait
+                server.start(wait=False)
+            servers.append(server)
+        for server, host in zip(servers, hosts, strict=True):
+            with host.inside():
+                server.wait_ready(timeout)
+        return servers
+
     def broker(self, host: Host, broker_id: int, zk_connect: str, start: bool = True, **settings: Any) -> BrokerProcess:
         """A broker on ``host`` (binds and advertises its address, port 9092) with the
         suite's test settings; ``settings``: ``broker``, ``log``, ``kafka`` tables."""

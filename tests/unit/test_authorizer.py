@@ -57,7 +57,7 @@ class Setup:
             states={(t, 0): PartitionState(leader=1, leader_epoch=1, isr=(1,)) for t in ("web-a", "secret")},
         )
         replication = SimpleNamespace(
-            leader_log=lambda topic, partition, for_write=False: self.logs.get(topic, partition),
+            leader_log=lambda topic, partition, for_write=False, acks_all=False: self.logs.get(topic, partition),
             check_acks_all=lambda topic, partition: None,
             wait_for_replicas=lambda *args: False,
             on_publishable=lambda key: None,

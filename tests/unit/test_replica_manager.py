@@ -9,16 +9,19 @@ was suspended again while it checked its leadership after a reconnect stays fenc
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
+import pytest
 from kazoo.exceptions import ConnectionLossException
 
+from broker.common.errors import LeaderNotAvailableError, NotLeaderError
 from broker.coordination.partition_state import PartitionState
 from broker.coordination.registry import ClusterView
-from broker.replication.manager import LEADER, ReplicaManager
+from broker.replication.manager import LEADER, OFFLINE, ReplicaManager
 from broker.replication.services import ReplicationServices
 from broker.storage.config import LogConfig
 from broker.storage.partition_log import PartitionLog
@@ -202,6 +205,77 @@ def test_a_reconnect_check_overtaken_by_a_new_suspension_leaves_the_leader_fence
             await wait_until_async(lambda: not fencing.fenced, 5.0, "the unfence after the next check")
         finally:
             release.set()
+            services.admin_pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_reconnect_says_which_partitions_it_still_leads_and_after_an_expired_session_none(tmp_path, caplog):
+    """The nemesis "leader isolated" found the old leader logging "leadership confirmed,
+    writes accepted again" right after its session expired, for a partition it no
+    longer led. The check after a reconnect now says what it found."""
+
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        services = _services(tmp_path, zk)
+        manager = ReplicaManager(services)
+        manager.loop = asyncio.get_running_loop()
+        manager.lease.until = float("inf")
+        manager.apply(_view(zk.state))
+        replica = manager.replicas[KEY]
+        fencing = manager.fencing
+        caplog.set_level(logging.INFO, logger="logferry.replication")
+        try:
+            fencing.fence("SUSPENDED")  # the connection back in the same session
+            fencing.unfence_after_check()
+            await wait_until_async(lambda: not fencing.fenced, 5.0, "the check after the reconnect")
+            assert replica.role == LEADER and manager.leader_log("t", 0, for_write=True) is replica.plog
+            assert "still leading t-0; writes to them accepted again" in caplog.text
+
+            caplog.clear()
+            fencing.fence("LOST")  # the session expired: the registry forgets it
+            services.registry.session = 0  # type: ignore[union-attr]
+            fencing.unfence_after_check()  # connected again, in a new session
+            await wait_until_async(lambda: not fencing.fenced, 5.0, "the check after the reconnect")
+            assert replica.role == OFFLINE  # the state names it in its old session
+            with pytest.raises(LeaderNotAvailableError):
+                manager.leader_log("t", 0, for_write=True)
+            assert "earlier session" in caplog.text
+            assert "no longer leads t-0" in caplog.text
+            assert "still leading" not in caplog.text and "confirmed" not in caplog.text
+        finally:
+            services.admin_pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_fenced_leader_refuses_acks_1_writes_and_takes_acks_all_ones(tmp_path):
+    """ZooKeeper away (the nemesis "ZooKeeper cut from every broker"): the leader's ISR
+    cannot change, so acks=all writes, which every in-sync replica must confirm, go on
+    (Kafka's rule); acks 0 and 1 writes, which a replaced leader would acknowledge and
+    lose, are refused until the leadership is confirmed again."""
+
+    async def scenario() -> None:
+        zk = FakeZooKeeper()
+        services = _services(tmp_path, zk)
+        manager = ReplicaManager(services)
+        manager.loop = asyncio.get_running_loop()
+        manager.lease.until = float("inf")
+        manager.apply(_view(zk.state))
+        replica = manager.replicas[KEY]
+        try:
+            manager.fencing.fence("SUSPENDED")
+            with pytest.raises(NotLeaderError, match="cannot confirm with ZooKeeper"):
+                manager.leader_log("t", 0, for_write=True)
+            assert manager.leader_log("t", 0, for_write=True, acks_all=True) is replica.plog
+            manager.lease.until = 0.0  # and with the lease run out (a paused process)
+            assert manager.leader_log("t", 0, for_write=True, acks_all=True) is replica.plog
+            assert manager.leader_log("t", 0, for_write=False) is replica.plog  # reads go on
+            # Replaced meanwhile (a new epoch under another leader): acks=all refused too.
+            manager.apply(_view(PartitionState(2, 4, (2, 3), 55, version=7, created=CREATED)))
+            with pytest.raises(NotLeaderError, match="led by broker 2"):
+                manager.leader_log("t", 0, for_write=True, acks_all=True)
+        finally:
             services.admin_pool.shutdown()
 
     asyncio.run(scenario())

@@ -69,7 +69,7 @@ def _services(tmp_path, flush_messages: int, visibility: str = "flushed"):
         topics={"t": {0: [1], 1: [2]}}, states={("t", 1): PartitionState(leader=2, leader_epoch=1, isr=(2,))}
     )
     replication = SimpleNamespace(
-        leader_log=lambda topic, partition, for_write=False: logs.get(topic, partition),
+        leader_log=lambda topic, partition, for_write=False, acks_all=False: logs.get(topic, partition),
         check_acks_all=lambda topic, partition: None,
         wait_for_replicas=lambda *args: False,
         on_publishable=lambda key: None,

@@ -80,6 +80,19 @@ def test_zoo_cfg_options(tmp_path):
     assert "forceSync=no\n" in cfg
 
 
+def test_an_ensemble_members_zoo_cfg_names_every_peer_and_its_myid_file(tmp_path):
+    peers = [(2, "10.77.1.2"), (1, "10.77.1.1"), (3, "10.77.1.3")]
+    cfg = render_zoo_cfg(tmp_path, 2181, "10.77.1.2", peers=peers)
+    assert "initLimit=10\nsyncLimit=5\n" in cfg
+    assert cfg.endswith("server.1=10.77.1.1:2888:3888\nserver.2=10.77.1.2:2888:3888\nserver.3=10.77.1.3:2888:3888\n")
+    assert "\nserver." not in render_zoo_cfg(tmp_path, 2181) and "initLimit" not in render_zoo_cfg(tmp_path, 2181)
+    member = LocalZooKeeper(tmp_path / "zk2", 2181, "10.77.1.2", peers=peers, myid=2)
+    member.write_config()
+    assert (tmp_path / "zk2" / "myid").read_text() == "2\n"
+    with pytest.raises(ZooKeeperError, match="must include itself"):
+        LocalZooKeeper(tmp_path / "zk4", 2181, "10.77.1.4", peers=peers, myid=4)
+
+
 @pytest.mark.parametrize("bad", ["a\\b", "a\nb"])
 def test_zoo_cfg_refuses_paths_java_properties_would_mangle(tmp_path, bad):
     with pytest.raises(ZooKeeperError, match="data dir"):

@@ -115,7 +115,7 @@ class ProduceService:
             try:
                 if principal is not INTERNAL:
                     self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
-                plog = self.router.leader_log(topic, partition, for_write=True)
+                plog = self.router.leader_log(topic, partition, for_write=True, acks_all=acks == -1)
                 scan = records.validate_message_set(chunk)
                 if codecs and topic in codecs:  # the topic's compression policy
                     packed = compress_message_set(chunk, codecs[topic])

@@ -25,11 +25,13 @@ class PartitionRouter:
         self.replication = replication
         self.view = view
 
-    def leader_log(self, topic: Any, partition: Any, for_write: bool = False) -> PartitionLog:
-        """The log of a partition this broker leads, or the error to answer with."""
+    def leader_log(self, topic: Any, partition: Any, for_write: bool = False, acks_all: bool = False) -> PartitionLog:
+        """The log of a partition this broker leads, or the error to answer with
+        (``acks_all``: the write is answered only once every in-sync replica has it,
+        which a leader may take while ZooKeeper is away: broker.replication.leader)."""
         if type(topic) is not str or type(partition) is not int:
             raise InvalidRequestError("topic must be a string and partition an integer")
-        plog: PartitionLog | None = self.replication.leader_log(topic, partition, for_write)
+        plog: PartitionLog | None = self.replication.leader_log(topic, partition, for_write, acks_all)
         if plog is not None:
             return plog
         validate_topic_name(topic)

@@ -1,0 +1,47 @@
+"""Nemesis: a partition's leader cut from its followers only (issue 37).
+
+The nemeses' cluster (tests/support/nemesis.py). The leader of partition 0 is cut,
+both ways, from the two other brokers for ``FAULT_S``; it still reaches ZooKeeper and
+the producer. Its followers stop fetching, so after the replica lag (1.5 s) it shrinks
+the ISR to itself, below min in-sync replicas 2: acks=all writes to its partition are
+refused until the followers are back (refusing is right there). On the other
+partitions the cut broker is a follower that leaves their ISR after the lag. The
+checker counts what must hold; the pauses are reported (docs/guarantees.md).
+
+A run lasts about 35 s: it runs when ``LOGFERRY_NEMESIS=1`` (``scripts/nemesis.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.nemesis import assert_sound, run_nemesis, three_brokers
+from tests.support.network import TestNetwork
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LOGFERRY_NEMESIS") != "1", reason="a nemesis: run by scripts/nemesis.sh (LOGFERRY_NEMESIS=1)"
+    ),
+]
+
+FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
+"""How long the fault is held (10 s unless ``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
+
+
+@pytest.mark.timeout(240)
+def test_the_leader_cut_from_its_followers_loses_no_acknowledged_message(test_network: TestNetwork) -> None:
+    cluster = three_brokers(test_network)
+
+    def cut_the_leader_of_partition_0_from_its_followers() -> str:
+        leader = cluster.leader(0)
+        test_network.partition([f"b{leader}"], [f"b{i}" for i in cluster.by_id if i != leader])
+        return f"broker {leader}, leader of partition 0, cut from the other brokers (not from ZooKeeper or the client)"
+
+    verdict = run_nemesis(
+        cluster, "leader cut from its followers", cut_the_leader_of_partition_0_from_its_followers, FAULT_S
+    )
+    assert_sound(verdict)

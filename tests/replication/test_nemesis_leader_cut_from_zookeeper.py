@@ -1,0 +1,47 @@
+"""Nemesis: a partition's leader cut from ZooKeeper only (issue 37).
+
+The nemeses' cluster (tests/support/nemesis.py). The leader of partition 0 loses
+ZooKeeper (both ways) for ``FAULT_S``, past its 6 s session, while it still reaches its
+followers and the producer: its session expires, the controller elects another leader,
+and the old one, still believing it leads until ZooKeeper is back, goes on taking the
+producer's acks=all writes (leaders take them while ZooKeeper is away, Kafka's rule,
+docs/replication.md#fencing-a-stale-leader). It must confirm none of them once its
+followers follow the new leader: the checker counts nothing acknowledged lost, no
+duplicate, order and identical replicas. This is the case that rule's safety rests on.
+
+A run lasts about 30 s: it runs when ``LOGFERRY_NEMESIS=1`` (``scripts/nemesis.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.nemesis import assert_sound, run_nemesis, three_brokers
+from tests.support.network import TestNetwork
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LOGFERRY_NEMESIS") != "1", reason="a nemesis: run by scripts/nemesis.sh (LOGFERRY_NEMESIS=1)"
+    ),
+]
+
+FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
+"""How long the leader is cut from ZooKeeper: past its 6 s session (10 s unless
+``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
+
+
+@pytest.mark.timeout(240)
+def test_the_leader_cut_from_zookeeper_loses_no_acknowledged_message(test_network: TestNetwork) -> None:
+    cluster = three_brokers(test_network)
+
+    def cut_the_leader_of_partition_0_from_zookeeper() -> str:
+        leader = cluster.leader(0)
+        test_network.partition([f"b{leader}"], ["zk"])
+        return f"broker {leader}, leader of partition 0, cut from ZooKeeper (not from the others)"
+
+    verdict = run_nemesis(cluster, "leader cut from ZooKeeper", cut_the_leader_of_partition_0_from_zookeeper, FAULT_S)
+    assert_sound(verdict)

@@ -1,0 +1,185 @@
+"""What every nemesis test of issue 37 does around its fault: the cluster, the workload,
+the wait for recovery, and the checker's verdict.
+
+:func:`three_brokers` builds the cluster the nemeses share on the test network: a
+ZooKeeper host (or three, an ensemble), three broker hosts and a client host on one
+switch, replication factor
+3, min in-sync replicas 2, ZooKeeper session 6 s (the issue's), a topic of 3 partitions
+with every replica in sync. :func:`run_nemesis` runs the workload
+(tests/support/workload.py) on the client host, lets the fault do its work for a
+bounded time, heals every cut, waits until every replica is back in sync and every
+partition acknowledges again, reads what the cluster holds and returns the checker's
+:class:`~tests.support.checker.Verdict`, after printing it as one line starting with
+``verdict:`` (``scripts/nemesis.sh`` collects those lines).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.client import Admin, SimpleConsumer
+from broker.testing.network import Host
+from broker.testing.zkserver import LocalZooKeeper
+from tests.replication.conftest import REPLICATED
+from tests.support.brokers import BrokerProcess
+from tests.support.checker import Verdict, check, read_partition
+from tests.support.network import TestNetwork
+from tests.support.waiting import wait_until
+from tests.support.workload import Workload
+
+TOPIC = "jepsen"
+PARTITIONS = 3
+SETTINGS = {**REPLICATED, "zk_session_timeout_s": 6.0}
+"""The replication tests' settings (RF 3, min ISR 2, 1.5 s replica lag) with the
+issue's 6 s ZooKeeper session."""
+
+
+@dataclass
+class Cluster:
+    """The nemeses' cluster on the test network (see :func:`three_brokers`)."""
+
+    net: TestNetwork
+    zk_connect: str
+    zookeepers: list[LocalZooKeeper]
+    """Its ZooKeeper servers: one, or an ensemble's members on hosts zk1, zk2, ..."""
+    client: Host
+    """The host the workload and the checks' clients run on."""
+    by_id: dict[int, BrokerProcess]
+
+    def leader(self, partition: int) -> int:
+        """The partition's leader as ZooKeeper names it (call inside the client host)."""
+        with Admin(zk=self.zk_connect) as admin:
+            return admin.describe_partitions(TOPIC)[partition].leader
+
+
+def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
+    """Hosts ``zk`` (or ``zk1``... for an ``ensemble`` of that many members), ``b1``-``b3``
+    and ``client`` on switch ``lan``, ZooKeeper and three brokers started, topic
+    :data:`TOPIC` created with every replica in sync."""
+    net.switch("lan")
+    if ensemble:
+        zookeepers = net.zookeeper_ensemble([net.host(f"zk{i}", "lan") for i in range(1, ensemble + 1)])
+    else:
+        zookeepers = [net.zookeeper(net.host("zk", "lan"))]
+    zk_connect = ",".join(z.hosts for z in zookeepers) + "/nemesis"
+    for i in (1, 2, 3):
+        net.broker(net.host(f"b{i}", "lan"), i, zk_connect, broker=SETTINGS)
+    cluster = Cluster(net, zk_connect, zookeepers, net.host("client", "lan"), {b.id: b for b in net.brokers})
+    with cluster.client.inside():
+        with Admin(zk=zk_connect) as admin:
+            admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        wait_until(lambda: full_isr(net), 30, "every replica in sync", interval=0.2)
+    return cluster
+
+
+def full_isr(net: TestNetwork) -> bool:
+    """Every broker reports every partition led and every replica in sync."""
+    for broker in net.brokers:
+        try:
+            with Admin(brokers=[broker.address], request_timeout=3) as admin:
+                parts = admin.describe_partitions(TOPIC)
+        except Exception:
+            return False
+        if len(parts) != PARTITIONS or not all(i.leader >= 0 and len(i.isr) == 3 for i in parts.values()):
+            return False
+    return True
+
+
+def replica_bytes(net: TestNetwork, partition: int, end: int) -> list[bytes]:
+    """Each broker's bytes of ``partition`` below ``end`` (its segments, in order)."""
+    out = []
+    for broker in net.brokers:
+        directory = broker.log_dir / f"{TOPIC}-{partition}"
+        out.append(b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))[:end])
+    return out
+
+
+def settle(consumer: SimpleConsumer, quiet_s: float = 1.0, timeout: float = 20.0) -> None:
+    """Wait until no partition's visible end moves for ``quiet_s``: an acks=all answer
+    does not wait for the leader's fsync, which the high watermark does, so right after
+    the last acknowledgement the high watermark may still be below it (a read then
+    would miss the tail: a run once reported the last 40 acknowledged messages lost)."""
+    ends: list[int] = []
+    since = time.monotonic()
+
+    def quiet() -> bool:
+        nonlocal ends, since
+        now = [consumer.offsets(TOPIC, p).end for p in range(PARTITIONS)]
+        if now != ends:
+            ends, since = now, time.monotonic()
+        return time.monotonic() - since >= quiet_s
+
+    wait_until(quiet, timeout, f"every partition's visible end still for {quiet_s:g}s", interval=0.2)
+
+
+def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str], hold_s: float) -> Verdict:
+    """Run the workload, apply ``fault`` (inside the client host; it returns what it
+    did, for the output), hold it ``hold_s``, heal, wait for recovery, and judge.
+
+    Prints ``verdict: <name> <hold>s: <the verdict's summary>; full ISR <s> after the
+    heal`` and returns the verdict; the caller asserts what must hold."""
+    net = cluster.net
+    with cluster.client.inside():
+        workload = Workload(cluster.zk_connect, TOPIC, PARTITIONS).start()
+        try:
+            wait_until(lambda: workload.acked_count() >= 2_000, 30, "2,000 acknowledged before the fault")
+            fault_at = time.monotonic()
+            print(f"{name}: {fault()}, for {hold_s:g}s")
+            time.sleep(hold_s)  # the fault itself: time is the scenario
+            net.heal()
+            healed_at = time.monotonic()
+            wait_until(lambda: full_isr(net), 90, "every replica back in sync", interval=0.5)
+            for p in range(PARTITIONS):  # each partition acknowledges again
+                wait_until(
+                    lambda p=p: (workload.last_ack(p) or 0) > healed_at, 60, f"partition {p} acknowledging again"
+                )
+            in_sync_s = time.monotonic() - healed_at
+        finally:
+            workload.stop()
+        until = time.monotonic()
+
+        stored: dict[int, list[bytes]] = {}
+        ends: dict[int, int] = {}
+        with SimpleConsumer(zk=cluster.zk_connect) as consumer:
+            settle(consumer)
+            for p in range(PARTITIONS):
+                stored[p], ends[p] = read_partition(consumer, TOPIC, p)
+    wait_until(  # followers fetch up to the high watermark: every replica holds it
+        lambda: all(len(c) == ends[p] for p in range(PARTITIONS) for c in replica_bytes(net, p, ends[p])),
+        30,
+        "every replica to hold the high watermark",
+    )
+    replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
+    verdict = check(workload.batches, stored, replicas, fault_at, until)
+    print(f"\nverdict: {name} {hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal")
+    keep_logs(net, name)
+    return verdict
+
+
+def keep_logs(net: TestNetwork, name: str) -> None:
+    """Copy the brokers' logs to ``$LOGFERRY_NEMESIS_LOGS/<name>-<broker>.log`` when that
+    is set (``scripts/nemesis.sh`` sets it to its output directory): pytest deletes its
+    temporary directories a few runs later, and the logs say why a run paused."""
+    keep = os.environ.get("LOGFERRY_NEMESIS_LOGS")
+    if not keep:
+        return
+    stem = "-".join(name.lower().split())
+    for broker in net.brokers:
+        if broker.log_file.exists():
+            shutil.copy(broker.log_file, Path(keep) / f"{stem}-{broker.name}.log")
+
+
+def assert_sound(verdict: Verdict) -> None:
+    """What every nemesis must keep: nothing acknowledged lost, no duplicate, order,
+    identical replicas, an outcome for every batch, and the counts adding up."""
+    assert not verdict.problems(), f"{verdict.problems()}: {verdict.examples}"
+    assert verdict.acked > 2_000 and verdict.stored >= verdict.acked  # sent N, acknowledged N, stored N
+    assert verdict.unknown == 0  # every batch got its outcome
+
+
+__all__ = ["PARTITIONS", "SETTINGS", "TOPIC", "Cluster", "assert_sound", "full_isr", "run_nemesis", "three_brokers"]
