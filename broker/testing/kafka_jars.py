@@ -1,6 +1,7 @@
 """Where Apache Kafka's jars are, for whatever runs Kafka's own code next to logferry.
 
-One folder of jars, resolved from Maven Central by ``scripts/install-kafka-jars.sh``
+One folder of jars (a :class:`broker.testing.jars.JarSet`), resolved from Maven Central by
+``scripts/install-kafka-jars.sh``
 (``make kafka-jars``, a prerequisite of ``make test``) from
 ``benchmarks/peers/apache-kafka/pom.xml``: the broker the benchmarks compare against
 (benchmarks/peers/apache_kafka.py) and the Java clients and tools the tests run against
@@ -13,42 +14,36 @@ reason next to it, ``apache-kafka-<version>.unavailable``, for the callers to sh
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from broker.testing.jars import REPO, RESOLVED, JarSet
 
 KAFKA_VERSION = "4.4.0"
 """Keep in step with ``kafka.version`` in benchmarks/peers/apache-kafka/pom.xml."""
 
-REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "benchmarks" / "peers" / "apache-kafka" / "pom.xml"
 INSTALL_SCRIPT = REPO / "scripts" / "install-kafka-jars.sh"
-RESOLVED = ".resolved"
-"""Marker file the install script writes into the jar folder once every jar is there."""
+JARS = JarSet("apache-kafka", "Apache Kafka", KAFKA_VERSION)
 
 
 def jar_dir() -> Path:
     """The folder of Apache Kafka's jars (complete when :func:`resolved`)."""
-    root = os.environ.get("LOGFERRY_BENCH_CACHE") or str(REPO / "benchmarks" / ".cache")
-    return Path(root) / f"apache-kafka-{KAFKA_VERSION}"
+    return JARS.jar_dir()
 
 
 def resolved() -> bool:
     """Every jar is in :func:`jar_dir` (the install script finished)."""
-    return (jar_dir() / RESOLVED).exists()
+    return JARS.resolved()
 
 
 def classpath() -> str:
     """Every jar of :func:`jar_dir`, as one ``-cp`` entry (the JVM expands the ``*``)."""
-    return str(jar_dir() / "*")
+    return JARS.classpath()
 
 
 def missing_reason() -> str:
-    """Why the jars are not there, in one line: the install script's own reason when it
-    ran and failed, else that it has not run."""
-    note = jar_dir().with_name(jar_dir().name + ".unavailable")
-    if note.is_file():
-        return f"no Apache Kafka {KAFKA_VERSION} jars: {note.read_text().strip()}"
-    return f"no Apache Kafka {KAFKA_VERSION} jars in {jar_dir()}: run {INSTALL_SCRIPT} (make kafka-jars)"
+    """Why the jars are not there, in one line (see :meth:`JarSet.missing_reason`)."""
+    return JARS.missing_reason()
 
 
 __all__ = ["KAFKA_VERSION", "POM", "RESOLVED", "classpath", "jar_dir", "missing_reason", "resolved"]
