@@ -64,6 +64,12 @@ class StateError(LoaderError):
     """The output's state (manifests, staging, lock) is inconsistent or held by another run."""
 
 
+class OutputUnavailableError(LoaderError):
+    """The output's file system refused or could not be reached (a NameNode down or in
+    safe mode, a DataNode gone mid-write): nothing was committed; the next run starts
+    from the last commit."""
+
+
 class CommitConflictError(StateError):
     """Another run committed the same sequence number first; nothing of this run was kept."""
 

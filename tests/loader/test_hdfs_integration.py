@@ -1,0 +1,174 @@
+"""The landing job on a real HDFS (Apache Hadoop's NameNode and DataNode, tests/support/hdfs.py).
+
+``output.uri = "hdfs://..."`` goes through Spark's own Hadoop client for the data and
+through hadoop_loader/fs.py's HadoopFileSystem for the manifests, the lock and the
+renames, so HDFS's create-without-overwrite and rename semantics carry the commit here.
+Each test counts: what was sent lands once, read back with Spark from HDFS.
+
+- a load lands every message exactly once; a rerun lands nothing twice;
+- a landed file deleted and another truncated on HDFS are found, and ``--repair`` lands
+  them again: every message once;
+- an unreachable NameNode and a NameNode in safe mode each give one line and exit 1,
+  with nothing landed; once safe mode is left the next run lands everything once.
+
+One HDFS for the module (its start is the expensive part), one directory per test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hadoop_loader import cli
+from hadoop_loader.config import config_from_dict
+from hadoop_loader.fs import HadoopFileSystem
+from hadoop_loader.job import run_load
+from tests.loader.conftest import SPARK_TEST_SECTIONS, produce
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def hdfs_config(zk: str, out: str, topics: list[str]):
+    """A loader config landing into ``out`` (an hdfs:// URI), small chunks."""
+    return config_from_dict(
+        {
+            "source": {"zk": zk, "topics": topics},
+            "output": {"uri": out},
+            "load": {"chunk_bytes": 1 << 20, "fetch_bytes": 256 * 1024},
+            "spark": {"master": "local[2]"},
+        }
+    )
+
+
+def write_toml(path: Path, zk: str, out: str, topics: list[str]) -> Path:
+    path.write_text(
+        f"""
+[source]
+zk = "{zk}"
+topics = {topics!r}
+[output]
+uri = "{out}"
+{SPARK_TEST_SECTIONS}""".replace("'", '"')
+    )
+    return path
+
+
+def landed_rows(spark: Any, out: str) -> list[tuple[str, int, int, int, bytes]]:
+    """Every published row's identity and value, read from HDFS with Spark (which skips
+    ``_logferry``)."""
+    rows = spark.read.parquet(out).select("topic", "partition", "offset", "index", "value").collect()
+    return [(r["topic"], r["partition"], r["offset"], r["index"], bytes(r["value"])) for r in rows]
+
+
+def assert_each_once(spark: Any, out: str, sent: dict[str, dict[int, list[tuple[bytes, int]]]]) -> None:
+    """The rows on HDFS are exactly the sent messages: per partition in offset order, none twice."""
+    rows = landed_rows(spark, out)
+    ids = [r[:4] for r in rows]
+    assert len(ids) == len(set(ids)), "a message landed twice"
+    expected = sum(len(v) for parts in sent.values() for v in parts.values())
+    assert len(rows) == expected, f"sent {expected}, landed {len(rows)}"
+    for topic, parts in sent.items():
+        for p, messages in parts.items():
+            got = [r[4] for r in sorted(r for r in rows if r[0] == topic and r[1] == p)]
+            assert got == [v for v, _ in messages], f"{topic}/{p}"
+
+
+def data_files(fs: HadoopFileSystem, out: str) -> dict[str, str]:
+    """``hr=NN`` -> the published Parquet file of that hour."""
+    return {
+        f.uri.split("/")[-2]: f.uri
+        for f in fs.list_files(out)
+        if f.uri.endswith(".parquet") and "/_logferry/" not in f.uri
+    }
+
+
+def test_load_lands_each_message_once_and_a_rerun_nothing(spark, module_cluster, unique_name, hdfs_dir):
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-once")
+    sent = {topic: produce(zk, topic, 2, 4_000, hours=3)}
+    config = hdfs_config(zk, hdfs_dir, [topic])
+    first = run_load(config, spark=spark)
+    assert first.sequence == 1 and first.rows == 4_000
+    assert_each_once(spark, hdfs_dir, sent)
+    fs = HadoopFileSystem(spark)
+    assert sorted(data_files(fs, hdfs_dir)) == ["hr=00", "hr=01", "hr=02"]
+    assert fs.list_names(f"{hdfs_dir}/_logferry/manifests") == ["00000000000000000001.json"]
+    assert fs.list_names(f"{hdfs_dir}/_logferry/staging") == [] and not fs.exists(f"{hdfs_dir}/_logferry/lock")
+
+    second = run_load(config, spark=spark)  # verifies the three files on HDFS, lands nothing
+    assert second.sequence is None and second.rows == 0 and second.lake.ok and second.lake.rows == 4_000
+    assert_each_once(spark, hdfs_dir, sent)
+
+
+def test_missing_and_damaged_files_are_found_and_repaired(
+    spark, module_cluster, unique_name, hdfs_dir, tmp_path, capsys
+):
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-repair")
+    sent = {topic: produce(zk, topic, 2, 3_000, hours=3)}
+    assert run_load(hdfs_config(zk, hdfs_dir, [topic]), spark=spark).rows == 3_000
+    fs = HadoopFileSystem(spark)
+    files = data_files(fs, hdfs_dir)
+    fs.delete(files["hr=00"])
+    whole = fs.read_bytes(files["hr=01"])
+    fs.delete(files["hr=01"])
+    fs.create_new(files["hr=01"], whole[: len(whole) // 2])  # truncated: no footer
+
+    config_file = write_toml(tmp_path / "loader.toml", zk, hdfs_dir, [topic])
+    capsys.readouterr()
+    assert cli.main(["load", "--config", str(config_file)]) == 1
+    captured = capsys.readouterr()
+    assert "2 of 3 landed file(s) MISSING OR DAMAGED" in captured.out
+    assert "missing: the file is gone" in captured.out and "no readable footer" in captured.out
+    assert captured.err.startswith("logferry load: error: 2 landed file(s) missing or damaged")
+
+    assert cli.main(["load", "--config", str(config_file), "--repair"]) == 0
+    assert capsys.readouterr().out.count("REPAIRED ") == 2
+    assert_each_once(spark, hdfs_dir, sent)
+    assert run_load(hdfs_config(zk, hdfs_dir, [topic]), spark=spark).lake.ok
+
+
+def test_unreachable_namenode_is_one_line_and_nothing_lands(spark, module_cluster, unique_name, tmp_path, capsys):
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-down")
+    produce(zk, topic, 1, 200, hours=1)
+    out = f"hdfs://127.0.0.1:{free_port()}/wh"  # nothing listens there
+    conf = spark._jsc.hadoopConfiguration()
+    retries = conf.get("ipc.client.connect.max.retries")
+    conf.setInt("ipc.client.connect.max.retries", 0)  # fail at once, not after 10 s of retries
+    try:
+        capsys.readouterr()
+        code = cli.main(["load", "--config", str(write_toml(tmp_path / "loader.toml", zk, out, [topic]))])
+    finally:
+        conf.set("ipc.client.connect.max.retries", retries or "10")
+    captured = capsys.readouterr()
+    assert code == 1
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"logferry load: error: cannot reach the NameNode at {out[7:-3]} for {out}")
+    assert "Connection refused" in lines[0] and lines[0].endswith("nothing was written")
+
+
+def test_safe_mode_at_start_is_one_line_then_the_next_run_lands_all(
+    spark, module_cluster, unique_name, hdfs, hdfs_dir, tmp_path, capsys
+):
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-safe")
+    sent = {topic: produce(zk, topic, 2, 2_000, hours=2)}
+    config_file = write_toml(tmp_path / "loader.toml", zk, hdfs_dir, [topic])
+    hdfs.dfsadmin("-safemode", "enter")
+    try:
+        assert "Safe mode is ON" in hdfs.state().safe_mode
+        capsys.readouterr()
+        code = cli.main(["load", "--config", str(config_file)])
+        captured = capsys.readouterr()
+    finally:
+        hdfs.dfsadmin("-safemode", "leave")
+    assert code == 1
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"logferry load: error: 127.0.0.1:{hdfs.port} is in safe mode (read-only)")
+    fs = HadoopFileSystem(spark)
+    assert not fs.exists(hdfs_dir), "something was written in safe mode"
+
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    assert_each_once(spark, hdfs_dir, sent)
