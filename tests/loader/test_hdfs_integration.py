@@ -9,24 +9,29 @@ Each test counts: what was sent lands once, read back with Spark from HDFS.
 - a landed file deleted and another truncated on HDFS are found, and ``--repair`` lands
   them again: every message once;
 - an unreachable NameNode and a NameNode in safe mode each give one line and exit 1,
-  with nothing landed; once safe mode is left the next run lands everything once.
+  with nothing landed; once safe mode is left the next run lands everything once;
+- a lease left on the manifest's temporary name by a writer killed with -9 does not
+  block the next commit.
 
 One HDFS for the module (its start is the expensive part), one directory per test.
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.testing.hdfs import discover_install
 from hadoop_loader import cli
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.fs import HadoopFileSystem
 from hadoop_loader.job import run_load
 from tests.loader.conftest import SPARK_TEST_SECTIONS, produce
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -171,4 +176,36 @@ def test_safe_mode_at_start_is_one_line_then_the_next_run_lands_all(
     assert not fs.exists(hdfs_dir), "something was written in safe mode"
 
     assert cli.main(["load", "--config", str(config_file)]) == 0
+    assert_each_once(spark, hdfs_dir, sent)
+
+
+def test_a_lease_left_by_a_killed_writer_does_not_block_the_commit(spark, module_cluster, unique_name, hdfs, hdfs_dir):
+    """A writer killed with -9 while it had the manifest's temporary name open leaves
+    that file under construction, its lease held by a dead client (HDFS frees it only
+    after the lease's hard limit, an hour). The next run's commit still goes through:
+    it deletes that name (HDFS allows it under a lease) and creates it anew."""
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-lease")
+    sent = {topic: produce(zk, topic, 2, 1_000, hours=1)}
+    tmp_uri = f"{hdfs_dir}/_logferry/manifests/.00000000000000000001.json.tmp"
+    writer = subprocess.Popen(
+        hdfs.command(discover_install(), "writer", "org.apache.hadoop.fs.FsShell", "-put", "-d", "-", tmp_uri),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fs = HadoopFileSystem(spark)
+    try:
+        assert writer.stdin is not None
+        writer.stdin.write(b'{"half a manifest": ')
+        writer.stdin.flush()
+        wait_until(lambda: fs.exists(tmp_uri), 60, f"the writer to create {tmp_uri}")
+    finally:
+        writer.kill()
+        writer.wait(30)
+    dfs, path = fs._fs(tmp_uri)  # DistributedFileSystem: is the file still open for write?
+    assert not dfs.isFileClosed(path), "the killed writer left no file under construction"
+
+    result = run_load(hdfs_config(zk, hdfs_dir, [topic]), spark=spark)
+    assert result.sequence == 1 and result.rows == 1_000
+    assert fs.list_names(f"{hdfs_dir}/_logferry/manifests") == ["00000000000000000001.json"]
     assert_each_once(spark, hdfs_dir, sent)
