@@ -203,6 +203,15 @@ def render_log4j_properties() -> str:
     )
 
 
+def _live_addresses(live_nodes: Any) -> tuple[str, ...]:
+    """``xferaddr`` of each entry of NameNodeInfo's ``LiveNodes`` (a JSON object as text)."""
+    try:
+        nodes = json.loads(live_nodes) if isinstance(live_nodes, str) else {}
+    except ValueError:
+        return ()
+    return tuple(sorted(str(n.get("xferaddr", name)) for name, n in nodes.items() if isinstance(n, dict)))
+
+
 def parse_jmx(text: str) -> dict[str, Any]:
     """The beans of a ``/jmx?qry=...`` answer merged into one dict."""
     merged: dict[str, Any] = {}
@@ -222,6 +231,8 @@ class HdfsState:
     capacity_bytes: int
     used_bytes: int
     files: int
+    datanodes: tuple[str, ...] = ()
+    """The data transfer addresses of the live DataNodes (a restarted one has a new port)."""
 
     @property
     def ready(self) -> bool:
@@ -358,6 +369,7 @@ class LocalHdfs:
             capacity_bytes=int(beans.get("CapacityTotal", 0)),
             used_bytes=int(beans.get("CapacityUsed", 0)),
             files=int(beans.get("FilesTotal", 0)),
+            datanodes=_live_addresses(beans.get("LiveNodes")),
         )
 
     def log_tail(self, role: str, lines: int = 30) -> str:
@@ -445,11 +457,16 @@ class LocalHdfs:
 
     def start_server(self, role: str, *, install: HadoopInstall | None = None, wait: bool = True) -> None:
         """Start one server (``namenode`` or ``datanode``); with ``wait``, return once the
-        file system is ready again."""
+        file system is ready again (for a DataNode: once the NameNode knows it at its new
+        address, since a NameNode counts a killed DataNode live for minutes)."""
         if self.pid(role) is not None:
             raise HdfsError(f"the {role} of {self.data_dir} already runs (pid {self.pid(role)})")
         install = install or discover_install()
         main = NAMENODE_CLASS if role == "namenode" else DATANODE_CLASS
+        before: tuple[str, ...] = ()
+        if wait and role == "datanode":
+            with contextlib.suppress(OSError, ValueError):
+                before = self.state().datanodes
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with self.out_path(role).open("ab") as out:
             proc = subprocess.Popen(
@@ -465,11 +482,12 @@ class LocalHdfs:
         tmp.write_text(f"{proc.pid}\n")
         tmp.replace(self.pid_path(role))
         if wait:
-            self.wait_ready()
+            self.wait_ready(not_at=before)
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until :attr:`HdfsState.ready`, at most ``timeout`` s; fails fast, with the
-        log tail, when a server exits meanwhile."""
+    def wait_ready(self, timeout: float = 60.0, not_at: tuple[str, ...] = ()) -> None:
+        """Wait until :attr:`HdfsState.ready` (and, with ``not_at``, a live DataNode at
+        another address than those), at most ``timeout`` s; fails fast, with the log
+        tail, when a server exits meanwhile."""
         deadline = time.monotonic() + timeout
         last = "no answer yet"
         for _ in range(int(timeout / POLL_INTERVAL) + 2):
@@ -485,7 +503,7 @@ class LocalHdfs:
                     )
             try:
                 state = self.state()
-                if state.ready:
+                if state.ready and (not not_at or not set(state.datanodes) <= set(not_at)):
                     return
                 last = f"{state.live_datanodes} live DataNode(s), safe mode: {state.safe_mode or 'off'}"
             except (OSError, ValueError) as exc:
