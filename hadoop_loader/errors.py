@@ -64,6 +64,12 @@ class StateError(LoaderError):
     """The output's state (manifests, staging, lock) is inconsistent or held by another run."""
 
 
+class OutputUnavailableError(LoaderError):
+    """The output's file system refused or could not be reached (a NameNode down or in
+    safe mode, a DataNode gone mid-write): nothing was committed; the next run starts
+    from the last commit."""
+
+
 class CommitConflictError(StateError):
     """Another run committed the same sequence number first; nothing of this run was kept."""
 
@@ -162,6 +168,11 @@ def error_from_spark(what: str, text: str) -> LoaderError:
                 error.gaps = []
             return error
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    # py4j's own header ("An error occurred while calling o559.parquet.") names no cause:
+    # the deepest "Caused by:" does (an HDFS write with its DataNode gone, a full disk).
+    causes = [line[len("Caused by: ") :] for line in lines if line.startswith("Caused by: ")]
+    if lines and lines[0].startswith("An error occurred while calling") and causes:
+        return SparkJobError(f"{what} failed: {causes[-1][:500]}")
     first = lines[0] if lines else type(text).__name__
     return SparkJobError(f"{what} failed: {first[:500]}")
 

@@ -17,12 +17,14 @@ What the protocol relies on:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
-from hadoop_loader.errors import StateError
+from hadoop_loader.errors import OutputUnavailableError, StateError
 
 
 class FileInfo(NamedTuple):
@@ -178,8 +180,57 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def hadoop_error(uri: str, exc: BaseException) -> OutputUnavailableError:
+    """A Java exception of Hadoop's client (through py4j) as one line that says what
+    happened to the output at ``uri`` and what to do."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    authority = urlparse(uri).netloc or uri
+    if "safe mode" in text.lower() or "SafeModeException" in text:
+        return OutputUnavailableError(
+            f"{authority} is in safe mode (read-only), so nothing was written to {uri}; the next run "
+            "lands it once the NameNode leaves safe mode (`hdfs dfsadmin -safemode get` says why it is on)"
+        )
+    if "ConnectException" in text or "UnknownHostException" in text or "NoRouteToHostException" in text:
+        return OutputUnavailableError(
+            f"cannot reach the NameNode at {authority} for {uri}: {_cause(first)}; nothing was written"
+        )
+    return OutputUnavailableError(f"the file system of {uri} failed: {_cause(first)}")
+
+
+def _cause(line: str) -> str:
+    """The end of Hadoop's ``Call From a to b failed on ...: java.net.X: reason; For more
+    details see: <wiki>`` line: ``java.net.X: reason``."""
+    line = line.split("; For more details see:")[0]
+    return line.rsplit(" failed on connection exception: ", 1)[-1][:300]
+
+
+def _mapped(method: _Method) -> _Method:
+    """Hadoop's Java exceptions (py4j's ``Py4JJavaError``) leave as
+    :class:`OutputUnavailableError`; Python's own (``FileExistsError``) pass."""
+
+    @functools.wraps(method)
+    def call(self: Any, uri: str, *args: Any) -> Any:
+        try:
+            return method(self, uri, *args)
+        except Exception as exc:
+            if type(exc).__name__ != "Py4JJavaError":
+                raise
+            raise hadoop_error(uri, exc) from None
+
+    return call  # type: ignore[return-value]
+
+
 class HadoopFileSystem:
-    """Any Hadoop filesystem through Spark's JVM (``org.apache.hadoop.fs.FileSystem``)."""
+    """Any Hadoop filesystem through Spark's JVM (``org.apache.hadoop.fs.FileSystem``).
+
+    Every operation turns the client's Java exceptions into one-line
+    :class:`OutputUnavailableError`: an unreachable NameNode, safe mode.
+    """
 
     def __init__(self, spark: Any):
         self._jvm = spark._jvm
@@ -189,21 +240,25 @@ class HadoopFileSystem:
         path = self._jvm.org.apache.hadoop.fs.Path(uri)
         return path.getFileSystem(self._conf), path
 
+    @_mapped
     def exists(self, uri: str) -> bool:
         fs, path = self._fs(uri)
         return bool(fs.exists(path))
 
+    @_mapped
     def mkdirs(self, uri: str) -> None:
         fs, path = self._fs(uri)
         if not fs.mkdirs(path):
             raise StateError(f"could not create directory {uri}")
 
+    @_mapped
     def list_names(self, uri: str) -> list[str]:
         fs, path = self._fs(uri)
         if not fs.exists(path):
             return []
         return sorted(str(s.getPath().getName()) for s in fs.listStatus(path))
 
+    @_mapped
     def list_files(self, uri: str) -> list[FileInfo]:
         fs, path = self._fs(uri)
         if not fs.exists(path):
@@ -215,12 +270,14 @@ class HadoopFileSystem:
             out.append(FileInfo(_qualified_to(uri, str(status.getPath().toString())), int(status.getLen())))
         return sorted(out)
 
+    @_mapped
     def size(self, uri: str) -> int | None:
         fs, path = self._fs(uri)
         if not fs.exists(path):
             return None
         return int(fs.getFileStatus(path).getLen())
 
+    @_mapped
     def read_bytes(self, uri: str) -> bytes:
         fs, path = self._fs(uri)
         stream = fs.open(path)
@@ -229,6 +286,7 @@ class HadoopFileSystem:
         finally:
             stream.close()
 
+    @_mapped
     def read_range(self, uri: str, offset: int, length: int) -> bytes:
         fs, path = self._fs(uri)
         stream = fs.open(path)
@@ -239,6 +297,7 @@ class HadoopFileSystem:
         finally:
             stream.close()
 
+    @_mapped
     def create_new(self, uri: str, data: bytes) -> None:
         fs, path = self._fs(uri)
         tmp = self._jvm.org.apache.hadoop.fs.Path(path.getParent(), f".{path.getName()}.tmp")
@@ -253,6 +312,7 @@ class HadoopFileSystem:
             fs.delete(tmp, False)
             raise FileExistsError(uri)
 
+    @_mapped
     def rename(self, src: str, dst: str) -> None:
         fs, s = self._fs(src)
         _, d = self._fs(dst)
@@ -264,6 +324,7 @@ class HadoopFileSystem:
         if not fs.rename(s, d):
             raise StateError(f"rename {src} -> {dst} failed (source missing or destination exists)")
 
+    @_mapped
     def delete(self, uri: str) -> None:
         fs, path = self._fs(uri)
         fs.delete(path, True)

@@ -23,6 +23,7 @@ Crash points of :mod:`hadoop_loader.crash` sit between the steps.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -143,8 +144,14 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     store.acquire_lock()
     try:
         result = _run_locked(config, session, fs, store, started, repair)
-    finally:
-        store.release_lock()
+    except BaseException:
+        # The run's own error is the one to report. Releasing may fail for the same
+        # reason (a NameNode restarting): the lock then stays, and the next run, in a
+        # process of its own, takes over a lock whose process is gone.
+        with contextlib.suppress(LoaderError):
+            store.release_lock()
+        raise
+    store.release_lock()
     if config.audit.enabled:
         from hadoop_loader.audit import audit_after_load
 

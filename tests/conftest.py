@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.support.zookeeper",
     "tests.support.brokers",
     "tests.support.network",
+    "tests.support.hdfs",
 ]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from kazoo.exceptions import NoAuthError
 
 from broker import __version__
-from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, reassign_cmd, user_cmd, zk_cmd
+from broker.cli import acl_cmd, certs_cmd, client_cmds, group_cmd, hdfs_cmd, reassign_cmd, user_cmd, zk_cmd
 from broker.common.commands import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -40,7 +40,7 @@ from broker.common.errors import LogferryError
 
 log = logging.getLogger("logferry.cli")
 
-SHORT_LIVED = ("topic", "produce", "consume", "group", "zk", "certs", "acl", "user")
+SHORT_LIVED = ("topic", "produce", "consume", "group", "zk", "hdfs", "certs", "acl", "user")
 """Commands that log at WARNING unless -v: their output is what the user asked for."""
 
 __all__ = ["LOG_FORMAT", "build_parser", "command_label", "main"]
@@ -67,6 +67,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     client_cmds.register(sub)
     zk_cmd.add_parser(sub)
+    hdfs_cmd.add_parser(sub)
     group_cmd.add_parser(sub)
     certs_cmd.add_parser(sub)
     acl_cmd.add_parser(sub)

@@ -1,6 +1,7 @@
 """Where Apache Kafka's jars are, for whatever runs Kafka's own code next to logferry.
 
-One folder of jars, resolved from Maven Central by ``scripts/install-kafka-jars.sh``
+One folder of jars (a :class:`broker.testing.jars.JarSet`), resolved from Maven Central by
+``scripts/install-kafka-jars.sh``
 (``make kafka-jars``, a prerequisite of ``make test``) from
 ``benchmarks/peers/apache-kafka/pom.xml``: the broker the benchmarks compare against
 (benchmarks/peers/apache_kafka.py) and the Java clients and tools the tests run against
@@ -18,8 +19,9 @@ why). The same functions take ``MIRRORMAKER2`` for it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from broker.testing.jars import REPO, RESOLVED, JarSet
 
 KAFKA_VERSION = "4.4.0"
 """Keep in step with ``kafka.version`` in benchmarks/peers/apache-kafka/pom.xml."""
@@ -30,37 +32,33 @@ KAFKA = f"apache-kafka-{KAFKA_VERSION}"
 MIRRORMAKER2 = f"apache-kafka-mirrormaker2-{MIRRORMAKER2_VERSION}"
 """The folder of MirrorMaker 2 and the clients and Connect runtime it runs on."""
 
-REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "benchmarks" / "peers" / "apache-kafka" / "pom.xml"
 INSTALL_SCRIPT = REPO / "scripts" / "install-kafka-jars.sh"
-RESOLVED = ".resolved"
-"""Marker file the install script writes into the jar folder once every jar is there."""
+JARS = JarSet("apache-kafka", "Apache Kafka", KAFKA_VERSION)
+_SETS = {
+    KAFKA: JARS,
+    MIRRORMAKER2: JarSet("apache-kafka-mirrormaker2", "Apache Kafka's MirrorMaker 2", MIRRORMAKER2_VERSION),
+}
 
 
 def jar_dir(folder: str = KAFKA) -> Path:
     """The folder of Apache Kafka's jars (complete when :func:`resolved`)."""
-    root = os.environ.get("LOGFERRY_BENCH_CACHE") or str(REPO / "benchmarks" / ".cache")
-    return Path(root) / folder
+    return _SETS[folder].jar_dir()
 
 
 def resolved(folder: str = KAFKA) -> bool:
     """Every jar is in :func:`jar_dir` (the install script finished)."""
-    return (jar_dir(folder) / RESOLVED).exists()
+    return _SETS[folder].resolved()
 
 
 def classpath(folder: str = KAFKA) -> str:
     """Every jar of :func:`jar_dir`, as one ``-cp`` entry (the JVM expands the ``*``)."""
-    return str(jar_dir(folder) / "*")
+    return _SETS[folder].classpath()
 
 
 def missing_reason(folder: str = KAFKA) -> str:
-    """Why the jars are not there, in one line: the install script's own reason when it
-    ran and failed, else that it has not run."""
-    where = jar_dir(folder)
-    note = where.with_name(where.name + ".unavailable")
-    if note.is_file():
-        return f"no {folder} jars: {note.read_text().strip()}"
-    return f"no {folder} jars in {where}: run {INSTALL_SCRIPT} (make kafka-jars)"
+    """Why the jars are not there, in one line (see :meth:`JarSet.missing_reason`)."""
+    return _SETS[folder].missing_reason()
 
 
 __all__ = [

@@ -132,6 +132,17 @@ def test_executor_errors_come_back_as_loader_errors():
     other = error_from_spark("the Spark job writing run 3", "java.lang.OutOfMemoryError: x\nmore")
     assert isinstance(other, SparkJobError)
     assert str(other) == "the Spark job writing run 3 failed: java.lang.OutOfMemoryError: x"
+    py4j = (
+        "An error occurred while calling o559.parquet.\n: org.apache.spark.SparkException: [TASK_WRITE_FAILED]\n"
+        "\tat org.apache.spark...\nCaused by: org.apache.spark.SparkException: Job aborted\n"
+        "Caused by: org.apache.hadoop.ipc.RemoteException(java.io.IOException): File /wh/x could only be "
+        "written to 0 of the 1 minReplication nodes.\n\tat org.apache.hadoop..."
+    )
+    hdfs = error_from_spark("the Spark job writing run 3", py4j)
+    assert str(hdfs) == (
+        "the Spark job writing run 3 failed: org.apache.hadoop.ipc.RemoteException(java.io.IOException): "
+        "File /wh/x could only be written to 0 of the 1 minReplication nodes."
+    )
 
 
 class _NoTopicConsumer:
