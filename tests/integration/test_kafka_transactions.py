@@ -134,6 +134,42 @@ def test_open_transaction_holds_back_read_committed(
     assert sorted(after) == sorted([b"open-0", *(b"plain-%d" % i for i in range(10))])
 
 
+def test_held_back_read_committed_fetch_wakes_on_the_commit(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """A read_committed fetch held back by an open transaction waits for its marker
+    (Kafka's delayed fetch on the last stable offset), not for its whole max_wait: with
+    fetch.wait.max.ms 5000 the committed record arrives well within a second."""
+    cluster = module_kafka_cluster
+    topic = unique_name("wake")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, unique_name("tid"))
+    producer.begin_transaction()
+    producer.produce(topic, value=b"held", partition=0)
+    producer.flush(20)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": unique_name("g"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        assert consumer.poll(1.5) is None  # its fetch now waits on the broker
+        producer.commit_transaction(20)
+        committed = time.monotonic()
+        msg = consumer.poll(5)
+        waited = time.monotonic() - committed
+    finally:
+        consumer.close()
+    print(f"the committed record came {waited * 1000:.0f} ms after commit_transaction returned")
+    assert msg is not None and msg.error() is None and msg.value() == b"held"
+    assert waited < 1.0
+
+
 def test_send_offsets_to_transaction_visible_on_commit_only(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
