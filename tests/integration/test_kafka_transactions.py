@@ -261,6 +261,43 @@ def test_second_producer_fences_the_first(
     assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"new"]
 
 
+def test_state_written_behind_the_coordinators_back_is_not_overwritten(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """The coordinator keeps the state it last wrote instead of reading ZooKeeper per
+    request: a newer epoch written meanwhile by another broker (here by hand, as a
+    coordinator that took the id over would) still fences the producer, because every
+    write is conditional on the version the coordinator knows."""
+    cluster = module_kafka_cluster
+    topic, txn_id = unique_name("behind"), unique_name("tid")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, txn_id)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"first", partition=0)
+    producer.commit_transaction(20)
+    client = KazooClient(hosts=cluster.zk_connect)
+    client.start(timeout=10)
+    try:
+        raw, stat = client.get(state_path(txn_id))
+        value = json.loads(raw)
+        value["epoch"] += 1
+        client.set(state_path(txn_id), json.dumps(value).encode(), version=stat.version)
+    finally:
+        client.stop()
+        client.close()
+    with pytest.raises(KafkaException) as caught:
+        producer.begin_transaction()
+        producer.produce(topic, value=b"zombie", partition=0)
+        producer.commit_transaction(20)
+    print("after an epoch bump behind the coordinator's back:", caught.value.args[0])
+    assert caught.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"first"]
+
+
 def test_transaction_past_its_timeout_is_aborted(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:

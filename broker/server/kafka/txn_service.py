@@ -108,6 +108,14 @@ class KafkaTxnService:
         """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
         finish), for the ids this broker stored such a state for."""
         self._next_scan = 0.0
+        self._known: dict[str, tuple[bytes, int]] = {}
+        """Transactional id -> the state this broker last read or wrote and its znode
+        version, for the ids it coordinates: a request of the id's producer starts from
+        it instead of reading ZooKeeper. Safe because every write is conditional on that
+        version: if another broker wrote meanwhile the write fails (CONCURRENT_TRANSACTIONS,
+        retried), the entry is dropped and the retry reads ZooKeeper. Cleared when the
+        set of brokers (hence every id's coordinator) changes."""
+        self._known_for: tuple[int, ...] = ()
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -123,7 +131,11 @@ class KafkaTxnService:
     def coordinator_id(self, key: str) -> int:
         """The broker that coordinates transactional id (or group) ``key``."""
         view = self.view()
-        return coordinator_for(key, [b for b, i in view.brokers.items() if i.kafka_port])
+        brokers = [b for b, i in view.brokers.items() if i.kafka_port]
+        if tuple(brokers) != self._known_for:  # coordinators may have moved
+            self._known_for = tuple(brokers)
+            self._known.clear()
+        return coordinator_for(key, brokers)
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -136,16 +148,30 @@ class KafkaTxnService:
     async def _zk(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
-    async def _load(self, transactional_id: str) -> tuple[TxnMetadata, int] | None:
-        found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
+    async def _load(self, transactional_id: str, fresh: bool = False) -> tuple[TxnMetadata, int] | None:
+        """The id's state and znode version: the one this broker knows (see ``_known``)
+        unless ``fresh``, else read from ZooKeeper."""
+        found = None if fresh else self._known.get(transactional_id)
         if found is None:
-            return None
+            found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
+            if found is None:
+                self._known.pop(transactional_id, None)
+                return None
+            self._known[transactional_id] = found
         raw, version = found
         return TxnMetadata.from_json(transactional_id, raw), version
 
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
         value = meta.to_json()
-        new: int = await self._zk(lambda: store.write_state(self.zk_client(), meta.transactional_id, value, version))
+        txn_id = meta.transactional_id
+        try:
+            new: int = await self._zk(lambda: store.write_state(self.zk_client(), txn_id, value, version))
+        except LogferryError:  # stale, or ZooKeeper trouble (written or not): read it next time
+            self._known.pop(txn_id, None)
+            raise
+        if len(self._known) > 100_000:  # bound the memory; a dropped id is read again
+            self._known.clear()
+        self._known[txn_id] = (value, new)
         self._note(meta)
         return new
 
@@ -231,7 +257,7 @@ class KafkaTxnService:
             self._check(transactional_id, Api.INIT_PRODUCER_ID)
             check_timeout(timeout_ms)
             now = _now_ms()
-            loaded = await self._load(transactional_id)
+            loaded = await self._load(transactional_id, fresh=True)  # the fencing point: as stored
             if loaded is None:
                 meta = TxnMetadata(transactional_id, await self.allocate_producer_id(), 0, timeout_ms, updated_ms=now)
                 await self._store(meta, None)
@@ -380,7 +406,7 @@ class KafkaTxnService:
             # first the count of ended transactions, then the state: if this one ends
             # after we saw it Ongoing, the count moves and the write below fails
             ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
-            loaded = await self._load(body.transactional_id)
+            loaded = await self._load(body.transactional_id, fresh=True)
             if loaded is None:
                 raise TxnError(
                     ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {body.transactional_id!r}"
@@ -447,7 +473,7 @@ class KafkaTxnService:
                 self._due.pop(txn_id, None)
                 continue
             async with self._lock(txn_id):
-                loaded = await self._load(txn_id)
+                loaded = await self._load(txn_id, fresh=True)
                 if loaded is None:
                     self._due.pop(txn_id, None)
                     continue
