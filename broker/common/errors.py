@@ -270,6 +270,13 @@ class InvalidTopicConfigError(InvalidRequestError):
         self.key = key
 
 
+class ControlBatchRefusedError(LogferryError):
+    """A producer sent a control batch (a transaction marker: Kafka's CONTROL attribute):
+    only the transaction coordinator writes those; nothing was appended."""
+
+    code = 52
+
+
 class InvalidPartitionsError(InvalidRequestError):
     """A partition count that cannot be applied (fewer than the topic has: partitions
     are never removed); nothing changed."""
@@ -373,6 +380,7 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         ClusterAuthorizationFailedError,
         InvalidTopicConfigError,
         InvalidPartitionsError,
+        ControlBatchRefusedError,
         OutOfOrderSequenceError,
         ProducerFencedError,
         OffsetMismatchError,
@@ -396,6 +404,7 @@ __all__ = [
     "UnsupportedSaslMechanismError",
     "AuthorizationError",
     "ClusterAuthorizationFailedError",
+    "ControlBatchRefusedError",
     "GroupAuthorizationFailedError",
     "TopicAuthorizationFailedError",
     "BrokerNotAvailableError",

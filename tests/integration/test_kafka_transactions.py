@@ -16,6 +16,7 @@ import collections
 import itertools
 import json
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -28,9 +29,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
+from broker.client import SimpleConsumer
+from broker.common.errors import ControlBatchRefusedError
 from broker.coordination import transactions as store
 from broker.coordination.transactions import state_path
 from broker.server.kafka.groups import coordinator_for
+from broker.server.kafka.txn_markers import marker_batch
+from broker.wire import protocol
+from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_answer
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
@@ -168,6 +174,45 @@ def test_held_back_read_committed_fetch_wakes_on_the_commit(
     print(f"the committed record came {waited * 1000:.0f} ms after commit_transaction returned")
     assert msg is not None and msg.error() is None and msg.value() == b"held"
     assert waited < 1.0
+
+
+def native_produce(address: str, fields: dict[str, Any], payload: bytes) -> list[Any]:
+    """One native produce request, by hand (a client that writes what it likes); the
+    answer's parts."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(protocol.encode_request(protocol.PRODUCE, 1, fields, len(payload)) + payload)
+        decoder = protocol.FrameDecoder()
+        while (frame := decoder.next_frame()) is None:
+            data = sock.recv(65536)
+            assert data, "the broker closed the connection"
+            decoder.feed(data)
+    return parse_produce_answer(frame.header)
+
+
+def test_only_the_coordinator_appends_markers(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """A native producer's control batch (a forged COMMIT marker) is refused with a
+    clear error and nothing is appended; the same batch marked as a coordinator's
+    (``markers``, allowed here: no ACLs, so every principal has the brokers' rights)
+    is appended, as the coordinator's remote marker writes are."""
+    cluster = module_kafka_cluster
+    topic = unique_name("forged")
+    cluster.create_topic(topic, 1)
+    batch = bytes(marker_batch(4242, 0, True))
+    address = cluster.native[0]
+    refused = native_produce(address, encode_produce_request(1, [ProducePart(topic, 0, len(batch))]), batch)
+    print("a forged marker:", refused)
+    assert refused[0].error == ControlBatchRefusedError.code
+    assert "only the transaction coordinator writes markers" in refused[0].message
+    marked = encode_produce_request(1, [ProducePart(topic, 0, len(batch))], markers=True)
+    assert native_produce(address, marked, batch)[0].error == 0
+    with SimpleConsumer(brokers=cluster.native) as consumer:
+        deadline = time.monotonic() + 10
+        while (end := consumer.offsets(topic, 0).end) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # visible once flushed
+    assert end == len(batch)  # the marked one only: the refused one was not appended
 
 
 def test_send_offsets_to_transaction_visible_on_commit_only(
