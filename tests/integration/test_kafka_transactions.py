@@ -44,10 +44,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def module_cluster_options() -> dict[str, Any]:
-    """The broker the module's tests share speaks Kafka too."""
-    return {"kafka": KAFKA_LISTENER}
+    """The broker the module's tests share speaks Kafka too, and forgets transactional
+    ids idle for 3 s (7 days by default; its full scans then run every second)."""
+    return {"kafka": KAFKA_LISTENER, "broker": {"transactional_id_expiration_ms": IDLE_ID_MS}}
 
 
+IDLE_ID_MS = 3000
 _readers = itertools.count()
 
 
@@ -341,6 +343,46 @@ def test_state_written_behind_the_coordinators_back_is_not_overwritten(
         KafkaError.INVALID_PRODUCER_EPOCH,
     )
     assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"first"]
+
+
+def test_an_idle_transactional_id_is_forgotten(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Kafka's transactional.id.expiration.ms: an id with no transaction for that long
+    (3 s here) leaves ZooKeeper; one with an open transaction stays however long it
+    idles (its timeout, 60 s, aborts it instead). A producer that comes back with the
+    forgotten id starts over and commits."""
+    cluster = module_kafka_cluster
+    topic, idle_id, open_id = unique_name("idle"), unique_name("idle"), unique_name("open")
+    cluster.create_topic(topic, 1)
+    idle = txn_producer(cluster.bootstrap, idle_id)
+    idle.begin_transaction()
+    idle.produce(topic, value=b"one", partition=0)
+    idle.commit_transaction(20)
+    committed = time.monotonic()
+    still_open = txn_producer(cluster.bootstrap, open_id)
+    still_open.begin_transaction()
+    still_open.produce(topic, value=b"open", partition=0)
+    still_open.flush(20)
+    client = KazooClient(hosts=cluster.zk_connect)
+    client.start(timeout=10)
+    try:
+        deadline = committed + IDLE_ID_MS / 1000 + 5  # the expiry plus a scan or two
+        while client.exists(state_path(idle_id)) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gone_after = time.monotonic() - committed
+        assert client.exists(state_path(idle_id)) is None, "the idle id is still in ZooKeeper"
+        assert client.exists(state_path(open_id)) is not None  # open: kept
+    finally:
+        client.stop()
+        client.close()
+    print(f"the idle id left ZooKeeper {gone_after:.1f} s after its commit")
+    still_open.abort_transaction(20)
+    again = txn_producer(cluster.bootstrap, idle_id)
+    again.begin_transaction()
+    again.produce(topic, value=b"two", partition=0)
+    again.commit_transaction(20)
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 2)) == [b"one", b"two"]
 
 
 def test_transaction_past_its_timeout_is_aborted(

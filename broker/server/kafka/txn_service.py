@@ -21,6 +21,8 @@ are retried by :meth:`KafkaTxnService.run_expiry` every second, which also abort
 transactions past their timeout (bumping the epoch, which fences their producer) and
 finishes those a dead coordinator left half way (found by a full scan of the ids every
 :data:`FULL_SCAN_S`; between scans only the ids this broker knows to be due are read).
+The full scans also forget the ids idle past ``transactional_id_expiration_ms`` (Kafka's
+``transactional.id.expiration.ms``, 7 days), so ZooKeeper does not grow forever.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class KafkaTxnService:
         markers: MarkerWriter,
         offsets: OffsetCommitter,
         authorizer: Any = None,
+        expiration_ms: int = 7 * 24 * 3600 * 1000,
     ):
         self.broker_id = broker_id
         self.view = view
@@ -108,13 +111,19 @@ class KafkaTxnService:
         """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
         finish), for the ids this broker stored such a state for."""
         self._next_scan = 0.0
-        self._known: dict[str, tuple[bytes, int]] = {}
+        self.expiration_ms = expiration_ms
+        """Idle transactional ids are forgotten after this long (found by the full scans)."""
+        self._scan_s = min(FULL_SCAN_S, expiration_ms / 3000)
+        self._known: dict[str, tuple[bytes, int, float]] = {}
         """Transactional id -> the state this broker last read or wrote and its znode
         version, for the ids it coordinates: a request of the id's producer starts from
         it instead of reading ZooKeeper. Safe because every write is conditional on that
         version: if another broker wrote meanwhile the write fails (CONCURRENT_TRANSACTIONS,
         retried), the entry is dropped and the retry reads ZooKeeper. Cleared when the
-        set of brokers (hence every id's coordinator) changes."""
+        set of brokers (hence every id's coordinator) changes, and not trusted once half
+        the expiration has passed (monotonic time of the entry): an id deleted as
+        expired and created again starts at version 0 anew, which a forgotten entry
+        might match."""
         self._known_for: tuple[int, ...] = ()
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
@@ -151,14 +160,15 @@ class KafkaTxnService:
     async def _load(self, transactional_id: str, fresh: bool = False) -> tuple[TxnMetadata, int] | None:
         """The id's state and znode version: the one this broker knows (see ``_known``)
         unless ``fresh``, else read from ZooKeeper."""
-        found = None if fresh else self._known.get(transactional_id)
+        known = None if fresh else self._known.get(transactional_id)
+        if known is not None and time.monotonic() - known[2] < self.expiration_ms / 2000:
+            return TxnMetadata.from_json(transactional_id, known[0]), known[1]
+        found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
         if found is None:
-            found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
-            if found is None:
-                self._known.pop(transactional_id, None)
-                return None
-            self._known[transactional_id] = found
+            self._known.pop(transactional_id, None)
+            return None
         raw, version = found
+        self._known[transactional_id] = (raw, version, time.monotonic())
         return TxnMetadata.from_json(transactional_id, raw), version
 
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
@@ -171,7 +181,7 @@ class KafkaTxnService:
             raise
         if len(self._known) > 100_000:  # bound the memory; a dropped id is read again
             self._known.clear()
-        self._known[txn_id] = (value, new)
+        self._known[txn_id] = (value, new, time.monotonic())
         self._note(meta)
         return new
 
@@ -447,6 +457,18 @@ class KafkaTxnService:
 
     # -- timeouts and unfinished markers -----------------------------------------------------
 
+    async def _forget(self, meta: TxnMetadata, version: int) -> None:
+        """Delete an id idle past :attr:`expiration_ms` from ZooKeeper (Kafka's
+        transactional id expiration), unless it changed since it was read."""
+        txn_id = meta.transactional_id
+        self._known.pop(txn_id, None)
+        try:
+            await self._zk(lambda: store.delete_state(self.zk_client(), txn_id, version))
+        except LogferryError as exc:
+            log.info("transactional id %r not forgotten (next scan): %s", txn_id, exc)
+            return
+        log.info("transactional id %r idle for %d ms: forgotten", txn_id, self.expiration_ms)
+
     async def run_expiry(self) -> None:
         """Every :data:`EXPIRY_INTERVAL_S` until cancelled: abort the transactions coordinated
         here that passed their timeout, and finish those left Prepare* (markers that could
@@ -463,8 +485,9 @@ class KafkaTxnService:
         :data:`FULL_SCAN_S` (and first) every id it coordinates, read from ZooKeeper (ids
         whose coordinator moved here, or whose state another broker wrote)."""
         now = _now_ms()
-        if time.monotonic() >= self._next_scan:
-            self._next_scan = time.monotonic() + FULL_SCAN_S
+        full = time.monotonic() >= self._next_scan
+        if full:
+            self._next_scan = time.monotonic() + self._scan_s
             ids = await self._zk(lambda: store.list_ids(self.zk_client()))
         else:
             ids = [txn_id for txn_id, due in self._due.items() if due <= now]
@@ -479,6 +502,9 @@ class KafkaTxnService:
                     continue
                 meta, version = loaded
                 self._note(meta)
+                if full and meta.idle_for(_now_ms(), self.expiration_ms):
+                    await self._forget(meta, version)
+                    continue
                 try:
                     if meta.expired(_now_ms()):
                         log.info("transaction of %r passed its %d ms timeout: aborting", txn_id, meta.timeout_ms)
