@@ -254,6 +254,12 @@ class GroupAuthorizationFailedError(AuthorizationError):
     code = 36
 
 
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    """The principal may not use the Kafka transactional id (``produce`` on it)."""
+
+    code = 38
+
+
 class ClusterAuthorizationFailedError(AuthorizationError):
     """The principal may not do this to the cluster (replicate, elect leaders)."""
 
@@ -378,6 +384,7 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         TopicAuthorizationFailedError,
         GroupAuthorizationFailedError,
         ClusterAuthorizationFailedError,
+        TransactionalIdAuthorizationFailedError,
         InvalidTopicConfigError,
         InvalidPartitionsError,
         ControlBatchRefusedError,
@@ -404,6 +411,7 @@ __all__ = [
     "UnsupportedSaslMechanismError",
     "AuthorizationError",
     "ClusterAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
     "ControlBatchRefusedError",
     "GroupAuthorizationFailedError",
     "TopicAuthorizationFailedError",

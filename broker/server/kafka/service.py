@@ -543,6 +543,7 @@ class KafkaService:
                 )
             error, pid, epoch = await self.txns.init_producer_id(
                 request,
+                channel.principal,
                 body.transactional_id,
                 int(body.transaction_timeout.total_seconds() * 1000),
                 getattr(body, "producer_id", -1),

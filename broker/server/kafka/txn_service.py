@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.common.acl import group as group_resource
+from broker.common.acl import transactional_id as txn_id_resource
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import transactions as store
 from broker.coordination.registry import ClusterView
@@ -103,9 +104,10 @@ class KafkaTxnService:
         self.markers = markers
         self.offsets = offsets
         self.authorizer = authorizer
-        """None: allow all. Otherwise ``produce`` on each topic added, ``consume`` on a
-        group whose offsets are committed (the rights a producer and a consumer need
-        anyway)."""
+        """None: allow all. Otherwise ``produce`` on the transactional id (Kafka's WRITE
+        on the TransactionalId) for every request of a transaction, ``produce`` on each
+        topic added, ``consume`` on a group whose offsets are committed (the rights a
+        producer and a consumer need anyway)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._due: dict[str, int] = {}
         """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
@@ -202,10 +204,16 @@ class KafkaTxnService:
                 ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {transactional_id!r}"
             )
 
-    def _denied(self, principal: Any, operation: Operation, topics: list[str], group: str | None = None) -> None:
+    def _denied(
+        self, principal: Any, operation: Operation, topics: list[str], group: str | None = None, txn: str | None = None
+    ) -> None:
+        """TxnError with the authorization code unless ``principal`` may use the
+        transactional id ``txn`` (``produce``), and do ``operation`` on the group and topics."""
         if self.authorizer is None:
             return
         try:
+            if txn is not None:
+                self.authorizer.check(principal, Operation.PRODUCE, txn_id_resource(txn))
             if group is not None:
                 self.authorizer.check(principal, operation, group_resource(group))
             for topic in topics:
@@ -255,7 +263,7 @@ class KafkaTxnService:
     # -- InitProducerId ----------------------------------------------------------------------
 
     async def init_producer_id(
-        self, request: Request, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
+        self, request: Request, principal: Any, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[ErrorCode, int, int]:
         """InitProducerId with a transactional id: ``(error, producer id, epoch)``. A new
         id gets a producer id from the cluster's id blocks at epoch 0; a known one its
@@ -265,6 +273,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(transactional_id, Api.INIT_PRODUCER_ID)
+            self._denied(principal, Operation.PRODUCE, [], txn=transactional_id)
             check_timeout(timeout_ms)
             now = _now_ms()
             loaded = await self._load(transactional_id, fresh=True)  # the fencing point: as stored
@@ -312,7 +321,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(txn_id, Api.ADD_PARTITIONS_TO_TXN)
-            self._denied(channel.principal, Operation.PRODUCE, sorted({t for t, _ in wanted}))
+            self._denied(channel.principal, Operation.PRODUCE, sorted({t for t, _ in wanted}), txn=txn_id)
             topics = self.view().topics
             unknown.update(k for k in wanted if k[1] not in topics.get(k[0], {}))
             if unknown:
@@ -358,7 +367,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(body.transactional_id, Api.ADD_OFFSETS_TO_TXN)
-            self._denied(channel.principal, Operation.CONSUME, [], body.group_id)
+            self._denied(channel.principal, Operation.CONSUME, [], body.group_id, txn=body.transactional_id)
             async with self._lock(body.transactional_id):
                 loaded = await self._load(body.transactional_id)
                 if loaded is None:
@@ -382,6 +391,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(txn_id, Api.END_TXN)
+            self._denied(channel.principal, Operation.PRODUCE, [], txn=txn_id)
             async with self._lock(txn_id):
                 loaded = await self._load(txn_id)
                 if loaded is None:
@@ -412,7 +422,13 @@ class KafkaTxnService:
                 raise TxnError(
                     ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {body.group_id!r}"
                 )
-            self._denied(channel.principal, Operation.CONSUME, sorted({t for t, _, _ in offsets}), body.group_id)
+            self._denied(
+                channel.principal,
+                Operation.CONSUME,
+                sorted({t for t, _, _ in offsets}),
+                body.group_id,
+                txn=body.transactional_id,
+            )
             # first the count of ended transactions, then the state: if this one ends
             # after we saw it Ongoing, the count moves and the write below fails
             ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
