@@ -325,6 +325,12 @@ def test_state_written_behind_the_coordinators_back_is_not_overwritten(
     client = KazooClient(hosts=cluster.zk_connect)
     client.start(timeout=10)
     try:
+        # EndTxn answers once the markers are written, leaving CompleteCommit to the
+        # id's next write or to the expiry round a second later
+        deadline = time.monotonic() + 5
+        while json.loads(client.get(state_path(txn_id))[0])["state"] != "CompleteCommit":
+            assert time.monotonic() < deadline, "the completed transaction was never stored CompleteCommit"
+            time.sleep(0.1)
         raw, stat = client.get(state_path(txn_id))
         value = json.loads(raw)
         value["epoch"] += 1
@@ -453,7 +459,12 @@ def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -
     for i in range(30):
         new.produce(topic, value=b"new-%d" % i, partition=i % 3)
     new.commit_transaction(30)
-    assert stored_state(cluster.zk_connect, txn_id)["state"] == "CompleteCommit"
+    # the decision is stored before the answer; CompleteCommit follows within a second
+    assert stored_state(cluster.zk_connect, txn_id)["state"] in ("PrepareCommit", "CompleteCommit")
+    deadline = time.monotonic() + 5
+    while stored_state(cluster.zk_connect, txn_id)["state"] != "CompleteCommit":
+        assert time.monotonic() < deadline, "the committed transaction was never stored CompleteCommit"
+        time.sleep(0.2)
     committed = read_all(bootstrap, topic, 3, "read_committed", 30)
     everything = read_all(bootstrap, topic, 3, "read_uncommitted", 60)
     print(f"after the kill: read_committed {len(committed)}, read_uncommitted {len(everything)}")

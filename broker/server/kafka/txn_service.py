@@ -55,6 +55,9 @@ left unwritten."""
 FULL_SCAN_S = 30.0
 """How often the expiry round reads every transactional id this broker coordinates from
 ZooKeeper; between scans it reads only the ids it knows to be Ongoing or unfinished."""
+LAZY_COMPLETE_S = 1.0
+"""How long after an EndTxn the expiry round stores its Complete* state if no request
+of the id came meanwhile (one came: its own write stored it)."""
 MARKER_TIMEOUT_S = 10.0
 """How long an EndTxn waits for its markers before answering anyway (the decision is
 stored; the markers are retried in the background)."""
@@ -127,6 +130,14 @@ class KafkaTxnService:
         expired and created again starts at version 0 anew, which a forgotten entry
         might match."""
         self._known_for: tuple[int, ...] = ()
+        self._finished: dict[str, int] = {}
+        """Transactional id -> znode version of a Prepare* state whose markers and group
+        offsets this broker finished without storing Complete* (an EndTxn's transaction):
+        read at that version, the state is taken as Complete* and the next write (the next
+        transaction's first request, or the expiry round after :data:`LAZY_COMPLETE_S`)
+        stores it, saving a ZooKeeper write per transaction. If this broker dies first, the
+        next coordinator finds Prepare* and finishes it again: markers and offsets written
+        twice change nothing."""
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -146,6 +157,7 @@ class KafkaTxnService:
         if tuple(brokers) != self._known_for:  # coordinators may have moved
             self._known_for = tuple(brokers)
             self._known.clear()
+            self._finished.clear()
         return coordinator_for(key, brokers)
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
@@ -164,14 +176,18 @@ class KafkaTxnService:
         unless ``fresh``, else read from ZooKeeper."""
         known = None if fresh else self._known.get(transactional_id)
         if known is not None and time.monotonic() - known[2] < self.expiration_ms / 2000:
-            return TxnMetadata.from_json(transactional_id, known[0]), known[1]
-        found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
-        if found is None:
-            self._known.pop(transactional_id, None)
-            return None
-        raw, version = found
-        self._known[transactional_id] = (raw, version, time.monotonic())
-        return TxnMetadata.from_json(transactional_id, raw), version
+            raw, version = known[0], known[1]
+        else:
+            found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
+            if found is None:
+                self._known.pop(transactional_id, None)
+                return None
+            raw, version = found
+            self._known[transactional_id] = (raw, version, time.monotonic())
+        meta = TxnMetadata.from_json(transactional_id, raw)
+        if meta.state.preparing and self._finished.get(transactional_id) == version:
+            meta.complete(_now_ms())  # finished here; stored by the next write
+        return meta, version
 
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
         value = meta.to_json()
@@ -180,9 +196,12 @@ class KafkaTxnService:
             new: int = await self._zk(lambda: store.write_state(self.zk_client(), txn_id, value, version))
         except LogferryError:  # stale, or ZooKeeper trouble (written or not): read it next time
             self._known.pop(txn_id, None)
+            self._finished.pop(txn_id, None)
             raise
+        self._finished.pop(txn_id, None)  # stored: nothing left to complete
         if len(self._known) > 100_000:  # bound the memory; a dropped id is read again
             self._known.clear()
+            self._finished.clear()
         self._known[txn_id] = (value, new, time.monotonic())
         self._note(meta)
         return new
@@ -221,10 +240,12 @@ class KafkaTxnService:
         except AuthorizationError as exc:
             raise TxnError(kafka_error(exc), str(exc)) from None
 
-    async def _finish(self, meta: TxnMetadata, version: int) -> int:
+    async def _finish(self, meta: TxnMetadata, version: int, lazy: bool = False) -> int:
         """Write the markers of a Prepare* transaction, publish (commit) or drop (abort)
-        its group offsets, store it Complete*; the new version. LogferryError if a
-        marker or ZooKeeper write failed: the state stays Prepare* (retried)."""
+        its group offsets, store it Complete*; the new version. ``lazy``: leave the
+        Complete* state to the id's next write (see ``_finished``); the version is then
+        unchanged. LogferryError if a marker or ZooKeeper write failed: the state stays
+        Prepare* (retried)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
         if meta.groups:  # TxnOffsetCommit needs its group in the transaction: none without
             await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
@@ -238,6 +259,12 @@ class KafkaTxnService:
             if pending:
                 await self._zk(lambda: store.delete_pending_offsets(self.zk_client(), meta.transactional_id))
         meta.complete(_now_ms())
+        if lazy:
+            if len(self._finished) > 100_000:  # bound the memory; a dropped id is finished again
+                self._finished.clear()
+            self._finished[meta.transactional_id] = version
+            self._due[meta.transactional_id] = _now_ms() + int(LAZY_COMPLETE_S * 1000)
+            return version
         return await self._store(meta, version)
 
     @staticmethod
@@ -401,7 +428,7 @@ class KafkaTxnService:
                     return  # a retry of an end that completed
                 version = await self._store(meta, version)
                 try:
-                    await asyncio.wait_for(self._finish(meta, version), MARKER_TIMEOUT_S)
+                    await asyncio.wait_for(self._finish(meta, version, lazy=True), MARKER_TIMEOUT_S)
                 except (LogferryError, TimeoutError) as exc:
                     log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
 
@@ -518,6 +545,12 @@ class KafkaTxnService:
                     continue
                 meta, version = loaded
                 self._note(meta)
+                if self._finished.get(txn_id) == version:  # finished here: store Complete*
+                    try:
+                        version = await self._store(meta, version)
+                    except LogferryError as exc:
+                        log.warning("transaction of %r not stored complete yet (retried): %s", txn_id, exc)
+                        continue
                 if full and meta.idle_for(_now_ms(), self.expiration_ms):
                     await self._forget(meta, version)
                     continue
