@@ -270,6 +270,7 @@ def test_acls_decide_on_the_scram_principal_with_kafka_codes(
         ("--operation", "produce", "--operation", "consume", "--topic", "owned"),
         ("--operation", "consume", "--group", "alice-group"),
         ("--operation", "produce", "--transactional-id", "alice-txn"),
+        ("--operation", "describe", "--transactional-id", "seen-txn"),
     ):
         done = logferry("acl", "add", "--zk", zk_connect, "--principal", "User:alice", *args, "--allow")
         assert done.returncode == 0, done.stderr
@@ -295,9 +296,12 @@ def test_acls_decide_on_the_scram_principal_with_kafka_codes(
     producer.begin_transaction()
     producer.produce("owned", b"in a transaction", partition=0)
     producer.commit_transaction(20)
-    with pytest.raises(KafkaException) as caught:
-        RdProducer({**alice, "transactional.id": "bobs-txn"}).init_transactions(20)
-    assert caught.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, caught.value
+    # no right at all: FindCoordinator refuses; describe only (FindCoordinator passes):
+    # InitProducerId refuses
+    for txn_id in ("bobs-txn", "seen-txn"):
+        with pytest.raises(KafkaException) as caught:
+            RdProducer({**alice, "transactional.id": txn_id}).init_transactions(20)
+        assert caught.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, caught.value
     # bob authenticates fine and may do nothing
     denied = rd_produce(broker.rd("bob"), "owned", 1, timeout=10)
     assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], denied
