@@ -93,6 +93,11 @@ def _resource_args(parser: argparse.ArgumentParser, required: bool) -> None:
     resource.add_argument("--topic-prefix", metavar="PREFIX", help="every topic whose name starts so")
     resource.add_argument("--group", metavar="NAME", help="a consumer group ('*': every group)")
     resource.add_argument(
+        "--transactional-id",
+        metavar="ID",
+        help="a Kafka transactional id ('*': every id; produce: use it in transactions, Kafka's WRITE)",
+    )
+    resource.add_argument(
         "--cluster", action="store_true", help="the cluster (alter: replicate between brokers, elect leaders)"
     )
 
@@ -104,6 +109,8 @@ def _resource(args: argparse.Namespace) -> Resource | None:
         return Resource(ResourceType.TOPIC_PREFIX, args.topic_prefix)
     if args.group is not None:
         return Resource(ResourceType.GROUP, args.group)
+    if args.transactional_id is not None:
+        return Resource(ResourceType.TRANSACTIONAL_ID, args.transactional_id)
     return CLUSTER if args.cluster else None
 
 

@@ -9,7 +9,7 @@ The rules (Kafka's, reduced to what logferry serves):
 
 - An :class:`Acl` is (principal or ``*``, operation, resource, allow or deny).
 - A resource is a topic (``*``: every topic), a topic prefix, a consumer group
-  (``*``: every group) or the cluster.
+  (``*``: every group), a Kafka transactional id (``*``: every id) or the cluster.
 - **Deny wins**: a matching deny ACL refuses, whatever allows it.
 - Nothing allowed is denied (deny by default once the authorizer is on).
 - Allowing any operation on a resource allows ``describe`` on it too (a producer
@@ -50,6 +50,7 @@ class ResourceType(str, Enum):  # noqa: UP042 - StrEnum's str() and format() are
     TOPIC = "topic"
     TOPIC_PREFIX = "topic-prefix"
     GROUP = "group"
+    TRANSACTIONAL_ID = "transactional-id"
     CLUSTER = "cluster"
 
     def __str__(self) -> str:
@@ -60,13 +61,15 @@ OPERATIONS_BY_RESOURCE: dict[ResourceType, frozenset[Operation]] = {
     ResourceType.TOPIC: frozenset(Operation),
     ResourceType.TOPIC_PREFIX: frozenset(Operation),
     ResourceType.GROUP: frozenset({Operation.CONSUME, Operation.DESCRIBE, Operation.DELETE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({Operation.PRODUCE, Operation.DESCRIBE}),
     ResourceType.CLUSTER: frozenset({Operation.ALTER, Operation.DESCRIBE}),
 }
 """The operations that mean something on each kind of resource.
 
 On the cluster: ``alter`` lets a broker replicate (follower fetches) and asks for
 leader elections; ``describe`` is reserved for cluster-wide reads. On a topic,
-``alter`` is reserved for changing a topic's settings."""
+``alter`` is reserved for changing a topic's settings. On a transactional id,
+``produce`` is Kafka's WRITE (use the id in a transaction); ``describe`` is implied."""
 
 WILDCARD = "*"
 """As a principal: everyone; as a topic or group name: every topic or group."""
@@ -97,6 +100,11 @@ CLUSTER = Resource(ResourceType.CLUSTER)
 def topic(name: str) -> Resource:
     """The resource of one topic, as a request names it."""
     return Resource(ResourceType.TOPIC, name)
+
+
+def transactional_id(name: str) -> Resource:
+    """The resource of one Kafka transactional id, as a request names it."""
+    return Resource(ResourceType.TRANSACTIONAL_ID, name)
 
 
 def group(name: str) -> Resource:
@@ -277,5 +285,6 @@ __all__ = [
     "parse_operation",
     "parse_principal",
     "topic",
+    "transactional_id",
     "validate_resource",
 ]

@@ -254,6 +254,12 @@ class GroupAuthorizationFailedError(AuthorizationError):
     code = 36
 
 
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    """The principal may not use the Kafka transactional id (``produce`` on it)."""
+
+    code = 38
+
+
 class ClusterAuthorizationFailedError(AuthorizationError):
     """The principal may not do this to the cluster (replicate, elect leaders)."""
 
@@ -268,6 +274,13 @@ class InvalidTopicConfigError(InvalidRequestError):
     def __init__(self, message: str, *, key: str = ""):
         super().__init__(message)
         self.key = key
+
+
+class ControlBatchRefusedError(LogferryError):
+    """A producer sent a control batch (a transaction marker: Kafka's CONTROL attribute):
+    only the transaction coordinator writes those; nothing was appended."""
+
+    code = 52
 
 
 class InvalidPartitionsError(InvalidRequestError):
@@ -371,8 +384,10 @@ _BY_CODE: dict[int, type[LogferryError]] = {
         TopicAuthorizationFailedError,
         GroupAuthorizationFailedError,
         ClusterAuthorizationFailedError,
+        TransactionalIdAuthorizationFailedError,
         InvalidTopicConfigError,
         InvalidPartitionsError,
+        ControlBatchRefusedError,
         OutOfOrderSequenceError,
         ProducerFencedError,
         OffsetMismatchError,
@@ -396,6 +411,8 @@ __all__ = [
     "UnsupportedSaslMechanismError",
     "AuthorizationError",
     "ClusterAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
+    "ControlBatchRefusedError",
     "GroupAuthorizationFailedError",
     "TopicAuthorizationFailedError",
     "BrokerNotAvailableError",

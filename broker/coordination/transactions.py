@@ -79,6 +79,24 @@ def write_state(client: Any, transactional_id: str, value: bytes, version: int |
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
 
 
+def delete_state(client: Any, transactional_id: str, version: int) -> None:
+    """Forget an expired id: its state (if still at ``version``) and its ``ends`` node,
+    in one multi-op. StaleStateError if the state changed since it was read (a producer
+    came back meanwhile), or if offsets wait under it (the id is not idle)."""
+    path = state_path(transactional_id)
+    try:
+        multi = client.transaction()
+        if client.exists(_ends_path(transactional_id)) is not None:
+            multi.delete(_ends_path(transactional_id))
+        multi.delete(path, version=version)
+        results = multi.commit()
+    except KazooException as exc:
+        raise ZooKeeperError(f"cannot delete {path}: {exc!r}") from None
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise StaleStateError(f"{path} changed since it was read, or has children: {failed[0]!r}")
+
+
 def list_ids(client: Any) -> list[str]:
     """Every transactional id with a state."""
     try:
@@ -220,6 +238,7 @@ __all__ = [
     "TXN_GROUPS",
     "StaleStateError",
     "delete_pending_offsets",
+    "delete_state",
     "end_count",
     "list_ids",
     "mark_end",

@@ -65,6 +65,10 @@ class BrokerConfig:
     """The largest record batch a Kafka producer may append (Kafka's
     ``message.max.bytes``, same default): a larger one is refused with
     MESSAGE_TOO_LARGE for its partition and the connection stays open."""
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    """A transactional id with no transaction and no request for this long is forgotten
+    (Kafka's ``transactional.id.expiration.ms``, same default): its ZooKeeper nodes go,
+    and a producer that comes back with it starts over with a new producer id."""
     max_queued_request_bytes: int = 100 * 1024 * 1024
     max_unsent_bytes_per_connection: int = 8 * 1024 * 1024
     incomplete_request_timeout_ms: int = 30_000
@@ -125,6 +129,7 @@ BROKER_FIELDS = fields(
     zk_connect_timeout_s=POSITIVE_NUMBER,
     max_request_bytes=POSITIVE_INT,
     max_message_bytes=POSITIVE_INT,
+    transactional_id_expiration_ms=POSITIVE_INT,
     max_queued_request_bytes=POSITIVE_INT,
     max_unsent_bytes_per_connection=POSITIVE_INT,
     incomplete_request_timeout_ms=POSITIVE_INT,

@@ -71,6 +71,10 @@ class ProduceRequest(NamedTuple):
     copies: frozenset[int] = frozenset()
     """Indexes of parts whose batches are copies made elsewhere (the mirror's
     ``send_raw``): the leader drops batches it holds but refuses no sequence gap."""
+    markers: bool = False
+    """A transaction coordinator's request (header ``markers``): its parts may hold
+    transaction markers (control batches), which the leader refuses from anyone else
+    (and from a principal without the brokers' cluster ALTER right)."""
 
 
 class ProduceAnswerPart(NamedTuple):
@@ -103,6 +107,7 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
     if type(copied) is not list or any(type(i) is not int for i in copied):
         raise InvalidRequestError("produce 'copies' must be a list of part indexes")
     copies = frozenset(copied)
+    markers = header.get("markers", False) is True
     sets: list[MessageSet] = []
     pos = 0
     size = len(payload)
@@ -113,6 +118,7 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
                 sets,
                 RejectedPart(None, None, InvalidRequestError("each produce part must be [topic, partition, nbytes]")),
                 copies,
+                markers,
             )
         topic, partition, nbytes = part
         if nbytes < 0 or pos + nbytes > size:
@@ -125,6 +131,7 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
                     InvalidRequestError(f"part claims {nbytes} bytes but the payload has {size - pos} left"),
                 ),
                 copies,
+                markers,
             )
         if type(topic) is not str or type(partition) is not int:
             return ProduceRequest(
@@ -132,18 +139,24 @@ def parse_produce_request(header: dict[str, Any], payload: memoryview) -> Produc
                 sets,
                 RejectedPart(topic, partition, InvalidRequestError("topic must be a string and partition an integer")),
                 copies,
+                markers,
             )
         sets.append(MessageSet(topic, partition, payload[pos : pos + nbytes]))
         pos += nbytes
-    return ProduceRequest(acks, sets, None, copies)
+    return ProduceRequest(acks, sets, None, copies, markers)
 
 
-def encode_produce_request(acks: int, parts: Sequence[ProducePart], copies: Sequence[int] = ()) -> dict[str, Any]:
+def encode_produce_request(
+    acks: int, parts: Sequence[ProducePart], copies: Sequence[int] = (), markers: bool = False
+) -> dict[str, Any]:
     """The header fields of a produce request; the payload is the parts' message sets.
-    ``copies``: indexes of parts made of copied batches (see :attr:`ProduceRequest.copies`)."""
+    ``copies``: indexes of parts made of copied batches (see :attr:`ProduceRequest.copies`);
+    ``markers``: a transaction coordinator's markers (:attr:`ProduceRequest.markers`)."""
     fields: dict[str, Any] = {"acks": acks, "parts": [[p.topic, p.partition, p.nbytes] for p in parts]}
     if copies:
         fields["copies"] = list(copies)
+    if markers:
+        fields["markers"] = True
     return fields
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as RdProducer
 
 from broker.client import Admin, Producer, SaslCredentials, SimpleConsumer
@@ -269,6 +269,8 @@ def test_acls_decide_on_the_scram_principal_with_kafka_codes(
     for args in (
         ("--operation", "produce", "--operation", "consume", "--topic", "owned"),
         ("--operation", "consume", "--group", "alice-group"),
+        ("--operation", "produce", "--transactional-id", "alice-txn"),
+        ("--operation", "describe", "--transactional-id", "seen-txn"),
     ):
         done = logferry("acl", "add", "--zk", zk_connect, "--principal", "User:alice", *args, "--allow")
         assert done.returncode == 0, done.stderr
@@ -287,6 +289,19 @@ def test_acls_decide_on_the_scram_principal_with_kafka_codes(
     got, errors = rd_group_consume(alice, "owned", "someone-elses", 1, timeout=10)
     assert not got and errors
     assert {e.code() for e in errors} == {KafkaError.GROUP_AUTHORIZATION_FAILED}, errors
+    # transactions: on the transactional ids alice may use (Kafka's WRITE on the
+    # TransactionalId), not on another
+    producer = RdProducer({**alice, "transactional.id": "alice-txn"})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce("owned", b"in a transaction", partition=0)
+    producer.commit_transaction(20)
+    # no right at all: FindCoordinator refuses; describe only (FindCoordinator passes):
+    # InitProducerId refuses
+    for txn_id in ("bobs-txn", "seen-txn"):
+        with pytest.raises(KafkaException) as caught:
+            RdProducer({**alice, "transactional.id": txn_id}).init_transactions(20)
+        assert caught.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, caught.value
     # bob authenticates fine and may do nothing
     denied = rd_produce(broker.rd("bob"), "owned", 1, timeout=10)
     assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], denied

@@ -16,6 +16,7 @@ import collections
 import itertools
 import json
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -28,9 +29,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
+from broker.client import SimpleConsumer
+from broker.common.errors import ControlBatchRefusedError
 from broker.coordination import transactions as store
 from broker.coordination.transactions import state_path
 from broker.server.kafka.groups import coordinator_for
+from broker.server.kafka.txn_markers import marker_batch
+from broker.wire import protocol
+from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_answer
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
@@ -38,10 +44,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def module_cluster_options() -> dict[str, Any]:
-    """The broker the module's tests share speaks Kafka too."""
-    return {"kafka": KAFKA_LISTENER}
+    """The broker the module's tests share speaks Kafka too, and forgets transactional
+    ids idle for 3 s (7 days by default; its full scans then run every second)."""
+    return {"kafka": KAFKA_LISTENER, "broker": {"transactional_id_expiration_ms": IDLE_ID_MS}}
 
 
+IDLE_ID_MS = 3000
 _readers = itertools.count()
 
 
@@ -132,6 +140,81 @@ def test_open_transaction_holds_back_read_committed(
     open_one.commit_transaction(20)
     after = read_all(cluster.bootstrap, topic, 1, "read_committed", 11)
     assert sorted(after) == sorted([b"open-0", *(b"plain-%d" % i for i in range(10))])
+
+
+def test_held_back_read_committed_fetch_wakes_on_the_commit(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """A read_committed fetch held back by an open transaction waits for its marker
+    (Kafka's delayed fetch on the last stable offset), not for its whole max_wait: with
+    fetch.wait.max.ms 5000 the committed record arrives well within a second."""
+    cluster = module_kafka_cluster
+    topic = unique_name("wake")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, unique_name("tid"))
+    producer.begin_transaction()
+    producer.produce(topic, value=b"held", partition=0)
+    producer.flush(20)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": unique_name("g"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        assert consumer.poll(1.5) is None  # its fetch now waits on the broker
+        producer.commit_transaction(20)
+        committed = time.monotonic()
+        msg = consumer.poll(5)
+        waited = time.monotonic() - committed
+    finally:
+        consumer.close()
+    print(f"the committed record came {waited * 1000:.0f} ms after commit_transaction returned")
+    assert msg is not None and msg.error() is None and msg.value() == b"held"
+    assert waited < 1.0
+
+
+def native_produce(address: str, fields: dict[str, Any], payload: bytes) -> list[Any]:
+    """One native produce request, by hand (a client that writes what it likes); the
+    answer's parts."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(protocol.encode_request(protocol.PRODUCE, 1, fields, len(payload)) + payload)
+        decoder = protocol.FrameDecoder()
+        while (frame := decoder.next_frame()) is None:
+            data = sock.recv(65536)
+            assert data, "the broker closed the connection"
+            decoder.feed(data)
+    return parse_produce_answer(frame.header)
+
+
+def test_only_the_coordinator_appends_markers(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """A native producer's control batch (a forged COMMIT marker) is refused with a
+    clear error and nothing is appended; the same batch marked as a coordinator's
+    (``markers``, allowed here: no ACLs, so every principal has the brokers' rights)
+    is appended, as the coordinator's remote marker writes are."""
+    cluster = module_kafka_cluster
+    topic = unique_name("forged")
+    cluster.create_topic(topic, 1)
+    batch = bytes(marker_batch(4242, 0, True))
+    address = cluster.native[0]
+    refused = native_produce(address, encode_produce_request(1, [ProducePart(topic, 0, len(batch))]), batch)
+    print("a forged marker:", refused)
+    assert refused[0].error == ControlBatchRefusedError.code
+    assert "only the transaction coordinator writes markers" in refused[0].message
+    marked = encode_produce_request(1, [ProducePart(topic, 0, len(batch))], markers=True)
+    assert native_produce(address, marked, batch)[0].error == 0
+    with SimpleConsumer(brokers=cluster.native) as consumer:
+        deadline = time.monotonic() + 10
+        while (end := consumer.offsets(topic, 0).end) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # visible once flushed
+    assert end == len(batch)  # the marked one only: the refused one was not appended
 
 
 def test_send_offsets_to_transaction_visible_on_commit_only(
@@ -225,6 +308,89 @@ def test_second_producer_fences_the_first(
     assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"new"]
 
 
+def test_state_written_behind_the_coordinators_back_is_not_overwritten(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """The coordinator keeps the state it last wrote instead of reading ZooKeeper per
+    request: a newer epoch written meanwhile by another broker (here by hand, as a
+    coordinator that took the id over would) still fences the producer, because every
+    write is conditional on the version the coordinator knows."""
+    cluster = module_kafka_cluster
+    topic, txn_id = unique_name("behind"), unique_name("tid")
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, txn_id)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"first", partition=0)
+    producer.commit_transaction(20)
+    client = KazooClient(hosts=cluster.zk_connect)
+    client.start(timeout=10)
+    try:
+        # EndTxn answers once the markers are written, leaving CompleteCommit to the
+        # id's next write or to the expiry round a second later
+        deadline = time.monotonic() + 5
+        while json.loads(client.get(state_path(txn_id))[0])["state"] != "CompleteCommit":
+            assert time.monotonic() < deadline, "the completed transaction was never stored CompleteCommit"
+            time.sleep(0.1)
+        raw, stat = client.get(state_path(txn_id))
+        value = json.loads(raw)
+        value["epoch"] += 1
+        client.set(state_path(txn_id), json.dumps(value).encode(), version=stat.version)
+    finally:
+        client.stop()
+        client.close()
+    with pytest.raises(KafkaException) as caught:
+        producer.begin_transaction()
+        producer.produce(topic, value=b"zombie", partition=0)
+        producer.commit_transaction(20)
+    print("after an epoch bump behind the coordinator's back:", caught.value.args[0])
+    assert caught.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"first"]
+
+
+def test_an_idle_transactional_id_is_forgotten(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """Kafka's transactional.id.expiration.ms: an id with no transaction for that long
+    (3 s here) leaves ZooKeeper; one with an open transaction stays however long it
+    idles (its timeout, 60 s, aborts it instead). A producer that comes back with the
+    forgotten id starts over and commits."""
+    cluster = module_kafka_cluster
+    topic, idle_id, open_id = unique_name("idle"), unique_name("idle"), unique_name("open")
+    cluster.create_topic(topic, 1)
+    idle = txn_producer(cluster.bootstrap, idle_id)
+    idle.begin_transaction()
+    idle.produce(topic, value=b"one", partition=0)
+    idle.commit_transaction(20)
+    committed = time.monotonic()
+    still_open = txn_producer(cluster.bootstrap, open_id)
+    still_open.begin_transaction()
+    still_open.produce(topic, value=b"open", partition=0)
+    still_open.flush(20)
+    client = KazooClient(hosts=cluster.zk_connect)
+    client.start(timeout=10)
+    try:
+        deadline = committed + IDLE_ID_MS / 1000 + 5  # the expiry plus a scan or two
+        while client.exists(state_path(idle_id)) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gone_after = time.monotonic() - committed
+        assert client.exists(state_path(idle_id)) is None, "the idle id is still in ZooKeeper"
+        assert client.exists(state_path(open_id)) is not None  # open: kept
+    finally:
+        client.stop()
+        client.close()
+    print(f"the idle id left ZooKeeper {gone_after:.1f} s after its commit")
+    still_open.abort_transaction(20)
+    again = txn_producer(cluster.bootstrap, idle_id)
+    again.begin_transaction()
+    again.produce(topic, value=b"two", partition=0)
+    again.commit_transaction(20)
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 2)) == [b"one", b"two"]
+
+
 def test_transaction_past_its_timeout_is_aborted(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -293,7 +459,12 @@ def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -
     for i in range(30):
         new.produce(topic, value=b"new-%d" % i, partition=i % 3)
     new.commit_transaction(30)
-    assert stored_state(cluster.zk_connect, txn_id)["state"] == "CompleteCommit"
+    # the decision is stored before the answer; CompleteCommit follows within a second
+    assert stored_state(cluster.zk_connect, txn_id)["state"] in ("PrepareCommit", "CompleteCommit")
+    deadline = time.monotonic() + 5
+    while stored_state(cluster.zk_connect, txn_id)["state"] != "CompleteCommit":
+        assert time.monotonic() < deadline, "the committed transaction was never stored CompleteCommit"
+        time.sleep(0.2)
     committed = read_all(bootstrap, topic, 3, "read_committed", 30)
     everything = read_all(bootstrap, topic, 3, "read_uncommitted", 60)
     print(f"after the kill: read_committed {len(committed)}, read_uncommitted {len(everything)}")

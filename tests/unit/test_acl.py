@@ -18,6 +18,7 @@ from broker.common.acl import (
     group,
     make_acl,
     topic,
+    transactional_id,
 )
 from broker.common.errors import ConfigError
 from broker.common.principal import ANONYMOUS, Principal
@@ -32,6 +33,8 @@ RESOURCES = [
     (Resource(ResourceType.TOPIC_PREFIX, "web-"), topic("web-access"), topic("app-web-")),
     (Resource(ResourceType.GROUP, "dashboards"), group("dashboards"), group("dashboards-2")),
     (Resource(ResourceType.GROUP, "*"), group("any"), topic("any")),
+    (transactional_id("etl-1"), transactional_id("etl-1"), transactional_id("etl-2")),
+    (Resource(ResourceType.TRANSACTIONAL_ID, "*"), transactional_id("any"), group("any")),
     (CLUSTER, CLUSTER, topic("cluster")),
 ]
 MATRIX = [
@@ -123,6 +126,7 @@ def test_decisions_are_cached_per_set_and_a_new_set_decides_afresh() -> None:
         make_acl("*", "produce", topic("*"), allow=False),
         make_acl("User:CN=agent-1,O=logferry/x y", "describe", group("dash.boards")),
         make_acl("User:admin", "alter", CLUSTER),
+        make_acl("User:etl", "produce", transactional_id("etl.loader-1")),
     ],
     ids=str,
 )
@@ -141,6 +145,7 @@ def test_the_znode_name_form_reads_back_and_is_a_legal_znode_name(acl: Acl) -> N
         ("User:alice", "produce", topic("a/b"), "invalid topic name"),
         ("User:alice", "produce", Resource(ResourceType.TOPIC_PREFIX, ""), "invalid topic prefix"),
         ("User:alice", "produce", group("g"), "does not apply to the group"),
+        ("User:alice", "consume", transactional_id("t"), "does not apply to the transactional-id"),
         ("User:alice", "create", CLUSTER, "does not apply to the cluster"),
         ("User:alice", "alter", Resource(ResourceType.CLUSTER, "x"), "has no name"),
     ],

@@ -58,7 +58,7 @@ def test_list_filters_by_principal_and_by_what_applies_to_a_resource() -> None:
         ),
         (
             ["add", "--principal", "User:a", "--operation", "produce", "--allow"],
-            "one of the arguments --topic --topic-prefix --group --cluster is required",
+            "one of the arguments --topic --topic-prefix --group --transactional-id --cluster is required",
         ),
         (
             ["add", "--principal", "User:a", "--operation", "consume", "--group", "a b", "--allow"],

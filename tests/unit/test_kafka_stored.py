@@ -13,9 +13,11 @@ import sys
 
 import crc32c
 import pytest
+from kio.schema.errors import ErrorCode
 
-from broker.common.errors import CorruptBatchError, LogferryError
+from broker.common.errors import ControlBatchRefusedError, CorruptBatchError, LogferryError
 from broker.server.kafka import convert
+from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.record_batch import CRC_START, decode_record_batches, encode_record_batch
 from broker.wire import kafka_batch, records
 from broker.wire.codecs import CODEC_LZ4
@@ -180,7 +182,9 @@ def test_produce_side_checks_and_drops() -> None:
     kafka[-1] ^= 1
     with pytest.raises(CorruptBatchError, match="CRC32C"):
         convert.store_batches(bytes(kafka))
-    assert not convert.store_batches(_kafka([b"marker"], attributes=kafka_batch.CONTROL))
+    with pytest.raises(ControlBatchRefusedError, match="only the transaction coordinator"):
+        convert.store_batches(_kafka([b"marker"], attributes=kafka_batch.CONTROL))
+    assert kafka_error(ControlBatchRefusedError("x")) == ErrorCode.invalid_record  # Kafka's answer
     with pytest.raises(CorruptBatchError, match="codec"):
         convert.store_batches(_kafka([b"a"], attributes=6))
     two = _kafka([b"a"]) + _kafka([b"b", b"c"])

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.common.errors import ProducerFencedError
+from broker.common.errors import ControlBatchRefusedError, ProducerFencedError
 from broker.server.kafka import convert
 from broker.server.kafka.record_batch import CRC_START, encode_record_batch
 from broker.server.kafka.txn_markers import marker_batch
@@ -119,8 +119,9 @@ def test_a_marker_is_one_transactional_control_batch() -> None:
     # native clients see no message in a marker
     batches, _ = records.decode_batches(commit, 0)
     assert batches[0].values == [] and batches[0].producer_id == PID
-    # a Kafka client may not write markers itself: the produce path drops them
-    assert not convert.store_batches(bytes(commit[records.KAFKA_AT :]))
+    # a Kafka client may not write markers itself: the produce path refuses them
+    with pytest.raises(ControlBatchRefusedError):
+        convert.store_batches(bytes(commit[records.KAFKA_AT :]))
 
 
 def test_the_index_tracks_open_and_aborted_transactions() -> None:

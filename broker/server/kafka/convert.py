@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 import time
 
-from broker.common.errors import CorruptBatchError
+from broker.common.errors import ControlBatchRefusedError, CorruptBatchError
 from broker.server.kafka.chunks import Chunks
 from broker.server.kafka.record_batch import encode_record_batch, iter_checked, set_crc, set_crc_at
 from broker.wire import kafka_batch as kb
@@ -49,7 +49,11 @@ def store_batches(buf: bytes | memoryview, max_batch_bytes: int | None = None) -
     out = bytearray()
     for pos, view in iter_checked(buf, max_batch_bytes):
         (_, _, _, _, _, attributes, last_delta, base_ts, _, _, _, _, count) = _kafka_unpack(view, 0)
-        if attributes & kb.CONTROL or count == 0:
+        if attributes & kb.CONTROL:
+            raise ControlBatchRefusedError(
+                f"record batch at byte {pos} is a control batch: only the transaction coordinator writes markers"
+            )
+        if count == 0:
             continue
         if attributes & kb.COMPRESSION_MASK not in kb.COMPRESSION_NAMES:
             raise CorruptBatchError(

@@ -28,9 +28,11 @@ _BY_CLASS: dict[type[errors.LogferryError], ErrorCode] = {
     errors.OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
     errors.ProducerFencedError: ErrorCode.invalid_producer_epoch,
     errors.InvalidPartitionsError: ErrorCode.invalid_partitions,
+    errors.ControlBatchRefusedError: ErrorCode.invalid_record,
     errors.TopicAuthorizationFailedError: ErrorCode.topic_authorization_failed,
     errors.GroupAuthorizationFailedError: ErrorCode.group_authorization_failed,
     errors.ClusterAuthorizationFailedError: ErrorCode.cluster_authorization_failed,
+    errors.TransactionalIdAuthorizationFailedError: ErrorCode.transactional_id_authorization_failed,
 }
 _BY_CODE = {cls.code: kafka for cls, kafka in _BY_CLASS.items() if hasattr(cls, "code")}
 _BY_CODE[errors.DiskFullError.code] = ErrorCode.kafka_storage_error

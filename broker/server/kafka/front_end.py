@@ -76,7 +76,15 @@ def build(
 
     markers = TxnMarkerWriter(config.broker_id, view, produce, router.replication.services)
     txns = KafkaTxnService(
-        config.broker_id, view, zk_client, admin_pool, producer_id, markers, groups, admin.authorizer
+        config.broker_id,
+        view,
+        zk_client,
+        admin_pool,
+        producer_id,
+        markers,
+        groups,
+        admin.authorizer,
+        expiration_ms=config.transactional_id_expiration_ms,
     )
     service = KafkaService(config, router, produce, fetch, admin, view, count_request, groups, txns)
     return KafkaFrontEnd(service, groups, txns, config.max_request_bytes, config.incomplete_request_timeout_ms / 1000)

@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.common.acl import group as group_resource
+from broker.common.acl import transactional_id as txn_id_resource
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import zk
 from broker.coordination.registry import ClusterView
@@ -132,6 +133,19 @@ class KafkaGroupService:
                 host="",
                 port=-1,
             )
+        if key_type == 1 and self.authorizer is not None:  # Kafka: DESCRIBE on the TransactionalId
+            try:
+                self.authorizer.check(channel.principal, Operation.DESCRIBE, txn_id_resource(body.key))
+            except AuthorizationError as exc:
+                return make(
+                    schema,
+                    throttle_time=_NO_TIME,
+                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    error_message=str(exc),
+                    node_id=-1,
+                    host="",
+                    port=-1,
+                )
         # a transactional id's coordinator is chosen as a group's (txn_service.py)
         node = self._coordinator_id(body.key)
         info = self.view().brokers.get(node)

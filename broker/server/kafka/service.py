@@ -78,9 +78,6 @@ CLUSTER_ID = "logferry"
 LATEST, EARLIEST = -1, -2
 """ListOffsets' special timestamps."""
 _NO_TIME = timedelta(0)
-READ_COMMITTED_WAIT_MS = 100
-"""How long a read_committed fetch that found only data past an open transaction waits
-before answering empty (at most its max_wait)."""
 
 
 class _Channel:
@@ -441,7 +438,9 @@ class KafkaService:
         topic_cls = response_schema(Api.FETCH, v, "FetchableTopicResponse")
         aborted_cls = response_schema(Api.FETCH, v, "AbortedTransaction")
         by_topic: dict[str, list[Any]] = {}
-        held_back = False  # read_committed data past an open transaction's start
+        held_back: dict[tuple[str, int], tuple[PartitionLog, int]] = {}
+        """read_committed parts with data past an open transaction's start: their log and
+        that start (the last stable offset's byte position)."""
         # zip without strict=: _pad makes the lengths equal; per fetch
         live_iter = iter(zip(answers, _pad(slices, len(answers))))  # noqa: B905
         for i, part in enumerate(parts):
@@ -462,7 +461,8 @@ class KafkaService:
                         limit = piece.count
                         if committed_only and unstable is not None:
                             limit = min(limit, unstable - piece.offset)
-                            held_back = held_back or limit < piece.count
+                            if limit < piece.count:
+                                held_back[(part.topic, part.partition)] = (plog, unstable)
                         if limit > 0:
                             first = (
                                 firsts[i] if piece.offset == part.offset else positions.message_at(plog, piece.offset)
@@ -491,9 +491,9 @@ class KafkaService:
             )
         if held_back and not any(p.records for ps in by_topic.values() for p in ps):
             # Everything past an open transaction: the fetch service found data, so it did
-            # not wait. Wait a little here instead of letting the consumer spin (Kafka's
-            # delayed fetch waits on the last stable offset; this is coarser).
-            await asyncio.sleep(min(wait_ms, READ_COMMITTED_WAIT_MS) / 1000)
+            # not wait. Wait here until a last stable offset moves (Kafka's delayed fetch),
+            # else the consumer would spin; the consumer fetches again at once.
+            await self._await_stable(held_back, wait_ms / 1000)
         return make(
             response_schema(Api.FETCH, v),
             throttle_time=_NO_TIME,
@@ -501,6 +501,18 @@ class KafkaService:
             session_id=0,
             responses=tuple(make(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
+
+    async def _await_stable(self, held: dict[tuple[str, int], tuple[PartitionLog, int]], wait_s: float) -> None:
+        """Return when the earliest open transaction of one of the ``held`` partitions
+        is no longer the one there (a marker ended it: the last stable offset moved), or
+        after ``wait_s``. Woken by appends to those partitions (the markers' and any
+        other), looked at per append, never per message."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (left := deadline - loop.time()) > 0:
+            if any(plog.producers.txns.first_unstable() != start for plog, start in held.values()):
+                return
+            await self.fetch_service.wait_for_append(list(held), left)
 
     def _aborted(self, plog: PartitionLog, start: int, end: int, cls: Any) -> tuple[Any, ...]:
         """The aborted transactions with data in bytes ``[start, end)`` of ``plog``, as
@@ -531,6 +543,7 @@ class KafkaService:
                 )
             error, pid, epoch = await self.txns.init_producer_id(
                 request,
+                channel.principal,
                 body.transactional_id,
                 int(body.transaction_timeout.total_seconds() * 1000),
                 getattr(body, "producer_id", -1),

@@ -144,7 +144,7 @@ class TxnMarkerWriter:
             try:
                 if self.services.leader_sasl is not None:
                     await authenticate_stream(reader, writer, self.services.leader_sasl, peer)
-                fields = encode_produce_request(-1, [ProducePart(t, p, len(batch)) for t, p in parts])
+                fields = encode_produce_request(-1, [ProducePart(t, p, len(batch)) for t, p in parts], markers=True)
                 writer.write(protocol.encode_request(protocol.PRODUCE, next(_ids), fields, len(batch) * len(parts)))
                 for _ in parts:
                     writer.write(batch)

@@ -21,6 +21,8 @@ are retried by :meth:`KafkaTxnService.run_expiry` every second, which also abort
 transactions past their timeout (bumping the epoch, which fences their producer) and
 finishes those a dead coordinator left half way (found by a full scan of the ids every
 :data:`FULL_SCAN_S`; between scans only the ids this broker knows to be due are read).
+The full scans also forget the ids idle past ``transactional_id_expiration_ms`` (Kafka's
+``transactional.id.expiration.ms``, 7 days), so ZooKeeper does not grow forever.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.common.acl import group as group_resource
+from broker.common.acl import transactional_id as txn_id_resource
 from broker.common.errors import AuthorizationError, LogferryError
 from broker.coordination import transactions as store
 from broker.coordination.registry import ClusterView
@@ -52,6 +55,9 @@ left unwritten."""
 FULL_SCAN_S = 30.0
 """How often the expiry round reads every transactional id this broker coordinates from
 ZooKeeper; between scans it reads only the ids it knows to be Ongoing or unfinished."""
+LAZY_COMPLETE_S = 1.0
+"""How long after an EndTxn the expiry round stores its Complete* state if no request
+of the id came meanwhile (one came: its own write stored it)."""
 MARKER_TIMEOUT_S = 10.0
 """How long an EndTxn waits for its markers before answering anyway (the decision is
 stored; the markers are retried in the background)."""
@@ -91,6 +97,7 @@ class KafkaTxnService:
         markers: MarkerWriter,
         offsets: OffsetCommitter,
         authorizer: Any = None,
+        expiration_ms: int = 7 * 24 * 3600 * 1000,
     ):
         self.broker_id = broker_id
         self.view = view
@@ -100,14 +107,37 @@ class KafkaTxnService:
         self.markers = markers
         self.offsets = offsets
         self.authorizer = authorizer
-        """None: allow all. Otherwise ``produce`` on each topic added, ``consume`` on a
-        group whose offsets are committed (the rights a producer and a consumer need
-        anyway)."""
+        """None: allow all. Otherwise ``produce`` on the transactional id (Kafka's WRITE
+        on the TransactionalId) for every request of a transaction, ``produce`` on each
+        topic added, ``consume`` on a group whose offsets are committed (the rights a
+        producer and a consumer need anyway)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._due: dict[str, int] = {}
         """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
         finish), for the ids this broker stored such a state for."""
         self._next_scan = 0.0
+        self.expiration_ms = expiration_ms
+        """Idle transactional ids are forgotten after this long (found by the full scans)."""
+        self._scan_s = min(FULL_SCAN_S, expiration_ms / 3000)
+        self._known: dict[str, tuple[bytes, int, float]] = {}
+        """Transactional id -> the state this broker last read or wrote and its znode
+        version, for the ids it coordinates: a request of the id's producer starts from
+        it instead of reading ZooKeeper. Safe because every write is conditional on that
+        version: if another broker wrote meanwhile the write fails (CONCURRENT_TRANSACTIONS,
+        retried), the entry is dropped and the retry reads ZooKeeper. Cleared when the
+        set of brokers (hence every id's coordinator) changes, and not trusted once half
+        the expiration has passed (monotonic time of the entry): an id deleted as
+        expired and created again starts at version 0 anew, which a forgotten entry
+        might match."""
+        self._known_for: tuple[int, ...] = ()
+        self._finished: dict[str, int] = {}
+        """Transactional id -> znode version of a Prepare* state whose markers and group
+        offsets this broker finished without storing Complete* (an EndTxn's transaction):
+        read at that version, the state is taken as Complete* and the next write (the next
+        transaction's first request, or the expiry round after :data:`LAZY_COMPLETE_S`)
+        stores it, saving a ZooKeeper write per transaction. If this broker dies first, the
+        next coordinator finds Prepare* and finishes it again: markers and offsets written
+        twice change nothing."""
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -123,7 +153,12 @@ class KafkaTxnService:
     def coordinator_id(self, key: str) -> int:
         """The broker that coordinates transactional id (or group) ``key``."""
         view = self.view()
-        return coordinator_for(key, [b for b, i in view.brokers.items() if i.kafka_port])
+        brokers = [b for b, i in view.brokers.items() if i.kafka_port]
+        if tuple(brokers) != self._known_for:  # coordinators may have moved
+            self._known_for = tuple(brokers)
+            self._known.clear()
+            self._finished.clear()
+        return coordinator_for(key, brokers)
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -136,16 +171,38 @@ class KafkaTxnService:
     async def _zk(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
-    async def _load(self, transactional_id: str) -> tuple[TxnMetadata, int] | None:
-        found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
-        if found is None:
-            return None
-        raw, version = found
-        return TxnMetadata.from_json(transactional_id, raw), version
+    async def _load(self, transactional_id: str, fresh: bool = False) -> tuple[TxnMetadata, int] | None:
+        """The id's state and znode version: the one this broker knows (see ``_known``)
+        unless ``fresh``, else read from ZooKeeper."""
+        known = None if fresh else self._known.get(transactional_id)
+        if known is not None and time.monotonic() - known[2] < self.expiration_ms / 2000:
+            raw, version = known[0], known[1]
+        else:
+            found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
+            if found is None:
+                self._known.pop(transactional_id, None)
+                return None
+            raw, version = found
+            self._known[transactional_id] = (raw, version, time.monotonic())
+        meta = TxnMetadata.from_json(transactional_id, raw)
+        if meta.state.preparing and self._finished.get(transactional_id) == version:
+            meta.complete(_now_ms())  # finished here; stored by the next write
+        return meta, version
 
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
         value = meta.to_json()
-        new: int = await self._zk(lambda: store.write_state(self.zk_client(), meta.transactional_id, value, version))
+        txn_id = meta.transactional_id
+        try:
+            new: int = await self._zk(lambda: store.write_state(self.zk_client(), txn_id, value, version))
+        except LogferryError:  # stale, or ZooKeeper trouble (written or not): read it next time
+            self._known.pop(txn_id, None)
+            self._finished.pop(txn_id, None)
+            raise
+        self._finished.pop(txn_id, None)  # stored: nothing left to complete
+        if len(self._known) > 100_000:  # bound the memory; a dropped id is read again
+            self._known.clear()
+            self._finished.clear()
+        self._known[txn_id] = (value, new, time.monotonic())
         self._note(meta)
         return new
 
@@ -166,10 +223,16 @@ class KafkaTxnService:
                 ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {transactional_id!r}"
             )
 
-    def _denied(self, principal: Any, operation: Operation, topics: list[str], group: str | None = None) -> None:
+    def _denied(
+        self, principal: Any, operation: Operation, topics: list[str], group: str | None = None, txn: str | None = None
+    ) -> None:
+        """TxnError with the authorization code unless ``principal`` may use the
+        transactional id ``txn`` (``produce``), and do ``operation`` on the group and topics."""
         if self.authorizer is None:
             return
         try:
+            if txn is not None:
+                self.authorizer.check(principal, Operation.PRODUCE, txn_id_resource(txn))
             if group is not None:
                 self.authorizer.check(principal, operation, group_resource(group))
             for topic in topics:
@@ -177,10 +240,12 @@ class KafkaTxnService:
         except AuthorizationError as exc:
             raise TxnError(kafka_error(exc), str(exc)) from None
 
-    async def _finish(self, meta: TxnMetadata, version: int) -> int:
+    async def _finish(self, meta: TxnMetadata, version: int, lazy: bool = False) -> int:
         """Write the markers of a Prepare* transaction, publish (commit) or drop (abort)
-        its group offsets, store it Complete*; the new version. LogferryError if a
-        marker or ZooKeeper write failed: the state stays Prepare* (retried)."""
+        its group offsets, store it Complete*; the new version. ``lazy``: leave the
+        Complete* state to the id's next write (see ``_finished``); the version is then
+        unchanged. LogferryError if a marker or ZooKeeper write failed: the state stays
+        Prepare* (retried)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
         if meta.groups:  # TxnOffsetCommit needs its group in the transaction: none without
             await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
@@ -194,6 +259,12 @@ class KafkaTxnService:
             if pending:
                 await self._zk(lambda: store.delete_pending_offsets(self.zk_client(), meta.transactional_id))
         meta.complete(_now_ms())
+        if lazy:
+            if len(self._finished) > 100_000:  # bound the memory; a dropped id is finished again
+                self._finished.clear()
+            self._finished[meta.transactional_id] = version
+            self._due[meta.transactional_id] = _now_ms() + int(LAZY_COMPLETE_S * 1000)
+            return version
         return await self._store(meta, version)
 
     @staticmethod
@@ -219,7 +290,7 @@ class KafkaTxnService:
     # -- InitProducerId ----------------------------------------------------------------------
 
     async def init_producer_id(
-        self, request: Request, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
+        self, request: Request, principal: Any, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[ErrorCode, int, int]:
         """InitProducerId with a transactional id: ``(error, producer id, epoch)``. A new
         id gets a producer id from the cluster's id blocks at epoch 0; a known one its
@@ -229,9 +300,10 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(transactional_id, Api.INIT_PRODUCER_ID)
+            self._denied(principal, Operation.PRODUCE, [], txn=transactional_id)
             check_timeout(timeout_ms)
             now = _now_ms()
-            loaded = await self._load(transactional_id)
+            loaded = await self._load(transactional_id, fresh=True)  # the fencing point: as stored
             if loaded is None:
                 meta = TxnMetadata(transactional_id, await self.allocate_producer_id(), 0, timeout_ms, updated_ms=now)
                 await self._store(meta, None)
@@ -276,7 +348,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(txn_id, Api.ADD_PARTITIONS_TO_TXN)
-            self._denied(channel.principal, Operation.PRODUCE, sorted({t for t, _ in wanted}))
+            self._denied(channel.principal, Operation.PRODUCE, sorted({t for t, _ in wanted}), txn=txn_id)
             topics = self.view().topics
             unknown.update(k for k in wanted if k[1] not in topics.get(k[0], {}))
             if unknown:
@@ -322,7 +394,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(body.transactional_id, Api.ADD_OFFSETS_TO_TXN)
-            self._denied(channel.principal, Operation.CONSUME, [], body.group_id)
+            self._denied(channel.principal, Operation.CONSUME, [], body.group_id, txn=body.transactional_id)
             async with self._lock(body.transactional_id):
                 loaded = await self._load(body.transactional_id)
                 if loaded is None:
@@ -346,6 +418,7 @@ class KafkaTxnService:
 
         async def work() -> None:
             self._check(txn_id, Api.END_TXN)
+            self._denied(channel.principal, Operation.PRODUCE, [], txn=txn_id)
             async with self._lock(txn_id):
                 loaded = await self._load(txn_id)
                 if loaded is None:
@@ -355,7 +428,7 @@ class KafkaTxnService:
                     return  # a retry of an end that completed
                 version = await self._store(meta, version)
                 try:
-                    await asyncio.wait_for(self._finish(meta, version), MARKER_TIMEOUT_S)
+                    await asyncio.wait_for(self._finish(meta, version, lazy=True), MARKER_TIMEOUT_S)
                 except (LogferryError, TimeoutError) as exc:
                     log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
 
@@ -376,11 +449,17 @@ class KafkaTxnService:
                 raise TxnError(
                     ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {body.group_id!r}"
                 )
-            self._denied(channel.principal, Operation.CONSUME, sorted({t for t, _, _ in offsets}), body.group_id)
+            self._denied(
+                channel.principal,
+                Operation.CONSUME,
+                sorted({t for t, _, _ in offsets}),
+                body.group_id,
+                txn=body.transactional_id,
+            )
             # first the count of ended transactions, then the state: if this one ends
             # after we saw it Ongoing, the count moves and the write below fails
             ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
-            loaded = await self._load(body.transactional_id)
+            loaded = await self._load(body.transactional_id, fresh=True)
             if loaded is None:
                 raise TxnError(
                     ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {body.transactional_id!r}"
@@ -421,6 +500,18 @@ class KafkaTxnService:
 
     # -- timeouts and unfinished markers -----------------------------------------------------
 
+    async def _forget(self, meta: TxnMetadata, version: int) -> None:
+        """Delete an id idle past :attr:`expiration_ms` from ZooKeeper (Kafka's
+        transactional id expiration), unless it changed since it was read."""
+        txn_id = meta.transactional_id
+        self._known.pop(txn_id, None)
+        try:
+            await self._zk(lambda: store.delete_state(self.zk_client(), txn_id, version))
+        except LogferryError as exc:
+            log.info("transactional id %r not forgotten (next scan): %s", txn_id, exc)
+            return
+        log.info("transactional id %r idle for %d ms: forgotten", txn_id, self.expiration_ms)
+
     async def run_expiry(self) -> None:
         """Every :data:`EXPIRY_INTERVAL_S` until cancelled: abort the transactions coordinated
         here that passed their timeout, and finish those left Prepare* (markers that could
@@ -437,8 +528,9 @@ class KafkaTxnService:
         :data:`FULL_SCAN_S` (and first) every id it coordinates, read from ZooKeeper (ids
         whose coordinator moved here, or whose state another broker wrote)."""
         now = _now_ms()
-        if time.monotonic() >= self._next_scan:
-            self._next_scan = time.monotonic() + FULL_SCAN_S
+        full = time.monotonic() >= self._next_scan
+        if full:
+            self._next_scan = time.monotonic() + self._scan_s
             ids = await self._zk(lambda: store.list_ids(self.zk_client()))
         else:
             ids = [txn_id for txn_id, due in self._due.items() if due <= now]
@@ -447,12 +539,21 @@ class KafkaTxnService:
                 self._due.pop(txn_id, None)
                 continue
             async with self._lock(txn_id):
-                loaded = await self._load(txn_id)
+                loaded = await self._load(txn_id, fresh=True)
                 if loaded is None:
                     self._due.pop(txn_id, None)
                     continue
                 meta, version = loaded
                 self._note(meta)
+                if self._finished.get(txn_id) == version:  # finished here: store Complete*
+                    try:
+                        version = await self._store(meta, version)
+                    except LogferryError as exc:
+                        log.warning("transaction of %r not stored complete yet (retried): %s", txn_id, exc)
+                        continue
+                if full and meta.idle_for(_now_ms(), self.expiration_ms):
+                    await self._forget(meta, version)
+                    continue
                 try:
                     if meta.expired(_now_ms()):
                         log.info("transaction of %r passed its %d ms timeout: aborting", txn_id, meta.timeout_ms)

@@ -174,6 +174,13 @@ class TxnMetadata:
         self.state = TxnState.PREPARE_ABORT
         self.updated_ms = now_ms
 
+    def idle_for(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether the id has had no transaction and no change for ``expiration_ms``
+        (Kafka's ``transactional.id.expiration.ms``): it may be forgotten. Never while a
+        transaction is Ongoing or its markers are being written."""
+        idle = self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        return idle and now_ms - self.updated_ms >= expiration_ms
+
     def expired(self, now_ms: int) -> bool:
         """An Ongoing transaction older than its timeout."""
         return self.state is TxnState.ONGOING and now_ms - self.started_ms > self.timeout_ms

@@ -36,6 +36,7 @@ from broker.common.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from broker.common.principal import Principal
 from broker.common.ratelimit import RateLimitedLog
@@ -77,6 +78,7 @@ def authorizer_from_table(validator: Validator, table: Mapping[str, Any]) -> Aut
 _ERRORS: dict[ResourceType, type[AuthorizationError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailedError,
     ResourceType.GROUP: GroupAuthorizationFailedError,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailedError,
     ResourceType.CLUSTER: ClusterAuthorizationFailedError,
 }
 

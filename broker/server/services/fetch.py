@@ -77,6 +77,24 @@ class FetchService:
             if not waiter.done():
                 waiter.set_result(None)
 
+    async def wait_for_append(self, keys: list[Key], timeout_s: float) -> None:
+        """Return when one of ``keys`` gets new bytes (a follower's long poll's wake-up)
+        or after ``timeout_s``: a read_committed fetch waiting for a transaction's marker."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self.append_waiters.setdefault(key, []).append(future)
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for key in keys:
+                waiters = self.append_waiters.get(key)
+                if waiters is not None and future in waiters:
+                    waiters.remove(future)
+                    if not waiters:
+                        del self.append_waiters[key]
+
     def release_all(self) -> None:
         """The broker is stopping: every long poll answers with what it has."""
         for waiters in (*self.waiters.values(), *self.append_waiters.values()):

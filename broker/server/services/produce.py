@@ -17,7 +17,9 @@ from typing import Any
 
 from broker.common.acl import Operation
 from broker.common.errors import (
+    AuthorizationError,
     BrokerShuttingDownError,
+    ControlBatchRefusedError,
     DiskFullError,
     InvalidRequestError,
     LogferryError,
@@ -34,6 +36,7 @@ from broker.server.topic_settings import compress_message_set
 from broker.storage.log_manager import LogManager
 from broker.wire import records
 from broker.wire.produce import ProduceAnswerPart, ProduceRequest
+from broker.wire.records import TXN_DATA, TxnInfo
 
 log = logging.getLogger("logferry.broker")
 
@@ -93,6 +96,16 @@ class ProduceService:
         finally:
             self.flusher.start_rounds(on_loop=not woke_followers and not written)
 
+    def _may_write_markers(self, principal: Principal) -> bool:
+        """Whether ``principal`` may append transaction markers for a coordinator: the
+        brokers' right (cluster ALTER, as replication), so a client that marks its
+        request cannot when ACLs are on."""
+        try:
+            self.authorizer.check_cluster(principal, Operation.ALTER)
+        except AuthorizationError:
+            return False
+        return True
+
     def _produce(
         self, request: ProduceRequest, principal: Principal, reply: ProduceReply, written: list[tuple[str, int]]
     ) -> bool:
@@ -111,6 +124,7 @@ class ProduceService:
         failed = False
         codecs = self.topic_codecs()
         copies = request.copies
+        markers_allowed = principal is INTERNAL or (request.markers and self._may_write_markers(principal))
         for index, (topic, partition, chunk) in enumerate(request.sets):
             try:
                 if principal is not INTERNAL:
@@ -126,6 +140,8 @@ class ProduceService:
                     replication.check_acks_all(topic, partition)
                 producers = scan.producers
                 txns = scan.txns
+                if txns and not markers_allowed and index not in copies:
+                    _refuse_markers(txns)
                 messages = scan.messages
                 held = None
                 if producers is not None:  # an idempotent producer's: already held?
@@ -245,6 +261,19 @@ class PendingProduce:
         self.left -= 1
         if self.left == 0:
             self.done(self.results, any(r.error for r in self.results))
+
+
+def _refuse_markers(txns: list[TxnInfo]) -> None:
+    """ControlBatchRefusedError if a producer's part holds a transaction marker: only the
+    coordinator (the INTERNAL principal here, or its native request to a leader marked
+    ``markers``) and the mirror's copies write them. Per batch with a producer id,
+    never per message."""
+    for txn in txns:
+        if txn.control != TXN_DATA:
+            raise ControlBatchRefusedError(
+                f"a control batch (transaction marker) at byte {txn.position}: only the transaction coordinator "
+                "writes markers"
+            )
 
 
 __all__ = ["INTERNAL", "PendingProduce", "ProduceService"]
