@@ -67,7 +67,10 @@ def pipeline_rows(page) -> list[dict]:
 
 
 def count(text: str | None) -> int:
-    return int((text or "0").replace(",", "") or 0) if text and text != "-" else 0
+    """A tier's count as the page shows it; 0 for "-" (nothing to judge) and "missing"
+    (the tier's record for the window has not arrived: the wait goes on)."""
+    digits = (text or "").replace(",", "")
+    return int(digits) if digits.isdigit() else 0
 
 
 @pytest.mark.timeout(180)

@@ -18,7 +18,7 @@ from kio.schema.api_versions.v3 import ApiVersionsRequest
 from kio.schema.request_header.v2 import RequestHeader
 from kio.serial import entity_writer
 
-from broker.common.errors import CorruptBatchError, FrameTooLargeError, InvalidRequestError
+from broker.common.errors import ControlBatchRefusedError, CorruptBatchError, FrameTooLargeError, InvalidRequestError
 from broker.server.config import broker_config_from_dict
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.record_batch import (
@@ -149,12 +149,14 @@ def test_conversion_roundtrip_and_offset_mapping() -> None:
     assert k2.values == [b"p"] * 3 and k2.keys == [None] * 3 and k2.timestamps == [7000] * 3
 
 
-def test_control_batches_are_not_stored() -> None:
+def test_a_producers_control_batch_is_refused_not_stored() -> None:
+    # only the transaction coordinator writes markers; a producer's is refused whole
     raw = bytearray(encode_record_batch(0, 0, 1, None, None, [b"marker"]))
     struct.pack_into(">h", raw, 21, 0x20)
     struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
     decode_record_batches(bytes(raw))
-    assert not convert.store_batches(bytes(raw))
+    with pytest.raises(ControlBatchRefusedError, match="at byte 0 is a control batch"):
+        convert.store_batches(bytes(raw))
 
 
 def _request(api: int, version: int, body_entity, header_version: int = 2) -> bytes:  # type: ignore[no-untyped-def]

@@ -34,9 +34,10 @@ _LEADER_EPOCH = struct.Struct(">i")  # partition_leader_epoch at byte 12, outsid
 
 def store_batches(buf: bytes | memoryview, max_batch_bytes: int | None = None) -> bytearray:
     """The magic 3 batches that store the record batches of a produce request's
-    ``records`` field, in order; empty when it holds no data record (transaction
-    markers and empty batches are dropped). MessageTooLargeError when a batch is
-    longer than ``max_batch_bytes`` (the broker's ``max_message_bytes``).
+    ``records`` field, in order; empty when it holds no data record (empty batches are
+    dropped). MessageTooLargeError when a batch is longer than ``max_batch_bytes`` (the
+    broker's ``max_message_bytes``); ControlBatchRefusedError for a control batch (a
+    transaction marker: only the transaction coordinator writes those).
 
     Per batch: the CRC32C is checked (CorruptBatchError if a batch is torn, not magic 2,
     fails it, or names an unknown codec), ``base_offset`` zeroed (a fetch sets it),
