@@ -53,6 +53,14 @@ class PacedProducer(threading.Thread):
         return self.log[max(i, 0)][1]
 
 
+READINGS = 5
+"""Successive readings compared; the median must be within 5%. One reading alone may
+miss by more on a saturated machine: its window's ends are stamped at the middle of the
+console's request, and a request that takes a second under load moves an end by up to
+200 messages at this pace (r20, the whole suite on 2 cores: 164.6 shown against 199.2
+acknowledged, 17%)."""
+
+
 @pytest.mark.timeout(120)
 def test_message_rate_is_counted_not_estimated(broker_cluster):
     zk = broker_cluster(1).zk_connect
@@ -72,7 +80,7 @@ def test_message_rate_is_counted_not_estimated(broker_cluster):
             paced.start()
             time.sleep(6)  # the rate's window (5 s) holds only paced readings
             compared = []
-            for _ in range(3):  # three successive readings
+            for _ in range(READINGS):
                 seq = int(page.evaluate("document.body.dataset.seq"))
                 page.wait_for_function("(s) => document.body.dataset.seq > s", arg=seq, timeout=5_000)
                 shown = float(page.get_attribute(cell, "data-value") or "nan")
@@ -82,7 +90,9 @@ def test_message_rate_is_counted_not_estimated(broker_cluster):
                 expected = acked / ((end_ms - start_ms) / 1000)
                 compared.append((shown, round(expected, 1), acked))
                 assert expected > 50, compared  # the producer kept a pace (about 200 msg/s on a quiet machine)
-                assert abs(shown - expected) <= 0.05 * expected, compared
+                assert abs(shown - expected) <= 0.25 * expected, compared  # an estimate was 8x to 200x off
+            errors_pct = sorted(abs(shown - expected) / expected for shown, expected, _ in compared)
+            assert errors_pct[len(errors_pct) // 2] <= 0.05, compared  # the median reading within 5%
             assert "msg/s" in (page.text_content(cell) or "")
             assert "≈" not in (page.text_content(cell) or "")
             assert errors == [], errors
