@@ -1,6 +1,6 @@
 # logferry's entry points. CI runs `make test` (see .ci/run).
 #
-#   make test [PYTEST_ARGS="-k expire -x"]   unit + integration tests (real ZooKeeper), lint beside them
+#   make test [PYTEST_ARGS="-k expire -x"]   lint, then unit + integration tests (real ZooKeeper)
 #   make test-unit [PYTEST_ARGS=...]          the tests that start no process (under a minute)
 #   make lint                                 ruff, mypy and the import contracts (pyproject.toml)
 #   make demo [DEMO_ARGS=...]                 the end-to-end demo
@@ -16,7 +16,6 @@ SHELL := /bin/bash
 VENV := .venv
 STAMP := $(VENV)/.logferry-installed
 PYTEST_ARGS ?=
-LINT_LOG := $(VENV)/lint.log
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
@@ -69,17 +68,8 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 # On several workers (pytest-xdist, tests/support/parallel.py); PYTEST_ARGS="-n 0" for one.
-# Lint runs beside the tests, not before them: mypy is 28 s of one core, and the first
-# minute of the tests leaves a core part idle (measured on this 2-core machine). Its
-# output comes after the tests'; either failing fails `make test`.
-test: venv system-deps class-archive kafka-jars hadoop-jars
-	@echo "make test: lint runs beside the tests; its output follows theirs"
-	@$(MAKE) -s --no-print-directory lint >$(LINT_LOG) 2>&1 & lint=$$!; \
-	$(VENV)/bin/pytest -n auto $(PYTEST_ARGS); tests=$$?; \
-	wait $$lint; linted=$$?; \
-	echo "--- make lint ---"; cat $(LINT_LOG); \
-	if (( linted != 0 )); then echo "make test: lint failed (above)" >&2; fi; \
-	(( tests == 0 && linted == 0 ))
+test: venv system-deps lint class-archive kafka-jars hadoop-jars
+	$(VENV)/bin/pytest -n auto $(PYTEST_ARGS)
 
 # Tests marked `integration` start processes (ZooKeeper, brokers, Spark, subprocesses);
 # the rest need neither Java nor free ports.
