@@ -18,24 +18,12 @@ times if asked).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.support.nemesis import assert_sound, run_nemesis, three_brokers
+from tests.support.nemesis import FAULT_S, MARKS, assert_sound, run_nemesis, three_brokers
 from tests.support.network import TestNetwork
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("LOGFERRY_NEMESIS") != "1", reason="a nemesis: run by scripts/nemesis.sh (LOGFERRY_NEMESIS=1)"
-    ),
-]
-
-FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
-"""How long the leader is isolated: past its 6 s ZooKeeper session (10 s unless
-``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
+pytestmark = MARKS
 
 
 @pytest.mark.timeout(240)

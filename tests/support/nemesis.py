@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from broker.client import Admin, SimpleConsumer
 from broker.testing.network import Host
 from broker.testing.zkserver import LocalZooKeeper
@@ -31,6 +33,19 @@ from tests.support.checker import Verdict, check, read_partition
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
 from tests.support.workload import Workload
+
+MARKS = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LOGFERRY_NEMESIS") != "1", reason="a nemesis: run by scripts/nemesis.sh (LOGFERRY_NEMESIS=1)"
+    ),
+]
+"""Every nemesis test module's ``pytestmark``: a run lasts 25-40 s, too long for
+``make test``, so they run when ``LOGFERRY_NEMESIS=1`` (``scripts/nemesis.sh``)."""
+
+FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
+"""How long each fault is held (10 s unless ``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
 
 TOPIC = "jepsen"
 PARTITIONS = 3
