@@ -3,7 +3,8 @@
 Appends one line per test to ``$LOGFERRY_TEST_COST/cost-<worker>.tsv``: node id, wall
 seconds, CPU seconds of the test process, CPU seconds of the processes the test started
 and ended (``getrusage`` of the children that were waited for; a Spark session JVM that
-lives across tests is not in it). The figures of docs/testing.md, "What each part
+lives across tests is not in it), and when it began (Unix time: the workers' lines merge
+into one timeline of the run). The figures of docs/testing.md, "What each part
 costs", come from it:
 
     LOGFERRY_TEST_COST=/tmp/cost make test PYTEST_ARGS="-p tests.support.cost"
@@ -33,14 +34,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     directory = os.environ.get(ENV)
     if not directory:
         return (yield)
-    start, own, children = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    began, start = time.time(), time.monotonic()
+    own, children = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     try:
         return (yield)
     finally:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         line = (
             f"{item.nodeid}\t{time.monotonic() - start:.1f}\t{_cpu(resource.RUSAGE_SELF) - own:.1f}\t"
-            f"{_cpu(resource.RUSAGE_CHILDREN) - children:.1f}\n"
+            f"{_cpu(resource.RUSAGE_CHILDREN) - children:.1f}\t{began:.1f}\n"
         )
         with (Path(directory) / f"cost-{worker}.tsv").open("a") as out:
             out.write(line)
