@@ -8,7 +8,9 @@
 # Debian's `kcat` (the Kafka listener's tests run `kcat -L`, `-P` and `-C` against it),
 # and Node.js with npm (tests/integration/test_kafkajs.py installs kafkajs with npm into
 # its tmp dir): Debian's `nodejs npm` only when npm is absent, since a Node.js from
-# elsewhere (NodeSource bundles npm) conflicts with Debian's `npm` package.
+# elsewhere (NodeSource bundles npm) conflicts with Debian's `npm` package. And Debian's
+# `maven`: scripts/install-jars.sh resolves Kafka's and Hadoop's jars with it, and would
+# otherwise run apt-get itself, beside this script's when `make test` runs them in parallel.
 #
 # Idempotent and quiet: when everything is present it prints nothing and exits 0.
 # As root it installs the missing packages (one `apt-get update`, then one install).
@@ -18,7 +20,7 @@ set -euo pipefail
 JAVA_DIR=/usr/share/java
 # Keep in step with ZOOKEEPER_JARS and APT_PACKAGES in broker/testing/zkserver.py.
 REQUIRED_JARS=(zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar)
-PACKAGES=(zookeeper default-jre-headless prometheus chromium curl kcat)
+PACKAGES=(zookeeper default-jre-headless prometheus chromium curl kcat maven)
 MIN_JAVA=11
 
 # The java that broker/testing/zkserver.py will run: $JAVA_HOME/bin/java first, else PATH.
@@ -62,6 +64,7 @@ find_missing() {
     command -v curl >/dev/null 2>&1 || MISSING+=("curl")
     command -v kcat >/dev/null 2>&1 || MISSING+=("kcat")
     command -v npm >/dev/null 2>&1 || MISSING+=("npm")
+    command -v mvn >/dev/null 2>&1 || MISSING+=("mvn")
 }
 
 # "a, b, c" from the MISSING array.
@@ -81,7 +84,7 @@ install_cmd="apt-get install -y --no-install-recommends ${PACKAGES[*]}"
 what=$(missing_list)
 
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool, chromium, kcat and Node.js with npm (Debian/Ubuntu: ${install_cmd})" >&2
+    echo "install-system-deps: missing ${what}; this machine has no apt-get: install a Java ${MIN_JAVA}+ runtime, ZooKeeper 3.8 jars in ${JAVA_DIR}, promtool, chromium, kcat, Maven and Node.js with npm (Debian/Ubuntu: ${install_cmd})" >&2
     exit 1
 fi
 
