@@ -188,6 +188,7 @@ class ClusterPoller:
         asked = time.time()
         ranges = self._consumer.offset_infos(pairs)
         read_at = (asked + time.time()) / 2  # when the ends were read, for their rates
+        silent = unreachable_leaders(state.topics, ranges)
 
         topics = []
         totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
@@ -258,12 +259,20 @@ class ClusterPoller:
             )
 
         groups, bytes_out = self._read_groups(ranges, now)
-        audit_parts = sorted(state.topics.get(self._audit.topic, {}))
+
+        # the audit and heartbeat topics' partitions whose leader answered this reading: a
+        # fetch from one that did not would wait out the request timeout (and freeze the
+        # card); what it holds is read at a later reading
+        def answering(topic: str) -> list[int]:
+            parts = state.topics.get(topic, {})
+            return sorted(p for p, info in parts.items() if info.leader not in silent)
+
+        audit_parts = answering(self._audit.topic)
         audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
-        mirror_parts = sorted(state.topics.get(self._mirror_audit.topic, {}))
+        mirror_parts = answering(self._mirror_audit.topic)
         if mirror_parts:  # a mirror's own counts (mirror/audit.py): same tally, more stages
             audit = read_audit(self._mirror_audit, self._consumer, mirror_parts)
-        agent_parts = sorted(state.topics.get(self._agents.topic, {}))
+        agent_parts = answering(self._agents.topic)
         agents = read_agents(self._agents, self._consumer, agent_parts) if agent_parts else None
         live = state.brokers
         known = sorted(set(live) | {b for parts in state.topics.values() for i in parts.values() for b in i.replicas})
@@ -272,7 +281,6 @@ class ClusterPoller:
             for info in parts.values():
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
         listeners = self._read_listeners(frozenset(live), now)
-        silent = unreachable_leaders(state.topics, ranges)
         brokers = self._brokers(known, live, state.controller, leaders, listeners, int(now * 1000), silent)
         time_ms = int(now * 1000)
         summary = {

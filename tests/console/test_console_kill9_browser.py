@@ -40,8 +40,10 @@ STATE = """(id) => document.querySelector(
 
 
 def as_of(page, cluster: str) -> int:
-    """The time (ms) of the reading the cluster's card shows, 0 before one."""
-    return int(page.get_attribute(f'[data-cluster="{cluster}"] [data-as-of]', "data-as-of") or 0)
+    """The time (ms) of the reading the cluster's card shows, 0 before one (or on a page
+    that does not say, as 5f05dca's: the proof there fails on what follows)."""
+    found = page.query_selector(f'[data-cluster="{cluster}"] [data-as-of]')
+    return int((found.get_attribute("data-as-of") if found else None) or 0)
 
 
 def row(page, broker: int) -> dict[str, str]:
