@@ -197,15 +197,18 @@ class SimpleConsumer:
         registered (16 partitions of a killed broker cost a dashboard 10-80 s). Its
         partitions' values are that error at once (a :class:`BrokerNotAvailableError` or
         :class:`RequestTimedOutError`), except those whose fresh metadata, asked of
-        another broker, names another leader already: they are asked there.
+        another broker, names another leader already: they are asked there. A partition
+        without a leader (offline, or its leader's broker gone) is the error that says so,
+        at once, for the same reason.
         """
         by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
         alone: list[tuple[str, int]] = []
+        out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
         for topic, partition in partitions:
             try:
                 by_leader.setdefault(self.cluster.leader_address(topic, partition), []).append((topic, partition))
-            except LogferryError:
-                alone.append((topic, partition))
+            except LogferryError as exc:  # no leader now (its metadata is asked again next time)
+                out[(topic, partition)] = exc
         batches: list[tuple[tuple[str, int], list[tuple[str, int]], ResponseFuture | LogferryError]] = []
         for address, pairs in by_leader.items():
             future: ResponseFuture | LogferryError
@@ -216,7 +219,6 @@ class SimpleConsumer:
             except LogferryError as exc:
                 future = exc
             batches.append((address, pairs, future))
-        out: dict[tuple[str, int], dict[str, Any] | LogferryError] = {}
         for address, pairs, future in batches:
             try:
                 if isinstance(future, LogferryError):
