@@ -315,9 +315,9 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
         tally.notes.append(f"the loader exited with {code}: see {loader.log_path}")
     if output.exists():
         tally.parquet, tally.parquet_files = parquet_rows(output)
+        tally.parquet = {t: tally.parquet.get(t, 0) for t in topics}
     if pipeline.console_url and code == 0:
         say(console_landed(pipeline.console_url))
-        tally.parquet = {t: tally.parquet.get(t, 0) for t in topics}
 
     total = sum(written.values())
     tally.throughput = [

@@ -209,9 +209,9 @@ class SimpleConsumer:
                 by_leader.setdefault(self.cluster.leader_address(topic, partition), []).append((topic, partition))
             except LogferryError as exc:  # no leader now (its metadata is asked again next time)
                 out[(topic, partition)] = exc
-        batches: list[tuple[tuple[str, int], list[tuple[str, int]], ResponseFuture | LogferryError]] = []
+        batches: list[tuple[tuple[str, int], list[tuple[str, int]], ResponseFuture | LogferryError | None]] = []
         for address, pairs in by_leader.items():
-            future: ResponseFuture | LogferryError
+            future: ResponseFuture | LogferryError | None
             try:
                 future = self.cluster.connection(address).request(
                     protocol.OFFSETS, {"many": [list(pair) for pair in pairs], "at": "latest"}
@@ -221,8 +221,8 @@ class SimpleConsumer:
             batches.append((address, pairs, future))
         for address, pairs, future in batches:
             try:
-                if isinstance(future, LogferryError):
-                    raise future
+                if future is None or isinstance(future, LogferryError):
+                    raise future or BrokerNotAvailableError(f"no connection to the leader at {address}")
                 items = future.result(self.request_timeout).header.get("many")
                 if not isinstance(items, list) or len(items) != len(pairs):
                     raise InvalidRequestError("no 'many' answer")  # an older broker
