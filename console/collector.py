@@ -32,7 +32,15 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.client import Admin, GroupAdmin, LogferryError, SimpleConsumer, StatusWindows
+from broker.client import (
+    Admin,
+    BrokerNotAvailableError,
+    GroupAdmin,
+    LogferryError,
+    RequestTimedOutError,
+    SimpleConsumer,
+    StatusWindows,
+)
 from console.agents import AgentsReader, read_agents
 from console.audit import MIRROR_SUFFIX, AuditReader, read_audit
 from console.config import ClusterConfig
@@ -78,6 +86,8 @@ class ClusterPoller:
         """Each broker's address, rack and datacenter when it was last seen up."""
         self._down_since: dict[int, int] = {}
         """Broker -> the first reading (ms) that found it not registered."""
+        self._silent_since: dict[int, int] = {}
+        """Broker -> the first reading (ms) at which it was registered but did not answer."""
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -178,6 +188,7 @@ class ClusterPoller:
         asked = time.time()
         ranges = self._consumer.offset_infos(pairs)
         read_at = (asked + time.time()) / 2  # when the ends were read, for their rates
+        silent = unreachable_leaders(state.topics, ranges)
 
         topics = []
         totals = {"bytes_in_s": 0.0, "msgs_in_s": 0.0}
@@ -248,12 +259,20 @@ class ClusterPoller:
             )
 
         groups, bytes_out = self._read_groups(ranges, now)
-        audit_parts = sorted(state.topics.get(self._audit.topic, {}))
+
+        # the audit and heartbeat topics' partitions whose leader answered this reading: a
+        # fetch from one that did not would wait out the request timeout (and freeze the
+        # card); what it holds is read at a later reading
+        def answering(topic: str) -> list[int]:
+            parts = state.topics.get(topic, {})
+            return sorted(p for p, info in parts.items() if info.leader not in silent)
+
+        audit_parts = answering(self._audit.topic)
         audit = read_audit(self._audit, self._consumer, audit_parts) if audit_parts else None
-        mirror_parts = sorted(state.topics.get(self._mirror_audit.topic, {}))
+        mirror_parts = answering(self._mirror_audit.topic)
         if mirror_parts:  # a mirror's own counts (mirror/audit.py): same tally, more stages
             audit = read_audit(self._mirror_audit, self._consumer, mirror_parts)
-        agent_parts = sorted(state.topics.get(self._agents.topic, {}))
+        agent_parts = answering(self._agents.topic)
         agents = read_agents(self._agents, self._consumer, agent_parts) if agent_parts else None
         live = state.brokers
         known = sorted(set(live) | {b for parts in state.topics.values() for i in parts.values() for b in i.replicas})
@@ -262,11 +281,12 @@ class ClusterPoller:
             for info in parts.values():
                 leaders[info.leader] = leaders.get(info.leader, 0) + 1
         listeners = self._read_listeners(frozenset(live), now)
-        brokers = self._brokers(known, live, state.controller, leaders, listeners, int(now * 1000))
+        brokers = self._brokers(known, live, state.controller, leaders, listeners, int(now * 1000), silent)
         time_ms = int(now * 1000)
         summary = {
-            "brokers_up": len(live),
+            "brokers_up": sum(1 for b in brokers if b["up"] and b["answering"]),
             "brokers": len(known),
+            "not_answering": sum(1 for b in brokers if b["up"] and not b["answering"]),
             "controller": state.controller,
             "topics": len(topics),
             "partitions": len(pairs),
@@ -359,14 +379,24 @@ class ClusterPoller:
         leaders: dict[int, int],
         listeners: dict[int, list[dict[str, Any]]],
         now_ms: int,
+        silent: dict[int, str] | None = None,
     ) -> list[dict[str, Any]]:
         """One row per broker, live or not; a broker that is not registered keeps the
         address, rack and datacenter it had when last seen up, and says since when it is
         down (``down_since_ms``: the first reading that missed it, ``None`` if it was
-        never seen up since the console started)."""
+        never seen up since the console started). A registered broker in ``silent``
+        (broker -> error: its partitions' requests were refused or timed out) is
+        ``answering: False`` since ``silent_since_ms``, the first reading it did not answer:
+        killed, its registration outlives it by the ZooKeeper session timeout (10 s by
+        default), and the page says so at the next reading instead."""
+        silent = silent or {}
         rows = []
         for b in known:
             where = live.get(b)
+            if where is None or b not in silent:
+                self._silent_since.pop(b, None)
+            else:
+                self._silent_since.setdefault(b, now_ms)
             if where is not None:
                 self._down_since.pop(b, None)
                 seen = self._seen_brokers[b] = {
@@ -385,6 +415,9 @@ class ClusterPoller:
                     "controller": b == controller,
                     **seen,
                     "down_since_ms": None if where else self._down_since[b] if b in self._seen_brokers else None,
+                    "answering": b not in self._silent_since,
+                    "silent_since_ms": self._silent_since.get(b),
+                    "silent_error": silent.get(b) if where else None,
                     "leaders": leaders.get(b, 0),
                     "listeners": listeners.get(b, []) if where else [],
                 }
@@ -469,4 +502,17 @@ class ClusterPoller:
         return groups, bytes_out
 
 
-__all__ = ["ClusterPoller", "SERIES"]
+def unreachable_leaders(topics: dict[str, dict[int, Any]], ranges: dict[Any, Any]) -> dict[int, str]:
+    """Leader -> the error of its partitions whose offsets could not be read because
+    the leader could not be reached (refused, reset, timed out): the brokers that did not
+    answer this reading, whatever ZooKeeper still says (sans IO)."""
+    silent: dict[int, str] = {}
+    for topic, parts in topics.items():
+        for partition, info in parts.items():
+            got = ranges.get((topic, partition))
+            if info.leader >= 0 and isinstance(got, (BrokerNotAvailableError, RequestTimedOutError)):
+                silent.setdefault(info.leader, str(got) or type(got).__name__)
+    return silent
+
+
+__all__ = ["ClusterPoller", "SERIES", "unreachable_leaders"]

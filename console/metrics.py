@@ -21,7 +21,7 @@ from broker.common.metrics import Metrics, Sample
 
 GAUGES = {
     "cluster_up": "1 when the console's last reading of the cluster succeeded",
-    "brokers_up": "Live brokers of the cluster",
+    "brokers_up": "Brokers of the cluster registered and answering the console",
     "under_replicated_partitions": "Partitions with a replica out of sync or no leader",
     "offline_partitions": "Partitions without a leader",
     "not_preferred_leader_partitions": "Partitions led by a replica other than their in-sync preferred one "

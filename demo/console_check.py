@@ -52,4 +52,35 @@ def console_status(url: str, timeout_s: float = 20.0) -> str:
     return f"console: NOT serving {url} properly: {', '.join(parts) or problem}"
 
 
-__all__ = ["console_status"]
+def console_landed(url: str, runs: int = 1, timeout_s: float = 20.0) -> str:
+    """One line: the landed tier the console shows once it read ``runs`` of the loader's
+    committed runs (its manifests): per topic, the rows landed and the completeness of
+    each event hour against the tier before it, or why it shows none."""
+    deadline = time.monotonic() + timeout_s
+    lakes: list[dict[str, Any]] = []
+    problem = "no answer yet"
+    while True:
+        try:
+            _, body = _get(url.rstrip("/") + "/api/snapshot")
+            lakes = json.loads(body).get("landed", [])
+            if lakes and all(lake.get("runs", 0) >= runs and lake.get("rows") for lake in lakes):
+                break
+            problem = "; ".join(f"{lake.get('name')}: {lake.get('error') or 'nothing landed yet'}" for lake in lakes)
+            problem = problem or "no lake configured"
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            problem = str(exc)
+        if time.monotonic() >= deadline:
+            return f"console: NO landed tier on {url}: {problem}"
+        time.sleep(0.5)
+    parts = []
+    for lake in lakes:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for row in lake["rows"]:
+            by_topic.setdefault(row["topic"], []).append(row)
+        for topic, rows in sorted(by_topic.items()):
+            pcts = sorted({"-" if r["complete_pct"] is None else f"{r['complete_pct']:.2f}%" for r in rows})
+            parts.append(f"{topic} {sum(r['landed'] for r in rows):,} rows ({', '.join(pcts)} of {rows[0]['of']})")
+    return f"console: landed tier shown, {lakes[0]['runs']} loader run(s): {'; '.join(parts)}"
+
+
+__all__ = ["console_landed", "console_status"]

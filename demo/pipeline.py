@@ -44,6 +44,8 @@ class Pipeline:
         self.mirror_group = "logferry-mirror"
         self.mirror_metrics = ""
         self.console_url = ""
+        self.warehouse = workdir / "warehouse"
+        """The loader's output (Parquet and its manifests): the console's landed tier."""
         self.agent_metrics: dict[str, str] = {}
         """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
         self.dashboard: Dashboard | None = None
@@ -185,7 +187,12 @@ class Pipeline:
             {"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
             for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))
         ]
-        doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
+        # the landed tier: the loader's manifests, against the cluster it reads (docs/console.md);
+        # made now so the page says "nothing landed yet" until the loader's first run
+        self.warehouse.mkdir(parents=True, exist_ok=True)
+        timezone = configs.load(configs.loader_template()).get("load", {}).get("timezone", "UTC")
+        lake = {"path": str(self.warehouse), "cluster": "analysis" if self.mirror else "live", "timezone": timezone}
+        doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters, "lake": [lake]}
         path = configs.write(self.workdir / "config" / "console.toml", doc, configs.ETC / "console.toml")
         self.sup.add(
             Child.logferry("console", ["console", "--config", str(path)], self.workdir / "logs" / "console.log"),
@@ -193,7 +200,7 @@ class Pipeline:
         )
         self.console_url = f"http://127.0.0.1:{port}/"
         who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
-        say(f"console: {self.console_url} (live and analysis clusters{who})")
+        say(f"console: {self.console_url} (live and analysis clusters{who}; landed Parquet from {self.warehouse})")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:

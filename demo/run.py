@@ -29,7 +29,7 @@ from typing import Any
 
 from broker.common.errors import ConfigError, LogferryError
 from demo import configs
-from demo.console_check import console_status
+from demo.console_check import console_landed, console_status
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
@@ -282,7 +282,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     tally.audit_acked = {t: sums.acked.get(t, 0) for t in topics}
 
     # The loader: etc/loader.toml, reading the analysis cluster (or the live one).
-    output = workdir / "warehouse"
+    output = pipeline.warehouse
     loader_doc = configs.load(configs.loader_template())
     wanted = loader_doc.get("source", {}).get("topics", [])
     if sorted(wanted) != sorted(topics):
@@ -316,6 +316,8 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     if output.exists():
         tally.parquet, tally.parquet_files = parquet_rows(output)
         tally.parquet = {t: tally.parquet.get(t, 0) for t in topics}
+    if pipeline.console_url and code == 0:
+        say(console_landed(pipeline.console_url))
 
     total = sum(written.values())
     tally.throughput = [

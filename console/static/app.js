@@ -46,9 +46,13 @@ function unreachable(c) {
 }
 
 function brokerState(b) {
+  // registered but not answering the console's requests (killed: its registration
+  // outlives it by the ZooKeeper session timeout), said at the next reading
+  if (b.up && b.answering === false) return `NOT ANSWERING since ${utcTime(b.silent_since_ms)}`;
   if (b.up) return "up";
   return b.down_since_ms ? `DOWN since ${utcTime(b.down_since_ms)}` : "DOWN";
 }
+const brokerUp = (b) => b.up && b.answering !== false;
 
 function chart(values, label, format) {
   const w = 200, h = 48, vals = values || [];
@@ -85,7 +89,7 @@ function clusterCard(c) {
   if (!c.read) return unreachable(c);
   const s = c.summary, h = c.history || {};
   const brokers = c.brokers.map((b) => `<tr data-broker="${b.id}"><td>${b.id}</td>` +
-    `<td class="${b.up ? "up" : "down"}" data-field="broker-state">${brokerState(b)}</td><td>${b.controller ? "controller" : ""}</td>` +
+    `<td class="${brokerUp(b) ? "up" : "down"}" data-field="broker-state"${b.silent_error ? ` title="${esc(b.silent_error)}"` : ""}>${brokerState(b)}</td><td>${b.controller ? "controller" : ""}</td>` +
     `<td data-field="broker-address">${esc(b.host ? b.host + ":" + b.port : "-")}</td><td data-field="broker-rack">${esc(b.rack || "-")}</td>` +
     `<td data-field="broker-dc">${esc(b.datacenter || "-")}</td>` +
     `<td class="num">${b.leaders}</td><td class="listeners">${listenersList(b.listeners)}</td></tr>`).join("");
@@ -95,7 +99,7 @@ function clusterCard(c) {
     `<td class="num">${p.leader}</td><td>${p.replicas.join(",")}</td><td>${p.isr.join(",")}</td><td>${p.offline ? "offline" : "under-replicated"}</td></tr>`).join("");
   return cardHead(c, "") +
     `<div class="stats">` +
-    `<div class="stat"><b data-summary="brokers_up">${s.brokers_up}/${s.brokers}</b><span>brokers up</span></div>` +
+    `<div class="stat"><b data-summary="brokers_up" class="${s.brokers_up < s.brokers ? "bad" : ""}">${s.brokers_up}/${s.brokers}</b><span>brokers up</span></div>` +
     `<div class="stat"><b data-summary="controller">${s.controller}</b><span>controller</span></div>` +
     `<div class="stat"><b data-summary="topics">${s.topics}</b><span>topics</span></div>` +
     `<div class="stat"><b data-summary="partitions">${s.partitions}</b><span>partitions</span></div>` +

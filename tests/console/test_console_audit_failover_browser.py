@@ -121,24 +121,29 @@ def test_no_settled_window_outside_100_after_a_leader_failover(
                 f"the mirror copied {total}",
             )
 
-            def settled_and_summed(page=page, total=total) -> bool:
+            def summed(page=page, total=total) -> bool:
                 rows = pipeline_rows(page)
                 return (
                     len(rows) >= int(LOAD_S) - 1
-                    and all(r["state"] == "settled" for r in rows)
                     and sum(count(r["agent"]) for r in rows) == total
                     and sum(count(r["mirror"]) for r in rows) == total
                 )
 
-            try:
-                waiting.wait_until(
-                    settled_and_summed, 30, "every window settled, both tiers summing to the lines written"
-                )
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}: {total} lines written, the page shows {pipeline_rows(page)}") from None
-            rows = pipeline_rows(page)
-            outside = [r for r in rows if (r["agent_pct"], r["mirror_pct"]) != ("100.00%", "100.00%")]
-            assert outside == [], outside
+            def settled(page=page) -> bool:
+                return all(r["state"] == "settled" for r in pipeline_rows(page))
+
+            for done, what in ((summed, "both tiers summing to the lines written"), (settled, "every window settled")):
+                try:
+                    waiting.wait_until(done, 30, what)
+                except AssertionError as exc:
+                    shows = pipeline_rows(page)
+                    raise AssertionError(f"{exc}: {total} lines written, the page shows {shows}") from None
+                # every message counted by both tiers: each window's figures are final, and
+                # each is 100% (the page of 5f05dca, which has no settling, fails here:
+                # the mirror's per-batch windows over and under 100%, docs/testing.md)
+                rows = pipeline_rows(page)
+                outside = [r for r in rows if (r["agent_pct"], r["mirror_pct"]) != ("100.00%", "100.00%")]
+                assert outside == [], outside
             assert all(r["mirror_class"].split()[-1] == "OK" for r in rows), rows
             # the filter: by topic, and settled windows outside 100% only (none here)
             page.fill('#audit-filter input[name="topic"]', "no-such")
