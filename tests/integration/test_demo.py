@@ -87,6 +87,14 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     # Its web console served the page and read both clusters as User:reader.
     assert re.search(r"^\[demo\] console: serving http://127\.0\.0\.1:\d+/: live ok .*analysis ok", out, re.M), out
 
+    # The console shows the landed tier: every topic's rows, 100% of what the mirror copied
+    # (the hosts stopped before the loader ran, so every hour is whole).
+    landed = re.search(r"console: landed tier shown, 1 loader run\(s\): (.*)$", out, re.M)
+    assert landed, out
+    per_topic = re.findall(r"(\S+) ([\d,]+) rows \(([^)]*) of mirror\)", landed.group(1))
+    assert sorted(topic for topic, _, _ in per_topic) == sorted(t for t, _ in completeness), landed.group(0)
+    assert all(pcts == "100.00%" for _, _, pcts in per_topic), landed.group(0)
+    assert sum(int(rows.replace(",", "")) for _, rows, _ in per_topic) == written, landed.group(0)
     assert "stopped every process it started" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "demo left processes running"
