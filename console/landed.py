@@ -15,6 +15,12 @@ it, the one the page shows last in the pipeline (the mirror's on the analysis cl
 or the agents' when no mirror counts), summed over the audit windows that start in that
 hour, the loader's own formula (``hadoop_loader.audit.expected_counts``).
 
+An hour is judged only once the loader could have landed all of it: when it ended (and
+then the audit's settle time passed, so every tier had published its counts and the
+mirror caught up) before the last run started. A later hour is ``open``: the hosts may
+still be writing it, or the loader has not run since; its figure is shown, unjudged
+(the audit view's rule for its windows), so a nightly load does not paint today red.
+
 Only a lake on a local (or locally mounted) file system is read: ``path`` or
 ``file://path``.
 """
@@ -61,6 +67,8 @@ class LakeReader:
         self.duplicates: dict[tuple[str, str], int] = {}
         self.runs = 0
         self.last_committed_ms = 0
+        self.last_started_ms = 0
+        """When the newest run started: hours that ended (and settled) before it are judged."""
         self.error: str | None = None
         self._read: set[str] = set()
 
@@ -95,11 +103,13 @@ class LakeReader:
                     into[key] = into.get(key, 0) + int(rows)
         self.runs += 1
         self.last_committed_ms = max(self.last_committed_ms, int(manifest.get("committed_ms", 0)))
+        self.last_started_ms = max(self.last_started_ms, int(manifest.get("started_ms", 0)))
 
-    def rows(self, tiers: dict[tuple[str, int], dict[str, int]]) -> list[dict[str, Any]]:
+    def rows(self, tiers: dict[tuple[str, int], dict[str, int]], settle_s: float = 60.0) -> list[dict[str, Any]]:
         """Per landed topic and hour, newest first: landed rows, duplicates, and
         completeness against the last tier before landed in ``tiers`` (``(topic,
-        window_start) -> {stage: acked}``, windows summed into this lake's hours)."""
+        window_start) -> {stage: acked}``, windows summed into this lake's hours); each
+        hour ``settled`` (judged) or ``open`` (see the module's docstring)."""
         topics = {t for t, _ in self.landed} | {t for t, _ in self.duplicates}
         before: dict[tuple[str, str], dict[str, int]] = {}
         for (topic, start), stages in tiers.items():
@@ -112,18 +122,18 @@ class LakeReader:
         out = []
         for topic in sorted(topics):
             for hour in sorted((h for t, h in keys if t == topic), reverse=True)[:MAX_HOURS]:
-                out.append(
-                    landed_row(
-                        topic,
-                        hour,
-                        self.landed.get((topic, hour), 0),
-                        self.duplicates.get((topic, hour), 0),
-                        before.get((topic, hour), {}),
-                    )
+                row = landed_row(
+                    topic,
+                    hour,
+                    self.landed.get((topic, hour), 0),
+                    self.duplicates.get((topic, hour), 0),
+                    before.get((topic, hour), {}),
                 )
+                row["state"] = hour_state(hour, self.tz, self.last_started_ms, settle_s)
+                out.append(row)
         return out
 
-    def view(self, tiers: dict[tuple[str, int], dict[str, int]]) -> dict[str, Any]:
+    def view(self, tiers: dict[tuple[str, int], dict[str, int]], settle_s: float = 60.0) -> dict[str, Any]:
         """The page's landed view of this lake."""
         return {
             "name": self.name,
@@ -132,9 +142,18 @@ class LakeReader:
             "timezone": self.timezone,
             "runs": self.runs,
             "last_committed_ms": self.last_committed_ms or None,
+            "last_started_ms": self.last_started_ms or None,
             "error": self.error,
-            "rows": self.rows(tiers),
+            "rows": self.rows(tiers, settle_s),
         }
+
+
+def hour_state(hour: str, tz: dt.tzinfo, last_started_ms: int, settle_s: float) -> str:
+    """``settled`` when the event hour ``hour`` (``YYYY-MM-DDTHH`` in ``tz``) ended,
+    plus ``settle_s``, before the newest run started at ``last_started_ms``; else ``open``."""
+    start = dt.datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=tz)
+    end_ms = (start.timestamp() + 3600 + settle_s) * 1000
+    return "settled" if end_ms <= last_started_ms else "open"
 
 
 def landed_row(topic: str, hour: str, landed: int, duplicates: int, before: dict[str, int]) -> dict[str, Any]:
@@ -174,4 +193,4 @@ def merge_tiers(
     return out
 
 
-__all__ = ["LakeReader", "hour_key", "lake_path", "landed_row", "merge_tiers"]
+__all__ = ["LakeReader", "hour_key", "hour_state", "lake_path", "landed_row", "merge_tiers"]

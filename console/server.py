@@ -160,7 +160,8 @@ def _read_lakes(app: web.Application) -> list[dict[str, Any]]:
         # the clusters up to the one the loader reads: its tier is the one before "landed"
         upto = next(i for i, (name, _) in enumerate(pollers) if name == lake.cluster)
         lake.poll()
-        views.append(lake.view(merge_tiers((n, p.audit_totals) for n, p in pollers[: upto + 1])))
+        tiers = merge_tiers((n, p.audit_totals) for n, p in pollers[: upto + 1])
+        views.append(lake.view(tiers, app[CONFIG].audit_settle_s))
     return views
 
 

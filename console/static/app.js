@@ -260,8 +260,9 @@ function pipelineCard(all) {
 function landedCard(lakes) {
   // the last tier: rows the loader landed as Parquet, per topic and event hour, from its
   // manifests, against the tier before it (summed over the audit windows of the hour)
-  const pct = (v) => (v === null || v === undefined ? "-" : v.toFixed(2) + "%");
-  const cls = (v) => (v === null || v === undefined ? "" : v < 100 ? "bad" : v > 100 ? "WARN" : "OK");
+  // an hour is judged (coloured) only once it ended and settled before the loader's last
+  // run started; a later one is open: the next run lands the rest
+  const openWhy = (l) => ` title="open: the hour had not ended and settled (${esc(settleText())}) when the loader's last run started${l.last_started_ms ? " at " + utcDate(l.last_started_ms) + " UTC" : ""}; the next run lands the rest"`;
   return lakes.map((l) => {
     const head = `<div class="card landed" data-lake="${esc(l.name)}"><h2>landed Parquet: ${esc(l.name)} <span class="mute">${esc(l.path)}</span></h2>` +
       `<p class="mute">from the loader's ${l.runs} committed run(s)` +
@@ -269,10 +270,10 @@ function landedCard(lakes) {
       `event hours in ${esc(l.timezone)}; against the tier before it on ${esc(l.cluster)}` +
       `${l.error ? "; <span class=bad>" + esc(l.error) + "</span>" : ""}</p>`;
     if (!l.rows.length) return head + `<p class="mute">nothing landed yet</p></div>`;
-    const body = l.rows.slice(0, 200).map((r) => `<tr data-landed-topic="${esc(r.topic)}" data-hour="${esc(r.hour)}"><td>${esc(r.topic)}</td><td>${esc(r.hour)}</td>` +
+    const body = l.rows.slice(0, 200).map((r) => `<tr data-landed-topic="${esc(r.topic)}" data-hour="${esc(r.hour)}"><td>${esc(r.topic)}</td><td>${esc(r.hour)}${r.state === "open" ? ' <span class="mute">open</span>' : ""}</td>` +
       `<td class="num" data-field="expected" title="${esc(r.of || "")}">${r.expected === null ? "-" : num(r.expected)}</td><td>${esc(r.of || "-")}</td>` +
       `<td class="num" data-field="landed">${num(r.landed)}</td><td class="num" data-field="duplicates">${num(r.duplicates)}</td>` +
-      `<td class="num ${cls(r.complete_pct)}" data-field="landed-pct">${pct(r.complete_pct)}</td></tr>`).join("");
+      `<td class="num ${judged(r.complete_pct, r.state)}" data-field="landed-pct" data-state="${esc(r.state || "")}"${r.state === "open" ? openWhy(l) : ""}>${pct(r.complete_pct)}</td></tr>`).join("");
     return head + `<table><tr><th>topic</th><th>hour</th><th class="num">tier before</th><th>stage</th><th class="num">landed rows</th>` +
       `<th class="num">dedup dropped</th><th class="num">complete</th></tr>${body}</table></div>`;
   }).join("");

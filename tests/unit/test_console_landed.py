@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import zoneinfo
 
 import pytest
 
@@ -10,16 +12,19 @@ from broker.client import AuditRecord
 from broker.common.errors import ConfigError
 from console.audit import AuditTally
 from console.config import from_zk, parse_config
-from console.landed import LakeReader, landed_row, merge_tiers
+from console.landed import LakeReader, hour_state, landed_row, merge_tiers
 
 HOUR = 3600_000
 T0 = 1_709_251_200_000  # 2024-03-01T00:00Z
+UTC = dt.UTC
+PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 
 
-def manifest(hours: dict, duplicates: dict | None = None, committed: int = T0) -> dict:
+def manifest(hours: dict, duplicates: dict | None = None, committed: int = T0, started: int | None = None) -> dict:
     return {
         "format": "logferry-manifest/1",
         "sequence": 1,
+        "started_ms": committed if started is None else started,
         "committed_ms": committed,
         "hours": hours,
         **({"duplicates": duplicates} if duplicates else {}),
@@ -31,7 +36,10 @@ def test_manifests_add_up_and_hours_compare_with_the_last_tier_before_landed():
     lake.add(manifest({"app": {"2024-03-01T00": 70}}))
     lake.add(
         manifest(
-            {"app": {"2024-03-01T00": 20, "2024-03-01T01": 5}}, {"app": {"2024-03-01T00": 10}}, committed=T0 + HOUR
+            {"app": {"2024-03-01T00": 20, "2024-03-01T01": 5}},
+            {"app": {"2024-03-01T00": 10}},
+            committed=T0 + HOUR + 90_000,
+            started=T0 + HOUR + 60_000,
         )
     )
     tiers = {
@@ -50,6 +58,7 @@ def test_manifests_add_up_and_hours_compare_with_the_last_tier_before_landed():
             "of": "mirror",
             "expected": 8,
             "complete_pct": 62.5,
+            "state": "open",  # the last run started as it ended: its rest lands next run
         },
         {
             "topic": "app",
@@ -59,9 +68,25 @@ def test_manifests_add_up_and_hours_compare_with_the_last_tier_before_landed():
             "of": "mirror",
             "expected": 100,
             "complete_pct": 100.0,
+            "state": "settled",  # ended a settle time before the last run started
         },
     ]
-    assert (lake.runs, lake.last_committed_ms) == (2, T0 + HOUR)
+    assert (lake.runs, lake.last_committed_ms, lake.last_started_ms) == (2, T0 + HOUR + 90_000, T0 + HOUR + 60_000)
+
+
+def test_an_hour_is_judged_once_it_ended_and_settled_before_the_last_run_started():
+    # a nightly load at 02:15 judges every hour of the day before and leaves 02 open
+    night = T0 + 26 * HOUR + 15 * 60_000  # 2024-03-02T02:15Z
+    assert hour_state("2024-03-01T23", UTC, night, 60) == "settled"
+    assert hour_state("2024-03-02T01", UTC, night, 60) == "settled"
+    assert hour_state("2024-03-02T02", UTC, night, 60) == "open"
+    # the settle time counts: an hour that ended 30 s before the run is open with 60 s
+    assert hour_state("2024-03-02T01", UTC, T0 + 26 * HOUR + 30_000, 60) == "open"
+    assert hour_state("2024-03-02T01", UTC, T0 + 26 * HOUR + 30_000, 10) == "settled"
+    # hours in the loader's zone: Paris's 01 ended at 01:00 UTC
+    assert hour_state("2024-03-01T01", PARIS, T0 + HOUR + 60_000, 60) == "settled"
+    # no run yet: nothing judged
+    assert hour_state("2024-03-01T00", UTC, 0, 60) == "open"
 
 
 def test_hours_follow_the_loaders_time_zone():
