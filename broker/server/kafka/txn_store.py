@@ -263,7 +263,9 @@ class TxnStateLog:
             found.append((txn_id, raw, version))
         if not found:
             return
-        await self._append(part, [(i, raw) for i, raw, _ in found])
+        await self._append(
+            part, [(i, raw) for i, raw, _ in found], {i: (raw, next(_versions)) for i, raw, _ in found}
+        )
         for txn_id, raw, version in found:
             mirror = zk_store.as_mirror(raw)
             try:
