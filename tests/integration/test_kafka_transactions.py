@@ -30,7 +30,7 @@ from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
 from broker.client import Admin, SimpleConsumer
-from broker.common.errors import ControlBatchRefusedError
+from broker.common.errors import ControlBatchRefusedError, InvalidTopicError
 from broker.coordination import transactions as store
 from broker.coordination.transactions import state_path
 from broker.server.kafka.txn_log import TOPIC, partition_for
@@ -38,6 +38,7 @@ from broker.server.kafka.txn_markers import marker_batch
 from broker.server.kafka.txn_state import TxnMetadata, TxnState
 from broker.wire import protocol
 from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_answer
+from broker.wire.records import encode_batch
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
@@ -216,6 +217,19 @@ def test_only_the_coordinator_appends_markers(
         while (end := consumer.offsets(topic, 0).end) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)  # visible once flushed
     assert end == len(batch)  # the marked one only: the refused one was not appended
+
+
+def test_only_the_brokers_write_the_state_topic(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """__transaction_state is internal, as Kafka's: a client's produce to it is refused
+    (InvalidTopicError, nothing appended), so no client can forge a coordinator's state."""
+    cluster = module_kafka_cluster
+    txn_producer(cluster.bootstrap, unique_name("tid"))  # the topic exists from here
+    forged = encode_batch([b"{}"], [b"someone"], int(time.time() * 1000))
+    refused = native_produce(cluster.native[0], encode_produce_request(1, [ProducePart(TOPIC, 0, len(forged))]), forged)
+    assert refused[0].error == InvalidTopicError.code
+    assert "only the transaction coordinators write it" in refused[0].message
 
 
 def test_send_offsets_to_transaction_visible_on_commit_only(
@@ -507,6 +521,44 @@ def test_state_is_rebuilt_from_the_log_after_a_kill_9_and_restart(kafka_cluster:
     assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 13)) == sorted(expected)
     assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 33)) == 33
     assert "loaded in leader epoch" in broker.log_text()
+
+
+def test_snapshots_bound_the_state_log_and_replay_after_a_kill_9(kafka_cluster: Any) -> None:
+    """With snapshots every 2 KiB of a state partition, 25 transactions of one id
+    (about 12 KiB of state records) make one: the partition's log start moves past its
+    first records, and a broker
+    killed with -9 and restarted replays from there (a snapshot and what follows) to
+    the same state: the id's next producer gets its producer id at the next epoch and
+    every committed record is read once."""
+    cluster = kafka_cluster(1, transaction_state_snapshot_bytes=2048)
+    topic, txn_id = "snapshots", "t-snapshots"
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, txn_id)
+    for i in range(25):
+        producer.begin_transaction()
+        producer.produce(topic, value=b"v-%d" % i, partition=0)
+        producer.commit_transaction(20)
+    broker = cluster.brokers[0]
+    deadline = time.monotonic() + 10
+    while "snapshot of" not in broker.log_text():
+        assert time.monotonic() < deadline, "no snapshots of the state partition"
+        time.sleep(0.2)
+    before = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "CompleteCommit")
+    consumer = SimpleConsumer(brokers=cluster.native)
+    try:
+        assert consumer.offsets(TOPIC, partition_for(txn_id, len(consumer.partitions(TOPIC)))).start > 0
+    finally:
+        consumer.close()
+    broker.kill()
+    restart_kafka(broker)
+    again = txn_producer(cluster.bootstrap, txn_id)
+    again.begin_transaction()
+    again.produce(topic, value=b"after", partition=0)
+    again.commit_transaction(20)
+    after = wait_state(cluster.native, txn_id, lambda s: s is not None and s["epoch"] > before["epoch"])
+    assert (after["producer_id"], after["epoch"]) == (before["producer_id"], before["epoch"] + 1)
+    expected = sorted([b"v-%d" % i for i in range(25)] + [b"after"])
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 26)) == expected
 
 
 def test_transactions_go_on_while_the_coordinator_moves_and_back(kafka_cluster: Any) -> None:

@@ -84,6 +84,10 @@ def build(
         admin.create_in_zk,
         zk_client,
         admin_pool,
+        partitions=config.transaction_state_partitions,
+        replication_factor=config.transaction_state_replication_factor,
+        min_insync=config.transaction_state_min_insync_replicas,
+        snapshot_bytes=config.transaction_state_snapshot_bytes,
     )
     txns = KafkaTxnService(
         config.broker_id,

@@ -24,9 +24,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Iterator
 
+from broker.common.names import TRANSACTION_STATE_TOPIC
 from broker.wire import records
 
-TOPIC = "__transaction_state"
+TOPIC = TRANSACTION_STATE_TOPIC
 """The internal topic (Kafka's name): its partitions' leaders are the coordinators."""
 SNAPSHOT_BATCH_BYTES = 256 * 1024
 """A snapshot's records go in batches of about this size (a reader reads whole batches)."""

@@ -103,6 +103,7 @@ class TxnStateLog:
         partitions: int = DEFAULT_PARTITIONS,
         replication_factor: int = DEFAULT_REPLICATION_FACTOR,
         min_insync: int = DEFAULT_MIN_INSYNC,
+        snapshot_bytes: int = SNAPSHOT_BYTES,
     ):
         self.broker_id = broker_id
         self.view = view
@@ -116,6 +117,7 @@ class TxnStateLog:
         self.num_partitions = partitions
         self.replication_factor = replication_factor
         self.min_insync = min_insync
+        self.snapshot_bytes = snapshot_bytes
         self._parts: dict[int, _Partition] = {}
         self._loading: dict[int, asyncio.Lock] = {}
         self._creating: asyncio.Future[None] | None = None
@@ -263,9 +265,7 @@ class TxnStateLog:
             found.append((txn_id, raw, version))
         if not found:
             return
-        await self._append(
-            part, [(i, raw) for i, raw, _ in found], {i: (raw, next(_versions)) for i, raw, _ in found}
-        )
+        await self._append(part, [(i, raw) for i, raw, _ in found], {i: (raw, next(_versions)) for i, raw, _ in found})
         for txn_id, raw, version in found:
             mirror = zk_store.as_mirror(raw)
             try:
@@ -363,7 +363,9 @@ class TxnStateLog:
         """Snapshot each loaded partition that grew past its threshold (module docstring)."""
         for p, part in list(self._parts.items()):
             plog = part.plog
-            if part.snapshotting or plog.end_offset - plog.start_offset < max(SNAPSHOT_BYTES, 2 * part.snapshot_bytes):
+            if part.snapshotting or plog.end_offset - plog.start_offset < max(
+                self.snapshot_bytes, 2 * part.snapshot_bytes
+            ):
                 continue
             if self._led(p) is None:
                 continue
