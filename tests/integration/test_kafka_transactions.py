@@ -30,7 +30,7 @@ from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
 from broker.client import Admin, SimpleConsumer
-from broker.common.errors import ControlBatchRefusedError, InvalidTopicError
+from broker.common.errors import ControlBatchRefusedError, InvalidPartitionsError, InvalidTopicError
 from broker.coordination import transactions as store
 from broker.coordination.transactions import state_path
 from broker.server.kafka.txn_log import TOPIC, partition_for
@@ -223,13 +223,20 @@ def test_only_the_brokers_write_the_state_topic(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
     """__transaction_state is internal, as Kafka's: a client's produce to it is refused
-    (InvalidTopicError, nothing appended), so no client can forge a coordinator's state."""
+    (InvalidTopicError, nothing appended), so no client can forge a coordinator's state;
+    and its partitions cannot be added to (each id's state is in its hash's partition)."""
     cluster = module_kafka_cluster
     txn_producer(cluster.bootstrap, unique_name("tid"))  # the topic exists from here
     forged = encode_batch([b"{}"], [b"someone"], int(time.time() * 1000))
     refused = native_produce(cluster.native[0], encode_produce_request(1, [ProducePart(TOPIC, 0, len(forged))]), forged)
     assert refused[0].error == InvalidTopicError.code
     assert "only the transaction coordinators write it" in refused[0].message
+    admin = Admin(brokers=cluster.native)
+    try:
+        with pytest.raises(InvalidPartitionsError, match="keeps its partition count"):
+            admin.create_partitions(TOPIC, 16)  # would move ids away from their states
+    finally:
+        admin.close()
 
 
 def test_send_offsets_to_transaction_visible_on_commit_only(
