@@ -196,8 +196,8 @@ class KafkaTxnService:
         return new
 
     def _note(self, meta: TxnMetadata) -> None:
-        """Remember when the expiry round must look at the id (it reads ZooKeeper only
-        for these, and for every id at a full scan)."""
+        """Remember when the expiry round must look at the id (it looks only at these,
+        and at every id at a full scan)."""
         if meta.state is TxnState.ONGOING:
             self._due[meta.transactional_id] = meta.started_ms + meta.timeout_ms
         elif meta.state.preparing:
@@ -263,8 +263,9 @@ class KafkaTxnService:
         return error.code
 
     async def _guard(self, api: Api, version: int, work: Callable[[], Awaitable[None]]) -> tuple[ErrorCode, str | None]:
-        """Run ``work``; its error as Kafka's code and a message (ZooKeeper trouble and
-        a state changed under us are retriable: COORDINATOR_NOT_AVAILABLE)."""
+        """Run ``work``; its error as Kafka's code and a message (a state changed under
+        us: CONCURRENT_TRANSACTIONS; a failed append or ZooKeeper trouble:
+        COORDINATOR_NOT_AVAILABLE; both retriable)."""
         try:
             await work()
         except TxnError as exc:

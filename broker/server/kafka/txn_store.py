@@ -42,7 +42,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.common.errors import CorruptBatchError, LogferryError, StorageError, error_for_code
+from broker.common.errors import CorruptBatchError, LogferryError, NotLeaderError, StorageError, error_for_code
 from broker.coordination import transactions as zk_store
 from broker.coordination.registry import ClusterView
 from broker.replication.roles import LEADER
@@ -345,7 +345,11 @@ class TxnStateLog:
         result = await future
         for answer in result.parts:
             if answer.error:
-                raise error_for_code(answer.error, f"{TOPIC}-{part.partition}: {answer.message}")
+                error = error_for_code(answer.error, f"{TOPIC}-{part.partition}: {answer.message}")
+                if isinstance(error, NotLeaderError):  # deposed meanwhile: the client finds the next one
+                    self._parts.pop(part.partition, None)
+                    raise TxnError(ErrorCode.not_coordinator, str(error))
+                raise error
 
     def set_in_memory(self, transactional_id: str, value: bytes, version: int) -> bool:
         """Change the id's state in memory only, if it is at ``version`` (a Complete*
