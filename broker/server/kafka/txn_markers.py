@@ -109,6 +109,14 @@ class TxnMarkerWriter:
             self._local(parts, batch) if leader == self.broker_id else self._remote(leader, parts, batch)
             for leader, parts in by_leader.items()
         ]
+        if len(jobs) == 1:  # one leader (often this broker): no task to gather
+            try:
+                await jobs[0]
+            except LogferryError:
+                raise
+            except Exception as exc:
+                raise LeaderNotAvailableError(f"transaction markers not written: {exc!r}") from exc
+            return
         for result in await asyncio.gather(*jobs, return_exceptions=True):
             if isinstance(result, BaseException):
                 if isinstance(result, LogferryError):

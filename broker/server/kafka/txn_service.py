@@ -421,7 +421,8 @@ class KafkaTxnService:
                     return  # a retry of an end that completed
                 version = await self._store(meta, version)
                 try:
-                    await asyncio.wait_for(self._finish(meta, version, lazy=True), MARKER_TIMEOUT_S)
+                    async with asyncio.timeout(MARKER_TIMEOUT_S):  # inline: no task of its own
+                        await self._finish(meta, version, lazy=True)
                 except (LogferryError, TimeoutError) as exc:
                     log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
 
