@@ -33,7 +33,7 @@ from broker.common.config import (
     one_of,
     read,
 )
-from broker.common.names import NAME_RULE, is_valid_name
+from broker.common.names import NAME_RULE, TRANSACTION_STATE_TOPIC, is_valid_name
 from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
 from broker.common.zk_security import with_security, zookeeper_section
@@ -152,8 +152,9 @@ class MirrorConfig:
     def never_copied(self) -> tuple[str, ...]:
         """Regexes of the topics no mirror copies: a cluster's own status, not data (the
         agents' heartbeats describe the agents of the cluster they publish to; a mirror's
-        audit counts live on its target)."""
-        return tuple(map(re.escape, (AGENTS_TOPIC, self.audit_topic)))
+        audit counts live on its target; the transaction coordinators' state is the
+        source cluster's, and only brokers write it)."""
+        return tuple(map(re.escape, (AGENTS_TOPIC, self.audit_topic, TRANSACTION_STATE_TOPIC)))
 
     def matches(self, topic: str) -> bool:
         """True if ``topic`` is mirrored."""

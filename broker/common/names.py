@@ -26,6 +26,9 @@ MAX_NAME_LENGTH = 249
 NAME_PATTERN = rf"[A-Za-z0-9._-]{{1,{MAX_NAME_LENGTH}}}"
 """The rule as a regular expression (matched whole), for documentation and messages."""
 NAME_RULE = f"1-{MAX_NAME_LENGTH} characters from A-Z a-z 0-9 . _ - (and not '.' or '..')"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+"""The internal topic of the Kafka transaction coordinators' state (Kafka's name): only
+the brokers write it, and no mirror copies it (a cluster's own state, not data)."""
 """The rule in words, for error messages."""
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -78,6 +81,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "NAME_PATTERN",
     "NAME_RULE",
+    "TRANSACTION_STATE_TOPIC",
     "is_valid_name",
     "parse_partition_dir_name",
     "partition_dir_name",

@@ -39,7 +39,7 @@ from broker.common.errors import (
     UnknownTopicOrPartitionError,
     ZooKeeperError,
 )
-from broker.common.names import validate_topic_name
+from broker.common.names import TRANSACTION_STATE_TOPIC, validate_topic_name
 from broker.common.retry import Retry
 from broker.coordination import zk
 from broker.coordination.partition_state import PartitionState, assign_replicas, initial_state
@@ -472,7 +472,14 @@ class BrokerRegistry:
         """Grow ``topic`` to ``partitions`` partitions, placing the new ones as creation
         does (:func:`assign_replicas`, rack-aware) with the topic's replication factor;
         returns the whole assignment. Fewer partitions than the topic has is refused
-        (InvalidPartitionsError) and nothing changes."""
+        (InvalidPartitionsError) and nothing changes, and so is any growth of
+        ``__transaction_state`` (a transactional id's partition is its hash modulo the
+        count: more partitions would lose the ids' states)."""
+        if topic == TRANSACTION_STATE_TOPIC:
+            raise InvalidPartitionsError(
+                f"{topic} keeps its partition count: each transactional id's state lies in the partition its "
+                "hash names; nothing changed"
+            )
         for _ in range(20):
             raw, stat = self._read_topic(topic)
             current = zk.read_assignment(raw)

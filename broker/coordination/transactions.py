@@ -8,10 +8,15 @@ may hold ``/`` or other characters a znode name may not)::
     /kafka_transactions/<transactional id>/ends                 (empty: its version counts the transactions ended)
     /kafka_transaction_groups/<group>/<transactional id>        (empty: the group has offsets pending there)
 
-The first is the coordinator's state of the id (its JSON is
-:meth:`broker.server.kafka.txn_state.TxnMetadata.to_json`), written with the znode
-version read (:func:`write_state`), so two brokers that both believe they coordinate
-the id (a coordinator move) never overwrite each other's change. The second holds the
+The coordinator's state of an id lives in the internal topic ``__transaction_state``
+(:mod:`broker.server.kafka.txn_store`). The first znode is what the group coordinators
+need of it: a mirror (its JSON is
+:meth:`broker.server.kafka.txn_state.TxnMetadata.to_json` with ``"mirror": true``)
+written by the id's coordinator when a transaction adds a group (AddOffsetsToTxn,
+:func:`write_mirror`) and when such a transaction ends (:func:`mark_end`), which
+TxnOffsetCommit reads. Before that topic, the coordinators kept the whole state there
+(no ``mirror`` key), written with the znode version read (:func:`write_state`): a
+coordinator takes such a state over into the topic once. The second holds the
 offsets a transaction commits for a group (TxnOffsetCommit) until the transaction
 ends: written into the group's offsets on commit, deleted on abort. Like the groups'
 offsets, they are persistent: they survive any broker's kill -9.
@@ -79,24 +84,6 @@ def write_state(client: Any, transactional_id: str, value: bytes, version: int |
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
 
 
-def delete_state(client: Any, transactional_id: str, version: int) -> None:
-    """Forget an expired id: its state (if still at ``version``) and its ``ends`` node,
-    in one multi-op. StaleStateError if the state changed since it was read (a producer
-    came back meanwhile), or if offsets wait under it (the id is not idle)."""
-    path = state_path(transactional_id)
-    try:
-        multi = client.transaction()
-        if client.exists(_ends_path(transactional_id)) is not None:
-            multi.delete(_ends_path(transactional_id))
-        multi.delete(path, version=version)
-        results = multi.commit()
-    except KazooException as exc:
-        raise ZooKeeperError(f"cannot delete {path}: {exc!r}") from None
-    failed = [r for r in results if isinstance(r, Exception)]
-    if failed:
-        raise StaleStateError(f"{path} changed since it was read, or has children: {failed[0]!r}")
-
-
 def list_ids(client: Any) -> list[str]:
     """Every transactional id with a state."""
     try:
@@ -127,15 +114,66 @@ def end_count(client: Any, transactional_id: str) -> int:
         raise ZooKeeperError(f"cannot read {path}: {exc!r}") from None
 
 
-def mark_end(client: Any, transactional_id: str) -> None:
+def as_mirror(value: bytes) -> bytes:
+    """A state's JSON marked as a mirror of the state log's (module docstring)."""
+    data = json.loads(value)
+    data["mirror"] = True
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def write_mirror(client: Any, transactional_id: str, value: bytes) -> None:
+    """Set the id's mirror (``value``: :func:`as_mirror`'s), whatever was there."""
+    path = state_path(transactional_id)
+    try:
+        try:
+            client.set(path, value)
+        except NoNodeError:
+            client.create(path, value, makepath=True)
+    except KazooException as exc:
+        raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
+
+
+def mark_end(client: Any, transactional_id: str, mirror: bytes | None = None) -> None:
     """A transaction of the id is ending: no offsets may be added to it from now on
-    (:func:`write_pending_offsets` of a caller that read the count before fails)."""
+    (:func:`write_pending_offsets` of a caller that read the count before fails). With
+    ``mirror``, the id's mirror (the ended state) is set in the same multi-op."""
     path = _ends_path(transactional_id)
     try:
         client.ensure_path(path)
-        client.set(path, b"")
+        if mirror is None:
+            client.set(path, b"")
+            return
+        multi = client.transaction()
+        multi.set_data(path, b"")
+        if client.exists(state_path(transactional_id)) is None:
+            multi.create(state_path(transactional_id), mirror)
+        else:
+            multi.set_data(state_path(transactional_id), mirror)
+        results = multi.commit()
     except KazooException as exc:
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise ZooKeeperError(f"cannot write {path} and the state beside it: {failed[0]!r}")
+
+
+def delete_mirror(client: Any, transactional_id: str) -> None:
+    """Delete the id's znodes (a forgotten id), unless offsets wait under it (then
+    StaleStateError: the id is not idle). Nothing there: nothing done."""
+    path = state_path(transactional_id)
+    try:
+        if client.exists(path) is None:
+            return
+        multi = client.transaction()
+        if client.exists(_ends_path(transactional_id)) is not None:
+            multi.delete(_ends_path(transactional_id))
+        multi.delete(path)
+        results = multi.commit()
+    except KazooException as exc:
+        raise ZooKeeperError(f"cannot delete {path}: {exc!r}") from None
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        raise StaleStateError(f"{path} has children besides its ends count: {failed[0]!r}")
 
 
 def write_pending_offsets(
@@ -237,8 +275,9 @@ __all__ = [
     "TRANSACTIONS",
     "TXN_GROUPS",
     "StaleStateError",
+    "as_mirror",
+    "delete_mirror",
     "delete_pending_offsets",
-    "delete_state",
     "end_count",
     "list_ids",
     "mark_end",
@@ -246,6 +285,7 @@ __all__ = [
     "read_pending_offsets",
     "read_state",
     "state_path",
+    "write_mirror",
     "write_pending_offsets",
     "write_state",
 ]

@@ -69,6 +69,18 @@ class BrokerConfig:
     """A transactional id with no transaction and no request for this long is forgotten
     (Kafka's ``transactional.id.expiration.ms``, same default): its ZooKeeper nodes go,
     and a producer that comes back with it starts over with a new producer id."""
+    transaction_state_partitions: int = 8
+    """Partitions of ``__transaction_state`` when a broker creates it (Kafka's
+    ``transaction.state.log.num.partitions``); fixed from then on."""
+    transaction_state_replication_factor: int = 3
+    """Its replication factor, capped at the live brokers (Kafka's
+    ``transaction.state.log.replication.factor``)."""
+    transaction_state_min_insync_replicas: int = 2
+    """Its ``min_insync_replicas``, capped at the replication factor (Kafka's
+    ``transaction.state.log.min.isr``)."""
+    transaction_state_snapshot_bytes: int = 8 * 1024 * 1024
+    """A partition of ``__transaction_state`` longer than this (and than twice its last
+    snapshot) gets a snapshot of its ids' states, and its log start moves there."""
     max_queued_request_bytes: int = 100 * 1024 * 1024
     max_unsent_bytes_per_connection: int = 8 * 1024 * 1024
     incomplete_request_timeout_ms: int = 30_000
@@ -130,6 +142,10 @@ BROKER_FIELDS = fields(
     max_request_bytes=POSITIVE_INT,
     max_message_bytes=POSITIVE_INT,
     transactional_id_expiration_ms=POSITIVE_INT,
+    transaction_state_partitions=POSITIVE_INT,
+    transaction_state_replication_factor=POSITIVE_INT,
+    transaction_state_min_insync_replicas=POSITIVE_INT,
+    transaction_state_snapshot_bytes=POSITIVE_INT,
     max_queued_request_bytes=POSITIVE_INT,
     max_unsent_bytes_per_connection=POSITIVE_INT,
     incomplete_request_timeout_ms=POSITIVE_INT,

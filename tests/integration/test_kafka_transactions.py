@@ -29,14 +29,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
-from broker.client import SimpleConsumer
-from broker.common.errors import ControlBatchRefusedError
+from broker.client import Admin, SimpleConsumer
+from broker.common.errors import ControlBatchRefusedError, InvalidPartitionsError, InvalidTopicError
 from broker.coordination import transactions as store
 from broker.coordination.transactions import state_path
-from broker.server.kafka.groups import coordinator_for
+from broker.server.kafka.txn_log import TOPIC, partition_for
 from broker.server.kafka.txn_markers import marker_batch
+from broker.server.kafka.txn_state import TxnMetadata, TxnState
 from broker.wire import protocol
 from broker.wire.produce import ProducePart, encode_produce_request, parse_produce_answer
+from broker.wire.records import encode_batch
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 
 pytestmark = pytest.mark.integration
@@ -217,6 +219,26 @@ def test_only_the_coordinator_appends_markers(
     assert end == len(batch)  # the marked one only: the refused one was not appended
 
 
+def test_only_the_brokers_write_the_state_topic(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """__transaction_state is internal, as Kafka's: a client's produce to it is refused
+    (InvalidTopicError, nothing appended), so no client can forge a coordinator's state;
+    and its partitions cannot be added to (each id's state is in its hash's partition)."""
+    cluster = module_kafka_cluster
+    txn_producer(cluster.bootstrap, unique_name("tid"))  # the topic exists from here
+    forged = encode_batch([b"{}"], [b"someone"], int(time.time() * 1000))
+    refused = native_produce(cluster.native[0], encode_produce_request(1, [ProducePart(TOPIC, 0, len(forged))]), forged)
+    assert refused[0].error == InvalidTopicError.code
+    assert "only the transaction coordinators write it" in refused[0].message
+    admin = Admin(brokers=cluster.native)
+    try:
+        with pytest.raises(InvalidPartitionsError, match="keeps its partition count"):
+            admin.create_partitions(TOPIC, 16)  # would move ids away from their states
+    finally:
+        admin.close()
+
+
 def test_send_offsets_to_transaction_visible_on_commit_only(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -308,54 +330,67 @@ def test_second_producer_fences_the_first(
     assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"new"]
 
 
-def test_state_written_behind_the_coordinators_back_is_not_overwritten(
-    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
-) -> None:
-    """The coordinator keeps the state it last wrote instead of reading ZooKeeper per
-    request: a newer epoch written meanwhile by another broker (here by hand, as a
-    coordinator that took the id over would) still fences the producer, because every
-    write is conditional on the version the coordinator knows."""
-    cluster = module_kafka_cluster
-    topic, txn_id = unique_name("behind"), unique_name("tid")
-    cluster.create_topic(topic, 1)
-    producer = txn_producer(cluster.bootstrap, txn_id)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"first", partition=0)
-    producer.commit_transaction(20)
-    client = KazooClient(hosts=cluster.zk_connect)
-    client.start(timeout=10)
+def logged_state(native: list[str], txn_id: str) -> dict[str, Any] | None:
+    """The coordinator's state of ``txn_id`` as ``__transaction_state`` holds it (the
+    id's last record in its partition, read from the log start: a snapshot and what
+    follows), None if it has none or a tombstone."""
+    consumer = SimpleConsumer(brokers=native)
     try:
-        # EndTxn answers once the markers are written, leaving CompleteCommit to the
-        # id's next write or to the expiry round a second later
-        deadline = time.monotonic() + 5
-        while json.loads(client.get(state_path(txn_id))[0])["state"] != "CompleteCommit":
-            assert time.monotonic() < deadline, "the completed transaction was never stored CompleteCommit"
-            time.sleep(0.1)
-        raw, stat = client.get(state_path(txn_id))
-        value = json.loads(raw)
-        value["epoch"] += 1
-        client.set(state_path(txn_id), json.dumps(value).encode(), version=stat.version)
+        partition = partition_for(txn_id, len(consumer.partitions(TOPIC)))
+        start, end = consumer.offsets(TOPIC, partition)
+        raw: bytes | None = None
+        offset = start
+        while offset < end:
+            result = consumer.fetch(TOPIC, partition, offset)
+            for batch in result.batches:
+                for key, value in zip(batch.keys or [], batch.values, strict=False):
+                    if key == txn_id.encode():
+                        raw = value
+            offset = result.next_offset
+        return json.loads(raw) if raw else None
     finally:
-        client.stop()
-        client.close()
-    with pytest.raises(KafkaException) as caught:
-        producer.begin_transaction()
-        producer.produce(topic, value=b"zombie", partition=0)
-        producer.commit_transaction(20)
-    print("after an epoch bump behind the coordinator's back:", caught.value.args[0])
-    assert caught.value.args[0].code() in (
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-    )
-    assert read_all(cluster.bootstrap, topic, 1, "read_committed", 1) == [b"first"]
+        consumer.close()
+
+
+def wait_state(native: list[str], txn_id: str, ok: Callable[[dict[str, Any] | None], bool], limit: float = 10) -> Any:
+    """``logged_state`` once ``ok`` holds for it (records become visible to readers at
+    the next flush, as any log's), AssertionError with the last one after ``limit``."""
+    deadline = time.monotonic() + limit
+    while True:
+        state = logged_state(native, txn_id)
+        if ok(state):
+            return state
+        assert time.monotonic() < deadline, f"the state of {txn_id!r} in {TOPIC} stayed {state}"
+        time.sleep(0.1)
+
+
+def restart_kafka(broker: Any) -> None:
+    """Start a stopped broker again and return once its Kafka listener (on a new port)
+    is up: its native port accepting is not enough (it binds before registering)."""
+    lines = broker.log_text().count("speaks Kafka on ")
+    broker.start()
+    deadline = time.monotonic() + 30
+    while broker.log_text().count("speaks Kafka on ") == lines:
+        assert time.monotonic() < deadline, f"broker {broker.id} has no Kafka listener again"
+        time.sleep(0.1)
+
+
+def coordinator_of(native: list[str], txn_id: str) -> int:
+    """The broker that coordinates ``txn_id``: the leader of its partition of ``__transaction_state``."""
+    admin = Admin(brokers=native)
+    try:
+        partitions = admin.describe_partitions(TOPIC)
+        return partitions[partition_for(txn_id, len(partitions))].leader
+    finally:
+        admin.close()
 
 
 def test_an_idle_transactional_id_is_forgotten(
     module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
     """Kafka's transactional.id.expiration.ms: an id with no transaction for that long
-    (3 s here) leaves ZooKeeper; one with an open transaction stays however long it
+    (3 s here) is forgotten (a tombstone in its partition of __transaction_state, and
+    its ZooKeeper nodes gone); one with an open transaction stays however long it
     idles (its timeout, 60 s, aborts it instead). A producer that comes back with the
     forgotten id starts over and commits."""
     cluster = module_kafka_cluster
@@ -370,19 +405,20 @@ def test_an_idle_transactional_id_is_forgotten(
     still_open.begin_transaction()
     still_open.produce(topic, value=b"open", partition=0)
     still_open.flush(20)
+    wait_state(cluster.native, idle_id, lambda state: state is not None)
+    # the expiry plus a scan or two
+    wait_state(cluster.native, idle_id, lambda state: state is None, limit=IDLE_ID_MS / 1000 + 5)
+    gone_after = time.monotonic() - committed
+    open_state = logged_state(cluster.native, open_id)
+    assert open_state is not None and open_state["state"] == "Ongoing"  # open: kept
     client = KazooClient(hosts=cluster.zk_connect)
     client.start(timeout=10)
     try:
-        deadline = committed + IDLE_ID_MS / 1000 + 5  # the expiry plus a scan or two
-        while client.exists(state_path(idle_id)) is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        gone_after = time.monotonic() - committed
         assert client.exists(state_path(idle_id)) is None, "the idle id is still in ZooKeeper"
-        assert client.exists(state_path(open_id)) is not None  # open: kept
     finally:
         client.stop()
         client.close()
-    print(f"the idle id left ZooKeeper {gone_after:.1f} s after its commit")
+    print(f"the idle id was forgotten {gone_after:.1f} s after its commit")
     still_open.abort_transaction(20)
     again = txn_producer(cluster.bootstrap, idle_id)
     again.begin_transaction()
@@ -414,19 +450,6 @@ def test_transaction_past_its_timeout_is_aborted(
     assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 6)) == 6
 
 
-def stored_state(zk_connect: str, txn_id: str) -> dict[str, Any]:
-    """The coordinator's state of ``txn_id`` as ZooKeeper holds it."""
-    client = KazooClient(hosts=zk_connect)
-    client.start(timeout=10)
-    try:
-        raw, _ = client.get(state_path(txn_id))
-        value: dict[str, Any] = json.loads(raw)
-        return value
-    finally:
-        client.stop()
-        client.close()
-
-
 def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -> None:
     """3 brokers, a topic of 3 partitions (replicated on all three, so its leaders are
     spread and markers go to other brokers too). A transaction is left open, the
@@ -438,21 +461,23 @@ def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -
     )
     topic = "moving-txn"
     cluster.create_topic(topic, 3, rf=3)
-    coordinator = 1
-    txn_id = next(f"t{i}" for i in range(1000) if coordinator_for(f"t{i}", [1, 2, 3]) == coordinator)
-    old = txn_producer(cluster.bootstrap, txn_id)
+    txn_id = "t-moving"
+    old = txn_producer(cluster.bootstrap, txn_id)  # creates __transaction_state (rf 3)
+    coordinator = coordinator_of(cluster.native, txn_id)
     old.begin_transaction()
     for i in range(30):
         old.produce(topic, value=b"open-%d" % i, partition=i % 3)
     old.flush(20)
-    before = stored_state(cluster.zk_connect, txn_id)
-    assert before["state"] == "Ongoing" and len(before["partitions"]) == 3
+    before = wait_state(cluster.native, txn_id, lambda s: s is not None and len(s["partitions"]) == 3)
+    assert before["state"] == "Ongoing"
 
     next(b for b in cluster.brokers if b.id == coordinator).kill()
     survivors = [b for b in cluster.brokers if b.id != coordinator]
     bootstrap = ",".join(b.kafka_address() for b in survivors)
+    native = [b.address for b in survivors]
     new = txn_producer(bootstrap, txn_id, **{"transaction.timeout.ms": 30000})
-    after_init = stored_state(cluster.zk_connect, txn_id)
+    assert coordinator_of(native, txn_id) != coordinator
+    after_init = wait_state(native, txn_id, lambda s: s is not None and s["epoch"] > before["epoch"] + 1)
     assert after_init["producer_id"] == before["producer_id"]
     assert after_init["epoch"] == before["epoch"] + 2  # +1 aborting the open one, +1 the new producer
     new.begin_transaction()
@@ -460,11 +485,7 @@ def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -
         new.produce(topic, value=b"new-%d" % i, partition=i % 3)
     new.commit_transaction(30)
     # the decision is stored before the answer; CompleteCommit follows within a second
-    assert stored_state(cluster.zk_connect, txn_id)["state"] in ("PrepareCommit", "CompleteCommit")
-    deadline = time.monotonic() + 5
-    while stored_state(cluster.zk_connect, txn_id)["state"] != "CompleteCommit":
-        assert time.monotonic() < deadline, "the committed transaction was never stored CompleteCommit"
-        time.sleep(0.2)
+    wait_state(native, txn_id, lambda s: s is not None and s["state"] == "CompleteCommit")
     committed = read_all(bootstrap, topic, 3, "read_committed", 30)
     everything = read_all(bootstrap, topic, 3, "read_uncommitted", 60)
     print(f"after the kill: read_committed {len(committed)}, read_uncommitted {len(everything)}")
@@ -472,6 +493,174 @@ def test_coordinator_state_survives_a_kill_9_of_its_broker(kafka_cluster: Any) -
     assert len(everything) == 60
     with pytest.raises(KafkaException):
         old.commit_transaction(10)  # the old producer is fenced wherever it turns
+
+
+def test_state_is_rebuilt_from_the_log_after_a_kill_9_and_restart(kafka_cluster: Any) -> None:
+    """One broker, killed with -9 while a transaction of 20 records is open and
+    restarted: it rebuilds the id's state by replaying its partition of
+    __transaction_state, so a new producer of the id gets the same producer id two
+    epochs on, the open transaction is aborted and the new one's records are exactly
+    what read_committed reads."""
+    cluster = kafka_cluster(1)
+    topic, txn_id = "restart-txn", "t-restart"
+    cluster.create_topic(topic, 1)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    for committed in range(3):  # a few records before the open transaction
+        old.begin_transaction()
+        old.produce(topic, value=b"committed-%d" % committed, partition=0)
+        old.commit_transaction(20)
+    old.begin_transaction()
+    for i in range(20):
+        old.produce(topic, value=b"open-%d" % i, partition=0)
+    old.flush(20)
+    before = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "Ongoing")
+    broker = cluster.brokers[0]
+    broker.kill()
+    restart_kafka(broker)
+    new = txn_producer(cluster.bootstrap, txn_id)
+    after = wait_state(cluster.native, txn_id, lambda s: s is not None and s["epoch"] > before["epoch"] + 1)
+    assert (after["producer_id"], after["epoch"]) == (before["producer_id"], before["epoch"] + 2)
+    new.begin_transaction()
+    for i in range(10):
+        new.produce(topic, value=b"new-%d" % i, partition=0)
+    new.commit_transaction(20)
+    expected = [b"committed-%d" % i for i in range(3)] + [b"new-%d" % i for i in range(10)]
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 13)) == sorted(expected)
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 33)) == 33
+    assert "loaded in leader epoch" in broker.log_text()
+
+
+def test_snapshots_bound_the_state_log_and_replay_after_a_kill_9(kafka_cluster: Any) -> None:
+    """With snapshots every 2 KiB of a state partition, 25 transactions of one id
+    (about 12 KiB of state records) make one: the partition's log start moves past its
+    first records, and a broker
+    killed with -9 and restarted replays from there (a snapshot and what follows) to
+    the same state: the id's next producer gets its producer id at the next epoch and
+    every committed record is read once."""
+    cluster = kafka_cluster(1, transaction_state_snapshot_bytes=2048)
+    topic, txn_id = "snapshots", "t-snapshots"
+    cluster.create_topic(topic, 1)
+    producer = txn_producer(cluster.bootstrap, txn_id)
+    for i in range(25):
+        producer.begin_transaction()
+        producer.produce(topic, value=b"v-%d" % i, partition=0)
+        producer.commit_transaction(20)
+    broker = cluster.brokers[0]
+    deadline = time.monotonic() + 10
+    while "snapshot of" not in broker.log_text():
+        assert time.monotonic() < deadline, "no snapshots of the state partition"
+        time.sleep(0.2)
+    before = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "CompleteCommit")
+    consumer = SimpleConsumer(brokers=cluster.native)
+    try:
+        assert consumer.offsets(TOPIC, partition_for(txn_id, len(consumer.partitions(TOPIC)))).start > 0
+    finally:
+        consumer.close()
+    broker.kill()
+    restart_kafka(broker)
+    again = txn_producer(cluster.bootstrap, txn_id)
+    again.begin_transaction()
+    again.produce(topic, value=b"after", partition=0)
+    again.commit_transaction(20)
+    after = wait_state(cluster.native, txn_id, lambda s: s is not None and s["epoch"] > before["epoch"])
+    assert (after["producer_id"], after["epoch"]) == (before["producer_id"], before["epoch"] + 1)
+    expected = sorted([b"v-%d" % i for i in range(25)] + [b"after"])
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 26)) == expected
+
+
+def test_transactions_go_on_while_the_coordinator_moves_and_back(kafka_cluster: Any) -> None:
+    """3 brokers, __transaction_state with replication factor 3. The coordinator of a
+    producer's id is stopped between two transactions: the partition's next leader
+    replays it and the same producer (no new init_transactions) commits on; the broker
+    comes back, leadership may move again: still the same producer commits. Every
+    committed record is read once, nothing else."""
+    cluster = kafka_cluster(3, default_replication_factor=3, min_insync_replicas=2, replica_lag_time_max_ms=1500)
+    topic, txn_id = "moving-coordinator", "t-moves"
+    cluster.create_topic(topic, 2, rf=3)
+    producer = txn_producer(cluster.bootstrap, txn_id)
+    sent: list[bytes] = []
+
+    def one_transaction(tag: str) -> None:
+        producer.begin_transaction()
+        for i in range(10):
+            value = b"%s-%d" % (tag.encode(), i)
+            producer.produce(topic, value=value, partition=i % 2)
+            sent.append(value)
+        producer.commit_transaction(60)
+
+    one_transaction("first")
+    first = coordinator_of(cluster.native, txn_id)
+    moved = next(b for b in cluster.brokers if b.id == first)
+    moved.stop()
+    others = [b.address for b in cluster.brokers if b.id != first]
+    deadline = time.monotonic() + 20
+    while coordinator_of(others, txn_id) in (first, -1):
+        assert time.monotonic() < deadline, "no other broker took the coordinator's partition over"
+        time.sleep(0.2)
+    one_transaction("moved")
+    restart_kafka(moved)
+    one_transaction("back")
+    committed = read_all(cluster.bootstrap, topic, 2, "read_committed", len(sent))
+    assert sorted(committed) == sorted(sent)
+    state = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "CompleteCommit")
+    assert state["epoch"] == 0  # the one producer throughout
+
+
+def test_state_zookeeper_holds_from_before_the_log_is_taken_over(kafka_cluster: Any) -> None:
+    """An id whose state logfery kept in ZooKeeper before __transaction_state (main
+    before this change wrote /kafka_transactions/<id>, JSON without "mirror"), with a
+    transaction open in a partition: the coordinator that loads the id's partition and
+    finds no record of the id takes the ZooKeeper state over. So the next producer of
+    the id keeps its producer id at the next epochs, the open transaction is aborted
+    and never read committed, and the znode is marked as taken over. Made here by
+    writing such a state and emptying the broker's __transaction_state logs while it
+    is down."""
+    cluster = kafka_cluster(1)
+    topic, txn_id = "legacy-txn", "t-legacy"
+    cluster.create_topic(topic, 1)
+    old = txn_producer(cluster.bootstrap, txn_id)
+    old.begin_transaction()
+    for i in range(10):
+        old.produce(topic, value=b"open-%d" % i, partition=0)
+    old.flush(20)
+    now = int(time.time() * 1000)
+    logged = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "Ongoing")
+    legacy = TxnMetadata(
+        txn_id,
+        logged["producer_id"],
+        logged["epoch"],
+        60_000,
+        TxnState.ONGOING,
+        {(topic, 0)},
+        set(),
+        now,
+        now,
+    )
+    broker = cluster.brokers[0]
+    broker.kill()
+    for directory in broker.log_dir.glob(f"{TOPIC}-*"):  # as if the log had never been
+        for path in sorted(directory.rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+    client = KazooClient(hosts=cluster.zk_connect)
+    client.start(timeout=10)
+    try:
+        client.create(state_path(txn_id), legacy.to_json(), makepath=True)  # as main wrote it
+        restart_kafka(broker)
+        new = txn_producer(cluster.bootstrap, txn_id)
+        new.begin_transaction()
+        for i in range(5):
+            new.produce(topic, value=b"new-%d" % i, partition=0)
+        new.commit_transaction(20)
+        taken = json.loads(client.get(state_path(txn_id))[0])
+    finally:
+        client.stop()
+        client.close()
+    assert taken.get("mirror") is True
+    after = wait_state(cluster.native, txn_id, lambda s: s is not None and s["state"] == "CompleteCommit")
+    assert (after["producer_id"], after["epoch"]) == (logged["producer_id"], logged["epoch"] + 2)
+    assert sorted(read_all(cluster.bootstrap, topic, 1, "read_committed", 5)) == [b"new-%d" % i for i in range(5)]
+    assert len(read_all(cluster.bootstrap, topic, 1, "read_uncommitted", 15)) == 15
+    assert "took over 1 transactional ids from ZooKeeper" in broker.log_text()
 
 
 LOOP = r"""

@@ -23,6 +23,7 @@ from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.service import KafkaService
 from broker.server.kafka.txn_markers import TxnMarkerWriter
 from broker.server.kafka.txn_service import KafkaTxnService
+from broker.server.kafka.txn_store import TxnStateLog
 from broker.server.security.authentication import Authenticator
 from broker.server.services.admin import AdminService
 from broker.server.services.fetch import FetchService
@@ -75,6 +76,19 @@ def build(
         return (await admin.init_producer_id()).producer_id
 
     markers = TxnMarkerWriter(config.broker_id, view, produce, router.replication.services)
+    state_log = TxnStateLog(
+        config.broker_id,
+        view,
+        lambda: router.replication.replicas,
+        produce,
+        admin.create_in_zk,
+        zk_client,
+        admin_pool,
+        partitions=config.transaction_state_partitions,
+        replication_factor=config.transaction_state_replication_factor,
+        min_insync=config.transaction_state_min_insync_replicas,
+        snapshot_bytes=config.transaction_state_snapshot_bytes,
+    )
     txns = KafkaTxnService(
         config.broker_id,
         view,
@@ -85,7 +99,9 @@ def build(
         groups,
         admin.authorizer,
         expiration_ms=config.transactional_id_expiration_ms,
+        state_log=state_log,
     )
+    groups.txn_coordinator = txns.find_coordinator
     service = KafkaService(config, router, produce, fetch, admin, view, count_request, groups, txns)
     return KafkaFrontEnd(service, groups, txns, config.max_request_bytes, config.incomplete_request_timeout_ms / 1000)
 

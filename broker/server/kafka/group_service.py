@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +45,7 @@ from broker.server.kafka.groups import GroupCoordinator, coordinator_for
 from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.storage.log_manager import LogManager
 
+log = logging.getLogger("logferry.kafka")
 _NO_TIME = timedelta(0)
 
 
@@ -74,6 +76,10 @@ class KafkaGroupService:
         self.zk_client = zk_client
         self.pool = pool
         self.coordinator = GroupCoordinator()
+        self.txn_coordinator: Callable[[str], Awaitable[int]] | None = None
+        """FindCoordinator for a transactional id (the transaction coordinator's
+        :meth:`~broker.server.kafka.txn_service.KafkaTxnService.find_coordinator`); None:
+        chosen as a group's."""
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -146,8 +152,15 @@ class KafkaGroupService:
                     host="",
                     port=-1,
                 )
-        # a transactional id's coordinator is chosen as a group's (txn_service.py)
-        node = self._coordinator_id(body.key)
+        if key_type == 1 and self.txn_coordinator is not None:
+            # the leader of the id's partition of __transaction_state (txn_store.py)
+            try:
+                node = await self.txn_coordinator(body.key)
+            except LogferryError as exc:
+                log.warning("FindCoordinator for transactional id %r: %s", body.key, exc)
+                node = -1
+        else:
+            node = self._coordinator_id(body.key)
         info = self.view().brokers.get(node)
         if info is None or not info.kafka_port:
             return make(

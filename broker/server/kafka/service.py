@@ -37,7 +37,7 @@ from broker.common.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from broker.common.names import validate_topic_name
+from broker.common.names import TRANSACTION_STATE_TOPIC, validate_topic_name
 from broker.common.ratelimit import RateLimitedLog
 from broker.coordination.registry import ClusterView
 from broker.server.config import BrokerConfig
@@ -214,7 +214,7 @@ class KafkaService:
                     error_code=ErrorCode.none,
                     name=topic.name,
                     topic_id=_topic_uuid(topic.topic_id),
-                    is_internal=False,
+                    is_internal=topic.name == TRANSACTION_STATE_TOPIC,
                     partitions=tuple(parts),
                 )
             )

@@ -11,7 +11,7 @@ Where it is appended: through the produce path of the partition's leader with ac
 (the same validation, append, group commit and replication as any batch). A partition
 led here goes straight to this broker's :class:`ProduceService`; one led by another
 broker gets a native produce request over the inter-broker listener, with the
-connection settings followers use toward leaders (TLS, SASL): the native protocol,
+connection settings followers use toward leaders (TLS, SASL), kept open per leader: the native protocol,
 not the Kafka listener, because brokers already speak it to each other and
 authenticate there, and the broker needs no Kafka client for it. Kafka's
 WriteTxnMarkers (27) is not served to clients.
@@ -93,6 +93,10 @@ class TxnMarkerWriter:
         self.produce = produce
         self.services = replication_services
         """TLS, SASL and listener toward other brokers (:class:`ReplicationServices`)."""
+        self._connections: dict[int, tuple[tuple[str, int], asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        """Leader -> its address and the connection kept to it: a transaction per
+        connection setup (TCP, TLS, SASL) cost a millisecond or more of every EndTxn."""
+        self._locks: dict[int, asyncio.Lock] = {}
 
     async def write(self, partitions: set[tuple[str, int]], producer_id: int, epoch: int, commit: bool) -> None:
         """A marker in every partition, replicated (acks=all); LogferryError naming the
@@ -109,6 +113,14 @@ class TxnMarkerWriter:
             self._local(parts, batch) if leader == self.broker_id else self._remote(leader, parts, batch)
             for leader, parts in by_leader.items()
         ]
+        if len(jobs) == 1:  # one leader (often this broker): no task to gather
+            try:
+                await jobs[0]
+            except LogferryError:
+                raise
+            except Exception as exc:
+                raise LeaderNotAvailableError(f"transaction markers not written: {exc!r}") from exc
+            return
         for result in await asyncio.gather(*jobs, return_exceptions=True):
             if isinstance(result, BaseException):
                 if isinstance(result, LogferryError):
@@ -128,38 +140,95 @@ class TxnMarkerWriter:
         _raise_first(result.parts)
 
     async def _remote(self, leader: int, parts: list[tuple[str, int]], batch: bytes) -> None:
+        """The markers of ``parts`` through ``leader``'s inter-broker listener, on the
+        connection kept to it (one request at a time); a kept connection that fails is
+        dropped and the request sent once more on a new one (the leader may have closed
+        it; a marker written twice changes nothing)."""
         info = self.view().brokers.get(leader)
         address = info.address(self.services.leader_listener) if info is not None else None
         if address is None:
             raise LeaderNotAvailableError(f"broker {leader}, leader of {parts}, is not registered")
-        peer = f"broker {leader} (transaction markers)"
-        async with asyncio.timeout(REMOTE_TIMEOUT_S):
-            reader, writer = await transport.open_stream(
-                *address,
-                timeout=5.0,
-                peer=peer,
-                ssl_context=self.services.leader_ssl_context,
-                server_hostname=self.services.leader_server_hostname,
-            )
+        lock = self._locks.setdefault(leader, asyncio.Lock())
+        async with lock, asyncio.timeout(REMOTE_TIMEOUT_S):
+            kept = self._connections.get(leader)
+            if kept is not None and kept[0] != address:  # the broker moved
+                self._drop(leader)
+                kept = None
+            if kept is not None:
+                try:
+                    await self._send(leader, kept[1], kept[2], parts, batch)
+                    return
+                except (OSError, ProtocolError):  # closed meanwhile: once more on a new one
+                    self._drop(leader)
+                except LogferryError:  # answered with an error: the connection is fine
+                    raise
+                except BaseException:  # cut mid-request (a timeout): its answer may still come
+                    self._drop(leader)
+                    raise
+            reader, writer = await self._connect(leader, address, parts)
+            self._connections[leader] = (address, reader, writer)
             try:
-                if self.services.leader_sasl is not None:
-                    await authenticate_stream(reader, writer, self.services.leader_sasl, peer)
-                fields = encode_produce_request(-1, [ProducePart(t, p, len(batch)) for t, p in parts], markers=True)
-                writer.write(protocol.encode_request(protocol.PRODUCE, next(_ids), fields, len(batch) * len(parts)))
-                for _ in parts:
-                    writer.write(batch)
-                await writer.drain()
-                decoder = protocol.FrameDecoder()
-                while (frame := decoder.next_frame()) is None:
-                    data = await reader.read(65536)
-                    if not data:
-                        raise ProtocolError(f"{peer} closed the connection before answering")
-                    decoder.feed(data)
-                if frame.header.get("err"):  # the request refused as a whole
-                    raise error_for_code(int(frame.header["err"]), str(frame.header.get("msg", "")))
-                _raise_first(parse_produce_answer(frame.header))
-            finally:
-                writer.close()
+                await self._send(leader, reader, writer, parts, batch)
+            except LogferryError as exc:
+                if isinstance(exc, ProtocolError):
+                    self._drop(leader)
+                raise
+            except BaseException:
+                self._drop(leader)
+                raise
+
+    async def _connect(
+        self, leader: int, address: tuple[str, int], parts: list[tuple[str, int]]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        peer = f"broker {leader} (transaction markers)"
+        reader, writer = await transport.open_stream(
+            *address,
+            timeout=5.0,
+            peer=peer,
+            ssl_context=self.services.leader_ssl_context,
+            server_hostname=self.services.leader_server_hostname,
+        )
+        try:
+            if self.services.leader_sasl is not None:
+                await authenticate_stream(reader, writer, self.services.leader_sasl, peer)
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
+
+    async def _send(
+        self,
+        leader: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        parts: list[tuple[str, int]],
+        batch: bytes,
+    ) -> None:
+        peer = f"broker {leader} (transaction markers)"
+        fields = encode_produce_request(-1, [ProducePart(t, p, len(batch)) for t, p in parts], markers=True)
+        writer.write(protocol.encode_request(protocol.PRODUCE, next(_ids), fields, len(batch) * len(parts)))
+        for _ in parts:
+            writer.write(batch)
+        await writer.drain()
+        decoder = protocol.FrameDecoder()
+        while (frame := decoder.next_frame()) is None:
+            data = await reader.read(65536)
+            if not data:
+                raise ProtocolError(f"{peer} closed the connection before answering")
+            decoder.feed(data)
+        if frame.header.get("err"):  # the request refused as a whole
+            raise error_for_code(int(frame.header["err"]), str(frame.header.get("msg", "")))
+        _raise_first(parse_produce_answer(frame.header))
+
+    def _drop(self, leader: int) -> None:
+        kept = self._connections.pop(leader, None)
+        if kept is not None:
+            kept[2].close()
+
+    def close(self) -> None:
+        """Close the connections kept to other brokers."""
+        for leader in list(self._connections):
+            self._drop(leader)
 
 
 def _raise_first(parts: Any) -> None:

@@ -2,27 +2,29 @@
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn (on the id's coordinator) and
 TxnOffsetCommit (on the group's coordinator).
 
-A transactional id's coordinator is chosen as a group's is
-(:func:`~broker.server.kafka.groups.coordinator_for` over the live Kafka-speaking
-brokers), so every broker answers FindCoordinator alike. Its state
-(:class:`~broker.server.kafka.txn_state.TxnMetadata`) lives in ZooKeeper
-(:mod:`broker.coordination.transactions`): each request reads it, applies a transition
-and writes it back conditionally before answering, so a coordinator killed with -9 or
-moved to another broker leaves nothing behind that the next one cannot read. Within
-a broker one lock per id orders the requests.
+A transactional id's coordinator is, as in Kafka, the leader of the id's partition of
+the internal topic ``__transaction_state``, where its state
+(:class:`~broker.server.kafka.txn_state.TxnMetadata`) is kept
+(:mod:`broker.server.kafka.txn_store`): each request applies a transition to the state
+the coordinator holds in memory and appends the new state with acks=all before
+answering, so a coordinator killed with -9 or moved to another broker leaves nothing
+behind that the next one (the partition's next leader, which replays the partition)
+cannot read. Within a broker one lock per id orders the requests. What the group
+coordinators need of a transaction that commits offsets stays in ZooKeeper
+(:mod:`broker.coordination.transactions`: the pending offsets and a mirror of the state).
 
-Ending a transaction: the decision (PrepareCommit or PrepareAbort) is written to
-ZooKeeper first; then a COMMIT or ABORT marker goes into every partition of the
+Ending a transaction: the decision (PrepareCommit or PrepareAbort) is stored first;
+then a COMMIT or ABORT marker goes into every partition of the
 transaction (:class:`~broker.server.kafka.txn_markers.TxnMarkerWriter`), the group
 offsets a commit carries become the groups' committed offsets (an abort drops them),
 and the state is CompleteCommit or CompleteAbort. The client is answered once the
 decision is stored; markers that cannot be written yet (a partition without a leader)
 are retried by :meth:`KafkaTxnService.run_expiry` every second, which also aborts
-transactions past their timeout (bumping the epoch, which fences their producer) and
-finishes those a dead coordinator left half way (found by a full scan of the ids every
-:data:`FULL_SCAN_S`; between scans only the ids this broker knows to be due are read).
-The full scans also forget the ids idle past ``transactional_id_expiration_ms`` (Kafka's
-``transactional.id.expiration.ms``, 7 days), so ZooKeeper does not grow forever.
+transactions past their timeout (bumping the epoch, which fences their producer),
+finishes those a dead coordinator left half way (found when the partition is loaded)
+and snapshots the state partitions. Every :data:`FULL_SCAN_S` it also looks at every id
+it coordinates and forgets those idle past ``transactional_id_expiration_ms`` (Kafka's
+``transactional.id.expiration.ms``, 7 days): a tombstone in the log.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from broker.server.kafka.errors import kafka_error
 from broker.server.kafka.groups import coordinator_for
 from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.server.kafka.txn_state import MAX_EPOCH, TxnError, TxnMetadata, TxnState, check_timeout
+from broker.server.kafka.txn_store import TxnStateLog
 
 log = logging.getLogger("logferry.kafka")
 _NO_TIME = timedelta(0)
@@ -53,8 +56,8 @@ EXPIRY_INTERVAL_S = 1.0
 """How often the coordinator looks for transactions past their timeout and markers
 left unwritten."""
 FULL_SCAN_S = 30.0
-"""How often the expiry round reads every transactional id this broker coordinates from
-ZooKeeper; between scans it reads only the ids it knows to be Ongoing or unfinished."""
+"""How often the expiry round looks at every transactional id this broker coordinates
+(for idle ones); between scans only at the ids it knows to be Ongoing or unfinished."""
 LAZY_COMPLETE_S = 1.0
 """How long after an EndTxn the expiry round stores its Complete* state if no request
 of the id came meanwhile (one came: its own write stored it)."""
@@ -98,6 +101,7 @@ class KafkaTxnService:
         offsets: OffsetCommitter,
         authorizer: Any = None,
         expiration_ms: int = 7 * 24 * 3600 * 1000,
+        state_log: TxnStateLog | None = None,
     ):
         self.broker_id = broker_id
         self.view = view
@@ -111,33 +115,27 @@ class KafkaTxnService:
         on the TransactionalId) for every request of a transaction, ``produce`` on each
         topic added, ``consume`` on a group whose offsets are committed (the rights a
         producer and a consumer need anyway)."""
+        if state_log is None:
+            raise ValueError("the transaction coordinator needs its state log")
+        self.state_log = state_log
+        """The ids' states (``__transaction_state``)."""
+        state_log.on_load = self._loaded
         self._locks: dict[str, asyncio.Lock] = {}
         self._due: dict[str, int] = {}
         """Transactional id -> when (ms) its Ongoing transaction times out (0: markers to
-        finish), for the ids this broker stored such a state for."""
+        finish), for the ids this broker coordinates."""
         self._next_scan = 0.0
         self.expiration_ms = expiration_ms
         """Idle transactional ids are forgotten after this long (found by the full scans)."""
         self._scan_s = min(FULL_SCAN_S, expiration_ms / 3000)
-        self._known: dict[str, tuple[bytes, int, float]] = {}
-        """Transactional id -> the state this broker last read or wrote and its znode
-        version, for the ids it coordinates: a request of the id's producer starts from
-        it instead of reading ZooKeeper. Safe because every write is conditional on that
-        version: if another broker wrote meanwhile the write fails (CONCURRENT_TRANSACTIONS,
-        retried), the entry is dropped and the retry reads ZooKeeper. Cleared when the
-        set of brokers (hence every id's coordinator) changes, and not trusted once half
-        the expiration has passed (monotonic time of the entry): an id deleted as
-        expired and created again starts at version 0 anew, which a forgotten entry
-        might match."""
-        self._known_for: tuple[int, ...] = ()
-        self._finished: dict[str, int] = {}
-        """Transactional id -> znode version of a Prepare* state whose markers and group
-        offsets this broker finished without storing Complete* (an EndTxn's transaction):
-        read at that version, the state is taken as Complete* and the next write (the next
-        transaction's first request, or the expiry round after :data:`LAZY_COMPLETE_S`)
-        stores it, saving a ZooKeeper write per transaction. If this broker dies first, the
-        next coordinator finds Prepare* and finishes it again: markers and offsets written
-        twice change nothing."""
+        self._unstored: dict[str, int] = {}
+        """Transactional id -> version of a Prepare* state whose markers and group
+        offsets this broker finished, made Complete* in memory without storing it (an
+        EndTxn's transaction): the next write of the id (the next transaction's first
+        request, or the expiry round after :data:`LAZY_COMPLETE_S`) stores it, saving a
+        write per transaction. If this broker dies first, or stops leading the id's
+        partition, the next coordinator finds Prepare* and finishes it again: markers
+        and offsets written twice change nothing."""
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
@@ -150,15 +148,24 @@ class KafkaTxnService:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def coordinator_id(self, key: str) -> int:
-        """The broker that coordinates transactional id (or group) ``key``."""
+    def group_coordinator_id(self, group: str) -> int:
+        """The broker that coordinates ``group`` (TxnOffsetCommit goes there)."""
         view = self.view()
-        brokers = [b for b, i in view.brokers.items() if i.kafka_port]
-        if tuple(brokers) != self._known_for:  # coordinators may have moved
-            self._known_for = tuple(brokers)
-            self._known.clear()
-            self._finished.clear()
-        return coordinator_for(key, brokers)
+        return coordinator_for(group, [b for b, i in view.brokers.items() if i.kafka_port])
+
+    async def find_coordinator(self, transactional_id: str) -> int:
+        """FindCoordinator for a transactional id: the leader of its partition of
+        ``__transaction_state``, which is created first if need be (-1: no leader yet)."""
+        await self.state_log.ensure_topic()
+        return self.state_log.coordinator(transactional_id)
+
+    def _loaded(self, states: dict[str, bytes]) -> None:
+        """A state partition was loaded: note its ids due for a timeout or unfinished markers."""
+        for txn_id, raw in states.items():
+            try:
+                self._note(TxnMetadata.from_json(txn_id, raw))
+            except ValueError as exc:
+                log.warning("%s", exc)
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -171,44 +178,26 @@ class KafkaTxnService:
     async def _zk(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
 
-    async def _load(self, transactional_id: str, fresh: bool = False) -> tuple[TxnMetadata, int] | None:
-        """The id's state and znode version: the one this broker knows (see ``_known``)
-        unless ``fresh``, else read from ZooKeeper."""
-        known = None if fresh else self._known.get(transactional_id)
-        if known is not None and time.monotonic() - known[2] < self.expiration_ms / 2000:
-            raw, version = known[0], known[1]
-        else:
-            found = await self._zk(lambda: store.read_state(self.zk_client(), transactional_id))
-            if found is None:
-                self._known.pop(transactional_id, None)
-                return None
-            raw, version = found
-            self._known[transactional_id] = (raw, version, time.monotonic())
-        meta = TxnMetadata.from_json(transactional_id, raw)
-        if meta.state.preparing and self._finished.get(transactional_id) == version:
-            meta.complete(_now_ms())  # finished here; stored by the next write
-        return meta, version
+    async def _load(self, transactional_id: str) -> tuple[TxnMetadata, int] | None:
+        """The id's state and version (TxnError NOT_COORDINATOR unless it is coordinated
+        here; None if it has none)."""
+        found = await self.state_log.get(transactional_id)
+        if found is None:
+            return None
+        raw, version = found
+        return TxnMetadata.from_json(transactional_id, raw), version
 
     async def _store(self, meta: TxnMetadata, version: int | None) -> int:
-        value = meta.to_json()
+        """Store the id's state if still at ``version``; its new version."""
         txn_id = meta.transactional_id
-        try:
-            new: int = await self._zk(lambda: store.write_state(self.zk_client(), txn_id, value, version))
-        except LogferryError:  # stale, or ZooKeeper trouble (written or not): read it next time
-            self._known.pop(txn_id, None)
-            self._finished.pop(txn_id, None)
-            raise
-        self._finished.pop(txn_id, None)  # stored: nothing left to complete
-        if len(self._known) > 100_000:  # bound the memory; a dropped id is read again
-            self._known.clear()
-            self._finished.clear()
-        self._known[txn_id] = (value, new, time.monotonic())
+        new = await self.state_log.put(txn_id, meta.to_json(), version)
+        self._unstored.pop(txn_id, None)  # stored: nothing left to complete
         self._note(meta)
         return new
 
     def _note(self, meta: TxnMetadata) -> None:
-        """Remember when the expiry round must look at the id (it reads ZooKeeper only
-        for these, and for every id at a full scan)."""
+        """Remember when the expiry round must look at the id (it looks only at these,
+        and at every id at a full scan)."""
         if meta.state is TxnState.ONGOING:
             self._due[meta.transactional_id] = meta.started_ms + meta.timeout_ms
         elif meta.state.preparing:
@@ -217,8 +206,9 @@ class KafkaTxnService:
             self._due.pop(meta.transactional_id, None)
 
     def _check(self, transactional_id: str, api: Api) -> None:
-        """TxnError NOT_COORDINATOR unless this broker coordinates the id."""
-        if self.coordinator_id(transactional_id) != self.broker_id:
+        """TxnError NOT_COORDINATOR unless this broker coordinates the id (leads its
+        partition of ``__transaction_state``)."""
+        if not self.state_log.leads(transactional_id):
             raise TxnError(
                 ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {transactional_id!r}"
             )
@@ -243,12 +233,13 @@ class KafkaTxnService:
     async def _finish(self, meta: TxnMetadata, version: int, lazy: bool = False) -> int:
         """Write the markers of a Prepare* transaction, publish (commit) or drop (abort)
         its group offsets, store it Complete*; the new version. ``lazy``: leave the
-        Complete* state to the id's next write (see ``_finished``); the version is then
+        Complete* state to the id's next write (see ``_unstored``); the version is then
         unchanged. LogferryError if a marker or ZooKeeper write failed: the state stays
         Prepare* (retried)."""
         commit = meta.state is TxnState.PREPARE_COMMIT
         if meta.groups:  # TxnOffsetCommit needs its group in the transaction: none without
-            await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id))
+            mirror = store.as_mirror(meta.to_json())
+            await self._zk(lambda: store.mark_end(self.zk_client(), meta.transactional_id, mirror))
         if meta.partitions:
             await self.markers.write(meta.partitions, meta.producer_id, meta.epoch, commit)
         if meta.groups:
@@ -259,10 +250,8 @@ class KafkaTxnService:
             if pending:
                 await self._zk(lambda: store.delete_pending_offsets(self.zk_client(), meta.transactional_id))
         meta.complete(_now_ms())
-        if lazy:
-            if len(self._finished) > 100_000:  # bound the memory; a dropped id is finished again
-                self._finished.clear()
-            self._finished[meta.transactional_id] = version
+        if lazy and self.state_log.set_in_memory(meta.transactional_id, meta.to_json(), version):
+            self._unstored[meta.transactional_id] = version
             self._due[meta.transactional_id] = _now_ms() + int(LAZY_COMPLETE_S * 1000)
             return version
         return await self._store(meta, version)
@@ -274,8 +263,9 @@ class KafkaTxnService:
         return error.code
 
     async def _guard(self, api: Api, version: int, work: Callable[[], Awaitable[None]]) -> tuple[ErrorCode, str | None]:
-        """Run ``work``; its error as Kafka's code and a message (ZooKeeper trouble and
-        a state changed under us are retriable: COORDINATOR_NOT_AVAILABLE)."""
+        """Run ``work``; its error as Kafka's code and a message (a state changed under
+        us: CONCURRENT_TRANSACTIONS; a failed append or ZooKeeper trouble:
+        COORDINATOR_NOT_AVAILABLE; both retriable)."""
         try:
             await work()
         except TxnError as exc:
@@ -303,7 +293,7 @@ class KafkaTxnService:
             self._denied(principal, Operation.PRODUCE, [], txn=transactional_id)
             check_timeout(timeout_ms)
             now = _now_ms()
-            loaded = await self._load(transactional_id, fresh=True)  # the fencing point: as stored
+            loaded = await self._load(transactional_id)
             if loaded is None:
                 meta = TxnMetadata(transactional_id, await self.allocate_producer_id(), 0, timeout_ms, updated_ms=now)
                 await self._store(meta, None)
@@ -404,6 +394,9 @@ class KafkaTxnService:
                 meta, version = loaded
                 meta.add(body.producer_id, body.producer_epoch, _now_ms(), set(), body.group_id)
                 await self._store(meta, version)
+                # what TxnOffsetCommit checks, on the group's coordinator
+                mirror = store.as_mirror(meta.to_json())
+                await self._zk(lambda: store.write_mirror(self.zk_client(), body.transactional_id, mirror))
 
         error, _ = await self._guard(Api.ADD_OFFSETS_TO_TXN, request.version, work)
         return make(response_schema(Api.ADD_OFFSETS_TO_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
@@ -428,7 +421,8 @@ class KafkaTxnService:
                     return  # a retry of an end that completed
                 version = await self._store(meta, version)
                 try:
-                    await asyncio.wait_for(self._finish(meta, version, lazy=True), MARKER_TIMEOUT_S)
+                    async with asyncio.timeout(MARKER_TIMEOUT_S):  # inline: no task of its own
+                        await self._finish(meta, version, lazy=True)
                 except (LogferryError, TimeoutError) as exc:
                     log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
 
@@ -445,7 +439,7 @@ class KafkaTxnService:
         offsets = [(t.name, int(p.partition_index), int(p.committed_offset)) for t in body.topics for p in t.partitions]
 
         async def work() -> None:
-            if self.coordinator_id(body.group_id) != self.broker_id:
+            if self.group_coordinator_id(body.group_id) != self.broker_id:
                 raise TxnError(
                     ErrorCode.not_coordinator, f"broker {self.broker_id} does not coordinate {body.group_id!r}"
                 )
@@ -459,12 +453,16 @@ class KafkaTxnService:
             # first the count of ended transactions, then the state: if this one ends
             # after we saw it Ongoing, the count moves and the write below fails
             ends = await self._zk(lambda: store.end_count(self.zk_client(), body.transactional_id))
-            loaded = await self._load(body.transactional_id, fresh=True)
-            if loaded is None:
+            # the state as its coordinator mirrored it when the group joined the
+            # transaction (or the transaction ended)
+            found = await self._zk(lambda: store.read_state(self.zk_client(), body.transactional_id))
+            if found is None:
                 raise TxnError(
-                    ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {body.transactional_id!r}"
+                    ErrorCode.invalid_txn_state,
+                    f"no transaction of {body.transactional_id!r} holds group {body.group_id!r} "
+                    f"(AddOffsetsToTxn first)",
                 )
-            meta, _ = loaded
+            meta = TxnMetadata.from_json(body.transactional_id, found[0])
             meta.check_producer(body.producer_id, body.producer_epoch)
             if meta.state is not TxnState.ONGOING or body.group_id not in meta.groups:
                 raise TxnError(
@@ -501,15 +499,18 @@ class KafkaTxnService:
     # -- timeouts and unfinished markers -----------------------------------------------------
 
     async def _forget(self, meta: TxnMetadata, version: int) -> None:
-        """Delete an id idle past :attr:`expiration_ms` from ZooKeeper (Kafka's
-        transactional id expiration), unless it changed since it was read."""
+        """Forget an id idle past :attr:`expiration_ms` (Kafka's transactional id
+        expiration): a tombstone in the log, unless it changed since it was read; then
+        its znodes, if a transaction with offsets left any."""
         txn_id = meta.transactional_id
-        self._known.pop(txn_id, None)
         try:
-            await self._zk(lambda: store.delete_state(self.zk_client(), txn_id, version))
+            if not await self.state_log.forget(txn_id, version):
+                return
+            await self._zk(lambda: store.delete_mirror(self.zk_client(), txn_id))
         except LogferryError as exc:
-            log.info("transactional id %r not forgotten (next scan): %s", txn_id, exc)
+            log.info("transactional id %r not wholly forgotten (next scan): %s", txn_id, exc)
             return
+        self._unstored.pop(txn_id, None)
         log.info("transactional id %r idle for %d ms: forgotten", txn_id, self.expiration_ms)
 
     async def run_expiry(self) -> None:
@@ -524,28 +525,34 @@ class KafkaTxnService:
                 log.warning("transaction expiry round failed (next in %.0f s): %s", EXPIRY_INTERVAL_S, exc)
 
     async def expire_once(self) -> None:
-        """One round of :meth:`run_expiry`: the ids due by what this broker stored; every
-        :data:`FULL_SCAN_S` (and first) every id it coordinates, read from ZooKeeper (ids
-        whose coordinator moved here, or whose state another broker wrote)."""
+        """One round of :meth:`run_expiry`: load the state partitions this broker has come
+        to lead (their ids due are noted then); the ids due; every :data:`FULL_SCAN_S`
+        every id it coordinates (the idle ones are forgotten); then the snapshots."""
+        for partition in self.state_log.led_partitions():
+            try:
+                await self.state_log.load(partition)
+            except (TxnError, LogferryError) as exc:
+                log.warning("transaction state partition %d not loaded (next round): %s", partition, exc)
         now = _now_ms()
         full = time.monotonic() >= self._next_scan
         if full:
             self._next_scan = time.monotonic() + self._scan_s
-            ids = await self._zk(lambda: store.list_ids(self.zk_client()))
+            ids = list(self.state_log.loaded())
         else:
             ids = [txn_id for txn_id, due in self._due.items() if due <= now]
         for txn_id in ids:
-            if self.coordinator_id(txn_id) != self.broker_id:
-                self._due.pop(txn_id, None)
-                continue
             async with self._lock(txn_id):
-                loaded = await self._load(txn_id, fresh=True)
+                try:
+                    loaded = await self._load(txn_id)
+                except TxnError:  # no longer coordinated here
+                    loaded = None
                 if loaded is None:
                     self._due.pop(txn_id, None)
+                    self._unstored.pop(txn_id, None)
                     continue
                 meta, version = loaded
                 self._note(meta)
-                if self._finished.get(txn_id) == version:  # finished here: store Complete*
+                if self._unstored.get(txn_id) == version:  # finished here: store Complete*
                     try:
                         version = await self._store(meta, version)
                     except LogferryError as exc:
@@ -563,6 +570,10 @@ class KafkaTxnService:
                         await self._finish(meta, version)
                 except (LogferryError, TimeoutError) as exc:
                     log.warning("transaction of %r not finished yet (retried): %s", txn_id, exc)
+        try:
+            await self.state_log.maybe_snapshot()
+        except LogferryError as exc:
+            log.warning("transaction state snapshot failed (next round): %s", exc)
 
 
 __all__ = ["KafkaTxnService", "MarkerWriter", "OffsetCommitter"]

@@ -2,10 +2,11 @@
 
 One :class:`TxnMetadata` per transactional id: the producer id and epoch it holds, the
 state of its current transaction, the partitions and groups in it, its timeout and
-when it last changed. The coordinator (:mod:`broker.server.kafka.txn_service`) reads
-it from ZooKeeper, applies one of the transitions below, and writes it back with a
-conditional write before it answers, so the state survives a kill -9 and a move of
-the coordinator to another broker. The transitions are Kafka's
+when it last changed. The coordinator (:mod:`broker.server.kafka.txn_service`) applies
+one of the transitions below to the state it holds and appends the new one to
+``__transaction_state`` (:mod:`broker.server.kafka.txn_store`) with acks=all before it
+answers, so the state survives a kill -9 and a move of the coordinator to another
+broker. The transitions are Kafka's
 (``TransactionCoordinator``, ``TransactionMetadata``)::
 
     Empty ──AddPartitions/AddOffsets──► Ongoing ──EndTxn(commit)──► PrepareCommit ─markers─► CompleteCommit
@@ -64,7 +65,8 @@ class TxnError(Exception):
 
 @dataclass
 class TxnMetadata:
-    """One transactional id's state, as stored in ZooKeeper (:meth:`to_json`)."""
+    """One transactional id's state, as stored in its record of ``__transaction_state``
+    (:meth:`to_json`; ZooKeeper held the same JSON before)."""
 
     transactional_id: str
     producer_id: int
@@ -188,7 +190,8 @@ class TxnMetadata:
     # -- storage ---------------------------------------------------------------------------
 
     def to_json(self) -> bytes:
-        """The ZooKeeper value (JSON, readable with ``logferry zk get``)."""
+        """The stored value (JSON: a record's value in ``__transaction_state``, readable
+        with ``logferry consume``; before it, a znode's)."""
         return json.dumps(
             {
                 "v": STATE_VERSION,

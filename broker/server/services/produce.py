@@ -22,8 +22,10 @@ from broker.common.errors import (
     ControlBatchRefusedError,
     DiskFullError,
     InvalidRequestError,
+    InvalidTopicError,
     LogferryError,
 )
+from broker.common.names import TRANSACTION_STATE_TOPIC
 from broker.common.principal import Principal
 from broker.server.broker_metrics import BrokerMetrics
 from broker.server.durability.disk_full import DiskFullReporter
@@ -128,6 +130,10 @@ class ProduceService:
         for index, (topic, partition, chunk) in enumerate(request.sets):
             try:
                 if principal is not INTERNAL:
+                    if topic == TRANSACTION_STATE_TOPIC:
+                        raise InvalidTopicError(
+                            f"{topic} is internal: only the transaction coordinators write it (Kafka's rule)"
+                        )
                     self.authorizer.check_topic(principal, Operation.PRODUCE, topic)
                 plog = self.router.leader_log(topic, partition, for_write=True, acks_all=acks == -1)
                 scan = records.validate_message_set(chunk)
