@@ -35,6 +35,7 @@ from broker.common import topic_config
 from broker.common.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
+    InvalidTopicError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
     ZooKeeperError,
@@ -510,8 +511,15 @@ class BrokerRegistry:
         raise ZooKeeperError(f"topic {topic!r} keeps changing while partitions are added; try again")
 
     def delete_topic(self, topic: str) -> None:
-        """Remove a topic's registry node; every broker then deletes its partitions."""
+        """Remove a topic's registry node; every broker then deletes its partitions.
+        ``__transaction_state`` is refused (InvalidTopicError): it holds every
+        transactional id's state, and its coordinators would start again from nothing."""
         validate_topic_name(topic)
+        if topic == TRANSACTION_STATE_TOPIC:
+            raise InvalidTopicError(
+                f"{topic} is internal: it holds the transaction coordinators' state, and deleting it would "
+                "forget every transactional id's epoch and open transaction; nothing deleted"
+            )
         if self.client.exists(zk.topic_path(topic)) is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         for attempt in range(5):

@@ -224,7 +224,8 @@ def test_only_the_brokers_write_the_state_topic(
 ) -> None:
     """__transaction_state is internal, as Kafka's: a client's produce to it is refused
     (InvalidTopicError, nothing appended), so no client can forge a coordinator's state;
-    and its partitions cannot be added to (each id's state is in its hash's partition)."""
+    its partitions cannot be added to (each id's state is in its hash's partition), and
+    it cannot be deleted."""
     cluster = module_kafka_cluster
     txn_producer(cluster.bootstrap, unique_name("tid"))  # the topic exists from here
     forged = encode_batch([b"{}"], [b"someone"], int(time.time() * 1000))
@@ -235,6 +236,9 @@ def test_only_the_brokers_write_the_state_topic(
     try:
         with pytest.raises(InvalidPartitionsError, match="keeps its partition count"):
             admin.create_partitions(TOPIC, 16)  # would move ids away from their states
+        with pytest.raises(InvalidTopicError, match="is internal"):
+            admin.delete_topic(TOPIC)  # would forget every id's epoch and open transaction
+        assert TOPIC in admin.list_topics()
     finally:
         admin.close()
 
