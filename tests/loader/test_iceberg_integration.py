@@ -142,6 +142,21 @@ def test_topics_land_as_tables_exactly_once_and_maintenance_compacts(spark, brok
     assert_table_exactly(spark, warehouse, sent)  # compaction kept every row, once
 
 
+def test_first_run_latest_commits_the_starting_offsets_without_rows(spark, broker_cluster, tmp_path):
+    """A partition that starts at ``latest`` must record where it started (an empty
+    commit carrying the offsets), or the next run would skip what came in between."""
+    zk = broker_cluster(1).zk_connect
+    produce(zk, "ice-late", 2, 400)
+    out = tmp_path / "wh"
+    config = iceberg_config(zk, out, ["ice-late"], load={"first_run": "latest"})
+    first = run_load(config, spark=spark)
+    assert first.sequence == 1 and first.rows == 0
+    later = produce(zk, "ice-late", 2, 200, start=400)
+    second = run_load(config, spark=spark)
+    assert second.rows == 200
+    assert_table_exactly(spark, out.as_uri(), {"ice-late": later})
+
+
 def crashing_run(config: Path, point: str) -> subprocess.CompletedProcess:
     argv, env = loader_command(config)
     env[ENV] = point

@@ -111,3 +111,26 @@ def test_iceberg_config_defaults():
     assert c.output.format == "iceberg" and c.output.namespace == "logferry"
     assert c.maintenance.expire_after_hours == 168 and c.maintenance.orphan_after_hours == 72
     assert config().output.format == "parquet"
+
+
+def test_a_session_without_the_runtime_is_one_line_saying_how_to_get_it():
+    """py4j answers a class it cannot load with a JavaPackage (a JavaClass when it can)."""
+    from types import SimpleNamespace
+
+    from hadoop_loader.iceberg import IcebergRuntimeError, check_runtime
+
+    class JavaPackage:
+        pass
+
+    class JavaClass:
+        pass
+
+    def session(found: object) -> SimpleNamespace:
+        spark = SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(iceberg=SimpleNamespace())))
+        spark.org.apache.iceberg.spark = SimpleNamespace(SparkCatalog=found)
+        return SimpleNamespace(_jvm=spark)
+
+    with pytest.raises(IcebergRuntimeError, match="make iceberg-jars") as info:
+        check_runtime(session(JavaPackage()))
+    assert "\n" not in str(info.value) and info.value.exit_code == 2
+    check_runtime(session(JavaClass()))
