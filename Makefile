@@ -5,7 +5,7 @@
 #   make lint                                 ruff, mypy and the import contracts (pyproject.toml)
 #   make demo [DEMO_ARGS=...]                 the end-to-end demo
 #   make bench [BENCH_ARGS=--quick]           benchmarks/run_all.py: every benchmark, in turn
-#   make venv | system-deps | class-archive | kafka-jars | hadoop-jars | clean | distclean
+#   make venv | system-deps | class-archive | kafka-jars | hadoop-jars | iceberg-jars | clean | distclean
 #
 # `venv` reinstalls only when pyproject.toml changes (stamp file inside .venv);
 # `system-deps` installs Java and Debian's ZooKeeper if missing (root), or says how.
@@ -27,7 +27,7 @@ BENCH_ARGS ?=
 # 17.6 s of CPU, 4.5 s with it). Measured on this project's 2-core machine.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv system-deps class-archive kafka-jars hadoop-jars jars lint test test-prerequisites test-unit demo bench clean distclean
+.PHONY: help venv system-deps class-archive kafka-jars hadoop-jars iceberg-jars jars lint test test-prerequisites test-unit demo bench clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -59,6 +59,13 @@ kafka-jars:
 hadoop-jars:
 	@scripts/install-jars.sh apache-hadoop
 
+# Apache Iceberg's Spark runtime (scripts/install-jars.sh apache-iceberg, pom in
+# scripts/jars/apache-iceberg/), the same way and into the same cache: the loader's
+# `format = "iceberg"` runs with it on Spark's classpath (spark.jars), as its tests
+# (tests/loader/test_iceberg_integration.py) do; without it those tests skip saying why.
+iceberg-jars:
+	@scripts/install-jars.sh apache-iceberg
+
 # The guard rails: style, formatting and real mistakes (ruff), types of the typed packages (mypy)
 # and the architecture contracts (import-linter). Configured in pyproject.toml.
 lint: venv
@@ -81,6 +88,7 @@ test-prerequisites: venv system-deps lint class-archive jars
 jars: system-deps
 	@scripts/install-kafka-jars.sh
 	@scripts/install-jars.sh apache-hadoop
+	@scripts/install-jars.sh apache-iceberg
 
 # Tests marked `integration` start processes (ZooKeeper, brokers, Spark, subprocesses);
 # the rest need neither Java nor free ports.

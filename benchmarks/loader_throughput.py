@@ -1,4 +1,4 @@
-"""Loader throughput: rows/s landed into Parquet vs a plain consumer read, in one run.
+"""Loader throughput: rows/s landed into Parquet and into Iceberg vs a plain consumer read, in one run.
 
 One ZooKeeper and one broker process on 127.0.0.1; N messages of 200 bytes (log-line
 like text, all distinct) over 4 partitions with event times spread over 24 hours. Then:
@@ -8,9 +8,14 @@ like text, all distinct) over 4 partitions with event times spread over 24 hours
 * landing: ``run_load`` into a fresh output directory with Spark local mode (session
   started beforehand and reported separately), once per ``--files-per-hour`` entry. The
   first landing is the JVM's first job ("cold", as in a nightly run: JIT warm-up and
-  Python worker start-up included); later ones are "warm".
+  Python worker start-up included); later ones are "warm";
+* Iceberg: ``run_load`` with ``output.format = "iceberg"`` into a fresh warehouse, on a
+  real HDFS (Hadoop's NameNode and DataNode started here, ``--iceberg-on hdfs``, the
+  default) or on ``file://``, ``--repeat`` times, next to the same number of warm
+  Parquet landings on ``file://``; the medians are printed. Needs ``make iceberg-jars``
+  (and ``make hadoop-jars`` for HDFS).
 
-    .venv/bin/python benchmarks/loader_throughput.py --messages 1000000
+    .venv/bin/python benchmarks/loader_throughput.py --messages 1000000 --repeat 3
 
 Figures depend on the machine and its load; the script prints the load average too.
 """
@@ -91,21 +96,78 @@ def consume_all(zk: str) -> tuple[int, float]:
     return rows, time.perf_counter() - t0
 
 
-def land(spark, zk: str, out: Path, files_per_hour: int) -> tuple[int, float, int, int, dict]:
+def land(
+    spark, zk: str, out: Path | str, files_per_hour: int, fmt: str = "parquet"
+) -> tuple[int, float, int, int, dict]:
     """One landing run; returns (rows, seconds, parquet bytes, files)."""
     from hadoop_loader.config import config_from_dict
     from hadoop_loader.job import run_load
 
+    output = {"uri": out.as_uri() if isinstance(out, Path) else out, "format": fmt}
+    if fmt == "parquet":
+        output["files_per_hour"] = files_per_hour
     config = config_from_dict(
         {
             "source": {"zk": zk, "topics": [TOPIC]},
-            "output": {"uri": out.as_uri(), "files_per_hour": files_per_hour},
+            "output": output,
             "load": {"chunk_bytes": 32 << 20},
         }
     )
     result = run_load(config, spark=spark)
     stats = result.topics[TOPIC]
     return result.rows, result.seconds, stats.parquet_bytes, stats.files, result.phases
+
+
+def iceberg_conf(repeat: int) -> dict[str, str]:
+    """Iceberg's runtime on the session's classpath (``make iceberg-jars``)."""
+    if repeat <= 0:
+        return {}
+    from broker.testing.jars import JarSet
+    from hadoop_loader.iceberg import EXTENSIONS, ICEBERG_VERSION, RUNTIME_JAR
+
+    jars = JarSet("apache-iceberg", "Apache Iceberg's Spark runtime", ICEBERG_VERSION)
+    if not jars.resolved():
+        raise SystemExit(f"{jars.missing_reason()} (or --repeat 0 for Parquet only)")
+    return {"spark.jars": str(jars.jar_dir() / RUNTIME_JAR), "spark.sql.extensions": EXTENSIONS}
+
+
+def compare_with_iceberg(spark, zk: str, workdir: Path, args: argparse.Namespace, ceiling: float) -> None:
+    """``--repeat`` rounds of (Parquet on file://, Iceberg on HDFS or file://), fresh
+    outputs each; prints each run and the medians."""
+    import contextlib
+    import statistics
+
+    from broker.testing.hdfs import LocalHdfs
+    from broker.testing.localrun import free_port
+
+    with contextlib.ExitStack() as stack:
+        if args.iceberg_on == "hdfs":
+            hdfs = LocalHdfs(workdir / "hdfs", free_port(), free_port())
+            t0 = time.perf_counter()
+            hdfs.start(180)
+            stack.callback(hdfs.stop)
+            print(f"HDFS started ({hdfs.uri}) in {time.perf_counter() - t0:.1f} s")
+        rates: dict[str, list[float]] = {"parquet": [], "iceberg": []}
+        for n in range(args.repeat):
+            for fmt in ("parquet", "iceberg"):
+                where = "file://" if fmt == "parquet" or args.iceberg_on == "file" else "hdfs://"
+                out: Path | str = workdir / f"{fmt}-{n}"
+                if where == "hdfs://":
+                    out = f"{hdfs.uri}/bench/{fmt}-{n}"
+                landed, seconds, size, files, phases = land(spark, zk, out, 1, fmt)
+                assert landed == args.messages, landed
+                rates[fmt].append(landed / seconds)
+                print(
+                    f"{fmt:<8} on {where:<8} run {n + 1}: {landed / seconds:>10,.0f} rows/s ({seconds:.2f} s, "
+                    f"{files} files, {size / 2**20:.0f} MiB, {landed / seconds / ceiling:.0%} of ceiling)"
+                )
+                print("           steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+        for fmt, values in rates.items():
+            where = "file://" if fmt == "parquet" or args.iceberg_on == "file" else "hdfs://"
+            print(
+                f"median   {fmt} on {where} ({len(values)} runs): {statistics.median(values):,.0f} rows/s "
+                f"(min {min(values):,.0f}, max {max(values):,.0f})"
+            )
 
 
 def main() -> int:
@@ -121,6 +183,14 @@ def main() -> int:
         "file per topic and hour, the default; 0 = no shuffle). The "
         "first run is the JVM's first job (cold, like a nightly run)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="then this many Iceberg landings, each next to a warm Parquet one (files_per_hour=1 "
+        "on file://), alternating; medians printed (0: no Iceberg)",
+    )
+    parser.add_argument("--iceberg-on", choices=["hdfs", "file"], default="hdfs", help="where the warehouse is")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -139,15 +209,17 @@ def main() -> int:
             from pyspark.sql import SparkSession
 
             t0 = time.perf_counter()
-            spark = (
+            builder = (
                 SparkSession.builder.master(args.master)
                 .appName("loader-bench")
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")
                 .config("spark.driver.memory", "1g")
                 .config("spark.sql.shuffle.partitions", "4")
-                .getOrCreate()
             )
+            for key, value in iceberg_conf(args.repeat).items():
+                builder = builder.config(key, value)
+            spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("ERROR")
             print(f"Spark session start ({args.master}):       {time.perf_counter() - t0:.1f} s (not counted below)")
             for n, variant in enumerate(args.files_per_hour):
@@ -161,6 +233,8 @@ def main() -> int:
                     f"Parquet, {landed / seconds / ceiling:.0%} of ceiling)"
                 )
                 print("           steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+            if args.repeat > 0:
+                compare_with_iceberg(spark, zk, workdir, args, ceiling)
             spark.stop()
     print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     return 0

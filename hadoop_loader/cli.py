@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="land files the verification finds missing or damaged again "
         "from the cluster (while it still holds their offsets), then the run",
     )
+    parser.add_argument(
+        "--maintain",
+        action="store_true",
+        help="instead of a load: compact each hour's files, expire old snapshots and remove "
+        "orphan files in the topics' Iceberg tables ([maintenance] in the config)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -67,11 +73,15 @@ def run(args: argparse.Namespace) -> int:
 
     from hadoop_loader.audit import require_complete
     from hadoop_loader.config import load_config
-    from hadoop_loader.job import run_load
-    from hadoop_loader.summary import print_audit, print_summary
+    from hadoop_loader.job import run_load, run_maintenance
+    from hadoop_loader.summary import print_audit, print_maintenance, print_summary
 
     try:
         config = load_config(args.config)
+        if getattr(args, "maintain", False):
+            print_maintenance(run_maintenance(config, master=args.master), sys.stdout)
+            sys.stdout.flush()
+            return 0
         audit = config.audit
         if args.require_complete is not None:
             audit = replace(audit, enabled=True, require_complete=args.require_complete)

@@ -28,24 +28,23 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash
-from hadoop_loader.config import LoaderConfig
+from hadoop_loader.config import ICEBERG_NO_AUDIT, LoaderConfig, config_error
 from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
-from hadoop_loader.errors import Gap, LoaderError, StateError, spark_errors
+from hadoop_loader.errors import LoaderError, OutputUnavailableError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
 from hadoop_loader.identity import IdentityRange, ranges_to_keep
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
-from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange, offset_mover
 from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import DriverPlanner, RangePlan
 from hadoop_loader.repair import repair_lake
-from hadoop_loader.source import LogferryDataSource
-from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, Recovery, seq_name
-from hadoop_loader.verify import LakeCheck, verify_lake
+from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
+from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, seq_name
+from hadoop_loader.verify import verify_lake
 from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
@@ -55,76 +54,6 @@ StagedCounts = dict[tuple[str, str, int, str, str], tuple[int, int, int, int]]
 offset, undecodable rows)."""
 
 
-@dataclass
-class TopicStats:
-    """What a run landed for one topic."""
-
-    rows: int = 0
-    log_bytes: int = 0
-    """Log bytes read (offset ranges)."""
-    parquet_bytes: int = 0
-    files: int = 0
-    duplicates: int = 0
-    """Rows dropped by dedup as copies of rows already landed."""
-    ranges: list[RangeEntry] = field(default_factory=list)
-    hours: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class LoadResult:
-    """The outcome of one run, for the summary and the tests."""
-
-    sequence: int | None
-    """The committed run's sequence number (None: nothing to commit)."""
-    recovery: Recovery
-    topics: dict[str, TopicStats]
-    gaps: list[Gap]
-    seconds: float
-    walked_bytes: int = 0
-    undecodable: int = 0
-    phases: dict[str, float] = field(default_factory=dict)
-    """Seconds per step: recover, plan, spark (session start), write, count, commit, publish."""
-    audit: Any = None
-    audit_error: LoaderError | None = None
-    """Why the audit failed (the run itself committed)."""
-    lake: LakeCheck | None = None
-    """What the verification of earlier runs' files found (at the run's start)."""
-    dedup: bool = False
-    """Whether dedup was on."""
-    repair: Any = None
-    """What ``--repair`` did (:class:`hadoop_loader.repair.RepairResult`)."""
-
-    @property
-    def duplicates(self) -> int:
-        return sum(t.duplicates for t in self.topics.values())
-
-    @property
-    def rows(self) -> int:
-        return sum(t.rows for t in self.topics.values())
-
-
-class _Session:
-    """The run's SparkSession, built only when needed.
-
-    With a local output, recovery and planning need no JVM, so a run with nothing to
-    land (or one that only finishes publishing a crashed run) never starts Spark.
-    """
-
-    def __init__(self, config: LoaderConfig, spark: Any, master: str | None):
-        self._config = config
-        self._spark = spark
-        self._master = master
-
-    def get(self) -> Any:
-        if self._spark is None:
-            from hadoop_loader.spark_session import build_session
-
-            self._spark = build_session(self._config.spark, self._master, self._config.load.timezone)
-        self._spark.conf.set("spark.sql.session.timeZone", self._config.load.timezone)
-        self._spark.dataSource.register(LogferryDataSource)
-        return self._spark
-
-
 def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None, repair: bool = False) -> LoadResult:
     """Run one landing job; reuses ``spark`` when given (tests), else builds a session.
 
@@ -132,26 +61,22 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
     (:mod:`hadoop_loader.repair`), then land what is new.
     """
     started = time.time()
-    session = _Session(config, spark, master)
-    if config.output.filesystem == "hadoop" or (
-        config.output.filesystem == "auto" and not config.output.uri.startswith("file:")
-    ):
-        fs = filesystem_for(config.output.uri, config.output.filesystem, session.get())
-    else:
-        fs = filesystem_for(config.output.uri, config.output.filesystem)
-    store = LandingStore(fs, config.output.uri)
-    fs.mkdirs(store.state)
-    store.acquire_lock()
-    try:
-        result = _run_locked(config, session, fs, store, started, repair)
-    except BaseException:
-        # The run's own error is the one to report. Releasing may fail for the same
-        # reason (a NameNode restarting): the lock then stays, and the next run, in a
-        # process of its own, takes over a lock whose process is gone.
-        with contextlib.suppress(LoaderError):
-            store.release_lock()
-        raise
-    store.release_lock()
+    iceberg = config.output.format == "iceberg"
+    if iceberg and config.audit.enabled:
+        raise config_error("audit.enabled", ICEBERG_NO_AUDIT, config.path)
+    if iceberg and repair:
+        raise config_error("output.format", "--repair is for Parquet output (Iceberg checks its own commits)")
+    session = LoadSession(config, spark, master)
+    fs, store = _output(config, session)
+
+    def land() -> LoadResult:
+        if iceberg:
+            from hadoop_loader.iceberg_job import land_into_iceberg
+
+            return land_into_iceberg(config, session, fs)
+        return _run_locked(config, session, fs, store, started, repair)
+
+    result = _locked(store, land)
     if config.audit.enabled:
         from hadoop_loader.audit import audit_after_load
 
@@ -163,6 +88,63 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
             _keep_audit(fs, store, result.audit, started)
     result.seconds = time.time() - started
     return result
+
+
+def run_maintenance(config: LoaderConfig, spark: Any = None, master: str | None = None) -> Any:
+    """``logferry load --maintain``: compaction, snapshot expiry and orphan-file removal
+    on the topics' Iceberg tables (:func:`hadoop_loader.iceberg_job.maintain`), under
+    the output's lock so no load writes meanwhile."""
+    if config.output.format != "iceberg":
+        raise config_error("output.format", "--maintain is for Iceberg tables (output.format = 'iceberg')", config.path)
+    from hadoop_loader.iceberg_job import maintain
+
+    session = LoadSession(config, spark, master)
+    _, store = _output(config, session)
+    return _locked(store, lambda: maintain(config, session))
+
+
+def _output(config: LoaderConfig, session: LoadSession) -> tuple[FileSystem, LandingStore]:
+    """The output's file system and store, its state folder created."""
+    if config.output.filesystem == "hadoop" or (
+        config.output.filesystem == "auto" and not config.output.uri.startswith("file:")
+    ):
+        fs = filesystem_for(config.output.uri, config.output.filesystem, session.get())
+    else:
+        fs = filesystem_for(config.output.uri, config.output.filesystem)
+    store = LandingStore(fs, config.output.uri)
+    prepare_output(fs, store)
+    return fs, store
+
+
+T = TypeVar("T")
+
+
+def _locked(store: LandingStore, work: Callable[[], T]) -> T:
+    """``work()`` under the output's lock."""
+    store.acquire_lock()
+    try:
+        result = work()
+    except BaseException:
+        # The run's own error is the one to report. Releasing may fail for the same
+        # reason (a NameNode restarting): the lock then stays, and the next run, in a
+        # process of its own, takes over a lock whose process is gone.
+        with contextlib.suppress(LoaderError):
+            store.release_lock()
+        raise
+    store.release_lock()
+    return result
+
+
+def prepare_output(fs: FileSystem, store: LandingStore) -> None:
+    """Create the output's state folder, or say in one line that the output cannot be
+    written (a path below a file, a read-only mount; HDFS's refusals come as
+    :class:`OutputUnavailableError` from :mod:`hadoop_loader.fs` already)."""
+    try:
+        fs.mkdirs(store.state)
+    except OSError as exc:
+        raise OutputUnavailableError(
+            f"output.uri: cannot write below {store.root}: {exc.strerror or exc} ({store.state}); nothing was written"
+        ) from None
 
 
 _PUBLISH_HOOKS: PublishHooks = {
@@ -197,9 +179,14 @@ def _keep_audit(fs: FileSystem, store: LandingStore, report: Any, started: float
 
 
 def _run_locked(
-    config: LoaderConfig, session: _Session, fs: FileSystem, store: LandingStore, started: float, repair: bool = False
+    config: LoaderConfig,
+    session: LoadSession,
+    fs: FileSystem,
+    store: LandingStore,
+    started: float,
+    repair: bool = False,
 ) -> LoadResult:
-    clock = _Clock()
+    clock = Clock()
     recovery = store.recover(**_PUBLISH_HOOKS)
     clock.lap("recover")
     if recovery.rolled_forward or recovery.discarded:
@@ -248,7 +235,7 @@ def _run_locked(
         earlier = ranges_to_keep(store.newest_first(), keep_since)
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())
-    moves = _offset_mover(landed, first)
+    moves = offset_mover(landed, first)
     if not plan.chunks and not any(moves(r) for r in plan.ranges):
         log.info("nothing new to land")
         return result
@@ -370,23 +357,6 @@ def _count(
     return files, counts, identities
 
 
-def _offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[PartitionRange], bool]:
-    """Whether committing a range changes the recorded offsets.
-
-    A partition landed before moves when its end differs; a new one when it has data,
-    or when new partitions start at ``latest`` (that starting point must be recorded, or
-    the next run would start at the then latest and skip what came in between).
-    """
-
-    def moves(r: PartitionRange) -> bool:
-        before = landed.get(r.topic, {}).get(r.partition)
-        if before is None:
-            return r.end > r.start or first == LATEST
-        return before != r.end
-
-    return moves
-
-
 def _manifest(
     config: LoaderConfig,
     sequence: int,
@@ -471,19 +441,6 @@ def final_path(rel: str, sequence: int, prefix: str = "") -> str:
     directory, _, name = rel.rpartition("/")
     parts = [p for p in directory.split("/") if p and not p.startswith(f"{DUPLICATE_COLUMN}=")]
     return "/".join(parts) + f"/r{seq_name(sequence)[-8:]}-{prefix}{name}"
-
-
-class _Clock:
-    """Seconds spent per step of a run."""
-
-    def __init__(self) -> None:
-        self.phases: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phases[name] = now - self._last
-        self._last = now
 
 
 def _path_of(uri: str) -> str:

@@ -10,7 +10,7 @@ earliest and ``-1`` latest, and a partition left out takes the option's default.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -131,3 +131,20 @@ def check_start(
             )
         return log_start, gap
     return start, None
+
+
+def offset_mover(landed: dict[str, dict[int, int]], first: int) -> Callable[[PartitionRange], bool]:
+    """Whether committing a range changes the recorded offsets.
+
+    A partition landed before moves when its end differs; a new one when it has data,
+    or when new partitions start at ``latest`` (that starting point must be recorded, or
+    the next run would start at the then latest and skip what came in between).
+    """
+
+    def moves(r: PartitionRange) -> bool:
+        before = landed.get(r.topic, {}).get(r.partition)
+        if before is None:
+            return r.end > r.start or first == LATEST
+        return before != r.end
+
+    return moves

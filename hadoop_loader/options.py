@@ -61,11 +61,16 @@ class SourceOptions:
     agent_columns: bool = False
     """Whether the schema has the agent columns (``decodeAgentRecords`` was given)."""
     skip_gaps: bool = False
-    max_bytes_per_trigger: int | None = None
-    """Streaming: at most this many log bytes per partition per micro-batch."""
     chunks: tuple[Chunk, ...] | None = None
     """A plan made by the landing job: read exactly these chunks, plan nothing."""
 
+
+NO_TRIGGER_LIMIT = (
+    "option maxBytesPerTrigger: PySpark 4.1 (pinned for Apache Iceberg's Spark runtime, see pyproject.toml) "
+    "gives Python streaming sources no admission control, so a micro-batch cannot be capped; leave the option "
+    "out (each micro-batch reads up to the visible ends) or cap the landing job with load.max_bytes_per_partition"
+)
+"""Why ``maxBytesPerTrigger`` (PySpark 4.2's ``ReadMaxBytes``) is refused under the 4.1 pin."""
 
 KNOWN = {
     "zk",
@@ -77,7 +82,6 @@ KNOWN = {
     "fetchbytes",
     "decodeagentrecords",
     "onretentiongap",
-    "maxbytespertrigger",
     "chunks",
     "path",
     "listener",
@@ -168,13 +172,15 @@ def _tls_option_error(key: str, problem: str, file: str) -> LoaderConfigError:
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     """Validate the options given to ``spark.read.format("logferry")``."""
     options = {str(k).lower(): str(v) for k, v in raw.items()}
+    if "maxbytespertrigger" in options:
+        raise LoaderConfigError(NO_TRIGGER_LIMIT)
     unknown = sorted(set(options) - KNOWN)
     if unknown:
         raise LoaderConfigError(
             f"unknown logferry option {unknown[0]!r}; known options: "
             "zk, brokers, topics, startingOffsets, endingOffsets, "
             "maxBytesPerPartition, fetchBytes, decodeAgentRecords, "
-            "onRetentionGap, maxBytesPerTrigger"
+            "onRetentionGap"
         )
     zk = options.get("zk") or None
     brokers = tuple(b.strip() for b in options.get("brokers", "").split(",") if b.strip()) or None
@@ -212,7 +218,6 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
             chunks = tuple(Chunk.from_json(c) for c in json.loads(options["chunks"]))
         except (ValueError, TypeError) as exc:
             raise LoaderConfigError(f"option chunks is not a list of [topic, partition, start, end]: {exc}") from None
-    trigger = options.get("maxbytespertrigger")
     return SourceOptions(
         endpoint=Endpoint(zk, brokers, _parse_tls(options), _parse_sasl(options), options.get("listener") or None),
         topics=topics,
@@ -223,9 +228,6 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         decode=decode,
         agent_columns=agent_columns,
         skip_gaps=gap == "skip",
-        max_bytes_per_trigger=(
-            None if trigger is None else _positive(options, "maxbytespertrigger", "maxBytesPerTrigger", 0)
-        ),
         chunks=chunks,
     )
 

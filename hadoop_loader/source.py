@@ -35,12 +35,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from hadoop_loader.arrowconv import spark_schema, to_record_batch
@@ -167,24 +161,24 @@ class LogferryReader(DataSourceReader):
         return read_partition(partition)
 
 
-class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class LogferryStreamReader(DataSourceStreamReader):
     """Structured Streaming: offsets are ``{"topic": {"partition": offset}}`` dicts.
 
     ``initialOffset`` resolves ``startingOffsets``; ``latestOffset`` reads the visible
-    ends (capped by ``maxBytesPerTrigger``, split evenly over partitions with a backlog);
-    ``partitions`` plans chunks between two offsets. Nothing is committed to the brokers
-    (they keep no consumer state): Spark's checkpoint holds the offsets. With
-    ``trigger(availableNow=True)`` the ends seen when the query starts are the target.
+    ends; ``partitions`` plans chunks between two offsets. Nothing is committed to the
+    brokers (they keep no consumer state): Spark's checkpoint holds the offsets. With
+    ``trigger(availableNow=True)`` Spark asks for the ends once, when the query starts,
+    and reads up to them.
+
+    PySpark 4.1 (pinned for Apache Iceberg's Spark runtime) gives Python streaming
+    sources no admission control (4.2's ``getDefaultReadLimit``/``ReadMaxBytes`` and
+    ``latestOffset(start, limit)``), so a micro-batch reads everything visible and the
+    option ``maxBytesPerTrigger`` is refused (:data:`hadoop_loader.options.NO_TRIGGER_LIMIT`).
     """
 
     def __init__(self, options: SourceOptions):
         self.options = options
         self._planner: DriverPlanner | None = None
-        self._target: dict[tuple[str, int], int] | None = None
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        ends = self.planner.current_ends(self.options.topics)
-        self._target = {(t, p): e for t, parts in ends.items() for p, (_, e) in parts.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -205,35 +199,7 @@ class LogferryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("skipping a retention gap: %s", gap.describe())
         return _to_offsets({(r.topic, r.partition): r.start for r in plan_.ranges})
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_bytes_per_trigger is not None:
-            return ReadMaxBytes(self.options.max_bytes_per_trigger)
-        return ReadAllAvailable()
-
-    def latestOffset(self, start: SparkOffsets, limit: ReadLimit) -> SparkOffsets:
-        current = _from_offsets(start)
-        ends = self.planner.current_ends(self.options.topics)
-        targets: dict[tuple[str, int], int] = {}
-        backlog = []
-        for topic, parts in ends.items():
-            for partition, (log_start, log_end) in parts.items():
-                pos = max(current.get((topic, partition), log_start), log_start)
-                if self._target is not None:  # availableNow: never past the target
-                    log_end = max(min(log_end, self._target.get((topic, partition), pos)), pos)
-                targets[(topic, partition)] = log_end
-                if log_end > pos:
-                    backlog.append(PartitionRange(topic, partition, pos, log_end))
-        if isinstance(limit, ReadMaxBytes) and backlog:
-            share = max(limit.max_bytes // len(backlog), 1)
-            for r in backlog:
-                if r.bytes > share:
-                    chunks = plan([r], share, self.planner.finder, cap_bytes=share)
-                    targets[(r.topic, r.partition)] = chunks[-1].end
-        merged = dict(current)
-        merged.update(targets)
-        return _to_offsets(merged)
-
-    def reportLatestOffset(self) -> SparkOffsets | None:
+    def latestOffset(self) -> SparkOffsets:
         ends = self.planner.current_ends(self.options.topics)
         return _to_offsets({(t, p): e for t, parts in ends.items() for p, (_, e) in parts.items()})
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from hadoop_loader.audit import AuditReport
-from hadoop_loader.job import LoadResult
+from hadoop_loader.results import LoadResult
 
 
 def _size(n: float) -> str:
@@ -46,6 +46,11 @@ def print_summary(result: LoadResult, out: TextIO) -> None:
             f"hours {_hours(stats.hours)}" + (f", {stats.duplicates:,} duplicate(s) dropped" if result.dedup else ""),
             file=out,
         )
+        if stats.table is not None:
+            print(f"    table {stats.table}, snapshot {stats.snapshot_id}", file=out)
+            for r in sorted(stats.ranges, key=lambda r: r.partition):
+                print(f"    partition {r.partition}: offsets [{r.start}, {r.end})", file=out)
+            continue
         for r in sorted(stats.ranges, key=lambda r: r.partition):
             print(f"    partition {r.partition}: offsets [{r.start}, {r.end}) {r.rows:,} rows", file=out)
     for gap in result.gaps:
@@ -116,3 +121,16 @@ def print_audit(report: AuditReport, out: TextIO) -> None:
                 for stage, n, c in report.chain(h)
             )
             print(f"  {h.topic:<24} {h.hour:<14} {chain}", file=out)
+
+
+def print_maintenance(result: Any, out: TextIO) -> None:
+    """What ``--maintain`` did per table (:class:`hadoop_loader.iceberg_job.MaintenanceResult`)."""
+    if not result.tables:
+        print("maintenance: no table to maintain", file=out)
+    for topic, t in result.tables.items():
+        print(
+            f"maintenance: {topic} ({t.table}): {t.rewritten_files:,} file(s) compacted into {t.added_files:,}, "
+            f"{t.expired_snapshots:,} snapshot(s) expired, {t.orphans_removed:,} orphan file(s) removed",
+            file=out,
+        )
+    print(f"maintenance done in {result.seconds:.1f} s", file=out)

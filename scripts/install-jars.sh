@@ -10,10 +10,12 @@
 #                                           tests/integration/test_kafka_mirrormaker2.py
 #   scripts/install-jars.sh apache-hadoop   Apache Hadoop's NameNode and DataNode, run by
 #                                           `logferry hdfs start` (broker/testing/hdfs.py)
+#   scripts/install-jars.sh apache-iceberg  Apache Iceberg's Spark runtime (one shaded jar),
+#                                           for the loader's `format = "iceberg"`
 #
 # Each set is one pom (only resolved, never built), resolved with Debian's maven into
 # benchmarks/.cache/<set>-<version>/ (git-ignored; LOGFERRY_BENCH_CACHE=/elsewhere keeps it
-# outside the clone). `make test` runs it for both (targets kafka-jars, hadoop-jars).
+# outside the clone). `make test` runs it for each (targets kafka-jars, hadoop-jars, iceberg-jars).
 #
 # Idempotent and quick: when the folder's .resolved marker is there, nothing runs (no
 # mvn). Otherwise mvn copies every jar into a temporary folder, renamed once complete,
@@ -36,8 +38,11 @@ case "$SET" in
     apache-hadoop)
         LABEL="Apache Hadoop"; POM=$REPO/scripts/jars/apache-hadoop/pom.xml; PROPERTY=hadoop.version
         REQUIRED=${JARS_REQUIRED:-0} ;;
+    apache-iceberg)
+        LABEL="Apache Iceberg's Spark runtime"; POM=$REPO/scripts/jars/apache-iceberg/pom.xml
+        PROPERTY=iceberg.version; REQUIRED=${JARS_REQUIRED:-0} ;;
     *)
-        echo "usage: $0 apache-kafka|apache-kafka-mirrormaker2|apache-hadoop" >&2
+        echo "usage: $0 apache-kafka|apache-kafka-mirrormaker2|apache-hadoop|apache-iceberg" >&2
         exit 2 ;;
 esac
 NAME=install-jars

@@ -5,8 +5,9 @@ Hadoop"), and its exactly-once commit rests on HDFS's own rename, create and lea
 semantics, which a local file system does not have. Tests and developers need a real
 one they can start, stop, kill and restart on free ports, as :mod:`broker.testing.
 zkserver` gives them ZooKeeper. The servers are Hadoop's own classes from the jars
-``scripts/install-jars.sh apache-hadoop`` resolves (:data:`JARS`), the version of the
-Hadoop client inside the pinned pyspark, so Spark talks to them with its own client.
+``scripts/install-jars.sh apache-hadoop`` resolves (:data:`JARS`), a version whose RPC
+the Hadoop client inside the pinned pyspark speaks (:data:`CLIENT_VERSIONS`), so Spark
+talks to them with its own client.
 Everything lives in one data directory::
 
     <data_dir>/conf/                core-site.xml, hdfs-site.xml, log4j.properties: written on
@@ -49,9 +50,17 @@ from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable, java_major
 from broker.testing.zkserver import _cmdline, _pid_alive, port_is_free, tail_lines
 
 HADOOP_VERSION = "3.5.0"
-"""pyspark's Hadoop client (``pyspark/jars/hadoop-client-api-<version>.jar``); keep in step
-with ``hadoop.version`` in scripts/jars/apache-hadoop/pom.xml (tests/unit/test_hdfs.py
-checks both)."""
+"""The servers' version; keep in step with ``hadoop.version`` in
+scripts/jars/apache-hadoop/pom.xml (tests/unit/test_hdfs.py checks both). It was
+pyspark 4.3's client; the pin moved pyspark to 4.1 (for Apache Iceberg's Spark runtime,
+pyproject.toml), whose client is 3.4.2 (:data:`CLIENT_VERSIONS`), and the servers stayed:
+Hadoop keeps its client-server RPC compatible within a major version, and the loader's
+HDFS tests (tests/loader/test_hdfs_integration.py) pass with the 3.4.2 client against
+these 3.5.0 servers."""
+
+CLIENT_VERSIONS = ("3.4.2", "3.5.0")
+"""Hadoop clients inside pyspark (``pyspark/jars/hadoop-client-api-<version>.jar``) the
+servers were checked with: 3.4.2 is pyspark 4.1's, 3.5.0 pyspark 4.3's."""
 
 JARS = JarSet("apache-hadoop", "Apache Hadoop", HADOOP_VERSION)
 MIN_JAVA_MAJOR = 17  # Hadoop 3.5's classes are Java 17 class files.
@@ -623,6 +632,7 @@ def pyspark_hadoop_version() -> str | None:
 __all__ = [
     "DEFAULT_HTTP_PORT",
     "DEFAULT_PORT",
+    "CLIENT_VERSIONS",
     "HADOOP_VERSION",
     "JARS",
     "HadoopInstall",

@@ -18,8 +18,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
+from broker.testing.jars import JarSet
 from broker.testing.jvm import spark_java_options_line
 from hadoop_loader.config import LoaderConfig, config_from_dict
+from hadoop_loader.iceberg import EXTENSIONS, ICEBERG_VERSION, RUNTIME_JAR
 from tests.support.waiting import wait_until
 
 HOUR_MS = 3600 * 1000
@@ -27,15 +29,32 @@ BASE_HOUR_MS = 1_709_251_200_000
 """2024-03-01T00:00:00Z: event times of test messages start here."""
 
 
+ICEBERG_JARS = JarSet("apache-iceberg", "Apache Iceberg's Spark runtime", ICEBERG_VERSION)
+"""The runtime ``make iceberg-jars`` resolves (scripts/install-jars.sh apache-iceberg)."""
+
+
+def iceberg_jar() -> str | None:
+    """The Iceberg runtime jar's path, or None when it has not been resolved."""
+    return str(ICEBERG_JARS.jar_dir() / RUNTIME_JAR) if ICEBERG_JARS.resolved() else None
+
+
+def iceberg_spark_conf() -> dict[str, str]:
+    """Spark settings that put Iceberg's runtime on the classpath (none without it)."""
+    jar = iceberg_jar()
+    return {"spark.jars": jar, "spark.sql.extensions": EXTENSIONS} if jar else {}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local[2] SparkSession shared by every loader test."""
+    """A local[2] SparkSession shared by every loader test (with Iceberg's runtime and SQL
+    extensions when ``make iceberg-jars`` has resolved them: a 48 MB jar on the classpath,
+    loaded only by the tests that use it)."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("logferry-loader-tests")
         .config("spark.ui.enabled", "false")
@@ -46,8 +65,10 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.extraJavaOptions", spark_java_options_line())  # C1, serial GC, class archive
-        .getOrCreate()
     )
+    for key, value in iceberg_spark_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -133,22 +154,36 @@ driver_memory = "512m"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def write_loader_toml(path: Path, zk: str, out: Path, topics: list[str], *, source: str = "", extra: str = "") -> Path:
+def write_loader_toml(
+    path: Path,
+    zk: str,
+    out: Path | str,
+    topics: list[str],
+    *,
+    source: str = "",
+    extra: str = "",
+    output: str = "",
+    spark_conf: dict[str, str] | None = None,
+) -> Path:
     """A loader config file for ``python -m hadoop_loader load`` runs in tests: source
-    (plus the ``source`` lines), output, small chunks, then ``extra`` (more TOML
-    sections), then the test Spark setup."""
+    (plus the ``source`` lines), output (plus the ``output`` lines; ``out`` a path or a
+    URI), small chunks, then ``extra`` (more TOML sections), then the test Spark setup
+    (plus ``spark_conf``)."""
+    uri = out.as_uri() if isinstance(out, Path) else out
+    conf = "".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in (spark_conf or {}).items())
     path.write_text(f"""
 [source]
 zk = "{zk}"
 topics = {json.dumps(topics)}
 {source}
 [output]
-uri = "{out.as_uri()}"
+uri = "{uri}"
+{output}
 [load]
 chunk_bytes = 262144
 fetch_bytes = 65536
 {extra}
-{SPARK_TEST_SECTIONS}""")
+{SPARK_TEST_SECTIONS}{conf}""")
     return path
 
 

@@ -18,7 +18,8 @@ from tests.loader.fakes import FakePartitionLog
 
 @pytest.mark.parametrize("agent", [False, True])
 def test_arrow_schema_is_what_spark_expects(agent):
-    assert to_arrow_schema(spark_schema(agent), timezone="UTC").equals(arrow_schema(agent))
+    # PySpark 4.1's converter writes timestamps as UTC instants (timestamp_utc=True)
+    assert to_arrow_schema(spark_schema(agent), timestamp_utc=True).equals(arrow_schema(agent))
 
 
 def test_columns_match_messages_across_batches_with_and_without_keys_and_deltas():

@@ -34,8 +34,9 @@ from hadoop_loader import cli
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.errors import LoaderError
 from hadoop_loader.fs import HadoopFileSystem
+from hadoop_loader.iceberg import table_name
 from hadoop_loader.job import run_load
-from tests.loader.conftest import SPARK_TEST_SECTIONS, produce
+from tests.loader.conftest import SPARK_TEST_SECTIONS, iceberg_jar, produce
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -111,6 +112,35 @@ def test_load_lands_each_message_once_and_a_rerun_nothing(spark, module_cluster,
     second = run_load(config, spark=spark)  # verifies the three files on HDFS, lands nothing
     assert second.sequence is None and second.rows == 0 and second.lake.ok and second.lake.rows == 4_000
     assert_each_once(spark, hdfs_dir, sent)
+
+
+@pytest.mark.skipif(iceberg_jar() is None, reason="no Apache Iceberg runtime: run `make iceberg-jars`")
+def test_iceberg_tables_on_hdfs_land_each_message_once(spark, module_cluster, unique_name, hdfs_dir):
+    """``format = "iceberg"`` with the warehouse on HDFS: the Hadoop catalog's commit (a
+    rename HDFS refuses over an existing metadata file) carries the offsets."""
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-ice")
+    sent = produce(zk, topic, 2, 4_000, hours=3)
+    config = config_from_dict(
+        {
+            "source": {"zk": zk, "topics": [topic]},
+            "output": {"uri": hdfs_dir, "format": "iceberg"},
+            "load": {"chunk_bytes": 1 << 20, "fetch_bytes": 256 * 1024},
+            "spark": {"master": "local[2]"},
+        }
+    )
+    first = run_load(config, spark=spark)
+    assert first.rows == 4_000 and first.sequence == 1
+    name = table_name(hdfs_dir, "logferry", topic)
+    rows = spark.sql(f"SELECT partition, offset, index, value FROM {name}").collect()
+    assert len({(r[0], r[1], r[2]) for r in rows}) == len(rows) == 4_000
+    for p, messages in sent.items():
+        assert [bytes(r[3]) for r in sorted(r for r in rows if r[0] == p)] == [v for v, _ in messages]
+    fs = HadoopFileSystem(spark)
+    assert fs.exists(f"{hdfs_dir}/logferry/{topic}/metadata/version-hint.text")
+    assert not fs.exists(f"{hdfs_dir}/_logferry/lock")
+    second = run_load(config, spark=spark)
+    assert second.sequence is None and second.rows == 0
+    assert spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0] == 4_000
 
 
 def test_missing_and_damaged_files_are_found_and_repaired(

@@ -1,0 +1,206 @@
+"""The landing job into Iceberg tables (``output.format = "iceberg"``), and their upkeep.
+
+A run, under the output's lock (``<warehouse>/_logferry/lock``, as for Parquet):
+
+1. reads each topic's table: the offsets of its newest landing snapshot
+   (:meth:`IcebergTables.landed`; a new topic has none);
+2. plans from those offsets to the visible ends, exactly as the Parquet job does
+   (capped at ``max_bytes_per_partition``, cut into chunks at batch boundaries);
+3. per topic, one Spark job reads the chunks through the ``logferry`` data source and
+   appends the rows to the topic's table in ONE Iceberg commit whose snapshot summary
+   carries the new offsets (:func:`hadoop_loader.iceberg.summary_properties`).
+
+The commit is the exactly-once point: before it nothing of the topic's load is visible
+and the offsets have not moved; after it both have. A run killed before the commit
+leaves data files no snapshot references (removed by ``--maintain``'s orphan-file
+removal) and the next run reads the same offsets again; killed after it, the next run
+starts where it ended. Topics commit one by one: a run killed between two topics has
+landed the first and not the second, each once.
+
+``logferry load --maintain`` (:func:`maintain`) compacts each hour's files into one,
+expires old snapshots (never the newest landing one: it holds the offsets) and removes
+orphan files, with Iceberg's Spark procedures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from hadoop_loader import crash
+from hadoop_loader.config import LoaderConfig
+from hadoop_loader.errors import spark_errors
+from hadoop_loader.fs import FileSystem
+from hadoop_loader.iceberg import IcebergTables, SnapshotInfo, summary_properties
+from hadoop_loader.manifest import RangeEntry
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange, offset_mover
+from hadoop_loader.options import Endpoint
+from hadoop_loader.plan_driver import DriverPlanner
+from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
+from hadoop_loader.store import Recovery
+from hadoop_loader.writing import landed_rows
+
+log = logging.getLogger("logferry.loader")
+
+DROPPED = ("topic", "dt", "hr")
+"""Columns of the landed frame a topic's table does not hold: the table is the topic,
+and ``hours(timestamp)`` partitions it."""
+
+
+def land_into_iceberg(config: LoaderConfig, session: LoadSession, fs: FileSystem) -> LoadResult:
+    """One run into the topics' Iceberg tables; the caller holds the output's lock."""
+    clock = Clock()
+    spark = session.get()
+    clock.lap("spark")
+    tables = IcebergTables(spark, config.output.uri, config.output.namespace)
+    source = config.source
+    with spark_errors("reading the Iceberg tables' last loads"):
+        states = {t: tables.landed(t) for t in source.topics}
+    clock.lap("read offsets")
+    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
+    first = EARLIEST if config.load.first_run == "earliest" else LATEST
+    landed = {t: states[t].offsets for t in source.topics}
+    with DriverPlanner(endpoint) as planner:
+        plan = planner.plan_ranges(
+            source.topics,
+            OffsetSpec(first, landed),
+            None,
+            config.load.on_retention_gap == "skip",
+            config.load.chunk_bytes,
+            config.load.max_bytes_per_partition,
+        )
+        executors = planner.executor_endpoint()
+    clock.lap("plan")
+    for gap in plan.gaps:
+        log.warning("skipped a retention gap: %s", gap.describe())
+    stats = {t: TopicStats() for t in source.topics}
+    result = LoadResult(None, Recovery(), stats, plan.gaps, 0.0, plan.walked_bytes, phases=clock.phases)
+    moves = offset_mover(landed, first)
+    run_id = uuid.uuid4().hex
+    origin = source.zk or ",".join(source.brokers or ())
+    for topic in source.topics:
+        ranges = [r for r in plan.ranges if r.topic == topic and moves(r)]
+        chunks = [c for c in plan.chunks if c.topic == topic]
+        if not ranges and not chunks:
+            continue
+        state = states[topic]
+        offsets = dict(state.offsets)
+        offsets.update({r.partition: r.end for r in ranges})
+        properties = summary_properties(
+            state.load + 1,
+            run_id,
+            offsets,
+            [(r.partition, r.start, r.end) for r in ranges if r.end > r.start],
+            [g for g in plan.gaps if g.topic == topic],
+            origin,
+        )
+        with spark_errors(f"the Spark job landing {topic} into {tables.name(topic)}"):
+            frame = landed_rows(config, spark, chunks, executors, None).drop(*DROPPED)
+            if not chunks:  # offsets to record, no rows (first_run = "latest")
+                frame = spark.createDataFrame([], frame.schema)
+            if not tables.exists(topic):
+                tables.create(topic, frame.schema, config.output.compression)
+            _watch_writes(fs, tables.location(topic))
+            snapshot = tables.append(topic, frame, properties)
+        crash.crash_point("after-commit")
+        clock.lap(f"land {topic}")
+        _record(result.topics[topic], tables.name(topic), snapshot, ranges)
+        loaded = int(properties["logferry.load"])
+        result.sequence = max(result.sequence or 0, loaded)
+    return result
+
+
+def _watch_writes(fs: FileSystem, location: str) -> None:
+    """The crash point ``during-write``: as soon as a data file appears in the table's
+    ``data/`` folder that was not there before this write."""
+    if not crash.armed("during-write"):
+        return
+    data = f"{location}/data"
+    before = {f.uri for f in fs.list_files(data)} if fs.exists(data) else set()
+    crash.watch_for("during-write", lambda: any(f.uri not in before for f in fs.list_files(data)))
+
+
+def _record(stats: TopicStats, table: str, snapshot: SnapshotInfo, ranges: list[PartitionRange]) -> None:
+    """A topic's figures from its commit's snapshot summary."""
+    summary = snapshot.summary
+    stats.table = table
+    stats.snapshot_id = snapshot.snapshot_id
+    stats.rows = int(summary.get("added-records", "0"))
+    stats.files = int(summary.get("added-data-files", "0"))
+    stats.parquet_bytes = int(summary.get("added-files-size", "0"))
+    stats.log_bytes = sum(r.end - r.start for r in ranges)
+    stats.ranges = [RangeEntry(r.topic, r.partition, r.start, r.end, 0) for r in ranges if r.end > r.start]
+
+
+# -- maintenance --------------------------------------------------------------------------------
+
+
+@dataclass
+class TableUpkeep:
+    """What ``--maintain`` did to one table."""
+
+    table: str
+    rewritten_files: int = 0
+    added_files: int = 0
+    expired_snapshots: int = 0
+    orphans_removed: int = 0
+
+
+@dataclass
+class MaintenanceResult:
+    """What ``--maintain`` did, per topic (topics without a table are left out)."""
+
+    tables: dict[str, TableUpkeep] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def maintain(config: LoaderConfig, session: LoadSession, now_ms: int | None = None) -> MaintenanceResult:
+    """Compaction, snapshot expiry and orphan-file removal on every topic's table; the
+    caller holds the output's lock (no load writes meanwhile)."""
+    started = time.time()
+    now_ms = int(started * 1000) if now_ms is None else now_ms
+    spark = session.get()
+    tables = IcebergTables(spark, config.output.uri, config.output.namespace)
+    m = config.maintenance
+    result = MaintenanceResult()
+    for topic in config.source.topics:
+        with spark_errors(f"maintaining {tables.name(topic)}"):
+            if not tables.exists(topic):
+                continue
+            upkeep = TableUpkeep(tables.name(topic))
+            catalog, ident = tables.name(topic).split(".", 1)
+            rows = spark.sql(
+                f"CALL {catalog}.system.rewrite_data_files(table => '{ident}', strategy => 'binpack', "
+                f"options => map('min-input-files', '2', 'target-file-size-bytes', '{m.target_file_bytes}', "
+                f"'max-file-group-size-bytes', '{max(m.target_file_bytes, 1 << 30) * 100}'))"
+            ).collect()
+            if rows:
+                upkeep.rewritten_files = int(rows[0]["rewritten_data_files_count"])
+                upkeep.added_files = int(rows[0]["added_data_files_count"])
+            # never older than the newest landing snapshot: it holds the offsets
+            cutoff = now_ms - m.expire_after_hours * 3600 * 1000
+            newest = tables.newest_landing(topic)
+            if newest is not None:
+                cutoff = min(cutoff, newest.timestamp_ms)
+            rows = spark.sql(
+                f"CALL {catalog}.system.expire_snapshots(table => '{ident}', "
+                f"older_than => TIMESTAMP '{_utc(cutoff)}', retain_last => {m.keep_snapshots})"
+            ).collect()
+            if rows:
+                upkeep.expired_snapshots = int(rows[0]["deleted_manifest_lists_count"])
+            rows = spark.sql(
+                f"CALL {catalog}.system.remove_orphan_files(table => '{ident}', "
+                f"older_than => TIMESTAMP '{_utc(now_ms - m.orphan_after_hours * 3600 * 1000)}')"
+            ).collect()
+            upkeep.orphans_removed = len(rows)
+            result.tables[topic] = upkeep
+    result.seconds = time.time() - started
+    return result
+
+
+def _utc(ms: int) -> str:
+    """A Spark timestamp literal for epoch milliseconds, in UTC whatever the session's zone."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

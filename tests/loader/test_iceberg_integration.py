@@ -1,0 +1,227 @@
+"""``output.format = "iceberg"``: each topic lands as an Iceberg table, exactly once.
+
+Real Spark (the session's shared local[2] JVM, with Iceberg's runtime), real brokers,
+real files. Each test counts what was sent against what the table holds, read with
+Spark SQL (and once with pyiceberg, without a JVM):
+
+- N messages over two topics and several partitions land as N rows, each once, per
+  partition in offset order, in hour partitions; the snapshot summary holds the
+  offsets; a rerun lands nothing; more messages land only the new ones; time travel to
+  the first load gives its rows; pyiceberg reads the table;
+- a loader (its own process) killed as kill -9 would while Spark writes, then a rerun:
+  each message once, the dead process's lock taken over; ``--maintain`` then leaves at
+  most one file per hour with the rows unchanged, removes the killed write's files
+  (orphans, once older than ``orphan_after_hours``), and loads go on from the offsets
+  behind the compaction's snapshot;
+- ``first_run = "latest"`` commits the starting offsets without rows;
+- bad input: ``output.format`` misspelt, a warehouse that cannot be written: one line
+  naming the key.
+
+The same on a real HDFS is in test_hdfs_integration.py (it shares that module's HDFS).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hadoop_loader.crash import CRASH_EXIT, ENV
+from hadoop_loader.iceberg import OFFSETS, table_location, table_name
+from hadoop_loader.job import run_load, run_maintenance
+from tests.loader.conftest import (
+    REPO,
+    iceberg_jar,
+    iceberg_spark_conf,
+    loader_command,
+    loader_config,
+    produce,
+    write_loader_toml,
+)
+from tests.loader.test_load_integration import merge
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(iceberg_jar() is None, reason="no Apache Iceberg runtime: run `make iceberg-jars`"),
+]
+
+NAMESPACE = "logferry"
+
+
+def iceberg_config(zk: str, out: Path, topics: list[str], **sections: dict) -> Any:
+    """A loader config landing Iceberg tables into the warehouse ``out``."""
+    return loader_config(zk, out, topics, output={"format": "iceberg"}, **sections)
+
+
+def table_rows(spark: Any, warehouse: str, topic: str, version: int | None = None) -> list[tuple]:
+    """(partition, offset, index, value, timestamp) of every row, read with Spark SQL."""
+    name = table_name(warehouse, NAMESPACE, topic)
+    as_of = f" VERSION AS OF {version}" if version is not None else ""
+    return [
+        (r["partition"], r["offset"], r["index"], bytes(r["value"]), r["timestamp"])
+        for r in spark.sql(f"SELECT partition, offset, index, value, timestamp FROM {name}{as_of}").collect()
+    ]
+
+
+def assert_table_exactly(spark: Any, warehouse: str, sent: dict[str, dict[int, list[tuple[bytes, int]]]]) -> None:
+    """Each topic's table holds exactly the sent messages: each once, and per partition
+    in the order sent when ordered by (offset, index), the identity of a message."""
+    for topic, parts in sent.items():
+        rows = table_rows(spark, warehouse, topic)
+        ids = [(p, o, i) for p, o, i, *_ in rows]
+        assert len(ids) == len(set(ids)), f"{topic}: duplicate rows"
+        assert len(rows) == sum(len(m) for m in parts.values()), topic
+        for partition, messages in parts.items():
+            landed = sorted(r for r in rows if r[0] == partition)
+            assert [r[3] for r in landed] == [v for v, _ in messages], f"{topic}/{partition} out of order"
+            assert [int(r[4].timestamp() * 1000) for r in landed] == [ts for _, ts in messages]
+
+
+def snapshot_summaries(spark: Any, warehouse: str, topic: str) -> list[dict[str, str]]:
+    name = table_name(warehouse, NAMESPACE, topic)
+    rows = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at").collect()
+    return [dict(r["summary"]) for r in rows]
+
+
+def files_per_hour(spark: Any, warehouse: str, topic: str) -> dict[Any, int]:
+    name = table_name(warehouse, NAMESPACE, topic)
+    rows = spark.sql(f"SELECT partition, file_count FROM {name}.partitions").collect()
+    return {r["partition"][0]: r["file_count"] for r in rows}
+
+
+@pytest.mark.slow
+def test_topics_land_as_tables_exactly_once(spark, broker_cluster, tmp_path):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    out = tmp_path / "wh"
+    warehouse = out.as_uri()
+    sent: dict = {}
+    merge(sent, {"ice-a": produce(zk, "ice-a", 3, 3_000, hours=3), "ice-b": produce(zk, "ice-b", 1, 500)})
+    config = iceberg_config(zk, out, ["ice-a", "ice-b"])
+
+    first = run_load(config, spark=spark)
+    assert first.rows == 3_500 and first.sequence == 1
+    assert first.topics["ice-a"].table == table_name(warehouse, NAMESPACE, "ice-a")
+    assert_table_exactly(spark, warehouse, sent)
+    summary = snapshot_summaries(spark, warehouse, "ice-a")[-1]
+    assert summary["logferry.load"] == "1" and summary["added-records"] == "3000"
+    ends = {r.partition: r.end for r in first.topics["ice-a"].ranges}
+    assert summary[OFFSETS] == "{" + ",".join(f'"{p}":{e}' for p, e in sorted(ends.items())) + "}"
+
+    again = run_load(config, spark=spark)  # nothing new: no commit
+    assert again.sequence is None and again.rows == 0
+
+    merge(sent, {"ice-a": produce(zk, "ice-a", 3, 600, start=3_000, hours=3)})
+    second = run_load(config, spark=spark)
+    assert second.rows == 600 and second.topics["ice-a"].rows == 600 and second.sequence == 2
+    # time travel to a given load: its snapshot as it was
+    name = table_name(warehouse, NAMESPACE, "ice-a")
+    as_of = spark.sql(f"SELECT count(*) FROM {name} VERSION AS OF {first.topics['ice-a'].snapshot_id}")
+    assert as_of.collect()[0][0] == 3_000
+
+    # a quick look without a JVM: pyiceberg reads the table from its metadata file
+    static = pytest.importorskip("pyiceberg.table").StaticTable
+    location = Path(table_location(str(out), NAMESPACE, "ice-a")) / "metadata"
+    version = (location / "version-hint.text").read_text().strip()
+    arrow = static.from_metadata(str(location / f"v{version}.metadata.json")).scan().to_arrow()
+    assert arrow.num_rows == 3_600 and {"partition", "offset", "index", "timestamp"} <= set(arrow.column_names)
+
+    merge(sent, {"ice-a": produce(zk, "ice-a", 3, 300, start=3_600, hours=3)})
+    third = run_load(config, spark=spark)
+    assert third.rows == 300 and third.topics["ice-b"].rows == 0
+    assert_table_exactly(spark, warehouse, sent)
+
+
+def test_first_run_latest_commits_the_starting_offsets_without_rows(spark, broker_cluster, tmp_path):
+    """A partition that starts at ``latest`` must record where it started (an empty
+    commit carrying the offsets), or the next run would skip what came in between."""
+    zk = broker_cluster(1).zk_connect
+    produce(zk, "ice-late", 2, 400)
+    out = tmp_path / "wh"
+    config = iceberg_config(zk, out, ["ice-late"], load={"first_run": "latest"})
+    first = run_load(config, spark=spark)
+    assert first.sequence == 1 and first.rows == 0
+    later = produce(zk, "ice-late", 2, 200, start=400)
+    second = run_load(config, spark=spark)
+    assert second.rows == 200
+    assert_table_exactly(spark, out.as_uri(), {"ice-late": later})
+
+
+def crashing_run(config: Path, point: str) -> subprocess.CompletedProcess:
+    argv, env = loader_command(config)
+    env[ENV] = point
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_killed_loader_then_rerun_lands_each_message_once(spark, broker_cluster, tmp_path):
+    cluster = broker_cluster(1)
+    zk = cluster.zk_connect
+    out = tmp_path / "wh"
+    config_file = write_loader_toml(
+        tmp_path / "loader.toml", zk, out, ["ice-crash"], output='format = "iceberg"', spark_conf=iceberg_spark_conf()
+    )
+    sent: dict = {}
+    merge(sent, {"ice-crash": produce(zk, "ice-crash", 2, 20_000, hours=2)})
+    config = iceberg_config(zk, out, ["ice-crash"])
+    first = run_load(config, spark=spark)
+    assert first.rows == 20_000
+
+    merge(sent, {"ice-crash": produce(zk, "ice-crash", 2, 4_000, start=20_000, hours=2)})
+    killed = crashing_run(config_file, "during-write")  # as kill -9 while Spark writes: no commit
+    assert killed.returncode == CRASH_EXIT, killed.stderr[-3000:]
+    data = Path(table_location(str(out), NAMESPACE, "ice-crash")) / "data"
+    assert len(list(data.rglob("*.parquet"))) > 2  # the first load's two files, and the killed write's...
+    assert (out / "_logferry" / "lock").exists()  # ...and its lock, left behind
+
+    merge(sent, {"ice-crash": produce(zk, "ice-crash", 2, 1_000, start=24_000, hours=2)})
+    final = run_load(config, spark=spark)  # takes over the dead process's lock
+    assert final.rows == 5_000
+    warehouse = out.as_uri()
+    assert_table_exactly(spark, warehouse, sent)
+    assert [s["logferry.load"] for s in snapshot_summaries(spark, warehouse, "ice-crash")] == ["1", "2"]
+
+    live = set(spark.sql(f"SELECT file_path FROM {table_name(warehouse, NAMESPACE, 'ice-crash')}.files").collect())
+    orphans = [p for p in data.rglob("*.parquet") if not any(str(p) in r[0] for r in live)]
+    assert orphans, "the killed write left no data file"
+    aged = time.time() - 100 * 3600  # older than maintenance.orphan_after_hours (72)
+    for path in orphans:
+        os.utime(path, (aged, aged))
+
+    # --maintain: one file per hour (two loads wrote two), the killed write's files gone
+    before = files_per_hour(spark, warehouse, "ice-crash")
+    assert len(before) == 2 and max(before.values()) == 2  # hours(timestamp): 2 hours, a file per load and hour
+    upkeep = run_maintenance(config, spark=spark).tables["ice-crash"]
+    small = [n for n in before.values() if n > 1]
+    assert (upkeep.rewritten_files, upkeep.added_files) == (sum(small), len(small))
+    assert upkeep.orphans_removed == len(orphans)
+    assert set(files_per_hour(spark, warehouse, "ice-crash").values()) == {1}
+    assert not any(p.exists() for p in orphans)
+    assert_table_exactly(spark, warehouse, sent)  # compaction kept every row, once
+
+    merge(sent, {"ice-crash": produce(zk, "ice-crash", 2, 500, start=25_000, hours=2)})
+    assert run_load(config, spark=spark).rows == 500  # offsets found behind the compaction's snapshot
+    assert_table_exactly(spark, warehouse, sent)
+
+
+def test_bad_format_and_unwritable_warehouse_are_one_line_naming_the_key(tmp_path):
+    config_file = tmp_path / "loader.toml"
+    write_loader_toml(config_file, "127.0.0.1:1/x", tmp_path / "wh", ["t"], output='format = "iceburg"')
+    argv, env = loader_command(config_file)
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "output.format" in lines[0] and "iceburg" in lines[0], result.stderr
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    write_loader_toml(config_file, "127.0.0.1:1/x", a_file / "wh", ["t"], output='format = "iceberg"')
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "output.uri" in lines[0] and "nothing was written" in lines[0], result.stderr

@@ -1,0 +1,136 @@
+"""The Iceberg output's decisions without a JVM: versions in step, the offsets in a
+snapshot summary and the walk that finds them, config validation."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from broker.testing.jars import REPO
+from hadoop_loader.config import config_from_dict
+from hadoop_loader.errors import Gap, LoaderConfigError, StateError
+from hadoop_loader.iceberg import (
+    EXTENSIONS,
+    ICEBERG_VERSION,
+    LOAD,
+    OFFSETS,
+    RANGES,
+    SPARK_MINOR,
+    SnapshotInfo,
+    catalog_conf,
+    catalog_name,
+    landed_state,
+    session_settings,
+    summary_properties,
+    table_name,
+)
+
+
+def test_runtime_version_is_the_poms_and_built_for_the_installed_spark():
+    pom = (REPO / "scripts" / "jars" / "apache-iceberg" / "pom.xml").read_text()
+    assert re.search(r"<iceberg.version>(.+)</iceberg.version>", pom).group(1) == ICEBERG_VERSION
+    assert f"iceberg-spark-runtime-{SPARK_MINOR}_2.13" in pom
+    import pyspark
+
+    assert pyspark.__version__.startswith(SPARK_MINOR + "."), "the runtime is built for one Spark minor"
+
+
+def test_summary_properties_carry_offsets_ranges_and_gaps():
+    props = summary_properties(3, "r1", {1: 200, 0: 100}, [(1, 150, 200)], [Gap("t", 0, 0, 40)], "zk/x")
+    assert props[LOAD] == "3" and json.loads(props[OFFSETS]) == {"0": 100, "1": 200}
+    assert json.loads(props[RANGES]) == [[1, 150, 200]]
+    assert json.loads(props["logferry.gaps"]) == [{"topic": "t", "partition": 0, "start": 0, "end": 40}]
+    assert "logferry.gaps" not in summary_properties(1, "r", {}, [], [], "zk")
+
+
+def snap(i: int, parent: int | None, **summary: str) -> SnapshotInfo:
+    return SnapshotInfo(i, parent, summary, i * 1000)
+
+
+def test_the_walk_passes_compactions_and_stops_at_the_newest_landing_snapshot():
+    history = {
+        1: snap(1, None, **{OFFSETS: '{"0": 10}', LOAD: "1"}),
+        2: snap(2, 1, **{OFFSETS: '{"0": 20}', LOAD: "2"}),
+        3: snap(3, 2, operation="replace"),  # a compaction: no offsets
+    }
+    state, found = landed_state("t", history[3], history.get)
+    assert state.offsets == {0: 20} and state.load == 2 and state.snapshot_id == 2 and found == history[2]
+    assert landed_state("t", None, history.get)[0].load == 0  # a new table
+
+
+def test_a_history_without_offsets_is_an_error_not_a_fresh_start():
+    expired = {3: snap(3, 2, operation="replace")}  # its parent (a landing snapshot) expired
+    with pytest.raises(StateError, match="none in its current history carries logferry's offsets"):
+        landed_state("t", expired[3], expired.get)
+    with pytest.raises(StateError, match="unreadable"):
+        landed_state("t", snap(1, None, **{OFFSETS: "{"}), {}.get)
+
+
+def test_one_catalog_per_warehouse_and_quoted_names():
+    a, b = catalog_name("file:///a"), catalog_name("hdfs://nn:8020/a")
+    assert a != b and a == catalog_name("file:///a") and re.fullmatch(r"[a-z0-9_]+", a)
+    assert catalog_conf("file:///a")[f"spark.sql.catalog.{a}.warehouse"] == "file:///a"
+    assert table_name("file:///a", "logferry", "app-log") == f"{a}.`logferry`.`app-log`"
+    assert session_settings({"spark.sql.extensions": "x.Y"})["spark.sql.extensions"] == f"x.Y,{EXTENSIONS}"
+    assert session_settings({})["spark.sql.extensions"] == EXTENSIONS
+
+
+def config(**sections: dict):
+    data = {"source": {"zk": "h:1/c", "topics": ["t"]}, "output": {"uri": "file:///tmp/wh"}}
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return config_from_dict(data, "loader.toml")
+
+
+@pytest.mark.parametrize(
+    "sections, key",
+    [
+        ({"output": {"format": "iceburg"}}, "output.format"),
+        ({"output": {"format": "iceberg", "namespace": "a-b"}}, "output.namespace"),
+        ({"output": {"format": "iceberg"}, "audit": {"enabled": True}}, "audit.enabled"),
+        (
+            {"output": {"format": "iceberg"}, "dedup": {"enabled": True}, "source": {"decode_agent_records": True}},
+            "dedup.enabled",
+        ),
+        ({"maintenance": {"keep_snapshots": 2}}, "maintenance"),  # Parquet has nothing to maintain
+        ({"output": {"format": "iceberg"}, "maintenance": {"keep_snapshots": 0}}, "maintenance.keep_snapshots"),
+        # Iceberg's procedure refuses less: a younger file may belong to a write in flight
+        ({"output": {"format": "iceberg"}, "maintenance": {"orphan_after_hours": 1}}, "maintenance.orphan_after_hours"),
+    ],
+)
+def test_bad_iceberg_config_names_the_key(sections, key):
+    with pytest.raises(LoaderConfigError) as info:
+        config(**sections)
+    assert str(info.value).startswith(f"loader.toml: {key}:"), str(info.value)
+
+
+def test_iceberg_config_defaults():
+    c = config(output={"format": "iceberg"})
+    assert c.output.format == "iceberg" and c.output.namespace == "logferry"
+    assert c.maintenance.expire_after_hours == 168 and c.maintenance.orphan_after_hours == 72
+    assert config().output.format == "parquet"
+
+
+def test_a_session_without_the_runtime_is_one_line_saying_how_to_get_it():
+    """py4j answers a class it cannot load with a JavaPackage (a JavaClass when it can)."""
+    from types import SimpleNamespace
+
+    from hadoop_loader.iceberg import IcebergRuntimeError, check_runtime
+
+    class JavaPackage:
+        pass
+
+    class JavaClass:
+        pass
+
+    def session(found: object) -> SimpleNamespace:
+        spark = SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(iceberg=SimpleNamespace())))
+        spark.org.apache.iceberg.spark = SimpleNamespace(SparkCatalog=found)
+        return SimpleNamespace(_jvm=spark)
+
+    with pytest.raises(IcebergRuntimeError, match="make iceberg-jars") as info:
+        check_runtime(session(JavaPackage()))
+    assert "\n" not in str(info.value) and info.value.exit_code == 2
+    check_runtime(session(JavaClass()))
