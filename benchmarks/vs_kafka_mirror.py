@@ -21,8 +21,10 @@ benchmarks/vs_kafka.py starts them). Per round and system:
      group every round; target topic of the same name;
 3. the mirror's CPU (user+system from /proc, its start included) and peak RSS (VmHWM)
    are read while it is still running, then it is killed; the target is read back
-   (untimed) with librdkafka and must hold exactly the N records, in order per
-   partition, none twice: a miss fails the run.
+   (untimed) with librdkafka, as is the source, and must hold exactly the source's
+   records, partition by partition in the source's order, none twice, none missing
+   (the source must hold them in the order produced: its producer is idempotent): a
+   miss fails the run, saying where the order first differs.
 
 Two times per case: start to N (the JVM's or the interpreter's start, group join and
 topic discovery included: what a mirror restart costs) and first to N (from the first
@@ -231,7 +233,15 @@ def fill(side: MirrorSide, topic: str, n: int, partitions: int, timeout: float) 
         admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=60)
     except KafkaException as exc:
         raise CaseFailed(f"{side.name}: creating {topic}: {exc}") from None
-    producer = Producer({"bootstrap.servers": side.source, "acks": "all", "queue.buffering.max.messages": 1_000_000})
+    # idempotent: a retried request cannot reorder the source (the copy is checked against it)
+    producer = Producer(
+        {
+            "bootstrap.servers": side.source,
+            "acks": "all",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     for i in range(n):
         while True:
             try:
@@ -277,9 +287,9 @@ def copy(side: MirrorSide, topic: str, number: int, n: int, partitions: int, fol
                 if held and first is None:
                     first = now
                 if held >= n:
+                    done = now  # the poll's own time, as ``first``: equal when one poll saw it all
                     break
             time.sleep(POLL)
-        done = time.monotonic()
         mirror_cpu, rss = cpu_seconds(mirror.pid), peak_rss_mib(mirror.pid)
         broker_cpu = sum(cpu_seconds(pid) for pid in side.broker_pids) - brokers_before
     finally:
@@ -301,10 +311,11 @@ def log_tail(folder: Path) -> str:
     return "no log"
 
 
-def verify(side: MirrorSide, topic: str, n: int, partitions: int) -> None:
-    """Read the target topic back (untimed): exactly the N records, each partition the
-    source's records in the order produced (record i went to partition i mod P)."""
-    consumer = Consumer({"bootstrap.servers": side.target, "group.id": "mirror-verify", "enable.auto.commit": False})
+def read_back(bootstrap: str, topic: str, n: int, partitions: int) -> dict[int, list[int]]:
+    """Every record's number in ``topic``, per partition in offset order (untimed): read
+    from the start until N arrived and an idle second more showed no more (a duplicate
+    would come after the N)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-verify", "enable.auto.commit": False})
     got: dict[int, list[int]] = {p: [] for p in range(partitions)}
     try:
         consumer.list_topics(topic, timeout=10)
@@ -315,23 +326,41 @@ def verify(side: MirrorSide, topic: str, n: int, partitions: int) -> None:
             batch = consumer.consume(10_000, 0.5)
             for msg in batch:
                 if msg.error() is not None:
-                    raise CaseFailed(f"{side.name} {topic}: reading it back: {msg.error()}")
+                    raise CaseFailed(f"{topic} on {bootstrap}: reading it back: {msg.error()}")
                 got[msg.partition()].append(sequence(msg.value()))
             total += len(batch)
-            if not batch and total >= n:  # an idle half second past N: a duplicate would show
+            if not batch and total >= n:
                 quiet_until = quiet_until or time.monotonic() + 1.0
                 if time.monotonic() > quiet_until:
                     break
     finally:
         consumer.close()
-    for p, seen in got.items():
-        wanted = list(range(p, n, partitions))
-        if seen != wanted:
-            extra, missing = len(seen) - len(set(seen)), len(set(wanted) - set(seen))
-            raise CaseFailed(
-                f"{side.name} {topic} partition {p}: {len(seen)} records, {len(wanted)} sent "
-                f"({extra} duplicates, {missing} missing{', out of order' if not extra and not missing else ''})"
-            )
+    return got
+
+
+def differences(seen: list[int], wanted: list[int]) -> str:
+    """How ``seen`` differs from ``wanted``: duplicates, missing, or the first place
+    where the order differs."""
+    extra, missing = len(seen) - len(set(seen)), len(set(wanted) - set(seen))
+    if extra or missing:
+        return f"{len(seen)} records, {len(wanted)} wanted: {extra} duplicates, {missing} missing"
+    at = next(i for i, (a, b) in enumerate(zip(seen, wanted, strict=True)) if a != b)
+    return f"the same {len(seen)} records, out of order from offset {at} (record {seen[at]} where {wanted[at]} was)"
+
+
+def verify(side: MirrorSide, topic: str, target_topic: str, n: int, partitions: int) -> None:
+    """The source holds the records in the order produced (record i in partition
+    i mod P: the fill's producer is idempotent, so no retry reorders them), and the
+    target's copy holds exactly the source's records, partition by partition, in the
+    source's order."""
+    source = read_back(side.source, topic, n, partitions)
+    target = read_back(side.target, target_topic, n, partitions)
+    for p in range(partitions):
+        if source[p] != list(range(p, n, partitions)):
+            why = differences(source[p], list(range(p, n, partitions)))
+            raise CaseFailed(f"{side.name} source {topic} partition {p} (the fill, not the mirror): {why}")
+        if target[p] != source[p]:
+            raise CaseFailed(f"{side.name} {target_topic} partition {p}: {differences(target[p], source[p])}")
 
 
 def run(
@@ -348,7 +377,7 @@ def run(
             folder = workdir / f"{side.name.split()[-1]}-{number}"
             try:
                 outcome = copy(side, topic, number, n, partitions, folder)
-                verify(side, side.target_topic(topic, number), n, partitions)
+                verify(side, topic, side.target_topic(topic, number), n, partitions)
             finally:
                 if logs is not None:
                     logs.mkdir(parents=True, exist_ok=True)

@@ -47,3 +47,10 @@ def test_a_copy_seen_whole_at_its_first_poll_has_no_copy_rate() -> None:
     assert vs_kafka_mirror.copy_rate(5_000, over_two_seconds) == "2,500"
     assert vs_kafka_mirror.spans(5_000, [seen_at_once]) == "-"
     assert vs_kafka_mirror.spans(5_000, [seen_at_once, over_two_seconds]) == "2,500"
+
+
+def test_a_wrong_copy_is_told_apart() -> None:
+    wanted = [0, 2, 4, 6]
+    assert "1 duplicates, 0 missing" in vs_kafka_mirror.differences([0, 2, 2, 4, 6], wanted)
+    assert "0 duplicates, 1 missing" in vs_kafka_mirror.differences([0, 2, 6], wanted)
+    assert "out of order from offset 1 (record 4 where 2 was)" in vs_kafka_mirror.differences([0, 4, 2, 6], wanted)
