@@ -20,8 +20,9 @@ from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka import TopicPartition
 
+from benchmarks.peers import mirrormaker2
 from broker.testing import kafka_jars
-from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable
+from broker.testing.jvm import QUICK_JVM_OPTIONS
 from tests.support.brokers import KAFKA_LISTENER, KafkaCluster
 from tests.support.kafka_java import unavailable_reason
 
@@ -30,47 +31,6 @@ pytestmark = pytest.mark.integration
 N = 600
 PARTITIONS = 2
 TOPIC = "orders"
-MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
-
-LOG4J = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.console.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d %p [%c{{1}}] %m%n
-"""
-
-
-def mm2_properties(source: KafkaCluster, target: KafkaCluster) -> str:
-    """Dedicated MM2 from ``src`` to ``dst``: one task, the clusters' single broker
-    (replication factor 1 everywhere), no ACL or config sync (logferry has neither
-    ACLs in Kafka's form nor every Kafka topic config), short intervals."""
-    return f"""\
-clusters = src, dst
-src.bootstrap.servers = {source.bootstrap}
-dst.bootstrap.servers = {target.bootstrap}
-src->dst.enabled = true
-src->dst.topics = {TOPIC}
-dst->src.enabled = false
-tasks.max = 1
-replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-config.storage.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-sync.topic.acls.enabled = false
-sync.topic.configs.enabled = false
-sync.group.offsets.enabled = false
-emit.checkpoints.enabled = false
-emit.heartbeats.enabled = false
-refresh.topics.interval.seconds = 2
-refresh.groups.interval.seconds = 60
-offset.flush.interval.ms = 1000
-"""
 
 
 def produce(cluster: KafkaCluster) -> dict[int, list[bytes]]:
@@ -130,27 +90,10 @@ def test_mirrormaker2_copies_every_record_once_in_order(broker_cluster: Any, zoo
     source.create_topic(TOPIC, PARTITIONS)
     sent = produce(source)
 
-    (tmp_path / "mm2.properties").write_text(mm2_properties(source, target))
-    (tmp_path / "log4j2.properties").write_text(LOG4J.format(level="INFO"))
+    # benchmarks/peers/mirrormaker2.py: the properties and the JVM benchmarks/vs_kafka_mirror.py runs too
+    config = mirrormaker2.properties(source.bootstrap, target.bootstrap, TOPIC)
+    mm2 = mirrormaker2.start(tmp_path, config, "dst", QUICK_JVM_OPTIONS)
     log = tmp_path / "mm2.log"
-    java = java_executable()
-    assert java is not None
-    with log.open("wb") as out:
-        mm2 = subprocess.Popen(
-            [
-                str(java),
-                *QUICK_JVM_OPTIONS,
-                f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}",
-                "-cp",
-                kafka_jars.classpath(kafka_jars.MIRRORMAKER2),
-                MAIN_CLASS,
-                str(tmp_path / "mm2.properties"),
-                "--clusters",
-                "dst",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     try:
         mirrored = read_mirrored(target, f"src.{TOPIC}", N, 90, mm2)
     except BaseException:

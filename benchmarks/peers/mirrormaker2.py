@@ -1,0 +1,144 @@
+"""Apache Kafka's MirrorMaker 2, dedicated mode: its properties and its JVM, in one place.
+
+``org.apache.kafka.connect.mirror.MirrorMaker`` (what ``connect-mirror-maker.sh
+mm2.properties`` runs): one JVM holding a Connect worker per replication flow, which
+runs MirrorSourceConnector (the copy), MirrorCheckpointConnector and
+MirrorHeartbeatConnector. Its jars are a folder of their own
+(``apache-kafka-mirrormaker2-<version>``, :mod:`broker.testing.kafka_jars`, resolved by
+``scripts/install-jars.sh apache-kafka-mirrormaker2``): Maven Central has no
+MirrorMaker for the broker's 4.4.0, and 4.3.1's does not run on the 4.4.0 clients.
+
+Two callers: ``benchmarks/vs_kafka_mirror.py`` (MM2 from one Apache Kafka to another,
+timed against logferry's mirror) and tests/integration/test_kafka_mirrormaker2.py (MM2
+between two logferry clusters). This module imports nothing from the benchmarks'
+``peers`` package, so that the test can import it as ``benchmarks.peers.mirrormaker2``.
+
+What MM2 guarantees as configured here (its default, at-least-once mode): every record
+is copied, in order per partition (one task per partition range, a producer with
+retries and idempotence), to ``<source alias>.<topic>`` on the target, at offsets of
+the target's own (MM2 records the source-to-target mapping in its offset-syncs topic);
+the source positions are committed every ``offset.flush.interval.ms`` into Connect's
+offsets topic, so a killed MM2 copies again what it had sent since the last commit:
+duplicates possible, gaps not. Exactly once needs Connect's
+``exactly.once.source.support`` (transactions on the target), not used here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.testing import kafka_jars
+from broker.testing.jvm import java_executable
+
+MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
+VERSION = kafka_jars.MIRRORMAKER2_VERSION
+HEAP_OPTIONS = ("-Xms256M", "-Xmx2G")
+"""What ``connect-mirror-maker.sh`` sets when ``KAFKA_HEAP_OPTS`` is unset."""
+GUARANTEE = (
+    "at least once (source positions committed every offset.flush.interval.ms; a killed MM2 "
+    "copies again from the last commit: duplicates possible, no gaps), order kept per partition, "
+    "target offsets its own (mapped in its offset-syncs topic)"
+)
+
+LOG4J = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d %p [%c{{1}}] %m%n
+"""
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why MM2 cannot run here and what to run, or None."""
+    if java_executable() is None:
+        return "MirrorMaker 2 skipped: no java (Java 17+, then scripts/install-jars.sh apache-kafka-mirrormaker2)"
+    if not kafka_jars.resolved(kafka_jars.MIRRORMAKER2):
+        return kafka_jars.missing_reason(kafka_jars.MIRRORMAKER2)
+    return None
+
+
+def properties(
+    source_bootstrap: str,
+    target_bootstrap: str,
+    topics: str,
+    source: str = "src",
+    target: str = "dst",
+    replication_factor: int = 1,
+) -> str:
+    """Dedicated MM2 from cluster ``source`` to cluster ``target`` (aliases: the target
+    topic is ``<source>.<topic>``, Connect's state topics are named after them, so new
+    aliases start from no state), ``topics`` a regex list. One task; replication factor
+    ``replication_factor`` for every topic MM2 creates; no ACL or topic-config sync
+    (logferry serves neither DescribeAcls nor every Kafka topic config), no group
+    offset sync, checkpoints or heartbeats (not part of the copy); topics looked for
+    every 2 s (a topic created after the start is found at once, not in 10 minutes).
+    Everything else is MM2's default, its consumer's and producer's included."""
+    rf = str(replication_factor)
+    lines = {
+        "clusters": f"{source}, {target}",
+        f"{source}.bootstrap.servers": source_bootstrap,
+        f"{target}.bootstrap.servers": target_bootstrap,
+        f"{source}->{target}.enabled": "true",
+        f"{source}->{target}.topics": topics,
+        f"{target}->{source}.enabled": "false",
+        "tasks.max": "1",
+        "replication.factor": rf,
+        "offset-syncs.topic.replication.factor": rf,
+        "checkpoints.topic.replication.factor": rf,
+        "heartbeats.topic.replication.factor": rf,
+        "config.storage.replication.factor": rf,
+        "offset.storage.replication.factor": rf,
+        "status.storage.replication.factor": rf,
+        "sync.topic.acls.enabled": "false",
+        "sync.topic.configs.enabled": "false",
+        "sync.group.offsets.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "emit.heartbeats.enabled": "false",
+        "refresh.topics.interval.seconds": "2",
+        "refresh.groups.interval.seconds": "60",
+        "offset.flush.interval.ms": "1000",
+    }
+    return "".join(f"{key} = {value}\n" for key, value in lines.items())
+
+
+def start(
+    workdir: Path,
+    config: str,
+    target: str,
+    jvm_options: Sequence[str],
+    log_level: str = "INFO",
+) -> subprocess.Popen[bytes]:
+    """Write ``config`` (from :func:`properties`) and a log4j2 config into ``workdir``
+    and start MM2 for the flows into cluster ``target`` (``--clusters``), its stdout
+    and stderr into ``workdir/mm2.log``, in a session of its own (a caller can kill
+    the whole JVM with ``os.killpg``)."""
+    java = java_executable()
+    if java is None:
+        raise RuntimeError("MirrorMaker 2: no java")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "mm2.properties").write_text(config)
+    (workdir / "log4j2.properties").write_text(LOG4J.format(level=log_level))
+    with (workdir / "mm2.log").open("wb") as out:
+        return subprocess.Popen(
+            [
+                str(java),
+                *jvm_options,
+                f"-Djava.io.tmpdir={workdir}",
+                f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
+                "-cp",
+                kafka_jars.classpath(kafka_jars.MIRRORMAKER2),
+                MAIN_CLASS,
+                str(workdir / "mm2.properties"),
+                "--clusters",
+                target,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )

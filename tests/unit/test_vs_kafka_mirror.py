@@ -1,0 +1,56 @@
+"""benchmarks/vs_kafka_mirror.py's and benchmarks/peers/mirrormaker2.py's pure parts:
+MirrorMaker 2's properties name one flow between fresh aliases, the records carry
+their number for the order check, a copy whose first and last poll coincide has no
+copy rate. No JVM or broker is started (the script's short run is the end-to-end
+check: docs/benchmarks.md, "MirrorMaker 2 and logferry's mirror")."""
+
+from __future__ import annotations
+
+from benchmarks import vs_kafka_mirror
+from benchmarks.peers import mirrormaker2
+
+
+def parse(properties: str) -> dict[str, str]:
+    return dict(line.split(" = ", 1) for line in properties.splitlines())
+
+
+def test_mm2_copies_one_flow_between_the_aliases_it_is_given() -> None:
+    props = parse(mirrormaker2.properties("127.0.0.1:1", "127.0.0.1:2", "run3-mirror", "src3", "dst3"))
+    assert props["clusters"] == "src3, dst3"
+    assert props["src3.bootstrap.servers"] == "127.0.0.1:1"
+    assert props["dst3.bootstrap.servers"] == "127.0.0.1:2"
+    assert props["src3->dst3.enabled"] == "true"
+    assert props["src3->dst3.topics"] == "run3-mirror"
+    assert props["dst3->src3.enabled"] == "false"
+    assert props["replication.factor"] == "1"
+    assert props["sync.topic.acls.enabled"] == "false"
+
+
+def test_the_mm2_jvm_gets_its_scripts_heap_and_the_brokers_gc() -> None:
+    options = vs_kafka_mirror.MM2_JVM_OPTIONS
+    assert options[:2] == ("-Xms256M", "-Xmx2G")
+    assert "-XX:+UseG1GC" in options
+    assert not [o for o in options[2:] if o.startswith("-Xm")]
+
+
+def test_a_record_carries_its_number_in_200_bytes() -> None:
+    for i in (0, 7, 199_999, 9_999_999_999):
+        record = vs_kafka_mirror.value(i)
+        assert len(record) == vs_kafka_mirror.SIZE
+        assert vs_kafka_mirror.sequence(record) == i
+
+
+def test_a_copy_seen_whole_at_its_first_poll_has_no_copy_rate() -> None:
+    seen_at_once = vs_kafka_mirror.Copy(4.8, 4.8, 0.8, 0.2, 50.0)
+    over_two_seconds = vs_kafka_mirror.Copy(80.0, 82.0, 25.0, 3.0, 1100.0)
+    assert vs_kafka_mirror.copy_rate(5_000, seen_at_once) == "-"
+    assert vs_kafka_mirror.copy_rate(5_000, over_two_seconds) == "2,500"
+    assert vs_kafka_mirror.spans(5_000, [seen_at_once]) == "-"
+    assert vs_kafka_mirror.spans(5_000, [seen_at_once, over_two_seconds]) == "2,500"
+
+
+def test_a_wrong_copy_is_told_apart() -> None:
+    wanted = [0, 2, 4, 6]
+    assert "1 duplicates, 0 missing" in vs_kafka_mirror.differences([0, 2, 2, 4, 6], wanted)
+    assert "0 duplicates, 1 missing" in vs_kafka_mirror.differences([0, 2, 6], wanted)
+    assert "out of order from offset 1 (record 4 where 2 was)" in vs_kafka_mirror.differences([0, 4, 2, 6], wanted)
