@@ -26,7 +26,11 @@ Namespace names carry the creating process's pid and start time
 (``lf<pid>t<start>n<k>-<host>``, ``lf<pid>t<start>n<k>-s-<switch>``): unique per pytest
 worker and per run, even when a later process is given a dead one's pid, and
 :func:`remove_leftovers` finds those of a run that died without tearing down (no process
-with that pid and start time) and removes them, processes inside included.
+with that pid and start time) and removes them, processes inside included. It need not
+wait for a later run: the first network of a process starts a guard (:func:`guard`), a
+shell in a session of its own that waits for that process to end, however it ends (kill
+-9 included: a pytest worker that xdist kills on Ctrl-C, or CI's timeout), and then
+deletes the namespaces it left, killing what still runs in them.
 
 Processes start inside a host with :meth:`Host.inside` (the calling thread enters the
 namespace, :mod:`broker.testing.netns`; what it starts, forks or execs, and the fork
@@ -66,6 +70,16 @@ mount, and two at once (pytest workers building their first networks together, a
 nemeses do at the start of ``make test``) may both mount it, the second mount hiding the
 first one's namespaces."""
 _counter = itertools.count()
+_guard: subprocess.Popen[bytes] | None = None
+
+GUARD_SCRIPT = """
+cat >/dev/null  # until the pipe's other end closes: the process that made the networks is gone
+for ns in $(ip netns list | awk '{print $1}' | grep "^$1"); do
+    for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
+    ip netns delete "$ns" 2>/dev/null
+done
+"""
+"""The guard's shell script (see :func:`guard`); ``$1`` is the owner's prefix."""
 
 
 class NetworkError(RuntimeError):
@@ -140,6 +154,25 @@ def remove_leftovers() -> list[str]:
     return removed
 
 
+def guard() -> None:
+    """Start this process's guard, once: ``sh`` in a session of its own (the terminal's
+    Ctrl-C and a signal to this process group miss it) reading a pipe that only this
+    process holds (non-inheritable: nothing it execs keeps it open). When this process
+    ends, however it ends, the pipe reaches its end and the guard deletes every
+    namespace named with :func:`owner_prefix`, killing what runs in them. After a
+    clean teardown it finds none."""
+    global _guard
+    if _guard is not None and _guard.poll() is None:
+        return
+    _guard = subprocess.Popen(
+        ["sh", "-c", GUARD_SCRIPT, "logferry-netns-guard", owner_prefix()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 @dataclass
 class Switch:
     """A bridge (``br0``) alone in namespace :attr:`netns`; subnet ``10.77.<index>.0/24``."""
@@ -188,6 +221,7 @@ class Network:
 
     def __init__(self) -> None:
         self.prefix = f"{owner_prefix()}{next(_counter)}-"
+        guard()
         self.switches: dict[str, Switch] = {}
         self.hosts: dict[str, Host] = {}
         self._blocks: set[tuple[str, str]] = set()
@@ -380,6 +414,7 @@ __all__ = [
     "Network",
     "NetworkError",
     "Switch",
+    "guard",
     "namespaces",
     "network",
     "owner_prefix",
