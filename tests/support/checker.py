@@ -12,7 +12,13 @@ the workload recorded with what the cluster holds and reports, as Jepsen's analy
 * **unavailable seconds** per partition: the longest time, from the fault on, during
   which the partition acknowledged nothing although the workload kept sending (the
   issue's target for an isolated or killed leader: within 8 s);
-* the counts of acknowledged, failed and unknown-outcome messages.
+* the counts of acknowledged, failed and unknown-outcome messages;
+* with a :class:`~tests.support.workload.Reader`'s reads (a consumer reading from before
+  the fault to after the heal): **phantom reads**, messages a consumer read that the
+  partition does not hold in the end (a read above the high watermark: 0); **read order
+  violations**, a consumer reading a message after one the workload sent later, or
+  twice (0); and **divergent reads**, partitions whose reads are not the start of what
+  the partition holds (0).
 
 No IO here: the caller reads the partitions (:func:`read_partition`) and the replicas'
 bytes, so the rules are tested without a cluster.
@@ -42,6 +48,13 @@ class Verdict:
     divergent: list[int]
     unavailable_s: dict[int, float]
     examples: list[str] = field(default_factory=list)
+    read: int = 0
+    """Messages a reader read (0: no reader)."""
+    read_in_fault: int = 0
+    """Of them, those read while the fault held (the caller sets it: the reader knows)."""
+    phantom_reads: int = 0
+    read_order_violations: int = 0
+    divergent_reads: list[int] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """Every broken guarantee, one line each (empty: the run is sound)."""
@@ -54,6 +67,12 @@ class Verdict:
             found.append(f"{self.order_violations} order violations")
         if self.divergent:
             found.append(f"replicas differ below the high watermark in partitions {self.divergent}")
+        if self.phantom_reads:
+            found.append(f"{self.phantom_reads} messages read that the partitions do not hold")
+        if self.read_order_violations:
+            found.append(f"{self.read_order_violations} messages read out of order or twice")
+        if self.divergent_reads:
+            found.append(f"what was read is not the start of partitions {self.divergent_reads}")
         return found
 
     def summary(self) -> str:
@@ -62,6 +81,13 @@ class Verdict:
             f"acknowledged {self.acked:,}, failed {self.failed:,}, unknown {self.unknown:,}, stored {self.stored:,}; "
             f"lost {self.lost}, duplicates {self.duplicates}, order violations {self.order_violations}, "
             f"divergent partitions {len(self.divergent)}; unavailable {unavailable}"
+            + (
+                f"; read {self.read:,} ({self.read_in_fault:,} in the fault): phantom {self.phantom_reads}, "
+                f"out of order {self.read_order_violations}, "
+                f"divergent {len(self.divergent_reads)}"
+                if self.read
+                else ""
+            )
         )
 
 
@@ -71,10 +97,12 @@ def check(
     replicas: Mapping[int, Sequence[bytes]],
     fault_at: float,
     until: float,
+    reads: Mapping[int, Sequence[bytes]] | None = None,
 ) -> Verdict:
     """Judge a run: ``stored`` is each partition's values up to its high watermark,
     ``replicas`` each partition's replicas' bytes below it; unavailability counts from
-    ``fault_at`` to ``until`` (``time.monotonic()`` readings)."""
+    ``fault_at`` to ``until`` (``time.monotonic()`` readings); ``reads``, each
+    partition's values as a reader read them from its start (None: no reader)."""
     acked_values = {p: set() for p in stored}
     counts = Counter(b.outcome for b in batches for _ in b.seqs)
     for b in batches:
@@ -95,6 +123,7 @@ def check(
         seqs = [parse(v)[1] for v in values]
         disorder += sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b < a)
     divergent = sorted(p for p, copies in replicas.items() if len(set(copies)) > 1)
+    phantoms, read_disorder, divergent_reads = check_reads(reads or {}, stored, examples)
     return Verdict(
         acked=counts["acked"],
         failed=counts["failed"],
@@ -106,7 +135,34 @@ def check(
         divergent=divergent,
         unavailable_s={p: unavailable_s(batches, p, fault_at, until) for p in stored},
         examples=examples,
+        read=sum(len(v) for v in (reads or {}).values()),
+        phantom_reads=phantoms,
+        read_order_violations=read_disorder,
+        divergent_reads=divergent_reads,
     )
+
+
+def check_reads(
+    reads: Mapping[int, Sequence[bytes]], stored: Mapping[int, Sequence[bytes]], examples: list[str]
+) -> tuple[int, int, list[int]]:
+    """``(phantom reads, read order violations, partitions whose reads are not the start
+    of what they hold)`` (see the module); adds an example of each to ``examples``."""
+    phantoms = disorder = 0
+    divergent = []
+    for p, values in reads.items():
+        held = stored.get(p, [])
+        kept = set(held)
+        ghosts = [v for v in values if v not in kept]
+        phantoms += len(ghosts)
+        if ghosts:
+            examples.append(f"p{p} read but not held e.g. {ghosts[:3]}")
+        seqs = [parse(v)[1] for v in values]
+        disorder += sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b <= a)
+        if list(values) != list(held[: len(values)]):
+            divergent.append(p)
+            at = next((i for i, (a, b) in enumerate(zip(values, held, strict=False)) if a != b), len(held))
+            examples.append(f"p{p} read {len(values):,}, not the partition's start from message {at}")
+    return phantoms, disorder, sorted(divergent)
 
 
 def unavailable_s(batches: Sequence[Batch], partition: int, fault_at: float, until: float) -> float:
@@ -139,4 +195,4 @@ def read_partition(consumer: SimpleConsumer, topic: str, partition: int) -> tupl
     return values, end
 
 
-__all__ = ["Verdict", "check", "read_partition", "unavailable_s"]
+__all__ = ["Verdict", "check", "check_reads", "read_partition", "unavailable_s"]

@@ -35,7 +35,7 @@ from tests.support.brokers import BrokerProcess
 from tests.support.checker import Verdict, check, read_partition
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
-from tests.support.workload import Workload
+from tests.support.workload import Reader, Workload
 
 MARKS = [pytest.mark.integration, pytest.mark.slow]
 """Every nemesis test module's ``pytestmark``. They run in ``make test`` (so in CI), each
@@ -182,6 +182,7 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
     when = timing(name)
     with cluster.client.inside():
         workload = Workload(cluster.zk_connect, TOPIC, PARTITIONS).start()
+        reader = Reader(cluster.zk_connect, TOPIC, PARTITIONS).start()
         try:
             wait_until(lambda: workload.acked_count() >= 2_000, 30, "2,000 acknowledged before the fault")
             time.sleep(when.delay_s)  # the timing drawn: time is the scenario
@@ -197,7 +198,10 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
                 )
             in_sync_s = time.monotonic() - healed_at
         finally:
-            workload.stop()
+            try:
+                reader.stop()
+            finally:
+                workload.stop()
         until = time.monotonic()
 
         stored: dict[int, list[bytes]] = {}
@@ -212,7 +216,8 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
         "every replica to hold the high watermark",
     )
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
-    verdict = check(workload.batches, stored, replicas, fault_at, until)
+    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads)
+    verdict.read_in_fault = reader.read_between(fault_at, healed_at)
     print(f"\nverdict: {name} {when.hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal; {when}")
     keep_logs(net, name)
     record(name, when, verdict, in_sync_s)
@@ -252,8 +257,11 @@ def keep_logs(net: TestNetwork, name: str) -> None:
 
 def assert_sound(verdict: Verdict) -> None:
     """What every nemesis must keep: nothing acknowledged lost, no duplicate, order,
-    identical replicas, an outcome for every batch, and the counts adding up."""
+    identical replicas, a reader that read while the fault held and saw nothing the
+    partitions do not hold in the end, in their order, an outcome for every batch, and
+    the counts adding up."""
     assert not verdict.problems(), f"{verdict.problems()}: {verdict.examples}"
+    assert verdict.read_in_fault > 0, "the reader read nothing while the fault held"
     assert verdict.acked > 2_000 and verdict.stored >= verdict.acked  # sent N, acknowledged N, stored N
     assert verdict.unknown == 0  # every batch got its outcome
 

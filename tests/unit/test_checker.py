@@ -42,3 +42,22 @@ def test_unavailability_is_the_longest_stretch_without_an_ack_from_the_fault_on(
     assert unavailable_s(batches, 0, fault_at=1.0, until=10.0) == 9.0 - 1.2
     assert unavailable_s(batches, 1, fault_at=1.0, until=10.0) == 9.0  # nothing acked after the fault
     assert unavailable_s(batches, 0, fault_at=9.2, until=10.0) == 10.0 - 9.2
+
+
+def test_reads_are_judged_against_what_the_partitions_hold_in_the_end() -> None:
+    batches = [_acked(0, 0, 4, 1.0), _acked(1, 0, 3, 1.0), _acked(2, 0, 2, 1.0)]
+    stored = {0: _values(0, [0, 1, 2, 3]), 1: _values(1, [0, 1, 2]), 2: _values(2, [0, 1])}
+    replicas = {p: [b"x", b"x", b"x"] for p in stored}
+    sound = {0: _values(0, [0, 1, 2]), 1: _values(1, [0, 1, 2]), 2: []}  # a start of each: fine
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, reads=sound)
+    assert verdict.problems() == [] and verdict.read == 6
+    assert "read 6 (0 in the fault): phantom 0, out of order 0, divergent 0" in verdict.summary()
+
+    # p0: message 7 was read, then vanished (a read above the high watermark, truncated);
+    # p1: 1 read twice; p2: 1 read before 0
+    bad = {0: _values(0, [0, 1, 7]), 1: _values(1, [0, 1, 1]), 2: _values(2, [1, 0])}
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, reads=bad)
+    assert (verdict.phantom_reads, verdict.read_order_violations, verdict.divergent_reads) == (1, 2, [0, 1, 2])
+    assert len(verdict.problems()) == 3
+    assert any("p0 read but not held e.g. [b'0:000000007']" in e for e in verdict.examples)
+    assert check(batches, stored, replicas, fault_at=0.0, until=2.0).read == 0  # no reader: nothing judged
