@@ -32,7 +32,7 @@ from broker.testing.network import Host
 from broker.testing.zkserver import LocalZooKeeper
 from tests.replication.conftest import REPLICATED
 from tests.support.brokers import BrokerProcess
-from tests.support.checker import Verdict, check, read_partition
+from tests.support.checker import Verdict, answer_spans, check, read_partition
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
 from tests.support.workload import Reader, Workload
@@ -127,7 +127,7 @@ def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
     with cluster.client.inside():
         with Admin(zk=zk_connect) as admin:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
-        wait_until(lambda: full_isr(net), 30, "every replica in sync", interval=0.2)
+        wait_until(lambda: full_isr(net), 90, "every replica in sync", interval=0.2)
     return cluster
 
 
@@ -184,7 +184,7 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
         workload = Workload(cluster.zk_connect, TOPIC, PARTITIONS).start()
         reader = Reader(cluster.zk_connect, TOPIC, PARTITIONS).start()
         try:
-            wait_until(lambda: workload.acked_count() >= 2_000, 30, "2,000 acknowledged before the fault")
+            wait_until(lambda: workload.acked_count() >= 2_000, 60, "2,000 acknowledged before the fault")
             time.sleep(when.delay_s)  # the timing drawn: time is the scenario
             fault_at = time.monotonic()
             print(f"{name}: {fault()}; {when}")
@@ -216,7 +216,8 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
         "every replica to hold the high watermark",
     )
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
-    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads)
+    spans = [span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC)]
+    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads, spans)
     verdict.read_in_fault = reader.read_between(fault_at, healed_at)
     print(f"\nverdict: {name} {when.hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal; {when}")
     keep_logs(net, name)
@@ -257,11 +258,13 @@ def keep_logs(net: TestNetwork, name: str) -> None:
 
 def assert_sound(verdict: Verdict) -> None:
     """What every nemesis must keep: nothing acknowledged lost, no duplicate, order,
-    identical replicas, a reader that read while the fault held and saw nothing the
-    partitions do not hold in the end, in their order, an outcome for every batch, and
-    the counts adding up."""
+    identical replicas, no partition epoch answered by two brokers (nor a replaced
+    leader that never stopped answering), a reader that read while the fault held and
+    saw nothing the partitions do not hold in the end, in their order, an outcome for
+    every batch, and the counts adding up."""
     assert not verdict.problems(), f"{verdict.problems()}: {verdict.examples}"
     assert verdict.read_in_fault > 0, "the reader read nothing while the fault held"
+    assert len(verdict.leader_overlap_s) == PARTITIONS, "no acks=all answer span in the brokers' logs"
     assert verdict.acked > 2_000 and verdict.stored >= verdict.acked  # sent N, acknowledged N, stored N
     assert verdict.unknown == 0  # every batch got its outcome
 
