@@ -13,10 +13,21 @@ replica's ``pending_acks`` until one of three things happens:
 
 Sans IO: these functions act on a :class:`.roles.Replica` and call the waiting
 produce's ``part_done``; times are monotonic seconds passed in by the caller.
+
+Each leader epoch's acks=all answers are also noted as a span
+(:class:`.roles.AnswerSpan`, :func:`answered`): two log lines per epoch a broker leads,
+``<topic>-<p>: acks=all answers in leader epoch <e> began at <unix time>`` at the
+first answer and ``... ended at <unix time> (<n> answered)`` when the broker stops
+leading or leads in another epoch. An operator reads when a partition's leaders
+took over and let go; the nemesis checker (tests/support/checker.py) reads from
+them, all brokers sharing one clock in a test, that no two brokers answered for
+one partition in one epoch and how far two leaders' answers overlapped. Not per
+batch: one clock reading per :func:`release` that answers something.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -25,7 +36,35 @@ from broker.common.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
 )
-from broker.replication.roles import Replica
+from broker.replication.roles import AnswerSpan, Replica
+
+log = logging.getLogger("logferry.replication")
+
+
+def answered(replica: Replica, count: int) -> None:
+    """``count`` acks=all answers were just given: extend this epoch's span (a new one,
+    logged, at the first answer of an epoch; the last epoch's logged as ended)."""
+    now = time.time()
+    span = replica.answered
+    if span is None or span.epoch != replica.epoch:
+        end_span(replica)
+        span = replica.answered = AnswerSpan(replica.epoch, now)
+        log.info("%s-%d: acks=all answers in leader epoch %d began at %.3f", *replica.key, span.epoch, now)
+    span.last = now
+    span.count += count
+
+
+def end_span(replica: Replica) -> None:
+    """Log the end of the current span of answers, if any (leadership ends or moves on)."""
+    span, replica.answered = replica.answered, None
+    if span is not None:
+        log.info(
+            "%s-%d: acks=all answers in leader epoch %d ended at %.3f (%d answered)",
+            *replica.key,
+            span.epoch,
+            span.last,
+            span.count,
+        )
 
 
 def check_min_insync(replica: Replica) -> None:
@@ -43,6 +82,7 @@ def check_min_insync(replica: Replica) -> None:
 def wait(replica: Replica, end: int, pending: Any, index: int, timeout_ms: int) -> bool:
     """Hold an acks=all answer until the ISR has ``end``; False if it already has."""
     if acked(replica, end):
+        answered(replica, 1)
         return False
     deadline = time.monotonic() + timeout_ms / 1000
     replica.pending_acks.append((end, pending, index, deadline))
@@ -71,6 +111,8 @@ def release(replica: Replica) -> None:
                 item[1].part_done(item[2])
             else:
                 keep.append(item)
+        if len(keep) < len(replica.pending_acks):
+            answered(replica, len(replica.pending_acks) - len(keep))
         replica.pending_acks = keep
 
 
@@ -97,6 +139,7 @@ def expire(replica: Replica, now: float, timeout_ms: int) -> None:
 
 def fail(replica: Replica, error: LogferryError, me: int) -> None:
     """Fail every waiting batch: broker ``me`` no longer leads (``error`` says why)."""
+    end_span(replica)
     pending, replica.pending_acks = replica.pending_acks, []
     for _, waiting, index, _ in pending:
         waiting.part_done(
@@ -108,4 +151,14 @@ def fail(replica: Replica, error: LogferryError, me: int) -> None:
         )
 
 
-__all__ = ["acked", "acked_end", "check_min_insync", "expire", "fail", "release", "wait"]
+__all__ = [
+    "acked",
+    "acked_end",
+    "answered",
+    "check_min_insync",
+    "end_span",
+    "expire",
+    "fail",
+    "release",
+    "wait",
+]

@@ -23,10 +23,26 @@ from broker.storage.partition_log import PartitionLog
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 
 
+class AnswerSpan:
+    """The acks=all writes a broker answered as leader of a partition in one epoch
+    (:func:`.acks.answered`)."""
+
+    __slots__ = ("count", "epoch", "first", "last")
+
+    def __init__(self, epoch: int, first: float):
+        self.epoch = epoch
+        self.first = first
+        """``time.time()`` of the first answer."""
+        self.last = first
+        """``time.time()`` of the latest answer."""
+        self.count = 0
+
+
 class Replica:
     """This broker's replica of one partition and its current role."""
 
     __slots__ = (
+        "answered",
         "key",
         "leader_end",
         "min_insync",
@@ -57,6 +73,8 @@ class Replica:
         """The leader's log end as of the last fetch (progress of a throttled copy)."""
         self.throttle = 0
         """Bytes/s this follower's fetches are limited to (a reassignment added it); 0: none."""
+        self.answered: AnswerSpan | None = None
+        """The acks=all answers given as leader in the current epoch (None: none yet)."""
 
     @property
     def epoch(self) -> int:
@@ -92,4 +110,4 @@ def same_term(replica: Replica, state: PartitionState | None, role: str) -> bool
     )
 
 
-__all__ = ["FOLLOWER", "LEADER", "OFFLINE", "Replica", "role_for", "same_term"]
+__all__ = ["FOLLOWER", "LEADER", "OFFLINE", "AnswerSpan", "Replica", "role_for", "same_term"]

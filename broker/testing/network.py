@@ -18,10 +18,19 @@ Every test so far ran its processes on one loopback address; a partition needs h
 
 Nothing lives in the root namespace, not even a veth end: the names of bridges and ports
 (``br0``, a host's name) only need to be unique inside their switch, and deleting the
-namespaces removes every interface with them. Namespace names carry the creating process's
-pid (``lf<pid>n<k>-<host>``, ``lf<pid>n<k>-s-<switch>``): unique per pytest worker and per
-run, and :func:`remove_leftovers` finds those of a run that died without tearing down
-(its pid gone) and removes them, processes inside included.
+namespaces removes every interface with them. Addresses need not be unique either: each
+network's hosts and switch live in namespaces of their own, so two tests' ``10.77.1.2``
+are two addresses that never meet (several networks are built and cut at once on
+different pytest workers; ``tests/integration/test_network.py`` proves they stay apart).
+Namespace names carry the creating process's pid and start time
+(``lf<pid>t<start>n<k>-<host>``, ``lf<pid>t<start>n<k>-s-<switch>``): unique per pytest
+worker and per run, even when a later process is given a dead one's pid, and
+:func:`remove_leftovers` finds those of a run that died without tearing down (no process
+with that pid and start time) and removes them, processes inside included. It need not
+wait for a later run: the first network of a process starts a guard (:func:`guard`), a
+shell in a session of its own that waits for that process to end, however it ends (kill
+-9 included: a pytest worker that xdist kills on Ctrl-C, or CI's timeout), and then
+deletes the namespaces it left, killing what still runs in them.
 
 Processes start inside a host with :meth:`Host.inside` (the calling thread enters the
 namespace, :mod:`broker.testing.netns`; what it starts, forks or execs, and the fork
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import itertools
 import os
 import re
@@ -49,10 +59,27 @@ ROUTER_OCTET = 254
 """A router's last octet on each switch it joins."""
 NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
 """A host's or switch's name: short, as it names a bridge port (15 characters at most)."""
-OWNED = re.compile(r"lf(\d+)n\d+-")
-"""The start of every namespace name here: the pid of the process that made it."""
+OWNED = re.compile(r"lf(\d+)(?:t(\d+))?n\d+-")
+"""The start of every namespace name here: the pid of the process that made it and its
+start time (in clock ticks after boot; names without one come from older checkouts,
+still run beside this one by other worktrees: they are judged by their pid alone)."""
 IP_TIMEOUT = 10.0
+LOCK_FILE = "/run/lock/logferry-netns.lock"
+"""Held around ``ip netns add``: the first one after boot makes ``/run/netns`` a shared
+mount, and two at once (pytest workers building their first networks together, as the
+nemeses do at the start of ``make test``) may both mount it, the second mount hiding the
+first one's namespaces."""
 _counter = itertools.count()
+_guard: subprocess.Popen[bytes] | None = None
+
+GUARD_SCRIPT = """
+cat >/dev/null  # until the pipe's other end closes: the process that made the networks is gone
+for ns in $(ip netns list | awk '{print $1}' | grep "^$1"); do
+    for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null; done
+    ip netns delete "$ns" 2>/dev/null
+done
+"""
+"""The guard's shell script (see :func:`guard`); ``$1`` is the owner's prefix."""
 
 
 class NetworkError(RuntimeError):
@@ -83,14 +110,26 @@ def pids_in(namespace: str) -> list[int]:
         return []
 
 
-def _alive(pid: int) -> bool:
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (None: no such process)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def owner_prefix(pid: int | None = None) -> str:
+    """The start of the names of every namespace process ``pid`` (this one) makes."""
+    pid = os.getpid() if pid is None else pid
+    return f"lf{pid}t{start_time(pid)}n"
+
+
+def _owner_alive(pid: int, started: str | None) -> bool:
+    """Whether the process that named a namespace still runs (the same pid and, when the
+    name says it, the same start time: a pid is reused once its process is gone)."""
+    now = start_time(pid)
+    return now is not None and (started is None or int(started) == now)
 
 
 def _delete(namespace: str) -> None:
@@ -109,10 +148,29 @@ def remove_leftovers() -> list[str]:
     removed = []
     for name in namespaces():
         owner = OWNED.match(name)
-        if owner and not _alive(int(owner.group(1))):
+        if owner and not _owner_alive(int(owner.group(1)), owner.group(2)):
             _delete(name)
             removed.append(name)
     return removed
+
+
+def guard() -> None:
+    """Start this process's guard, once: ``sh`` in a session of its own (the terminal's
+    Ctrl-C and a signal to this process group miss it) reading a pipe that only this
+    process holds (non-inheritable: nothing it execs keeps it open). When this process
+    ends, however it ends, the pipe reaches its end and the guard deletes every
+    namespace named with :func:`owner_prefix`, killing what runs in them. After a
+    clean teardown it finds none."""
+    global _guard
+    if _guard is not None and _guard.poll() is None:
+        return
+    _guard = subprocess.Popen(
+        ["sh", "-c", GUARD_SCRIPT, "logferry-netns-guard", owner_prefix()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 @dataclass
@@ -162,7 +220,8 @@ class Network:
     """Switches, hosts and routers of one test, torn down by :meth:`close` (see the module)."""
 
     def __init__(self) -> None:
-        self.prefix = f"lf{os.getpid()}n{next(_counter)}-"
+        self.prefix = f"{owner_prefix()}{next(_counter)}-"
+        guard()
         self.switches: dict[str, Switch] = {}
         self.hosts: dict[str, Host] = {}
         self._blocks: set[tuple[str, str]] = set()
@@ -277,7 +336,8 @@ class Network:
             raise NetworkError(f"{name!r} exists in this network already")
 
     def _new_namespace(self, name: str) -> None:
-        ip("netns", "add", name)
+        with _netns_lock():
+            ip("netns", "add", name)
         ip("-n", name, "link", "set", "dev", "lo", "up")
 
     def _switch(self, name: str) -> Switch:
@@ -328,6 +388,18 @@ class Network:
 
 
 @contextlib.contextmanager
+def _netns_lock() -> Iterator[None]:
+    """:data:`LOCK_FILE`, held (an advisory lock between processes, gone with them)."""
+    os.makedirs(os.path.dirname(LOCK_FILE), exist_ok=True)
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def network() -> Iterator[Network]:
     """A :class:`Network`, closed at the end of the block."""
     net = Network()
@@ -337,4 +409,16 @@ def network() -> Iterator[Network]:
         net.close()
 
 
-__all__ = ["Host", "Network", "NetworkError", "Switch", "namespaces", "network", "pids_in", "remove_leftovers"]
+__all__ = [
+    "Host",
+    "Network",
+    "NetworkError",
+    "Switch",
+    "guard",
+    "namespaces",
+    "network",
+    "owner_prefix",
+    "pids_in",
+    "remove_leftovers",
+    "start_time",
+]

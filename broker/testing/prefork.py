@@ -73,7 +73,11 @@ prometheus_client's switches): a child whose values differ is exec'd. Every othe
 variable is read, if at all, while the program runs, with the child's own environment;
 a fixture that sets ``SPARK_LOCAL_IP`` or pytest's ``PYTEST_CURRENT_TEST`` changes
 nothing here. (PYTHONUNBUFFERED aside: the server's stdio is unbuffered already.)"""
-START_TIMEOUT = 30.0
+START_TIMEOUT = 120.0
+"""How long the server may take to import what it preloads (a crash is seen at once:
+its exit). About a second of CPU; on a machine loaded about 25 (three pytest workers
+each starting a nemesis's servers at once, beside two busy loops and other jobs) three
+servers took over 30 s each."""
 _MAX_MESSAGE = 1 << 20
 _PR_SET_NAME = 15
 

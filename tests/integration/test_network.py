@@ -9,16 +9,20 @@ sent before, during (refused) and after the cut is counted.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer, messages_of
-from broker.testing.network import Network, namespaces, pids_in, remove_leftovers
+from broker.testing.network import Network, namespaces, owner_prefix, pids_in, remove_leftovers, start_time
 from tests.support.network import TestNetwork, network_unavailable
 from tests.support.waiting import wait_until
 
@@ -164,20 +168,127 @@ def test_two_datacenters_a_router_and_teardown_that_leaves_nothing_behind() -> N
 def test_the_namespaces_of_a_run_that_died_are_removed_and_a_live_runs_kept() -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)  # exited and reaped: a run that died
-    mine = f"lf{os.getpid()}n999-x"
-    left = f"lf{dead_pid}n0-x"
-    for name in (left, mine):
+    started = start_time(os.getpid())
+    assert started is not None
+    mine = f"{owner_prefix()}999-x"
+    left = f"lf{dead_pid}t12345n0-x"
+    # a run that died whose pid this process was given since: same pid, another start
+    reused = f"lf{os.getpid()}t{started - 1}n0-x"
+    # names without a start time, as older checkouts (other worktrees) still make them
+    old_left, old_mine = f"lf{dead_pid}n0-x", f"lf{os.getpid()}n999-x"
+    names = (left, mine, reused, old_left, old_mine)
+    for name in names:
         subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         orphan = subprocess.Popen(["ip", "netns", "exec", left, "sleep", "60"])
         wait_until(lambda: pids_in(left) == [orphan.pid], 10, "the orphan inside")
         removed = remove_leftovers()  # (another worker's first network may have been first)
-        assert mine not in removed
+        assert mine not in removed and old_mine not in removed
         assert orphan.wait(5) == -9
-        assert left not in namespaces() and mine in namespaces()
+        assert not {left, reused, old_left} & set(namespaces())
+        assert {mine, old_mine} <= set(namespaces())
     finally:
-        for name in (left, mine):
+        for name in names:
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+BUILD_AND_DIE = """
+import sys, subprocess
+from broker.testing.network import Network
+net = Network()
+net.switch("lan")
+host = net.host("a", "lan")
+with host.inside():
+    child = subprocess.Popen(["sleep", "120"])
+print(net.prefix, child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(network_unavailable() is not None, reason=str(network_unavailable()))
+def test_a_network_whose_process_was_killed_is_removed_with_what_ran_on_it_and_the_next_one_builds() -> None:
+    # A pytest worker killed mid-test (kill -9: no fixture teardown, no atexit), as xdist
+    # kills its workers when the run is interrupted: its guard removes what it left.
+    with subprocess.Popen(
+        [sys.executable, "-c", BUILD_AND_DIE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as worker:
+        assert worker.stdout is not None
+        prefix, child = worker.stdout.readline().split()
+        assert len([n for n in namespaces() if n.startswith(prefix)]) == 2
+        worker.kill()
+    try:
+        wait_until(
+            lambda: not [n for n in namespaces() if n.startswith(prefix)], 10, "the killed run's namespaces gone"
+        )
+        wait_until(lambda: not _running(int(child)), 10, "the killed run's process gone")
+        with Network() as net:  # and the next network builds
+            net.switch("lan")
+            net.host("a", "lan")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(child), signal.SIGKILL)
+        for name in namespaces():
+            if name.startswith(prefix):
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped by init, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _echo_server(host_address: str, tag: bytes) -> socket.socket:
+    """A listening socket on ``host_address``:7000, in the calling thread's namespace,
+    whose accepted connections get ``tag``."""
+    server = socket.create_server((host_address, 7000))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(tag)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def _ask(address: str) -> bytes:
+    with socket.create_connection((address, 7000), timeout=2) as conn:
+        return conn.recv(16)
+
+
+@pytest.mark.skipif(network_unavailable() is not None, reason=str(network_unavailable()))
+def test_two_networks_at_once_with_the_same_names_and_addresses_never_meet() -> None:
+    # What the nemeses on several pytest workers rely on: each test's network has the same
+    # host names, switch names and addresses, yet lives in namespaces of its own.
+    nets = [Network(), Network()]
+    servers = []
+    try:
+        for tag, net in zip((b"one", b"two"), nets, strict=True):
+            net.switch("lan")
+            srv, net_client = net.host("srv", "lan"), net.host("client", "lan")
+            assert (srv.address, net_client.address) == ("10.77.1.1", "10.77.1.2")
+            with srv.inside():
+                servers.append(_echo_server(srv.address, tag))
+        assert nets[0].prefix != nets[1].prefix
+        for tag, net in zip((b"one", b"two"), nets, strict=True):
+            with net.hosts["client"].inside():
+                assert _ask("10.77.1.1") == tag  # its own network's server, never the other's
+        nets[0].cut("srv")  # a fault in one network leaves the other alone
+        with nets[0].hosts["client"].inside(), pytest.raises(OSError):
+            _ask("10.77.1.1")
+        with nets[1].hosts["client"].inside():
+            assert _ask("10.77.1.1") == b"two"
+    finally:
+        for server in servers:
+            server.close()
+        for net in nets:
+            net.close()
+    assert not [n for n in namespaces() if n.startswith((nets[0].prefix, nets[1].prefix))]
 
 
 @pytest.mark.skipif(network_unavailable() is not None, reason=str(network_unavailable()))
@@ -198,7 +309,7 @@ def test_the_fixture_tears_down_after_a_failed_and_an_interrupted_test(pytester:
             raise KeyboardInterrupt
         """
     )
-    ours = f"lf{os.getpid()}n"  # the inner run's networks: in this process
+    ours = owner_prefix()  # the inner run's networks: in this process
     assert not [n for n in namespaces() if n.startswith(ours)]
     began = time.monotonic()
     result = pytester.runpytest_inprocess(

@@ -12,7 +12,21 @@ the workload recorded with what the cluster holds and reports, as Jepsen's analy
 * **unavailable seconds** per partition: the longest time, from the fault on, during
   which the partition acknowledged nothing although the workload kept sending (the
   issue's target for an isolated or killed leader: within 8 s);
-* the counts of acknowledged, failed and unknown-outcome messages.
+* the counts of acknowledged, failed and unknown-outcome messages;
+* with a :class:`~tests.support.workload.Reader`'s reads (a consumer reading from before
+  the fault to after the heal): **phantom reads**, messages a consumer read that the
+  partition does not hold in the end (a read above the high watermark: 0); **read order
+  violations**, a consumer reading a message after one the workload sent later, or
+  twice (0); and **divergent reads**, partitions whose reads are not the start of what
+  the partition holds (0);
+* with each broker's log (its acks=all answer spans, broker/replication/acks.py:
+  ``acks=all answers in leader epoch <e> began at <t>`` and ``... ended at <t>``):
+  **two leaders**, a partition's epoch in which more than one broker answered acks=all
+  writes (0), and, reported, the **leader overlap**: how long, per partition, a leader
+  of an older epoch still answered after one of a newer epoch began (every broker of a
+  test shares the machine's clock). A leader may answer a write its successor already
+  holds a few milliseconds late (the successor's last fetch reached it after the
+  election); a zombie answering writes of its own would be an overlap of seconds.
 
 No IO here: the caller reads the partitions (:func:`read_partition`) and the replicas'
 bytes, so the rules are tested without a cluster.
@@ -20,6 +34,7 @@ bytes, so the rules are tested without a cluster.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +57,18 @@ class Verdict:
     divergent: list[int]
     unavailable_s: dict[int, float]
     examples: list[str] = field(default_factory=list)
+    read: int = 0
+    """Messages a reader read (0: no reader)."""
+    read_in_fault: int = 0
+    """Of them, those read while the fault held (the caller sets it: the reader knows)."""
+    phantom_reads: int = 0
+    read_order_violations: int = 0
+    divergent_reads: list[int] = field(default_factory=list)
+    two_leaders: list[str] = field(default_factory=list)
+    """One line per partition epoch answered by two brokers or more."""
+    leader_overlap_s: dict[int, float] = field(default_factory=dict)
+    """Per partition, the longest time an older epoch's leader answered after a newer
+    epoch's began (0.0: never; empty: no logs read)."""
 
     def problems(self) -> list[str]:
         """Every broken guarantee, one line each (empty: the run is sound)."""
@@ -54,6 +81,16 @@ class Verdict:
             found.append(f"{self.order_violations} order violations")
         if self.divergent:
             found.append(f"replicas differ below the high watermark in partitions {self.divergent}")
+        if self.phantom_reads:
+            found.append(f"{self.phantom_reads} messages read that the partitions do not hold")
+        if self.read_order_violations:
+            found.append(f"{self.read_order_violations} messages read out of order or twice")
+        if self.divergent_reads:
+            found.append(f"what was read is not the start of partitions {self.divergent_reads}")
+        found.extend(self.two_leaders)
+        endless = sorted(p for p, s in self.leader_overlap_s.items() if s == float("inf"))
+        if endless:
+            found.append(f"a leader of an older epoch never stopped answering in partitions {endless}")
         return found
 
     def summary(self) -> str:
@@ -62,6 +99,18 @@ class Verdict:
             f"acknowledged {self.acked:,}, failed {self.failed:,}, unknown {self.unknown:,}, stored {self.stored:,}; "
             f"lost {self.lost}, duplicates {self.duplicates}, order violations {self.order_violations}, "
             f"divergent partitions {len(self.divergent)}; unavailable {unavailable}"
+            + (
+                f"; read {self.read:,} ({self.read_in_fault:,} in the fault): phantom {self.phantom_reads}, "
+                f"out of order {self.read_order_violations}, "
+                f"divergent {len(self.divergent_reads)}"
+                if self.read
+                else ""
+            )
+            + (
+                "; leader overlap " + ", ".join(f"p{p} {s:.3f}s" for p, s in sorted(self.leader_overlap_s.items()))
+                if self.leader_overlap_s
+                else ""
+            )
         )
 
 
@@ -71,10 +120,14 @@ def check(
     replicas: Mapping[int, Sequence[bytes]],
     fault_at: float,
     until: float,
+    reads: Mapping[int, Sequence[bytes]] | None = None,
+    spans: Sequence[AnswerSpan] | None = None,
 ) -> Verdict:
     """Judge a run: ``stored`` is each partition's values up to its high watermark,
     ``replicas`` each partition's replicas' bytes below it; unavailability counts from
-    ``fault_at`` to ``until`` (``time.monotonic()`` readings)."""
+    ``fault_at`` to ``until`` (``time.monotonic()`` readings); ``reads``, each
+    partition's values as a reader read them from its start (None: no reader);
+    ``spans``, the brokers' acks=all answer spans (:func:`answer_spans`; None: not read)."""
     acked_values = {p: set() for p in stored}
     counts = Counter(b.outcome for b in batches for _ in b.seqs)
     for b in batches:
@@ -95,6 +148,8 @@ def check(
         seqs = [parse(v)[1] for v in values]
         disorder += sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b < a)
     divergent = sorted(p for p, copies in replicas.items() if len(set(copies)) > 1)
+    phantoms, read_disorder, divergent_reads = check_reads(reads or {}, stored, examples)
+    doubled, overlap = two_leaders(spans) if spans is not None else ([], {})
     return Verdict(
         acked=counts["acked"],
         failed=counts["failed"],
@@ -106,7 +161,90 @@ def check(
         divergent=divergent,
         unavailable_s={p: unavailable_s(batches, p, fault_at, until) for p in stored},
         examples=examples,
+        read=sum(len(v) for v in (reads or {}).values()),
+        phantom_reads=phantoms,
+        read_order_violations=read_disorder,
+        divergent_reads=divergent_reads,
+        two_leaders=doubled,
+        leader_overlap_s=overlap,
     )
+
+
+@dataclass(frozen=True)
+class AnswerSpan:
+    """A broker's acks=all answers as leader of a partition in one epoch, from its log."""
+
+    broker: int
+    partition: int
+    epoch: int
+    began: float
+    """``time.time()`` of its first answer."""
+    ended: float | None
+    """Of its last (None: the log says no end: it still leads in that epoch)."""
+
+
+SPAN_LINE = re.compile(
+    r"(?P<topic>\S+)-(?P<p>\d+): acks=all answers in leader epoch (?P<epoch>\d+) (?P<what>began|ended) at (?P<t>[\d.]+)"
+)
+
+
+def answer_spans(broker: int, log_text: str, topic: str) -> list[AnswerSpan]:
+    """The spans in broker ``broker``'s log of ``topic``'s partitions."""
+    began: dict[tuple[int, int], float] = {}
+    ended: dict[tuple[int, int], float] = {}
+    for match in SPAN_LINE.finditer(log_text):
+        if match["topic"] != topic:
+            continue
+        key, at = (int(match["p"]), int(match["epoch"])), float(match["t"])
+        if match["what"] == "began":
+            began[key] = min(began.get(key, at), at)
+        else:
+            ended[key] = max(ended.get(key, at), at)
+    return [AnswerSpan(broker, p, epoch, at, ended.get((p, epoch))) for (p, epoch), at in sorted(began.items())]
+
+
+def two_leaders(spans: Sequence[AnswerSpan]) -> tuple[list[str], dict[int, float]]:
+    """``(partition epochs answered by two brokers or more, the leader overlap per
+    partition)`` (see the module); a span without an end counts as still answering."""
+    by_epoch: dict[tuple[int, int], set[int]] = {}
+    for span in spans:
+        by_epoch.setdefault((span.partition, span.epoch), set()).add(span.broker)
+    doubled = [
+        f"p{p} epoch {epoch}: acks=all writes answered by brokers {sorted(brokers)}"
+        for (p, epoch), brokers in sorted(by_epoch.items())
+        if len(brokers) > 1
+    ]
+    overlap: dict[int, float] = {}
+    for old in spans:
+        overlap.setdefault(old.partition, 0.0)
+        for new in spans:
+            if new.partition == old.partition and new.epoch > old.epoch and new.broker != old.broker:
+                last = float("inf") if old.ended is None else old.ended
+                overlap[old.partition] = max(overlap[old.partition], last - new.began)
+    return doubled, overlap
+
+
+def check_reads(
+    reads: Mapping[int, Sequence[bytes]], stored: Mapping[int, Sequence[bytes]], examples: list[str]
+) -> tuple[int, int, list[int]]:
+    """``(phantom reads, read order violations, partitions whose reads are not the start
+    of what they hold)`` (see the module); adds an example of each to ``examples``."""
+    phantoms = disorder = 0
+    divergent = []
+    for p, values in reads.items():
+        held = stored.get(p, [])
+        kept = set(held)
+        ghosts = [v for v in values if v not in kept]
+        phantoms += len(ghosts)
+        if ghosts:
+            examples.append(f"p{p} read but not held e.g. {ghosts[:3]}")
+        seqs = [parse(v)[1] for v in values]
+        disorder += sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b <= a)
+        if list(values) != list(held[: len(values)]):
+            divergent.append(p)
+            at = next((i for i, (a, b) in enumerate(zip(values, held, strict=False)) if a != b), len(held))
+            examples.append(f"p{p} read {len(values):,}, not the partition's start from message {at}")
+    return phantoms, disorder, sorted(divergent)
 
 
 def unavailable_s(batches: Sequence[Batch], partition: int, fault_at: float, until: float) -> float:
@@ -139,4 +277,13 @@ def read_partition(consumer: SimpleConsumer, topic: str, partition: int) -> tupl
     return values, end
 
 
-__all__ = ["Verdict", "check", "read_partition", "unavailable_s"]
+__all__ = [
+    "AnswerSpan",
+    "Verdict",
+    "answer_spans",
+    "check",
+    "check_reads",
+    "read_partition",
+    "two_leaders",
+    "unavailable_s",
+]

@@ -14,7 +14,9 @@ prints one line per kind, the total, the command's wall time and its exit status
 share of the machine's CPUs busy in each 30 s (where the run waits), and exits with the
 command's status; ``LOGFERRY_CPU_DETAIL=FILE`` also writes every process to FILE.
 Another job on the machine shows up in the figures (as ``other``): measure on a quiet
-machine.
+machine, or, on a shared one, with ``LOGFERRY_CPU_OWN=1``: then only the command and
+its descendants count (a process whose parent was one when it was sampled; one that
+lives less than a second between two samples is missed, as above).
 """
 
 from __future__ import annotations
@@ -66,11 +68,17 @@ def kind_of(command: str) -> str:
 
 def _stat(pid: str) -> tuple[tuple[int, int], float] | None:
     """``((pid, start time), cpu seconds)`` of a process, None if it is gone."""
+    found = _stat_and_parent(pid)
+    return None if found is None else found[:2]
+
+
+def _stat_and_parent(pid: str) -> tuple[tuple[int, int], float, int] | None:
+    """``((pid, start time), cpu seconds, parent pid)`` of a process, None if it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(pid), int(fields[19])), (int(fields[11]) + int(fields[12])) / TICKS
+    return (int(pid), int(fields[19])), (int(fields[11]) + int(fields[12])) / TICKS, int(fields[1])
 
 
 def _command(pid: int) -> str:
@@ -87,16 +95,18 @@ def _command(pid: int) -> str:
         return ""
 
 
-def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]]) -> None:
+def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]], family: set[int] | None = None) -> None:
     """Record each process's CPU so far and its latest command line (a fork shows its
-    parent's until it execs)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+    parent's until it execs). ``family``: only the processes whose parent is in it (the
+    command's pid to begin with), added to it as they are found."""
+    stats = [stat for pid in os.listdir("/proc") if pid.isdigit() and (stat := _stat_and_parent(pid)) is not None]
+    for key, cpu, parent in sorted(stats, key=lambda stat: stat[0][1]):  # parents start before children
+        if key in before:
             continue
-        stat = _stat(pid)
-        if stat is None or stat[0] in before:
-            continue
-        key, cpu = stat
+        if family is not None:
+            if key[0] not in family and parent not in family:
+                continue
+            family.add(key[0])
         command = _command(key[0])
         entry = seen.setdefault(key, [cpu, command])
         entry[0] = max(entry[0], cpu)
@@ -106,6 +116,8 @@ def sample(seen: dict[tuple[int, int], list], before: set[tuple[int, int]]) -> N
 
 DETAIL_ENV = "LOGFERRY_CPU_DETAIL"
 """A file to write every process into (CPU, kind, command line; most CPU first)."""
+OWN_ENV = "LOGFERRY_CPU_OWN"
+"""``1``: count only the command and its descendants (see the module)."""
 PERIOD_S = 30.0
 """How often the whole machine's busy share is taken (from /proc/stat): where a run idles."""
 
@@ -131,8 +143,9 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     busy = [_machine_busy()]
     process = subprocess.Popen(argv)
+    family = {process.pid} if os.environ.get(OWN_ENV) == "1" else None
     while process.poll() is None:
-        sample(seen, before)
+        sample(seen, before, family)
         time.sleep(1.0)
         if time.monotonic() - started >= PERIOD_S * len(busy):
             busy.append(_machine_busy())

@@ -7,19 +7,22 @@ switch, replication factor
 3, min in-sync replicas 2, ZooKeeper session 6 s (the issue's), a topic of 3 partitions
 with every replica in sync. :func:`run_nemesis` runs the workload
 (tests/support/workload.py) on the client host, lets the fault do its work for a
-bounded time, heals every cut, waits until every replica is back in sync and every
-partition acknowledges again, reads what the cluster holds and returns the checker's
-:class:`~tests.support.checker.Verdict`, after printing it as one line starting with
-``verdict:`` (``scripts/nemesis.sh`` collects those lines).
+bounded time (:func:`timing`: fixed in ``make test``, drawn from a printed seed by
+``scripts/nemesis.sh``), heals every cut, waits until every replica is back in sync and
+every partition acknowledges again, reads what the cluster holds and returns the
+checker's :class:`~tests.support.checker.Verdict`, after printing it as one line
+starting with ``verdict:`` (and, for ``scripts/nemesis.sh``, a JSON line: :func:`record`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -29,23 +32,59 @@ from broker.testing.network import Host
 from broker.testing.zkserver import LocalZooKeeper
 from tests.replication.conftest import REPLICATED
 from tests.support.brokers import BrokerProcess
-from tests.support.checker import Verdict, check, read_partition
+from tests.support.checker import Verdict, answer_spans, check, read_partition
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
-from tests.support.workload import Workload
+from tests.support.workload import Reader, Workload
 
-MARKS = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("LOGFERRY_NEMESIS") != "1", reason="a nemesis: run by scripts/nemesis.sh (LOGFERRY_NEMESIS=1)"
-    ),
-]
-"""Every nemesis test module's ``pytestmark``: a run lasts 25-40 s, too long for
-``make test``, so they run when ``LOGFERRY_NEMESIS=1`` (``scripts/nemesis.sh``)."""
+MARKS = [pytest.mark.integration, pytest.mark.slow]
+"""Every nemesis test module's ``pytestmark``. They run in ``make test`` (so in CI), each
+once with :data:`FAULT_S`, on several workers at once: every test's network lives in
+namespaces of its own (tests/support/network.py). Without root they skip, saying why."""
 
 FAULT_S = float(os.environ.get("LOGFERRY_NEMESIS_FAULT_S", "10"))
 """How long each fault is held (10 s unless ``LOGFERRY_NEMESIS_FAULT_S`` says otherwise)."""
+
+SEED_ENV = "LOGFERRY_NEMESIS_SEED"
+"""Set (``scripts/nemesis.sh`` sets it): the timing of each fault is drawn from a
+generator seeded with it and the nemesis's name (:func:`timing`), so a run is replayed
+by giving the seed its verdict line printed. Unset (``make test``): the fault starts
+once 2,000 messages are acknowledged and is held :data:`FAULT_S`."""
+DELAY_S = (0.0, 8.0)
+"""Bounds of the random wait, after the first 2,000 acknowledgements, before the fault."""
+HOLD_S = (2.0, 20.0)
+"""Bounds of the random hold: from well under the 6 s session (a fault the brokers ride
+out without an election) to over three sessions; ``LOGFERRY_NEMESIS_FAULT_S`` fixes it."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a nemesis's fault starts and how long it is held."""
+
+    delay_s: float
+    """Seconds after the first 2,000 acknowledgements."""
+    hold_s: float
+    seed: str | None
+    """What drew them (None: the fixed timing of ``make test``)."""
+
+    def __str__(self) -> str:
+        drawn = f", seed {self.seed}" if self.seed is not None else ""
+        return f"fault {self.delay_s:.1f}s after 2,000 acks, held {self.hold_s:.1f}s{drawn}"
+
+
+def timing(name: str, environ: Mapping[str, str] = os.environ) -> Timing:
+    """The timing of nemesis ``name`` (see :data:`SEED_ENV`): the same seed and name draw
+    the same timing, whatever else runs, so each nemesis of a run replays alone
+    (``-k``)."""
+    seed = environ.get(SEED_ENV, "").strip()
+    fixed = environ.get("LOGFERRY_NEMESIS_FAULT_S")
+    if not seed:
+        return Timing(0.0, float(fixed) if fixed else FAULT_S, None)
+    rng = random.Random(f"{seed}:{name}")
+    delay = round(rng.uniform(*DELAY_S), 1)
+    hold = round(rng.uniform(*HOLD_S), 1)
+    return Timing(delay, float(fixed) if fixed else hold, seed)
+
 
 TOPIC = "jepsen"
 PARTITIONS = 3
@@ -88,7 +127,7 @@ def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
     with cluster.client.inside():
         with Admin(zk=zk_connect) as admin:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
-        wait_until(lambda: full_isr(net), 30, "every replica in sync", interval=0.2)
+        wait_until(lambda: full_isr(net), 90, "every replica in sync", interval=0.2)
     return cluster
 
 
@@ -132,20 +171,24 @@ def settle(consumer: SimpleConsumer, quiet_s: float = 1.0, timeout: float = 20.0
     wait_until(quiet, timeout, f"every partition's visible end still for {quiet_s:g}s", interval=0.2)
 
 
-def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str], hold_s: float) -> Verdict:
+def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdict:
     """Run the workload, apply ``fault`` (inside the client host; it returns what it
-    did, for the output), hold it ``hold_s``, heal, wait for recovery, and judge.
+    did, for the output) when :func:`timing` says, hold it as long as it says, heal,
+    wait for recovery, and judge.
 
     Prints ``verdict: <name> <hold>s: <the verdict's summary>; full ISR <s> after the
-    heal`` and returns the verdict; the caller asserts what must hold."""
+    heal; <timing>`` and returns the verdict; the caller asserts what must hold."""
     net = cluster.net
+    when = timing(name)
     with cluster.client.inside():
         workload = Workload(cluster.zk_connect, TOPIC, PARTITIONS).start()
+        reader = Reader(cluster.zk_connect, TOPIC, PARTITIONS).start()
         try:
-            wait_until(lambda: workload.acked_count() >= 2_000, 30, "2,000 acknowledged before the fault")
+            wait_until(lambda: workload.acked_count() >= 2_000, 60, "2,000 acknowledged before the fault")
+            time.sleep(when.delay_s)  # the timing drawn: time is the scenario
             fault_at = time.monotonic()
-            print(f"{name}: {fault()}, for {hold_s:g}s")
-            time.sleep(hold_s)  # the fault itself: time is the scenario
+            print(f"{name}: {fault()}; {when}")
+            time.sleep(when.hold_s)  # the fault itself: time is the scenario
             net.heal()
             healed_at = time.monotonic()
             wait_until(lambda: full_isr(net), 90, "every replica back in sync", interval=0.5)
@@ -155,7 +198,10 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str], hold_s: f
                 )
             in_sync_s = time.monotonic() - healed_at
         finally:
-            workload.stop()
+            try:
+                reader.stop()
+            finally:
+                workload.stop()
         until = time.monotonic()
 
         stored: dict[int, list[bytes]] = {}
@@ -170,10 +216,31 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str], hold_s: f
         "every replica to hold the high watermark",
     )
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
-    verdict = check(workload.batches, stored, replicas, fault_at, until)
-    print(f"\nverdict: {name} {hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal")
+    spans = [span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC)]
+    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads, spans)
+    verdict.read_in_fault = reader.read_between(fault_at, healed_at)
+    print(f"\nverdict: {name} {when.hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal; {when}")
     keep_logs(net, name)
+    record(name, when, verdict, in_sync_s)
     return verdict
+
+
+def record(name: str, when: Timing, verdict: Verdict, in_sync_s: float) -> None:
+    """Append the run as one JSON line to ``$LOGFERRY_NEMESIS_LOGS/verdicts.jsonl`` when
+    that is set: ``tests/support/nemesis_report.py`` makes the results table from them."""
+    keep = os.environ.get("LOGFERRY_NEMESIS_LOGS")
+    if not keep:
+        return
+    line = {
+        "nemesis": name,
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+        **asdict(when),
+        **asdict(verdict),
+        "problems": verdict.problems(),
+        "full_isr_s": round(in_sync_s, 1),
+    }
+    with (Path(keep) / "verdicts.jsonl").open("a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def keep_logs(net: TestNetwork, name: str) -> None:
@@ -191,10 +258,26 @@ def keep_logs(net: TestNetwork, name: str) -> None:
 
 def assert_sound(verdict: Verdict) -> None:
     """What every nemesis must keep: nothing acknowledged lost, no duplicate, order,
-    identical replicas, an outcome for every batch, and the counts adding up."""
+    identical replicas, no partition epoch answered by two brokers (nor a replaced
+    leader that never stopped answering), a reader that read while the fault held and
+    saw nothing the partitions do not hold in the end, in their order, an outcome for
+    every batch, and the counts adding up."""
     assert not verdict.problems(), f"{verdict.problems()}: {verdict.examples}"
+    assert verdict.read_in_fault > 0, "the reader read nothing while the fault held"
+    assert len(verdict.leader_overlap_s) == PARTITIONS, "no acks=all answer span in the brokers' logs"
     assert verdict.acked > 2_000 and verdict.stored >= verdict.acked  # sent N, acknowledged N, stored N
     assert verdict.unknown == 0  # every batch got its outcome
 
 
-__all__ = ["PARTITIONS", "SETTINGS", "TOPIC", "Cluster", "assert_sound", "full_isr", "run_nemesis", "three_brokers"]
+__all__ = [
+    "PARTITIONS",
+    "SETTINGS",
+    "TOPIC",
+    "Cluster",
+    "Timing",
+    "assert_sound",
+    "full_isr",
+    "run_nemesis",
+    "three_brokers",
+    "timing",
+]

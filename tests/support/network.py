@@ -28,6 +28,10 @@ from tests.support.brokers import BrokerProcess
 
 ZK_PORT = 2181
 """ZooKeeper's port on its host (a host of its own: nothing else listens there)."""
+START_TIMEOUT = 120.0
+"""How long a ZooKeeper (or an ensemble) may take to serve. A few seconds alone; the
+nemeses start theirs on several workers at once, and on a machine loaded about 25 some
+took over 30 s (a standalone server) and 60 s (an ensemble)."""
 _swept = False
 
 
@@ -52,15 +56,15 @@ class TestNetwork(Network):
         self.zookeepers: list[LocalZooKeeper] = []
         self.brokers: list[BrokerProcess] = []
 
-    def zookeeper(self, host: Host) -> LocalZooKeeper:
+    def zookeeper(self, host: Host, timeout: float = START_TIMEOUT) -> LocalZooKeeper:
         """A standalone ZooKeeper on ``host`` at ``<address>:2181``, started and serving."""
         server = LocalZooKeeper(self.workdir / f"zk-{host.name}", ZK_PORT, host.address, force_sync=False)
         self.zookeepers.append(server)
         with host.inside():  # the JVM, and the readiness probe, on that host
-            server.start()
+            server.start(timeout)
         return server
 
-    def zookeeper_ensemble(self, hosts: list[Host], timeout: float = 60.0) -> list[LocalZooKeeper]:
+    def zookeeper_ensemble(self, hosts: list[Host], timeout: float = START_TIMEOUT) -> list[LocalZooKeeper]:
         """A ZooKeeper ensemble, one member per host (``myid`` 1, 2, ... in order), each
         at ``<address>:2181``; returns once every member serves (a quorum formed and each
         joined it). Their connect string: ``",".join(z.hosts for z in servers)``."""

@@ -1,5 +1,5 @@
 """The nemesis tests' workload: an idempotent acks=all producer that records the fate of
-every batch it sends.
+every batch it sends, and a reader that consumes while the fault holds.
 
 A :class:`Workload` sends numbered messages (``<partition>:<seq>``, ``seq`` rising per
 partition) round-robin over a topic's partitions at a steady rate from a thread of its
@@ -9,6 +9,11 @@ producer gave up: it may or may not be stored) or **unknown** (no outcome when t
 workload stopped). :mod:`tests.support.checker` judges a run from these records and what
 the cluster holds. Start it inside a host of the test network (``with host.inside():
 workload.start()``): the producer and its threads live there.
+
+A :class:`Reader` follows every partition from its start, as a real-time consumer does,
+from before the fault to after the heal, and keeps what it read in order, so the checker
+can tell whether a consumer saw a message that later disappeared (a read above the high
+watermark) or saw a partition in another order than it ends up in.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import Producer
+from broker.client import LogferryError, Producer, SimpleConsumer, messages_of
 
 RATE = 1_000
 """Messages per second, over all partitions (the issue's runs used about 1,500)."""
@@ -142,4 +147,78 @@ class Workload:
             batch.error = "" if error is None else f"{type(error).__name__}: {error}"
 
 
-__all__ = ["CHUNK", "RATE", "Batch", "Workload", "parse", "value"]
+@dataclass
+class Reader:
+    """A consumer thread reading every partition of a topic in turn, from its start, for
+    as long as it runs (see the module). Errors (a leader cut off, an election under
+    way) are counted and the partition is asked again after a short pause, its
+    leader looked up anew: it reads through the fault."""
+
+    zk_connect: str
+    topic: str
+    partitions: int
+    reads: dict[int, list[bytes]] = field(default_factory=dict)
+    """Per partition, every value read, in the order read."""
+    read_at: list[tuple[float, int]] = field(default_factory=list)
+    """``(time.monotonic(), messages)`` of each fetch that returned messages."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Fetch errors by class name."""
+    crashed: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.reads = {p: [] for p in range(self.partitions)}
+
+    def start(self) -> Reader:
+        """Start reading (in the calling thread's namespace)."""
+        consumer = SimpleConsumer(zk=self.zk_connect, request_timeout=3.0)
+        self._thread = threading.Thread(target=self._run, args=(consumer,), name="reader", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            if self._thread.is_alive():
+                raise AssertionError("the reader's thread did not stop within 30 s")
+        if self.crashed is not None:
+            raise AssertionError(f"the reader's thread died: {self.crashed!r}")
+
+    def read_between(self, start: float, end: float) -> int:
+        """Messages read from ``start`` to ``end`` (``time.monotonic()`` readings)."""
+        with self._lock:
+            return sum(n for t, n in self.read_at if start <= t <= end)
+
+    def _run(self, consumer: SimpleConsumer) -> None:
+        try:
+            with consumer:
+                self._read_until_stopped(consumer)
+        except BaseException as exc:  # reported by stop(), not lost in a thread
+            self.crashed = exc
+
+    def _read_until_stopped(self, consumer: SimpleConsumer) -> None:
+        position: dict[int, int] = {}
+        while not self._stop.is_set():
+            for p in range(self.partitions):
+                try:
+                    if p not in position:
+                        position[p] = consumer.offsets(self.topic, p).start
+                    result = consumer.fetch(self.topic, p, position[p], max_wait_ms=50)
+                except LogferryError as exc:
+                    with self._lock:
+                        self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                    consumer.cluster.forget(self.topic)  # look its leader up again
+                    self._stop.wait(0.2)
+                    continue
+                values = [m.value for batch in result.batches for m in messages_of(self.topic, p, batch)]
+                with self._lock:
+                    self.reads[p].extend(values)
+                    if values:
+                        self.read_at.append((time.monotonic(), len(values)))
+                position[p] = result.next_offset
+
+
+__all__ = ["CHUNK", "RATE", "Batch", "Reader", "Workload", "parse", "value"]

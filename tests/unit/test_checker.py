@@ -3,7 +3,9 @@ guarantee is found and counted, a sound run has no problem."""
 
 from __future__ import annotations
 
-from tests.support.checker import check, unavailable_s
+import pytest
+
+from tests.support.checker import AnswerSpan, answer_spans, check, two_leaders, unavailable_s
 from tests.support.workload import Batch, value
 
 
@@ -42,3 +44,61 @@ def test_unavailability_is_the_longest_stretch_without_an_ack_from_the_fault_on(
     assert unavailable_s(batches, 0, fault_at=1.0, until=10.0) == 9.0 - 1.2
     assert unavailable_s(batches, 1, fault_at=1.0, until=10.0) == 9.0  # nothing acked after the fault
     assert unavailable_s(batches, 0, fault_at=9.2, until=10.0) == 10.0 - 9.2
+
+
+def test_reads_are_judged_against_what_the_partitions_hold_in_the_end() -> None:
+    batches = [_acked(0, 0, 4, 1.0), _acked(1, 0, 3, 1.0), _acked(2, 0, 2, 1.0)]
+    stored = {0: _values(0, [0, 1, 2, 3]), 1: _values(1, [0, 1, 2]), 2: _values(2, [0, 1])}
+    replicas = {p: [b"x", b"x", b"x"] for p in stored}
+    sound = {0: _values(0, [0, 1, 2]), 1: _values(1, [0, 1, 2]), 2: []}  # a start of each: fine
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, reads=sound)
+    assert verdict.problems() == [] and verdict.read == 6
+    assert "read 6 (0 in the fault): phantom 0, out of order 0, divergent 0" in verdict.summary()
+
+    # p0: message 7 was read, then vanished (a read above the high watermark, truncated);
+    # p1: 1 read twice; p2: 1 read before 0
+    bad = {0: _values(0, [0, 1, 7]), 1: _values(1, [0, 1, 1]), 2: _values(2, [1, 0])}
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, reads=bad)
+    assert (verdict.phantom_reads, verdict.read_order_violations, verdict.divergent_reads) == (1, 2, [0, 1, 2])
+    assert len(verdict.problems()) == 3
+    assert any("p0 read but not held e.g. [b'0:000000007']" in e for e in verdict.examples)
+    assert check(batches, stored, replicas, fault_at=0.0, until=2.0).read == 0  # no reader: nothing judged
+
+
+BROKER_1_LOG = """\
+23:44:48,545 INFO  logferry.replication: jepsen-0: leader in epoch 0, isr [1, 2, 3], log end 0
+23:44:49,001 INFO  logferry.replication: jepsen-0: acks=all answers in leader epoch 0 began at 100.000
+23:44:58,001 INFO  logferry.replication: jepsen-0: acks=all answers in leader epoch 0 ended at 110.020 (9 answered)
+23:44:58,001 INFO  logferry.replication: other-0: acks=all answers in leader epoch 0 began at 100.500
+"""
+BROKER_2_LOG = """\
+23:44:57,001 INFO  logferry.replication: jepsen-0: acks=all answers in leader epoch 1 began at 110.000
+23:44:57,001 INFO  logferry.replication: jepsen-1: acks=all answers in leader epoch 0 began at 100.100
+"""
+
+
+def test_two_leaders_in_one_epoch_are_a_problem_and_an_older_leaders_late_answers_are_measured() -> None:
+    spans = answer_spans(1, BROKER_1_LOG, "jepsen") + answer_spans(2, BROKER_2_LOG, "jepsen")
+    assert spans == [
+        AnswerSpan(1, 0, 0, 100.0, 110.02),
+        AnswerSpan(2, 0, 1, 110.0, None),  # still leads: no end
+        AnswerSpan(2, 1, 0, 100.1, None),
+    ]
+    doubled, overlap = two_leaders(spans)
+    assert doubled == []
+    assert overlap[0] == pytest.approx(0.02) and overlap[1] == 0.0  # broker 1 answered 20 ms into epoch 1
+
+    batches = [_acked(0, 0, 1, 1.0)]
+    stored, replicas = {0: _values(0, [0])}, {0: [b"x", b"x", b"x"]}
+    sound = check(batches, stored, replicas, fault_at=0.0, until=2.0, spans=spans)
+    assert sound.problems() == [] and "leader overlap p0 0.020s, p1 0.000s" in sound.summary()
+
+    # broker 3 answered in epoch 1 too (two leaders at once); broker 1 never logged the
+    # end of epoch 0 although broker 2 leads in epoch 1 (a zombie still answering)
+    zombie = [AnswerSpan(1, 0, 0, 100.0, None), AnswerSpan(2, 0, 1, 110.0, None), AnswerSpan(3, 0, 1, 111.0, 112.0)]
+    verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, spans=zombie)
+    assert verdict.two_leaders == ["p0 epoch 1: acks=all writes answered by brokers [2, 3]"]
+    assert verdict.problems() == [
+        "p0 epoch 1: acks=all writes answered by brokers [2, 3]",
+        "a leader of an older epoch never stopped answering in partitions [0]",
+    ]

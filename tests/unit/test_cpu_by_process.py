@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests.support.cpu_by_process import _share, kind_of
+from tests.support.cpu_by_process import _share, kind_of, sample
 
 
 @pytest.mark.parametrize(
@@ -36,3 +38,16 @@ def test_each_process_is_summed_under_its_kind(command: str, kind: str) -> None:
 def test_the_busy_share_is_of_all_cpus_between_two_readings() -> None:
     assert _share((100, 1000), (250, 1200)) == 75.0
     assert _share((100, 1000), (100, 1000)) == 0.0
+
+
+def test_with_a_family_only_the_command_and_its_descendants_are_counted() -> None:
+    # this process is the family's root; its parent (another job, as far as the
+    # family goes) is left out
+    seen: dict[tuple[int, int], list] = {}
+    family = {os.getpid()}
+    sample(seen, set(), family)
+    assert os.getpid() in {pid for pid, _ in seen}
+    assert os.getppid() not in {pid for pid, _ in seen}
+    everything: dict[tuple[int, int], list] = {}
+    sample(everything, set())
+    assert os.getppid() in {pid for pid, _ in everything}

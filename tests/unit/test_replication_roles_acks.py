@@ -120,3 +120,37 @@ def test_leaving_the_leader_role_fails_every_wait(tmp_path):
     acks.fail(replica, NotEnoughReplicasError("gone"), ME)
     assert set(waiting.done) == {0, 1} and replica.pending_acks == []
     assert all("appended by broker 1" in str(e) for e in waiting.done.values())
+
+
+def test_each_epochs_acks_all_answers_are_logged_as_one_span(tmp_path, caplog):
+    # what the nemesis checker reads: when each leader epoch's answers began and ended
+    caplog.set_level("INFO", logger="logferry.replication")
+    replica = _replica(tmp_path)
+    ends = []
+    for _ in range(3):
+        replica.plog.append(records.encode_batch([b"x"], None, 1_700_000_000_000), 1)
+        ends.append(replica.plog.end_offset)
+        replica.pending_acks.append((ends[-1], Waiting(), 0, 50.0))
+    replica.tracker.record_fetch(2, ends[1], ends[2], 1.0)
+    acks.release(replica)  # two answered
+    replica.tracker.record_fetch(2, ends[2], ends[2], 1.1)
+    acks.release(replica)  # one more, the same epoch
+    acks.release(replica)  # nothing to answer: nothing noted
+    assert replica.answered is not None and (replica.answered.epoch, replica.answered.count) == (4, 3)
+    began = [r.getMessage() for r in caplog.records if "began" in r.getMessage()]
+    assert len(began) == 1 and began[0].startswith("t-0: acks=all answers in leader epoch 4 began at ")
+
+    replica.state = PartitionState(ME, 5, (1, 2), SESSION, version=4)  # led again, a new epoch
+    replica.pending_acks.append((ends[2], Waiting(), 0, 50.0))
+    acks.release(replica)
+    acks.fail(replica, NotEnoughReplicasError("gone"), ME)  # leadership ends
+    lines = [r.getMessage() for r in caplog.records]
+    ended = [line for line in lines if "ended" in line]
+    assert [line.split(" at ")[0] for line in ended] == [
+        "t-0: acks=all answers in leader epoch 4 ended",
+        "t-0: acks=all answers in leader epoch 5 ended",
+    ]
+    assert ended[0].endswith("(3 answered)") and ended[1].endswith("(1 answered)")
+    assert replica.answered is None
+    acks.fail(replica, NotEnoughReplicasError("gone"), ME)  # nothing more to log
+    assert len([r for r in caplog.records if "ended" in r.getMessage()]) == 2
