@@ -36,9 +36,8 @@ from hadoop_loader.errors import spark_errors
 from hadoop_loader.fs import FileSystem
 from hadoop_loader.iceberg import IcebergTables, SnapshotInfo, summary_properties
 from hadoop_loader.manifest import RangeEntry
-from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange, offset_mover
-from hadoop_loader.options import Endpoint
-from hadoop_loader.plan_driver import DriverPlanner
+from hadoop_loader.offsets import PartitionRange, offset_mover
+from hadoop_loader.plan_driver import first_run_position, plan_load
 from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
 from hadoop_loader.store import Recovery
 from hadoop_loader.writing import landed_rows
@@ -60,19 +59,9 @@ def land_into_iceberg(config: LoaderConfig, session: LoadSession, fs: FileSystem
     with spark_errors("reading the Iceberg tables' last loads"):
         states = {t: tables.landed(t) for t in source.topics}
     clock.lap("read offsets")
-    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
-    first = EARLIEST if config.load.first_run == "earliest" else LATEST
+    first = first_run_position(config)
     landed = {t: states[t].offsets for t in source.topics}
-    with DriverPlanner(endpoint) as planner:
-        plan = planner.plan_ranges(
-            source.topics,
-            OffsetSpec(first, landed),
-            None,
-            config.load.on_retention_gap == "skip",
-            config.load.chunk_bytes,
-            config.load.max_bytes_per_partition,
-        )
-        executors = planner.executor_endpoint()
+    plan, executors = plan_load(config, landed)
     clock.lap("plan")
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())

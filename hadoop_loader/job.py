@@ -38,9 +38,9 @@ from hadoop_loader.errors import LoaderError, OutputUnavailableError, StateError
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
 from hadoop_loader.identity import IdentityRange, ranges_to_keep
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
-from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange, offset_mover
+from hadoop_loader.offsets import PartitionRange, offset_mover
 from hadoop_loader.options import Endpoint
-from hadoop_loader.plan_driver import DriverPlanner, RangePlan
+from hadoop_loader.plan_driver import RangePlan, first_run_position, plan_load
 from hadoop_loader.repair import repair_lake
 from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
 from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, seq_name
@@ -204,18 +204,8 @@ def _run_locked(
     sequence = (previous.sequence if previous else 0) + 1
     landed = previous.offsets if previous else {}
     source = config.source
-    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
-    first = EARLIEST if config.load.first_run == "earliest" else LATEST
-    with DriverPlanner(endpoint) as planner:
-        plan = planner.plan_ranges(
-            source.topics,
-            OffsetSpec(first, {t: landed.get(t, {}) for t in source.topics}),
-            None,
-            config.load.on_retention_gap == "skip",
-            config.load.chunk_bytes,
-            config.load.max_bytes_per_partition,
-        )
-        executors = planner.executor_endpoint()
+    first = first_run_position(config)
+    plan, executors = plan_load(config, landed)
     clock.lap("plan")
     result = LoadResult(
         None,

@@ -8,12 +8,13 @@ executors connect to brokers directly without ZooKeeper sessions of their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.client import Admin, SimpleConsumer
 from broker.common.errors import UnknownTopicOrPartitionError
 from hadoop_loader.boundaries import FetchBoundaryFinder
+from hadoop_loader.config import LoaderConfig
 from hadoop_loader.errors import (
     Gap,
     LoaderConfigError,
@@ -21,7 +22,7 @@ from hadoop_loader.errors import (
     SourceError,
     source_errors,
 )
-from hadoop_loader.offsets import OffsetSpec, PartitionRange, check_start, resolve
+from hadoop_loader.offsets import EARLIEST, LATEST, OffsetSpec, PartitionRange, check_start, resolve
 from hadoop_loader.options import Endpoint
 from hadoop_loader.planning import Chunk, plan
 
@@ -154,3 +155,27 @@ class DriverPlanner:
 
     def _where(self) -> str:
         return self.endpoint.zk or ",".join(self.endpoint.brokers or ())
+
+
+def first_run_position(config: LoaderConfig) -> int:
+    """Where a partition never landed before starts: ``load.first_run``'s position."""
+    return EARLIEST if config.load.first_run == "earliest" else LATEST
+
+
+def plan_load(config: LoaderConfig, landed: Mapping[str, Mapping[int, int]]) -> tuple[RangePlan, Endpoint]:
+    """One landing run's plan (Parquet's and Iceberg's jobs alike): every source topic's
+    ranges from ``landed`` (topic -> partition -> next offset; a partition missing starts
+    at ``load.first_run``) to the visible end now, cut into chunks as ``[load]`` says;
+    and the endpoint the executors read from."""
+    source = config.source
+    endpoint = Endpoint(source.zk, source.brokers, config.tls, config.sasl, source.listener)
+    with DriverPlanner(endpoint) as planner:
+        plan = planner.plan_ranges(
+            source.topics,
+            OffsetSpec(first_run_position(config), {t: dict(landed.get(t, {})) for t in source.topics}),
+            None,
+            config.load.on_retention_gap == "skip",
+            config.load.chunk_bytes,
+            config.load.max_bytes_per_partition,
+        )
+        return plan, planner.executor_endpoint()
