@@ -10,9 +10,13 @@ tests need one).
 - ``-n auto`` means one worker per CPU plus :data:`EXTRA_WORKERS` (at least
   :data:`MIN_WORKERS`); ``LOGFERRY_TEST_WORKERS=N`` overrides it.
 - The tests marked ``slow`` are handed out first, so that the longest ones do not start
-  last and set the length of the whole run; and one at a time (``--maxschedchunk 1``):
-  xdist's default hands each worker a quarter of its share at once, which put every
-  slow test on the first worker, one after the other.
+  last and set the length of the whole run.
+- A module whose tests share a module-scoped fixture (a broker cluster, Kafka's Java
+  clients' JVM, an HDFS, a built wheel) runs on one worker (``--dist loadgroup``, each
+  such module an ``xdist_group`` of its own): handed out test by test, its fixture was
+  started once per worker that got one of its tests, so up to three clusters or JVMs
+  where one serves. Every other test is a group of one, handed out in the order above
+  (``--no-loadscope-reorder``: xdist would otherwise put the largest groups first).
 """
 
 from __future__ import annotations
@@ -46,11 +50,30 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hand out tests one at a time unless the command line says otherwise."""
+    """Hand out tests one at a time unless the command line says otherwise (``--dist
+    load``, which ``-p no:...`` or a user's ``--dist load`` may still choose)."""
     if hasattr(config.option, "maxschedchunk") and config.option.maxschedchunk is None:
         config.option.maxschedchunk = 1
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first (a stable sort: the order within each kind is kept)."""
+    """Slow tests first (a stable sort: the order within each kind is kept), and each
+    module with a shared fixture one group (before xdist names the groups, hence first)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and shares_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def shares_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture made once per module (or package) and shared by
+    its neighbours."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definitions[-1].scope in ("module", "package")
+        for name, definitions in info.name2fixturedefs.items()
+        if definitions and name in info.names_closure
+    )
