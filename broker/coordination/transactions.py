@@ -133,6 +133,12 @@ def write_mirror(client: Any, transactional_id: str, value: bytes) -> None:
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
 
 
+def _first_failure(results: list[Any]) -> Exception | None:
+    """The first operation of a committed multi-op that failed (kazoo returns the
+    exception in that operation's place and applies none of them), or None."""
+    return next((r for r in results if isinstance(r, Exception)), None)
+
+
 def mark_end(client: Any, transactional_id: str, mirror: bytes | None = None) -> None:
     """A transaction of the id is ending: no offsets may be added to it from now on
     (:func:`write_pending_offsets` of a caller that read the count before fails). With
@@ -152,9 +158,8 @@ def mark_end(client: Any, transactional_id: str, mirror: bytes | None = None) ->
         results = multi.commit()
     except KazooException as exc:
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
-    failed = [r for r in results if isinstance(r, Exception)]
-    if failed:
-        raise ZooKeeperError(f"cannot write {path} and the state beside it: {failed[0]!r}")
+    if (failed := _first_failure(results)) is not None:
+        raise ZooKeeperError(f"cannot write {path} and the state beside it: {failed!r}")
 
 
 def delete_mirror(client: Any, transactional_id: str) -> None:
@@ -171,9 +176,8 @@ def delete_mirror(client: Any, transactional_id: str) -> None:
         results = multi.commit()
     except KazooException as exc:
         raise ZooKeeperError(f"cannot delete {path}: {exc!r}") from None
-    failed = [r for r in results if isinstance(r, Exception)]
-    if failed:
-        raise StaleStateError(f"{path} has children besides its ends count: {failed[0]!r}")
+    if (failed := _first_failure(results)) is not None:
+        raise StaleStateError(f"{path} has children besides its ends count: {failed!r}")
 
 
 def write_pending_offsets(
@@ -216,11 +220,8 @@ def write_pending_offsets(
         results = multi.commit()
     except (KazooException, KeyError, TypeError, ValueError) as exc:
         raise ZooKeeperError(f"cannot write {path}: {exc!r}") from None
-    failed = [r for r in results if isinstance(r, Exception)]
-    if failed:
-        raise StaleStateError(
-            f"a transaction of {transactional_id!r} ended, or {path} changed, meanwhile: {failed[0]!r}"
-        )
+    if (failed := _first_failure(results)) is not None:
+        raise StaleStateError(f"a transaction of {transactional_id!r} ended, or {path} changed, meanwhile: {failed!r}")
 
 
 def read_pending_offsets(client: Any, transactional_id: str) -> dict[str, list[tuple[str, int, int]]]:
