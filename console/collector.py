@@ -69,6 +69,8 @@ class ClusterPoller:
         self._admin: Admin | None = None
         self._groups: GroupAdmin | None = None
         self._consumer: SimpleConsumer | None = None
+        self._stopped = False
+        """Set by :meth:`stop`: a reading still running in its thread ends quietly."""
         self._rates = Rates()
         self._positions = MessagePositions()
         self._ends: dict[tuple[str, int], tuple[int, int]] = {}
@@ -122,8 +124,14 @@ class ClusterPoller:
         assert self._consumer is not None
         return self._consumer
 
+    def stop(self) -> None:
+        """The console is stopping: close every client, and let a reading that is still
+        running in its thread (its clients closed underneath it) end without a report."""
+        self._stopped = True
+        self.close()
+
     def close(self) -> None:
-        """Close every client."""
+        """Close every client (the next reading makes them anew)."""
         for client in (self._admin, self._groups, self._consumer):
             if client is not None:
                 try:
@@ -137,10 +145,17 @@ class ClusterPoller:
     def poll(self) -> dict[str, Any]:
         """Read the cluster once; returns (and keeps as :attr:`last`) the page's view of it."""
         started = time.time()
+        if self._stopped:
+            return self.last
         try:
             self._connect()
             snapshot = self._read()
-        except (LogferryError, OSError, KazooException, KazooTimeoutError) as exc:
+        except Exception as exc:
+            if self._stopped:
+                log.debug("cluster %s: reading cut short by the console stopping: %r", self.config.name, exc)
+                return self.last
+            if not isinstance(exc, (LogferryError, OSError, KazooException, KazooTimeoutError)):
+                raise
             # ZooKeeper errors included: a session that expired (a long GC pause, the
             # machine suspended) is shown and the clients are made anew next time
             log.warning("cluster %s: %s", self.config.name, exc or type(exc).__name__)
@@ -157,6 +172,8 @@ class ClusterPoller:
             self.good = snapshot
         snapshot["poll_ms"] = round((time.time() - started) * 1000, 1)
         self.last = snapshot
+        if self._stopped:  # stopped while reading: close what this reading may have opened
+            self.close()
         return snapshot
 
     def view(self, now_ms: int, stale_ms: float) -> dict[str, Any]:

@@ -172,7 +172,7 @@ async def _start_polling(app: web.Application) -> Any:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    await asyncio.gather(*(asyncio.to_thread(p.close) for p in app[POLLERS].values()))
+    await asyncio.gather(*(asyncio.to_thread(p.stop) for p in app[POLLERS].values()))
 
 
 # -- handlers ----------------------------------------------------------------------------------

@@ -220,3 +220,30 @@ def test_a_missing_topic_or_partition_is_named():
     assert _missing(poller, "web", 1) is None
     assert _missing(poller, "nope", 0) == "topic 'nope' does not exist in cluster 'live' (it has 1 topics)"
     assert _missing(poller, "web", 5) == "topic 'web' has no partition 5: its partitions are 0-1"
+
+
+def test_a_reading_cut_short_by_the_console_stopping_ends_quietly(caplog, monkeypatch):
+    """The console's shutdown closes a cluster's clients while that cluster's reading may
+    still run in its thread: the reading then fails however it fails (an assertion on a
+    client set to None, a closed socket) and must end without a warning or a traceback,
+    keeping the last reading; before the shutdown the same failure is reported."""
+    poller = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    monkeypatch.setattr(poller, "_connect", lambda: None)
+
+    def read_while_stopping() -> dict:
+        poller.stop()  # what the shutdown does from the event loop's thread
+        raise AssertionError("a client closed underneath the reading")
+
+    monkeypatch.setattr(poller, "_read", read_while_stopping)
+    before = poller.last
+    with caplog.at_level("DEBUG", logger="logferry.console"):
+        assert poller.poll() is before
+        assert poller.poll() is before  # stopped: no new reading at all
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert "cut short by the console stopping" in caplog.text
+
+    running = ClusterPoller(from_zk(["live=zk:2181/x"]).clusters[0])
+    monkeypatch.setattr(running, "_connect", lambda: None)
+    monkeypatch.setattr(running, "_read", lambda: (_ for _ in ()).throw(AssertionError("a real bug")))
+    with pytest.raises(AssertionError, match="a real bug"):
+        running.poll()
