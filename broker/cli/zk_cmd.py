@@ -2,7 +2,9 @@
 
 Runs Debian's ZooKeeper (see :mod:`broker.testing.zkserver`) in the background with its
 state, log and pidfile in one data dir, so ``stop`` and ``status`` find it from
-another shell later. Exit codes: 0 done, 1 failure (including Java or ZooKeeper not
+another shell later; ``start --ensemble 3`` runs three members instead, a real quorum
+on three loopback addresses (:mod:`broker.testing.zkensemble`), which ``stop`` and
+``status`` then find in the same data dir. Exit codes: 0 done, 1 failure (including Java or ZooKeeper not
 installed: the message says what to run), 2 user mistake (bad option, port taken),
 and for ``status`` 3 when it is not running (the LSB convention for service status).
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from broker.common.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, report
 from broker.common.errors import ConfigError, ZooKeeperError
+from broker.testing.zkensemble import DEFAULT_PREFIX, SIZES, LocalEnsemble, member_hosts
 from broker.testing.zkserver import (
     LocalZooKeeper,
     ServerTls,
@@ -69,6 +72,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         if name == "start":
             action.add_argument(
                 "--timeout", type=float, default=30.0, help="seconds to wait until it serves (default: 30)"
+            )
+            action.add_argument(
+                "--ensemble",
+                type=int,
+                choices=SIZES,
+                default=None,
+                metavar="N",
+                help=f"run N members ({' or '.join(map(str, SIZES))}) as one ensemble, a real quorum, on "
+                f"{DEFAULT_PREFIX}.1 .. {DEFAULT_PREFIX}.N, each on --port, in DATA_DIR/member-<id>",
+            )
+            action.add_argument(
+                "--ensemble-prefix",
+                type=_loopback_prefix,
+                default=DEFAULT_PREFIX,
+                metavar="A.B.C",
+                help=f"the members' loopback addresses, A.B.C.1 .. A.B.C.N (default: {DEFAULT_PREFIX}; "
+                "another prefix runs a second ensemble beside the first)",
             )
             _add_tls_args(action)
         action.set_defaults(func=handler)
@@ -159,6 +179,15 @@ def _port(text: str) -> int:
     return port
 
 
+def _loopback_prefix(text: str) -> str:
+    """argparse type: the first three octets of a 127/8 address."""
+    try:
+        member_hosts(text, 1)
+    except ZooKeeperError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    return text
+
+
 def _error(action: str, message: str) -> None:
     """One line on stderr, no traceback (the format of every logferry command)."""
     report(f"zk {action}", message)
@@ -167,6 +196,9 @@ def _error(action: str, message: str) -> None:
 def cmd_start(args: argparse.Namespace) -> int:
     """Start ZooKeeper detached; report where it runs."""
     data_dir: Path = args.data_dir
+    found = LocalEnsemble.from_data_dir(data_dir)
+    if args.ensemble is not None or found is not None:
+        return _start_ensemble(args, found)
     existing = LocalZooKeeper.from_data_dir(data_dir)
     pid = existing.pid
     if pid is not None:
@@ -199,8 +231,70 @@ def cmd_start(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _start_ensemble(args: argparse.Namespace, found: LocalEnsemble | None) -> int:
+    """``start --ensemble N``, or ``start`` on a data dir that holds an ensemble: start
+    the members not running (all of them the first time) and wait for the quorum."""
+    data_dir: Path = args.data_dir
+    if _server_tls(args) is not None:
+        _error("start", "--tls with an ensemble is not offered yet: run a single server for TLS")
+        return EXIT_USAGE
+    standalone = LocalZooKeeper.from_data_dir(data_dir)
+    if standalone.pid is not None:
+        _error(
+            "start",
+            f"a single ZooKeeper (pid {standalone.pid}) runs in {data_dir}; stop it or choose another --data-dir",
+        )
+        return EXIT_USAGE
+    if found is not None:
+        first = found.members[0]
+        size, port, prefix = len(found.members), first.port, first.host.rsplit(".", 1)[0]
+        if (args.ensemble not in (None, size)) or (args.port not in (None, port)):
+            _error(
+                "start",
+                f"{data_dir} holds an ensemble of {size} on port {port}; "
+                f"run `logferry zk stop --data-dir {data_dir}` and remove it to change that",
+            )
+            return EXIT_USAGE
+    else:
+        size, port, prefix = args.ensemble, args.port or DEFAULT_PORT, args.ensemble_prefix
+    try:
+        ensemble = LocalEnsemble(data_dir, port, size, prefix)
+        started = ensemble.start(args.timeout, detach=True)
+    except ZooKeeperNotInstalledError as exc:
+        _error("start", str(exc))
+        return EXIT_FAILED
+    except ZooKeeperStartError as exc:
+        _error("start", f"{exc.summary}; see {exc.log_path or data_dir}")
+        return EXIT_USAGE if "already in use" in exc.summary else EXIT_FAILED
+    except (ZooKeeperError, OSError) as exc:
+        _error("start", str(exc).splitlines()[0])
+        return EXIT_FAILED
+    what = "started" if len(started) == size else f"running ({len(started)} member(s) started again)"
+    if not started:
+        what = "already running"
+    print(f"ZooKeeper ensemble {what}: {size} members, connect {ensemble.hosts}, data dir {ensemble.data_dir}")
+    for member, mode in zip(ensemble.members, ensemble.modes(), strict=True):
+        print(
+            f"  member {member.myid}: pid {member.pid}, {member.hosts}, {mode or 'not serving'}, log {member.log_path}"
+        )
+    return EXIT_OK
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the data dir's ZooKeeper (SIGTERM, then SIGKILL after 10 s)."""
+    ensemble = LocalEnsemble.from_data_dir(args.data_dir)
+    if ensemble is not None:
+        try:
+            pids = ensemble.stop()
+        except (ZooKeeperError, OSError) as exc:
+            _error("stop", str(exc))
+            return EXIT_FAILED
+        print(
+            f"ZooKeeper ensemble stopped (pids {', '.join(map(str, pids))})"
+            if pids
+            else "ZooKeeper ensemble is not running"
+        )
+        return EXIT_OK
     server = LocalZooKeeper.from_data_dir(args.data_dir, args.port)
     pid = server.pid
     if pid is None:
@@ -215,8 +309,33 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _ensemble_status(ensemble: LocalEnsemble) -> int:
+    """Each member's pid, address and mode; 0 when a majority serves (the ensemble takes
+    writes), 1 when members run but no majority serves, 3 when none runs."""
+    pids = [m.pid for m in ensemble.members]
+    if not any(pids):
+        print(f"ZooKeeper ensemble: not running (data dir {ensemble.data_dir})")
+        return EXIT_NOT_RUNNING
+    modes = ensemble.modes()
+    serving = sum(1 for mode in modes if mode)
+    quorum = serving >= ensemble.majority
+    print(f"ZooKeeper ensemble: {len(ensemble.members)} members, {serving} serving, quorum {'yes' if quorum else 'NO'}")
+    print(f"  connect: {ensemble.hosts}")
+    print(f"  data dir: {ensemble.data_dir}")
+    for member, pid, mode in zip(ensemble.members, pids, modes, strict=True):
+        state = mode or ("running, not serving" if pid else "not running")
+        print(f"  member {member.data_dir.name}: {member.hosts}, pid {pid or '-'}, {state}")
+    if not quorum:
+        _error("status", f"only {serving} of {len(ensemble.members)} members serve: no quorum, no writes")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Print whether it runs, its pid, port, and what ``srvr`` says (mode, connections)."""
+    ensemble = LocalEnsemble.from_data_dir(args.data_dir)
+    if ensemble is not None:
+        return _ensemble_status(ensemble)
     server = LocalZooKeeper.from_data_dir(args.data_dir, args.port)
     pid = server.pid
     if pid is None:

@@ -3,7 +3,10 @@ data, session expiry on purpose, and the ``logferry zk`` daemon across processes
 
 from __future__ import annotations
 
+import os
+import random
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
+from tests.support.cli import logferry
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 from tests.support.zookeeper import ZooKeeperHarness, expire_session
@@ -174,3 +178,73 @@ def test_zk_command_runs_a_daemon_found_by_later_commands(tmp_path):
         assert _zk_cli("status", "--data-dir", data_dir).returncode == 3
     finally:
         _zk_cli("stop", "--data-dir", data_dir)
+
+
+def test_zk_command_runs_an_ensemble_that_outlives_a_member(tmp_path):
+    """``logferry zk start --ensemble 3``: a real quorum (one leader, two followers) on
+    three loopback addresses; data written through it survives the leader's kill -9,
+    the two left keep taking writes, one member alone is no quorum (status says so,
+    exit 1), and ``start`` again brings back only the missing members."""
+    data_dir = str(tmp_path / "ens")
+    port = str(free_port())
+    prefix = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"  # beside any other ensemble
+    try:
+        started = logferry(
+            "zk",
+            "start",
+            "--ensemble",
+            "3",
+            "--ensemble-prefix",
+            prefix,
+            "--port",
+            port,
+            "--data-dir",
+            data_dir,
+            as_process=True,
+        )
+        assert started.returncode == 0, started.stderr
+        connect = ",".join(f"{prefix}.{i}:{port}" for i in (1, 2, 3))
+        assert f"connect {connect}" in started.stdout
+
+        status = logferry("zk", "status", "--data-dir", data_dir)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.count("leader") == 1 and status.stdout.count("follower") == 2
+
+        client = KazooClient(hosts=connect, timeout=10)
+        client.start(timeout=15)
+        try:
+            client.create("/kept", b"before")
+            leader = re.search(r"member (member-\d): \S+, pid (\d+), leader", status.stdout)
+            assert leader is not None, status.stdout
+            os.kill(int(leader.group(2)), signal.SIGKILL)
+            wait_until(lambda: logferry("zk", "status", "--data-dir", data_dir).stdout.count("leader") == 1, 30)
+            client.set("/kept", b"after")  # two of three: still a quorum, still writes
+            assert client.get("/kept")[0] == b"after"
+        finally:
+            client.stop()
+            client.close()
+
+        follower = re.search(
+            r"member (member-\d): \S+, pid (\d+), follower", logferry("zk", "status", "--data-dir", data_dir).stdout
+        )
+        assert follower is not None
+        os.kill(int(follower.group(2)), signal.SIGKILL)
+        alone = logferry("zk", "status", "--data-dir", data_dir)
+        assert alone.returncode == 1 and "quorum NO" in alone.stdout, alone.stdout + alone.stderr
+
+        again = logferry("zk", "start", "--data-dir", data_dir, as_process=True)
+        assert again.returncode == 0 and "2 member(s) started again" in again.stdout, again.stdout + again.stderr
+        client = KazooClient(hosts=connect, timeout=10)
+        client.start(timeout=15)
+        try:
+            assert client.get("/kept")[0] == b"after"
+        finally:
+            client.stop()
+            client.close()
+
+        assert logferry("zk", "start", "--data-dir", data_dir, "--ensemble", "5").returncode == 2
+        stopped = logferry("zk", "stop", "--data-dir", data_dir)
+        assert stopped.returncode == 0 and "ensemble stopped" in stopped.stdout
+        assert logferry("zk", "status", "--data-dir", data_dir).returncode == 3
+    finally:
+        logferry("zk", "stop", "--data-dir", data_dir)
