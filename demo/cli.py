@@ -74,6 +74,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="with --keep-running: records per second over all hosts (default 20)",
     )
     p.add_argument(
+        "--zk-ensemble",
+        type=int,
+        choices=(3, 5),
+        default=None,
+        metavar="N",
+        help="run ZooKeeper as an ensemble of N members (3 or 5), a real quorum on 127.0.42.1 .. N "
+        "(default: one server); the pipeline goes on when one member dies",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="plaintext, no authentication, no ACLs (default: TLS + SCRAM + ACLs, "

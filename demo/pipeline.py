@@ -77,7 +77,7 @@ class Pipeline:
     # -- start ----------------------------------------------------------------------------
 
     def start_clusters(self) -> None:
-        self.zk = self.sup.start_zookeeper(self.workdir / "zookeeper")
+        self.zk = self.sup.start_zookeeper(self.workdir / "zookeeper", getattr(self.args, "zk_ensemble", None))
         self.live_zk = self.zk + configs.LIVE_CHROOT
         self.analysis_zk = self.zk + configs.ANALYSIS_CHROOT
         say(f"ZooKeeper on {self.zk}: chroots {configs.LIVE_CHROOT} and {configs.ANALYSIS_CHROOT}")

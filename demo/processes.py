@@ -214,6 +214,11 @@ class BrokerChild(Child):
         self.wait_until(self.ready, timeout, "listening port")
 
 
+ENSEMBLE_PREFIX = "127.0.42"
+"""The loopback addresses of the demo's ZooKeeper members (``--zk-ensemble``): apart from
+``logferry zk start --ensemble``'s default, so the two can run side by side."""
+
+
 class Supervisor:
     """What the demo started, stopped in reverse order of start (agents before brokers)."""
 
@@ -228,14 +233,26 @@ class Supervisor:
         child.watched = watched
         return child
 
-    def start_zookeeper(self, data_dir: Path) -> str:
-        """Start a ZooKeeper on a free port; return ``127.0.0.1:port``."""
+    def start_zookeeper(self, data_dir: Path, ensemble: int | None = None) -> str:
+        """Start a ZooKeeper on a free port, or with ``ensemble`` that many members as one
+        quorum (on :data:`ENSEMBLE_PREFIX` ``.1``, ``.2``, ...); return the connect string."""
+        from broker.testing.zkensemble import LocalEnsemble
         from broker.testing.zkserver import LocalZooKeeper
 
         port = free_port()
+        if ensemble:
+            members = LocalEnsemble(data_dir, port, ensemble, ENSEMBLE_PREFIX)
+            self.zookeeper = members
+            members.start(timeout=60.0, detach=True)
+            return members.hosts
         self.zookeeper = LocalZooKeeper(data_dir, port)
         self.zookeeper.start(timeout=60.0, detach=True)
         return f"127.0.0.1:{port}"
+
+    def zookeeper_pids(self) -> list[int]:
+        """The running ZooKeeper server's pid, or each running member's."""
+        servers = getattr(self.zookeeper, "members", [self.zookeeper] if self.zookeeper is not None else [])
+        return [s.pid for s in servers if s.pid]
 
     def stop_all(self) -> list[str]:
         """Stop every child still running and ZooKeeper; returns problems seen."""
@@ -263,10 +280,7 @@ class Supervisor:
         return out
 
     def pids(self) -> list[int]:
-        out = [c.pid for c in self.children if c.running() and c.pid]
-        if self.zookeeper is not None and self.zookeeper.pid:
-            out.append(self.zookeeper.pid)
-        return out
+        return [c.pid for c in self.children if c.running() and c.pid] + self.zookeeper_pids()
 
 
 def display_name(child: Child) -> str:

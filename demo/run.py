@@ -47,18 +47,19 @@ def _prepare_workdir(workdir: Path) -> None:
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / MARKER).exists():
             raise ConfigError(f"{workdir} is not empty and was not made by the demo; choose another --workdir")
-        pidfile = workdir / "zookeeper" / "zookeeper.pid"
-        if pidfile.exists():
-            try:
-                pid = int(pidfile.read_text().strip())
-                import os
+        zk_dir = workdir / "zookeeper"  # one server's pidfile, or each ensemble member's
+        for pidfile in [zk_dir / "zookeeper.pid", *sorted(zk_dir.glob("member-*/zookeeper.pid"))]:
+            if pidfile.exists():
+                try:
+                    pid = int(pidfile.read_text().strip())
+                    import os
 
-                os.kill(pid, 0)
-                raise ConfigError(
-                    f"a demo still runs in {workdir} (ZooKeeper pid {pid}); stop it (Ctrl-C in its terminal) first"
-                )
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
+                    os.kill(pid, 0)
+                    raise ConfigError(
+                        f"a demo still runs in {workdir} (ZooKeeper pid {pid}); stop it (Ctrl-C in its terminal) first"
+                    )
+                except (ValueError, ProcessLookupError, PermissionError):
+                    pass
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / MARKER).write_text("made by `logferry demo`; wiped by its next run\n")

@@ -1,10 +1,12 @@
-"""`logferry demo --keep-running`: the pipeline keeps flowing, survives a broker's death, serves
-metrics, and Ctrl-C stops everything with exit 0.
+"""`logferry demo --keep-running --zk-ensemble 3`: the pipeline keeps flowing, survives a
+broker's death and ZooKeeper's leader's, serves metrics, and Ctrl-C stops everything with
+exit 0.
 
 Real ZooKeeper, brokers, agents, mirror and Spark loader, at the reduced size of
 test_demo.py; after the report the demo keeps the hosts writing and the agents
 shipping. Here: a `consume --follow` sees new records; a live broker is killed with
-SIGKILL and the demo says so and stays up; records still arrive; the broker comes back
+SIGKILL and the demo says so and stays up; the ZooKeeper ensemble's leader is killed too;
+records still arrive; the broker comes back
 on SIGUSR1; the metrics endpoints answer; SIGINT ends it with exit 0 and nothing left.
 """
 
@@ -72,6 +74,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _zookeeper_leader(zk_dir: Path) -> int:
+    """The pid of the ensemble member that says it leads (``srvr``)."""
+    from broker.testing.zkensemble import LocalEnsemble
+
+    ensemble = LocalEnsemble.from_data_dir(zk_dir)
+    assert ensemble is not None and len(ensemble.members) == 3, f"no ensemble in {zk_dir}"
+    leaders = [m.pid for m, mode in zip(ensemble.members, ensemble.modes(), strict=True) if mode == "leader"]
+    assert len(leaders) == 1 and leaders[0], f"one leader among {ensemble.modes()}"
+    return leaders[0]
+
+
 @pytest.mark.slow
 def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
@@ -95,6 +108,8 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
                 "--keep-running",
                 "--keep-rate",
                 "40",
+                "--zk-ensemble",
+                "3",
                 "--workdir",
                 str(workdir),
             ],
@@ -136,6 +151,10 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
             demo,
             out,
         )
+        # ZooKeeper's leader dies too (an ensemble of three: two keep the quorum).
+        assert zk.count(",") == 2, f"the demo's connect string names the three members: {zk}"
+        zk_leader = _zookeeper_leader(workdir / "zookeeper")
+        os.kill(zk_leader, signal.SIGKILL)
         after = tmp_path / "after.out"
         consumers.append(_follow(zk, "app-logs", after, auth_args))
         assert _grows(after, 120), f"nothing arrived after the broker died:\n{after.read_text()}"
