@@ -215,20 +215,23 @@ def cmd_start(args: argparse.Namespace) -> int:
     server = LocalZooKeeper(data_dir, args.port or existing.port, tls=_server_tls(args))
     try:
         server.start(args.timeout, detach=True)
-    except ZooKeeperNotInstalledError as exc:
-        _error("start", str(exc))
-        return EXIT_FAILED
-    except ZooKeeperStartError as exc:
-        _error("start", f"{exc.summary}; see {exc.log_path or server.log_path}")
-        return EXIT_USAGE if "already in use" in exc.summary else EXIT_FAILED
     except (ZooKeeperError, OSError) as exc:
-        _error("start", str(exc).splitlines()[0])
-        return EXIT_FAILED
+        return _start_failed(exc, server.log_path)
     print(f"ZooKeeper started: pid {server.pid}, {server.hosts}, data dir {server.data_dir}, log {server.log_path}")
     if server.tls is not None:
         ca = f", CA {server.tls.ca_file}" if server.tls.ca_file else ""
         print(f"TLS: {server.secure_hosts} (connect with --zk-tls-ca or [zookeeper.tls]{ca})")
     return EXIT_OK
+
+
+def _start_failed(exc: ZooKeeperError | OSError, log: Path) -> int:
+    """One line for a start that failed, and its exit code: 2 for a port in use (the
+    user's to change), 1 otherwise (ZooKeeper or Java missing: the line says what to run)."""
+    if isinstance(exc, ZooKeeperStartError):
+        _error("start", f"{exc.summary}; see {exc.log_path or log}")
+        return EXIT_USAGE if "already in use" in exc.summary else EXIT_FAILED
+    _error("start", str(exc) if isinstance(exc, ZooKeeperNotInstalledError) else str(exc).splitlines()[0])
+    return EXIT_FAILED
 
 
 def _start_ensemble(args: argparse.Namespace, found: LocalEnsemble | None) -> int:
@@ -260,15 +263,8 @@ def _start_ensemble(args: argparse.Namespace, found: LocalEnsemble | None) -> in
     try:
         ensemble = LocalEnsemble(data_dir, port, size, prefix)
         started = ensemble.start(args.timeout, detach=True)
-    except ZooKeeperNotInstalledError as exc:
-        _error("start", str(exc))
-        return EXIT_FAILED
-    except ZooKeeperStartError as exc:
-        _error("start", f"{exc.summary}; see {exc.log_path or data_dir}")
-        return EXIT_USAGE if "already in use" in exc.summary else EXIT_FAILED
     except (ZooKeeperError, OSError) as exc:
-        _error("start", str(exc).splitlines()[0])
-        return EXIT_FAILED
+        return _start_failed(exc, data_dir)
     what = "started" if len(started) == size else f"running ({len(started)} member(s) started again)"
     if not started:
         what = "already running"
