@@ -6,7 +6,9 @@ them back, with confluent-kafka (librdkafka: default linger, acks=1), kafka-pyth
 (acks=1), and logferry's own Producer/SimpleConsumer; prints msgs/s, the median of
 --runs runs, and the CPU time per message of the broker process and of the client (this
 process, its librdkafka threads included): robust on a busy machine.
-Each run also prints ``run N: <case> <rate> msgs/s`` lines for benchmarks/ab_compare.py.
+A last case per run produces with librdkafka in requests of 60 messages (the broker's cost
+per request). Each run also prints ``run N: <case> <rate> msgs/s`` lines for
+benchmarks/ab_compare.py.
 Targets (issue 23): librdkafka producer >= 500,000 msgs/s, consumer >= 1,000,000 msgs/s.
 
     .venv/bin/python benchmarks/kafka_clients.py --messages 200000 --runs 5
@@ -45,8 +47,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def rd_produce(bootstrap: str, topic: str, n: int) -> float:
-    producer = RdProducer({"bootstrap.servers": bootstrap, "acks": 1, "queue.buffering.max.messages": 1_000_000})
+SMALL_BATCH = 60
+"""Messages per produce request in the small-batch case: what Kafka's ``ProducerPerformance``
+sends with the Java client's defaults (``batch.size`` 16 KiB, ``linger.ms`` 5) at its
+rate here, so the broker's cost per request shows (docs/benchmarks.md)."""
+
+
+def rd_produce(bootstrap: str, topic: str, n: int, batch: int | None = None) -> float:
+    """librdkafka with its defaults, or with at most ``batch`` messages per request."""
+    config = {"bootstrap.servers": bootstrap, "acks": 1, "queue.buffering.max.messages": 1_000_000}
+    if batch is not None:
+        config |= {"batch.num.messages": batch, "linger.ms": 5}
+    producer = RdProducer(config)
     t0 = time.perf_counter()
     for _ in range(n):
         while True:
@@ -211,6 +223,13 @@ def main() -> None:
                 with SimpleConsumer(brokers=cluster.bootstrap) as probe:
                     wait_for_last_flush(probe, topic)
                 measure(f"{name} consumer", run, lambda consume=consume, topic=topic: consume(topic))
+            topic = f"bench-small-batches-{run}"
+            admin.create_topic(topic, partitions=1)
+            measure(
+                f"confluent-kafka producer, {SMALL_BATCH} per request",
+                run,
+                lambda topic=topic: rd_produce(bootstrap, topic, n, SMALL_BATCH),
+            )
         admin.close()
     print(f"{n} messages of {len(VALUE)} B, one partition, median of {args.runs} runs (msgs/s, broker CPU us/msg):")
     for name, rates in results.items():
