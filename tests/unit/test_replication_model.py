@@ -354,10 +354,12 @@ class ReplicationModel(RuleBasedStateMachine):
             broker.view = None
 
     def restart(self, b: int) -> None:
-        """A restart after kill -9 once the old session expired: recovery keeps the whole
-        log; the cap is the checkpointed high watermark."""
+        """A restart after kill -9, before or after its old session expired: it registers
+        in a new session (so the controller sees a leader that restarted as gone, and may
+        elect it again at once); recovery keeps the whole log; the cap is the
+        checkpointed high watermark, possibly stale."""
         broker = self.brokers[b]
-        if broker.running or b in self.registered:
+        if broker.running:
             return
         broker.running = True
         broker.flushed = broker.end
@@ -492,3 +494,38 @@ def test_unclean_election_loses_what_only_the_isr_had() -> None:
     unclean.fetch(2, 100)  # the returning replica compares with the new leader and cuts
     unclean.fetch(2, 100)
     assert unclean.lost == [1]
+
+
+def test_a_restarted_leader_lets_no_follower_join_below_its_log_end() -> None:
+    """``LeaderTracker``'s ``epoch_start`` rule, on the schedule that needs it: broker 1
+    leads with ISR (1, 2) while 3 lags; batch 2 is acknowledged by 1 and 2; 1 restarts
+    before its session expires, with a stale checkpoint (its high watermark below batch
+    2), and is elected again. Its ISR member 2 is assumed to hold that high watermark
+    only, so 3, fetching there without receiving anything, reaches the replicated end;
+    were it let in, ZooKeeper would name in sync a replica without batch 2."""
+    model = ReplicationModel()
+    model.produce(0, 6)
+    for _ in range(3):
+        model.fetch_round()
+    model.tick(1.0, True)  # every checkpoint at the end of batch 1
+    model.fetch(2, 40)
+    model.tick(1.0, False)
+    model.fetch(2, 40)
+    model.write_isr(0, "written")
+    assert model.state.isr == (1, 2)
+    model.produce(0, 6)
+    model.fetch(2, 40)
+    model.fetch(2, 40)
+    assert sorted(model.acked) == [1, 2]
+    model.kill(1)
+    model.restart(1)
+    model.controller()
+    model.learn({1, 2, 3})
+    leader = model.brokers[1]
+    assert leader.role == LEADER and leader.tracker is not None
+    assert leader.tracker.high_watermark < leader.end  # what it knows is below batch 2
+    model.fetch(3, 1)  # a fetch at 3's end whose answer brings nothing
+    assert 3 not in leader.tracker.joining
+    model.write_isr(0, "written")
+    assert model.state.isr == (1, 2)
+    model.acknowledged_batches_are_on_every_in_sync_replica()
