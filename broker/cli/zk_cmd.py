@@ -2,9 +2,15 @@
 
 Runs Debian's ZooKeeper (see :mod:`broker.testing.zkserver`) in the background with its
 state, log and pidfile in one data dir, so ``stop`` and ``status`` find it from
-another shell later. Exit codes: 0 done, 1 failure (including Java or ZooKeeper not
-installed: the message says what to run), 2 user mistake (bad option, port taken),
-and for ``status`` 3 when it is not running (the LSB convention for service status).
+another shell later. ``start --ensemble 3`` (or 5) runs an ensemble instead: member N
+on loopback address ``127.0.0.N`` (the client port and ZooKeeper's quorum and election
+ports 2888 and 3888 on each), in ``<data dir>/member-N``; ``stop`` and ``status`` find
+the members there. A real quorum, to try what a production ensemble does when a member
+goes (``logferry zk status`` shows who leads) on one machine.
+
+Exit codes: 0 done, 1 failure (including Java or ZooKeeper not installed: the message
+says what to run), 2 user mistake (bad option, port taken), and for ``status`` 3 when
+it is not running (the LSB convention for service status).
 """
 
 from __future__ import annotations
@@ -69,6 +75,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         if name == "start":
             action.add_argument(
                 "--timeout", type=float, default=30.0, help="seconds to wait until it serves (default: 30)"
+            )
+            action.add_argument(
+                "--ensemble",
+                type=_ensemble_size,
+                default=1,
+                metavar="N",
+                help="run an ensemble of N members (3 or 5) on 127.0.0.1 ... 127.0.0.N, "
+                "in DATA_DIR/member-<n> (default: 1, a standalone server)",
             )
             _add_tls_args(action)
         action.set_defaults(func=handler)
@@ -159,6 +173,30 @@ def _port(text: str) -> int:
     return port
 
 
+def _ensemble_size(text: str) -> int:
+    """argparse type: 1 (standalone), or an ensemble of 3 or 5 members."""
+    if text not in ("1", "3", "5"):
+        raise argparse.ArgumentTypeError(f"an ensemble has 3 or 5 members (or 1: standalone), not {text!r}")
+    return int(text)
+
+
+def member_dir(data_dir: Path, myid: int) -> Path:
+    """Where member ``myid`` of an ensemble keeps its state, log and pidfile."""
+    return data_dir / f"member-{myid}"
+
+
+def ensemble_members(data_dir: Path, size: int, port: int) -> list[LocalZooKeeper]:
+    """The members of an ensemble of ``size`` on loopback: member N on ``127.0.0.N:port``."""
+    peers = [(n, f"127.0.0.{n}") for n in range(1, size + 1)]
+    return [LocalZooKeeper(member_dir(data_dir, n), port, host, peers=peers, myid=n) for n, host in peers]
+
+
+def _found_members(data_dir: Path, port: int | None) -> list[LocalZooKeeper]:
+    """The members of an ensemble started in ``data_dir`` before ([]: none there)."""
+    dirs = sorted(data_dir.glob("member-*"), key=lambda d: d.name)
+    return [LocalZooKeeper.from_data_dir(d, port) for d in dirs if (d / "zoo.cfg").is_file()]
+
+
 def _error(action: str, message: str) -> None:
     """One line on stderr, no traceback (the format of every logferry command)."""
     report(f"zk {action}", message)
@@ -167,6 +205,8 @@ def _error(action: str, message: str) -> None:
 def cmd_start(args: argparse.Namespace) -> int:
     """Start ZooKeeper detached; report where it runs."""
     data_dir: Path = args.data_dir
+    if getattr(args, "ensemble", 1) > 1:
+        return _start_ensemble(args)
     existing = LocalZooKeeper.from_data_dir(data_dir)
     pid = existing.pid
     if pid is not None:
@@ -199,8 +239,57 @@ def cmd_start(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _start_ensemble(args: argparse.Namespace) -> int:
+    """Start the members detached, all before waiting (none serves before a quorum runs)."""
+    if _server_tls(args) is not None:
+        _error("start", "--tls is for a standalone server; start the ensemble without it")
+        return EXIT_USAGE
+    members = ensemble_members(args.data_dir, args.ensemble, args.port or DEFAULT_PORT)
+    connect = ",".join(m.hosts for m in members)
+    running = [m for m in members if m.pid is not None]
+    if len(running) == len(members):
+        print(f"ZooKeeper ensemble already running: {connect}, data dir {args.data_dir}")
+        return EXIT_OK
+    started: list[LocalZooKeeper] = []
+    try:
+        for member in members:
+            if member.pid is None:
+                member.start(args.timeout, detach=True, wait=False)
+                started.append(member)
+        for member in members:
+            member.wait_ready(args.timeout)
+    except ZooKeeperNotInstalledError as exc:
+        _error("start", str(exc))
+        return EXIT_FAILED
+    except (ZooKeeperError, OSError) as exc:
+        for member in started:
+            member.stop()
+        if isinstance(exc, ZooKeeperStartError):
+            _error("start", f"{exc.summary}; see {exc.log_path}")
+            return EXIT_USAGE if "already in use" in exc.summary else EXIT_FAILED
+        _error("start", str(exc).splitlines()[0])
+        return EXIT_FAILED
+    modes = ", ".join(f"{m.host} {m.srvr().get('Mode', '?')} (pid {m.pid})" for m in members)
+    print(f"ZooKeeper ensemble of {len(members)} started: {modes}; data dir {args.data_dir}")
+    print(f"connect string: {connect}")
+    return EXIT_OK
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the data dir's ZooKeeper (SIGTERM, then SIGKILL after 10 s)."""
+    members = _found_members(args.data_dir, args.port)
+    if members:
+        failed = False
+        for member in members:
+            pid = member.pid
+            try:
+                member.stop()
+            except (ZooKeeperError, OSError) as exc:
+                _error("stop", f"member {member.hosts}: {exc}")
+                failed = True
+                continue
+            print(f"ZooKeeper member {member.hosts} " + ("stopped" if pid is not None else "was not running"))
+        return EXIT_FAILED if failed else EXIT_OK
     server = LocalZooKeeper.from_data_dir(args.data_dir, args.port)
     pid = server.pid
     if pid is None:
@@ -217,6 +306,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print whether it runs, its pid, port, and what ``srvr`` says (mode, connections)."""
+    members = _found_members(args.data_dir, args.port)
+    if members:
+        return _ensemble_status(members)
     server = LocalZooKeeper.from_data_dir(args.data_dir, args.port)
     pid = server.pid
     if pid is None:
@@ -243,6 +335,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  connections: {fields.get('Connections', '?')}")
     print(f"  znodes: {fields.get('Node count', '?')}")
     print(f"  version: {fields.get('Zookeeper version', '?').split(',')[0].split('-')[0]}")
+    return EXIT_OK
+
+
+def _ensemble_status(members: list[LocalZooKeeper]) -> int:
+    """One line per member; 0 when every member serves, 3 when none runs, else 1."""
+    print(f"ZooKeeper ensemble of {len(members)}: {','.join(m.hosts for m in members)}")
+    serving = running = 0
+    for member in members:
+        pid = member.pid
+        if pid is None:
+            print(f"  {member.hosts}: not running")
+            continue
+        running += 1
+        try:
+            mode = member.srvr().get("Mode", "not serving")
+        except OSError as exc:
+            mode = f"no answer ({exc})"
+        serving += mode in ("leader", "follower", "observer")
+        print(f"  {member.hosts}: pid {pid}, {mode}")
+    if running == 0:
+        return EXIT_NOT_RUNNING
+    if serving < len(members):
+        quorum = "a quorum serves" if serving > len(members) // 2 else "no quorum"
+        _error("status", f"{serving} of {len(members)} members serve ({quorum})")
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -402,3 +402,24 @@ def test_wait_until_is_bounded():
     assert len(calls) == 3
     with pytest.raises(AssertionError, match="the impossible"):
         wait_until(lambda: False, timeout=0.05, interval=0.01, what="the impossible")
+
+
+def test_cli_ensemble_members_are_on_loopback_addresses_of_their_own(tmp_path):
+    args = _parse(["zk", "start", "--ensemble", "3", "--data-dir", str(tmp_path)])
+    assert args.ensemble == 3
+    members = zk_cmd.ensemble_members(tmp_path, 3, 2181)
+    assert [m.hosts for m in members] == ["127.0.0.1:2181", "127.0.0.2:2181", "127.0.0.3:2181"]
+    assert [m.data_dir for m in members] == [(tmp_path / f"member-{n}").resolve() for n in (1, 2, 3)]
+    members[1].write_config()
+    cfg = (tmp_path / "member-2" / "zoo.cfg").read_text()
+    assert "clientPortAddress=127.0.0.2" in cfg and "server.3=127.0.0.3:2888:3888" in cfg
+    assert (tmp_path / "member-2" / "myid").read_text().strip() == "2"
+    assert [m.host for m in zk_cmd._found_members(tmp_path, None)] == ["127.0.0.2"]  # found by its zoo.cfg
+
+
+@pytest.mark.parametrize("size", ["2", "4", "0", "three"])
+def test_cli_an_ensemble_has_3_or_5_members(size, capsys):
+    with pytest.raises(SystemExit) as info:
+        _parse(["zk", "start", "--ensemble", size])
+    assert info.value.code == 2
+    assert "3 or 5 members" in capsys.readouterr().err
