@@ -263,8 +263,10 @@ SPAN_LINE = re.compile(
 )
 
 
-def answer_spans(broker: int, log_text: str, topic: str) -> list[AnswerSpan]:
-    """The spans in broker ``broker``'s log of ``topic``'s partitions."""
+def answer_spans(broker: int, log_text: str, topic: str, killed_at: Sequence[float] = ()) -> list[AnswerSpan]:
+    """The spans in broker ``broker``'s log of ``topic``'s partitions. ``killed_at``: when
+    (``time.time()``) the test killed it with kill -9, which leaves no end line: a span
+    without one that began before a kill ended at that kill, not "still answering"."""
     began: dict[tuple[int, int], float] = {}
     ended: dict[tuple[int, int], float] = {}
     for match in SPAN_LINE.finditer(log_text):
@@ -275,7 +277,13 @@ def answer_spans(broker: int, log_text: str, topic: str) -> list[AnswerSpan]:
             began[key] = min(began.get(key, at), at)
         else:
             ended[key] = max(ended.get(key, at), at)
-    return [AnswerSpan(broker, p, epoch, at, ended.get((p, epoch))) for (p, epoch), at in sorted(began.items())]
+    spans = []
+    for (p, epoch), at in sorted(began.items()):
+        end = ended.get((p, epoch))
+        if end is None:
+            end = min((k for k in killed_at if k >= at), default=None)
+        spans.append(AnswerSpan(broker, p, epoch, at, end))
+    return spans
 
 
 def two_leaders(spans: Sequence[AnswerSpan]) -> tuple[list[str], dict[int, float]]:

@@ -22,7 +22,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,14 @@ class Cluster:
     client: Host
     """The host the workload and the checks' clients run on."""
     by_id: dict[int, BrokerProcess]
+    killed_at: dict[int, list[float]] = field(default_factory=dict)
+    """When (``time.time()``) :meth:`kill` killed each broker: its log has no end line
+    for what it led then (:func:`~tests.support.checker.answer_spans`)."""
+
+    def kill(self, broker_id: int) -> None:
+        """kill -9 broker ``broker_id``, noting when."""
+        self.by_id[broker_id].kill()
+        self.killed_at.setdefault(broker_id, []).append(time.time())
 
     def leader(self, partition: int) -> int:
         """The partition's leader as ZooKeeper names it (call inside the client host)."""
@@ -268,7 +276,9 @@ def run_nemesis(
         "every replica to hold the high watermark",
     )
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
-    spans = [span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC)]
+    spans = [
+        span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC, cluster.killed_at.get(b.id, []))
+    ]
     group = GroupRun(member.reads, member.committed, positions, ends)
     verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads, spans, group)
     verdict.read_in_fault = reader.read_between(fault_at, healed_at)

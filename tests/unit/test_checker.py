@@ -125,3 +125,13 @@ def test_a_groups_reads_and_commits_are_judged_against_what_survives() -> None:
     assert judge([0, 1], (15, 0))[1] == [0]  # not a batch of the final log
     skipped = judge([0], (30, 1))  # committed after message 2, yet 1 and 2 were never handed out
     assert skipped[2] == 2 and len(skipped[3]) == 1
+
+
+def test_a_span_left_open_by_kill_9_ends_at_the_kill() -> None:
+    log = "t-1: acks=all answers in leader epoch 4 began at 100.000\n"  # then kill -9: no end line
+    assert answer_spans(2, log, "t")[0].ended is None  # as far as the log knows, it still answers
+    killed = answer_spans(2, log, "t", killed_at=[90.0, 105.5])  # killed before it began, then at 105.5
+    assert killed[0].ended == 105.5
+    successor = AnswerSpan(3, 1, 5, 106.0, None)
+    assert two_leaders([*killed, successor]) == ([], {1: 0.0})  # it stopped before its successor began
+    assert two_leaders([answer_spans(2, log, "t")[0], successor])[1] == {1: float("inf")}
