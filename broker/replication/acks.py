@@ -36,6 +36,7 @@ from broker.common.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
 )
+from broker.replication.isr import LeaderTracker
 from broker.replication.roles import AnswerSpan, Replica
 
 log = logging.getLogger("logferry.replication")
@@ -95,10 +96,15 @@ def acked(replica: Replica, end: int) -> bool:
 
 def acked_end(replica: Replica) -> int:
     """Where acks=all answers may be given up to (-1: none, too few in sync)."""
-    tracker = replica.tracker
-    if tracker is None or len(tracker.isr) < replica.min_insync:
+    return ack_limit(replica.tracker, replica.plog.end_offset, replica.min_insync)
+
+
+def ack_limit(tracker: LeaderTracker | None, leader_end: int, min_insync: int) -> int:
+    """The acks=all rule: a batch ending at or below the returned offset may be
+    answered; -1 (none) when the committed ISR is smaller than ``min_insync``."""
+    if tracker is None or len(tracker.isr) < min_insync:
         return -1
-    return tracker.replicated_end(replica.plog.end_offset)
+    return tracker.replicated_end(leader_end)
 
 
 def release(replica: Replica) -> None:
@@ -152,6 +158,7 @@ def fail(replica: Replica, error: LogferryError, me: int) -> None:
 
 
 __all__ = [
+    "ack_limit",
     "acked",
     "acked_end",
     "answered",

@@ -25,7 +25,7 @@ import logging
 import time
 
 from broker.common.errors import InvalidOffsetError, OffsetOutOfRangeError, ProtocolError, StorageError
-from broker.replication.reconcile import matching_prefix
+from broker.replication.reconcile import reconcile_step
 from broker.replication.roles import FOLLOWER, Replica
 from broker.replication.services import ReplicationServices
 from broker.wire import records
@@ -141,9 +141,8 @@ class FollowerApplier:
     def _reconcile(self, replica: Replica, offset: int, data: memoryview, leo: int) -> None:
         plog = replica.plog
         local = plog.read_bytes(offset, len(data)) if len(data) else b""
-        matched, diverged = matching_prefix(data, local)
-        at = offset + matched
-        if diverged or (not data and leo <= offset) or at >= plog.end_offset:
+        at, done = reconcile_step(offset, data, local, leo, plog.end_offset)
+        if done:
             replica.reconcile_at = None
             if at < plog.end_offset:
                 cut = plog.truncate_to(at)

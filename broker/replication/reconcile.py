@@ -47,4 +47,22 @@ def matching_prefix(leader: bytes | memoryview, local: bytes | memoryview) -> tu
     return pos, False
 
 
-__all__ = ["matching_prefix"]
+def reconcile_step(
+    offset: int, leader: bytes | memoryview, local: bytes | memoryview, leader_end: int, local_end: int
+) -> tuple[int, bool]:
+    """One comparison of a returning replica's log with its leader's, from ``offset``.
+
+    ``leader`` is the leader's data from ``offset`` (a fetch answer), ``local`` the
+    replica's own bytes from there, ``leader_end`` the leader's log end and
+    ``local_end`` the replica's. Returns ``(at, done)``: when ``done`` the logs agree
+    below ``at`` and part there (the replica cuts what it holds past ``at``, if
+    anything, and fetches on from ``at``); otherwise they agree up to ``at`` so far
+    and the next comparison starts there.
+    """
+    matched, diverged = matching_prefix(leader, local)
+    at = offset + matched
+    done = diverged or (not len(leader) and leader_end <= offset) or at >= local_end
+    return at, done
+
+
+__all__ = ["matching_prefix", "reconcile_step"]

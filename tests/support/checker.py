@@ -19,6 +19,13 @@ the workload recorded with what the cluster holds and reports, as Jepsen's analy
   violations**, a consumer reading a message after one the workload sent later, or
   twice (0); and **divergent reads**, partitions whose reads are not the start of what
   the partition holds (0);
+* with a :class:`~tests.support.workload.GroupMember`'s reads and its group's committed
+  positions: **group phantom reads**, messages the group was handed that the partition
+  does not hold in the end (0); **committed past what survives**, partitions whose
+  committed position is not a batch boundary of the final log at or below its end (0:
+  the group would resume where other messages are written next); **group skipped**,
+  messages the partition holds below the committed position that the group was never
+  handed (0: a commit is a promise that everything before it was processed);
 * with each broker's log (its acks=all answer spans, broker/replication/acks.py:
   ``acks=all answers in leader epoch <e> began at <t>`` and ``... ended at <t>``):
   **two leaders**, a partition's epoch in which more than one broker answered acks=all
@@ -69,6 +76,12 @@ class Verdict:
     leader_overlap_s: dict[int, float] = field(default_factory=dict)
     """Per partition, the longest time an older epoch's leader answered after a newer
     epoch's began (0.0: never; empty: no logs read)."""
+    group_read: int = 0
+    """Messages a group member was handed (0: no group member)."""
+    group_phantom_reads: int = 0
+    group_committed_beyond: list[int] = field(default_factory=list)
+    """Partitions whose committed position the final log does not have."""
+    group_skipped: int = 0
 
     def problems(self) -> list[str]:
         """Every broken guarantee, one line each (empty: the run is sound)."""
@@ -87,6 +100,12 @@ class Verdict:
             found.append(f"{self.read_order_violations} messages read out of order or twice")
         if self.divergent_reads:
             found.append(f"what was read is not the start of partitions {self.divergent_reads}")
+        if self.group_phantom_reads:
+            found.append(f"{self.group_phantom_reads} messages handed to the group that the partitions do not hold")
+        if self.group_committed_beyond:
+            found.append(f"committed positions the log does not have in partitions {self.group_committed_beyond}")
+        if self.group_skipped:
+            found.append(f"{self.group_skipped} messages below the committed positions never handed to the group")
         found.extend(self.two_leaders)
         endless = sorted(p for p, s in self.leader_overlap_s.items() if s == float("inf"))
         if endless:
@@ -107,6 +126,12 @@ class Verdict:
                 else ""
             )
             + (
+                f"; group read {self.group_read:,}: phantom {self.group_phantom_reads}, committed past what "
+                f"survives {len(self.group_committed_beyond)}, skipped {self.group_skipped}"
+                if self.group_read
+                else ""
+            )
+            + (
                 "; leader overlap " + ", ".join(f"p{p} {s:.3f}s" for p, s in sorted(self.leader_overlap_s.items()))
                 if self.leader_overlap_s
                 else ""
@@ -122,12 +147,14 @@ def check(
     until: float,
     reads: Mapping[int, Sequence[bytes]] | None = None,
     spans: Sequence[AnswerSpan] | None = None,
+    group: GroupRun | None = None,
 ) -> Verdict:
     """Judge a run: ``stored`` is each partition's values up to its high watermark,
     ``replicas`` each partition's replicas' bytes below it; unavailability counts from
     ``fault_at`` to ``until`` (``time.monotonic()`` readings); ``reads``, each
     partition's values as a reader read them from its start (None: no reader);
-    ``spans``, the brokers' acks=all answer spans (:func:`answer_spans`; None: not read)."""
+    ``spans``, the brokers' acks=all answer spans (:func:`answer_spans`; None: not read);
+    ``group``, what a group member read and committed (None: no group member)."""
     acked_values = {p: set() for p in stored}
     counts = Counter(b.outcome for b in batches for _ in b.seqs)
     for b in batches:
@@ -150,6 +177,7 @@ def check(
     divergent = sorted(p for p, copies in replicas.items() if len(set(copies)) > 1)
     phantoms, read_disorder, divergent_reads = check_reads(reads or {}, stored, examples)
     doubled, overlap = two_leaders(spans) if spans is not None else ([], {})
+    group_phantoms, beyond, skipped = check_group(group, stored, examples) if group is not None else (0, [], 0)
     return Verdict(
         acked=counts["acked"],
         failed=counts["failed"],
@@ -167,7 +195,54 @@ def check(
         divergent_reads=divergent_reads,
         two_leaders=doubled,
         leader_overlap_s=overlap,
+        group_read=sum(len(v) for v in group.reads.values()) if group is not None else 0,
+        group_phantom_reads=group_phantoms,
+        group_committed_beyond=beyond,
+        group_skipped=skipped,
     )
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """What a consumer group did in a run, and where the final log's messages are."""
+
+    reads: Mapping[int, Sequence[bytes]]
+    """Per partition, the values the group member was handed."""
+    committed: Mapping[int, tuple[int, int]]
+    """Per partition, the group's committed ``(offset, skip)`` at the end."""
+    positions: Mapping[int, Sequence[tuple[int, int]]]
+    """Per partition, the ``(batch offset, index in the batch)`` of each stored value,
+    in order (:func:`read_positions`); with ``ends``, the final log's layout."""
+    ends: Mapping[int, int]
+
+
+def check_group(
+    group: GroupRun, stored: Mapping[int, Sequence[bytes]], examples: list[str]
+) -> tuple[int, list[int], int]:
+    """``(group phantom reads, partitions committed past what survives, messages skipped
+    below a committed position)`` (see the module); adds examples to ``examples``."""
+    phantoms = skipped = 0
+    beyond = []
+    for p, values in group.reads.items():
+        kept = set(stored.get(p, []))
+        ghosts = [v for v in values if v not in kept]
+        phantoms += len(ghosts)
+        if ghosts:
+            examples.append(f"p{p} handed to the group but not held e.g. {ghosts[:3]}")
+    for p, (offset, skip) in sorted(group.committed.items()):
+        positions = list(group.positions.get(p, []))
+        boundaries = {o for o, _ in positions} | {group.ends.get(p, 0)}
+        if offset not in boundaries or offset > group.ends.get(p, 0):
+            beyond.append(p)
+            examples.append(f"p{p} committed at {offset}, not a batch of the final log (end {group.ends.get(p, 0)})")
+            continue
+        read = set(group.reads.get(p, []))
+        below = [v for v, at in zip(stored.get(p, []), positions, strict=True) if at < (offset, skip)]
+        never = [v for v in below if v not in read]
+        skipped += len(never)
+        if never:
+            examples.append(f"p{p} committed at {offset} but never handed e.g. {never[:3]}")
+    return phantoms, sorted(beyond), skipped
 
 
 @dataclass(frozen=True)
@@ -188,8 +263,10 @@ SPAN_LINE = re.compile(
 )
 
 
-def answer_spans(broker: int, log_text: str, topic: str) -> list[AnswerSpan]:
-    """The spans in broker ``broker``'s log of ``topic``'s partitions."""
+def answer_spans(broker: int, log_text: str, topic: str, killed_at: Sequence[float] = ()) -> list[AnswerSpan]:
+    """The spans in broker ``broker``'s log of ``topic``'s partitions. ``killed_at``: when
+    (``time.time()``) the test killed it with kill -9, which leaves no end line: a span
+    without one that began before a kill ended at that kill, not "still answering"."""
     began: dict[tuple[int, int], float] = {}
     ended: dict[tuple[int, int], float] = {}
     for match in SPAN_LINE.finditer(log_text):
@@ -200,7 +277,13 @@ def answer_spans(broker: int, log_text: str, topic: str) -> list[AnswerSpan]:
             began[key] = min(began.get(key, at), at)
         else:
             ended[key] = max(ended.get(key, at), at)
-    return [AnswerSpan(broker, p, epoch, at, ended.get((p, epoch))) for (p, epoch), at in sorted(began.items())]
+    spans = []
+    for (p, epoch), at in sorted(began.items()):
+        end = ended.get((p, epoch))
+        if end is None:
+            end = min((k for k in killed_at if k >= at), default=None)
+        spans.append(AnswerSpan(broker, p, epoch, at, end))
+    return spans
 
 
 def two_leaders(spans: Sequence[AnswerSpan]) -> tuple[list[str], dict[int, float]]:
@@ -265,25 +348,40 @@ def unavailable_s(batches: Sequence[Batch], partition: int, fault_at: float, unt
 def read_partition(consumer: SimpleConsumer, topic: str, partition: int) -> tuple[list[bytes], int]:
     """Every value of ``topic``-``partition`` up to its visible end (the high watermark),
     and that end."""
+    values, _positions, end = read_positions(consumer, topic, partition)
+    return values, end
+
+
+def read_positions(
+    consumer: SimpleConsumer, topic: str, partition: int
+) -> tuple[list[bytes], list[tuple[int, int]], int]:
+    """Every value of ``topic``-``partition`` up to its visible end, where each is
+    (``(batch offset, index in the batch)``), and that end."""
     offset, end = consumer.offsets(topic, partition)
     values: list[bytes] = []
+    positions: list[tuple[int, int]] = []
     while offset < end:
         result = consumer.fetch(topic, partition, offset)
         for batch in result.batches:
-            values.extend(m.value for m in messages_of(topic, partition, batch))
+            for m in messages_of(topic, partition, batch):
+                values.append(m.value)
+                positions.append((m.offset, m.index))
         if result.next_offset <= offset:
             raise AssertionError(f"{topic}-{partition}: no progress reading at offset {offset} of {end}")
         offset = result.next_offset
-    return values, end
+    return values, positions, end
 
 
 __all__ = [
     "AnswerSpan",
+    "GroupRun",
     "Verdict",
     "answer_spans",
     "check",
+    "check_group",
     "check_reads",
     "read_partition",
+    "read_positions",
     "two_leaders",
     "unavailable_s",
 ]

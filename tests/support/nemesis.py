@@ -22,20 +22,25 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from broker.client import Admin, SimpleConsumer
+from broker.coordination.partition_state import PartitionState
+from broker.coordination.zk import partition_state_path
 from broker.testing.network import Host
 from broker.testing.zkserver import LocalZooKeeper
 from tests.replication.conftest import REPLICATED
 from tests.support.brokers import BrokerProcess
-from tests.support.checker import Verdict, answer_spans, check, read_partition
+from tests.support.checker import GroupRun, Verdict, answer_spans, check, read_positions
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
-from tests.support.workload import Reader, Workload
+from tests.support.workload import GroupMember, Reader, Workload
 
 MARKS = [pytest.mark.integration, pytest.mark.slow]
 """Every nemesis test module's ``pytestmark``. They run in ``make test`` (so in CI), each
@@ -104,17 +109,50 @@ class Cluster:
     client: Host
     """The host the workload and the checks' clients run on."""
     by_id: dict[int, BrokerProcess]
+    killed_at: dict[int, list[float]] = field(default_factory=dict)
+    """When (``time.time()``) :meth:`kill` killed each broker: its log has no end line
+    for what it led then (:func:`~tests.support.checker.answer_spans`)."""
+
+    def kill(self, broker_id: int) -> None:
+        """kill -9 broker ``broker_id``, noting when."""
+        self.by_id[broker_id].kill()
+        self.killed_at.setdefault(broker_id, []).append(time.time())
 
     def leader(self, partition: int) -> int:
         """The partition's leader as ZooKeeper names it (call inside the client host)."""
         with Admin(zk=self.zk_connect) as admin:
             return admin.describe_partitions(TOPIC)[partition].leader
 
+    def wait_for_states(
+        self, accept: Callable[[dict[int, PartitionState]], bool], what: str, timeout: float = 30.0
+    ) -> dict[int, PartitionState]:
+        """Poll every partition's state in ZooKeeper itself (not a broker's view of it,
+        which a cut broker keeps stale) until ``accept`` holds; return the states. Call
+        inside the client host. For a second fault that needs an election first."""
+        client = KazooClient(hosts=self.zk_connect, timeout=10.0)
+        client.start(timeout=10)
 
-def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
+        def states() -> dict[int, PartitionState] | None:
+            found = {}
+            for p in range(PARTITIONS):
+                state = PartitionState.decode(client.get(partition_state_path(TOPIC, p))[0])
+                if state is None:
+                    return None
+                found[p] = state
+            return found if accept(found) else None
+
+        try:
+            return wait_until(states, timeout, what, interval=0.2, ignore=(KazooException,))
+        finally:
+            client.stop()
+            client.close()
+
+
+def three_brokers(net: TestNetwork, ensemble: int = 0, broker: Mapping[str, Any] | None = None) -> Cluster:
     """Hosts ``zk`` (or ``zk1``... for an ``ensemble`` of that many members), ``b1``-``b3``
     and ``client`` on switch ``lan``, ZooKeeper and three brokers started, topic
-    :data:`TOPIC` created with every replica in sync."""
+    :data:`TOPIC` created with every replica in sync. ``broker``: settings over
+    :data:`SETTINGS` (e.g. ``unclean_leader_election``)."""
     net.switch("lan")
     if ensemble:
         zookeepers = net.zookeeper_ensemble([net.host(f"zk{i}", "lan") for i in range(1, ensemble + 1)])
@@ -122,7 +160,7 @@ def three_brokers(net: TestNetwork, ensemble: int = 0) -> Cluster:
         zookeepers = [net.zookeeper(net.host("zk", "lan"))]
     zk_connect = ",".join(z.hosts for z in zookeepers) + "/nemesis"
     for i in (1, 2, 3):
-        net.broker(net.host(f"b{i}", "lan"), i, zk_connect, broker=SETTINGS)
+        net.broker(net.host(f"b{i}", "lan"), i, zk_connect, broker={**SETTINGS, **(broker or {})})
     cluster = Cluster(net, zk_connect, zookeepers, net.host("client", "lan"), {b.id: b for b in net.brokers})
     with cluster.client.inside():
         with Admin(zk=zk_connect) as admin:
@@ -171,10 +209,21 @@ def settle(consumer: SimpleConsumer, quiet_s: float = 1.0, timeout: float = 20.0
     wait_until(quiet, timeout, f"every partition's visible end still for {quiet_s:g}s", interval=0.2)
 
 
-def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdict:
+def run_nemesis(
+    cluster: Cluster,
+    name: str,
+    fault: Callable[[], str],
+    then: Callable[[], str] | None = None,
+    heal: Callable[[], str] | None = None,
+) -> Verdict:
     """Run the workload, apply ``fault`` (inside the client host; it returns what it
     did, for the output) when :func:`timing` says, hold it as long as it says, heal,
     wait for recovery, and judge.
+
+    A combined nemesis adds ``then``: a second fault, called right after ``fault``, that
+    waits (bounded) for what it needs (an election, say) and acts; the hold then counts
+    from the first fault, and lasts at least until ``then`` returns. ``heal`` is called
+    after every cut is healed: it restarts what the nemesis killed, resumes what it froze.
 
     Prints ``verdict: <name> <hold>s: <the verdict's summary>; full ISR <s> after the
     heal; <timing>`` and returns the verdict; the caller asserts what must hold."""
@@ -183,13 +232,20 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
     with cluster.client.inside():
         workload = Workload(cluster.zk_connect, TOPIC, PARTITIONS).start()
         reader = Reader(cluster.zk_connect, TOPIC, PARTITIONS).start()
+        member = GroupMember(cluster.zk_connect, TOPIC).start()
         try:
             wait_until(lambda: workload.acked_count() >= 2_000, 60, "2,000 acknowledged before the fault")
             time.sleep(when.delay_s)  # the timing drawn: time is the scenario
             fault_at = time.monotonic()
             print(f"{name}: {fault()}; {when}")
-            time.sleep(when.hold_s)  # the fault itself: time is the scenario
+            if then is None:
+                time.sleep(when.hold_s)  # the fault itself: time is the scenario
+            else:
+                print(f"{name}: then {then()} ({time.monotonic() - fault_at:.1f}s after the fault)")
+                time.sleep(max(0.0, fault_at + when.hold_s - time.monotonic()))
             net.heal()
+            if heal is not None:
+                print(f"{name}: healed: {heal()}")
             healed_at = time.monotonic()
             wait_until(lambda: full_isr(net), 90, "every replica back in sync", interval=0.5)
             for p in range(PARTITIONS):  # each partition acknowledges again
@@ -201,23 +257,30 @@ def run_nemesis(cluster: Cluster, name: str, fault: Callable[[], str]) -> Verdic
             try:
                 reader.stop()
             finally:
-                workload.stop()
+                try:
+                    member.stop()
+                finally:
+                    workload.stop()
         until = time.monotonic()
 
         stored: dict[int, list[bytes]] = {}
+        positions: dict[int, list[tuple[int, int]]] = {}
         ends: dict[int, int] = {}
         with SimpleConsumer(zk=cluster.zk_connect) as consumer:
             settle(consumer)
             for p in range(PARTITIONS):
-                stored[p], ends[p] = read_partition(consumer, TOPIC, p)
+                stored[p], positions[p], ends[p] = read_positions(consumer, TOPIC, p)
     wait_until(  # followers fetch up to the high watermark: every replica holds it
         lambda: all(len(c) == ends[p] for p in range(PARTITIONS) for c in replica_bytes(net, p, ends[p])),
         30,
         "every replica to hold the high watermark",
     )
     replicas = {p: replica_bytes(net, p, ends[p]) for p in range(PARTITIONS)}
-    spans = [span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC)]
-    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads, spans)
+    spans = [
+        span for b in net.brokers for span in answer_spans(b.id, b.log_text(), TOPIC, cluster.killed_at.get(b.id, []))
+    ]
+    group = GroupRun(member.reads, member.committed, positions, ends)
+    verdict = check(workload.batches, stored, replicas, fault_at, until, reader.reads, spans, group)
     verdict.read_in_fault = reader.read_between(fault_at, healed_at)
     print(f"\nverdict: {name} {when.hold_s:g}s: {verdict.summary()}; full ISR {in_sync_s:.1f}s after the heal; {when}")
     keep_logs(net, name)
@@ -260,11 +323,14 @@ def assert_sound(verdict: Verdict) -> None:
     """What every nemesis must keep: nothing acknowledged lost, no duplicate, order,
     identical replicas, no partition epoch answered by two brokers (nor a replaced
     leader that never stopped answering), a reader that read while the fault held and
-    saw nothing the partitions do not hold in the end, in their order, an outcome for
-    every batch, and the counts adding up."""
+    saw nothing the partitions do not hold in the end, in their order, a consumer group
+    that was handed nothing the partitions do not hold and committed only positions the
+    final log has, with nothing below them skipped, an outcome for every batch, and the
+    counts adding up."""
     assert not verdict.problems(), f"{verdict.problems()}: {verdict.examples}"
     assert verdict.read_in_fault > 0, "the reader read nothing while the fault held"
     assert len(verdict.leader_overlap_s) == PARTITIONS, "no acks=all answer span in the brokers' logs"
+    assert verdict.group_read > 0, "the group member read nothing"
     assert verdict.acked > 2_000 and verdict.stored >= verdict.acked  # sent N, acknowledged N, stored N
     assert verdict.unknown == 0  # every batch got its outcome
 

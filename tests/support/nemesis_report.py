@@ -82,6 +82,15 @@ def _span(values: Sequence[float], unit: str = "s") -> str:
     return f"{low:.1f} {unit}" if low == high else f"{low:.1f}-{high:.1f} {unit}"
 
 
+def _group(verdicts: Sequence[dict[str, Any]]) -> str:
+    """The consumer group's figures summed over the runs (— : no run had a group member)."""
+    if not any(v.get("group_read") for v in verdicts):
+        return "—"
+    phantom = sum(v.get("group_phantom_reads", 0) for v in verdicts)
+    beyond = sum(len(v.get("group_committed_beyond", [])) for v in verdicts)
+    return f"{phantom} / {beyond} / {sum(v.get('group_skipped', 0) for v in verdicts)}"
+
+
 def table(outcomes: Sequence[Outcome]) -> str:
     """The Markdown table (one row per nemesis, in the order first seen), then the
     failures, each with its run, seed and message."""
@@ -94,8 +103,9 @@ def table(outcomes: Sequence[Outcome]) -> str:
             row.name = outcome.verdict["nemesis"]
     lines = [
         "| nemesis | runs (passed) | fault after / held | acknowledged per run | lost | duplicates "
-        "| order violations | divergent replicas | unavailable: partition 0 / the others | full ISR after the heal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| order violations | divergent replicas | unavailable: partition 0 / the others | full ISR after the heal "
+        "| group: phantom reads / committed past what survives / skipped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows.values():
         verdicts = [o.verdict for o in row.outcomes if o.verdict]
@@ -111,7 +121,8 @@ def table(outcomes: Sequence[Outcome]) -> str:
             f"| {sum(v['lost'] for v in verdicts)} | {sum(v['duplicates'] for v in verdicts)} "
             f"| {sum(v['order_violations'] for v in verdicts)} "
             f"| {sum(1 for v in verdicts if v['divergent'])} "
-            f"| {_span(own)} / {_span(others)} | {_span([v['full_isr_s'] for v in verdicts])} |"
+            f"| {_span(own)} / {_span(others)} | {_span([v['full_isr_s'] for v in verdicts])} "
+            f"| {_group(verdicts)} |"
         )
     failures = [o for o in outcomes if not o.passed]
     if failures:

@@ -14,6 +14,12 @@ A :class:`Reader` follows every partition from its start, as a real-time consume
 from before the fault to after the heal, and keeps what it read in order, so the checker
 can tell whether a consumer saw a message that later disappeared (a read above the high
 watermark) or saw a partition in another order than it ends up in.
+
+A :class:`GroupMember` is a member of a consumer group (``GroupConsumer``) reading the
+topic from before the fault to after the heal, committing its positions every half
+second, as an application does: the checker compares what it read, and the positions
+the group committed, with what the partitions hold in the end (a committed position
+the log no longer has makes the group skip what is written there next).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client import LogferryError, Producer, SimpleConsumer, messages_of
+from broker.client import GroupAdmin, GroupConsumer, LogferryError, Producer, SimpleConsumer, messages_of
 
 RATE = 1_000
 """Messages per second, over all partitions (the issue's runs used about 1,500)."""
@@ -221,4 +227,58 @@ class Reader:
                 position[p] = result.next_offset
 
 
-__all__ = ["CHUNK", "RATE", "Batch", "Reader", "Workload", "parse", "value"]
+@dataclass
+class GroupMember:
+    """One member of consumer group ``group`` reading ``topic`` in a thread of its own
+    (see the module); start it inside a host of the test network."""
+
+    zk_connect: str
+    topic: str
+    group: str = "nemesis"
+    reads: dict[int, list[bytes]] = field(default_factory=dict)
+    """Per partition, every value the member was handed, in the order handed."""
+    committed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Per partition, the group's committed ``(offset, skip)`` after :meth:`stop`."""
+    crashed: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: GroupConsumer | None = None
+
+    def start(self) -> GroupMember:
+        """Join the group (from the earliest offset) and start reading."""
+        self._consumer = GroupConsumer(
+            self.group, topics=[self.topic], zk=self.zk_connect, auto_commit_ms=500, request_timeout=3.0
+        )
+        self._thread = threading.Thread(target=self._run, name="group-member", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop reading, commit what was handed out (processed), leave the group, and
+        read the group's committed positions."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            if self._thread.is_alive():
+                raise AssertionError("the group member's thread did not stop within 30 s")
+        if self._consumer is not None:
+            self._consumer.close(processed=True)
+        with GroupAdmin(zk=self.zk_connect) as admin:
+            positions = admin.offsets(self.group, [self.topic])
+        self.committed = {p: (c.offset, c.skip) for (_topic, p), c in positions.items()}
+        if self.crashed is not None:
+            raise AssertionError(f"the group member's thread died: {self.crashed!r}")
+
+    def _run(self) -> None:
+        assert self._consumer is not None
+        try:
+            while not self._stop.is_set():
+                for message in self._consumer.poll(timeout=0.2):
+                    self.reads.setdefault(message.partition, []).append(message.value)
+        except BaseException as exc:  # reported by stop(), not lost in a thread
+            self.crashed = exc
+
+
+__all__ = ["CHUNK", "RATE", "Batch", "GroupMember", "Reader", "Workload", "parse", "value"]

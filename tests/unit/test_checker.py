@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.checker import AnswerSpan, answer_spans, check, two_leaders, unavailable_s
+from tests.support.checker import AnswerSpan, GroupRun, answer_spans, check, two_leaders, unavailable_s
 from tests.support.workload import Batch, value
 
 
@@ -102,3 +102,36 @@ def test_two_leaders_in_one_epoch_are_a_problem_and_an_older_leaders_late_answer
         "p0 epoch 1: acks=all writes answered by brokers [2, 3]",
         "a leader of an older epoch never stopped answering in partitions [0]",
     ]
+
+
+def test_a_groups_reads_and_commits_are_judged_against_what_survives() -> None:
+    # p0 holds 4 messages in two batches of 2 at offsets 0 and 30 (end 60).
+    batches = [_acked(0, 0, 4, 1.0)]
+    stored = {0: _values(0, [0, 1, 2, 3])}
+    positions = {0: [(0, 0), (0, 1), (30, 0), (30, 1)]}
+    replicas = {0: [b"x", b"x", b"x"]}
+
+    def judge(reads: list[int], committed: tuple[int, int]) -> tuple[int, list[int], int, list[str]]:
+        group = GroupRun({0: _values(0, reads)}, {0: committed}, positions, {0: 60})
+        verdict = check(batches, stored, replicas, fault_at=0.0, until=2.0, group=group)
+        found = (verdict.group_phantom_reads, verdict.group_committed_beyond, verdict.group_skipped)
+        return (*found, verdict.problems())
+
+    assert judge([0, 1, 2], (30, 1)) == (0, [], 0, [])  # read 3, committed after the third
+    assert judge([0, 1, 2, 3], (60, 0)) == (0, [], 0, [])  # committed at the end
+    phantom, _, _, problems = judge([0, 1, 2, 3, 9], (60, 0))  # 9 was handed out, then cut
+    assert phantom == 1 and len(problems) == 1
+    assert judge([0, 1], (90, 0))[1] == [0]  # committed past the end: the log was cut below it
+    assert judge([0, 1], (15, 0))[1] == [0]  # not a batch of the final log
+    skipped = judge([0], (30, 1))  # committed after message 2, yet 1 and 2 were never handed out
+    assert skipped[2] == 2 and len(skipped[3]) == 1
+
+
+def test_a_span_left_open_by_kill_9_ends_at_the_kill() -> None:
+    log = "t-1: acks=all answers in leader epoch 4 began at 100.000\n"  # then kill -9: no end line
+    assert answer_spans(2, log, "t")[0].ended is None  # as far as the log knows, it still answers
+    killed = answer_spans(2, log, "t", killed_at=[90.0, 105.5])  # killed before it began, then at 105.5
+    assert killed[0].ended == 105.5
+    successor = AnswerSpan(3, 1, 5, 106.0, None)
+    assert two_leaders([*killed, successor]) == ([], {1: 0.0})  # it stopped before its successor began
+    assert two_leaders([answer_spans(2, log, "t")[0], successor])[1] == {1: float("inf")}

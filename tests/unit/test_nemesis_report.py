@@ -51,7 +51,8 @@ def _run(outputs: Path, run: int, seed: str, verdicts: list[dict[str, object]], 
 def test_the_table_has_a_row_per_nemesis_over_every_run_and_lists_failures_with_their_seed(tmp_path: Path) -> None:
     _run(tmp_path, 1, "11", [_verdict("test_a", "leader isolated", 4.0, 6.2), _verdict("test_b", "zk cut", 9.0, 0.3)])
     failure = "<failure message=\"AssertionError: sessions expired on ['broker-1']&#10;more\">trace</failure>"
-    _run(tmp_path, 2, "22", [_verdict("test_a", "leader isolated", 12.5, 6.8, lost=3, divergent=[0])], failure)
+    group = {"group_read": 9_000, "group_phantom_reads": 2, "group_committed_beyond": [0], "group_skipped": 40}
+    _run(tmp_path, 2, "22", [_verdict("test_a", "leader isolated", 12.5, 6.8, lost=3, divergent=[0], **group)], failure)
     outcomes = load(tmp_path)
     assert [(o.run, o.test, o.passed, o.seed) for o in outcomes] == [
         (1, "test_a", True, "11"),
@@ -63,9 +64,10 @@ def test_the_table_has_a_row_per_nemesis_over_every_run_and_lists_failures_with_
     rows = [line for line in text.splitlines() if line.startswith("| ") and "nemesis |" not in line]
     assert rows[0] == (
         "| leader isolated | 2 (2) | 1.5 s / 4.0-12.5 s | 12,000 | 3 | 0 | 0 | 1 "
-        "| 6.2-6.8 s / 1.5-1.7 s (median 1.6) | 1.0 s |"
+        "| 6.2-6.8 s / 1.5-1.7 s (median 1.6) | 1.0 s | 2 / 1 / 40 |"
     )
     assert rows[1].startswith("| zk cut | 2 (1) | 1.5 s / 9.0 s | 12,000 | 0 |")  # one verdict: run 2 failed before
+    assert rows[1].endswith("| — |")  # verdicts of runs without a group member
     assert "- run 2, seed 22, `test_b`: AssertionError: sessions expired on ['broker-1']" in text
     assert main([str(tmp_path)]) == 1  # a failure: the script's table says so, its status too
 
