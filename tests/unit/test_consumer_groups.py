@@ -194,6 +194,16 @@ def test_offset_commits_check_the_member_epoch() -> None:
     assert coordinator.check_commit(G, "a", 2) == ErrorCode.stale_member_epoch
     assert coordinator.check_commit(G, "b", 1) == ErrorCode.unknown_member_id
 
+    # at its previous epoch, for partitions it still holds (its new epoch may be in flight)
+    b = Client(coordinator, "b")
+    b.beat(1)
+    a.beat(2)  # told to revoke two: its epoch stays 1 until it confirms
+    held = sorted(a.owned)
+    a.beat(3)
+    assert a.epoch == 2
+    assert coordinator.check_commit(G, "a", 1, held) is None
+    assert coordinator.check_commit(G, "a", 1, [("t", p) for p in range(4)]) == ErrorCode.stale_member_epoch
+
 
 def test_new_partitions_and_subscriptions_bump_the_group_epoch() -> None:
     coordinator = ConsumerGroupCoordinator()

@@ -275,15 +275,21 @@ class ConsumerGroupCoordinator:
             member.previous_epoch, member.epoch = member.epoch, group.target_epoch
         member.assigned |= target - group.owned_by_others(member.id)
 
-    def check_commit(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """Whether an OffsetCommit of this member at this epoch may be applied."""
+    def check_commit(
+        self, group_id: str, member_id: str, member_epoch: int, partitions: Iterable[TopicPartition] = ()
+    ) -> ErrorCode | None:
+        """Whether an OffsetCommit of this member at this epoch may be applied: at its
+        epoch, or at its previous one for partitions it still holds (the answer that
+        moved it on may be in flight while it commits, as KIP-1251 allows)."""
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if member is None:
             return ErrorCode.unknown_member_id
-        if member_epoch != member.epoch:
-            return ErrorCode.stale_member_epoch
-        return None
+        if member_epoch == member.epoch:
+            return None
+        if member_epoch == member.previous_epoch > 0 and set(partitions) <= member.assigned | member.revoking:
+            return None
+        return ErrorCode.stale_member_epoch
 
     def expire(self, now: float) -> list[tuple[str, str]]:
         """Remove members silent past the session timeout, or still revoking past their

@@ -44,6 +44,7 @@ from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
 from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
+from broker.server.kafka.consumer_group_service import KafkaConsumerGroups
 from broker.server.kafka.delete_records import KafkaDeleteRecords
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_deletion import KafkaGroupDeletion
@@ -58,6 +59,7 @@ from broker.server.kafka.protocol import (
     encode_response_parts,
     make,
     response_schema,
+    topic_uuid,
 )
 from broker.server.kafka.txn_service import KafkaTxnService
 from broker.server.services.admin import AdminService
@@ -142,6 +144,7 @@ class KafkaService:
         if groups is not None:
             self._handlers.update(groups.handlers())
             self._handlers.update(KafkaGroupDeletion(groups).handlers())
+            self._handlers.update(KafkaConsumerGroups(groups).handlers())
         self.txns = txns
         """The transaction coordinator (None: transactional producers are refused)."""
         if txns is not None:
@@ -213,7 +216,7 @@ class KafkaService:
                     topic_cls,
                     error_code=ErrorCode.none,
                     name=topic.name,
-                    topic_id=_topic_uuid(topic.topic_id),
+                    topic_id=topic_uuid(topic.topic_id),
                     is_internal=topic.name == TRANSACTION_STATE_TOPIC,
                     partitions=tuple(parts),
                 )
@@ -729,11 +732,6 @@ def _to_kafka_records(piece: Any, message: int, limit: int | None = None) -> tup
 
 def _pad(items: list[Any], n: int) -> list[Any]:
     return items + [None] * (n - len(items))
-
-
-def _topic_uuid(topic_id: int) -> uuid.UUID:
-    """A stable topic id for Metadata v10+ from the topic's creation zxid."""
-    return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
 
 
 __all__ = ["KafkaService"]
