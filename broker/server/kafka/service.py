@@ -175,7 +175,20 @@ class KafkaService:
         :class:`~broker.server.services.results.MetadataResult` says."""
         v = request.version
         body = request.body
-        asked = None if body.topics is None else [t.name for t in body.topics]
+        asked = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
+        unknown_ids = []
+        if body.topics is not None and any(t.name is None for t in body.topics):
+            # v10+ may name a topic by id (librdkafka does, for the topics of a KIP-848
+            # assignment): the ids are the cluster view's (topic_uuid)
+            view = self.view()
+            names = {topic_uuid(topic_id): name for name, topic_id in view.topic_ids.items()}
+            for t in body.topics:
+                if t.name is None:
+                    name = names.get(t.topic_id)
+                    if name is None:
+                        unknown_ids.append(t.topic_id)
+                    elif asked is not None and name not in asked:
+                        asked.append(name)
         allow = getattr(body, "allow_auto_topic_creation", True)
         result = await self.admin.metadata(MetadataQuery(asked, allow, kafka=True), channel.principal)
         schema = response_schema(Api.METADATA, v)
@@ -183,7 +196,10 @@ class KafkaService:
         topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
         part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
         live = {b.broker_id for b in result.brokers}
-        topics = []
+        topics = [
+            make(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id, partitions=())
+            for topic_id in unknown_ids
+        ]
         for topic in result.topics:
             if topic.error is not None:
                 topics.append(
