@@ -587,7 +587,8 @@ def test_kip_848_consumers_share_the_partitions_and_one_takes_over(
 
         assigned = wait_until(shared, 15, f"{group}'s two members with two partitions each")
         assert sorted(assigned[first] + assigned[second]) == [0, 1, 2, 3]
-        described = java.ok("describe_groups", groups=[group])["groups"][group]
+        described = java.ok("describe_groups", groups=[group])["groups"][group]  # ConsumerGroupDescribe
+        assert described["type"] == "Consumer"
         assert sorted(p for m in described["members"] for p in m["partitions"]) == [f"{topic}:{p}" for p in range(4)]
         shown = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group, "--members")
         assert sorted((r["CLIENT-ID"], r["#PARTITIONS"]) for r in table(shown["stdout"])) == sorted(

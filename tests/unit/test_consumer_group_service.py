@@ -168,3 +168,37 @@ def test_describe_shows_a_consumer_group_in_classic_bytes() -> None:
     assert (view.protocol_type, view.protocol, view.state) == ("consumer", "uniform", "Stable")
     [member] = view.members
     assert member.member_id == "m1" and member.client_id == "client" and member.client_host == "127.0.0.1"
+
+
+def describe(api: KafkaConsumerGroups, *groups: str) -> Any:
+    schema = load_request_schema(Api.CONSUMER_GROUP_DESCRIBE, 1)
+    body = schema(group_ids=groups, include_authorized_operations=False)
+    return asyncio.run(api.describe(Request(Api.CONSUMER_GROUP_DESCRIBE, 1, 1, "c", body), Channel()))
+
+
+def test_consumer_group_describe() -> None:
+    groups, api = service()
+    assert SUPPORTED[Api.CONSUMER_GROUP_DESCRIBE] == (0, 1)
+    heartbeat(api, subscribed_topic_names=("t",), topic_partitions=())
+    heartbeat(api, member_id="m2", subscribed_topic_names=("t",), topic_partitions=())
+    unknown, other, forbidden = group_on(1, "u"), group_on(2), group_on(1, "forbidden")
+    answer = describe(api, G, unknown, other, forbidden)
+    mine, missing, elsewhere, denied = answer.groups
+    assert (mine.error_code, mine.group_state, mine.group_epoch, mine.assignment_epoch) == (
+        ErrorCode.none,
+        "Reconciling",
+        2,
+        2,
+    )
+    assert mine.assignor_name == "uniform"
+    by_id = {m.member_id: m for m in mine.members}
+    m1, m2 = by_id["m1"], by_id["m2"]
+    assert m1.assignment.topic_partitions[0].partitions == (0, 1, 2)  # still m1's: not yet revoked
+    assert m2.assignment.topic_partitions == ()
+    targets = [m.target_assignment.topic_partitions[0] for m in (m1, m2)]
+    assert sorted(targets[0].partitions + targets[1].partitions) == [0, 1, 2]
+    assert {t.topic_name for t in targets} == {"t"} and {t.topic_id for t in targets} == {T}
+    assert (m1.member_epoch, m1.client_id, m1.subscribed_topic_names, m1.member_type) == (1, "client", ("t",), 1)
+    assert missing.error_code == ErrorCode.group_id_not_found  # the admin client then asks DescribeGroups
+    assert elsewhere.error_code == ErrorCode.not_coordinator
+    assert denied.error_code == ErrorCode.group_authorization_failed

@@ -1,4 +1,5 @@
-"""ConsumerGroupHeartbeat (api 68, KIP-848's consumer group protocol), v0 and v1.
+"""ConsumerGroupHeartbeat (api 68, KIP-848's consumer group protocol) and
+ConsumerGroupDescribe (69), v0 and v1.
 
 The state machine is :class:`~broker.server.kafka.consumer_groups.ConsumerGroupCoordinator`
 (the group service's ``consumer_groups``); this module turns requests into its calls:
@@ -8,7 +9,9 @@ coordinator, the ACLs (``consume`` on the group and on each subscribed topic) an
 refusals of a group that has members of another protocol are the classic handlers'
 (:mod:`~broker.server.kafka.group_service`). Regex subscriptions are not served
 (INVALID_REQUEST, saying so); ``instance_id`` (static membership) is ignored: such a
-member is a dynamic one, and epoch -2 leaves as -1 does.
+member is a dynamic one, and epoch -2 leaves as -1 does. ConsumerGroupDescribe answers
+GROUP_ID_NOT_FOUND for a classic group (or one known only by its commits), as Kafka does:
+Kafka's admin client then asks DescribeGroups.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.acl import Operation
 from broker.coordination import zk
-from broker.server.kafka.consumer_groups import HeartbeatResult, TopicPartition
+from broker.server.kafka.consumer_groups import ConsumerMemberView, HeartbeatResult, TopicPartition
 from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.protocol import Api, Request, make, response_schema, topic_uuid
 
@@ -41,7 +44,7 @@ class KafkaConsumerGroups:
 
     def handlers(self) -> dict[Api, Callable[[Request, Any], Coroutine[Any, Any, Any]]]:
         """Api key -> handler, for :class:`~broker.server.kafka.service.KafkaService`."""
-        return {Api.CONSUMER_GROUP_HEARTBEAT: self.heartbeat}
+        return {Api.CONSUMER_GROUP_HEARTBEAT: self.heartbeat, Api.CONSUMER_GROUP_DESCRIBE: self.describe}
 
     async def heartbeat(self, request: Request, channel: Any) -> Any:
         body = request.body
@@ -135,6 +138,86 @@ class KafkaConsumerGroups:
             member_epoch=result.member_epoch,
             heartbeat_interval=timedelta(seconds=result.heartbeat_interval_s),
             assignment=assignment,
+        )
+
+    async def describe(self, request: Request, channel: Any) -> Any:
+        """Each group's epochs, assignor and members with their current and target
+        assignments."""
+        v = request.version
+        group_cls = response_schema(Api.CONSUMER_GROUP_DESCRIBE, v, "DescribedGroup")
+        out = []
+        for group_id in request.body.group_ids:
+            message = None
+            view = None
+            if self.groups._not_coordinator(group_id):
+                error: ErrorCode | None = ErrorCode.not_coordinator
+            else:
+                error = self.groups._denied(channel, Operation.DESCRIBE, group_id)
+            if error is None:
+                classic = self.groups.coordinator.describe(group_id)
+                view = self.coordinator.describe(group_id)
+                if view is None or (classic is not None and classic.members):
+                    error, message, view = (
+                        ErrorCode.group_id_not_found,
+                        f"group {group_id} is not a consumer group",
+                        None,
+                    )
+            if view is None:
+                out.append(
+                    make(
+                        group_cls,
+                        error_code=error,
+                        error_message=message,
+                        group_id=group_id,
+                        group_state="Dead",
+                        group_epoch=-1,
+                        assignment_epoch=-1,
+                        assignor_name="",
+                        members=(),
+                    )
+                )
+                continue
+            out.append(
+                make(
+                    group_cls,
+                    error_code=ErrorCode.none,
+                    group_id=group_id,
+                    group_state=view.state,
+                    group_epoch=view.group_epoch,
+                    assignment_epoch=view.assignment_epoch,
+                    assignor_name=view.assignor,
+                    members=tuple(self._member(v, m) for m in view.members),
+                )
+            )
+        return make(response_schema(Api.CONSUMER_GROUP_DESCRIBE, v), throttle_time=_NO_TIME, groups=tuple(out))
+
+    def _member(self, v: int, member: ConsumerMemberView) -> Any:
+        ids = self.groups.view().topic_ids
+        tp_cls = response_schema(Api.CONSUMER_GROUP_DESCRIBE, v, "TopicPartitions")
+        assignment_cls = response_schema(Api.CONSUMER_GROUP_DESCRIBE, v, "Assignment")
+
+        def assignment(partitions: list[TopicPartition]) -> Any:
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in partitions:
+                by_topic.setdefault(topic, []).append(p)
+            return make(
+                assignment_cls,
+                topic_partitions=tuple(
+                    make(tp_cls, topic_id=topic_uuid(ids.get(t, 0)), topic_name=t, partitions=tuple(parts))
+                    for t, parts in by_topic.items()
+                ),
+            )
+
+        return make(
+            response_schema(Api.CONSUMER_GROUP_DESCRIBE, v, "Member"),
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            subscribed_topic_names=member.subscribed,
+            assignment=assignment(member.assigned),
+            target_assignment=assignment(member.target),
+            member_type=1,
         )
 
 

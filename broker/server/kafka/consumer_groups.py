@@ -96,6 +96,8 @@ class ConsumerMemberView:
     subscribed: tuple[str, ...]
     assigned: list[TopicPartition]
     """What it owns now (sorted): its assignment and what it is still revoking."""
+    target: list[TopicPartition]
+    """What the target assignment gives it (sorted)."""
 
 
 @dataclass
@@ -106,6 +108,8 @@ class ConsumerGroupView:
     state: str
     """Kafka's name: Empty, Reconciling or Stable."""
     group_epoch: int
+    assignment_epoch: int
+    """The epoch of the target assignment."""
     assignor: str
     members: list[ConsumerMemberView]
 
@@ -309,7 +313,15 @@ class ConsumerGroupCoordinator:
         if group is None:
             return None
         members = [
-            ConsumerMemberView(m.id, m.client_id, m.client_host, m.epoch, m.subscribed, sorted(m.assigned | m.revoking))
+            ConsumerMemberView(
+                m.id,
+                m.client_id,
+                m.client_host,
+                m.epoch,
+                m.subscribed,
+                sorted(m.assigned | m.revoking),
+                sorted(group.target.get(m.id, set())),
+            )
             for m in group.members.values()
         ]
         if not group.members:
@@ -321,7 +333,7 @@ class ConsumerGroupCoordinator:
             state = "Stable"
         else:
             state = "Reconciling"
-        return ConsumerGroupView(group.id, state, group.epoch, group.assignor, members)
+        return ConsumerGroupView(group.id, state, group.epoch, group.target_epoch, group.assignor, members)
 
     def forget(self, group_id: str) -> bool:
         """Drop an empty group (DeleteGroups); False when it has members."""

@@ -59,6 +59,7 @@ class Api(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -92,13 +93,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.DELETE_GROUPS: (0, 2),
     Api.OFFSET_DELETE: (0, 0),
     Api.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    Api.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
 to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); OffsetCommit up to
 v9 (v9, the same fields as v8, is the version a KIP-848 consumer's commits must use:
 its generation is the member epoch); ListGroups up to v5 (v5: the group type);
-ConsumerGroupHeartbeat (KIP-848) v0 and v1; DeleteTopics up to v5 (v6 by topic id).
+ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) v0-v1; DeleteTopics up to v5 (v6 by topic id).
 The transaction apis up to the versions before Kafka's transaction protocol v2
 (KIP-890: an epoch bump per transaction; AddPartitionsToTxn v4+ is broker to broker),
 which clients use only when the broker advertises it. SaslHandshake 0-1 as Kafka 3
