@@ -78,7 +78,10 @@ class KafkaConsumerGroups:
                 member_id,
             )
         if body.member_epoch == 0:
-            refusal = await self._other_protocol(group_id)
+            try:
+                refusal = await self._other_protocol(group_id)
+            except Exception:  # ZooKeeper unreachable: a retriable answer, not a closed connection
+                return HeartbeatResult(ErrorCode.coordinator_not_available, "ZooKeeper is unreachable", member_id)
             if refusal is not None:
                 return HeartbeatResult(ErrorCode.group_id_not_found, refusal, member_id)
         view = self.groups.view()

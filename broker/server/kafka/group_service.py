@@ -344,7 +344,7 @@ class KafkaGroupService:
             error: ErrorCode | None = ErrorCode.not_coordinator
         else:
             error = self._denied(channel, Operation.CONSUME, body.group_id, [t.name for t in body.topics])
-            if error is None and body.group_id in self.consumer_groups and (body.member_id or generation >= 0):
+            if error is None and body.group_id in self.consumer_groups:  # a live KIP-848 group: members only
                 asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
                 error = self.consumer_groups.check_commit(body.group_id, body.member_id, generation, asked)
             elif error is None:
