@@ -3,11 +3,11 @@
 
 Everything runs in ONE JVM for the module (per xdist worker, like the module's shared
 broker; tests/support/kafka_java.py): the idempotent KafkaProducer, KafkaConsumers in a
-group (the classic protocol and KIP-848's consumer protocol), the Admin client, and the tools' main classes in process
-(kafka-topics is TopicCommand, kafka-consumer-groups ConsumerGroupCommand, ...). A JVM
-per tool call would cost 1-3 s of CPU each. The tests share the module's broker, each
-with its own topics and groups, and none stops it (its Kafka port would change under
-the JVM's clients).
+group (the classic protocol and KIP-848's consumer protocol), the Admin client, and the
+tools' main classes in process (kafka-topics is TopicCommand, kafka-consumer-groups
+ConsumerGroupCommand, ...). A JVM per tool call would cost 1-3 s of CPU each. The
+tests share the module's broker, each with its own topics and groups, and none stops it
+(its Kafka port would change under the JVM's clients).
 
 Offsets: on the Kafka listener an offset counts messages (docs/kafka.md, Offsets), so
 a partition that holds n messages from its start ends at n, and lag is in messages.
