@@ -390,6 +390,68 @@ def test_librdkafka_group_shares_partitions_and_commits_are_honoured(kafka_clust
             assert value["offset"] >= 0 and value["skip"] >= 0
 
 
+def test_librdkafka_with_the_kip_848_consumer_protocol(
+    module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    """librdkafka's ``group.protocol=consumer``: two members share the partitions
+    (ConsumerGroupHeartbeat, server-side assignment), their commits resume a third."""
+    cluster = module_kafka_cluster
+    topic, group = unique_name("rd848"), unique_name("rd848g")
+    cluster.create_topic(topic, 4)
+    producer = RdProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(N):
+        producer.produce(topic, value=str(i).encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+
+    def member() -> Any:
+        consumer = RdConsumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([topic])
+        return consumer
+
+    consumers = [member(), member()]
+    seen: set[int] = set()
+    shared = False
+    deadline = time.monotonic() + 20
+    try:
+        while (len(seen) < N or not shared) and time.monotonic() < deadline:
+            for consumer in consumers:
+                msg = consumer.poll(0.1)
+                if msg is not None and msg.error() is None:
+                    seen.add(int(msg.value()))
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            shared = all(owned) and not (owned[0] & owned[1]) and owned[0] | owned[1] == {0, 1, 2, 3}
+        assert seen == set(range(N))
+        assert shared, f"the two members' partitions: {owned}"
+        for consumer in consumers:
+            consumer.commit(asynchronous=False)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+    for i in range(N, N + 8):
+        producer.produce(topic, value=str(i).encode(), partition=i % 4)
+    assert producer.flush(30) == 0
+    third = member()
+    later: list[int] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(later) < 8 and time.monotonic() < deadline:
+            msg = third.poll(0.2)
+            if msg is not None and msg.error() is None:
+                later.append(int(msg.value()))
+    finally:
+        third.close()
+    assert sorted(later) == list(range(N, N + 8))
+
+
 def test_committed_position_survives_a_broker_restart(kafka_cluster: Any) -> None:
     cluster = kafka_cluster(1)
     cluster.create_topic("durable", 1)

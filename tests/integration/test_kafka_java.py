@@ -3,11 +3,11 @@
 
 Everything runs in ONE JVM for the module (per xdist worker, like the module's shared
 broker; tests/support/kafka_java.py): the idempotent KafkaProducer, KafkaConsumers in a
-group (classic protocol), the Admin client, and the tools' main classes in process
-(kafka-topics is TopicCommand, kafka-consumer-groups ConsumerGroupCommand, ...). A JVM
-per tool call would cost 1-3 s of CPU each. The tests share the module's broker, each
-with its own topics and groups, and none stops it (its Kafka port would change under
-the JVM's clients).
+group (the classic protocol and KIP-848's consumer protocol), the Admin client, and the
+tools' main classes in process (kafka-topics is TopicCommand, kafka-consumer-groups
+ConsumerGroupCommand, ...). A JVM per tool call would cost 1-3 s of CPU each. The
+tests share the module's broker, each with its own topics and groups, and none stops it
+(its Kafka port would change under the JVM's clients).
 
 Offsets: on the Kafka listener an offset counts messages (docs/kafka.md, Offsets), so
 a partition that holds n messages from its start ends at n, and lag is in messages.
@@ -545,12 +545,88 @@ def test_a_live_member_as_the_admin_and_kafka_consumer_groups_see_it(
     assert committed(java, group, topic) == {}
 
 
-@not_served("ConsumerGroupHeartbeat (68), the consumer protocol of KIP-848, is not served: only the classic one")
+def _in_order(records: list[list[Any]]) -> None:
+    """Each partition's records in offset order, each value at its offset once."""
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset, _value in records:
+        by_partition.setdefault(partition, []).append(offset)
+    for partition, offsets in by_partition.items():
+        assert offsets == sorted(set(offsets)), f"partition {partition}: offsets out of order or repeated"
+
+
 def test_a_consumer_with_the_kip_848_group_protocol(
     java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
-    topic = unique_name("j848")
-    module_kafka_cluster.create_topic(topic, 1)
-    java.ok("produce", topic=topic, partitions=1, count=10)
-    got = java.ok("consume_group", topic=topic, group=unique_name("j848g"), count=10, protocol="consumer")
-    assert len(got["records"]) == 10
+    topic, group = unique_name("j848"), unique_name("j848g")
+    module_kafka_cluster.create_topic(topic, 3)
+    java.ok("produce", topic=topic, partitions=3, count=N)
+    got = java.ok("consume_group", topic=topic, group=group, count=N, protocol="consumer")["records"]
+    assert len(got) == N
+    assert sorted(r[3] for r in got) == sorted(f"v{i}" for i in range(N)), "every record once"
+    _in_order([[p, o, v] for p, o, _k, v in got])
+    assert committed(java, group, topic) == {p: N // 3 for p in range(3)}
+    listed = {g["group"]: g for g in java.ok("list_groups")["groups"]}
+    assert (listed[group]["type"], listed[group]["state"]) == ("Consumer", "Empty")
+
+
+def test_kip_848_consumers_share_the_partitions_and_one_takes_over(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = module_kafka_cluster
+    topic, group, first, second = unique_name("j848s"), unique_name("j848sg"), unique_name("a"), unique_name("b")
+    cluster.create_topic(topic, 4)
+    java.ok("produce", topic=topic, partitions=4, count=N)
+    names = [first, second]
+    for name in names:
+        java.ok("start_consumer", name=name, topic=topic, group=group, protocol="consumer", keep=True)
+    try:
+
+        def shared() -> dict[str, list[int]] | None:
+            assigned = {n: java.ok("consumer_status", name=n)["assigned"] for n in names}
+            return assigned if all(len(a) == 2 for a in assigned.values()) else None
+
+        assigned = wait_until(shared, 15, f"{group}'s two members with two partitions each")
+        assert sorted(assigned[first] + assigned[second]) == [0, 1, 2, 3]
+        described = java.ok("describe_groups", groups=[group])["groups"][group]  # ConsumerGroupDescribe
+        assert described["type"] == "Consumer"
+        assert sorted(p for m in described["members"] for p in m["partitions"]) == [f"{topic}:{p}" for p in range(4)]
+        shown = java.tool(KAFKA_CONSUMER_GROUPS, *BOOTSTRAP, "--describe", "--group", group, "--members")
+        assert sorted((r["CLIENT-ID"], r["#PARTITIONS"]) for r in table(shown["stdout"])) == sorted(
+            [(first, "2"), (second, "2")]
+        ), shown
+    finally:
+        stopped = java.ok("stop_consumer", name=first)  # it leaves the group
+    wait_until(
+        lambda: java.ok("consumer_status", name=second)["assigned"] == [0, 1, 2, 3],
+        15,
+        f"{second} holds every partition",
+    )
+    java.ok("produce", topic=topic, partitions=4, start=N, count=N)
+    ends = {p: 2 * N // 4 for p in range(4)}
+    wait_until(lambda: committed(java, group, topic) == ends, 15, f"{group} caught up")
+    rest = java.ok("stop_consumer", name=second)
+    records = stopped["kept"] + rest["kept"]
+    assert {v for _p, _o, v in records} == {f"v{i}" for i in range(2 * N)}, "the union is every record"
+    _in_order(stopped["kept"])
+    _in_order(rest["kept"])
+    assert all(v in {r[2] for r in rest["kept"]} for v in (f"v{i}" for i in range(N, 2 * N)))
+    assert latest(java, topic, 4) == ends
+
+
+def test_kip_848_committed_offsets_resume_a_new_member(
+    java: JavaDriver, module_kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("j848r"), unique_name("j848rg")
+    module_kafka_cluster.create_topic(topic, 2)
+    java.ok("produce", topic=topic, partitions=2, count=N)
+    assert len(java.ok("consume_group", topic=topic, group=group, count=N, protocol="consumer")["records"]) == N
+    java.ok("produce", topic=topic, partitions=2, start=N, count=N)
+    again = java.ok("consume_group", topic=topic, group=group, count=N, protocol="consumer")["records"]
+    assert sorted(r[3] for r in again) == sorted(f"v{i}" for i in range(N, 2 * N)), "only what came after the commits"
+    assert {(p, min(o for q, o, _k, _v in again if q == p)) for p, *_ in again} == {(0, N // 2), (1, N // 2)}
+    # the group, empty, may go on with the classic protocol: from the same commits
+    java.ok("produce", topic=topic, partitions=2, start=2 * N, count=10)
+    classic = java.ok("consume_group", topic=topic, group=group, count=10)["records"]
+    assert sorted(r[3] for r in classic) == sorted(f"v{i}" for i in range(2 * N, 2 * N + 10))
+    listed = {g["group"]: g for g in java.ok("list_groups")["groups"]}
+    assert listed[group]["type"] == "Classic"

@@ -61,6 +61,7 @@ import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -155,7 +156,8 @@ public final class KafkaJavaDriver {
             case "consume_group" -> consumeGroup(c, out);
             case "transactional" -> transactional(c, out);
             case "start_consumer" -> startConsumer(c);
-            case "stop_consumer" -> out.put("records", stopConsumer(c.path("name").asText()));
+            case "stop_consumer" -> stopConsumer(c.path("name").asText(), out);
+            case "consumer_status" -> consumerStatus(c.path("name").asText(), out);
             case "tool" -> tool(c, out);
             case "create_topics" -> {
                 List<NewTopic> topics = new ArrayList<>();
@@ -217,7 +219,8 @@ public final class KafkaJavaDriver {
             case "list_groups" -> {
                 ArrayNode groups = out.putArray("groups");
                 for (GroupListing g : admin().listGroups(ListGroupsOptions.forConsumerGroups()).all().get()) {
-                    groups.addObject().put("group", g.groupId()).put("state", String.valueOf(g.groupState().orElse(null)));
+                    groups.addObject().put("group", g.groupId()).put("state", String.valueOf(g.groupState().orElse(null)))
+                            .put("type", String.valueOf(g.type().orElse(null)));
                 }
             }
             case "describe_groups" -> {
@@ -343,20 +346,33 @@ public final class KafkaJavaDriver {
     }
 
     /** A group member polling in a thread of its own until "stop_consumer" (to be seen
-     * as a live member by describe commands meanwhile); its records are counted. */
+     * as a live member by describe commands meanwhile); its records are counted, and
+     * kept ([partition, offset, value]) when "keep"; its assignment after each poll is
+     * what "consumer_status" shows. */
     private static final class Member {
         final Thread thread;
         final AtomicBoolean running = new AtomicBoolean(true);
         final AtomicLong records = new AtomicLong();
+        final List<Object[]> kept = new ArrayList<>();
+        volatile List<Integer> assigned = List.of();
         volatile Throwable failure;
 
-        Member(Properties props, String topic) {
+        Member(Properties props, String topic, boolean keep) {
             thread = new Thread(() -> {
                 try (KafkaConsumer<String, String> consumer =
                         new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer())) {
                     consumer.subscribe(List.of(topic));
                     while (running.get()) {
-                        records.addAndGet(consumer.poll(Duration.ofMillis(100)).count());
+                        ConsumerRecords<String, String> got = consumer.poll(Duration.ofMillis(100));
+                        if (keep) {
+                            synchronized (kept) {
+                                for (ConsumerRecord<String, String> r : got) {
+                                    kept.add(new Object[] {r.partition(), r.offset(), r.value()});
+                                }
+                            }
+                        }
+                        records.addAndGet(got.count());
+                        assigned = consumer.assignment().stream().map(TopicPartition::partition).sorted().toList();
                         consumer.commitSync();
                     }
                 } catch (Throwable e) {
@@ -374,21 +390,40 @@ public final class KafkaJavaDriver {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, c.path("group").asText());
-        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, c.path("protocol").asText("classic"));
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         props.put(ConsumerConfig.CLIENT_ID_CONFIG, c.path("name").asText());
-        MEMBERS.put(c.path("name").asText(), new Member(props, c.path("topic").asText()));
+        MEMBERS.put(c.path("name").asText(), new Member(props, c.path("topic").asText(), c.path("keep").asBoolean(false)));
     }
 
-    private static long stopConsumer(String name) throws Exception {
+    /** Stops a member (it closes: leaves its group); "records" its count, "kept" its
+     * records when it kept them. */
+    private static void stopConsumer(String name, ObjectNode out) throws Exception {
         Member member = MEMBERS.remove(name);
         member.running.set(false);
         member.thread.join(30000);
         if (member.failure != null) {
             throw new ExecutionException(member.failure);
         }
-        return member.records.get();
+        out.put("records", member.records.get());
+        ArrayNode kept = out.putArray("kept");
+        synchronized (member.kept) {
+            for (Object[] r : member.kept) {
+                kept.addArray().add((Integer) r[0]).add((Long) r[1]).add((String) r[2]);
+            }
+        }
+    }
+
+    /** A running member's record count and assigned partitions (after its last poll). */
+    private static void consumerStatus(String name, ObjectNode out) throws Exception {
+        Member member = MEMBERS.get(name);
+        if (member.failure != null) {
+            throw new ExecutionException(member.failure);
+        }
+        out.put("records", member.records.get());
+        ArrayNode assigned = out.putArray("assigned");
+        member.assigned.forEach(assigned::add);
     }
 
     /**

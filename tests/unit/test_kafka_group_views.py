@@ -77,7 +77,7 @@ def test_listing_has_every_group_without_members() -> None:
 
 def test_describe_and_list_groups_are_served() -> None:
     assert protocol.SUPPORTED[protocol.Api.DESCRIBE_GROUPS] == (0, 5)
-    assert protocol.SUPPORTED[protocol.Api.LIST_GROUPS] == (0, 4)
-    for key, (low, high) in [(15, (0, 5)), (16, (0, 4))]:
+    assert protocol.SUPPORTED[protocol.Api.LIST_GROUPS] == (0, 5)
+    for key, (low, high) in [(15, (0, 5)), (16, (0, 5))]:
         for version in range(low, high + 1):
             protocol.response_schema(key, version)  # kio defines every version served

@@ -84,7 +84,7 @@ class KafkaGroupDeletion:
         return self.groups._denied(channel, Operation.DELETE, group)
 
     def _has_kafka_members(self, group: str) -> bool:
-        view = self.groups.coordinator.describe(group)
+        view = self.groups.group_view(group)
         return view is not None and bool(view.members)
 
     # -- DeleteGroups ------------------------------------------------------------------
@@ -105,6 +105,7 @@ class KafkaGroupDeletion:
         if self._has_kafka_members(group):
             return ErrorCode.non_empty_group
         in_memory = self.groups.coordinator.groups.pop(group, None) is not None
+        in_memory = self.groups.consumer_groups.forget(group) or in_memory
         client = self.groups.zk_client
 
         def delete() -> ErrorCode:
@@ -153,7 +154,7 @@ class KafkaGroupDeletion:
         refused = self._refusal(channel, group)
         if refused is not None:
             return answer(refused)
-        kafka_view = self.groups.coordinator.describe(group)
+        kafka_view = self.groups.group_view(group)
         if kafka_view is not None and kafka_view.members and kafka_view.protocol_type != "consumer":
             return answer(ErrorCode.non_empty_group)  # its members' topics cannot be told
         subscribed: set[str] | None = set()

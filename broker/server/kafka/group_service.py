@@ -17,7 +17,10 @@ offset, the i-th message of the batch at byte ``b`` being ``b + i``) and is conv
 when read (:func:`committed_message`).
 A group with native members (``/consumers/<group>/ids`` has children) refuses Kafka
 joins with INCONSISTENT_GROUP_PROTOCOL: the two rebalance protocols would hand out the
-same partitions twice.
+same partitions twice; so does a group with members of the other Kafka protocol (classic
+JoinGroup, KIP-848's ConsumerGroupHeartbeat: :mod:`~broker.server.kafka.consumer_group_service`).
+A KIP-848 group's offsets are committed here too, its generation being the member epoch;
+DescribeGroups and ListGroups show both kinds.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from broker.coordination import zk
 from broker.coordination.registry import ClusterView
 from broker.coordination.transactions import pending_for_group
 from broker.server.kafka.commits import MESSAGE_UNIT, Commit, committed_message, parse_commit
+from broker.server.kafka.consumer_groups import ConsumerGroupCoordinator, classic_assignment, classic_subscription
 from broker.server.kafka.errors import kafka_error
-from broker.server.kafka.groups import GroupCoordinator, coordinator_for
+from broker.server.kafka.groups import GroupCoordinator, GroupView, MemberView, coordinator_for
 from broker.server.kafka.protocol import Api, Request, make, response_schema
 from broker.storage.log_manager import LogManager
 
@@ -76,6 +80,8 @@ class KafkaGroupService:
         self.zk_client = zk_client
         self.pool = pool
         self.coordinator = GroupCoordinator()
+        self.consumer_groups = ConsumerGroupCoordinator()
+        """The groups of KIP-848's consumer protocol (ConsumerGroupHeartbeat)."""
         self.txn_coordinator: Callable[[str], Awaitable[int]] | None = None
         """FindCoordinator for a transactional id (the transaction coordinator's
         :meth:`~broker.server.kafka.txn_service.KafkaTxnService.find_coordinator`); None:
@@ -100,6 +106,8 @@ class KafkaGroupService:
         while True:
             await asyncio.sleep(0.5)
             self.coordinator.expire(time.monotonic())
+            for group, member in self.consumer_groups.expire(time.monotonic()):
+                log.info("Kafka group %s: member %s removed (session or rebalance timeout)", group, member)
 
     def _denied(self, channel: Any, operation: Operation, group: str, topics: Sequence[str] = ()) -> ErrorCode | None:
         """The Kafka error code when the principal may not do this, else None."""
@@ -112,6 +120,29 @@ class KafkaGroupService:
         except AuthorizationError as exc:
             return kafka_error(exc)
         return None
+
+    def group_view(self, group_id: str) -> GroupView | None:
+        """A group as DescribeGroups shows it, of either protocol (a KIP-848 group as
+        protocol type "consumer", its assignor as the protocol, each member's
+        subscription and assignment in the classic consumer protocol's bytes, as Kafka's
+        tools read them); None when this coordinator holds neither in memory."""
+        view = self.coordinator.describe(group_id)
+        if view is not None and (view.members or group_id not in self.consumer_groups.groups):
+            return view
+        group = self.consumer_groups.describe(group_id)
+        if group is None:
+            return view
+        members = [
+            MemberView(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                classic_subscription(m.subscribed),
+                classic_assignment(m.assigned),
+            )
+            for m in group.members
+        ]
+        return GroupView(group.group_id, group.state, "consumer", group.assignor if members else "", members)
 
     def _coordinator_id(self, group: str) -> int:
         view = self.view()
@@ -224,8 +255,9 @@ class KafkaGroupService:
                 else []
             )
         )
-        if native:
+        if native or body.group_id in self.consumer_groups:
             return answer(ErrorCode.inconsistent_group_protocol, member_id=body.member_id)
+        self.consumer_groups.forget(body.group_id)  # an empty one becomes a classic group
         session = body.session_timeout.total_seconds()
         rebalance = getattr(body, "rebalance_timeout", None)
         rebalance_s = rebalance.total_seconds() if rebalance is not None else session
@@ -311,9 +343,12 @@ class KafkaGroupService:
         if self._not_coordinator(body.group_id):
             error: ErrorCode | None = ErrorCode.not_coordinator
         else:
-            error = self._denied(
-                channel, Operation.CONSUME, body.group_id, [t.name for t in body.topics]
-            ) or self.coordinator.check_commit(body.group_id, generation, body.member_id)
+            error = self._denied(channel, Operation.CONSUME, body.group_id, [t.name for t in body.topics])
+            if error is None and body.group_id in self.consumer_groups:  # a live KIP-848 group: members only
+                asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+                error = self.consumer_groups.check_commit(body.group_id, body.member_id, generation, asked)
+            elif error is None:
+                error = self.coordinator.check_commit(body.group_id, generation, body.member_id)
         if error is None:
             offsets = [(t.name, p.partition_index, p.committed_offset) for t in body.topics for p in t.partitions]
             try:
@@ -460,7 +495,7 @@ class KafkaGroupService:
                 if self._not_coordinator(group_id)
                 else self._denied(channel, Operation.DESCRIBE, group_id)
             )
-            view = self.coordinator.describe(group_id) if error is None else None
+            view = self.group_view(group_id) if error is None else None
             if view is None:
                 state = "Empty" if error is None and group_id in committed else "Dead"
                 out.append(
@@ -503,15 +538,22 @@ class KafkaGroupService:
         """The groups this broker coordinates (admin clients ask every broker): those
         in memory with their state, and those with only committed offsets in ZooKeeper
         as "Empty" (protocol type "consumer" for Kafka commits, "" for native ones).
-        Groups the principal may not describe are left out, as Kafka does."""
+        From v5 each has its type, "consumer" for a KIP-848 group and "classic" for the
+        others, and the types asked for filter them. Groups the principal may not
+        describe are left out, as Kafka does."""
         v = request.version
         listed_cls = response_schema(Api.LIST_GROUPS, v, "ListedGroup")
         committed = await self._zk(self._committed_groups)
         known = {g.group_id: g for g in self.coordinator.listing()}
+        for group_id in self.consumer_groups.groups:
+            view = self.group_view(group_id)
+            if view is not None and (view.members or group_id not in known):
+                known[group_id] = view
         kafka_commits = await self._zk(
             lambda: {g for g in committed if self.zk_client().exists(f"{zk.CONSUMERS}/{g}/kafka_offsets")}
         )
         wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
+        types = {s.lower() for s in getattr(request.body, "types_filter", ()) or ()}
         out = []
         for group_id in sorted(set(known) | committed):
             if self._not_coordinator(group_id) or self._denied(channel, Operation.DESCRIBE, group_id) is not None:
@@ -519,9 +561,14 @@ class KafkaGroupService:
             view = known.get(group_id)
             state = view.state if view else "Empty"
             protocol_type = view.protocol_type if view else "consumer" if group_id in kafka_commits else ""
-            if wanted and state.lower() not in wanted:
+            group_type = "consumer" if group_id in self.consumer_groups.groups else "classic"
+            if (wanted and state.lower() not in wanted) or (types and group_type not in types):
                 continue
-            out.append(make(listed_cls, group_id=group_id, protocol_type=protocol_type, group_state=state))
+            out.append(
+                make(
+                    listed_cls, group_id=group_id, protocol_type=protocol_type, group_state=state, group_type=group_type
+                )
+            )
         return make(
             response_schema(Api.LIST_GROUPS, v), throttle_time=_NO_TIME, error_code=ErrorCode.none, groups=tuple(out)
         )

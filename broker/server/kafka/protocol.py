@@ -59,6 +59,8 @@ class Api(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -66,7 +68,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.FETCH: (4, 12),
     Api.LIST_OFFSETS: (1, 7),
     Api.METADATA: (1, 12),
-    Api.OFFSET_COMMIT: (2, 8),
+    Api.OFFSET_COMMIT: (2, 9),
     Api.OFFSET_FETCH: (1, 7),
     Api.FIND_COORDINATOR: (0, 3),
     Api.JOIN_GROUP: (0, 7),
@@ -74,7 +76,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.LEAVE_GROUP: (0, 4),
     Api.SYNC_GROUP: (0, 5),
     Api.DESCRIBE_GROUPS: (0, 5),
-    Api.LIST_GROUPS: (0, 4),
+    Api.LIST_GROUPS: (0, 5),
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 5),
     Api.DELETE_TOPICS: (1, 5),
@@ -91,17 +93,21 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     Api.DELETE_GROUPS: (0, 2),
     Api.OFFSET_DELETE: (0, 0),
+    Api.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    Api.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 """``api key: (min version, max version)`` answered by ApiVersions. Produce from v3
 (record batches v2); Fetch up to v12 (v13 addresses topics by id); FindCoordinator up
-to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); ListGroups up to v4
-(v5 filters by group type); DeleteTopics up to v5 (v6 by topic id). The transaction
-apis up to the versions before Kafka's transaction protocol v2 (KIP-890: an epoch bump
-per transaction; AddPartitionsToTxn v4+ is broker to broker), which clients use only
-when the broker advertises it. SaslHandshake
-0-1 as Kafka 3 lists it (librdkafka before 2.x looks for v0 in the range before it
-uses SASL at all), but a v0 handshake itself, after which the SASL tokens would travel
-without Kafka framing, is refused (:mod:`broker.server.kafka.sasl`)."""
+to v3 (v4 batches keys); OffsetFetch up to v7 (v8 batches groups); OffsetCommit up to
+v9 (v9, the same fields as v8, is the version a KIP-848 consumer's commits must use:
+its generation is the member epoch); ListGroups up to v5 (v5: the group type);
+ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) v0-v1; DeleteTopics up to v5 (v6 by topic id).
+The transaction apis up to the versions before Kafka's transaction protocol v2
+(KIP-890: an epoch bump per transaction; AddPartitionsToTxn v4+ is broker to broker),
+which clients use only when the broker advertises it. SaslHandshake 0-1 as Kafka 3
+lists it (librdkafka before 2.x looks for v0 in the range before it uses SASL at all),
+but a v0 handshake itself, after which the SASL tokens would travel without Kafka
+framing, is refused (:mod:`broker.server.kafka.sasl`)."""
 
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
 _SIZE = struct.Struct(">i")
@@ -313,6 +319,12 @@ def _empty(schema: Any) -> Any:
     return schema(**values)
 
 
+def topic_uuid(topic_id: int) -> uuid.UUID:
+    """A topic's Kafka id (Metadata v10+, ConsumerGroupHeartbeat's assignments) from its
+    identity in the cluster view (the creation zxid of its znode); zero when unknown."""
+    return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
+
+
 def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
     """The ApiVersions answer: every api served with its version range."""
     schema = response_schema(Api.API_VERSIONS, version)
@@ -335,5 +347,6 @@ __all__ = [
     "parse_request",
     "peek_head",
     "response_schema",
+    "topic_uuid",
     "unsupported_response",
 ]

@@ -44,6 +44,7 @@ from broker.server.config import BrokerConfig
 from broker.server.kafka import convert, protocol
 from broker.server.kafka.chunks import Buffer, Chunks
 from broker.server.kafka.configs import KafkaConfigs, logferry_topic_config
+from broker.server.kafka.consumer_group_service import KafkaConsumerGroups
 from broker.server.kafka.delete_records import KafkaDeleteRecords
 from broker.server.kafka.errors import kafka_error, kafka_error_of_code
 from broker.server.kafka.group_deletion import KafkaGroupDeletion
@@ -58,6 +59,7 @@ from broker.server.kafka.protocol import (
     encode_response_parts,
     make,
     response_schema,
+    topic_uuid,
 )
 from broker.server.kafka.txn_service import KafkaTxnService
 from broker.server.services.admin import AdminService
@@ -142,6 +144,7 @@ class KafkaService:
         if groups is not None:
             self._handlers.update(groups.handlers())
             self._handlers.update(KafkaGroupDeletion(groups).handlers())
+            self._handlers.update(KafkaConsumerGroups(groups).handlers())
         self.txns = txns
         """The transaction coordinator (None: transactional producers are refused)."""
         if txns is not None:
@@ -172,7 +175,20 @@ class KafkaService:
         :class:`~broker.server.services.results.MetadataResult` says."""
         v = request.version
         body = request.body
-        asked = None if body.topics is None else [t.name for t in body.topics]
+        asked = None if body.topics is None else [t.name for t in body.topics if t.name is not None]
+        unknown_ids = []
+        if body.topics is not None and any(t.name is None for t in body.topics):
+            # v10+ may name a topic by id (librdkafka does, for the topics of a KIP-848
+            # assignment): the ids are the cluster view's (topic_uuid)
+            view = self.view()
+            names = {topic_uuid(topic_id): name for name, topic_id in view.topic_ids.items()}
+            for t in body.topics:
+                if t.name is None:
+                    name = names.get(t.topic_id)
+                    if name is None:
+                        unknown_ids.append(t.topic_id)
+                    elif asked is not None and name not in asked:
+                        asked.append(name)
         allow = getattr(body, "allow_auto_topic_creation", True)
         result = await self.admin.metadata(MetadataQuery(asked, allow, kafka=True), channel.principal)
         schema = response_schema(Api.METADATA, v)
@@ -180,7 +196,10 @@ class KafkaService:
         topic_cls = response_schema(Api.METADATA, v, "MetadataResponseTopic")
         part_cls = response_schema(Api.METADATA, v, "MetadataResponsePartition")
         live = {b.broker_id for b in result.brokers}
-        topics = []
+        topics = [
+            make(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id, partitions=())
+            for topic_id in unknown_ids
+        ]
         for topic in result.topics:
             if topic.error is not None:
                 topics.append(
@@ -213,7 +232,7 @@ class KafkaService:
                     topic_cls,
                     error_code=ErrorCode.none,
                     name=topic.name,
-                    topic_id=_topic_uuid(topic.topic_id),
+                    topic_id=topic_uuid(topic.topic_id),
                     is_internal=topic.name == TRANSACTION_STATE_TOPIC,
                     partitions=tuple(parts),
                 )
@@ -729,11 +748,6 @@ def _to_kafka_records(piece: Any, message: int, limit: int | None = None) -> tup
 
 def _pad(items: list[Any], n: int) -> list[Any]:
     return items + [None] * (n - len(items))
-
-
-def _topic_uuid(topic_id: int) -> uuid.UUID:
-    """A stable topic id for Metadata v10+ from the topic's creation zxid."""
-    return uuid.UUID(int=topic_id & ((1 << 128) - 1)) if topic_id else uuid.UUID(int=0)
 
 
 __all__ = ["KafkaService"]
