@@ -728,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in kill_table(killed, args.messages, args.rounds):
                 say(line)
         for side in sides:
-            for mirror in dict.fromkeys([side.rate, *side.kill]):
+            for mirror in [side.rate, *(m for m in side.kill if m is not side.rate)]:
                 say(f"{mirror.name}: {mirror.guarantee}")
         say(f"load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
