@@ -7,7 +7,9 @@ Everything binds 127.0.0.1 on free ports and lives under one directory; leaving 
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,31 @@ def wait_for_last_flush(
             end, stable_since = now_end, time.monotonic()
         time.sleep(0.05)
     return end
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_main(
+    body: Callable[[], None], failures: Mapping[type[Exception], str], stopped: str, say: Callable[[str], None] = print
+) -> int:
+    """Run a benchmark script's ``body`` and turn how it ended into its exit code: 0 when
+    it returned; 1 after ``<prefix>: <the exception>`` for an exception of a type in
+    ``failures`` (type -> prefix, e.g. ``{PeerUnavailable: "FAILED to start", CaseFailed:
+    "FAILED"}``: a system did not start, a case miscounted); 130 after ``interrupted:
+    <stopped>`` on Ctrl-C or SIGTERM (turned into KeyboardInterrupt here, so the
+    ``with`` blocks of ``body`` stop what they started). The exception types are the
+    caller's: the scripts import the peers as ``peers``, not ``benchmarks.peers``, and
+    the two are different classes."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        body()
+    except KeyboardInterrupt:
+        say(f"interrupted: {stopped}")
+        return 130
+    except tuple(failures) as exc:
+        prefix = next(text for kind, text in failures.items() if isinstance(exc, kind))
+        say(f"{prefix}: {exc}")
+        return 1
+    return 0

@@ -63,7 +63,6 @@ import argparse
 import contextlib
 import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
@@ -85,7 +84,7 @@ from peers.apache_kafka import HEAP, ApacheKafka, unavailable_reason  # noqa: E4
 from peers.base import CaseFailed, PeerUnavailable  # noqa: E402
 from peers.kafka_latency import wait_for_leader as _leader_known  # noqa: E402
 
-from benchmarks.harness import LocalCluster  # noqa: E402
+from benchmarks.harness import LocalCluster, run_main  # noqa: E402
 from benchmarks.paper_experiment import deferred_signals  # noqa: E402
 from benchmarks.vs_kafka_latency import LATENCY_RATES, LatencyResults, latency_table, run_latency  # noqa: E402
 from broker.client import Admin, SimpleConsumer  # noqa: E402
@@ -131,6 +130,8 @@ MIN_RATE = 2_000.0
 JVM_SLACK = 60.0
 """Seconds a Java tool may take beyond a case's bound: its JVM's start and exit."""
 _TICK = os.sysconf("SC_CLK_TCK")
+FAILURES: dict[type[Exception], str] = {PeerUnavailable: "FAILED to start", CaseFailed: "FAILED"}
+"""How a run fails, for :func:`benchmarks.harness.run_main`: a system did not start; a case miscounted."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -575,10 +576,6 @@ def selected_groups(text: str) -> list[str]:
     return [name for name in GROUPS if name in names]
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @dataclass
 class Phase:
     """The cases one configuration (single nodes, or 3 brokers each) runs, and what it gave."""
@@ -632,7 +629,6 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:  # a skip, as paper_experiment.py skips a peer: not a failure
         say(reason)
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)
     say(
         f"vs_kafka: {', '.join(groups)}; {args.messages:,} messages x {args.rounds} round(s), warm-up "
         f"{args.warmup:,}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
@@ -644,32 +640,25 @@ def main(argv: list[str] | None = None) -> int:
         phases.append(Phase(1, single, latency="latency" in groups))
     if clustered:
         phases.append(Phase(3, clustered))
-    try:
+
+    def body() -> None:
         with tempfile.TemporaryDirectory(prefix="logferry-vs-kafka-") as tmp:
             for phase in phases:
                 run_phase(phase, Path(tmp) / f"brokers-{phase.brokers}", args)
-    except PeerUnavailable as exc:
-        say(f"FAILED to start: {exc}")
-        return 1
-    except CaseFailed as exc:
-        say(f"FAILED: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("interrupted: every broker is stopped and its data deleted")
-        return 130
-    for phase in phases:
-        say("")
-        if phase.cases:
-            say(f"{phase.brokers} broker(s) per system:")
-            for line in table(phase.results, args.messages, args.rounds, phase.cases):
+        for phase in phases:
+            say("")
+            if phase.cases:
+                say(f"{phase.brokers} broker(s) per system:")
+                for line in table(phase.results, args.messages, args.rounds, phase.cases):
+                    say(line)
+            if phase.latency:
+                for line in latency_table(phase.latencies, args.rounds):
+                    say(line)
+            for line in [*phase.memory, *phase.durability]:
                 say(line)
-        if phase.latency:
-            for line in latency_table(phase.latencies, args.rounds):
-                say(line)
-        for line in [*phase.memory, *phase.durability]:
-            say(line)
-    say(f"load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    return 0
+        say(f"load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+    return run_main(body, FAILURES, "every broker is stopped and its data deleted", say)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ retries and idempotence), to ``<source alias>.<topic>`` on the target, at offset
 the target's own (MM2 records the source-to-target mapping in its offset-syncs topic);
 the source positions are committed every ``offset.flush.interval.ms`` into Connect's
 offsets topic, so a killed MM2 copies again what it had sent since the last commit:
-duplicates possible, gaps not. Exactly once needs Connect's
-``exactly.once.source.support`` (transactions on the target), not used here.
+duplicates possible, gaps not. Its exactly-once mode (Connect's
+``exactly.once.source.support``: transactions on the target) is what
+:func:`properties` sets with ``exactly_once_rest_port``; vs_kafka_mirror.py's kill case
+runs both.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ GUARANTEE = (
     "at least once (source positions committed every offset.flush.interval.ms; a killed MM2 "
     "copies again from the last commit: duplicates possible, no gaps), order kept per partition, "
     "target offsets its own (mapped in its offset-syncs topic)"
+)
+EXACTLY_ONCE_GUARANTEE = (
+    "exactly once for read_committed readers of the target (exactly.once.source.support: each poll's "
+    "records and their source positions committed in one transaction; a killed MM2's open transaction "
+    "is aborted when its successor starts), order kept per partition, target offsets its own"
 )
 
 LOG4J = """\
@@ -69,6 +76,8 @@ def properties(
     source: str = "src",
     target: str = "dst",
     replication_factor: int = 1,
+    offset_flush_ms: int | None = 1000,
+    exactly_once_rest_port: int | None = None,
 ) -> str:
     """Dedicated MM2 from cluster ``source`` to cluster ``target`` (aliases: the target
     topic is ``<source>.<topic>``, Connect's state topics are named after them, so new
@@ -77,6 +86,12 @@ def properties(
     (logferry serves neither DescribeAcls nor every Kafka topic config), no group
     offset sync, checkpoints or heartbeats (not part of the copy); topics looked for
     every 2 s (a topic created after the start is found at once, not in 10 minutes).
+    Source positions are committed every ``offset_flush_ms`` (None: Connect's default,
+    60 s). ``exactly_once_rest_port``: MM2's exactly-once mode (Kafka >= 3.5, KIP-618 in
+    dedicated mode): the target's Connect worker gets ``exactly.once.source.support =
+    enabled`` (each poll's records and source positions in one transaction on the
+    target), the internal REST server it needs on that port of 127.0.0.1, and the source
+    is read ``read_committed``, as Kafka's geo-replication docs say.
     Everything else is MM2's default, its consumer's and producer's included."""
     rf = str(replication_factor)
     lines = {
@@ -101,8 +116,14 @@ def properties(
         "emit.heartbeats.enabled": "false",
         "refresh.topics.interval.seconds": "2",
         "refresh.groups.interval.seconds": "60",
-        "offset.flush.interval.ms": "1000",
     }
+    if offset_flush_ms is not None:
+        lines["offset.flush.interval.ms"] = str(offset_flush_ms)
+    if exactly_once_rest_port is not None:
+        lines[f"{target}.exactly.once.source.support"] = "enabled"
+        lines[f"{source}.consumer.isolation.level"] = "read_committed"
+        lines["dedicated.mode.enable.internal.rest"] = "true"
+        lines["listeners"] = f"http://127.0.0.1:{exactly_once_rest_port}"
     return "".join(f"{key} = {value}\n" for key, value in lines.items())
 
 

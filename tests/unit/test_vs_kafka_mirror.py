@@ -54,3 +54,35 @@ def test_a_wrong_copy_is_told_apart() -> None:
     assert "1 duplicates, 0 missing" in vs_kafka_mirror.differences([0, 2, 2, 4, 6], wanted)
     assert "0 duplicates, 1 missing" in vs_kafka_mirror.differences([0, 2, 6], wanted)
     assert "out of order from offset 1 (record 4 where 2 was)" in vs_kafka_mirror.differences([0, 4, 2, 6], wanted)
+
+
+def test_mm2_exactly_once_mode_is_the_targets_worker_with_its_rest_server_and_a_committed_read() -> None:
+    props = parse(
+        mirrormaker2.properties(
+            "127.0.0.1:1", "127.0.0.1:2", "t", "srck1b", "dstk1b", offset_flush_ms=None, exactly_once_rest_port=4321
+        )
+    )
+    assert props["dstk1b.exactly.once.source.support"] == "enabled"
+    assert props["srck1b.consumer.isolation.level"] == "read_committed"
+    assert props["dedicated.mode.enable.internal.rest"] == "true"
+    assert props["listeners"] == "http://127.0.0.1:4321"
+    assert "offset.flush.interval.ms" not in props  # Connect's default
+    default = parse(mirrormaker2.properties("127.0.0.1:1", "127.0.0.1:2", "t"))
+    assert default["offset.flush.interval.ms"] == "1000"
+    assert not [key for key in default if "exactly.once" in key or key == "listeners"]
+
+
+def test_a_copy_is_tallied_against_the_sources_own_order() -> None:
+    tally = vs_kafka_mirror.tally
+    source = [1, 3, 5, 7, 9]
+    assert tally(source, source) == vs_kafka_mirror.Tally(5, 0, 0, 0)
+    # resumed from an older position after a kill: the tail again, in order
+    assert tally(source, [1, 3, 5, 3, 5, 7, 9]) == vs_kafka_mirror.Tally(7, 2, 0, 0)
+    # two records lost, one in the middle
+    assert tally(source, [1, 5, 9]) == vs_kafka_mirror.Tally(3, 0, 2, 0)
+    # two records swapped: one place steps back
+    assert tally(source, [1, 5, 3, 7, 9]) == vs_kafka_mirror.Tally(5, 0, 0, 1)
+    # a record the source never had
+    assert tally(source, [1, 3, 4, 5, 7, 9]) == vs_kafka_mirror.Tally(6, 0, 0, 0, foreign=1)
+    total = tally(source, [1, 3, 3]) + tally([0, 2], [2, 0])
+    assert total == vs_kafka_mirror.Tally(5, 1, 3, 1)
