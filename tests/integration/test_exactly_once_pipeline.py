@@ -150,12 +150,15 @@ class OnFirstWrite(threading.Thread):
         self.args_ = (hdfs, data, load, hdfs.file_count(data))
         self.action = action
         self.hit = False
+        self.at = 0.0
+        """When the action ran (time.monotonic())."""
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             self.hit = first_write(*self.args_)
             if self.hit:
+                self.at = time.monotonic()
                 self.action()
         except BaseException as exc:  # surfaced by the test
             self.error = exc
@@ -252,33 +255,35 @@ enabled = true
         interval=0.5,
     )
     kills: list[str] = []
+    # The first load starts now (its JVM's start and its planning take most of a minute
+    # here, while the faults below go on) and is killed -9 as it writes its first file.
+    killed_load = start_load(config, load_log)
+    kill_on_write = OnFirstWrite(hdfs, data, killed_load, lambda: kill_group(killed_load))
+    kill_on_write.start()
     at(6)
     agent.kill()
-    kills.append(f"agent at {writer.written}")
+    kills.append(f"agent at {writer.written} ({time.monotonic() - t0:.0f} s)")
     agent = agent_process(doc).start()
     at(12)
     with Admin(zk=live.zk_connect) as admin:
         leader_id = admin.describe_partitions("app")[partition].leader
     leader = next(b for b in live.brokers if b.id == leader_id)
     leader.kill()
-    kills.append(f"leader {leader_id} at {writer.written}")
+    kills.append(f"leader {leader_id} at {writer.written} ({time.monotonic() - t0:.0f} s)")
     time.sleep(8)  # past the ZooKeeper session: the follower takes over under acks=all
     leader.start()
     at(24)
     mirror.kill()
-    kills.append(f"mirror at {writer.written}")
+    kills.append(f"mirror at {writer.written} ({time.monotonic() - t0:.0f} s)")
     mirror.start()
-    killed_load = start_load(config, load_log)  # killed -9 as it writes its first data file
-    kill_on_write = OnFirstWrite(hdfs, data, killed_load, lambda: kill_group(killed_load))
-    kill_on_write.start()
     at(30)
     skipped = [agent.counter("resume_skipped")]
     agent.kill()
-    kills.append(f"agent at {writer.written}")
+    kills.append(f"agent at {writer.written} ({time.monotonic() - t0:.0f} s)")
     agent = agent_process(doc).start()
     at(34)
     mirror.kill()
-    kills.append(f"mirror at {writer.written}")
+    kills.append(f"mirror at {writer.written} ({time.monotonic() - t0:.0f} s)")
     mirror.start()
     kill_on_write.join(240)
     assert not kill_on_write.is_alive() and kill_on_write.error is None, kill_on_write.error
@@ -286,14 +291,16 @@ enabled = true
         f"the load ended before writing (exit {killed_load.poll()}): {load_log.read_text()[-4000:]}"
     )
     killed_load.wait(30)
-    kills.append(f"loader as it wrote at {writer.written}")
+    kills.append(f"loader as it wrote ({kill_on_write.at - t0:.0f} s)")
 
     since = load_log.stat().st_size
     crashed_load = start_load(config, load_log)  # the whole HDFS killed -9 as it writes
     assert first_write(hdfs, data, crashed_load, hdfs.file_count(data)), load_log.read_text()[-4000:]
+    crashed_at = time.monotonic() - t0
     crash_hdfs(hdfs)
-    kills.append(f"DataNode and NameNode as a load wrote (restarted) at {writer.written}")
+    kills.append(f"DataNode and NameNode as a load wrote at {crashed_at:.0f} s (back at {time.monotonic() - t0:.0f} s)")
     crashed = load_outcome(crashed_load.wait(240), load_log, since)
+    crashed += f" (ended at {time.monotonic() - t0:.0f} s)"
 
     writer.join(120)
     assert writer.error is None and writer.written == LINES, writer.error
@@ -314,6 +321,7 @@ enabled = true
     analysis_duplicates = sum(n - 1 for n in copies.values())
 
     final = run_load(load_config(config), spark=spark)  # the test's JVM: it reads the table next
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in final.phases.items())
     name = table_name(hdfs_dir, "logferry", "app")
     rows = [r.asDict() for r in spark.sql(f"SELECT file_id, file_offset, line FROM {name}").collect()]
     landed = Counter((r["file_id"], r["file_offset"]) for r in rows)
@@ -329,7 +337,8 @@ enabled = true
         f"{skipped}; written {LINES}; live topic {len(live_records)} records "
         f"({live_duplicates} duplicates); analysis topic {len(analysis_records)} records "
         f"({analysis_duplicates} duplicates before the loader's dedup); the load under the HDFS crash "
-        f"{crashed}; the last load {final.rows} rows, {final.duplicates} duplicate(s) dropped; table "
+        f"{crashed}; the last load {final.rows} rows, {final.duplicates} duplicate(s) dropped, "
+        f"ended at {time.monotonic() - t0:.0f} s, steps {steps}; table "
         f"{len(rows)} rows, {duplicated_rows} duplicated, {missing} missing; loads (number, rows, "
         f"duplicates dropped): {loads}"
     )
