@@ -17,9 +17,13 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from broker.common.commands import EXIT_INTERRUPTED, report, setup_logging
 from hadoop_loader.errors import LoaderError
+
+if TYPE_CHECKING:
+    from hadoop_loader.config import LoaderConfig
 
 log = logging.getLogger("logferry.loader")
 
@@ -54,7 +58,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="instead of a load: compact each hour's files, expire old snapshots and remove "
         "orphan files in the topics' Iceberg tables ([maintenance] in the config)",
     )
+    parser.add_argument(
+        "--every",
+        type=_interval,
+        metavar="INTERVAL",
+        help="run again and again, one run every INTERVAL (30s, 5m, 1h) in one process, "
+        "one line per run, until SIGTERM or Ctrl-C (a run in flight finishes first); no audit",
+    )
     parser.set_defaults(func=run)
+
+
+def _interval(text: str) -> float:
+    from hadoop_loader.continuous import parse_interval
+
+    try:
+        return parse_interval(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _fraction(text: str) -> float:
@@ -78,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
+        if getattr(args, "every", None) is not None:
+            return _run_every(config, args)
         if getattr(args, "maintain", False):
             print_maintenance(run_maintenance(config, master=args.master), sys.stdout)
             sys.stdout.flush()
@@ -102,6 +124,34 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except LoaderError as exc:
         return report("load", exc, exc.exit_code)
+
+
+def _run_every(config: LoaderConfig, args: argparse.Namespace) -> int:
+    """``--every``: the loop of :mod:`hadoop_loader.continuous`, one line per run."""
+    import signal
+
+    from hadoop_loader.config import config_error
+    from hadoop_loader.continuous import Outcome, StopFlag, describe, run_every
+
+    if args.repair or args.maintain or args.require_complete is not None:
+        raise config_error("--every", "runs loads only: without --repair, --maintain or --require-complete")
+
+    def report_run(outcome: Outcome) -> None:
+        print(describe(outcome), flush=True)
+
+    stop = StopFlag()
+    restore = stop.install()
+    try:
+        code = run_every(config, args.every, stop, report_run, master=args.master)
+    except LoaderError:
+        raise
+    except Exception as exc:  # not the loader's (e.g. its JVM died): one line, and systemd restarts it
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return report("load", f"the load loop stopped: {type(exc).__name__}: {first}")
+    finally:
+        restore()
+    log.info("load loop stopped%s", " after the run in flight" if stop.during_run else "")
+    return EXIT_INTERRUPTED if code == 0 and signal.SIGINT in stop.signals else code
 
 
 def lake_problem(result: object) -> None:

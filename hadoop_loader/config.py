@@ -314,7 +314,7 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         load=_load(v, sections["load"]),
         audit=_audit(v, sections["audit"], sections["output"]),
         spark=_spark(sections["spark"]),
-        dedup=_dedup(v, sections["dedup"], sections["source"], sections["output"].get("format", "parquet")),
+        dedup=_dedup(v, sections["dedup"], sections["source"]),
         maintenance=_maintenance(v, sections["maintenance"], sections["output"]),
         path=v.file or "<dict>",
         tls=tls_from_table(v, sections["tls"], "tls"),
@@ -459,10 +459,8 @@ def _load(v: Validator, d: dict[str, Any]) -> LoadConfig:
     return config
 
 
-def _dedup(v: Validator, d: dict[str, Any], source: dict[str, Any], output_format: str) -> DedupConfig:
+def _dedup(v: Validator, d: dict[str, Any], source: dict[str, Any]) -> DedupConfig:
     config = DedupConfig(**d)
-    if config.enabled and output_format == "iceberg":
-        v.fail("dedup.enabled", "not yet with output.format = 'iceberg' (dedup reads the Parquet output's manifests)")
     if config.enabled and source.get("decode_agent_records", False) in (False, []):
         v.fail(
             "dedup.enabled",

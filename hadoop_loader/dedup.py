@@ -20,6 +20,7 @@ and a run reads the brokers once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hadoop_loader.identity import IdentityRange
@@ -69,19 +70,42 @@ def mark_duplicates(spark: Any, df: Any, earlier: list[IdentityRange]) -> Any:
     return marked.select(*[F.col(c) for c in df.columns], (F.col("_copy") | seen).alias(DUPLICATE_COLUMN))
 
 
-def identity_ranges(staged: Any) -> list[IdentityRange]:
-    """This run's landed (not duplicate) identities as ranges, per topic, partition, host
-    and file id (a small aggregate collected to the driver)."""
+@dataclass(frozen=True)
+class Tally:
+    """What the mark found in some rows: the identities of the rows kept, and the copies."""
+
+    identities: list[IdentityRange]
+    """The kept rows' identities as ranges, per topic, partition, host and file id."""
+    duplicates: dict[tuple[str, int], int]
+    """(topic, partition) -> rows marked as copies (partitions without copies left out)."""
+
+
+def tally(marked: Any) -> Tally:
+    """One small aggregate over rows carrying :data:`DUPLICATE_COLUMN` (a boolean, or the
+    ``"true"``/``"false"`` of a Parquet partition directory), collected to the driver:
+    a group per topic, partition, host, file id and mark."""
     from pyspark.sql import functions as F
 
+    copy = F.col(DUPLICATE_COLUMN).cast("boolean").alias("_copy")
+    ident = F.col("file_id").isNotNull() & F.col("file_offset").isNotNull()
     rows = (
-        staged.where(
-            (F.col(DUPLICATE_COLUMN) == F.lit("false"))
-            & F.col("file_id").isNotNull()
-            & F.col("file_offset").isNotNull()
-        )
-        .groupBy("topic", "partition", "host", "file_id")
-        .agg(F.min("file_offset").alias("lo"), F.max("file_offset").alias("hi"))
+        marked.groupBy("topic", "partition", "host", F.when(ident, F.col("file_id")).alias("file_id"), copy)
+        .agg(F.min("file_offset").alias("lo"), F.max("file_offset").alias("hi"), F.count(F.lit(1)).alias("n"))
         .collect()
     )
-    return sorted(IdentityRange(r["topic"], r["host"], int(r["file_id"]), int(r["lo"]), int(r["hi"])) for r in rows)
+    identities = []
+    duplicates: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if r["_copy"]:
+            key = (r["topic"], int(r["partition"]))
+            duplicates[key] = duplicates.get(key, 0) + int(r["n"])
+        elif r["file_id"] is not None and r["lo"] is not None:
+            identities.append(IdentityRange(r["topic"], r["host"], int(r["file_id"]), int(r["lo"]), int(r["hi"])))
+    identities.sort(key=lambda r: (r.topic, r.host or "", r.host is None, r.file_id, r.lo, r.hi))
+    return Tally(identities, duplicates)
+
+
+def identity_ranges(staged: Any) -> list[IdentityRange]:
+    """This run's landed (not duplicate) identities as ranges, per topic, partition, host
+    and file id (:func:`tally`)."""
+    return tally(staged).identities

@@ -13,6 +13,14 @@ offsets become visible together or not at all. The next run starts from the offs
 the newest snapshot in the table's current history that carries them
 (:func:`landed_state`; compactions commit snapshots without them, which it passes over).
 
+With dedup on, the same commit carries the record identities the load landed
+(:data:`IDENTITIES`, ranges as in :mod:`hadoop_loader.identity`) and how many copies it
+dropped (:data:`DUPLICATES`): the dedup state moves with the rows and the offsets, in
+one atomic step, as it does with a Parquet run's manifest. The next run reads the
+ranges of the landing snapshots of the last ``dedup.keep_hours``
+(:func:`identities_since`) and marks copies with the one dedup,
+:func:`hadoop_loader.dedup.mark_duplicates`.
+
 The Spark side uses Iceberg's own runtime (``iceberg-spark-runtime-4.1_2.13``, on
 Spark's classpath through ``spark.jars``); the pure parts (summary properties, the walk
 over snapshots) are unit tested without a JVM.
@@ -27,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hadoop_loader.errors import Gap, LoaderError, StateError
+from hadoop_loader.identity import IdentityRange, merge_ranges
 
 ICEBERG_VERSION = "1.12.0"
 """Apache Iceberg's Spark runtime the loader runs with; keep in step with
@@ -51,6 +60,11 @@ GAPS = "logferry.gaps"
 """JSON list of retention gaps skipped (only when there were any)."""
 SOURCE = "logferry.source"
 """The cluster read (ZooKeeper connect string or broker list)."""
+IDENTITIES = "logferry.identities"
+"""With dedup: JSON ``[[host, file_id, lo, hi], ...]``, the record identities this load
+landed as ranges (one per partition and file generation; the topic is the table's)."""
+DUPLICATES = "logferry.duplicates"
+"""With dedup: rows this load read and did not append, as copies of landed records."""
 
 RUNTIME_MISSING = (
     f"output.format = 'iceberg' needs Apache Iceberg's Spark runtime ({RUNTIME}) on Spark's classpath: "
@@ -114,8 +128,12 @@ def summary_properties(
     ranges: list[tuple[int, int, int]],
     gaps: list[Gap],
     source: str,
+    identities: list[IdentityRange] | None = None,
+    duplicates: int = 0,
 ) -> dict[str, str]:
-    """The snapshot summary properties of one load of a topic."""
+    """The snapshot summary properties of one load of a topic; ``identities`` (None:
+    dedup off) are the load's landed record identities, ``duplicates`` the copies it
+    dropped."""
     props = {
         LOAD: str(load),
         RUN_ID: run_id,
@@ -125,6 +143,11 @@ def summary_properties(
     }
     if gaps:
         props[GAPS] = json.dumps([g.to_json() for g in gaps], separators=(",", ":"))
+    if identities is not None:
+        ordered = sorted(identities, key=lambda r: (r.host or "", r.host is None, r.file_id, r.lo, r.hi))
+        rows = [[r.host, r.file_id, r.lo, r.hi] for r in ordered]
+        props[IDENTITIES] = json.dumps(rows, separators=(",", ":"))
+        props[DUPLICATES] = str(duplicates)
     return props
 
 
@@ -163,6 +186,32 @@ def landed_state(
         "writer created it; nothing was landed (landing from the first offsets would land rows twice). "
         "Land into a new table, or roll the table back to a snapshot of `logferry load`"
     )
+
+
+def identities_since(
+    table: str,
+    topic: str,
+    current: SnapshotInfo | None,
+    snapshot: Callable[[int], SnapshotInfo | None],
+    since_ms: int,
+) -> list[IdentityRange]:
+    """The record identities landed by the loads committed at or after ``since_ms``
+    (dedup's state), merged: walks from ``current`` through parents, newest first,
+    passing snapshots without :data:`IDENTITIES` (compactions, loads with dedup off),
+    and stops at the first older snapshot or where the history ends (expired)."""
+    found: list[IdentityRange] = []
+    seen = current
+    while seen is not None and seen.timestamp_ms >= since_ms:
+        text = seen.summary.get(IDENTITIES)
+        if text is not None:
+            try:
+                found.extend(IdentityRange(topic, h, int(f), int(lo), int(hi)) for h, f, lo, hi in json.loads(text))
+            except (ValueError, TypeError) as exc:
+                raise StateError(
+                    f"table {table}: snapshot {seen.snapshot_id} has an unreadable {IDENTITIES}: {exc}"
+                ) from None
+        seen = snapshot(seen.parent_id) if seen.parent_id is not None else None
+    return merge_ranges(found)
 
 
 def _state_of(table: str, info: SnapshotInfo) -> LandedState:
@@ -218,6 +267,15 @@ class IcebergTables:
             return LandedState()
         state, _ = landed_state(self.name(topic), _info(table.currentSnapshot()), lambda i: _info(table.snapshot(i)))
         return state
+
+    def identities(self, topic: str, since_ms: int) -> list[IdentityRange]:
+        """The identities the table's loads since ``since_ms`` landed (:func:`identities_since`)."""
+        table = self._java_table(topic)
+        if table is None:
+            return []
+        return identities_since(
+            self.name(topic), topic, _info(table.currentSnapshot()), lambda i: _info(table.snapshot(i)), since_ms
+        )
 
     def create(self, topic: str, schema: Any, compression: str) -> None:
         """Create the topic's table (if missing) with ``schema``'s columns, by event hour."""

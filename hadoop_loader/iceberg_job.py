@@ -10,6 +10,14 @@ A run, under the output's lock (``<warehouse>/_logferry/lock``, as for Parquet):
    appends the rows to the topic's table in ONE Iceberg commit whose snapshot summary
    carries the new offsets (:func:`hadoop_loader.iceberg.summary_properties`).
 
+With dedup on, step 3 marks copies with :func:`hadoop_loader.dedup.mark_duplicates`
+against the identities the table's loads of the last ``dedup.keep_hours`` landed (read
+from their snapshot summaries), keeps the marked rows in Spark's cache while one small
+aggregate counts the copies and the kept rows' identity ranges (:func:`hadoop_loader.
+dedup.tally`), then appends the kept rows with those ranges and the copies' count in the
+same commit's summary. The cache only saves a second read of the brokers: were it
+evicted, the rows read again are the same bytes, marked the same way.
+
 The commit is the exactly-once point: before it nothing of the topic's load is visible
 and the offsets have not moved; after it both have. A run killed before the commit
 leaves data files no snapshot references (removed by ``--maintain``'s orphan-file
@@ -29,9 +37,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig
+from hadoop_loader.dedup import DUPLICATE_COLUMN, Tally, tally
 from hadoop_loader.errors import spark_errors
 from hadoop_loader.fs import FileSystem
 from hadoop_loader.iceberg import IcebergTables, SnapshotInfo, summary_properties
@@ -49,8 +59,12 @@ DROPPED = ("topic", "dt", "hr")
 and ``hours(timestamp)`` partitions it."""
 
 
-def land_into_iceberg(config: LoaderConfig, session: LoadSession, fs: FileSystem) -> LoadResult:
-    """One run into the topics' Iceberg tables; the caller holds the output's lock."""
+def land_into_iceberg(
+    config: LoaderConfig, session: LoadSession, fs: FileSystem, started: float | None = None
+) -> LoadResult:
+    """One run into the topics' Iceberg tables; the caller holds the output's lock.
+    ``started``: the run's start (epoch seconds), from which ``dedup.keep_hours`` counts."""
+    started = time.time() if started is None else started
     clock = Clock()
     spark = session.get()
     clock.lap("spark")
@@ -66,7 +80,9 @@ def land_into_iceberg(config: LoaderConfig, session: LoadSession, fs: FileSystem
     for gap in plan.gaps:
         log.warning("skipped a retention gap: %s", gap.describe())
     stats = {t: TopicStats() for t in source.topics}
-    result = LoadResult(None, Recovery(), stats, plan.gaps, 0.0, plan.walked_bytes, phases=clock.phases)
+    dedup = config.dedup.enabled
+    result = LoadResult(None, Recovery(), stats, plan.gaps, 0.0, plan.walked_bytes, phases=clock.phases, dedup=dedup)
+    keep_since = int(started * 1000) - config.dedup.keep_hours * 3600 * 1000
     moves = offset_mover(landed, first)
     run_id = uuid.uuid4().hex
     origin = source.zk or ",".join(source.brokers or ())
@@ -78,25 +94,36 @@ def land_into_iceberg(config: LoaderConfig, session: LoadSession, fs: FileSystem
         state = states[topic]
         offsets = dict(state.offsets)
         offsets.update({r.partition: r.end for r in ranges})
-        properties = summary_properties(
-            state.load + 1,
-            run_id,
-            offsets,
-            [(r.partition, r.start, r.end) for r in ranges if r.end > r.start],
-            [g for g in plan.gaps if g.topic == topic],
-            origin,
-        )
         with spark_errors(f"the Spark job landing {topic} into {tables.name(topic)}"):
-            frame = landed_rows(config, spark, chunks, executors, None).drop(*DROPPED)
+            earlier = tables.identities(topic, keep_since) if dedup else None
+            frame = landed_rows(config, spark, chunks, executors, earlier)
+            counted, cached = Tally([], {}), None
+            if dedup and chunks:
+                frame, counted, cached = _drop_copies(frame)
+            frame = frame.drop(*DROPPED, DUPLICATE_COLUMN)
             if not chunks:  # offsets to record, no rows (first_run = "latest")
                 frame = spark.createDataFrame([], frame.schema)
-            if not tables.exists(topic):
-                tables.create(topic, frame.schema, config.output.compression)
-            _watch_writes(fs, tables.location(topic))
-            snapshot = tables.append(topic, frame, properties)
+            properties = summary_properties(
+                state.load + 1,
+                run_id,
+                offsets,
+                [(r.partition, r.start, r.end) for r in ranges if r.end > r.start],
+                [g for g in plan.gaps if g.topic == topic],
+                origin,
+                counted.identities if dedup else None,
+                sum(counted.duplicates.values()),
+            )
+            try:
+                if not tables.exists(topic):
+                    tables.create(topic, frame.schema, config.output.compression)
+                _watch_writes(fs, tables.location(topic))
+                snapshot = tables.append(topic, frame, properties)
+            finally:
+                if cached is not None:
+                    cached.unpersist()
         crash.crash_point("after-commit")
         clock.lap(f"land {topic}")
-        _record(result.topics[topic], tables.name(topic), snapshot, ranges)
+        _record(result.topics[topic], tables.name(topic), snapshot, ranges, counted)
         loaded = int(properties["logferry.load"])
         result.sequence = max(result.sequence or 0, loaded)
     return result
@@ -112,8 +139,21 @@ def _watch_writes(fs: FileSystem, location: str) -> None:
     crash.watch_for("during-write", lambda: any(f.uri not in before for f in fs.list_files(data)))
 
 
-def _record(stats: TopicStats, table: str, snapshot: SnapshotInfo, ranges: list[PartitionRange]) -> None:
-    """A topic's figures from its commit's snapshot summary."""
+def _drop_copies(marked: Any) -> tuple[Any, Tally, Any]:
+    """The rows to append (copies left out), the tally of the mark, and the cached frame
+    to unpersist once the commit is done."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    cached = marked.persist(StorageLevel.MEMORY_AND_DISK)
+    counted = tally(cached)
+    return cached.where(~F.col(DUPLICATE_COLUMN)), counted, cached
+
+
+def _record(
+    stats: TopicStats, table: str, snapshot: SnapshotInfo, ranges: list[PartitionRange], counted: Tally
+) -> None:
+    """A topic's figures from its commit's snapshot summary (and the dedup's tally)."""
     summary = snapshot.summary
     stats.table = table
     stats.snapshot_id = snapshot.snapshot_id
@@ -121,7 +161,12 @@ def _record(stats: TopicStats, table: str, snapshot: SnapshotInfo, ranges: list[
     stats.files = int(summary.get("added-data-files", "0"))
     stats.parquet_bytes = int(summary.get("added-files-size", "0"))
     stats.log_bytes = sum(r.end - r.start for r in ranges)
-    stats.ranges = [RangeEntry(r.topic, r.partition, r.start, r.end, 0) for r in ranges if r.end > r.start]
+    stats.duplicates = sum(counted.duplicates.values())
+    stats.ranges = [
+        RangeEntry(r.topic, r.partition, r.start, r.end, 0, counted.duplicates.get((r.topic, r.partition), 0))
+        for r in ranges
+        if r.end > r.start
+    ]
 
 
 # -- maintenance --------------------------------------------------------------------------------
@@ -171,6 +216,8 @@ def maintain(config: LoaderConfig, session: LoadSession, now_ms: int | None = No
                 upkeep.added_files = int(rows[0]["added_data_files_count"])
             # never older than the newest landing snapshot: it holds the offsets
             cutoff = now_ms - m.expire_after_hours * 3600 * 1000
+            if config.dedup.enabled:  # nor the landing snapshots whose identities dedup reads
+                cutoff = min(cutoff, now_ms - config.dedup.keep_hours * 3600 * 1000)
             newest = tables.newest_landing(topic)
             if newest is not None:
                 cutoff = min(cutoff, newest.timestamp_ms)

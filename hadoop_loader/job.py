@@ -54,11 +54,18 @@ StagedCounts = dict[tuple[str, str, int, str, str], tuple[int, int, int, int]]
 offset, undecodable rows)."""
 
 
-def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None, repair: bool = False) -> LoadResult:
+def run_load(
+    config: LoaderConfig,
+    spark: Any = None,
+    master: str | None = None,
+    repair: bool = False,
+    session: LoadSession | None = None,
+) -> LoadResult:
     """Run one landing job; reuses ``spark`` when given (tests), else builds a session.
 
     ``repair``: first land again the files the verification found missing or damaged
-    (:mod:`hadoop_loader.repair`), then land what is new.
+    (:mod:`hadoop_loader.repair`), then land what is new. ``session``: a session shared
+    by several runs (``--every``: one JVM, started by the first run that needs it).
     """
     started = time.time()
     iceberg = config.output.format == "iceberg"
@@ -66,14 +73,14 @@ def run_load(config: LoaderConfig, spark: Any = None, master: str | None = None,
         raise config_error("audit.enabled", ICEBERG_NO_AUDIT, config.path)
     if iceberg and repair:
         raise config_error("output.format", "--repair is for Parquet output (Iceberg checks its own commits)")
-    session = LoadSession(config, spark, master)
+    session = session or LoadSession(config, spark, master)
     fs, store = _output(config, session)
 
     def land() -> LoadResult:
         if iceberg:
             from hadoop_loader.iceberg_job import land_into_iceberg
 
-            return land_into_iceberg(config, session, fs)
+            return land_into_iceberg(config, session, fs, started)
         return _run_locked(config, session, fs, store, started, repair)
 
     result = _locked(store, land)

@@ -46,6 +46,12 @@ from hadoop_loader.manifest import Manifest
 STATE_DIR = "_logferry"
 SEQ_DIGITS = 20
 
+_HELD: set[str] = set()
+"""Lock URIs this process holds now. A lock file naming this process but not in here was
+left by one of its earlier runs whose release failed (the NameNode was down), which a
+loader looping in one process (``logferry load --every``) takes over as it would a dead
+process's; two runs of one process at once still exclude each other."""
+
 
 def seq_name(sequence: int) -> str:
     return f"{sequence:0{SEQ_DIGITS}d}"
@@ -97,21 +103,29 @@ class LandingStore:
     def acquire_lock(self) -> None:
         """Take the lock, or raise naming its holder.
 
-        A lock left by a process of this host that no longer runs (a crash) is taken
+        A lock left by a process of this host that no longer runs (a crash), or by an
+        earlier run of this process that could not release it (:data:`_HELD`), is taken
         over; a lock of another host must be removed by hand once that job is known dead.
         """
         owner = {"host": socket.gethostname(), "pid": os.getpid(), "since_ms": _now_ms()}
         data = json.dumps(owner).encode()
+        if self.lock_uri in _HELD:
+            raise StateError(
+                f"another load job holds {self.lock_uri} (a run of this process, pid {owner['pid']}); wait for it"
+            )
         try:
             self.fs.create_new(self.lock_uri, data)
+            _HELD.add(self.lock_uri)
             return
         except FileExistsError:
             pass
         holder = self._lock_holder()
-        if holder.get("host") == owner["host"] and not _pid_alive(int(holder.get("pid", -1))):
+        pid = int(holder.get("pid", -1))
+        if holder.get("host") == owner["host"] and (pid == owner["pid"] or not _pid_alive(pid)):
             self.fs.delete(self.lock_uri)
             try:
                 self.fs.create_new(self.lock_uri, data)
+                _HELD.add(self.lock_uri)
                 return
             except FileExistsError:
                 holder = self._lock_holder()
@@ -129,6 +143,9 @@ class LandingStore:
         return holder
 
     def release_lock(self) -> None:
+        """Delete the lock file; this process no longer holds it either way (a failed
+        delete leaves a file the next run of this process takes over)."""
+        _HELD.discard(self.lock_uri)
         self.fs.delete(self.lock_uri)
 
     # -- committed state --------------------------------------------------------------

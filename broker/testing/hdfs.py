@@ -221,6 +221,14 @@ def _live_addresses(live_nodes: Any) -> tuple[str, ...]:
     return tuple(sorted(str(n.get("xferaddr", name)) for name, n in nodes.items() if isinstance(n, dict)))
 
 
+def parse_content_summary(text: str) -> int:
+    """The file count of a WebHDFS ``GETCONTENTSUMMARY`` answer."""
+    try:
+        return int(json.loads(text)["ContentSummary"]["fileCount"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a WebHDFS content summary: {text[:200]!r}") from exc
+
+
 def parse_jmx(text: str) -> dict[str, Any]:
     """The beans of a ``/jmx?qry=...`` answer merged into one dict."""
     merged: dict[str, Any] = {}
@@ -380,6 +388,24 @@ class LocalHdfs:
             files=int(beans.get("FilesTotal", 0)),
             datanodes=_live_addresses(beans.get("LiveNodes")),
         )
+
+    def file_count(self, path: str) -> int:
+        """Files below ``path`` (an absolute HDFS path, counted recursively), asked of the
+        NameNode over WebHDFS (``GETCONTENTSUMMARY``): a condition tests can poll without
+        a JVM, e.g. "a load's first data file exists". 0 when ``path`` does not exist;
+        OSError when the NameNode does not answer."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = f"http://{self.http_address}/webhdfs/v1{urllib.parse.quote(path)}?op=GETCONTENTSUMMARY"
+        try:
+            with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:  # noqa: S310 (http to 127.0.0.1)
+                return int(parse_content_summary(answer.read().decode()))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return 0
+            raise
 
     def log_tail(self, role: str, lines: int = 30) -> str:
         """The last ``lines`` of a server's log, plus its JVM's output if it wrote any."""

@@ -14,6 +14,9 @@ Spark SQL (and once with pyiceberg, without a JVM):
   (orphans, once older than ``orphan_after_hours``), and loads go on from the offsets
   behind the compaction's snapshot;
 - ``first_run = "latest"`` commits the starting offsets without rows;
+- with dedup on, agent records published twice (in one load, and again in a later one)
+  land once: the copies are counted, not appended, and the identities each load landed
+  ride in its commit's summary next to the offsets;
 - bad input: ``output.format`` misspelt, a warehouse that cannot be written: one line
   naming the key.
 
@@ -22,6 +25,8 @@ The same on a real HDFS is in test_hdfs_integration.py (it shares that module's 
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import time
@@ -31,17 +36,22 @@ from typing import Any
 import pytest
 
 from hadoop_loader.crash import CRASH_EXIT, ENV
-from hadoop_loader.iceberg import OFFSETS, table_location, table_name
+from hadoop_loader.iceberg import DUPLICATES, IDENTITIES, OFFSETS, table_location, table_name
 from hadoop_loader.job import run_load, run_maintenance
+from hadoop_loader.summary import print_summary
 from tests.loader.conftest import (
+    BASE_HOUR_MS,
+    HOUR_MS,
     REPO,
     iceberg_jar,
     iceberg_spark_conf,
     loader_command,
     loader_config,
     produce,
+    wait_visible,
     write_loader_toml,
 )
+from tests.loader.test_lake_integration import FID, agent_values, send
 from tests.loader.test_load_integration import merge
 
 pytestmark = [
@@ -149,6 +159,51 @@ def test_first_run_latest_commits_the_starting_offsets_without_rows(spark, broke
     second = run_load(config, spark=spark)
     assert second.rows == 200
     assert_table_exactly(spark, out.as_uri(), {"ice-late": later})
+
+
+@pytest.mark.slow
+def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, tmp_path):
+    """The dedup of Parquet runs (:func:`hadoop_loader.dedup.mark_duplicates`) on a
+    table: its state is the identity ranges in the landing snapshots' summaries."""
+    zk = broker_cluster(1).zk_connect
+    topic = "ice-dedup"
+    produce(zk, topic, 2, 0)  # creates the topic
+    t0, t1 = BASE_HOUR_MS + 60_000, BASE_HOUR_MS + HOUR_MS + 60_000
+    # lines 0-999; the agent restarts and sends 500-999 again and 1000-1499; a copy of
+    # 700-799 reaches the other partition (a stage that re-sent on a move)
+    send(zk, topic, 0, agent_values(0, 1000, t0), t0)
+    send(zk, topic, 0, agent_values(500, 1500, t1), t1)
+    send(zk, topic, 1, agent_values(700, 800, t1), t1)
+    wait_visible(zk, topic)
+    out = tmp_path / "wh"
+    config = iceberg_config(zk, out, [topic], source={"decode_agent_records": True}, dedup={"enabled": True})
+    warehouse, name = out.as_uri(), table_name(out.as_uri(), NAMESPACE, topic)
+
+    def landed() -> list[tuple[int, int]]:
+        rows = spark.sql(f"SELECT file_id, file_offset FROM {name} WHERE partition < 99").collect()
+        return sorted((r["file_id"], r["file_offset"]) for r in rows)
+
+    first = run_load(config, spark=spark)
+    assert (first.rows, first.duplicates) == (1_500, 600)
+    assert {r.partition: r.duplicates for r in first.topics[topic].ranges} == {0: 500, 1: 100}
+    text = io.StringIO()
+    print_summary(first, text)
+    assert f"{topic}: 1,500 rows" in text.getvalue() and "600 duplicate(s) dropped" in text.getvalue()
+    assert landed() == [(FID, i * 100) for i in range(1_500)]
+    summary = snapshot_summaries(spark, warehouse, topic)[-1]
+    assert summary[DUPLICATES] == "600" and summary["added-records"] == "1500"
+    assert json.loads(summary[IDENTITIES]) == [["web-1", FID, 0, 149_900]]
+
+    # another writer appends (a backfill row; its snapshot carries no logferry state)...
+    spark.sql(f"INSERT INTO {name} (partition, offset, index, timestamp) VALUES (99, 0, 0, TIMESTAMP '2024-03-01')")
+    # ...then a later load: copies of landed lines (1200-1499), found through the first
+    # load's summary behind the other writer's snapshot, and new ones (1500-1599)
+    send(zk, topic, 0, agent_values(1200, 1600, t1 + 60_000), t1 + 60_000)
+    wait_visible(zk, topic)
+    second = run_load(config, spark=spark)
+    assert (second.rows, second.duplicates) == (100, 300)
+    assert landed() == [(FID, i * 100) for i in range(1_600)]
+    assert json.loads(snapshot_summaries(spark, warehouse, topic)[-1][IDENTITIES]) == [["web-1", FID, 150_000, 159_900]]
 
 
 def crashing_run(config: Path, point: str) -> subprocess.CompletedProcess:

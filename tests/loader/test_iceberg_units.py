@@ -12,8 +12,10 @@ from broker.testing.jars import REPO
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.errors import Gap, LoaderConfigError, StateError
 from hadoop_loader.iceberg import (
+    DUPLICATES,
     EXTENSIONS,
     ICEBERG_VERSION,
+    IDENTITIES,
     LOAD,
     OFFSETS,
     RANGES,
@@ -21,11 +23,13 @@ from hadoop_loader.iceberg import (
     SnapshotInfo,
     catalog_conf,
     catalog_name,
+    identities_since,
     landed_state,
     session_settings,
     summary_properties,
     table_name,
 )
+from hadoop_loader.identity import IdentityRange
 
 
 def test_runtime_version_is_the_poms_and_built_for_the_installed_spark():
@@ -43,6 +47,51 @@ def test_summary_properties_carry_offsets_ranges_and_gaps():
     assert json.loads(props[RANGES]) == [[1, 150, 200]]
     assert json.loads(props["logferry.gaps"]) == [{"topic": "t", "partition": 0, "start": 0, "end": 40}]
     assert "logferry.gaps" not in summary_properties(1, "r", {}, [], [], "zk")
+
+
+def test_dedup_state_rides_in_the_same_summary_as_the_offsets():
+    ranges = [
+        IdentityRange("t", "web-2", 7, 0, 900),
+        IdentityRange("t", None, 3, 5, 5),
+        IdentityRange("t", "a", 7, 1, 2),
+    ]
+    props = summary_properties(1, "r", {0: 10}, [(0, 0, 10)], [], "zk", ranges, 4)
+    assert json.loads(props[IDENTITIES]) == [[None, 3, 5, 5], ["a", 7, 1, 2], ["web-2", 7, 0, 900]]
+    assert props[DUPLICATES] == "4" and OFFSETS in props
+    # dedup off: no dedup state at all (a later run with dedup on finds nothing to read)
+    assert IDENTITIES not in summary_properties(1, "r", {0: 10}, [], [], "zk")
+    assert json.loads(summary_properties(1, "r", {}, [], [], "zk", [], 0)[IDENTITIES]) == []
+
+
+def test_the_identity_walk_reads_the_loads_of_the_last_hours_through_compactions():
+    def ids(*ranges: list) -> dict[str, str]:
+        return {IDENTITIES: json.dumps(list(ranges)), OFFSETS: "{}"}
+
+    history = {
+        1: snap(1, None, **ids(["h", 1, 0, 100])),  # too old: before since_ms
+        2: snap(2, 1, **ids(["h", 1, 101, 300], ["h", 2, 0, 50])),
+        3: snap(3, 2, **{OFFSETS: "{}"}),  # a load with dedup off
+        4: snap(4, 3, operation="replace"),  # a compaction
+        5: snap(5, 4, **ids(["h", 1, 250, 400], [None, 9, 7, 7])),
+    }
+    found = identities_since("tbl", "t", history[5], history.get, since_ms=2000)
+    assert found == [
+        IdentityRange("t", None, 9, 7, 7),
+        IdentityRange("t", "h", 1, 101, 400),  # overlapping ranges of one file generation, merged
+        IdentityRange("t", "h", 2, 0, 50),
+    ]
+    assert identities_since("tbl", "t", history[5], {5: history[5]}.get, 0) == [  # older snapshots expired
+        IdentityRange("t", None, 9, 7, 7),
+        IdentityRange("t", "h", 1, 250, 400),
+    ]
+    assert identities_since("tbl", "t", None, history.get, 0) == []  # a new table
+    with pytest.raises(StateError, match=f"snapshot 6 has an unreadable {IDENTITIES}"):
+        identities_since("tbl", "t", snap(6, None, **{IDENTITIES: '[["h", 1]]'}), history.get, 0)
+
+
+def test_dedup_is_allowed_with_iceberg():
+    c = config(output={"format": "iceberg"}, dedup={"enabled": True}, source={"decode_agent_records": True})
+    assert c.dedup.enabled and c.output.format == "iceberg"
 
 
 def snap(i: int, parent: int | None, **summary: str) -> SnapshotInfo:
@@ -90,10 +139,7 @@ def config(**sections: dict):
         ({"output": {"format": "iceburg"}}, "output.format"),
         ({"output": {"format": "iceberg", "namespace": "a-b"}}, "output.namespace"),
         ({"output": {"format": "iceberg"}, "audit": {"enabled": True}}, "audit.enabled"),
-        (
-            {"output": {"format": "iceberg"}, "dedup": {"enabled": True}, "source": {"decode_agent_records": True}},
-            "dedup.enabled",
-        ),
+        ({"output": {"format": "iceberg"}, "dedup": {"enabled": True}}, "dedup.enabled"),  # needs decoded records
         ({"maintenance": {"keep_snapshots": 2}}, "maintenance"),  # Parquet has nothing to maintain
         ({"output": {"format": "iceberg"}, "maintenance": {"keep_snapshots": 0}}, "maintenance.keep_snapshots"),
         # Iceberg's procedure refuses less: a younger file may belong to a write in flight

@@ -149,6 +149,24 @@ def test_lock_is_exclusive_and_taken_over_from_a_dead_process(store):
     store.release_lock()
 
 
+def test_a_lock_this_process_could_not_release_is_taken_over_by_its_next_run(store):
+    """A run whose release failed (its NameNode was down) leaves a lock naming this
+    process: the next run of the same process (``logferry load --every``) takes it over,
+    while a run still in flight in this process keeps it."""
+    import os
+    import socket
+
+    store.fs.create_new(
+        store.lock_uri, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since_ms": 0}).encode()
+    )
+    store.acquire_lock()
+    assert json.loads(store.fs.read_bytes(store.lock_uri))["since_ms"] > 0  # written anew
+    with pytest.raises(StateError, match="a run of this process"):
+        LandingStore(store.fs, store.root).acquire_lock()
+    store.release_lock()
+    assert not store.fs.exists(store.lock_uri)
+
+
 def test_create_new_never_overwrites(tmp_path):
     fs = LocalFileSystem()
     uri = (tmp_path / "m.json").as_uri()

@@ -74,6 +74,7 @@ def test_the_documented_units_are_there():
         "logferry-mirror.service",
         "logferry-load.service",
         "logferry-load.timer",
+        "logferry-load-continuous.service",
     }
     assert BROKER_IDS
 
