@@ -368,15 +368,20 @@ class LocalHdfs:
         """Whether either server of this data dir is alive."""
         return any(pid is not None for pid in self.pids().values())
 
+    def _namenode_http(self, path: str) -> str:
+        """The body of a GET of ``path`` (with its query) on the NameNode's HTTP port;
+        OSError (urllib's HTTPError among them) when it does not answer."""
+        import urllib.request
+
+        url = f"http://{self.http_address}{path}"
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:  # noqa: S310 (http to 127.0.0.1)
+            return str(answer.read().decode())
+
     def state(self) -> HdfsState:
         """The NameNode's view (live DataNodes, safe mode, ...); OSError when it does not answer."""
         import urllib.parse
-        import urllib.request
 
-        query = "Hadoop:service=NameNode,name=*"
-        url = f"http://{self.http_address}/jmx?qry={urllib.parse.quote(query)}"
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:  # noqa: S310 (http to 127.0.0.1)
-            beans = parse_jmx(answer.read().decode())
+        beans = parse_jmx(self._namenode_http(f"/jmx?qry={urllib.parse.quote('Hadoop:service=NameNode,name=*')}"))
         if "NumLiveDataNodes" not in beans:
             raise OSError(f"the NameNode on {self.http_address} does not report its state yet")
         return HdfsState(
@@ -396,12 +401,11 @@ class LocalHdfs:
         OSError when the NameNode does not answer."""
         import urllib.error
         import urllib.parse
-        import urllib.request
 
-        url = f"http://{self.http_address}/webhdfs/v1{urllib.parse.quote(path)}?op=GETCONTENTSUMMARY"
         try:
-            with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as answer:  # noqa: S310 (http to 127.0.0.1)
-                return int(parse_content_summary(answer.read().decode()))
+            return parse_content_summary(
+                self._namenode_http(f"/webhdfs/v1{urllib.parse.quote(path)}?op=GETCONTENTSUMMARY")
+            )
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return 0

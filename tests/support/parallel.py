@@ -49,13 +49,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(MIN_WORKERS, (os.cpu_count() or 1) + EXTRA_WORKERS)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Hand out tests one at a time unless the command line says otherwise (``--dist
-    load``, which ``-p no:...`` or a user's ``--dist load`` may still choose)."""
-    if hasattr(config.option, "maxschedchunk") and config.option.maxschedchunk is None:
-        config.option.maxschedchunk = 1
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests first (a stable sort: the order within each kind is kept), and each
