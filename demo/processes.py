@@ -159,6 +159,10 @@ class Child:
         return self.proc.returncode
 
 
+PORT_RETRIES = 3
+"""New ports a broker's first start may take when another program took one of its own."""
+
+
 class BrokerChild(Child):
     """A broker started from an example config's settings, on a free port."""
 
@@ -176,29 +180,35 @@ class BrokerChild(Child):
         """``sections``: more tables of its config (``[tls]``, ``[auth]``, ... when secured)."""
         self.broker_id = broker_id
         self.datacenter = datacenter
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.metrics_port = free_port()
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.data_dir = workdir / "data" / name
-        settings = {
+        self._settings = {
             **broker,
             "id": broker_id,
             "host": "127.0.0.1",
-            "port": self.port,
             "log_dirs": [str(self.data_dir)],
             "zk_connect": zk,
-            "metrics_port": self.metrics_port,
         }
+        self._tables = {"log": dict(log), **(sections or {})}
         self.config_path = workdir / "config" / f"{name}.toml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(dumps({"broker": settings, "log": dict(log), **(sections or {})}))
-        self.config_path.chmod(0o600)
+        self._take_ports()
         super().__init__(
             name,
             [sys.executable, "-m", "broker", "broker", "--config", str(self.config_path)],
             workdir / "logs" / f"{name}.log",
         )
+
+    def _take_ports(self) -> None:
+        """Free ports for its listener and metrics, written into its config. A port is
+        free when picked and bound a moment later, so another program may take it in
+        between: :meth:`wait_ready` then picks new ones."""
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        settings = {**self._settings, "port": self.port, "metrics_port": self.metrics_port}
+        self.config_path.write_text(dumps({"broker": settings, **self._tables}))
+        self.config_path.chmod(0o600)
 
     def ready(self) -> bool:
         """This run of the broker logged "listening on" and its port accepts connections."""
@@ -211,7 +221,19 @@ class BrokerChild(Child):
             return False
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        self.wait_until(self.ready, timeout, "listening port")
+        """Wait until it listens; a first start that lost one of its ports to another
+        program (its listener's or its metrics' address "already in use") is started again on new ones, at most
+        :data:`PORT_RETRIES` times."""
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                self.wait_until(self.ready, timeout, "listening port")
+                return
+            except DemoError:
+                if attempt == PORT_RETRIES or self.running() or "already in use" not in self.log_since_start().lower():
+                    raise
+            print(f"[demo] {self.name}: a port was taken before it could bind it; starting it on new ones", flush=True)
+            self._take_ports()
+            self.start()
 
 
 ENSEMBLE_PREFIX = "127.0.42"
