@@ -159,8 +159,8 @@ class MirrorSide:
     target: str
     broker_pids: list[int]
     """Every broker process of both clusters (their CPU is shown beside the mirror's)."""
-    rate: Mirror
-    """The system's default mirror, the one the rate case times."""
+    rate: list[Mirror]
+    """The mirrors the rate case times: the system's default first."""
     kill: list[Mirror]
     """The mirrors the kill case runs."""
 
@@ -202,10 +202,13 @@ def logferry_mirror(source_zk: str, target_zk: str, mode: str) -> StartMirror:
     return start
 
 
-def mm2_mirror(source: str, target: str, offset_flush_ms: int | None = 1000, exactly_once: bool = False) -> StartMirror:
+def mm2_mirror(
+    source: str, target: str, offset_flush_ms: int | None = 1000, exactly_once: bool = False, tuned: bool = False
+) -> StartMirror:
     """MirrorMaker 2 from aliases ``src<tag>`` to ``dst<tag>``, source positions flushed
     every ``offset_flush_ms`` (None: Connect's default, 60 s; the rate case has always
-    used 1 s), in its exactly-once mode if ``exactly_once``; everything else its default."""
+    used 1 s), in its exactly-once mode if ``exactly_once``, with
+    :data:`mirrormaker2.TUNED` if ``tuned``; everything else its default."""
 
     def start(topic: str, tag: str, folder: Path) -> subprocess.Popen[bytes]:
         config = mirrormaker2.properties(
@@ -216,6 +219,7 @@ def mm2_mirror(source: str, target: str, offset_flush_ms: int | None = 1000, exa
             f"dst{tag}",
             offset_flush_ms=offset_flush_ms,
             exactly_once_rest_port=free_port() if exactly_once else None,
+            tuned=tuned,
         )
         return mirrormaker2.start(folder, config, f"dst{tag}", MM2_JVM_OPTIONS)
 
@@ -266,12 +270,20 @@ def started_systems(workdir: Path) -> Iterator[list[MirrorSide]]:
                 source,
                 target,
                 kafkas[0].pids + kafkas[1].pids,
-                Mirror(
-                    "MirrorMaker 2",
-                    f"{mm2} (its default mode, source positions flushed every second): {mirrormaker2.GUARANTEE}",
-                    mm2_mirror(source, target),
-                    mm2_topic,
-                ),
+                [
+                    Mirror(
+                        "MirrorMaker 2",
+                        f"{mm2} (its default mode, source positions flushed every second): {mirrormaker2.GUARANTEE}",
+                        mm2_mirror(source, target),
+                        mm2_topic,
+                    ),
+                    Mirror(
+                        "MirrorMaker 2 tuned",
+                        f"{mm2} as the rate case's, with mirrormaker2.TUNED: {mirrormaker2.GUARANTEE}",
+                        mm2_mirror(source, target, tuned=True),
+                        mm2_topic,
+                    ),
+                ],
                 [
                     Mirror(
                         "MirrorMaker 2 at least once",
@@ -292,7 +304,7 @@ def started_systems(workdir: Path) -> Iterator[list[MirrorSide]]:
                 clusters[0].brokers[0].kafka_address(),
                 clusters[1].brokers[0].kafka_address(),
                 clusters[0].broker_pids() + clusters[1].broker_pids(),
-                preserve,
+                [preserve],
                 [
                     preserve,
                     Mirror(
@@ -389,12 +401,12 @@ def kill(mirror: subprocess.Popen[bytes]) -> None:
     mirror.wait()
 
 
-def copy(side: MirrorSide, topic: str, number: int, n: int, partitions: int, folder: Path) -> Copy:
-    """Start the mirror, time it until the target holds N, read its cost, kill it."""
-    target_topic = side.rate.target_topic(topic, str(number))
+def copy(side: MirrorSide, way: Mirror, topic: str, tag: str, n: int, partitions: int, folder: Path) -> Copy:
+    """Start mirror ``way`` of ``side``, time it until the target holds N, read its cost, kill it."""
+    target_topic = way.target_topic(topic, tag)
     brokers_before = sum(cpu_seconds(pid) for pid in side.broker_pids)
     t0 = time.monotonic()
-    mirror = side.rate.start(topic, str(number), folder)
+    mirror = way.start(topic, tag, folder)
     try:
         first = None
         for now, held in target_counts(side, mirror, target_topic, partitions, START_SLACK + n / MIN_RATE, folder):
@@ -591,20 +603,22 @@ def run(
         topic = f"run{number}-mirror"
         for side in order:
             fill(side, topic, n, partitions, 60 + n / 10_000)
-            folder = workdir / f"{side.name.split()[-1]}-{number}"
-            try:
-                outcome = copy(side, topic, number, n, partitions, folder)
-                verify(side, topic, side.rate.target_topic(topic, str(number)), n, partitions)
-            finally:
-                keep_logs(folder, logs)
-            results.setdefault(side.rate.name, []).append(outcome)
-            say(
-                f"run {number}: {side.rate.name} {n / outcome.to_all:,.0f} msgs/s start to N "
-                f"({outcome.to_all:.1f} s), {copy_rate(n, outcome)} msgs/s "
-                f"first to N (first record after {outcome.to_first:.1f} s); mirror CPU {outcome.mirror_cpu:.1f} s "
-                f"({outcome.mirror_cpu / n * 1e6:.1f} us/msg), peak RSS {outcome.rss_mib:,.0f} MiB; brokers' CPU "
-                f"{outcome.broker_cpu / n * 1e6:.1f} us/msg; target holds exactly {n:,}, in order"
-            )
+            for index, way in enumerate(side.rate):  # each from the same source topic, into its own
+                tag = f"{number}{'abcdefgh'[index]}" if index else str(number)
+                folder = workdir / f"{side.name.split()[-1]}-{tag}"
+                try:
+                    outcome = copy(side, way, topic, tag, n, partitions, folder)
+                    verify(side, topic, way.target_topic(topic, tag), n, partitions)
+                finally:
+                    keep_logs(folder, logs)
+                results.setdefault(way.name, []).append(outcome)
+                say(
+                    f"run {number}: {way.name} {n / outcome.to_all:,.0f} msgs/s start to N "
+                    f"({outcome.to_all:.1f} s), {copy_rate(n, outcome)} msgs/s "
+                    f"first to N (first record after {outcome.to_first:.1f} s); mirror CPU {outcome.mirror_cpu:.1f} s "
+                    f"({outcome.mirror_cpu / n * 1e6:.1f} us/msg), peak RSS {outcome.rss_mib:,.0f} MiB; brokers' CPU "
+                    f"{outcome.broker_cpu / n * 1e6:.1f} us/msg; target holds exactly {n:,}, in order"
+                )
     return results
 
 
@@ -728,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in kill_table(killed, args.messages, args.rounds):
                 say(line)
         for side in sides:
-            for mirror in [side.rate, *(m for m in side.kill if m is not side.rate)]:
+            for mirror in [*side.rate, *(m for m in side.kill if m not in side.rate)]:
                 say(f"{mirror.name}: {mirror.guarantee}")
         say(f"load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 

@@ -26,6 +26,17 @@ def test_mm2_copies_one_flow_between_the_aliases_it_is_given() -> None:
     assert props["sync.topic.acls.enabled"] == "false"
 
 
+def test_a_tuned_mm2_sets_its_copy_clients_under_the_flows_aliases_and_nothing_else() -> None:
+    plain = parse(mirrormaker2.properties("127.0.0.1:1", "127.0.0.1:2", "t", "src4", "dst4"))
+    tuned = parse(mirrormaker2.properties("127.0.0.1:1", "127.0.0.1:2", "t", "src4", "dst4", tuned=True))
+    assert tuned["dst4.producer.enable.idempotence"] == "true"
+    assert tuned["dst4.producer.max.in.flight.requests.per.connection"] == "5"
+    assert tuned["src4.consumer.max.poll.records"] == "10000"
+    assert tuned["tasks.max"] == "2"
+    changed = {key for key in tuned if plain.get(key) != tuned[key]}
+    assert changed == {key.format(source="src4", target="dst4") for key in mirrormaker2.TUNED}
+
+
 def test_the_mm2_jvm_gets_its_scripts_heap_and_the_brokers_gc() -> None:
     options = vs_kafka_mirror.MM2_JVM_OPTIONS
     assert options[:2] == ("-Xms256M", "-Xmx2G")
