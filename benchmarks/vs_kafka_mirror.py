@@ -261,6 +261,7 @@ def started_systems(workdir: Path) -> Iterator[list[MirrorSide]]:
         source, target = kafkas[0].bootstrap, kafkas[1].bootstrap
         mm2 = f"MirrorMaker 2 {mirrormaker2.VERSION}"
         source_zk, target_zk = clusters[0].zk_connect, clusters[1].zk_connect
+        logferry_source, logferry_target = (cluster.brokers[0].kafka_address() for cluster in clusters)
         preserve = Mirror(
             "logferry mirror", LOGFERRY_GUARANTEE, logferry_mirror(source_zk, target_zk, "preserve"), same_topic
         )
@@ -301,8 +302,8 @@ def started_systems(workdir: Path) -> Iterator[list[MirrorSide]]:
             ),
             MirrorSide(
                 LOGFERRY,
-                clusters[0].brokers[0].kafka_address(),
-                clusters[1].brokers[0].kafka_address(),
+                logferry_source,
+                logferry_target,
                 clusters[0].broker_pids() + clusters[1].broker_pids(),
                 [preserve],
                 [
@@ -312,6 +313,12 @@ def started_systems(workdir: Path) -> Iterator[list[MirrorSide]]:
                         LOGFERRY_PRODUCE_GUARANTEE,
                         logferry_mirror(source_zk, target_zk, "produce"),
                         same_topic,
+                    ),
+                    Mirror(  # Kafka's transactions as logferry serves them, under a kill -9
+                        "MirrorMaker 2 exactly once, logferry to logferry",
+                        f"{mm2} exactly-once mode between two logferry clusters: {mirrormaker2.EXACTLY_ONCE_GUARANTEE}",
+                        mm2_mirror(logferry_source, logferry_target, offset_flush_ms=None, exactly_once=True),
+                        mm2_topic,
                     ),
                 ],
             ),
