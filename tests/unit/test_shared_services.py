@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 from scramp import ScramClient
 
@@ -29,7 +29,7 @@ from broker.common.errors import AuthenticationError, LogferryError
 from broker.common.principal import ANONYMOUS, Principal
 from broker.coordination.credentials import make_credentials
 from broker.server.kafka import convert
-from broker.server.kafka.protocol import Api, Request
+from broker.server.kafka.protocol import Api, Request, response_schema
 from broker.server.kafka.protocol import parse_request as parse_kafka_request
 from broker.server.kafka.record_batch import encode_record_batch
 from broker.server.kafka.sasl import KafkaSasl
@@ -113,7 +113,10 @@ def test_a_kafka_and_a_native_produce_of_one_batch_run_the_same_service_call(bro
         acks=1, topic_data=[SimpleNamespace(name="web-a", partition_data=[SimpleNamespace(index=0, records=batch)])]
     )
     channel = _Channel("peer", ANONYMOUS, lambda: None)
-    answer = asyncio.run(_kafka(kafka_side).produce(Request(Api.PRODUCE, 9, 1, "t", body), channel))
+    frame = asyncio.run(_kafka(kafka_side).produce(Request(Api.PRODUCE, 9, 1, "t", body), channel))
+    schema = response_schema(Api.PRODUCE, 9)
+    _, used = entity_reader(schema.__header_schema__)(frame[4:], 0)  # after the frame's size
+    answer, _ = entity_reader(schema)(frame[4:], used)
     (topic,) = answer.responses
     (part,) = topic.partition_responses
     assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)

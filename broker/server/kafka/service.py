@@ -51,6 +51,7 @@ from broker.server.kafka.group_deletion import KafkaGroupDeletion
 from broker.server.kafka.group_service import KafkaGroupService
 from broker.server.kafka.offsets import Positions
 from broker.server.kafka.partitions import KafkaPartitions
+from broker.server.kafka.produce_response import PartitionAnswer, encode_produce_response
 from broker.server.kafka.protocol import (
     Api,
     Request,
@@ -157,8 +158,8 @@ class KafkaService:
         if handler is None:
             return protocol.unsupported_response(request.api_key, request.version, request.correlation_id)
         body = await handler(request, channel)
-        if body is None:
-            return None
+        if body is None or isinstance(body, bytes):  # bytes: a frame the handler packed itself
+            return body
         if request.api_key == Api.FETCH:
             return encode_response_parts(request.api_key, request.version, request.correlation_id, body)
         return encode_response(request.api_key, request.version, request.correlation_id, body)
@@ -328,32 +329,15 @@ class KafkaService:
                 ]
         elif acks == 0:
             return None
-        v = request.version
-        partition_cls = response_schema(Api.PRODUCE, v, "PartitionProduceResponse")
-        topic_cls = response_schema(Api.PRODUCE, v, "TopicProduceResponse")
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[PartitionAnswer]] = {}
         it = iter(results)
         for name, index, error, message in order:
             if error is None:
                 error, base, message = next(it)
             else:
                 base = -1
-            by_topic.setdefault(name, []).append(
-                make(
-                    partition_cls,
-                    index=index,
-                    error_code=error,
-                    base_offset=base,
-                    log_start_offset=-1,
-                    record_errors=(),
-                    error_message=message if error != ErrorCode.none else None,
-                )
-            )
-        return make(
-            response_schema(Api.PRODUCE, v),
-            throttle_time=_NO_TIME,
-            responses=tuple(make(topic_cls, name=n, partition_responses=tuple(ps)) for n, ps in by_topic.items()),
-        )
+            by_topic.setdefault(name, []).append((index, error, base, message if error != ErrorCode.none else None))
+        return encode_produce_response(request.version, request.correlation_id, list(by_topic.items()))
 
     def _watermarks(self, plog: PartitionLog | None) -> tuple[int, int]:
         """(high watermark, log start) in message offsets; -1s if they cannot be read."""
