@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from hadoop_loader.config import SparkConfig
+from hadoop_loader.errors import SparkJobError
 
 
 def build_session(config: SparkConfig, master: str | None = None, timezone: str = "UTC") -> Any:
@@ -36,7 +37,14 @@ def build_session(config: SparkConfig, master: str | None = None, timezone: str 
     builder = builder.config("spark.sql.session.timeZone", timezone)
     for key, value in config.conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # pyspark's own errors: the JVM did not start, a bad setting
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise SparkJobError(
+            f"cannot start Spark (master {chosen or 'given by spark-submit'}): {first[:300]}; "
+            "the JVM's own output, if any, is above (Java 17+ on PATH or JAVA_HOME? spark.* settings?)"
+        ) from None
 
 
 def _submitted_with_master() -> bool:
