@@ -421,7 +421,7 @@ class KafkaTxnService:
         task = loop.create_task(self._end(request, channel.principal, decided), name="kafka-end-txn")
         self._ending.add(task)
         task.add_done_callback(self._ended)
-        error = await asyncio.shield(decided)  # a closed connection leaves the task going
+        error = await decided  # cancelled (the connection closed): the task goes on
         return make(response_schema(Api.END_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
 
     async def _end(self, request: Request, principal: Any, decided: asyncio.Future[ErrorCode]) -> None:
@@ -445,7 +445,8 @@ class KafkaTxnService:
         try:
             async with self._lock(txn_id):
                 error, _ = await self._guard(Api.END_TXN, request.version, work)
-                decided.set_result(error)
+                if not decided.done():
+                    decided.set_result(error)
                 if prepared:
                     await asyncio.sleep(0)  # the answer is written first (a local marker needs no turn)
                     try:
