@@ -109,6 +109,30 @@ def test_end_txn_answers_before_its_markers_and_the_next_request_waits_for_them(
     asyncio.run(scenario())
 
 
+def test_a_local_marker_is_written_after_the_answer_not_before(tmp_path: Path) -> None:
+    """A marker written without waiting (a partition led here) must not slip in between
+    the decision and the answer: the client waits for the answer only."""
+
+    async def scenario() -> None:
+        service, markers = make_service(tmp_path)
+        markers.release.set()  # written at once
+        epoch = await begin(service)
+        answered: list[bool] = []
+        original = markers.write
+
+        async def write(partitions: set[tuple[str, int]], producer_id: int, epoch: int, commit: bool) -> None:
+            answered.append(done.done())
+            await original(partitions, producer_id, epoch, commit)
+
+        markers.write = write  # type: ignore[method-assign]
+        done = asyncio.ensure_future(service.end_txn(end(epoch), CHANNEL))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert done.done() and answered == [True]
+
+    asyncio.run(scenario())
+
+
 def test_markers_not_written_leave_it_prepared_and_the_next_request_retriable(tmp_path: Path) -> None:
     async def scenario() -> None:
         service, markers = make_service(tmp_path)
