@@ -19,8 +19,8 @@ transaction (:class:`~broker.server.kafka.txn_markers.TxnMarkerWriter`), the gro
 offsets a commit carries become the groups' committed offsets (an abort drops them),
 and the state is CompleteCommit or CompleteAbort. The client is answered once the
 decision is stored, while the markers are written (the id's lock held until they are,
-so its next request waits for them); markers that cannot be written yet (a partition
-without a leader)
+so its next request waits for them), or, for a transaction with group offsets, once
+they are published; markers that cannot be written yet (a partition without a leader)
 are retried by :meth:`KafkaTxnService.run_expiry` every second, which also aborts
 transactions past their timeout (bumping the epoch, which fences their producer),
 finishes those a dead coordinator left half way (found when the partition is loaded)
@@ -409,13 +409,16 @@ class KafkaTxnService:
 
     async def end_txn(self, request: Request, channel: Any) -> Any:
         """Commit or abort: answered once the decision (Prepare*) is stored, as Kafka
-        answers; the markers and group offsets follow in :meth:`_end`'s task, which holds
-        the id's lock until they are written (or :data:`MARKER_TIMEOUT_S` passed: then
-        retried in the background). The client's next request of the id (the next
-        transaction's AddPartitionsToTxn) so waits for them on the lock, where Kafka
-        answers CONCURRENT_TRANSACTIONS and librdkafka retries some 20 ms later; and
-        no batch of the next transaction reaches a partition before its marker (a
-        partition takes the producer's batches only once AddPartitionsToTxn answered)."""
+        answers; the markers follow in :meth:`_end`'s task, which holds the id's lock
+        until they are written (or :data:`MARKER_TIMEOUT_S` passed: then retried in the
+        background). The client's next request of the id (the next transaction's
+        AddPartitionsToTxn) so waits for them on the lock, where Kafka answers
+        CONCURRENT_TRANSACTIONS and librdkafka retries some 20 ms later; and no batch of
+        the next transaction reaches a partition before its marker (a partition takes
+        the producer's batches only once AddPartitionsToTxn answered). A transaction
+        with group offsets is answered once they are the groups' committed offsets, as
+        before: a client that reads offsets without ``require_stable`` (an older one, or
+        a read_uncommitted one) then sees them."""
         loop = asyncio.get_running_loop()
         decided: asyncio.Future[ErrorCode] = loop.create_future()
         task = loop.create_task(self._end(request, channel.principal, decided), name="kafka-end-txn")
@@ -426,7 +429,7 @@ class KafkaTxnService:
 
     async def _end(self, request: Request, principal: Any, decided: asyncio.Future[ErrorCode]) -> None:
         """EndTxn's work: under the id's lock, store the decision, set ``decided`` (the
-        answer goes out), then write the markers and group offsets."""
+        answer goes out), then write the markers (group offsets: before ``decided``)."""
         body = request.body
         txn_id = body.transactional_id
         prepared: list[tuple[TxnMetadata, int]] = []
@@ -445,18 +448,25 @@ class KafkaTxnService:
         try:
             async with self._lock(txn_id):
                 error, _ = await self._guard(Api.END_TXN, request.version, work)
+                if prepared and prepared[0][0].groups:  # the offsets the groups' before the answer
+                    await self._finish_ended(*prepared.pop())
                 if not decided.done():
                     decided.set_result(error)
                 if prepared:
                     await asyncio.sleep(0)  # the answer is written first (a local marker needs no turn)
-                    try:
-                        async with asyncio.timeout(MARKER_TIMEOUT_S):
-                            await self._finish(*prepared[0], lazy=True)
-                    except (LogferryError, TimeoutError) as exc:
-                        log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
+                    await self._finish_ended(*prepared.pop())
         finally:
             if not decided.done():  # cancelled (the broker stops) before the decision
                 decided.set_result(ErrorCode.coordinator_not_available)
+
+    async def _finish_ended(self, meta: TxnMetadata, version: int) -> None:
+        """:meth:`_finish` for EndTxn, bounded by :data:`MARKER_TIMEOUT_S` (what is not
+        written by then the expiry round writes)."""
+        try:
+            async with asyncio.timeout(MARKER_TIMEOUT_S):
+                await self._finish(meta, version, lazy=True)
+        except (LogferryError, TimeoutError) as exc:
+            log.warning("markers of %r not all written yet (retried): %s", meta.transactional_id, exc)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._ending.discard(task)
