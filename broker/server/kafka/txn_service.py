@@ -448,7 +448,7 @@ class KafkaTxnService:
         try:
             async with self._lock(txn_id):
                 error, _ = await self._guard(Api.END_TXN, request.version, work)
-                if prepared and prepared[0][0].groups:  # the offsets the groups' before the answer
+                if prepared and prepared[0][0].groups:  # group offsets: published before the answer
                     await self._finish_ended(*prepared.pop())
                 if not decided.done():
                     decided.set_result(error)
@@ -469,6 +469,7 @@ class KafkaTxnService:
             log.warning("markers of %r not all written yet (retried): %s", meta.transactional_id, exc)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
+        """An EndTxn task ended: forget it; a crash (a bug: errors are answered) is logged."""
         self._ending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("ending a transaction failed", exc_info=task.exception())
