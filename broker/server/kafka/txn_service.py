@@ -18,7 +18,9 @@ then a COMMIT or ABORT marker goes into every partition of the
 transaction (:class:`~broker.server.kafka.txn_markers.TxnMarkerWriter`), the group
 offsets a commit carries become the groups' committed offsets (an abort drops them),
 and the state is CompleteCommit or CompleteAbort. The client is answered once the
-decision is stored; markers that cannot be written yet (a partition without a leader)
+decision is stored, while the markers are written (the id's lock held until they are,
+so its next request waits for them), or, for a transaction with group offsets, once
+they are published; markers that cannot be written yet (a partition without a leader)
 are retried by :meth:`KafkaTxnService.run_expiry` every second, which also aborts
 transactions past their timeout (bumping the epoch, which fences their producer),
 finishes those a dead coordinator left half way (found when the partition is loaded)
@@ -128,6 +130,8 @@ class KafkaTxnService:
         self.expiration_ms = expiration_ms
         """Idle transactional ids are forgotten after this long (found by the full scans)."""
         self._scan_s = min(FULL_SCAN_S, expiration_ms / 3000)
+        self._ending: set[asyncio.Task[None]] = set()
+        """EndTxn tasks writing their markers (a reference: the loop keeps weak ones)."""
         self._unstored: dict[str, int] = {}
         """Transactional id -> version of a Prepare* state whose markers and group
         offsets this broker finished, made Complete* in memory without storing it (an
@@ -404,30 +408,71 @@ class KafkaTxnService:
     # -- EndTxn ------------------------------------------------------------------------------
 
     async def end_txn(self, request: Request, channel: Any) -> Any:
-        """Commit or abort: the decision stored, then the markers and group offsets
-        (waited for up to :data:`MARKER_TIMEOUT_S`; retried in the background after)."""
+        """Commit or abort: answered once the decision (Prepare*) is stored, as Kafka
+        answers; the markers follow in :meth:`_end`'s task, which holds the id's lock
+        until they are written (or :data:`MARKER_TIMEOUT_S` passed: then retried in the
+        background). The client's next request of the id (the next transaction's
+        AddPartitionsToTxn) so waits for them on the lock, where Kafka answers
+        CONCURRENT_TRANSACTIONS and librdkafka retries some 20 ms later; and no batch of
+        the next transaction reaches a partition before its marker (a partition takes
+        the producer's batches only once AddPartitionsToTxn answered). A transaction
+        with group offsets is answered once they are the groups' committed offsets, as
+        before: a client that reads offsets without ``require_stable`` (an older one, or
+        a read_uncommitted one) then sees them."""
+        loop = asyncio.get_running_loop()
+        decided: asyncio.Future[ErrorCode] = loop.create_future()
+        task = loop.create_task(self._end(request, channel.principal, decided), name="kafka-end-txn")
+        self._ending.add(task)
+        task.add_done_callback(self._ended)
+        error = await decided  # cancelled (the connection closed): the task goes on
+        return make(response_schema(Api.END_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
+
+    async def _end(self, request: Request, principal: Any, decided: asyncio.Future[ErrorCode]) -> None:
+        """EndTxn's work: under the id's lock, store the decision, set ``decided`` (the
+        answer goes out), then write the markers (group offsets: before ``decided``)."""
         body = request.body
         txn_id = body.transactional_id
+        prepared: list[tuple[TxnMetadata, int]] = []
 
         async def work() -> None:
             self._check(txn_id, Api.END_TXN)
-            self._denied(channel.principal, Operation.PRODUCE, [], txn=txn_id)
-            async with self._lock(txn_id):
-                loaded = await self._load(txn_id)
-                if loaded is None:
-                    raise TxnError(ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {txn_id!r}")
-                meta, version = loaded
-                if not meta.end(body.producer_id, body.producer_epoch, body.committed, _now_ms()):
-                    return  # a retry of an end that completed
-                version = await self._store(meta, version)
-                try:
-                    async with asyncio.timeout(MARKER_TIMEOUT_S):  # inline: no task of its own
-                        await self._finish(meta, version, lazy=True)
-                except (LogferryError, TimeoutError) as exc:
-                    log.warning("markers of %r not all written yet (retried): %s", txn_id, exc)
+            self._denied(principal, Operation.PRODUCE, [], txn=txn_id)
+            loaded = await self._load(txn_id)
+            if loaded is None:
+                raise TxnError(ErrorCode.invalid_producer_id_mapping, f"unknown transactional id {txn_id!r}")
+            meta, version = loaded
+            if not meta.end(body.producer_id, body.producer_epoch, body.committed, _now_ms()):
+                return  # a retry of an end that completed
+            prepared.append((meta, await self._store(meta, version)))
 
-        error, _ = await self._guard(Api.END_TXN, request.version, work)
-        return make(response_schema(Api.END_TXN, request.version), throttle_time=_NO_TIME, error_code=error)
+        try:
+            async with self._lock(txn_id):
+                error, _ = await self._guard(Api.END_TXN, request.version, work)
+                if prepared and prepared[0][0].groups:  # group offsets: published before the answer
+                    await self._finish_ended(*prepared.pop())
+                if not decided.done():
+                    decided.set_result(error)
+                if prepared:
+                    await asyncio.sleep(0)  # the answer is written first (a local marker needs no turn)
+                    await self._finish_ended(*prepared.pop())
+        finally:
+            if not decided.done():  # cancelled (the broker stops) before the decision
+                decided.set_result(ErrorCode.coordinator_not_available)
+
+    async def _finish_ended(self, meta: TxnMetadata, version: int) -> None:
+        """:meth:`_finish` for EndTxn, bounded by :data:`MARKER_TIMEOUT_S` (what is not
+        written by then the expiry round writes)."""
+        try:
+            async with asyncio.timeout(MARKER_TIMEOUT_S):
+                await self._finish(meta, version, lazy=True)
+        except (LogferryError, TimeoutError) as exc:
+            log.warning("markers of %r not all written yet (retried): %s", meta.transactional_id, exc)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """An EndTxn task ended: forget it; a crash (a bug: errors are answered) is logged."""
+        self._ending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ending a transaction failed", exc_info=task.exception())
 
     # -- TxnOffsetCommit ---------------------------------------------------------------------
 
