@@ -20,6 +20,7 @@ import pytest
 from broker.testing.hdfs import JARS as HADOOP_JARS
 from broker.testing.iceberg_jars import JARS as ICEBERG_JARS
 from broker.testing.iceberg_jars import RUNTIME_JAR
+from demo.lake import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(330)]
 
@@ -29,6 +30,7 @@ def _ints(row: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(missing("hdfs") is not None, reason=str(missing("hdfs")))  # as the other HDFS tests
 def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
     workdir = tmp_path / "demo"
     proc = subprocess.run(
