@@ -3,7 +3,7 @@
 #   make test [PYTEST_ARGS="-k expire -x"]   lint, then unit + integration tests (real ZooKeeper)
 #   make test-unit [PYTEST_ARGS=...]          the tests that start no process (under a minute)
 #   make lint                                 ruff, mypy and the import contracts (pyproject.toml)
-#   make demo [DEMO_ARGS=...]                 the end-to-end demo
+#   make demo [DEMO_ARGS=...]                 the end-to-end demo (its own HDFS; DEMO_ARGS="--lake file": no HDFS)
 #   make bench [BENCH_ARGS=--quick]           benchmarks/run_all.py: every benchmark, in turn
 #   make venv | system-deps | class-archive | kafka-jars | hadoop-jars | iceberg-jars | clean | distclean
 #
@@ -95,7 +95,10 @@ jars: system-deps
 test-unit: venv
 	$(VENV)/bin/pytest -n auto -m "not integration" $(PYTEST_ARGS)
 
-demo: venv system-deps class-archive
+# The demo lands into its own HDFS as an Iceberg table per topic (docs: README, "The demo"):
+# Hadoop's jars run the NameNode and DataNode, Iceberg's Spark runtime the loader's tables.
+# Without them the demo says so in one line; DEMO_ARGS="--lake file" needs neither.
+demo: venv system-deps class-archive hadoop-jars iceberg-jars
 	$(VENV)/bin/logferry demo $(DEMO_ARGS)
 
 bench: venv system-deps

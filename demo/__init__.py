@@ -10,6 +10,9 @@ Modules, one role each:
   (Java stack traces included) and rotating them by rename while the agents tail them
 - :mod:`demo.counting`  counts per stage: messages in a cluster, audit records,
   Parquet rows
+- :mod:`demo.lake`      the analysis datacenter's HDFS (started in the background) and
+  its Iceberg tables' locations and row counts (``--lake hdfs``, the default)
+- :mod:`demo.query`     the query script the report names, and its lines on the lake
 - :mod:`demo.dashboard` a real-time consumer group printing per-topic rates
 - :mod:`demo.report`    the final report and its verdict
 - :mod:`demo.run`       the orchestration

@@ -5,9 +5,11 @@ the analysis cluster's (etc/analysis); simulated web hosts writing access and
 application logs (Java stack traces, rotation by rename), each tailed by an agent
 (etc/agent.toml); the mirror between the datacenters (etc/mirror.toml); a dashboard
 consumer group printing per-topic rates; at the end the loader (etc/loader.toml)
-landing everything as Parquet. Then a report: every stage's count, the audit's
-completeness, throughput. Exit 1 if any stage's count differs. With --keep-running the
-pipeline then keeps flowing until Ctrl-C.
+landing everything into the analysis datacenter's HDFS (its own NameNode and DataNode)
+as an Apache Iceberg table per topic, or as local Parquet with --lake file. Then a
+report: every stage's count, the audit's completeness, throughput, the tables' hdfs://
+locations and a Spark SQL query that reads them. Exit 1 if any stage's count differs.
+With --keep-running the pipeline then keeps flowing until Ctrl-C.
 
 The implementation lives in :mod:`demo`; this module only declares the command.
 """
@@ -57,7 +59,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="how long the Spark landing job may take (default 300)",
     )
     p.add_argument(
-        "--workdir", default=".logferry/demo", help="where configs, data, logs and Parquet go (wiped at start)"
+        "--lake",
+        choices=("hdfs", "file"),
+        default="hdfs",
+        help="where the loader lands: hdfs (default) starts an HDFS in the workdir and lands an Iceberg table "
+        "per topic there; file lands Parquet files under the workdir (no HDFS, no Iceberg)",
+    )
+    p.add_argument(
+        "--workdir", default=".logferry/demo", help="where configs, data, logs and the lake go (wiped at start)"
     )
     p.add_argument(
         "--keep-running",

@@ -228,3 +228,16 @@ def loader_config(template: Mapping[str, Any], zk: str, output: Path, topics: li
     conf["spark.ui.showConsoleProgress"] = "false"
     conf["spark.driver.extraJavaOptions"] = spark_java_options_line()  # loads of seconds: C1, class archive
     return doc
+
+
+def land_as_iceberg(doc: dict[str, Any], warehouse: str, runtime_jar: Path) -> dict[str, Any]:
+    """``doc`` (from :func:`loader_config`) landing an Iceberg table per topic into the
+    Hadoop catalog ``warehouse`` (the demo's HDFS), with Iceberg's Spark runtime on
+    Spark's classpath; the Parquet-only output keys go (Iceberg's writer decides files)."""
+    output = doc.setdefault("output", {})
+    output["uri"] = warehouse
+    output["format"] = "iceberg"
+    for key in ("files_per_hour", "max_records_per_file"):
+        output.pop(key, None)
+    doc.setdefault("spark", {}).setdefault("conf", {})["spark.jars"] = str(runtime_jar)
+    return doc

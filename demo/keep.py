@@ -128,6 +128,13 @@ class KeepRunning:
             lines.append(f"  {'mirror':<20} {p.mirror_metrics}/metrics")
         if getattr(p, "console_url", ""):
             lines += ["", f"Web console (both clusters, live): {p.console_url}"]
+        lake = getattr(p, "lake", None)
+        if lake is not None and lake.ready and lake.hdfs is not None:
+            lines += [
+                "",
+                f"HDFS runs meanwhile (web UI http://{lake.hdfs.http_address}/): "
+                f"{p.workdir / 'query.py'} reads the Iceberg tables with Spark SQL.",
+            ]
         restart = ("type r and Enter, or " if self.interactive else "") + f"kill -USR1 {os.getpid()}"
         lines += [
             "",

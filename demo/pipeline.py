@@ -19,6 +19,7 @@ from broker.common.errors import TopicExistsError
 from broker.testing.localrun import free_port
 from demo import configs
 from demo.dashboard import GROUP, Dashboard
+from demo.lake import HdfsLake
 from demo.processes import BrokerChild, Child, DemoError, Supervisor, display_name, exit_message
 from demo.security import DemoSecurity
 
@@ -45,7 +46,9 @@ class Pipeline:
         self.mirror_metrics = ""
         self.console_url = ""
         self.warehouse = workdir / "warehouse"
-        """The loader's output (Parquet and its manifests): the console's landed tier."""
+        """With ``--lake file``: the loader's output (Parquet and its manifests), the console's landed tier."""
+        self.lake: HdfsLake | None = None
+        """With ``--lake hdfs`` (the default): the HDFS the loader lands Iceberg tables into."""
         self.agent_metrics: dict[str, str] = {}
         """Host -> its agent's metrics base URL (``/metrics``, ``/status``)."""
         self.dashboard: Dashboard | None = None
@@ -74,7 +77,32 @@ class Pipeline:
             return self.security.zk_owner(datacenter)
         return self.security.zk_as(user, datacenter)
 
+    @property
+    def lake_kind(self) -> str:
+        """``hdfs`` (Iceberg tables on the demo's HDFS) or ``file`` (local Parquet)."""
+        return str(getattr(self.args, "lake", "hdfs"))
+
     # -- start ----------------------------------------------------------------------------
+
+    def start_lake(self) -> None:
+        """With ``--lake hdfs``: start the HDFS in the background (it is needed only when
+        the loader runs; :mod:`demo.lake`)."""
+        if self.lake_kind != "hdfs":
+            return
+        namespace = configs.load(configs.loader_template()).get("output", {}).get("namespace", "logferry")
+        self.lake = HdfsLake(self.workdir, namespace)
+        self.lake.start()
+        say(f"HDFS: starting a NameNode and a DataNode in {self.lake.data_dir} (in the background; logs in hdfs/logs)")
+
+    def check_lake(self) -> None:
+        """Raise :class:`DemoError` (one line) if the HDFS failed to start: the demo ends
+        then, not after the hosts wrote and the clusters drained."""
+        if self.lake is not None:
+            self.lake.failure()
+
+    def stop_lake(self) -> list[str]:
+        """Stop the HDFS (also one still starting); the problems seen."""
+        return self.lake.stop() if self.lake is not None else []
 
     def start_clusters(self) -> None:
         self.zk = self.sup.start_zookeeper(self.workdir / "zookeeper", getattr(self.args, "zk_ensemble", None))
@@ -187,12 +215,14 @@ class Pipeline:
             {"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
             for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))
         ]
-        # the landed tier: the loader's manifests, against the cluster it reads (docs/console.md);
-        # made now so the page says "nothing landed yet" until the loader's first run
-        self.warehouse.mkdir(parents=True, exist_ok=True)
-        timezone = configs.load(configs.loader_template()).get("load", {}).get("timezone", "UTC")
-        lake = {"path": str(self.warehouse), "cluster": "analysis" if self.mirror else "live", "timezone": timezone}
-        doc = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters, "lake": [lake]}
+        doc: dict[str, Any] = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
+        if self.lake_kind == "file":
+            # the landed tier: the loader's manifests, against the cluster it reads (docs/console.md);
+            # made now so the page says "nothing landed yet" until the loader's first run
+            self.warehouse.mkdir(parents=True, exist_ok=True)
+            timezone = configs.load(configs.loader_template()).get("load", {}).get("timezone", "UTC")
+            cluster = "analysis" if self.mirror else "live"
+            doc["lake"] = [{"path": str(self.warehouse), "cluster": cluster, "timezone": timezone}]
         path = configs.write(self.workdir / "config" / "console.toml", doc, configs.ETC / "console.toml")
         self.sup.add(
             Child.logferry("console", ["console", "--config", str(path)], self.workdir / "logs" / "console.log"),
@@ -200,7 +230,12 @@ class Pipeline:
         )
         self.console_url = f"http://127.0.0.1:{port}/"
         who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
-        say(f"console: {self.console_url} (live and analysis clusters{who}; landed Parquet from {self.warehouse})")
+        landed = (
+            f"landed Parquet from {self.warehouse}"
+            if self.lake_kind == "file"
+            else "no landed tier: it reads a local Parquet lake's manifests (--lake file)"
+        )
+        say(f"console: {self.console_url} (live and analysis clusters{who}; {landed})")
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:

@@ -29,8 +29,11 @@ class Tally:
     dashboard: dict[str, int] = field(default_factory=dict)
     analysis: dict[str, int] | None = None
     """None when the mirror did not run (the loader then read the live cluster)."""
-    parquet: dict[str, int] | None = None
-    parquet_files: dict[str, int] = field(default_factory=dict)
+    landed: dict[str, int] | None = None
+    """Rows in the lake per topic, read from it (None: the loader landed nothing)."""
+    landed_files: dict[str, int] = field(default_factory=dict)
+    landed_label: str = "Parquet rows"
+    """The lake's column in the report: ``Parquet rows`` or ``Iceberg rows``."""
     audit_records: dict[str, int] = field(default_factory=dict)
     """Audit topic's message count per cluster name."""
     throughput: list[tuple[str, int, float, float | None]] = field(default_factory=list)
@@ -48,15 +51,20 @@ STAGES = (
     ("audit_acked", "shipped (audit)"),
     ("live", "live cluster"),
     ("analysis", "analysis cluster"),
-    ("parquet", "Parquet rows"),
+    ("landed", "Parquet rows"),  # or Tally.landed_label
 )
 
 
+def _stages(tally: Tally) -> list[tuple[str, str]]:
+    """(Tally field, column label) of every stage, the lake's as the tally names it."""
+    return [(name, tally.landed_label if name == "landed" else label) for name, label in STAGES]
+
+
 def completeness(tally: Tally) -> dict[str, float | None]:
-    """Parquet rows / the agents' audited count, per topic (the paper's audit)."""
+    """Rows landed / the agents' audited count, per topic (the paper's audit)."""
     out: dict[str, float | None] = {}
     for topic in tally.topics:
-        counts = WindowCounts(tally.audit_acked.get(topic, 0), (tally.parquet or {}).get(topic, 0))
+        counts = WindowCounts(tally.audit_acked.get(topic, 0), (tally.landed or {}).get(topic, 0))
         out[topic] = counts.completeness  # the audit's one formula (broker.client.audit)
     return out
 
@@ -64,7 +72,7 @@ def completeness(tally: Tally) -> dict[str, float | None]:
 def problems(tally: Tally) -> list[str]:
     """Every disagreement between stages; empty when the run is exact."""
     found = []
-    for name, label in STAGES:
+    for name, label in _stages(tally):
         counts = getattr(tally, name)
         if counts is None:
             continue
@@ -78,7 +86,7 @@ def problems(tally: Tally) -> list[str]:
         found.append(
             f"agents' counters say {tally.agents_acked:,} messages acknowledged, the hosts wrote {total_written:,}"
         )
-    if tally.parquet is None:
+    if tally.landed is None:
         found.append("the loader landed nothing (see its log)")
     for topic, value in completeness(tally).items():
         if value is None:
@@ -100,9 +108,9 @@ def _cell(counts: dict[str, int] | None, topic: str | None, tally: Tally) -> str
     return f"{value:,}"
 
 
-def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
-    """The report as text."""
-    cols = [label for name, label in STAGES]
+def render(tally: Tally, lake: list[str]) -> str:
+    """The report as text; ``lake``: its closing lines, where the lake is and how to read it."""
+    cols = [label for name, label in _stages(tally)]
     width = max(16, *(len(t) for t in tally.topics))
     lines = [
         "",
@@ -138,7 +146,7 @@ def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
     for topic, value in completeness(tally).items():
         shown = "no audit records" if value is None else f"{value:.2%}"
         lines.append(
-            f"  {topic:<{width}} {(tally.parquet or {}).get(topic, 0):>10,} / "
+            f"  {topic:<{width}} {(tally.landed or {}).get(topic, 0):>10,} / "
             f"{tally.audit_acked.get(topic, 0):>10,}  complete: {shown}"
         )
     lines += [
@@ -148,13 +156,7 @@ def render(tally: Tally, output_uri: str, query_path: str, python: str) -> str:
     for stage, count, seconds, peak in tally.throughput:
         extra = f"  (peak {peak:,.0f}/s over a progress interval)" if peak else ""
         lines.append(f"  {stage:<44} {count:>9,} in {seconds:6.1f}s = {count / max(seconds, 1e-9):>8,.0f}/s{extra}")
-    lines += [
-        "",
-        f"Parquet files: {output_uri}",
-        "  " + ", ".join(f"topic={t}: {n} file(s)" for t, n in tally.parquet_files.items()),
-        f"Read them with Spark:  {python} {query_path}",
-        "",
-    ]
+    lines += ["", *lake, ""]
     for note in tally.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

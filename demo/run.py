@@ -2,14 +2,16 @@
 
 Order of events (every wait bounded)::
 
+    HDFS starts in the background (--lake hdfs, the default; demo.lake)
     ZooKeeper ─► live brokers (etc/live) + analysis brokers (etc/analysis)
       ─► topics in the live cluster ─► mirror (etc/mirror.toml) ─► dashboard group
       ─► one agent per host (etc/agent.toml) ─► hosts write and rotate for --seconds
       ─► drain: live cluster holds every record, then the agents stop (final audit)
       ─► analysis cluster holds everything, audit topic included
-      ─► loader (etc/loader.toml) lands Parquet ─► report ─► stop everything
+      ─► HDFS takes writes ─► loader (etc/loader.toml) lands an Iceberg table per topic
+         into it (or Parquet under the workdir, --lake file) ─► report ─► stop everything
 
-The pipeline is stopped front to back: agents, mirror, brokers, ZooKeeper. With
+The pipeline is stopped front to back: agents, mirror, brokers, ZooKeeper, HDFS. With
 ``--keep-running``, :mod:`demo.keep` first sets it flowing again until Ctrl-C. Brokers,
 agents and the mirror serve their metrics on free ports of 127.0.0.1 (printed).
 """
@@ -28,14 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from broker.common.errors import ConfigError, LogferryError
+from broker.testing.hdfs import LocalHdfs
+from broker.testing.iceberg_jars import JARS as ICEBERG_JARS
+from broker.testing.iceberg_jars import runtime_jar
 from demo import configs
 from demo.console_check import console_landed, console_status
 from demo.counting import ClusterCounter, audit_sums, parquet_rows
 from demo.dashboard import GROUP, Dashboard
 from demo.hosts import WebHost, app_vocabulary, check_multiline, sources_from_agent_config
 from demo.keep import keep_running
+from demo.lake import missing as lake_missing
 from demo.pipeline import Pipeline, read_status, say
 from demo.processes import Child, DemoError
+from demo.query import iceberg_where, parquet_where, write_iceberg_query, write_parquet_query
 from demo.report import Tally, problems, render
 
 MARKER = ".logferry-demo"
@@ -47,6 +54,12 @@ def _prepare_workdir(workdir: Path) -> None:
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / MARKER).exists():
             raise ConfigError(f"{workdir} is not empty and was not made by the demo; choose another --workdir")
+        hdfs = LocalHdfs.from_data_dir(workdir / "hdfs")
+        if hdfs.is_running():
+            raise ConfigError(
+                f"a demo still runs in {workdir} (HDFS: {hdfs.pids()}); stop it (Ctrl-C in its terminal) first, "
+                f"or, if that demo is gone, its HDFS: logferry hdfs stop --data-dir {hdfs.data_dir}"
+            )
         zk_dir = workdir / "zookeeper"  # one server's pidfile, or each ensemble member's
         for pidfile in [zk_dir / "zookeeper.pid", *sorted(zk_dir.glob("member-*/zookeeper.pid"))]:
             if pidfile.exists():
@@ -105,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     workdir = Path(args.workdir).resolve()
     _prepare_workdir(workdir)
+    reason = lake_missing(getattr(args, "lake", "hdfs"))
+    if reason:  # before starting anything
+        raise DemoError(reason)
     pipeline = Pipeline(args, workdir)
     if not pipeline.topics:
         raise ConfigError("etc/agent.toml has no [[sources]]: nothing to publish")
@@ -133,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if pipeline.dashboard is not None and pipeline.dashboard.is_alive():
                 pipeline.dashboard.stop(10.0)
-            issues = pipeline.sup.stop_all()
+            issues = pipeline.sup.stop_all() + pipeline.stop_lake()
             for issue in issues:
                 say(f"while stopping: {issue}")
             say("stopped every process it started")
@@ -170,10 +186,13 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
         f"{args.seconds:.0f}s, rotating every {rotate_s:.0f}s; workdir {workdir}"
     )
 
+    pipeline.start_lake()
     pipeline.start_clusters()
+    pipeline.check_lake()
     pipeline.create_topics()
     pipeline.start_mirror()
     pipeline.start_console()
+    pipeline.check_lake()
     dashboard = pipeline.dashboard = Dashboard(
         pipeline.zk_as("dashboard", "live"), pipeline.topics, pipeline.client("dashboard", "live")
     )
@@ -199,6 +218,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     def sample(elapsed: float, interval: float) -> None:
         for _, text in pipeline.exits():
             say(text)
+        pipeline.check_lake()
         written = sum(c.records for w in writers for c in w.counts.values())
         in_live = sum(live.update().values())
         in_analysis = sum(analysis.update().values()) if analysis else 0
@@ -297,9 +317,24 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     if "zookeeper" in sections:  # the loader's login is [source.zookeeper]
         doc.setdefault("source", {})["zookeeper"] = sections.pop("zookeeper")
     doc.update(sections)
+    lake, jar = pipeline.lake, None
+    if lake is not None:
+        hdfs = lake.wait()
+        say(
+            f"HDFS: {hdfs.uri} (NameNode pid {hdfs.pid('namenode')}, DataNode pid {hdfs.pid('datanode')}), "
+            f"web UI http://{hdfs.http_address}/, logs {hdfs.log_dir}"
+        )
+        jar = runtime_jar()
+        if jar is None:
+            raise DemoError(f"Apache Iceberg's Spark runtime is gone from {ICEBERG_JARS.jar_dir()}")
+        doc = configs.land_as_iceberg(doc, lake.warehouse, jar)
+        landing = f"as Iceberg tables into {lake.warehouse}"
+        tally.landed_label = "Iceberg rows"
+    else:
+        landing = "as Parquet"
     loader_cfg = configs.write(workdir / "config" / "loader.toml", doc, configs.loader_template())
     say(
-        f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk) :]} as Parquet "
+        f"loader: landing {', '.join(topics)} from {source_zk[len(pipeline.zk) :]} {landing} "
         f"(Spark local mode; the JVM takes a while to start)"
     )
     loader = pipeline.sup.add(
@@ -314,10 +349,15 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     print(_loader_summary(loader.log_text()), flush=True)
     if code != 0:
         tally.notes.append(f"the loader exited with {code}: see {loader.log_path}")
-    if output.exists():
-        tally.parquet, tally.parquet_files = parquet_rows(output)
-        tally.parquet = {t: tally.parquet.get(t, 0) for t in topics}
-    if pipeline.console_url and code == 0:
+    if lake is not None:
+        tables = {t: lake.table_counts(t) for t in topics}
+        if any(counts is not None for counts in tables.values()):
+            tally.landed = {t: counts[0] if counts else 0 for t, counts in tables.items()}
+            tally.landed_files = {t: counts[1] if counts else 0 for t, counts in tables.items()}
+    elif output.exists():
+        rows, tally.landed_files = parquet_rows(output)
+        tally.landed = {t: rows.get(t, 0) for t in topics}
+    if pipeline.console_url and code == 0 and lake is None:
         say(console_landed(pipeline.console_url))
 
     total = sum(written.values())
@@ -328,12 +368,18 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     ]
     if t_analysis is not None:
         tally.throughput.append(("mirror copies to the analysis cluster", total, t_analysis, peaks.get("analysis")))
-    landed = sum((tally.parquet or {}).values())
-    tally.throughput.append(("loader lands Parquet (Spark start included)", landed, loader_s, None))
+    landed = sum((tally.landed or {}).values())
+    what = "Iceberg tables on HDFS" if lake is not None else "Parquet"
+    tally.throughput.append((f"loader lands {what} (Spark start included)", landed, loader_s, None))
     tally.notes += pipeline.notes
 
-    query = _write_query(workdir, output, topics)
-    text = render(tally, output.as_uri(), str(query), _python())
+    if lake is not None and jar is not None:
+        query = write_iceberg_query(workdir, lake.warehouse, lake.namespace, topics, jar)
+        where = iceberg_where(lake, topics, tally.landed_files, str(query), _python(), _command(), jar)
+    else:
+        query = write_parquet_query(workdir, output, topics)
+        where = parquet_where(output.as_uri(), tally.landed_files, str(query), _python())
+    text = render(tally, where)
     found = problems(tally)
     text += "\n" + (
         "RESULT: OK: every stage holds exactly what the hosts wrote; audit 100% complete"
@@ -370,34 +416,6 @@ def _python() -> str:
         return str(exe.relative_to(configs.ROOT))
     except ValueError:
         return str(exe)
-
-
-def _write_query(workdir: Path, output: Path, topics: list[str]) -> Path:
-    """A small PySpark script reading the landed Parquet (printed in the report)."""
-    app = next((t for t in topics if "app" in t), topics[0])
-    access = next((t for t in topics if "access" in t), topics[-1])
-    path = workdir / "query.py"
-    path.write_text(f'''"""Read the demo's Parquet output with Spark (written by `logferry demo`)."""
-from pyspark.sql import SparkSession, functions as F
-
-spark = (SparkSession.builder.master("local[2]").appName("logferry-demo-query")
-         .config("spark.ui.enabled", "false").getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-root = "{output.as_uri()}"
-
-logs = spark.read.parquet(root)              # every topic; columns topic, dt, hr, host, line, ...
-logs.groupBy("topic", "host").count().orderBy("topic", "host").show()
-
-app = spark.read.parquet(f"{{root}}/topic={app}")
-traces = app.filter(F.col("line").contains("\\n\\tat "))   # records with a Java stack trace
-(traces.select(F.get(F.split("line", "\\n"), 1).alias("exception"))
-       .groupBy("exception").count().orderBy(F.desc("count")).show(truncate=False))
-
-access = spark.read.parquet(f"{{root}}/topic={access}")
-(access.select(F.regexp_extract("line", r'" (\\d{{3}}) ', 1).alias("status"))
-       .groupBy("status").count().orderBy("status").show())
-''')
-    return path
 
 
 def _command() -> str:

@@ -23,6 +23,14 @@ against the tier before it with the same formula. Landed against the mirror is t
 step (the mirror counts what it wrote to this cluster); duplicates a mirror made show as
 its tier above 100% of the agents'.
 
+With ``output.format = "iceberg"`` the lake is one table per topic and the counts come
+from the tables (:func:`iceberg_counts`): landed rows per event hour are the record
+counts Iceberg's manifests keep for each data file of the current snapshot, by its
+``hours(timestamp)`` partition (no data file is read), and duplicates per hour are what
+the landing snapshots' summaries say dedup dropped (:data:`hadoop_loader.iceberg.
+DUPLICATE_HOURS`). Iceberg's hours are UTC hours; each is named by the hour of
+``load.timezone`` it starts in, exact for every zone whose offset is whole hours.
+
 An audit topic that does not exist yet (no agent has published an audit record, as on a
 new cluster) is not an error: there is nothing to audit, the report says so
 (:attr:`AuditReport.missing_topic`) and the run's exit code is unaffected. Any other
@@ -49,7 +57,8 @@ import msgpack
 
 from broker.client import LANDED_STAGE, AuditRecord, WindowCounts, stage_rank
 from broker.common.errors import UnknownTopicOrPartitionError
-from hadoop_loader.errors import AuditError, IncompleteError, SourceError, source_errors
+from hadoop_loader.errors import AuditError, IncompleteError, LoaderError, SourceError, source_errors, spark_errors
+from hadoop_loader.iceberg import DUPLICATE_HOURS, DUPLICATES, SnapshotInfo
 
 log = logging.getLogger("logferry.loader")
 
@@ -271,6 +280,70 @@ def duplicate_counts(manifests: Iterable[Any], since_ms: int) -> dict[tuple[str,
     return out
 
 
+def table_hours(topic: str, counts: Mapping[int, int], tz: dt.tzinfo) -> dict[tuple[str, str], int]:
+    """A table's rows per Iceberg hour (hours since the epoch, UTC) as rows per
+    (topic, hour key of ``tz``), the keys :func:`compare` takes."""
+    out: dict[tuple[str, str], int] = {}
+    for hour, rows in counts.items():
+        key = (topic, hour_key(hour * HOUR_MS, tz))
+        out[key] = out.get(key, 0) + rows
+    return out
+
+
+def snapshot_duplicates(
+    topic: str, snapshots: Iterable[SnapshotInfo], tz: dt.tzinfo
+) -> tuple[dict[tuple[str, str], int], int]:
+    """Rows dedup dropped per (topic, hour) from landing snapshots' summaries
+    (:data:`DUPLICATE_HOURS`), and the copies of snapshots that counted them without
+    hours (loads from before the property existed), which no hour can take."""
+    out: dict[tuple[str, str], int] = {}
+    unplaced = 0
+    for snapshot in snapshots:
+        text = snapshot.summary.get(DUPLICATE_HOURS)
+        if text is None:
+            text = snapshot.summary.get(DUPLICATES, "0")
+            unplaced += int(text) if text.isdigit() else 0
+            continue
+        try:
+            hours = {int(h): int(n) for h, n in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError):
+            log.warning("audit: snapshot %s has an unreadable %s: %.80s", snapshot.snapshot_id, DUPLICATE_HOURS, text)
+            continue
+        for key, rows in table_hours(topic, hours, tz).items():
+            out[key] = out.get(key, 0) + rows
+    return out, unplaced
+
+
+def iceberg_counts(
+    config: Any, spark: Any, since_ms: int
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """(rows, duplicates) per (topic, hour) of the topics' Iceberg tables, from their
+    metadata: the current snapshot's data files' record counts by hour partition, and
+    the duplicate counts of the snapshots committed since ``since_ms`` (a snapshot
+    committed before it cannot hold rows of a later hour)."""
+    from hadoop_loader.iceberg import IcebergTables
+
+    tz = zoneinfo.ZoneInfo(config.load.timezone)
+    landed: dict[tuple[str, str], int] = {}
+    duplicates: dict[tuple[str, str], int] = {}
+    with spark_errors("counting the Iceberg tables' rows for the audit"):
+        tables = IcebergTables(spark, config.output.uri, config.output.namespace)
+        for topic in config.source.topics:
+            if not tables.exists(topic):
+                continue
+            landed.update(table_hours(topic, tables.hour_counts(topic, since_ms // HOUR_MS), tz))
+            dups, unplaced = snapshot_duplicates(topic, tables.history(topic, since_ms), tz)
+            duplicates.update(dups)
+            if unplaced:
+                log.warning(
+                    "audit: %s: %d duplicate(s) of loads from before %s are counted in no hour",
+                    tables.name(topic),
+                    unplaced,
+                    DUPLICATE_HOURS,
+                )
+    return landed, duplicates
+
+
 def read_audit_records(consumer: Any, topic: str, since_ms: int) -> tuple[list[dict[str, Any]], int] | None:
     """Every audit record published since ``since_ms`` (driver side; the topic is small).
 
@@ -308,11 +381,16 @@ def read_audit_records(consumer: Any, topic: str, since_ms: int) -> tuple[list[d
 
 
 def audit_after_load(
-    config: Any, store: Any, started: float, landed: Mapping[tuple[str, str], int] | None = None
+    config: Any,
+    store: Any,
+    started: float,
+    landed: Mapping[tuple[str, str], int] | None = None,
+    spark: Any = None,
 ) -> AuditReport:
     """The audit step of a run: read the audit topic and compare with ``landed`` (rows
     really in the lake per topic and hour, from the verification; the manifests' counts
-    when None) and the duplicates the manifests record."""
+    when None) and the duplicates the manifests record; with ``format = "iceberg"``,
+    with the tables' counts instead (:func:`iceberg_counts`, through ``spark``)."""
     from broker.client import SimpleConsumer
 
     a = config.audit
@@ -342,9 +420,15 @@ def audit_after_load(
         )
     records, bad = found if found is not None else ([], 0)
     expected, used, skipped = expected_counts(records, a.stage, a.count, tz)
-    if landed is None:
-        landed = landed_counts(store.newest_first(), since_ms)
-    duplicates = duplicate_counts(store.newest_first(), since_ms)
+    if config.output.format == "iceberg":
+        try:
+            landed, duplicates = iceberg_counts(config, spark, since_ms)
+        except LoaderError as exc:
+            raise AuditError(f"audit: {exc}") from exc
+    else:
+        if landed is None:
+            landed = landed_counts(store.newest_first(), since_ms)
+        duplicates = duplicate_counts(store.newest_first(), since_ms)
     report = compare(
         expected,
         landed,

@@ -312,7 +312,7 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         source=_source(v, sections["source"]),
         output=_output(v, sections["output"]),
         load=_load(v, sections["load"]),
-        audit=_audit(v, sections["audit"], sections["output"]),
+        audit=AuditConfig(**sections["audit"]),
         spark=_spark(sections["spark"]),
         dedup=_dedup(v, sections["dedup"], sections["source"]),
         maintenance=_maintenance(v, sections["maintenance"], sections["output"]),
@@ -320,16 +320,6 @@ def _build(data: dict[str, Any], v: Validator) -> LoaderConfig:
         tls=tls_from_table(v, sections["tls"], "tls"),
         sasl=_sasl(v, sections["sasl"]),
     )
-
-
-def _audit(v: Validator, a: dict[str, Any], output: dict[str, Any]) -> AuditConfig:
-    config = AuditConfig(**a)
-    if config.enabled and output.get("format", "parquet") == "iceberg":
-        v.fail("audit.enabled", ICEBERG_NO_AUDIT)
-    return config
-
-
-ICEBERG_NO_AUDIT = "not yet with output.format = 'iceberg' (the audit counts the Parquet output's files)"
 
 
 def _sasl(v: Validator, table: dict[str, Any]) -> SaslSource | None:

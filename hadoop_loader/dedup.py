@@ -105,6 +105,17 @@ def tally(marked: Any) -> Tally:
     return Tally(identities, duplicates)
 
 
+def copies_per_hour(marked: Any) -> dict[int, int]:
+    """Rows marked as copies per event hour, as hours since the epoch (UTC, the unit of
+    Iceberg's ``hours(timestamp)`` partitions): one small aggregate, for the audit's
+    duplicates per hour of a table (:data:`hadoop_loader.iceberg.DUPLICATE_HOURS`)."""
+    from pyspark.sql import functions as F
+
+    hour = F.floor(F.unix_micros(F.col("timestamp")) / F.lit(3_600_000_000)).alias("_hour")
+    rows = marked.where(F.col(DUPLICATE_COLUMN).cast("boolean")).groupBy(hour).count().collect()
+    return {int(r["_hour"]): int(r["count"]) for r in rows if r["_hour"] is not None}
+
+
 def identity_ranges(staged: Any) -> list[IdentityRange]:
     """This run's landed (not duplicate) identities as ranges, per topic, partition, host
     and file id (:func:`tally`)."""

@@ -65,6 +65,10 @@ IDENTITIES = "logferry.identities"
 landed as ranges (one per partition and file generation; the topic is the table's)."""
 DUPLICATES = "logferry.duplicates"
 """With dedup: rows this load read and did not append, as copies of landed records."""
+DUPLICATE_HOURS = "logferry.duplicate-hours"
+"""With dedup, when the load dropped copies: JSON ``{"<hour>": rows}``, the copies per
+event hour (hours since the epoch, UTC: the value of the table's ``hours(timestamp)``
+partition), for the audit's duplicates per hour (:mod:`hadoop_loader.audit`)."""
 
 RUNTIME_MISSING = (
     f"output.format = 'iceberg' needs Apache Iceberg's Spark runtime ({RUNTIME}) on Spark's classpath: "
@@ -130,10 +134,11 @@ def summary_properties(
     source: str,
     identities: list[IdentityRange] | None = None,
     duplicates: int = 0,
+    duplicate_hours: Mapping[int, int] | None = None,
 ) -> dict[str, str]:
     """The snapshot summary properties of one load of a topic; ``identities`` (None:
     dedup off) are the load's landed record identities, ``duplicates`` the copies it
-    dropped."""
+    dropped, ``duplicate_hours`` those copies per event hour (hours since the epoch)."""
     props = {
         LOAD: str(load),
         RUN_ID: run_id,
@@ -148,6 +153,9 @@ def summary_properties(
         rows = [[r.host, r.file_id, r.lo, r.hi] for r in ordered]
         props[IDENTITIES] = json.dumps(rows, separators=(",", ":"))
         props[DUPLICATES] = str(duplicates)
+        if duplicate_hours:
+            hours = {str(h): n for h, n in sorted(duplicate_hours.items())}
+            props[DUPLICATE_HOURS] = json.dumps(hours, separators=(",", ":"))
     return props
 
 
@@ -326,6 +334,30 @@ class IcebergTables:
             if info is not None:
                 out.append(info)
         return sorted(out, key=lambda s: (s.timestamp_ms, s.snapshot_id))
+
+    def hour_counts(self, topic: str, since_hour: int) -> dict[int, int]:
+        """Rows of the table's current snapshot per event hour from ``since_hour`` on
+        (hours since the epoch, UTC: its ``hours(timestamp)`` partitions), added up from
+        the record counts its manifests keep per data file (the ``files`` metadata table:
+        no data file is read). Rows without a timestamp (another writer's) are left out."""
+        rows = self.spark.sql(
+            f"SELECT partition.timestamp_hour AS hour, sum(record_count) AS n FROM {self.name(topic)}.files "
+            f"WHERE content = 0 AND partition.timestamp_hour >= {int(since_hour)} GROUP BY 1"
+        ).collect()
+        return {int(r["hour"]): int(r["n"]) for r in rows if r["hour"] is not None}
+
+    def history(self, topic: str, since_ms: int) -> list[SnapshotInfo]:
+        """The snapshots of the table's current history committed at or after
+        ``since_ms``, newest first (walking parents, as :func:`identities_since` does)."""
+        table = self._java_table(topic)
+        if table is None:
+            return []
+        out = []
+        seen = _info(table.currentSnapshot())
+        while seen is not None and seen.timestamp_ms >= since_ms:
+            out.append(seen)
+            seen = _info(table.snapshot(seen.parent_id)) if seen.parent_id is not None else None
+        return out
 
     def newest_landing(self, topic: str) -> SnapshotInfo | None:
         """The snapshot :meth:`landed` reads (None: never loaded)."""

@@ -41,7 +41,7 @@ from typing import Any
 
 from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig
-from hadoop_loader.dedup import DUPLICATE_COLUMN, Tally, tally
+from hadoop_loader.dedup import DUPLICATE_COLUMN, Tally, copies_per_hour, tally
 from hadoop_loader.errors import spark_errors
 from hadoop_loader.fs import FileSystem
 from hadoop_loader.iceberg import IcebergTables, SnapshotInfo, summary_properties
@@ -98,8 +98,10 @@ def land_into_iceberg(
             earlier = tables.identities(topic, keep_since) if dedup else None
             frame = landed_rows(config, spark, chunks, executors, earlier)
             counted, cached = Tally([], {}), None
+            copy_hours: dict[int, int] = {}
             if dedup and chunks:
                 frame, counted, cached = _drop_copies(frame)
+                copy_hours = copies_per_hour(cached) if counted.duplicates else {}  # for the audit
             frame = frame.drop(*DROPPED, DUPLICATE_COLUMN)
             if not chunks:  # offsets to record, no rows (first_run = "latest")
                 frame = spark.createDataFrame([], frame.schema)
@@ -112,6 +114,7 @@ def land_into_iceberg(
                 origin,
                 counted.identities if dedup else None,
                 sum(counted.duplicates.values()),
+                copy_hours,
             )
             try:
                 if not tables.exists(topic):

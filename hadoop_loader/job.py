@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from hadoop_loader import crash
-from hadoop_loader.config import ICEBERG_NO_AUDIT, LoaderConfig, config_error
+from hadoop_loader.config import LoaderConfig, config_error
 from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
 from hadoop_loader.errors import LoaderError, OutputUnavailableError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
@@ -69,8 +69,6 @@ def run_load(
     """
     started = time.time()
     iceberg = config.output.format == "iceberg"
-    if iceberg and config.audit.enabled:
-        raise config_error("audit.enabled", ICEBERG_NO_AUDIT, config.path)
     if iceberg and repair:
         raise config_error("output.format", "--repair is for Parquet output (Iceberg checks its own commits)")
     session = session or LoadSession(config, spark, master)
@@ -88,7 +86,8 @@ def run_load(
         from hadoop_loader.audit import audit_after_load
 
         try:
-            result.audit = audit_after_load(config, store, started, _landed_now(result))
+            spark = session.get() if iceberg else None  # the tables' counts: the run's session
+            result.audit = audit_after_load(config, store, started, _landed_now(result), spark)
         except LoaderError as exc:  # the landing stands; report the audit's failure
             result.audit_error = exc
         else:

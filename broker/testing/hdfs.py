@@ -37,7 +37,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -411,6 +411,24 @@ class LocalHdfs:
                 return 0
             raise
 
+    def read_file(self, path: str, limit: int = 16 << 20) -> bytes:
+        """The bytes of the file ``path`` (an absolute HDFS path) over WebHDFS (``OPEN``:
+        the NameNode redirects to the DataNode holding it), at most ``limit`` bytes; for
+        small files read without a JVM (an Iceberg table's metadata, say).
+        FileNotFoundError when it does not exist; OSError when HDFS does not answer."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = f"http://{self.http_address}/webhdfs/v1{urllib.parse.quote(path)}?op=OPEN&length={limit}"
+        try:
+            with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT * 5) as answer:  # noqa: S310 (http to 127.0.0.1)
+                return bytes(answer.read(limit))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise FileNotFoundError(f"{self.uri}{path}") from None
+            raise
+
     def log_tail(self, role: str, lines: int = 30) -> str:
         """The last ``lines`` of a server's log, plus its JVM's output if it wrote any."""
         parts = tail_lines(self.log_path(role), lines)
@@ -659,6 +677,40 @@ def pyspark_hadoop_version() -> str | None:
     return None
 
 
+def start_on_free_ports(
+    data_dir: Path,
+    timeout: float,
+    *,
+    attempts: int = 3,
+    detach: bool = False,
+    made: Callable[[LocalHdfs], None] | None = None,
+) -> LocalHdfs:
+    """An HDFS in ``data_dir``, started on free ports of 127.0.0.1 and taking writes.
+
+    A port is free when chosen and bound a moment later; another program may take it in
+    between (the tests and the demo run beside others), so a start that fails on a port
+    in use is tried again on new ports, at most ``attempts`` times, in the same data dir
+    (formatted once). ``made`` sees each :class:`LocalHdfs` before it starts, so a
+    caller on another thread can stop one still starting.
+    """
+    from broker.testing.localrun import free_port
+
+    last: HdfsStartError | None = None
+    for _ in range(max(1, attempts)):
+        hdfs = LocalHdfs(data_dir, free_port(), free_port())
+        if made is not None:
+            made(hdfs)
+        try:
+            hdfs.start(timeout, detach=detach)
+            return hdfs
+        except HdfsStartError as exc:
+            last = exc
+            if "already in use" not in str(exc) and "BindException" not in str(exc):
+                raise
+    assert last is not None
+    raise last
+
+
 __all__ = [
     "DEFAULT_HTTP_PORT",
     "DEFAULT_PORT",
@@ -678,4 +730,5 @@ __all__ = [
     "pyspark_hadoop_version",
     "read_site_xml",
     "render_site_xml",
+    "start_on_free_ports",
 ]

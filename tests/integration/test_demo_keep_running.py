@@ -1,4 +1,4 @@
-"""`logferry demo --keep-running --zk-ensemble 3`: the pipeline keeps flowing, survives a
+"""`logferry demo --keep-running --zk-ensemble 3 --lake file`: the pipeline keeps flowing, survives a
 broker's death and ZooKeeper's leader's, serves metrics, and Ctrl-C stops everything with
 exit 0.
 
@@ -85,6 +85,24 @@ def _zookeeper_leader(zk_dir: Path) -> int:
     return leaders[0]
 
 
+def _assert_parquet_lake(text: str, workdir: Path) -> None:
+    """``--lake file``: the Parquet files hold exactly what the hosts wrote (counted here
+    from their footers), and the console shows the landed tier: every topic's rows, 100%
+    of what the mirror copied (the hosts stopped before the loader ran: every hour whole)."""
+    import pyarrow.parquet as pq
+
+    total = re.search(r"^total\s+(.*)$", text, re.M)
+    assert total and re.search(r"^topic\s.*\sParquet rows$", text, re.M), text
+    written = int(re.findall(r"[\d,]*\d", total.group(1))[1].replace(",", ""))
+    files = [p for p in (workdir / "warehouse").rglob("*.parquet") if "_logferry" not in p.parts]
+    assert files and sum(pq.ParquetFile(p).metadata.num_rows for p in files) == written
+    landed = re.search(r"console: landed tier shown, 1 loader run\(s\): (.*)$", text, re.M)
+    assert landed, text
+    per_topic = re.findall(r"(\S+) ([\d,]+) rows \(([^)]*) of mirror\)", landed.group(1))
+    assert per_topic and all(pcts == "100.00%" for _, _, pcts in per_topic), landed.group(0)
+    assert sum(int(rows.replace(",", "")) for _, rows, _ in per_topic) == written, landed.group(0)
+
+
 @pytest.mark.slow
 def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
@@ -110,6 +128,8 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
                 "40",
                 "--zk-ensemble",
                 "3",
+                "--lake",
+                "file",  # local Parquet: the console's landed tier (test_demo.py runs HDFS + Iceberg)
                 "--workdir",
                 str(workdir),
             ],
@@ -122,6 +142,7 @@ def test_keep_running_flows_survives_a_broker_and_stops_clean(tmp_path: Path) ->
         _wait_for("keep-running guide", lambda: "Press Ctrl-C" in out.read_text(), 360, demo, out)
         text = out.read_text()
         assert "RESULT: OK" in text  # the measured run is unchanged
+        _assert_parquet_lake(text, workdir)
         zk = re.search(r"export LOGFERRY_ZK=(\S+)", text).group(1)
         auth = re.search(r'export LIVE_AUTH="([^"]+)"', text)
         assert auth, "the secured demo's guide exports the reader's TLS and SCRAM options"

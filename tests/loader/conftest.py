@@ -18,10 +18,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from broker.client import Admin, Producer, SimpleConsumer
-from broker.testing.jars import JarSet
+from broker.testing.iceberg_jars import runtime_jar
 from broker.testing.jvm import spark_java_options_line
 from hadoop_loader.config import LoaderConfig, config_from_dict
-from hadoop_loader.iceberg import EXTENSIONS, ICEBERG_VERSION, RUNTIME_JAR
+from hadoop_loader.iceberg import EXTENSIONS
 from tests.support.waiting import wait_until
 
 HOUR_MS = 3600 * 1000
@@ -29,13 +29,10 @@ BASE_HOUR_MS = 1_709_251_200_000
 """2024-03-01T00:00:00Z: event times of test messages start here."""
 
 
-ICEBERG_JARS = JarSet("apache-iceberg", "Apache Iceberg's Spark runtime", ICEBERG_VERSION)
-"""The runtime ``make iceberg-jars`` resolves (scripts/install-jars.sh apache-iceberg)."""
-
-
 def iceberg_jar() -> str | None:
-    """The Iceberg runtime jar's path, or None when it has not been resolved."""
-    return str(ICEBERG_JARS.jar_dir() / RUNTIME_JAR) if ICEBERG_JARS.resolved() else None
+    """The Iceberg runtime jar's path (``make iceberg-jars``), or None when it has not been resolved."""
+    jar = runtime_jar()
+    return None if jar is None else str(jar)
 
 
 def iceberg_spark_conf() -> dict[str, str]:

@@ -30,13 +30,15 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.client import Producer
 from hadoop_loader.crash import CRASH_EXIT, ENV
-from hadoop_loader.iceberg import DUPLICATES, IDENTITIES, OFFSETS, table_location, table_name
+from hadoop_loader.iceberg import DUPLICATE_HOURS, DUPLICATES, IDENTITIES, OFFSETS, table_location, table_name
 from hadoop_loader.job import run_load, run_maintenance
 from hadoop_loader.summary import print_summary
 from tests.loader.conftest import (
@@ -52,7 +54,7 @@ from tests.loader.conftest import (
     write_loader_toml,
 )
 from tests.loader.test_lake_integration import FID, agent_values, send
-from tests.loader.test_load_integration import merge
+from tests.loader.test_load_integration import audit_records, merge
 
 pytestmark = [
     pytest.mark.integration,
@@ -60,6 +62,8 @@ pytestmark = [
 ]
 
 NAMESPACE = "logferry"
+ALL_HOURS = {"enabled": True, "settle_minutes": 0, "lookback_hours": 24 * 365 * 10}
+"""The audit over every hour since the test messages' 2024 event times."""
 
 
 def iceberg_config(zk: str, out: Path, topics: list[str], **sections: dict) -> Any:
@@ -111,10 +115,17 @@ def test_topics_land_as_tables_exactly_once(spark, broker_cluster, tmp_path):
     warehouse = out.as_uri()
     sent: dict = {}
     merge(sent, {"ice-a": produce(zk, "ice-a", 3, 3_000, hours=3), "ice-b": produce(zk, "ice-b", 1, 500)})
-    config = iceberg_config(zk, out, ["ice-a", "ice-b"])
+    with Producer(zk=zk) as producer:  # what agents would have counted: ice-b's first window 10 more
+        producer.send("_audit", audit_records(sent, short_topic="ice-b"), partition=0).wait(30)
+    config = iceberg_config(zk, out, ["ice-a", "ice-b"], audit=ALL_HOURS)
 
     first = run_load(config, spark=spark)
     assert first.rows == 3_500 and first.sequence == 1
+    # the audit counts the tables (their manifests' record counts per hour partition)
+    assert first.audit_error is None and first.audit is not None and first.audit.records > 0
+    assert {(h.topic, h.hour): h.landed for h in first.audit.hours} == sent_per_hour(sent)
+    low = first.audit.failing(0.9999)
+    assert [(h.topic, h.hour, h.expected - h.landed) for h in low] == [("ice-b", "2024-03-01T00", 10)]
     assert first.topics["ice-a"].table == table_name(warehouse, NAMESPACE, "ice-a")
     assert_table_exactly(spark, warehouse, sent)
     summary = snapshot_summaries(spark, warehouse, "ice-a")[-1]
@@ -122,11 +133,12 @@ def test_topics_land_as_tables_exactly_once(spark, broker_cluster, tmp_path):
     ends = {r.partition: r.end for r in first.topics["ice-a"].ranges}
     assert summary[OFFSETS] == "{" + ",".join(f'"{p}":{e}' for p, e in sorted(ends.items())) + "}"
 
-    again = run_load(config, spark=spark)  # nothing new: no commit
+    unaudited = replace(config, audit=replace(config.audit, enabled=False))  # the test's time
+    again = run_load(unaudited, spark=spark)  # nothing new: no commit
     assert again.sequence is None and again.rows == 0
 
     merge(sent, {"ice-a": produce(zk, "ice-a", 3, 600, start=3_000, hours=3)})
-    second = run_load(config, spark=spark)
+    second = run_load(unaudited, spark=spark)
     assert second.rows == 600 and second.topics["ice-a"].rows == 600 and second.sequence == 2
     # time travel to a given load: its snapshot as it was
     name = table_name(warehouse, NAMESPACE, "ice-a")
@@ -144,6 +156,19 @@ def test_topics_land_as_tables_exactly_once(spark, broker_cluster, tmp_path):
     third = run_load(config, spark=spark)
     assert third.rows == 300 and third.topics["ice-b"].rows == 0
     assert_table_exactly(spark, warehouse, sent)
+    # what the tables hold now, not what the run landed: every load's rows per hour
+    assert {(h.topic, h.hour): h.landed for h in third.audit.hours} == sent_per_hour(sent)
+
+
+def sent_per_hour(sent: dict[str, dict[int, list[tuple[bytes, int]]]]) -> dict[tuple[str, str], int]:
+    """Messages sent per (topic, UTC event hour ``YYYY-MM-DDTHH``), counted here."""
+    out: dict[tuple[str, str], int] = {}
+    for topic, parts in sent.items():
+        for messages in parts.values():
+            for _, ts in messages:
+                key = (topic, time.strftime("%Y-%m-%dT%H", time.gmtime(ts / 1000)))
+                out[key] = out.get(key, 0) + 1
+    return out
 
 
 def test_first_run_latest_commits_the_starting_offsets_without_rows(spark, broker_cluster, tmp_path):
@@ -176,7 +201,9 @@ def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, 
     send(zk, topic, 1, agent_values(700, 800, t1), t1)
     wait_visible(zk, topic)
     out = tmp_path / "wh"
-    config = iceberg_config(zk, out, [topic], source={"decode_agent_records": True}, dedup={"enabled": True})
+    config = iceberg_config(
+        zk, out, [topic], source={"decode_agent_records": True}, dedup={"enabled": True}, audit=ALL_HOURS
+    )
     warehouse, name = out.as_uri(), table_name(out.as_uri(), NAMESPACE, topic)
 
     def landed() -> list[tuple[int, int]]:
@@ -193,6 +220,10 @@ def test_records_published_twice_land_once_with_dedup_on(spark, broker_cluster, 
     summary = snapshot_summaries(spark, warehouse, topic)[-1]
     assert summary[DUPLICATES] == "600" and summary["added-records"] == "1500"
     assert json.loads(summary[IDENTITIES]) == [["web-1", FID, 0, 149_900]]
+    # the copies per event hour (all in the second hour), which the audit reads
+    assert json.loads(summary[DUPLICATE_HOURS]) == {str(t1 // HOUR_MS): 600}
+    hours = {h.hour: (h.landed, h.duplicates) for h in first.audit.hours}
+    assert hours == {"2024-03-01T00": (1_000, 0), "2024-03-01T01": (500, 600)}, hours
 
     # another writer appends (a backfill row; its snapshot carries no logferry state)...
     spark.sql(f"INSERT INTO {name} (partition, offset, index, timestamp) VALUES (99, 0, 0, TIMESTAMP '2024-03-01')")

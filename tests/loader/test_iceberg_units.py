@@ -12,6 +12,7 @@ from broker.testing.jars import REPO
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.errors import Gap, LoaderConfigError, StateError
 from hadoop_loader.iceberg import (
+    DUPLICATE_HOURS,
     DUPLICATES,
     EXTENSIONS,
     ICEBERG_VERSION,
@@ -19,6 +20,7 @@ from hadoop_loader.iceberg import (
     LOAD,
     OFFSETS,
     RANGES,
+    RUNTIME_JAR,
     SPARK_MINOR,
     SnapshotInfo,
     catalog_conf,
@@ -39,6 +41,10 @@ def test_runtime_version_is_the_poms_and_built_for_the_installed_spark():
     import pyspark
 
     assert pyspark.__version__.startswith(SPARK_MINOR + "."), "the runtime is built for one Spark minor"
+    # the demo's copy (it may not import the loader) names the same jar
+    from broker.testing import iceberg_jars
+
+    assert (iceberg_jars.ICEBERG_VERSION, iceberg_jars.RUNTIME_JAR) == (ICEBERG_VERSION, RUNTIME_JAR)
 
 
 def test_summary_properties_carry_offsets_ranges_and_gaps():
@@ -61,6 +67,31 @@ def test_dedup_state_rides_in_the_same_summary_as_the_offsets():
     # dedup off: no dedup state at all (a later run with dedup on finds nothing to read)
     assert IDENTITIES not in summary_properties(1, "r", {0: 10}, [], [], "zk")
     assert json.loads(summary_properties(1, "r", {}, [], [], "zk", [], 0)[IDENTITIES]) == []
+    # the copies per event hour (hours since the epoch), for the audit; none: no property
+    hours = summary_properties(1, "r", {0: 10}, [], [], "zk", ranges, 4, {480_001: 3, 480_000: 1})
+    assert json.loads(hours[DUPLICATE_HOURS]) == {"480000": 1, "480001": 3}
+    assert DUPLICATE_HOURS not in props
+
+
+def test_the_audit_counts_a_table_by_hour_of_the_loaders_time_zone():
+    """Iceberg's hour partitions (UTC hours since the epoch) become the audit's hour keys
+    in ``load.timezone``; duplicates come from the landing snapshots' summaries."""
+    import zoneinfo
+
+    from hadoop_loader.audit import snapshot_duplicates, table_hours
+
+    utc, paris = zoneinfo.ZoneInfo("UTC"), zoneinfo.ZoneInfo("Europe/Paris")
+    h = 1_709_251_200_000 // 3_600_000  # 2024-03-01T00 UTC
+    assert table_hours("t", {h: 5, h + 1: 7}, utc) == {("t", "2024-03-01T00"): 5, ("t", "2024-03-01T01"): 7}
+    assert table_hours("t", {h: 5}, paris) == {("t", "2024-03-01T01"): 5}
+    snaps = [
+        SnapshotInfo(3, 2, {DUPLICATES: "4", DUPLICATE_HOURS: json.dumps({str(h): 3, str(h + 1): 1})}),
+        SnapshotInfo(2, 1, {"operation": "replace"}),  # a compaction: no dedup state
+        SnapshotInfo(1, None, {DUPLICATES: "2", DUPLICATE_HOURS: json.dumps({str(h): 2})}),
+        SnapshotInfo(0, None, {DUPLICATES: "9"}),  # a load from before the hours were kept
+    ]
+    dups, unplaced = snapshot_duplicates("t", snaps, utc)
+    assert dups == {("t", "2024-03-01T00"): 5, ("t", "2024-03-01T01"): 1} and unplaced == 9
 
 
 def test_the_identity_walk_reads_the_loads_of_the_last_hours_through_compactions():
@@ -138,7 +169,6 @@ def config(**sections: dict):
     [
         ({"output": {"format": "iceburg"}}, "output.format"),
         ({"output": {"format": "iceberg", "namespace": "a-b"}}, "output.namespace"),
-        ({"output": {"format": "iceberg"}, "audit": {"enabled": True}}, "audit.enabled"),
         ({"output": {"format": "iceberg"}, "dedup": {"enabled": True}}, "dedup.enabled"),  # needs decoded records
         ({"maintenance": {"keep_snapshots": 2}}, "maintenance"),  # Parquet has nothing to maintain
         ({"output": {"format": "iceberg"}, "maintenance": {"keep_snapshots": 0}}, "maintenance.keep_snapshots"),

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.testing.hdfs import JARS, HdfsNotInstalledError, HdfsStartError, LocalHdfs, discover_install
-from broker.testing.localrun import free_port
+from broker.testing.hdfs import JARS, HdfsNotInstalledError, LocalHdfs, discover_install, start_on_free_ports
 from tests.support import register_log_source, unregister_log_source
 
 START_TIMEOUT = 120.0
@@ -39,18 +38,7 @@ class _Logs:
 
 def start_hdfs(base_dir: Path, attempts: int = 3) -> LocalHdfs:
     """A started HDFS on free ports in ``base_dir`` (a port taken meanwhile: next ports)."""
-    last: HdfsStartError | None = None
-    for attempt in range(attempts):
-        hdfs = LocalHdfs(base_dir / f"hdfs-{attempt}", free_port(), free_port())
-        try:
-            hdfs.start(START_TIMEOUT)
-            return hdfs
-        except HdfsStartError as exc:
-            last = exc
-            if "already in use" not in str(exc) and "BindException" not in str(exc):
-                raise
-    assert last is not None
-    raise last
+    return start_on_free_ports(base_dir / "hdfs", START_TIMEOUT, attempts=attempts)
 
 
 @pytest.fixture(scope="module")

@@ -298,3 +298,17 @@ def test_demo(run: Callable[..., tuple[int, str]], tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("")
     assert_error(run("demo", "--workdir", str(a_file / "demo")), 1, "demo", "Not a directory")
+
+
+def test_demo_without_its_lakes_jars(
+    run: Callable[..., tuple[int, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default lake (HDFS + Iceberg) without Hadoop's jars: one line before anything starts."""
+    from demo.cli import missing_modules
+
+    if missing_modules():
+        pytest.skip("the demo needs every extra")
+    monkeypatch.setenv("LOGFERRY_BENCH_CACHE", str(tmp_path / "no-jars"))
+    workdir = tmp_path / "d"
+    assert_error(run("demo", "--workdir", str(workdir)), 1, "demo", "make hadoop-jars", "or run it with --lake file")
+    assert sorted(p.name for p in workdir.iterdir()) == [".logferry-demo"]  # nothing started
