@@ -22,9 +22,9 @@ follow it on logferry, as on Kafka).
 ``--messages`` chooses what the idempotent case measures: up to librdkafka's
 ``queue.buffering.max.messages`` (100,000) the queue holds the whole run, so its
 ``produce()`` calls never wait for the broker until the final flush (a burst of 0.1-0.3
-s here); above it the queue fills and the producer runs at its steady rate. The transactional producer's rate is a steady one
-at any size (its round trips per transaction pace it). docs/kafka.md, "Performance", has what
-that does to the ratio.
+s here); above it the queue fills and the producer runs at its steady rate. The
+transactional producer's rate is a steady one at any size (its round trips per
+transaction pace it). docs/kafka.md, "Performance", has what that does to the ratio.
 
     .venv/bin/python benchmarks/kafka_transactions.py --messages 20000 --runs 5
     .venv/bin/python benchmarks/kafka_transactions.py --targets logferry --messages 20000 --runs 3
