@@ -371,7 +371,8 @@ class LineVerdict:
     differ: list[str]
     """Topic-partitions whose analysis copy is not the live one (the caller compares)."""
     resumed_s: float | None = None
-    """Seconds from the heal to the first new byte on the analysis cluster (None: none)."""
+    """Seconds from the heal to the copy's resumption (the caller's measure: the first
+    bytes of a topic that appeared during the cut on the analysis cluster)."""
     caught_up_s: float | None = None
     """Seconds from the heal to the analysis cluster holding all the live one holds."""
     examples: list[str] = field(default_factory=list)
