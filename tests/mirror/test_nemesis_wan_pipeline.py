@@ -78,6 +78,18 @@ def test_wan_cut_with_the_mirror_killed_and_restarted_during_it(make_pipeline: C
     assert_pipeline_sound(pipe, run_pipeline_nemesis(pipe, during))
 
 
+def test_wan_cut_with_the_mirror_frozen_during_it(make_pipeline: Callable[[str], Pipeline]) -> None:
+    def during(pipe: Pipeline, cut_at: float, hold_s: float) -> str:
+        at(cut_at, 0.1 * hold_s)
+        pipe.signal_mirror(signal.SIGSTOP)  # longer than its 4 s group session: the group drops it
+        at(cut_at, 0.7 * hold_s)
+        pipe.signal_mirror(signal.SIGCONT)
+        return f"mirror frozen (SIGSTOP) {0.1 * hold_s:.0f}-{0.7 * hold_s:.0f}s into the cut"
+
+    pipe = make_pipeline("WAN cut, mirror frozen")
+    assert_pipeline_sound(pipe, run_pipeline_nemesis(pipe, during))
+
+
 def test_wan_cut_with_the_agent_frozen_then_killed_during_it(make_pipeline: Callable[[str], Pipeline]) -> None:
     def during(pipe: Pipeline, cut_at: float, hold_s: float) -> str:
         at(cut_at, 0.1 * hold_s)

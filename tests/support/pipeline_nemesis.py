@@ -36,12 +36,12 @@ from typing import Any
 
 import msgpack
 
-from broker.client import Admin
+from broker.client import Admin, SimpleConsumer
 from broker.common.errors import LogferryError
 from broker.testing.network import Host
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_integration import _wait_shipped, base_doc, sample_lines
-from tests.mirror.conftest import MirrorProcess, ends, mirrored, read_batches, values_by_partition
+from tests.mirror.conftest import MirrorProcess, mirrored, read_batches, values_by_partition
 from tests.support.brokers import BrokerProcess
 from tests.support.checker import Line, LineVerdict, check_lines
 from tests.support.nemesis import SETTINGS, Timing, keep_logs, record, timing
@@ -86,7 +86,8 @@ def two_datacenters(net: TestNetwork) -> Datacenters:
     live_zk = f"{net.zookeeper(live_zk_host).hosts}/live"
     analysis_zk = f"{net.zookeeper(analysis_zk_host).hosts}/analysis"
     live = {i: net.broker(host, i, live_zk, broker=LIVE_SETTINGS) for i, host in enumerate(live_hosts, 1)}
-    analysis = net.broker(analysis_host, 1, analysis_zk, broker={"zk_session_timeout_s": 6.0})
+    # id 9: its log file (broker-9.log) is kept beside the live brokers' (broker-1, -2)
+    analysis = net.broker(analysis_host, 9, analysis_zk, broker={"zk_session_timeout_s": 6.0})
     return Datacenters(net, live_zk, analysis_zk, live, analysis, agent_host, mirror_host)
 
 
@@ -227,6 +228,10 @@ class Pipeline:
         if self.mirror_exits:
             raise MirrorExitedError(f"the mirror exited by itself: {self.mirror_exits}")
 
+    def signal_mirror(self, sig: int) -> None:
+        assert self.mirror is not None and self.mirror.proc is not None
+        self.mirror.proc.send_signal(sig)
+
     def signal_agent(self, sig: int) -> None:
         assert self.agent is not None and self.agent.proc is not None
         self.agent.proc.send_signal(sig)
@@ -345,12 +350,18 @@ def run_pipeline_nemesis(
         if heal is not None:
             did.append(heal(pipe))
         with dc.agent_host.inside():
+            # asked of the analysis broker itself: a client through ZooKeeper opens two
+            # sessions per look, which on a loaded machine made the measure a second late
+            with SimpleConsumer(brokers=[dc.analysis.address], request_timeout=2.0, metadata_retries=1) as analysis:
 
-            def resumed() -> bool:  # the first bytes of the topic that appeared during the cut
-                pipe.mirror_running()
-                return sum(ends(dc.analysis_zk, topics[1]).values()) > 0
+                def resumed() -> bool:  # the first bytes of the topic that appeared during the cut
+                    pipe.mirror_running()
+                    try:
+                        return any(analysis.offsets(topics[1], p).end > 0 for p in analysis.partitions(topics[1]))
+                    except LogferryError:
+                        return False
 
-            wait_until(resumed, 60, "the new topic's first bytes on the analysis cluster", interval=0.1)
+                wait_until(resumed, 60, "the new topic's first bytes on the analysis cluster", interval=0.05)
             resumed_s = time.monotonic() - healed_at
             pipe.writer.stop()
             assert pipe.agent is not None
@@ -376,6 +387,8 @@ def run_pipeline_nemesis(
             pipe.writer.stop()
         if pipe.agent is not None and pipe.agent.running():
             pipe.signal_agent(signal.SIGCONT)  # a nemesis that failed with it frozen
+        if pipe.mirror is not None and pipe.mirror.alive():
+            pipe.signal_mirror(signal.SIGCONT)
     verdict.resumed_s, verdict.caught_up_s = round(resumed_s, 1), round(caught_up_s, 1)
     print(f"\nverdict: {pipe.name} {when.hold_s:g}s: {verdict.summary()}; {'; '.join(did)}; {when_text(when)}")
     keep_logs(net, pipe.name, [p.log_file for p in (pipe.agent, pipe.mirror) if p is not None])
