@@ -223,7 +223,12 @@ class MirrorAudit:
             linger_ms=0,
             client_id=f"mirror-audit-{config.group}",
         )
-        admin = Admin(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl)
+        try:
+            admin = Admin(zk=config.target_zk, tls=config.target_tls, sasl=config.target_sasl)
+        except BaseException:  # the target went away in between: no client left open
+            with contextlib.suppress(LogferryError):
+                producer.close(0)
+            raise
         audit = cls(producer, host, config.audit_topic, config.audit_window_s, admin)
         audit.owns_producer = True
         return audit

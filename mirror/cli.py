@@ -74,19 +74,19 @@ def run_command(args: argparse.Namespace) -> int:
         config = _config(args)
     except MirrorConfigError as exc:
         return report("mirror", exc, EXIT_USAGE)
-    try:
-        mirror: Mirror | PreservingMirror = PreservingMirror(config) if config.mode == "preserve" else Mirror(config)
-        mirror.start()
-    except MirrorConfigError as exc:
-        return report("mirror", exc, EXIT_USAGE)
+    mirror: Mirror | PreservingMirror = PreservingMirror(config) if config.mode == "preserve" else Mirror(config)
     signals: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
         signals.append(signum)
         mirror.stop()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before start(): it may wait for an absent target
         signal.signal(sig, on_signal)
+    try:
+        mirror.start()
+    except MirrorConfigError as exc:
+        return report("mirror", exc, EXIT_USAGE)
     code = mirror.run()
     log.info("mirror stopped")
     return EXIT_INTERRUPTED if code == EXIT_OK and signal.SIGINT in signals else code

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.client import Admin, GroupConsumer, RawBatch, SimpleConsumer
@@ -21,7 +22,7 @@ from mirror.audit import MirrorAudit
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 from mirror.memory import keep_receive_buffers
-from mirror.outage import TargetOutage
+from mirror.outage import TargetOutage, is_transient
 from mirror.refusals import Refusals
 from mirror.status import MirrorMetrics, write_status_file
 
@@ -86,14 +87,10 @@ class MirrorLoop:
             self._source = SimpleConsumer(
                 zk=cfg.source_zk, tls=cfg.source_tls, sasl=cfg.source_sasl, listener=cfg.source_listener
             )
-            self._admin = Admin(  # a frozen target: its topic requests fail after request_timeout_s
-                zk=cfg.target_zk,
-                request_timeout=cfg.request_timeout_s,
-                tls=cfg.target_tls,
-                sasl=cfg.target_sasl,
-                listener=cfg.target_listener,
-            )
-            self._connect()
+            self._when_target_answers("connect", self._open_target)
+            if self.stopping.is_set():  # stopped while the target was away: nothing to copy yet
+                self._close_clients()
+                return
             self._consumer = GroupConsumer(
                 cfg.group,
                 pattern=cfg.topic_regex(),
@@ -119,8 +116,14 @@ class MirrorLoop:
             raise MirrorError(f"cannot start the mirror: {exc}") from exc
         self.metrics.consumer_metrics = self._consumer.metrics
         if cfg.audit_topic:  # its own counts on the target (mirror/audit.py)
-            self._audit = self._make_audit(self._consumer.consumer_id)
-            self._audit.start()
+            member = self._consumer.consumer_id
+            try:
+                self._when_target_answers("connect", lambda: setattr(self, "_audit", self._make_audit(member)))
+            except LogferryError:
+                self.close()
+                raise
+            if self._audit is not None:
+                self._audit.start()
         log.info(
             "mirror %s%s: %s -> %s, topics %s, member %s",
             cfg.group,
@@ -131,6 +134,40 @@ class MirrorLoop:
             self._consumer.consumer_id,
         )
 
+    def _open_target(self) -> None:
+        """The target's clients: the Admin (a frozen target: its topic requests fail
+        after ``request_timeout_s``) and the mode's own (:meth:`_connect`)."""
+        cfg = self.config
+        self._close_target_clients()  # what a failed attempt opened
+        self._admin = Admin(
+            zk=cfg.target_zk,
+            request_timeout=cfg.request_timeout_s,
+            tls=cfg.target_tls,
+            sasl=cfg.target_sasl,
+            listener=cfg.target_listener,
+        )
+        self._connect()
+
+    def _when_target_answers(self, step: str, attempt: Callable[[], None]) -> None:
+        """Run ``attempt`` (it opens clients of the target) until it succeeds, waiting out
+        an outage of the target as the copy loop does (:class:`TargetOutage`: backoff,
+        loud bounded logs, the status file, :class:`TargetUnavailableError` after
+        ``delivery_timeout_s``), or until :meth:`stop`. A mirror started, or restarted
+        by its supervisor after a kill, while the other datacenter is away would
+        otherwise exit at once and again at every restart (issue 37's nemesis: the WAN
+        cut with the mirror killed -9 and started again during it). Permanent errors (a
+        bad config, TLS, no cluster at the chroot) raise at once."""
+        while not self.stopping.is_set():
+            try:
+                attempt()
+            except (LogferryError, OSError) as exc:
+                if not is_transient(exc):
+                    raise
+                self._wait_for_target(self.outage.failed(step, exc))
+                continue
+            self.outage.ok()
+            return
+
     def stop(self) -> None:
         """Ask :meth:`run` to finish what is in flight and return (signal-safe)."""
         self.stopping.set()
@@ -138,6 +175,8 @@ class MirrorLoop:
 
     def run(self) -> int:
         """Copy until :meth:`stop`; returns 0. Raises MirrorError if the target refuses data."""
+        if self._consumer is None and self.stopping.is_set():
+            return 0  # stopped during start(), while the target was away
         assert self._consumer is not None, "start() first"
         consumer = self._consumer
         limit = self.config.max_inflight_bytes
@@ -202,11 +241,16 @@ class MirrorLoop:
         if self._audit is not None:
             self._audit.close()
             self._audit = None
+        self._close_target_clients()
+        if self._source is not None:
+            self._source.close()
+        self._source = None
+
+    def _close_target_clients(self) -> None:
         self._close_target()
-        for client in (self._source, self._admin):
-            if client is not None:
-                client.close()
-        self._source = self._admin = None
+        if self._admin is not None:
+            self._admin.close()
+        self._admin = None
 
     def _write_status(self) -> None:
         assert self.config.status_file

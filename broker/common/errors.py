@@ -349,6 +349,13 @@ class ZooKeeperError(LogferryError):
     retriable = True
 
 
+class NoClusterError(ZooKeeperError):
+    """ZooKeeper answered, but no broker ever registered under the chroot: a mistyped
+    connect string, which waiting does not mend (unlike an unreachable ZooKeeper)."""
+
+    retriable = False
+
+
 class MetricsError(ListenError):
     """A metrics endpoint cannot be served (its port is taken, its host unknown)."""
 
@@ -453,5 +460,6 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnsupportedApiError",
     "ZooKeeperError",
+    "NoClusterError",
     "error_for_code",
 ]

@@ -20,7 +20,7 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from broker.common.errors import ZooKeeperError
+from broker.common.errors import NoClusterError, ZooKeeperError
 from broker.common.zk_connect import parse_zk_connect
 from broker.common.zk_security import ZkSecurity, security_of
 from broker.coordination.zk_acl import CONSUMERS as _CONSUMERS
@@ -192,7 +192,7 @@ def _check_cluster(
         elif create:
             bootstrap.ensure_path(chroot)
         elif bootstrap.exists(chroot + BROKER_IDS) is None:
-            raise ZooKeeperError(
+            raise NoClusterError(
                 f"no logferry cluster at {connect_string} (no broker ever registered under "
                 f"{chroot or '/'}; check the chroot{_clusters_nearby(bootstrap, chroot)})"
             )

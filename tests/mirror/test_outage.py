@@ -22,6 +22,7 @@ from broker.common.errors import (
     LeaderNotAvailableError,
     LogferryError,
     MessageTooLargeError,
+    NoClusterError,
     NotEnoughReplicasError,
     NotLeaderError,
     ProducerClosedError,
@@ -316,3 +317,59 @@ def test_produce_mode_stopped_during_an_outage_sends_and_tracks_nothing_more() -
     batch = SimpleNamespace(offset=0, next_offset=100, count=5, raw=b"x" * 100)
     mirror._send([(("_audit", 0), batch), (("_audit", 1), batch)])  # type: ignore[list-item]
     assert len(mirror._tracker) == 0 and mirror.outage.away
+
+
+# -- starting while the target is away (issue 37: the mirror killed -9 and started again
+# during a WAN cut exited at once, "cannot start the mirror: ... is ZooKeeper reachable?")
+
+
+def _starting(clock: Clock) -> PreservingMirror:
+    mirror = PreservingMirror(CONFIG)
+    mirror.outage = TargetOutage(CONFIG.delivery_timeout_s, clock=clock)
+    mirror._wait_for_target = lambda seconds: setattr(clock, "now", clock.now + seconds)  # type: ignore[method-assign]
+    return mirror
+
+
+def test_a_start_while_the_target_is_away_waits_for_it_and_counts_the_outage() -> None:
+    clock = Clock()
+    mirror = _starting(clock)
+    failures = [ZooKeeperError("cannot connect to ZooKeeper at h:1/analysis"), ConnectionRefusedError(111, "no")]
+    attempts: list[float] = []
+
+    def attempt() -> None:
+        attempts.append(clock.now)
+        if failures:
+            raise failures.pop(0)
+
+    mirror._when_target_answers("connect", attempt)
+    assert len(attempts) == 3 and attempts[-1] > attempts[0]  # waited between the tries
+    assert mirror.outage.outages == 1 and not mirror.outage.away and mirror.outage.errors["connect"] == 2
+
+
+def test_a_start_gives_up_after_delivery_timeout_and_fails_at_once_on_a_permanent_error() -> None:
+    clock = Clock()
+    mirror = _starting(clock)
+
+    def away() -> None:
+        raise ZooKeeperError("cannot connect to ZooKeeper at h:1/analysis")
+
+    with pytest.raises(TargetUnavailableError, match="longer than delivery_timeout_s"):
+        mirror._when_target_answers("connect", away)
+
+    def no_cluster() -> None:  # a mistyped chroot: waiting does not mend it
+        raise NoClusterError("no logferry cluster at h:1/analysys (no broker ever registered under /analysys)")
+
+    with pytest.raises(NoClusterError):
+        _starting(Clock())._when_target_answers("connect", no_cluster)
+
+
+def test_a_start_stopped_while_the_target_is_away_returns() -> None:
+    clock = Clock()
+    mirror = _starting(clock)
+
+    def away() -> None:
+        mirror.stop()  # SIGTERM while waiting
+        raise ZooKeeperError("cannot connect")
+
+    mirror._when_target_answers("connect", away)
+    assert mirror.stopping.is_set()

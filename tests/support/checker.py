@@ -35,6 +35,14 @@ the workload recorded with what the cluster holds and reports, as Jepsen's analy
   holds a few milliseconds late (the successor's last fetch reached it after the
   election); a zombie answering writes of its own would be an overlap of seconds.
 
+For the pipeline nemeses (tests/support/pipeline_nemesis.py: an agent tailing files on
+the live side, the mirror across a cut WAN), :func:`check_lines` counts from the lines
+written to the agent's files to the records on the analysis cluster: **lines lost**
+(written, never on the analysis cluster: 0), **duplicates** (a line there more than
+once: 0 with the agent's resume and the offset-preserving mirror), **order violations**
+(a partition holding a line of a file after one written later in that file: 0), and
+partitions whose analysis copy is not the live one.
+
 No IO here: the caller reads the partitions (:func:`read_partition`) and the replicas'
 bytes, so the rules are tested without a cluster.
 """
@@ -345,6 +353,114 @@ def unavailable_s(batches: Sequence[Batch], partition: int, fault_at: float, unt
     return max(b - a for a, b in zip(marks, marks[1:], strict=False))
 
 
+@dataclass
+class LineVerdict:
+    """What :func:`check_lines` found, and how the mirror came back (see the module)."""
+
+    written: int
+    """Lines written to the agent's files."""
+    live: int
+    """Records of those files on the live cluster."""
+    mirrored: int
+    """Records of those files on the analysis cluster."""
+    lost: int
+    duplicates: int
+    """Records on the analysis cluster beyond the first of their line."""
+    live_duplicates: int
+    order_violations: int
+    differ: list[str]
+    """Topic-partitions whose analysis copy is not the live one (the caller compares)."""
+    resumed_s: float | None = None
+    """Seconds from the heal to the copy's resumption (the caller's measure: the first
+    bytes of a topic that appeared during the cut on the analysis cluster)."""
+    caught_up_s: float | None = None
+    """Seconds from the heal to the analysis cluster holding all the live one holds."""
+    examples: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """Every broken guarantee, one line each (empty: the run is sound)."""
+        found = []
+        if self.lost:
+            found.append(f"{self.lost} lines written never reached the analysis cluster")
+        if self.duplicates:
+            found.append(f"{self.duplicates} lines on the analysis cluster more than once")
+        if self.live_duplicates:
+            found.append(f"{self.live_duplicates} lines on the live cluster more than once")
+        if self.order_violations:
+            found.append(f"{self.order_violations} lines out of order in their partition")
+        if self.differ:
+            found.append(f"the analysis copy is not the live one in {', '.join(self.differ)}")
+        return found
+
+    def summary(self) -> str:
+        def seconds(s: float | None) -> str:
+            return "never" if s is None else f"{s:.1f}s"
+
+        return (
+            f"written {self.written:,}, live {self.live:,}, mirrored {self.mirrored:,}; lost {self.lost}, "
+            f"duplicates {self.duplicates} (live {self.live_duplicates}), order violations "
+            f"{self.order_violations}, partitions differing {len(self.differ)}; resumed "
+            f"{seconds(self.resumed_s)} and caught up {seconds(self.caught_up_s)} after the heal"
+        )
+
+
+Line = tuple[str, int, str]
+"""A line's identity and text: ``(file path, byte offset in the file, line)``, as the
+agent's records carry them (``file``, ``offset``, ``line``)."""
+
+
+def check_lines(
+    written: Sequence[Line],
+    live: Mapping[str, Sequence[Line]],
+    mirrored: Mapping[str, Sequence[Line]],
+    differ: Sequence[str] = (),
+) -> LineVerdict:
+    """Judge a pipeline run: ``written``, every line the test wrote; ``live`` and
+    ``mirrored``, the records of each topic-partition (``"<topic>-<p>"``) of the live
+    and the analysis cluster, in log order (records of other files are ignored);
+    ``differ``, the partitions whose copies the caller found different."""
+    wanted = {(f, o): line for f, o, line in written}
+    examples: list[str] = []
+
+    def count(parts: Mapping[str, Sequence[Line]], where: str) -> tuple[Counter[tuple[str, int]], int]:
+        held: Counter[tuple[str, int]] = Counter()
+        disorder = 0
+        for name, records in parts.items():
+            last: dict[str, int] = {}
+            for f, o, line in records:
+                if (f, o) not in wanted:
+                    continue
+                if wanted[(f, o)] != line:
+                    examples.append(f"{where} {name}: {f}@{o} holds {line[:60]!r}, not the line written")
+                if held[(f, o)] == 0 and o < last.get(f, -1):
+                    disorder += 1
+                    if disorder == 1:
+                        examples.append(f"{where} {name}: {f}@{o} after {f}@{last[f]}")
+                held[(f, o)] += 1
+                last[f] = max(o, last.get(f, -1))
+        return held, disorder
+
+    on_live, live_disorder = count(live, "live")
+    on_analysis, disorder = count(mirrored, "analysis")
+    missing = [k for k in wanted if k not in on_analysis]
+    if missing:
+        examples.append(f"lost e.g. {missing[:3]}")
+    twice = [k for k, n in on_analysis.items() if n > 1]
+    if twice:
+        examples.append(f"on the analysis cluster twice e.g. {twice[:3]}")
+    return LineVerdict(
+        written=len(wanted),
+        live=sum(on_live.values()),
+        mirrored=sum(on_analysis.values()),
+        lost=len(missing),
+        duplicates=sum(n - 1 for n in on_analysis.values()),
+        live_duplicates=sum(n - 1 for n in on_live.values()),
+        order_violations=disorder + live_disorder,
+        differ=sorted(differ),
+        examples=examples,
+    )
+
+
 def read_partition(consumer: SimpleConsumer, topic: str, partition: int) -> tuple[list[bytes], int]:
     """Every value of ``topic``-``partition`` up to its visible end (the high watermark),
     and that end."""
@@ -375,10 +491,13 @@ def read_positions(
 __all__ = [
     "AnswerSpan",
     "GroupRun",
+    "Line",
+    "LineVerdict",
     "Verdict",
     "answer_spans",
     "check",
     "check_group",
+    "check_lines",
     "check_reads",
     "read_partition",
     "read_positions",

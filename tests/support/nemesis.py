@@ -21,7 +21,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from broker.testing.network import Host
 from broker.testing.zkserver import LocalZooKeeper
 from tests.replication.conftest import REPLICATED
 from tests.support.brokers import BrokerProcess
-from tests.support.checker import GroupRun, Verdict, answer_spans, check, read_positions
+from tests.support.checker import GroupRun, LineVerdict, Verdict, answer_spans, check, read_positions
 from tests.support.network import TestNetwork
 from tests.support.waiting import wait_until
 from tests.support.workload import GroupMember, Reader, Workload
@@ -288,9 +288,10 @@ def run_nemesis(
     return verdict
 
 
-def record(name: str, when: Timing, verdict: Verdict, in_sync_s: float) -> None:
+def record(name: str, when: Timing, verdict: Verdict | LineVerdict, in_sync_s: float | None = None) -> None:
     """Append the run as one JSON line to ``$LOGFERRY_NEMESIS_LOGS/verdicts.jsonl`` when
-    that is set: ``tests/support/nemesis_report.py`` makes the results table from them."""
+    that is set: ``tests/support/nemesis_report.py`` makes the results table from them
+    (a :class:`LineVerdict`, of a pipeline nemesis, has no ``full_isr_s``)."""
     keep = os.environ.get("LOGFERRY_NEMESIS_LOGS")
     if not keep:
         return
@@ -300,15 +301,16 @@ def record(name: str, when: Timing, verdict: Verdict, in_sync_s: float) -> None:
         **asdict(when),
         **asdict(verdict),
         "problems": verdict.problems(),
-        "full_isr_s": round(in_sync_s, 1),
+        **({} if in_sync_s is None else {"full_isr_s": round(in_sync_s, 1)}),
     }
     with (Path(keep) / "verdicts.jsonl").open("a") as out:
         out.write(json.dumps(line) + "\n")
 
 
-def keep_logs(net: TestNetwork, name: str) -> None:
+def keep_logs(net: TestNetwork, name: str, others: Sequence[Path] = ()) -> None:
     """Copy the brokers' logs to ``$LOGFERRY_NEMESIS_LOGS/<name>-<broker>.log`` when that
-    is set (``scripts/nemesis.sh`` sets it to its output directory): pytest deletes its
+    is set (``scripts/nemesis.sh`` sets it to its output directory), and ``others``
+    (an agent's, a mirror's log) to ``<name>-<file name>``: pytest deletes its
     temporary directories a few runs later, and the logs say why a run paused."""
     keep = os.environ.get("LOGFERRY_NEMESIS_LOGS")
     if not keep:
@@ -317,6 +319,9 @@ def keep_logs(net: TestNetwork, name: str) -> None:
     for broker in net.brokers:
         if broker.log_file.exists():
             shutil.copy(broker.log_file, Path(keep) / f"{stem}-{broker.name}.log")
+    for path in others:
+        if path.exists():
+            shutil.copy(path, Path(keep) / f"{stem}-{path.name}")
 
 
 def assert_sound(verdict: Verdict) -> None:
@@ -343,6 +348,8 @@ __all__ = [
     "Timing",
     "assert_sound",
     "full_isr",
+    "keep_logs",
+    "record",
     "run_nemesis",
     "three_brokers",
     "timing",

@@ -4,7 +4,9 @@ Each run of the script's loop leaves, in ``<outputs>/run-<n>/``, pytest's ``juni
 (which nemesis passed, which failed and why) and ``verdicts.jsonl`` (one line per
 nemesis that got as far as a verdict: :func:`tests.support.nemesis.record`). This
 module reads them and prints one Markdown row per nemesis, as docs/guarantees.md and
-docs/testing.md show them, then every failure with the seed that replays it:
+docs/testing.md show them (the pipeline nemeses, which count lines from the agent's
+files to the analysis cluster, in a table of their own), then every failure with the
+seed that replays it:
 
     .venv/bin/python -m tests.support.nemesis_report /tmp/logferry-nemesis.XXXXXX
 
@@ -91,9 +93,15 @@ def _group(verdicts: Sequence[dict[str, Any]]) -> str:
     return f"{phantom} / {beyond} / {sum(v.get('group_skipped', 0) for v in verdicts)}"
 
 
+def is_pipeline(row: Row) -> bool:
+    """A pipeline nemesis's row (tests/support/pipeline_nemesis.py: lines, not acks)."""
+    return any(o.verdict is not None and "written" in o.verdict for o in row.outcomes)
+
+
 def table(outcomes: Sequence[Outcome]) -> str:
-    """The Markdown table (one row per nemesis, in the order first seen), then the
-    failures, each with its run, seed and message."""
+    """The Markdown table (one row per nemesis, in the order first seen), the pipeline
+    nemeses' table if any ran (:func:`pipeline_table`), then the failures, each with its
+    run, seed and message."""
     rows: dict[str, Row] = {}
     for outcome in outcomes:
         name = outcome.verdict["nemesis"] if outcome.verdict else outcome.test
@@ -101,13 +109,59 @@ def table(outcomes: Sequence[Outcome]) -> str:
         row.outcomes.append(outcome)
         if outcome.verdict and row.name == outcome.test:
             row.name = outcome.verdict["nemesis"]
+    lines = (
+        []
+        if all(is_pipeline(r) for r in rows.values())
+        else broker_table([r for r in rows.values() if not is_pipeline(r)])
+    )
+    pipelines = [r for r in rows.values() if is_pipeline(r)]
+    if pipelines:
+        lines += [""] if lines else []
+        lines += pipeline_table(pipelines)
+    failures = [o for o in outcomes if not o.passed]
+    if failures:
+        lines.append("")
+        lines.append("Failures (replay one: `LOGFERRY_NEMESIS_SEED=<seed> scripts/nemesis.sh 1 -k <test>`):")
+        for o in failures:
+            lines.append(f"- run {o.run}, seed {o.seed or '?'}, `{o.test}`: {o.failure}")
+    return "\n".join(lines)
+
+
+def pipeline_table(rows: Sequence[Row]) -> list[str]:
+    """The pipeline nemeses' rows: from the lines written to the agent's files to the
+    analysis cluster (tests/support/checker.py: check_lines), and the mirror's return."""
+    lines = [
+        "| nemesis | runs (passed) | WAN cut after / held | lines per run | lost | duplicates | order violations "
+        "| partitions differing | copy resumed after the heal | caught up after the heal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        verdicts = [o.verdict for o in row.outcomes if o.verdict]
+        written = [v["written"] for v in verdicts]
+        written_text = (
+            "—" if not written else f"{min(written):,}" + (f"-{max(written):,}" if max(written) > min(written) else "")
+        )
+        lines.append(
+            f"| {row.name} | {len(row.outcomes)} ({sum(o.passed for o in row.outcomes)}) "
+            f"| {_span([v['delay_s'] for v in verdicts])} / {_span([v['hold_s'] for v in verdicts])} "
+            f"| {written_text} | {sum(v['lost'] for v in verdicts)} "
+            f"| {sum(v['duplicates'] for v in verdicts)} | {sum(v['order_violations'] for v in verdicts)} "
+            f"| {sum(len(v['differ']) for v in verdicts)} "
+            f"| {_span([v['resumed_s'] for v in verdicts if v.get('resumed_s') is not None])} "
+            f"| {_span([v['caught_up_s'] for v in verdicts if v.get('caught_up_s') is not None])} |"
+        )
+    return lines
+
+
+def broker_table(rows: Sequence[Row]) -> list[str]:
+    """The broker nemeses' rows (the workload's acknowledgements, the checker's verdict)."""
     lines = [
         "| nemesis | runs (passed) | fault after / held | acknowledged per run | lost | duplicates "
         "| order violations | divergent replicas | unavailable: partition 0 / the others | full ISR after the heal "
         "| group: phantom reads / committed past what survives / skipped |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows.values():
+    for row in rows:
         verdicts = [o.verdict for o in row.outcomes if o.verdict]
         passed = sum(o.passed for o in row.outcomes)
         own = [v["unavailable_s"]["0"] for v in verdicts]
@@ -124,13 +178,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
             f"| {_span(own)} / {_span(others)} | {_span([v['full_isr_s'] for v in verdicts])} "
             f"| {_group(verdicts)} |"
         )
-    failures = [o for o in outcomes if not o.passed]
-    if failures:
-        lines.append("")
-        lines.append("Failures (replay one: `LOGFERRY_NEMESIS_SEED=<seed> scripts/nemesis.sh 1 -k <test>`):")
-        for o in failures:
-            lines.append(f"- run {o.run}, seed {o.seed or '?'}, `{o.test}`: {o.failure}")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: Sequence[str]) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,10 @@ class TestNetwork(Network):
         super().close()
 
 
-@pytest.fixture
-def test_network(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TestNetwork]:
-    """A fresh :class:`TestNetwork`; everything on it stopped and deleted after the test."""
+@contextmanager
+def _network(workdir: Path) -> Iterator[TestNetwork]:
+    """A fresh :class:`TestNetwork` in ``workdir``, closed (everything on it stopped and
+    deleted) when the block ends, however it ends; skips without root."""
     global _swept
     reason = network_unavailable()
     if reason:
@@ -135,11 +137,37 @@ def test_network(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Tes
         left = remove_leftovers()
         if left:
             print(f"test network: removed {len(left)} namespaces of a run that died: {', '.join(left)}")
-    net = TestNetwork(tmp_path / "net")
+    net = TestNetwork(workdir)
     try:
         yield net
     finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            print(net.logs())
         net.close()
+
+
+@pytest.fixture
+def test_network(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TestNetwork]:
+    """A fresh :class:`TestNetwork`; everything on it stopped and deleted after the test."""
+    with _network(tmp_path / "net") as net:
+        try:
+            yield net
+        finally:
+            report = getattr(request.node, "rep_call", None)
+            if report is not None and report.failed:
+                print(net.logs())
+
+
+@pytest.fixture(scope="module")
+def module_test_network(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[TestNetwork]:
+    """A :class:`TestNetwork` shared by a module's tests (their expensive servers started
+    once); stopped and deleted after the module's last test, the servers' logs printed
+    when one of its tests failed. The tests run one after another on one worker
+    (tests/support/parallel.py), so each may cut and heal it; each heals before it ends."""
+    failed_before = request.session.testsfailed
+    with _network(tmp_path_factory.mktemp("net")) as net:
+        try:
+            yield net
+        finally:
+            if request.session.testsfailed > failed_before:
+                print(net.logs())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.checker import AnswerSpan, GroupRun, answer_spans, check, two_leaders, unavailable_s
+from tests.support.checker import AnswerSpan, GroupRun, answer_spans, check, check_lines, two_leaders, unavailable_s
 from tests.support.workload import Batch, value
 
 
@@ -135,3 +135,16 @@ def test_a_span_left_open_by_kill_9_ends_at_the_kill() -> None:
     successor = AnswerSpan(3, 1, 5, 106.0, None)
     assert two_leaders([*killed, successor]) == ([], {1: 0.0})  # it stopped before its successor began
     assert two_leaders([answer_spans(2, log, "t")[0], successor])[1] == {1: float("inf")}
+
+
+def test_lines_are_counted_from_the_files_to_the_analysis_cluster() -> None:
+    written = [("/l/a.log", 0, "one"), ("/l/a.log", 4, "two"), ("/l/b.log", 0, "three"), ("/l/b.log", 6, "four")]
+    live = {"t-0": written[:2], "t-1": written[2:]}
+    sound = check_lines(written, live, live)
+    assert not sound.problems() and (sound.written, sound.live, sound.mirrored) == (4, 4, 4)
+
+    other = ("/elsewhere.log", 0, "not ours")  # another file's records are not counted
+    mirrored = {"t-0": [written[1], written[0], written[1], other], "t-1": [written[2]]}
+    bad = check_lines(written, live, mirrored, differ=["t-1"])
+    assert (bad.lost, bad.duplicates, bad.order_violations, bad.mirrored) == (1, 1, 1, 4)
+    assert len(bad.problems()) == 4 and bad.differ == ["t-1"]

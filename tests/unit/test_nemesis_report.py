@@ -88,3 +88,37 @@ def test_without_a_seed_the_timing_is_fixed_and_a_seed_draws_the_same_timing_eve
     assert (held.delay_s, held.hold_s) == (drawn.delay_s, 16.0)  # the hold fixed, the start still drawn
     spread = [timing("x", {"LOGFERRY_NEMESIS_SEED": str(s)}).hold_s for s in range(200)]
     assert min(spread) < 6.0 < 18.0 < max(spread)  # under the session and over three of them
+
+
+def test_the_pipeline_nemeses_have_a_table_of_their_own(tmp_path: Path) -> None:
+    def lines(resumed: float, **counts: object) -> dict[str, object]:
+        line = {
+            "nemesis": "WAN cut, mirror killed",
+            "test": "tests/mirror/test_nemesis_wan_pipeline.py::test_b",
+            "delay_s": 0.5,
+            "hold_s": 60.0,
+            "seed": "7",
+            "written": 27_000,
+            "live": 27_000,
+            "mirrored": 27_000,
+            "lost": 0,
+            "duplicates": 0,
+            "live_duplicates": 0,
+            "order_violations": 0,
+            "differ": [],
+            "resumed_s": resumed,
+            "caught_up_s": resumed + 2,
+            "examples": [],
+            "problems": [],
+            **counts,
+        }
+        return line
+
+    _run(tmp_path, 1, "11", [_verdict("test_a", "leader isolated", 4.0, 6.2), lines(1.2)])
+    _run(tmp_path, 2, "22", [_verdict("test_a", "leader isolated", 4.0, 6.4), lines(2.0, duplicates=3, differ=["t-0"])])
+    text = table(load(tmp_path))
+    assert "| leader isolated | 2 (2) |" in text
+    assert "| nemesis | runs (passed) | WAN cut after / held | lines per run |" in text
+    assert (
+        "| WAN cut, mirror killed | 2 (2) | 0.5 s / 60.0 s | 27,000 | 0 | 3 | 0 | 1 | 1.2-2.0 s | 3.2-4.0 s |" in text
+    )
