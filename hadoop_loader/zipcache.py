@@ -7,8 +7,9 @@ answers by reading its archive's whole central directory again, in pure Python
 (CPython issue gh-103200; 3.12 made it lazy). The workers import pyspark from
 ``pyspark.zip`` (1,328 files), through one zip importer per package directory (15 after
 the reader's imports), so every task of the loader re-read the same unchanged
-directory 15 times: 0.3-0.45 s of CPU per task, 2.5-3.5 s of a 1M-row landing's 8
-read tasks, measured with cProfile in the workers (docs/loader.md, "Performance").
+directory 15 times: 0.12-0.16 s of CPU per task (0.3-0.45 s of wall time on a busy
+machine), 1-1.3 s of CPU for a 1M-row landing's 8 read tasks, more than the reader's
+own work (0.5 s). Found with cProfile in the workers (docs/loader.md, "Performance").
 
 :func:`install` makes a zip importer read its archive again only when the file changed
 (size or modification time), once per archive, not per importer. The importers of one
