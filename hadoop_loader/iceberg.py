@@ -36,6 +36,7 @@ from typing import Any
 
 from hadoop_loader.errors import Gap, LoaderError, StateError
 from hadoop_loader.identity import IdentityRange, merge_ranges
+from hadoop_loader.landed import NO_DICTIONARY
 
 ICEBERG_VERSION = "1.12.0"
 """Apache Iceberg's Spark runtime the loader runs with; keep in step with
@@ -299,6 +300,9 @@ class IcebergTables:
             "logferry.topic": topic,
             "logferry.identity": "partition,offset,index",
         }
+        for column in NO_DICTIONARY:  # as the Parquet files are written (hadoop_loader.writing)
+            if column in schema.fieldNames():
+                properties[f"write.parquet.dict-encoding-enabled.column.{column}"] = "false"
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.name(topic)} ({columns}) USING iceberg "

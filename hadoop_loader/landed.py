@@ -28,6 +28,10 @@ OUTPUT_TIMESTAMP_TYPE = "TIMESTAMP_MICROS"
 
 KEY_BYTES_COLUMN = "key_bytes"
 
+NO_DICTIONARY = ("value", "key", "line", "offset", "file_offset", "read_time", "parsed_time")
+"""Columns (nearly) unique per row: Parquet dictionary encoding only costs time there
+(pages are built, then dropped for plain ones). Both formats write them without."""
+
 
 def landed_frame(df: Any, drop_decoded_values: bool) -> Any:
     """``df`` (the data source's columns) with the landed file's key and value columns.

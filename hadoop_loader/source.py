@@ -37,6 +37,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from hadoop_loader import zipcache
 from hadoop_loader.arrowconv import spark_schema, to_record_batch
 from hadoop_loader.fetching import consumer_for, read_chunk
 from hadoop_loader.offsets import LATEST, OffsetSpec, PartitionRange, check_start
@@ -68,6 +69,7 @@ class SplitPartition(InputPartition):
 
 def read_partition(partition: SplitPartition) -> Iterator[pa.RecordBatch]:
     """Fetch a split's chunks and yield one record batch per fetch (runs in the executor)."""
+    zipcache.install()  # the worker's next tasks skip re-reading pyspark.zip (CPython 3.10-3.11)
     consumer = consumer_for(partition.endpoint)
     for chunk in partition.chunks:
         decode = partition.decode.get(chunk.topic)

@@ -14,15 +14,13 @@ from hadoop_loader import field_columns
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.dedup import DUPLICATE_COLUMN, mark_duplicates
 from hadoop_loader.identity import IdentityRange
-from hadoop_loader.landed import configure_writes, landed_frame
+from hadoop_loader.landed import NO_DICTIONARY, configure_writes, landed_frame
 from hadoop_loader.options import Endpoint, sasl_options, tls_options
 from hadoop_loader.planning import Chunk
 from hadoop_loader.source import FORMAT
 
 CONCURRENT_WRITERS = 48
 """Open Parquet writers per task before Spark falls back to sorting rows by hour."""
-NO_DICTIONARY = ("value", "key", "line", "offset", "file_offset", "read_time", "parsed_time")
-"""Columns (nearly) unique per row: Parquet dictionary encoding only costs time there."""
 
 
 def landed_rows(

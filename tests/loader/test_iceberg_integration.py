@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from broker.client import Producer
@@ -151,6 +152,12 @@ def test_topics_land_as_tables_exactly_once(spark, broker_cluster, tmp_path):
     version = (location / "version-hint.text").read_text().strip()
     arrow = static.from_metadata(str(location / f"v{version}.metadata.json")).scan().to_arrow()
     assert arrow.num_rows == 3_600 and {"partition", "offset", "index", "timestamp"} <= set(arrow.column_names)
+    # columns unique per row are written without a dictionary, as in the Parquet lake
+    data_file = next((location.parent / "data").rglob("*.parquet"))
+    meta = pq.read_metadata(data_file).row_group(0)
+    chunks = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert not chunks["value"].has_dictionary_page and not chunks["offset"].has_dictionary_page
+    assert chunks["partition"].has_dictionary_page
 
     merge(sent, {"ice-a": produce(zk, "ice-a", 3, 300, start=3_600, hours=3)})
     third = run_load(config, spark=spark)
