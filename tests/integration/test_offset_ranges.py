@@ -10,6 +10,7 @@ import pytest
 from broker.client import Admin, LogferryError, Producer, SimpleConsumer
 from broker.common.errors import NotLeaderError
 from broker.wire import protocol
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +26,12 @@ def test_offset_infos_ask_each_leader_once_and_agree_with_one_by_one(broker_clus
         producer.flush(30)
     with SimpleConsumer(zk=zk) as consumer:
         pairs = [("ranges", p) for p in range(4)]
+
+        def visible() -> bool:  # acknowledged when written, readable once the group commit's fsync ran
+            ranges = consumer.offset_infos(pairs)
+            return all(ranges[(t, p)]["end_message"] == 10 * (p + 1) for t, p in pairs)
+
+        wait_until(visible, 10, "every partition's messages visible")
         got = consumer.offset_infos(pairs + [("ranges", 9)])
         for pair in pairs:
             one = consumer.offset_info(*pair)
