@@ -8,10 +8,10 @@ the footer itself); data pages are never read, so a file whose pages were damage
 behind an intact footer is not found here (Parquet's page checksums find it on read).
 
 Runs of one process (``logferry load --every``) share a
-:class:`~hadoop_loader.footers.FooterCache`: a footer read once is not read again while
-the listing shows its file with the same size and modification time, so a run's cost
-after the first is the listing plus the footers of files new or changed since (what
-that trusts: :mod:`hadoop_loader.footers`).
+:class:`~hadoop_loader.lake_cache.LakeCache`: a manifest or footer read once is not read
+again while the listing shows its file with the same size and modification time, so a
+run's cost after the first is two listings plus the manifests and footers of files new
+or changed since (what that trusts: :mod:`hadoop_loader.lake_cache`).
 
 The rows counted from the footers are what the audit compares (:mod:`hadoop_loader.audit`):
 the lake's content, not the manifests' claims (a cached count is the footer's count). A
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from hadoop_loader.footers import FooterCache, Stamp
 from hadoop_loader.fs import FileSystem, join
+from hadoop_loader.lake_cache import LakeCache, ReadCache, Stamp
 from hadoop_loader.manifest import FileEntry, Manifest
 from hadoop_loader.store import LandingStore
 
@@ -177,8 +177,10 @@ class LakeCheck:
     landed: dict[tuple[str, str], int] = field(default_factory=dict)
     """(topic, event hour) -> rows really there."""
     footers_read: int = 0
-    """Footers read by this check; the other files' counts came from the
-    :class:`~hadoop_loader.footers.FooterCache` (their listing unchanged)."""
+    """Footers read by this check; the other files' counts came from the cache (their
+    listing unchanged: :mod:`hadoop_loader.lake_cache`)."""
+    manifests_read: int = 0
+    """Manifests :func:`verify_store` read; the others came from the cache."""
 
     @property
     def ok(self) -> bool:
@@ -186,14 +188,15 @@ class LakeCheck:
 
 
 def verify_lake(
-    fs: FileSystem, root: str, manifests: Iterable[Manifest], footers: FooterCache | None = None
+    fs: FileSystem, root: str, manifests: Iterable[Manifest], footers: ReadCache[int] | None = None
 ) -> LakeCheck:
     """Check every landed file of ``manifests`` under ``root`` (one listing, footers only).
 
     ``footers``: the counts of footers read by earlier checks of this process (updated
     here); None reads every footer.
     """
-    footers = footers if footers is not None else FooterCache()
+    footers = footers if footers is not None else ReadCache()
+    reads = footers.reads
     listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in fs.list_files(root)}
     check = LakeCheck()
     present = set()
@@ -205,7 +208,7 @@ def verify_lake(
         # not listed: under another form of the URI, or really missing (then no stamp, no cache)
         size = stamp.size if stamp is not None else fs.size(uri)
         read = functools.partial(footer_rows, functools.partial(fs.read_range, uri), size or 0)
-        rows, damage = judge(expected, size, functools.partial(_counted, check, footers, uri, stamp, read))
+        rows, damage = judge(expected, size, functools.partial(footers.get, uri, stamp, read))
         check.files += 1
         check.rows += rows
         key = topic_hour(expected.entry.path)
@@ -213,20 +216,24 @@ def verify_lake(
         if damage is not None:
             check.damaged.append(damage)
     footers.keep_only(present)
+    check.footers_read = footers.reads - reads
     return check
 
 
-def _counted(check: LakeCheck, footers: FooterCache, uri: str, stamp: Stamp | None, read: Callable[[], int]) -> int:
-    """The footer's rows through the cache, counting the footers really read."""
+def verify_store(store: LandingStore, cache: LakeCache | None = None) -> tuple[list[Manifest], LakeCheck]:
+    """A run's verify step: the committed manifests, and :func:`verify_lake` of them.
 
-    def reading() -> int:
-        check.footers_read += 1
-        return read()
-
-    return footers.rows(uri, stamp, reading)
-
-
-def verify_store(store: LandingStore, footers: FooterCache | None = None) -> tuple[list[Manifest], LakeCheck]:
-    """A run's verify step: the committed manifests, and :func:`verify_lake` of them."""
-    manifests = [store.read_manifest(s) for s in store.committed()]
-    return manifests, verify_lake(store.fs, store.root, manifests, footers)
+    ``cache``: what earlier runs of this process read (updated here); None reads every
+    manifest and footer.
+    """
+    cache = cache if cache is not None else LakeCache()
+    reads = cache.manifests.reads
+    listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in store.fs.list_files(store.manifests)}
+    manifests = []
+    for sequence in store.committed():
+        uri = store.manifest_uri(sequence)
+        manifests.append(cache.manifests.get(uri, listed.get(uri), functools.partial(store.read_manifest, sequence)))
+    cache.manifests.keep_only(listed)
+    check = verify_lake(store.fs, store.root, manifests, cache.footers)
+    check.manifests_read = cache.manifests.reads - reads
+    return manifests, check
