@@ -102,7 +102,7 @@ def test_a_file_truncated_between_two_checks_is_found(lake) -> None:
     assert len(again.damaged) == 1 and again.footers_read == 1
 
 
-def test_a_missing_file_is_damage_with_or_without_the_cache(lake) -> None:
+def test_a_missing_file_is_still_damage_and_is_dropped_from_the_cache(lake) -> None:
     store, _, files = lake
     cache = LakeCache()
     verify_store(store, cache)
