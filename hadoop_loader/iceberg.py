@@ -309,10 +309,16 @@ class IcebergTables:
             f"PARTITIONED BY (hours(`timestamp`)) TBLPROPERTIES ({props})"
         )
 
-    def append(self, topic: str, df: Any, properties: Mapping[str, str]) -> SnapshotInfo:
+    def append(self, topic: str, df: Any, properties: Mapping[str, str], shuffle: bool = True) -> SnapshotInfo:
         """Append ``df`` in one commit whose snapshot summary has ``properties``; returns
-        that snapshot (its summary has ``added-records``, ``added-data-files``, ...)."""
+        that snapshot (its summary has ``added-records``, ``added-data-files``, ...).
+
+        ``shuffle`` False writes without the table's hash distribution: each task writes
+        the hours it reads through fanout writers (one open file per hour), as a Parquet
+        run with ``files_per_hour = 0`` does; more files, fewer copies of each row."""
         writer = df.writeTo(self.name(topic))
+        if not shuffle:
+            writer = writer.option("distribution-mode", "none").option("fanout-enabled", "true")
         for key, value in properties.items():
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()
