@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.common.lake import DUPLICATE_HOURS, DUPLICATES, LOAD, RUN_ID, STARTED_MS
 from hadoop_loader.errors import Gap, LoaderError, StateError
 from hadoop_loader.identity import IdentityRange, merge_ranges
 from hadoop_loader.landed import NO_DICTIONARY
@@ -48,15 +49,13 @@ RUNTIME_JAR = f"iceberg-spark-runtime-{SPARK_MINOR}_2.13-{ICEBERG_VERSION}.jar"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 """Spark SQL extensions for Iceberg's procedures (``CALL ... system.rewrite_data_files``)."""
 
-# Snapshot summary properties written by the loader (strings, as Iceberg stores them).
+# Snapshot summary properties written by the loader (strings, as Iceberg stores them);
+# those the lake's readers need too (LOAD, RUN_ID, STARTED_MS, DUPLICATES,
+# DUPLICATE_HOURS) are named in broker.common.lake.
 OFFSETS = "logferry.offsets"
 """JSON ``{"<partition>": next offset}``: every partition of the topic ever landed."""
 RANGES = "logferry.ranges"
 """JSON ``[[partition, start, end], ...]``: what this load read (non-empty ranges)."""
-LOAD = "logferry.load"
-"""The table's load number: 1, 2, ... (``VERSION AS OF`` the snapshot of load N)."""
-RUN_ID = "logferry.run-id"
-"""A unique id of the run (the same in every table a run commits to)."""
 GAPS = "logferry.gaps"
 """JSON list of retention gaps skipped (only when there were any)."""
 SOURCE = "logferry.source"
@@ -64,12 +63,6 @@ SOURCE = "logferry.source"
 IDENTITIES = "logferry.identities"
 """With dedup: JSON ``[[host, file_id, lo, hi], ...]``, the record identities this load
 landed as ranges (one per partition and file generation; the topic is the table's)."""
-DUPLICATES = "logferry.duplicates"
-"""With dedup: rows this load read and did not append, as copies of landed records."""
-DUPLICATE_HOURS = "logferry.duplicate-hours"
-"""With dedup, when the load dropped copies: JSON ``{"<hour>": rows}``, the copies per
-event hour (hours since the epoch, UTC: the value of the table's ``hours(timestamp)``
-partition), for the audit's duplicates per hour (:mod:`hadoop_loader.audit`)."""
 
 RUNTIME_MISSING = (
     f"output.format = 'iceberg' needs Apache Iceberg's Spark runtime ({RUNTIME}) on Spark's classpath: "
@@ -136,13 +129,16 @@ def summary_properties(
     identities: list[IdentityRange] | None = None,
     duplicates: int = 0,
     duplicate_hours: Mapping[int, int] | None = None,
+    started_ms: int | None = None,
 ) -> dict[str, str]:
     """The snapshot summary properties of one load of a topic; ``identities`` (None:
     dedup off) are the load's landed record identities, ``duplicates`` the copies it
-    dropped, ``duplicate_hours`` those copies per event hour (hours since the epoch)."""
+    dropped, ``duplicate_hours`` those copies per event hour (hours since the epoch),
+    ``started_ms`` when the run started (for the console's landed tier)."""
     props = {
         LOAD: str(load),
         RUN_ID: run_id,
+        **({STARTED_MS: str(started_ms)} if started_ms is not None else {}),
         OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":")),
         RANGES: json.dumps([list(r) for r in sorted(ranges)], separators=(",", ":")),
         SOURCE: source,
