@@ -87,6 +87,9 @@ class LakeReader:
         self.last_started_ms = 0
         """When the newest run started: hours that ended (and settled) before it are judged."""
         self.error: str | None = None
+        self.unplaced = 0
+        """Iceberg: copies dedup dropped that loads from before ``logferry.duplicate-hours``
+        counted in no hour (no hour's completeness can include them)."""
         self._read: set[str] = set()
         self.tables = IcebergTables(self.files, path, namespace)
 
@@ -166,7 +169,7 @@ class LakeReader:
         if tables.poll():
             self.landed, self.duplicates = {}, {}
             runs: set[str] = set()
-            committed = started = loads = 0
+            committed = started = loads = unplaced = 0
             for reading in tables.tables.values():
                 for counts, into in ((reading.hours, self.landed), (reading.facts.duplicates, self.duplicates)):
                     for hour, rows in counts.items():
@@ -176,13 +179,14 @@ class LakeReader:
                 committed = max(committed, reading.facts.last_committed_ms)
                 started = max(started, reading.facts.last_started_ms)
                 loads = max(loads, reading.facts.loads)
+                unplaced += reading.facts.unplaced
             # the runs the kept snapshots name; once some expired, at least a table's load count
             self.runs = max(len(runs), loads)
             self.last_committed_ms, self.last_started_ms = committed, started
+            self.unplaced = unplaced
         errors = sorted(tables.errors.values())
-        self.error = (
-            (errors[0] + (f" (and {len(errors) - 1} more tables)" if len(errors) > 1 else "")) if errors else None
-        )
+        more = f" (and {len(errors) - 1} more tables)" if len(errors) > 1 else ""
+        self.error = errors[0] + more if errors else None
 
     def rows(self, tiers: dict[tuple[str, int], dict[str, int]], settle_s: float = 60.0) -> list[dict[str, Any]]:
         """Per landed topic and hour, newest first: landed rows, duplicates, and
@@ -219,6 +223,7 @@ class LakeReader:
             "path": self.path,
             "format": None if self.format == "auto" else self.format,
             "tables": len(self.tables.tables) if self.format == "iceberg" else None,
+            "duplicates_without_hour": self.unplaced,
             "cluster": self.cluster,
             "timezone": self.timezone,
             "runs": self.runs,

@@ -271,6 +271,7 @@ function landedCard(lakes) {
       `<p class="mute">from ${source}the loader's ${l.runs} committed run(s)` +
       `${l.last_committed_ms ? ", last " + utcDate(l.last_committed_ms) + " UTC" : ""}; ` +
       `event hours in ${esc(l.timezone)}; against the tier before it on ${esc(l.cluster)}` +
+      `${l.duplicates_without_hour ? `; ${num(l.duplicates_without_hour)} copies dedup dropped in older loads are in no hour` : ""}` +
       `${l.error ? "; <span class=bad>" + esc(l.error) + "</span>" : ""}</p>`;
     if (!l.rows.length) return head + `<p class="mute">nothing landed yet</p></div>`;
     const body = l.rows.slice(0, 200).map((r) => `<tr data-landed-topic="${esc(r.topic)}" data-hour="${esc(r.hour)}"><td>${esc(r.topic)}</td><td>${esc(r.hour)}${r.state === "open" ? ' <span class="mute">open</span>' : ""}</td>` +

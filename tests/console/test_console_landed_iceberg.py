@@ -108,7 +108,7 @@ def test_iceberg_lake_on_hdfs_shows_each_hours_rows_against_the_agents(
         lakes = wait_until(shown, 30, "the Iceberg lake's landed tier on /api/snapshot")
         lake = lakes["hdfs"]
         assert (lake["format"], lake["tables"], lake["error"]) == ("iceberg", 1, None), lake
-        assert lake["runs"] == 2 and lake["last_started_ms"] < lake["last_committed_ms"], lake
+        assert lake["runs"] == 2 and 0 < lake["last_started_ms"] < lake["last_committed_ms"], lake
         rows = {r["hour"]: r for r in lake["rows"] if r["topic"] == topic}
         assert {h: r["landed"] for h, r in rows.items()} == expected
         assert len(expected) == 3 and sum(expected.values()) == 2_600

@@ -257,7 +257,7 @@ def test_an_iceberg_lake_counts_live_files_per_hour_after_compaction_and_expiry(
     assert (lake.format, lake.error) == ("iceberg", None)
     # in Paris (UTC+1): H0 is 01, H0+1 is 02; the first load's duplicate expired with its snapshot
     assert lake.landed == {("app", "2024-03-01T01"): 100, ("app", "2024-03-01T02"): 70}
-    assert lake.duplicates == {("app", "2024-03-01T02"): 4}
+    assert lake.duplicates == {("app", "2024-03-01T02"): 4} and lake.unplaced == 0
     # runs: the kept snapshots name one, the table's load number says two
     assert (lake.runs, lake.last_committed_ms, lake.last_started_ms) == (2, T0 + 3 * HOUR_MS + 9, T0 + 3 * HOUR_MS)
     tiers = {("app", T0): {"agent": 100}, ("app", T0 + HOUR_MS): {"agent": 74}}
