@@ -104,8 +104,7 @@ def land(
     from hadoop_loader.job import run_load
 
     output = {"uri": out.as_uri() if isinstance(out, Path) else out, "format": fmt}
-    if fmt == "parquet":
-        output["files_per_hour"] = files_per_hour
+    output["files_per_hour"] = files_per_hour
     config = config_from_dict(
         {
             "source": {"zk": zk, "topics": [TOPIC]},
@@ -132,14 +131,16 @@ def iceberg_conf(repeat: int) -> dict[str, str]:
 
 
 def compare_with_iceberg(spark, zk: str, workdir: Path, args: argparse.Namespace, ceiling: float) -> None:
-    """``--repeat`` rounds of (Parquet on file://, Iceberg on HDFS or file://), fresh
-    outputs each; prints each run and the medians."""
+    """``--repeat`` rounds of ``--cases`` (Parquet on file://, Iceberg on HDFS or file://,
+    with or without the shuffle by hour), fresh outputs each; prints each run and the
+    medians."""
     import contextlib
     import statistics
 
     from broker.testing.hdfs import LocalHdfs
     from broker.testing.localrun import free_port
 
+    cases = [(fmt, int(per_hour)) for fmt, _, per_hour in (c.partition(":") for c in args.cases.split(","))]
     with contextlib.ExitStack() as stack:
         if args.iceberg_on == "hdfs":
             hdfs = LocalHdfs(workdir / "hdfs", free_port(), free_port())
@@ -147,27 +148,65 @@ def compare_with_iceberg(spark, zk: str, workdir: Path, args: argparse.Namespace
             hdfs.start(180)
             stack.callback(hdfs.stop)
             print(f"HDFS started ({hdfs.uri}) in {time.perf_counter() - t0:.1f} s")
-        rates: dict[str, list[float]] = {"parquet": [], "iceberg": []}
+        rates: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+        where = {case: "file://" if case[0] == "parquet" or args.iceberg_on == "file" else "hdfs://" for case in cases}
         for n in range(args.repeat):
-            for fmt in ("parquet", "iceberg"):
-                where = "file://" if fmt == "parquet" or args.iceberg_on == "file" else "hdfs://"
-                out: Path | str = workdir / f"{fmt}-{n}"
-                if where == "hdfs://":
-                    out = f"{hdfs.uri}/bench/{fmt}-{n}"
-                landed, seconds, size, files, phases = land(spark, zk, out, 1, fmt)
+            for fmt, per_hour in cases:
+                out: Path | str = workdir / f"{fmt}-{per_hour}-{n}"
+                if where[fmt, per_hour] == "hdfs://":
+                    out = f"{hdfs.uri}/bench/{fmt}-{per_hour}-{n}"
+                cpu = _cpu_seconds()
+                landed, seconds, size, files, phases = land(spark, zk, out, per_hour, fmt)
+                cpu = _cpu_seconds() - cpu
                 assert landed == args.messages, landed
-                rates[fmt].append(landed / seconds)
+                rates[fmt, per_hour].append(landed / seconds)
                 print(
-                    f"{fmt:<8} on {where:<8} run {n + 1}: {landed / seconds:>10,.0f} rows/s ({seconds:.2f} s, "
-                    f"{files} files, {size / 2**20:.0f} MiB, {landed / seconds / ceiling:.0%} of ceiling)"
+                    f"{fmt:<8} files_per_hour={per_hour} on {where[fmt, per_hour]:<8} run {n + 1}: "
+                    f"{landed / seconds:>10,.0f} rows/s ({seconds:.2f} s, {files} files, {size / 2**20:.0f} MiB, "
+                    f"{cpu / landed * 1e6:.1f} CPU-us/row, {landed / seconds / ceiling:.0%} of ceiling)"
                 )
                 print("           steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
-        for fmt, values in rates.items():
-            where = "file://" if fmt == "parquet" or args.iceberg_on == "file" else "hdfs://"
+        for (fmt, per_hour), values in rates.items():
             print(
-                f"median   {fmt} on {where} ({len(values)} runs): {statistics.median(values):,.0f} rows/s "
-                f"(min {min(values):,.0f}, max {max(values):,.0f})"
+                f"median   {fmt} files_per_hour={per_hour} on {where[fmt, per_hour]} ({len(values)} runs): "
+                f"{statistics.median(values):,.0f} rows/s (min {min(values):,.0f}, max {max(values):,.0f})"
             )
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its children so far (Spark's JVM and its Python
+    workers are children); children count once they are waited for, so the JVM's own
+    CPU is read from /proc while it runs."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    total = own.ru_utime + own.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in _descendants(os.getpid()):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def main() -> int:
@@ -191,6 +230,19 @@ def main() -> int:
         "on file://), alternating; medians printed (0: no Iceberg)",
     )
     parser.add_argument("--iceberg-on", choices=["hdfs", "file"], default="hdfs", help="where the warehouse is")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeatable), e.g. spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+    )
+    parser.add_argument(
+        "--cases",
+        default="parquet:1,iceberg:1,iceberg:0",
+        help="the --repeat rounds' landings, FORMAT:FILES_PER_HOUR, comma-separated "
+        "(iceberg:0 = no shuffle by hour, fanout writers)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -218,6 +270,9 @@ def main() -> int:
                 .config("spark.sql.shuffle.partitions", "4")
             )
             for key, value in iceberg_conf(args.repeat).items():
+                builder = builder.config(key, value)
+            for setting in args.spark_conf:
+                key, _, value = setting.partition("=")
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel("ERROR")

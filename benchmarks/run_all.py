@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "mirror": ("mirror_throughput.py", [], ["--messages", "100000"]),
     "compression": ("compression.py", [], ["--messages", "50000", "--runs", "1"]),
     "loader": ("loader_throughput.py", [], ["--messages", "100000"]),
+    "loader-verify": ("loader_verify.py", [], ["--files", "2000", "--repeat", "1"]),
 }
 
 

@@ -77,7 +77,7 @@ class OutputConfig:
     """Spark's ``maxRecordsPerFile``: the upper bound on a Parquet file's rows."""
     files_per_hour: int = 1
     """N >= 1: shuffle rows by hour so a run writes N files per topic and event hour;
-    0: no shuffle, each task writes one file per event hour it reads."""
+    0: no shuffle, each task writes one file per event hour it reads (Iceberg: 0 or 1)."""
     compression: str = "snappy"
     format: str = "parquet"
     """``parquet``: files under ``topic=/dt=/hr=`` with the loader's manifests; ``iceberg``:
@@ -415,6 +415,11 @@ def _output(v: Validator, o: dict[str, Any]) -> OutputConfig:
     uri = normalize_uri(o.pop("uri"), v.base_dir, "output.uri", v.file)
     if o.get("filesystem") == "local" and not uri.startswith("file:"):
         v.fail("output.filesystem", f"'local' needs a file:// output.uri, got {uri!r}")
+    if o.get("format") == "iceberg" and o.get("files_per_hour", 1) > 1:
+        v.fail(
+            "output.files_per_hour",
+            f"is 0 or 1 for Iceberg tables (1: one file per hour and load; 0: no shuffle), got {o['files_per_hour']}",
+        )
     return OutputConfig(uri=uri, **o)
 
 

@@ -18,6 +18,11 @@ The loop, as a small state machine:
   the run finishes (it is bounded by ``load.max_bytes_per_partition``) and the loop
   ends after it. Exit 0 (130 after SIGINT), as every logferry command.
 
+With Parquet output the runs share a :class:`~hadoop_loader.lake_cache.LakeCache`: the
+first run reads every committed manifest and landed file's footer, later ones only
+those of files new or changed since (the listing still finds every missing or resized
+file each run).
+
 Output is one line per run (:func:`describe`), so a loop that runs for months writes a
 bounded amount per run. The audit is off in this mode (run it nightly with
 ``logferry load --require-complete``).
@@ -36,6 +41,7 @@ from typing import Any
 
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.errors import LoaderError
+from hadoop_loader.lake_cache import LakeCache
 from hadoop_loader.results import LoadResult, LoadSession
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -133,13 +139,14 @@ def run_every(
 
     config = replace(config, audit=replace(config.audit, enabled=False))
     session = LoadSession(config, spark, master)  # one JVM for every run
+    cache = LakeCache()  # each manifest and footer read once while its file stays unchanged
     runs = 0
     start = time.monotonic()
     while not stop.event.is_set() and (max_runs is None or runs < max_runs):
         started = time.time()
         stop.running = True
         try:
-            outcome = Outcome(started, run_load(config, session=session))
+            outcome = Outcome(started, run_load(config, session=session, cache=cache))
         except LoaderError as exc:
             if exc.exit_code == 2:  # a config mistake: no later run can succeed
                 raise

@@ -169,10 +169,15 @@ def error_from_spark(what: str, text: str) -> LoaderError:
             return error
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # py4j's own header ("An error occurred while calling o559.parquet.") names no cause:
-    # the deepest "Caused by:" does (an HDFS write with its DataNode gone, a full disk).
-    causes = [line[len("Caused by: ") :] for line in lines if line.startswith("Caused by: ")]
-    if lines and lines[0].startswith("An error occurred while calling") and causes:
-        return SparkJobError(f"{what} failed: {causes[-1][:500]}")
+    # the deepest "Caused by:" does (an HDFS write with its DataNode gone, a full disk),
+    # or else the Java exception on the line after it (": org.apache.iceberg.exceptions.
+    # ValidationException: Metadata file for version 4 is missing").
+    if lines and lines[0].startswith("An error occurred while calling"):
+        causes = [line[len("Caused by: ") :] for line in lines if line.startswith("Caused by: ")]
+        if causes:
+            return SparkJobError(f"{what} failed: {causes[-1][:500]}")
+        if len(lines) > 1 and lines[1].startswith(":"):
+            return SparkJobError(f"{what} failed: {lines[1].lstrip(': ')[:500]}")
     first = lines[0] if lines else type(text).__name__
     return SparkJobError(f"{what} failed: {first[:500]}")
 

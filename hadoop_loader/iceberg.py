@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,9 @@ RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-{SPARK_MINOR}_2.13:{ICEBERG
 RUNTIME_JAR = f"iceberg-spark-runtime-{SPARK_MINOR}_2.13-{ICEBERG_VERSION}.jar"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 """Spark SQL extensions for Iceberg's procedures (``CALL ... system.rewrite_data_files``)."""
+
+_LOST_COMMIT = re.compile(r"Metadata file for version (\d+) is missing")
+"""Iceberg's Hadoop catalog when its version hint names a metadata file that is gone."""
 
 # Snapshot summary properties written by the loader (strings, as Iceberg stores them);
 # those the lake's readers need too (LOAD, RUN_ID, STARTED_MS, DUPLICATES,
@@ -249,18 +253,44 @@ class IcebergTables:
         return table_location(self.warehouse, self.namespace, topic)
 
     def _java_table(self, topic: str) -> Any:
-        """Iceberg's ``Table`` (Java), refreshed; None when the table does not exist."""
-        jvm = self.spark._jvm
+        """Iceberg's ``Table`` (Java), refreshed; None when the table does not exist.
+
+        The session's catalog caches tables at the version it last saw. When that
+        version's metadata file is gone (a lost commit, or the operator's repair of one
+        that moved the version hint back), the table is asked of the catalog again; still
+        missing is a :class:`StateError` saying how to repair it."""
+        for attempt in (1, 2):
+            table = self._load(topic)
+            if table is None:
+                return None
+            try:
+                table.refresh()
+                return table
+            except Exception as exc:
+                lost = _LOST_COMMIT.search(str(exc))
+                if lost is None:
+                    raise
+                if attempt == 1:
+                    self.spark.sql(f"REFRESH TABLE {self.name(topic)}")  # drops the cached table
+                    continue
+                metadata = f"{self.location(topic)}/metadata"
+                raise StateError(
+                    f"table {self.name(topic)}: its catalog names metadata version {lost.group(1)}, but "
+                    f"{metadata}/v{lost.group(1)}.metadata.json is missing (a lost commit); to load on from "
+                    f"the newest commit present, write that version's number into {metadata}/version-hint.text"
+                ) from exc
+        raise AssertionError("unreachable")
+
+    def _load(self, topic: str) -> Any:
+        """The table as the session's catalog has it (None when it does not exist)."""
         try:
-            table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            return self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
                 self.spark._jsparkSession, self.name(topic)
             )
         except Exception as exc:
             if any(s in str(exc) for s in ("TABLE_OR_VIEW_NOT_FOUND", "NoSuchTableException")):
                 return None
             raise
-        table.refresh()
-        return table
 
     def exists(self, topic: str) -> bool:
         return self._java_table(topic) is not None
@@ -305,10 +335,16 @@ class IcebergTables:
             f"PARTITIONED BY (hours(`timestamp`)) TBLPROPERTIES ({props})"
         )
 
-    def append(self, topic: str, df: Any, properties: Mapping[str, str]) -> SnapshotInfo:
+    def append(self, topic: str, df: Any, properties: Mapping[str, str], shuffle: bool = True) -> SnapshotInfo:
         """Append ``df`` in one commit whose snapshot summary has ``properties``; returns
-        that snapshot (its summary has ``added-records``, ``added-data-files``, ...)."""
+        that snapshot (its summary has ``added-records``, ``added-data-files``, ...).
+
+        ``shuffle`` False writes without the table's hash distribution: each task writes
+        the hours it reads through fanout writers (one open file per hour), as a Parquet
+        run with ``files_per_hour = 0`` does; more files, fewer copies of each row."""
         writer = df.writeTo(self.name(topic))
+        if not shuffle:
+            writer = writer.option("distribution-mode", "none").option("fanout-enabled", "true")
         for key, value in properties.items():
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.append()

@@ -121,7 +121,7 @@ def land_into_iceberg(
                 if not tables.exists(topic):
                     tables.create(topic, frame.schema, config.output.compression)
                 _watch_writes(fs, tables.location(topic))
-                snapshot = tables.append(topic, frame, properties)
+                snapshot = tables.append(topic, frame, properties, shuffle=config.output.files_per_hour > 0)
             finally:
                 if cached is not None:
                     cached.unpersist()

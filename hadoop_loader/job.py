@@ -37,6 +37,7 @@ from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
 from hadoop_loader.errors import LoaderError, OutputUnavailableError, StateError, spark_errors
 from hadoop_loader.fs import FileSystem, filesystem_for, join, relative
 from hadoop_loader.identity import IdentityRange, ranges_to_keep
+from hadoop_loader.lake_cache import LakeCache
 from hadoop_loader.manifest import FileEntry, Manifest, RangeEntry, next_offsets
 from hadoop_loader.offsets import PartitionRange, offset_mover
 from hadoop_loader.options import Endpoint
@@ -44,7 +45,7 @@ from hadoop_loader.plan_driver import RangePlan, first_run_position, plan_load
 from hadoop_loader.repair import repair_lake
 from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
 from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, seq_name
-from hadoop_loader.verify import verify_lake
+from hadoop_loader.verify import verify_store
 from hadoop_loader.writing import landed_rows, write_parquet
 
 log = logging.getLogger("logferry.loader")
@@ -60,12 +61,15 @@ def run_load(
     master: str | None = None,
     repair: bool = False,
     session: LoadSession | None = None,
+    cache: LakeCache | None = None,
 ) -> LoadResult:
     """Run one landing job; reuses ``spark`` when given (tests), else builds a session.
 
     ``repair``: first land again the files the verification found missing or damaged
     (:mod:`hadoop_loader.repair`), then land what is new. ``session``: a session shared
     by several runs (``--every``: one JVM, started by the first run that needs it).
+    ``cache``: the manifests and footers earlier runs of this process read (``--every``),
+    so the verification reads only those of files new or changed since; None reads all.
     """
     started = time.time()
     iceberg = config.output.format == "iceberg"
@@ -79,7 +83,7 @@ def run_load(
             from hadoop_loader.iceberg_job import land_into_iceberg
 
             return land_into_iceberg(config, session, fs, started)
-        return _run_locked(config, session, fs, store, started, repair)
+        return _run_locked(config, session, fs, store, started, repair, cache)
 
     result = _locked(store, land)
     if config.audit.enabled:
@@ -191,14 +195,14 @@ def _run_locked(
     store: LandingStore,
     started: float,
     repair: bool = False,
+    cache: LakeCache | None = None,
 ) -> LoadResult:
     clock = Clock()
     recovery = store.recover(**_PUBLISH_HOOKS)
     clock.lap("recover")
     if recovery.rolled_forward or recovery.discarded:
         log.info("recovery: %s", recovery.describe())
-    manifests = [store.read_manifest(s) for s in store.committed()]
-    lake = verify_lake(fs, store.root, manifests)
+    manifests, lake = verify_store(store, cache)
     clock.lap("verify")
     for damage in lake.damaged:
         log.error("landed file damaged: %s", damage.describe())

@@ -7,13 +7,20 @@ listing of the output plus, per file, two small reads at its end (the 8-byte tai
 the footer itself); data pages are never read, so a file whose pages were damaged
 behind an intact footer is not found here (Parquet's page checksums find it on read).
 
-The rows counted from the footers are what the audit compares (:mod:`hadoop_loader.audit`):
-the lake's content, not the manifests' claims. A damaged or missing file is a
-:class:`Damage`, reported with its path and what was expected and found; ``logferry
-load --repair`` lands its rows again (:mod:`hadoop_loader.repair`).
+Runs of one process (``logferry load --every``) share a
+:class:`~hadoop_loader.lake_cache.LakeCache`: a manifest or footer read once is not read
+again while the listing shows its file with the same size and modification time, so a
+run's cost after the first is two listings plus the manifests and footers of files new
+or changed since (what that trusts: :mod:`hadoop_loader.lake_cache`).
 
-:func:`footer_rows` and :func:`expected_files` are sans-IO (a reader callback and
-manifests in, facts out); :func:`verify_lake` does the I/O.
+The rows counted from the footers are what the audit compares (:mod:`hadoop_loader.audit`):
+the lake's content, not the manifests' claims (a cached count is the footer's count). A
+damaged or missing file is a :class:`Damage`, reported with its path and what was
+expected and found; ``logferry load --repair`` lands its rows again
+(:mod:`hadoop_loader.repair`).
+
+:func:`footer_rows`, :func:`judge` and :func:`expected_files` are sans-IO (callbacks
+and manifests in, facts out); :func:`verify_lake` and :func:`verify_store` do the I/O.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from hadoop_loader.fs import FileSystem, join
+from hadoop_loader.lake_cache import LakeCache, ReadCache, Stamp
 from hadoop_loader.manifest import FileEntry, Manifest
+from hadoop_loader.store import LandingStore
 
 MAGIC = b"PAR1"
 TAIL = 8
@@ -131,8 +140,13 @@ class Damage:
         )
 
 
-def judge(expected: Expected, found_size: int | None, read: Callable[[int, int], bytes]) -> tuple[int, Damage | None]:
-    """Rows really in one file, and its :class:`Damage` if it does not match."""
+def judge(expected: Expected, found_size: int | None, count: Callable[[], int]) -> tuple[int, Damage | None]:
+    """Rows really in one file, and its :class:`Damage` if it does not match.
+
+    ``count()``: the rows its footer counts (:func:`footer_rows`, or a cached count),
+    raising :class:`FooterError` when it has no readable footer; not called for a
+    missing file.
+    """
     e = expected.entry
 
     def damage(rows: int | None, reason: str) -> Damage:
@@ -141,7 +155,7 @@ def judge(expected: Expected, found_size: int | None, read: Callable[[int, int],
     if found_size is None:
         return 0, damage(None, "the file is gone")
     try:
-        rows = footer_rows(read, found_size)
+        rows = count()
     except FooterError as exc:
         return 0, damage(None, str(exc))
     if found_size != e.size:
@@ -162,26 +176,64 @@ class LakeCheck:
     damaged: list[Damage] = field(default_factory=list)
     landed: dict[tuple[str, str], int] = field(default_factory=dict)
     """(topic, event hour) -> rows really there."""
+    footers_read: int = 0
+    """Footers read by this check; the other files' counts came from the cache (their
+    listing unchanged: :mod:`hadoop_loader.lake_cache`)."""
+    manifests_read: int = 0
+    """Manifests :func:`verify_store` read; the others came from the cache."""
 
     @property
     def ok(self) -> bool:
         return not self.damaged
 
 
-def verify_lake(fs: FileSystem, root: str, manifests: Iterable[Manifest]) -> LakeCheck:
-    """Check every landed file of ``manifests`` under ``root`` (one listing, footers only)."""
-    sizes = {f.uri: f.size for f in fs.list_files(root)}
+def verify_lake(
+    fs: FileSystem, root: str, manifests: Iterable[Manifest], footers: ReadCache[int] | None = None
+) -> LakeCheck:
+    """Check every landed file of ``manifests`` under ``root`` (one listing, footers only).
+
+    ``footers``: the counts of footers read by earlier checks of this process (updated
+    here); None reads every footer.
+    """
+    footers = footers if footers is not None else ReadCache()
+    reads = footers.reads
+    listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in fs.list_files(root)}
     check = LakeCheck()
+    present = set()
     for expected in expected_files(manifests):
         uri = join(root, expected.entry.path)
-        size = sizes.get(uri)
-        if size is None:  # listed under another form of the URI, or really missing
-            size = fs.size(uri)
-        rows, damage = judge(expected, size, functools.partial(fs.read_range, uri))
+        stamp = listed.get(uri)
+        if stamp is not None:
+            present.add(uri)
+        # not listed: under another form of the URI, or really missing (then no stamp, no cache)
+        size = stamp.size if stamp is not None else fs.size(uri)
+        read = functools.partial(footer_rows, functools.partial(fs.read_range, uri), size or 0)
+        rows, damage = judge(expected, size, functools.partial(footers.get, uri, stamp, read))
         check.files += 1
         check.rows += rows
         key = topic_hour(expected.entry.path)
         check.landed[key] = check.landed.get(key, 0) + rows
         if damage is not None:
             check.damaged.append(damage)
+    footers.keep_only(present)
+    check.footers_read = footers.reads - reads
     return check
+
+
+def verify_store(store: LandingStore, cache: LakeCache | None = None) -> tuple[list[Manifest], LakeCheck]:
+    """A run's verify step: the committed manifests, and :func:`verify_lake` of them.
+
+    ``cache``: what earlier runs of this process read (updated here); None reads every
+    manifest and footer.
+    """
+    cache = cache if cache is not None else LakeCache()
+    reads = cache.manifests.reads
+    listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in store.fs.list_files(store.manifests)}
+    manifests = []
+    for sequence in store.committed():
+        uri = store.manifest_uri(sequence)
+        manifests.append(cache.manifests.get(uri, listed.get(uri), functools.partial(store.read_manifest, sequence)))
+    cache.manifests.keep_only(listed)
+    check = verify_lake(store.fs, store.root, manifests, cache.footers)
+    check.manifests_read = cache.manifests.reads - reads
+    return manifests, check

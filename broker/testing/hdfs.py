@@ -250,6 +250,8 @@ class HdfsState:
     files: int
     datanodes: tuple[str, ...] = ()
     """The data transfer addresses of the live DataNodes (a restarted one has a new port)."""
+    remaining_bytes: int = 0
+    """Room left for blocks on the live DataNodes (0 when they are full)."""
 
     @property
     def ready(self) -> bool:
@@ -392,6 +394,7 @@ class LocalHdfs:
             used_bytes=int(beans.get("CapacityUsed", 0)),
             files=int(beans.get("FilesTotal", 0)),
             datanodes=_live_addresses(beans.get("LiveNodes")),
+            remaining_bytes=int(beans.get("CapacityRemaining", 0)),
         )
 
     def file_count(self, path: str) -> int:

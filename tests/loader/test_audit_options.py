@@ -145,6 +145,16 @@ def test_executor_errors_come_back_as_loader_errors():
         "the Spark job writing run 3 failed: org.apache.hadoop.ipc.RemoteException(java.io.IOException): "
         "File /wh/x could only be written to 0 of the 1 minReplication nodes."
     )
+    # no "Caused by:": the Java exception is the line after py4j's header
+    lost = error_from_spark(
+        "reading the Iceberg tables' last loads",
+        "An error occurred while calling o307.refresh.\n: org.apache.iceberg.exceptions.ValidationException: "
+        "Metadata file for version 4 is missing\n\tat org.apache.iceberg.hadoop.HadoopTableOperations...",
+    )
+    assert str(lost) == (
+        "reading the Iceberg tables' last loads failed: org.apache.iceberg.exceptions.ValidationException: "
+        "Metadata file for version 4 is missing"
+    )
 
 
 class _NoTopicConsumer:

@@ -1,5 +1,6 @@
 """``logferry load --every``'s loop without brokers or a JVM: intervals, the schedule,
-one line per run, the stop flag on SIGTERM, failures that go on and ones that end it.
+one line per run, the stop flag on SIGTERM, failures that go on and ones that end it,
+one session and one lake cache for every run.
 
 The loop over real runs (a real broker, Spark, SIGTERM to a real process) is in
 test_continuous_integration.py.
@@ -18,6 +19,7 @@ from hadoop_loader import cli
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.continuous import Outcome, StopFlag, describe, next_start, parse_interval, run_every
 from hadoop_loader.errors import LoaderConfigError, OutputUnavailableError
+from hadoop_loader.lake_cache import LakeCache
 from hadoop_loader.results import LoadResult, TopicStats
 from hadoop_loader.store import Recovery
 
@@ -77,10 +79,13 @@ def test_the_loop_goes_on_after_a_failed_run_and_stops_when_asked(monkeypatch: p
     stop = StopFlag()
     answers: list[Any] = [result(10, 1), OutputUnavailableError("NameNode down"), result(5, 2)]
     sessions = set()
+    caches = set()
 
-    def fake_run_load(cfg: Any, session: Any = None, **_: Any) -> LoadResult:
+    def fake_run_load(cfg: Any, session: Any = None, cache: Any = None, **_: Any) -> LoadResult:
         assert not cfg.audit.enabled  # the loop runs without the audit
         sessions.add(id(session))
+        assert isinstance(cache, LakeCache)
+        caches.add(id(cache))
         answer = answers.pop(0)
         if not answers:
             stop.set()  # as SIGTERM during the third run would
@@ -93,6 +98,7 @@ def test_the_loop_goes_on_after_a_failed_run_and_stops_when_asked(monkeypatch: p
     assert run_every(config(), 0.01, stop, seen.append) == 0
     assert [o.result.rows if o.result else str(o.error) for o in seen] == [10, "NameNode down", 5]
     assert len(sessions) == 1  # one session (one JVM) for every run
+    assert len(caches) == 1  # one lake cache: a footer or manifest read once is not read again
 
 
 def test_a_config_error_ends_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:

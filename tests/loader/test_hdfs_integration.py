@@ -13,7 +13,9 @@ Each test counts: what was sent lands once, read back with Spark from HDFS.
 - a lease left on the manifest's temporary name by a writer killed with -9 does not
   block the next commit;
 - a DataNode killed mid-write, or the NameNode restarted during a load: the next run
-  lands every message once (LOGFERRY_HDFS_FAULTS=1 only: about 80 s each).
+  lands every message once (LOGFERRY_HDFS_FAULTS=1 only: about 80 s each);
+- a full DataNode under an Iceberg table: one line, exit 1, the table unchanged; the
+  next run lands the rest once (LOGFERRY_HDFS_FAULTS=1 only).
 
 One HDFS for the module (its start is the expensive part), one directory per test.
 """
@@ -29,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from broker.testing.hdfs import discover_install
+from broker.testing.hdfs import discover_install, read_site_xml, render_site_xml
 from hadoop_loader import cli
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.errors import LoaderError
@@ -302,3 +304,52 @@ def test_a_server_killed_mid_write_fails_the_run_and_the_next_lands_each_once(
         run_load(config, spark=spark)  # from the last commit: recovery, then what is left
     assert fs.list_names(f"{hdfs_dir}/_logferry/manifests") == ["00000000000000000001.json"]
     assert_each_once(spark, hdfs_dir, sent)
+
+
+@pytest.mark.skipif(iceberg_jar() is None, reason="no Apache Iceberg runtime: run `make iceberg-jars`")
+def test_a_full_datanode_fails_the_load_with_one_line_and_the_next_lands_each_once(
+    spark, module_cluster, unique_name, hdfs, hdfs_dir, tmp_path, capsys
+):
+    """The only DataNode full (restarted with all of its disk reserved for other uses, so
+    the NameNode places no block on it) while an Iceberg table has loads already: the load
+    fails with one line and exit 1, the table keeps exactly its earlier rows; once the
+    DataNode has room again the next load lands the rest, every message once.
+    LOGFERRY_HDFS_FAULTS=1 only (two DataNode restarts and three loads)."""
+    if os.environ.get("LOGFERRY_HDFS_FAULTS") != "1":
+        pytest.skip("a full DataNode takes two DataNode restarts: run with LOGFERRY_HDFS_FAULTS=1")
+    zk, topic = module_cluster.zk_connect, unique_name("hdfs-full")
+    sent = produce(zk, topic, 2, 2_000, hours=2)
+    config_file = write_toml(tmp_path / "loader.toml", zk, hdfs_dir, [topic])
+    config_file.write_text(config_file.read_text().replace("[output]\n", '[output]\nformat = "iceberg"\n'))
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    name = table_name(hdfs_dir, "logferry", topic)
+    assert spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0] == 2_000
+
+    more = produce(zk, topic, 2, 2_000, hours=2, start=2_000)
+    site = hdfs.conf_dir / "hdfs-site.xml"
+    original = site.read_text()
+    reserved = render_site_xml({**read_site_xml(site), "dfs.datanode.du.reserved": str(1 << 50)})
+    try:
+        site.write_text(reserved)
+        hdfs.stop_server("datanode")
+        hdfs.start_server("datanode")
+        wait_until(lambda: hdfs.state().remaining_bytes == 0, 60, "the NameNode to see the DataNode full")
+        capsys.readouterr()
+        code = cli.main(["load", "--config", str(config_file)])
+        captured = capsys.readouterr()
+    finally:
+        site.write_text(original)
+        hdfs.stop_server("datanode")
+        hdfs.start_server("datanode")
+    assert code == 1, captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("logferry load: error: "), captured.err
+    assert "could only be written to 0" in lines[0], lines[0]
+    assert spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0] == 2_000, "the failed load committed rows"
+
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    rows = spark.sql(f"SELECT partition, offset, index, value FROM {name}").collect()
+    assert len({(r[0], r[1], r[2]) for r in rows}) == len(rows) == 4_000
+    for p in sent:
+        got = [bytes(r[3]) for r in sorted(r for r in rows if r[0] == p)]
+        assert got == [v for v, _ in sent[p] + more[p]], p

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.client import Producer
+from hadoop_loader import cli
 from hadoop_loader.crash import CRASH_EXIT, ENV
 from hadoop_loader.iceberg import DUPLICATE_HOURS, DUPLICATES, IDENTITIES, OFFSETS, table_location, table_name
 from hadoop_loader.job import run_load, run_maintenance
@@ -191,6 +192,54 @@ def test_first_run_latest_commits_the_starting_offsets_without_rows(spark, broke
     second = run_load(config, spark=spark)
     assert second.rows == 200
     assert_table_exactly(spark, out.as_uri(), {"ice-late": later})
+
+
+def metadata_versions(metadata: Path) -> list[int]:
+    """The Hadoop catalog's metadata versions present (``vN.metadata.json``), ascending."""
+    return sorted(int(p.name[1:].split(".")[0]) for p in metadata.glob("v*.metadata.json"))
+
+
+def test_a_catalog_that_lost_a_commit_is_one_line_and_the_next_run_lands_nothing_twice(
+    spark, broker_cluster, tmp_path, capsys
+):
+    """The Hadoop catalog's pointer (``version-hint.text``) left behind the newest commit
+    (a restore from an older copy) is caught up by Iceberg, which reads ahead: the next
+    run lands only what is new. The newest commit's metadata file itself lost: the run
+    stops with one line naming it, exit 1, nothing written; once the pointer names the
+    commit before it (the operator's repair the line asks for), the run lands the lost
+    load's messages again, each once, as that commit no longer holds them."""
+    zk = broker_cluster(1).zk_connect
+    out = tmp_path / "wh"
+    config_file = write_loader_toml(
+        tmp_path / "loader.toml", zk, out, ["ice-lost"], output='format = "iceberg"', spark_conf=iceberg_spark_conf()
+    )
+    sent: dict = {}
+    merge(sent, {"ice-lost": produce(zk, "ice-lost", 2, 1_000, hours=2)})
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    metadata = Path(table_location(str(out), NAMESPACE, "ice-lost")) / "metadata"
+    hint = metadata / "version-hint.text"
+
+    merge(sent, {"ice-lost": produce(zk, "ice-lost", 2, 500, start=1_000, hours=2)})
+    stale = hint.read_text()
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    hint.write_text(stale)  # the pointer one commit behind
+    merge(sent, {"ice-lost": produce(zk, "ice-lost", 2, 200, start=1_500, hours=2)})
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    assert_table_exactly(spark, out.as_uri(), sent)
+
+    newest = metadata_versions(metadata)[-1]
+    (metadata / f"v{newest}.metadata.json").unlink()  # the last load's commit, lost
+    merge(sent, {"ice-lost": produce(zk, "ice-lost", 2, 100, start=1_700, hours=2)})
+    capsys.readouterr()
+    assert cli.main(["load", "--config", str(config_file)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("logferry load: error: "), lines
+    assert f"v{newest}.metadata.json" in lines[0] or f"version {newest}" in lines[0], lines[0]
+    assert metadata_versions(metadata)[-1] == newest - 1, "the failed run committed"
+
+    hint.write_text(f"{newest - 1}\n")
+    assert cli.main(["load", "--config", str(config_file)]) == 0
+    assert_table_exactly(spark, out.as_uri(), sent)  # the lost load's 200 again, and the 100
 
 
 @pytest.mark.slow

@@ -178,6 +178,8 @@ def config(**sections: dict):
         ({"output": {"format": "iceberg"}, "maintenance": {"keep_snapshots": 0}}, "maintenance.keep_snapshots"),
         # Iceberg's procedure refuses less: a younger file may belong to a write in flight
         ({"output": {"format": "iceberg"}, "maintenance": {"orphan_after_hours": 1}}, "maintenance.orphan_after_hours"),
+        # the table's writer gives one file per hour and task, or per hour after the shuffle
+        ({"output": {"format": "iceberg", "files_per_hour": 2}}, "output.files_per_hour"),
     ],
 )
 def test_bad_iceberg_config_names_the_key(sections, key):

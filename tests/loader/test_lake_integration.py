@@ -1,7 +1,8 @@
 """The lake's truth and dedup, end to end: real brokers, Spark local mode, real files.
 
 - A landed file deleted or truncated by hand is found by the next run (path, expected
-  and found), which exits 1; the audit counts the rows really there; ``--repair``
+  and found), also when that run's cache (``--every``) had verified it before,
+  and the command exits 1; the audit counts the rows really there; ``--repair``
   lands both again from the cluster and the rows are back, each once.
 - The same agent records published twice land once with dedup on (copies in the same
   run, in another partition, and in a later run), counted in the summary, the manifest
@@ -23,6 +24,7 @@ from hadoop_loader import cli
 from hadoop_loader.audit import hour_key
 from hadoop_loader.fs import LocalFileSystem
 from hadoop_loader.job import run_load
+from hadoop_loader.lake_cache import LakeCache
 from hadoop_loader.store import LandingStore
 from hadoop_loader.summary import print_audit, print_summary
 from tests.loader.conftest import (
@@ -75,8 +77,12 @@ def test_deleted_and_truncated_files_are_reported_then_repaired(spark, broker_cl
     config = loader_config(
         zk, out, ["lake-a"], audit={"enabled": True, "settle_minutes": 0, "lookback_hours": 24 * 365 * 10}
     )
-    first = run_load(config, spark=spark)
+    cache = LakeCache()  # shared by the runs, as by those of one `--every` loop
+    first = run_load(config, spark=spark, cache=cache)
     assert first.rows == 6_000 and first.lake is not None and first.lake.files == 0
+    between = run_load(config, spark=spark, cache=cache)  # reads run 1's manifest and footers once
+    assert between.sequence is None and between.lake.ok
+    assert (between.lake.manifests_read, between.lake.footers_read) == (1, 3)
     files = landed_files(out)
     assert sorted(files) == ["hr=00", "hr=01", "hr=02"]
     rows_per_hour = {h.hour: h.landed for h in first.audit.hours}
@@ -88,9 +94,10 @@ def test_deleted_and_truncated_files_are_reported_then_repaired(spark, broker_cl
     with open(truncated, "r+b") as f:
         f.truncate(size // 2)
 
-    # the next run lands nothing new, finds both, and the audit counts what is there
-    second = run_load(config, spark=spark)
-    assert second.sequence is None
+    # the next run lands nothing new, finds both (the cache spares only hr=02's footer),
+    # and the audit counts what is there
+    second = run_load(config, spark=spark, cache=cache)
+    assert second.sequence is None and (second.lake.manifests_read, second.lake.footers_read) == (0, 1)
     damaged = {Path(d.path).parent.name: d for d in second.lake.damaged}
     assert sorted(damaged) == ["hr=00", "hr=01"] and second.lake.files == 3
     assert damaged["hr=00"].found_size is None

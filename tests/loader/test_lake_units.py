@@ -40,6 +40,11 @@ def reader(data: bytes):
     return lambda offset, length: data[offset : offset + length]
 
 
+def footer_of(data: bytes):
+    """What verification hands :func:`judge`: the footer's row count of ``data``."""
+    return lambda: footer_rows(reader(data), len(data))
+
+
 def test_footer_rows_reads_the_row_count_from_the_end_only():
     data = parquet_bytes(1234)
     asked = []
@@ -103,21 +108,21 @@ def test_expected_files_leave_out_what_a_later_repair_replaced():
 def test_judge_names_what_was_expected_and_found():
     good = parquet_bytes(10)
     e = Expected(3, entry("topic=t/dt=2024-03-01/hr=05/f.parquet", len(good), 10))
-    assert judge(e, len(good), reader(good)) == (10, None)
-    rows, missing = judge(e, None, reader(b""))
+    assert judge(e, len(good), footer_of(good)) == (10, None)
+    rows, missing = judge(e, None, footer_of(b""))
     assert rows == 0 and missing is not None and missing.found_size is None
     assert "missing" in missing.describe() and "run 3" in missing.describe()
     cut = good[: len(good) // 2]
-    rows, truncated = judge(e, len(cut), reader(cut))
+    rows, truncated = judge(e, len(cut), footer_of(cut))
     assert rows == 0 and truncated is not None and truncated.found_rows is None
     assert (
         f"expected {len(good):,} bytes, 10 rows; found {len(cut):,} bytes, no readable footer" in truncated.describe()
     )
     other = parquet_bytes(7)
-    rows, wrong = judge(e, len(other), reader(other))
+    rows, wrong = judge(e, len(other), footer_of(other))
     assert rows == 7 and wrong is not None and wrong.found_rows == 7
     same_size = Expected(3, entry(e.entry.path, len(good), 11))
-    rows, count = judge(same_size, len(good), reader(good))
+    rows, count = judge(same_size, len(good), footer_of(good))
     assert rows == 10 and count is not None and "row count" in count.reason
 
 

@@ -192,7 +192,10 @@ def test_hadoop_filesystem_through_spark_behaves_like_the_local_one(spark, tmp_p
     with pytest.raises(FileExistsError):
         fs.create_new(join(root, "c/moved.json"), b"x")
     files = [f for f in fs.list_files(root) if not f.uri.endswith(".crc")]
-    assert files == [(join(root, "c/moved.json"), 3)]
+    assert [(f.uri, f.size) for f in files] == [(join(root, "c/moved.json"), 3)]
+    # the modification time verification compares: the local file system's, to the millisecond
+    local = [f for f in LocalFileSystem().list_files(root) if not f.uri.endswith(".crc")]
+    assert [f.mtime_ns // 1_000_000 for f in files] == [f.mtime_ns // 1_000_000 for f in local]
     assert "c" in fs.list_names(root) and fs.list_names(join(root, "missing")) == []
     fs.delete(join(root, "c"))
     assert not fs.exists(join(root, "c/moved.json"))
