@@ -202,15 +202,15 @@ def _lakes(v: Validator, clusters: Sequence[ClusterConfig], tables: Sequence[dic
                 table.get("name") or ("lake" if i == 0 else f"lake{i + 1}"),
                 table.get("format", "auto"),
                 table.get("namespace", "logferry"),
-                _webhdfs(v, i, table["path"], table.get("webhdfs")),
+                _location(v, i, table["path"], table.get("webhdfs")),
             )
         )
     return tuple(out)
 
 
-def _webhdfs(v: Validator, i: int, path: str, webhdfs: str | None) -> str | None:
-    """An ``hdfs://`` path's WebHDFS address, checked (None: the default, its host on
-    port 9870); a path of another scheme refused."""
+def _location(v: Validator, i: int, path: str, webhdfs: str | None) -> str | None:
+    """A lake's location checked (a folder, ``file://`` or ``hdfs://host...``) and its
+    WebHDFS address, returned (None: an ``hdfs://`` path's default, its host on port 9870)."""
     scheme = urllib.parse.urlsplit(path).scheme
     if scheme not in ("", "file", "hdfs"):
         v.fail(f"lake[{i}].path", f"{path!r}: a local directory, a file:// or an hdfs:// URI")
