@@ -43,9 +43,9 @@ def register(subparsers: Any) -> None:
         action="append",
         metavar="[CLUSTER=]PATH",
         default=[],
-        help="a lake the loader lands into (its output.path, read-only), for "
-        "the landed tier; loaded from CLUSTER (default: the last "
-        "cluster); repeatable, with --zk",
+        help="a lake the loader lands into (its output.uri: a folder, file:// or hdfs:// URI, "
+        "read-only, Parquet or Iceberg), for the landed tier; loaded from CLUSTER (default: the "
+        "last cluster); repeatable, with --zk (other [[lake]] keys need --config)",
     )
     parser.add_argument("--host", help="bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0: a free one)")

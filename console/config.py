@@ -25,10 +25,13 @@
     user = "reader"
     password_file = "secrets/zk-reader.password"
 
-    [[lake]]                # optional: the loader's output, for the landed tier
-    path = "/data/lake"     # its output.path (a local or mounted directory; read-only)
+    [[lake]]                # optional: the loader's output, for the landed tier (read-only)
+    path = "/data/lake"     # its output.uri: a folder, file:// or hdfs://namenode:8020/...
     cluster = "analysis"    # the cluster it loads from (default: the last one)
-    timezone = "UTC"        # its load.timezone (the event hours of its manifests)
+    timezone = "UTC"        # its load.timezone (the event hours the landed tier names)
+    format = "auto"         # its output.format: parquet, iceberg or auto (found in the lake)
+    namespace = "logferry"  # with iceberg: its output.namespace (the tables' folder)
+    webhdfs = "http://namenode:9870"  # with hdfs://: the NameNode's WebHDFS (default: its host, port 9870)
 
 Each cluster's ``tls`` and ``sasl`` go to every client the console makes toward it (its
 Admin, SimpleConsumer and GroupAdmin); a read-only principal (``consume`` on the topics)
@@ -37,6 +40,8 @@ is enough, since the console never writes.
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 import zoneinfo
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,8 +55,10 @@ from broker.common.config import (
     STRING,
     TABLE,
     TABLE_LIST,
+    Check,
     Validator,
     fields,
+    one_of,
     read,
 )
 from broker.common.errors import ConfigError
@@ -59,6 +66,7 @@ from broker.common.names import validate_topic_name
 from broker.common.sasl import SaslCredentials, sasl_section
 from broker.common.tls import TlsConfig, tls_section
 from broker.common.zk_security import with_security, zookeeper_section
+from console.landed import FORMATS
 
 DEFAULT_PORT = 8300
 MAX_INTERVAL_S = 2.0
@@ -82,12 +90,19 @@ class LakeConfig:
     """A lake the loader lands into: the console shows its landed tier (read-only)."""
 
     path: str
-    """A local directory (or ``file://`` URI): the loader's ``output.path``."""
+    """The loader's ``output.uri``: a local directory, a ``file://`` or an ``hdfs://`` URI."""
     cluster: str
     """The console cluster the loader reads from (its tier comes before "landed")."""
     timezone: str = "UTC"
-    """The loader's ``load.timezone``: the event hours its manifests name."""
+    """The loader's ``load.timezone``: the event hours the landed tier names."""
     name: str = "lake"
+    format: str = "auto"
+    """The loader's ``output.format`` (``parquet``, ``iceberg``), or ``auto``: found in the lake."""
+    namespace: str = "logferry"
+    """With Iceberg: the loader's ``output.namespace`` (``<path>/<namespace>/<table>``)."""
+    webhdfs: str | None = None
+    """With an ``hdfs://`` path: the NameNode's WebHDFS address (``http://host:port``);
+    None: the path's host on port 9870."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +120,8 @@ class ConsoleConfig:
     """An audit window is coloured only this long after it ended (:mod:`console.audit`)."""
 
 
+_NAMESPACE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+"""A folder name (the loader's output.namespace is an identifier, a stricter rule)."""
 _SECTIONS = {
     "console": fields(
         host=NONEMPTY_STR, port=PORT, interval_s=POSITIVE_NUMBER, audit_topic=STRING, audit_settle_s=POSITIVE_NUMBER
@@ -112,11 +129,14 @@ _SECTIONS = {
 }
 _LAKE = fields(
     ("path",),
-    {"path": "the loader's output.path (a local directory)"},
+    {"path": "the loader's output.uri (a local directory, file:// or hdfs:// URI)"},
     path=NONEMPTY_STR,
     cluster=NONEMPTY_STR,
     timezone=NONEMPTY_STR,
     name=NONEMPTY_STR,
+    format=one_of(*FORMATS),
+    namespace=Check(lambda v: isinstance(v, str) and _NAMESPACE.fullmatch(v) is not None, "a folder name"),
+    webhdfs=NONEMPTY_STR,
 )
 _CLUSTER = fields(
     ("name", "zk_connect"),
@@ -175,9 +195,42 @@ def _lakes(v: Validator, clusters: Sequence[ClusterConfig], tables: Sequence[dic
                 f"{timezone!r} is not a known time zone (the loader's load.timezone, such as UTC or Europe/Paris)",
             )
         out.append(
-            LakeConfig(table["path"], cluster, timezone, table.get("name") or ("lake" if i == 0 else f"lake{i + 1}"))
+            LakeConfig(
+                table["path"],
+                cluster,
+                timezone,
+                table.get("name") or ("lake" if i == 0 else f"lake{i + 1}"),
+                table.get("format", "auto"),
+                table.get("namespace", "logferry"),
+                _location(v, i, table["path"], table.get("webhdfs")),
+            )
         )
     return tuple(out)
+
+
+def _location(v: Validator, i: int, path: str, webhdfs: str | None) -> str | None:
+    """A lake's location checked (a folder, ``file://`` or ``hdfs://host...``) and its
+    WebHDFS address, returned (None: an ``hdfs://`` path's default, its host on port 9870)."""
+    scheme = urllib.parse.urlsplit(path).scheme
+    if scheme not in ("", "file", "hdfs"):
+        v.fail(f"lake[{i}].path", f"{path!r}: a local directory, a file:// or an hdfs:// URI")
+    if scheme == "hdfs" and not urllib.parse.urlsplit(path).hostname:
+        v.fail(f"lake[{i}].path", f"{path!r} names no NameNode (hdfs://host:port/path)")
+    if webhdfs is None:
+        return None
+    if scheme != "hdfs":
+        v.fail(f"lake[{i}].webhdfs", f"only for an hdfs:// path; {path!r} is read from the local file system")
+    url = urllib.parse.urlsplit(webhdfs)
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme not in ("http", "https") or not url.hostname or port is None or url.path not in ("", "/"):
+        v.fail(
+            f"lake[{i}].webhdfs",
+            f"{webhdfs!r}: the NameNode's WebHDFS address, http://host:port (its dfs.namenode.http-address)",
+        )
+    return webhdfs
 
 
 def _finish(

@@ -1,14 +1,25 @@
-"""The landed tier: rows the loader landed as Parquet per topic and event hour, against
-the tier before it (the analysis cluster's), read-only from the lake.
+"""The landed tier: rows the loader landed per topic and event hour, against the tier
+before it (the analysis cluster's), read-only from the lake.
 
-``logferry load`` commits one manifest per run under ``<lake>/_logferry/manifests/``
-(``hadoop_loader/manifest.py``, format ``logferry-manifest/1``): among others, rows per
-topic and event hour (``hours``, in the loader's ``load.timezone``) and rows dedup
-dropped as copies (``duplicates``). A committed manifest never changes, so
-:class:`LakeReader` reads each one once and adds it up; each poll only lists the
-directory. The loader's report (``logferry load``, :mod:`hadoop_loader.audit`) puts
-the same numbers at the end of its tier chain; the console does not import the
-loader (import contract), it reads the files the loader publishes.
+A lake is the loader's ``output.uri``, in either of its formats (``[[lake]] format``,
+detected by default, :meth:`LakeReader.poll`):
+
+- **Parquet**: ``logferry load`` commits one manifest per run under
+  ``<lake>/_logferry/manifests/`` (``hadoop_loader/manifest.py``, format
+  ``logferry-manifest/1``): among others, rows per topic and event hour (``hours``, in
+  the loader's ``load.timezone``) and rows dedup dropped as copies (``duplicates``). A
+  committed manifest never changes, so :class:`LakeReader` reads each one once and adds
+  it up; each poll only lists the folder.
+- **Iceberg**: a table per topic in ``<lake>/<namespace>/``; the rows per hour are the
+  record counts the current snapshot's manifests keep per data file, the duplicates,
+  runs and times the snapshots' summaries (:mod:`console.iceberg_tables`). A table is
+  read again only when its metadata changed.
+
+The lake is a local (or mounted) folder, or HDFS read over WebHDFS
+(:mod:`console.lake_files`). The loader's report (``logferry load``,
+:mod:`hadoop_loader.audit`) puts the same numbers at the end of its tier chain; the
+console does not import the loader (import contract), it reads what the loader
+publishes, with the shared names of :mod:`broker.common.lake`.
 
 Completeness of an hour is (landed + duplicates) / the count of the last tier before
 it, the one the page shows last in the pipeline (the mirror's on the analysis cluster,
@@ -20,49 +31,55 @@ then the audit's settle time passed, so every tier had published its counts and 
 mirror caught up) before the last run started. A later hour is ``open``: the hosts may
 still be writing it, or the loader has not run since; its figure is shown, unjudged
 (the audit view's rule for its windows), so a nightly load does not paint today red.
-
-Only a lake on a local (or locally mounted) file system is read: ``path`` or
-``file://path``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import zoneinfo
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from broker.client import LANDED_STAGE, stage_rank
+from broker.common.lake import hour_key, iceberg_hour_key
+from console.iceberg_tables import IcebergTables, one_line
+from console.lake_files import LakeFiles, join, lake_files
 
-MANIFESTS = Path("_logferry") / "manifests"
+MANIFESTS = "_logferry/manifests"
 MANIFEST_FORMAT = "logferry-manifest/1"
 MAX_HOURS = 48
 """Hours shown per topic (the newest)."""
-
-
-def lake_path(path: str) -> Path:
-    """A lake location from the config as a local directory (``file://`` stripped)."""
-    return Path(path[len("file://") :] if path.startswith("file://") else path)
-
-
-def hour_key(ms: int, tz: dt.tzinfo) -> str:
-    """The event hour of a timestamp as the loader names it (``YYYY-MM-DDTHH``)."""
-    return dt.datetime.fromtimestamp(ms / 1000, tz).strftime("%Y-%m-%dT%H")
+FORMATS = ("auto", "parquet", "iceberg")
+"""A lake's ``format``: ``auto`` detects it (:meth:`LakeReader.poll`)."""
 
 
 class LakeReader:
-    """One lake's landed rows per (topic, hour), from the loader's committed manifests."""
+    """One lake's landed rows per (topic, hour), from the loader's committed manifests
+    (Parquet) or its tables' metadata (Iceberg)."""
 
-    def __init__(self, name: str, path: str, cluster: str, timezone: str = "UTC"):
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        cluster: str,
+        timezone: str = "UTC",
+        format: str = "auto",
+        namespace: str = "logferry",
+        webhdfs: str | None = None,
+        files: LakeFiles | None = None,
+    ):
         self.name = name
-        self.path = lake_path(path)
+        self.path = path
+        """The lake's location as configured (a folder, ``file://`` or ``hdfs://`` URI)."""
         self.cluster = cluster
         """The console cluster the loader reads (where its tier before "landed" is)."""
         self.timezone = timezone
         self.tz = zoneinfo.ZoneInfo(timezone)
+        self.format = format
+        """``parquet`` or ``iceberg``; ``auto`` until a poll found which."""
+        self.namespace = namespace
+        self.files = files if files is not None else lake_files(path, webhdfs)
         self.landed: dict[tuple[str, str], int] = {}
         self.duplicates: dict[tuple[str, str], int] = {}
         self.runs = 0
@@ -70,30 +87,72 @@ class LakeReader:
         self.last_started_ms = 0
         """When the newest run started: hours that ended (and settled) before it are judged."""
         self.error: str | None = None
+        self.unplaced = 0
+        """Iceberg: copies dedup dropped that loads from before ``logferry.duplicate-hours``
+        counted in no hour (no hour's completeness can include them)."""
         self._read: set[str] = set()
+        self.tables = IcebergTables(self.files, path, namespace)
 
     def poll(self) -> None:
-        """Read manifests committed since the last poll (errors are kept in :attr:`error`)."""
-        directory = self.path / MANIFESTS
+        """Read what the loader committed since the last poll (errors are kept in :attr:`error`).
+
+        With ``format = "auto"`` each poll looks for the format until it finds one: a
+        Parquet lake has ``_logferry/manifests/``, an Iceberg one the namespace's folder
+        ``<lake>/<namespace>/`` (an Iceberg warehouse has ``_logferry/`` too, for the
+        loader's lock, but no manifests)."""
         try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and n not in self._read)
+            if self.format == "auto":
+                self.format = self._detect()
+            if self.format == "parquet":
+                self._poll_manifests()
+            elif self.format == "iceberg":
+                self._poll_tables()
         except FileNotFoundError:
-            self.error = None if self.path.is_dir() else f"{self.path} does not exist"
-            return
+            self.error = self._missing()
         except OSError as exc:
-            self.error = f"listing {directory}: {exc.strerror or exc}"
-            return
+            self.error = one_line(str(exc))
+
+    def _detect(self) -> str:
+        names = {e.name: e.directory for e in self.files.list(self.path)}
+        parquet = names.get("_logferry", False) and any(
+            e.name == "manifests" for e in self.files.list(join(self.path, "_logferry"))
+        )
+        iceberg = names.get(self.namespace, False)
+        if parquet and iceberg:
+            raise OSError(
+                f"{self.path} has Parquet manifests ({MANIFESTS}) and an Iceberg namespace "
+                f"({self.namespace}/): name the lake's format (format = 'parquet' or 'iceberg')"
+            )
+        self.error = None
+        return "parquet" if parquet else "iceberg" if iceberg else "auto"
+
+    def _missing(self) -> str | None:
+        """The error when a folder the format reads is missing: none while the lake is
+        there (nothing landed yet), else the lake's own absence."""
+        try:
+            self.files.list(self.path)
+        except FileNotFoundError:
+            return f"{self.path} does not exist"
+        except OSError as exc:
+            return one_line(str(exc))
+        return None
+
+    def _poll_manifests(self) -> None:
+        directory = join(self.path, MANIFESTS)
+        names = sorted(
+            e.name for e in self.files.list(directory) if e.name.endswith(".json") and e.name not in self._read
+        )
         self.error = None
         for name in names:
             try:
-                self.add(json.loads((directory / name).read_bytes()))
+                self.add(json.loads(self.files.read(join(directory, name))))
             except (OSError, ValueError, TypeError, KeyError) as exc:
-                self.error = f"manifest {directory / name}: {exc}"
+                self.error = one_line(f"manifest {join(directory, name)}: {exc}")
                 continue
             self._read.add(name)
 
     def add(self, manifest: dict[str, Any]) -> None:
-        """Count one committed manifest (sans IO)."""
+        """Count one committed Parquet manifest (sans IO)."""
         if manifest.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"format is {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
         for field, into in (("hours", self.landed), ("duplicates", self.duplicates)):
@@ -104,6 +163,30 @@ class LakeReader:
         self.runs += 1
         self.last_committed_ms = max(self.last_committed_ms, int(manifest.get("committed_ms", 0)))
         self.last_started_ms = max(self.last_started_ms, int(manifest.get("started_ms", 0)))
+
+    def _poll_tables(self) -> None:
+        tables = self.tables
+        if tables.poll():
+            self.landed, self.duplicates = {}, {}
+            runs: set[str] = set()
+            committed = started = loads = unplaced = 0
+            for reading in tables.tables.values():
+                for counts, into in ((reading.hours, self.landed), (reading.facts.duplicates, self.duplicates)):
+                    for hour, rows in counts.items():
+                        key = (reading.topic, iceberg_hour_key(hour, self.tz))
+                        into[key] = into.get(key, 0) + rows
+                runs |= reading.facts.runs
+                committed = max(committed, reading.facts.last_committed_ms)
+                started = max(started, reading.facts.last_started_ms)
+                loads = max(loads, reading.facts.loads)
+                unplaced += reading.facts.unplaced
+            # the runs the kept snapshots name; once some expired, at least a table's load count
+            self.runs = max(len(runs), loads)
+            self.last_committed_ms, self.last_started_ms = committed, started
+            self.unplaced = unplaced
+        errors = sorted(tables.errors.values())
+        more = f" (and {len(errors) - 1} more tables)" if len(errors) > 1 else ""
+        self.error = errors[0] + more if errors else None
 
     def rows(self, tiers: dict[tuple[str, int], dict[str, int]], settle_s: float = 60.0) -> list[dict[str, Any]]:
         """Per landed topic and hour, newest first: landed rows, duplicates, and
@@ -137,7 +220,10 @@ class LakeReader:
         """The page's landed view of this lake."""
         return {
             "name": self.name,
-            "path": str(self.path),
+            "path": self.path,
+            "format": None if self.format == "auto" else self.format,
+            "tables": len(self.tables.tables) if self.format == "iceberg" else None,
+            "duplicates_without_hour": self.unplaced,
             "cluster": self.cluster,
             "timezone": self.timezone,
             "runs": self.runs,
@@ -193,4 +279,4 @@ def merge_tiers(
     return out
 
 
-__all__ = ["LakeReader", "hour_key", "hour_state", "lake_path", "landed_row", "merge_tiers"]
+__all__ = ["FORMATS", "LakeReader", "hour_key", "hour_state", "landed_row", "merge_tiers"]

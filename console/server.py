@@ -159,7 +159,11 @@ def _read_lakes(app: web.Application) -> list[dict[str, Any]]:
     for lake in app[LAKES]:
         # the clusters up to the one the loader reads: its tier is the one before "landed"
         upto = next(i for i, (name, _) in enumerate(pollers) if name == lake.cluster)
-        lake.poll()
+        try:
+            lake.poll()  # its own errors (a lake unreachable, a table unreadable) are in lake.error
+        except Exception as exc:  # anything else: this lake's error, not the other lakes'
+            log.exception("reading lake %s (%s) failed", lake.name, lake.path)
+            lake.error = f"reading {lake.path}: {type(exc).__name__}: {exc}".splitlines()[0]
         tiers = merge_tiers((n, p.audit_totals) for n, p in pollers[: upto + 1])
         views.append(lake.view(tiers, app[CONFIG].audit_settle_s))
     return views
@@ -308,7 +312,10 @@ def make_app(config: ConsoleConfig) -> web.Application:
         c.name: ClusterPoller(c, audit_topic=config.audit_topic, settle_s=config.audit_settle_s)
         for c in config.clusters
     }
-    app[LAKES] = [LakeReader(lake.name, lake.path, lake.cluster, lake.timezone) for lake in config.lakes]
+    app[LAKES] = [
+        LakeReader(lake.name, lake.path, lake.cluster, lake.timezone, lake.format, lake.namespace, lake.webhdfs)
+        for lake in config.lakes
+    ]
     app[STATE] = {"seq": 0, "time_ms": 0, "poll_ms": 0.0, "landed": []}
     app[METRICS] = console_metrics(lambda: [p.last for p in app[POLLERS].values()])
     app.cleanup_ctx.append(_start_polling)

@@ -54,8 +54,9 @@ def console_status(url: str, timeout_s: float = 20.0) -> str:
 
 def console_landed(url: str, runs: int = 1, timeout_s: float = 20.0) -> str:
     """One line: the landed tier the console shows once it read ``runs`` of the loader's
-    committed runs (its manifests): per topic, the rows landed and the completeness of
-    each event hour against the tier before it, or why it shows none."""
+    committed runs (its manifests, or its Iceberg tables' snapshots): per topic, the rows
+    landed and the completeness of each event hour against the tier before it, or why it
+    shows none."""
     deadline = time.monotonic() + timeout_s
     lakes: list[dict[str, Any]] = []
     problem = "no answer yet"

@@ -114,6 +114,14 @@ class HdfsLake:
             raise DemoError(f"HDFS did not take writes within {timeout:.0f}s (logs in {self.data_dir / 'logs'})")
         return self.hdfs
 
+    def planned(self, timeout: float = 10.0) -> LocalHdfs | None:
+        """The HDFS being started, once its ports are chosen (it may not listen yet); None
+        when none was chosen within ``timeout`` s (the start failed first)."""
+        deadline = time.monotonic() + timeout
+        while self.hdfs is None and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.hdfs
+
     @property
     def ready(self) -> bool:
         return not self._thread.is_alive() and self._error is None and self.hdfs is not None

@@ -45,6 +45,9 @@ class Pipeline:
         self.mirror_group = "logferry-mirror"
         self.mirror_metrics = ""
         self.console_url = ""
+        self.console: Child | None = None
+        self.console_lake = ""
+        """With ``--lake hdfs``: the warehouse the console's landed tier reads."""
         self.warehouse = workdir / "warehouse"
         """With ``--lake file``: the loader's output (Parquet and its manifests), the console's landed tier."""
         self.lake: HdfsLake | None = None
@@ -202,40 +205,62 @@ class Pipeline:
             f"metrics {self.mirror_metrics}/metrics)"
         )
 
-    def start_console(self) -> None:
+    def start_console(self, port: int | None = None) -> None:
         """The web console over both clusters (docs/console.md), if its extra is installed;
-        secured, it reads as the read-only User:reader (TLS + SCRAM, per [[cluster]])."""
+        secured, it reads as the read-only User:reader (TLS + SCRAM, per [[cluster]]).
+        Its landed tier reads the lake: the Parquet manifests (``--lake file``) or the
+        Iceberg tables' metadata over the NameNode's WebHDFS (``--lake hdfs``; until HDFS
+        is up the page says it cannot reach it)."""
         import importlib.util
 
         if importlib.util.find_spec("aiohttp") is None:
             say("console: not started (install it with: pip install 'logferry[console]')")
             return
-        port = free_port()
+        port = port or free_port()
         clusters = [
             {"name": dc, "zk_connect": zk, **self.sections("reader", dc)}
             for dc, zk in (("live", self.live_zk), ("analysis", self.analysis_zk))
         ]
         doc: dict[str, Any] = {"console": {"host": "127.0.0.1", "port": port}, "cluster": clusters}
+        # the landed tier, against the cluster the loader reads (docs/console.md)
+        loader = configs.load(configs.loader_template())
+        lake: dict[str, Any] = {
+            "cluster": "analysis" if self.mirror else "live",
+            "timezone": loader.get("load", {}).get("timezone", "UTC"),
+        }
+        hdfs = self.lake.planned() if self.lake is not None else None
         if self.lake_kind == "file":
-            # the landed tier: the loader's manifests, against the cluster it reads (docs/console.md);
             # made now so the page says "nothing landed yet" until the loader's first run
             self.warehouse.mkdir(parents=True, exist_ok=True)
-            timezone = configs.load(configs.loader_template()).get("load", {}).get("timezone", "UTC")
-            cluster = "analysis" if self.mirror else "live"
-            doc["lake"] = [{"path": str(self.warehouse), "cluster": cluster, "timezone": timezone}]
+            doc["lake"] = [{"path": str(self.warehouse), "format": "parquet", **lake}]
+            landed = f"landed Parquet from {self.warehouse}"
+        elif self.lake is not None and hdfs is not None:
+            self.console_lake = self.lake.warehouse
+            webhdfs = f"http://{hdfs.http_address}"
+            doc["lake"] = [
+                {"path": self.console_lake, "format": "iceberg", "namespace": self.lake.namespace, "webhdfs": webhdfs}
+                | lake
+            ]
+            landed = f"landed Iceberg tables of {self.console_lake}, read over WebHDFS {webhdfs}"
+        else:
+            landed = "no landed tier: the HDFS's ports were not chosen yet"
         path = configs.write(self.workdir / "config" / "console.toml", doc, configs.ETC / "console.toml")
-        self.sup.add(
+        self.console = self.sup.add(
             Child.logferry("console", ["console", "--config", str(path)], self.workdir / "logs" / "console.log"),
             watched=False,
         )
         self.console_url = f"http://127.0.0.1:{port}/"
         who = " as User:reader (TLS+SCRAM)" if self.security is not None else ""
-        landed = (
-            f"landed Parquet from {self.warehouse}"
-            if self.lake_kind == "file"
-            else "no landed tier: it reads a local Parquet lake's manifests (--lake file)"
-        )
         say(f"console: {self.console_url} (live and analysis clusters{who}; {landed})")
+
+    def follow_lake(self) -> None:
+        """Once HDFS runs: if its start had to take other ports than the console was given
+        (one was taken meanwhile, :func:`broker.testing.hdfs.start_on_free_ports`), start
+        the console again on its port, reading the HDFS that runs."""
+        if self.console is None or self.lake is None or self.console_lake == self.lake.warehouse:
+            return
+        self.console.stop(10.0)
+        self.start_console(int(self.console_url.rstrip("/").rsplit(":", 1)[1]))
 
     def start_agents(self, hosts: list[str]) -> None:
         for host in hosts:

@@ -324,6 +324,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
             f"HDFS: {hdfs.uri} (NameNode pid {hdfs.pid('namenode')}, DataNode pid {hdfs.pid('datanode')}), "
             f"web UI http://{hdfs.http_address}/, logs {hdfs.log_dir}"
         )
+        pipeline.follow_lake()
         jar = runtime_jar()
         if jar is None:
             raise DemoError(f"Apache Iceberg's Spark runtime is gone from {ICEBERG_JARS.jar_dir()}")
@@ -357,7 +358,7 @@ def _run(args: argparse.Namespace, workdir: Path, pipeline: Pipeline, stop_hosts
     elif output.exists():
         rows, tally.landed_files = parquet_rows(output)
         tally.landed = {t: rows.get(t, 0) for t in topics}
-    if pipeline.console_url and code == 0 and lake is None:
+    if pipeline.console_url and code == 0:
         say(console_landed(pipeline.console_url))
 
     total = sum(written.values())

@@ -27,7 +27,7 @@ With ``output.format = "iceberg"`` the lake is one table per topic and the count
 from the tables (:func:`iceberg_counts`): landed rows per event hour are the record
 counts Iceberg's manifests keep for each data file of the current snapshot, by its
 ``hours(timestamp)`` partition (no data file is read), and duplicates per hour are what
-the landing snapshots' summaries say dedup dropped (:data:`hadoop_loader.iceberg.
+the landing snapshots' summaries say dedup dropped (:data:`broker.common.lake.
 DUPLICATE_HOURS`). Iceberg's hours are UTC hours; each is named by the hour of
 ``load.timezone`` it starts in, exact for every zone whose offset is whole hours.
 
@@ -57,12 +57,11 @@ import msgpack
 
 from broker.client import LANDED_STAGE, AuditRecord, WindowCounts, stage_rank
 from broker.common.errors import UnknownTopicOrPartitionError
+from broker.common.lake import DUPLICATE_HOURS, HOUR_MS, hour_key, iceberg_hour_key, summary_duplicates
 from hadoop_loader.errors import AuditError, IncompleteError, LoaderError, SourceError, source_errors, spark_errors
-from hadoop_loader.iceberg import DUPLICATE_HOURS, DUPLICATES, SnapshotInfo
+from hadoop_loader.iceberg import SnapshotInfo
 
 log = logging.getLogger("logferry.loader")
-
-HOUR_MS = 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -165,11 +164,6 @@ class AuditReport:
         if limit is None:
             return []
         return [h for h in self.hours if h.judged and h.expected and (h.completeness or 0.0) < limit]
-
-
-def hour_key(ms: int, tz: dt.tzinfo) -> str:
-    """The event hour of a millisecond timestamp, as the loader names it."""
-    return dt.datetime.fromtimestamp(ms / 1000, tz).strftime("%Y-%m-%dT%H")
 
 
 def hour_end_ms(key: str, tz: dt.tzinfo) -> int:
@@ -285,7 +279,7 @@ def table_hours(topic: str, counts: Mapping[int, int], tz: dt.tzinfo) -> dict[tu
     (topic, hour key of ``tz``), the keys :func:`compare` takes."""
     out: dict[tuple[str, str], int] = {}
     for hour, rows in counts.items():
-        key = (topic, hour_key(hour * HOUR_MS, tz))
+        key = (topic, iceberg_hour_key(hour, tz))
         out[key] = out.get(key, 0) + rows
     return out
 
@@ -299,16 +293,12 @@ def snapshot_duplicates(
     out: dict[tuple[str, str], int] = {}
     unplaced = 0
     for snapshot in snapshots:
-        text = snapshot.summary.get(DUPLICATE_HOURS)
-        if text is None:
-            text = snapshot.summary.get(DUPLICATES, "0")
-            unplaced += int(text) if text.isdigit() else 0
-            continue
         try:
-            hours = {int(h): int(n) for h, n in json.loads(text).items()}
-        except (ValueError, TypeError, AttributeError):
-            log.warning("audit: snapshot %s has an unreadable %s: %.80s", snapshot.snapshot_id, DUPLICATE_HOURS, text)
+            hours, without_hours = summary_duplicates(snapshot.summary)
+        except ValueError as exc:
+            log.warning("audit: snapshot %s: %s", snapshot.snapshot_id, exc)
             continue
+        unplaced += without_hours
         for key, rows in table_hours(topic, hours, tz).items():
             out[key] = out.get(key, 0) + rows
     return out, unplaced

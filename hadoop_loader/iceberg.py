@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.common.lake import DUPLICATE_HOURS, DUPLICATES, LOAD, RUN_ID, STARTED_MS
 from hadoop_loader.errors import Gap, LoaderError, StateError
 from hadoop_loader.identity import IdentityRange, merge_ranges
 from hadoop_loader.landed import NO_DICTIONARY
@@ -52,15 +53,13 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 _LOST_COMMIT = re.compile(r"Metadata file for version (\d+) is missing")
 """Iceberg's Hadoop catalog when its version hint names a metadata file that is gone."""
 
-# Snapshot summary properties written by the loader (strings, as Iceberg stores them).
+# Snapshot summary properties written by the loader (strings, as Iceberg stores them);
+# those the lake's readers need too (LOAD, RUN_ID, STARTED_MS, DUPLICATES,
+# DUPLICATE_HOURS) are named in broker.common.lake.
 OFFSETS = "logferry.offsets"
 """JSON ``{"<partition>": next offset}``: every partition of the topic ever landed."""
 RANGES = "logferry.ranges"
 """JSON ``[[partition, start, end], ...]``: what this load read (non-empty ranges)."""
-LOAD = "logferry.load"
-"""The table's load number: 1, 2, ... (``VERSION AS OF`` the snapshot of load N)."""
-RUN_ID = "logferry.run-id"
-"""A unique id of the run (the same in every table a run commits to)."""
 GAPS = "logferry.gaps"
 """JSON list of retention gaps skipped (only when there were any)."""
 SOURCE = "logferry.source"
@@ -68,12 +67,6 @@ SOURCE = "logferry.source"
 IDENTITIES = "logferry.identities"
 """With dedup: JSON ``[[host, file_id, lo, hi], ...]``, the record identities this load
 landed as ranges (one per partition and file generation; the topic is the table's)."""
-DUPLICATES = "logferry.duplicates"
-"""With dedup: rows this load read and did not append, as copies of landed records."""
-DUPLICATE_HOURS = "logferry.duplicate-hours"
-"""With dedup, when the load dropped copies: JSON ``{"<hour>": rows}``, the copies per
-event hour (hours since the epoch, UTC: the value of the table's ``hours(timestamp)``
-partition), for the audit's duplicates per hour (:mod:`hadoop_loader.audit`)."""
 
 RUNTIME_MISSING = (
     f"output.format = 'iceberg' needs Apache Iceberg's Spark runtime ({RUNTIME}) on Spark's classpath: "
@@ -140,13 +133,16 @@ def summary_properties(
     identities: list[IdentityRange] | None = None,
     duplicates: int = 0,
     duplicate_hours: Mapping[int, int] | None = None,
+    started_ms: int | None = None,
 ) -> dict[str, str]:
     """The snapshot summary properties of one load of a topic; ``identities`` (None:
     dedup off) are the load's landed record identities, ``duplicates`` the copies it
-    dropped, ``duplicate_hours`` those copies per event hour (hours since the epoch)."""
+    dropped, ``duplicate_hours`` those copies per event hour (hours since the epoch),
+    ``started_ms`` when the run started (for the console's landed tier)."""
     props = {
         LOAD: str(load),
         RUN_ID: run_id,
+        **({STARTED_MS: str(started_ms)} if started_ms is not None else {}),
         OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":")),
         RANGES: json.dumps([list(r) for r in sorted(ranges)], separators=(",", ":")),
         SOURCE: source,

@@ -115,6 +115,7 @@ def land_into_iceberg(
                 counted.identities if dedup else None,
                 sum(counted.duplicates.values()),
                 copy_hours,
+                started_ms=int(started * 1000),
             )
             try:
                 if not tables.exists(topic):

@@ -16,6 +16,10 @@ What common owns, one module per concept:
   the authorizer's decision, sans IO.
 - ``commands``: what every ``logferry`` command shares: exit codes, the one-line
   error format, default log levels.
+- ``lake``: what the loader writes into a lake and its readers (the loader's audit, the
+  console's landed tier) read: event hour names, the logferry properties of an Iceberg
+  table's commits, the duplicates per hour they carry.
+- ``webhdfs``: reading HDFS over the NameNode's WebHDFS (plain HTTP GETs, no JVM).
 - ``certs``: a private CA and the certificates it issues, for a test or demo
   deployment (``logferry certs``, :mod:`broker.testing.security`); needs the ``certs``
   extra (``cryptography``), so it is imported only where a certificate is made.

@@ -45,6 +45,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from broker.common.errors import LogferryError
+from broker.common.webhdfs import DEFAULT_HTTP_PORT, WebHdfs
 from broker.testing.jars import JarSet
 from broker.testing.jvm import QUICK_JVM_OPTIONS, java_executable, java_major
 from broker.testing.zkserver import _cmdline, _pid_alive, port_is_free, tail_lines
@@ -70,7 +71,6 @@ DATANODE_CLASS = "org.apache.hadoop.hdfs.server.datanode.DataNode"
 DFSADMIN_CLASS = "org.apache.hadoop.hdfs.tools.DFSAdmin"
 
 DEFAULT_PORT = 8020
-DEFAULT_HTTP_PORT = 9870
 INSTALL_HINT = "run `make hadoop-jars` (scripts/install-jars.sh apache-hadoop)"
 JAVA_HINT = "run `make system-deps` (or as root: apt-get install -y default-jre-headless)"
 
@@ -418,19 +418,9 @@ class LocalHdfs:
         """The bytes of the file ``path`` (an absolute HDFS path) over WebHDFS (``OPEN``:
         the NameNode redirects to the DataNode holding it), at most ``limit`` bytes; for
         small files read without a JVM (an Iceberg table's metadata, say).
-        FileNotFoundError when it does not exist; OSError when HDFS does not answer."""
-        import urllib.error
-        import urllib.parse
-        import urllib.request
-
-        url = f"http://{self.http_address}/webhdfs/v1{urllib.parse.quote(path)}?op=OPEN&length={limit}"
-        try:
-            with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT * 5) as answer:  # noqa: S310 (http to 127.0.0.1)
-                return bytes(answer.read(limit))
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise FileNotFoundError(f"{self.uri}{path}") from None
-            raise
+        FileNotFoundError when it does not exist; OSError when HDFS does not answer
+        (:class:`broker.common.webhdfs.WebHdfs`)."""
+        return WebHdfs(self.http_address, timeout=HTTP_TIMEOUT * 5).open(path, limit)
 
     def log_tail(self, role: str, lines: int = 30) -> str:
         """The last ``lines`` of a server's log, plus its JVM's output if it wrote any."""

@@ -258,16 +258,20 @@ function pipelineCard(all) {
 }
 
 function landedCard(lakes) {
-  // the last tier: rows the loader landed as Parquet, per topic and event hour, from its
-  // manifests, against the tier before it (summed over the audit windows of the hour)
+  // the last tier: rows the loader landed, per topic and event hour, from its manifests
+  // (Parquet) or its tables' metadata (Iceberg), against the tier before it (summed over
+  // the audit windows of the hour)
   // an hour is judged (coloured) only once it ended and settled before the loader's last
   // run started; a later one is open: the next run lands the rest
   const openWhy = (l) => ` title="open: the hour had not ended and settled (${esc(settleText())}) when the loader's last run started${l.last_started_ms ? " at " + utcDate(l.last_started_ms) + " UTC" : ""}; the next run lands the rest"`;
   return lakes.map((l) => {
-    const head = `<div class="card landed" data-lake="${esc(l.name)}"><h2>landed Parquet: ${esc(l.name)} <span class="mute">${esc(l.path)}</span></h2>` +
-      `<p class="mute">from the loader's ${l.runs} committed run(s)` +
+    const kind = l.format === "iceberg" ? "Iceberg" : l.format === "parquet" ? "Parquet" : "";
+    const source = l.format === "iceberg" ? `${l.tables} table(s), ` : "";
+    const head = `<div class="card landed" data-lake="${esc(l.name)}" data-format="${esc(l.format || "")}"><h2>landed ${kind}${kind ? ": " : ""}${esc(l.name)} <span class="mute">${esc(l.path)}</span></h2>` +
+      `<p class="mute">from ${source}the loader's ${l.runs} committed run(s)` +
       `${l.last_committed_ms ? ", last " + utcDate(l.last_committed_ms) + " UTC" : ""}; ` +
       `event hours in ${esc(l.timezone)}; against the tier before it on ${esc(l.cluster)}` +
+      `${l.duplicates_without_hour ? `; ${num(l.duplicates_without_hour)} copies dedup dropped in older loads are in no hour` : ""}` +
       `${l.error ? "; <span class=bad>" + esc(l.error) + "</span>" : ""}</p>`;
     if (!l.rows.length) return head + `<p class="mute">nothing landed yet</p></div>`;
     const body = l.rows.slice(0, 200).map((r) => `<tr data-landed-topic="${esc(r.topic)}" data-hour="${esc(r.hour)}"><td>${esc(r.topic)}</td><td>${esc(r.hour)}${r.state === "open" ? ' <span class="mute">open</span>' : ""}</td>` +

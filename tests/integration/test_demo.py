@@ -3,10 +3,10 @@
 Real ZooKeeper, real broker processes (etc/live, etc/analysis), real agents, the real
 mirror, a real HDFS (Hadoop's NameNode and DataNode) and the real Spark landing job into
 an Iceberg table per topic on it, all started by the demo from the configs in etc/. This
-is the one test of the demo's default lake (HDFS + Iceberg: about 20-60 s more of JVMs);
-test_demo_keep_running.py runs the demo with `--lake file` (local Parquet) and checks
-the console's landed tier, which reads a local lake. An HDFS that fails to start ends the
-demo with one line and stops everything it started.
+is the one test of the demo's default lake (HDFS + Iceberg: about 20-60 s more of JVMs),
+whose tables the console's landed tier reads over WebHDFS; test_demo_keep_running.py runs
+the demo with `--lake file` (local Parquet) and checks the landed tier of that lake. An
+HDFS that fails to start ends the demo with one line and stops everything it started.
 """
 
 import os
@@ -109,6 +109,13 @@ def test_demo_every_stage_counts_what_the_hosts_wrote(tmp_path):
 
     # Its web console served the page and read both clusters as User:reader.
     assert re.search(r"^\[demo\] console: serving http://127\.0\.0\.1:\d+/: live ok .*analysis ok", out, re.M), out
+    # Its landed tier read the Iceberg tables on HDFS (over the NameNode's WebHDFS): every
+    # topic's rows, 100% of what the mirror copied (the hosts stopped before the loader ran).
+    shown = re.search(r"^\[demo\] console: landed tier shown, 1 loader run\(s\): (.*)$", out, re.M)
+    assert shown, out
+    per_topic = re.findall(r"(\S+) ([\d,]+) rows \(([^)]*) of mirror\)", shown.group(1))
+    assert per_topic and all(pcts == "100.00%" for _, _, pcts in per_topic), shown.group(0)
+    assert sum(int(rows.replace(",", "")) for _, rows, _ in per_topic) == landed, shown.group(0)
     assert "stopped every process it started" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", "demo left processes running"

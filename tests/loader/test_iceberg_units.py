@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from broker.common.lake import STARTED_MS
 from broker.testing.jars import REPO
 from hadoop_loader.config import config_from_dict
 from hadoop_loader.errors import Gap, LoaderConfigError, StateError
@@ -53,6 +54,9 @@ def test_summary_properties_carry_offsets_ranges_and_gaps():
     assert json.loads(props[RANGES]) == [[1, 150, 200]]
     assert json.loads(props["logferry.gaps"]) == [{"topic": "t", "partition": 0, "start": 0, "end": 40}]
     assert "logferry.gaps" not in summary_properties(1, "r", {}, [], [], "zk")
+    # when the run started, for the console's landed tier (its hours are judged against it)
+    assert summary_properties(1, "r", {}, [], [], "zk", started_ms=1_700_000_000_123)[STARTED_MS] == "1700000000123"
+    assert STARTED_MS not in props
 
 
 def test_dedup_state_rides_in_the_same_summary_as_the_offsets():
