@@ -10,7 +10,7 @@ behind an intact footer is not found here (Parquet's page checksums find it on r
 Runs of one process (``logferry load --every``) share a
 :class:`~hadoop_loader.lake_cache.LakeCache`: a manifest or footer read once is not read
 again while the listing shows its file with the same size and modification time, so a
-run's cost after the first is two listings plus the manifests and footers of files new
+run's cost after the first is one recursive listing plus the manifests and footers of files new
 or changed since (what that trusts: :mod:`hadoop_loader.lake_cache`).
 
 The rows counted from the footers are what the audit compares (:mod:`hadoop_loader.audit`):
@@ -26,7 +26,7 @@ and manifests in, facts out); :func:`verify_lake` and :func:`verify_store` do th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -188,16 +188,21 @@ class LakeCheck:
 
 
 def verify_lake(
-    fs: FileSystem, root: str, manifests: Iterable[Manifest], footers: ReadCache[int] | None = None
+    fs: FileSystem,
+    root: str,
+    manifests: Iterable[Manifest],
+    footers: ReadCache[int] | None = None,
+    listed: Mapping[str, Stamp] | None = None,
 ) -> LakeCheck:
     """Check every landed file of ``manifests`` under ``root`` (one listing, footers only).
 
     ``footers``: the counts of footers read by earlier checks of this process (updated
-    here); None reads every footer.
+    here); None reads every footer. ``listed``: the listing of ``root`` (:func:`listing`)
+    when the caller made it already; None lists here.
     """
     footers = footers if footers is not None else ReadCache()
     reads = footers.reads
-    listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in fs.list_files(root)}
+    listed = listed if listed is not None else listing(fs, root)
     check = LakeCheck()
     present = set()
     for expected in expected_files(manifests):
@@ -220,6 +225,11 @@ def verify_lake(
     return check
 
 
+def listing(fs: FileSystem, root: str) -> dict[str, Stamp]:
+    """Every file below ``root`` with what tells it unchanged (size, modification time)."""
+    return {f.uri: Stamp(f.size, f.mtime_ns) for f in fs.list_files(root)}
+
+
 def verify_store(store: LandingStore, cache: LakeCache | None = None) -> tuple[list[Manifest], LakeCheck]:
     """A run's verify step: the committed manifests, and :func:`verify_lake` of them.
 
@@ -228,12 +238,12 @@ def verify_store(store: LandingStore, cache: LakeCache | None = None) -> tuple[l
     """
     cache = cache if cache is not None else LakeCache()
     reads = cache.manifests.reads
-    listed = {f.uri: Stamp(f.size, f.mtime_ns) for f in store.fs.list_files(store.manifests)}
+    listed = listing(store.fs, store.root)  # the manifests too: they are below the root
     manifests = []
     for sequence in store.committed():
         uri = store.manifest_uri(sequence)
         manifests.append(cache.manifests.get(uri, listed.get(uri), functools.partial(store.read_manifest, sequence)))
     cache.manifests.keep_only(listed)
-    check = verify_lake(store.fs, store.root, manifests, cache.footers)
+    check = verify_lake(store.fs, store.root, manifests, cache.footers, listed)
     check.manifests_read = cache.manifests.reads - reads
     return manifests, check
