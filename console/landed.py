@@ -42,12 +42,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.client import LANDED_STAGE, stage_rank
-from broker.common.lake import hour_key, iceberg_hour_key
+from broker.common.lake import MANIFEST_FORMAT, MANIFESTS_DIR, STATE_DIR, hour_key, iceberg_hour_key
 from console.iceberg_tables import IcebergTables, one_line
 from console.lake_files import LakeFiles, join, lake_files
 
-MANIFESTS = "_logferry/manifests"
-MANIFEST_FORMAT = "logferry-manifest/1"
 MAX_HOURS = 48
 """Hours shown per topic (the newest)."""
 FORMATS = ("auto", "parquet", "iceberg")
@@ -114,13 +112,13 @@ class LakeReader:
 
     def _detect(self) -> str:
         names = {e.name: e.directory for e in self.files.list(self.path)}
-        parquet = names.get("_logferry", False) and any(
-            e.name == "manifests" for e in self.files.list(join(self.path, "_logferry"))
+        parquet = names.get(STATE_DIR, False) and any(
+            join(STATE_DIR, e.name) == MANIFESTS_DIR for e in self.files.list(join(self.path, STATE_DIR))
         )
         iceberg = names.get(self.namespace, False)
         if parquet and iceberg:
             raise OSError(
-                f"{self.path} has Parquet manifests ({MANIFESTS}) and an Iceberg namespace "
+                f"{self.path} has Parquet manifests ({MANIFESTS_DIR}) and an Iceberg namespace "
                 f"({self.namespace}/): name the lake's format (format = 'parquet' or 'iceberg')"
             )
         self.error = None
@@ -138,7 +136,7 @@ class LakeReader:
         return None
 
     def _poll_manifests(self) -> None:
-        directory = join(self.path, MANIFESTS)
+        directory = join(self.path, MANIFESTS_DIR)
         names = sorted(
             e.name for e in self.files.list(directory) if e.name.endswith(".json") and e.name not in self._read
         )

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+from broker.common.lake import STATE_DIR
 from hadoop_loader import crash
 from hadoop_loader.config import LoaderConfig, config_error
 from hadoop_loader.dedup import DUPLICATE_COLUMN, identity_ranges
@@ -44,7 +45,7 @@ from hadoop_loader.options import Endpoint
 from hadoop_loader.plan_driver import RangePlan, first_run_position, plan_load
 from hadoop_loader.repair import repair_lake
 from hadoop_loader.results import Clock, LoadResult, LoadSession, TopicStats
-from hadoop_loader.store import STATE_DIR, LandingStore, PublishHooks, seq_name
+from hadoop_loader.store import LandingStore, PublishHooks, seq_name
 from hadoop_loader.verify import verify_store
 from hadoop_loader.writing import landed_rows, write_parquet
 

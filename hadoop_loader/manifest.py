@@ -15,10 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.common.lake import MANIFEST_FORMAT as FORMAT
 from hadoop_loader.errors import Gap, StateError
 from hadoop_loader.identity import IdentityRange
-
-FORMAT = "logferry-manifest/1"
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from broker.common.lake import MANIFESTS_DIR, STATE_DIR
 from hadoop_loader.errors import CommitConflictError, StateError
 from hadoop_loader.fs import FileSystem, join
 from hadoop_loader.manifest import Manifest
 
-STATE_DIR = "_logferry"
 SEQ_DIGITS = 20
 
 _HELD: set[str] = set()
@@ -94,7 +94,7 @@ class LandingStore:
         self.fs = fs
         self.root = root.rstrip("/")
         self.state = join(self.root, STATE_DIR)
-        self.manifests = join(self.state, "manifests")
+        self.manifests = join(self.root, MANIFESTS_DIR)
         self.staging = join(self.state, "staging")
         self.lock_uri = join(self.state, "lock")
 

@@ -5,6 +5,8 @@ The loader (``hadoop_loader``) writes them; its audit and the console's landed t
 (``console.landed``) read them. Neither may import the other (import contracts), so the
 names and the few rules both need live here, sans IO:
 
+- a Parquet output keeps one manifest per committed run in :data:`MANIFESTS_DIR`, in
+  the format :data:`MANIFEST_FORMAT`;
 - an **event hour** is named ``YYYY-MM-DDTHH`` in the loader's ``load.timezone``
   (:func:`hour_key`): the ``dt=``/``hr=`` of Parquet, the hours of the audit;
 - an Iceberg table is partitioned by ``hours(timestamp)``, whose value is the hour since
@@ -25,6 +27,13 @@ import json
 from collections.abc import Mapping
 
 HOUR_MS = 3600 * 1000
+
+STATE_DIR = "_logferry"
+"""The loader's own folder in an output (its lock; with Parquet, its manifests)."""
+MANIFESTS_DIR = f"{STATE_DIR}/manifests"
+"""Parquet output: one committed manifest per run, ``<20-digit sequence>.json``."""
+MANIFEST_FORMAT = "logferry-manifest/1"
+"""The ``format`` a committed manifest names (``hadoop_loader/manifest.py`` writes it)."""
 
 TABLE_TOPIC = "logferry.topic"
 """Table property: the topic a table holds."""
@@ -76,8 +85,11 @@ __all__ = [
     "DUPLICATE_HOURS",
     "HOUR_MS",
     "LOAD",
+    "MANIFESTS_DIR",
+    "MANIFEST_FORMAT",
     "RUN_ID",
     "STARTED_MS",
+    "STATE_DIR",
     "TABLE_TOPIC",
     "hour_key",
     "iceberg_hour_key",
