@@ -42,15 +42,12 @@ def encode_produce_response(version: int, correlation_id: int, topics: Sequence[
     if flexible:
         out += b"\0"  # the header's tagged fields
     _length(out, len(topics), flexible)
-    part = _PART_V5 if version >= 5 else _PART_V3
+    part, tail = (_PART_V5, (_NO_TIME, -1)) if version >= 5 else (_PART_V3, (_NO_TIME,))
     for name, partitions in topics:
         _string(out, name, flexible)
         _length(out, len(partitions), flexible)
         for index, error_code, base_offset, message in partitions:
-            if version >= 5:
-                out += part.pack(index, error_code, base_offset, _NO_TIME, -1)
-            else:
-                out += part.pack(index, error_code, base_offset, _NO_TIME)
+            out += part.pack(index, error_code, base_offset, *tail)
             if version >= 8:
                 _length(out, 0, flexible)  # record_errors
                 _nullable_string(out, message, flexible)
