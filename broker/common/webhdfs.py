@@ -1,9 +1,10 @@
 """Reading HDFS over WebHDFS: the NameNode's REST API, plain HTTP GETs (no JVM, no Hadoop client).
 
-Read-only, three operations (``http://<namenode http address>/webhdfs/v1<path>?op=...``):
+Read-only, four operations (``http://<namenode http address>/webhdfs/v1<path>?op=...``):
 
 - ``LISTSTATUS``: a folder's entries (:meth:`WebHdfs.list_status`);
 - ``GETFILESTATUS``: one path's (:meth:`WebHdfs.status`);
+- ``GETCONTENTSUMMARY``: the files below a folder (:meth:`WebHdfs.file_count`);
 - ``OPEN``: a file's bytes (:meth:`WebHdfs.open`); the NameNode redirects to a DataNode
   holding the blocks, which urllib follows.
 
@@ -107,6 +108,15 @@ class WebHdfs:
             return FileStatus.from_json(body["FileStatus"])
         except (KeyError, TypeError, ValueError) as exc:
             raise OSError(f"WebHDFS GETFILESTATUS {path} on {self.base}: no FileStatus ({exc})") from None
+
+    def file_count(self, path: str) -> int:
+        """Files below the folder ``path``, counted recursively (FileNotFoundError when
+        there is none)."""
+        body = self._json(path, "GETCONTENTSUMMARY")
+        try:
+            return int(body["ContentSummary"]["fileCount"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OSError(f"WebHDFS GETCONTENTSUMMARY {path} on {self.base}: no fileCount ({exc})") from None
 
     def open(self, path: str, limit: int | None = None) -> bytes:
         """The bytes of the file ``path`` (at most ``limit`` when given)."""

@@ -221,14 +221,6 @@ def _live_addresses(live_nodes: Any) -> tuple[str, ...]:
     return tuple(sorted(str(n.get("xferaddr", name)) for name, n in nodes.items() if isinstance(n, dict)))
 
 
-def parse_content_summary(text: str) -> int:
-    """The file count of a WebHDFS ``GETCONTENTSUMMARY`` answer."""
-    try:
-        return int(json.loads(text)["ContentSummary"]["fileCount"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"not a WebHDFS content summary: {text[:200]!r}") from exc
-
-
 def parse_jmx(text: str) -> dict[str, Any]:
     """The beans of a ``/jmx?qry=...`` answer merged into one dict."""
     merged: dict[str, Any] = {}
@@ -402,17 +394,10 @@ class LocalHdfs:
         NameNode over WebHDFS (``GETCONTENTSUMMARY``): a condition tests can poll without
         a JVM, e.g. "a load's first data file exists". 0 when ``path`` does not exist;
         OSError when the NameNode does not answer."""
-        import urllib.error
-        import urllib.parse
-
         try:
-            return parse_content_summary(
-                self._namenode_http(f"/webhdfs/v1{urllib.parse.quote(path)}?op=GETCONTENTSUMMARY")
-            )
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return 0
-            raise
+            return WebHdfs(self.http_address, timeout=HTTP_TIMEOUT).file_count(path)
+        except FileNotFoundError:
+            return 0
 
     def read_file(self, path: str, limit: int = 16 << 20) -> bytes:
         """The bytes of the file ``path`` (an absolute HDFS path) over WebHDFS (``OPEN``:

@@ -336,6 +336,11 @@ def namenode() -> Iterator[str]:
             if path == "/webhdfs/v1/w/logferry" and "op=LISTSTATUS" in query:
                 body = {"FileStatuses": {"FileStatus": [{"pathSuffix": "app", "type": "DIRECTORY", "length": 0}]}}
                 self._answer(200, json.dumps(body).encode())
+            elif path == "/webhdfs/v1/w/logferry" and "op=GETCONTENTSUMMARY" in query:
+                body = {"ContentSummary": {"directoryCount": 3, "fileCount": 7, "length": 1024, "quota": -1}}
+                self._answer(200, json.dumps(body).encode())
+            elif path == "/webhdfs/v1/w/odd":  # a 200 answer without what was asked for
+                self._answer(200, b'{"Boolean": true}')
             elif path == "/webhdfs/v1/w/hint" and "op=OPEN" in query:
                 self._answer(200, b"3\n")
             elif path == "/webhdfs/v1/w/safe":
@@ -366,6 +371,11 @@ def test_webhdfs_lists_reads_and_names_what_failed(namenode):
     files = HdfsFiles(WebHdfs(namenode))
     assert files.list("hdfs://nn:8020/w/logferry") == [("app", True)]
     assert files.read("hdfs://nn:8020/w/hint") == b"3\n"
+    assert WebHdfs(namenode).file_count("/w/logferry") == 7
+    with pytest.raises(OSError, match="GETCONTENTSUMMARY /w/odd .*no fileCount"):
+        WebHdfs(namenode).file_count("/w/odd")
+    with pytest.raises(FileNotFoundError):
+        WebHdfs(namenode).file_count("/w/nothing")
     with pytest.raises(FileNotFoundError, match="/w/nothing does not exist"):
         files.read("hdfs://nn:8020/w/nothing")
     with pytest.raises(OSError, match="HTTP 403 SafeModeException: in safe mode$"):

@@ -59,13 +59,6 @@ def test_parse_jmx_merges_beans():
     assert not hdfs.HdfsState(0, "", "3.5.0", 0, 0, 1).ready
 
 
-def test_content_summary_gives_the_file_count():
-    answer = {"ContentSummary": {"directoryCount": 3, "fileCount": 7, "length": 1024, "quota": -1}}
-    assert hdfs.parse_content_summary(json.dumps(answer)) == 7
-    with pytest.raises(ValueError, match="not a WebHDFS content summary"):
-        hdfs.parse_content_summary('{"RemoteException": {}}')
-
-
 def test_no_jars_is_one_line_and_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LOGFERRY_BENCH_CACHE", str(tmp_path / "empty-cache"))
     result = logferry("hdfs", "start", "--data-dir", str(tmp_path / "h"), "--port", str(free_port()))
