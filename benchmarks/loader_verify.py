@@ -9,7 +9,7 @@ output, check each file) three ways, side by side:
 - cold: no footer cache, every footer read (every nightly run, the first run of a
   ``logferry load --every`` process, and every run before the cache);
 - cached: the :class:`~hadoop_loader.lake_cache.LakeCache` of an earlier check, nothing
-  changed since (no manifest or footer read: two listings and the bookkeeping);
+  changed since (no manifest or footer read: one listing and the bookkeeping);
 - cached + a run: the same after one more run landed ``--files-per-run`` new files (the
   steady state of ``--every``: only the new run's manifest and footers are read).
 
